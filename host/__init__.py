@@ -1,0 +1,4 @@
+"""Host-side Python of memqual: the QEMU machine, SSH, the probe, and one
+module or package per subject (ksm, balloon, memslots), plus statistics,
+claims and the report.  Subjects do not import each other; they share the
+machine (host.machine) and the measurement record (host.record)."""

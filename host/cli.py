@@ -1,0 +1,64 @@
+"""The ``memqual`` command.
+
+Each subject module registers its own subcommand through
+``register(subparsers)``; this file only wires them together and turns every
+MemqualError into one line on stderr and its exit status (2 for bad input),
+never a traceback (set MEMQUAL_DEBUG=1 to see one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+from host.errors import LaunchError, MemqualError
+
+# Modules that provide ``register(subparsers)``.  Imported lazily at start so
+# that ``memqual --help`` lists everything; each keeps its heavy imports
+# inside its handler.
+SUBCOMMAND_MODULES = [
+    "images.cli",  # memqual image build|clean
+    "host.doctor",  # memqual doctor
+    "host.bootcmd",  # memqual boot
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="memqual",
+        description="End-to-end qualification of memory virtualization on QEMU/KVM.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.handler(args) or 0)
+    except MemqualError as exc:
+        if os.environ.get("MEMQUAL_DEBUG"):
+            raise
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"memqual: error: {message}", file=sys.stderr)
+        if isinstance(exc, LaunchError) and args.verbose:
+            print(exc.details(), file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:
+        print("memqual: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The measurement record: the contract between scenarios and the report.
+
+A scenario writes one record per metric per run into its output directory
+(Avocado's outputdir, or ``$MEMQUAL_OUTPUT_DIR`` / a directory given by the
+caller under pytest).  Everything the claims and the report say is computed
+from these files; nothing reads a test's log.
+
+File name: ``memqual-<scenario>-<metric>-<variant>.json``, one JSON object
+each, so a partially finished run still leaves valid records behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from host.errors import BadInput
+
+SCHEMA = "memqual.measurement/1"
+RECORD_GLOB = "memqual-*.json"
+
+
+@dataclasses.dataclass
+class Measurement:
+    scenario: str  # e.g. "ksm.volatile_scan"
+    metric: str  # e.g. "pages_per_ksmd_cpu_s"
+    unit: str
+    better: str  # "lower" or "higher"
+    samples: list[float]
+    claim: str | None = None  # claim id from claims/claims.json, if any
+    variant: dict[str, Any] = dataclasses.field(default_factory=dict)
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # derived figures (ratio, CI, model)
+    started: str = dataclasses.field(
+        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    duration_s: float = 0.0
+    schema: str = SCHEMA
+
+    def __post_init__(self) -> None:
+        if self.better not in ("lower", "higher"):
+            raise ValueError(f"better must be 'lower' or 'higher', not {self.better!r}")
+        self.samples = [float(s) for s in self.samples]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], source: str = "<record>") -> "Measurement":
+        if data.get("schema") != SCHEMA:
+            raise BadInput(
+                f"{source}: schema {data.get('schema')!r} is not {SCHEMA!r}: "
+                "re-run the scenarios with this memqual version"
+            )
+        fields = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in fields})
+        except TypeError as exc:
+            raise BadInput(f"{source}: not a complete measurement record ({exc})") from exc
+
+    def key(self) -> tuple[str, str, str]:
+        """Records with the same key and different variants form an A/B pair."""
+        return (self.scenario, self.metric, json.dumps(self.settings, sort_keys=True))
+
+    def filename(self) -> str:
+        variant = "-".join(f"{k}={v}" for k, v in sorted(self.variant.items())) or "default"
+        stem = f"memqual-{self.scenario}-{self.metric}-{variant}"
+        return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem)[:200] + ".json"
+
+
+def output_dir(default: str | os.PathLike[str] | None = None) -> Path:
+    """Where records go: the given directory, else ``$MEMQUAL_OUTPUT_DIR``,
+    else ./memqual-records."""
+    chosen = default or os.environ.get("MEMQUAL_OUTPUT_DIR") or "memqual-records"
+    path = Path(chosen)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / record.filename()
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, target)  # never leave a half-written record
+    return target
+
+
+def load(path: str | os.PathLike[str]) -> Measurement:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise BadInput(f"{path}: no such record file") from exc
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: truncated or not JSON ({exc.msg} at line {exc.lineno})") from exc
+    return Measurement.from_json(data, source=str(path))
+
+
+def collect(root: str | os.PathLike[str]) -> list[Measurement]:
+    """Every record below ``root`` (an Avocado job results dir works)."""
+    return [load(p) for p in sorted(Path(root).rglob(RECORD_GLOB))]
