@@ -1,0 +1,20 @@
+#!/bin/sh
+# memqual guest start-up, run once by busybox init (sysinit).  Kept short:
+# under TCG every command here costs boot time.
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev 2>/dev/null
+mkdir -p /dev/pts /dev/shm /tmp /run
+mount -t devpts devpts /dev/pts
+mount -t tmpfs tmpfs /tmp
+# Drivers: modprobe resolves dependencies from modules.dep and reads
+# module options (virtio_mmio.device=...) from /proc/cmdline.
+for m in virtio_mmio virtio_pci virtio_net virtio_balloon; do modprobe -q "$m"; done
+ip link set lo up
+ip link set eth0 up
+ip addr add 10.0.2.15/24 dev eth0
+ip route add default via 10.0.2.2
+# -s: keys only; -E: log to stderr (the console).  The host key comes from
+# the per-image keys archive.
+dropbear -s -E -r /etc/dropbear/dropbear_ed25519_host_key -p 22
+echo "memqual-ready"

@@ -1,0 +1,207 @@
+"""The guest image: a kernel plus an initramfs, built offline from
+distribution packages and cached under a key of every input's hash.
+
+Layout of one cache entry (``<cache>/images/<key>/``):
+    kernel          vmlinux (PVH entry) when it could be extracted, else the bzImage
+    initramfs.cpio  the reproducible base archive (busybox, dropbear, modules, init)
+    keys.cpio       per-image SSH keys (not reproducible on purpose)
+    initrd          initramfs.cpio + keys.cpio, what QEMU loads
+    id_ed25519      the client key for this image (0600)
+    manifest.json   what it was built from, and the sha256 of each file
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from host.errors import BadInput, CapabilityMissing
+from host.paths import REPO_ROOT, cache_dir
+from images import keys, modules, packages
+from images.cpio import CpioWriter, add_tree
+from images.kernel import extract_vmlinux, read_release
+
+BUILDER_VERSION = "1"  # bump when the image layout changes
+GUEST_DIR = REPO_ROOT / "guest"
+BUSYBOX = Path("/bin/busybox")
+DROPBEAR = Path("/usr/sbin/dropbear")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelSource:
+    """Where the guest kernel comes from: Debian's package by default, or a
+    user's own bzImage and its lib/modules/RELEASE tree."""
+
+    bzimage: Path | None = None
+    modules_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if (self.bzimage is None) != (self.modules_dir is None):
+            raise BadInput("give both --kernel BZIMAGE and --modules DIR (lib/modules/RELEASE), or neither")
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+    directory: Path
+    kernel: Path
+    initrd: Path
+    key: Path
+    release: str
+    pvh: bool  # kernel is an ELF vmlinux booted through its PVH entry
+    initramfs_sha256: str
+    kernel_sha256: str
+    cached: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        data = dataclasses.asdict(self)
+        return {k: str(v) if isinstance(v, Path) else v for k, v in data.items()}
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _require_host_tools() -> None:
+    missing = [str(p) for p in (BUSYBOX, DROPBEAR) if not p.exists()]
+    if missing:
+        raise CapabilityMissing(f"missing {', '.join(missing)}: run ./setup (installs busybox-static and dropbear-bin)")
+    if not shutil.which("dpkg") or not shutil.which("apt-get"):
+        raise CapabilityMissing("dpkg/apt-get not found: memqual builds guests from Debian packages")
+
+
+def _shared_libraries(binary: Path) -> list[Path]:
+    """What the dynamic loader needs for ``binary`` (dropbear is dynamic)."""
+    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True)
+    libs = []
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        path = parts[2] if "=>" in parts and len(parts) >= 3 else parts[0]
+        if path.startswith("/"):
+            libs.append(Path(path))
+    return libs
+
+
+def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
+    """(bzImage, lib/modules/RELEASE dir, release) for the chosen kernel."""
+    if source.bzimage is not None:
+        assert source.modules_dir is not None
+        if not source.bzimage.is_file():
+            raise BadInput(f"{source.bzimage}: no such kernel file; pass a bzImage (arch/x86/boot/bzImage)")
+        release = read_release(source.bzimage)
+        return source.bzimage, source.modules_dir, release
+    package = packages.resolve_kernel_package(cache)
+    tree = packages.unpack(packages.download(package, cache), cache)
+    (vmlinuz,) = sorted((tree / "boot").glob("vmlinuz-*"))
+    release = vmlinuz.name.removeprefix("vmlinuz-")
+    return vmlinuz, tree / "lib/modules" / release, release
+
+
+def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path]) -> str:
+    digest = hashlib.sha256(BUILDER_VERSION.encode())
+    digest.update(sha256_file(bzimage).encode())
+    for path in sorted(modules_dir.rglob("*.ko*")):
+        # Path and size are enough for module trees from a package or a
+        # build; the kernel hash above changes with every rebuild anyway.
+        digest.update(f"{path.relative_to(modules_dir)}:{path.stat().st_size}".encode())
+    for path in host_files:
+        digest.update(str(path).encode() + sha256_file(path).encode())
+    return digest.hexdigest()[:20]
+
+
+def build(source: KernelSource = KernelSource(), force: bool = False) -> Image:
+    """Build (or find in the cache) the guest image for ``source``."""
+    _require_host_tools()
+    cache = cache_dir()
+    bzimage, modules_dir, release = _kernel_inputs(source, cache)
+    if not modules_dir.is_dir():
+        raise BadInput(f"{modules_dir}: no such modules directory; pass lib/modules/{release}")
+    libs = _shared_libraries(DROPBEAR)
+    guest_files = sorted(p for p in GUEST_DIR.iterdir() if p.suffix in ("", ".sh") and p.is_file())
+    key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files])
+    target = cache / "images" / key
+    manifest = target / "manifest.json"
+    if manifest.exists() and not force:
+        data = json.loads(manifest.read_text())
+        data.pop("cached", None)
+        return Image(**{**data, **{k: Path(data[k]) for k in ("directory", "kernel", "initrd", "key")}}, cached=True)
+
+    (cache / "images").mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache / "images"))
+    try:
+        image = _assemble(staging, target, bzimage, modules_dir, release, libs)
+        (staging / "manifest.json").write_text(json.dumps(image.to_json(), indent=2) + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(staging, target)  # a reader sees the whole entry or none
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return image
+
+
+def _assemble(staging: Path, final: Path, bzimage: Path, modules_dir: Path, release: str, libs: list[Path]) -> Image:
+    vmlinux = extract_vmlinux(bzimage)
+    kernel = staging / "kernel"
+    if vmlinux is not None:
+        kernel.write_bytes(vmlinux)
+    else:
+        shutil.copyfile(bzimage, kernel)
+
+    root = staging / "root"
+    modules.stage_modules(modules_dir, release, root)
+    buffer = io.BytesIO()
+    writer = CpioWriter(buffer)
+    for directory in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp",
+                      "run", "root", "lib", "lib64", "lib/x86_64-linux-gnu", "var", "var/log"):
+        writer.directory(directory, 0o1777 if directory == "tmp" else 0o755)
+    writer.device("dev/console", True, 5, 1)
+    writer.device("dev/null", True, 1, 3, 0o666)
+    writer.file("bin/busybox", BUSYBOX.read_bytes(), 0o755)
+    applets = subprocess.run([str(BUSYBOX), "--list-full"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in sorted(set(applets)):
+        if applet not in ("bin/busybox",) and not applet.startswith("lib"):
+            writer.symlink(applet, "/bin/busybox")
+    writer.symlink("init", "/bin/busybox")
+    writer.file("usr/sbin/dropbear", DROPBEAR.read_bytes(), 0o755)
+    for lib in libs:
+        name = str(lib).lstrip("/")
+        if name.startswith("lib64/"):
+            writer.file(name, lib.read_bytes(), 0o755)
+        else:
+            writer.file("lib/x86_64-linux-gnu/" + lib.name, lib.read_bytes(), 0o755)
+    writer.file("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n")
+    writer.file("etc/group", b"root:x:0:\n")
+    writer.file("etc/shells", b"/bin/sh\n")
+    writer.file("etc/inittab", (GUEST_DIR / "inittab").read_bytes())
+    writer.file("etc/rc.memqual", (GUEST_DIR / "rc.sh").read_bytes(), 0o755)
+    writer.directory("lib/modules")
+    add_tree(writer, root / "lib/modules", "lib/modules")
+    writer.close()
+    base = buffer.getvalue()
+    (staging / "initramfs.cpio").write_bytes(base)
+    shutil.rmtree(root)
+    shutil.rmtree(staging / "root-depmod", ignore_errors=True)
+
+    key_path, keys_cpio = keys.generate(staging / "ssh")
+    (staging / "keys.cpio").write_bytes(keys_cpio)
+    (staging / "initrd").write_bytes(base + keys_cpio)
+    final_key = final / "ssh" / key_path.name
+    return Image(
+        directory=final,
+        kernel=final / "kernel",
+        initrd=final / "initrd",
+        key=final_key,
+        release=release,
+        pvh=vmlinux is not None,
+        initramfs_sha256=hashlib.sha256(base).hexdigest(),
+        kernel_sha256=sha256_file(kernel),
+    )

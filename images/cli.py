@@ -1,0 +1,52 @@
+"""``memqual image build|clean``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("image", help="build or clean the guest image")
+    actions = parser.add_subparsers(dest="image_command", required=True)
+    build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
+    build.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
+    build.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
+    build.add_argument("--force", action="store_true", help="rebuild even when cached")
+    build.add_argument("--json", action="store_true")
+    build.set_defaults(handler=_build)
+    clean = actions.add_parser("clean", help="remove cached images and snapshots")
+    clean.set_defaults(handler=_clean)
+
+
+def _build(args: argparse.Namespace) -> int:
+    from images.build import KernelSource, build
+
+    started = time.monotonic()
+    image = build(KernelSource(args.kernel, args.modules), force=args.force)
+    elapsed = time.monotonic() - started
+    if args.json:
+        print(json.dumps({**image.to_json(), "seconds": round(elapsed, 3)}, indent=2))
+    else:
+        state = "cached" if image.cached else "built"
+        print(f"{state} in {elapsed:.2f} s: guest kernel {image.release} ({'PVH vmlinux' if image.pvh else 'bzImage'})")
+        print(f"  kernel     {image.kernel}  sha256 {image.kernel_sha256}")
+        print(f"  initramfs  {image.directory / 'initramfs.cpio'}  sha256 {image.initramfs_sha256}")
+        print(f"  initrd     {image.initrd}  (initramfs + per-image SSH keys)")
+    return 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    from host.paths import cache_dir
+
+    removed = 0
+    for name in ("images", "snapshots", "agents"):
+        path = cache_dir() / name
+        if path.exists():
+            removed += sum(1 for _ in path.iterdir())
+            shutil.rmtree(path)
+    print(f"removed {removed} cache entries from {cache_dir()}")
+    return 0

@@ -1,0 +1,116 @@
+"""Kernel module closure: the modules a guest needs, with everything they
+depend on, copied with their real paths and indexed by ``depmod`` so the
+guest's busybox ``modprobe`` resolves dependencies itself."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from host.errors import BadInput, CapabilityMissing
+
+# What the guest loads: the network and balloon drivers on both virtio
+# transports (microvm uses virtio-mmio, pc/q35 virtio-pci).
+GUEST_MODULES = ("virtio_mmio", "virtio_pci", "virtio_net", "virtio_balloon")
+
+
+def depmod(root: Path, release: str) -> None:
+    """Write modules.dep & co. for ``root``/lib/modules/``release``."""
+    exe = shutil.which("depmod") or "/usr/sbin/depmod"
+    if not Path(exe).exists():
+        raise CapabilityMissing("depmod not found: run ./setup (installs kmod)")
+    proc = subprocess.run([exe, "-b", str(root), release], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BadInput(f"depmod failed for {release}: {proc.stderr.strip()}")
+
+
+def parse_modules_dep(text: str) -> dict[str, list[str]]:
+    """modules.dep lines ``kernel/x/a.ko: kernel/y/b.ko ...`` as a mapping."""
+    deps: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if ":" in line:
+            module, rest = line.split(":", 1)
+            deps[module.strip()] = rest.split()
+    return deps
+
+
+def module_name(path: str) -> str:
+    name = Path(path).name
+    for suffix in (".xz", ".zst", ".gz"):
+        name = name.removesuffix(suffix)
+    return name.removesuffix(".ko").replace("-", "_")
+
+
+def closure(deps: dict[str, list[str]], wanted: tuple[str, ...]) -> list[str]:
+    """Paths (relative to the release directory) of ``wanted`` modules and
+    all their dependencies.  A wanted module that is neither a file nor
+    built in is an error that names it."""
+    by_name = {module_name(p): p for p in deps}
+    result: list[str] = []
+    stack = []
+    for name in wanted:
+        key = name.replace("-", "_")
+        if key not in by_name:
+            raise BadInput(f"kernel module {name} not found: build the kernel with CONFIG_{key.upper()}=m or =y")
+        stack.append(by_name[key])
+    while stack:
+        path = stack.pop()
+        if path in result:
+            continue
+        result.append(path)
+        stack.extend(deps.get(path, []))
+    return sorted(result)
+
+
+def builtin_names(release_dir: Path) -> set[str]:
+    builtin = release_dir / "modules.builtin"
+    if not builtin.exists():
+        return set()
+    return {module_name(line) for line in builtin.read_text().split()}
+
+
+def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> list[str]:
+    """Copy the closure of GUEST_MODULES from ``source_release_dir`` (a
+    lib/modules/RELEASE tree) into ``dest_root``/lib/modules/RELEASE and run
+    depmod there.  Returns the copied paths."""
+    if not source_release_dir.is_dir():
+        raise BadInput(f"{source_release_dir}: no such modules directory (pass lib/modules/RELEASE)")
+    dep_file = source_release_dir / "modules.dep"
+    if not dep_file.exists():
+        # Packages ship no modules.dep (it is made at install time): index a
+        # scratch copy of the tree's metadata without touching the source.
+        scratch = dest_root.parent / (dest_root.name + "-depmod")
+        shutil.rmtree(scratch, ignore_errors=True)
+        target = scratch / "lib/modules" / release
+        target.parent.mkdir(parents=True)
+        # depmod writes into the release dir: index a hard-linked copy.
+        shutil.copytree(source_release_dir, target, symlinks=True, copy_function=os_link_or_copy)
+        depmod(scratch, release)
+        dep_text = (target / "modules.dep").read_text()
+        shutil.rmtree(scratch, ignore_errors=True)
+    else:
+        dep_text = dep_file.read_text()
+    deps = parse_modules_dep(dep_text)
+    built_in = builtin_names(source_release_dir)
+    wanted = tuple(m for m in GUEST_MODULES if m not in built_in)
+    paths = closure(deps, wanted)
+    dest = dest_root / "lib/modules" / release
+    for rel in paths:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source_release_dir / rel, dest / rel)
+    for meta in ("modules.builtin", "modules.order", "modules.builtin.modinfo"):
+        if (source_release_dir / meta).exists():
+            shutil.copy2(source_release_dir / meta, dest / meta)
+    depmod(dest_root, release)
+    return paths
+
+
+def os_link_or_copy(src: str, dst: str) -> None:
+    """Hard-link when possible (same filesystem, fast), else copy."""
+    import os
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
