@@ -23,6 +23,7 @@ SUBCOMMAND_MODULES = [
     "images.cli",  # memqual image build|clean
     "host.doctor",  # memqual doctor
     "host.bootcmd",  # memqual boot
+    "host.ksm.cli",  # memqual ksm status|restore
 ]
 
 

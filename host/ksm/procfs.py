@@ -1,0 +1,108 @@
+"""What /proc says about KSM: ksmd's CPU time and a process's merged pages.
+
+ksmd is found by name among kernel threads (PF_KTHREAD in /proc/PID/stat).
+Its CPU time comes from /proc/PID/schedstat (nanoseconds, first field) when
+the kernel has schedstats, else utime+stime from /proc/PID/stat in clock
+ticks (10 ms at USER_HZ=100: use windows of seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+PROC_ROOT = Path("/proc")
+PF_KTHREAD = 0x00200000
+
+
+def _stat_fields(text: str) -> tuple[str, list[str]]:
+    """Split /proc/PID/stat into (comm, fields after comm).  The comm is in
+    parentheses and may itself hold spaces or parentheses."""
+    open_paren, close_paren = text.index("("), text.rindex(")")
+    return text[open_paren + 1 : close_paren], text[close_paren + 2 :].split()
+
+
+def find_ksmd(proc_root: Path = PROC_ROOT) -> int | None:
+    """The pid of the ksmd kernel thread, or None (no KSM in this kernel)."""
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm, fields = _stat_fields((entry / "stat").read_text())
+        except (OSError, ValueError):
+            continue  # the process went away while we looked
+        # fields[0] is state (field 3); flags is field 9 -> fields[6]
+        if comm == "ksmd" and int(fields[6]) & PF_KTHREAD:
+            return int(entry.name)
+    return None
+
+
+def cpu_seconds(pid: int, proc_root: Path = PROC_ROOT) -> float:
+    """CPU time a task has used, in seconds: schedstat's nanoseconds when
+    present, utime+stime in clock ticks otherwise."""
+    base = proc_root / str(pid)
+    try:
+        ns = int((base / "schedstat").read_text().split()[0])
+        return ns / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
+    _, fields = _stat_fields((base / "stat").read_text())
+    # utime is field 14, stime field 15 -> fields[11], fields[12]
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def start_time(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
+    """Field 22 of /proc/PID/stat (ticks since boot): with the pid it names
+    one process for good, even after the pid is reused.  None if gone."""
+    try:
+        _, fields = _stat_fields((proc_root / str(pid) / "stat").read_text())
+    except (OSError, ValueError):
+        return None
+    return int(fields[19])
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessKsm:
+    """A process's KSM figures (QEMU's: the guest RAM)."""
+
+    pid: int
+    merging_pages: int  # /proc/PID/ksm_merging_pages
+    stat: dict[str, str]  # /proc/PID/ksm_stat, e.g. ksm_rmap_items, ksm_process_profit
+    anon_huge_kib: int | None  # AnonHugePages from smaps_rollup: THP backing
+
+    def stat_int(self, key: str) -> int | None:
+        value = self.stat.get(key)
+        try:
+            return int(value) if value is not None else None
+        except ValueError:
+            return None
+
+    def to_json(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+def process_ksm(pid: int, proc_root: Path = PROC_ROOT) -> ProcessKsm:
+    base = proc_root / str(pid)
+    merging = int((base / "ksm_merging_pages").read_text().strip())
+    stat_map: dict[str, str] = {}
+    try:
+        for line in (base / "ksm_stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key:
+                stat_map[key.rstrip(":")] = value.strip()
+    except FileNotFoundError:
+        pass  # kernels before 6.1 have ksm_merging_pages only
+    return ProcessKsm(pid=pid, merging_pages=merging, stat=stat_map, anon_huge_kib=anon_huge_kib(pid, proc_root))
+
+
+def anon_huge_kib(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
+    try:
+        text = (proc_root / str(pid) / "smaps_rollup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("AnonHugePages:"):
+            return int(line.split()[1])
+    return None
