@@ -1,0 +1,392 @@
+"""virtio-balloon controller over QMP.
+
+Takes anything with ``.qmp(command, **arguments)`` and ``.pid`` (the
+lead's ``host.machine.Machine``; a canned fake in tests).
+
+Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
+``query-balloon`` in a loop (a 0.5 ms pause between polls so the QMP
+client does not starve QEMU's main loop of the BQL); every poll is
+timestamped with ``time.perf_counter`` on the host.  The reach time is the
+receive time of the first poll that shows the target, and its resolution is
+the gap to the previous poll: both are returned, and the loop's measured
+period is reported with every result.  BALLOON_CHANGE events are never
+used: QEMU rate-limits them (about one a second).
+
+What QEMU defines for odd targets (QEMU 7.2, ``qmp_balloon`` and
+``virtio_balloon_to_target``):
+* target <= 0: refused, "Parameter 'target' expects a size";
+* target above guest RAM: accepted and silently clamped to RAM (the balloon
+  deflates fully);
+* no balloon device: refused, "No balloon device has been activated".
+``check_target`` refuses all three odd cases before asking QEMU (BadInput,
+saying what QEMU would have done); ``qemu_balloon`` sends a target unchecked
+and turns QEMU's answer into a ``QemuAnswer`` for the scenarios that verify
+QEMU's own behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from host.errors import BadInput, GuestError, MemqualError, Timeout
+
+log = logging.getLogger(__name__)
+
+PAGE = 4096
+# QEMU stores guest-stats-polling-interval as uint32 seconds; larger is refused.
+STATS_INTERVAL_MAX = 2**32 - 1
+# Marker QEMU puts in guest-stats for a statistic the guest never sent.
+STATS_UNSET = -1
+
+
+class QmpMachine(Protocol):
+    pid: int
+
+    def qmp(self, command: str, **arguments: Any) -> Any: ...
+
+
+@dataclasses.dataclass
+class BalloonResult:
+    """One balloon move as seen from the host.
+
+    ``seconds`` runs from sending ``balloon`` to receiving the first
+    ``query-balloon`` that shows ``expected_bytes``; when the guest stopped
+    giving pages (``stalled``) it is the time of the last change and
+    ``actual_bytes`` is the floor it reached."""
+
+    target_bytes: int
+    expected_bytes: int  # target rounded as QEMU does (whole 4 KiB pages)
+    start_bytes: int
+    actual_bytes: int
+    reached: bool
+    stalled: bool
+    seconds: float
+    resolution_s: float  # gap between the two polls around the reach time
+    polls: int
+    poll_period_s: float  # median gap between polls over the whole wait
+
+    @property
+    def moved_bytes(self) -> int:
+        return abs(self.start_bytes - self.actual_bytes)
+
+    @property
+    def pages(self) -> int:
+        return self.moved_bytes // PAGE
+
+    @property
+    def gbps(self) -> float:
+        return self.moved_bytes / self.seconds / 1e9 if self.seconds > 0 else float("nan")
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class QemuAnswer:
+    """What QEMU did with an unchecked ``balloon`` command."""
+
+    accepted: bool
+    error: str  # QEMU's error text when refused, else ""
+
+
+@dataclasses.dataclass
+class GuestStats:
+    last_update: int
+    stats: dict[str, int]
+
+    @property
+    def unset(self) -> list[str]:
+        return [k for k, v in self.stats.items() if v == STATS_UNSET]
+
+
+def expected_actual(ram_bytes: int, target_bytes: int) -> int:
+    """The ``actual`` QEMU will report once the guest meets ``target``:
+    QEMU asks for ``(ram - target) >> 12`` pages, clamping above RAM."""
+    target = min(target_bytes, ram_bytes)
+    return ram_bytes - ((ram_bytes - target) // PAGE) * PAGE
+
+
+def check_target(target_bytes: int, ram_bytes: int) -> int:
+    """memqual's own check, before asking QEMU: raise BadInput for what QEMU
+    would refuse or silently change."""
+    if isinstance(target_bytes, bool) or not isinstance(target_bytes, int):
+        raise BadInput(f"balloon target {target_bytes!r} is not a whole number of bytes")
+    if target_bytes <= 0:
+        raise BadInput(
+            f"balloon target {target_bytes} refused by memqual: QEMU refuses a target <= 0 "
+            f"(\"Parameter 'target' expects a size\"); give 1..{ram_bytes} bytes"
+        )
+    if target_bytes > ram_bytes:
+        raise BadInput(
+            f"balloon target {target_bytes} refused by memqual: it is above guest RAM "
+            f"({ram_bytes} bytes) and QEMU would silently clamp it to RAM; give at most {ram_bytes}"
+        )
+    return target_bytes
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB (QEMU's resident memory)."""
+    status = Path(f"/proc/{pid}/status")
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except FileNotFoundError as exc:
+        raise GuestError(f"process {pid} is gone: cannot read its RSS") from exc
+    raise GuestError(f"{status} has no VmRSS line")
+
+
+class BalloonController:
+    """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
+    (the lead's BalloonDevice.id); the QOM path is found from it."""
+
+    def __init__(
+        self,
+        machine: QmpMachine,
+        device_id: str | None = "balloon0",
+        poll_pause_s: float = 0.0005,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.machine = machine
+        self.device_id = device_id
+        self.poll_pause_s = poll_pause_s
+        self._clock = clock
+        self._sleep = sleep
+        self._ram: int | None = None
+        self._qom_path: str | None = None
+
+    # --- sizes -------------------------------------------------------------
+    def ram_bytes(self) -> int:
+        """Guest base RAM: what balloon targets are measured against
+        (hotplugged DIMMs are not part of it)."""
+        if self._ram is None:
+            self._ram = int(self.machine.qmp("query-memory-size-summary")["base-memory"])
+        return self._ram
+
+    def actual(self) -> int:
+        return int(self.machine.qmp("query-balloon")["actual"])
+
+    def rss_kib(self) -> int:
+        return rss_kib(self.machine.pid)
+
+    # --- targets -----------------------------------------------------------
+    def qemu_balloon(self, target_bytes: int) -> QemuAnswer:
+        """Send ``balloon`` unchecked and report whether QEMU took it."""
+        try:
+            self.machine.qmp("balloon", value=target_bytes)
+        except GuestError as exc:
+            return QemuAnswer(False, str(exc))
+        return QemuAnswer(True, "")
+
+    def set_target(self, target_bytes: int) -> None:
+        """Checked ``balloon``: BadInput before QEMU for odd targets; QEMU's
+        own refusal (e.g. no balloon device) surfaces as BadInput too."""
+        check_target(target_bytes, self.ram_bytes())
+        answer = self.qemu_balloon(target_bytes)
+        if not answer.accepted:
+            raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
+
+    def reach(
+        self,
+        target_bytes: int,
+        deadline_s: float = 60.0,
+        stall_s: float = 2.0,
+        checked: bool = True,
+    ) -> BalloonResult:
+        """Set the target and poll until ``actual`` meets it.
+
+        Stops short, ``stalled=True``, when ``actual`` has moved and then
+        not changed for ``stall_s`` (the guest cannot give more: the floor).
+        Raises Timeout if ``actual`` never moves before ``deadline_s``, or
+        is still moving at the deadline."""
+        ram = self.ram_bytes()
+        start = self.actual()
+        expected = expected_actual(ram, target_bytes)
+        if checked:
+            check_target(target_bytes, ram)
+        # t0 just before the command: the reach time includes the command's
+        # own round trip (the guest may start before QEMU answers).
+        t0 = self._clock()
+        answer = self.qemu_balloon(target_bytes)
+        if not answer.accepted:
+            raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
+        polls = 0
+        prev_t = t0
+        last_value = start
+        last_change_t = t0
+        gaps: list[float] = []
+        while True:
+            value = self.actual()
+            now = self._clock()
+            polls += 1
+            gaps.append(now - prev_t)
+            if value == expected:
+                return BalloonResult(
+                    target_bytes, expected, start, value, True, False, now - t0,
+                    now - prev_t, polls, statistics.median(gaps),
+                )  # fmt: skip
+            if value != last_value:
+                last_value, last_change_t = value, now
+            elif last_value != start and now - last_change_t >= stall_s:
+                return BalloonResult(
+                    target_bytes, expected, start, value, False, True, last_change_t - t0,
+                    now - prev_t, polls, statistics.median(gaps),
+                )  # fmt: skip
+            if now - t0 >= deadline_s:
+                moved = "never moved" if last_value == start else f"still moving at {value} bytes"
+                raise Timeout(
+                    f"balloon target {target_bytes}: actual {moved} from {start} after "
+                    f"{deadline_s:g} s ({polls} polls); is virtio_balloon loaded in the guest?"
+                )
+            prev_t = now
+            if self.poll_pause_s:
+                self._sleep(self.poll_pause_s)
+
+    # --- guest statistics --------------------------------------------------
+    def qom_path(self) -> str:
+        """QOM path of the balloon device.  With an id it is
+        /machine/peripheral/<id>; otherwise search the anonymous devices."""
+        if self._qom_path:
+            return self._qom_path
+        candidates: list[str] = []
+        if self.device_id:
+            candidates.append(f"/machine/peripheral/{self.device_id}")
+        for parent in ("/machine/peripheral", "/machine/peripheral-anon"):
+            try:
+                children = self.machine.qmp("qom-list", path=parent)
+            except GuestError:
+                continue
+            candidates += [
+                f"{parent}/{c['name']}" for c in children if "virtio-balloon" in str(c.get("type", ""))
+            ]
+        for path in candidates:
+            try:
+                props = {p["name"] for p in self.machine.qmp("qom-list", path=path)}
+            except GuestError:
+                continue
+            if "guest-stats-polling-interval" in props:
+                self._qom_path = path
+                return path
+        raise MemqualError(
+            "no virtio-balloon device with guest-stats found in QOM "
+            f"(looked at {', '.join(candidates) or 'nothing'}); boot with a balloon device"
+        )
+
+    def set_stats_interval(self, seconds: int) -> None:
+        """qom-set guest-stats-polling-interval.  memqual refuses a negative
+        or over-uint32 interval before QEMU (QEMU refuses both too: "timer
+        value must be greater than zero" / "timer value is too big"); 0
+        turns polling off."""
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or not 0 <= seconds <= STATS_INTERVAL_MAX:
+            raise BadInput(
+                f"guest-stats polling interval {seconds!r} refused by memqual: "
+                f"give whole seconds from 0 (off) to {STATS_INTERVAL_MAX}"
+            )
+        self.qemu_set_stats_interval(seconds)
+
+    def qemu_set_stats_interval(self, seconds: int) -> None:
+        """Unchecked qom-set; QEMU's refusal surfaces as BadInput with its text."""
+        try:
+            self.machine.qmp(
+                "qom-set", path=self.qom_path(), property="guest-stats-polling-interval", value=seconds
+            )
+        except GuestError as exc:
+            raise BadInput(f"QEMU refused guest-stats polling interval {seconds}: {exc}") from exc
+
+    def stats_interval(self) -> int:
+        return int(
+            self.machine.qmp("qom-get", path=self.qom_path(), property="guest-stats-polling-interval")
+        )
+
+    def guest_stats(self) -> GuestStats:
+        raw = self.machine.qmp("qom-get", path=self.qom_path(), property="guest-stats")
+        return GuestStats(int(raw.get("last-update", 0)), {k: int(v) for k, v in raw.get("stats", {}).items()})
+
+    def wait_stats_update(self, after: int, deadline_s: float) -> GuestStats:
+        """Wait (polling every 50 ms, with a deadline) for guest-stats whose
+        last-update is newer than ``after``."""
+        end = self._clock() + deadline_s
+        while True:
+            stats = self.guest_stats()
+            if stats.last_update > after:
+                return stats
+            if self._clock() >= end:
+                raise Timeout(
+                    f"guest-stats not updated after {after} within {deadline_s:g} s "
+                    "(polling interval set? driver loaded?)"
+                )
+            self._sleep(0.05)
+
+
+def wait_rss(
+    pid: int,
+    predicate: Callable[[int], bool],
+    deadline_s: float,
+    period_s: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, int, float]:
+    """Poll QEMU's RSS until ``predicate(rss_kib)`` or the deadline.
+    Returns (met, last rss KiB, seconds waited)."""
+    start = clock()
+    while True:
+        rss = rss_kib(pid)
+        if predicate(rss):
+            return True, rss, clock() - start
+        if clock() - start >= deadline_s:
+            return False, rss, clock() - start
+        sleep(period_s)
+
+
+def parse_agent_line(line: str) -> dict[str, str]:
+    """One balloon_agent record ``t=... key=value ...`` as a dict."""
+    out: dict[str, str] = {}
+    for field in line.split():
+        key, sep, value = field.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+# --- CLI: memqual balloon model ---------------------------------------------
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "balloon", help="virtio-balloon: the transfer-cost model against seed 003"
+    )
+    sub = parser.add_subparsers(dest="balloon_command", metavar="ACTION", required=True)
+    model = sub.add_parser("model", help="predict the seed's bitmap timings from a per-page cost")
+    model.add_argument(
+        "--per-page-us", type=float, required=True,
+        help="measured cost of one page inflated with PFN arrays (microseconds), e.g. from "
+        "the balloon.inflate record's extra.model.calibration.combined_per_page_s",
+    )  # fmt: skip
+    model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms)")
+    model.set_defaults(handler=_cmd_model)
+
+
+def _cmd_model(args: Any) -> int:
+    from host import balloon_model as bm
+
+    if not args.per_page_us > 0 or args.fixed_ms < 0:
+        raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
+    cal = bm.Calibration(
+        fixed_s=args.fixed_ms / 1000, combined_per_page_s=args.per_page_us / 1e6,
+        per_request_s=None, per_page_s=None, identifiable=False,
+        reason="given on the command line", residual_rms_s=0.0, n=0,
+    )  # fmt: skip
+    pred = bm.predict_seed(cal)
+    print(f"seed 003: 15 GiB of a 16 GiB guest; layout: {pred['pfn_layout']}")
+    for scheme, t in pred["transfers"].items():  # type: ignore[union-attr]
+        print(f"  {scheme:>13}: {t['requests']:>6} requests, {t['bytes']:>9} bytes")
+    print(f"seed's implied cost per bitmap request: {pred['seed_implied_per_request_ms']:.1f} ms")
+    print(f"{'scheme':>13} | {'seed ms':>7} | predicted ms | speedup over 32 KB")
+    for row in bm.side_by_side(pred):
+        print(f"{row[0]:>13} | {row[1]:>7} | {row[2]} | {row[3]}")
+    return 0

@@ -1,0 +1,216 @@
+"""The balloon controller (host/balloon.py) against a canned QMP machine."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from host import balloon as hb
+import argparse
+
+from host.cli import SUBCOMMAND_MODULES
+from host.errors import BadInput, GuestError, MemqualError, Timeout
+
+MIB = 1 << 20
+RAM = 1024 * MIB
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def sleep(self, dt: float) -> None:
+        self.t += dt
+
+
+class FakeMachine:
+    """Answers QMP like QEMU 7.2 does; query-balloon walks a canned
+    sequence of actual values (the last one repeats forever)."""
+
+    def __init__(self, actuals: list[int], clock: FakeClock, balloon: bool = True) -> None:
+        self.pid = os.getpid()
+        self.actuals = list(actuals)
+        self.clock = clock
+        self.balloon = balloon
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.interval = 0
+        self.stats_updates = 0
+
+    def qmp(self, command: str, **args: Any) -> Any:
+        self.sent.append((command, args))
+        self.clock.t += 0.0002  # a QMP round trip
+        if command == "query-memory-size-summary":
+            return {"base-memory": RAM, "plugged-memory": 0}
+        if command == "balloon":
+            if not self.balloon:
+                raise GuestError("No balloon device has been activated")
+            if args["value"] <= 0:
+                raise GuestError("Parameter 'target' expects a size")
+            return {}
+        if command == "query-balloon":
+            value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
+            return {"actual": value}
+        if command == "qom-list":
+            if args["path"] == "/machine/peripheral":
+                return [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]
+            if args["path"] == "/machine/peripheral/balloon0":
+                return [{"name": "guest-stats", "type": "guest statistics"},
+                        {"name": "guest-stats-polling-interval", "type": "int"}]  # fmt: skip
+            raise GuestError(f"Device '{args['path']}' not found")
+        if command == "qom-set":
+            assert args["property"] == "guest-stats-polling-interval"
+            if args["value"] < 0:
+                raise GuestError("timer value must be greater than zero")
+            self.interval = args["value"]
+            return {}
+        if command == "qom-get":
+            if args["property"] == "guest-stats-polling-interval":
+                return self.interval
+            self.stats_updates += 1
+            updated = 1000 + self.stats_updates // 3  # a fresh update every third read
+            return {"stats": {"stat-free-memory": 5 * MIB, "stat-swap-in": -1}, "last-update": updated}
+        raise AssertionError(f"unexpected QMP command {command}")
+
+
+def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, FakeMachine, FakeClock]:
+    clock = FakeClock()
+    machine = FakeMachine(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
+    ctl = hb.BalloonController(machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005)
+    return ctl, machine, clock
+
+
+def test_reaches_target_and_times_it():
+    target = 256 * MIB
+    ctl, machine, _ = controller([RAM, RAM, RAM - 100 * MIB, RAM - 500 * MIB, target])
+    r = ctl.reach(target)
+    assert r.reached and not r.stalled
+    assert r.actual_bytes == target and r.start_bytes == RAM
+    assert r.pages == 768 * MIB // 4096
+    # 4 polls after the command: 4 round trips + 3 pauses + the command itself
+    assert r.polls == 4
+    assert r.seconds == pytest.approx(5 * 0.0002 + 3 * 0.0005)
+    assert r.resolution_s == pytest.approx(0.0007)  # one pause + one round trip: well under 1 ms
+    assert r.gbps == pytest.approx(768 * MIB / r.seconds / 1e9)
+    assert ("balloon", {"value": target}) in machine.sent
+
+
+def test_target_rounded_to_pages_like_qemu():
+    assert hb.expected_actual(RAM, 256 * MIB + 100) == 256 * MIB + 4096
+    assert hb.expected_actual(RAM, 2 * RAM) == RAM  # QEMU clamps above RAM
+
+
+def test_stall_reports_the_floor():
+    floor = 150 * MIB
+    ctl, _, clock = controller([RAM, RAM - 400 * MIB, floor])
+    t0 = clock.t
+    r = ctl.reach(128 * MIB, deadline_s=30, stall_s=1.0)
+    assert r.stalled and not r.reached
+    assert r.actual_bytes == floor
+    assert r.seconds < 0.01  # the time the floor was first seen, not the stall wait
+    assert clock.t - t0 >= 1.0  # it did wait stall_s before giving up
+
+
+def test_never_moves_is_a_deadline_error():
+    ctl, _, clock = controller([RAM])
+    t0 = clock.t
+    with pytest.raises(Timeout, match="never moved"):
+        ctl.reach(512 * MIB, deadline_s=2.0, stall_s=0.5)
+    assert 2.0 <= clock.t - t0 < 2.1
+
+
+def test_bad_targets_refused_before_qemu():
+    ctl, machine, _ = controller([RAM])
+    for bad, words in [(0, "<= 0"), (-4096, "<= 0"), (RAM + 1, "above guest RAM"), (1.5, "whole number")]:
+        with pytest.raises(BadInput, match="refused by memqual|whole number") as err:
+            ctl.set_target(bad)  # type: ignore[arg-type]
+        assert words in str(err.value)
+    assert not [c for c, _ in machine.sent if c == "balloon"]  # QEMU never asked
+
+
+def test_qemu_behaviour_surfaced_unchecked():
+    ctl, _, _ = controller([RAM])
+    assert ctl.qemu_balloon(0) == hb.QemuAnswer(False, "Parameter 'target' expects a size")
+    assert ctl.qemu_balloon(-1).accepted is False
+    assert ctl.qemu_balloon(RAM * 4).accepted  # QEMU clamps silently
+    with pytest.raises(BadInput, match="QEMU refused balloon target 0: Parameter 'target'"):
+        ctl.reach(0, checked=False)
+
+
+def test_no_balloon_device_is_bad_input():
+    ctl, _, _ = controller([RAM], balloon=False)
+    with pytest.raises(BadInput, match="No balloon device"):
+        ctl.set_target(512 * MIB)
+
+
+def test_stats_interval_and_update():
+    ctl, machine, _ = controller([RAM])
+    assert ctl.qom_path() == "/machine/peripheral/balloon0"
+    ctl.set_stats_interval(2)
+    assert ctl.stats_interval() == 2
+    first = ctl.guest_stats()
+    assert first.unset == ["stat-swap-in"]
+    newer = ctl.wait_stats_update(first.last_update, deadline_s=5)
+    assert newer.last_update > first.last_update
+    for bad in (-1, hb.STATS_INTERVAL_MAX + 1, 1.5):
+        with pytest.raises(BadInput, match="refused by memqual"):
+            ctl.set_stats_interval(bad)  # type: ignore[arg-type]
+    with pytest.raises(BadInput, match="timer value must be greater than zero"):
+        ctl.qemu_set_stats_interval(-1)
+    assert machine.interval == 2
+
+
+def test_stats_update_deadline():
+    ctl, machine, clock = controller([RAM])
+    machine.stats_updates = -10**9  # last-update never grows past 'after'
+    with pytest.raises(Timeout, match="not updated"):
+        ctl.wait_stats_update(after=10**9, deadline_s=0.3)
+
+
+def test_qom_path_missing():
+    ctl, _, _ = controller([RAM])
+    ctl.device_id = "nope"
+    ctl.machine.qmp = lambda command, **a: (_ for _ in ()).throw(GuestError("not found"))  # type: ignore[method-assign]
+    with pytest.raises(MemqualError, match="no virtio-balloon device"):
+        ctl.qom_path()
+
+
+def test_rss_of_this_process_and_wait_rss():
+    pid = os.getpid()
+    assert hb.rss_kib(pid) > 1000
+    met, rss, _ = hb.wait_rss(pid, lambda kib: kib > 0, deadline_s=1)
+    assert met and rss > 0
+    clock = FakeClock()
+    met, _, waited = hb.wait_rss(pid, lambda kib: kib < 0, deadline_s=0.5, clock=clock, sleep=clock.sleep)
+    assert not met and waited >= 0.5
+    with pytest.raises(GuestError, match="gone"):
+        hb.rss_kib(2**22 + 12345)
+
+
+def test_parse_agent_line():
+    d = hb.parse_agent_line("t=12.000000001 event=stat mem_total_kib=1000 buddy_free_per_order=1,2,3")
+    assert d == {"t": "12.000000001", "event": "stat", "mem_total_kib": "1000", "buddy_free_per_order": "1,2,3"}
+
+
+def run_cli(argv: list[str]) -> int:
+    """Our subcommand through a parser of its own (the other subjects'
+    modules need not exist for this test), with host.cli's error handling."""
+    parser = argparse.ArgumentParser(prog="memqual")
+    hb.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except MemqualError as exc:
+        return exc.exit_status
+
+
+def test_cli_model(capsys):
+    assert "host.balloon" in SUBCOMMAND_MODULES
+    assert run_cli(["balloon", "model", "--per-page-us", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "2031" in out and "1237" in out and "15360 requests" in out
+    assert run_cli(["balloon", "model", "--per-page-us", "-1"]) == 2
