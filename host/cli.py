@@ -24,6 +24,7 @@ SUBCOMMAND_MODULES = [
     "host.doctor",  # memqual doctor
     "host.bootcmd",  # memqual boot
     "host.ksm.cli",  # memqual ksm status|restore
+    "host.balloon",  # memqual balloon model
 ]
 
 
