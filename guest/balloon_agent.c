@@ -21,7 +21,9 @@
  *
  * Exit status: 0 done, 2 bad arguments, 3 time bound hit, 4 a system call failed.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
