@@ -73,7 +73,9 @@ class Quantity:
 
     label: str
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)  # source "records"
-    path: str = ""  # source "record-extra": dotted path into Measurement.extra
+    # source "record-extra": dotted paths into Measurement.extra, the first
+    # one present wins (a model may give a calibrated figure or only bounds)
+    paths: tuple[str, ...] = ()
     layout: str = ""  # source "memslots-model"
     workload: str = ""
     structure: str = ""
@@ -248,7 +250,7 @@ def _parse_quantity(entry: Any, source: str, where: str) -> Quantity:
     q = Quantity(
         label=label,
         variant=dict(entry.get("variant", {})),
-        path=str(entry.get("path", "")),
+        paths=_paths(entry.get("path"), where),
         layout=str(entry.get("layout", "")),
         workload=str(entry.get("workload", "")),
         structure=str(entry.get("structure", "")),
@@ -257,13 +259,23 @@ def _parse_quantity(entry: Any, source: str, where: str) -> Quantity:
     )
     if source == "records" and not q.variant:
         raise BadInput(f"{where}: a 'records' side needs a 'variant' object")
-    if source == "record-extra" and not q.path:
-        raise BadInput(f"{where}: a 'record-extra' side needs a 'path'")
+    if source == "record-extra" and not q.paths:
+        raise BadInput(f"{where}: a 'record-extra' side needs a 'path' (a string or a list of them)")
     if source == "memslots-model":
         for key in ("layout", "workload", "structure", "field"):
             if not getattr(q, key):
                 raise BadInput(f"{where}: a 'memslots-model' side needs {key!r}")
     return q
+
+
+def _paths(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
+        return tuple(value)
+    raise BadInput(f"{where}: 'path' must be a dotted path or a list of them")
 
 
 def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
@@ -371,7 +383,11 @@ def _evaluate_one(
         )
     if m.source == "record-extra":
         a, b, settings = _extra_values(claim, records)
-        what = f"computed by {m.scenario}'s model from this run's measurements, not measured directly"
+        used = settings.get("extra_paths", {})
+        what = (
+            f"computed by {m.scenario}'s model from this run's measurements, not measured directly "
+            f"(extra.{used.get('a')} and extra.{used.get('b')})"
+        )
     else:
         a = [model.value(m.a)]
         b = [model.value(m.b)]
@@ -511,10 +527,12 @@ def _as_samples(value: Any) -> list[float] | None:
 def _extra_values(claim: Claim, records: list[Measurement]) -> tuple[list[float], list[float], dict[str, Any]]:
     m = claim.measure
     assert m.a is not None and m.b is not None
+    # Any record of the scenario may carry its model's output (one model
+    # serves several claims); records tagged with this claim come first.
     candidates = [
         r
         for r in sorted(records, key=lambda r: r.claim != claim.id)
-        if r.scenario == m.scenario and (not m.metric or r.metric == m.metric) and r.claim in (None, claim.id)
+        if r.scenario == m.scenario and (not m.metric or r.metric == m.metric)
     ]
     if not candidates:
         raise _Unmeasurable(
@@ -522,14 +540,25 @@ def _extra_values(claim: Claim, records: list[Measurement]) -> tuple[list[float]
             + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
         )
     for rec in candidates:
-        a = _as_samples(_dig(rec.extra, m.a.path))
-        b = _as_samples(_dig(rec.extra, m.b.path))
+        a = _first_present(rec.extra, m.a.paths)
+        b = _first_present(rec.extra, m.b.paths)
         if a and b:
-            return a, b, rec.settings
+            settings = dict(rec.settings)
+            settings["extra_paths"] = {"a": a[0], "b": b[0]}
+            return a[1], b[1], settings
     raise _Unmeasurable(
-        f"records of {m.scenario} carry no numbers at extra.{m.a.path} and extra.{m.b.path} "
-        "(the scenario's model output has another shape: update claims/claims.json)"
+        f"records of {m.scenario} carry no numbers at extra.{' | '.join(m.a.paths)} and "
+        f"extra.{' | '.join(m.b.paths)} (the scenario's model output has another shape: "
+        "update claims/claims.json)"
     )
+
+
+def _first_present(extra: dict[str, Any], paths: Sequence[str]) -> tuple[str, list[float]] | None:
+    for path in paths:
+        samples = _as_samples(_dig(extra, path))
+        if samples:
+            return path, samples
+    return None
 
 
 class _MemslotsModel:

@@ -128,16 +128,24 @@ def test_model_of_another_shape_is_not_measurable(fake_model):
 
 
 def test_record_extra_claims_read_the_scenarios_model(no_model):
+    # The shape of host.balloon_model.predict_seed(): a split per cost model.
+    prediction = {"predictions": {"seed_breakdown": {"ms": {"array256": 8000.0, "bitmap32768": 2000.0, "bitmap524288": 1250.0}}}}
     rec = Measurement(
-        scenario="balloon.inflate", metric="inflate_ms", unit="ms", better="lower", claim="balloon-bitmap",
-        samples=[800, 810, 790], extra={"model": {"predicted_ms": {"bitmap_32k": 2000.0, "bitmap_512k": 1250.0, "pfn_array": 8000.0}}},
+        scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower", claim="balloon-bitmap",
+        samples=[0.80, 0.81, 0.79], extra={"model": prediction},
     )
     by = _by_id(claims.evaluate(claims.load(), [rec]))
     assert by["balloon-bitmap"].verdict == claims.REPRODUCED
     assert by["balloon-bitmap"].ratio == pytest.approx(1.6)
     assert "not measured directly" in by["balloon-bitmap"].reason
-    # The record is tagged balloon-bitmap: balloon-breakdown must not use it.
-    assert by["balloon-breakdown"].verdict == claims.NOT_MEASURABLE
+    assert "seed_breakdown" in by["balloon-bitmap"].reason  # says which figure it used
+    # One model serves both balloon claims: 8000 / 1250 = 6.4, published 6.67.
+    assert by["balloon-breakdown"].verdict == claims.REPRODUCED
+    # A calibrated figure, when present, wins over the seed-breakdown split.
+    prediction["predictions"]["calibrated"] = {"ms": {"array256": 1000.0, "bitmap32768": 900.0, "bitmap524288": 850.0}}
+    by = _by_id(claims.evaluate(claims.load(), [rec]))
+    assert by["balloon-bitmap"].verdict == claims.DIRECTION_ONLY
+    assert by["balloon-bitmap"].ratio == pytest.approx(900 / 850)
 
 
 def test_record_extra_with_another_shape_says_so(no_model):
