@@ -164,7 +164,12 @@ def test_wait_full_scans_returns_when_counter_moves(tree) -> None:
     def bump() -> None:
         for i in range(1, 4):
             time.sleep(0.05)
-            (tree["ksm"] / "full_scans").write_text(f"{i}\n")
+            # rename, not write_text: a reader must never see an empty file
+            # (sysfs hands out whole values)
+            tmp = tree["ksm"] / ".full_scans.tmp"
+            tmp.write_text(f"{i}\n")
+            tmp.chmod(0o444)
+            os.replace(tmp, tree["ksm"] / "full_scans")
 
     with controller(tree) as ksm:
         threading.Thread(target=bump, daemon=True).start()
