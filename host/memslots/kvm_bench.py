@@ -1,0 +1,696 @@
+"""Memory-slot measurements against the real kernel through /dev/kvm.
+
+For each slot count N (and each repeat, interleaved so drift hits every N
+alike) a fresh VM gets N one-page user memory regions, all below 4 GiB,
+backed by one anonymous mapping.  Then:
+
+1. setup: time N KVM_SET_USER_MEMORY_REGION creations;
+2. vCPU passes (flat 32-bit protected mode, the program below):
+   - first touch: the guest writes one word into a page of every slot; each
+     write faults, and KVM resolves the frame through its memslot lookup;
+   - warm touch: the same writes again (no fault: the mapping is there);
+   - MMIO: the guest writes into the frame after every slot, which is in no
+     slot: each access is a complete miss and a KVM_EXIT_MMIO to us;
+3. limit probe (when the VM holds KVM_CAP_NR_MEMSLOTS slots): one more slot;
+4. move: every slot moved up by one page (same id, new guest_phys_addr);
+5. delete: every slot deleted (memory_size 0).
+
+A separate small VM probes the errors the kernel returns (virt/kvm/kvm_main.c,
+checked by tools/testing/selftests/kvm/set_memory_region_test.c): a slot id
+at or above KVM_CAP_NR_MEMSLOTS, a misaligned address or size -> EINVAL; a
+region overlapping another slot -> EEXIST; a new size for an existing slot ->
+EINVAL.
+
+Guest physical layout for N slots of P pages (stride S = (P + 1) pages):
+
+    gpa 0x0000           code page          \\ slot 0 (P + 1 pages)
+    gpa 0x1000           touch page(s) of 0 /
+    0x1000 + P*4K        gap frame 0 (no slot: MMIO)
+    0x1000 + 1*S         slot 1 (P pages), then gap frame 1, ...
+    0x1000 + i*S         slot i; its touch address; gap frame at + P*4K
+
+Host backing: one mapping of (1 + N*P) pages; slot 0 maps pages 0..P, slot
+i >= 1 maps pages 1 + i*P ... (every slot its own host pages, so the host
+can check afterwards that each slot got exactly the write meant for it).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import platform
+import signal
+import statistics
+import struct
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from host.errors import BadInput, MemqualError
+from host.memslots import kvm as K
+
+log = logging.getLogger(__name__)
+
+PAGE = K.PAGE_SIZE
+REPORT_PORT = 0x0501  # the guest reports its access count with OUT to this port
+GPA_CEILING = 1 << 32  # every slot stays below 4 GiB (flat 32-bit addressing)
+EXPECTED_ERRNO = {
+    "limit": "EINVAL",  # slot id >= KVM_CAP_NR_MEMSLOTS
+    "overlap": "EEXIST",
+    "misaligned_gpa": "EINVAL",
+    "misaligned_size": "EINVAL",
+    "misaligned_hva": "EINVAL",
+    "resize": "EINVAL",  # an existing slot cannot change size
+}
+
+# --- the guest program ------------------------------------------------------------
+# Flat 32-bit protected mode, no paging, interrupts off.  Inputs in registers
+# (set with KVM_SET_REGS before each pass): ESI = first address, ECX = number
+# of accesses, EDI = stride in bytes.  Each access writes the running count
+# (1, 2, 3...) as a 32-bit word, so the host can tell which access reached
+# which page and the MMIO exits carry their sequence number.
+# (bytes, assembly, why)
+GUEST_PROGRAM: list[tuple[bytes, str, str]] = [
+    (b"\x31\xdb", "xor ebx, ebx", "ebx = accesses done"),
+    # loop: (offset 2)
+    (b"\x85\xc9", "test ecx, ecx", "any access left?"),
+    (b"\x74\x08", "je done (+8 -> offset 14)", "no: report"),
+    (b"\x43", "inc ebx", "count this access (first access writes 1)"),
+    (b"\x89\x1e", "mov [esi], ebx", "the access: fault + slot lookup, or an MMIO exit"),
+    (b"\x01\xfe", "add esi, edi", "next page"),
+    (b"\x49", "dec ecx", ""),
+    (b"\xeb\xf4", "jmp loop (-12 -> offset 2)", ""),
+    # done: (offset 14)
+    (b"\x89\xd8", "mov eax, ebx", "the count to report"),
+    (b"\x66\xba\x01\x05", "mov dx, 0x501", "REPORT_PORT"),
+    (b"\xef", "out dx, eax", "KVM_EXIT_IO with the count"),
+    # halt: (offset 21)
+    (b"\xf4", "hlt", "KVM_EXIT_HLT (no in-kernel irqchip: HLT exits to us)"),
+    (b"\xeb\xfd", "jmp halt (-3 -> offset 21)", "never run on"),
+]
+GUEST_CODE = b"".join(code for code, _, _ in GUEST_PROGRAM)
+GUEST_ENTRY = 0x0
+
+
+# --- geometry -------------------------------------------------------------------
+@dataclass(frozen=True)
+class SlotGeometry:
+    """Where slot i lives in guest-physical and host memory (see module doc)."""
+
+    n: int
+    slot_pages: int = 1
+
+    @property
+    def stride(self) -> int:
+        return (self.slot_pages + 1) * PAGE
+
+    def touch_gpa(self, i: int) -> int:
+        return PAGE + i * self.stride
+
+    def slot_gpa(self, i: int) -> int:
+        return 0 if i == 0 else self.touch_gpa(i)
+
+    def slot_size(self, i: int) -> int:
+        return (self.slot_pages + (1 if i == 0 else 0)) * PAGE
+
+    def gap_gpa(self, i: int) -> int:
+        return self.touch_gpa(i) + self.slot_pages * PAGE
+
+    def touch_host_offset(self, i: int) -> int:
+        return (1 + i * self.slot_pages) * PAGE
+
+    def slot_host_offset(self, i: int) -> int:
+        return 0 if i == 0 else self.touch_host_offset(i)
+
+    @property
+    def host_size(self) -> int:
+        return (1 + self.n * self.slot_pages) * PAGE
+
+    @property
+    def top_gpa(self) -> int:
+        """First guest-physical byte above the layout (moves go up one page
+        and stay below it)."""
+        return PAGE + self.n * self.stride
+
+    def check(self) -> None:
+        if self.n < 1:
+            raise BadInput(f"slot count {self.n} is not positive: give at least 1 slot")
+        if self.slot_pages < 1:
+            raise BadInput(f"--slot-pages {self.slot_pages} is not positive: give at least 1")
+        if self.top_gpa > GPA_CEILING:
+            raise BadInput(
+                f"{self.n} slots of {self.slot_pages} pages reach {self.top_gpa:#x}, above 4 GiB: "
+                "use fewer pages per slot (--slot-pages) so the 32-bit guest reaches every slot"
+            )
+
+
+# --- configuration and results ----------------------------------------------------
+@dataclass(frozen=True)
+class BenchConfig:
+    slots: tuple[int, ...] = (1, 32, 509, 32764)
+    repeats: int = 3
+    slot_pages: int = 1
+    vcpu: bool = True  # run the guest passes (first touch, warm touch, MMIO)
+    device: str = K.DEVICE
+    pass_timeout_s: float = 60.0  # per guest pass; a stuck guest is an error, not a hang
+
+
+@dataclass
+class Probe:
+    """One deliberately invalid KVM_SET_USER_MEMORY_REGION."""
+
+    name: str
+    description: str
+    expected: str
+    observed: str  # errno name, or "accepted" when the kernel took it
+
+    @property
+    def ok(self) -> bool:
+        return self.observed == self.expected
+
+
+@dataclass
+class VcpuSample:
+    empty_pass_s: float  # a pass of 0 accesses: one KVM_RUN entry and the report exit
+    first_touch_s: float
+    warm_touch_s: float
+    same_slot_s: float  # n writes into one page of slot 0
+    mmio_s: float
+    accesses: int  # slot pages written (== n)
+    reported: tuple[int, int, int, int]  # counts the guest reported: first, warm, same-slot, MMIO
+    mmio_exits: int
+    mmio_mismatches: int  # exits at the wrong address or with the wrong data
+    touched_ok: int  # slots whose host page holds exactly the guest's write
+    other_exits: int  # exits other than the expected MMIO/IO/HLT (EINTR...)
+
+
+@dataclass
+class RunSample:
+    slots: int
+    repeat: int
+    setup_s: float
+    move_s: float
+    delete_s: float
+    vcpu: VcpuSample | None = None
+    limit: Probe | None = None  # only when the VM was full
+
+
+@dataclass
+class BenchResult:
+    config: BenchConfig
+    api_version: int
+    nr_memslots: int
+    address_spaces: int
+    vcpu_mmap_size: int
+    kvm_module: str
+    host_kernel: str
+    probes: list[Probe]
+    samples: list[RunSample] = field(default_factory=list)
+    vcpu_error: str | None = None  # why the guest passes did not run, if they did not
+    model_source: str = ""
+    duration_s: float = 0.0
+
+
+class GuestPassError(MemqualError):
+    """The guest did not finish a pass the way the program must: the message
+    says which exit came instead."""
+
+    exit_status = 1
+
+
+# --- model ------------------------------------------------------------------------
+def balanced_tree_nodes(n: int) -> tuple[int, str]:
+    """Nodes a balanced binary search tree over n slots examines on a miss,
+    ceil(log2(n + 1)), and where the figure came from."""
+    try:
+        from host.memslots import model  # the reference model, when it exists
+
+        predict = getattr(model, "balanced_tree_nodes", None) or getattr(model, "predicted_nodes", None)
+        if callable(predict):
+            return int(predict(n)), "host.memslots.model"
+    except ImportError:
+        pass
+    # ceil(log2(n+1)) == bit_length(n) for n >= 0, with no float rounding.
+    return int(n).bit_length(), "ceil(log2(n+1)) computed in kvm_bench (reference model not consulted)"
+
+
+# --- environment ------------------------------------------------------------------
+def kvm_module() -> str:
+    """Which module serves /dev/kvm (kvm_intel, kvm_amd, kvm_pvm...)."""
+    found = [m for m in ("kvm_intel", "kvm_amd", "kvm_pvm") if Path("/sys/module", m).exists()]
+    return ",".join(found) or "unknown"
+
+
+# --- a watchdog for KVM_RUN --------------------------------------------------------
+class _PassTimeout(Exception):
+    pass
+
+
+class _Deadline:
+    """SIGALRM-based deadline around KVM_RUN: the handler raises, which
+    aborts the blocking ioctl (EINTR) with an exception.  Signals reach only
+    the main thread, so elsewhere this is a no-op (the program is fixed and
+    checked by tests, so a hang there would be a kernel bug)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.active = threading.current_thread() is threading.main_thread()
+        self._old: Any = None
+
+    def __enter__(self) -> "_Deadline":
+        if self.active:
+            def handler(signum: int, frame: Any) -> None:
+                raise _PassTimeout()
+
+            self._old = signal.signal(signal.SIGALRM, handler)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.active:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+
+
+# --- probes -------------------------------------------------------------------------
+def _attempt(vm: K.Vm, slot: int, gpa: int, size: int, hva: int) -> str:
+    try:
+        vm.set_region(slot, gpa, size, hva)
+    except K.KvmIoctlError as exc:
+        return exc.errno_name
+    return "accepted"
+
+
+def probe_errors(kvm: K.Kvm, nr_memslots: int) -> list[Probe]:
+    """Invalid region requests in a small VM; each result is the errno the
+    kernel really returned (the caller compares with EXPECTED_ERRNO)."""
+    probes: list[Probe] = []
+    with K.GuestMemory(4 * PAGE) as mem, kvm.create_vm() as vm:
+        base = mem.address
+        vm.set_region(0, 0x100000, 2 * PAGE, base)
+        # The last valid id must work, so the limit probe tests the id and
+        # nothing else.
+        vm.set_region(nr_memslots - 1, 0x200000, PAGE, base + 2 * PAGE)
+
+        def probe(name: str, description: str, slot: int, gpa: int, size: int, hva: int) -> None:
+            probes.append(Probe(name, description, EXPECTED_ERRNO[name], _attempt(vm, slot, gpa, size, hva)))
+
+        probe("limit", f"slot id {nr_memslots} (= KVM_CAP_NR_MEMSLOTS)", nr_memslots, 0x300000, PAGE, base + 3 * PAGE)
+        probe("overlap", "new slot 1 over the second page of slot 0", 1, 0x101000, 2 * PAGE, base + 2 * PAGE)
+        probe("misaligned_gpa", "guest_phys_addr 0x300800", 1, 0x300800, PAGE, base + 3 * PAGE)
+        probe("misaligned_size", "memory_size 0x800", 1, 0x300000, PAGE // 2, base + 3 * PAGE)
+        probe("misaligned_hva", "userspace_addr + 0x800", 1, 0x300000, PAGE, base + 3 * PAGE + PAGE // 2)
+        probe("resize", "slot 0 from 2 pages to 1", 0, 0x100000, PAGE, base)
+    return probes
+
+
+# --- one run --------------------------------------------------------------------------
+def _setup_slots(vm: K.Vm, geo: SlotGeometry, hva: int) -> float:
+    set_region = vm.set_region
+    start = time.perf_counter()
+    for i in range(geo.n):
+        set_region(i, geo.slot_gpa(i), geo.slot_size(i), hva + geo.slot_host_offset(i))
+    return time.perf_counter() - start
+
+
+def _move_slots(vm: K.Vm, geo: SlotGeometry, hva: int) -> float:
+    # One page up: into the slot's own gap frame, never onto the next slot.
+    set_region = vm.set_region
+    start = time.perf_counter()
+    for i in range(geo.n):
+        set_region(i, geo.slot_gpa(i) + PAGE, geo.slot_size(i), hva + geo.slot_host_offset(i))
+    return time.perf_counter() - start
+
+
+def _delete_slots(vm: K.Vm, geo: SlotGeometry) -> float:
+    delete = vm.delete_region
+    start = time.perf_counter()
+    for i in range(geo.n):
+        delete(i)
+    return time.perf_counter() - start
+
+
+def _run_pass(
+    vcpu: K.Vcpu, first: int, count: int, stride: int, timeout_s: float,
+    on_mmio: Callable[[K.MmioExit], None] | None,
+) -> tuple[float, int, int]:
+    """One guest pass; returns (seconds until the report, reported count,
+    unexpected exits).  The timed span is from the first KVM_RUN to the
+    report exit: the guest loop plus every exit it takes."""
+    regs = K.Regs()
+    regs.rip = GUEST_ENTRY
+    regs.rflags = K.RFLAGS_RESERVED  # interrupts off
+    regs.rsi, regs.rcx, regs.rdi = first, count, stride
+    vcpu.set_regs(regs)
+    other = 0
+    run = vcpu.run
+    try:
+        with _Deadline(timeout_s):
+            start = time.perf_counter()
+            while True:
+                reason = run()
+                if reason == K.KVM_EXIT_MMIO:
+                    if on_mmio is None:
+                        raise GuestPassError(f"a slot access left KVM: {vcpu.describe_exit()}")
+                    on_mmio(vcpu.mmio())
+                elif reason == K.KVM_EXIT_IO:
+                    elapsed = time.perf_counter() - start
+                    break
+                elif reason == K.KVM_EXIT_INTR:
+                    other += 1
+                else:
+                    raise GuestPassError(f"guest pass stopped with {vcpu.describe_exit()}")
+            io = vcpu.io()
+            if io.port != REPORT_PORT or not io.is_out or io.size != 4:
+                raise GuestPassError(f"unexpected port access: {vcpu.describe_exit()}")
+            reported = struct.unpack("<I", io.data[:4])[0]
+            # Finish cleanly on HLT so no port access is pending into the next pass.
+            while (reason := run()) == K.KVM_EXIT_INTR:
+                other += 1
+            if reason != K.KVM_EXIT_HLT:
+                raise GuestPassError(f"guest did not halt after its report: {vcpu.describe_exit()}")
+    except _PassTimeout:
+        raise GuestPassError(f"guest pass of {count} accesses did not finish within {timeout_s:g} s") from None
+    return elapsed, reported, other
+
+
+def _vcpu_passes(vm: K.Vm, mem: K.GuestMemory, geo: SlotGeometry, timeout_s: float) -> VcpuSample:
+    vcpu = vm.create_vcpu(0)
+    K.enter_flat_protected_mode(vcpu)
+    n = geo.n
+    # Two empty passes first: the first faults in the code page and warms
+    # the fresh vCPU; the second is the fixed cost of a pass (one entry, the
+    # report exit), subtracted from the passes below.
+    _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
+    base_s, _, other0 = _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
+    first_s, rep1, other1 = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
+    warm_s, rep2, other2 = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
+
+    touched_ok = 0
+    for i in range(n):
+        if struct.unpack("<I", mem.read(geo.touch_host_offset(i), 4))[0] == i + 1:
+            touched_ok += 1
+    # The same number of writes into one page of one slot (stride 0): the
+    # vCPU's last-used-slot cache always hits, so warm - same is what it
+    # costs when every access needs a different slot.
+    same_s, rep4, other4 = _run_pass(vcpu, geo.touch_gpa(0), n, 0, timeout_s, None)
+
+    state = {"next": 0, "exits": 0, "bad": 0}
+
+    def on_mmio(m: K.MmioExit) -> None:
+        i = state["next"]
+        state["exits"] += 1
+        state["next"] = i + 1
+        if not (m.is_write and m.length == 4 and m.phys_addr == geo.gap_gpa(i) and m.data == struct.pack("<I", i + 1)):
+            state["bad"] += 1
+
+    mmio_s, rep3, other3 = _run_pass(vcpu, geo.gap_gpa(0), n, geo.stride, timeout_s, on_mmio)
+    return VcpuSample(
+        empty_pass_s=base_s, first_touch_s=first_s, warm_touch_s=warm_s, same_slot_s=same_s, mmio_s=mmio_s,
+        accesses=n, reported=(rep1, rep2, rep4, rep3), mmio_exits=state["exits"], mmio_mismatches=state["bad"],
+        touched_ok=touched_ok, other_exits=other0 + other1 + other2 + other3 + other4,
+    )
+
+
+def run_once(kvm: K.Kvm, n: int, repeat: int, config: BenchConfig, nr_memslots: int, with_vcpu: bool) -> RunSample:
+    geo = SlotGeometry(n, config.slot_pages)
+    geo.check()
+    with K.GuestMemory(geo.host_size) as mem, kvm.create_vm() as vm:
+        mem.write(GUEST_ENTRY, GUEST_CODE)
+        setup_s = _setup_slots(vm, geo, mem.address)
+        vsample = _vcpu_passes(vm, mem, geo, config.pass_timeout_s) if with_vcpu else None
+        limit = None
+        if n >= nr_memslots:
+            outcome = _attempt(vm, nr_memslots, geo.top_gpa + PAGE, PAGE, mem.address)
+            limit = Probe("limit", f"slot {nr_memslots} added to a VM holding {n} slots", EXPECTED_ERRNO["limit"], outcome)
+        move_s = _move_slots(vm, geo, mem.address)
+        delete_s = _delete_slots(vm, geo)
+    return RunSample(n, repeat, setup_s, move_s, delete_s, vsample, limit)
+
+
+def _schedule(slots: tuple[int, ...], repeats: int) -> Iterator[tuple[int, int]]:
+    """Repeat-major order, reversed on odd repeats (ABC CBA ...), so slow
+    drift of the host lands on every N alike."""
+    for r in range(repeats):
+        order = slots if r % 2 == 0 else tuple(reversed(slots))
+        for n in order:
+            yield r, n
+
+
+def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
+    """Open /dev/kvm, probe the error cases, then run every (repeat, N)."""
+    if config.repeats < 1:
+        raise BadInput(f"--repeats {config.repeats} is not positive: give 1 or more")
+    for n in config.slots:
+        SlotGeometry(n, config.slot_pages).check()
+    started = time.perf_counter()
+    with K.Kvm(config.device) as kvm:
+        nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+        if not kvm.check_extension(K.KVM_CAP_USER_MEMORY) or nr < 1:
+            raise K.KvmUnavailable(f"{config.device} has no user memory slots (KVM_CAP_USER_MEMORY / KVM_CAP_NR_MEMSLOTS = 0)")
+        too_many = [n for n in config.slots if n > nr]
+        if too_many:
+            raise BadInput(
+                f"--slots {too_many[0]} exceeds KVM_CAP_NR_MEMSLOTS = {nr} on this host: "
+                f"give counts up to {nr} (the limit itself is probed every run)"
+            )
+        result = BenchResult(
+            config=config, api_version=kvm.api_version(), nr_memslots=nr,
+            address_spaces=max(1, kvm.check_extension(K.KVM_CAP_MULTI_ADDRESS_SPACE)),
+            vcpu_mmap_size=kvm.vcpu_mmap_size(), kvm_module=kvm_module(),
+            host_kernel=platform.release(), probes=probe_errors(kvm, nr),
+        )
+        result.model_source = balanced_tree_nodes(1)[1]
+        with_vcpu = config.vcpu
+        for repeat, n in _schedule(config.slots, config.repeats):
+            if progress:
+                progress(f"repeat {repeat + 1}/{config.repeats}: {n} slots")
+            try:
+                sample = run_once(kvm, n, repeat, config, nr, with_vcpu)
+            except (GuestPassError, K.KvmIoctlError) as exc:
+                if not with_vcpu or not _is_vcpu_failure(exc):
+                    raise
+                # The guest cannot run here: say exactly why, keep measuring
+                # the slot operations, never invent vCPU figures.
+                result.vcpu_error = f"{n} slots: {exc}"
+                log.warning("vCPU passes disabled: %s", exc)
+                with_vcpu = False
+                sample = run_once(kvm, n, repeat, config, nr, with_vcpu)
+            result.samples.append(sample)
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+def _is_vcpu_failure(exc: Exception) -> bool:
+    if isinstance(exc, GuestPassError):
+        return True
+    op = getattr(exc, "operation", "")
+    return op.startswith(("KVM_RUN", "KVM_CREATE_VCPU", "KVM_SET_SREGS", "KVM_SET_REGS", "KVM_GET_SREGS"))
+
+
+# --- summaries -------------------------------------------------------------------------
+def _spread(values: list[float]) -> list[float]:
+    """[min, max] over the repeats (the median is the run's own field)."""
+    return [min(values), max(values)]
+
+
+def per_slot_metrics(sample: RunSample) -> dict[str, float]:
+    """The figures of one run, normalised per slot or per access."""
+    n = sample.slots
+    out = {
+        "setup_s": sample.setup_s,
+        "move_s": sample.move_s,
+        "delete_s": sample.delete_s,
+        "setup_s_per_slot": sample.setup_s / n,
+        "move_s_per_slot": sample.move_s / n,
+        "delete_s_per_slot": sample.delete_s / n,
+    }
+    v = sample.vcpu
+    if v is not None:
+        # Per access, with the fixed cost of a pass (entry + report exit)
+        # taken out; at N = 1 what remains is noisy, and says so in the spread.
+        first = (v.first_touch_s - v.empty_pass_s) / n
+        warm = (v.warm_touch_s - v.empty_pass_s) / n
+        same = (v.same_slot_s - v.empty_pass_s) / n
+        mmio = (v.mmio_s - v.empty_pass_s) / max(v.mmio_exits, 1)
+        out.update(
+            empty_pass_us=v.empty_pass_s * 1e6,
+            first_touch_us=first * 1e6,
+            warm_touch_us=warm * 1e6,
+            same_slot_us=same * 1e6,
+            fault_us=(first - warm) * 1e6,
+            slot_switch_us=(warm - same) * 1e6,
+            mmio_exit_us=mmio * 1e6,
+            faults_per_s=1 / first if first > 0 else math.inf,
+            mmio_exits_per_s=1 / mmio if mmio > 0 else math.inf,
+        )
+    return out
+
+
+def summarize(result: BenchResult) -> dict[str, Any]:
+    """The JSON document of ``memqual memslots kvm --json``."""
+    runs = []
+    for n in result.config.slots:
+        samples = [s for s in result.samples if s.slots == n]
+        if not samples:
+            continue
+        metrics = [per_slot_metrics(s) for s in samples]
+        keys = [k for k in metrics[0] if all(k in m for m in metrics)]
+        series = {k: [m[k] for m in metrics] for k in keys}
+        nodes, _ = balanced_tree_nodes(n)
+        run: dict[str, Any] = {"slots": n, "repeats": len(samples)}
+        run.update({k: statistics.median(v) for k, v in series.items()})
+        run["spread"] = {k: _spread(v) for k, v in series.items()}
+        run["model_nodes"] = nodes
+        vs = [s.vcpu for s in samples if s.vcpu is not None]
+        if vs:
+            run["vcpu_checks"] = {
+                "accesses": n,
+                "reported": [list(v.reported) for v in vs],
+                "touched_ok": [v.touched_ok for v in vs],
+                "mmio_exits": [v.mmio_exits for v in vs],
+                "mmio_mismatches": [v.mmio_mismatches for v in vs],
+                "other_exits": [v.other_exits for v in vs],
+            }
+        limits = [s.limit for s in samples if s.limit is not None]
+        if limits:
+            run["limit_errno"] = sorted({p.observed for p in limits})
+        runs.append(run)
+    full = [s.limit for s in result.samples if s.limit is not None]
+    limit_probe = next(p for p in result.probes if p.name == "limit")
+    # Prefer the real "one slot past a full VM" outcome when a run filled it.
+    limit_errno = full[0].observed if full else limit_probe.observed
+    probes = {p.name: p.observed for p in result.probes}
+    doc: dict[str, Any] = {
+        "nr_memslots": result.nr_memslots,
+        "runs": runs,
+        "limit_errno": limit_errno,
+        "limit_tested_on_full_vm": bool(full),
+        "overlap_errno": probes["overlap"],
+        "misaligned_errno": probes["misaligned_gpa"],
+        "probes": [dict(asdict(p), ok=p.ok) for p in result.probes + full[:1]],
+        "probes_ok": all(p.ok for p in result.probes + full),
+        "vcpu": {
+            "mode": "flat 32-bit protected mode, paging off (KVM_SET_SREGS)",
+            "ran": any(s.vcpu is not None for s in result.samples),
+            "error": result.vcpu_error,
+            "execution": execution_kind(runs),
+        },
+        "model": {"structure": "balanced binary search tree", "nodes": "ceil(log2(n+1))", "source": result.model_source},
+        "fit": fit_against_model(runs),
+        "settings": {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages, "order": "repeat-major, alternating direction"},
+        "environment": environment(result),
+        "duration_s": result.duration_s,
+    }
+    return doc
+
+
+NATIVE_ACCESS_CEILING_US = 0.1
+
+
+def execution_kind(runs: list[dict[str, Any]]) -> str | None:
+    """Whether the guest ran natively or through KVM's instruction emulator,
+    judged from a write loop that stays in one page: natively an iteration
+    takes nanoseconds; emulated (kvm_pvm runs non-paged protected-mode code
+    this way) microseconds, and then every access is a software gfn -> slot
+    lookup rather than a hardware TLB hit."""
+    values = [r["same_slot_us"] for r in runs if "same_slot_us" in r and r["slots"] >= 32]
+    values = values or [r["same_slot_us"] for r in runs if "same_slot_us" in r]
+    if not values:
+        return None
+    per_access = statistics.median(values)
+    kind = "native" if per_access < NATIVE_ACCESS_CEILING_US else "emulated"
+    return f"{kind} ({per_access:.3g} us per same-page write)"
+
+
+def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Least-squares lines of the per-access costs (fault, slot switch, MMIO
+    exit) against the model's node count.  Informational: with 3-4 slot counts the fit says
+    how much the cost grows per tree level, not that the growth is a tree
+    walk (caches and TLBs grow with N too)."""
+    names = ("fault_us", "slot_switch_us", "mmio_exit_us")
+    pts = [r for r in runs if all(k in r for k in names)]
+    if len(pts) < 3 or len({r["model_nodes"] for r in pts}) < 2:
+        return None
+    from scipy import stats
+
+    out: dict[str, Any] = {"points": len(pts)}
+    for name in names:
+        fit = stats.linregress([r["model_nodes"] for r in pts], [r[name] for r in pts])
+        out[name] = {"us_per_node": fit.slope, "intercept_us": fit.intercept, "r": fit.rvalue}
+    return out
+
+
+def environment(result: BenchResult) -> dict[str, Any]:
+    return {
+        "host_kernel": result.host_kernel,
+        "kvm_module": result.kvm_module,
+        "kvm_api_version": result.api_version,
+        "nr_memslots": result.nr_memslots,
+        "address_spaces": result.address_spaces,
+        "vcpu_mmap_size": result.vcpu_mmap_size,
+        "cpu": _cpu_model(),
+        "device": result.config.device,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+# --- measurement records ------------------------------------------------------------------
+RECORD_METRICS: dict[str, tuple[str, str]] = {
+    # metric: (unit, better)
+    "setup_s_per_slot": ("s", "lower"),
+    "move_s_per_slot": ("s", "lower"),
+    "delete_s_per_slot": ("s", "lower"),
+    "first_touch_us": ("us", "lower"),
+    "warm_touch_us": ("us", "lower"),
+    "fault_us": ("us", "lower"),
+    "empty_pass_us": ("us", "lower"),
+    "same_slot_us": ("us", "lower"),
+    "slot_switch_us": ("us", "lower"),
+    "mmio_exit_us": ("us", "lower"),
+}
+
+
+def records(result: BenchResult) -> list[Any]:
+    """One host.record.Measurement per metric per slot count (scenario
+    "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
+    from host.record import Measurement
+
+    env = environment(result)
+    settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}
+    out = []
+    for n in result.config.slots:
+        samples = [s for s in result.samples if s.slots == n]
+        metrics = [per_slot_metrics(s) for s in samples]
+        nodes, source = balanced_tree_nodes(n)
+        for metric, (unit, better) in RECORD_METRICS.items():
+            values = [m[metric] for m in metrics if metric in m]
+            if not values:
+                continue
+            out.append(
+                Measurement(
+                    scenario="memslots.kvm", metric=metric, unit=unit, better=better, samples=values,
+                    variant={"slots": n}, settings=settings, environment=env,
+                    extra={"model_nodes": nodes, "model_source": source},
+                    duration_s=result.duration_s,
+                )
+            )
+    return out
+
+
+def write_records(result: BenchResult, directory: str | os.PathLike[str]) -> list[Path]:
+    from host.record import write
+
+    return [write(r, directory) for r in records(result)]
