@@ -615,12 +615,13 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     pts = [r for r in runs if all(k in r for k in names)]
     if len(pts) < 3 or len({r["model_nodes"] for r in pts}) < 2:
         return None
-    from scipy import stats
-
     out: dict[str, Any] = {"points": len(pts)}
+    xs = [float(r["model_nodes"]) for r in pts]
     for name in names:
-        fit = stats.linregress([r["model_nodes"] for r in pts], [r[name] for r in pts])
-        out[name] = {"us_per_node": fit.slope, "intercept_us": fit.intercept, "r": fit.rvalue}
+        ys = [float(r[name]) for r in pts]
+        slope, intercept = statistics.linear_regression(xs, ys)
+        r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0
+        out[name] = {"us_per_node": slope, "intercept_us": intercept, "r": r}
     return out
 
 

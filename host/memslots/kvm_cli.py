@@ -1,0 +1,164 @@
+"""``memqual memslots kvm``: the /dev/kvm memslot measurements.
+
+host/memslots/cli.py owns the ``memslots`` command and calls the two
+functions here for its ``kvm`` subcommand: :func:`add_arguments` to fill the
+subparser, :func:`run` as the handler.  Bad input raises BadInput (the CLI
+prints one line and exits 2); a missing /dev/kvm raises CapabilityMissing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from host.errors import BadInput
+
+DEFAULT_SLOTS = "1,32,509,32764"
+
+
+def parse_slots(text: str) -> tuple[int, ...]:
+    """'1,32,509' -> (1, 32, 509); duplicates dropped, order kept."""
+    counts: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise BadInput(f"--slots: {part!r} is not a whole number: give counts like 1,32,509,32764") from None
+        if value < 1:
+            raise BadInput(f"--slots: {value} is not positive: every slot count must be 1 or more")
+        if value not in counts:
+            counts.append(value)
+    return tuple(counts)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--slots", default=DEFAULT_SLOTS, metavar="N,N,...",
+        help=f"slot counts to measure, each up to KVM_CAP_NR_MEMSLOTS (default {DEFAULT_SLOTS})",
+    )
+    parser.add_argument("--repeats", type=int, default=3, metavar="R", help="runs per slot count (default 3)")
+    parser.add_argument(
+        "--slot-pages", type=int, default=1, metavar="P",
+        help="pages per slot (default 1; every slot must stay below 4 GiB)",
+    )
+    parser.add_argument("--no-vcpu", action="store_true", help="only time slot setup/move/delete; run no guest code")
+    parser.add_argument("--device", default="/dev/kvm", help="the KVM device (default /dev/kvm)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.add_argument("--records", metavar="DIR", help="also write measurement records (scenario memslots.kvm) into DIR")
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from host.memslots.kvm_bench import BenchConfig
+
+    if args.repeats < 1:
+        raise BadInput(f"--repeats {args.repeats} is not positive: give 1 or more")
+    if args.slot_pages < 1:
+        raise BadInput(f"--slot-pages {args.slot_pages} is not positive: give 1 or more")
+    return BenchConfig(
+        slots=parse_slots(args.slots), repeats=args.repeats, slot_pages=args.slot_pages,
+        vcpu=not args.no_vcpu, device=args.device,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from host.memslots import kvm_bench
+
+    config = config_from_args(args)
+    progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    result = kvm_bench.run_bench(config, progress=progress)
+    doc = kvm_bench.summarize(result)
+    if args.records:
+        paths = kvm_bench.write_records(result, args.records)
+        doc["records"] = [str(p) for p in paths]
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=_json_default))
+    else:
+        print(render_text(doc))
+    # Exit 1 when the kernel answered an invalid request with an unexpected
+    # errno, or a guest pass miscounted: the measurement found a problem.
+    return 0 if doc["probes_ok"] and _vcpu_checks_ok(doc) else 1
+
+
+def _json_default(value: object) -> object:
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def _vcpu_checks_ok(doc: dict[str, Any]) -> bool:
+    for run in doc["runs"]:
+        checks = run.get("vcpu_checks")
+        if not checks:
+            continue
+        n = checks["accesses"]
+        if any(c != n for c in checks["touched_ok"] + checks["mmio_exits"]):
+            return False
+        if any(m for m in checks["mmio_mismatches"]):
+            return False
+        if any(any(r != n for r in rep) for rep in checks["reported"]):
+            return False
+    return True
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value * scale:.{digits}g}"
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The human table: one row per slot count (medians, [min-max])."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"/dev/kvm memslots (KVM_CAP_NR_MEMSLOTS = {doc['nr_memslots']})")
+    for col in ("slots", "setup us/slot", "move us/slot", "delete us/slot", "fault us", "slot switch us",
+                "MMIO exit us", "tree nodes"):
+        table.add_column(col, justify="right")
+    for run in doc["runs"]:
+        spread = run["spread"]
+
+        def cell(key: str, scale: float = 1.0) -> str:
+            if key not in run:
+                return "-"
+            lo, hi = spread[key]
+            return f"{_fmt(run[key], scale)} [{_fmt(lo, scale)}-{_fmt(hi, scale)}]"
+
+        table.add_row(
+            str(run["slots"]), cell("setup_s_per_slot", 1e6), cell("move_s_per_slot", 1e6),
+            cell("delete_s_per_slot", 1e6), cell("fault_us"), cell("slot_switch_us"), cell("mmio_exit_us"),
+            str(run["model_nodes"]),
+        )
+    console = Console(width=170, record=True, file=_Null())
+    console.print(table)
+    lines = [console.export_text().rstrip()]
+    for probe in doc["probes"]:
+        mark = "ok" if probe["ok"] else "UNEXPECTED"
+        lines.append(f"{probe['name']}: {probe['description']} -> {probe['observed']} (expected {probe['expected']}, {mark})")
+    vcpu = doc["vcpu"]
+    if vcpu["ran"]:
+        lines.append(f"vCPU: {vcpu['mode']}; {vcpu['execution']}")
+    else:
+        lines.append(f"vCPU: did not run ({vcpu['error'] or 'disabled with --no-vcpu'})")
+    lines.append(f"tree nodes: {doc['model']['nodes']} ({doc['model']['source']})")
+    if doc.get("fit"):
+        fit = doc["fit"]
+        lines.append(
+            "per tree level: "
+            + ", ".join(f"{k} {v['us_per_node']:+.3g} us (r={v['r']:.2f})" for k, v in fit.items() if k != "points")
+        )
+    if doc.get("records"):
+        lines.append(f"records: {len(doc['records'])} written")
+    return "\n".join(lines)
+
+
+class _Null:
+    """A sink for rich's console: we take the text from export_text()."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass

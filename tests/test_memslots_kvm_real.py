@@ -1,0 +1,106 @@
+"""The /dev/kvm wrapper against the real kernel, kept small (tens of slots,
+well under a second).  Skips with the reason where /dev/kvm is missing or
+unusable; the 32764-slot runs live in the CLI and e2e, not here."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import pytest
+
+from host.memslots import kvm as K
+from host.memslots import kvm_bench as B
+
+
+@pytest.fixture
+def kvm() -> Iterator[K.Kvm]:
+    try:
+        handle = K.Kvm()
+    except K.KvmUnavailable as exc:
+        pytest.skip(str(exc))
+    with handle:
+        if not handle.check_extension(K.KVM_CAP_USER_MEMORY):
+            pytest.skip("/dev/kvm has no KVM_CAP_USER_MEMORY")
+        yield handle
+
+
+def _kvm_fds() -> list[str]:
+    """What the process's KVM fds point at (anon_inode:kvm-vm, ...-vcpu:0)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:  # the directory fd listdir used
+            continue
+        if "kvm" in target:
+            out.append(target)
+    return sorted(out)
+
+
+def _vcpu_mappings() -> int:
+    with open("/proc/self/maps") as f:
+        return sum("kvm-vcpu" in line for line in f)
+
+
+def test_api_and_capabilities(kvm: K.Kvm) -> None:
+    assert kvm.api_version() == 12
+    assert kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS) >= 32
+    assert kvm.vcpu_mmap_size() >= 2352  # at least struct kvm_run
+
+
+def test_set_move_delete_and_the_documented_errnos(kvm: K.Kvm) -> None:
+    nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+    probes = {p.name: p for p in B.probe_errors(kvm, nr)}
+    assert {name: p.observed for name, p in probes.items()} == B.EXPECTED_ERRNO
+    page = K.PAGE_SIZE
+    with K.GuestMemory(4 * page) as mem, kvm.create_vm() as vm:
+        vm.set_region(3, 0x10000, page, mem.address)
+        vm.set_region(3, 0x20000, page, mem.address)  # move: same id, new gpa
+        # the old place is free again, the new one is taken
+        vm.set_region(4, 0x10000, page, mem.address + page)
+        with pytest.raises(K.KvmIoctlError) as info:
+            vm.set_region(5, 0x20000, page, mem.address + 2 * page)
+        assert info.value.errno_name == "EEXIST"
+        assert "slot=5" in str(info.value)
+        vm.delete_region(3)
+        vm.set_region(5, 0x20000, page, mem.address + 2 * page)  # free after delete
+
+
+def test_everything_is_closed_and_unmapped(kvm: K.Kvm) -> None:
+    fds, maps = _kvm_fds(), _vcpu_mappings()
+    with K.GuestMemory(8 * K.PAGE_SIZE) as mem, kvm.create_vm() as vm:
+        vm.set_region(0, 0, 8 * K.PAGE_SIZE, mem.address)
+        vm.create_vcpu(0)
+        during = _kvm_fds()
+        assert "anon_inode:kvm-vm" in during and "anon_inode:kvm-vcpu:0" in during
+        assert _vcpu_mappings() == maps + 1
+    assert _kvm_fds() == fds  # VM, vCPU and the dup mmap keeps of the vCPU fd: all closed
+    assert _vcpu_mappings() == maps
+
+
+def test_protected_mode_guest_touches_every_slot(kvm: K.Kvm) -> None:
+    nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+    config = B.BenchConfig(slots=(32,), repeats=1)
+    try:
+        sample = B.run_once(kvm, 32, 0, config, nr, with_vcpu=True)
+    except (B.GuestPassError, K.KvmIoctlError) as exc:
+        if B._is_vcpu_failure(exc) and "did not finish" not in str(exc):
+            pytest.skip(f"this KVM cannot run the flat protected-mode guest: {exc}")
+        raise
+    v = sample.vcpu
+    assert v is not None
+    assert v.reported == (32, 32, 32, 32)
+    assert v.touched_ok == 32  # every slot's host page holds exactly its write
+    assert v.mmio_exits == 32 and v.mmio_mismatches == 0  # one exit per gap frame, in order
+    assert 0 < v.empty_pass_s < v.first_touch_s
+    assert sample.setup_s > 0 and sample.move_s > 0 and sample.delete_s > 0
+
+
+def test_small_bench_end_to_end(kvm: K.Kvm) -> None:
+    result = B.run_bench(B.BenchConfig(slots=(1, 8), repeats=1, vcpu=False))
+    doc = B.summarize(result)
+    assert doc["probes_ok"], doc["probes"]
+    assert [r["slots"] for r in doc["runs"]] == [1, 8]
+    assert all(0 < r["setup_s_per_slot"] < 0.1 for r in doc["runs"])
+    assert doc["vcpu"]["ran"] is False and "fault_us" not in doc["runs"][0]
