@@ -617,7 +617,9 @@ def _plain(obj: Any) -> Any:
 def _fmt(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
-    return f"{x:.3g}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
 
 
 def _finite(x: float | None) -> float | None:
