@@ -1,0 +1,249 @@
+"""``memqual compare A.json B.json``: is run B faster or slower than run A?
+
+Two results.json files (``memqual run`` writes them) are compared metric by
+metric: the ratio of medians B / A with its bootstrap CI, the permutation
+test's p-value, and a verdict:
+
+- ``faster``: B is better (lower when lower is better, higher when higher
+  is), p < alpha and the relative change at least the threshold;
+- ``slower``: the same the other way: a regression;
+- ``no difference``: anything else.
+
+Exit status 1 when any metric is slower, so CI can gate on it; 0 otherwise;
+2 (one line on stderr) when the two files cannot be compared: a missing or
+truncated file, another schema or memqual version, different scenario sets,
+mismatched metrics.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from host.errors import BadInput
+
+if TYPE_CHECKING:
+    from host import stats
+
+# Defaults (host.stats has the same values; not imported here so that
+# `memqual --help` does not load numpy and scipy).
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+
+FASTER = "faster"
+SLOWER = "slower"
+NO_DIFFERENCE = "no difference"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricComparison:
+    key: str
+    scenario: str
+    metric: str
+    unit: str
+    better: str
+    comparison: stats.Comparison
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "scenario": self.scenario,
+            "metric": self.metric,
+            "unit": self.unit,
+            "better": self.better,
+            "verdict": self.verdict,
+            **self.comparison.to_json(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RunComparison:
+    metrics: list[MetricComparison]
+    claims: list[dict[str, Any]]  # id, verdict in A, verdict in B
+    environment: dict[str, tuple[Any, Any]]  # keys whose values differ
+    threshold: float
+    alpha: float
+
+    @property
+    def regressions(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.verdict == SLOWER]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "regressions": len(self.regressions),
+            "metrics": [m.to_json() for m in self.metrics],
+            "claims": self.claims,
+            "environment_differences": {k: {"a": a, "b": b} for k, (a, b) in self.environment.items()},
+        }
+
+
+def _verdict(comp: stats.Comparison, better: str) -> str:
+    if comp.direction == 0:
+        return NO_DIFFERENCE
+    b_is_higher = comp.direction > 0
+    return FASTER if b_is_higher == (better == "higher") else SLOWER
+
+
+def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> None:
+    """BadInput, in one line, when two results cannot be compared."""
+    if a.get("memqual_version") != b.get("memqual_version"):
+        raise BadInput(
+            f"{a_name} was written by memqual {a.get('memqual_version')}, {b_name} by "
+            f"{b.get('memqual_version')}: re-run both with the same version"
+        )
+    sa, sb = set(a.get("scenarios") or []), set(b.get("scenarios") or [])
+    if sa != sb:
+        raise BadInput(
+            f"different scenario sets: only in {a_name}: {', '.join(sorted(sa - sb)) or '-'}; "
+            f"only in {b_name}: {', '.join(sorted(sb - sa)) or '-'}: run both with the same --only/--profile"
+        )
+    ka = {m["key"]: m for m in a["metrics"]}
+    kb = {m["key"]: m for m in b["metrics"]}
+    if not ka and not kb:
+        raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
+    if ka.keys() != kb.keys():
+        only_a, only_b = sorted(ka.keys() - kb.keys()), sorted(kb.keys() - ka.keys())
+        first = (only_a or only_b)[0]
+        raise BadInput(
+            f"mismatched metrics: {len(only_a)} only in {a_name}, {len(only_b)} only in {b_name} "
+            f"(first: {first}): compare runs of the same scenarios and settings"
+        )
+    for key, ma in ka.items():
+        mb = kb[key]
+        if (ma["unit"], ma["better"]) != (mb["unit"], mb["better"]):
+            raise BadInput(f"metric {key}: unit or direction differ between {a_name} and {b_name}")
+
+
+def compare_results(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    a_name: str = "A",
+    b_name: str = "B",
+) -> RunComparison:
+    from host import stats
+
+    check_comparable(a, b, a_name, b_name)
+    kb = {m["key"]: m for m in b["metrics"]}
+    metrics = []
+    for ma in sorted(a["metrics"], key=lambda m: m["key"]):
+        mb = kb[ma["key"]]
+        comp = stats.compare(ma["samples"], mb["samples"], alpha=alpha, min_effect=threshold)
+        metrics.append(
+            MetricComparison(
+                key=ma["key"],
+                scenario=ma.get("scenario", ""),
+                metric=ma.get("metric", ""),
+                unit=ma["unit"],
+                better=ma["better"],
+                comparison=comp,
+                verdict=_verdict(comp, ma["better"]),
+            )
+        )
+    claims_b = {c["id"]: c for c in b.get("claims", [])}
+    claims = [
+        {"id": c["id"], "a": c.get("verdict"), "b": (claims_b.get(c["id"]) or {}).get("verdict")}
+        for c in a.get("claims", [])
+    ]
+    env_a, env_b = a.get("environment") or {}, b.get("environment") or {}
+    env = {
+        k: (env_a.get(k), env_b.get(k))
+        for k in sorted(set(env_a) | set(env_b))
+        if k != "environment_sources" and env_a.get(k) != env_b.get(k)
+    }
+    return RunComparison(metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha)
+
+
+def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from host.report import _num
+
+    console = console or Console()
+    styles = {FASTER: "bold green", SLOWER: "bold red", NO_DIFFERENCE: "dim"}
+    table = Table(
+        title=f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g})",
+        title_justify="left",
+    )
+    table.add_column("metric", overflow="fold")
+    table.add_column(f"{a_name} median", justify="right")
+    table.add_column(f"{b_name} median", justify="right")
+    table.add_column("B/A [95% CI]", justify="right")
+    table.add_column("p", justify="right")
+    table.add_column("verdict", no_wrap=True)
+    for m in result.metrics:
+        c = m.comparison
+        table.add_row(
+            f"{m.key} ({m.unit}, {m.better} is better)",
+            _num(c.a.median),
+            _num(c.b.median),
+            f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
+            f"{c.p_value:.3g}",
+            f"[{styles[m.verdict]}]{m.verdict}[/]",
+        )
+    console.print(table)
+    changed = [c for c in result.claims if c["a"] != c["b"]]
+    for c in changed:
+        console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False)
+    for key, (va, vb) in result.environment.items():
+        console.print(f"environment {key}: {va} -> {vb}", highlight=False)
+    if result.regressions:
+        console.print(f"[bold red]{len(result.regressions)} metric(s) slower beyond {result.threshold:.0%}[/]")
+    else:
+        console.print("no regression beyond the threshold")
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction in [0, 1)")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "compare",
+        help="compare two results.json files: faster, slower or no difference per metric",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
+    parser.add_argument("b", metavar="B.json", help="the candidate run's results.json")
+    parser.add_argument(
+        "--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
+        help="smallest relative change of the median that counts (default 0.05)",
+    )
+    parser.add_argument(
+        "--alpha", type=_fraction, default=DEFAULT_ALPHA,
+        help="significance level of the permutation test (default 0.01)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from host.report import load_results
+
+    a = load_results(args.a)
+    b = load_results(args.b)
+    result = compare_results(a, b, threshold=args.threshold, alpha=args.alpha)
+    if args.json:
+        out = result.to_json()
+        out.update({"a": str(args.a), "b": str(args.b)})
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(f"A = {args.a}\nB = {args.b}")
+        print_comparison(result)
+    return 1 if result.regressions else 0
