@@ -399,3 +399,23 @@ def test_slot_count_above_4gib_is_refused_before_opening_kvm() -> None:
 def test_missing_device_through_the_harness_is_capability_missing() -> None:
     with pytest.raises(CapabilityMissing, match="/nonexistent/kvm does not exist"):
         B.run_bench(B.BenchConfig(slots=(1,), device="/nonexistent/kvm"))
+
+
+# --- the reference model on the harness's layout ---------------------------------------
+def test_model_walk_on_the_bench_layout() -> None:
+    walk = B.model_walk(B.SlotGeometry(32))
+    if "touch_nodes_mean" not in walk:
+        pytest.skip(f"reference model not usable here: {walk['source']}")
+    assert walk["lookups"] == 32
+    # a balanced tree of 32 slots: at most 2 * ceil(log2(33)) nodes (red-black height bound)
+    assert 1 <= walk["touch_nodes_mean"] <= walk["touch_nodes_max"] <= 2 * 6
+    assert 1 <= walk["mmio_nodes_mean"] <= walk["mmio_nodes_max"] <= 2 * 6
+
+
+def test_model_walk_without_the_reference_model(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "host.memslots.structures", None)  # import fails
+    assert B.model_walk(B.SlotGeometry(4))["source"].startswith("not available")
+    nodes, source = B.balanced_tree_nodes(32)
+    assert nodes == 6 and "computed in kvm_bench" in source

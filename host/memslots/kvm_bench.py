@@ -210,6 +210,7 @@ class BenchResult:
     probes: list[Probe]
     samples: list[RunSample] = field(default_factory=list)
     vcpu_error: str | None = None  # why the guest passes did not run, if they did not
+    model_walks: dict[int, dict[str, Any]] = field(default_factory=dict)  # per N: model_walk()
     model_source: str = ""
     duration_s: float = 0.0
 
@@ -224,17 +225,52 @@ class GuestPassError(MemqualError):
 # --- model ------------------------------------------------------------------------
 def balanced_tree_nodes(n: int) -> tuple[int, str]:
     """Nodes a balanced binary search tree over n slots examines on a miss,
-    ceil(log2(n + 1)), and where the figure came from."""
+    ceil(log2(n + 1)), and where the figure came from (the reference model
+    when it can be imported, else computed here)."""
     try:
-        from host.memslots import model  # the reference model, when it exists
+        from host.memslots.structures import balanced_bound
+    except ImportError as exc:
+        # ceil(log2(n+1)) == bit_length(n) for n >= 0, with no float rounding.
+        return int(n).bit_length(), f"ceil(log2(n+1)) computed in kvm_bench (reference model not importable: {exc})"
+    return int(balanced_bound(n)), "host.memslots.structures.balanced_bound"
 
-        predict = getattr(model, "balanced_tree_nodes", None) or getattr(model, "predicted_nodes", None)
-        if callable(predict):
-            return int(predict(n)), "host.memslots.model"
-    except ImportError:
-        pass
-    # ceil(log2(n+1)) == bit_length(n) for n >= 0, with no float rounding.
-    return int(n).bit_length(), "ceil(log2(n+1)) computed in kvm_bench (reference model not consulted)"
+
+MODEL_STRUCTURE = "rbtree"  # today's kernel: gfn-keyed balanced tree (2021)
+MODEL_SAMPLE = 4096  # lookups per pattern fed to the model (evenly spaced)
+
+
+def model_walk(geo: SlotGeometry) -> dict[str, Any]:
+    """The reference model run on this exact layout and access pattern:
+    mean and worst nodes examined by the kernel-like tree for the touch
+    pass (a hit in a different slot each time) and the MMIO pass (a
+    complete miss each time).  Falls back to a note when the reference
+    model cannot be imported or refuses the layout."""
+    try:
+        from host.memslots.layout import Layout, Slot
+        from host.memslots.structures import build
+    except ImportError as exc:
+        return {"source": f"not available ({exc})"}
+    try:
+        layout = Layout(
+            tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
+            name=f"kvm-bench-{geo.n}",
+        )
+        index = build(MODEL_STRUCTURE, layout)
+        step = max(1, geo.n // MODEL_SAMPLE)
+        picks = range(0, geo.n, step)
+        out: dict[str, Any] = {"source": f"host.memslots.structures ({MODEL_STRUCTURE})", "lookups": len(picks)}
+        for name, gpa, want_hit in (("touch", geo.touch_gpa, True), ("mmio", geo.gap_gpa, False)):
+            nodes = []
+            for i in picks:
+                slot, examined = index.lookup(gpa(i) // PAGE)
+                if (slot == i) != want_hit or (not want_hit and slot is not None):
+                    raise ValueError(f"model answered slot {slot} for the {name} access of slot {i}")
+                nodes.append(examined)
+            out[f"{name}_nodes_mean"] = statistics.fmean(nodes)
+            out[f"{name}_nodes_max"] = max(nodes)
+        return out
+    except (MemqualError, TypeError, AttributeError, ValueError) as exc:
+        return {"source": f"reference model failed on this layout: {exc}"}
 
 
 # --- environment ------------------------------------------------------------------
@@ -480,6 +516,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                 with_vcpu = False
                 sample = run_once(kvm, n, repeat, config, nr, with_vcpu)
             result.samples.append(sample)
+    for n in config.slots:
+        result.model_walks[n] = model_walk(SlotGeometry(n, config.slot_pages))
     result.duration_s = time.perf_counter() - started
     return result
 
@@ -545,6 +583,8 @@ def summarize(result: BenchResult) -> dict[str, Any]:
         run.update({k: statistics.median(v) for k, v in series.items()})
         run["spread"] = {k: _spread(v) for k, v in series.items()}
         run["model_nodes"] = nodes
+        if result.model_walks.get(n):
+            run["model"] = result.model_walks[n]
         vs = [s.vcpu for s in samples if s.vcpu is not None]
         if vs:
             run["vcpu_checks"] = {
@@ -579,7 +619,12 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             "error": result.vcpu_error,
             "execution": execution_kind(runs),
         },
-        "model": {"structure": "balanced binary search tree", "nodes": "ceil(log2(n+1))", "source": result.model_source},
+        "model": {
+            "structure": "balanced binary search tree",
+            "nodes": "ceil(log2(n+1))",
+            "source": result.model_source,
+            "per_run": f"runs[].model: {MODEL_STRUCTURE} of the reference model on the same layout and accesses",
+        },
         "fit": fit_against_model(runs),
         "settings": {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages, "order": "repeat-major, alternating direction"},
         "environment": environment(result),
@@ -611,17 +656,24 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     exit) against the model's node count.  Informational: with 3-4 slot counts the fit says
     how much the cost grows per tree level, not that the growth is a tree
     walk (caches and TLBs grow with N too)."""
-    names = ("fault_us", "slot_switch_us", "mmio_exit_us")
-    pts = [r for r in runs if all(k in r for k in names)]
-    if len(pts) < 3 or len({r["model_nodes"] for r in pts}) < 2:
+    # Each cost against the nodes the model examines for that access kind
+    # (mean over the same accesses), or ceil(log2(n+1)) without the model.
+    pairs = (("fault_us", "touch_nodes_mean"), ("slot_switch_us", "touch_nodes_mean"), ("mmio_exit_us", "mmio_nodes_mean"))
+    pts = [r for r in runs if all(k in r for k, _ in pairs)]
+    if len(pts) < 3:
         return None
     out: dict[str, Any] = {"points": len(pts)}
-    xs = [float(r["model_nodes"]) for r in pts]
-    for name in names:
+    for name, model_key in pairs:
+        xs = [float(r.get("model", {}).get(model_key, r["model_nodes"])) for r in pts]
+        if len(set(xs)) < 2:
+            continue
         ys = [float(r[name]) for r in pts]
         slope, intercept = statistics.linear_regression(xs, ys)
         r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0
-        out[name] = {"us_per_node": slope, "intercept_us": intercept, "r": r}
+        out[name] = {
+            "us_per_node": slope, "intercept_us": intercept, "r": r,
+            "nodes": model_key if all("model" in p for p in pts) else "model_nodes",
+        }
     return out
 
 
@@ -676,6 +728,7 @@ def records(result: BenchResult) -> list[Any]:
         samples = [s for s in result.samples if s.slots == n]
         metrics = [per_slot_metrics(s) for s in samples]
         nodes, source = balanced_tree_nodes(n)
+        walk = result.model_walks.get(n, {})
         for metric, (unit, better) in RECORD_METRICS.items():
             values = [m[metric] for m in metrics if metric in m]
             if not values:
@@ -684,7 +737,7 @@ def records(result: BenchResult) -> list[Any]:
                 Measurement(
                     scenario="memslots.kvm", metric=metric, unit=unit, better=better, samples=values,
                     variant={"slots": n}, settings=settings, environment=env,
-                    extra={"model_nodes": nodes, "model_source": source},
+                    extra={"model_nodes": nodes, "model_source": source, "model_walk": walk},
                     duration_s=result.duration_s,
                 )
             )
