@@ -1,0 +1,736 @@
+"""Lookup structures for gfn -> memslot, each counting the nodes it examines.
+
+Every structure has the same interface (``SlotIndex``): ``insert(slot)``,
+``delete(slot_id)``, ``lookup(gfn) -> (slot id or None, nodes examined)``,
+plus ``check()`` (raises AssertionError if the structure's own invariant is
+broken; the property tests call it after every operation) and
+``bound(n)`` (the worst number of nodes a lookup can examine with n slots,
+guaranteed by construction, or None where there is no bound below n).
+
+Counting rule, the same for all: a lookup examines a node each time it
+compares the gfn with one slot's range (an array entry, a tree node, or the
+cached last slot).  A hit stops at the node that holds the gfn and counts
+it; a miss counts every node compared until the search runs out.  Work that
+is not a comparison against a slot (loop bookkeeping, following a pointer
+to an empty child) is not counted.
+
+The structures (names as on the command line):
+
+- ``linear``: the 2011 array in registration order, searched front to back.
+- ``reorder``: the same array sorted by size, largest first (seed 002).
+- ``wbtree``: a search tree keyed by gfn and weighted by slot size, with the
+  rebalancing after insert and delete that seed 002 says the 2011 patch
+  lacked.  Invariant in ``WeightBalancedTree``.
+- ``binsearch``: an array sorted by gfn, three-way binary search (2014).
+- ``binsearch-lru``: the same behind a one-entry cache of the last slot hit
+  (2014); the cache probe counts as a node.
+- ``rbtree``: a red-black tree keyed by gfn, as in today's kernel (2021,
+  ``kvm_memslots.gfn_tree``); classic CLRS insert/delete fixups.
+
+Structures trust nothing about the caller: inserting a duplicate id or an
+overlapping slot, or deleting an unknown id, raises BadInput.
+"""
+
+from __future__ import annotations
+
+import abc
+import bisect
+import math
+from typing import ClassVar, Iterator
+
+from host.errors import BadInput
+from host.memslots.layout import Layout, Slot
+
+
+def balanced_bound(n: int) -> int:
+    """ceil(log2(n + 1)): the height of a perfectly balanced tree of n nodes
+    and the worst number of probes of a binary search over n entries."""
+    return n.bit_length()
+
+
+class SlotIndex(abc.ABC):
+    """Common interface and the bookkeeping every structure shares: the slots
+    by id and by gfn, used to refuse duplicates and overlaps."""
+
+    name: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, Slot] = {}
+        self._bases: list[int] = []  # sorted base gfns
+        self._sorted: list[Slot] = []  # slots in gfn order, parallel to _bases
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def slots(self) -> list[Slot]:
+        """The slots in gfn order."""
+        return list(self._sorted)
+
+    def _register(self, slot: Slot) -> int:
+        """Record ``slot``; return its position in gfn order."""
+        if slot.npages <= 0:
+            raise BadInput(f"{slot.describe()} has npages {slot.npages}: a slot needs at least one page")
+        if slot.id in self._by_id:
+            raise BadInput(f"slot id {slot.id} is already registered: delete it first")
+        pos = bisect.bisect_left(self._bases, slot.base_gfn)
+        if pos > 0 and self._sorted[pos - 1].end_gfn > slot.base_gfn:
+            raise BadInput(f"{slot.describe()} overlaps {self._sorted[pos - 1].describe()}")
+        if pos < len(self._sorted) and self._sorted[pos].base_gfn < slot.end_gfn:
+            raise BadInput(f"{slot.describe()} overlaps {self._sorted[pos].describe()}")
+        self._by_id[slot.id] = slot
+        self._bases.insert(pos, slot.base_gfn)
+        self._sorted.insert(pos, slot)
+        return pos
+
+    def _unregister(self, slot_id: int) -> tuple[Slot, int]:
+        """Forget slot ``slot_id``; return it and its former gfn position."""
+        slot = self._by_id.pop(slot_id, None)
+        if slot is None:
+            raise BadInput(f"no slot with id {slot_id} to delete")
+        pos = bisect.bisect_left(self._bases, slot.base_gfn)
+        del self._bases[pos]
+        del self._sorted[pos]
+        return slot, pos
+
+    @abc.abstractmethod
+    def insert(self, slot: Slot) -> None: ...
+
+    @abc.abstractmethod
+    def delete(self, slot_id: int) -> Slot: ...
+
+    @abc.abstractmethod
+    def lookup(self, gfn: int) -> tuple[int | None, int]: ...
+
+    def check(self) -> None:
+        """Raise AssertionError if the structure's invariant is broken."""
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        """Worst nodes examined by any lookup with n slots, or None."""
+        return n
+
+
+# --- arrays -------------------------------------------------------------------
+
+
+class LinearArray(SlotIndex):
+    """The 2011 memslot array: registration order, first match wins.
+
+    Unlike the 2011 kernel, a deleted slot leaves no empty entry behind
+    (the kernel kept npages = 0 holes up to the highest id and scanned
+    them); so a miss here costs exactly the number of slots."""
+
+    name = "linear"
+
+    def __init__(self) -> None:
+        super().__init__()
+        # (base, end, id) tuples: unpacking a tuple is the cheapest way to
+        # read three fields in CPython.
+        self._entries: list[tuple[int, int, int]] = []
+
+    def insert(self, slot: Slot) -> None:
+        self._register(slot)
+        self._entries.append((slot.base_gfn, slot.end_gfn, slot.id))
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, _ = self._unregister(slot_id)
+        self._entries = [e for e in self._entries if e[2] != slot_id]
+        return slot
+
+    def lookup(self, gfn: int) -> tuple[int | None, int]:
+        nodes = 0
+        for base, end, sid in self._entries:
+            nodes += 1
+            if base <= gfn < end:
+                return sid, nodes
+        return None, nodes
+
+    def order(self) -> list[int]:
+        """Slot ids in search order."""
+        return [e[2] for e in self._entries]
+
+    def check(self) -> None:
+        assert sorted(self.order()) == sorted(self._by_id), "entries differ from the registered slots"
+
+
+class ReorderArray(LinearArray):
+    """The array kept sorted by size, largest first (seed 002's "reorder").
+    Equal sizes keep their registration order."""
+
+    name = "reorder"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._neg_sizes: list[int] = []  # -npages, ascending, parallel to _entries
+
+    def insert(self, slot: Slot) -> None:
+        self._register(slot)
+        # bisect_right: after every slot of the same size (stable).
+        pos = bisect.bisect_right(self._neg_sizes, -slot.npages)
+        self._neg_sizes.insert(pos, -slot.npages)
+        self._entries.insert(pos, (slot.base_gfn, slot.end_gfn, slot.id))
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, _ = self._unregister(slot_id)
+        pos = next(i for i, e in enumerate(self._entries) if e[2] == slot_id)
+        del self._entries[pos]
+        del self._neg_sizes[pos]
+        return slot
+
+    def check(self) -> None:
+        super().check()
+        sizes = [e[1] - e[0] for e in self._entries]
+        assert sizes == sorted(sizes, reverse=True), "reorder array is not sorted by size"
+
+
+class BinarySearchArray(SlotIndex):
+    """Slots sorted by gfn, three-way binary search.
+
+    Each probe compares the gfn with one slot's range and stops on a hit.
+    The 2014 kernel searched for a lower bound instead and checked the
+    candidate at the end (one more comparison on a hit, no early exit); the
+    three-way search is the walk of the implicit perfectly balanced tree,
+    which keeps the comparison with the trees fair."""
+
+    name = "binsearch"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entries: list[tuple[int, int, int]] = []
+
+    def insert(self, slot: Slot) -> None:
+        pos = self._register(slot)
+        self._entries.insert(pos, (slot.base_gfn, slot.end_gfn, slot.id))
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, pos = self._unregister(slot_id)
+        del self._entries[pos]
+        return slot
+
+    def lookup(self, gfn: int) -> tuple[int | None, int]:
+        entries = self._entries
+        lo, hi = 0, len(entries)
+        nodes = 0
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            nodes += 1
+            base, end, sid = entries[mid]
+            if gfn < base:
+                hi = mid
+            elif gfn >= end:
+                lo = mid + 1
+            else:
+                return sid, nodes
+        return None, nodes
+
+    def check(self) -> None:
+        assert [e[2] for e in self._entries] == [s.id for s in self._sorted], "entries not in gfn order"
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        # Each probe leaves at most floor(m / 2) candidates out of m.
+        return balanced_bound(n)
+
+
+class BinarySearchLRU(BinarySearchArray):
+    """Binary search behind a cache of the last slot hit (the 2014 kernel's
+    ``lru_slot``).  The cache probe is one node when the cache holds a slot;
+    a miss leaves the cache alone; deleting the cached slot empties it."""
+
+    name = "binsearch-lru"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: tuple[int, int, int] | None = None
+
+    def delete(self, slot_id: int) -> Slot:
+        if self._last is not None and self._last[2] == slot_id:
+            self._last = None
+        return super().delete(slot_id)
+
+    def lookup(self, gfn: int) -> tuple[int | None, int]:
+        last = self._last
+        if last is not None:
+            if last[0] <= gfn < last[1]:
+                return last[2], 1
+            cached = 1
+        else:
+            cached = 0
+        entries = self._entries
+        lo, hi = 0, len(entries)
+        nodes = cached
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            nodes += 1
+            entry = entries[mid]
+            if gfn < entry[0]:
+                hi = mid
+            elif gfn >= entry[1]:
+                lo = mid + 1
+            else:
+                self._last = entry
+                return entry[2], nodes
+        return None, nodes
+
+    def check(self) -> None:
+        super().check()
+        if self._last is not None:
+            assert self._last[2] in self._by_id, "cache holds a deleted slot"
+            assert self._last[1] - self._last[0] == self._by_id[self._last[2]].npages, "stale cache entry"
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        return balanced_bound(n) + 1
+
+
+# --- trees --------------------------------------------------------------------
+
+
+class _TreeWalk(SlotIndex):
+    """The lookup every binary search tree here shares: go left below a
+    node's range, right above it, stop inside it.  Subclasses keep ``_root``
+    and a sentinel ``_nil`` (None for trees without one)."""
+
+    _nil: object = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._root = self._nil
+
+    def lookup(self, gfn: int) -> tuple[int | None, int]:
+        node = self._root
+        nil = self._nil
+        nodes = 0
+        while node is not nil:
+            nodes += 1
+            if gfn < node.base:
+                node = node.left
+            elif gfn >= node.end:
+                node = node.right
+            else:
+                return node.id, nodes
+        return None, nodes
+
+    def height(self) -> int:
+        """Nodes on the longest root-to-leaf path (the worst miss)."""
+
+        def walk(node: object) -> int:
+            if node is self._nil:
+                return 0
+            return 1 + max(walk(node.left), walk(node.right))  # type: ignore[attr-defined]
+
+        return walk(self._root)
+
+    def depth_of(self, slot_id: int) -> int:
+        """Nodes examined by a hit on slot ``slot_id``."""
+        slot = self._by_id[slot_id]
+        found, nodes = self.lookup(slot.base_gfn)
+        assert found == slot_id
+        return nodes
+
+    def inorder(self) -> Iterator[object]:
+        stack: list[object] = []
+        node = self._root
+        while stack or node is not self._nil:
+            while node is not self._nil:
+                stack.append(node)
+                node = node.left  # type: ignore[attr-defined]
+            node = stack.pop()
+            yield node
+            node = node.right  # type: ignore[attr-defined]
+
+    def _check_order(self) -> None:
+        ids = [n.id for n in self.inorder()]  # type: ignore[attr-defined]
+        assert ids == [s.id for s in self._sorted], "tree is not in gfn order"
+
+
+class _WNode:
+    __slots__ = ("base", "end", "id", "npages", "left", "right")
+
+    def __init__(self, slot: Slot) -> None:
+        self.base = slot.base_gfn
+        self.end = slot.end_gfn
+        self.id = slot.id
+        self.npages = slot.npages
+        self.left: _WNode | None = None
+        self.right: _WNode | None = None
+
+
+class WeightBalancedTree(_TreeWalk):
+    """A gfn search tree that puts the largest slots near the top, within a
+    height budget that keeps every miss short.
+
+    Invariant (checked by ``check()``), for n slots:
+
+    W1. In-order traversal gives the slots in gfn order.
+    W2. Height budget: the root has budget H(n) = ceil(log2(n + 1)) + 1 and
+        each child one less than its parent.  A subtree with budget b holds
+        at most 2^b - 1 slots, so its height is at most b.  Hence a miss
+        examines at most H(n) nodes: one more than a perfectly balanced tree.
+    W3. Weight rule: the root of every subtree (m slots, budget b) is the
+        heaviest slot (most pages) among the positions i (0-based, gfn order
+        within the subtree) that keep both sides within budget b - 1:
+        i <= 2^(b-1) - 1 and m - 1 - i <= 2^(b-1) - 1.  Ties go to the
+        position nearest the middle, then to the lower gfn.
+
+    W1-W3 determine the tree from the set of slots alone.  At the root the
+    window spans every position (2^(H-1) - 1 >= n), so the largest slot is
+    always the root: a hit into the biggest RAM slot costs one node, as
+    seed 000 wanted; the budget forces balance only where the slack of one
+    level runs out.
+
+    Rebalancing after insert and delete: walk down from the root along the
+    changed gfn; where a subtree's root is still the right choice, keep the
+    node and descend only into the side that changed (the other side keeps
+    its slots and its budget, so it is still valid); where it is not, rebuild
+    that subtree by the rule (a partial rebuild, as a scapegoat tree does).
+    When n crosses a power of two H(n) changes and both sides are revisited.
+    Cost: O(n) per update (the window scan at the top), O(log n) nodes
+    rebuilt for most updates; lookups are what the model is about.
+
+    The 2011 wbtree kept the heaviest node on top of each subtree without a
+    height budget, so a run of ever smaller slots made a path of n nodes;
+    W2 is what bounds the miss.
+    """
+
+    name = "wbtree"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._budget = 0  # H(n) the current tree was built for
+        self.rebuilt_nodes = 0  # nodes created by rebalancing, for tests and docs
+
+    @staticmethod
+    def budget(n: int) -> int:
+        return balanced_bound(n) + 1 if n else 0
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        return WeightBalancedTree.budget(n)
+
+    @staticmethod
+    def _pick(slots: list[Slot], lo: int, hi: int, budget: int) -> int:
+        """Index (into ``slots``) of the root W3 chooses for slots[lo:hi]."""
+        m = hi - lo
+        cap = (1 << (budget - 1)) - 1
+        first = lo + max(0, m - 1 - cap)
+        last = lo + min(m - 1, cap)
+        middle2 = lo + hi - 1  # twice the middle position, to stay in integers
+        best = first
+        best_key = (slots[first].npages, -abs(2 * first - middle2), -slots[first].base_gfn)
+        for i in range(first + 1, last + 1):
+            key = (slots[i].npages, -abs(2 * i - middle2), -slots[i].base_gfn)
+            if key > best_key:
+                best, best_key = i, key
+        return best
+
+    def _build(self, slots: list[Slot], lo: int, hi: int, budget: int) -> _WNode | None:
+        if lo >= hi:
+            return None
+        i = self._pick(slots, lo, hi, budget)
+        node = _WNode(slots[i])
+        self.rebuilt_nodes += 1
+        node.left = self._build(slots, lo, i, budget - 1)
+        node.right = self._build(slots, i + 1, hi, budget - 1)
+        return node
+
+    def _rebalance(
+        self, node: _WNode | None, lo: int, hi: int, budget: int, same_budget: bool, changed_gfn: int
+    ) -> _WNode | None:
+        """Restore W1-W3 for the subtree now holding self._sorted[lo:hi]."""
+        slots = self._sorted
+        if lo >= hi:
+            return None
+        i = self._pick(slots, lo, hi, budget)
+        if node is None or slots[i].id != node.id:
+            return self._build(slots, lo, hi, budget)
+        # Same root: a side whose slots and budget did not change is valid.
+        if not same_budget or changed_gfn < node.base:
+            node.left = self._rebalance(node.left, lo, i, budget - 1, same_budget, changed_gfn)
+        if not same_budget or changed_gfn >= node.end:
+            node.right = self._rebalance(node.right, i + 1, hi, budget - 1, same_budget, changed_gfn)
+        return node
+
+    def _restore(self, changed_gfn: int) -> None:
+        budget = self.budget(len(self._sorted))
+        same = budget == self._budget
+        self._root = self._rebalance(self._root, 0, len(self._sorted), budget, same, changed_gfn)
+        self._budget = budget
+
+    def insert(self, slot: Slot) -> None:
+        self._register(slot)
+        self._restore(slot.base_gfn)
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, _ = self._unregister(slot_id)
+        self._restore(slot.base_gfn)
+        return slot
+
+    def check(self) -> None:
+        self._check_order()  # W1
+        assert self._budget == self.budget(len(self)), "tree built for another slot count"
+        slots = self._sorted
+
+        def walk(node: _WNode | None, lo: int, hi: int, budget: int) -> int:
+            if node is None:
+                assert lo == hi, "subtree lost slots"
+                return 0
+            assert hi - lo <= (1 << budget) - 1, f"subtree of {hi - lo} slots over budget {budget}"  # W2
+            i = self._pick(slots, lo, hi, budget)
+            assert slots[i].id == node.id, f"slot {node.id} is not the W3 root (slot {slots[i].id} is)"  # W3
+            height = 1 + max(walk(node.left, lo, i, budget - 1), walk(node.right, i + 1, hi, budget - 1))
+            assert height <= budget, f"height {height} over budget {budget}"
+            return height
+
+        walk(self._root, 0, len(slots), self._budget)
+
+
+class _RBNode:
+    __slots__ = ("base", "end", "id", "left", "right", "parent", "red")
+
+    def __init__(self, base: int, end: int, sid: int, nil: _RBNode | None) -> None:
+        self.base = base
+        self.end = end
+        self.id = sid
+        self.left = nil
+        self.right = nil
+        self.parent = nil
+        self.red = True
+
+
+def _make_nil() -> _RBNode:
+    nil = _RBNode(-1, -1, -1, None)
+    nil.left = nil.right = nil.parent = nil
+    nil.red = False
+    return nil
+
+
+class RedBlackTree(_TreeWalk):
+    """A red-black tree keyed by base gfn, the structure of today's kernel
+    (``kvm_memslots.gfn_tree``, 2021).  CLRS insert and delete with a black
+    sentinel leaf.  A red-black tree guarantees height <= 2 log2(n + 1), not
+    the ceil(log2(n + 1)) + 1 of a near-perfect tree; ``bound`` says so.
+
+    Today's kernel also checks a last-used slot before walking the tree;
+    that cache is modelled by binsearch-lru, not here."""
+
+    name = "rbtree"
+    _nil = _make_nil()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._nodes: dict[int, _RBNode] = {}
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        return math.floor(2 * math.log2(n + 1)) if n else 0
+
+    def _rotate_left(self, x: _RBNode) -> None:
+        nil = self._nil
+        y = x.right
+        x.right = y.left
+        if y.left is not nil:
+            y.left.parent = x
+        y.parent = x.parent
+        if x.parent is nil:
+            self._root = y
+        elif x is x.parent.left:
+            x.parent.left = y
+        else:
+            x.parent.right = y
+        y.left = x
+        x.parent = y
+
+    def _rotate_right(self, x: _RBNode) -> None:
+        nil = self._nil
+        y = x.left
+        x.left = y.right
+        if y.right is not nil:
+            y.right.parent = x
+        y.parent = x.parent
+        if x.parent is nil:
+            self._root = y
+        elif x is x.parent.right:
+            x.parent.right = y
+        else:
+            x.parent.left = y
+        y.right = x
+        x.parent = y
+
+    def insert(self, slot: Slot) -> None:
+        self._register(slot)
+        nil = self._nil
+        z = _RBNode(slot.base_gfn, slot.end_gfn, slot.id, nil)
+        self._nodes[slot.id] = z
+        parent = nil
+        x = self._root
+        while x is not nil:
+            parent = x
+            x = x.left if z.base < x.base else x.right
+        z.parent = parent
+        if parent is nil:
+            self._root = z
+        elif z.base < parent.base:
+            parent.left = z
+        else:
+            parent.right = z
+        self._insert_fixup(z)
+
+    def _insert_fixup(self, z: _RBNode) -> None:
+        while z.parent.red:
+            grand = z.parent.parent
+            if z.parent is grand.left:
+                uncle = grand.right
+                if uncle.red:
+                    z.parent.red = uncle.red = False
+                    grand.red = True
+                    z = grand
+                else:
+                    if z is z.parent.right:
+                        z = z.parent
+                        self._rotate_left(z)
+                    z.parent.red = False
+                    z.parent.parent.red = True
+                    self._rotate_right(z.parent.parent)
+            else:
+                uncle = grand.left
+                if uncle.red:
+                    z.parent.red = uncle.red = False
+                    grand.red = True
+                    z = grand
+                else:
+                    if z is z.parent.left:
+                        z = z.parent
+                        self._rotate_right(z)
+                    z.parent.red = False
+                    z.parent.parent.red = True
+                    self._rotate_left(z.parent.parent)
+        self._root.red = False
+
+    def _transplant(self, u: _RBNode, v: _RBNode) -> None:
+        if u.parent is self._nil:
+            self._root = v
+        elif u is u.parent.left:
+            u.parent.left = v
+        else:
+            u.parent.right = v
+        v.parent = u.parent
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, _ = self._unregister(slot_id)
+        nil = self._nil
+        z = self._nodes.pop(slot_id)
+        y = z
+        y_was_red = y.red
+        if z.left is nil:
+            x = z.right
+            self._transplant(z, z.right)
+        elif z.right is nil:
+            x = z.left
+            self._transplant(z, z.left)
+        else:
+            y = z.right
+            while y.left is not nil:
+                y = y.left
+            y_was_red = y.red
+            x = y.right
+            if y.parent is z:
+                x.parent = y
+            else:
+                self._transplant(y, y.right)
+                y.right = z.right
+                y.right.parent = y
+            self._transplant(z, y)
+            y.left = z.left
+            y.left.parent = y
+            y.red = z.red
+        if not y_was_red:
+            self._delete_fixup(x)
+        nil.parent = nil  # the sentinel's parent is scratch space during fixup
+        return slot
+
+    def _delete_fixup(self, x: _RBNode) -> None:
+        while x is not self._root and not x.red:
+            if x is x.parent.left:
+                w = x.parent.right
+                if w.red:
+                    w.red = False
+                    x.parent.red = True
+                    self._rotate_left(x.parent)
+                    w = x.parent.right
+                if not w.left.red and not w.right.red:
+                    w.red = True
+                    x = x.parent
+                else:
+                    if not w.right.red:
+                        w.left.red = False
+                        w.red = True
+                        self._rotate_right(w)
+                        w = x.parent.right
+                    w.red = x.parent.red
+                    x.parent.red = False
+                    w.right.red = False
+                    self._rotate_left(x.parent)
+                    x = self._root
+            else:
+                w = x.parent.left
+                if w.red:
+                    w.red = False
+                    x.parent.red = True
+                    self._rotate_right(x.parent)
+                    w = x.parent.left
+                if not w.right.red and not w.left.red:
+                    w.red = True
+                    x = x.parent
+                else:
+                    if not w.left.red:
+                        w.right.red = False
+                        w.red = True
+                        self._rotate_left(w)
+                        w = x.parent.left
+                    w.red = x.parent.red
+                    x.parent.red = False
+                    w.left.red = False
+                    self._rotate_right(x.parent)
+                    x = self._root
+        x.red = False
+
+    def check(self) -> None:
+        nil = self._nil
+        assert not nil.red, "sentinel turned red"
+        assert not self._root.red, "root is red"
+        self._check_order()
+
+        def walk(node: _RBNode) -> int:
+            if node is nil:
+                return 1
+            for child in (node.left, node.right):
+                if child is not nil:
+                    assert child.parent is node, f"bad parent pointer under slot {node.id}"
+                    assert not (node.red and child.red), f"red slot {node.id} has a red child"
+            left, right = walk(node.left), walk(node.right)
+            assert left == right, f"black heights differ under slot {node.id}"
+            return left + (0 if node.red else 1)
+
+        walk(self._root)
+
+
+STRUCTURES: dict[str, type[SlotIndex]] = {
+    cls.name: cls
+    for cls in (LinearArray, ReorderArray, WeightBalancedTree, BinarySearchArray, BinarySearchLRU, RedBlackTree)
+}
+
+
+def build(name: str, layout: Layout) -> SlotIndex:
+    """Structure ``name`` with the layout's slots inserted in registration order."""
+    try:
+        index = STRUCTURES[name]()
+    except KeyError:
+        raise BadInput(f"unknown structure {name!r}: one of {', '.join(STRUCTURES)}") from None
+    for slot in layout.slots:
+        index.insert(slot)
+    return index
+
+
+def build_all(layout: Layout) -> dict[str, SlotIndex]:
+    return {name: build(name, layout) for name in STRUCTURES}
