@@ -5,6 +5,7 @@ unusable; the 32764-slot runs live in the CLI and e2e, not here."""
 from __future__ import annotations
 
 import os
+import time
 from typing import Iterator
 
 import pytest
@@ -104,3 +105,22 @@ def test_small_bench_end_to_end(kvm: K.Kvm) -> None:
     assert [r["slots"] for r in doc["runs"]] == [1, 8]
     assert all(0 < r["setup_s_per_slot"] < 0.1 for r in doc["runs"])
     assert doc["vcpu"]["ran"] is False and "fault_us" not in doc["runs"][0]
+
+
+def test_a_guest_that_does_not_finish_hits_the_deadline(kvm: K.Kvm) -> None:
+    geo = B.SlotGeometry(1)
+    with K.GuestMemory(geo.host_size) as mem, kvm.create_vm() as vm:
+        mem.write(B.GUEST_ENTRY, B.GUEST_CODE)
+        B._setup_slots(vm, geo, mem.address)
+        vcpu = vm.create_vcpu(0)
+        K.enter_flat_protected_mode(vcpu)
+        try:
+            B._run_pass(vcpu, geo.touch_gpa(0), 0, 0, 5.0, None)
+        except B.GuestPassError as exc:
+            pytest.skip(f"this KVM cannot run the flat protected-mode guest: {exc}")
+        # 2**32 - 1 writes to one page: seconds natively, hours emulated;
+        # the deadline must stop it at 0.3 s either way.
+        start = time.monotonic()
+        with pytest.raises(B.GuestPassError, match="did not finish within 0.3 s"):
+            B._run_pass(vcpu, geo.touch_gpa(0), 0xFFFFFFFF, 0, 0.3, None)
+        assert time.monotonic() - start < 2
