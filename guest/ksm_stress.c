@@ -32,7 +32,9 @@
  * The dirty word holds a value computed from (pass, page), not random():
  * the content check still knows every byte of every page after dirtying.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <stdarg.h>
 #include <signal.h>

@@ -1,0 +1,147 @@
+"""Driving guest/ksm_stress.c from the host.
+
+The agent prints one record per line ("t=... event=fill_done pages=...");
+a thread collects them as they come, so a scenario can wait for an event
+with a deadline while it drives host KSM.  Phases that hold (hold:S, dirty:S)
+end early on SIGUSR1: ``advance()`` sends it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+from host.errors import GuestError, Timeout
+
+AGENT = "ksm_stress"
+PAGE_SIZE = 4096
+
+
+def parse_record(line: str) -> dict[str, str] | None:
+    """'t=1.5 event=fill_done pages=3' -> {'t': '1.5', 'event': 'fill_done',
+    'pages': '3'}; None for a line that is not a record."""
+    record: dict[str, str] = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            return None
+        record[key] = value
+    return record if "event" in record else None
+
+
+class _Background(Protocol):
+    def lines(self, timeout: float = ...) -> Iterator[str]: ...
+    def wait(self, timeout: float = ...) -> Any: ...
+    def kill(self) -> None: ...
+
+
+class _Ssh(Protocol):
+    def start(self, argv: list[str]) -> _Background: ...
+    def run(self, argv: list[str], timeout: float = ..., check: bool = ..., input: bytes | None = ...) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class StressArgs:
+    """ksm_stress's command line, typed."""
+
+    mib: int
+    phases: Sequence[str]
+    byte: int = 1
+    mergeable: bool = False
+    thp: bool = False
+    timeout_s: float = 300.0
+
+    def argv(self, path: str) -> list[str]:
+        argv = [path, "--mib", str(self.mib), "--byte", str(self.byte), "--phases", ",".join(self.phases),
+                "--timeout", f"{self.timeout_s:g}"]
+        if self.mergeable:
+            argv.append("--mergeable")
+        if self.thp:
+            argv.append("--thp")
+        return argv
+
+    @property
+    def pages(self) -> int:
+        return self.mib * (1 << 20) // PAGE_SIZE
+
+
+class StressAgent:
+    """One running ksm_stress; use as a context manager (it is killed on
+    exit if still running; its own --timeout bounds it anyway)."""
+
+    def __init__(self, ssh: _Ssh, path: str, args: StressArgs) -> None:
+        self.args = args
+        self._ssh = ssh
+        self.records: list[dict[str, str]] = []
+        self._cond = threading.Condition()
+        self._ended = False
+        self._failure: BaseException | None = None
+        self._bg = ssh.start(args.argv(path))
+        self._thread = threading.Thread(target=self._collect, name="ksm_stress-reader", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "StressAgent":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._ended:
+            self._bg.kill()
+        self._thread.join(timeout=5)
+
+    def _collect(self) -> None:
+        try:
+            for line in self._bg.lines(timeout=self.args.timeout_s + 60):
+                record = parse_record(line)
+                if record is not None:
+                    with self._cond:
+                        self.records.append(record)
+                        self._cond.notify_all()
+        except BaseException as exc:  # reported by wait_event
+            self._failure = exc
+        finally:
+            with self._cond:
+                self._ended = True
+                self._cond.notify_all()
+
+    @property
+    def pid(self) -> int:
+        return int(self.wait_event("start", 60)["pid"])
+
+    def wait_event(self, event: str, timeout_s: float, occurrence: int = 1) -> dict[str, str]:
+        """The n-th record of this event; GuestError when the agent reports
+        an error or ends first, Timeout past the deadline."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                errors = [r for r in self.records if r["event"] == "error"]
+                if errors:
+                    raise GuestError(f"ksm_stress failed: {_format(errors[0])}")
+                found = [r for r in self.records if r["event"] == event]
+                if len(found) >= occurrence:
+                    return found[occurrence - 1]
+                if self._ended:
+                    raise GuestError(
+                        f"ksm_stress ended before event={event} (#{occurrence}); last record: "
+                        f"{_format(self.records[-1]) if self.records else 'none'}; {self._failure or ''}"
+                    )
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise Timeout(f"ksm_stress: no event={event} (#{occurrence}) within {timeout_s:.0f} s")
+                self._cond.wait(remaining)
+
+    def advance(self) -> None:
+        """End the current hold/dirty phase (SIGUSR1)."""
+        self._ssh.run(["kill", "-USR1", str(self.pid)], timeout=30)
+
+    def finish(self, timeout_s: float) -> int:
+        """Wait for the agent to exit; its exit status."""
+        self.wait_event("done", timeout_s)
+        self._thread.join(timeout=timeout_s)
+        return int(self.records[-1].get("status", "-1")) if self.records[-1]["event"] == "done" else -1
+
+
+def _format(record: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in record.items())

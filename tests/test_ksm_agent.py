@@ -1,0 +1,94 @@
+"""host.ksm.agent with a canned guest command: record parsing, waiting for
+events, errors surfacing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from host.errors import GuestError, Timeout
+from host.ksm.agent import StressAgent, StressArgs, parse_record
+
+
+class FakeBackground:
+    def __init__(self, lines: list[str], gate: threading.Event | None = None) -> None:
+        self._lines, self._gate, self.killed = lines, gate, False
+
+    def lines(self, timeout: float = 0):
+        for i, line in enumerate(self._lines):
+            if self._gate is not None and i == 2:
+                self._gate.wait(5)
+            yield line
+
+    def wait(self, timeout: float = 0):
+        return None
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+class FakeSsh:
+    def __init__(self, bg: FakeBackground) -> None:
+        self.bg, self.started, self.ran = bg, [], []
+
+    def start(self, argv):
+        self.started.append(argv)
+        return self.bg
+
+    def run(self, argv, timeout=60, check=True, input=None):
+        self.ran.append(argv)
+
+
+def test_parse_record() -> None:
+    assert parse_record("t=1.5 event=fill_done pages=3") == {"t": "1.5", "event": "fill_done", "pages": "3"}
+    assert parse_record("ksm_stress: cannot allocate") is None
+    assert parse_record("t=1 x=2") is None
+
+
+def test_args_argv() -> None:
+    args = StressArgs(mib=64, phases=["fill", "hold:5"], byte=0x5A, mergeable=True, timeout_s=30)
+    assert args.argv("/tmp/ksm_stress") == [
+        "/tmp/ksm_stress", "--mib", "64", "--byte", "90", "--phases", "fill,hold:5", "--timeout", "30", "--mergeable",
+    ]
+    assert args.pages == 16384
+
+
+def test_wait_event_and_advance() -> None:
+    gate = threading.Event()
+    bg = FakeBackground([
+        "t=1 event=start pid=42 mib=1",
+        "t=2 event=fill_done pages=256",
+        "t=3 event=hold_done reason=signal",
+        "t=4 event=verify_done pages=256 bad_pages=0",
+        "t=5 event=done status=0",
+    ], gate)
+    ssh = FakeSsh(bg)
+    with StressAgent(ssh, "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
+        assert agent.wait_event("fill_done", 5)["pages"] == "256"
+        with pytest.raises(Timeout):
+            agent.wait_event("verify_done", 0.1)
+        agent.advance()
+        assert ssh.ran == [["kill", "-USR1", "42"]]
+        gate.set()
+        assert agent.wait_event("verify_done", 5)["bad_pages"] == "0"
+        assert agent.finish(5) == 0
+
+
+def test_error_record_raises() -> None:
+    bg = FakeBackground([
+        "t=1 event=error reason=alloc size_mib=4096 guest_mem_mib=1000 available_mib=900",
+    ])
+    with StressAgent(FakeSsh(bg), "/tmp/a", StressArgs(mib=4096, phases=["fill"])) as agent:
+        with pytest.raises(GuestError, match="size_mib=4096 guest_mem_mib=1000"):
+            agent.wait_event("fill_done", 5)
+
+
+def test_ended_without_event() -> None:
+    bg = FakeBackground(["t=1 event=start pid=1"])
+    with StressAgent(FakeSsh(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
+        t0 = time.monotonic()
+        with pytest.raises(GuestError, match="ended before event=fill_done"):
+            agent.wait_event("fill_done", 5)
+        assert time.monotonic() - t0 < 2
