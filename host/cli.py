@@ -25,6 +25,7 @@ SUBCOMMAND_MODULES = [
     "host.bootcmd",  # memqual boot
     "host.ksm.cli",  # memqual ksm status|restore
     "host.balloon",  # memqual balloon model
+    "host.memslots.cli",  # memqual memslots model|lookup|kvm
 ]
 
 
