@@ -25,6 +25,8 @@ SUBCOMMAND_MODULES = [
     "host.bootcmd",  # memqual boot
     "host.ksm.cli",  # memqual ksm status|restore
     "host.balloon",  # memqual balloon model
+    "host.compare",  # memqual compare A.json B.json
+    "host.runjob",  # memqual run
     "host.memslots.cli",  # memqual memslots model|lookup|kvm
 ]
 

@@ -1,0 +1,566 @@
+"""``memqual run``: the main job.
+
+Runs the qualification (``avocado run e2e/`` as a subprocess of this venv's
+avocado, with its own job results directory inside the output directory),
+shows which test runs and for how long, then collects the measurement
+records of that job, judges every claim and writes::
+
+    OUTPUT/avocado/job-*/     avocado's job (each test's records in its data/)
+    OUTPUT/results.json       environment, verdicts, every metric's samples
+    OUTPUT/report.html        the same for people, with plots
+
+and prints the tables.  With two guest kernels (``--guest-kernel A.bzImage
+--guest-kernel B.bzImage``) it runs the same scenarios on each into
+OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
+as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
+
+Parameters reach the scenarios through the environment (avocado passes it
+on to every test):
+
+- ``MEMQUAL_PROFILE``: ``quick`` (default: sized to finish in about 15
+  minutes under TCG on 2 cores) or ``full`` (the lab: more repeats, bigger
+  guests).  Tests tagged ``slow`` are left out of the quick profile.
+- ``MEMQUAL_GUEST_KERNEL`` / ``MEMQUAL_GUEST_MODULES``: a guest kernel
+  (bzImage) and its modules directory instead of Debian's, for qualifying a
+  patch.
+- ``MEMQUAL_RUN_LABEL``: ``A`` or ``B`` in a two-kernel run.
+
+``MEMQUAL_AVOCADO`` names another avocado executable (the tests use a fake).
+
+Exit status: 0 when the job ran to completion (a claim that is not
+reproduced is a verdict, not a failure); 1 when avocado reported failed or
+errored tests or the job itself failed; 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import hashlib
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from host.errors import BadInput
+from host.paths import REPO_ROOT
+
+PROFILES = ("quick", "full")
+# avocado's exit status bits (avocado.core.exit_codes)
+AVOCADO_TESTS_FAIL = 1
+AVOCADO_JOB_FAIL = 2
+# Test statuses that mean "no records from this test, and here is why".
+_NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "WARN")
+
+_STARTED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+STARTED\s*$")
+_FINISHED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+([A-Z]+)(?::\s*(.*?))?\s*\(([\d.]+)\s*s\)\s*$")
+_JOB_LOG = re.compile(r"^JOB LOG\s*:\s*(.+?)\s*$")
+_RESULTS = re.compile(r"^RESULTS\s*:\s*(.+?)\s*$")
+_REPEAT = re.compile(r"\brepeat\w*\b", re.IGNORECASE)
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestKernel:
+    label: str  # "A" or "B" (empty for a single kernel)
+    bzimage: Path
+    modules: Path | None
+    sha256: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    output: Path
+    profile: str = "quick"
+    only: tuple[str, ...] = ()
+    tests: Path = REPO_ROOT / "e2e"
+    kernels: tuple[GuestKernel, ...] = ()
+    parallel: int = 1
+
+
+@dataclasses.dataclass
+class TestOutcome:
+    id: str
+    status: str
+    reason: str
+    time: float | None
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    """What one avocado job did."""
+
+    command: list[str]
+    exit_status: int
+    job_dir: Path | None
+    summary: str
+    tests: list[TestOutcome]
+    counts: dict[str, int]
+
+    @property
+    def completed(self) -> bool:
+        return self.exit_status == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "exit_status": self.exit_status,
+            "job_dir": str(self.job_dir) if self.job_dir else None,
+            "summary": self.summary,
+            "counts": self.counts,
+        }
+
+
+# ------------------------------------------------------------ avocado
+
+
+def avocado_executable() -> list[str]:
+    """This venv's avocado (the one installed with memqual), or
+    ``$MEMQUAL_AVOCADO``."""
+    override = os.environ.get("MEMQUAL_AVOCADO")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
+        return [str(path)]
+    beside = Path(sys.executable).parent / "avocado"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("avocado")
+    if found:
+        return [found]
+    raise BadInput("avocado not found: install memqual in its venv (pip install -e .) and run .venv/bin/memqual")
+
+
+def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
+    """avocado --filter-by-tags arguments.  Several --filter-by-tags are
+    ORed, commas inside one are ANDed: so "--only ksm --only balloon" in the
+    quick profile is (ksm AND NOT slow) OR (balloon AND NOT slow)."""
+    not_slow = ["-slow"] if profile == "quick" else []
+    args: list[str] = []
+    if only:
+        for tag in only:
+            args.append("--filter-by-tags=" + ",".join([tag, *not_slow]))
+    elif not_slow:
+        # Untagged tests stay in: only tests that say "slow" are left out.
+        args += ["--filter-by-tags=-slow", "--filter-by-tags-include-empty"]
+    return args
+
+
+def avocado_command(config: RunConfig, results_dir: Path) -> list[str]:
+    tests = config.tests
+    try:
+        tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + "/"
+    except ValueError:
+        tests_arg = str(tests)
+    return [
+        *avocado_executable(),
+        "run",
+        tests_arg,
+        "--job-results-dir",
+        str(results_dir),
+        "--disable-sysinfo",  # memqual records its own fingerprint; sysinfo costs seconds
+        "--max-parallel-tasks",
+        str(config.parallel),  # 1 by default: benchmarks must not share the 2 cores
+        *tag_filters(config.profile, config.only),
+    ]
+
+
+def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MEMQUAL_PROFILE"] = config.profile
+    for key in ("MEMQUAL_GUEST_KERNEL", "MEMQUAL_GUEST_MODULES", "MEMQUAL_RUN_LABEL"):
+        env.pop(key, None)
+    if kernel is not None:
+        env["MEMQUAL_GUEST_KERNEL"] = str(kernel.bzimage)
+        if kernel.modules is not None:
+            env["MEMQUAL_GUEST_MODULES"] = str(kernel.modules)
+        if kernel.label:
+            env["MEMQUAL_RUN_LABEL"] = kernel.label
+    return env
+
+
+class _Progress:
+    """Follows avocado's output lines: which test runs, since when, how
+    many finished with which status, how many records exist so far, and the
+    last "repeat" line of the running test's log."""
+
+    def __init__(self, title: str, console: Any) -> None:
+        self.title = title
+        self.console = console
+        self.start = time.monotonic()
+        self.current: str | None = None
+        self.current_start = self.start
+        self.index = 0
+        self.total = 0
+        self.counts: dict[str, int] = {}
+        self.job_dir: Path | None = None
+        self.summary = ""
+        self.finished: list[tuple[str, str, str, float]] = []
+
+    def feed(self, line: str) -> str | None:
+        """Digest one line; returns a line worth printing on a non-terminal."""
+        line = line.rstrip("\n")
+        if m := _JOB_LOG.match(line):
+            self.job_dir = Path(m.group(1)).parent
+        elif m := _STARTED.match(line):
+            self.index, self.total = int(m.group(1)), int(m.group(2))
+            self.current, self.current_start = m.group(3), time.monotonic()
+        elif m := _FINISHED.match(line):
+            status = m.group(4)
+            self.counts[status] = self.counts.get(status, 0) + 1
+            self.finished.append((m.group(3), status, m.group(5) or "", float(m.group(6))))
+            if self.current == m.group(3):
+                self.current = None
+            return f"[{self._clock(time.monotonic() - self.start)}] ({m.group(1)}/{m.group(2)}) {m.group(3)}: {status}" + (
+                f": {m.group(5)}" if m.group(5) else ""
+            ) + f" ({float(m.group(6)):.1f} s)"
+        elif m := _RESULTS.match(line):
+            self.summary = m.group(1)
+        return None
+
+    @staticmethod
+    def _clock(seconds: float) -> str:
+        minutes, secs = divmod(int(seconds), 60)
+        return f"{minutes}:{secs:02d}"
+
+    def _records(self) -> int:
+        if self.job_dir is None or not self.job_dir.is_dir():
+            return 0
+        return sum(1 for _ in self.job_dir.rglob("memqual-*.json"))
+
+    def _repeat_line(self) -> str:
+        if self.job_dir is None:
+            return ""
+        logs = list((self.job_dir / "test-results").glob("*/debug.log"))
+        if not logs:
+            return ""
+        newest = max(logs, key=lambda p: p.stat().st_mtime)
+        try:
+            with newest.open("rb") as fh:
+                fh.seek(max(0, newest.stat().st_size - 8192))
+                tail = fh.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        for text in reversed(tail):
+            if _REPEAT.search(text):
+                return text.split("|", 1)[-1].strip()[-70:]
+        return ""
+
+    def render(self) -> Any:
+        from rich.table import Table
+
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(style="bold cyan", no_wrap=True)
+        grid.add_column(overflow="fold")
+        elapsed = self._clock(time.monotonic() - self.start)
+        grid.add_row(self.title, f"elapsed {elapsed}, {self._records()} records so far")
+        if self.current:
+            grid.add_row(
+                f"({self.index}/{self.total})",
+                f"{self.current}  [bold]{self._clock(time.monotonic() - self.current_start)}[/]",
+            )
+            repeat = self._repeat_line()
+            if repeat:
+                grid.add_row("", f"[dim]{repeat}[/]")
+        elif not self.finished:
+            grid.add_row("", "[dim]avocado is discovering tests...[/]")
+        if self.counts:
+            grid.add_row("", " ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+        return grid
+
+
+def run_avocado(config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any) -> JobOutcome:
+    """One avocado job, with a progress display; returns what it did."""
+    from rich.live import Live
+
+    results_dir.mkdir(parents=True, exist_ok=True)
+    command = avocado_command(config, results_dir)
+    before = set(results_dir.glob("job-*"))
+    stderr_path = results_dir / "avocado-stderr.log"
+    title = "memqual run" + (f" [{kernel.label}]" if kernel and kernel.label else "") + f" ({config.profile})"
+    progress = _Progress(title, console)
+    lines: queue.Queue[str | None] = queue.Queue()
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=scenario_environment(config, kernel),
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            bufsize=1,
+        )
+
+        def reader() -> None:
+            assert proc.stdout is not None
+            for text in proc.stdout:
+                lines.put(text)
+            lines.put(None)
+
+        threading.Thread(target=reader, daemon=True).start()
+        try:
+            live = Live(progress.render(), console=console, refresh_per_second=2, transient=True) if console.is_terminal else None
+            if live is not None:
+                live.start()
+            try:
+                done = False
+                while not done:
+                    try:
+                        text = lines.get(timeout=0.5)
+                    except queue.Empty:
+                        text = ""
+                    if text is None:
+                        done = True
+                    elif text:
+                        printable = progress.feed(text)
+                        if printable:
+                            console.print(printable, highlight=False, markup=False)
+                    if live is not None:
+                        live.update(progress.render())
+            finally:
+                if live is not None:
+                    live.stop()
+            exit_status = proc.wait()
+        except KeyboardInterrupt:
+            # avocado got the same SIGINT (same process group) and interrupts
+            # its tests; give it time to clean up (tests kill their QEMU).
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            raise
+    job_dir = progress.job_dir
+    if job_dir is None or not job_dir.is_dir():
+        created = sorted(set(results_dir.glob("job-*")) - before)
+        job_dir = created[-1] if created else None
+    tests, counts = _job_results(job_dir)
+    summary = progress.summary
+    if not summary and exit_status != 0:
+        tail = stderr_path.read_text(errors="replace").strip().splitlines()
+        summary = f"avocado exited {exit_status}" + (f": {tail[-1]}" if tail else "")
+    return JobOutcome(
+        command=command,
+        exit_status=exit_status,
+        job_dir=job_dir,
+        summary=summary,
+        tests=tests,
+        counts=counts,
+    )
+
+
+def _job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int]]:
+    """Tests and counts from avocado's results.json of the job."""
+    if job_dir is None:
+        return [], {}
+    path = job_dir / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return [], {}
+    tests = []
+    for t in data.get("tests", []):
+        reason = t.get("fail_reason") or ""
+        tests.append(
+            TestOutcome(
+                id=str(t.get("name") or t.get("id") or "?"),
+                status=str(t.get("status") or "?"),
+                reason="" if reason == "<unknown>" else str(reason),
+                time=t.get("time_elapsed"),
+            )
+        )
+    counts = {
+        k: int(data[k])
+        for k in ("pass", "errors", "failures", "skip", "warn", "interrupt", "cancel", "total")
+        if isinstance(data.get(k), int)
+    }
+    return tests, counts
+
+
+# ------------------------------------------------------------ results
+
+
+def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
+    """Every record of the job; a broken record is reported, not fatal."""
+    from host import record
+
+    if job_dir is None:
+        return [], []
+    records, problems = [], []
+    for path in sorted(job_dir.rglob(record.RECORD_GLOB)):
+        try:
+            records.append(record.load(path))
+        except BadInput as exc:
+            problems.append(str(exc))
+    return records, problems
+
+
+def write_outputs(
+    out_dir: Path,
+    job: JobOutcome,
+    config: RunConfig,
+    kernel: GuestKernel | None,
+    console: Any,
+) -> dict[str, Any]:
+    """Verdicts, results.json, report.html and the tables for one job."""
+    from host import claims, report
+
+    records, problems = collect_records(job.job_dir)
+    for problem in problems:
+        console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
+    skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for t in job.tests if t.status in _NOT_PASSED]
+    verdicts = claims.evaluate(claims.load(), records, skips=skips)
+    run_info: dict[str, Any] = {
+        "profile": config.profile,
+        "only": list(config.only),
+        "label": kernel.label if kernel else "",
+        "guest_kernel": (
+            {"bzimage": str(kernel.bzimage), "modules": str(kernel.modules) if kernel.modules else None, "sha256": kernel.sha256}
+            if kernel
+            else None
+        ),
+        "avocado": job.to_json(),
+        "tests": [dataclasses.asdict(t) for t in job.tests],
+        "record_problems": problems,
+    }
+    try:
+        results = report.build_results(verdicts, records, run=run_info)
+    except BadInput as exc:
+        # Two records of one metric in one job: keep the run's verdicts,
+        # drop the raw metrics, and say so.
+        console.print(f"[yellow]metrics left out of results.json:[/] {exc}", highlight=False)
+        results = report.build_results(verdicts, [], run=run_info)
+        results["scenarios"] = sorted({r.scenario for r in records})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.write_results(results, out_dir / "results.json")
+    report.write_html(results, out_dir / "report.html")
+    report.print_tables(results, console)
+    console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
+    return results
+
+
+def run(config: RunConfig, console: Any = None) -> int:
+    from rich.console import Console
+
+    console = console or Console()
+    config.output.mkdir(parents=True, exist_ok=True)
+    kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
+    outcomes: list[JobOutcome] = []
+    results: list[dict[str, Any]] = []
+    for kernel in kernels:
+        out_dir = config.output / kernel.label if kernel and kernel.label else config.output
+        job = run_avocado(config, out_dir / "avocado", kernel, console)
+        console.print(f"avocado: {job.summary or 'no summary'} (exit {job.exit_status})", highlight=False)
+        outcomes.append(job)
+        results.append(write_outputs(out_dir, job, config, kernel, console))
+    if len(results) == 2:
+        _compare_kernels(config, results, console)
+    failed = [j for j in outcomes if not j.completed]
+    if failed:
+        console.print(
+            "[bold red]avocado reported failed or errored tests (or the job failed):[/] "
+            + "; ".join(j.summary or f"exit {j.exit_status}" for j in failed),
+            highlight=False,
+        )
+        return 1
+    return 0
+
+
+def _compare_kernels(config: RunConfig, results: list[dict[str, Any]], console: Any) -> None:
+    from host import compare
+
+    try:
+        result = compare.compare_results(results[0], results[1])
+    except BadInput as exc:
+        console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
+        return
+    out = result.to_json()
+    out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
+    (config.output / "comparison.json").write_text(json.dumps(out, indent=2) + "\n")
+    compare.print_comparison(result, console)
+    console.print(f"wrote {config.output / 'comparison.json'}", highlight=False)
+
+
+# ------------------------------------------------------------------ CLI
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    kernels_in = [Path(k) for k in args.guest_kernel or []]
+    modules_in = [Path(m) for m in args.guest_modules or []]
+    if len(kernels_in) > 2:
+        raise BadInput("give --guest-kernel at most twice (A and B)")
+    if modules_in and len(modules_in) != len(kernels_in):
+        raise BadInput("give --guest-modules once per --guest-kernel, in the same order")
+    kernels = []
+    for index, bzimage in enumerate(kernels_in):
+        if not bzimage.is_file():
+            raise BadInput(f"--guest-kernel {bzimage}: no such file")
+        modules = modules_in[index] if modules_in else None
+        if modules is not None and not modules.is_dir():
+            raise BadInput(f"--guest-modules {modules}: no such directory")
+        label = "AB"[index] if len(kernels_in) == 2 else ""
+        kernels.append(GuestKernel(label, bzimage.resolve(), modules.resolve() if modules else None, _sha256(bzimage)))
+    tests = Path(args.tests)
+    if not tests.exists():
+        raise BadInput(f"--tests {tests}: no such file or directory")
+    if args.parallel < 1:
+        raise BadInput("--parallel must be at least 1")
+    for tag in args.only or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    output = Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    return RunConfig(
+        output=output,
+        profile=args.profile,
+        only=tuple(args.only or ()),
+        tests=tests,
+        kernels=tuple(kernels),
+        parallel=args.parallel,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
+        description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
+        "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
+    )
+    parser.add_argument("--profile", choices=PROFILES, default="quick", help="quick (default, ~15 min under TCG) or full")
+    parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)")
+    parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-results/<timestamp>)")
+    parser.add_argument(
+        "--guest-kernel", action="append", metavar="BZIMAGE",
+        help="guest kernel instead of Debian's; twice to compare two kernels (A, B)",
+    )
+    parser.add_argument("--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel")
+    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--parallel", type=int, default=1,
+        help="tests avocado runs at once (default 1: benchmarks must not share the CPUs)",
+    )
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    return run(config_from_args(args))

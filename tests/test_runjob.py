@@ -1,0 +1,250 @@
+"""`memqual run` against a fake avocado: a small script that prints
+avocado's lines and writes a job directory with records.  No guest here."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from host import runjob
+from host.errors import BadInput
+
+FAKE_AVOCADO = textwrap.dedent(
+    """\
+    #!{python}
+    # A stand-in for `avocado run`: reads its plan from $FAKE_PLAN, records
+    # its argv and memqual environment, writes a job dir like avocado's.
+    import json, os, sys, time
+    plan = json.load(open(os.environ["FAKE_PLAN"]))
+    argv = sys.argv[1:]
+    with open(os.environ["FAKE_CALLS"], "a") as calls:
+        calls.write(json.dumps({{"argv": argv, "env": {{k: v for k, v in os.environ.items() if k.startswith("MEMQUAL_")}}}}) + "\\n")
+    if plan.get("crash"):
+        sys.stderr.write("Traceback ...\\nModuleNotFoundError: No module named 'pkg_resources'\\n")
+        sys.exit(2)
+    results_dir = argv[argv.index("--job-results-dir") + 1]
+    label = os.environ.get("MEMQUAL_RUN_LABEL", "")
+    job = os.path.join(results_dir, "job-2026-11-30T01.00-fake" + label)
+    os.makedirs(job, exist_ok=True)
+    print("JOB ID     : fake", flush=True)
+    print("JOB LOG    : " + os.path.join(job, "job.log"), flush=True)
+    tests = plan["tests"]
+    out = []
+    for i, t in enumerate(tests, 1):
+        print(" (%d/%d) %s: STARTED" % (i, len(tests), t["name"]), flush=True)
+        logdir = os.path.join(job, "test-results", "%d-%s" % (i, t["name"].replace("/", "_")))
+        os.makedirs(os.path.join(logdir, "data"), exist_ok=True)
+        with open(os.path.join(logdir, "debug.log"), "w") as log:
+            log.write("01:00:00 INFO | repeat 1/5 smart_scan=0\\n")
+        for rec in t.get("records", []):
+            rec = dict(rec)
+            scale = rec.pop("scale_" + label, 1.0)
+            rec["samples"] = [s * scale for s in rec["samples"]]
+            name = "memqual-%s-%s-%s.json" % (rec["scenario"], rec["metric"], json.dumps(rec.get("variant", {{}}), sort_keys=True).replace(" ", ""))
+            with open(os.path.join(logdir, "data", name.replace("/", "_")), "w") as fh:
+                json.dump(rec, fh)
+        reason = t.get("reason", "")
+        print(" (%d/%d) %s:  %s%s (0.10 s)" % (i, len(tests), t["name"], t["status"], (": " + reason) if reason else ""), flush=True)
+        out.append({{"name": t["name"], "id": "%d-%s" % (i, t["name"]), "status": t["status"],
+                    "fail_reason": reason or "<unknown>", "time_elapsed": 0.1}})
+    counts = {{s: sum(1 for t in tests if t["status"] == s) for s in ("PASS", "FAIL", "ERROR", "SKIP", "CANCEL")}}
+    json.dump({{"tests": out, "pass": counts["PASS"], "failures": counts["FAIL"], "errors": counts["ERROR"],
+               "skip": counts["SKIP"], "cancel": counts["CANCEL"], "total": len(tests)}},
+              open(os.path.join(job, "results.json"), "w"))
+    print("RESULTS    : PASS %d | ERROR %d | FAIL %d | SKIP %d | WARN 0 | INTERRUPT 0 | CANCEL %d"
+          % (counts["PASS"], counts["ERROR"], counts["FAIL"], counts["SKIP"], counts["CANCEL"]), flush=True)
+    sys.exit(1 if counts["FAIL"] or counts["ERROR"] else 0)
+    """
+)
+
+
+def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
+    base = [0.80, 0.82, 0.79, 0.81, 0.80]
+    common = {
+        "schema": "memqual.measurement/1", "scenario": "ksm.volatile_scan", "metric": "ksmd_cpu_s_per_full_scan",
+        "unit": "s", "better": "lower", "claim": "ksm-volatile-4k", "settings": {"pages_to_scan": 4000},
+        "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
+    }
+    return [
+        {**common, "variant": {"smart_scan": 0}, "samples": base},
+        {**common, "variant": {"smart_scan": 1}, "samples": [s / speedup for s in base], "scale_B": scale_b},
+    ]
+
+
+@pytest.fixture()
+def fake(tmp_path, monkeypatch):
+    script = tmp_path / "avocado"
+    script.write_text(FAKE_AVOCADO.format(python=sys.executable))
+    script.chmod(0o755)
+    plan_path, calls = tmp_path / "plan.json", tmp_path / "calls.jsonl"
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    monkeypatch.setenv("FAKE_PLAN", str(plan_path))
+    monkeypatch.setenv("FAKE_CALLS", str(calls))
+
+    class Fake:
+        def plan(self, **plan):
+            plan_path.write_text(json.dumps(plan))
+
+        def calls(self):
+            return [json.loads(line) for line in calls.read_text().splitlines()]
+
+    return Fake()
+
+
+def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    runjob.register(parser.add_subparsers())
+    tests = tmp_path / "e2e"
+    tests.mkdir(exist_ok=True)
+    return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])
+
+
+def _run(tmp_path: Path, *extra: str, terminal: bool = False) -> tuple[int, str]:
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=terminal, width=120)
+    status = runjob.run(runjob.config_from_args(_args(tmp_path, *extra)), console)
+    return status, buf.getvalue()
+
+
+def test_a_run_writes_results_report_and_tables_for_every_claim(tmp_path, fake):
+    fake.plan(tests=[
+        {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
+        {"name": "e2e/test_balloon.py:Balloon.test_inflate", "status": "CANCEL", "reason": "no virtio-balloon here"},
+    ])
+    status, out = _run(tmp_path)
+    assert status == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    verdicts = {c["id"]: c for c in results["claims"]}
+    assert len(verdicts) == 8
+    assert verdicts["ksm-volatile-4k"]["verdict"] == "reproduced"
+    assert "no virtio-balloon here" in verdicts["balloon-bitmap"]["reason"]
+    assert results["environment"]["host_kernel"] == "6.18.0-fake"
+    assert results["run"]["avocado"]["exit_status"] == 0
+    assert [t["status"] for t in results["run"]["tests"]] == ["PASS", "CANCEL"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert "data:image/png;base64," in html and "ksm-volatile-4k" in html
+    assert "(1/2) e2e/test_ksm.py:Ksm.test_volatile: PASS" in out  # progress lines
+    assert "ksmd_cpu_s_per_full_scan" in out and "reproduced" in out  # the tables
+    # The quick profile: untagged tests in, "slow" ones out, one test at a time.
+    call = fake.calls()[0]
+    assert call["argv"][:2] == ["run", str(tmp_path / "e2e")]
+    assert "--filter-by-tags=-slow" in call["argv"] and "--filter-by-tags-include-empty" in call["argv"]
+    assert call["argv"][call["argv"].index("--max-parallel-tasks") + 1] == "1"
+    assert call["env"]["MEMQUAL_PROFILE"] == "quick"
+    assert "MEMQUAL_GUEST_KERNEL" not in call["env"]
+
+
+def test_only_and_full_profile_become_tag_filters(tmp_path, fake):
+    fake.plan(tests=[])
+    status, _ = _run(tmp_path, "--profile", "full", "--only", "ksm", "--only", "balloon")
+    assert status == 0
+    argv = fake.calls()[0]["argv"]
+    assert [a for a in argv if a.startswith("--filter-by-tags")] == ["--filter-by-tags=ksm", "--filter-by-tags=balloon"]
+    assert fake.calls()[0]["env"]["MEMQUAL_PROFILE"] == "full"
+    assert runjob.tag_filters("quick", ("ksm",)) == ["--filter-by-tags=ksm,-slow"]
+
+
+def test_failed_tests_make_a_non_zero_exit_but_results_are_written(tmp_path, fake):
+    fake.plan(tests=[
+        {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "FAIL", "reason": "ksmd never finished a scan"},
+    ])
+    status, out = _run(tmp_path)
+    assert status == 1
+    assert "FAIL 1" in out
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    by = {c["id"]: c for c in results["claims"]}
+    assert by["ksm-volatile-4k"]["verdict"] == "not measurable"
+    assert "ksmd never finished a scan" in by["ksm-volatile-4k"]["reason"]
+
+
+def test_an_avocado_that_cannot_start_is_a_failure_with_its_last_words(tmp_path, fake):
+    fake.plan(crash=True, tests=[])
+    status, out = _run(tmp_path)
+    assert status == 1
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert "pkg_resources" in results["run"]["avocado"]["summary"]
+    # Nothing was measured (the memslot claims may still come from the model).
+    assert {c["verdict"] for c in results["claims"] if c["source"] in ("records", "record-extra")} == {"not measurable"}
+
+
+def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fake):
+    kernels = []
+    for name in ("a", "b"):
+        bz = tmp_path / f"bzImage-{name}"
+        bz.write_bytes(name.encode() * 100)
+        mods = tmp_path / f"modules-{name}"
+        mods.mkdir()
+        kernels += ["--guest-kernel", str(bz), "--guest-modules", str(mods)]
+    # Kernel B is deliberately slower with smart scan: 1.5x the CPU per scan.
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0, scale_b=1.5)}])
+    status, out = _run(tmp_path, *kernels)
+    assert status == 0  # the run completed; the comparison says the rest
+    calls = fake.calls()
+    assert [c["env"]["MEMQUAL_RUN_LABEL"] for c in calls] == ["A", "B"]
+    assert calls[0]["env"]["MEMQUAL_GUEST_KERNEL"].endswith("bzImage-a")
+    assert calls[1]["env"]["MEMQUAL_GUEST_MODULES"].endswith("modules-b")
+    for label in ("A", "B"):
+        assert (tmp_path / "out" / label / "results.json").is_file()
+        assert (tmp_path / "out" / label / "report.html").is_file()
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    by = {m["key"].split(" [")[1].split("]")[0]: m for m in comparison["metrics"]}
+    assert by["smart_scan=1"]["verdict"] == "slower"
+    assert by["smart_scan=0"]["verdict"] == "no difference"
+    assert comparison["regressions"] == 1
+    a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
+    assert a["run"]["guest_kernel"]["sha256"] != json.loads((tmp_path / "out" / "B" / "results.json").read_text())["run"]["guest_kernel"]["sha256"]
+
+
+def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)}])
+    status, out = _run(tmp_path, terminal=True)
+    assert status == 0
+    assert "Claims" in out
+
+
+def test_progress_parses_avocado_lines(tmp_path):
+    p = runjob._Progress("t", None)
+    p.feed(f"JOB LOG    : {tmp_path}/job-x/job.log\n")
+    assert p.job_dir == tmp_path / "job-x"
+    p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile: STARTED\n")
+    assert (p.index, p.total, p.current) == (2, 7, "e2e/test_ksm.py:Ksm.test_volatile")
+    line = p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile:  CANCEL: host KSM sysfs is read-only (0.11 s)\n")
+    assert "CANCEL: host KSM sysfs is read-only" in line
+    assert p.counts == {"CANCEL": 1} and p.current is None
+    p.feed("RESULTS    : PASS 1 | ERROR 0 | FAIL 0 | SKIP 0 | WARN 0 | INTERRUPT 0 | CANCEL 1\n")
+    assert p.summary.startswith("PASS 1")
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--guest-kernel", "/nonexistent/bzImage"], "no such file"),
+        (["--guest-kernel", "__BZ__", "--guest-modules", "__BZ__", "--guest-modules", "__BZ__"], "once per --guest-kernel"),
+        (["--guest-kernel", "__BZ__"] * 3, "at most twice"),
+        (["--only", "ksm;rm -rf /"], "a tag is"),
+        (["--parallel", "0"], "at least 1"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path, extra, message):
+    bz = tmp_path / "bzImage"
+    bz.write_bytes(b"x")
+    extra = [str(bz) if e == "__BZ__" else e for e in extra]
+    with pytest.raises(BadInput, match=message) as info:
+        runjob.config_from_args(_args(tmp_path, *extra))
+    assert "\n" not in str(info.value)
+
+
+def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(tmp_path / "absent"))
+    with pytest.raises(BadInput, match="no such file"):
+        runjob.avocado_executable()
+    monkeypatch.delenv("MEMQUAL_AVOCADO")
+    assert os.path.basename(runjob.avocado_executable()[0]) == "avocado"
