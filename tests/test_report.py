@@ -1,0 +1,113 @@
+"""results.json, report.html and the terminal tables from synthetic records."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+import pytest
+from rich.console import Console
+
+from host import claims, report
+from host.errors import BadInput
+from host.record import Measurement
+
+
+def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_s_per_full_scan", **kw) -> Measurement:
+    base = dict(scenario="ksm.volatile_scan", metric=metric, unit="s", better="lower", claim="ksm-volatile-4k",
+                settings={"pages_to_scan": 4000})
+    base.update(kw)
+    return Measurement(variant=variant, samples=samples, **base)
+
+
+def _records() -> list[Measurement]:
+    env = {"host_kernel": "6.18.0", "qemu_version": "7.2.15", "accel": "tcg", "guest_kernel_sha256": "ab" * 32}
+    return [
+        _rec({"smart_scan": 0}, [0.80, 0.82, 0.79, 0.81, 0.80], environment=env),
+        _rec({"smart_scan": 1}, [0.10, 0.11, 0.10, 0.105, 0.10], environment=env),
+        _rec({"smart_scan": 0}, [1.0, 2.0, 3.0], metric="full_scans_per_s", better="higher", unit="1/s",
+             environment={**env, "host_kernel": "6.18.1"}),
+    ]
+
+
+@pytest.fixture()
+def results():
+    recs = _records()
+    return report.build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+
+
+def test_fingerprint_folds_aliases_and_keeps_disagreements():
+    env = report.environment_fingerprint(_records(), host_fallback=False)
+    assert env["qemu"] == "7.2.15"  # from qemu_version
+    assert env["host_kernel"] == "6.18.0"  # the most common value...
+    assert sorted(env["host_kernel_all"]) == ["6.18.0", "6.18.1"]  # ...and every value seen
+    assert env["guest_kernel_sha256"] == "ab" * 32
+    assert env["kvm_nr_memslots"] is None  # no record said: null, and said so
+    assert env["environment_sources"]["kvm_nr_memslots"].startswith("unknown")
+    assert list(env)[: len(report.FINGERPRINT_KEYS)] == list(report.FINGERPRINT_KEYS)
+
+
+def test_host_fallback_fills_what_no_record_said():
+    env = report.environment_fingerprint([], host_fallback=True)
+    assert env["host_kernel"]  # platform.release() always answers
+    assert env["environment_sources"]["host_kernel"].startswith("host")
+
+
+def test_results_round_trip_and_hold_every_claim(results, tmp_path):
+    path = report.write_results(results, tmp_path / "results.json")
+    loaded = report.load_results(path)
+    assert loaded["schema"] == report.SCHEMA
+    assert [c["id"] for c in loaded["claims"]] == [c.id for c in claims.load()]
+    ksm = next(c for c in loaded["claims"] if c["id"] == "ksm-volatile-4k")
+    assert ksm["verdict"] == claims.REPRODUCED
+    assert ksm["measured"] == pytest.approx(0.80 / 0.10)
+    assert ksm["ci"][0] <= ksm["measured"] <= ksm["ci"][1]
+    assert ksm["samples"]["b"] == [0.80, 0.82, 0.79, 0.81, 0.80]
+    assert loaded["scenarios"] == ["ksm.volatile_scan"]
+    assert len(loaded["metrics"]) == 3
+    assert "NaN" not in path.read_text()
+
+
+def test_two_records_of_one_metric_are_bad_input():
+    recs = _records()
+    with pytest.raises(BadInput, match="measure the same metric"):
+        report.metrics_of(recs + recs[:1])
+
+
+def test_kernbench_table_is_mean_and_stdev_per_variant(results):
+    tables = report.kernbench_tables(results)
+    assert len(tables) == 1
+    title, columns, rows = tables[0]
+    assert title == "ksm.volatile_scan  pages_to_scan=4000"
+    assert columns == ["smart_scan=0", "smart_scan=1"]
+    by_metric = {row[0]: row[1:] for row in rows}
+    assert by_metric["full_scans_per_s (1/s)"] == ["2 (1)", ""]  # mean 2, stdev 1, no smart_scan=1 record
+    assert by_metric["ksmd_cpu_s_per_full_scan (s)"][0] == "0.804 (0.0114)"
+
+
+def test_terminal_tables_name_every_claim_and_its_verdict(results):
+    buf = io.StringIO()
+    report.print_tables(results, Console(file=buf, width=140, force_terminal=False))
+    out = buf.getvalue()
+    for c in results["claims"]:
+        assert c["id"] in out
+    assert "mean (stdev)" in out
+    assert re.search(r"ksm-volatile-4k\s+│\s+reproduced\s+│\s+8(\.0+)?x \[", out)
+
+
+def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path):
+    path = report.write_html(results, tmp_path / "report.html")
+    html = path.read_text()
+    assert "<script" not in html and not re.search(r"src=['\"]https?:", html)
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
+    measured = [c for c in results["claims"] if c["measured"] is not None]
+    groups = {(m["scenario"], m["metric"]) for m in results["metrics"]}
+    assert len(images) == len(measured) + len(groups)  # claim plots + distributions
+    import base64
+
+    assert base64.b64decode(images[0])[:8] == b"\x89PNG\r\n\x1a\n"
+    for c in results["claims"]:
+        assert f"id='{c['id']}'" in html
+    assert "not measurable" in html and "reproduced" in html
+    assert "pages_to_scan=4000" in html
