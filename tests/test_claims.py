@@ -196,3 +196,14 @@ def test_verdict_json_has_the_report_fields(no_model):
         assert key in data
     assert len(data["samples"]["a"]) == 6
     json.dumps(data)  # serialisable
+
+
+def test_the_real_memslot_model_answers_the_memslot_claims():
+    pytest.importorskip("host.memslots.model", reason="the memslot reference model (issue 5) is not here")
+    by = _by_id(claims.evaluate(claims.load(), []))
+    for cid in ("memslot-miss", "memslot-hit", "memslot-priorities"):
+        assert by[cid].verdict != claims.NOT_MEASURABLE, by[cid].reason
+        assert by[cid].computed
+    # Seed 000's 6-7 nodes against 32 entries on a miss.
+    assert by["memslot-miss"].a_samples[0] == pytest.approx(6.5, abs=0.6)
+    assert by["memslot-miss"].b_samples == [32.0]
