@@ -504,7 +504,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         # One discarded run first: the first VM of a process pays for cold
         # caches and lazily set-up kernel state, which is no slot's cost.
         try:
-            run_once(kvm, min(config.slots), -1, config, nr, with_vcpu)
+            run_once(kvm, min(32, *config.slots), -1, config, nr, with_vcpu)
         except (GuestPassError, K.KvmIoctlError) as exc:
             if not with_vcpu or not _is_vcpu_failure(exc):
                 raise
