@@ -419,3 +419,12 @@ def test_model_walk_without_the_reference_model(monkeypatch) -> None:
     assert B.model_walk(B.SlotGeometry(4))["source"].startswith("not available")
     nodes, source = B.balanced_tree_nodes(32)
     assert nodes == 6 and "computed in kvm_bench" in source
+
+
+def test_only_an_unrunnable_guest_counts_as_a_missing_capability() -> None:
+    import errno
+
+    assert B._is_vcpu_failure(B.GuestPassError("KVM_EXIT_FAIL_ENTRY", unsupported=True))
+    assert not B._is_vcpu_failure(B.GuestPassError("a slot access left KVM"))
+    assert B._is_vcpu_failure(K.KvmIoctlError("KVM_RUN", errno.EFAULT))
+    assert not B._is_vcpu_failure(K.KvmIoctlError("KVM_SET_USER_MEMORY_REGION(slot=1)", errno.EEXIST))

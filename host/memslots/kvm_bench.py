@@ -217,9 +217,17 @@ class BenchResult:
 
 class GuestPassError(MemqualError):
     """The guest did not finish a pass the way the program must: the message
-    says which exit came instead."""
+    says which exit came instead.  ``unsupported`` is True when this KVM
+    cannot run the guest at all (entry failure, internal error, shutdown):
+    a capability, reported and skipped; False when it ran and did something
+    wrong (a slot access left KVM, a wrong report, no end by the deadline):
+    a failure, never skipped."""
 
     exit_status = 1
+
+    def __init__(self, message: str, unsupported: bool = False) -> None:
+        self.unsupported = unsupported
+        super().__init__(message)
 
 
 # --- model ------------------------------------------------------------------------
@@ -398,7 +406,7 @@ def _run_pass(
                 elif reason == K.KVM_EXIT_INTR:
                     other += 1
                 else:
-                    raise GuestPassError(f"guest pass stopped with {vcpu.describe_exit()}")
+                    raise GuestPassError(f"guest pass stopped with {vcpu.describe_exit()}", unsupported=True)
             io = vcpu.io()
             if io.port != REPORT_PORT or not io.is_out or io.size != 4:
                 raise GuestPassError(f"unexpected port access: {vcpu.describe_exit()}")
@@ -534,7 +542,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
 
 def _is_vcpu_failure(exc: Exception) -> bool:
     if isinstance(exc, GuestPassError):
-        return True
+        return exc.unsupported
     op = getattr(exc, "operation", "")
     return op.startswith(("KVM_RUN", "KVM_CREATE_VCPU", "KVM_SET_SREGS", "KVM_SET_REGS", "KVM_GET_SREGS"))
 
