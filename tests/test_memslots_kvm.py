@@ -415,7 +415,8 @@ def test_model_walk_on_the_bench_layout() -> None:
 def test_model_walk_without_the_reference_model(monkeypatch) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "host.memslots.structures", None)  # import fails
+    monkeypatch.setitem(sys.modules, "host.memslots.model", None)  # import fails
+    monkeypatch.setitem(sys.modules, "host.memslots.structures", None)
     assert B.model_walk(B.SlotGeometry(4))["source"].startswith("not available")
     nodes, source = B.balanced_tree_nodes(32)
     assert nodes == 6 and "computed in kvm_bench" in source
