@@ -333,10 +333,14 @@ def evaluate(
     records: Iterable[Measurement],
     *,
     skips: Sequence[Skip] = (),
+    only: Sequence[str] = (),
     alpha: float = DEFAULT_ALPHA,
     seed: int = stats.DEFAULT_SEED,
 ) -> list[Verdict]:
-    """One verdict per claim, in the registry's order."""
+    """One verdict per claim, in the registry's order.  ``skips`` are the
+    tests that ended without passing (their reasons explain missing
+    records); ``only`` the tags a run was limited to (a claim whose tag is
+    not among them was not selected, and its reason says so)."""
     records = list(records)
     model = _MemslotsModel()
     verdicts = []
@@ -345,6 +349,8 @@ def evaluate(
             verdicts.append(_evaluate_one(claim, records, model, alpha=alpha, seed=seed))
         except _Unmeasurable as why:
             reason = str(why)
+            if only and claim.tag and claim.tag not in only and claim.measure.source != "none":
+                reason = f"not selected in this run (--only {' '.join(only)}; this claim's tests are tagged {claim.tag!r}): {reason}"
             related = [s for s in skips if claim.tag and claim.tag in s.test.lower()]
             if related:
                 first = related[0]
@@ -367,7 +373,7 @@ def _evaluate_one(
         n = f"n={len(a)}+{len(b)}"
         reason = (
             f"measured {m.scenario} {m.metric}: {m.b.label} / {m.a.label} = "
-            f"{_fmt(comp.ratio)}x, 95% CI [{_fmt(comp.ci_low)}, {_fmt(comp.ci_high)}], "
+            f"{_ratio(comp.ratio)}x, 95% CI [{_ratio(comp.ci_low)}, {_ratio(comp.ci_high)}], "
             f"p={comp.p_value:.3g}, {n}; {why}"
         )
         return Verdict(
@@ -401,7 +407,7 @@ def _evaluate_one(
     verdict, why = _judge(m, ratio, ci, p, alpha)
     reason = (
         f"{what}: {m.b.label} {_fmt(stats.median(b))} {m.unit} / {m.a.label} "
-        f"{_fmt(stats.median(a))} {m.unit} = {_fmt(ratio)}x; {why}"
+        f"{_fmt(stats.median(a))} {m.unit} = {_ratio(ratio)}x; {why}"
     )
     if m.note and m.source == "memslots-model":
         reason += f" ({m.note})"
@@ -489,11 +495,9 @@ def _record_samples(claim: Claim, records: list[Measurement]) -> tuple[list[floa
                     slot[index] = rec
     complete = [(k, v) for k, v in pairs.items() if v[0] is not None and v[1] is not None]
     if not complete:
-        have = sorted({f"{r.scenario}/{r.metric}" for r in records})
         missing = [s.label for s, i in ((m.a, 0), (m.b, 1)) if not any(v[i] for v in pairs.values())]
         raise _Unmeasurable(
             f"no records of {m.scenario} {m.metric} for {' and '.join(missing) or 'a matched pair'} in this run"
-            + (f" (records here: {', '.join(have[:6])}{'...' if len(have) > 6 else ''})" if have else "")
             + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
         )
     # The pair with the most repeats is the most informative one.
@@ -620,6 +624,13 @@ def _fmt(x: float | None) -> str:
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     return f"{x:.4g}"
+
+
+def _ratio(x: float | None) -> str:
+    """Ratios with 3 decimals below 10 (1.003x, not 1x)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.3f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 100 else f"{x:,.0f}"
 
 
 def _finite(x: float | None) -> float | None:

@@ -287,10 +287,27 @@ def kernbench_tables(results: dict[str, Any]) -> list[tuple[str, list[str], list
         rows = []
         for metric, cells in sorted(by_metric.items()):
             unit = next(iter(cells.values()))["unit"]
-            rows.append([f"{metric} ({unit})"] + [_mean_stdev(cells[c]["samples"]) if c in cells else "" for c in columns])
+            scale, unit = _time_scale(unit, [x for m in cells.values() for x in m["samples"]])
+            rows.append(
+                [f"{metric} ({unit})"]
+                + [_mean_stdev([x * scale for x in cells[c]["samples"]]) if c in cells else "" for c in columns]
+            )
         title = scenario if settings == "{}" else f"{scenario}  {_short_settings(settings)}"
         tables.append((title, columns, rows))
     return tables
+
+
+def _time_scale(unit: str, samples: Sequence[float]) -> tuple[float, str]:
+    """Seconds shown in ms or us when they are that small (a column of
+    4.696e-05 reads badly)."""
+    if unit != "s" or not samples:
+        return 1.0, unit
+    typical = stats.median([abs(x) for x in samples])
+    if 0 < typical < 1e-3:
+        return 1e6, "us"
+    if 0 < typical < 1.0:
+        return 1e3, "ms"
+    return 1.0, unit
 
 
 def _short_settings(settings_json: str) -> str:
@@ -299,11 +316,13 @@ def _short_settings(settings_json: str) -> str:
 
 
 def _measured_text(c: dict[str, Any]) -> str:
+    from host.claims import _ratio
+
     if c.get("measured") is None:
         return "-"
-    text = f"{_num(c['measured'])}x"
+    text = f"{_ratio(c['measured'])}x"
     if c.get("ci") and c["ci"][0] is not None and c["ci"][0] != c["ci"][1]:
-        text += f" [{_num(c['ci'][0])}, {_num(c['ci'][1])}]"
+        text += f" [{_ratio(c['ci'][0])}, {_ratio(c['ci'][1])}]"
     if c.get("computed"):
         text += " (model)"
     return text
@@ -349,7 +368,7 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
     # The reasons are sentences: print them below the table, not squeezed
     # into a column.
     for c in results["claims"]:
-        console.print(f"[bold]{c['id']}[/]: {c['reason']}", highlight=False)
+        console.print(f"[bold]{c['id']}[/]: {c['reason']}", highlight=False, soft_wrap=not console.is_terminal)
 
 
 # ------------------------------------------------------------------ plots

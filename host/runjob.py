@@ -324,7 +324,7 @@ def run_avocado(config: RunConfig, results_dir: Path, kernel: GuestKernel | None
                     elif text:
                         printable = progress.feed(text)
                         if printable:
-                            console.print(printable, highlight=False, markup=False)
+                            console.print(printable, highlight=False, markup=False, soft_wrap=True)
                     if live is not None:
                         live.update(progress.render())
             finally:
@@ -421,7 +421,7 @@ def write_outputs(
     for problem in problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
     skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for t in job.tests if t.status in _NOT_PASSED]
-    verdicts = claims.evaluate(claims.load(), records, skips=skips)
+    verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
         "profile": config.profile,
         "only": list(config.only),

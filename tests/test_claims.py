@@ -207,3 +207,9 @@ def test_the_real_memslot_model_answers_the_memslot_claims():
     # Seed 000's 6-7 nodes against 32 entries on a miss.
     assert by["memslot-miss"].a_samples[0] == pytest.approx(6.5, abs=0.6)
     assert by["memslot-miss"].b_samples == [32.0]
+
+
+def test_claims_left_out_by_only_say_so(no_model):
+    by = _by_id(claims.evaluate(claims.load(), [], only=("memslots",)))
+    assert by["ksm-volatile-4k"].reason.startswith("not selected in this run (--only memslots")
+    assert "not selected" not in by["memslot-netperf"].reason  # not measurable anyway, for its own reason
