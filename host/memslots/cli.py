@@ -45,22 +45,25 @@ def register(subparsers: Any) -> None:
     lookup.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     lookup.set_defaults(handler=run_lookup)
 
-    kvm = sub.add_parser("kvm", help="time memslot setup, delete, move and lookups on /dev/kvm")
-    _register_kvm(kvm)
+    _register_kvm(sub)
 
 
-def _register_kvm(parser: argparse.ArgumentParser) -> None:
+def _register_kvm(sub: Any) -> None:
     import importlib
 
+    summary = "time memslot setup, delete, move and lookups on /dev/kvm"
     try:
         kvm_cli = importlib.import_module(KVM_CLI_MODULE)
     except ModuleNotFoundError as exc:
         if exc.name != KVM_CLI_MODULE:
             raise  # the module exists but is broken: say so loudly
-        # Accept any arguments so the user gets our message, not argparse's.
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        # Take every argument, option-like or not ("-" is no option prefix
+        # here), so the user gets our message rather than argparse's.
+        parser = sub.add_parser("kvm", help=summary + " (not available)", prefix_chars="+", add_help=False)
+        parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
         parser.set_defaults(handler=_kvm_unavailable)
         return
+    parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
     parser.set_defaults(handler=kvm_cli.run)
 
