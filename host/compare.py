@@ -47,10 +47,12 @@ class MetricComparison:
     better: str
     comparison: stats.Comparison
     verdict: str
+    settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
+            "settings_changed": {k: {"a": va, "b": vb} for k, (va, vb) in self.settings_changed.items()},
             "scenario": self.scenario,
             "metric": self.metric,
             "unit": self.unit,
@@ -103,21 +105,60 @@ def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_
             f"different scenario sets: only in {a_name}: {', '.join(sorted(sa - sb)) or '-'}; "
             f"only in {b_name}: {', '.join(sorted(sb - sa)) or '-'}: run both with the same --only/--profile"
         )
-    ka = {m["key"]: m for m in a["metrics"]}
-    kb = {m["key"]: m for m in b["metrics"]}
-    if not ka and not kb:
+    if not a["metrics"] and not b["metrics"]:
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
-    if ka.keys() != kb.keys():
-        only_a, only_b = sorted(ka.keys() - kb.keys()), sorted(kb.keys() - ka.keys())
+    pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
+    if only_a or only_b:
         first = (only_a or only_b)[0]
         raise BadInput(
             f"mismatched metrics: {len(only_a)} only in {a_name}, {len(only_b)} only in {b_name} "
-            f"(first: {first}): compare runs of the same scenarios and settings"
+            f"(first: {first}): compare runs of the same scenarios"
         )
-    for key, ma in ka.items():
-        mb = kb[key]
+    for ma, mb in pairs:
         if (ma["unit"], ma["better"]) != (mb["unit"], mb["better"]):
-            raise BadInput(f"metric {key}: unit or direction differ between {a_name} and {b_name}")
+            raise BadInput(f"metric {ma['key']}: unit or direction differ between {a_name} and {b_name}")
+
+
+def _loose_key(m: dict[str, Any]) -> str:
+    """A metric without its settings: scenario, metric, variant."""
+    from host.report import variant_label
+
+    return f"{m.get('scenario')} {m.get('metric')} [{variant_label(m.get('variant') or {})}]"
+
+
+def pair_metrics(
+    a: list[dict[str, Any]], b: list[dict[str, Any]]
+) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[str], list[str]]:
+    """Pairs of the same metric in two runs: by full key (settings
+    included), then, for what is left, by scenario, metric and variant when
+    that is unambiguous on both sides -- a run with a changed setting (say a
+    smaller pages_to_scan) is what a comparison is for; the settings that
+    differ are reported with the pair.  Returns pairs and the unpaired keys."""
+    ka = {m["key"]: m for m in a}
+    kb = {m["key"]: m for m in b}
+    pairs = [(ka[k], kb[k]) for k in sorted(ka.keys() & kb.keys())]
+    rest_a = [ka[k] for k in sorted(ka.keys() - kb.keys())]
+    rest_b = [kb[k] for k in sorted(kb.keys() - ka.keys())]
+    loose_a: dict[str, list[dict[str, Any]]] = {}
+    loose_b: dict[str, list[dict[str, Any]]] = {}
+    for m in rest_a:
+        loose_a.setdefault(_loose_key(m), []).append(m)
+    for m in rest_b:
+        loose_b.setdefault(_loose_key(m), []).append(m)
+    only_a, only_b = [], []
+    for key in sorted(loose_a.keys() | loose_b.keys()):
+        la, lb = loose_a.get(key, []), loose_b.get(key, [])
+        if len(la) == 1 and len(lb) == 1:
+            pairs.append((la[0], lb[0]))
+        else:
+            only_a += [m["key"] for m in la]
+            only_b += [m["key"] for m in lb]
+    return pairs, only_a, only_b
+
+
+def _settings_diff(ma: dict[str, Any], mb: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
+    return {k: (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)}
 
 
 def compare_results(
@@ -132,10 +173,9 @@ def compare_results(
     from host import stats
 
     check_comparable(a, b, a_name, b_name)
-    kb = {m["key"]: m for m in b["metrics"]}
+    pairs, _, _ = pair_metrics(a["metrics"], b["metrics"])
     metrics = []
-    for ma in sorted(a["metrics"], key=lambda m: m["key"]):
-        mb = kb[ma["key"]]
+    for ma, mb in sorted(pairs, key=lambda p: p[0]["key"]):
         comp = stats.compare(ma["samples"], mb["samples"], alpha=alpha, min_effect=threshold)
         metrics.append(
             MetricComparison(
@@ -146,6 +186,7 @@ def compare_results(
                 better=ma["better"],
                 comparison=comp,
                 verdict=_verdict(comp, ma["better"]),
+                settings_changed=_settings_diff(ma, mb),
             )
         )
     claims_b = {c["id"]: c for c in b.get("claims", [])}
@@ -183,7 +224,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     for m in result.metrics:
         c = m.comparison
         table.add_row(
-            f"{m.key} ({m.unit}, {m.better} is better)",
+            f"{m.key} ({m.unit}, {m.better} is better)" + (" *" if m.settings_changed else ""),
             _num(c.a.median),
             _num(c.b.median),
             f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
@@ -191,6 +232,10 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             f"[{styles[m.verdict]}]{m.verdict}[/]",
         )
     console.print(table)
+    for m in result.metrics:
+        if m.settings_changed:
+            diffs = ", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items())
+            console.print(f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, soft_wrap=True)
     changed = [c for c in result.claims if c["a"] != c["b"]]
     for c in changed:
         console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False)

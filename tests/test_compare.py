@@ -114,11 +114,25 @@ def test_different_scenario_sets_are_bad_input(tmp_path):
 
 def test_mismatched_metrics_are_bad_input(tmp_path):
     recs_b = _records(seed=2)
-    recs_b[0].settings = {"pages_to_scan": 100}  # same scenarios, other settings
+    recs_b[0].metric = "pages_per_cpu_s"  # same scenarios, another metric
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", recs_b)
     with pytest.raises(BadInput, match="mismatched metrics: 1 only in A, 1 only in B"):
         _run([a, b])
+
+
+def test_a_changed_setting_is_compared_and_reported(tmp_path, capsys):
+    # The "deliberately slowed" run: a smaller pages_to_scan, 40 % slower.
+    recs_b = _records(scan_rate=600.0, seed=2)
+    recs_b[0].settings = {"pages_to_scan": 100}
+    a = _results(tmp_path, "a", _records(seed=1))
+    b = _results(tmp_path, "b", recs_b)
+    assert _run([a, b, "--json"]) == 1
+    by = {m["metric"]: m for m in json.loads(capsys.readouterr().out)["metrics"]}
+    assert by["pages_per_s"]["verdict"] == "slower"
+    assert by["pages_per_s"]["settings_changed"] == {"pages_to_scan": {"a": 4000, "b": 100}}
+    assert _run([a, b]) == 1
+    assert "pages_to_scan: 4000 -> 100" in capsys.readouterr().out
 
 
 def test_bad_threshold_is_an_argparse_error():
