@@ -582,8 +582,8 @@ def render_html(results: dict[str, Any]) -> str:
     if metrics:
         parts.append("<h2>Measurements</h2>")
         for title, columns, rows in kernbench_tables(results):
-            parts.append(f"<h3>{_esc(title)}</h3><table><tr><th></th>")
-            parts.extend(f"<th>{_esc(col)} (stdev)</th>" for col in columns)
+            parts.append(f"<h3>{_esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>")
+            parts.extend(f"<th>{_esc(col)}</th>" for col in columns)
             parts.append("</tr>")
             for row in rows:
                 parts.append(f"<tr><td>{_esc(row[0])}</td>" + "".join(f"<td class='num'>{_esc(x)}</td>" for x in row[1:]) + "</tr>")
