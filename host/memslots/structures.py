@@ -36,7 +36,7 @@ from __future__ import annotations
 import abc
 import bisect
 import math
-from typing import ClassVar, Iterator
+from typing import ClassVar, Iterable, Iterator
 
 from host.errors import BadInput
 from host.memslots.layout import Layout, Slot
@@ -94,6 +94,12 @@ class SlotIndex(abc.ABC):
 
     @abc.abstractmethod
     def insert(self, slot: Slot) -> None: ...
+
+    def extend(self, slots: Iterable[Slot]) -> None:
+        """Insert ``slots`` in order; a structure may do it in one go when
+        the result is the same (wbtree, whose shape the set alone fixes)."""
+        for slot in slots:
+            self.insert(slot)
 
     @abc.abstractmethod
     def delete(self, slot_id: int) -> Slot: ...
@@ -461,6 +467,14 @@ class WeightBalancedTree(_TreeWalk):
         self._register(slot)
         self._restore(slot.base_gfn)
 
+    def extend(self, slots: Iterable[Slot]) -> None:
+        # W1-W3 fix the tree from the set alone, so one build gives what
+        # inserting one by one would, in O(n log n) instead of O(n^2).
+        for slot in slots:
+            self._register(slot)
+        self._budget = self.budget(len(self._sorted))
+        self._root = self._build(self._sorted, 0, len(self._sorted), self._budget)
+
     def delete(self, slot_id: int) -> Slot:
         slot, _ = self._unregister(slot_id)
         self._restore(slot.base_gfn)
@@ -727,8 +741,7 @@ def build(name: str, layout: Layout) -> SlotIndex:
         index = STRUCTURES[name]()
     except KeyError:
         raise BadInput(f"unknown structure {name!r}: one of {', '.join(STRUCTURES)}") from None
-    for slot in layout.slots:
-        index.insert(slot)
+    index.extend(layout.slots)
     return index
 
 
