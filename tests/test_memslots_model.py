@@ -118,3 +118,15 @@ def test_a_wrong_structure_is_caught(monkeypatch, seed32):
     monkeypatch.setitem(structures_mod.STRUCTURES, "binsearch", Broken)
     with pytest.raises(ModelDisagreement, match="binsearch found slot None"):
         model_mod.model_table(seed32, "ram-hits", lookups=100)
+
+
+def test_a_trace_with_locality_favours_the_lru_cache(seed32):
+    """Frames replayed in order: runs of frames in one slot (a guest walking
+    its memory) cost one node each in binsearch-lru after the first."""
+    trace = [0x100 + i for i in range(500)] + [0x100000 + i for i in range(500)]
+    table = model_mod.table_for_frames(seed32, trace, workload="walk")
+    assert table.workload == "walk" and table.lookups == 1000 and table.hit_fraction == 1
+    lru, plain = table.structures["binsearch-lru"], table.structures["binsearch"]
+    assert lru.mean_nodes < 1.02 < plain.mean_nodes
+    with pytest.raises(BadInput, match="the trace is empty"):
+        model_mod.table_for_frames(seed32, [])

@@ -61,6 +61,13 @@ def probe_frames(slots: list[Slot], extra: list[int]) -> list[int]:
     return sorted(frames)
 
 
+def tree_shape(tree) -> tuple | None:
+    def walk(node):
+        return None if node is None else (node.id, walk(node.left), walk(node.right))
+
+    return walk(tree._root)
+
+
 def brute_force(live: dict[int, Slot], gfn: int) -> int | None:
     for slot in live.values():
         if slot.contains(gfn):
@@ -126,6 +133,10 @@ def test_layouts_built_in_registration_order(universe, extra):
     layout = Layout(tuple(universe))
     indexes = build_all(layout)
     check_all(indexes, {s.id: s for s in universe}, probe_frames(universe, extra))
+    stepwise = WeightBalancedTree()
+    for slot in universe:
+        stepwise.insert(slot)
+    assert tree_shape(stepwise) == tree_shape(indexes["wbtree"])  # bulk build == one by one
 
 
 @QUICK_SETTINGS
@@ -152,12 +163,6 @@ def test_wbtree_is_canonical_whatever_the_history():
     detour through deletions give the same shape."""
     layout = load_layout("seed-32")
 
-    def shape(tree):
-        def walk(node):
-            return None if node is None else (node.id, walk(node.left), walk(node.right))
-
-        return walk(tree._root)
-
     forward = build("wbtree", layout)
     backward = build("wbtree", Layout(tuple(reversed(layout.slots))))
     detour = build("wbtree", layout)
@@ -165,7 +170,7 @@ def test_wbtree_is_canonical_whatever_the_history():
         detour.delete(slot.id)
     for slot in layout.slots[3:20]:
         detour.insert(slot)
-    assert shape(forward) == shape(backward) == shape(detour)
+    assert tree_shape(forward) == tree_shape(backward) == tree_shape(detour)
 
 
 def test_wbtree_rebalancing_is_partial():

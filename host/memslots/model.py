@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 from typing import Any
 
+from host.errors import BadInput
 from host.memslots.layout import Layout
 from host.memslots.structures import STRUCTURES, build
 from host.memslots.workloads import generate
@@ -120,6 +121,15 @@ def model_table(layout: Layout, workload: str, lookups: int = 10000, seed: int =
     workload or a workload the layout cannot serve (e.g. small-hits on a
     layout without small slots)."""
     gfns = generate(layout, workload, lookups, seed)
+    return table_for_frames(layout, gfns, workload=workload, seed=seed)
+
+
+def table_for_frames(layout: Layout, gfns: list[int], workload: str = "trace", seed: int = 0) -> ModelTable:
+    """The same table for frames given by the caller, in order: a trace of
+    the frames a real guest touched, replayed through every structure
+    (binsearch-lru sees the trace's locality).  ``workload`` only labels it."""
+    if not gfns:
+        raise BadInput("no frames to look up: the trace is empty")
     expected = oracle(layout, gfns)
     stats = {name: run_structure(name, layout, gfns, expected) for name in STRUCTURES}
     hits = sum(1 for e in expected if e is not None)
@@ -127,7 +137,7 @@ def model_table(layout: Layout, workload: str, lookups: int = 10000, seed: int =
         layout=layout.name,
         workload=workload,
         slots=len(layout),
-        lookups=lookups,
+        lookups=len(gfns),
         seed=seed,
         hit_fraction=hits / len(gfns),
         structures=stats,
