@@ -65,7 +65,9 @@ _STARTED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+STARTED\s*$")
 _FINISHED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+([A-Z]+)(?::\s*(.*?))?\s*\(([\d.]+)\s*s\)\s*$")
 _JOB_LOG = re.compile(r"^JOB LOG\s*:\s*(.+?)\s*$")
 _RESULTS = re.compile(r"^RESULTS\s*:\s*(.+?)\s*$")
-_REPEAT = re.compile(r"\brepeat\w*\b", re.IGNORECASE)
+# Lines of a test's debug.log that tell how far its repeats are (the
+# scenarios log "repeat 2/5 ..." or "window {...}").
+_REPEAT = re.compile(r"\b(repeat|window|iteration|round)\w*\b", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,7 +254,8 @@ class _Progress:
             return ""
         for text in reversed(tail):
             if _REPEAT.search(text):
-                return text.split("|", 1)[-1].strip()[-70:]
+                message = text.split("|", 1)[-1].strip()
+                return message if len(message) <= 90 else message[:87] + "..."
         return ""
 
     def render(self) -> Any:
