@@ -248,3 +248,16 @@ def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
         runjob.avocado_executable()
     monkeypatch.delenv("MEMQUAL_AVOCADO")
     assert os.path.basename(runjob.avocado_executable()[0]) == "avocado"
+
+
+def test_progress_shows_the_last_repeat_line_of_the_running_test(tmp_path):
+    log = tmp_path / "job-x" / "test-results" / "1-e2e_test_ksm.py_Ksm.test_volatile" / "debug.log"
+    log.parent.mkdir(parents=True)
+    log.write_text(
+        "01:00:00 INFO | booting\n"
+        "01:00:05 INFO | window {'smart_scan': 1, 'cpu_s': 0.5}\n"
+        "01:00:06 DEBUG| ssh: exit 0\n"
+    )
+    p = runjob._Progress("t", None)
+    p.job_dir = tmp_path / "job-x"
+    assert p._repeat_line() == "window {'smart_scan': 1, 'cpu_s': 0.5}"
