@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from host.errors import BadInput
 from host.memslots.layout import (
@@ -156,3 +158,22 @@ def test_parse_gfn(text, value):
 def test_parse_gfn_rejects(text):
     with pytest.raises(BadInput, match="bad gfn"):
         parse_gfn(text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 8), st.integers(0, 6)), max_size=8))
+def test_validate_accepts_exactly_the_layouts_kvm_would(entries):
+    """Against brute force: valid iff ids are unique, sizes positive and no
+    two ranges share a frame."""
+    slots = tuple(Slot(sid, base, npages) for base, npages, sid in entries)
+    ids_unique = len({s.id for s in slots}) == len(slots)
+    sizes_ok = all(s.npages > 0 for s in slots)
+    disjoint = all(
+        not (a.base_gfn < b.end_gfn and b.base_gfn < a.end_gfn) for i, a in enumerate(slots) for b in slots[i + 1 :]
+    )
+    try:
+        validate(Layout(slots))
+        accepted = True
+    except BadInput:
+        accepted = False
+    assert accepted == (ids_unique and sizes_ok and disjoint)
