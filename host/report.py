@@ -155,6 +155,20 @@ def _host_facts() -> dict[str, Any]:
     except OSError:
         pass
     try:
+        from host import probe  # the foundation's probe; optional here
+
+        nr = probe.kvm_nr_memslots()
+        if nr is not None:
+            facts["kvm_nr_memslots"] = nr
+        # The probe's cached answer to "does KVM boot Linux here": read it,
+        # never boot a guest just to write a report.
+        cached = json.loads(probe._probe_cache_file().read_text())
+        boots, detail = bool(cached["boots"]), str(cached["detail"])
+        facts["accel"] = "kvm" if boots else "tcg"
+        facts["accel_reason"] = detail if boots else f"TCG because {detail}"
+    except (ImportError, AttributeError, OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
         out = subprocess.run(
             ["qemu-system-x86_64", "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout

@@ -446,6 +446,10 @@ def write_outputs(
         console.print(f"[yellow]metrics left out of results.json:[/] {exc}", highlight=False)
         results = report.build_results(verdicts, [], run=run_info)
         results["scenarios"] = sorted({r.scenario for r in records})
+    env = results["environment"]
+    if kernel is not None and env.get("guest_kernel_sha256") is None:
+        env["guest_kernel_sha256"] = kernel.sha256
+        env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"
     out_dir.mkdir(parents=True, exist_ok=True)
     report.write_results(results, out_dir / "results.json")
     report.write_html(results, out_dir / "report.html")
