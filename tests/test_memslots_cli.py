@@ -23,7 +23,13 @@ def test_model_table_shows_the_published_figures(capsys):
     assert set(rows) >= {"linear", "reorder", "wbtree", "binsearch", "binsearch-lru", "rbtree"}
     assert "32.00" in rows["linear"] and rows["linear"].rstrip("│ ").endswith("32")
     assert rows["wbtree"].rstrip("│ ").endswith("6-7")
-    assert "seed 000" in out and "other case" not in out
+    assert "seed 000" in out and "for reference only" not in out
+
+
+def test_model_table_says_when_the_published_figures_are_another_case(capsys):
+    rc, out, _ = run(capsys, "model", "--layout", "seed-3", "--workload", "miss", "--lookups", "100")
+    assert rc == 0
+    assert "the seed's figures are for misses on 32 slots; shown for reference only." in out
 
 
 def test_model_json(capsys):
