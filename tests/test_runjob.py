@@ -200,7 +200,11 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
     assert by["smart_scan=0"]["verdict"] == "no difference"
     assert comparison["regressions"] == 1
     a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
-    assert a["run"]["guest_kernel"]["sha256"] != json.loads((tmp_path / "out" / "B" / "results.json").read_text())["run"]["guest_kernel"]["sha256"]
+    b = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
+    assert a["run"]["guest_kernel"]["sha256"] != b["run"]["guest_kernel"]["sha256"]
+    # No record named the guest kernel: the fingerprint takes the given file's hash.
+    assert a["environment"]["guest_kernel_sha256"] == a["run"]["guest_kernel"]["sha256"]
+    assert comparison["environment_differences"]["guest_kernel_sha256"]["b"] == b["run"]["guest_kernel"]["sha256"]
 
 
 def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
