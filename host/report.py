@@ -479,7 +479,8 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[dict[str, A
 
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
     labels = [variant_label(e.get("variant") or {}) for e in entries]
-    data = [e["samples"] for e in entries]
+    scale, unit = _time_scale(unit, [x for e in entries for x in e["samples"]])
+    data = [[x * scale for x in e["samples"]] for e in entries]
     ax.boxplot(data, widths=0.45, showfliers=False, medianprops={"color": _PUB_COLOUR})
     rng = np.random.default_rng(0)
     palette = [_A_COLOUR, _B_COLOUR, "#059669", "#7c3aed", "#db2777"]
@@ -603,26 +604,38 @@ def render_html(results: dict[str, Any]) -> str:
                 parts.append(f"<tr><td>{_esc(row[0])}</td>" + "".join(f"<td class='num'>{_esc(x)}</td>" for x in row[1:]) + "</tr>")
             parts.append("</table>")
         parts.append(
-            "<table><tr><th>metric</th><th>variant</th><th>n</th><th>median</th><th>IQR</th><th>MAD</th><th>CV</th></tr>"
+            "<h3>Location and spread</h3><table><tr><th>metric</th><th>variant</th><th>settings</th><th>n</th>"
+            "<th>median</th><th>IQR</th><th>MAD</th><th>CV</th></tr>"
         )
+        # One unit per metric, whatever its variant or settings.
+        scales: dict[tuple[str, str], tuple[float, str]] = {}
+        for key in {(m["scenario"], m["metric"]) for m in metrics}:
+            same = [m for m in metrics if (m["scenario"], m["metric"]) == key]
+            scales[key] = _time_scale(same[0]["unit"], [x for m in same for x in m["samples"]])
         for m in metrics:
             s = m["summary"]
+            scale, unit = scales[(m["scenario"], m["metric"])]
             cv_text = "n/a" if s["cv"] is None else f"{100 * s['cv']:.1f} %"
             parts.append(
-                f"<tr><td>{_esc(m['scenario'])} {_esc(m['metric'])} ({_esc(m['unit'])}, {_esc(m['better'])} is better)</td>"
-                f"<td>{_esc(variant_label(m.get('variant') or {}))}</td><td class='num'>{s['n']}</td>"
-                f"<td class='num'>{_esc(_num(s['median']))}</td><td class='num'>{_esc(_num(s['iqr']))}</td>"
-                f"<td class='num'>{_esc(_num(s['mad']))}</td><td class='num'>{cv_text}</td></tr>"
+                f"<tr><td>{_esc(m['scenario'])} {_esc(m['metric'])} ({_esc(unit)}, {_esc(m['better'])} is better)</td>"
+                f"<td>{_esc(variant_label(m.get('variant') or {}))}</td>"
+                f"<td class='small'>{_esc(_short_settings(json.dumps(m.get('settings') or {})))}</td><td class='num'>{s['n']}</td>"
+                f"<td class='num'>{_esc(_num(s['median'] * scale))}</td><td class='num'>{_esc(_num(s['iqr'] * scale))}</td>"
+                f"<td class='num'>{_esc(_num(s['mad'] * scale))}</td><td class='num'>{cv_text}</td></tr>"
             )
         parts.append("</table>")
-        parts.append("<h2>Distributions of the repeats</h2><div class='grid'>")
         grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = collections.defaultdict(list)
         for m in metrics:
             grouped[(m["scenario"], m["metric"], json.dumps(m.get("settings") or {}, sort_keys=True))].append(m)
-        for (scenario, metric, _settings), entries in sorted(grouped.items()):
-            png = distribution_plot(f"{scenario}: {metric}", entries[0]["unit"], entries)
-            parts.append(f"<img alt='{_esc(scenario)} {_esc(metric)}' src='data:image/png;base64,{png}'>")
-        parts.append("</div>")
+        # A single repeat has no distribution to show.
+        plotted = {k: v for k, v in grouped.items() if any(len(e["samples"]) > 1 for e in v)}
+        if plotted:
+            parts.append("<h2>Distributions of the repeats</h2><div class='grid'>")
+            for (scenario, metric, settings), entries in sorted(plotted.items()):
+                subtitle = _short_settings(settings)
+                png = distribution_plot(f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries)
+                parts.append(f"<img alt='{_esc(scenario)} {_esc(metric)}' src='data:image/png;base64,{png}'>")
+            parts.append("</div>")
 
     parts.append("<h2>Environment</h2><table class='env'>")
     env = results.get("environment") or {}
