@@ -327,13 +327,6 @@ class _TreeWalk(SlotIndex):
 
         return walk(self._root)
 
-    def depth_of(self, slot_id: int) -> int:
-        """Nodes examined by a hit on slot ``slot_id``."""
-        slot = self._by_id[slot_id]
-        found, nodes = self.lookup(slot.base_gfn)
-        assert found == slot_id
-        return nodes
-
     def inorder(self) -> Iterator[object]:
         stack: list[object] = []
         node = self._root
