@@ -65,6 +65,7 @@ VERDICTS = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, NOT_MEASURABLE)
 # regression gate: the seeds' effects are large, our repeats few (5 vs 5
 # gives an exact two-sided p of at least 2/252 = 0.008).
 DEFAULT_ALPHA = 0.05
+DEFAULT_MIN_EFFECT = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +95,8 @@ class Measure:
     direction: str = "greater"
     expected: float | None = None  # published B / A
     tolerance: float = 0.25  # relative
+    # smallest |B / A - 1| that counts as an effect in the asserted direction
+    min_effect: float = DEFAULT_MIN_EFFECT
     note: str = ""
     reason: str = ""  # source "none": why it cannot be measured
 
@@ -290,6 +293,9 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
     tolerance = _number_or_none(entry, "tolerance", where)
     if tolerance is None or tolerance < 0:
         raise BadInput(f"{where}: 'tolerance' must be a number >= 0")
+    min_effect = _number_or_none(entry, "min_effect", where)
+    if min_effect is not None and min_effect < 0:
+        raise BadInput(f"{where}: 'min_effect' must be a number >= 0")
     expected = _number_or_none(entry, "expected", where)
     if expected is not None and expected <= 0:
         raise BadInput(f"{where}: 'expected' must be a positive ratio or null")
@@ -307,6 +313,7 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
         direction=direction,
         expected=expected,
         tolerance=tolerance,
+        min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
         note=str(entry.get("note", "")),
     )
 
@@ -456,6 +463,12 @@ def _judge(
                 )
         elif not ((ratio > 1.0) if want_up else (ratio < 1.0)):
             return NOT_REPRODUCED, f"B / A is not {side} 1: the asserted direction does not hold"
+        if abs(ratio - 1.0) < m.min_effect:
+            # A real but negligible effect does not carry a claim of a speed-up.
+            return NOT_REPRODUCED, (
+                f"B / A is {side} 1 by only {abs(ratio - 1.0):.1%}, less than the {m.min_effect:.0%} "
+                "minimum effect: no meaningful change"
+            )
         holds_why = f"B / A is {side} 1 as asserted"
     if m.expected is None:
         return REPRODUCED, holds_why + " (the seed asserts only a direction)"

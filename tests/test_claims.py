@@ -213,3 +213,14 @@ def test_claims_left_out_by_only_say_so(no_model):
     by = _by_id(claims.evaluate(claims.load(), [], only=("memslots",)))
     assert by["ksm-volatile-4k"].reason.startswith("not selected in this run (--only memslots")
     assert "not selected" not in by["memslot-netperf"].reason  # not measurable anyway, for its own reason
+
+
+def test_a_negligible_computed_effect_is_not_a_speed_up(no_model):
+    # The balloon model predicting 0.2 % between bitmap sizes does not carry
+    # the seed's "a big bitmap is better" (1.64x).
+    prediction = {"predictions": {"seed_breakdown": {"ms": {"array256": 3932.0, "bitmap32768": 1249.1, "bitmap524288": 1246.7}}}}
+    rec = Measurement(scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower", samples=[0.8],
+                      extra={"model": prediction})
+    v = _by_id(claims.evaluate(claims.load(), [rec]))["balloon-bitmap"]
+    assert v.verdict == claims.NOT_REPRODUCED
+    assert "minimum effect" in v.reason
