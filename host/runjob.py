@@ -469,7 +469,11 @@ def run(config: RunConfig, console: Any = None) -> int:
     for kernel in kernels:
         out_dir = config.output / kernel.label if kernel and kernel.label else config.output
         job = run_avocado(config, out_dir / "avocado", kernel, console)
-        console.print(f"avocado: {job.summary or 'no summary'} (exit {job.exit_status})", highlight=False)
+        console.print(
+            f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
+            highlight=False,
+            soft_wrap=True,
+        )
         outcomes.append(job)
         results.append(write_outputs(out_dir, job, config, kernel, console))
     if len(results) == 2:
