@@ -358,12 +358,22 @@ def evaluate(
             reason = str(why)
             if only and claim.tag and claim.tag not in only and claim.measure.source != "none":
                 reason = f"not selected in this run (--only {' '.join(only)}; this claim's tests are tagged {claim.tag!r}): {reason}"
-            related = [s for s in skips if claim.tag and claim.tag in s.test.lower()]
+            related = _related_skips(claim, skips)
             if related:
                 first = related[0]
                 reason += f"; {first.test} ended {first.status}: {first.reason}"
             verdicts.append(Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason))
     return verdicts
+
+
+def _related_skips(claim: Claim, skips: Sequence[Skip]) -> list[Skip]:
+    """Tests of the claim's tag that did not pass, the ones named like its
+    scenario first ("ksm.volatile_scan" -> a test with "volatile" in it)."""
+    if not claim.tag:
+        return []
+    related = [s for s in skips if claim.tag in s.test.lower()]
+    scenario_word = claim.measure.scenario.split(".")[-1].split("_")[0].lower()
+    return sorted(related, key=lambda s: not (scenario_word and scenario_word in s.test.lower()))
 
 
 def _evaluate_one(

@@ -224,3 +224,12 @@ def test_a_negligible_computed_effect_is_not_a_speed_up(no_model):
     v = _by_id(claims.evaluate(claims.load(), [rec]))["balloon-bitmap"]
     assert v.verdict == claims.NOT_REPRODUCED
     assert "minimum effect" in v.reason
+
+
+def test_the_skip_named_like_the_scenario_explains_the_missing_records(no_model):
+    skips = [
+        claims.Skip("e2e/test_ksm.py:KsmTest.test_merge", "CANCEL", "mem-merge off unsupported"),
+        claims.Skip("e2e/test_ksm.py:KsmTest.test_volatile_scan_thp", "CANCEL", "THP is never on this host"),
+    ]
+    v = _by_id(claims.evaluate(claims.load(), [], skips=skips))["ksm-volatile-thp"]
+    assert v.reason.endswith("test_volatile_scan_thp ended CANCEL: THP is never on this host")
