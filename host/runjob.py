@@ -438,14 +438,7 @@ def write_outputs(
         "tests": [dataclasses.asdict(t) for t in job.tests],
         "record_problems": problems,
     }
-    try:
-        results = report.build_results(verdicts, records, run=run_info)
-    except BadInput as exc:
-        # Two records of one metric in one job: keep the run's verdicts,
-        # drop the raw metrics, and say so.
-        console.print(f"[yellow]metrics left out of results.json:[/] {exc}", highlight=False)
-        results = report.build_results(verdicts, [], run=run_info)
-        results["scenarios"] = sorted({r.scenario for r in records})
+    results = report.build_results(verdicts, records, run=run_info)
     env = results["environment"]
     if kernel is not None and env.get("guest_kernel_sha256") is None:
         env["guest_kernel_sha256"] = kernel.sha256

@@ -69,10 +69,11 @@ def test_results_round_trip_and_hold_every_claim(results, tmp_path):
     assert "NaN" not in path.read_text()
 
 
-def test_two_records_of_one_metric_are_bad_input():
+def test_two_records_of_one_metric_are_both_kept():
     recs = _records()
-    with pytest.raises(BadInput, match="measure the same metric"):
-        report.metrics_of(recs + recs[:1])
+    keys = [m["key"] for m in report.metrics_of(recs + recs[:1])]
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert sum(k.endswith(" #2") for k in keys) == 1
 
 
 def test_kernbench_table_is_mean_and_stdev_per_variant(results):
@@ -112,3 +113,12 @@ def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path
         assert f"id='{c['id']}'" in html
     assert "not measurable" in html and "reproduced" in html
     assert "pages_to_scan=4000" in html
+
+
+def test_a_directory_or_a_foreign_json_is_not_a_results_file(tmp_path):
+    with pytest.raises(BadInput, match="is a directory"):
+        report.load_results(tmp_path)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"schema": "memqual.measurement/1"}))
+    with pytest.raises(BadInput, match="another memqual version"):
+        report.load_results(other)
