@@ -261,6 +261,8 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise BadInput(f"{path}: truncated or not JSON ({exc.msg} at line {exc.lineno}): re-run memqual run") from exc
     if not isinstance(data, dict) or "schema" not in data:
         raise BadInput(f"{path}: not a memqual results file (no 'schema')")
+    if str(data["schema"]).startswith("memqual.measurement/"):
+        raise BadInput(f"{path}: a measurement record, not a results.json (memqual run writes OUTPUT/results.json)")
     if data["schema"] != SCHEMA:
         raise BadInput(f"{path}: schema {data['schema']!r} is not {SCHEMA!r}: written by another memqual version")
     for key, kind in (("claims", list), ("metrics", list), ("environment", dict)):

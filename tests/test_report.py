@@ -120,5 +120,5 @@ def test_a_directory_or_a_foreign_json_is_not_a_results_file(tmp_path):
         report.load_results(tmp_path)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "memqual.measurement/1"}))
-    with pytest.raises(BadInput, match="another memqual version"):
+    with pytest.raises(BadInput, match="a measurement record, not a results.json"):
         report.load_results(other)
