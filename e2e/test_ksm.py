@@ -190,8 +190,11 @@ class KsmTest(GuestTest):
                    "merged_after_unmerge": unmerged, "baseline_pages": baseline},
         ))
         self.assertEqual(int(verify["bad_pages"]), 0, f"pages corrupted across merge/COW/unmerge: {verify}")
-        # Pages equal but for their last 96 bytes must never be merged.
-        self.assertLessEqual(after_tail, 0.05 * pages, "pages differing only in their tails stayed merged")
+        # Pages equal but for their last 96 bytes must never be merged: every
+        # merged agent page leaves the merged count (other guest pages, e.g.
+        # memory the kernel zeroed meanwhile, may merge at the same time).
+        self.assertGreaterEqual(merged - after_tail, 0.95 * pages,
+                                f"pages differing only in their tails stayed merged ({merged} -> {after_tail})")
         self.assertEqual(unmerged, 0, "run=2 left QEMU pages merged")
         self.assertEqual(int(control["bad_pages"]), 5, f"the checker missed corrupted pages: {control}")
         self.assertEqual(status, 1, "ksm_stress must exit 1 when a verify finds bad pages")
