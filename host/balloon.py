@@ -325,6 +325,72 @@ class BalloonController:
             self._sleep(0.05)
 
 
+@dataclasses.dataclass
+class Floor:
+    """Where the guest stopped giving pages, and the target memqual then
+    backed off to so the guest has room to run (SSH, agents)."""
+
+    floor_bytes: int  # the lowest actual reached when asked for far less
+    safe_bytes: int  # floor + margin, the target left in place afterwards
+    probe: BalloonResult
+    backoff: BalloonResult
+
+
+def find_floor(
+    ctl: BalloonController,
+    margin_bytes: int = 64 << 20,
+    low_target_bytes: int = 1 << 20,
+    stall_s: float = 1.0,
+    deadline_s: float = 120.0,
+) -> Floor:
+    """Ask for far less than the guest can give, take the stall as the
+    floor, and deflate by ``margin_bytes`` at once.
+
+    Why at once: at the floor the guest sits on its min watermark; the
+    balloon's own allocations never OOM-kill (__GFP_NORETRY), but the next
+    exec or page fault in the guest does, and its victim is usually the SSH
+    session.  Nothing is run in the guest between the probe and the backoff.
+    The floor grows with guest size (about 150 MiB for 1 GiB, 300 for 4 GiB
+    here): it is measured, never assumed."""
+    probe = ctl.reach(low_target_bytes, deadline_s=deadline_s, stall_s=stall_s)
+    floor = probe.actual_bytes
+    safe = min(ctl.ram_bytes(), floor + margin_bytes)
+    backoff = ctl.reach(safe, deadline_s=deadline_s, stall_s=stall_s)
+    if not backoff.reached:
+        raise GuestError(f"balloon did not deflate from its floor {floor} to {safe} bytes")
+    return Floor(floor, safe, probe, backoff)
+
+
+def wait_actual(
+    ctl: BalloonController, predicate: Callable[[int], bool], deadline_s: float, period_s: float = 0.01
+) -> tuple[int, float]:
+    """Poll query-balloon until ``predicate(actual)``; (actual, seconds).
+    For moves memqual did not ask for (driver unloaded, deflate on OOM)."""
+    start = ctl._clock()
+    while True:
+        value = ctl.actual()
+        waited = ctl._clock() - start
+        if predicate(value):
+            return value, waited
+        if waited >= deadline_s:
+            raise Timeout(f"balloon actual stayed at {value} bytes for {deadline_s:g} s")
+        ctl._sleep(period_s)
+
+
+def agent_records(stdout: str, event: str | None = None) -> list[dict[str, str]]:
+    """Parsed balloon_agent lines, optionally only one event."""
+    out = [parse_agent_line(line) for line in stdout.splitlines() if line.startswith("t=")]
+    return [r for r in out if event is None or r.get("event") == event]
+
+
+def agent_stat(stdout: str) -> dict[str, int]:
+    """The last ``event=stat`` record of an agent run, numeric fields as int."""
+    stats = agent_records(stdout, "stat")
+    if not stats:
+        raise GuestError(f"balloon_agent printed no stat line: {stdout[-200:]!r}")
+    return {k: int(v) for k, v in stats[-1].items() if k not in ("t", "event") and v.lstrip("-").isdigit()}
+
+
 def wait_rss(
     pid: int,
     predicate: Callable[[int], bool],

@@ -40,6 +40,7 @@ class FakeMachine:
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.interval = 0
         self.stats_updates = 0
+        self.after_balloon: dict[int, list[int]] = {}  # target -> new actual sequence
 
     def qmp(self, command: str, **args: Any) -> Any:
         self.sent.append((command, args))
@@ -51,6 +52,8 @@ class FakeMachine:
                 raise GuestError("No balloon device has been activated")
             if args["value"] <= 0:
                 raise GuestError("Parameter 'target' expects a size")
+            if args["value"] in self.after_balloon:
+                self.actuals = list(self.after_balloon[args["value"]])
             return {}
         if command == "query-balloon":
             value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
@@ -214,3 +217,45 @@ def test_cli_model(capsys):
     out = capsys.readouterr().out
     assert "2031" in out and "1237" in out and "15360 requests" in out
     assert run_cli(["balloon", "model", "--per-page-us", "-1"]) == 2
+
+
+def test_find_floor_backs_off_at_once():
+    floor = 171 * MIB
+    ctl, machine, _ = controller([RAM, RAM - 500 * MIB, floor])
+    machine.after_balloon[floor + 64 * MIB] = [floor + 10 * MIB, floor + 64 * MIB]
+    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    assert f.floor_bytes == floor and f.safe_bytes == floor + 64 * MIB
+    assert f.probe.stalled and f.backoff.reached
+    # the only commands between probe and backoff are QMP: nothing ran in the guest
+    balloons = [a["value"] for c, a in machine.sent if c == "balloon"]
+    assert balloons == [1 << 20, floor + 64 * MIB]
+
+
+def test_find_floor_fails_if_backoff_stalls():
+    floor = 171 * MIB
+    ctl, machine, _ = controller([RAM, floor])
+    machine.after_balloon[floor + 64 * MIB] = [floor, floor + MIB]  # moves a little, then sticks
+    with pytest.raises(GuestError, match="did not deflate"):
+        hb.find_floor(ctl, stall_s=0.5)
+
+
+def test_wait_actual():
+    ctl, _, _ = controller([512 * MIB, 600 * MIB, RAM])
+    value, waited = hb.wait_actual(ctl, lambda v: v == RAM, deadline_s=5)
+    assert value == RAM and waited > 0
+    ctl2, _, _ = controller([512 * MIB])
+    with pytest.raises(Timeout, match="stayed at"):
+        hb.wait_actual(ctl2, lambda v: v == RAM, deadline_s=0.2)
+
+
+def test_agent_stat_parsing():
+    out = (
+        "t=1.0 event=buddy node=0 zone=DMA free_per_order=0,1\n"
+        "t=1.1 event=stat mem_total_kib=983496 balloon_inflate=-1 module_loaded=1 buddy_free_per_order=1,2\n"
+        "t=2.0 event=allocated mib=64 touched=1 touch_s=0.1\n"
+        "t=2.1 event=stat mem_total_kib=983400 balloon_inflate=5 module_loaded=1 buddy_free_per_order=1,2\n"
+    )
+    assert hb.agent_stat(out) == {"mem_total_kib": 983400, "balloon_inflate": 5, "module_loaded": 1}
+    assert [r["mib"] for r in hb.agent_records(out, "allocated")] == ["64"]
+    with pytest.raises(GuestError, match="no stat line"):
+        hb.agent_stat("t=1 event=load status=0\n")
