@@ -1,0 +1,60 @@
+"""``memqual boot``: build or reuse the image, boot, wait for SSH, run a
+command in the guest, shut down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("boot", help="boot a guest, run a command over SSH, shut down")
+    parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    parser.add_argument("--memory", type=int, default=1024, metavar="MIB")
+    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--machine", choices=("microvm", "pc", "q35"), default="microvm")
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument("--warm", dest="warm", action="store_true", default=True,
+                      help="restore a saved snapshot when one exists (default)")
+    warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
+    parser.add_argument("--kernel", help="your own bzImage (with --modules)")
+    parser.add_argument("--modules", help="its lib/modules/RELEASE directory")
+    parser.add_argument("--timeout", type=float, default=90.0, help="boot deadline in seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
+    parser.set_defaults(handler=_boot)
+
+
+def _boot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from host.machine import Machine, MachineConfig
+    from images.build import KernelSource, build
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    source = KernelSource(Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None)
+    image = build(source)
+    config = MachineConfig(memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel,
+                           warm=args.warm)
+    with Machine(config, image=image, boot_timeout=args.timeout) as vm:
+        result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
+        summary = {
+            "accel": vm.accel,
+            "accel_reason": vm.accel_reason,
+            "warm": vm.started_warm,
+            "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
+            "guest_kernel": image.release,
+            "exit_status": result.status if result else 0,
+            "stdout": result.stdout if result else "",
+            "stderr": result.stderr if result else "",
+        }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        if result:
+            sys.stdout.write(result.stdout)
+            sys.stderr.write(result.stderr)
+        print(f"[{summary['accel']}, {'warm' if vm.started_warm else 'cold'} start, SSH after "
+              f"{summary['boot_to_ssh_s']} s]", file=sys.stderr)
+    return int(summary["exit_status"])

@@ -1,0 +1,288 @@
+"""One QEMU process: launched, reached over QMP and SSH, always reaped.
+
+Lifetime rules (a leaked QEMU is a bug):
+- QEMU gets PR_SET_PDEATHSIG=SIGKILL: if the Python process that launched
+  it dies (Avocado timeout, kill -9), the kernel kills QEMU too.
+- ``shutdown()`` asks nicely over QMP, then kills, and always waits for the
+  process and removes the socket directory; it is idempotent and runs from
+  ``__exit__``, ``atexit`` and the test's tearDown.
+- Nothing fixed: a free loopback port per launch, sockets in a fresh short
+  temporary directory, logs where the caller says.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import QMPError
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from host.errors import GuestError, LaunchError, Timeout
+from host.paths import short_tempdir
+from host.qemu import BalloonDevice, MachineConfig, command_line
+from host.ssh import SSH, banner_ready
+
+__all__ = ["Machine", "MachineConfig", "BalloonDevice"]
+
+log = logging.getLogger("memqual.machine")
+PR_SET_PDEATHSIG = 1
+_LIVE: "weakref.WeakSet[Machine]" = weakref.WeakSet()
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def free_port() -> int:
+    """A loopback port free right now.  Another process may take it before
+    QEMU binds it: launch() retries on that specific failure."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@atexit.register
+def _reap_all() -> None:
+    for machine in list(_LIVE):
+        machine.shutdown(timeout=2)
+
+
+class Machine:
+    """A guest.  Use as a context manager::
+
+        with Machine(MachineConfig(memory_mib=1024)) as vm:
+            vm.ssh.run(["uname", "-r"])
+    """
+
+    def __init__(self, config: MachineConfig | None = None, image: Any = None, log_dir: Path | None = None,
+                 boot_timeout: float = 90.0) -> None:
+        self.config = config or MachineConfig()
+        self._image = image
+        self._log_dir = Path(log_dir) if log_dir else None
+        self.boot_timeout = boot_timeout
+        self.accel = ""
+        self.accel_reason = ""
+        self.boot_to_ssh_s = float("nan")
+        self.started_warm = False
+        self.command: list[str] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._qmp: QEMUMonitorProtocol | None = None
+        self._qmp_lock = threading.Lock()
+        self._sockdir: Path | None = None
+        self._ssh: SSH | None = None
+        self.console_log = Path("/dev/null")
+        self.ssh_port = 0
+
+    # -- properties -------------------------------------------------------
+    @property
+    def image(self) -> Any:
+        if self._image is None:
+            from images.build import build
+
+            self._image = build()
+        return self._image
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise GuestError("the machine is not running")
+        return self._proc.pid
+
+    @property
+    def ssh(self) -> SSH:
+        if self._ssh is None:
+            raise GuestError("the machine is not running (no SSH session)")
+        return self._ssh
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- launch -----------------------------------------------------------
+    def __enter__(self) -> "Machine":
+        self.launch()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def launch(self) -> None:
+        from host.probe import resolve_accel
+
+        self.accel, self.accel_reason = resolve_accel(self.config.accel)
+        self._sockdir = short_tempdir("mq")
+        log_dir = self._log_dir or self._sockdir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
+        _LIVE.add(self)
+        try:
+            self._launch_cold()
+        except BaseException:
+            self.shutdown(timeout=2)
+            raise
+
+    def _launch_cold(self) -> None:
+        started = time.monotonic()
+        self._start_qemu(incoming=None)
+        self.wait_ssh(started)
+
+    def _start_qemu(self, incoming: str | None) -> None:
+        """Start QEMU with QMP connected; retries when the port was taken."""
+        assert self._sockdir is not None
+        for attempt in range(3):
+            self.ssh_port = free_port()
+            qmp_path = self._sockdir / "qmp.sock"
+            qmp_path.unlink(missing_ok=True)
+            # memqual is the QMP server and QEMU connects to it: no polling
+            # for a socket to appear.
+            self._qmp = QEMUMonitorProtocol(str(qmp_path), server=True)
+            self.command = command_line(
+                self.config, self.accel, self.image.kernel, self.image.initrd, qmp_path,
+                self.console_log, self.ssh_port, incoming,
+            )
+            log.info("launch: %s", " ".join(self.command))
+            stderr_path = self._sockdir / "qemu.stderr"
+            with open(stderr_path, "wb") as stderr:
+                self._proc = subprocess.Popen(
+                    self.command, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
+                    preexec_fn=_die_with_parent, close_fds=True,
+                )
+            try:
+                self._accept_qmp()
+                return
+            except LaunchError as exc:
+                if "host forwarding rule" in exc.output and attempt < 2:
+                    log.warning("port %d was taken; retrying with another", self.ssh_port)
+                    self._kill()
+                    continue
+                raise
+
+    def _accept_qmp(self) -> None:
+        assert self._qmp is not None and self._proc is not None
+        try:
+            self._qmp.accept(timeout=30)
+        except (QMPError, OSError, TimeoutError) as exc:
+            output = self._qemu_output()
+            self._kill()
+            raise LaunchError(
+                f"QEMU did not come up ({self._exit_description()}): {output.strip().splitlines()[-1:] or exc}",
+                self.command, output,
+            ) from exc
+
+    def wait_ssh(self, started: float) -> None:
+        """Wait for a working SSH command, with a deadline; a QEMU that exits
+        or a guest that panics ends the wait at once."""
+        deadline = started + self.boot_timeout
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise LaunchError(
+                    f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
+                    self.command, self._qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+                )
+            if banner_ready(self.ssh_port, timeout=0.5):
+                ssh = SSH(self.ssh_port, self.image.key)
+                try:
+                    ssh.connect(timeout=10)
+                    ssh.run(["true"], timeout=10)
+                except GuestError:
+                    ssh.close()
+                else:
+                    self._ssh = ssh
+                    self.boot_to_ssh_s = time.monotonic() - started
+                    log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
+                    return
+            if time.monotonic() > deadline:
+                raise Timeout(
+                    f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
+                    f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
+                )
+            time.sleep(0.02)  # poll period of the readiness check, not a wait for an event
+
+    # -- control ----------------------------------------------------------
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        if self._qmp is None:
+            raise GuestError("the machine is not running (no QMP)")
+        with self._qmp_lock:  # tearDown may run on another thread
+            try:
+                return self._qmp.cmd(command, **arguments)
+            except QMPError as exc:
+                raise GuestError(f"QMP {command} failed: {exc}") from exc
+
+    def hmp(self, command_line: str) -> str:
+        return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
+
+    def deploy(self, agent: str) -> str:
+        """Build guest/<agent>.c (cached) and stream it into the guest."""
+        from images.agents import build_agent
+
+        guest_path = f"/tmp/{agent}"
+        self.ssh.push(build_agent(agent), guest_path)
+        return guest_path
+
+    # -- shutdown ---------------------------------------------------------
+    def shutdown(self, timeout: float = 10.0) -> None:
+        if self._ssh is not None:
+            self._ssh.close()
+            self._ssh = None
+        if self._proc is not None and self._proc.poll() is None and self._qmp is not None:
+            try:
+                with self._qmp_lock:
+                    self._qmp.settimeout(2)
+                    self._qmp.cmd("quit")
+            except Exception:  # noqa: BLE001 - any failure here means: kill it
+                log.info("QMP quit failed; killing QEMU")
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self._kill()
+        if self._sockdir is not None:
+            shutil.rmtree(self._sockdir, ignore_errors=True)
+            self._sockdir = None
+        _LIVE.discard(self)
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+        if self._qmp is not None:
+            try:
+                self._qmp.close()
+            except Exception:  # noqa: BLE001 - the peer is gone already
+                pass
+            self._qmp = None
+
+    # -- diagnostics ------------------------------------------------------
+    def _exit_description(self) -> str:
+        if self._proc is None or self._proc.poll() is None:
+            return "still running"
+        code = self._proc.returncode
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+    def _qemu_output(self) -> str:
+        if self._sockdir is None:
+            return ""
+        path = self._sockdir / "qemu.stderr"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def _console_tail(self, lines: int) -> str:
+        try:
+            text = self.console_log.read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "\n".join(tail)

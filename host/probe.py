@@ -1,0 +1,187 @@
+"""What this host can do: QEMU, KVM (really booting a Linux guest, not just
+opening /dev/kvm), host KSM, THP, KVM_CAP_NR_MEMSLOTS.
+
+``/dev/kvm`` answering KVM_CREATE_VM proves little: on paravirtual KVM
+(kvm_pvm) a Linux guest hangs in its decompressor and QMP still says KVM is
+enabled.  Only a real boot with a deadline tells, so the probe boots the
+guest image under KVM once, watching the console for the init's ready
+line, and caches the answer per (host kernel, QEMU version, image).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+from host.errors import CapabilityMissing
+from host.paths import cache_dir, short_tempdir
+
+KVM_DEVICE = Path("/dev/kvm")
+KSM_DIR = Path("/sys/kernel/mm/ksm")
+THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+KVM_CHECK_EXTENSION = 0xAE03  # _IO(KVMIO, 0x03)
+KVM_CAP_NR_MEMSLOTS = 10
+READY_MARKER = b"memqual-ready"
+KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
+
+
+@dataclasses.dataclass
+class Report:
+    qemu_version: str
+    host_kernel: str
+    kvm_device: bool
+    kvm_boots_linux: bool
+    kvm_boot_detail: str
+    accel: str
+    accel_reason: str
+    ksm_available: bool
+    ksm_writable: bool
+    thp: str
+    kvm_nr_memslots: int | None
+    cpu_model: str
+
+
+def host_kernel() -> str:
+    return platform.release()
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def thp_mode() -> str:
+    try:
+        text = THP_ENABLED.read_text()
+    except OSError:
+        return "unavailable"
+    return text[text.index("[") + 1 : text.index("]")] if "[" in text else text.strip()
+
+
+def ksm_writable() -> bool:
+    return os.access(KSM_DIR / "run", os.W_OK)
+
+
+def kvm_nr_memslots() -> int | None:
+    try:
+        fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return fcntl.ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_MEMSLOTS)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def kvm_usable_device() -> bool:
+    return KVM_DEVICE.exists() and os.access(KVM_DEVICE, os.R_OK | os.W_OK)
+
+
+def _probe_cache_file() -> Path:
+    return cache_dir() / "probe-kvm.json"
+
+
+def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
+    """Boot the guest image under KVM with a deadline.  Cached."""
+    if not kvm_usable_device():
+        return False, "/dev/kvm is missing or not accessible"
+    from host.qemu import qemu_version
+    from images.build import build
+
+    image = build()
+    key = f"{host_kernel()}|{qemu_version()}|{image.kernel_sha256}|{image.initramfs_sha256}"
+    cache_file = _probe_cache_file()
+    if not force:
+        try:
+            cached = json.loads(cache_file.read_text())
+            if cached.get("key") == key:
+                return bool(cached["boots"]), str(cached["detail"])
+        except (OSError, ValueError, KeyError):
+            pass
+    boots, detail = _boot_under_kvm(image)
+    tmp = cache_file.with_suffix(f".{os.getpid()}")
+    tmp.write_text(json.dumps({"key": key, "boots": boots, "detail": detail}))
+    os.replace(tmp, cache_file)
+    return boots, detail
+
+
+def _boot_under_kvm(image: object) -> tuple[bool, str]:
+    from host.machine import _die_with_parent
+    from host.qemu import MachineConfig, command_line
+
+    workdir = short_tempdir("mqprobe")
+    console = workdir / "console.log"
+    config = MachineConfig(memory_mib=256, cpus=1, balloon=None, warm=False)
+    argv = command_line(config, "kvm", image.kernel, image.initrd, workdir / "unused.sock", console, 0)  # type: ignore[attr-defined]
+    # No QMP and no network for the probe: only the console matters.
+    qmp_at = argv.index("-mon")
+    del argv[qmp_at - 2 : qmp_at + 2]
+    net_at = argv.index("-netdev")
+    del argv[net_at : net_at + 4]
+    started = time.monotonic()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            preexec_fn=_die_with_parent)
+    try:
+        while time.monotonic() - started < KVM_BOOT_DEADLINE_S:
+            if console.exists() and READY_MARKER in console.read_bytes():
+                return True, f"a Linux guest reached init under KVM in {time.monotonic() - started:.1f} s"
+            if proc.poll() is not None:
+                out = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").strip()
+                return False, f"QEMU with KVM exited ({out.splitlines()[-1] if out else proc.returncode})"
+            time.sleep(0.05)  # polling the console file; the deadline bounds it
+        return False, f"a Linux guest did not reach init under KVM within {KVM_BOOT_DEADLINE_S:.0f} s (hangs early)"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def resolve_accel(requested: str) -> tuple[str, str]:
+    """('kvm' or 'tcg', why).  'auto' uses KVM only where it boots Linux."""
+    if requested == "tcg":
+        return "tcg", "TCG requested"
+    boots, detail = kvm_boots_linux()
+    if requested == "kvm":
+        if not boots:
+            raise CapabilityMissing(f"KVM requested but unusable here: {detail}; use --accel tcg or auto")
+        return "kvm", detail
+    return ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
+
+
+def report(force: bool = False) -> Report:
+    from host.qemu import qemu_version
+
+    boots, detail = kvm_boots_linux(force=force)
+    accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
+    return Report(
+        qemu_version=qemu_version(),
+        host_kernel=host_kernel(),
+        kvm_device=KVM_DEVICE.exists(),
+        kvm_boots_linux=boots,
+        kvm_boot_detail=detail,
+        accel=accel,
+        accel_reason=reason,
+        ksm_available=(KSM_DIR / "run").exists(),
+        ksm_writable=ksm_writable(),
+        thp=thp_mode(),
+        kvm_nr_memslots=kvm_nr_memslots(),
+        cpu_model=cpu_model(),
+    )

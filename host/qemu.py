@@ -1,0 +1,170 @@
+"""QEMU command lines: a pure function from a machine configuration and an
+image to argv, so it can be unit tested without starting anything."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from host.errors import BadInput, CapabilityMissing
+
+MACHINE_TYPES = ("microvm", "pc", "q35")
+
+
+@dataclasses.dataclass(frozen=True)
+class BalloonDevice:
+    """A virtio-balloon device and the properties scenarios vary."""
+
+    free_page_reporting: bool = False
+    deflate_on_oom: bool = False
+    id: str = "balloon0"
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineConfig:
+    """Everything that shapes one guest.  Also the warm-start snapshot key:
+    two configs that compare equal may share a saved guest state."""
+
+    memory_mib: int = 1024
+    cpus: int = 2
+    machine: str = "microvm"  # microvm boots fastest; pc/q35 for hotplug
+    accel: str = "auto"  # auto | kvm | tcg
+    maxmem_mib: int | None = None  # enables pc-dimm hotplug (pc/q35 only)
+    mem_slots: int = 0
+    mem_merge: bool = True  # QEMU marks guest RAM MADV_MERGEABLE for host KSM
+    balloon: BalloonDevice | None = BalloonDevice()
+    extra_args: tuple[str, ...] = ()  # raw QEMU arguments, appended last
+    cmdline_extra: str = ""
+    warm: bool = True  # may restore from a saved snapshot (see host.snapshot)
+
+    def __post_init__(self) -> None:
+        if self.machine not in MACHINE_TYPES:
+            raise BadInput(f"machine type {self.machine!r} unknown: use one of {', '.join(MACHINE_TYPES)}")
+        if self.accel not in ("auto", "kvm", "tcg"):
+            raise BadInput(f"accelerator {self.accel!r} unknown: use auto, kvm or tcg")
+        if self.memory_mib < 128:
+            raise BadInput(f"guest memory {self.memory_mib} MiB is too small: give at least 128 MiB")
+        if self.cpus < 1:
+            raise BadInput("give at least one CPU")
+        if self.maxmem_mib is not None:
+            if self.machine == "microvm":
+                raise BadInput("microvm has no memory hotplug: use machine 'pc' or 'q35' with maxmem")
+            if self.maxmem_mib < self.memory_mib or self.mem_slots < 1:
+                raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
+
+
+@functools.lru_cache(maxsize=1)
+def qemu_binary() -> str:
+    path = shutil.which("qemu-system-x86_64")
+    if path is None:
+        raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
+    return path
+
+
+@functools.lru_cache(maxsize=1)
+def qemu_version() -> str:
+    out = subprocess.run([qemu_binary(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    match = re.search(r"version (\S+)", out)
+    return match.group(1) if match else "unknown"
+
+
+def _virtio(machine: str, device: str) -> str:
+    """virtio devices are virtio-mmio on microvm, virtio-pci elsewhere."""
+    return f"virtio-{device}-device" if machine == "microvm" else f"virtio-{device}-pci"
+
+
+@functools.lru_cache(maxsize=1)
+def host_tsc_khz() -> int | None:
+    """The host's TSC frequency.  Under TCG the guest reads the host TSC,
+    but calibrates it against the emulated PIT; on a busy host that
+    calibration fails, the guest marks its TSC unstable and a 2-CPU boot
+    stalls.  Telling the guest the frequency skips the calibration."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return int(float(line.split(":", 1)[1]) * 1000)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
+    # quiet + lpj skip work that costs seconds under TCG; panic=-1 with
+    # -no-reboot turns a guest panic into QEMU exiting at once.
+    parts = [
+        "console=ttyS0",
+        "panic=-1",
+        "rdinit=/init",
+        "quiet",
+        "loglevel=4",
+        "tsc=reliable",
+        "no_timer_check",
+        "cryptomgr.notests",
+        "random.trust_cpu=on",
+        "8250.nr_uarts=1",
+        "mitigations=off",
+        "audit=0",
+        "memhp_default_state=offline",
+    ]
+    khz = host_tsc_khz()
+    if accel == "tcg" and khz:
+        parts.append(f"tsc_early_khz={khz}")
+    if config.cmdline_extra:
+        parts.append(config.cmdline_extra)
+    return " ".join(parts)
+
+
+def command_line(
+    config: MachineConfig,
+    accel: str,
+    kernel: Path,
+    initrd: Path,
+    qmp_socket: Path,
+    console_log: Path,
+    ssh_port: int,
+    incoming: str | None = None,
+) -> list[str]:
+    """argv for one guest.  ``accel`` is the resolved accelerator (kvm/tcg);
+    ``incoming`` restores a saved state instead of booting."""
+    machine = config.machine
+    machine_opts = [machine]
+    # microvm keeps its PIT: without it the guest cannot calibrate the TSC
+    # under TCG and its timers stall.
+    machine_opts.append(f"mem-merge={'on' if config.mem_merge else 'off'}")
+    memory = f"{config.memory_mib}M"
+    if config.maxmem_mib is not None:
+        memory += f",slots={config.mem_slots},maxmem={config.maxmem_mib}M"
+    argv = [
+        qemu_binary(),
+        "-M", ",".join(machine_opts),
+        "-accel", accel,
+        "-cpu", "max" if accel == "tcg" else "host",
+        "-m", memory,
+        "-smp", str(config.cpus),
+        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+        "-kernel", str(kernel),
+        "-initrd", str(initrd),
+        "-append", kernel_cmdline(config, accel),
+        "-chardev", f"file,id=console,path={console_log}",
+        "-serial", "chardev:console",
+        "-chardev", f"socket,id=qmp,path={qmp_socket}",
+        "-mon", "chardev=qmp,mode=control",
+        "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+        "-device", _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
+    ]
+    if config.balloon is not None:
+        b = config.balloon
+        argv += [
+            "-device",
+            f"{_virtio(machine, 'balloon')},id={b.id},"
+            f"free-page-reporting={'on' if b.free_page_reporting else 'off'},"
+            f"deflate-on-oom={'on' if b.deflate_on_oom else 'off'}",
+        ]
+    if incoming is not None:
+        argv += ["-incoming", incoming]
+    argv += list(config.extra_args)
+    return argv
