@@ -1,0 +1,380 @@
+"""virtio-balloon end to end (issue 4): real guests, real QEMU, QMP.
+
+Scenarios (docs/balloon.md says why each is built the way it is):
+1. inflate/deflate timing in a 1 GiB guest down to what it can safely keep
+   (its measured floor + 64 MiB), 5 repeats alternated with two smaller
+   sizes that calibrate the transfer-cost model; cross-checked against the
+   guest's balloon_inflate counter, MemTotal and QEMU's RSS.
+2. sizes: the same in a 2 GiB guest.
+3. correctness: odd targets, the floor (stops short, SSH survives),
+   deflate gives back everything, driver unload with the balloon inflated,
+   device_del / device_add of the balloon.
+4. free page reporting on (RSS back near baseline) and off (it stays up).
+5. deflate-on-oom: guest memory pressure deflates instead of killing,
+   6. guest statistics at their polling interval, invalid intervals refused
+   (one guest for both).
+
+All guests are machine type pc: device_del/device_add needs PCI hotplug,
+and one machine type keeps the timings comparable across scenarios.
+"""
+
+from __future__ import annotations
+
+import time
+
+from e2e.base import GuestTest
+from host import balloon_model as bm
+from host import stats
+from host.balloon import (
+    PAGE,
+    STATS_INTERVAL_MAX,
+    BalloonController,
+    BalloonResult,
+    agent_records,
+    agent_stat,
+    find_floor,
+    wait_actual,
+    wait_rss,
+)
+from host.errors import BadInput, GuestError
+from host.machine import BalloonDevice, MachineConfig
+from host.record import Measurement
+
+MIB = 1 << 20
+AGENT = "balloon_agent"
+MACHINE = "pc"
+MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
+REPEATS = 5
+TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
+CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
+INFLATE_DEADLINE_S = 120.0  # a 2 GiB inflate under a loaded 2-core TCG host: ~10 s
+STALL_S = 1.0  # the driver retries every 200 ms when out of pages
+FPR_TOUCH_MIB = 512
+FPR_DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
+FPR_OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
+PRESSURE_MIB = 300
+
+
+def guest_stat(vm, agent: str) -> dict[str, int]:
+    return agent_stat(vm.ssh.run([agent, "stat"], timeout=60).stdout)
+
+
+def oom_kills(vm) -> list[str]:
+    return [line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if "Killed process" in line]
+
+
+class BalloonBase(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def boot_balloon(self, memory_mib: int, **device: bool) -> tuple[object, BalloonController, str]:
+        vm = self.boot(MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=BalloonDevice(**device)))
+        return vm, BalloonController(vm, device_id="balloon0"), vm.deploy(AGENT)
+
+    def timing(self, memory_mib: int, touch_mib: int, fractions: tuple[float, ...]) -> None:
+        """Scenarios 1 and 2: the timed inflate/deflate cycle and its records."""
+        vm, ctl, agent = self.boot_balloon(memory_mib)
+        ram = ctl.ram_bytes()
+        first = guest_stat(vm, agent)
+        floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
+        back = ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S)
+        self.assertTrue(back.reached, "could not deflate after finding the floor")
+        full = ram - floor.safe_bytes
+        # Alternate the main size with the calibration sizes so a drift of
+        # the shared host spreads over all of them.
+        plan = [1.0]
+        for i in range(REPEATS - 1):
+            if i < 2 * len(fractions):
+                plan.append(fractions[i % len(fractions)])
+            plan.append(1.0)
+        inflates: list[BalloonResult] = []
+        deflates: list[BalloonResult] = []
+        observations: list[bm.Observation] = []
+        checks: list[dict[str, float]] = []
+        for fraction in plan:
+            size = int(full * fraction) // PAGE * PAGE
+            if touch_mib:
+                # touch and free: these pages are resident in QEMU until ballooned
+                before = agent_stat(vm.ssh.run([agent, "hold", str(touch_mib), "0"], timeout=120).stdout)
+            else:
+                before = guest_stat(vm, agent)
+            rss_before = ctl.rss_kib()
+            inflate = ctl.reach(ram - size, deadline_s=INFLATE_DEADLINE_S, stall_s=5 * STALL_S)
+            self.assertTrue(inflate.reached, f"inflate to {ram - size} stopped at {inflate.actual_bytes}")
+            rss_after = ctl.rss_kib()
+            after = guest_stat(vm, agent)
+            deflate = ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S)
+            self.assertTrue(deflate.reached, "deflate did not return to guest RAM")
+            restored = guest_stat(vm, agent)
+            observations.append(bm.Observation.of_array_inflate(inflate.pages, inflate.seconds))
+            # Every cycle: the guest gives back all it took, to the page.
+            self.assertLessEqual(abs(restored["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+            if fraction != 1.0:
+                continue
+            inflates.append(inflate)
+            deflates.append(deflate)
+            pages = inflate.pages
+            counted = after["balloon_inflate"] - before["balloon_inflate"]
+            total_drop_pages = (before["mem_total_kib"] - after["mem_total_kib"]) * 1024 // PAGE
+            check = {
+                "pages": pages,
+                "balloon_inflate_delta": counted,
+                "mem_total_drop_pages": total_drop_pages,
+                "rss_before_kib": rss_before,
+                "rss_after_kib": rss_after,
+            }
+            checks.append(check)
+            self.assertLessEqual(abs(counted - pages), 0.01 * pages, f"balloon_inflate delta: {check}")
+            self.assertLessEqual(abs(total_drop_pages - pages), 0.01 * pages, f"MemTotal drop: {check}")
+            if touch_mib:
+                # at least a quarter of the touched pages must leave QEMU's RSS
+                self.assertLess(rss_after, rss_before - touch_mib * 1024 // 4, f"RSS did not fall: {check}")
+
+        seconds = [r.seconds for r in inflates]
+        moved = [r.moved_bytes for r in inflates]
+        summary = stats.summarize(seconds)
+        prediction = bm.predict_seed(bm.calibrate(observations)) if fractions else None
+        gbps = [m / s / 1e9 for m, s in zip(moved, seconds)]
+        settings = {
+            "guest_mib": memory_mib,
+            "inflate_mib": round(full / MIB, 1),
+            "floor_mib": round(floor.floor_bytes / MIB, 1),
+            "margin_mib": MARGIN_MIB,
+            "touched_mib": touch_mib,
+            "machine": MACHINE,
+            "timing": "host polls query-balloon every ~1 ms (perf_counter)",
+        }
+        extra = {
+            "gbps": stats.median(gbps),
+            "gbps_samples": gbps,
+            "pages_per_s": stats.median([r.pages / r.seconds for r in inflates]),
+            "cv": summary.cv,
+            "summary": summary.to_json(),
+            "ratio_of_guest": full / ram,
+            "poll_period_s": stats.median([r.poll_period_s for r in inflates]),
+            "resolution_s_max": max(r.resolution_s for r in inflates),
+            "cross_checks": checks,
+            "calibration_samples": [o.__dict__ for o in observations],
+            "seed_ms": {f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
+            "seed_gbps": {f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
+        }
+        if prediction is not None:
+            extra["model"] = prediction
+        self.record(Measurement(
+            scenario="balloon.inflate", claim="balloon-bitmap", metric="inflate_s", unit="s",
+            better="lower", samples=seconds, settings=settings, extra=extra,
+        ))  # fmt: skip
+        dseconds = [r.seconds for r in deflates]
+        self.record(Measurement(
+            scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=dseconds,
+            settings=settings,
+            extra={"gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
+                   "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
+        ))  # fmt: skip
+        self.log.info(
+            "inflate %.0f MiB of %d MiB: median %.3f s (%.3f GB/s, CV %.2f); seed 512 KB bitmap %.2f GB/s",
+            full / MIB, memory_mib, summary.median, extra["gbps"], summary.cv, bm.seed_gbps(1237),
+        )  # fmt: skip
+
+
+class BalloonTiming(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def test_inflate_deflate_1g(self) -> None:
+        """Scenario 1: 1 GiB guest, timed, cross-checked, model calibrated."""
+        self.timing(1024, TOUCH_MIB, CAL_FRACTIONS)
+
+    def test_sizes_2g(self) -> None:
+        """Scenario 2: the same cycle in a 2 GiB guest."""
+        self.timing(2048, 0, ())
+
+
+class BalloonCorrectness(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def test_correctness(self) -> None:
+        """Scenario 3: odd targets, floor, give-back, unload, hot-unplug/plug."""
+        vm, ctl, agent = self.boot_balloon(1024)
+        ram = ctl.ram_bytes()
+        first = guest_stat(vm, agent)
+
+        # Odd targets: what memqual refuses, and what QEMU itself does.
+        answers = {}
+        for bad in (0, -PAGE):
+            with self.assertRaises(BadInput):
+                ctl.set_target(bad)
+            answer = ctl.qemu_balloon(bad)
+            self.assertFalse(answer.accepted, f"QEMU accepted balloon target {bad}")
+            self.assertIn("target", answer.error)
+            answers[str(bad)] = answer.error
+        with self.assertRaises(BadInput):
+            ctl.set_target(ram + PAGE)
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
+        clamped = ctl.reach(2 * ram, deadline_s=INFLATE_DEADLINE_S, checked=False)
+        self.assertTrue(clamped.reached and clamped.actual_bytes == ram, "QEMU did not clamp to RAM")
+        answers["2*ram"] = "accepted, clamped to RAM (balloon fully deflated)"
+
+        # The floor: asked for 1 MiB the guest stops short; SSH survives.
+        floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
+        self.assertTrue(floor.probe.stalled)
+        self.assertLess(floor.floor_bytes, ram // 2)
+        self.assertEqual(vm.ssh.run(["echo", "alive"]).stdout.strip(), "alive")
+        self.assertEqual(oom_kills(vm), [], "the guest OOM-killed something at the floor")
+        # Deflate gives back everything, to the page.
+        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertLessEqual(abs(guest_stat(vm, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+
+        # Unloading the driver with the balloon inflated returns the memory.
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
+        unload = agent_records(vm.ssh.run([agent, "unload"], timeout=60).stdout, "unload")[0]
+        self.assertEqual(unload["status"], "0")
+        actual, unload_s = wait_actual(ctl, lambda v: v == ram, deadline_s=30)
+        self.assertLessEqual(abs(guest_stat(vm, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+        ctl.set_target(ram)  # or the reloaded driver inflates to the old target again
+        self.assertEqual(agent_records(vm.ssh.run([agent, "load"]).stdout, "load")[0]["module_loaded"], "1")
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
+
+        # device_del / device_add with the driver loaded.
+        vm.qmp("device_del", id="balloon0")
+        gone_s = _wait_no_balloon(ctl, deadline_s=30)
+        bound = vm.ssh.run(["ls", "/sys/bus/virtio/drivers/virtio_balloon"]).stdout.split()
+        self.assertFalse([b for b in bound if b.startswith("virtio")], f"driver still bound: {bound}")
+        vm.qmp("device_add", driver="virtio-balloon-pci", id="balloon0")
+        readd = ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S)  # only a bound driver moves it
+        self.assertTrue(readd.reached)
+        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.record(Measurement(
+            scenario="balloon.floor", metric="floor_mib", unit="MiB", better="lower",
+            samples=[floor.floor_bytes / MIB],
+            settings={"guest_mib": 1024, "machine": MACHINE, "stall_s": STALL_S},
+            extra={"safe_mib": floor.safe_bytes / MIB, "probe_s": floor.probe.seconds,
+                   "qemu_answers": answers, "unload_return_s": unload_s, "device_del_s": gone_s,
+                   "readd_inflate_s": readd.seconds},
+        ))  # fmt: skip
+
+
+def _wait_no_balloon(ctl: BalloonController, deadline_s: float) -> float:
+    """Poll query-balloon until QEMU says there is no balloon device."""
+    start = time.monotonic()
+    while True:
+        try:
+            ctl.actual()
+        except GuestError as exc:
+            if "No balloon device" in str(exc):
+                return time.monotonic() - start
+            raise
+        if time.monotonic() - start > deadline_s:
+            raise AssertionError(f"balloon device still present {deadline_s} s after device_del")
+        time.sleep(0.05)
+
+
+class BalloonFreePageReporting(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def _touch_and_free(self, reporting: bool) -> tuple[int, int, bool, int, float]:
+        vm, ctl, agent = self.boot_balloon(1024, free_page_reporting=reporting)
+        base = ctl.rss_kib()
+        vm.ssh.run([agent, "hold", str(FPR_TOUCH_MIB), "0"], timeout=120)
+        peak = ctl.rss_kib()
+        self.assertGreater(peak, base + FPR_TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS")
+        window = FPR_DEADLINE_S if reporting else FPR_OFF_WINDOW_S
+        met, last, waited = wait_rss(vm.pid, lambda kib: kib <= 1.10 * base, deadline_s=window)
+        return base, peak, met, last, waited
+
+    def _record(self, reporting: bool, base: int, peak: int, last: int, waited: float) -> None:
+        self.record(Measurement(
+            scenario="balloon.free_page_reporting", metric="rss_return_s", unit="s", better="lower",
+            variant={"free_page_reporting": reporting}, samples=[waited],
+            settings={"guest_mib": 1024, "touched_mib": FPR_TOUCH_MIB, "machine": MACHINE},
+            extra={"rss_base_kib": base, "rss_peak_kib": peak, "rss_end_kib": last},
+        ))  # fmt: skip
+
+    def test_reporting_on(self) -> None:
+        """Scenario 4: with free-page-reporting=on QEMU's RSS falls back."""
+        base, peak, met, last, waited = self._touch_and_free(True)
+        self._record(True, base, peak, last, waited)
+        self.assertTrue(met, f"RSS {last} KiB not within 10% of {base} KiB after {FPR_DEADLINE_S} s")
+
+    def test_reporting_off(self) -> None:
+        """Scenario 4, control: with it off the RSS stays up."""
+        base, peak, met, last, waited = self._touch_and_free(False)
+        self._record(False, base, peak, last, waited)
+        self.assertFalse(met, "RSS fell back without free page reporting: the control proves nothing")
+        self.assertGreater(last, base + FPR_TOUCH_MIB * 1024 // 2)
+
+
+class BalloonOomAndStats(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def test_stats_and_deflate_on_oom(self) -> None:
+        """Scenarios 6 then 5 in one deflate-on-oom guest."""
+        vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
+
+        # 6. statistics.  The driver sends one stats buffer when it probes,
+        # so "before" may already be set; what matters is that updates come
+        # at the interval and the marker (-1) is gone from the main fields.
+        before = ctl.guest_stats()
+        refused = {}
+        for bad in (-1, STATS_INTERVAL_MAX + 1):
+            with self.assertRaises(BadInput):
+                ctl.set_stats_interval(bad)
+            with self.assertRaises(BadInput) as qemu_says:
+                ctl.qemu_set_stats_interval(bad)
+            refused[str(bad)] = str(qemu_says.exception)
+        periods: dict[int, list[float]] = {}
+        last = before
+        for interval in (1, 2):
+            ctl.set_stats_interval(interval)
+            self.assertEqual(ctl.stats_interval(), interval)
+            last = ctl.wait_stats_update(last.last_update, deadline_s=10 * interval)
+            stamps = []
+            for _ in range(3):
+                last = ctl.wait_stats_update(last.last_update, deadline_s=5 * interval)
+                stamps.append(time.monotonic())
+            gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+            periods[interval] = gaps
+            self.assertTrue(all(0.5 * interval <= g <= 1.8 * interval for g in gaps), f"{interval} s: {gaps}")
+            for key in ("stat-free-memory", "stat-total-memory", "stat-available-memory"):
+                self.assertNotEqual(last.stats.get(key, -1), -1, f"{key} still unset")
+        ctl.set_stats_interval(0)
+        self.record(Measurement(
+            scenario="balloon.stats", metric="stats_update_period_s", unit="s", better="lower",
+            samples=periods[1], settings={"interval_s": 1, "machine": MACHINE},
+            extra={"period_2s": periods[2], "qemu_refusals": refused, "stats": last.stats,
+                   "unset_before_interval": before.unset},
+        ))  # fmt: skip
+
+        # 5. deflate-on-oom: pressure with the balloon at floor + margin.
+        floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
+        start = guest_stat(vm, agent)
+        result = vm.ssh.run([agent, "pressure", str(PRESSURE_MIB), "16", "90"], timeout=120, check=False)
+        allocated = agent_records(result.stdout, "allocated")
+        self.assertEqual(result.status, 0, f"pressure agent failed: {result.stdout[-300:]} {result.stderr}")
+        self.assertEqual(allocated[-1]["mib"], str(PRESSURE_MIB))
+        end = guest_stat(vm, agent)
+        deflated = end["balloon_deflate"] - start["balloon_deflate"]
+        self.assertGreater(deflated, 0, "the balloon did not deflate under pressure")
+        self.assertGreater(ctl.actual(), floor.safe_bytes)
+        self.assertEqual(oom_kills(vm), [], "the OOM killer ran despite deflate-on-oom")
+        self.record(Measurement(
+            scenario="balloon.deflate_on_oom", metric="deflated_mib", unit="MiB", better="higher",
+            samples=[deflated * PAGE / MIB],
+            settings={"guest_mib": 1024, "pressure_mib": PRESSURE_MIB, "machine": MACHINE},
+            extra={"floor_mib": floor.floor_bytes / MIB, "actual_after_mib": ctl.actual() / MIB},
+        ))  # fmt: skip
+
