@@ -1,0 +1,142 @@
+"""The Avocado base class of every scenario that needs a guest.
+
+What it owns for one test:
+- the guest(s): ``self.boot(config)`` returns a booted Machine with SSH
+  ready; every machine is shut down in tearDown, whatever happened (and by
+  PR_SET_PDEATHSIG if the test process itself is killed);
+- the skip adapter: ``self.require(cond, reason)`` is CANCEL under
+  ``avocado run`` and SKIPPED under pytest (Avocado turns skipTest into
+  ERROR, pytest turns cancel into FAILED: one place decides);
+- the measurement records: ``self.record(m)`` fills in the environment and
+  writes the JSON into the test's output directory, where ``memqual run``
+  collects it;
+- host hygiene: knobs a previous, killed run left changed are restored
+  before anything else happens.
+
+Every test class must carry ``:avocado: enable`` in its docstring: Avocado
+discovers tests statically and drops, silently, a class whose base class
+it cannot resolve.  tests/test_e2e_discovery.py checks nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import avocado
+
+from host.errors import CapabilityMissing
+from host.machine import Machine, MachineConfig
+from host.record import Measurement, write
+
+# Parameters of a whole run, set by ``memqual run`` (or by hand).
+ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
+ENV_MODULES = "MEMQUAL_GUEST_MODULES"
+ENV_PROFILE = "MEMQUAL_PROFILE"  # quick (default) or full
+
+
+def under_pytest() -> bool:
+    return "PYTEST_CURRENT_TEST" in os.environ
+
+
+def profile() -> str:
+    return os.environ.get(ENV_PROFILE, "quick")
+
+
+class GuestTest(avocado.Test):
+    """Base class; it has no tests of its own."""
+
+    timeout = 900  # Avocado kills a test after this; QEMU dies with it
+
+    def setUp(self) -> None:
+        self._machines: list[Machine] = []
+        self._image: Any = None
+        self._restore_stale_host_state()
+
+    def tearDown(self) -> None:
+        for machine in reversed(getattr(self, "_machines", [])):
+            machine.shutdown()
+
+    # -- capabilities -----------------------------------------------------
+    def require(self, condition: bool, reason: str) -> None:
+        """Skip (with the reason) unless ``condition``."""
+        if not condition:
+            self.skip_because(reason)
+
+    def skip_because(self, reason: str) -> None:
+        if under_pytest():
+            import pytest
+
+            pytest.skip(reason)
+        self.cancel(reason)
+
+    # -- guests -----------------------------------------------------------
+    def image(self) -> Any:
+        if self._image is None:
+            from images.build import KernelSource, build
+
+            kernel, modules = os.environ.get(ENV_KERNEL), os.environ.get(ENV_MODULES)
+            source = KernelSource(Path(kernel) if kernel else None, Path(modules) if modules else None)
+            try:
+                self._image = build(source)
+            except CapabilityMissing as exc:
+                self.skip_because(str(exc))
+        return self._image
+
+    def boot(self, config: MachineConfig | None = None, boot_timeout: float = 120.0) -> Machine:
+        machine = Machine(config or MachineConfig(), image=self.image(), log_dir=self.outdir,
+                          boot_timeout=boot_timeout)
+        self._machines.append(machine)  # registered first: tearDown reaps even a failed launch
+        try:
+            machine.launch()
+        except CapabilityMissing as exc:
+            self.skip_because(str(exc))
+        self.log.info("guest up: %s start, %s, SSH after %.2f s", "warm" if machine.started_warm else "cold",
+                      machine.accel, machine.boot_to_ssh_s)
+        return machine
+
+    # -- results ----------------------------------------------------------
+    @property
+    def outdir(self) -> Path:
+        override = os.environ.get("MEMQUAL_OUTPUT_DIR")
+        path = Path(override) if override and under_pytest() else Path(self.outputdir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def environment(self) -> dict[str, Any]:
+        from host import probe
+        from host.qemu import qemu_version
+
+        env: dict[str, Any] = {
+            "host_kernel": probe.host_kernel(),
+            "qemu": qemu_version(),
+            "cpu": probe.cpu_model(),
+            "thp": probe.thp_mode(),
+            "kvm_nr_memslots": probe.kvm_nr_memslots(),
+            "python": sys.version.split()[0],
+        }
+        if self._machines:
+            vm = self._machines[-1]
+            env.update(accel=vm.accel, accel_reason=vm.accel_reason)
+        if self._image is not None:
+            env.update(guest_kernel=self._image.release, guest_kernel_sha256=self._image.kernel_sha256,
+                       initramfs_sha256=self._image.initramfs_sha256)
+        return env
+
+    def record(self, measurement: Measurement) -> Path:
+        measurement.environment = {**self.environment(), **measurement.environment}
+        path = write(measurement, self.outdir)
+        self.log.info("record %s/%s: %s", measurement.scenario, measurement.metric, path)
+        return path
+
+    # -- host hygiene -----------------------------------------------------
+    def _restore_stale_host_state(self) -> None:
+        try:
+            from host.ksm import restore_stale
+        except ImportError:
+            return
+        restored = restore_stale()
+        if restored is not None:
+            self.log.warning("restored host knobs a killed run left changed: %s", restored)

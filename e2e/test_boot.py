@@ -1,0 +1,48 @@
+"""Foundation: a guest built from packages boots, answers SSH, has the
+memory, CPUs and drivers it was given."""
+
+from __future__ import annotations
+
+from e2e.base import GuestTest
+from host.machine import MachineConfig
+
+
+class Boot(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=boot,quick
+    """
+
+    def test_ssh_echo_memory_cpus_drivers(self) -> None:
+        config = MachineConfig(memory_mib=768, cpus=2)
+        vm = self.boot(config)
+
+        token = "memqual-echo-%d" % vm.ssh_port
+        self.assertEqual(vm.ssh.run(["echo", token]).stdout.strip(), token)
+
+        meminfo = vm.ssh.run(["cat", "/proc/meminfo"]).stdout
+        mem_total_kib = int(meminfo.split("MemTotal:")[1].split()[0])
+        # The kernel keeps some memory for itself: MemTotal is a little below
+        # what QEMU gives, never above.
+        self.assertLessEqual(mem_total_kib, config.memory_mib * 1024)
+        self.assertGreaterEqual(mem_total_kib, 0.9 * config.memory_mib * 1024)
+
+        online = vm.ssh.run(["cat", "/sys/devices/system/cpu/online"]).stdout.strip()
+        self.assertEqual(online, "0-1" if config.cpus == 2 else f"0-{config.cpus - 1}")
+
+        for driver in ("virtio_net", "virtio_balloon"):
+            bound = vm.ssh.run(["ls", f"/sys/bus/virtio/drivers/{driver}"]).stdout.split()
+            self.assertTrue(any(name.startswith("virtio") for name in bound),
+                            f"no device bound to {driver}: {bound}")
+
+    def test_guest_kernel_is_the_image_kernel(self) -> None:
+        vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
+        self.assertEqual(vm.ssh.run(["uname", "-r"]).stdout.strip(), self.image().release)
+
+    def test_pc_machine_with_pci_devices(self) -> None:
+        """The pc machine (needed for memory hotplug) boots too and its
+        virtio devices sit on PCI."""
+        vm = self.boot(MachineConfig(machine="pc", memory_mib=512, cpus=1))
+        devices = vm.ssh.run(["cat", "/proc/bus/pci/devices"]).stdout
+        virtio_functions = [line for line in devices.splitlines() if line.split()[1].startswith("1af4")]
+        self.assertGreaterEqual(len(virtio_functions), 2, devices)
