@@ -32,11 +32,15 @@ def _boot(args: argparse.Namespace) -> int:
     from host.machine import Machine, MachineConfig
     from images.build import KernelSource, build
 
+    from host.qemu import qemu_binary
+
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    source = KernelSource(Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None)
-    image = build(source)
+    # Check what is cheap to check before an image build that may take minutes.
     config = MachineConfig(memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel,
                            warm=args.warm)
+    qemu_binary()
+    source = KernelSource(Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None)
+    image = build(source)
     with Machine(config, image=image, boot_timeout=args.timeout) as vm:
         result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
         summary = {

@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import typing
 
 from host.errors import LaunchError, MemqualError
 
@@ -31,8 +32,16 @@ SUBCOMMAND_MODULES = [
 ]
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are bad input too: one line, exit status 2 (argparse
+    would print the whole usage first).  Subparsers inherit this class."""
+
+    def error(self, message: str) -> "typing.NoReturn":
+        self.exit(2, f"memqual: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="memqual",
         description="End-to-end qualification of memory virtualization on QEMU/KVM.",
     )

@@ -161,7 +161,7 @@ class Machine:
                     preexec_fn=_die_with_parent, close_fds=True,
                 )
             try:
-                self._accept_qmp()
+                self._accept_qmp(qmp_path)
                 return
             except LaunchError as exc:
                 if "host forwarding rule" in exc.output and attempt < 2:
@@ -170,17 +170,38 @@ class Machine:
                     continue
                 raise
 
-    def _accept_qmp(self) -> None:
+    def _accept_qmp(self, qmp_path: Path) -> None:
         assert self._qmp is not None and self._proc is not None
+        proc = self._proc
+        accepted = threading.Event()
+
+        def unblock_if_qemu_exits() -> None:
+            # accept() returns only on a connection or its timeout: when QEMU
+            # dies before connecting (bad option, port taken), connect and
+            # hang up ourselves so accept fails now, not at the timeout.
+            while not accepted.wait(0.02):
+                if proc.poll() is not None:
+                    try:
+                        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                            sock.connect(str(qmp_path))
+                    except OSError:
+                        pass
+                    return
+
+        watcher = threading.Thread(target=unblock_if_qemu_exits, name="qmp-accept-watch", daemon=True)
+        watcher.start()
         try:
-            self._qmp.accept(timeout=30)
+            self._qmp.accept(timeout=min(30.0, self.boot_timeout))
         except (QMPError, OSError, TimeoutError) as exc:
-            output = self._qemu_output()
+            accepted.set()
+            watcher.join()
+            state = self._exit_description()  # before the kill, which would hide it
             self._kill()
-            raise LaunchError(
-                f"QEMU did not come up ({self._exit_description()}): {output.strip().splitlines()[-1:] or exc}",
-                self.command, output,
-            ) from exc
+            output = self._qemu_output()
+            last_line = (output.strip().splitlines() or [str(exc) or type(exc).__name__])[-1]
+            raise LaunchError(f"QEMU did not come up ({state}): {last_line}", self.command, output) from exc
+        finally:
+            accepted.set()
 
     def wait_ssh(self, started: float) -> None:
         """Wait for a working SSH command, with a deadline; a QEMU that exits

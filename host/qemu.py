@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -57,17 +58,30 @@ class MachineConfig:
                 raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
 
 
-@functools.lru_cache(maxsize=1)
+ENV_QEMU = "MEMQUAL_QEMU"  # path of the QEMU binary to use (a patched build, or a test's fake)
+
+
 def qemu_binary() -> str:
+    """The QEMU binary: ``$MEMQUAL_QEMU`` if set, else qemu-system-x86_64 on
+    PATH.  Not cached, so a changed environment takes effect at once."""
+    override = os.environ.get(ENV_QEMU)
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
+        return override
     path = shutil.which("qemu-system-x86_64")
     if path is None:
         raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
     return path
 
 
-@functools.lru_cache(maxsize=1)
 def qemu_version() -> str:
-    out = subprocess.run([qemu_binary(), "--version"], capture_output=True, text=True, timeout=30).stdout
+    return _version_of(qemu_binary())
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(binary: str) -> str:
+    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
     match = re.search(r"version (\S+)", out)
     return match.group(1) if match else "unknown"
 
