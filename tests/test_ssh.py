@@ -1,0 +1,277 @@
+"""host.ssh: the readiness check against local TCP servers, and command
+quoting/streaming through an exec channel that runs on the host's /bin/sh
+(what dropbear does with the command string in the guest)."""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from host.errors import GuestError, Timeout
+from host.ssh import SSH, banner_ready
+
+
+# -- banner_ready ----------------------------------------------------------
+def serve(greeting: bytes | None) -> Iterator[int]:
+    """A loopback server that sends ``greeting`` (or nothing) to every
+    client and keeps the connection open."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            held.append(conn)
+            if greeting is not None:
+                conn.sendall(greeting)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+@pytest.fixture
+def ssh_server() -> Iterator[int]:
+    yield from serve(b"SSH-2.0-dropbear_2022.83\r\n")
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    yield from serve(None)
+
+
+@pytest.fixture
+def http_server() -> Iterator[int]:
+    yield from serve(b"HTTP/1.0 400 Bad Request\r\n\r\n")
+
+
+def test_banner_ready_when_the_server_says_ssh(ssh_server: int) -> None:
+    assert banner_ready(ssh_server, timeout=2)
+
+
+def test_not_ready_when_connected_but_silent(silent_server: int) -> None:
+    # QEMU's slirp accepts the TCP connection before the guest listens.
+    started = time.monotonic()
+    assert not banner_ready(silent_server, timeout=0.3)
+    assert 0.25 < time.monotonic() - started < 2
+
+
+def test_not_ready_for_another_protocol(http_server: int) -> None:
+    assert not banner_ready(http_server, timeout=2)
+
+
+def test_not_ready_when_nobody_listens() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, not listening: refused
+        started = time.monotonic()
+        assert not banner_ready(port, timeout=2)
+        assert time.monotonic() - started < 1
+
+
+# -- commands through a channel that runs /bin/sh on the host ---------------
+class LocalChannel:
+    """Just enough of paramiko.Channel: runs the exec string with sh -c."""
+
+    def __init__(self) -> None:
+        self.command = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._timeout: float | None = None
+        self._stderr = b""
+        self._stderr_eof = False
+
+    def exec_command(self, command: str) -> None:
+        self.command = command
+        self._proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE)
+
+    def settimeout(self, timeout: float | None) -> None:
+        self._timeout = timeout
+
+    def recv(self, size: int) -> bytes:
+        assert self._proc is not None and self._proc.stdout is not None
+        ready, _, _ = select.select([self._proc.stdout], [], [], self._timeout)
+        if not ready:
+            raise socket.timeout()
+        return os.read(self._proc.stdout.fileno(), size)
+
+    def recv_stderr_ready(self) -> bool:
+        assert self._proc is not None and self._proc.stderr is not None
+        if not self._stderr and not self._stderr_eof:
+            ready, _, _ = select.select([self._proc.stderr], [], [], 0)
+            if ready:
+                chunk = os.read(self._proc.stderr.fileno(), 65536)
+                self._stderr_eof = not chunk
+                self._stderr = chunk
+        return bool(self._stderr)
+
+    def recv_stderr(self, size: int) -> bytes:
+        chunk, self._stderr = self._stderr, b""
+        return chunk
+
+    def exit_status_ready(self) -> bool:
+        assert self._proc is not None
+        return self._proc.poll() is not None
+
+    def recv_exit_status(self) -> int:
+        assert self._proc is not None
+        return self._proc.wait()
+
+    def sendall(self, data: bytes) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(data)
+
+    def shutdown_write(self) -> None:
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.close()
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+            for stream in (self._proc.stdin, self._proc.stdout, self._proc.stderr):
+                if stream is not None and not stream.closed:
+                    stream.close()
+
+
+class FakeTransport:
+    def __init__(self, active: bool = True) -> None:
+        self.active = active
+        self.channels: list[LocalChannel] = []
+
+    def is_active(self) -> bool:
+        return self.active
+
+    def open_session(self) -> LocalChannel:
+        self.channels.append(LocalChannel())
+        return self.channels[-1]
+
+
+class FakeClient:
+    def __init__(self, transport: FakeTransport) -> None:
+        self.transport = transport
+
+    def get_transport(self) -> FakeTransport:
+        return self.transport
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("key") / "id_ed25519"
+    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    return path
+
+
+@pytest.fixture
+def transport() -> FakeTransport:
+    return FakeTransport()
+
+
+@pytest.fixture
+def ssh(key_file: Path, transport: FakeTransport) -> Iterator[SSH]:
+    client = SSH(port=1, key_path=key_file)
+    client._client = FakeClient(transport)  # type: ignore[assignment]
+    yield client
+    for channel in transport.channels:
+        channel.close()
+
+
+NASTY = ["a b", "$(touch /tmp/pwned-memqual)", "`id`", "'", '"', ";", "&&", "|", "*", "~", "\\", "$HOME",
+         "\n", "-e", "", "é"]
+
+
+def test_every_word_reaches_the_program_unchanged(ssh: SSH, transport: FakeTransport) -> None:
+    result = ssh.run(["printf", "%s\\0", *NASTY])
+    assert result.stdout.split("\0")[:-1] == NASTY
+    assert not Path("/tmp/pwned-memqual").exists()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12),
+                min_size=1, max_size=5))
+def test_quoting_round_trips_any_words(key_file: Path, words: list[str]) -> None:
+    transport = FakeTransport()
+    client = SSH(port=1, key_path=key_file)
+    client._client = FakeClient(transport)  # type: ignore[assignment]
+    try:
+        result = client.run(["printf", "%s\\0", *words])
+    finally:
+        for channel in transport.channels:
+            channel.close()
+    # run() collects stdout by lines and ends it with a newline
+    assert result.stdout == "".join(word + "\0" for word in words) + "\n"
+
+
+def test_status_stdout_stderr(ssh: SSH) -> None:
+    result = ssh.run(["sh", "-c", "echo out; echo err >&2; exit 3"], check=False)
+    assert (result.status, result.stdout, result.stderr) == (3, "out\n", "err\n")
+    assert result.duration_s >= 0
+
+
+def test_check_raises_guest_error_naming_the_command(ssh: SSH) -> None:
+    with pytest.raises(GuestError, match=r"guest command sh -c 'echo boom >&2; exit 7' exited 7: boom"):
+        ssh.run(["sh", "-c", "echo boom >&2; exit 7"])
+
+
+def test_a_command_past_its_deadline_is_a_timeout(ssh: SSH, transport: FakeTransport) -> None:
+    started = time.monotonic()
+    with pytest.raises(Timeout, match="still running after"):
+        ssh.run(["sleep", "30"], timeout=0.3)
+    assert time.monotonic() - started < 2
+    assert transport.channels[-1]._proc is not None and transport.channels[-1]._proc.poll() is not None
+
+
+def test_background_command_lines_as_they_come(ssh: SSH) -> None:
+    command = ssh.start(["sh", "-c", "echo one; echo two; echo three"])
+    assert list(command.lines(timeout=5)) == ["one", "two", "three"]
+    assert command.wait(timeout=5).status == 0
+
+
+def test_push_streams_a_file_with_its_mode(ssh: SSH, tmp_path: Path) -> None:
+    source = tmp_path / "agent"
+    source.write_bytes(bytes(range(256)) * 300)
+    target = tmp_path / "in guest with spaces"
+    ssh.push(source, str(target), mode=0o750)
+    assert target.read_bytes() == source.read_bytes()
+    assert target.stat().st_mode & 0o777 == 0o750
+
+
+def test_dead_transport_is_a_guest_error(key_file: Path) -> None:
+    client = SSH(port=1, key_path=key_file)
+    client._client = FakeClient(FakeTransport(active=False))  # type: ignore[assignment]
+    with pytest.raises(GuestError, match="connection to the guest is gone"):
+        client.run(["true"])
+    client.close()
+    with pytest.raises(GuestError, match="not connected"):
+        client.run(["true"])
