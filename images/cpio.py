@@ -41,8 +41,9 @@ class CpioWriter:
 
     def add(self, entry: Entry) -> None:
         name = entry.name.lstrip("/")
-        if not name or name in self._names:
-            raise ValueError(f"cpio: empty or duplicate entry name {entry.name!r}")
+        if not name or name in self._names or name == TRAILER:
+            # TRAILER!!! would end the archive early for every reader
+            raise ValueError(f"cpio: empty, duplicate or reserved entry name {entry.name!r}")
         self._names.add(name)
         self._ino += 1
         self._write_header(name, entry.mode, entry.data, self._ino, entry.rdev_major, entry.rdev_minor)
