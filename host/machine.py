@@ -129,7 +129,12 @@ class Machine:
         self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
         _LIVE.add(self)
         try:
-            self._launch_cold()
+            from host import snapshot
+
+            if self.config.warm and snapshot.usable():
+                snapshot.start(self)
+            else:
+                self._launch_cold()
         except BaseException:
             self.shutdown(timeout=2)
             raise

@@ -1,0 +1,255 @@
+"""Warm starts: a booted guest saved once, restored into every later QEMU.
+
+The first time a combination of (image, QEMU version, accelerator, machine
+configuration) is needed, the guest boots cold, and once SSH answers its
+whole state is migrated into a file in the cache.  Every later start of
+that combination launches QEMU with ``-incoming`` from that file, with its
+own free SSH port, QMP socket and console log, and sets the guest's wall
+clock (it resumes at the time of the save).
+
+Concurrency: one lock file per snapshot.  Restorers hold it shared while
+QEMU reads the file; the one that saves holds it exclusively, writes to a
+temporary name and renames, so nobody ever reads half a file.
+
+Failure: a snapshot that does not restore (truncated, corrupt, from another
+QEMU) is deleted with a log line, and the guest boots cold and saves anew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shlex
+import shutil
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+from host.errors import GuestError, LaunchError, MemqualError, Timeout
+from host.paths import cache_dir
+
+if TYPE_CHECKING:
+    from host.machine import Machine
+
+log = logging.getLogger("memqual.snapshot")
+
+FORMAT_VERSION = "1"
+CACHE_CAP_BYTES = 4 << 30  # snapshots beyond this, least recently used first, are removed
+RESTORE_DEADLINE_S = 60.0
+LOCK_DEADLINE_S = 300.0  # another run may be saving the same snapshot
+_warned_unwritable = False
+
+
+def snapshot_root() -> Path:
+    return cache_dir() / "snapshots"
+
+
+def usable() -> bool:
+    """False (with one warning per process) when the snapshot directory
+    cannot be written: warm starts turn off, cold boots go on."""
+    global _warned_unwritable
+    root = snapshot_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+        return True
+    except OSError as exc:
+        if not _warned_unwritable:
+            log.warning("warm starts off: snapshot directory %s is not writable (%s); booting cold", root, exc)
+            _warned_unwritable = True
+        return False
+
+
+def snapshot_key(machine: "Machine") -> str:
+    from host.qemu import kernel_cmdline, qemu_version
+
+    config = dataclasses.asdict(machine.config)
+    config.pop("warm")
+    material = {
+        "format": FORMAT_VERSION,
+        "qemu": qemu_version(),
+        "accel": machine.accel,
+        "image": str(machine.image.directory),
+        "kernel": machine.image.kernel_sha256,
+        "initramfs": machine.image.initramfs_sha256,
+        "cmdline": kernel_cmdline(machine.config, machine.accel),
+        "config": config,
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+
+
+@contextmanager
+def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        deadline = time.monotonic() + LOCK_DEADLINE_S
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Timeout(f"snapshot lock {path} still held after {LOCK_DEADLINE_S:.0f} s") from None
+                time.sleep(0.05)  # poll period for another run's save
+        yield
+    finally:
+        os.close(fd)
+
+
+def start(machine: "Machine") -> None:
+    """Start ``machine`` warm when a snapshot exists, else boot it cold and
+    save one.  Called by Machine.launch for configs with warm=True."""
+    key = snapshot_key(machine)
+    directory = snapshot_root() / key
+    state, meta, lock = directory / "state", directory / "meta.json", snapshot_root() / f"{key}.lock"
+
+    with _locked(lock, exclusive=False):
+        if _valid(state, meta):
+            if _restore(machine, state):
+                _touch(meta)
+                return
+            _discard(directory, "it did not restore")
+    with _locked(lock, exclusive=True):
+        if _valid(state, meta) and _restore(machine, state):  # saved meanwhile by another run
+            return
+        machine._launch_cold()
+        try:
+            _save(machine, directory)
+        except MemqualError as exc:
+            log.warning("could not save a warm-start snapshot (%s); this start stays cold", exc)
+            _discard(directory, "saving failed")
+    _enforce_cap()
+
+
+def _valid(state: Path, meta: Path) -> bool:
+    try:
+        info = json.loads(meta.read_text())
+        return state.stat().st_size == info["bytes"]
+    except (OSError, ValueError, KeyError):
+        return False
+
+
+def _touch(meta: Path) -> None:
+    try:
+        os.utime(meta)
+    except OSError:
+        pass
+
+
+def _discard(directory: Path, why: str) -> None:
+    log.warning("deleting warm-start snapshot %s: %s; booting cold", directory.name, why)
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def _restore(machine: "Machine", state: Path) -> bool:
+    started = time.monotonic()
+    try:
+        # exec: runs through /bin/sh: the path is ours, and quoted anyway.
+        machine._start_qemu(incoming="exec:cat " + shlex.quote(str(state)))
+        _wait_running(machine, started + RESTORE_DEADLINE_S)
+        machine.wait_ssh(started)
+        _set_guest_clock(machine)
+    except (LaunchError, GuestError) as exc:
+        log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
+        machine._kill()
+        return False
+    machine.started_warm = True
+    machine.boot_to_ssh_s = time.monotonic() - started
+    return True
+
+
+def _wait_running(machine: "Machine", deadline: float) -> None:
+    """Wait for the incoming stream to be loaded, then run the guest.  It
+    was saved stopped, and QEMU keeps the saved run state, so it is
+    continued here rather than by QEMU."""
+    while True:
+        status = machine.qmp("query-status")
+        if status.get("running"):
+            return
+        migration = machine.qmp("query-migrate").get("status")
+        if migration == "completed":
+            machine.qmp("cont")
+            continue
+        if migration in ("failed", "cancelled"):
+            raise GuestError(f"loading the snapshot {migration}")
+        if status.get("status") not in ("inmigrate", "prelaunch", "paused", "restore-vm", "postmigrate"):
+            raise GuestError(f"incoming migration ended in state {status.get('status')}")
+        if machine._proc is not None and machine._proc.poll() is not None:
+            raise GuestError("QEMU exited while loading the snapshot")
+        if time.monotonic() > deadline:
+            raise Timeout("the snapshot did not load before the deadline")
+        time.sleep(0.005)  # poll period of query-status
+
+
+def _set_guest_clock(machine: "Machine") -> None:
+    """The restored guest's clock stands at the time of the save."""
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(now))
+    machine.ssh.run(["date", "-u", "-s", stamp], timeout=10)
+
+
+def _save(machine: "Machine", directory: Path) -> None:
+    """Migrate the running guest into ``directory``/state, then resume it.
+    SSH is closed first so the snapshot holds no half-open session."""
+    started = time.monotonic()
+    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    machine.ssh.close()
+    machine._ssh = None
+    machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})
+    machine.qmp("stop")
+    machine.qmp("migrate", uri="exec:cat > " + shlex.quote(str(tmp / "state")))
+    deadline = time.monotonic() + 120
+    while True:
+        info = machine.qmp("query-migrate")
+        status = info.get("status")
+        if status == "completed":
+            break
+        if status in ("failed", "cancelled") or time.monotonic() > deadline:
+            raise GuestError(f"saving the guest state ended {status}: {info.get('error-desc', '')}")
+        time.sleep(0.01)  # poll period of query-migrate
+    size = (tmp / "state").stat().st_size
+    (tmp / "meta.json").write_text(json.dumps({
+        "bytes": size, "saved": time.time(), "config": dataclasses.asdict(machine.config),
+        "image": str(machine.image.directory), "accel": machine.accel,
+    }, default=str))
+    shutil.rmtree(directory, ignore_errors=True)
+    os.replace(tmp, directory)
+    machine.qmp("cont")
+    boot_to_ssh_s = machine.boot_to_ssh_s  # of the cold boot, which is what this start was
+    machine.wait_ssh(time.monotonic())
+    machine.boot_to_ssh_s = boot_to_ssh_s
+    log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20,
+             time.monotonic() - started)
+
+
+def _enforce_cap() -> None:
+    """Keep the cache bounded: drop snapshots of images that no longer exist,
+    then the least recently used ones beyond the size cap."""
+    root = snapshot_root()
+    entries = []
+    for meta in root.glob("*/meta.json"):
+        try:
+            info = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(info.get("image", "")).exists():
+            _discard(meta.parent, "its image is gone")
+            continue
+        entries.append((meta.stat().st_mtime, int(info.get("bytes", 0)), meta.parent))
+    total = sum(size for _, size, _ in entries)
+    for _, size, directory in sorted(entries):
+        if total <= CACHE_CAP_BYTES:
+            break
+        _discard(directory, "the snapshot cache is over its cap")
+        total -= size
