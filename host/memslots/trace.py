@@ -1,0 +1,112 @@
+"""Replay a recorded trace of guest frames through the memslot model.
+
+A trace is the guest frame numbers a real guest touched, in order: here the
+frames guest/mem_probe.c got for its pages, in first-touch order (under KVM
+each first touch is an EPT/NPT violation whose handler looks up the slot of
+that frame).  The layout it is replayed against is the one the guest really
+had: the memslots QEMU registered, read from its flat view
+(``qemu_layout.layout_from_flatview``), so the lookups see the real slot
+count, the real ROM and RAM split and the real dimms.
+
+``replay`` gives the model's table for the trace (mean and worst nodes per
+structure; binsearch-lru sees the trace's locality) and, for a spread, the
+mean nodes over each of ``segments`` consecutive pieces of the trace.
+``records`` turns that into measurement records (scenario memslots.trace,
+claim memslot-hit, one record per structure: A/B pairs for the report).
+
+File format of a saved trace (``save_trace``/``load_trace``)::
+
+    {"layout": {"slots": [...]}, "frames": [gfn, ...], "source": "..."}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from host.errors import BadInput
+from host.memslots.layout import Layout, from_json
+from host.memslots.model import ModelTable, oracle, table_for_frames
+from host.memslots.structures import STRUCTURES, build
+from host.record import Measurement
+
+SCENARIO = "memslots.trace"
+CLAIM = "memslot-hit"
+METRIC = "nodes_per_lookup"
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceResult:
+    table: ModelTable
+    segment_means: dict[str, list[float]]  # structure -> mean nodes per trace segment
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table.to_json(), "segment_means": self.segment_means}
+
+
+def replay(layout: Layout, frames: Sequence[int], segments: int = 10) -> TraceResult:
+    """The model's table for ``frames`` looked up in order in ``layout``,
+    and each structure's mean nodes per segment of the trace."""
+    frames = list(frames)
+    if not frames:
+        raise BadInput("no frames to replay: the trace is empty")
+    if segments < 1:
+        raise BadInput(f"{segments} segments: give at least 1")
+    table = table_for_frames(layout, frames, workload="trace")
+    segments = min(segments, len(frames))
+    bounds = [len(frames) * i // segments for i in range(segments + 1)]
+    expected = oracle(layout, frames)
+    per: dict[str, list[float]] = {}
+    for name in STRUCTURES:
+        index = build(name, layout)
+        nodes = []
+        for gfn, want in zip(frames, expected):
+            got, count = index.lookup(gfn)
+            assert got == want, f"{name} answered {got} for {gfn:#x}, the layout says {want}"
+            nodes.append(count)
+        per[name] = [sum(nodes[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+    return TraceResult(table, per)
+
+
+def records(result: TraceResult, settings: dict[str, Any], started: str | None = None,
+            duration_s: float = 0.0) -> list[Measurement]:
+    """One record per structure: samples are the segment means."""
+    out = []
+    for name, stats in result.table.structures.items():
+        extra = {
+            "mean_nodes": stats.mean_nodes, "max_nodes": stats.max_nodes, "min_nodes": stats.min_nodes,
+            "bound_nodes": stats.bound_nodes, "lookups": result.table.lookups,
+            "hit_fraction": result.table.hit_fraction, "slots": result.table.slots,
+        }
+        record = Measurement(
+            scenario=SCENARIO, claim=CLAIM, metric=METRIC, unit="nodes", better="lower",
+            samples=result.segment_means[name], variant={"structure": name}, settings=dict(settings),
+            extra=extra, duration_s=duration_s,
+        )
+        if started:
+            record.started = started
+        out.append(record)
+    return out
+
+
+def save_trace(path: Path | str, layout: Layout, frames: Sequence[int], source: str = "") -> None:
+    Path(path).write_text(json.dumps({"layout": layout.to_json(), "frames": list(frames), "source": source}) + "\n")
+
+
+def load_trace(path: Path | str) -> tuple[Layout, list[int]]:
+    """A saved trace: its layout (validated) and frames."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise BadInput(f"trace file {path} not found: give a file written by save_trace") from exc
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"trace file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    if not isinstance(data, dict) or "layout" not in data or not isinstance(data.get("frames"), list):
+        raise BadInput(f'trace file {path}: expected {{"layout": {{...}}, "frames": [...]}}')
+    frames = data["frames"]
+    if not all(isinstance(f, int) and not isinstance(f, bool) and f >= 0 for f in frames):
+        raise BadInput(f"trace file {path}: frames must be non-negative integers")
+    return from_json(data["layout"], name=str(path), source=f"trace {path}"), frames
