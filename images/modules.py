@@ -96,6 +96,7 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> li
     wanted = tuple(m for m in GUEST_MODULES if m not in built_in)
     paths = closure(deps, wanted)
     dest = dest_root / "lib/modules" / release
+    dest.mkdir(parents=True, exist_ok=True)  # even when every guest driver is built in
     for rel in paths:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source_release_dir / rel, dest / rel)
