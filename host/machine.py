@@ -208,9 +208,13 @@ class Machine:
         finally:
             accepted.set()
 
-    def wait_ssh(self, started: float) -> None:
+    def wait_ssh(self, started: float, first_command: list[str] | None = None, probe_banner: bool = True) -> None:
         """Wait for a working SSH command, with a deadline; a QEMU that exits
-        or a guest that panics ends the wait at once."""
+        or a guest that panics ends the wait at once.
+
+        QEMU's user network accepts TCP before the guest listens and then
+        drops the connection, so a failed attempt costs little; each try is
+        a full SSH connect (banner, key exchange, auth) and one command."""
         deadline = started + self.boot_timeout
         while True:
             if self._proc is not None and self._proc.poll() is not None:
@@ -218,18 +222,27 @@ class Machine:
                     f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
                     self.command, self._qemu_output() + "\n--- console ---\n" + self._console_tail(20),
                 )
-            if banner_ready(self.ssh_port, timeout=0.5):
-                ssh = SSH(self.ssh_port, self.image.key)
-                try:
-                    ssh.connect(timeout=10)
-                    ssh.run(["true"], timeout=10)
-                except GuestError:
-                    ssh.close()
-                else:
-                    self._ssh = ssh
-                    self.boot_to_ssh_s = time.monotonic() - started
-                    log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
-                    return
+            # During a cold boot a cheap banner check avoids a full SSH
+            # attempt every poll; a restored guest is up at once.
+            if probe_banner and not banner_ready(self.ssh_port, timeout=0.5):
+                if time.monotonic() > deadline:
+                    raise Timeout(
+                        f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
+                        f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
+                    )
+                time.sleep(0.02)  # poll period of the readiness check
+                continue
+            ssh = SSH(self.ssh_port, self.image.key)
+            try:
+                ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                ssh.run(first_command or ["true"], timeout=10)
+            except GuestError:
+                ssh.close()
+            else:
+                self._ssh = ssh
+                self.boot_to_ssh_s = time.monotonic() - started
+                log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
+                return
             if time.monotonic() > deadline:
                 raise Timeout(
                     f"the guest did not answer SSH within {self.boot_timeout:.0f} s "

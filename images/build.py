@@ -107,15 +107,56 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
     return vmlinuz, tree / "lib/modules" / release, release
 
 
-def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path]) -> str:
+_HASH_MEMO = "file-hashes.json"
+
+
+def _memo_sha256(paths: list[Path], cache: Path) -> dict[Path, str]:
+    """sha256 of each file, remembered by (path, size, mtime): a cached
+    build must answer in well under a second, and hashing a kernel and
+    libc every time costs most of that."""
+    memo_file = cache / _HASH_MEMO
+    try:
+        memo: dict[str, str] = json.loads(memo_file.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    result, changed = {}, False
+    for path in paths:
+        st = path.stat()
+        stamp = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        if stamp not in memo:
+            memo[stamp] = sha256_file(path)
+            changed = True
+        result[path] = memo[stamp]
+    if changed:
+        tmp = memo_file.with_suffix(f".{os.getpid()}")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_file)
+    return result
+
+
+def _module_files(directory: str, prefix: str) -> list[tuple[str, int]]:
+    """(relative path, size) of every module file below ``directory``;
+    os.scandir because a module tree has thousands of entries."""
+    found = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                found += _module_files(entry.path, prefix + entry.name + "/")
+            elif ".ko" in entry.name:
+                found.append((prefix + entry.name, entry.stat().st_size))
+    return found
+
+
+def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path], cache: Path) -> str:
     digest = hashlib.sha256(BUILDER_VERSION.encode())
-    digest.update(sha256_file(bzimage).encode())
-    for path in sorted(modules_dir.rglob("*.ko*")):
-        # Path and size are enough for module trees from a package or a
-        # build; the kernel hash above changes with every rebuild anyway.
-        digest.update(f"{path.relative_to(modules_dir)}:{path.stat().st_size}".encode())
+    hashes = _memo_sha256([bzimage, *host_files], cache)
+    digest.update(hashes[bzimage].encode())
+    # Path and size are enough for module trees from a package or a build;
+    # the kernel hash above changes with every rebuild anyway.
+    for rel, size in sorted(_module_files(str(modules_dir), "")):
+        digest.update(f"{rel}:{size}".encode())
     for path in host_files:
-        digest.update(str(path).encode() + sha256_file(path).encode())
+        digest.update(str(path).encode() + hashes[path].encode())
     return digest.hexdigest()[:20]
 
 
@@ -128,7 +169,7 @@ def build(source: KernelSource = KernelSource(), force: bool = False) -> Image:
         raise BadInput(f"{modules_dir}: no such modules directory; pass lib/modules/{release}")
     libs = _shared_libraries(DROPBEAR)
     guest_files = sorted(p for p in GUEST_DIR.iterdir() if p.suffix in ("", ".sh") and p.is_file())
-    key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files])
+    key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files], cache)
     target = cache / "images" / key
     manifest = target / "manifest.json"
     if manifest.exists() and not force:
