@@ -39,7 +39,7 @@ import re
 from typing import Any, Iterable, Sequence
 
 from host.errors import BadInput, GuestError
-from host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot
+from host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -203,6 +203,7 @@ def plan_layout(layout: Layout, memory: QemuMemory, hotplug: int = 0, check: boo
     first_hotplugged = len(dimm_slots) - hotplug
     dimms = tuple(Dimm(slot, hotplug=i >= first_hotplugged) for i, slot in enumerate(dimm_slots))
     if check:
+        validate(layout)  # overlaps and duplicate ids, named as the model names them
         _check_dimms(where, dimms, memory, region_start, region_end)
     return QemuPlan(layout=layout, memory=memory, base=tuple(base), dimms=dimms)
 
@@ -461,7 +462,7 @@ class Observed:
 
     flatview: tuple[FlatRange, ...]
     dimms: tuple[PluggedDimm, ...]
-    iomem: tuple[IomemEntry, ...]
+    iomem: tuple[IomemEntry, ...]  # empty: the guest's view was not read (a QEMU-only check)
     blocks: tuple[MemoryBlock, ...] = ()  # empty: memory blocks not checked
 
     def qemu_layout(self) -> Layout:
@@ -528,7 +529,7 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
 
     guest_ram = system_ram(observed.iomem)
     qemu_ram = _merge((r.start, r.end + 1) for r in observed.flatview if r.kind == "ram")
-    for dimm in plan.dimms:
+    for dimm in plan.dimms if observed.iomem else ():
         if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
             diffs.append(Difference("iomem", dimm.slot.id, f"the guest has no System RAM at {dimm.slot.describe()}"))
     for start, end in guest_ram:
