@@ -1,4 +1,4 @@
-"""``memqual memslots model|lookup|kvm``.
+"""``memqual memslots model|lookup|kvm|qemu``.
 
 - ``model --layout FILE_OR_NAME --workload NAME [--lookups N] [--seed S] [--json]``:
   mean and worst nodes per structure, seed 000's figures alongside.
@@ -7,6 +7,8 @@
 - ``kvm ...``: arguments and handler belong to host.memslots.kvm_cli (the
   /dev/kvm measurements); imported when the parser is built, and replaced by
   a clear error while that module does not exist.
+- ``qemu ...``: arguments and handler belong to host.memslots.qemu_cli (a
+  layout applied to a real QEMU guest and checked against it).
 
 Heavy work is imported inside the handlers so ``memqual --help`` stays quick.
 """
@@ -25,7 +27,7 @@ KVM_CLI_MODULE = "host.memslots.kvm_cli"
 def register(subparsers: Any) -> None:
     memslots = subparsers.add_parser(
         "memslots",
-        help="memslot lookup model (no guest) and /dev/kvm measurements",
+        help="memslot lookup model (no guest), /dev/kvm measurements, layouts on QEMU",
         description="The reference model of KVM's gfn -> memslot lookup, and the /dev/kvm measurements.",
     )
     sub = memslots.add_subparsers(dest="memslots_command", metavar="SUBCOMMAND", required=True)
@@ -46,6 +48,7 @@ def register(subparsers: Any) -> None:
     lookup.set_defaults(handler=run_lookup)
 
     _register_kvm(sub)
+    _register_qemu(sub)
 
 
 def _register_kvm(sub: Any) -> None:
@@ -66,6 +69,15 @@ def _register_kvm(sub: Any) -> None:
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
     parser.set_defaults(handler=kvm_cli.run)
+
+
+def _register_qemu(sub: Any) -> None:
+    from host.memslots import qemu_cli
+
+    parser = sub.add_parser("qemu", help="apply a layout to a real QEMU guest and check it",
+                            description=(qemu_cli.__doc__ or "").splitlines()[0])
+    qemu_cli.add_arguments(parser)
+    parser.set_defaults(handler=qemu_cli.run)
 
 
 def _kvm_unavailable(args: argparse.Namespace) -> int:
