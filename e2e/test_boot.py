@@ -10,11 +10,12 @@ from host.machine import MachineConfig
 class Boot(GuestTest):
     """
     :avocado: enable
-    :avocado: tags=boot,quick
+    :avocado: tags=boot
     """
 
     def test_ssh_echo_memory_cpus_drivers(self) -> None:
-        config = MachineConfig(memory_mib=768, cpus=2)
+        # Cold on purpose: this test is about booting.
+        config = MachineConfig(memory_mib=768, cpus=2, warm=False)
         vm = self.boot(config)
 
         token = "memqual-echo-%d" % vm.ssh_port

@@ -105,6 +105,12 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
         os.close(fd)
 
 
+def snapshot_dir(machine: "Machine") -> Path:
+    """Where the snapshot for ``machine``'s configuration lives (whether or
+    not it exists yet).  The machine's accelerator must be resolved."""
+    return snapshot_root() / snapshot_key(machine)
+
+
 def start(machine: "Machine") -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
     save one.  Called by Machine.launch for configs with warm=True."""

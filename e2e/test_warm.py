@@ -1,0 +1,73 @@
+"""Warm starts (issue 7): a guest restored from a saved snapshot is a
+working guest — clock, SSH, agents, balloon — and a broken snapshot is
+replaced by a cold boot, never used."""
+
+from __future__ import annotations
+
+import time
+
+from e2e.base import GuestTest
+from host import snapshot
+from host.machine import MachineConfig
+
+MIB = 1 << 20
+
+
+class WarmStart(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=boot,warm
+    """
+
+    def _warm_guest(self, config: MachineConfig):
+        """A guest of ``config`` that was certainly restored: the first
+        boot may have been the one that saved the snapshot."""
+        vm = self.boot(config)
+        if not vm.started_warm:
+            vm.shutdown()
+            vm = self.boot(config)
+        self.assertTrue(vm.started_warm, "the second start of one configuration must restore its snapshot")
+        return vm
+
+    def test_restored_guest_clock_agents_balloon(self) -> None:
+        config = MachineConfig(memory_mib=768, cpus=2)
+        vm = self._warm_guest(config)
+        self.log.info("warm start to SSH in %.3f s", vm.boot_to_ssh_s)
+
+        # The snapshot's clock stood at the time of the save: it was set.
+        guest_now = int(vm.ssh.run(["date", "+%s"]).stdout)
+        self.assertLess(abs(guest_now - time.time()), 3, "guest wall clock not set after restore")
+
+        # An agent is streamed in and runs.
+        agent = vm.deploy("balloon_agent")
+        stat = vm.ssh.run([agent, "stat"]).stdout
+        self.assertIn("mem_total_kib=", stat)
+
+        # The balloon device works after the restore: inflate by 128 MiB.
+        target = (config.memory_mib - 128) * MIB
+        vm.qmp("balloon", value=target)
+        deadline = time.monotonic() + 60
+        while vm.qmp("query-balloon")["actual"] != target:
+            self.assertLess(time.monotonic(), deadline, "balloon did not reach its target after a restore")
+            time.sleep(0.01)  # poll period of query-balloon
+        vm.qmp("balloon", value=config.memory_mib * MIB)
+
+    def test_truncated_snapshot_falls_back_to_cold_and_is_replaced(self) -> None:
+        # A configuration of its own, so no other test's snapshot is touched.
+        config = MachineConfig(memory_mib=640, cpus=1, cmdline_extra="memqual.test=truncate")
+        vm = self._warm_guest(config)
+        state = snapshot.snapshot_dir(vm) / "state"
+        vm.shutdown()
+
+        full = state.stat().st_size
+        with open(state, "r+b") as handle:
+            handle.truncate(full // 2)
+
+        vm = self.boot(config)
+        self.assertFalse(vm.started_warm, "a truncated snapshot must not be restored")
+        self.assertEqual(vm.ssh.run(["echo", "cold"]).stdout.strip(), "cold")
+        vm.shutdown()
+        self.assertGreater(state.stat().st_size, full // 2, "the truncated snapshot was not replaced")
+
+        vm = self.boot(config)
+        self.assertTrue(vm.started_warm, "the replaced snapshot does not restore")
