@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # qemu.qmp logs its connection failures itself; memqual reports them
+        # as one LaunchError line, so its own lines would only repeat it.
+        logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
     try:
         return int(args.handler(args) or 0)
     except MemqualError as exc:
