@@ -40,7 +40,8 @@ class FakeMachine:
         self.sent: list[tuple[str, dict[str, Any]]] = []
         self.interval = 0
         self.stats_updates = 0
-        self.after_balloon: dict[int, list[int]] = {}  # target -> new actual sequence
+        # target -> actual sequences, one per command with that target (the last repeats)
+        self.after_balloon: dict[int, list[list[int]]] = {}
 
     def qmp(self, command: str, **args: Any) -> Any:
         self.sent.append((command, args))
@@ -52,8 +53,9 @@ class FakeMachine:
                 raise GuestError("No balloon device has been activated")
             if args["value"] <= 0:
                 raise GuestError("Parameter 'target' expects a size")
-            if args["value"] in self.after_balloon:
-                self.actuals = list(self.after_balloon[args["value"]])
+            seqs = self.after_balloon.get(args["value"])
+            if seqs:
+                self.actuals = list(seqs.pop(0) if len(seqs) > 1 else seqs[0])
             return {}
         if command == "query-balloon":
             value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
@@ -219,22 +221,48 @@ def test_cli_model(capsys):
     assert run_cli(["balloon", "model", "--per-page-us", "-1"]) == 2
 
 
-def test_find_floor_backs_off_at_once():
+def test_find_floor_backs_off_at_once_and_confirms():
     floor = 171 * MIB
-    ctl, machine, _ = controller([RAM, RAM - 500 * MIB, floor])
-    machine.after_balloon[floor + 64 * MIB] = [floor + 10 * MIB, floor + 64 * MIB]
+    safe = floor + 64 * MIB
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, RAM - 500 * MIB, floor], [safe, floor + 2 * MIB]]
+    machine.after_balloon[safe] = [[floor + 10 * MIB, safe]]
+    machine.after_balloon[floor + 2 * MIB + 64 * MIB] = [[floor + 66 * MIB]]
     f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
-    assert f.floor_bytes == floor and f.safe_bytes == floor + 64 * MIB
+    assert f.probes == [floor, floor + 2 * MIB]  # two probes agree within 8 MiB
+    assert f.floor_bytes == floor + 2 * MIB and f.safe_bytes == floor + 66 * MIB
     assert f.probe.stalled and f.backoff.reached
-    # the only commands between probe and backoff are QMP: nothing ran in the guest
+    # nothing but QMP between each probe and its backoff
     balloons = [a["value"] for c, a in machine.sent if c == "balloon"]
-    assert balloons == [1 << 20, floor + 64 * MIB]
+    assert balloons == [1 << 20, safe, 1 << 20, floor + 66 * MIB]
+
+
+def test_find_floor_sees_through_a_false_stall():
+    floor = 150 * MIB
+    ctl, machine, _ = controller([RAM])
+    # first probe pauses at 767 MiB (a starved vCPU), the next ones reach the floor
+    machine.after_balloon[1 << 20] = [[RAM, 767 * MIB], [831 * MIB, floor], [214 * MIB, floor]]
+    for start in (767, 150):
+        machine.after_balloon[(start + 64) * MIB] = [[(start + 64) * MIB]]
+    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    assert f.probes == [767 * MIB, floor, floor]
+    assert f.floor_bytes == floor
+
+
+def test_find_floor_gives_up_when_probes_disagree():
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, (900 - 100 * i) * MIB] for i in range(5)]
+    for i in range(5):
+        machine.after_balloon[(964 - 100 * i) * MIB] = [[(964 - 100 * i) * MIB]]
+    with pytest.raises(GuestError, match="probes disagree"):
+        hb.find_floor(ctl, stall_s=0.5, max_probes=3)
 
 
 def test_find_floor_fails_if_backoff_stalls():
     floor = 171 * MIB
-    ctl, machine, _ = controller([RAM, floor])
-    machine.after_balloon[floor + 64 * MIB] = [floor, floor + MIB]  # moves a little, then sticks
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, floor]]
+    machine.after_balloon[floor + 64 * MIB] = [[floor, floor + MIB]]  # moves a little, then sticks
     with pytest.raises(GuestError, match="did not deflate"):
         hb.find_floor(ctl, stall_s=0.5)
 
