@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Iterator
 
-from e2e.base import GuestTest
+from e2e.base import GuestTest, profile
 from host import balloon_model as bm
 from host import stats
 from host.balloon import (
@@ -215,6 +215,11 @@ class BalloonTiming(BalloonBase):
     def test_sizes_2g(self) -> None:
         """Scenario 2: the same cycle in a 2 GiB guest."""
         self.timing(2048, 0, ())
+
+    def test_sizes_4g(self) -> None:
+        """Scenario 2, full profile only: 4 GiB (about a minute more under TCG)."""
+        self.require(profile() == "full", "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
+        self.timing(4096, 0, ())
 
 
 class BalloonCorrectness(BalloonBase):
