@@ -22,8 +22,11 @@ class SimulatedKsmd:
     a scan costs twice as much for the first `warmup` scans after a switch
     (as if the skip budget had to build up)."""
 
-    def __init__(self, cost: dict[int, float], warmup: int = 0, pages: int = 1000) -> None:
-        self.cost, self.warmup, self.pages = cost, warmup, pages
+    def __init__(self, cost: dict[int, float], warmup: int = 0, pages: int = 1000,
+                 extra_pages_between: tuple[int, int] = (0, 0)) -> None:
+        self.cost, self.warmup, self.base_pages = cost, warmup, pages
+        # (first, last) scan numbers during which another guest's 500 pages exist
+        self.extra_between = extra_pages_between
         self.t = self.cpu = 0.0
         self.scans = self.scanned = self.skipped = 0
         self.smart = 1
@@ -38,6 +41,8 @@ class SimulatedKsmd:
 
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.0) -> KsmCounters:
         for _ in range(n):
+            first, last = self.extra_between
+            self.pages = self.base_pages + (500 if first <= self.scans < last else 0)
             cost = self.cost[self.smart] * (2 if self.smart and self.since_switch < self.warmup else 1)
             self.cpu += cost
             self.t += cost / 0.9  # ksmd at 90 % of a CPU
@@ -58,6 +63,8 @@ def test_window_arithmetic() -> None:
     assert w.pages_skipped_per_scan == 200.0
     assert w.ksmd_cpu_share == 0.5
     assert w.to_json()["ksmd_cpu_s_per_full_scan"] == 0.5
+    assert w.pages_covered == 4800
+    assert w.cpu_ns_per_page == pytest.approx(2e9 / 4800)
 
 
 def test_window_needs_ksmd_cpu() -> None:
@@ -74,18 +81,52 @@ def test_abba() -> None:
 
 def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
-    windows = alternate_smart_scan(ksmd, repeats=5, scans_per_window=4, warmup_scans=3, timeout_s=1)
-    assert ksmd.knob_log == abba_order(5)
+    run = alternate_smart_scan(ksmd, repeats=5, scans_per_window=4, warmup_scans=3, timeout_s=1)
+    windows = run.windows
+    assert ksmd.knob_log[0] == 1, "settles with smart scan first"
+    assert ksmd.knob_log[1:] == abba_order(5)
+    assert run.discarded == [] and run.kept_disturbed == 0 and run.reference_pages == [1000]
     assert [len(windows[0]), len(windows[1])] == [5, 5]
     off, on = samples(windows[0], "ksmd_cpu_s_per_full_scan"), samples(windows[1], "ksmd_cpu_s_per_full_scan")
     assert off == pytest.approx([0.8] * 5)
     assert on == pytest.approx([0.2] * 5), "warm-up scans (twice as costly) are not in the window"
     assert stats.ratio_of_medians(on, off) == pytest.approx(4.0)
+    per_page_on = samples(windows[1], "ksmd_cpu_ns_per_page")
+    per_page_off = samples(windows[0], "ksmd_cpu_ns_per_page")
+    assert stats.ratio_of_medians(per_page_on, per_page_off) == pytest.approx(4.0)
     assert samples(windows[1], "pages_skipped_per_scan") == pytest.approx([800.0] * 5)
 
 
 def test_without_warmup_the_cost_is_overstated() -> None:
     """The control of the test above: the warm-up matters."""
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
-    windows = alternate_smart_scan(ksmd, repeats=2, scans_per_window=4, warmup_scans=0, timeout_s=1)
+    windows = alternate_smart_scan(ksmd, repeats=2, scans_per_window=4, warmup_scans=0, timeout_s=1,
+                                   settle_scans=0).windows
     assert stats.median(samples(windows[1], "ksmd_cpu_s_per_full_scan")) > 0.2
+
+
+def test_disturbed_window_is_measured_again() -> None:
+    """Another guest's pages appear for scans 30..45: the windows that see
+    the page count move are thrown away, the host settles, and every kept
+    window saw only the settled set."""
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(30, 45))
+    run = alternate_smart_scan(ksmd, repeats=4, scans_per_window=4, warmup_scans=2, timeout_s=1, settle_scans=5)
+    assert len(run.discarded) >= 1 and run.kept_disturbed == 0
+    assert [len(run.windows[0]), len(run.windows[1])] == [4, 4]
+    for w in run.windows[0] + run.windows[1]:
+        assert w.pages_covered == 4 * 1000, "a kept window covers only the settled pages"
+
+
+def test_endless_disturbance_keeps_windows_after_the_budget() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2})
+    real = ksmd.wait_full_scans
+
+    def growing(n, timeout_s, poll_s=0.0):
+        ksmd.base_pages += 100  # a guest that keeps faulting memory in
+        return real(n, timeout_s, poll_s)
+
+    ksmd.wait_full_scans = growing
+    run = alternate_smart_scan(ksmd, repeats=3, scans_per_window=4, warmup_scans=1, timeout_s=1, max_retries=2)
+    assert len(run.discarded) == 2
+    assert run.kept_disturbed == 6
+    assert [len(run.windows[0]), len(run.windows[1])] == [3, 3]

@@ -5,12 +5,18 @@ of everything mergeable; its figures are differences of two KsmCounters.
 The A/B of smart_scan alternates the variants in ABBA order (a linear drift
 of the shared machine then hits both alike), discards warm-up scans after
 each switch (smart scan skips a page only once it has failed to merge a few
-times: its skip budget needs scans to build up) and repeats.
+times: its skip budget needs scans to build up), throws away windows during
+which the host's set of mergeable pages changed (another guest started or
+stopped) and repeats.
 
-The claim metric is ksmd CPU seconds per full scan: the seed measured scan
-speed with ksmd saturated, and per CPU-second it does not depend on how much
-CPU the busy 2-core machine left ksmd.  Speed-up = cost(smart_scan=0) /
-cost(smart_scan=1).
+The claim metric is ksmd CPU nanoseconds per page covered (scanned or
+skipped; a full scan covers every mergeable page once): the inverse of scan
+speed.  The seed measured scan speed with ksmd saturated; per CPU-second it
+does not depend on how much CPU the busy 2-core machine left ksmd, and per
+page it does not depend on how many pages other guests on the host had
+mergeable at the time (they come and go; each full scan covers them too).
+Speed-up = cost(smart_scan=0) / cost(smart_scan=1).  CPU seconds per full
+scan are recorded beside it.
 """
 
 from __future__ import annotations
@@ -54,6 +60,15 @@ class ScanWindow:
         )
 
     @property
+    def pages_covered(self) -> int:
+        """Pages the window's scans went over: compared or skipped."""
+        return self.pages_scanned + self.pages_skipped
+
+    @property
+    def cpu_ns_per_page(self) -> float:
+        return self.cpu_s * 1e9 / self.pages_covered if self.pages_covered else float("nan")
+
+    @property
     def cpu_s_per_full_scan(self) -> float:
         return self.cpu_s / self.full_scans
 
@@ -91,6 +106,7 @@ class Metric:
 
 # Record metric name -> how it is computed.  The first is the claim's.
 METRICS: dict[str, Metric] = {
+    "ksmd_cpu_ns_per_page": Metric("cpu_ns_per_page", "ns", "lower"),
     "ksmd_cpu_s_per_full_scan": Metric("cpu_s_per_full_scan", "s", "lower"),
     "full_scans_per_s": Metric("full_scans_per_s", "1/s", "higher"),
     "pages_scanned_per_ksmd_cpu_s": Metric("pages_scanned_per_cpu_s", "pages/s", "higher"),
@@ -99,11 +115,18 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def measure_window(ksm: _Driver, smart_scan: int, scans: int, timeout_s: float) -> ScanWindow:
-    """Align on the next full-scan end, then measure `scans` whole scans."""
-    start = ksm.wait_full_scans(1, timeout_s)
-    end = ksm.wait_full_scans(scans, timeout_s)
-    return ScanWindow.between(start, end, smart_scan)
+def _readings(ksm: _Driver, scans: int, timeout_s: float) -> list[KsmCounters]:
+    """One reading at each of the next `scans` full-scan ends."""
+    return [ksm.wait_full_scans(1, timeout_s) for _ in range(scans)]
+
+
+def covered_per_scan(readings: Sequence[KsmCounters]) -> list[int]:
+    """Pages each scan went over, between consecutive full-scan ends: the
+    number of mergeable pages on the host at the time."""
+    return [
+        ((b.pages_scanned or 0) + (b.pages_skipped or 0)) - ((a.pages_scanned or 0) + (a.pages_skipped or 0))
+        for a, b in zip(readings, readings[1:])
+    ]
 
 
 def abba_order(repeats: int, variants: Sequence[int] = (0, 1)) -> list[int]:
@@ -116,25 +139,72 @@ def abba_order(repeats: int, variants: Sequence[int] = (0, 1)) -> list[int]:
     return order
 
 
+@dataclasses.dataclass
+class AbRun:
+    """The windows of a smart_scan A/B.  `discarded` were thrown away
+    because the host's mergeable memory changed under them; once the retry
+    budget is spent, disturbed windows are kept and counted in
+    `kept_disturbed` (the report then shows a noisier host, not a gap)."""
+
+    windows: dict[int, list[ScanWindow]]
+    discarded: list[ScanWindow]
+    kept_disturbed: int
+    reference_pages: list[int]  # pages per scan after each (re)settle
+
+
 def alternate_smart_scan(
     ksm: _Driver,
     repeats: int,
     scans_per_window: int,
     warmup_scans: int,
     timeout_s: float,
+    settle_scans: int = 12,
+    tolerance: float = 0.01,
+    max_retries: int = 3,
     on_window: Callable[[ScanWindow], None] | None = None,
-) -> dict[int, list[ScanWindow]]:
-    """smart_scan 0 against 1, ABBA, `repeats` windows each."""
-    windows: dict[int, list[ScanWindow]] = {0: [], 1: []}
-    for variant in abba_order(repeats):
+) -> AbRun:
+    """smart_scan 0 against 1, ABBA, `repeats` windows each.
+
+    Other guests on the host come and go (and balloons change their RSS);
+    their pages are scanned too, and fresh pages are not skipped by smart
+    scan until they have aged (ages grow only in smart_scan=1 scans).  So:
+    settle with `settle_scans` smart scans and note the pages per scan; a
+    window whose warm-up or scans see that count move by more than
+    `tolerance` is thrown away, the host settles again and the window is
+    measured again, up to `max_retries` times per run; after that disturbed
+    windows are kept (the time a run takes stays bounded)."""
+    run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
+    reference = _settle(ksm, settle_scans, timeout_s)
+    run.reference_pages.append(reference)
+    order = abba_order(repeats)
+    i = 0
+    while i < len(order):
+        variant = order[i]
         ksm.set(smart_scan=variant)
-        if warmup_scans:
-            ksm.wait_full_scans(warmup_scans, timeout_s)
-        window = measure_window(ksm, variant, scans_per_window, timeout_s)
-        windows[variant].append(window)
+        # The switch lands mid-scan: the first reading only aligns.
+        readings = _readings(ksm, 1 + warmup_scans + scans_per_window, timeout_s)
+        window = ScanWindow.between(readings[warmup_scans], readings[-1], variant)
+        counts = covered_per_scan(readings)
+        if any(abs(c - reference) > tolerance * reference for c in counts):
+            if len(run.discarded) < max_retries:
+                run.discarded.append(window)
+                reference = _settle(ksm, settle_scans, timeout_s)
+                run.reference_pages.append(reference)
+                continue
+            run.kept_disturbed += 1
+        run.windows[variant].append(window)
         if on_window is not None:
             on_window(window)
-    return windows
+        i += 1
+    return run
+
+
+def _settle(ksm: _Driver, scans: int, timeout_s: float) -> int:
+    """Smart scans until every page has aged; the pages per scan then."""
+    ksm.set(smart_scan=1)
+    # The first reading only aligns on a scan end; at least one whole scan.
+    readings = _readings(ksm, max(scans, 1) + 1, timeout_s)
+    return covered_per_scan(readings)[-1]
 
 
 def samples(windows: Sequence[ScanWindow], metric: str) -> list[float]:
