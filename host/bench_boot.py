@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import sys
 import time
@@ -59,6 +60,7 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
     from images.build import build
 
     image = build()
+    load_before = os.getloadavg()[0]
     accel, reason = resolve_accel(config.accel)
     # Machine would resolve 'auto' again per launch (a cached answer, but it
     # looks the image up): give it the answer.
@@ -85,6 +87,8 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
         "guest_kernel": image.release,
         "qemu": qemu_version(),
         "host_kernel": platform.release(),
+        # On a shared 2-core machine other work slows TCG down: say how busy it was.
+        "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "boot_to_ssh_s": summary([r.boot_to_ssh_s for r in results]),
         "launch_to_first_command_s": summary([r.launch_to_first_command_s for r in results]),
         "samples": [dataclasses.asdict(r) for r in results],
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{result['boots']} {result['mode']} boots, {result['accel']}, {result['machine']}, "
-          f"{result['memory_mib']} MiB, {result['cpus']} CPUs, guest {result['guest_kernel']}, QEMU {result['qemu']}")
+          f"{result['memory_mib']} MiB, {result['cpus']} CPUs, guest {result['guest_kernel']}, QEMU {result['qemu']}, "
+          f"load average {result['loadavg_1m'][0]} -> {result['loadavg_1m'][1]}")
     for key, label in (("boot_to_ssh_s", "boot to SSH"), ("launch_to_first_command_s", "launch to first command")):
         s = result[key]
         print(f"  {label:<24} median {s['median']:.2f} s  min {s['min']:.2f}  max {s['max']:.2f}  "

@@ -155,8 +155,8 @@ def test_usage_errors(env, monkeypatch, capsys, args: list[str], fragment: str) 
 def test_a_guest_whose_ssh_never_answers(tmp_path, env) -> None:
     bzimage, modules = fake_kernel.make(tmp_path / "kernel")
     result = memqual(["boot", "--kernel", str(bzimage), "--modules", str(modules), "--accel", "tcg", "--cold",
-                      "--timeout", "1", "--", "true"], env)
-    assert_one_line_error(result, "did not answer SSH within 1 s")
+                      "--timeout", "3", "--", "true"], env)
+    assert_one_line_error(result, "did not answer SSH within 3 s")
     assert len(fake_qemu.pids(Path(env["MEMQUAL_QEMU"]))) == 1  # QEMU did start, and is gone
 
 

@@ -217,7 +217,7 @@ def test_every_word_reaches_the_program_unchanged(ssh: SSH, transport: FakeTrans
     assert not Path("/tmp/pwned-memqual").exists()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12),
                 min_size=1, max_size=5))
 def test_quoting_round_trips_any_words(key_file: Path, words: list[str]) -> None:
