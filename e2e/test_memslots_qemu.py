@@ -50,7 +50,8 @@ class MemslotsQemu(GuestTest):
         # (in QEMU's devices and flat view, and in the guest): it can fail.
         before = Q.differential_check(plan, P.observe(vm, agent))
         self.assertEqual({d.slot for d in before}, {2, 3}, [str(d) for d in before])
-        self.assertEqual({d.view for d in before}, {"flatview", "memory-devices", "iomem", "blocks"})
+        self.assertEqual({d.view for d in before}, {"flatview", "memory-devices", "iomem", "blocks"},
+                         [str(d) for d in before])
 
         onlined = P.apply_hotplug(vm, plan, agent)
         self.assertEqual(len(onlined), 3, onlined)

@@ -329,3 +329,9 @@ def test_plan_json_names_the_region():
 def test_shipped_qemu_layout_is_a_valid_layout_file():
     assert Path(LAYOUTS_DIR / "qemu-pc-3dimm.json").exists()
     assert len(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json")) == 4
+
+
+@pytest.mark.parametrize("text", ["", "blocksize size=0x8000000\n", "block index=0 start=0x0 size=0x8000000 state=online zones=none\n"])
+def test_blocks_output_without_blocks_is_a_guest_error(text):
+    with pytest.raises(GuestError, match="no memory blocks"):
+        Q.parse_blocks(text)

@@ -439,7 +439,11 @@ def _fields(line: str) -> dict[str, str]:
 
 
 def parse_blocks(text: str) -> list[MemoryBlock]:
-    """The ``block`` lines of ``mem_probe blocks``, sorted by address."""
+    """The ``block`` lines of ``mem_probe blocks``, sorted by address.
+    Output without its ``blocksize`` line or without blocks is a GuestError:
+    an empty list would silently turn the memory-block check off."""
+    if not text.startswith("blocksize ") or "\nblock " not in text:
+        raise GuestError(f"mem_probe blocks printed no memory blocks: {text[:200]!r}")
     blocks = []
     for line in text.splitlines():
         if line.startswith("block "):
