@@ -18,10 +18,6 @@
  *                                SECONDS, free; prints allocated/freed events
  *   pressure MIB STEP_MIB BOUND  allocate and touch STEP_MIB at a time up to
  *                                MIB (memory pressure), hold 1 s, free
- *   ballast MIB SECONDS          like hold, but first make this process the OOM
- *                                killer's first choice (oom_score_adj 1000): a
- *                                lightning rod that keeps SSH alive while the
- *                                host probes the balloon's floor
  *
  * Exit status: 0 done, 2 bad arguments, 3 time bound hit, 4 a system call failed.
  */
@@ -364,19 +360,6 @@ static int cmd_pressure(unsigned long mib, unsigned long step_mib)
 	return done == mib ? 0 : 4;
 }
 
-static int cmd_ballast(unsigned long mib, unsigned int seconds)
-{
-	FILE *f = fopen("/proc/self/oom_score_adj", "w");
-	int ok = f && fputs("1000\n", f) >= 0;
-
-	if (f && fclose(f) != 0)
-		ok = 0;
-	emit("event=ballast pid=%ld oom_score_adj_set=%d", (long)getpid(), ok);
-	if (!ok)
-		return 4;
-	return cmd_hold(mib, seconds, 1);
-}
-
 static int cmd_watch(long interval_ms, long duration_s)
 {
 	double end = now_s() + (double)duration_s;
@@ -393,8 +376,7 @@ static int usage(void)
 {
 	fprintf(stderr,
 		"usage: balloon_agent stat | watch INTERVAL_MS DURATION_S | load | unload |\n"
-		"       hold MIB SECONDS [touch|notouch] | pressure MIB STEP_MIB BOUND_S |\n"
-		"       ballast MIB SECONDS\n");
+		"       hold MIB SECONDS [touch|notouch] | pressure MIB STEP_MIB BOUND_S\n");
 	return 2;
 }
 
@@ -438,13 +420,6 @@ int main(int argc, char **argv)
 		/* touching under TCG runs at a few hundred MiB/s: allow for it */
 		set_bound((unsigned int)(seconds + 30 + mib / 32));
 		return cmd_hold((unsigned long)mib, (unsigned int)seconds, touch);
-	}
-	if (strcmp(argv[1], "ballast") == 0 && argc == 4) {
-		long mib = positive(argv[2]), seconds = positive(argv[3]);
-		if (mib < 0 || seconds < 0)
-			return usage();
-		set_bound((unsigned int)(seconds + 30 + mib / 32));
-		return cmd_ballast((unsigned long)mib, (unsigned int)seconds);
 	}
 	if (strcmp(argv[1], "pressure") == 0 && argc == 5) {
 		long mib = positive(argv[2]), step = positive(argv[3]), bound = positive(argv[4]);
