@@ -43,7 +43,8 @@ class MemslotsQemu(GuestTest):
         plan = Q.plan_layout(load_layout(LAYOUT), MEMORY, hotplug=2)
         self.assertEqual([d.slot.id for d in plan.boot_dimms], [1])
         self.assertEqual([d.slot.id for d in plan.hotplug_dimms], [2, 3])
-        vm = self.boot(plan.machine_config(warm=False))
+        mmio_log = self.outdir / "qemu-mmio-trace.log"
+        vm = self.boot(plan.machine_config(warm=False, extra_args=plan.boot_args() + T.mmio_trace_args(mmio_log)))
         agent = vm.deploy(P.AGENT)
 
         # Before the hotplug the check must see exactly the two missing dimms
@@ -66,7 +67,11 @@ class MemslotsQemu(GuestTest):
         self.assertEqual(hotplugged, {"mq-dimm-1": False, "mq-dimm-2": True, "mq-dimm-3": True})
 
         dimm_bytes = sum(d.size for d in plan.dimms)
+        T.set_mmio_tracing(vm, True)  # the device accesses while the probe runs
         probe = P.run_probe(vm, agent, plan, mib=dimm_bytes // Q.MIB + 32)
+        T.set_mmio_tracing(vm, False)
+        accel = vm.accel
+        vm.shutdown()  # QEMU has written its whole log
         self.log.info("probe summary %s in %.1f s", probe.summary, probe.duration_s)
         self.assertEqual(probe.summary["bad_words"], 0)
         self.assertEqual(probe.summary["moved"], 0)
@@ -96,6 +101,24 @@ class MemslotsQemu(GuestTest):
         settings = {"layout": "qemu-flatview", "slots": len(qemu_layout), "ram_mib": MEMORY.ram_mib,
                     "dimms": len(plan.dimms), "trace": "mem_probe first touch"}
         for record in T.records(replay, settings, duration_s=time.monotonic() - started):
+            self.record(record)
+
+        # Device MMIO during the probe: frames in no RAM slot, every one.
+        mmio = T.parse_mmio_log(mmio_log.read_text(errors="replace"), observed.flatview)
+        self.log.info("MMIO trace: %d accesses in %d frames", len(mmio), len(set(mmio)))
+        if not mmio:
+            self.assertNotEqual(accel, "tcg", "under TCG the guest's APIC timer alone makes MMIO accesses: none logged")
+            self.log.warning("no device MMIO reached QEMU under %s (in-kernel APIC, ioeventfd): "
+                             "no MMIO trace records", accel)
+            return
+        mmio_replay = T.replay(qemu_layout, mmio)
+        self.assertEqual(mmio_replay.table.hit_fraction, 0.0, "an MMIO access fell in a RAM slot")
+        for name, stats in mmio_replay.table.structures.items():
+            self.log.info("MMIO trace %s: mean %.2f max %d nodes", name, stats.mean_nodes, stats.max_nodes)
+        self.assertEqual(mmio_replay.table.structures["linear"].mean_nodes, len(qemu_layout))
+        for record in T.records(mmio_replay, dict(settings, trace="device mmio (QEMU trace events)"),
+                                duration_s=time.monotonic() - started, scenario=T.MMIO_SCENARIO,
+                                claim=T.MMIO_CLAIM):
             self.record(record)
 
     def test_qemu_refusals_are_clear_errors(self) -> None:
