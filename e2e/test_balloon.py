@@ -235,7 +235,7 @@ class BalloonCorrectness(BalloonBase):
         its min watermark and the next kernel allocation (an SSH keepalive
         answered by dropbear, kthreadd forking a kworker) invokes the OOM
         killer, which takes dropbear and then panics the guest ("System is
-        deadlocked on memory"): seen in 3 of about 10 probes here, see
+        deadlocked on memory"): seen in 4 of 18 probes here, see
         docs/balloon.md.  With it on, the OOM notifier deflates 1 MiB
         instead and the probe is safe.  (MemTotal then does not move with the
         balloon; scenario 1, with deflate-on-oom off, checks MemTotal.)"""
