@@ -20,10 +20,7 @@ and one machine type keeps the timings comparable across scenarios.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import time
-from collections.abc import Iterator
 
 from e2e.base import GuestTest, profile
 from host import balloon_model as bm
@@ -64,26 +61,6 @@ def guest_stat(vm, agent: str) -> dict[str, int]:
 
 def oom_kills(vm) -> list[str]:
     return [line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if "Killed process" in line]
-
-
-@contextlib.contextmanager
-def ssh_quiet(vm) -> Iterator[None]:
-    """Pause host.ssh's 5 s keepalive while the guest sits at its floor:
-    dropbear answering one allocates kernel memory, and at the min watermark
-    that invokes the OOM killer, which takes the SSH session (seen 1 run in
-    4 here).  host.ssh has no public knob for it yet: reach the paramiko
-    transport, and if that is not possible say so and go on."""
-    transport = None
-    try:
-        transport = vm.ssh._client.get_transport()  # noqa: SLF001 - see docstring
-        transport.set_keepalive(0)
-    except AttributeError:
-        logging.getLogger(__name__).warning("cannot pause SSH keepalives: the floor probe may OOM-kill SSH")
-    try:
-        yield
-    finally:
-        if transport is not None:
-            transport.set_keepalive(5)
 
 
 class BalloonBase(GuestTest):
@@ -261,8 +238,7 @@ class BalloonCorrectness(BalloonBase):
 
         # The floor: asked for 1 MiB the guest stops short, memqual backs off
         # by MARGIN_MIB at once, and SSH survives (no OOM kill in the guest).
-        with ssh_quiet(vm):
-            floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
+        floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
         self.assertTrue(floor.probe.stalled)
         self.assertLess(floor.floor_bytes, ram // 2)
         self.assertEqual(vm.ssh.run(["echo", "alive"]).stdout.strip(), "alive")
@@ -401,8 +377,7 @@ class BalloonOomAndStats(BalloonBase):
 
         # 5. deflate-on-oom: pressure with the balloon at floor + margin.
         # (with deflate-on-oom the balloon, not a process, pays at the floor)
-        with ssh_quiet(vm):
-            floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
+        floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
         start = guest_stat(vm, agent)
         result = vm.ssh.run([agent, "pressure", str(PRESSURE_MIB), "16", "90"], timeout=120, check=False)
         allocated = agent_records(result.stdout, "allocated")

@@ -352,9 +352,11 @@ def find_floor(
 
     Why at once: at the floor the guest sits on its min watermark; the
     balloon's own allocations never OOM-kill (__GFP_NORETRY), but the next
-    kernel allocation on behalf of a process does (seen: dropbear answering
-    an SSH keepalive), and its victim is the SSH session.  Nothing may run
-    in the guest meanwhile: callers pause SSH keepalives around this.
+    kernel allocation does (seen: dropbear answering an SSH keepalive,
+    kthreadd forking a kworker), and the OOM killer takes the SSH server,
+    then panics the guest.  Short dwell makes that rare, not impossible:
+    probe a guest with deflate-on-oom on when it must survive
+    (docs/balloon.md).
     Why twice: on a loaded host a vCPU can be starved for longer than
     ``stall_s`` mid-inflate, which looks like a stall; a real floor is
     found again by a second probe starting from just above it.
