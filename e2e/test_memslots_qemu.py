@@ -160,6 +160,7 @@ class MemslotsQemu(GuestTest):
         flat, dimms = Q.read_qemu(vm)
         self.assertEqual(sorted(d.id for d in dimms), ["mq-dimm-1", "mq-dimm-10", "mq-dimm-11", "mq-dimm-12"])
         fitted = Q.plan_layout(Layout(layout.slots + extra[:3], name="fitted"), MEMORY, hotplug=3)
-        self.assertEqual([str(d) for d in Q.differential_check(fitted, Q.Observed(tuple(flat), tuple(dimms), ()))], [])
+        qemu_only = Q.Observed(tuple(flat), tuple(dimms), iomem=None)  # the guest's view is not the point here
+        self.assertEqual([str(d) for d in Q.differential_check(fitted, qemu_only)], [])
         backends = {r.name for r in flat if r.name.startswith(Q.BACKEND_PREFIX)}
         self.assertEqual(backends, {"mq-mem-1", "mq-mem-10", "mq-mem-11", "mq-mem-12"})

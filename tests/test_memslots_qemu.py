@@ -311,7 +311,7 @@ def test_differential_check_guest_side():
         "blocks: memory blocks [32] are not online"
     ]
     # No guest view read: a QEMU-only check.
-    assert Q.differential_check(plan, observed(iomem=(), blocks=())) == []
+    assert Q.differential_check(plan, observed(iomem=None, blocks=None)) == []
 
 
 def test_differential_check_sees_a_backend_the_layout_lacks():
@@ -331,7 +331,61 @@ def test_shipped_qemu_layout_is_a_valid_layout_file():
     assert len(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json")) == 4
 
 
-@pytest.mark.parametrize("text", ["", "blocksize size=0x8000000\n", "block index=0 start=0x0 size=0x8000000 state=online zones=none\n"])
+@pytest.mark.parametrize("text", [
+    "", "blocksize size=0x8000000\n", "block index=0 start=0x0 size=0x8000000 state=online zones=none\n",
+])
 def test_blocks_output_without_blocks_is_a_guest_error(text):
     with pytest.raises(GuestError, match="no memory blocks"):
         Q.parse_blocks(text)
+
+
+# --- property: a system built exactly as planned agrees; drop a dimm and only it differs
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+def built_as_planned(plan: Q.QemuPlan, drop: int | None = None) -> Q.Observed:
+    """What QEMU and the guest would show for ``plan``, minus dimm ``drop``."""
+    flat = [Q.FlatRange(s.base_gfn * 4096, s.end_gfn * 4096 - 1, "rom" if s.flags & 2 else "ram", "pc.ram")
+            for s in plan.base]
+    dimms, iomem, blocks = [], [], []
+    for i, d in enumerate(plan.dimms):
+        if d.slot.id == drop:
+            continue
+        flat.append(Q.FlatRange(d.addr, d.addr + d.size - 1, "ram", d.backend_id))
+        dimms.append(Q.PluggedDimm(d.device_id, d.addr, d.size, i, f"/objects/{d.backend_id}", d.hotplug))
+        iomem.append(Q.IomemEntry(d.addr, d.addr + d.size - 1, "System RAM", 0))
+        blocks += [Q.MemoryBlock(a // Q.GUEST_BLOCK, a, Q.GUEST_BLOCK, "online", "Movable")
+                   for a in range(d.addr, d.addr + d.size, Q.GUEST_BLOCK)]
+    iomem += [Q.IomemEntry(s.base_gfn * 4096, s.end_gfn * 4096 - 1, "System RAM", 0) for s in plan.base if not s.flags]
+    return Q.Observed(tuple(flat), tuple(dimms), tuple(iomem), tuple(blocks))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    positions=st.sets(st.integers(0, 59), min_size=1, max_size=4),
+    sizes=st.lists(st.integers(1, 3), min_size=4, max_size=4),
+    hotplug=st.integers(0, 4),
+    drop_index=st.integers(0, 3),
+)
+def test_built_as_planned_agrees_and_a_missing_dimm_is_named(positions, sizes, hotplug, drop_index):
+    start = 0x100000  # gfn of 4 GiB
+    slots, cursor = [Slot(0, 0x100, 0x1FF00)], -1
+    for i, pos in enumerate(sorted(positions)):
+        if pos <= cursor:
+            continue
+        slots.append(Slot(i + 1, start + pos * BLOCK, sizes[i] * BLOCK))
+        cursor = pos + sizes[i] - 1
+    layout = Layout(tuple(slots), name="random")
+    try:
+        plan = Q.plan_layout(layout, MEMORY, hotplug=min(hotplug, len(slots) - 1))
+    except BadInput as exc:
+        assert "slot" in str(exc) or "MiB" in str(exc)
+        return
+    assert len(plan.dimms) == len(slots) - 1 <= MEMORY.slots
+    assert len(plan.boot_args()) // 4 + len(plan.hotplug_commands()) // 2 == len(plan.dimms)
+    assert Q.differential_check(plan, built_as_planned(plan), require_online=True) == []
+    dropped = plan.dimms[drop_index % len(plan.dimms)].slot.id
+    diffs = Q.differential_check(plan, built_as_planned(plan, drop=dropped), require_online=True)
+    assert {d.slot for d in diffs} == {dropped}
+    assert {d.view for d in diffs} == {"flatview", "memory-devices", "iomem", "blocks"}

@@ -16,7 +16,7 @@ from host.errors import BadInput, GuestError
 from host.memslots import qemu_layout as Q
 from host.memslots import qemu_probe as P
 from host.memslots import trace as T
-from host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
+from host.memslots.layout import LAYOUTS_DIR, Layout, Slot
 
 BLOCK = Q.GUEST_BLOCK // 4096
 SEED = 0x1234_5678_9ABC_DEF0
@@ -150,7 +150,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 
 def test_cli_plan_json(capsys):
-    rc, out, err = run(capsys, "--layout", str(LAYOUTS_DIR / "qemu-pc-3dimm.json"), "--hotplug", "2", "--plan", "--json")
+    layout = str(LAYOUTS_DIR / "qemu-pc-3dimm.json")
+    rc, out, err = run(capsys, "--layout", layout, "--hotplug", "2", "--plan", "--json")
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["qemu_args"][1] == "memory-backend-ram,id=mq-mem-1,size=134217728"

@@ -466,8 +466,9 @@ class Observed:
 
     flatview: tuple[FlatRange, ...]
     dimms: tuple[PluggedDimm, ...]
-    iomem: tuple[IomemEntry, ...]  # empty: the guest's view was not read (a QEMU-only check)
-    blocks: tuple[MemoryBlock, ...] = ()  # empty: memory blocks not checked
+    # None: not read (a QEMU-only check); an empty tuple is a guest that showed none
+    iomem: tuple[IomemEntry, ...] | None
+    blocks: tuple[MemoryBlock, ...] | None = None
 
     def qemu_layout(self) -> Layout:
         return layout_from_flatview(self.flatview, name="qemu-flatview")
@@ -494,9 +495,9 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
       its own backend); no dimm-backed range is there that the layout lacks.
     - memory devices: the dimms QEMU reports are exactly the layout's, at
       the same addresses and sizes.
-    - guest /proc/iomem: each dimm is System RAM in the guest; the guest has
-      no System RAM outside QEMU's RAM ranges.
-    - guest memory blocks (if read): each dimm consists of memory blocks,
+    - guest /proc/iomem (unless None: not read): each dimm is System RAM in
+      the guest; the guest has no System RAM outside QEMU's RAM ranges.
+    - guest memory blocks (unless None): each dimm consists of memory blocks,
       all online when ``require_online``.
     """
     diffs: list[Difference] = []
@@ -514,7 +515,8 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
         range_ = by_start.get(dimm.addr)
         if range_ is None or range_.size != dimm.size or range_.name != dimm.backend_id or range_.kind != "ram":
             found = f"{range_.kind} {range_.name}, {range_.size} bytes" if range_ else "nothing"
-            diffs.append(Difference("flatview", dimm.slot.id, f"dimm {dimm.slot.describe()}: QEMU has {found} at {dimm.addr:#x}"))
+            diffs.append(Difference("flatview", dimm.slot.id,
+                                    f"dimm {dimm.slot.describe()}: QEMU has {found} at {dimm.addr:#x}"))
     for range_ in observed.flatview:
         if range_.name.startswith(BACKEND_PREFIX) and range_.name not in wanted_backends:
             diffs.append(Difference("flatview", None, f"{range_.name} at {range_.start:#x} is not in the layout"))
@@ -531,16 +533,18 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
     for extra in plugged.values():
         diffs.append(Difference("memory-devices", None, f"dimm {extra.id!r} at {extra.addr:#x} is not in the layout"))
 
-    guest_ram = system_ram(observed.iomem)
-    qemu_ram = _merge((r.start, r.end + 1) for r in observed.flatview if r.kind == "ram")
-    for dimm in plan.dimms if observed.iomem else ():
-        if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
-            diffs.append(Difference("iomem", dimm.slot.id, f"the guest has no System RAM at {dimm.slot.describe()}"))
-    for start, end in guest_ram:
-        if not _covered(start, end, qemu_ram):
-            diffs.append(Difference("iomem", None, f"guest System RAM {start:#x}-{end - 1:#x} is not RAM in QEMU"))
+    if observed.iomem is not None:
+        guest_ram = system_ram(observed.iomem)
+        qemu_ram = _merge((r.start, r.end + 1) for r in observed.flatview if r.kind == "ram")
+        for dimm in plan.dimms:
+            if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
+                diffs.append(Difference("iomem", dimm.slot.id,
+                                        f"the guest has no System RAM at {dimm.slot.describe()}"))
+        for start, end in guest_ram:
+            if not _covered(start, end, qemu_ram):
+                diffs.append(Difference("iomem", None, f"guest System RAM {start:#x}-{end - 1:#x} is not RAM in QEMU"))
 
-    if observed.blocks:
+    if observed.blocks is not None:
         for dimm in plan.dimms:
             blocks = blocks_in(observed.blocks, dimm.addr, dimm.addr + dimm.size)
             if sum(b.size for b in blocks) != dimm.size:

@@ -82,8 +82,8 @@ def observe(vm: Any, agent: str | None) -> Observed:
     (with the agent) its memory blocks."""
     flat, dimms = read_qemu(vm)
     iomem = parse_iomem(vm.ssh.run(["cat", "/proc/iomem"], timeout=30).stdout)
-    blocks = read_blocks(vm, agent) if agent else []
-    return Observed(tuple(flat), tuple(dimms), tuple(iomem), tuple(blocks))
+    blocks = tuple(read_blocks(vm, agent)) if agent else None
+    return Observed(tuple(flat), tuple(dimms), tuple(iomem), blocks)
 
 
 def apply_hotplug(vm: Any, plan: QemuPlan, agent: str, timeout: float = 30.0) -> list[str]:

@@ -47,7 +47,9 @@ from host.record import Measurement
 MMIO_EVENTS = ("memory_region_ops_read", "memory_region_ops_write")
 # An event of QEMU's "log" trace backend, e.g.
 #   memory_region_ops_write cpu 0 mr 0x55.. addr 0xfee000b0 value 0x0 size 4 name 'apic-msi'
-_MMIO_LINE = re.compile(r"memory_region_ops_(?:read|write) cpu -?\d+ mr 0x[0-9a-f]+ addr (0x[0-9a-f]+) .*? name '([^']*)'")
+_MMIO_LINE = re.compile(
+    r"memory_region_ops_(?:read|write) cpu -?\d+ mr 0x[0-9a-f]+ addr (0x[0-9a-f]+) .*? name '([^']*)'"
+)
 SCENARIO = "memslots.trace"
 CLAIM = "memslot-hit"
 # MMIO frames are all misses: the other claim of seeds 000/002.
