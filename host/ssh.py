@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import shlex
 import socket
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -61,31 +60,31 @@ class BackgroundCommand:
         self._stdout: list[str] = []
         self._stderr = bytearray()
         self._pending = b""
-        self._lock = threading.Condition()
 
     def _pump(self, block_s: float) -> bool:
-        """Read what is there; True while the command may still produce."""
+        """Read what is there; False once stdout reached its end.
+
+        The end is the channel's EOF, never the exit status: the status can
+        arrive while output is still buffered, and stopping then would drop
+        the command's last lines."""
         self._channel.settimeout(block_s)
-        progressed = False
         while self._channel.recv_stderr_ready():
             self._stderr += self._channel.recv_stderr(65536)
         try:
             chunk = self._channel.recv(65536)
         except socket.timeout:
-            chunk = None
+            return True
         if chunk:
             self._pending += chunk
             *lines, self._pending = self._pending.split(b"\n")
             self._stdout.extend(line.decode(errors="replace") for line in lines)
-            progressed = True
-        elif chunk == b"":
-            if self._pending:
-                self._stdout.append(self._pending.decode(errors="replace"))
-                self._pending = b""
-            while self._channel.recv_stderr_ready():
-                self._stderr += self._channel.recv_stderr(65536)
-            return False
-        return progressed or not self._channel.exit_status_ready()
+            return True
+        if self._pending:
+            self._stdout.append(self._pending.decode(errors="replace"))
+            self._pending = b""
+        while self._channel.recv_stderr_ready():
+            self._stderr += self._channel.recv_stderr(65536)
+        return False
 
     def lines(self, timeout: float = 3600.0) -> Iterator[str]:
         """Stdout lines as they come, until the command ends or the deadline."""
@@ -104,6 +103,8 @@ class BackgroundCommand:
         for _ in self.lines(timeout):
             pass
         status = self._channel.recv_exit_status()
+        while self._channel.recv_stderr_ready():  # stderr may trail stdout's end
+            self._stderr += self._channel.recv_stderr(65536)
         return CommandResult(
             self.argv, status, "\n".join(self._stdout) + ("\n" if self._stdout else ""),
             self._stderr.decode(errors="replace"), time.monotonic() - self._started,
