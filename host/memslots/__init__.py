@@ -8,8 +8,14 @@
 - workloads: seeded streams of guest frame numbers (miss, ram-hits,
   small-hits, mixed).
 - model: the table of mean and worst nodes per structure and workload.
-- cli: ``memqual memslots model|lookup|kvm``.
+- cli: ``memqual memslots model|lookup|kvm|qemu``.
+- kvm, kvm_bench, kvm_cli: the /dev/kvm harness (pure Python ioctls, a tiny
+  vCPU), no guest OS.
+- qemu_layout, qemu_probe, qemu_cli: a layout applied to a real QEMU guest
+  (pc-dimms at boot and by hotplug), read back from QEMU and the guest, and
+  the differential check.
+- trace: guest frames recorded from a real guest replayed through the model.
 
-The /dev/kvm and QEMU parts live in their own modules (kvm*, qemu*) and use
-only ``layout``; nothing here needs a guest or /dev/kvm.
+The model modules (layout, structures, workloads, model) need neither a
+guest nor /dev/kvm.
 """
