@@ -244,6 +244,9 @@ class StaleRestore:
     taken: str
     written: list[str]
 
+    def __str__(self) -> str:
+        return self.describe()
+
     def describe(self) -> str:
         knobs = ", ".join(self.written) or "none differed"
         who = "still running (pid reused?)" if self.owner_alive else "gone"
