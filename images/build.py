@@ -156,7 +156,10 @@ def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path], cache: 
     for rel, size in sorted(_module_files(str(modules_dir), "")):
         digest.update(f"{rel}:{size}".encode())
     for path in host_files:
-        digest.update(str(path).encode() + hashes[path].encode())
+        # Repository files by their name inside the repo, so two clones
+        # share one image; host files by their absolute path.
+        name = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        digest.update(str(name).encode() + hashes[path].encode())
     return digest.hexdigest()[:20]
 
 
