@@ -154,6 +154,7 @@ class BalloonBase(GuestTest):
             "summary": summary.to_json(),
             "ratio_of_guest": full / ram,
             "poll_period_s": stats.median([r.poll_period_s for r in inflates]),
+            "resolution_s_median": stats.median([r.resolution_s for r in inflates]),
             "resolution_s_max": max(r.resolution_s for r in inflates),
             "cross_checks": checks,
             "calibration_samples": [o.__dict__ for o in observations],
