@@ -174,6 +174,10 @@ class BalloonBase(GuestTest):
             extra={"gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
                    "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
         ))  # fmt: skip
+        if prediction is not None:
+            self.log.info("model against seed 003 (predicted ms for 15 of 16 GiB on this host):")
+            for row in bm.side_by_side(prediction):
+                self.log.info("  %s | seed %s ms | %s | %s", *row)
         self.log.info(
             "inflate %.0f MiB of %d MiB: median %.3f s (%.3f GB/s, CV %.2f); seed 512 KB bitmap %.2f GB/s",
             full / MIB, memory_mib, summary.median, extra["gbps"], summary.cv, bm.seed_gbps(1237),

@@ -287,3 +287,19 @@ def test_agent_stat_parsing():
     assert [r["mib"] for r in hb.agent_records(out, "allocated")] == ["64"]
     with pytest.raises(GuestError, match="no stat line"):
         hb.agent_stat("t=1 event=load status=0\n")
+
+
+def test_cli_model_from_a_record(tmp_path, capsys):
+    from host import balloon_model as bm
+    from host.record import Measurement, write
+
+    cal = bm.calibrate([bm.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)])
+    path = write(Measurement(scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower",
+                             samples=[2.0], extra={"model": bm.predict_seed(cal)}), tmp_path)  # fmt: skip
+    assert run_cli(["balloon", "model", "--record", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "10.00 us/page" in out and "not identifiable" in out and "2031" in out
+    bare = write(Measurement(scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower",
+                             samples=[1.0]), tmp_path)  # fmt: skip
+    assert run_cli(["balloon", "model", "--record", str(bare)]) == 2
+    assert run_cli(["balloon", "model", "--record", str(tmp_path / "missing.json")]) == 2
