@@ -70,6 +70,19 @@ class KsmTest(GuestTest):
 
     timeout = 900  # includes waiting for the host KSM lock held by a sibling test
 
+    def setUp(self) -> None:
+        super().setUp()
+        self._controllers: list[KsmController] = []
+
+    def tearDown(self) -> None:
+        # Avocado runs the test body in a thread and, on a timeout or ^C,
+        # interrupts only the main thread, runs tearDown and leaves the
+        # process with os._exit (no atexit, no finally in the test body):
+        # tearDown is where host knobs go back on that path.
+        for ksm in getattr(self, "_controllers", []):
+            ksm.close()
+        super().tearDown()
+
     # -- helpers -----------------------------------------------------------
     @contextlib.contextmanager
     def host_ksm(self) -> Iterator[KsmController]:
@@ -80,6 +93,7 @@ class KsmTest(GuestTest):
             ksm.open()
         except CapabilityMissing as exc:
             self.require(False, str(exc))
+        self._controllers.append(ksm)
         before = (ksm.fs.knobs(), ksm.thp.knobs(THP_KNOBS) if ksm.thp.exists() else {})
         try:
             yield ksm

@@ -352,3 +352,23 @@ def test_cli_status_and_restore(tree, capsys) -> None:
     assert _cli(["ksm", "restore", *common]) == 0
     assert "ksm/run" in capsys.readouterr().out
     assert read(tree["ksm"] / "run") == "0"
+
+
+def test_close_from_another_thread_stops_further_writes(tree) -> None:
+    """Avocado's tearDown runs beside the test body: after close() from
+    there, the knobs are back and the body can change nothing more."""
+    import threading
+
+    ksm = controller(tree)
+    ksm.open()
+    ksm.set(pages_to_scan=4000, run=1)
+    closer = threading.Thread(target=ksm.close)
+    closer.start()
+    closer.join(5)
+    assert read(tree["ksm"] / "pages_to_scan") == "100"
+    assert read(tree["ksm"] / "run") == "0"
+    with pytest.raises(RuntimeError, match="closed"):
+        ksm.set(run=1)
+    assert read(tree["ksm"] / "run") == "0"
+    assert not (tree["state"] / "ksm-state.json").exists()
+    assert restore_stale(tree["state"], ksm_root=tree["ksm"], thp_root=tree["thp"]) is None

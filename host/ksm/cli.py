@@ -87,6 +87,9 @@ def _restore(args: argparse.Namespace) -> int:
     if not state.state_path.exists():
         print(f"nothing to restore: no state file {state.state_path}")
         return 0
+    import logging
+
+    logging.getLogger("host.ksm.state").setLevel(logging.ERROR)  # the line below says it once
     result = restore_stale(args.state_dir, lock_timeout_s=args.wait, **kwargs)
     if result is None:
         if state.state_path.exists():

@@ -76,6 +76,10 @@ class KsmController:
         self._thp_in_snapshot = False
         self._active = False
         self._previous_handlers: dict[int, Any] = {}
+        # close() may come from another thread than the one driving KSM
+        # (Avocado runs tearDown beside the test body): no knob is written
+        # once close() has begun.
+        self._mutex = threading.RLock()
         self._ksmd_pid: int | None = None
         self.stale_restored: StaleRestore | None = None
 
@@ -104,21 +108,28 @@ class KsmController:
                 self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
 
     def close(self) -> None:
-        """Restore every changed knob, drop the state file and the lock."""
-        if not self._active:
-            return
-        try:
-            self.restore()
-        finally:
+        """Restore every changed knob, drop the state file and the lock.
+        Safe from any thread; idempotent."""
+        with self._mutex:
+            if not self._active:
+                return
             self._active = False
-            for sig, handler in self._previous_handlers.items():
-                signal.signal(sig, handler)
-            self._previous_handlers.clear()
-            atexit.unregister(self._restore_at_exit)
-            self.state.unlock()
+            try:
+                self.restore()
+            finally:
+                if threading.current_thread() is threading.main_thread():
+                    for sig, handler in self._previous_handlers.items():
+                        signal.signal(sig, handler)
+                    self._previous_handlers.clear()
+                atexit.unregister(self._restore_at_exit)
+                self.state.unlock()
 
     def restore(self) -> list[str]:
         """Put the snapshot back now (idempotent); the lock stays held."""
+        with self._mutex:
+            return self._restore()
+
+    def _restore(self) -> list[str]:
         snapshot = self.state.load() if self._snapshot_taken else None
         self._snapshot_taken = self._thp_in_snapshot = False
         if snapshot is None:
@@ -150,7 +161,7 @@ class KsmController:
     # -- changes -----------------------------------------------------------
     def _require_active(self) -> None:
         if not self._active:
-            raise RuntimeError("KsmController: use it as a context manager (or call open())")
+            raise RuntimeError("KsmController: not open (use it as a context manager), or already closed")
 
     def _ensure_snapshot(self, with_thp: bool) -> None:
         if self._snapshot_taken and (self._thp_in_snapshot or not with_thp):
@@ -170,25 +181,27 @@ class KsmController:
     def set(self, **knobs: int | str) -> None:
         """Write KSM knobs (snapshot first).  advisor_mode is written first
         (it resets pages_to_scan), run last."""
-        self._require_active()
         unknown = [n for n in knobs if not self.fs.has(n)]
         if unknown:
             raise CapabilityMissing(f"host KSM: this kernel has no knob {', '.join(unknown)} in {self.fs.root}")
-        self._ensure_snapshot(with_thp=False)
-        for name in write_order(list(knobs)):
-            self.fs.write(name, knobs[name])
+        with self._mutex:
+            self._require_active()
+            self._ensure_snapshot(with_thp=False)
+            for name in write_order(list(knobs)):
+                self.fs.write(name, knobs[name])
 
     def set_thp(self, **knobs: str) -> None:
         """Write THP's enabled/defrag (snapshot of both first)."""
-        self._require_active()
         if not self.thp.exists():
             raise CapabilityMissing(f"host THP: {self.thp.root} does not exist (kernel without THP)")
         bad = [n for n in knobs if n not in THP_KNOBS]
         if bad:
             raise ValueError(f"set_thp: only {THP_KNOBS} are snapshotted, not {bad}")
-        self._ensure_snapshot(with_thp=True)
-        for name, value in knobs.items():
-            self.thp.write(name, value)
+        with self._mutex:
+            self._require_active()
+            self._ensure_snapshot(with_thp=True)
+            for name, value in knobs.items():
+                self.thp.write(name, value)
 
     def unmerge(self) -> None:
         """run=2: the kernel breaks every KSM page back into private copies
