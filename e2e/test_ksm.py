@@ -330,6 +330,13 @@ class KsmTest(GuestTest):
             return int(vm.ssh.run(["cat", f"{root}/{name}"]).stdout)
 
         path = vm.deploy(AGENT)
+        # Bad input first: more than the guest has is one clear line, exit 4.
+        too_big = GUEST_MIB * 4
+        result = vm.ssh.run(StressArgs(mib=too_big, phases=["fill"], timeout_s=30).argv(path), check=False)
+        self.assertEqual(result.status, 4, f"an impossible size must exit 4: {result}")
+        self.assertRegex(result.stdout, rf"event=error reason=alloc size_mib={too_big} guest_mem_mib=\d+")
+        self.assertIn(f"cannot allocate {too_big} MiB: the guest has", result.stderr)
+
         guest_write("pages_to_scan", 5000)
         guest_write("sleep_millisecs", 10)
         guest_write("run", 1)
