@@ -4,9 +4,10 @@ Takes anything with ``.qmp(command, **arguments)`` and ``.pid`` (the
 lead's ``host.machine.Machine``; a canned fake in tests).
 
 Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
-``query-balloon`` in a loop (a 0.5 ms pause between polls so the QMP
-client does not starve QEMU's main loop of the BQL); every poll is
-timestamped with ``time.perf_counter`` on the host.  The reach time is the
+``query-balloon``: every 10 ms while the target is far, and once
+the rate so far predicts it within 50 ms, then every 0.2 ms (tight polling
+all along slows a TCG guest down by half); every poll is timestamped with
+``time.perf_counter`` on the host.  The reach time is the
 receive time of the first poll that shows the target, and its resolution is
 the gap to the previous poll: both are returned, and the loop's measured
 period is reported with every result.  BALLOON_CHANGE events are never
@@ -150,13 +151,17 @@ class BalloonController:
         self,
         machine: QmpMachine,
         device_id: str | None = "balloon0",
-        poll_pause_s: float = 0.0005,
+        poll_pause_s: float = 0.0002,
+        far_pause_s: float = 0.01,
+        near_s: float = 0.05,
         clock: Callable[[], float] = time.perf_counter,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.machine = machine
         self.device_id = device_id
         self.poll_pause_s = poll_pause_s
+        self.far_pause_s = far_pause_s
+        self.near_s = near_s
         self._clock = clock
         self._sleep = sleep
         self._ram: int | None = None
@@ -246,8 +251,20 @@ class BalloonController:
                     f"{deadline_s:g} s ({polls} polls); is virtio_balloon loaded in the guest?"
                 )
             prev_t = now
-            if self.poll_pause_s:
-                self._sleep(self.poll_pause_s)
+            self._sleep(self._pause(start, value, expected, now - t0))
+
+    def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:
+        """Poll tightly only near the end.  Polling QMP every ~1 ms slows a
+        TCG guest's inflation by about half (measured: 2.2-2.9 s with 12 ms
+        polls against 3.3-4.1 s with 1.3 ms polls for the same 724 MiB), so
+        far from the target we poll every ``far_pause_s`` and switch to
+        ``poll_pause_s`` once the average rate so far predicts the target
+        within ``near_s``.  Before the first move there is no rate: far."""
+        moved = abs(value - start)
+        if moved == 0 or elapsed <= 0:
+            return self.far_pause_s
+        eta = abs(expected - value) / (moved / elapsed)
+        return self.poll_pause_s if eta <= self.near_s else self.far_pause_s
 
     # --- guest statistics --------------------------------------------------
     def qom_path(self) -> str:

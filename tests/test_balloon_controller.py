@@ -85,7 +85,8 @@ class FakeMachine:
 def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, FakeMachine, FakeClock]:
     clock = FakeClock()
     machine = FakeMachine(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
-    ctl = hb.BalloonController(machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005)
+    ctl = hb.BalloonController(machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005,
+                               far_pause_s=kw.get("far", 0.0005))  # fmt: skip
     return ctl, machine, clock
 
 
@@ -102,6 +103,21 @@ def test_reaches_target_and_times_it():
     assert r.resolution_s == pytest.approx(0.0007)  # one pause + one round trip: well under 1 ms
     assert r.gbps == pytest.approx(768 * MIB / r.seconds / 1e9)
     assert ("balloon", {"value": target}) in machine.sent
+
+
+def test_polls_far_then_tightly_near_the_end():
+    # 1 MiB per poll towards a target 400 MiB away: far polls every 10 ms,
+    # tight (0.5 ms) once the average rate says the end is within 50 ms
+    target = RAM - 400 * MIB
+    ctl, machine, clock = controller([RAM] + [RAM - k * MIB for k in range(1, 401)], far=0.01)
+    pauses: list[float] = []
+    real_sleep = clock.sleep
+    ctl._sleep = lambda dt: (pauses.append(dt), real_sleep(dt))  # type: ignore[method-assign]
+    r = ctl.reach(target)
+    assert r.reached and r.polls == 400
+    assert pauses[0] == 0.01 and pauses[-1] == 0.0005
+    assert 0 < pauses.count(0.0005) < 20  # only the last few polls are tight
+    assert r.resolution_s == pytest.approx(0.0007)
 
 
 def test_target_rounded_to_pages_like_qemu():
