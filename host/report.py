@@ -330,8 +330,14 @@ def _time_scale(unit: str, samples: Sequence[float]) -> tuple[float, str]:
 
 
 def _short_settings(settings_json: str) -> str:
+    """Settings as k=v, long values cut (the full text is in results.json)."""
     settings = json.loads(settings_json)
-    return ", ".join(f"{k}={v}" for k, v in sorted(settings.items()))
+
+    def short(value: Any) -> str:
+        text = str(value)
+        return text if len(text) <= 24 else text[:21] + "..."
+
+    return ", ".join(f"{k}={short(v)}" for k, v in sorted(settings.items()))
 
 
 def _measured_text(c: dict[str, Any]) -> str:
