@@ -189,7 +189,7 @@ _COLLINEAR = 1e-3
 
 
 def calibrate(observations: Sequence[Observation]) -> Calibration:
-    """Fit seconds = fixed + requests*c_req + pages*c_page.
+    """Fit seconds = fixed + requests*c_req + pages*c_page, all >= 0.
 
     Identifiability is decided on the design matrix, not assumed: with the
     columns scaled to unit norm, a smallest singular value under 1e-3 of the
@@ -202,8 +202,10 @@ def calibrate(observations: Sequence[Observation]) -> Calibration:
     requests = np.array([o.requests for o in observations], dtype=float)
 
     # The always-identifiable fit: seconds = fixed + pages * combined.
+    # Non-negative least squares: no cost is negative, and on a noisy host
+    # an unconstrained intercept does go below zero.
     simple = np.column_stack([np.ones_like(pages), pages])
-    (fixed, combined), *_ = np.linalg.lstsq(simple, y, rcond=None)
+    fixed, combined = _nnls(simple, y)
     residual = y - simple @ np.array([fixed, combined])
 
     full = np.column_stack([np.ones_like(pages), requests, pages])
@@ -211,7 +213,7 @@ def calibrate(observations: Sequence[Observation]) -> Calibration:
     sv = np.linalg.svd(scaled, compute_uv=False)
     ratio = float(sv[-1] / sv[0])
     if len(observations) >= 3 and ratio >= _COLLINEAR:
-        (f3, c_req, c_page), *_ = np.linalg.lstsq(full, y, rcond=None)
+        f3, c_req, c_page = _nnls(full, y)
         res3 = y - full @ np.array([f3, c_req, c_page])
         return Calibration(
             fixed_s=float(f3),
@@ -240,6 +242,17 @@ def calibrate(observations: Sequence[Observation]) -> Calibration:
         residual_rms_s=float(np.sqrt(np.mean(residual**2))),
         n=len(observations),
     )
+
+
+def _nnls(a: np.ndarray, y: np.ndarray) -> list[float]:
+    """Least squares with every coefficient >= 0 (columns scaled first so
+    seconds-per-page and seconds-per-inflate are solved on equal terms)."""
+    from scipy.optimize import nnls
+
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(a / scale, y)
+    return [float(c) for c in coef / scale]
 
 
 def seed_guest_pfns(guest_gib: int = SEED_GUEST_GIB, balloon_gib: int = SEED_BALLOON_GIB) -> PfnRanges:

@@ -113,6 +113,13 @@ def test_calibration_recovers_known_costs_when_requests_vary():
     assert cal.fixed_s == pytest.approx(fixed, rel=1e-6)
 
 
+def test_calibration_never_returns_a_negative_cost():
+    # noisy points whose unconstrained intercept would be below zero
+    obs = [bm.Observation.of_array_inflate(p, t) for p, t in ((50000, 0.2), (100000, 1.0), (200000, 2.4))]
+    cal = bm.calibrate(obs)
+    assert cal.fixed_s == 0.0 and cal.combined_per_page_s > 0
+
+
 def test_calibration_needs_two_sizes():
     with pytest.raises(ValueError):
         bm.calibrate([bm.Observation.of_array_inflate(65536, 0.3)] * 3)
