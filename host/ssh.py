@@ -139,6 +139,13 @@ class SSH:
         transport.set_keepalive(5)
         self._client = client
 
+    def set_keepalive(self, seconds: int) -> None:
+        """Keepalive period; 0 turns it off.  A guest driven to its memory
+        limit can OOM-kill its SSH server while it answers a keepalive."""
+        transport = self._client.get_transport() if self._client else None
+        if transport is not None:
+            transport.set_keepalive(seconds)
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
