@@ -229,15 +229,19 @@ class KsmController:
         start = self.fs.read_int("full_scans")
         target = start + n
         deadline = time.monotonic() + timeout_s
+        first: KsmCounters | None = None
         while True:
             now = self.fs.read_int("full_scans")
             if now >= target:
                 return self.counters()
+            if first is None:
+                first = self.counters()  # for the diagnosis below only
             if time.monotonic() >= deadline:
                 raise Timeout(
                     f"host KSM: full_scans went {start} -> {now} in {timeout_s:.1f} s, "
                     f"waited for {n} more (run={self.fs.read('run')}, "
-                    f"pages_to_scan={self.fs.read('pages_to_scan')}, sleep_millisecs={self.fs.read('sleep_millisecs')})"
+                    f"pages_to_scan={self.fs.read('pages_to_scan')}, sleep_millisecs={self.fs.read('sleep_millisecs')}; "
+                    + _diagnosis(first, self.counters()) + ")"
                 )
             time.sleep(poll_s)
 
@@ -269,3 +273,16 @@ def read_counters(fs: Sysfs, proc_root: Path = procfs.PROC_ROOT, ksmd_pid: int |
         general_profit=values["general_profit"],
         ksmd_cpu_s=cpu,
     )
+
+
+def _diagnosis(start: KsmCounters, end: KsmCounters) -> str:
+    """Why scans are slow: ksmd starved of CPU, or a lot to scan and merge
+    (other guests' mergeable memory counts too)."""
+    wall = max(end.taken_s - start.taken_s, 1e-9)
+    parts = []
+    if start.ksmd_cpu_s is not None and end.ksmd_cpu_s is not None:
+        parts.append(f"ksmd used {100 * (end.ksmd_cpu_s - start.ksmd_cpu_s) / wall:.0f} % of a CPU")
+    if start.pages_scanned is not None and end.pages_scanned is not None:
+        parts.append(f"compared {(end.pages_scanned - start.pages_scanned) / wall:.0f} pages/s")
+    parts.append(f"pages_sharing {start.pages_sharing} -> {end.pages_sharing}")
+    return ", ".join(parts)
