@@ -52,6 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _restore_stale_host_state(command: str) -> None:
+    """A memqual run killed with SIGKILL leaves host knobs changed; the next
+    memqual start puts them back (``memqual ksm restore`` reports it itself).
+    Quiet when there is nothing to do or when not root."""
+    if command == "ksm":
+        return
+    from host.ksm import restore_stale
+
+    restored = restore_stale()
+    if restored is not None:
+        logging.getLogger("memqual").warning("%s", restored)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -64,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         # as one LaunchError line, so its own lines would only repeat it.
         logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
     try:
+        _restore_stale_host_state(args.command)
         return int(args.handler(args) or 0)
     except MemqualError as exc:
         if os.environ.get("MEMQUAL_DEBUG"):
