@@ -370,7 +370,10 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
 
     console = console or Console()
     for title, columns, rows in kernbench_tables(results):
-        table = Table(title=title, title_justify="left", caption="mean (stdev) of the repeats", caption_justify="left")
+        # The title (scenario and settings) on its own line: as a table title
+        # it would wrap to the table's width.
+        console.print(f"\n[bold]{title}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True)
+        table = Table()
         table.add_column("", style="bold", overflow="fold")
         for column in columns:
             table.add_column(column, justify="right", overflow="fold")
