@@ -553,6 +553,21 @@ def _env_value(value: Any) -> str:
     return _esc(value)
 
 
+def _environment_line(env: dict[str, Any]) -> str:
+    """Where the figures come from, in one line under the title."""
+    bits = []
+    if env.get("accel"):
+        bits.append(f"<b>{_esc(str(env['accel']).upper())}</b>" + (f" ({_esc(env['accel_reason'])})" if env.get("accel_reason") else ""))
+    if env.get("host_kernel"):
+        bits.append(f"host kernel {_esc(env['host_kernel'])}")
+    if env.get("qemu"):
+        bits.append(_esc(str(env["qemu"]).split(" (")[0]))
+    if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
+        sha = str(env.get("guest_kernel_sha256") or "")[:12]
+        bits.append(f"guest kernel {_esc(env.get('guest_kernel') or '')}" + (f" (sha256 {_esc(sha)}...)" if sha else ""))
+    return f"<p class='sub'>{' · '.join(bits)}</p>" if bits else ""
+
+
 def render_html(results: dict[str, Any]) -> str:
     claims = results["claims"]
     counts = collections.Counter(c["verdict"] for c in claims)
@@ -567,6 +582,7 @@ def render_html(results: dict[str, Any]) -> str:
         + (f" · {_esc(run['label'])}" if run.get("label") else "")
         + (f" · avocado: {_esc(run['avocado']['summary'])}" if (run.get("avocado") or {}).get("summary") else "")
         + "</p>",
+        _environment_line(results.get("environment") or {}),
         "<div class='badges'>",
     ]
     for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, NOT_MEASURABLE):
