@@ -561,7 +561,8 @@ def _environment_line(env: dict[str, Any]) -> str:
     if env.get("host_kernel"):
         bits.append(f"host kernel {_esc(env['host_kernel'])}")
     if env.get("qemu"):
-        bits.append(_esc(str(env["qemu"]).split(" (")[0]))
+        qemu = str(env["qemu"]).split(" (")[0]
+        bits.append(_esc(qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"))
     if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
         sha = str(env.get("guest_kernel_sha256") or "")[:12]
         bits.append(f"guest kernel {_esc(env.get('guest_kernel') or '')}" + (f" (sha256 {_esc(sha)}...)" if sha else ""))
