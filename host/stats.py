@@ -171,6 +171,8 @@ def permutation_pvalue(
     arr_a, arr_b = _array(a), _array(b)
     if np.ptp(np.concatenate([arr_a, arr_b])) == 0.0:
         return 1.0  # all values equal: no evidence of any difference
+    if arr_a.size < 2 or arr_b.size < 2:
+        return 1.0  # one repeat has no spread to test against: no evidence
 
     def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.mean(y, axis=axis) - np.mean(x, axis=axis)

@@ -111,3 +111,9 @@ def test_zero_median_in_a_gives_no_finite_ratio_and_json_null():
     data = c.to_json()
     assert data["ratio"] is None
     assert not c.significant
+
+
+def test_a_single_repeat_gives_no_evidence():
+    assert stats.permutation_pvalue([1.0], [5.0, 5.1, 5.2]) == 1.0
+    c = stats.compare([1.0], [2.0])
+    assert c.ratio == 2.0 and not c.significant
