@@ -48,6 +48,8 @@ class MetricComparison:
     comparison: stats.Comparison
     verdict: str
     settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
+    variant: dict[str, Any] = dataclasses.field(default_factory=dict)
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,6 +189,8 @@ def compare_results(
                 comparison=comp,
                 verdict=_verdict(comp, ma["better"]),
                 settings_changed=_settings_diff(ma, mb),
+                variant=ma.get("variant") or {},
+                settings=ma.get("settings") or {},
             )
         )
     claims_b = {c["id"]: c for c in b.get("claims", [])}
@@ -203,44 +207,72 @@ def compare_results(
     return RunComparison(metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha)
 
 
+def _short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
+    """Row labels: scenario, metric, variant, and only those settings that
+    tell two rows of the same metric apart (the full key is in --json)."""
+    from host.report import variant_label
+
+    by_metric: dict[tuple[str, str], list[MetricComparison]] = {}
+    for m in metrics:
+        by_metric.setdefault((m.scenario, m.metric), []).append(m)
+    labels = {}
+    for (scenario, metric), group in by_metric.items():
+        keys = sorted({k for m in group for k in m.settings})
+        varying = [k for k in keys if len({json.dumps(m.settings.get(k), sort_keys=True) for m in group}) > 1]
+        for m in group:
+            label = f"{scenario} {metric}"
+            if m.variant:
+                label += f" [{variant_label(m.variant)}]"
+            if varying:
+                # Two settings are enough to tell rows apart on a terminal.
+                label += " " + ", ".join(f"{k}={m.settings.get(k)}" for k in varying[:2])
+            if m.key.endswith(tuple(f" #{i}" for i in range(2, 10))):
+                label += " " + m.key.rsplit(" ", 1)[1]
+            labels[m.key] = label
+    return labels
+
+
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from host.report import _num
 
-    console = console or Console()
+    # Logs and CI get 120 columns; a terminal its own width.
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
     styles = {FASTER: "bold green", SLOWER: "bold red", NO_DIFFERENCE: "dim"}
     table = Table(
         title=f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g})",
         title_justify="left",
     )
-    table.add_column("metric", overflow="fold")
-    table.add_column(f"{a_name} median", justify="right")
-    table.add_column(f"{b_name} median", justify="right")
-    table.add_column("B/A [95% CI]", justify="right")
-    table.add_column("p", justify="right")
+    table.add_column("metric", overflow="fold", ratio=1)
+    table.add_column(f"{a_name} median", justify="right", no_wrap=True)
+    table.add_column(f"{b_name} median", justify="right", no_wrap=True)
+    table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
+    table.add_column("p", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
+    labels = _short_labels(result.metrics)
     for m in result.metrics:
         c = m.comparison
         table.add_row(
-            f"{m.key} ({m.unit}, {m.better} is better)" + (" *" if m.settings_changed else ""),
-            _num(c.a.median),
-            _num(c.b.median),
+            escape(labels[m.key] + (" *" if m.settings_changed else "")),
+            escape(f"{_num(c.a.median)} {m.unit}"),
+            escape(f"{_num(c.b.median)} {m.unit}"),
             f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
-            f"{c.p_value:.3g}",
+            f"{c.p_value:.2g}",
             f"[{styles[m.verdict]}]{m.verdict}[/]",
         )
     console.print(table)
     for m in result.metrics:
         if m.settings_changed:
             diffs = ", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items())
-            console.print(f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, soft_wrap=True)
+            console.print(f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, markup=False, soft_wrap=True)
     changed = [c for c in result.claims if c["a"] != c["b"]]
     for c in changed:
-        console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False)
+        console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
-        console.print(f"environment {key}: {va} -> {vb}", highlight=False)
+        console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
     if result.regressions:
         console.print(f"[bold red]{len(result.regressions)} metric(s) slower beyond {result.threshold:.0%}[/]")
     else:

@@ -366,19 +366,20 @@ def _published_text(c: dict[str, Any]) -> str:
 def print_tables(results: dict[str, Any], console: Any = None) -> None:
     """The verdicts and the kernbench-shaped tables, with rich."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or Console()
     for title, columns, rows in kernbench_tables(results):
         # The title (scenario and settings) on its own line: as a table title
         # it would wrap to the table's width.
-        console.print(f"\n[bold]{title}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True)
+        console.print(f"\n[bold]{escape(title)}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True)
         table = Table()
         table.add_column("", style="bold", overflow="fold")
         for column in columns:
-            table.add_column(column, justify="right", overflow="fold")
+            table.add_column(escape(column), justify="right", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*[escape(cell) for cell in row])
         console.print(table)
     table = Table(title="Claims", title_justify="left")
     table.add_column("claim", no_wrap=True)
@@ -389,14 +390,14 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
         table.add_row(
             c["id"],
             f"[{_RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]",
-            _measured_text(c),
-            _published_text(c),
+            escape(_measured_text(c)),
+            escape(_published_text(c)),
         )
     console.print(table)
     # The reasons are sentences: print them below the table, not squeezed
     # into a column.
     for c in results["claims"]:
-        console.print(f"[bold]{c['id']}[/]: {c['reason']}", highlight=False, soft_wrap=not console.is_terminal)
+        console.print(f"[bold]{c['id']}[/]: {escape(c['reason'])}", highlight=False, soft_wrap=not console.is_terminal)
 
 
 # ------------------------------------------------------------------ plots

@@ -454,7 +454,8 @@ def write_outputs(
 def run(config: RunConfig, console: Any = None) -> int:
     from rich.console import Console
 
-    console = console or Console()
+    # Logs and CI get 120 columns; a terminal its own width.
+    console = console or Console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)
     kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
     outcomes: list[JobOutcome] = []
