@@ -514,8 +514,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     modules_in = [Path(m) for m in args.guest_modules or []]
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
-    if modules_in and len(modules_in) != len(kernels_in):
-        raise BadInput("give --guest-modules once per --guest-kernel, in the same order")
+    if len(modules_in) != len(kernels_in):
+        # The image builder needs both: a kernel and its lib/modules/RELEASE.
+        raise BadInput("give --guest-modules DIR (lib/modules/RELEASE) once per --guest-kernel, in the same order")
     kernels = []
     for index, bzimage in enumerate(kernels_in):
         if not bzimage.is_file():

@@ -230,9 +230,10 @@ def test_progress_parses_avocado_lines(tmp_path):
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--guest-kernel", "/nonexistent/bzImage"], "no such file"),
+        (["--guest-kernel", "/nonexistent/bzImage", "--guest-modules", "__BZ__"], "no such file"),
+        (["--guest-kernel", "__BZ__"], "once per --guest-kernel"),
         (["--guest-kernel", "__BZ__", "--guest-modules", "__BZ__", "--guest-modules", "__BZ__"], "once per --guest-kernel"),
-        (["--guest-kernel", "__BZ__"] * 3, "at most twice"),
+        (["--guest-kernel", "__BZ__"] * 3 + ["--guest-modules", "__BZ__"] * 3, "at most twice"),
         (["--only", "ksm;rm -rf /"], "a tag is"),
         (["--parallel", "0"], "at least 1"),
     ],
