@@ -36,6 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 #define MIB (1024UL * 1024UL)
 
 static long page_size;
@@ -106,26 +108,6 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* Value of "Key:" in /proc/meminfo in KiB, -1 if absent. */
-static long meminfo_kib(const char *key)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	size_t n = strlen(key);
-	long value = -1;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, key, n) == 0 && line[n] == ':') {
-			value = strtol(line + n + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return value;
 }
 
 /* Value of a counter in /proc/vmstat, -1 if absent (kernel without it). */

@@ -47,6 +47,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "procfs.h"
+
 #ifndef MADV_MERGEABLE
 #define MADV_MERGEABLE 12
 #endif
@@ -143,24 +145,6 @@ static unsigned char tail_byte(size_t page, size_t k)
 static size_t dirty_offset(void)
 {
 	return (size_t)page_size - sizeof(uint64_t);
-}
-
-static long meminfo_kib(const char *key)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	size_t n = strlen(key);
-	long value = -1;
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, key, n) == 0 && line[n] == ':') {
-			value = strtol(line + n + 1, NULL, 10);
-			break;
-		}
-	}
-	fclose(f);
-	return value;
 }
 
 static void alloc_error(size_t mib, const char *why, int err)

@@ -32,7 +32,11 @@ def build_agent(name: str) -> Path:
     gcc = shutil.which("gcc")
     if gcc is None:
         raise CapabilityMissing("gcc not found: run ./setup (installs gcc) to build guest agents")
-    digest = hashlib.sha256(source.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:16]
+    # The headers the agents share (guest/*.h) are part of every agent.
+    material = source.read_bytes() + " ".join(CFLAGS).encode()
+    for header in sorted(GUEST_DIR.glob("*.h")):
+        material += header.name.encode() + header.read_bytes()
+    digest = hashlib.sha256(material).hexdigest()[:16]
     out_dir = cache_dir() / "agents"
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = out_dir / f"{name}-{digest}"

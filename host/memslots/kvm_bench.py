@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from host.errors import BadInput, MemqualError
+from host.probe import cpu_model
 from host.memslots import kvm as K
 
 log = logging.getLogger(__name__)
@@ -700,19 +701,9 @@ def environment(result: BenchResult) -> dict[str, Any]:
         "nr_memslots": result.nr_memslots,
         "address_spaces": result.address_spaces,
         "vcpu_mmap_size": result.vcpu_mmap_size,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "device": result.config.device,
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
 
 
 # --- measurement records ------------------------------------------------------------------
