@@ -22,10 +22,11 @@ what grows after a baseline taken before the agent fills.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator
 
-from e2e.base import GuestTest
+from e2e.base import GuestTest, profile
 from host import stats
 from host.errors import CapabilityMissing
 from host.ksm import KsmController
@@ -50,9 +51,11 @@ LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 # a window of another length holds 0 or 1 of those looks per page and the
 # cost per scan comes out bimodal (seen with 6: CI +-29 %).
 VOLATILE_MIB = 256
-VOLATILE_PAGES_TO_SCAN = 20000
+# MEMQUAL_KSM_PAGES_TO_SCAN overrides it: how a run with a deliberately
+# slowed ksmd is made, for `memqual compare` to flag.
+VOLATILE_PAGES_TO_SCAN = int(os.environ.get("MEMQUAL_KSM_PAGES_TO_SCAN", "20000"))
 VOLATILE_SLEEP_MS = 10
-REPEATS = 8
+REPEATS = 8 if profile() == "quick" else 16  # windows per variant
 SCANS_PER_WINDOW = 9
 WARMUP_SCANS = 3  # after each switch of smart_scan
 INITIAL_WARMUP_SCANS = 12  # settle: smart scan's skip budget builds over ~9 scans

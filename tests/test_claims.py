@@ -20,7 +20,7 @@ def _records_ksm(speedup: float, claim: str = "ksm-volatile-4k", n: int = 6, noi
     base = 0.8  # ksmd CPU seconds per full scan with smart_scan=0
     slow = list(base * (1 + rng.normal(0, noise, n)))
     fast = list(base / speedup * (1 + rng.normal(0, noise, n)))
-    common = dict(scenario="ksm.volatile_scan", metric="ksmd_cpu_s_per_full_scan", unit="s", better="lower",
+    common = dict(scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower",
                   claim=claim, settings={"pages_to_scan": 4000}, environment={"accel": "tcg"})
     return [
         Measurement(samples=slow, variant={"smart_scan": 0}, **common),

@@ -14,8 +14,9 @@ from host.errors import BadInput
 from host.record import Measurement
 
 
-def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_s_per_full_scan", **kw) -> Measurement:
-    base = dict(scenario="ksm.volatile_scan", metric=metric, unit="s", better="lower", claim="ksm-volatile-4k",
+def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_ns_per_page", unit: str = "ns",
+         **kw) -> Measurement:
+    base = dict(scenario="ksm.volatile_scan", metric=metric, unit=unit, better="lower", claim="ksm-volatile-4k",
                 settings={"pages_to_scan": 4000})
     base.update(kw)
     return Measurement(variant=variant, samples=samples, **base)
@@ -26,6 +27,8 @@ def _records() -> list[Measurement]:
     return [
         _rec({"smart_scan": 0}, [0.80, 0.82, 0.79, 0.81, 0.80], environment=env),
         _rec({"smart_scan": 1}, [0.10, 0.11, 0.10, 0.105, 0.10], environment=env),
+        _rec({"smart_scan": 0}, [0.80, 0.82, 0.79, 0.81, 0.80], metric="ksmd_cpu_s_per_full_scan", unit="s",
+             environment=env),
         _rec({"smart_scan": 0}, [1.0, 2.0, 3.0], metric="full_scans_per_s", better="higher", unit="1/s",
              environment={**env, "host_kernel": "6.18.1"}),
     ]
@@ -65,14 +68,14 @@ def test_results_round_trip_and_hold_every_claim(results, tmp_path):
     assert ksm["ci"][0] <= ksm["measured"] <= ksm["ci"][1]
     assert ksm["samples"]["b"] == [0.80, 0.82, 0.79, 0.81, 0.80]
     assert loaded["scenarios"] == ["ksm.volatile_scan"]
-    assert len(loaded["metrics"]) == 3
+    assert len(loaded["metrics"]) == 4  # one per (metric, variant) of _records()
     assert "NaN" not in path.read_text()
 
 
 def test_two_records_of_one_metric_are_both_kept():
     recs = _records()
     keys = [m["key"] for m in report.metrics_of(recs + recs[:1])]
-    assert len(keys) == 4 and len(set(keys)) == 4
+    assert len(keys) == 5 and len(set(keys)) == 5
     assert sum(k.endswith(" #2") for k in keys) == 1
 
 

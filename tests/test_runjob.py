@@ -69,8 +69,8 @@ FAKE_AVOCADO = textwrap.dedent(
 def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
     base = [0.80, 0.82, 0.79, 0.81, 0.80]
     common = {
-        "schema": "memqual.measurement/1", "scenario": "ksm.volatile_scan", "metric": "ksmd_cpu_s_per_full_scan",
-        "unit": "s", "better": "lower", "claim": "ksm-volatile-4k", "settings": {"pages_to_scan": 4000},
+        "schema": "memqual.measurement/1", "scenario": "ksm.volatile_scan", "metric": "ksmd_cpu_ns_per_page",
+        "unit": "ns", "better": "lower", "claim": "ksm-volatile-4k", "settings": {"pages_to_scan": 4000},
         "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
     }
     return [
@@ -132,7 +132,7 @@ def test_a_run_writes_results_report_and_tables_for_every_claim(tmp_path, fake):
     html = (tmp_path / "out" / "report.html").read_text()
     assert "data:image/png;base64," in html and "ksm-volatile-4k" in html
     assert "(1/2) e2e/test_ksm.py:Ksm.test_volatile: PASS" in out  # progress lines
-    assert "ksmd_cpu_s_per_full_scan" in out and "reproduced" in out  # the tables
+    assert "ksmd_cpu_ns_per_page" in out and "reproduced" in out  # the tables
     # The quick profile: untagged tests in, "slow" ones out, one test at a time.
     call = fake.calls()[0]
     assert call["argv"][:2] == ["run", str(tmp_path / "e2e")]
