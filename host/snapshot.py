@@ -50,9 +50,12 @@ def snapshot_root() -> Path:
 
 
 def usable() -> bool:
-    """False (with one warning per process) when the snapshot directory
-    cannot be written: warm starts turn off, cold boots go on."""
+    """False when MEMQUAL_WARM=0, or (with one warning per process) when the
+    snapshot directory cannot be written: warm starts turn off, cold boots
+    go on."""
     global _warned_unwritable
+    if os.environ.get("MEMQUAL_WARM") == "0":  # every start cold, e.g. to time the difference
+        return False
     root = snapshot_root()
     try:
         root.mkdir(parents=True, exist_ok=True)
