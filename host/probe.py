@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from host.errors import CapabilityMissing
+from host.errors import BadInput, CapabilityMissing
 from host.paths import cache_dir, short_tempdir
 
 KVM_DEVICE = Path("/dev/kvm")
@@ -167,12 +167,19 @@ def resolve_accel(requested: str) -> tuple[str, str]:
 
 
 def report(force: bool = False) -> Report:
+    """Everything doctor shows.  Missing pieces are reported, not raised:
+    doctor is what a user runs to find out what is missing."""
     from host.qemu import qemu_version
 
-    boots, detail = kvm_boots_linux(force=force)
+    version = "missing"
+    try:
+        version = qemu_version()
+        boots, detail = kvm_boots_linux(force=force)
+    except (CapabilityMissing, BadInput) as exc:
+        boots, detail = False, f"not probed: {exc}"
     accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
     return Report(
-        qemu_version=qemu_version(),
+        qemu_version=version,
         host_kernel=host_kernel(),
         kvm_device=KVM_DEVICE.exists(),
         kvm_boots_linux=boots,
