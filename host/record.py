@@ -1,8 +1,8 @@
 """The measurement record: the contract between scenarios and the report.
 
 A scenario writes one record per metric per run into its output directory
-(Avocado's outputdir, or ``$MEMQUAL_OUTPUT_DIR`` / a directory given by the
-caller under pytest).  Everything the claims and the report say is computed
+(Avocado's outputdir; ``$MEMQUAL_OUTPUT_DIR`` when an e2e test runs under
+pytest, see e2e/base.py).  Everything the claims and the report say is computed
 from these files; nothing reads a test's log.
 
 File name: ``memqual-<scenario>-<metric>-<variant>.json``, one JSON object
@@ -72,15 +72,6 @@ class Measurement:
         variant = "-".join(f"{k}={v}" for k, v in sorted(self.variant.items())) or "default"
         stem = f"memqual-{self.scenario}-{self.metric}-{variant}"
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem)[:200] + ".json"
-
-
-def output_dir(default: str | os.PathLike[str] | None = None) -> Path:
-    """Where records go: the given directory, else ``$MEMQUAL_OUTPUT_DIR``,
-    else ./memqual-records."""
-    chosen = default or os.environ.get("MEMQUAL_OUTPUT_DIR") or "memqual-records"
-    path = Path(chosen)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
