@@ -22,6 +22,7 @@ what grows after a baseline taken before the agent fills.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import time
 from collections.abc import Iterator
@@ -38,6 +39,7 @@ from host.record import Measurement
 
 GUEST_MIB = 1024
 MERGE_MIB = 256  # scenario 1, 2: 65536 pages
+CONTROL_MIB = 16  # host-side mergeable region of the mem-merge=off control
 # ksmd fast enough that 3 full scans of a 1 GiB guest take seconds under
 # TCG; the kernel default (100 pages / 20 ms) would take minutes.
 MERGE_PAGES_TO_SCAN = 20000
@@ -131,9 +133,25 @@ class KsmTest(GuestTest):
         return {"guest_mib": GUEST_MIB, **extra}
 
     # -- 1. merge ------------------------------------------------------------
+    @contextlib.contextmanager
+    def host_mergeable(self, mib: int) -> Iterator[mmap.mmap]:
+        """Identical MADV_MERGEABLE pages in this (host) process.  ksmd sleeps
+        while no process has mergeable memory, so a mem-merge=off guest alone
+        would leave full_scans still: this region keeps ksmd scanning, and
+        its merging is the control's proof that ksmd did work meanwhile."""
+        region = mmap.mmap(-1, mib << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        try:
+            region.write(b"\xa5" * (mib << 20))
+            region.madvise(mmap.MADV_MERGEABLE)
+            yield region
+        finally:
+            region.close()
+
     def _merge(self, mem_merge: bool) -> None:
         pages = MERGE_MIB * 256
-        with self.host_ksm() as ksm:
+        with self.host_ksm() as ksm, contextlib.ExitStack() as stack:
+            if not mem_merge:
+                stack.enter_context(self.host_mergeable(CONTROL_MIB))
             vm = self.boot(MachineConfig(memory_mib=GUEST_MIB, mem_merge=mem_merge))
             path = vm.deploy(AGENT)
             ksm.set(pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, run=1)
@@ -159,6 +177,7 @@ class KsmTest(GuestTest):
                 agent.advance()
                 verify = agent.wait_event("verify_done", 120)
                 self.assertEqual(agent.finish(30), 0)
+            own_merged = ksm.process(os.getpid()).merging_pages or 0
         self.assertEqual(int(verify["bad_pages"]), 0, f"guest pages changed: {verify}")
         self.log.info("merge mem_merge=%s: baseline %d, grown %d of %d pages, 90%% after %s s",
                       mem_merge, baseline, grown, pages, seconds)
@@ -177,6 +196,8 @@ class KsmTest(GuestTest):
             self.assertGreaterEqual(agent_merged, 0.9 * pages,
                                     f"of the merged pages only {agent_merged} were the agent's ({pages} filled)")
         else:
+            self.assertGreaterEqual(own_merged, 0.9 * CONTROL_MIB * 256,
+                                    "ksmd did not merge the host control region: it was not scanning")
             self.assertEqual(proc.merging_pages, 0, f"mem-merge=off, yet QEMU has merged pages: {proc.stat}")
             self.assertEqual(proc.stat_int("ksm_rmap_items") or 0, 0, "mem-merge=off, yet ksmd tracks QEMU pages")
 
