@@ -124,10 +124,11 @@ def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
         "audit=0",
         "memhp_default_state=offline",
         # Boot-time work a test guest does not need, each measured at 50 to
-        # 200 ms under TCG (initcall_debug): IPv6, AppArmor, a KDF self-test.
+        # 200 ms under TCG (initcall_debug): IPv6, AppArmor, a KDF self-test,
+        # encrypted-key type set-up and kprobe trace events.
         "ipv6.disable=1",
         "apparmor=0",
-        "initcall_blacklist=crypto_kdf108_init",
+        "initcall_blacklist=crypto_kdf108_init,init_encrypted,init_kprobe_trace",
         # guest/rc.sh loads only this machine's virtio transport.
         f"memqual.transport={'mmio' if config.machine == 'microvm' else 'pci'}",
     ]
