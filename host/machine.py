@@ -226,10 +226,7 @@ class Machine:
             # attempt every poll; a restored guest is up at once.
             if probe_banner and not banner_ready(self.ssh_port, timeout=0.5):
                 if time.monotonic() > deadline:
-                    raise Timeout(
-                        f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
-                        f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
-                    )
+                    raise self._ssh_timeout()
                 time.sleep(0.02)  # poll period of the readiness check
                 continue
             ssh = SSH(self.ssh_port, self.image.key)
@@ -244,11 +241,14 @@ class Machine:
                 log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
                 return
             if time.monotonic() > deadline:
-                raise Timeout(
-                    f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
-                    f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
-                )
+                raise self._ssh_timeout()
             time.sleep(0.02)  # poll period of the readiness check, not a wait for an event
+
+    def _ssh_timeout(self) -> Timeout:
+        return Timeout(
+            f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
+            f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
+        )
 
     # -- control ----------------------------------------------------------
     def qmp(self, command: str, **arguments: Any) -> Any:
