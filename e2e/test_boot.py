@@ -47,3 +47,20 @@ class Boot(GuestTest):
         devices = vm.ssh.run(["cat", "/proc/bus/pci/devices"]).stdout
         virtio_functions = [line for line in devices.splitlines() if line.split()[1].startswith("1af4")]
         self.assertGreaterEqual(len(virtio_functions), 2, devices)
+
+
+class Panic(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=boot
+    """
+
+    def test_guest_panic_ends_qemu_at_once(self) -> None:
+        """panic=-1 with -no-reboot: a guest panic ends QEMU instead of
+        leaving a hung guest for the test's timeout to find."""
+        vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
+        # The SSH session dies with the guest; do not wait for its status.
+        vm.ssh.start(["sh", "-c", "echo c > /proc/sysrq-trigger"])
+        panic = vm.console_expect(r"Kernel panic[^\r\n]*", timeout=60)
+        self.assertIn("sysrq", panic.lower() + vm.console_log.read_text(errors="replace").lower())
+        self.assertEqual(vm.wait_exit(timeout=30), 0, "QEMU should exit (status 0 under -no-reboot) on a guest panic")

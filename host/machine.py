@@ -263,6 +263,34 @@ class Machine:
     def hmp(self, command_line: str) -> str:
         return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
 
+    def console_expect(self, pattern: str, timeout: float = 30.0) -> str:
+        """Wait until the serial console shows ``pattern`` (a regular
+        expression); returns the matching text.  QEMU itself drains the
+        console into the log file, so nothing stalls while nobody reads;
+        pexpect follows that file (with tail -F) only while a test waits."""
+        import pexpect
+
+        follower = pexpect.spawn("tail", ["-n", "+1", "-F", str(self.console_log)], encoding="utf-8",
+                                 codec_errors="replace", timeout=timeout)
+        try:
+            follower.expect(pattern)
+            return str(follower.match.group(0))
+        except pexpect.TIMEOUT as exc:
+            raise Timeout(f"console did not show {pattern!r} within {timeout:.0f} s; last line: "
+                          f"{self._console_tail(1)}") from exc
+        finally:
+            follower.close(force=True)
+
+    def wait_exit(self, timeout: float) -> int:
+        """QEMU's exit status once it ends by itself (a guest panic with
+        panic=-1 and -no-reboot, a poweroff), within ``timeout``."""
+        if self._proc is None:
+            raise GuestError("the machine was never launched")
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise Timeout(f"QEMU still running {timeout:.0f} s after it should have ended") from exc
+
     def deploy(self, agent: str) -> str:
         """Build guest/<agent>.c (cached) and stream it into the guest."""
         from images.agents import build_agent
