@@ -23,5 +23,7 @@ def cache_dir() -> Path:
 
 
 def short_tempdir(prefix: str = "mq") -> Path:
-    """A fresh private directory with a short path, for sockets."""
-    return Path(tempfile.mkdtemp(prefix=prefix + "-", dir="/tmp"))
+    """A fresh private directory with a short path, for sockets: in /tmp,
+    or in ``$MEMQUAL_SOCKET_DIR`` (keep it short: a socket path must stay
+    under 108 bytes).  Not $TMPDIR, which runners set to long paths."""
+    return Path(tempfile.mkdtemp(prefix=prefix + "-", dir=os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")))

@@ -6,6 +6,8 @@ guest: every case runs in a second or two."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 import os
 import signal
 import socket
@@ -194,7 +196,9 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
         Machine(MachineConfig(accel="tcg", warm=False), image=Image(), boot_timeout=120).launch()
         """
     )
-    env = {**os.environ, "MEMQUAL_QEMU": str(fake)}
+    # The killed parent cannot remove its socket directory: keep it in ours.
+    sockets = Path(tempfile.mkdtemp(prefix="mqt-", dir="/tmp"))
+    env = {**os.environ, "MEMQUAL_QEMU": str(fake), "MEMQUAL_SOCKET_DIR": str(sockets)}
     parent = subprocess.Popen([sys.executable, "-c", child], cwd=REPO_ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -209,3 +213,4 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
         parent.kill()
         parent.wait()
     assert wait_dead(pid, 3), "QEMU outlived the process that launched it"
+    shutil.rmtree(sockets, ignore_errors=True)
