@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from host import stats
+from host.jsonfile import read_json
 from host.errors import BadInput
 from host.paths import REPO_ROOT
 from host.record import Measurement
@@ -179,12 +180,7 @@ def load(path: str | Path | None = None) -> list[Claim]:
     """Read and validate a claims file; every problem is a BadInput that
     names the file, the claim and the field."""
     path = Path(path) if path is not None else DEFAULT_CLAIMS_FILE
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise BadInput(f"{path}: no such claims file") from exc
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    data = read_json(path, "claims file", "give claims/claims.json or a file of its form")
     return parse(data, source=str(path))
 
 

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from host.jsonfile import read_json
 from host.errors import BadInput
 
 SCHEMA = "memqual.measurement/1"
@@ -85,13 +86,7 @@ def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
 
 
 def load(path: str | os.PathLike[str]) -> Measurement:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise BadInput(f"{path}: no such record file") from exc
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: truncated or not JSON ({exc.msg} at line {exc.lineno})") from exc
+    data = read_json(path, "record file", "re-run the scenario that writes it")
     return Measurement.from_json(data, source=str(path))
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from host import stats
 from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, Verdict
+from host.jsonfile import read_json
 from host.errors import BadInput
 from host.record import Measurement
 
@@ -249,16 +250,7 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A results.json, checked: missing, truncated, another schema or a
     file that is not a results file are BadInput with one line."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError as exc:
-        raise BadInput(f"{path}: no such results file (memqual run writes OUTPUT/results.json)") from exc
-    except IsADirectoryError as exc:
-        raise BadInput(f"{path}: is a directory; give its results.json") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: truncated or not JSON ({exc.msg} at line {exc.lineno}): re-run memqual run") from exc
+    data = read_json(path, "results file", "give OUTPUT/results.json of a memqual run, or re-run memqual run")
     if not isinstance(data, dict) or "schema" not in data:
         raise BadInput(f"{path}: not a memqual results file (no 'schema')")
     if str(data["schema"]).startswith("memqual.measurement/"):

@@ -183,7 +183,7 @@ def test_bad_registry_is_bad_input_naming_the_fault(tmp_path, mutate, message):
 def test_truncated_or_missing_registry_is_bad_input(tmp_path):
     path = tmp_path / "claims.json"
     path.write_text(claims.DEFAULT_CLAIMS_FILE.read_text()[:300])
-    with pytest.raises(BadInput, match="not valid JSON"):
+    with pytest.raises(BadInput, match="claims file truncated or not JSON"):
         claims.load(path)
     with pytest.raises(BadInput, match="no such claims file"):
         claims.load(tmp_path / "absent.json")

@@ -115,7 +115,7 @@ def test_load_errors(tmp_path):
         load_layout(tmp_path / "missing.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{slots:")
-    with pytest.raises(BadInput, match="is not JSON"):
+    with pytest.raises(BadInput, match="layout file truncated or not JSON"):
         load_layout(bad)
     overlap = tmp_path / "overlap.json"
     overlap.write_text(json.dumps({"slots": [{"id": 0, "base_gfn": 0, "npages": 8}, {"id": 1, "base_gfn": 4, "npages": 8}]}))

@@ -136,7 +136,7 @@ def test_trace_file_round_trip_and_errors(tmp_path):
     path.write_text("{")
     with pytest.raises(BadInput, match="not JSON"):
         T.load_trace(path)
-    with pytest.raises(BadInput, match="not found"):
+    with pytest.raises(BadInput, match="no such trace file"):
         T.load_trace(tmp_path / "missing.json")
 
 

@@ -24,6 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from host.jsonfile import read_json
 from host.errors import BadInput
 
 PAGE_SIZE = 4096
@@ -200,14 +201,7 @@ def load_layout(name_or_path: str | Path) -> Layout:
                     f"unknown layout {text_name!r}: give a layout file or one of {', '.join(SHIPPED_LAYOUTS)}"
                 )
             raise BadInput(f"layout file {text_name} not found: give an existing JSON file")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise BadInput(f"cannot read layout file {path}: {exc.strerror}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"layout file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    data = read_json(path, "layout file", 'give {"slots": [{"id", "base_gfn", "npages", "flags"}, ...]}')
     return from_json(data, name=name, source=f"layout {name}")
 
 

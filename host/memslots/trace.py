@@ -38,6 +38,7 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
+from host.jsonfile import read_json
 from host.errors import BadInput
 from host.memslots.layout import Layout, from_json
 from host.memslots.model import ModelTable, oracle, table_for_frames
@@ -119,12 +120,7 @@ def save_trace(path: Path | str, layout: Layout, frames: Sequence[int], source: 
 def load_trace(path: Path | str) -> tuple[Layout, list[int]]:
     """A saved trace: its layout (validated) and frames."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise BadInput(f"trace file {path} not found: give a file written by save_trace") from exc
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"trace file {path} is not JSON: {exc.msg} at line {exc.lineno}") from exc
+    data = read_json(path, "trace file", "give a file written by save_trace")
     if not isinstance(data, dict) or "layout" not in data or not isinstance(data.get("frames"), list):
         raise BadInput(f'trace file {path}: expected {{"layout": {{...}}, "frames": [...]}}')
     frames = data["frames"]
