@@ -52,11 +52,19 @@ STALL_S = 0.6  # the driver retries every 200 ms when out of pages: 3 retries
 FPR_TOUCH_MIB = 512
 FPR_DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
 FPR_OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
+FPR_RETURNED = 0.80  # share of the touch's RSS that reporting must give back
+FPR_OFF_RETURNED = 0.25  # without reporting: at most this (QEMU itself shrinks a little)
 PRESSURE_MIB = 300
 
 
 def guest_stat(vm, agent: str) -> dict[str, int]:
     return agent_stat(vm.ssh.run([agent, "stat"], timeout=60).stdout)
+
+
+def returned_share(base_kib: int, peak_kib: int, now_kib: int) -> float:
+    """Share of what a touch added to QEMU's RSS (peak - base) that is gone again."""
+    added = peak_kib - base_kib
+    return (peak_kib - now_kib) / added if added > 0 else 0.0
 
 
 def oom_kills(vm) -> list[str]:
@@ -311,7 +319,14 @@ class BalloonFreePageReporting(BalloonBase):
         peak = ctl.rss_kib()
         self.assertGreater(peak, base + FPR_TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS")
         window = FPR_DEADLINE_S if reporting else FPR_OFF_WINDOW_S
-        met, last, waited = wait_rss(vm.pid, lambda kib: kib <= 1.10 * base, deadline_s=window)
+        # Judged on the share of the touch that comes back, not on RSS near
+        # the boot baseline: the guest keeps some of the freed memory (page
+        # cache, slab, blocks too fragmented to report in 2 MiB units), and
+        # how much varies by host (CI saw 15% above baseline after a return of
+        # over 90%).  The off control must stay below FPR_OFF_RETURNED.
+        met, last, waited = wait_rss(
+            vm.pid, lambda kib: returned_share(base, peak, kib) >= FPR_RETURNED, deadline_s=window
+        )
         return base, peak, met, last, waited
 
     def _record(self, reporting: bool, base: int, peak: int, last: int, waited: float) -> None:
@@ -319,21 +334,28 @@ class BalloonFreePageReporting(BalloonBase):
             scenario="balloon.free_page_reporting", metric="rss_return_s", unit="s", better="lower",
             variant={"free_page_reporting": reporting}, samples=[waited],
             settings={"guest_mib": 1024, "touched_mib": FPR_TOUCH_MIB, "machine": MACHINE},
-            extra={"rss_base_kib": base, "rss_peak_kib": peak, "rss_end_kib": last},
+            extra={"rss_base_kib": base, "rss_peak_kib": peak, "rss_end_kib": last,
+                   "returned_share": round(returned_share(base, peak, last), 3)},
         ))  # fmt: skip
 
     def test_reporting_on(self) -> None:
         """Scenario 4: with free-page-reporting=on QEMU's RSS falls back."""
         base, peak, met, last, waited = self._touch_and_free(True)
         self._record(True, base, peak, last, waited)
-        self.assertTrue(met, f"RSS {last} KiB not within 10% of {base} KiB after {FPR_DEADLINE_S} s")
+        share = returned_share(base, peak, last)
+        self.assertTrue(
+            met,
+            f"RSS gave back {share:.0%} of the {peak - base} KiB the touch added "
+            f"(base {base}, peak {peak}, now {last} KiB) in {FPR_DEADLINE_S} s; expected >= {FPR_RETURNED:.0%}",
+        )
 
     def test_reporting_off(self) -> None:
         """Scenario 4, control: with it off the RSS stays up."""
         base, peak, met, last, waited = self._touch_and_free(False)
         self._record(False, base, peak, last, waited)
+        share = returned_share(base, peak, last)
         self.assertFalse(met, "RSS fell back without free page reporting: the control proves nothing")
-        self.assertGreater(last, base + FPR_TOUCH_MIB * 1024 // 2)
+        self.assertLess(share, FPR_OFF_RETURNED, f"RSS gave back {share:.0%} without free page reporting")
 
 
 class BalloonOomAndStats(BalloonBase):
