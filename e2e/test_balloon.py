@@ -35,6 +35,7 @@ from host.balloon import (
     find_floor,
     wait_actual,
     wait_rss,
+    wait_rss_steady,
 )
 from host.errors import BadInput, GuestError
 from host.machine import BalloonDevice, MachineConfig
@@ -52,8 +53,10 @@ STALL_S = 0.6  # the driver retries every 200 ms when out of pages: 3 retries
 FPR_TOUCH_MIB = 512
 FPR_DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
 FPR_OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
-FPR_RETURNED = 0.80  # share of the touch's RSS that reporting must give back
-FPR_OFF_RETURNED = 0.25  # without reporting: at most this (QEMU itself shrinks a little)
+FPR_WARMUP_MIB = 64  # touched and freed once before the baseline is read
+FPR_QUIET_S = 3.0  # steady for longer than reporting's 2 s delay before it runs
+FPR_NEAR_BASE = 1.10  # "back near baseline": within 10% of it
+FPR_OFF_RETURNED = 0.25  # without reporting: at most this share of the rise goes
 PRESSURE_MIB = 300
 
 
@@ -314,19 +317,19 @@ class BalloonFreePageReporting(BalloonBase):
 
     def _touch_and_free(self, reporting: bool) -> tuple[int, int, bool, int, float]:
         vm, ctl, agent = self.boot_balloon(1024, free_page_reporting=reporting)
-        base = ctl.rss_kib()
+        # The baseline is QEMU's RSS once the guest has run the agent once
+        # and settled: the first exec after a (warm) start makes QEMU resident
+        # some 25 MiB that stay (measured: 172 -> 197 MiB, then every 512 MiB
+        # touch-and-free returns to 199 MiB).  A baseline taken before that
+        # makes "back within 10%" fail for reasons that are not reporting's.
+        vm.ssh.run([agent, "hold", str(FPR_WARMUP_MIB), "0"], timeout=120)
+        steady, base, _ = wait_rss_steady(vm.pid, quiet_s=FPR_QUIET_S, deadline_s=FPR_DEADLINE_S)
+        self.assertTrue(steady, f"QEMU's RSS did not settle after the warm-up (now {base} KiB)")
         vm.ssh.run([agent, "hold", str(FPR_TOUCH_MIB), "0"], timeout=120)
         peak = ctl.rss_kib()
         self.assertGreater(peak, base + FPR_TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS")
         window = FPR_DEADLINE_S if reporting else FPR_OFF_WINDOW_S
-        # Judged on the share of the touch that comes back, not on RSS near
-        # the boot baseline: the guest keeps some of the freed memory (page
-        # cache, slab, blocks too fragmented to report in 2 MiB units), and
-        # how much varies by host (CI saw 15% above baseline after a return of
-        # over 90%).  The off control must stay below FPR_OFF_RETURNED.
-        met, last, waited = wait_rss(
-            vm.pid, lambda kib: returned_share(base, peak, kib) >= FPR_RETURNED, deadline_s=window
-        )
+        met, last, waited = wait_rss(vm.pid, lambda kib: kib <= FPR_NEAR_BASE * base, deadline_s=window)
         return base, peak, met, last, waited
 
     def _record(self, reporting: bool, base: int, peak: int, last: int, waited: float) -> None:
@@ -345,8 +348,8 @@ class BalloonFreePageReporting(BalloonBase):
         share = returned_share(base, peak, last)
         self.assertTrue(
             met,
-            f"RSS gave back {share:.0%} of the {peak - base} KiB the touch added "
-            f"(base {base}, peak {peak}, now {last} KiB) in {FPR_DEADLINE_S} s; expected >= {FPR_RETURNED:.0%}",
+            f"RSS {last} KiB not within 10% of its baseline {base} KiB {FPR_DEADLINE_S} s after the free "
+            f"(peak {peak} KiB, {share:.0%} of the rise given back)",
         )
 
     def test_reporting_off(self) -> None:

@@ -445,6 +445,35 @@ def wait_rss(
         sleep(period_s)
 
 
+def wait_rss_steady(
+    pid: int,
+    quiet_s: float = 1.0,
+    deadline_s: float = 20.0,
+    tolerance: float = 0.01,
+    period_s: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    read: Callable[[int], int] = rss_kib,
+) -> tuple[bool, int, float]:
+    """Poll QEMU's RSS until it has stayed within ``tolerance`` (relative)
+    for ``quiet_s``: the baseline a later rise and fall is measured against.
+    Returns (steady, last rss KiB, seconds waited); not steady at the deadline
+    is the caller's to judge (the RSS is still moving)."""
+    start = clock()
+    anchor = read(pid)
+    anchor_t = start
+    while True:
+        sleep(period_s)
+        now = clock()
+        rss = read(pid)
+        if abs(rss - anchor) > tolerance * anchor:
+            anchor, anchor_t = rss, now
+        elif now - anchor_t >= quiet_s:
+            return True, rss, now - start
+        if now - start >= deadline_s:
+            return False, rss, now - start
+
+
 def parse_agent_line(line: str) -> dict[str, str]:
     """One balloon_agent record ``t=... key=value ...`` as a dict."""
     out: dict[str, str] = {}

@@ -212,6 +212,26 @@ def test_rss_of_this_process_and_wait_rss():
         hb.rss_kib(2**22 + 12345)
 
 
+def test_wait_rss_steady_waits_for_a_quiet_second():
+    clock = FakeClock()
+    # Falls for 1 s (10 polls of 0.1 s), then holds with 0.5% jitter.
+    values = iter([1000 - 50 * i for i in range(10)] + [500, 502, 499, 501] * 20)
+    steady, rss, waited = hb.wait_rss_steady(
+        1, quiet_s=1.0, deadline_s=10, clock=clock, sleep=clock.sleep, read=lambda pid: next(values)
+    )
+    assert steady and 495 <= rss <= 505
+    assert 1.9 <= waited <= 2.3  # 1 s falling, then 1 s quiet
+
+
+def test_wait_rss_steady_reports_a_moving_rss_at_the_deadline():
+    clock = FakeClock()
+    values = iter(range(1000, 100000, 100))  # always more than 1% up
+    steady, _, waited = hb.wait_rss_steady(
+        1, quiet_s=1.0, deadline_s=3, clock=clock, sleep=clock.sleep, read=lambda pid: next(values)
+    )
+    assert not steady and waited >= 3
+
+
 def test_parse_agent_line():
     d = hb.parse_agent_line("t=12.000000001 event=stat mem_total_kib=1000 buddy_free_per_order=1,2,3")
     assert d == {"t": "12.000000001", "event": "stat", "mem_total_kib": "1000", "buddy_free_per_order": "1,2,3"}
