@@ -59,7 +59,9 @@ def test_pressure_steps(agent):
 @pytest.mark.parametrize(
     "args",
     [[], ["nope"], ["hold", "0", "1"], ["hold", "-5", "1"], ["hold", "8", "x"], ["hold", "8", "1", "maybe"],
-     ["watch", "0", "1"], ["pressure", "8", "0", "5"], ["stat", "extra"]],
+     ["watch", "0", "1"], ["pressure", "8", "0", "5"], ["stat", "extra"],
+     ["track", "sideways", "10", "1000", "5"], ["track", "inflate", "0", "1000", "5"],
+     ["track", "inflate", "10", "1000000", "5"], ["track", "inflate", "10", "1000"]],
 )  # fmt: skip
 def test_bad_arguments_exit_2(agent, args):
     out = run(agent, *args)
@@ -74,3 +76,13 @@ def test_time_bound_ends_the_agent(agent):
     out, _ = proc.communicate(timeout=10)
     assert proc.returncode == 3
     assert LINE.match(out.splitlines()[-1]) and out.splitlines()[-1].endswith("event=timeout")
+
+
+def test_track_arms_on_the_hosts_counter_then_hits_its_bound(agent):
+    """The host's own balloon_inflate never moves: the tracker arms (reads
+    the base), keeps polling, and its 1 s bound ends it with status 3."""
+    out = run(agent, "track", "inflate", "10", "1000", "1", timeout=10)
+    assert out.returncode == 3
+    armed = agent_records(out.stdout, "tracking")
+    assert armed and armed[0]["counter"] == "balloon_inflate" and int(armed[0]["base"]) >= 0
+    assert out.stdout.splitlines()[-1].endswith("event=timeout")

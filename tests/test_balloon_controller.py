@@ -339,3 +339,74 @@ def test_cli_model_from_a_record(tmp_path, capsys):
                              samples=[1.0]), tmp_path)  # fmt: skip
     assert run_cli(["balloon", "model", "--record", str(bare)]) == 2
     assert run_cli(["balloon", "model", "--record", str(tmp_path / "missing.json")]) == 2
+
+
+TRACKED = (
+    "t=10.000000000 event=tracking counter=balloon_inflate base=0 pages=100 period_us=1000\n"
+    "t=11.800000000 event=tracked counter=balloon_inflate pages=100 moved=100 first_s=10.0 end_s=11.8 "
+    "seconds=1.800000000 first_gap_s=0.000100000 end_gap_s=0.000200000 polls=900 spins=40 "
+    "period_s=0.002000000 max_gap_s=0.004000000\n"
+)
+
+
+def test_guest_timing_from_agent_output():
+    timing = hb.GuestTiming.from_agent(TRACKED)
+    assert timing.seconds == pytest.approx(1.8) and timing.moved == 100 and timing.polls == 900
+    assert timing.resolution_s == pytest.approx(0.0002)  # the larger of the two gaps
+
+
+@pytest.mark.parametrize(
+    "stdout, message",
+    [("t=1.0 event=tracking base=0\n", "no result"),
+     ("t=1.0 event=tracked pages=1 moved=1 seconds=x\n", "incomplete")],
+)
+def test_guest_timing_refuses_broken_output(stdout, message):
+    with pytest.raises(GuestError, match=message):
+        hb.GuestTiming.from_agent(stdout)
+
+
+class FakeBackground:
+    def __init__(self, lines: list[str], status: int = 0) -> None:
+        self._lines, self.status, self.killed = lines, status, False
+
+    def lines(self, timeout: float = 0) -> Any:
+        yield from self._lines
+
+    def wait(self, timeout: float = 0) -> Any:
+        from host.ssh import CommandResult
+
+        return CommandResult([], self.status, "".join(line + "\n" for line in self._lines), "", 0.0)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+class FakeSSH:
+    def __init__(self, background: FakeBackground) -> None:
+        self.background, self.argv = background, None
+
+    def start(self, argv: list[str]) -> FakeBackground:
+        self.argv = argv
+        return self.background
+
+
+def test_tracker_arms_then_returns_the_guest_timing():
+    ssh = FakeSSH(FakeBackground(TRACKED.splitlines()))
+    tracker = hb.GuestTracker(ssh, "/tmp/balloon_agent", "inflate", 100, 1000, 60)
+    assert ssh.argv == ["/tmp/balloon_agent", "track", "inflate", "100", "1000", "60"]
+    assert tracker.result().seconds == pytest.approx(1.8)
+
+
+def test_tracker_that_never_arms_is_an_error():
+    ssh = FakeSSH(FakeBackground(["t=1.0 event=error reason=no_counter counter=balloon_inflate"], status=4))
+    with pytest.raises(GuestError, match="did not arm"):
+        hb.GuestTracker(ssh, "agent", "inflate", 100, 1000, 60)
+    with pytest.raises(ValueError):
+        hb.GuestTracker(ssh, "agent", "sideways", 100, 1000, 60)
+
+
+def test_tracker_exit_status_is_checked():
+    lines = TRACKED.splitlines()[:1] + ["t=70.0 event=timeout"]
+    tracker = hb.GuestTracker(FakeSSH(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
+    with pytest.raises(GuestError, match="exited 3"):
+        tracker.result()
