@@ -93,3 +93,37 @@ def load(path: str | os.PathLike[str]) -> Measurement:
 def collect(root: str | os.PathLike[str]) -> list[Measurement]:
     """Every record below ``root`` (an Avocado job results dir works)."""
     return [load(p) for p in sorted(Path(root).rglob(RECORD_GLOB))]
+
+
+def merge_rounds(records: list[Measurement]) -> list[Measurement]:
+    """Pool the records of several rounds of the same scenarios (``memqual
+    run --rounds``): records of the same scenario, metric, claim, variant
+    and settings become one whose samples are all the rounds' samples in
+    round order.  Derived figures in ``extra`` (a ratio, a model) are the
+    first round's, since they were computed from its samples alone; each
+    round's samples and start time are kept under ``extra["rounds"]`` so the
+    spread between rounds stays visible.  A record seen once is returned as
+    it is."""
+    groups: dict[tuple[str, ...], list[Measurement]] = {}
+    for rec in records:
+        key = (
+            rec.scenario, rec.metric, str(rec.claim),
+            json.dumps(rec.variant, sort_keys=True), json.dumps(rec.settings, sort_keys=True),
+        )  # fmt: skip
+        groups.setdefault(key, []).append(rec)
+    merged: list[Measurement] = []
+    for group in groups.values():
+        if len(group) == 1:
+            merged.append(group[0])
+            continue
+        first = group[0]
+        extra = dict(first.extra)
+        extra["rounds"] = [{"started": r.started, "samples": r.samples} for r in group]
+        extra["derived_from"] = f"round 1 of {len(group)} (samples pool all rounds)"
+        merged.append(dataclasses.replace(
+            first,
+            samples=[s for r in group for s in r.samples],
+            duration_s=sum(r.duration_s for r in group),
+            extra=extra,
+        ))  # fmt: skip
+    return merged

@@ -14,6 +14,13 @@ and prints the tables.  With two guest kernels (``--guest-kernel A.bzImage
 OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
 as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
 
+``--rounds N`` runs the whole set N times per kernel, one avocado job each,
+and pools each metric's samples over the rounds (``record.merge_rounds``).
+With two kernels the rounds alternate A B, B A, A B, ... (2 rounds by
+default): a scenario alternates its own A and B repeats inside one guest,
+but two kernels need two images, so they alternate job by job, and a drift
+of the shared host over the hour falls on both alike.
+
 Parameters reach the scenarios through the environment (avocado passes it
 on to every test):
 
@@ -86,6 +93,7 @@ class RunConfig:
     tests: Path = REPO_ROOT / "e2e"
     kernels: tuple[GuestKernel, ...] = ()
     parallel: int = 1
+    rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
 
 
 @dataclasses.dataclass
@@ -281,7 +289,21 @@ class _Progress:
         return grid
 
 
-def run_avocado(config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any) -> JobOutcome:
+def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple[int, GuestKernel | None]]:
+    """(round, kernel) in the order to run them: A B, then B A, then A B...
+    (ABBA) so that a drift of the shared host -- load rising, caches
+    warming, a thermal limit -- falls on both kernels alike instead of on
+    whichever ran second."""
+    order: list[tuple[int, GuestKernel | None]] = []
+    for index in range(rounds):
+        ordered = kernels if index % 2 == 0 else tuple(reversed(kernels))
+        order += [(index + 1, kernel) for kernel in ordered]
+    return order
+
+
+def run_avocado(
+    config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any, round_no: int = 1
+) -> JobOutcome:
     """One avocado job, with a progress display; returns what it did."""
     from rich.live import Live
 
@@ -289,7 +311,12 @@ def run_avocado(config: RunConfig, results_dir: Path, kernel: GuestKernel | None
     command = avocado_command(config, results_dir)
     before = set(results_dir.glob("job-*"))
     stderr_path = results_dir / "avocado-stderr.log"
-    title = "memqual run" + (f" [{kernel.label}]" if kernel and kernel.label else "") + f" ({config.profile})"
+    title = (
+        "memqual run"
+        + (f" [{kernel.label}]" if kernel and kernel.label else "")
+        + (f" round {round_no}/{config.rounds}" if config.rounds > 1 else "")
+        + f" ({config.profile})"
+    )
     progress = _Progress(title, console)
     lines: queue.Queue[str | None] = queue.Queue()
     with stderr_path.open("w") as stderr:
@@ -412,18 +439,29 @@ def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
 
 def write_outputs(
     out_dir: Path,
-    job: JobOutcome,
+    jobs: list[JobOutcome],
     config: RunConfig,
     kernel: GuestKernel | None,
     console: Any,
 ) -> dict[str, Any]:
-    """Verdicts, results.json, report.html and the tables for one job."""
-    from host import claims, report
+    """Verdicts, results.json, report.html and the tables for one kernel's
+    jobs (one per round; their records pooled by ``record.merge_rounds``)."""
+    from host import claims, record, report
 
-    records, problems = collect_records(job.job_dir)
+    records, problems = [], []
+    for job in jobs:
+        job_records, job_problems = collect_records(job.job_dir)
+        records += job_records
+        problems += job_problems
+    records = record.merge_rounds(records)
     for problem in problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
-    skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for t in job.tests if t.status in _NOT_PASSED]
+    skips = [
+        claims.Skip(test=t.id, status=t.status, reason=t.reason)
+        for job in jobs
+        for t in job.tests
+        if t.status in _NOT_PASSED
+    ]
     verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
         "profile": config.profile,
@@ -434,8 +472,11 @@ def write_outputs(
             if kernel
             else None
         ),
-        "avocado": job.to_json(),
-        "tests": [dataclasses.asdict(t) for t in job.tests],
+        "rounds": len(jobs),
+        # The first job's summary heads the report; every round's is listed.
+        "avocado": jobs[0].to_json(),
+        "avocado_rounds": [job.to_json() for job in jobs],
+        "tests": [dataclasses.asdict(t) | {"round": index + 1} for index, job in enumerate(jobs) for t in job.tests],
         "record_problems": problems,
     }
     results = report.build_results(verdicts, records, run=run_info)
@@ -451,6 +492,10 @@ def write_outputs(
     return results
 
 
+def _out_dir(config: RunConfig, kernel: GuestKernel | None) -> Path:
+    return config.output / kernel.label if kernel and kernel.label else config.output
+
+
 def run(config: RunConfig, console: Any = None) -> int:
     from rich.console import Console
 
@@ -458,18 +503,24 @@ def run(config: RunConfig, console: Any = None) -> int:
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)
     kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
-    outcomes: list[JobOutcome] = []
-    results: list[dict[str, Any]] = []
-    for kernel in kernels:
-        out_dir = config.output / kernel.label if kernel and kernel.label else config.output
-        job = run_avocado(config, out_dir / "avocado", kernel, console)
+    jobs: dict[str, list[JobOutcome]] = {}
+    for round_no, kernel in schedule(kernels, config.rounds):
+        label = kernel.label if kernel else ""
+        job = run_avocado(config, _out_dir(config, kernel) / "avocado", kernel, console, round_no)
         console.print(
-            f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
+            (f"round {round_no}/{config.rounds} " if config.rounds > 1 else "")
+            + (f"[{label}] " if label else "")
+            + f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
             highlight=False,
             soft_wrap=True,
+            markup=False,
         )
-        outcomes.append(job)
-        results.append(write_outputs(out_dir, job, config, kernel, console))
+        jobs.setdefault(label, []).append(job)
+    outcomes = [job for label_jobs in jobs.values() for job in label_jobs]
+    results = [
+        write_outputs(_out_dir(config, kernel), jobs[kernel.label if kernel else ""], config, kernel, console)
+        for kernel in kernels
+    ]
     if len(results) == 2:
         _compare_kernels(config, results, console)
     failed = [j for j in outcomes if not j.completed]
@@ -531,6 +582,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput(f"--tests {tests}: no such file or directory")
     if args.parallel < 1:
         raise BadInput("--parallel must be at least 1")
+    # Two kernels: two rounds (A B, then B A) unless told; one kernel: one.
+    rounds = args.rounds if args.rounds is not None else (2 if len(kernels) == 2 else 1)
+    if rounds < 1:
+        raise BadInput("--rounds must be at least 1")
     for tag in args.only or []:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
             raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
@@ -542,6 +597,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         tests=tests,
         kernels=tuple(kernels),
         parallel=args.parallel,
+        rounds=rounds,
     )
 
 
@@ -560,6 +616,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="guest kernel instead of Debian's; twice to compare two kernels (A, B)",
     )
     parser.add_argument("--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel")
+    parser.add_argument(
+        "--rounds", type=int, metavar="N",
+        help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
+        "alternates A B, B A, ... (default 2 with two kernels, else 1)",
+    )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--parallel", type=int, default=1,

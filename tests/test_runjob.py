@@ -32,7 +32,8 @@ FAKE_AVOCADO = textwrap.dedent(
         sys.exit(2)
     results_dir = argv[argv.index("--job-results-dir") + 1]
     label = os.environ.get("MEMQUAL_RUN_LABEL", "")
-    job = os.path.join(results_dir, "job-2026-11-30T01.00-fake" + label)
+    round_no = 1 + sum(1 for d in os.listdir(results_dir) if d.startswith("job-")) if os.path.isdir(results_dir) else 1
+    job = os.path.join(results_dir, "job-2026-11-30T01.0%d-fake%s" % (round_no, label))
     os.makedirs(job, exist_ok=True)
     print("JOB ID     : fake", flush=True)
     print("JOB LOG    : " + os.path.join(job, "job.log"), flush=True)
@@ -46,7 +47,7 @@ FAKE_AVOCADO = textwrap.dedent(
             log.write("01:00:00 INFO | repeat 1/5 smart_scan=0\\n")
         for rec in t.get("records", []):
             rec = dict(rec)
-            scale = rec.pop("scale_" + label, 1.0)
+            scale = rec.pop("scale_" + label, 1.0) * rec.pop("round_scale", {{}}).get(str(round_no), 1.0)
             rec["samples"] = [s * scale for s in rec["samples"]]
             name = "memqual-%s-%s-%s.json" % (rec["scenario"], rec["metric"], json.dumps(rec.get("variant", {{}}), sort_keys=True).replace(" ", ""))
             with open(os.path.join(logdir, "data", name.replace("/", "_")), "w") as fh:
@@ -188,9 +189,11 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
     status, out = _run(tmp_path, *kernels)
     assert status == 0  # the run completed; the comparison says the rest
     calls = fake.calls()
-    assert [c["env"]["MEMQUAL_RUN_LABEL"] for c in calls] == ["A", "B"]
+    # Two rounds by default, in ABBA order.
+    assert [c["env"]["MEMQUAL_RUN_LABEL"] for c in calls] == ["A", "B", "B", "A"]
     assert calls[0]["env"]["MEMQUAL_GUEST_KERNEL"].endswith("bzImage-a")
     assert calls[1]["env"]["MEMQUAL_GUEST_MODULES"].endswith("modules-b")
+    assert "round 2/2" in out
     for label in ("A", "B"):
         assert (tmp_path / "out" / label / "results.json").is_file()
         assert (tmp_path / "out" / label / "report.html").is_file()
@@ -205,6 +208,31 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
     # No record named the guest kernel: the fingerprint takes the given file's hash.
     assert a["environment"]["guest_kernel_sha256"] == a["run"]["guest_kernel"]["sha256"]
     assert comparison["environment_differences"]["guest_kernel_sha256"]["b"] == b["run"]["guest_kernel"]["sha256"]
+
+
+def test_rounds_pool_samples_and_keep_each_round(tmp_path, fake):
+    records = _ksm_record(5.0)
+    for rec in records:
+        rec["round_scale"] = {"2": 1.1, "3": 0.9}  # round 2 ran on a busier host, round 3 a quieter one
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": records}])
+    status, out = _run(tmp_path, "--rounds", "3")
+    assert status == 0
+    assert len(fake.calls()) == 3
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["run"]["rounds"] == 3 and len(results["run"]["avocado_rounds"]) == 3
+    metric = next(m for m in results["metrics"] if m["variant"] == {"smart_scan": 0})
+    assert len(metric["samples"]) == 15  # 5 repeats x 3 rounds, pooled
+    assert metric["samples"][5] == pytest.approx(0.80 * 1.1)  # in round order
+    claim = next(c for c in results["claims"] if c["id"] == "ksm-volatile-4k")
+    assert len(claim["samples"]["a"]) == 15 and claim["a"]["summary"]["n"] == 15
+
+
+def test_schedule_alternates_kernels_between_rounds():
+    a = runjob.GuestKernel("A", Path("a"), None, "1")
+    b = runjob.GuestKernel("B", Path("b"), None, "2")
+    order = [(r, k.label) for r, k in runjob.schedule((a, b), 3)]
+    assert order == [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")]
+    assert runjob.schedule((None,), 2) == [(1, None), (2, None)]
 
 
 def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
@@ -236,6 +264,7 @@ def test_progress_parses_avocado_lines(tmp_path):
         (["--guest-kernel", "__BZ__"] * 3 + ["--guest-modules", "__BZ__"] * 3, "at most twice"),
         (["--only", "ksm;rm -rf /"], "a tag is"),
         (["--parallel", "0"], "at least 1"),
+        (["--rounds", "0"], "at least 1"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path, extra, message):
