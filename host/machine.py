@@ -61,6 +61,37 @@ def _reap_all() -> None:
         machine.shutdown(timeout=2)
 
 
+READY_MARKER = b"memqual-ready"
+BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
+
+
+class ConsoleMarker:
+    """Has a marker appeared in a growing console log?  Reads only what
+    was appended since the last call; once seen, stays seen."""
+
+    def __init__(self, path: Path, marker: bytes) -> None:
+        self.path = path
+        self.marker = marker
+        self._offset = 0
+        self._carry = b""  # the end of the last read, for a marker split across reads
+        self._seen = False
+
+    def seen(self) -> bool:
+        if self._seen:
+            return True
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                chunk = fh.read()
+        except OSError:
+            return False
+        self._offset += len(chunk)
+        text = self._carry + chunk
+        self._seen = self.marker in text
+        self._carry = text[-(len(self.marker) - 1):] if len(self.marker) > 1 else b""
+        return self._seen
+
+
 class Machine:
     """A guest.  Use as a context manager::
 
@@ -216,15 +247,21 @@ class Machine:
         drops the connection, so a failed attempt costs little; each try is
         a full SSH connect (banner, key exchange, auth) and one command."""
         deadline = started + self.boot_timeout
+        console = ConsoleMarker(self.console_log, READY_MARKER)
         while True:
             if self._proc is not None and self._proc.poll() is not None:
                 raise LaunchError(
                     f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
                     self.command, self._qemu_output() + "\n--- console ---\n" + self._console_tail(20),
                 )
-            # During a cold boot a cheap banner check avoids a full SSH
-            # attempt every poll; a restored guest is up at once.
-            if probe_banner and not banner_ready(self.ssh_port, timeout=0.5):
+            # During a cold boot a cheap check avoids a full SSH attempt
+            # every poll; a restored guest is up at once.  The check is the
+            # guest's own "memqual-ready" on the console (guest/rc.sh prints
+            # it once dropbear is started), or else the SSH banner.  The
+            # banner alone made cold boots bimodal: before the guest's network
+            # is up, QEMU holds the probe's connection open, so each probe
+            # cost its whole timeout.
+            if probe_banner and not (console.seen() or banner_ready(self.ssh_port, timeout=BANNER_PROBE_S)):
                 if time.monotonic() > deadline:
                     raise self._ssh_timeout()
                 time.sleep(0.02)  # poll period of the readiness check
