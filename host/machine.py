@@ -153,6 +153,10 @@ class Machine:
     def launch(self) -> None:
         from host.probe import resolve_accel
 
+        if self._proc is not None and self._proc.poll() is None:
+            # A second launch would orphan the first QEMU (this object holds
+            # one process); "with Machine(...)" has already launched.
+            raise GuestError(f"launch() on a running machine (QEMU pid {self._proc.pid}): shut it down first")
         self.accel, self.accel_reason = resolve_accel(self.config.accel)
         self._sockdir = short_tempdir("mq")
         log_dir = self._log_dir or self._sockdir

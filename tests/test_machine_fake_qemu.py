@@ -214,3 +214,14 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
         parent.wait()
     assert wait_dead(pid, 3), "QEMU outlived the process that launched it"
     shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_a_second_launch_is_refused_not_a_second_qemu(tmp_path, monkeypatch, image):
+    from host.errors import GuestError
+
+    fake = install(tmp_path, monkeypatch, "qmp")
+    with NoSSHMachine(TCG, image=image, boot_timeout=10) as vm:
+        with pytest.raises(GuestError, match="running machine"):
+            vm.launch()  # the with statement already launched it
+        assert len(fake_qemu.pids(fake)) == 1
+        assert vm.is_running()
