@@ -3,8 +3,12 @@ memory, CPUs and drivers it was given."""
 
 from __future__ import annotations
 
+import time
+
 from e2e.base import GuestTest
 from host.machine import MachineConfig
+
+CLOCK_WINDOW_S = 3  # guest-side seconds the clock-rate check spans
 
 
 class Boot(GuestTest):
@@ -39,6 +43,28 @@ class Boot(GuestTest):
     def test_guest_kernel_is_the_image_kernel(self) -> None:
         vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
         self.assertEqual(vm.ssh.run(["uname", "-r"]).stdout.strip(), self.image().release)
+
+    def test_guest_clock_runs_at_the_hosts_rate(self) -> None:
+        """Guest-side timings (the balloon tracker, the agents' timestamps)
+        are only as good as the guest's clock.  Under TCG the guest counts
+        the host's TSC at the frequency memqual tells it (tsc_early_khz);
+        a wrong figure makes guest seconds longer or shorter than host
+        seconds.  The guest sleeps CLOCK_WINDOW_S by its own clock between
+        two readings of its uptime; the host times the whole command."""
+        vm = self.boot(MachineConfig(memory_mib=512, cpus=2))
+        script = 'cut -d" " -f1 /proc/uptime; sleep "$1"; cut -d" " -f1 /proc/uptime'
+        start = time.monotonic()
+        out = vm.ssh.run(["sh", "-c", script, "clock", str(CLOCK_WINDOW_S)], timeout=60).stdout.split()
+        host_s = time.monotonic() - start
+        guest_s = float(out[1]) - float(out[0])
+        # host_s = guest_s x (host seconds per guest second) + one SSH round
+        # trip and two execs: the ratio may fall below 1 by that overhead
+        # (tens of ms here), never rise above it by more than /proc/uptime's
+        # 10 ms resolution.
+        ratio = guest_s / host_s
+        self.log.info("guest clock: %.3f guest s in %.3f host s (ratio %.4f)", guest_s, host_s, ratio)
+        self.assertLessEqual(ratio, 1.01, f"the guest's clock runs fast: {guest_s:.3f} s in {host_s:.3f} host s")
+        self.assertGreaterEqual(ratio, 0.85, f"the guest's clock runs slow: {guest_s:.3f} s in {host_s:.3f} host s")
 
     def test_pc_machine_with_pci_devices(self) -> None:
         """The pc machine (needed for memory hotplug) boots too and its

@@ -91,19 +91,63 @@ def _virtio(machine: str, device: str) -> str:
     return f"virtio-{device}-device" if machine == "microvm" else f"virtio-{device}-pci"
 
 
+_TSC_REFINED = re.compile(r"Refined TSC clocksource calibration: ([0-9.]+) MHz")
+_TSC_DETECTED = re.compile(r"tsc: Detected ([0-9.]+) MHz processor")
+
+
 @functools.lru_cache(maxsize=1)
 def host_tsc_khz() -> int | None:
-    """The host's TSC frequency.  Under TCG the guest reads the host TSC,
-    but calibrates it against the emulated PIT; on a busy host that
-    calibration fails, the guest marks its TSC unstable and a 2-CPU boot
-    stalls.  Telling the guest the frequency skips the calibration."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("cpu MHz"):
-                return int(float(line.split(":", 1)[1]) * 1000)
-    except (OSError, ValueError):
-        pass
+    """The host's TSC frequency, or None when it is not known for sure.
+
+    Under TCG the guest reads the host's TSC but calibrates it against the
+    emulated PIT; on a busy host that calibration fails, the guest marks its
+    TSC unstable and a 2-CPU boot stalls.  Telling the guest the frequency
+    (tsc_early_khz) skips the calibration, but a wrong figure makes the
+    guest's clock run fast or slow, and every guest-side timing with it.
+    So: the host kernel's own calibration from its log; else /proc/cpuinfo's
+    "cpu MHz" only where it is the TSC's (a VM, or a CPU whose TSC
+    frequency is known: on bare metal it is the current core clock, which
+    moves with frequency scaling); else None, and the guest calibrates."""
+    return tsc_khz_from(_kernel_log(), _read("/proc/cpuinfo"))
+
+
+def tsc_khz_from(kernel_log: str, cpuinfo: str) -> int | None:
+    for pattern in (_TSC_REFINED, _TSC_DETECTED):
+        found = pattern.findall(kernel_log)
+        if found:
+            return round(float(found[-1]) * 1000)
+    flags: set[str] = set()
+    mhz: float | None = None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "cpu MHz" and mhz is None:
+            try:
+                mhz = float(value)
+            except ValueError:
+                pass
+    if mhz and flags & {"hypervisor", "tsc_known_freq"}:
+        return round(mhz * 1000)
     return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kernel_log() -> str:
+    """The host kernel's log (dmesg), or "" where it may not be read."""
+    try:
+        return subprocess.run(
+            ["dmesg"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:

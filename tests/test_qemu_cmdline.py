@@ -155,6 +155,25 @@ def test_tsc_frequency_is_given_only_under_tcg(monkeypatch) -> None:
     assert not [p for p in kernel_cmdline(MachineConfig(), "kvm").split() if p.startswith("tsc_early_khz")]
 
 
+@pytest.mark.parametrize(
+    "log, cpuinfo, khz",
+    [
+        # the host kernel's refined calibration wins over its first guess
+        ("[0.0] tsc: Detected 2600.000 MHz processor\n[1.2] tsc: Refined TSC clocksource calibration: 2591.998 MHz\n",
+         "cpu MHz : 1200.000\nflags : fpu tsc\n", 2_591_998),
+        ("[0.0] tsc: Detected 2600.000 MHz processor\n", "", 2_600_000),
+        # no log: cpu MHz is the TSC's only in a VM or with tsc_known_freq
+        ("", "flags\t\t: fpu tsc constant_tsc hypervisor\ncpu MHz\t\t: 2600.000\n", 2_600_000),
+        ("", "flags\t\t: fpu tsc constant_tsc tsc_known_freq\ncpu MHz\t\t: 3000.000\n", 3_000_000),
+        # bare metal: cpu MHz is the core clock of the moment, not the TSC's
+        ("", "flags\t\t: fpu tsc constant_tsc\ncpu MHz\t\t: 1197.604\n", None),
+        ("", "", None),
+    ],
+)
+def test_tsc_frequency_comes_from_the_kernel_or_a_known_frequency(log, cpuinfo, khz) -> None:
+    assert qemu.tsc_khz_from(log, cpuinfo) == khz
+
+
 def test_cmdline_extra_and_console() -> None:
     (append,) = values(argv_for(MachineConfig(cmdline_extra="foo=1 bar")), "-append")
     words = append.split()
