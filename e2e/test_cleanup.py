@@ -1,10 +1,12 @@
 """Nothing leaks: a guest test that Avocado stops, by its timeout or by
-Ctrl-C, leaves no QEMU behind.
+Ctrl-C, leaves no QEMU behind; host KSM knobs changed by a run killed with
+SIGKILL are put back when memqual next starts.
 
 Each test writes a small Avocado test into its work directory (outside
-e2e/, so `avocado run e2e/` never runs it) that boots a real guest, writes
-its QEMU's pid to a file and then hangs; a nested `avocado run` of that file
-is stopped, and the QEMU must be gone once it has returned.
+e2e/, so `avocado run e2e/` never runs it) that boots a real guest (or
+changes the real host KSM knobs), writes a pid to a file and then hangs; a
+nested `avocado run` of that file is stopped, and what it held must be
+gone or restored afterwards.
 """
 
 from __future__ import annotations
@@ -45,6 +47,34 @@ HANGING_TEST = textwrap.dedent(
                 time.sleep(1)
     '''
 )
+HOLDING_KSM = textwrap.dedent(
+    '''\
+    import os
+    import time
+
+    import avocado
+
+    from host.ksm import KsmController
+
+
+    class HoldKsm(avocado.Test):
+        """
+        :avocado: enable
+        """
+
+        def test_hold(self):
+            ksm = KsmController()
+            ksm.open()
+            ksm.set(pages_to_scan={pages_to_scan}, sleep_millisecs={sleep_ms})
+            with open(os.environ["MEMQUAL_LEAK_PIDFILE"], "w") as fh:
+                fh.write(str(os.getpid()))
+            while True:  # hang until SIGKILL
+                time.sleep(1)
+    '''
+)
+# Values no host uses by default, so a knob left at them is ours.
+STALE_PAGES_TO_SCAN = 4321
+STALE_SLEEP_MS = 7
 HANG_TIMEOUT_S = 12  # the nested test's own timeout: boot (warm 0.5 s, cold 2-3 s) plus margin
 EXIT_DEADLINE_S = 120.0  # for the nested avocado to finish after it was stopped
 GONE_DEADLINE_S = 10.0  # for the QEMU to be reaped after avocado returned
@@ -65,10 +95,10 @@ class Cleanup(GuestTest):
     :avocado: tags=boot
     """
 
-    def _start_nested(self, timeout_s: int) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    def _start_nested(self, timeout_s: int, source: str | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
         work = Path(self.workdir)
         test_file = work / "hang_guest.py"
-        test_file.write_text(HANGING_TEST.format(timeout=timeout_s))
+        test_file.write_text(source or HANGING_TEST.format(timeout=timeout_s))
         pidfile = work / "qemu.pid"
         results = work / "nested"
         env = dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile))
@@ -123,3 +153,41 @@ class Cleanup(GuestTest):
             os.killpg(proc.pid, signal.SIGKILL)
             self.fail(f"the nested avocado did not stop within {EXIT_DEADLINE_S:.0f} s of Ctrl-C")
         self._assert_gone(qemu_pid)
+
+    def test_sigkill_mid_ksm_then_memqual_restores_the_knobs(self) -> None:
+        """
+        :avocado: tags=ksm
+        """
+        from host.errors import CapabilityMissing
+        from host.ksm import KSM_ROOT, Sysfs, check_capability
+
+        try:
+            check_capability(KSM_ROOT)
+        except CapabilityMissing as exc:
+            self.skip_because(str(exc))
+        fs = Sysfs(KSM_ROOT)
+        before = fs.knobs()
+        self.require(before.get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
+                     f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell")
+        source = HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS)
+        proc, pidfile, _ = self._start_nested(900, source)
+        try:
+            self._wait_pidfile(proc, pidfile)
+            changed = fs.knobs()
+            self.assertEqual(changed["pages_to_scan"], str(STALE_PAGES_TO_SCAN), "the nested test did not change KSM")
+            os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit, no tearDown runs
+            proc.wait(timeout=EXIT_DEADLINE_S)
+            self.assertEqual(fs.knobs(), changed, "something restored the knobs after SIGKILL: the test proves nothing")
+            # memqual started again: any command puts the killed run's knobs back.
+            memqual = Path(sys.executable).parent / "memqual"
+            start = subprocess.run([str(memqual), "image", "build"], capture_output=True, text=True, timeout=600)
+            self.assertEqual(start.returncode, 0, start.stderr[-500:])
+            self.assertEqual(fs.knobs(), before, f"memqual did not restore the knobs: {start.stderr[-500:]}")
+            self.assertIn("restored", start.stderr)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            from host.ksm import restore_stale
+
+            restore_stale()  # whatever happened above, leave the host as it was
