@@ -20,7 +20,11 @@ and one machine type keeps the timings comparable across scenarios.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from e2e.base import GuestTest, profile
 from host import balloon_model as bm
@@ -494,3 +498,45 @@ class BalloonOomAndStats(BalloonBase):
                    "highest_actual_mib": highest / MIB},
         ))  # fmt: skip
 
+
+
+class BalloonMeasureCommand(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    def memqual(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        memqual = Path(sys.executable).parent / "memqual"
+        return subprocess.run([str(memqual), *argv], capture_output=True, text=True, timeout=600)
+
+    def test_measure_command(self) -> None:
+        """`memqual balloon measure`, what a lab engineer runs by hand: a
+        real guest inflated and deflated, timed by host and guest; bad
+        input refused in one line with exit 2."""
+        bad = self.memqual("balloon", "measure", "--memory", "1024", "--target", "4096")
+        self.assertEqual(bad.returncode, 2, bad.stderr)
+        self.assertEqual(len(bad.stderr.strip().splitlines()), 1, bad.stderr)
+        self.assertIn("not below the guest's 1024 MiB", bad.stderr)
+
+        done = self.memqual("balloon", "measure", "--memory", "1024", "--target", "512", "--repeats", "2", "--json")
+        self.assertEqual(done.returncode, 0, done.stderr[-1000:])
+        result = json.loads(done.stdout)
+        self.assertTrue(result["reached"])
+        self.assertEqual(result["repeats_done"], 2)
+        inflate = result["inflate"]
+        self.assertEqual(inflate["host_s"]["n"], 2)
+        self.assertGreater(inflate["gbps_host"], 0)
+        self.assertLessEqual(inflate["guest_resolution_s"]["median"], GUEST_RESOLUTION_S)
+        for m in result["moves"]:
+            # 512 MiB asked (to the page): the moved bytes say so.
+            self.assertEqual(m["inflate"]["moved_bytes"], 512 * MIB)
+            self.assertLessEqual(m["inflate"]["guest_s"],
+                                 m["inflate"]["host_s"] + m["inflate"]["host_resolution_s"]
+                                 + m["inflate"]["guest_resolution_s"])
+        self.record(Measurement(
+            scenario="balloon.measure_command", metric="inflate_s", unit="s", better="lower",
+            samples=[m["inflate"]["host_s"] for m in result["moves"]],
+            settings={"guest_mib": 1024, "target_mib": 512, "machine": "pc"},
+            extra={"command_result": result},
+        ))  # fmt: skip

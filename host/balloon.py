@@ -552,7 +552,7 @@ def parse_agent_line(line: str) -> dict[str, str]:
 # --- CLI: memqual balloon model ---------------------------------------------
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "balloon", help="virtio-balloon: the transfer-cost model against seed 003"
+        "balloon", help="virtio-balloon: time a real guest's balloon; the transfer-cost model against seed 003"
     )
     sub = parser.add_subparsers(dest="balloon_command", metavar="ACTION", required=True)
     model = sub.add_parser("model", help="the seed's bitmap timings predicted by the transfer-cost model")
@@ -565,6 +565,9 @@ def register(subparsers: Any) -> None:
     source.add_argument("--record", help="a balloon.inflate record (memqual-balloon.inflate-*.json): show its model")
     model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms), with --per-page-us")
     model.set_defaults(handler=_cmd_model)
+    from host import balloon_measure
+
+    balloon_measure.add_parser(sub)
 
 
 def _cmd_model(args: Any) -> int:

@@ -157,10 +157,18 @@ class SSH:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise GuestError("the SSH connection to the guest is gone (did the guest crash? see the console log)")
-        channel = transport.open_session()
-        # The guest runs argv through /bin/sh: quote every word, so nothing
-        # a test passes is ever interpreted by the shell.
-        channel.exec_command(shlex.join(argv))
+        try:
+            channel = transport.open_session()
+            # The guest runs argv through /bin/sh: quote every word, so
+            # nothing a test passes is ever interpreted by the shell.
+            channel.exec_command(shlex.join(argv))
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # The connection died under us: the guest's SSH server was
+            # killed (an OOM kill at the balloon floor) or the guest is gone.
+            raise GuestError(
+                f"the SSH connection to the guest broke starting {shlex.join(argv)!r} "
+                f"({type(exc).__name__}: {exc or 'connection closed'}); was the guest's SSH server killed?"
+            ) from exc
         return channel
 
     def start(self, argv: list[str]) -> BackgroundCommand:

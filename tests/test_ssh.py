@@ -275,3 +275,19 @@ def test_dead_transport_is_a_guest_error(key_file: Path) -> None:
     client.close()
     with pytest.raises(GuestError, match="not connected"):
         client.run(["true"])
+
+
+class DyingTransport(FakeTransport):
+    """Active until a session is asked for; then the server hangs up (what
+    paramiko raises when the guest's dropbear was killed under it)."""
+
+    def open_session(self) -> LocalChannel:
+        raise EOFError()
+
+
+def test_a_connection_that_breaks_under_a_command_is_a_guest_error(key_file: Path) -> None:
+    client = SSH(port=1, key_path=key_file)
+    client._client = FakeClient(DyingTransport())  # type: ignore[assignment]
+    with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError") as info:
+        client.start(["cat", "/proc/meminfo"])
+    assert "\n" not in str(info.value)

@@ -1,0 +1,81 @@
+"""memqual balloon measure without a guest: its checks (exit 2 before
+anything is built or booted), the summary of its moves, the table."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+from rich.console import Console
+
+from host import balloon as hb
+from host import balloon_measure as bmeas
+from host.errors import BadInput, MemqualError
+
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"memory_mib": 1024, "target_mib": 2048}, "not below the guest's 1024 MiB"),
+        ({"memory_mib": 1024, "target_mib": 1024}, "nothing would be inflated"),
+        ({"memory_mib": 1024, "target_mib": 0}, "more than 0"),
+        ({"memory_mib": 1024, "target_mib": -5}, "more than 0"),
+        ({"memory_mib": 128, "target_mib": 64}, "at least 256 MiB"),
+        ({"memory_mib": 1024, "target_mib": 256, "repeats": 0}, "1 to 100"),
+    ],
+)
+def test_bad_input_is_one_line(kwargs, message):
+    with pytest.raises(BadInput, match=message) as info:
+        bmeas.MeasureConfig(**kwargs).check()
+    assert "\n" not in str(info.value)
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="memqual")
+    hb.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except MemqualError as exc:
+        return exc.exit_status
+
+
+def test_cli_refuses_before_building_or_booting(monkeypatch, capsys):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("built or booted despite bad input")
+
+    monkeypatch.setattr("images.build.build", must_not_run)
+    monkeypatch.setattr(bmeas, "measure", must_not_run)
+    assert run_cli(["balloon", "measure", "--memory", "1024", "--target", "4096"]) == 2
+
+
+def move(reached: bool, host_s: float, guest_s: float | None, moved_mib: int = 768, actual_mib: float = 256.0):
+    return {
+        "reached": reached, "stalled": not reached, "moved_bytes": moved_mib * MIB, "actual_bytes": int(actual_mib * MIB),
+        "host_s": host_s, "host_resolution_s": 0.0015, "guest_s": guest_s,
+        "guest_resolution_s": 0.0002 if guest_s else None,
+    }  # fmt: skip
+
+
+def test_result_summarises_reached_moves_and_says_where_a_stall_stopped():
+    config = bmeas.MeasureConfig(memory_mib=1024, target_mib=256, repeats=3)
+    moves = [
+        {"repeat": 1, "inflate": move(True, 2.0, 1.9), "deflate": move(True, 0.4, 0.38)},
+        {"repeat": 2, "inflate": move(True, 1.6, 1.55), "deflate": move(True, 0.5, 0.45)},
+    ]
+    started = {"warm": True, "accel": "tcg", "boot_to_ssh_s": 0.5}
+    result = bmeas._result(config, 1024 * MIB, moves, started)
+    assert result["reached"] and result["repeats_done"] == 2
+    assert result["inflate"]["host_s"] == {"median": 1.8, "min": 1.6, "max": 2.0, "n": 2}
+    assert result["inflate"]["gbps_guest"] == pytest.approx(768 * MIB / 1e9 / 1.725, rel=0.02)
+    stalled = moves[:1] + [{"repeat": 2, "inflate": move(False, 3.0, None, 600, 159.6), "deflate": move(True, 0.3, None, 600)}]
+    result = bmeas._result(config, 1024 * MIB, stalled, started)
+    assert not result["reached"] and result["stopped_at_mib"] == pytest.approx(159.6, abs=0.01)
+    assert result["inflate"]["host_s"]["n"] == 1  # only reached moves are timed
+    buf = io.StringIO()
+    bmeas.print_result(result, Console(file=buf, width=120))
+    assert "stopped giving pages at 159.6 MiB" in buf.getvalue()
+    assert "guest (counters)" in buf.getvalue()
