@@ -116,6 +116,29 @@ def test_device_memory_region_matches_what_qemu_reported():
     assert Q.parse_device_memory("no such line") is None
 
 
+@pytest.mark.parametrize(
+    "machine, ram_mib, below_mib, region_gib",
+    [
+        ("pc", 3072, 3072, 4),  # pc keeps up to 3.5 GiB below 4 GiB
+        ("pc", 3584, 3072, 5),  # from 3.5 GiB: 3 GiB below, 0.5 above, region rounded up to 5 GiB
+        ("q35", 2048, 2048, 4),
+        ("q35", 2816, 2048, 5),  # q35 from 2.75 GiB: 2 GiB below, 0.75 above
+        ("q35", 3072, 2048, 5),
+    ],
+)
+def test_low_memory_split_per_machine(machine, ram_mib, below_mib, region_gib):
+    memory = Q.QemuMemory(ram_mib, 8192, 2, machine)
+    assert memory.below_4g() == below_mib << 20
+    assert memory.device_memory()[0] == region_gib << 30
+    plan = Q.plan_layout(Layout((), name="empty"), memory)
+    assert plan.machine_config().machine == machine
+
+
+def test_a_machine_without_dimms_is_bad_input():
+    with pytest.raises(BadInput, match="microvm"):
+        Q.QemuMemory(512, 4096, 4, "microvm")
+
+
 def test_plan_splits_base_slots_from_dimms_and_hotplugs_the_last():
     plan = Q.plan_layout(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json"), MEMORY, hotplug=2)
     assert [s.id for s in plan.base] == [0]

@@ -37,7 +37,7 @@ KVM_MEM_LOG_DIRTY_PAGES = 1
 KVM_MEM_READONLY = 2
 
 LAYOUTS_DIR = Path(__file__).resolve().parent / "layouts"
-SHIPPED_LAYOUTS = ("seed-3", "seed-3-stacked", "seed-32", "qemu-pc-3dimm")
+SHIPPED_LAYOUTS = ("seed-3", "seed-3-stacked", "seed-32", "qemu-pc-3dimm", "qemu-q35-3g-2dimm")
 
 _HEX_GFN = re.compile(r"0[xX][0-9a-fA-F]+")
 _DEC_GFN = re.compile(r"[0-9]+")

@@ -36,6 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ram", type=int, default=512, metavar="MIB", help="base RAM, -m (default 512)")
     parser.add_argument("--maxmem", type=int, default=4096, metavar="MIB", help="maxmem (default 4096)")
     parser.add_argument("--slots", type=int, default=4, metavar="N", help="dimm slots, -m ...,slots=N (default 4)")
+    parser.add_argument("--machine", choices=("pc", "q35"), default="pc", help="QEMU machine type (default pc)")
     parser.add_argument("--hotplug", type=int, default=0, metavar="N",
                         help="add the last N dimm slots by QMP after boot (default 0: all at boot)")
     parser.add_argument("--plan", action="store_true", help="print the QEMU arguments and QMP commands only")
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace_out and not args.probe:
         raise BadInput("--trace-out needs --probe: the trace is the frames the probe touched")
     layout = load_layout(args.layout)
-    plan = plan_layout(layout, QemuMemory(args.ram, args.maxmem, args.slots), hotplug=args.hotplug)
+    plan = plan_layout(layout, QemuMemory(args.ram, args.maxmem, args.slots, args.machine), hotplug=args.hotplug)
     if args.plan:
         return _print_plan(plan, args.json)
     return _apply(plan, args)

@@ -52,15 +52,21 @@ BACKEND_PREFIX = "mq-mem-"
 DIMM_PREFIX = "mq-dimm-"
 
 
+MACHINES = ("pc", "q35")
+
+
 @dataclasses.dataclass(frozen=True)
 class QemuMemory:
-    """The ``-m`` settings of a pc guest: ``-m RAM,slots=SLOTS,maxmem=MAXMEM``."""
+    """The ``-m`` settings of a pc or q35 guest: ``-m RAM,slots=SLOTS,maxmem=MAXMEM``."""
 
     ram_mib: int = 512
     maxmem_mib: int = 4096
     slots: int = 4
+    machine: str = "pc"
 
     def __post_init__(self) -> None:
+        if self.machine not in MACHINES:
+            raise BadInput(f"machine {self.machine!r}: memslot layouts need one with dimms: {', '.join(MACHINES)}")
         if self.ram_mib < 128:
             raise BadInput(f"guest RAM {self.ram_mib} MiB is too small: give at least 128 MiB")
         if self.slots < 1:
@@ -69,9 +75,13 @@ class QemuMemory:
             raise BadInput(f"maxmem {self.maxmem_mib} MiB is below the RAM {self.ram_mib} MiB: raise maxmem")
 
     def below_4g(self) -> int:
-        """Bytes of RAM QEMU's pc machine maps below 4 GiB: all of it below
-        3.5 GiB, else 3 GiB (gigabyte-aligned split, pc-i440fx >= 1.7)."""
+        """Bytes of RAM QEMU maps below 4 GiB (QEMU 7.2).  pc: all of it
+        below 3.5 GiB, else 3 GiB (gigabyte-aligned split, pc-i440fx >=
+        1.7).  q35: all of it below 2.75 GiB, else 2 GiB (the rest of the
+        low 4 GiB holds the PCIe MMCONFIG window and PCI holes)."""
         ram = self.ram_mib * MIB
+        if self.machine == "q35":
+            return ram if ram < 0xB0000000 else 0x80000000
         return ram if ram < 0xE0000000 else 0xC0000000
 
     def device_memory(self) -> tuple[int, int]:
@@ -150,11 +160,11 @@ class QemuPlan:
         return commands
 
     def machine_config(self, cpus: int = 1, **overrides: Any) -> Any:
-        """A MachineConfig for this plan (machine pc, no balloon by default)."""
+        """A MachineConfig for this plan (its machine, no balloon by default)."""
         from host.qemu import MachineConfig
 
         fields: dict[str, Any] = dict(
-            machine="pc", memory_mib=self.memory.ram_mib, cpus=cpus, maxmem_mib=self.memory.maxmem_mib,
+            machine=self.memory.machine, memory_mib=self.memory.ram_mib, cpus=cpus, maxmem_mib=self.memory.maxmem_mib,
             mem_slots=self.memory.slots, balloon=None, extra_args=self.boot_args(),
         )
         fields.update(overrides)
