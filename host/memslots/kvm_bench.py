@@ -576,11 +576,15 @@ def per_slot_metrics(sample: RunSample) -> dict[str, float]:
             warm_touch_us=warm * 1e6,
             same_slot_us=same * 1e6,
             fault_us=(first - warm) * 1e6,
-            slot_switch_us=(warm - same) * 1e6,
             mmio_exit_us=mmio * 1e6,
             faults_per_s=1 / first if first > 0 else math.inf,
             mmio_exits_per_s=1 / mmio if mmio > 0 else math.inf,
         )
+        if n > 1:
+            # A warm access to another slot against one to the same slot:
+            # with a single slot there is no other slot, and the difference
+            # of two equal costs is noise (it came out negative).
+            out["slot_switch_us"] = (warm - same) * 1e6
     return out
 
 
@@ -675,11 +679,11 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     # Each cost against the nodes the model examines for that access kind
     # (mean over the same accesses), or ceil(log2(n+1)) without the model.
     pairs = (("fault_us", "touch_nodes_mean"), ("slot_switch_us", "touch_nodes_mean"), ("mmio_exit_us", "mmio_nodes_mean"))
-    pts = [r for r in runs if all(k in r for k, _ in pairs)]
-    if len(pts) < 3:
-        return None
-    out: dict[str, Any] = {"points": len(pts)}
+    out: dict[str, Any] = {}
     for name, model_key in pairs:
+        pts = [r for r in runs if name in r]  # slot_switch_us needs 2+ slots
+        if len(pts) < 3:
+            continue
         xs = [float(r.get("model", {}).get(model_key, r["model_nodes"])) for r in pts]
         if len(set(xs)) < 2:
             continue
@@ -687,10 +691,10 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         slope, intercept = statistics.linear_regression(xs, ys)
         r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0
         out[name] = {
-            "us_per_node": slope, "intercept_us": intercept, "r": r,
+            "us_per_node": slope, "intercept_us": intercept, "r": r, "points": len(pts),
             "nodes": model_key if all("model" in p for p in pts) else "model_nodes",
         }
-    return out
+    return out or None
 
 
 def environment(result: BenchResult) -> dict[str, Any]:

@@ -147,7 +147,7 @@ def render_text(doc: dict[str, Any]) -> str:
         fit = doc["fit"]
         lines.append(
             "per tree level: "
-            + ", ".join(f"{k} {v['us_per_node']:+.3g} us (r={v['r']:.2f})" for k, v in fit.items() if k != "points")
+            + ", ".join(f"{k} {v['us_per_node']:+.3g} us (r={v['r']:.2f})" for k, v in fit.items())
         )
     if doc.get("records"):
         lines.append(f"records: {len(doc['records'])} written")
