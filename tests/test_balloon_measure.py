@@ -3,15 +3,14 @@ anything is built or booted), the summary of its moves, the table."""
 
 from __future__ import annotations
 
-import argparse
 import io
 
 import pytest
 from rich.console import Console
 
-from host import balloon as hb
 from host import balloon_measure as bmeas
-from host.errors import BadInput, MemqualError
+from host.errors import BadInput
+from test_balloon_controller import run_cli  # the balloon subcommand through its own parser
 
 MIB = 1 << 20
 
@@ -31,16 +30,6 @@ def test_bad_input_is_one_line(kwargs, message):
     with pytest.raises(BadInput, match=message) as info:
         bmeas.MeasureConfig(**kwargs).check()
     assert "\n" not in str(info.value)
-
-
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="memqual")
-    hb.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    try:
-        return args.handler(args)
-    except MemqualError as exc:
-        return exc.exit_status
 
 
 def test_cli_refuses_before_building_or_booting(monkeypatch, capsys):
