@@ -306,6 +306,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="significance level of the permutation test (default 0.01)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained page")
     parser.set_defaults(handler=run)
 
 
@@ -323,4 +324,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"A = {args.a}\nB = {args.b}")
         print_comparison(result)
+    if args.html:
+        from host.compare_report import write_comparison_html
+
+        path = write_comparison_html(result, a, b, args.html)
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 1 if result.regressions else 0

@@ -546,7 +546,10 @@ def _compare_kernels(config: RunConfig, results: list[dict[str, Any]], console: 
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
     (config.output / "comparison.json").write_text(json.dumps(out, indent=2) + "\n")
     compare.print_comparison(result, console)
-    console.print(f"wrote {config.output / 'comparison.json'}", highlight=False)
+    from host.compare_report import write_comparison_html
+
+    write_comparison_html(result, results[0], results[1], config.output / "comparison.html")
+    console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
 
 
 # ------------------------------------------------------------------ CLI

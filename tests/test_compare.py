@@ -69,6 +69,21 @@ def test_a_deliberately_slowed_run_is_flagged_with_exit_1(tmp_path, capsys):
     assert "slower" in out and "[smart_scan=1]" in out
 
 
+def test_html_page_names_the_regression_and_plots_every_ratio(tmp_path, capsys):
+    a = _results(tmp_path, "a", _records(scan_rate=1000.0, seed=1))
+    b = _results(tmp_path, "b", _records(scan_rate=600.0, seed=2))
+    page = tmp_path / "out" / "comparison.html"
+    assert _run([a, b, "--html", str(page)]) == 1
+    assert f"wrote {page}" in capsys.readouterr().out
+    text = page.read_text()
+    assert "1 metric(s) slower beyond 5%" in text
+    assert "ksm.volatile_scan pages_per_s [smart_scan=1]" in text
+    assert text.count("data:image/png;base64,") == 1  # the forest plot, inline: one self-contained file
+    assert "guest_kernel_sha256" in text  # what differs between the environments
+    # Nothing from a results file reaches the page unescaped.
+    assert "<script" not in text
+
+
 def test_lower_is_better_metrics_get_faster_right(tmp_path, capsys):
     a = _results(tmp_path, "a", _records(inflate_s=0.8, seed=1))
     b = _results(tmp_path, "b", _records(inflate_s=0.5, seed=2))

@@ -198,6 +198,7 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
         assert (tmp_path / "out" / label / "results.json").is_file()
         assert (tmp_path / "out" / label / "report.html").is_file()
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert "slower" in (tmp_path / "out" / "comparison.html").read_text()
     by = {m["key"].split(" [")[1].split("]")[0]: m for m in comparison["metrics"]}
     assert by["smart_scan=1"]["verdict"] == "slower"
     assert by["smart_scan=0"]["verdict"] == "no difference"

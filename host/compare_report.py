@@ -1,0 +1,143 @@
+"""comparison.html: run B against run A, for people.
+
+``memqual compare A.json B.json --html FILE`` and a two-kernel ``memqual
+run`` (OUTPUT/comparison.html) write it.  One self-contained page: where
+each run's figures come from, how many metrics got faster or slower, a
+forest plot of every ratio B/A with its confidence interval against the
+threshold band, and the table that ``memqual compare`` prints, with the
+claims whose verdict moved and the environment that differs.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+from host.compare import FASTER, NO_DIFFERENCE, SLOWER, RunComparison, _short_labels
+from host.report import _CSS, _environment_line, _esc, _num, _png, _pyplot
+
+VERDICT_COLOURS = {FASTER: "#15803d", SLOWER: "#b91c1c", NO_DIFFERENCE: "#6b7280"}
+
+
+def _badge(verdict: str) -> str:
+    return f'<span class="badge" style="background:{VERDICT_COLOURS[verdict]}">{_esc(verdict)}</span>'
+
+
+def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
+    """Every metric's ratio B/A (better-is-right is not assumed: the colour
+    says the verdict) with its CI, on a log axis, the threshold band shaded."""
+    rows = [m for m in result.metrics if m.comparison.ratio and m.comparison.ratio > 0]
+    if not rows:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 0.28 * len(rows) + 1.2))
+    for y, m in enumerate(reversed(rows)):
+        c = m.comparison
+        colour = VERDICT_COLOURS[m.verdict]
+        if c.ci_low and c.ci_high and c.ci_low > 0:
+            ax.plot([c.ci_low, c.ci_high], [y, y], color=colour, linewidth=1.6)
+        ax.plot([c.ratio], [y], "o", color=colour, markersize=4)
+    ax.axvline(1.0, color="#111827", linewidth=0.8)
+    ax.axvspan(1 - result.threshold, 1 + result.threshold, color="#e5e7eb", zorder=0)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([labels[m.key][:90] for m in reversed(rows)], fontsize=7)
+    ax.set_xlabel(f"B / A (median ratio, 95% CI); shaded: within the {result.threshold:.0%} threshold")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render_comparison_html(
+    result: RunComparison, a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B"
+) -> str:
+    labels = _short_labels(result.metrics)
+    counts = collections.Counter(m.verdict for m in result.metrics)
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        f"<title>memqual: {_esc(b_name)} against {_esc(a_name)}</title><style>{_CSS}</style></head><body><main>",
+        f"<h1>memqual: is {_esc(b_name)} faster or slower than {_esc(a_name)}?</h1>",
+        f"<p class='sub'>threshold {result.threshold:.0%} (smallest change of the median that counts) · "
+        f"alpha {result.alpha:g} (permutation test) · {len(result.metrics)} metrics</p>",
+        f"<p class='sub'><b>{_esc(a_name)}</b>: {_esc(a.get('created', ''))}</p>",
+        _environment_line(a.get("environment") or {}),
+        f"<p class='sub'><b>{_esc(b_name)}</b>: {_esc(b.get('created', ''))}</p>",
+        _environment_line(b.get("environment") or {}),
+        "<div class='badges'>",
+    ]
+    for verdict in (SLOWER, FASTER, NO_DIFFERENCE):
+        parts.append(
+            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>"
+            f"{_esc(verdict)}</div>"
+        )
+    parts.append("</div>")
+    if result.regressions:
+        parts.append(
+            f"<p><b style='color:{VERDICT_COLOURS[SLOWER]}'>{len(result.regressions)} metric(s) slower beyond "
+            f"{result.threshold:.0%}</b>: {_esc(', '.join(labels[m.key] for m in result.regressions))}</p>"
+        )
+    else:
+        parts.append("<p>No regression beyond the threshold.</p>")
+
+    plot = forest_plot(result, labels)
+    if plot:
+        parts.append(f"<h2>Every ratio</h2><img alt='forest plot of B/A per metric' src='data:image/png;base64,{plot}'>")
+
+    parts.append("<h2>Metrics</h2><table><tr><th>metric</th>"
+                 f"<th>{_esc(a_name)} median</th><th>{_esc(b_name)} median</th>"
+                 "<th>B/A [95% CI]</th><th>p</th><th>verdict</th></tr>")  # fmt: skip
+    for m in result.metrics:
+        c = m.comparison
+        changed = (
+            "<div class='small'>settings changed: "
+            + _esc(", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()))
+            + "</div>"
+            if m.settings_changed
+            else ""
+        )
+        parts.append(
+            f"<tr><td>{_esc(labels[m.key])}{changed}</td>"
+            f"<td class='num'>{_esc(_num(c.a.median))} {_esc(m.unit)}</td>"
+            f"<td class='num'>{_esc(_num(c.b.median))} {_esc(m.unit)}</td>"
+            f"<td class='num'>{_esc(_num(c.ratio))} [{_esc(_num(c.ci_low))}, {_esc(_num(c.ci_high))}]</td>"
+            f"<td class='num'>{c.p_value:.2g}</td><td>{_badge(m.verdict)}</td></tr>"
+        )
+    parts.append("</table>")
+
+    moved = [c for c in result.claims if c["a"] != c["b"]]
+    if moved:
+        parts.append("<h2>Claims whose verdict moved</h2><table><tr><th>claim</th>"
+                     f"<th>{_esc(a_name)}</th><th>{_esc(b_name)}</th></tr>")  # fmt: skip
+        for c in moved:
+            parts.append(f"<tr><td>{_esc(c['id'])}</td><td>{_esc(c['a'])}</td><td>{_esc(c['b'])}</td></tr>")
+        parts.append("</table>")
+    if result.environment:
+        parts.append("<h2>What differs between the two environments</h2><table><tr><th>key</th>"
+                     f"<th>{_esc(a_name)}</th><th>{_esc(b_name)}</th></tr>")  # fmt: skip
+        for key, (va, vb) in result.environment.items():
+            parts.append(f"<tr><td>{_esc(key)}</td><td>{_esc(va)}</td><td>{_esc(vb)}</td></tr>")
+        parts.append("</table>")
+    parts.append(
+        "<p class='small'>Ratios are medians of B over A with seeded percentile-bootstrap 95% intervals; "
+        "p-values come from a permutation test of the difference of means.  A metric is slower or faster "
+        "only when p &lt; alpha and the median moved by at least the threshold, in the direction the "
+        "metric calls better or worse.</p>"
+    )
+    parts.append("</main></body></html>")
+    return "".join(parts)
+
+
+def write_comparison_html(
+    result: RunComparison, a: dict[str, Any], b: dict[str, Any], path: str | Path, a_name: str = "A", b_name: str = "B"
+) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_comparison_html(result, a, b, a_name, b_name))
+    return path
