@@ -7,6 +7,17 @@ from these files; nothing reads a test's log.
 
 File name: ``memqual-<scenario>-<metric>-<variant>.json``, one JSON object
 each, so a partially finished run still leaves valid records behind.
+
+Replicates.  Statistics are only honest on independent units: a fresh guest
+or a round of ``memqual run``.  Repeats inside one guest share its state (its
+page cache, its ksmd history, the host's load at that minute) and are nested
+in that guest.  ``Measurement.replicates`` groups the samples by unit; a
+record that gives only ``samples`` is taken as one unit (the conservative
+reading).  A scenario that starts a fresh guest per sample says so with one
+group per sample.  ``settings`` holds only what the scenario *set* (sizes,
+knobs, profile), never a value it measured: settings key a metric across
+runs, and a measured value would make every run's key unique.  Measured
+context goes in ``extra``.
 """
 
 from __future__ import annotations
@@ -38,6 +49,9 @@ class Measurement:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # derived figures (ratio, CI, model)
+    # The samples grouped by independent unit (fresh guest, round); see the
+    # module docstring.  Filled from ``samples`` when not given.
+    replicates: list[list[float]] = dataclasses.field(default_factory=list)
     started: str = dataclasses.field(
         default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     )
@@ -48,6 +62,18 @@ class Measurement:
         if self.better not in ("lower", "higher"):
             raise ValueError(f"better must be 'lower' or 'higher', not {self.better!r}")
         self.samples = [float(s) for s in self.samples]
+        groups = [[float(s) for s in group] for group in self.replicates if len(group)]
+        if groups and not self.samples:
+            self.samples = [s for group in groups for s in group]
+        elif groups and sorted(s for g in groups for s in g) != sorted(self.samples):
+            raise ValueError("replicates must hold exactly the samples, grouped by independent unit")
+        elif not groups:
+            groups = [list(self.samples)] if self.samples else []
+        self.replicates = groups
+
+    @property
+    def n_replicates(self) -> int:
+        return len(self.replicates)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -99,7 +125,8 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
     """Pool the records of several rounds of the same scenarios (``memqual
     run --rounds``): records of the same scenario, metric, claim, variant
     and settings become one whose samples are all the rounds' samples in
-    round order.  Derived figures in ``extra`` (a ratio, a model) are the
+    round order, and whose replicates are every round's replicates (a round
+    is an independent unit, so nothing nested in one is pooled across).  Derived figures in ``extra`` (a ratio, a model) are the
     first round's, since they were computed from its samples alone; each
     round's samples and start time are kept under ``extra["rounds"]`` so the
     spread between rounds stays visible.  A record seen once is returned as
@@ -123,6 +150,7 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
         merged.append(dataclasses.replace(
             first,
             samples=[s for r in group for s in r.samples],
+            replicates=[g for r in group for g in r.replicates],
             duration_s=sum(r.duration_s for r in group),
             extra=extra,
         ))  # fmt: skip
