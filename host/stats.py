@@ -8,17 +8,40 @@ the choices are written down once:
   seed's kernbench table reports "mean (stdev)".
 - Spread is the interquartile range and the median absolute deviation; the
   coefficient of variation is stdev / |mean|.
-- The A/B effect is the **ratio of medians** B / A.  Its confidence interval
-  is a seeded percentile bootstrap (``scipy.stats.bootstrap``, independent
-  resampling of A and B).  Percentile rather than BCa: with 5 repeats BCa
-  often degenerates (NaN with a warning) and a qualification report must not
-  flip on that.
-- Significance is a permutation test of the **difference of means**, as
-  Firecracker's A/B tool does (tests/framework/ab_test.py): with n <= 8 per
-  side scipy enumerates every permutation, so the p-value is exact and
-  deterministic.  A change counts only when p < alpha *and* the relative
-  change of the medians is at least ``min_effect`` (a real but tiny shift is
-  not worth a verdict).
+- **Replicates.**  Inference is only honest on independent units: a fresh
+  guest or a round of ``memqual run`` (see host/record.py).  Samples taken
+  inside one guest share its state and are nested in it; treating them as
+  independent gives intervals that exclude each other's runs.  So the
+  A/B functions that take ``*_reps`` (lists of replicates, each a list of
+  samples) are the ones to use: ``compare_replicates``,
+  ``hierarchical_ratio_ci``, ``replicate_permutation_test``.
+- The A/B effect is the **ratio of pooled medians** B / A.  Its confidence
+  interval is a seeded two-stage (hierarchical) percentile bootstrap:
+  replicates are resampled with replacement, then samples within each
+  chosen replicate.  With one replicate on a side its first stage is
+  degenerate and the interval shows only within-unit noise; the
+  ``Comparison`` says so (``ci_method``).  Percentile rather than BCa: with
+  a handful of replicates BCa often degenerates, and a report must not flip
+  on that.
+- Significance is a two-sided permutation test of the difference of means
+  of the **replicate medians** (one summary per independent unit).  It is
+  exact (every one of the C(na+nb, na) arrangements enumerated) when that
+  count fits in the resample budget, Monte Carlo otherwise; the result says
+  which.  8 against 8 has 12870 arrangements, more than the default 9999
+  resamples, so it is Monte Carlo unless the budget is raised.
+- **Power.**  An exact permutation test cannot give a p below
+  ``min_attainable_p(na, nb)`` (2/C(2n, n) for n a side).  When that floor is
+  not below alpha the comparison is ``underpowered``: it can never be
+  significant, whatever was measured, and ``replicates_needed`` says how
+  many replicates a side would do.  Never read such a result as "no
+  difference".
+- A change counts only when p < alpha *and* the relative change of the
+  medians is at least ``min_effect`` (a real but tiny shift is not worth a
+  verdict).  Several metrics of one comparison are corrected with ``holm``.
+
+The older sample-level functions (``compare``, ``bootstrap_ratio_ci``,
+``permutation_pvalue`` on flat samples) stay for computed figures that have
+no replicate structure.
 
 Every random choice is seeded: the same samples give the same report.
 """
@@ -26,6 +49,7 @@ Every random choice is seeded: the same samples give the same report.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -159,6 +183,72 @@ def bootstrap_ratio_ci(
     return (low, high)
 
 
+@dataclasses.dataclass(frozen=True)
+class PermutationResult:
+    """A two-sided permutation test and how it was computed."""
+
+    p_value: float
+    exact: bool  # every arrangement enumerated (else Monte Carlo)
+    n_arrangements: int  # C(na + nb, na)
+    n_resamples: int  # arrangements evaluated: all of them when exact
+
+    @property
+    def method(self) -> str:
+        if self.exact:
+            return f"exact ({self.n_arrangements} arrangements)"
+        return f"Monte Carlo ({self.n_resamples} of {self.n_arrangements} arrangements)"
+
+
+def permutation_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> PermutationResult:
+    """Two-sided permutation test of mean(B) - mean(A) on the values given.
+
+    Exact when C(na + nb, na) <= n_resamples: every split of the pooled
+    values into groups of na and nb is enumerated (itertools.combinations)
+    and p is the share at least as extreme as the observed one.  Otherwise
+    n_resamples random splits, and p = (1 + hits) / (1 + n_resamples), so a
+    Monte Carlo p is never 0 (Phipson and Smyth 2010)."""
+    arr_a, arr_b = _array(a), _array(b)
+    na, nb = arr_a.size, arr_b.size
+    pooled = np.concatenate([arr_a, arr_b])
+    total = math.comb(na + nb, na)
+    if np.ptp(pooled) == 0.0:
+        # All values equal: no evidence of any difference.
+        return PermutationResult(1.0, True, total, total)
+    observed = abs(float(arr_b.mean() - arr_a.mean()))
+    # Ties in floating point: an arrangement as extreme as the observed one
+    # must count even if its sums round differently.
+    tolerance = 1e-12 * max(1.0, float(np.max(np.abs(pooled)))) * (na + nb)
+    grand = float(pooled.sum())
+    if total <= n_resamples:
+        idx = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(na + nb), na)),
+            dtype=np.intp,
+            count=total * na,
+        ).reshape(total, na)
+        sum_a = pooled[idx].sum(axis=1)
+        stat = np.abs((grand - sum_a) / nb - sum_a / na)
+        hits = int(np.count_nonzero(stat >= observed - tolerance))
+        return PermutationResult(float(min(1.0, hits / total)), True, total, total)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    done = 0
+    chunk = max(1, 2_000_000 // (na + nb))  # bound the memory of one batch
+    while done < n_resamples:
+        size = min(chunk, n_resamples - done)
+        perm = rng.permuted(np.broadcast_to(pooled, (size, na + nb)), axis=1)
+        sum_a = perm[:, :na].sum(axis=1)
+        stat = np.abs((grand - sum_a) / nb - sum_a / na)
+        hits += int(np.count_nonzero(stat >= observed - tolerance))
+        done += size
+    return PermutationResult(float(min(1.0, (1 + hits) / (1 + n_resamples))), False, total, n_resamples)
+
+
 def permutation_pvalue(
     a: Sequence[float],
     b: Sequence[float],
@@ -166,33 +256,180 @@ def permutation_pvalue(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> float:
-    """Two-sided permutation test of mean(B) - mean(A) (Firecracker's choice).
-    Exact when the number of distinct permutations is at most n_resamples."""
+    """The p of ``permutation_test`` on flat samples (computed figures with no
+    replicate structure); 1 when a side has a single value, which has no
+    spread to test against.  For measurements use
+    ``replicate_permutation_test``."""
     arr_a, arr_b = _array(a), _array(b)
-    if np.ptp(np.concatenate([arr_a, arr_b])) == 0.0:
-        return 1.0  # all values equal: no evidence of any difference
     if arr_a.size < 2 or arr_b.size < 2:
-        return 1.0  # one repeat has no spread to test against: no evidence
+        return 1.0
+    return permutation_test(arr_a, arr_b, n_resamples=n_resamples, seed=seed).p_value
 
-    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.mean(y, axis=axis) - np.mean(x, axis=axis)
 
-    res = _st.permutation_test(
-        (arr_a, arr_b),
-        statistic,
-        permutation_type="independent",
-        vectorized=True,
-        n_resamples=n_resamples,
-        alternative="two-sided",
-        rng=np.random.default_rng(seed),
+def _replicates(reps: Sequence[Sequence[float]]) -> list[np.ndarray]:
+    groups = [_array(r) for r in reps if len(r)]
+    if not groups:
+        raise ValueError("need at least one replicate with samples")
+    return groups
+
+
+def replicate_medians(reps: Sequence[Sequence[float]]) -> list[float]:
+    """One summary per independent unit: its median."""
+    return [float(np.median(g)) for g in _replicates(reps)]
+
+
+def replicate_permutation_test(
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> PermutationResult:
+    """The permutation test on replicate medians: the units that were
+    independently drawn are what is permuted, never the samples nested in
+    them."""
+    return permutation_test(
+        replicate_medians(a_reps), replicate_medians(b_reps), n_resamples=n_resamples, seed=seed
     )
-    return float(min(1.0, res.pvalue))
+
+
+def min_attainable_p(na: int, nb: int, n_resamples: int | None = None) -> float:
+    """The smallest two-sided p a permutation test of na against nb units
+    can give, with distinct values.  Exact: 2 / C(na + nb, na) for equal
+    sizes (the observed split and its mirror are equally extreme), and
+    1 / C(na + nb, na) for unequal ones (no mirror split exists).  With a
+    budget smaller than the arrangements the test is Monte Carlo, whose
+    floor is 1 / (n_resamples + 1)."""
+    if na < 1 or nb < 1:
+        return 1.0
+    total = math.comb(na + nb, na)
+    if n_resamples is not None and total > n_resamples:
+        return 1.0 / (n_resamples + 1)
+    return min(1.0, (2.0 if na == nb else 1.0) / total)
+
+
+def replicates_needed(alpha_eff: float, *, limit: int = 64) -> int | None:
+    """The smallest n such that n replicates a side have an exact floor
+    ``min_attainable_p(n, n)`` below alpha_eff: fewer can never be
+    significant at that level.  None when alpha_eff is so small that even
+    ``limit`` a side would not do (or not positive)."""
+    if not alpha_eff > 0.0:
+        return None
+    for n in range(1, limit + 1):
+        if 2.0 / math.comb(2 * n, n) < alpha_eff:
+            return n
+    return None
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjusted p-values, in the input order.
+
+    Sorted ascending, the k-th smallest (k from 1) is multiplied by m - k + 1;
+    a running maximum keeps the adjusted values monotone in the raw ones;
+    capped at 1.  Rejecting every hypothesis whose adjusted p is below alpha
+    is Holm's procedure: the chance of *any* false flag among the m is at
+    most alpha (family-wise control), with no assumption on how the metrics
+    depend on each other."""
+    ps = [float(p) for p in pvalues]
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def pooled_ratio(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
+    """median(all of B) / median(all of A)."""
+    return ratio_of_medians(np.concatenate(_replicates(a_reps)), np.concatenate(_replicates(b_reps)))
+
+
+def _two_stage_medians(groups: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+    """n bootstrap medians of the pooled samples: replicates drawn with
+    replacement, then samples within each drawn replicate."""
+    k = len(groups)
+    lengths = np.array([g.size for g in groups])
+    width = int(lengths.max())
+    padded = np.full((k, width), np.nan)
+    for i, g in enumerate(groups):
+        padded[i, : g.size] = g
+    out = np.empty(n)
+    chunk = max(1, 4_000_000 // (k * width))  # bound one batch's memory
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        chosen = rng.integers(0, k, size=(size, k))  # stage 1
+        lens = lengths[chosen][..., None]  # (size, k, 1)
+        pos = np.floor(rng.random((size, k, width)) * lens).astype(np.intp)  # stage 2
+        values = padded[chosen[..., None], pos]
+        if lengths.min() == width:
+            flat = values.reshape(size, k * width)
+            lo, hi = (k * width - 1) // 2, k * width // 2
+            flat = np.partition(flat, [lo, hi], axis=1)
+            out[start : start + size] = 0.5 * (flat[:, lo] + flat[:, hi])
+            continue
+        # A drawn replicate contributes as many samples as it has: the
+        # padding sorts last and the median is read at each row's own count.
+        values = np.where(np.arange(width) < lens, values, np.inf).reshape(size, k * width)
+        values.sort(axis=1)
+        count = lens[:, :, 0].sum(axis=1)
+        rows = np.arange(size)
+        out[start : start + size] = 0.5 * (values[rows, (count - 1) // 2] + values[rows, count // 2])
+    return out
+
+
+def hierarchical_ratio_ci(
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    *,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Two-stage percentile bootstrap CI of median(pooled B) / median(pooled
+    A), A and B resampled independently.  With one replicate on a side that
+    side's first stage is degenerate: the interval then shows only the noise
+    within that unit, not between units (see ``ci_method``).  The point
+    itself when nothing varies; NaN bounds when A's median can be zero."""
+    ga, gb = _replicates(a_reps), _replicates(b_reps)
+    pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
+    point = ratio_of_medians(pooled_a, pooled_b)
+    if np.ptp(pooled_a) == 0.0 and np.ptp(pooled_b) == 0.0:
+        return (point, point)
+    if np.any(pooled_a == 0.0) and np.median(pooled_a) == 0.0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    med_a = _two_stage_medians(ga, n_resamples, rng)
+    med_b = _two_stage_medians(gb, n_resamples, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = med_b / med_a
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size < n_resamples * 0.99:
+        return (math.nan, math.nan)  # A's median is zero too often to bound
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    return (float(low), float(high))
+
+
+def ci_method(na: int, nb: int) -> str:
+    """What a ``hierarchical_ratio_ci`` of na against nb replicates shows."""
+    if na >= 2 and nb >= 2:
+        return "two-stage bootstrap"
+    return "within-unit only (one replicate on a side: variation between units unseen)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Comparison:
     """A against B: B's median over A's, its CI, and whether the change is
-    real (p < alpha) and big enough (relative change >= min_effect)."""
+    real (p < alpha) and big enough (relative change >= min_effect).
+
+    From ``compare_replicates`` it also says how many independent units
+    each side had, how p was computed, the lowest p those counts can give,
+    and whether it is ``underpowered`` (that floor not below alpha: it can
+    never be significant), with the replicates a side that would do.
+    ``p_adjusted`` is set when the comparison is one of a family (host/
+    compare.py applies Holm); significance then uses it."""
 
     a: Summary
     b: Summary
@@ -203,6 +440,14 @@ class Comparison:
     p_value: float
     alpha: float
     min_effect: float
+    n_replicates_a: int = 1
+    n_replicates_b: int = 1
+    p_method: str = ""
+    ci_method: str = ""
+    min_attainable_p: float = 0.0
+    underpowered: bool = False
+    replicates_needed: int | None = None
+    p_adjusted: float | None = None
 
     @property
     def relative_change(self) -> float:
@@ -210,11 +455,14 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        """p below alpha and the effect at least min_effect: the
-        Firecracker rule for calling an A/B difference real."""
+        """p (adjusted, when it is one of a family) below alpha and the
+        effect at least min_effect: the Firecracker rule for calling an A/B
+        difference real.  Never when underpowered."""
+        p = self.p_value if self.p_adjusted is None else self.p_adjusted
         return (
             math.isfinite(self.ratio)
-            and self.p_value < self.alpha
+            and not self.underpowered
+            and p < self.alpha
             and abs(self.relative_change) >= self.min_effect
         )
 
@@ -233,9 +481,17 @@ class Comparison:
             "ci": [_finite_or_none(self.ci_low), _finite_or_none(self.ci_high)],
             "confidence": self.confidence,
             "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
             "alpha": self.alpha,
             "min_effect": self.min_effect,
             "significant": self.significant,
+            "n_replicates_a": self.n_replicates_a,
+            "n_replicates_b": self.n_replicates_b,
+            "p_method": self.p_method,
+            "ci_method": self.ci_method,
+            "min_attainable_p": self.min_attainable_p,
+            "underpowered": self.underpowered,
+            "replicates_needed": self.replicates_needed,
         }
 
 
@@ -249,7 +505,9 @@ def compare(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> Comparison:
-    """Everything about A against B in one object."""
+    """A against B on flat samples, each sample taken as independent: right
+    only for figures with no nesting (a model's outputs).  Measurements go
+    through ``compare_replicates``."""
     low, high = bootstrap_ratio_ci(a, b, confidence=confidence, n_resamples=n_resamples, seed=seed)
     return Comparison(
         a=summarize(a),
@@ -261,6 +519,50 @@ def compare(
         p_value=permutation_pvalue(a, b, n_resamples=n_resamples, seed=seed),
         alpha=alpha,
         min_effect=min_effect,
+        n_replicates_a=len(a),
+        n_replicates_b=len(b),
+        p_method="sample-level permutation",
+        ci_method="sample-level bootstrap",
+    )
+
+
+def compare_replicates(
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    confidence: float = DEFAULT_CONFIDENCE,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> Comparison:
+    """A against B, each a list of replicates (independent units), each a
+    list of samples: the ratio of pooled medians, its two-stage bootstrap
+    CI, the permutation p on replicate medians, the replicate counts, and
+    whether those counts can reach p < alpha at all."""
+    ga, gb = _replicates(a_reps), _replicates(b_reps)
+    pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
+    low, high = hierarchical_ratio_ci(ga, gb, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    perm = replicate_permutation_test(ga, gb, n_resamples=n_resamples, seed=seed)
+    na, nb = len(ga), len(gb)
+    floor = min_attainable_p(na, nb, n_resamples)
+    return Comparison(
+        a=summarize(pooled_a),
+        b=summarize(pooled_b),
+        ratio=ratio_of_medians(pooled_a, pooled_b),
+        ci_low=low,
+        ci_high=high,
+        confidence=confidence,
+        p_value=perm.p_value,
+        alpha=alpha,
+        min_effect=min_effect,
+        n_replicates_a=na,
+        n_replicates_b=nb,
+        p_method=f"permutation of replicate medians, {perm.method}",
+        ci_method=ci_method(na, nb),
+        min_attainable_p=floor,
+        underpowered=floor >= alpha,
+        replicates_needed=replicates_needed(alpha),
     )
 
 

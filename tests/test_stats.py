@@ -117,3 +117,129 @@ def test_a_single_repeat_gives_no_evidence():
     assert stats.permutation_pvalue([1.0], [5.0, 5.1, 5.2]) == 1.0
     c = stats.compare([1.0], [2.0])
     assert c.ratio == 2.0 and not c.significant
+
+
+# --- replicates: independent units, their samples nested in them ----------
+
+
+def _reps(seed: int, n_reps: int, per_rep: int, loc: float, between: float, within: float) -> list[list[float]]:
+    """n_reps units, each with its own offset (between-unit noise, relative)
+    and per_rep samples around it (within-unit noise, relative)."""
+    rng = np.random.default_rng(seed)
+    return [
+        list(loc * (1 + rng.normal(0, between)) * (1 + rng.normal(0, within, per_rep)))
+        for _ in range(n_reps)
+    ]
+
+
+def test_exact_permutation_p_for_separated_3_vs_3_is_one_tenth():
+    # C(6, 3) = 20 splits; the observed one and its mirror are the extremes.
+    res = stats.permutation_test([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])
+    assert res.exact and res.n_arrangements == 20
+    assert res.p_value == pytest.approx(0.1)
+    rep = stats.replicate_permutation_test([[1.0, 1.1], [2.0], [3.0, 2.9, 3.1]], [[4.0], [5.0], [6.0]])
+    assert rep.p_value == pytest.approx(0.1)  # one median per unit is what is permuted
+
+
+def test_8_vs_8_is_exact_when_the_budget_allows_and_says_monte_carlo_otherwise():
+    a, b = list(range(8)), list(range(8, 16))
+    exact = stats.permutation_test(a, b, n_resamples=20000)
+    assert exact.exact and exact.n_arrangements == 12870
+    assert exact.p_value == pytest.approx(2 / 12870)
+    assert "exact (12870 arrangements)" in exact.method
+    mc = stats.permutation_test(a, b, n_resamples=9999)
+    assert not mc.exact and "Monte Carlo" in mc.method
+    assert 1 / 10000 <= mc.p_value < 10 / 10000  # never 0: (1 + hits) / (1 + n)
+
+
+def test_exact_p_is_independent_of_the_seed_and_monte_carlo_is_seeded():
+    a, b = _normal(11, 6, 10.0, 1.0), _normal(12, 6, 10.5, 1.0)
+    assert stats.permutation_test(a, b, seed=1) == stats.permutation_test(a, b, seed=2)
+    a, b = _normal(13, 9, 10.0, 1.0), _normal(14, 9, 10.5, 1.0)
+    first = stats.permutation_test(a, b, n_resamples=2000, seed=3)
+    assert first == stats.permutation_test(a, b, n_resamples=2000, seed=3)
+    assert not first.exact
+
+
+def test_min_attainable_p_and_replicates_needed():
+    assert stats.min_attainable_p(3, 3) == pytest.approx(0.1)
+    assert stats.min_attainable_p(2, 2) == pytest.approx(1 / 3)
+    assert stats.min_attainable_p(4, 4) == pytest.approx(2 / 70)  # 0.029 > 0.01
+    assert stats.min_attainable_p(5, 5) == pytest.approx(2 / 252)
+    assert stats.min_attainable_p(1, 3) == pytest.approx(1 / 4)  # no mirror split
+    assert stats.min_attainable_p(8, 8, n_resamples=9999) == pytest.approx(1 / 10000)
+    assert stats.replicates_needed(0.05) == 4
+    assert stats.replicates_needed(0.01) == 5
+    assert stats.replicates_needed(0.01 / 30) == 8  # 2/3432 > 3.3e-4 > 2/12870
+    assert stats.replicates_needed(0.0) is None
+
+
+def test_holm_matches_the_textbook():
+    # Sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04;
+    # the running maximum makes the last 0.06.
+    assert stats.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert stats.holm([]) == []
+    adjusted = stats.holm([0.001, 0.2, 0.0001, 0.04, 0.03])
+    order = np.argsort([0.001, 0.2, 0.0001, 0.04, 0.03])
+    assert list(np.diff(np.array(adjusted)[order]) >= 0) == [True] * 4  # monotone
+
+
+def test_hierarchical_ci_sees_the_noise_between_units():
+    # A/A with 1 % noise between guests and 0.1 % inside each: the flat
+    # bootstrap, taking 40 samples as independent, is too narrow; the
+    # two-stage one is as wide as the units' spread and covers 1.
+    a = _reps(21, 5, 8, 100.0, 0.01, 0.001)
+    b = _reps(22, 5, 8, 100.0, 0.01, 0.001)
+    flat = stats.bootstrap_ratio_ci([x for r in a for x in r], [x for r in b for x in r])
+    low, high = stats.hierarchical_ratio_ci(a, b)
+    assert high - low > 2 * (flat[1] - flat[0])
+    assert low <= 1.0 <= high
+    assert stats.hierarchical_ratio_ci(a, b, seed=5) == stats.hierarchical_ratio_ci(a, b, seed=5)
+
+
+def test_hierarchical_ci_with_one_replicate_a_side_is_within_unit_and_says_so():
+    low, high = stats.hierarchical_ratio_ci([[10.0, 10.1, 9.9, 10.0]], [[20.0, 20.2, 19.8, 20.0]])
+    assert 1.95 < low <= 2.0 <= high < 2.05
+    c = stats.compare_replicates([[10.0, 10.1, 9.9, 10.0]], [[20.0, 20.2, 19.8, 20.0]])
+    assert c.ci_method.startswith("within-unit only")
+    assert c.underpowered and not c.significant
+    assert all(math.isnan(x) for x in stats.hierarchical_ratio_ci([[0.0, 0.0]], [[1.0, 2.0]]))
+
+
+def test_hierarchical_ci_handles_units_of_different_sizes():
+    a = [[10.0, 10.2, 9.8], [10.1], [9.9, 10.0, 10.1, 10.05, 9.95]]
+    b = [[15.0, 15.3], [15.1, 14.9, 15.2], [14.8]]
+    low, high = stats.hierarchical_ratio_ci(a, b)
+    assert 1.4 < low <= stats.pooled_ratio(a, b) <= high < 1.6
+
+
+def test_compare_replicates_flags_a_10_percent_slowdown_with_5_units_a_side():
+    a = _reps(31, 5, 8, 100.0, 0.01, 0.005)
+    b = _reps(32, 5, 8, 110.0, 0.01, 0.005)
+    c = stats.compare_replicates(a, b, alpha=0.01, min_effect=0.05)
+    assert (c.n_replicates_a, c.n_replicates_b) == (5, 5)
+    assert c.p_value == pytest.approx(2 / 252) and "exact (252" in c.p_method
+    assert not c.underpowered and c.replicates_needed == 5
+    assert c.ci_low > 1.05 and c.significant and c.direction == 1
+    data = c.to_json()
+    for key in ("n_replicates_a", "n_replicates_b", "underpowered", "replicates_needed", "p_method", "ci_method"):
+        assert key in data
+
+
+def test_compare_replicates_with_2_units_a_side_is_underpowered():
+    a = _reps(41, 2, 8, 100.0, 0.01, 0.005)
+    b = _reps(42, 2, 8, 150.0, 0.01, 0.005)
+    c = stats.compare_replicates(a, b, alpha=0.01, min_effect=0.0)
+    assert c.underpowered and c.min_attainable_p == pytest.approx(1 / 3)
+    assert c.replicates_needed == 5
+    assert not c.significant  # a 50 % change, but two units a side cannot show it
+
+
+def test_many_samples_in_one_unit_are_still_one_unit():
+    # 40 samples from one guest each side: tightly 2 % apart, but one unit a
+    # side can never be significant.
+    a = _reps(51, 1, 40, 100.0, 0.0, 0.001)
+    b = _reps(52, 1, 40, 102.0, 0.0, 0.001)
+    c = stats.compare_replicates(a, b, alpha=0.05, min_effect=0.0)
+    assert c.p_value == 1.0 and c.underpowered and not c.significant
