@@ -183,10 +183,14 @@ class BalloonBase(GuestTest):
         summary = stats.summarize(seconds)
         prediction = bm.predict_seed(bm.calibrate(observations)) if fractions else None
         gbps = [m / s / 1e9 for m, s in zip(moved, seconds)]
-        settings = {
-            "guest_mib": memory_mib,
+        # What was set only: the inflate size follows the guest's own
+        # MemAvailable, which a kernel changes, so it is measured context.
+        measured = {
             "inflate_mib": round(full / MIB, 1),
             "mem_available_mib": round(first["mem_available_kib"] / 1024, 1),
+        }
+        settings = {
+            "guest_mib": memory_mib,
             "margin_mib": MARGIN_MIB,
             "touched_mib": touch_mib,
             "machine": MACHINE,
@@ -195,6 +199,7 @@ class BalloonBase(GuestTest):
                             "back to back near the first change and the end (CLOCK_MONOTONIC)",
         }
         extra = {
+            **measured,
             "gbps": stats.median(gbps),
             "gbps_samples": gbps,
             "pages_per_s": stats.median([r.pages / r.seconds for r in inflates]),
@@ -223,7 +228,7 @@ class BalloonBase(GuestTest):
             self.record(Measurement(
                 scenario=f"balloon.{direction}", metric=f"{direction}_guest_s", unit="s", better="lower",
                 samples=gseconds, settings=settings,
-                extra={"gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
+                extra={**measured, "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
                        "cv": stats.cv(gseconds), "summary": stats.summarize(gseconds).to_json(),
                        "resolution_s_median": stats.median([g.resolution_s for g in timings]),
                        "resolution_s_max": max(g.resolution_s for g in timings),
@@ -240,7 +245,7 @@ class BalloonBase(GuestTest):
         self.record(Measurement(
             scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=dseconds,
             settings=settings,
-            extra={"gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
+            extra={**measured, "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
                    "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
         ))  # fmt: skip
         if prediction is not None:
