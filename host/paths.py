@@ -1,25 +1,75 @@
 """Where memqual keeps things: the cache (images, snapshots) and short
 temporary directories for UNIX sockets (Avocado's work dirs exceed the
-108-byte AF_UNIX limit)."""
+108-byte AF_UNIX limit).
+
+memqual runs as root on lab hosts, and what it finds in the cache (a saved
+guest state, SSH keys, a built image) or in the state directory (knobs to
+write back) is trusted.  So a directory that someone else could have put
+there, or could change, is refused: it must belong to the running user and
+be writable by nobody else (``trusted_dir``)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+from host.errors import BadInput
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+class UntrustedDirectory(BadInput):
+    """A cache or state directory another user owns or may write."""
+
+
+def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -> Path:
+    """``path`` as a directory only the running user controls.
+
+    Created with ``mode`` when missing (and ``create``).  Refused with one
+    line when it is not a directory, belongs to another user, or is
+    writable by its group or others.  A symlink is followed (a cache on
+    another disk is common) but its target must pass the same check."""
+    path = Path(path)
+    if create:
+        try:
+            path.mkdir(mode=mode, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BadInput(f"{what} {path}: cannot create it ({exc.strerror or exc}); point it elsewhere") from exc
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    check_trusted_stat(st, path, what)
+    return path
+
+
+def check_trusted_stat(st: os.stat_result, path: Path, what: str) -> None:
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedDirectory(f"{what} {path} is not a directory: point it at a directory of your own")
+    euid = os.geteuid()
+    if st.st_uid != euid:
+        raise UntrustedDirectory(
+            f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {euid}): "
+            f"use a directory of your own (chown it, or choose another)"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedDirectory(
+            f"{what} {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            f"run 'chmod go-w {path}' or choose another directory"
+        )
+
+
 def cache_dir() -> Path:
-    """The user's cache directory for memqual (``$MEMQUAL_CACHE`` overrides)."""
+    """The user's cache directory for memqual (``$MEMQUAL_CACHE`` overrides),
+    created private (0700) and checked with ``trusted_dir``."""
     override = os.environ.get("MEMQUAL_CACHE")
     if override:
         base = Path(override)
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memqual"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+    return trusted_dir(base, "cache directory")
 
 
 def short_tempdir(prefix: str = "mq") -> Path:
@@ -27,3 +77,18 @@ def short_tempdir(prefix: str = "mq") -> Path:
     or in ``$MEMQUAL_SOCKET_DIR`` (keep it short: a socket path must stay
     under 108 bytes).  Not $TMPDIR, which runners set to long paths."""
     return Path(tempfile.mkdtemp(prefix=prefix + "-", dir=os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")))
+
+
+def write_private_atomic(target: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``data`` to ``target`` through an unpredictable temporary name
+    in the same directory (O_EXCL, so never through a planted symlink), then
+    rename it over ``target``."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -150,6 +150,13 @@ def _kernel_log() -> str:
         return ""
 
 
+def opt_value(value: object) -> str:
+    """A value for a QEMU option string (``key=value,key=value``): a comma
+    inside it is written twice, else QEMU would read what follows as
+    another option (a path "a,server=on" must not add server=on)."""
+    return str(value).replace(",", ",,")
+
+
 def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
     # quiet + lpj skip work that costs seconds under TCG; panic=-1 with
     # -no-reboot turns a guest panic into QEMU exiting at once.
@@ -215,11 +222,14 @@ def command_line(
         "-kernel", str(kernel),
         "-initrd", str(initrd),
         "-append", kernel_cmdline(config, accel),
-        "-chardev", f"file,id=console,path={console_log}",
+        "-chardev", f"file,id=console,path={opt_value(console_log)}",
         "-serial", "chardev:console",
-        "-chardev", f"socket,id=qmp,path={qmp_socket}",
+        "-chardev", f"socket,id=qmp,path={opt_value(qmp_socket)}",
         "-mon", "chardev=qmp,mode=control",
-        "-netdev", f"user,id=net0,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+        # restrict=on: the guest reaches nothing outside (not the host's
+        # loopback services, not the network); the inbound SSH forward
+        # still works.
+        "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
         "-device", _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
     ]
     if config.balloon is not None:

@@ -2,13 +2,29 @@
 files streamed over an exec channel (dropbear has no SFTP), background
 commands whose output is collected as it comes.
 
-Only 127.0.0.1 is ever dialled; the host key is the one built into this
-image's keys archive, so it is accepted without a known_hosts file."""
+Only 127.0.0.1 is ever dialled, and only the host key built into this
+image's keys archive is accepted (paramiko's RejectPolicy with that one key
+as the known host key): whatever else answers on the forwarded port is
+refused.
+
+Every wait has a deadline: a command's output, its exit status, the input
+sent to it.
+
+Channels end in order: a running command is signalled inside the guest
+and its end awaited before its channel is closed.  Closing a channel whose
+command still writes made dropbear 2022.83 abort the whole connection
+(``Failed assertion (common-channel.c:705): '!channel->sent_close'``, its
+server process dies and every later command on the connection fails); and
+a command that could not even start because the connection died is started
+again once on a fresh connection, since it never ran."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import logging
+import math
+import secrets
 import shlex
 import socket
 import time
@@ -50,11 +66,32 @@ def banner_ready(port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+KILL_GRACE_S = 5.0  # for a signalled guest command to end before its channel is closed anyway
+RECONNECT_TIMEOUT_S = 5.0  # a fresh connection to a guest whose SSH server still runs takes about 1 s
+
+
+def _wait_exit_status(channel: paramiko.Channel, deadline: float, argv: list[str]) -> int:
+    """recv_exit_status() with a deadline (paramiko's own waits forever)."""
+    event = getattr(channel, "status_event", None)
+    while not channel.exit_status_ready():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise Timeout(f"guest command {shlex.join(argv)} gave no exit status before its deadline")
+        if event is not None:
+            event.wait(min(remaining, 0.5))
+        else:
+            time.sleep(min(remaining, 0.01))  # a channel without an event to wait on: poll
+    return int(channel.recv_exit_status())
+
+
 class BackgroundCommand:
     """A guest command running while the test goes on."""
 
-    def __init__(self, channel: paramiko.Channel, argv: list[str]) -> None:
+    def __init__(self, channel: paramiko.Channel, argv: list[str], ssh: "SSH | None" = None,
+                 pidfile: str | None = None) -> None:
         self._channel = channel
+        self._ssh = ssh
+        self._pidfile = pidfile
         self.argv = argv
         self._started = time.monotonic()
         self._stdout: list[str] = []
@@ -88,7 +125,7 @@ class BackgroundCommand:
 
     def lines(self, timeout: float = 3600.0) -> Iterator[str]:
         """Stdout lines as they come, until the command ends or the deadline."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _finite(timeout)
         emitted = 0
         while True:
             while emitted < len(self._stdout):
@@ -100,9 +137,12 @@ class BackgroundCommand:
                 return
 
     def wait(self, timeout: float = 60.0) -> CommandResult:
+        deadline = time.monotonic() + _finite(timeout)
         for _ in self.lines(timeout):
             pass
-        status = self._channel.recv_exit_status()
+        # The exit status follows stdout's end at once; a few seconds more
+        # than the command's own deadline cover a busy guest.
+        status = _wait_exit_status(self._channel, max(deadline, time.monotonic()) + 5.0, self.argv)
         while self._channel.recv_stderr_ready():  # stderr may trail stdout's end
             self._stderr += self._channel.recv_stderr(65536)
         return CommandResult(
@@ -111,28 +151,84 @@ class BackgroundCommand:
         )
 
     def kill(self) -> None:
-        """Closing the channel makes dropbear hang up the command's session."""
-        self._channel.close()
+        """End the command: SIGTERM to it inside the guest (its pid was
+        written by the wrapper ``SSH.start`` runs it under), a bounded wait
+        for its end, then the channel is closed.  Another thread may be
+        reading the output meanwhile, so this only waits, never reads."""
+        try:
+            if self._ssh is not None and self._pidfile is not None and not self._channel.exit_status_ready():
+                self._ssh.run(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; rm -f "$1"', "kill",
+                               self._pidfile], timeout=10, check=False, reconnect=False)
+                deadline = time.monotonic() + KILL_GRACE_S
+                while not (self._channel.exit_status_ready() and getattr(self._channel, "eof_received", True)):
+                    if time.monotonic() > deadline:
+                        log.info("guest command %s still running after SIGTERM; closing its channel",
+                                 shlex.join(self.argv))
+                        break
+                    time.sleep(0.01)  # the reader (maybe another thread) drains the output meanwhile
+        except GuestError as exc:
+            log.info("could not signal guest command %s (%s); closing its channel", shlex.join(self.argv), exc)
+        finally:
+            self._channel.close()
+
+
+def _finite(seconds: float) -> float:
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"a deadline must be a finite number of seconds >= 0, not {seconds!r}")
+    return seconds
+
+
+class HostKeyMismatch(GuestError):
+    """Whatever answered on the guest's port showed another host key."""
 
 
 class SSH:
-    def __init__(self, port: int, key_path: Path) -> None:
+    def __init__(self, port: int, key_path: Path, host_key: str | None = None) -> None:
+        """``host_key``: the guest's public host key ('ssh-ed25519 AAAA...');
+        by default the one kept with the image's client key."""
         self.port = port
+        self._key_path = Path(key_path)
         self._key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
+        self._host_key = host_key
         self._client: paramiko.SSHClient | None = None
+        self._connect_timeout = 10.0
+
+    def _pinned_key(self) -> paramiko.PKey:
+        if self._host_key is None:
+            from images.keys import host_public_key
+
+            self._host_key = host_public_key(self._key_path.parent)
+        kind, _, blob = self._host_key.partition(" ")
+        try:
+            return paramiko.PKey.from_type_string(kind, base64.b64decode(blob.split()[0]))
+        except Exception as exc:  # noqa: BLE001 - any parse failure means the kept key is unusable
+            raise GuestError(f"the image's SSH host key is unreadable ({exc}): rebuild it "
+                             "('memqual image build --force')") from exc
 
     def connect(self, timeout: float = 10.0) -> None:
+        self._connect_timeout = timeout
+        pinned = self._pinned_key()
         client = paramiko.SSHClient()
-        # The host key was made with this image; the port is ours on
-        # loopback.  There is no known_hosts to consult.
-        client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        # Only the image's own host key: paramiko looks the server's key up
+        # under "[127.0.0.1]:PORT" and RejectPolicy refuses anything else.
+        client.get_host_keys().add(f"[127.0.0.1]:{self.port}", pinned.get_name(), pinned)
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             client.connect(
                 "127.0.0.1", port=self.port, username="root", pkey=self._key, timeout=timeout,
                 banner_timeout=timeout, auth_timeout=timeout, allow_agent=False, look_for_keys=False,
             )
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostKeyMismatch(
+                f"the SSH server on 127.0.0.1:{self.port} is not the guest: its host key "
+                f"{exc.key.get_fingerprint().hex()} is not the image's; refusing to connect"
+            ) from exc
         except (paramiko.SSHException, OSError) as exc:
             client.close()
+            if "not found in known_hosts" in str(exc):  # RejectPolicy: a key of another type
+                raise HostKeyMismatch(f"the SSH server on 127.0.0.1:{self.port} is not the guest ({exc}); "
+                                      "refusing to connect") from exc
             raise GuestError(f"SSH to the guest on 127.0.0.1:{self.port} failed: {exc}") from exc
         transport = client.get_transport()
         assert transport is not None
@@ -151,7 +247,7 @@ class SSH:
             self._client.close()
             self._client = None
 
-    def _channel(self, argv: list[str]) -> paramiko.Channel:
+    def _open(self, argv: list[str], command: str) -> paramiko.Channel:
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
         transport = self._client.get_transport()
@@ -159,9 +255,7 @@ class SSH:
             raise GuestError("the SSH connection to the guest is gone (did the guest crash? see the console log)")
         try:
             channel = transport.open_session()
-            # The guest runs argv through /bin/sh: quote every word, so
-            # nothing a test passes is ever interpreted by the shell.
-            channel.exec_command(shlex.join(argv))
+            channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             # The connection died under us: the guest's SSH server was
             # killed (an OOM kill at the balloon floor) or the guest is gone.
@@ -171,17 +265,53 @@ class SSH:
             ) from exc
         return channel
 
-    def start(self, argv: list[str]) -> BackgroundCommand:
-        return BackgroundCommand(self._channel(argv), argv)
-
-    def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None) -> CommandResult:
-        started = time.monotonic()
-        channel = self._channel(argv)
-        if input is not None:
-            channel.sendall(input)
-            channel.shutdown_write()
+    def _channel(self, argv: list[str], command: str | None = None, reconnect: bool = True) -> paramiko.Channel:
+        # The guest runs the command through /bin/sh: every word is quoted,
+        # so nothing a test passes is ever interpreted by the shell.
+        command = command if command is not None else shlex.join(argv)
         try:
-            result = BackgroundCommand(channel, argv).wait(timeout)
+            return self._open(argv, command)
+        except GuestError as exc:
+            if not reconnect or self._client is None:
+                raise
+            # The command never started, so starting it on a fresh
+            # connection cannot run it twice.  Dropbear runs one server
+            # process per connection: when that one died, the listener
+            # still answers.
+            log.warning("%s; retrying on a fresh SSH connection", exc)
+            first = exc
+        self.close()
+        try:
+            self.connect(timeout=min(self._connect_timeout, RECONNECT_TIMEOUT_S))
+        except GuestError as exc:
+            raise GuestError(f"{first}; a fresh connection failed too ({exc})") from first
+        return self._open(argv, command)
+
+    def start(self, argv: list[str]) -> BackgroundCommand:
+        """Run ``argv`` in the background.  A small wrapper writes its pid to
+        a fresh file first, so ``kill()`` can signal it inside the guest."""
+        pidfile = f"/tmp/.memqual-bg-{secrets.token_hex(8)}"
+        command = 'echo $$ > "$0" && exec "$@"'
+        return BackgroundCommand(self._channel(argv, shlex.join(["sh", "-c", command, pidfile, *argv])), argv,
+                                 ssh=self, pidfile=pidfile)
+
+    def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None,
+            reconnect: bool = True) -> CommandResult:
+        started = time.monotonic()
+        deadline = started + _finite(timeout)
+        channel = self._channel(argv, reconnect=reconnect)
+        try:
+            if input is not None:
+                # sendall blocks while the guest does not read: bounded by
+                # the channel's timeout (socket.timeout when it expires).
+                channel.settimeout(max(0.1, deadline - time.monotonic()))
+                try:
+                    channel.sendall(input)
+                except socket.timeout as exc:
+                    raise Timeout(f"guest command {shlex.join(argv)} did not take its input within "
+                                  f"{timeout:.0f} s") from exc
+                channel.shutdown_write()
+            result = BackgroundCommand(channel, argv).wait(max(0.0, deadline - time.monotonic()))
         finally:
             channel.close()
         result.duration_s = time.monotonic() - started

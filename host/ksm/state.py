@@ -24,18 +24,23 @@ import fcntl
 import json
 import logging
 import os
+import re
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from host.errors import CapabilityMissing, MemqualError
+from host.errors import BadInput, CapabilityMissing, MemqualError
 from host.ksm import procfs
+from host.paths import UntrustedDirectory, check_trusted_stat
 from host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs, write_order
 
 log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/run/memqual")
 STATE_SCHEMA = "memqual.ksm-state/1"
+# A knob is a plain sysfs attribute name: no separators, nothing relative.
+_KNOB_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def default_state_dir() -> Path:
@@ -63,7 +68,17 @@ class Snapshot:
         if data.get("schema") != STATE_SCHEMA:
             raise MemqualError(f"{source}: not a memqual KSM state file (schema {data.get('schema')!r})")
         fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
+        try:
+            snapshot = cls(**{k: v for k, v in data.items() if k in fields})
+        except TypeError as exc:
+            raise BadInput(f"{source}: incomplete memqual KSM state file ({exc}); check the knobs by hand and delete it") from exc
+        for group in (snapshot.ksm, snapshot.thp or {}):
+            if not isinstance(group, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and _KNOB_NAME.fullmatch(k) for k, v in group.items()
+            ):
+                raise BadInput(f"{source}: knob names or values are not plain sysfs attributes; "
+                               "check the knobs by hand and delete the file")
+        return snapshot
 
 
 class RestoreFailed(MemqualError):
@@ -118,11 +133,31 @@ class HostState:
     def locked(self) -> bool:
         return self._lock_fd is not None
 
+    def check_dir(self) -> None:
+        """The state directory must be the running user's and writable by
+        nobody else: root writes back to sysfs what its files say."""
+        try:
+            st = os.stat(self.state_dir)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise BadInput(f"state directory {self.state_dir}: {exc.strerror or exc}") from exc
+        check_trusted_stat(st, self.state_dir, "state directory")
+
     def _open_lock(self) -> int:
         try:
             self.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            raise CapabilityMissing(
+                f"host KSM: cannot use the state directory {self.state_dir} ({exc.strerror}); "
+                "run as root or set MEMQUAL_STATE_DIR to a root-owned directory"
+            ) from exc
+        self.check_dir()
+        try:
+            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise UntrustedDirectory(f"{self.lock_path} is a symlink: refused; remove it") from exc
             raise CapabilityMissing(
                 f"host KSM: cannot use the state directory {self.state_dir} ({exc.strerror}); "
                 "run as root or set MEMQUAL_STATE_DIR to a root-owned directory"
@@ -169,36 +204,50 @@ class HostState:
     def holder(self) -> int | None:
         """The pid written by the lock's current (or last) holder."""
         try:
-            text = self.lock_path.read_text().strip()
+            text = _read_nofollow(self.lock_path).strip()
         except OSError:
             return None
         return int(text) if text.isdigit() else None
 
     # -- the state file ---------------------------------------------------
     def load(self) -> Snapshot | None:
+        self.check_dir()
         try:
-            data = json.loads(self.state_path.read_text())
+            data = json.loads(_read_nofollow(self.state_path))
         except FileNotFoundError:
             return None
-        except json.JSONDecodeError as exc:
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise BadInput(f"{self.state_path} is a symlink: refused (memqual writes these files itself); "
+                               "remove it") from exc
+            raise BadInput(f"{self.state_path}: {exc.strerror or exc}") from exc
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # A torn write is impossible (rename), but a hand-edited file is
             # not: say so instead of guessing.
             raise MemqualError(
-                f"{self.state_path}: not JSON ({exc.msg}); compare it with the kernel defaults and delete it"
+                f"{self.state_path}: not JSON ({exc}); compare it with the kernel defaults and delete it"
             ) from exc
+        if not isinstance(data, dict):
+            raise BadInput(f"{self.state_path}: not a memqual KSM state file; check the knobs by hand and delete it")
         return Snapshot.from_json(data, str(self.state_path))
 
     def save(self, snapshot: Snapshot) -> None:
         """Atomic and durable: a crash leaves the old file or the new one."""
         self._require_lock()
-        tmp = self.state_path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        # mkstemp: an unpredictable name created with O_EXCL, so never
+        # through a symlink someone planted.
+        fd, tmp = tempfile.mkstemp(prefix=".ksm-state.", dir=self.state_dir)
         try:
-            os.write(fd, (json.dumps(snapshot.to_json(), indent=2, sort_keys=True) + "\n").encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.state_path)
+            try:
+                os.write(fd, (json.dumps(snapshot.to_json(), indent=2, sort_keys=True) + "\n").encode())
+                os.fchmod(fd, 0o644)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.state_path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
         dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dir_fd)
@@ -220,11 +269,30 @@ class HostState:
         """Put the snapshot's knobs back, then delete the state file.  On a
         failure the file stays, so the next start tries again."""
         self._require_lock()
-        written = [f"ksm/{n}" for n in restore_knobs(Sysfs(Path(snapshot.ksm_root)), snapshot.ksm)]
+        self._check_roots(snapshot)
+        written = [f"ksm/{n}" for n in restore_knobs(self.ksm, snapshot.ksm)]
         if snapshot.thp:
-            written += [f"thp/{n}" for n in restore_knobs(Sysfs(Path(snapshot.thp_root)), snapshot.thp)]
+            written += [f"thp/{n}" for n in restore_knobs(self.thp, snapshot.thp)]
         self.state_path.unlink(missing_ok=True)
         return written
+
+    def _check_roots(self, snapshot: Snapshot) -> None:
+        """Knobs are written back only under the sysfs roots this object
+        was made for (the kernel's KSM and THP directories), whatever the
+        file says, and only THP's known knobs."""
+        roots = [("ksm_root", snapshot.ksm_root, self.ksm.root)]
+        if snapshot.thp:
+            roots.append(("thp_root", snapshot.thp_root, self.thp.root))
+        for name, named, allowed in roots:
+            if os.path.normpath(str(named)) != os.path.normpath(str(allowed)):
+                raise BadInput(
+                    f"{self.state_path}: {name} {named!r} is not {allowed}: refusing to write knobs there; "
+                    "check the knobs by hand and delete the file"
+                )
+        unknown = sorted(set(snapshot.thp or {}) - set(THP_KNOBS))
+        if unknown:
+            raise BadInput(f"{self.state_path}: THP knobs {', '.join(unknown)} are not memqual's to restore; "
+                           "check them by hand and delete the file")
 
     def owner_alive(self, snapshot: Snapshot) -> bool:
         start = procfs.start_time(snapshot.pid, self.proc_root)
@@ -233,6 +301,12 @@ class HostState:
     def _require_lock(self) -> None:
         if self._lock_fd is None:
             raise RuntimeError("HostState: take the lock before touching the state file")
+
+
+def _read_nofollow(path: Path) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read().decode()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,8 +341,9 @@ def restore_stale(
     run (that run restores on its own exit).  The lock is taken only while
     restoring.  Raises RestoreFailed when knobs cannot be written back."""
     state = HostState(state_dir, ksm_root, thp_root, proc_root)
-    if not state.state_path.exists():
+    if not os.path.lexists(state.state_path):
         return None
+    state.check_dir()
     try:
         if lock_timeout_s > 0:
             state.lock(lock_timeout_s)

@@ -107,7 +107,8 @@ class Sysfs:
         data = f"{value}\n".encode()
         # O_TRUNC is what a shell's "echo 1 > knob" does: sysfs ignores it,
         # a fake tree (plain files) needs it when a value gets shorter.
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        # O_NOFOLLOW: sysfs attributes are never symlinks; one is planted.
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
         try:
             os.write(fd, data)
         except OSError as exc:

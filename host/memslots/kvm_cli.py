@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import stat
 import sys
 from typing import Any
 
@@ -33,6 +35,47 @@ def parse_slots(text: str) -> tuple[int, ...]:
         if value not in counts:
             counts.append(value)
     return tuple(counts)
+
+
+# /dev/kvm is the misc device 10:232 (Documentation/admin-guide/devices.txt).
+KVM_MISC_MAJOR = 10
+KVM_MINOR = 232
+KVM_GET_API_VERSION = 0xAE00  # _IO(KVMIO, 0x00)
+KVM_API_VERSION = 12
+
+
+def check_kvm_device(path: str) -> None:
+    """--device must be the KVM device: a character device 10:232, or one
+    that answers KVM_GET_API_VERSION with 12 (a KVM module on another
+    minor).  The bench opens it read-write as root, so nothing else."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return  # no KVM here: the harness says so as a missing capability
+    except OSError as exc:
+        raise BadInput(f"--device {path}: {exc.strerror or exc}; give the KVM device (/dev/kvm)") from None
+    if not stat.S_ISCHR(st.st_mode):
+        raise BadInput(f"--device {path} is not a character device: give the KVM device (/dev/kvm)")
+    if (os.major(st.st_rdev), os.minor(st.st_rdev)) == (KVM_MISC_MAJOR, KVM_MINOR):
+        return
+    import fcntl
+
+    try:
+        # O_RDONLY first: asking the version writes nothing anywhere.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        raise BadInput(f"--device {path}: {exc.strerror or exc}; give the KVM device (/dev/kvm)") from None
+    try:
+        answer = fcntl.ioctl(fd, KVM_GET_API_VERSION, 0)
+    except OSError:
+        answer = -1
+    finally:
+        os.close(fd)
+    if answer != KVM_API_VERSION:
+        raise BadInput(
+            f"--device {path} (char {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}) is not a KVM device: "
+            "give /dev/kvm"
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,6 +101,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise BadInput(f"--repeats {args.repeats} is not positive: give 1 or more")
     if args.slot_pages < 1:
         raise BadInput(f"--slot-pages {args.slot_pages} is not positive: give 1 or more")
+    check_kvm_device(args.device)
     return BenchConfig(
         slots=parse_slots(args.slots), repeats=args.repeats, slot_pages=args.slot_pages,
         vcpu=not args.no_vcpu, device=args.device,
