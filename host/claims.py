@@ -1,10 +1,31 @@
 """The claims registry and the verdicts.
 
-claims/claims.json lists every claim of the seeds and says, as data, how to
-judge it: which two quantities A and B to compare (samples of two variants of
-a scenario's metric, figures a scenario computed, or the memslot reference
-model), what the seed asserts about B / A (its direction) and the published
-magnitude with a tolerance.  A new scenario plugs in by editing that file.
+claims/claims.json lists every claim of the seeds and says, as data, what
+evidence judges it and how: which two quantities A and B to compare, what the
+seed asserts about B / A (its direction) and the published magnitude with a
+tolerance.  A new scenario plugs in by editing that file.
+
+Every verdict names its evidence, one of four classes:
+
+- ``measured``: the claimed mechanism itself, measured in this run on a
+  real system;
+- ``successor``: the claimed mechanism is in no kernel; the mechanism
+  upstream adopted instead was measured on the real system (the card names
+  both);
+- ``model``: the code the claim is about runs nowhere today; a model of it
+  was run, and the card says where every input comes from;
+- ``not measurable``: nothing in this run can measure it; the card says why
+  and what would.
+
+The evidence is never computed from the claim's own published figures:
+those enter only here, where the evidence is compared with them.  The
+sources of evidence:
+
+- ``records``: samples from a scenario's measurement records, A and B by
+  variant, grouped into independent replicates (host/record.py);
+- ``memslots-layouts``: the memslot lookup model run on every layout a real
+  guest reported in this run (records of ``memslots.guest_layout``);
+- ``none``: no evidence can be had here, with the reason.
 
 Verdicts, each with a reason a person can check:
 
@@ -13,20 +34,22 @@ Verdicts, each with a reason a person can check:
   a direction is reproduced by its direction);
 - ``direction only``: the direction holds, the magnitude does not;
 - ``not reproduced``: the direction is not established (or is reversed);
-- ``not measurable``: nothing here measures it (no records, a skipped
-  scenario, a missing model, or a claim that needs what this host lacks).
+- ``underpowered``: evidence was measured, but on fewer independent
+  replicates a side than a verdict needs (the count it needs is given);
+- ``not measurable``: no evidence in this run (no records, a skipped
+  scenario, or a claim that needs what this host lacks).
 
-For measured samples "the direction holds" means: the bootstrap CI of the
-ratio of medians lies on the asserted side of 1 *and* the permutation test
-gives p < alpha (host/stats.py).  Computed figures (the reference model) have
-no spread: their direction is the sign of B / A - 1, and the reason says they
-were computed, not measured.
+For measured samples "the direction holds" means the two-stage (hierarchical)
+bootstrap CI of the ratio lies wholly on the asserted side of 1
+(host/stats.py); the replicate-level permutation p is reported beside it.
+For the memslot model "holds" means the median over the real layouts is on
+the asserted side; the card lists every layout.  The same rule serves the
+report and the e2e tests: ``judge_claim``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -34,14 +57,14 @@ from pathlib import Path
 from typing import Any
 
 from host import stats
-from host.jsonfile import read_json
 from host.errors import BadInput
+from host.jsonfile import read_json
 from host.paths import REPO_ROOT
 from host.record import Measurement
 
-SCHEMA = "memqual.claims/1"
+SCHEMA = "memqual.claims/2"
 DEFAULT_CLAIMS_FILE = REPO_ROOT / "claims" / "claims.json"
-# The claim ids of ../shared/ANCHORS.md: the shipped registry must hold each.
+# The claim ids of the project's anchor list: the shipped registry must hold each.
 ANCHOR_IDS = (
     "memslot-miss",
     "memslot-hit",
@@ -53,20 +76,30 @@ ANCHOR_IDS = (
     "balloon-breakdown",
 )
 
-SOURCES = ("records", "record-extra", "memslots-model", "none")
+SOURCES = ("records", "memslots-layouts", "none")
 DIRECTIONS = ("greater", "less", "at_least")
+
+MEASURED = "measured"
+SUCCESSOR = "successor"
+MODEL = "model"
+UNMEASURABLE = "not measurable"
+EVIDENCE_CLASSES = (MEASURED, SUCCESSOR, MODEL, UNMEASURABLE)
 
 REPRODUCED = "reproduced"
 DIRECTION_ONLY = "direction only"
 NOT_REPRODUCED = "not reproduced"
+UNDERPOWERED = "underpowered"
 NOT_MEASURABLE = "not measurable"
-VERDICTS = (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, NOT_MEASURABLE)
 
 # A claim's direction is judged at a looser level than `memqual compare`'s
-# regression gate: the seeds' effects are large, our repeats few (5 vs 5
-# gives an exact two-sided p of at least 2/252 = 0.008).
+# regression gate: the seeds' effects are large and a claim is one question,
+# not a family of 30.
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
+# Fewer independent replicates than this a side and the between-unit spread
+# is not estimated well enough for the CI to carry a verdict.
+MIN_REPLICATES = 3
+LAYOUT_SCENARIO = "memslots.guest_layout"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,12 +108,8 @@ class Quantity:
 
     label: str
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)  # source "records"
-    # source "record-extra": dotted paths into Measurement.extra, the first
-    # one present wins (a model may give a calibrated figure or only bounds)
-    paths: tuple[str, ...] = ()
-    layout: str = ""  # source "memslots-model"
+    structure: str = ""  # source "memslots-layouts"
     workload: str = ""
-    structure: str = ""
     field: str = ""
     published: float | None = None  # the seed's figure for this side, if any
 
@@ -103,6 +132,30 @@ class Measure:
 
 
 @dataclasses.dataclass(frozen=True)
+class Beside:
+    """Records shown on a claim's card next to the verdict's evidence
+    (today's kernel measured beside a model of the 2011 one, the seed's own
+    quantity beside the one the verdict uses).  They never decide it."""
+
+    label: str
+    scenario: str
+    metric: str
+    variant: dict[str, Any] = dataclasses.field(default_factory=dict)  # a subset to match
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """What the claim is about, and what this registry measures instead."""
+
+    kind: str  # one of EVIDENCE_CLASSES: what the evidence is when present
+    claimed: str  # the mechanism and setting the seed measured
+    instead: str  # what memqual measures or models, and on what
+    inputs: tuple[str, ...] = ()  # model: where every input comes from
+    would_measure: str = ""  # what would measure the claim itself
+    beside: tuple[Beside, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Claim:
     id: str
     title: str
@@ -111,7 +164,34 @@ class Claim:
     published: list[dict[str, Any]]
     needs: list[str]
     tag: str
+    evidence: Evidence
     measure: Measure
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutResult:
+    """The model's answer on one real guest's layout."""
+
+    config: str
+    slots: int
+    a: float
+    b: float
+
+    @property
+    def ratio(self) -> float:
+        return self.b / self.a if self.a else math.inf
+
+
+@dataclasses.dataclass(frozen=True)
+class BesideResult:
+    label: str
+    variant: dict[str, Any]
+    unit: str
+    median: float
+    low: float  # hierarchical CI of the median, or min/max with one replicate
+    high: float
+    replicates: int
+    samples: int
 
 
 @dataclasses.dataclass
@@ -121,32 +201,42 @@ class Verdict:
     claim: Claim
     verdict: str
     reason: str
-    ratio: float | None = None  # B / A (ratio of medians when measured)
+    evidence: str = UNMEASURABLE  # the class of the evidence actually used
+    ratio: float | None = None  # B / A
     ci: tuple[float, float] | None = None
     p_value: float | None = None
-    a_samples: list[float] = dataclasses.field(default_factory=list)
-    b_samples: list[float] = dataclasses.field(default_factory=list)
-    computed: bool = False  # from a model, not a measurement
+    a_replicates: list[list[float]] = dataclasses.field(default_factory=list)
+    b_replicates: list[list[float]] = dataclasses.field(default_factory=list)
+    replicates_needed: int | None = None
+    layouts: list[LayoutResult] = dataclasses.field(default_factory=list)
+    beside: list[BesideResult] = dataclasses.field(default_factory=list)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
-    def a_value(self) -> float | None:
-        return stats.median(self.a_samples) if self.a_samples else None
+    def computed(self) -> bool:
+        return self.evidence == MODEL
 
     @property
-    def b_value(self) -> float | None:
-        return stats.median(self.b_samples) if self.b_samples else None
+    def a_samples(self) -> list[float]:
+        return [s for r in self.a_replicates for s in r]
+
+    @property
+    def b_samples(self) -> list[float]:
+        return [s for r in self.b_replicates for s in r]
 
     def to_json(self) -> dict[str, Any]:
         m = self.claim.measure
+        ev = self.claim.evidence
 
-        def side(q: Quantity | None, samples: list[float]) -> dict[str, Any] | None:
+        def side(q: Quantity | None, reps: list[list[float]]) -> dict[str, Any] | None:
             if q is None:
                 return None
             out: dict[str, Any] = {"label": q.label, "unit": m.unit, "published": q.published}
-            if samples:
-                out["median"] = stats.median(samples)
-                out["summary"] = stats.summarize(samples).to_json()
+            flat = [s for r in reps for s in r]
+            if flat:
+                out["median"] = stats.median(flat)
+                out["summary"] = stats.summarize(flat).to_json()
+                out["replicates"] = len(reps)
             return out
 
         return {
@@ -154,21 +244,38 @@ class Verdict:
             "title": self.claim.title,
             "verdict": self.verdict,
             "reason": self.reason,
+            "evidence": {
+                "class": self.evidence,
+                "registered_class": ev.kind,
+                "claimed": ev.claimed,
+                "instead": ev.instead,
+                "inputs": list(ev.inputs),
+                "would_measure": ev.would_measure,
+            },
             "seed": self.claim.seed,
             "quote": self.claim.quote,
             "published": self.claim.published,
             "expected": m.expected,
             "direction": m.direction,
             "tolerance": m.tolerance,
+            "note": m.note,
+            "needs": self.claim.needs,
             "measured": _finite(self.ratio),
             "ci": [_finite(self.ci[0]), _finite(self.ci[1])] if self.ci else None,
             "p_value": self.p_value,
+            "replicates_needed": self.replicates_needed,
             "unit": "x",
             "computed": self.computed,
             "source": m.source,
-            "a": side(m.a, self.a_samples),
-            "b": side(m.b, self.b_samples),
+            "a": side(m.a, self.a_replicates),
+            "b": side(m.b, self.b_replicates),
             "samples": {"a": self.a_samples, "b": self.b_samples},
+            "replicates": {"a": self.a_replicates, "b": self.b_replicates},
+            "layouts": [
+                {"config": lr.config, "slots": lr.slots, "a": lr.a, "b": lr.b, "ratio": _finite(lr.ratio)}
+                for lr in self.layouts
+            ],
+            "beside": [dataclasses.asdict(b) for b in self.beside],
             "settings": self.settings,
         }
 
@@ -230,6 +337,7 @@ def _parse_claim(entry: Any, where: str) -> Claim:
         if not isinstance(item, dict) or "what" not in item or "unit" not in item:
             raise BadInput(f"{where}: each published figure needs 'what' and 'unit'")
     measure = _parse_measure(_require(entry, "measure", dict, where), where + " measure")
+    evidence = _parse_evidence(_require(entry, "evidence", dict, where), measure, where + " evidence")
     return Claim(
         id=cid,
         title=_require(entry, "title", str, where),
@@ -238,43 +346,72 @@ def _parse_claim(entry: Any, where: str) -> Claim:
         published=published,
         needs=[str(n) for n in entry.get("needs", [])],
         tag=str(entry.get("tag", "")),
+        evidence=evidence,
         measure=measure,
+    )
+
+
+def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evidence:
+    kind = _require(entry, "class", str, where)
+    if kind not in EVIDENCE_CLASSES:
+        raise BadInput(f"{where}: class {kind!r} is not one of {', '.join(EVIDENCE_CLASSES)}")
+    # The class must be one the source can give: a model source is a model,
+    # records are a measurement (of the mechanism or its successor), and a
+    # claim with no source is not measurable.
+    allowed = {"none": (UNMEASURABLE,), "memslots-layouts": (MODEL,), "records": (MEASURED, SUCCESSOR)}
+    if kind not in allowed[measure.source]:
+        raise BadInput(
+            f"{where}: class {kind!r} does not fit source {measure.source!r} (use {' or '.join(allowed[measure.source])})"
+        )
+    inputs = entry.get("inputs", [])
+    if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
+        raise BadInput(f"{where}: 'inputs' must be a list of sentences")
+    if kind == MODEL and not inputs:
+        raise BadInput(f"{where}: a model must say where each of its inputs comes from ('inputs')")
+    would = str(entry.get("would_measure", ""))
+    if kind == UNMEASURABLE and not would:
+        raise BadInput(f"{where}: a claim that is not measurable must say what would measure it ('would_measure')")
+    beside = []
+    for index, item in enumerate(entry.get("beside", [])):
+        w = f"{where} beside #{index}"
+        if not isinstance(item, dict):
+            raise BadInput(f"{w}: must be an object")
+        beside.append(
+            Beside(
+                label=_require(item, "label", str, w),
+                scenario=_require(item, "scenario", str, w),
+                metric=_require(item, "metric", str, w),
+                variant=dict(item.get("variant", {})),
+            )
+        )
+    return Evidence(
+        kind=kind,
+        claimed=_require(entry, "claimed", str, where),
+        instead=_require(entry, "instead", str, where),
+        inputs=tuple(inputs),
+        would_measure=would,
+        beside=tuple(beside),
     )
 
 
 def _parse_quantity(entry: Any, source: str, where: str) -> Quantity:
     if not isinstance(entry, dict):
         raise BadInput(f"{where}: must be an object")
-    label = _require(entry, "label", str, where)
     q = Quantity(
-        label=label,
+        label=_require(entry, "label", str, where),
         variant=dict(entry.get("variant", {})),
-        paths=_paths(entry.get("path"), where),
-        layout=str(entry.get("layout", "")),
-        workload=str(entry.get("workload", "")),
         structure=str(entry.get("structure", "")),
+        workload=str(entry.get("workload", "")),
         field=str(entry.get("field", "")),
         published=_number_or_none(entry, "published", where),
     )
     if source == "records" and not q.variant:
         raise BadInput(f"{where}: a 'records' side needs a 'variant' object")
-    if source == "record-extra" and not q.paths:
-        raise BadInput(f"{where}: a 'record-extra' side needs a 'path' (a string or a list of them)")
-    if source == "memslots-model":
-        for key in ("layout", "workload", "structure", "field"):
+    if source == "memslots-layouts":
+        for key in ("structure", "workload", "field"):
             if not getattr(q, key):
-                raise BadInput(f"{where}: a 'memslots-model' side needs {key!r}")
+                raise BadInput(f"{where}: a 'memslots-layouts' side needs {key!r}")
     return q
-
-
-def _paths(value: Any, where: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if isinstance(value, list) and all(isinstance(v, str) and v for v in value):
-        return tuple(value)
-    raise BadInput(f"{where}: 'path' must be a dotted path or a list of them")
 
 
 def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
@@ -295,15 +432,14 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
     expected = _number_or_none(entry, "expected", where)
     if expected is not None and expected <= 0:
         raise BadInput(f"{where}: 'expected' must be a positive ratio or null")
-    if source in ("records", "record-extra"):
+    if source == "records":
         _require(entry, "scenario", str, where)
-        if source == "records":
-            _require(entry, "metric", str, where)
+        _require(entry, "metric", str, where)
     return Measure(
         source=source,
         a=_parse_quantity(entry.get("a"), source, where + " a"),
         b=_parse_quantity(entry.get("b"), source, where + " b"),
-        scenario=str(entry.get("scenario", "")),
+        scenario=str(entry.get("scenario", LAYOUT_SCENARIO if source == "memslots-layouts" else "")),
         metric=str(entry.get("metric", "")),
         unit=str(entry.get("unit", "")),
         direction=direction,
@@ -327,8 +463,8 @@ class Skip:
     reason: str
 
 
-class _Unmeasurable(Exception):
-    """Internal: this claim cannot be evaluated from what we have."""
+class NoEvidence(Exception):
+    """This claim has no evidence in the records given (the message says why)."""
 
 
 def evaluate(
@@ -345,12 +481,12 @@ def evaluate(
     records); ``only`` the tags a run was limited to (a claim whose tag is
     not among them was not selected, and its reason says so)."""
     records = list(records)
-    model = _MemslotsModel()
     verdicts = []
     for claim in claims:
+        beside = _beside(claim, records, seed=seed)
         try:
-            verdicts.append(_evaluate_one(claim, records, model, alpha=alpha, seed=seed))
-        except _Unmeasurable as why:
+            verdict = _evaluate_one(claim, records, alpha=alpha, seed=seed)
+        except NoEvidence as why:
             reason = str(why)
             if only and claim.tag and claim.tag not in only and claim.measure.source != "none":
                 reason = f"not selected in this run (--only {' '.join(only)}; this claim's tests are tagged {claim.tag!r}): {reason}"
@@ -358,8 +494,23 @@ def evaluate(
             if related:
                 first = related[0]
                 reason += f"; {first.test} ended {first.status}: {first.reason}"
-            verdicts.append(Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason))
+            if claim.evidence.would_measure:
+                reason += f". What would measure it: {claim.evidence.would_measure}"
+            verdict = Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason, evidence=UNMEASURABLE)
+        verdict.beside = beside
+        verdicts.append(verdict)
     return verdicts
+
+
+def judge_claim(
+    claim_id: str, records: Iterable[Measurement], *, claims_file: str | Path | None = None
+) -> Verdict:
+    """The verdict of one claim on the given records: the rule the report
+    uses, for e2e tests that check their own measurement."""
+    for claim in load(claims_file):
+        if claim.id == claim_id:
+            return evaluate([claim], records)[0]
+    raise BadInput(f"no claim {claim_id!r} in the registry")
 
 
 def _related_skips(claim: Claim, skips: Sequence[Skip]) -> list[Skip]:
@@ -372,102 +523,146 @@ def _related_skips(claim: Claim, skips: Sequence[Skip]) -> list[Skip]:
     return sorted(related, key=lambda s: not (scenario_word and scenario_word in s.test.lower()))
 
 
-def _evaluate_one(
-    claim: Claim, records: list[Measurement], model: "_MemslotsModel", *, alpha: float, seed: int
-) -> Verdict:
+def _evaluate_one(claim: Claim, records: list[Measurement], *, alpha: float, seed: int) -> Verdict:
     m = claim.measure
     if m.source == "none":
-        raise _Unmeasurable(m.reason)
+        raise NoEvidence(m.reason)
+    if m.source == "memslots-layouts":
+        return _evaluate_layouts(claim, records)
+    return _evaluate_records(claim, records, alpha=alpha, seed=seed)
+
+
+def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float, seed: int) -> Verdict:
+    m = claim.measure
     assert m.a is not None and m.b is not None  # the parser guarantees both sides
-    if m.source == "records":
-        a, b, settings = _record_samples(claim, records)
-        comp = stats.compare(a, b, alpha=alpha, min_effect=0.0, seed=seed)
-        verdict, why = _judge(m, comp.ratio, (comp.ci_low, comp.ci_high), comp.p_value, alpha)
-        n = f"n={len(a)}+{len(b)}"
-        reason = (
-            f"measured {m.scenario} {m.metric}: {m.b.label} / {m.a.label} = "
-            f"{_ratio(comp.ratio)}x, 95% CI [{_ratio(comp.ci_low)}, {_ratio(comp.ci_high)}], "
-            f"p={comp.p_value:.3g}, {n}; {why}"
-        )
-        return Verdict(
-            claim=claim,
-            verdict=verdict,
-            reason=reason,
-            ratio=comp.ratio,
-            ci=(comp.ci_low, comp.ci_high),
-            p_value=comp.p_value,
-            a_samples=list(a),
-            b_samples=list(b),
-            settings=settings,
-        )
-    if m.source == "record-extra":
-        a, b, settings = _extra_values(claim, records)
-        used = settings.get("extra_paths", {})
-        what = (
-            f"computed by {m.scenario}'s model from this run's measurements, not measured directly "
-            f"(extra.{used.get('a')} and extra.{used.get('b')})"
-        )
-    else:
-        a = [model.value(m.a)]
-        b = [model.value(m.b)]
-        settings = {"layouts": sorted({m.a.layout, m.b.layout}), "workloads": sorted({m.a.workload, m.b.workload})}
-        what = "computed from the reference model (host.memslots.model), not measured"
-    if len(a) > 1 and len(b) > 1:
-        comp = stats.compare(a, b, alpha=alpha, min_effect=0.0, seed=seed)
-        ratio, ci, p = comp.ratio, (comp.ci_low, comp.ci_high), comp.p_value
-    else:
-        ratio, ci, p = stats.ratio_of_medians(a, b), None, None
-    verdict, why = _judge(m, ratio, ci, p, alpha)
-    reason = (
-        f"{what}: {m.b.label} {_fmt(stats.median(b))} {m.unit} / {m.a.label} "
-        f"{_fmt(stats.median(a))} {m.unit} = {_ratio(ratio)}x; {why}"
+    rec_a, rec_b = _record_pair(claim, records)
+    a_reps, b_reps = rec_a.replicates, rec_b.replicates
+    comp = stats.compare_replicates(a_reps, b_reps, alpha=alpha, min_effect=0.0, seed=seed)
+    ci = (comp.ci_low, comp.ci_high)
+    n_a, n_b = len(a_reps), len(b_reps)
+    head = (
+        f"{m.scenario} {m.metric}: {m.b.label} / {m.a.label} = {_ratio(comp.ratio)}x, "
+        f"95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}] (two-stage bootstrap over replicates), "
+        f"p={comp.p_value:.3g} (replicate medians), {n_a}+{n_b} independent replicates "
+        f"({len(rec_a.samples)}+{len(rec_b.samples)} samples)"
     )
-    if m.note and m.source == "memslots-model":
-        reason += f" ({m.note})"
+    verdict = Verdict(
+        claim=claim,
+        verdict=NOT_REPRODUCED,
+        reason="",
+        evidence=claim.evidence.kind,
+        ratio=comp.ratio,
+        ci=ci,
+        p_value=comp.p_value,
+        a_replicates=[list(r) for r in a_reps],
+        b_replicates=[list(r) for r in b_reps],
+        settings=dict(rec_a.settings),
+    )
+    if min(n_a, n_b) < MIN_REPLICATES:
+        verdict.verdict = UNDERPOWERED
+        verdict.replicates_needed = MIN_REPLICATES
+        verdict.reason = (
+            f"{head}; underpowered: a verdict needs at least {MIN_REPLICATES} independent replicates a side "
+            "(fresh guests or rounds; samples inside one guest are nested in it)"
+        )
+        return verdict
+    verdict.verdict, why = judge(m, comp.ratio, ci)
+    verdict.reason = f"{head}; {why}"
+    if comp.underpowered:
+        verdict.reason += f" (the permutation test alone could not reach p < {alpha:g} with {n_a}+{n_b} replicates)"
+    return verdict
+
+
+def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
+    m = claim.measure
+    assert m.a is not None and m.b is not None
+    results = layout_results(m.a, m.b, [r for r in records if r.scenario == m.scenario])
+    if not results:
+        raise NoEvidence(
+            f"no memslot layouts read from real guests in this run (records of {m.scenario})"
+            + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
+        )
+    ratios = [lr.ratio for lr in results]
+    ratio = stats.median(ratios)
+    verdict, why = judge(m, ratio, None)
+    holds = sum(1 for r in ratios if _on_side(m, r))
+    detail = ", ".join(f"{lr.config} ({lr.slots} slots) {_fmt(lr.b)}/{_fmt(lr.a)}" for lr in results)
+    reason = (
+        f"model of the 2011 structures on {len(results)} layouts read from real guests in this run: "
+        f"{m.b.label} / {m.a.label} median {_ratio(ratio)}x (range {_ratio(min(ratios))}-{_ratio(max(ratios))}; "
+        f"the direction holds on {holds} of {len(results)}): {detail} {m.unit}; {why}"
+    )
     return Verdict(
         claim=claim,
         verdict=verdict,
         reason=reason,
+        evidence=MODEL,
         ratio=ratio,
-        ci=ci,
-        p_value=p,
-        a_samples=list(a),
-        b_samples=list(b),
-        computed=True,
-        settings=settings,
+        ci=(min(ratios), max(ratios)) if len(ratios) > 1 else None,
+        a_replicates=[[lr.a] for lr in results],
+        b_replicates=[[lr.b] for lr in results],
+        layouts=results,
+        settings={"layouts": [lr.config for lr in results]},
     )
 
 
-def _judge(
-    m: Measure, ratio: float, ci: tuple[float, float] | None, p: float | None, alpha: float
-) -> tuple[str, str]:
-    """The verdict from B / A, its CI and p (CI and p are None for computed
-    figures, which have no spread)."""
+def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement]) -> list[LayoutResult]:
+    """The memslot model on every layout record (a real guest's memslots in
+    ``extra["layout"]``), one result per configuration."""
+    from host.memslots import layout as layout_mod
+    from host.memslots import model
+
+    out: dict[str, LayoutResult] = {}
+    for rec in records:
+        data = rec.extra.get("layout")
+        if data is None:
+            continue
+        config = str(rec.variant.get("config") or rec.metric)
+        if config in out:
+            continue  # a later round of the same configuration: the layout is the same
+        layout = layout_mod.from_json(data, name=config, source=f"{rec.scenario} record {config}")
+        values = []
+        for q in (a, b):
+            table = _plain(model.model_table(layout, q.workload))
+            entry = _plain((table.get("structures") or {}).get(q.structure))
+            value = entry.get(q.field) if isinstance(entry, dict) else None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise NoEvidence(f"the memslot model gives no {q.structure}.{q.field} for {q.workload} on {config}")
+            values.append(float(value))
+        out[config] = LayoutResult(config=config, slots=len(layout), a=values[0], b=values[1])
+    return sorted(out.values(), key=lambda lr: lr.config)
+
+
+def _on_side(m: Measure, ratio: float) -> bool:
+    if m.direction == "greater":
+        return ratio > 1.0
+    if m.direction == "less":
+        return ratio < 1.0
+    return ratio >= 1.0 - m.tolerance
+
+
+def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str, str]:
+    """The verdict from B / A and its CI (None for a model's figure, which
+    has no sampling spread)."""
     if not math.isfinite(ratio):
         return NOT_REPRODUCED, "the ratio is undefined (A is zero)"
     tol = m.tolerance
-    measured = ci is not None and p is not None
     if m.direction == "at_least":
         floor = 1.0 - tol
-        worse = ratio < floor and (not measured or (ci[1] < floor and p < alpha))  # type: ignore[index]
-        if worse:
-            return NOT_REPRODUCED, f"B is worse than A beyond the {tol:.0%} slack of 'as good as'"
+        if ci is not None and ci[1] < floor:
+            return NOT_REPRODUCED, f"B is worse than A beyond the {tol:.0%} slack of 'as good as' (CI wholly below {floor:.3g})"
         if ratio < floor:
-            return NOT_REPRODUCED, f"below the {tol:.0%} slack of 'as good as', though not significantly"
+            return NOT_REPRODUCED, f"below the {tol:.0%} slack of 'as good as'"
         holds_why = f"B / A >= {floor:.3g}: as good as or better, as asserted"
     else:
         want_up = m.direction == "greater"
         side = "above" if want_up else "below"
-        if measured:
-            on_side = ci[0] > 1.0 if want_up else ci[1] < 1.0  # type: ignore[index]
-            if not (on_side and p < alpha):  # type: ignore[operator]
+        if ci is not None:
+            if not (ci[0] > 1.0 if want_up else ci[1] < 1.0):
                 pointing = (ratio > 1.0) == want_up and ratio != 1.0
                 detail = "points the asserted way" if pointing else "points the other way"
-                return NOT_REPRODUCED, (
-                    f"the CI is not wholly {side} 1 with p < {alpha:g}: the effect {detail} "
-                    "but is not established"
-                )
-        elif not ((ratio > 1.0) if want_up else (ratio < 1.0)):
+                return NOT_REPRODUCED, f"the CI is not wholly {side} 1: the effect {detail} but is not established"
+        elif not _on_side(m, ratio):
             return NOT_REPRODUCED, f"B / A is not {side} 1: the asserted direction does not hold"
         if abs(ratio - 1.0) < m.min_effect:
             # A real but negligible effect does not carry a claim of a speed-up.
@@ -487,144 +682,81 @@ def _judge(
     )
 
 
-def _record_matches(rec: Measurement, claim: Claim, variant: dict[str, Any]) -> bool:
-    m = claim.measure
+def _matches(rec: Measurement, scenario: str, metric: str, variant: dict[str, Any]) -> bool:
     return (
-        rec.scenario == m.scenario
-        and rec.metric == m.metric
-        and rec.claim in (None, claim.id)
+        rec.scenario == scenario
+        and rec.metric == metric
         and all(rec.variant.get(k) == v for k, v in variant.items())
     )
 
 
-def _record_samples(claim: Claim, records: list[Measurement]) -> tuple[list[float], list[float], dict[str, Any]]:
-    """A's and B's samples: records of the scenario and metric whose variant
-    holds each side's key-values, paired by settings (an A/B pair shares
-    them).  Records tagged with this claim id come before untagged ones."""
+def _record_pair(claim: Claim, records: list[Measurement]) -> tuple[Measurement, Measurement]:
+    """A's and B's records: of the scenario and metric, whose variant holds
+    each side's key-values, paired by settings (an A/B pair shares them).
+    Records tagged with this claim id come before untagged ones, and records
+    tagged with another claim are not used."""
     m = claim.measure
     assert m.a is not None and m.b is not None
-    ranked = sorted(records, key=lambda r: r.claim != claim.id)
+    usable = [r for r in records if r.claim in (None, claim.id)]
+    ranked = sorted(usable, key=lambda r: r.claim != claim.id)
     pairs: dict[str, list[Measurement | None]] = {}
     for rec in ranked:
         settings_key = json.dumps(rec.settings, sort_keys=True)
         for index, side in enumerate((m.a, m.b)):
-            if _record_matches(rec, claim, side.variant):
+            if _matches(rec, m.scenario, m.metric, side.variant):
                 slot = pairs.setdefault(settings_key, [None, None])
                 if slot[index] is None:
                     slot[index] = rec
-    complete = [(k, v) for k, v in pairs.items() if v[0] is not None and v[1] is not None]
+    complete = [(v[0], v[1]) for v in pairs.values() if v[0] is not None and v[1] is not None and v[0].samples and v[1].samples]
     if not complete:
         missing = [s.label for s, i in ((m.a, 0), (m.b, 1)) if not any(v[i] for v in pairs.values())]
-        raise _Unmeasurable(
+        raise NoEvidence(
             f"no records of {m.scenario} {m.metric} for {' and '.join(missing) or 'a matched pair'} in this run"
             + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
         )
-    # The pair with the most repeats is the most informative one.
-    _, (rec_a, rec_b) = max(complete, key=lambda kv: min(len(kv[1][0].samples), len(kv[1][1].samples)))  # type: ignore[union-attr]
-    assert rec_a is not None and rec_b is not None
-    if not rec_a.samples or not rec_b.samples:
-        raise _Unmeasurable(f"records of {m.scenario} {m.metric} hold no samples")
-    return rec_a.samples, rec_b.samples, rec_a.settings
+    # The pair with the most independent replicates is the most informative.
+    return max(complete, key=lambda pair: (min(pair[0].n_replicates, pair[1].n_replicates), len(pair[0].samples)))
 
 
-def _dig(data: Any, path: str) -> Any:
-    for part in path.split("."):
-        if not isinstance(data, dict) or part not in data:
-            return None
-        data = data[part]
-    return data
-
-
-def _as_samples(value: Any) -> list[float] | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)) and math.isfinite(value):
-        return [float(value)]
-    if isinstance(value, list) and value and all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value
-    ):
-        return [float(v) for v in value]
-    return None
-
-
-def _extra_values(claim: Claim, records: list[Measurement]) -> tuple[list[float], list[float], dict[str, Any]]:
-    m = claim.measure
-    assert m.a is not None and m.b is not None
-    # Any record of the scenario may carry its model's output (one model
-    # serves several claims); records tagged with this claim come first.
-    candidates = [
-        r
-        for r in sorted(records, key=lambda r: r.claim != claim.id)
-        if r.scenario == m.scenario and (not m.metric or r.metric == m.metric)
-    ]
-    if not candidates:
-        raise _Unmeasurable(
-            f"no records of {m.scenario}{' ' + m.metric if m.metric else ''} in this run"
-            + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
-        )
-    for rec in candidates:
-        a = _first_present(rec.extra, m.a.paths)
-        b = _first_present(rec.extra, m.b.paths)
-        if a and b:
-            settings = dict(rec.settings)
-            settings["extra_paths"] = {"a": a[0], "b": b[0]}
-            return a[1], b[1], settings
-    raise _Unmeasurable(
-        f"records of {m.scenario} carry no numbers at extra.{' | '.join(m.a.paths)} and "
-        f"extra.{' | '.join(m.b.paths)} (the scenario's model output has another shape: "
-        "update claims/claims.json)"
-    )
-
-
-def _first_present(extra: dict[str, Any], paths: Sequence[str]) -> tuple[str, list[float]] | None:
-    for path in paths:
-        samples = _as_samples(_dig(extra, path))
-        if samples:
-            return path, samples
-    return None
-
-
-class _MemslotsModel:
-    """Lazy access to host.memslots.model (issue 5): absent or of another
-    shape -> the memslot claims are not measurable, with the reason."""
-
-    def __init__(self) -> None:
-        self._tables: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def value(self, q: Quantity) -> float:
-        table = self._table(q.layout, q.workload)
-        structures = table.get("structures")
-        if not isinstance(structures, dict) or q.structure not in structures:
-            raise _Unmeasurable(
-                f"the memslot model's table for {q.layout}/{q.workload} has no structure {q.structure!r}"
+def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[BesideResult]:
+    out = []
+    for want in claim.evidence.beside:
+        for rec in records:
+            if not rec.samples or not _matches(rec, want.scenario, want.metric, want.variant):
+                continue
+            if rec.n_replicates >= 2:
+                low, high = _median_ci(rec.replicates, seed=seed)
+            else:
+                low, high = min(rec.samples), max(rec.samples)
+            out.append(
+                BesideResult(
+                    label=want.label,
+                    variant=dict(rec.variant),
+                    unit=rec.unit,
+                    median=stats.median(rec.samples),
+                    low=low,
+                    high=high,
+                    replicates=rec.n_replicates,
+                    samples=len(rec.samples),
+                )
             )
-        entry = structures[q.structure]
-        entry = _plain(entry)
-        value = entry.get(q.field) if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _Unmeasurable(f"the memslot model gives no number {q.structure}.{q.field} for {q.layout}/{q.workload}")
-        return float(value)
+    return out
 
-    def _table(self, layout_name: str, workload: str) -> dict[str, Any]:
-        key = (layout_name, workload)
-        if key in self._tables:
-            return self._tables[key]
-        try:
-            model = importlib.import_module("host.memslots.model")
-            layout_mod = importlib.import_module("host.memslots.layout")
-        except ImportError as exc:
-            raise _Unmeasurable(f"the memslot reference model is not available here ({exc})") from exc
-        try:
-            layout = layout_mod.load_layout(layout_name)
-            table = _plain(model.model_table(layout, workload))
-        except BadInput as exc:
-            raise _Unmeasurable(f"the memslot model refused {layout_name}/{workload}: {exc}") from exc
-        except (AttributeError, TypeError, ValueError, KeyError) as exc:
-            raise _Unmeasurable(f"the memslot model could not compute {layout_name}/{workload}: {exc!r}") from exc
-        if not isinstance(table, dict):
-            raise _Unmeasurable(f"the memslot model's table for {layout_name}/{workload} is not a mapping")
-        self._tables[key] = table
-        return table
+
+def _median_ci(replicates: Sequence[Sequence[float]], *, seed: int, n_resamples: int = 4000) -> tuple[float, float]:
+    """95% two-stage bootstrap interval of the pooled median: replicates
+    resampled, then samples inside each chosen replicate."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    groups = [np.asarray(r, dtype=float) for r in replicates if len(r)]
+    medians = np.empty(n_resamples)
+    for i in range(n_resamples):
+        chosen = rng.integers(0, len(groups), len(groups))
+        pooled = np.concatenate([rng.choice(groups[j], size=groups[j].size) for j in chosen])
+        medians[i] = np.median(pooled)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def _plain(obj: Any) -> Any:
@@ -645,11 +777,14 @@ def _fmt(x: float | None) -> str:
     return f"{x:.4g}"
 
 
-def _ratio(x: float | None) -> str:
+def format_ratio(x: float | None) -> str:
     """Ratios with 3 decimals below 10 (1.003x, not 1x)."""
     if x is None or not math.isfinite(x):
         return "n/a"
     return f"{x:.3f}" if abs(x) < 10 else f"{x:.2f}" if abs(x) < 100 else f"{x:,.0f}"
+
+
+_ratio = format_ratio
 
 
 def _finite(x: float | None) -> float | None:

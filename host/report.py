@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from host import stats
-from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, Verdict
+from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, Verdict, format_ratio
 from host.jsonfile import read_json
 from host.errors import BadInput
 from host.record import Measurement
@@ -73,9 +73,16 @@ VERDICT_COLOURS = {
     REPRODUCED: "#1a7f37",
     DIRECTION_ONLY: "#b7791f",
     NOT_REPRODUCED: "#c62828",
+    UNDERPOWERED: "#7c3aed",
     NOT_MEASURABLE: "#6b7280",
 }
-_RICH_STYLES = {REPRODUCED: "bold green", DIRECTION_ONLY: "bold yellow", NOT_REPRODUCED: "bold red", NOT_MEASURABLE: "dim"}
+_RICH_STYLES = {
+    REPRODUCED: "bold green",
+    DIRECTION_ONLY: "bold yellow",
+    NOT_REPRODUCED: "bold red",
+    UNDERPOWERED: "bold magenta",
+    NOT_MEASURABLE: "dim",
+}
 
 
 def memqual_version() -> str:
@@ -333,16 +340,28 @@ def _short_settings(settings_json: str) -> str:
 
 
 def _measured_text(c: dict[str, Any]) -> str:
-    from host.claims import _ratio
-
     if c.get("measured") is None:
         return "-"
-    text = f"{_ratio(c['measured'])}x"
+    text = f"{format_ratio(c['measured'])}x"
     if c.get("ci") and c["ci"][0] is not None and c["ci"][0] != c["ci"][1]:
-        text += f" [{_ratio(c['ci'][0])}, {_ratio(c['ci'][1])}]"
-    if c.get("computed"):
-        text += " (model)"
+        # A model's spread is the range over real layouts, not a CI.
+        lo, hi = format_ratio(c["ci"][0]), format_ratio(c["ci"][1])
+        text += f" (layouts {lo}-{hi})" if c.get("computed") else f" [{lo}, {hi}]"
     return text
+
+
+def evidence_class(c: dict[str, Any]) -> str:
+    return str((c.get("evidence") or {}).get("class") or NOT_MEASURABLE)
+
+
+def evidence_line(c: dict[str, Any]) -> str:
+    """The first line of a claim's card: the class of its evidence and what
+    it is."""
+    ev = c.get("evidence") or {}
+    kind = evidence_class(c)
+    if kind == NOT_MEASURABLE:
+        return f"Evidence: not measurable. Would measure it: {ev.get('would_measure') or c.get('reason', '')}"
+    return f"Evidence: {kind}. {ev.get('instead', '')}"
 
 
 def _published_text(c: dict[str, Any]) -> str:
@@ -375,12 +394,14 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
         console.print(table)
     table = Table(title="Claims", title_justify="left")
     table.add_column("claim", no_wrap=True)
+    table.add_column("evidence", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     table.add_column("measured B/A [95% CI]", justify="right", overflow="fold")
     table.add_column("published", justify="right")
     for c in results["claims"]:
         table.add_row(
             c["id"],
+            evidence_class(c),
             f"[{_RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]",
             escape(_measured_text(c)),
             escape(_published_text(c)),
@@ -389,7 +410,11 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
     # The reasons are sentences: print them below the table, not squeezed
     # into a column.
     for c in results["claims"]:
-        console.print(f"[bold]{c['id']}[/]: {escape(c['reason'])}", highlight=False, soft_wrap=not console.is_terminal)
+        console.print(
+            f"[bold]{c['id']}[/] ({evidence_class(c)}): {escape(c['reason'])}",
+            highlight=False,
+            soft_wrap=not console.is_terminal,
+        )
 
 
 # ------------------------------------------------------------------ plots
@@ -442,7 +467,7 @@ def claim_plot(c: dict[str, Any]) -> str | None:
     ax1.set_xticks([0, 1], [(c.get("a") or {}).get("label", "A"), (c.get("b") or {}).get("label", "B")])
     unit = (c.get("a") or {}).get("unit", "")
     ax1.set_ylabel(unit)
-    ax1.set_title("A and B" + (" (computed by a model)" if c.get("computed") else " (every repeat, bar = median)"), fontsize=9)
+    ax1.set_title("A and B" + (" (a model: one point per real layout)" if c.get("computed") else " (every repeat, bar = median)"), fontsize=9)
     ax1.set_ylim(bottom=0)
 
     ratio = c["measured"]
@@ -518,6 +543,8 @@ h3{font-size:16px;margin:0 0 4px}
  box-shadow:0 1px 2px rgba(0,0,0,.04)}
 .card header{display:flex;justify-content:space-between;align-items:flex-start;gap:12px}
 .cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
+.evidence{margin:6px 0;color:#111827}
+table.sidebyside td{vertical-align:top;width:50%}
 blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;background:#f9fafb}
 .reason{margin:8px 0;padding:8px 12px;border-radius:6px;background:#f9fafb;font-size:14px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
@@ -579,17 +606,21 @@ def render_html(results: dict[str, Any]) -> str:
         _environment_line(results.get("environment") or {}),
         "<div class='badges'>",
     ]
-    for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, NOT_MEASURABLE):
+    for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE):
         parts.append(
             f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>{_esc(verdict)}</div>"
         )
     parts.append("</div>")
 
     # The verdict at a glance.
-    parts.append("<table class='summary'><tr><th>claim</th><th>verdict</th><th>measured B/A [95% CI]</th><th>published</th></tr>")
+    parts.append(
+        "<table class='summary'><tr><th>claim</th><th>evidence</th><th>verdict</th>"
+        "<th>evidence B/A [95% CI]</th><th>published</th></tr>"
+    )
     for c in claims:
         parts.append(
-            f"<tr><td><a href='#{_esc(c['id'])}'>{_esc(c['id'])}</a></td><td>{_badge(c['verdict'])}</td>"
+            f"<tr><td><a href='#{_esc(c['id'])}'>{_esc(c['id'])}</a></td><td>{_esc(evidence_class(c))}</td>"
+            f"<td>{_badge(c['verdict'])}</td>"
             f"<td class='num'>{_esc(_measured_text(c))}</td><td class='num'>{_esc(_published_text(c))}</td></tr>"
         )
     parts.append("</table>")
@@ -598,9 +629,13 @@ def render_html(results: dict[str, Any]) -> str:
     for c in claims:
         parts.append(f"<section class='card' id='{_esc(c['id'])}'><header><div><h3>{_esc(c.get('title', c['id']))}</h3>")
         parts.append(f"<div class='cid'>{_esc(c['id'])} · seed {_esc(c.get('seed', ''))}</div></div>{_badge(c['verdict'])}</header>")
+        parts.append(f"<p class='evidence'><b>{_esc(evidence_line(c))}</b></p>")
+        parts.append(_claim_against_evidence(c))
         if c.get("quote"):
             parts.append(f"<blockquote>{_esc(c['quote'])}</blockquote>")
         parts.append(f"<div class='reason'><b>Why:</b> {_esc(c['reason'])}</div>")
+        parts.append(_layouts_table(c))
+        parts.append(_beside_table(c))
         published = c.get("published") or []
         if published:
             parts.append("<table><tr><th>published figure</th><th>value</th></tr>")
@@ -682,14 +717,71 @@ def render_html(results: dict[str, Any]) -> str:
             )
         parts.append("</table>")
     parts.append(
-        "<p class='small'>Ratios are medians of B over A; intervals are seeded percentile bootstraps (95%); "
-        "p-values come from an exact or 9999-resample permutation test of the difference of means. "
-        "Verdicts: reproduced = direction holds and the magnitude is within tolerance of the published figure; "
-        "direction only = the direction holds, the magnitude does not; not reproduced = the direction is not "
-        "established; not measurable = nothing here measures it (the reason says why).</p>"
+        "<p class='small'>Evidence: measured = the claimed mechanism measured here on a real system; successor = "
+        "the mechanism upstream adopted instead, measured in place of one no kernel has; model = a model of code "
+        "that runs nowhere today, with the source of every input; not measurable = no evidence here, with what "
+        "would measure it. Measured ratios are medians of B over A with 95% two-stage bootstrap intervals over "
+        "independent replicates (fresh guests or rounds); p-values come from a permutation test of the replicate "
+        "medians. A model's figure has no sampling spread: it is given as the median and range over the real "
+        "layouts it ran on. Verdicts: reproduced = direction holds and the magnitude is within tolerance of the "
+        "published figure; direction only = the direction holds, the magnitude does not; not reproduced = the "
+        "direction is not established; underpowered = measured on too few independent replicates to decide; "
+        "not measurable = no evidence in this run (the reason says why).</p>"
     )
     parts.append("</main></body></html>")
     return "".join(parts)
+
+
+def _claim_against_evidence(c: dict[str, Any]) -> str:
+    """What the claim said and what was measured instead, side by side."""
+    ev = c.get("evidence") or {}
+    inputs = "".join(f"<li>{_esc(i)}</li>" for i in ev.get("inputs") or [])
+    right = _esc(ev.get("instead", ""))
+    if inputs:
+        right += f"<ul class='small'>{inputs}</ul>"
+    if ev.get("would_measure") and evidence_class(c) == NOT_MEASURABLE:
+        right += f"<div class='small'><b>What would measure it:</b> {_esc(ev['would_measure'])}</div>"
+    return (
+        "<table class='sidebyside'><tr><th>the claim measured</th><th>this run's evidence</th></tr>"
+        f"<tr><td>{_esc(ev.get('claimed', ''))}</td><td>{right}</td></tr></table>"
+    )
+
+
+def _layouts_table(c: dict[str, Any]) -> str:
+    rows = c.get("layouts") or []
+    if not rows:
+        return ""
+    a_label = (c.get("a") or {}).get("label", "A")
+    b_label = (c.get("b") or {}).get("label", "B")
+    out = [
+        f"<table><tr><th>real guest layout</th><th>slots</th><th>{_esc(a_label)}</th>"
+        f"<th>{_esc(b_label)}</th><th>B / A</th></tr>"
+    ]
+    for r in rows:
+        out.append(
+            f"<tr><td>{_esc(r['config'])}</td><td class='num'>{r['slots']}</td><td class='num'>{_num(r['a'])}</td>"
+            f"<td class='num'>{_num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td></tr>"
+        )
+    out.append("</table>")
+    return "".join(out)
+
+
+def _beside_table(c: dict[str, Any]) -> str:
+    rows = c.get("beside") or []
+    if not rows:
+        return ""
+    out = [
+        "<div class='small'>Shown beside the evidence (does not decide the verdict):</div>"
+        "<table><tr><th>what</th><th>variant</th><th>median</th><th>95% CI (or range)</th><th>replicates</th></tr>"
+    ]
+    for r in rows:
+        out.append(
+            f"<tr><td>{_esc(r['label'])}</td><td>{_esc(variant_label(r.get('variant') or {}))}</td>"
+            f"<td class='num'>{_num(r['median'])} {_esc(r['unit'])}</td>"
+            f"<td class='num'>{_num(r['low'])}-{_num(r['high'])}</td><td class='num'>{r['replicates']}</td></tr>"
+        )
+    out.append("</table>")
+    return "".join(out)
 
 
 def write_html(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -25,8 +25,10 @@ def avocado_counts(results_dir: Path) -> tuple[int, int, int]:
     if not files:
         return 0, 1, 0
     data = json.loads(files[-1].read_text())
-    failed = data.get("errors", 0) + data.get("failures", 0) + data.get("interrupt", 0)
-    return data.get("pass", 0) + data.get("warn", 0), failed, data.get("skip", 0) + data.get("cancel", 0)
+    # WARN is not PASS: Avocado gives it to a test that passed its asserts
+    # but logged a warning the test itself marked as a problem.
+    failed = data.get("errors", 0) + data.get("failures", 0) + data.get("interrupt", 0) + data.get("warn", 0)
+    return data.get("pass", 0), failed, data.get("skip", 0) + data.get("cancel", 0)
 
 
 def main(argv: list[str]) -> int:

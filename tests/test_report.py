@@ -19,7 +19,8 @@ def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_ns_per_pag
     base = dict(scenario="ksm.volatile_scan", metric=metric, unit=unit, better="lower", claim="ksm-volatile-4k",
                 settings={"pages_to_scan": 4000})
     base.update(kw)
-    return Measurement(variant=variant, samples=samples, **base)
+    # Every sample from its own fresh guest: independent replicates.
+    return Measurement(variant=variant, samples=samples, replicates=[[x] for x in samples], **base)
 
 
 def _records() -> list[Measurement]:
@@ -98,7 +99,7 @@ def test_terminal_tables_name_every_claim_and_its_verdict(results):
     for c in results["claims"]:
         assert c["id"] in out
     assert "mean (stdev)" in out
-    assert re.search(r"ksm-volatile-4k\s+│\s+reproduced\s+│\s+8(\.0+)?x \[", out)
+    assert re.search(r"ksm-volatile-4k\s+│\s+successor\s+│\s+reproduced\s+│\s+8(\.0+)?x \[", out)
 
 
 def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path):
@@ -115,6 +116,9 @@ def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path
     for c in results["claims"]:
         assert f"id='{c['id']}'" in html
     assert "not measurable" in html and "reproduced" in html
+    # Each card starts with its evidence class and what was measured.
+    assert "Evidence: successor. smart scan (Linux 6.7" in html
+    assert "Evidence: not measurable. Would measure it:" in html
     assert "pages_to_scan=4000" in html
 
 

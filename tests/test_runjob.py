@@ -49,6 +49,8 @@ FAKE_AVOCADO = textwrap.dedent(
             rec = dict(rec)
             scale = rec.pop("scale_" + label, 1.0) * rec.pop("round_scale", {{}}).get(str(round_no), 1.0)
             rec["samples"] = [s * scale for s in rec["samples"]]
+            # each sample from its own fresh guest: independent replicates
+            rec["replicates"] = [[s] for s in rec["samples"]]
             name = "memqual-%s-%s-%s.json" % (rec["scenario"], rec["metric"], json.dumps(rec.get("variant", {{}}), sort_keys=True).replace(" ", ""))
             with open(os.path.join(logdir, "data", name.replace("/", "_")), "w") as fh:
                 json.dump(rec, fh)
