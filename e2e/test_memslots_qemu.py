@@ -95,7 +95,7 @@ class MemslotsQemu(GuestTest):
         table = replay.table
         self.assertEqual(table.lookups, len(probe.frames))
         self.assertEqual(table.hit_fraction, 1.0, "a frame the guest used is in no slot QEMU built")
-        self.assertEqual(set(table.structures), {"linear", "reorder", "wbtree", "binsearch", "binsearch-lru", "rbtree"})
+        self.assertEqual(set(table.structures), {"linear", "reorder", "tree2011", "hbtree", "binsearch", "binsearch-lru", "rbtree"})
         for name, stats in table.structures.items():
             self.log.info("trace %s: mean %.2f max %d nodes", name, stats.mean_nodes, stats.max_nodes)
             if stats.bound_nodes is not None:

@@ -20,9 +20,10 @@ def test_model_table_shows_the_published_figures(capsys):
     rc, out, err = run(capsys, "model", "--layout", "seed-32", "--workload", "miss", "--lookups", "2000")
     assert rc == 0, err
     rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
-    assert set(rows) >= {"linear", "reorder", "wbtree", "binsearch", "binsearch-lru", "rbtree"}
+    assert set(rows) >= {"linear", "reorder", "tree2011", "hbtree", "binsearch", "binsearch-lru", "rbtree"}
     assert "32.00" in rows["linear"] and rows["linear"].rstrip("│ ").endswith("32")
-    assert rows["wbtree"].rstrip("│ ").endswith("6-7")
+    assert rows["tree2011"].rstrip("│ ").endswith("6-7")  # the seed's figure, beside the 2011 tree's count
+    assert rows["hbtree"].rstrip("│ ").endswith(" 7")  # memqual's own tree: no published figure, just its bound
     assert "seed 000" in out and "for reference only" not in out
 
 
@@ -53,9 +54,9 @@ def test_lookup_lines(capsys):
     rc, out, _ = run(capsys, "lookup", "--layout", "seed-3", "0x100000", "3670016")
     assert rc == 0
     lines = out.splitlines()
-    assert len(lines) == 12  # 2 gfns x 6 structures
+    assert len(lines) == 14  # 2 gfns x 7 structures
     assert lines[0].split() == ["gfn", "0x100000", "linear", "slot", "2", "nodes", "3"]
-    hole = [line.split() for line in lines[6:]]  # 3670016 = 0x380000: above the last slot
+    hole = [line.split() for line in lines[7:]]  # 3670016 = 0x380000: above the last slot
     assert all(words[1] == "0x380000" and words[3] == "miss" for words in hole)
     assert [words[-1] for words in hole if words[2] == "linear"] == ["3"]
 

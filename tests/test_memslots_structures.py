@@ -13,17 +13,18 @@ from host.errors import BadInput
 from host.memslots.layout import Layout, Slot, load_layout
 from host.memslots.structures import (
     STRUCTURES,
+    HeightBudgetedTree,
     RedBlackTree,
-    WeightBalancedTree,
+    Tree2011,
     balanced_bound,
     build,
     build_all,
 )
 
-# The structures the issue calls balanced: a miss stays within
-# ceil(log2(n + 1)) + 1 nodes.  rbtree is balanced too, but a red-black tree
-# only guarantees 2 log2(n + 1) (tested separately below).
-NEAR_PERFECT = ("wbtree", "binsearch", "binsearch-lru")
+# The structures that keep a miss within ceil(log2(n + 1)) + 1 nodes.
+# rbtree is balanced too, but a red-black tree only guarantees 2 log2(n + 1)
+# (tested separately below); tree2011 has no bound below n.
+NEAR_PERFECT = ("hbtree", "binsearch", "binsearch-lru")
 
 # Enough examples to find the bugs we planted while writing this (a skipped
 # rebalance, a wrong delete fixup, an off-by-one bound) in a few seconds.
@@ -133,16 +134,17 @@ def test_layouts_built_in_registration_order(universe, extra):
     layout = Layout(tuple(universe))
     indexes = build_all(layout)
     check_all(indexes, {s.id: s for s in universe}, probe_frames(universe, extra))
-    stepwise = WeightBalancedTree()
-    for slot in universe:
-        stepwise.insert(slot)
-    assert tree_shape(stepwise) == tree_shape(indexes["wbtree"])  # bulk build == one by one
+    for cls in (HeightBudgetedTree, Tree2011):
+        stepwise = cls()
+        for slot in universe:
+            stepwise.insert(slot)
+        assert tree_shape(stepwise) == tree_shape(indexes[cls.name]), cls.name  # bulk build == one by one
 
 
 @QUICK_SETTINGS
 @given(universe=slot_universe(max_slots=40))
-def test_wbtree_height_within_budget_and_heaviest_at_root(universe):
-    tree = build("wbtree", Layout(tuple(universe)))
+def test_hbtree_height_within_budget_and_heaviest_at_root(universe):
+    tree = build("hbtree", Layout(tuple(universe)))
     n = len(universe)
     assert tree.height() <= math.ceil(math.log2(n + 1)) + 1
     if universe:
@@ -158,14 +160,14 @@ def test_rbtree_height_within_red_black_bound(universe):
     assert tree.height() <= 2 * math.log2(n + 1)
 
 
-def test_wbtree_is_canonical_whatever_the_history():
+def test_hbtree_is_canonical_whatever_the_history():
     """W1-W3 fix the tree from the slot set alone: any insertion order and a
     detour through deletions give the same shape."""
     layout = load_layout("seed-32")
 
-    forward = build("wbtree", layout)
-    backward = build("wbtree", Layout(tuple(reversed(layout.slots))))
-    detour = build("wbtree", layout)
+    forward = build("hbtree", layout)
+    backward = build("hbtree", Layout(tuple(reversed(layout.slots))))
+    detour = build("hbtree", layout)
     for slot in layout.slots[3:20]:
         detour.delete(slot.id)
     for slot in layout.slots[3:20]:
@@ -173,11 +175,11 @@ def test_wbtree_is_canonical_whatever_the_history():
     assert tree_shape(forward) == tree_shape(backward) == tree_shape(detour)
 
 
-def test_wbtree_rebalancing_is_partial():
+def test_hbtree_rebalancing_is_partial():
     """Adding a small slot to a tree of 30 keeps most nodes: only the
     subtrees whose root changes are rebuilt."""
     layout = load_layout("seed-32")
-    tree = WeightBalancedTree()
+    tree = HeightBudgetedTree()
     for slot in layout.slots[:30]:
         tree.insert(slot)
     before = tree.rebuilt_nodes
@@ -186,15 +188,19 @@ def test_wbtree_rebalancing_is_partial():
     assert 1 <= tree.rebuilt_nodes - before < 15
 
 
-def test_wbtree_avoids_the_2011_path():
-    """Slots that grow with their gfn: heaviest-on-top alone (the 2011
-    wbtree) makes a path of n nodes; the height budget keeps it short."""
+def test_hbtree_avoids_the_2011_path():
+    """Slots that grow with their gfn: heaviest-on-top alone (tree2011, the
+    2011 tree) makes a path of n nodes; the height budget keeps it short."""
     slots = [Slot(i, (1 << i) - 1, 1 << i) for i in range(20)]
-    tree = build("wbtree", Layout(tuple(slots)))
+    tree = build("hbtree", Layout(tuple(slots)))
     tree.check()
     assert tree._root.id == 19
     assert tree.height() == balanced_bound(20) + 1 == 6
     assert tree.lookup(slots[-1].end_gfn + 5) == (None, 1)  # above everything: right of the root
+    old = build("tree2011", Layout(tuple(slots)))
+    old.check()
+    assert old.height() == 20  # a path: each slot is the left child of the next larger one
+    assert old.lookup(0)[1] == 20  # the smallest slot is at the bottom
 
 
 def test_seed_32_counts():
@@ -203,7 +209,9 @@ def test_seed_32_counts():
     hole = 0xA0  # 640 KiB: the VGA window, no slot
     assert indexes["linear"].lookup(hole) == (None, 32)
     assert indexes["reorder"].lookup(hole) == (None, 32)
-    assert indexes["wbtree"].height() == 7
+    assert indexes["hbtree"].height() == 7
+    # The 2011 tree has no height budget: on this layout it is deeper.
+    assert indexes["tree2011"].height() > indexes["hbtree"].height()
     assert indexes["binsearch"].lookup(hole)[1] <= 6
     # A red-black tree may be one level deeper than the near-perfect bound:
     # the reason its bound is 2 log2(n + 1).
@@ -215,7 +223,8 @@ def test_seed_3_hits_go_straight_to_the_biggest_slot():
     high = 0x100000  # 4 GiB: slot 2, the biggest
     assert indexes["linear"].lookup(high) == (2, 3)
     assert indexes["reorder"].lookup(high) == (2, 1)
-    assert indexes["wbtree"].lookup(high) == (2, 1)
+    assert indexes["hbtree"].lookup(high) == (2, 1)
+    assert indexes["tree2011"].lookup(high) == (2, 1)
 
 
 def test_lru_counts_the_cache_probe():
@@ -276,7 +285,63 @@ def test_red_black_delete_fixups_keep_the_tree_valid():
 
 def test_bounds_by_construction():
     n = 32
-    assert [STRUCTURES[name].bound(n) for name in ("linear", "reorder", "binsearch", "binsearch-lru", "wbtree", "rbtree")] == [
-        32, 32, 6, 7, 7, 10,
+    assert [STRUCTURES[name].bound(n) for name in ("linear", "reorder", "binsearch", "binsearch-lru", "hbtree", "rbtree", "tree2011")] == [
+        32, 32, 6, 7, 7, 10, 32,
     ]
     assert [balanced_bound(k) for k in (0, 1, 2, 3, 4, 7, 8, 32764)] == [0, 1, 2, 2, 3, 3, 4, 15]
+
+
+def tree2011_reference(live_in_registration_order: list[Slot]):
+    """The 2011 tree built from scratch by the rule alone (T1, T2): the
+    largest slot of a gfn range is its root, equal sizes by registration."""
+    rank = {s.id: i for i, s in enumerate(live_in_registration_order)}
+
+    def build_range(slots: list[Slot]):
+        if not slots:
+            return None
+        top = max(range(len(slots)), key=lambda i: (slots[i].npages, -rank[slots[i].id]))
+        return (slots[top].id, build_range(slots[:top]), build_range(slots[top + 1 :]))
+
+    return build_range(sorted(live_in_registration_order, key=lambda s: s.base_gfn))
+
+
+@PROPERTY_SETTINGS
+@given(universe=slot_universe(max_slots=30), toggles=st.lists(st.integers(0, 1000), max_size=40))
+def test_tree2011_is_the_treap_of_size_after_any_history(universe, toggles):
+    """After any inserts and deletes, the 2011 tree has exactly the shape the
+    rule gives (largest slot on top of every gfn range, ties to the slot
+    registered first), built from scratch by a separate recursive
+    construction; rotations up on insert and down on delete keep it so."""
+    tree = Tree2011()
+    order: list[Slot] = []
+    for slot in universe:
+        tree.insert(slot)
+        order.append(slot)
+    assert tree_shape(tree) == tree2011_reference(order)
+    for t in toggles if universe else []:
+        slot = universe[t % len(universe)]
+        if slot in order:
+            tree.delete(slot.id)
+            order.remove(slot)
+        else:
+            tree.insert(slot)
+            order.append(slot)
+        tree.check()
+        assert tree_shape(tree) == tree2011_reference(order)
+
+
+def test_tree2011_ties_keep_the_first_registered_on_top():
+    slots = [Slot(0, 100, 8), Slot(1, 0, 8), Slot(2, 200, 8)]
+    tree = build("tree2011", Layout(tuple(slots)))
+    assert tree._root.id == 0
+    assert tree_shape(tree) == (0, (1, None, None), (2, None, None))
+    again = build("tree2011", Layout(tuple(reversed(slots))))
+    assert again._root.id == 2  # registration order decides between equals
+
+
+def test_tree2011_check_catches_a_broken_heap():
+    tree = build("tree2011", Layout((Slot(0, 0, 100), Slot(1, 200, 10))))
+    tree.check()
+    tree._root.prio, tree._root.right.prio = tree._root.right.prio, tree._root.prio
+    with pytest.raises(AssertionError, match="larger than its parent"):
+        tree.check()

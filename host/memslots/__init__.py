@@ -1,12 +1,13 @@
 """Memory slots: the reference model of KVM's gfn -> memslot lookup.
 
 - layout: the memslot layout type (Slot, Layout), JSON files, validation and
-  the shipped layouts (seed-3, seed-3-stacked, seed-32).
+  the shipped layouts (seed-3, seed-3-stacked, seed-32, qemu-*), and
+  ``layout_from_json`` for layouts read from real guests (records).
 - structures: the lookup structures argued over in seeds 000/002 and the ones
-  upstream chose later (linear, reorder, wbtree, binsearch, binsearch-lru,
-  rbtree), each counting the nodes a lookup examines.
+  upstream chose later (linear, reorder, tree2011, binsearch, binsearch-lru,
+  rbtree), and memqual's own height-budgeted tree (hbtree), each counting the nodes a lookup examines.
 - workloads: seeded streams of guest frame numbers (miss, ram-hits,
-  small-hits, mixed).
+  other-hits = small-hits, mixed).
 - model: the table of mean and worst nodes per structure and workload.
 - cli: ``memqual memslots model|lookup|kvm|qemu``.
 - kvm, kvm_bench, kvm_cli: the /dev/kvm harness (pure Python ioctls, a tiny

@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 
     model = sub.add_parser("model", help="nodes examined per structure for a layout and workload")
     model.add_argument("--layout", required=True, metavar="FILE_OR_NAME", help="layout file or seed-3, seed-3-stacked, seed-32")
-    model.add_argument("--workload", required=True, metavar="NAME", help="miss, ram-hits, small-hits or mixed")
+    model.add_argument("--workload", required=True, metavar="NAME", help="miss, ram-hits, other-hits (alias small-hits) or mixed")
     model.add_argument("--lookups", type=int, default=10000, metavar="N", help="frames to look up (default 10000)")
     model.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workload (default 0)")
     model.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

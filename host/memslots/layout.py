@@ -10,6 +10,8 @@ File format (JSON)::
 
     {"slots": [{"id": 0, "base_gfn": 0, "npages": 256, "flags": 0}, ...]}
 
+``layout_from_json(data, source)`` parses the same object already read
+(the layout of a real guest kept in a measurement record).
 ``load_layout(name_or_path)`` takes a shipped layout name (seed-3,
 seed-3-stacked, seed-32, files in ``layouts/``) or a path, and always
 returns a validated layout.  Every problem is a BadInput whose message names
@@ -174,6 +176,15 @@ def from_json(data: Any, name: str = "", source: str = "layout") -> Layout:
             )
         )
     return validate(Layout(tuple(slots), name=name))
+
+
+def layout_from_json(data: Any, source: str = "layout") -> Layout:
+    """A validated layout from the dict a layout file or a record holds
+    (``{"slots": [{"id", "base_gfn", "npages", "flags"}, ...]}``, as
+    ``Layout.to_json`` writes it; the ``extra["layout"]`` of a
+    ``memslots.guest_layout`` record).  ``source`` names it in messages and
+    becomes the layout's name.  Raises BadInput naming what is wrong."""
+    return from_json(data, name=source, source=source)
 
 
 def save_layout(layout: Layout, path: Path | str) -> None:

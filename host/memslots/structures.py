@@ -18,9 +18,14 @@ The structures (names as on the command line):
 
 - ``linear``: the 2011 array in registration order, searched front to back.
 - ``reorder``: the same array sorted by size, largest first (seed 002).
-- ``wbtree``: a search tree keyed by gfn and weighted by slot size, with the
-  rebalancing after insert and delete that seed 002 says the 2011 patch
-  lacked.  Invariant in ``WeightBalancedTree``.
+- ``tree2011``: the 2011 weight-balanced tree as seed 000 describes it: keyed
+  by gfn, the largest slot on top of every subtree, kept so by rbtree-style
+  rotations, no height bound (a treap whose priority is the slot size).
+  Invariant in ``Tree2011``.
+- ``hbtree``: memqual's own proposal, not a 2011 structure: a gfn search
+  tree that puts large slots near the top within a height budget of
+  ceil(log2(n+1)) + 1, so a miss stays short whatever the sizes.
+  Invariant in ``HeightBudgetedTree``.
 - ``binsearch``: an array sorted by gfn, three-way binary search (2014).
 - ``binsearch-lru``: the same behind a one-entry cache of the last slot hit
   (2014); the cache probe counts as a node.
@@ -97,7 +102,7 @@ class SlotIndex(abc.ABC):
 
     def extend(self, slots: Iterable[Slot]) -> None:
         """Insert ``slots`` in order; a structure may do it in one go when
-        the result is the same (wbtree, whose shape the set alone fixes)."""
+        the result is the same (hbtree, tree2011)."""
         for slot in slots:
             self.insert(slot)
 
@@ -320,12 +325,16 @@ class _TreeWalk(SlotIndex):
     def height(self) -> int:
         """Nodes on the longest root-to-leaf path (the worst miss)."""
 
-        def walk(node: object) -> int:
-            if node is self._nil:
-                return 0
-            return 1 + max(walk(node.left), walk(node.right))  # type: ignore[attr-defined]
-
-        return walk(self._root)
+        # Iterative: tree2011 can be n deep, beyond Python's recursion limit.
+        deepest = 0
+        stack = [(self._root, 1)] if self._root is not self._nil else []
+        while stack:
+            node, depth = stack.pop()
+            deepest = max(deepest, depth)
+            for child in (node.left, node.right):  # type: ignore[attr-defined]
+                if child is not self._nil:
+                    stack.append((child, depth + 1))
+        return deepest
 
     def inorder(self) -> Iterator[object]:
         stack: list[object] = []
@@ -355,8 +364,8 @@ class _WNode:
         self.right: _WNode | None = None
 
 
-class WeightBalancedTree(_TreeWalk):
-    """A gfn search tree that puts the largest slots near the top, within a
+class HeightBudgetedTree(_TreeWalk):
+    """memqual's own proposal (no kernel ever had it): a gfn search tree that puts the largest slots near the top, within a
     height budget that keeps every miss short.
 
     Invariant (checked by ``check()``), for n slots:
@@ -387,12 +396,12 @@ class WeightBalancedTree(_TreeWalk):
     Cost: O(n) per update (the window scan at the top), O(log n) nodes
     rebuilt for most updates; lookups are what the model is about.
 
-    The 2011 wbtree kept the heaviest node on top of each subtree without a
-    height budget, so a run of ever smaller slots made a path of n nodes;
-    W2 is what bounds the miss.
+    The 2011 tree (``Tree2011``) kept the heaviest node on top of each
+    subtree without a height budget, so a run of ever smaller slots made a
+    path of n nodes; W2 is what bounds the miss here.
     """
 
-    name = "wbtree"
+    name = "hbtree"
 
     def __init__(self) -> None:
         super().__init__()
@@ -405,7 +414,7 @@ class WeightBalancedTree(_TreeWalk):
 
     @staticmethod
     def bound(n: int) -> int | None:
-        return WeightBalancedTree.budget(n)
+        return HeightBudgetedTree.budget(n)
 
     @staticmethod
     def _pick(slots: list[Slot], lo: int, hi: int, budget: int) -> int:
@@ -490,6 +499,171 @@ class WeightBalancedTree(_TreeWalk):
             return height
 
         walk(self._root, 0, len(slots), self._budget)
+
+
+class _TNode:
+    __slots__ = ("base", "end", "id", "prio", "left", "right")
+
+    def __init__(self, slot: Slot, seq: int) -> None:
+        self.base = slot.base_gfn
+        self.end = slot.end_gfn
+        self.id = slot.id
+        # Heap priority: the size, then earlier registration first.  Seed 000
+        # does not say how the 2011 code broke ties between equal sizes; with
+        # a strict "rotate up while larger" (what an insert that rotates a
+        # new leaf up does) the earlier slot stays on top, which is this key.
+        self.prio = (slot.npages, -seq)
+        self.left: _TNode | None = None
+        self.right: _TNode | None = None
+
+
+class Tree2011(_TreeWalk):
+    """The 2011 weight-balanced tree as seed 000 describes it ("largely
+    leveraged from the rbtree, copying its rotate functions, while
+    introducing different rebalance and erase functions"; "the most likely
+    targets (the largest ranges) at the top of each subtree").
+
+    Read as: a binary search tree ordered by gfn whose every subtree has its
+    largest slot at the root, kept so by rotations: a treap whose heap
+    priority is the slot size.  The patch itself is not in the seeds; its
+    author said it "currently doesn't" reach O(log n) for want of a
+    compaction after insert and remove (seed 002), and nothing bounds the
+    height: slots whose size shrinks as their gfn grows make a path.
+
+    Invariant (checked by ``check()``):
+
+    T1. In-order traversal gives the slots in gfn order.
+    T2. Heap order: a node's (npages, -registration sequence) is above both
+        children's, i.e. every subtree's largest slot is its root, and of
+        equal sizes the one registered first.
+
+    Insert: attach the new slot as a leaf where the gfn search ends, then
+    rotate it up while it is larger than its parent.  Delete: rotate the
+    slot down, always lifting its larger child, until it is a leaf, then
+    cut it off.  T1 and T2 fix the shape from the slots and their
+    registration order alone, so a bulk build (a Cartesian tree over the
+    gfn-sorted slots, O(n)) gives what inserting one by one gives.
+    Iterative throughout: the height can reach n, beyond Python's
+    recursion limit.
+    """
+
+    name = "tree2011"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seq = 0  # registration counter: the tie-break of equal sizes
+
+    @staticmethod
+    def bound(n: int) -> int | None:
+        # No height bound: the worst case is a path through every slot.
+        return n
+
+    def _path_to(self, gfn: int) -> list[tuple[_TNode, bool]]:
+        """Nodes from the root to where a search for ``gfn`` leaves the
+        tree, each with whether the search went left."""
+        path: list[tuple[_TNode, bool]] = []
+        node = self._root
+        while node is not None:
+            left = gfn < node.base
+            path.append((node, left))
+            node = node.left if left else node.right
+        return path
+
+    def _replace_child(self, parent: _TNode | None, old: _TNode, new: _TNode | None) -> None:
+        if parent is None:
+            self._root = new
+        elif parent.left is old:
+            parent.left = new
+        else:
+            parent.right = new
+
+    def insert(self, slot: Slot) -> None:
+        self._register(slot)
+        node = _TNode(slot, self._seq)
+        self._seq += 1
+        path = self._path_to(slot.base_gfn)
+        if not path:
+            self._root = node
+            return
+        parent, left = path[-1]
+        if left:
+            parent.left = node
+        else:
+            parent.right = node
+        # Rotate up while larger than the parent (rbtree-style rotations:
+        # the parent comes down on the side away from the node).
+        while path:
+            parent, left = path.pop()
+            if node.prio <= parent.prio:
+                break
+            if left:  # right rotation at parent
+                parent.left = node.right
+                node.right = parent
+            else:  # left rotation at parent
+                parent.right = node.left
+                node.left = parent
+            self._replace_child(path[-1][0] if path else None, parent, node)
+
+    def delete(self, slot_id: int) -> Slot:
+        slot, _ = self._unregister(slot_id)
+        grand: _TNode | None = None
+        node = self._root
+        while node is not None and node.id != slot_id:
+            grand = node
+            node = node.left if slot.base_gfn < node.base else node.right
+        assert node is not None, f"slot {slot_id} registered but not in the tree"
+        # Rotate the node down, lifting its larger child, until a side is
+        # empty; then the other side takes its place.
+        while node.left is not None and node.right is not None:
+            if node.left.prio > node.right.prio:
+                child = node.left
+                node.left = child.right
+                child.right = node
+            else:
+                child = node.right
+                node.right = child.left
+                child.left = node
+            self._replace_child(grand, node, child)
+            grand = child
+        self._replace_child(grand, node, node.left if node.left is not None else node.right)
+        return slot
+
+    def extend(self, slots: Iterable[Slot]) -> None:
+        # Register in order (the sequence numbers decide ties), then build the
+        # unique tree with T1 and T2 over the gfn-sorted slots with a stack
+        # (the right spine): O(n) where inserting one by one can be O(n^2).
+        nodes: dict[int, _TNode] = {}
+        for slot in slots:
+            self._register(slot)
+            nodes[slot.id] = _TNode(slot, self._seq)
+            self._seq += 1
+        if not nodes:
+            return
+        # Existing nodes keep their priorities: collect them from the tree.
+        for old in self.inorder():
+            nodes.setdefault(old.id, old)  # type: ignore[attr-defined]
+        spine: list[_TNode] = []
+        for slot in self._sorted:
+            node = nodes[slot.id]
+            node.left = node.right = None
+            last: _TNode | None = None
+            while spine and spine[-1].prio < node.prio:
+                last = spine.pop()
+            node.left = last
+            if spine:
+                spine[-1].right = node
+            spine.append(node)
+        self._root = spine[0]
+
+    def check(self) -> None:
+        self._check_order()  # T1
+        stack = [self._root] if self._root is not None else []
+        while stack:
+            node = stack.pop()
+            for child in (node.left, node.right):
+                if child is not None:
+                    assert child.prio < node.prio, f"slot {child.id} is larger than its parent slot {node.id}"  # T2
+                    stack.append(child)
 
 
 class _RBNode:
@@ -724,7 +898,7 @@ class RedBlackTree(_TreeWalk):
 
 STRUCTURES: dict[str, type[SlotIndex]] = {
     cls.name: cls
-    for cls in (LinearArray, ReorderArray, WeightBalancedTree, BinarySearchArray, BinarySearchLRU, RedBlackTree)
+    for cls in (LinearArray, ReorderArray, Tree2011, HeightBudgetedTree, BinarySearchArray, BinarySearchLRU, RedBlackTree)
 }
 
 

@@ -11,8 +11,10 @@ RAM slots, hits into the other, small slots.  The workloads:
   worst, with a few hundred lookups.
 - ``ram-hits``: frames in slots, each slot weighted by its size (a frame of
   the slots' pages picked uniformly): mostly the big RAM slots.
-- ``small-hits``: frames in the small slots (at most 16 MiB: ROMs, device
-  BARs), each small slot equally likely.
+- ``other-hits`` (also called ``small-hits``): frames in the small slots (at
+  most 16 MiB: ROMs, device BARs, the low-RAM pieces below 1 MiB), each
+  small slot equally likely: seed 002's "hit into the other slots".  The two
+  names give the same frames.
 - ``mixed``: per lookup, 70 % miss, 25 % ram-hits, 5 % small-hits.  Seed
   002 says misses are "by far the majority"; the split is our assumption,
   not a published figure.
@@ -29,7 +31,9 @@ import random
 from host.errors import BadInput
 from host.memslots.layout import GFN_LIMIT, Layout, Slot
 
-WORKLOADS = ("miss", "ram-hits", "small-hits", "mixed")
+WORKLOADS = ("miss", "ram-hits", "other-hits", "small-hits", "mixed")
+# Names that are the same workload (same frames for the same seed).
+ALIASES = {"other-hits": "small-hits"}
 SMALL_SLOT_PAGES = 4096  # 16 MiB: the largest BAR or ROM we call "small"
 ABOVE_TOP_PAGES = 1 << 18  # 1 GiB of MMIO space modelled above the last slot
 MIXED_SHARES = (("miss", 0.70), ("ram-hits", 0.25), ("small-hits", 0.05))
@@ -83,7 +87,7 @@ class _Sampler:
         if not self._small:
             raise BadInput(
                 f"layout {self.layout.name!r} has no slot of at most {SMALL_SLOT_PAGES} pages (16 MiB): "
-                "small-hits and mixed need one; use miss or ram-hits"
+                "other-hits (small-hits) and mixed need one; use miss or ram-hits"
             )
         slot = self._small[self.rng.randrange(len(self._small))]
         return slot.base_gfn + self.rng.randrange(slot.npages)
@@ -95,6 +99,7 @@ def generate(layout: Layout, workload: str, count: int, seed: int = 0) -> list[i
         raise BadInput(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}")
     if count < 1:
         raise BadInput(f"lookup count {count} is too small: give at least 1")
+    workload = ALIASES.get(workload, workload)
     # The workload name is part of the seed so that "miss" and "ram-hits"
     # with the same --seed are independent streams.
     sampler = _Sampler(layout, random.Random(f"{seed}:{workload}"))
