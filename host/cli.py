@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
 import typing
 
@@ -87,9 +88,36 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(exc, LaunchError) and args.verbose:
             print(exc.details(), file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:
-        print("memqual: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)  # runjob turns SIGTERM/SIGHUP into this too
+        print(f"memqual: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + int(signum)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if os.environ.get("MEMQUAL_DEBUG"):
+            raise
+        print(f"memqual: error: {_unexpected(exc)}", file=sys.stderr)
+        return 1
+
+
+def _unexpected(exc: BaseException) -> str:
+    """One line for an error memqual did not foresee: what happened, and
+    what to do.  Operational (exit 1): the disk, a tool, the system."""
+    import subprocess
+
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        what = f"{exc.strerror or exc}{where}"
+        hint = "free some space and run it again" if exc.errno == 28 else "check that path and run it again"
+        return f"{what}: {hint} (MEMQUAL_DEBUG=1 shows the traceback)"
+    if isinstance(exc, subprocess.CalledProcessError):
+        cmd = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd))
+        return (f"{cmd[:120]} exited {exc.returncode}: run it by hand to see why "
+                "(MEMQUAL_DEBUG=1 shows the traceback)")
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"{exc.cmd} took longer than {exc.timeout:.0f} s: is the host overloaded? (MEMQUAL_DEBUG=1 shows the traceback)"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return (f"unexpected {type(exc).__name__}{': ' + first if first else ''}; "
+            "run again with MEMQUAL_DEBUG=1 for the traceback and report it")
 
 
 if __name__ == "__main__":

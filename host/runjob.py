@@ -42,6 +42,7 @@ errored tests or the job itself failed; 2 for bad input.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as _dt
 import hashlib
@@ -56,7 +57,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from host.errors import BadInput
 from host.paths import REPO_ROOT
@@ -289,6 +290,67 @@ class _Progress:
         return grid
 
 
+INTERRUPT_GRACE_S = 60.0  # Ctrl-C: avocado interrupts its tests and writes its results
+TERMINATE_GRACE_S = 5.0  # SIGTERM/SIGHUP: the job, its guests and all must be gone within 10 s
+EXIT_AFTER_EOF_S = 60.0  # avocado closed its stdout; it exits at once
+
+
+class Terminated(KeyboardInterrupt):
+    """memqual run got SIGTERM or SIGHUP: ends like Ctrl-C, but sooner."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False when nothing is left in it."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def end_job(proc: "subprocess.Popen[str]", grace_s: float) -> int:
+    """End avocado's process group: SIGINT (avocado interrupts its tests,
+    and they shut their QEMUs down), then after ``grace_s`` SIGKILL to
+    whatever of the group is left.  Returns avocado's exit status."""
+    if grace_s > 0 and _kill_group(proc.pid, signal.SIGINT):
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_group(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+@contextlib.contextmanager
+def _terminate_as_exception() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise Terminated in the main thread, so the
+    finally blocks that end the avocado job run (the default action would
+    end memqual at once and leave the job running)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    raised: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        # Once only: a second signal must not break off the clean-up that
+        # the first one started.
+        if not raised:
+            raised.append(signum)
+            raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
 def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple[int, GuestKernel | None]]:
     """(round, kernel) in the order to run them: A B, then B A, then A B...
     (ABBA) so that a drift of the shared host -- load rising, caches
@@ -328,30 +390,42 @@ def run_avocado(
             stderr=stderr,
             stdin=subprocess.DEVNULL,
             text=True,
+            encoding="utf-8",
+            errors="replace",  # a stray byte in a test's output must not end the reader
             bufsize=1,
+            # Its own process group: avocado, its test runners and their
+            # QEMUs are ended together by end_job(), whatever ends memqual.
+            start_new_session=True,
         )
 
         def reader() -> None:
             assert proc.stdout is not None
-            for text in proc.stdout:
-                lines.put(text)
-            lines.put(None)
+            try:
+                for text in proc.stdout:
+                    lines.put(text)
+            finally:
+                lines.put(None)
 
-        threading.Thread(target=reader, daemon=True).start()
+        reading = threading.Thread(target=reader, name="avocado-stdout", daemon=True)
+        reading.start()
+        grace = INTERRUPT_GRACE_S
         try:
             live = Live(progress.render(), console=console, refresh_per_second=2, transient=True) if console.is_terminal else None
             if live is not None:
                 live.start()
             try:
-                done = False
-                while not done:
+                while True:
                     try:
                         text = lines.get(timeout=0.5)
                     except queue.Empty:
+                        # A reader that died without its end mark must not
+                        # leave this loop waiting forever.
+                        if not reading.is_alive() and lines.empty():
+                            break
                         text = ""
                     if text is None:
-                        done = True
-                    elif text:
+                        break
+                    if text:
                         printable = progress.feed(text)
                         if printable:
                             console.print(printable, highlight=False, markup=False, soft_wrap=True)
@@ -360,18 +434,22 @@ def run_avocado(
             finally:
                 if live is not None:
                     live.stop()
-            exit_status = proc.wait()
-        except KeyboardInterrupt:
-            # avocado got the same SIGINT (same process group) and interrupts
-            # its tests; give it time to clean up (tests kill their QEMU).
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            try:
+                exit_status = proc.wait(timeout=EXIT_AFTER_EOF_S)
+            except subprocess.TimeoutExpired:
+                exit_status = end_job(proc, grace_s=0)
+        except Terminated:
+            grace = TERMINATE_GRACE_S
             raise
+        finally:
+            # Every exit path: a KeyboardInterrupt, SIGTERM/SIGHUP, an error
+            # here, or a normal end (then only stragglers are left).
+            if proc.poll() is None:
+                end_job(proc, grace_s=grace)
+            else:
+                _kill_group(proc.pid, signal.SIGKILL)
+            if proc.stdout is not None:
+                proc.stdout.close()
     job_dir = progress.job_dir
     if job_dir is None or not job_dir.is_dir():
         created = sorted(set(results_dir.glob("job-*")) - before)
@@ -506,7 +584,8 @@ def run(config: RunConfig, console: Any = None) -> int:
     jobs: dict[str, list[JobOutcome]] = {}
     for round_no, kernel in schedule(kernels, config.rounds):
         label = kernel.label if kernel else ""
-        job = run_avocado(config, _out_dir(config, kernel) / "avocado", kernel, console, round_no)
+        with _terminate_as_exception():
+            job = run_avocado(config, _out_dir(config, kernel) / "avocado", kernel, console, round_no)
         console.print(
             (f"round {round_no}/{config.rounds} " if config.rounds > 1 else "")
             + (f"[{label}] " if label else "")

@@ -1,0 +1,152 @@
+"""``memqual run`` ends its avocado job on every exit path: SIGTERM and
+SIGHUP end the job's whole process group (avocado, its runners, their
+QEMUs) within 10 s, even an avocado that ignores SIGINT; and the loop that
+reads avocado's output cannot wait forever."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from host import runjob
+from host.paths import REPO_ROOT
+
+# A stand-in avocado that starts a "guest" (a child that would outlive it)
+# and ignores SIGINT, the worst case for the clean-up.
+STUBBORN_AVOCADO = textwrap.dedent(
+    """\
+    #!{python}
+    import os, signal, subprocess, sys, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    child = subprocess.Popen(["sleep", "600"])
+    with open(os.environ["FAKE_PIDS"], "w") as fh:
+        fh.write(f"{{os.getpid()}} {{child.pid}}\\n")
+    print("JOB ID     : 0000", flush=True)
+    print(" (1/1) e2e/test_x.py:X.test_x: STARTED", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
+    script = tmp_path / "avocado"
+    script.write_text(STUBBORN_AVOCADO.format(python=sys.executable))
+    script.chmod(0o755)
+    pids = tmp_path / "pids"
+    env = {**os.environ, "MEMQUAL_AVOCADO": str(script), "FAKE_PIDS": str(pids),
+           "MEMQUAL_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and pids.read_text().endswith("\n")):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the fake avocado did not start"
+        time.sleep(0.05)  # polling a file the fake writes
+    avocado_pid, child_pid = map(int, pids.read_text().split())
+    return proc, avocado_pid, child_pid
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_ends_the_avocado_job_and_its_children_within_10_s(tmp_path: Path, sig: int) -> None:
+    proc, avocado_pid, child_pid = _start_run(tmp_path)
+    try:
+        started = time.monotonic()
+        proc.send_signal(sig)
+        status = proc.wait(timeout=10)
+        while (alive(avocado_pid) or alive(child_pid)) and time.monotonic() - started < 10:
+            time.sleep(0.05)  # polling /proc with a deadline
+        assert not alive(avocado_pid), "avocado outlived memqual run"
+        assert not alive(child_pid), "the job's child (a guest) outlived memqual run"
+        assert time.monotonic() - started < 10
+        assert status == 128 + sig
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err and f"interrupted ({signal.Signals(sig).name})" in err
+    finally:
+        for pid in (avocado_pid, child_pid):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_job_runs_in_its_own_process_group(tmp_path: Path) -> None:
+    proc, avocado_pid, child_pid = _start_run(tmp_path)
+    try:
+        assert os.getpgid(avocado_pid) == avocado_pid != os.getpgid(proc.pid)
+        assert os.getpgid(child_pid) == avocado_pid
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_end_job_kills_a_group_that_ignores_sigint() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c",
+         "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
+        start_new_session=True, text=True, stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    started = time.monotonic()
+    assert runjob.end_job(proc, grace_s=0.5) == -signal.SIGKILL
+    assert time.monotonic() - started < 5
+
+
+def test_a_dead_reader_does_not_hang_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """avocado's stdout reader thread dies without posting its end mark
+    (avocado closed its stdout but runs on): the loop still ends, and the
+    job with it."""
+    from rich.console import Console
+
+    script = tmp_path / "avocado"
+    script.write_text(f"#!{sys.executable}\nimport os, time\nos.close(1)\ntime.sleep(600)\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    monkeypatch.setattr(runjob, "EXIT_AFTER_EOF_S", 1.0)
+
+    real_put = runjob.queue.Queue.put
+
+    def put(self, item, *a, **k):  # the end mark is lost with the thread
+        if item is None:
+            raise RuntimeError("reader died")
+        return real_put(self, item, *a, **k)
+
+    monkeypatch.setattr(runjob.queue.Queue, "put", put)
+    monkeypatch.setattr(runjob.threading, "excepthook", lambda args: None)
+    config = runjob.RunConfig(output=tmp_path / "out", profile="quick", only=(), tests=tmp_path, kernels=(),
+                              parallel=1, rounds=1)
+    started = time.monotonic()
+    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
+    assert time.monotonic() - started < 15
+    assert job.exit_status == -signal.SIGKILL
+
+
+def test_output_that_is_not_utf8_does_not_kill_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    script = tmp_path / "avocado"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.buffer.write(b'\\xff\\xfe junk\\n')\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    config = runjob.RunConfig(output=tmp_path / "out", tests=tmp_path)
+    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
+    assert job.exit_status == 0
