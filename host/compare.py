@@ -1,18 +1,37 @@
 """``memqual compare A.json B.json``: is run B faster or slower than run A?
 
 Two results.json files (``memqual run`` writes them) are compared metric by
-metric: the ratio of medians B / A with its bootstrap CI, the permutation
-test's p-value, and a verdict:
+metric, on independent replicates (a fresh guest or a round of ``memqual
+run``; host/record.py): the ratio of pooled medians B / A with its two-stage
+bootstrap CI, and a permutation test of the replicate medians (exact when
+the arrangements fit in the resample budget).  A metric entry without
+``replicates`` (results written before they existed) counts as one
+replicate.  The p-values of one comparison are corrected together with
+Holm's step-down method, so the chance that an A/A comparison flags any
+metric at all is at most alpha, however many metrics there are.  Verdicts:
 
-- ``faster``: B is better (lower when lower is better, higher when higher
-  is), p < alpha and the relative change at least the threshold;
+- ``faster``: Holm-adjusted p < alpha, the median moved by at least the
+  threshold, and B is better (lower when lower is better, higher when
+  higher is);
 - ``slower``: the same the other way: a regression;
-- ``no difference``: anything else.
+- ``underpowered``: not significant, and the metric's replicate counts
+  could not have been significant in this comparison whatever was
+  measured: the smallest p a permutation test of na against nb replicates
+  can give (2 / C(2n, n) for n a side) is not below the corrected alpha it
+  faced (alpha / (m - R), m metrics compared and R of them significant).
+  The entry says how many replicates a side would do.  Never read it as
+  "no difference";
+- ``no difference``: anything else (including a significant change smaller
+  than the threshold, and metrics that did not vary at all).
 
-Exit status 1 when any metric is slower, so CI can gate on it; 0 otherwise;
+Metrics present on one side only are listed (``only_in_a``, ``only_in_b``)
+and the rest compared.
+
+Exit status 1 when, and only when, at least one metric is ``slower``;
+0 otherwise (underpowered metrics included: they are reported, not failed);
 2 (one line on stderr) when the two files cannot be compared: a missing or
-truncated file, another schema or memqual version, different scenario sets,
-mismatched metrics.
+truncated file, another schema or memqual version, a metric whose unit or
+direction differs, or no metric at all present in both.
 """
 
 from __future__ import annotations
@@ -32,10 +51,13 @@ if TYPE_CHECKING:
 # `memqual --help` does not load numpy and scipy).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
+CORRECTION = "holm"
 
 FASTER = "faster"
 SLOWER = "slower"
 NO_DIFFERENCE = "no difference"
+UNDERPOWERED = "underpowered"
+VERDICTS = (SLOWER, FASTER, UNDERPOWERED, NO_DIFFERENCE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +67,15 @@ class MetricComparison:
     metric: str
     unit: str
     better: str
-    comparison: stats.Comparison
+    comparison: stats.Comparison  # p_adjusted is the Holm-adjusted p
     verdict: str
     settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
+    # The significance level this metric's raw p faced after the correction
+    # (alpha / (m - k + 1) at its Holm step; for a metric not significant,
+    # the level at which the step-down stopped).
+    alpha_corrected: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,6 +87,7 @@ class MetricComparison:
             "better": self.better,
             "verdict": self.verdict,
             **self.comparison.to_json(),
+            "alpha_corrected": self.alpha_corrected,
         }
 
 
@@ -71,23 +98,34 @@ class RunComparison:
     environment: dict[str, tuple[Any, Any]]  # keys whose values differ
     threshold: float
     alpha: float
+    only_in_a: list[str] = dataclasses.field(default_factory=list)  # metric keys
+    only_in_b: list[str] = dataclasses.field(default_factory=list)
+    correction: str = CORRECTION
 
     @property
     def regressions(self) -> list[MetricComparison]:
         return [m for m in self.metrics if m.verdict == SLOWER]
 
+    @property
+    def underpowered(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.verdict == UNDERPOWERED]
+
     def to_json(self) -> dict[str, Any]:
         return {
             "threshold": self.threshold,
             "alpha": self.alpha,
+            "correction": self.correction,
             "regressions": len(self.regressions),
+            "underpowered": len(self.underpowered),
             "metrics": [m.to_json() for m in self.metrics],
+            "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b,
             "claims": self.claims,
             "environment_differences": {k: {"a": a, "b": b} for k, (a, b) in self.environment.items()},
         }
 
 
-def _verdict(comp: stats.Comparison, better: str) -> str:
+def _direction_verdict(comp: stats.Comparison, better: str) -> str:
     if comp.direction == 0:
         return NO_DIFFERENCE
     b_is_higher = comp.direction > 0
@@ -95,26 +133,24 @@ def _verdict(comp: stats.Comparison, better: str) -> str:
 
 
 def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> None:
-    """BadInput, in one line, when two results cannot be compared."""
+    """BadInput, in one line, when two results cannot be compared at all.
+    Metrics (or whole scenarios) present on one side only are not a reason:
+    ``compare_results`` lists them and compares the rest."""
     if a.get("memqual_version") != b.get("memqual_version"):
         raise BadInput(
             f"{a_name} was written by memqual {a.get('memqual_version')}, {b_name} by "
             f"{b.get('memqual_version')}: re-run both with the same version"
         )
-    sa, sb = set(a.get("scenarios") or []), set(b.get("scenarios") or [])
-    if sa != sb:
-        raise BadInput(
-            f"different scenario sets: only in {a_name}: {', '.join(sorted(sa - sb)) or '-'}; "
-            f"only in {b_name}: {', '.join(sorted(sb - sa)) or '-'}: run both with the same --only/--profile"
-        )
     if not a["metrics"] and not b["metrics"]:
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
     pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
-    if only_a or only_b:
-        first = (only_a or only_b)[0]
+    if not pairs:
+        sa, sb = set(a.get("scenarios") or []), set(b.get("scenarios") or [])
+        first = (only_a or only_b or ["-"])[0]
         raise BadInput(
-            f"mismatched metrics: {len(only_a)} only in {a_name}, {len(only_b)} only in {b_name} "
-            f"(first: {first}): compare runs of the same scenarios"
+            f"no metric is in both: {len(only_a)} only in {a_name}, {len(only_b)} only in {b_name} "
+            f"(scenarios only in {a_name}: {', '.join(sorted(sa - sb)) or '-'}; only in {b_name}: "
+            f"{', '.join(sorted(sb - sa)) or '-'}; first metric: {first}): compare runs of the same scenarios"
         )
     for ma, mb in pairs:
         if (ma["unit"], ma["better"]) != (mb["unit"], mb["better"]):
@@ -163,6 +199,25 @@ def _settings_diff(ma: dict[str, Any], mb: dict[str, Any]) -> dict[str, tuple[An
     return {k: (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)}
 
 
+def replicates_of(m: dict[str, Any]) -> list[list[float]]:
+    """A results.json metric entry's replicates; an entry written before
+    replicates existed is one replicate (the conservative reading)."""
+    given = m.get("replicates")
+    if given is None:
+        return [list(m["samples"])]
+    if not isinstance(given, list) or not all(
+        isinstance(r, list) and all(isinstance(x, (int, float)) for x in r) for r in given
+    ):
+        raise BadInput(f"metric {m.get('key')}: 'replicates' is not a list of lists of numbers: hand-edited?")
+    reps = [list(r) for r in given if r]
+    return reps or [list(m["samples"])]
+
+
+def _no_variation(a_reps: list[list[float]], b_reps: list[list[float]]) -> bool:
+    values = {x for r in a_reps + b_reps for x in r}
+    return len(values) <= 1
+
+
 def compare_results(
     a: dict[str, Any],
     b: dict[str, Any],
@@ -171,14 +226,46 @@ def compare_results(
     alpha: float = DEFAULT_ALPHA,
     a_name: str = "A",
     b_name: str = "B",
+    n_resamples: int | None = None,
 ) -> RunComparison:
+    import dataclasses as dc
+
     from host import stats
 
     check_comparable(a, b, a_name, b_name)
-    pairs, _, _ = pair_metrics(a["metrics"], b["metrics"])
+    pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
+    pairs = sorted(pairs, key=lambda p: p[0]["key"])
+    budget = stats.DEFAULT_RESAMPLES if n_resamples is None else n_resamples
+    reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
+    raw = [
+        stats.compare_replicates(ra, rb, alpha=alpha, min_effect=threshold, n_resamples=budget)
+        for ra, rb in reps
+    ]
+    # Holm across every metric of this comparison: the family is what one
+    # `memqual compare` could flag.
+    m = len(raw)
+    adjusted = stats.holm([c.p_value for c in raw])
+    order = sorted(range(m), key=lambda i: raw[i].p_value)
+    step = {i: k for k, i in enumerate(order)}  # 0-based Holm step of each metric
+    rejected = sum(1 for p in adjusted if p < alpha)
+    # Where the step-down stopped: every metric not significant faced this
+    # level at best (a more extreme result would have put it first among
+    # the rest, compared with alpha / (m - R)).
+    stop_alpha = alpha / (m - rejected) if m > rejected else alpha
     metrics = []
-    for ma, mb in sorted(pairs, key=lambda p: p[0]["key"]):
-        comp = stats.compare(ma["samples"], mb["samples"], alpha=alpha, min_effect=threshold)
+    for i, ((ma, mb), (ra, rb), comp) in enumerate(zip(pairs, reps, raw)):
+        significant_p = adjusted[i] < alpha
+        alpha_i = alpha / (m - step[i]) if significant_p else stop_alpha
+        floor = stats.min_attainable_p(comp.n_replicates_a, comp.n_replicates_b, budget)
+        underpowered = not significant_p and floor >= alpha_i and not _no_variation(ra, rb)
+        comp = dc.replace(
+            comp,
+            p_adjusted=adjusted[i],
+            min_attainable_p=floor,
+            underpowered=underpowered,
+            replicates_needed=stats.replicates_needed(alpha_i),
+        )
+        verdict = UNDERPOWERED if underpowered else _direction_verdict(comp, ma["better"])
         metrics.append(
             MetricComparison(
                 key=ma["key"],
@@ -187,10 +274,11 @@ def compare_results(
                 unit=ma["unit"],
                 better=ma["better"],
                 comparison=comp,
-                verdict=_verdict(comp, ma["better"]),
+                verdict=verdict,
                 settings_changed=_settings_diff(ma, mb),
                 variant=ma.get("variant") or {},
                 settings=ma.get("settings") or {},
+                alpha_corrected=alpha_i,
             )
         )
     claims_b = {c["id"]: c for c in b.get("claims", [])}
@@ -204,7 +292,10 @@ def compare_results(
         for k in sorted(set(env_a) | set(env_b))
         if k != "environment_sources" and env_a.get(k) != env_b.get(k)
     }
-    return RunComparison(metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha)
+    return RunComparison(
+        metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha,
+        only_in_a=sorted(only_a), only_in_b=sorted(only_b),
+    )  # fmt: skip
 
 
 def _short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
@@ -232,6 +323,13 @@ def _short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
     return labels
 
 
+def _verdict_text(m: MetricComparison) -> str:
+    """The verdict, with what an underpowered metric would need."""
+    if m.verdict == UNDERPOWERED and m.comparison.replicates_needed:
+        return f"{UNDERPOWERED} (needs {m.comparison.replicates_needed} a side)"
+    return m.verdict
+
+
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -241,16 +339,21 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
 
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    styles = {FASTER: "bold green", SLOWER: "bold red", NO_DIFFERENCE: "dim"}
+    styles = {FASTER: "bold green", SLOWER: "bold red", NO_DIFFERENCE: "dim", UNDERPOWERED: "bold magenta"}
     table = Table(
-        title=f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g})",
+        title=(
+            f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g}, "
+            f"Holm-corrected over {len(result.metrics)} metrics)"
+        ),
         title_justify="left",
     )
     table.add_column("metric", overflow="fold", ratio=1)
     table.add_column(f"{a_name} median", justify="right", no_wrap=True)
     table.add_column(f"{b_name} median", justify="right", no_wrap=True)
     table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
+    table.add_column("reps", justify="right", no_wrap=True)
     table.add_column("p", justify="right", no_wrap=True)
+    table.add_column("p Holm", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     labels = _short_labels(result.metrics)
     for m in result.metrics:
@@ -260,19 +363,32 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             escape(f"{_num(c.a.median)} {m.unit}"),
             escape(f"{_num(c.b.median)} {m.unit}"),
             f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
+            f"{c.n_replicates_a}/{c.n_replicates_b}",
             f"{c.p_value:.2g}",
-            f"[{styles[m.verdict]}]{m.verdict}[/]",
+            "n/a" if c.p_adjusted is None else f"{c.p_adjusted:.2g}",
+            f"[{styles[m.verdict]}]{escape(_verdict_text(m))}[/]",
         )
     console.print(table)
     for m in result.metrics:
         if m.settings_changed:
             diffs = ", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items())
             console.print(f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, markup=False, soft_wrap=True)
+    for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)):
+        for key in keys:
+            console.print(f"only in {name} (not compared): {key}", highlight=False, markup=False, soft_wrap=True)
     changed = [c for c in result.claims if c["a"] != c["b"]]
     for c in changed:
         console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
         console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
+    if result.underpowered:
+        needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
+        console.print(
+            f"[bold magenta]{len(result.underpowered)} metric(s) underpowered[/]: too few replicates to be "
+            f"significant in this comparison whatever was measured (up to {needed} a side needed); "
+            "not evidence of no difference",
+            highlight=False,
+        )
     if result.regressions:
         console.print(f"[bold red]{len(result.regressions)} metric(s) slower beyond {result.threshold:.0%}[/]")
     else:
@@ -292,7 +408,7 @@ def _fraction(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare two results.json files: faster, slower or no difference per metric",
+        help="compare two results.json files: faster, slower, no difference or underpowered per metric",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
@@ -303,7 +419,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--alpha", type=_fraction, default=DEFAULT_ALPHA,
-        help="significance level of the permutation test (default 0.01)",
+        help="family-wise significance level over all metrics, Holm-corrected (default 0.01)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained page")

@@ -2,10 +2,12 @@
 
 ``memqual compare A.json B.json --html FILE`` and a two-kernel ``memqual
 run`` (OUTPUT/comparison.html) write it.  One self-contained page: where
-each run's figures come from, how many metrics got faster or slower, a
-forest plot of every ratio B/A with its confidence interval against the
-threshold band, and the table that ``memqual compare`` prints, with the
-claims whose verdict moved and the environment that differs.
+each run's figures come from, how many metrics got faster or slower and how
+many were underpowered, a forest plot of every ratio B/A with its
+confidence interval against the threshold band, the table that ``memqual
+compare`` prints (replicates a side, raw and Holm-corrected p), the metrics
+found on one side only, the claims whose verdict moved and the environment
+that differs.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ import collections
 from pathlib import Path
 from typing import Any
 
-from host.compare import FASTER, NO_DIFFERENCE, SLOWER, RunComparison, _short_labels
+from host.compare import FASTER, NO_DIFFERENCE, SLOWER, UNDERPOWERED, VERDICTS, RunComparison, _short_labels, _verdict_text
 from host.report import _CSS, _environment_line, _esc, _num, _png, _pyplot
 
-VERDICT_COLOURS = {FASTER: "#15803d", SLOWER: "#b91c1c", NO_DIFFERENCE: "#6b7280"}
+VERDICT_COLOURS = {FASTER: "#15803d", SLOWER: "#b91c1c", NO_DIFFERENCE: "#6b7280", UNDERPOWERED: "#7c3aed"}
 
 
-def _badge(verdict: str) -> str:
-    return f'<span class="badge" style="background:{VERDICT_COLOURS[verdict]}">{_esc(verdict)}</span>'
+def _badge(verdict: str, text: str | None = None) -> str:
+    return f'<span class="badge" style="background:{VERDICT_COLOURS[verdict]}">{_esc(text or verdict)}</span>'
 
 
 def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
@@ -65,14 +67,15 @@ def render_comparison_html(
         f"<title>memqual: {_esc(b_name)} against {_esc(a_name)}</title><style>{_CSS}</style></head><body><main>",
         f"<h1>memqual: is {_esc(b_name)} faster or slower than {_esc(a_name)}?</h1>",
         f"<p class='sub'>threshold {result.threshold:.0%} (smallest change of the median that counts) · "
-        f"alpha {result.alpha:g} (permutation test) · {len(result.metrics)} metrics</p>",
+        f"alpha {result.alpha:g} family-wise (permutation test of replicate medians, Holm-corrected over "
+        f"{len(result.metrics)} metrics) · {len(result.only_in_a) + len(result.only_in_b)} on one side only</p>",
         f"<p class='sub'><b>{_esc(a_name)}</b>: {_esc(a.get('created', ''))}</p>",
         _environment_line(a.get("environment") or {}),
         f"<p class='sub'><b>{_esc(b_name)}</b>: {_esc(b.get('created', ''))}</p>",
         _environment_line(b.get("environment") or {}),
         "<div class='badges'>",
     ]
-    for verdict in (SLOWER, FASTER, NO_DIFFERENCE):
+    for verdict in VERDICTS:
         parts.append(
             f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>"
             f"{_esc(verdict)}</div>"
@@ -85,6 +88,13 @@ def render_comparison_html(
         )
     else:
         parts.append("<p>No regression beyond the threshold.</p>")
+    if result.underpowered:
+        needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
+        parts.append(
+            f"<p><b style='color:{VERDICT_COLOURS[UNDERPOWERED]}'>{len(result.underpowered)} metric(s) underpowered</b>: "
+            "too few replicates to be significant in this comparison whatever was measured "
+            f"(up to {needed} a side needed). Not evidence of no difference.</p>"
+        )
 
     plot = forest_plot(result, labels)
     if plot:
@@ -92,7 +102,7 @@ def render_comparison_html(
 
     parts.append("<h2>Metrics</h2><table><tr><th>metric</th>"
                  f"<th>{_esc(a_name)} median</th><th>{_esc(b_name)} median</th>"
-                 "<th>B/A [95% CI]</th><th>p</th><th>verdict</th></tr>")  # fmt: skip
+                 "<th>B/A [95% CI]</th><th>replicates A/B</th><th>p</th><th>p Holm</th><th>verdict</th></tr>")  # fmt: skip
     for m in result.metrics:
         c = m.comparison
         changed = (
@@ -107,9 +117,19 @@ def render_comparison_html(
             f"<td class='num'>{_esc(_num(c.a.median))} {_esc(m.unit)}</td>"
             f"<td class='num'>{_esc(_num(c.b.median))} {_esc(m.unit)}</td>"
             f"<td class='num'>{_esc(_num(c.ratio))} [{_esc(_num(c.ci_low))}, {_esc(_num(c.ci_high))}]</td>"
-            f"<td class='num'>{c.p_value:.2g}</td><td>{_badge(m.verdict)}</td></tr>"
+            f"<td class='num'>{c.n_replicates_a}/{c.n_replicates_b}</td>"
+            f"<td class='num'>{c.p_value:.2g}</td>"
+            f"<td class='num'>{'n/a' if c.p_adjusted is None else f'{c.p_adjusted:.2g}'}</td>"
+            f"<td>{_badge(m.verdict, _verdict_text(m))}</td></tr>"
         )
     parts.append("</table>")
+
+    if result.only_in_a or result.only_in_b:
+        parts.append("<h2>Metrics on one side only (not compared)</h2><table><tr><th>run</th><th>metric</th></tr>")
+        for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)):
+            for key in keys:
+                parts.append(f"<tr><td>{_esc(name)}</td><td class='small'>{_esc(key)}</td></tr>")
+        parts.append("</table>")
 
     moved = [c for c in result.claims if c["a"] != c["b"]]
     if moved:
@@ -125,10 +145,15 @@ def render_comparison_html(
             parts.append(f"<tr><td>{_esc(key)}</td><td>{_esc(va)}</td><td>{_esc(vb)}</td></tr>")
         parts.append("</table>")
     parts.append(
-        "<p class='small'>Ratios are medians of B over A with seeded percentile-bootstrap 95% intervals; "
-        "p-values come from a permutation test of the difference of means.  A metric is slower or faster "
-        "only when p &lt; alpha and the median moved by at least the threshold, in the direction the "
-        "metric calls better or worse.</p>"
+        "<p class='small'>Ratios are medians of all of B's samples over all of A's, with seeded two-stage "
+        "bootstrap 95% intervals (replicates resampled, then samples within each).  A replicate is an "
+        "independent unit: a fresh guest or a round.  p-values come from a permutation test of the "
+        "replicate medians (exact when the arrangements fit in the budget) and are corrected over all "
+        "metrics with Holm's step-down method, so an A/A comparison flags any metric with probability "
+        "at most alpha.  A metric is slower or faster only when the corrected p &lt; alpha and the median "
+        "moved by at least the threshold, in the direction the metric calls better or worse.  It is "
+        "underpowered when its replicate counts could not reach the corrected alpha whatever was "
+        "measured (the lowest p of n against n replicates is 2/C(2n, n)).</p>"
     )
     parts.append("</main></body></html>")
     return "".join(parts)

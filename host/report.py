@@ -127,6 +127,8 @@ def metrics_of(records: Iterable[Measurement]) -> list[dict[str, Any]]:
                 "variant": rec.variant,
                 "settings": rec.settings,
                 "samples": rec.samples,
+                # grouped by independent unit: what `memqual compare` tests
+                "replicates": rec.replicates,
                 "summary": stats.summarize(rec.samples).to_json(),
                 "duration_s": rec.duration_s,
             }

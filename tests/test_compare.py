@@ -3,28 +3,50 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from host import claims, compare, report
+from host import claims, compare, record, report, stats
 from host.errors import BadInput
 from host.record import Measurement
 
 
-def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1) -> list[Measurement]:
+def _units(rng: np.random.Generator, loc: float, n_reps: int, per_rep: int = 3,
+           between: float = 0.01, within: float = 0.005) -> list[list[float]]:
+    """n_reps independent units (fresh guests, rounds), each with its own
+    offset, and per_rep samples nested in each."""
+    return [list(loc * (1 + rng.normal(0, between)) * (1 + rng.normal(0, within, per_rep))) for _ in range(n_reps)]
+
+
+def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1, reps: int = 6) -> list[Measurement]:
     rng = np.random.default_rng(seed)
     return [
         Measurement(
             scenario="ksm.volatile_scan", metric="pages_per_s", unit="pages/s", better="higher",
             variant={"smart_scan": 1}, settings={"pages_to_scan": 4000},
-            samples=list(scan_rate * (1 + rng.normal(0, 0.01, 6))), environment={"guest_kernel_sha256": f"k{seed}"},
+            samples=[], replicates=_units(rng, scan_rate, reps), environment={"guest_kernel_sha256": f"k{seed}"},
         ),
         Measurement(
             scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower",
-            samples=list(inflate_s * (1 + rng.normal(0, 0.01, 6))),
+            samples=[], replicates=_units(rng, inflate_s, reps),
         ),
+    ]
+
+
+def _many(n_metrics: int, seed: int, reps: int, slowed: dict[int, float] | None = None) -> list[Measurement]:
+    """n_metrics lower-is-better metrics of about 1 % noise between units;
+    metric i is multiplied by slowed[i]."""
+    rng = np.random.default_rng(seed)
+    slowed = slowed or {}
+    return [
+        Measurement(
+            scenario=f"synthetic.s{i % 4}", metric=f"m{i:02d}_s", unit="s", better="lower", samples=[],
+            replicates=_units(rng, (1.0 + i / 10) * slowed.get(i, 1.0), reps),
+        )
+        for i in range(n_metrics)
     ]
 
 
@@ -42,14 +64,21 @@ def _run(argv: list[str]) -> int:
     return args.handler(args)
 
 
+def test_results_json_carries_each_metrics_replicates(tmp_path):
+    path = _results(tmp_path, "a", _records(seed=1, reps=4))
+    metrics = json.loads(open(path).read())["metrics"]
+    assert all(len(m["replicates"]) == 4 and len(m["samples"]) == 12 for m in metrics)
+
+
 def test_same_distribution_is_no_difference_and_exit_0(tmp_path, capsys):
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", _records(seed=2))
     assert _run([a, b, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["regressions"] == 0
+    assert out["regressions"] == 0 and out["correction"] == "holm"
     assert {m["verdict"] for m in out["metrics"]} == {"no difference"}
     assert out["environment_differences"]["guest_kernel_sha256"] == {"a": "k1", "b": "k2"}
+    assert {(m["n_replicates_a"], m["n_replicates_b"]) for m in out["metrics"]} == {(6, 6)}
 
 
 def test_a_deliberately_slowed_run_is_flagged_with_exit_1(tmp_path, capsys):
@@ -61,12 +90,103 @@ def test_a_deliberately_slowed_run_is_flagged_with_exit_1(tmp_path, capsys):
     by = {m["metric"]: m for m in out["metrics"]}
     assert by["pages_per_s"]["verdict"] == "slower"
     assert by["pages_per_s"]["ratio"] == pytest.approx(0.6, rel=0.03)
-    assert by["pages_per_s"]["p_value"] < 0.01
+    # 6 against 6 units, fully separated: exact p 2/924, doubled by Holm (2 metrics).
+    assert by["pages_per_s"]["p_value"] == pytest.approx(2 / 924)
+    assert by["pages_per_s"]["p_adjusted"] == pytest.approx(4 / 924)
+    assert by["pages_per_s"]["alpha_corrected"] == pytest.approx(0.005)
     assert by["inflate_s"]["verdict"] == "no difference"
     # The table form says the same, variants visible (not eaten as markup).
     assert _run([a, b]) == 1
     out = capsys.readouterr().out
-    assert "slower" in out and "[smart_scan=1]" in out
+    assert "slower" in out and "[smart_scan=1]" in out and "p Holm" in out
+
+
+def test_a_10_percent_slowdown_on_one_metric_with_5_replicates_a_side_is_slower(tmp_path, capsys):
+    # The smallest design that can show it at alpha 0.01: 5 units a side
+    # (exact floor 2/252 = 0.0079), one metric compared.
+    a = _results(tmp_path, "a", _many(1, seed=1, reps=5))
+    b = _results(tmp_path, "b", _many(1, seed=2, reps=5, slowed={0: 1.10}))
+    assert _run([a, b, "--json"]) == 1
+    (m,) = json.loads(capsys.readouterr().out)["metrics"]
+    assert m["verdict"] == "slower" and m["ratio"] == pytest.approx(1.10, rel=0.02)
+    assert m["p_value"] == pytest.approx(2 / 252) and "exact (252 arrangements)" in m["p_method"]
+    assert m["ci"][0] > 1.05
+
+
+def test_a_10_percent_slowdown_among_several_metrics_is_the_only_one_flagged(tmp_path, capsys):
+    # Four metrics, 5 units a side: Holm multiplies the smallest p by 4,
+    # 4 x 2/252 = 0.032, so a family-wise alpha of 0.05 is needed.
+    a = _results(tmp_path, "a", _many(4, seed=3, reps=5))
+    b = _results(tmp_path, "b", _many(4, seed=4, reps=5, slowed={2: 1.10}))
+    assert _run([a, b, "--json", "--alpha", "0.05"]) == 1
+    by = {m["metric"]: m for m in json.loads(capsys.readouterr().out)["metrics"]}
+    assert by["m02_s"]["verdict"] == "slower"
+    assert {by[k]["verdict"] for k in ("m00_s", "m01_s", "m03_s")} == {"no difference"}
+    # At alpha 0.01 the same data cannot be significant: said, not hidden.
+    assert _run([a, b, "--json"]) == 0
+    by = {m["metric"]: m for m in json.loads(capsys.readouterr().out)["metrics"]}
+    assert by["m02_s"]["verdict"] == "underpowered" and by["m02_s"]["replicates_needed"] == 6
+
+
+def test_an_a_a_comparison_of_many_metrics_flags_nothing(tmp_path, capsys):
+    # 30 metrics, 8 units a side, the same distribution both sides: with
+    # Holm the chance of any flag is at most alpha; three pairs of runs.
+    for seed in (10, 20, 30):
+        a = _results(tmp_path, f"a{seed}", _many(30, seed=seed, reps=8))
+        b = _results(tmp_path, f"b{seed}", _many(30, seed=seed + 1, reps=8))
+        assert _run([a, b, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["regressions"] == 0
+        assert {m["verdict"] for m in out["metrics"]} <= {"no difference", "underpowered"}
+        assert all(m["p_adjusted"] >= m["p_value"] for m in out["metrics"])
+
+
+def test_holm_in_compare_is_the_textbook_adjustment(tmp_path, capsys):
+    a = _results(tmp_path, "a", _many(5, seed=5, reps=6))
+    b = _results(tmp_path, "b", _many(5, seed=6, reps=6, slowed={0: 1.2, 3: 1.03}))
+    _run([a, b, "--json"])
+    metrics = json.loads(capsys.readouterr().out)["metrics"]
+    raw = [m["p_value"] for m in metrics]
+    assert [m["p_adjusted"] for m in metrics] == pytest.approx(stats.holm(raw))
+
+
+def test_two_replicates_a_side_is_underpowered_with_the_count_needed(tmp_path, capsys):
+    # A 50 % slowdown, but 2 against 2 units can never give p below 1/3.
+    a = _results(tmp_path, "a", _many(1, seed=7, reps=2))
+    b = _results(tmp_path, "b", _many(1, seed=8, reps=2, slowed={0: 1.5}))
+    assert _run([a, b, "--json"]) == 0  # underpowered is reported, not failed
+    out = json.loads(capsys.readouterr().out)
+    (m,) = out["metrics"]
+    assert m["verdict"] == "underpowered" and out["underpowered"] == 1
+    assert m["underpowered"] and m["min_attainable_p"] == pytest.approx(1 / 3)
+    assert m["replicates_needed"] == 5
+    assert _run([a, b]) == 0
+    text = capsys.readouterr().out
+    assert "underpowered (needs 5 a side)" in text and "not evidence of no difference" in text
+
+
+def test_results_without_replicates_count_as_one_unit_each(tmp_path, capsys):
+    # results.json written before replicates: many samples, one unit.
+    a = _results(tmp_path, "a", _records(seed=1))
+    b = _results(tmp_path, "b", _records(scan_rate=600.0, seed=2))
+    for path in (a, b):
+        data = json.loads(open(path).read())
+        for m in data["metrics"]:
+            del m["replicates"]
+        open(path, "w").write(json.dumps(data))
+    assert _run([a, b, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {m["verdict"] for m in out["metrics"]} == {"underpowered"}
+    assert {(m["n_replicates_a"], m["n_replicates_b"]) for m in out["metrics"]} == {(1, 1)}
+
+
+def test_metrics_that_do_not_vary_are_no_difference_not_underpowered(tmp_path, capsys):
+    recs = [Measurement(scenario="ksm.integrity", metric="bad_pages", unit="pages", better="lower", samples=[0.0])]
+    a = _results(tmp_path, "a", recs)
+    b = _results(tmp_path, "b", recs)
+    assert _run([a, b, "--json"]) == 0
+    (m,) = json.loads(capsys.readouterr().out)["metrics"]
+    assert m["verdict"] == "no difference"
 
 
 def test_html_page_names_the_regression_and_plots_every_ratio(tmp_path, capsys):
@@ -78,10 +198,23 @@ def test_html_page_names_the_regression_and_plots_every_ratio(tmp_path, capsys):
     text = page.read_text()
     assert "1 metric(s) slower beyond 5%" in text
     assert "ksm.volatile_scan pages_per_s [smart_scan=1]" in text
+    assert "p Holm" in text and "replicates A/B" in text
     assert text.count("data:image/png;base64,") == 1  # the forest plot, inline: one self-contained file
     assert "guest_kernel_sha256" in text  # what differs between the environments
     # Nothing from a results file reaches the page unescaped.
     assert "<script" not in text
+
+
+def test_html_page_shows_underpowered_and_one_sided_metrics(tmp_path):
+    recs_b = _many(2, seed=12, reps=2)
+    recs_b[1] = dataclasses.replace(recs_b[1], metric="renamed_s")
+    a = _results(tmp_path, "a", _many(2, seed=11, reps=2))
+    b = _results(tmp_path, "b", recs_b)
+    page = tmp_path / "cmp.html"
+    assert _run([a, b, "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "underpowered (needs" in text and "1 metric(s) underpowered" in text
+    assert "Metrics on one side only" in text and "renamed_s" in text and "m01_s" in text
 
 
 def test_lower_is_better_metrics_get_faster_right(tmp_path, capsys):
@@ -93,10 +226,10 @@ def test_lower_is_better_metrics_get_faster_right(tmp_path, capsys):
 
 
 def test_the_threshold_decides_what_counts(tmp_path):
-    a = _results(tmp_path, "a", _records(scan_rate=1000.0, seed=1))
-    b = _results(tmp_path, "b", _records(scan_rate=970.0, seed=2))  # 3 % slower, real
-    assert _run([a, b, "--threshold", "0.05"]) == 0
-    assert _run([a, b, "--threshold", "0.01"]) == 1
+    a = _results(tmp_path, "a", _records(scan_rate=1000.0, seed=1, reps=8))
+    b = _results(tmp_path, "b", _records(scan_rate=940.0, seed=2, reps=8))  # 6 % slower, real
+    assert _run([a, b, "--threshold", "0.08"]) == 0
+    assert _run([a, b, "--threshold", "0.03"]) == 1
 
 
 @pytest.mark.parametrize(
@@ -107,6 +240,9 @@ def test_the_threshold_decides_what_counts(tmp_path):
         (lambda p: p.write_text(p.read_text().replace("memqual.results/1", "memqual.results/0")), "another memqual version"),
         (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "memqual_version": "0.0.1"})), "same version"),
         (lambda p: p.write_text(json.dumps({"schema": "memqual.results/1"})), "missing or of the wrong type"),
+        (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()),
+                                            "metrics": [{**m, "replicates": "x"} for m in json.loads(p.read_text())["metrics"]]})),
+         "not a list of lists"),
     ],
 )
 def test_unusable_files_are_bad_input_in_one_line(tmp_path, damage, message):
@@ -121,20 +257,76 @@ def test_unusable_files_are_bad_input_in_one_line(tmp_path, damage, message):
     assert info.value.exit_status == 2
 
 
-def test_different_scenario_sets_are_bad_input(tmp_path):
+def test_a_scenario_on_one_side_only_is_listed_and_the_rest_compared(tmp_path, capsys):
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", _records(seed=2)[:1])
-    with pytest.raises(BadInput, match="only in A: balloon.inflate"):
-        _run([a, b])
+    assert _run([a, b, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["metric"] for m in out["metrics"]] == ["pages_per_s"]
+    assert len(out["only_in_a"]) == 1 and out["only_in_a"][0].startswith("balloon.inflate inflate_s")
+    assert out["only_in_b"] == []
+    assert _run([a, b]) == 0
+    assert "only in A (not compared): balloon.inflate inflate_s" in capsys.readouterr().out
 
 
-def test_mismatched_metrics_are_bad_input(tmp_path):
+def test_nothing_in_common_is_bad_input(tmp_path):
     recs_b = _records(seed=2)
-    recs_b[0].metric = "pages_per_cpu_s"  # same scenarios, another metric
+    for rec in recs_b:
+        rec.metric += "_renamed"
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", recs_b)
-    with pytest.raises(BadInput, match="mismatched metrics: 1 only in A, 1 only in B"):
+    with pytest.raises(BadInput, match="no metric is in both: 2 only in A, 2 only in B") as info:
         _run([a, b])
+    assert info.value.exit_status == 2
+
+
+def _balloon_round(seed: float, measured_in_settings: bool) -> list[Measurement]:
+    """One round of the balloon timing scenario's four records, as written
+    before (measured inflate size and MemAvailable in settings) or now (in
+    extra)."""
+    rng = np.random.default_rng(int(seed * 1000))
+    measured = {"inflate_mib": round(780 + 5 * rng.random(), 1), "mem_available_mib": round(845 + 5 * rng.random(), 1)}
+    settings = {"guest_mib": 1024, "margin_mib": 64, "touched_mib": 0, "machine": "pc"}
+    if measured_in_settings:
+        settings = settings | measured
+    out = []
+    for scenario, metric, loc in (("balloon.inflate", "inflate_s", 0.30), ("balloon.inflate", "inflate_guest_s", 0.28),
+                                  ("balloon.deflate", "deflate_guest_s", 0.20), ("balloon.deflate", "deflate_s", 0.22)):
+        out.append(Measurement(
+            scenario=scenario, metric=metric, unit="s", better="lower",
+            samples=list(loc * (1 + rng.normal(0, 0.02, 5))), settings=dict(settings), extra=dict(measured),
+        ))  # fmt: skip
+    return out
+
+
+def test_the_failed_two_kernel_ab_compares_what_pairs_and_lists_the_rest(tmp_path, capsys):
+    # As in the A/A run that wrote no comparison: A's two rounds measured
+    # different inflate sizes, so its records never merged (two entries per
+    # metric); B's rounds happened to agree with A's first.
+    rounds_a = _balloon_round(1, True) + _balloon_round(2, True)
+    rounds_b = _balloon_round(1, True) + _balloon_round(1, True)
+    a = _results(tmp_path, "a", record.merge_rounds(rounds_a))
+    b = _results(tmp_path, "b", record.merge_rounds(rounds_b))
+    assert _run([a, b, "--json"]) == 0  # was exit 2: "mismatched metrics: 4 only in A"
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["metrics"]) == 4 and len(out["only_in_a"]) == 4 and out["only_in_b"] == []
+    assert all('"inflate_mib"' in k for k in out["only_in_a"])  # the old measured key
+
+
+def test_with_measured_values_in_extra_the_rounds_merge_and_everything_pairs(tmp_path, capsys):
+    rounds_a = _balloon_round(1, False) + _balloon_round(2, False)
+    rounds_b = _balloon_round(3, False) + _balloon_round(4, False)
+    merged_a = record.merge_rounds(rounds_a)
+    assert len(merged_a) == 4 and {r.n_replicates for r in merged_a} == {2}
+    assert all("inflate_mib" not in r.settings and "inflate_mib" in r.extra for r in merged_a)
+    a = _results(tmp_path, "a", merged_a)
+    b = _results(tmp_path, "b", record.merge_rounds(rounds_b))
+    assert _run([a, b, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["metrics"]) == 4 and out["only_in_a"] == [] and out["only_in_b"] == []
+    # Two rounds a side are two units: reported underpowered, not "no difference".
+    assert {m["verdict"] for m in out["metrics"]} == {"underpowered"}
+    assert {(m["n_replicates_a"], m["n_replicates_b"]) for m in out["metrics"]} == {(2, 2)}
 
 
 def test_a_changed_setting_is_compared_and_reported(tmp_path, capsys):
