@@ -15,7 +15,10 @@ OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
 as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
 
 ``--rounds N`` runs the whole set N times per kernel, one avocado job each,
-and pools each metric's samples over the rounds (``record.merge_rounds``).
+and merges each metric's records over the rounds (``record.merge_rounds``):
+the samples pooled for the medians, every round's replicates kept as
+independent units for the statistics, so more rounds is what gives
+``memqual compare`` power.
 With two kernels the rounds alternate A B, B A, A B, ... (2 rounds by
 default): a scenario alternates its own A and B repeats inside one guest,
 but two kernels need two images, so they alternate job by job, and a drift
