@@ -12,9 +12,11 @@ Lifetime rules (a leaked QEMU is a bug):
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import ctypes
 import logging
+import math
 import os
 import shutil
 import signal
@@ -29,7 +31,7 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from host.errors import GuestError, LaunchError, Timeout
+from host.errors import BadInput, GuestError, LaunchError, Timeout
 from host.paths import short_tempdir
 from host.qemu import BalloonDevice, MachineConfig, command_line
 from host.ssh import SSH, banner_ready
@@ -63,6 +65,9 @@ def _reap_all() -> None:
 
 READY_MARKER = b"memqual-ready"
 BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
+# Every QMP command answers at once (migrate and balloon return before the
+# work is done); one that takes this long means QEMU is stuck.
+QMP_TIMEOUT_S = 60.0
 
 
 class ConsoleMarker:
@@ -101,10 +106,13 @@ class Machine:
 
     def __init__(self, config: MachineConfig | None = None, image: Any = None, log_dir: Path | None = None,
                  boot_timeout: float = 90.0) -> None:
+        if not (isinstance(boot_timeout, (int, float)) and math.isfinite(boot_timeout) and boot_timeout > 0):
+            raise BadInput(f"boot timeout {boot_timeout!r} is not a positive number of seconds: give e.g. 90")
         self.config = config or MachineConfig()
         self._image = image
         self._log_dir = Path(log_dir) if log_dir else None
-        self.boot_timeout = boot_timeout
+        self.boot_timeout = float(boot_timeout)
+        self.qmp_timeout = QMP_TIMEOUT_S
         self.accel = ""
         self.accel_reason = ""
         self.boot_to_ssh_s = float("nan")
@@ -297,9 +305,13 @@ class Machine:
             raise GuestError("the machine is not running (no QMP)")
         with self._qmp_lock:  # tearDown may run on another thread
             try:
+                self._qmp.settimeout(self.qmp_timeout)
                 return self._qmp.cmd(command, **arguments)
             except QMPError as exc:
                 raise GuestError(f"QMP {command} failed: {exc}") from exc
+            except (TimeoutError, asyncio.TimeoutError) as exc:
+                raise Timeout(f"QMP {command} got no answer within {self.qmp_timeout:.0f} s: QEMU is stuck "
+                              f"(see {self.console_log})") from exc
 
     def hmp(self, command_line: str) -> str:
         return str(self.qmp("human-monitor-command", **{"command-line": command_line}))

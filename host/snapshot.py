@@ -11,8 +11,16 @@ Concurrency: one lock file per snapshot.  Restorers hold it shared while
 QEMU reads the file; the one that saves holds it exclusively, writes to a
 temporary name and renames, so nobody ever reads half a file.
 
-Failure: a snapshot that does not restore (truncated, corrupt, from another
-QEMU) is deleted with a log line, and the guest boots cold and saves anew.
+Failure: a snapshot that QEMU cannot load (truncated, corrupt) or whose
+guest shows another SSH host key is deleted with a log line, and the guest
+boots cold and saves anew.  A restore that is only slow (a loaded host: the
+load or the first SSH command misses its deadline) keeps the snapshot and
+this start boots cold.  A save that fails resumes the guest and waits for
+its SSH again, and leaves no temporary directory.
+
+Trust: snapshots live in the checked cache directory (host.paths), in a
+0700 directory, and are keyed on the image's SSH keys too: a rebuilt image
+(``image build --force``, new keys) never gets a guest saved with old ones.
 """
 
 from __future__ import annotations
@@ -22,16 +30,18 @@ import fcntl
 import hashlib
 import json
 import logging
+import enum
 import os
 import shlex
 import shutil
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from host.errors import GuestError, LaunchError, MemqualError, Timeout
-from host.paths import cache_dir
+from host.paths import cache_dir, trusted_dir
 
 if TYPE_CHECKING:
     from host.machine import Machine
@@ -46,7 +56,12 @@ _warned_unwritable = False
 
 
 def snapshot_root() -> Path:
-    return cache_dir() / "snapshots"
+    """The snapshots' directory: private (0700), since a saved state holds
+    guest RAM with its keys."""
+    root = trusted_dir(cache_dir() / "snapshots", "snapshot directory")
+    if os.stat(root).st_mode & 0o077:
+        os.chmod(root, 0o700)  # made 0755 by earlier versions
+    return root
 
 
 def usable() -> bool:
@@ -56,14 +71,14 @@ def usable() -> bool:
     global _warned_unwritable
     if os.environ.get("MEMQUAL_WARM") == "0":  # every start cold, e.g. to time the difference
         return False
-    root = snapshot_root()
+    root = cache_dir() / "snapshots"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root = snapshot_root()
         probe = root / f".probe-{os.getpid()}"
         probe.touch()
         probe.unlink()
         return True
-    except OSError as exc:
+    except (OSError, MemqualError) as exc:
         if not _warned_unwritable:
             log.warning("warm starts off: snapshot directory %s is not writable (%s); booting cold", root, exc)
             _warned_unwritable = True
@@ -82,16 +97,33 @@ def snapshot_key(machine: "Machine") -> str:
         "image": str(machine.image.directory),
         "kernel": machine.image.kernel_sha256,
         "initramfs": machine.image.initramfs_sha256,
+        # initramfs_sha256 is of the reproducible part: the keys differ per build.
+        "keys": _keys_fingerprint(machine.image),
         "cmdline": kernel_cmdline(machine.config, machine.accel),
         "config": config,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
 
 
+def _keys_fingerprint(image: object) -> str:
+    """sha256 of the image's client key and guest host key: they change
+    with every build of the image, even when its inputs do not."""
+    key = getattr(image, "key", None)
+    if key is None:
+        return ""
+    digest = hashlib.sha256()
+    for path in (Path(key), Path(key).parent / "host_key.pub"):
+        try:
+            digest.update(path.read_bytes())
+        except OSError:
+            digest.update(b"-")
+    return digest.hexdigest()
+
+
 @contextmanager
 def _locked(path: Path, exclusive: bool) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         deadline = time.monotonic() + LOCK_DEADLINE_S
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
@@ -123,19 +155,30 @@ def start(machine: "Machine") -> None:
 
     with _locked(lock, exclusive=False):
         if _valid(state, meta):
-            if _restore(machine, state):
+            outcome = _restore(machine, state)
+            if outcome is Restore.OK:
                 _touch(meta)
                 return
-            _discard(directory, "it did not restore")
+            if outcome is Restore.SLOW:
+                # The snapshot is fine; the host is busy.  Keep it for the
+                # next start and boot this one cold.
+                machine._launch_cold()
+                return
     with _locked(lock, exclusive=True):
-        if _valid(state, meta) and _restore(machine, state):  # saved meanwhile by another run
-            return
+        if _valid(state, meta):
+            outcome = _restore(machine, state)  # saved meanwhile by another run, or the corrupt one again
+            if outcome is Restore.OK:
+                return
+            if outcome is Restore.CORRUPT:
+                _discard(directory, "it did not restore")
+            else:
+                machine._launch_cold()
+                return
         machine._launch_cold()
         try:
             _save(machine, directory)
         except MemqualError as exc:
             log.warning("could not save a warm-start snapshot (%s); this start stays cold", exc)
-            _discard(directory, "saving failed")
     _enforce_cap()
 
 
@@ -159,7 +202,19 @@ def _discard(directory: Path, why: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def _restore(machine: "Machine", state: Path) -> bool:
+class Restore(enum.Enum):
+    OK = "restored"
+    CORRUPT = "the snapshot cannot be used"  # delete it
+    SLOW = "the restore missed a deadline"  # keep it
+
+
+class _Unloadable(GuestError):
+    """QEMU refused the saved state: the snapshot is bad, not the host."""
+
+
+def _restore(machine: "Machine", state: Path) -> Restore:
+    from host.ssh import HostKeyMismatch
+
     started = time.monotonic()
     try:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.
@@ -168,13 +223,22 @@ def _restore(machine: "Machine", state: Path) -> bool:
         # The first command sets the guest's clock: it stands at the time
         # of the save.
         machine.wait_ssh(started, first_command=_clock_command(), probe_banner=False)
-    except (LaunchError, GuestError) as exc:
+    except (_Unloadable, HostKeyMismatch) as exc:
         log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
         machine._kill()
-        return False
+        return Restore.CORRUPT
+    except (LaunchError, GuestError) as exc:
+        # A QEMU that exits while loading says why on its stderr; a load
+        # error there is a bad snapshot, anything else (a deadline) is not.
+        output = machine._qemu_output()
+        log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
+        machine._kill()
+        if "load of migration failed" in output or "Unknown savevm section" in output:
+            return Restore.CORRUPT
+        return Restore.SLOW
     machine.started_warm = True
     machine.boot_to_ssh_s = time.monotonic() - started
-    return True
+    return Restore.OK
 
 
 def _wait_running(machine: "Machine", deadline: float) -> None:
@@ -190,9 +254,9 @@ def _wait_running(machine: "Machine", deadline: float) -> None:
             machine.qmp("cont")
             continue
         if migration in ("failed", "cancelled"):
-            raise GuestError(f"loading the snapshot {migration}")
+            raise _Unloadable(f"loading the snapshot {migration}")
         if status.get("status") not in ("inmigrate", "prelaunch", "paused", "restore-vm", "postmigrate"):
-            raise GuestError(f"incoming migration ended in state {status.get('status')}")
+            raise _Unloadable(f"incoming migration ended in state {status.get('status')}")
         if machine._proc is not None and machine._proc.poll() is not None:
             raise GuestError("QEMU exited while loading the snapshot")
         if time.monotonic() > deadline:
@@ -207,40 +271,63 @@ def _clock_command() -> list[str]:
     return ["date", "-u", "-s", time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())]
 
 
+SAVE_DEADLINE_S = 120.0
+
+
 def _save(machine: "Machine", directory: Path) -> None:
     """Migrate the running guest into ``directory``/state, then resume it.
-    SSH is closed first so the snapshot holds no half-open session."""
+    SSH is closed first so the snapshot holds no half-open session.
+
+    Whatever fails, the guest is resumed and its SSH awaited again, and the
+    temporary directory (an unpredictable name, 0700) is removed; only a
+    guest that cannot be resumed is an error for the caller."""
     started = time.monotonic()
-    tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp", dir=directory.parent))
+    boot_to_ssh_s = machine.boot_to_ssh_s  # of the cold boot, which is what this start was
     machine.ssh.close()
     machine._ssh = None
-    machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})
-    machine.qmp("stop")
-    machine.qmp("migrate", uri="exec:cat > " + shlex.quote(str(tmp / "state")))
-    deadline = time.monotonic() + 120
-    while True:
-        info = machine.qmp("query-migrate")
-        status = info.get("status")
-        if status == "completed":
-            break
-        if status in ("failed", "cancelled") or time.monotonic() > deadline:
-            raise GuestError(f"saving the guest state ended {status}: {info.get('error-desc', '')}")
-        time.sleep(0.01)  # poll period of query-migrate
-    size = (tmp / "state").stat().st_size
-    (tmp / "meta.json").write_text(json.dumps({
-        "bytes": size, "saved": time.time(), "config": dataclasses.asdict(machine.config),
-        "image": str(machine.image.directory), "accel": machine.accel,
-    }, default=str))
-    shutil.rmtree(directory, ignore_errors=True)
-    os.replace(tmp, directory)
-    machine.qmp("cont")
-    boot_to_ssh_s = machine.boot_to_ssh_s  # of the cold boot, which is what this start was
-    machine.wait_ssh(time.monotonic())
-    machine.boot_to_ssh_s = boot_to_ssh_s
+    size = 0
+    try:
+        machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})
+        machine.qmp("stop")
+        machine.qmp("migrate", uri="exec:cat > " + shlex.quote(str(tmp / "state")))
+        deadline = time.monotonic() + SAVE_DEADLINE_S
+        while True:
+            info = machine.qmp("query-migrate")
+            status = info.get("status")
+            if status == "completed":
+                break
+            if status in ("failed", "cancelled") or time.monotonic() > deadline:
+                raise GuestError(f"saving the guest state ended {status}: {info.get('error-desc', '')}")
+            time.sleep(0.01)  # poll period of query-migrate
+        size = (tmp / "state").stat().st_size
+        os.chmod(tmp / "state", 0o600)
+        (tmp / "meta.json").write_text(json.dumps({
+            "bytes": size, "saved": time.time(), "config": dataclasses.asdict(machine.config),
+            "image": str(machine.image.directory), "accel": machine.accel,
+        }, default=str))
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(tmp, directory)
+    except (MemqualError, OSError) as exc:
+        _resume(machine, boot_to_ssh_s)
+        raise GuestError(f"saving the snapshot failed: {str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _resume(machine, boot_to_ssh_s)
     log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20,
              time.monotonic() - started)
+
+
+def _resume(machine: "Machine", boot_to_ssh_s: float) -> None:
+    """Run the guest again after a save (or a failed one) and wait for SSH."""
+    try:
+        if machine.qmp("query-migrate").get("status") in ("active", "setup", "pre-switchover", "device"):
+            machine.qmp("migrate_cancel")
+    except MemqualError:
+        pass  # cont below says whether QEMU still answers
+    machine.qmp("cont")
+    machine.wait_ssh(time.monotonic())
+    machine.boot_to_ssh_s = boot_to_ssh_s
 
 
 def _enforce_cap() -> None:

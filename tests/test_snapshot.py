@@ -80,7 +80,6 @@ def test_cap_drops_orphans_then_least_recently_used(cache: Path, monkeypatch: py
     image = tmp_path / "image"
     image.mkdir()
     root = snapshot.snapshot_root()
-    root.mkdir(parents=True)
 
     def entry(name: str, size: int, image_dir: Path, mtime: float) -> Path:
         directory = root / name

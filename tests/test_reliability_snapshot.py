@@ -1,0 +1,158 @@
+"""Warm-start snapshots fail safe, without QEMU: a failed save resumes the
+guest and leaves no temporary directory; a slow restore keeps a good
+snapshot, a corrupt one is deleted; new image keys mean a new snapshot;
+the snapshot directory is private."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from host import snapshot
+from host.errors import GuestError, Timeout
+from host.qemu import MachineConfig
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MEMQUAL_WARM", raising=False)
+    monkeypatch.setattr("host.qemu.qemu_version", lambda: "7.2.22")
+    return tmp_path / "cache"
+
+
+class FakeMachine:
+    """What snapshot.py uses of a Machine, scripted."""
+
+    def __init__(self, tmp_path: Path, migrate_status: str = "completed", restore_error: Exception | None = None,
+                 qemu_output: str = "") -> None:
+        keys = tmp_path / "img" / "ssh"
+        keys.mkdir(parents=True, exist_ok=True)
+        (keys / "id_ed25519").write_text("client key 1")
+        (keys / "host_key.pub").write_text("ssh-ed25519 AAAA1")
+        self.config = MachineConfig()
+        self.accel = "tcg"
+        self.image = SimpleNamespace(directory=tmp_path / "img", kernel_sha256="k" * 64, initramfs_sha256="i" * 64,
+                                     key=keys / "id_ed25519")
+        self.migrate_status = migrate_status
+        self.restore_error = restore_error
+        self.output = qemu_output
+        self.calls: list[str] = []
+        self.boot_to_ssh_s = 2.0
+        self.started_warm = False
+        self._ssh = SimpleNamespace(close=lambda: None)
+        self._proc = None
+        self.running = True
+
+    @property
+    def ssh(self) -> Any:
+        return self._ssh
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        self.calls.append(command)
+        if command == "stop":
+            self.running = False
+        elif command == "cont":
+            self.running = True
+        elif command == "migrate":
+            path = arguments["uri"].split("> ", 1)[1].strip("'")
+            if self.migrate_status == "completed":
+                Path(path).write_bytes(b"state" * 10)
+        elif command == "query-migrate":
+            return {"status": self.migrate_status, "error-desc": "disk full"}
+        elif command == "query-status":
+            return {"running": self.running, "status": "running" if self.running else "paused"}
+        return {}
+
+    def wait_ssh(self, started: float, first_command: Any = None, probe_banner: bool = True) -> None:
+        self.calls.append("wait_ssh")
+        if first_command is not None and self.restore_error is not None:
+            raise self.restore_error
+
+    def _start_qemu(self, incoming: str | None) -> None:
+        self.calls.append(f"start:{'incoming' if incoming else 'cold'}")
+        self.running = True
+
+    def _launch_cold(self) -> None:
+        self.calls.append("cold")
+
+    def _kill(self) -> None:
+        self.calls.append("kill")
+
+    def _qemu_output(self) -> str:
+        return self.output
+
+
+def _saved(machine: FakeMachine) -> Path:
+    directory = snapshot.snapshot_dir(machine)  # type: ignore[arg-type]
+    directory.mkdir(parents=True)
+    (directory / "state").write_bytes(b"good" * 10)
+    (directory / "meta.json").write_text(json.dumps({"bytes": 40, "image": str(machine.image.directory)}))
+    return directory
+
+
+def test_a_failed_save_resumes_the_guest_and_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path, migrate_status="failed")
+    directory = snapshot.snapshot_dir(machine)  # type: ignore[arg-type]
+    with pytest.raises(GuestError, match="saving the snapshot failed"):
+        snapshot._save(machine, directory)  # type: ignore[arg-type]
+    assert machine.running, "the guest stayed paused"
+    assert machine.calls[-2:] == ["cont", "wait_ssh"]
+    assert list(directory.parent.iterdir()) == []
+    assert not directory.exists()
+
+
+def test_start_after_a_failed_save_is_a_cold_guest_with_ssh(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path, migrate_status="failed")
+    snapshot.start(machine)  # type: ignore[arg-type]
+    assert machine.running and machine.calls[-1] == "wait_ssh"
+    leftovers = [p.name for p in snapshot.snapshot_root().iterdir() if not p.name.endswith(".lock")]
+    assert leftovers == []
+
+
+def test_a_good_save_is_private_and_complete(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path)
+    snapshot.start(machine)  # type: ignore[arg-type]
+    root = snapshot.snapshot_root()
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    (entry,) = [p for p in root.iterdir() if p.is_dir()]
+    assert stat.S_IMODE(os.stat(entry).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(entry / "state").st_mode) == 0o600
+    assert snapshot._valid(entry / "state", entry / "meta.json")
+
+
+def test_a_slow_restore_keeps_the_snapshot_and_boots_cold(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path, restore_error=Timeout("the guest did not answer SSH within 90 s"))
+    directory = _saved(machine)
+    snapshot.start(machine)  # type: ignore[arg-type]
+    assert (directory / "state").read_bytes() == b"good" * 10
+    assert machine.calls[-1] == "cold"
+
+
+def test_a_corrupt_snapshot_is_deleted_and_saved_anew(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path, restore_error=GuestError("QEMU exited"),
+                          qemu_output="qemu-system-x86_64: load of migration failed: Invalid argument")
+    directory = _saved(machine)
+    machine.restore_error = GuestError("QEMU exited")
+    snapshot.start(machine)  # type: ignore[arg-type]
+    assert (directory / "state").read_bytes() == b"state" * 10  # the new save
+
+
+def test_new_image_keys_mean_another_snapshot(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path)
+    before = snapshot.snapshot_key(machine)  # type: ignore[arg-type]
+    (machine.image.key.parent / "host_key.pub").write_text("ssh-ed25519 AAAA2")  # image build --force
+    assert snapshot.snapshot_key(machine) != before  # type: ignore[arg-type]
+
+
+def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, cache: Path) -> None:
+    (cache / "snapshots").mkdir(parents=True)
+    os.chmod(cache / "snapshots", 0o777)
+    snapshot._warned_unwritable = False
+    assert not snapshot.usable()
