@@ -125,12 +125,16 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
     """Pool the records of several rounds of the same scenarios (``memqual
     run --rounds``): records of the same scenario, metric, claim, variant
     and settings become one whose samples are all the rounds' samples in
-    round order, and whose replicates are every round's replicates (a round
-    is an independent unit, so nothing nested in one is pooled across).  Derived figures in ``extra`` (a ratio, a model) are the
-    first round's, since they were computed from its samples alone; each
-    round's samples and start time are kept under ``extra["rounds"]`` so the
-    spread between rounds stays visible.  A record seen once is returned as
-    it is."""
+    round order, and whose replicates are every round's replicates in round
+    order: a round is an independent unit, so units are concatenated, never
+    pooled into one, and a record of one guest per round gives one replicate
+    a round.  Derived figures in ``extra`` (a ratio, a model) are the first
+    round's, since they were computed from its samples alone; each round's
+    samples, replicate count and start time are kept under
+    ``extra["rounds"]`` so the spread between rounds stays visible.  A
+    record seen once is returned as it is.  Rounds merge only when their
+    settings are equal, which is why settings must never hold a measured
+    value."""
     groups: dict[tuple[str, ...], list[Measurement]] = {}
     for rec in records:
         key = (
@@ -145,7 +149,9 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
             continue
         first = group[0]
         extra = dict(first.extra)
-        extra["rounds"] = [{"started": r.started, "samples": r.samples} for r in group]
+        extra["rounds"] = [
+            {"started": r.started, "samples": r.samples, "replicates": r.n_replicates} for r in group
+        ]
         extra["derived_from"] = f"round 1 of {len(group)} (samples pool all rounds)"
         merged.append(dataclasses.replace(
             first,

@@ -38,7 +38,8 @@ def test_merge_rounds_pools_samples_in_round_order():
     assert merged.samples == [1.0, 1.1, 1.2]
     assert merged.duration_s == 7.0
     assert merged.extra["ratio"] == 2.0  # derived figures are round 1's ...
-    assert merged.extra["rounds"] == [{"started": "r1", "samples": [1.0, 1.1]}, {"started": "r2", "samples": [1.2]}]
+    assert merged.extra["rounds"] == [{"started": "r1", "samples": [1.0, 1.1], "replicates": 1},
+                                      {"started": "r2", "samples": [1.2], "replicates": 1}]
     assert "round 1 of 2" in merged.extra["derived_from"]  # ... and say so
     assert rounds[0].samples == [1.0, 1.1]  # the inputs are not changed
 
