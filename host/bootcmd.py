@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     parser.add_argument("--kernel", help="your own bzImage (with --modules)")
     parser.add_argument("--modules", help="its lib/modules/RELEASE directory")
+    parser.add_argument("--debian-kernel", metavar="VERSION",
+                        help="a Debian kernel by release or package name (memqual image kernels lists them)")
     parser.add_argument("--timeout", type=float, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
@@ -39,7 +41,9 @@ def _boot(args: argparse.Namespace) -> int:
     config = MachineConfig(memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel,
                            warm=args.warm)
     qemu_binary()
-    source = KernelSource(Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None)
+    source = KernelSource(
+        Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None, args.debian_kernel
+    )
     image = build(source)
     with Machine(config, image=image, boot_timeout=args.timeout) as vm:
         result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None

@@ -13,6 +13,7 @@ Layout of one cache entry (``<cache>/images/<key>/``):
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import io
 import json
@@ -20,10 +21,13 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
-from host.errors import BadInput, CapabilityMissing
-from host.paths import REPO_ROOT, cache_dir
+from host.errors import BadInput, CapabilityMissing, MemqualError, Timeout
+from host.paths import REPO_ROOT, cache_dir, write_private_atomic
 from images import keys, modules, packages
 from images.cpio import CpioWriter, add_tree
 from images.kernel import extract_vmlinux, read_release
@@ -32,6 +36,16 @@ BUILDER_VERSION = "1"  # bump when the image layout changes
 GUEST_DIR = REPO_ROOT / "guest"
 BUSYBOX = Path("/bin/busybox")
 DROPBEAR = Path("/usr/sbin/dropbear")
+BUILD_LOCK_DEADLINE_S = 600.0  # another run building the same entry (a Debian kernel build takes ~10 s)
+# What a lib/modules/RELEASE tree holds: from a package (kernel/, modules.order,
+# modules.builtin) or from make modules_install (also modules.dep).
+_MODULES_TREE_MARKS = ("modules.dep", "modules.order", "modules.builtin")
+
+
+class CacheDamaged(MemqualError):
+    """A cached image does not match what its manifest says."""
+
+    exit_status = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +55,13 @@ class KernelSource:
 
     bzimage: Path | None = None
     modules_dir: Path | None = None
+    debian: str | None = None  # a Debian kernel by package name or release
 
     def __post_init__(self) -> None:
         if (self.bzimage is None) != (self.modules_dir is None):
             raise BadInput("give both --kernel BZIMAGE and --modules DIR (lib/modules/RELEASE), or neither")
+        if self.debian is not None and self.bzimage is not None:
+            raise BadInput("give either --debian-kernel VERSION or --kernel/--modules, not both")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +75,7 @@ class Image:
     initramfs_sha256: str
     kernel_sha256: str
     cached: bool = False
+    initrd_sha256: str = ""  # absent from manifests of older builds
 
     def to_json(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
@@ -100,11 +118,21 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
             raise BadInput(f"{source.bzimage}: no such kernel file; pass a bzImage (arch/x86/boot/bzImage)")
         release = read_release(source.bzimage)
         return source.bzimage, source.modules_dir, release
-    package = packages.resolve_kernel_package(cache)
+    if source.debian is not None:
+        package = packages.kernel_package(source.debian, cache)
+    else:
+        package = packages.resolve_kernel_package(cache)
     tree = packages.unpack(packages.download(package, cache), cache)
     (vmlinuz,) = sorted((tree / "boot").glob("vmlinuz-*"))
     release = vmlinuz.name.removeprefix("vmlinuz-")
     return vmlinuz, tree / "lib/modules" / release, release
+
+
+def debian_kernel_files(version: str) -> tuple[Path, Path]:
+    """(vmlinuz, lib/modules/RELEASE) of a Debian kernel, downloaded and
+    unpacked into the cache once: what --guest-kernel/--guest-modules take."""
+    bzimage, modules_dir, _ = _kernel_inputs(KernelSource(debian=version), cache_dir())
+    return bzimage, modules_dir
 
 
 _HASH_MEMO = "file-hashes.json"
@@ -117,6 +145,8 @@ def _memo_sha256(paths: list[Path], cache: Path) -> dict[Path, str]:
     memo_file = cache / _HASH_MEMO
     try:
         memo: dict[str, str] = json.loads(memo_file.read_text())
+        if not isinstance(memo, dict):
+            memo = {}
     except (OSError, ValueError):
         memo = {}
     result, changed = {}, False
@@ -128,9 +158,7 @@ def _memo_sha256(paths: list[Path], cache: Path) -> dict[Path, str]:
             changed = True
         result[path] = memo[stamp]
     if changed:
-        tmp = memo_file.with_suffix(f".{os.getpid()}")
-        tmp.write_text(json.dumps(memo))
-        os.replace(tmp, memo_file)
+        write_private_atomic(memo_file, json.dumps(memo).encode(), 0o644)
     return result
 
 
@@ -163,32 +191,104 @@ def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path], cache: 
     return digest.hexdigest()[:20]
 
 
+def check_modules_tree(modules_dir: Path, release: str) -> None:
+    """Refuse, before anything is hashed or copied, a directory that is no
+    lib/modules/RELEASE tree (``--modules /usr`` would be walked whole)."""
+    if not modules_dir.is_dir():
+        raise BadInput(f"{modules_dir}: no such modules directory; pass lib/modules/{release}")
+    if not ((modules_dir / "kernel").is_dir() or any((modules_dir / m).is_file() for m in _MODULES_TREE_MARKS)):
+        raise BadInput(
+            f"{modules_dir} is no kernel modules tree (no kernel/, modules.dep, modules.order or modules.builtin): "
+            f"pass lib/modules/{release} (make modules_install INSTALL_MOD_PATH=DIR puts it in DIR/lib/modules)"
+        )
+
+
+@contextmanager
+def _build_lock(images: Path, key: str, exclusive: bool) -> Iterator[None]:
+    """One builder per cache entry; readers wait for a build under way."""
+    fd = os.open(images / f".{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + BUILD_LOCK_DEADLINE_S
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Timeout(f"image {key} is still being built by another run after "
+                                  f"{BUILD_LOCK_DEADLINE_S:.0f} s") from None
+                time.sleep(0.05)  # poll period for another run's build
+        yield
+    finally:
+        os.close(fd)
+
+
+def _load_cached(target: Path, cache: Path) -> Image | None:
+    """The cached entry, its files checked against the manifest's sha256
+    (a memo by size and mtime keeps this fast); None when there is none."""
+    manifest = target / "manifest.json"
+    try:
+        text = manifest.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CacheDamaged(f"{manifest} is unreadable ({exc}): run 'memqual image build --force'") from exc
+    try:
+        data = json.loads(text)
+        data.pop("cached", None)
+        image = Image(**{**data, **{k: Path(data[k]) for k in ("directory", "kernel", "initrd", "key")}},
+                      cached=True)
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise CacheDamaged(f"{manifest} is damaged ({type(exc).__name__}: {exc}): "
+                           "run 'memqual image build --force'") from exc
+    expected = {image.kernel: image.kernel_sha256, target / "initramfs.cpio": image.initramfs_sha256}
+    if image.initrd_sha256:
+        expected[image.initrd] = image.initrd_sha256
+    try:
+        actual = _memo_sha256(list(expected), cache)
+    except OSError as exc:
+        raise CacheDamaged(f"cached image {target.name} is incomplete ({exc.strerror}: {exc.filename}): "
+                           "run 'memqual image build --force'") from exc
+    for path, digest in expected.items():
+        if actual[path] != digest:
+            raise CacheDamaged(f"cached image file {path} does not match its manifest's sha256: "
+                               "run 'memqual image build --force'")
+    return image
+
+
 def build(source: KernelSource = KernelSource(), force: bool = False) -> Image:
     """Build (or find in the cache) the guest image for ``source``."""
     _require_host_tools()
     cache = cache_dir()
     bzimage, modules_dir, release = _kernel_inputs(source, cache)
-    if not modules_dir.is_dir():
-        raise BadInput(f"{modules_dir}: no such modules directory; pass lib/modules/{release}")
+    check_modules_tree(modules_dir, release)
     libs = _shared_libraries(DROPBEAR)
     guest_files = sorted(p for p in GUEST_DIR.iterdir() if p.suffix in ("", ".sh") and p.is_file())
     key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files], cache)
-    target = cache / "images" / key
-    manifest = target / "manifest.json"
-    if manifest.exists() and not force:
-        data = json.loads(manifest.read_text())
-        data.pop("cached", None)
-        return Image(**{**data, **{k: Path(data[k]) for k in ("directory", "kernel", "initrd", "key")}}, cached=True)
-
-    (cache / "images").mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=cache / "images"))
-    try:
-        image = _assemble(staging, target, bzimage, modules_dir, release, libs)
-        (staging / "manifest.json").write_text(json.dumps(image.to_json(), indent=2) + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(staging, target)  # a reader sees the whole entry or none
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    images = cache / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    target = images / key
+    if not force:
+        with _build_lock(images, key, exclusive=False):
+            cached = _load_cached(target, cache)
+        if cached is not None:
+            return cached
+    with _build_lock(images, key, exclusive=True):
+        if not force:
+            cached = _load_cached(target, cache)  # built meanwhile by another run
+            if cached is not None:
+                return cached
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=images))
+        try:
+            image = _assemble(staging, target, bzimage, modules_dir, release, libs)
+            (staging / "manifest.json").write_text(json.dumps(image.to_json(), indent=2) + "\n")
+            # mkdtemp made it 0700, and so it stays: keys.cpio and the initrd
+            # hold the guest's private host key.
+            shutil.rmtree(target, ignore_errors=True)
+            os.replace(staging, target)  # a reader sees the whole entry or none
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return image
 
 
@@ -248,4 +348,5 @@ def _assemble(staging: Path, final: Path, bzimage: Path, modules_dir: Path, rele
         pvh=vmlinux is not None,
         initramfs_sha256=hashlib.sha256(base).hexdigest(),
         kernel_sha256=sha256_file(kernel),
+        initrd_sha256=hashlib.sha256(base + keys_cpio).hexdigest(),
     )

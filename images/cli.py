@@ -1,4 +1,4 @@
-"""``memqual image build|clean``."""
+"""``memqual image build|kernels|clean``."""
 
 from __future__ import annotations
 
@@ -15,9 +15,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
     build.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
     build.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
+    build.add_argument("--debian-kernel", metavar="VERSION",
+                       help="a Debian kernel by release or package name (memqual image kernels lists them)")
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true")
     build.set_defaults(handler=_build)
+    kernels = actions.add_parser("kernels", help="list the Debian kernels the archive offers")
+    kernels.add_argument("--json", action="store_true")
+    kernels.set_defaults(handler=_kernels)
     clean = actions.add_parser("clean", help="remove cached images and snapshots")
     clean.set_defaults(handler=_clean)
 
@@ -26,7 +31,7 @@ def _build(args: argparse.Namespace) -> int:
     from images.build import KernelSource, build
 
     started = time.monotonic()
-    image = build(KernelSource(args.kernel, args.modules), force=args.force)
+    image = build(KernelSource(args.kernel, args.modules, args.debian_kernel), force=args.force)
     elapsed = time.monotonic() - started
     if args.json:
         print(json.dumps({**image.to_json(), "seconds": round(elapsed, 3)}, indent=2))
@@ -36,6 +41,20 @@ def _build(args: argparse.Namespace) -> int:
         print(f"  kernel     {image.kernel}  sha256 {image.kernel_sha256}")
         print(f"  initramfs  {image.directory / 'initramfs.cpio'}  sha256 {image.initramfs_sha256}")
         print(f"  initrd     {image.initrd}  (initramfs + per-image SSH keys)")
+    return 0
+
+
+def _kernels(args: argparse.Namespace) -> int:
+    from host.paths import cache_dir
+    from images.packages import available_kernels, resolve_kernel_package
+
+    releases = available_kernels(cache_dir())
+    default = resolve_kernel_package(cache_dir()).removeprefix("linux-image-")
+    if args.json:
+        print(json.dumps({"default": default, "kernels": releases}, indent=2))
+        return 0
+    for release in releases:
+        print(release + ("  (default)" if release == default else ""))
     return 0
 
 

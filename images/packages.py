@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Callable
 
 from host.errors import BadInput, CapabilityMissing
+from host.paths import write_private_atomic
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str:
@@ -39,6 +41,8 @@ def _memoized(question: str, answer: Callable[[], str], cache: Path) -> str:
     fingerprint = _lists_fingerprint()
     try:
         memo = json.loads(memo_file.read_text())
+        if not isinstance(memo, dict):
+            memo = {}
     except (OSError, ValueError):
         memo = {}
     if memo.get("lists") != fingerprint:
@@ -46,9 +50,7 @@ def _memoized(question: str, answer: Callable[[], str], cache: Path) -> str:
     if question not in memo:
         memo[question] = answer()
         memo_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_file.with_suffix(f".{os.getpid()}")
-        tmp.write_text(json.dumps(memo))
-        os.replace(tmp, memo_file)
+        write_private_atomic(memo_file, json.dumps(memo).encode(), 0o644)
     return str(memo[question])
 
 
@@ -65,6 +67,54 @@ def _resolve_kernel_package(meta: str) -> str:
     raise BadInput(f"apt-cache knows no kernel behind {meta}: run 'apt-get update'")
 
 
+def available_kernels(cache: Path) -> list[str]:
+    """The releases of the amd64 kernel packages the archive offers
+    (``uname -r`` names such as 6.1.0-57-amd64 or 6.12.111+deb12-amd64)."""
+    answer = _memoized("kernel-releases", _list_kernels, cache)
+    return [line for line in answer.splitlines() if line]
+
+
+def _list_kernels() -> str:
+    names = _run(["apt-cache", "pkgnames", "linux-image-"]).split()
+    releases = set()
+    for name in names:
+        release = name.removeprefix("linux-image-").removesuffix("-unsigned")
+        # A release is x.y.z... ending in the flavour; meta packages
+        # (linux-image-amd64, linux-image-6.12-amd64) and debug symbols are
+        # not kernels.
+        if re.match(r"\d+\.\d+\.\d+", release) and release.endswith("-amd64") and "-dbg" not in release:
+            releases.add(release)
+    return "\n".join(sorted(releases, key=_release_order))
+
+
+def _release_order(release: str) -> tuple[object, ...]:
+    parts: list[object] = []
+    for piece in release.replace("+", ".").replace("-", ".").split("."):
+        parts.append((0, int(piece), "") if piece.isdigit() else (1, 0, piece))
+    return tuple(parts)
+
+
+def kernel_package(version: str, cache: Path) -> str:
+    """The package of a kernel named by its package or its release; an
+    unknown one is a BadInput naming the nearest ones the archive has."""
+    release = version.strip().removeprefix("linux-image-").removesuffix("-unsigned")
+    known = available_kernels(cache)
+    if release not in known:
+        import difflib
+
+        near = difflib.get_close_matches(release, known, n=4, cutoff=0.5) or known[-4:]
+        raise BadInput(
+            f"no Debian kernel {version!r}: nearest available: {', '.join(near) or 'none (run apt-get update)'}"
+            " (memqual image kernels lists them all)"
+        )
+    # The signed package holds the same kernel with a signature appended;
+    # either boots, the unsigned one is there for every flavour.
+    for candidate in (f"linux-image-{release}", f"linux-image-{release}-unsigned"):
+        if _memoized(f"candidate:{candidate}", lambda c=candidate: _candidate(c), cache) not in ("", "(none)"):
+            return candidate
+    raise BadInput(f"no installable package for kernel {release}: run 'apt-get update'")
+
+
 def download(package: str, cache: Path) -> Path:
     """The .deb of ``package`` (current candidate), downloaded once."""
     debs = cache / "debs"
@@ -72,18 +122,59 @@ def download(package: str, cache: Path) -> Path:
     version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    existing = [p for p in debs.glob(f"{package}_*.deb") if _deb_version(p) == version]
-    if existing:
-        return existing[0]
-    work = debs / f".dl-{package}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir()
-    _run(["apt-get", "download", f"{package}={version}"], cwd=work)
-    (fetched,) = list(work.glob("*.deb"))
-    target = debs / fetched.name
-    fetched.replace(target)
-    shutil.rmtree(work, ignore_errors=True)
+    expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version), cache)
+    for path in debs.glob(f"{package}_*.deb"):
+        if _deb_version(path) != version:
+            continue
+        if not expected or _sha256(path) == expected:
+            return path
+        # A .deb that is not the archive's (truncated, replaced) is fetched again.
+        path.unlink()
+        path.with_name(f".{path.name}.sha256").unlink(missing_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".dl-{package}-", dir=debs))
+    try:
+        _run(["apt-get", "download", f"{package}={version}"], cwd=work)
+        (fetched,) = list(work.glob("*.deb"))
+        if expected and _hash(fetched) != expected:
+            raise BadInput(f"{fetched.name}: its sha256 is not the archive's: run 'apt-get update' and try again")
+        target = debs / fetched.name
+        fetched.replace(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     return target
+
+
+def _sha256(path: Path) -> str:
+    """sha256 of ``path``, remembered beside it by size and mtime: a cached
+    image build must stay well under a second, and a kernel .deb is large."""
+    st = path.stat()
+    memo = path.with_name(f".{path.name}.sha256")
+    stamp = f"{st.st_size} {st.st_mtime_ns}"
+    try:
+        known_stamp, _, digest = memo.read_text().strip().rpartition(" ")
+        if known_stamp == stamp and len(digest) == 64:
+            return digest
+    except OSError:
+        pass
+    digest = _hash(path)
+    write_private_atomic(memo, f"{stamp} {digest}\n".encode(), 0o644)
+    return digest
+
+
+def _hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _archive_sha256(package: str, version: str) -> str:
+    """The SHA256 the package lists give for this version ("" if none)."""
+    for line in _run(["apt-cache", "show", f"{package}={version}"]).splitlines():
+        if line.startswith("SHA256:"):
+            return line.split(":", 1)[1].strip()
+    return ""
 
 
 def _candidate(package: str) -> str:
@@ -101,10 +192,15 @@ def _deb_version(path: Path) -> str:
 def unpack(deb: Path, cache: Path) -> Path:
     """The unpacked tree of ``deb`` (``dpkg -x``), unpacked once."""
     target = cache / "unpacked" / deb.stem
-    if (target / ".complete").exists():
-        return target
+    stamp = _sha256(deb)
+    complete = target / ".complete"
+    try:
+        if complete.read_text().strip() in (stamp, ""):  # "": unpacked by an older memqual
+            return target
+    except OSError:
+        pass
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
     _run(["dpkg", "-x", str(deb), str(target)])
-    (target / ".complete").touch()
+    complete.write_text(stamp + "\n")  # which .deb this tree is, checked on every use
     return target
