@@ -648,6 +648,17 @@ def _sha256(path: Path) -> str:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
+    if args.debian_kernel:
+        if kernels_in or modules_in:
+            raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
+        if len(args.debian_kernel) > 2:
+            raise BadInput("give --debian-kernel at most twice (A and B)")
+        from images.build import debian_kernel_files
+
+        for version in args.debian_kernel:
+            bzimage, modules_dir = debian_kernel_files(version)
+            kernels_in.append(bzimage)
+            modules_in.append(modules_dir)
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
     if len(modules_in) != len(kernels_in):
@@ -701,6 +712,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="guest kernel instead of Debian's; twice to compare two kernels (A, B)",
     )
     parser.add_argument("--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel")
+    parser.add_argument(
+        "--debian-kernel", action="append", metavar="VERSION",
+        help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
+        "twice to compare two (memqual image kernels lists them)",
+    )
     parser.add_argument(
         "--rounds", type=int, metavar="N",
         help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
