@@ -227,6 +227,7 @@ def compare_results(
     a_name: str = "A",
     b_name: str = "B",
     n_resamples: int | None = None,
+    n_permutations: int | None = None,
 ) -> RunComparison:
     import dataclasses as dc
 
@@ -235,10 +236,13 @@ def compare_results(
     check_comparable(a, b, a_name, b_name)
     pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
     pairs = sorted(pairs, key=lambda p: p[0]["key"])
-    budget = stats.DEFAULT_RESAMPLES if n_resamples is None else n_resamples
+    resamples = stats.DEFAULT_RESAMPLES if n_resamples is None else n_resamples
+    budget = stats.DEFAULT_PERMUTATIONS if n_permutations is None else n_permutations
     reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
     raw = [
-        stats.compare_replicates(ra, rb, alpha=alpha, min_effect=threshold, n_resamples=budget)
+        stats.compare_replicates(
+            ra, rb, alpha=alpha, min_effect=threshold, n_resamples=resamples, n_permutations=budget
+        )
         for ra, rb in reps
     ]
     # Holm across every metric of this comparison: the family is what one

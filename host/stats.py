@@ -26,9 +26,10 @@ the choices are written down once:
 - Significance is a two-sided permutation test of the difference of means
   of the **replicate medians** (one summary per independent unit).  It is
   exact (every one of the C(na+nb, na) arrangements enumerated) when that
-  count fits in the resample budget, Monte Carlo otherwise; the result says
-  which.  8 against 8 has 12870 arrangements, more than the default 9999
-  resamples, so it is Monte Carlo unless the budget is raised.
+  count fits in the budget, Monte Carlo otherwise; the result says which.
+  8 against 8 has 12870 arrangements: more than the 9999 resamples of the
+  flat ``permutation_pvalue``, within the DEFAULT_PERMUTATIONS (200000) of
+  the replicate-level test, which enumerates up to 10 against 10.
 - **Power.**  An exact permutation test cannot give a p below
   ``min_attainable_p(na, nb)`` (2/C(2n, n) for n a side).  When that floor is
   not below alpha the comparison is ``underpowered``: it can never be
@@ -59,6 +60,11 @@ from scipy import stats as _st
 
 DEFAULT_SEED = 20110223  # the date of seed 000; any fixed value works
 DEFAULT_RESAMPLES = 9999
+# Permutations of replicate medians are cheap (a few numbers each), so the
+# budget is large enough to enumerate every split up to 10 against 10
+# (184756): a Monte Carlo p near a Holm-corrected level would otherwise
+# decide a verdict by its own sampling noise.
+DEFAULT_PERMUTATIONS = 200_000
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_EFFECT = 0.05
@@ -282,7 +288,7 @@ def replicate_permutation_test(
     a_reps: Sequence[Sequence[float]],
     b_reps: Sequence[Sequence[float]],
     *,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    n_resamples: int = DEFAULT_PERMUTATIONS,
     seed: int = DEFAULT_SEED,
 ) -> PermutationResult:
     """The permutation test on replicate medians: the units that were
@@ -535,17 +541,19 @@ def compare_replicates(
     confidence: float = DEFAULT_CONFIDENCE,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
+    n_permutations: int = DEFAULT_PERMUTATIONS,
 ) -> Comparison:
     """A against B, each a list of replicates (independent units), each a
     list of samples: the ratio of pooled medians, its two-stage bootstrap
-    CI, the permutation p on replicate medians, the replicate counts, and
-    whether those counts can reach p < alpha at all."""
+    CI (n_resamples), the permutation p on replicate medians (exact up to
+    n_permutations arrangements), the replicate counts, and whether those
+    counts can reach p < alpha at all."""
     ga, gb = _replicates(a_reps), _replicates(b_reps)
     pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
     low, high = hierarchical_ratio_ci(ga, gb, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    perm = replicate_permutation_test(ga, gb, n_resamples=n_resamples, seed=seed)
+    perm = replicate_permutation_test(ga, gb, n_resamples=n_permutations, seed=seed)
     na, nb = len(ga), len(gb)
-    floor = min_attainable_p(na, nb, n_resamples)
+    floor = min_attainable_p(na, nb, n_permutations)
     return Comparison(
         a=summarize(pooled_a),
         b=summarize(pooled_b),

@@ -243,3 +243,12 @@ def test_many_samples_in_one_unit_are_still_one_unit():
     b = _reps(52, 1, 40, 102.0, 0.0, 0.001)
     c = stats.compare_replicates(a, b, alpha=0.05, min_effect=0.0)
     assert c.p_value == 1.0 and c.underpowered and not c.significant
+
+
+def test_replicate_level_test_enumerates_8_vs_8_by_default():
+    a = _reps(61, 8, 3, 100.0, 0.01, 0.002)
+    b = _reps(62, 8, 3, 110.0, 0.01, 0.002)
+    c = stats.compare_replicates(a, b)
+    assert "exact (12870 arrangements)" in c.p_method
+    assert c.p_value == pytest.approx(2 / 12870)
+    assert c.min_attainable_p == pytest.approx(2 / 12870)
