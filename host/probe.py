@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from host.errors import BadInput, CapabilityMissing
-from host.paths import cache_dir, short_tempdir
+from host.paths import cache_dir, short_tempdir, write_private_atomic
 
 KVM_DEVICE = Path("/dev/kvm")
 KSM_DIR = Path("/sys/kernel/mm/ksm")
@@ -112,9 +112,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
         except (OSError, ValueError, KeyError):
             pass
     boots, detail = _boot_under_kvm(image)
-    tmp = cache_file.with_suffix(f".{os.getpid()}")
-    tmp.write_text(json.dumps({"key": key, "boots": boots, "detail": detail}))
-    os.replace(tmp, cache_file)
+    write_private_atomic(cache_file, json.dumps({"key": key, "boots": boots, "detail": detail}).encode(), 0o644)
     return boots, detail
 
 

@@ -8,13 +8,17 @@ not change the image (and so invalidate every saved warm-start snapshot).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from host.errors import BadInput, CapabilityMissing
-from host.paths import REPO_ROOT, cache_dir
+from host.paths import REPO_ROOT, cache_dir, write_private_atomic
+
+log = logging.getLogger("memqual.agents")
 
 GUEST_DIR = REPO_ROOT / "guest"
 CFLAGS = ["-static", "-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE"]
@@ -40,12 +44,26 @@ def build_agent(name: str) -> Path:
     out_dir = cache_dir() / "agents"
     out_dir.mkdir(parents=True, exist_ok=True)
     binary = out_dir / f"{name}-{digest}"
-    if binary.exists():
-        return binary
-    tmp = binary.with_name(binary.name + f".tmp{os.getpid()}")
-    proc = subprocess.run([gcc, *CFLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise BadInput(f"building guest agent {name} failed: {proc.stderr.strip().splitlines()[0:1]}")
-    os.replace(tmp, binary)  # atomic: parallel builders never see half a file
+    sums = binary.with_name(binary.name + ".sha256")
+    try:
+        if sums.read_text().strip() == _sha256(binary):
+            return binary
+        log.warning("guest agent %s does not match its recorded sha256: building it again", binary)
+    except OSError:
+        pass  # not built yet, or built by an older memqual without a sum: build it
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=out_dir)
+    os.close(fd)
+    try:
+        proc = subprocess.run([gcc, *CFLAGS, "-o", tmp, str(source)], capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            raise BadInput(f"building guest agent {name} failed: {proc.stderr.strip().splitlines()[0:1]}")
+        os.chmod(tmp, 0o755)
+        write_private_atomic(sums, (_sha256(Path(tmp)) + "\n").encode(), 0o644)
+        os.replace(tmp, binary)  # atomic: parallel builders never see half a file
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return binary
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
