@@ -356,8 +356,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     table.add_column(f"{b_name} median", justify="right", no_wrap=True)
     table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
     table.add_column("reps", justify="right", no_wrap=True)
-    table.add_column("p", justify="right", no_wrap=True)
-    table.add_column("p Holm", justify="right", no_wrap=True)
+    table.add_column("p (Holm)", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     labels = _short_labels(result.metrics)
     for m in result.metrics:
@@ -368,9 +367,10 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             escape(f"{_num(c.b.median)} {m.unit}"),
             f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
             f"{c.n_replicates_a}/{c.n_replicates_b}",
-            f"{c.p_value:.2g}",
-            "n/a" if c.p_adjusted is None else f"{c.p_adjusted:.2g}",
-            f"[{styles[m.verdict]}]{escape(_verdict_text(m))}[/]",
+            f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
+            # The count an underpowered row needs is the same for all of them
+            # (one stopping level): said once below the table.
+            f"[{styles[m.verdict]}]{m.verdict}[/]",
         )
     console.print(table)
     for m in result.metrics:
@@ -389,7 +389,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
         console.print(
             f"[bold magenta]{len(result.underpowered)} metric(s) underpowered[/]: too few replicates to be "
-            f"significant in this comparison whatever was measured (up to {needed} a side needed); "
+            f"significant in this comparison whatever was measured (needs {needed} a side); "
             "not evidence of no difference",
             highlight=False,
         )

@@ -98,7 +98,7 @@ def test_a_deliberately_slowed_run_is_flagged_with_exit_1(tmp_path, capsys):
     # The table form says the same, variants visible (not eaten as markup).
     assert _run([a, b]) == 1
     out = capsys.readouterr().out
-    assert "slower" in out and "[smart_scan=1]" in out and "p Holm" in out
+    assert "slower" in out and "[smart_scan=1]" in out and "p (Holm)" in out
 
 
 def test_a_10_percent_slowdown_on_one_metric_with_5_replicates_a_side_is_slower(tmp_path, capsys):
@@ -162,7 +162,8 @@ def test_two_replicates_a_side_is_underpowered_with_the_count_needed(tmp_path, c
     assert m["replicates_needed"] == 5
     assert _run([a, b]) == 0
     text = capsys.readouterr().out
-    assert "underpowered (needs 5 a side)" in text and "not evidence of no difference" in text
+    assert "1 metric(s) underpowered" in text and "(needs 5 a side)" in text
+    assert "not evidence of no difference" in text
 
 
 def test_results_without_replicates_count_as_one_unit_each(tmp_path, capsys):
