@@ -36,6 +36,7 @@ from host.record import load
         (K.Sregs, 312),
         (K.Segment, 24),
         (K.DTable, 16),
+        (K.Ioeventfd, 64),
     ],
 )
 def test_struct_sizes_match_uapi(struct: type, size: int) -> None:
@@ -50,6 +51,7 @@ OFFSETS = {
         "s": 18, "l": 19, "g": 20, "avl": 21, "unusable": 22, "padding": 23,
     },
     K.DTable: {"base": 0, "limit": 8},
+    K.Ioeventfd: {"datamatch": 0, "addr": 8, "len": 16, "fd": 20, "flags": 24},
     K.Sregs: {
         "cs": 0, "ds": 24, "tr": 144, "ldt": 168, "gdt": 192, "idt": 208, "cr0": 224, "cr2": 232,
         "cr3": 240, "cr4": 248, "cr8": 256, "efer": 264, "apic_base": 272, "interrupt_bitmap": 280,
@@ -91,6 +93,7 @@ def test_run_exit_union_is_256_bytes() -> None:
         (K.KVM_SET_REGS, 0x4090AE82),
         (K.KVM_GET_SREGS, 0x8138AE83),
         (K.KVM_SET_SREGS, 0x4138AE84),
+        (K.KVM_IOEVENTFD, 0x4040AE79),
     ],
 )
 def test_kvm_ioctl_numbers(value: int, expected: int) -> None:

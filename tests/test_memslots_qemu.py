@@ -5,6 +5,7 @@ on canned QEMU and guest output (taken from a real pc guest: QEMU 7.2,
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -412,3 +413,35 @@ def test_built_as_planned_agrees_and_a_missing_dimm_is_named(positions, sizes, h
     diffs = Q.differential_check(plan, built_as_planned(plan, drop=dropped), require_online=True)
     assert {d.slot for d in diffs} == {dropped}
     assert {d.view for d in diffs} == {"flatview", "memory-devices", "iomem", "blocks"}
+
+
+def test_guest_layout_record_holds_a_layout_the_loader_reads():
+    """The memslots.guest_layout record of a real guest: one sample (the slot
+    count), the config as variant, and a layout layout_from_json accepts,
+    slot for slot the flat view's RAM and ROM ranges, named."""
+    from host.memslots import guest_layouts as G
+    from host.memslots.layout import layout_from_json
+    from host.record import Measurement
+
+    flat = Q.parse_flatview(FLATVIEW)
+    record = G.layout_record("pc-3dimm", flat, {"machine": "pc", "ram_mib": 512})
+    again = Measurement.from_json(json.loads(json.dumps(record.to_json())))
+    assert (again.scenario, again.metric, again.unit, again.better) == ("memslots.guest_layout", "slots", "slots", "lower")
+    assert again.variant == {"config": "pc-3dimm"} and again.settings == {"machine": "pc", "ram_mib": 512}
+    layout = layout_from_json(again.extra["layout"], "pc-3dimm")
+    assert layout == Q.layout_from_flatview(flat, name="pc-3dimm")
+    assert again.samples == [len(layout)]
+    assert len(again.extra["slot_names"]) == len(layout) and again.extra["slot_names"][-1].startswith("mq-mem-")
+    assert G.layout_of(again) == layout
+
+
+def test_guest_config_arguments():
+    from host.memslots import guest_layouts as G
+
+    config = G.GuestConfig("x", boot_dimms=2, bars=(G.RamBar("v", "VGA", 16), G.RamBar("s", "ivshmem-plain", 4)))
+    args = config.extra_args()
+    assert args.count("-device") == 4 and "VGA,id=v,vgamem_mb=16" in args
+    assert "memory-backend-ram,id=mq-bar-s,size=4M" in args and "ivshmem-plain,id=s,memdev=mq-bar-s" in args
+    machine = config.machine_config()
+    assert (machine.maxmem_mib, machine.mem_slots, machine.machine) == (512 + 2 * G.GUEST_DIMM_MIB, 2, "pc")
+    assert config.settings()["ram_bars"] == ["VGA:16M", "ivshmem-plain:4M"]

@@ -77,6 +77,21 @@ class UserspaceMemoryRegion(ctypes.Structure):
     ]
 
 
+class Ioeventfd(ctypes.Structure):
+    """struct kvm_ioeventfd (64 bytes): a guest write of ``len`` bytes at
+    ``addr`` signals the eventfd ``fd`` inside the kernel, with no exit to
+    userspace."""
+
+    _fields_ = [
+        ("datamatch", ctypes.c_uint64),
+        ("addr", ctypes.c_uint64),
+        ("len", ctypes.c_uint32),
+        ("fd", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),  # 0: MMIO, any data
+        ("pad", ctypes.c_uint8 * 36),
+    ]
+
+
 class Regs(ctypes.Structure):
     """struct kvm_regs (x86, 144 bytes)."""
 
@@ -214,6 +229,7 @@ KVM_GET_REGS = _IOR(KVMIO, 0x81, ctypes.sizeof(Regs))
 KVM_SET_REGS = _IOW(KVMIO, 0x82, ctypes.sizeof(Regs))
 KVM_GET_SREGS = _IOR(KVMIO, 0x83, ctypes.sizeof(Sregs))
 KVM_SET_SREGS = _IOW(KVMIO, 0x84, ctypes.sizeof(Sregs))
+KVM_IOEVENTFD = _IOW(KVMIO, 0x79, ctypes.sizeof(Ioeventfd))
 
 KVM_API_VERSION = 12  # the only stable API version there has ever been
 
@@ -222,6 +238,7 @@ KVM_CAP_USER_MEMORY = 3
 KVM_CAP_SET_TSS_ADDR = 4
 KVM_CAP_NR_VCPUS = 9
 KVM_CAP_NR_MEMSLOTS = 10
+KVM_CAP_IOEVENTFD = 36
 KVM_CAP_MAX_VCPUS = 66
 KVM_CAP_MULTI_ADDRESS_SPACE = 118
 
@@ -419,6 +436,15 @@ class Vm:
 
     def set_memory_region(self, region: MemoryRegion) -> None:
         self.set_region(region.slot, region.guest_phys_addr, region.memory_size, region.userspace_addr, region.flags)
+
+    def add_ioeventfd(self, addr: int, length: int, fd: int) -> None:
+        """Signal eventfd ``fd`` on every guest MMIO write of ``length``
+        bytes at ``addr``, in the kernel (KVM_IOEVENTFD, no datamatch)."""
+        arg = Ioeventfd()
+        arg.addr = addr
+        arg.len = length
+        arg.fd = fd
+        _ioctl(self.fd, KVM_IOEVENTFD, arg, f"KVM_IOEVENTFD(addr={addr:#x}, len={length})")
 
     def delete_region(self, slot: int) -> None:
         # Deleting is setting size 0; KVM ignores the other fields except the id.

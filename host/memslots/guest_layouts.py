@@ -1,0 +1,125 @@
+"""Memslot layouts of real QEMU guests, as measurement records.
+
+Seeds 000/002 argue about 32 slots; the layout memqual used for that
+(``seed-32``) is its own construction.  The layouts here are read from real
+guests instead: QEMU's flat view of address space "memory" (``info mtree
+-f``), where every RAM, ROM or ROMD range is one KVM memslot when QEMU runs
+on KVM (``qemu_layout.layout_from_flatview``).  Under TCG QEMU registers no
+KVM slots, but the flat view is the same: it is what it would register.
+
+One record per guest configuration: scenario ``memslots.guest_layout``,
+metric ``slots`` (the slot count, one sample: a layout is a fact of the
+configuration, not a random draw), variant ``{"config": NAME}``, settings =
+what the test set (machine, RAM, dimms, devices), and ``extra["layout"]`` =
+the layout in the layout-file form, which ``layout.layout_from_json`` reads
+back; ``extra["slot_names"]`` names the QEMU region behind each slot.
+
+How a guest gets more slots: every pc-dimm (at boot or hotplugged) is one
+slot; every PCI BAR backed by RAM (a VGA's framebuffer, an ivshmem
+region, an assigned device's BARs) is one more once the firmware or the
+guest maps it; emulated devices' BARs are MMIO and add none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+from host.memslots.layout import Layout, layout_from_json
+from host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
+from host.record import Measurement
+
+SCENARIO = "memslots.guest_layout"
+METRIC = "slots"
+GUEST_DIMM_MIB = 128  # the guest kernel's memory block on x86_64: whole blocks only
+
+
+@dataclasses.dataclass(frozen=True)
+class RamBar:
+    """A PCI device whose BAR is backed by RAM (a memslot once mapped)."""
+
+    device_id: str
+    driver: str  # "VGA" (16 MiB framebuffer) or "ivshmem-plain"
+    size_mib: int  # the BAR's size: the memdev's for ivshmem, vgamem for VGA
+
+    @property
+    def region_name(self) -> str:
+        """The memory region's name in QEMU's flat view."""
+        return "vga.vram" if self.driver == "VGA" else f"mq-bar-{self.device_id}"
+
+    def args(self) -> tuple[str, ...]:
+        if self.driver == "VGA":
+            return ("-device", f"VGA,id={self.device_id},vgamem_mb={self.size_mib}")
+        return (
+            "-object", f"memory-backend-ram,id={self.region_name},size={self.size_mib}M",
+            "-device", f"ivshmem-plain,id={self.device_id},memdev={self.region_name}",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestConfig:
+    """One real guest configuration whose memslots are read and recorded
+    (the dimm-plan configurations are made by qemu_layout.plan_layout; this
+    covers boot-time dimms in bulk and RAM BARs)."""
+
+    name: str
+    machine: str = "pc"
+    ram_mib: int = 512
+    boot_dimms: int = 0  # GUEST_DIMM_MIB each, on the command line
+    bars: tuple[RamBar, ...] = ()
+
+    def extra_args(self) -> tuple[str, ...]:
+        args: list[str] = []
+        for i in range(self.boot_dimms):
+            args += ["-object", f"memory-backend-ram,id=mq-gl-mem-{i},size={GUEST_DIMM_MIB}M",
+                     "-device", f"pc-dimm,id=mq-gl-dimm-{i},memdev=mq-gl-mem-{i}"]
+        for bar in self.bars:
+            args += bar.args()
+        return tuple(args)
+
+    def machine_config(self) -> Any:
+        from host.qemu import MachineConfig
+
+        dimms: dict[str, Any] = {}
+        if self.boot_dimms:
+            dimms = dict(maxmem_mib=self.ram_mib + self.boot_dimms * GUEST_DIMM_MIB, mem_slots=self.boot_dimms)
+        return MachineConfig(machine=self.machine, memory_mib=self.ram_mib, cpus=1, balloon=None, warm=False,
+                             extra_args=self.extra_args(), **dimms)
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine, "ram_mib": self.ram_mib, "boot_dimms": self.boot_dimms,
+            "dimm_mib": GUEST_DIMM_MIB if self.boot_dimms else 0,
+            "ram_bars": [f"{b.driver}:{b.size_mib}M" for b in self.bars],
+        }
+
+
+def slot_names(ranges: Sequence[FlatRange]) -> list[str]:
+    """The QEMU region behind each slot, in the order layout_from_flatview
+    numbers the slots (address order)."""
+    return [r.name for r in sorted((r for r in ranges if r.kind in SLOT_KINDS), key=lambda r: r.start)]
+
+
+def layout_record(config: str, ranges: Sequence[FlatRange], settings: dict[str, Any],
+                  duration_s: float = 0.0) -> Measurement:
+    """The record of one real guest's memslots, read from its flat view.
+    The layout is round-tripped through ``layout_from_json`` before it is
+    recorded, so a record always holds a layout the loader accepts."""
+    layout = layout_from_flatview(ranges, name=config)
+    data = layout.to_json()
+    checked = layout_from_json(data, config)  # raises BadInput on an invalid layout
+    return Measurement(
+        scenario=SCENARIO, metric=METRIC, unit="slots", better="lower", samples=[len(checked)],
+        variant={"config": config}, settings=dict(settings),
+        extra={
+            "layout": data,
+            "slot_names": slot_names(ranges),
+            "read_from": "QEMU flat view of address space 'memory' (info mtree -f): each ram/rom/romd range is one KVM memslot",
+        },
+        duration_s=duration_s,
+    )
+
+
+def layout_of(record: Measurement) -> Layout:
+    """The layout a ``memslots.guest_layout`` record holds."""
+    return layout_from_json(record.extra["layout"], str(record.variant.get("config", "guest")))
