@@ -392,6 +392,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             f"significant in this comparison whatever was measured (needs {needed} a side); "
             "not evidence of no difference",
             highlight=False,
+            soft_wrap=True,
         )
     if result.regressions:
         console.print(f"[bold red]{len(result.regressions)} metric(s) slower beyond {result.threshold:.0%}[/]")
