@@ -433,7 +433,64 @@ def test_model_walk_without_the_reference_model(monkeypatch) -> None:
 def test_only_an_unrunnable_guest_counts_as_a_missing_capability() -> None:
     import errno
 
-    assert B._is_vcpu_failure(B.GuestPassError("KVM_EXIT_FAIL_ENTRY", unsupported=True))
-    assert not B._is_vcpu_failure(B.GuestPassError("a slot access left KVM"))
-    assert B._is_vcpu_failure(K.KvmIoctlError("KVM_RUN", errno.EFAULT))
-    assert not B._is_vcpu_failure(K.KvmIoctlError("KVM_SET_USER_MEMORY_REGION(slot=1)", errno.EEXIST))
+    assert B._is_unsupported(B.GuestPassError("KVM_EXIT_FAIL_ENTRY", unsupported=True))
+    assert not B._is_unsupported(B.GuestPassError("a slot access left KVM"))
+    assert B._is_unsupported(K.KvmIoctlError("KVM_RUN", errno.EFAULT))
+    assert not B._is_unsupported(K.KvmIoctlError("KVM_SET_USER_MEMORY_REGION(slot=1)", errno.EEXIST))
+
+
+def test_a_model_disagreement_is_a_failure_not_a_note(monkeypatch) -> None:
+    """The reference model answering wrongly on the bench's layout is a bug:
+    it propagates instead of turning into a note (and a skipped check)."""
+    from host.memslots import model as model_mod
+
+    def wrong(name, layout, gfns, expected):
+        raise model_mod.ModelDisagreement(f"{name} found slot 3 for gfn 0x1, the layout says None")
+
+    monkeypatch.setattr(model_mod, "run_structure", wrong)
+    with pytest.raises(model_mod.ModelDisagreement):
+        B.model_walk(B.SlotGeometry(4))
+
+
+def test_vcpu_failures_after_the_capability_probe_are_failures(monkeypatch) -> None:
+    """The probe decides before any measurement whether the guest can run;
+    a KVM_RUN failure in a measured pass afterwards raises (no skip)."""
+    import errno
+
+    calls = {"n": 0}
+
+    def run_once(kvm, n, repeat, config, nr, with_vcpu):
+        calls["n"] += 1
+        if with_vcpu and repeat >= 0:
+            raise K.KvmIoctlError("KVM_RUN", errno.EFAULT)
+        return B.RunSample(n, repeat, 1e-3, 1e-3, 1e-3)
+
+    class FakeKvm:
+        def __init__(self, device):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return None
+
+        def check_extension(self, cap):
+            return 32764 if cap == K.KVM_CAP_NR_MEMSLOTS else 1
+
+        def api_version(self):
+            return 12
+
+        def vcpu_mmap_size(self):
+            return 12288
+
+    monkeypatch.setattr(K, "Kvm", FakeKvm)
+    monkeypatch.setattr(B, "probe_errors", lambda kvm, nr: [])
+    monkeypatch.setattr(B, "run_once", run_once)
+    monkeypatch.setattr(B, "probe_vcpu", lambda kvm, timeout_s=60.0: None)  # the guest can run
+    with pytest.raises(K.KvmIoctlError, match="KVM_RUN"):
+        B.run_bench(B.BenchConfig(slots=(1,), repeats=1))
+    # The probe says it cannot: no vCPU pass is attempted, the slots are still timed.
+    monkeypatch.setattr(B, "probe_vcpu", lambda kvm, timeout_s=60.0: "entry failure")
+    result = B.run_bench(B.BenchConfig(slots=(1,), repeats=1))
+    assert result.vcpu_error == "entry failure" and result.samples[0].vcpu is None

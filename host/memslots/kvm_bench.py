@@ -252,31 +252,30 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
     """The reference model run on this exact layout and access pattern:
     mean and worst nodes examined by the kernel-like tree for the touch
     pass (a hit in a different slot each time) and the MMIO pass (a
-    complete miss each time).  Falls back to a note when the reference
-    model cannot be imported or refuses the layout."""
+    complete miss each time).  Falls back to a note only when the
+    reference model cannot be imported (checked before it is used); once it
+    runs, a wrong answer (ModelDisagreement) or any other error is a bug
+    and propagates as a failure."""
     try:
         from host.memslots.layout import Layout, Slot
         from host.memslots.model import oracle, run_structure
     except ImportError as exc:
         return {"source": f"not available ({exc})"}
-    try:
-        layout = Layout(
-            tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
-            name=f"kvm-bench-{geo.n}",
-        )
-        step = max(1, geo.n // MODEL_SAMPLE)
-        picks = range(0, geo.n, step)
-        out: dict[str, Any] = {"source": f"host.memslots.model.run_structure ({MODEL_STRUCTURE})", "lookups": len(picks)}
-        for name, gpa in (("touch", geo.touch_gpa), ("mmio", geo.gap_gpa)):
-            gfns = [gpa(i) // PAGE for i in picks]
-            # run_structure checks every answer against the layout (the
-            # oracle): a touch must hit its slot, a gap frame must miss.
-            stats = run_structure(MODEL_STRUCTURE, layout, gfns, oracle(layout, gfns))
-            out[f"{name}_nodes_mean"] = stats.mean_nodes
-            out[f"{name}_nodes_max"] = stats.max_nodes
-        return out
-    except (MemqualError, AssertionError, TypeError, AttributeError, ValueError) as exc:
-        return {"source": f"reference model failed on this layout: {exc}"}
+    layout = Layout(
+        tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
+        name=f"kvm-bench-{geo.n}",
+    )
+    step = max(1, geo.n // MODEL_SAMPLE)
+    picks = range(0, geo.n, step)
+    out: dict[str, Any] = {"source": f"host.memslots.model.run_structure ({MODEL_STRUCTURE})", "lookups": len(picks)}
+    for name, gpa in (("touch", geo.touch_gpa), ("mmio", geo.gap_gpa)):
+        gfns = [gpa(i) // PAGE for i in picks]
+        # run_structure checks every answer against the layout (the
+        # oracle): a touch must hit its slot, a gap frame must miss.
+        stats = run_structure(MODEL_STRUCTURE, layout, gfns, oracle(layout, gfns))
+        out[f"{name}_nodes_mean"] = stats.mean_nodes
+        out[f"{name}_nodes_max"] = stats.max_nodes
+    return out
 
 
 # --- environment ------------------------------------------------------------------
@@ -507,42 +506,61 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         )
         result.model_source = balanced_tree_nodes(1)[1]
         with_vcpu = config.vcpu
+        if with_vcpu:
+            # Whether this KVM can run the guest at all is decided here,
+            # before any measurement, by a one-slot VM running the program
+            # once.  If it can, a failure in a measured pass is a failure
+            # (it raises); nothing later turns into a skip.
+            reason = probe_vcpu(kvm, config.pass_timeout_s)
+            if reason is not None:
+                result.vcpu_error = reason
+                log.warning("vCPU passes disabled: %s", reason)
+                with_vcpu = False
         # One discarded run first: the first VM of a process pays for cold
         # caches and lazily set-up kernel state, which is no slot's cost.
-        try:
-            run_once(kvm, min(32, *config.slots), -1, config, nr, with_vcpu)
-        except (GuestPassError, K.KvmIoctlError) as exc:
-            if not with_vcpu or not _is_vcpu_failure(exc):
-                raise
-            result.vcpu_error = f"warm-up: {exc}"
-            log.warning("vCPU passes disabled: %s", exc)
-            with_vcpu = False
+        run_once(kvm, min(32, *config.slots), -1, config, nr, with_vcpu)
         for repeat, n in _schedule(config.slots, config.repeats):
             if progress:
                 progress(f"repeat {repeat + 1}/{config.repeats}: {n} slots")
-            try:
-                sample = run_once(kvm, n, repeat, config, nr, with_vcpu)
-            except (GuestPassError, K.KvmIoctlError) as exc:
-                if not with_vcpu or not _is_vcpu_failure(exc):
-                    raise
-                # The guest cannot run here: say exactly why, keep measuring
-                # the slot operations, never invent vCPU figures.
-                result.vcpu_error = f"{n} slots: {exc}"
-                log.warning("vCPU passes disabled: %s", exc)
-                with_vcpu = False
-                sample = run_once(kvm, n, repeat, config, nr, with_vcpu)
-            result.samples.append(sample)
+            result.samples.append(run_once(kvm, n, repeat, config, nr, with_vcpu))
     for n in config.slots:
         result.model_walks[n] = model_walk(SlotGeometry(n, config.slot_pages))
     result.duration_s = time.perf_counter() - started
     return result
 
 
-def _is_vcpu_failure(exc: Exception) -> bool:
+def _is_unsupported(exc: Exception) -> bool:
+    """A failure that means this KVM cannot run the flat protected-mode
+    guest at all: an entry failure, internal error or shutdown, or KVM
+    refusing the vCPU set-up or KVM_RUN itself.  Used by the capability
+    probe only."""
     if isinstance(exc, GuestPassError):
         return exc.unsupported
     op = getattr(exc, "operation", "")
     return op.startswith(("KVM_RUN", "KVM_CREATE_VCPU", "KVM_SET_SREGS", "KVM_SET_REGS", "KVM_GET_SREGS"))
+
+
+def probe_vcpu(kvm: K.Kvm, timeout_s: float = 60.0) -> str | None:
+    """None when this KVM runs the guest program (a one-slot VM, an empty
+    pass and a pass of one write, checked); else why not.  A pass that runs
+    but miscounts is no missing capability: it raises."""
+    geo = SlotGeometry(1)
+    try:
+        with K.GuestMemory(geo.host_size) as mem, kvm.create_vm() as vm:
+            mem.write(GUEST_ENTRY, GUEST_CODE)
+            _setup_slots(vm, geo, mem.address)
+            vcpu = vm.create_vcpu(0)
+            K.enter_flat_protected_mode(vcpu)
+            _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
+            _, reported, _ = _run_pass(vcpu, geo.touch_gpa(0), 1, geo.stride, timeout_s, None)
+            word = struct.unpack("<I", mem.read(geo.touch_host_offset(0), 4))[0]
+    except (GuestPassError, K.KvmIoctlError) as exc:
+        if _is_unsupported(exc):
+            return f"the flat protected-mode guest cannot run on this KVM: {exc}"
+        raise
+    if reported != 1 or word != 1:
+        raise GuestPassError(f"capability probe: the guest reported {reported} writes and wrote {word}, expected 1 and 1")
+    return None
 
 
 # --- summaries -------------------------------------------------------------------------

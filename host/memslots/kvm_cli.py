@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="/dev/kvm", help="the KVM device (default /dev/kvm)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument("--records", metavar="DIR", help="also write measurement records (scenario memslots.kvm) into DIR")
+    lookup = parser.add_argument_group(
+        "per-access lookup costs (--lookup): a miss, a RAM-slot hit and a small-slot hit by slot count, "
+        "fresh VMs per replicate (scenario memslots.kvm_lookup)")
+    lookup.add_argument("--lookup", action="store_true", help="measure per-access lookup costs instead of slot operations")
+    lookup.add_argument("--replicates", type=int, default=3, metavar="R", help="fresh VMs per slot count (default 3)")
+    lookup.add_argument("--rounds", type=int, default=21, metavar="K", help="timed rounds per VM (default 21)")
+    lookup.add_argument("--iterations", type=int, default=600, metavar="I", help="loop iterations per pass, 8 writes each (default 600)")
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -111,6 +118,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from host.memslots import kvm_bench
 
+    if getattr(args, "lookup", False):
+        return run_lookup(args)
     config = config_from_args(args)
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result = kvm_bench.run_bench(config, progress=progress)
@@ -125,6 +134,39 @@ def run(args: argparse.Namespace) -> int:
     # Exit 1 when the kernel answered an invalid request with an unexpected
     # errno, or a guest pass miscounted: the measurement found a problem.
     return 0 if doc["probes_ok"] and _vcpu_checks_ok(doc) else 1
+
+
+def run_lookup(args: argparse.Namespace) -> int:
+    from host.memslots import kvm_lookup
+
+    slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS
+    config = kvm_lookup.LookupConfig(slots=slots, replicates=args.replicates, rounds=args.rounds,
+                                     iterations=args.iterations, device=args.device)
+    config.check()
+    progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    result = kvm_lookup.run_lookup(config, progress=progress)
+    doc = kvm_lookup.summarize(result)
+    if args.records:
+        doc["records"] = [str(p) for p in kvm_lookup.write_records(result, args.records)]
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=_json_default))
+        return 0
+    lines = [f"/dev/kvm per-access cost beyond a register move, {doc['execution']}; "
+             f"{config.replicates} fresh VMs a point, mean [95 % CI] of their medians, ns"]
+    for kind, points in doc["points"].items():
+        for n, p in points.items():
+            ci = p["ci95_ns"]
+            span = f"[{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "[-]"
+            lines.append(f"{kind:9} {n:>6} slots: {p['mean_ns']:7.1f} {span}{'' if p['resolved'] else '  not resolved'}")
+    for kind, fit in doc["per_doubling"].items():
+        ci = fit["ci95_ns"]
+        span = f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "[-]"
+        lines.append(f"{kind:9} per doubling of the slot count: {fit['mean_ns']:+.2f} ns {span}"
+                     f"{'' if fit['resolved'] else '  not resolved'}")
+    if doc.get("records"):
+        lines.append(f"records: {len(doc['records'])} written")
+    print("\n".join(lines))
+    return 0
 
 
 def _json_default(value: object) -> object:

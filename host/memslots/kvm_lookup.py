@@ -1,0 +1,531 @@
+"""Today's kernel: what one guest memory access costs, by memslot count.
+
+Seed 002 ranks lookups: a complete miss first, then a hit into the RAM
+slots, then a hit into the other slots.  This measures the three through
+/dev/kvm on the running kernel, as the number of memslots N grows from 1
+to KVM_CAP_NR_MEMSLOTS, and fits the cost per doubling of N (a balanced
+tree walk adds one level per doubling).
+
+One VM per (replicate, N), fresh each time: a replicate is an independent
+unit.  Its layout (everything below 4 GiB, flat 32-bit addressing):
+
+    gpa 0 .. RAM            slot 0: the big RAM slot (``ram_mib``), holding
+                            the code at 0 and 0x800 and the RAM target
+    RAM + 2*(i-1) pages     slot i (1 <= i < N): one page, a gap page after it
+
+Targets: ``ram_hit`` writes into the middle of slot 0; ``small_hit`` into
+slot N // 2 (N >= 2: there is no small slot otherwise); ``miss`` into the
+gap page after that slot (N = 1: the page above RAM), where an ioeventfd is
+registered so the write is handled in the kernel: the memslot lookup
+misses, the MMIO bus finds the ioeventfd, the guest goes on, with no exit
+to userspace (whose Python round trip would bury the lookup).  The
+eventfd's counter must equal the number of misses written: checked.
+
+The guest loop (flat protected mode, see ``lookup_program``) does ``unroll``
+writes of the same address per iteration; a second copy of the loop with
+each write replaced by a register move of the same length (``mov ebx,
+ebx``) is the null pass.  Per round the four passes (null, ram_hit,
+small_hit, miss) run in a rotating order, each timed from its first KVM_RUN
+to its report exit on the thread's CPU clock (``time.thread_time``: KVM_RUN
+in the kernel is charged to this thread, time spent descheduled by other
+processes on this shared machine is not).  Per access:
+
+    access_ns = (t_kind - t_null of the same round) / (iterations * unroll)
+
+that is, what a guest write to that target costs beyond a register move:
+the access's emulation, its memslot lookup(s) and the MMIO bus or memory
+copy.  The loop's fixed overhead (entry, report exit, the loop's own
+instructions) cancels in the difference.  What grows with N is the lookup;
+``ns_per_doubling`` is the least-squares slope of a VM's median access_ns
+against log2(N), one slope per replicate.
+
+On this machine (kvm_pvm, no VMX/SVM) flat protected-mode code runs through
+KVM's instruction emulator, so every access, and every instruction fetch, is
+a software gfn -> memslot lookup: the vCPU's last-used-slot cache first,
+then the kernel's gfn tree.  The code is in the RAM slot, so a RAM hit finds
+the cache already pointing at it; a small-slot hit misses the cache, walks
+the tree, and the next instruction fetch walks again back to the RAM slot;
+a miss walks the tree and leaves the cache alone.  On a host with VMX/SVM
+the same program runs natively and the accesses are EPT/NPT faults only on
+first touch: there the figures measure something else and say so
+(``execution``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import statistics
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from host.errors import BadInput, CapabilityMissing
+from host.memslots import kvm as K
+from host.memslots import kvm_bench as B
+
+log = logging.getLogger(__name__)
+
+PAGE = K.PAGE_SIZE
+SCENARIO = "memslots.kvm_lookup"
+KINDS = ("miss", "ram_hit", "small_hit")
+NULL_ENTRY = 0x800  # the null loop's copy, in the same code page
+REPORT_PORT = B.REPORT_PORT
+# A slope is "resolved" when its 95 % CI is narrower than this on each side:
+# 10 ns per doubling is 150 ns over the 15 doublings to 32764 slots, about
+# half the per-access cost measured here; a wider interval cannot tell a
+# tree walk's growth from none.
+SLOPE_RESOLUTION_NS = 10.0
+# A point is "resolved" when its CI half-width is at most this share of its
+# value.
+POINT_RESOLUTION = 0.25
+
+EMULATED_ITERATION_NS = 1000.0
+QUICK_SLOTS = (1, 32, 509, 4096, 32764)
+FULL_SLOTS = (1, 2, 8, 32, 128, 509, 2048, 8192, 32764)
+
+
+def lookup_program(write: bool, unroll: int) -> bytes:
+    """The guest loop, flat 32-bit protected mode.  Inputs: ESI = target
+    address, ECX = iterations.  Each iteration counts in EBX and does
+    ``unroll`` times ``mov [esi], ebx`` (89 1e) or, for the null loop, ``mov
+    ebx, ebx`` (89 db: same length, no memory access).  Then it reports the
+    count with ``out 0x501, eax`` and halts.
+
+        00 31 db        xor ebx, ebx
+        02 85 c9        test ecx, ecx        ; loop
+        04 74 XX        je done
+        06 43           inc ebx
+        07 89 1e ...    unroll x mov [esi], ebx
+           49           dec ecx
+           eb XX        jmp loop
+        done:
+           89 d8        mov eax, ebx
+           66 ba 01 05  mov dx, 0x501
+           ef           out dx, eax
+           f4           hlt
+           eb fd        jmp hlt
+    """
+    if not 1 <= unroll <= 50:
+        raise BadInput(f"unroll {unroll}: give 1 to 50 writes per iteration")
+    body = (b"\x89\x1e" if write else b"\x89\xdb") * unroll
+    done = 7 + len(body) + 3  # after inc, the body, dec and the 2-byte jmp
+    code = b"\x31\xdb\x85\xc9" + bytes([0x74, done - 6]) + b"\x43" + body + b"\x49"
+    code += bytes([0xEB, (2 - (len(code) + 2)) & 0xFF])
+    assert len(code) == done
+    return code + b"\x89\xd8\x66\xba\x01\x05\xef\xf4\xeb\xfd"
+
+
+@dataclass(frozen=True)
+class LookupConfig:
+    slots: tuple[int, ...] = QUICK_SLOTS
+    replicates: int = 3  # fresh VMs per N
+    rounds: int = 9  # timed rounds per VM (each: null, ram_hit, small_hit, miss)
+    iterations: int = 2000  # loop iterations per pass
+    unroll: int = 8  # writes per iteration
+    ram_mib: int = 1024
+    device: str = K.DEVICE
+    pass_timeout_s: float = 30.0
+
+    def check(self, nr_memslots: int | None = None) -> None:
+        if not self.slots or any(n < 1 for n in self.slots):
+            raise BadInput("--slots: give slot counts of 1 or more")
+        if self.replicates < 1 or self.rounds < 1 or self.iterations < 1:
+            raise BadInput("--replicates, --rounds and --iterations must be 1 or more")
+        if self.ram_mib < 1:
+            raise BadInput(f"RAM slot of {self.ram_mib} MiB: give at least 1")
+        top = max(self.geometry(n).top_gpa for n in self.slots)
+        if top > B.GPA_CEILING:
+            raise BadInput(f"the layout reaches {top:#x}, above 4 GiB: use a smaller RAM slot or fewer slots")
+        if nr_memslots is not None and max(self.slots) > nr_memslots:
+            raise BadInput(f"--slots {max(self.slots)} exceeds KVM_CAP_NR_MEMSLOTS = {nr_memslots} on this host")
+        lookup_program(True, self.unroll)
+
+    def geometry(self, n: int) -> "LookupGeometry":
+        return LookupGeometry(n, self.ram_mib * 1024 * 1024)
+
+    def settings(self) -> dict[str, Any]:
+        """What was set (keys the records): not what was measured."""
+        return {"rounds": self.rounds, "iterations": self.iterations, "unroll": self.unroll,
+                "ram_mib": self.ram_mib, "clock": "thread_time"}
+
+
+@dataclass(frozen=True)
+class LookupGeometry:
+    n: int
+    ram_bytes: int
+
+    def small_gpa(self, i: int) -> int:
+        return self.ram_bytes + (i - 1) * 2 * PAGE
+
+    @property
+    def top_gpa(self) -> int:
+        return self.ram_bytes + max(self.n - 1, 1) * 2 * PAGE
+
+    @property
+    def host_size(self) -> int:
+        return self.ram_bytes + max(self.n - 1, 0) * PAGE
+
+    def small_host_offset(self, i: int) -> int:
+        return self.ram_bytes + (i - 1) * PAGE
+
+    @property
+    def target_slot(self) -> int:
+        return self.n // 2  # the small slot hit (n >= 2)
+
+    def targets(self) -> dict[str, int]:
+        out = {"ram_hit": self.ram_bytes // 2}
+        if self.n >= 2:
+            out["small_hit"] = self.small_gpa(self.target_slot)
+            out["miss"] = self.small_gpa(self.target_slot) + PAGE
+        else:
+            out["miss"] = self.ram_bytes
+        return out
+
+
+@dataclass
+class VmSample:
+    """One fresh VM: per round, the ns per access of each kind (null
+    subtracted), plus the raw pass times for the record."""
+
+    slots: int
+    replicate: int
+    access_ns: dict[str, list[float]]
+    null_ns_per_iteration: list[float]
+    raw_ns: dict[str, list[float]]  # per access, null not subtracted
+    wall_over_cpu: float  # wall time / CPU time of the timed passes: how much the thread waited
+    setup_s: float
+    checks: dict[str, Any]
+
+
+@dataclass
+class LookupResult:
+    config: LookupConfig
+    nr_memslots: int
+    kvm_module: str
+    host_kernel: str
+    samples: list[VmSample] = field(default_factory=list)
+    duration_s: float = 0.0
+    model_nodes: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def vms(self, n: int) -> list[VmSample]:
+        return [s for s in self.samples if s.slots == n]
+
+
+class LookupCheckFailed(AssertionError):
+    """The guest did not do what the program must (a miscount, a write in
+    the wrong place, an unexpected exit): a failure, never a skip."""
+
+
+def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: float) -> tuple[float, float]:
+    """One pass: (CPU seconds, wall seconds) from the first KVM_RUN to the
+    report exit.  Any exit but the report (and EINTR) is a failure."""
+    regs = K.Regs()
+    regs.rip = entry
+    regs.rflags = K.RFLAGS_RESERVED
+    regs.rsi, regs.rcx = target, iterations
+    vcpu.set_regs(regs)
+    run = vcpu.run
+    try:
+        with B._Deadline(timeout_s):
+            cpu0, wall0 = time.thread_time(), time.perf_counter()
+            while True:
+                reason = run()
+                if reason == K.KVM_EXIT_IO:
+                    cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
+                    break
+                if reason != K.KVM_EXIT_INTR:
+                    raise LookupCheckFailed(f"pass at {target:#x} left the guest with {vcpu.describe_exit()}")
+            io = vcpu.io()
+            reported = struct.unpack("<I", io.data[:4])[0] if io.size == 4 else -1
+            if io.port != REPORT_PORT or reported != iterations:
+                raise LookupCheckFailed(f"pass at {target:#x}: report {vcpu.describe_exit()} count {reported}, "
+                                        f"expected {iterations}")
+            while (reason := run()) == K.KVM_EXIT_INTR:
+                pass
+            if reason != K.KVM_EXIT_HLT:
+                raise LookupCheckFailed(f"guest did not halt after its report: {vcpu.describe_exit()}")
+    except B._PassTimeout:
+        raise LookupCheckFailed(f"a pass of {iterations} iterations did not end within {timeout_s:g} s") from None
+    return cpu, wall
+
+
+def _read_eventfd(fd: int) -> int:
+    try:
+        return os.eventfd_read(fd)
+    except BlockingIOError:
+        return 0
+
+
+def run_vm(kvm: K.Kvm, n: int, replicate: int, config: LookupConfig) -> VmSample:
+    geo = config.geometry(n)
+    targets = geo.targets()
+    kinds = [k for k in KINDS if k in targets]
+    per_access = config.iterations * config.unroll
+    with K.GuestMemory(geo.host_size) as mem, kvm.create_vm() as vm:
+        mem.write(0, lookup_program(True, config.unroll))
+        mem.write(NULL_ENTRY, lookup_program(False, config.unroll))
+        started = time.perf_counter()
+        vm.set_region(0, 0, geo.ram_bytes, mem.address)
+        for i in range(1, n):
+            vm.set_region(i, geo.small_gpa(i), PAGE, mem.address + geo.small_host_offset(i))
+        setup_s = time.perf_counter() - started
+        efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        try:
+            vm.add_ioeventfd(targets["miss"], 4, efd)
+            vcpu = vm.create_vcpu(0)
+            K.enter_flat_protected_mode(vcpu)
+            entries = {"null": (NULL_ENTRY, targets["ram_hit"])}
+            entries.update({k: (0, targets[k]) for k in kinds})
+            order = list(entries)
+            # Warm-up: fault in the code and target pages, warm the vCPU.
+            for name in order:
+                _pass(vcpu, *entries[name], 16, config.pass_timeout_s)
+            cpu: dict[str, list[float]] = {name: [] for name in order}
+            wall_total = cpu_total = 0.0
+            for r in range(config.rounds):
+                # Rotate the order every round so drift within a VM falls on
+                # every kind alike.
+                shift = r % len(order)
+                for name in order[shift:] + order[:shift]:
+                    c, w = _pass(vcpu, *entries[name], config.iterations, config.pass_timeout_s)
+                    cpu[name].append(c)
+                    cpu_total += c
+                    wall_total += w
+            misses = _read_eventfd(efd)
+        finally:
+            os.close(efd)
+        expected_misses = (16 + config.rounds * config.iterations) * config.unroll
+        checks = {
+            "eventfd_misses": misses, "expected_misses": expected_misses,
+            "ram_word": struct.unpack("<I", mem.read(targets["ram_hit"], 4))[0],
+            "small_word": (struct.unpack("<I", mem.read(geo.small_host_offset(geo.target_slot), 4))[0]
+                           if "small_hit" in targets else None),
+            "expected_word": config.iterations,
+        }
+    if misses != expected_misses:
+        raise LookupCheckFailed(f"{n} slots: the miss target's ioeventfd counted {misses} writes, "
+                                f"expected {expected_misses}: misses left the kernel or hit a slot")
+    if checks["ram_word"] != config.iterations or checks["small_word"] not in (None, config.iterations):
+        raise LookupCheckFailed(f"{n} slots: target pages hold {checks}: a write went elsewhere")
+    null = cpu["null"]
+    access = {k: [(c - z) / per_access * 1e9 for c, z in zip(cpu[k], null)] for k in kinds}
+    raw = {k: [c / per_access * 1e9 for c in cpu[k]] for k in kinds}
+    return VmSample(
+        slots=n, replicate=replicate, access_ns=access,
+        null_ns_per_iteration=[z / config.iterations * 1e9 for z in null], raw_ns=raw,
+        wall_over_cpu=wall_total / cpu_total if cpu_total > 0 else math.nan, setup_s=setup_s, checks=checks,
+    )
+
+
+def _schedule(slots: tuple[int, ...], replicates: int) -> list[tuple[int, int]]:
+    """Replicate-major, direction alternating (1 32 509 | 509 32 1 ...)."""
+    out = []
+    for r in range(replicates):
+        order = slots if r % 2 == 0 else tuple(reversed(slots))
+        out.extend((r, n) for n in order)
+    return out
+
+
+def model_nodes(geo: LookupGeometry) -> dict[str, int]:
+    """Nodes the reference model's red-black tree (today's gfn tree)
+    compares for each target of this layout; the kernel's tree is built in
+    another order, so this is the depth of a balanced tree of N slots, not
+    the kernel's exact path."""
+    from host.memslots.layout import Layout, Slot
+    from host.memslots.structures import build
+
+    slots = [Slot(0, 0, geo.ram_bytes // PAGE)]
+    slots += [Slot(i, geo.small_gpa(i) // PAGE, 1) for i in range(1, geo.n)]
+    tree = build("rbtree", Layout(tuple(slots)))
+    return {k: tree.lookup(gpa // PAGE)[1] for k, gpa in geo.targets().items()}
+
+
+def run_lookup(config: LookupConfig, progress: Callable[[str], None] | None = None) -> LookupResult:
+    """Open /dev/kvm, check what the measurement needs before trying it (a
+    missing capability is CapabilityMissing, checked first; a failure after
+    that is a failure), then one fresh VM per (replicate, N)."""
+    started = time.perf_counter()
+    with K.Kvm(config.device) as kvm:
+        nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+        if not kvm.check_extension(K.KVM_CAP_USER_MEMORY) or nr < 1:
+            raise K.KvmUnavailable(f"{config.device} has no user memory slots")
+        if not kvm.check_extension(K.KVM_CAP_IOEVENTFD):
+            raise CapabilityMissing(f"{config.device} has no KVM_CAP_IOEVENTFD: misses would exit to userspace")
+        config.check(nr)
+        import platform
+
+        result = LookupResult(config=config, nr_memslots=nr, kvm_module=B.kvm_module(), host_kernel=platform.release())
+        # One discarded VM first: the first VM of a process pays for cold
+        # caches and lazily set-up kernel state.
+        run_vm(kvm, min(config.slots), -1, dataclasses.replace(config, rounds=1))
+        for r, n in _schedule(config.slots, config.replicates):
+            if progress:
+                progress(f"replicate {r + 1}/{config.replicates}: {n} slots")
+            result.samples.append(run_vm(kvm, n, r, config))
+    for n in config.slots:
+        result.model_nodes[n] = model_nodes(config.geometry(n))
+    result.duration_s = time.perf_counter() - started
+    return result
+
+
+# --- statistics ------------------------------------------------------------------
+# Two-sided 95 % Student t quantiles by degrees of freedom (1-30).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042)
+
+
+def t_interval(values: list[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the 95 % t interval of the mean of independent
+    replicate values, or None with fewer than 2."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = _T975[min(len(values) - 1, len(_T975)) - 1] * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def point_summary(result: LookupResult, kind: str, n: int) -> dict[str, Any] | None:
+    vms = [v for v in result.vms(n) if kind in v.access_ns]
+    if not vms:
+        return None
+    medians = [statistics.median(v.access_ns[kind]) for v in vms]
+    ci = t_interval(medians)
+    out: dict[str, Any] = {
+        "replicate_medians_ns": medians,
+        "median_ns": statistics.median(medians),
+        "raw_median_ns": statistics.median(statistics.median(v.raw_ns[kind]) for v in vms),
+        "null_ns_per_iteration": statistics.median(statistics.median(v.null_ns_per_iteration) for v in vms),
+    }
+    if ci is not None:
+        mean, lo, hi = ci
+        out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= POINT_RESOLUTION * abs(mean))
+    else:
+        out.update(mean_ns=medians[0], ci95_ns=None, resolved=False)
+    return out
+
+
+def slope_summary(result: LookupResult, kind: str) -> dict[str, Any] | None:
+    """Per replicate, the least-squares slope of the VM's median access_ns
+    against log2(N); then the mean slope and its t interval."""
+    per: list[dict[str, Any]] = []
+    for r in range(result.config.replicates):
+        pts = [(math.log2(v.slots), statistics.median(v.access_ns[kind]))
+               for v in result.samples if v.replicate == r and kind in v.access_ns]
+        if len({x for x, _ in pts}) < 2:
+            continue
+        xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+        slope, intercept = statistics.linear_regression(xs, ys)
+        corr = statistics.correlation(xs, ys) if len(set(ys)) > 1 and len(pts) > 2 else None
+        per.append({"replicate": r, "slope_ns": slope, "intercept_ns": intercept, "r": corr, "points": len(pts)})
+    if not per:
+        return None
+    slopes = [p["slope_ns"] for p in per]
+    ci = t_interval(slopes)
+    out: dict[str, Any] = {"x": "log2(slots)", "per_replicate": per, "slopes_ns": slopes,
+                           "slots": sorted({v.slots for v in result.samples if kind in v.access_ns})}
+    if ci is not None:
+        mean, lo, hi = ci
+        out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= SLOPE_RESOLUTION_NS,
+                   resolution_target_ns=SLOPE_RESOLUTION_NS)
+    else:
+        out.update(mean_ns=slopes[0], ci95_ns=None, resolved=False, resolution_target_ns=SLOPE_RESOLUTION_NS)
+    return out
+
+
+def execution_kind(result: LookupResult) -> str:
+    """Emulated (every access a software lookup) or native, judged from the
+    null loop: natively an iteration of a few register instructions takes
+    nanoseconds, emulated microseconds."""
+    values = [statistics.median(v.null_ns_per_iteration) for v in result.samples]
+    if not values:
+        return "unknown"
+    per = statistics.median(values)
+    # Natively a dozen register instructions take a few ns; emulated, each
+    # takes hundreds.
+    kind = "emulated" if per > EMULATED_ITERATION_NS else "native"
+    return f"{kind} ({per:.0f} ns per loop iteration of {result.config.unroll + 4} register instructions)"
+
+
+def summarize(result: LookupResult) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "scenario": SCENARIO, "nr_memslots": result.nr_memslots, "settings": result.config.settings(),
+        "replicates": result.config.replicates, "slots": list(result.config.slots),
+        "execution": execution_kind(result), "environment": environment(result),
+        "points": {}, "per_doubling": {}, "duration_s": result.duration_s,
+    }
+    for kind in KINDS:
+        doc["points"][kind] = {str(n): s for n in result.config.slots if (s := point_summary(result, kind, n))}
+        slope = slope_summary(result, kind)
+        if slope is not None:
+            doc["per_doubling"][kind] = slope
+    return doc
+
+
+def environment(result: LookupResult) -> dict[str, Any]:
+    from host.probe import cpu_model
+
+    return {"host_kernel": result.host_kernel, "kvm_module": result.kvm_module,
+            "nr_memslots": result.nr_memslots, "cpu": cpu_model(), "device": result.config.device}
+
+
+# --- records ---------------------------------------------------------------------
+SUBTRACTION = ("per round: (CPU time of the pass writing the target - CPU time of the same loop with each write "
+               "replaced by mov ebx, ebx) / (iterations * unroll); the loop's fixed cost cancels")
+
+
+def records(result: LookupResult) -> list[Any]:
+    """``access_ns`` per (kind, N): samples = each round's per-access cost,
+    replicates = one group per fresh VM; ``ns_per_doubling`` per kind:
+    one fitted slope per replicate."""
+    from host.record import Measurement
+
+    settings = result.config.settings()
+    env = environment(result)
+    execution = execution_kind(result)
+    out = []
+    for kind in KINDS:
+        for n in result.config.slots:
+            vms = [v for v in result.vms(n) if kind in v.access_ns]
+            summary = point_summary(result, kind, n)
+            if not vms or summary is None:
+                continue
+            extra = dict(summary)
+            extra.update(
+                subtraction=SUBTRACTION, execution=execution, model_rbtree_nodes=result.model_nodes.get(n, {}).get(kind),
+                wall_over_cpu=[v.wall_over_cpu for v in vms], checks=[v.checks for v in vms],
+                unit_of_replication="a fresh VM",
+            )
+            if not summary["resolved"]:
+                extra["note"] = ("not resolved: the 95 % CI over fresh VMs is wider than "
+                                 f"{POINT_RESOLUTION:.0%} of the value; read it as an order of magnitude")
+            out.append(Measurement(
+                scenario=SCENARIO, metric="access_ns", unit="ns", better="lower",
+                samples=[], replicates=[list(v.access_ns[kind]) for v in vms],
+                variant={"kind": kind, "slots": n}, settings=settings, environment=env, extra=extra,
+                duration_s=result.duration_s,
+            ))
+        slope = slope_summary(result, kind)
+        if slope is None:
+            continue
+        extra = {"fit": slope, "execution": execution, "unit_of_replication": "a replicate: one fresh VM per slot count",
+                 "model_rbtree_nodes": {str(n): result.model_nodes.get(n, {}).get(kind) for n in result.config.slots}}
+        if not slope["resolved"]:
+            extra["note"] = (f"not resolved: the 95 % CI of the slope is wider than +-{SLOPE_RESOLUTION_NS:g} ns per "
+                             "doubling; no growth with the slot count can be told from none here")
+        out.append(Measurement(
+            scenario=SCENARIO, metric="ns_per_doubling", unit="ns", better="lower",
+            samples=[], replicates=[[s] for s in slope["slopes_ns"]], variant={"kind": kind},
+            settings=settings, environment=env, extra=extra, duration_s=result.duration_s,
+        ))
+    return out
+
+
+def write_records(result: LookupResult, directory: str | os.PathLike[str]) -> list[Any]:
+    from host.record import write
+
+    return [write(r, directory) for r in records(result)]
