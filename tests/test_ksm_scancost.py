@@ -1,12 +1,23 @@
 """host.ksm.scancost with a simulated ksmd: window arithmetic, ABBA order,
-warm-up discarded, the A/B statistics end to end."""
+warm-up discarded, replicates grouped by guest, the A/B statistics end to
+end; and host.ksm.agent's finish waiting for the exit status."""
 
 from __future__ import annotations
 
 import pytest
 
 from host import stats
-from host.ksm.scancost import ScanWindow, abba_order, alternate_smart_scan, samples
+from host.ksm.agent import StressAgent, StressArgs
+from host.ksm.scancost import (
+    METRICS,
+    ScanWindow,
+    abba_order,
+    alternate_smart_scan,
+    replicate_first,
+    replicate_ratios,
+    replicates,
+    samples,
+)
 from host.ksm.sysfs import KsmCounters
 
 
@@ -65,6 +76,26 @@ def test_window_arithmetic() -> None:
     assert w.to_json()["ksmd_cpu_s_per_full_scan"] == 0.5
     assert w.pages_covered == 4800
     assert w.cpu_ns_per_page == pytest.approx(2e9 / 4800)
+    # The seed's scan speed: every page covered, skipped ones too, per ksmd CPU-second.
+    assert w.pages_per_cpu_s == 2400.0
+    assert w.to_json()["pages_per_ksmd_cpu_s"] == 2400.0
+    assert w.own_share is None and w.to_json()["own_share"] is None
+
+
+def test_seed_speed_is_the_inverse_of_the_claim_cost() -> None:
+    w = ScanWindow(smart_scan=1, wall_s=4.0, cpu_s=0.5, full_scans=9, pages_scanned=100, pages_skipped=800,
+                   pages_volatile=0)
+    assert w.pages_per_cpu_s * w.cpu_ns_per_page == pytest.approx(1e9)
+    assert METRICS["pages_per_ksmd_cpu_s"].better == "higher"
+
+
+def test_own_share() -> None:
+    """QEMU's tracked pages over the pages one scan covered: how much of
+    ksmd's work was the guest under test's."""
+    w = ScanWindow.between(counters(0, 0, 0, 0, 0), counters(4, 1, 4, 3000, 1000), smart_scan=1, own_pages=750)
+    assert w.pages_per_scan == 1000
+    assert w.own_share == pytest.approx(0.75)
+    assert w.to_json()["own_share"] == pytest.approx(0.75)
 
 
 def test_window_needs_ksmd_cpu() -> None:
@@ -77,6 +108,83 @@ def test_window_needs_ksmd_cpu() -> None:
 def test_abba() -> None:
     assert abba_order(3) == [0, 1, 1, 0, 0, 1]
     assert abba_order(5).count(0) == abba_order(5).count(1) == 5
+    assert abba_order(2, (1, 0)) == [1, 0, 0, 1]
+
+
+def test_first_variant_alternates_abba_between_guests() -> None:
+    assert [replicate_first(i) for i in range(8)] == [0, 1, 1, 0, 0, 1, 1, 0]
+
+
+def test_alternation_starts_with_the_given_variant() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2})
+    alternate_smart_scan(ksmd, repeats=2, scans_per_window=3, warmup_scans=1, timeout_s=1, settle_scans=2, first=1)
+    assert ksmd.knob_log == [1, 1, 0, 0, 1]  # settle, then 1 0 0 1
+
+
+def test_own_pages_read_at_each_window_end() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2})
+    reads = []
+
+    def own() -> int:
+        reads.append(ksmd.scans)
+        return 600
+
+    run = alternate_smart_scan(ksmd, repeats=2, scans_per_window=3, warmup_scans=1, timeout_s=1, settle_scans=2,
+                               own_pages=own)
+    windows = run.windows[0] + run.windows[1]
+    assert len(reads) == 4
+    assert all(w.own_share == pytest.approx(0.6) for w in windows)
+
+
+def guest_runs(costs: list[tuple[float, float]], repeats: int = 2):
+    """One A/B run per simulated guest, each with its own (smart_scan=0,
+    smart_scan=1) cost per scan, the first variant alternating as the
+    scenario does."""
+    return [
+        alternate_smart_scan(SimulatedKsmd({0: off, 1: on}), repeats=repeats, scans_per_window=4, warmup_scans=1,
+                             timeout_s=1, settle_scans=2, first=replicate_first(i))
+        for i, (off, on) in enumerate(costs)
+    ]
+
+
+def test_replicates_group_windows_by_guest() -> None:
+    runs = guest_runs([(0.8, 0.2), (1.0, 0.25), (0.9, 0.3)])
+    reps = replicates(runs, 1, "ksmd_cpu_s_per_full_scan")
+    assert reps == [pytest.approx([0.2, 0.2]), pytest.approx([0.25, 0.25]), pytest.approx([0.3, 0.3])]
+    assert [len(g) for g in replicates(runs, 0, "ksmd_cpu_ns_per_page")] == [2, 2, 2]
+    assert replicate_ratios(runs, "ksmd_cpu_s_per_full_scan") == pytest.approx([4.0, 4.0, 3.0])
+
+
+def test_replicates_leave_out_a_guest_without_windows() -> None:
+    runs = guest_runs([(0.8, 0.2), (1.0, 0.25)])
+    runs[1].windows[1].clear()
+    assert len(replicates(runs, 1, "ksmd_cpu_ns_per_page")) == 1
+    assert replicate_ratios(runs, "ksmd_cpu_ns_per_page") == pytest.approx([4.0])
+
+
+def test_speedup_ci_spans_the_guests_not_the_windows() -> None:
+    """Windows inside a guest agree to the last digit; guests differ (a
+    busier host, another guest's page mix).  The speed-up's CI comes from
+    the guests: taken as independent samples, the windows would give an
+    interval far narrower than the spread between guests."""
+    runs = guest_runs([(0.8, 0.2), (1.2, 0.2), (0.9, 0.3), (1.0, 0.2)])
+    on, off = (replicates(runs, v, "ksmd_cpu_ns_per_page") for v in (1, 0))
+    nested = stats.compare_replicates(on, off)
+    flat = stats.compare([s for g in on for s in g], [s for g in off for s in g])
+    per_guest = replicate_ratios(runs, "ksmd_cpu_ns_per_page")
+    assert per_guest == pytest.approx([4.0, 6.0, 3.0, 5.0])
+    assert nested.ci_low > 1.0, "the direction holds on every guest"
+    assert nested.n_replicates_a == nested.n_replicates_b == 4
+    assert nested.ci_high - nested.ci_low > flat.ci_high - flat.ci_low
+
+
+def test_seed_speedup_is_with_over_without() -> None:
+    runs = guest_runs([(0.8, 0.2), (1.0, 0.25), (0.9, 0.3)])
+    with_smart = replicates(runs, 1, "pages_per_ksmd_cpu_s")
+    without = replicates(runs, 0, "pages_per_ksmd_cpu_s")
+    assert stats.compare_replicates(without, with_smart).ratio == pytest.approx(
+        stats.compare_replicates(replicates(runs, 1, "ksmd_cpu_ns_per_page"),
+                                 replicates(runs, 0, "ksmd_cpu_ns_per_page")).ratio)
 
 
 def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
@@ -130,3 +238,44 @@ def test_endless_disturbance_keeps_windows_after_the_budget() -> None:
     assert len(run.discarded) == 2
     assert run.kept_disturbed == 6
     assert [len(run.windows[0]), len(run.windows[1])] == [3, 3]
+
+
+class ExitingBackground:
+    """A guest command whose output ends before its exit status arrives,
+    as dropbear sends them: stdout's EOF, then the status once it has
+    reaped the process."""
+
+    def __init__(self) -> None:
+        self.waited = False
+
+    def lines(self, timeout: float = 0):
+        yield "t=1 event=start pid=7"
+        yield "t=2 event=done status=0 elapsed_s=1"
+
+    def wait(self, timeout: float = 0):
+        self.waited = True
+        return None
+
+    def kill(self) -> None:
+        raise AssertionError("a finished agent is not killed")
+
+
+class OneCommandSsh:
+    def __init__(self, bg: ExitingBackground) -> None:
+        self.bg = bg
+
+    def start(self, argv):
+        return self.bg
+
+    def run(self, argv, timeout=60, check=True, input=None):
+        raise AssertionError("finish opens no channel")
+
+
+def test_agent_finish_waits_for_the_exit_status() -> None:
+    """The next command's channel must not open while dropbear still has
+    the agent's exit to handle (dropbear 2022.83 then aborts the
+    connection): finish() returns only after the exit status."""
+    bg = ExitingBackground()
+    with StressAgent(OneCommandSsh(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
+        assert agent.finish(5) == 0
+        assert bg.waited

@@ -137,9 +137,23 @@ class StressAgent:
         self._ssh.run(["kill", "-USR1", str(self.pid)], timeout=30)
 
     def finish(self, timeout_s: float) -> int:
-        """Wait for the agent to exit; its exit status."""
+        """Wait for the agent to exit; its exit status.
+
+        Waits for the channel's exit status too, not only the agent's last
+        line: dropbear 2022.83 sends the status only once it has reaped the
+        process.  A channel opened while that SIGCHLD is still unhandled is
+        closed by dropbear before its exec request arrives (a session with
+        no process yet counts as finished), and the command's first output
+        then aborts the whole SSH server (``Failed assertion
+        (common-channel.c:705): '!channel->sent_close'``, fixed upstream in
+        2024.86).  Returning before the status would let the next command
+        open exactly such a channel."""
+        deadline = time.monotonic() + timeout_s
         self.wait_event("done", timeout_s)
-        self._thread.join(timeout=timeout_s)
+        self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if self._thread.is_alive():
+            raise Timeout(f"ksm_stress printed event=done but its output did not end within {timeout_s:.0f} s")
+        self._bg.wait(max(0.0, deadline - time.monotonic()))
         return int(self.records[-1].get("status", "-1")) if self.records[-1]["event"] == "done" else -1
 
 

@@ -9,6 +9,15 @@ times: its skip budget needs scans to build up), throws away windows during
 which the host's set of mergeable pages changed (another guest started or
 stopped) and repeats.
 
+Replicates.  The windows of one guest share that guest, its ksmd history
+and the host's load of that minute: they are nested samples, not
+independent ones (two runs of 8 windows in one guest gave speed-up CIs
+that excluded each other).  The independent unit is a fresh guest: the
+scenario runs ``alternate_smart_scan`` once per guest, the variant that
+comes first alternating from guest to guest (``replicate_first``: ABBA
+across guests as well as within each), and ``replicates`` groups the
+windows by guest for the records.
+
 The claim metric is ksmd CPU nanoseconds per page covered (scanned or
 skipped; a full scan covers every mergeable page once): the inverse of scan
 speed.  The seed measured scan speed with ksmd saturated; per CPU-second it
@@ -17,6 +26,16 @@ page it does not depend on how many pages other guests on the host had
 mergeable at the time (they come and go; each full scan covers them too).
 Speed-up = cost(smart_scan=0) / cost(smart_scan=1).  CPU seconds per full
 scan are recorded beside it.
+
+The seed's own quantity is scan speed with ksmd saturated ("make ksmd
+take more than 90% of the cpu and watch ksm/full_scans"): full scans per
+second, i.e. pages gone over per second of a ksmd that has a CPU to
+itself.  Here ksmd runs at nice 5 beside TCG guests and gets 10-25 % of a
+core, so per wall second (even with sleep_millisecs=0) it would measure the
+scheduler's share, not ksmd.  Pages covered per ksmd CPU-second
+(``pages_per_ksmd_cpu_s``) is what a saturated ksmd does per wall second:
+the seed's quantity.  It is the inverse of the claim metric per window; its
+speed-up is smart_scan=1 over smart_scan=0.
 """
 
 from __future__ import annotations
@@ -25,6 +44,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from host import stats
 from host.ksm.sysfs import KsmCounters
 
 
@@ -44,9 +64,16 @@ class ScanWindow:
     pages_scanned: int
     pages_skipped: int
     pages_volatile: int  # at the window's end
+    # Pages KSM tracks for the guest under test (QEMU's ksm_rmap_items) at
+    # the window's end; None when not read.  Beside the pages a scan covers
+    # it says how much of ksmd's work was this guest's and how much other
+    # guests' on the host.
+    own_pages: int | None = None
 
     @classmethod
-    def between(cls, start: KsmCounters, end: KsmCounters, smart_scan: int) -> "ScanWindow":
+    def between(
+        cls, start: KsmCounters, end: KsmCounters, smart_scan: int, own_pages: int | None = None
+    ) -> "ScanWindow":
         if start.ksmd_cpu_s is None or end.ksmd_cpu_s is None:
             raise ValueError("ksmd's CPU time is unknown (ksmd thread not found)")
         return cls(
@@ -57,6 +84,7 @@ class ScanWindow:
             pages_scanned=(end.pages_scanned or 0) - (start.pages_scanned or 0),
             pages_skipped=(end.pages_skipped or 0) - (start.pages_skipped or 0),
             pages_volatile=end.pages_volatile,
+            own_pages=own_pages,
         )
 
     @property
@@ -77,6 +105,23 @@ class ScanWindow:
         return self.full_scans / self.wall_s
 
     @property
+    def pages_per_cpu_s(self) -> float:
+        """Pages covered per ksmd CPU-second: the seed's scan speed, as a
+        saturated ksmd would reach it per wall second."""
+        return self.pages_covered / self.cpu_s if self.cpu_s > 0 else float("nan")
+
+    @property
+    def pages_per_scan(self) -> float:
+        return self.pages_covered / self.full_scans if self.full_scans else float("nan")
+
+    @property
+    def own_share(self) -> float | None:
+        """The guest under test's share of the pages a scan covered."""
+        if self.own_pages is None or not self.pages_covered:
+            return None
+        return self.own_pages / self.pages_per_scan
+
+    @property
     def pages_scanned_per_cpu_s(self) -> float:
         return self.pages_scanned / self.cpu_s if self.cpu_s > 0 else float("nan")
 
@@ -90,10 +135,11 @@ class ScanWindow:
         as in the seed's set-up."""
         return self.cpu_s / self.wall_s
 
-    def to_json(self) -> dict[str, float | int]:
-        data: dict[str, float | int] = dataclasses.asdict(self)
+    def to_json(self) -> dict[str, float | int | None]:
+        data: dict[str, float | int | None] = dataclasses.asdict(self)
         for name in METRICS:
             data[name] = getattr(self, METRICS[name].attribute)
+        data["own_share"] = self.own_share
         return data
 
 
@@ -107,6 +153,7 @@ class Metric:
 # Record metric name -> how it is computed.  The first is the claim's.
 METRICS: dict[str, Metric] = {
     "ksmd_cpu_ns_per_page": Metric("cpu_ns_per_page", "ns", "lower"),
+    "pages_per_ksmd_cpu_s": Metric("pages_per_cpu_s", "pages/s", "higher"),  # the seed's scan speed
     "ksmd_cpu_s_per_full_scan": Metric("cpu_s_per_full_scan", "s", "lower"),
     "full_scans_per_s": Metric("full_scans_per_s", "1/s", "higher"),
     "pages_scanned_per_ksmd_cpu_s": Metric("pages_scanned_per_cpu_s", "pages/s", "higher"),
@@ -127,6 +174,14 @@ def covered_per_scan(readings: Sequence[KsmCounters]) -> list[int]:
         ((b.pages_scanned or 0) + (b.pages_skipped or 0)) - ((a.pages_scanned or 0) + (a.pages_skipped or 0))
         for a, b in zip(readings, readings[1:])
     ]
+
+
+def replicate_first(index: int) -> int:
+    """The smart_scan value a guest measures first: 0 for guests 0, 3, 4,
+    7, ..., 1 for guests 1, 2, 5, 6, ... (ABBA across guests), so a
+    drift over the run and whatever the first window after settling has
+    in common fall on both variants alike."""
+    return 0 if index % 4 in (0, 3) else 1
 
 
 def abba_order(repeats: int, variants: Sequence[int] = (0, 1)) -> list[int]:
@@ -162,8 +217,12 @@ def alternate_smart_scan(
     tolerance: float = 0.01,
     max_retries: int = 3,
     on_window: Callable[[ScanWindow], None] | None = None,
+    first: int = 0,
+    own_pages: Callable[[], int | None] | None = None,
 ) -> AbRun:
-    """smart_scan 0 against 1, ABBA, `repeats` windows each.
+    """smart_scan 0 against 1, ABBA, `repeats` windows each, starting with
+    smart_scan=`first`.  `own_pages`, when given, is read at each window's
+    end (the guest under test's tracked pages, ``ScanWindow.own_pages``).
 
     Other guests on the host come and go (and balloons change their RSS);
     their pages are scanned too, and fresh pages are not skipped by smart
@@ -176,14 +235,15 @@ def alternate_smart_scan(
     run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
     reference = _settle(ksm, settle_scans, timeout_s)
     run.reference_pages.append(reference)
-    order = abba_order(repeats)
+    order = abba_order(repeats, (first, 1 - first))
     i = 0
     while i < len(order):
         variant = order[i]
         ksm.set(smart_scan=variant)
         # The switch lands mid-scan: the first reading only aligns.
         readings = _readings(ksm, 1 + warmup_scans + scans_per_window, timeout_s)
-        window = ScanWindow.between(readings[warmup_scans], readings[-1], variant)
+        window = ScanWindow.between(readings[warmup_scans], readings[-1], variant,
+                                    own_pages() if own_pages is not None else None)
         counts = covered_per_scan(readings)
         if any(abs(c - reference) > tolerance * reference for c in counts):
             if len(run.discarded) < max_retries:
@@ -210,3 +270,24 @@ def _settle(ksm: _Driver, scans: int, timeout_s: float) -> int:
 def samples(windows: Sequence[ScanWindow], metric: str) -> list[float]:
     attribute = METRICS[metric].attribute
     return [float(getattr(w, attribute)) for w in windows]
+
+
+def replicates(runs: Sequence[AbRun], variant: int, metric: str) -> list[list[float]]:
+    """One list of window samples per guest (independent unit), for
+    ``Measurement.replicates``; guests with no window of the variant are
+    left out."""
+    groups = [samples(run.windows[variant], metric) for run in runs]
+    return [g for g in groups if g]
+
+
+def replicate_ratios(runs: Sequence[AbRun], metric: str) -> list[float]:
+    """Per guest: median of the metric with smart_scan=0 over its median
+    with smart_scan=1 (for the claim metric, each guest's own speed-up).
+    Shown beside the pooled ratio: the spread between guests is what the
+    CI has to cover."""
+    out = []
+    for run in runs:
+        off, on = samples(run.windows[0], metric), samples(run.windows[1], metric)
+        if off and on:
+            out.append(stats.ratio_of_medians(on, off))
+    return out
