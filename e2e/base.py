@@ -11,7 +11,19 @@ What it owns for one test:
   writes the JSON into the test's output directory, where ``memqual run``
   collects it;
 - host hygiene: knobs a previous, killed run left changed are restored
-  before anything else happens.
+  before anything else happens;
+- the host-wide measurement lock: a test that measures time or host-wide
+  state (the default: ``measures()`` says True) holds it from setUp to
+  tearDown, so ``avocado run e2e/`` with Avocado's parallel runners gives
+  what a serial run gives; a test that measures nothing says False and
+  overlaps freely.
+
+The measurement lock and the KSM lock: the KSM lock (host.ksm, ``ksm.lock``
+in the state directory) is for the host's KSM knobs and is taken by every
+memqual process that changes them, tests and commands alike, only while it
+changes them.  The measurement lock (``measure.lock`` beside it) is taken
+only by tests, for their whole run, and always before the KSM lock, never
+after it: so no two locks are ever waited for in opposite orders.
 
 Every test class must carry ``:avocado: enable`` in its docstring: Avocado
 discovers tests statically and drops, silently, a class whose base class
@@ -20,14 +32,17 @@ it cannot resolve.  tests/test_e2e_discovery.py checks nothing is dropped.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import avocado
 
-from host.errors import CapabilityMissing
+from host.errors import CapabilityMissing, Timeout
 from host.machine import Machine, MachineConfig
 from host.record import Measurement, write
 
@@ -35,6 +50,72 @@ from host.record import Measurement, write
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
 ENV_MODULES = "MEMQUAL_GUEST_MODULES"
 ENV_PROFILE = "MEMQUAL_PROFILE"  # quick (default) or full
+
+
+MEASURE_LOCK_DEADLINE_S = 600.0  # the other measuring tests of a quick run take about 5 minutes in all
+
+
+class MeasurementLock:
+    """The host-wide lock of tests that measure: flock on ``measure.lock``
+    in the state directory (the kernel drops it when its holder dies, even
+    by SIGKILL), or in the cache directory where the state directory cannot
+    be used (not root)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or self._default_path()
+        self._fd: int | None = None
+
+    @staticmethod
+    def _default_path() -> Path:
+        from host.ksm.state import HostState, default_state_dir
+        from host.paths import cache_dir
+
+        state = HostState(default_state_dir())
+        try:
+            state.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            state.check_dir()
+            if os.access(state.state_dir, os.W_OK):
+                return state.state_dir / "measure.lock"
+        except PermissionError:
+            pass
+        return cache_dir() / "measure.lock"
+
+    def acquire(self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.1) -> float:
+        """Take the lock within ``deadline_s``; the seconds waited."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        started = time.monotonic()
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise
+            if time.monotonic() - started > deadline_s:
+                holder = self.holder()
+                os.close(fd)
+                raise Timeout(f"the measurement lock {self.path} is still held by pid {holder or '?'} after "
+                              f"{deadline_s:.0f} s")
+            time.sleep(poll_s)  # poll period; the holder is a test that runs for minutes
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return time.monotonic() - started
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing drops the flock
+
+    def holder(self) -> int | None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd) as handle:
+            text = handle.read().strip()
+        return int(text) if text.isdigit() else None
 
 
 def under_pytest() -> bool:
@@ -50,14 +131,32 @@ class GuestTest(avocado.Test):
 
     timeout = 900  # Avocado kills a test after this; QEMU dies with it
 
+    def measures(self) -> bool:
+        """Does this test measure time or host-wide state?  Then it runs
+        alone among measuring tests (the measurement lock).  Override to say
+        False for a test that measures nothing."""
+        return True
+
     def setUp(self) -> None:
         self._machines: list[Machine] = []
         self._image: Any = None
+        self._measure_lock: MeasurementLock | None = None
+        if self.measures():
+            lock = MeasurementLock()
+            waited = lock.acquire()
+            self._measure_lock = lock
+            if waited > 1:
+                self.log.info("waited %.1f s for the measurement lock %s", waited, lock.path)
         self._restore_stale_host_state()
 
     def tearDown(self) -> None:
-        for machine in reversed(getattr(self, "_machines", [])):
-            machine.shutdown()
+        try:
+            for machine in reversed(getattr(self, "_machines", [])):
+                machine.shutdown()
+        finally:
+            lock = getattr(self, "_measure_lock", None)
+            if lock is not None:
+                lock.release()
 
     # -- capabilities -----------------------------------------------------
     def require(self, condition: bool, reason: str) -> None:

@@ -1,5 +1,6 @@
 """Nothing leaks: a guest test that Avocado stops, by its timeout or by
-Ctrl-C, leaves no QEMU behind; host KSM knobs changed by a run killed with
+Ctrl-C, leaves no QEMU behind; SIGTERM to ``memqual run`` ends its Avocado
+job and guests within 10 s; host KSM knobs changed by a run killed with
 SIGKILL are put back when memqual next starts.
 
 Each test writes a small Avocado test into its work directory (outside
@@ -38,6 +39,9 @@ HANGING_TEST = textwrap.dedent(
         """
 
         timeout = {timeout}
+
+        def measures(self):
+            return False  # it only hangs; the test that stops it may hold the measurement lock
 
         def test_hang(self):
             vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
@@ -78,6 +82,33 @@ STALE_SLEEP_MS = 7
 HANG_TIMEOUT_S = 12  # the nested test's own timeout: boot (warm 0.5 s, cold 2-3 s) plus margin
 EXIT_DEADLINE_S = 120.0  # for the nested avocado to finish after it was stopped
 GONE_DEADLINE_S = 10.0  # for the QEMU to be reaped after avocado returned
+TERM_DEADLINE_S = 10.0  # SIGTERM to memqual run: the job and its guests gone within this
+
+
+def process_group(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, IndexError, ProcessLookupError):
+                continue
+            if fields[0] != "Z" and int(fields[2]) == pgid:
+                found.append(int(entry))
+    return found
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                found += [int(p) for p in fh.read().split()]
+    except FileNotFoundError:
+        pass
+    return found
 
 
 def alive(pid: int) -> bool:
@@ -94,6 +125,11 @@ class Cleanup(GuestTest):
     :avocado: enable
     :avocado: tags=boot
     """
+
+    def measures(self) -> bool:
+        # Only the KSM test reads host-wide state; the others stop nested
+        # guests and measure nothing.
+        return self._testMethodName == "test_sigkill_mid_ksm_then_memqual_restores_the_knobs"
 
     def _start_nested(self, timeout_s: int, source: str | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
         work = Path(self.workdir)
@@ -154,6 +190,45 @@ class Cleanup(GuestTest):
             self.fail(f"the nested avocado did not stop within {EXIT_DEADLINE_S:.0f} s of Ctrl-C")
         self._assert_gone(qemu_pid)
 
+    def test_sigterm_to_memqual_run_ends_its_job_and_guests(self) -> None:
+        """memqual run (a one-test selection: a guest that hangs) gets
+        SIGTERM once its guest is up: memqual, its avocado job (the whole
+        process group) and the QEMU are gone within 10 s."""
+        work = Path(self.workdir)
+        test_file = work / "hang_guest.py"
+        test_file.write_text(HANGING_TEST.format(timeout=900))
+        pidfile = work / "qemu.pid"
+        memqual = Path(sys.executable).parent / "memqual"
+        proc = subprocess.Popen(
+            [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
+            cwd=REPO_ROOT, env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        try:
+            qemu_pid = self._wait_pidfile(proc, pidfile)  # type: ignore[arg-type]
+            (avocado_pid,) = children(proc.pid)
+            job = process_group(avocado_pid)
+            self.assertIn(qemu_pid, job, "the guest should be in the avocado job's process group")
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                status = proc.wait(timeout=TERM_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.fail(f"memqual run did not end within {TERM_DEADLINE_S:.0f} s of SIGTERM")
+            while process_group(avocado_pid) and time.monotonic() - started < TERM_DEADLINE_S:
+                time.sleep(0.05)  # polling /proc with a deadline
+            left = process_group(avocado_pid)
+            self.assertEqual(left, [], f"still running {time.monotonic() - started:.1f} s after SIGTERM")
+            self.assertFalse(alive(qemu_pid), "the guest outlived memqual run")
+            self.assertEqual(status, 128 + signal.SIGTERM)
+            self.log.info("memqual run, avocado and QEMU gone %.2f s after SIGTERM", time.monotonic() - started)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            for pid in process_group(proc.pid):
+                os.kill(pid, signal.SIGKILL)
+
     def test_sigkill_mid_ksm_then_memqual_restores_the_knobs(self) -> None:
         """
         :avocado: tags=ksm
@@ -178,11 +253,22 @@ class Cleanup(GuestTest):
             os.killpg(proc.pid, signal.SIGKILL)  # no handler, no atexit, no tearDown runs
             proc.wait(timeout=EXIT_DEADLINE_S)
             self.assertEqual(fs.knobs(), changed, "something restored the knobs after SIGKILL: the test proves nothing")
+            # What the killed run saw before its change, under the KSM lock.
+            # Not "before" above: a memqual process outside this suite (no
+            # measurement lock) may have held changed knobs then.
+            from host.ksm import HostState
+
+            saved = HostState().load()
+            self.assertIsNotNone(saved, "the killed run left no state file")
+            assert saved is not None
             # memqual started again: any command puts the killed run's knobs back.
             memqual = Path(sys.executable).parent / "memqual"
             start = subprocess.run([str(memqual), "image", "build"], capture_output=True, text=True, timeout=600)
             self.assertEqual(start.returncode, 0, start.stderr[-500:])
-            self.assertEqual(fs.knobs(), before, f"memqual did not restore the knobs: {start.stderr[-500:]}")
+            after = fs.knobs()
+            self.assertEqual({k: after[k] for k in saved.ksm}, saved.ksm,
+                             f"memqual did not restore the knobs: {start.stderr[-500:]}")
+            self.assertNotEqual(after["pages_to_scan"], str(STALE_PAGES_TO_SCAN))
             self.assertIn("restored", start.stderr)
         finally:
             if proc.poll() is None:
@@ -191,3 +277,56 @@ class Cleanup(GuestTest):
             from host.ksm import restore_stale
 
             restore_stale()  # whatever happened above, leave the host as it was
+
+
+class GuestIsolation(GuestTest):
+    """The guest reaches nothing outside through its user network
+    (``restrict=on``): not a service on the host's loopback, while the
+    host's SSH forward into the guest works (every command here uses it).
+
+    :avocado: enable
+    :avocado: tags=boot
+    """
+
+    def measures(self) -> bool:
+        return False
+
+    def test_guest_cannot_reach_a_host_loopback_port(self) -> None:
+        import socket
+        import threading
+
+        from host.machine import MachineConfig
+
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(0.2)
+        port = listener.getsockname()[1]
+        accepted: list[object] = []
+        stop = threading.Event()
+
+        def accept() -> None:
+            while not stop.is_set():
+                try:
+                    conn, peer = listener.accept()
+                except OSError:
+                    continue
+                accepted.append(peer)
+                conn.close()
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        try:
+            vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
+            # Positive control: nc itself works, on the guest's own SSH server.
+            own = vm.ssh.run(["sh", "-c", "echo | nc -w 3 127.0.0.1 22"], timeout=30, check=False)
+            self.assertEqual(own.status, 0, f"nc cannot reach the guest's own port 22: {own}")
+            self.assertIn("SSH-", own.stdout)
+            # 10.0.2.2 is the host as user networking shows it to the guest.
+            out = vm.ssh.run(["sh", "-c", f"echo hello | nc -w 3 10.0.2.2 {port}"], timeout=30, check=False)
+            self.assertNotEqual(out.status, 0, f"the guest reached host 127.0.0.1:{port}: {out}")
+            self.assertEqual(accepted, [], "the host's loopback listener got a connection from the guest")
+        finally:
+            stop.set()
+            thread.join(5)
+            listener.close()

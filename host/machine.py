@@ -34,7 +34,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 from host.errors import BadInput, GuestError, LaunchError, Timeout
 from host.paths import short_tempdir
 from host.qemu import BalloonDevice, MachineConfig, command_line
-from host.ssh import SSH, banner_ready
+from host.ssh import SSH, HostKeyMismatch, banner_ready
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
@@ -282,6 +282,10 @@ class Machine:
             try:
                 ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
                 ssh.run(first_command or ["true"], timeout=10)
+            except HostKeyMismatch:
+                # Not a guest still booting: another key will not change by waiting.
+                ssh.close()
+                raise
             except GuestError:
                 ssh.close()
             else:
