@@ -14,13 +14,14 @@ metric at all is at most alpha, however many metrics there are.  Verdicts:
   threshold, and B is better (lower when lower is better, higher when
   higher is);
 - ``slower``: the same the other way: a regression;
-- ``underpowered``: not significant, and the metric's replicate counts
-  could not have been significant in this comparison whatever was
-  measured: the smallest p a permutation test of na against nb replicates
-  can give (2 / C(2n, n) for n a side) is not below the corrected alpha it
-  faced (alpha / (m - R), m metrics compared and R of them significant).
-  The entry says how many replicates a side would do.  Never read it as
-  "no difference";
+- ``underpowered``: adjusted p not below alpha, and the metric's
+  replicate counts could not have been significant in this comparison
+  whatever was measured: the smallest p a permutation test of na against
+  nb replicates can give (2 / C(2n, n) for n a side) is not below the
+  corrected alpha it faced, alpha / (m - R), with m metrics compared and R
+  of them with a Holm-adjusted p below alpha (where the step-down
+  stopped).  The entry says how many replicates a side would do.  Never
+  read it as "no difference";
 - ``no difference``: anything else (including a significant change smaller
   than the threshold, and metrics that did not vary at all).
 
