@@ -178,6 +178,9 @@ def start(machine: "Machine") -> None:
         try:
             _save(machine, directory)
         except MemqualError as exc:
+            if machine._ssh is None:
+                # Not even resumed: this guest is unusable; launch() shuts it down.
+                raise GuestError(f"the guest did not resume after a failed snapshot save: {exc}") from exc
             log.warning("could not save a warm-start snapshot (%s); this start stays cold", exc)
     _enforce_cap()
 

@@ -74,6 +74,7 @@ class FakeMachine:
         self.calls.append("wait_ssh")
         if first_command is not None and self.restore_error is not None:
             raise self.restore_error
+        self._ssh = SimpleNamespace(close=lambda: None)  # what Machine.wait_ssh leaves
 
     def _start_qemu(self, incoming: str | None) -> None:
         self.calls.append(f"start:{'incoming' if incoming else 'cold'}")
@@ -156,3 +157,15 @@ def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, cache
     os.chmod(cache / "snapshots", 0o777)
     snapshot._warned_unwritable = False
     assert not snapshot.usable()
+
+
+def test_a_guest_that_cannot_be_resumed_after_a_failed_save_is_an_error(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path, migrate_status="failed")
+
+    def no_ssh(started: float, first_command: Any = None, probe_banner: bool = True) -> None:
+        raise Timeout("the guest did not answer SSH within 90 s")
+
+    machine.wait_ssh = no_ssh  # type: ignore[method-assign]
+    with pytest.raises(GuestError, match="did not resume after a failed snapshot save"):
+        snapshot.start(machine)  # type: ignore[arg-type]
+    assert [p for p in snapshot.snapshot_root().iterdir() if not p.name.endswith(".lock")] == []
