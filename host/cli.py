@@ -30,6 +30,8 @@ SUBCOMMAND_MODULES = [
     "host.compare",  # memqual compare A.json B.json
     "host.runjob",  # memqual run
     "host.memslots.cli",  # memqual memslots model|lookup|kvm
+    "host.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
+    "host.export",  # memqual export --kcidb FILE RESULTS.json
 ]
 
 

@@ -59,6 +59,7 @@ class MachineConfig:
 
 
 ENV_QEMU = "MEMQUAL_QEMU"  # path of the QEMU binary to use (a patched build, or a test's fake)
+ENV_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's kernel command line
 
 
 def qemu_binary() -> str:
@@ -186,6 +187,11 @@ def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
     khz = host_tsc_khz()
     if accel == "tcg" and khz:
         parts.append(f"tsc_early_khz={khz}")
+    # A kernel of a series (memqual bisect) may carry its own extra command
+    # line, given to the scenarios through the environment like the kernel.
+    env_extra = os.environ.get(ENV_CMDLINE_EXTRA, "").strip()
+    if env_extra:
+        parts.append(env_extra)
     if config.cmdline_extra:
         parts.append(config.cmdline_extra)
     return " ".join(parts)

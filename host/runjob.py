@@ -69,6 +69,11 @@ PROFILES = ("quick", "full")
 # avocado's exit status bits (avocado.core.exit_codes)
 AVOCADO_TESTS_FAIL = 1
 AVOCADO_JOB_FAIL = 2
+UNTIL_DECIDED_BUDGET_MIN = 120.0
+# With 10 rounds a side the exact permutation test has 184756 splits: the
+# stats module's budget; past it p turns Monte Carlo, and a run that long
+# should be planned with --rounds instead.
+UNTIL_DECIDED_MAX_ROUNDS = 10
 # Test statuses that mean "no records from this test, and here is why".
 _NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "WARN")
 
@@ -87,6 +92,7 @@ class GuestKernel:
     bzimage: Path
     modules: Path | None
     sha256: str
+    cmdline_extra: str = ""  # appended to the guest's kernel command line (a bisect's series)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +104,8 @@ class RunConfig:
     kernels: tuple[GuestKernel, ...] = ()
     parallel: int = 1
     rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
+    until_decided: bool = False  # two kernels: add rounds until every metric is decided (host/bisect/until.py)
+    budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
 
 
 @dataclasses.dataclass
@@ -169,7 +177,7 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     return args
 
 
-def avocado_command(config: RunConfig, results_dir: Path) -> list[str]:
+def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = None) -> list[str]:
     tests = config.tests
     try:
         tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + "/"
@@ -185,13 +193,16 @@ def avocado_command(config: RunConfig, results_dir: Path) -> list[str]:
         "--max-parallel-tasks",
         str(config.parallel),  # 1 by default: benchmarks must not share the 2 cores
         *tag_filters(config.profile, config.only),
+        # JUnit XML for CI dashboards, beside the job (avocado's own copy is
+        # inside the job directory, whose name changes every run).
+        *(["--xunit", str(xunit)] if xunit is not None else []),
     ]
 
 
 def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
     env = dict(os.environ)
     env["MEMQUAL_PROFILE"] = config.profile
-    for key in ("MEMQUAL_GUEST_KERNEL", "MEMQUAL_GUEST_MODULES", "MEMQUAL_RUN_LABEL"):
+    for key in ("MEMQUAL_GUEST_KERNEL", "MEMQUAL_GUEST_MODULES", "MEMQUAL_RUN_LABEL", "MEMQUAL_GUEST_CMDLINE_EXTRA"):
         env.pop(key, None)
     if kernel is not None:
         env["MEMQUAL_GUEST_KERNEL"] = str(kernel.bzimage)
@@ -199,6 +210,8 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
             env["MEMQUAL_GUEST_MODULES"] = str(kernel.modules)
         if kernel.label:
             env["MEMQUAL_RUN_LABEL"] = kernel.label
+        if kernel.cmdline_extra:
+            env["MEMQUAL_GUEST_CMDLINE_EXTRA"] = kernel.cmdline_extra
     return env
 
 
@@ -373,7 +386,9 @@ def run_avocado(
     from rich.live import Live
 
     results_dir.mkdir(parents=True, exist_ok=True)
-    command = avocado_command(config, results_dir)
+    xunit = results_dir.parent / "junit" / f"round-{round_no}.xml"
+    xunit.parent.mkdir(parents=True, exist_ok=True)
+    command = avocado_command(config, results_dir, xunit)
     before = set(results_dir.glob("job-*"))
     stderr_path = results_dir / "avocado-stderr.log"
     title = (
@@ -585,12 +600,15 @@ def run(config: RunConfig, console: Any = None) -> int:
     config.output.mkdir(parents=True, exist_ok=True)
     kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
     jobs: dict[str, list[JobOutcome]] = {}
-    for round_no, kernel in schedule(kernels, config.rounds):
+    started = time.monotonic()
+
+    def one_job(round_no: int, kernel: GuestKernel | None, total: int) -> None:
         label = kernel.label if kernel else ""
         with _terminate_as_exception():
-            job = run_avocado(config, _out_dir(config, kernel) / "avocado", kernel, console, round_no)
+            job = run_avocado(dataclasses.replace(config, rounds=total), _out_dir(config, kernel) / "avocado",
+                              kernel, console, round_no)
         console.print(
-            (f"round {round_no}/{config.rounds} " if config.rounds > 1 else "")
+            (f"round {round_no}/{total} " if total > 1 else "")
             + (f"[{label}] " if label else "")
             + f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
             highlight=False,
@@ -598,6 +616,11 @@ def run(config: RunConfig, console: Any = None) -> int:
             markup=False,
         )
         jobs.setdefault(label, []).append(job)
+
+    for round_no, kernel in schedule(kernels, config.rounds):
+        one_job(round_no, kernel, config.rounds)
+    if config.until_decided and len(kernels) == 2:
+        _until_decided(config, kernels, jobs, one_job, started, console)
     outcomes = [job for label_jobs in jobs.values() for job in label_jobs]
     results = [
         write_outputs(_out_dir(config, kernel), jobs[kernel.label if kernel else ""], config, kernel, console)
@@ -614,6 +637,63 @@ def run(config: RunConfig, console: Any = None) -> int:
         )
         return 1
     return 0
+
+
+def _until_decided(
+    config: RunConfig,
+    kernels: tuple[GuestKernel | None, ...],
+    jobs: dict[str, list[JobOutcome]],
+    one_job: Any,
+    started: float,
+    console: Any,
+) -> None:
+    """More rounds (A and B once each, ABBA order going on) until every
+    metric is decided or the budget is spent; writes OUTPUT/until-decided.json
+    with the rounds each metric needed."""
+    from host import compare
+    from host.bisect.until import Tracker
+
+    tracker = Tracker(threshold=compare.DEFAULT_THRESHOLD, alpha=compare.DEFAULT_ALPHA)
+    records: dict[tuple[str, int], list[Any]] = {}
+
+    def upto(label: str, round_no: int) -> list[Any]:
+        out = []
+        for index, job in enumerate(jobs.get(label, [])[:round_no]):
+            if (label, index) not in records:
+                records[(label, index)] = collect_records(job.job_dir)[0]
+            out += records[(label, index)]
+        return out
+
+    labels = [k.label if k else "" for k in kernels]
+    done = False
+    for round_no in range(1, config.rounds + 1):  # what the first rounds already decided
+        done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
+    round_no = config.rounds
+    stopped = "every metric decided"
+    budget_s = config.budget_min * 60.0
+    while not done:
+        elapsed = time.monotonic() - started
+        per_round = elapsed / max(round_no, 1)
+        if elapsed + per_round > budget_s:
+            stopped = f"budget spent ({config.budget_min:g} min; a round takes {per_round / 60:.1f} min)"
+            break
+        if round_no >= UNTIL_DECIDED_MAX_ROUNDS:
+            stopped = f"{UNTIL_DECIDED_MAX_ROUNDS} rounds (the exact test's limit)"
+            break
+        round_no += 1
+        ordered = kernels if (round_no - 1) % 2 == 0 else tuple(reversed(kernels))
+        for kernel in ordered:
+            one_job(round_no, kernel, round_no)
+        done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
+    summary = tracker.to_json(stopped, config.budget_min)
+    (config.output / "until-decided.json").write_text(json.dumps(summary, indent=2) + "\n")
+    console.print(f"until decided: {round_no} round(s), {stopped}; {summary['decided']} metric(s) decided, "
+                  f"{summary['undecided']} undecided", highlight=False, markup=False, soft_wrap=True)
+    for m in summary["metrics"]:
+        needed = m["rounds_needed"]
+        console.print(f"  {'after ' + str(needed) + ' round(s)' if needed else 'undecided':<22} {m['verdict']:<34} "
+                      f"{m['key']}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
 
 
 def _compare_kernels(config: RunConfig, results: list[dict[str, Any]], console: Any) -> None:
@@ -685,6 +765,13 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     for tag in args.only or []:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
             raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    if args.budget is not None and not args.until_decided:
+        raise BadInput("--budget applies to --until-decided only")
+    if args.until_decided and len(kernels) != 2:
+        raise BadInput("--until-decided compares two kernels: give --debian-kernel or --guest-kernel twice")
+    budget = UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget
+    if not 0 < budget <= 24 * 60:
+        raise BadInput(f"--budget {budget:g}: give minutes, more than 0 and at most a day")
     output = Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     return RunConfig(
         output=output,
@@ -694,6 +781,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         kernels=tuple(kernels),
         parallel=args.parallel,
         rounds=rounds,
+        until_decided=bool(args.until_decided),
+        budget_min=budget,
     )
 
 
@@ -721,6 +810,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rounds", type=int, metavar="N",
         help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
         "alternates A B, B A, ... (default 2 with two kernels, else 1)",
+    )
+    parser.add_argument(
+        "--until-decided", action="store_true",
+        help="two kernels: after the --rounds, add rounds until every metric is decided (significant, or its CI "
+        "within the threshold) or the budget is spent; OUTPUT/until-decided.json says what each needed",
+    )
+    parser.add_argument(
+        "--budget", type=float, metavar="MINUTES",
+        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
     )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.add_argument(

@@ -1,0 +1,167 @@
+"""``memqual bisect``: in a series of kernels, find where a metric moved.
+
+    memqual bisect --kernels K1 K2 ... Kn --metric NAME [--threshold PCT]
+                   [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
+
+K1 is good, Kn bad; Kn is measured against K1 first, and when the two do
+not differ by the threshold the bisect says so and stops.  A kernel is a
+Debian kernel (as ``--debian-kernel`` takes it) or "VERSION:extra kernel
+command line", so a series with a known step can be made from one kernel
+(``6.1.0-57-amd64:init_on_free=1``).  Each probe runs rounds (one avocado
+job each, as ``memqual run`` does) until the CI of the probe against K1
+lies wholly inside the threshold band (good) or wholly beyond it (bad), or
+its budget is spent (skipped, like ``git bisect skip``).
+
+Modules: decide.py (the decisions, pure), series.py (the input), run.py
+(probes, rounds, state and log), page.py (bisect.html).  Writes DIR/bisect.log,
+DIR/bisect.json, DIR/bisect.html and each round's avocado job under
+DIR/rounds/.  Exit status 0 when the search ended (whatever it found), 1
+when the reference kernel could not be measured, 2 for bad input, 130 when
+interrupted (the state is kept: ``--resume DIR``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any
+
+from host.errors import BadInput
+from host.paths import REPO_ROOT
+
+DEFAULT_THRESHOLD_PCT = 5.0
+DEFAULT_BUDGET_MIN = 30.0
+DEFAULT_MAX_ROUNDS = 8
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from exc
+    if not 0.0 < value < 100.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a percentage between 0 and 100 (5 means 5%)")
+    return value
+
+
+def _minutes(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from exc
+    if not 0.0 < value <= 24 * 60:
+        raise argparse.ArgumentTypeError(f"{text} minutes: give more than 0 and at most a day")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bisect",
+        help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
+        description=__doc__.split("\n\n")[2] if __doc__ else None,
+    )
+    parser.add_argument("--kernels", nargs="+", metavar="K",
+                        help="the series: Debian kernel versions, each optionally VERSION:extra command line")
+    parser.add_argument("--metric", help="the metric: NAME, 'SCENARIO NAME' or SCENARIO/NAME, optionally ' [variant]'")
+    parser.add_argument("--threshold", type=_percent, metavar="PCT",
+                        help=f"smallest change of the median that counts, in percent (default {DEFAULT_THRESHOLD_PCT:g})")
+    parser.add_argument("--budget", type=_minutes, metavar="MINUTES",
+                        help=f"wall time a probe may take before it is skipped (default {DEFAULT_BUDGET_MIN:g})")
+    parser.add_argument("--max-rounds", type=int, metavar="N",
+                        help=f"rounds a probe may take before it is skipped (default {DEFAULT_MAX_ROUNDS})")
+    parser.add_argument("--reference", choices=("paired", "start"),
+                        help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
+                        "the last kernel is checked")
+    parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag")
+    parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
+    parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-bisect/<timestamp>)")
+    parser.add_argument("--resume", metavar="DIR", help="go on with an interrupted bisect in DIR")
+    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+    parser.set_defaults(handler=main)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from host.bisect import run, series
+
+    if not args.kernels:
+        raise BadInput("a bisect needs at least 2 kernels (the good K1 and the bad Kn): --kernels K1 K2 ... Kn")
+    kernels = series.parse_series(list(args.kernels))
+    if not args.metric:
+        raise BadInput("give --metric NAME (a metric of the run's results.json, such as deflate_s)")
+    metric = series.parse_metric(args.metric)
+    series.check_metric_known(metric, Path(args.tests))
+    for tag in args.only or []:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    max_rounds = DEFAULT_MAX_ROUNDS if args.max_rounds is None else args.max_rounds
+    if max_rounds < 1:
+        raise BadInput("--max-rounds must be at least 1")
+    return run.Settings(
+        kernels=tuple(kernels),
+        metric=metric.text,
+        threshold=(DEFAULT_THRESHOLD_PCT if args.threshold is None else args.threshold) / 100.0,
+        budget_min=DEFAULT_BUDGET_MIN if args.budget is None else args.budget,
+        max_rounds=max_rounds,
+        reference=args.reference or run.PAIRED,
+        only=tuple(args.only or ()),
+        profile=args.profile or "quick",
+    )
+
+
+def avocado_runner(settings: Any, tests: Path, console: Any) -> Any:
+    """The real RoundRunner: one avocado job of the kernel, through runjob."""
+    from host import runjob
+    from host.bisect import series
+
+    files = series.resolve_kernels(list(settings.kernels))
+    sums = {version: runjob._sha256(bz) for version, (bz, _) in files.items()}
+
+    def run_round(index: int, spec: Any, directory: Path) -> tuple[list[Any], str, int, str | None]:
+        bzimage, modules = files[spec.version]
+        kernel = runjob.GuestKernel("", bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra)
+        config = runjob.RunConfig(output=directory, profile=settings.profile, only=settings.only, tests=tests,
+                                  kernels=(kernel,), parallel=1, rounds=1)
+        job = runjob.run_avocado(config, directory / "avocado", kernel, console, 1)
+        records, _problems = runjob.collect_records(job.job_dir)
+        return records, job.summary, job.exit_status, str(job.job_dir) if job.job_dir else None
+
+    return run_round
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from host import runjob
+    from host.bisect import run
+
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    tests = Path(args.tests)
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+    if args.resume:
+        directory = Path(args.resume)
+        bisector = run.Bisector.resume(directory, runner=lambda *a: ([], "", 0, None), say=say)
+        if args.kernels and tuple(args.kernels) != tuple(k.name for k in bisector.settings.kernels):
+            raise BadInput(f"--resume {directory}: its kernels are {' '.join(k.name for k in bisector.settings.kernels)}; "
+                           "leave --kernels out or start a new bisect")
+        if args.metric and " ".join(args.metric.split()) != bisector.settings.metric:
+            raise BadInput(f"--resume {directory}: its metric is {bisector.settings.metric!r}; leave --metric out")
+        bisector.runner = avocado_runner(bisector.settings, tests, console)
+    else:
+        settings = settings_from_args(args)
+        directory = Path(args.output) if args.output else (
+            Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
+        if (directory / "bisect.json").exists():
+            raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
+        runner = avocado_runner(settings, tests, console)  # unknown kernels fail here, before any job
+        bisector = run.Bisector(settings, directory, runner, say=say)
+    with runjob._terminate_as_exception():
+        bisector.run()
+    say(f"wrote {directory / 'bisect.log'}, {directory / 'bisect.json'} and {directory / 'bisect.html'}")
+    return 0

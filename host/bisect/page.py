@@ -1,0 +1,109 @@
+"""bisect.html: every probe's CI against the threshold band, for people.
+
+Rendered from the state (bisect.json) alone, after every probe, so an
+interrupted bisect leaves a page of what it knew."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from host.report import _CSS, _esc, _png, _pyplot
+
+COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
+
+
+def forest_plot(state: dict[str, Any]) -> str | None:
+    """One row per kernel of the series, K1 at the top: the probe's ratio
+    against K1 with its CI on a log axis, the threshold band shaded."""
+    probes = {p["index"]: p for p in state["probes"]}
+    if not probes:
+        return None
+    kernels = state["settings"]["kernels"]
+    threshold = state["settings"]["threshold"]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(kernels) + 1.3))
+    for index in range(len(kernels)):
+        y = len(kernels) - 1 - index
+        p = probes.get(index)
+        if p is None:
+            continue
+        e = p["evidence"]
+        colour = COLOURS.get(p["verdict"], "#6b7280")
+        if e.get("ci_low") and e.get("ci_high") and e["ci_low"] > 0:
+            ax.plot([e["ci_low"], e["ci_high"]], [y, y], color=colour, linewidth=1.8)
+        if e.get("ratio") and e["ratio"] > 0:
+            ax.plot([e["ratio"]], [y], "o", color=colour, markersize=5)
+    ax.plot([1.0], [len(kernels) - 1], "s", color="#111827", markersize=5)  # K1 itself: the reference
+    ax.axvline(1.0, color="#111827", linewidth=0.8)
+    ax.axvspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.set_yticks(range(len(kernels)))
+    ax.set_yticklabels([f"K{i + 1} {k}"[:70] for i, k in reversed(list(enumerate(kernels)))], fontsize=7)
+    ax.set_xlabel(f"probe / K1 (pooled median ratio, 95% CI over replicates); shaded: within {threshold:.0%}")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render(state: dict[str, Any]) -> str:
+    s = state["settings"]
+    probes = {p["index"]: p for p in state["probes"]}
+    rounds_of: dict[int, int] = {}
+    for r in state["rounds"]:
+        rounds_of[r["kernel"]] = rounds_of.get(r["kernel"], 0) + 1
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+        f"<title>memqual bisect: {_esc(s['metric'])}</title><style>{_CSS}</style></head><body><main>",
+        f"<h1>memqual bisect: where did {_esc(state.get('metric_key') or s['metric'])} move?</h1>",
+        f"<p class='sub'>{len(s['kernels'])} kernels · threshold {s['threshold']:.0%} · budget "
+        f"{s['budget_min']:g} min and at most {s['max_rounds']} rounds a probe · reference {_esc(s['reference'])}"
+        f" · at least {s['min_replicates']} replicates a side before a decision · started {_esc(state['created'])}"
+        f"{' · <b>interrupted</b>' if state.get('interrupted') else ''}</p>",
+        f"<p><b>{_esc(state['outcome']['text'])}</b></p>",
+        "<p class='sub'>A probe is <b>good</b> when the 95% CI of its ratio to K1 (two-stage bootstrap over "
+        "independent replicates, host/stats.py) lies wholly inside the shaded band, <b>bad</b> when it lies "
+        "wholly beyond it on the side the last kernel moved to, and <b>skip</b>ped (as git bisect skip) when "
+        "its budget ran out first.</p>",
+    ]
+    plot = forest_plot(state)
+    if plot:
+        parts.append(f"<img alt='forest plot of every probe' src='data:image/png;base64,{plot}'>")
+    parts.append("<table><tr><th>kernel</th><th>verdict</th><th>ratio to K1 [95% CI]</th><th>replicates K1+probe</th>"
+                 "<th>rounds (all jobs of this kernel)</th><th>minutes</th><th>reason</th></tr>")
+    for index, name in enumerate(s["kernels"]):
+        p = probes.get(index)
+        if index == 0:
+            cells = ["reference", "1", "", str(rounds_of.get(0, 0)), "", ""]
+        elif p is None:
+            cells = ["not probed", "", "", str(rounds_of.get(index, 0)), "", ""]
+        else:
+            e = p["evidence"]
+            ratio = "n/a" if e.get("ratio") is None else f"{e['ratio']:.3f}"
+            ci = "" if e.get("ci_low") is None or e.get("ci_high") is None else f" [{e['ci_low']:.3f}, {e['ci_high']:.3f}]"
+            colour = COLOURS.get(p["verdict"], "#6b7280")
+            cells = [f"<b style='color:{colour}'>{_esc(p['verdict'])}</b>", ratio + ci,
+                     f"{e['n_reference']}+{e['n_probe']}", str(rounds_of.get(index, 0)), f"{p['seconds'] / 60:.1f}",
+                     _esc(p.get("reason") or "")]
+        parts.append(f"<tr><td>K{index + 1} {_esc(name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    parts.append("</table>")
+    order = state.get("probe_order") or []
+    if order:
+        parts.append("<p class='sub'>probe order: " + " → ".join(f"K{i + 1}" for i in order) + "</p>")
+    parts.append("</main></body></html>")
+    return "\n".join(parts)
+
+
+def write_page(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    tmp = path.with_suffix(".tmp.html")
+    tmp.write_text(render(state))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,360 @@
+"""Running a bisect: probes made of rounds, its state on disk, its log.
+
+A probe measures one kernel of the series against K1 round by round (one
+avocado job a round, through host/runjob.py's machinery) until
+``decide.classify`` decides it or its budget is spent.  With the default
+``paired`` reference every probe round runs K1 beside the probe, in ABBA
+order, so a drift of the shared host falls on both; K1's replicates are
+pooled over the whole bisect.  ``start`` measures K1 only while the last
+kernel is checked (half the jobs, at the price of drift).
+
+Everything a round measured is written to DIR/bisect.json before the next
+round starts, and the log DIR/bisect.log is appended line by line, so an
+interrupted bisect leaves both, and ``--resume DIR`` recomputes every
+decision from the stored rounds and goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from host.bisect import decide
+from host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
+from host.errors import BadInput, MemqualError
+
+SCHEMA = "memqual.bisect/1"
+PAIRED = "paired"
+START = "start"
+REFERENCES = (PAIRED, START)
+FAILED_ROUNDS_TO_SKIP = 2  # a kernel whose scenarios fail twice in a row is skipped, not retried forever
+
+
+class BisectFailed(MemqualError):
+    """The reference kernel itself cannot be measured: no bisect is possible."""
+
+    exit_status = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    kernels: tuple[KernelSpec, ...]
+    metric: str
+    threshold: float = 0.05
+    budget_min: float = 30.0  # per probe
+    max_rounds: int = 8  # per probe
+    min_replicates: int = decide.MIN_REPLICATES
+    reference: str = PAIRED
+    only: tuple[str, ...] = ()
+    profile: str = "quick"
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["kernels"] = [k.name for k in self.kernels]
+        d["only"] = list(self.only)
+        return d
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Settings":
+        from host.bisect.series import parse_kernel
+
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        values["kernels"] = tuple(parse_kernel(k) for k in data["kernels"])
+        values["only"] = tuple(data.get("only") or ())
+        return cls(**values)
+
+
+@dataclasses.dataclass
+class RoundResult:
+    """What one avocado job gave for the metric."""
+
+    kernel: int  # index in the series
+    probe: int  # the probe it served (the reference's rounds serve one too)
+    replicates: list[list[float]]  # the metric's, empty when it was not recorded
+    seconds: float
+    status: str  # "ok", "no metric", "failed"
+    summary: str = ""
+    job_dir: str | None = None
+    metric_key: str | None = None
+    started: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+class RoundRunner(Protocol):
+    """Runs one round of one kernel; returns its records (host.record
+    Measurements), the job's summary and exit status, the job dir."""
+
+    def __call__(self, index: int, spec: KernelSpec, directory: Path) -> tuple[list[Any], str, int, str | None]: ...
+
+
+@dataclasses.dataclass
+class ProbeRecord:
+    index: int
+    verdict: str  # good, bad, skip (or same/higher/lower for the last kernel's check)
+    evidence: decide.Evidence
+    rounds: int
+    seconds: float
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "evidence": self.evidence.to_json()}
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Bisector:
+    """One bisect in DIR; ``run()`` goes on until the search is over."""
+
+    def __init__(self, settings: Settings, directory: Path, runner: RoundRunner,
+                 say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self.dir = directory
+        self.runner = runner
+        self.say = say
+        self.clock = clock
+        self.metric = MetricSpec(settings.metric)
+        self.metric_key: str | None = None
+        self.rounds: list[RoundResult] = []
+        self.probes: dict[int, ProbeRecord] = {}
+        self.step: str | None = None  # HIGHER or LOWER once Kn is bad
+        self.search = decide.Bisection(len(settings.kernels))
+        self.created = _now()
+        self.interrupted = False
+        self.better = "lower"  # the metric's direction, from its first record
+        self.unit = ""
+        self._order: list[int] = []  # probes in the order they were decided
+
+    # ---------------------------------------------------------- state
+    @property
+    def state_path(self) -> Path:
+        return self.dir / "bisect.json"
+
+    @property
+    def log_path(self) -> Path:
+        return self.dir / "bisect.log"
+
+    def to_json(self) -> dict[str, Any]:
+        outcome = self.search.outcome()
+        return {
+            "schema": SCHEMA,
+            "created": self.created,
+            "updated": _now(),
+            "settings": self.settings.to_json(),
+            "metric_key": self.metric_key,
+            "metric_unit": self.unit,
+            "metric_better": self.better,
+            "step": self.step,
+            "rounds": [r.to_json() for r in self.rounds],
+            "probes": [self.probes[i].to_json() for i in sorted(self.probes)],
+            "probe_order": list(self._order),
+            "outcome": dataclasses.asdict(outcome) | {"text": self.outcome_text()},
+            "interrupted": self.interrupted,
+        }
+
+    def save(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
+        os.replace(tmp, self.state_path)  # never a half-written state to resume from
+        from host.bisect.page import write_page
+
+        write_page(self.to_json(), self.dir / "bisect.html")
+
+    @classmethod
+    def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> "Bisector":
+        from host.jsonfile import read_json
+
+        data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise BadInput(f"{directory / 'bisect.json'}: not a memqual bisect state ({SCHEMA})")
+        try:
+            settings = Settings.from_json(data["settings"])
+            rounds = [RoundResult(**r) for r in data["rounds"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadInput(f"{directory / 'bisect.json'}: incomplete bisect state ({exc})") from exc
+        self = cls(settings, directory, runner, say)
+        self.created = data.get("created", self.created)
+        self.metric_key = data.get("metric_key")
+        self.unit = data.get("metric_unit") or ""
+        self.better = data.get("metric_better") or "lower"
+        self.rounds = rounds
+        self._log(f"# resumed {_now()} with {len(rounds)} rounds done")
+        return self
+
+    def _log(self, line: str) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("a") as fh:
+            fh.write(line + "\n")
+        self.say(line)
+
+    # ---------------------------------------------------------- evidence
+    def _reps(self, index: int) -> list[list[float]]:
+        return [rep for r in self.rounds if r.kernel == index and r.status == "ok" for rep in r.replicates]
+
+    def _probe_rounds(self, probe: int) -> list[RoundResult]:
+        return [r for r in self.rounds if r.probe == probe]
+
+    def evidence(self, index: int) -> decide.Evidence:
+        return decide.evidence_of(self._reps(0), self._reps(index))
+
+    def _label(self, index: int) -> str:
+        return f"[K{index + 1}] {self.settings.kernels[index].name}"
+
+    @staticmethod
+    def _ci_text(e: decide.Evidence) -> str:
+        if e.ratio is None:
+            return "no measurement yet"
+        ci = f"[{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.ci_low is not None and e.ci_high is not None else "[n/a]"
+        return f"x{e.ratio:.3f} {ci} ({e.n_reference}+{e.n_probe} replicates)"
+
+    # ---------------------------------------------------------- rounds
+    def _run_round(self, index: int, probe: int) -> RoundResult:
+        number = 1 + sum(1 for r in self.rounds if r.kernel == index)
+        directory = self.dir / "rounds" / f"K{index + 1}-r{number}"
+        started, t0 = _now(), self.clock()
+        records, summary, exit_status, job_dir = self.runner(index, self.settings.kernels[index], directory)
+        seconds = self.clock() - t0
+        rec, keys = select_metric(records, self.metric, self.metric_key)
+        if rec is None and records and self.metric_key is None:
+            # The first round that recorded anything settles whether the
+            # metric exists at all: a bisect of a metric no scenario
+            # records is bad input, not a series of skips.
+            raise unknown_in_run(self.metric, keys)
+        if rec is not None:
+            from host.report import metric_key
+
+            self.metric_key = metric_key(rec)
+            self.better, self.unit = rec.better, rec.unit
+            result = RoundResult(index, probe, [list(g) for g in rec.replicates], seconds, "ok", summary,
+                                 job_dir, self.metric_key, started)
+        else:
+            result = RoundResult(index, probe, [], seconds, "failed" if exit_status else "no metric", summary,
+                                 job_dir, None, started)
+        self.rounds.append(result)
+        self.save()
+        self._log(f"#   round {number} of {self._label(index)}: {result.status}, "
+                  f"{len(result.replicates)} replicate(s), {seconds / 60:.1f} min"
+                  + (f" ({summary})" if result.status != "ok" and summary else ""))
+        return result
+
+    def _failing(self, index: int) -> bool:
+        mine = [r for r in self.rounds if r.kernel == index]
+        tail = mine[-FAILED_ROUNDS_TO_SKIP:]
+        return len(tail) == FAILED_ROUNDS_TO_SKIP and all(r.status != "ok" for r in tail)
+
+    def probe(self, index: int) -> ProbeRecord:
+        """Rounds of kernel ``index`` (and of K1 beside it) until decided
+        or out of budget or rounds."""
+        s = self.settings
+        last = index == len(s.kernels) - 1
+        paired = s.reference == PAIRED or last
+        budget_s = s.budget_min * 60.0
+        while True:
+            evidence = self.evidence(index)
+            verdict = decide.classify(evidence, s.threshold, None if last else self.step, s.min_replicates)
+            done = self._probe_rounds(index)
+            spent = sum(r.seconds for r in done)
+            rounds = sum(1 for r in done if r.kernel == index)
+            if verdict != decide.UNDECIDED:
+                return ProbeRecord(index, verdict, evidence, rounds, spent,
+                                   "moved the other way from the last kernel" if verdict == decide.SKIP else "")
+            if self._failing(0):
+                raise BisectFailed(f"the reference {self._label(0)} failed {FAILED_ROUNDS_TO_SKIP} rounds in a row: "
+                                   f"{self.rounds[-1].summary or 'no summary'}; see {self.dir / 'rounds'}")
+            if self._failing(index):
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
+                                   f"the scenarios failed or did not record the metric on this kernel "
+                                   f"{FAILED_ROUNDS_TO_SKIP} rounds in a row")
+            if rounds >= s.max_rounds:
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
+                                   f"undecided after {rounds} rounds (--max-rounds)")
+            # A round of this probe: the probe's job and, paired, K1's.
+            per_round = (spent / rounds) if rounds else 0.0
+            if spent + per_round > budget_s:
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
+                                   f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)")
+            order = [index]
+            if paired:
+                # ABBA: K1 first in even rounds, the probe first in odd ones.
+                order = [0, index] if rounds % 2 == 0 else [index, 0]
+            for k in order:
+                self._run_round(k, index)
+
+    # ---------------------------------------------------------- the search
+    def run(self) -> decide.Outcome:
+        s = self.settings
+        self._order = []
+        self.interrupted = False
+        if not self.log_path.exists():
+            self._log(f"# memqual bisect {_now()}: metric {self.metric.text!r}, threshold {s.threshold:.0%}, "
+                      f"budget {s.budget_min:g} min a probe, reference {s.reference}")
+            for i, k in enumerate(s.kernels):
+                self._log(f"#   K{i + 1} = {k.name}")
+            self._log(f"# good: {self._label(0)} (the reference)")
+        try:
+            while (index := self.search.next_probe()) is not None:
+                if index != len(s.kernels) - 1:
+                    left = len(self.search.remaining())
+                    self._log(f"Bisecting: {left - 1} kernel(s) left to test after this "
+                              f"(roughly {max(self.search.steps_left() - 1, 0)} step(s))")
+                self._log(f"{self._label(index)}")
+                record = self.probe(index)
+                self._order.append(index)
+                self.probes[index] = record
+                mark = record.verdict
+                if index == len(s.kernels) - 1:
+                    mark = {decide.SAME: decide.GOOD, decide.HIGHER: decide.BAD, decide.LOWER: decide.BAD}.get(
+                        record.verdict, decide.SKIP)
+                    if mark == decide.BAD:
+                        self.step = record.verdict
+                record.verdict = mark
+                self.search.mark(index, mark)
+                why = f"; {record.reason}" if record.reason else ""
+                self._log(f"# {mark}: {self._label(index)} {self._ci_text(record.evidence)} after "
+                          f"{record.rounds} round(s), {record.seconds / 60:.1f} min{why}")
+                self._log(f"memqual bisect {mark} K{index + 1}")
+                self.save()
+        except BaseException:
+            self.interrupted = True
+            self._log(f"# stopped {_now()}: resume with memqual bisect --resume {self.dir}")
+            self.save()
+            raise
+        self._log(self.outcome_text())
+        self.save()
+        return self.search.outcome()
+
+    def outcome_text(self) -> str:
+        o = self.search.outcome()
+        s = self.settings
+        if o.kind == "first bad":
+            where = "slower" if self._worse() else "faster"
+            return (f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} moved "
+                    f"{self.step} ({where}) beyond {s.threshold:.0%} against {self._label(0)}, "
+                    f"{self.search.probes} probe(s)" + (f"; {o.note}" if o.note else ""))
+        if o.kind == "range":
+            names = ", ".join(f"K{i + 1}" for i in o.candidates)
+            return (f"There are only 'skip'ped kernels left to test. The first bad kernel could be any of: {names} "
+                    f"(after {self._label(o.last_good)})" + (f"; {o.note}" if o.note else ""))
+        if o.kind == "no step":
+            e = self.probes.get(len(s.kernels) - 1)
+            return (f"no step: {self._label(len(s.kernels) - 1)} does not differ from {self._label(0)} by "
+                    f"{s.threshold:.0%} in {self.metric.text}" + (f" ({self._ci_text(e.evidence)})" if e else "")
+                    + "; nothing to bisect")
+        if o.kind == "undecided ends":
+            return (f"undecided: {self._label(0)} and {self._label(len(s.kernels) - 1)} could be neither told apart "
+                    f"nor shown the same within the budget; nothing bisected (raise --budget or --max-rounds)")
+        return f"incomplete: {o.note}"
+
+    def _worse(self) -> bool:
+        """Did the metric get worse from K1 to the first bad kernel?"""
+        return (self.step == decide.HIGHER) == (self.better != "higher")

@@ -1,0 +1,334 @@
+"""memqual bisect: its decisions on synthetic results, the search bound,
+skips, "no step", the log and page, interrupt and resume, bad input.
+No guest: the rounds come from a fake runner (and once from a fake
+avocado through runjob)."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from host import cli, record
+from host.bisect import decide, run, series
+from host.errors import BadInput
+
+# ------------------------------------------------------------ band and search
+
+
+@pytest.mark.parametrize("low, high, verdict", [
+    (0.97, 1.03, decide.SAME),
+    (1.06, 1.30, decide.HIGHER),
+    (0.70, 0.94, decide.LOWER),
+    (0.98, 1.10, decide.UNDECIDED),  # across the upper edge
+    (0.80, 1.20, decide.UNDECIDED),
+    (None, 1.0, decide.UNDECIDED),
+    (float("nan"), 1.0, decide.UNDECIDED),
+])
+def test_the_band_decides_only_a_ci_wholly_inside_or_beyond_it(low, high, verdict):
+    assert decide.band_verdict(low, high, 0.05) == verdict
+
+
+def test_one_replicate_a_side_decides_nothing():
+    e = decide.Evidence(2.0, 1.9, 2.1, n_reference=1, n_probe=3)
+    assert decide.classify(e, 0.05, decide.HIGHER) == decide.UNDECIDED
+    e2 = decide.Evidence(2.0, 1.9, 2.1, n_reference=2, n_probe=2)
+    assert decide.classify(e2, 0.05, decide.HIGHER) == decide.BAD
+    assert decide.classify(e2, 0.05, decide.LOWER) == decide.SKIP  # moved, but the other way
+    assert decide.classify(e2, 0.05, None) == decide.HIGHER  # the last kernel sets the step
+
+
+def _search(n: int, verdict_of) -> decide.Bisection:
+    b = decide.Bisection(n)
+    while (i := b.next_probe()) is not None:
+        b.mark(i, verdict_of(i))
+    return b
+
+
+@pytest.mark.parametrize("n", range(6, 21))
+def test_the_step_is_found_within_ceil_log2_n_plus_one_probes(n):
+    for step in range(1, n):  # the first bad kernel, 0-based
+        b = _search(n, lambda i: decide.BAD if i >= step else decide.GOOD)
+        o = b.outcome()
+        assert (o.kind, o.first_bad, o.last_good) == ("first bad", step, step - 1)
+        assert b.probes <= decide.max_probes(n), (n, step, b.probes)
+
+
+def test_the_last_kernel_is_probed_first_and_no_step_stops_there():
+    b = decide.Bisection(8)
+    assert b.next_probe() == 7
+    b.mark(7, decide.GOOD)
+    assert b.next_probe() is None
+    assert b.outcome().kind == "no step" and b.probes == 1
+    b2 = decide.Bisection(8)
+    b2.mark(7, decide.SKIP)
+    assert b2.next_probe() is None and b2.outcome().kind == "undecided ends"
+
+
+def test_a_skipped_kernel_is_walked_around_like_git_bisect_skip():
+    # Step at 4; kernel 3 cannot be decided.
+    b = _search(8, lambda i: decide.SKIP if i == 3 else (decide.BAD if i >= 4 else decide.GOOD))
+    o = b.outcome()
+    assert o.kind == "first bad" or o.kind == "range"
+    # 3 is next to the step: the answer is "3 or 4", never a wrong kernel.
+    assert o.kind == "range" and o.candidates == (3, 4) and o.last_good == 2
+    # A skip away from the step does not hide it.
+    b = _search(8, lambda i: decide.SKIP if i == 1 else (decide.BAD if i >= 5 else decide.GOOD))
+    assert (b.outcome().kind, b.outcome().first_bad) == ("first bad", 5)
+
+
+def test_a_good_after_the_first_bad_is_said():
+    b = decide.Bisection(6)
+    for i, v in ((5, decide.BAD), (2, decide.BAD), (1, decide.GOOD), (4, decide.GOOD)):
+        b.marks[i] = v
+    o = b.outcome()
+    assert o.first_bad == 2 and "not one clean step" in o.note
+
+
+# ------------------------------------------------------------ the bisector
+
+
+def _measurement(values: list[float], metric: str = "deflate_s") -> record.Measurement:
+    return record.Measurement(
+        scenario="balloon.deflate", metric=metric, unit="s", better="lower", samples=values,
+        settings={"guest_mib": 1024},
+    )
+
+
+class FakeRunner:
+    """Each round: one replicate of 5 samples, the kernels from ``step`` on
+    ``effect`` times slower, a little noise; kernels in ``noisy`` noisy
+    enough never to be decided.  A clock advances ``round_s`` a round."""
+
+    def __init__(self, step: int, effect: float = 1.5, noisy: frozenset[int] = frozenset(),
+                 round_s: float = 60.0, interrupt_after: int | None = None) -> None:
+        self.step, self.effect, self.noisy, self.round_s = step, effect, noisy, round_s
+        self.interrupt_after = interrupt_after
+        self.calls: list[int] = []
+        self.now = 0.0
+        self.rng = random.Random(7)
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, index, spec, directory):
+        if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
+            raise KeyboardInterrupt
+        self.calls.append(index)
+        self.now += self.round_s
+        base = 1.0 * (self.effect if index >= self.step else 1.0)
+        spread = 0.8 if index in self.noisy else 0.01
+        values = [base * (1 + self.rng.uniform(-spread, spread)) for _ in range(5)]
+        return [_measurement(values), _measurement([3.0] * 5, "inflate_s")], "PASS 2", 0, str(directory)
+
+
+def _settings(n: int, **kw) -> run.Settings:
+    kernels = tuple(series.KernelSpec("6.1.0-57-amd64", f"memqual.k={i}") for i in range(n))
+    return run.Settings(kernels=kernels, metric=kw.pop("metric", "deflate_s"), **kw)
+
+
+def _bisect(tmp_path: Path, n: int, runner: FakeRunner, **kw) -> run.Bisector:
+    lines: list[str] = []
+    b = run.Bisector(_settings(n, **kw), tmp_path / "b", runner, say=lines.append, clock=runner.clock)
+    b.lines = lines  # type: ignore[attr-defined]
+    return b
+
+
+@pytest.mark.parametrize("step", [1, 3, 5])
+def test_a_bisect_finds_the_injected_step_and_logs_like_git_bisect(tmp_path, step):
+    runner = FakeRunner(step)
+    b = _bisect(tmp_path, 6, runner)
+    outcome = b.run()
+    assert (outcome.kind, outcome.first_bad) == ("first bad", step)
+    assert b.search.probes <= decide.max_probes(6)
+    log = (tmp_path / "b" / "bisect.log").read_text()
+    assert "# good: [K1]" in log and "memqual bisect bad K6" in log
+    assert f"[K{step + 1}] 6.1.0-57-amd64:memqual.k={step} is the first bad kernel" in log
+    assert "moved higher (slower)" in log
+    state = json.loads((tmp_path / "b" / "bisect.json").read_text())
+    assert state["outcome"]["kind"] == "first bad" and state["outcome"]["first_bad"] == step
+    assert state["metric_key"].startswith("balloon.deflate deflate_s")
+    assert all(p["evidence"]["n_probe"] >= 2 for p in state["probes"])
+    html = (tmp_path / "b" / "bisect.html").read_text()
+    assert "data:image/png;base64," in html and "first bad kernel" in html
+    # paired: every probe round ran K1 beside it, in ABBA order
+    assert runner.calls[:4] == [0, 5, 5, 0]
+
+
+def test_no_step_between_the_ends_is_said_and_the_bisect_stops(tmp_path):
+    runner = FakeRunner(step=99)
+    b = _bisect(tmp_path, 6, runner)
+    assert b.run().kind == "no step"
+    assert set(runner.calls) == {0, 5}
+    assert "no step: [K6]" in (tmp_path / "b" / "bisect.log").read_text()
+
+
+def test_an_undecided_probe_is_skipped_when_its_budget_is_spent(tmp_path):
+    runner = FakeRunner(step=3, noisy=frozenset({2}), round_s=120.0)
+    b = _bisect(tmp_path, 6, runner, budget_min=10.0, max_rounds=20)
+    outcome = b.run()
+    probe = b.probes[2]
+    assert probe.verdict == decide.SKIP and "budget" in probe.reason
+    assert probe.seconds <= 10 * 60
+    assert outcome.kind == "range" and outcome.candidates == (2, 3)
+    assert "could be any of: K3, K4" in (tmp_path / "b" / "bisect.log").read_text()
+
+
+def test_start_reference_measures_k1_only_while_the_ends_are_checked(tmp_path):
+    runner = FakeRunner(step=2)
+    b = _bisect(tmp_path, 6, runner, reference=run.START)
+    assert b.run().first_bad == 2
+    k1_rounds = [i for i, k in enumerate(runner.calls) if k == 0]
+    first_probe = min(i for i, k in enumerate(runner.calls) if k not in (0, 5))
+    assert k1_rounds and all(i < first_probe for i in k1_rounds)
+
+
+def test_an_interrupted_bisect_keeps_its_log_and_resumes(tmp_path):
+    first = FakeRunner(step=4, interrupt_after=5)
+    b = _bisect(tmp_path, 6, first)
+    with pytest.raises(KeyboardInterrupt):
+        b.run()
+    state = json.loads((tmp_path / "b" / "bisect.json").read_text())
+    assert state["interrupted"] and len(state["rounds"]) == 5
+    assert "resume with memqual bisect --resume" in (tmp_path / "b" / "bisect.log").read_text()
+    second = FakeRunner(step=4)
+    second.rng = first.rng
+    resumed = run.Bisector.resume(tmp_path / "b", second, say=lambda line: None)
+    resumed.clock = second.clock
+    assert resumed.run().first_bad == 4
+    # The resumed bisect kept the rounds done and ran only what was left:
+    # the K6 check was decided from the stored rounds plus what it lacked.
+    final = json.loads((tmp_path / "b" / "bisect.json").read_text())
+    assert final["rounds"][:5] == state["rounds"]
+    assert len(final["rounds"]) == len(first.calls) + len(second.calls)
+    assert not final["interrupted"] and "# resumed" in (tmp_path / "b" / "bisect.log").read_text()
+
+
+def test_a_metric_the_first_round_did_not_record_is_bad_input(tmp_path):
+    b = _bisect(tmp_path, 6, FakeRunner(step=3), metric="deflate_guest_s")
+    with pytest.raises(BadInput, match="unknown metric 'deflate_guest_s'.*nearest"):
+        b.run()
+
+
+def test_a_metric_that_names_two_is_bad_input():
+    recs = [_measurement([1.0]), record.Measurement(scenario="balloon.other", metric="deflate_s", unit="s",
+                                                   better="lower", samples=[1.0])]
+    with pytest.raises(BadInput, match="names 2 metrics"):
+        series.select_metric(recs, series.MetricSpec("deflate_s"))
+    rec, _ = series.select_metric(recs, series.MetricSpec("balloon.other/deflate_s"))
+    assert rec.scenario == "balloon.other"
+
+
+# ------------------------------------------------------------ input
+
+
+def _main(argv: list[str]) -> int:
+    """host.cli.main; a usage error exits through argparse (status 2)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
+def test_kernel_specs_take_an_extra_command_line():
+    k = series.parse_kernel("6.1.0-57-amd64:init_on_free=1  page_poison=1")
+    assert (k.version, k.cmdline_extra, k.name) == ("6.1.0-57-amd64", "init_on_free=1 page_poison=1",
+                                                    "6.1.0-57-amd64:init_on_free=1 page_poison=1")
+    assert series.parse_kernel("6.12.111+deb12-amd64").cmdline_extra == ""
+    with pytest.raises(BadInput, match="command line after"):
+        series.parse_kernel("6.1.0-57-amd64:init_on_free=1;reboot")
+
+
+def test_a_typo_in_the_metric_is_caught_before_any_guest(tmp_path):
+    e2e = Path(__file__).resolve().parent.parent / "e2e"
+    series.check_metric_known(series.MetricSpec("deflate_s"), e2e)
+    series.check_metric_known(series.MetricSpec("balloon.deflate deflate_guest_s"), e2e)  # an f-string's
+    with pytest.raises(BadInput, match="unknown metric 'deflat_s'.*nearest: deflate_s"):
+        series.check_metric_known(series.MetricSpec("deflat_s"), e2e)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["bisect", "--kernels", "6.1.0-57-amd64", "--metric", "deflate_s"], "at least 2 kernels"),
+    (["bisect", "--metric", "deflate_s"], "at least 2 kernels"),
+    (["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64", "--metric", "deflate_s"], "the same"),
+    (["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64:init_on_free=1", "--metric", "nonsense_metric"],
+     "unknown metric"),
+    (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--threshold", "150"], "percentage"),
+    (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--max-rounds", "0"], "at least 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_an_unknown_kernel_names_the_nearest_and_exits_2(capsys, tmp_path, monkeypatch):
+    from images import build, packages
+
+    def apt(argv, cwd=None):
+        if argv[:2] == ["apt-cache", "pkgnames"]:
+            return "linux-image-6.1.0-57-amd64\nlinux-image-6.12.111+deb12-amd64\n"
+        return "  Candidate: 1.0\n"
+
+    monkeypatch.setattr(packages, "_run", apt)
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (packages.kernel_package(v, tmp_path), None))
+    monkeypatch.chdir(tmp_path)
+    argv = ["bisect", "--kernels", "6.1.0-57-amd64", "6.12.112+deb12-amd64", "--metric", "deflate_s"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "nearest available: 6.12.111+deb12-amd64" in err and err.count("\n") == 1
+    assert not (tmp_path / "memqual-bisect").exists() or not list((tmp_path / "memqual-bisect").rglob("bisect.json"))
+
+
+def test_resume_of_a_directory_without_a_bisect_is_bad_input(capsys, tmp_path):
+    assert cli.main(["bisect", "--resume", str(tmp_path)]) == 2
+    assert "no such bisect state" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ through runjob
+
+
+def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line(tmp_path, monkeypatch):
+    """The real runner against a fake avocado: the kernel and its extra
+    command line reach the scenarios' environment, and each job ends."""
+    from images import build
+
+    from tests.test_runjob import FAKE_AVOCADO
+
+    script = tmp_path / "avocado"
+    script.write_text(FAKE_AVOCADO.format(python=sys.executable))
+    script.chmod(0o755)
+    # The fake avocado scales the records by "scale_" + MEMQUAL_RUN_LABEL;
+    # a bisect's rounds have no label, so the plan varies by nothing: the
+    # kernels do not differ and the bisect must say "no step".
+    rec = {"schema": "memqual.measurement/1", "scenario": "balloon.deflate", "metric": "deflate_s", "unit": "s",
+           "better": "lower", "settings": {"guest_mib": 1024}, "samples": [1.0, 1.01, 0.99, 1.0, 1.0]}
+    (tmp_path / "plan.json").write_text(json.dumps({"tests": [
+        {"name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g", "status": "PASS", "records": [rec]}]}))
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
+    bz = tmp_path / "vmlinuz"
+    bz.write_bytes(b"kernel")
+    mods = tmp_path / "modules"
+    mods.mkdir()
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (bz, mods))
+    e2e = tmp_path / "e2e"
+    e2e.mkdir()
+    argv = ["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64", "6.1.0-57-amd64:init_on_free=1",
+            "--metric", "deflate_s", "--output", str(tmp_path / "out"), "--only", "balloon", "--tests", str(e2e)]
+    assert cli.main(argv) == 0
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    assert {c["env"].get("MEMQUAL_GUEST_CMDLINE_EXTRA") for c in calls} == {None, "init_on_free=1"}
+    assert all(c["env"]["MEMQUAL_GUEST_KERNEL"] == str(bz) for c in calls)
+    assert all("--filter-by-tags=balloon,-slow" in c["argv"] for c in calls)
+    assert all("--xunit" in c["argv"] for c in calls)
+    log = (tmp_path / "out" / "bisect.log").read_text()
+    assert "no step" in log
+    state = json.loads((tmp_path / "out" / "bisect.json").read_text())
+    assert len(state["rounds"]) == len(calls) and all(r["status"] == "ok" for r in state["rounds"])
