@@ -13,6 +13,7 @@ import os
 
 from avocado import Test
 
+from e2e.base import MeasurementLock
 from host.memslots import kvm as K
 from host.memslots import kvm_bench as B
 from host.memslots import kvm_lookup as L
@@ -27,6 +28,12 @@ class MemslotsKvm(Test):
     """
 
     def setUp(self) -> None:
+        # Every test here times the kernel: it holds the host's measurement
+        # lock so no other measuring test runs beside it.
+        self._measure_lock = MeasurementLock()
+        waited = self._measure_lock.acquire()
+        if waited > 1:
+            self.log.info("waited %.1f s for the measurement lock %s", waited, self._measure_lock.path)
         try:
             with K.Kvm() as kvm:
                 self.nr_memslots = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
@@ -36,6 +43,11 @@ class MemslotsKvm(Test):
             return
         if not user_memory or self.nr_memslots < max(SLOT_COUNTS):
             self._skip(f"/dev/kvm offers {self.nr_memslots} user memory slots; these tests need {max(SLOT_COUNTS)}")
+
+    def tearDown(self) -> None:
+        lock = getattr(self, "_measure_lock", None)
+        if lock is not None:
+            lock.release()
 
     def _skip(self, reason: str) -> None:
         # A missing capability is CANCEL under avocado, never a pass.  (The
