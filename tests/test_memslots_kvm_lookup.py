@@ -71,16 +71,25 @@ def test_config_refuses_what_cannot_run() -> None:
         L.LookupConfig(replicates=0).check()
 
 
-def _synthetic(per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764)) -> L.LookupResult:
+def _synthetic(per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764),
+               vm_effect: float = 0.0) -> L.LookupResult:
+    """VMs whose miss and small-hit costs grow by ``per_doubling`` ns per
+    doubling of N over a RAM hit that does not grow; ``noise`` is a
+    per-replicate offset and ``vm_effect`` a per-doubling drift that hits
+    every access of a VM alike (load, caches), which pairing must cancel."""
     config = L.LookupConfig(slots=slots, replicates=len(noise), rounds=3, iterations=100)
     result = L.LookupResult(config=config, nr_memslots=32764, kvm_module="kvm_test", host_kernel="6.x")
     for r, offset in enumerate(noise):
         for n in slots:
-            cost = 200.0 + per_doubling * math.log2(n) + offset
+            common = offset + vm_effect * math.log2(n)
+            ram = 180.0 + common
+            cost = 200.0 + per_doubling * math.log2(n) + common
             kinds = [k for k in L.KINDS if n > 1 or k != "small_hit"]
+            access = {k: [(ram if k == "ram_hit" else cost) + d for d in (-1, 0, 1)] for k in kinds}
             result.samples.append(L.VmSample(
-                slots=n, replicate=r, access_ns={k: [cost - 1, cost, cost + 1] for k in kinds},
-                null_ns_per_iteration=[8000.0] * 3, raw_ns={k: [cost + 900] * 3 for k in kinds},
+                slots=n, replicate=r, access_ns=access,
+                over_ram_ns={k: [a - h for a, h in zip(access[k], access["ram_hit"])] for k in kinds if k != "ram_hit"},
+                null_ns_per_iteration=[8000.0] * 3, raw_ns={k: [v + 900 for v in access[k]] for k in kinds},
                 wall_over_cpu=1.1, setup_s=0.01, checks={},
             ))
     result.model_nodes = {n: {"miss": 5, "ram_hit": 2} for n in slots}
@@ -89,17 +98,27 @@ def _synthetic(per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764
 
 def test_slope_recovers_a_known_growth_and_says_when_it_is_resolved() -> None:
     fit = L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "miss")
-    assert fit["mean_ns"] == pytest.approx(4.0)
+    assert fit["paired_with_ram_hit"] and fit["mean_ns"] == pytest.approx(4.0)
     assert fit["ci95_ns"][0] - 1e-9 <= 4.0 <= fit["ci95_ns"][1] + 1e-9 and fit["resolved"]
     assert len(fit["slopes_ns"]) == 3
+    assert L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "ram_hit")["mean_ns"] == pytest.approx(0.0)
     small = L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "small_hit")
     assert small["slots"] == [32, 509, 32764]  # no small slot at N = 1
     # Replicates that disagree by a slope's worth each: not resolved.
     noisy = _synthetic(0.0, [0.0, 0.0, 0.0])
     for v in noisy.samples:
         if v.replicate == 1:
-            v.access_ns["miss"] = [x + 30 * math.log2(v.slots) for x in v.access_ns["miss"]]
+            v.over_ram_ns["miss"] = [x + 30 * math.log2(v.slots) for x in v.over_ram_ns["miss"]]
     assert not L.slope_summary(noisy, "miss")["resolved"]
+
+
+def test_pairing_with_the_ram_hit_cancels_what_hits_every_access_alike() -> None:
+    """A drift of -3 ns per doubling on every access of a VM (seen here
+    under load) shows in the unpaired slope and not in the paired one."""
+    result = _synthetic(1.0, [0.0, 2.0, -2.0], vm_effect=-3.0)
+    assert L.slope_summary(result, "miss")["mean_ns"] == pytest.approx(1.0)
+    assert L.slope_summary(result, "miss", paired=False)["mean_ns"] == pytest.approx(-2.0)
+    assert L.slope_summary(result, "ram_hit")["mean_ns"] == pytest.approx(-3.0)
 
 
 def test_records_shape() -> None:
@@ -117,6 +136,8 @@ def test_records_shape() -> None:
     for r in slopes:
         assert r.replicates == [[s] for s in r.extra["fit"]["slopes_ns"]]
         assert r.variant.keys() == {"kind"}
+        assert (r.extra["fit_over_null"] is None) == (r.variant["kind"] == "ram_hit")
+    assert "over_ram_hit" in miss32.extra
 
 
 @pytest.fixture

@@ -161,7 +161,8 @@ def run_lookup(args: argparse.Namespace) -> int:
     for kind, fit in doc["per_doubling"].items():
         ci = fit["ci95_ns"]
         span = f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "[-]"
-        lines.append(f"{kind:9} per doubling of the slot count: {fit['mean_ns']:+.2f} ns {span}"
+        over = " over the RAM hit" if fit["paired_with_ram_hit"] else ""
+        lines.append(f"{kind:9} per doubling of the slot count{over}: {fit['mean_ns']:+.2f} ns {span}"
                      f"{'' if fit['resolved'] else '  not resolved'}")
     if doc.get("records"):
         lines.append(f"records: {len(doc['records'])} written")

@@ -196,6 +196,10 @@ class VmSample:
     access_ns: dict[str, list[float]]
     null_ns_per_iteration: list[float]
     raw_ns: dict[str, list[float]]  # per access, null not subtracted
+    # miss and small_hit minus the RAM hit of the same round: the RAM hit is
+    # served by the last-used-slot cache and walks no tree, so this cancels
+    # whatever a VM's moment does to every access alike (load, caches)
+    over_ram_ns: dict[str, list[float]]
     wall_over_cpu: float  # wall time / CPU time of the timed passes: how much the thread waited
     setup_s: float
     checks: dict[str, Any]
@@ -314,8 +318,10 @@ def run_vm(kvm: K.Kvm, n: int, replicate: int, config: LookupConfig) -> VmSample
     null = cpu["null"]
     access = {k: [(c - z) / per_access * 1e9 for c, z in zip(cpu[k], null)] for k in kinds}
     raw = {k: [c / per_access * 1e9 for c in cpu[k]] for k in kinds}
+    over_ram = {k: [(c - h) / per_access * 1e9 for c, h in zip(cpu[k], cpu["ram_hit"])]
+                for k in kinds if k != "ram_hit"}
     return VmSample(
-        slots=n, replicate=replicate, access_ns=access,
+        slots=n, replicate=replicate, access_ns=access, over_ram_ns=over_ram,
         null_ns_per_iteration=[z / config.iterations * 1e9 for z in null], raw_ns=raw,
         wall_over_cpu=wall_total / cpu_total if cpu_total > 0 else math.nan, setup_s=setup_s, checks=checks,
     )
@@ -401,6 +407,11 @@ def point_summary(result: LookupResult, kind: str, n: int) -> dict[str, Any] | N
         "raw_median_ns": statistics.median(statistics.median(v.raw_ns[kind]) for v in vms),
         "null_ns_per_iteration": statistics.median(statistics.median(v.null_ns_per_iteration) for v in vms),
     }
+    if kind in vms[0].over_ram_ns:
+        over = [statistics.median(v.over_ram_ns[kind]) for v in vms]
+        over_ci = t_interval(over)
+        out["over_ram_hit"] = {"replicate_medians_ns": over, "mean_ns": statistics.fmean(over),
+                               "ci95_ns": [over_ci[1], over_ci[2]] if over_ci else None}
     if ci is not None:
         mean, lo, hi = ci
         out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= POINT_RESOLUTION * abs(mean))
@@ -409,13 +420,27 @@ def point_summary(result: LookupResult, kind: str, n: int) -> dict[str, Any] | N
     return out
 
 
-def slope_summary(result: LookupResult, kind: str) -> dict[str, Any] | None:
-    """Per replicate, the least-squares slope of the VM's median access_ns
-    against log2(N); then the mean slope and its t interval."""
+def slope_summary(result: LookupResult, kind: str, paired: bool | None = None) -> dict[str, Any] | None:
+    """Per replicate, the least-squares slope of the VM's median cost
+    against log2(N); then the mean slope and its t interval.
+
+    ``paired`` (the default for miss and small_hit): the cost over the RAM
+    hit of the same round, which walks no tree; what a VM's moment does to
+    every access alike cancels, and what is left grows only with the
+    lookup.  Unpaired (the RAM hit itself, or paired=False): access_ns, the
+    cost over the null loop."""
+    if paired is None:
+        paired = kind != "ram_hit"
+
+    def series(v: VmSample) -> list[float] | None:
+        if paired:
+            return v.over_ram_ns.get(kind)
+        return v.access_ns.get(kind)
+
     per: list[dict[str, Any]] = []
     for r in range(result.config.replicates):
-        pts = [(math.log2(v.slots), statistics.median(v.access_ns[kind]))
-               for v in result.samples if v.replicate == r and kind in v.access_ns]
+        pts = [(math.log2(v.slots), statistics.median(values))
+               for v in result.samples if v.replicate == r and (values := series(v))]
         if len({x for x, _ in pts}) < 2:
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
@@ -426,8 +451,12 @@ def slope_summary(result: LookupResult, kind: str) -> dict[str, Any] | None:
         return None
     slopes = [p["slope_ns"] for p in per]
     ci = t_interval(slopes)
-    out: dict[str, Any] = {"x": "log2(slots)", "per_replicate": per, "slopes_ns": slopes,
-                           "slots": sorted({v.slots for v in result.samples if kind in v.access_ns})}
+    out: dict[str, Any] = {
+        "x": "log2(slots)",
+        "y": f"{kind} minus ram_hit of the same round, ns" if paired else f"{kind} access_ns (minus the null loop)",
+        "paired_with_ram_hit": paired, "per_replicate": per, "slopes_ns": slopes,
+        "slots": sorted({v.slots for v in result.samples if series(v)}),
+    }
     if ci is not None:
         mean, lo, hi = ci
         out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= SLOPE_RESOLUTION_NS,
@@ -512,7 +541,8 @@ def records(result: LookupResult) -> list[Any]:
         slope = slope_summary(result, kind)
         if slope is None:
             continue
-        extra = {"fit": slope, "execution": execution, "unit_of_replication": "a replicate: one fresh VM per slot count",
+        unpaired = slope_summary(result, kind, paired=False) if slope["paired_with_ram_hit"] else None
+        extra = {"fit": slope, "fit_over_null": unpaired, "execution": execution, "unit_of_replication": "a replicate: one fresh VM per slot count",
                  "model_rbtree_nodes": {str(n): result.model_nodes.get(n, {}).get(kind) for n in result.config.slots}}
         if not slope["resolved"]:
             extra["note"] = (f"not resolved: the 95 % CI of the slope is wider than +-{SLOPE_RESOLUTION_NS:g} ns per "
