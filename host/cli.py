@@ -32,6 +32,7 @@ SUBCOMMAND_MODULES = [
     "host.memslots.cli",  # memqual memslots model|lookup|kvm
     "host.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
     "host.export",  # memqual export --kcidb FILE RESULTS.json
+    "host.history",  # memqual history DIR...
 ]
 
 

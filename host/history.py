@@ -1,0 +1,416 @@
+"""``memqual history DIR...``: the series of many runs of one host.
+
+Reads every results.json given (or found below a directory given: a
+two-kernel run's A/ and B/ are two runs), keeps runs apart whose host or
+QEMU differ (CPU, host kernel, QEMU version, accelerator: results.json has
+no host name, so a host is what it measured on), orders each group by time
+or by guest kernel, and writes one page: per group the environment and the
+runs, per metric its series -- every run's pooled median as a ratio to the
+group's first run, with the two-stage bootstrap 95% CI over that run's
+replicates -- and the steps found.
+
+The change-point test, named on the page: **binary segmentation with a
+max-type permutation test**.  In a segment of the series every boundary
+between two runs is a candidate; the statistic is the largest difference
+of the mean replicate median before and after a boundary, relative to the
+mean of the segment and weighted by sqrt(n1 n2 / n) as CUSUM is (n1, n2
+the replicates on each side); its p-value comes from permuting the replicates
+(independent units: a fresh guest or a round) over the segment's positions,
+which keeps the maximum over candidates honest (a test of the best of k
+splits, not of one chosen in advance).  A step is marked when p < alpha
+*and* the two-stage bootstrap CI of the ratio of the pooled medians after /
+before lies wholly outside the threshold band; the two sides are then
+searched again.  alpha applies per metric (this is a page to read, not a
+gate: memqual compare is the gate, Holm-corrected).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from host.errors import BadInput
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+PERMUTATIONS = 1999
+CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
+HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
+TEST_NAME = "binary segmentation with a max-type permutation test (replicates permuted over the segment)"
+# Keys that describe the guest or the bookkeeping, not the host.
+_NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    path: Path
+    created: str
+    environment: dict[str, Any]
+    guest_kernel: str | None
+    label: str
+    metrics: dict[str, dict[str, Any]]  # key -> results.json metric entry
+
+    @property
+    def host(self) -> tuple[str, ...]:
+        return tuple(str(self.environment.get(k)) for k in HOST_KEYS)
+
+    @property
+    def name(self) -> str:
+        return f"{self.created} {self.guest_kernel or '?'}" + (f" [{self.label}]" if self.label else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A change between run ``after - 1`` and run ``after`` (positions in
+    the series)."""
+
+    after: int
+    ratio: float  # pooled median after / before, within the segment
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+@dataclasses.dataclass
+class Point:
+    run: int  # position of the run in its group
+    median: float
+    ratio: float | None  # to the series' first point
+    ci_low: float | None
+    ci_high: float | None
+    replicates: int
+
+
+@dataclasses.dataclass
+class Series:
+    key: str
+    unit: str
+    better: str
+    points: list[Point]
+    steps: list[Step]
+
+
+@dataclasses.dataclass
+class Group:
+    host: dict[str, Any]
+    runs: list[Run]
+    series: list[Series]
+
+
+# ------------------------------------------------------------ input
+
+
+def find_results(paths: Sequence[str]) -> list[Path]:
+    """The memqual results.json files given or found below a directory
+    (avocado's own results.json in its job dirs are not memqual's and are
+    left out by their schema)."""
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            for candidate in sorted(path.rglob("results.json")):
+                if "avocado" in candidate.relative_to(path).parts:
+                    continue
+                found.append(candidate)
+        else:
+            raise BadInput(f"{path}: no such file or directory (give results.json files or run directories)")
+    return found
+
+
+def load_runs(paths: Sequence[str]) -> list[Run]:
+    from host.report import load_results
+
+    files = find_results(paths)
+    if not files:
+        raise BadInput(f"no results.json under {', '.join(paths)}: give memqual run output directories")
+    runs = []
+    for f in files:
+        data = load_results(f)
+        env = data.get("environment") or {}
+        run = data.get("run") or {}
+        runs.append(Run(
+            path=f, created=str(data.get("created") or ""), environment=env,
+            guest_kernel=env.get("guest_kernel"), label=str(run.get("label") or ""),
+            metrics={m["key"]: m for m in data["metrics"]},
+        ))  # fmt: skip
+    return runs
+
+
+def _kernel_order(release: str | None) -> tuple[Any, ...]:
+    from images.packages import _release_order
+
+    return (0, _release_order(release)) if release else (1, ())
+
+
+def order_runs(runs: list[Run], by: str) -> list[Run]:
+    if by == "kernel":
+        return sorted(runs, key=lambda r: (_kernel_order(r.guest_kernel), r.created, str(r.path)))
+    return sorted(runs, key=lambda r: (r.created, str(r.path)))
+
+
+def group_runs(runs: list[Run]) -> list[list[Run]]:
+    groups: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.host, []).append(run)
+    return list(groups.values())
+
+
+def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
+    """Host keys whose value differs between the groups: one value a group."""
+    if len(groups) < 2:
+        return {}
+    envs = [g[0].environment for g in groups]
+    keys = sorted({k for e in envs for k in e if k not in _NOT_HOST and not k.endswith("_all")})
+    return {k: [e.get(k) for e in envs] for k in keys
+            if len({json.dumps(e.get(k), sort_keys=True) for e in envs}) > 1}
+
+
+# ------------------------------------------------------------ the test
+
+
+def _reps(entry: dict[str, Any]) -> list[list[float]]:
+    from host.compare import replicates_of
+
+    return replicates_of(entry)
+
+
+def change_points(
+    series: Sequence[Sequence[Sequence[float]]],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    permutations: int = PERMUTATIONS,
+    seed: int | None = None,
+) -> list[Step]:
+    """Steps in a series of runs, each run a list of replicates (lists of
+    samples).  See the module docstring for the test."""
+    import numpy as np
+
+    from host import stats
+    from host.bisect.decide import HIGHER, LOWER, band_verdict
+
+    rng = np.random.default_rng(stats.DEFAULT_SEED if seed is None else seed)
+    medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
+    steps: list[Step] = []
+
+    def split_stats(rows: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+        """|mean after - mean before| / |mean| at every bound, per row,
+        weighted by sqrt(n1 n2 / n) as CUSUM is: unweighted, a split that
+        leaves a few units on one side wins by chance too often."""
+        n = rows.shape[1]
+        sums = np.cumsum(rows, axis=1)[:, bounds - 1]
+        total = rows.sum(axis=1, keepdims=True)
+        before = sums / bounds
+        after = (total - sums) / (n - bounds)
+        scale = np.abs(total / n)
+        scale[scale == 0] = 1.0
+        weight = np.sqrt(bounds * (n - bounds) / n)
+        return np.abs(after - before) * weight / scale
+
+    def segment(i: int, j: int) -> None:
+        if j - i < 2:
+            return
+        sizes = [len(run) for run in medians[i:j]]
+        if min(sizes) == 0:
+            return
+        values = np.array([m for run in medians[i:j] for m in run])
+        bounds = np.cumsum(sizes)[:-1]
+        observed_all = split_stats(values[None, :], bounds)[0]
+        best = int(np.argmax(observed_all))
+        observed = float(observed_all[best])
+        if observed == 0.0:
+            return
+        shuffled = rng.permuted(np.tile(values, (permutations, 1)), axis=1)
+        maxima = split_stats(shuffled, bounds).max(axis=1)
+        hits = int(np.sum(maxima >= observed * (1 - 1e-12)))
+        p = (1 + hits) / (1 + permutations)
+        after = i + best + 1
+        if p >= alpha:
+            return
+        before_reps = [r for run in series[i:after] for r in run if len(r)]
+        after_reps = [r for run in series[after:j] for r in run if len(r)]
+        low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
+        ratio = stats.pooled_ratio(before_reps, after_reps)
+        if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
+            return  # perhaps significant, but not shown to exceed the threshold
+        steps.append(Step(after=after, ratio=ratio, ci_low=low, ci_high=high, p_value=p))
+        segment(i, after)
+        segment(after, j)
+
+    segment(0, len(series))
+    return sorted(steps, key=lambda s: s.after)
+
+
+def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
+    from host import stats
+
+    keys = sorted({k for r in runs for k in r.metrics})
+    out = []
+    for key in keys:
+        present = [(pos, r.metrics[key]) for pos, r in enumerate(runs) if key in r.metrics]
+        if len(present) < 2:
+            continue
+        first = _reps(present[0][1])
+        points = []
+        for pos, entry in present:
+            reps = _reps(entry)
+            low, high = stats.hierarchical_ratio_ci(first, reps, n_resamples=CI_RESAMPLES)
+            points.append(Point(pos, float(stats.median([x for r in reps for x in r])), stats.pooled_ratio(first, reps),
+                                low if math.isfinite(low) else None, high if math.isfinite(high) else None, len(reps)))
+        raw_steps = change_points([_reps(e) for _, e in present], threshold=threshold, alpha=alpha)
+        # Positions within "present" back to positions in the group.
+        steps = [dataclasses.replace(s, after=present[s.after][0]) for s in raw_steps]
+        m = present[0][1]
+        out.append(Series(key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps))
+    return out
+
+
+def build(paths: Sequence[str], *, order: str = "time", threshold: float = DEFAULT_THRESHOLD,
+          alpha: float = DEFAULT_ALPHA) -> tuple[list[Group], dict[str, list[Any]]]:
+    runs = load_runs(paths)
+    groups = [order_runs(g, order) for g in group_runs(runs)]
+    diffs = environment_differences(groups)
+    out = []
+    for g in groups:
+        host = {k: g[0].environment.get(k) for k in HOST_KEYS}
+        out.append(Group(host, g, series_of(g, threshold=threshold, alpha=alpha)))
+    return out, diffs
+
+
+# ------------------------------------------------------------ output
+
+
+def to_json(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> dict[str, Any]:
+    return {
+        "order": order, "threshold": threshold, "alpha": alpha, "test": TEST_NAME,
+        "environment_differences": diffs,
+        "groups": [{
+            "host": g.host,
+            "runs": [{"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
+                     for r in g.runs],
+            "series": [{"key": s.key, "unit": s.unit, "better": s.better,
+                        "points": [dataclasses.asdict(p) for p in s.points],
+                        "steps": [dataclasses.asdict(st) for st in s.steps]} for s in g.series],
+        } for g in groups],
+    }  # fmt: skip
+
+
+def _plot(series: Series, runs: list[Run], threshold: float) -> str:
+    from host.report import _png, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 2.4))
+    xs = [p.run for p in series.points]
+    for p in series.points:
+        if p.ci_low is not None and p.ci_high is not None:
+            ax.plot([p.run, p.run], [p.ci_low, p.ci_high], color="#2563eb", linewidth=1.6)
+    ax.plot(xs, [p.ratio for p in series.points], "o-", color="#2563eb", markersize=4, linewidth=0.8)
+    ax.axhspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
+    for st in series.steps:
+        ax.axvline(st.after - 0.5, color="#b91c1c", linestyle="--", linewidth=1.2)
+        ax.annotate(f"x{st.ratio:.2f}", (st.after - 0.5, ax.get_ylim()[1]), color="#b91c1c", fontsize=7,
+                    ha="left", va="top")
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([f"{i + 1}" for i in range(len(runs))], fontsize=7)
+    ax.set_xlabel("run (see the table above)", fontsize=7)
+    ax.set_ylabel("ratio to run 1", fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
+    from host.report import _CSS, _esc, _environment_line
+
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<title>memqual history</title><style>{_CSS}</style></head><body><main>",
+        "<h1>memqual history</h1>",
+        f"<p class='sub'>{sum(len(g.runs) for g in groups)} runs in {len(groups)} group(s) (host and QEMU alike "
+        f"within a group) · ordered by {_esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per metric</p>",
+        f"<p>Steps: <b>{_esc(TEST_NAME)}</b>; a step is marked where p &lt; {alpha:g} and the two-stage bootstrap "
+        f"95% CI of the ratio of the pooled medians after / before lies wholly outside ±{threshold:.0%} (shaded). "
+        "Each point is a run's pooled median over the group's first run, with its 95% CI over the replicates.</p>",
+    ]
+    if diffs:
+        parts.append("<h2>Environment differences between the groups</h2><table><tr><th>key</th>"
+                     + "".join(f"<th>group {i + 1}</th>" for i in range(len(groups))) + "</tr>")
+        for key, values in diffs.items():
+            parts.append(f"<tr><td>{_esc(key)}</td>" + "".join(f"<td>{_esc(json.dumps(v))}</td>" for v in values) + "</tr>")
+        parts.append("</table>")
+    for gi, g in enumerate(groups):
+        stepped = [s for s in g.series if s.steps]
+        parts.append(f"<h2>Group {gi + 1}: {len(g.runs)} runs, {len(g.series)} metrics in two or more, "
+                     f"{len(stepped)} with a step</h2>")
+        parts.append(_environment_line(g.runs[0].environment))
+        parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
+        for i, r in enumerate(g.runs):
+            parts.append(f"<tr><td>{i + 1}</td><td>{_esc(r.created)}</td><td>{_esc(r.guest_kernel or '?')}</td>"
+                         f"<td>{_esc(r.label)}</td><td>{_esc(str(r.path))}</td></tr>")
+        parts.append("</table>")
+        for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
+            steps = "; ".join(f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
+                              f"p={st.p_value:.3g}" for st in s.steps) or "no step"
+            parts.append(f"<h3>{_esc(s.key)}</h3><p class='sub'>{_esc(s.unit)}, {_esc(s.better)} is better · "
+                         f"<b>{_esc(steps)}</b></p>")
+            parts.append(f"<img alt='series' src='data:image/png;base64,{_plot(s, g.runs, threshold)}'>")
+    parts.append("</main></body></html>")
+    return "\n".join(parts)
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from exc
+    if not 0.0 < value < 100.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a percentage between 0 and 100 (5 means 5%)")
+    return value / 100.0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "history",
+        help="the series of many runs: each metric over time or kernel, with CIs and the steps found",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("paths", nargs="+", metavar="DIR", help="results.json files or directories holding them")
+    parser.add_argument("--order", choices=("time", "kernel"), default="time", help="order the runs by (default time)")
+    parser.add_argument("--threshold", type=_percent, default=DEFAULT_THRESHOLD, metavar="PCT",
+                        help="smallest step that counts, in percent (default 5)")
+    parser.add_argument("--html", metavar="FILE", default="memqual-history.html",
+                        help="the page to write (default memqual-history.html)")
+    parser.add_argument("--json", action="store_true", help="also print the series and steps as JSON")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    groups, diffs = build(args.paths, order=args.order, threshold=args.threshold)
+    target = Path(args.html)
+    if target.is_dir():
+        raise BadInput(f"--html {target}: is a directory; give a file name")
+    if not target.parent.is_dir():
+        raise BadInput(f"--html {target}: no such directory {target.parent}")
+    target.write_text(render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA))
+    if args.json:
+        json.dump(to_json(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    out = sys.stderr if args.json else sys.stdout
+    for gi, g in enumerate(groups):
+        print(f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
+              f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step", file=out)
+        for s in g.series:
+            for st in s.steps:
+                print(f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
+                      f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}", file=out)
+    for key, values in diffs.items():
+        print(f"environment {key} differs between groups: {' | '.join(map(str, values))}", file=out)
+    print(f"wrote {target}", file=out)
+    return 0
