@@ -174,8 +174,11 @@ class MemslotsKvm(Test):
 
     def test_lookup_cost_a_a(self) -> None:
         """
-        Repeatability: the per-access costs at 509 slots, measured twice in
-        a row with fresh VMs, must give overlapping 95 % intervals.
+        Repeatability: at 509 slots, measured twice in a row with fresh VMs,
+        the lookup-dependent costs (a miss and a small-slot hit over the RAM
+        hit of the same round) must give overlapping 95 % intervals.  The
+        costs over the null loop are logged beside: load on this shared
+        machine moves every access of a VM alike, which the pairing cancels.
 
         :avocado: tags=slow
         """
@@ -184,6 +187,12 @@ class MemslotsKvm(Test):
         second = L.summarize(self._lookup(config)[0])
         for kind in L.KINDS:
             a, b = first["points"][kind]["509"], second["points"][kind]["509"]
-            self.log.info("A/A %s: %.1f %s vs %.1f %s", kind, a["mean_ns"], a["ci95_ns"], b["mean_ns"], b["ci95_ns"])
+            self.log.info("A/A %s over the null loop: %.1f %s vs %.1f %s", kind, a["mean_ns"], a["ci95_ns"],
+                          b["mean_ns"], b["ci95_ns"])
+            if kind == "ram_hit":
+                continue
+            a, b = a["over_ram_hit"], b["over_ram_hit"]
+            self.log.info("A/A %s over the RAM hit: %.1f %s vs %.1f %s", kind, a["mean_ns"], a["ci95_ns"],
+                          b["mean_ns"], b["ci95_ns"])
             self.assertTrue(a["ci95_ns"][0] <= b["ci95_ns"][1] and b["ci95_ns"][0] <= a["ci95_ns"][1],
-                            f"{kind}: A {a['ci95_ns']} and B {b['ci95_ns']} do not overlap")
+                            f"{kind} over the RAM hit: A {a['ci95_ns']} and B {b['ci95_ns']} do not overlap")

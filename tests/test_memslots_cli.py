@@ -25,6 +25,7 @@ def test_model_table_shows_the_published_figures(capsys):
     assert rows["tree2011"].rstrip("│ ").endswith("6-7")  # the seed's figure, beside the 2011 tree's count
     assert rows["hbtree"].rstrip("│ ").endswith(" 7")  # memqual's own tree: no published figure, just its bound
     assert "seed 000" in out and "for reference only" not in out
+    assert "hbtree: memqual's own height-budgeted proposal" in " ".join(out.split())
 
 
 def test_model_table_says_when_the_published_figures_are_another_case(capsys):

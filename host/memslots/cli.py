@@ -142,6 +142,10 @@ def _print_model(table: Any) -> None:
         "nodes: slot ranges compared per lookup (docs/memslots-model.md); "
         "bound: worst case guaranteed by construction for this slot count."
     )
+    console.print(
+        "tree2011: the 2011 tree as seed 000 describes it (largest slot on top, no height bound); "
+        "hbtree: memqual's own height-budgeted proposal, no kernel had it."
+    )
     if not applies:
         console.print("the seed's figures are for misses on 32 slots; shown for reference only.")
 
