@@ -180,7 +180,9 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
 def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = None) -> list[str]:
     tests = config.tests
     try:
-        tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + "/"
+        # A directory, or one file or test (a bisect narrows its rounds to
+        # "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g").
+        tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + ("/" if tests.is_dir() else "")
     except ValueError:
         tests_arg = str(tests)
     return [

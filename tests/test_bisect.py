@@ -332,3 +332,32 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     assert "no step" in log
     state = json.loads((tmp_path / "out" / "bisect.json").read_text())
     assert len(state["rounds"]) == len(calls) and all(r["status"] == "ok" for r in state["rounds"])
+
+
+def test_settings_words_pick_one_of_two_tests_metrics():
+    recs = [record.Measurement(scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower",
+                               samples=[1.0], settings={"guest_mib": mib}) for mib in (1024, 2048)]
+    with pytest.raises(BadInput, match="a setting as KEY=VALUE"):
+        series.select_metric(recs, series.MetricSpec("deflate_s"))
+    spec = series.parse_metric("balloon.deflate deflate_s guest_mib=2048")
+    assert spec.name == "deflate_s"
+    rec, _ = series.select_metric(recs, spec)
+    assert rec.settings == {"guest_mib": 2048}
+
+
+def test_one_test_reference_reaches_avocado_without_a_trailing_slash():
+    from host import runjob
+    from host.paths import REPO_ROOT
+
+    ref = REPO_ROOT / "e2e" / "test_balloon.py:BalloonTiming.test_inflate_deflate_1g"
+    argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=ref), Path("r"))
+    assert "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g" in argv
+    argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=REPO_ROOT / "e2e"), Path("r"))
+    assert "e2e/" in argv
+
+
+def test_a_missing_test_file_is_bad_input(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = ["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--test", "e2e/test_nothing.py:X.y"]
+    assert cli.main(argv) == 2
+    assert "no such file e2e/test_nothing.py" in capsys.readouterr().err

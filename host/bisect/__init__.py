@@ -75,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
                         "the last kernel is checked")
     parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag")
+    parser.add_argument("--test", metavar="REFERENCE",
+                        help="run only this avocado test reference each round, e.g. "
+                        "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g (a round then takes minutes less)")
     parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
     parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-bisect/<timestamp>)")
     parser.add_argument("--resume", metavar="DIR", help="go on with an interrupted bisect in DIR")
@@ -91,7 +94,9 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     if not args.metric:
         raise BadInput("give --metric NAME (a metric of the run's results.json, such as deflate_s)")
     metric = series.parse_metric(args.metric)
-    series.check_metric_known(metric, Path(args.tests))
+    tests = tests_reference(args)
+    file_part = Path(tests.split(":", 1)[0])
+    series.check_metric_known(metric, file_part if file_part.is_dir() else file_part.parent)
     for tag in args.only or []:
         import re
 
@@ -109,16 +114,29 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         reference=args.reference or run.PAIRED,
         only=tuple(args.only or ()),
         profile=args.profile or "quick",
+        tests=tests,
     )
 
 
-def avocado_runner(settings: Any, tests: Path, console: Any) -> Any:
+def tests_reference(args: argparse.Namespace) -> str:
+    """--test (checked: its file must exist), else the scenarios directory."""
+    if not args.test:
+        return str(args.tests)
+    file_part = args.test.split(":", 1)[0]
+    for base in (Path.cwd(), REPO_ROOT):
+        if (base / file_part).exists():
+            return str((base / file_part).resolve()) + args.test[len(file_part):]
+    raise BadInput(f"--test {args.test}: no such file {file_part} (give e2e/FILE.py or e2e/FILE.py:Class.test)")
+
+
+def avocado_runner(settings: Any, console: Any) -> Any:
     """The real RoundRunner: one avocado job of the kernel, through runjob."""
     from host import runjob
     from host.bisect import series
 
     files = series.resolve_kernels(list(settings.kernels))
     sums = {version: runjob._sha256(bz) for version, (bz, _) in files.items()}
+    tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
 
     def run_round(index: int, spec: Any, directory: Path) -> tuple[list[Any], str, int, str | None]:
         bzimage, modules = files[spec.version]
@@ -139,7 +157,6 @@ def main(args: argparse.Namespace) -> int:
     from host.bisect import run
 
     console = Console(width=None if sys.stdout.isatty() else 120)
-    tests = Path(args.tests)
 
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
@@ -152,14 +169,14 @@ def main(args: argparse.Namespace) -> int:
                            "leave --kernels out or start a new bisect")
         if args.metric and " ".join(args.metric.split()) != bisector.settings.metric:
             raise BadInput(f"--resume {directory}: its metric is {bisector.settings.metric!r}; leave --metric out")
-        bisector.runner = avocado_runner(bisector.settings, tests, console)
+        bisector.runner = avocado_runner(bisector.settings, console)
     else:
         settings = settings_from_args(args)
         directory = Path(args.output) if args.output else (
             Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
-        runner = avocado_runner(settings, tests, console)  # unknown kernels fail here, before any job
+        runner = avocado_runner(settings, console)  # unknown kernels fail here, before any job
         bisector = run.Bisector(settings, directory, runner, say=say)
     with runjob._terminate_as_exception():
         bisector.run()

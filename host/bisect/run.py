@@ -52,6 +52,7 @@ class Settings:
     reference: str = PAIRED
     only: tuple[str, ...] = ()
     profile: str = "quick"
+    tests: str = ""  # what avocado runs each round: a directory, a file or one test; "" the e2e/ directory
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

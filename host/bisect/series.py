@@ -64,18 +64,41 @@ def parse_series(texts: list[str]) -> list[KernelSpec]:
 @dataclasses.dataclass(frozen=True)
 class MetricSpec:
     """--metric: "METRIC", "SCENARIO METRIC", "SCENARIO/METRIC", each
-    optionally followed by " [variant]", or a results.json metric key."""
+    optionally followed by " [variant]", or a results.json metric key; then
+    any number of "KEY=VALUE" words that a setting or the variant must
+    have (two tests that record one metric differ in their settings:
+    "deflate_s guest_mib=1024")."""
 
     text: str
 
     @property
+    def filters(self) -> dict[str, str]:
+        if "{" in self.text:
+            return {}  # a full key: its settings are JSON
+        return dict(w.split("=", 1) for w in self.text.split(" [", 1)[0].split() if "=" in w)
+
+    @property
+    def head(self) -> str:
+        """The spec without its KEY=VALUE words."""
+        if "{" in self.text:
+            return self.text.strip()
+        first, bracket, rest = self.text.partition(" [")
+        words = [w for w in first.split() if "=" not in w]
+        return " ".join(words) + (f" [{rest}" if bracket else "")
+
+    @property
     def name(self) -> str:
         """The metric's own name (what a scenario records)."""
-        head = self.text.split(" [", 1)[0].strip()
+        head = self.head.split(" [", 1)[0].strip()
         return re.split(r"[ /]", head)[-1]
 
     def forms(self) -> set[str]:
-        return {self.text.strip(), self.text.strip().replace("/", " ", 1)}
+        return {self.head, self.head.replace("/", " ", 1)}
+
+    def admits(self, rec: Any) -> bool:
+        values = {**{k: str(v) for k, v in (rec.settings or {}).items()},
+                  **{k: str(v) for k, v in (rec.variant or {}).items()}}
+        return all(values.get(k) == v for k, v in self.filters.items())
 
 
 def parse_metric(text: str) -> MetricSpec:
@@ -147,12 +170,12 @@ def select_metric(records: list[Any], metric: MetricSpec, key: str | None = None
     if key is not None:
         found = [r for r in records if metric_key(r) == key]
     else:
-        found = [r for r in records if metric.forms() & metric_forms(r)]
+        found = [r for r in records if metric.forms() & metric_forms(r) and metric.admits(r)]
     distinct = sorted({metric_key(r) for r in found})
     if len(distinct) > 1:
         raise BadInput(
             f"--metric {metric.text!r} names {len(distinct)} metrics ({'; '.join(distinct[:3])}"
-            f"{' ...' if len(distinct) > 3 else ''}): add the scenario and the [variant]"
+            f"{' ...' if len(distinct) > 3 else ''}): add the scenario, the [variant] or a setting as KEY=VALUE"
         )
     return (found[0] if found else None), keys
 
