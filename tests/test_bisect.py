@@ -361,3 +361,15 @@ def test_a_missing_test_file_is_bad_input(capsys, tmp_path, monkeypatch):
     argv = ["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--test", "e2e/test_nothing.py:X.y"]
     assert cli.main(argv) == 2
     assert "no such file e2e/test_nothing.py" in capsys.readouterr().err
+
+
+def test_resume_with_other_kernels_is_bad_input(tmp_path, capsys):
+    b = _bisect(tmp_path, 6, FakeRunner(step=3, interrupt_after=2))
+    with pytest.raises(KeyboardInterrupt):
+        b.run()
+    argv = ["bisect", "--resume", str(tmp_path / "b"), "--kernels", "x", "y"]
+    assert cli.main(argv) == 2
+    assert "its kernels are" in capsys.readouterr().err
+    # The page of an interrupted bisect says so, and shows what was probed.
+    html = (tmp_path / "b" / "bisect.html").read_text()
+    assert "interrupted" in html and "not probed" in html

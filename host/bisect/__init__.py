@@ -162,7 +162,8 @@ def main(args: argparse.Namespace) -> int:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
     if args.resume:
-        directory = Path(args.resume)
+        # Absolute: avocado runs in the repository, not in the caller's directory.
+        directory = Path(args.resume).resolve()
         bisector = run.Bisector.resume(directory, runner=lambda *a: ([], "", 0, None), say=say)
         if args.kernels and tuple(args.kernels) != tuple(k.name for k in bisector.settings.kernels):
             raise BadInput(f"--resume {directory}: its kernels are {' '.join(k.name for k in bisector.settings.kernels)}; "
@@ -174,6 +175,7 @@ def main(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         directory = Path(args.output) if args.output else (
             Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
+        directory = directory.resolve()  # avocado runs in the repository, not in the caller's directory
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
         runner = avocado_runner(settings, console)  # unknown kernels fail here, before any job

@@ -325,9 +325,13 @@ class Bisector:
                           f"{record.rounds} round(s), {record.seconds / 60:.1f} min{why}")
                 self._log(f"memqual bisect {mark} K{index + 1}")
                 self.save()
-        except BaseException:
+        except KeyboardInterrupt:  # Ctrl-C, and SIGTERM/SIGHUP through runjob
             self.interrupted = True
             self._log(f"# stopped {_now()}: resume with memqual bisect --resume {self.dir}")
+            self.save()
+            raise
+        except MemqualError as exc:
+            self._log(f"# stopped {_now()}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             self.save()
             raise
         self._log(self.outcome_text())
