@@ -17,10 +17,11 @@ mean of the segment and weighted by sqrt(n1 n2 / n) as CUSUM is (n1, n2
 the replicates on each side); its p-value comes from permuting the replicates
 (independent units: a fresh guest or a round) over the segment's positions,
 which keeps the maximum over candidates honest (a test of the best of k
-splits, not of one chosen in advance).  A step is marked when p < alpha
-*and* the two-stage bootstrap CI of the ratio of the pooled medians after /
-before lies wholly outside the threshold band; the two sides are then
-searched again.  alpha applies per metric (this is a page to read, not a
+splits, not of one chosen in advance).  A boundary with p < alpha is a
+candidate and both sides are searched again.  Then each candidate is
+judged between its neighbours (the candidates before and after it): it is
+a step when the two-stage bootstrap CI of the ratio of the pooled medians
+after / before lies wholly outside the threshold band.  alpha applies per metric (this is a page to read, not a
 gate: memqual compare is the gate, Holm-corrected).
 """
 
@@ -38,7 +39,7 @@ from typing import Any
 from host.errors import BadInput
 
 DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.01
+DEFAULT_ALPHA = 0.05  # a candidate must also pass the threshold band, a second gate
 PERMUTATIONS = 1999
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
@@ -200,6 +201,7 @@ def change_points(
     rng = np.random.default_rng(stats.DEFAULT_SEED if seed is None else seed)
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
     steps: list[Step] = []
+    candidates: dict[int, float] = {}  # boundary -> the permutation p that found it
 
     def split_stats(rows: np.ndarray, bounds: np.ndarray) -> np.ndarray:
         """|mean after - mean before| / |mean| at every bound, per row,
@@ -235,18 +237,27 @@ def change_points(
         after = i + best + 1
         if p >= alpha:
             return
-        before_reps = [r for run in series[i:after] for r in run if len(r)]
-        after_reps = [r for run in series[after:j] for r in run if len(r)]
-        low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
-        ratio = stats.pooled_ratio(before_reps, after_reps)
-        if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
-            return  # perhaps significant, but not shown to exceed the threshold
-        steps.append(Step(after=after, ratio=ratio, ci_low=low, ci_high=high, p_value=p))
+        candidates[after] = p
         segment(i, after)
         segment(after, j)
 
     segment(0, len(series))
-    return sorted(steps, key=lambda s: s.after)
+    # Each candidate is judged against its neighbours: the runs between
+    # the candidate before it and the one after.  Judged against the whole
+    # segment instead, a rise followed by a fall (or the reverse) mixes
+    # both levels on one side and neither step would show.
+    cuts = sorted(candidates)
+    for k, after in enumerate(cuts):
+        start = cuts[k - 1] if k else 0
+        end = cuts[k + 1] if k + 1 < len(cuts) else len(series)
+        before_reps = [r for run in series[start:after] for r in run if len(r)]
+        after_reps = [r for run in series[after:end] for r in run if len(r)]
+        low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
+        if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
+            continue  # perhaps significant, but not shown to exceed the threshold
+        steps.append(Step(after=after, ratio=stats.pooled_ratio(before_reps, after_reps), ci_low=low, ci_high=high,
+                          p_value=candidates[after]))
+    return steps
 
 
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:

@@ -30,6 +30,14 @@ def test_two_steps_are_both_found():
     assert [s.after for s in steps] == [3, 6]
 
 
+def test_a_rise_and_a_fall_back_are_both_found():
+    # Binary segmentation judged against whole segments misses this one:
+    # after the first split the right side mixes both levels.
+    steps = history.change_points(_series([1.0] * 3 + [1.3] * 3 + [1.0] * 2))
+    assert [s.after for s in steps] == [3, 6]
+    assert steps[0].ratio == pytest.approx(1.3, rel=0.03) and steps[1].ratio == pytest.approx(1 / 1.3, rel=0.03)
+
+
 @pytest.mark.parametrize("levels", [[1.0] * 8, [1.0] * 4 + [1.02] * 4])
 def test_noise_and_a_step_under_the_threshold_are_no_step(levels):
     assert history.change_points(_series(levels, noise=0.02)) == []
