@@ -60,6 +60,12 @@ def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):  # noqa
     assert summary["rounds"] == 6 and summary["stopped"] == "every metric decided"
     calls = [c["env"]["MEMQUAL_RUN_LABEL"] for c in fake.calls()]
     assert calls == ["A", "B", "B", "A", "A", "B", "B", "A", "A", "B", "B", "A"]  # ABBA goes on
+    # Every job's JUnit XML has its own file: OUTPUT/<label>/junit/round-N.xml.
+    xunits = [c["argv"][c["argv"].index("--xunit") + 1] for c in fake.calls()]
+    assert xunits[:3] == [str(tmp_path / "out" / "A" / "junit" / "round-1.xml"),
+                          str(tmp_path / "out" / "B" / "junit" / "round-1.xml"),
+                          str(tmp_path / "out" / "B" / "junit" / "round-2.xml")]
+    assert len(set(xunits)) == 12
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert comparison["regressions"] == 1
     assert "after 6 round(s)" in out and "until decided: 6 round(s)" in out
