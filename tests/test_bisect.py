@@ -6,7 +6,6 @@ avocado through runjob)."""
 from __future__ import annotations
 
 import json
-import math
 import random
 import sys
 from pathlib import Path

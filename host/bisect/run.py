@@ -341,12 +341,12 @@ class Bisector:
     def outcome_text(self) -> str:
         o = self.search.outcome()
         s = self.settings
-        if o.kind == "first bad":
+        if o.kind == "first bad" and o.first_bad is not None:
             where = "slower" if self._worse() else "faster"
             return (f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} moved "
                     f"{self.step} ({where}) beyond {s.threshold:.0%} against {self._label(0)}, "
                     f"{self.search.probes} probe(s)" + (f"; {o.note}" if o.note else ""))
-        if o.kind == "range":
+        if o.kind == "range" and o.last_good is not None:
             names = ", ".join(f"K{i + 1}" for i in o.candidates)
             return (f"There are only 'skip'ped kernels left to test. The first bad kernel could be any of: {names} "
                     f"(after {self._label(o.last_good)})" + (f"; {o.note}" if o.note else ""))

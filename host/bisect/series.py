@@ -123,7 +123,7 @@ def _string_constants(tests_dir: Path) -> tuple[set[str], list[re.Pattern[str]]]
                 names.add(node.value)
             elif isinstance(node, ast.JoinedStr):
                 parts = [
-                    re.escape(v.value) if isinstance(v, ast.Constant) else r"[A-Za-z0-9_.]+" for v in node.values
+                    re.escape(str(v.value)) if isinstance(v, ast.Constant) else r"[A-Za-z0-9_.]+" for v in node.values
                 ]
                 if any(isinstance(v, ast.Constant) for v in node.values):
                     patterns.append(re.compile("".join(parts)))
@@ -196,7 +196,9 @@ def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -
     """(vmlinuz, modules dir) per distinct version; an unknown version is
     the one-line BadInput of images.packages (nearest names, exit 2)."""
     if resolve is None:
-        from images.build import debian_kernel_files as resolve
+        from images.build import debian_kernel_files
+
+        resolve = debian_kernel_files
     out: dict[str, tuple[Path, Path]] = {}
     for spec in series:
         if spec.version not in out:
