@@ -186,3 +186,13 @@ def test_small_run_end_to_end(kvm) -> None:
     assert set(doc["points"]["miss"]) == {"1", "8"} and set(doc["points"]["small_hit"]) == {"8"}
     assert set(doc["per_doubling"]) == {"miss", "ram_hit"}
     assert len(result.samples) == 4
+
+
+def test_lookup_cli_checks_the_device_first(tmp_path, capsys) -> None:
+    from host import cli
+
+    plain = tmp_path / "not-kvm"
+    plain.write_text("")
+    status = cli.main(["memslots", "kvm", "--lookup", "--device", str(plain), "--slots", "1"])
+    assert status == 2
+    assert "not a character device" in capsys.readouterr().err

@@ -139,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
 def run_lookup(args: argparse.Namespace) -> int:
     from host.memslots import kvm_lookup
 
+    check_kvm_device(args.device)
     slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS
     config = kvm_lookup.LookupConfig(slots=slots, replicates=args.replicates, rounds=args.rounds,
                                      iterations=args.iterations, device=args.device)
