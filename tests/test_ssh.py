@@ -202,6 +202,7 @@ def transport() -> FakeTransport:
 def ssh(key_file: Path, transport: FakeTransport) -> Iterator[SSH]:
     client = SSH(port=1, key_path=key_file)
     client._client = FakeClient(transport)  # type: ignore[assignment]
+    client._background_connection = lambda: client  # type: ignore[method-assign]  # one fake connection
     yield client
     for channel in transport.channels:
         channel.close()
@@ -288,6 +289,10 @@ class DyingTransport(FakeTransport):
 def test_a_connection_that_breaks_under_a_command_is_a_guest_error(key_file: Path) -> None:
     client = SSH(port=1, key_path=key_file)
     client._client = FakeClient(DyingTransport())  # type: ignore[assignment]
+    client._background_connection = lambda: client  # type: ignore[method-assign]
     with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError") as info:
         client.start(["cat", "/proc/meminfo"])
     assert "\n" not in str(info.value)
+    # run() opens a fresh connection once; when that fails too, both are said.
+    with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError.*fresh connection failed too"):
+        client.run(["cat", "/proc/meminfo"])
