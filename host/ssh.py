@@ -207,6 +207,10 @@ def _finite(seconds: float) -> float:
     return seconds
 
 
+class _NotStarted(GuestError):
+    """No channel could be opened: the command certainly did not run."""
+
+
 class HostKeyMismatch(GuestError):
     """Whatever answered on the guest's port showed another host key."""
 
@@ -281,17 +285,21 @@ class SSH:
             raise GuestError("SSH is not connected (the guest is not running?)")
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
-            raise GuestError("the SSH connection to the guest is gone (did the guest crash? see the console log)")
+            raise _NotStarted("the SSH connection to the guest is gone (did the guest crash? see the console log)")
+        broke = (f"the SSH connection to the guest broke starting {shlex.join(argv)!r}",
+                 "was the guest's SSH server killed?")
         try:
             channel = transport.open_session()
-            channel.exec_command(command)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             # The connection died under us: the guest's SSH server was
             # killed (an OOM kill at the balloon floor) or the guest is gone.
-            raise GuestError(
-                f"the SSH connection to the guest broke starting {shlex.join(argv)!r} "
-                f"({type(exc).__name__}: {exc or 'connection closed'}); was the guest's SSH server killed?"
-            ) from exc
+            raise _NotStarted(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
+        try:
+            channel.exec_command(command)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # The exec request went out: the command may have run.
+            channel.close()
+            raise GuestError(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
         return channel
 
     def _channel(self, argv: list[str], command: str | None = None, reconnect: bool = True) -> paramiko.Channel:
@@ -300,13 +308,13 @@ class SSH:
         command = command if command is not None else shlex.join(argv)
         try:
             return self._open(argv, command)
-        except GuestError as exc:
+        except _NotStarted as exc:
             if not reconnect or self._client is None:
                 raise
-            # The command never started, so starting it on a fresh
-            # connection cannot run it twice.  Dropbear runs one server
-            # process per connection: when that one died, the listener
-            # still answers.
+            # No channel was opened, so the command never started and
+            # starting it on a fresh connection cannot run it twice.
+            # Dropbear runs one server process per connection: when that
+            # one died, the listener still answers.
             log.warning("%s; retrying on a fresh SSH connection", exc)
             first = exc
         self.close()

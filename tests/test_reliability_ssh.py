@@ -111,3 +111,25 @@ def test_a_background_command_has_its_own_connection_closed_when_it_ends(
         assert ssh.run(["true"], timeout=10).status == 0  # the main connection is untouched
     finally:
         ssh.close()
+
+
+def test_a_command_that_could_not_start_is_started_on_a_fresh_connection(
+        server: tuple[FakeSshd, paramiko.PKey], tmp_path: Path) -> None:
+    """The guest's per-connection server died between two commands (as
+    dropbear's did): no channel could open, so the command never ran and
+    runs once on a new connection."""
+    sshd, key = server
+    ssh = SSH(sshd.port, _ed25519_file(tmp_path / "id"), host_key=_public_line(key))
+    ssh.connect(timeout=5)
+    try:
+        assert ssh.run(["first"], timeout=10).stdout == "hello\n"
+        sshd._transports[0].close()  # the server side of the connection dies
+        deadline = time.monotonic() + 5
+        while ssh._client is not None and ssh._client.get_transport().is_active():  # type: ignore[union-attr]
+            assert time.monotonic() < deadline
+            time.sleep(0.01)  # the client notices the hang-up
+        assert ssh.run(["second"], timeout=10).stdout == "hello\n"
+        assert len(sshd._transports) == 2
+        assert sshd.commands == [b"first", b"second"]  # each ran once
+    finally:
+        ssh.close()
