@@ -80,7 +80,7 @@ class MeasurementLock:
             pass
         return cache_dir() / "measure.lock"
 
-    def acquire(self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.1) -> float:
+    def acquire(self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.02) -> float:
         """Take the lock within ``deadline_s``; the seconds waited."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         started = time.monotonic()
@@ -97,7 +97,9 @@ class MeasurementLock:
                 os.close(fd)
                 raise Timeout(f"the measurement lock {self.path} is still held by pid {holder or '?'} after "
                               f"{deadline_s:.0f} s")
-            time.sleep(poll_s)  # poll period; the holder is a test that runs for minutes
+            # A short poll period: a waiter should win over a test that has
+            # just started when the holder lets go (flock wakes no one in order).
+            time.sleep(poll_s)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
