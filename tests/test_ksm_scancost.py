@@ -272,9 +272,9 @@ class OneCommandSsh:
 
 
 def test_agent_finish_waits_for_the_exit_status() -> None:
-    """The next command's channel must not open while dropbear still has
-    the agent's exit to handle (dropbear 2022.83 then aborts the
-    connection): finish() returns only after the exit status."""
+    """finish() returns only once the guest's SSH server reported the
+    agent's exit, not at its last line: the next command never overlaps
+    the agent's end."""
     bg = ExitingBackground()
     with StressAgent(OneCommandSsh(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
         assert agent.finish(5) == 0

@@ -139,15 +139,10 @@ class StressAgent:
     def finish(self, timeout_s: float) -> int:
         """Wait for the agent to exit; its exit status.
 
-        Waits for the channel's exit status too, not only the agent's last
-        line: dropbear 2022.83 sends the status only once it has reaped the
-        process.  A channel opened while that SIGCHLD is still unhandled is
-        closed by dropbear before its exec request arrives (a session with
-        no process yet counts as finished), and the command's first output
-        then aborts the whole SSH server (``Failed assertion
-        (common-channel.c:705): '!channel->sent_close'``, fixed upstream in
-        2024.86).  Returning before the status would let the next command
-        open exactly such a channel."""
+        Waits for the channel's exit status as well as the agent's last
+        line: the guest's SSH server sends the status once it has reaped
+        the process, so the agent is gone before the test's next command
+        starts and no command of a test overlaps its end."""
         deadline = time.monotonic() + timeout_s
         self.wait_event("done", timeout_s)
         self._thread.join(timeout=max(0.0, deadline - time.monotonic()))
