@@ -8,18 +8,25 @@ Lifetime rules (a leaked QEMU is a bug):
   ``__exit__``, ``atexit`` and the test's tearDown.
 - Nothing fixed: a free loopback port per launch, sockets in a fresh short
   temporary directory, logs where the caller says.
+
+Lifecycle, as small template steps: ``launch()`` runs ``_pre_launch()``
+(accelerator, socket directory, console log), then ``_launch()`` (a warm
+start through host.snapshot, or ``boot_cold()``); ``shutdown()`` ends with
+``_post_shutdown()`` (socket directory removed).  The public steps a launch
+is made of are what a start strategy (host.snapshot) drives:
+``start_qemu(incoming)`` (QEMU up with QMP connected), ``wait_ssh()``,
+``close_ssh()``, ``kill_qemu()`` (this QEMU gone, the launch's directory
+kept for another try), ``qemu_exited()`` and ``qemu_output()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
 import logging
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -31,22 +38,18 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from host import probe, snapshot
+from host.console import READY_MARKER, ConsoleMarker
 from host.errors import BadInput, GuestError, LaunchError, Timeout
 from host.paths import short_tempdir
+from host.process import die_with_parent
 from host.qemu import BalloonDevice, MachineConfig, command_line
 from host.ssh import SSH, HostKeyMismatch, banner_ready
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
 log = logging.getLogger("memqual.machine")
-PR_SET_PDEATHSIG = 1
 _LIVE: "weakref.WeakSet[Machine]" = weakref.WeakSet()
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def free_port() -> int:
@@ -63,38 +66,10 @@ def _reap_all() -> None:
         machine.shutdown(timeout=2)
 
 
-READY_MARKER = b"memqual-ready"
 BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
 # Every QMP command answers at once (migrate and balloon return before the
 # work is done); one that takes this long means QEMU is stuck.
 QMP_TIMEOUT_S = 60.0
-
-
-class ConsoleMarker:
-    """Has a marker appeared in a growing console log?  Reads only what
-    was appended since the last call; once seen, stays seen."""
-
-    def __init__(self, path: Path, marker: bytes) -> None:
-        self.path = path
-        self.marker = marker
-        self._offset = 0
-        self._carry = b""  # the end of the last read, for a marker split across reads
-        self._seen = False
-
-    def seen(self) -> bool:
-        if self._seen:
-            return True
-        try:
-            with self.path.open("rb") as fh:
-                fh.seek(self._offset)
-                chunk = fh.read()
-        except OSError:
-            return False
-        self._offset += len(chunk)
-        text = self._carry + chunk
-        self._seen = self.marker in text
-        self._carry = text[-(len(self.marker) - 1):] if len(self.marker) > 1 else b""
-        return self._seen
 
 
 class Machine:
@@ -159,37 +134,43 @@ class Machine:
         self.shutdown()
 
     def launch(self) -> None:
-        from host.probe import resolve_accel
-
-        if self._proc is not None and self._proc.poll() is None:
+        if self.is_running():
             # A second launch would orphan the first QEMU (this object holds
             # one process); "with Machine(...)" has already launched.
-            raise GuestError(f"launch() on a running machine (QEMU pid {self._proc.pid}): shut it down first")
-        self.accel, self.accel_reason = resolve_accel(self.config.accel)
-        self._sockdir = short_tempdir("mq")
-        log_dir = self._log_dir or self._sockdir
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
+            raise GuestError(f"launch() on a running machine (QEMU pid {self.pid}): shut it down first")
+        self._pre_launch()
         _LIVE.add(self)
         try:
-            from host import snapshot
-
-            if self.config.warm and snapshot.usable():
-                snapshot.start(self)
-            else:
-                self._launch_cold()
+            self._launch()
         except BaseException:
             self.shutdown(timeout=2)
             raise
 
-    def _launch_cold(self) -> None:
+    def _pre_launch(self) -> None:
+        """The accelerator, a fresh socket directory, the console log."""
+        self.accel, self.accel_reason = probe.resolve_accel(self.config.accel)
+        self._sockdir = short_tempdir("mq")
+        log_dir = self._log_dir or self._sockdir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
+
+    def _launch(self) -> None:
+        if self.config.warm and snapshot.usable():
+            snapshot.start(self)
+        else:
+            self.boot_cold()
+
+    def boot_cold(self) -> None:
+        """Boot the kernel and wait for SSH."""
         started = time.monotonic()
-        self._start_qemu(incoming=None)
+        self.start_qemu(incoming=None)
         self.wait_ssh(started)
 
-    def _start_qemu(self, incoming: str | None) -> None:
-        """Start QEMU with QMP connected; retries when the port was taken."""
-        assert self._sockdir is not None
+    def start_qemu(self, incoming: str | None = None) -> None:
+        """Start QEMU with QMP connected (``incoming``: restore a saved
+        state instead of booting); retries when the port was taken."""
+        if self._sockdir is None:
+            raise GuestError("start_qemu() outside launch(): the machine has no socket directory")
         for attempt in range(3):
             self.ssh_port = free_port()
             qmp_path = self._sockdir / "qmp.sock"
@@ -206,7 +187,7 @@ class Machine:
             with open(stderr_path, "wb") as stderr:
                 self._proc = subprocess.Popen(
                     self.command, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
-                    preexec_fn=_die_with_parent, close_fds=True,
+                    preexec_fn=die_with_parent, close_fds=True,
                 )
             try:
                 self._accept_qmp(qmp_path)
@@ -214,7 +195,7 @@ class Machine:
             except LaunchError as exc:
                 if "host forwarding rule" in exc.output and attempt < 2:
                     log.warning("port %d was taken; retrying with another", self.ssh_port)
-                    self._kill()
+                    self.kill_qemu()
                     continue
                 raise
 
@@ -244,8 +225,8 @@ class Machine:
             accepted.set()
             watcher.join()
             state = self._exit_description()  # before the kill, which would hide it
-            self._kill()
-            output = self._qemu_output()
+            self.kill_qemu()
+            output = self.qemu_output()
             last_line = (output.strip().splitlines() or [str(exc) or type(exc).__name__])[-1]
             raise LaunchError(f"QEMU did not come up ({state}): {last_line}", self.command, output) from exc
         finally:
@@ -264,7 +245,7 @@ class Machine:
             if self._proc is not None and self._proc.poll() is not None:
                 raise LaunchError(
                     f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
-                    self.command, self._qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+                    self.command, self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
                 )
             # During a cold boot a cheap check avoids a full SSH attempt
             # every poll; a restored guest is up at once.  The check is the
@@ -296,6 +277,18 @@ class Machine:
             if time.monotonic() > deadline:
                 raise self._ssh_timeout()
             time.sleep(0.02)  # poll period of the readiness check, not a wait for an event
+
+    @property
+    def ssh_ready(self) -> bool:
+        """Is there an SSH session (``ssh``) to the guest?"""
+        return self._ssh is not None
+
+    def close_ssh(self) -> None:
+        """Close the SSH session; the guest runs on (``wait_ssh`` opens
+        another)."""
+        if self._ssh is not None:
+            self._ssh.close()
+            self._ssh = None
 
     def _ssh_timeout(self) -> Timeout:
         return Timeout(
@@ -358,9 +351,7 @@ class Machine:
 
     # -- shutdown ---------------------------------------------------------
     def shutdown(self, timeout: float = 10.0) -> None:
-        if self._ssh is not None:
-            self._ssh.close()
-            self._ssh = None
+        self.close_ssh()
         if self._proc is not None and self._proc.poll() is None and self._qmp is not None:
             try:
                 with self._qmp_lock:
@@ -372,13 +363,18 @@ class Machine:
                 self._proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 pass
-        self._kill()
+        self.kill_qemu()
+        self._post_shutdown()
+
+    def _post_shutdown(self) -> None:
         if self._sockdir is not None:
             shutil.rmtree(self._sockdir, ignore_errors=True)
             self._sockdir = None
         _LIVE.discard(self)
 
-    def _kill(self) -> None:
+    def kill_qemu(self) -> None:
+        """Kill this QEMU (if it runs), reap it and drop its QMP connection.
+        The launch's socket directory stays: ``start_qemu`` may follow."""
         if self._proc is not None:
             if self._proc.poll() is None:
                 self._proc.kill()
@@ -391,13 +387,18 @@ class Machine:
             self._qmp = None
 
     # -- diagnostics ------------------------------------------------------
+    def qemu_exited(self) -> bool:
+        """Was QEMU started, and has it ended?"""
+        return self._proc is not None and self._proc.poll() is not None
+
     def _exit_description(self) -> str:
         if self._proc is None or self._proc.poll() is None:
             return "still running"
         code = self._proc.returncode
         return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
 
-    def _qemu_output(self) -> str:
+    def qemu_output(self) -> str:
+        """The end of what QEMU wrote on its stdout and stderr."""
         if self._sockdir is None:
             return ""
         path = self._sockdir / "qemu.stderr"

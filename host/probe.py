@@ -11,23 +11,23 @@ line, and caches the answer per (host kernel, QEMU version, image).
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import platform
+import shutil
 import subprocess
 import time
 from pathlib import Path
 
+from host.console import ConsoleMarker
 from host.errors import BadInput, CapabilityMissing
+from host.memslots.kvm import KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from host.paths import cache_dir, short_tempdir, write_private_atomic
+from host.process import die_with_parent
 
 KVM_DEVICE = Path("/dev/kvm")
 KSM_DIR = Path("/sys/kernel/mm/ksm")
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-KVM_CHECK_EXTENSION = 0xAE03  # _IO(KVMIO, 0x03)
-KVM_CAP_NR_MEMSLOTS = 10
-READY_MARKER = b"memqual-ready"
 KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
 
 
@@ -75,15 +75,10 @@ def ksm_writable() -> bool:
 
 def kvm_nr_memslots() -> int | None:
     try:
-        fd = os.open(KVM_DEVICE, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
+        with Kvm(str(KVM_DEVICE)) as kvm:
+            return kvm.check_extension(KVM_CAP_NR_MEMSLOTS)
+    except (KvmUnavailable, KvmIoctlError):
         return None
-    try:
-        return fcntl.ioctl(fd, KVM_CHECK_EXTENSION, KVM_CAP_NR_MEMSLOTS)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def kvm_usable_device() -> bool:
@@ -117,24 +112,20 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
 
 
 def _boot_under_kvm(image: object) -> tuple[bool, str]:
-    from host.machine import _die_with_parent
     from host.qemu import MachineConfig, command_line
 
     workdir = short_tempdir("mqprobe")
     console = workdir / "console.log"
     config = MachineConfig(memory_mib=256, cpus=1, balloon=None, warm=False)
-    argv = command_line(config, "kvm", image.kernel, image.initrd, workdir / "unused.sock", console, 0)  # type: ignore[attr-defined]
     # No QMP and no network for the probe: only the console matters.
-    qmp_at = argv.index("-mon")
-    del argv[qmp_at - 2 : qmp_at + 2]
-    net_at = argv.index("-netdev")
-    del argv[net_at : net_at + 4]
+    argv = command_line(config, "kvm", image.kernel, image.initrd, None, console, None)  # type: ignore[attr-defined]
+    ready = ConsoleMarker(console)
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=_die_with_parent)
+                            preexec_fn=die_with_parent)
     try:
         while time.monotonic() - started < KVM_BOOT_DEADLINE_S:
-            if console.exists() and READY_MARKER in console.read_bytes():
+            if ready.seen():
                 return True, f"a Linux guest reached init under KVM in {time.monotonic() - started:.1f} s"
             if proc.poll() is not None:
                 out = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").strip()
@@ -147,8 +138,6 @@ def _boot_under_kvm(image: object) -> tuple[bool, str]:
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
-        import shutil
-
         shutil.rmtree(workdir, ignore_errors=True)
 
 

@@ -202,18 +202,18 @@ def command_line(
     accel: str,
     kernel: Path,
     initrd: Path,
-    qmp_socket: Path,
+    qmp_socket: Path | None,
     console_log: Path,
-    ssh_port: int,
+    ssh_port: int | None,
     incoming: str | None = None,
 ) -> list[str]:
     """argv for one guest.  ``accel`` is the resolved accelerator (kvm/tcg);
-    ``incoming`` restores a saved state instead of booting."""
+    ``incoming`` restores a saved state instead of booting.  Without a
+    ``qmp_socket`` the guest has no monitor, without an ``ssh_port`` no
+    network: the probe's guest, which only has to reach init on its
+    console."""
     machine = config.machine
-    machine_opts = [machine]
-    # microvm keeps its PIT: without it the guest cannot calibrate the TSC
-    # under TCG and its timers stall.
-    machine_opts.append(f"mem-merge={'on' if config.mem_merge else 'off'}")
+    machine_opts = [machine, f"mem-merge={'on' if config.mem_merge else 'off'}"]
     memory = f"{config.memory_mib}M"
     if config.maxmem_mib is not None:
         memory += f",slots={config.mem_slots},maxmem={config.maxmem_mib}M"
@@ -230,14 +230,20 @@ def command_line(
         "-append", kernel_cmdline(config, accel),
         "-chardev", f"file,id=console,path={opt_value(console_log)}",
         "-serial", "chardev:console",
-        "-chardev", f"socket,id=qmp,path={opt_value(qmp_socket)}",
-        "-mon", "chardev=qmp,mode=control",
-        # restrict=on: the guest reaches nothing outside (not the host's
-        # loopback services, not the network); the inbound SSH forward
-        # still works.
-        "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
-        "-device", _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
     ]
+    if qmp_socket is not None:
+        argv += [
+            "-chardev", f"socket,id=qmp,path={opt_value(qmp_socket)}",
+            "-mon", "chardev=qmp,mode=control",
+        ]
+    if ssh_port is not None:
+        argv += [
+            # restrict=on: the guest reaches nothing outside (not the host's
+            # loopback services, not the network); the inbound SSH forward
+            # still works.
+            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-device", _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
+        ]
     if config.balloon is not None:
         b = config.balloon
         argv += [

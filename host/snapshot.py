@@ -148,7 +148,8 @@ def snapshot_dir(machine: "Machine") -> Path:
 
 def start(machine: "Machine") -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
-    save one.  Called by Machine.launch for configs with warm=True."""
+    save one.  Called by Machine.launch for configs with warm=True; uses
+    only the machine's public launch steps."""
     key = snapshot_key(machine)
     directory = snapshot_root() / key
     state, meta, lock = directory / "state", directory / "meta.json", snapshot_root() / f"{key}.lock"
@@ -162,7 +163,7 @@ def start(machine: "Machine") -> None:
             if outcome is Restore.SLOW:
                 # The snapshot is fine; the host is busy.  Keep it for the
                 # next start and boot this one cold.
-                machine._launch_cold()
+                machine.boot_cold()
                 return
     with _locked(lock, exclusive=True):
         if _valid(state, meta):
@@ -172,13 +173,13 @@ def start(machine: "Machine") -> None:
             if outcome is Restore.CORRUPT:
                 _discard(directory, "it did not restore")
             else:
-                machine._launch_cold()
+                machine.boot_cold()
                 return
-        machine._launch_cold()
+        machine.boot_cold()
         try:
             _save(machine, directory)
         except MemqualError as exc:
-            if machine._ssh is None:
+            if not machine.ssh_ready:
                 # Not even resumed: this guest is unusable; launch() shuts it down.
                 raise GuestError(f"the guest did not resume after a failed snapshot save: {exc}") from exc
             log.warning("could not save a warm-start snapshot (%s); this start stays cold", exc)
@@ -221,21 +222,21 @@ def _restore(machine: "Machine", state: Path) -> Restore:
     started = time.monotonic()
     try:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.
-        machine._start_qemu(incoming="exec:cat " + shlex.quote(str(state)))
+        machine.start_qemu(incoming="exec:cat " + shlex.quote(str(state)))
         _wait_running(machine, started + RESTORE_DEADLINE_S)
         # The first command sets the guest's clock: it stands at the time
         # of the save.
         machine.wait_ssh(started, first_command=_clock_command(), probe_banner=False)
     except (_Unloadable, HostKeyMismatch) as exc:
         log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
-        machine._kill()
+        machine.kill_qemu()
         return Restore.CORRUPT
     except (LaunchError, GuestError) as exc:
         # A QEMU that exits while loading says why on its stderr; a load
         # error there is a bad snapshot, anything else (a deadline) is not.
-        output = machine._qemu_output()
+        output = machine.qemu_output()
         log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
-        machine._kill()
+        machine.kill_qemu()
         if "load of migration failed" in output or "Unknown savevm section" in output:
             return Restore.CORRUPT
         return Restore.SLOW
@@ -260,7 +261,7 @@ def _wait_running(machine: "Machine", deadline: float) -> None:
             raise _Unloadable(f"loading the snapshot {migration}")
         if status.get("status") not in ("inmigrate", "prelaunch", "paused", "restore-vm", "postmigrate"):
             raise _Unloadable(f"incoming migration ended in state {status.get('status')}")
-        if machine._proc is not None and machine._proc.poll() is not None:
+        if machine.qemu_exited():
             raise GuestError("QEMU exited while loading the snapshot")
         if time.monotonic() > deadline:
             raise Timeout("the snapshot did not load before the deadline")
@@ -287,8 +288,7 @@ def _save(machine: "Machine", directory: Path) -> None:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp", dir=directory.parent))
     boot_to_ssh_s = machine.boot_to_ssh_s  # of the cold boot, which is what this start was
-    machine.ssh.close()
-    machine._ssh = None
+    machine.close_ssh()
     size = 0
     try:
         machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})

@@ -209,3 +209,13 @@ def test_every_valid_config_gives_a_well_formed_argv(memory, cpus, machine, merg
         assert not value.startswith("-")
     assert len(devices(argv)) == 1 + balloon
     assert dataclasses.replace(config) == config  # hashable, comparable: the snapshot key
+
+
+def test_the_probes_guest_has_no_monitor_and_no_network() -> None:
+    """The KVM probe's variant is built from options, not cut out of argv."""
+    argv = command_line(MachineConfig(balloon=None), "kvm", Path("/k"), Path("/i"), None, Path("/c"), None)
+    assert not {"-mon", "-netdev"} & set(argv)
+    assert not any("qmp" in a or "virtio-net" in a for a in argv)
+    assert argv[argv.index("-serial") - 1] == "file,id=console,path=/c"
+    full = command_line(MachineConfig(balloon=None), "kvm", Path("/k"), Path("/i"), Path("/q"), Path("/c"), 2222)
+    assert len(full) - len(argv) == 8  # -chardev/-mon and -netdev/-device, with their values

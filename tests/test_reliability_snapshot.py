@@ -46,13 +46,18 @@ class FakeMachine:
         self.calls: list[str] = []
         self.boot_to_ssh_s = 2.0
         self.started_warm = False
-        self._ssh = SimpleNamespace(close=lambda: None)
-        self._proc = None
+        self.ssh: Any = SimpleNamespace(close=lambda: None)
         self.running = True
 
     @property
-    def ssh(self) -> Any:
-        return self._ssh
+    def ssh_ready(self) -> bool:
+        return self.ssh is not None
+
+    def close_ssh(self) -> None:
+        self.ssh = None
+
+    def qemu_exited(self) -> bool:
+        return False
 
     def qmp(self, command: str, **arguments: Any) -> Any:
         self.calls.append(command)
@@ -74,19 +79,19 @@ class FakeMachine:
         self.calls.append("wait_ssh")
         if first_command is not None and self.restore_error is not None:
             raise self.restore_error
-        self._ssh = SimpleNamespace(close=lambda: None)  # what Machine.wait_ssh leaves
+        self.ssh = SimpleNamespace(close=lambda: None)  # what Machine.wait_ssh leaves
 
-    def _start_qemu(self, incoming: str | None) -> None:
+    def start_qemu(self, incoming: str | None = None) -> None:
         self.calls.append(f"start:{'incoming' if incoming else 'cold'}")
         self.running = True
 
-    def _launch_cold(self) -> None:
+    def boot_cold(self) -> None:
         self.calls.append("cold")
 
-    def _kill(self) -> None:
+    def kill_qemu(self) -> None:
         self.calls.append("kill")
 
-    def _qemu_output(self) -> str:
+    def qemu_output(self) -> str:
         return self.output
 
 
