@@ -35,13 +35,13 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import avocado
 
+from host.environment import Environment
 from host.errors import CapabilityMissing, Timeout
 from host.machine import Machine, MachineConfig
 from host.record import Measurement, write
@@ -206,28 +206,21 @@ class GuestTest(avocado.Test):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def environment(self) -> dict[str, Any]:
+    def environment(self) -> Environment:
+        """The host's environment (host.probe), with the accelerator of this
+        test's last guest and its image."""
         from host import probe
-        from host.qemu import qemu_version
 
-        env: dict[str, Any] = {
-            "host_kernel": probe.host_kernel(),
-            "qemu": qemu_version(),
-            "cpu": probe.cpu_model(),
-            "thp": probe.thp_mode(),
-            "kvm_nr_memslots": probe.kvm_nr_memslots(),
-            "python": sys.version.split()[0],
-        }
+        env = probe.environment()
         if self._machines:
             vm = self._machines[-1]
-            env.update(accel=vm.accel, accel_reason=vm.accel_reason)
+            env = env.with_accel(vm.accel, vm.accel_reason)
         if self._image is not None:
-            env.update(guest_kernel=self._image.release, guest_kernel_sha256=self._image.kernel_sha256,
-                       initramfs_sha256=self._image.initramfs_sha256)
+            env = env.with_guest(self._image)
         return env
 
     def record(self, measurement: Measurement) -> Path:
-        measurement.environment = {**self.environment(), **measurement.environment}
+        measurement.environment = {**self.environment().to_json(), **measurement.environment}
         path = write(measurement, self.outdir)
         self.log.info("record %s/%s: %s", measurement.scenario, measurement.metric, path)
         return path

@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import sys
 import time
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from host import stats
 from host.errors import MemqualError
 from host.machine import Machine
-from host.qemu import MACHINE_TYPES, MachineConfig, qemu_version
+from host.qemu import MACHINE_TYPES, MachineConfig
 
 FIRST_COMMAND = ["uname", "-r"]
 
@@ -56,12 +55,12 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> dict[str, Any]:
-    from host.probe import resolve_accel
+    from host import probe
     from images.build import build
 
     image = build()
     load_before = os.getloadavg()[0]
-    accel, reason = resolve_accel(config.accel)
+    accel, reason = probe.resolve_accel(config.accel)
     # Machine would resolve 'auto' again per launch (a cached answer, but it
     # looks the image up): give it the answer.
     config = dataclasses.replace(config, accel=accel)
@@ -75,18 +74,16 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
             print(f"boot {index + 1}/{boots}: SSH after {result.boot_to_ssh_s:.2f} s, first command after "
                   f"{result.launch_to_first_command_s:.2f} s ({'warm' if result.warm else 'cold'})",
                   file=sys.stderr)
+    environment = probe.environment().with_accel(accel, reason).with_guest(image)
     return {
         "boots": boots,
         "mode": "warm" if config.warm else "cold",
         "warm_starts": sum(r.warm for r in results),
-        "accel": accel,
-        "accel_reason": reason,
         "machine": config.machine,
         "memory_mib": config.memory_mib,
         "cpus": config.cpus,
-        "guest_kernel": image.release,
-        "qemu": qemu_version(),
-        "host_kernel": platform.release(),
+        # host.environment's keys: accel, accel_reason, guest_kernel, qemu, host_kernel...
+        **environment.to_json(),
         # On a shared 2-core machine other work slows TCG down: say how busy it was.
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "boot_to_ssh_s": summary([r.boot_to_ssh_s for r in results]),

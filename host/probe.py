@@ -16,10 +16,12 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from host.console import ConsoleMarker
+from host.environment import Environment
 from host.errors import BadInput, CapabilityMissing
 from host.memslots.kvm import KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from host.paths import cache_dir, short_tempdir, write_private_atomic
@@ -29,6 +31,8 @@ KVM_DEVICE = Path("/dev/kvm")
 KSM_DIR = Path("/sys/kernel/mm/ksm")
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
+# The host's KSM knobs an environment shows (read-only).
+KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages")
 
 
 @dataclasses.dataclass
@@ -79,6 +83,19 @@ def kvm_nr_memslots() -> int | None:
             return kvm.check_extension(KVM_CAP_NR_MEMSLOTS)
     except (KvmUnavailable, KvmIoctlError):
         return None
+
+
+def ksm_knobs() -> dict[str, str] | None:
+    """The host's KSM knobs that exist, or None without KSM."""
+    if not KSM_DIR.is_dir():
+        return None
+    knobs = {}
+    for name in KSM_KNOBS:
+        try:
+            knobs[name] = (KSM_DIR / name).read_text().strip()
+        except OSError:
+            continue
+    return knobs
 
 
 def kvm_usable_device() -> bool:
@@ -139,6 +156,44 @@ def _boot_under_kvm(image: object) -> tuple[bool, str]:
         if proc.stdout:
             proc.stdout.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def cached_accel() -> tuple[str, str] | None:
+    """The accelerator 'auto' would choose, from the KVM probe's last answer
+    (``kvm_boots_linux``), without booting anything; None when the probe
+    never ran here."""
+    try:
+        cached = json.loads(_probe_cache_file().read_text())
+        boots, detail = bool(cached["boots"]), str(cached["detail"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
+
+
+def environment(*, with_ksm: bool = False) -> Environment:
+    """This host's part of the environment: kernel, QEMU (``$MEMQUAL_QEMU``
+    when set), CPU, THP, KVM's slot limit, and the accelerator of the KVM
+    probe's cached answer.  Read-only and cheap: it boots no guest.
+    ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
+    KSM settings are their own)."""
+    from host.qemu import qemu_version
+
+    try:
+        qemu: str | None = qemu_version()
+    except (BadInput, CapabilityMissing, OSError, subprocess.SubprocessError):
+        qemu = None
+    accel, reason = cached_accel() or (None, None)
+    return Environment(
+        host_kernel=host_kernel(),
+        qemu=qemu,
+        accel=accel,
+        accel_reason=reason,
+        cpu=cpu_model(),
+        ksm=ksm_knobs() if with_ksm else None,
+        thp=thp_mode(),
+        kvm_nr_memslots=kvm_nr_memslots(),
+        python=sys.version.split()[0],
+    )
 
 
 def resolve_accel(requested: str) -> tuple[str, str]:

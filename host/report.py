@@ -15,9 +15,9 @@ raw samples, not only summaries::
                   samples, summary}]}
 
 The environment comes from the records' ``environment`` fields (what the
-scenarios saw); what no record says is filled from this host where that is
-cheap and harmless (kernel, CPU, KSM and THP knobs read-only, QEMU's
-version) and marked in ``environment_sources``.
+scenarios saw, host.environment's keys); what no record says is filled from
+this host's ``probe.environment()`` (read-only, no guest booted) and marked
+in ``environment_sources``.
 """
 
 from __future__ import annotations
@@ -30,44 +30,18 @@ import io
 import json
 import math
 import os
-import platform
-import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from host import stats
 from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, Verdict, format_ratio
+from host.environment import FINGERPRINT_KEYS
 from host.jsonfile import read_json
 from host.errors import BadInput
 from host.record import Measurement
 
 SCHEMA = "memqual.results/1"
-
-# The fingerprint's keys, in the order a reader wants them; record keys that
-# mean the same thing under another name are folded in.
-FINGERPRINT_KEYS = (
-    "host_kernel",
-    "qemu",
-    "accel",
-    "accel_reason",
-    "cpu",
-    "ksm",
-    "thp",
-    "kvm_nr_memslots",
-    "guest_kernel",
-    "guest_kernel_sha256",
-)
-_ALIASES = {
-    "qemu_version": "qemu",
-    "accel_why": "accel_reason",
-    "cpu_model": "cpu",
-    "thp_enabled": "thp",
-    "nr_memslots": "kvm_nr_memslots",
-    "kvm_cap_nr_memslots": "kvm_nr_memslots",
-    "guest_kernel_release": "guest_kernel",
-    "kernel_sha256": "guest_kernel_sha256",
-}
 
 VERDICT_COLOURS = {
     REPRODUCED: "#1a7f37",
@@ -144,63 +118,16 @@ def metrics_of(records: Iterable[Measurement]) -> list[dict[str, Any]]:
     return out
 
 
-def _host_facts() -> dict[str, Any]:
-    """Cheap, read-only facts about this host for what no record says."""
-    facts: dict[str, Any] = {"host_kernel": platform.release()}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                facts["cpu"] = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    ksm_dir = Path("/sys/kernel/mm/ksm")
-    if ksm_dir.is_dir():
-        ksm = {}
-        for name in ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages"):
-            try:
-                ksm[name] = (ksm_dir / name).read_text().strip()
-            except OSError:
-                continue
-        facts["ksm"] = ksm
-    try:
-        facts["thp"] = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().strip()
-    except OSError:
-        pass
-    try:
-        from host import probe  # the foundation's probe; optional here
-
-        nr = probe.kvm_nr_memslots()
-        if nr is not None:
-            facts["kvm_nr_memslots"] = nr
-        # The probe's cached answer to "does KVM boot Linux here": read it,
-        # never boot a guest just to write a report.
-        cached = json.loads(probe._probe_cache_file().read_text())
-        boots, detail = bool(cached["boots"]), str(cached["detail"])
-        facts["accel"] = "kvm" if boots else "tcg"
-        facts["accel_reason"] = detail if boots else f"TCG because {detail}"
-    except (ImportError, AttributeError, OSError, ValueError, KeyError, TypeError):
-        pass
-    try:
-        out = subprocess.run(
-            ["qemu-system-x86_64", "--version"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
-        if out:
-            facts["qemu"] = out.splitlines()[0].strip()
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    return facts
-
-
 def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bool = True) -> dict[str, Any]:
     """The records' environment, one value per key (the most common when
     records disagree, all of them under ``<key>_all``), then this host's
     facts for the keys no record gave."""
+    from host import probe
+
     values: dict[str, list[str]] = collections.defaultdict(list)
     originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)
     for rec in records:
-        for raw_key, value in (rec.environment or {}).items():
-            key = _ALIASES.get(raw_key, raw_key)
+        for key, value in (rec.environment or {}).items():
             encoded = json.dumps(value, sort_keys=True)
             values[key].append(encoded)
             originals[key][encoded] = value
@@ -213,7 +140,7 @@ def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bo
         if len(counts) > 1:
             env[key + "_all"] = [originals[key][v] for v in counts]
     if host_fallback:
-        for key, value in _host_facts().items():
+        for key, value in probe.environment(with_ksm=True).to_json().items():
             if key not in env:
                 env[key] = value
                 sources[key] = "host (no record said)"

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from host.errors import BadInput, MemqualError
-from host.probe import cpu_model
+from host import probe as host_probe
 from host.memslots import kvm as K
 
 log = logging.getLogger(__name__)
@@ -716,16 +716,12 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def environment(result: BenchResult) -> dict[str, Any]:
-    return {
-        "host_kernel": result.host_kernel,
-        "kvm_module": result.kvm_module,
-        "kvm_api_version": result.api_version,
-        "nr_memslots": result.nr_memslots,
-        "address_spaces": result.address_spaces,
-        "vcpu_mmap_size": result.vcpu_mmap_size,
-        "cpu": cpu_model(),
-        "device": result.config.device,
-    }
+    """The host's environment (host.probe) with what /dev/kvm said."""
+    return host_probe.environment().replace(
+        host_kernel=result.host_kernel, kvm_module=result.kvm_module, kvm_api_version=result.api_version,
+        kvm_nr_memslots=result.nr_memslots, kvm_address_spaces=result.address_spaces,
+        kvm_vcpu_mmap_size=result.vcpu_mmap_size, kvm_device=result.config.device,
+    ).to_json()
 
 
 # --- measurement records ------------------------------------------------------------------

@@ -496,10 +496,13 @@ def summarize(result: LookupResult) -> dict[str, Any]:
 
 
 def environment(result: LookupResult) -> dict[str, Any]:
-    from host.probe import cpu_model
+    """The host's environment (host.probe) with what /dev/kvm said."""
+    from host import probe
 
-    return {"host_kernel": result.host_kernel, "kvm_module": result.kvm_module,
-            "nr_memslots": result.nr_memslots, "cpu": cpu_model(), "device": result.config.device}
+    return probe.environment().replace(
+        host_kernel=result.host_kernel, kvm_module=result.kvm_module, kvm_nr_memslots=result.nr_memslots,
+        kvm_device=result.config.device,
+    ).to_json()
 
 
 # --- records ---------------------------------------------------------------------

@@ -1,0 +1,86 @@
+"""The environment a measurement was taken in: one typed fingerprint of the
+host, QEMU, the accelerator and the guest, under one set of key names.
+
+host.probe fills the host's part (``probe.environment()``, read-only and
+cheap: it never boots a guest); a scenario adds the accelerator its guest
+ran under and the guest image (``with_accel``, ``with_guest``); the /dev/kvm
+harness adds what the device said (``replace``).  A measurement record
+carries ``to_json()``, a plain dict with only the keys that are known, and
+results.json's fingerprint has the same keys, ``FINGERPRINT_KEYS`` first.
+Records written before this class existed load as they are (they are
+dicts); keys it does not know are kept by the fingerprint as they came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+# The keys a reader of results.json wants first, in this order.
+FINGERPRINT_KEYS = (
+    "host_kernel",
+    "qemu",
+    "accel",
+    "accel_reason",
+    "cpu",
+    "ksm",
+    "thp",
+    "kvm_nr_memslots",
+    "guest_kernel",
+    "guest_kernel_sha256",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """What shapes a measurement besides its own settings.  None: not known
+    (or not applicable), and left out of ``to_json()``."""
+
+    host_kernel: str | None = None  # uname -r of the host
+    qemu: str | None = None  # QEMU's version ("7.2.22"), of $MEMQUAL_QEMU when set
+    accel: str | None = None  # kvm | tcg: what the guests ran under
+    accel_reason: str | None = None  # why that accelerator
+    cpu: str | None = None  # the host CPU's model name
+    ksm: Mapping[str, str] | None = None  # the host's KSM knobs (sysfs name -> value)
+    thp: str | None = None  # transparent huge pages: always | madvise | never | unavailable
+    kvm_nr_memslots: int | None = None  # KVM_CAP_NR_MEMSLOTS
+    guest_kernel: str | None = None  # the guest kernel's release
+    guest_kernel_sha256: str | None = None
+    initramfs_sha256: str | None = None
+    python: str | None = None  # the Python that ran the scenario
+    # The /dev/kvm harness (memslots kvm): the device and what it said.
+    kvm_module: str | None = None  # kvm_intel, kvm_amd, kvm_pvm...
+    kvm_device: str | None = None
+    kvm_api_version: int | None = None
+    kvm_address_spaces: int | None = None
+    kvm_vcpu_mmap_size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The known keys and their values, in field order (a record's
+        ``environment``)."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                out[field.name] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Environment":
+        """The known keys of a record's or results.json's environment;
+        others (another version's) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def with_accel(self, accel: str, reason: str) -> "Environment":
+        return dataclasses.replace(self, accel=accel, accel_reason=reason)
+
+    def with_guest(self, image: Any) -> "Environment":
+        """The guest image's kernel release and hashes (an images.build
+        Image, or anything with those attributes)."""
+        return dataclasses.replace(self, guest_kernel=image.release, guest_kernel_sha256=image.kernel_sha256,
+                                   initramfs_sha256=image.initramfs_sha256)
+
+    def replace(self, **changes: Any) -> "Environment":
+        return dataclasses.replace(self, **changes)
