@@ -1,4 +1,4 @@
-"""KSM end to end (issue 3): a real guest, real QEMU, the host's real ksmd.
+"""KSM end to end: a real guest, real QEMU, the host's real ksmd.
 
 Scenarios (docs/ksm.md says why each is built the way it is):
 1. merge: a guest fills N MiB with one byte; within 3 full scans QEMU's
@@ -77,10 +77,10 @@ VOLATILE_SLEEP_MS = 10
 # windows here (start, deploy, 256 MiB fill, settle), and the guests differ
 # more than the windows of one guest do, so the quick profile spends its
 # time on guests: 4 guests x 1 window a variant.  Measured in one session
-# (docs/ksm.md): 38-49 s (THP) and 75-120 s (4 KiB, a busier host) against
-# 37 s and 53-55 s for 1 guest x 8 windows; 4 x 2 took 79-91 s.  The order
-# alternates between guests (0 1, 1 0, 1 0, 0 1); with 2 windows also
-# inside each.
+# (docs/ksm.md): 38-57 s (THP) and 45-120 s (4 KiB, the slowest on a busy
+# host) against 37 s and 53-55 s for 1 guest x 8 windows; 4 x 2 took 79-91
+# s.  The order alternates between guests (0 1, 1 0, 1 0, 0 1); with 2
+# windows also inside each.
 VOLATILE_GUESTS = 4 if profile() == "quick" else 8  # replicates per variant
 REPEATS = 1 if profile() == "quick" else 2  # windows per variant per guest
 SCANS_PER_WINDOW = 9
