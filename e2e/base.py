@@ -128,6 +128,16 @@ def profile() -> str:
     return os.environ.get(ENV_PROFILE, "quick")
 
 
+def skip(test: avocado.Test, reason: str) -> None:
+    """End ``test`` as skipped, with the reason: CANCEL under avocado,
+    SKIPPED under pytest, never a pass."""
+    if under_pytest():
+        import pytest
+
+        pytest.skip(reason)
+    test.cancel(reason)
+
+
 class GuestTest(avocado.Test):
     """Base class; it has no tests of its own."""
 
@@ -167,11 +177,7 @@ class GuestTest(avocado.Test):
             self.skip_because(reason)
 
     def skip_because(self, reason: str) -> None:
-        if under_pytest():
-            import pytest
-
-            pytest.skip(reason)
-        self.cancel(reason)
+        skip(self, reason)
 
     # -- guests -----------------------------------------------------------
     def image(self) -> Any:
@@ -227,10 +233,8 @@ class GuestTest(avocado.Test):
 
     # -- host hygiene -----------------------------------------------------
     def _restore_stale_host_state(self) -> None:
-        try:
-            from host.ksm import restore_stale
-        except ImportError:
-            return
+        from host.ksm import restore_stale
+
         restored = restore_stale()
         if restored is not None:
             self.log.warning("restored host knobs a killed run left changed: %s", restored)

@@ -1,4 +1,4 @@
-"""Warm starts (issue 7): a guest restored from a saved snapshot is a
+"""Warm starts: a guest restored from a saved snapshot is a
 working guest — clock, SSH, agents, balloon — and a broken snapshot is
 replaced by a cold boot, never used."""
 

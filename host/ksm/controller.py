@@ -26,7 +26,7 @@ from typing import Any
 
 from host.errors import CapabilityMissing, Timeout
 from host.ksm import procfs
-from host.ksm.state import HostState, StaleRestore, _restore_locked
+from host.ksm.state import HostState, StaleRestore, restore_stale_locked
 from host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ class KsmController:
         try:
             # Holding the lock, a state file left behind is stale: put those
             # knobs back before taking our own snapshot of the originals.
-            self.stale_restored = _restore_locked(self.state)
+            self.stale_restored = restore_stale_locked(self.state)
         except BaseException:
             self.state.unlock()
             raise

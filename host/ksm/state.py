@@ -129,10 +129,6 @@ class HostState:
         self._lock_fd: int | None = None
 
     # -- the lock ---------------------------------------------------------
-    @property
-    def locked(self) -> bool:
-        return self._lock_fd is not None
-
     def check_dir(self) -> None:
         """The state directory must be the running user's and writable by
         nobody else: root writes back to sysfs what its files say."""
@@ -362,12 +358,12 @@ def restore_stale(
         log.info("%s", exc)
         return None
     try:
-        return _restore_locked(state)
+        return restore_stale_locked(state)
     finally:
         state.unlock()
 
 
-def _restore_locked(state: HostState) -> StaleRestore | None:
+def restore_stale_locked(state: HostState) -> StaleRestore | None:
     """With the lock held: any state file left is stale, since an owner
     deletes it before it lets go of the lock."""
     snapshot = state.load()

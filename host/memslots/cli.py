@@ -5,8 +5,7 @@
 - ``lookup --layout FILE_OR_NAME GFN... [--json]``: each gfn in each
   structure: the slot or ``miss``, and the nodes examined.
 - ``kvm ...``: arguments and handler belong to host.memslots.kvm_cli (the
-  /dev/kvm measurements); imported when the parser is built, and replaced by
-  a clear error while that module does not exist.
+  /dev/kvm measurements).
 - ``qemu ...``: arguments and handler belong to host.memslots.qemu_cli (a
   layout applied to a real QEMU guest and checked against it).
 
@@ -18,10 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
-
-from host.errors import MemqualError
-
-KVM_CLI_MODULE = "host.memslots.kvm_cli"
 
 
 def register(subparsers: Any) -> None:
@@ -52,20 +47,9 @@ def register(subparsers: Any) -> None:
 
 
 def _register_kvm(sub: Any) -> None:
-    import importlib
+    from host.memslots import kvm_cli
 
     summary = "time memslot setup, delete, move and lookups on /dev/kvm"
-    try:
-        kvm_cli = importlib.import_module(KVM_CLI_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != KVM_CLI_MODULE:
-            raise  # the module exists but is broken: say so loudly
-        # Take every argument, option-like or not ("-" is no option prefix
-        # here), so the user gets our message rather than argparse's.
-        parser = sub.add_parser("kvm", help=summary + " (not available)", prefix_chars="+", add_help=False)
-        parser.add_argument("rest", nargs="*", help=argparse.SUPPRESS)
-        parser.set_defaults(handler=_kvm_unavailable)
-        return
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
     parser.set_defaults(handler=kvm_cli.run)
@@ -78,13 +62,6 @@ def _register_qemu(sub: Any) -> None:
                             description=(qemu_cli.__doc__ or "").splitlines()[0])
     qemu_cli.add_arguments(parser)
     parser.set_defaults(handler=qemu_cli.run)
-
-
-def _kvm_unavailable(args: argparse.Namespace) -> int:
-    raise MemqualError(
-        f"memqual memslots kvm is not available in this checkout ({KVM_CLI_MODULE} is missing): "
-        "use 'memqual memslots model' for the reference model"
-    )
 
 
 def _check_count(name: str, value: int, least: int) -> None:

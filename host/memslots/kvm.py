@@ -60,10 +60,6 @@ def _IOW(type_: int, nr: int, size: int) -> int:
     return _IOC(_IOC_WRITE, type_, nr, size)
 
 
-def _IOWR(type_: int, nr: int, size: int) -> int:
-    return _IOC(_IOC_READ | _IOC_WRITE, type_, nr, size)
-
-
 # --- UAPI structures ----------------------------------------------------------
 class UserspaceMemoryRegion(ctypes.Structure):
     """struct kvm_userspace_memory_region (32 bytes)."""
@@ -235,16 +231,10 @@ KVM_API_VERSION = 12  # the only stable API version there has ever been
 
 # Capabilities (KVM_CHECK_EXTENSION arguments)
 KVM_CAP_USER_MEMORY = 3
-KVM_CAP_SET_TSS_ADDR = 4
-KVM_CAP_NR_VCPUS = 9
 KVM_CAP_NR_MEMSLOTS = 10
 KVM_CAP_IOEVENTFD = 36
-KVM_CAP_MAX_VCPUS = 66
 KVM_CAP_MULTI_ADDRESS_SPACE = 118
-
-# Memory region flags
-KVM_MEM_LOG_DIRTY_PAGES = 1 << 0
-KVM_MEM_READONLY = 1 << 1
+# Memory region flags: host.memslots.layout (KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY).
 
 # Exit reasons (kvm_run.exit_reason)
 EXIT_REASONS = {
@@ -312,13 +302,6 @@ class KvmIoctlError(MemqualError):
         super().__init__(f"{operation} failed: {self.errno_name} ({os.strerror(err)})")
 
 
-class VcpuExitError(MemqualError):
-    """The vCPU stopped for a reason the caller did not expect (shutdown,
-    entry failure, internal error): the message names the reason and RIP."""
-
-    exit_status = 1
-
-
 def _ioctl(fd: int, request: int, arg: Any, operation: str) -> int:
     """ioctl with EINTR retried and every other error as KvmIoctlError."""
     while True:
@@ -383,22 +366,6 @@ class Kvm:
         self.close()
 
 
-@dataclass(frozen=True)
-class MemoryRegion:
-    """One user memory slot as given to KVM_SET_USER_MEMORY_REGION."""
-
-    slot: int
-    guest_phys_addr: int
-    memory_size: int
-    userspace_addr: int
-    flags: int = 0
-
-    def as_struct(self) -> UserspaceMemoryRegion:
-        return UserspaceMemoryRegion(
-            self.slot, self.flags, self.guest_phys_addr, self.memory_size, self.userspace_addr
-        )
-
-
 class Vm:
     """One VM fd.  Created by :meth:`Kvm.create_vm`; owns its vCPUs."""
 
@@ -433,9 +400,6 @@ class Vm:
                 f"hva={userspace_addr:#x}, flags={flags:#x})",
                 exc.errno or 0,
             ) from exc
-
-    def set_memory_region(self, region: MemoryRegion) -> None:
-        self.set_region(region.slot, region.guest_phys_addr, region.memory_size, region.userspace_addr, region.flags)
 
     def add_ioeventfd(self, addr: int, length: int, fd: int) -> None:
         """Signal eventfd ``fd`` on every guest MMIO write of ``length``
@@ -532,12 +496,6 @@ class Vcpu:
         """The current KVM_EXIT_MMIO, copied out of kvm_run."""
         m = self._area().exit.mmio
         return MmioExit(m.phys_addr, bytes(m.data)[: m.len], m.len, bool(m.is_write))
-
-    def complete_mmio_read(self, data: bytes) -> None:
-        """Give a guest MMIO read its value; KVM copies it into the guest
-        register on the next KVM_RUN."""
-        m = self._area().exit.mmio
-        ctypes.memmove(m.data, data, min(len(data), 8))
 
     def io(self) -> IoExit:
         """The current KVM_EXIT_IO with its bytes (size * count, at data_offset)."""

@@ -234,13 +234,9 @@ class GuestPassError(MemqualError):
 # --- model ------------------------------------------------------------------------
 def balanced_tree_nodes(n: int) -> tuple[int, str]:
     """Nodes a balanced binary search tree over n slots examines on a miss,
-    ceil(log2(n + 1)), and where the figure came from (the reference model
-    when it can be imported, else computed here)."""
-    try:
-        from host.memslots.structures import balanced_bound
-    except ImportError as exc:
-        # ceil(log2(n+1)) == bit_length(n) for n >= 0, with no float rounding.
-        return int(n).bit_length(), f"ceil(log2(n+1)) computed in kvm_bench (reference model not importable: {exc})"
+    ceil(log2(n + 1)), and where the figure came from."""
+    from host.memslots.structures import balanced_bound
+
     return int(balanced_bound(n)), "host.memslots.structures.balanced_bound"
 
 
@@ -252,15 +248,11 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
     """The reference model run on this exact layout and access pattern:
     mean and worst nodes examined by the kernel-like tree for the touch
     pass (a hit in a different slot each time) and the MMIO pass (a
-    complete miss each time).  Falls back to a note only when the
-    reference model cannot be imported (checked before it is used); once it
-    runs, a wrong answer (ModelDisagreement) or any other error is a bug
-    and propagates as a failure."""
-    try:
-        from host.memslots.layout import Layout, Slot
-        from host.memslots.model import oracle, run_structure
-    except ImportError as exc:
-        return {"source": f"not available ({exc})"}
+    complete miss each time).  A wrong answer (ModelDisagreement) or any
+    other error is a bug and propagates as a failure."""
+    from host.memslots.layout import Layout, Slot
+    from host.memslots.model import oracle, run_structure
+
     layout = Layout(
         tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
         name=f"kvm-bench-{geo.n}",
