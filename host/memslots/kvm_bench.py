@@ -278,11 +278,11 @@ def kvm_module() -> str:
 
 
 # --- a watchdog for KVM_RUN --------------------------------------------------------
-class _PassTimeout(Exception):
-    pass
+class PassTimeout(Exception):
+    """A guest pass ran past its Deadline."""
 
 
-class _Deadline:
+class Deadline:
     """SIGALRM-based deadline around KVM_RUN: the handler raises, which
     aborts the blocking ioctl (EINTR) with an exception.  Signals reach only
     the main thread, so elsewhere this is a no-op (the program is fixed and
@@ -293,10 +293,10 @@ class _Deadline:
         self.active = threading.current_thread() is threading.main_thread()
         self._old: Any = None
 
-    def __enter__(self) -> "_Deadline":
+    def __enter__(self) -> "Deadline":
         if self.active:
             def handler(signum: int, frame: Any) -> None:
-                raise _PassTimeout()
+                raise PassTimeout()
 
             self._old = signal.signal(signal.SIGALRM, handler)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
@@ -381,7 +381,7 @@ def _run_pass(
     other = 0
     run = vcpu.run
     try:
-        with _Deadline(timeout_s):
+        with Deadline(timeout_s):
             start = time.perf_counter()
             while True:
                 reason = run()
@@ -405,7 +405,7 @@ def _run_pass(
                 other += 1
             if reason != K.KVM_EXIT_HLT:
                 raise GuestPassError(f"guest did not halt after its report: {vcpu.describe_exit()}")
-    except _PassTimeout:
+    except PassTimeout:
         raise GuestPassError(f"guest pass of {count} accesses did not finish within {timeout_s:g} s") from None
     return elapsed, reported, other
 

@@ -234,7 +234,7 @@ def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: flo
     vcpu.set_regs(regs)
     run = vcpu.run
     try:
-        with B._Deadline(timeout_s):
+        with B.Deadline(timeout_s):
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             while True:
                 reason = run()
@@ -252,7 +252,7 @@ def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: flo
                 pass
             if reason != K.KVM_EXIT_HLT:
                 raise LookupCheckFailed(f"guest did not halt after its report: {vcpu.describe_exit()}")
-    except B._PassTimeout:
+    except B.PassTimeout:
         raise LookupCheckFailed(f"a pass of {iterations} iterations did not end within {timeout_s:g} s") from None
     return cpu, wall
 
