@@ -129,6 +129,9 @@ class Measure:
     min_effect: float = DEFAULT_MIN_EFFECT
     note: str = ""
     reason: str = ""  # source "none": why it cannot be measured
+    # records: replicate i of A and of B come from the same unit (one guest
+    # measured both variants), so units are resampled jointly
+    paired: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,7 +450,15 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
         tolerance=tolerance,
         min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
         note=str(entry.get("note", "")),
+        paired=_flag(entry, "paired", where),
     )
+
+
+def _flag(entry: dict[str, Any], key: str, where: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise BadInput(f"{where}: field {key!r} must be true or false")
+    return value
 
 
 # ------------------------------------------------------------ evaluation
@@ -539,11 +550,18 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     a_reps, b_reps = rec_a.replicates, rec_b.replicates
     comp = stats.compare_replicates(a_reps, b_reps, alpha=alpha, min_effect=0.0, seed=seed)
     ci = (comp.ci_low, comp.ci_high)
+    p_value, underpowered = comp.p_value, comp.underpowered
     n_a, n_b = len(a_reps), len(b_reps)
+    how = "two-stage bootstrap over replicates"
+    if m.paired and n_a == n_b:
+        ci = paired_ratio_ci(a_reps, b_reps, seed=seed)
+        p_value = sign_flip_pvalue(a_reps, b_reps)
+        underpowered = 2.0 / 2**n_a >= alpha
+        how = "two-stage bootstrap over guests, each measuring A and B (paired)"
     head = (
         f"{m.scenario} {m.metric}: {m.b.label} / {m.a.label} = {_ratio(comp.ratio)}x, "
-        f"95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}] (two-stage bootstrap over replicates), "
-        f"p={comp.p_value:.3g} (replicate medians), {n_a}+{n_b} independent replicates "
+        f"95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}] ({how}), "
+        f"p={p_value:.3g} (replicate medians), {n_a}+{n_b} independent replicates "
         f"({len(rec_a.samples)}+{len(rec_b.samples)} samples)"
     )
     verdict = Verdict(
@@ -553,7 +571,7 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
         evidence=claim.evidence.kind,
         ratio=comp.ratio,
         ci=ci,
-        p_value=comp.p_value,
+        p_value=p_value,
         a_replicates=[list(r) for r in a_reps],
         b_replicates=[list(r) for r in b_reps],
         settings=dict(rec_a.settings),
@@ -568,7 +586,7 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
         return verdict
     verdict.verdict, why = judge(m, comp.ratio, ci)
     verdict.reason = f"{head}; {why}"
-    if comp.underpowered:
+    if underpowered:
         verdict.reason += f" (the permutation test alone could not reach p < {alpha:g} with {n_a}+{n_b} replicates)"
     return verdict
 
@@ -741,6 +759,44 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
                 )
             )
     return out
+
+
+def paired_ratio_ci(
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    *,
+    seed: int,
+    n_resamples: int = 4000,
+) -> tuple[float, float]:
+    """95% two-stage bootstrap interval of median(B) / median(A) when unit i
+    measured both A and B: units are drawn jointly, so what a unit shares
+    (its host load, its guest) cancels in the ratio, then samples inside each."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    units = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in zip(a_reps, b_reps, strict=True)]
+    ratios = np.empty(n_resamples)
+    for i in range(n_resamples):
+        chosen = rng.integers(0, len(units), len(units))
+        pooled_a = np.concatenate([rng.choice(units[j][0], size=units[j][0].size) for j in chosen])
+        pooled_b = np.concatenate([rng.choice(units[j][1], size=units[j][1].size) for j in chosen])
+        ratios[i] = np.median(pooled_b) / np.median(pooled_a)
+    low, high = np.percentile(ratios, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def sign_flip_pvalue(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
+    """Exact two-sided sign-flip test of the per-unit log ratios of medians
+    (2^n arrangements): the paired counterpart of the permutation test."""
+    import itertools
+
+    import numpy as np
+
+    logs = np.log([np.median(b) / np.median(a) for a, b in zip(a_reps, b_reps, strict=True)])
+    observed = abs(logs.sum())
+    flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(logs))))
+    sums = np.abs(flips @ logs)
+    return float(np.mean(sums >= observed - 1e-12))
 
 
 def _median_ci(replicates: Sequence[Sequence[float]], *, seed: int, n_resamples: int = 4000) -> tuple[float, float]:

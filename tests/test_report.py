@@ -26,11 +26,11 @@ def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_ns_per_pag
 def _records() -> list[Measurement]:
     env = {"host_kernel": "6.18.0", "qemu": "7.2.15", "accel": "tcg", "guest_kernel_sha256": "ab" * 32}
     return [
-        _rec({"smart_scan": 0}, [0.80, 0.82, 0.79, 0.81, 0.80], environment=env),
-        _rec({"smart_scan": 1}, [0.10, 0.11, 0.10, 0.105, 0.10], environment=env),
-        _rec({"smart_scan": 0}, [0.80, 0.82, 0.79, 0.81, 0.80], metric="ksmd_cpu_s_per_full_scan", unit="s",
+        _rec({"smart_scan": 0, "pages": "4k"}, [0.80, 0.82, 0.79, 0.81, 0.80], environment=env),
+        _rec({"smart_scan": 1, "pages": "4k"}, [0.10, 0.11, 0.10, 0.105, 0.10], environment=env),
+        _rec({"smart_scan": 0, "pages": "4k"}, [0.80, 0.82, 0.79, 0.81, 0.80], metric="ksmd_cpu_s_per_full_scan", unit="s",
              environment=env),
-        _rec({"smart_scan": 0}, [1.0, 2.0, 3.0], metric="full_scans_per_s", better="higher", unit="1/s",
+        _rec({"smart_scan": 0, "pages": "4k"}, [1.0, 2.0, 3.0], metric="full_scans_per_s", better="higher", unit="1/s",
              environment={**env, "host_kernel": "6.18.1"}),
     ]
 
@@ -85,7 +85,7 @@ def test_kernbench_table_is_mean_and_stdev_per_variant(results):
     assert len(tables) == 1
     title, columns, rows = tables[0]
     assert title == "ksm.volatile_scan  pages_to_scan=4000"
-    assert columns == ["smart_scan=0", "smart_scan=1"]
+    assert columns == ["pages=4k, smart_scan=0", "pages=4k, smart_scan=1"]
     by_metric = {row[0]: row[1:] for row in rows}
     assert by_metric["full_scans_per_s (1/s)"] == ["2 (1)", ""]  # mean 2, stdev 1, no smart_scan=1 record
     # Seconds below 1 read better as ms: 0.804 s (0.0114) -> 804 (11.4).

@@ -77,8 +77,8 @@ def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
         "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
     }
     return [
-        {**common, "variant": {"smart_scan": 0}, "samples": base},
-        {**common, "variant": {"smart_scan": 1}, "samples": [s / speedup for s in base], "scale_B": scale_b},
+        {**common, "variant": {"smart_scan": 0, "pages": "4k"}, "samples": base},
+        {**common, "variant": {"smart_scan": 1, "pages": "4k"}, "samples": [s / speedup for s in base], "scale_B": scale_b},
     ]
 
 
@@ -202,8 +202,8 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert "slower" in (tmp_path / "out" / "comparison.html").read_text()
     by = {m["key"].split(" [")[1].split("]")[0]: m for m in comparison["metrics"]}
-    assert by["smart_scan=1"]["verdict"] == "slower"
-    assert by["smart_scan=0"]["verdict"] == "no difference"
+    assert by["pages=4k, smart_scan=1"]["verdict"] == "slower"
+    assert by["pages=4k, smart_scan=0"]["verdict"] == "no difference"
     assert comparison["regressions"] == 1
     a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
     b = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
@@ -223,7 +223,7 @@ def test_rounds_pool_samples_and_keep_each_round(tmp_path, fake):
     assert len(fake.calls()) == 3
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["run"]["rounds"] == 3 and len(results["run"]["avocado_rounds"]) == 3
-    metric = next(m for m in results["metrics"] if m["variant"] == {"smart_scan": 0})
+    metric = next(m for m in results["metrics"] if m["variant"] == {"smart_scan": 0, "pages": "4k"})
     assert len(metric["samples"]) == 15  # 5 repeats x 3 rounds, pooled
     assert metric["samples"][5] == pytest.approx(0.80 * 1.1)  # in round order
     claim = next(c for c in results["claims"] if c["id"] == "ksm-volatile-4k")
