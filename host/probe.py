@@ -23,13 +23,14 @@ from pathlib import Path
 from host.console import ConsoleMarker
 from host.environment import Environment
 from host.errors import BadInput, CapabilityMissing
-from host.memslots.kvm import KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
+from host.ksm.sysfs import KSM_ROOT, THP_ROOT
+from host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from host.paths import cache_dir, short_tempdir, write_private_atomic
 from host.process import die_with_parent
 
-KVM_DEVICE = Path("/dev/kvm")
-KSM_DIR = Path("/sys/kernel/mm/ksm")
-THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+KVM_DEVICE = Path(DEVICE)
+KSM_DIR = KSM_ROOT
+THP_ENABLED = THP_ROOT / "enabled"
 KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
 # The host's KSM knobs an environment shows (read-only).
 KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages")

@@ -221,6 +221,20 @@ def test_machine_snapshot_and_probe_import_no_cycle() -> None:
     assert "host.machine" not in graph["host.probe"]
 
 
+def test_nothing_reaches_into_a_machine() -> None:
+    """Start strategies and tools use Machine's public steps, not its
+    underscored attributes (``machine._proc``, ``vm._kill()``)."""
+    reached = sorted(
+        f"{name}:{node.lineno} {node.value.id}.{node.attr}"
+        for name, path in project_modules().items() if name != "host.machine"
+        for node in ast.walk(_parse(path))
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+        and node.value.id in ("machine", "vm", "guest") and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    )
+    assert reached == []
+
+
 def test_subjects_do_not_import_each_other() -> None:
     modules = project_modules()
     crossings = sorted(
