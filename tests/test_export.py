@@ -50,7 +50,7 @@ def test_the_export_validates_and_carries_metrics_claims_and_environment(results
         m = next(m for m in results["metrics"] if m["key"] == t["misc"]["key"])
         assert t["status"] == "DONE"
         assert t["number"] == {"value": m["summary"]["median"], "unit": "ns"}
-        assert t["path"].startswith("memqual.ksm.volatile_scan.ksmd_cpu_ns_per_page.smart_scan-")
+        assert t["path"].startswith("memqual.ksm.volatile_scan.ksmd_cpu_ns_per_page.pages-4k_smart_scan-")
     claims = {t["path"]: t for t in tests if t["path"].startswith("memqual.claims.")}
     assert len(claims) == len(results["claims"])
     assert claims["memqual.claims.ksm-volatile-4k"]["status"] == "PASS"  # reproduced
