@@ -2,6 +2,7 @@
 
     memqual balloon measure --memory 1024 --target 256 [--repeats 5]
                             [--machine pc|microvm] [--cold] [--json]
+                            [--pfns-per-request N[,N...]]
 
 Boots a guest with a virtio-balloon (restored from a warm-start snapshot
 when one exists), inflates the balloon until the guest has ``--target`` MiB
@@ -203,6 +204,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     parser.add_argument("--no-guest-timing", dest="guest_timed", action="store_false",
                         help="time by the host's QMP polls only (no agent in the guest)")
+    parser.add_argument("--pfns-per-request", metavar="N[,N...]",
+                        help="load the balloon driver variant at each size in turn (docs/balloon.md) and "
+                             "report each: median time, GB/s, requests sent")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_cmd_measure)
 
@@ -218,8 +222,22 @@ def _cmd_measure(args: argparse.Namespace) -> int:
         warm=args.warm, guest_timed=args.guest_timed,
     )  # fmt: skip
     config.check()  # before anything is built or booted
+    sizes = None
+    if getattr(args, "pfns_per_request", None) is not None:
+        from host.balloon_driver import parse_sizes
+
+        sizes = parse_sizes(args.pfns_per_request)
     qemu_binary()
     console = Console(stderr=True)
+    if sizes is not None:
+        from host.balloon_driver import measure_sizes, print_sizes
+
+        by_size = measure_sizes(config, sizes, build(), console=None if args.json else console)
+        if args.json:
+            print(json.dumps(by_size, indent=2))
+        else:
+            print_sizes(by_size, Console())
+        return 0 if by_size["reached"] else 1
     result = measure(config, build(), console=None if args.json else console)
     if args.json:
         print(json.dumps(result, indent=2))
