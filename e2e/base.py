@@ -95,8 +95,9 @@ class MeasurementLock:
             if time.monotonic() - started > deadline_s:
                 holder = self.holder()
                 os.close(fd)
-                raise Timeout(f"the measurement lock {self.path} is still held by pid {holder or '?'} after "
-                              f"{deadline_s:.0f} s")
+                raise Timeout(
+                    f"the measurement lock {self.path} is still held by pid {holder or '?'} after {deadline_s:.0f} s"
+                )
             # A short poll period: a waiter should win over a test that has
             # just started when the holder lets go (flock wakes no one in order).
             time.sleep(poll_s)
@@ -193,15 +194,18 @@ class GuestTest(avocado.Test):
         return self._image
 
     def boot(self, config: MachineConfig | None = None, boot_timeout: float = 120.0) -> Machine:
-        machine = Machine(config or MachineConfig(), image=self.image(), log_dir=self.outdir,
-                          boot_timeout=boot_timeout)
+        machine = Machine(config or MachineConfig(), image=self.image(), log_dir=self.outdir, boot_timeout=boot_timeout)
         self._machines.append(machine)  # registered first: tearDown reaps even a failed launch
         try:
             machine.launch()
         except CapabilityMissing as exc:
             self.skip_because(str(exc))
-        self.log.info("guest up: %s start, %s, SSH after %.2f s", "warm" if machine.started_warm else "cold",
-                      machine.accel, machine.boot_to_ssh_s)
+        self.log.info(
+            "guest up: %s start, %s, SSH after %.2f s",
+            "warm" if machine.started_warm else "cold",
+            machine.accel,
+            machine.boot_to_ssh_s,
+        )
         return machine
 
     # -- results ----------------------------------------------------------

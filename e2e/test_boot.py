@@ -22,7 +22,7 @@ class Boot(GuestTest):
         config = MachineConfig(memory_mib=768, cpus=2, warm=False)
         vm = self.boot(config)
 
-        token = "memqual-echo-%d" % vm.ssh_port
+        token = f"memqual-echo-{vm.ssh_port}"
         self.assertEqual(vm.ssh.run(["echo", token]).stdout.strip(), token)
 
         meminfo = vm.ssh.run(["cat", "/proc/meminfo"]).stdout
@@ -37,8 +37,7 @@ class Boot(GuestTest):
 
         for driver in ("virtio_net", "virtio_balloon"):
             bound = vm.ssh.run(["ls", f"/sys/bus/virtio/drivers/{driver}"]).stdout.split()
-            self.assertTrue(any(name.startswith("virtio") for name in bound),
-                            f"no device bound to {driver}: {bound}")
+            self.assertTrue(any(name.startswith("virtio") for name in bound), f"no device bound to {driver}: {bound}")
 
     def test_guest_kernel_is_the_image_kernel(self) -> None:
         vm = self.boot(MachineConfig(memory_mib=512, cpus=1))

@@ -141,9 +141,12 @@ class Cleanup(GuestTest):
         avocado = Path(sys.executable).parent / "avocado"
         proc = subprocess.Popen(
             [str(avocado), "run", "--disable-sysinfo", "--job-results-dir", str(results), str(test_file)],
-            cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: Ctrl-C goes to it alone
-        )  # fmt: skip
+        )
         return proc, pidfile, results
 
     def _wait_pidfile(self, proc: subprocess.Popen[bytes], pidfile: Path) -> int:
@@ -201,11 +204,14 @@ class Cleanup(GuestTest):
         memqual = Path(sys.executable).parent / "memqual"
         proc = subprocess.Popen(
             [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
-            cwd=REPO_ROOT, env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
-            qemu_pid = self._wait_pidfile(proc, pidfile)  # type: ignore[arg-type]
+            qemu_pid = self._wait_pidfile(proc, pidfile)
             (avocado_pid,) = children(proc.pid)
             job = process_group(avocado_pid)
             self.assertIn(qemu_pid, job, "the guest should be in the avocado job's process group")
@@ -242,8 +248,10 @@ class Cleanup(GuestTest):
             self.skip_because(str(exc))
         fs = Sysfs(KSM_ROOT)
         before = fs.knobs()
-        self.require(before.get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
-                     f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell")
+        self.require(
+            before.get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
+            f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell",
+        )
         source = HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS)
         proc, pidfile, _ = self._start_nested(900, source)
         try:
@@ -266,8 +274,9 @@ class Cleanup(GuestTest):
             start = subprocess.run([str(memqual), "image", "build"], capture_output=True, text=True, timeout=600)
             self.assertEqual(start.returncode, 0, start.stderr[-500:])
             after = fs.knobs()
-            self.assertEqual({k: after[k] for k in saved.ksm}, saved.ksm,
-                             f"memqual did not restore the knobs: {start.stderr[-500:]}")
+            self.assertEqual(
+                {k: after[k] for k in saved.ksm}, saved.ksm, f"memqual did not restore the knobs: {start.stderr[-500:]}"
+            )
             self.assertNotEqual(after["pages_to_scan"], str(STALE_PAGES_TO_SCAN))
             self.assertIn("restored", start.stderr)
         finally:

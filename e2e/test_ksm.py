@@ -49,7 +49,7 @@ from host.ksm.scancost import (
 )
 from host.ksm.sharing import SharingModel, SharingPoint, settle
 from host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs
-from host.machine import MachineConfig
+from host.machine import Machine, MachineConfig
 from host.record import Measurement
 
 GUEST_MIB = 1024
@@ -212,8 +212,9 @@ class KsmTest(GuestTest):
             # anyway; the agent's pages are what grows past it.
             ksm.wait_full_scans(2, SCAN_TIMEOUT_S)
             baseline = self.merged(ksm, vm.pid)
-            args = StressArgs(mib=MERGE_MIB, byte=0x5A, phases=["fill", "hold:300", "tail", "hold:300", "verify"],
-                              timeout_s=500)
+            args = StressArgs(
+                mib=MERGE_MIB, byte=0x5A, phases=["fill", "hold:300", "tail", "hold:300", "verify"], timeout_s=500
+            )
             with StressAgent(vm.ssh, path, args) as agent:
                 agent.wait_event("fill_done", 120)
                 grown, seconds = self.watch_merge(ksm, vm.pid, baseline, int(0.9 * pages), scans=3)
@@ -232,25 +233,46 @@ class KsmTest(GuestTest):
                 self.assertEqual(agent.finish(30), 0)
             own_merged = ksm.process(os.getpid()).merging_pages or 0
         self.assertEqual(int(verify["bad_pages"]), 0, f"guest pages changed: {verify}")
-        self.log.info("merge mem_merge=%s: baseline %d, grown %d of %d pages, 90%% after %s s",
-                      mem_merge, baseline, grown, pages, seconds)
-        self.record(Measurement(
-            scenario="ksm.merge", metric="merged_fraction", unit="1", better="higher",
-            samples=[agent_merged / pages], variant={"mem_merge": mem_merge},
-            settings=self.settings(agent_mib=MERGE_MIB, pages_to_scan=MERGE_PAGES_TO_SCAN,
-                                   sleep_millisecs=MERGE_SLEEP_MS, full_scans=3),
-            extra={"baseline_pages": baseline, "grown_pages": grown, "seconds_to_90pct": seconds,
-                   "agent_merged_pages": agent_merged,
-                   "qemu_ksm_stat": proc.stat, "counters": counters.to_json()},
-        ))
+        self.log.info(
+            "merge mem_merge=%s: baseline %d, grown %d of %d pages, 90%% after %s s",
+            mem_merge,
+            baseline,
+            grown,
+            pages,
+            seconds,
+        )
+        self.record(
+            Measurement(
+                scenario="ksm.merge",
+                metric="merged_fraction",
+                unit="1",
+                better="higher",
+                samples=[agent_merged / pages],
+                variant={"mem_merge": mem_merge},
+                settings=self.settings(
+                    agent_mib=MERGE_MIB, pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, full_scans=3
+                ),
+                extra={
+                    "baseline_pages": baseline,
+                    "grown_pages": grown,
+                    "seconds_to_90pct": seconds,
+                    "agent_merged_pages": agent_merged,
+                    "qemu_ksm_stat": proc.stat,
+                    "counters": counters.to_json(),
+                },
+            )
+        )
         if mem_merge:
-            self.assertGreaterEqual(grown, 0.9 * pages,
-                                    f"only {grown} of {pages} pages merged after 3 full scans (baseline {baseline})")
-            self.assertGreaterEqual(agent_merged, 0.9 * pages,
-                                    f"of the merged pages only {agent_merged} were the agent's ({pages} filled)")
+            self.assertGreaterEqual(
+                grown, 0.9 * pages, f"only {grown} of {pages} pages merged after 3 full scans (baseline {baseline})"
+            )
+            self.assertGreaterEqual(
+                agent_merged, 0.9 * pages, f"of the merged pages only {agent_merged} were the agent's ({pages} filled)"
+            )
         else:
-            self.assertGreaterEqual(own_merged, 0.9 * CONTROL_MIB * 256,
-                                    "ksmd did not merge the host control region: it was not scanning")
+            self.assertGreaterEqual(
+                own_merged, 0.9 * CONTROL_MIB * 256, "ksmd did not merge the host control region: it was not scanning"
+            )
             self.assertEqual(proc.merging_pages, 0, f"mem-merge=off, yet QEMU has merged pages: {proc.stat}")
             self.assertEqual(proc.stat_int("ksm_rmap_items") or 0, 0, "mem-merge=off, yet ksmd tracks QEMU pages")
 
@@ -286,21 +308,39 @@ class KsmTest(GuestTest):
                 verify = agent.wait_event("verify_done", 120)
                 control = agent.wait_event("verify_done", 120, occurrence=2)
                 status = agent.finish(30)
-        self.log.info("integrity: merged %d, after tails %d, after run=2 %d, verify %s", merged, after_tail, unmerged, verify)
-        self.record(Measurement(
-            scenario="ksm.integrity", metric="bad_pages", unit="pages", better="lower",
-            samples=[float(verify["bad_pages"])],
-            settings=self.settings(agent_mib=MERGE_MIB, pages_to_scan=MERGE_PAGES_TO_SCAN,
-                                   sleep_millisecs=MERGE_SLEEP_MS, tail_bytes=96),
-            extra={"merged_before_tail": merged, "merged_after_tail": after_tail,
-                   "merged_after_unmerge": unmerged, "baseline_pages": baseline},
-        ))
+        self.log.info(
+            "integrity: merged %d, after tails %d, after run=2 %d, verify %s", merged, after_tail, unmerged, verify
+        )
+        self.record(
+            Measurement(
+                scenario="ksm.integrity",
+                metric="bad_pages",
+                unit="pages",
+                better="lower",
+                samples=[float(verify["bad_pages"])],
+                settings=self.settings(
+                    agent_mib=MERGE_MIB,
+                    pages_to_scan=MERGE_PAGES_TO_SCAN,
+                    sleep_millisecs=MERGE_SLEEP_MS,
+                    tail_bytes=96,
+                ),
+                extra={
+                    "merged_before_tail": merged,
+                    "merged_after_tail": after_tail,
+                    "merged_after_unmerge": unmerged,
+                    "baseline_pages": baseline,
+                },
+            )
+        )
         self.assertEqual(int(verify["bad_pages"]), 0, f"pages corrupted across merge/COW/unmerge: {verify}")
         # Pages equal but for their last 96 bytes must never be merged: every
         # merged agent page leaves the merged count (other guest pages, e.g.
         # memory the kernel zeroed meanwhile, may merge at the same time).
-        self.assertGreaterEqual(merged - after_tail, 0.95 * pages,
-                                f"pages differing only in their tails stayed merged ({merged} -> {after_tail})")
+        self.assertGreaterEqual(
+            merged - after_tail,
+            0.95 * pages,
+            f"pages differing only in their tails stayed merged ({merged} -> {after_tail})",
+        )
         self.assertEqual(unmerged, 0, "run=2 left QEMU pages merged")
         self.assertEqual(int(control["bad_pages"]), 5, f"the checker missed corrupted pages: {control}")
         self.assertEqual(status, 1, "ksm_stress must exit 1 when a verify finds bad pages")
@@ -311,16 +351,22 @@ class KsmTest(GuestTest):
         with self.host_ksm() as ksm:
             started = time.monotonic()  # the scenario's own time, not the wait for the lock
             self.require(ksm.thp.exists(), f"host THP: {THP_ROOT} does not exist")
-            self.require(ksm.fs.has("smart_scan") and ksm.fs.has("pages_skipped"),
-                         "host kernel has no KSM smart scan (Linux >= 6.7 needed)")
+            self.require(
+                ksm.fs.has("smart_scan") and ksm.fs.has("pages_skipped"),
+                "host kernel has no KSM smart scan (Linux >= 6.7 needed)",
+            )
             # Guest RAM is faulted in after this: never -> 4 KiB pages; madvise
             # -> huge pages, since QEMU madvises guest RAM MADV_HUGEPAGE.
             if pages == "4k":
                 ksm.set_thp(enabled="never")
             else:
                 ksm.set_thp(enabled="madvise", defrag="madvise")
-            knobs: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN,
-                                           "sleep_millisecs": VOLATILE_SLEEP_MS, "smart_scan": 1, "run": 0}
+            knobs: dict[str, int | str] = {
+                "pages_to_scan": VOLATILE_PAGES_TO_SCAN,
+                "sleep_millisecs": VOLATILE_SLEEP_MS,
+                "smart_scan": 1,
+                "run": 0,
+            }
             if ksm.fs.has("advisor_mode"):
                 knobs["advisor_mode"] = "none"  # the advisor would retune pages_to_scan
             ksm.set(**knobs)
@@ -332,7 +378,7 @@ class KsmTest(GuestTest):
                 guests.append(self._volatile_guest(ksm, pages, index, retries))
         self._judge(pages, guests, time.monotonic() - started)
 
-    def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> "VolatileGuest":
+    def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> VolatileGuest:
         """One replicate: a fresh guest runs the seed's workload, ksmd
         settles on it, smart_scan 0 and 1 are measured in ABBA order (the
         first variant alternating between guests), and the guest goes away
@@ -345,16 +391,24 @@ class KsmTest(GuestTest):
                 agent.wait_event("dirty_start", 180)
                 huge_kib = ksm.process(vm.pid).anon_huge_kib or 0
                 if pages == "thp":
-                    self.require(huge_kib >= VOLATILE_MIB * 1024 // 2,
-                                 f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)")
+                    self.require(
+                        huge_kib >= VOLATILE_MIB * 1024 // 2,
+                        f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)",
+                    )
                 else:
                     self.assertLessEqual(huge_kib, VOLATILE_MIB * 1024 // 20, "THP backs guest RAM with enabled=never")
                 first = replicate_first(index)
                 ksm.set(run=1)
                 try:
                     run = alternate_smart_scan(
-                        ksm, REPEATS, SCANS_PER_WINDOW, WARMUP_SCANS, SCAN_TIMEOUT_S,
-                        settle_scans=INITIAL_WARMUP_SCANS, max_retries=retries, first=first,
+                        ksm,
+                        REPEATS,
+                        SCANS_PER_WINDOW,
+                        WARMUP_SCANS,
+                        SCAN_TIMEOUT_S,
+                        settle_scans=INITIAL_WARMUP_SCANS,
+                        max_retries=retries,
+                        first=first,
                         own_pages=lambda: ksm.process(vm.pid).stat_int("ksm_rmap_items"),
                         on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
                     )
@@ -368,13 +422,19 @@ class KsmTest(GuestTest):
                 dirty = agent.wait_event("dirty_done", 60)
                 status = agent.finish(60)
             self.assertEqual(status, 0, f"ksm_stress in guest {index + 1} ended with status {status}")
-            return VolatileGuest(run=run, first=first, warm=vm.started_warm, boot_to_ssh_s=vm.boot_to_ssh_s,
-                                 anon_huge_kib=(huge_kib, huge_kib_end), dirty_passes=int(dirty["passes"]),
-                                 dirty_s=float(dirty["duration_s"]))
+            return VolatileGuest(
+                run=run,
+                first=first,
+                warm=vm.started_warm,
+                boot_to_ssh_s=vm.boot_to_ssh_s,
+                anon_huge_kib=(huge_kib, huge_kib_end),
+                dirty_passes=int(dirty["passes"]),
+                dirty_s=float(dirty["duration_s"]),
+            )
         finally:
             vm.shutdown()
 
-    def _judge(self, pages: str, guests: list["VolatileGuest"], duration_s: float) -> None:
+    def _judge(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
         runs = [g.run for g in guests]
         agent_pages = VOLATILE_MIB * 256
         reps = {variant: {metric: replicates(runs, variant, metric) for metric in METRICS} for variant in (0, 1)}
@@ -383,10 +443,16 @@ class KsmTest(GuestTest):
         # The seed's quantity is a speed: its speed-up is with / without.
         seed_speedup = stats.compare_replicates(reps[0][SEED_METRIC], reps[1][SEED_METRIC])
         own_shares = [w.own_share for r in runs for ws in r.windows.values() for w in ws if w.own_share is not None]
-        settings = self.settings(agent_mib=VOLATILE_MIB, pages_to_scan=VOLATILE_PAGES_TO_SCAN,
-                                 sleep_millisecs=VOLATILE_SLEEP_MS, repeats=REPEATS, guests=VOLATILE_GUESTS,
-                                 scans_per_window=SCANS_PER_WINDOW, warmup_scans=WARMUP_SCANS)
-        common = {
+        settings = self.settings(
+            agent_mib=VOLATILE_MIB,
+            pages_to_scan=VOLATILE_PAGES_TO_SCAN,
+            sleep_millisecs=VOLATILE_SLEEP_MS,
+            repeats=REPEATS,
+            guests=VOLATILE_GUESTS,
+            scans_per_window=SCANS_PER_WINDOW,
+            warmup_scans=WARMUP_SCANS,
+        )
+        common: dict[str, object] = {
             "guests": [g.to_json() for g in guests],
             "own_share": {"min": min(own_shares), "median": stats.median(own_shares)} if own_shares else None,
             "seed_speedup": SEED_SPEEDUP[pages],
@@ -403,12 +469,21 @@ class KsmTest(GuestTest):
                 if metric == CLAIM_METRIC:
                     extra |= common | {"windows": [[w.to_json() for w in r.windows[variant]] for r in runs]}
                 if metric == SEED_METRIC:
-                    extra |= {"speedup_smart_scan_1_over_0": seed_speedup.to_json(),
-                              "seed_speedup": SEED_SPEEDUP[pages]}
+                    extra |= {
+                        "speedup_smart_scan_1_over_0": seed_speedup.to_json(),
+                        "seed_speedup": SEED_SPEEDUP[pages],
+                    }
                 record = Measurement(
-                    scenario="ksm.volatile_scan", claim=CLAIM[pages], metric=metric, unit=spec.unit,
-                    better=spec.better, samples=[], replicates=reps[variant][metric],
-                    variant={"smart_scan": variant, "pages": pages}, settings=settings, duration_s=duration_s,
+                    scenario="ksm.volatile_scan",
+                    claim=CLAIM[pages],
+                    metric=metric,
+                    unit=spec.unit,
+                    better=spec.better,
+                    samples=[],
+                    replicates=reps[variant][metric],
+                    variant={"smart_scan": variant, "pages": pages},
+                    settings=settings,
+                    duration_s=duration_s,
                     extra=extra,
                 )
                 records.append(record)
@@ -422,19 +497,34 @@ class KsmTest(GuestTest):
         self.log.info(
             "volatile %s: speed-up %.2fx CI [%.2f, %.2f] over %d guests (per guest %s); seed's scan speed "
             "%.2fx CI [%.2f, %.2f]; guest's share of the pages scanned %s; %.0f s; %s: %s",
-            pages, cost.ratio, cost.ci_low, cost.ci_high, len(runs),
+            pages,
+            cost.ratio,
+            cost.ci_low,
+            cost.ci_high,
+            len(runs),
             ", ".join(f"{r:.2f}" for r in replicate_ratios(runs, CLAIM_METRIC)),
-            seed_speedup.ratio, seed_speedup.ci_low, seed_speedup.ci_high, common["own_share"], duration_s,
-            verdict.verdict, verdict.reason,
+            seed_speedup.ratio,
+            seed_speedup.ci_low,
+            seed_speedup.ci_high,
+            common["own_share"],
+            duration_s,
+            verdict.verdict,
+            verdict.reason,
         )
         # The workload must really be the seed's: volatile pages throughout.
         volatile = min(w.pages_volatile for r in runs for w in r.windows[0])
         self.assertGreaterEqual(volatile, 0.8 * agent_pages, "the guest's pages were not volatile")
-        self.assertGreater(stats.median(samples([w for r in runs for w in r.windows[1]], "pages_skipped_per_scan")),
-                           0.5 * agent_pages, "smart scan skipped too few of the volatile pages")
+        self.assertGreater(
+            stats.median(samples([w for r in runs for w in r.windows[1]], "pages_skipped_per_scan")),
+            0.5 * agent_pages,
+            "smart scan skipped too few of the volatile pages",
+        )
         # Only the direction: the seed's 8x / 16x was for another mechanism.
-        self.assertIn(verdict.verdict, (claims.REPRODUCED, claims.DIRECTION_ONLY),
-                      f"smart scan did not make ksmd's scans cheaper per page: {verdict.reason}")
+        self.assertIn(
+            verdict.verdict,
+            (claims.REPRODUCED, claims.DIRECTION_ONLY),
+            f"smart scan did not make ksmd's scans cheaper per page: {verdict.reason}",
+        )
 
     def test_volatile_scan_4k(self) -> None:
         """Scenario 3: smart scan against the seed's workload, 4 KiB pages."""
@@ -472,8 +562,9 @@ class KsmTest(GuestTest):
         guest_write("pages_to_scan", 5000)
         guest_write("sleep_millisecs", 10)
         guest_write("run", 1)
-        args = StressArgs(mib=GUEST_KSM_MIB, byte=0x3C, mergeable=True, phases=["fill", "hold:300", "verify"],
-                          timeout_s=400)
+        args = StressArgs(
+            mib=GUEST_KSM_MIB, byte=0x3C, mergeable=True, phases=["fill", "hold:300", "verify"], timeout_s=400
+        )
         with StressAgent(vm.ssh, path, args) as agent:
             pid = agent.pid
             agent.wait_event("fill_done", 120)
@@ -492,13 +583,23 @@ class KsmTest(GuestTest):
             verify = agent.wait_event("verify_done", 120)
             self.assertEqual(agent.finish(30), 0)
         kernel = vm.ssh.run(["uname", "-r"]).stdout.strip()
-        self.record(Measurement(
-            scenario="ksm.guest_merge", metric="merged_fraction", unit="1", better="higher",
-            samples=[merged / pages], settings=self.settings(agent_mib=GUEST_KSM_MIB, pages_to_scan=5000,
-                                                             sleep_millisecs=10, full_scans=3),
-            extra={"merged_pages": merged, "pages_sharing": sharing, "seconds_for_3_scans": seconds,
-                   "after_unmerge": after_unmerge, "guest_kernel": kernel},
-        ))
+        self.record(
+            Measurement(
+                scenario="ksm.guest_merge",
+                metric="merged_fraction",
+                unit="1",
+                better="higher",
+                samples=[merged / pages],
+                settings=self.settings(agent_mib=GUEST_KSM_MIB, pages_to_scan=5000, sleep_millisecs=10, full_scans=3),
+                extra={
+                    "merged_pages": merged,
+                    "pages_sharing": sharing,
+                    "seconds_for_3_scans": seconds,
+                    "after_unmerge": after_unmerge,
+                    "guest_kernel": kernel,
+                },
+            )
+        )
         self.assertGreaterEqual(merged, 0.9 * pages, f"guest ksmd merged {merged} of {pages} pages")
         self.assertEqual(after_unmerge, 0, "guest run=2 left pages merged")
         self.assertEqual(int(verify["bad_pages"]), 0, f"guest pages changed: {verify}")
@@ -510,7 +611,7 @@ class KsmTest(GuestTest):
         config = MachineConfig(memory_mib=MANY_GUEST_MIB)
         points: list[SharingPoint] = []
         with self.host_ksm() as ksm:
-            vms = []
+            vms: list[Machine] = []
 
             def merging() -> list[int]:
                 return [self.merged(ksm, vm.pid) for vm in vms]
@@ -531,23 +632,33 @@ class KsmTest(GuestTest):
             remerge_s: list[float] = []
             remerge_cpu_s: list[float] = []
             saved_mib = [settled.saved_mib]
+            target = REMERGE_SHARE * settled.pages_sharing
             for repeat in range(REMERGE_REPEATS):
                 ksm.set(run=2)  # unmerge everything, then time a merge from nothing
                 ksm.wait_until(lambda: sum(merging()) == 0, SCAN_TIMEOUT_S, "unmerging the guests")
                 ksm.set(run=0)
                 before = ksm.counters()
                 ksm.set(run=1)
-                target = REMERGE_SHARE * settled.pages_sharing
-                ksm.wait_until(lambda: ksm.counters().pages_sharing >= target, SCAN_TIMEOUT_S,
-                               f"a re-merge to {REMERGE_SHARE:.0%} of {settled.pages_sharing} pages", poll_s=0.005)
+                ksm.wait_until(
+                    lambda: ksm.counters().pages_sharing >= target,
+                    SCAN_TIMEOUT_S,
+                    f"a re-merge to {REMERGE_SHARE:.0%} of {settled.pages_sharing} pages",
+                    poll_s=0.005,
+                )
                 after = ksm.counters()
                 remerge_s.append(after.taken_s - before.taken_s)
                 if before.ksmd_cpu_s is not None and after.ksmd_cpu_s is not None:
                     remerge_cpu_s.append(after.ksmd_cpu_s - before.ksmd_cpu_s)
                 again = settle(ksm, merging, len(vms), SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS)
                 saved_mib.append(again.saved_mib)
-                self.log.info("re-merge %d/%d: %.2f s to %d%%, settled at %.1f MiB saved",
-                              repeat + 1, REMERGE_REPEATS, remerge_s[-1], 100 * REMERGE_SHARE, again.saved_mib)
+                self.log.info(
+                    "re-merge %d/%d: %.2f s to %d%%, settled at %.1f MiB saved",
+                    repeat + 1,
+                    REMERGE_REPEATS,
+                    remerge_s[-1],
+                    100 * REMERGE_SHARE,
+                    again.saved_mib,
+                )
             warm = [vm.started_warm for vm in vms]
             smart_scan_value = ksm.fs.read_int_or_none("smart_scan")
 
@@ -556,41 +667,75 @@ class KsmTest(GuestTest):
         alone = points[0].merging[0]
         per_guest = stats.median(list(settled.merging))
         foreign = max(abs(p.foreign_pages) / max(1, p.pages_shared + p.pages_sharing) for p in points)
-        settings = self.settings(guest_mib=MANY_GUEST_MIB, guests=MANY_GUESTS, pages_to_scan=MERGE_PAGES_TO_SCAN,
-                                 sleep_millisecs=MERGE_SLEEP_MS, smart_scan=smart_scan_value,
-                                 settle_quiet_scans=SETTLE_QUIET_SCANS)  # fmt: skip
+        settings = self.settings(
+            guest_mib=MANY_GUEST_MIB,
+            guests=MANY_GUESTS,
+            pages_to_scan=MERGE_PAGES_TO_SCAN,
+            sleep_millisecs=MERGE_SLEEP_MS,
+            smart_scan=smart_scan_value,
+            settle_quiet_scans=SETTLE_QUIET_SCANS,
+        )
         extra = {
             "points": [p.to_json() for p in points],
-            "model": model.to_json() | {"predicted_saved_pages": predicted,
-                                        "measured_saved_pages": settled.pages_sharing},
-            "merged_per_guest_alone": alone, "merged_per_guest_many": per_guest,
-            "started_warm": warm, "foreign_share": foreign,
-        }  # fmt: skip
+            "model": model.to_json()
+            | {"predicted_saved_pages": predicted, "measured_saved_pages": settled.pages_sharing},
+            "merged_per_guest_alone": alone,
+            "merged_per_guest_many": per_guest,
+            "started_warm": warm,
+            "foreign_share": foreign,
+        }
         for n, point in enumerate(points[:-1], start=1):
-            self.record(Measurement(
-                scenario="ksm.many_guests", metric="saved_mib", unit="MiB", better="higher",
-                samples=[point.saved_mib], variant={"guests": n}, settings=settings, extra=point.to_json(),
-            ))  # fmt: skip
-        self.record(Measurement(
-            scenario="ksm.many_guests", metric="saved_mib", unit="MiB", better="higher",
-            samples=saved_mib, variant={"guests": MANY_GUESTS}, settings=settings, extra=extra,
-        ))  # fmt: skip
-        self.record(Measurement(
-            scenario="ksm.many_guests", metric="remerge_s", unit="s", better="lower", samples=remerge_s,
-            variant={"guests": MANY_GUESTS}, settings=settings | {"share": REMERGE_SHARE},
-            extra={"ksmd_cpu_s": remerge_cpu_s, "summary": stats.summarize(remerge_s).to_json()},
-        ))  # fmt: skip
+            self.record(
+                Measurement(
+                    scenario="ksm.many_guests",
+                    metric="saved_mib",
+                    unit="MiB",
+                    better="higher",
+                    samples=[point.saved_mib],
+                    variant={"guests": n},
+                    settings=settings,
+                    extra=point.to_json(),
+                )
+            )
+        self.record(
+            Measurement(
+                scenario="ksm.many_guests",
+                metric="saved_mib",
+                unit="MiB",
+                better="higher",
+                samples=saved_mib,
+                variant={"guests": MANY_GUESTS},
+                settings=settings,
+                extra=extra,
+            )
+        )
+        self.record(
+            Measurement(
+                scenario="ksm.many_guests",
+                metric="remerge_s",
+                unit="s",
+                better="lower",
+                samples=remerge_s,
+                variant={"guests": MANY_GUESTS},
+                settings=settings | {"share": REMERGE_SHARE},
+                extra={"ksmd_cpu_s": remerge_cpu_s, "summary": stats.summarize(remerge_s).to_json()},
+            )
+        )
 
         self.assertGreaterEqual(
-            per_guest, CROSS_GUEST_GAIN * alone,
+            per_guest,
+            CROSS_GUEST_GAIN * alone,
             f"with {MANY_GUESTS} guests each merged {per_guest:.0f} pages, alone {alone}: little merged across guests",
         )
         # The model uses host-wide counters: they must be this test's alone.
-        self.require(foreign <= FOREIGN_TOLERANCE,
-                     f"other processes on this host hold KSM-merged pages ({foreign:.1%} of the merged): "
-                     "the host-wide counters the model needs are not this test's alone")
+        self.require(
+            foreign <= FOREIGN_TOLERANCE,
+            f"other processes on this host hold KSM-merged pages ({foreign:.1%} of the merged): "
+            "the host-wide counters the model needs are not this test's alone",
+        )
         self.assertLessEqual(
-            abs(settled.pages_sharing - predicted), MODEL_TOLERANCE * predicted,
+            abs(settled.pages_sharing - predicted),
+            MODEL_TOLERANCE * predicted,
             f"saved({MANY_GUESTS}) = {settled.pages_sharing} pages, the model says {predicted:.0f} "
             f"(I = {model.intra_pages:.0f}, U = {model.common_pages:.0f})",
         )
@@ -610,8 +755,12 @@ class VolatileGuest:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "first_smart_scan": self.first, "started_warm": self.warm, "boot_to_ssh_s": self.boot_to_ssh_s,
-            "anon_huge_kib": list(self.anon_huge_kib), "dirty_passes": self.dirty_passes, "dirty_s": self.dirty_s,
+            "first_smart_scan": self.first,
+            "started_warm": self.warm,
+            "boot_to_ssh_s": self.boot_to_ssh_s,
+            "anon_huge_kib": list(self.anon_huge_kib),
+            "dirty_passes": self.dirty_passes,
+            "dirty_s": self.dirty_s,
             "discarded_windows": [w.to_json() for w in self.run.discarded],
             "kept_disturbed_windows": self.run.kept_disturbed,
             "settled_pages_per_scan": self.run.reference_pages,

@@ -139,10 +139,18 @@ class MemslotsKvm(Test):
         self.log.info("execution: %s; %.1f s", doc["execution"], result.duration_s)
         for kind, points in doc["points"].items():
             for n, point in points.items():
-                self.log.info("%s %s slots: %.1f ns [%s] resolved=%s", kind, n, point["median_ns"],
-                              point["ci95_ns"], point["resolved"])
+                self.log.info(
+                    "%s %s slots: %.1f ns [%s] resolved=%s",
+                    kind,
+                    n,
+                    point["median_ns"],
+                    point["ci95_ns"],
+                    point["resolved"],
+                )
         for kind, fit in doc["per_doubling"].items():
-            self.log.info("%s per doubling: %.2f ns %s resolved=%s", kind, fit["mean_ns"], fit["ci95_ns"], fit["resolved"])
+            self.log.info(
+                "%s per doubling: %.2f ns %s resolved=%s", kind, fit["mean_ns"], fit["ci95_ns"], fit["resolved"]
+            )
         return result, doc
 
     def test_lookup_cost_by_slot_count(self) -> None:
@@ -185,12 +193,26 @@ class MemslotsKvm(Test):
         second = L.summarize(self._lookup(config)[0])
         for kind in L.KINDS:
             a, b = first["points"][kind]["509"], second["points"][kind]["509"]
-            self.log.info("A/A %s over the null loop: %.1f %s vs %.1f %s", kind, a["mean_ns"], a["ci95_ns"],
-                          b["mean_ns"], b["ci95_ns"])
+            self.log.info(
+                "A/A %s over the null loop: %.1f %s vs %.1f %s",
+                kind,
+                a["mean_ns"],
+                a["ci95_ns"],
+                b["mean_ns"],
+                b["ci95_ns"],
+            )
             if kind == "ram_hit":
                 continue
             a, b = a["over_ram_hit"], b["over_ram_hit"]
-            self.log.info("A/A %s over the RAM hit: %.1f %s vs %.1f %s", kind, a["mean_ns"], a["ci95_ns"],
-                          b["mean_ns"], b["ci95_ns"])
-            self.assertTrue(a["ci95_ns"][0] <= b["ci95_ns"][1] and b["ci95_ns"][0] <= a["ci95_ns"][1],
-                            f"{kind} over the RAM hit: A {a['ci95_ns']} and B {b['ci95_ns']} do not overlap")
+            self.log.info(
+                "A/A %s over the RAM hit: %.1f %s vs %.1f %s",
+                kind,
+                a["mean_ns"],
+                a["ci95_ns"],
+                b["mean_ns"],
+                b["ci95_ns"],
+            )
+            self.assertTrue(
+                a["ci95_ns"][0] <= b["ci95_ns"][1] and b["ci95_ns"][0] <= a["ci95_ns"][1],
+                f"{kind} over the RAM hit: A {a['ci95_ns']} and B {b['ci95_ns']} do not overlap",
+            )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 from e2e.base import GuestTest
 from host.errors import BadInput
@@ -69,18 +70,19 @@ class MemslotsQemu(GuestTest):
         # (in QEMU's devices and flat view, and in the guest): it can fail.
         before = Q.differential_check(plan, P.observe(vm, agent))
         self.assertEqual({d.slot for d in before}, {2, 3}, [str(d) for d in before])
-        self.assertEqual({d.view for d in before}, {"flatview", "memory-devices", "iomem", "blocks"},
-                         [str(d) for d in before])
+        self.assertEqual(
+            {d.view for d in before}, {"flatview", "memory-devices", "iomem", "blocks"}, [str(d) for d in before]
+        )
 
         onlined = P.apply_hotplug(vm, plan, agent)
         self.assertEqual(len(onlined), 3, onlined)
         observed = P.observe(vm, agent)
         diffs = Q.differential_check(plan, observed, require_online=True)
         self.assertEqual(diffs, [], [str(d) for d in diffs])
+        assert observed.blocks is not None, "the guest showed no memory blocks"
         for dimm in plan.dimms:
             blocks = Q.blocks_in(observed.blocks, dimm.addr, dimm.addr + dimm.size)
-            self.assertTrue(blocks and all(b.zones == "Movable" for b in blocks),
-                            f"{dimm.slot.describe()}: {blocks}")
+            self.assertTrue(blocks and all(b.zones == "Movable" for b in blocks), f"{dimm.slot.describe()}: {blocks}")
         hotplugged = {d.id: d.hotplugged for d in observed.dimms}
         self.assertEqual(hotplugged, {"mq-dimm-1": False, "mq-dimm-2": True, "mq-dimm-3": True})
         self._record_layout("pc-dimms-hotplug", observed.flatview, plan, hotplugged=2)
@@ -97,8 +99,14 @@ class MemslotsQemu(GuestTest):
         by_slot = probe.by_slot()
         for dimm in plan.dimms:
             result = by_slot[dimm.slot.id]
-            self.log.info("slot %d: %d of %d pages verified, %d/%d samples seen by QEMU", result.slot,
-                          result.verified, result.npages, result.host_verified, len(result.samples))
+            self.log.info(
+                "slot %d: %d of %d pages verified, %d/%d samples seen by QEMU",
+                result.slot,
+                result.verified,
+                result.npages,
+                result.host_verified,
+                len(result.samples),
+            )
             self.assertGreaterEqual(result.coverage, MIN_COVERAGE, f"slot {result.slot}")
             self.assertGreaterEqual(len(result.samples), 1)
             self.assertEqual(result.host_verified, len(result.samples), f"slot {result.slot}: QEMU's view")
@@ -109,7 +117,9 @@ class MemslotsQemu(GuestTest):
         table = replay.table
         self.assertEqual(table.lookups, len(probe.frames))
         self.assertEqual(table.hit_fraction, 1.0, "a frame the guest used is in no slot QEMU built")
-        self.assertEqual(set(table.structures), {"linear", "reorder", "tree2011", "hbtree", "binsearch", "binsearch-lru", "rbtree"})
+        self.assertEqual(
+            set(table.structures), {"linear", "reorder", "tree2011", "hbtree", "binsearch", "binsearch-lru", "rbtree"}
+        )
         for name, stats in table.structures.items():
             self.log.info("trace %s: mean %.2f max %d nodes", name, stats.mean_nodes, stats.max_nodes)
             if stats.bound_nodes is not None:
@@ -119,8 +129,12 @@ class MemslotsQemu(GuestTest):
         self.assertLess(table.structures["binsearch-lru"].mean_nodes, 1.1)
         # The slot count is what QEMU built, observed, not set: the records'
         # extra carries it, so it does not key the metric.
-        settings = {"layout": "qemu-flatview", "ram_mib": MEMORY.ram_mib,
-                    "dimms": len(plan.dimms), "trace": "mem_probe first touch"}
+        settings = {
+            "layout": "qemu-flatview",
+            "ram_mib": MEMORY.ram_mib,
+            "dimms": len(plan.dimms),
+            "trace": "mem_probe first touch",
+        }
         for record in T.records(replay, settings, duration_s=time.monotonic() - started):
             self.record(record)
 
@@ -129,17 +143,22 @@ class MemslotsQemu(GuestTest):
         self.log.info("MMIO trace: %d accesses in %d frames", len(mmio), len(set(mmio)))
         if not mmio:
             self.assertNotEqual(accel, "tcg", "under TCG the guest's APIC timer alone makes MMIO accesses: none logged")
-            self.log.warning("no device MMIO reached QEMU under %s (in-kernel APIC, ioeventfd): "
-                             "no MMIO trace records", accel)
+            self.log.warning(
+                "no device MMIO reached QEMU under %s (in-kernel APIC, ioeventfd): no MMIO trace records", accel
+            )
             return
         mmio_replay = T.replay(qemu_layout, mmio)
         self.assertEqual(mmio_replay.table.hit_fraction, 0.0, "an MMIO access fell in a RAM slot")
         for name, stats in mmio_replay.table.structures.items():
             self.log.info("MMIO trace %s: mean %.2f max %d nodes", name, stats.mean_nodes, stats.max_nodes)
         self.assertEqual(mmio_replay.table.structures["linear"].mean_nodes, len(qemu_layout))
-        for record in T.records(mmio_replay, dict(settings, trace="device mmio (QEMU trace events)"),
-                                duration_s=time.monotonic() - started, scenario=T.MMIO_SCENARIO,
-                                claim=T.MMIO_CLAIM):
+        for record in T.records(
+            mmio_replay,
+            dict(settings, trace="device mmio (QEMU trace events)"),
+            duration_s=time.monotonic() - started,
+            scenario=T.MMIO_SCENARIO,
+            claim=T.MMIO_CLAIM,
+        ):
             self.record(record)
 
     def test_qemu_refusals_are_clear_errors(self) -> None:
@@ -231,22 +250,39 @@ class MemslotsQemu(GuestTest):
         self.assertEqual({(d.view, d.slot) for d in pc_diffs}, {("flatview", 0)}, [str(d) for d in pc_diffs])
 
     # -- real guests' layouts, recorded -------------------------------------
-    def _record_layout(self, config: str, flatview, plan: Q.QemuPlan | None = None, hotplugged: int = 0,
-                       settings: dict | None = None, duration_s: float = 0.0) -> int:
+    def _record_layout(
+        self,
+        config: str,
+        flatview: Sequence[Q.FlatRange],
+        plan: Q.QemuPlan | None = None,
+        hotplugged: int = 0,
+        settings: dict | None = None,
+        duration_s: float = 0.0,
+    ) -> int:
         """Write the memslots.guest_layout record of a real guest; check the
         model can run every workload the memslot claims use on it."""
         if settings is None:
             assert plan is not None
-            settings = {"machine": plan.memory.machine, "ram_mib": plan.memory.ram_mib,
-                        "boot_dimms": len(plan.dimms) - hotplugged, "hotplugged_dimms": hotplugged,
-                        "dimm_mib": [d.size // Q.MIB for d in plan.dimms], "ram_bars": []}
+            settings = {
+                "machine": plan.memory.machine,
+                "ram_mib": plan.memory.ram_mib,
+                "boot_dimms": len(plan.dimms) - hotplugged,
+                "hotplugged_dimms": hotplugged,
+                "dimm_mib": [d.size // Q.MIB for d in plan.dimms],
+                "ram_bars": [],
+            }
         record = G.layout_record(config, flatview, settings, duration_s=duration_s)
         layout = G.layout_of(record)
         for workload in ("miss", "ram-hits", "other-hits"):
             table = model_table(layout, workload, lookups=2000)
             self.assertEqual(table.slots, len(layout))
-            self.log.info("%s (%d slots) %s: %s", config, len(layout), workload,
-                          {n: round(table.structures[n].mean_nodes, 2) for n in ("linear", "reorder", "tree2011", "hbtree")})
+            self.log.info(
+                "%s (%d slots) %s: %s",
+                config,
+                len(layout),
+                workload,
+                {n: round(table.structures[n].mean_nodes, 2) for n in ("linear", "reorder", "tree2011", "hbtree")},
+            )
         self.record(record)
         return len(layout)
 
@@ -267,17 +303,19 @@ class MemslotsQemu(GuestTest):
             by_name = {r.name: r for r in slots}
             for bar in config.bars:
                 region = by_name.get(bar.region_name)
-                self.assertIsNotNone(region, f"{config.name}: {bar.driver} BAR {bar.region_name} is no memslot")
+                assert region is not None, f"{config.name}: {bar.driver} BAR {bar.region_name} is no memslot"
                 self.assertEqual(region.size, bar.size_mib * Q.MIB, bar.region_name)
             self.assertEqual(len(dimms), config.boot_dimms)
             # Beside base RAM and firmware: exactly the BARs and the dimms,
             # one slot each (the VGA ROM also changes how the PAM windows
             # below 1 MiB split pc.ram, so the base count is not fixed).
             extra = sorted(r.name for r in slots if r.name not in base_regions)
-            expected = sorted([b.region_name for b in config.bars]
-                              + [f"mq-gl-mem-{i}" for i in range(config.boot_dimms)])
+            expected = sorted(
+                [b.region_name for b in config.bars] + [f"mq-gl-mem-{i}" for i in range(config.boot_dimms)]
+            )
             self.assertEqual(extra, expected, config.name)
-            counts[config.name] = self._record_layout(config.name, flat, settings=config.settings(),
-                                                      duration_s=time.monotonic() - started)
+            counts[config.name] = self._record_layout(
+                config.name, flat, settings=config.settings(), duration_s=time.monotonic() - started
+            )
         self.log.info("memslots of real guests: %s", counts)
         self.assertGreater(counts["pc-64-dimms"], 64)

@@ -8,7 +8,7 @@ import time
 
 from e2e.base import GuestTest
 from host import snapshot
-from host.machine import MachineConfig
+from host.machine import Machine, MachineConfig
 
 MIB = 1 << 20
 
@@ -19,7 +19,7 @@ class WarmStart(GuestTest):
     :avocado: tags=boot,warm
     """
 
-    def _warm_guest(self, config: MachineConfig):
+    def _warm_guest(self, config: MachineConfig) -> Machine:
         """A guest of ``config`` that was certainly restored: the first
         boot may have been the one that saved the snapshot."""
         vm = self.boot(config)

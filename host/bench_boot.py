@@ -50,8 +50,13 @@ def one_boot(config: MachineConfig, image: Any, timeout: float) -> Boot:
 
 def summary(samples: list[float]) -> dict[str, float]:
     s = stats.summarize(samples)
-    return {"median": round(s.median, 3), "min": round(s.minimum, 3), "max": round(s.maximum, 3),
-            "range": round(s.maximum - s.minimum, 3), "iqr": round(s.iqr, 3)}
+    return {
+        "median": round(s.median, 3),
+        "min": round(s.minimum, 3),
+        "max": round(s.maximum, 3),
+        "range": round(s.maximum - s.minimum, 3),
+        "iqr": round(s.iqr, 3),
+    }
 
 
 def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> dict[str, Any]:
@@ -71,9 +76,11 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
         result = one_boot(config, image, timeout)
         results.append(result)
         if progress:
-            print(f"boot {index + 1}/{boots}: SSH after {result.boot_to_ssh_s:.2f} s, first command after "
-                  f"{result.launch_to_first_command_s:.2f} s ({'warm' if result.warm else 'cold'})",
-                  file=sys.stderr)
+            print(
+                f"boot {index + 1}/{boots}: SSH after {result.boot_to_ssh_s:.2f} s, first command after "
+                f"{result.launch_to_first_command_s:.2f} s ({'warm' if result.warm else 'cold'})",
+                file=sys.stderr,
+            )
     environment = probe.environment().with_accel(accel, reason).with_guest(image)
     return {
         "boots": boots,
@@ -109,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.boots < 1:
             raise MemqualError("give --boots 1 or more")
-        config = MachineConfig(memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel,
-                               warm=args.warm)
+        config = MachineConfig(
+            memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
+        )
         result = run(args.boots, config, args.timeout, progress=not args.json)
     except MemqualError as exc:
         print(f"memqual: error: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -118,13 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{result['boots']} {result['mode']} boots, {result['accel']}, {result['machine']}, "
-          f"{result['memory_mib']} MiB, {result['cpus']} CPUs, guest {result['guest_kernel']}, QEMU {result['qemu']}, "
-          f"load average {result['loadavg_1m'][0]} -> {result['loadavg_1m'][1]}")
+    print(
+        f"{result['boots']} {result['mode']} boots, {result['accel']}, {result['machine']}, "
+        f"{result['memory_mib']} MiB, {result['cpus']} CPUs, guest {result['guest_kernel']}, QEMU {result['qemu']}, "
+        f"load average {result['loadavg_1m'][0]} -> {result['loadavg_1m'][1]}"
+    )
     for key, label in (("boot_to_ssh_s", "boot to SSH"), ("launch_to_first_command_s", "launch to first command")):
         s = result[key]
-        print(f"  {label:<24} median {s['median']:.2f} s  min {s['min']:.2f}  max {s['max']:.2f}  "
-              f"range {s['range']:.2f}  IQR {s['iqr']:.2f}")
+        print(
+            f"  {label:<24} median {s['median']:.2f} s  min {s['min']:.2f}  max {s['max']:.2f}  "
+            f"range {s['range']:.2f}  IQR {s['iqr']:.2f}"
+        )
     return 0
 
 

@@ -15,13 +15,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--machine", choices=("microvm", "pc", "q35"), default="microvm")
     warm = parser.add_mutually_exclusive_group()
-    warm.add_argument("--warm", dest="warm", action="store_true", default=True,
-                      help="restore a saved snapshot when one exists (default)")
+    warm.add_argument(
+        "--warm",
+        dest="warm",
+        action="store_true",
+        default=True,
+        help="restore a saved snapshot when one exists (default)",
+    )
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     parser.add_argument("--kernel", help="your own bzImage (with --modules)")
     parser.add_argument("--modules", help="its lib/modules/RELEASE directory")
-    parser.add_argument("--debian-kernel", metavar="VERSION",
-                        help="a Debian kernel by release or package name (memqual image kernels lists them)")
+    parser.add_argument(
+        "--debian-kernel",
+        metavar="VERSION",
+        help="a Debian kernel by release or package name (memqual image kernels lists them)",
+    )
     parser.add_argument("--timeout", type=float, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
@@ -32,14 +40,14 @@ def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from host.machine import Machine, MachineConfig
-    from images.build import KernelSource, build
-
     from host.qemu import qemu_binary
+    from images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.
-    config = MachineConfig(memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel,
-                           warm=args.warm)
+    config = MachineConfig(
+        memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
+    )
     qemu_binary()
     source = KernelSource(
         Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None, args.debian_kernel
@@ -47,13 +55,14 @@ def _boot(args: argparse.Namespace) -> int:
     image = build(source)
     with Machine(config, image=image, boot_timeout=args.timeout) as vm:
         result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
+        exit_status = result.status if result else 0
         summary = {
             "accel": vm.accel,
             "accel_reason": vm.accel_reason,
             "warm": vm.started_warm,
             "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
             "guest_kernel": image.release,
-            "exit_status": result.status if result else 0,
+            "exit_status": exit_status,
             "stdout": result.stdout if result else "",
             "stderr": result.stderr if result else "",
         }
@@ -63,6 +72,9 @@ def _boot(args: argparse.Namespace) -> int:
         if result:
             sys.stdout.write(result.stdout)
             sys.stderr.write(result.stderr)
-        print(f"[{summary['accel']}, {'warm' if vm.started_warm else 'cold'} start, SSH after "
-              f"{summary['boot_to_ssh_s']} s]", file=sys.stderr)
-    return int(summary["exit_status"])
+        print(
+            f"[{summary['accel']}, {'warm' if vm.started_warm else 'cold'} start, SSH after "
+            f"{summary['boot_to_ssh_s']} s]",
+            file=sys.stderr,
+        )
+    return exit_status

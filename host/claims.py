@@ -365,7 +365,8 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
     allowed = {"none": (UNMEASURABLE,), "memslots-layouts": (MODEL,), "records": (MEASURED, SUCCESSOR)}
     if kind not in allowed[measure.source]:
         raise BadInput(
-            f"{where}: class {kind!r} does not fit source {measure.source!r} (use {' or '.join(allowed[measure.source])})"
+            f"{where}: class {kind!r} does not fit source {measure.source!r} "
+            f"(use {' or '.join(allowed[measure.source])})"
         )
     inputs = entry.get("inputs", [])
     if not isinstance(inputs, list) or not all(isinstance(i, str) for i in inputs):
@@ -501,7 +502,10 @@ def evaluate(
         except NoEvidence as why:
             reason = str(why)
             if only and claim.tag and claim.tag not in only and claim.measure.source != "none":
-                reason = f"not selected in this run (--only {' '.join(only)}; this claim's tests are tagged {claim.tag!r}): {reason}"
+                reason = (
+                    f"not selected in this run (--only {' '.join(only)}; "
+                    f"this claim's tests are tagged {claim.tag!r}): {reason}"
+                )
             related = _related_skips(claim, skips)
             if related:
                 first = related[0]
@@ -514,9 +518,7 @@ def evaluate(
     return verdicts
 
 
-def judge_claim(
-    claim_id: str, records: Iterable[Measurement], *, claims_file: str | Path | None = None
-) -> Verdict:
+def judge_claim(claim_id: str, records: Iterable[Measurement], *, claims_file: str | Path | None = None) -> Verdict:
     """The verdict of one claim on the given records: the rule the report
     uses, for e2e tests that check their own measurement."""
     for claim in load(claims_file):
@@ -675,7 +677,10 @@ def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str
     if m.direction == "at_least":
         floor = 1.0 - tol
         if ci is not None and ci[1] < floor:
-            return NOT_REPRODUCED, f"B is worse than A beyond the {tol:.0%} slack of 'as good as' (CI wholly below {floor:.3g})"
+            return (
+                NOT_REPRODUCED,
+                f"B is worse than A beyond the {tol:.0%} slack of 'as good as' (CI wholly below {floor:.3g})",
+            )
         if ratio < floor:
             return NOT_REPRODUCED, f"below the {tol:.0%} slack of 'as good as'"
         holds_why = f"B / A >= {floor:.3g}: as good as or better, as asserted"
@@ -709,9 +714,7 @@ def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str
 
 def _matches(rec: Measurement, scenario: str, metric: str, variant: dict[str, Any]) -> bool:
     return (
-        rec.scenario == scenario
-        and rec.metric == metric
-        and all(rec.variant.get(k) == v for k, v in variant.items())
+        rec.scenario == scenario and rec.metric == metric and all(rec.variant.get(k) == v for k, v in variant.items())
     )
 
 
@@ -732,7 +735,9 @@ def _record_pair(claim: Claim, records: list[Measurement]) -> tuple[Measurement,
                 slot = pairs.setdefault(settings_key, [None, None])
                 if slot[index] is None:
                     slot[index] = rec
-    complete = [(v[0], v[1]) for v in pairs.values() if v[0] is not None and v[1] is not None and v[0].samples and v[1].samples]
+    complete = [
+        (v[0], v[1]) for v in pairs.values() if v[0] is not None and v[1] is not None and v[0].samples and v[1].samples
+    ]
     if not complete:
         missing = [s.label for s, i in ((m.a, 0), (m.b, 1)) if not any(v[i] for v in pairs.values())]
         raise NoEvidence(

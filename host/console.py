@@ -32,5 +32,5 @@ class ConsoleMarker:
         self._offset += len(chunk)
         text = self._carry + chunk
         self._seen = self.marker in text
-        self._carry = text[-(len(self.marker) - 1):] if len(self.marker) > 1 else b""
+        self._carry = text[-(len(self.marker) - 1) :] if len(self.marker) > 1 else b""
         return self._seen

@@ -11,7 +11,9 @@ import json
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("doctor", help="probe QEMU, KVM, KSM and THP on this host")
     parser.add_argument("--json", action="store_true", help="one JSON object")
-    parser.add_argument("--reprobe", action="store_true", help="boot under KVM again instead of using the cached answer")
+    parser.add_argument(
+        "--reprobe", action="store_true", help="boot under KVM again instead of using the cached answer"
+    )
     parser.set_defaults(handler=_doctor)
 
 

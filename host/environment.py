@@ -67,20 +67,24 @@ class Environment:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Environment":
+    def from_json(cls, data: Mapping[str, Any]) -> Environment:
         """The known keys of a record's or results.json's environment;
         others (another version's) are ignored."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def with_accel(self, accel: str, reason: str) -> "Environment":
+    def with_accel(self, accel: str, reason: str) -> Environment:
         return dataclasses.replace(self, accel=accel, accel_reason=reason)
 
-    def with_guest(self, image: Any) -> "Environment":
+    def with_guest(self, image: Any) -> Environment:
         """The guest image's kernel release and hashes (an images.build
         Image, or anything with those attributes)."""
-        return dataclasses.replace(self, guest_kernel=image.release, guest_kernel_sha256=image.kernel_sha256,
-                                   initramfs_sha256=image.initramfs_sha256)
+        return dataclasses.replace(
+            self,
+            guest_kernel=image.release,
+            guest_kernel_sha256=image.kernel_sha256,
+            initramfs_sha256=image.initramfs_sha256,
+        )
 
-    def replace(self, **changes: Any) -> "Environment":
+    def replace(self, **changes: Any) -> Environment:
         return dataclasses.replace(self, **changes)

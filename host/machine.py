@@ -21,7 +21,6 @@ kept for another try), ``qemu_exited()`` and ``qemu_output()``.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import logging
 import math
@@ -49,7 +48,7 @@ from host.ssh import SSH, HostKeyMismatch, banner_ready
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
 log = logging.getLogger("memqual.machine")
-_LIVE: "weakref.WeakSet[Machine]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[Machine] = weakref.WeakSet()
 
 
 def free_port() -> int:
@@ -75,12 +74,17 @@ QMP_TIMEOUT_S = 60.0
 class Machine:
     """A guest.  Use as a context manager::
 
-        with Machine(MachineConfig(memory_mib=1024)) as vm:
-            vm.ssh.run(["uname", "-r"])
+    with Machine(MachineConfig(memory_mib=1024)) as vm:
+        vm.ssh.run(["uname", "-r"])
     """
 
-    def __init__(self, config: MachineConfig | None = None, image: Any = None, log_dir: Path | None = None,
-                 boot_timeout: float = 90.0) -> None:
+    def __init__(
+        self,
+        config: MachineConfig | None = None,
+        image: Any = None,
+        log_dir: Path | None = None,
+        boot_timeout: float = 90.0,
+    ) -> None:
         if not (isinstance(boot_timeout, (int, float)) and math.isfinite(boot_timeout) and boot_timeout > 0):
             raise BadInput(f"boot timeout {boot_timeout!r} is not a positive number of seconds: give e.g. 90")
         self.config = config or MachineConfig()
@@ -126,7 +130,7 @@ class Machine:
         return self._proc is not None and self._proc.poll() is None
 
     # -- launch -----------------------------------------------------------
-    def __enter__(self) -> "Machine":
+    def __enter__(self) -> Machine:
         self.launch()
         return self
 
@@ -179,15 +183,25 @@ class Machine:
             # for a socket to appear.
             self._qmp = QEMUMonitorProtocol(str(qmp_path), server=True)
             self.command = command_line(
-                self.config, self.accel, self.image.kernel, self.image.initrd, qmp_path,
-                self.console_log, self.ssh_port, incoming,
+                self.config,
+                self.accel,
+                self.image.kernel,
+                self.image.initrd,
+                qmp_path,
+                self.console_log,
+                self.ssh_port,
+                incoming,
             )
             log.info("launch: %s", " ".join(self.command))
             stderr_path = self._sockdir / "qemu.stderr"
             with open(stderr_path, "wb") as stderr:
                 self._proc = subprocess.Popen(
-                    self.command, stdin=subprocess.DEVNULL, stdout=stderr, stderr=subprocess.STDOUT,
-                    preexec_fn=die_with_parent, close_fds=True,
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stderr,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                    close_fds=True,
                 )
             try:
                 self._accept_qmp(qmp_path)
@@ -245,7 +259,8 @@ class Machine:
             if self._proc is not None and self._proc.poll() is not None:
                 raise LaunchError(
                     f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
-                    self.command, self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+                    self.command,
+                    self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
                 )
             # During a cold boot a cheap check avoids a full SSH attempt
             # every poll; a restored guest is up at once.  The check is the
@@ -306,9 +321,11 @@ class Machine:
                 return self._qmp.cmd(command, **arguments)
             except QMPError as exc:
                 raise GuestError(f"QMP {command} failed: {exc}") from exc
-            except (TimeoutError, asyncio.TimeoutError) as exc:
-                raise Timeout(f"QMP {command} got no answer within {self.qmp_timeout:.0f} s: QEMU is stuck "
-                              f"(see {self.console_log})") from exc
+            except TimeoutError as exc:
+                raise Timeout(
+                    f"QMP {command} got no answer within {self.qmp_timeout:.0f} s: QEMU is stuck "
+                    f"(see {self.console_log})"
+                ) from exc
 
     def hmp(self, command_line: str) -> str:
         return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
@@ -320,14 +337,16 @@ class Machine:
         pexpect follows that file (with tail -F) only while a test waits."""
         import pexpect
 
-        follower = pexpect.spawn("tail", ["-n", "+1", "-F", str(self.console_log)], encoding="utf-8",
-                                 codec_errors="replace", timeout=timeout)
+        follower = pexpect.spawn(
+            "tail", ["-n", "+1", "-F", str(self.console_log)], encoding="utf-8", codec_errors="replace", timeout=timeout
+        )
         try:
             follower.expect(pattern)
             return str(follower.match.group(0))
         except pexpect.TIMEOUT as exc:
-            raise Timeout(f"console did not show {pattern!r} within {timeout:.0f} s; last line: "
-                          f"{self._console_tail(1)}") from exc
+            raise Timeout(
+                f"console did not show {pattern!r} within {timeout:.0f} s; last line: {self._console_tail(1)}"
+            ) from exc
         finally:
             follower.close(force=True)
 
@@ -357,7 +376,7 @@ class Machine:
                 with self._qmp_lock:
                     self._qmp.settimeout(2)
                     self._qmp.cmd("quit")
-            except Exception:  # noqa: BLE001 - any failure here means: kill it
+            except Exception:  # any failure here means: kill it
                 log.info("QMP quit failed; killing QEMU")
             try:
                 self._proc.wait(timeout)
@@ -382,7 +401,7 @@ class Machine:
         if self._qmp is not None:
             try:
                 self._qmp.close()
-            except Exception:  # noqa: BLE001 - the peer is gone already
+            except Exception:  # the peer is gone already
                 pass
             self._qmp = None
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from host.console import ConsoleMarker
 from host.environment import Environment
@@ -27,6 +28,9 @@ from host.ksm.sysfs import KSM_ROOT, THP_ROOT
 from host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from host.paths import cache_dir, short_tempdir, write_private_atomic
 from host.process import die_with_parent
+
+if TYPE_CHECKING:  # images.build imports host: only the type, for annotations
+    from images.build import Image
 
 KVM_DEVICE = Path(DEVICE)
 KSM_DIR = KSM_ROOT
@@ -129,18 +133,19 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     return boots, detail
 
 
-def _boot_under_kvm(image: object) -> tuple[bool, str]:
+def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     from host.qemu import MachineConfig, command_line
 
     workdir = short_tempdir("mqprobe")
     console = workdir / "console.log"
     config = MachineConfig(memory_mib=256, cpus=1, balloon=None, warm=False)
     # No QMP and no network for the probe: only the console matters.
-    argv = command_line(config, "kvm", image.kernel, image.initrd, None, console, None)  # type: ignore[attr-defined]
+    argv = command_line(config, "kvm", image.kernel, image.initrd, None, console, None)
     ready = ConsoleMarker(console)
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            preexec_fn=die_with_parent)
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+    )
     try:
         while time.monotonic() - started < KVM_BOOT_DEADLINE_S:
             if ready.seen():

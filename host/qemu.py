@@ -144,9 +144,7 @@ def _read(path: str) -> str:
 def _kernel_log() -> str:
     """The host kernel's log (dmesg), or "" where it may not be read."""
     try:
-        return subprocess.run(
-            ["dmesg"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
+        return subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -219,30 +217,48 @@ def command_line(
         memory += f",slots={config.mem_slots},maxmem={config.maxmem_mib}M"
     argv = [
         qemu_binary(),
-        "-M", ",".join(machine_opts),
-        "-accel", accel,
-        "-cpu", "max" if accel == "tcg" else "host",
-        "-m", memory,
-        "-smp", str(config.cpus),
-        "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-        "-kernel", str(kernel),
-        "-initrd", str(initrd),
-        "-append", kernel_cmdline(config, accel),
-        "-chardev", f"file,id=console,path={opt_value(console_log)}",
-        "-serial", "chardev:console",
+        "-M",
+        ",".join(machine_opts),
+        "-accel",
+        accel,
+        "-cpu",
+        "max" if accel == "tcg" else "host",
+        "-m",
+        memory,
+        "-smp",
+        str(config.cpus),
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-append",
+        kernel_cmdline(config, accel),
+        "-chardev",
+        f"file,id=console,path={opt_value(console_log)}",
+        "-serial",
+        "chardev:console",
     ]
     if qmp_socket is not None:
         argv += [
-            "-chardev", f"socket,id=qmp,path={opt_value(qmp_socket)}",
-            "-mon", "chardev=qmp,mode=control",
+            "-chardev",
+            f"socket,id=qmp,path={opt_value(qmp_socket)}",
+            "-mon",
+            "chardev=qmp,mode=control",
         ]
     if ssh_port is not None:
         argv += [
             # restrict=on: the guest reaches nothing outside (not the host's
             # loopback services, not the network); the inbound SSH forward
             # still works.
-            "-netdev", f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
-            "-device", _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
+            "-netdev",
+            f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-device",
+            _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
         ]
     if config.balloon is not None:
         b = config.balloon

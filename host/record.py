@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from host.jsonfile import read_json
 from host.errors import BadInput
+from host.jsonfile import read_json
 
 SCHEMA = "memqual.measurement/1"
 RECORD_GLOB = "memqual-*.json"
@@ -52,9 +52,7 @@ class Measurement:
     # The samples grouped by independent unit (fresh guest, round); see the
     # module docstring.  Filled from ``samples`` when not given.
     replicates: list[list[float]] = dataclasses.field(default_factory=list)
-    started: str = dataclasses.field(
-        default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
+    started: str = dataclasses.field(default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     duration_s: float = 0.0
     schema: str = SCHEMA
 
@@ -79,7 +77,7 @@ class Measurement:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], source: str = "<record>") -> "Measurement":
+    def from_json(cls, data: dict[str, Any], source: str = "<record>") -> Measurement:
         if data.get("schema") != SCHEMA:
             raise BadInput(
                 f"{source}: schema {data.get('schema')!r} is not {SCHEMA!r}: "
@@ -138,9 +136,12 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
     groups: dict[tuple[str, ...], list[Measurement]] = {}
     for rec in records:
         key = (
-            rec.scenario, rec.metric, str(rec.claim),
-            json.dumps(rec.variant, sort_keys=True), json.dumps(rec.settings, sort_keys=True),
-        )  # fmt: skip
+            rec.scenario,
+            rec.metric,
+            str(rec.claim),
+            json.dumps(rec.variant, sort_keys=True),
+            json.dumps(rec.settings, sort_keys=True),
+        )
         groups.setdefault(key, []).append(rec)
     merged: list[Measurement] = []
     for group in groups.values():
@@ -149,15 +150,15 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
             continue
         first = group[0]
         extra = dict(first.extra)
-        extra["rounds"] = [
-            {"started": r.started, "samples": r.samples, "replicates": r.n_replicates} for r in group
-        ]
+        extra["rounds"] = [{"started": r.started, "samples": r.samples, "replicates": r.n_replicates} for r in group]
         extra["derived_from"] = f"round 1 of {len(group)} (samples pool all rounds)"
-        merged.append(dataclasses.replace(
-            first,
-            samples=[s for r in group for s in r.samples],
-            replicates=[g for r in group for g in r.replicates],
-            duration_s=sum(r.duration_s for r in group),
-            extra=extra,
-        ))  # fmt: skip
+        merged.append(
+            dataclasses.replace(
+                first,
+                samples=[s for r in group for s in r.samples],
+                replicates=[g for r in group for g in r.replicates],
+                duration_s=sum(r.duration_s for r in group),
+                extra=extra,
+            )
+        )
     return merged

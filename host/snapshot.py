@@ -26,19 +26,20 @@ Trust: snapshots live in the checked cache directory (host.paths), in a
 from __future__ import annotations
 
 import dataclasses
+import enum
 import fcntl
 import hashlib
 import json
 import logging
-import enum
 import os
 import shlex
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from host.errors import GuestError, LaunchError, MemqualError, Timeout
 from host.paths import cache_dir, trusted_dir
@@ -85,7 +86,7 @@ def usable() -> bool:
         return False
 
 
-def snapshot_key(machine: "Machine") -> str:
+def snapshot_key(machine: Machine) -> str:
     from host.qemu import kernel_cmdline, qemu_version
 
     config = dataclasses.asdict(machine.config)
@@ -140,13 +141,13 @@ def _locked(path: Path, exclusive: bool) -> Iterator[None]:
         os.close(fd)
 
 
-def snapshot_dir(machine: "Machine") -> Path:
+def snapshot_dir(machine: Machine) -> Path:
     """Where the snapshot for ``machine``'s configuration lives (whether or
     not it exists yet).  The machine's accelerator must be resolved."""
     return snapshot_root() / snapshot_key(machine)
 
 
-def start(machine: "Machine") -> None:
+def start(machine: Machine) -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
     save one.  Called by Machine.launch for configs with warm=True; uses
     only the machine's public launch steps."""
@@ -216,7 +217,7 @@ class _Unloadable(GuestError):
     """QEMU refused the saved state: the snapshot is bad, not the host."""
 
 
-def _restore(machine: "Machine", state: Path) -> Restore:
+def _restore(machine: Machine, state: Path) -> Restore:
     from host.ssh import HostKeyMismatch
 
     started = time.monotonic()
@@ -245,7 +246,7 @@ def _restore(machine: "Machine", state: Path) -> Restore:
     return Restore.OK
 
 
-def _wait_running(machine: "Machine", deadline: float) -> None:
+def _wait_running(machine: Machine, deadline: float) -> None:
     """Wait for the incoming stream to be loaded, then run the guest.  It
     was saved stopped, and QEMU keeps the saved run state, so it is
     continued here rather than by QEMU."""
@@ -278,7 +279,7 @@ def _clock_command() -> list[str]:
 SAVE_DEADLINE_S = 120.0
 
 
-def _save(machine: "Machine", directory: Path) -> None:
+def _save(machine: Machine, directory: Path) -> None:
     """Migrate the running guest into ``directory``/state, then resume it.
     SSH is closed first so the snapshot holds no half-open session.
 
@@ -305,10 +306,18 @@ def _save(machine: "Machine", directory: Path) -> None:
             time.sleep(0.01)  # poll period of query-migrate
         size = (tmp / "state").stat().st_size
         os.chmod(tmp / "state", 0o600)
-        (tmp / "meta.json").write_text(json.dumps({
-            "bytes": size, "saved": time.time(), "config": dataclasses.asdict(machine.config),
-            "image": str(machine.image.directory), "accel": machine.accel,
-        }, default=str))
+        (tmp / "meta.json").write_text(
+            json.dumps(
+                {
+                    "bytes": size,
+                    "saved": time.time(),
+                    "config": dataclasses.asdict(machine.config),
+                    "image": str(machine.image.directory),
+                    "accel": machine.accel,
+                },
+                default=str,
+            )
+        )
         shutil.rmtree(directory, ignore_errors=True)
         os.replace(tmp, directory)
     except (MemqualError, OSError) as exc:
@@ -317,11 +326,10 @@ def _save(machine: "Machine", directory: Path) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _resume(machine, boot_to_ssh_s)
-    log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20,
-             time.monotonic() - started)
+    log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20, time.monotonic() - started)
 
 
-def _resume(machine: "Machine", boot_to_ssh_s: float) -> None:
+def _resume(machine: Machine, boot_to_ssh_s: float) -> None:
     """Run the guest again after a save (or a failed one) and wait for SSH."""
     try:
         if machine.qmp("query-migrate").get("status") in ("active", "setup", "pre-switchover", "device"):

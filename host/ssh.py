@@ -37,8 +37,8 @@ import shlex
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import paramiko
 
@@ -55,7 +55,7 @@ class CommandResult:
     stderr: str
     duration_s: float
 
-    def check(self) -> "CommandResult":
+    def check(self) -> CommandResult:
         if self.status != 0:
             raise GuestError(
                 f"guest command {shlex.join(self.argv)} exited {self.status}: {self.stderr.strip()[-300:]}"
@@ -96,8 +96,14 @@ def _wait_exit_status(channel: paramiko.Channel, deadline: float, argv: list[str
 class BackgroundCommand:
     """A guest command running while the test goes on."""
 
-    def __init__(self, channel: paramiko.Channel, argv: list[str], ssh: "SSH | None" = None,
-                 pidfile: str | None = None, connection: "SSH | None" = None) -> None:
+    def __init__(
+        self,
+        channel: paramiko.Channel,
+        argv: list[str],
+        ssh: SSH | None = None,
+        pidfile: str | None = None,
+        connection: SSH | None = None,
+    ) -> None:
         self._channel = channel
         self._ssh = ssh
         self._pidfile = pidfile
@@ -120,7 +126,7 @@ class BackgroundCommand:
             self._stderr += self._channel.recv_stderr(65536)
         try:
             chunk = self._channel.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             return True
         if chunk:
             self._pending += chunk
@@ -174,8 +180,11 @@ class BackgroundCommand:
         while self._channel.recv_stderr_ready():  # stderr may trail stdout's end
             self._stderr += self._channel.recv_stderr(65536)
         return CommandResult(
-            self.argv, status, "\n".join(self._stdout) + ("\n" if self._stdout else ""),
-            self._stderr.decode(errors="replace"), time.monotonic() - self._started,
+            self.argv,
+            status,
+            "\n".join(self._stdout) + ("\n" if self._stdout else ""),
+            self._stderr.decode(errors="replace"),
+            time.monotonic() - self._started,
         )
 
     def kill(self) -> None:
@@ -185,13 +194,18 @@ class BackgroundCommand:
         reading the output meanwhile, so this only waits, never reads."""
         try:
             if self._ssh is not None and self._pidfile is not None and not self._channel.exit_status_ready():
-                self._ssh.run(["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; rm -f "$1"', "kill",
-                               self._pidfile], timeout=10, check=False, reconnect=False)
+                self._ssh.run(
+                    ["sh", "-c", 'kill -TERM "$(cat "$1")" 2>/dev/null; rm -f "$1"', "kill", self._pidfile],
+                    timeout=10,
+                    check=False,
+                    reconnect=False,
+                )
                 deadline = time.monotonic() + KILL_GRACE_S
                 while not (self._channel.exit_status_ready() and getattr(self._channel, "eof_received", True)):
                     if time.monotonic() > deadline:
-                        log.info("guest command %s still running after SIGTERM; closing its channel",
-                                 shlex.join(self.argv))
+                        log.info(
+                            "guest command %s still running after SIGTERM; closing its channel", shlex.join(self.argv)
+                        )
                         break
                     time.sleep(0.01)  # the reader (maybe another thread) drains the output meanwhile
         except GuestError as exc:
@@ -234,9 +248,10 @@ class SSH:
         kind, _, blob = self._host_key.partition(" ")
         try:
             return paramiko.PKey.from_type_string(kind, base64.b64decode(blob.split()[0]))
-        except Exception as exc:  # noqa: BLE001 - any parse failure means the kept key is unusable
-            raise GuestError(f"the image's SSH host key is unreadable ({exc}): rebuild it "
-                             "('memqual image build --force')") from exc
+        except Exception as exc:  # any parse failure means the kept key is unusable
+            raise GuestError(
+                f"the image's SSH host key is unreadable ({exc}): rebuild it ('memqual image build --force')"
+            ) from exc
 
     def connect(self, timeout: float = 10.0) -> None:
         self._connect_timeout = timeout
@@ -248,8 +263,15 @@ class SSH:
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
         try:
             client.connect(
-                "127.0.0.1", port=self.port, username="root", pkey=self._key, timeout=timeout,
-                banner_timeout=timeout, auth_timeout=timeout, allow_agent=False, look_for_keys=False,
+                "127.0.0.1",
+                port=self.port,
+                username="root",
+                pkey=self._key,
+                timeout=timeout,
+                banner_timeout=timeout,
+                auth_timeout=timeout,
+                allow_agent=False,
+                look_for_keys=False,
             )
         except paramiko.BadHostKeyException as exc:
             client.close()
@@ -260,8 +282,9 @@ class SSH:
         except (paramiko.SSHException, OSError) as exc:
             client.close()
             if "not found in known_hosts" in str(exc):  # RejectPolicy: a key of another type
-                raise HostKeyMismatch(f"the SSH server on 127.0.0.1:{self.port} is not the guest ({exc}); "
-                                      "refusing to connect") from exc
+                raise HostKeyMismatch(
+                    f"the SSH server on 127.0.0.1:{self.port} is not the guest ({exc}); refusing to connect"
+                ) from exc
             raise GuestError(f"SSH to the guest on 127.0.0.1:{self.port} failed: {exc}") from exc
         transport = client.get_transport()
         assert transport is not None
@@ -286,8 +309,10 @@ class SSH:
         transport = self._client.get_transport()
         if transport is None or not transport.is_active():
             raise _NotStarted("the SSH connection to the guest is gone (did the guest crash? see the console log)")
-        broke = (f"the SSH connection to the guest broke starting {shlex.join(argv)!r}",
-                 "was the guest's SSH server killed?")
+        broke = (
+            f"the SSH connection to the guest broke starting {shlex.join(argv)!r}",
+            "was the guest's SSH server killed?",
+        )
         try:
             channel = transport.open_session()
         except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -324,7 +349,7 @@ class SSH:
             raise GuestError(f"{first}; a fresh connection failed too ({exc})") from first
         return self._open(argv, command)
 
-    def _background_connection(self) -> "SSH":
+    def _background_connection(self) -> SSH:
         """A fresh connection to the same guest, for one background command."""
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
@@ -348,8 +373,14 @@ class SSH:
             raise
         return BackgroundCommand(channel, argv, ssh=self, pidfile=pidfile, connection=owned)
 
-    def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None,
-            reconnect: bool = True) -> CommandResult:
+    def run(
+        self,
+        argv: list[str],
+        timeout: float = 60.0,
+        check: bool = True,
+        input: bytes | None = None,
+        reconnect: bool = True,
+    ) -> CommandResult:
         started = time.monotonic()
         deadline = started + _finite(timeout)
         channel = self._channel(argv, reconnect=reconnect)
@@ -360,9 +391,10 @@ class SSH:
                 channel.settimeout(max(0.1, deadline - time.monotonic()))
                 try:
                     channel.sendall(input)
-                except socket.timeout as exc:
-                    raise Timeout(f"guest command {shlex.join(argv)} did not take its input within "
-                                  f"{timeout:.0f} s") from exc
+                except TimeoutError as exc:
+                    raise Timeout(
+                        f"guest command {shlex.join(argv)} did not take its input within {timeout:.0f} s"
+                    ) from exc
                 channel.shutdown_write()
             result = BackgroundCommand(channel, argv).wait(max(0.0, deadline - time.monotonic()))
         finally:

@@ -53,10 +53,13 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 from scipy import stats as _st
+
+# Samples as callers hold them: a list, or an array this module made.
+Samples: TypeAlias = Sequence[float] | np.ndarray
 
 DEFAULT_SEED = 20110223  # the date of seed 000; any fixed value works
 DEFAULT_RESAMPLES = 9999
@@ -70,7 +73,7 @@ DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_EFFECT = 0.05
 
 
-def _array(samples: Sequence[float]) -> np.ndarray:
+def _array(samples: Samples) -> np.ndarray:
     arr = np.asarray(list(samples), dtype=float)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError("need at least one sample")
@@ -79,23 +82,23 @@ def _array(samples: Sequence[float]) -> np.ndarray:
     return arr
 
 
-def median(samples: Sequence[float]) -> float:
+def median(samples: Samples) -> float:
     return float(np.median(_array(samples)))
 
 
-def iqr(samples: Sequence[float]) -> float:
+def iqr(samples: Samples) -> float:
     """Interquartile range (linear interpolation between order statistics)."""
     q1, q3 = np.percentile(_array(samples), [25, 75])
     return float(q3 - q1)
 
 
-def mad(samples: Sequence[float]) -> float:
+def mad(samples: Samples) -> float:
     """Median absolute deviation from the median (unscaled)."""
     arr = _array(samples)
     return float(np.median(np.abs(arr - np.median(arr))))
 
 
-def cv(samples: Sequence[float]) -> float:
+def cv(samples: Samples) -> float:
     """Coefficient of variation: sample stdev / |mean|; NaN for a zero mean,
     0 for a single sample."""
     arr = _array(samples)
@@ -125,7 +128,7 @@ class Summary:
         return {k: _finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
 
 
-def summarize(samples: Sequence[float]) -> Summary:
+def summarize(samples: Samples) -> Summary:
     arr = _array(samples)
     return Summary(
         n=int(arr.size),
@@ -140,7 +143,7 @@ def summarize(samples: Sequence[float]) -> Summary:
     )
 
 
-def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> float:
+def ratio_of_medians(a: Samples, b: Samples) -> float:
     """median(B) / median(A); inf when A's median is 0 and B's is not."""
     ma, mb = median(a), median(b)
     if ma == 0.0:
@@ -149,8 +152,8 @@ def ratio_of_medians(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def bootstrap_ratio_ci(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Samples,
+    b: Samples,
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     n_resamples: int = DEFAULT_RESAMPLES,
@@ -206,8 +209,8 @@ class PermutationResult:
 
 
 def permutation_test(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Samples,
+    b: Samples,
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -256,8 +259,8 @@ def permutation_test(
 
 
 def permutation_pvalue(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Samples,
+    b: Samples,
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
@@ -272,21 +275,21 @@ def permutation_pvalue(
     return permutation_test(arr_a, arr_b, n_resamples=n_resamples, seed=seed).p_value
 
 
-def _replicates(reps: Sequence[Sequence[float]]) -> list[np.ndarray]:
+def _replicates(reps: Sequence[Samples]) -> list[np.ndarray]:
     groups = [_array(r) for r in reps if len(r)]
     if not groups:
         raise ValueError("need at least one replicate with samples")
     return groups
 
 
-def replicate_medians(reps: Sequence[Sequence[float]]) -> list[float]:
+def replicate_medians(reps: Sequence[Samples]) -> list[float]:
     """One summary per independent unit: its median."""
     return [float(np.median(g)) for g in _replicates(reps)]
 
 
 def replicate_permutation_test(
-    a_reps: Sequence[Sequence[float]],
-    b_reps: Sequence[Sequence[float]],
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
     *,
     n_resamples: int = DEFAULT_PERMUTATIONS,
     seed: int = DEFAULT_SEED,
@@ -294,9 +297,7 @@ def replicate_permutation_test(
     """The permutation test on replicate medians: the units that were
     independently drawn are what is permuted, never the samples nested in
     them."""
-    return permutation_test(
-        replicate_medians(a_reps), replicate_medians(b_reps), n_resamples=n_resamples, seed=seed
-    )
+    return permutation_test(replicate_medians(a_reps), replicate_medians(b_reps), n_resamples=n_resamples, seed=seed)
 
 
 def min_attainable_p(na: int, nb: int, n_resamples: int | None = None) -> float:
@@ -347,7 +348,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def pooled_ratio(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
+def pooled_ratio(a_reps: Sequence[Samples], b_reps: Sequence[Samples]) -> float:
     """median(all of B) / median(all of A)."""
     return ratio_of_medians(np.concatenate(_replicates(a_reps)), np.concatenate(_replicates(b_reps)))
 
@@ -386,8 +387,8 @@ def _two_stage_medians(groups: list[np.ndarray], n: int, rng: np.random.Generato
 
 
 def hierarchical_ratio_ci(
-    a_reps: Sequence[Sequence[float]],
-    b_reps: Sequence[Sequence[float]],
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
     *,
     confidence: float = DEFAULT_CONFIDENCE,
     n_resamples: int = DEFAULT_RESAMPLES,
@@ -502,8 +503,8 @@ class Comparison:
 
 
 def compare(
-    a: Sequence[float],
-    b: Sequence[float],
+    a: Samples,
+    b: Samples,
     *,
     alpha: float = DEFAULT_ALPHA,
     min_effect: float = DEFAULT_MIN_EFFECT,
@@ -533,8 +534,8 @@ def compare(
 
 
 def compare_replicates(
-    a_reps: Sequence[Sequence[float]],
-    b_reps: Sequence[Sequence[float]],
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
     *,
     alpha: float = DEFAULT_ALPHA,
     min_effect: float = DEFAULT_MIN_EFFECT,

@@ -34,8 +34,10 @@ def avocado_counts(results_dir: Path) -> tuple[int, int, int]:
 def main(argv: list[str]) -> int:
     p = pytest_counts(Path(argv[0]))
     a = avocado_counts(Path(argv[1]))
-    print(f"pytest {p[0]} passed, {p[1]} failed, {p[2]} skipped; avocado {a[0]} passed, {a[1]} failed, "
-          f"{a[2]} skipped (cancelled)")
+    print(
+        f"pytest {p[0]} passed, {p[1]} failed, {p[2]} skipped; avocado {a[0]} passed, {a[1]} failed, "
+        f"{a[2]} skipped (cancelled)"
+    )
     print(f"memqual: {p[0] + a[0]} passed, {p[1] + a[1]} failed, {p[2] + a[2]} skipped")
     return 0
 

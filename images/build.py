@@ -22,9 +22,9 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from host.errors import BadInput, CapabilityMissing, MemqualError, Timeout
 from host.paths import REPO_ROOT, cache_dir, write_private_atomic
@@ -216,8 +216,9 @@ def _build_lock(images: Path, key: str, exclusive: bool) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise Timeout(f"image {key} is still being built by another run after "
-                                  f"{BUILD_LOCK_DEADLINE_S:.0f} s") from None
+                    raise Timeout(
+                        f"image {key} is still being built by another run after {BUILD_LOCK_DEADLINE_S:.0f} s"
+                    ) from None
                 time.sleep(0.05)  # poll period for another run's build
         yield
     finally:
@@ -237,23 +238,26 @@ def _load_cached(target: Path, cache: Path) -> Image | None:
     try:
         data = json.loads(text)
         data.pop("cached", None)
-        image = Image(**{**data, **{k: Path(data[k]) for k in ("directory", "kernel", "initrd", "key")}},
-                      cached=True)
+        image = Image(**{**data, **{k: Path(data[k]) for k in ("directory", "kernel", "initrd", "key")}}, cached=True)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise CacheDamaged(f"{manifest} is damaged ({type(exc).__name__}: {exc}): "
-                           "run 'memqual image build --force'") from exc
+        raise CacheDamaged(
+            f"{manifest} is damaged ({type(exc).__name__}: {exc}): run 'memqual image build --force'"
+        ) from exc
     expected = {image.kernel: image.kernel_sha256, target / "initramfs.cpio": image.initramfs_sha256}
     if image.initrd_sha256:
         expected[image.initrd] = image.initrd_sha256
     try:
         actual = _memo_sha256(list(expected), cache)
     except OSError as exc:
-        raise CacheDamaged(f"cached image {target.name} is incomplete ({exc.strerror}: {exc.filename}): "
-                           "run 'memqual image build --force'") from exc
+        raise CacheDamaged(
+            f"cached image {target.name} is incomplete ({exc.strerror}: {exc.filename}): "
+            "run 'memqual image build --force'"
+        ) from exc
     for path, digest in expected.items():
         if actual[path] != digest:
-            raise CacheDamaged(f"cached image file {path} does not match its manifest's sha256: "
-                               "run 'memqual image build --force'")
+            raise CacheDamaged(
+                f"cached image file {path} does not match its manifest's sha256: run 'memqual image build --force'"
+            )
     return image
 
 
@@ -304,8 +308,25 @@ def _assemble(staging: Path, final: Path, bzimage: Path, modules_dir: Path, rele
     modules.stage_modules(modules_dir, release, root)
     buffer = io.BytesIO()
     writer = CpioWriter(buffer)
-    for directory in ("bin", "sbin", "usr", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp",
-                      "run", "root", "lib", "lib64", "lib/x86_64-linux-gnu", "var", "var/log"):
+    for directory in (
+        "bin",
+        "sbin",
+        "usr",
+        "usr/bin",
+        "usr/sbin",
+        "etc",
+        "proc",
+        "sys",
+        "dev",
+        "tmp",
+        "run",
+        "root",
+        "lib",
+        "lib64",
+        "lib/x86_64-linux-gnu",
+        "var",
+        "var/log",
+    ):
         writer.directory(directory, 0o1777 if directory == "tmp" else 0o755)
     writer.device("dev/console", True, 5, 1)
     writer.device("dev/null", True, 1, 3, 0o666)

@@ -15,8 +15,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
     build.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
     build.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
-    build.add_argument("--debian-kernel", metavar="VERSION",
-                       help="a Debian kernel by release or package name (memqual image kernels lists them)")
+    build.add_argument(
+        "--debian-kernel",
+        metavar="VERSION",
+        help="a Debian kernel by release or package name (memqual image kernels lists them)",
+    )
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true")
     build.set_defaults(handler=_build)

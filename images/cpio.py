@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO
 
 MAGIC = b"070701"
 TRAILER = "TRAILER!!!"

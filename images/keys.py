@@ -36,8 +36,7 @@ def _dropbearkey() -> str:
 
 def _public_line(host_key: Path) -> str:
     """'ssh-ed25519 AAAA...' of a dropbear host key file."""
-    proc = subprocess.run([_dropbearkey(), "-y", "-f", str(host_key)], capture_output=True, text=True,
-                          timeout=30)
+    proc = subprocess.run([_dropbearkey(), "-y", "-f", str(host_key)], capture_output=True, text=True, timeout=30)
     for line in proc.stdout.splitlines():
         if line.startswith("ssh-"):
             return " ".join(line.split()[:2])
@@ -82,8 +81,7 @@ def generate(directory: Path) -> tuple[Path, bytes]:
 
     host_key = directory / HOST_KEY
     host_key.unlink(missing_ok=True)
-    subprocess.run([_dropbearkey(), "-t", "ed25519", "-f", str(host_key)], check=True, capture_output=True,
-                   timeout=60)
+    subprocess.run([_dropbearkey(), "-t", "ed25519", "-f", str(host_key)], check=True, capture_output=True, timeout=60)
     os.chmod(host_key, 0o600)
     (directory / HOST_KEY_PUB).write_text(_public_line(host_key) + "\n")
 

@@ -9,8 +9,12 @@ import struct
 from pathlib import Path
 
 RELEASE = "6.1.0-memqual-fake"
-BUILTIN = ("kernel/drivers/virtio/virtio_mmio.ko", "kernel/drivers/virtio/virtio_pci.ko",
-           "kernel/drivers/net/virtio_net.ko", "kernel/drivers/virtio/virtio_balloon.ko")
+BUILTIN = (
+    "kernel/drivers/virtio/virtio_mmio.ko",
+    "kernel/drivers/virtio/virtio_pci.ko",
+    "kernel/drivers/net/virtio_net.ko",
+    "kernel/drivers/virtio/virtio_balloon.ko",
+)
 
 
 def bzimage_bytes(release: str = RELEASE, salt: bytes = b"") -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,10 +35,27 @@ def _replicates(level: float, n: int, per: int = 4, noise: float = 0.02, seed: i
     return out
 
 
-def _pair(scenario: str, metric: str, unit: str, a_variant: dict, a_level: float, b_variant: dict, b_level: float,
-          *, n: int = 4, claim: str | None = None, settings: dict | None = None) -> list[Measurement]:
-    common = dict(scenario=scenario, metric=metric, unit=unit, better="lower", claim=claim,
-                  settings=settings or {"profile": "quick"})
+def _pair(
+    scenario: str,
+    metric: str,
+    unit: str,
+    a_variant: dict,
+    a_level: float,
+    b_variant: dict,
+    b_level: float,
+    *,
+    n: int = 4,
+    claim: str | None = None,
+    settings: dict | None = None,
+) -> list[Measurement]:
+    common: dict[str, Any] = dict(
+        scenario=scenario,
+        metric=metric,
+        unit=unit,
+        better="lower",
+        claim=claim,
+        settings=settings or {"profile": "quick"},
+    )
     return [
         Measurement(replicates=_replicates(a_level, n, seed=1), samples=[], variant=a_variant, **common),
         Measurement(replicates=_replicates(b_level, n, seed=2), samples=[], variant=b_variant, **common),
@@ -47,15 +65,31 @@ def _pair(scenario: str, metric: str, unit: str, a_variant: dict, a_level: float
 def _ksm(speedup: float, claim: str = "ksm-volatile-4k", n: int = 4) -> list[Measurement]:
     # B (smart_scan=0) costs `speedup` times A (smart_scan=1) per page.
     pages = "thp" if claim.endswith("thp") else "4k"
-    return _pair("ksm.volatile_scan", "ksmd_cpu_ns_per_page", "ns", {"smart_scan": 1, "pages": pages},
-                 100.0 / speedup, {"smart_scan": 0, "pages": pages}, 100.0, n=n, claim=claim)
+    return _pair(
+        "ksm.volatile_scan",
+        "ksmd_cpu_ns_per_page",
+        "ns",
+        {"smart_scan": 1, "pages": pages},
+        100.0 / speedup,
+        {"smart_scan": 0, "pages": pages},
+        100.0,
+        n=n,
+        claim=claim,
+    )
 
 
 def _layout_record(config: str, layout_file: Path) -> Measurement:
     data = json.loads(layout_file.read_text())
-    return Measurement(scenario="memslots.guest_layout", metric="slots", unit="slots", better="lower",
-                       samples=[len(data["slots"])], variant={"config": config}, settings={"machine": config},
-                       extra={"layout": data})
+    return Measurement(
+        scenario="memslots.guest_layout",
+        metric="slots",
+        unit="slots",
+        better="lower",
+        samples=[len(data["slots"])],
+        variant={"config": config},
+        settings={"machine": config},
+        extra={"layout": data},
+    )
 
 
 def _spread_layout(n: int) -> dict:
@@ -151,18 +185,37 @@ def test_too_few_independent_replicates_are_underpowered_not_decided():
     assert few.verdict == claims.UNDERPOWERED and few.replicates_needed == claims.MIN_REPLICATES
     # Many samples inside one guest are still one replicate.
     one_guest = [
-        Measurement(scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower",
-                    samples=[100.0 + i for i in range(40)], variant={"smart_scan": 0, "pages": "4k"}),
-        Measurement(scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower",
-                    samples=[13.0 + i / 10 for i in range(40)], variant={"smart_scan": 1, "pages": "4k"}),
+        Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[100.0 + i for i in range(40)],
+            variant={"smart_scan": 0, "pages": "4k"},
+        ),
+        Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[13.0 + i / 10 for i in range(40)],
+            variant={"smart_scan": 1, "pages": "4k"},
+        ),
     ]
     assert _verdict("ksm-volatile-4k", one_guest).verdict == claims.UNDERPOWERED
 
 
 def test_balloon_bitmap_flips_when_request_size_does_not_matter():
     def records(small_per_request_s: float) -> list[Measurement]:
-        return _pair("balloon.request_size", "inflate_s", "s", {"per_request": "whole guest"}, 1.0,
-                     {"per_request": "1/16 guest"}, small_per_request_s)
+        return _pair(
+            "balloon.request_size",
+            "inflate_s",
+            "s",
+            {"per_request": "whole guest"},
+            1.0,
+            {"per_request": "1/16 guest"},
+            small_per_request_s,
+        )
 
     assert _verdict("balloon-bitmap", records(1.64)).verdict == claims.REPRODUCED
     flat = _verdict("balloon-bitmap", records(1.0))
@@ -171,8 +224,15 @@ def test_balloon_bitmap_flips_when_request_size_does_not_matter():
 
 def test_balloon_breakdown_flips_with_the_measured_array_cost():
     def records(array_s: float) -> list[Measurement]:
-        return _pair("balloon.request_size", "inflate_s", "s", {"per_request": "whole guest"}, 1.0,
-                     {"per_request": "256 pfns"}, array_s)
+        return _pair(
+            "balloon.request_size",
+            "inflate_s",
+            "s",
+            {"per_request": "whole guest"},
+            1.0,
+            {"per_request": "256 pfns"},
+            array_s,
+        )
 
     assert _verdict("balloon-breakdown", records(6.5)).verdict == claims.REPRODUCED
     assert _verdict("balloon-breakdown", records(3.1)).verdict == claims.DIRECTION_ONLY
@@ -181,8 +241,14 @@ def test_balloon_breakdown_flips_with_the_measured_array_cost():
 
 def test_balloon_claims_are_not_measurable_without_per_request_evidence():
     # Stock inflates with their model predictions are no evidence of request size.
-    stock = Measurement(scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower", samples=[0.8, 0.9],
-                        extra={"model": {"predictions": {"seed_breakdown": {"ms": {"array256": 3932.0}}}}})
+    stock = Measurement(
+        scenario="balloon.inflate",
+        metric="inflate_s",
+        unit="s",
+        better="lower",
+        samples=[0.8, 0.9],
+        extra={"model": {"predictions": {"seed_breakdown": {"ms": {"array256": 3932.0}}}}},
+    )
     for cid in ("balloon-bitmap", "balloon-breakdown"):
         v = _verdict(cid, [stock])
         assert v.verdict == claims.NOT_MEASURABLE and v.evidence == claims.UNMEASURABLE
@@ -191,8 +257,9 @@ def test_balloon_claims_are_not_measurable_without_per_request_evidence():
 
 def test_memslot_hit_flips_with_kernbench_times_and_is_not_measurable_without():
     def records(tree_s: float) -> list[Measurement]:
-        return _pair("memslots.kernbench", "elapsed_s", "s", {"lookup": "reorder"}, 42.16,
-                     {"lookup": "tree2011"}, tree_s)
+        return _pair(
+            "memslots.kernbench", "elapsed_s", "s", {"lookup": "reorder"}, 42.16, {"lookup": "tree2011"}, tree_s
+        )
 
     assert _verdict("memslot-hit", records(42.3)).verdict == claims.REPRODUCED
     assert _verdict("memslot-hit", records(38.0)).verdict == claims.NOT_REPRODUCED
@@ -202,8 +269,15 @@ def test_memslot_hit_flips_with_kernbench_times_and_is_not_measurable_without():
 
 def test_memslot_priorities_flips_with_the_measured_order():
     def records(miss_ns: float) -> list[Measurement]:
-        return _pair("memslots.kvm_lookup", "access_ns", "ns", {"kind": "ram_hit", "slots": 32}, 300.0,
-                     {"kind": "miss", "slots": 32}, miss_ns)
+        return _pair(
+            "memslots.kvm_lookup",
+            "access_ns",
+            "ns",
+            {"kind": "ram_hit", "slots": 32},
+            300.0,
+            {"kind": "miss", "slots": 32},
+            miss_ns,
+        )
 
     holds = _verdict("memslot-priorities", records(5000.0))
     assert holds.verdict == claims.REPRODUCED and holds.evidence == claims.MEASURED
@@ -211,8 +285,15 @@ def test_memslot_priorities_flips_with_the_measured_order():
 
 
 def test_memslot_netperf_stays_not_measurable_whatever_the_records():
-    noise = _ksm(7.5) + _pair("memslots.kvm_lookup", "access_ns", "ns", {"kind": "ram_hit", "slots": 32}, 300.0,
-                              {"kind": "miss", "slots": 32}, 5000.0)
+    noise = _ksm(7.5) + _pair(
+        "memslots.kvm_lookup",
+        "access_ns",
+        "ns",
+        {"kind": "ram_hit", "slots": 32},
+        300.0,
+        {"kind": "miss", "slots": 32},
+        5000.0,
+    )
     v = _verdict("memslot-netperf", noise)
     assert v.verdict == claims.NOT_MEASURABLE and "KVM" in v.reason and "What would measure it" in v.reason
     # Today's miss cost is shown beside it, without deciding it.
@@ -326,8 +407,12 @@ def test_a_paired_design_cancels_what_each_guest_shares():
     lo, hi = claims.paired_ratio_ci(a, b, seed=1)
     assert 4.2 < lo < 4.5 < hi < 4.8
     assert claims.sign_flip_pvalue(a, b) == pytest.approx(2 / 32)
-    common = dict(scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower")
-    records = [Measurement(replicates=a, samples=[], variant={"smart_scan": 1, "pages": "4k"}, **common),
-               Measurement(replicates=b, samples=[], variant={"smart_scan": 0, "pages": "4k"}, **common)]
+    common: dict[str, Any] = dict(
+        scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower"
+    )
+    records = [
+        Measurement(replicates=a, samples=[], variant={"smart_scan": 1, "pages": "4k"}, **common),
+        Measurement(replicates=b, samples=[], variant={"smart_scan": 0, "pages": "4k"}, **common),
+    ]
     v = _verdict("ksm-volatile-4k", records)
     assert v.ci is not None and v.ci[1] - v.ci[0] < 0.6 and "paired" in v.reason

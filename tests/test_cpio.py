@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from images import cpio
 from images.cpio import CpioWriter, Entry, add_tree
 
 
-def archive(build) -> bytes:  # type: ignore[no-untyped-def]
+def archive(build: Callable[[CpioWriter], object]) -> bytes:
     buffer = io.BytesIO()
     writer = CpioWriter(buffer)
     build(writer)
@@ -41,8 +42,7 @@ def sample(writer: CpioWriter) -> None:
 
 def test_round_trip_through_the_reader() -> None:
     entries = {e.name: e for e in cpio.read(archive(sample))}
-    assert list(entries) == ["bin", "bin/busybox", "bin/sh", "dev", "dev/console", "dev/sda", "tmp", "etc-empty",
-                             "odd"]
+    assert list(entries) == ["bin", "bin/busybox", "bin/sh", "dev", "dev/console", "dev/sda", "tmp", "etc-empty", "odd"]
     assert entries["bin/busybox"].mode == stat.S_IFREG | 0o755
     assert entries["bin/busybox"].data == b"\x7fELF" + bytes(range(256)) * 5
     assert entries["bin/sh"].mode == stat.S_IFLNK | 0o777 and entries["bin/sh"].data == b"/bin/busybox"
@@ -86,15 +86,29 @@ def test_same_inputs_same_sha256() -> None:
 def test_gnu_cpio_lists_and_extracts_it(tmp_path: Path) -> None:
     data = archive(sample)
     listing = subprocess.run(["cpio", "-t", "--quiet"], input=data, capture_output=True, check=True).stdout
-    assert listing.decode().split() == ["bin", "bin/busybox", "bin/sh", "dev", "dev/console", "dev/sda", "tmp",
-                                        "etc-empty", "odd"]
+    assert listing.decode().split() == [
+        "bin",
+        "bin/busybox",
+        "bin/sh",
+        "dev",
+        "dev/console",
+        "dev/sda",
+        "tmp",
+        "etc-empty",
+        "odd",
+    ]
     verbose = subprocess.run(["cpio", "-tv", "--quiet"], input=data, capture_output=True, check=True).stdout.decode()
     assert "Jan  1  1970" in verbose
     out = tmp_path / "x"
     out.mkdir()
     # extract what an unprivileged run can create (no device nodes)
-    subprocess.run(["cpio", "-id", "--quiet", "--no-absolute-filenames", "bin", "bin/*", "odd", "etc-empty"],
-                   input=data, cwd=out, check=True, capture_output=True)
+    subprocess.run(
+        ["cpio", "-id", "--quiet", "--no-absolute-filenames", "bin", "bin/*", "odd", "etc-empty"],
+        input=data,
+        cwd=out,
+        check=True,
+        capture_output=True,
+    )
     assert (out / "odd").read_bytes() == b"abc"
     assert os.readlink(out / "bin/sh") == "/bin/busybox"
     assert (out / "bin/busybox").stat().st_mode & 0o777 == 0o755
@@ -125,7 +139,12 @@ def test_add_tree_is_sorted_normalised_and_prefixed(tmp_path: Path) -> None:
     (root / "a.txt").write_bytes(b"hello")
     (root / "a.txt").chmod(0o600)
     (root / "link").symlink_to("b/tool")
-    data = archive(lambda w: (w.directory("lib"), add_tree(w, root, "lib")))
+
+    def lib(writer: CpioWriter) -> None:
+        writer.directory("lib")
+        add_tree(writer, root, "lib")
+
+    data = archive(lib)
     entries = {e.name: e for e in cpio.read(data)}
     assert list(entries) == ["lib", "lib/a.txt", "lib/b", "lib/b/tool", "lib/link"]
     assert entries["lib/a.txt"].mode == stat.S_IFREG | 0o644  # permissions normalised
@@ -133,11 +152,12 @@ def test_add_tree_is_sorted_normalised_and_prefixed(tmp_path: Path) -> None:
     assert entries["lib/link"].data == b"b/tool"
     # the host's file times and owners do not leak into the archive
     os.utime(root / "a.txt", (1_000_000, 1_000_000))
-    assert archive(lambda w: (w.directory("lib"), add_tree(w, root, "lib"))) == data
+    assert archive(lib) == data
 
 
-names = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters="/"), min_size=1,
-                max_size=20).filter(lambda name: name != cpio.TRAILER)
+names = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E, blacklist_characters="/"), min_size=1, max_size=20
+).filter(lambda name: name != cpio.TRAILER)
 
 
 @settings(max_examples=50, deadline=None)

@@ -32,7 +32,9 @@ def fake_apt(monkeypatch, tmp_path: Path):
             return PKGNAMES
         if argv[:2] == ["apt-cache", "policy"]:
             known = set(PKGNAMES.split())
-            return "  Candidate: 1.0\n" if argv[2] in known and not argv[2].endswith("-dbg") else "  Candidate: (none)\n"
+            return (
+                "  Candidate: 1.0\n" if argv[2] in known and not argv[2].endswith("-dbg") else "  Candidate: (none)\n"
+            )
         raise AssertionError(argv)
 
     monkeypatch.setattr(packages, "_run", run)
@@ -41,16 +43,23 @@ def fake_apt(monkeypatch, tmp_path: Path):
 
 def test_the_list_holds_releases_only_in_version_order(fake_apt, tmp_path: Path) -> None:
     assert packages.available_kernels(tmp_path) == [
-        "6.1.0-57-amd64", "6.1.0-57-cloud-amd64", "6.12.9+deb12-amd64", "6.12.100+deb12-amd64", "6.12.111+deb12-amd64",
+        "6.1.0-57-amd64",
+        "6.1.0-57-cloud-amd64",
+        "6.12.9+deb12-amd64",
+        "6.12.100+deb12-amd64",
+        "6.12.111+deb12-amd64",
     ]
 
 
-@pytest.mark.parametrize("given, package", [
-    ("6.12.111+deb12-amd64", "linux-image-6.12.111+deb12-amd64"),
-    ("linux-image-6.12.111+deb12-amd64", "linux-image-6.12.111+deb12-amd64"),
-    ("6.12.100+deb12-amd64", "linux-image-6.12.100+deb12-amd64-unsigned"),  # only the unsigned one exists
-    ("linux-image-6.1.0-57-amd64", "linux-image-6.1.0-57-amd64"),
-])
+@pytest.mark.parametrize(
+    "given, package",
+    [
+        ("6.12.111+deb12-amd64", "linux-image-6.12.111+deb12-amd64"),
+        ("linux-image-6.12.111+deb12-amd64", "linux-image-6.12.111+deb12-amd64"),
+        ("6.12.100+deb12-amd64", "linux-image-6.12.100+deb12-amd64-unsigned"),  # only the unsigned one exists
+        ("linux-image-6.1.0-57-amd64", "linux-image-6.1.0-57-amd64"),
+    ],
+)
 def test_a_release_or_a_package_name_gives_the_package(fake_apt, tmp_path: Path, given: str, package: str) -> None:
     assert packages.kernel_package(given, tmp_path) == package
 

@@ -26,10 +26,15 @@ def source_tests() -> set[str]:
     for path in sorted(E2E.glob("*.py")):
         for node in ast.parse(path.read_text(), str(path)).body:
             if isinstance(node, ast.ClassDef):
-                bases = [b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
-                         for b in node.bases]
-                tests = {f.name for f in node.body
-                         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name.startswith("test")}
+                bases = [
+                    b.id if isinstance(b, ast.Name) else b.attr if isinstance(b, ast.Attribute) else ""
+                    for b in node.bases
+                ]
+                tests = {
+                    f.name
+                    for f in node.body
+                    if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name.startswith("test")
+                }
                 key = f"{path.name}:{node.name}"
                 classes[key] = (bases, tests)
                 where.setdefault(node.name, []).append(key)
@@ -50,8 +55,9 @@ def source_tests() -> set[str]:
 
 
 def avocado_tests() -> set[str]:
-    out = subprocess.run([str(AVOCADO), "list", "e2e/"], cwd=REPO_ROOT, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    out = subprocess.run(
+        [str(AVOCADO), "list", "e2e/"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True
+    ).stdout
     found = set()
     for line in out.splitlines():
         parts = line.split()

@@ -8,10 +8,11 @@ import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
-
-import pytest
+from typing import cast
 
 import fake_qemu
+import pytest
+
 from host import probe, report
 from host.environment import FINGERPRINT_KEYS, Environment
 from host.record import Measurement
@@ -33,9 +34,14 @@ def test_fingerprint_keys_are_fields() -> None:
 def test_a_scenario_adds_its_accelerator_and_guest() -> None:
     image = SimpleNamespace(release="6.1.0-57-amd64", kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
     env = Environment(host_kernel="h").with_accel("tcg", "TCG requested").with_guest(image)
-    assert env.to_json() == {"host_kernel": "h", "accel": "tcg", "accel_reason": "TCG requested",
-                             "guest_kernel": "6.1.0-57-amd64", "guest_kernel_sha256": "k" * 64,
-                             "initramfs_sha256": "i" * 64}
+    assert env.to_json() == {
+        "host_kernel": "h",
+        "accel": "tcg",
+        "accel_reason": "TCG requested",
+        "guest_kernel": "6.1.0-57-amd64",
+        "guest_kernel_sha256": "k" * 64,
+        "initramfs_sha256": "i" * 64,
+    }
 
 
 def test_the_probe_fills_the_host_part_with_memqual_qemu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,8 +60,14 @@ def test_the_probe_fills_the_host_part_with_memqual_qemu(tmp_path: Path, monkeyp
 def test_the_reports_host_fallback_is_the_probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("MEMQUAL_QEMU", str(fake_qemu.install(tmp_path, "hang")))
-    rec = Measurement(scenario="s", metric="m", unit="s", better="lower", samples=[1.0],
-                      environment=Environment(host_kernel="6.18.0").to_json())
+    rec = Measurement(
+        scenario="s",
+        metric="m",
+        unit="s",
+        better="lower",
+        samples=[1.0],
+        environment=Environment(host_kernel="6.18.0").to_json(),
+    )
     env = report.environment_fingerprint([rec], host_fallback=True)
     assert env["host_kernel"] == "6.18.0" and env["environment_sources"]["host_kernel"] == "records"
     assert env["qemu"] == fake_qemu.VERSION
@@ -67,10 +79,22 @@ def test_every_builder_writes_environment_keys() -> None:
     from host.memslots import kvm_bench, kvm_lookup
 
     names = {f.name for f in dataclasses.fields(Environment)}
-    bench = SimpleNamespace(host_kernel="h", kvm_module="kvm_test", api_version=12, nr_memslots=32764,
-                            address_spaces=2, vcpu_mmap_size=12288, config=SimpleNamespace(device="/dev/kvm"))
-    lookup = SimpleNamespace(host_kernel="h", kvm_module="kvm_test", nr_memslots=32764,
-                             config=SimpleNamespace(device="/dev/kvm"))
-    for doc in (kvm_bench.environment(bench), kvm_lookup.environment(lookup)):  # type: ignore[arg-type]
+    bench = SimpleNamespace(
+        host_kernel="h",
+        kvm_module="kvm_test",
+        api_version=12,
+        nr_memslots=32764,
+        address_spaces=2,
+        vcpu_mmap_size=12288,
+        config=SimpleNamespace(device="/dev/kvm"),
+    )
+    lookup = SimpleNamespace(
+        host_kernel="h", kvm_module="kvm_test", nr_memslots=32764, config=SimpleNamespace(device="/dev/kvm")
+    )
+    # Stand-ins with only the fields environment() reads.
+    for doc in (
+        kvm_bench.environment(cast(kvm_bench.BenchResult, bench)),
+        kvm_lookup.environment(cast(kvm_lookup.LookupResult, lookup)),
+    ):
         assert set(doc) <= names
         assert doc["kvm_nr_memslots"] == 32764 and doc["kvm_device"] == "/dev/kvm"

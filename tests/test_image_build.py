@@ -6,14 +6,14 @@ bad kernel inputs are one clear error.  Most tests use a tiny fake kernel
 from __future__ import annotations
 
 import shutil
-import subprocess
 import stat
+import subprocess
 import time
 from pathlib import Path
 
+import fake_kernel
 import pytest
 
-import fake_kernel
 from host.errors import BadInput, CapabilityMissing
 from images import build as build_module
 from images import cpio
@@ -21,7 +21,9 @@ from images.build import Image, KernelSource, build, sha256_file
 
 HOST_TOOLS = [build_module.BUSYBOX, build_module.DROPBEAR]
 needs_host_tools = pytest.mark.skipif(
-    not all(p.exists() for p in HOST_TOOLS) or not shutil.which("dropbearkey") or not shutil.which("depmod")
+    not all(p.exists() for p in HOST_TOOLS)
+    or not shutil.which("dropbearkey")
+    or not shutil.which("depmod")
     and not Path("/usr/sbin/depmod").exists(),
     reason="busybox-static, dropbear-bin and kmod are needed to build an image (run ./setup)",
 )
@@ -48,7 +50,10 @@ def test_first_build_then_cache_hit_under_a_second(kernel: KernelSource) -> None
     assert time.monotonic() - started < 1.0
     assert second.cached
     assert (key_of(second), second.initramfs_sha256, second.kernel_sha256) == (
-        key_of(first), first.initramfs_sha256, first.kernel_sha256)
+        key_of(first),
+        first.initramfs_sha256,
+        first.kernel_sha256,
+    )
 
 
 @needs_host_tools
@@ -65,7 +70,7 @@ def test_what_the_entry_holds(kernel: KernelSource) -> None:
     assert stat.S_ISCHR(entries["dev/console"].mode)
     assert f"lib/modules/{fake_kernel.RELEASE}/modules.dep" in entries
     assert "usr/sbin/dropbear" in entries
-    keys = {e.name for e in cpio.read(initrd[len(base):])}
+    keys = {e.name for e in cpio.read(initrd[len(base) :])}
     assert "root/.ssh/authorized_keys" in keys
     assert not any("id_ed25519" in name and "host" not in name for name in entries)  # no client key in the guest
 
@@ -147,8 +152,10 @@ def test_kernel_without_modules_is_refused() -> None:
         KernelSource(Path("/boot/vmlinuz"), None)
 
 
-@pytest.mark.skipif(not (shutil.which("apt-get") and shutil.which("dpkg") and shutil.which("apt-cache")),
-                    reason="apt-get/apt-cache/dpkg unavailable: the default image comes from Debian packages")
+@pytest.mark.skipif(
+    not (shutil.which("apt-get") and shutil.which("dpkg") and shutil.which("apt-cache")),
+    reason="apt-get/apt-cache/dpkg unavailable: the default image comes from Debian packages",
+)
 @needs_host_tools
 def test_debian_kernel_image_is_cached_in_the_user_cache() -> None:
     """The real default image, in the user's cache (the first run downloads

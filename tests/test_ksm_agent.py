@@ -31,7 +31,9 @@ class FakeBackground:
 
 class FakeSsh:
     def __init__(self, bg: FakeBackground) -> None:
-        self.bg, self.started, self.ran = bg, [], []
+        self.bg = bg
+        self.started: list[list[str]] = []
+        self.ran: list[list[str]] = []
 
     def start(self, argv):
         self.started.append(argv)
@@ -50,20 +52,32 @@ def test_parse_record() -> None:
 def test_args_argv() -> None:
     args = StressArgs(mib=64, phases=["fill", "hold:5"], byte=0x5A, mergeable=True, timeout_s=30)
     assert args.argv("/tmp/ksm_stress") == [
-        "/tmp/ksm_stress", "--mib", "64", "--byte", "90", "--phases", "fill,hold:5", "--timeout", "30", "--mergeable",
+        "/tmp/ksm_stress",
+        "--mib",
+        "64",
+        "--byte",
+        "90",
+        "--phases",
+        "fill,hold:5",
+        "--timeout",
+        "30",
+        "--mergeable",
     ]
     assert args.pages == 16384
 
 
 def test_wait_event_and_advance() -> None:
     gate = threading.Event()
-    bg = FakeBackground([
-        "t=1 event=start pid=42 mib=1",
-        "t=2 event=fill_done pages=256",
-        "t=3 event=hold_done reason=signal",
-        "t=4 event=verify_done pages=256 bad_pages=0",
-        "t=5 event=done status=0",
-    ], gate)
+    bg = FakeBackground(
+        [
+            "t=1 event=start pid=42 mib=1",
+            "t=2 event=fill_done pages=256",
+            "t=3 event=hold_done reason=signal",
+            "t=4 event=verify_done pages=256 bad_pages=0",
+            "t=5 event=done status=0",
+        ],
+        gate,
+    )
     ssh = FakeSsh(bg)
     with StressAgent(ssh, "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
         assert agent.wait_event("fill_done", 5)["pages"] == "256"
@@ -77,9 +91,11 @@ def test_wait_event_and_advance() -> None:
 
 
 def test_error_record_raises() -> None:
-    bg = FakeBackground([
-        "t=1 event=error reason=alloc size_mib=4096 guest_mem_mib=1000 available_mib=900",
-    ])
+    bg = FakeBackground(
+        [
+            "t=1 event=error reason=alloc size_mib=4096 guest_mem_mib=1000 available_mib=900",
+        ]
+    )
     with StressAgent(FakeSsh(bg), "/tmp/a", StressArgs(mib=4096, phases=["fill"])) as agent:
         with pytest.raises(GuestError, match="size_mib=4096 guest_mem_mib=1000"):
             agent.wait_event("fill_done", 5)

@@ -59,9 +59,7 @@ def make_tree(root: Path) -> dict[str, Path]:
     proc = root / "proc"
     (proc / "36").mkdir(parents=True)
     # comm ksmd, ppid 2, flags with PF_KTHREAD; utime 150, stime 50 ticks
-    (proc / "36" / "stat").write_text(
-        "36 (ksmd) S 2 0 0 0 -1 2097216 0 0 0 0 150 50 0 0 25 5 1 0 24 0 0\n"
-    )
+    (proc / "36" / "stat").write_text("36 (ksmd) S 2 0 0 0 -1 2097216 0 0 0 0 150 50 0 0 25 5 1 0 24 0 0\n")
     (proc / "36" / "schedstat").write_text("2500000000 171880 2\n")
     (proc / "77").mkdir()
     (proc / "77" / "stat").write_text("77 (qemu (x86)) S 1 0 0 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 99 0 0\n")
@@ -130,7 +128,7 @@ def test_restore_on_exception(tree) -> None:
     with pytest.raises(ZeroDivisionError):
         with controller(tree) as ksm:
             ksm.set(smart_scan=0, run=1)
-            1 / 0
+            raise ZeroDivisionError("the body failed")
     assert read(tree["ksm"] / "smart_scan") == "1"
     assert read(tree["ksm"] / "run") == "0"
 
@@ -185,8 +183,8 @@ def test_restore_after_crash(tree) -> None:
         import os
         from pathlib import Path
         from host.ksm import KsmController
-        k = KsmController(ksm_root=Path({str(tree['ksm'])!r}), thp_root=Path({str(tree['thp'])!r}),
-                          state_dir=Path({str(tree['state'])!r}), proc_root=Path('/proc'), euid=lambda: 0)
+        k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
+                          state_dir=Path({str(tree["state"])!r}), proc_root=Path('/proc'), euid=lambda: 0)
         k.open()
         k.set(pages_to_scan=4000, smart_scan=0, run=1)
         k.set_thp(defrag="never")
@@ -306,8 +304,8 @@ def test_sigterm_restores(tree) -> None:
         import os, sys, time
         from pathlib import Path
         from host.ksm import KsmController
-        k = KsmController(ksm_root=Path({str(tree['ksm'])!r}), thp_root=Path({str(tree['thp'])!r}),
-                          state_dir=Path({str(tree['state'])!r}), euid=lambda: 0)
+        k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
+                          state_dir=Path({str(tree["state"])!r}), euid=lambda: 0)
         k.open()
         k.set(sleep_millisecs=0, run=1)
         print("ready", flush=True)
@@ -315,6 +313,7 @@ def test_sigterm_restores(tree) -> None:
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
     assert read(tree["ksm"] / "sleep_millisecs") == "0"
     proc.send_signal(signal.SIGTERM)

@@ -4,6 +4,8 @@ end; and host.ksm.agent's finish waiting for the exit status."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from host import stats
@@ -23,8 +25,16 @@ from host.ksm.sysfs import KsmCounters
 
 def counters(t: float, cpu: float, scans: int, scanned: int, skipped: int) -> KsmCounters:
     return KsmCounters(
-        taken_s=t, full_scans=scans, pages_shared=0, pages_sharing=0, pages_unshared=0,
-        pages_volatile=100, pages_skipped=skipped, pages_scanned=scanned, general_profit=0, ksmd_cpu_s=cpu,
+        taken_s=t,
+        full_scans=scans,
+        pages_shared=0,
+        pages_sharing=0,
+        pages_unshared=0,
+        pages_volatile=100,
+        pages_skipped=skipped,
+        pages_scanned=scanned,
+        general_profit=0,
+        ksmd_cpu_s=cpu,
     )
 
 
@@ -33,8 +43,9 @@ class SimulatedKsmd:
     a scan costs twice as much for the first `warmup` scans after a switch
     (as if the skip budget had to build up)."""
 
-    def __init__(self, cost: dict[int, float], warmup: int = 0, pages: int = 1000,
-                 extra_pages_between: tuple[int, int] = (0, 0)) -> None:
+    def __init__(
+        self, cost: dict[int, float], warmup: int = 0, pages: int = 1000, extra_pages_between: tuple[int, int] = (0, 0)
+    ) -> None:
         self.cost, self.warmup, self.base_pages = cost, warmup, pages
         # (first, last) scan numbers during which another guest's 500 pages exist
         self.extra_between = extra_pages_between
@@ -83,8 +94,9 @@ def test_window_arithmetic() -> None:
 
 
 def test_seed_speed_is_the_inverse_of_the_claim_cost() -> None:
-    w = ScanWindow(smart_scan=1, wall_s=4.0, cpu_s=0.5, full_scans=9, pages_scanned=100, pages_skipped=800,
-                   pages_volatile=0)
+    w = ScanWindow(
+        smart_scan=1, wall_s=4.0, cpu_s=0.5, full_scans=9, pages_scanned=100, pages_skipped=800, pages_volatile=0
+    )
     assert w.pages_per_cpu_s * w.cpu_ns_per_page == pytest.approx(1e9)
     assert METRICS["pages_per_ksmd_cpu_s"].better == "higher"
 
@@ -100,7 +112,7 @@ def test_own_share() -> None:
 
 def test_window_needs_ksmd_cpu() -> None:
     start = counters(0, 0, 0, 0, 0)
-    end = KsmCounters(**{**start.to_json(), "ksmd_cpu_s": None})
+    end = dataclasses.replace(start, ksmd_cpu_s=None)
     with pytest.raises(ValueError, match="ksmd"):
         ScanWindow.between(start, end, 0)
 
@@ -129,8 +141,9 @@ def test_own_pages_read_at_each_window_end() -> None:
         reads.append(ksmd.scans)
         return 600
 
-    run = alternate_smart_scan(ksmd, repeats=2, scans_per_window=3, warmup_scans=1, timeout_s=1, settle_scans=2,
-                               own_pages=own)
+    run = alternate_smart_scan(
+        ksmd, repeats=2, scans_per_window=3, warmup_scans=1, timeout_s=1, settle_scans=2, own_pages=own
+    )
     windows = run.windows[0] + run.windows[1]
     assert len(reads) == 4
     assert all(w.own_share == pytest.approx(0.6) for w in windows)
@@ -141,8 +154,15 @@ def guest_runs(costs: list[tuple[float, float]], repeats: int = 2):
     smart_scan=1) cost per scan, the first variant alternating as the
     scenario does."""
     return [
-        alternate_smart_scan(SimulatedKsmd({0: off, 1: on}), repeats=repeats, scans_per_window=4, warmup_scans=1,
-                             timeout_s=1, settle_scans=2, first=replicate_first(i))
+        alternate_smart_scan(
+            SimulatedKsmd({0: off, 1: on}),
+            repeats=repeats,
+            scans_per_window=4,
+            warmup_scans=1,
+            timeout_s=1,
+            settle_scans=2,
+            first=replicate_first(i),
+        )
         for i, (off, on) in enumerate(costs)
     ]
 
@@ -183,8 +203,10 @@ def test_seed_speedup_is_with_over_without() -> None:
     with_smart = replicates(runs, 1, "pages_per_ksmd_cpu_s")
     without = replicates(runs, 0, "pages_per_ksmd_cpu_s")
     assert stats.compare_replicates(without, with_smart).ratio == pytest.approx(
-        stats.compare_replicates(replicates(runs, 1, "ksmd_cpu_ns_per_page"),
-                                 replicates(runs, 0, "ksmd_cpu_ns_per_page")).ratio)
+        stats.compare_replicates(
+            replicates(runs, 1, "ksmd_cpu_ns_per_page"), replicates(runs, 0, "ksmd_cpu_ns_per_page")
+        ).ratio
+    )
 
 
 def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
@@ -208,8 +230,9 @@ def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
 def test_without_warmup_the_cost_is_overstated() -> None:
     """The control of the test above: the warm-up matters."""
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
-    windows = alternate_smart_scan(ksmd, repeats=2, scans_per_window=4, warmup_scans=0, timeout_s=1,
-                                   settle_scans=0).windows
+    windows = alternate_smart_scan(
+        ksmd, repeats=2, scans_per_window=4, warmup_scans=0, timeout_s=1, settle_scans=0
+    ).windows
     assert stats.median(samples(windows[1], "ksmd_cpu_s_per_full_scan")) > 0.2
 
 
@@ -225,15 +248,15 @@ def test_disturbed_window_is_measured_again() -> None:
         assert w.pages_covered == 4 * 1000, "a kept window covers only the settled pages"
 
 
-def test_endless_disturbance_keeps_windows_after_the_budget() -> None:
+def test_endless_disturbance_keeps_windows_after_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2})
     real = ksmd.wait_full_scans
 
-    def growing(n, timeout_s, poll_s=0.0):
+    def growing(n: int, timeout_s: float, poll_s: float = 0.0) -> KsmCounters:
         ksmd.base_pages += 100  # a guest that keeps faulting memory in
         return real(n, timeout_s, poll_s)
 
-    ksmd.wait_full_scans = growing
+    monkeypatch.setattr(ksmd, "wait_full_scans", growing)
     run = alternate_smart_scan(ksmd, repeats=3, scans_per_window=4, warmup_scans=1, timeout_s=1, max_retries=2)
     assert len(run.discarded) == 2
     assert run.kept_disturbed == 6

@@ -6,20 +6,20 @@ guest: every case runs in a second or two."""
 from __future__ import annotations
 
 import dataclasses
-import shutil
-import tempfile
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
+import fake_qemu
 import pytest
 
-import fake_qemu
 from host import machine as machine_module
 from host.errors import LaunchError, Timeout
 from host.machine import Machine
@@ -61,7 +61,7 @@ def wait_dead(pid: int, deadline_s: float) -> bool:
 class NoSSHMachine(Machine):
     """A Machine that stops after QMP is up (the fake has no guest)."""
 
-    def wait_ssh(self, started: float) -> None:
+    def wait_ssh(self, started: float, first_command: list[str] | None = None, probe_banner: bool = True) -> None:
         self.boot_to_ssh_s = time.monotonic() - started
 
 
@@ -199,8 +199,9 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
     # The killed parent cannot remove its socket directory: keep it in ours.
     sockets = Path(tempfile.mkdtemp(prefix="mqt-", dir="/tmp"))
     env = {**os.environ, "MEMQUAL_QEMU": str(fake), "MEMQUAL_SOCKET_DIR": str(sockets)}
-    parent = subprocess.Popen([sys.executable, "-c", child], cwd=REPO_ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", child], cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         qmp_log = fake_qemu.state_dir(fake) / "qmp.log"
         deadline = time.monotonic() + 10

@@ -34,7 +34,9 @@ def test_model_table_says_when_the_published_figures_are_another_case(capsys):
 
 
 def test_model_json(capsys):
-    rc, out, _ = run(capsys, "model", "--layout", "seed-3", "--workload", "ram-hits", "--json", "--lookups", "500", "--seed", "9")
+    rc, out, _ = run(
+        capsys, "model", "--layout", "seed-3", "--workload", "ram-hits", "--json", "--lookups", "500", "--seed", "9"
+    )
     assert rc == 0
     doc = json.loads(out)
     assert doc["layout"] == "seed-3" and doc["workload"] == "ram-hits" and doc["seed"] == 9
@@ -44,7 +46,9 @@ def test_model_json(capsys):
 
 def test_model_from_a_file(capsys, tmp_path):
     path = tmp_path / "two.json"
-    path.write_text(json.dumps({"slots": [{"id": 0, "base_gfn": 0, "npages": 16}, {"id": 1, "base_gfn": 32, "npages": 16}]}))
+    path.write_text(
+        json.dumps({"slots": [{"id": 0, "base_gfn": 0, "npages": 16}, {"id": 1, "base_gfn": 32, "npages": 16}]})
+    )
     rc, out, _ = run(capsys, "model", "--layout", str(path), "--workload", "miss", "--json", "--lookups", "100")
     assert rc == 0
     assert json.loads(out)["structures"]["linear"]["max_nodes"] == 2
@@ -75,7 +79,10 @@ def test_lookup_json(capsys):
     [
         (["lookup", "--layout", "seed-3", "12z"], "bad gfn '12z': give a decimal number or 0x-prefixed hex"),
         (["model", "--layout", "seed-99", "--workload", "miss"], "unknown layout 'seed-99'"),
-        (["model", "--layout", "/nonexistent/l.json", "--workload", "miss"], "layout file /nonexistent/l.json not found"),
+        (
+            ["model", "--layout", "/nonexistent/l.json", "--workload", "miss"],
+            "layout file /nonexistent/l.json not found",
+        ),
         (["model", "--layout", "seed-3", "--workload", "misses"], "unknown workload 'misses'"),
         (["model", "--layout", "seed-3", "--workload", "miss", "--lookups", "0"], "--lookups 0 is too small"),
     ],
@@ -89,7 +96,9 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, message):
 
 def test_invalid_layout_file_names_the_slots(capsys, tmp_path):
     path = tmp_path / "dup.json"
-    path.write_text(json.dumps({"slots": [{"id": 4, "base_gfn": 0, "npages": 1}, {"id": 4, "base_gfn": 9, "npages": 1}]}))
+    path.write_text(
+        json.dumps({"slots": [{"id": 4, "base_gfn": 0, "npages": 1}, {"id": 4, "base_gfn": 9, "npages": 1}]})
+    )
     rc, _, err = run(capsys, "lookup", "--layout", str(path), "1")
     assert rc == 2 and "duplicate slot id 4" in err and err.count("\n") == 1
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import math
 import shutil
 import subprocess
@@ -47,19 +48,49 @@ OFFSETS = {
     K.UserspaceMemoryRegion: {"slot": 0, "flags": 4, "guest_phys_addr": 8, "memory_size": 16, "userspace_addr": 24},
     K.Regs: {"rax": 0, "rip": 128, "rflags": 136},
     K.Segment: {
-        "base": 0, "limit": 8, "selector": 12, "type": 14, "present": 15, "dpl": 16, "db": 17,
-        "s": 18, "l": 19, "g": 20, "avl": 21, "unusable": 22, "padding": 23,
+        "base": 0,
+        "limit": 8,
+        "selector": 12,
+        "type": 14,
+        "present": 15,
+        "dpl": 16,
+        "db": 17,
+        "s": 18,
+        "l": 19,
+        "g": 20,
+        "avl": 21,
+        "unusable": 22,
+        "padding": 23,
     },
     K.DTable: {"base": 0, "limit": 8},
     K.Ioeventfd: {"datamatch": 0, "addr": 8, "len": 16, "fd": 20, "flags": 24},
     K.Sregs: {
-        "cs": 0, "ds": 24, "tr": 144, "ldt": 168, "gdt": 192, "idt": 208, "cr0": 224, "cr2": 232,
-        "cr3": 240, "cr4": 248, "cr8": 256, "efer": 264, "apic_base": 272, "interrupt_bitmap": 280,
+        "cs": 0,
+        "ds": 24,
+        "tr": 144,
+        "ldt": 168,
+        "gdt": 192,
+        "idt": 208,
+        "cr0": 224,
+        "cr2": 232,
+        "cr3": 240,
+        "cr4": 248,
+        "cr8": 256,
+        "efer": 264,
+        "apic_base": 272,
+        "interrupt_bitmap": 280,
     },
     K.Run: {
-        "request_interrupt_window": 0, "immediate_exit": 1, "exit_reason": 8,
-        "ready_for_interrupt_injection": 12, "if_flag": 13, "flags": 14, "cr8": 16, "apic_base": 24,
-        "exit": 32, "kvm_valid_regs": 288,
+        "request_interrupt_window": 0,
+        "immediate_exit": 1,
+        "exit_reason": 8,
+        "ready_for_interrupt_injection": 12,
+        "if_flag": 13,
+        "flags": 14,
+        "cr8": 16,
+        "apic_base": 24,
+        "exit": 32,
+        "kvm_valid_regs": 288,
     },
     K.RunIo: {"direction": 0, "size": 1, "port": 2, "count": 4, "data_offset": 8},
     K.RunMmio: {"phys_addr": 0, "data": 8, "len": 16, "is_write": 20},
@@ -69,7 +100,7 @@ OFFSETS = {
 
 
 @pytest.mark.parametrize("struct", list(OFFSETS), ids=lambda s: s.__name__)
-def test_field_offsets_match_uapi(struct: type) -> None:
+def test_field_offsets_match_uapi(struct: type[ctypes.Structure]) -> None:
     actual = {name: getattr(struct, name).offset for name in OFFSETS[struct]}
     assert actual == OFFSETS[struct]
 
@@ -129,7 +160,16 @@ def test_flat_segments_are_4gib_32bit() -> None:
     data = K.flat_segment(0x10, code=False)
     assert (code.type, data.type) == (0xB, 0x3)
     for seg in (code, data):
-        assert (seg.base, seg.limit, seg.present, seg.db, seg.s, seg.l, seg.g, seg.dpl) == (0, 0xFFFFFFFF, 1, 1, 1, 0, 1, 0)
+        assert (seg.base, seg.limit, seg.present, seg.db, seg.s, seg.l, seg.g, seg.dpl) == (
+            0,
+            0xFFFFFFFF,
+            1,
+            1,
+            1,
+            0,
+            1,
+            0,
+        )
 
 
 # --- errors -------------------------------------------------------------------------
@@ -191,7 +231,7 @@ def test_geometry_slots_disjoint_gaps_free_moves_legal(n: int, pages: int) -> No
     geo = B.SlotGeometry(n, pages)
     for moved in (False, True):
         ranges = sorted(_ranges(geo, moved))
-        assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(ranges, ranges[1:]))
+        assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(ranges))
         assert ranges[-1][1] <= geo.top_gpa
     ranges = _ranges(geo)
     for i in range(n):
@@ -204,7 +244,7 @@ def test_geometry_slots_disjoint_gaps_free_moves_legal(n: int, pages: int) -> No
         assert off == geo.touch_gpa(i) - geo.slot_gpa(i)
     offsets = [(geo.slot_host_offset(i), geo.slot_host_offset(i) + geo.slot_size(i)) for i in range(n)]
     offsets.sort()
-    assert all(a_end <= b_start for (_, a_end), (b_start, _) in zip(offsets, offsets[1:]))
+    assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(offsets))
     assert offsets[-1][1] == geo.host_size
 
 
@@ -237,9 +277,9 @@ def _offsets() -> list[int]:
 
 def test_guest_program_jumps_land_on_instruction_starts() -> None:
     starts = _offsets()
-    by_asm = {asm.split()[0]: (off, code) for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM)}
+    by_asm = {asm.split()[0]: (off, code) for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM, strict=True)}
     targets = {}
-    for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM):
+    for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM, strict=True):
         if code[0] in (0x74, 0xEB):  # je rel8 / jmp rel8
             rel = int.from_bytes(code[1:2], "little", signed=True)
             targets[asm] = off + len(code) + rel
@@ -257,7 +297,9 @@ def test_guest_program_disassembles_as_documented(tmp_path) -> None:
     blob.write_bytes(B.GUEST_CODE)
     out = subprocess.run(
         ["objdump", "-D", "-b", "binary", "-m", "i386", "-M", "intel", str(blob)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     mnemonics = [line.split("\t")[2].split()[0] for line in out.splitlines() if line.count("\t") >= 2]
     documented = [asm.split()[0] for _, asm, _ in B.GUEST_PROGRAM]
@@ -286,17 +328,29 @@ def _probe(name: str, observed: str | None = None) -> B.Probe:
 def _result(vcpu_ok: bool = True, overlap: str = "EEXIST", full: bool = False) -> B.BenchResult:
     config = B.BenchConfig(slots=(1, 32, 509), repeats=2)
     result = B.BenchResult(
-        config=config, api_version=12, nr_memslots=509 if full else 32764, address_spaces=1,
-        vcpu_mmap_size=12288, kvm_module="kvm_test", host_kernel="test",
+        config=config,
+        api_version=12,
+        nr_memslots=509 if full else 32764,
+        address_spaces=1,
+        vcpu_mmap_size=12288,
+        kvm_module="kvm_test",
+        host_kernel="test",
         probes=[_probe(name) for name in B.EXPECTED_ERRNO if name != "overlap"] + [_probe("overlap", overlap)],
         model_source="test",
     )
     for r in range(2):
         for n in (1, 32, 509):
             v = B.VcpuSample(
-                empty_pass_s=10e-6, first_touch_s=10e-6 + n * (5 + r) * 1e-6, warm_touch_s=10e-6 + n * 2e-6,
-                same_slot_s=10e-6 + n * 1.5e-6, mmio_s=10e-6 + n * 20e-6, accesses=n,
-                reported=(n, n, n, n), mmio_exits=n, mmio_mismatches=0 if vcpu_ok else 1, touched_ok=n,
+                empty_pass_s=10e-6,
+                first_touch_s=10e-6 + n * (5 + r) * 1e-6,
+                warm_touch_s=10e-6 + n * 2e-6,
+                same_slot_s=10e-6 + n * 1.5e-6,
+                mmio_s=10e-6 + n * 20e-6,
+                accesses=n,
+                reported=(n, n, n, n),
+                mmio_exits=n,
+                mmio_mismatches=0 if vcpu_ok else 1,
+                touched_ok=n,
                 other_exits=0,
             )
             limit = _probe("limit") if full and n == 509 else None

@@ -10,6 +10,7 @@ import dataclasses
 import math
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -24,21 +25,40 @@ from host.memslots import kvm_lookup as L
 def test_lookup_program_disassembles_as_documented(tmp_path, write: bool) -> None:
     blob = tmp_path / "loop.bin"
     blob.write_bytes(L.lookup_program(write, 3))
-    out = subprocess.run(["objdump", "-D", "-b", "binary", "-m", "i386", "-M", "intel", str(blob)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["objdump", "-D", "-b", "binary", "-m", "i386", "-M", "intel", str(blob)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     lines = [line.split("\t")[2] for line in out.splitlines() if line.count("\t") >= 2]
     access = "mov    DWORD PTR [esi],ebx" if write else "mov    ebx,ebx"
-    assert [" ".join(x.split()) for x in lines] == [" ".join(x.split()) for x in [
-        "xor    ebx,ebx", "test   ecx,ecx", "je     0x10", "inc    ebx", access, access, access, "dec    ecx",
-        "jmp    0x2", "mov    eax,ebx", "mov    dx,0x501", "out    dx,eax", "hlt", "jmp    0x17",
-    ]]
+    assert [" ".join(x.split()) for x in lines] == [
+        " ".join(x.split())
+        for x in [
+            "xor    ebx,ebx",
+            "test   ecx,ecx",
+            "je     0x10",
+            "inc    ebx",
+            access,
+            access,
+            access,
+            "dec    ecx",
+            "jmp    0x2",
+            "mov    eax,ebx",
+            "mov    dx,0x501",
+            "out    dx,eax",
+            "hlt",
+            "jmp    0x17",
+        ]
+    ]
 
 
 def test_null_loop_has_the_same_length_and_jumps() -> None:
     for unroll in (1, 8, 50):
         write, null = L.lookup_program(True, unroll), L.lookup_program(False, unroll)
         assert len(write) == len(null)
-        assert sum(a != b for a, b in zip(write, null)) == unroll  # only the ModRM byte of each access
+        assert sum(a != b for a, b in zip(write, null, strict=True)) == unroll  # only the ModRM byte of each access
         assert len(write) + L.NULL_ENTRY <= 2 * L.NULL_ENTRY  # both copies fit in the code page
     with pytest.raises(BadInput):
         L.lookup_program(True, 0)
@@ -71,8 +91,9 @@ def test_config_refuses_what_cannot_run() -> None:
         L.LookupConfig(replicates=0).check()
 
 
-def _synthetic(per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764),
-               vm_effect: float = 0.0) -> L.LookupResult:
+def _synthetic(
+    per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764), vm_effect: float = 0.0
+) -> L.LookupResult:
     """VMs whose miss and small-hit costs grow by ``per_doubling`` ns per
     doubling of N over a RAM hit that does not grow; ``noise`` is a
     per-replicate offset and ``vm_effect`` a per-doubling drift that hits
@@ -86,39 +107,57 @@ def _synthetic(per_doubling: float, noise: list[float], slots=(1, 32, 509, 32764
             cost = 200.0 + per_doubling * math.log2(n) + common
             kinds = [k for k in L.KINDS if n > 1 or k != "small_hit"]
             access = {k: [(ram if k == "ram_hit" else cost) + d for d in (-1, 0, 1)] for k in kinds}
-            result.samples.append(L.VmSample(
-                slots=n, replicate=r, access_ns=access,
-                over_ram_ns={k: [a - h for a, h in zip(access[k], access["ram_hit"])] for k in kinds if k != "ram_hit"},
-                null_ns_per_iteration=[8000.0] * 3, raw_ns={k: [v + 900 for v in access[k]] for k in kinds},
-                wall_over_cpu=1.1, setup_s=0.01, checks={},
-            ))
+            result.samples.append(
+                L.VmSample(
+                    slots=n,
+                    replicate=r,
+                    access_ns=access,
+                    over_ram_ns={
+                        k: [a - h for a, h in zip(access[k], access["ram_hit"], strict=True)]
+                        for k in kinds
+                        if k != "ram_hit"
+                    },
+                    null_ns_per_iteration=[8000.0] * 3,
+                    raw_ns={k: [v + 900 for v in access[k]] for k in kinds},
+                    wall_over_cpu=1.1,
+                    setup_s=0.01,
+                    checks={},
+                )
+            )
     result.model_nodes = {n: {"miss": 5, "ram_hit": 2} for n in slots}
     return result
 
 
+def slope(result: L.LookupResult, kind: str, paired: bool | None = None) -> dict[str, Any]:
+    """``slope_summary`` where the data has a slope to give."""
+    fit = L.slope_summary(result, kind, paired)
+    assert fit is not None, f"no slope for {kind}"
+    return fit
+
+
 def test_slope_recovers_a_known_growth_and_says_when_it_is_resolved() -> None:
-    fit = L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "miss")
+    fit = slope(_synthetic(4.0, [0.0, 1.0, -1.0]), "miss")
     assert fit["paired_with_ram_hit"] and fit["mean_ns"] == pytest.approx(4.0)
     assert fit["ci95_ns"][0] - 1e-9 <= 4.0 <= fit["ci95_ns"][1] + 1e-9 and fit["resolved"]
     assert len(fit["slopes_ns"]) == 3
-    assert L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "ram_hit")["mean_ns"] == pytest.approx(0.0)
-    small = L.slope_summary(_synthetic(4.0, [0.0, 1.0, -1.0]), "small_hit")
+    assert slope(_synthetic(4.0, [0.0, 1.0, -1.0]), "ram_hit")["mean_ns"] == pytest.approx(0.0)
+    small = slope(_synthetic(4.0, [0.0, 1.0, -1.0]), "small_hit")
     assert small["slots"] == [32, 509, 32764]  # no small slot at N = 1
     # Replicates that disagree by a slope's worth each: not resolved.
     noisy = _synthetic(0.0, [0.0, 0.0, 0.0])
     for v in noisy.samples:
         if v.replicate == 1:
             v.over_ram_ns["miss"] = [x + 30 * math.log2(v.slots) for x in v.over_ram_ns["miss"]]
-    assert not L.slope_summary(noisy, "miss")["resolved"]
+    assert not slope(noisy, "miss")["resolved"]
 
 
 def test_pairing_with_the_ram_hit_cancels_what_hits_every_access_alike() -> None:
     """A drift of -3 ns per doubling on every access of a VM (seen here
     under load) shows in the unpaired slope and not in the paired one."""
     result = _synthetic(1.0, [0.0, 2.0, -2.0], vm_effect=-3.0)
-    assert L.slope_summary(result, "miss")["mean_ns"] == pytest.approx(1.0)
-    assert L.slope_summary(result, "miss", paired=False)["mean_ns"] == pytest.approx(-2.0)
-    assert L.slope_summary(result, "ram_hit")["mean_ns"] == pytest.approx(-3.0)
+    assert slope(result, "miss")["mean_ns"] == pytest.approx(1.0)
+    assert slope(result, "miss", paired=False)["mean_ns"] == pytest.approx(-2.0)
+    assert slope(result, "ram_hit")["mean_ns"] == pytest.approx(-3.0)
 
 
 def test_records_shape() -> None:
@@ -171,6 +210,7 @@ def test_a_miss_that_lands_in_a_slot_fails(kvm, monkeypatch) -> None:
     """Point the miss at the small slot: its writes hit memory, the
     ioeventfd never fires, and the run fails instead of timing a hit as a
     miss."""
+
     def targets(self):
         small = self.small_gpa(self.target_slot)
         return {"ram_hit": self.ram_bytes // 2, "small_hit": small, "miss": small}

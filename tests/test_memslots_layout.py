@@ -51,7 +51,10 @@ def test_duplicate_id_names_the_id_and_entries():
 def test_more_slots_than_the_limit():
     layout = Layout(tuple(Slot(i, i * 2, 1) for i in range(5)), name="big")
     validate(layout, limit=5)
-    with pytest.raises(BadInput, match=r"layout 'big': 5 slots, more than the limit of 4: remove 1 slots \(first over the limit: slot 4\)"):
+    with pytest.raises(
+        BadInput,
+        match=r"layout 'big': 5 slots, more than the limit of 4: remove 1 slots \(first over the limit: slot 4\)",
+    ):
         validate(layout, limit=4)
 
 
@@ -118,7 +121,9 @@ def test_load_errors(tmp_path):
     with pytest.raises(BadInput, match="layout file truncated or not JSON"):
         load_layout(bad)
     overlap = tmp_path / "overlap.json"
-    overlap.write_text(json.dumps({"slots": [{"id": 0, "base_gfn": 0, "npages": 8}, {"id": 1, "base_gfn": 4, "npages": 8}]}))
+    overlap.write_text(
+        json.dumps({"slots": [{"id": 0, "base_gfn": 0, "npages": 8}, {"id": 1, "base_gfn": 4, "npages": 8}]})
+    )
     with pytest.raises(BadInput, match=r"slot 0 \(gfn 0x0-0x7\) and slot 1 \(gfn 0x4-0xb\) overlap"):
         load_layout(overlap)
 

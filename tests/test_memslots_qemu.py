@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from host.errors import BadInput, GuestError
 from host.memslots import qemu_layout as Q
@@ -64,9 +66,20 @@ address-space: memory
       0000000100000000-0000000107ffffff (prio 0, ram): mq-mem-1
 """
 
-MEMORY_DEVICES = [
-    {"type": "dimm", "data": {"memdev": "/objects/mq-mem-1", "hotplugged": False, "addr": 4294967296,
-                              "hotpluggable": True, "size": 134217728, "slot": 0, "node": 0, "id": "mq-dimm-1"}},
+MEMORY_DEVICES: list[dict[str, Any]] = [
+    {
+        "type": "dimm",
+        "data": {
+            "memdev": "/objects/mq-mem-1",
+            "hotplugged": False,
+            "addr": 4294967296,
+            "hotpluggable": True,
+            "size": 134217728,
+            "slot": 0,
+            "node": 0,
+            "id": "mq-dimm-1",
+        },
+    },
     {"type": "virtio-mem", "data": {"id": "vm0", "memaddr": 0, "size": 0}},
 ]
 
@@ -145,8 +158,10 @@ def test_plan_splits_base_slots_from_dimms_and_hotplugs_the_last():
     assert [s.id for s in plan.base] == [0]
     assert [(d.slot.id, d.hotplug) for d in plan.dimms] == [(1, False), (2, True), (3, True)]
     assert plan.boot_args() == (
-        "-object", "memory-backend-ram,id=mq-mem-1,size=134217728",
-        "-device", "pc-dimm,id=mq-dimm-1,memdev=mq-mem-1,addr=0x100000000",
+        "-object",
+        "memory-backend-ram,id=mq-mem-1,size=134217728",
+        "-device",
+        "pc-dimm,id=mq-dimm-1,memdev=mq-mem-1,addr=0x100000000",
     )
     assert plan.hotplug_commands() == [
         ("object-add", {"qom-type": "memory-backend-ram", "id": "mq-mem-2", "size": 128 << 20}),
@@ -163,19 +178,36 @@ def test_plan_splits_base_slots_from_dimms_and_hotplugs_the_last():
     "slots, memory, hotplug, words",
     [
         ((Slot(1, GIB_GFN * 4 - 16, 32),), MEMORY, 0, ["slot 1", "straddles", "0x100000000"]),
-        (tuple(Slot(i, GIB_GFN * 4 + i * BLOCK, BLOCK) for i in range(5)), MEMORY, 0,
-         ["5 dimm slots", "slots=4", "slot 4 and after"]),
+        (
+            tuple(Slot(i, GIB_GFN * 4 + i * BLOCK, BLOCK) for i in range(5)),
+            MEMORY,
+            0,
+            ["5 dimm slots", "slots=4", "slot 4 and after"],
+        ),
         ((Slot(1, GIB_GFN * 4, BLOCK, flags=2),), MEMORY, 0, ["slot 1", "flags 2"]),
         ((Slot(1, GIB_GFN * 4 + 16, BLOCK),), MEMORY, 0, ["slot 1", "128 MiB blocks"]),
         ((Slot(1, GIB_GFN * 4, BLOCK + 1),), MEMORY, 0, ["slot 1", "128 MiB blocks"]),
         ((Slot(7, GIB_GFN * 12, BLOCK),), MEMORY, 0, ["slot 7", "beyond the dimm region", "--maxmem"]),
         ((Slot(1, GIB_GFN * 4, 4 * GIB_GFN),), MEMORY, 0, ["4096 MiB", "maxmem - ram = 3584 MiB", "4608 MiB"]),
-        ((Slot(1, GIB_GFN * 4, BLOCK), Slot(2, GIB_GFN * 4 + BLOCK // 2, BLOCK)), MEMORY, 0,
-         ["slot 1", "slot 2", "overlap"]),
+        (
+            (Slot(1, GIB_GFN * 4, BLOCK), Slot(2, GIB_GFN * 4 + BLOCK // 2, BLOCK)),
+            MEMORY,
+            0,
+            ["slot 1", "slot 2", "overlap"],
+        ),
         ((Slot(1, GIB_GFN * 4, BLOCK),), MEMORY, 2, ["cannot hotplug 2", "1 dimm slots"]),
     ],
-    ids=["straddle", "too-many-slots", "flags", "misaligned-base", "misaligned-size", "beyond-region",
-         "above-maxmem", "overlap", "hotplug-count"],
+    ids=[
+        "straddle",
+        "too-many-slots",
+        "flags",
+        "misaligned-base",
+        "misaligned-size",
+        "beyond-region",
+        "above-maxmem",
+        "overlap",
+        "hotplug-count",
+    ],
 )
 def test_plans_qemu_or_the_guest_would_refuse_are_bad_input(slots, memory, hotplug, words):
     with pytest.raises(BadInput) as caught:
@@ -246,14 +278,19 @@ def test_flatview_of_the_memory_address_space_only():
     smm = Q.parse_flatview(FLATVIEW, "cpu-smm-0")
     assert [r.name for r in smm] == ["pc.ram", "mq-mem-9"]
     with pytest.raises(BadInput, match='no flat view of address space "memory"'):
-        Q.parse_flatview("FlatView #0\n AS \"I/O\", root: io\n")
+        Q.parse_flatview('FlatView #0\n AS "I/O", root: io\n')
 
 
 def test_layout_from_flatview_is_the_memslots_qemu_registers():
     layout = Q.layout_from_flatview(Q.parse_flatview(FLATVIEW))
     assert [(s.base_gfn, s.npages, s.flags) for s in layout.slots] == [
-        (0x0, 0xC3, 0), (0xC3, 0x25, 2), (0xE8, 0x8, 0), (0xF0, 0x10, 2), (0x100, 0x1FF00, 0),
-        (0xFFFC0, 0x40, 2), (0x100000, BLOCK, 0),
+        (0x0, 0xC3, 0),
+        (0xC3, 0x25, 2),
+        (0xE8, 0x8, 0),
+        (0xF0, 0x10, 2),
+        (0x100, 0x1FF00, 0),
+        (0xFFFC0, 0x40, 2),
+        (0x100000, BLOCK, 0),
     ]
     assert [s.id for s in layout.slots] == list(range(7))
 
@@ -292,9 +329,7 @@ def test_differential_check_agrees_on_a_matching_system():
 def test_differential_check_names_every_view_that_lacks_a_dimm():
     layout = Layout(ONE_DIMM.slots + (Slot(2, 0x108000, BLOCK),))
     diffs = Q.differential_check(Q.plan_layout(layout, MEMORY), observed())
-    assert {(d.view, d.slot) for d in diffs} == {
-        ("flatview", 2), ("memory-devices", 2), ("iomem", 2), ("blocks", 2)
-    }
+    assert {(d.view, d.slot) for d in diffs} == {("flatview", 2), ("memory-devices", 2), ("iomem", 2), ("blocks", 2)}
     assert "no device mq-dimm-2" in [d.message for d in diffs if d.view == "memory-devices"][0]
 
 
@@ -355,9 +390,14 @@ def test_shipped_qemu_layout_is_a_valid_layout_file():
     assert len(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json")) == 4
 
 
-@pytest.mark.parametrize("text", [
-    "", "blocksize size=0x8000000\n", "block index=0 start=0x0 size=0x8000000 state=online zones=none\n",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "blocksize size=0x8000000\n",
+        "block index=0 start=0x0 size=0x8000000 state=online zones=none\n",
+    ],
+)
 def test_blocks_output_without_blocks_is_a_guest_error(text):
     with pytest.raises(GuestError, match="no memory blocks"):
         Q.parse_blocks(text)
@@ -365,13 +405,13 @@ def test_blocks_output_without_blocks_is_a_guest_error(text):
 
 # --- property: a system built exactly as planned agrees; drop a dimm and only it differs
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
 
 def built_as_planned(plan: Q.QemuPlan, drop: int | None = None) -> Q.Observed:
     """What QEMU and the guest would show for ``plan``, minus dimm ``drop``."""
-    flat = [Q.FlatRange(s.base_gfn * 4096, s.end_gfn * 4096 - 1, "rom" if s.flags & 2 else "ram", "pc.ram")
-            for s in plan.base]
+    flat = [
+        Q.FlatRange(s.base_gfn * 4096, s.end_gfn * 4096 - 1, "rom" if s.flags & 2 else "ram", "pc.ram")
+        for s in plan.base
+    ]
     dimms, iomem, blocks = [], [], []
     for i, d in enumerate(plan.dimms):
         if d.slot.id == drop:
@@ -379,8 +419,10 @@ def built_as_planned(plan: Q.QemuPlan, drop: int | None = None) -> Q.Observed:
         flat.append(Q.FlatRange(d.addr, d.addr + d.size - 1, "ram", d.backend_id))
         dimms.append(Q.PluggedDimm(d.device_id, d.addr, d.size, i, f"/objects/{d.backend_id}", d.hotplug))
         iomem.append(Q.IomemEntry(d.addr, d.addr + d.size - 1, "System RAM", 0))
-        blocks += [Q.MemoryBlock(a // Q.GUEST_BLOCK, a, Q.GUEST_BLOCK, "online", "Movable")
-                   for a in range(d.addr, d.addr + d.size, Q.GUEST_BLOCK)]
+        blocks += [
+            Q.MemoryBlock(a // Q.GUEST_BLOCK, a, Q.GUEST_BLOCK, "online", "Movable")
+            for a in range(d.addr, d.addr + d.size, Q.GUEST_BLOCK)
+        ]
     iomem += [Q.IomemEntry(s.base_gfn * 4096, s.end_gfn * 4096 - 1, "System RAM", 0) for s in plan.base if not s.flags]
     return Q.Observed(tuple(flat), tuple(dimms), tuple(iomem), tuple(blocks))
 
@@ -426,7 +468,12 @@ def test_guest_layout_record_holds_a_layout_the_loader_reads():
     flat = Q.parse_flatview(FLATVIEW)
     record = G.layout_record("pc-3dimm", flat, {"machine": "pc", "ram_mib": 512})
     again = Measurement.from_json(json.loads(json.dumps(record.to_json())))
-    assert (again.scenario, again.metric, again.unit, again.better) == ("memslots.guest_layout", "slots", "slots", "lower")
+    assert (again.scenario, again.metric, again.unit, again.better) == (
+        "memslots.guest_layout",
+        "slots",
+        "slots",
+        "lower",
+    )
     assert again.variant == {"config": "pc-3dimm"} and again.settings == {"machine": "pc", "ram_mib": 512}
     layout = layout_from_json(again.extra["layout"], "pc-3dimm")
     assert layout == Q.layout_from_flatview(flat, name="pc-3dimm")

@@ -82,8 +82,13 @@ class PmemVM:
 
 def test_host_check_counts_only_pages_qemu_holds_with_the_pattern():
     result = P.parse_probe(PROBE_OUTPUT.splitlines(), ranges(), SEED)
-    vm = PmemVM({0x100000: P.expected_page(0x100000, SEED), 0x100001: P.expected_page(0x100000, SEED),
-                 0x108000: P.expected_page(0x108000, SEED)})
+    vm = PmemVM(
+        {
+            0x100000: P.expected_page(0x100000, SEED),
+            0x100001: P.expected_page(0x100000, SEED),
+            0x108000: P.expected_page(0x108000, SEED),
+        }
+    )
     P.host_check(vm, result)
     assert result.by_slot()[1].host_verified == 1  # 0x100001 holds another frame's pattern
     assert result.by_slot()[2].host_verified == 1
@@ -102,7 +107,7 @@ def test_replay_segments_average_to_the_table():
         segs = result.segment_means[name]
         assert len(segs) == 4
         sizes = [26, 26, 25, 26]  # 103 frames in 4 segments
-        assert sum(m * n for m, n in zip(segs, sizes)) / 103 == pytest.approx(stats.mean_nodes)
+        assert sum(m * n for m, n in zip(segs, sizes, strict=True)) / 103 == pytest.approx(stats.mean_nodes)
     # a run of frames in one slot: the last-slot cache answers with one probe
     assert result.segment_means["binsearch-lru"][1] == 1.0
     assert result.segment_means["linear"][0] == 2.0  # slot 1 is the second entry
@@ -119,7 +124,11 @@ def test_records_one_per_structure_for_the_claim():
     assert {r.variant["structure"] for r in records} == set(result.table.structures)
     for record in records:
         assert (record.scenario, record.claim, record.metric, record.unit) == (
-            "memslots.trace", "memslot-hit", "nodes_per_lookup", "nodes")
+            "memslots.trace",
+            "memslot-hit",
+            "nodes_per_lookup",
+            "nodes",
+        )
         assert len(record.samples) == 3 and record.settings == {"layout": "t"}
         assert record.extra["lookups"] == 3 and record.duration_s == 1.5
     assert len({r.key() for r in records}) == 1  # one A/B group, told apart by variant
@@ -188,8 +197,9 @@ def test_agent_writes_and_reads_back_its_pattern():
     from images.agents import build_agent
 
     binary = build_agent(P.AGENT)
-    proc = subprocess.run([str(binary), "probe", "2", hex(SEED), "0x0:0x1000"], input=b"",
-                          capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [str(binary), "probe", "2", hex(SEED), "0x0:0x1000"], input=b"", capture_output=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stdout[-300:]
     lines = proc.stdout.decode().splitlines()
     result = P.parse_probe(lines, [P.RangeResult(0, 0, 0x1000)], SEED)

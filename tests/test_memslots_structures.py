@@ -4,6 +4,7 @@ the structures' own invariants, and a few exact counts."""
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,16 @@ from host.memslots.structures import (
     build,
     build_all,
 )
+
+Tree = TypeVar("Tree", HeightBudgetedTree, Tree2011, RedBlackTree)
+
+
+def built(cls: type[Tree], layout: Layout) -> Tree:
+    """``build`` of one tree class, typed as that class (its height, root)."""
+    index = build(cls.name, layout)
+    assert isinstance(index, cls)
+    return index
+
 
 # The structures that keep a miss within ceil(log2(n + 1)) + 1 nodes.
 # rbtree is balanced too, but a red-black tree only guarantees 2 log2(n + 1)
@@ -38,7 +49,9 @@ def slot_universe(draw, max_slots: int = 24) -> list[Slot]:
     to a few GiB (so size weights vary wildly), ids shuffled."""
     n = draw(st.integers(0, max_slots))
     sizes = draw(
-        st.lists(st.one_of(st.integers(1, 4), st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8])), min_size=n, max_size=n)
+        st.lists(
+            st.one_of(st.integers(1, 4), st.integers(1, 1 << 20), st.sampled_from([1, 2, 4, 8])), min_size=n, max_size=n
+        )
     )
     gaps = draw(st.lists(st.one_of(st.just(0), st.integers(1, 3), st.integers(1, 1 << 16)), min_size=n, max_size=n))
     ids = draw(st.permutations(range(n)))
@@ -144,18 +157,19 @@ def test_layouts_built_in_registration_order(universe, extra):
 @QUICK_SETTINGS
 @given(universe=slot_universe(max_slots=40))
 def test_hbtree_height_within_budget_and_heaviest_at_root(universe):
-    tree = build("hbtree", Layout(tuple(universe)))
+    tree = built(HeightBudgetedTree, Layout(tuple(universe)))
     n = len(universe)
     assert tree.height() <= math.ceil(math.log2(n + 1)) + 1
     if universe:
         heaviest = max(s.npages for s in universe)
+        assert tree._root is not None
         assert tree._by_id[tree._root.id].npages == heaviest  # the budget at the root never binds
 
 
 @QUICK_SETTINGS
 @given(universe=slot_universe(max_slots=40))
 def test_rbtree_height_within_red_black_bound(universe):
-    tree = build("rbtree", Layout(tuple(universe)))
+    tree = built(RedBlackTree, Layout(tuple(universe)))
     n = len(universe)
     assert tree.height() <= 2 * math.log2(n + 1)
 
@@ -192,12 +206,12 @@ def test_hbtree_avoids_the_2011_path():
     """Slots that grow with their gfn: heaviest-on-top alone (tree2011, the
     2011 tree) makes a path of n nodes; the height budget keeps it short."""
     slots = [Slot(i, (1 << i) - 1, 1 << i) for i in range(20)]
-    tree = build("hbtree", Layout(tuple(slots)))
+    tree = built(HeightBudgetedTree, Layout(tuple(slots)))
     tree.check()
-    assert tree._root.id == 19
+    assert tree._root is not None and tree._root.id == 19
     assert tree.height() == balanced_bound(20) + 1 == 6
     assert tree.lookup(slots[-1].end_gfn + 5) == (None, 1)  # above everything: right of the root
-    old = build("tree2011", Layout(tuple(slots)))
+    old = built(Tree2011, Layout(tuple(slots)))
     old.check()
     assert old.height() == 20  # a path: each slot is the left child of the next larger one
     assert old.lookup(0)[1] == 20  # the smallest slot is at the bottom
@@ -209,13 +223,14 @@ def test_seed_32_counts():
     hole = 0xA0  # 640 KiB: the VGA window, no slot
     assert indexes["linear"].lookup(hole) == (None, 32)
     assert indexes["reorder"].lookup(hole) == (None, 32)
-    assert indexes["hbtree"].height() == 7
+    hbtree = built(HeightBudgetedTree, layout)
+    assert hbtree.height() == 7
     # The 2011 tree has no height budget: on this layout it is deeper.
-    assert indexes["tree2011"].height() > indexes["hbtree"].height()
+    assert built(Tree2011, layout).height() > hbtree.height()
     assert indexes["binsearch"].lookup(hole)[1] <= 6
     # A red-black tree may be one level deeper than the near-perfect bound:
     # the reason its bound is 2 log2(n + 1).
-    assert indexes["rbtree"].height() > balanced_bound(32) + 1
+    assert built(RedBlackTree, layout).height() > balanced_bound(32) + 1
 
 
 def test_seed_3_hits_go_straight_to_the_biggest_slot():
@@ -285,8 +300,17 @@ def test_red_black_delete_fixups_keep_the_tree_valid():
 
 def test_bounds_by_construction():
     n = 32
-    assert [STRUCTURES[name].bound(n) for name in ("linear", "reorder", "binsearch", "binsearch-lru", "hbtree", "rbtree", "tree2011")] == [
-        32, 32, 6, 7, 7, 10, 32,
+    assert [
+        STRUCTURES[name].bound(n)
+        for name in ("linear", "reorder", "binsearch", "binsearch-lru", "hbtree", "rbtree", "tree2011")
+    ] == [
+        32,
+        32,
+        6,
+        7,
+        7,
+        10,
+        32,
     ]
     assert [balanced_bound(k) for k in (0, 1, 2, 3, 4, 7, 8, 32764)] == [0, 1, 2, 2, 3, 3, 4, 15]
 
@@ -332,16 +356,18 @@ def test_tree2011_is_the_treap_of_size_after_any_history(universe, toggles):
 
 def test_tree2011_ties_keep_the_first_registered_on_top():
     slots = [Slot(0, 100, 8), Slot(1, 0, 8), Slot(2, 200, 8)]
-    tree = build("tree2011", Layout(tuple(slots)))
-    assert tree._root.id == 0
+    tree = built(Tree2011, Layout(tuple(slots)))
+    assert tree._root is not None and tree._root.id == 0
     assert tree_shape(tree) == (0, (1, None, None), (2, None, None))
-    again = build("tree2011", Layout(tuple(reversed(slots))))
-    assert again._root.id == 2  # registration order decides between equals
+    again = built(Tree2011, Layout(tuple(reversed(slots))))
+    assert again._root is not None and again._root.id == 2  # registration order decides between equals
 
 
 def test_tree2011_check_catches_a_broken_heap():
-    tree = build("tree2011", Layout((Slot(0, 0, 100), Slot(1, 200, 10))))
+    tree = built(Tree2011, Layout((Slot(0, 0, 100), Slot(1, 200, 10))))
     tree.check()
-    tree._root.prio, tree._root.right.prio = tree._root.right.prio, tree._root.prio
+    root = tree._root
+    assert root is not None and root.right is not None
+    root.prio, root.right.prio = root.right.prio, root.prio
     with pytest.raises(AssertionError, match="larger than its parent"):
         tree.check()

@@ -10,9 +10,9 @@ import platform
 import time
 from pathlib import Path
 
+import fake_qemu
 import pytest
 
-import fake_qemu
 from host import cli, probe
 from host.errors import CapabilityMissing
 
@@ -119,8 +119,16 @@ def test_accel_choice_when_kvm_does_not_boot(tmp_path, monkeypatch, host) -> Non
     assert len(fake_qemu.invocations(fake)) == calls  # no probe for an explicit tcg
 
 
-DOCTOR_KEYS = {"qemu_version", "host_kernel", "kvm_device", "kvm_boots_linux", "accel", "ksm_writable", "thp",
-               "kvm_nr_memslots"}
+DOCTOR_KEYS = {
+    "qemu_version",
+    "host_kernel",
+    "kvm_device",
+    "kvm_boots_linux",
+    "accel",
+    "ksm_writable",
+    "thp",
+    "kvm_nr_memslots",
+}
 
 
 def test_doctor_json(tmp_path, monkeypatch, host, capsys) -> None:

@@ -23,9 +23,17 @@ def fake_binary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return binary
 
 
-def argv_for(config: MachineConfig, accel: str = "tcg", port: int = 40123, **kw: object) -> list[str]:
-    return command_line(config, accel, Path("/img/kernel"), Path("/img/initrd"), Path("/tmp/mq-x/qmp.sock"),
-                        Path("/tmp/mq-x/console.log"), port, **kw)  # type: ignore[arg-type]
+def argv_for(config: MachineConfig, accel: str = "tcg", port: int = 40123, incoming: str | None = None) -> list[str]:
+    return command_line(
+        config,
+        accel,
+        Path("/img/kernel"),
+        Path("/img/initrd"),
+        Path("/tmp/mq-x/qmp.sock"),
+        Path("/tmp/mq-x/console.log"),
+        port,
+        incoming,
+    )
 
 
 def values(argv: list[str], flag: str) -> list[str]:
@@ -68,7 +76,7 @@ def test_nothing_fixed_between_two_guests() -> None:
     """Two launches differ only where the launcher says: port and paths."""
     a = command_line(MachineConfig(), "tcg", Path("/k"), Path("/i"), Path("/tmp/a/q"), Path("/tmp/a/c"), 1111)
     b = command_line(MachineConfig(), "tcg", Path("/k"), Path("/i"), Path("/tmp/b/q"), Path("/tmp/b/c"), 2222)
-    differing = [(x, y) for x, y in zip(a, b) if x != y]
+    differing = [(x, y) for x, y in zip(a, b, strict=True) if x != y]
     assert len(a) == len(b) and len(differing) == 3
     for x, y in differing:
         assert ("/tmp/a/" in x and "/tmp/b/" in y) or ("1111" in x and "2222" in y)
@@ -159,8 +167,12 @@ def test_tsc_frequency_is_given_only_under_tcg(monkeypatch) -> None:
     "log, cpuinfo, khz",
     [
         # the host kernel's refined calibration wins over its first guess
-        ("[0.0] tsc: Detected 2600.000 MHz processor\n[1.2] tsc: Refined TSC clocksource calibration: 2591.998 MHz\n",
-         "cpu MHz : 1200.000\nflags : fpu tsc\n", 2_591_998),
+        (
+            "[0.0] tsc: Detected 2600.000 MHz processor\n"
+            "[1.2] tsc: Refined TSC clocksource calibration: 2591.998 MHz\n",
+            "cpu MHz : 1200.000\nflags : fpu tsc\n",
+            2_591_998,
+        ),
         ("[0.0] tsc: Detected 2600.000 MHz processor\n", "", 2_600_000),
         # no log: cpu MHz is the TSC's only in a VM or with tsc_known_freq
         ("", "flags\t\t: fpu tsc constant_tsc hypervisor\ncpu MHz\t\t: 2600.000\n", 2_600_000),
@@ -199,8 +211,9 @@ def test_smp() -> None:
     balloon=st.booleans(),
 )
 def test_every_valid_config_gives_a_well_formed_argv(memory, cpus, machine, merge, balloon) -> None:
-    config = MachineConfig(memory_mib=memory, cpus=cpus, machine=machine, mem_merge=merge,
-                           balloon=BalloonDevice() if balloon else None)
+    config = MachineConfig(
+        memory_mib=memory, cpus=cpus, machine=machine, mem_merge=merge, balloon=BalloonDevice() if balloon else None
+    )
     argv = argv_for(config)
     assert all(isinstance(a, str) and a for a in argv)
     # every option that takes a value has one (no flag followed by a flag)

@@ -9,14 +9,23 @@ from host.record import Measurement
 
 def _rec(replicates: list[list[float]], settings: dict | None = None, started: str = "r") -> Measurement:
     return Measurement(
-        scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=[],
-        replicates=replicates, settings=settings or {"guest_mib": 1024}, started=started,
-    )  # fmt: skip
+        scenario="balloon.deflate",
+        metric="deflate_s",
+        unit="s",
+        better="lower",
+        samples=[],
+        replicates=replicates,
+        settings=settings or {"guest_mib": 1024},
+        started=started,
+    )
 
 
 def test_a_record_of_one_guest_is_one_replicate_a_round():
-    rounds = [_rec([[0.20, 0.21, 0.19]], started="r1"), _rec([[0.22, 0.23]], started="r2"),
-              _rec([[0.18, 0.2]], started="r3")]  # fmt: skip
+    rounds = [
+        _rec([[0.20, 0.21, 0.19]], started="r1"),
+        _rec([[0.22, 0.23]], started="r2"),
+        _rec([[0.18, 0.2]], started="r3"),
+    ]
     (merged,) = record.merge_rounds(rounds)
     assert merged.replicates == [[0.20, 0.21, 0.19], [0.22, 0.23], [0.18, 0.2]]
     assert merged.n_replicates == 3 and len(merged.samples) == 7
@@ -35,8 +44,10 @@ def test_a_measured_value_in_settings_keeps_rounds_apart():
     # Why settings hold only what was set: the balloon scenario once keyed
     # its records by the inflate size it measured, so no two rounds merged
     # and each stayed one unmergeable unit.
-    rounds = [_rec([[0.2]], {"guest_mib": 1024, "inflate_mib": 781.8}),
-              _rec([[0.21]], {"guest_mib": 1024, "inflate_mib": 784.3})]  # fmt: skip
+    rounds = [
+        _rec([[0.2]], {"guest_mib": 1024, "inflate_mib": 781.8}),
+        _rec([[0.21]], {"guest_mib": 1024, "inflate_mib": 784.3}),
+    ]
     assert len(record.merge_rounds(rounds)) == 2
 
 

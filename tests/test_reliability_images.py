@@ -11,12 +11,12 @@ import threading
 import time
 from pathlib import Path
 
+import fake_kernel
 import pytest
 
-import fake_kernel
 from host import cli
 from images import build as build_module
-from images.build import CacheDamaged, KernelSource, build
+from images.build import CacheDamaged, Image, KernelSource, build
 
 needs_host_tools = pytest.mark.skipif(
     not (build_module.BUSYBOX.exists() and build_module.DROPBEAR.exists() and shutil.which("dropbearkey")),
@@ -75,7 +75,7 @@ def test_a_cached_file_that_changed_is_caught(kernel: KernelSource) -> None:
 
 @needs_host_tools
 def test_two_builds_of_one_entry_make_one_image(kernel: KernelSource) -> None:
-    results: list[object] = []
+    results: list[Image] = []
     threads = [threading.Thread(target=lambda: results.append(build(kernel))) for _ in range(2)]
     for thread in threads:
         thread.start()
@@ -83,9 +83,8 @@ def test_two_builds_of_one_entry_make_one_image(kernel: KernelSource) -> None:
         thread.join(120)
     assert len(results) == 2
     a, b = results
-    assert a.key.read_bytes() == b.key.read_bytes()  # type: ignore[attr-defined]
-    assert sorted(p.name for p in a.directory.parent.iterdir() if not p.name.startswith(".")) == [  # type: ignore[attr-defined]
-        a.directory.name]  # type: ignore[attr-defined]
+    assert a.key.read_bytes() == b.key.read_bytes()
+    assert sorted(p.name for p in a.directory.parent.iterdir() if not p.name.startswith(".")) == [a.directory.name]
 
 
 def test_a_tampered_agent_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

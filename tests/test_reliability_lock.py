@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,7 @@ time.sleep(600)
 
 
 def _holder(path: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "held\n"
     return proc
 
@@ -74,13 +74,18 @@ def test_the_default_lock_sits_beside_the_ksm_lock(tmp_path: Path, monkeypatch: 
     assert MeasurementLock().path == tmp_path / "state" / "measure.lock"
 
 
-def test_guest_tests_measure_unless_they_say_otherwise() -> None:
+def _test_instance(**fields: str) -> Any:
+    """In place of an Avocado test instance: measures() reads at most its
+    _testMethodName."""
     from types import SimpleNamespace
 
+    return SimpleNamespace(**fields)
+
+
+def test_guest_tests_measure_unless_they_say_otherwise() -> None:
     from e2e.test_cleanup import Cleanup, GuestIsolation
 
-    assert GuestTest.measures(SimpleNamespace())  # type: ignore[arg-type]
-    assert not GuestIsolation.measures(SimpleNamespace())  # type: ignore[arg-type]
-    sigkill = SimpleNamespace(_testMethodName="test_sigkill_mid_ksm_then_memqual_restores_the_knobs")
-    assert Cleanup.measures(sigkill)  # type: ignore[arg-type]
-    assert not Cleanup.measures(SimpleNamespace(_testMethodName="test_ctrl_c_kills_the_guest"))  # type: ignore[arg-type]
+    assert GuestTest.measures(_test_instance())
+    assert not GuestIsolation.measures(_test_instance())
+    assert Cleanup.measures(_test_instance(_testMethodName="test_sigkill_mid_ksm_then_memqual_restores_the_knobs"))
+    assert not Cleanup.measures(_test_instance(_testMethodName="test_ctrl_c_kills_the_guest"))

@@ -49,11 +49,18 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     script.write_text(STUBBORN_AVOCADO.format(python=sys.executable))
     script.chmod(0o755)
     pids = tmp_path / "pids"
-    env = {**os.environ, "MEMQUAL_AVOCADO": str(script), "FAKE_PIDS": str(pids),
-           "MEMQUAL_STATE_DIR": str(tmp_path / "state")}
+    env = {
+        **os.environ,
+        "MEMQUAL_AVOCADO": str(script),
+        "FAKE_PIDS": str(pids),
+        "MEMQUAL_STATE_DIR": str(tmp_path / "state"),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 30
     while not (pids.exists() and pids.read_text().endswith("\n")):
@@ -101,9 +108,15 @@ def test_the_job_runs_in_its_own_process_group(tmp_path: Path) -> None:
 
 def test_end_job_kills_a_group_that_ignores_sigint() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c",
-         "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"],
-        start_new_session=True, text=True, stdout=subprocess.PIPE,
+        [
+            sys.executable,
+            "-c",
+            "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(600)",
+        ],
+        start_new_session=True,
+        text=True,
+        stdout=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     started = time.monotonic()
@@ -132,8 +145,9 @@ def test_a_dead_reader_does_not_hang_the_loop(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setattr(runjob.queue.Queue, "put", put)
     monkeypatch.setattr(runjob.threading, "excepthook", lambda args: None)
-    config = runjob.RunConfig(output=tmp_path / "out", profile="quick", only=(), tests=tmp_path, kernels=(),
-                              parallel=1, rounds=1)
+    config = runjob.RunConfig(
+        output=tmp_path / "out", profile="quick", only=(), tests=tmp_path, kernels=(), parallel=1, rounds=1
+    )
     started = time.monotonic()
     job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
     assert time.monotonic() - started < 15

@@ -10,12 +10,13 @@ import os
 import stat
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from host import snapshot
 from host.errors import GuestError, Timeout
+from host.machine import Machine
 from host.qemu import MachineConfig
 
 
@@ -30,16 +31,22 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 class FakeMachine:
     """What snapshot.py uses of a Machine, scripted."""
 
-    def __init__(self, tmp_path: Path, migrate_status: str = "completed", restore_error: Exception | None = None,
-                 qemu_output: str = "") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        migrate_status: str = "completed",
+        restore_error: Exception | None = None,
+        qemu_output: str = "",
+    ) -> None:
         keys = tmp_path / "img" / "ssh"
         keys.mkdir(parents=True, exist_ok=True)
         (keys / "id_ed25519").write_text("client key 1")
         (keys / "host_key.pub").write_text("ssh-ed25519 AAAA1")
         self.config = MachineConfig()
         self.accel = "tcg"
-        self.image = SimpleNamespace(directory=tmp_path / "img", kernel_sha256="k" * 64, initramfs_sha256="i" * 64,
-                                     key=keys / "id_ed25519")
+        self.image = SimpleNamespace(
+            directory=tmp_path / "img", kernel_sha256="k" * 64, initramfs_sha256="i" * 64, key=keys / "id_ed25519"
+        )
         self.migrate_status = migrate_status
         self.restore_error = restore_error
         self.output = qemu_output
@@ -95,8 +102,14 @@ class FakeMachine:
         return self.output
 
 
+def real(machine: FakeMachine) -> Machine:
+    """The fake as the Machine snapshot's functions take: it has every
+    attribute and step of Machine that they use."""
+    return cast(Machine, machine)
+
+
 def _saved(machine: FakeMachine) -> Path:
-    directory = snapshot.snapshot_dir(machine)  # type: ignore[arg-type]
+    directory = snapshot.snapshot_dir(real(machine))
     directory.mkdir(parents=True)
     (directory / "state").write_bytes(b"good" * 10)
     (directory / "meta.json").write_text(json.dumps({"bytes": 40, "image": str(machine.image.directory)}))
@@ -105,9 +118,9 @@ def _saved(machine: FakeMachine) -> Path:
 
 def test_a_failed_save_resumes_the_guest_and_leaves_no_temporary_directory(tmp_path: Path) -> None:
     machine = FakeMachine(tmp_path, migrate_status="failed")
-    directory = snapshot.snapshot_dir(machine)  # type: ignore[arg-type]
+    directory = snapshot.snapshot_dir(real(machine))
     with pytest.raises(GuestError, match="saving the snapshot failed"):
-        snapshot._save(machine, directory)  # type: ignore[arg-type]
+        snapshot._save(real(machine), directory)
     assert machine.running, "the guest stayed paused"
     assert machine.calls[-2:] == ["cont", "wait_ssh"]
     assert list(directory.parent.iterdir()) == []
@@ -116,7 +129,7 @@ def test_a_failed_save_resumes_the_guest_and_leaves_no_temporary_directory(tmp_p
 
 def test_start_after_a_failed_save_is_a_cold_guest_with_ssh(tmp_path: Path) -> None:
     machine = FakeMachine(tmp_path, migrate_status="failed")
-    snapshot.start(machine)  # type: ignore[arg-type]
+    snapshot.start(real(machine))
     assert machine.running and machine.calls[-1] == "wait_ssh"
     leftovers = [p.name for p in snapshot.snapshot_root().iterdir() if not p.name.endswith(".lock")]
     assert leftovers == []
@@ -124,7 +137,7 @@ def test_start_after_a_failed_save_is_a_cold_guest_with_ssh(tmp_path: Path) -> N
 
 def test_a_good_save_is_private_and_complete(tmp_path: Path) -> None:
     machine = FakeMachine(tmp_path)
-    snapshot.start(machine)  # type: ignore[arg-type]
+    snapshot.start(real(machine))
     root = snapshot.snapshot_root()
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
     (entry,) = [p for p in root.iterdir() if p.is_dir()]
@@ -136,25 +149,28 @@ def test_a_good_save_is_private_and_complete(tmp_path: Path) -> None:
 def test_a_slow_restore_keeps_the_snapshot_and_boots_cold(tmp_path: Path) -> None:
     machine = FakeMachine(tmp_path, restore_error=Timeout("the guest did not answer SSH within 90 s"))
     directory = _saved(machine)
-    snapshot.start(machine)  # type: ignore[arg-type]
+    snapshot.start(real(machine))
     assert (directory / "state").read_bytes() == b"good" * 10
     assert machine.calls[-1] == "cold"
 
 
 def test_a_corrupt_snapshot_is_deleted_and_saved_anew(tmp_path: Path) -> None:
-    machine = FakeMachine(tmp_path, restore_error=GuestError("QEMU exited"),
-                          qemu_output="qemu-system-x86_64: load of migration failed: Invalid argument")
+    machine = FakeMachine(
+        tmp_path,
+        restore_error=GuestError("QEMU exited"),
+        qemu_output="qemu-system-x86_64: load of migration failed: Invalid argument",
+    )
     directory = _saved(machine)
     machine.restore_error = GuestError("QEMU exited")
-    snapshot.start(machine)  # type: ignore[arg-type]
+    snapshot.start(real(machine))
     assert (directory / "state").read_bytes() == b"state" * 10  # the new save
 
 
 def test_new_image_keys_mean_another_snapshot(tmp_path: Path) -> None:
     machine = FakeMachine(tmp_path)
-    before = snapshot.snapshot_key(machine)  # type: ignore[arg-type]
+    before = snapshot.snapshot_key(real(machine))
     (machine.image.key.parent / "host_key.pub").write_text("ssh-ed25519 AAAA2")  # image build --force
-    assert snapshot.snapshot_key(machine) != before  # type: ignore[arg-type]
+    assert snapshot.snapshot_key(real(machine)) != before
 
 
 def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, cache: Path) -> None:
@@ -164,13 +180,15 @@ def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, cache
     assert not snapshot.usable()
 
 
-def test_a_guest_that_cannot_be_resumed_after_a_failed_save_is_an_error(tmp_path: Path) -> None:
+def test_a_guest_that_cannot_be_resumed_after_a_failed_save_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     machine = FakeMachine(tmp_path, migrate_status="failed")
 
     def no_ssh(started: float, first_command: Any = None, probe_banner: bool = True) -> None:
         raise Timeout("the guest did not answer SSH within 90 s")
 
-    machine.wait_ssh = no_ssh  # type: ignore[method-assign]
+    monkeypatch.setattr(machine, "wait_ssh", no_ssh)
     with pytest.raises(GuestError, match="did not resume after a failed snapshot save"):
-        snapshot.start(machine)  # type: ignore[arg-type]
+        snapshot.start(real(machine))
     assert [p for p in snapshot.snapshot_root().iterdir() if not p.name.endswith(".lock")] == []

@@ -20,7 +20,7 @@ import pytest
 
 from host import cli
 from host.errors import BadInput
-from host.ksm.state import HostState, restore_stale
+from host.ksm.state import HostState, StaleRestore, restore_stale
 from host.ksm.sysfs import Sysfs
 from host.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 
@@ -59,7 +59,7 @@ def _leave_state(tree: dict[str, Path], **changes: object) -> HostState:
     return state
 
 
-def _restore(tree: dict[str, Path]) -> object:
+def _restore(tree: dict[str, Path]) -> StaleRestore | None:
     return restore_stale(tree["state"], tree["ksm"], tree["thp"])
 
 
@@ -109,8 +109,14 @@ def test_the_cli_refuses_a_foreign_cache_in_one_line(tmp_path: Path) -> None:
     os.chown(cache, _nobody(), -1)
     env = {**os.environ, "MEMQUAL_CACHE": str(cache), "MEMQUAL_STATE_DIR": str(tmp_path / "state")}
     env.pop("MEMQUAL_DEBUG", None)
-    out = subprocess.run([sys.executable, "-m", "host.cli", "image", "build"], cwd=REPO_ROOT, env=env,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "host.cli", "image", "build"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and out.stderr.startswith("memqual: error: cache directory")
     assert list(cache.iterdir()) == []  # nothing written into it
@@ -203,7 +209,7 @@ def test_a_good_state_file_still_restores(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     _leave_state(tree)
     result = _restore(tree)
-    assert result is not None and "ksm/pages_to_scan" in result.written  # type: ignore[attr-defined]
+    assert result is not None and "ksm/pages_to_scan" in result.written
     assert (tree["ksm"] / "pages_to_scan").read_text() == "100\n"
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import paramiko
 import pytest
@@ -19,8 +19,11 @@ from host.ssh import SSH, HostKeyMismatch
 
 
 def _ed25519_file(path: Path) -> Path:
-    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    path.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
     path.chmod(0o600)
     return path
 
@@ -150,8 +153,9 @@ def test_a_host_key_of_another_type_is_refused(sshd: FakeSshd, client_key: Path)
     assert sshd.commands == []
 
 
-def test_the_pinned_key_comes_from_the_images_key_directory(sshd: FakeSshd, server_key: paramiko.PKey,
-                                                          tmp_path: Path) -> None:
+def test_the_pinned_key_comes_from_the_images_key_directory(
+    sshd: FakeSshd, server_key: paramiko.PKey, tmp_path: Path
+) -> None:
     """By default SSH reads host_key.pub beside the image's client key."""
     keys = tmp_path / "ssh"
     keys.mkdir()

@@ -7,10 +7,12 @@ import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from host import snapshot
+from host.machine import Machine
 from host.qemu import BalloonDevice, MachineConfig
 
 
@@ -22,9 +24,10 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-def _machine(config: MachineConfig, image_dir: Path = Path("/img/a"), accel: str = "tcg") -> SimpleNamespace:
+def _machine(config: MachineConfig, image_dir: Path = Path("/img/a"), accel: str = "tcg") -> Machine:
+    """A stand-in with only what snapshot_key reads."""
     image = SimpleNamespace(directory=image_dir, kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
-    return SimpleNamespace(config=config, image=image, accel=accel)
+    return cast(Machine, SimpleNamespace(config=config, image=image, accel=accel))
 
 
 def test_key_ignores_warm_but_not_any_device_or_size() -> None:
@@ -65,7 +68,8 @@ def test_memqual_warm_0_turns_warm_starts_off(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_unwritable_snapshot_dir_turns_warm_starts_off_with_one_warning(
-        cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     (cache / "snapshots").write_text("a file where the directory should be")
     monkeypatch.setattr(snapshot, "_warned_unwritable", False)
@@ -75,8 +79,9 @@ def test_unwritable_snapshot_dir_turns_warm_starts_off_with_one_warning(
     assert len(warnings) == 1
 
 
-def test_cap_drops_orphans_then_least_recently_used(cache: Path, monkeypatch: pytest.MonkeyPatch,
-                                                    tmp_path: Path) -> None:
+def test_cap_drops_orphans_then_least_recently_used(
+    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     image = tmp_path / "image"
     image.mkdir()
     root = snapshot.snapshot_root()
@@ -86,6 +91,7 @@ def test_cap_drops_orphans_then_least_recently_used(cache: Path, monkeypatch: py
         directory.mkdir()
         (directory / "meta.json").write_text(json.dumps({"bytes": size, "image": str(image_dir)}))
         import os
+
         os.utime(directory / "meta.json", (mtime, mtime))
         return directory
 

@@ -10,8 +10,8 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -108,8 +108,9 @@ class LocalChannel:
 
     def exec_command(self, command: str) -> None:
         self.command = command
-        self._proc = subprocess.Popen(["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE)
+        self._proc = subprocess.Popen(
+            ["sh", "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
 
     def settimeout(self, timeout: float | None) -> None:
         self._timeout = timeout
@@ -118,7 +119,7 @@ class LocalChannel:
         assert self._proc is not None and self._proc.stdout is not None
         ready, _, _ = select.select([self._proc.stdout], [], [], self._timeout)
         if not ready:
-            raise socket.timeout()
+            raise TimeoutError()
         return os.read(self._proc.stdout.fileno(), size)
 
     def recv_stderr_ready(self) -> bool:
@@ -188,8 +189,11 @@ class FakeClient:
 @pytest.fixture(scope="module")
 def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("key") / "id_ed25519"
-    path.write_bytes(Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()))
+    path.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
     return path
 
 
@@ -199,17 +203,33 @@ def transport() -> FakeTransport:
 
 
 @pytest.fixture
-def ssh(key_file: Path, transport: FakeTransport) -> Iterator[SSH]:
+def ssh(key_file: Path, transport: FakeTransport, monkeypatch: pytest.MonkeyPatch) -> Iterator[SSH]:
     client = SSH(port=1, key_path=key_file)
-    client._client = FakeClient(transport)  # type: ignore[assignment]
-    client._background_connection = lambda: client  # type: ignore[method-assign]  # one fake connection
+    client._client = FakeClient(transport)
+    monkeypatch.setattr(client, "_background_connection", lambda: client)  # one fake connection
     yield client
     for channel in transport.channels:
         channel.close()
 
 
-NASTY = ["a b", "$(touch /tmp/pwned-memqual)", "`id`", "'", '"', ";", "&&", "|", "*", "~", "\\", "$HOME",
-         "\n", "-e", "", "é"]
+NASTY = [
+    "a b",
+    "$(touch /tmp/pwned-memqual)",
+    "`id`",
+    "'",
+    '"',
+    ";",
+    "&&",
+    "|",
+    "*",
+    "~",
+    "\\",
+    "$HOME",
+    "\n",
+    "-e",
+    "",
+    "é",
+]
 
 
 def test_every_word_reaches_the_program_unchanged(ssh: SSH, transport: FakeTransport) -> None:
@@ -219,12 +239,17 @@ def test_every_word_reaches_the_program_unchanged(ssh: SSH, transport: FakeTrans
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12),
-                min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), max_size=12),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_quoting_round_trips_any_words(key_file: Path, words: list[str]) -> None:
     transport = FakeTransport()
     client = SSH(port=1, key_path=key_file)
-    client._client = FakeClient(transport)  # type: ignore[assignment]
+    client._client = FakeClient(transport)
     try:
         result = client.run(["printf", "%s\\0", *words])
     finally:
@@ -270,7 +295,7 @@ def test_push_streams_a_file_with_its_mode(ssh: SSH, tmp_path: Path) -> None:
 
 def test_dead_transport_is_a_guest_error(key_file: Path) -> None:
     client = SSH(port=1, key_path=key_file)
-    client._client = FakeClient(FakeTransport(active=False))  # type: ignore[assignment]
+    client._client = FakeClient(FakeTransport(active=False))
     with pytest.raises(GuestError, match="connection to the guest is gone"):
         client.run(["true"])
     client.close()
@@ -286,10 +311,12 @@ class DyingTransport(FakeTransport):
         raise EOFError()
 
 
-def test_a_connection_that_breaks_under_a_command_is_a_guest_error(key_file: Path) -> None:
+def test_a_connection_that_breaks_under_a_command_is_a_guest_error(
+    key_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = SSH(port=1, key_path=key_file)
-    client._client = FakeClient(DyingTransport())  # type: ignore[assignment]
-    client._background_connection = lambda: client  # type: ignore[method-assign]
+    client._client = FakeClient(DyingTransport())
+    monkeypatch.setattr(client, "_background_connection", lambda: client)
     with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError") as info:
         client.start(["cat", "/proc/meminfo"])
     assert "\n" not in str(info.value)

@@ -126,10 +126,7 @@ def _reps(seed: int, n_reps: int, per_rep: int, loc: float, between: float, with
     """n_reps units, each with its own offset (between-unit noise, relative)
     and per_rep samples around it (within-unit noise, relative)."""
     rng = np.random.default_rng(seed)
-    return [
-        list(loc * (1 + rng.normal(0, between)) * (1 + rng.normal(0, within, per_rep)))
-        for _ in range(n_reps)
-    ]
+    return [list(loc * (1 + rng.normal(0, between)) * (1 + rng.normal(0, within, per_rep))) for _ in range(n_reps)]
 
 
 def test_exact_permutation_p_for_separated_3_vs_3_is_one_tenth():

@@ -55,8 +55,17 @@ class StressArgs:
     timeout_s: float = 300.0
 
     def argv(self, path: str) -> list[str]:
-        argv = [path, "--mib", str(self.mib), "--byte", str(self.byte), "--phases", ",".join(self.phases),
-                "--timeout", f"{self.timeout_s:g}"]
+        argv = [
+            path,
+            "--mib",
+            str(self.mib),
+            "--byte",
+            str(self.byte),
+            "--phases",
+            ",".join(self.phases),
+            "--timeout",
+            f"{self.timeout_s:g}",
+        ]
         if self.mergeable:
             argv.append("--mergeable")
         if self.thp:
@@ -83,7 +92,7 @@ class StressAgent:
         self._thread = threading.Thread(target=self._collect, name="ksm_stress-reader", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "StressAgent":
+    def __enter__(self) -> StressAgent:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -15,15 +15,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     status = sub.add_parser("status", help="print the KSM knobs, counters, ksmd CPU time and who holds the lock")
     status.add_argument("--json", action="store_true", help="one JSON object instead of a table")
-    status.add_argument("--pid", type=int, action="append", default=[], help="also show this process's ksm_merging_pages/ksm_stat (repeatable)")
+    status.add_argument(
+        "--pid",
+        type=int,
+        action="append",
+        default=[],
+        help="also show this process's ksm_merging_pages/ksm_stat (repeatable)",
+    )
     status.set_defaults(handler=_status)
 
     restore = sub.add_parser("restore", help="put back the knobs a killed memqual run left changed")
-    restore.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a live run to finish first")
+    restore.add_argument(
+        "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a live run to finish first"
+    )
     restore.set_defaults(handler=_restore)
 
     for p in (status, restore):
-        p.add_argument("--state-dir", type=Path, default=None, help="state directory (default $MEMQUAL_STATE_DIR or /run/memqual)")
+        p.add_argument(
+            "--state-dir", type=Path, default=None, help="state directory (default $MEMQUAL_STATE_DIR or /run/memqual)"
+        )
         p.add_argument("--sysfs", type=Path, default=None, help=argparse.SUPPRESS)  # a fake tree, for tests
 
 
@@ -39,19 +49,21 @@ def _status(args: argparse.Namespace) -> int:
     state = HostState(args.state_dir, ksm_root=fs.root)
     counters = read_counters(fs, ksmd_pid=procfs.find_ksmd())
     snapshot = state.load()
-    processes = {}
+    processes: dict[str, procfs.ProcessKsm] = {}
     for pid in args.pid:
         try:
-            processes[str(pid)] = procfs.process_ksm(pid).to_json()
+            processes[str(pid)] = procfs.process_ksm(pid)
         except FileNotFoundError as exc:
             raise BadInput(f"--pid {pid}: no such process (or a kernel without /proc/PID/ksm_merging_pages)") from exc
+    knobs = fs.knobs()
+    counter_values = counters.to_json()
     info = {
-        "knobs": fs.knobs(),
-        "counters": counters.to_json(),
+        "knobs": knobs,
+        "counters": counter_values,
         "lock_holder_pid": state.holder(),
         "state_file": str(state.state_path) if snapshot else None,
         "state_owner_pid": snapshot.pid if snapshot else None,
-        "processes": processes,
+        "processes": {pid: proc.to_json() for pid, proc in processes.items()},
     }
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
@@ -62,15 +74,15 @@ def _status(args: argparse.Namespace) -> int:
     table = Table(title=f"host KSM ({fs.root})")
     table.add_column("name")
     table.add_column("value", justify="right")
-    for name, value in info["knobs"].items():
-        table.add_row(name, value)
-    for name, value in info["counters"].items():
+    for name, knob in knobs.items():
+        table.add_row(name, knob)
+    for name, value in counter_values.items():
         if name != "taken_s":
             table.add_row(name, "-" if value is None else (f"{value:.3f}" if isinstance(value, float) else str(value)))
     for pid, proc in processes.items():
-        table.add_row(f"pid {pid} ksm_merging_pages", str(proc["merging_pages"]))
-        for key, value in proc["stat"].items():
-            table.add_row(f"pid {pid} {key}", value)
+        table.add_row(f"pid {pid} ksm_merging_pages", str(proc.merging_pages))
+        for key, stat in proc.stat.items():
+            table.add_row(f"pid {pid} {key}", stat)
     console = Console()
     console.print(table)
     if snapshot:

@@ -35,9 +35,7 @@ DEFAULT_LOCK_TIMEOUT_S = 600.0
 _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
-def check_capability(
-    ksm_root: Path = KSM_ROOT, euid: Callable[[], int] = os.geteuid
-) -> None:
+def check_capability(ksm_root: Path = KSM_ROOT, euid: Callable[[], int] = os.geteuid) -> None:
     """CapabilityMissing, with the reason, unless this process can drive KSM."""
     root = Path(ksm_root)
     if not root.is_dir():
@@ -84,7 +82,7 @@ class KsmController:
         self.stale_restored: StaleRestore | None = None
 
     # -- lifetime ----------------------------------------------------------
-    def __enter__(self) -> "KsmController":
+    def __enter__(self) -> KsmController:
         self.open()
         return self
 
@@ -240,8 +238,8 @@ class KsmController:
                 raise Timeout(
                     f"host KSM: full_scans went {start} -> {now} in {timeout_s:.1f} s, "
                     f"waited for {n} more (run={self.fs.read('run')}, "
-                    f"pages_to_scan={self.fs.read('pages_to_scan')}, sleep_millisecs={self.fs.read('sleep_millisecs')}; "
-                    + _diagnosis(first, self.counters()) + ")"
+                    f"pages_to_scan={self.fs.read('pages_to_scan')}, "
+                    f"sleep_millisecs={self.fs.read('sleep_millisecs')}; " + _diagnosis(first, self.counters()) + ")"
                 )
             time.sleep(poll_s)
 

@@ -41,6 +41,7 @@ speed-up is smart_scan=1 over smart_scan=0.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -71,9 +72,7 @@ class ScanWindow:
     own_pages: int | None = None
 
     @classmethod
-    def between(
-        cls, start: KsmCounters, end: KsmCounters, smart_scan: int, own_pages: int | None = None
-    ) -> "ScanWindow":
+    def between(cls, start: KsmCounters, end: KsmCounters, smart_scan: int, own_pages: int | None = None) -> ScanWindow:
         if start.ksmd_cpu_s is None or end.ksmd_cpu_s is None:
             raise ValueError("ksmd's CPU time is unknown (ksmd thread not found)")
         return cls(
@@ -172,7 +171,7 @@ def covered_per_scan(readings: Sequence[KsmCounters]) -> list[int]:
     number of mergeable pages on the host at the time."""
     return [
         ((b.pages_scanned or 0) + (b.pages_skipped or 0)) - ((a.pages_scanned or 0) + (a.pages_skipped or 0))
-        for a, b in zip(readings, readings[1:])
+        for a, b in itertools.pairwise(readings)
     ]
 
 
@@ -242,8 +241,9 @@ def alternate_smart_scan(
         ksm.set(smart_scan=variant)
         # The switch lands mid-scan: the first reading only aligns.
         readings = _readings(ksm, 1 + warmup_scans + scans_per_window, timeout_s)
-        window = ScanWindow.between(readings[warmup_scans], readings[-1], variant,
-                                    own_pages() if own_pages is not None else None)
+        window = ScanWindow.between(
+            readings[warmup_scans], readings[-1], variant, own_pages() if own_pages is not None else None
+        )
         counts = covered_per_scan(readings)
         if any(abs(c - reference) > tolerance * reference for c in counts):
             if len(run.discarded) < max_retries:

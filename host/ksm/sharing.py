@@ -73,7 +73,7 @@ class SharingModel:
     common_pages: float  # U: distinct contents all guests share
 
     @classmethod
-    def fit(cls, one: SharingPoint, two: SharingPoint) -> "SharingModel":
+    def fit(cls, one: SharingPoint, two: SharingPoint) -> SharingModel:
         if (one.guests, two.guests) != (1, 2):
             raise ValueError(f"fit needs the 1- and 2-guest points, not {one.guests} and {two.guests}")
         intra = float(one.pages_sharing)
@@ -114,7 +114,7 @@ def settle(
         scans += 1
         history.append(counters.pages_sharing)
         if len(history) > quiet_scans and history[-1] > 0:
-            window = history[-(quiet_scans + 1):]
+            window = history[-(quiet_scans + 1) :]
             if max(window) - min(window) <= tolerance * max(window):
                 return SharingPoint(
                     guests=guests,

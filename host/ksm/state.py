@@ -32,8 +32,8 @@ from typing import Any
 
 from host.errors import BadInput, CapabilityMissing, MemqualError
 from host.ksm import procfs
-from host.paths import UntrustedDirectory, check_trusted_stat
 from host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs, write_order
+from host.paths import UntrustedDirectory, check_trusted_stat
 
 log = logging.getLogger(__name__)
 
@@ -64,20 +64,24 @@ class Snapshot:
         return {"schema": STATE_SCHEMA, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any], source: str) -> "Snapshot":
+    def from_json(cls, data: dict[str, Any], source: str) -> Snapshot:
         if data.get("schema") != STATE_SCHEMA:
             raise MemqualError(f"{source}: not a memqual KSM state file (schema {data.get('schema')!r})")
         fields = {f.name for f in dataclasses.fields(cls)}
         try:
             snapshot = cls(**{k: v for k, v in data.items() if k in fields})
         except TypeError as exc:
-            raise BadInput(f"{source}: incomplete memqual KSM state file ({exc}); check the knobs by hand and delete it") from exc
+            raise BadInput(
+                f"{source}: incomplete memqual KSM state file ({exc}); check the knobs by hand and delete it"
+            ) from exc
         for group in (snapshot.ksm, snapshot.thp or {}):
             if not isinstance(group, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) and _KNOB_NAME.fullmatch(k) for k, v in group.items()
             ):
-                raise BadInput(f"{source}: knob names or values are not plain sysfs attributes; "
-                               "check the knobs by hand and delete the file")
+                raise BadInput(
+                    f"{source}: knob names or values are not plain sysfs attributes; "
+                    "check the knobs by hand and delete the file"
+                )
         return snapshot
 
 
@@ -214,8 +218,9 @@ class HostState:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise BadInput(f"{self.state_path} is a symlink: refused (memqual writes these files itself); "
-                               "remove it") from exc
+                raise BadInput(
+                    f"{self.state_path} is a symlink: refused (memqual writes these files itself); remove it"
+                ) from exc
             raise BadInput(f"{self.state_path}: {exc.strerror or exc}") from exc
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             # A torn write is impossible (rename), but a hand-edited file is
@@ -287,8 +292,10 @@ class HostState:
                 )
         unknown = sorted(set(snapshot.thp or {}) - set(THP_KNOBS))
         if unknown:
-            raise BadInput(f"{self.state_path}: THP knobs {', '.join(unknown)} are not memqual's to restore; "
-                           "check them by hand and delete the file")
+            raise BadInput(
+                f"{self.state_path}: THP knobs {', '.join(unknown)} are not memqual's to restore; "
+                "check them by hand and delete the file"
+            )
 
     def owner_alive(self, snapshot: Snapshot) -> bool:
         start = procfs.start_time(snapshot.pid, self.proc_root)

@@ -22,7 +22,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from host.errors import MemqualError
 from host.memslots.layout import load_layout
@@ -73,7 +74,7 @@ def _time_batch(lookup: Callable[[int], Any], gfns: list[int]) -> float:
 def run_bench(layout_name: str, workloads: list[str], repeats: int, batch: int, seed: int = 0) -> list[BenchResult]:
     layout = load_layout(layout_name)
     names = ["call", *STRUCTURES]
-    results = []
+    results: list[BenchResult] = []
     for workload in workloads:
         gfns = generate(layout, workload, batch, seed)
         lookups: dict[str, Callable[[int], Any]] = {"call": _empty}
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"lookup time, layout {args.layout}, {args.batch} lookups x {args.repeats} repeats", title_justify="left")
+    table = Table(
+        title=f"lookup time, layout {args.layout}, {args.batch} lookups x {args.repeats} repeats", title_justify="left"
+    )
     for column in ("workload", "structure", "median µs", "quartiles µs", "min-max µs"):
         table.add_column(column, justify="left" if column in ("workload", "structure") else "right")
     for row in rows:

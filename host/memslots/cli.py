@@ -28,8 +28,12 @@ def register(subparsers: Any) -> None:
     sub = memslots.add_subparsers(dest="memslots_command", metavar="SUBCOMMAND", required=True)
 
     model = sub.add_parser("model", help="nodes examined per structure for a layout and workload")
-    model.add_argument("--layout", required=True, metavar="FILE_OR_NAME", help="layout file or seed-3, seed-3-stacked, seed-32")
-    model.add_argument("--workload", required=True, metavar="NAME", help="miss, ram-hits, other-hits (alias small-hits) or mixed")
+    model.add_argument(
+        "--layout", required=True, metavar="FILE_OR_NAME", help="layout file or seed-3, seed-3-stacked, seed-32"
+    )
+    model.add_argument(
+        "--workload", required=True, metavar="NAME", help="miss, ram-hits, other-hits (alias small-hits) or mixed"
+    )
     model.add_argument("--lookups", type=int, default=10000, metavar="N", help="frames to look up (default 10000)")
     model.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workload (default 0)")
     model.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -37,8 +41,13 @@ def register(subparsers: Any) -> None:
 
     lookup = sub.add_parser("lookup", help="look gfns up in every structure")
     lookup.add_argument("--layout", required=True, metavar="FILE_OR_NAME", help="layout file or a shipped layout name")
-    lookup.add_argument("gfns", nargs="+", metavar="GFN", help="guest frame number, decimal or 0x hex; looked up in this order "
-        "(binsearch-lru keeps its last-slot cache from one to the next)")
+    lookup.add_argument(
+        "gfns",
+        nargs="+",
+        metavar="GFN",
+        help="guest frame number, decimal or 0x hex; looked up in this order "
+        "(binsearch-lru keeps its last-slot cache from one to the next)",
+    )
     lookup.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     lookup.set_defaults(handler=run_lookup)
 
@@ -58,8 +67,11 @@ def _register_kvm(sub: Any) -> None:
 def _register_qemu(sub: Any) -> None:
     from host.memslots import qemu_cli
 
-    parser = sub.add_parser("qemu", help="apply a layout to a real QEMU guest and check it",
-                            description=(qemu_cli.__doc__ or "").splitlines()[0])
+    parser = sub.add_parser(
+        "qemu",
+        help="apply a layout to a real QEMU guest and check it",
+        description=(qemu_cli.__doc__ or "").splitlines()[0],
+    )
     qemu_cli.add_arguments(parser)
     parser.set_defaults(handler=qemu_cli.run)
 
@@ -134,7 +146,7 @@ def run_lookup(args: argparse.Namespace) -> int:
     gfns = [parse_gfn(text) for text in args.gfns]
     layout = load_layout(args.layout)
     indexes = build_all(layout)
-    results = []
+    results: list[dict[str, Any]] = []
     for gfn in gfns:
         per = {}
         for name, index in indexes.items():

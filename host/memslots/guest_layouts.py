@@ -23,7 +23,8 @@ guest maps it; emulated devices' BARs are MMIO and add none.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from host.memslots.layout import Layout, layout_from_json
 from host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
@@ -51,8 +52,10 @@ class RamBar:
         if self.driver == "VGA":
             return ("-device", f"VGA,id={self.device_id},vgamem_mb={self.size_mib}")
         return (
-            "-object", f"memory-backend-ram,id={self.region_name},size={self.size_mib}M",
-            "-device", f"ivshmem-plain,id={self.device_id},memdev={self.region_name}",
+            "-object",
+            f"memory-backend-ram,id={self.region_name},size={self.size_mib}M",
+            "-device",
+            f"ivshmem-plain,id={self.device_id},memdev={self.region_name}",
         )
 
 
@@ -71,8 +74,12 @@ class GuestConfig:
     def extra_args(self) -> tuple[str, ...]:
         args: list[str] = []
         for i in range(self.boot_dimms):
-            args += ["-object", f"memory-backend-ram,id=mq-gl-mem-{i},size={GUEST_DIMM_MIB}M",
-                     "-device", f"pc-dimm,id=mq-gl-dimm-{i},memdev=mq-gl-mem-{i}"]
+            args += [
+                "-object",
+                f"memory-backend-ram,id=mq-gl-mem-{i},size={GUEST_DIMM_MIB}M",
+                "-device",
+                f"pc-dimm,id=mq-gl-dimm-{i},memdev=mq-gl-mem-{i}",
+            ]
         for bar in self.bars:
             args += bar.args()
         return tuple(args)
@@ -83,12 +90,21 @@ class GuestConfig:
         dimms: dict[str, Any] = {}
         if self.boot_dimms:
             dimms = dict(maxmem_mib=self.ram_mib + self.boot_dimms * GUEST_DIMM_MIB, mem_slots=self.boot_dimms)
-        return MachineConfig(machine=self.machine, memory_mib=self.ram_mib, cpus=1, balloon=None, warm=False,
-                             extra_args=self.extra_args(), **dimms)
+        return MachineConfig(
+            machine=self.machine,
+            memory_mib=self.ram_mib,
+            cpus=1,
+            balloon=None,
+            warm=False,
+            extra_args=self.extra_args(),
+            **dimms,
+        )
 
     def settings(self) -> dict[str, Any]:
         return {
-            "machine": self.machine, "ram_mib": self.ram_mib, "boot_dimms": self.boot_dimms,
+            "machine": self.machine,
+            "ram_mib": self.ram_mib,
+            "boot_dimms": self.boot_dimms,
             "dimm_mib": GUEST_DIMM_MIB if self.boot_dimms else 0,
             "ram_bars": [f"{b.driver}:{b.size_mib}M" for b in self.bars],
         }
@@ -100,8 +116,9 @@ def slot_names(ranges: Sequence[FlatRange]) -> list[str]:
     return [r.name for r in sorted((r for r in ranges if r.kind in SLOT_KINDS), key=lambda r: r.start)]
 
 
-def layout_record(config: str, ranges: Sequence[FlatRange], settings: dict[str, Any],
-                  duration_s: float = 0.0) -> Measurement:
+def layout_record(
+    config: str, ranges: Sequence[FlatRange], settings: dict[str, Any], duration_s: float = 0.0
+) -> Measurement:
     """The record of one real guest's memslots, read from its flat view.
     The layout is round-tripped through ``layout_from_json`` before it is
     recorded, so a record always holds a layout the loader accepts."""
@@ -109,12 +126,19 @@ def layout_record(config: str, ranges: Sequence[FlatRange], settings: dict[str, 
     data = layout.to_json()
     checked = layout_from_json(data, config)  # raises BadInput on an invalid layout
     return Measurement(
-        scenario=SCENARIO, metric=METRIC, unit="slots", better="lower", samples=[len(checked)],
-        variant={"config": config}, settings=dict(settings),
+        scenario=SCENARIO,
+        metric=METRIC,
+        unit="slots",
+        better="lower",
+        samples=[len(checked)],
+        variant={"config": config},
+        settings=dict(settings),
         extra={
             "layout": data,
             "slot_names": slot_names(ranges),
-            "read_from": "QEMU flat view of address space 'memory' (info mtree -f): each ram/rom/romd range is one KVM memslot",
+            "read_from": (
+                "QEMU flat view of address space 'memory' (info mtree -f): each ram/rom/romd range is one KVM memslot"
+            ),
         },
         duration_s=duration_s,
     )

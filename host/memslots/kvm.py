@@ -94,9 +94,24 @@ class Regs(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_uint64)
         for name in (
-            "rax", "rbx", "rcx", "rdx", "rsi", "rdi", "rsp", "rbp",
-            "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",
-            "rip", "rflags",
+            "rax",
+            "rbx",
+            "rcx",
+            "rdx",
+            "rsi",
+            "rdi",
+            "rsp",
+            "rbp",
+            "r8",
+            "r9",
+            "r10",
+            "r11",
+            "r12",
+            "r13",
+            "r14",
+            "r15",
+            "rip",
+            "rflags",
         )
     ]
 
@@ -138,11 +153,22 @@ class Sregs(ctypes.Structure):
     """struct kvm_sregs (x86, 312 bytes)."""
 
     _fields_ = [
-        ("cs", Segment), ("ds", Segment), ("es", Segment), ("fs", Segment),
-        ("gs", Segment), ("ss", Segment), ("tr", Segment), ("ldt", Segment),
-        ("gdt", DTable), ("idt", DTable),
-        ("cr0", ctypes.c_uint64), ("cr2", ctypes.c_uint64), ("cr3", ctypes.c_uint64),
-        ("cr4", ctypes.c_uint64), ("cr8", ctypes.c_uint64), ("efer", ctypes.c_uint64),
+        ("cs", Segment),
+        ("ds", Segment),
+        ("es", Segment),
+        ("fs", Segment),
+        ("gs", Segment),
+        ("ss", Segment),
+        ("tr", Segment),
+        ("ldt", Segment),
+        ("gdt", DTable),
+        ("idt", DTable),
+        ("cr0", ctypes.c_uint64),
+        ("cr2", ctypes.c_uint64),
+        ("cr3", ctypes.c_uint64),
+        ("cr4", ctypes.c_uint64),
+        ("cr8", ctypes.c_uint64),
+        ("efer", ctypes.c_uint64),
         ("apic_base", ctypes.c_uint64),
         ("interrupt_bitmap", ctypes.c_uint64 * ((KVM_NR_INTERRUPTS + 63) // 64)),
     ]
@@ -326,7 +352,9 @@ class Kvm:
         try:
             self.fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError as exc:
-            raise KvmUnavailable(f"{path} does not exist: load kvm (kvm_intel, kvm_amd) or run on a host with KVM") from exc
+            raise KvmUnavailable(
+                f"{path} does not exist: load kvm (kvm_intel, kvm_amd) or run on a host with KVM"
+            ) from exc
         except PermissionError as exc:
             raise KvmUnavailable(f"{path}: permission denied: run as root or join the kvm group") from exc
         except OSError as exc:
@@ -351,7 +379,7 @@ class Kvm:
     def vcpu_mmap_size(self) -> int:
         return _ioctl(self.fd, KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE")
 
-    def create_vm(self) -> "Vm":
+    def create_vm(self) -> Vm:
         return Vm(self)
 
     def close(self) -> None:
@@ -359,7 +387,7 @@ class Kvm:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "Kvm":
+    def __enter__(self) -> Kvm:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -383,7 +411,9 @@ class Vm:
         """The VM-level answer (may differ from the system one for some caps)."""
         return _ioctl(self.fd, KVM_CHECK_EXTENSION, cap, f"KVM_CHECK_EXTENSION({cap}) on VM")
 
-    def set_region(self, slot: int, guest_phys_addr: int, memory_size: int, userspace_addr: int, flags: int = 0) -> None:
+    def set_region(
+        self, slot: int, guest_phys_addr: int, memory_size: int, userspace_addr: int, flags: int = 0
+    ) -> None:
         """Create, move (same slot, new guest_phys_addr), change flags of, or
         delete (memory_size 0) a slot."""
         r = self._region
@@ -414,7 +444,7 @@ class Vm:
         # Deleting is setting size 0; KVM ignores the other fields except the id.
         self.set_region(slot, 0, 0, 0, 0)
 
-    def create_vcpu(self, vcpu_id: int = 0) -> "Vcpu":
+    def create_vcpu(self, vcpu_id: int = 0) -> Vcpu:
         vcpu = Vcpu(self, vcpu_id)
         self.vcpus.append(vcpu)
         return vcpu
@@ -427,7 +457,7 @@ class Vm:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "Vm":
+    def __enter__(self) -> Vm:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -538,7 +568,7 @@ class Vcpu:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "Vcpu":
+    def __enter__(self) -> Vcpu:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -577,7 +607,7 @@ class GuestMemory:
             self.mm.close()
             self.mm = None
 
-    def __enter__(self) -> "GuestMemory":
+    def __enter__(self) -> GuestMemory:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -45,12 +45,13 @@ import statistics
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
-from host.errors import BadInput, MemqualError
 from host import probe as host_probe
+from host.errors import BadInput, MemqualError
 from host.memslots import kvm as K
 
 log = logging.getLogger(__name__)
@@ -293,8 +294,9 @@ class Deadline:
         self.active = threading.current_thread() is threading.main_thread()
         self._old: Any = None
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         if self.active:
+
             def handler(signum: int, frame: Any) -> None:
                 raise PassTimeout()
 
@@ -367,7 +369,11 @@ def _delete_slots(vm: K.Vm, geo: SlotGeometry) -> float:
 
 
 def _run_pass(
-    vcpu: K.Vcpu, first: int, count: int, stride: int, timeout_s: float,
+    vcpu: K.Vcpu,
+    first: int,
+    count: int,
+    stride: int,
+    timeout_s: float,
     on_mmio: Callable[[K.MmioExit], None] | None,
 ) -> tuple[float, int, int]:
     """One guest pass; returns (seconds until the report, reported count,
@@ -442,9 +448,17 @@ def _vcpu_passes(vm: K.Vm, mem: K.GuestMemory, geo: SlotGeometry, timeout_s: flo
 
     mmio_s, rep3, other3 = _run_pass(vcpu, geo.gap_gpa(0), n, geo.stride, timeout_s, on_mmio)
     return VcpuSample(
-        empty_pass_s=base_s, first_touch_s=first_s, warm_touch_s=warm_s, same_slot_s=same_s, mmio_s=mmio_s,
-        accesses=n, reported=(rep1, rep2, rep4, rep3), mmio_exits=state["exits"], mmio_mismatches=state["bad"],
-        touched_ok=touched_ok, other_exits=other0 + other1 + other2 + other3 + other4,
+        empty_pass_s=base_s,
+        first_touch_s=first_s,
+        warm_touch_s=warm_s,
+        same_slot_s=same_s,
+        mmio_s=mmio_s,
+        accesses=n,
+        reported=(rep1, rep2, rep4, rep3),
+        mmio_exits=state["exits"],
+        mmio_mismatches=state["bad"],
+        touched_ok=touched_ok,
+        other_exits=other0 + other1 + other2 + other3 + other4,
     )
 
 
@@ -458,7 +472,9 @@ def run_once(kvm: K.Kvm, n: int, repeat: int, config: BenchConfig, nr_memslots: 
         limit = None
         if n >= nr_memslots:
             outcome = _attempt(vm, nr_memslots, geo.top_gpa + PAGE, PAGE, mem.address)
-            limit = Probe("limit", f"slot {nr_memslots} added to a VM holding {n} slots", EXPECTED_ERRNO["limit"], outcome)
+            limit = Probe(
+                "limit", f"slot {nr_memslots} added to a VM holding {n} slots", EXPECTED_ERRNO["limit"], outcome
+            )
         move_s = _move_slots(vm, geo, mem.address)
         delete_s = _delete_slots(vm, geo)
     return RunSample(n, repeat, setup_s, move_s, delete_s, vsample, limit)
@@ -483,7 +499,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     with K.Kvm(config.device) as kvm:
         nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
         if not kvm.check_extension(K.KVM_CAP_USER_MEMORY) or nr < 1:
-            raise K.KvmUnavailable(f"{config.device} has no user memory slots (KVM_CAP_USER_MEMORY / KVM_CAP_NR_MEMSLOTS = 0)")
+            raise K.KvmUnavailable(
+                f"{config.device} has no user memory slots (KVM_CAP_USER_MEMORY / KVM_CAP_NR_MEMSLOTS = 0)"
+            )
         too_many = [n for n in config.slots if n > nr]
         if too_many:
             raise BadInput(
@@ -491,10 +509,14 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                 f"give counts up to {nr} (the limit itself is probed every run)"
             )
         result = BenchResult(
-            config=config, api_version=kvm.api_version(), nr_memslots=nr,
+            config=config,
+            api_version=kvm.api_version(),
+            nr_memslots=nr,
             address_spaces=max(1, kvm.check_extension(K.KVM_CAP_MULTI_ADDRESS_SPACE)),
-            vcpu_mmap_size=kvm.vcpu_mmap_size(), kvm_module=kvm_module(),
-            host_kernel=platform.release(), probes=probe_errors(kvm, nr),
+            vcpu_mmap_size=kvm.vcpu_mmap_size(),
+            kvm_module=kvm_module(),
+            host_kernel=platform.release(),
+            probes=probe_errors(kvm, nr),
         )
         result.model_source = balanced_tree_nodes(1)[1]
         with_vcpu = config.vcpu
@@ -551,7 +573,9 @@ def probe_vcpu(kvm: K.Kvm, timeout_s: float = 60.0) -> str | None:
             return f"the flat protected-mode guest cannot run on this KVM: {exc}"
         raise
     if reported != 1 or word != 1:
-        raise GuestPassError(f"capability probe: the guest reported {reported} writes and wrote {word}, expected 1 and 1")
+        raise GuestPassError(
+            f"capability probe: the guest reported {reported} writes and wrote {word}, expected 1 and 1"
+        )
     return None
 
 
@@ -656,7 +680,11 @@ def summarize(result: BenchResult) -> dict[str, Any]:
             "per_run": f"runs[].model: {MODEL_STRUCTURE} of the reference model on the same layout and accesses",
         },
         "fit": fit_against_model(runs),
-        "settings": {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages, "order": "repeat-major, alternating direction"},
+        "settings": {
+            "repeats": result.config.repeats,
+            "slot_pages": result.config.slot_pages,
+            "order": "repeat-major, alternating direction",
+        },
         "environment": environment(result),
         "duration_s": result.duration_s,
     }
@@ -688,7 +716,11 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     walk (caches and TLBs grow with N too)."""
     # Each cost against the nodes the model examines for that access kind
     # (mean over the same accesses), or ceil(log2(n+1)) without the model.
-    pairs = (("fault_us", "touch_nodes_mean"), ("slot_switch_us", "touch_nodes_mean"), ("mmio_exit_us", "mmio_nodes_mean"))
+    pairs = (
+        ("fault_us", "touch_nodes_mean"),
+        ("slot_switch_us", "touch_nodes_mean"),
+        ("mmio_exit_us", "mmio_nodes_mean"),
+    )
     out: dict[str, Any] = {}
     for name, model_key in pairs:
         pts = [r for r in runs if name in r]  # slot_switch_us needs 2+ slots
@@ -701,7 +733,10 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
         slope, intercept = statistics.linear_regression(xs, ys)
         r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0
         out[name] = {
-            "us_per_node": slope, "intercept_us": intercept, "r": r, "points": len(pts),
+            "us_per_node": slope,
+            "intercept_us": intercept,
+            "r": r,
+            "points": len(pts),
             "nodes": model_key if all("model" in p for p in pts) else "model_nodes",
         }
     return out or None
@@ -709,11 +744,19 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def environment(result: BenchResult) -> dict[str, Any]:
     """The host's environment (host.probe) with what /dev/kvm said."""
-    return host_probe.environment().replace(
-        host_kernel=result.host_kernel, kvm_module=result.kvm_module, kvm_api_version=result.api_version,
-        kvm_nr_memslots=result.nr_memslots, kvm_address_spaces=result.address_spaces,
-        kvm_vcpu_mmap_size=result.vcpu_mmap_size, kvm_device=result.config.device,
-    ).to_json()
+    return (
+        host_probe.environment()
+        .replace(
+            host_kernel=result.host_kernel,
+            kvm_module=result.kvm_module,
+            kvm_api_version=result.api_version,
+            kvm_nr_memslots=result.nr_memslots,
+            kvm_address_spaces=result.address_spaces,
+            kvm_vcpu_mmap_size=result.vcpu_mmap_size,
+            kvm_device=result.config.device,
+        )
+        .to_json()
+    )
 
 
 # --- measurement records ------------------------------------------------------------------
@@ -751,8 +794,14 @@ def records(result: BenchResult) -> list[Any]:
                 continue
             out.append(
                 Measurement(
-                    scenario="memslots.kvm", metric=metric, unit=unit, better=better, samples=values,
-                    variant={"slots": n}, settings=settings, environment=env,
+                    scenario="memslots.kvm",
+                    metric=metric,
+                    unit=unit,
+                    better=better,
+                    samples=values,
+                    variant={"slots": n},
+                    settings=settings,
+                    environment=env,
                     extra={"model_nodes": nodes, "model_source": source, "model_walk": walk},
                     duration_s=result.duration_s,
                 )

@@ -9,6 +9,7 @@ prints one line and exits 2); a missing /dev/kvm raises CapabilityMissing.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -73,32 +74,43 @@ def check_kvm_device(path: str) -> None:
         os.close(fd)
     if answer != KVM_API_VERSION:
         raise BadInput(
-            f"--device {path} (char {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}) is not a KVM device: "
-            "give /dev/kvm"
+            f"--device {path} (char {os.major(st.st_rdev)}:{os.minor(st.st_rdev)}) is not a KVM device: give /dev/kvm"
         )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--slots", default=DEFAULT_SLOTS, metavar="N,N,...",
+        "--slots",
+        default=DEFAULT_SLOTS,
+        metavar="N,N,...",
         help=f"slot counts to measure, each up to KVM_CAP_NR_MEMSLOTS (default {DEFAULT_SLOTS})",
     )
     parser.add_argument("--repeats", type=int, default=3, metavar="R", help="runs per slot count (default 3)")
     parser.add_argument(
-        "--slot-pages", type=int, default=1, metavar="P",
+        "--slot-pages",
+        type=int,
+        default=1,
+        metavar="P",
         help="pages per slot (default 1; every slot must stay below 4 GiB)",
     )
     parser.add_argument("--no-vcpu", action="store_true", help="only time slot setup/move/delete; run no guest code")
     parser.add_argument("--device", default="/dev/kvm", help="the KVM device (default /dev/kvm)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    parser.add_argument("--records", metavar="DIR", help="also write measurement records (scenario memslots.kvm) into DIR")
+    parser.add_argument(
+        "--records", metavar="DIR", help="also write measurement records (scenario memslots.kvm) into DIR"
+    )
     lookup = parser.add_argument_group(
         "per-access lookup costs (--lookup): a miss, a RAM-slot hit and a small-slot hit by slot count, "
-        "fresh VMs per replicate (scenario memslots.kvm_lookup)")
-    lookup.add_argument("--lookup", action="store_true", help="measure per-access lookup costs instead of slot operations")
+        "fresh VMs per replicate (scenario memslots.kvm_lookup)"
+    )
+    lookup.add_argument(
+        "--lookup", action="store_true", help="measure per-access lookup costs instead of slot operations"
+    )
     lookup.add_argument("--replicates", type=int, default=3, metavar="R", help="fresh VMs per slot count (default 3)")
     lookup.add_argument("--rounds", type=int, default=21, metavar="K", help="timed rounds per VM (default 21)")
-    lookup.add_argument("--iterations", type=int, default=600, metavar="I", help="loop iterations per pass, 8 writes each (default 600)")
+    lookup.add_argument(
+        "--iterations", type=int, default=600, metavar="I", help="loop iterations per pass, 8 writes each (default 600)"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -110,8 +122,11 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise BadInput(f"--slot-pages {args.slot_pages} is not positive: give 1 or more")
     check_kvm_device(args.device)
     return BenchConfig(
-        slots=parse_slots(args.slots), repeats=args.repeats, slot_pages=args.slot_pages,
-        vcpu=not args.no_vcpu, device=args.device,
+        slots=parse_slots(args.slots),
+        repeats=args.repeats,
+        slot_pages=args.slot_pages,
+        vcpu=not args.no_vcpu,
+        device=args.device,
     )
 
 
@@ -141,8 +156,9 @@ def run_lookup(args: argparse.Namespace) -> int:
 
     check_kvm_device(args.device)
     slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS
-    config = kvm_lookup.LookupConfig(slots=slots, replicates=args.replicates, rounds=args.rounds,
-                                     iterations=args.iterations, device=args.device)
+    config = kvm_lookup.LookupConfig(
+        slots=slots, replicates=args.replicates, rounds=args.rounds, iterations=args.iterations, device=args.device
+    )
     config.check()
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result = kvm_lookup.run_lookup(config, progress=progress)
@@ -152,19 +168,25 @@ def run_lookup(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=_json_default))
         return 0
-    lines = [f"/dev/kvm per-access cost beyond a register move, {doc['execution']}; "
-             f"{config.replicates} fresh VMs a point, mean [95 % CI] of their medians, ns"]
+    lines = [
+        f"/dev/kvm per-access cost beyond a register move, {doc['execution']}; "
+        f"{config.replicates} fresh VMs a point, mean [95 % CI] of their medians, ns"
+    ]
     for kind, points in doc["points"].items():
         for n, p in points.items():
             ci = p["ci95_ns"]
             span = f"[{ci[0]:.0f}, {ci[1]:.0f}]" if ci else "[-]"
-            lines.append(f"{kind:9} {n:>6} slots: {p['mean_ns']:7.1f} {span}{'' if p['resolved'] else '  not resolved'}")
+            lines.append(
+                f"{kind:9} {n:>6} slots: {p['mean_ns']:7.1f} {span}{'' if p['resolved'] else '  not resolved'}"
+            )
     for kind, fit in doc["per_doubling"].items():
         ci = fit["ci95_ns"]
         span = f"[{ci[0]:+.2f}, {ci[1]:+.2f}]" if ci else "[-]"
         over = " over the RAM hit" if fit["paired_with_ram_hit"] else ""
-        lines.append(f"{kind:9} per doubling of the slot count{over}: {fit['mean_ns']:+.2f} ns {span}"
-                     f"{'' if fit['resolved'] else '  not resolved'}")
+        lines.append(
+            f"{kind:9} per doubling of the slot count{over}: {fit['mean_ns']:+.2f} ns {span}"
+            f"{'' if fit['resolved'] else '  not resolved'}"
+        )
     if doc.get("records"):
         lines.append(f"records: {len(doc['records'])} written")
     print("\n".join(lines))
@@ -196,35 +218,50 @@ def _fmt(value: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return f"{value * scale:.{digits}g}"
 
 
+def _cell(run: dict[str, Any], key: str, scale: float = 1.0) -> str:
+    """A run's median of ``key`` with its [min-max] spread, or "-"."""
+    if key not in run:
+        return "-"
+    lo, hi = run["spread"][key]
+    return f"{_fmt(run[key], scale)} [{_fmt(lo, scale)}-{_fmt(hi, scale)}]"
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """The human table: one row per slot count (medians, [min-max])."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"/dev/kvm memslots (KVM_CAP_NR_MEMSLOTS = {doc['nr_memslots']})")
-    for col in ("slots", "setup us/slot", "move us/slot", "delete us/slot", "fault us", "slot switch us",
-                "MMIO exit us", "tree nodes"):
+    for col in (
+        "slots",
+        "setup us/slot",
+        "move us/slot",
+        "delete us/slot",
+        "fault us",
+        "slot switch us",
+        "MMIO exit us",
+        "tree nodes",
+    ):
         table.add_column(col, justify="right")
     for run in doc["runs"]:
-        spread = run["spread"]
-
-        def cell(key: str, scale: float = 1.0) -> str:
-            if key not in run:
-                return "-"
-            lo, hi = spread[key]
-            return f"{_fmt(run[key], scale)} [{_fmt(lo, scale)}-{_fmt(hi, scale)}]"
-
         table.add_row(
-            str(run["slots"]), cell("setup_s_per_slot", 1e6), cell("move_s_per_slot", 1e6),
-            cell("delete_s_per_slot", 1e6), cell("fault_us"), cell("slot_switch_us"), cell("mmio_exit_us"),
+            str(run["slots"]),
+            _cell(run, "setup_s_per_slot", 1e6),
+            _cell(run, "move_s_per_slot", 1e6),
+            _cell(run, "delete_s_per_slot", 1e6),
+            _cell(run, "fault_us"),
+            _cell(run, "slot_switch_us"),
+            _cell(run, "mmio_exit_us"),
             str(run["model_nodes"]),
         )
-    console = Console(width=170, record=True, file=_Null())
+    console = Console(width=170, record=True, file=io.StringIO())
     console.print(table)
     lines = [console.export_text().rstrip()]
     for probe in doc["probes"]:
         mark = "ok" if probe["ok"] else "UNEXPECTED"
-        lines.append(f"{probe['name']}: {probe['description']} -> {probe['observed']} (expected {probe['expected']}, {mark})")
+        lines.append(
+            f"{probe['name']}: {probe['description']} -> {probe['observed']} (expected {probe['expected']}, {mark})"
+        )
     vcpu = doc["vcpu"]
     if vcpu["ran"]:
         lines.append(f"vCPU: {vcpu['mode']}; {vcpu['execution']}")
@@ -234,19 +271,8 @@ def render_text(doc: dict[str, Any]) -> str:
     if doc.get("fit"):
         fit = doc["fit"]
         lines.append(
-            "per tree level: "
-            + ", ".join(f"{k} {v['us_per_node']:+.3g} us (r={v['r']:.2f})" for k, v in fit.items())
+            "per tree level: " + ", ".join(f"{k} {v['us_per_node']:+.3g} us (r={v['r']:.2f})" for k, v in fit.items())
         )
     if doc.get("records"):
         lines.append(f"records: {len(doc['records'])} written")
     return "\n".join(lines)
-
-
-class _Null:
-    """A sink for rich's console: we take the text from export_text()."""
-
-    def write(self, text: str) -> int:
-        return len(text)
-
-    def flush(self) -> None:
-        pass

@@ -60,8 +60,9 @@ import os
 import statistics
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from host.errors import BadInput, CapabilityMissing
 from host.memslots import kvm as K
@@ -144,13 +145,18 @@ class LookupConfig:
             raise BadInput(f"--slots {max(self.slots)} exceeds KVM_CAP_NR_MEMSLOTS = {nr_memslots} on this host")
         lookup_program(True, self.unroll)
 
-    def geometry(self, n: int) -> "LookupGeometry":
+    def geometry(self, n: int) -> LookupGeometry:
         return LookupGeometry(n, self.ram_mib * 1024 * 1024)
 
     def settings(self) -> dict[str, Any]:
         """What was set (keys the records): not what was measured."""
-        return {"rounds": self.rounds, "iterations": self.iterations, "unroll": self.unroll,
-                "ram_mib": self.ram_mib, "clock": "thread_time"}
+        return {
+            "rounds": self.rounds,
+            "iterations": self.iterations,
+            "unroll": self.unroll,
+            "ram_mib": self.ram_mib,
+            "clock": "thread_time",
+        }
 
 
 @dataclass(frozen=True)
@@ -246,8 +252,9 @@ def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: flo
             io = vcpu.io()
             reported = struct.unpack("<I", io.data[:4])[0] if io.size == 4 else -1
             if io.port != REPORT_PORT or reported != iterations:
-                raise LookupCheckFailed(f"pass at {target:#x}: report {vcpu.describe_exit()} count {reported}, "
-                                        f"expected {iterations}")
+                raise LookupCheckFailed(
+                    f"pass at {target:#x}: report {vcpu.describe_exit()} count {reported}, expected {iterations}"
+                )
             while (reason := run()) == K.KVM_EXIT_INTR:
                 pass
             if reason != K.KVM_EXIT_HLT:
@@ -304,32 +311,46 @@ def run_vm(kvm: K.Kvm, n: int, replicate: int, config: LookupConfig) -> VmSample
             os.close(efd)
         expected_misses = (16 + config.rounds * config.iterations) * config.unroll
         checks = {
-            "eventfd_misses": misses, "expected_misses": expected_misses,
+            "eventfd_misses": misses,
+            "expected_misses": expected_misses,
             "ram_word": struct.unpack("<I", mem.read(targets["ram_hit"], 4))[0],
-            "small_word": (struct.unpack("<I", mem.read(geo.small_host_offset(geo.target_slot), 4))[0]
-                           if "small_hit" in targets else None),
+            "small_word": (
+                struct.unpack("<I", mem.read(geo.small_host_offset(geo.target_slot), 4))[0]
+                if "small_hit" in targets
+                else None
+            ),
             "expected_word": config.iterations,
         }
     if misses != expected_misses:
-        raise LookupCheckFailed(f"{n} slots: the miss target's ioeventfd counted {misses} writes, "
-                                f"expected {expected_misses}: misses left the kernel or hit a slot")
+        raise LookupCheckFailed(
+            f"{n} slots: the miss target's ioeventfd counted {misses} writes, "
+            f"expected {expected_misses}: misses left the kernel or hit a slot"
+        )
     if checks["ram_word"] != config.iterations or checks["small_word"] not in (None, config.iterations):
         raise LookupCheckFailed(f"{n} slots: target pages hold {checks}: a write went elsewhere")
     null = cpu["null"]
-    access = {k: [(c - z) / per_access * 1e9 for c, z in zip(cpu[k], null)] for k in kinds}
+    access = {k: [(c - z) / per_access * 1e9 for c, z in zip(cpu[k], null, strict=True)] for k in kinds}
     raw = {k: [c / per_access * 1e9 for c in cpu[k]] for k in kinds}
-    over_ram = {k: [(c - h) / per_access * 1e9 for c, h in zip(cpu[k], cpu["ram_hit"])]
-                for k in kinds if k != "ram_hit"}
+    ram_hit = cpu["ram_hit"]
+    over_ram = {
+        k: [(c - h) / per_access * 1e9 for c, h in zip(cpu[k], ram_hit, strict=True)] for k in kinds if k != "ram_hit"
+    }
     return VmSample(
-        slots=n, replicate=replicate, access_ns=access, over_ram_ns=over_ram,
-        null_ns_per_iteration=[z / config.iterations * 1e9 for z in null], raw_ns=raw,
-        wall_over_cpu=wall_total / cpu_total if cpu_total > 0 else math.nan, setup_s=setup_s, checks=checks,
+        slots=n,
+        replicate=replicate,
+        access_ns=access,
+        over_ram_ns=over_ram,
+        null_ns_per_iteration=[z / config.iterations * 1e9 for z in null],
+        raw_ns=raw,
+        wall_over_cpu=wall_total / cpu_total if cpu_total > 0 else math.nan,
+        setup_s=setup_s,
+        checks=checks,
     )
 
 
 def _schedule(slots: tuple[int, ...], replicates: int) -> list[tuple[int, int]]:
     """Replicate-major, direction alternating (1 32 509 | 509 32 1 ...)."""
-    out = []
+    out: list[tuple[int, int]] = []
     for r in range(replicates):
         order = slots if r % 2 == 0 else tuple(reversed(slots))
         out.extend((r, n) for n in order)
@@ -380,9 +401,38 @@ def run_lookup(config: LookupConfig, progress: Callable[[str], None] | None = No
 
 # --- statistics ------------------------------------------------------------------
 # Two-sided 95 % Student t quantiles by degrees of freedom (1-30).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t_interval(values: list[float]) -> tuple[float, float, float] | None:
@@ -410,8 +460,11 @@ def point_summary(result: LookupResult, kind: str, n: int) -> dict[str, Any] | N
     if kind in vms[0].over_ram_ns:
         over = [statistics.median(v.over_ram_ns[kind]) for v in vms]
         over_ci = t_interval(over)
-        out["over_ram_hit"] = {"replicate_medians_ns": over, "mean_ns": statistics.fmean(over),
-                               "ci95_ns": [over_ci[1], over_ci[2]] if over_ci else None}
+        out["over_ram_hit"] = {
+            "replicate_medians_ns": over,
+            "mean_ns": statistics.fmean(over),
+            "ci95_ns": [over_ci[1], over_ci[2]] if over_ci else None,
+        }
     if ci is not None:
         mean, lo, hi = ci
         out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= POINT_RESOLUTION * abs(mean))
@@ -439,8 +492,11 @@ def slope_summary(result: LookupResult, kind: str, paired: bool | None = None) -
 
     per: list[dict[str, Any]] = []
     for r in range(result.config.replicates):
-        pts = [(math.log2(v.slots), statistics.median(values))
-               for v in result.samples if v.replicate == r and (values := series(v))]
+        pts = [
+            (math.log2(v.slots), statistics.median(values))
+            for v in result.samples
+            if v.replicate == r and (values := series(v))
+        ]
         if len({x for x, _ in pts}) < 2:
             continue
         xs, ys = [p[0] for p in pts], [p[1] for p in pts]
@@ -454,13 +510,19 @@ def slope_summary(result: LookupResult, kind: str, paired: bool | None = None) -
     out: dict[str, Any] = {
         "x": "log2(slots)",
         "y": f"{kind} minus ram_hit of the same round, ns" if paired else f"{kind} access_ns (minus the null loop)",
-        "paired_with_ram_hit": paired, "per_replicate": per, "slopes_ns": slopes,
+        "paired_with_ram_hit": paired,
+        "per_replicate": per,
+        "slopes_ns": slopes,
         "slots": sorted({v.slots for v in result.samples if series(v)}),
     }
     if ci is not None:
         mean, lo, hi = ci
-        out.update(mean_ns=mean, ci95_ns=[lo, hi], resolved=(hi - lo) / 2 <= SLOPE_RESOLUTION_NS,
-                   resolution_target_ns=SLOPE_RESOLUTION_NS)
+        out.update(
+            mean_ns=mean,
+            ci95_ns=[lo, hi],
+            resolved=(hi - lo) / 2 <= SLOPE_RESOLUTION_NS,
+            resolution_target_ns=SLOPE_RESOLUTION_NS,
+        )
     else:
         out.update(mean_ns=slopes[0], ci95_ns=None, resolved=False, resolution_target_ns=SLOPE_RESOLUTION_NS)
     return out
@@ -482,10 +544,16 @@ def execution_kind(result: LookupResult) -> str:
 
 def summarize(result: LookupResult) -> dict[str, Any]:
     doc: dict[str, Any] = {
-        "scenario": SCENARIO, "nr_memslots": result.nr_memslots, "settings": result.config.settings(),
-        "replicates": result.config.replicates, "slots": list(result.config.slots),
-        "execution": execution_kind(result), "environment": environment(result),
-        "points": {}, "per_doubling": {}, "duration_s": result.duration_s,
+        "scenario": SCENARIO,
+        "nr_memslots": result.nr_memslots,
+        "settings": result.config.settings(),
+        "replicates": result.config.replicates,
+        "slots": list(result.config.slots),
+        "execution": execution_kind(result),
+        "environment": environment(result),
+        "points": {},
+        "per_doubling": {},
+        "duration_s": result.duration_s,
     }
     for kind in KINDS:
         doc["points"][kind] = {str(n): s for n in result.config.slots if (s := point_summary(result, kind, n))}
@@ -499,15 +567,23 @@ def environment(result: LookupResult) -> dict[str, Any]:
     """The host's environment (host.probe) with what /dev/kvm said."""
     from host import probe
 
-    return probe.environment().replace(
-        host_kernel=result.host_kernel, kvm_module=result.kvm_module, kvm_nr_memslots=result.nr_memslots,
-        kvm_device=result.config.device,
-    ).to_json()
+    return (
+        probe.environment()
+        .replace(
+            host_kernel=result.host_kernel,
+            kvm_module=result.kvm_module,
+            kvm_nr_memslots=result.nr_memslots,
+            kvm_device=result.config.device,
+        )
+        .to_json()
+    )
 
 
 # --- records ---------------------------------------------------------------------
-SUBTRACTION = ("per round: (CPU time of the pass writing the target - CPU time of the same loop with each write "
-               "replaced by mov ebx, ebx) / (iterations * unroll); the loop's fixed cost cancels")
+SUBTRACTION = (
+    "per round: (CPU time of the pass writing the target - CPU time of the same loop with each write "
+    "replaced by mov ebx, ebx) / (iterations * unroll); the loop's fixed cost cancels"
+)
 
 
 def records(result: LookupResult) -> list[Any]:
@@ -528,33 +604,64 @@ def records(result: LookupResult) -> list[Any]:
                 continue
             extra = dict(summary)
             extra.update(
-                subtraction=SUBTRACTION, execution=execution, model_rbtree_nodes=result.model_nodes.get(n, {}).get(kind),
-                wall_over_cpu=[v.wall_over_cpu for v in vms], checks=[v.checks for v in vms],
+                subtraction=SUBTRACTION,
+                execution=execution,
+                model_rbtree_nodes=result.model_nodes.get(n, {}).get(kind),
+                wall_over_cpu=[v.wall_over_cpu for v in vms],
+                checks=[v.checks for v in vms],
                 unit_of_replication="a fresh VM",
             )
             if not summary["resolved"]:
-                extra["note"] = ("not resolved: the 95 % CI over fresh VMs is wider than "
-                                 f"{POINT_RESOLUTION:.0%} of the value; read it as an order of magnitude")
-            out.append(Measurement(
-                scenario=SCENARIO, metric="access_ns", unit="ns", better="lower",
-                samples=[], replicates=[list(v.access_ns[kind]) for v in vms],
-                variant={"kind": kind, "slots": n}, settings=settings, environment=env, extra=extra,
-                duration_s=result.duration_s,
-            ))
+                extra["note"] = (
+                    "not resolved: the 95 % CI over fresh VMs is wider than "
+                    f"{POINT_RESOLUTION:.0%} of the value; read it as an order of magnitude"
+                )
+            out.append(
+                Measurement(
+                    scenario=SCENARIO,
+                    metric="access_ns",
+                    unit="ns",
+                    better="lower",
+                    samples=[],
+                    replicates=[list(v.access_ns[kind]) for v in vms],
+                    variant={"kind": kind, "slots": n},
+                    settings=settings,
+                    environment=env,
+                    extra=extra,
+                    duration_s=result.duration_s,
+                )
+            )
         slope = slope_summary(result, kind)
         if slope is None:
             continue
         unpaired = slope_summary(result, kind, paired=False) if slope["paired_with_ram_hit"] else None
-        extra = {"fit": slope, "fit_over_null": unpaired, "execution": execution, "unit_of_replication": "a replicate: one fresh VM per slot count",
-                 "model_rbtree_nodes": {str(n): result.model_nodes.get(n, {}).get(kind) for n in result.config.slots}}
+        extra = {
+            "fit": slope,
+            "fit_over_null": unpaired,
+            "execution": execution,
+            "unit_of_replication": "a replicate: one fresh VM per slot count",
+            "model_rbtree_nodes": {str(n): result.model_nodes.get(n, {}).get(kind) for n in result.config.slots},
+        }
         if not slope["resolved"]:
-            extra["note"] = (f"not resolved: the 95 % CI of the slope is wider than +-{SLOPE_RESOLUTION_NS:g} ns per "
-                             "doubling; no growth with the slot count can be told from none here")
-        out.append(Measurement(
-            scenario=SCENARIO, metric="ns_per_doubling", unit="ns", better="lower",
-            samples=[], replicates=[[s] for s in slope["slopes_ns"]], variant={"kind": kind},
-            settings=settings, environment=env, extra=extra, duration_s=result.duration_s,
-        ))
+            extra["note"] = (
+                f"not resolved: the 95 % CI of the slope is wider than +-{SLOPE_RESOLUTION_NS:g} ns per "
+                "doubling; no growth with the slot count can be told from none here"
+            )
+        out.append(
+            Measurement(
+                scenario=SCENARIO,
+                metric="ns_per_doubling",
+                unit="ns",
+                better="lower",
+                samples=[],
+                replicates=[[s] for s in slope["slopes_ns"]],
+                variant={"kind": kind},
+                settings=settings,
+                environment=env,
+                extra=extra,
+                duration_s=result.duration_s,
+            )
+        )
     return out
 
 

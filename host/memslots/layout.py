@@ -21,13 +21,14 @@ the slots at fault.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
 from pathlib import Path
 from typing import Any
 
-from host.jsonfile import read_json
 from host.errors import BadInput
+from host.jsonfile import read_json
 
 PAGE_SIZE = 4096
 # KVM_CAP_NR_MEMSLOTS on today's x86 kernels (32768 minus the private slots).
@@ -136,11 +137,9 @@ def validate(layout: Layout, limit: int = DEFAULT_SLOT_LIMIT) -> Layout:
         if slot.flags < 0:
             raise BadInput(f"{where}slot {slot.id} has negative flags {slot.flags}")
     ordered = layout.by_gfn()
-    for lower, upper in zip(ordered, ordered[1:]):
+    for lower, upper in itertools.pairwise(ordered):
         if upper.base_gfn < lower.end_gfn:
-            raise BadInput(
-                f"{where}{lower.describe()} and {upper.describe()} overlap: move or shrink one of them"
-            )
+            raise BadInput(f"{where}{lower.describe()} and {upper.describe()} overlap: move or shrink one of them")
     return layout
 
 

@@ -102,7 +102,7 @@ def run_structure(name: str, layout: Layout, gfns: list[int], expected: list[int
     total = 0
     worst = 0
     least = None
-    for gfn, want in zip(gfns, expected):
+    for gfn, want in zip(gfns, expected, strict=True):
         got, nodes = lookup(gfn)
         if got != want:
             raise ModelDisagreement(f"{name} found slot {got} for gfn {gfn:#x}, the layout says {want}")

@@ -30,18 +30,28 @@ MIN_COVERAGE = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--layout", required=True, metavar="FILE_OR_NAME",
-                        help="layout file; slots below the dimm region are QEMU's own memory (checked), "
-                             "slots inside it become pc-dimms")
+    parser.add_argument(
+        "--layout",
+        required=True,
+        metavar="FILE_OR_NAME",
+        help="layout file; slots below the dimm region are QEMU's own memory (checked), "
+        "slots inside it become pc-dimms",
+    )
     parser.add_argument("--ram", type=int, default=512, metavar="MIB", help="base RAM, -m (default 512)")
     parser.add_argument("--maxmem", type=int, default=4096, metavar="MIB", help="maxmem (default 4096)")
     parser.add_argument("--slots", type=int, default=4, metavar="N", help="dimm slots, -m ...,slots=N (default 4)")
     parser.add_argument("--machine", choices=("pc", "q35"), default="pc", help="QEMU machine type (default pc)")
-    parser.add_argument("--hotplug", type=int, default=0, metavar="N",
-                        help="add the last N dimm slots by QMP after boot (default 0: all at boot)")
+    parser.add_argument(
+        "--hotplug",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add the last N dimm slots by QMP after boot (default 0: all at boot)",
+    )
     parser.add_argument("--plan", action="store_true", help="print the QEMU arguments and QMP commands only")
-    parser.add_argument("--probe", action="store_true",
-                        help="write and read back a pattern in every slot and replay the touched frames")
+    parser.add_argument(
+        "--probe", action="store_true", help="write and read back a pattern in every slot and replay the touched frames"
+    )
     parser.add_argument("--trace-out", metavar="FILE", help="with --probe: save the trace (layout + frames) as JSON")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -67,14 +77,17 @@ def _print_plan(plan: Any, as_json: bool) -> int:
         print(json.dumps(doc, indent=2))
         return 0
     start, size = plan.memory.device_memory()
-    print(f"layout {plan.layout.name}: -m {plan.memory.ram_mib}M,slots={plan.memory.slots},"
-          f"maxmem={plan.memory.maxmem_mib}M; dimm region {start:#x}-{start + size - 1:#x}")
+    print(
+        f"layout {plan.layout.name}: -m {plan.memory.ram_mib}M,slots={plan.memory.slots},"
+        f"maxmem={plan.memory.maxmem_mib}M; dimm region {start:#x}-{start + size - 1:#x}"
+    )
     for slot in plan.base:
         print(f"base   {slot.describe()}: QEMU's own memory, checked against its flat view")
     for dimm in plan.dimms:
         how = "QMP hotplug" if dimm.hotplug else "at boot"
-        print(f"dimm   {dimm.slot.describe()}: pc-dimm {dimm.device_id} at {dimm.addr:#x}, "
-              f"{dimm.size >> 20} MiB, {how}")
+        print(
+            f"dimm   {dimm.slot.describe()}: pc-dimm {dimm.device_id} at {dimm.addr:#x}, {dimm.size >> 20} MiB, {how}"
+        )
     if doc["qemu_args"]:
         print("qemu args: " + " ".join(doc["qemu_args"]))
     for command in doc["qmp"]:
@@ -104,8 +117,15 @@ def _apply(plan: Any, args: argparse.Namespace) -> int:
             doc["probe"] = {
                 "summary": probe.summary,
                 "slots": [
-                    {"slot": r.slot, "pages": r.npages, "verified": r.verified, "coverage": r.coverage,
-                     "bad_words": r.bad_words, "samples": len(r.samples), "seen_by_qemu": r.host_verified}
+                    {
+                        "slot": r.slot,
+                        "pages": r.npages,
+                        "verified": r.verified,
+                        "coverage": r.coverage,
+                        "bad_words": r.bad_words,
+                        "samples": len(r.samples),
+                        "seen_by_qemu": r.host_verified,
+                    }
                     for r in probe.ranges
                 ],
             }
@@ -134,12 +154,16 @@ def _print_result(doc: dict[str, Any]) -> None:
         for line in doc["differences"]:
             out.write(f"  {line}\n")
     else:
-        out.write("differential check: the layout, QEMU's flat view and memory devices, and the guest's "
-                  "/proc/iomem and memory blocks agree\n")
+        out.write(
+            "differential check: the layout, QEMU's flat view and memory devices, and the guest's "
+            "/proc/iomem and memory blocks agree\n"
+        )
     if "probe" in doc:
         for s in doc["probe"]["slots"]:
-            out.write(f"slot {s['slot']}: {s['verified']} of {s['pages']} pages written and read back "
-                      f"({s['coverage']:.1%}), {s['seen_by_qemu']}/{s['samples']} samples seen by QEMU\n")
+            out.write(
+                f"slot {s['slot']}: {s['verified']} of {s['pages']} pages written and read back "
+                f"({s['coverage']:.1%}), {s['seen_by_qemu']}/{s['samples']} samples seen by QEMU\n"
+            )
         table = doc["trace"]
         out.write(f"trace: {table['lookups']} frames replayed through the model\n")
         for name, stats in table["structures"].items():

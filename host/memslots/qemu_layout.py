@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from host.errors import BadInput, GuestError
 from host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
@@ -125,8 +126,10 @@ class Dimm:
 
     def command_line(self) -> list[str]:
         return [
-            "-object", f"memory-backend-ram,id={self.backend_id},size={self.size}",
-            "-device", f"pc-dimm,id={self.device_id},memdev={self.backend_id},addr={self.addr:#x}",
+            "-object",
+            f"memory-backend-ram,id={self.backend_id},size={self.size}",
+            "-device",
+            f"pc-dimm,id={self.device_id},memdev={self.backend_id},addr={self.addr:#x}",
         ]
 
 
@@ -164,8 +167,13 @@ class QemuPlan:
         from host.qemu import MachineConfig
 
         fields: dict[str, Any] = dict(
-            machine=self.memory.machine, memory_mib=self.memory.ram_mib, cpus=cpus, maxmem_mib=self.memory.maxmem_mib,
-            mem_slots=self.memory.slots, balloon=None, extra_args=self.boot_args(),
+            machine=self.memory.machine,
+            memory_mib=self.memory.ram_mib,
+            cpus=cpus,
+            maxmem_mib=self.memory.maxmem_mib,
+            mem_slots=self.memory.slots,
+            balloon=None,
+            extra_args=self.boot_args(),
         )
         fields.update(overrides)
         return MachineConfig(**fields)
@@ -174,11 +182,17 @@ class QemuPlan:
         return {
             "layout": self.layout.name,
             "memory": dataclasses.asdict(self.memory),
-            "device_memory": dict(zip(("start", "size"), self.memory.device_memory())),
+            "device_memory": dict(zip(("start", "size"), self.memory.device_memory(), strict=True)),
             "base_slots": [s.to_json() for s in self.base],
             "dimms": [
-                {"slot": d.slot.id, "addr": d.addr, "size": d.size, "hotplug": d.hotplug,
-                 "backend": d.backend_id, "device": d.device_id}
+                {
+                    "slot": d.slot.id,
+                    "addr": d.addr,
+                    "size": d.size,
+                    "hotplug": d.hotplug,
+                    "backend": d.backend_id,
+                    "device": d.device_id,
+                }
                 for d in self.dimms
             ],
         }
@@ -285,9 +299,7 @@ def _qemu_reason(exc: Exception) -> str:
 
 # --- read-back: QEMU -----------------------------------------------------------
 
-_FLAT_LINE = re.compile(
-    r"^\s*([0-9a-fA-F]+)-([0-9a-fA-F]+) \(prio (-?\d+), ([a-z/ ]+?)\): (\S+)(?: @([0-9a-fA-F]+))?"
-)
+_FLAT_LINE = re.compile(r"^\s*([0-9a-fA-F]+)-([0-9a-fA-F]+) \(prio (-?\d+), ([a-z/ ]+?)\): (\S+)(?: @([0-9a-fA-F]+))?")
 SLOT_KINDS = ("ram", "rom", "romd")  # flat-view range types KVM maps as memslots
 
 
@@ -334,7 +346,7 @@ def layout_from_flatview(ranges: Sequence[FlatRange], name: str = "qemu") -> Lay
     """The memslots QEMU registers for this flat view: each RAM or ROM range
     one slot (ROM read-only), ids in address order.  Ranges not page
     aligned are rounded out to whole pages (none are on pc)."""
-    slots = []
+    slots: list[Slot] = []
     for range_ in sorted((r for r in ranges if r.kind in SLOT_KINDS), key=lambda r: r.start):
         first = range_.start // PAGE_SIZE
         last = range_.end // PAGE_SIZE
@@ -378,8 +390,11 @@ def parse_memory_devices(reply: Any) -> list[PluggedDimm]:
         data = entry.get("data", {})
         dimms.append(
             PluggedDimm(
-                id=str(data.get("id", "")), addr=int(data["addr"]), size=int(data["size"]),
-                slot=int(data.get("slot", -1)), memdev=str(data.get("memdev", "")),
+                id=str(data.get("id", "")),
+                addr=int(data["addr"]),
+                size=int(data["size"]),
+                slot=int(data.get("slot", -1)),
+                memdev=str(data.get("memdev", "")),
                 hotplugged=bool(data.get("hotplugged", False)),
             )
         )
@@ -458,8 +473,7 @@ def parse_blocks(text: str) -> list[MemoryBlock]:
     for line in text.splitlines():
         if line.startswith("block "):
             f = _fields(line)
-            blocks.append(MemoryBlock(int(f["index"]), int(f["start"], 16), int(f["size"], 16),
-                                      f["state"], f["zones"]))
+            blocks.append(MemoryBlock(int(f["index"]), int(f["start"], 16), int(f["size"], 16), f["state"], f["zones"]))
     return sorted(blocks, key=lambda b: b.start)
 
 
@@ -525,8 +539,9 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
         range_ = by_start.get(dimm.addr)
         if range_ is None or range_.size != dimm.size or range_.name != dimm.backend_id or range_.kind != "ram":
             found = f"{range_.kind} {range_.name}, {range_.size} bytes" if range_ else "nothing"
-            diffs.append(Difference("flatview", dimm.slot.id,
-                                    f"dimm {dimm.slot.describe()}: QEMU has {found} at {dimm.addr:#x}"))
+            diffs.append(
+                Difference("flatview", dimm.slot.id, f"dimm {dimm.slot.describe()}: QEMU has {found} at {dimm.addr:#x}")
+            )
     for range_ in observed.flatview:
         if range_.name.startswith(BACKEND_PREFIX) and range_.name not in wanted_backends:
             diffs.append(Difference("flatview", None, f"{range_.name} at {range_.start:#x} is not in the layout"))
@@ -537,9 +552,14 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
         if got is None:
             diffs.append(Difference("memory-devices", dimm.slot.id, f"no device {dimm.device_id}"))
         elif (got.addr, got.size) != (dimm.addr, dimm.size):
-            diffs.append(Difference("memory-devices", dimm.slot.id,
-                                    f"{dimm.device_id} at {got.addr:#x} size {got.size}, the layout says "
-                                    f"{dimm.addr:#x} size {dimm.size}"))
+            diffs.append(
+                Difference(
+                    "memory-devices",
+                    dimm.slot.id,
+                    f"{dimm.device_id} at {got.addr:#x} size {got.size}, the layout says "
+                    f"{dimm.addr:#x} size {dimm.size}",
+                )
+            )
     for extra in plugged.values():
         diffs.append(Difference("memory-devices", None, f"dimm {extra.id!r} at {extra.addr:#x} is not in the layout"))
 
@@ -548,8 +568,9 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
         qemu_ram = _merge((r.start, r.end + 1) for r in observed.flatview if r.kind == "ram")
         for dimm in plan.dimms:
             if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
-                diffs.append(Difference("iomem", dimm.slot.id,
-                                        f"the guest has no System RAM at {dimm.slot.describe()}"))
+                diffs.append(
+                    Difference("iomem", dimm.slot.id, f"the guest has no System RAM at {dimm.slot.describe()}")
+                )
         for start, end in guest_ram:
             if not _covered(start, end, qemu_ram):
                 diffs.append(Difference("iomem", None, f"guest System RAM {start:#x}-{end - 1:#x} is not RAM in QEMU"))
@@ -558,8 +579,11 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
         for dimm in plan.dimms:
             blocks = blocks_in(observed.blocks, dimm.addr, dimm.addr + dimm.size)
             if sum(b.size for b in blocks) != dimm.size:
-                diffs.append(Difference("blocks", dimm.slot.id,
-                                        f"{dimm.slot.describe()} has {len(blocks)} memory blocks, not all of it"))
+                diffs.append(
+                    Difference(
+                        "blocks", dimm.slot.id, f"{dimm.slot.describe()} has {len(blocks)} memory blocks, not all of it"
+                    )
+                )
             elif require_online:
                 offline = [b.index for b in blocks if b.state != "online"]
                 if offline:

@@ -23,8 +23,9 @@ import dataclasses
 import os
 import struct
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from host.errors import GuestError, Timeout
 from host.memslots.layout import PAGE_SIZE
@@ -167,14 +168,17 @@ def parse_probe(lines: Sequence[str], ranges: Sequence[RangeResult], seed: int) 
     return ProbeResult(list(ranges), frames, summary, seed)
 
 
-def run_probe(vm: Any, agent: str, plan: QemuPlan, mib: int, seed: int | None = None,
-              timeout: float = 180.0) -> ProbeResult:
+def run_probe(
+    vm: Any, agent: str, plan: QemuPlan, mib: int, seed: int | None = None, timeout: float = 180.0
+) -> ProbeResult:
     """Run the pattern probe over every slot of ``plan`` (base and dimm) and
     check the sample frames through QEMU while the agent holds them."""
     if seed is None:
         seed = int.from_bytes(os.urandom(8), "little")
-    ranges = [RangeResult(s.id, s.base_gfn * PAGE_SIZE, s.npages * PAGE_SIZE)
-              for s in sorted(plan.layout.slots, key=lambda s: s.base_gfn)]
+    ranges = [
+        RangeResult(s.id, s.base_gfn * PAGE_SIZE, s.npages * PAGE_SIZE)
+        for s in sorted(plan.layout.slots, key=lambda s: s.base_gfn)
+    ]
     argv = [agent, "probe", str(mib), hex(seed)] + [f"{r.start:#x}:{r.size:#x}" for r in ranges]
     started = time.monotonic()
     command = vm.ssh.start(argv)

@@ -41,7 +41,8 @@ from __future__ import annotations
 import abc
 import bisect
 import math
-from typing import ClassVar, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
 from host.errors import BadInput
 from host.memslots.layout import Layout, Slot
@@ -112,6 +113,7 @@ class SlotIndex(abc.ABC):
     @abc.abstractmethod
     def lookup(self, gfn: int) -> tuple[int | None, int]: ...
 
+    @abc.abstractmethod
     def check(self) -> None:
         """Raise AssertionError if the structure's invariant is broken."""
 
@@ -297,22 +299,42 @@ class BinarySearchLRU(BinarySearchArray):
 # --- trees --------------------------------------------------------------------
 
 
-class _TreeWalk(SlotIndex):
-    """The lookup every binary search tree here shares: go left below a
-    node's range, right above it, stop inside it.  Subclasses keep ``_root``
-    and a sentinel ``_nil`` (None for trees without one)."""
+class _Node(Protocol):
+    """What the shared walk reads of a tree node: its slot's range and id and
+    its children, each a node of the same class or the tree's empty link
+    (None, or the red-black tree's sentinel)."""
 
-    _nil: object = None
+    @property
+    def base(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def left(self) -> Self | None: ...
+    @property
+    def right(self) -> Self | None: ...
+
+
+NodeT = TypeVar("NodeT", bound=_Node)
+
+
+class _TreeWalk(SlotIndex, Generic[NodeT]):
+    """The lookup every binary search tree here shares: go left below a
+    node's range, right above it, stop inside it.  An empty link is None;
+    a tree with a sentinel leaf (``_nil``) overrides ``lookup`` to stop at
+    it and sets ``_root`` to it when empty."""
+
+    _nil: ClassVar[object] = None
 
     def __init__(self) -> None:
         super().__init__()
-        self._root = self._nil
+        self._root: NodeT | None = None
 
     def lookup(self, gfn: int) -> tuple[int | None, int]:
         node = self._root
-        nil = self._nil
         nodes = 0
-        while node is not nil:
+        while node is not None:
             nodes += 1
             if gfn < node.base:
                 node = node.left
@@ -327,28 +349,30 @@ class _TreeWalk(SlotIndex):
 
         # Iterative: tree2011 can be n deep, beyond Python's recursion limit.
         deepest = 0
-        stack = [(self._root, 1)] if self._root is not self._nil else []
+        stack = [(self._root, 1)]
         while stack:
             node, depth = stack.pop()
+            if node is None or node is self._nil:
+                continue
             deepest = max(deepest, depth)
-            for child in (node.left, node.right):  # type: ignore[attr-defined]
-                if child is not self._nil:
-                    stack.append((child, depth + 1))
+            stack.append((node.left, depth + 1))
+            stack.append((node.right, depth + 1))
         return deepest
 
-    def inorder(self) -> Iterator[object]:
-        stack: list[object] = []
+    def inorder(self) -> Iterator[NodeT]:
+        stack: list[NodeT] = []
         node = self._root
-        while stack or node is not self._nil:
-            while node is not self._nil:
+        nil = self._nil
+        while stack or (node is not None and node is not nil):
+            while node is not None and node is not nil:
                 stack.append(node)
-                node = node.left  # type: ignore[attr-defined]
-            node = stack.pop()
-            yield node
-            node = node.right  # type: ignore[attr-defined]
+                node = node.left
+            top = stack.pop()
+            yield top
+            node = top.right
 
     def _check_order(self) -> None:
-        ids = [n.id for n in self.inorder()]  # type: ignore[attr-defined]
+        ids = [n.id for n in self.inorder()]
         assert ids == [s.id for s in self._sorted], "tree is not in gfn order"
 
 
@@ -364,9 +388,10 @@ class _WNode:
         self.right: _WNode | None = None
 
 
-class HeightBudgetedTree(_TreeWalk):
-    """memqual's own proposal (no kernel ever had it): a gfn search tree that puts the largest slots near the top, within a
-    height budget that keeps every miss short.
+class HeightBudgetedTree(_TreeWalk[_WNode]):
+    """memqual's own proposal (no kernel ever had it): a gfn search tree that
+    puts the largest slots near the top, within a height budget that keeps
+    every miss short.
 
     Invariant (checked by ``check()``), for n slots:
 
@@ -517,7 +542,7 @@ class _TNode:
         self.right: _TNode | None = None
 
 
-class Tree2011(_TreeWalk):
+class Tree2011(_TreeWalk[_TNode]):
     """The 2011 weight-balanced tree as seed 000 describes it ("largely
     leveraged from the rbtree, copying its rotate functions, while
     introducing different rebalance and erase functions"; "the most likely
@@ -641,7 +666,7 @@ class Tree2011(_TreeWalk):
             return
         # Existing nodes keep their priorities: collect them from the tree.
         for old in self.inorder():
-            nodes.setdefault(old.id, old)  # type: ignore[attr-defined]
+            nodes.setdefault(old.id, old)
         spine: list[_TNode] = []
         for slot in self._sorted:
             node = nodes[slot.id]
@@ -669,7 +694,12 @@ class Tree2011(_TreeWalk):
 class _RBNode:
     __slots__ = ("base", "end", "id", "left", "right", "parent", "red")
 
-    def __init__(self, base: int, end: int, sid: int, nil: _RBNode | None) -> None:
+    # Never None: an empty link is the tree's black sentinel (``_make_nil``).
+    left: _RBNode
+    right: _RBNode
+    parent: _RBNode
+
+    def __init__(self, base: int, end: int, sid: int, nil: _RBNode) -> None:
         self.base = base
         self.end = end
         self.id = sid
@@ -680,13 +710,15 @@ class _RBNode:
 
 
 def _make_nil() -> _RBNode:
-    nil = _RBNode(-1, -1, -1, None)
+    """The sentinel: black, its links pointing at itself."""
+    nil = _RBNode.__new__(_RBNode)
+    nil.base = nil.end = nil.id = -1
     nil.left = nil.right = nil.parent = nil
     nil.red = False
     return nil
 
 
-class RedBlackTree(_TreeWalk):
+class RedBlackTree(_TreeWalk[_RBNode]):
     """A red-black tree keyed by base gfn, the structure of today's kernel
     (``kvm_memslots.gfn_tree``, 2021).  CLRS insert and delete with a black
     sentinel leaf.  A red-black tree guarantees height <= 2 log2(n + 1), not
@@ -696,11 +728,28 @@ class RedBlackTree(_TreeWalk):
     that cache is modelled by binsearch-lru, not here."""
 
     name = "rbtree"
-    _nil = _make_nil()
+    _nil: ClassVar[_RBNode] = _make_nil()
+    _root: _RBNode
 
     def __init__(self) -> None:
         super().__init__()
+        self._root = self._nil
         self._nodes: dict[int, _RBNode] = {}
+
+    def lookup(self, gfn: int) -> tuple[int | None, int]:
+        # The shared walk with the sentinel as the empty link.
+        node = self._root
+        nil = self._nil
+        nodes = 0
+        while node is not nil:
+            nodes += 1
+            if gfn < node.base:
+                node = node.left
+            elif gfn >= node.end:
+                node = node.right
+            else:
+                return node.id, nodes
+        return None, nodes
 
     @staticmethod
     def bound(n: int) -> int | None:
@@ -898,7 +947,15 @@ class RedBlackTree(_TreeWalk):
 
 STRUCTURES: dict[str, type[SlotIndex]] = {
     cls.name: cls
-    for cls in (LinearArray, ReorderArray, Tree2011, HeightBudgetedTree, BinarySearchArray, BinarySearchLRU, RedBlackTree)
+    for cls in (
+        LinearArray,
+        ReorderArray,
+        Tree2011,
+        HeightBudgetedTree,
+        BinarySearchArray,
+        BinarySearchLRU,
+        RedBlackTree,
+    )
 }
 
 

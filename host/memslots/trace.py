@@ -33,13 +33,15 @@ File format of a saved trace (``save_trace``/``load_trace``)::
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from host.jsonfile import read_json
 from host.errors import BadInput
+from host.jsonfile import read_json
 from host.memslots.layout import Layout, from_json
 from host.memslots.model import ModelTable, oracle, table_for_frames
 from host.memslots.structures import STRUCTURES, build
@@ -84,28 +86,45 @@ def replay(layout: Layout, frames: Sequence[int], segments: int = 10) -> TraceRe
     for name in STRUCTURES:
         index = build(name, layout)
         nodes = []
-        for gfn, want in zip(frames, expected):
+        for gfn, want in zip(frames, expected, strict=True):
             got, count = index.lookup(gfn)
             assert got == want, f"{name} answered {got} for {gfn:#x}, the layout says {want}"
             nodes.append(count)
-        per[name] = [sum(nodes[a:b]) / (b - a) for a, b in zip(bounds, bounds[1:])]
+        per[name] = [sum(nodes[a:b]) / (b - a) for a, b in itertools.pairwise(bounds)]
     return TraceResult(table, per)
 
 
-def records(result: TraceResult, settings: dict[str, Any], started: str | None = None,
-            duration_s: float = 0.0, scenario: str = SCENARIO, claim: str = CLAIM) -> list[Measurement]:
+def records(
+    result: TraceResult,
+    settings: dict[str, Any],
+    started: str | None = None,
+    duration_s: float = 0.0,
+    scenario: str = SCENARIO,
+    claim: str = CLAIM,
+) -> list[Measurement]:
     """One record per structure: samples are the segment means."""
     out = []
     for name, stats in result.table.structures.items():
         extra = {
-            "mean_nodes": stats.mean_nodes, "max_nodes": stats.max_nodes, "min_nodes": stats.min_nodes,
-            "bound_nodes": stats.bound_nodes, "lookups": result.table.lookups,
-            "hit_fraction": result.table.hit_fraction, "slots": result.table.slots,
+            "mean_nodes": stats.mean_nodes,
+            "max_nodes": stats.max_nodes,
+            "min_nodes": stats.min_nodes,
+            "bound_nodes": stats.bound_nodes,
+            "lookups": result.table.lookups,
+            "hit_fraction": result.table.hit_fraction,
+            "slots": result.table.slots,
         }
         record = Measurement(
-            scenario=scenario, claim=claim, metric=METRIC, unit="nodes", better="lower",
-            samples=result.segment_means[name], variant={"structure": name}, settings=dict(settings),
-            extra=extra, duration_s=duration_s,
+            scenario=scenario,
+            claim=claim,
+            metric=METRIC,
+            unit="nodes",
+            better="lower",
+            samples=result.segment_means[name],
+            variant={"structure": name},
+            settings=dict(settings),
+            extra=extra,
+            duration_s=duration_s,
         )
         if started:
             record.started = started
