@@ -38,301 +38,38 @@ direction differs, or no metric at all present in both.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from host.errors import BadInput
+from host.comparison import (
+    CORRECTION,
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    NO_DIFFERENCE,
+    SLOWER,
+    UNDERPOWERED,
+    VERDICTS,
+    MetricComparison,
+    RunComparison,
+    check_comparable,
+    compare_results,
+    pair_metrics,
+    replicates_of,
+    short_labels,
+    verdict_text,
+)
 
-if TYPE_CHECKING:
-    from host import stats
-
-# Defaults (host.stats has the same values; not imported here so that
-# `memqual --help` does not load numpy and scipy).
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.01
-CORRECTION = "holm"
-
-FASTER = "faster"
-SLOWER = "slower"
-NO_DIFFERENCE = "no difference"
-UNDERPOWERED = "underpowered"
-VERDICTS = (SLOWER, FASTER, UNDERPOWERED, NO_DIFFERENCE)
-
-
-@dataclasses.dataclass(frozen=True)
-class MetricComparison:
-    key: str
-    scenario: str
-    metric: str
-    unit: str
-    better: str
-    comparison: stats.Comparison  # p_adjusted is the Holm-adjusted p
-    verdict: str
-    settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
-    variant: dict[str, Any] = dataclasses.field(default_factory=dict)
-    settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
-    # The significance level this metric's raw p faced after the correction
-    # (alpha / (m - k + 1) at its Holm step; for a metric not significant,
-    # the level at which the step-down stopped).
-    alpha_corrected: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "settings_changed": {k: {"a": va, "b": vb} for k, (va, vb) in self.settings_changed.items()},
-            "scenario": self.scenario,
-            "metric": self.metric,
-            "unit": self.unit,
-            "better": self.better,
-            "verdict": self.verdict,
-            **self.comparison.to_json(),
-            "alpha_corrected": self.alpha_corrected,
-        }
-
-
-@dataclasses.dataclass(frozen=True)
-class RunComparison:
-    metrics: list[MetricComparison]
-    claims: list[dict[str, Any]]  # id, verdict in A, verdict in B
-    environment: dict[str, tuple[Any, Any]]  # keys whose values differ
-    threshold: float
-    alpha: float
-    only_in_a: list[str] = dataclasses.field(default_factory=list)  # metric keys
-    only_in_b: list[str] = dataclasses.field(default_factory=list)
-    correction: str = CORRECTION
-
-    @property
-    def regressions(self) -> list[MetricComparison]:
-        return [m for m in self.metrics if m.verdict == SLOWER]
-
-    @property
-    def underpowered(self) -> list[MetricComparison]:
-        return [m for m in self.metrics if m.verdict == UNDERPOWERED]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "alpha": self.alpha,
-            "correction": self.correction,
-            "regressions": len(self.regressions),
-            "underpowered": len(self.underpowered),
-            "metrics": [m.to_json() for m in self.metrics],
-            "only_in_a": self.only_in_a,
-            "only_in_b": self.only_in_b,
-            "claims": self.claims,
-            "environment_differences": {k: {"a": a, "b": b} for k, (a, b) in self.environment.items()},
-        }
-
-
-def _direction_verdict(comp: stats.Comparison, better: str) -> str:
-    if comp.direction == 0:
-        return NO_DIFFERENCE
-    b_is_higher = comp.direction > 0
-    return FASTER if b_is_higher == (better == "higher") else SLOWER
-
-
-def check_comparable(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> None:
-    """BadInput, in one line, when two results cannot be compared at all.
-    Metrics (or whole scenarios) present on one side only are not a reason:
-    ``compare_results`` lists them and compares the rest."""
-    if a.get("memqual_version") != b.get("memqual_version"):
-        raise BadInput(
-            f"{a_name} was written by memqual {a.get('memqual_version')}, {b_name} by "
-            f"{b.get('memqual_version')}: re-run both with the same version"
-        )
-    if not a["metrics"] and not b["metrics"]:
-        raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
-    pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
-    if not pairs:
-        sa, sb = set(a.get("scenarios") or []), set(b.get("scenarios") or [])
-        first = (only_a or only_b or ["-"])[0]
-        raise BadInput(
-            f"no metric is in both: {len(only_a)} only in {a_name}, {len(only_b)} only in {b_name} "
-            f"(scenarios only in {a_name}: {', '.join(sorted(sa - sb)) or '-'}; only in {b_name}: "
-            f"{', '.join(sorted(sb - sa)) or '-'}; first metric: {first}): compare runs of the same scenarios"
-        )
-    for ma, mb in pairs:
-        if (ma["unit"], ma["better"]) != (mb["unit"], mb["better"]):
-            raise BadInput(f"metric {ma['key']}: unit or direction differ between {a_name} and {b_name}")
-
-
-def _loose_key(m: dict[str, Any]) -> str:
-    """A metric without its settings: scenario, metric, variant."""
-    from host.report import variant_label
-
-    return f"{m.get('scenario')} {m.get('metric')} [{variant_label(m.get('variant') or {})}]"
-
-
-def pair_metrics(
-    a: list[dict[str, Any]], b: list[dict[str, Any]]
-) -> tuple[list[tuple[dict[str, Any], dict[str, Any]]], list[str], list[str]]:
-    """Pairs of the same metric in two runs: by full key (settings
-    included), then, for what is left, by scenario, metric and variant when
-    that is unambiguous on both sides -- a run with a changed setting (say a
-    smaller pages_to_scan) is what a comparison is for; the settings that
-    differ are reported with the pair.  Returns pairs and the unpaired keys."""
-    ka = {m["key"]: m for m in a}
-    kb = {m["key"]: m for m in b}
-    pairs = [(ka[k], kb[k]) for k in sorted(ka.keys() & kb.keys())]
-    rest_a = [ka[k] for k in sorted(ka.keys() - kb.keys())]
-    rest_b = [kb[k] for k in sorted(kb.keys() - ka.keys())]
-    loose_a: dict[str, list[dict[str, Any]]] = {}
-    loose_b: dict[str, list[dict[str, Any]]] = {}
-    for m in rest_a:
-        loose_a.setdefault(_loose_key(m), []).append(m)
-    for m in rest_b:
-        loose_b.setdefault(_loose_key(m), []).append(m)
-    only_a, only_b = [], []
-    for key in sorted(loose_a.keys() | loose_b.keys()):
-        la, lb = loose_a.get(key, []), loose_b.get(key, [])
-        if len(la) == 1 and len(lb) == 1:
-            pairs.append((la[0], lb[0]))
-        else:
-            only_a += [m["key"] for m in la]
-            only_b += [m["key"] for m in lb]
-    return pairs, only_a, only_b
-
-
-def _settings_diff(ma: dict[str, Any], mb: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
-    sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
-    return {k: (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)}
-
-
-def replicates_of(m: dict[str, Any]) -> list[list[float]]:
-    """A results.json metric entry's replicates; an entry written before
-    replicates existed is one replicate (the conservative reading)."""
-    given = m.get("replicates")
-    if given is None:
-        return [list(m["samples"])]
-    if not isinstance(given, list) or not all(
-        isinstance(r, list) and all(isinstance(x, (int, float)) for x in r) for r in given
-    ):
-        raise BadInput(f"metric {m.get('key')}: 'replicates' is not a list of lists of numbers: hand-edited?")
-    reps = [list(r) for r in given if r]
-    return reps or [list(m["samples"])]
-
-
-def _no_variation(a_reps: list[list[float]], b_reps: list[list[float]]) -> bool:
-    values = {x for r in a_reps + b_reps for x in r}
-    return len(values) <= 1
-
-
-def compare_results(
-    a: dict[str, Any],
-    b: dict[str, Any],
-    *,
-    threshold: float = DEFAULT_THRESHOLD,
-    alpha: float = DEFAULT_ALPHA,
-    a_name: str = "A",
-    b_name: str = "B",
-    n_resamples: int | None = None,
-    n_permutations: int | None = None,
-) -> RunComparison:
-    import dataclasses as dc
-
-    from host import stats
-
-    check_comparable(a, b, a_name, b_name)
-    pairs, only_a, only_b = pair_metrics(a["metrics"], b["metrics"])
-    pairs = sorted(pairs, key=lambda p: p[0]["key"])
-    resamples = stats.DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    budget = stats.DEFAULT_PERMUTATIONS if n_permutations is None else n_permutations
-    reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
-    raw = [
-        stats.compare_replicates(
-            ra, rb, alpha=alpha, min_effect=threshold, n_resamples=resamples, n_permutations=budget
-        )
-        for ra, rb in reps
-    ]
-    # Holm across every metric of this comparison: the family is what one
-    # `memqual compare` could flag.
-    m = len(raw)
-    adjusted = stats.holm([c.p_value for c in raw])
-    order = sorted(range(m), key=lambda i: raw[i].p_value)
-    step = {i: k for k, i in enumerate(order)}  # 0-based Holm step of each metric
-    rejected = sum(1 for p in adjusted if p < alpha)
-    # Where the step-down stopped: every metric not significant faced this
-    # level at best (a more extreme result would have put it first among
-    # the rest, compared with alpha / (m - R)).
-    stop_alpha = alpha / (m - rejected) if m > rejected else alpha
-    metrics = []
-    for i, ((ma, mb), (ra, rb), comp) in enumerate(zip(pairs, reps, raw)):
-        significant_p = adjusted[i] < alpha
-        alpha_i = alpha / (m - step[i]) if significant_p else stop_alpha
-        floor = stats.min_attainable_p(comp.n_replicates_a, comp.n_replicates_b, budget)
-        underpowered = not significant_p and floor >= alpha_i and not _no_variation(ra, rb)
-        comp = dc.replace(
-            comp,
-            p_adjusted=adjusted[i],
-            min_attainable_p=floor,
-            underpowered=underpowered,
-            replicates_needed=stats.replicates_needed(alpha_i),
-        )
-        verdict = UNDERPOWERED if underpowered else _direction_verdict(comp, ma["better"])
-        metrics.append(
-            MetricComparison(
-                key=ma["key"],
-                scenario=ma.get("scenario", ""),
-                metric=ma.get("metric", ""),
-                unit=ma["unit"],
-                better=ma["better"],
-                comparison=comp,
-                verdict=verdict,
-                settings_changed=_settings_diff(ma, mb),
-                variant=ma.get("variant") or {},
-                settings=ma.get("settings") or {},
-                alpha_corrected=alpha_i,
-            )
-        )
-    claims_b = {c["id"]: c for c in b.get("claims", [])}
-    claims = [
-        {"id": c["id"], "a": c.get("verdict"), "b": (claims_b.get(c["id"]) or {}).get("verdict")}
-        for c in a.get("claims", [])
-    ]
-    env_a, env_b = a.get("environment") or {}, b.get("environment") or {}
-    env = {
-        k: (env_a.get(k), env_b.get(k))
-        for k in sorted(set(env_a) | set(env_b))
-        if k != "environment_sources" and env_a.get(k) != env_b.get(k)
-    }
-    return RunComparison(
-        metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha,
-        only_in_a=sorted(only_a), only_in_b=sorted(only_b),
-    )  # fmt: skip
-
-
-def _short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
-    """Row labels: scenario, metric, variant, and only those settings that
-    tell two rows of the same metric apart (the full key is in --json)."""
-    from host.report import variant_label
-
-    by_metric: dict[tuple[str, str], list[MetricComparison]] = {}
-    for m in metrics:
-        by_metric.setdefault((m.scenario, m.metric), []).append(m)
-    labels = {}
-    for (scenario, metric), group in by_metric.items():
-        keys = sorted({k for m in group for k in m.settings})
-        varying = [k for k in keys if len({json.dumps(m.settings.get(k), sort_keys=True) for m in group}) > 1]
-        for m in group:
-            label = f"{scenario} {metric}"
-            if m.variant:
-                label += f" [{variant_label(m.variant)}]"
-            if varying:
-                # Two settings are enough to tell rows apart on a terminal.
-                label += " " + ", ".join(f"{k}={m.settings.get(k)}" for k in varying[:2])
-            if m.key.endswith(tuple(f" #{i}" for i in range(2, 10))):
-                label += " " + m.key.rsplit(" ", 1)[1]
-            labels[m.key] = label
-    return labels
-
-
-def _verdict_text(m: MetricComparison) -> str:
-    """The verdict, with what an underpowered metric would need."""
-    if m.verdict == UNDERPOWERED and m.comparison.replicates_needed:
-        return f"{UNDERPOWERED} (needs {m.comparison.replicates_needed} a side)"
-    return m.verdict
+# The computation is host.comparison's; these names are kept here for the
+# callers that reach them as ``compare.X``.  The page, the HTML helpers and
+# the results reader are imported where used: `memqual --help` loads this
+# module and must not load numpy, scipy or matplotlib.
+__all__ = [
+    "CORRECTION", "DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FASTER", "NO_DIFFERENCE", "SLOWER", "UNDERPOWERED",
+    "VERDICTS", "MetricComparison", "RunComparison", "check_comparable", "compare_results", "pair_metrics",
+    "replicates_of", "short_labels", "verdict_text", "print_comparison", "register", "run",
+]
 
 
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
@@ -340,7 +77,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     from rich.markup import escape
     from rich.table import Table
 
-    from host.report import _num
+    from host.html import num
 
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
@@ -359,14 +96,14 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     table.add_column("reps", justify="right", no_wrap=True)
     table.add_column("p (Holm)", justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    labels = _short_labels(result.metrics)
+    labels = short_labels(result.metrics)
     for m in result.metrics:
         c = m.comparison
         table.add_row(
             escape(labels[m.key] + (" *" if m.settings_changed else "")),
-            escape(f"{_num(c.a.median)} {m.unit}"),
-            escape(f"{_num(c.b.median)} {m.unit}"),
-            f"{_num(c.ratio)} [{_num(c.ci_low)}, {_num(c.ci_high)}]",
+            escape(f"{num(c.a.median)} {m.unit}"),
+            escape(f"{num(c.b.median)} {m.unit}"),
+            f"{num(c.ratio)} [{num(c.ci_low)}, {num(c.ci_high)}]",
             f"{c.n_replicates_a}/{c.n_replicates_b}",
             f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
             # The count an underpowered row needs is the same for all of them
@@ -381,9 +118,9 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)):
         for key in keys:
             console.print(f"only in {name} (not compared): {key}", highlight=False, markup=False, soft_wrap=True)
-    changed = [c for c in result.claims if c["a"] != c["b"]]
-    for c in changed:
-        console.print(f"claim {c['id']}: {c['a']} -> {c['b']}", highlight=False, markup=False)
+    for claim in result.claims:
+        if claim["a"] != claim["b"]:
+            console.print(f"claim {claim['id']}: {claim['a']} -> {claim['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
         console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
     if result.underpowered:
@@ -433,7 +170,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.report import load_results
+    from host.results import load_results
 
     a = load_results(args.a)
     b = load_results(args.b)

@@ -13,17 +13,13 @@ that differs.
 from __future__ import annotations
 
 import collections
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from host.compare import FASTER, NO_DIFFERENCE, SLOWER, UNDERPOWERED, VERDICTS, RunComparison, _short_labels, _verdict_text
-from host.report import _CSS, _environment_line, _esc, _num, _png, _pyplot
-
-VERDICT_COLOURS = {FASTER: "#15803d", SLOWER: "#b91c1c", NO_DIFFERENCE: "#6b7280", UNDERPOWERED: "#7c3aed"}
-
-
-def _badge(verdict: str, text: str | None = None) -> str:
-    return f'<span class="badge" style="background:{VERDICT_COLOURS[verdict]}">{_esc(text or verdict)}</span>'
+from host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
+from host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
+from host.results import Results
 
 
 def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
@@ -32,7 +28,7 @@ def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
     rows = [m for m in result.metrics if m.comparison.ratio and m.comparison.ratio > 0]
     if not rows:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 0.28 * len(rows) + 1.2))
     for y, m in enumerate(reversed(rows)):
         c = m.comparison
@@ -53,38 +49,38 @@ def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
     ax.set_yticklabels([labels[m.key][:90] for m in reversed(rows)], fontsize=7)
     ax.set_xlabel(f"B / A (median ratio, 95% CI); shaded: within the {result.threshold:.0%} threshold")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def render_comparison_html(
-    result: RunComparison, a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B"
+    result: RunComparison, a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], a_name: str = "A", b_name: str = "B"
 ) -> str:
-    labels = _short_labels(result.metrics)
+    labels = short_labels(result.metrics)
     counts = collections.Counter(m.verdict for m in result.metrics)
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>memqual: {_esc(b_name)} against {_esc(a_name)}</title><style>{_CSS}</style></head><body><main>",
-        f"<h1>memqual: is {_esc(b_name)} faster or slower than {_esc(a_name)}?</h1>",
+        f"<title>memqual: {esc(b_name)} against {esc(a_name)}</title><style>{CSS}</style></head><body><main>",
+        f"<h1>memqual: is {esc(b_name)} faster or slower than {esc(a_name)}?</h1>",
         f"<p class='sub'>threshold {result.threshold:.0%} (smallest change of the median that counts) · "
         f"alpha {result.alpha:g} family-wise (permutation test of replicate medians, Holm-corrected over "
         f"{len(result.metrics)} metrics) · {len(result.only_in_a) + len(result.only_in_b)} on one side only</p>",
-        f"<p class='sub'><b>{_esc(a_name)}</b>: {_esc(a.get('created', ''))}</p>",
-        _environment_line(a.get("environment") or {}),
-        f"<p class='sub'><b>{_esc(b_name)}</b>: {_esc(b.get('created', ''))}</p>",
-        _environment_line(b.get("environment") or {}),
+        f"<p class='sub'><b>{esc(a_name)}</b>: {esc(a.get('created', ''))}</p>",
+        environment_line(a.get("environment") or {}),
+        f"<p class='sub'><b>{esc(b_name)}</b>: {esc(b.get('created', ''))}</p>",
+        environment_line(b.get("environment") or {}),
         "<div class='badges'>",
     ]
     for verdict in VERDICTS:
         parts.append(
             f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>"
-            f"{_esc(verdict)}</div>"
+            f"{esc(verdict)}</div>"
         )
     parts.append("</div>")
     if result.regressions:
         parts.append(
             f"<p><b style='color:{VERDICT_COLOURS[SLOWER]}'>{len(result.regressions)} metric(s) slower beyond "
-            f"{result.threshold:.0%}</b>: {_esc(', '.join(labels[m.key] for m in result.regressions))}</p>"
+            f"{result.threshold:.0%}</b>: {esc(', '.join(labels[m.key] for m in result.regressions))}</p>"
         )
     else:
         parts.append("<p>No regression beyond the threshold.</p>")
@@ -101,26 +97,26 @@ def render_comparison_html(
         parts.append(f"<h2>Every ratio</h2><img alt='forest plot of B/A per metric' src='data:image/png;base64,{plot}'>")
 
     parts.append("<h2>Metrics</h2><table><tr><th>metric</th>"
-                 f"<th>{_esc(a_name)} median</th><th>{_esc(b_name)} median</th>"
+                 f"<th>{esc(a_name)} median</th><th>{esc(b_name)} median</th>"
                  "<th>B/A [95% CI]</th><th>replicates A/B</th><th>p</th><th>p Holm</th><th>verdict</th></tr>")  # fmt: skip
     for m in result.metrics:
         c = m.comparison
         changed = (
             "<div class='small'>settings changed: "
-            + _esc(", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()))
+            + esc(", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()))
             + "</div>"
             if m.settings_changed
             else ""
         )
         parts.append(
-            f"<tr><td>{_esc(labels[m.key])}{changed}</td>"
-            f"<td class='num'>{_esc(_num(c.a.median))} {_esc(m.unit)}</td>"
-            f"<td class='num'>{_esc(_num(c.b.median))} {_esc(m.unit)}</td>"
-            f"<td class='num'>{_esc(_num(c.ratio))} [{_esc(_num(c.ci_low))}, {_esc(_num(c.ci_high))}]</td>"
+            f"<tr><td>{esc(labels[m.key])}{changed}</td>"
+            f"<td class='num'>{esc(num(c.a.median))} {esc(m.unit)}</td>"
+            f"<td class='num'>{esc(num(c.b.median))} {esc(m.unit)}</td>"
+            f"<td class='num'>{esc(num(c.ratio))} [{esc(num(c.ci_low))}, {esc(num(c.ci_high))}]</td>"
             f"<td class='num'>{c.n_replicates_a}/{c.n_replicates_b}</td>"
             f"<td class='num'>{c.p_value:.2g}</td>"
             f"<td class='num'>{'n/a' if c.p_adjusted is None else f'{c.p_adjusted:.2g}'}</td>"
-            f"<td>{_badge(m.verdict, _verdict_text(m))}</td></tr>"
+            f"<td>{badge(m.verdict, verdict_text(m))}</td></tr>"
         )
     parts.append("</table>")
 
@@ -128,21 +124,21 @@ def render_comparison_html(
         parts.append("<h2>Metrics on one side only (not compared)</h2><table><tr><th>run</th><th>metric</th></tr>")
         for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)):
             for key in keys:
-                parts.append(f"<tr><td>{_esc(name)}</td><td class='small'>{_esc(key)}</td></tr>")
+                parts.append(f"<tr><td>{esc(name)}</td><td class='small'>{esc(key)}</td></tr>")
         parts.append("</table>")
 
-    moved = [c for c in result.claims if c["a"] != c["b"]]
+    moved = [claim for claim in result.claims if claim["a"] != claim["b"]]
     if moved:
         parts.append("<h2>Claims whose verdict moved</h2><table><tr><th>claim</th>"
-                     f"<th>{_esc(a_name)}</th><th>{_esc(b_name)}</th></tr>")  # fmt: skip
-        for c in moved:
-            parts.append(f"<tr><td>{_esc(c['id'])}</td><td>{_esc(c['a'])}</td><td>{_esc(c['b'])}</td></tr>")
+                     f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>")  # fmt: skip
+        for claim in moved:
+            parts.append(f"<tr><td>{esc(claim['id'])}</td><td>{esc(claim['a'])}</td><td>{esc(claim['b'])}</td></tr>")
         parts.append("</table>")
     if result.environment:
         parts.append("<h2>What differs between the two environments</h2><table><tr><th>key</th>"
-                     f"<th>{_esc(a_name)}</th><th>{_esc(b_name)}</th></tr>")  # fmt: skip
+                     f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>")  # fmt: skip
         for key, (va, vb) in result.environment.items():
-            parts.append(f"<tr><td>{_esc(key)}</td><td>{_esc(va)}</td><td>{_esc(vb)}</td></tr>")
+            parts.append(f"<tr><td>{esc(key)}</td><td>{esc(va)}</td><td>{esc(vb)}</td></tr>")
         parts.append("</table>")
     parts.append(
         "<p class='small'>Ratios are medians of all of B's samples over all of A's, with seeded two-stage "
@@ -160,7 +156,7 @@ def render_comparison_html(
 
 
 def write_comparison_html(
-    result: RunComparison, a: dict[str, Any], b: dict[str, Any], path: str | Path, a_name: str = "A", b_name: str = "B"
+    result: RunComparison, a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], path: str | Path, a_name: str = "A", b_name: str = "B"
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,55 +1,53 @@
-"""What a run says: results.json, report.html and the terminal tables.
-
-results.json is the one artefact everything else reads (report.html is
-rendered from it, ``memqual compare`` compares two of them), so it holds the
-raw samples, not only summaries::
-
-    {"schema": "memqual.results/1", "memqual_version": "0.1.0",
-     "created": "...", "run": {...profile, label, avocado status...},
-     "environment": {host_kernel, qemu, accel, accel_reason, cpu, ksm, thp,
-                     kvm_nr_memslots, guest_kernel_sha256, ...},
-     "scenarios": ["ksm.volatile_scan", ...],
-     "claims": [{id, verdict, reason, published, measured, ci, unit,
-                 samples, ...}],
-     "metrics": [{key, scenario, metric, unit, better, variant, settings,
-                  samples, summary}]}
-
-The environment comes from the records' ``environment`` fields (what the
-scenarios saw, host.environment's keys); what no record says is filled from
-this host's ``probe.environment()`` (read-only, no guest booted) and marked
-in ``environment_sources``.
-"""
+"""What a run says to people: the terminal tables and report.html with its
+plots, both from a results.json (host/results.py has the schema, its reader
+and writer, and builds it from the verdicts and records; host/html.py the
+style sheet, escaping, badges and plot embedding shared with
+comparison.html)."""
 
 from __future__ import annotations
 
-import base64
 import collections
-import datetime as _dt
-import html
-import io
 import json
-import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from host import results as _results
 from host import stats
-from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, Verdict, format_ratio
+from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
 from host.environment import FINGERPRINT_KEYS
-from host.jsonfile import read_json
-from host.errors import BadInput
-from host.record import Measurement
+from host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
+from host.results import (
+    SCHEMA,
+    Results,
+    build_results,
+    environment_fingerprint,
+    memqual_version,
+    metric_key,
+    metrics_of,
+    variant_label,
+    write_results,
+)
 
-SCHEMA = "memqual.results/1"
+# Kept here for the callers that still reach them through this module: the
+# results reader, writer and builder (host/runjob.py, host/history.py,
+# host/export.py, host/bisect/) and, under their old private names, the
+# HTML helpers (host/history.py, host/bisect/page.py).
+__all__ = [
+    "FINGERPRINT_KEYS", "SCHEMA", "VERDICT_COLOURS", "Results", "build_results", "environment_fingerprint",
+    "load_results", "memqual_version", "metric_key", "metrics_of", "variant_label", "write_results",
+    "kernbench_tables", "print_tables", "evidence_class", "evidence_line", "claim_plot", "distribution_plot",
+    "render_html", "write_html",
+]
+_CSS, _esc, _png, _pyplot, _environment_line = CSS, esc, png, pyplot, environment_line
 
-VERDICT_COLOURS = {
-    REPRODUCED: "#1a7f37",
-    DIRECTION_ONLY: "#b7791f",
-    NOT_REPRODUCED: "#c62828",
-    UNDERPOWERED: "#7c3aed",
-    NOT_MEASURABLE: "#6b7280",
-}
+
+def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``results.load_results`` as the plain dict the callers that still
+    come through here handle (they serialise parts of it as they are)."""
+    return _results.load_results(path).to_json()
+
 _RICH_STYLES = {
     REPRODUCED: "bold green",
     DIRECTION_ONLY: "bold yellow",
@@ -59,172 +57,18 @@ _RICH_STYLES = {
 }
 
 
-def memqual_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("memqual")
-    except Exception:  # not installed (a bare checkout): say so rather than guess
-        return "unknown"
-
-
-# ---------------------------------------------------------------- results
-
-
-def variant_label(variant: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
-
-
-def metric_key(rec: Measurement | dict[str, Any]) -> str:
-    """Identifies one metric of one variant across runs: what `memqual
-    compare` pairs up."""
-    d = rec.to_json() if isinstance(rec, Measurement) else rec
-    return (
-        f"{d['scenario']} {d['metric']} [{variant_label(d.get('variant') or {})}]"
-        f" {json.dumps(d.get('settings') or {}, sort_keys=True)}"
-    )
-
-
-def metrics_of(records: Iterable[Measurement]) -> list[dict[str, Any]]:
-    out = []
-    for rec in records:
-        if not rec.samples:
-            continue
-        out.append(
-            {
-                "key": metric_key(rec),
-                "scenario": rec.scenario,
-                "metric": rec.metric,
-                "claim": rec.claim,
-                "unit": rec.unit,
-                "better": rec.better,
-                "variant": rec.variant,
-                "settings": rec.settings,
-                "samples": rec.samples,
-                # grouped by independent unit: what `memqual compare` tests
-                "replicates": rec.replicates,
-                "summary": stats.summarize(rec.samples).to_json(),
-                "duration_s": rec.duration_s,
-            }
-        )
-    # Two tests may record the same metric with the same settings: keep both
-    # (in collection order, which follows avocado's test order) as "#2"...
-    seen: collections.Counter[str] = collections.Counter()
-    for m in out:
-        seen[m["key"]] += 1
-        if seen[m["key"]] > 1:
-            m["key"] += f" #{seen[m['key']]}"
-    out.sort(key=lambda m: m["key"])
-    return out
-
-
-def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bool = True) -> dict[str, Any]:
-    """The records' environment, one value per key (the most common when
-    records disagree, all of them under ``<key>_all``), then this host's
-    facts for the keys no record gave."""
-    from host import probe
-
-    values: dict[str, list[str]] = collections.defaultdict(list)
-    originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)
-    for rec in records:
-        for key, value in (rec.environment or {}).items():
-            encoded = json.dumps(value, sort_keys=True)
-            values[key].append(encoded)
-            originals[key][encoded] = value
-    env: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for key, seen in values.items():
-        counts = collections.Counter(seen)
-        env[key] = originals[key][counts.most_common(1)[0][0]]
-        sources[key] = "records"
-        if len(counts) > 1:
-            env[key + "_all"] = [originals[key][v] for v in counts]
-    if host_fallback:
-        for key, value in probe.environment(with_ksm=True).to_json().items():
-            if key not in env:
-                env[key] = value
-                sources[key] = "host (no record said)"
-    for key in FINGERPRINT_KEYS:
-        if key not in env:
-            env[key] = None
-            sources[key] = "unknown: no record said"
-    ordered = {k: env[k] for k in FINGERPRINT_KEYS}
-    ordered.update({k: v for k, v in sorted(env.items()) if k not in ordered})
-    ordered["environment_sources"] = sources
-    return ordered
-
-
-def build_results(
-    verdicts: Sequence[Verdict],
-    records: Sequence[Measurement],
-    *,
-    run: dict[str, Any] | None = None,
-    host_fallback: bool = True,
-) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA,
-        "memqual_version": memqual_version(),
-        "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "run": run or {},
-        "environment": environment_fingerprint(records, host_fallback=host_fallback),
-        "scenarios": sorted({r.scenario for r in records}),
-        "claims": [v.to_json() for v in verdicts],
-        "metrics": metrics_of(records),
-    }
-
-
-def write_results(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-    return path
-
-
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A results.json, checked: missing, truncated, another schema or a
-    file that is not a results file are BadInput with one line."""
-    path = Path(path)
-    data = read_json(path, "results file", "give OUTPUT/results.json of a memqual run, or re-run memqual run")
-    if not isinstance(data, dict) or "schema" not in data:
-        raise BadInput(f"{path}: not a memqual results file (no 'schema')")
-    if str(data["schema"]).startswith("memqual.measurement/"):
-        raise BadInput(f"{path}: a measurement record, not a results.json (memqual run writes OUTPUT/results.json)")
-    if data["schema"] != SCHEMA:
-        raise BadInput(f"{path}: schema {data['schema']!r} is not {SCHEMA!r}: written by another memqual version")
-    for key, kind in (("claims", list), ("metrics", list), ("environment", dict)):
-        if not isinstance(data.get(key), kind):
-            raise BadInput(f"{path}: field {key!r} missing or of the wrong type: truncated or hand-edited?")
-    for index, m in enumerate(data["metrics"]):
-        if not isinstance(m, dict) or not {"key", "samples", "better", "unit"} <= m.keys():
-            raise BadInput(f"{path}: metric #{index} is incomplete")
-        if not m["samples"] or not all(isinstance(x, (int, float)) for x in m["samples"]):
-            raise BadInput(f"{path}: metric {m['key']} has no numeric samples")
-    return data
-
-
 # ------------------------------------------------------------- terminal
 
 
 def _mean_stdev(samples: Sequence[float]) -> str:
     s = stats.summarize(samples)
-    return f"{_num(s.mean)} ({_num(s.stdev)})"
+    return f"{num(s.mean)} ({num(s.stdev)})"
 
 
-def _num(x: float | None) -> str:
-    """Four significant digits (kernbench's 42.809 reads as 42.81)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 10000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
-
-
-def kernbench_tables(results: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+def kernbench_tables(results: Results | Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per scenario (and settings) a table shaped like seed 002's kernbench
     table: a row per metric, a column per variant, cells "mean (stdev)"."""
-    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = collections.defaultdict(dict)
+    groups: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = collections.defaultdict(dict)
     for m in results["metrics"]:
         settings = json.dumps(m.get("settings") or {}, sort_keys=True)
         groups[(m["scenario"], settings)].setdefault(m["metric"], {})[variant_label(m.get("variant") or {})] = m
@@ -268,7 +112,7 @@ def _short_settings(settings_json: str) -> str:
     return ", ".join(f"{k}={short(v)}" for k, v in sorted(settings.items()))
 
 
-def _measured_text(c: dict[str, Any]) -> str:
+def _measured_text(c: Mapping[str, Any]) -> str:
     if c.get("measured") is None:
         return "-"
     text = f"{format_ratio(c['measured'])}x"
@@ -279,11 +123,11 @@ def _measured_text(c: dict[str, Any]) -> str:
     return text
 
 
-def evidence_class(c: dict[str, Any]) -> str:
+def evidence_class(c: Mapping[str, Any]) -> str:
     return str((c.get("evidence") or {}).get("class") or NOT_MEASURABLE)
 
 
-def evidence_line(c: dict[str, Any]) -> str:
+def evidence_line(c: Mapping[str, Any]) -> str:
     """The first line of a claim's card: the class of its evidence and what
     it is."""
     ev = c.get("evidence") or {}
@@ -293,17 +137,17 @@ def evidence_line(c: dict[str, Any]) -> str:
     return f"Evidence: {kind}. {ev.get('instead', '')}"
 
 
-def _published_text(c: dict[str, Any]) -> str:
+def _published_text(c: Mapping[str, Any]) -> str:
     if c.get("expected") is not None:
-        return f"{_num(c['expected'])}x"
+        return f"{num(c['expected'])}x"
     if c.get("source") == "none":
         figures = [p for p in c.get("published") or [] if p.get("value") is not None]
-        return f"{_num(figures[0]['value'])}{figures[0].get('unit', '')}" if figures else "-"
+        return f"{num(figures[0]['value'])}{figures[0].get('unit', '')}" if figures else "-"
     # The seed asserts a direction only.
     return {"greater": "> 1", "less": "< 1", "at_least": ">= 1"}.get(c.get("direction") or "", "-")
 
 
-def print_tables(results: dict[str, Any], console: Any = None) -> None:
+def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> None:
     """The verdicts and the kernbench-shaped tables, with rich."""
     from rich.console import Console
     from rich.markup import escape
@@ -349,35 +193,16 @@ def print_tables(results: dict[str, Any], console: Any = None) -> None:
 # ------------------------------------------------------------------ plots
 
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; before pyplot is imported anywhere
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
-    return plt
-
-
 _A_COLOUR, _B_COLOUR, _PUB_COLOUR = "#2563eb", "#ea580c", "#111827"
 
 
-def claim_plot(c: dict[str, Any]) -> str | None:
+def claim_plot(c: Mapping[str, Any]) -> str | None:
     """Left: A's and B's values (every repeat, the median as a bar) with the
     published figures; right: B / A with its CI against the published ratio
     and its tolerance band.  None when nothing was measured."""
     if c.get("measured") is None or not c["samples"]["a"] or not c["samples"]["b"]:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     import numpy as np
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.6, 2.7), gridspec_kw={"width_ratios": [1.25, 1]})
@@ -392,7 +217,7 @@ def claim_plot(c: dict[str, Any]) -> str | None:
         pub = (c.get(side) or {}).get("published")
         if pub is not None:
             ax1.scatter([x + 0.38], [pub], marker="D", s=34, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
-            ax1.annotate(f"published {_num(pub)}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7)
+            ax1.annotate(f"published {num(pub)}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7)
     ax1.set_xticks([0, 1], [(c.get("a") or {}).get("label", "A"), (c.get("b") or {}).get("label", "B")])
     unit = (c.get("a") or {}).get("unit", "")
     ax1.set_ylabel(unit)
@@ -409,7 +234,7 @@ def claim_plot(c: dict[str, Any]) -> str | None:
     if expected is not None:
         ax2.axhspan(expected * (1 - tol), expected * (1 + tol), color="#d1fae5", alpha=0.8, zorder=0)
         ax2.scatter([1], [expected], marker="D", s=40, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
-        ax2.annotate(f"published {_num(expected)}x ±{tol:.0%}", (1, expected), xytext=(8, -3), textcoords="offset points", fontsize=7)
+        ax2.annotate(f"published {num(expected)}x ±{tol:.0%}", (1, expected), xytext=(8, -3), textcoords="offset points", fontsize=7)
         right_label = "published"
     else:
         # The seed asserts a direction only: shade the side it asserts.
@@ -423,19 +248,19 @@ def claim_plot(c: dict[str, Any]) -> str | None:
         ax2.errorbar([0], [ratio], yerr=[[ratio - ci[0]], [ci[1] - ratio]], fmt="o", color=colour, capsize=5, markersize=6)
     else:
         ax2.scatter([0], [ratio], color=colour, s=36, zorder=3)
-    ax2.annotate(f"{_num(ratio)}x", (0, ratio), xytext=(8, -3), textcoords="offset points", fontsize=8, color=colour)
+    ax2.annotate(f"{num(ratio)}x", (0, ratio), xytext=(8, -3), textcoords="offset points", fontsize=8, color=colour)
     ax2.set_xticks([0, 1], ["measured" if not c.get("computed") else "model", right_label])
     ax2.set_xlim(-0.5, 1.5)
     ax2.set_ylim(0, top)
     ax2.set_ylabel("B / A (x)")
     ax2.set_title("B / A" + (" with 95% CI" if ci and ci[0] != ci[1] else ""), fontsize=9)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
-def distribution_plot(metric_name: str, unit: str, entries: Sequence[dict[str, Any]]) -> str:
+def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str, Any]]) -> str:
     """The repeats of one metric, a box and the points per variant."""
-    plt = _pyplot()
+    plt = pyplot()
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
@@ -452,92 +277,39 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[dict[str, A
     ax.set_ylabel(unit)
     ax.set_title(metric_name, fontsize=9)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 # ------------------------------------------------------------------- html
-
-_CSS = """
-body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
- color:#111827;background:#f3f4f6;margin:0;line-height:1.45}
-main{max-width:1080px;margin:0 auto;padding:24px 28px 60px}
-h1{font-size:26px;margin:8px 0 2px} h2{font-size:19px;margin:34px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
-h3{font-size:16px;margin:0 0 4px}
-.sub{color:#4b5563;margin:0 0 16px}
-.badges{display:flex;gap:10px;flex-wrap:wrap;margin:14px 0}
-.badge{border-radius:999px;padding:3px 12px;color:#fff;font-weight:600;font-size:13px;white-space:nowrap}
-.count{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:10px 16px;min-width:120px}
-.count b{font-size:24px;display:block}
-.card{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:16px 18px;margin:14px 0;
- box-shadow:0 1px 2px rgba(0,0,0,.04)}
-.card header{display:flex;justify-content:space-between;align-items:flex-start;gap:12px}
-.cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
-.evidence{margin:6px 0;color:#111827}
-table.sidebyside td{vertical-align:top;width:50%}
-blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;background:#f9fafb}
-.reason{margin:8px 0;padding:8px 12px;border-radius:6px;background:#f9fafb;font-size:14px}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-td,th{padding:4px 10px;border-bottom:1px solid #e5e7eb;text-align:left;vertical-align:top}
-th{color:#374151;background:#f9fafb} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.summary td:nth-child(2){font-weight:600}
-.env td:first-child{color:#4b5563;white-space:nowrap} .env td{font-family:ui-monospace,Menlo,monospace;font-size:12px}
-img{max-width:100%} .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}
-.small{font-size:12px;color:#6b7280} .seed{font-size:12px;color:#6b7280}
-"""
-
-
-def _esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
-
-
-def _badge(verdict: str) -> str:
-    return f'<span class="badge" style="background:{VERDICT_COLOURS.get(verdict, "#6b7280")}">{_esc(verdict)}</span>'
-
 
 def _env_value(value: Any) -> str:
     if value is None:
         return "<span class='small'>not recorded</span>"
     if isinstance(value, dict):
-        return _esc(", ".join(f"{k}={v}" for k, v in value.items()))
-    return _esc(value)
+        return esc(", ".join(f"{k}={v}" for k, v in value.items()))
+    return esc(value)
 
 
-def _environment_line(env: dict[str, Any]) -> str:
-    """Where the figures come from, in one line under the title."""
-    bits = []
-    if env.get("accel"):
-        bits.append(f"<b>{_esc(str(env['accel']).upper())}</b>" + (f" ({_esc(env['accel_reason'])})" if env.get("accel_reason") else ""))
-    if env.get("host_kernel"):
-        bits.append(f"host kernel {_esc(env['host_kernel'])}")
-    if env.get("qemu"):
-        qemu = str(env["qemu"]).split(" (")[0]
-        bits.append(_esc(qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"))
-    if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
-        sha = str(env.get("guest_kernel_sha256") or "")[:12]
-        bits.append(f"guest kernel {_esc(env.get('guest_kernel') or '')}" + (f" (sha256 {_esc(sha)}...)" if sha else ""))
-    return f"<p class='sub'>{' · '.join(bits)}</p>" if bits else ""
-
-
-def render_html(results: dict[str, Any]) -> str:
+def render_html(results: Results | Mapping[str, Any]) -> str:
     claims = results["claims"]
     counts = collections.Counter(c["verdict"] for c in claims)
     run = results.get("run") or {}
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>memqual report {_esc(results.get('created', ''))}</title><style>{_CSS}</style></head><body><main>",
+        f"<title>memqual report {esc(results.get('created', ''))}</title><style>{CSS}</style></head><body><main>",
         "<h1>memqual: do today's systems reproduce the published claims?</h1>",
-        f"<p class='sub'>{_esc(results.get('created', ''))} · memqual {_esc(results.get('memqual_version', ''))}"
-        + (f" · profile {_esc(run['profile'])}" if run.get("profile") else "")
-        + (f" · {_esc(run['label'])}" if run.get("label") else "")
-        + (f" · avocado: {_esc(run['avocado']['summary'])}" if (run.get("avocado") or {}).get("summary") else "")
+        f"<p class='sub'>{esc(results.get('created', ''))} · memqual {esc(results.get('memqual_version', ''))}"
+        + (f" · profile {esc(run['profile'])}" if run.get("profile") else "")
+        + (f" · {esc(run['label'])}" if run.get("label") else "")
+        + (f" · avocado: {esc(run['avocado']['summary'])}" if (run.get("avocado") or {}).get("summary") else "")
         + "</p>",
-        _environment_line(results.get("environment") or {}),
+        environment_line(results.get("environment") or {}),
         "<div class='badges'>",
     ]
     for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE):
         parts.append(
-            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>{_esc(verdict)}</div>"
+            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>{esc(verdict)}</div>"
         )
     parts.append("</div>")
 
@@ -548,21 +320,21 @@ def render_html(results: dict[str, Any]) -> str:
     )
     for c in claims:
         parts.append(
-            f"<tr><td><a href='#{_esc(c['id'])}'>{_esc(c['id'])}</a></td><td>{_esc(evidence_class(c))}</td>"
-            f"<td>{_badge(c['verdict'])}</td>"
-            f"<td class='num'>{_esc(_measured_text(c))}</td><td class='num'>{_esc(_published_text(c))}</td></tr>"
+            f"<tr><td><a href='#{esc(c['id'])}'>{esc(c['id'])}</a></td><td>{esc(evidence_class(c))}</td>"
+            f"<td>{badge(c['verdict'])}</td>"
+            f"<td class='num'>{esc(_measured_text(c))}</td><td class='num'>{esc(_published_text(c))}</td></tr>"
         )
     parts.append("</table>")
 
     parts.append("<h2>Claims</h2>")
     for c in claims:
-        parts.append(f"<section class='card' id='{_esc(c['id'])}'><header><div><h3>{_esc(c.get('title', c['id']))}</h3>")
-        parts.append(f"<div class='cid'>{_esc(c['id'])} · seed {_esc(c.get('seed', ''))}</div></div>{_badge(c['verdict'])}</header>")
-        parts.append(f"<p class='evidence'><b>{_esc(evidence_line(c))}</b></p>")
+        parts.append(f"<section class='card' id='{esc(c['id'])}'><header><div><h3>{esc(c.get('title', c['id']))}</h3>")
+        parts.append(f"<div class='cid'>{esc(c['id'])} · seed {esc(c.get('seed', ''))}</div></div>{badge(c['verdict'])}</header>")
+        parts.append(f"<p class='evidence'><b>{esc(evidence_line(c))}</b></p>")
         parts.append(_claim_against_evidence(c))
         if c.get("quote"):
-            parts.append(f"<blockquote>{_esc(c['quote'])}</blockquote>")
-        parts.append(f"<div class='reason'><b>Why:</b> {_esc(c['reason'])}</div>")
+            parts.append(f"<blockquote>{esc(c['quote'])}</blockquote>")
+        parts.append(f"<div class='reason'><b>Why:</b> {esc(c['reason'])}</div>")
         parts.append(_layouts_table(c))
         parts.append(_beside_table(c))
         published = c.get("published") or []
@@ -574,22 +346,22 @@ def render_html(results: dict[str, Any]) -> str:
                     value += f" (stdev {p['stdev']})"
                 if p.get("note"):
                     value += f" · {p['note']}"
-                parts.append(f"<tr><td>{_esc(p.get('what', ''))}</td><td class='num'>{_esc(value.strip())}</td></tr>")
+                parts.append(f"<tr><td>{esc(p.get('what', ''))}</td><td class='num'>{esc(value.strip())}</td></tr>")
             parts.append("</table>")
-        png = claim_plot(c)
-        if png:
-            parts.append(f"<img alt='{_esc(c['id'])} measured against published' src='data:image/png;base64,{png}'>")
+        image = claim_plot(c)
+        if image:
+            parts.append(f"<img alt='{esc(c['id'])} measured against published' src='data:image/png;base64,{image}'>")
         parts.append("</section>")
 
     metrics = results["metrics"]
     if metrics:
         parts.append("<h2>Measurements</h2>")
         for title, columns, rows in kernbench_tables(results):
-            parts.append(f"<h3>{_esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>")
-            parts.extend(f"<th>{_esc(col)}</th>" for col in columns)
+            parts.append(f"<h3>{esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>")
+            parts.extend(f"<th>{esc(col)}</th>" for col in columns)
             parts.append("</tr>")
             for row in rows:
-                parts.append(f"<tr><td>{_esc(row[0])}</td>" + "".join(f"<td class='num'>{_esc(x)}</td>" for x in row[1:]) + "</tr>")
+                parts.append(f"<tr><td>{esc(row[0])}</td>" + "".join(f"<td class='num'>{esc(x)}</td>" for x in row[1:]) + "</tr>")
             parts.append("</table>")
         parts.append(
             "<h3>Location and spread</h3><table><tr><th>metric</th><th>variant</th><th>settings</th><th>n</th>"
@@ -605,14 +377,14 @@ def render_html(results: dict[str, Any]) -> str:
             scale, unit = scales[(m["scenario"], m["metric"])]
             cv_text = "n/a" if s["cv"] is None else f"{100 * s['cv']:.1f} %"
             parts.append(
-                f"<tr><td>{_esc(m['scenario'])} {_esc(m['metric'])} ({_esc(unit)}, {_esc(m['better'])} is better)</td>"
-                f"<td>{_esc(variant_label(m.get('variant') or {}))}</td>"
-                f"<td class='small'>{_esc(_short_settings(json.dumps(m.get('settings') or {})))}</td><td class='num'>{s['n']}</td>"
-                f"<td class='num'>{_esc(_num(s['median'] * scale))}</td><td class='num'>{_esc(_num(s['iqr'] * scale))}</td>"
-                f"<td class='num'>{_esc(_num(s['mad'] * scale))}</td><td class='num'>{cv_text}</td></tr>"
+                f"<tr><td>{esc(m['scenario'])} {esc(m['metric'])} ({esc(unit)}, {esc(m['better'])} is better)</td>"
+                f"<td>{esc(variant_label(m.get('variant') or {}))}</td>"
+                f"<td class='small'>{esc(_short_settings(json.dumps(m.get('settings') or {})))}</td><td class='num'>{s['n']}</td>"
+                f"<td class='num'>{esc(num(s['median'] * scale))}</td><td class='num'>{esc(num(s['iqr'] * scale))}</td>"
+                f"<td class='num'>{esc(num(s['mad'] * scale))}</td><td class='num'>{cv_text}</td></tr>"
             )
         parts.append("</table>")
-        grouped: dict[tuple[str, str, str], list[dict[str, Any]]] = collections.defaultdict(list)
+        grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = collections.defaultdict(list)
         for m in metrics:
             grouped[(m["scenario"], m["metric"], json.dumps(m.get("settings") or {}, sort_keys=True))].append(m)
         # A single repeat has no distribution to show.
@@ -621,8 +393,8 @@ def render_html(results: dict[str, Any]) -> str:
             parts.append("<h2>Distributions of the repeats</h2><div class='grid'>")
             for (scenario, metric, settings), entries in sorted(plotted.items()):
                 subtitle = _short_settings(settings)
-                png = distribution_plot(f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries)
-                parts.append(f"<img alt='{_esc(scenario)} {_esc(metric)}' src='data:image/png;base64,{png}'>")
+                image = distribution_plot(f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries)
+                parts.append(f"<img alt='{esc(scenario)} {esc(metric)}' src='data:image/png;base64,{image}'>")
             parts.append("</div>")
 
     parts.append("<h2>Environment</h2><table class='env'>")
@@ -632,8 +404,8 @@ def render_html(results: dict[str, Any]) -> str:
         if key == "environment_sources":
             continue
         src = sources.get(key, "")
-        note = f" <span class='small'>({_esc(src)})</span>" if src and src != "records" else ""
-        parts.append(f"<tr><td>{_esc(key)}</td><td>{_env_value(value)}{note}</td></tr>")
+        note = f" <span class='small'>({esc(src)})</span>" if src and src != "records" else ""
+        parts.append(f"<tr><td>{esc(key)}</td><td>{_env_value(value)}{note}</td></tr>")
     parts.append("</table>")
     tests = run.get("tests") or []
     if tests:
@@ -641,8 +413,8 @@ def render_html(results: dict[str, Any]) -> str:
         for t in tests:
             time_s = t.get("time")
             parts.append(
-                f"<tr><td>{_esc(t.get('id', ''))}</td><td>{_esc(t.get('status', ''))}</td>"
-                f"<td class='num'>{'' if time_s is None else f'{time_s:.1f} s'}</td><td>{_esc(t.get('reason') or '')}</td></tr>"
+                f"<tr><td>{esc(t.get('id', ''))}</td><td>{esc(t.get('status', ''))}</td>"
+                f"<td class='num'>{'' if time_s is None else f'{time_s:.1f} s'}</td><td>{esc(t.get('reason') or '')}</td></tr>"
             )
         parts.append("</table>")
     parts.append(
@@ -661,41 +433,41 @@ def render_html(results: dict[str, Any]) -> str:
     return "".join(parts)
 
 
-def _claim_against_evidence(c: dict[str, Any]) -> str:
+def _claim_against_evidence(c: Mapping[str, Any]) -> str:
     """What the claim said and what was measured instead, side by side."""
     ev = c.get("evidence") or {}
-    inputs = "".join(f"<li>{_esc(i)}</li>" for i in ev.get("inputs") or [])
-    right = _esc(ev.get("instead", ""))
+    inputs = "".join(f"<li>{esc(i)}</li>" for i in ev.get("inputs") or [])
+    right = esc(ev.get("instead", ""))
     if inputs:
         right += f"<ul class='small'>{inputs}</ul>"
     if ev.get("would_measure") and evidence_class(c) == NOT_MEASURABLE:
-        right += f"<div class='small'><b>What would measure it:</b> {_esc(ev['would_measure'])}</div>"
+        right += f"<div class='small'><b>What would measure it:</b> {esc(ev['would_measure'])}</div>"
     return (
         "<table class='sidebyside'><tr><th>the claim measured</th><th>this run's evidence</th></tr>"
-        f"<tr><td>{_esc(ev.get('claimed', ''))}</td><td>{right}</td></tr></table>"
+        f"<tr><td>{esc(ev.get('claimed', ''))}</td><td>{right}</td></tr></table>"
     )
 
 
-def _layouts_table(c: dict[str, Any]) -> str:
+def _layouts_table(c: Mapping[str, Any]) -> str:
     rows = c.get("layouts") or []
     if not rows:
         return ""
     a_label = (c.get("a") or {}).get("label", "A")
     b_label = (c.get("b") or {}).get("label", "B")
     out = [
-        f"<table><tr><th>real guest layout</th><th>slots</th><th>{_esc(a_label)}</th>"
-        f"<th>{_esc(b_label)}</th><th>B / A</th></tr>"
+        f"<table><tr><th>real guest layout</th><th>slots</th><th>{esc(a_label)}</th>"
+        f"<th>{esc(b_label)}</th><th>B / A</th></tr>"
     ]
     for r in rows:
         out.append(
-            f"<tr><td>{_esc(r['config'])}</td><td class='num'>{r['slots']}</td><td class='num'>{_num(r['a'])}</td>"
-            f"<td class='num'>{_num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td></tr>"
+            f"<tr><td>{esc(r['config'])}</td><td class='num'>{r['slots']}</td><td class='num'>{num(r['a'])}</td>"
+            f"<td class='num'>{num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td></tr>"
         )
     out.append("</table>")
     return "".join(out)
 
 
-def _beside_table(c: dict[str, Any]) -> str:
+def _beside_table(c: Mapping[str, Any]) -> str:
     rows = c.get("beside") or []
     if not rows:
         return ""
@@ -705,15 +477,15 @@ def _beside_table(c: dict[str, Any]) -> str:
     ]
     for r in rows:
         out.append(
-            f"<tr><td>{_esc(r['label'])}</td><td>{_esc(variant_label(r.get('variant') or {}))}</td>"
-            f"<td class='num'>{_num(r['median'])} {_esc(r['unit'])}</td>"
-            f"<td class='num'>{_num(r['low'])}-{_num(r['high'])}</td><td class='num'>{r['replicates']}</td></tr>"
+            f"<tr><td>{esc(r['label'])}</td><td>{esc(variant_label(r.get('variant') or {}))}</td>"
+            f"<td class='num'>{num(r['median'])} {esc(r['unit'])}</td>"
+            f"<td class='num'>{num(r['low'])}-{num(r['high'])}</td><td class='num'>{r['replicates']}</td></tr>"
         )
     out.append("</table>")
     return "".join(out)
 
 
-def write_html(results: dict[str, Any], path: str | os.PathLike[str]) -> Path:
+def write_html(results: Results | Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(render_html(results))

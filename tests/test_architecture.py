@@ -28,14 +28,12 @@ ALLOWED_CYCLES = (
     # balloon <-> balloon_measure (and the driver variant): to go when the
     # balloon subject becomes one package with one move loop.
     frozenset({"host.balloon", "host.balloon_measure", "host.balloon_driver"}),
-    # compare <-> compare_report: to go when reporting is split by job.
-    frozenset({"host.compare", "host.compare_report"}),
 )
 
 # Private names other modules import today, each to be removed by the work
-# that owns the importing module (reporting split by job: one HTML module
-# with public CSS, escaping, plots and badges; bisect and history on public
-# runjob and package helpers; the balloon driver build on a public runner).
+# that owns the importing module (bisect and history on host/html.py and on
+# public runjob and package helpers; the balloon driver build on a public
+# runner).
 # (importing module, "module._name").  Delete an entry once it is gone.
 ALLOWED_PRIVATE_IMPORTS = frozenset({
     ("host.bisect", "host.runjob._sha256"),
@@ -44,15 +42,6 @@ ALLOWED_PRIVATE_IMPORTS = frozenset({
     ("host.bisect.page", "host.report._esc"),
     ("host.bisect.page", "host.report._png"),
     ("host.bisect.page", "host.report._pyplot"),
-    ("host.compare", "host.report._num"),
-    ("host.compare_report", "host.compare._short_labels"),
-    ("host.compare_report", "host.compare._verdict_text"),
-    ("host.compare_report", "host.report._CSS"),
-    ("host.compare_report", "host.report._environment_line"),
-    ("host.compare_report", "host.report._esc"),
-    ("host.compare_report", "host.report._num"),
-    ("host.compare_report", "host.report._png"),
-    ("host.compare_report", "host.report._pyplot"),
     ("host.history", "images.packages._release_order"),
     ("host.history", "host.report._png"),
     ("host.history", "host.report._pyplot"),

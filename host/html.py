@@ -1,0 +1,119 @@
+"""The HTML both pages share (report.html and comparison.html): the style
+sheet, escaping, numbers, PNG plots embedded as base64, verdict badges and
+their colours, and the line that says where a run's figures come from.
+
+Every page is one self-contained file: no script, no external resource.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from host import claims, comparison
+
+GREY = "#6b7280"
+
+# One colour per verdict, of a claim (host.claims) and of a comparison
+# (host.comparison); "underpowered" means the same colour in both.
+VERDICT_COLOURS = {
+    claims.REPRODUCED: "#1a7f37",
+    claims.DIRECTION_ONLY: "#b7791f",
+    claims.NOT_REPRODUCED: "#c62828",
+    claims.UNDERPOWERED: "#7c3aed",
+    claims.NOT_MEASURABLE: GREY,
+    comparison.FASTER: "#15803d",
+    comparison.SLOWER: "#b91c1c",
+    comparison.NO_DIFFERENCE: GREY,
+    comparison.UNDERPOWERED: "#7c3aed",
+}
+
+CSS = """
+body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+ color:#111827;background:#f3f4f6;margin:0;line-height:1.45}
+main{max-width:1080px;margin:0 auto;padding:24px 28px 60px}
+h1{font-size:26px;margin:8px 0 2px} h2{font-size:19px;margin:34px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
+h3{font-size:16px;margin:0 0 4px}
+.sub{color:#4b5563;margin:0 0 16px}
+.badges{display:flex;gap:10px;flex-wrap:wrap;margin:14px 0}
+.badge{border-radius:999px;padding:3px 12px;color:#fff;font-weight:600;font-size:13px;white-space:nowrap}
+.count{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:10px 16px;min-width:120px}
+.count b{font-size:24px;display:block}
+.card{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:16px 18px;margin:14px 0;
+ box-shadow:0 1px 2px rgba(0,0,0,.04)}
+.card header{display:flex;justify-content:space-between;align-items:flex-start;gap:12px}
+.cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
+.evidence{margin:6px 0;color:#111827}
+table.sidebyside td{vertical-align:top;width:50%}
+blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;background:#f9fafb}
+.reason{margin:8px 0;padding:8px 12px;border-radius:6px;background:#f9fafb;font-size:14px}
+table{border-collapse:collapse;font-size:13px;margin:6px 0}
+td,th{padding:4px 10px;border-bottom:1px solid #e5e7eb;text-align:left;vertical-align:top}
+th{color:#374151;background:#f9fafb} td.num{text-align:right;font-variant-numeric:tabular-nums}
+.summary td:nth-child(2){font-weight:600}
+.env td:first-child{color:#4b5563;white-space:nowrap} .env td{font-family:ui-monospace,Menlo,monospace;font-size:12px}
+img{max-width:100%} .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}
+.small{font-size:12px;color:#6b7280} .seed{font-size:12px;color:#6b7280}
+"""
+
+
+def esc(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def num(x: float | None) -> str:
+    """Four significant digits (kernbench's 42.809 reads as 42.81)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) >= 10000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+def badge(verdict: str, text: str | None = None) -> str:
+    """A verdict as a coloured pill (``text`` instead of the verdict's name
+    when given)."""
+    return f'<span class="badge" style="background:{VERDICT_COLOURS.get(verdict, GREY)}">{esc(text or verdict)}</span>'
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot without a display, in the pages' style."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; before pyplot is imported anywhere
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def png(fig: Any) -> str:
+    """A figure as base64 PNG for an ``<img src='data:image/png;base64,...'>``;
+    the figure is closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def environment_line(env: Mapping[str, Any]) -> str:
+    """Where the figures come from, in one line under the title."""
+    bits = []
+    if env.get("accel"):
+        reason = f" ({esc(env['accel_reason'])})" if env.get("accel_reason") else ""
+        bits.append(f"<b>{esc(str(env['accel']).upper())}</b>{reason}")
+    if env.get("host_kernel"):
+        bits.append(f"host kernel {esc(env['host_kernel'])}")
+    if env.get("qemu"):
+        qemu = str(env["qemu"]).split(" (")[0]
+        bits.append(esc(qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"))
+    if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
+        sha = str(env.get("guest_kernel_sha256") or "")[:12]
+        bits.append(f"guest kernel {esc(env.get('guest_kernel') or '')}" + (f" (sha256 {esc(sha)}...)" if sha else ""))
+    return f"<p class='sub'>{' · '.join(bits)}</p>" if bits else ""

@@ -1,0 +1,355 @@
+"""results.json: the typed schema of what a run says, and its one reader and
+writer.
+
+results.json is the one artefact everything else reads (report.html is
+rendered from it, ``memqual compare`` compares two of them), so it holds the
+raw samples, not only summaries::
+
+    {"schema": "memqual.results/1", "memqual_version": "0.1.0",
+     "created": "...", "run": {...profile, label, avocado status...},
+     "environment": {host_kernel, qemu, accel, accel_reason, cpu, ksm, thp,
+                     kvm_nr_memslots, guest_kernel_sha256, ...},
+     "scenarios": ["ksm.volatile_scan", ...],
+     "claims": [{id, verdict, reason, evidence, published, measured, ci,
+                 unit, samples, ...}],
+     "metrics": [{key, scenario, metric, claim, unit, better, variant,
+                  settings, samples, replicates, summary, duration_s}]}
+
+``Results``, ``MetricEntry`` and ``ClaimEntry`` are that file as frozen
+dataclasses.  ``to_json()`` gives the file's objects back key for key:
+a file read with ``from_json`` (an older one too, without ``replicates``
+or ``evidence``) is written back exactly as it was, keys it lacked still
+absent and keys this version does not know kept.  A claim entry wraps what
+``claims.Verdict.to_json()`` wrote.  Each reads like its JSON object as
+well (``results["metrics"]``, ``m.get("variant")``): a read-only mapping
+of the same keys, for the code that still handles results as dicts.
+
+The environment comes from the records' ``environment`` fields (what the
+scenarios saw, host.environment's keys); what no record says is filled from
+this host's ``probe.environment()`` (read-only, no guest booted) and marked
+in ``environment_sources``.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime as _dt
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from host.environment import FINGERPRINT_KEYS
+from host.errors import BadInput
+from host.jsonfile import read_json
+from host.record import Measurement
+
+if TYPE_CHECKING:
+    from host.claims import Verdict
+
+SCHEMA = "memqual.results/1"
+
+_T = TypeVar("_T", bound="_JsonObject")
+
+
+class _JsonObject(Mapping[str, Any]):
+    """A frozen dataclass that is also a read-only mapping of its JSON keys.
+
+    ``KEYS`` are the JSON keys, in the file's order, each a field of the
+    same name; ``missing`` holds those the source object lacked (left out
+    again by ``to_json``) and ``extra`` the keys this version does not know
+    (kept, after the known ones)."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ()
+    missing: frozenset[str]
+    extra: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: _plain(getattr(self, k)) for k in self.KEYS if k not in self.missing}
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def _split(cls, data: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+        """The dataclass's arguments from a JSON object: known keys (absent
+        ones from ``defaults``, and noted), the rest as ``extra``."""
+        args = {k: data[k] if k in data else defaults.get(k) for k in cls.KEYS}
+        args["missing"] = frozenset(k for k in cls.KEYS if k not in data)
+        args["extra"] = {k: v for k, v in data.items() if k not in cls.KEYS}
+        return args
+
+    # The mapping view: the keys to_json() would write.
+    def __getitem__(self, key: str) -> Any:
+        if key in self.KEYS and key not in self.missing:
+            return getattr(self, key)
+        if key in self.extra:
+            return self.extra[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from (k for k in self.KEYS if k not in self.missing)
+        yield from self.extra
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, _JsonObject):
+        return value.to_json()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------- entries
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class MetricEntry(_JsonObject):
+    """One metric of one variant and settings, with its samples."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "key", "scenario", "metric", "claim", "unit", "better", "variant", "settings",
+        "samples", "replicates", "summary", "duration_s",
+    )
+
+    key: str  # metric_key(), with " #2"... when two tests recorded the same one
+    scenario: str
+    metric: str
+    claim: str | None
+    unit: str
+    better: str  # lower | higher
+    variant: dict[str, Any]
+    settings: dict[str, Any]
+    samples: list[float]
+    # Grouped by independent unit (a fresh guest, a round): what `memqual
+    # compare` tests.  None in files written before replicates existed.
+    replicates: list[list[float]] | None
+    summary: dict[str, Any]  # stats.summarize(samples).to_json()
+    duration_s: float | None
+    missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MetricEntry:
+        if isinstance(data, MetricEntry):
+            return data
+        defaults = {"scenario": "", "metric": "", "variant": {}, "settings": {}, "summary": {}}
+        return cls(**cls._split(data, defaults))
+
+    @classmethod
+    def of(cls, rec: Measurement, key: str) -> MetricEntry:
+        from host import stats
+
+        return cls(
+            key=key, scenario=rec.scenario, metric=rec.metric, claim=rec.claim, unit=rec.unit,
+            better=rec.better, variant=rec.variant, settings=rec.settings, samples=rec.samples,
+            replicates=rec.replicates, summary=stats.summarize(rec.samples).to_json(), duration_s=rec.duration_s,
+        )
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class ClaimEntry(_JsonObject):
+    """One claim's verdict: what ``claims.Verdict.to_json()`` wrote, whole
+    (``data``), with the fields every reader uses typed.  Files written
+    before evidence was named have no ``evidence``: None."""
+
+    id: str
+    verdict: str
+    reason: str
+    evidence: dict[str, Any] | None
+    data: Mapping[str, Any] = dataclasses.field(repr=False)
+    missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ClaimEntry:
+        if isinstance(data, ClaimEntry):
+            return data
+        return cls(id=str(data.get("id", "")), verdict=str(data.get("verdict", "")),
+                   reason=str(data.get("reason", "")), evidence=data.get("evidence"), data=dict(data))
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> ClaimEntry:
+        return cls.from_json(verdict.to_json())
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Results(_JsonObject):
+    """A whole results.json."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "schema", "memqual_version", "created", "run", "environment", "scenarios", "claims", "metrics",
+    )
+
+    schema: str
+    memqual_version: str
+    created: str  # UTC, 2026-11-30T01:02:03Z
+    run: dict[str, Any]  # profile, label, rounds, the avocado summary, tests...
+    environment: dict[str, Any]  # environment_fingerprint()
+    scenarios: list[str]
+    claims: list[ClaimEntry]
+    metrics: list[MetricEntry]
+    missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Results:
+        """A results object (checked by ``load_results`` when it comes
+        from a file); metric and claim entries may already be typed."""
+        if isinstance(data, Results):
+            return data
+        args = cls._split(data, {"schema": SCHEMA, "memqual_version": "", "created": "", "run": {},
+                                 "environment": {}, "scenarios": []})
+        args["claims"] = [ClaimEntry.from_json(c) for c in data.get("claims") or []]
+        args["metrics"] = [MetricEntry.from_json(m) for m in data.get("metrics") or []]
+        return cls(**args)
+
+
+# ---------------------------------------------------------------- building
+
+
+def memqual_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("memqual")
+    except Exception:  # not installed (a bare checkout): say so rather than guess
+        return "unknown"
+
+
+def variant_label(variant: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(variant.items())) or "default"
+
+
+def metric_key(rec: Measurement | Mapping[str, Any]) -> str:
+    """Identifies one metric of one variant across runs: what `memqual
+    compare` pairs up."""
+    d = rec.to_json() if isinstance(rec, Measurement) else rec
+    return (
+        f"{d['scenario']} {d['metric']} [{variant_label(d.get('variant') or {})}]"
+        f" {json.dumps(d.get('settings') or {}, sort_keys=True)}"
+    )
+
+
+def metrics_of(records: Iterable[Measurement]) -> list[MetricEntry]:
+    """A metric entry per record with samples, sorted by key."""
+    with_samples = [rec for rec in records if rec.samples]
+    # Two tests may record the same metric with the same settings: keep both
+    # (in collection order, which follows avocado's test order) as "#2"...
+    seen: collections.Counter[str] = collections.Counter()
+    out = []
+    for rec in with_samples:
+        key = metric_key(rec)
+        seen[key] += 1
+        out.append(MetricEntry.of(rec, key if seen[key] == 1 else f"{key} #{seen[key]}"))
+    out.sort(key=lambda m: m.key)
+    return out
+
+
+def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bool = True) -> dict[str, Any]:
+    """The records' environment, one value per key (the most common when
+    records disagree, all of them under ``<key>_all``), then this host's
+    facts for the keys no record gave."""
+    from host import probe
+
+    values: dict[str, list[str]] = collections.defaultdict(list)
+    originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)
+    for rec in records:
+        for key, value in (rec.environment or {}).items():
+            encoded = json.dumps(value, sort_keys=True)
+            values[key].append(encoded)
+            originals[key][encoded] = value
+    env: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, seen in values.items():
+        counts = collections.Counter(seen)
+        env[key] = originals[key][counts.most_common(1)[0][0]]
+        sources[key] = "records"
+        if len(counts) > 1:
+            env[key + "_all"] = [originals[key][v] for v in counts]
+    if host_fallback:
+        for key, value in probe.environment(with_ksm=True).to_json().items():
+            if key not in env:
+                env[key] = value
+                sources[key] = "host (no record said)"
+    for key in FINGERPRINT_KEYS:
+        if key not in env:
+            env[key] = None
+            sources[key] = "unknown: no record said"
+    ordered = {k: env[k] for k in FINGERPRINT_KEYS}
+    ordered.update({k: v for k, v in sorted(env.items()) if k not in ordered})
+    ordered["environment_sources"] = sources
+    return ordered
+
+
+def build_results(
+    verdicts: Sequence[Verdict],
+    records: Sequence[Measurement],
+    *,
+    run: dict[str, Any] | None = None,
+    host_fallback: bool = True,
+) -> Results:
+    return Results(
+        schema=SCHEMA,
+        memqual_version=memqual_version(),
+        created=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        run=run or {},
+        environment=environment_fingerprint(records, host_fallback=host_fallback),
+        scenarios=sorted({r.scenario for r in records}),
+        claims=[ClaimEntry.of(v) for v in verdicts],
+        metrics=metrics_of(records),
+    )
+
+
+# -------------------------------------------------------------------- file
+
+
+def write_results(results: Results | Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
+    data = Results.from_json(results).to_json()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_results(path: str | os.PathLike[str]) -> Results:
+    """A results.json, checked: missing, truncated, another schema or a
+    file that is not a results file are BadInput with one line."""
+    path = Path(path)
+    data = read_json(path, "results file", "give OUTPUT/results.json of a memqual run, or re-run memqual run")
+    if not isinstance(data, dict) or "schema" not in data:
+        raise BadInput(f"{path}: not a memqual results file (no 'schema')")
+    if str(data["schema"]).startswith("memqual.measurement/"):
+        raise BadInput(f"{path}: a measurement record, not a results.json (memqual run writes OUTPUT/results.json)")
+    if data["schema"] != SCHEMA:
+        raise BadInput(f"{path}: schema {data['schema']!r} is not {SCHEMA!r}: written by another memqual version")
+    for key, kind in (("claims", list), ("metrics", list), ("environment", dict)):
+        if not isinstance(data.get(key), kind):
+            raise BadInput(f"{path}: field {key!r} missing or of the wrong type: truncated or hand-edited?")
+    for index, m in enumerate(data["metrics"]):
+        if not isinstance(m, dict) or not {"key", "samples", "better", "unit"} <= m.keys():
+            raise BadInput(f"{path}: metric #{index} is incomplete")
+        if not m["samples"] or not all(isinstance(x, (int, float)) for x in m["samples"]):
+            raise BadInput(f"{path}: metric {m['key']} has no numeric samples")
+    for index, c in enumerate(data["claims"]):
+        if not isinstance(c, dict):
+            raise BadInput(f"{path}: claim #{index} is not an object: truncated or hand-edited?")
+    return Results.from_json(data)

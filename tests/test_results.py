@@ -1,0 +1,153 @@
+"""results.json's typed schema (host/results.py): built from verdicts and
+records, written, read back and written again unchanged; older files load."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from host import claims, results
+from host.errors import BadInput
+from host.record import Measurement
+from host.results import ClaimEntry, MetricEntry, Results
+
+
+def _records() -> list[Measurement]:
+    env = {"host_kernel": "6.18.0", "qemu": "7.2.15", "accel": "tcg"}
+    return [
+        Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            claim="ksm-volatile-4k",
+            settings={"pages_to_scan": 4000},
+            variant={"smart_scan": s, "pages": "4k"},
+            samples=xs,
+            replicates=[[x] for x in xs],
+            environment=env,
+        )
+        for s, xs in ((0, [0.80, 0.82, 0.79, 0.81, 0.80]), (1, [0.10, 0.11, 0.10, 0.105, 0.10]))
+    ]
+
+
+@pytest.fixture()
+def built() -> Results:
+    recs = _records()
+    return results.build_results(
+        claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False
+    )
+
+
+def test_build_gives_typed_entries(built):
+    assert built.schema == results.SCHEMA and built.run == {"profile": "quick"}
+    assert built.scenarios == ["ksm.volatile_scan"]
+    assert all(isinstance(m, MetricEntry) for m in built.metrics)
+    assert all(isinstance(c, ClaimEntry) for c in built.claims)
+    m = built.metrics[0]
+    assert m.key == results.metric_key(_records()[0])
+    assert m.replicates == [[x] for x in m.samples] and m.summary["n"] == 5
+    ksm = next(c for c in built.claims if c.id == "ksm-volatile-4k")
+    assert ksm.verdict == claims.REPRODUCED and ksm.evidence and ksm.evidence["class"] == "successor"
+
+
+def test_the_json_shape_is_the_files(built):
+    data = built.to_json()
+    assert list(data) == [
+        "schema",
+        "memqual_version",
+        "created",
+        "run",
+        "environment",
+        "scenarios",
+        "claims",
+        "metrics",
+    ]
+    assert list(data["metrics"][0]) == [
+        "key",
+        "scenario",
+        "metric",
+        "claim",
+        "unit",
+        "better",
+        "variant",
+        "settings",
+        "samples",
+        "replicates",
+        "summary",
+        "duration_s",
+    ]
+    # A claim entry is what the verdict wrote, key for key.
+    recs = _records()
+    verdicts = claims.evaluate(claims.load(), recs)
+    assert data["claims"] == [json.loads(json.dumps(v.to_json())) for v in verdicts]
+
+
+def test_write_read_write_is_identical(built, tmp_path):
+    first = results.write_results(built, tmp_path / "a.json")
+    loaded = results.load_results(first)
+    assert isinstance(loaded, Results) and loaded == built
+    second = results.write_results(loaded, tmp_path / "b.json")
+    assert first.read_text() == second.read_text()
+
+
+def test_the_entries_read_like_their_json(built):
+    assert built["metrics"][0]["samples"] == built.metrics[0].samples
+    assert built.get("no such key") is None and "claims" in built
+    assert dict(built.metrics[0]) == built.metrics[0].to_json()
+    c = built.claims[0]
+    assert c["id"] == c.id and c.get("verdict") == c.verdict
+
+
+def test_an_old_file_without_replicates_or_evidence_loads_and_stays_as_it_was(built, tmp_path):
+    old = built.to_json()
+    for m in old["metrics"]:
+        del m["replicates"]
+    for c in old["claims"]:
+        del c["evidence"]
+    old["something_later_versions_drop"] = {"x": 1}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old, indent=2) + "\n")
+    loaded = results.load_results(path)
+    assert all(m.replicates is None and "replicates" not in m for m in loaded.metrics)
+    assert all(c.evidence is None for c in loaded.claims)
+    assert loaded.to_json() == old  # nothing added, nothing lost
+    again = results.write_results(loaded, tmp_path / "again.json")
+    assert json.loads(again.read_text()) == old
+
+
+def test_a_dict_with_typed_entries_is_taken_as_results():
+    metrics = results.metrics_of(_records())
+    r = Results.from_json({"memqual_version": "x", "metrics": metrics, "claims": [], "environment": {}})
+    assert r.metrics == metrics and "scenarios" in r.missing
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"schema": "memqual.measurement/1"}, "a measurement record, not a results.json"),
+        ({"schema": "memqual.results/0"}, "is not 'memqual.results/1'"),
+        ({"claims": []}, "no 'schema'"),
+        ({"schema": "memqual.results/1", "claims": [], "metrics": {}}, "field 'metrics' missing"),
+        (
+            {"schema": "memqual.results/1", "claims": [], "environment": {}, "metrics": [{"key": "k"}]},
+            "metric #0 is incomplete",
+        ),
+        (
+            {
+                "schema": "memqual.results/1",
+                "claims": [],
+                "environment": {},
+                "metrics": [{"key": "k", "samples": [], "better": "lower", "unit": "s"}],
+            },
+            "metric k has no numeric samples",
+        ),
+        ({"schema": "memqual.results/1", "claims": [3], "environment": {}, "metrics": []}, "claim #0 is not an object"),
+    ],
+)
+def test_what_is_not_a_results_file_is_one_line(data, message, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadInput, match=message):
+        results.load_results(path)
