@@ -121,7 +121,7 @@ def to_kcidb(results: dict[str, Any], origin: str = ORIGIN) -> dict[str, Any]:
     env_misc = {k: v for k, v in env.items() if k != "environment_sources"}
     environment = {
         "comment": f"QEMU {env.get('qemu') or '?'} ({env.get('accel') or '?'}) on host kernel "
-                   f"{env.get('host_kernel') or '?'}",
+        f"{env.get('host_kernel') or '?'}",
         "misc": env_misc,
     }
     checkout: dict[str, Any] = {
@@ -129,8 +129,13 @@ def to_kcidb(results: dict[str, Any], origin: str = ORIGIN) -> dict[str, Any]:
         "origin": origin,
         "comment": f"guest kernel {release}",
         "valid": True,
-        "misc": {"guest_kernel": release, "guest_kernel_sha256": sha, "memqual_version": results.get("memqual_version"),
-                 "profile": run.get("profile"), "label": run.get("label")},
+        "misc": {
+            "guest_kernel": release,
+            "guest_kernel_sha256": sha,
+            "memqual_version": results.get("memqual_version"),
+            "profile": run.get("profile"),
+            "label": run.get("label"),
+        },
     }
     build: dict[str, Any] = {
         "id": build_id,
@@ -166,29 +171,59 @@ def to_kcidb(results: dict[str, Any], origin: str = ORIGIN) -> dict[str, Any]:
         if number is not None and not number["unit"]:
             del number["unit"]
         variant = m.get("variant") or {}
-        path = _path("memqual", m.get("scenario"), m.get("metric"), *( [_variant_text(variant)] if variant else []))
-        add("metric", str(m["key"]), path, "DONE", number=number,
+        path = _path("memqual", m.get("scenario"), m.get("metric"), *([_variant_text(variant)] if variant else []))
+        add(
+            "metric",
+            str(m["key"]),
+            path,
+            "DONE",
+            number=number,
             duration=_finite(m.get("duration_s")) or None,
             comment=str(m["key"]),
-            misc={"key": m["key"], "better": m.get("better"), "unit": m.get("unit"), "variant": variant,
-                  "settings": m.get("settings") or {}, "samples": m.get("samples"),
-                  "replicates": len(m.get("replicates") or [m.get("samples")]), "summary": summary,
-                  "claim": m.get("claim")})
+            misc={
+                "key": m["key"],
+                "better": m.get("better"),
+                "unit": m.get("unit"),
+                "variant": variant,
+                "settings": m.get("settings") or {},
+                "samples": m.get("samples"),
+                "replicates": len(m.get("replicates") or [m.get("samples")]),
+                "summary": summary,
+                "claim": m.get("claim"),
+            },
+        )
     for c in results.get("claims") or []:
         verdict = str(c.get("verdict") or "")
         measured = _finite(c.get("measured"))
-        add("claim", str(c.get("id")), _path("memqual", "claims", c.get("id")), CLAIM_STATUS.get(verdict, "MISS"),
+        add(
+            "claim",
+            str(c.get("id")),
+            _path("memqual", "claims", c.get("id")),
+            CLAIM_STATUS.get(verdict, "MISS"),
             number={"value": measured, "unit": "x"} if measured is not None else None,
             comment=f"{c.get('id')}: {verdict}",
-            misc={"verdict": verdict, "reason": c.get("reason"), "evidence": c.get("evidence"),
-                  "expected": c.get("expected"), "published": c.get("published"), "ci": c.get("ci"),
-                  "p_value": c.get("p_value")})
+            misc={
+                "verdict": verdict,
+                "reason": c.get("reason"),
+                "evidence": c.get("evidence"),
+                "expected": c.get("expected"),
+                "published": c.get("published"),
+                "ci": c.get("ci"),
+                "p_value": c.get("p_value"),
+            },
+        )
     for index, t in enumerate(run.get("tests") or []):
         name = str(t.get("id") or "?")
         status = AVOCADO_STATUS.get(str(t.get("status")), "ERROR")
-        add("e2e", f"{name}#{t.get('round', 1)}#{index}", _path("memqual", "e2e", re.sub(r"\.py:", ".", re.sub(r"^e2e/", "", name))),
-            status, duration=_finite(t.get("time")), comment=f"{name}: {t.get('status')}",
-            misc={"avocado_status": t.get("status"), "reason": t.get("reason"), "round": t.get("round")})
+        add(
+            "e2e",
+            f"{name}#{t.get('round', 1)}#{index}",
+            _path("memqual", "e2e", re.sub(r"\.py:", ".", re.sub(r"^e2e/", "", name))),
+            status,
+            duration=_finite(t.get("time")),
+            comment=f"{name}: {t.get('status')}",
+            misc={"avocado_status": t.get("status"), "reason": t.get("reason"), "round": t.get("round")},
+        )
     data = {
         "version": {"major": schema.LATEST.major, "minor": schema.LATEST.minor},
         "checkouts": [checkout],
@@ -208,7 +243,9 @@ def validate(data: dict[str, Any]) -> None:
         schema.LATEST.validate(data)
     except jsonschema.exceptions.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
-        raise ExportInvalid(f"KCIDB {schema.LATEST} rejects the export at {where or 'the top'}: {exc.message[:200]}") from exc
+        raise ExportInvalid(
+            f"KCIDB {schema.LATEST} rejects the export at {where or 'the top'}: {exc.message[:200]}"
+        ) from exc
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -244,6 +281,8 @@ def main(args: argparse.Namespace) -> int:
         raise BadInput(f"--kcidb {target}: no such directory {target.parent}") from exc
     counts = {k: sum(1 for t in data["tests"] if t["path"].startswith(f"memqual.{k}")) for k in ("claims", "e2e")}
     metrics = len(data["tests"]) - sum(counts.values())
-    print(f"wrote {target}: KCIDB {data['version']['major']}.{data['version']['minor']}, {metrics} metrics, "
-          f"{counts['claims']} claims, {counts['e2e']} avocado tests (validated with kcidb-io)")
+    print(
+        f"wrote {target}: KCIDB {data['version']['major']}.{data['version']['minor']}, {metrics} metrics, "
+        f"{counts['claims']} claims, {counts['e2e']} avocado tests (validated with kcidb-io)"
+    )
     return 0

@@ -170,8 +170,7 @@ def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
         return {}
     envs = [g[0].environment for g in groups]
     keys = sorted({k for e in envs for k in e if k not in _NOT_HOST and not k.endswith("_all")})
-    return {k: [e.get(k) for e in envs] for k in keys
-            if len({json.dumps(e.get(k), sort_keys=True) for e in envs}) > 1}
+    return {k: [e.get(k) for e in envs] for k in keys if len({json.dumps(e.get(k), sort_keys=True) for e in envs}) > 1}
 
 
 # ------------------------------------------------------------ the test
@@ -255,8 +254,15 @@ def change_points(
         low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
         if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
             continue  # perhaps significant, but not shown to exceed the threshold
-        steps.append(Step(after=after, ratio=stats.pooled_ratio(before_reps, after_reps), ci_low=low, ci_high=high,
-                          p_value=candidates[after]))
+        steps.append(
+            Step(
+                after=after,
+                ratio=stats.pooled_ratio(before_reps, after_reps),
+                ci_low=low,
+                ci_high=high,
+                p_value=candidates[after],
+            )
+        )
     return steps
 
 
@@ -274,8 +280,16 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
         for pos, entry in present:
             reps = _reps(entry)
             low, high = stats.hierarchical_ratio_ci(first, reps, n_resamples=CI_RESAMPLES)
-            points.append(Point(pos, float(stats.median([x for r in reps for x in r])), stats.pooled_ratio(first, reps),
-                                low if math.isfinite(low) else None, high if math.isfinite(high) else None, len(reps)))
+            points.append(
+                Point(
+                    pos,
+                    float(stats.median([x for r in reps for x in r])),
+                    stats.pooled_ratio(first, reps),
+                    low if math.isfinite(low) else None,
+                    high if math.isfinite(high) else None,
+                    len(reps),
+                )
+            )
         raw_steps = change_points([_reps(e) for _, e in present], threshold=threshold, alpha=alpha)
         # Positions within "present" back to positions in the group.
         steps = [dataclasses.replace(s, after=present[s.after][0]) for s in raw_steps]
@@ -284,8 +298,9 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
     return out
 
 
-def build(paths: Sequence[str], *, order: str = "time", threshold: float = DEFAULT_THRESHOLD,
-          alpha: float = DEFAULT_ALPHA) -> tuple[list[Group], dict[str, list[Any]]]:
+def build(
+    paths: Sequence[str], *, order: str = "time", threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA
+) -> tuple[list[Group], dict[str, list[Any]]]:
     runs = load_runs(paths)
     groups = [order_runs(g, order) for g in group_runs(runs)]
     diffs = environment_differences(groups)
@@ -299,7 +314,9 @@ def build(paths: Sequence[str], *, order: str = "time", threshold: float = DEFAU
 # ------------------------------------------------------------ output
 
 
-def to_json(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> dict[str, Any]:
+def to_json(
+    groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
+) -> dict[str, Any]:
     return {
         "order": order, "threshold": threshold, "alpha": alpha, "test": TEST_NAME,
         "environment_differences": diffs,
@@ -327,8 +344,9 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
     ax.axhspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
     for st in series.steps:
         ax.axvline(st.after - 0.5, color="#b91c1c", linestyle="--", linewidth=1.2)
-        ax.annotate(f"x{st.ratio:.2f}", (st.after - 0.5, ax.get_ylim()[1]), color="#b91c1c", fontsize=7,
-                    ha="left", va="top")
+        ax.annotate(
+            f"x{st.ratio:.2f}", (st.after - 0.5, ax.get_ylim()[1]), color="#b91c1c", fontsize=7, ha="left", va="top"
+        )
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels([f"{i + 1}" for i in range(len(runs))], fontsize=7)
     ax.set_xlabel("run (see the table above)", fontsize=7)
@@ -338,7 +356,7 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
 
 
 def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from host.report import _CSS, _esc, _environment_line
+    from host.report import _CSS, _environment_line, _esc
 
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
@@ -351,26 +369,43 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
         "Each point is a run's pooled median over the group's first run, with its 95% CI over the replicates.</p>",
     ]
     if diffs:
-        parts.append("<h2>Environment differences between the groups</h2><table><tr><th>key</th>"
-                     + "".join(f"<th>group {i + 1}</th>" for i in range(len(groups))) + "</tr>")
+        parts.append(
+            "<h2>Environment differences between the groups</h2><table><tr><th>key</th>"
+            + "".join(f"<th>group {i + 1}</th>" for i in range(len(groups)))
+            + "</tr>"
+        )
         for key, values in diffs.items():
-            parts.append(f"<tr><td>{_esc(key)}</td>" + "".join(f"<td>{_esc(json.dumps(v))}</td>" for v in values) + "</tr>")
+            parts.append(
+                f"<tr><td>{_esc(key)}</td>" + "".join(f"<td>{_esc(json.dumps(v))}</td>" for v in values) + "</tr>"
+            )
         parts.append("</table>")
     for gi, g in enumerate(groups):
         stepped = [s for s in g.series if s.steps]
-        parts.append(f"<h2>Group {gi + 1}: {len(g.runs)} runs, {len(g.series)} metrics in two or more, "
-                     f"{len(stepped)} with a step</h2>")
+        parts.append(
+            f"<h2>Group {gi + 1}: {len(g.runs)} runs, {len(g.series)} metrics in two or more, "
+            f"{len(stepped)} with a step</h2>"
+        )
         parts.append(_environment_line(g.runs[0].environment))
         parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
         for i, r in enumerate(g.runs):
-            parts.append(f"<tr><td>{i + 1}</td><td>{_esc(r.created)}</td><td>{_esc(r.guest_kernel or '?')}</td>"
-                         f"<td>{_esc(r.label)}</td><td>{_esc(str(r.path))}</td></tr>")
+            parts.append(
+                f"<tr><td>{i + 1}</td><td>{_esc(r.created)}</td><td>{_esc(r.guest_kernel or '?')}</td>"
+                f"<td>{_esc(r.label)}</td><td>{_esc(str(r.path))}</td></tr>"
+            )
         parts.append("</table>")
         for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
-            steps = "; ".join(f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
-                              f"p={st.p_value:.3g}" for st in s.steps) or "no step"
-            parts.append(f"<h3>{_esc(s.key)}</h3><p class='sub'>{_esc(s.unit)}, {_esc(s.better)} is better · "
-                         f"<b>{_esc(steps)}</b></p>")
+            steps = (
+                "; ".join(
+                    f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
+                    f"p={st.p_value:.3g}"
+                    for st in s.steps
+                )
+                or "no step"
+            )
+            parts.append(
+                f"<h3>{_esc(s.key)}</h3><p class='sub'>{_esc(s.unit)}, {_esc(s.better)} is better · "
+                f"<b>{_esc(steps)}</b></p>"
+            )
             parts.append(f"<img alt='series' src='data:image/png;base64,{_plot(s, g.runs, threshold)}'>")
     parts.append("</main></body></html>")
     return "\n".join(parts)
@@ -394,10 +429,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="DIR", help="results.json files or directories holding them")
     parser.add_argument("--order", choices=("time", "kernel"), default="time", help="order the runs by (default time)")
-    parser.add_argument("--threshold", type=_percent, default=DEFAULT_THRESHOLD, metavar="PCT",
-                        help="smallest step that counts, in percent (default 5)")
-    parser.add_argument("--html", metavar="FILE", default="memqual-history.html",
-                        help="the page to write (default memqual-history.html)")
+    parser.add_argument(
+        "--threshold",
+        type=_percent,
+        default=DEFAULT_THRESHOLD,
+        metavar="PCT",
+        help="smallest step that counts, in percent (default 5)",
+    )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        default="memqual-history.html",
+        help="the page to write (default memqual-history.html)",
+    )
     parser.add_argument("--json", action="store_true", help="also print the series and steps as JSON")
     parser.set_defaults(handler=main)
 
@@ -415,12 +459,18 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     out = sys.stderr if args.json else sys.stdout
     for gi, g in enumerate(groups):
-        print(f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
-              f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step", file=out)
+        print(
+            f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
+            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step",
+            file=out,
+        )
         for s in g.series:
             for st in s.steps:
-                print(f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
-                      f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}", file=out)
+                print(
+                    f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
+                    f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}",
+                    file=out,
+                )
     for key, values in diffs.items():
         print(f"environment {key} differs between groups: {' | '.join(map(str, values))}", file=out)
     print(f"wrote {target}", file=out)

@@ -19,15 +19,18 @@ from host.errors import BadInput
 # ------------------------------------------------------------ band and search
 
 
-@pytest.mark.parametrize("low, high, verdict", [
-    (0.97, 1.03, decide.SAME),
-    (1.06, 1.30, decide.HIGHER),
-    (0.70, 0.94, decide.LOWER),
-    (0.98, 1.10, decide.UNDECIDED),  # across the upper edge
-    (0.80, 1.20, decide.UNDECIDED),
-    (None, 1.0, decide.UNDECIDED),
-    (float("nan"), 1.0, decide.UNDECIDED),
-])
+@pytest.mark.parametrize(
+    "low, high, verdict",
+    [
+        (0.97, 1.03, decide.SAME),
+        (1.06, 1.30, decide.HIGHER),
+        (0.70, 0.94, decide.LOWER),
+        (0.98, 1.10, decide.UNDECIDED),  # across the upper edge
+        (0.80, 1.20, decide.UNDECIDED),
+        (None, 1.0, decide.UNDECIDED),
+        (float("nan"), 1.0, decide.UNDECIDED),
+    ],
+)
 def test_the_band_decides_only_a_ci_wholly_inside_or_beyond_it(low, high, verdict):
     assert decide.band_verdict(low, high, 0.05) == verdict
 
@@ -51,7 +54,7 @@ def _search(n: int, verdict_of) -> decide.Bisection:
 @pytest.mark.parametrize("n", range(6, 21))
 def test_the_step_is_found_within_ceil_log2_n_plus_one_probes(n):
     for step in range(1, n):  # the first bad kernel, 0-based
-        b = _search(n, lambda i: decide.BAD if i >= step else decide.GOOD)
+        b = _search(n, lambda i, step=step: decide.BAD if i >= step else decide.GOOD)
         o = b.outcome()
         assert (o.kind, o.first_bad, o.last_good) == ("first bad", step, step - 1)
         assert b.probes <= decide.max_probes(n), (n, step, b.probes)
@@ -93,7 +96,11 @@ def test_a_good_after_the_first_bad_is_said():
 
 def _measurement(values: list[float], metric: str = "deflate_s") -> record.Measurement:
     return record.Measurement(
-        scenario="balloon.deflate", metric=metric, unit="s", better="lower", samples=values,
+        scenario="balloon.deflate",
+        metric=metric,
+        unit="s",
+        better="lower",
+        samples=values,
         settings={"guest_mib": 1024},
     )
 
@@ -103,8 +110,14 @@ class FakeRunner:
     ``effect`` times slower, a little noise; kernels in ``noisy`` noisy
     enough never to be decided.  A clock advances ``round_s`` a round."""
 
-    def __init__(self, step: int, effect: float = 1.5, noisy: frozenset[int] = frozenset(),
-                 round_s: float = 60.0, interrupt_after: int | None = None) -> None:
+    def __init__(
+        self,
+        step: int,
+        effect: float = 1.5,
+        noisy: frozenset[int] = frozenset(),
+        round_s: float = 60.0,
+        interrupt_after: int | None = None,
+    ) -> None:
         self.step, self.effect, self.noisy, self.round_s = step, effect, noisy, round_s
         self.interrupt_after = interrupt_after
         self.calls: list[int] = []
@@ -214,12 +227,14 @@ def test_a_metric_the_first_round_did_not_record_is_bad_input(tmp_path):
 
 
 def test_a_metric_that_names_two_is_bad_input():
-    recs = [_measurement([1.0]), record.Measurement(scenario="balloon.other", metric="deflate_s", unit="s",
-                                                   better="lower", samples=[1.0])]
+    recs = [
+        _measurement([1.0]),
+        record.Measurement(scenario="balloon.other", metric="deflate_s", unit="s", better="lower", samples=[1.0]),
+    ]
     with pytest.raises(BadInput, match="names 2 metrics"):
         series.select_metric(recs, series.MetricSpec("deflate_s"))
     rec, _ = series.select_metric(recs, series.MetricSpec("balloon.other/deflate_s"))
-    assert rec.scenario == "balloon.other"
+    assert rec is not None and rec.scenario == "balloon.other"
 
 
 # ------------------------------------------------------------ input
@@ -230,13 +245,16 @@ def _main(argv: list[str]) -> int:
     try:
         return cli.main(argv)
     except SystemExit as exc:
-        return int(exc.code)
+        return exc.code if isinstance(exc.code, int) else 1
 
 
 def test_kernel_specs_take_an_extra_command_line():
     k = series.parse_kernel("6.1.0-57-amd64:init_on_free=1  page_poison=1")
-    assert (k.version, k.cmdline_extra, k.name) == ("6.1.0-57-amd64", "init_on_free=1 page_poison=1",
-                                                    "6.1.0-57-amd64:init_on_free=1 page_poison=1")
+    assert (k.version, k.cmdline_extra, k.name) == (
+        "6.1.0-57-amd64",
+        "init_on_free=1 page_poison=1",
+        "6.1.0-57-amd64:init_on_free=1 page_poison=1",
+    )
     assert series.parse_kernel("6.12.111+deb12-amd64").cmdline_extra == ""
     with pytest.raises(BadInput, match="command line after"):
         series.parse_kernel("6.1.0-57-amd64:init_on_free=1;reboot")
@@ -250,15 +268,20 @@ def test_a_typo_in_the_metric_is_caught_before_any_guest(tmp_path):
         series.check_metric_known(series.MetricSpec("deflat_s"), e2e)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["bisect", "--kernels", "6.1.0-57-amd64", "--metric", "deflate_s"], "at least 2 kernels"),
-    (["bisect", "--metric", "deflate_s"], "at least 2 kernels"),
-    (["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64", "--metric", "deflate_s"], "the same"),
-    (["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64:init_on_free=1", "--metric", "nonsense_metric"],
-     "unknown metric"),
-    (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--threshold", "150"], "percentage"),
-    (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--max-rounds", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bisect", "--kernels", "6.1.0-57-amd64", "--metric", "deflate_s"], "at least 2 kernels"),
+        (["bisect", "--metric", "deflate_s"], "at least 2 kernels"),
+        (["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64", "--metric", "deflate_s"], "the same"),
+        (
+            ["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64:init_on_free=1", "--metric", "nonsense_metric"],
+            "unknown metric",
+        ),
+        (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--threshold", "150"], "percentage"),
+        (["bisect", "--kernels", "a", "b", "--metric", "deflate_s", "--max-rounds", "0"], "at least 1"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert _main(argv) == 2
@@ -296,7 +319,6 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     """The real runner against a fake avocado: the kernel and its extra
     command line reach the scenarios' environment, and each job ends."""
     from images import build
-
     from tests.test_runjob import FAKE_AVOCADO
 
     script = tmp_path / "avocado"
@@ -305,10 +327,28 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     # The fake avocado scales the records by "scale_" + MEMQUAL_RUN_LABEL;
     # a bisect's rounds have no label, so the plan varies by nothing: the
     # kernels do not differ and the bisect must say "no step".
-    rec = {"schema": "memqual.measurement/1", "scenario": "balloon.deflate", "metric": "deflate_s", "unit": "s",
-           "better": "lower", "settings": {"guest_mib": 1024}, "samples": [1.0, 1.01, 0.99, 1.0, 1.0]}
-    (tmp_path / "plan.json").write_text(json.dumps({"tests": [
-        {"name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g", "status": "PASS", "records": [rec]}]}))
+    rec = {
+        "schema": "memqual.measurement/1",
+        "scenario": "balloon.deflate",
+        "metric": "deflate_s",
+        "unit": "s",
+        "better": "lower",
+        "settings": {"guest_mib": 1024},
+        "samples": [1.0, 1.01, 0.99, 1.0, 1.0],
+    }
+    (tmp_path / "plan.json").write_text(
+        json.dumps(
+            {
+                "tests": [
+                    {
+                        "name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
+                        "status": "PASS",
+                        "records": [rec],
+                    }
+                ]
+            }
+        )
+    )
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
     monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
@@ -319,8 +359,21 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     monkeypatch.setattr(build, "debian_kernel_files", lambda v: (bz, mods))
     e2e = tmp_path / "e2e"
     e2e.mkdir()
-    argv = ["bisect", "--kernels", "6.1.0-57-amd64", "6.1.0-57-amd64", "6.1.0-57-amd64:init_on_free=1",
-            "--metric", "deflate_s", "--output", str(tmp_path / "out"), "--only", "balloon", "--tests", str(e2e)]
+    argv = [
+        "bisect",
+        "--kernels",
+        "6.1.0-57-amd64",
+        "6.1.0-57-amd64",
+        "6.1.0-57-amd64:init_on_free=1",
+        "--metric",
+        "deflate_s",
+        "--output",
+        str(tmp_path / "out"),
+        "--only",
+        "balloon",
+        "--tests",
+        str(e2e),
+    ]
     assert cli.main(argv) == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert {c["env"].get("MEMQUAL_GUEST_CMDLINE_EXTRA") for c in calls} == {None, "init_on_free=1"}
@@ -334,14 +387,23 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
 
 
 def test_settings_words_pick_one_of_two_tests_metrics():
-    recs = [record.Measurement(scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower",
-                               samples=[1.0], settings={"guest_mib": mib}) for mib in (1024, 2048)]
+    recs = [
+        record.Measurement(
+            scenario="balloon.deflate",
+            metric="deflate_s",
+            unit="s",
+            better="lower",
+            samples=[1.0],
+            settings={"guest_mib": mib},
+        )
+        for mib in (1024, 2048)
+    ]
     with pytest.raises(BadInput, match="a setting as KEY=VALUE"):
         series.select_metric(recs, series.MetricSpec("deflate_s"))
     spec = series.parse_metric("balloon.deflate deflate_s guest_mib=2048")
     assert spec.name == "deflate_s"
     rec, _ = series.select_metric(recs, spec)
-    assert rec.settings == {"guest_mib": 2048}
+    assert rec is not None and rec.settings == {"guest_mib": 2048}
 
 
 def test_one_test_reference_reaches_avocado_without_a_trailing_slash():

@@ -22,10 +22,12 @@ def results_file(tmp_path: Path, monkeypatch) -> Path:
     script = tmp_path / "avocado"
     script.write_text(FAKE_AVOCADO.format(python=sys.executable))
     script.chmod(0o755)
-    plan = {"tests": [
-        {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
-        {"name": "e2e/test_balloon.py:Balloon.test_inflate", "status": "CANCEL", "reason": "no balloon"},
-    ]}
+    plan = {
+        "tests": [
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
+            {"name": "e2e/test_balloon.py:Balloon.test_inflate", "status": "CANCEL", "reason": "no balloon"},
+        ]
+    }
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
     monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
@@ -57,8 +59,10 @@ def test_the_export_validates_and_carries_metrics_claims_and_environment(results
     assert claims["memqual.claims.ksm-volatile-4k"]["number"]["unit"] == "x"
     assert claims["memqual.claims.balloon-bitmap"]["status"] == "SKIP"  # not measurable here
     e2e = {t["path"]: t["status"] for t in tests if t["path"].startswith("memqual.e2e.")}
-    assert e2e == {"memqual.e2e.test_ksm.Ksm.test_volatile": "PASS",
-                   "memqual.e2e.test_balloon.Balloon.test_inflate": "SKIP"}
+    assert e2e == {
+        "memqual.e2e.test_ksm.Ksm.test_volatile": "PASS",
+        "memqual.e2e.test_balloon.Balloon.test_inflate": "SKIP",
+    }
     env = tests[0]["environment"]["misc"]
     assert env["host_kernel"] == "6.18.0-fake"
     assert all(t["build_id"] == data["builds"][0]["id"] for t in tests)
@@ -76,11 +80,14 @@ def test_data_the_schema_rejects_is_an_error_not_a_file(results_file):
         export.validate(data)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["export", "--kcidb", "out.json", "missing.json"], "no such results file"),
-    (["export", "--kcidb", "out.json", "--origin", "Mem Qual", "__RESULTS__"], "KCIDB origins"),
-    (["export", "--kcidb", "no/such/dir/out.json", "__RESULTS__"], "no such directory"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["export", "--kcidb", "out.json", "missing.json"], "no such results file"),
+        (["export", "--kcidb", "out.json", "--origin", "Mem Qual", "__RESULTS__"], "KCIDB origins"),
+        (["export", "--kcidb", "no/such/dir/out.json", "__RESULTS__"], "no such directory"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, message, results_file, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     argv = [str(results_file) if a == "__RESULTS__" else a for a in argv]
@@ -90,6 +97,8 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, results_file, tmp_path,
 
 
 def test_paths_hold_only_what_kcidb_allows():
-    assert export._path("memqual", "balloon.free_page_reporting", "rss_return_s", "free_page_reporting-True") == \
-        "memqual.balloon.free_page_reporting.rss_return_s.free_page_reporting-True"
+    assert (
+        export._path("memqual", "balloon.free_page_reporting", "rss_return_s", "free_page_reporting-True")
+        == "memqual.balloon.free_page_reporting.rss_return_s.free_page_reporting-True"
+    )
     assert export._path("memqual", "e2e", "test_x:Class.test_y?") == "memqual.e2e.test_x_Class.test_y"

@@ -54,12 +54,29 @@ def _write_run(directory: Path, created: str, kernel: str, value: float, qemu: s
     for name, level in (("deflate_s", value), ("inflate_s", 2.0)):
         reps = [[level * (1 + rng.uniform(-0.01, 0.01)) for _ in range(3)] for _ in range(3)]
         samples = [x for r in reps for x in r]
-        metrics.append({"key": f"balloon.x {name} [default] {{}}", "scenario": "balloon.x", "metric": name,
-                        "unit": "s", "better": "lower", "variant": {}, "settings": {}, "samples": samples,
-                        "replicates": reps, "summary": {"median": sorted(samples)[4]}})
-    data = {"schema": SCHEMA, "memqual_version": memqual_version(), "created": created, "run": {"label": label},
-            "environment": {"cpu": "Xeon", "host_kernel": "6.18.0", "qemu": qemu, "accel": "tcg",
-                            "guest_kernel": kernel}, "claims": [], "metrics": metrics}
+        metrics.append(
+            {
+                "key": f"balloon.x {name} [default] {{}}",
+                "scenario": "balloon.x",
+                "metric": name,
+                "unit": "s",
+                "better": "lower",
+                "variant": {},
+                "settings": {},
+                "samples": samples,
+                "replicates": reps,
+                "summary": {"median": sorted(samples)[4]},
+            }
+        )
+    data = {
+        "schema": SCHEMA,
+        "memqual_version": memqual_version(),
+        "created": created,
+        "run": {"label": label},
+        "environment": {"cpu": "Xeon", "host_kernel": "6.18.0", "qemu": qemu, "accel": "tcg", "guest_kernel": kernel},
+        "claims": [],
+        "metrics": metrics,
+    }
     directory.mkdir(parents=True)
     (directory / "results.json").write_text(json.dumps(data))
     return directory / "results.json"
@@ -69,8 +86,9 @@ def test_the_page_shows_each_group_its_series_and_steps(tmp_path, capsys):
     kernels = ["6.12.100+deb12-amd64", "6.12.101+deb12-amd64", "6.12.107+deb12-amd64", "6.12.111+deb12-amd64"]
     for i, kernel in enumerate(kernels):
         for j in range(2):
-            _write_run(tmp_path / "runs" / f"{i}{j}", f"2026-11-{20 + 2 * i + j:02d}T10:00:00Z", kernel,
-                       1.0 if i < 2 else 1.5)
+            _write_run(
+                tmp_path / "runs" / f"{i}{j}", f"2026-11-{20 + 2 * i + j:02d}T10:00:00Z", kernel, 1.0 if i < 2 else 1.5
+            )
     # Another QEMU: kept apart, its difference shown.
     _write_run(tmp_path / "runs" / "other", "2026-11-29T10:00:00Z", kernels[0], 3.0, qemu="9.2.0")
     # avocado's own results.json inside a run dir is no memqual results file: left out.
@@ -90,10 +108,13 @@ def test_the_page_shows_each_group_its_series_and_steps(tmp_path, capsys):
     assert "step before run 5" in html
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["history", "/nonexistent/dir"], "no such file or directory"),
-    (["history", "__EMPTY__"], "no results.json"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["history", "/nonexistent/dir"], "no such file or directory"),
+        (["history", "__EMPTY__"], "no results.json"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     argv = [str(tmp_path) if a == "__EMPTY__" else a for a in argv]
     assert cli.main(argv) == 2

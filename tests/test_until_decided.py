@@ -20,8 +20,16 @@ from tests.test_runjob import _args, fake  # noqa: F401  (the fixture)
 def _rec(scenario: str, metric: str, value: float, scale_b: float = 1.0) -> dict:
     # One sample a round: one independent replicate a round, as a scenario
     # that measures in one guest per test gives.
-    return {"schema": "memqual.measurement/1", "scenario": scenario, "metric": metric, "unit": "s",
-            "better": "lower", "settings": {"guest_mib": 1024}, "samples": [value], "scale_B": scale_b}
+    return {
+        "schema": "memqual.measurement/1",
+        "scenario": scenario,
+        "metric": metric,
+        "unit": "s",
+        "better": "lower",
+        "settings": {"guest_mib": 1024},
+        "samples": [value],
+        "scale_B": scale_b,
+    }
 
 
 def _kernels(tmp_path: Path) -> list[str]:
@@ -37,13 +45,19 @@ def _kernels(tmp_path: Path) -> list[str]:
 
 def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
     buf = io.StringIO()
-    status = runjob.run(runjob.config_from_args(_args(tmp_path, *_kernels(tmp_path), *extra)),
-                        Console(file=buf, width=160))
+    status = runjob.run(
+        runjob.config_from_args(_args(tmp_path, *_kernels(tmp_path), *extra)), Console(file=buf, width=160)
+    )
     return status, buf.getvalue()
 
 
-PLAN = [{"name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g", "status": "PASS",
-         "records": [_rec("balloon.deflate", "deflate_s", 1.0, scale_b=1.5), _rec("balloon.inflate", "inflate_s", 2.0)]}]
+PLAN = [
+    {
+        "name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
+        "status": "PASS",
+        "records": [_rec("balloon.deflate", "deflate_s", 1.0, scale_b=1.5), _rec("balloon.inflate", "inflate_s", 2.0)],
+    }
+]
 
 
 def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):  # noqa: F811
@@ -62,9 +76,11 @@ def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):  # noqa
     assert calls == ["A", "B", "B", "A", "A", "B", "B", "A", "A", "B", "B", "A"]  # ABBA goes on
     # Every job's JUnit XML has its own file: OUTPUT/<label>/junit/round-N.xml.
     xunits = [c["argv"][c["argv"].index("--xunit") + 1] for c in fake.calls()]
-    assert xunits[:3] == [str(tmp_path / "out" / "A" / "junit" / "round-1.xml"),
-                          str(tmp_path / "out" / "B" / "junit" / "round-1.xml"),
-                          str(tmp_path / "out" / "B" / "junit" / "round-2.xml")]
+    assert xunits[:3] == [
+        str(tmp_path / "out" / "A" / "junit" / "round-1.xml"),
+        str(tmp_path / "out" / "B" / "junit" / "round-1.xml"),
+        str(tmp_path / "out" / "B" / "junit" / "round-2.xml"),
+    ]
     assert len(set(xunits)) == 12
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert comparison["regressions"] == 1
@@ -87,10 +103,13 @@ def test_decided_after_then_undecided_again_counts_from_the_last_time():
     assert m.rounds_needed == 4 and m.decided
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--until-decided"], "compares two kernels"),
-    (["--budget", "10"], "--until-decided only"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--until-decided"], "compares two kernels"),
+        (["--budget", "10"], "--until-decided only"),
+    ],
+)
 def test_bad_input(tmp_path, extra, message):
     with pytest.raises(BadInput, match=message):
         runjob.config_from_args(_args(tmp_path, *extra))

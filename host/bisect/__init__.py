@@ -62,22 +62,44 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
         description=__doc__.split("\n\n")[2] if __doc__ else None,
     )
-    parser.add_argument("--kernels", nargs="+", metavar="K",
-                        help="the series: Debian kernel versions, each optionally VERSION:extra command line")
+    parser.add_argument(
+        "--kernels",
+        nargs="+",
+        metavar="K",
+        help="the series: Debian kernel versions, each optionally VERSION:extra command line",
+    )
     parser.add_argument("--metric", help="the metric: NAME, 'SCENARIO NAME' or SCENARIO/NAME, optionally ' [variant]'")
-    parser.add_argument("--threshold", type=_percent, metavar="PCT",
-                        help=f"smallest change of the median that counts, in percent (default {DEFAULT_THRESHOLD_PCT:g})")
-    parser.add_argument("--budget", type=_minutes, metavar="MINUTES",
-                        help=f"wall time a probe may take before it is skipped (default {DEFAULT_BUDGET_MIN:g})")
-    parser.add_argument("--max-rounds", type=int, metavar="N",
-                        help=f"rounds a probe may take before it is skipped (default {DEFAULT_MAX_ROUNDS})")
-    parser.add_argument("--reference", choices=("paired", "start"),
-                        help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
-                        "the last kernel is checked")
+    parser.add_argument(
+        "--threshold",
+        type=_percent,
+        metavar="PCT",
+        help=f"smallest change of the median that counts, in percent (default {DEFAULT_THRESHOLD_PCT:g})",
+    )
+    parser.add_argument(
+        "--budget",
+        type=_minutes,
+        metavar="MINUTES",
+        help=f"wall time a probe may take before it is skipped (default {DEFAULT_BUDGET_MIN:g})",
+    )
+    parser.add_argument(
+        "--max-rounds",
+        type=int,
+        metavar="N",
+        help=f"rounds a probe may take before it is skipped (default {DEFAULT_MAX_ROUNDS})",
+    )
+    parser.add_argument(
+        "--reference",
+        choices=("paired", "start"),
+        help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
+        "the last kernel is checked",
+    )
     parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag")
-    parser.add_argument("--test", metavar="REFERENCE",
-                        help="run only this avocado test reference each round, e.g. "
-                        "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g (a round then takes minutes less)")
+    parser.add_argument(
+        "--test",
+        metavar="REFERENCE",
+        help="run only this avocado test reference each round, e.g. "
+        "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g (a round then takes minutes less)",
+    )
     parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
     parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-bisect/<timestamp>)")
     parser.add_argument("--resume", metavar="DIR", help="go on with an interrupted bisect in DIR")
@@ -125,7 +147,7 @@ def tests_reference(args: argparse.Namespace) -> str:
     file_part = args.test.split(":", 1)[0]
     for base in (Path.cwd(), REPO_ROOT):
         if (base / file_part).exists():
-            return str((base / file_part).resolve()) + args.test[len(file_part):]
+            return str((base / file_part).resolve()) + args.test[len(file_part) :]
     raise BadInput(f"--test {args.test}: no such file {file_part} (give e2e/FILE.py or e2e/FILE.py:Class.test)")
 
 
@@ -141,8 +163,15 @@ def avocado_runner(settings: Any, console: Any) -> Any:
     def run_round(index: int, spec: Any, directory: Path) -> tuple[list[Any], str, int, str | None]:
         bzimage, modules = files[spec.version]
         kernel = runjob.GuestKernel("", bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra)
-        config = runjob.RunConfig(output=directory, profile=settings.profile, only=settings.only, tests=tests,
-                                  kernels=(kernel,), parallel=1, rounds=1)
+        config = runjob.RunConfig(
+            output=directory,
+            profile=settings.profile,
+            only=settings.only,
+            tests=tests,
+            kernels=(kernel,),
+            parallel=1,
+            rounds=1,
+        )
         job = runjob.run_avocado(config, directory / "avocado", kernel, console, 1)
         records, _problems = runjob.collect_records(job.job_dir)
         return records, job.summary, job.exit_status, str(job.job_dir) if job.job_dir else None
@@ -166,15 +195,20 @@ def main(args: argparse.Namespace) -> int:
         directory = Path(args.resume).resolve()
         bisector = run.Bisector.resume(directory, runner=lambda *a: ([], "", 0, None), say=say)
         if args.kernels and tuple(args.kernels) != tuple(k.name for k in bisector.settings.kernels):
-            raise BadInput(f"--resume {directory}: its kernels are {' '.join(k.name for k in bisector.settings.kernels)}; "
-                           "leave --kernels out or start a new bisect")
+            raise BadInput(
+                f"--resume {directory}: its kernels are {' '.join(k.name for k in bisector.settings.kernels)}; "
+                "leave --kernels out or start a new bisect"
+            )
         if args.metric and " ".join(args.metric.split()) != bisector.settings.metric:
             raise BadInput(f"--resume {directory}: its metric is {bisector.settings.metric!r}; leave --metric out")
         bisector.runner = avocado_runner(bisector.settings, console)
     else:
         settings = settings_from_args(args)
-        directory = Path(args.output) if args.output else (
-            Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
+        directory = (
+            Path(args.output)
+            if args.output
+            else (Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
+        )
         directory = directory.resolve()  # avocado runs in the repository, not in the caller's directory
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")

@@ -90,8 +90,9 @@ def evidence_of(
     )
 
 
-def classify(evidence: Evidence, threshold: float, step: str | None = None,
-             min_replicates: int = MIN_REPLICATES) -> str:
+def classify(
+    evidence: Evidence, threshold: float, step: str | None = None, min_replicates: int = MIN_REPLICATES
+) -> str:
     """UNDECIDED, or the probe's place against the reference: for the last
     kernel (``step`` None) SAME/HIGHER/LOWER; for a probe inside the series
     GOOD (same as K1), BAD (moved the way Kn moved) or SKIP (moved the
@@ -183,15 +184,21 @@ class Bisection:
         if last == GOOD:
             return Outcome("no step", note="the first and the last kernel do not differ by the threshold")
         if last == SKIP:
-            return Outcome("undecided ends", note="the first and the last kernel could not be told apart "
-                                                   "or shown the same within the budget")
+            return Outcome(
+                "undecided ends",
+                note="the first and the last kernel could not be told apart or shown the same within the budget",
+            )
         if self.remaining():
             return Outcome("incomplete", note="kernels are left to probe")
         good, bad = self._bounds()  # type: ignore[misc]
         between = tuple(i for i in range(good + 1, bad) if self.marks.get(i) == SKIP)
         # A good found above a bad means the series is not one clean step.
         disorder = [i for i, v in self.marks.items() if v == GOOD and i > bad]
-        note = f"good after the first bad at {', '.join(f'K{i + 1}' for i in disorder)}: not one clean step" if disorder else ""
+        note = (
+            f"good after the first bad at {', '.join(f'K{i + 1}' for i in disorder)}: not one clean step"
+            if disorder
+            else ""
+        )
         if between:
             return Outcome("range", candidates=(*between, bad), last_good=good, note=note)
         return Outcome("first bad", first_bad=bad, last_good=good, note=note)

@@ -76,8 +76,10 @@ def render(state: dict[str, Any]) -> str:
     plot = forest_plot(state)
     if plot:
         parts.append(f"<img alt='forest plot of every probe' src='data:image/png;base64,{plot}'>")
-    parts.append("<table><tr><th>kernel</th><th>verdict</th><th>ratio to K1 [95% CI]</th><th>replicates K1+probe</th>"
-                 "<th>rounds (all jobs of this kernel)</th><th>minutes</th><th>reason</th></tr>")
+    parts.append(
+        "<table><tr><th>kernel</th><th>verdict</th><th>ratio to K1 [95% CI]</th><th>replicates K1+probe</th>"
+        "<th>rounds (all jobs of this kernel)</th><th>minutes</th><th>reason</th></tr>"
+    )
     for index, name in enumerate(s["kernels"]):
         p = probes.get(index)
         if index == 0:
@@ -87,11 +89,20 @@ def render(state: dict[str, Any]) -> str:
         else:
             e = p["evidence"]
             ratio = "n/a" if e.get("ratio") is None else f"{e['ratio']:.3f}"
-            ci = "" if e.get("ci_low") is None or e.get("ci_high") is None else f" [{e['ci_low']:.3f}, {e['ci_high']:.3f}]"
+            ci = (
+                ""
+                if e.get("ci_low") is None or e.get("ci_high") is None
+                else f" [{e['ci_low']:.3f}, {e['ci_high']:.3f}]"
+            )
             colour = COLOURS.get(p["verdict"], "#6b7280")
-            cells = [f"<b style='color:{colour}'>{_esc(p['verdict'])}</b>", ratio + ci,
-                     f"{e['n_reference']}+{e['n_probe']}", str(rounds_of.get(index, 0)), f"{p['seconds'] / 60:.1f}",
-                     _esc(p.get("reason") or "")]
+            cells = [
+                f"<b style='color:{colour}'>{_esc(p['verdict'])}</b>",
+                ratio + ci,
+                f"{e['n_reference']}+{e['n_probe']}",
+                str(rounds_of.get(index, 0)),
+                f"{p['seconds'] / 60:.1f}",
+                _esc(p.get("reason") or ""),
+            ]
         parts.append(f"<tr><td>K{index + 1} {_esc(name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     order = state.get("probe_order") or []

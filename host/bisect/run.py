@@ -21,8 +21,9 @@ import datetime as _dt
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from host.bisect import decide
 from host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
@@ -61,7 +62,7 @@ class Settings:
         return d
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Settings":
+    def from_json(cls, data: dict[str, Any]) -> Settings:
         from host.bisect.series import parse_kernel
 
         fields = {f.name for f in dataclasses.fields(cls)}
@@ -110,14 +111,20 @@ class ProbeRecord:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Bisector:
     """One bisect in DIR; ``run()`` goes on until the search is over."""
 
-    def __init__(self, settings: Settings, directory: Path, runner: RoundRunner,
-                 say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        directory: Path,
+        runner: RoundRunner,
+        say: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.dir = directory
         self.runner = runner
@@ -172,7 +179,7 @@ class Bisector:
         write_page(self.to_json(), self.dir / "bisect.html")
 
     @classmethod
-    def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> "Bisector":
+    def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> Bisector:
         from host.jsonfile import read_json
 
         data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
@@ -236,16 +243,28 @@ class Bisector:
 
             self.metric_key = metric_key(rec)
             self.better, self.unit = rec.better, rec.unit
-            result = RoundResult(index, probe, [list(g) for g in rec.replicates], seconds, "ok", summary,
-                                 job_dir, self.metric_key, started)
+            result = RoundResult(
+                index,
+                probe,
+                [list(g) for g in rec.replicates],
+                seconds,
+                "ok",
+                summary,
+                job_dir,
+                self.metric_key,
+                started,
+            )
         else:
-            result = RoundResult(index, probe, [], seconds, "failed" if exit_status else "no metric", summary,
-                                 job_dir, None, started)
+            result = RoundResult(
+                index, probe, [], seconds, "failed" if exit_status else "no metric", summary, job_dir, None, started
+            )
         self.rounds.append(result)
         self.save()
-        self._log(f"#   round {number} of {self._label(index)}: {result.status}, "
-                  f"{len(result.replicates)} replicate(s), {seconds / 60:.1f} min"
-                  + (f" ({summary})" if result.status != "ok" and summary else ""))
+        self._log(
+            f"#   round {number} of {self._label(index)}: {result.status}, "
+            f"{len(result.replicates)} replicate(s), {seconds / 60:.1f} min"
+            + (f" ({summary})" if result.status != "ok" and summary else "")
+        )
         return result
 
     def _failing(self, index: int) -> bool:
@@ -267,23 +286,44 @@ class Bisector:
             spent = sum(r.seconds for r in done)
             rounds = sum(1 for r in done if r.kernel == index)
             if verdict != decide.UNDECIDED:
-                return ProbeRecord(index, verdict, evidence, rounds, spent,
-                                   "moved the other way from the last kernel" if verdict == decide.SKIP else "")
+                return ProbeRecord(
+                    index,
+                    verdict,
+                    evidence,
+                    rounds,
+                    spent,
+                    "moved the other way from the last kernel" if verdict == decide.SKIP else "",
+                )
             if self._failing(0):
-                raise BisectFailed(f"the reference {self._label(0)} failed {FAILED_ROUNDS_TO_SKIP} rounds in a row: "
-                                   f"{self.rounds[-1].summary or 'no summary'}; see {self.dir / 'rounds'}")
+                raise BisectFailed(
+                    f"the reference {self._label(0)} failed {FAILED_ROUNDS_TO_SKIP} rounds in a row: "
+                    f"{self.rounds[-1].summary or 'no summary'}; see {self.dir / 'rounds'}"
+                )
             if self._failing(index):
-                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
-                                   f"the scenarios failed or did not record the metric on this kernel "
-                                   f"{FAILED_ROUNDS_TO_SKIP} rounds in a row")
+                return ProbeRecord(
+                    index,
+                    decide.SKIP,
+                    evidence,
+                    rounds,
+                    spent,
+                    f"the scenarios failed or did not record the metric on this kernel "
+                    f"{FAILED_ROUNDS_TO_SKIP} rounds in a row",
+                )
             if rounds >= s.max_rounds:
-                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
-                                   f"undecided after {rounds} rounds (--max-rounds)")
+                return ProbeRecord(
+                    index, decide.SKIP, evidence, rounds, spent, f"undecided after {rounds} rounds (--max-rounds)"
+                )
             # A round of this probe: the probe's job and, paired, K1's.
             per_round = (spent / rounds) if rounds else 0.0
             if spent + per_round > budget_s:
-                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent,
-                                   f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)")
+                return ProbeRecord(
+                    index,
+                    decide.SKIP,
+                    evidence,
+                    rounds,
+                    spent,
+                    f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)",
+                )
             order = [index]
             if paired:
                 # ABBA: K1 first in even rounds, the probe first in odd ones.
@@ -297,8 +337,10 @@ class Bisector:
         self._order = []
         self.interrupted = False
         if not self.log_path.exists():
-            self._log(f"# memqual bisect {_now()}: metric {self.metric.text!r}, threshold {s.threshold:.0%}, "
-                      f"budget {s.budget_min:g} min a probe, reference {s.reference}")
+            self._log(
+                f"# memqual bisect {_now()}: metric {self.metric.text!r}, threshold {s.threshold:.0%}, "
+                f"budget {s.budget_min:g} min a probe, reference {s.reference}"
+            )
             for i, k in enumerate(s.kernels):
                 self._log(f"#   K{i + 1} = {k.name}")
             self._log(f"# good: {self._label(0)} (the reference)")
@@ -306,8 +348,10 @@ class Bisector:
             while (index := self.search.next_probe()) is not None:
                 if index != len(s.kernels) - 1:
                     left = len(self.search.remaining())
-                    self._log(f"Bisecting: {left - 1} kernel(s) left to test after this "
-                              f"(roughly {max(self.search.steps_left() - 1, 0)} step(s))")
+                    self._log(
+                        f"Bisecting: {left - 1} kernel(s) left to test after this "
+                        f"(roughly {max(self.search.steps_left() - 1, 0)} step(s))"
+                    )
                 self._log(f"{self._label(index)}")
                 record = self.probe(index)
                 self._order.append(index)
@@ -315,14 +359,17 @@ class Bisector:
                 mark = record.verdict
                 if index == len(s.kernels) - 1:
                     mark = {decide.SAME: decide.GOOD, decide.HIGHER: decide.BAD, decide.LOWER: decide.BAD}.get(
-                        record.verdict, decide.SKIP)
+                        record.verdict, decide.SKIP
+                    )
                     if mark == decide.BAD:
                         self.step = record.verdict
                 record.verdict = mark
                 self.search.mark(index, mark)
                 why = f"; {record.reason}" if record.reason else ""
-                self._log(f"# {mark}: {self._label(index)} {self._ci_text(record.evidence)} after "
-                          f"{record.rounds} round(s), {record.seconds / 60:.1f} min{why}")
+                self._log(
+                    f"# {mark}: {self._label(index)} {self._ci_text(record.evidence)} after "
+                    f"{record.rounds} round(s), {record.seconds / 60:.1f} min{why}"
+                )
                 self._log(f"memqual bisect {mark} K{index + 1}")
                 self.save()
         except KeyboardInterrupt:  # Ctrl-C, and SIGTERM/SIGHUP through runjob
@@ -343,21 +390,30 @@ class Bisector:
         s = self.settings
         if o.kind == "first bad" and o.first_bad is not None:
             where = "slower" if self._worse() else "faster"
-            return (f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} moved "
-                    f"{self.step} ({where}) beyond {s.threshold:.0%} against {self._label(0)}, "
-                    f"{self.search.probes} probe(s)" + (f"; {o.note}" if o.note else ""))
+            return (
+                f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} moved "
+                f"{self.step} ({where}) beyond {s.threshold:.0%} against {self._label(0)}, "
+                f"{self.search.probes} probe(s)" + (f"; {o.note}" if o.note else "")
+            )
         if o.kind == "range" and o.last_good is not None:
             names = ", ".join(f"K{i + 1}" for i in o.candidates)
-            return (f"There are only 'skip'ped kernels left to test. The first bad kernel could be any of: {names} "
-                    f"(after {self._label(o.last_good)})" + (f"; {o.note}" if o.note else ""))
+            return (
+                f"There are only 'skip'ped kernels left to test. The first bad kernel could be any of: {names} "
+                f"(after {self._label(o.last_good)})" + (f"; {o.note}" if o.note else "")
+            )
         if o.kind == "no step":
             e = self.probes.get(len(s.kernels) - 1)
-            return (f"no step: {self._label(len(s.kernels) - 1)} does not differ from {self._label(0)} by "
-                    f"{s.threshold:.0%} in {self.metric.text}" + (f" ({self._ci_text(e.evidence)})" if e else "")
-                    + "; nothing to bisect")
+            return (
+                f"no step: {self._label(len(s.kernels) - 1)} does not differ from {self._label(0)} by "
+                f"{s.threshold:.0%} in {self.metric.text}"
+                + (f" ({self._ci_text(e.evidence)})" if e else "")
+                + "; nothing to bisect"
+            )
         if o.kind == "undecided ends":
-            return (f"undecided: {self._label(0)} and {self._label(len(s.kernels) - 1)} could be neither told apart "
-                    f"nor shown the same within the budget; nothing bisected (raise --budget or --max-rounds)")
+            return (
+                f"undecided: {self._label(0)} and {self._label(len(s.kernels) - 1)} could be neither told apart "
+                f"nor shown the same within the budget; nothing bisected (raise --budget or --max-rounds)"
+            )
         return f"incomplete: {o.note}"
 
     def _worse(self) -> bool:

@@ -7,8 +7,9 @@ import ast
 import dataclasses
 import difflib
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from host.errors import BadInput
 
@@ -34,7 +35,7 @@ class KernelSpec:
 
 
 def parse_kernel(text: str) -> KernelSpec:
-    """"VERSION" or "VERSION:extra kernel command line".  A Debian kernel
+    """ "VERSION" or "VERSION:extra kernel command line".  A Debian kernel
     release or package name has no colon, so the first one separates."""
     version, _, extra = text.strip().partition(":")
     version, extra = version.strip(), " ".join(extra.split())
@@ -96,8 +97,10 @@ class MetricSpec:
         return {self.head, self.head.replace("/", " ", 1)}
 
     def admits(self, rec: Any) -> bool:
-        values = {**{k: str(v) for k, v in (rec.settings or {}).items()},
-                  **{k: str(v) for k, v in (rec.variant or {}).items()}}
+        values = {
+            **{k: str(v) for k, v in (rec.settings or {}).items()},
+            **{k: str(v) for k, v in (rec.variant or {}).items()},
+        }
         return all(values.get(k) == v for k, v in self.filters.items())
 
 

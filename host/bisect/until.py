@@ -52,9 +52,13 @@ class MetricProgress:
 
     def to_json(self) -> dict[str, Any]:
         last = self.history[-1] if self.history else (0, False, "")
-        return {"key": self.key, "state": DECIDED if self.decided else UNDECIDED, "verdict": last[2],
-                "rounds_needed": self.rounds_needed,
-                "history": [{"round": r, "decided": d, "verdict": v} for r, d, v in self.history]}
+        return {
+            "key": self.key,
+            "state": DECIDED if self.decided else UNDECIDED,
+            "verdict": last[2],
+            "rounds_needed": self.rounds_needed,
+            "history": [{"round": r, "decided": d, "verdict": v} for r, d, v in self.history],
+        }
 
 
 def _results_of(records: list[Any]) -> dict[str, Any]:
@@ -62,17 +66,25 @@ def _results_of(records: list[Any]) -> dict[str, Any]:
     from host.record import merge_rounds
     from host.report import memqual_version, metrics_of
 
-    return {"memqual_version": memqual_version(), "metrics": metrics_of(merge_rounds(records)), "claims": [],
-            "environment": {}}
+    return {
+        "memqual_version": memqual_version(),
+        "metrics": metrics_of(merge_rounds(records)),
+        "claims": [],
+        "environment": {},
+    }
 
 
-def decisions(records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float) -> dict[str, tuple[bool, str]]:
+def decisions(
+    records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float
+) -> dict[str, tuple[bool, str]]:
     """key -> (decided, verdict) for the metrics both sides have."""
     from host import compare
     from host.errors import BadInput
 
     try:
-        result = compare.compare_results(_results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha)
+        result = compare.compare_results(
+            _results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha
+        )
     except BadInput:
         return {}  # nothing comparable yet (a failed round): undecided, not an error
     out = {}
@@ -106,7 +118,13 @@ class Tracker:
         return [m for m in self.metrics.values() if not m.decided]
 
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]:
-        return {"rounds": self.rounds, "stopped": stopped, "budget_min": budget_min, "threshold": self.threshold,
-                "alpha": self.alpha, "decided": sum(1 for m in self.metrics.values() if m.decided),
-                "undecided": len(self.undecided()),
-                "metrics": [self.metrics[k].to_json() for k in sorted(self.metrics)]}
+        return {
+            "rounds": self.rounds,
+            "stopped": stopped,
+            "budget_min": budget_min,
+            "threshold": self.threshold,
+            "alpha": self.alpha,
+            "decided": sum(1 for m in self.metrics.values() if m.decided),
+            "undecided": len(self.undecided()),
+            "metrics": [self.metrics[k].to_json() for k in sorted(self.metrics)],
+        }
