@@ -23,6 +23,7 @@ interrupted (the state is kept: ``--resume DIR``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as _dt
 import sys
 from pathlib import Path
@@ -102,7 +103,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
     parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-bisect/<timestamp>)")
-    parser.add_argument("--resume", metavar="DIR", help="go on with an interrupted bisect in DIR")
+    parser.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
+    )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.set_defaults(handler=main)
 
@@ -201,6 +206,19 @@ def main(args: argparse.Namespace) -> int:
             )
         if args.metric and " ".join(args.metric.split()) != bisector.settings.metric:
             raise BadInput(f"--resume {directory}: its metric is {bisector.settings.metric!r}; leave --metric out")
+        # A resumed bisect may be given more time: its decisions are
+        # recomputed from the stored rounds, so a probe skipped for its
+        # budget goes on where it stopped.
+        extend: dict[str, Any] = {}
+        if args.budget is not None:
+            extend["budget_min"] = args.budget
+        if args.max_rounds is not None:
+            if args.max_rounds < 1:
+                raise BadInput("--max-rounds must be at least 1")
+            extend["max_rounds"] = args.max_rounds
+        if extend:
+            bisector.settings = dataclasses.replace(bisector.settings, **extend)
+            bisector._log("# resumed with " + ", ".join(f"{k} {v:g}" for k, v in extend.items()))
         bisector.runner = avocado_runner(bisector.settings, console)
     else:
         settings = settings_from_args(args)
