@@ -1,4 +1,4 @@
-"""virtio-balloon end to end (issue 4): real guests, real QEMU, QMP.
+"""virtio-balloon end to end: real guests, real QEMU, QMP.
 
 Scenarios (docs/balloon.md says why each is built the way it is):
 1. inflate/deflate timing in a 1 GiB guest down to what it can safely keep
@@ -25,27 +25,29 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from e2e.base import GuestTest, profile
-from host import balloon_model as bm
 from host import stats
 from host.balloon import (
+    DEADLINE_S,
     PAGE,
+    STALL_S,
     STATS_INTERVAL_MAX,
     BalloonController,
-    BalloonResult,
-    GuestTiming,
-    GuestTracker,
+    BalloonMover,
     agent_records,
-    agent_stat,
-    expected_actual,
     find_floor,
     wait_actual,
+    wait_no_balloon,
     wait_rss,
     wait_rss_steady,
 )
-from host.errors import BadInput, GuestError
-from host.machine import BalloonDevice, MachineConfig
+from host.balloon import model as bm
+from host.balloon import timing as bt
+from host.balloon.timing import guest_stat
+from host.errors import BadInput
+from host.machine import BalloonDevice, Machine, MachineConfig
 from host.record import Measurement
 
 MIB = 1 << 20
@@ -55,10 +57,10 @@ MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
 REPEATS = 5
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
-INFLATE_DEADLINE_S = 120.0  # a 2 GiB inflate under a loaded 2-core TCG host: ~10 s
-TRACK_PERIOD_US = 1000  # the guest tracker's sleep between reads away from the ends
 GUEST_RESOLUTION_S = 1e-3  # median; measured here 0.07-0.2 ms
-STALL_S = 0.6  # the driver retries every 200 ms when out of pages: 3 retries
+# What scenarios 1 and 2 record, in order (memqual bisect --metric reads
+# the names here).
+TIMING_METRICS = ("inflate_s", "inflate_guest_s", "deflate_guest_s", "deflate_s")
 FPR_TOUCH_MIB = 512
 FPR_DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
 FPR_OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
@@ -69,17 +71,13 @@ FPR_OFF_RETURNED = 0.25  # without reporting: at most this share of the rise goe
 PRESSURE_MIB = 300
 
 
-def guest_stat(vm, agent: str) -> dict[str, int]:
-    return agent_stat(vm.ssh.run([agent, "stat"], timeout=60).stdout)
-
-
 def returned_share(base_kib: int, peak_kib: int, now_kib: int) -> float:
     """Share of what a touch added to QEMU's RSS (peak - base) that is gone again."""
     added = peak_kib - base_kib
     return (peak_kib - now_kib) / added if added > 0 else 0.0
 
 
-def oom_kills(vm) -> list[str]:
+def oom_kills(vm: Machine) -> list[str]:
     return [line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if "Killed process" in line]
 
 
@@ -89,181 +87,85 @@ class BalloonBase(GuestTest):
     :avocado: tags=balloon
     """
 
-    def boot_balloon(self, memory_mib: int, **device: bool) -> tuple[object, BalloonController, str]:
+    def boot_balloon(self, memory_mib: int, **device: Any) -> tuple[Machine, BalloonController, str]:
         vm = self.boot(MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=BalloonDevice(**device)))
         return vm, BalloonController(vm, device_id="balloon0"), vm.deploy(AGENT)
 
     def timing(self, memory_mib: int, touch_mib: int, fractions: tuple[float, ...]) -> None:
-        """Scenarios 1 and 2: the timed inflate/deflate cycle and its records."""
+        """Scenarios 1 and 2: plan the cycles, measure each, record the run
+        (host/balloon/timing.py holds the plumbing)."""
         vm, ctl, agent = self.boot_balloon(memory_mib)
-        ram = ctl.ram_bytes()
-        first = guest_stat(vm, agent)
-        # What the guest can safely give: its own MemAvailable less a margin.
-        # (Probing the floor means dwelling at the guest's min watermark,
-        # which scenario 3 does once; here 9 inflates must not risk it.)
-        full = (first["mem_available_kib"] * 1024 - MARGIN_MIB * MIB) // PAGE * PAGE
-        # Alternate the main size with the calibration sizes so a drift of
-        # the shared host spreads over all of them.  Each main repeat is a
-        # pair: one move timed by the host alone (the figure the claim and
-        # the model use) and one also timed inside the guest by the agent
-        # (sub-millisecond resolution, docs/balloon.md), whose poller costs
-        # the move a few percent: measured, as "tracker_cost", not hidden.
-        plan: list[tuple[float, bool]] = [(1.0, False), (1.0, True)]
-        for i in range(REPEATS - 1):
-            if i < 2 * len(fractions):
-                plan.append((fractions[i % len(fractions)], False))
-            plan += [(1.0, False), (1.0, True)]
-        inflates: list[BalloonResult] = []
-        deflates: list[BalloonResult] = []
-        tracked_inflates: list[BalloonResult] = []
-        guest_inflates: list[GuestTiming] = []
-        guest_deflates: list[GuestTiming] = []
-        observations: list[bm.Observation] = []
-        checks: list[dict[str, float]] = []
-        for fraction, tracked in plan:
-            size = int(full * fraction) // PAGE * PAGE
-            if touch_mib:
-                # touch and free: these pages are resident in QEMU until ballooned
-                before = agent_stat(vm.ssh.run([agent, "hold", str(touch_mib), "0"], timeout=120).stdout)
-            else:
-                before = guest_stat(vm, agent)
-            rss_before = ctl.rss_kib()
-            pages_asked = (ram - expected_actual(ram, ram - size)) // PAGE
-            tracker = self.tracker(vm, agent, "inflate", pages_asked) if tracked else None
-            inflate = ctl.reach(ram - size, deadline_s=INFLATE_DEADLINE_S, stall_s=5 * STALL_S)
-            self.assertTrue(inflate.reached, f"inflate to {ram - size} stopped at {inflate.actual_bytes}")
-            guest_inflate = tracker.result() if tracker else None
-            rss_after = ctl.rss_kib()
-            after = guest_stat(vm, agent)
-            tracker = self.tracker(vm, agent, "deflate", pages_asked) if tracked else None
-            deflate = ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S)
-            self.assertTrue(deflate.reached, "deflate did not return to guest RAM")
-            guest_deflate = tracker.result() if tracker else None
-            if guest_inflate and guest_deflate:
-                for host_side, guest_side in ((inflate, guest_inflate), (deflate, guest_deflate)):
-                    # The guest's first-to-last window lies inside the host's
-                    # command-to-reached window, up to both resolutions.
-                    slack = host_side.resolution_s + guest_side.resolution_s
-                    self.assertLessEqual(guest_side.seconds, host_side.seconds + slack,
-                                         f"guest timed {guest_side} against host {host_side}")
-                    self.assertGreaterEqual(guest_side.moved, pages_asked)
-                tracked_inflates.append(inflate)
-                guest_inflates.append(guest_inflate)
-                guest_deflates.append(guest_deflate)
-            restored = guest_stat(vm, agent)
-            if not tracked:
-                observations.append(bm.Observation.of_array_inflate(inflate.pages, inflate.seconds))
-            # Every cycle: the guest gives back all it took, to the page.
-            self.assertLessEqual(abs(restored["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
-            if fraction != 1.0:
-                continue
-            if not tracked:
-                inflates.append(inflate)
-                deflates.append(deflate)
-            pages = inflate.pages
-            counted = after["balloon_inflate"] - before["balloon_inflate"]
-            total_drop_pages = (before["mem_total_kib"] - after["mem_total_kib"]) * 1024 // PAGE
-            check = {
-                "pages": pages,
-                "balloon_inflate_delta": counted,
-                "mem_total_drop_pages": total_drop_pages,
-                "rss_before_kib": rss_before,
-                "rss_after_kib": rss_after,
-                "guest_timed": tracked,
-            }
-            checks.append(check)
-            self.assertLessEqual(abs(counted - pages), 0.01 * pages, f"balloon_inflate delta: {check}")
-            self.assertLessEqual(abs(total_drop_pages - pages), 0.01 * pages, f"MemTotal drop: {check}")
-            if touch_mib:
-                # at least a quarter of the touched pages must leave QEMU's RSS
-                self.assertLess(rss_after, rss_before - touch_mib * 1024 // 4, f"RSS did not fall: {check}")
+        mover = BalloonMover(ctl, vm.ssh, agent)
+        first = guest_stat(vm.ssh, agent)
+        full = bt.safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
+        run = bt.TimingRun(memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, MACHINE, first)
+        for step in bt.plan(REPEATS, fractions):
+            size = int(full * step.fraction) // PAGE * PAGE
+            cycle = bt.run_cycle(vm.ssh, ctl, mover, agent, step, size, touch_mib)
+            run.cycles.append(cycle)
+            self.check_cycle(cycle, first, touch_mib)
 
-        seconds = [r.seconds for r in inflates]
-        moved = [r.moved_bytes for r in inflates]
-        summary = stats.summarize(seconds)
-        prediction = bm.predict_seed(bm.calibrate(observations)) if fractions else None
-        gbps = [m / s / 1e9 for m, s in zip(moved, seconds)]
-        # What was set only: the inflate size follows the guest's own
-        # MemAvailable, which a kernel changes, so it is measured context.
-        measured = {
-            "inflate_mib": round(full / MIB, 1),
-            "mem_available_mib": round(first["mem_available_kib"] / 1024, 1),
-        }
-        settings = {
-            "guest_mib": memory_mib,
-            "margin_mib": MARGIN_MIB,
-            "touched_mib": touch_mib,
-            "machine": MACHINE,
-            "timing": "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it",
-            "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
-                            "back to back near the first change and the end (CLOCK_MONOTONIC)",
-        }
-        extra = {
-            **measured,
-            "gbps": stats.median(gbps),
-            "gbps_samples": gbps,
-            "pages_per_s": stats.median([r.pages / r.seconds for r in inflates]),
-            "cv": summary.cv,
-            "summary": summary.to_json(),
-            "ratio_of_guest": full / ram,
-            "poll_period_s": stats.median([r.poll_period_s for r in inflates]),
-            "resolution_s_median": stats.median([r.resolution_s for r in inflates]),
-            "resolution_s_max": max(r.resolution_s for r in inflates),
-            "cross_checks": checks,
-            # host-timed seconds of the guest-timed repeats over those of the
-            # host-only ones: what the guest's poller costs a move
-            "tracker_cost": stats.median([r.seconds for r in tracked_inflates]) / summary.median,
-            "calibration_samples": [o.__dict__ for o in observations],
-            "seed_ms": {f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
-            "seed_gbps": {f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
-        }
-        if prediction is not None:
-            extra["model"] = prediction
-        self.record(Measurement(
-            scenario="balloon.inflate", claim="balloon-bitmap", metric="inflate_s", unit="s",
-            better="lower", samples=seconds, settings=settings, extra=extra,
-        ))  # fmt: skip
-        for direction, timings in (("inflate", guest_inflates), ("deflate", guest_deflates)):
-            gseconds = [g.seconds for g in timings]
-            self.record(Measurement(
-                scenario=f"balloon.{direction}", metric=f"{direction}_guest_s", unit="s", better="lower",
-                samples=gseconds, settings=settings,
-                extra={**measured, "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
-                       "cv": stats.cv(gseconds), "summary": stats.summarize(gseconds).to_json(),
-                       "resolution_s_median": stats.median([g.resolution_s for g in timings]),
-                       "resolution_s_max": max(g.resolution_s for g in timings),
-                       "poll_period_s": stats.median([g.period_s for g in timings]),
-                       "timed": "in the guest: first poll that saw the counter move to the poll that saw "
-                                "it reach the pages asked"},
-            ))  # fmt: skip
-        # The issue's "1 ms or better": the guest's timestamps give it (the
+        prediction = run.prediction() if fractions else None
+        records = run.records(prediction)
+        self.assertEqual(tuple(m.metric for m in records), TIMING_METRICS)
+        for measurement in records:
+            self.record(measurement)
+        # 1 ms or better: the guest's timestamps give it (the
         # host's QMP polls cannot: QEMU answers between virtqueue requests).
-        guest_resolution = stats.median([g.resolution_s for g in guest_inflates + guest_deflates])
-        self.assertLessEqual(guest_resolution, GUEST_RESOLUTION_S,
-                             f"guest-timed moves resolved to {1e3 * guest_resolution:.2f} ms only")
-        dseconds = [r.seconds for r in deflates]
-        self.record(Measurement(
-            scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=dseconds,
-            settings=settings,
-            extra={**measured, "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
-                   "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
-        ))  # fmt: skip
+        guest_resolution = run.guest_resolution_s()
+        self.assertLessEqual(
+            guest_resolution, GUEST_RESOLUTION_S, f"guest-timed moves resolved to {1e3 * guest_resolution:.2f} ms only"
+        )
         if prediction is not None:
             self.log.info("model against seed 003 (predicted ms for 15 of 16 GiB on this host):")
             for row in bm.side_by_side(prediction):
                 self.log.info("  %s | seed %s ms | %s | %s", *row)
+        seconds = [r.seconds for r in run.inflates]
         self.log.info(
             "inflate %.0f MiB of %d MiB: median %.3f s (%.3f GB/s, CV %.2f); seed 512 KB bitmap %.2f GB/s",
-            full / MIB, memory_mib, summary.median, extra["gbps"], summary.cv, bm.seed_gbps(1237),
+            full / MIB, memory_mib, stats.median(seconds),
+            stats.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]), stats.cv(seconds),
+            bm.seed_gbps(1237),
         )  # fmt: skip
         self.log.info(
             "guest-timed inflate: median %.3f s at resolution %.2f ms (host-timed resolution %.2f ms)",
-            stats.median([g.seconds for g in guest_inflates]),
-            1e3 * stats.median([g.resolution_s for g in guest_inflates]), 1e3 * extra["resolution_s_median"],
+            stats.median([g.seconds for g in run.guest_inflates]),
+            1e3 * stats.median([g.resolution_s for g in run.guest_inflates]),
+            1e3 * stats.median([r.resolution_s for r in run.inflates]),
         )  # fmt: skip
 
-    def tracker(self, vm, agent: str, direction: str, pages: int) -> GuestTracker:
-        return GuestTracker(vm.ssh, agent, direction, pages, TRACK_PERIOD_US, int(INFLATE_DEADLINE_S))
+    def check_cycle(self, cycle: bt.Cycle, first: dict[str, int], touch_mib: int) -> None:
+        """What every cycle of the timing scenarios must show."""
+        inflate, deflate = cycle.inflate, cycle.deflate
+        self.assertTrue(
+            inflate.reached, f"inflate to {inflate.host.target_bytes} stopped at {inflate.host.actual_bytes}"
+        )
+        self.assertTrue(deflate is not None and deflate.reached, "deflate did not return to guest RAM")
+        assert deflate is not None and cycle.restored is not None
+        if inflate.guest and deflate.guest:
+            for host_side, guest_side in ((inflate.host, inflate.guest), (deflate.host, deflate.guest)):
+                # The guest's first-to-last window lies inside the host's
+                # command-to-reached window, up to both resolutions.
+                slack = host_side.resolution_s + guest_side.resolution_s
+                self.assertLessEqual(
+                    guest_side.seconds, host_side.seconds + slack, f"guest timed {guest_side} against host {host_side}"
+                )
+                self.assertGreaterEqual(guest_side.moved, inflate.pages_asked)
+        # Every cycle: the guest gives back all it took, to the page.
+        self.assertLessEqual(abs(cycle.restored["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+        if not cycle.step.main:
+            return
+        check = cycle.cross_check()
+        pages = check["pages"]
+        self.assertLessEqual(
+            abs(check["balloon_inflate_delta"] - pages), 0.01 * pages, f"balloon_inflate delta: {check}"
+        )
+        self.assertLessEqual(abs(check["mem_total_drop_pages"] - pages), 0.01 * pages, f"MemTotal drop: {check}")
+        if touch_mib:
+            # at least a quarter of the touched pages must leave QEMU's RSS
+            self.assertLess(
+                check["rss_after_kib"], check["rss_before_kib"] - touch_mib * 1024 // 4, f"RSS did not fall: {check}"
+            )
 
 
 class BalloonTiming(BalloonBase):
@@ -305,7 +207,7 @@ class BalloonCorrectness(BalloonBase):
         balloon; scenario 1, with deflate-on-oom off, checks MemTotal.)"""
         vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
         ram = ctl.ram_bytes()
-        first = guest_stat(vm, agent)
+        first = guest_stat(vm.ssh, agent)
 
         # Odd targets: what memqual refuses, and what QEMU itself does.
         answers = {}
@@ -318,8 +220,8 @@ class BalloonCorrectness(BalloonBase):
             answers[str(bad)] = answer.error
         with self.assertRaises(BadInput):
             ctl.set_target(ram + PAGE)
-        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
-        clamped = ctl.reach(2 * ram, deadline_s=INFLATE_DEADLINE_S, checked=False)
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=DEADLINE_S).reached)
+        clamped = ctl.reach(2 * ram, deadline_s=DEADLINE_S, checked=False)
         self.assertTrue(clamped.reached and clamped.actual_bytes == ram, "QEMU did not clamp to RAM")
         answers["2*ram"] = "accepted, clamped to RAM (balloon fully deflated)"
 
@@ -331,29 +233,29 @@ class BalloonCorrectness(BalloonBase):
         self.assertEqual(vm.ssh.run(["echo", "alive"]).stdout.strip(), "alive")
         self.assertEqual(oom_kills(vm), [], "the guest OOM-killed at the floor")
         # Deflate gives back everything, to the page.
-        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
-        self.assertLessEqual(abs(guest_stat(vm, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+        self.assertTrue(ctl.reach(ram, deadline_s=DEADLINE_S).reached)
+        self.assertLessEqual(abs(guest_stat(vm.ssh, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
 
         # Unloading the driver with the balloon inflated returns the memory.
-        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=DEADLINE_S).reached)
         unload = agent_records(vm.ssh.run([agent, "unload"], timeout=60).stdout, "unload")[0]
         self.assertEqual(unload["status"], "0")
         actual, unload_s = wait_actual(ctl, lambda v: v == ram, deadline_s=30)
-        self.assertLessEqual(abs(guest_stat(vm, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
+        self.assertLessEqual(abs(guest_stat(vm.ssh, agent)["mem_total_kib"] - first["mem_total_kib"]), PAGE // 1024)
         ctl.set_target(ram)  # or the reloaded driver inflates to the old target again
         self.assertEqual(agent_records(vm.ssh.run([agent, "load"]).stdout, "load")[0]["module_loaded"], "1")
-        self.assertTrue(ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S).reached)
-        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ram // 2, deadline_s=DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ram, deadline_s=DEADLINE_S).reached)
 
         # device_del / device_add with the driver loaded.
         vm.qmp("device_del", id="balloon0")
-        gone_s = _wait_no_balloon(ctl, deadline_s=30)
+        gone_s = wait_no_balloon(ctl, deadline_s=30)
         bound = vm.ssh.run(["ls", "/sys/bus/virtio/drivers/virtio_balloon"]).stdout.split()
         self.assertFalse([b for b in bound if b.startswith("virtio")], f"driver still bound: {bound}")
         vm.qmp("device_add", driver="virtio-balloon-pci", id="balloon0")
-        readd = ctl.reach(ram // 2, deadline_s=INFLATE_DEADLINE_S)  # only a bound driver moves it
+        readd = ctl.reach(ram // 2, deadline_s=DEADLINE_S)  # only a bound driver moves it
         self.assertTrue(readd.reached)
-        self.assertTrue(ctl.reach(ram, deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ram, deadline_s=DEADLINE_S).reached)
         self.record(Measurement(
             scenario="balloon.floor", metric="floor_mib", unit="MiB", better="lower",
             samples=[floor.floor_bytes / MIB],
@@ -363,21 +265,6 @@ class BalloonCorrectness(BalloonBase):
                    "qemu_answers": answers, "unload_return_s": unload_s, "device_del_s": gone_s,
                    "readd_inflate_s": readd.seconds},
         ))  # fmt: skip
-
-
-def _wait_no_balloon(ctl: BalloonController, deadline_s: float) -> float:
-    """Poll query-balloon until QEMU says there is no balloon device."""
-    start = time.monotonic()
-    while True:
-        try:
-            ctl.actual()
-        except GuestError as exc:
-            if "No balloon device" in str(exc):
-                return time.monotonic() - start
-            raise
-        if time.monotonic() - start > deadline_s:
-            raise AssertionError(f"balloon device still present {deadline_s} s after device_del")
-        time.sleep(0.05)
 
 
 class BalloonFreePageReporting(BalloonBase):
@@ -463,7 +350,7 @@ class BalloonOomAndStats(BalloonBase):
             for _ in range(3):
                 last = ctl.wait_stats_update(last.last_update, deadline_s=5 * interval)
                 stamps.append(time.monotonic())
-            gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+            gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
             periods[interval] = gaps
             self.assertTrue(all(0.5 * interval <= g <= 1.8 * interval for g in gaps), f"{interval} s: {gaps}")
             for key in ("stat-free-memory", "stat-total-memory", "stat-available-memory"):
@@ -479,7 +366,7 @@ class BalloonOomAndStats(BalloonBase):
         # 5. deflate-on-oom: pressure with the balloon at floor + margin.
         # (with deflate-on-oom the balloon, not a process, pays at the floor)
         floor = find_floor(ctl, margin_bytes=MARGIN_MIB * MIB, stall_s=STALL_S)
-        start = guest_stat(vm, agent)
+        start = guest_stat(vm.ssh, agent)
         # Watch actual from the host while the guest is under pressure.
         pressure = vm.ssh.start([agent, "pressure", str(PRESSURE_MIB), "16", "90"])
         highest = ctl.actual()
@@ -493,7 +380,7 @@ class BalloonOomAndStats(BalloonBase):
         deflated = int(agent_records(result.stdout, "progress")[-1]["balloon_deflate"]) - start["balloon_deflate"]
         self.assertGreater(deflated, 0, "the balloon did not deflate under pressure")
         self.assertGreater(highest, floor.safe_bytes, "actual never rose above the target under pressure")
-        self.assertTrue(ctl.reach(ctl.ram_bytes(), deadline_s=INFLATE_DEADLINE_S).reached)
+        self.assertTrue(ctl.reach(ctl.ram_bytes(), deadline_s=DEADLINE_S).reached)
         self.assertEqual(oom_kills(vm), [], "the OOM killer ran despite deflate-on-oom")
         self.record(Measurement(
             scenario="balloon.deflate_on_oom", metric="deflated_mib", unit="MiB", better="higher",
@@ -502,7 +389,6 @@ class BalloonOomAndStats(BalloonBase):
             extra={"floor_mib": floor.floor_bytes / MIB, "safe_mib": floor.safe_bytes / MIB,
                    "highest_actual_mib": highest / MIB},
         ))  # fmt: skip
-
 
 
 class BalloonMeasureCommand(BalloonBase):
@@ -536,9 +422,10 @@ class BalloonMeasureCommand(BalloonBase):
         for m in result["moves"]:
             # 512 MiB asked (to the page): the moved bytes say so.
             self.assertEqual(m["inflate"]["moved_bytes"], 512 * MIB)
-            self.assertLessEqual(m["inflate"]["guest_s"],
-                                 m["inflate"]["host_s"] + m["inflate"]["host_resolution_s"]
-                                 + m["inflate"]["guest_resolution_s"])
+            self.assertLessEqual(
+                m["inflate"]["guest_s"],
+                m["inflate"]["host_s"] + m["inflate"]["host_resolution_s"] + m["inflate"]["guest_resolution_s"],
+            )
         self.record(Measurement(
             scenario="balloon.measure_command", metric="inflate_s", unit="s", better="lower",
             samples=[m["inflate"]["host_s"] for m in result["moves"]],

@@ -1,4 +1,4 @@
-"""The virtio_balloon variant with a settable request size (issue 12):
+"""The virtio_balloon variant with a settable request size:
 virtio_balloon_mq.ko, built from the guest kernel's own source.
 
 For the Debian image kernel: ``linux-source-<x.y>`` of exactly the kernel
@@ -112,7 +112,7 @@ def _unpack_headers(debs: list[Path], cache: Path, release: str) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}-", dir=root.parent))
     try:
         for deb in debs:
-            packages._run(["dpkg", "-x", str(deb), str(staging)])
+            packages.unpack_deb(deb, staging)
         (staging / ".complete").touch()
         shutil.rmtree(root, ignore_errors=True)
         try:
@@ -184,11 +184,14 @@ def build(release: str | None = None, force: bool = False) -> Variant:
     staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=out))
     try:
         c_file = staging / f"{MODULE}.c"
-        proc = subprocess.run(["patch", "--no-backup-if-mismatch", "-s", "-o", "-", str(source)], input=patch,
-                              capture_output=True)
+        proc = subprocess.run(
+            ["patch", "--no-backup-if-mismatch", "-s", "-o", "-", str(source)], input=patch, capture_output=True
+        )
         if proc.returncode != 0:
-            raise BadInput(f"{PATCH.name} does not apply to {names['source']} {version}: "
-                           f"{proc.stderr.decode(errors='replace').strip()[:200]}")
+            raise BadInput(
+                f"{PATCH.name} does not apply to {names['source']} {version}: "
+                f"{proc.stderr.decode(errors='replace').strip()[:200]}"
+            )
         c_file.write_bytes(proc.stdout)
         (staging / "Kbuild").write_text(f"obj-m := {MODULE}.o\n")
         _make(headers, common, staging)
@@ -215,7 +218,7 @@ def for_image(image: object) -> Variant:
             "the balloon driver variant is built only for Debian's image kernels; a kernel given with "
             "--kernel/--modules has no variant (its build tree would be needed)"
         )
-    return build(str(getattr(image, "release")))
+    return build(str(getattr(image, "release")))  # noqa: B009 - image is any object with a release
 
 
 def main() -> int:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from host.errors import BadInput, CapabilityMissing
 from host.paths import write_private_atomic
@@ -25,6 +25,11 @@ def _run(argv: list[str], cwd: Path | None = None) -> str:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
         raise BadInput(f"{' '.join(argv[:3])} failed: {tail[0]} (run 'apt-get update' and try again)")
     return proc.stdout
+
+
+def unpack_deb(deb: Path, target: Path) -> None:
+    """A .deb's files unpacked into ``target`` (``dpkg -x``, no root)."""
+    _run(["dpkg", "-x", str(deb), str(target)])
 
 
 def _lists_fingerprint() -> str:
@@ -201,6 +206,6 @@ def unpack(deb: Path, cache: Path) -> Path:
         pass
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    _run(["dpkg", "-x", str(deb), str(target)])
+    unpack_deb(deb, target)
     complete.write_text(stamp + "\n")  # which .deb this tree is, checked on every use
     return target

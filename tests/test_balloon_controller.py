@@ -1,15 +1,15 @@
-"""The balloon controller (host/balloon.py) against a canned QMP machine."""
+"""The balloon controller (host/balloon/device.py), its guest agent's
+output, QEMU's RSS and ``memqual balloon model`` against a canned QMP machine."""
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 
 import pytest
 
 from host import balloon as hb
-import argparse
-
 from host.cli import SUBCOMMAND_MODULES
 from host.errors import BadInput, GuestError, MemqualError, Timeout
 
@@ -187,7 +187,7 @@ def test_stats_interval_and_update():
 
 def test_stats_update_deadline():
     ctl, machine, clock = controller([RAM])
-    machine.stats_updates = -10**9  # last-update never grows past 'after'
+    machine.stats_updates = -(10**9)  # last-update never grows past 'after'
     with pytest.raises(Timeout, match="not updated"):
         ctl.wait_stats_update(after=10**9, deadline_s=0.3)
 
@@ -326,7 +326,7 @@ def test_agent_stat_parsing():
 
 
 def test_cli_model_from_a_record(tmp_path, capsys):
-    from host import balloon_model as bm
+    from host.balloon import model as bm
     from host.record import Measurement, write
 
     cal = bm.calibrate([bm.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)])
@@ -357,8 +357,7 @@ def test_guest_timing_from_agent_output():
 
 @pytest.mark.parametrize(
     "stdout, message",
-    [("t=1.0 event=tracking base=0\n", "no result"),
-     ("t=1.0 event=tracked pages=1 moved=1 seconds=x\n", "incomplete")],
+    [("t=1.0 event=tracking base=0\n", "no result"), ("t=1.0 event=tracked pages=1 moved=1 seconds=x\n", "incomplete")],
 )
 def test_guest_timing_refuses_broken_output(stdout, message):
     with pytest.raises(GuestError, match=message):
@@ -410,3 +409,35 @@ def test_tracker_exit_status_is_checked():
     tracker = hb.GuestTracker(FakeSSH(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
     with pytest.raises(GuestError, match="exited 3"):
         tracker.result()
+
+
+# -- the one move loop (host/balloon/move.py) ----------------------------------
+def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
+    target = 256 * MIB
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[target] = [[RAM, RAM - 100 * MIB, target]]
+    ssh = FakeSSH(FakeBackground(TRACKED.splitlines()))
+    move = hb.BalloonMover(ctl, ssh, "/tmp/balloon_agent").move(target)
+    assert move.direction == "inflate" and move.reached and move.given_back is None
+    assert move.pages_asked == 768 * MIB // 4096
+    assert ssh.argv == ["/tmp/balloon_agent", "track", "inflate", str(move.pages_asked),
+                        str(hb.TRACK_PERIOD_US), str(int(hb.DEADLINE_S))]  # fmt: skip
+    assert move.guest is not None and move.guest.seconds == pytest.approx(1.8)
+    assert move.to_json()["guest_s"] == pytest.approx(1.8) and move.to_json()["moved_bytes"] == 768 * MIB
+    machine.after_balloon[RAM] = [[target, RAM]]
+    back = hb.BalloonMover(ctl).move(RAM)  # no agent: timed by the host only
+    assert back.direction == "deflate" and back.reached and back.guest is None
+
+
+def test_mover_gives_the_balloon_back_over_qmp_at_once_when_the_guest_stalls():
+    ctl, machine, _ = controller([RAM])
+    floor = 160 * MIB
+    machine.after_balloon[MIB] = [[RAM, 500 * MIB, floor]]  # stands at its floor
+    machine.after_balloon[RAM] = [[floor, RAM]]
+    background = FakeBackground(TRACKED.splitlines()[:1])
+    move = hb.BalloonMover(ctl, FakeSSH(background), "agent").move(MIB)
+    assert not move.reached and move.host.stalled and move.host.actual_bytes == floor
+    assert move.given_back is not None and move.given_back.reached and move.guest is None
+    assert background.killed  # the tracker cancelled, after the balloon came back
+    balloons = [a["value"] for c, a in machine.sent if c == "balloon"]
+    assert balloons == [MIB, RAM]

@@ -1,4 +1,4 @@
-"""The balloon driver variant (issue 12) without a guest: request sizes,
+"""The balloon driver variant without a guest: request sizes,
 the plan, the driver's counters, the fit, the package names, the patch, the
 deployment against a fake guest, and the records' shape the claims need."""
 
@@ -9,8 +9,10 @@ import re
 
 import pytest
 
-from host import balloon_driver as bd
 from host import claims
+from host.balloon import driver as bd
+from host.balloon import measure as bmeas
+from host.balloon import request_size as rs
 from host.errors import BadInput, GuestError
 from host.record import Measurement
 from images import balloon_driver as build
@@ -28,16 +30,15 @@ def test_sizes_the_driver_takes(good):
 
 
 def test_request_sizes_scale_the_seeds_bitmaps_to_the_guest():
-    assert bd.request_sizes(1024) == {"256 pfns": 256, "1/16 guest": 16384, "1/8 guest": 32768,
-                                      "whole guest": 262144}
+    assert rs.request_sizes(1024) == {"256 pfns": 256, "1/16 guest": 16384, "1/8 guest": 32768, "whole guest": 262144}
     # In the seed's 16 GiB guest they are exactly its bitmaps' coverage (8 PFNs a byte).
-    seed = bd.request_sizes(16 * 1024)
+    seed = rs.request_sizes(16 * 1024)
     assert (seed["1/16 guest"], seed["1/8 guest"], seed["whole guest"]) == (32768 * 8, 65536 * 8, 524288 * 8)
 
 
 def test_interleaved_puts_every_size_in_every_position():
-    labels = list(bd.request_sizes(1024))
-    orders = [bd.interleaved(labels, g) for g in range(len(labels))]
+    labels = list(rs.request_sizes(1024))
+    orders = [rs.interleaved(labels, g) for g in range(len(labels))]
     assert all(sorted(o) == sorted(labels) for o in orders)
     for position in range(len(labels)):
         assert {o[position] for o in orders} == set(labels)
@@ -52,8 +53,7 @@ def test_the_drivers_counters_are_parsed_and_broken_down():
     t = bd.parse_timing(TIMING)
     assert t["inflate"].requests == 768 and t["inflate"].pfns == 196608
     share = t["inflate"].breakdown()
-    assert share == pytest.approx({"alloc_pct": 80.0, "host_wait_pct": 14.0, "rest_pct": 4.0,
-                                   "between_calls_pct": 2.0})
+    assert share == pytest.approx({"alloc_pct": 80.0, "host_wait_pct": 14.0, "rest_pct": 4.0, "between_calls_pct": 2.0})
     assert sum(share.values()) == pytest.approx(100.0)
     with pytest.raises(GuestError):
         bd.parse_timing("inflate requests=1\n")
@@ -65,39 +65,42 @@ def _inflates(fixed, per_request, per_page, guests=4, noise=0.0, seed=1):
     for g in range(guests):
         offset = rng.gauss(0, noise)
         for pages, pfns in ((196608, 256), (196608, 16384), (196608, 262144), (98304, 256), (98304, 262144)):
-            requests = bd.requests_for(pages, pfns)
+            requests = rs.requests_for(pages, pfns)
             seconds = fixed + requests * per_request + pages * per_page + offset + rng.gauss(0, noise / 4)
-            rows.append(bd.Inflate(g, pages, requests, seconds))
+            rows.append(rs.Inflate(g, pages, requests, seconds))
     return rows
 
 
 def test_the_fit_recovers_known_costs_and_its_interval_holds_them():
-    exact = bd.fit_costs(_inflates(0.2, 300e-6, 12e-6), resamples=200)
+    exact = rs.fit_costs(_inflates(0.2, 300e-6, 12e-6), resamples=200)
     assert exact["per_request_s"]["value"] == pytest.approx(300e-6, rel=1e-6)
     assert exact["per_page_s"]["value"] == pytest.approx(12e-6, rel=1e-6)
     assert exact["fixed_s"]["value"] == pytest.approx(0.2, rel=1e-6)
-    noisy = bd.fit_costs(_inflates(0.2, 300e-6, 12e-6, guests=8, noise=0.05), resamples=500)
+    noisy = rs.fit_costs(_inflates(0.2, 300e-6, 12e-6, guests=8, noise=0.05), resamples=500)
     for key, truth in (("per_request_s", 300e-6), ("per_page_s", 12e-6)):
         assert noisy[key]["low"] <= truth <= noisy[key]["high"]
     assert noisy["n_guests"] == 8
 
 
 def test_the_fit_refuses_inflates_that_cannot_separate_the_costs():
-    same_size = [bd.Inflate(g, 196608, bd.requests_for(196608, p), 2.0) for g in range(3) for p in (256, 262144)]
+    same_size = [rs.Inflate(g, 196608, rs.requests_for(196608, p), 2.0) for g in range(3) for p in (256, 262144)]
     with pytest.raises(ValueError):
-        bd.fit_costs(same_size)
-    stock_only = [bd.Inflate(g, n, bd.requests_for(n, 256), n * 1e-5) for g in range(3) for n in (98304, 196608)]
+        rs.fit_costs(same_size)
+    stock_only = [rs.Inflate(g, n, rs.requests_for(n, 256), n * 1e-5) for g in range(3) for n in (98304, 196608)]
     with pytest.raises(ValueError):
-        bd.fit_costs(stock_only)
+        rs.fit_costs(stock_only)
 
 
 def test_debian_package_names_of_a_kernel():
     assert build.package_names("6.1.0-57-amd64", "6.1.192-3") == {
-        "source": "linux-source-6.1", "headers": "linux-headers-6.1.0-57-amd64",
-        "common": "linux-headers-6.1.0-57-common", "kbuild": "linux-kbuild-6.1",
+        "source": "linux-source-6.1",
+        "headers": "linux-headers-6.1.0-57-amd64",
+        "common": "linux-headers-6.1.0-57-common",
+        "kbuild": "linux-kbuild-6.1",
     }
-    assert build.package_names("6.12.38+deb13-cloud-amd64", "6.12.38-1")["common"] == \
-        "linux-headers-6.12.38+deb13-common"
+    assert (
+        build.package_names("6.12.38+deb13-cloud-amd64", "6.12.38-1")["common"] == "linux-headers-6.12.38+deb13-common"
+    )
     assert build.package_names("6.1.0-57-cloud-amd64", "6.1.192-3")["common"] == "linux-headers-6.1.0-57-common"
     with pytest.raises(BadInput):
         build.package_names("6.1.0", "6.1.192-3")
@@ -145,16 +148,20 @@ class FakeGuest:
             self.module, self.pfns = bd.MODULE, n
             return _Result()
         if script.startswith("dmesg"):
-            return _Result("[ 1.0] virtio_balloon_mq: pfns_per_request=0 refused: give 1..1048576\n"
-                           f"[ 2.0] virtio_balloon_mq virtio1: memqual variant: {self.pfns} PFNs per request\n")
+            return _Result(
+                "[ 1.0] virtio_balloon_mq: pfns_per_request=0 refused: give 1..1048576\n"
+                f"[ 2.0] virtio_balloon_mq virtio1: memqual variant: {self.pfns} PFNs per request\n"
+            )
         if script.startswith("ls /sys/bus/virtio/drivers/"):
             bound = "1" if self.module and f"/{self.module}/" in script else "0"
             return _Result(f"{bound}\n{self.pfns}\n12288\n" if "tainted" in script else bound + "\n")
         if script.startswith("rmmod") and "modprobe" in script:
             self.module = "virtio_balloon"
         if script.startswith("cat") and "timing" in script:
-            return _Result(f"inflate requests=1 pfns={self.pages} alloc_ns=1 wait_ns=1 total_ns=2 span_ns=2\n"
-                           "deflate requests=1 pfns=0 alloc_ns=0 wait_ns=0 total_ns=0 span_ns=0\n")
+            return _Result(
+                f"inflate requests=1 pfns={self.pages} alloc_ns=1 wait_ns=1 total_ns=2 span_ns=2\n"
+                "deflate requests=1 pfns=0 alloc_ns=0 wait_ns=0 total_ns=0 span_ns=0\n"
+            )
         if script.startswith("echo 1 >"):
             self.pages = 0
         return _Result()
@@ -209,13 +216,17 @@ def _records(whole_s: float, small_s: float, stock_s: float) -> list[Measurement
     settings = {"guest_mib": 1024, "target_mib": 256, "machine": "pc", "profile": "quick"}
     rng = random.Random(3)
     out = []
-    for label, level in (("whole guest", whole_s), ("1/16 guest", small_s), ("1/8 guest", small_s),
-                         ("256 pfns", stock_s)):
+    for label, level in (
+        ("whole guest", whole_s),
+        ("1/16 guest", small_s),
+        ("1/8 guest", small_s),
+        ("256 pfns", stock_s),
+    ):
         out.append(Measurement(
             scenario="balloon.request_size", metric="inflate_s", unit="s", better="lower",
             replicates=[[level * (1 + rng.gauss(0, 0.01))] for _ in range(4)], samples=[],
             variant={"per_request": label}, settings=settings,
-            extra={"pfns_per_request": bd.request_sizes(1024)[label]},
+            extra={"pfns_per_request": rs.request_sizes(1024)[label]},
         ))  # fmt: skip
     out.append(Measurement(
         scenario="balloon.request_size", metric="host_wait_share", unit="%", better="lower",
@@ -252,15 +263,14 @@ def test_qemu_cpu_seconds_count_a_process_threads_work():
 
 # -- memqual balloon measure --pfns-per-request -------------------------------
 def test_sizes_on_the_command_line():
-    assert bd.parse_sizes("256,262144,256") == [256, 262144]
+    assert bmeas.parse_sizes("256,262144,256") == [256, 262144]
     for bad in ("", "0", "256,abc", str(bd.PFNS_MAX + 1)):
         with pytest.raises(BadInput):
-            bd.parse_sizes(bad)
+            bmeas.parse_sizes(bad)
 
 
 @pytest.mark.parametrize("sizes", ["0", "256,x", "2000000"])
 def test_cli_refuses_bad_sizes_before_building_or_booting(monkeypatch, sizes):
-    from host import balloon_measure as bmeas
     from test_balloon_controller import run_cli
 
     def must_not_run(*args, **kwargs):
@@ -268,5 +278,5 @@ def test_cli_refuses_bad_sizes_before_building_or_booting(monkeypatch, sizes):
 
     monkeypatch.setattr("images.build.build", must_not_run)
     monkeypatch.setattr(bmeas, "measure", must_not_run)
-    monkeypatch.setattr(bd, "measure_sizes", must_not_run)
+    monkeypatch.setattr(bmeas, "measure_sizes", must_not_run)
     assert run_cli(["balloon", "measure", "--memory", "1024", "--target", "256", "--pfns-per-request", sizes]) == 2

@@ -7,10 +7,10 @@ import io
 
 import pytest
 from rich.console import Console
-
-from host import balloon_measure as bmeas
-from host.errors import BadInput
 from test_balloon_controller import run_cli  # the balloon subcommand through its own parser
+
+from host.balloon import measure as bmeas
+from host.errors import BadInput
 
 MIB = 1 << 20
 
@@ -43,7 +43,8 @@ def test_cli_refuses_before_building_or_booting(monkeypatch, capsys):
 
 def move(reached: bool, host_s: float, guest_s: float | None, moved_mib: int = 768, actual_mib: float = 256.0):
     return {
-        "reached": reached, "stalled": not reached, "moved_bytes": moved_mib * MIB, "actual_bytes": int(actual_mib * MIB),
+        "reached": reached, "stalled": not reached, "moved_bytes": moved_mib * MIB,
+        "actual_bytes": int(actual_mib * MIB),
         "host_s": host_s, "host_resolution_s": 0.0015, "guest_s": guest_s,
         "guest_resolution_s": 0.0002 if guest_s else None,
     }  # fmt: skip
@@ -60,7 +61,9 @@ def test_result_summarises_reached_moves_and_says_where_a_stall_stopped():
     assert result["reached"] and result["repeats_done"] == 2
     assert result["inflate"]["host_s"] == {"median": 1.8, "min": 1.6, "max": 2.0, "n": 2}
     assert result["inflate"]["gbps_guest"] == pytest.approx(768 * MIB / 1e9 / 1.725, rel=0.02)
-    stalled = moves[:1] + [{"repeat": 2, "inflate": move(False, 3.0, None, 600, 159.6), "deflate": move(True, 0.3, None, 600)}]
+    stalled = moves[:1] + [
+        {"repeat": 2, "inflate": move(False, 3.0, None, 600, 159.6), "deflate": move(True, 0.3, None, 600)}
+    ]
     result = bmeas._result(config, 1024 * MIB, stalled, started)
     assert not result["reached"] and result["stopped_at_mib"] == pytest.approx(159.6, abs=0.01)
     assert result["inflate"]["host_s"]["n"] == 1  # only reached moves are timed

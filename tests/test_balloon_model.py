@@ -1,4 +1,4 @@
-"""Known answers for the balloon transfer-cost model (host/balloon_model.py)."""
+"""Known answers for the balloon transfer-cost model (host/balloon/model.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host import balloon_model as bm
+from host.balloon import model as bm
 
 GIB = bm.GIB_PAGES  # 262144 pages of 4 KiB
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class PfnRanges:
     ranges: tuple[tuple[int, int], ...]
 
     @classmethod
-    def of(cls, ranges: Iterable[tuple[int, int]]) -> "PfnRanges":
+    def of(cls, ranges: Iterable[tuple[int, int]]) -> PfnRanges:
         merged: list[list[int]] = []
         for start, end in sorted((int(s), int(e)) for s, e in ranges):
             if start < 0 or end < start:
@@ -74,11 +75,11 @@ class PfnRanges:
         return cls(tuple((s, e) for s, e in merged))
 
     @classmethod
-    def contiguous(cls, start: int, count: int) -> "PfnRanges":
+    def contiguous(cls, start: int, count: int) -> PfnRanges:
         return cls.of([(start, start + count)])
 
     @classmethod
-    def from_pfns(cls, pfns: Iterable[int]) -> "PfnRanges":
+    def from_pfns(cls, pfns: Iterable[int]) -> PfnRanges:
         values = np.unique(np.fromiter((int(p) for p in pfns), dtype=np.int64))
         if values.size == 0:
             return cls(())
@@ -87,7 +88,7 @@ class PfnRanges:
         breaks = np.nonzero(np.diff(values) != 1)[0]
         starts = np.concatenate(([values[0]], values[breaks + 1]))
         ends = np.concatenate((values[breaks] + 1, [values[-1] + 1]))
-        return cls(tuple(zip(starts.tolist(), ends.tolist())))
+        return cls(tuple(zip(starts.tolist(), ends.tolist(), strict=True)))
 
     @property
     def pages(self) -> int:
@@ -132,9 +133,7 @@ def bitmap_windows(pfns: PfnRanges, bitmap_bytes: int) -> int:
 
 def bitmap_transfer(pfns: PfnRanges, bitmap_bytes: int) -> Transfer:
     requests = bitmap_windows(pfns, bitmap_bytes)
-    return Transfer(
-        f"bitmap{bitmap_bytes}", pfns.pages, requests, requests * (bitmap_bytes + BITMAP_EXTRA_BYTES)
-    )
+    return Transfer(f"bitmap{bitmap_bytes}", pfns.pages, requests, requests * (bitmap_bytes + BITMAP_EXTRA_BYTES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +157,7 @@ class Observation:
     seconds: float
 
     @classmethod
-    def of_array_inflate(cls, pages: int, seconds: float) -> "Observation":
+    def of_array_inflate(cls, pages: int, seconds: float) -> Observation:
         return cls(pages, array_transfer(pages).requests, seconds)
 
 
@@ -341,20 +340,18 @@ def seed_gbps(ms: float, balloon_gib: int = SEED_BALLOON_GIB) -> float:
     return balloon_gib * (1 << 30) / (ms / 1000) / 1e9
 
 
-def side_by_side(prediction: dict[str, object]) -> list[tuple[str, str, str, str]]:
+def side_by_side(prediction: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     """Rows (scheme, seed ms, predicted ms per split, seed vs predicted
     speedup over 32 KB) for a terminal table or docs."""
     rows = []
-    preds = prediction["predictions"]  # type: ignore[index]
+    preds = prediction["predictions"]
     for scheme in ("array256", "bitmap32768", "bitmap65536", "bitmap524288"):
-        seed = prediction["seed_ms"].get(scheme)  # type: ignore[union-attr]
+        seed = prediction["seed_ms"].get(scheme)
         seed_s = f"{seed:.0f}" if seed else "-"
-        pred = "  ".join(f"{name}={p['ms'][scheme]:.0f}" for name, p in preds.items())  # type: ignore[index]
-        seed_up = prediction["seed_speedup_vs_32k"].get(scheme)  # type: ignore[union-attr]
+        pred = "  ".join(f"{name}={p['ms'][scheme]:.0f}" for name, p in preds.items())
+        seed_up = prediction["seed_speedup_vs_32k"].get(scheme)
         model_up = "  ".join(
-            f"{name}={p['speedup_vs_32k'][scheme]:.3f}"  # type: ignore[index]
-            for name, p in preds.items()
-            if scheme in p["speedup_vs_32k"]  # type: ignore[operator]
+            f"{name}={p['speedup_vs_32k'][scheme]:.3f}" for name, p in preds.items() if scheme in p["speedup_vs_32k"]
         )
         rows.append((scheme, seed_s, pred, f"seed={seed_up:.3f}  {model_up}" if seed_up else "-"))
     return rows

@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from typing import Any
 
 from host.errors import BadInput
@@ -31,13 +32,6 @@ from host.errors import BadInput
 MIB = 1 << 20
 MIN_MEMORY_MIB = 256  # below this the guest has nothing to give
 MAX_REPEATS = 100
-TRACK_PERIOD_US = 1000
-DEADLINE_S = 120.0
-# Stopped short when `actual` has not moved for this long.  Short on
-# purpose: a guest held at its floor starts killing processes (measured: a
-# 64 MiB target on a 1 GiB guest held for 3 s cost the guest its SSH
-# server), and the driver retries every 200 ms when out of pages.
-STALL_S = 0.6
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +66,8 @@ def _summary(values: list[float]) -> dict[str, float] | None:
 
 def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str, Any]:
     """Boot, inflate and deflate ``repeats`` times; the results as a dict."""
-    from host.balloon import PAGE, BalloonController, GuestTracker, expected_actual
+    from host.balloon.device import BalloonController
+    from host.balloon.move import BalloonMover, Move
     from host.machine import BalloonDevice, Machine, MachineConfig
 
     machine_config = MachineConfig(
@@ -82,54 +77,41 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
     with Machine(machine_config, image=image) as vm:
         ctl = BalloonController(vm, device_id="balloon0")
         agent = vm.deploy("balloon_agent") if config.guest_timed else ""
+        mover = BalloonMover(ctl, vm.ssh, agent)
         ram = ctl.ram_bytes()
-        target = config.target_mib * MIB
-        pages = (ram - expected_actual(ram, target)) // PAGE
         for repeat in range(config.repeats):
-            tracker = GuestTracker(vm.ssh, agent, "inflate", pages, TRACK_PERIOD_US, int(DEADLINE_S)) if agent else None
-            inflate = ctl.reach(target, deadline_s=DEADLINE_S, stall_s=STALL_S)
+            inflate = mover.move(config.target_mib * MIB)
             if not inflate.reached:
-                # The floor: give the memory back before anything else (QMP
-                # only, no SSH: the guest may be killing processes), then
-                # stop; the guest is not held there again.
-                deflate = ctl.reach(ram, deadline_s=DEADLINE_S)
-                if tracker is not None:
-                    tracker.cancel()  # it waits for pages the guest never gave
-                moves.append({"repeat": repeat + 1, "inflate": _move(inflate, None), "deflate": _move(deflate, None)})
+                # The floor: the mover gave the balloon back at once; the
+                # guest is not held there again.
+                assert inflate.given_back is not None
+                moves.append(
+                    {
+                        "repeat": repeat + 1,
+                        "inflate": inflate.to_json(),
+                        "deflate": Move(
+                            direction="deflate", pages_asked=inflate.pages_asked, host=inflate.given_back
+                        ).to_json(),
+                    }
+                )
                 if console is not None:
-                    console.print(f"repeat {repeat + 1}/{config.repeats}: stopped short at "
-                                  f"{inflate.actual_bytes / MIB:.1f} MiB (the guest's floor)", highlight=False)
+                    console.print(
+                        f"repeat {repeat + 1}/{config.repeats}: stopped short at "
+                        f"{inflate.host.actual_bytes / MIB:.1f} MiB (the guest's floor)",
+                        highlight=False,
+                    )
                 break
-            guest_inflate = tracker.result() if tracker is not None else None
-            tracker = GuestTracker(vm.ssh, agent, "deflate", inflate.pages, TRACK_PERIOD_US, int(DEADLINE_S)) if agent else None
-            deflate = ctl.reach(ram, deadline_s=DEADLINE_S)
-            guest_deflate = tracker.result() if tracker is not None else None
-            moves.append({
-                "repeat": repeat + 1,
-                "inflate": _move(inflate, guest_inflate),
-                "deflate": _move(deflate, guest_deflate),
-            })  # fmt: skip
+            deflate = mover.move(ram)
+            moves.append({"repeat": repeat + 1, "inflate": inflate.to_json(), "deflate": deflate.to_json()})
             if console is not None:
                 console.print(
-                    f"repeat {repeat + 1}/{config.repeats}: inflated {inflate.moved_bytes / MIB:.0f} MiB in "
-                    f"{inflate.seconds:.3f} s" + (f" (guest {guest_inflate.seconds:.3f} s)" if guest_inflate else ""),
+                    f"repeat {repeat + 1}/{config.repeats}: inflated {inflate.host.moved_bytes / MIB:.0f} MiB in "
+                    f"{inflate.host.seconds:.3f} s"
+                    + (f" (guest {inflate.guest.seconds:.3f} s)" if inflate.guest else ""),
                     highlight=False,
                 )  # fmt: skip
         started = {"warm": vm.started_warm, "accel": vm.accel, "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3)}
     return _result(config, ram, moves, started)
-
-
-def _move(host_side: Any, guest_side: Any) -> dict[str, Any]:
-    return {
-        "reached": host_side.reached,
-        "stalled": host_side.stalled,
-        "moved_bytes": host_side.moved_bytes,
-        "actual_bytes": host_side.actual_bytes,
-        "host_s": host_side.seconds,
-        "host_resolution_s": host_side.resolution_s,
-        "guest_s": guest_side.seconds if guest_side else None,
-        "guest_resolution_s": guest_side.resolution_s if guest_side else None,
-    }
 
 
 def _result(config: MeasureConfig, ram: int, moves: list[dict[str, Any]], started: dict[str, Any]) -> dict[str, Any]:
@@ -149,7 +131,7 @@ def _result(config: MeasureConfig, ram: int, moves: list[dict[str, Any]], starte
         out[direction] = {
             "host_s": _summary(host_s),
             "guest_s": _summary(guest_s),
-            "gbps_host": statistics.median([b / s / 1e9 for b, s in zip(moved, host_s)]) if done else None,
+            "gbps_host": statistics.median([b / s / 1e9 for b, s in zip(moved, host_s, strict=True)]) if done else None,
             "gbps_guest": (
                 statistics.median([m["moved_bytes"] / m["guest_s"] / 1e9 for m in done if m["guest_s"]])
                 if guest_s else None
@@ -193,6 +175,122 @@ def print_result(result: dict[str, Any], console: Any) -> None:
         )
 
 
+# --- the driver variant by request size: --pfns-per-request N[,N...] ---------
+def parse_sizes(text: str) -> list[int]:
+    """``256,16384`` -> [256, 16384]; BadInput (exit 2) before anything boots."""
+    try:
+        sizes = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise BadInput(f"--pfns-per-request {text!r}: give whole numbers, comma-separated (e.g. 256,262144)") from None
+    if not sizes:
+        raise BadInput("--pfns-per-request: give at least one size")
+    from host.balloon.driver import check_pfns
+
+    for n in sizes:
+        check_pfns(n)
+    return list(dict.fromkeys(sizes))
+
+
+def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = None) -> dict[str, Any]:
+    """One guest, the variant at each size in turn (order rotated every
+    repeat): inflate to ``config.target_mib`` and back, timed by QMP, with
+    the driver's requests and breakdown.  The stock driver goes back at the
+    end.  Stops at the guest's floor (the balloon given back over QMP at
+    once) with ``reached`` False."""
+    from host.balloon.device import BalloonController
+    from host.balloon.driver import PAGE, VariantDriver
+    from host.balloon.move import BalloonMover
+    from host.balloon.request_size import interleaved
+    from host.machine import BalloonDevice, Machine, MachineConfig
+    from images import balloon_driver
+
+    variant = balloon_driver.build(str(image.release))
+    machine_config = MachineConfig(
+        memory_mib=config.memory_mib, machine=config.machine, warm=config.warm, balloon=BalloonDevice()
+    )
+    runs: dict[int, list[dict[str, Any]]] = {n: [] for n in sizes}
+    reached = True
+    with Machine(machine_config, image=image) as vm:
+        ctl = BalloonController(vm, device_id="balloon0")
+        driver = VariantDriver(vm, ctl, variant.ko)
+        driver.deploy()
+        mover = BalloonMover(ctl)
+        ram = ctl.ram_bytes()
+        target = config.target_mib * MIB
+        for repeat in range(config.repeats):
+            for n in interleaved([str(s) for s in sizes], repeat):
+                driver.load(int(n))
+                up = mover.move(target).host  # at the floor: given back at once
+                if not up.reached:
+                    reached = False
+                    break
+                inflate = driver.timing()["inflate"]
+                down = mover.move(ram).host
+                runs[int(n)].append(
+                    {
+                        "seconds": up.seconds,
+                        "requests": inflate.requests,
+                        "pfns": inflate.pfns,
+                        "deflate_s": down.seconds,
+                        "breakdown_pct": inflate.breakdown(),
+                    }
+                )
+                if console is not None:
+                    console.print(
+                        f"repeat {repeat + 1}/{config.repeats}: {n} PFNs per request: "
+                        f"{up.moved_bytes >> 20} MiB in {up.seconds:.3f} s, {inflate.requests} requests",
+                        highlight=False,
+                    )
+            if not reached:
+                break
+        driver.restore_stock()
+        taint = driver.taint
+    out: dict[str, Any] = {
+        "memory_mib": config.memory_mib,
+        "target_mib": config.target_mib,
+        "reached": reached,
+        "taint": taint,
+        "driver": variant.to_json(),
+        "sizes": {},
+    }
+    for pfns, done in runs.items():
+        if not done:
+            continue
+        secs = [r["seconds"] for r in done]
+        out["sizes"][str(pfns)] = {
+            "median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs), "n": len(secs),
+            "gbps": statistics.median([r["pfns"] * PAGE / r["seconds"] / 1e9 for r in done]),
+            "requests": statistics.median([r["requests"] for r in done]),
+            "host_wait_pct": statistics.median([r["breakdown_pct"]["host_wait_pct"] for r in done]),
+            "alloc_pct": statistics.median([r["breakdown_pct"]["alloc_pct"] for r in done]),
+            "runs": done,
+        }  # fmt: skip
+    return out
+
+
+def print_sizes(result: dict[str, Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"balloon driver variant: {result['memory_mib']} MiB guest down to "
+        f"{result['target_mib']} MiB, by PFNs per request"
+    )
+    for column in ("PFNs/request", "median s", "min s", "max s", "GB/s", "requests", "host wait %", "alloc %"):
+        table.add_column(column, justify="right")
+    for n, s in result["sizes"].items():
+        table.add_row(
+            n,
+            f"{s['median_s']:.3f}",
+            f"{s['min_s']:.3f}",
+            f"{s['max_s']:.3f}",
+            f"{s['gbps']:.2f}",
+            f"{s['requests']:.0f}",
+            f"{s['host_wait_pct']:.1f}",
+            f"{s['alloc_pct']:.1f}",
+        )
+    console.print(table)
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("measure", help="boot a guest and time its balloon: inflate to --target MiB and back")
     parser.add_argument("--memory", type=int, default=1024, metavar="MIB", help="guest RAM (default 1024)")
@@ -202,11 +300,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     warm = parser.add_mutually_exclusive_group()
     warm.add_argument("--warm", dest="warm", action="store_true", default=True, help="restore a snapshot (default)")
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
-    parser.add_argument("--no-guest-timing", dest="guest_timed", action="store_false",
-                        help="time by the host's QMP polls only (no agent in the guest)")
-    parser.add_argument("--pfns-per-request", metavar="N[,N...]",
-                        help="load the balloon driver variant at each size in turn (docs/balloon.md) and "
-                             "report each: median time, GB/s, requests sent")
+    parser.add_argument(
+        "--no-guest-timing",
+        dest="guest_timed",
+        action="store_false",
+        help="time by the host's QMP polls only (no agent in the guest)",
+    )
+    parser.add_argument(
+        "--pfns-per-request",
+        metavar="N[,N...]",
+        help="load the balloon driver variant at each size in turn (docs/balloon.md) and "
+        "report each: median time, GB/s, requests sent",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=_cmd_measure)
 
@@ -224,14 +329,10 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     config.check()  # before anything is built or booted
     sizes = None
     if getattr(args, "pfns_per_request", None) is not None:
-        from host.balloon_driver import parse_sizes
-
         sizes = parse_sizes(args.pfns_per_request)
     qemu_binary()
     console = Console(stderr=True)
     if sizes is not None:
-        from host.balloon_driver import measure_sizes, print_sizes
-
         by_size = measure_sizes(config, sizes, build(), console=None if args.json else console)
         if args.json:
             print(json.dumps(by_size, indent=2))

@@ -1,7 +1,8 @@
-"""virtio-balloon controller over QMP.
+"""The virtio-balloon device over QMP: targets, the timed reach, the floor,
+guest statistics.
 
-Takes anything with ``.qmp(command, **arguments)`` and ``.pid`` (the
-lead's ``host.machine.Machine``; a canned fake in tests).
+Takes anything with ``.qmp(command, **arguments)`` and ``.pid``
+(``host.machine.Machine``; a canned fake in tests).
 
 Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
 ``query-balloon``: every 10 ms while the target is far, and once
@@ -32,9 +33,9 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
+from host.balloon.rss import rss_kib
 from host.errors import BadInput, GuestError, MemqualError, Timeout
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,8 @@ STATS_UNSET = -1
 
 
 class QmpMachine(Protocol):
-    pid: int
+    @property
+    def pid(self) -> int: ...
 
     def qmp(self, command: str, **arguments: Any) -> Any: ...
 
@@ -131,21 +133,9 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
     return target_bytes
 
 
-def rss_kib(pid: int) -> int:
-    """VmRSS of a process in KiB (QEMU's resident memory)."""
-    status = Path(f"/proc/{pid}/status")
-    try:
-        for line in status.read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except FileNotFoundError as exc:
-        raise GuestError(f"process {pid} is gone: cannot read its RSS") from exc
-    raise GuestError(f"{status} has no VmRSS line")
-
-
 class BalloonController:
     """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
-    (the lead's BalloonDevice.id); the QOM path is found from it."""
+    (``host.machine.BalloonDevice.id``); the QOM path is found from it."""
 
     def __init__(
         self,
@@ -280,9 +270,7 @@ class BalloonController:
                 children = self.machine.qmp("qom-list", path=parent)
             except GuestError:
                 continue
-            candidates += [
-                f"{parent}/{c['name']}" for c in children if "virtio-balloon" in str(c.get("type", ""))
-            ]
+            candidates += [f"{parent}/{c['name']}" for c in children if "virtio-balloon" in str(c.get("type", ""))]
         for path in candidates:
             try:
                 props = {p["name"] for p in self.machine.qmp("qom-list", path=path)}
@@ -311,16 +299,12 @@ class BalloonController:
     def qemu_set_stats_interval(self, seconds: int) -> None:
         """Unchecked qom-set; QEMU's refusal surfaces as BadInput with its text."""
         try:
-            self.machine.qmp(
-                "qom-set", path=self.qom_path(), property="guest-stats-polling-interval", value=seconds
-            )
+            self.machine.qmp("qom-set", path=self.qom_path(), property="guest-stats-polling-interval", value=seconds)
         except GuestError as exc:
             raise BadInput(f"QEMU refused guest-stats polling interval {seconds}: {exc}") from exc
 
     def stats_interval(self) -> int:
-        return int(
-            self.machine.qmp("qom-get", path=self.qom_path(), property="guest-stats-polling-interval")
-        )
+        return int(self.machine.qmp("qom-get", path=self.qom_path(), property="guest-stats-polling-interval"))
 
     def guest_stats(self) -> GuestStats:
         raw = self.machine.qmp("qom-get", path=self.qom_path(), property="guest-stats")
@@ -411,191 +395,17 @@ def wait_actual(
         ctl._sleep(period_s)
 
 
-def agent_records(stdout: str, event: str | None = None) -> list[dict[str, str]]:
-    """Parsed balloon_agent lines, optionally only one event."""
-    out = [parse_agent_line(line) for line in stdout.splitlines() if line.startswith("t=")]
-    return [r for r in out if event is None or r.get("event") == event]
-
-
-def agent_stat(stdout: str) -> dict[str, int]:
-    """The last ``event=stat`` record of an agent run, numeric fields as int."""
-    stats = agent_records(stdout, "stat")
-    if not stats:
-        raise GuestError(f"balloon_agent printed no stat line: {stdout[-200:]!r}")
-    return {k: int(v) for k, v in stats[-1].items() if k not in ("t", "event") and v.lstrip("-").isdigit()}
-
-
-@dataclasses.dataclass(frozen=True)
-class GuestTiming:
-    """One balloon move timed inside the guest (balloon_agent track): from
-    the poll that first saw the counter move to the poll that saw it reach
-    the pages asked.  Each instant lies within the gap to the poll before
-    it, so the duration is good to ``resolution_s`` (the larger gap)."""
-
-    pages: int
-    moved: int
-    seconds: float
-    first_gap_s: float
-    end_gap_s: float
-    polls: int
-    period_s: float
-    max_gap_s: float
-
-    @property
-    def resolution_s(self) -> float:
-        return max(self.first_gap_s, self.end_gap_s)
-
-    @classmethod
-    def from_agent(cls, stdout: str) -> "GuestTiming":
-        tracked = agent_records(stdout, "tracked")
-        if not tracked:
-            raise GuestError(f"balloon_agent track printed no result: {stdout[-300:]!r}")
-        r = tracked[-1]
+def wait_no_balloon(ctl: BalloonController, deadline_s: float, period_s: float = 0.05) -> float:
+    """Poll query-balloon until QEMU says there is no balloon device (after
+    ``device_del``); the seconds it took.  Timeout past the deadline."""
+    start = ctl._clock()
+    while True:
         try:
-            return cls(
-                pages=int(r["pages"]), moved=int(r["moved"]), seconds=float(r["seconds"]),
-                first_gap_s=float(r["first_gap_s"]), end_gap_s=float(r["end_gap_s"]),
-                polls=int(r["polls"]), period_s=float(r["period_s"]), max_gap_s=float(r["max_gap_s"]),
-            )  # fmt: skip
-        except (KeyError, ValueError) as exc:
-            raise GuestError(f"balloon_agent track result incomplete ({exc}): {r}") from exc
-
-
-class GuestTracker:
-    """``balloon_agent track`` running in the guest while the host moves
-    the balloon: start it, wait until it is armed (it has read the counter's
-    base), move the balloon, then ``result()``."""
-
-    def __init__(self, ssh: Any, agent: str, direction: str, pages: int, period_us: int, bound_s: int) -> None:
-        if direction not in ("inflate", "deflate"):
-            raise ValueError(f"direction is inflate or deflate, not {direction!r}")
-        self._command = ssh.start([agent, "track", direction, str(pages), str(period_us), str(bound_s)])
-        self._bound_s = bound_s
-        for line in self._command.lines(timeout=30):
-            record = parse_agent_line(line)
-            if record.get("event") == "tracking":
-                return
-            if record.get("event") in ("error", "timeout"):
-                break
-        result = self._command.wait(timeout=10)
-        raise GuestError(f"balloon_agent track did not arm: {result.stdout[-300:]!r} {result.stderr[-300:]!r}")
-
-    def result(self) -> GuestTiming:
-        result = self._command.wait(timeout=self._bound_s + 10)
-        if result.status != 0:
-            raise GuestError(f"balloon_agent track exited {result.status}: {result.stdout[-300:]!r}")
-        return GuestTiming.from_agent(result.stdout)
-
-    def cancel(self) -> None:
-        self._command.kill()
-
-
-def wait_rss(
-    pid: int,
-    predicate: Callable[[int], bool],
-    deadline_s: float,
-    period_s: float = 0.1,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-) -> tuple[bool, int, float]:
-    """Poll QEMU's RSS until ``predicate(rss_kib)`` or the deadline.
-    Returns (met, last rss KiB, seconds waited)."""
-    start = clock()
-    while True:
-        rss = rss_kib(pid)
-        if predicate(rss):
-            return True, rss, clock() - start
-        if clock() - start >= deadline_s:
-            return False, rss, clock() - start
-        sleep(period_s)
-
-
-def wait_rss_steady(
-    pid: int,
-    quiet_s: float = 1.0,
-    deadline_s: float = 20.0,
-    tolerance: float = 0.01,
-    period_s: float = 0.1,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
-    read: Callable[[int], int] = rss_kib,
-) -> tuple[bool, int, float]:
-    """Poll QEMU's RSS until it has stayed within ``tolerance`` (relative)
-    for ``quiet_s``: the baseline a later rise and fall is measured against.
-    Returns (steady, last rss KiB, seconds waited); not steady at the deadline
-    is the caller's to judge (the RSS is still moving)."""
-    start = clock()
-    anchor = read(pid)
-    anchor_t = start
-    while True:
-        sleep(period_s)
-        now = clock()
-        rss = read(pid)
-        if abs(rss - anchor) > tolerance * anchor:
-            anchor, anchor_t = rss, now
-        elif now - anchor_t >= quiet_s:
-            return True, rss, now - start
-        if now - start >= deadline_s:
-            return False, rss, now - start
-
-
-def parse_agent_line(line: str) -> dict[str, str]:
-    """One balloon_agent record ``t=... key=value ...`` as a dict."""
-    out: dict[str, str] = {}
-    for field in line.split():
-        key, sep, value = field.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-# --- CLI: memqual balloon model ---------------------------------------------
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "balloon", help="virtio-balloon: time a real guest's balloon; the transfer-cost model against seed 003"
-    )
-    sub = parser.add_subparsers(dest="balloon_command", metavar="ACTION", required=True)
-    model = sub.add_parser("model", help="the seed's bitmap timings predicted by the transfer-cost model")
-    source = model.add_mutually_exclusive_group(required=True)
-    source.add_argument(
-        "--per-page-us", type=float,
-        help="cost of one page inflated with PFN arrays (microseconds), e.g. a record's "
-        "extra.model.calibration.combined_per_page_s",
-    )  # fmt: skip
-    source.add_argument("--record", help="a balloon.inflate record (memqual-balloon.inflate-*.json): show its model")
-    model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms), with --per-page-us")
-    model.set_defaults(handler=_cmd_model)
-    from host import balloon_measure
-
-    balloon_measure.add_parser(sub)
-
-
-def _cmd_model(args: Any) -> int:
-    from host import balloon_model as bm
-
-    if args.record:
-        from host.record import load
-
-        record = load(args.record)
-        pred = record.extra.get("model")
-        if not isinstance(pred, dict) or "predictions" not in pred:
-            raise BadInput(f"{args.record}: no model in this record: give a balloon.inflate record of the 1 GiB scenario")
-        cal = pred["calibration"]
-        print(f"calibration: {cal['n']} inflates, {1e6 * cal['combined_per_page_s']:.2f} us/page, "
-              f"fixed {1000 * cal['fixed_s']:.0f} ms; {cal['reason']}")  # fmt: skip
-    else:
-        if not args.per_page_us > 0 or args.fixed_ms < 0:
-            raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
-        pred = bm.predict_seed(bm.Calibration(
-            fixed_s=args.fixed_ms / 1000, combined_per_page_s=args.per_page_us / 1e6,
-            per_request_s=None, per_page_s=None, identifiable=False,
-            reason="given on the command line", residual_rms_s=0.0, n=0,
-        ))  # fmt: skip
-    print(f"seed 003: 15 GiB of a 16 GiB guest; layout: {pred['pfn_layout']}")
-    for scheme, t in pred["transfers"].items():  # type: ignore[union-attr]
-        print(f"  {scheme:>13}: {t['requests']:>6} requests, {t['bytes']:>9} bytes")
-    print(f"seed's implied cost per bitmap request: {pred['seed_implied_per_request_ms']:.1f} ms")
-    print(f"{'scheme':>13} | {'seed ms':>7} | predicted ms | speedup over 32 KB")
-    for row in bm.side_by_side(pred):
-        print(f"{row[0]:>13} | {row[1]:>7} | {row[2]} | {row[3]}")
-    return 0
+            ctl.actual()
+        except GuestError as exc:
+            if "No balloon device" in str(exc):
+                return ctl._clock() - start
+            raise
+        if ctl._clock() - start > deadline_s:
+            raise Timeout(f"balloon device still present {deadline_s:g} s after device_del")
+        ctl._sleep(period_s)

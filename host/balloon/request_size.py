@@ -1,0 +1,278 @@
+"""The request-size experiment: seed 003 on the driver variant
+(e2e/test_balloon_driver.py; docs/balloon.md, "The driver variant").
+
+Plan: in each fresh guest (the independent unit), the variant at each
+request size in an order rotated per guest -- 256 PFNs and the seed's three
+bitmaps scaled to the guest (1/16, 1/8 and all of it per request) -- and
+one half-size inflate, so the fit can tell a page's cost from the fixed
+one.
+
+Measure: one inflate and deflate per step, timed by QMP, with QEMU's CPU
+seconds and the driver's own guest-clock counters (``Sample``).
+
+Record: per size, ``inflate_s`` and ``host_wait_share`` with replicates per
+guest; the fit ``seconds = fixed + requests x per_request + pages x
+per_page`` with confidence intervals from the independent guests
+(``per_request_us``, ``per_page_ns``); the transfer model predicting the
+seed's 16 GiB guest from the fitted costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from host import stats
+from host.balloon import model as bm
+from host.balloon.device import PAGE, BalloonResult
+from host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
+from host.balloon.move import BalloonMover
+from host.record import Measurement
+
+SCENARIO = "balloon.request_size"
+# A loaded host can starve a vCPU this long mid-inflate; the scenario's
+# targets are far above the floor, so a stall is not expected.
+INFLATE_STALL_S = 3.0
+
+
+# -- plan ------------------------------------------------------------------
+def request_sizes(guest_mib: int) -> dict[str, int]:
+    """The seed's three bitmaps scaled to this guest (32 KB covered 1 GB of
+    16 GB: 1/16; 64 KB 1/8; 512 KB all of it) and the stock 256."""
+    pages = guest_mib * (1 << 20) // PAGE
+    return {"256 pfns": STOCK_PFNS, "1/16 guest": pages // 16, "1/8 guest": pages // 8, "whole guest": pages}
+
+
+def interleaved(labels: Sequence[str], guest_index: int) -> list[str]:
+    """The sizes in an order rotated per guest, so no size always runs
+    first in a fresh guest or last in a tired host minute."""
+    k = guest_index % len(labels)
+    return list(labels[k:]) + list(labels[:k])
+
+
+def guest_plan(labels: Sequence[str], guest_index: int, inflate_bytes: int) -> list[tuple[str, int]]:
+    """(size label, bytes to inflate) for one fresh guest: every size at the
+    full inflate, then a half-size inflate alternating between the two
+    extremes."""
+    steps = [(k, inflate_bytes) for k in interleaved(labels, guest_index)]
+    steps.append(("256 pfns" if guest_index % 2 == 0 else "whole guest", inflate_bytes // 2))
+    return steps
+
+
+# -- measure ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One inflate and deflate with the variant loaded.  ``inflate`` and the
+    deflate's fields are None when the inflate did not reach its target."""
+
+    guest: int
+    label: str
+    size_bytes: int
+    probe_line: str
+    up: BalloonResult
+    qemu_cpu_s: float  # QEMU's CPU seconds over the inflate
+    inflate: DirectionTiming | None = None
+    down: BalloonResult | None = None
+    deflate: DirectionTiming | None = None
+
+    @property
+    def pages(self) -> int:
+        return self.size_bytes // PAGE
+
+
+def measure_inflate(
+    vm: Any, mover: BalloonMover, driver: VariantDriver, guest: int, label: str, pfns: int, size_bytes: int
+) -> Sample:
+    """Load the variant at ``pfns`` per request, inflate ``size_bytes``, read
+    the driver's counters, deflate back."""
+    probe_line = driver.load(pfns)
+    ram = mover.ctl.ram_bytes()
+    cpu0 = qemu_cpu_s(vm.pid)
+    up = mover.move(ram - size_bytes, stall_s=INFLATE_STALL_S).host
+    sample = Sample(guest, label, size_bytes, probe_line, up, qemu_cpu_s(vm.pid) - cpu0)
+    if not up.reached:
+        return sample
+    inflate = driver.timing()["inflate"]
+    down = mover.move(ram).host
+    deflate = driver.timing()["deflate"] if down.reached else None
+    return dataclasses.replace(sample, inflate=inflate, down=down, deflate=deflate)
+
+
+# -- the fit ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Inflate:
+    guest: int  # index of the fresh guest (the independent unit)
+    pages: int
+    requests: int
+    seconds: float
+
+
+def _ols(rows: Sequence[Inflate]) -> np.ndarray:
+    a = np.array([[1.0, r.requests, r.pages] for r in rows])
+    y = np.array([r.seconds for r in rows])
+    scale = np.linalg.norm(a, axis=0)
+    coef, *_ = np.linalg.lstsq(a / scale, y, rcond=None)
+    return coef / scale
+
+
+def fit_costs(rows: Sequence[Inflate], resamples: int = 2000, seed: int = 12) -> dict[str, Any]:
+    """seconds = fixed + requests x per_request + pages x per_page, least
+    squares; 95 % intervals by resampling whole guests (the independent
+    units) with replacement and refitting."""
+    if len({r.pages for r in rows}) < 2 or len({r.requests for r in rows}) < 2:
+        raise ValueError("the fit needs inflates of two sizes and two request counts")
+    a = np.array([[1.0, r.requests, r.pages] for r in rows])
+    if np.linalg.matrix_rank(a) < 3:
+        raise ValueError("requests and pages move together: the costs are not identifiable")
+    point = _ols(rows)
+    guests = sorted({r.guest for r in rows})
+    by_guest = {g: [r for r in rows if r.guest == g] for g in guests}
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        sample = [r for g in rng.choices(guests, k=len(guests)) for r in by_guest[g]]
+        b = np.array([[1.0, r.requests, r.pages] for r in sample])
+        if np.linalg.matrix_rank(b) == 3:
+            draws.append(_ols(sample))
+    residual = np.array([r.seconds for r in rows]) - a @ point
+    out: dict[str, Any] = {
+        "n_inflates": len(rows),
+        "n_guests": len(guests),
+        "residual_rms_s": float(np.sqrt(np.mean(residual**2))),
+        "ci": "95 %, percentile bootstrap over guests" + (" (few guests: coarse)" if len(guests) < 5 else ""),
+    }
+    for i, name in enumerate(("fixed_s", "per_request_s", "per_page_s")):
+        values = sorted(float(d[i]) for d in draws)
+        low = values[int(0.025 * (len(values) - 1))] if values else math.nan
+        high = values[int(math.ceil(0.975 * (len(values) - 1)))] if values else math.nan
+        out[name] = {"value": float(point[i]), "low": low, "high": high}
+    return out
+
+
+def requests_for(pages: int, pfns: int) -> int:
+    return math.ceil(pages / pfns)
+
+
+# -- record ----------------------------------------------------------------
+@dataclasses.dataclass
+class RequestSizeRun:
+    """The samples of every guest, and the run's records."""
+
+    sizes: dict[str, int]  # label -> PFNs per request
+    inflate_bytes: int  # the full inflate
+    samples: list[Sample] = dataclasses.field(default_factory=list)
+    per_guest_fit: list[dict[str, float]] = dataclasses.field(default_factory=list)
+
+    def add_guest(self, samples: list[Sample]) -> None:
+        """One guest's samples, and its own fit when it can be made."""
+        self.samples += samples
+        try:
+            fit = fit_costs(self.rows(samples), resamples=0)
+        except ValueError:
+            return
+        self.per_guest_fit.append({k: fit[k]["value"] for k in ("fixed_s", "per_request_s", "per_page_s")})
+
+    @staticmethod
+    def rows(samples: Sequence[Sample]) -> list[Inflate]:
+        """Host-timed seconds of every inflate."""
+        return [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s in samples if (i := s.inflate)]
+
+    def full(self, label: str) -> list[Sample]:
+        """The full-size inflates at one size, in guest order."""
+        return [s for s in self.samples if s.label == label and s.size_bytes == self.inflate_bytes]
+
+    def requests(self, guest: int) -> dict[str, int]:
+        """Requests each size sent for the full inflate in one guest."""
+        return {k: next(s.inflate.requests for s in self.full(k) if s.guest == guest and s.inflate) for k in self.sizes}
+
+    def runs(self, label: str) -> list[dict[str, Any]]:
+        out = []
+        for s in self.full(label):
+            assert s.inflate is not None and s.down is not None and s.deflate is not None
+            out.append({
+                "guest": s.guest, "seconds": s.up.seconds, "resolution_s": s.up.resolution_s,
+                "qemu_cpu_s": s.qemu_cpu_s, "requests": s.inflate.requests, "pfns": s.inflate.pfns,
+                "driver_span_s": s.inflate.span_ns / 1e9, "host_wait_s": s.inflate.wait_ns / 1e9,
+                "alloc_s": s.inflate.alloc_ns / 1e9, "breakdown_pct": s.inflate.breakdown(),
+                "deflate_s": s.down.seconds, "deflate_requests": s.deflate.requests,
+                "deflate_breakdown_pct": s.deflate.breakdown(),
+            })  # fmt: skip
+        return out
+
+    def fits(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """Host-timed seconds, the driver's wait for the host alone (QEMU's
+        side: per request the kick and exit, per page the discard), and
+        QEMU's CPU seconds (robust to other guests' load): the same design."""
+        done = [(s, s.inflate) for s in self.samples if s.inflate]
+        rows = [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s, i in done]
+        wait_rows = [Inflate(s.guest, s.pages, i.requests, i.wait_ns / 1e9) for s, i in done]
+        cpu_rows = [Inflate(s.guest, s.pages, i.requests, s.qemu_cpu_s) for s, i in done]
+        return fit_costs(rows), fit_costs(wait_rows), fit_costs(cpu_rows)
+
+    def records(
+        self,
+        settings: dict[str, Any],
+        driver: dict[str, Any],
+        probe_line: str,
+        taint: int,
+        fits: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None,
+    ) -> list[Measurement]:
+        """The run's records; ``fits`` as ``fits()`` returned them, if at hand."""
+        fit, wait_fit, cpu_fit = fits or self.fits()
+        # The transfer model with these measured costs (negative fits read as 0),
+        # predicting the seed's 16 GiB guest: a model, labelled so.
+        model = bm.CostModel(
+            per_request_s=max(fit["per_request_s"]["value"], 0.0),
+            per_page_s=max(fit["per_page_s"]["value"], 0.0),
+            fixed_s=max(fit["fixed_s"]["value"], 0.0),
+        )
+        seed_model = {
+            "label": "model: the seed's 15-of-16 GiB inflate predicted from this run's fitted costs",
+            "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in bm.seed_schemes()},
+        }
+        common = {"taint": taint, "taint_flags": taint_flags(taint), "driver": driver,
+                  "driver_probe": probe_line, "mechanism": "PFN arrays of the given coverage per request, not a "
+                  "bitmap (the bitmap protocol was never merged into Linux or QEMU)",
+                  "fit": fit, "host_wait_fit": wait_fit, "qemu_cpu_fit": cpu_fit, "seed_model": seed_model}  # fmt: skip
+        out = []
+        for label in self.sizes:
+            runs = self.runs(label)
+            extra = {**common, "pfns_per_request": self.sizes[label], "inflates": runs,
+                     "requests_median": stats.median([r["requests"] for r in runs]),
+                     "pfns": runs[0]["pfns"],
+                     "gbps_median": stats.median([self.inflate_bytes / r["seconds"] / 1e9 for r in runs]),
+                     "breakdown_pct_median": {k: stats.median([r["breakdown_pct"][k] for r in runs])
+                                              for k in runs[0]["breakdown_pct"]},
+                     "deflate_s_median": stats.median([r["deflate_s"] for r in runs]),
+                     "qemu_cpu_s_median": stats.median([r["qemu_cpu_s"] for r in runs])}  # fmt: skip
+            out.append(Measurement(
+                scenario=SCENARIO, metric="inflate_s", unit="s", better="lower",
+                replicates=[[r["seconds"]] for r in runs], samples=[], variant={"per_request": label},
+                settings=settings, extra=extra,
+            ))  # fmt: skip
+            out.append(Measurement(
+                scenario=SCENARIO, metric="host_wait_share", unit="%", better="lower",
+                replicates=[[r["breakdown_pct"]["host_wait_pct"]] for r in runs], samples=[],
+                variant={"per_request": label}, settings=settings,
+                extra={**extra, "timed": "in the driver, guest clock: from adding the request to the virtqueue "
+                       "to its ack (the kick and QEMU's work on it), over the span from the first request's "
+                       "page allocation to the last ack"},
+            ))  # fmt: skip
+        for metric, key, factor, unit in (
+            ("per_request_us", "per_request_s", 1e6, "us"),
+            ("per_page_ns", "per_page_s", 1e9, "ns"),
+        ):
+            out.append(Measurement(
+                scenario=SCENARIO, metric=metric, unit=unit, better="lower",
+                replicates=[[f[key] * factor] for f in self.per_guest_fit], samples=[], settings=settings,
+                extra={"fit": fit, "value": fit[key]["value"] * factor, "low": fit[key]["low"] * factor,
+                       "high": fit[key]["high"] * factor, "model": "seconds = fixed + requests x per_request "
+                       "+ pages x per_page; samples are each guest's own fit, value/low/high the pooled fit "
+                       "with its bootstrap CI over guests"},
+            ))  # fmt: skip
+        return out

@@ -1,0 +1,71 @@
+"""QEMU's resident memory (VmRSS): read it, wait for it to fall or settle.
+What free page reporting and a balloon inflate give back to the host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from host.errors import GuestError
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB (QEMU's resident memory)."""
+    status = Path(f"/proc/{pid}/status")
+    try:
+        for line in status.read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except FileNotFoundError as exc:
+        raise GuestError(f"process {pid} is gone: cannot read its RSS") from exc
+    raise GuestError(f"{status} has no VmRSS line")
+
+
+def wait_rss(
+    pid: int,
+    predicate: Callable[[int], bool],
+    deadline_s: float,
+    period_s: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[bool, int, float]:
+    """Poll QEMU's RSS until ``predicate(rss_kib)`` or the deadline.
+    Returns (met, last rss KiB, seconds waited)."""
+    start = clock()
+    while True:
+        rss = rss_kib(pid)
+        if predicate(rss):
+            return True, rss, clock() - start
+        if clock() - start >= deadline_s:
+            return False, rss, clock() - start
+        sleep(period_s)
+
+
+def wait_rss_steady(
+    pid: int,
+    quiet_s: float = 1.0,
+    deadline_s: float = 20.0,
+    tolerance: float = 0.01,
+    period_s: float = 0.1,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    read: Callable[[int], int] = rss_kib,
+) -> tuple[bool, int, float]:
+    """Poll QEMU's RSS until it has stayed within ``tolerance`` (relative)
+    for ``quiet_s``: the baseline a later rise and fall is measured against.
+    Returns (steady, last rss KiB, seconds waited); not steady at the deadline
+    is the caller's to judge (the RSS is still moving)."""
+    start = clock()
+    anchor = read(pid)
+    anchor_t = start
+    while True:
+        sleep(period_s)
+        now = clock()
+        rss = read(pid)
+        if abs(rss - anchor) > tolerance * anchor:
+            anchor, anchor_t = rss, now
+        elif now - anchor_t >= quiet_s:
+            return True, rss, now - start
+        if now - start >= deadline_s:
+            return False, rss, now - start

@@ -1,0 +1,237 @@
+"""The balloon timing scenario (scenarios 1 and 2 of e2e/test_balloon.py):
+its plan, one measured cycle, and the records of a run.
+
+Plan: the main size (what the guest can safely give) alternated with
+smaller sizes that calibrate the transfer-cost model, so a drift of the
+shared host spreads over all of them.  Each main repeat is a pair: one move
+timed by the host alone (the figure the claim and the model use) and one
+also timed inside the guest by the agent (sub-millisecond resolution,
+docs/balloon.md), whose poller costs the move a few percent: measured, as
+``tracker_cost``, not hidden.
+
+Cycle: touch and free (these pages are resident in QEMU until ballooned),
+read the guest's counters and QEMU's RSS, inflate, read them again,
+deflate, read the guest once more.  The scenario asserts on the cycle; this
+module only measures and records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from host import stats
+from host.balloon import model as bm
+from host.balloon.agent import GuestTiming, agent_stat
+from host.balloon.device import PAGE, BalloonController, BalloonResult
+from host.balloon.move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
+from host.record import Measurement
+
+MIB = 1 << 20
+# A timed inflate waits this long for a stalled guest: 5 of the driver's
+# retries more than the floor's STALL_S, as the scenario never goes near it.
+INFLATE_STALL_S = 5 * STALL_S
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    fraction: float  # of the main size
+    tracked: bool  # also timed inside the guest
+
+    @property
+    def main(self) -> bool:
+        return self.fraction == 1.0
+
+
+def plan(repeats: int, fractions: tuple[float, ...]) -> list[Step]:
+    """``repeats`` main pairs (host-timed, then guest-timed too), the
+    calibration sizes interleaved between the first pairs."""
+    steps = [Step(1.0, False), Step(1.0, True)]
+    for i in range(repeats - 1):
+        if i < 2 * len(fractions):
+            steps.append(Step(fractions[i % len(fractions)], False))
+        steps += [Step(1.0, False), Step(1.0, True)]
+    return steps
+
+
+def safe_inflate_bytes(mem_available_kib: int, margin_mib: int) -> int:
+    """What the guest can safely give: its own MemAvailable less a margin.
+    (Probing the floor means dwelling at the guest's min watermark, which the
+    correctness scenario does once; the timing scenario's inflates must not
+    risk it.)"""
+    return (mem_available_kib * 1024 - margin_mib * MIB) // PAGE * PAGE
+
+
+def guest_stat(ssh: Any, agent: str) -> dict[str, int]:
+    return agent_stat(ssh.run([agent, "stat"], timeout=60).stdout)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cycle:
+    """One inflate and deflate of the plan, with the guest's counters and
+    QEMU's RSS around it.  ``deflate`` and the later readings are None when
+    the inflate did not reach its target."""
+
+    step: Step
+    size_bytes: int
+    before: dict[str, int]
+    rss_before_kib: int
+    inflate: Move
+    after: dict[str, int] | None = None
+    rss_after_kib: int | None = None
+    deflate: Move | None = None
+    restored: dict[str, int] | None = None
+
+    def cross_check(self) -> dict[str, Any]:
+        """The inflate as the guest's balloon_inflate counter and MemTotal
+        saw it, and QEMU's RSS around it."""
+        assert self.after is not None
+        return {
+            "pages": self.inflate.host.pages,
+            "balloon_inflate_delta": self.after["balloon_inflate"] - self.before["balloon_inflate"],
+            "mem_total_drop_pages": (self.before["mem_total_kib"] - self.after["mem_total_kib"]) * 1024 // PAGE,
+            "rss_before_kib": self.rss_before_kib,
+            "rss_after_kib": self.rss_after_kib,
+            "guest_timed": self.step.tracked,
+        }
+
+
+def run_cycle(
+    ssh: Any, ctl: BalloonController, mover: BalloonMover, agent: str, step: Step, size_bytes: int, touch_mib: int
+) -> Cycle:
+    """Inflate ``size_bytes`` and deflate back, as the plan's ``step`` says."""
+    if touch_mib:
+        # touch and free: these pages are resident in QEMU until ballooned
+        before = agent_stat(ssh.run([agent, "hold", str(touch_mib), "0"], timeout=120).stdout)
+    else:
+        before = guest_stat(ssh, agent)
+    ram = ctl.ram_bytes()
+    rss_before = ctl.rss_kib()
+    inflate = mover.move(ram - size_bytes, stall_s=INFLATE_STALL_S, tracked=step.tracked)
+    cycle = Cycle(step, size_bytes, before, rss_before, inflate)
+    if not inflate.reached:
+        return cycle
+    rss_after = ctl.rss_kib()
+    after = guest_stat(ssh, agent)
+    deflate = mover.move(ram, tracked=step.tracked)
+    restored = guest_stat(ssh, agent) if deflate.reached else None
+    return dataclasses.replace(cycle, after=after, rss_after_kib=rss_after, deflate=deflate, restored=restored)
+
+
+@dataclasses.dataclass
+class TimingRun:
+    """The cycles of one guest's run, and its records."""
+
+    memory_mib: int
+    ram_bytes: int
+    full_bytes: int  # the main size
+    touch_mib: int
+    margin_mib: int
+    machine: str
+    first: dict[str, int]  # the guest's counters before the first cycle
+    cycles: list[Cycle] = dataclasses.field(default_factory=list)
+
+    def _main(self, tracked: bool) -> list[Cycle]:
+        return [c for c in self.cycles if c.step.main and c.step.tracked == tracked]
+
+    @property
+    def inflates(self) -> list[BalloonResult]:
+        """The host-timed main inflates: the figures the claim uses."""
+        return [c.inflate.host for c in self._main(False)]
+
+    @property
+    def deflates(self) -> list[BalloonResult]:
+        return [c.deflate.host for c in self._main(False) if c.deflate]
+
+    @property
+    def guest_inflates(self) -> list[GuestTiming]:
+        return [c.inflate.guest for c in self._main(True) if c.inflate.guest]
+
+    @property
+    def guest_deflates(self) -> list[GuestTiming]:
+        return [c.deflate.guest for c in self._main(True) if c.deflate and c.deflate.guest]
+
+    @property
+    def observations(self) -> list[bm.Observation]:
+        """The model's calibration: every host-timed inflate, all sizes."""
+        return [
+            bm.Observation.of_array_inflate(c.inflate.host.pages, c.inflate.host.seconds)
+            for c in self.cycles
+            if not c.step.tracked
+        ]
+
+    def prediction(self) -> dict[str, Any]:
+        """The seed's table predicted from this run's calibration sizes."""
+        return bm.predict_seed(bm.calibrate(self.observations))
+
+    def guest_resolution_s(self) -> float:
+        return stats.median([g.resolution_s for g in self.guest_inflates + self.guest_deflates])
+
+    def records(self, prediction: dict[str, Any] | None) -> list[Measurement]:
+        """balloon.inflate (inflate_s, with the model's ``prediction`` if any),
+        the guest-timed inflate_guest_s and deflate_guest_s, deflate_s."""
+        inflates, deflates = self.inflates, self.deflates
+        seconds = [r.seconds for r in inflates]
+        summary = stats.summarize(seconds)
+        gbps = [r.moved_bytes / r.seconds / 1e9 for r in inflates]
+        # What was set only: the inflate size follows the guest's own
+        # MemAvailable, which a kernel changes, so it is measured context.
+        measured = {
+            "inflate_mib": round(self.full_bytes / MIB, 1),
+            "mem_available_mib": round(self.first["mem_available_kib"] / 1024, 1),
+        }
+        settings = {
+            "guest_mib": self.memory_mib,
+            "margin_mib": self.margin_mib,
+            "touched_mib": self.touch_mib,
+            "machine": self.machine,
+            "timing": "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it",
+            "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
+                            "back to back near the first change and the end (CLOCK_MONOTONIC)",
+        }  # fmt: skip
+        extra: dict[str, Any] = {
+            **measured,
+            "gbps": stats.median(gbps),
+            "gbps_samples": gbps,
+            "pages_per_s": stats.median([r.pages / r.seconds for r in inflates]),
+            "cv": summary.cv,
+            "summary": summary.to_json(),
+            "ratio_of_guest": self.full_bytes / self.ram_bytes,
+            "poll_period_s": stats.median([r.poll_period_s for r in inflates]),
+            "resolution_s_median": stats.median([r.resolution_s for r in inflates]),
+            "resolution_s_max": max(r.resolution_s for r in inflates),
+            "cross_checks": [c.cross_check() for c in self.cycles if c.step.main],
+            # host-timed seconds of the guest-timed repeats over those of the
+            # host-only ones: what the guest's poller costs a move
+            "tracker_cost": stats.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
+            "calibration_samples": [o.__dict__ for o in self.observations],
+            "seed_ms": {f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
+            "seed_gbps": {f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
+        }
+        if prediction is not None:
+            extra["model"] = prediction
+        out = [Measurement(
+            scenario="balloon.inflate", claim="balloon-bitmap", metric="inflate_s", unit="s",
+            better="lower", samples=seconds, settings=settings, extra=extra,
+        )]  # fmt: skip
+        for direction, timings in (("inflate", self.guest_inflates), ("deflate", self.guest_deflates)):
+            gseconds = [g.seconds for g in timings]
+            out.append(Measurement(
+                scenario=f"balloon.{direction}", metric=f"{direction}_guest_s", unit="s", better="lower",
+                samples=gseconds, settings=settings,
+                extra={**measured, "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
+                       "cv": stats.cv(gseconds), "summary": stats.summarize(gseconds).to_json(),
+                       "resolution_s_median": stats.median([g.resolution_s for g in timings]),
+                       "resolution_s_max": max(g.resolution_s for g in timings),
+                       "poll_period_s": stats.median([g.period_s for g in timings]),
+                       "timed": "in the guest: first poll that saw the counter move to the poll that saw "
+                                "it reach the pages asked"},
+            ))  # fmt: skip
+        dseconds = [r.seconds for r in deflates]
+        out.append(Measurement(
+            scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=dseconds,
+            settings=settings,
+            extra={**measured, "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
+                   "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
+        ))  # fmt: skip
+        return out
