@@ -123,16 +123,19 @@ class BalloonBase(GuestTest):
         seconds = [r.seconds for r in run.inflates]
         self.log.info(
             "inflate %.0f MiB of %d MiB: median %.3f s (%.3f GB/s, CV %.2f); seed 512 KB bitmap %.2f GB/s",
-            full / MIB, memory_mib, stats.median(seconds),
-            stats.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]), stats.cv(seconds),
+            full / MIB,
+            memory_mib,
+            stats.median(seconds),
+            stats.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]),
+            stats.cv(seconds),
             bm.seed_gbps(1237),
-        )  # fmt: skip
+        )
         self.log.info(
             "guest-timed inflate: median %.3f s at resolution %.2f ms (host-timed resolution %.2f ms)",
             stats.median([g.seconds for g in run.guest_inflates]),
             1e3 * stats.median([g.resolution_s for g in run.guest_inflates]),
             1e3 * stats.median([r.resolution_s for r in run.inflates]),
-        )  # fmt: skip
+        )
 
     def check_cycle(self, cycle: bt.Cycle, first: dict[str, int], touch_mib: int) -> None:
         """What every cycle of the timing scenarios must show."""
@@ -256,15 +259,25 @@ class BalloonCorrectness(BalloonBase):
         readd = ctl.reach(ram // 2, deadline_s=DEADLINE_S)  # only a bound driver moves it
         self.assertTrue(readd.reached)
         self.assertTrue(ctl.reach(ram, deadline_s=DEADLINE_S).reached)
-        self.record(Measurement(
-            scenario="balloon.floor", metric="floor_mib", unit="MiB", better="lower",
-            samples=[floor.floor_bytes / MIB],
-            settings={"guest_mib": 1024, "machine": MACHINE, "stall_s": STALL_S, "deflate_on_oom": True},
-            extra={"safe_mib": floor.safe_bytes / MIB, "probe_s": floor.probe.seconds,
-                   "probes_mib": [p / MIB for p in floor.probes],
-                   "qemu_answers": answers, "unload_return_s": unload_s, "device_del_s": gone_s,
-                   "readd_inflate_s": readd.seconds},
-        ))  # fmt: skip
+        self.record(
+            Measurement(
+                scenario="balloon.floor",
+                metric="floor_mib",
+                unit="MiB",
+                better="lower",
+                samples=[floor.floor_bytes / MIB],
+                settings={"guest_mib": 1024, "machine": MACHINE, "stall_s": STALL_S, "deflate_on_oom": True},
+                extra={
+                    "safe_mib": floor.safe_bytes / MIB,
+                    "probe_s": floor.probe.seconds,
+                    "probes_mib": [p / MIB for p in floor.probes],
+                    "qemu_answers": answers,
+                    "unload_return_s": unload_s,
+                    "device_del_s": gone_s,
+                    "readd_inflate_s": readd.seconds,
+                },
+            )
+        )
 
 
 class BalloonFreePageReporting(BalloonBase):
@@ -291,13 +304,23 @@ class BalloonFreePageReporting(BalloonBase):
         return base, peak, met, last, waited
 
     def _record(self, reporting: bool, base: int, peak: int, last: int, waited: float) -> None:
-        self.record(Measurement(
-            scenario="balloon.free_page_reporting", metric="rss_return_s", unit="s", better="lower",
-            variant={"free_page_reporting": reporting}, samples=[waited],
-            settings={"guest_mib": 1024, "touched_mib": FPR_TOUCH_MIB, "machine": MACHINE},
-            extra={"rss_base_kib": base, "rss_peak_kib": peak, "rss_end_kib": last,
-                   "returned_share": round(returned_share(base, peak, last), 3)},
-        ))  # fmt: skip
+        self.record(
+            Measurement(
+                scenario="balloon.free_page_reporting",
+                metric="rss_return_s",
+                unit="s",
+                better="lower",
+                variant={"free_page_reporting": reporting},
+                samples=[waited],
+                settings={"guest_mib": 1024, "touched_mib": FPR_TOUCH_MIB, "machine": MACHINE},
+                extra={
+                    "rss_base_kib": base,
+                    "rss_peak_kib": peak,
+                    "rss_end_kib": last,
+                    "returned_share": round(returned_share(base, peak, last), 3),
+                },
+            )
+        )
 
     def test_reporting_on(self) -> None:
         """Scenario 4: with free-page-reporting=on QEMU's RSS falls back."""
@@ -356,12 +379,22 @@ class BalloonOomAndStats(BalloonBase):
             for key in ("stat-free-memory", "stat-total-memory", "stat-available-memory"):
                 self.assertNotEqual(last.stats.get(key, -1), -1, f"{key} still unset")
         ctl.set_stats_interval(0)
-        self.record(Measurement(
-            scenario="balloon.stats", metric="stats_update_period_s", unit="s", better="lower",
-            samples=periods[1], settings={"interval_s": 1, "machine": MACHINE},
-            extra={"period_2s": periods[2], "qemu_refusals": refused, "stats": last.stats,
-                   "unset_before_interval": before.unset},
-        ))  # fmt: skip
+        self.record(
+            Measurement(
+                scenario="balloon.stats",
+                metric="stats_update_period_s",
+                unit="s",
+                better="lower",
+                samples=periods[1],
+                settings={"interval_s": 1, "machine": MACHINE},
+                extra={
+                    "period_2s": periods[2],
+                    "qemu_refusals": refused,
+                    "stats": last.stats,
+                    "unset_before_interval": before.unset,
+                },
+            )
+        )
 
         # 5. deflate-on-oom: pressure with the balloon at floor + margin.
         # (with deflate-on-oom the balloon, not a process, pays at the floor)
@@ -382,13 +415,21 @@ class BalloonOomAndStats(BalloonBase):
         self.assertGreater(highest, floor.safe_bytes, "actual never rose above the target under pressure")
         self.assertTrue(ctl.reach(ctl.ram_bytes(), deadline_s=DEADLINE_S).reached)
         self.assertEqual(oom_kills(vm), [], "the OOM killer ran despite deflate-on-oom")
-        self.record(Measurement(
-            scenario="balloon.deflate_on_oom", metric="deflated_mib", unit="MiB", better="higher",
-            samples=[deflated * PAGE / MIB],
-            settings={"guest_mib": 1024, "pressure_mib": PRESSURE_MIB, "machine": MACHINE},
-            extra={"floor_mib": floor.floor_bytes / MIB, "safe_mib": floor.safe_bytes / MIB,
-                   "highest_actual_mib": highest / MIB},
-        ))  # fmt: skip
+        self.record(
+            Measurement(
+                scenario="balloon.deflate_on_oom",
+                metric="deflated_mib",
+                unit="MiB",
+                better="higher",
+                samples=[deflated * PAGE / MIB],
+                settings={"guest_mib": 1024, "pressure_mib": PRESSURE_MIB, "machine": MACHINE},
+                extra={
+                    "floor_mib": floor.floor_bytes / MIB,
+                    "safe_mib": floor.safe_bytes / MIB,
+                    "highest_actual_mib": highest / MIB,
+                },
+            )
+        )
 
 
 class BalloonMeasureCommand(BalloonBase):
@@ -426,9 +467,14 @@ class BalloonMeasureCommand(BalloonBase):
                 m["inflate"]["guest_s"],
                 m["inflate"]["host_s"] + m["inflate"]["host_resolution_s"] + m["inflate"]["guest_resolution_s"],
             )
-        self.record(Measurement(
-            scenario="balloon.measure_command", metric="inflate_s", unit="s", better="lower",
-            samples=[m["inflate"]["host_s"] for m in result["moves"]],
-            settings={"guest_mib": 1024, "target_mib": 512, "machine": "pc"},
-            extra={"command_result": result},
-        ))  # fmt: skip
+        self.record(
+            Measurement(
+                scenario="balloon.measure_command",
+                metric="inflate_s",
+                unit="s",
+                better="lower",
+                samples=[m["inflate"]["host_s"] for m in result["moves"]],
+                settings={"guest_mib": 1024, "target_mib": 512, "machine": "pc"},
+                extra={"command_result": result},
+            )
+        )

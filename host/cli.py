@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors are bad input too: one line, exit status 2 (argparse
     would print the whole usage first).  Subparsers inherit this class."""
 
-    def error(self, message: str) -> "typing.NoReturn":
+    def error(self, message: str) -> typing.NoReturn:
         self.exit(2, f"memqual: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -95,11 +95,14 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)  # runjob turns SIGTERM/SIGHUP into this too
         print(f"memqual: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + int(signum)
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+    except Exception as exc:  # the last line of defence: one line, not a traceback
         if os.environ.get("MEMQUAL_DEBUG"):
             raise
         print(f"memqual: error: {_unexpected(exc)}", file=sys.stderr)
         return 1
+
+
+DEBUG_HINT = "(MEMQUAL_DEBUG=1 shows the traceback)"
 
 
 def _unexpected(exc: BaseException) -> str:
@@ -111,16 +114,17 @@ def _unexpected(exc: BaseException) -> str:
         where = f" ({exc.filename})" if exc.filename else ""
         what = f"{exc.strerror or exc}{where}"
         hint = "free some space and run it again" if exc.errno == 28 else "check that path and run it again"
-        return f"{what}: {hint} (MEMQUAL_DEBUG=1 shows the traceback)"
+        return f"{what}: {hint} {DEBUG_HINT}"
     if isinstance(exc, subprocess.CalledProcessError):
         cmd = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd))
-        return (f"{cmd[:120]} exited {exc.returncode}: run it by hand to see why "
-                "(MEMQUAL_DEBUG=1 shows the traceback)")
+        return f"{cmd[:120]} exited {exc.returncode}: run it by hand to see why {DEBUG_HINT}"
     if isinstance(exc, subprocess.TimeoutExpired):
-        return f"{exc.cmd} took longer than {exc.timeout:.0f} s: is the host overloaded? (MEMQUAL_DEBUG=1 shows the traceback)"
+        return f"{exc.cmd} took longer than {exc.timeout:.0f} s: is the host overloaded? {DEBUG_HINT}"
     first = str(exc).splitlines()[0] if str(exc) else ""
-    return (f"unexpected {type(exc).__name__}{': ' + first if first else ''}; "
-            "run again with MEMQUAL_DEBUG=1 for the traceback and report it")
+    return (
+        f"unexpected {type(exc).__name__}{': ' + first if first else ''}; "
+        "run again with MEMQUAL_DEBUG=1 for the traceback and report it"
+    )
 
 
 if __name__ == "__main__":

@@ -66,9 +66,25 @@ from host.comparison import (
 # the results reader are imported where used: `memqual --help` loads this
 # module and must not load numpy, scipy or matplotlib.
 __all__ = [
-    "CORRECTION", "DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FASTER", "NO_DIFFERENCE", "SLOWER", "UNDERPOWERED",
-    "VERDICTS", "MetricComparison", "RunComparison", "check_comparable", "compare_results", "pair_metrics",
-    "replicates_of", "short_labels", "verdict_text", "print_comparison", "register", "run",
+    "CORRECTION",
+    "DEFAULT_ALPHA",
+    "DEFAULT_THRESHOLD",
+    "FASTER",
+    "NO_DIFFERENCE",
+    "SLOWER",
+    "UNDERPOWERED",
+    "VERDICTS",
+    "MetricComparison",
+    "RunComparison",
+    "check_comparable",
+    "compare_results",
+    "pair_metrics",
+    "replicates_of",
+    "short_labels",
+    "verdict_text",
+    "print_comparison",
+    "register",
+    "run",
 ]
 
 
@@ -114,7 +130,9 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     for m in result.metrics:
         if m.settings_changed:
             diffs = ", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items())
-            console.print(f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                f"* {m.scenario} {m.metric}: settings changed ({diffs})", highlight=False, markup=False, soft_wrap=True
+            )
     for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)):
         for key in keys:
             console.print(f"only in {name} (not compared): {key}", highlight=False, markup=False, soft_wrap=True)
@@ -157,11 +175,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
     parser.add_argument("b", metavar="B.json", help="the candidate run's results.json")
     parser.add_argument(
-        "--threshold", type=_fraction, default=DEFAULT_THRESHOLD,
+        "--threshold",
+        type=_fraction,
+        default=DEFAULT_THRESHOLD,
         help="smallest relative change of the median that counts (default 0.05)",
     )
     parser.add_argument(
-        "--alpha", type=_fraction, default=DEFAULT_ALPHA,
+        "--alpha",
+        type=_fraction,
+        default=DEFAULT_ALPHA,
         help="family-wise significance level over all metrics, Holm-corrected (default 0.01)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")

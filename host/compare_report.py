@@ -53,7 +53,11 @@ def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
 
 
 def render_comparison_html(
-    result: RunComparison, a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], a_name: str = "A", b_name: str = "B"
+    result: RunComparison,
+    a: Results | Mapping[str, Any],
+    b: Results | Mapping[str, Any],
+    a_name: str = "A",
+    b_name: str = "B",
 ) -> str:
     labels = short_labels(result.metrics)
     counts = collections.Counter(m.verdict for m in result.metrics)
@@ -87,18 +91,23 @@ def render_comparison_html(
     if result.underpowered:
         needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
         parts.append(
-            f"<p><b style='color:{VERDICT_COLOURS[UNDERPOWERED]}'>{len(result.underpowered)} metric(s) underpowered</b>: "
+            f"<p><b style='color:{VERDICT_COLOURS[UNDERPOWERED]}'>"
+            f"{len(result.underpowered)} metric(s) underpowered</b>: "
             "too few replicates to be significant in this comparison whatever was measured "
             f"(up to {needed} a side needed). Not evidence of no difference.</p>"
         )
 
     plot = forest_plot(result, labels)
     if plot:
-        parts.append(f"<h2>Every ratio</h2><img alt='forest plot of B/A per metric' src='data:image/png;base64,{plot}'>")
+        parts.append(
+            f"<h2>Every ratio</h2><img alt='forest plot of B/A per metric' src='data:image/png;base64,{plot}'>"
+        )
 
-    parts.append("<h2>Metrics</h2><table><tr><th>metric</th>"
-                 f"<th>{esc(a_name)} median</th><th>{esc(b_name)} median</th>"
-                 "<th>B/A [95% CI]</th><th>replicates A/B</th><th>p</th><th>p Holm</th><th>verdict</th></tr>")  # fmt: skip
+    parts.append(
+        "<h2>Metrics</h2><table><tr><th>metric</th>"
+        f"<th>{esc(a_name)} median</th><th>{esc(b_name)} median</th>"
+        "<th>B/A [95% CI]</th><th>replicates A/B</th><th>p</th><th>p Holm</th><th>verdict</th></tr>"
+    )
     for m in result.metrics:
         c = m.comparison
         changed = (
@@ -129,14 +138,18 @@ def render_comparison_html(
 
     moved = [claim for claim in result.claims if claim["a"] != claim["b"]]
     if moved:
-        parts.append("<h2>Claims whose verdict moved</h2><table><tr><th>claim</th>"
-                     f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>")  # fmt: skip
+        parts.append(
+            "<h2>Claims whose verdict moved</h2><table><tr><th>claim</th>"
+            f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>"
+        )
         for claim in moved:
             parts.append(f"<tr><td>{esc(claim['id'])}</td><td>{esc(claim['a'])}</td><td>{esc(claim['b'])}</td></tr>")
         parts.append("</table>")
     if result.environment:
-        parts.append("<h2>What differs between the two environments</h2><table><tr><th>key</th>"
-                     f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>")  # fmt: skip
+        parts.append(
+            "<h2>What differs between the two environments</h2><table><tr><th>key</th>"
+            f"<th>{esc(a_name)}</th><th>{esc(b_name)}</th></tr>"
+        )
         for key, (va, vb) in result.environment.items():
             parts.append(f"<tr><td>{esc(key)}</td><td>{esc(va)}</td><td>{esc(vb)}</td></tr>")
         parts.append("</table>")
@@ -156,7 +169,12 @@ def render_comparison_html(
 
 
 def write_comparison_html(
-    result: RunComparison, a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], path: str | Path, a_name: str = "A", b_name: str = "B"
+    result: RunComparison,
+    a: Results | Mapping[str, Any],
+    b: Results | Mapping[str, Any],
+    path: str | Path,
+    a_name: str = "A",
+    b_name: str = "B",
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

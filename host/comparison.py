@@ -262,7 +262,7 @@ def compare_results(
     # the rest, compared with alpha / (m - R)).
     stop_alpha = alpha / (m - rejected) if m > rejected else alpha
     metrics = []
-    for i, ((ma, mb), (ra, rb), comp) in enumerate(zip(pairs, reps, raw)):
+    for i, ((ma, mb), (ra, rb), comp) in enumerate(zip(pairs, reps, raw, strict=True)):
         significant_p = adjusted[i] < alpha
         alpha_i = alpha / (m - step[i]) if significant_p else stop_alpha
         floor = stats.min_attainable_p(comp.n_replicates_a, comp.n_replicates_b, budget)
@@ -302,9 +302,14 @@ def compare_results(
         if k != "environment_sources" and env_a.get(k) != env_b.get(k)
     }
     return RunComparison(
-        metrics=metrics, claims=claims, environment=env, threshold=threshold, alpha=alpha,
-        only_in_a=sorted(only_a), only_in_b=sorted(only_b),
-    )  # fmt: skip
+        metrics=metrics,
+        claims=claims,
+        environment=env,
+        threshold=threshold,
+        alpha=alpha,
+        only_in_a=sorted(only_a),
+        only_in_b=sorted(only_b),
+    )
 
 
 def short_labels(metrics: list[MetricComparison]) -> dict[str, str]:

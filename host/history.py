@@ -137,11 +137,16 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
         data = load_results(f)
         env = data.get("environment") or {}
         run = data.get("run") or {}
-        runs.append(Run(
-            path=f, created=str(data.get("created") or ""), environment=env,
-            guest_kernel=env.get("guest_kernel"), label=str(run.get("label") or ""),
-            metrics={m["key"]: m for m in data["metrics"]},
-        ))  # fmt: skip
+        runs.append(
+            Run(
+                path=f,
+                created=str(data.get("created") or ""),
+                environment=env,
+                guest_kernel=env.get("guest_kernel"),
+                label=str(run.get("label") or ""),
+                metrics={m["key"]: m for m in data["metrics"]},
+            )
+        )
     return runs
 
 
@@ -318,17 +323,32 @@ def to_json(
     groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
 ) -> dict[str, Any]:
     return {
-        "order": order, "threshold": threshold, "alpha": alpha, "test": TEST_NAME,
+        "order": order,
+        "threshold": threshold,
+        "alpha": alpha,
+        "test": TEST_NAME,
         "environment_differences": diffs,
-        "groups": [{
-            "host": g.host,
-            "runs": [{"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
-                     for r in g.runs],
-            "series": [{"key": s.key, "unit": s.unit, "better": s.better,
+        "groups": [
+            {
+                "host": g.host,
+                "runs": [
+                    {"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
+                    for r in g.runs
+                ],
+                "series": [
+                    {
+                        "key": s.key,
+                        "unit": s.unit,
+                        "better": s.better,
                         "points": [dataclasses.asdict(p) for p in s.points],
-                        "steps": [dataclasses.asdict(st) for st in s.steps]} for s in g.series],
-        } for g in groups],
-    }  # fmt: skip
+                        "steps": [dataclasses.asdict(st) for st in s.steps],
+                    }
+                    for s in g.series
+                ],
+            }
+            for g in groups
+        ],
+    }
 
 
 def _plot(series: Series, runs: list[Run], threshold: float) -> str:

@@ -36,7 +36,8 @@ CSS = """
 body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
  color:#111827;background:#f3f4f6;margin:0;line-height:1.45}
 main{max-width:1080px;margin:0 auto;padding:24px 28px 60px}
-h1{font-size:26px;margin:8px 0 2px} h2{font-size:19px;margin:34px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
+h1{font-size:26px;margin:8px 0 2px}
+h2{font-size:19px;margin:34px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
 h3{font-size:16px;margin:0 0 4px}
 .sub{color:#4b5563;margin:0 0 16px}
 .badges{display:flex;gap:10px;flex-wrap:wrap;margin:14px 0}
@@ -49,7 +50,8 @@ h3{font-size:16px;margin:0 0 4px}
 .cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
 .evidence{margin:6px 0;color:#111827}
 table.sidebyside td{vertical-align:top;width:50%}
-blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;background:#f9fafb}
+blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;
+ background:#f9fafb}
 .reason{margin:8px 0;padding:8px 12px;border-radius:6px;background:#f9fafb;font-size:14px}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}
 td,th{padding:4px 10px;border-bottom:1px solid #e5e7eb;text-align:left;vertical-align:top}

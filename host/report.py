@@ -35,10 +35,26 @@ from host.results import (
 # host/export.py, host/bisect/) and, under their old private names, the
 # HTML helpers (host/history.py, host/bisect/page.py).
 __all__ = [
-    "FINGERPRINT_KEYS", "SCHEMA", "VERDICT_COLOURS", "Results", "build_results", "environment_fingerprint",
-    "load_results", "memqual_version", "metric_key", "metrics_of", "variant_label", "write_results",
-    "kernbench_tables", "print_tables", "evidence_class", "evidence_line", "claim_plot", "distribution_plot",
-    "render_html", "write_html",
+    "FINGERPRINT_KEYS",
+    "SCHEMA",
+    "VERDICT_COLOURS",
+    "Results",
+    "build_results",
+    "environment_fingerprint",
+    "load_results",
+    "memqual_version",
+    "metric_key",
+    "metrics_of",
+    "variant_label",
+    "write_results",
+    "kernbench_tables",
+    "print_tables",
+    "evidence_class",
+    "evidence_line",
+    "claim_plot",
+    "distribution_plot",
+    "render_html",
+    "write_html",
 ]
 _CSS, _esc, _png, _pyplot, _environment_line = CSS, esc, png, pyplot, environment_line
 
@@ -47,6 +63,7 @@ def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``results.load_results`` as the plain dict the callers that still
     come through here handle (they serialise parts of it as they are)."""
     return _results.load_results(path).to_json()
+
 
 _RICH_STYLES = {
     REPRODUCED: "bold green",
@@ -157,7 +174,9 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
     for title, columns, rows in kernbench_tables(results):
         # The title (scenario and settings) on its own line: as a table title
         # it would wrap to the table's width.
-        console.print(f"\n[bold]{escape(title)}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True)
+        console.print(
+            f"\n[bold]{escape(title)}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True
+        )
         table = Table()
         table.add_column("", style="bold", overflow="fold")
         for column in columns:
@@ -217,11 +236,16 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
         pub = (c.get(side) or {}).get("published")
         if pub is not None:
             ax1.scatter([x + 0.38], [pub], marker="D", s=34, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
-            ax1.annotate(f"published {num(pub)}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7)
+            ax1.annotate(
+                f"published {num(pub)}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7
+            )
     ax1.set_xticks([0, 1], [(c.get("a") or {}).get("label", "A"), (c.get("b") or {}).get("label", "B")])
     unit = (c.get("a") or {}).get("unit", "")
     ax1.set_ylabel(unit)
-    ax1.set_title("A and B" + (" (a model: one point per real layout)" if c.get("computed") else " (every repeat, bar = median)"), fontsize=9)
+    ax1.set_title(
+        "A and B" + (" (a model: one point per real layout)" if c.get("computed") else " (every repeat, bar = median)"),
+        fontsize=9,
+    )
     ax1.set_ylim(bottom=0)
 
     ratio = c["measured"]
@@ -229,23 +253,46 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
     expected, tol = c.get("expected"), c.get("tolerance") or 0.0
     ax2.axhline(1.0, color="#9ca3af", linestyle="--", linewidth=1)
     ax2.text(1.45, 1.0, "no change", va="bottom", ha="right", fontsize=7, color="#6b7280")
-    top = max(v for v in [ratio, 1.0, (ci[1] if ci and ci[1] is not None else 0), (expected or 0) * (1 + tol)] if v is not None)
+    top = max(
+        v
+        for v in [ratio, 1.0, (ci[1] if ci and ci[1] is not None else 0), (expected or 0) * (1 + tol)]
+        if v is not None
+    )
     top *= 1.18
     if expected is not None:
         ax2.axhspan(expected * (1 - tol), expected * (1 + tol), color="#d1fae5", alpha=0.8, zorder=0)
         ax2.scatter([1], [expected], marker="D", s=40, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
-        ax2.annotate(f"published {num(expected)}x ±{tol:.0%}", (1, expected), xytext=(8, -3), textcoords="offset points", fontsize=7)
+        ax2.annotate(
+            f"published {num(expected)}x ±{tol:.0%}",
+            (1, expected),
+            xytext=(8, -3),
+            textcoords="offset points",
+            fontsize=7,
+        )
         right_label = "published"
     else:
         # The seed asserts a direction only: shade the side it asserts.
         direction = c.get("direction")
-        low, high = {"greater": (1.0, top), "less": (0.0, 1.0), "at_least": (1.0 - tol, top)}.get(direction or "", (1.0, top))
+        low, high = {"greater": (1.0, top), "less": (0.0, 1.0), "at_least": (1.0 - tol, top)}.get(
+            direction or "", (1.0, top)
+        )
         ax2.axhspan(low, high, color="#d1fae5", alpha=0.6, zorder=0)
-        ax2.text(1, (low + high) / 2, {"less": "asserted: B / A < 1"}.get(direction or "", "asserted: B / A >= 1" if direction == "at_least" else "asserted: B / A > 1"), ha="center", fontsize=8, color="#065f46")
+        ax2.text(
+            1,
+            (low + high) / 2,
+            {"less": "asserted: B / A < 1"}.get(
+                direction or "", "asserted: B / A >= 1" if direction == "at_least" else "asserted: B / A > 1"
+            ),
+            ha="center",
+            fontsize=8,
+            color="#065f46",
+        )
         right_label = "seed asserts"
     colour = VERDICT_COLOURS.get(c["verdict"], _PUB_COLOUR)
     if ci and ci[0] is not None and ci[1] is not None:
-        ax2.errorbar([0], [ratio], yerr=[[ratio - ci[0]], [ci[1] - ratio]], fmt="o", color=colour, capsize=5, markersize=6)
+        ax2.errorbar(
+            [0], [ratio], yerr=[[ratio - ci[0]], [ci[1] - ratio]], fmt="o", color=colour, capsize=5, markersize=6
+        )
     else:
         ax2.scatter([0], [ratio], color=colour, s=36, zorder=3)
     ax2.annotate(f"{num(ratio)}x", (0, ratio), xytext=(8, -3), textcoords="offset points", fontsize=8, color=colour)
@@ -282,6 +329,7 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str
 
 # ------------------------------------------------------------------- html
 
+
 def _env_value(value: Any) -> str:
     if value is None:
         return "<span class='small'>not recorded</span>"
@@ -309,7 +357,8 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
     ]
     for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE):
         parts.append(
-            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>{esc(verdict)}</div>"
+            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>"
+            f"{esc(verdict)}</div>"
         )
     parts.append("</div>")
 
@@ -329,7 +378,9 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
     parts.append("<h2>Claims</h2>")
     for c in claims:
         parts.append(f"<section class='card' id='{esc(c['id'])}'><header><div><h3>{esc(c.get('title', c['id']))}</h3>")
-        parts.append(f"<div class='cid'>{esc(c['id'])} · seed {esc(c.get('seed', ''))}</div></div>{badge(c['verdict'])}</header>")
+        parts.append(
+            f"<div class='cid'>{esc(c['id'])} · seed {esc(c.get('seed', ''))}</div></div>{badge(c['verdict'])}</header>"
+        )
         parts.append(f"<p class='evidence'><b>{esc(evidence_line(c))}</b></p>")
         parts.append(_claim_against_evidence(c))
         if c.get("quote"):
@@ -357,11 +408,15 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
     if metrics:
         parts.append("<h2>Measurements</h2>")
         for title, columns, rows in kernbench_tables(results):
-            parts.append(f"<h3>{esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>")
+            parts.append(
+                f"<h3>{esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>"
+            )
             parts.extend(f"<th>{esc(col)}</th>" for col in columns)
             parts.append("</tr>")
             for row in rows:
-                parts.append(f"<tr><td>{esc(row[0])}</td>" + "".join(f"<td class='num'>{esc(x)}</td>" for x in row[1:]) + "</tr>")
+                parts.append(
+                    f"<tr><td>{esc(row[0])}</td>" + "".join(f"<td class='num'>{esc(x)}</td>" for x in row[1:]) + "</tr>"
+                )
             parts.append("</table>")
         parts.append(
             "<h3>Location and spread</h3><table><tr><th>metric</th><th>variant</th><th>settings</th><th>n</th>"
@@ -379,7 +434,8 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
             parts.append(
                 f"<tr><td>{esc(m['scenario'])} {esc(m['metric'])} ({esc(unit)}, {esc(m['better'])} is better)</td>"
                 f"<td>{esc(variant_label(m.get('variant') or {}))}</td>"
-                f"<td class='small'>{esc(_short_settings(json.dumps(m.get('settings') or {})))}</td><td class='num'>{s['n']}</td>"
+                f"<td class='small'>{esc(_short_settings(json.dumps(m.get('settings') or {})))}</td>"
+                f"<td class='num'>{s['n']}</td>"
                 f"<td class='num'>{esc(num(s['median'] * scale))}</td><td class='num'>{esc(num(s['iqr'] * scale))}</td>"
                 f"<td class='num'>{esc(num(s['mad'] * scale))}</td><td class='num'>{cv_text}</td></tr>"
             )
@@ -393,7 +449,9 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
             parts.append("<h2>Distributions of the repeats</h2><div class='grid'>")
             for (scenario, metric, settings), entries in sorted(plotted.items()):
                 subtitle = _short_settings(settings)
-                image = distribution_plot(f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries)
+                image = distribution_plot(
+                    f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries
+                )
                 parts.append(f"<img alt='{esc(scenario)} {esc(metric)}' src='data:image/png;base64,{image}'>")
             parts.append("</div>")
 
@@ -414,7 +472,8 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
             time_s = t.get("time")
             parts.append(
                 f"<tr><td>{esc(t.get('id', ''))}</td><td>{esc(t.get('status', ''))}</td>"
-                f"<td class='num'>{'' if time_s is None else f'{time_s:.1f} s'}</td><td>{esc(t.get('reason') or '')}</td></tr>"
+                f"<td class='num'>{'' if time_s is None else f'{time_s:.1f} s'}</td>"
+                f"<td>{esc(t.get('reason') or '')}</td></tr>"
             )
         parts.append("</table>")
     parts.append(

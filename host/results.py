@@ -112,8 +112,18 @@ class MetricEntry(_JsonObject):
     """One metric of one variant and settings, with its samples."""
 
     KEYS: ClassVar[tuple[str, ...]] = (
-        "key", "scenario", "metric", "claim", "unit", "better", "variant", "settings",
-        "samples", "replicates", "summary", "duration_s",
+        "key",
+        "scenario",
+        "metric",
+        "claim",
+        "unit",
+        "better",
+        "variant",
+        "settings",
+        "samples",
+        "replicates",
+        "summary",
+        "duration_s",
     )
 
     key: str  # metric_key(), with " #2"... when two tests recorded the same one
@@ -145,9 +155,18 @@ class MetricEntry(_JsonObject):
         from host import stats
 
         return cls(
-            key=key, scenario=rec.scenario, metric=rec.metric, claim=rec.claim, unit=rec.unit,
-            better=rec.better, variant=rec.variant, settings=rec.settings, samples=rec.samples,
-            replicates=rec.replicates, summary=stats.summarize(rec.samples).to_json(), duration_s=rec.duration_s,
+            key=key,
+            scenario=rec.scenario,
+            metric=rec.metric,
+            claim=rec.claim,
+            unit=rec.unit,
+            better=rec.better,
+            variant=rec.variant,
+            settings=rec.settings,
+            samples=rec.samples,
+            replicates=rec.replicates,
+            summary=stats.summarize(rec.samples).to_json(),
+            duration_s=rec.duration_s,
         )
 
 
@@ -169,8 +188,13 @@ class ClaimEntry(_JsonObject):
     def from_json(cls, data: Mapping[str, Any]) -> ClaimEntry:
         if isinstance(data, ClaimEntry):
             return data
-        return cls(id=str(data.get("id", "")), verdict=str(data.get("verdict", "")),
-                   reason=str(data.get("reason", "")), evidence=data.get("evidence"), data=dict(data))
+        return cls(
+            id=str(data.get("id", "")),
+            verdict=str(data.get("verdict", "")),
+            reason=str(data.get("reason", "")),
+            evidence=data.get("evidence"),
+            data=dict(data),
+        )
 
     @classmethod
     def of(cls, verdict: Verdict) -> ClaimEntry:
@@ -194,7 +218,14 @@ class Results(_JsonObject):
     """A whole results.json."""
 
     KEYS: ClassVar[tuple[str, ...]] = (
-        "schema", "memqual_version", "created", "run", "environment", "scenarios", "claims", "metrics",
+        "schema",
+        "memqual_version",
+        "created",
+        "run",
+        "environment",
+        "scenarios",
+        "claims",
+        "metrics",
     )
 
     schema: str
@@ -214,8 +245,10 @@ class Results(_JsonObject):
         from a file); metric and claim entries may already be typed."""
         if isinstance(data, Results):
             return data
-        args = cls._split(data, {"schema": SCHEMA, "memqual_version": "", "created": "", "run": {},
-                                 "environment": {}, "scenarios": []})
+        args = cls._split(
+            data,
+            {"schema": SCHEMA, "memqual_version": "", "created": "", "run": {}, "environment": {}, "scenarios": []},
+        )
         args["claims"] = [ClaimEntry.from_json(c) for c in data.get("claims") or []]
         args["metrics"] = [MetricEntry.from_json(m) for m in data.get("metrics") or []]
         return cls(**args)

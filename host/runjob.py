@@ -59,11 +59,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from host.errors import BadInput
 from host.paths import REPO_ROOT
+
+if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from host.results import Results
 
 PROFILES = ("quick", "full")
 # avocado's exit status bits (avocado.core.exit_codes)
@@ -249,9 +253,11 @@ class _Progress:
             self.finished.append((m.group(3), status, m.group(5) or "", float(m.group(6))))
             if self.current == m.group(3):
                 self.current = None
-            return f"[{self._clock(time.monotonic() - self.start)}] ({m.group(1)}/{m.group(2)}) {m.group(3)}: {status}" + (
-                f": {m.group(5)}" if m.group(5) else ""
-            ) + f" ({float(m.group(6)):.1f} s)"
+            return (
+                f"[{self._clock(time.monotonic() - self.start)}] ({m.group(1)}/{m.group(2)}) {m.group(3)}: {status}"
+                + (f": {m.group(5)}" if m.group(5) else "")
+                + f" ({float(m.group(6)):.1f} s)"
+            )
         elif m := _RESULTS.match(line):
             self.summary = m.group(1)
         return None
@@ -330,7 +336,7 @@ def _kill_group(pgid: int, sig: int) -> bool:
         return False
 
 
-def end_job(proc: "subprocess.Popen[str]", grace_s: float) -> int:
+def end_job(proc: subprocess.Popen[str], grace_s: float) -> int:
     """End avocado's process group: SIGINT (avocado interrupts its tests,
     and they shut their QEMUs down), then after ``grace_s`` SIGKILL to
     whatever of the group is left.  Returns avocado's exit status."""
@@ -430,7 +436,11 @@ def run_avocado(
         reading.start()
         grace = INTERRUPT_GRACE_S
         try:
-            live = Live(progress.render(), console=console, refresh_per_second=2, transient=True) if console.is_terminal else None
+            live = (
+                Live(progress.render(), console=console, refresh_per_second=2, transient=True)
+                if console.is_terminal
+                else None
+            )
             if live is not None:
                 live.start()
             try:
@@ -541,7 +551,7 @@ def write_outputs(
     config: RunConfig,
     kernel: GuestKernel | None,
     console: Any,
-) -> dict[str, Any]:
+) -> Results:
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
     from host import claims, record, report
@@ -566,7 +576,11 @@ def write_outputs(
         "only": list(config.only),
         "label": kernel.label if kernel else "",
         "guest_kernel": (
-            {"bzimage": str(kernel.bzimage), "modules": str(kernel.modules) if kernel.modules else None, "sha256": kernel.sha256}
+            {
+                "bzimage": str(kernel.bzimage),
+                "modules": str(kernel.modules) if kernel.modules else None,
+                "sha256": kernel.sha256,
+            }
             if kernel
             else None
         ),
@@ -607,8 +621,13 @@ def run(config: RunConfig, console: Any = None) -> int:
     def one_job(round_no: int, kernel: GuestKernel | None, total: int) -> None:
         label = kernel.label if kernel else ""
         with _terminate_as_exception():
-            job = run_avocado(dataclasses.replace(config, rounds=total), _out_dir(config, kernel) / "avocado",
-                              kernel, console, round_no)
+            job = run_avocado(
+                dataclasses.replace(config, rounds=total),
+                _out_dir(config, kernel) / "avocado",
+                kernel,
+                console,
+                round_no,
+            )
         console.print(
             (f"round {round_no}/{total} " if total > 1 else "")
             + (f"[{label}] " if label else "")
@@ -689,16 +708,25 @@ def _until_decided(
         done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
     summary = tracker.to_json(stopped, config.budget_min)
     (config.output / "until-decided.json").write_text(json.dumps(summary, indent=2) + "\n")
-    console.print(f"until decided: {round_no} round(s), {stopped}; {summary['decided']} metric(s) decided, "
-                  f"{summary['undecided']} undecided", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"until decided: {round_no} round(s), {stopped}; {summary['decided']} metric(s) decided, "
+        f"{summary['undecided']} undecided",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     for m in summary["metrics"]:
         needed = m["rounds_needed"]
-        console.print(f"  {'after ' + str(needed) + ' round(s)' if needed else 'undecided':<22} {m['verdict']:<34} "
-                      f"{m['key']}", highlight=False, markup=False, soft_wrap=True)
+        console.print(
+            f"  {'after ' + str(needed) + ' round(s)' if needed else 'undecided':<22} {m['verdict']:<34} {m['key']}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
 
 
-def _compare_kernels(config: RunConfig, results: list[dict[str, Any]], console: Any) -> None:
+def _compare_kernels(config: RunConfig, results: list[Results], console: Any) -> None:
     from host import compare
 
     try:
@@ -774,7 +802,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     budget = UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget
     if not 0 < budget <= 24 * 60:
         raise BadInput(f"--budget {budget:g}: give minutes, more than 0 and at most a day")
-    output = Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    output = (
+        Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    )
     return RunConfig(
         output=output,
         profile=args.profile,
@@ -795,36 +825,53 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
         "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
     )
-    parser.add_argument("--profile", choices=PROFILES, default="quick", help="quick (default, ~15 min under TCG) or full")
-    parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)")
+    parser.add_argument(
+        "--profile", choices=PROFILES, default="quick", help="quick (default, ~15 min under TCG) or full"
+    )
+    parser.add_argument(
+        "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
+    )
     parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-results/<timestamp>)")
     parser.add_argument(
-        "--guest-kernel", action="append", metavar="BZIMAGE",
+        "--guest-kernel",
+        action="append",
+        metavar="BZIMAGE",
         help="guest kernel instead of Debian's; twice to compare two kernels (A, B)",
     )
-    parser.add_argument("--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel")
     parser.add_argument(
-        "--debian-kernel", action="append", metavar="VERSION",
+        "--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel"
+    )
+    parser.add_argument(
+        "--debian-kernel",
+        action="append",
+        metavar="VERSION",
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
         "twice to compare two (memqual image kernels lists them)",
     )
     parser.add_argument(
-        "--rounds", type=int, metavar="N",
+        "--rounds",
+        type=int,
+        metavar="N",
         help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
         "alternates A B, B A, ... (default 2 with two kernels, else 1)",
     )
     parser.add_argument(
-        "--until-decided", action="store_true",
+        "--until-decided",
+        action="store_true",
         help="two kernels: after the --rounds, add rounds until every metric is decided (significant, or its CI "
         "within the threshold) or the budget is spent; OUTPUT/until-decided.json says what each needed",
     )
     parser.add_argument(
-        "--budget", type=float, metavar="MINUTES",
+        "--budget",
+        type=float,
+        metavar="MINUTES",
         help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
     )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.add_argument(
-        "--parallel", type=int, default=1,
+        "--parallel",
+        type=int,
+        default=1,
         help="tests avocado runs at once (default 1: benchmarks must not share the CPUs)",
     )
     parser.set_defaults(handler=main)

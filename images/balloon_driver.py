@@ -27,10 +27,14 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from host.errors import BadInput, CapabilityMissing
 from host.paths import REPO_ROOT, cache_dir
 from images import packages
+
+if TYPE_CHECKING:  # only the type: the image builder is not needed here
+    from images.build import Image
 
 PATCH = REPO_ROOT / "guest" / "virtio_balloon-mq.patch"
 MODULE = "virtio_balloon_mq"
@@ -211,14 +215,14 @@ def build(release: str | None = None, force: bool = False) -> Variant:
     return dataclasses.replace(variant, build_s=round(time.monotonic() - started, 2))
 
 
-def for_image(image: object) -> Variant:
+def for_image(image: Image) -> Variant:
     """The variant for a built image, or CapabilityMissing with the reason."""
     if os.environ.get("MEMQUAL_GUEST_KERNEL"):
         raise CapabilityMissing(
             "the balloon driver variant is built only for Debian's image kernels; a kernel given with "
             "--kernel/--modules has no variant (its build tree would be needed)"
         )
-    return build(str(getattr(image, "release")))  # noqa: B009 - image is any object with a release
+    return build(image.release)
 
 
 def main() -> int:

@@ -3,6 +3,7 @@ with ``dpkg -x`` (no root needed for either), cached by file name."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -115,7 +116,7 @@ def kernel_package(version: str, cache: Path) -> str:
     # The signed package holds the same kernel with a signature appended;
     # either boots, the unsigned one is there for every flavour.
     for candidate in (f"linux-image-{release}", f"linux-image-{release}-unsigned"):
-        if _memoized(f"candidate:{candidate}", lambda c=candidate: _candidate(c), cache) not in ("", "(none)"):
+        if _memoized(f"candidate:{candidate}", functools.partial(_candidate, candidate), cache) not in ("", "(none)"):
             return candidate
     raise BadInput(f"no installable package for kernel {release}: run 'apt-get update'")
 

@@ -24,7 +24,7 @@ PACKAGES = ("host", "images")
 # Cycles that exist today, each to be removed by the work that owns its
 # modules; a cycle is allowed only while its modules are a subset of one
 # of these.  Delete an entry once its cycle is gone.
-ALLOWED_CYCLES = ()
+ALLOWED_CYCLES: tuple[frozenset[str], ...] = ()
 
 # Private names other modules import today, each to be removed by the work
 # that owns the importing module (bisect and history on host/html.py and on
@@ -59,7 +59,7 @@ def project_modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
     return {module_name(p): p for package in packages for p in sorted((ROOT / package).rglob("*.py"))}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parse(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
@@ -105,8 +105,7 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> Iterator[tuple[s
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    return {name: {target for target, _, _ in imports(name, path, modules)} - {name}
-            for name, path in modules.items()}
+    return {name: {target for target, _, _ in imports(name, path, modules)} - {name} for name, path in modules.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
@@ -183,9 +182,14 @@ def private_imports(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
                     if f"{source}.{alias.name}" in modules:
                         bound[alias.asname or alias.name] = f"{source}.{alias.name}"
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                    and isinstance(node.value, ast.Name) and node.value.id in bound
-                    and bound[node.value.id] != name):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and bound[node.value.id] != name
+            ):
                 found.add((name, f"{bound[node.value.id]}.{node.attr}", node.lineno))
     return found
 
@@ -194,8 +198,9 @@ def private_imports(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
 def test_no_import_cycle_among_host_and_images_modules() -> None:
     modules = project_modules()
     assert "host.machine" in modules and "images.build" in modules
-    unexpected = [sorted(c) for c in cycles(import_graph(modules))
-                  if not any(c <= allowed for allowed in ALLOWED_CYCLES)]
+    unexpected = [
+        sorted(c) for c in cycles(import_graph(modules)) if not any(c <= allowed for allowed in ALLOWED_CYCLES)
+    ]
     assert unexpected == [], f"import cycles: {unexpected}"
 
 
@@ -211,10 +216,13 @@ def test_nothing_reaches_into_a_machine() -> None:
     underscored attributes (``machine._proc``, ``vm._kill()``)."""
     reached = sorted(
         f"{name}:{node.lineno} {node.value.id}.{node.attr}"
-        for name, path in project_modules().items() if name != "host.machine"
+        for name, path in project_modules().items()
+        if name != "host.machine"
         for node in ast.walk(_parse(path))
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id in ("machine", "vm", "guest") and node.attr.startswith("_")
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("machine", "vm", "guest")
+        and node.attr.startswith("_")
         and not node.attr.startswith("__")
     )
     assert reached == []
@@ -234,8 +242,9 @@ def test_subjects_do_not_import_each_other() -> None:
 def test_no_module_imports_a_private_name_of_another() -> None:
     modules = {**project_modules(), **project_modules(("e2e",))}
     found = private_imports(modules)
-    unexpected = sorted(f"{name}:{line} uses {what}" for name, what, line in found
-                        if (name, what) not in ALLOWED_PRIVATE_IMPORTS)
+    unexpected = sorted(
+        f"{name}:{line} uses {what}" for name, what, line in found if (name, what) not in ALLOWED_PRIVATE_IMPORTS
+    )
     assert unexpected == []
 
 
@@ -261,25 +270,31 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_the_checker_sees_lazy_imports_and_ignores_type_checking(tmp_path: Path) -> None:
-    modules = _tree(tmp_path, {
-        "p/__init__.py": "",
-        "p/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import b\n",
-        "p/b.py": "def f():\n    from p.a import x\n",
-        "p/c.py": "def g():\n    import p.d\n",
-        "p/d.py": "from p import c\n",
-    })
+    modules = _tree(
+        tmp_path,
+        {
+            "p/__init__.py": "",
+            "p/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import b\n",
+            "p/b.py": "def f():\n    from p.a import x\n",
+            "p/c.py": "def g():\n    import p.d\n",
+            "p/d.py": "from p import c\n",
+        },
+    )
     graph = import_graph(modules)
     assert graph["p.a"] == set() and graph["p.b"] == {"p.a"}
     assert cycles(graph) == [frozenset({"p.c", "p.d"})]
 
 
 def test_the_checker_finds_private_names(tmp_path: Path) -> None:
-    modules = _tree(tmp_path, {
-        "p/__init__.py": "",
-        "p/a.py": "_x = 1\ndef _f(): pass\n",
-        "p/b.py": "from p.a import _x\n",
-        "p/c.py": "from p import a\ndef g():\n    return a._f()\n",
-        "p/d.py": "import argparse\nfrom p.a import __doc__\ndef h(s: argparse._SubParsersAction): pass\n",
-        "p/e.py": "from .a import _x\n",
-    })
+    modules = _tree(
+        tmp_path,
+        {
+            "p/__init__.py": "",
+            "p/a.py": "_x = 1\ndef _f(): pass\n",
+            "p/b.py": "from p.a import _x\n",
+            "p/c.py": "from p import a\ndef g():\n    return a._f()\n",
+            "p/d.py": "import argparse\nfrom p.a import __doc__\ndef h(s: argparse._SubParsersAction): pass\n",
+            "p/e.py": "from .a import _x\n",
+        },
+    )
     assert {(n, w) for n, w, _ in private_imports(modules)} == {("p.b", "p.a._x"), ("p.c", "p.a._f"), ("p.e", "p.a._x")}

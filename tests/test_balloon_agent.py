@@ -58,11 +58,22 @@ def test_pressure_steps(agent):
 
 @pytest.mark.parametrize(
     "args",
-    [[], ["nope"], ["hold", "0", "1"], ["hold", "-5", "1"], ["hold", "8", "x"], ["hold", "8", "1", "maybe"],
-     ["watch", "0", "1"], ["pressure", "8", "0", "5"], ["stat", "extra"],
-     ["track", "sideways", "10", "1000", "5"], ["track", "inflate", "0", "1000", "5"],
-     ["track", "inflate", "10", "1000000", "5"], ["track", "inflate", "10", "1000"]],
-)  # fmt: skip
+    [
+        [],
+        ["nope"],
+        ["hold", "0", "1"],
+        ["hold", "-5", "1"],
+        ["hold", "8", "x"],
+        ["hold", "8", "1", "maybe"],
+        ["watch", "0", "1"],
+        ["pressure", "8", "0", "5"],
+        ["stat", "extra"],
+        ["track", "sideways", "10", "1000", "5"],
+        ["track", "inflate", "0", "1000", "5"],
+        ["track", "inflate", "10", "1000000", "5"],
+        ["track", "inflate", "10", "1000"],
+    ],
+)
 def test_bad_arguments_exit_2(agent, args):
     out = run(agent, *args)
     assert out.returncode == 2 and "usage:" in out.stderr

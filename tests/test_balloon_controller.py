@@ -64,8 +64,10 @@ class FakeMachine:
             if args["path"] == "/machine/peripheral":
                 return [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]
             if args["path"] == "/machine/peripheral/balloon0":
-                return [{"name": "guest-stats", "type": "guest statistics"},
-                        {"name": "guest-stats-polling-interval", "type": "int"}]  # fmt: skip
+                return [
+                    {"name": "guest-stats", "type": "guest statistics"},
+                    {"name": "guest-stats-polling-interval", "type": "int"},
+                ]
             raise GuestError(f"Device '{args['path']}' not found")
         if command == "qom-set":
             assert args["property"] == "guest-stats-polling-interval"
@@ -85,8 +87,9 @@ class FakeMachine:
 def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, FakeMachine, FakeClock]:
     clock = FakeClock()
     machine = FakeMachine(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
-    ctl = hb.BalloonController(machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005,
-                               far_pause_s=kw.get("far", 0.0005))  # fmt: skip
+    ctl = hb.BalloonController(
+        machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005, far_pause_s=kw.get("far", 0.0005)
+    )
     return ctl, machine, clock
 
 
@@ -105,14 +108,19 @@ def test_reaches_target_and_times_it():
     assert ("balloon", {"value": target}) in machine.sent
 
 
-def test_polls_far_then_tightly_near_the_end():
+def test_polls_far_then_tightly_near_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     # 1 MiB per poll towards a target 400 MiB away: far polls every 10 ms,
     # tight (0.5 ms) once the average rate says the end is within 50 ms
     target = RAM - 400 * MIB
     ctl, machine, clock = controller([RAM] + [RAM - k * MIB for k in range(1, 401)], far=0.01)
     pauses: list[float] = []
     real_sleep = clock.sleep
-    ctl._sleep = lambda dt: (pauses.append(dt), real_sleep(dt))  # type: ignore[method-assign]
+
+    def sleep(dt: float) -> None:
+        pauses.append(dt)
+        real_sleep(dt)
+
+    monkeypatch.setattr(ctl, "_sleep", sleep)
     r = ctl.reach(target)
     assert r.reached and r.polls == 400
     assert pauses[0] == 0.01 and pauses[-1] == 0.0005
@@ -148,7 +156,7 @@ def test_bad_targets_refused_before_qemu():
     ctl, machine, _ = controller([RAM])
     for bad, words in [(0, "<= 0"), (-4096, "<= 0"), (RAM + 1, "above guest RAM"), (1.5, "whole number")]:
         with pytest.raises(BadInput, match="refused by memqual|whole number") as err:
-            ctl.set_target(bad)  # type: ignore[arg-type]
+            ctl.set_target(bad)  # type: ignore[arg-type]  # 1.5: a wrong type on purpose, refused at run time
         assert words in str(err.value)
     assert not [c for c, _ in machine.sent if c == "balloon"]  # QEMU never asked
 
@@ -179,7 +187,7 @@ def test_stats_interval_and_update():
     assert newer.last_update > first.last_update
     for bad in (-1, hb.STATS_INTERVAL_MAX + 1, 1.5):
         with pytest.raises(BadInput, match="refused by memqual"):
-            ctl.set_stats_interval(bad)  # type: ignore[arg-type]
+            ctl.set_stats_interval(bad)  # type: ignore[arg-type]  # 1.5: a wrong type on purpose, refused at run time
     with pytest.raises(BadInput, match="timer value must be greater than zero"):
         ctl.qemu_set_stats_interval(-1)
     assert machine.interval == 2
@@ -192,10 +200,14 @@ def test_stats_update_deadline():
         ctl.wait_stats_update(after=10**9, deadline_s=0.3)
 
 
-def test_qom_path_missing():
+def test_qom_path_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     ctl, _, _ = controller([RAM])
     ctl.device_id = "nope"
-    ctl.machine.qmp = lambda command, **a: (_ for _ in ()).throw(GuestError("not found"))  # type: ignore[method-assign]
+
+    def qmp(command: str, **arguments: object) -> object:
+        raise GuestError("not found")
+
+    monkeypatch.setattr(ctl.machine, "qmp", qmp)
     with pytest.raises(MemqualError, match="no virtio-balloon device"):
         ctl.qom_path()
 
@@ -330,13 +342,23 @@ def test_cli_model_from_a_record(tmp_path, capsys):
     from host.record import Measurement, write
 
     cal = bm.calibrate([bm.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)])
-    path = write(Measurement(scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower",
-                             samples=[2.0], extra={"model": bm.predict_seed(cal)}), tmp_path)  # fmt: skip
+    path = write(
+        Measurement(
+            scenario="balloon.inflate",
+            metric="inflate_s",
+            unit="s",
+            better="lower",
+            samples=[2.0],
+            extra={"model": bm.predict_seed(cal)},
+        ),
+        tmp_path,
+    )
     assert run_cli(["balloon", "model", "--record", str(path)]) == 0
     out = capsys.readouterr().out
     assert "10.00 us/page" in out and "not identifiable" in out and "2031" in out
-    bare = write(Measurement(scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower",
-                             samples=[1.0]), tmp_path)  # fmt: skip
+    bare = write(
+        Measurement(scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=[1.0]), tmp_path
+    )
     assert run_cli(["balloon", "model", "--record", str(bare)]) == 2
     assert run_cli(["balloon", "model", "--record", str(tmp_path / "missing.json")]) == 2
 
@@ -382,7 +404,8 @@ class FakeBackground:
 
 class FakeSSH:
     def __init__(self, background: FakeBackground) -> None:
-        self.background, self.argv = background, None
+        self.background = background
+        self.argv: list[str] | None = None
 
     def start(self, argv: list[str]) -> FakeBackground:
         self.argv = argv
@@ -420,8 +443,14 @@ def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
     move = hb.BalloonMover(ctl, ssh, "/tmp/balloon_agent").move(target)
     assert move.direction == "inflate" and move.reached and move.given_back is None
     assert move.pages_asked == 768 * MIB // 4096
-    assert ssh.argv == ["/tmp/balloon_agent", "track", "inflate", str(move.pages_asked),
-                        str(hb.TRACK_PERIOD_US), str(int(hb.DEADLINE_S))]  # fmt: skip
+    assert ssh.argv == [
+        "/tmp/balloon_agent",
+        "track",
+        "inflate",
+        str(move.pages_asked),
+        str(hb.TRACK_PERIOD_US),
+        str(int(hb.DEADLINE_S)),
+    ]
     assert move.guest is not None and move.guest.seconds == pytest.approx(1.8)
     assert move.to_json()["guest_s"] == pytest.approx(1.8) and move.to_json()["moved_bytes"] == 768 * MIB
     machine.after_balloon[RAM] = [[target, RAM]]

@@ -194,7 +194,7 @@ def test_load_checks_the_variant_drives_the_balloon_then_the_stock_driver_return
     driver.deploy()
     line = driver.load(16384)
     assert "16384 PFNs per request" in line and driver.loaded == 16384
-    assert bd.taint_flags(driver.taint) == "O (out-of-tree), E (unsigned)"
+    assert driver.taint is not None and bd.taint_flags(driver.taint) == "O (out-of-tree), E (unsigned)"
     assert any(c.startswith("rmmod virtio_balloon_mq") and "rmmod virtio_balloon " in c for c in guest.commands)
     driver.restore_stock()
     assert guest.module == "virtio_balloon" and driver.loaded is None
@@ -222,16 +222,31 @@ def _records(whole_s: float, small_s: float, stock_s: float) -> list[Measurement
         ("1/8 guest", small_s),
         ("256 pfns", stock_s),
     ):
-        out.append(Measurement(
-            scenario="balloon.request_size", metric="inflate_s", unit="s", better="lower",
-            replicates=[[level * (1 + rng.gauss(0, 0.01))] for _ in range(4)], samples=[],
-            variant={"per_request": label}, settings=settings,
-            extra={"pfns_per_request": rs.request_sizes(1024)[label]},
-        ))  # fmt: skip
-    out.append(Measurement(
-        scenario="balloon.request_size", metric="host_wait_share", unit="%", better="lower",
-        replicates=[[14.0], [12.0], [13.0]], samples=[], variant={"per_request": "256 pfns"}, settings=settings,
-    ))  # fmt: skip
+        out.append(
+            Measurement(
+                scenario="balloon.request_size",
+                metric="inflate_s",
+                unit="s",
+                better="lower",
+                replicates=[[level * (1 + rng.gauss(0, 0.01))] for _ in range(4)],
+                samples=[],
+                variant={"per_request": label},
+                settings=settings,
+                extra={"pfns_per_request": rs.request_sizes(1024)[label]},
+            )
+        )
+    out.append(
+        Measurement(
+            scenario="balloon.request_size",
+            metric="host_wait_share",
+            unit="%",
+            better="lower",
+            replicates=[[14.0], [12.0], [13.0]],
+            samples=[],
+            variant={"per_request": "256 pfns"},
+            settings=settings,
+        )
+    )
     return out
 
 

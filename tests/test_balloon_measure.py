@@ -43,11 +43,15 @@ def test_cli_refuses_before_building_or_booting(monkeypatch, capsys):
 
 def move(reached: bool, host_s: float, guest_s: float | None, moved_mib: int = 768, actual_mib: float = 256.0):
     return {
-        "reached": reached, "stalled": not reached, "moved_bytes": moved_mib * MIB,
+        "reached": reached,
+        "stalled": not reached,
+        "moved_bytes": moved_mib * MIB,
         "actual_bytes": int(actual_mib * MIB),
-        "host_s": host_s, "host_resolution_s": 0.0015, "guest_s": guest_s,
+        "host_s": host_s,
+        "host_resolution_s": 0.0015,
+        "guest_s": guest_s,
         "guest_resolution_s": 0.0002 if guest_s else None,
-    }  # fmt: skip
+    }
 
 
 def test_result_summarises_reached_moves_and_says_where_a_stall_stopped():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,11 @@ def _search(n: int, verdict_of) -> decide.Bisection:
     while (i := b.next_probe()) is not None:
         b.mark(i, verdict_of(i))
     return b
+
+
+def step_at(step: int) -> Callable[[int], str]:
+    """Kernels from ``step`` on are bad."""
+    return lambda i: decide.BAD if i >= step else decide.GOOD
 
 
 @pytest.mark.parametrize("n", range(6, 21))
@@ -146,7 +152,6 @@ def _settings(n: int, **kw) -> run.Settings:
 def _bisect(tmp_path: Path, n: int, runner: FakeRunner, **kw) -> run.Bisector:
     lines: list[str] = []
     b = run.Bisector(_settings(n, **kw), tmp_path / "b", runner, say=lines.append, clock=runner.clock)
-    b.lines = lines  # type: ignore[attr-defined]
     return b
 
 
@@ -318,8 +323,9 @@ def test_resume_of_a_directory_without_a_bisect_is_bad_input(capsys, tmp_path):
 def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line(tmp_path, monkeypatch):
     """The real runner against a fake avocado: the kernel and its extra
     command line reach the scenarios' environment, and each job ends."""
+    from test_runjob import FAKE_AVOCADO
+
     from images import build
-    from tests.test_runjob import FAKE_AVOCADO
 
     script = tmp_path / "avocado"
     script.write_text(FAKE_AVOCADO.format(python=sys.executable))

@@ -14,10 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import fake_kernel
 import fake_qemu
+import pytest
+
 from host import cli
 from host.paths import REPO_ROOT
 from images import build as build_module
@@ -48,8 +48,13 @@ print(json.dumps({"status": proc.returncode, "stderr": proc.stderr, "stdout": pr
 """
 
 needs_host_tools = pytest.mark.skipif(
-    not (build_module.BUSYBOX.exists() and build_module.DROPBEAR.exists() and shutil.which("dropbearkey")
-         and shutil.which("dpkg") and shutil.which("apt-get")),
+    not (
+        build_module.BUSYBOX.exists()
+        and build_module.DROPBEAR.exists()
+        and shutil.which("dropbearkey")
+        and shutil.which("dpkg")
+        and shutil.which("apt-get")
+    ),
     reason="busybox-static, dropbear-bin, dpkg and apt-get are needed to build an image (run ./setup)",
 )
 
@@ -57,8 +62,15 @@ needs_host_tools = pytest.mark.skipif(
 def memqual(args: list[str], env: dict[str, str]) -> dict:
     full_env = {**os.environ, **env}
     full_env.pop("MEMQUAL_DEBUG", None)
-    out = subprocess.run([sys.executable, "-c", WRAPPER, sys.executable, "-m", "host.cli", *args],
-                         cwd=REPO_ROOT, env=full_env, capture_output=True, text=True, timeout=90, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "host.cli", *args],
+        cwd=REPO_ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -82,8 +94,9 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {"MEMQUAL_CACHE": str(tmp_path / "cache"), "MEMQUAL_QEMU": str(fake)}
 
 
-def in_process(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-               capsys: pytest.CaptureFixture[str]) -> dict:
+def in_process(
+    args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> dict:
     """The same checks without a subprocess, for errors found before
     anything is started (faster: no interpreter start-up)."""
     for name, value in env.items():
@@ -98,8 +111,13 @@ def in_process(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyP
 
 
 def test_the_leftover_check_sees_a_leftover() -> None:
-    out = subprocess.run([sys.executable, "-c", WRAPPER, "sh", "-c", "sleep 30 >/dev/null 2>&1 &"],
-                         capture_output=True, text=True, check=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-c", WRAPPER, "sh", "-c", "sleep 30 >/dev/null 2>&1 &"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
     assert json.loads(out.stdout)["left"] == ["sleep 30 "]
 
 
@@ -111,8 +129,9 @@ def test_a_kernel_path_that_does_not_exist(tmp_path, env) -> None:
 
 @needs_host_tools
 def test_image_build_with_a_kernel_path_that_does_not_exist(tmp_path, env, monkeypatch, capsys) -> None:
-    result = in_process(["image", "build", "--kernel", str(tmp_path / "nope"), "--modules", str(tmp_path)], env,
-                        monkeypatch, capsys)
+    result = in_process(
+        ["image", "build", "--kernel", str(tmp_path / "nope"), "--modules", str(tmp_path)], env, monkeypatch, capsys
+    )
     assert_one_line_error(result, "nope: no such kernel file")
 
 
@@ -154,8 +173,23 @@ def test_usage_errors(env, monkeypatch, capsys, args: list[str], fragment: str) 
 @needs_host_tools
 def test_a_guest_whose_ssh_never_answers(tmp_path, env) -> None:
     bzimage, modules = fake_kernel.make(tmp_path / "kernel")
-    result = memqual(["boot", "--kernel", str(bzimage), "--modules", str(modules), "--accel", "tcg", "--cold",
-                      "--timeout", "3", "--", "true"], env)
+    result = memqual(
+        [
+            "boot",
+            "--kernel",
+            str(bzimage),
+            "--modules",
+            str(modules),
+            "--accel",
+            "tcg",
+            "--cold",
+            "--timeout",
+            "3",
+            "--",
+            "true",
+        ],
+        env,
+    )
     assert_one_line_error(result, "did not answer SSH within 3 s")
     assert len(fake_qemu.pids(Path(env["MEMQUAL_QEMU"]))) == 1  # QEMU did start, and is gone
 
@@ -164,6 +198,8 @@ def test_a_guest_whose_ssh_never_answers(tmp_path, env) -> None:
 def test_a_qemu_that_fails_at_once(tmp_path, env) -> None:
     failing = fake_qemu.install(tmp_path / "failing", "exit")
     bzimage, modules = fake_kernel.make(tmp_path / "kernel")
-    result = memqual(["boot", "--kernel", str(bzimage), "--modules", str(modules), "--accel", "tcg", "--cold",
-                      "--", "true"], {**env, "MEMQUAL_QEMU": str(failing)})
+    result = memqual(
+        ["boot", "--kernel", str(bzimage), "--modules", str(modules), "--accel", "tcg", "--cold", "--", "true"],
+        {**env, "MEMQUAL_QEMU": str(failing)},
+    )
     assert_one_line_error(result, "QEMU did not come up (exit status 1)", "fake failure for the test")

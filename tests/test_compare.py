@@ -14,8 +14,9 @@ from host.errors import BadInput
 from host.record import Measurement
 
 
-def _units(rng: np.random.Generator, loc: float, n_reps: int, per_rep: int = 3,
-           between: float = 0.01, within: float = 0.005) -> list[list[float]]:
+def _units(
+    rng: np.random.Generator, loc: float, n_reps: int, per_rep: int = 3, between: float = 0.01, within: float = 0.005
+) -> list[list[float]]:
     """n_reps independent units (fresh guests, rounds), each with its own
     offset, and per_rep samples nested in each."""
     return [list(loc * (1 + rng.normal(0, between)) * (1 + rng.normal(0, within, per_rep))) for _ in range(n_reps)]
@@ -25,13 +26,23 @@ def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1, r
     rng = np.random.default_rng(seed)
     return [
         Measurement(
-            scenario="ksm.volatile_scan", metric="pages_per_s", unit="pages/s", better="higher",
-            variant={"smart_scan": 1}, settings={"pages_to_scan": 4000},
-            samples=[], replicates=_units(rng, scan_rate, reps), environment={"guest_kernel_sha256": f"k{seed}"},
+            scenario="ksm.volatile_scan",
+            metric="pages_per_s",
+            unit="pages/s",
+            better="higher",
+            variant={"smart_scan": 1},
+            settings={"pages_to_scan": 4000},
+            samples=[],
+            replicates=_units(rng, scan_rate, reps),
+            environment={"guest_kernel_sha256": f"k{seed}"},
         ),
         Measurement(
-            scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower",
-            samples=[], replicates=_units(rng, inflate_s, reps),
+            scenario="balloon.inflate",
+            metric="inflate_s",
+            unit="s",
+            better="lower",
+            samples=[],
+            replicates=_units(rng, inflate_s, reps),
         ),
     ]
 
@@ -43,7 +54,11 @@ def _many(n_metrics: int, seed: int, reps: int, slowed: dict[int, float] | None 
     slowed = slowed or {}
     return [
         Measurement(
-            scenario=f"synthetic.s{i % 4}", metric=f"m{i:02d}_s", unit="s", better="lower", samples=[],
+            scenario=f"synthetic.s{i % 4}",
+            metric=f"m{i:02d}_s",
+            unit="s",
+            better="lower",
+            samples=[],
             replicates=_units(rng, (1.0 + i / 10) * slowed.get(i, 1.0), reps),
         )
         for i in range(n_metrics)
@@ -238,12 +253,23 @@ def test_the_threshold_decides_what_counts(tmp_path):
     [
         (lambda p: p.unlink(), "no such results file"),
         (lambda p: p.write_text(p.read_text()[: len(p.read_text()) // 2]), "truncated"),
-        (lambda p: p.write_text(p.read_text().replace("memqual.results/1", "memqual.results/0")), "another memqual version"),
+        (
+            lambda p: p.write_text(p.read_text().replace("memqual.results/1", "memqual.results/0")),
+            "another memqual version",
+        ),
         (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "memqual_version": "0.0.1"})), "same version"),
         (lambda p: p.write_text(json.dumps({"schema": "memqual.results/1"})), "missing or of the wrong type"),
-        (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()),
-                                            "metrics": [{**m, "replicates": "x"} for m in json.loads(p.read_text())["metrics"]]})),
-         "not a list of lists"),
+        (
+            lambda p: p.write_text(
+                json.dumps(
+                    {
+                        **json.loads(p.read_text()),
+                        "metrics": [{**m, "replicates": "x"} for m in json.loads(p.read_text())["metrics"]],
+                    }
+                )
+            ),
+            "not a list of lists",
+        ),
     ],
 )
 def test_unusable_files_are_bad_input_in_one_line(tmp_path, damage, message):
@@ -291,12 +317,23 @@ def _balloon_round(seed: float, measured_in_settings: bool) -> list[Measurement]
     if measured_in_settings:
         settings = settings | measured
     out = []
-    for scenario, metric, loc in (("balloon.inflate", "inflate_s", 0.30), ("balloon.inflate", "inflate_guest_s", 0.28),
-                                  ("balloon.deflate", "deflate_guest_s", 0.20), ("balloon.deflate", "deflate_s", 0.22)):
-        out.append(Measurement(
-            scenario=scenario, metric=metric, unit="s", better="lower",
-            samples=list(loc * (1 + rng.normal(0, 0.02, 5))), settings=dict(settings), extra=dict(measured),
-        ))  # fmt: skip
+    for scenario, metric, loc in (
+        ("balloon.inflate", "inflate_s", 0.30),
+        ("balloon.inflate", "inflate_guest_s", 0.28),
+        ("balloon.deflate", "deflate_guest_s", 0.20),
+        ("balloon.deflate", "deflate_s", 0.22),
+    ):
+        out.append(
+            Measurement(
+                scenario=scenario,
+                metric=metric,
+                unit="s",
+                better="lower",
+                samples=list(loc * (1 + rng.normal(0, 0.02, 5))),
+                settings=dict(settings),
+                extra=dict(measured),
+            )
+        )
     return out
 
 

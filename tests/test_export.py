@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from kcidb_io import schema
 from rich.console import Console
+from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
 from host import cli, export, runjob
-from tests.test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
 
 @pytest.fixture()

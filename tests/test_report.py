@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -14,10 +15,17 @@ from host.errors import BadInput
 from host.record import Measurement
 
 
-def _rec(variant: dict, samples: list[float], metric: str = "ksmd_cpu_ns_per_page", unit: str = "ns",
-         **kw) -> Measurement:
-    base = dict(scenario="ksm.volatile_scan", metric=metric, unit=unit, better="lower", claim="ksm-volatile-4k",
-                settings={"pages_to_scan": 4000})
+def _rec(
+    variant: dict, samples: list[float], metric: str = "ksmd_cpu_ns_per_page", unit: str = "ns", **kw
+) -> Measurement:
+    base: dict[str, Any] = dict(
+        scenario="ksm.volatile_scan",
+        metric=metric,
+        unit=unit,
+        better="lower",
+        claim="ksm-volatile-4k",
+        settings={"pages_to_scan": 4000},
+    )
     base.update(kw)
     # Every sample from its own fresh guest: independent replicates.
     return Measurement(variant=variant, samples=samples, replicates=[[x] for x in samples], **base)
@@ -28,17 +36,30 @@ def _records() -> list[Measurement]:
     return [
         _rec({"smart_scan": 0, "pages": "4k"}, [0.80, 0.82, 0.79, 0.81, 0.80], environment=env),
         _rec({"smart_scan": 1, "pages": "4k"}, [0.10, 0.11, 0.10, 0.105, 0.10], environment=env),
-        _rec({"smart_scan": 0, "pages": "4k"}, [0.80, 0.82, 0.79, 0.81, 0.80], metric="ksmd_cpu_s_per_full_scan", unit="s",
-             environment=env),
-        _rec({"smart_scan": 0, "pages": "4k"}, [1.0, 2.0, 3.0], metric="full_scans_per_s", better="higher", unit="1/s",
-             environment={**env, "host_kernel": "6.18.1"}),
+        _rec(
+            {"smart_scan": 0, "pages": "4k"},
+            [0.80, 0.82, 0.79, 0.81, 0.80],
+            metric="ksmd_cpu_s_per_full_scan",
+            unit="s",
+            environment=env,
+        ),
+        _rec(
+            {"smart_scan": 0, "pages": "4k"},
+            [1.0, 2.0, 3.0],
+            metric="full_scans_per_s",
+            better="higher",
+            unit="1/s",
+            environment={**env, "host_kernel": "6.18.1"},
+        ),
     ]
 
 
 @pytest.fixture()
 def results():
     recs = _records()
-    return report.build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+    return report.build_results(
+        claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False
+    )
 
 
 def test_fingerprint_keeps_disagreements():

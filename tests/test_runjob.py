@@ -25,8 +25,9 @@ FAKE_AVOCADO = textwrap.dedent(
     import json, os, sys, time
     plan = json.load(open(os.environ["FAKE_PLAN"]))
     argv = sys.argv[1:]
+    env = {{k: v for k, v in os.environ.items() if k.startswith("MEMQUAL_")}}
     with open(os.environ["FAKE_CALLS"], "a") as calls:
-        calls.write(json.dumps({{"argv": argv, "env": {{k: v for k, v in os.environ.items() if k.startswith("MEMQUAL_")}}}}) + "\\n")
+        calls.write(json.dumps({{"argv": argv, "env": env}}) + "\\n")
     if plan.get("crash"):
         sys.stderr.write("Traceback ...\\nModuleNotFoundError: No module named 'pkg_resources'\\n")
         sys.exit(2)
@@ -51,11 +52,13 @@ FAKE_AVOCADO = textwrap.dedent(
             rec["samples"] = [s * scale for s in rec["samples"]]
             # each sample from its own fresh guest: independent replicates
             rec["replicates"] = [[s] for s in rec["samples"]]
-            name = "memqual-%s-%s-%s.json" % (rec["scenario"], rec["metric"], json.dumps(rec.get("variant", {{}}), sort_keys=True).replace(" ", ""))
+            variant = json.dumps(rec.get("variant", {{}}), sort_keys=True).replace(" ", "")
+            name = "memqual-%s-%s-%s.json" % (rec["scenario"], rec["metric"], variant)
             with open(os.path.join(logdir, "data", name.replace("/", "_")), "w") as fh:
                 json.dump(rec, fh)
         reason = t.get("reason", "")
-        print(" (%d/%d) %s:  %s%s (0.10 s)" % (i, len(tests), t["name"], t["status"], (": " + reason) if reason else ""), flush=True)
+        why = (": " + reason) if reason else ""
+        print(" (%d/%d) %s:  %s%s (0.10 s)" % (i, len(tests), t["name"], t["status"], why), flush=True)
         out.append({{"name": t["name"], "id": "%d-%s" % (i, t["name"]), "status": t["status"],
                     "fail_reason": reason or "<unknown>", "time_elapsed": 0.1}})
     counts = {{s: sum(1 for t in tests if t["status"] == s) for s in ("PASS", "FAIL", "ERROR", "SKIP", "CANCEL")}}
@@ -72,13 +75,23 @@ FAKE_AVOCADO = textwrap.dedent(
 def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
     base = [0.80, 0.82, 0.79, 0.81, 0.80]
     common = {
-        "schema": "memqual.measurement/1", "scenario": "ksm.volatile_scan", "metric": "ksmd_cpu_ns_per_page",
-        "unit": "ns", "better": "lower", "claim": "ksm-volatile-4k", "settings": {"pages_to_scan": 4000},
+        "schema": "memqual.measurement/1",
+        "scenario": "ksm.volatile_scan",
+        "metric": "ksmd_cpu_ns_per_page",
+        "unit": "ns",
+        "better": "lower",
+        "claim": "ksm-volatile-4k",
+        "settings": {"pages_to_scan": 4000},
         "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
     }
     return [
         {**common, "variant": {"smart_scan": 0, "pages": "4k"}, "samples": base},
-        {**common, "variant": {"smart_scan": 1, "pages": "4k"}, "samples": [s / speedup for s in base], "scale_B": scale_b},
+        {
+            **common,
+            "variant": {"smart_scan": 1, "pages": "4k"},
+            "samples": [s / speedup for s in base],
+            "scale_B": scale_b,
+        },
     ]
 
 
@@ -118,10 +131,16 @@ def _run(tmp_path: Path, *extra: str, terminal: bool = False) -> tuple[int, str]
 
 
 def test_a_run_writes_results_report_and_tables_for_every_claim(tmp_path, fake):
-    fake.plan(tests=[
-        {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
-        {"name": "e2e/test_balloon.py:Balloon.test_inflate", "status": "CANCEL", "reason": "no virtio-balloon here"},
-    ])
+    fake.plan(
+        tests=[
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
+            {
+                "name": "e2e/test_balloon.py:Balloon.test_inflate",
+                "status": "CANCEL",
+                "reason": "no virtio-balloon here",
+            },
+        ]
+    )
     status, out = _run(tmp_path)
     assert status == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -156,9 +175,11 @@ def test_only_and_full_profile_become_tag_filters(tmp_path, fake):
 
 
 def test_failed_tests_make_a_non_zero_exit_but_results_are_written(tmp_path, fake):
-    fake.plan(tests=[
-        {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "FAIL", "reason": "ksmd never finished a scan"},
-    ])
+    fake.plan(
+        tests=[
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "FAIL", "reason": "ksmd never finished a scan"},
+        ]
+    )
     status, out = _run(tmp_path)
     assert status == 1
     assert "FAIL 1" in out
@@ -187,7 +208,11 @@ def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fak
         mods.mkdir()
         kernels += ["--guest-kernel", str(bz), "--guest-modules", str(mods)]
     # Kernel B is deliberately slower with smart scan: 1.5x the CPU per scan.
-    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0, scale_b=1.5)}])
+    fake.plan(
+        tests=[
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0, scale_b=1.5)}
+        ]
+    )
     status, out = _run(tmp_path, *kernels)
     assert status == 0  # the run completed; the comparison says the rest
     calls = fake.calls()
@@ -233,7 +258,7 @@ def test_rounds_pool_samples_and_keep_each_round(tmp_path, fake):
 def test_schedule_alternates_kernels_between_rounds():
     a = runjob.GuestKernel("A", Path("a"), None, "1")
     b = runjob.GuestKernel("B", Path("b"), None, "2")
-    order = [(r, k.label) for r, k in runjob.schedule((a, b), 3)]
+    order = [(r, k.label if k else None) for r, k in runjob.schedule((a, b), 3)]
     assert order == [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")]
     assert runjob.schedule((None,), 2) == [(1, None), (2, None)]
 
@@ -252,7 +277,7 @@ def test_progress_parses_avocado_lines(tmp_path):
     p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile: STARTED\n")
     assert (p.index, p.total, p.current) == (2, 7, "e2e/test_ksm.py:Ksm.test_volatile")
     line = p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile:  CANCEL: host KSM sysfs is read-only (0.11 s)\n")
-    assert "CANCEL: host KSM sysfs is read-only" in line
+    assert line is not None and "CANCEL: host KSM sysfs is read-only" in line
     assert p.counts == {"CANCEL": 1} and p.current is None
     p.feed("RESULTS    : PASS 1 | ERROR 0 | FAIL 0 | SKIP 0 | WARN 0 | INTERRUPT 0 | CANCEL 1\n")
     assert p.summary.startswith("PASS 1")
@@ -263,7 +288,10 @@ def test_progress_parses_avocado_lines(tmp_path):
     [
         (["--guest-kernel", "/nonexistent/bzImage", "--guest-modules", "__BZ__"], "no such file"),
         (["--guest-kernel", "__BZ__"], "once per --guest-kernel"),
-        (["--guest-kernel", "__BZ__", "--guest-modules", "__BZ__", "--guest-modules", "__BZ__"], "once per --guest-kernel"),
+        (
+            ["--guest-kernel", "__BZ__", "--guest-modules", "__BZ__", "--guest-modules", "__BZ__"],
+            "once per --guest-kernel",
+        ),
         (["--guest-kernel", "__BZ__"] * 3 + ["--guest-modules", "__BZ__"] * 3, "at most twice"),
         (["--only", "ksm;rm -rf /"], "a tag is"),
         (["--parallel", "0"], "at least 1"),
@@ -291,9 +319,7 @@ def test_progress_shows_the_last_repeat_line_of_the_running_test(tmp_path):
     log = tmp_path / "job-x" / "test-results" / "1-e2e_test_ksm.py_Ksm.test_volatile" / "debug.log"
     log.parent.mkdir(parents=True)
     log.write_text(
-        "01:00:00 INFO | booting\n"
-        "01:00:05 INFO | window {'smart_scan': 1, 'cpu_s': 0.5}\n"
-        "01:00:06 DEBUG| ssh: exit 0\n"
+        "01:00:00 INFO | booting\n01:00:05 INFO | window {'smart_scan': 1, 'cpu_s': 0.5}\n01:00:06 DEBUG| ssh: exit 0\n"
     )
     p = runjob._Progress("t", None)
     p.job_dir = tmp_path / "job-x"

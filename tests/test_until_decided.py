@@ -9,12 +9,15 @@ import json
 from pathlib import Path
 
 import pytest
+import test_runjob
 from rich.console import Console
+from test_runjob import _args
 
 from host import runjob
 from host.bisect import until
 from host.errors import BadInput
-from tests.test_runjob import _args, fake  # noqa: F401  (the fixture)
+
+fake = test_runjob.fake  # the fixture, shared with test_runjob
 
 
 def _rec(scenario: str, metric: str, value: float, scale_b: float = 1.0) -> dict:
@@ -60,7 +63,7 @@ PLAN = [
 ]
 
 
-def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):  # noqa: F811
+def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):
     fake.plan(tests=PLAN)
     status, out = _run(tmp_path, "--until-decided")
     assert status == 0
@@ -87,7 +90,7 @@ def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):  # noqa
     assert "after 6 round(s)" in out and "until decided: 6 round(s)" in out
 
 
-def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake):  # noqa: F811
+def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake):
     fake.plan(tests=PLAN)
     status, out = _run(tmp_path, "--until-decided", "--budget", "0.0001")
     assert status == 0

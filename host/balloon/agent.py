@@ -53,10 +53,15 @@ class GuestTiming:
         r = tracked[-1]
         try:
             return cls(
-                pages=int(r["pages"]), moved=int(r["moved"]), seconds=float(r["seconds"]),
-                first_gap_s=float(r["first_gap_s"]), end_gap_s=float(r["end_gap_s"]),
-                polls=int(r["polls"]), period_s=float(r["period_s"]), max_gap_s=float(r["max_gap_s"]),
-            )  # fmt: skip
+                pages=int(r["pages"]),
+                moved=int(r["moved"]),
+                seconds=float(r["seconds"]),
+                first_gap_s=float(r["first_gap_s"]),
+                end_gap_s=float(r["end_gap_s"]),
+                polls=int(r["polls"]),
+                period_s=float(r["period_s"]),
+                max_gap_s=float(r["max_gap_s"]),
+            )
         except (KeyError, ValueError) as exc:
             raise GuestError(f"balloon_agent track result incomplete ({exc}): {r}") from exc
 

@@ -15,10 +15,11 @@ def register(subparsers: Any) -> None:
     model = sub.add_parser("model", help="the seed's bitmap timings predicted by the transfer-cost model")
     source = model.add_mutually_exclusive_group(required=True)
     source.add_argument(
-        "--per-page-us", type=float,
+        "--per-page-us",
+        type=float,
         help="cost of one page inflated with PFN arrays (microseconds), e.g. a record's "
         "extra.model.calibration.combined_per_page_s",
-    )  # fmt: skip
+    )
     source.add_argument("--record", help="a balloon.inflate record (memqual-balloon.inflate-*.json): show its model")
     model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms), with --per-page-us")
     model.set_defaults(handler=_cmd_model)
@@ -40,18 +41,27 @@ def _cmd_model(args: Any) -> int:
                 f"{args.record}: no model in this record: give a balloon.inflate record of the 1 GiB scenario"
             )
         cal = pred["calibration"]
-        print(f"calibration: {cal['n']} inflates, {1e6 * cal['combined_per_page_s']:.2f} us/page, "
-              f"fixed {1000 * cal['fixed_s']:.0f} ms; {cal['reason']}")  # fmt: skip
+        print(
+            f"calibration: {cal['n']} inflates, {1e6 * cal['combined_per_page_s']:.2f} us/page, "
+            f"fixed {1000 * cal['fixed_s']:.0f} ms; {cal['reason']}"
+        )
     else:
         if not args.per_page_us > 0 or args.fixed_ms < 0:
             raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
-        pred = bm.predict_seed(bm.Calibration(
-            fixed_s=args.fixed_ms / 1000, combined_per_page_s=args.per_page_us / 1e6,
-            per_request_s=None, per_page_s=None, identifiable=False,
-            reason="given on the command line", residual_rms_s=0.0, n=0,
-        ))  # fmt: skip
+        pred = bm.predict_seed(
+            bm.Calibration(
+                fixed_s=args.fixed_ms / 1000,
+                combined_per_page_s=args.per_page_us / 1e6,
+                per_request_s=None,
+                per_page_s=None,
+                identifiable=False,
+                reason="given on the command line",
+                residual_rms_s=0.0,
+                n=0,
+            )
+        )
     print(f"seed 003: 15 GiB of a 16 GiB guest; layout: {pred['pfn_layout']}")
-    for scheme, t in pred["transfers"].items():  # type: ignore[union-attr]
+    for scheme, t in pred["transfers"].items():
         print(f"  {scheme:>13}: {t['requests']:>6} requests, {t['bytes']:>9} bytes")
     print(f"seed's implied cost per bitmap request: {pred['seed_implied_per_request_ms']:.1f} ms")
     print(f"{'scheme':>13} | {'seed ms':>7} | predicted ms | speedup over 32 KB")

@@ -224,16 +224,32 @@ class BalloonController:
             gaps.append(now - prev_t)
             if value == expected:
                 return BalloonResult(
-                    target_bytes, expected, start, value, True, False, now - t0,
-                    now - prev_t, polls, statistics.median(gaps),
-                )  # fmt: skip
+                    target_bytes,
+                    expected,
+                    start,
+                    value,
+                    True,
+                    False,
+                    now - t0,
+                    now - prev_t,
+                    polls,
+                    statistics.median(gaps),
+                )
             if value != last_value:
                 last_value, last_change_t = value, now
             elif last_value != start and now - last_change_t >= stall_s:
                 return BalloonResult(
-                    target_bytes, expected, start, value, False, True, last_change_t - t0,
-                    now - prev_t, polls, statistics.median(gaps),
-                )  # fmt: skip
+                    target_bytes,
+                    expected,
+                    start,
+                    value,
+                    False,
+                    True,
+                    last_change_t - t0,
+                    now - prev_t,
+                    polls,
+                    statistics.median(gaps),
+                )
             if now - t0 >= deadline_s:
                 moved = "never moved" if last_value == start else f"still moving at {value} bytes"
                 raise Timeout(

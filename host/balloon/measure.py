@@ -109,7 +109,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
                     f"{inflate.host.seconds:.3f} s"
                     + (f" (guest {inflate.guest.seconds:.3f} s)" if inflate.guest else ""),
                     highlight=False,
-                )  # fmt: skip
+                )
         started = {"warm": vm.started_warm, "accel": vm.accel, "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3)}
     return _result(config, ram, moves, started)
 
@@ -134,11 +134,12 @@ def _result(config: MeasureConfig, ram: int, moves: list[dict[str, Any]], starte
             "gbps_host": statistics.median([b / s / 1e9 for b, s in zip(moved, host_s, strict=True)]) if done else None,
             "gbps_guest": (
                 statistics.median([m["moved_bytes"] / m["guest_s"] / 1e9 for m in done if m["guest_s"]])
-                if guest_s else None
+                if guest_s
+                else None
             ),
             "host_resolution_s": _summary([m["host_resolution_s"] for m in done]),
             "guest_resolution_s": _summary([m["guest_resolution_s"] for m in done if m["guest_resolution_s"]]),
-        }  # fmt: skip
+        }
     if not out["reached"]:
         stopped = [m["inflate"]["actual_bytes"] for m in moves if not m["inflate"]["reached"]]
         out["stopped_at_mib"] = stopped[0] / MIB
@@ -163,9 +164,14 @@ def print_result(result: dict[str, Any], console: Any) -> None:
             if s is None:
                 continue
             table.add_row(
-                direction, label, f"{s['median']:.3f}", f"{s['min']:.3f}", f"{s['max']:.3f}",
-                f"{gbps:.2f}" if gbps else "-", f"{1000 * res['median']:.2f}" if res else "-",
-            )  # fmt: skip
+                direction,
+                label,
+                f"{s['median']:.3f}",
+                f"{s['min']:.3f}",
+                f"{s['max']:.3f}",
+                f"{gbps:.2f}" if gbps else "-",
+                f"{1000 * res['median']:.2f}" if res else "-",
+            )
     console.print(table)
     if not result["reached"]:
         console.print(
@@ -258,13 +264,16 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
             continue
         secs = [r["seconds"] for r in done]
         out["sizes"][str(pfns)] = {
-            "median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs), "n": len(secs),
+            "median_s": statistics.median(secs),
+            "min_s": min(secs),
+            "max_s": max(secs),
+            "n": len(secs),
             "gbps": statistics.median([r["pfns"] * PAGE / r["seconds"] / 1e9 for r in done]),
             "requests": statistics.median([r["requests"] for r in done]),
             "host_wait_pct": statistics.median([r["breakdown_pct"]["host_wait_pct"] for r in done]),
             "alloc_pct": statistics.median([r["breakdown_pct"]["alloc_pct"] for r in done]),
             "runs": done,
-        }  # fmt: skip
+        }
     return out
 
 
@@ -323,9 +332,13 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     from images.build import build
 
     config = MeasureConfig(
-        memory_mib=args.memory, target_mib=args.target, repeats=args.repeats, machine=args.machine,
-        warm=args.warm, guest_timed=args.guest_timed,
-    )  # fmt: skip
+        memory_mib=args.memory,
+        target_mib=args.target,
+        repeats=args.repeats,
+        machine=args.machine,
+        warm=args.warm,
+        guest_timed=args.guest_timed,
+    )
     config.check()  # before anything is built or booted
     sizes = None
     if getattr(args, "pfns_per_request", None) is not None:

@@ -293,7 +293,7 @@ def seed_implied_per_window_s() -> float:
     return float(slope)
 
 
-def predict_seed(cal: Calibration) -> dict[str, object]:
+def predict_seed(cal: Calibration) -> dict[str, Any]:
     """Predicted seconds and speedups for the seed's inflate, side by side
     with the seed's milliseconds.  When per-request cost is not identifiable
     three splits of the measured combined cost are given: all per page
@@ -313,7 +313,7 @@ def predict_seed(cal: Calibration) -> dict[str, object]:
                 SEED_SENDING_SHARE * b * ARRAY_PFNS_MAX, (1 - SEED_SENDING_SHARE) * b, cal.fixed_s
             ),
         }
-    out: dict[str, object] = {
+    out: dict[str, Any] = {
         "pfn_layout": "pc guest, 16 GiB (3 GiB below 4 GiB), balloon holds all but the lowest 1 GiB",
         "transfers": {t.scheme: {"requests": t.requests, "bytes": t.bytes, "pages": t.pages} for t in transfers},
         "seed_ms": {f"bitmap{k}": v for k, v in SEED_MS.items()},
@@ -326,7 +326,7 @@ def predict_seed(cal: Calibration) -> dict[str, object]:
     for name, model in splits.items():
         ms = {t.scheme: 1000 * model.seconds(t) for t in transfers}
         base = ms["bitmap32768"]
-        out["predictions"][name] = {  # type: ignore[index]
+        out["predictions"][name] = {
             "model": dataclasses.asdict(model),
             "ms": ms,
             "speedup_vs_32k": {k: base / v for k, v in ms.items() if k.startswith("bitmap")},

@@ -194,14 +194,23 @@ class RequestSizeRun:
         out = []
         for s in self.full(label):
             assert s.inflate is not None and s.down is not None and s.deflate is not None
-            out.append({
-                "guest": s.guest, "seconds": s.up.seconds, "resolution_s": s.up.resolution_s,
-                "qemu_cpu_s": s.qemu_cpu_s, "requests": s.inflate.requests, "pfns": s.inflate.pfns,
-                "driver_span_s": s.inflate.span_ns / 1e9, "host_wait_s": s.inflate.wait_ns / 1e9,
-                "alloc_s": s.inflate.alloc_ns / 1e9, "breakdown_pct": s.inflate.breakdown(),
-                "deflate_s": s.down.seconds, "deflate_requests": s.deflate.requests,
-                "deflate_breakdown_pct": s.deflate.breakdown(),
-            })  # fmt: skip
+            out.append(
+                {
+                    "guest": s.guest,
+                    "seconds": s.up.seconds,
+                    "resolution_s": s.up.resolution_s,
+                    "qemu_cpu_s": s.qemu_cpu_s,
+                    "requests": s.inflate.requests,
+                    "pfns": s.inflate.pfns,
+                    "driver_span_s": s.inflate.span_ns / 1e9,
+                    "host_wait_s": s.inflate.wait_ns / 1e9,
+                    "alloc_s": s.inflate.alloc_ns / 1e9,
+                    "breakdown_pct": s.inflate.breakdown(),
+                    "deflate_s": s.down.seconds,
+                    "deflate_requests": s.deflate.requests,
+                    "deflate_breakdown_pct": s.deflate.breakdown(),
+                }
+            )
         return out
 
     def fits(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -235,44 +244,87 @@ class RequestSizeRun:
             "label": "model: the seed's 15-of-16 GiB inflate predicted from this run's fitted costs",
             "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in bm.seed_schemes()},
         }
-        common = {"taint": taint, "taint_flags": taint_flags(taint), "driver": driver,
-                  "driver_probe": probe_line, "mechanism": "PFN arrays of the given coverage per request, not a "
-                  "bitmap (the bitmap protocol was never merged into Linux or QEMU)",
-                  "fit": fit, "host_wait_fit": wait_fit, "qemu_cpu_fit": cpu_fit, "seed_model": seed_model}  # fmt: skip
+        common = {
+            "taint": taint,
+            "taint_flags": taint_flags(taint),
+            "driver": driver,
+            "driver_probe": probe_line,
+            "mechanism": "PFN arrays of the given coverage per request, not a "
+            "bitmap (the bitmap protocol was never merged into Linux or QEMU)",
+            "fit": fit,
+            "host_wait_fit": wait_fit,
+            "qemu_cpu_fit": cpu_fit,
+            "seed_model": seed_model,
+        }
         out = []
         for label in self.sizes:
             runs = self.runs(label)
-            extra = {**common, "pfns_per_request": self.sizes[label], "inflates": runs,
-                     "requests_median": stats.median([r["requests"] for r in runs]),
-                     "pfns": runs[0]["pfns"],
-                     "gbps_median": stats.median([self.inflate_bytes / r["seconds"] / 1e9 for r in runs]),
-                     "breakdown_pct_median": {k: stats.median([r["breakdown_pct"][k] for r in runs])
-                                              for k in runs[0]["breakdown_pct"]},
-                     "deflate_s_median": stats.median([r["deflate_s"] for r in runs]),
-                     "qemu_cpu_s_median": stats.median([r["qemu_cpu_s"] for r in runs])}  # fmt: skip
-            out.append(Measurement(
-                scenario=SCENARIO, metric="inflate_s", unit="s", better="lower",
-                replicates=[[r["seconds"]] for r in runs], samples=[], variant={"per_request": label},
-                settings=settings, extra=extra,
-            ))  # fmt: skip
-            out.append(Measurement(
-                scenario=SCENARIO, metric="host_wait_share", unit="%", better="lower",
-                replicates=[[r["breakdown_pct"]["host_wait_pct"]] for r in runs], samples=[],
-                variant={"per_request": label}, settings=settings,
-                extra={**extra, "timed": "in the driver, guest clock: from adding the request to the virtqueue "
-                       "to its ack (the kick and QEMU's work on it), over the span from the first request's "
-                       "page allocation to the last ack"},
-            ))  # fmt: skip
+            extra = {
+                **common,
+                "pfns_per_request": self.sizes[label],
+                "inflates": runs,
+                "requests_median": stats.median([r["requests"] for r in runs]),
+                "pfns": runs[0]["pfns"],
+                "gbps_median": stats.median([self.inflate_bytes / r["seconds"] / 1e9 for r in runs]),
+                "breakdown_pct_median": {
+                    k: stats.median([r["breakdown_pct"][k] for r in runs]) for k in runs[0]["breakdown_pct"]
+                },
+                "deflate_s_median": stats.median([r["deflate_s"] for r in runs]),
+                "qemu_cpu_s_median": stats.median([r["qemu_cpu_s"] for r in runs]),
+            }
+            out.append(
+                Measurement(
+                    scenario=SCENARIO,
+                    metric="inflate_s",
+                    unit="s",
+                    better="lower",
+                    replicates=[[r["seconds"]] for r in runs],
+                    samples=[],
+                    variant={"per_request": label},
+                    settings=settings,
+                    extra=extra,
+                )
+            )
+            out.append(
+                Measurement(
+                    scenario=SCENARIO,
+                    metric="host_wait_share",
+                    unit="%",
+                    better="lower",
+                    replicates=[[r["breakdown_pct"]["host_wait_pct"]] for r in runs],
+                    samples=[],
+                    variant={"per_request": label},
+                    settings=settings,
+                    extra={
+                        **extra,
+                        "timed": "in the driver, guest clock: from adding the request to the virtqueue "
+                        "to its ack (the kick and QEMU's work on it), over the span from the first request's "
+                        "page allocation to the last ack",
+                    },
+                )
+            )
         for metric, key, factor, unit in (
             ("per_request_us", "per_request_s", 1e6, "us"),
             ("per_page_ns", "per_page_s", 1e9, "ns"),
         ):
-            out.append(Measurement(
-                scenario=SCENARIO, metric=metric, unit=unit, better="lower",
-                replicates=[[f[key] * factor] for f in self.per_guest_fit], samples=[], settings=settings,
-                extra={"fit": fit, "value": fit[key]["value"] * factor, "low": fit[key]["low"] * factor,
-                       "high": fit[key]["high"] * factor, "model": "seconds = fixed + requests x per_request "
-                       "+ pages x per_page; samples are each guest's own fit, value/low/high the pooled fit "
-                       "with its bootstrap CI over guests"},
-            ))  # fmt: skip
+            out.append(
+                Measurement(
+                    scenario=SCENARIO,
+                    metric=metric,
+                    unit=unit,
+                    better="lower",
+                    replicates=[[f[key] * factor] for f in self.per_guest_fit],
+                    samples=[],
+                    settings=settings,
+                    extra={
+                        "fit": fit,
+                        "value": fit[key]["value"] * factor,
+                        "low": fit[key]["low"] * factor,
+                        "high": fit[key]["high"] * factor,
+                        "model": "seconds = fixed + requests x per_request "
+                        "+ pages x per_page; samples are each guest's own fit, value/low/high the pooled fit "
+                        "with its bootstrap CI over guests",
+                    },
+                )
+            )
         return out

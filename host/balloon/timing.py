@@ -187,8 +187,8 @@ class TimingRun:
             "machine": self.machine,
             "timing": "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it",
             "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
-                            "back to back near the first change and the end (CLOCK_MONOTONIC)",
-        }  # fmt: skip
+            "back to back near the first change and the end (CLOCK_MONOTONIC)",
+        }
         extra: dict[str, Any] = {
             **measured,
             "gbps": stats.median(gbps),
@@ -210,28 +210,56 @@ class TimingRun:
         }
         if prediction is not None:
             extra["model"] = prediction
-        out = [Measurement(
-            scenario="balloon.inflate", claim="balloon-bitmap", metric="inflate_s", unit="s",
-            better="lower", samples=seconds, settings=settings, extra=extra,
-        )]  # fmt: skip
+        out = [
+            Measurement(
+                scenario="balloon.inflate",
+                claim="balloon-bitmap",
+                metric="inflate_s",
+                unit="s",
+                better="lower",
+                samples=seconds,
+                settings=settings,
+                extra=extra,
+            )
+        ]
         for direction, timings in (("inflate", self.guest_inflates), ("deflate", self.guest_deflates)):
             gseconds = [g.seconds for g in timings]
-            out.append(Measurement(
-                scenario=f"balloon.{direction}", metric=f"{direction}_guest_s", unit="s", better="lower",
-                samples=gseconds, settings=settings,
-                extra={**measured, "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
-                       "cv": stats.cv(gseconds), "summary": stats.summarize(gseconds).to_json(),
-                       "resolution_s_median": stats.median([g.resolution_s for g in timings]),
-                       "resolution_s_max": max(g.resolution_s for g in timings),
-                       "poll_period_s": stats.median([g.period_s for g in timings]),
-                       "timed": "in the guest: first poll that saw the counter move to the poll that saw "
-                                "it reach the pages asked"},
-            ))  # fmt: skip
+            out.append(
+                Measurement(
+                    scenario=f"balloon.{direction}",
+                    metric=f"{direction}_guest_s",
+                    unit="s",
+                    better="lower",
+                    samples=gseconds,
+                    settings=settings,
+                    extra={
+                        **measured,
+                        "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
+                        "cv": stats.cv(gseconds),
+                        "summary": stats.summarize(gseconds).to_json(),
+                        "resolution_s_median": stats.median([g.resolution_s for g in timings]),
+                        "resolution_s_max": max(g.resolution_s for g in timings),
+                        "poll_period_s": stats.median([g.period_s for g in timings]),
+                        "timed": "in the guest: first poll that saw the counter move to the poll that saw "
+                        "it reach the pages asked",
+                    },
+                )
+            )
         dseconds = [r.seconds for r in deflates]
-        out.append(Measurement(
-            scenario="balloon.deflate", metric="deflate_s", unit="s", better="lower", samples=dseconds,
-            settings=settings,
-            extra={**measured, "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
-                   "cv": stats.cv(dseconds), "summary": stats.summarize(dseconds).to_json()},
-        ))  # fmt: skip
+        out.append(
+            Measurement(
+                scenario="balloon.deflate",
+                metric="deflate_s",
+                unit="s",
+                better="lower",
+                samples=dseconds,
+                settings=settings,
+                extra={
+                    **measured,
+                    "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
+                    "cv": stats.cv(dseconds),
+                    "summary": stats.summarize(dseconds).to_json(),
+                },
+            )
+        )
         return out

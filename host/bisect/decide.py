@@ -75,15 +75,17 @@ def evidence_of(
     """The two-stage bootstrap CI of probe / reference (host.stats)."""
     from host import stats
 
+    def _finite(x: float | None) -> float | None:
+        return x if x is not None and math.isfinite(x) else None
+
     kwargs = {} if seed is None else {"seed": seed}
     if not reference or not probe:
         return Evidence(None, None, None, len(reference), len(probe))
     comp = stats.compare_replicates(reference, probe, **kwargs)
-    finite = lambda x: x if x is not None and math.isfinite(x) else None  # noqa: E731
     return Evidence(
-        ratio=finite(comp.ratio),
-        ci_low=finite(comp.ci_low),
-        ci_high=finite(comp.ci_high),
+        ratio=_finite(comp.ratio),
+        ci_low=_finite(comp.ci_low),
+        ci_high=_finite(comp.ci_high),
         n_reference=comp.n_replicates_a,
         n_probe=comp.n_replicates_b,
         p_value=comp.p_value,
@@ -166,7 +168,9 @@ class Bisection:
         left = self.remaining()
         if not left:
             return None
-        good, bad = self._bounds()  # type: ignore[misc]
+        bounds = self._bounds()
+        assert bounds is not None  # kernels are left: a good lies below a bad
+        good, bad = bounds
         middle = (good + bad) / 2
         # The untested kernel nearest the middle; with skips this walks
         # around them as git bisect does.  Ties go to the lower index.
@@ -190,7 +194,9 @@ class Bisection:
             )
         if self.remaining():
             return Outcome("incomplete", note="kernels are left to probe")
-        good, bad = self._bounds()  # type: ignore[misc]
+        bounds = self._bounds()
+        assert bounds is not None  # the last kernel is bad and none is left between
+        good, bad = bounds
         between = tuple(i for i in range(good + 1, bad) if self.marks.get(i) == SKIP)
         # A good found above a bad means the series is not one clean step.
         disorder = [i for i, v in self.marks.items() if v == GOOD and i > bad]
