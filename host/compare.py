@@ -1,32 +1,8 @@
 """``memqual compare A.json B.json``: is run B faster or slower than run A?
 
-Two results.json files (``memqual run`` writes them) are compared metric by
-metric, on independent replicates (a fresh guest or a round of ``memqual
-run``; host/record.py): the ratio of pooled medians B / A with its two-stage
-bootstrap CI, and a permutation test of the replicate medians (exact when
-the arrangements fit in the resample budget).  A metric entry without
-``replicates`` (results written before they existed) counts as one
-replicate.  The p-values of one comparison are corrected together with
-Holm's step-down method, so the chance that an A/A comparison flags any
-metric at all is at most alpha, however many metrics there are.  Verdicts:
-
-- ``faster``: Holm-adjusted p < alpha, the median moved by at least the
-  threshold, and B is better (lower when lower is better, higher when
-  higher is);
-- ``slower``: the same the other way: a regression;
-- ``underpowered``: adjusted p not below alpha, and the metric's
-  replicate counts could not have been significant in this comparison
-  whatever was measured: the smallest p a permutation test of na against
-  nb replicates can give (2 / C(2n, n) for n a side) is not below the
-  corrected alpha it faced, alpha / (m - R), with m metrics compared and R
-  of them with a Holm-adjusted p below alpha (where the step-down
-  stopped).  The entry says how many replicates a side would do.  Never
-  read it as "no difference";
-- ``no difference``: anything else (including a significant change smaller
-  than the threshold, and metrics that did not vary at all).
-
-Metrics present on one side only are listed (``only_in_a``, ``only_in_b``)
-and the rest compared.
+The statistics and the verdicts (faster, slower, underpowered, no
+difference; Holm over every metric the two runs share) are
+host/comparison.py's; this module is the command and its table.
 
 Exit status 1 when, and only when, at least one metric is ``slower``;
 0 otherwise (underpowered metrics included: they are reported, not failed);
