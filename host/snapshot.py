@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import fcntl
 import hashlib
 import json
 import logging
@@ -36,12 +35,12 @@ import shlex
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from host.errors import GuestError, LaunchError, MemqualError, Timeout
+from host.locks import file_lock
 from host.paths import cache_dir, trusted_dir
 
 if TYPE_CHECKING:
@@ -121,24 +120,9 @@ def _keys_fingerprint(image: object) -> str:
     return digest.hexdigest()
 
 
-@contextmanager
-def _locked(path: Path, exclusive: bool) -> Iterator[None]:
+def _locked(path: Path, exclusive: bool) -> AbstractContextManager[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        deadline = time.monotonic() + LOCK_DEADLINE_S
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Timeout(f"snapshot lock {path} still held after {LOCK_DEADLINE_S:.0f} s") from None
-                time.sleep(0.05)  # poll period for another run's save
-        yield
-    finally:
-        os.close(fd)
+    return file_lock(path, exclusive=exclusive, deadline_s=LOCK_DEADLINE_S, held=f"snapshot lock {path} still held")
 
 
 def snapshot_dir(machine: Machine) -> Path:

@@ -13,7 +13,6 @@ Layout of one cache entry (``<cache>/images/<key>/``):
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import io
 import json
@@ -21,12 +20,11 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing, MemqualError, Timeout
+from host.errors import BadInput, CapabilityMissing, MemqualError
+from host.locks import file_lock
 from host.paths import REPO_ROOT, cache_dir, write_private_atomic
 from images import keys, modules, packages
 from images.cpio import CpioWriter, add_tree
@@ -203,26 +201,14 @@ def check_modules_tree(modules_dir: Path, release: str) -> None:
         )
 
 
-@contextmanager
-def _build_lock(images: Path, key: str, exclusive: bool) -> Iterator[None]:
+def _build_lock(images: Path, key: str, exclusive: bool) -> AbstractContextManager[None]:
     """One builder per cache entry; readers wait for a build under way."""
-    fd = os.open(images / f".{key}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        deadline = time.monotonic() + BUILD_LOCK_DEADLINE_S
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        while True:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Timeout(
-                        f"image {key} is still being built by another run after {BUILD_LOCK_DEADLINE_S:.0f} s"
-                    ) from None
-                time.sleep(0.05)  # poll period for another run's build
-        yield
-    finally:
-        os.close(fd)
+    return file_lock(
+        images / f".{key}.lock",
+        exclusive=exclusive,
+        deadline_s=BUILD_LOCK_DEADLINE_S,
+        held=f"image {key} is still being built by another run",
+    )
 
 
 def _load_cached(target: Path, cache: Path) -> Image | None:
