@@ -26,7 +26,7 @@ SUBCOMMAND_MODULES = [
     "host.doctor",  # memqual doctor
     "host.bootcmd",  # memqual boot
     "host.ksm.cli",  # memqual ksm status|restore
-    "host.balloon",  # memqual balloon model
+    "host.balloon.cli",  # memqual balloon model|measure
     "host.compare",  # memqual compare A.json B.json
     "host.runjob",  # memqual run
     "host.memslots.cli",  # memqual memslots model|lookup|kvm

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from host import balloon as hb
+from host.balloon import cli as balloon_cli
 from host.cli import SUBCOMMAND_MODULES
 from host.errors import BadInput, GuestError, MemqualError, Timeout
 
@@ -253,7 +254,7 @@ def run_cli(argv: list[str]) -> int:
     """Our subcommand through a parser of its own (the other subjects'
     modules need not exist for this test), with host.cli's error handling."""
     parser = argparse.ArgumentParser(prog="memqual")
-    hb.register(parser.add_subparsers(dest="command", required=True))
+    balloon_cli.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
@@ -262,7 +263,7 @@ def run_cli(argv: list[str]) -> int:
 
 
 def test_cli_model(capsys):
-    assert "host.balloon" in SUBCOMMAND_MODULES
+    assert "host.balloon.cli" in SUBCOMMAND_MODULES
     assert run_cli(["balloon", "model", "--per-page-us", "4"]) == 0
     out = capsys.readouterr().out
     assert "2031" in out and "1237" in out and "15360 requests" in out

@@ -15,7 +15,6 @@
 """
 
 from host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
-from host.balloon.cli import register
 from host.balloon.device import (
     PAGE,
     STATS_INTERVAL_MAX,
@@ -54,7 +53,6 @@ __all__ = [
     "expected_actual",
     "find_floor",
     "parse_agent_line",
-    "register",
     "rss_kib",
     "wait_actual",
     "wait_no_balloon",
