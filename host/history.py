@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from host.cliargs import percent_as_fraction
 from host.errors import BadInput
 
 DEFAULT_THRESHOLD = 0.05
@@ -431,16 +432,6 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
     return "\n".join(parts)
 
 
-def _percent(text: str) -> float:
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from exc
-    if not 0.0 < value < 100.0:
-        raise argparse.ArgumentTypeError(f"{text} must be a percentage between 0 and 100 (5 means 5%)")
-    return value / 100.0
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "history",
@@ -451,7 +442,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--order", choices=("time", "kernel"), default="time", help="order the runs by (default time)")
     parser.add_argument(
         "--threshold",
-        type=_percent,
+        type=percent_as_fraction,
         default=DEFAULT_THRESHOLD,
         metavar="PCT",
         help="smallest step that counts, in percent (default 5)",

@@ -29,22 +29,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host.cliargs import percent
 from host.errors import BadInput
 from host.paths import REPO_ROOT
 
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
 DEFAULT_MAX_ROUNDS = 8
-
-
-def _percent(text: str) -> float:
-    try:
-        value = float(text.rstrip("%"))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from exc
-    if not 0.0 < value < 100.0:
-        raise argparse.ArgumentTypeError(f"{text} must be a percentage between 0 and 100 (5 means 5%)")
-    return value
 
 
 def _minutes(text: str) -> float:
@@ -72,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metric", help="the metric: NAME, 'SCENARIO NAME' or SCENARIO/NAME, optionally ' [variant]'")
     parser.add_argument(
         "--threshold",
-        type=_percent,
+        type=percent,
         metavar="PCT",
         help=f"smallest change of the median that counts, in percent (default {DEFAULT_THRESHOLD_PCT:g})",
     )
