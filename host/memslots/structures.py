@@ -333,8 +333,9 @@ class _TreeWalk(SlotIndex, Generic[NodeT]):
 
     def lookup(self, gfn: int) -> tuple[int | None, int]:
         node = self._root
+        nil = self._nil  # None, or the tree's sentinel leaf
         nodes = 0
-        while node is not None:
+        while node is not None and node is not nil:
             nodes += 1
             if gfn < node.base:
                 node = node.left
@@ -735,21 +736,6 @@ class RedBlackTree(_TreeWalk[_RBNode]):
         super().__init__()
         self._root = self._nil
         self._nodes: dict[int, _RBNode] = {}
-
-    def lookup(self, gfn: int) -> tuple[int | None, int]:
-        # The shared walk with the sentinel as the empty link.
-        node = self._root
-        nil = self._nil
-        nodes = 0
-        while node is not nil:
-            nodes += 1
-            if gfn < node.base:
-                node = node.left
-            elif gfn >= node.end:
-                node = node.right
-            else:
-                return node.id, nodes
-        return None, nodes
 
     @staticmethod
     def bound(n: int) -> int | None:
