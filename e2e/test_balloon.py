@@ -54,7 +54,7 @@ MIB = 1 << 20
 AGENT = "balloon_agent"
 MACHINE = "pc"
 MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
-REPEATS = 5
+REPEATS = 3 if profile() == "quick" else 5  # cycles per guest: quick keeps CI near 10 min
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
 GUEST_RESOLUTION_S = 1e-3  # median; measured here 0.07-0.2 ms
@@ -66,7 +66,11 @@ FPR_DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
 FPR_OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
 FPR_WARMUP_MIB = 64  # touched and freed once before the baseline is read
 FPR_QUIET_S = 3.0  # steady for longer than reporting's 2 s delay before it runs
-FPR_NEAR_BASE = 1.10  # "back near baseline": within 10% of it
+# "Back": this share of what the touch added is gone again.  Judged on the
+# rise, not on the baseline, because the guest's own page cache and slab move
+# the baseline by tens of MiB between runs (measured: back to 113% of the
+# baseline with 96% of a 512 MiB rise given back; without reporting 0%).
+FPR_ON_RETURNED = 0.80
 FPR_OFF_RETURNED = 0.25  # without reporting: at most this share of the rise goes
 PRESSURE_MIB = 300
 
@@ -182,7 +186,9 @@ class BalloonTiming(BalloonBase):
         self.timing(1024, TOUCH_MIB, CAL_FRACTIONS)
 
     def test_sizes_2g(self) -> None:
-        """Scenario 2: the same cycle in a 2 GiB guest."""
+        """Scenario 2, full profile only: the same cycle in a 2 GiB guest
+        (about 90 s under TCG; no verdict reads it)."""
+        self.require(profile() == "full", "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(2048, 0, ())
 
     def test_sizes_4g(self) -> None:
@@ -292,7 +298,7 @@ class BalloonFreePageReporting(BalloonBase):
         # and settled: the first exec after a (warm) start makes QEMU resident
         # some 25 MiB that stay (measured: 172 -> 197 MiB, then every 512 MiB
         # touch-and-free returns to 199 MiB).  A baseline taken before that
-        # makes "back within 10%" fail for reasons that are not reporting's.
+        # makes the share given back look smaller for reasons that are not reporting's.
         vm.ssh.run([agent, "hold", str(FPR_WARMUP_MIB), "0"], timeout=120)
         steady, base, _ = wait_rss_steady(vm.pid, quiet_s=FPR_QUIET_S, deadline_s=FPR_DEADLINE_S)
         self.assertTrue(steady, f"QEMU's RSS did not settle after the warm-up (now {base} KiB)")
@@ -300,7 +306,9 @@ class BalloonFreePageReporting(BalloonBase):
         peak = ctl.rss_kib()
         self.assertGreater(peak, base + FPR_TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS")
         window = FPR_DEADLINE_S if reporting else FPR_OFF_WINDOW_S
-        met, last, waited = wait_rss(vm.pid, lambda kib: kib <= FPR_NEAR_BASE * base, deadline_s=window)
+        met, last, waited = wait_rss(
+            vm.pid, lambda kib: returned_share(base, peak, kib) >= FPR_ON_RETURNED, deadline_s=window
+        )
         return base, peak, met, last, waited
 
     def _record(self, reporting: bool, base: int, peak: int, last: int, waited: float) -> None:
@@ -329,8 +337,8 @@ class BalloonFreePageReporting(BalloonBase):
         share = returned_share(base, peak, last)
         self.assertTrue(
             met,
-            f"RSS {last} KiB not within 10% of its baseline {base} KiB {FPR_DEADLINE_S} s after the free "
-            f"(peak {peak} KiB, {share:.0%} of the rise given back)",
+            f"RSS gave back {share:.0%} of the rise, not {FPR_ON_RETURNED:.0%}, {FPR_DEADLINE_S} s after the free "
+            f"(base {base} KiB, peak {peak} KiB, now {last} KiB)",
         )
 
     def test_reporting_off(self) -> None:
