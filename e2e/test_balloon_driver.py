@@ -5,14 +5,16 @@ broken down by the driver's own guest-clock counters.
 
 Per fresh guest (the independent unit; warm starts): the variant at each
 request size in an order rotated per guest (256 PFNs, and the seed's three
-bitmaps scaled to the guest: 1/16, 1/8 and all of it per request),
+bitmaps scaled to the guest: 1/16, 1/8 and all of it per request; the full
+profile adds 1024, 4096, 65536 and 262144 PFNs),
 inflating 768 MiB of 1 GiB (75 %: the seed's 15/16 is below a small
 guest's floor; docs/balloon.md), and one half-size inflate so the fit can
-tell a page's cost from the fixed one.  Then the stock driver goes back.
+tell a page's cost from the fixed one; each inflate is deflated back, timed
+the same way.  Then the stock driver goes back.
 
 Asserted (directions that can fail, no magnitudes): every move reaches its
 target per QMP and the driver counted exactly those pages; a larger request
-size sends fewer requests; sizes the driver refuses fail at load with its
+size sends fewer requests, inflating and deflating; sizes the driver refuses fail at load with its
 line; the stock driver is back, drives the balloon, the balloon is at 0 and
 SSH works.
 """
@@ -37,8 +39,8 @@ MARGIN_MIB = 64  # MemAvailable must exceed the inflate by this (as e2e/test_bal
 MACHINE = "pc"
 # What the scenario records, per size and for the fit (memqual bisect
 # --metric reads the names here).
-SIZE_METRICS = ("inflate_s", "host_wait_share")
-FIT_METRICS = ("per_request_us", "per_page_ns")
+SIZE_METRICS = ("inflate_s", "host_wait_share", "deflate_s")
+FIT_METRICS = tuple(metric for metric, *_ in rs.FIT_RECORDS)
 
 
 class BalloonDriver(GuestTest):
@@ -62,7 +64,7 @@ class BalloonDriver(GuestTest):
         started = time.monotonic()
         variant = self.variant()
         guests = 5 if profile() == "full" else 3
-        sizes = rs.request_sizes(GUEST_MIB)
+        sizes = rs.request_sizes(GUEST_MIB, profile())
         inflate_bytes = (GUEST_MIB - TARGET_MIB) * MIB
         run = rs.RequestSizeRun(sizes, inflate_bytes)
         probe_line, taint = "", 0
@@ -97,11 +99,15 @@ class BalloonDriver(GuestTest):
             self.assertEqual(ctl.actual(), ram, "the balloon is not back at 0 after the stock driver returned")
             self.assertEqual(vm.ssh.run(["true"]).status, 0)
             vm.shutdown()
-        # Direction: a larger request sends fewer requests (in every guest).
+        # Direction: a larger request sends fewer requests, both ways, in
+        # every guest (the sizes are in increasing order).
         for g in range(guests):
-            req = run.requests(g)
-            self.assertLess(req["whole guest"], req["1/16 guest"])
-            self.assertLess(req["1/16 guest"], req["256 pfns"])
+            for direction in ("inflate", "deflate"):
+                counts = list(run.requests(g, direction).values())
+                self.assertEqual(
+                    counts, sorted(counts, reverse=True), f"guest {g}: {direction} requests by size {counts}"
+                )
+                self.assertLess(counts[-1], counts[0], f"guest {g}: {direction} requests by size {counts}")
 
         settings = {"guest_mib": GUEST_MIB, "target_mib": TARGET_MIB, "machine": MACHINE, "profile": profile()}
         fits = run.fits()
@@ -112,14 +118,22 @@ class BalloonDriver(GuestTest):
         for label in sizes:
             runs = run.runs(label)
             self.log.info(
-                "%s (%d PFNs): inflate %s s, QEMU CPU %s s, requests %s",
+                "%s (%d PFNs): inflate %s s, deflate %s s, QEMU CPU %s s, requests %s",
                 label,
                 sizes[label],
                 [round(r["seconds"], 3) for r in runs],
+                [round(r["deflate_s"], 3) for r in runs],
                 [round(r["qemu_cpu_s"], 3) for r in runs],
                 [r["requests"] for r in runs],
             )
-        self.log.info("fit: %s; host wait fit: %s; QEMU CPU fit: %s (%.0f s)", *fits, time.monotonic() - started)
+        self.log.info(
+            "fit: %s; host wait fit: %s; QEMU CPU fit: %s; deflate fit: %s (%.0f s)",
+            fits.inflate,
+            fits.host_wait,
+            fits.qemu_cpu,
+            fits.deflate,
+            time.monotonic() - started,
+        )
 
     def check_sample(self, sample: rs.Sample, ram: int) -> None:
         """Every inflate reaches its target per QMP, the driver counted

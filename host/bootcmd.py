@@ -7,6 +7,8 @@ import argparse
 import json
 import sys
 
+from host import cliargs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("boot", help="boot a guest, run a command over SSH, shut down")
@@ -26,6 +28,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--kernel", help="your own bzImage (with --modules)")
     parser.add_argument("--modules", help="its lib/modules/RELEASE directory")
     parser.add_argument(
+        "--kernel-build",
+        type=cliargs.kernel_build,
+        metavar="DIR",
+        help="the directory --kernel was built in: the balloon driver variant is built from it",
+    )
+    parser.add_argument(
         "--debian-kernel",
         metavar="VERSION",
         help="a Debian kernel by release or package name (memqual image kernels lists them)",
@@ -39,8 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from host.errors import BadInput
     from host.machine import Machine, MachineConfig
     from host.qemu import qemu_binary
+    from images.balloon_driver import tree_variant_or_reason
     from images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
@@ -49,10 +59,13 @@ def _boot(args: argparse.Namespace) -> int:
         memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
     )
     qemu_binary()
+    if args.kernel_build and not args.kernel:
+        raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     source = KernelSource(
         Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None, args.debian_kernel
     )
     image = build(source)
+    variant = tree_variant_or_reason(args.kernel_build, image.release) if args.kernel_build else {}
     with Machine(config, image=image, boot_timeout=args.timeout) as vm:
         result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
         exit_status = result.status if result else 0
@@ -62,6 +75,7 @@ def _boot(args: argparse.Namespace) -> int:
             "warm": vm.started_warm,
             "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
             "guest_kernel": image.release,
+            **variant,
             "exit_status": exit_status,
             "stdout": result.stdout if result else "",
             "stderr": result.stderr if result else "",
@@ -77,4 +91,9 @@ def _boot(args: argparse.Namespace) -> int:
             f"{summary['boot_to_ssh_s']} s]",
             file=sys.stderr,
         )
+        if variant:
+            print(
+                f"[balloon driver variant: {variant['balloon_variant'] or variant['balloon_variant_unavailable']}]",
+                file=sys.stderr,
+            )
     return exit_status

@@ -20,3 +20,15 @@ def percent(text: str) -> float:
 def percent_as_fraction(text: str) -> float:
     """The same percentage as a fraction (5 -> 0.05)."""
     return percent(text) / 100.0
+
+
+def kernel_build(text: str) -> str:
+    """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
+    Module.symvers), resolved; anything else is one line and exit 2."""
+    from host.errors import BadInput
+    from images.balloon_driver import check_kernel_build
+
+    try:
+        return str(check_kernel_build(text))
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc

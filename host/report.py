@@ -454,6 +454,10 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
                 )
                 parts.append(f"<img alt='{esc(scenario)} {esc(metric)}' src='data:image/png;base64,{image}'>")
             parts.append("</div>")
+        # A subject's own plot: the balloon's time against request size.
+        from host.balloon import plot as balloon_plot
+
+        parts.append(balloon_plot.section(metrics))
 
     parts.append("<h2>Environment</h2><table class='env'>")
     env = results.get("environment") or {}

@@ -32,7 +32,8 @@ on to every test):
   guests).  Tests tagged ``slow`` are left out of the quick profile.
 - ``MEMQUAL_GUEST_KERNEL`` / ``MEMQUAL_GUEST_MODULES``: a guest kernel
   (bzImage) and its modules directory instead of Debian's, for qualifying a
-  patch.
+  patch; ``MEMQUAL_GUEST_KERNEL_BUILD``: the tree it was built in, from
+  which the balloon driver variant is built.
 - ``MEMQUAL_RUN_LABEL``: ``A`` or ``B`` in a two-kernel run.
 
 ``MEMQUAL_AVOCADO`` names another avocado executable (the tests use a fake).
@@ -63,6 +64,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from host import cliargs
 from host.errors import BadInput
 from host.paths import REPO_ROOT
 
@@ -97,6 +99,7 @@ class GuestKernel:
     modules: Path | None
     sha256: str
     cmdline_extra: str = ""  # appended to the guest's kernel command line (a bisect's series)
+    kernel_build: Path | None = None  # the tree it was built in (the balloon driver variant's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,7 +211,13 @@ def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = N
 def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
     env = dict(os.environ)
     env["MEMQUAL_PROFILE"] = config.profile
-    for key in ("MEMQUAL_GUEST_KERNEL", "MEMQUAL_GUEST_MODULES", "MEMQUAL_RUN_LABEL", "MEMQUAL_GUEST_CMDLINE_EXTRA"):
+    for key in (
+        "MEMQUAL_GUEST_KERNEL",
+        "MEMQUAL_GUEST_MODULES",
+        "MEMQUAL_GUEST_KERNEL_BUILD",
+        "MEMQUAL_RUN_LABEL",
+        "MEMQUAL_GUEST_CMDLINE_EXTRA",
+    ):
         env.pop(key, None)
     if kernel is not None:
         env["MEMQUAL_GUEST_KERNEL"] = str(kernel.bzimage)
@@ -218,6 +227,8 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
             env["MEMQUAL_RUN_LABEL"] = kernel.label
         if kernel.cmdline_extra:
             env["MEMQUAL_GUEST_CMDLINE_EXTRA"] = kernel.cmdline_extra
+        if kernel.kernel_build is not None:
+            env["MEMQUAL_GUEST_KERNEL_BUILD"] = str(kernel.kernel_build)
     return env
 
 
@@ -758,6 +769,9 @@ def _sha256(path: Path) -> str:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
+    builds_in = [Path(b) for b in args.kernel_build or []]
+    if builds_in and len(builds_in) != len(kernels_in):
+        raise BadInput("give --kernel-build DIR once per --guest-kernel, in the same order (or not at all)")
     if args.debian_kernel:
         if kernels_in or modules_in:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
@@ -782,7 +796,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         if modules is not None and not modules.is_dir():
             raise BadInput(f"--guest-modules {modules}: no such directory")
         label = "AB"[index] if len(kernels_in) == 2 else ""
-        kernels.append(GuestKernel(label, bzimage.resolve(), modules.resolve() if modules else None, _sha256(bzimage)))
+        kernels.append(
+            GuestKernel(
+                label,
+                bzimage.resolve(),
+                modules.resolve() if modules else None,
+                _sha256(bzimage),
+                kernel_build=builds_in[index] if builds_in else None,
+            )
+        )
     tests = Path(args.tests)
     if not tests.exists():
         raise BadInput(f"--tests {tests}: no such file or directory")
@@ -840,6 +862,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel"
+    )
+    parser.add_argument(
+        "--kernel-build",
+        action="append",
+        type=cliargs.kernel_build,
+        metavar="DIR",
+        help="the tree each --guest-kernel was built in, in the same order: the balloon driver variant is "
+        "built from it (without it the scenarios that need the variant skip)",
     )
     parser.add_argument(
         "--debian-kernel",

@@ -9,10 +9,16 @@ tree and ``linux-kbuild-<x.y>`` (all ``apt-get download`` + ``dpkg -x``, no
 root) build it out of tree with the host gcc.  Nothing of the kernel's
 source is kept in the repository.
 
+For a user's kernel (``--kernel/--modules``) the variant comes from that
+kernel's own build tree (``--kernel-build DIR``: the directory the kernel
+was built in, with its Makefile, .config and Module.symvers): the same
+patch on the tree's drivers/virtio/virtio_balloon.c, ``make -C DIR M=...``.
+Without the tree there is no variant, and CapabilityMissing says so.
+
 Cache (``<cache>/balloon-driver/<release>-<key>/``): the .ko and a
 manifest; ``key`` hashes the kernel release, the source file, the patch
-and the compiler, so the module is built once per kernel.  A user kernel
-(``--kernel/--modules``) has no variant: CapabilityMissing says so.
+and the compiler (and a tree's Module.symvers), so the module is built once
+per kernel.
 """
 
 from __future__ import annotations
@@ -41,6 +47,13 @@ MODULE = "virtio_balloon_mq"
 SOURCE_MEMBER = "drivers/virtio/virtio_balloon.c"
 FLAVOURS = ("cloud-amd64", "rt-amd64", "amd64")  # Debian's x86-64 kernel flavours
 VERSION = "1"  # bump when the build recipe changes
+# What marks a kernel build tree an external module can be built against:
+# kbuild's Makefile, the configuration, and the exported symbols' CRCs.
+KBUILD_MARKS = ("Makefile", ".config", "Module.symvers")
+# The scenario's environment (memqual run --kernel-build; e2e/base.py has
+# the kernel's and modules' variables).
+ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
+ENV_KERNEL_BUILD = "MEMQUAL_GUEST_KERNEL_BUILD"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,12 +142,11 @@ def _unpack_headers(debs: list[Path], cache: Path, release: str) -> Path:
     return root
 
 
-def _make(headers: Path, common: Path, workdir: Path) -> None:
+def _make(kbuild: list[str], workdir: Path) -> None:
+    """``kbuild`` is make's argv up to M=: where the kernel's kbuild is."""
     if not shutil.which("make") or not shutil.which("gcc"):
         raise CapabilityMissing("make and gcc are needed to build the balloon driver variant: run ./setup")
-    # The headers' Makefile includes the -common tree by its absolute
-    # /usr/src path; naming the -common Makefile directly avoids that.
-    argv = ["make", "-s", "-C", str(headers), "-f", str(common / "Makefile"), f"M={workdir}", "modules"]
+    argv = [*kbuild, f"M={workdir}", "modules"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not (workdir / f"{MODULE}.ko").exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
@@ -185,21 +197,34 @@ def build(release: str | None = None, force: bool = False) -> Variant:
     tree = _unpack_headers([debs["headers"], debs["common"], debs["kbuild"]], cache, release)
     headers = tree / "usr/src" / names["headers"]
     common = tree / "usr/src" / names["common"]
-    staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=out))
+    # The headers' Makefile includes the -common tree by its absolute
+    # /usr/src path; naming the -common Makefile directly avoids that.
+    kbuild = ["make", "-s", "-C", str(headers), "-f", str(common / "Makefile")]
+    variant = Variant(target / f"{MODULE}.ko", release, version, src_sha, patch_sha)
+    return _build_into(out, source, kbuild, variant, f"{names['source']} {version}", started)
+
+
+def _build_into(out: Path, source: Path, kbuild: list[str], variant: Variant, what: str, started: float) -> Variant:
+    """Patch ``source``, build it with ``kbuild``, keep the .ko and its
+    manifest where ``variant.ko`` says; a patch that does not apply means
+    this kernel has no variant."""
+    target = variant.ko.parent
+    manifest = target / "manifest.json"
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=out))
     try:
         c_file = staging / f"{MODULE}.c"
         proc = subprocess.run(
-            ["patch", "--no-backup-if-mismatch", "-s", "-o", "-", str(source)], input=patch, capture_output=True
+            ["patch", "--no-backup-if-mismatch", "-s", "-o", "-", str(source)],
+            input=PATCH.read_bytes(),
+            capture_output=True,
         )
         if proc.returncode != 0:
-            raise BadInput(
-                f"{PATCH.name} does not apply to {names['source']} {version}: "
-                f"{proc.stderr.decode(errors='replace').strip()[:200]}"
+            raise CapabilityMissing(
+                f"{PATCH.name} does not apply to {what}: {proc.stderr.decode(errors='replace').strip()[:200]}"
             )
         c_file.write_bytes(proc.stdout)
         (staging / "Kbuild").write_text(f"obj-m := {MODULE}.o\n")
-        _make(headers, common, staging)
-        variant = Variant(target / f"{MODULE}.ko", release, version, src_sha, patch_sha)
+        _make(kbuild, staging)
         keep = staging / "keep"
         keep.mkdir()
         shutil.copyfile(staging / f"{MODULE}.ko", keep / f"{MODULE}.ko")
@@ -215,14 +240,97 @@ def build(release: str | None = None, force: bool = False) -> Variant:
     return dataclasses.replace(variant, build_s=round(time.monotonic() - started, 2))
 
 
-def for_image(image: Image) -> Variant:
-    """The variant for a built image, or CapabilityMissing with the reason."""
-    if os.environ.get("MEMQUAL_GUEST_KERNEL"):
-        raise CapabilityMissing(
-            "the balloon driver variant is built only for Debian's image kernels; a kernel given with "
-            "--kernel/--modules has no variant (its build tree would be needed)"
+def check_kernel_build(path: str | os.PathLike[str]) -> Path:
+    """A kernel build tree, or BadInput in one line: a directory with
+    kbuild's Makefile, the .config and Module.symvers (what ``make``
+    leaves where it built the kernel)."""
+    tree = Path(path)
+    if not tree.is_dir():
+        raise BadInput(f"kernel build tree {tree}: no such directory")
+    missing = [mark for mark in KBUILD_MARKS if not (tree / mark).is_file()]
+    if missing:
+        raise BadInput(
+            f"{tree} is not a kernel build tree (no {', '.join(missing)}): give the directory the kernel was built in"
         )
+    return tree.resolve()
+
+
+def tree_release(tree: Path) -> str:
+    release = tree / "include" / "config" / "kernel.release"
+    if not release.is_file():
+        raise BadInput(f"kernel build tree {tree}: no include/config/kernel.release (is the kernel built there?)")
+    return release.read_text().strip()
+
+
+def _tree_source(tree: Path) -> Path:
+    """The tree's virtio_balloon.c: in the tree, or under the ``source``
+    link an ``O=`` build leaves."""
+    for base in (tree, tree / "source"):
+        if (base / SOURCE_MEMBER).is_file():
+            return base / SOURCE_MEMBER
+    raise CapabilityMissing(f"kernel build tree {tree} has no {SOURCE_MEMBER} (nor under its source link)")
+
+
+def _balloon_config(tree: Path) -> None:
+    """The variant replaces a loaded virtio_balloon module: a kernel with
+    the driver built in (=y) or without it has no place for it."""
+    value = "n"
+    for line in (tree / ".config").read_text(errors="replace").splitlines():
+        if line.startswith("CONFIG_VIRTIO_BALLOON="):
+            value = line.split("=", 1)[1].strip()
+    if value != "m":
+        raise CapabilityMissing(
+            f"kernel build tree {tree}: CONFIG_VIRTIO_BALLOON={value}; the variant replaces the virtio_balloon "
+            "module, so the kernel needs CONFIG_VIRTIO_BALLOON=m"
+        )
+
+
+def build_from_tree(path: str | os.PathLike[str], release: str | None = None, force: bool = False) -> Variant:
+    """The variant for a user's kernel, from its build tree; ``release``
+    (the image's) must be the one the tree built."""
+    started = time.monotonic()
+    tree = check_kernel_build(path)
+    built = tree_release(tree)
+    if release is not None and built != release:
+        raise BadInput(f"kernel build tree {tree} built {built}, but the guest kernel is {release}")
+    _balloon_config(tree)
+    source = _tree_source(tree)
+    src_sha, patch_sha = _sha256(source.read_bytes()), _sha256(PATCH.read_bytes())
+    # A module must match the kernel's symbol CRCs: Module.symvers is in the key.
+    symvers = _sha256((tree / "Module.symvers").read_bytes())
+    key = _sha256(f"{VERSION}|{built}|{src_sha}|{patch_sha}|{symvers}|{_gcc_version()}".encode())[:16]
+    out = cache_dir() / "balloon-driver"
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{built}-{key}"
+    manifest = target / "manifest.json"
+    if manifest.exists() and not force:
+        data = json.loads(manifest.read_text())
+        return Variant(**{**data, "ko": Path(data["ko"]), "cached": True, "build_s": 0.0})
+    variant = Variant(target / f"{MODULE}.ko", built, f"build tree {tree}", src_sha, patch_sha)
+    return _build_into(out, source, ["make", "-s", "-C", str(tree)], variant, f"the tree {tree}", started)
+
+
+def for_image(image: Image) -> Variant:
+    """The variant for a built image, or CapabilityMissing with the reason:
+    a user's kernel has one only with its build tree."""
+    if os.environ.get(ENV_KERNEL):
+        tree = os.environ.get(ENV_KERNEL_BUILD)
+        if not tree:
+            raise CapabilityMissing(
+                "a guest kernel given with --kernel/--modules has the balloon driver variant only with its "
+                "build tree: give --kernel-build DIR"
+            )
+        return build_from_tree(tree, image.release)
     return build(image.release)
+
+
+def tree_variant_or_reason(tree: str | os.PathLike[str], release: str) -> dict[str, str | None]:
+    """For ``image build`` and ``boot --kernel-build``: the variant's .ko
+    built from the tree, or why there is none (the image works either way)."""
+    try:
+        return {"balloon_variant": str(build_from_tree(tree, release).ko), "balloon_variant_unavailable": None}
+    except CapabilityMissing as exc:
+        return {"balloon_variant": None, "balloon_variant_unavailable": str(exc)}
 
 
 def main() -> int:

@@ -8,6 +8,8 @@ import shutil
 import time
 from pathlib import Path
 
+from host import cliargs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("image", help="build or clean the guest image")
@@ -15,6 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
     build.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
     build.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
+    build.add_argument(
+        "--kernel-build",
+        type=cliargs.kernel_build,
+        metavar="DIR",
+        help="the directory --kernel was built in: the balloon driver variant is built from it",
+    )
     build.add_argument(
         "--debian-kernel",
         metavar="VERSION",
@@ -31,19 +39,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from host.errors import BadInput
+    from images.balloon_driver import tree_variant_or_reason
     from images.build import KernelSource, build
 
     started = time.monotonic()
+    if args.kernel_build and not args.kernel:
+        raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     image = build(KernelSource(args.kernel, args.modules, args.debian_kernel), force=args.force)
+    variant = tree_variant_or_reason(args.kernel_build, image.release) if args.kernel_build else None
     elapsed = time.monotonic() - started
     if args.json:
-        print(json.dumps({**image.to_json(), "seconds": round(elapsed, 3)}, indent=2))
+        print(json.dumps({**image.to_json(), "seconds": round(elapsed, 3), **(variant or {})}, indent=2))
     else:
         state = "cached" if image.cached else "built"
         print(f"{state} in {elapsed:.2f} s: guest kernel {image.release} ({'PVH vmlinux' if image.pvh else 'bzImage'})")
         print(f"  kernel     {image.kernel}  sha256 {image.kernel_sha256}")
         print(f"  initramfs  {image.directory / 'initramfs.cpio'}  sha256 {image.initramfs_sha256}")
         print(f"  initrd     {image.initrd}  (initramfs + per-image SSH keys)")
+        if variant:
+            print(f"  balloon    {variant['balloon_variant'] or variant['balloon_variant_unavailable']}")
     return 0
 
 

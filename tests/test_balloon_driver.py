@@ -36,6 +36,18 @@ def test_request_sizes_scale_the_seeds_bitmaps_to_the_guest():
     assert (seed["1/16 guest"], seed["1/8 guest"], seed["whole guest"]) == (32768 * 8, 65536 * 8, 524288 * 8)
 
 
+def test_the_full_profile_covers_every_size_of_the_curve_with_explicit_labels():
+    full = rs.request_sizes(1024, "full")
+    assert sorted(full.values()) == [256, 1024, 4096, 16384, 32768, 65536, 262144]
+    assert list(full.values()) == sorted(full.values())  # records and checks go smallest first
+    # In a 1 GiB guest 16384 and 262144 PFNs are the seed's 32 KB and 512 KB bitmaps scaled:
+    # they keep the labels the claims pair.
+    assert full["1/16 guest"] == 16384 and full["whole guest"] == 262144 and full["65536 pfns"] == 65536
+    two = rs.request_sizes(2048, "full")
+    assert two["262144 pfns"] == 262144 and two["whole guest"] == 524288 and two["1/16 guest"] == 32768
+    assert set(rs.request_sizes(1024)) < set(full)
+
+
 def test_interleaved_puts_every_size_in_every_position():
     labels = list(rs.request_sizes(1024))
     orders = [rs.interleaved(labels, g) for g in range(len(labels))]
@@ -295,3 +307,50 @@ def test_cli_refuses_bad_sizes_before_building_or_booting(monkeypatch, sizes):
     monkeypatch.setattr(bmeas, "measure", must_not_run)
     monkeypatch.setattr(bmeas, "measure_sizes", must_not_run)
     assert run_cli(["balloon", "measure", "--memory", "1024", "--target", "256", "--pfns-per-request", sizes]) == 2
+
+
+# -- a whole run's records from known costs ------------------------------------
+def _sample(guest, label, pfns, size_bytes, fixed, per_request, per_page, rng):
+    from host.balloon.device import BalloonResult
+
+    pages = size_bytes // bd.PAGE
+    requests = rs.requests_for(pages, pfns)
+
+    def moved(seconds):
+        return BalloonResult(0, 0, 0, 0, True, False, seconds, 0.001, 10, 0.01)
+
+    up = fixed + requests * per_request + pages * per_page + rng.gauss(0, 1e-3)
+    down = fixed / 2 + requests * per_request / 2 + pages * per_page / 4 + rng.gauss(0, 1e-3)
+    timing = bd.DirectionTiming(requests, pages, 10, 5, 20, 25)
+    return rs.Sample(guest, label, size_bytes, "", moved(up), 1.0, timing, moved(down), timing)
+
+
+def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
+    sizes = rs.request_sizes(1024, "full")
+    inflate_bytes = 768 << 20
+    run = rs.RequestSizeRun(sizes, inflate_bytes)
+    rng = random.Random(5)
+    for g in range(4):
+        run.add_guest(
+            [
+                _sample(g, label, sizes[label], size, 0.5, 2e-3, 20e-6, rng)
+                for label, size in rs.guest_plan(list(sizes), g, inflate_bytes)
+            ]
+        )
+    assert [len(v) for v in run.per_guest_fit.values()] == [4, 4]
+    fits = run.fits()
+    assert fits.inflate["per_request_s"]["value"] == pytest.approx(2e-3, rel=0.05)
+    assert fits.deflate["per_page_s"]["value"] == pytest.approx(5e-6, rel=0.05)
+    records = run.records({"guest_mib": 1024}, {}, "", 12288, fits)
+    by_metric: dict[str, list[Measurement]] = {}
+    for m in records:
+        by_metric.setdefault(m.metric, []).append(m)
+    for metric in ("inflate_s", "host_wait_share", "deflate_s"):
+        assert [m.variant for m in by_metric[metric]] == [{"per_request": k, "pfns": v} for k, v in sizes.items()]
+        assert all(m.n_replicates == 4 for m in by_metric[metric])
+    for metric, direction, *_ in rs.FIT_RECORDS:
+        (m,) = by_metric[metric]
+        assert m.extra["direction"] == direction and m.n_replicates == 4
+        assert m.extra["low"] <= m.extra["value"] <= m.extra["high"]
+    assert by_metric["per_request_us"][0].extra["value"] == pytest.approx(2000, rel=0.05)
+    assert run.requests(0, "deflate")["256 pfns"] == 768 and run.requests(0)["whole guest"] == 1

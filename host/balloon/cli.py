@@ -1,4 +1,4 @@
-"""``memqual balloon model|measure``."""
+"""``memqual balloon model|measure|curve``."""
 
 from __future__ import annotations
 
@@ -23,9 +23,55 @@ def register(subparsers: Any) -> None:
     source.add_argument("--record", help="a balloon.inflate record (memqual-balloon.inflate-*.json): show its model")
     model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms), with --per-page-us")
     model.set_defaults(handler=_cmd_model)
+    curve = sub.add_parser(
+        "curve",
+        help="the request-size curve: time against PFNs per request and the fitted costs with CIs, "
+        "from a results.json or a directory of records",
+    )
+    curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
+    curve.add_argument("--png", metavar="FILE", help="write the plot to FILE")
+    curve.set_defaults(handler=_cmd_curve)
     from host.balloon import measure
 
     measure.add_parser(sub)
+
+
+def _cmd_curve(args: Any) -> int:
+    from pathlib import Path
+
+    from host.balloon import plot
+
+    source = Path(args.source)
+    entries: list[Any]
+    if source.is_dir():
+        from host.record import collect
+
+        entries = list(collect(source))
+    elif source.is_file():
+        from host.results import load_results
+
+        entries = list(load_results(source)["metrics"])
+    else:
+        raise BadInput(f"{source}: no such results.json or records directory")
+    found = plot.curves(entries)
+    if not found:
+        raise BadInput(f"{source}: no {plot.SCENARIO} records of inflate_s or deflate_s")
+    for curve in found:
+        print(f"settings: {curve.settings}")
+        print(f"{'per request':>12} {'PFNs':>7} {'metric':>10} {'guests':>6} {'median s':>9}  range")
+        for metric in plot.CURVE_METRICS:
+            for p in curve.series(metric):
+                print(
+                    f"{p.label:>12} {p.pfns:>7} {metric:>10} {len(p.values):>6} {p.median:>9.3f}"
+                    f"  [{min(p.values):.3f}, {max(p.values):.3f}]"
+                )
+        for c in curve.costs:
+            mean, low, high = c.interval()
+            print(f"{c.metric} ({c.unit}): {mean:.4g} [{low:.4g}, {high:.4g}] over {len(c.values)} guests")
+    if args.png:
+        plot.write_png(entries, args.png)
+        print(f"wrote {args.png}")
+    return 0
 
 
 def _cmd_model(args: Any) -> int:

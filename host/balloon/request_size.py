@@ -3,18 +3,20 @@
 
 Plan: in each fresh guest (the independent unit), the variant at each
 request size in an order rotated per guest -- 256 PFNs and the seed's three
-bitmaps scaled to the guest (1/16, 1/8 and all of it per request) -- and
+bitmaps scaled to the guest (1/16, 1/8 and all of it per request); the full
+profile adds 1024, 4096, 65536 and 262144 PFNs -- and
 one half-size inflate, so the fit can tell a page's cost from the fixed
 one.
 
 Measure: one inflate and deflate per step, timed by QMP, with QEMU's CPU
 seconds and the driver's own guest-clock counters (``Sample``).
 
-Record: per size, ``inflate_s`` and ``host_wait_share`` with replicates per
-guest; the fit ``seconds = fixed + requests x per_request + pages x
-per_page`` with confidence intervals from the independent guests
-(``per_request_us``, ``per_page_ns``); the transfer model predicting the
-seed's 16 GiB guest from the fitted costs.
+Record: per size, ``inflate_s``, ``host_wait_share`` and ``deflate_s`` with
+replicates per guest; the fit ``seconds = fixed + requests x per_request +
+pages x per_page`` of inflates and of deflates, with confidence intervals
+from the independent guests (``per_request_us``, ``per_page_ns`` and their
+``deflate_`` pair); the transfer model predicting the seed's 16 GiB guest
+from the fitted costs.
 """
 
 from __future__ import annotations
@@ -38,14 +40,41 @@ SCENARIO = "balloon.request_size"
 # A loaded host can starve a vCPU this long mid-inflate; the scenario's
 # targets are far above the floor, so a stall is not expected.
 INFLATE_STALL_S = 3.0
+# QMP sees nothing of a request until the host has it, so ``actual`` moves
+# in steps of a whole request: a 65536-PFN request took over 3 s at load
+# average 6 here (alloc 25-40 us a page under TCG).  The stall window grows
+# with the request by this much a page, so only a request that could not
+# still be in flight reads as a stall.
+STALL_S_PER_PFN = 60e-6
+
+
+def stall_s(pfns: int) -> float:
+    """The stall window of an inflate at ``pfns`` per request."""
+    return INFLATE_STALL_S + pfns * STALL_S_PER_PFN
 
 
 # -- plan ------------------------------------------------------------------
-def request_sizes(guest_mib: int) -> dict[str, int]:
-    """The seed's three bitmaps scaled to this guest (32 KB covered 1 GB of
-    16 GB: 1/16; 64 KB 1/8; 512 KB all of it) and the stock 256."""
+# The seed's three bitmaps by the share of the guest one request covers: a
+# 32 KB bitmap covers 1 GB of its 16 GB guest (1/16), 64 KB 1/8, 512 KB all
+# of it.  Scaled to the guest, these labels are what the claims pair.
+SEED_BITMAPS = {"1/16 guest": 16, "1/8 guest": 8, "whole guest": 1}
+# The curve's absolute sizes: 256 (the stock array) to 262144 (1 GiB of
+# 4 KiB pages, the seed's 32 KB bitmap in one request), each x4.
+CURVE_PFNS = (256, 1024, 4096, 16384, 65536, 262144)
+
+
+def request_sizes(guest_mib: int, profile: str = "quick") -> dict[str, int]:
+    """Label -> PFNs per request, smallest first.  Quick: the stock 256 and
+    the seed's three bitmaps scaled to this guest.  Full: also every size of
+    ``CURVE_PFNS`` up to the whole guest; a size equal to a scaled bitmap
+    keeps the bitmap's label (in a 1 GiB guest 16384 is "1/16 guest" and
+    262144 "whole guest"), the others are labelled "<N> pfns"."""
     pages = guest_mib * (1 << 20) // PAGE
-    return {"256 pfns": STOCK_PFNS, "1/16 guest": pages // 16, "1/8 guest": pages // 8, "whole guest": pages}
+    sizes = {"256 pfns": STOCK_PFNS, **{label: pages // share for label, share in SEED_BITMAPS.items()}}
+    if profile == "full":
+        taken = set(sizes.values())
+        sizes.update({f"{n} pfns": n for n in CURVE_PFNS if n not in taken and n <= pages})
+    return dict(sorted(sizes.items(), key=lambda item: item[1]))
 
 
 def interleaved(labels: Sequence[str], guest_index: int) -> list[str]:
@@ -93,12 +122,12 @@ def measure_inflate(
     probe_line = driver.load(pfns)
     ram = mover.ctl.ram_bytes()
     cpu0 = qemu_cpu_s(vm.pid)
-    up = mover.move(ram - size_bytes, stall_s=INFLATE_STALL_S).host
+    up = mover.move(ram - size_bytes, stall_s=stall_s(pfns)).host
     sample = Sample(guest, label, size_bytes, probe_line, up, qemu_cpu_s(vm.pid) - cpu0)
     if not up.reached:
         return sample
     inflate = driver.timing()["inflate"]
-    down = mover.move(ram).host
+    down = mover.move(ram, stall_s=stall_s(pfns)).host
     deflate = driver.timing()["deflate"] if down.reached else None
     return dataclasses.replace(sample, inflate=inflate, down=down, deflate=deflate)
 
@@ -159,6 +188,30 @@ def requests_for(pages: int, pfns: int) -> int:
 
 
 # -- record ----------------------------------------------------------------
+COST_KEYS = ("fixed_s", "per_request_s", "per_page_s")
+# (metric, direction, cost key, factor to the unit, unit): the fitted costs
+# recorded, each guest's own fit its replicate.
+FIT_RECORDS = (
+    ("per_request_us", "inflate", "per_request_s", 1e6, "us"),
+    ("per_page_ns", "inflate", "per_page_s", 1e9, "ns"),
+    ("deflate_per_request_us", "deflate", "per_request_s", 1e6, "us"),
+    ("deflate_per_page_ns", "deflate", "per_page_s", 1e9, "ns"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Fits:
+    """The same fit on four measures of the same moves: host-timed inflate
+    seconds, the driver's wait for the host alone (QEMU's side: per request
+    the kick and exit, per page the discard), QEMU's CPU seconds (robust to
+    other guests' load), and host-timed deflate seconds."""
+
+    inflate: dict[str, Any]
+    host_wait: dict[str, Any]
+    qemu_cpu: dict[str, Any]
+    deflate: dict[str, Any]
+
+
 @dataclasses.dataclass
 class RequestSizeRun:
     """The samples of every guest, and the run's records."""
@@ -166,29 +219,49 @@ class RequestSizeRun:
     sizes: dict[str, int]  # label -> PFNs per request
     inflate_bytes: int  # the full inflate
     samples: list[Sample] = dataclasses.field(default_factory=list)
-    per_guest_fit: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    # direction -> each guest's own fit (its cost keys), one per guest
+    per_guest_fit: dict[str, list[dict[str, float]]] = dataclasses.field(
+        default_factory=lambda: {"inflate": [], "deflate": []}
+    )
 
     def add_guest(self, samples: list[Sample]) -> None:
-        """One guest's samples, and its own fit when it can be made."""
+        """One guest's samples, and its own fits when they can be made."""
         self.samples += samples
-        try:
-            fit = fit_costs(self.rows(samples), resamples=0)
-        except ValueError:
-            return
-        self.per_guest_fit.append({k: fit[k]["value"] for k in ("fixed_s", "per_request_s", "per_page_s")})
+        for direction, rows in (("inflate", self.rows(samples)), ("deflate", self.deflate_rows(samples))):
+            try:
+                fit = fit_costs(rows, resamples=0)
+            except ValueError:
+                continue
+            self.per_guest_fit[direction].append({k: fit[k]["value"] for k in COST_KEYS})
 
     @staticmethod
     def rows(samples: Sequence[Sample]) -> list[Inflate]:
         """Host-timed seconds of every inflate."""
         return [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s in samples if (i := s.inflate)]
 
+    @staticmethod
+    def deflate_rows(samples: Sequence[Sample]) -> list[Inflate]:
+        """Host-timed seconds of every deflate (the variant leaks at most
+        its PFNs per request in one request, as it fills)."""
+        return [
+            Inflate(s.guest, s.pages, d.requests, down.seconds)
+            for s in samples
+            if (d := s.deflate) and (down := s.down) and down.reached
+        ]
+
     def full(self, label: str) -> list[Sample]:
         """The full-size inflates at one size, in guest order."""
         return [s for s in self.samples if s.label == label and s.size_bytes == self.inflate_bytes]
 
-    def requests(self, guest: int) -> dict[str, int]:
-        """Requests each size sent for the full inflate in one guest."""
-        return {k: next(s.inflate.requests for s in self.full(k) if s.guest == guest and s.inflate) for k in self.sizes}
+    def requests(self, guest: int, direction: str = "inflate") -> dict[str, int]:
+        """Requests each size sent for the full move in one guest."""
+        out = {}
+        for k in self.sizes:
+            s = next(s for s in self.full(k) if s.guest == guest)
+            timing = s.inflate if direction == "inflate" else s.deflate
+            assert timing is not None
+            out[k] = timing.requests
+        return out
 
     def runs(self, label: str) -> list[dict[str, Any]]:
         out = []
@@ -207,21 +280,21 @@ class RequestSizeRun:
                     "alloc_s": s.inflate.alloc_ns / 1e9,
                     "breakdown_pct": s.inflate.breakdown(),
                     "deflate_s": s.down.seconds,
+                    "deflate_resolution_s": s.down.resolution_s,
                     "deflate_requests": s.deflate.requests,
                     "deflate_breakdown_pct": s.deflate.breakdown(),
                 }
             )
         return out
 
-    def fits(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        """Host-timed seconds, the driver's wait for the host alone (QEMU's
-        side: per request the kick and exit, per page the discard), and
-        QEMU's CPU seconds (robust to other guests' load): the same design."""
+    def fits(self) -> Fits:
         done = [(s, s.inflate) for s in self.samples if s.inflate]
-        rows = [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s, i in done]
-        wait_rows = [Inflate(s.guest, s.pages, i.requests, i.wait_ns / 1e9) for s, i in done]
-        cpu_rows = [Inflate(s.guest, s.pages, i.requests, s.qemu_cpu_s) for s, i in done]
-        return fit_costs(rows), fit_costs(wait_rows), fit_costs(cpu_rows)
+        return Fits(
+            inflate=fit_costs(self.rows(self.samples)),
+            host_wait=fit_costs([Inflate(s.guest, s.pages, i.requests, i.wait_ns / 1e9) for s, i in done]),
+            qemu_cpu=fit_costs([Inflate(s.guest, s.pages, i.requests, s.qemu_cpu_s) for s, i in done]),
+            deflate=fit_costs(self.deflate_rows(self.samples)),
+        )
 
     def records(
         self,
@@ -229,10 +302,14 @@ class RequestSizeRun:
         driver: dict[str, Any],
         probe_line: str,
         taint: int,
-        fits: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None,
+        fits: Fits | None = None,
     ) -> list[Measurement]:
-        """The run's records; ``fits`` as ``fits()`` returned them, if at hand."""
-        fit, wait_fit, cpu_fit = fits or self.fits()
+        """The run's records; ``fits`` as ``fits()`` returned them, if at hand.
+        Per size (variant ``per_request`` = its label, ``pfns`` = its PFNs per
+        request): ``inflate_s``, ``host_wait_share``, ``deflate_s``; then the
+        fitted costs of ``FIT_RECORDS``."""
+        fits = fits or self.fits()
+        fit = fits.inflate
         # The transfer model with these measured costs (negative fits read as 0),
         # predicting the seed's 16 GiB guest: a model, labelled so.
         model = bm.CostModel(
@@ -252,16 +329,17 @@ class RequestSizeRun:
             "mechanism": "PFN arrays of the given coverage per request, not a "
             "bitmap (the bitmap protocol was never merged into Linux or QEMU)",
             "fit": fit,
-            "host_wait_fit": wait_fit,
-            "qemu_cpu_fit": cpu_fit,
+            "host_wait_fit": fits.host_wait,
+            "qemu_cpu_fit": fits.qemu_cpu,
+            "deflate_fit": fits.deflate,
             "seed_model": seed_model,
         }
         out = []
-        for label in self.sizes:
+        for label, pfns in self.sizes.items():
             runs = self.runs(label)
             extra = {
                 **common,
-                "pfns_per_request": self.sizes[label],
+                "pfns_per_request": pfns,
                 "inflates": runs,
                 "requests_median": stats.median([r["requests"] for r in runs]),
                 "pfns": runs[0]["pfns"],
@@ -270,57 +348,52 @@ class RequestSizeRun:
                     k: stats.median([r["breakdown_pct"][k] for r in runs]) for k in runs[0]["breakdown_pct"]
                 },
                 "deflate_s_median": stats.median([r["deflate_s"] for r in runs]),
+                "deflate_requests_median": stats.median([r["deflate_requests"] for r in runs]),
                 "qemu_cpu_s_median": stats.median([r["qemu_cpu_s"] for r in runs]),
             }
-            out.append(
-                Measurement(
-                    scenario=SCENARIO,
-                    metric="inflate_s",
-                    unit="s",
-                    better="lower",
-                    replicates=[[r["seconds"]] for r in runs],
-                    samples=[],
-                    variant={"per_request": label},
-                    settings=settings,
-                    extra=extra,
+            variant = {"per_request": label, "pfns": pfns}
+            for metric, unit, values, timed in (
+                ("inflate_s", "s", [r["seconds"] for r in runs], None),
+                (
+                    "host_wait_share",
+                    "%",
+                    [r["breakdown_pct"]["host_wait_pct"] for r in runs],
+                    "in the driver, guest clock: from adding the request to the virtqueue "
+                    "to its ack (the kick and QEMU's work on it), over the span from the first request's "
+                    "page allocation to the last ack",
+                ),
+                ("deflate_s", "s", [r["deflate_s"] for r in runs], "host-timed QMP, the same pages given back"),
+            ):
+                out.append(
+                    Measurement(
+                        scenario=SCENARIO,
+                        metric=metric,
+                        unit=unit,
+                        better="lower",
+                        replicates=[[v] for v in values],
+                        samples=[],
+                        variant=variant,
+                        settings=settings,
+                        extra={**extra, "timed": timed} if timed else extra,
+                    )
                 )
-            )
-            out.append(
-                Measurement(
-                    scenario=SCENARIO,
-                    metric="host_wait_share",
-                    unit="%",
-                    better="lower",
-                    replicates=[[r["breakdown_pct"]["host_wait_pct"]] for r in runs],
-                    samples=[],
-                    variant={"per_request": label},
-                    settings=settings,
-                    extra={
-                        **extra,
-                        "timed": "in the driver, guest clock: from adding the request to the virtqueue "
-                        "to its ack (the kick and QEMU's work on it), over the span from the first request's "
-                        "page allocation to the last ack",
-                    },
-                )
-            )
-        for metric, key, factor, unit in (
-            ("per_request_us", "per_request_s", 1e6, "us"),
-            ("per_page_ns", "per_page_s", 1e9, "ns"),
-        ):
+        for metric, direction, key, factor, unit in FIT_RECORDS:
+            pooled = fits.inflate if direction == "inflate" else fits.deflate
             out.append(
                 Measurement(
                     scenario=SCENARIO,
                     metric=metric,
                     unit=unit,
                     better="lower",
-                    replicates=[[f[key] * factor] for f in self.per_guest_fit],
+                    replicates=[[f[key] * factor] for f in self.per_guest_fit[direction]],
                     samples=[],
                     settings=settings,
                     extra={
-                        "fit": fit,
-                        "value": fit[key]["value"] * factor,
-                        "low": fit[key]["low"] * factor,
-                        "high": fit[key]["high"] * factor,
+                        "fit": pooled,
+                        "direction": direction,
+                        "value": pooled[key]["value"] * factor,
+                        "low": pooled[key]["low"] * factor,
+                        "high": pooled[key]["high"] * factor,
                         "model": "seconds = fixed + requests x per_request "
                         "+ pages x per_page; samples are each guest's own fit, value/low/high the pooled fit "
                         "with its bootstrap CI over guests",

@@ -1,0 +1,225 @@
+"""The request-size curve for report.html and docs/balloon.md: inflate and
+deflate time against PFNs per request (log x), the median and the range of
+the fresh guests at each size, from the ``balloon.request_size`` records;
+beside it, the fitted per-request and per-page costs with 95 % intervals
+over the guests.
+
+Reads either a results.json's metric entries or measurement records (both
+carry scenario, metric, variant, settings and replicates).
+``memqual balloon curve`` writes the PNG on its own.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from host import stats
+from host.html import esc, num, png, pyplot
+
+SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
+CURVE_METRICS = {"inflate_s": ("inflate", "#2563eb"), "deflate_s": ("deflate", "#ea580c")}
+COST_METRICS = ("per_request_us", "per_page_ns", "deflate_per_request_us", "deflate_per_page_ns")
+_FRACTION = re.compile(r"^(?:1/(\d+)|whole) guest$")
+_ABSOLUTE = re.compile(r"^(\d+) pfns$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One size of one metric: each guest's value, their median and range."""
+
+    metric: str
+    label: str
+    pfns: int
+    values: tuple[float, ...]  # one per fresh guest
+
+    @property
+    def median(self) -> float:
+        return stats.median(list(self.values))
+
+
+@dataclasses.dataclass(frozen=True)
+class Cost:
+    """A fitted cost: each guest's own fit, their mean and a t interval."""
+
+    metric: str
+    unit: str
+    values: tuple[float, ...]
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float, float]:
+        """(mean, low, high): the guests are the independent units; with one
+        guest there is no interval (NaN bounds)."""
+        from scipy import stats as st
+
+        n = len(self.values)
+        mean = sum(self.values) / n
+        if n < 2:
+            return mean, math.nan, math.nan
+        sd = math.sqrt(sum((v - mean) ** 2 for v in self.values) / (n - 1))
+        half = float(st.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+        return mean, mean - half, mean + half
+
+
+def _get(entry: Any, key: str) -> Any:
+    return entry.get(key) if isinstance(entry, Mapping) else getattr(entry, key, None)
+
+
+def _per_guest(entry: Any) -> list[float]:
+    """One value per independent unit: its replicate's median."""
+    reps = _get(entry, "replicates")
+    if reps:
+        return [stats.median(r) for r in reps if r]
+    return list(_get(entry, "samples") or [])
+
+
+def pfns_of(variant: Mapping[str, Any], settings: Mapping[str, Any]) -> int | None:
+    """PFNs per request of a record: its ``pfns``, else read from the label
+    (records written before the variant carried it)."""
+    if isinstance(variant.get("pfns"), int):
+        return int(variant["pfns"])
+    label = str(variant.get("per_request", ""))
+    if m := _ABSOLUTE.match(label):
+        return int(m.group(1))
+    if (m := _FRACTION.match(label)) and isinstance(settings.get("guest_mib"), int):
+        return settings["guest_mib"] * 256 // int(m.group(1) or 1)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Curve:
+    """One settings group of the scenario: its points and fitted costs."""
+
+    settings: dict[str, Any]
+    points: list[Point]
+    costs: list[Cost]
+
+    def series(self, metric: str) -> list[Point]:
+        return sorted((p for p in self.points if p.metric == metric), key=lambda p: p.pfns)
+
+
+def curves(entries: Iterable[Any]) -> list[Curve]:
+    """The scenario's curves, one per distinct settings."""
+    groups: dict[str, list[Any]] = collections.defaultdict(list)
+    for e in entries:
+        if _get(e, "scenario") == SCENARIO:
+            groups[json.dumps(_get(e, "settings") or {}, sort_keys=True)].append(e)
+    out = []
+    for key, group in sorted(groups.items()):
+        settings = json.loads(key)
+        points, costs = [], []
+        for e in group:
+            metric, values = _get(e, "metric"), _per_guest(e)
+            if not values:
+                continue
+            if metric in CURVE_METRICS:
+                variant = _get(e, "variant") or {}
+                pfns = pfns_of(variant, settings)
+                if pfns is not None:
+                    points.append(Point(metric, str(variant.get("per_request", pfns)), pfns, tuple(values)))
+            elif metric in COST_METRICS:
+                costs.append(Cost(metric, str(_get(e, "unit") or ""), tuple(values)))
+        if points:
+            costs.sort(key=lambda c: COST_METRICS.index(c.metric))
+            out.append(Curve(settings, points, costs))
+    return out
+
+
+def figure(curve: Curve) -> Any:
+    """Seconds against PFNs per request, log x: every guest as a dot, the
+    median as a line, the guests' range as a bar."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    ticks: dict[int, str] = {}
+    for metric, (name, colour) in CURVE_METRICS.items():
+        series = curve.series(metric)
+        if not series:
+            continue
+        xs = [p.pfns for p in series]
+        meds = [p.median for p in series]
+        low = [m - min(p.values) for m, p in zip(meds, series, strict=True)]
+        high = [max(p.values) - m for m, p in zip(meds, series, strict=True)]
+        n = max(len(p.values) for p in series)
+        ax.errorbar(xs, meds, yerr=[low, high], fmt="o-", color=colour, capsize=4, markersize=5, linewidth=1.2)
+        for p in series:
+            ax.scatter([p.pfns] * len(p.values), p.values, s=9, color=colour, alpha=0.45, zorder=3)
+            ticks[p.pfns] = p.label if not p.label.endswith(" pfns") else str(p.pfns)
+        ax.plot([], [], "o-", color=colour, label=f"{name}: median of {n} guests, bar = their range")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted(ticks), [f"{x}\n{t}" if t != str(x) else t for x, t in sorted(ticks.items())], fontsize=7)
+    ax.minorticks_off()
+    ax.set_xlabel("PFNs per request (4 KiB pages)")
+    ax.set_ylabel("s")
+    ax.set_ylim(bottom=0)
+    s = curve.settings
+    moved = s.get("guest_mib", 0) - s.get("target_mib", 0) if "guest_mib" in s and "target_mib" in s else None
+    ax.set_title(
+        "balloon: time against request size"
+        + (f" ({moved} MiB of a {s['guest_mib']} MiB guest)" if moved is not None else ""),
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def section(entries: Sequence[Any]) -> str:
+    """report.html's section: the curve, the per-size table, the fitted
+    costs with their intervals; empty when the run has no such records."""
+    parts = []
+    for curve in curves(entries):
+        parts.append("<h2>Balloon: time against PFNs per request</h2>")
+        image = png(figure(curve))
+        parts.append(
+            f"<img alt='balloon inflate and deflate time against PFNs per request' src='data:image/png;base64,{image}'>"
+        )
+        parts.append(
+            "<table><tr><th>per request</th><th>PFNs</th><th>guests</th><th>inflate s: median [range]</th>"
+            "<th>deflate s: median [range]</th></tr>"
+        )
+        by_size: dict[int, dict[str, Point]] = collections.defaultdict(dict)
+        for p in curve.points:
+            by_size[p.pfns][p.metric] = p
+        for pfns, row in sorted(by_size.items()):
+            label = next(iter(row.values())).label
+            cells = []
+            for metric in CURVE_METRICS:
+                q = row.get(metric)
+                cells.append(f"{num(q.median)} [{num(min(q.values))}, {num(max(q.values))}]" if q else "-")
+            n = max(len(q.values) for q in row.values())
+            parts.append(
+                f"<tr><td>{esc(label)}</td><td class='num'>{pfns}</td><td class='num'>{n}</td>"
+                + "".join(f"<td class='num'>{esc(c)}</td>" for c in cells)
+                + "</tr>"
+            )
+        parts.append("</table>")
+        if curve.costs:
+            parts.append(
+                "<div class='small'>seconds = fixed + requests x per_request + pages x per_page, fitted in each "
+                "fresh guest; mean of the guests' fits and its 95 % t interval over them</div>"
+                "<table><tr><th>fitted cost</th><th>guests</th><th>mean</th><th>95 % CI</th><th>each guest</th></tr>"
+            )
+            for c in curve.costs:
+                mean, low, high = c.interval()
+                parts.append(
+                    f"<tr><td>{esc(c.metric)} ({esc(c.unit)})</td><td class='num'>{len(c.values)}</td>"
+                    f"<td class='num'>{esc(num(mean))}</td><td class='num'>[{esc(num(low))}, {esc(num(high))}]</td>"
+                    f"<td class='num'>{esc(', '.join(num(v) for v in c.values))}</td></tr>"
+                )
+            parts.append("</table>")
+    return "".join(parts)
+
+
+def write_png(entries: Sequence[Any], path: str) -> int:
+    """The first curve as a PNG file (for docs/balloon.md); how many curves
+    the entries hold."""
+    found = curves(entries)
+    if found:
+        fig = figure(found[0])
+        fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
+        pyplot().close(fig)
+    return len(found)
