@@ -59,11 +59,11 @@ from typing import Any
 from host import stats
 from host.errors import BadInput
 from host.jsonfile import read_json
-from host.paths import REPO_ROOT
+from host.paths import shipped
 from host.record import Measurement
 
 SCHEMA = "memqual.claims/2"
-DEFAULT_CLAIMS_FILE = REPO_ROOT / "claims" / "claims.json"
+DEFAULT_CLAIMS_FILE = shipped("claims") / "claims.json"
 # The claim ids of the project's anchor list: the shipped registry must hold each.
 ANCHOR_IDS = (
     "memslot-miss",

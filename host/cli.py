@@ -33,6 +33,7 @@ SUBCOMMAND_MODULES = [
     "host.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
     "host.export",  # memqual export --kcidb FILE RESULTS.json
     "host.history",  # memqual history DIR...
+    "host.hosts.cli",  # memqual hosts check FILE
 ]
 
 

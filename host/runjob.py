@@ -113,6 +113,7 @@ class RunConfig:
     rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
     until_decided: bool = False  # two kernels: add rounds until every metric is decided (host/bisect/until.py)
     budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
+    avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/hosts/)
 
 
 @dataclasses.dataclass
@@ -194,6 +195,7 @@ def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = N
         tests_arg = str(tests)
     return [
         *avocado_executable(),
+        *config.avocado_global_args,
         "run",
         tests_arg,
         "--job-results-dir",
@@ -361,7 +363,7 @@ def end_job(proc: subprocess.Popen[str], grace_s: float) -> int:
 
 
 @contextlib.contextmanager
-def _terminate_as_exception() -> Iterator[None]:
+def terminate_as_exception() -> Iterator[None]:
     """SIGTERM and SIGHUP raise Terminated in the main thread, so the
     finally blocks that end the avocado job run (the default action would
     end memqual at once and leave the job running)."""
@@ -631,7 +633,7 @@ def run(config: RunConfig, console: Any = None) -> int:
 
     def one_job(round_no: int, kernel: GuestKernel | None, total: int) -> None:
         label = kernel.label if kernel else ""
-        with _terminate_as_exception():
+        with terminate_as_exception():
             job = run_avocado(
                 dataclasses.replace(config, rounds=total),
                 _out_dir(config, kernel) / "avocado",

@@ -16,11 +16,11 @@ import tempfile
 from pathlib import Path
 
 from host.errors import BadInput, CapabilityMissing
-from host.paths import REPO_ROOT, cache_dir, write_private_atomic
+from host.paths import cache_dir, shipped, write_private_atomic
 
 log = logging.getLogger("memqual.agents")
 
-GUEST_DIR = REPO_ROOT / "guest"
+GUEST_DIR = shipped("guest")
 CFLAGS = ["-static", "-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE"]
 
 

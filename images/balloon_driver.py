@@ -36,13 +36,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from host.errors import BadInput, CapabilityMissing
-from host.paths import REPO_ROOT, cache_dir
+from host.paths import cache_dir, shipped
 from images import packages
 
 if TYPE_CHECKING:  # only the type: the image builder is not needed here
     from images.build import Image
 
-PATCH = REPO_ROOT / "guest" / "virtio_balloon-mq.patch"
+PATCH = shipped("guest") / "virtio_balloon-mq.patch"
 MODULE = "virtio_balloon_mq"
 SOURCE_MEMBER = "drivers/virtio/virtio_balloon.c"
 FLAVOURS = ("cloud-amd64", "rt-amd64", "amd64")  # Debian's x86-64 kernel flavours

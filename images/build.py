@@ -25,13 +25,13 @@ from pathlib import Path
 
 from host.errors import BadInput, CapabilityMissing, MemqualError
 from host.locks import file_lock
-from host.paths import REPO_ROOT, cache_dir, write_private_atomic
+from host.paths import cache_dir, shipped, write_private_atomic
 from images import keys, modules, packages
 from images.cpio import CpioWriter, add_tree
 from images.kernel import extract_vmlinux, read_release
 
 BUILDER_VERSION = "1"  # bump when the image layout changes
-GUEST_DIR = REPO_ROOT / "guest"
+GUEST_DIR = shipped("guest")
 BUSYBOX = Path("/bin/busybox")
 DROPBEAR = Path("/usr/sbin/dropbear")
 BUILD_LOCK_DEADLINE_S = 600.0  # another run building the same entry (a Debian kernel build takes ~10 s)
@@ -182,9 +182,10 @@ def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path], cache: 
     for rel, size in sorted(_module_files(str(modules_dir), "")):
         digest.update(f"{rel}:{size}".encode())
     for path in host_files:
-        # Repository files by their name inside the repo, so two clones
-        # share one image; host files by their absolute path.
-        name = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+        # The guest's files by their name inside guest/, so two clones (or a
+        # clone and an installed wheel) share one image; host files by their
+        # absolute path.
+        name = path.relative_to(GUEST_DIR.parent) if path.is_relative_to(GUEST_DIR) else path
         digest.update(str(name).encode() + hashes[path].encode())
     return digest.hexdigest()[:20]
 

@@ -1,0 +1,200 @@
+"""The fleet page: every claim's verdict on every lab host side by side,
+the hosts whose verdict differs from the majority marked, each host's own
+report linked; which hosts share one running kernel (their host-wide KSM
+and timings are not independent); and what went wrong (hosts left out or
+lost, tasks interrupted or not run).  OUTPUT/fleet.html for people,
+OUTPUT/fleet.json for tools.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from host.html import CSS, badge, esc
+
+SCHEMA = "memqual.fleet/1"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskLine:
+    test: str
+    host: str
+    outcome: str  # ran | interrupted | failed | not run
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HostColumn:
+    name: str
+    status: str  # completed | lost | left out
+    reason: str = ""
+    boot_id: str = ""
+    environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    results: Any = None  # host.results.Results of the tasks that ran there to their end
+    report: str = ""  # the host's report.html, relative to the fleet page
+    results_path: str = ""
+    tasks: tuple[TaskLine, ...] = ()
+
+    def verdicts(self) -> dict[str, str]:
+        if self.results is None:
+            return {}
+        return {c["id"]: c["verdict"] for c in self.results["claims"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class Fleet:
+    columns: tuple[HostColumn, ...]
+    not_run: tuple[TaskLine, ...] = ()  # tasks no host took
+    avocado: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimRow:
+    claim: str
+    verdicts: dict[str, str]  # host -> verdict (hosts with results only)
+    majority: str | None  # the verdict more than half the hosts gave, if any
+    odd: frozenset[str]  # hosts whose verdict differs from the majority
+
+
+def majority(verdicts: Mapping[str, str]) -> tuple[str | None, frozenset[str]]:
+    """The verdict more than half of the hosts gave, and the hosts that gave
+    another; (None, nobody) when no verdict has more than half."""
+    if not verdicts:
+        return None, frozenset()
+    (top, count), *_ = collections.Counter(verdicts.values()).most_common(1)
+    if count * 2 <= len(verdicts):
+        return None, frozenset()
+    return top, frozenset(h for h, v in verdicts.items() if v != top)
+
+
+def claim_rows(fleet: Fleet) -> list[ClaimRow]:
+    per_host = {c.name: c.verdicts() for c in fleet.columns if c.results is not None}
+    claims: list[str] = []
+    for verdicts in per_host.values():
+        claims += [k for k in verdicts if k not in claims]
+    rows = []
+    for claim in claims:
+        verdicts = {h: v[claim] for h, v in per_host.items() if claim in v}
+        top, odd = majority(verdicts)
+        rows.append(ClaimRow(claim, verdicts, top, odd))
+    return rows
+
+
+def shared_kernels(fleet: Fleet) -> list[tuple[str, tuple[str, ...]]]:
+    """(boot id, hosts) for every running kernel that more than one host
+    runs on: network namespaces or containers of one machine."""
+    by_boot: dict[str, list[str]] = collections.defaultdict(list)
+    for c in fleet.columns:
+        if c.boot_id:
+            by_boot[c.boot_id].append(c.name)
+    return [(boot, tuple(names)) for boot, names in by_boot.items() if len(names) > 1]
+
+
+def to_json(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "hosts": [
+            {
+                "name": c.name,
+                "status": c.status,
+                "reason": c.reason,
+                "boot_id": c.boot_id,
+                "environment": dict(c.environment),
+                "results": c.results_path or None,
+                "report": c.report or None,
+                "tasks": [dataclasses.asdict(t) for t in c.tasks],
+            }
+            for c in fleet.columns
+        ],
+        "claims": [
+            {"claim": r.claim, "verdicts": r.verdicts, "majority": r.majority, "differs": sorted(r.odd)}
+            for r in claim_rows(fleet)
+        ],
+        "shared_kernels": [{"boot_id": b, "hosts": list(h)} for b, h in shared_kernels(fleet)],
+        "not_run": [dataclasses.asdict(t) for t in fleet.not_run],
+        "avocado": fleet.avocado,
+    }
+
+
+def summary_lines(fleet: Fleet) -> list[str]:
+    """What the terminal says at the end of a fleet run."""
+    out = []
+    for c in fleet.columns:
+        counts = collections.Counter(t.outcome for t in c.tasks)
+        tally = ", ".join(f"{n} {o}" for o, n in sorted(counts.items())) or "no tasks"
+        out.append(f"lab host {c.name}: {c.status.upper()} ({tally})" + (f": {c.reason}" if c.reason else ""))
+        for t in c.tasks:
+            if t.outcome != "ran":
+                out.append(f"  {t.outcome}: {t.test}" + (f" ({t.reason})" if t.reason else ""))
+    for t in fleet.not_run:
+        out.append(f"not run: {t.test}" + (f" ({t.reason})" if t.reason else ""))
+    for boot, names in shared_kernels(fleet):
+        together = ", ".join(names)
+        out.append(f"hosts {together} run one kernel (boot id {boot[:8]}): host-wide KSM and timings are shared")
+    for row in claim_rows(fleet):
+        if row.odd:
+            out.append(f"claim {row.claim}: {', '.join(sorted(row.odd))} differ from the majority ({row.majority})")
+    return out
+
+
+def render(fleet: Fleet) -> str:
+    names = [c.name for c in fleet.columns]
+    head = "".join(f"<th>{_host_link(c)}<br><small>{esc(c.status)}</small></th>" for c in fleet.columns)
+    body = []
+    for row in claim_rows(fleet):
+        cells = []
+        for name in names:
+            verdict = row.verdicts.get(name)
+            if verdict is None:
+                cells.append("<td>&ndash;</td>")
+            elif name in row.odd:
+                cells.append(f'<td class="odd" title="differs from the majority">{badge(verdict)} &#9888; differs</td>')
+            else:
+                cells.append(f"<td>{badge(verdict)}</td>")
+        note = f"majority: {esc(row.majority)}" if row.majority else "no majority"
+        body.append(f"<tr><td><b>{esc(row.claim)}</b><br><small>{note}</small></td>{''.join(cells)}</tr>")
+    env_rows = []
+    for key in ("host_kernel", "cpu", "qemu", "accel", "thp", "kvm_nr_memslots"):
+        values = "".join(f"<td>{esc(c.environment.get(key, ''))}</td>" for c in fleet.columns)
+        env_rows.append(f"<tr><td>{esc(key)}</td>{values}</tr>")
+    boots = "".join(f"<td><code>{esc(c.boot_id[:8])}</code></td>" for c in fleet.columns)
+    env_rows.append(f"<tr><td>boot id</td>{boots}</tr>")
+    shared = "".join(
+        f"<p class=warn><b>One kernel:</b> {esc(', '.join(h))} run on one running kernel (boot id "
+        f"<code>{esc(b)}</code>): host-wide KSM, THP and timings are shared between them, so their "
+        "measurements are not independent (memqual's measurement lock serialises them).</p>"
+        for b, h in shared_kernels(fleet)
+    )
+    faults: list[str] = []
+    for c in fleet.columns:
+        if c.status != "completed":
+            faults.append(f"<li><b>{esc(c.name)}</b> {esc(c.status)}: {esc(c.reason)}</li>")
+        for t in c.tasks:
+            if t.outcome != "ran":
+                faults.append(f"<li>{esc(t.outcome)} on {esc(c.name)}: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
+    for t in fleet.not_run:
+        faults.append(f"<li>not run: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
+    fault_html = f"<h2>Faults</h2><ul>{''.join(faults)}</ul>" if faults else "<p>Every host completed.</p>"
+    return (
+        "<!doctype html><html><head><meta charset=utf-8><title>memqual fleet</title>"
+        f"<style>{CSS} td.odd{{background:#fff4d6}} .warn{{background:#fff4d6;padding:.5em}}</style></head><body>"
+        f"<h1>memqual: {len(fleet.columns)} lab hosts</h1>{shared}"
+        f"<h2>Claims</h2><table><tr><th>claim</th>{head}</tr>{''.join(body)}</table>"
+        f"<h2>Hosts</h2><table><tr><th></th>{head}</tr>{''.join(env_rows)}</table>"
+        f"{fault_html}</body></html>"
+    )
+
+
+def _host_link(c: HostColumn) -> str:
+    return f'<a href="{esc(c.report)}">{esc(c.name)}</a>' if c.report else esc(c.name)
+
+
+def write(fleet: Fleet, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "fleet.json").write_text(json.dumps(to_json(fleet), indent=2) + "\n")
+    (out_dir / "fleet.html").write_text(render(fleet))

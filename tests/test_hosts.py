@@ -1,0 +1,299 @@
+"""The hosts file, the fleet page's majority marking and the fault
+bookkeeping of ``memqual run --hosts`` (host/hosts/), without a network."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from host.cli import main
+from host.errors import BadInput
+from host.hosts import config, fleet, page, probe, ssh
+from host.hosts.spawner import INTERRUPTED, NOT_RUN, RAN, FleetSpec, Place, read_place, write_place
+from host.runjob import JobOutcome
+
+
+@pytest.fixture
+def keys(tmp_path):
+    key = tmp_path / "id_test"
+    key.write_text("not a real key\n")
+    known = tmp_path / "known_hosts"
+    known.write_text("10.0.0.1 ssh-ed25519 AAAA\n")
+    return key, known
+
+
+def write_hosts(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "hosts.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_hosts_file_with_defaults_and_relative_paths(tmp_path, keys):
+    path = write_hosts(
+        tmp_path,
+        """
+[[host]]
+name = "lab1"
+address = "10.0.0.1"
+key = "id_test"
+known_hosts = "known_hosts"
+
+[[host]]
+name = "lab2"
+address = "lab2.example.org"
+port = 2222
+user = "qual"
+key = "id_test"
+known_hosts = "known_hosts"
+slots = 2
+checkout = "/opt/memqual"
+""",
+    )
+    first, second = config.load(path)
+    assert first == config.LabHost(
+        name="lab1", address="10.0.0.1", key=keys[0].resolve(), known_hosts=keys[1].resolve()
+    )
+    assert (first.port, first.user, first.slots) == (22, "root", 1)
+    assert second.destination == "qual@lab2.example.org"
+    assert (second.port, second.slots, second.checkout) == (2222, 2, "/opt/memqual")
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ('adress = "x"\nname = "a"\naddress = "10.0.0.1"', "unknown key 'adress'"),
+        ('address = "10.0.0.1"', "no name"),
+        ('name = "a"', "no address"),
+        ('name = "a b"\naddress = "10.0.0.1"', "name = 'a b'"),
+        ('name = "a"\naddress = "-oProxyCommand=x"', "address"),
+        ('name = "a"\naddress = "10.0.0.1"\nport = 0', "port = 0"),
+        ('name = "a"\naddress = "10.0.0.1"\nport = "22"', "port = '22'"),
+        ('name = "a"\naddress = "10.0.0.1"\nslots = 0', "slots = 0"),
+        ('name = "a"\naddress = "10.0.0.1"\nslots = true', "slots = True"),
+        ('name = "a"\naddress = "10.0.0.1"\nuser = "root; rm"', "user"),
+        ('name = "a"\naddress = "10.0.0.1"\ncheckout = "relative"', "absolute path"),
+        ('name = "a"\naddress = "10.0.0.1"\nkey = "no such key"', "key = 'no such key'"),
+        ('name = "a"\naddress = "10.0.0.1"\nkey = "missing"', "no such file"),
+    ],
+)
+def test_bad_hosts_files_are_one_line_errors(tmp_path, keys, body, message):
+    defaults = 'key = "id_test"\nknown_hosts = "known_hosts"\n'
+    extra = "" if "key =" in body else defaults
+    extra = extra if "known_hosts" in body or "key =" not in body else 'known_hosts = "known_hosts"\n'
+    path = write_hosts(tmp_path, "[[host]]\n" + body + "\n" + extra)
+    with pytest.raises(BadInput) as err:
+        config.load(path)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_file_level_errors(tmp_path, keys):
+    with pytest.raises(BadInput, match="no such file|No such file"):
+        config.load(tmp_path / "none.toml")
+    with pytest.raises(BadInput, match="not TOML"):
+        config.load(write_hosts(tmp_path, "[[host]\n"))
+    with pytest.raises(BadInput, match="no \\[\\[host\\]\\] table"):
+        config.load(write_hosts(tmp_path, ""))
+    with pytest.raises(BadInput, match="unknown top-level key 'hosts'"):
+        config.load(write_hosts(tmp_path, "[[hosts]]\nname = 'a'\n"))
+    twice = '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
+    with pytest.raises(BadInput, match="two hosts are named 'a'"):
+        config.load(write_hosts(tmp_path, twice + twice))
+
+
+def test_the_command_says_one_line_and_exits_2(tmp_path, keys, capsys):
+    path = write_hosts(tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nsolts = 2\n')
+    for argv in (["hosts", "check", str(path)], ["run", "--hosts", str(path), "--output", str(tmp_path / "o")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert "unknown key 'solts'" in err
+
+
+def test_ssh_pins_the_host_key_and_uses_the_key_only(tmp_path, keys):
+    host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1], port=2200)
+    argv = ssh.command(host, ["/opt/memqual/.venv/bin/memqual", "hosts", "probe"])
+    options = " ".join(argv)
+    assert "StrictHostKeyChecking=yes" in options
+    assert f"UserKnownHostsFile={keys[1]}" in options
+    assert "PasswordAuthentication=no" in options and "BatchMode=yes" in options
+    assert argv[argv.index("-p") + 1] == "2200"
+    assert argv[-2:] == ["root@10.0.0.1", "/opt/memqual/.venv/bin/memqual hosts probe"]
+
+
+def test_slot_files_put_the_pinned_options_before_aexpects(tmp_path, keys):
+    host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1], slots=2)
+    conf = fleet.write_spawner_config(tmp_path / "fleet", [host], 40123, "quick")
+    text = conf.read_text()
+    assert "spawner = memqual-remote" in text and "status_server_listen = 127.0.0.1:40123" in text
+    slots = sorted((tmp_path / "fleet").glob("slot-*.json"))
+    assert len(slots) == 2 and all(oct(p.stat().st_mode & 0o777) == "0o600" for p in slots)
+    first, second = (json.loads(p.read_text()) for p in slots)
+    words = shlex.split(first["extra_cmdline"])
+    # aexpect appends "-o StrictHostKeyChecking=no" after these: ssh keeps the first.
+    assert words[words.index("StrictHostKeyChecking=yes") - 1] == "-o"
+    assert "127.0.0.1:40123:127.0.0.1:40123" in words  # the status server, through the session
+    assert "-R" not in shlex.split(second["extra_cmdline"])  # one forward per host
+    spec = FleetSpec.from_json(json.loads((tmp_path / "fleet" / "fleet-spec.json").read_text()))
+    assert set(spec.slots.values()) == {host}
+    assert spec.environment["MEMQUAL_PROFILE"] == "quick"
+
+
+@pytest.mark.parametrize(
+    "verdicts, top, odd",
+    [
+        ({"a": "reproduced", "b": "reproduced", "c": "not reproduced"}, "reproduced", {"c"}),
+        ({"a": "reproduced", "b": "reproduced"}, "reproduced", set()),
+        ({"a": "reproduced", "b": "not reproduced"}, None, set()),
+        ({"a": "x", "b": "y", "c": "z"}, None, set()),
+        ({"a": "x", "b": "x", "c": "y", "d": "z"}, None, set()),
+        ({"a": "x", "b": "x", "c": "x", "d": "z"}, "x", {"d"}),
+        ({}, None, set()),
+    ],
+)
+def test_majority_marks_the_hosts_that_differ(verdicts, top, odd):
+    assert page.majority(verdicts) == (top, frozenset(odd))
+
+
+def _results(**verdicts: str) -> dict:
+    return {"claims": [{"id": claim, "verdict": v} for claim, v in verdicts.items()]}
+
+
+def test_the_fleet_page_sets_verdicts_side_by_side_and_marks_the_odd_host(tmp_path):
+    columns = (
+        page.HostColumn(
+            "a",
+            "completed",
+            boot_id="k1",
+            results=_results(c1="reproduced", c2="underpowered"),
+            report="hosts/a/report.html",
+        ),
+        page.HostColumn("b", "completed", boot_id="k1", results=_results(c1="reproduced", c2="underpowered")),
+        page.HostColumn("c", "completed", boot_id="k2", results=_results(c1="not reproduced", c2="underpowered")),
+        page.HostColumn("d", "left out", reason="unreachable: Connection refused", boot_id=""),
+    )
+    fleet_page = page.Fleet(columns=columns)
+    rows = {r.claim: r for r in page.claim_rows(fleet_page)}
+    assert rows["c1"].odd == {"c"} and rows["c1"].majority == "reproduced"
+    assert rows["c2"].odd == frozenset()
+    assert page.shared_kernels(fleet_page) == [("k1", ("a", "b"))]
+    page.write(fleet_page, tmp_path)
+    html = (tmp_path / "fleet.html").read_text()
+    assert html.count("differs</td>") == 1
+    assert 'href="hosts/a/report.html"' in html
+    assert "One kernel" in html and "unreachable: Connection refused" in html
+    data = json.loads((tmp_path / "fleet.json").read_text())
+    assert data["claims"][0] == {
+        "claim": "c1",
+        "verdicts": {"a": "reproduced", "b": "reproduced", "c": "not reproduced"},
+        "majority": "reproduced",
+        "differs": ["c"],
+    }
+    lines = page.summary_lines(fleet_page)
+    assert "lab host d: LEFT OUT (no tasks): unreachable: Connection refused" in lines
+    assert any("c differ from the majority (reproduced)" in line for line in lines)
+
+
+def _task(job_dir: Path, index: int, place: Place | None, status: str | None, record: bool = True) -> Path:
+    logdir = job_dir / "test-results" / f"{index}-e2e_test_x.py_X.test_{index}"
+    (logdir / "data").mkdir(parents=True)
+    if place is not None:
+        write_place(logdir, place)
+    if record:
+        (logdir / "data" / f"memqual-x.t{index}-m-default.json").write_text(
+            json.dumps(
+                {
+                    "schema": "memqual.measurement/1",
+                    "scenario": f"x.t{index}",
+                    "metric": "m",
+                    "unit": "s",
+                    "better": "lower",
+                    "samples": [1.0],
+                    "environment": {"host_kernel": "6.1"},
+                }
+            )
+        )
+    return logdir
+
+
+def test_fault_bookkeeping_keeps_only_what_ran_to_its_end(tmp_path):
+    job_dir = tmp_path / "job"
+    ran = _task(job_dir, 1, Place("1-x", "a", RAN, started=1.0, ended=2.0), "PASS")
+    cut = _task(job_dir, 2, Place("2-x", "b", INTERRUPTED, "lab host b was lost"), None)
+    moved = _task(job_dir, 3, Place("3-x", "a", RAN), "PASS")
+    _task(job_dir, 4, Place("4-x", "", NOT_RUN, "no lab host left"), None, record=False)
+    (job_dir / "test-results" / "by-status").mkdir()
+    (job_dir / "results.json").write_text(
+        json.dumps(
+            {
+                "tests": [
+                    {"name": "1-x", "status": "PASS", "logdir": str(ran), "time_elapsed": 1.0},
+                    {"name": "3-x", "status": "PASS", "logdir": str(moved), "time_elapsed": 1.0},
+                ]
+            }
+        )
+    )
+    job = JobOutcome(command=[], exit_status=0, job_dir=job_dir, summary="", tests=[], counts={})
+    tasks = fleet.task_results(job)
+    assert [(t.id, t.host, t.outcome, t.status) for t in tasks] == [
+        ("1-x", "a", RAN, "PASS"),
+        ("2-x", "b", INTERRUPTED, "SKIP"),
+        ("3-x", "a", RAN, "PASS"),
+        ("4-x", "", NOT_RUN, "SKIP"),
+    ]
+    assert read_place(cut) == Place("2-x", "b", INTERRUPTED, "lab host b was lost")
+    assert fleet.host_records(tasks, "a", tmp_path / "a") == 2
+    assert all(json.loads(p.read_text())["environment"]["lab_host"] == "a" for p in (tmp_path / "a").iterdir())
+    # The half-run task's record is never merged.
+    assert fleet.host_records(tasks, "b", tmp_path / "b") == 0
+    assert list((tmp_path / "b").iterdir()) == []
+
+
+def test_lost_hosts_are_read_back(tmp_path):
+    assert fleet.read_lost(tmp_path) == {}
+    (tmp_path / "lost.json").write_text(json.dumps({"b": "the SSH session ended"}))
+    assert fleet.read_lost(tmp_path) == {"b": "the SSH session ended"}
+
+
+def test_an_unreachable_host_is_left_out_and_the_run_says_so(tmp_path, keys, monkeypatch):
+    hosts = write_hosts(
+        tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
+    )
+    from host.hosts import check
+    from host.runjob import RunConfig
+
+    monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, "unreachable: No route to host"))
+    called = []
+    monkeypatch.setattr(fleet, "run_avocado", lambda *a, **k: called.append(a))
+    status = fleet.run(RunConfig(output=tmp_path / "out"), hosts)
+    assert status == fleet.EXIT_INCOMPLETE
+    assert called == []  # no host left: no job
+    data = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    assert data["hosts"][0]["status"] == "left out"
+    assert data["hosts"][0]["reason"] == "unreachable: No route to host"
+
+
+def test_qemus_left_behind_are_found_by_their_orphaned_parent(tmp_path):
+    def fake(pid: int, argv: list[str], ppid: int) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (d / "stat").write_text(f"{pid} (qemu-system-x86) S {ppid} {pid} {pid} 0")
+
+    cache = "/root/.cache/memqual"
+    fake(100, ["/usr/bin/qemu-system-x86_64", "-kernel", f"{cache}/images/x/vmlinux"], 1)
+    fake(101, ["/usr/bin/qemu-system-x86_64", "-kernel", f"{cache}/images/x/vmlinux"], 55)  # its runner lives
+    fake(102, ["/usr/bin/qemu-system-x86_64", "-kernel", "/srv/other/vmlinux"], 1)  # not memqual's
+    fake(103, ["/usr/bin/python3", cache], 1)
+    (tmp_path / "self").mkdir()
+    assert probe.orphaned_qemus(cache, proc=tmp_path) == [100]
+
+
+def test_the_probe_answer_round_trips():
+    answer = probe.HostProbe("0.1.0", "b00t", {"host_kernel": "6.1"}, "/run/memqual/measure.lock", True, None, (7,))
+    assert probe.HostProbe.from_json(json.loads(json.dumps(answer.to_json()))) == answer
+    with pytest.raises(ValueError):
+        probe.HostProbe.from_json({"schema": "other"})

@@ -1,0 +1,96 @@
+"""The wheel holds everything memqual reads at run time, and an installed
+memqual finds it there rather than in a checkout.
+
+The wheel is built once, from a copy of the source tree (a build in place
+would leave build/ in the checkout other runs share), without build
+isolation so that it needs no network: a few seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+SOURCE = Path(__file__).resolve().parent.parent
+# What the checkout holds that is no input of the build.
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", ".tox", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "memqual-*"
+)
+CODE = ("host", "images", "e2e")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    shutil.copytree(SOURCE, src, ignore=NOT_SOURCE)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work), str(src)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    (built,) = work.glob("memqual-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def names(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return set(archive.namelist())
+
+
+def test_every_module_is_in_the_wheel(names: set[str]) -> None:
+    modules = {str(p.relative_to(SOURCE)) for top in CODE for p in (SOURCE / top).rglob("*.py")}
+    assert modules - names == set()
+
+
+def test_the_guest_sources_claims_and_layouts_are_in_the_wheel(names: set[str]) -> None:
+    guest = {f"memqual/guest/{p.name}" for p in (SOURCE / "guest").iterdir() if p.is_file()}
+    layouts = {str(p.relative_to(SOURCE)) for p in (SOURCE / "host" / "memslots" / "layouts").glob("*.json")}
+    assert guest and layouts
+    assert {"memqual/claims/claims.json", *guest, *layouts} - names == set()
+
+
+def test_no_generic_top_level_name_beyond_the_code(names: set[str]) -> None:
+    # guest/ and claims/ go under memqual/: as top-level folders they would
+    # collide with other distributions' in site-packages.
+    tops = {name.split("/", 1)[0] for name in names if not name.split("/", 1)[0].endswith(".dist-info")}
+    assert tops == {*CODE, "memqual"}
+
+
+def test_the_memqual_command_is_the_cli(names: set[str], wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        assert "memqual = host.cli:main" in archive.read(entry_points).decode().splitlines()
+
+
+def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> None:
+    """Imported from the wheel's contents (not the checkout), the code finds
+    claims.json and the guest sources among them."""
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    # host.claims itself imports the statistics (seconds): its constant is
+    # shipped("claims") / "claims.json", checked here without it.
+    probe = (
+        "import json; from host.paths import shipped; from images import agents, balloon_driver, build;"
+        "print(json.dumps([str(shipped('claims') / 'claims.json'), str(agents.GUEST_DIR), str(build.GUEST_DIR),"
+        " str(balloon_driver.PATCH), agents.available()]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    claims_file, agents_dir, build_dir, patch, available = json.loads(out.stdout)
+    for path in (claims_file, agents_dir, build_dir, patch):
+        assert Path(path).is_relative_to(site / "memqual"), path
+        assert Path(path).exists(), path
+    assert available == sorted(p.stem for p in (SOURCE / "guest").glob("*.c"))
+    assert json.loads(Path(claims_file).read_text())
