@@ -39,7 +39,7 @@ MARGIN_MIB = 64  # MemAvailable must exceed the inflate by this (as e2e/test_bal
 MACHINE = "pc"
 # What the scenario records, per size and for the fit (memqual bisect
 # --metric reads the names here).
-SIZE_METRICS = ("inflate_s", "host_wait_share", "deflate_s")
+SIZE_METRICS = rs.SIZE_METRICS
 FIT_METRICS = tuple(metric for metric, *_ in rs.FIT_RECORDS)
 
 

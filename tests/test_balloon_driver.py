@@ -337,7 +337,7 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
                 for label, size in rs.guest_plan(list(sizes), g, inflate_bytes)
             ]
         )
-    assert [len(v) for v in run.per_guest_fit.values()] == [4, 4]
+    assert [len(v) for v in run.per_guest_fit.values()] == [4, 4, 4]
     fits = run.fits()
     assert fits.inflate["per_request_s"]["value"] == pytest.approx(2e-3, rel=0.05)
     assert fits.deflate["per_page_s"]["value"] == pytest.approx(5e-6, rel=0.05)
@@ -345,12 +345,13 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
     by_metric: dict[str, list[Measurement]] = {}
     for m in records:
         by_metric.setdefault(m.metric, []).append(m)
-    for metric in ("inflate_s", "host_wait_share", "deflate_s"):
+    assert [m.metric for m in records] == [*rs.SIZE_METRICS * len(sizes), *(r[0] for r in rs.FIT_RECORDS)]
+    for metric in rs.SIZE_METRICS:
         assert [m.variant for m in by_metric[metric]] == [{"per_request": k, "pfns": v} for k, v in sizes.items()]
         assert all(m.n_replicates == 4 for m in by_metric[metric])
-    for metric, direction, *_ in rs.FIT_RECORDS:
+    for metric, measure, *_ in rs.FIT_RECORDS:
         (m,) = by_metric[metric]
-        assert m.extra["direction"] == direction and m.n_replicates == 4
+        assert m.extra["measure"] == measure and m.n_replicates == 4
         assert m.extra["low"] <= m.extra["value"] <= m.extra["high"]
     assert by_metric["per_request_us"][0].extra["value"] == pytest.approx(2000, rel=0.05)
     assert run.requests(0, "deflate")["256 pfns"] == 768 and run.requests(0)["whole guest"] == 1

@@ -189,11 +189,18 @@ def requests_for(pages: int, pfns: int) -> int:
 
 # -- record ----------------------------------------------------------------
 COST_KEYS = ("fixed_s", "per_request_s", "per_page_s")
-# (metric, direction, cost key, factor to the unit, unit): the fitted costs
-# recorded, each guest's own fit its replicate.
+# Per size, in this order: host-timed inflate, the driver's share waiting
+# for the host, QEMU's CPU seconds over the inflate, host-timed deflate.
+SIZE_METRICS = ("inflate_s", "host_wait_share", "qemu_cpu_s", "deflate_s")
+# (metric, measure, cost key, factor to the unit, unit): the fitted costs
+# recorded, each guest's own fit its replicate.  QEMU's CPU seconds are
+# what a loaded shared host leaves measurable: wall time there carries
+# every other guest's load (docs/balloon.md).
 FIT_RECORDS = (
     ("per_request_us", "inflate", "per_request_s", 1e6, "us"),
     ("per_page_ns", "inflate", "per_page_s", 1e9, "ns"),
+    ("qemu_cpu_per_request_us", "qemu_cpu", "per_request_s", 1e6, "us"),
+    ("qemu_cpu_per_page_ns", "qemu_cpu", "per_page_s", 1e9, "ns"),
     ("deflate_per_request_us", "deflate", "per_request_s", 1e6, "us"),
     ("deflate_per_page_ns", "deflate", "per_page_s", 1e9, "ns"),
 )
@@ -219,25 +226,34 @@ class RequestSizeRun:
     sizes: dict[str, int]  # label -> PFNs per request
     inflate_bytes: int  # the full inflate
     samples: list[Sample] = dataclasses.field(default_factory=list)
-    # direction -> each guest's own fit (its cost keys), one per guest
+    # measure -> each guest's own fit (its cost keys), one per guest
     per_guest_fit: dict[str, list[dict[str, float]]] = dataclasses.field(
-        default_factory=lambda: {"inflate": [], "deflate": []}
+        default_factory=lambda: {"inflate": [], "qemu_cpu": [], "deflate": []}
     )
 
     def add_guest(self, samples: list[Sample]) -> None:
         """One guest's samples, and its own fits when they can be made."""
         self.samples += samples
-        for direction, rows in (("inflate", self.rows(samples)), ("deflate", self.deflate_rows(samples))):
+        for measure, rows in (
+            ("inflate", self.rows(samples)),
+            ("qemu_cpu", self.cpu_rows(samples)),
+            ("deflate", self.deflate_rows(samples)),
+        ):
             try:
                 fit = fit_costs(rows, resamples=0)
             except ValueError:
                 continue
-            self.per_guest_fit[direction].append({k: fit[k]["value"] for k in COST_KEYS})
+            self.per_guest_fit[measure].append({k: fit[k]["value"] for k in COST_KEYS})
 
     @staticmethod
     def rows(samples: Sequence[Sample]) -> list[Inflate]:
         """Host-timed seconds of every inflate."""
         return [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s in samples if (i := s.inflate)]
+
+    @staticmethod
+    def cpu_rows(samples: Sequence[Sample]) -> list[Inflate]:
+        """QEMU's CPU seconds over every inflate."""
+        return [Inflate(s.guest, s.pages, i.requests, s.qemu_cpu_s) for s in samples if (i := s.inflate)]
 
     @staticmethod
     def deflate_rows(samples: Sequence[Sample]) -> list[Inflate]:
@@ -292,7 +308,7 @@ class RequestSizeRun:
         return Fits(
             inflate=fit_costs(self.rows(self.samples)),
             host_wait=fit_costs([Inflate(s.guest, s.pages, i.requests, i.wait_ns / 1e9) for s, i in done]),
-            qemu_cpu=fit_costs([Inflate(s.guest, s.pages, i.requests, s.qemu_cpu_s) for s, i in done]),
+            qemu_cpu=fit_costs(self.cpu_rows(self.samples)),
             deflate=fit_costs(self.deflate_rows(self.samples)),
         )
 
@@ -306,8 +322,7 @@ class RequestSizeRun:
     ) -> list[Measurement]:
         """The run's records; ``fits`` as ``fits()`` returned them, if at hand.
         Per size (variant ``per_request`` = its label, ``pfns`` = its PFNs per
-        request): ``inflate_s``, ``host_wait_share``, ``deflate_s``; then the
-        fitted costs of ``FIT_RECORDS``."""
+        request): ``SIZE_METRICS``; then the fitted costs of ``FIT_RECORDS``."""
         fits = fits or self.fits()
         fit = fits.inflate
         # The transfer model with these measured costs (negative fits read as 0),
@@ -362,6 +377,13 @@ class RequestSizeRun:
                     "to its ack (the kick and QEMU's work on it), over the span from the first request's "
                     "page allocation to the last ack",
                 ),
+                (
+                    "qemu_cpu_s",
+                    "s",
+                    [r["qemu_cpu_s"] for r in runs],
+                    "CPU seconds of all QEMU's threads over the inflate (schedstat): what it cost the host, "
+                    "whatever else competed for the cores",
+                ),
                 ("deflate_s", "s", [r["deflate_s"] for r in runs], "host-timed QMP, the same pages given back"),
             ):
                 out.append(
@@ -377,20 +399,21 @@ class RequestSizeRun:
                         extra={**extra, "timed": timed} if timed else extra,
                     )
                 )
-        for metric, direction, key, factor, unit in FIT_RECORDS:
-            pooled = fits.inflate if direction == "inflate" else fits.deflate
+        pooled_fits = {"inflate": fits.inflate, "qemu_cpu": fits.qemu_cpu, "deflate": fits.deflate}
+        for metric, measure, key, factor, unit in FIT_RECORDS:
+            pooled = pooled_fits[measure]
             out.append(
                 Measurement(
                     scenario=SCENARIO,
                     metric=metric,
                     unit=unit,
                     better="lower",
-                    replicates=[[f[key] * factor] for f in self.per_guest_fit[direction]],
+                    replicates=[[f[key] * factor] for f in self.per_guest_fit[measure]],
                     samples=[],
                     settings=settings,
                     extra={
                         "fit": pooled,
-                        "direction": direction,
+                        "measure": measure,
                         "value": pooled[key]["value"] * factor,
                         "low": pooled[key]["low"] * factor,
                         "high": pooled[key]["high"] * factor,
