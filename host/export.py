@@ -262,9 +262,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from host.report import load_results
+    from host.results import load_results
 
-    results = load_results(args.results)
+    results = load_results(args.results).to_json()
     data = to_kcidb(results, origin=args.origin)
     text = json.dumps(data, indent=2) + "\n"
     if args.kcidb == "-":

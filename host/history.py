@@ -128,14 +128,14 @@ def find_results(paths: Sequence[str]) -> list[Path]:
 
 
 def load_runs(paths: Sequence[str]) -> list[Run]:
-    from host.report import load_results
+    from host.results import load_results
 
     files = find_results(paths)
     if not files:
         raise BadInput(f"no results.json under {', '.join(paths)}: give memqual run output directories")
     runs = []
     for f in files:
-        data = load_results(f)
+        data = load_results(f).to_json()
         env = data.get("environment") or {}
         run = data.get("run") or {}
         runs.append(
@@ -152,9 +152,9 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
 
 
 def _kernel_order(release: str | None) -> tuple[Any, ...]:
-    from images.packages import _release_order
+    from images.packages import release_order
 
-    return (0, _release_order(release)) if release else (1, ())
+    return (0, release_order(release)) if release else (1, ())
 
 
 def order_runs(runs: list[Run], by: str) -> list[Run]:
@@ -353,9 +353,9 @@ def to_json(
 
 
 def _plot(series: Series, runs: list[Run], threshold: float) -> str:
-    from host.report import _png, _pyplot
+    from host.html import png, pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 2.4))
     xs = [p.run for p in series.points]
     for p in series.points:
@@ -373,19 +373,19 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
     ax.set_xlabel("run (see the table above)", fontsize=7)
     ax.set_ylabel("ratio to run 1", fontsize=7)
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from host.report import _CSS, _environment_line, _esc
+    from host.html import CSS, environment_line, esc
 
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>memqual history</title><style>{_CSS}</style></head><body><main>",
+        f"<title>memqual history</title><style>{CSS}</style></head><body><main>",
         "<h1>memqual history</h1>",
         f"<p class='sub'>{sum(len(g.runs) for g in groups)} runs in {len(groups)} group(s) (host and QEMU alike "
-        f"within a group) · ordered by {_esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per metric</p>",
-        f"<p>Steps: <b>{_esc(TEST_NAME)}</b>; a step is marked where p &lt; {alpha:g} and the two-stage bootstrap "
+        f"within a group) · ordered by {esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per metric</p>",
+        f"<p>Steps: <b>{esc(TEST_NAME)}</b>; a step is marked where p &lt; {alpha:g} and the two-stage bootstrap "
         f"95% CI of the ratio of the pooled medians after / before lies wholly outside ±{threshold:.0%} (shaded). "
         "Each point is a run's pooled median over the group's first run, with its 95% CI over the replicates.</p>",
     ]
@@ -397,7 +397,7 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
         )
         for key, values in diffs.items():
             parts.append(
-                f"<tr><td>{_esc(key)}</td>" + "".join(f"<td>{_esc(json.dumps(v))}</td>" for v in values) + "</tr>"
+                f"<tr><td>{esc(key)}</td>" + "".join(f"<td>{esc(json.dumps(v))}</td>" for v in values) + "</tr>"
             )
         parts.append("</table>")
     for gi, g in enumerate(groups):
@@ -406,12 +406,12 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
             f"<h2>Group {gi + 1}: {len(g.runs)} runs, {len(g.series)} metrics in two or more, "
             f"{len(stepped)} with a step</h2>"
         )
-        parts.append(_environment_line(g.runs[0].environment))
+        parts.append(environment_line(g.runs[0].environment))
         parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
         for i, r in enumerate(g.runs):
             parts.append(
-                f"<tr><td>{i + 1}</td><td>{_esc(r.created)}</td><td>{_esc(r.guest_kernel or '?')}</td>"
-                f"<td>{_esc(r.label)}</td><td>{_esc(str(r.path))}</td></tr>"
+                f"<tr><td>{i + 1}</td><td>{esc(r.created)}</td><td>{esc(r.guest_kernel or '?')}</td>"
+                f"<td>{esc(r.label)}</td><td>{esc(str(r.path))}</td></tr>"
             )
         parts.append("</table>")
         for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
@@ -424,8 +424,8 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
                 or "no step"
             )
             parts.append(
-                f"<h3>{_esc(s.key)}</h3><p class='sub'>{_esc(s.unit)}, {_esc(s.better)} is better · "
-                f"<b>{_esc(steps)}</b></p>"
+                f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.unit)}, {esc(s.better)} is better · "
+                f"<b>{esc(steps)}</b></p>"
             )
             parts.append(f"<img alt='series' src='data:image/png;base64,{_plot(s, g.runs, threshold)}'>")
     parts.append("</main></body></html>")

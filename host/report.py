@@ -13,57 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from host import results as _results
 from host import stats
 from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
-from host.environment import FINGERPRINT_KEYS
 from host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
-from host.results import (
-    SCHEMA,
-    Results,
-    build_results,
-    environment_fingerprint,
-    memqual_version,
-    metric_key,
-    metrics_of,
-    variant_label,
-    write_results,
-)
-
-# Kept here for the callers that still reach them through this module: the
-# results reader, writer and builder (host/runjob.py, host/history.py,
-# host/export.py, host/bisect/) and, under their old private names, the
-# HTML helpers (host/history.py, host/bisect/page.py).
-__all__ = [
-    "FINGERPRINT_KEYS",
-    "SCHEMA",
-    "VERDICT_COLOURS",
-    "Results",
-    "build_results",
-    "environment_fingerprint",
-    "load_results",
-    "memqual_version",
-    "metric_key",
-    "metrics_of",
-    "variant_label",
-    "write_results",
-    "kernbench_tables",
-    "print_tables",
-    "evidence_class",
-    "evidence_line",
-    "claim_plot",
-    "distribution_plot",
-    "render_html",
-    "write_html",
-]
-_CSS, _esc, _png, _pyplot, _environment_line = CSS, esc, png, pyplot, environment_line
-
-
-def load_results(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """``results.load_results`` as the plain dict the callers that still
-    come through here handle (they serialise parts of it as they are)."""
-    return _results.load_results(path).to_json()
-
+from host.results import Results, variant_label
 
 _RICH_STYLES = {
     REPRODUCED: "bold green",

@@ -49,7 +49,6 @@ import argparse
 import contextlib
 import dataclasses
 import datetime as _dt
-import hashlib
 import json
 import os
 import queue
@@ -568,6 +567,7 @@ def write_outputs(
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
     from host import claims, record, report
+    from host.results import build_results, write_results
 
     records, problems = [], []
     for job in jobs:
@@ -604,13 +604,13 @@ def write_outputs(
         "tests": [dataclasses.asdict(t) | {"round": index + 1} for index, job in enumerate(jobs) for t in job.tests],
         "record_problems": problems,
     }
-    results = report.build_results(verdicts, records, run=run_info)
+    results = build_results(verdicts, records, run=run_info)
     env = results["environment"]
     if kernel is not None and env.get("guest_kernel_sha256") is None:
         env["guest_kernel_sha256"] = kernel.sha256
         env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"
     out_dir.mkdir(parents=True, exist_ok=True)
-    report.write_results(results, out_dir / "results.json")
+    write_results(results, out_dir / "results.json")
     report.write_html(results, out_dir / "report.html")
     report.print_tables(results, console)
     console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
@@ -760,14 +760,6 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
 # ------------------------------------------------------------------ CLI
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
@@ -790,6 +782,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if len(modules_in) != len(kernels_in):
         # The image builder needs both: a kernel and its lib/modules/RELEASE.
         raise BadInput("give --guest-modules DIR (lib/modules/RELEASE) once per --guest-kernel, in the same order")
+    from images.build import sha256_file
+
     kernels = []
     for index, bzimage in enumerate(kernels_in):
         if not bzimage.is_file():
@@ -803,7 +797,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 label,
                 bzimage.resolve(),
                 modules.resolve() if modules else None,
-                _sha256(bzimage),
+                sha256_file(bzimage),
                 kernel_build=builds_in[index] if builds_in else None,
             )
         )

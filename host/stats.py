@@ -28,7 +28,7 @@ the choices are written down once:
   exact (every one of the C(na+nb, na) arrangements enumerated) when that
   count fits in the budget, Monte Carlo otherwise; the result says which.
   8 against 8 has 12870 arrangements: more than the 9999 resamples of the
-  flat ``permutation_pvalue``, within the DEFAULT_PERMUTATIONS (200000) of
+  flat ``compare``, within the DEFAULT_PERMUTATIONS (200000) of
   the replicate-level test, which enumerates up to 10 against 10.
 - **Power.**  An exact permutation test cannot give a p below
   ``min_attainable_p(na, nb)`` (2/C(2n, n) for n a side).  When that floor is
@@ -40,8 +40,8 @@ the choices are written down once:
   medians is at least ``min_effect`` (a real but tiny shift is not worth a
   verdict).  Several metrics of one comparison are corrected with ``holm``.
 
-The older sample-level functions (``compare``, ``bootstrap_ratio_ci``,
-``permutation_pvalue`` on flat samples) stay for computed figures that have
+The older sample-level functions (``compare``, ``bootstrap_ratio_ci`` and
+``permutation_test`` on flat samples) stay for computed figures that have
 no replicate structure.
 
 Every random choice is seeded: the same samples give the same report.
@@ -256,23 +256,6 @@ def permutation_test(
         hits += int(np.count_nonzero(stat >= observed - tolerance))
         done += size
     return PermutationResult(float(min(1.0, (1 + hits) / (1 + n_resamples))), False, total, n_resamples)
-
-
-def permutation_pvalue(
-    a: Samples,
-    b: Samples,
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> float:
-    """The p of ``permutation_test`` on flat samples (computed figures with no
-    replicate structure); 1 when a side has a single value, which has no
-    spread to test against.  For measurements use
-    ``replicate_permutation_test``."""
-    arr_a, arr_b = _array(a), _array(b)
-    if arr_a.size < 2 or arr_b.size < 2:
-        return 1.0
-    return permutation_test(arr_a, arr_b, n_resamples=n_resamples, seed=seed).p_value
 
 
 def _replicates(reps: Sequence[Samples]) -> list[np.ndarray]:
@@ -515,19 +498,18 @@ def compare(
     """A against B on flat samples, each sample taken as independent: right
     only for figures with no nesting (a model's outputs).  Measurements go
     through ``compare_replicates``."""
-    low, high = bootstrap_ratio_ci(a, b, confidence=confidence, n_resamples=n_resamples, seed=seed)
-    return Comparison(
-        a=summarize(a),
-        b=summarize(b),
-        ratio=ratio_of_medians(a, b),
-        ci_low=low,
-        ci_high=high,
-        confidence=confidence,
-        p_value=permutation_pvalue(a, b, n_resamples=n_resamples, seed=seed),
+    arr_a, arr_b = _array(a), _array(b)
+    # A side with a single value has no spread to test against: p is 1.
+    testable = arr_a.size > 1 and arr_b.size > 1
+    return _comparison(
+        arr_a,
+        arr_b,
+        bootstrap_ratio_ci(arr_a, arr_b, confidence=confidence, n_resamples=n_resamples, seed=seed),
+        permutation_test(arr_a, arr_b, n_resamples=n_resamples, seed=seed).p_value if testable else 1.0,
         alpha=alpha,
         min_effect=min_effect,
-        n_replicates_a=len(a),
-        n_replicates_b=len(b),
+        confidence=confidence,
+        n_replicates=(len(a), len(b)),
         p_method="sample-level permutation",
         ci_method="sample-level bootstrap",
     )
@@ -550,28 +532,61 @@ def compare_replicates(
     n_permutations arrangements), the replicate counts, and whether those
     counts can reach p < alpha at all."""
     ga, gb = _replicates(a_reps), _replicates(b_reps)
-    pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
-    low, high = hierarchical_ratio_ci(ga, gb, confidence=confidence, n_resamples=n_resamples, seed=seed)
+    ci = hierarchical_ratio_ci(ga, gb, confidence=confidence, n_resamples=n_resamples, seed=seed)
     perm = replicate_permutation_test(ga, gb, n_resamples=n_permutations, seed=seed)
-    na, nb = len(ga), len(gb)
-    floor = min_attainable_p(na, nb, n_permutations)
-    return Comparison(
-        a=summarize(pooled_a),
-        b=summarize(pooled_b),
-        ratio=ratio_of_medians(pooled_a, pooled_b),
-        ci_low=low,
-        ci_high=high,
-        confidence=confidence,
-        p_value=perm.p_value,
+    floor = min_attainable_p(len(ga), len(gb), n_permutations)
+    return _comparison(
+        np.concatenate(ga),
+        np.concatenate(gb),
+        ci,
+        perm.p_value,
         alpha=alpha,
         min_effect=min_effect,
-        n_replicates_a=na,
-        n_replicates_b=nb,
+        confidence=confidence,
+        n_replicates=(len(ga), len(gb)),
         p_method=f"permutation of replicate medians, {perm.method}",
-        ci_method=ci_method(na, nb),
+        ci_method=ci_method(len(ga), len(gb)),
         min_attainable_p=floor,
         underpowered=floor >= alpha,
         replicates_needed=replicates_needed(alpha),
+    )
+
+
+def _comparison(
+    a: np.ndarray,
+    b: np.ndarray,
+    ci: tuple[float, float],
+    p_value: float,
+    *,
+    alpha: float,
+    min_effect: float,
+    confidence: float,
+    n_replicates: tuple[int, int],
+    p_method: str,
+    ci_method: str,
+    min_attainable_p: float = 0.0,
+    underpowered: bool = False,
+    replicates_needed: int | None = None,
+) -> Comparison:
+    """The Comparison of the pooled samples ``a`` and ``b`` with the CI and
+    p each kind of comparison computed its own way."""
+    return Comparison(
+        a=summarize(a),
+        b=summarize(b),
+        ratio=ratio_of_medians(a, b),
+        ci_low=ci[0],
+        ci_high=ci[1],
+        confidence=confidence,
+        p_value=p_value,
+        alpha=alpha,
+        min_effect=min_effect,
+        n_replicates_a=n_replicates[0],
+        n_replicates_b=n_replicates[1],
+        p_method=p_method,
+        ci_method=ci_method,
+        min_attainable_p=min_attainable_p,
+        underpowered=underpowered,
+        replicates_needed=replicates_needed,
     )
 
 

@@ -90,10 +90,10 @@ def _list_kernels() -> str:
         # not kernels.
         if re.match(r"\d+\.\d+\.\d+", release) and release.endswith("-amd64") and "-dbg" not in release:
             releases.add(release)
-    return "\n".join(sorted(releases, key=_release_order))
+    return "\n".join(sorted(releases, key=release_order))
 
 
-def _release_order(release: str) -> tuple[object, ...]:
+def release_order(release: str) -> tuple[object, ...]:
     parts: list[object] = []
     for piece in release.replace("+", ".").replace("-", ".").split("."):
         parts.append((0, int(piece), "") if piece.isdigit() else (1, 0, piece))

@@ -27,25 +27,9 @@ PACKAGES = ("host", "images")
 ALLOWED_CYCLES: tuple[frozenset[str], ...] = ()
 
 # Private names other modules import today, each to be removed by the work
-# that owns the importing module (bisect and history on host/html.py and on
-# public runjob and package helpers).
-# (importing module, "module._name").  Delete an entry once it is gone.
-ALLOWED_PRIVATE_IMPORTS = frozenset(
-    {
-        ("host.bisect", "host.runjob._sha256"),
-        ("host.bisect", "host.runjob._terminate_as_exception"),
-        ("host.bisect.page", "host.report._CSS"),
-        ("host.bisect.page", "host.report._esc"),
-        ("host.bisect.page", "host.report._png"),
-        ("host.bisect.page", "host.report._pyplot"),
-        ("host.history", "images.packages._release_order"),
-        ("host.history", "host.report._png"),
-        ("host.history", "host.report._pyplot"),
-        ("host.history", "host.report._CSS"),
-        ("host.history", "host.report._esc"),
-        ("host.history", "host.report._environment_line"),
-    }
-)
+# that owns the importing module.  (importing module, "module._name").
+# Delete an entry once it is gone.
+ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: Path) -> str:

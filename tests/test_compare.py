@@ -9,9 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from host import claims, compare, record, report, stats
+from host import claims, compare, record, stats
 from host.errors import BadInput
 from host.record import Measurement
+from host.results import build_results, write_results
 
 
 def _units(
@@ -66,9 +67,9 @@ def _many(n_metrics: int, seed: int, reps: int, slowed: dict[int, float] | None 
 
 
 def _results(tmp_path, name: str, records: list[Measurement]) -> str:
-    res = report.build_results(claims.evaluate(claims.load(), records), records, host_fallback=False)
+    res = build_results(claims.evaluate(claims.load(), records), records, host_fallback=False)
     path = tmp_path / f"{name}.json"
-    report.write_results(res, path)
+    write_results(res, path)
     return str(path)
 
 

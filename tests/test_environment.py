@@ -13,9 +13,10 @@ from typing import cast
 import fake_qemu
 import pytest
 
-from host import probe, report
+from host import probe
 from host.environment import FINGERPRINT_KEYS, Environment
 from host.record import Measurement
+from host.results import environment_fingerprint
 
 
 def test_to_json_has_only_known_keys_and_round_trips() -> None:
@@ -68,7 +69,7 @@ def test_the_reports_host_fallback_is_the_probes(tmp_path: Path, monkeypatch: py
         samples=[1.0],
         environment=Environment(host_kernel="6.18.0").to_json(),
     )
-    env = report.environment_fingerprint([rec], host_fallback=True)
+    env = environment_fingerprint([rec], host_fallback=True)
     assert env["host_kernel"] == "6.18.0" and env["environment_sources"]["host_kernel"] == "records"
     assert env["qemu"] == fake_qemu.VERSION
     assert env["environment_sources"]["qemu"].startswith("host")

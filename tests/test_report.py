@@ -11,8 +11,10 @@ import pytest
 from rich.console import Console
 
 from host import claims, report
+from host.environment import FINGERPRINT_KEYS
 from host.errors import BadInput
 from host.record import Measurement
+from host.results import SCHEMA, build_results, environment_fingerprint, load_results, metrics_of, write_results
 
 
 def _rec(
@@ -57,32 +59,30 @@ def _records() -> list[Measurement]:
 @pytest.fixture()
 def results():
     recs = _records()
-    return report.build_results(
-        claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False
-    )
+    return build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
 
 
 def test_fingerprint_keeps_disagreements():
-    env = report.environment_fingerprint(_records(), host_fallback=False)
+    env = environment_fingerprint(_records(), host_fallback=False)
     assert env["qemu"] == "7.2.15"
     assert env["host_kernel"] == "6.18.0"  # the most common value...
     assert sorted(env["host_kernel_all"]) == ["6.18.0", "6.18.1"]  # ...and every value seen
     assert env["guest_kernel_sha256"] == "ab" * 32
     assert env["kvm_nr_memslots"] is None  # no record said: null, and said so
     assert env["environment_sources"]["kvm_nr_memslots"].startswith("unknown")
-    assert list(env)[: len(report.FINGERPRINT_KEYS)] == list(report.FINGERPRINT_KEYS)
+    assert list(env)[: len(FINGERPRINT_KEYS)] == list(FINGERPRINT_KEYS)
 
 
 def test_host_fallback_fills_what_no_record_said():
-    env = report.environment_fingerprint([], host_fallback=True)
+    env = environment_fingerprint([], host_fallback=True)
     assert env["host_kernel"]  # platform.release() always answers
     assert env["environment_sources"]["host_kernel"].startswith("host")
 
 
 def test_results_round_trip_and_hold_every_claim(results, tmp_path):
-    path = report.write_results(results, tmp_path / "results.json")
-    loaded = report.load_results(path)
-    assert loaded["schema"] == report.SCHEMA
+    path = write_results(results, tmp_path / "results.json")
+    loaded = load_results(path).to_json()
+    assert loaded["schema"] == SCHEMA
     assert [c["id"] for c in loaded["claims"]] == [c.id for c in claims.load()]
     ksm = next(c for c in loaded["claims"] if c["id"] == "ksm-volatile-4k")
     assert ksm["verdict"] == claims.REPRODUCED
@@ -96,7 +96,7 @@ def test_results_round_trip_and_hold_every_claim(results, tmp_path):
 
 def test_two_records_of_one_metric_are_both_kept():
     recs = _records()
-    keys = [m["key"] for m in report.metrics_of(recs + recs[:1])]
+    keys = [m["key"] for m in metrics_of(recs + recs[:1])]
     assert len(keys) == 5 and len(set(keys)) == 5
     assert sum(k.endswith(" #2") for k in keys) == 1
 
@@ -145,8 +145,8 @@ def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path
 
 def test_a_directory_or_a_foreign_json_is_not_a_results_file(tmp_path):
     with pytest.raises(BadInput, match="is a directory"):
-        report.load_results(tmp_path)
+        load_results(tmp_path)
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"schema": "memqual.measurement/1"}))
     with pytest.raises(BadInput, match="a measurement record, not a results.json"):
-        report.load_results(other)
+        load_results(other)

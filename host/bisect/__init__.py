@@ -151,9 +151,10 @@ def avocado_runner(settings: Any, console: Any) -> Any:
     """The real RoundRunner: one avocado job of the kernel, through runjob."""
     from host import runjob
     from host.bisect import series
+    from images.build import sha256_file
 
     files = series.resolve_kernels(list(settings.kernels))
-    sums = {version: runjob._sha256(bz) for version, (bz, _) in files.items()}
+    sums = {version: sha256_file(bz) for version, (bz, _) in files.items()}
     tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
 
     def run_round(index: int, spec: Any, directory: Path) -> tuple[list[Any], str, int, str | None]:
@@ -223,7 +224,7 @@ def main(args: argparse.Namespace) -> int:
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
         runner = avocado_runner(settings, console)  # unknown kernels fail here, before any job
         bisector = run.Bisector(settings, directory, runner, say=say)
-    with runjob._terminate_as_exception():
+    with runjob.terminate_as_exception():
         bisector.run()
     say(f"wrote {directory / 'bisect.log'}, {directory / 'bisect.json'} and {directory / 'bisect.html'}")
     return 0

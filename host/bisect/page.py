@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from host.report import _CSS, _esc, _png, _pyplot
+from host.html import CSS, esc, png, pyplot
 
 COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
 
@@ -22,7 +22,7 @@ def forest_plot(state: dict[str, Any]) -> str | None:
         return None
     kernels = state["settings"]["kernels"]
     threshold = state["settings"]["threshold"]
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(kernels) + 1.3))
     for index in range(len(kernels)):
         y = len(kernels) - 1 - index
@@ -49,7 +49,7 @@ def forest_plot(state: dict[str, Any]) -> str | None:
     ax.set_yticklabels([f"K{i + 1} {k}"[:70] for i, k in reversed(list(enumerate(kernels)))], fontsize=7)
     ax.set_xlabel(f"probe / K1 (pooled median ratio, 95% CI over replicates); shaded: within {threshold:.0%}")
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)
 
 
 def render(state: dict[str, Any]) -> str:
@@ -61,13 +61,13 @@ def render(state: dict[str, Any]) -> str:
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>memqual bisect: {_esc(s['metric'])}</title><style>{_CSS}</style></head><body><main>",
-        f"<h1>memqual bisect: where did {_esc(state.get('metric_key') or s['metric'])} move?</h1>",
+        f"<title>memqual bisect: {esc(s['metric'])}</title><style>{CSS}</style></head><body><main>",
+        f"<h1>memqual bisect: where did {esc(state.get('metric_key') or s['metric'])} move?</h1>",
         f"<p class='sub'>{len(s['kernels'])} kernels · threshold {s['threshold']:.0%} · budget "
-        f"{s['budget_min']:g} min and at most {s['max_rounds']} rounds a probe · reference {_esc(s['reference'])}"
-        f" · at least {s['min_replicates']} replicates a side before a decision · started {_esc(state['created'])}"
+        f"{s['budget_min']:g} min and at most {s['max_rounds']} rounds a probe · reference {esc(s['reference'])}"
+        f" · at least {s['min_replicates']} replicates a side before a decision · started {esc(state['created'])}"
         f"{' · <b>interrupted</b>' if state.get('interrupted') else ''}</p>",
-        f"<p><b>{_esc(state['outcome']['text'])}</b></p>",
+        f"<p><b>{esc(state['outcome']['text'])}</b></p>",
         "<p class='sub'>A probe is <b>good</b> when the 95% CI of its ratio to K1 (two-stage bootstrap over "
         "independent replicates, host/stats.py) lies wholly inside the shaded band, <b>bad</b> when it lies "
         "wholly beyond it on the side the last kernel moved to, and <b>skip</b>ped (as git bisect skip) when "
@@ -96,14 +96,14 @@ def render(state: dict[str, Any]) -> str:
             )
             colour = COLOURS.get(p["verdict"], "#6b7280")
             cells = [
-                f"<b style='color:{colour}'>{_esc(p['verdict'])}</b>",
+                f"<b style='color:{colour}'>{esc(p['verdict'])}</b>",
                 ratio + ci,
                 f"{e['n_reference']}+{e['n_probe']}",
                 str(rounds_of.get(index, 0)),
                 f"{p['seconds'] / 60:.1f}",
-                _esc(p.get("reason") or ""),
+                esc(p.get("reason") or ""),
             ]
-        parts.append(f"<tr><td>K{index + 1} {_esc(name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        parts.append(f"<tr><td>K{index + 1} {esc(name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     parts.append("</table>")
     order = state.get("probe_order") or []
     if order:

@@ -239,7 +239,7 @@ class Bisector:
             # records is bad input, not a series of skips.
             raise unknown_in_run(self.metric, keys)
         if rec is not None:
-            from host.report import metric_key
+            from host.results import metric_key
 
             self.metric_key = metric_key(rec)
             self.better, self.unit = rec.better, rec.unit

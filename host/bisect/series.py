@@ -156,7 +156,7 @@ def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
 
 def metric_forms(rec: Any) -> set[str]:
     """The names a record answers to (see MetricSpec)."""
-    from host.report import metric_key, variant_label
+    from host.results import metric_key, variant_label
 
     variant = variant_label(rec.variant or {})
     s, m = rec.scenario, rec.metric
@@ -167,7 +167,7 @@ def select_metric(records: list[Any], metric: MetricSpec, key: str | None = None
     """The record of the metric among one job's records (matched by its
     full key once the first round has fixed it), and every key there is.
     Several matches are bad input: the spec must say which."""
-    from host.report import metric_key
+    from host.results import metric_key
 
     keys = sorted({metric_key(r) for r in records})
     if key is not None:

@@ -64,7 +64,7 @@ class MetricProgress:
 def _results_of(records: list[Any]) -> dict[str, Any]:
     """What compare_results needs of a results.json, from records."""
     from host.record import merge_rounds
-    from host.report import memqual_version, metrics_of
+    from host.results import memqual_version, metrics_of
 
     return {
         "memqual_version": memqual_version(),
