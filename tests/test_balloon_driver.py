@@ -4,6 +4,7 @@ deployment against a fake guest, and the records' shape the claims need."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 
@@ -355,3 +356,11 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
         assert m.extra["low"] <= m.extra["value"] <= m.extra["high"]
     assert by_metric["per_request_us"][0].extra["value"] == pytest.approx(2000, rel=0.05)
     assert run.requests(0, "deflate")["256 pfns"] == 768 and run.requests(0)["whole guest"] == 1
+
+
+def test_the_stall_window_outlasts_one_request_at_every_size():
+    # A 65536-PFN request took over 3 s at load average 6: the window must
+    # outlast that, and the stock size keeps the plain 3 s.
+    assert rs.stall_s(256) == pytest.approx(rs.INFLATE_STALL_S + 256 * rs.STALL_S_PER_PFN)
+    assert rs.stall_s(65536) > 6.0 and rs.stall_s(256) < 3.1
+    assert all(rs.stall_s(a) < rs.stall_s(b) for a, b in itertools.pairwise(rs.CURVE_PFNS))
