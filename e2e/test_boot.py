@@ -40,6 +40,11 @@ class Boot(GuestTest):
             self.assertTrue(any(name.startswith("virtio") for name in bound), f"no device bound to {driver}: {bound}")
 
     def test_guest_kernel_is_the_image_kernel(self) -> None:
+        """The guest runs the image's kernel.  Tag fleet: one of the cheap
+        scenarios e2e/test_hosts.py runs on every lab host.
+
+        :avocado: tags=fleet
+        """
         vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
         self.assertEqual(vm.ssh.run(["uname", "-r"]).stdout.strip(), self.image().release)
 

@@ -71,7 +71,12 @@ class MemslotsKvm(Test):
 
     def test_errnos_and_slot_operation_times(self) -> None:
         """Invalid regions fail with the errno the kernel documents; setup,
-        move and delete of 1, 32, 509 slots take a finite, positive time."""
+        move and delete of 1, 32, 509 slots take a finite, positive time.
+        Tag fleet: one of the cheap scenarios e2e/test_hosts.py runs on
+        every lab host (it writes records, so two hosts can be compared).
+
+        :avocado: tags=fleet
+        """
         _, doc = self._bench(SLOT_COUNTS, repeats=3, vcpu=False)
         self.assertEqual(doc["nr_memslots"], self.nr_memslots)
         self.assertEqual(doc["limit_errno"], "EINVAL")

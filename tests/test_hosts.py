@@ -12,7 +12,7 @@ import pytest
 from host.cli import main
 from host.errors import BadInput
 from host.hosts import config, fleet, page, probe, ssh
-from host.hosts.spawner import INTERRUPTED, NOT_RUN, RAN, FleetSpec, Place, read_place, write_place
+from host.hosts.spawner import INTERRUPTED, NOT_RUN, RAN, FleetSpec, Place, assigned_host, read_place, write_place
 from host.runjob import JobOutcome
 
 
@@ -297,3 +297,15 @@ def test_the_probe_answer_round_trips():
     assert probe.HostProbe.from_json(json.loads(json.dumps(answer.to_json()))) == answer
     with pytest.raises(ValueError):
         probe.HostProbe.from_json({"schema": "other"})
+
+
+def test_every_test_runs_once_per_host_through_avocados_variants(tmp_path, keys):
+    hosts = [config.LabHost(name=n, address="10.0.0.1", key=keys[0], known_hosts=keys[1]) for n in ("lab1", "lab2")]
+    text = fleet.write_spawner_config(tmp_path / "fleet", hosts, 40000, "quick").read_text()
+    assert "dict_variants = [{'lab_host': 'lab1'}, {'lab_host': 'lab2'}]" in text
+    assert "variant_id_keys = ['lab_host']" in text
+    # A task's runnable carries its variant like this; the spawner reads its host.
+    variant = {"variant_id": "lab2", "variant": [["", [["", "lab_host", "lab2"]]]], "paths": ["/"]}
+    assert assigned_host(variant) == "lab2"
+    assert assigned_host(None) == ""
+    assert assigned_host({"variant": [["/run/x", []]]}) == ""

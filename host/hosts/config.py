@@ -70,7 +70,11 @@ class LabHost:
 def load(path: Path) -> list[LabHost]:
     """The hosts of ``path``; BadInput (one line) for anything wrong."""
     try:
-        text = path.read_text()
+        if path.exists() and not path.is_file():  # a device or a FIFO could be read forever
+            raise BadInput(f"{path}: not a regular file: give a hosts file (TOML, one [[host]] table a host)")
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BadInput(f"{path}: not UTF-8 text: give a hosts file (TOML, one [[host]] table a host)") from None
     except OSError as exc:
         raise BadInput(f"{path}: {exc.strerror or exc}: give a hosts file (TOML, one [[host]] table a host)") from None
     try:

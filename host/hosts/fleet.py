@@ -10,8 +10,10 @@
    subclass of the spawner (host.hosts.spawner).  Tasks report to Avocado's
    status server on 127.0.0.1 here, through a reverse SSH forward to the
    same port on each host's loopback: nothing listens on another address.
-3. ``avocado run`` schedules the tasks over the slots (Avocado's scheduler,
-   not memqual's), as ``memqual run`` does on one machine.
+3. ``avocado run`` with one variant per host (``run.dict_variants``,
+   ``lab_host``): every test becomes one task per host, and Avocado's
+   state machine starts them (its scheduler, not memqual's); the spawner
+   hands each to a slot of its own host.
 4. Each task's ``fleet-place.json`` says where it ran and how it ended.
    The records of the tasks that ran to their end on a host make that
    host's results (OUTPUT/hosts/NAME/results.json and report.html, each
@@ -41,7 +43,7 @@ from host.hosts import check as checks
 from host.hosts import page, ssh
 from host.hosts.config import LabHost
 from host.hosts.config import load as load_hosts
-from host.hosts.spawner import LOGIN_TIMEOUT_S, LOST_FILE, NOT_RUN, RAN, FleetSpec, Place, read_place
+from host.hosts.spawner import LOGIN_TIMEOUT_S, LOST_FILE, NOT_RUN, RAN, VARIANT_KEY, FleetSpec, Place, read_place
 from host.runjob import JobOutcome, RunConfig, TestOutcome, run_avocado, terminate_as_exception, write_outputs
 
 EXIT_INCOMPLETE = 3
@@ -54,6 +56,7 @@ PROMPT = r"[\#\$]\s*$"
 # The remote spawner's own limit for one task: the longest scenario's
 # timeout (e2e/base.py) and some.
 TASK_TIMEOUT_S = 1200
+JOB_TIMEOUT_S = 12 * 3600  # a full profile takes about an hour on one machine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +137,14 @@ def write_spawner_config(fleet_dir: Path, hosts: list[LabHost], status_port: int
                 "status_server_auto = False",
                 f"status_server_listen = {listen}",
                 f"status_server_uri = {listen}",
+                # One variant per host: every test becomes one task per host.
+                f"dict_variants = {[{VARIANT_KEY: h.name} for h in hosts]!r}",
+                # Every wait has a deadline: Avocado waits for a finished
+                # task's last status message without one of its own.
+                "[job.run]",
+                f"timeout = {JOB_TIMEOUT_S}",
+                "[run.dict_variants]",
+                f"variant_id_keys = {[VARIANT_KEY]!r}",
                 "[spawner.remote]",
                 f"slots = {sorted(slot_files)!r}",
                 f"test_timeout = {TASK_TIMEOUT_S}",

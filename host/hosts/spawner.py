@@ -13,11 +13,15 @@ subclass changes, and why:
   on and how it ended (ran, interrupted, failed to start, not run).  That
   is memqual's bookkeeping of faults; Avocado only sees a task that failed
   to start.
+- Every test runs on every host: memqual gives Avocado one variant per
+  host (``lab_host``), and a task waits for a slot of its own host (the
+  stock spawner takes any free slot, so a host would run an arbitrary
+  share of the scenarios and no claim could be set side by side).
 - A session that died (host down, sshd killed, network gone) takes its
-  host out: its slots are never handed out again, and the tasks still
-  queued go to the remaining hosts' slots as they free up.  The stock
-  spawner would hand the dead session out again, and would raise when
-  there are more workers than slots left.
+  host out: its slots are never handed out again, its running task is
+  reported interrupted and its queued tasks not run (they measure that
+  host; another host runs its own copy anyway).  The stock spawner would
+  hand the dead session out again.
 - The task runs with the host's own memqual checkout and venv (``cd``
   there and its ``.venv/bin/python3``), with the run's parameters
   (``MEMQUAL_PROFILE``...) and ``MEMQUAL_LAB_HOST`` in its environment.
@@ -56,6 +60,7 @@ SECTION = "spawner.memqual"
 PLACE_FILE = "fleet-place.json"  # not memqual-*.json: that is what records are named
 LOST_FILE = "lost.json"  # beside the fleet spec: the hosts lost during the job, and why
 PLACE_SCHEMA = "memqual.place/1"
+VARIANT_KEY = "lab_host"
 LOGIN_TIMEOUT_S = 20.0
 FETCH_TIMEOUT_S = 120.0
 SMALL_COMMAND_S = 30.0
@@ -204,14 +209,14 @@ class FleetSpawner(RemoteSpawner):
             FleetSpawner._record_lost(slot.host.name, reason)
             LOG.error("lab host %s: %s", slot.host.name, reason)
 
-    async def _reserve(self, deadline_s: float) -> Slot | None:
-        """A free slot of a host still there, waiting for one while any host
-        is left; None when every host is lost."""
+    async def _reserve(self, host: str, deadline_s: float) -> Slot | None:
+        """A free slot of ``host``, waiting for one while the host is there;
+        None when it is lost (or was never in the fleet)."""
         slots = await self._ensure_slots()
         deadline = time.monotonic() + deadline_s
         while time.monotonic() < deadline:
-            live = [s for s in slots if s.session is not None and s.host.name not in FleetSpawner._lost]
-            if not live:
+            live = [s for s in slots if s.host.name == host and s.session is not None]
+            if not live or host in FleetSpawner._lost:
                 return None
             for slot in live:
                 if not slot.busy:
@@ -233,18 +238,22 @@ class FleetSpawner(RemoteSpawner):
     def _lose(self, host: LabHost, reason: str) -> None:
         if host.name not in FleetSpawner._lost:
             FleetSpawner._record_lost(host.name, reason)
-            LOG.error("lab host %s lost: %s; its queued tasks go to the other hosts", host.name, reason)
+            LOG.error("lab host %s lost: %s; its queued tasks are not run", host.name, reason)
 
     # -- tasks ------------------------------------------------------------
     async def spawn_task(self, runtime_task: Any) -> bool:
         local = Path(self.task_output_dir(runtime_task))
         local.mkdir(parents=True, exist_ok=True)
+        task_id = str(runtime_task.task.identifier)
+        host = assigned_host(runtime_task.task.runnable.variant)
         timeout = float(self.config.get("spawner.remote.test_timeout"))
-        slot = await self._reserve(timeout)
+        slot = await self._reserve(host, timeout)
         if slot is None:
-            lost = "; ".join(f"{name}: {why}" for name, why in sorted(FleetSpawner._lost.items()))
-            reason = f"no lab host left ({lost or 'none free'})"
-            write_place(local, Place(str(runtime_task.task.identifier), "", NOT_RUN, reason))
+            # Every scenario measures the host it runs on: a task meant for
+            # a lost host is not moved to another, it is reported.
+            why = FleetSpawner._lost.get(host, "not in the fleet")
+            reason = f"lab host {host or '?'} was lost before the task started ({why})"
+            write_place(local, Place(task_id, host, NOT_RUN, reason))
             return False
         runtime_task.spawner_handle = slot.session
         try:
@@ -300,10 +309,13 @@ class FleetSpawner(RemoteSpawner):
         return True
 
     def _failed(self, slot: Slot, task_id: str, local: Path, started: float, reason: str) -> bool:
+        """The task did not run to its end: its host was lost (interrupted),
+        or it could not be started there (failed)."""
         outcome = FAILED
         if not slot.session.is_alive():
             self._lose(slot.host, "the SSH session ended")
             outcome = INTERRUPTED
+            reason = f"lab host {slot.host.name} was lost while the task ran; nothing of it was kept"
         write_place(local, Place(task_id, slot.host.name, outcome, reason, started, time.time()))
         return False
 
@@ -324,6 +336,18 @@ class FleetSpawner(RemoteSpawner):
         if session is None or not session.is_alive():
             return True
         return bool(await super().terminate_task(runtime_task))
+
+
+def assigned_host(variant: Any) -> str:
+    """The ``lab_host`` parameter of a task's variant (memqual gives Avocado
+    one variant per host, ``run.dict_variants``, so every test becomes one
+    task per host)."""
+    for entry in (variant or {}).get("variant") or []:
+        if isinstance(entry, list | tuple) and len(entry) == 2:
+            for item in entry[1] or []:
+                if isinstance(item, list | tuple) and len(item) == 3 and item[1] == VARIANT_KEY:
+                    return str(item[2])
+    return ""
 
 
 def fetch_data(host: LabHost, remote_dir: str, local: Path) -> str:

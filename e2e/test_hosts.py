@@ -1,0 +1,437 @@
+"""Many lab hosts, for real: network namespaces on this machine, each with
+its own veth address and its own sshd (Debian's openssh-server), all with
+this memqual checkout, driven by ``memqual hosts check`` and ``memqual run
+--hosts`` (docs/hosts.md).
+
+Run: ``avocado run e2e/test_hosts.py`` (tag: hosts).  Needs root (ip netns)
+and /usr/sbin/sshd; else CANCEL with the reason.
+
+The namespaces share this machine's kernel, so host-wide KSM and the
+measurement lock (in /run/memqual) are shared too: the lock serialises the
+measuring tasks across the "hosts", and the fleet page must say the hosts
+run one kernel.  The test uses that lock to make a host's death land in the
+middle of a task: it holds the lock until every host has a task blocked on
+it, kills the whole of one host (every process in its namespace, sshd and
+the task under it), then lets go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import avocado
+
+from e2e.base import MeasurementLock, skip
+from host.paths import REPO_ROOT
+
+SSHD = Path("/usr/sbin/sshd")
+MEMQUAL = Path(sys.executable).parent / "memqual"
+# A /16 of the private range, one /30 per host; an address already on
+# this machine is never taken (only addresses the test made are touched).
+LAB_NET = ipaddress.IPv4Network("10.213.0.0/16")
+START_DEADLINE_S = 10.0
+# Generous: on a shared machine the tasks queue for the measurement lock
+# behind other runs' tests.
+RUN_DEADLINE_S = 420.0
+RUNNING_DEADLINE_S = 60.0
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10, check=check)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+_STALE_NS = re.compile(r"mqlab-(\d+)-\d+")
+_STALE_DIR = re.compile(r"mqlab-(\d+)-\w+")
+
+
+def remove_stale_labs() -> list[str]:
+    """Namespaces (with their processes and veths) and sshd directories of
+    labs whose creating process is gone; what was removed."""
+    removed = []
+    for line in _ip("netns", "list", check=False).stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        match = _STALE_NS.fullmatch(name)
+        if match and not _alive(int(match.group(1))):
+            for pid in _ip("netns", "pids", name, check=False).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+            _ip("netns", "del", name, check=False)
+            removed.append(name)
+    for path in Path("/run").glob("mqlab-*"):
+        match = _STALE_DIR.fullmatch(path.name)
+        if match and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    return removed
+
+
+class NamespaceLab:
+    """Lab hosts as network namespaces with an sshd each; a context manager
+    that removes every namespace, veth and process it made, on every exit."""
+
+    def __init__(self, count: int, workdir: Path) -> None:
+        self.count = count
+        self.scratch = workdir
+        self.tag = f"{os.getpid() % 100000:05d}"  # veth names have 15 characters
+        self.hosts: list[dict[str, str]] = []
+        self.sshd: dict[str, subprocess.Popen[bytes]] = {}
+        self.client_key = workdir / "client_key"
+        self.known_hosts = workdir / "known_hosts"
+
+    def __enter__(self) -> NamespaceLab:
+        try:
+            self._make()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _free_subnets(self) -> list[ipaddress.IPv4Network]:
+        used = _ip("-o", "-4", "addr", "show").stdout
+        taken = [
+            ipaddress.IPv4Interface(word).network
+            for line in used.splitlines()
+            for word in line.split()[3:4]  # "2: eth0 inet 192.0.2.2/24 ..."
+        ]
+        subnets = list(LAB_NET.subnets(new_prefix=30))
+        random.shuffle(subnets)
+        free = [s for s in subnets if not any(s.overlaps(t) for t in taken)]
+        return free[: self.count]
+
+    def _make(self) -> None:
+        self.scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key)], check=True, timeout=30
+        )
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+        known = []
+        for index, subnet in enumerate(self._free_subnets()):
+            name = f"lab{index + 1}"
+            ns = f"mqlab-{os.getpid()}-{index + 1}"  # the creator's pid: remove_stale_labs() reads it
+            outside, inside = (str(a) for a in list(subnet.hosts())[:2])
+            veth_out, veth_in = f"mq{self.tag}{index + 1}o", f"mq{self.tag}{index + 1}i"
+            host = {"name": name, "ns": ns, "address": inside, "veth": veth_out}
+            self.hosts.append(host)
+            _ip("netns", "add", ns)
+            _ip("link", "add", veth_out, "type", "veth", "peer", "name", veth_in)
+            _ip("link", "set", veth_in, "netns", ns)
+            _ip("addr", "add", f"{outside}/30", "dev", veth_out)
+            _ip("link", "set", veth_out, "up")
+            _ip("-n", ns, "addr", "add", f"{inside}/30", "dev", veth_in)
+            _ip("-n", ns, "link", "set", veth_in, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            hostdir = self.scratch / name
+            hostdir.mkdir(mode=0o700)
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostdir / "host_key")], check=True, timeout=30
+            )
+            shutil.copy(self.client_key.with_suffix(".pub"), hostdir / "authorized_keys")
+            (hostdir / "sshd_config").write_text(
+                "\n".join(
+                    [
+                        f"ListenAddress {inside}:22",
+                        f"HostKey {hostdir / 'host_key'}",
+                        f"AuthorizedKeysFile {hostdir / 'authorized_keys'}",
+                        f"PidFile {hostdir / 'sshd.pid'}",
+                        "PermitRootLogin prohibit-password",
+                        "PubkeyAuthentication yes",
+                        "PasswordAuthentication no",
+                        "KbdInteractiveAuthentication no",
+                        "UsePAM no",
+                        "AllowTcpForwarding remote",
+                        "GatewayPorts no",
+                        "X11Forwarding no",
+                        "PrintMotd no",
+                        "PrintLastLog no",
+                        "",
+                    ]
+                )
+            )
+            self.sshd[name] = subprocess.Popen(
+                ["ip", "netns", "exec", ns, str(SSHD), "-D", "-e", "-f", str(hostdir / "sshd_config")],
+                stdin=subprocess.DEVNULL,
+                stdout=(hostdir / "sshd.log").open("wb"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            pub = (hostdir / "host_key.pub").read_text().split()
+            known.append(f"{inside} {pub[0]} {pub[1]}")
+        self.known_hosts.write_text("\n".join(known) + "\n")
+        for host in self.hosts:
+            self._wait_listening(host)
+
+    def _wait_listening(self, host: dict[str, str]) -> None:
+        deadline = time.monotonic() + START_DEADLINE_S
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection((host["address"], 22), timeout=1):
+                return
+            if time.monotonic() > deadline or self.sshd[host["name"]].poll() is not None:
+                log = (self.scratch / host["name"] / "sshd.log").read_text(errors="replace")
+                raise RuntimeError(f"sshd of {host['name']} did not listen within {START_DEADLINE_S:.0f} s: {log}")
+            time.sleep(0.05)
+
+    def hosts_file(self, path: Path, extra: dict[str, str] | None = None) -> Path:
+        lines = []
+        for host in self.hosts:
+            lines += [
+                "[[host]]",
+                f'name = "{host["name"]}"',
+                f'address = "{host["address"]}"',
+                f'key = "{self.client_key}"',
+                f'known_hosts = "{self.known_hosts}"',
+                f'checkout = "{REPO_ROOT}"',
+                *(f"{k} = {v}" for k, v in (extra or {}).items()),
+                "",
+            ]
+        path.write_text("\n".join(lines))
+        return path
+
+    def pids(self, host: dict[str, str]) -> list[int]:
+        result = _ip("netns", "pids", host["ns"], check=False)
+        return [int(p) for p in result.stdout.split()]
+
+    def kill(self, host: dict[str, str]) -> list[int]:
+        """The host dies: every process in its namespace, at once."""
+        pids = self.pids(host)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return pids
+
+    def close(self) -> None:
+        for host in self.hosts:
+            self.kill(host)
+        for proc in self.sshd.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        for host in self.hosts:
+            _ip("netns", "del", host["ns"], check=False)
+            _ip("link", "del", host["veth"], check=False)  # gone with the namespace, unless it never moved
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def leftovers(self) -> list[str]:
+        """What of the lab is still there (nothing, after close())."""
+        out = []
+        namespaces = _ip("netns", "list", check=False).stdout
+        links = _ip("-o", "link", "show", check=False).stdout
+        for host in self.hosts:
+            if host["ns"] in namespaces:
+                out.append(f"namespace {host['ns']}")
+            if host["veth"] in links:
+                out.append(f"link {host['veth']}")
+        for name, proc in self.sshd.items():
+            if proc.poll() is None:
+                out.append(f"sshd of {name} (pid {proc.pid})")
+        return out
+
+
+def _running_hosts(output: Path) -> set[str]:
+    """Hosts with a task running now, from the spawner's place files."""
+    hosts = set()
+    for path in output.glob("avocado/job-*/test-results/*/fleet-place.json"):
+        with contextlib.suppress(OSError, ValueError):
+            data = json.loads(path.read_text())
+            if data.get("outcome") == "running":
+                hosts.add(data["host"])
+    return hosts
+
+
+def _listeners() -> set[str]:
+    """Local addresses with a TCP listener in this network namespace."""
+    result = subprocess.run(["ss", "-H", "-l", "-t", "-n"], capture_output=True, text=True, timeout=10, check=True)
+    return {line.split()[3] for line in result.stdout.splitlines() if len(line.split()) > 3}
+
+
+def _qemus_under(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/exe").resolve().name.startswith("qemu-system"):
+                out.append(pid)
+    return out
+
+
+class LabHosts(avocado.Test):
+    """
+    :avocado: enable
+    :avocado: tags=hosts
+    """
+
+    timeout = 600
+
+    def setUp(self) -> None:
+        if os.geteuid() != 0:
+            skip(self, "lab hosts as network namespaces need root (ip netns)")
+        if not SSHD.is_file() or not shutil.which("ssh") or not shutil.which("ip"):
+            skip(self, "needs /usr/sbin/sshd (openssh-server), ssh and ip (iproute2)")
+        # A run of this test that was killed (SIGKILL, a timeout) could not
+        # tear its lab down: that is done now.
+        remove_stale_labs()
+        self.scratch = Path(tempfile.mkdtemp(prefix="mqlab-"))
+        # sshd's StrictModes refuses keys under a world-writable /tmp.
+        self.lab = NamespaceLab(3, Path(tempfile.mkdtemp(prefix=f"mqlab-{os.getpid()}-", dir="/run")))
+        self.lab.__enter__()
+
+    def tearDown(self) -> None:
+        scratch = getattr(self, "scratch", None)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+        lab = getattr(self, "lab", None)
+        if lab is not None:
+            netns_pids = [pid for host in lab.hosts for pid in lab.pids(host)]
+            lab.close()
+            left = lab.leftovers()
+            stray = [pid for pid in netns_pids if _alive(pid)]
+            self.assertEqual(left, [], "the lab left these behind")
+            self.assertEqual(stray, [], "processes of the lab hosts (sshd, tasks, QEMU) outlived it")
+
+    def _memqual(self, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(MEMQUAL), *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def test_check_run_and_a_host_lost(self) -> None:
+        hosts = self.lab.hosts_file(self.scratch / "hosts.toml")
+
+        # Bad input: one line, exit 2.
+        bad = self.scratch / "bad.toml"
+        bad.write_text('[[host]]\nname = "x"\naddress = "10.0.0.1"\nadress = "typo"\n')
+        result = self._memqual("hosts", "check", str(bad))
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+        self.assertIn("unknown key 'adress'", result.stderr)
+
+        # A host key that is not the pinned one is refused, not accepted.
+        wrong = self.scratch / "wrong_known_hosts"
+        other_key = self.lab.known_hosts.read_text().splitlines()[1].split()[1:]
+        wrong.write_text(" ".join([self.lab.hosts[0]["address"], *other_key]) + "\n")
+
+        started = time.monotonic()
+        result = self._memqual("hosts", "check", "--json", str(hosts))
+        self.log.info("hosts check: %.1f s\n%s", time.monotonic() - started, result.stderr)
+        checked = json.loads(result.stdout)["hosts"]
+        self.assertEqual([h["host"] for h in checked], ["lab1", "lab2", "lab3"])
+        # Busy is the one problem allowed: another test of this machine may
+        # hold the shared measurement lock (then exit 1, and it says so).
+        busy = [h for h in checked if not h["usable"]]
+        self.assertEqual(result.returncode, 1 if busy else 0, result.stdout + result.stderr)
+        for h in checked:
+            self.assertTrue(h["usable"] or h["problem"].startswith("busy: pid"), h)
+            self.assertEqual(h["probe"]["lock_free"], not busy, h)
+            self.assertTrue(h["doctor"]["qemu_version"], h)
+        self.assertEqual(len({h["probe"]["boot_id"] for h in checked}), 1, "the namespaces share one kernel")
+
+        pinned = self.scratch / "pinned.toml"
+        pinned.write_text(hosts.read_text().replace(str(self.lab.known_hosts), str(wrong), 1))
+        result = self._memqual("hosts", "check", str(pinned))
+        self.assertEqual(result.returncode, 1, result.stdout)
+        self.assertIn("lab1", result.stdout)
+        self.assertRegex(result.stdout.splitlines()[0], r"NOT READY: unreachable: .*[Hh]ost key")
+
+        # The run: every host gets a task that blocks on the measurement lock
+        # this test holds; lab3 dies then, and the lock is let go.
+        output = self.scratch / "out"
+        listening_before = _listeners()
+        lock = MeasurementLock()
+        lock.acquire()
+        released = False
+        started = time.monotonic()
+        run = subprocess.Popen(
+            # Tag fleet: two cheap scenarios (a warm boot; the memslot
+            # errnos and timings on /dev/kvm, which writes records), each
+            # run on every host, the boot first.
+            [str(MEMQUAL), "run", "--hosts", str(hosts), "--only", "fleet", "--output", str(output)],
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            stdout=(self.scratch / "run.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + RUNNING_DEADLINE_S
+            while _running_hosts(output) != {"lab1", "lab2", "lab3"}:
+                self.assertIsNone(run.poll(), (self.scratch / "run.log").read_text())
+                self.assertLess(time.monotonic(), deadline, f"not every host got a task: {_running_hosts(output)}")
+                time.sleep(0.05)
+            # The controller listens on loopback only (Avocado's status server).
+            opened = _listeners() - listening_before
+            self.assertTrue(all(a.startswith(("127.0.0.1:", "[::1]:")) for a in opened), opened)
+            killed = self.lab.kill(self.lab.hosts[2])
+            self.log.info("lab3 killed after %.1f s: pids %s", time.monotonic() - started, killed)
+            lock.release()
+            released = True
+            status = run.wait(timeout=RUN_DEADLINE_S)
+        finally:
+            if not released:
+                lock.release()
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGTERM)
+                run.wait(timeout=30)
+        log = (self.scratch / "run.log").read_text()
+        self.log.info("memqual run --hosts: %.1f s, exit %s\n%s", time.monotonic() - started, status, log)
+        self.assertEqual(status, 3, "a lost host: the fleet did not complete")
+
+        fleet = json.loads((output / "fleet.json").read_text())
+        by_name = {h["name"]: h for h in fleet["hosts"]}
+        self.assertEqual(by_name["lab3"]["status"], "lost", by_name["lab3"])
+        # Its running task interrupted, its queued one not run (it measures
+        # lab3; the other hosts run their own copies).
+        self.assertEqual([t["outcome"] for t in by_name["lab3"]["tasks"]], ["interrupted", "not run"], by_name["lab3"])
+        for name in ("lab1", "lab2"):
+            self.assertEqual(by_name[name]["status"], "completed", by_name[name])
+            self.assertEqual([t["outcome"] for t in by_name[name]["tasks"]], ["ran", "ran"], by_name[name])
+        self.assertEqual(fleet["not_run"], [])
+        self.assertEqual(len(fleet["shared_kernels"]), 1, fleet["shared_kernels"])
+        self.assertEqual(sorted(fleet["shared_kernels"][0]["hosts"]), ["lab1", "lab2", "lab3"])
+        self.assertIn("One kernel", (output / "fleet.html").read_text())
+        self.assertIn("lab host lab3: LOST (1 interrupted, 1 not run)", log)
+        self.assertIn("lab host lab3 was lost while the task ran; nothing of it was kept", log)
+
+        # No half-run result: the interrupted task left no record anywhere
+        # in the hosts' results; every record names its host.
+        for name in ("lab1", "lab2", "lab3"):
+            results = output / "hosts" / name / "results.json"
+            self.assertTrue(results.is_file(), results)
+            for record_path in (output / "hosts" / name / "records").glob("*.json"):
+                record = json.loads(record_path.read_text())
+                self.assertEqual(record["environment"]["lab_host"], name)
+        self.assertEqual(list((output / "hosts" / "lab3" / "records").glob("*.json")), [])
+        for name in ("lab1", "lab2"):
+            self.assertTrue(list((output / "hosts" / name / "records").glob("*.json")), name)
+
+        # compare across two hosts, as across two kernels: a verdict, not bad input.
+        result = self._memqual(
+            "compare", str(output / "hosts/lab1/results.json"), str(output / "hosts/lab2/results.json")
+        )
+        self.assertIn(result.returncode, (0, 1), result.stdout + result.stderr)
+
+        # Nothing of lab3's task is left running, no QEMU among the lab's processes.
+        survivors = [pid for host in self.lab.hosts for pid in self.lab.pids(host)]
+        self.assertEqual(_qemus_under(survivors), [])
+        self.assertEqual(self.lab.pids(self.lab.hosts[2]), [])
