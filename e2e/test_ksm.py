@@ -32,6 +32,7 @@ import mmap
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from e2e.base import GuestTest, profile
 from host import claims, stats
@@ -59,6 +60,9 @@ CONTROL_MIB = 16  # host-side mergeable region of the mem-merge=off control
 # TCG; the kernel default (100 pages / 20 ms) would take minutes.
 MERGE_PAGES_TO_SCAN = 20000
 MERGE_SLEEP_MS = 10
+# The scan knobs as each scenario sets them on the host and as its records'
+# settings say, from one place.
+MERGE_KNOBS: dict[str, int | str] = {"pages_to_scan": MERGE_PAGES_TO_SCAN, "sleep_millisecs": MERGE_SLEEP_MS}
 SCAN_TIMEOUT_S = 120.0  # per wait for full scans: generous for a busy host
 LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 
@@ -72,6 +76,7 @@ VOLATILE_MIB = 256
 # slowed ksmd is made, for `memqual compare` to flag.
 VOLATILE_PAGES_TO_SCAN = int(os.environ.get("MEMQUAL_KSM_PAGES_TO_SCAN", "20000"))
 VOLATILE_SLEEP_MS = 10
+VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN, "sleep_millisecs": VOLATILE_SLEEP_MS}
 # The independent unit is a fresh guest (a warm start, under 1 s): windows
 # inside one guest are nested in it.  Each guest costs about 6 s beyond its
 # windows here (start, deploy, 256 MiB fill, settle), and the guests differ
@@ -185,6 +190,29 @@ class KsmTest(GuestTest):
     def settings(self, **extra: object) -> dict[str, object]:
         return {"guest_mib": GUEST_MIB, **extra}
 
+    def record_merged_fraction(
+        self,
+        scenario: str,
+        fraction: float,
+        settings: dict[str, object],
+        extra: dict[str, object],
+        variant: dict[str, object] | None = None,
+    ) -> None:
+        """The share of the agent's pages that merged: host KSM's and the
+        guest's own scenarios record it alike."""
+        self.record(
+            Measurement(
+                scenario=scenario,
+                metric="merged_fraction",
+                unit="1",
+                better="higher",
+                samples=[fraction],
+                variant=variant or {},
+                settings=settings,
+                extra=extra,
+            )
+        )
+
     # -- 1. merge ------------------------------------------------------------
     @contextlib.contextmanager
     def host_mergeable(self, mib: int) -> Iterator[mmap.mmap]:
@@ -207,7 +235,7 @@ class KsmTest(GuestTest):
                 stack.enter_context(self.host_mergeable(CONTROL_MIB))
             vm = self.boot(MachineConfig(memory_mib=GUEST_MIB, mem_merge=mem_merge))
             path = vm.deploy(AGENT)
-            ksm.set(pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, run=1)
+            ksm.set(**MERGE_KNOBS, run=1)
             # Baseline: what of the booted (or snapshot-restored) guest merges
             # anyway; the agent's pages are what grows past it.
             ksm.wait_full_scans(2, SCAN_TIMEOUT_S)
@@ -241,26 +269,19 @@ class KsmTest(GuestTest):
             pages,
             seconds,
         )
-        self.record(
-            Measurement(
-                scenario="ksm.merge",
-                metric="merged_fraction",
-                unit="1",
-                better="higher",
-                samples=[agent_merged / pages],
-                variant={"mem_merge": mem_merge},
-                settings=self.settings(
-                    agent_mib=MERGE_MIB, pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, full_scans=3
-                ),
-                extra={
-                    "baseline_pages": baseline,
-                    "grown_pages": grown,
-                    "seconds_to_90pct": seconds,
-                    "agent_merged_pages": agent_merged,
-                    "qemu_ksm_stat": proc.stat,
-                    "counters": counters.to_json(),
-                },
-            )
+        self.record_merged_fraction(
+            "ksm.merge",
+            agent_merged / pages,
+            self.settings(agent_mib=MERGE_MIB, **MERGE_KNOBS, full_scans=3),
+            {
+                "baseline_pages": baseline,
+                "grown_pages": grown,
+                "seconds_to_90pct": seconds,
+                "agent_merged_pages": agent_merged,
+                "qemu_ksm_stat": proc.stat,
+                "counters": counters.to_json(),
+            },
+            variant={"mem_merge": mem_merge},
         )
         if mem_merge:
             self.assertGreaterEqual(
@@ -292,7 +313,7 @@ class KsmTest(GuestTest):
         with self.host_ksm() as ksm:
             vm = self.boot(MachineConfig(memory_mib=GUEST_MIB))
             path = vm.deploy(AGENT)
-            ksm.set(pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, run=1)
+            ksm.set(**MERGE_KNOBS, run=1)
             ksm.wait_full_scans(2, SCAN_TIMEOUT_S)
             baseline = self.merged(ksm, vm.pid)
             with StressAgent(vm.ssh, path, StressArgs(mib=MERGE_MIB, byte=0xA5, phases=phases, timeout_s=500)) as agent:
@@ -320,8 +341,7 @@ class KsmTest(GuestTest):
                 samples=[float(verify["bad_pages"])],
                 settings=self.settings(
                     agent_mib=MERGE_MIB,
-                    pages_to_scan=MERGE_PAGES_TO_SCAN,
-                    sleep_millisecs=MERGE_SLEEP_MS,
+                    **MERGE_KNOBS,
                     tail_bytes=96,
                 ),
                 extra={
@@ -362,8 +382,7 @@ class KsmTest(GuestTest):
             else:
                 ksm.set_thp(enabled="madvise", defrag="madvise")
             knobs: dict[str, int | str] = {
-                "pages_to_scan": VOLATILE_PAGES_TO_SCAN,
-                "sleep_millisecs": VOLATILE_SLEEP_MS,
+                **VOLATILE_KNOBS,
                 "smart_scan": 1,
                 "run": 0,
             }
@@ -445,8 +464,7 @@ class KsmTest(GuestTest):
         own_shares = [w.own_share for r in runs for ws in r.windows.values() for w in ws if w.own_share is not None]
         settings = self.settings(
             agent_mib=VOLATILE_MIB,
-            pages_to_scan=VOLATILE_PAGES_TO_SCAN,
-            sleep_millisecs=VOLATILE_SLEEP_MS,
+            **VOLATILE_KNOBS,
             repeats=REPEATS,
             guests=VOLATILE_GUESTS,
             scans_per_window=SCANS_PER_WINDOW,
@@ -583,22 +601,17 @@ class KsmTest(GuestTest):
             verify = agent.wait_event("verify_done", 120)
             self.assertEqual(agent.finish(30), 0)
         kernel = vm.ssh.run(["uname", "-r"]).stdout.strip()
-        self.record(
-            Measurement(
-                scenario="ksm.guest_merge",
-                metric="merged_fraction",
-                unit="1",
-                better="higher",
-                samples=[merged / pages],
-                settings=self.settings(agent_mib=GUEST_KSM_MIB, pages_to_scan=5000, sleep_millisecs=10, full_scans=3),
-                extra={
-                    "merged_pages": merged,
-                    "pages_sharing": sharing,
-                    "seconds_for_3_scans": seconds,
-                    "after_unmerge": after_unmerge,
-                    "guest_kernel": kernel,
-                },
-            )
+        self.record_merged_fraction(
+            "ksm.guest_merge",
+            merged / pages,
+            self.settings(agent_mib=GUEST_KSM_MIB, pages_to_scan=5000, sleep_millisecs=10, full_scans=3),
+            {
+                "merged_pages": merged,
+                "pages_sharing": sharing,
+                "seconds_for_3_scans": seconds,
+                "after_unmerge": after_unmerge,
+                "guest_kernel": kernel,
+            },
         )
         self.assertGreaterEqual(merged, 0.9 * pages, f"guest ksmd merged {merged} of {pages} pages")
         self.assertEqual(after_unmerge, 0, "guest run=2 left pages merged")
@@ -623,7 +636,7 @@ class KsmTest(GuestTest):
             # settled at 11.9-16.0 k merged pages per guest instead of the
             # 18.7 k that a third, fresh guest then brought (docs/ksm.md).
             smart_scan = {"smart_scan": 0} if ksm.fs.read_int_or_none("smart_scan") is not None else {}
-            ksm.set(pages_to_scan=MERGE_PAGES_TO_SCAN, sleep_millisecs=MERGE_SLEEP_MS, **smart_scan, run=1)
+            ksm.set(**MERGE_KNOBS, **smart_scan, run=1)
             for n in range(1, MANY_GUESTS + 1):
                 vms.append(self.boot(config))
                 points.append(settle(ksm, merging, n, SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS))
@@ -670,8 +683,7 @@ class KsmTest(GuestTest):
         settings = self.settings(
             guest_mib=MANY_GUEST_MIB,
             guests=MANY_GUESTS,
-            pages_to_scan=MERGE_PAGES_TO_SCAN,
-            sleep_millisecs=MERGE_SLEEP_MS,
+            **MERGE_KNOBS,
             smart_scan=smart_scan_value,
             settle_quiet_scans=SETTLE_QUIET_SCANS,
         )
@@ -684,31 +696,23 @@ class KsmTest(GuestTest):
             "started_warm": warm,
             "foreign_share": foreign,
         }
-        for n, point in enumerate(points[:-1], start=1):
+        # Each smaller count once (its point), then all the guests (every sample).
+        saved: list[tuple[int, list[float], dict[str, Any]]] = [
+            (n, [point.saved_mib], point.to_json()) for n, point in enumerate(points[:-1], start=1)
+        ]
+        for guests, values, details in [*saved, (MANY_GUESTS, saved_mib, extra)]:
             self.record(
                 Measurement(
                     scenario="ksm.many_guests",
                     metric="saved_mib",
                     unit="MiB",
                     better="higher",
-                    samples=[point.saved_mib],
-                    variant={"guests": n},
+                    samples=values,
+                    variant={"guests": guests},
                     settings=settings,
-                    extra=point.to_json(),
+                    extra=details,
                 )
             )
-        self.record(
-            Measurement(
-                scenario="ksm.many_guests",
-                metric="saved_mib",
-                unit="MiB",
-                better="higher",
-                samples=saved_mib,
-                variant={"guests": MANY_GUESTS},
-                settings=settings,
-                extra=extra,
-            )
-        )
         self.record(
             Measurement(
                 scenario="ksm.many_guests",

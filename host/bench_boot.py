@@ -17,7 +17,6 @@ restore it.  Each boot is shut down before the next starts.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -25,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from host import stats
+from host import cliargs, stats
 from host.errors import MemqualError
 from host.machine import Machine
 from host.qemu import MACHINE_TYPES, MachineConfig
@@ -100,17 +99,17 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m host.bench_boot", description=__doc__.splitlines()[0])
-    parser.add_argument("--boots", type=int, default=5, help="timed boots (default 5)")
+    parser = cliargs.Parser(prog="python -m host.bench_boot", description=__doc__.splitlines()[0])
+    parser.add_argument("--boots", type=cliargs.count, default=5, help="timed boots (default 5)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--warm", dest="warm", action="store_true", help="restore a saved snapshot")
     mode.add_argument("--cold", dest="warm", action="store_false", help="boot the kernel every time (default)")
     parser.set_defaults(warm=False)
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     parser.add_argument("--machine", choices=MACHINE_TYPES, default="microvm")
-    parser.add_argument("--memory", type=int, default=1024, metavar="MIB")
-    parser.add_argument("--cpus", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=90.0, help="boot deadline per boot, seconds")
+    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB")
+    parser.add_argument("--cpus", type=cliargs.count, default=2)
+    parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline per boot, seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:

@@ -13,8 +13,8 @@ from host import cliargs
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("boot", help="boot a guest, run a command over SSH, shut down")
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
-    parser.add_argument("--memory", type=int, default=1024, metavar="MIB")
-    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB")
+    parser.add_argument("--cpus", type=cliargs.count, default=2)
     parser.add_argument("--machine", choices=("microvm", "pc", "q35"), default="microvm")
     warm = parser.add_mutually_exclusive_group()
     warm.add_argument(
@@ -35,10 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--debian-kernel",
+        type=cliargs.debian_kernel,
         metavar="VERSION",
         help="a Debian kernel by release or package name (memqual image kernels lists them)",
     )
-    parser.add_argument("--timeout", type=float, default=90.0, help="boot deadline in seconds")
+    parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
     parser.set_defaults(handler=_boot)

@@ -14,8 +14,9 @@ import logging
 import os
 import signal
 import sys
-import typing
+import warnings
 
+from host.cliargs import Parser
 from host.errors import LaunchError, MemqualError
 
 # Modules that provide ``register(subparsers)``.  Imported lazily at start so
@@ -37,16 +38,8 @@ SUBCOMMAND_MODULES = [
 ]
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors are bad input too: one line, exit status 2 (argparse
-    would print the whole usage first).  Subparsers inherit this class."""
-
-    def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"memqual: error: {message} (see '{self.prog} --help')\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="memqual",
         description="End-to-end qualification of memory virtualization on QEMU/KVM.",
     )
@@ -71,6 +64,9 @@ def _restore_stale_host_state(command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Avocado 113 imports pkg_resources, whose deprecation warning would be
+    # a second line under every error of a command that loads Avocado.
+    warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(

@@ -4,6 +4,9 @@ line and exit status 2, with what a good value looks like."""
 from __future__ import annotations
 
 import argparse
+import math
+import typing
+from pathlib import Path
 
 
 def percent(text: str) -> float:
@@ -32,3 +35,132 @@ def kernel_build(text: str) -> str:
         return str(check_kernel_build(text))
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+    if not math.isfinite(value):
+        # nan compares false with every bound, and inf (also what 1e309
+        # parses to) never ends a wait: neither is a usable figure.
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number above 0 (seconds, a cost)."""
+    value = _number(text)
+    if value <= 0.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number of 0 or more."""
+    value = _number(text)
+    if value < 0.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number of 0 or more")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number strictly between 0 and 1 (an alpha, a relative threshold)."""
+    value = _number(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1 (0.05 means 5%)")
+    return value
+
+
+# Far above any count memqual uses (slots, repeats, MiB of guest memory),
+# far below what would make a loop or an allocation run away.
+COUNT_LIMIT = 1 << 24
+
+
+def count(text: str) -> int:
+    """A whole number from 1 to COUNT_LIMIT."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
+    if not 1 <= value <= COUNT_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text} must be a whole number, at least 1 and at most {COUNT_LIMIT}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: a whole number from 0 to 2**32 - 1 (numpy's range)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"{text} must be a whole number from 0 to {(1 << 32) - 1}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are bad input too: one line, exit status 2 (argparse
+    would print the whole usage first).  Subparsers inherit this class."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"memqual: error: {message} (see '{self.prog} --help')\n")
+
+
+def count_or_zero(text: str) -> int:
+    """A whole number from 0 to COUNT_LIMIT."""
+    return 0 if text.strip() == "0" else count(text)
+
+
+def debian_kernel(text: str) -> str:
+    """``--debian-kernel VERSION``: the form of a Debian kernel's name,
+    checked before the archive is asked."""
+    from host.errors import BadInput
+    from images.packages import check_kernel_name
+
+    try:
+        return check_kernel_name(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def directory(text: str) -> str:
+    """A directory that exists (to read from)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {'not a directory' if path.exists() else 'no such directory'}")
+    return text
+
+
+def output_directory(text: str) -> str:
+    """A directory to write into: one that exists, or one that can be made
+    (what is already there on its way is a directory)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory; give a directory")
+    if not _nearest_existing(path).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {_nearest_existing(path)} on its way is not a directory")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file to write: never a directory, and whatever already exists on
+    its way is a directory (the writer makes the missing ones)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory; give a file name")
+    if not _nearest_existing(path.parent).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {_nearest_existing(path.parent)} on its way is not a directory")
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """``output_file``, or '-' for standard output."""
+    return text if text == "-" else output_file(text)

@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+from host import cliargs
 from host.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
@@ -163,7 +164,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="family-wise significance level over all metrics, Holm-corrected (default 0.01)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
-    parser.add_argument("--html", metavar="FILE", help="also write the comparison as a self-contained page")
+    parser.add_argument(
+        "--html", type=cliargs.output_file, metavar="FILE", help="also write the comparison as a self-contained page"
+    )
     parser.set_defaults(handler=run)
 
 

@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host import cliargs
 from host.errors import BadInput, MemqualError
 
 ORIGIN = "memqual"
@@ -255,7 +256,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Write a memqual run as KCIDB JSON (checkout, build, a test per metric, claim and "
         "avocado test), validated with kcidb-io before it is written.",
     )
-    parser.add_argument("--kcidb", metavar="FILE", required=True, help="the KCIDB JSON to write ('-': standard output)")
+    parser.add_argument(
+        "--kcidb",
+        type=cliargs.output_file_or_stdout,
+        metavar="FILE",
+        required=True,
+        help="the KCIDB JSON to write ('-': standard output)",
+    )
     parser.add_argument("--origin", default=ORIGIN, help=f"the CI system's name in KCIDB ids (default {ORIGIN})")
     parser.add_argument("results", metavar="RESULTS.json", help="a memqual run's results.json")
     parser.set_defaults(handler=main)

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from host import cliargs
 from host.cliargs import percent_as_fraction
 from host.errors import BadInput
 
@@ -449,6 +450,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--html",
+        type=cliargs.output_file,
         metavar="FILE",
         default="memqual-history.html",
         help="the page to write (default memqual-history.html)",

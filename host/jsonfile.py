@@ -17,11 +17,16 @@ def read_json(path: str | os.PathLike[str], what: str, remedy: str) -> Any:
     ``remedy`` ends the message of a missing or broken file."""
     path = Path(path)
     try:
-        text = path.read_text()
+        # A device or a FIFO is no file to parse: /dev/zero would never end.
+        if path.exists() and not path.is_dir() and not path.is_file():
+            raise BadInput(f"{path}: not a regular file, so no {what}: {remedy}")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise BadInput(f"{path}: no such {what}: {remedy}") from exc
     except IsADirectoryError as exc:
         raise BadInput(f"{path}: is a directory, not a {what}: {remedy}") from exc
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text, so no {what}: {remedy}") from exc
     except OSError as exc:
         raise BadInput(f"{path}: cannot read the {what} ({exc.strerror})") from exc
     try:

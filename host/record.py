@@ -78,6 +78,8 @@ class Measurement:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], source: str = "<record>") -> Measurement:
+        if not isinstance(data, dict):
+            raise BadInput(f"{source}: a JSON {type(data).__name__}, not a measurement record (a JSON object)")
         if data.get("schema") != SCHEMA:
             raise BadInput(
                 f"{source}: schema {data.get('schema')!r} is not {SCHEMA!r}: "

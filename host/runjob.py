@@ -802,14 +802,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             )
         )
     tests = Path(args.tests)
-    if not tests.exists():
-        raise BadInput(f"--tests {tests}: no such file or directory")
-    if args.parallel < 1:
-        raise BadInput("--parallel must be at least 1")
+    # A directory of tests, or a test file (file.py:Class.test names one test).
+    test_file = Path(str(tests).split(":", 1)[0])
+    if not (tests.is_dir() or (test_file.is_file() and test_file.suffix == ".py")):
+        raise BadInput(f"--tests {tests}: no directory of tests or .py test file")
+    if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
     # Two kernels: two rounds (A B, then B A) unless told; one kernel: one.
     rounds = args.rounds if args.rounds is not None else (2 if len(kernels) == 2 else 1)
-    if rounds < 1:
-        raise BadInput("--rounds must be at least 1")
+    if not 1 <= rounds <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
     for tag in args.only or []:
         if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
             raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
@@ -849,7 +851,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
     )
-    parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-results/<timestamp>)")
+    parser.add_argument(
+        "--output",
+        type=cliargs.output_directory,
+        metavar="DIR",
+        help="output directory (default memqual-results/<timestamp>)",
+    )
     parser.add_argument(
         "--guest-kernel",
         action="append",
@@ -869,6 +876,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--debian-kernel",
+        type=cliargs.debian_kernel,
         action="append",
         metavar="VERSION",
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "

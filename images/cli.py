@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     build.add_argument(
         "--debian-kernel",
+        type=cliargs.debian_kernel,
         metavar="VERSION",
         help="a Debian kernel by release or package name (memqual image kernels lists them)",
     )

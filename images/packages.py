@@ -100,10 +100,26 @@ def release_order(release: str) -> tuple[object, ...]:
     return tuple(parts)
 
 
+# A kernel's release as Debian names it (6.1.0-57-amd64, 6.12.111+deb12-amd64),
+# optionally as its package: checked before the archive is asked.
+KERNEL_NAME = re.compile(r"(linux-image-)?[0-9][0-9A-Za-z.+~-]*")
+
+
+def check_kernel_name(version: str) -> str:
+    """``version`` when it has the form of a Debian kernel's name; anything
+    else (a path, a space, nothing) is one BadInput line."""
+    if not KERNEL_NAME.fullmatch(version.strip()):
+        raise BadInput(
+            f"{version!r} is no Debian kernel name: give a release such as 6.1.0-57-amd64 "
+            "(memqual image kernels lists them)"
+        )
+    return version
+
+
 def kernel_package(version: str, cache: Path) -> str:
     """The package of a kernel named by its package or its release; an
     unknown one is a BadInput naming the nearest ones the archive has."""
-    release = version.strip().removeprefix("linux-image-").removesuffix("-unsigned")
+    release = check_kernel_name(version).strip().removeprefix("linux-image-").removesuffix("-unsigned")
     known = available_kernels(cache)
     if release not in known:
         import difflib

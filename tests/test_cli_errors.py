@@ -159,9 +159,9 @@ def test_invalid_memory_size(env) -> None:
 @pytest.mark.parametrize(
     "args,fragment",
     [
-        (["boot", "--memory=abc"], "invalid int value: 'abc'"),
-        (["boot", "--memory=-1", "--", "true"], "too small"),
-        (["boot", "--cpus=0", "--", "true"], "at least one CPU"),
+        (["boot", "--memory=abc"], "'abc' is not a whole number"),
+        (["boot", "--memory=-1", "--", "true"], "at least 1"),
+        (["boot", "--cpus=0", "--", "true"], "at least 1"),
         (["boot", "--machine", "virt"], "invalid choice: 'virt'"),
         (["no-such-command"], "invalid choice: 'no-such-command'"),
     ],

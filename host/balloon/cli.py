@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from host import cliargs
 from host.errors import BadInput
 
 
@@ -29,7 +31,7 @@ def register(subparsers: Any) -> None:
         "from a results.json or a directory of records",
     )
     curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
-    curve.add_argument("--png", metavar="FILE", help="write the plot to FILE")
+    curve.add_argument("--png", type=cliargs.output_file, metavar="FILE", help="write the plot to FILE")
     curve.set_defaults(handler=_cmd_curve)
     from host.balloon import measure
 
@@ -92,7 +94,8 @@ def _cmd_model(args: Any) -> int:
             f"fixed {1000 * cal['fixed_s']:.0f} ms; {cal['reason']}"
         )
     else:
-        if not args.per_page_us > 0 or args.fixed_ms < 0:
+        # nan fails every comparison and inf is no cost: both refused here.
+        if not (0 < args.per_page_us < math.inf and 0 <= args.fixed_ms < math.inf):
             raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
         pred = bm.predict_seed(
             bm.Calibration(

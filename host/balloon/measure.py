@@ -27,6 +27,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from host import cliargs
 from host.errors import BadInput
 
 MIB = 1 << 20
@@ -302,9 +303,11 @@ def print_sizes(result: dict[str, Any], console: Any) -> None:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("measure", help="boot a guest and time its balloon: inflate to --target MiB and back")
-    parser.add_argument("--memory", type=int, default=1024, metavar="MIB", help="guest RAM (default 1024)")
-    parser.add_argument("--target", type=int, required=True, metavar="MIB", help="MiB the guest keeps when inflated")
-    parser.add_argument("--repeats", type=int, default=5, help="inflate/deflate cycles (default 5)")
+    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB", help="guest RAM (default 1024)")
+    parser.add_argument(
+        "--target", type=cliargs.count, required=True, metavar="MIB", help="MiB the guest keeps when inflated"
+    )
+    parser.add_argument("--repeats", type=cliargs.count, default=5, help="inflate/deflate cycles (default 5)")
     parser.add_argument("--machine", choices=("pc", "microvm"), default="pc")
     warm = parser.add_mutually_exclusive_group()
     warm.add_argument("--warm", dest="warm", action="store_true", default=True, help="restore a snapshot (default)")

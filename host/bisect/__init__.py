@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from host import cliargs
 from host.cliargs import percent
 from host.errors import BadInput
 from host.paths import REPO_ROOT
@@ -75,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-rounds",
-        type=int,
+        type=cliargs.count,
         metavar="N",
         help=f"rounds a probe may take before it is skipped (default {DEFAULT_MAX_ROUNDS})",
     )
@@ -93,9 +94,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g (a round then takes minutes less)",
     )
     parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
-    parser.add_argument("--output", metavar="DIR", help="output directory (default memqual-bisect/<timestamp>)")
+    parser.add_argument(
+        "--output",
+        type=cliargs.output_directory,
+        metavar="DIR",
+        help="output directory (default memqual-bisect/<timestamp>)",
+    )
     parser.add_argument(
         "--resume",
+        type=cliargs.directory,
         metavar="DIR",
         help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
     )

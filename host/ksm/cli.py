@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from host import cliargs
 from host.errors import BadInput, CapabilityMissing
 
 
@@ -17,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     status.add_argument(
         "--pid",
-        type=int,
+        type=cliargs.count,
         action="append",
         default=[],
         help="also show this process's ksm_merging_pages/ksm_stat (repeatable)",
@@ -26,15 +27,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     restore = sub.add_parser("restore", help="put back the knobs a killed memqual run left changed")
     restore.add_argument(
-        "--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for a live run to finish first"
+        "--wait",
+        type=cliargs.non_negative,
+        default=0.0,
+        metavar="S",
+        help="wait up to S seconds for a live run to finish first",
     )
     restore.set_defaults(handler=_restore)
 
     for p in (status, restore):
         p.add_argument(
-            "--state-dir", type=Path, default=None, help="state directory (default $MEMQUAL_STATE_DIR or /run/memqual)"
+            "--state-dir",
+            type=lambda text: Path(cliargs.output_directory(text)),
+            default=None,
+            help="state directory (default $MEMQUAL_STATE_DIR or /run/memqual)",
         )
-        p.add_argument("--sysfs", type=Path, default=None, help=argparse.SUPPRESS)  # a fake tree, for tests
+        p.add_argument(
+            "--sysfs", type=lambda text: Path(cliargs.directory(text)), default=None, help=argparse.SUPPRESS
+        )  # a fake tree, for tests
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -15,7 +15,6 @@ is off while a batch runs.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import json
@@ -25,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from host import cliargs
 from host.errors import MemqualError
 from host.memslots.layout import load_layout
 from host.memslots.structures import STRUCTURES, build
@@ -94,12 +94,12 @@ def run_bench(layout_name: str, workloads: list[str], repeats: int, batch: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m host.memslots.bench", description=__doc__.splitlines()[0])
+    parser = cliargs.Parser(prog="python -m host.memslots.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--layout", default="seed-32", help="layout file or shipped name (default seed-32)")
     parser.add_argument("--workload", action="append", help="workload (repeatable; default miss and ram-hits)")
-    parser.add_argument("--repeats", type=int, default=31, help="timed batches per structure (default 31)")
-    parser.add_argument("--batch", type=int, default=1000, help="lookups per batch (default 1000)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=cliargs.count, default=31, help="timed batches per structure (default 31)")
+    parser.add_argument("--batch", type=cliargs.count, default=1000, help="lookups per batch (default 1000)")
+    parser.add_argument("--seed", type=cliargs.seed, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     if args.repeats < 2 or args.batch < 1:

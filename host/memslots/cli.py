@@ -18,6 +18,8 @@ import argparse
 import json
 from typing import Any
 
+from host import cliargs
+
 
 def register(subparsers: Any) -> None:
     memslots = subparsers.add_parser(
@@ -35,7 +37,7 @@ def register(subparsers: Any) -> None:
         "--workload", required=True, metavar="NAME", help="miss, ram-hits, other-hits (alias small-hits) or mixed"
     )
     model.add_argument("--lookups", type=int, default=10000, metavar="N", help="frames to look up (default 10000)")
-    model.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the workload (default 0)")
+    model.add_argument("--seed", type=cliargs.seed, default=0, metavar="S", help="seed of the workload (default 0)")
     model.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     model.set_defaults(handler=run_model)
 
@@ -81,6 +83,8 @@ def _check_count(name: str, value: int, least: int) -> None:
 
     if value < least:
         raise BadInput(f"{name} {value} is too small: give {least} or more")
+    if value > cliargs.COUNT_LIMIT:
+        raise BadInput(f"{name} {value} is too large: give at most {cliargs.COUNT_LIMIT}")
 
 
 def run_model(args: argparse.Namespace) -> int:

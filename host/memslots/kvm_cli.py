@@ -17,6 +17,7 @@ import stat
 import sys
 from typing import Any
 
+from host import cliargs
 from host.errors import BadInput
 
 DEFAULT_SLOTS = "1,32,509,32764"
@@ -97,7 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="/dev/kvm", help="the KVM device (default /dev/kvm)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument(
-        "--records", metavar="DIR", help="also write measurement records (scenario memslots.kvm) into DIR"
+        "--records",
+        type=cliargs.output_directory,
+        metavar="DIR",
+        help="also write measurement records (scenario memslots.kvm) into DIR",
     )
     lookup = parser.add_argument_group(
         "per-access lookup costs (--lookup): a miss, a RAM-slot hit and a small-slot hit by slot count, "
@@ -106,10 +110,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lookup.add_argument(
         "--lookup", action="store_true", help="measure per-access lookup costs instead of slot operations"
     )
-    lookup.add_argument("--replicates", type=int, default=3, metavar="R", help="fresh VMs per slot count (default 3)")
-    lookup.add_argument("--rounds", type=int, default=21, metavar="K", help="timed rounds per VM (default 21)")
     lookup.add_argument(
-        "--iterations", type=int, default=600, metavar="I", help="loop iterations per pass, 8 writes each (default 600)"
+        "--replicates", type=cliargs.count, default=3, metavar="R", help="fresh VMs per slot count (default 3)"
+    )
+    lookup.add_argument(
+        "--rounds", type=cliargs.count, default=21, metavar="K", help="timed rounds per VM (default 21)"
+    )
+    lookup.add_argument(
+        "--iterations",
+        type=cliargs.count,
+        default=600,
+        metavar="I",
+        help="loop iterations per pass, 8 writes each (default 600)",
     )
 
 
@@ -118,6 +130,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     if args.repeats < 1:
         raise BadInput(f"--repeats {args.repeats} is not positive: give 1 or more")
+    if args.repeats > cliargs.COUNT_LIMIT:
+        raise BadInput(f"--repeats {args.repeats} is too many: give at most {cliargs.COUNT_LIMIT}")
     if args.slot_pages < 1:
         raise BadInput(f"--slot-pages {args.slot_pages} is not positive: give 1 or more")
     check_kvm_device(args.device)

@@ -23,6 +23,7 @@ import json
 import sys
 from typing import Any
 
+from host import cliargs
 from host.errors import BadInput
 
 # Share of a dimm's pages the probe must verify (docs/memslots-qemu.md).
@@ -37,13 +38,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="layout file; slots below the dimm region are QEMU's own memory (checked), "
         "slots inside it become pc-dimms",
     )
-    parser.add_argument("--ram", type=int, default=512, metavar="MIB", help="base RAM, -m (default 512)")
-    parser.add_argument("--maxmem", type=int, default=4096, metavar="MIB", help="maxmem (default 4096)")
+    parser.add_argument("--ram", type=cliargs.count, default=512, metavar="MIB", help="base RAM, -m (default 512)")
+    parser.add_argument("--maxmem", type=cliargs.count, default=4096, metavar="MIB", help="maxmem (default 4096)")
     parser.add_argument("--slots", type=int, default=4, metavar="N", help="dimm slots, -m ...,slots=N (default 4)")
     parser.add_argument("--machine", choices=("pc", "q35"), default="pc", help="QEMU machine type (default pc)")
     parser.add_argument(
         "--hotplug",
-        type=int,
+        type=cliargs.count_or_zero,
         default=0,
         metavar="N",
         help="add the last N dimm slots by QMP after boot (default 0: all at boot)",
@@ -52,7 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probe", action="store_true", help="write and read back a pattern in every slot and replay the touched frames"
     )
-    parser.add_argument("--trace-out", metavar="FILE", help="with --probe: save the trace (layout + frames) as JSON")
+    parser.add_argument(
+        "--trace-out",
+        type=cliargs.output_file,
+        metavar="FILE",
+        help="with --probe: save the trace (layout + frames) as JSON",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 

@@ -1,0 +1,458 @@
+"""Bad input at every entry point, as a property: whatever wrong value a
+user gives in any one place (a file of the wrong kind, a directory where a
+file belongs and the reverse, a number that is not finite or not in range,
+a path far too wide), the command says so in one line, exits 2, and leaves
+nothing behind: no file, no process.
+
+Every ``memqual`` subcommand and every ``python -m`` tool has its places
+listed in SLOTS (a test fails when a subcommand has none); hypothesis picks
+the bad value for each place.  Commands run in-process through their
+``main(argv)``, the other arguments valid, so the bad value is the only
+thing wrong.  Nothing may boot a guest: QEMU is a fake that fails at once,
+and a command that goes ahead anyway is stopped by an alarm and fails the
+test."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import fake_qemu
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from host import bench_boot, cli, testsummary
+from host.memslots import bench as memslots_bench
+
+# A value that went through should end the command long before this; one
+# that would start real work (a boot, a measurement) is stopped here.
+ALARM_S = 20
+
+
+@dataclasses.dataclass(frozen=True)
+class Fixtures:
+    """The bad things, made once, and the valid companions of each place."""
+
+    root: Path
+    not_utf8: Path
+    not_json: Path
+    empty: Path
+    json_list: Path
+    json_object: Path
+    directory: Path
+    results: Path
+    layout: Path
+    junit: Path
+    missing: Path
+
+    def bad_files(self) -> list[str]:
+        """Where a file to read is expected."""
+        return [
+            str(p) for p in (self.not_utf8, self.not_json, self.empty, self.json_list, self.json_object, self.directory)
+        ] + ["/dev/null", str(self.missing)]
+
+    def bad_dirs(self) -> list[str]:
+        """Where a directory to read is expected."""
+        return [str(self.not_json), str(self.not_utf8), "/dev/null", str(self.missing)]
+
+    def bad_outputs(self) -> list[str]:
+        """Where a file is to be written: a directory, or below a file."""
+        return [str(self.directory), str(self.not_json / "out.json"), "/dev/null/out"]
+
+
+# Numbers that are no number a command can use: not finite, negative,
+# overflowing to infinity, or no number at all.
+BAD_NUMBERS = ["nan", "NaN", "inf", "-inf", "-1", "1e309", "-1e309", "abc", ""]
+BAD_COUNTS = [*BAD_NUMBERS, "0", "1.5", "99999999999999999999999999"]
+TOO_WIDE = ["/usr", "/"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One place a command takes a value: ``argv(value)`` is the whole
+    command line with ``value`` there; ``values`` the bad ones to try."""
+
+    name: str
+    argv: Callable[[str], list[str]]
+    values: Callable[[Fixtures], list[str]]
+    tool: str = "memqual"  # or the python -m module
+
+
+def files(f: Fixtures) -> list[str]:
+    return f.bad_files()
+
+
+def dirs(f: Fixtures) -> list[str]:
+    return f.bad_dirs()
+
+
+def modules_dirs(f: Fixtures) -> list[str]:
+    return [*f.bad_dirs(), *TOO_WIDE]
+
+
+def outputs(f: Fixtures) -> list[str]:
+    return f.bad_outputs()
+
+
+def numbers(f: Fixtures) -> list[str]:
+    return BAD_NUMBERS
+
+
+def counts(f: Fixtures) -> list[str]:
+    return BAD_COUNTS
+
+
+def state_dirs(f: Fixtures) -> list[str]:
+    return [str(f.not_json), "/dev/null", str(f.not_json / "below-a-file")]
+
+
+def layouts(f: Fixtures) -> list[str]:
+    return [*f.bad_files(), "no-such-layout", "../../etc/passwd"]
+
+
+def devices(f: Fixtures) -> list[str]:
+    return [*f.bad_files(), "/dev/zero"]
+
+
+def reports(f: Fixtures) -> list[str]:
+    """testsummary's inputs: a missing one is counted as a failed step (the
+    step did not run), so only the ones of the wrong kind are bad."""
+    return [p for p in f.bad_files() if p != str(f.missing)]
+
+
+def kernel_names(f: Fixtures) -> list[str]:
+    return ["../../../etc", "6.1.0-57-amd64/../..", "-rf", "a b", ""]
+
+
+def fx() -> Fixtures:
+    """Set by the module fixture: slot lambdas read companions through it."""
+    return _FIXTURES[0]
+
+
+_FIXTURES: list[Fixtures] = []
+
+
+def R() -> str:
+    return str(fx().results)
+
+
+def L() -> str:
+    return str(fx().layout)
+
+
+def D() -> str:
+    return str(fx().directory)
+
+
+SLOTS: list[Slot] = [
+    # memqual image
+    Slot("image build --kernel", lambda v: ["image", "build", "--kernel", v, "--modules", D()], files),
+    Slot("image build --modules", lambda v: ["image", "build", "--kernel", "/dev/null", "--modules", v], modules_dirs),
+    Slot("image build --debian-kernel", lambda v: ["image", "build", "--debian-kernel", v], kernel_names),
+    Slot("image kernels (cache)", lambda v: ["image", "kernels", "--json"], state_dirs),
+    Slot("image clean (cache)", lambda v: ["image", "clean"], state_dirs),
+    # memqual doctor takes no value: a stray one is refused (a cache it
+    # cannot use is a row of its report, not an error)
+    Slot("doctor", lambda v: ["doctor", "--json", v], files),
+    # memqual boot
+    Slot("boot --memory", lambda v: ["boot", "--memory", v, "--", "true"], counts),
+    Slot("boot --cpus", lambda v: ["boot", "--cpus", v, "--", "true"], counts),
+    Slot("boot --timeout", lambda v: ["boot", "--timeout", v, "--", "true"], numbers),
+    Slot("boot --kernel", lambda v: ["boot", "--kernel", v, "--modules", D(), "--", "true"], files),
+    Slot("boot --modules", lambda v: ["boot", "--kernel", "/dev/null", "--modules", v, "--", "true"], modules_dirs),
+    Slot("boot --debian-kernel", lambda v: ["boot", "--debian-kernel", v, "--", "true"], kernel_names),
+    # memqual ksm
+    Slot("ksm status --pid", lambda v: ["ksm", "status", "--pid", v], counts),
+    Slot("ksm status --state-dir", lambda v: ["ksm", "status", "--state-dir", v], state_dirs),
+    Slot("ksm status --sysfs", lambda v: ["ksm", "status", "--sysfs", v], dirs),
+    Slot("ksm restore --wait", lambda v: ["ksm", "restore", "--wait", v], numbers),
+    Slot("ksm restore --state-dir", lambda v: ["ksm", "restore", "--state-dir", v], state_dirs),
+    Slot("ksm restore --sysfs", lambda v: ["ksm", "restore", "--sysfs", v], dirs),
+    # memqual balloon
+    Slot("balloon model --per-page-us", lambda v: ["balloon", "model", "--per-page-us", v], numbers),
+    Slot("balloon model --fixed-ms", lambda v: ["balloon", "model", "--fixed-ms", v], numbers),
+    Slot("balloon model --record", lambda v: ["balloon", "model", "--record", v], files),
+    Slot("balloon curve SOURCE", lambda v: ["balloon", "curve", v], files),
+    Slot("balloon curve --png", lambda v: ["balloon", "curve", R(), "--png", v], outputs),
+    Slot("balloon measure --memory", lambda v: ["balloon", "measure", "--target", "256", "--memory", v], counts),
+    Slot("balloon measure --target", lambda v: ["balloon", "measure", "--target", v], counts),
+    Slot("balloon measure --repeats", lambda v: ["balloon", "measure", "--target", "256", "--repeats", v], counts),
+    Slot(
+        "balloon measure --pfns-per-request",
+        lambda v: ["balloon", "measure", "--target", "256", "--pfns-per-request", v],
+        counts,
+    ),
+    # memqual compare
+    Slot("compare A", lambda v: ["compare", v, R()], files),
+    Slot("compare B", lambda v: ["compare", R(), v], files),
+    Slot("compare --threshold", lambda v: ["compare", R(), R(), "--threshold", v], numbers),
+    Slot("compare --alpha", lambda v: ["compare", R(), R(), "--alpha", v], numbers),
+    Slot("compare --html", lambda v: ["compare", R(), R(), "--html", v], outputs),
+    # memqual run: --tests is an empty directory, so nothing could run
+    Slot("run --output", lambda v: ["run", "--tests", D(), "--output", v], state_dirs),
+    # A regular file that is no kernel is not looked into before the job: the
+    # scenarios refuse it (exit 1); only what is no file at all is bad input.
+    Slot(
+        "run --guest-kernel",
+        lambda v: ["run", "--tests", D(), "--guest-kernel", v, "--guest-modules", D()],
+        lambda f: [str(f.directory), "/dev/null", str(f.missing)],
+    ),
+    Slot(
+        "run --guest-modules",
+        lambda v: ["run", "--tests", D(), "--guest-kernel", str(fx().junit), "--guest-modules", v],
+        # A directory that is no modules tree (/usr) is refused by the image
+        # build in each scenario, not before the job.
+        dirs,
+    ),
+    Slot("run --debian-kernel", lambda v: ["run", "--tests", D(), "--debian-kernel", v], kernel_names),
+    Slot("run --rounds", lambda v: ["run", "--tests", D(), "--rounds", v], counts),
+    Slot("run --budget", lambda v: ["run", "--tests", D(), "--until-decided", "--budget", v], numbers),
+    Slot("run --parallel", lambda v: ["run", "--tests", D(), "--parallel", v], counts),
+    Slot("run --tests", lambda v: ["run", "--tests", v], lambda f: [str(f.missing), "/dev/null", str(f.not_utf8)]),
+    # memqual memslots
+    Slot("memslots model --layout", lambda v: ["memslots", "model", "--layout", v], layouts),
+    Slot("memslots model --lookups", lambda v: ["memslots", "model", "--layout", L(), "--lookups", v], counts),
+    Slot("memslots model --seed", lambda v: ["memslots", "model", "--layout", L(), "--seed", v], numbers),
+    Slot("memslots lookup --layout", lambda v: ["memslots", "lookup", "--layout", v, "0x100"], layouts),
+    Slot("memslots lookup GFN", lambda v: ["memslots", "lookup", "--layout", L(), v], numbers),
+    Slot("memslots kvm --slots", lambda v: ["memslots", "kvm", "--slots", v], counts),
+    Slot("memslots kvm --repeats", lambda v: ["memslots", "kvm", "--repeats", v], counts),
+    Slot("memslots kvm --slot-pages", lambda v: ["memslots", "kvm", "--slot-pages", v], counts),
+    Slot(
+        "memslots kvm --device", lambda v: ["memslots", "kvm", "--device", v], lambda f: [*f.bad_files(), "/dev/zero"]
+    ),
+    Slot("memslots kvm --records", lambda v: ["memslots", "kvm", "--records", v], state_dirs),
+    Slot("memslots kvm --replicates", lambda v: ["memslots", "kvm", "--lookup", "--replicates", v], counts),
+    Slot("memslots kvm --rounds", lambda v: ["memslots", "kvm", "--lookup", "--rounds", v], counts),
+    Slot("memslots kvm --iterations", lambda v: ["memslots", "kvm", "--lookup", "--iterations", v], counts),
+    Slot("memslots qemu --layout", lambda v: ["memslots", "qemu", "--plan", "--layout", v], layouts),
+    Slot("memslots qemu --ram", lambda v: ["memslots", "qemu", "--plan", "--ram", v], counts),
+    Slot("memslots qemu --maxmem", lambda v: ["memslots", "qemu", "--plan", "--maxmem", v], counts),
+    Slot("memslots qemu --slots", lambda v: ["memslots", "qemu", "--plan", "--slots", v], counts),
+    Slot("memslots qemu --hotplug", lambda v: ["memslots", "qemu", "--plan", "--hotplug", v], numbers),
+    Slot("memslots qemu --trace-out", lambda v: ["memslots", "qemu", "--probe", "--trace-out", v], outputs),
+    # memqual bisect
+    Slot("bisect --kernels", lambda v: ["bisect", "--kernels", v, v, "--metric", "deflate_s"], kernel_names),
+    Slot("bisect --threshold", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--threshold", v], numbers),
+    Slot("bisect --budget", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--budget", v], numbers),
+    Slot(
+        "bisect --max-rounds", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--max-rounds", v], counts
+    ),
+    Slot("bisect --resume", lambda v: ["bisect", "--resume", v], lambda f: [*f.bad_files(), *TOO_WIDE]),
+    Slot("bisect --output", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--output", v], state_dirs),
+    # memqual export
+    Slot("export RESULTS", lambda v: ["export", "--kcidb", "-", v], files),
+    Slot("export --kcidb", lambda v: ["export", "--kcidb", v, R()], outputs),
+    # memqual history
+    Slot("history PATH", lambda v: ["history", v], files),
+    Slot("history --threshold", lambda v: ["history", R(), "--threshold", v], numbers),
+    Slot("history --html", lambda v: ["history", R(), "--html", v], outputs),
+    # memqual hosts
+    Slot("hosts check FILE", lambda v: ["hosts", "check", v], files),
+    Slot("hosts probe", lambda v: ["hosts", "probe", v], files),
+    Slot("run --hosts", lambda v: ["run", "--tests", D(), "--hosts", v], files),
+    # python -m tools
+    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "host.bench_boot"),
+    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "host.bench_boot"),
+    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "host.bench_boot"),
+    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "host.bench_boot"),
+    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "host.memslots.bench"),
+    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "host.memslots.bench"),
+    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "host.memslots.bench"),
+    Slot("testsummary JUNIT", lambda v: [v, D()], reports, "host.testsummary"),
+    Slot(
+        "testsummary AVOCADO",
+        lambda v: [str(fx().junit), v],
+        lambda f: [str(f.not_json), str(f.not_utf8), "/dev/null"],
+        "host.testsummary",
+    ),
+    Slot("testsummary STATUSES", lambda v: [str(fx().junit), D(), v], reports, "host.testsummary"),
+]
+
+# Where a slot's value goes into the environment instead of argv.
+ENV_SLOTS = {
+    "image kernels (cache)": "MEMQUAL_CACHE",
+    "image clean (cache)": "MEMQUAL_CACHE",
+}
+
+TOOLS: dict[str, Callable[[list[str]], int]] = {
+    "memqual": cli.main,
+    "host.bench_boot": bench_boot.main,
+    "host.memslots.bench": memslots_bench.main,
+    "host.testsummary": testsummary.main,
+}
+
+
+class WentAhead(BaseException):
+    """Raised by the alarm: the command did not stop at the bad value.  Not
+    an Exception, so that memqual's last line of defence does not turn it
+    into an exit status."""
+
+
+@contextlib.contextmanager
+def alarm(seconds: int) -> Iterator[None]:
+    def ring(signum: int, frame: object) -> None:
+        raise WentAhead(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.update(values)
+    os.environ.pop("MEMQUAL_DEBUG", None)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def tree(root: Path) -> set[str]:
+    return {str(Path(d) / n) for d, dirnames, filenames in os.walk(root) for n in [*dirnames, *filenames]}
+
+
+def children() -> set[int]:
+    me = os.getpid()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                    found.add(int(entry))
+    return found
+
+
+def make_fixtures(root: Path) -> Fixtures:
+    from host import claims
+    from host.record import Measurement
+    from host.results import build_results, write_results
+
+    (root / "dir").mkdir()
+    records = [
+        Measurement(
+            scenario="balloon.inflate",
+            metric="inflate_s",
+            unit="s",
+            better="lower",
+            samples=[],
+            replicates=[[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]],
+        )
+    ]
+    results = root / "results.json"
+    write_results(build_results(claims.evaluate(claims.load(), records), records, host_fallback=False), results)
+    layout = root / "layout.json"
+    layout.write_text((Path(__file__).parent.parent / "host" / "memslots" / "layouts" / "seed-3.json").read_text())
+    junit = root / "junit.xml"
+    junit.write_text('<testsuite tests="1" failures="0" errors="0" skipped="0"><testcase name="t"/></testsuite>\n')
+    made = Fixtures(
+        root=root,
+        not_utf8=root / "not-utf8.json",
+        not_json=root / "not-json.json",
+        empty=root / "empty.json",
+        json_list=root / "list.json",
+        json_object=root / "object.json",
+        directory=root / "dir",
+        results=results,
+        layout=layout,
+        junit=junit,
+        missing=root / "no-such-file",
+    )
+    made.not_utf8.write_bytes(b"\xff\xfe{\x80 not text \xc3\x28\n")
+    made.not_json.write_text("this is not JSON\n")
+    made.empty.write_text("")
+    made.json_list.write_text("[1, 2, 3]\n")
+    made.json_object.write_text('{"schema": "something/else"}\n')
+    for private in ("cache", "state", "cwd"):
+        (root / private).mkdir(mode=0o700)
+    fake_qemu.install(root / "qemu", "exit")
+    _FIXTURES[:] = [made]
+    return made
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixtures]:
+    yield make_fixtures(tmp_path_factory.mktemp("bad-input"))
+    _FIXTURES.clear()
+
+
+def bad_values(slot: Slot, made: Fixtures) -> st.SearchStrategy[str]:
+    listed = st.sampled_from(slot.values(made))
+    if slot.values in (numbers, counts):
+        # Beyond the list: any number that is not finite, or negative.
+        unusable = st.floats(allow_nan=True, allow_infinity=True).filter(lambda x: not math.isfinite(x) or x < 0)
+        return st.one_of(listed, unusable.map(repr), st.integers(max_value=-1).map(str))
+    return listed
+
+
+def run(slot: Slot, value: str, made: Fixtures, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    env = {
+        "MEMQUAL_CACHE": str(made.root / "cache"),
+        "MEMQUAL_STATE_DIR": str(made.root / "state"),
+        "MEMQUAL_QEMU": str(made.root / "qemu" / "qemu-fake-exit"),
+    }
+    if slot.name in ENV_SLOTS:
+        env[ENV_SLOTS[slot.name]] = value
+    argv = slot.argv(value)
+    cwd = os.getcwd()
+    os.chdir(made.root / "cwd")
+    try:
+        with environment(env), alarm(ALARM_S):
+            try:
+                status = TOOLS[slot.tool](argv)
+            except SystemExit as exc:  # argparse
+                status = exc.code if isinstance(exc.code, int) else 2
+    finally:
+        os.chdir(cwd)
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("slot", SLOTS, ids=[s.name for s in SLOTS])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_bad_value_anywhere_is_one_line_exit_2_and_nothing_left(
+    slot: Slot, data: st.DataObject, made: Fixtures, capsys: pytest.CaptureFixture[str]
+) -> None:
+    value = data.draw(bad_values(slot, made), label="value")
+    before, running = tree(made.root), children()
+    status, err = run(slot, value, made, capsys)
+    lines = err.splitlines()
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, f"{slot.argv(value)}: {err!r}"
+    assert status == 2, f"{slot.argv(value)}: exit {status}: {err!r}"
+    assert tree(made.root) == before, f"{slot.argv(value)} left {tree(made.root) - before}"
+    assert children() <= running, f"{slot.argv(value)} left processes running"
+
+
+def test_every_subcommand_has_its_places() -> None:
+    """A subcommand added without a slot here fails: list where it takes
+    input (or its environment, for one that takes none)."""
+    parser = cli.build_parser()
+    commands: set[str] = set()
+
+    def walk(p: argparse.ArgumentParser, prefix: tuple[str, ...]) -> None:
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            commands.add(" ".join(prefix))
+            return
+        for name, child in subs[0].choices.items():
+            walk(child, (*prefix, name))
+
+    walk(parser, ())
+    covered = {" ".join(s.argv("X")[: len(c.split())]) for s in SLOTS if s.tool == "memqual" for c in commands}
+    assert commands - covered == set()
