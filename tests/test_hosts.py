@@ -13,7 +13,7 @@ from host.cli import main
 from host.errors import BadInput
 from host.hosts import config, fleet, page, probe, ssh
 from host.hosts.spawner import INTERRUPTED, NOT_RUN, RAN, FleetSpec, Place, assigned_host, read_place, write_place
-from host.runjob import JobOutcome
+from host.runjob import JobOutcome, collect_records
 
 
 @pytest.fixture
@@ -247,6 +247,8 @@ def test_fault_bookkeeping_keeps_only_what_ran_to_its_end(tmp_path):
     assert read_place(cut) == Place("2-x", "b", INTERRUPTED, "lab host b was lost")
     assert fleet.host_records(tasks, "a", tmp_path / "a") == 2
     assert all(json.loads(p.read_text())["environment"]["lab_host"] == "a" for p in (tmp_path / "a").iterdir())
+    records, problems = collect_records(tmp_path / "a")
+    assert sorted(r.scenario for r in records) == ["x.t1", "x.t3"] and problems == []
     # The half-run task's record is never merged.
     assert fleet.host_records(tasks, "b", tmp_path / "b") == 0
     assert list((tmp_path / "b").iterdir()) == []
@@ -309,3 +311,21 @@ def test_every_test_runs_once_per_host_through_avocados_variants(tmp_path, keys)
     assert assigned_host(variant) == "lab2"
     assert assigned_host(None) == ""
     assert assigned_host({"variant": [["/run/x", []]]}) == ""
+
+
+def test_task_directories_left_by_a_lost_connection_are_stale_after_twice_the_task_limit(tmp_path):
+    import os
+
+    old, fresh = tmp_path / "memqual-task.old", tmp_path / "memqual-task.new"
+    for path in (old, fresh):
+        (path / "data").mkdir(parents=True)
+    os.utime(old / "data", (1000.0, 1000.0))
+    os.utime(old, (1000.0, 1000.0))
+    now = 1000.0 + probe.STALE_TASK_S + 1
+    os.utime(fresh / "data", (now - 10, now - 10))
+    os.utime(fresh, (1000.0, 1000.0))  # an old directory with a fresh record: in use
+    (tmp_path / "memqual-task.file").write_text("")
+    empty = tmp_path / "memqual-task.empty"
+    empty.mkdir()
+    os.utime(empty, (now - 5, now - 5))
+    assert probe.stale_task_dirs(now, tmp=tmp_path) == [old]

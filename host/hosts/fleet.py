@@ -222,7 +222,8 @@ def host_records(tasks: list[TaskResult], host: str, into: Path) -> int:
         for path in sorted(task.logdir.rglob(record.RECORD_GLOB)):
             data = json.loads(path.read_text())
             data.setdefault("environment", {})["lab_host"] = host
-            target = into / f"{task.logdir.name}-{path.name}"
+            # Still a record's name (memqual-*.json), made unique by the task.
+            target = into / f"{path.stem}-task{task.logdir.name.split('-', 1)[0]}{path.suffix}"
             target.write_text(json.dumps(data, indent=2) + "\n")
             count += 1
     return count

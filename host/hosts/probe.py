@@ -3,8 +3,9 @@ host over SSH at the start of every fleet run and by ``memqual hosts check``.
 
 It is also where a host cleans up after a lost connection: a QEMU that
 memqual started and whose parent is gone (its runner died with the SSH
-session and the QEMU somehow outlived it) is ended here, as the KSM and THP
-knobs a killed run left are restored by every memqual start.
+session and the QEMU somehow outlived it) is ended here, and the task
+directory such a task left is removed, as the KSM and THP knobs a killed
+run left are restored by every memqual start.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 import errno
 import fcntl
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
+STALE_TASK_S = 2 * 1200.0  # twice the spawner's limit for one task (host/hosts/fleet.py TASK_TIMEOUT_S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +159,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def stale_task_dirs(now: float, max_age_s: float = STALE_TASK_S, tmp: Path = Path("/tmp")) -> list[Path]:
+    """Task directories (the spawner's ``mktemp -d /tmp/memqual-task.*``)
+    that no task can still be using: the task of a lost connection never
+    came back to remove its own.  A task ends within the spawner's timeout,
+    so a directory untouched for twice that is stale."""
+    stale = []
+    uid = os.getuid()
+    for path in tmp.glob("memqual-task.*"):
+        try:
+            st = path.lstat()
+            newest = max([st.st_mtime, *(p.lstat().st_mtime for p in path.iterdir())])
+        except OSError:
+            continue
+        if st.st_uid == uid and path.is_dir() and not path.is_symlink() and now - newest > max_age_s:
+            stale.append(path)
+    return stale
+
+
 def probe() -> HostProbe:
     from host import probe as host_probe
     from host.paths import cache_dir
 
     cleaned = end_processes(orphaned_qemus(str(cache_dir())))
+    for path in stale_task_dirs(time.time()):
+        shutil.rmtree(path, ignore_errors=True)
     lock = measure_lock_path()
     free, holder = lock_state(lock)
     return HostProbe(
