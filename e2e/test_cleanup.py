@@ -120,6 +120,10 @@ def alive(pid: int) -> bool:
         return False
 
 
+def default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Cleanup(GuestTest):
     """
     :avocado: enable
@@ -146,6 +150,11 @@ class Cleanup(GuestTest):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,  # its own process group: Ctrl-C goes to it alone
+            # A job started in the background by a non-interactive shell
+            # (nohup, CI scripts) inherits SIGINT ignored, and the nested
+            # avocado would ignore the Ctrl-C this test sends: give it the
+            # terminal's default back.
+            preexec_fn=default_sigint,
         )
         return proc, pidfile, results
 
