@@ -146,11 +146,15 @@ def _make(kbuild: list[str], workdir: Path) -> None:
     """``kbuild`` is make's argv up to M=: where the kernel's kbuild is."""
     if not shutil.which("make") or not shutil.which("gcc"):
         raise CapabilityMissing("make and gcc are needed to build the balloon driver variant: run ./setup")
-    argv = [*kbuild, f"M={workdir}", "modules"]
+    # BTF for a module needs pahole, which Debian's 6.12 kbuild enables and
+    # the host may lack; the module loads the same without it.
+    argv = [*kbuild, f"M={workdir}", "CONFIG_DEBUG_INFO_BTF_MODULES=", "modules"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 or not (workdir / f"{MODULE}.ko").exists():
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise BadInput(f"building {MODULE}.ko failed: {' | '.join(tail)}")
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        # make's own "Error 2" lines say only that something failed before
+        causes = [line for line in lines if "error" in line.lower() and "***" not in line] or lines[-3:]
+        raise BadInput(f"building {MODULE}.ko failed: {' | '.join(causes[:3])}")
 
 
 def _gcc_version() -> str:
@@ -171,8 +175,24 @@ def build(release: str | None = None, force: bool = False) -> Variant:
     release = kernel_pkg.removeprefix("linux-image-")
     version = deb_version(packages.download(kernel_pkg, cache))
     names = package_names(release, version)
-    debs = {role: packages.download(name, cache) for role, name in names.items()}
-    wrong = {names[r]: deb_version(d) for r, d in debs.items() if deb_version(d) != version}
+    try:
+        # The headers package names its -common tree and its kbuild: read,
+        # not assumed (6.1 depends on linux-kbuild-6.1, 6.12 on
+        # linux-kbuild-6.12.N+deb12, one per point release).
+        needs = packages.depends(names["headers"], version, cache)
+        names["common"] = next((n for n in needs if n.startswith("linux-headers-") and n.endswith("-common")), "")
+        names["common"] = names["common"] or package_names(release, version)["common"]
+        names["kbuild"] = next((n for n in needs if n.startswith("linux-kbuild-")), names["kbuild"])
+        # The archive keeps older point releases: take each at the kernel's
+        # own version, the candidate only for a kbuild it does not version.
+        debs = {role: packages.download(name, cache, version) for role, name in names.items() if role != "kbuild"}
+        try:
+            debs["kbuild"] = packages.download(names["kbuild"], cache, version)
+        except BadInput:
+            debs["kbuild"] = packages.download(names["kbuild"], cache)
+    except BadInput as exc:
+        raise CapabilityMissing(f"the balloon driver variant's packages for {release} {version}: {exc}") from exc
+    wrong = {names[r]: deb_version(d) for r, d in debs.items() if r != "kbuild" and deb_version(d) != version}
     if wrong:
         raise CapabilityMissing(
             f"the balloon driver variant needs packages at the image kernel's version {version}; the archive has "
@@ -313,7 +333,7 @@ def build_from_tree(path: str | os.PathLike[str], release: str | None = None, fo
 def for_image(image: Image) -> Variant:
     """The variant for a built image, or CapabilityMissing with the reason:
     a user's kernel has one only with its build tree."""
-    if os.environ.get(ENV_KERNEL):
+    if os.environ.get(ENV_KERNEL) and not debian_release_of(Path(os.environ[ENV_KERNEL])):
         tree = os.environ.get(ENV_KERNEL_BUILD)
         if not tree:
             raise CapabilityMissing(
@@ -322,6 +342,27 @@ def for_image(image: Image) -> Variant:
             )
         return build_from_tree(tree, image.release)
     return build(image.release)
+
+
+def debian_release_of(kernel: Path) -> str | None:
+    """The release of a kernel memqual unpacked from a Debian package into
+    its own cache (what ``--debian-kernel`` hands the scenarios as a
+    kernel file), or None for any other kernel.  Such a kernel gets the
+    variant built from Debian's source like the default one."""
+    unpacked = cache_dir() / "unpacked"
+    try:
+        rel = kernel.resolve().relative_to(unpacked.resolve())
+    except ValueError:
+        return None
+    parts = rel.parts
+    if (
+        len(parts) == 3
+        and parts[0].startswith("linux-image-")
+        and parts[1] == "boot"
+        and parts[2].startswith("vmlinuz-")
+    ):
+        return parts[2].removeprefix("vmlinuz-")
+    return None
 
 
 def tree_variant_or_reason(tree: str | os.PathLike[str], release: str) -> dict[str, str | None]:

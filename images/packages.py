@@ -137,11 +137,13 @@ def kernel_package(version: str, cache: Path) -> str:
     raise BadInput(f"no installable package for kernel {release}: run 'apt-get update'")
 
 
-def download(package: str, cache: Path) -> Path:
-    """The .deb of ``package`` (current candidate), downloaded once."""
+def download(package: str, cache: Path, version: str | None = None) -> Path:
+    """The .deb of ``package`` at ``version`` (default: the current
+    candidate), downloaded once."""
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
-    version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
+    if version is None:
+        version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
     expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version), cache)
@@ -197,6 +199,20 @@ def _archive_sha256(package: str, version: str) -> str:
         if line.startswith("SHA256:"):
             return line.split(":", 1)[1].strip()
     return ""
+
+
+def depends(package: str, version: str, cache: Path) -> list[str]:
+    """The packages ``package=version`` depends on, by name (the first of
+    each set of alternatives, version constraints dropped)."""
+
+    def ask() -> str:
+        for line in _run(["apt-cache", "show", f"{package}={version}"]).splitlines():
+            if line.startswith("Depends:"):
+                return line.split(":", 1)[1]
+        return ""
+
+    field = _memoized(f"depends-of:{package}={version}", ask, cache)
+    return [alt.split("|")[0].split("(")[0].strip() for alt in field.split(",") if alt.strip()]
 
 
 def _candidate(package: str) -> str:

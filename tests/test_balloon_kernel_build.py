@@ -140,3 +140,53 @@ def test_a_tree_of_another_kernel_or_without_a_balloon_module_is_refused(tmp_pat
     (out_of_tree / "source").symlink_to(src)
     monkeypatch.setattr(bdrv, "_build_into", lambda out, source, kbuild, variant, what, started: source)
     assert bdrv.build_from_tree(out_of_tree, "6.9.0-test") == out_of_tree.resolve() / "source" / bdrv.SOURCE_MEMBER
+
+
+def test_a_debian_kernel_handed_over_as_a_file_gets_the_debian_variant(tmp_path, monkeypatch):
+    """``--debian-kernel`` reaches the scenarios as a kernel file in the
+    cache: it is built from Debian's source like the default kernel, not
+    refused like a user's kernel without its tree."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("MEMQUAL_CACHE", str(cache))
+    vmlinuz = cache / "unpacked/linux-image-6.12.111+deb12-amd64_6.12.111-1~deb12u1_amd64/boot"
+    vmlinuz.mkdir(parents=True)
+    (vmlinuz / "vmlinuz-6.12.111+deb12-amd64").write_bytes(b"")
+    kernel = vmlinuz / "vmlinuz-6.12.111+deb12-amd64"
+    assert bdrv.debian_release_of(kernel) == "6.12.111+deb12-amd64"
+    assert bdrv.debian_release_of(tmp_path / "bzImage") is None
+    assert bdrv.debian_release_of(cache / "unpacked/x/boot/vmlinuz-1") is None  # not a kernel package's tree
+
+    monkeypatch.setenv(bdrv.ENV_KERNEL, str(kernel))
+    monkeypatch.delenv(bdrv.ENV_KERNEL_BUILD, raising=False)
+    built = []
+
+    def build(release=None, force=False):
+        built.append(release)
+        return "variant"
+
+    monkeypatch.setattr(bdrv, "build", build)
+
+    class Image:
+        release = "6.12.111+deb12-amd64"
+
+    assert bdrv.for_image(Image()) == "variant"  # type: ignore[arg-type]  # only .release is read
+    assert built == ["6.12.111+deb12-amd64"]
+
+
+def test_a_packages_dependencies_are_read_by_name(tmp_path, monkeypatch):
+    from images import packages
+
+    field = (
+        "Depends: linux-base (>= 4.12~), linux-headers-6.12.111+deb12-common (= 6.12.111-1~deb12u1), "
+        "linux-image-6.12.111+deb12-amd64 (= 6.12.111-1~deb12u1) | linux-image-6.12.111+deb12-amd64-unsigned, "
+        "linux-kbuild-6.12.111+deb12, gcc-12\n"
+    )
+    monkeypatch.setattr(packages, "_run", lambda argv, cwd=None: "Package: x\n" + field)
+    (tmp_path / "debs").mkdir()
+    assert packages.depends("linux-headers-6.12.111+deb12-amd64", "6.12.111-1~deb12u1", tmp_path) == [
+        "linux-base",
+        "linux-headers-6.12.111+deb12-common",
+        "linux-image-6.12.111+deb12-amd64",
+        "linux-kbuild-6.12.111+deb12",
+        "gcc-12",
+    ]
