@@ -25,20 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="restore a saved snapshot when one exists (default)",
     )
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
-    parser.add_argument("--kernel", help="your own bzImage (with --modules)")
-    parser.add_argument("--modules", help="its lib/modules/RELEASE directory")
-    parser.add_argument(
-        "--kernel-build",
-        type=cliargs.kernel_build,
-        metavar="DIR",
-        help="the directory --kernel was built in: the balloon driver variant is built from it",
-    )
-    parser.add_argument(
-        "--debian-kernel",
-        type=cliargs.debian_kernel,
-        metavar="VERSION",
-        help="a Debian kernel by release or package name (memqual image kernels lists them)",
-    )
+    cliargs.add_guest_kernel(parser)
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")

@@ -164,3 +164,22 @@ def output_file(text: str) -> str:
 def output_file_or_stdout(text: str) -> str:
     """``output_file``, or '-' for standard output."""
     return text if text == "-" else output_file(text)
+
+
+def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
+    """The guest kernel as memqual boot and memqual image build take it:
+    your own (--kernel, --modules, --kernel-build) or Debian's by name."""
+    parser.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
+    parser.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
+    parser.add_argument(
+        "--kernel-build",
+        type=kernel_build,
+        metavar="DIR",
+        help="the directory --kernel was built in: the balloon driver variant is built from it",
+    )
+    parser.add_argument(
+        "--debian-kernel",
+        type=debian_kernel,
+        metavar="VERSION",
+        help="a Debian kernel by release or package name (memqual image kernels lists them)",
+    )

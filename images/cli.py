@@ -6,7 +6,6 @@ import argparse
 import json
 import shutil
 import time
-from pathlib import Path
 
 from host import cliargs
 
@@ -15,20 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("image", help="build or clean the guest image")
     actions = parser.add_subparsers(dest="image_command", required=True)
     build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
-    build.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
-    build.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
-    build.add_argument(
-        "--kernel-build",
-        type=cliargs.kernel_build,
-        metavar="DIR",
-        help="the directory --kernel was built in: the balloon driver variant is built from it",
-    )
-    build.add_argument(
-        "--debian-kernel",
-        type=cliargs.debian_kernel,
-        metavar="VERSION",
-        help="a Debian kernel by release or package name (memqual image kernels lists them)",
-    )
+    cliargs.add_guest_kernel(build)
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true")
     build.set_defaults(handler=_build)
