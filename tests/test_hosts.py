@@ -174,11 +174,14 @@ def test_the_fleet_page_sets_verdicts_side_by_side_and_marks_the_odd_host(tmp_pa
         page.HostColumn("b", "completed", boot_id="k1", results=_results(c1="reproduced", c2="underpowered")),
         page.HostColumn("c", "completed", boot_id="k2", results=_results(c1="not reproduced", c2="underpowered")),
         page.HostColumn("d", "left out", reason="unreachable: Connection refused", boot_id=""),
+        # Lost half-way: its verdicts are shown, but it is no voter.
+        page.HostColumn("e", "lost", boot_id="k3", results=_results(c1="not measurable", c2="not measurable")),
     )
     fleet_page = page.Fleet(columns=columns)
     rows = {r.claim: r for r in page.claim_rows(fleet_page)}
     assert rows["c1"].odd == {"c"} and rows["c1"].majority == "reproduced"
-    assert rows["c2"].odd == frozenset()
+    assert rows["c2"].odd == frozenset() and rows["c2"].majority == "underpowered"
+    assert rows["c2"].verdicts["e"] == "not measurable"
     assert page.shared_kernels(fleet_page) == [("k1", ("a", "b"))]
     page.write(fleet_page, tmp_path)
     html = (tmp_path / "fleet.html").read_text()
@@ -188,7 +191,7 @@ def test_the_fleet_page_sets_verdicts_side_by_side_and_marks_the_odd_host(tmp_pa
     data = json.loads((tmp_path / "fleet.json").read_text())
     assert data["claims"][0] == {
         "claim": "c1",
-        "verdicts": {"a": "reproduced", "b": "reproduced", "c": "not reproduced"},
+        "verdicts": {"a": "reproduced", "b": "reproduced", "c": "not reproduced", "e": "not measurable"},
         "majority": "reproduced",
         "differs": ["c"],
     }

@@ -57,8 +57,8 @@ class Fleet:
 class ClaimRow:
     claim: str
     verdicts: dict[str, str]  # host -> verdict (hosts with results only)
-    majority: str | None  # the verdict more than half the hosts gave, if any
-    odd: frozenset[str]  # hosts whose verdict differs from the majority
+    majority: str | None  # the verdict more than half the completed hosts gave, if any
+    odd: frozenset[str]  # completed hosts whose verdict differs from the majority
 
 
 def majority(verdicts: Mapping[str, str]) -> tuple[str | None, frozenset[str]]:
@@ -77,10 +77,13 @@ def claim_rows(fleet: Fleet) -> list[ClaimRow]:
     claims: list[str] = []
     for verdicts in per_host.values():
         claims += [k for k in verdicts if k not in claims]
+    # A host that did not complete judged on part of its tasks: its verdicts
+    # are shown, but the majority is that of the hosts that completed.
+    completed = {c.name for c in fleet.columns if c.status == "completed"}
     rows = []
     for claim in claims:
         verdicts = {h: v[claim] for h, v in per_host.items() if claim in v}
-        top, odd = majority(verdicts)
+        top, odd = majority({h: v for h, v in verdicts.items() if h in completed})
         rows.append(ClaimRow(claim, verdicts, top, odd))
     return rows
 
