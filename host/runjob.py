@@ -846,7 +846,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
     )
     parser.add_argument(
-        "--profile", choices=PROFILES, default="quick", help="quick (default, ~15 min under TCG) or full"
+        "--profile", choices=PROFILES, default="quick", help="quick (default, ~12 min under TCG here) or full"
     )
     parser.add_argument(
         "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
