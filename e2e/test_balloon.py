@@ -57,7 +57,12 @@ MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
 REPEATS = 3 if profile() == "quick" else 5  # cycles per guest: quick keeps CI near 10 min
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
-GUEST_RESOLUTION_S = 1e-3  # median; measured here 0.07-0.2 ms
+# Median over a run's guest-timed moves.  Usually 0.07-0.2 ms, but the
+# agent sleeps 1 ms between polls away from the start and the end, and a
+# quiet CI-like run measured a median of 1.02 ms (moves of 0.86 and
+# 1.19 ms) against 2.9-5.6 ms for the host's QMP polls: 2 ms keeps the
+# guest's clock the finer one without failing on one slow poll.
+GUEST_RESOLUTION_S = 2e-3
 # What scenarios 1 and 2 record, in order (memqual bisect --metric reads
 # the names here).
 TIMING_METRICS = ("inflate_s", "inflate_guest_s", "deflate_guest_s", "deflate_s")
@@ -114,8 +119,8 @@ class BalloonBase(GuestTest):
         self.assertEqual(tuple(m.metric for m in records), TIMING_METRICS)
         for measurement in records:
             self.record(measurement)
-        # 1 ms or better: the guest's timestamps give it (the
-        # host's QMP polls cannot: QEMU answers between virtqueue requests).
+        # 2 ms or better: the guest's timestamps give it (the host's QMP
+        # polls cannot: QEMU answers between virtqueue requests).
         guest_resolution = run.guest_resolution_s()
         self.assertLessEqual(
             guest_resolution, GUEST_RESOLUTION_S, f"guest-timed moves resolved to {1e3 * guest_resolution:.2f} ms only"
