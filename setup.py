@@ -1,24 +1,22 @@
 """What the wheel holds; the project's metadata is in pyproject.toml.
 
-The code's packages are found as they are added.  The folders the code
-reads at run time but are not Python (guest/: the agents' C sources, the
-guest's init files and the balloon driver patch; claims/: claims.json) ship
-as package data under ``memqual/``: as top-level names of their own, "guest"
-and "claims" would collide with other distributions' in site-packages.
-``host.paths.shipped`` finds them there, or beside host/ in a checkout.
-pyproject.toml cannot list found packages and mapped ones together, hence
+Everything installs under the one name ``memqual``: the design card's
+folders (host/, images/, e2e/) are linked into memqual/ and found there, so
+site-packages gets ``memqual.host``, not a top-level ``host`` that would
+collide with other distributions'.  The folders the code reads at run time
+that are not Python (guest/: the agents' C sources, the guest's init files
+and the balloon driver patch; claims/: claims.json) ship as package data
+beside them, where ``memqual.host.paths.shipped`` finds them.
+pyproject.toml cannot list found packages and data folders together, hence
 this file."""
 
 from setuptools import find_packages, setup
 
-SHIPPED = {"memqual.guest": "guest", "memqual.claims": "claims"}
-
 setup(
-    packages=[*find_packages(include=["host*", "images*", "e2e*"]), *SHIPPED],
-    package_dir=SHIPPED,
+    packages=[*find_packages(include=["memqual", "memqual.*"]), "memqual.guest", "memqual.claims"],
     package_data={
         "memqual.guest": ["*.c", "*.h", "*.sh", "*.patch", "inittab"],
         "memqual.claims": ["*.json"],
-        "host.memslots": ["layouts/*.json"],
+        "memqual.host.memslots": ["layouts/*.json"],
     },
 )

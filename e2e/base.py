@@ -18,7 +18,7 @@ What it owns for one test:
   what a serial run gives; a test that measures nothing says False and
   overlaps freely.
 
-The measurement lock and the KSM lock: the KSM lock (host.ksm, ``ksm.lock``
+The measurement lock and the KSM lock: the KSM lock (memqual.host.ksm, ``ksm.lock``
 in the state directory) is for the host's KSM knobs and is taken by every
 memqual process that changes them, tests and commands alike, only while it
 changes them.  The measurement lock (``measure.lock`` beside it) is taken
@@ -41,10 +41,10 @@ from typing import Any
 
 import avocado
 
-from host.environment import Environment
-from host.errors import CapabilityMissing, Timeout
-from host.machine import Machine, MachineConfig
-from host.record import Measurement, write
+from memqual.host.environment import Environment
+from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.machine import Machine, MachineConfig
+from memqual.host.record import Measurement, write
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
@@ -67,8 +67,8 @@ class MeasurementLock:
 
     @staticmethod
     def _default_path() -> Path:
-        from host.ksm.state import HostState, default_state_dir
-        from host.paths import cache_dir
+        from memqual.host.ksm.state import HostState, default_state_dir
+        from memqual.host.paths import cache_dir
 
         state = HostState(default_state_dir())
         try:
@@ -183,7 +183,7 @@ class GuestTest(avocado.Test):
     # -- guests -----------------------------------------------------------
     def image(self) -> Any:
         if self._image is None:
-            from images.build import KernelSource, build
+            from memqual.images.build import KernelSource, build
 
             kernel, modules = os.environ.get(ENV_KERNEL), os.environ.get(ENV_MODULES)
             source = KernelSource(Path(kernel) if kernel else None, Path(modules) if modules else None)
@@ -217,9 +217,9 @@ class GuestTest(avocado.Test):
         return path
 
     def environment(self) -> Environment:
-        """The host's environment (host.probe), with the accelerator of this
+        """The host's environment (memqual.host.probe), with the accelerator of this
         test's last guest and its image."""
-        from host import probe
+        from memqual.host import probe
 
         env = probe.environment()
         if self._machines:
@@ -237,7 +237,7 @@ class GuestTest(avocado.Test):
 
     # -- host hygiene -----------------------------------------------------
     def _restore_stale_host_state(self) -> None:
-        from host.ksm import restore_stale
+        from memqual.host.ksm import restore_stale
 
         restored = restore_stale()
         if restored is not None:

@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e.base import GuestTest, profile
-from host import stats
-from host.balloon import (
+from memqual.e2e.base import GuestTest, profile
+from memqual.host import stats
+from memqual.host.balloon import (
     DEADLINE_S,
     PAGE,
     STALL_S,
@@ -43,12 +43,12 @@ from host.balloon import (
     wait_rss,
     wait_rss_steady,
 )
-from host.balloon import model as bm
-from host.balloon import timing as bt
-from host.balloon.timing import guest_stat
-from host.errors import BadInput
-from host.machine import BalloonDevice, Machine, MachineConfig
-from host.record import Measurement
+from memqual.host.balloon import model as bm
+from memqual.host.balloon import timing as bt
+from memqual.host.balloon.timing import guest_stat
+from memqual.host.errors import BadInput
+from memqual.host.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.record import Measurement
 
 MIB = 1 << 20
 AGENT = "balloon_agent"

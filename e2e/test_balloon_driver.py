@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import time
 
-from e2e.base import GuestTest, profile
-from host.balloon import BalloonController, BalloonMover
-from host.balloon import request_size as rs
-from host.balloon.driver import PFNS_MAX, VariantDriver
-from host.errors import BadInput, CapabilityMissing
-from host.machine import BalloonDevice, MachineConfig
-from images import balloon_driver
-from images.balloon_driver import Variant
+from memqual.e2e.base import GuestTest, profile
+from memqual.host.balloon import BalloonController, BalloonMover
+from memqual.host.balloon import request_size as rs
+from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.machine import BalloonDevice, MachineConfig
+from memqual.images import balloon_driver
+from memqual.images.balloon_driver import Variant
 
 MIB = 1 << 20
 GUEST_MIB = 1024

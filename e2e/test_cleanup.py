@@ -21,16 +21,16 @@ import textwrap
 import time
 from pathlib import Path
 
-from e2e.base import GuestTest
-from host.paths import REPO_ROOT
+from memqual.e2e.base import GuestTest
+from memqual.host.paths import REPO_ROOT
 
 HANGING_TEST = textwrap.dedent(
     '''\
     import os
     import time
 
-    from e2e.base import GuestTest
-    from host.machine import MachineConfig
+    from memqual.e2e.base import GuestTest
+    from memqual.host.machine import MachineConfig
 
 
     class Hang(GuestTest):
@@ -58,7 +58,7 @@ HOLDING_KSM = textwrap.dedent(
 
     import avocado
 
-    from host.ksm import KsmController
+    from memqual.host.ksm import KsmController
 
 
     class HoldKsm(avocado.Test):
@@ -248,8 +248,8 @@ class Cleanup(GuestTest):
         """
         :avocado: tags=ksm
         """
-        from host.errors import CapabilityMissing
-        from host.ksm import KSM_ROOT, Sysfs, check_capability
+        from memqual.host.errors import CapabilityMissing
+        from memqual.host.ksm import KSM_ROOT, Sysfs, check_capability
 
         try:
             check_capability(KSM_ROOT)
@@ -273,7 +273,7 @@ class Cleanup(GuestTest):
             # What the killed run saw before its change, under the KSM lock.
             # Not "before" above: a memqual process outside this suite (no
             # measurement lock) may have held changed knobs then.
-            from host.ksm import HostState
+            from memqual.host.ksm import HostState
 
             saved = HostState().load()
             self.assertIsNotNone(saved, "the killed run left no state file")
@@ -292,7 +292,7 @@ class Cleanup(GuestTest):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            from host.ksm import restore_stale
+            from memqual.host.ksm import restore_stale
 
             restore_stale()  # whatever happened above, leave the host as it was
 
@@ -313,7 +313,7 @@ class GuestIsolation(GuestTest):
         import socket
         import threading
 
-        from host.machine import MachineConfig
+        from memqual.host.machine import MachineConfig
 
         listener = socket.socket()
         listener.bind(("127.0.0.1", 0))

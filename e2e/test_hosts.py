@@ -34,8 +34,8 @@ from pathlib import Path
 
 import avocado
 
-from e2e.base import MeasurementLock, skip
-from host.paths import REPO_ROOT
+from memqual.e2e.base import MeasurementLock, skip
+from memqual.host.paths import REPO_ROOT
 
 SSHD = Path("/usr/sbin/sshd")
 MEMQUAL = Path(sys.executable).parent / "memqual"

@@ -34,12 +34,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from e2e.base import GuestTest, profile
-from host import claims, stats
-from host.errors import CapabilityMissing
-from host.ksm import KsmController
-from host.ksm.agent import AGENT, StressAgent, StressArgs
-from host.ksm.scancost import (
+from memqual.e2e.base import GuestTest, profile
+from memqual.host import claims, stats
+from memqual.host.errors import CapabilityMissing
+from memqual.host.ksm import KsmController
+from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
+from memqual.host.ksm.scancost import (
     METRICS,
     AbRun,
     alternate_smart_scan,
@@ -48,10 +48,10 @@ from host.ksm.scancost import (
     replicates,
     samples,
 )
-from host.ksm.sharing import SharingModel, SharingPoint, settle
-from host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs
-from host.machine import Machine, MachineConfig
-from host.record import Measurement
+from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
+from memqual.host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs
+from memqual.host.machine import Machine, MachineConfig
+from memqual.host.record import Measurement
 
 GUEST_MIB = 1024
 MERGE_MIB = 256  # scenario 1, 2: 65536 pages
@@ -505,7 +505,7 @@ class KsmTest(GuestTest):
                     extra=extra,
                 )
                 records.append(record)
-        # One rule with the report: the verdict host.claims gives these records.
+        # One rule with the report: the verdict memqual.host.claims gives these records.
         verdict = claims.judge_claim(CLAIM[pages], records)
         for record in records:
             if record.metric == CLAIM_METRIC:

@@ -13,10 +13,10 @@ import os
 
 from avocado import Test
 
-from e2e.base import MeasurementLock, skip
-from host.memslots import kvm as K
-from host.memslots import kvm_bench as B
-from host.memslots import kvm_lookup as L
+from memqual.e2e.base import MeasurementLock, skip
+from memqual.host.memslots import kvm as K
+from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_lookup as L
 
 SLOT_COUNTS = (1, 32, 509)
 

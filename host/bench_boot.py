@@ -1,4 +1,4 @@
-"""Boot benchmark: ``python -m host.bench_boot --boots 5 [--warm|--cold] [--json]``.
+"""Boot benchmark: ``python -m memqual.host.bench_boot --boots 5 [--warm|--cold] [--json]``.
 
 Boots the same guest N times in a row (nothing else in between) and
 reports, for each of two figures, the median, minimum, maximum, range
@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any
 
-from host import cliargs, stats
-from host.errors import MemqualError
-from host.machine import Machine
-from host.qemu import MACHINE_TYPES, MachineConfig
+from memqual.host import cliargs, stats
+from memqual.host.errors import MemqualError
+from memqual.host.machine import Machine
+from memqual.host.qemu import MACHINE_TYPES, MachineConfig
 
 FIRST_COMMAND = ["uname", "-r"]
 
@@ -59,8 +59,8 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> dict[str, Any]:
-    from host import probe
-    from images.build import build
+    from memqual.host import probe
+    from memqual.images.build import build
 
     image = build()
     load_before = os.getloadavg()[0]
@@ -88,7 +88,7 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
         "machine": config.machine,
         "memory_mib": config.memory_mib,
         "cpus": config.cpus,
-        # host.environment's keys: accel, accel_reason, guest_kernel, qemu, host_kernel...
+        # memqual.host.environment's keys: accel, accel_reason, guest_kernel, qemu, host_kernel...
         **environment.to_json(),
         # On a shared 2-core machine other work slows TCG down: say how busy it was.
         "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -99,7 +99,7 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cliargs.Parser(prog="python -m host.bench_boot", description=__doc__.splitlines()[0])
+    parser = cliargs.Parser(prog="python -m memqual.host.bench_boot", description=__doc__.splitlines()[0])
     parser.add_argument("--boots", type=cliargs.count, default=5, help="timed boots (default 5)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--warm", dest="warm", action="store_true", help="restore a saved snapshot")

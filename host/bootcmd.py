@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from host import cliargs
+from memqual.host import cliargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,11 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from host.errors import BadInput
-    from host.machine import Machine, MachineConfig
-    from host.qemu import qemu_binary
-    from images.balloon_driver import tree_variant_or_reason
-    from images.build import KernelSource, build
+    from memqual.host.errors import BadInput
+    from memqual.host.machine import Machine, MachineConfig
+    from memqual.host.qemu import qemu_binary
+    from memqual.images.balloon_driver import tree_variant_or_reason
+    from memqual.images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.

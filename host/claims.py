@@ -56,11 +56,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from host import stats
-from host.errors import BadInput
-from host.jsonfile import read_json
-from host.paths import shipped
-from host.record import Measurement
+from memqual.host import stats
+from memqual.host.errors import BadInput
+from memqual.host.jsonfile import read_json
+from memqual.host.paths import shipped
+from memqual.host.record import Measurement
 
 SCHEMA = "memqual.claims/2"
 DEFAULT_CLAIMS_FILE = shipped("claims") / "claims.json"
@@ -636,8 +636,8 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
 def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement]) -> list[LayoutResult]:
     """The memslot model on every layout record (a real guest's memslots in
     ``extra["layout"]``), one result per configuration."""
-    from host.memslots import layout as layout_mod
-    from host.memslots import model
+    from memqual.host.memslots import layout as layout_mod
+    from memqual.host.memslots import model
 
     out: dict[str, LayoutResult] = {}
     for rec in records:

@@ -16,25 +16,25 @@ import signal
 import sys
 import warnings
 
-from host.cliargs import Parser
-from host.errors import LaunchError, MemqualError
+from memqual.host.cliargs import Parser
+from memqual.host.errors import LaunchError, MemqualError
 
 # Modules that provide ``register(subparsers)``.  Imported lazily at start so
 # that ``memqual --help`` lists everything; each keeps its heavy imports
 # inside its handler.
 SUBCOMMAND_MODULES = [
-    "images.cli",  # memqual image build|clean
-    "host.doctor",  # memqual doctor
-    "host.bootcmd",  # memqual boot
-    "host.ksm.cli",  # memqual ksm status|restore
-    "host.balloon.cli",  # memqual balloon model|measure
-    "host.compare",  # memqual compare A.json B.json
-    "host.runjob",  # memqual run
-    "host.memslots.cli",  # memqual memslots model|lookup|kvm
-    "host.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
-    "host.export",  # memqual export --kcidb FILE RESULTS.json
-    "host.history",  # memqual history DIR...
-    "host.hosts.cli",  # memqual hosts check FILE
+    "memqual.images.cli",  # memqual image build|clean
+    "memqual.host.doctor",  # memqual doctor
+    "memqual.host.bootcmd",  # memqual boot
+    "memqual.host.ksm.cli",  # memqual ksm status|restore
+    "memqual.host.balloon.cli",  # memqual balloon model|measure
+    "memqual.host.compare",  # memqual compare A.json B.json
+    "memqual.host.runjob",  # memqual run
+    "memqual.host.memslots.cli",  # memqual memslots model|lookup|kvm
+    "memqual.host.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
+    "memqual.host.export",  # memqual export --kcidb FILE RESULTS.json
+    "memqual.host.history",  # memqual history DIR...
+    "memqual.host.hosts.cli",  # memqual hosts check FILE
 ]
 
 
@@ -56,7 +56,7 @@ def _restore_stale_host_state(command: str) -> None:
     Quiet when there is nothing to do or when not root."""
     if command == "ksm":
         return
-    from host.ksm import restore_stale
+    from memqual.host.ksm import restore_stale
 
     restored = restore_stale()
     if restored is not None:

@@ -28,8 +28,8 @@ def percent_as_fraction(text: str) -> float:
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
-    from host.errors import BadInput
-    from images.balloon_driver import check_kernel_build
+    from memqual.host.errors import BadInput
+    from memqual.images.balloon_driver import check_kernel_build
 
     try:
         return str(check_kernel_build(text))
@@ -116,8 +116,8 @@ def count_or_zero(text: str) -> int:
 def debian_kernel(text: str) -> str:
     """``--debian-kernel VERSION``: the form of a Debian kernel's name,
     checked before the archive is asked."""
-    from host.errors import BadInput
-    from images.packages import check_kernel_name
+    from memqual.host.errors import BadInput
+    from memqual.images.packages import check_kernel_name
 
     try:
         return check_kernel_name(text)

@@ -18,8 +18,8 @@ import json
 import sys
 from typing import Any
 
-from host import cliargs
-from host.comparison import (
+from memqual.host import cliargs
+from memqual.host.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
@@ -38,7 +38,7 @@ from host.comparison import (
     verdict_text,
 )
 
-# The computation is host.comparison's; these names are kept here for the
+# The computation is memqual.host.comparison's; these names are kept here for the
 # callers that reach them as ``compare.X``.  The page, the HTML helpers and
 # the results reader are imported where used: `memqual --help` loads this
 # module and must not load numpy, scipy or matplotlib.
@@ -70,7 +70,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     from rich.markup import escape
     from rich.table import Table
 
-    from host.html import num
+    from memqual.host.html import num
 
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
@@ -171,7 +171,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.results import load_results
+    from memqual.host.results import load_results
 
     a = load_results(args.a)
     b = load_results(args.b)
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"A = {args.a}\nB = {args.b}")
         print_comparison(result)
     if args.html:
-        from host.compare_report import write_comparison_html
+        from memqual.host.compare_report import write_comparison_html
 
         path = write_comparison_html(result, a, b, args.html)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)

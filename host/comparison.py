@@ -43,13 +43,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from host.errors import BadInput
-from host.results import MetricEntry, Results, variant_label
+from memqual.host.errors import BadInput
+from memqual.host.results import MetricEntry, Results, variant_label
 
 if TYPE_CHECKING:
-    from host import stats
+    from memqual.host import stats
 
-# Defaults (host.stats has the same values; not imported here so that
+# Defaults (memqual.host.stats has the same values; not imported here so that
 # `memqual --help` does not load numpy and scipy).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
@@ -235,7 +235,7 @@ def compare_results(
 ) -> RunComparison:
     import dataclasses as dc
 
-    from host import stats
+    from memqual.host import stats
 
     a, b = Results.from_json(a), Results.from_json(b)
     check_comparable(a, b, a_name, b_name)

@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from host.probe import report
+    from memqual.host.probe import report
 
     result = report(force=args.reprobe)
     if args.json:

@@ -1,7 +1,7 @@
 """The environment a measurement was taken in: one typed fingerprint of the
 host, QEMU, the accelerator and the guest, under one set of key names.
 
-host.probe fills the host's part (``probe.environment()``, read-only and
+memqual.host.probe fills the host's part (``probe.environment()``, read-only and
 cheap: it never boots a guest); a scenario adds the accelerator its guest
 ran under and the guest image (``with_accel``, ``with_guest``); the /dev/kvm
 harness adds what the device said (``replace``).  A measurement record
@@ -77,7 +77,7 @@ class Environment:
         return dataclasses.replace(self, accel=accel, accel_reason=reason)
 
     def with_guest(self, image: Any) -> Environment:
-        """The guest image's kernel release and hashes (an images.build
+        """The guest image's kernel release and hashes (a memqual.images.build
         Image, or anything with those attributes)."""
         return dataclasses.replace(
             self,

@@ -40,8 +40,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host import cliargs
-from host.errors import BadInput, MemqualError
+from memqual.host import cliargs
+from memqual.host.errors import BadInput, MemqualError
 
 ORIGIN = "memqual"
 
@@ -269,7 +269,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from host.results import load_results
+    from memqual.host.results import load_results
 
     results = load_results(args.results).to_json()
     data = to_kcidb(results, origin=args.origin)

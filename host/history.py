@@ -36,9 +36,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from host import cliargs
-from host.cliargs import percent_as_fraction
-from host.errors import BadInput
+from memqual.host import cliargs
+from memqual.host.cliargs import percent_as_fraction
+from memqual.host.errors import BadInput
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05  # a candidate must also pass the threshold band, a second gate
@@ -129,7 +129,7 @@ def find_results(paths: Sequence[str]) -> list[Path]:
 
 
 def load_runs(paths: Sequence[str]) -> list[Run]:
-    from host.results import load_results
+    from memqual.host.results import load_results
 
     files = find_results(paths)
     if not files:
@@ -153,7 +153,7 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
 
 
 def _kernel_order(release: str | None) -> tuple[Any, ...]:
-    from images.packages import release_order
+    from memqual.images.packages import release_order
 
     return (0, release_order(release)) if release else (1, ())
 
@@ -184,7 +184,7 @@ def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
 
 
 def _reps(entry: dict[str, Any]) -> list[list[float]]:
-    from host.compare import replicates_of
+    from memqual.host.compare import replicates_of
 
     return replicates_of(entry)
 
@@ -201,8 +201,8 @@ def change_points(
     samples).  See the module docstring for the test."""
     import numpy as np
 
-    from host import stats
-    from host.bisect.decide import HIGHER, LOWER, band_verdict
+    from memqual.host import stats
+    from memqual.host.bisect.decide import HIGHER, LOWER, band_verdict
 
     rng = np.random.default_rng(stats.DEFAULT_SEED if seed is None else seed)
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
@@ -274,7 +274,7 @@ def change_points(
 
 
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
-    from host import stats
+    from memqual.host import stats
 
     keys = sorted({k for r in runs for k in r.metrics})
     out = []
@@ -354,7 +354,7 @@ def to_json(
 
 
 def _plot(series: Series, runs: list[Run], threshold: float) -> str:
-    from host.html import png, pyplot
+    from memqual.host.html import png, pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 2.4))
@@ -378,7 +378,7 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
 
 
 def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from host.html import CSS, environment_line, esc
+    from memqual.host.html import CSS, environment_line, esc
 
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",

@@ -14,12 +14,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from host import claims, comparison
+from memqual.host import claims, comparison
 
 GREY = "#6b7280"
 
-# One colour per verdict, of a claim (host.claims) and of a comparison
-# (host.comparison); "underpowered" means the same colour in both.
+# One colour per verdict, of a claim (memqual.host.claims) and of a comparison
+# (memqual.host.comparison); "underpowered" means the same colour in both.
 VERDICT_COLOURS = {
     claims.REPRODUCED: "#1a7f37",
     claims.DIRECTION_ONLY: "#b7791f",

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
+from memqual.host.errors import BadInput
 
 
 def read_json(path: str | os.PathLike[str], what: str, remedy: str) -> Any:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from host.errors import Timeout
+from memqual.host.errors import Timeout
 
 POLL_S = 0.05  # how often a waiting run retries: short beside any save or build
 

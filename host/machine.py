@@ -11,9 +11,9 @@ Lifetime rules (a leaked QEMU is a bug):
 
 Lifecycle, as small template steps: ``launch()`` runs ``_pre_launch()``
 (accelerator, socket directory, console log), then ``_launch()`` (a warm
-start through host.snapshot, or ``boot_cold()``); ``shutdown()`` ends with
+start through memqual.host.snapshot, or ``boot_cold()``); ``shutdown()`` ends with
 ``_post_shutdown()`` (socket directory removed).  The public steps a launch
-is made of are what a start strategy (host.snapshot) drives:
+is made of are what a start strategy (memqual.host.snapshot) drives:
 ``start_qemu(incoming)`` (QEMU up with QMP connected), ``wait_ssh()``,
 ``close_ssh()``, ``kill_qemu()`` (this QEMU gone, the launch's directory
 kept for another try), ``qemu_exited()`` and ``qemu_output()``.
@@ -37,13 +37,13 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from host import probe, snapshot
-from host.console import READY_MARKER, ConsoleMarker
-from host.errors import BadInput, GuestError, LaunchError, Timeout
-from host.paths import short_tempdir
-from host.process import die_with_parent
-from host.qemu import BalloonDevice, MachineConfig, command_line
-from host.ssh import SSH, HostKeyMismatch, banner_ready
+from memqual.host import probe, snapshot
+from memqual.host.console import READY_MARKER, ConsoleMarker
+from memqual.host.errors import BadInput, GuestError, LaunchError, Timeout
+from memqual.host.paths import short_tempdir
+from memqual.host.process import die_with_parent
+from memqual.host.qemu import BalloonDevice, MachineConfig, command_line
+from memqual.host.ssh import SSH, HostKeyMismatch, banner_ready
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
@@ -109,7 +109,7 @@ class Machine:
     @property
     def image(self) -> Any:
         if self._image is None:
-            from images.build import build
+            from memqual.images.build import build
 
             self._image = build()
         return self._image
@@ -362,7 +362,7 @@ class Machine:
 
     def deploy(self, agent: str) -> str:
         """Build guest/<agent>.c (cached) and stream it into the guest."""
-        from images.agents import build_agent
+        from memqual.images.agents import build_agent
 
         guest_path = f"/tmp/{agent}"
         self.ssh.push(build_agent(agent), guest_path)

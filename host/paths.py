@@ -15,20 +15,18 @@ import stat
 import tempfile
 from pathlib import Path
 
-from host.errors import BadInput
+from memqual.host.errors import BadInput
 
-# The checkout's top directory; in an installed wheel, site-packages.
+# The checkout's top directory; in an installed wheel, site-packages/memqual.
+# Resolved: in a checkout the code is imported through the links in memqual/.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def shipped(name: str) -> Path:
     """A folder the code reads at run time that is not Python: ``guest`` or
-    ``claims``.  A wheel ships it under ``memqual/`` (setup.py); a checkout
-    or an editable install has it beside host/.  The wheel's place is looked
-    at first: site-packages may hold another distribution's top-level
-    folder of the same name."""
-    installed = REPO_ROOT / "memqual" / name
-    return installed if installed.is_dir() else REPO_ROOT / name
+    ``claims``.  It stands beside host/ in a checkout and in a wheel
+    (setup.py) alike."""
+    return REPO_ROOT / name
 
 
 class UntrustedDirectory(BadInput):

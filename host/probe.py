@@ -21,16 +21,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from host.console import ConsoleMarker
-from host.environment import Environment
-from host.errors import BadInput, CapabilityMissing
-from host.ksm.sysfs import KSM_ROOT, THP_ROOT
-from host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
-from host.paths import cache_dir, short_tempdir, write_private_atomic
-from host.process import die_with_parent
+from memqual.host.console import ConsoleMarker
+from memqual.host.environment import Environment
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT
+from memqual.host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
+from memqual.host.paths import cache_dir, short_tempdir, write_private_atomic
+from memqual.host.process import die_with_parent
 
-if TYPE_CHECKING:  # images.build imports host: only the type, for annotations
-    from images.build import Image
+if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annotations
+    from memqual.images.build import Image
 
 KVM_DEVICE = Path(DEVICE)
 KSM_DIR = KSM_ROOT
@@ -115,8 +115,8 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     """Boot the guest image under KVM with a deadline.  Cached."""
     if not kvm_usable_device():
         return False, "/dev/kvm is missing or not accessible"
-    from host.qemu import qemu_version
-    from images.build import build
+    from memqual.host.qemu import qemu_version
+    from memqual.images.build import build
 
     image = build()
     key = f"{host_kernel()}|{qemu_version()}|{image.kernel_sha256}|{image.initramfs_sha256}"
@@ -134,7 +134,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
 
 
 def _boot_under_kvm(image: Image) -> tuple[bool, str]:
-    from host.qemu import MachineConfig, command_line
+    from memqual.host.qemu import MachineConfig, command_line
 
     workdir = short_tempdir("mqprobe")
     console = workdir / "console.log"
@@ -182,7 +182,7 @@ def environment(*, with_ksm: bool = False) -> Environment:
     probe's cached answer.  Read-only and cheap: it boots no guest.
     ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
     KSM settings are their own)."""
-    from host.qemu import qemu_version
+    from memqual.host.qemu import qemu_version
 
     try:
         qemu: str | None = qemu_version()
@@ -217,7 +217,7 @@ def resolve_accel(requested: str) -> tuple[str, str]:
 def report(force: bool = False) -> Report:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
-    from host.qemu import qemu_version
+    from memqual.host.qemu import qemu_version
 
     version = "missing"
     try:

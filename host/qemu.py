@@ -11,7 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing
+from memqual.host.errors import BadInput, CapabilityMissing
 
 MACHINE_TYPES = ("microvm", "pc", "q35")
 
@@ -40,7 +40,7 @@ class MachineConfig:
     balloon: BalloonDevice | None = BalloonDevice()
     extra_args: tuple[str, ...] = ()  # raw QEMU arguments, appended last
     cmdline_extra: str = ""
-    warm: bool = True  # may restore from a saved snapshot (see host.snapshot)
+    warm: bool = True  # may restore from a saved snapshot (see memqual.host.snapshot)
 
     def __post_init__(self) -> None:
         if self.machine not in MACHINE_TYPES:

@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
-from host.jsonfile import read_json
+from memqual.host.errors import BadInput
+from memqual.host.jsonfile import read_json
 
 SCHEMA = "memqual.measurement/1"
 RECORD_GLOB = "memqual-*.json"

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from host import stats
-from host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
-from host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
-from host.results import Results, variant_label
+from memqual.host import stats
+from memqual.host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
+from memqual.host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
+from memqual.host.results import Results, variant_label
 
 _RICH_STYLES = {
     REPRODUCED: "bold green",
@@ -408,7 +408,7 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
                 parts.append(f"<img alt='{esc(scenario)} {esc(metric)}' src='data:image/png;base64,{image}'>")
             parts.append("</div>")
         # A subject's own plot: the balloon's time against request size.
-        from host.balloon import plot as balloon_plot
+        from memqual.host.balloon import plot as balloon_plot
 
         parts.append(balloon_plot.section(metrics))
 

@@ -25,7 +25,7 @@ well (``results["metrics"]``, ``m.get("variant")``): a read-only mapping
 of the same keys, for the code that still handles results as dicts.
 
 The environment comes from the records' ``environment`` fields (what the
-scenarios saw, host.environment's keys); what no record says is filled from
+scenarios saw, memqual.host.environment's keys); what no record says is filled from
 this host's ``probe.environment()`` (read-only, no guest booted) and marked
 in ``environment_sources``.
 """
@@ -41,13 +41,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from host.environment import FINGERPRINT_KEYS
-from host.errors import BadInput
-from host.jsonfile import read_json
-from host.record import Measurement
+from memqual.host.environment import FINGERPRINT_KEYS
+from memqual.host.errors import BadInput
+from memqual.host.jsonfile import read_json
+from memqual.host.record import Measurement
 
 if TYPE_CHECKING:
-    from host.claims import Verdict
+    from memqual.host.claims import Verdict
 
 SCHEMA = "memqual.results/1"
 
@@ -152,7 +152,7 @@ class MetricEntry(_JsonObject):
 
     @classmethod
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
-        from host import stats
+        from memqual.host import stats
 
         return cls(
             key=key,
@@ -299,7 +299,7 @@ def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bo
     """The records' environment, one value per key (the most common when
     records disagree, all of them under ``<key>_all``), then this host's
     facts for the keys no record gave."""
-    from host import probe
+    from memqual.host import probe
 
     values: dict[str, list[str]] = collections.defaultdict(list)
     originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)

@@ -63,12 +63,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from host import cliargs
-from host.errors import BadInput
-from host.paths import REPO_ROOT
+from memqual.host import cliargs
+from memqual.host.errors import BadInput
+from memqual.host.paths import REPO_ROOT
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
-    from host.results import Results
+    from memqual.host.results import Results
 
 PROFILES = ("quick", "full")
 # avocado's exit status bits (avocado.core.exit_codes)
@@ -544,7 +544,7 @@ def _job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int
 
 def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
     """Every record of the job; a broken record is reported, not fatal."""
-    from host import record
+    from memqual.host import record
 
     if job_dir is None:
         return [], []
@@ -566,8 +566,8 @@ def write_outputs(
 ) -> Results:
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
-    from host import claims, record, report
-    from host.results import build_results, write_results
+    from memqual.host import claims, record, report
+    from memqual.host.results import build_results, write_results
 
     records, problems = [], []
     for job in jobs:
@@ -684,8 +684,8 @@ def _until_decided(
     """More rounds (A and B once each, ABBA order going on) until every
     metric is decided or the budget is spent; writes OUTPUT/until-decided.json
     with the rounds each metric needed."""
-    from host import compare
-    from host.bisect.until import Tracker
+    from memqual.host import compare
+    from memqual.host.bisect.until import Tracker
 
     tracker = Tracker(threshold=compare.DEFAULT_THRESHOLD, alpha=compare.DEFAULT_ALPHA)
     records: dict[tuple[str, int], list[Any]] = {}
@@ -740,7 +740,7 @@ def _until_decided(
 
 
 def _compare_kernels(config: RunConfig, results: list[Results], console: Any) -> None:
-    from host import compare
+    from memqual.host import compare
 
     try:
         result = compare.compare_results(results[0], results[1])
@@ -751,7 +751,7 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
     (config.output / "comparison.json").write_text(json.dumps(out, indent=2) + "\n")
     compare.print_comparison(result, console)
-    from host.compare_report import write_comparison_html
+    from memqual.host.compare_report import write_comparison_html
 
     write_comparison_html(result, results[0], results[1], config.output / "comparison.html")
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
@@ -771,7 +771,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
-        from images.build import debian_kernel_files
+        from memqual.images.build import debian_kernel_files
 
         for version in args.debian_kernel:
             bzimage, modules_dir = debian_kernel_files(version)
@@ -782,7 +782,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if len(modules_in) != len(kernels_in):
         # The image builder needs both: a kernel and its lib/modules/RELEASE.
         raise BadInput("give --guest-modules DIR (lib/modules/RELEASE) once per --guest-kernel, in the same order")
-    from images.build import sha256_file
+    from memqual.images.build import sha256_file
 
     kernels = []
     for index, bzimage in enumerate(kernels_in):

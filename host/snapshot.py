@@ -18,7 +18,7 @@ load or the first SSH command misses its deadline) keeps the snapshot and
 this start boots cold.  A save that fails resumes the guest and waits for
 its SSH again, and leaves no temporary directory.
 
-Trust: snapshots live in the checked cache directory (host.paths), in a
+Trust: snapshots live in the checked cache directory (memqual.host.paths), in a
 0700 directory, and are keyed on the image's SSH keys too: a rebuilt image
 (``image build --force``, new keys) never gets a guest saved with old ones.
 """
@@ -39,12 +39,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from host.errors import GuestError, LaunchError, MemqualError, Timeout
-from host.locks import file_lock
-from host.paths import cache_dir, trusted_dir
+from memqual.host.errors import GuestError, LaunchError, MemqualError, Timeout
+from memqual.host.locks import file_lock
+from memqual.host.paths import cache_dir, trusted_dir
 
 if TYPE_CHECKING:
-    from host.machine import Machine
+    from memqual.host.machine import Machine
 
 log = logging.getLogger("memqual.snapshot")
 
@@ -86,7 +86,7 @@ def usable() -> bool:
 
 
 def snapshot_key(machine: Machine) -> str:
-    from host.qemu import kernel_cmdline, qemu_version
+    from memqual.host.qemu import kernel_cmdline, qemu_version
 
     config = dataclasses.asdict(machine.config)
     config.pop("warm")
@@ -202,7 +202,7 @@ class _Unloadable(GuestError):
 
 
 def _restore(machine: Machine, state: Path) -> Restore:
-    from host.ssh import HostKeyMismatch
+    from memqual.host.ssh import HostKeyMismatch
 
     started = time.monotonic()
     try:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import paramiko
 
-from host.errors import GuestError, Timeout
+from memqual.host.errors import GuestError, Timeout
 
 log = logging.getLogger("memqual.ssh")
 
@@ -242,7 +242,7 @@ class SSH:
 
     def _pinned_key(self) -> paramiko.PKey:
         if self._host_key is None:
-            from images.keys import host_public_key
+            from memqual.images.keys import host_public_key
 
             self._host_key = host_public_key(self._key_path.parent)
         kind, _, blob = self._host_key.partition(" ")

@@ -10,7 +10,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from host.errors import BadInput
+from memqual.host.errors import BadInput
 
 USAGE = "give pytest's junit XML, Avocado's results directory and, optionally, the style gates' status file"
 

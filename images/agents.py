@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing
-from host.paths import cache_dir, shipped, write_private_atomic
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.paths import cache_dir, shipped, write_private_atomic
 
 log = logging.getLogger("memqual.agents")
 

@@ -35,12 +35,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from host.errors import BadInput, CapabilityMissing
-from host.paths import cache_dir, shipped
-from images import packages
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.paths import cache_dir, shipped
+from memqual.images import packages
 
 if TYPE_CHECKING:  # only the type: the image builder is not needed here
-    from images.build import Image
+    from memqual.images.build import Image
 
 PATCH = shipped("guest") / "virtio_balloon-mq.patch"
 MODULE = "virtio_balloon_mq"
@@ -375,8 +375,8 @@ def tree_variant_or_reason(tree: str | os.PathLike[str], release: str) -> dict[s
 
 
 def main() -> int:
-    """``python -m images.balloon_driver``: what ./setup runs after the image."""
-    from host.errors import MemqualError
+    """``python -m memqual.images.balloon_driver``: what ./setup runs after the image."""
+    from memqual.host.errors import MemqualError
 
     try:
         variant = build()

@@ -7,7 +7,7 @@ import json
 import shutil
 import time
 
-from host import cliargs
+from memqual.host import cliargs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,9 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from host.errors import BadInput
-    from images.balloon_driver import tree_variant_or_reason
-    from images.build import KernelSource, build
+    from memqual.host.errors import BadInput
+    from memqual.images.balloon_driver import tree_variant_or_reason
+    from memqual.images.build import KernelSource, build
 
     started = time.monotonic()
     if args.kernel_build and not args.kernel:
@@ -50,8 +50,8 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _kernels(args: argparse.Namespace) -> int:
-    from host.paths import cache_dir
-    from images.packages import available_kernels, resolve_kernel_package
+    from memqual.host.paths import cache_dir
+    from memqual.images.packages import available_kernels, resolve_kernel_package
 
     releases = available_kernels(cache_dir())
     default = resolve_kernel_package(cache_dir()).removeprefix("linux-image-")
@@ -64,7 +64,7 @@ def _kernels(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from host.paths import cache_dir
+    from memqual.host.paths import cache_dir
 
     removed = 0
     for name in ("images", "snapshots", "agents"):

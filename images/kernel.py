@@ -17,7 +17,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from host.errors import BadInput
+from memqual.host.errors import BadInput
 
 ELF_MAGIC = b"\x7fELF"
 XEN_ELFNOTE_PHYS32_ENTRY = 18  # the PVH entry point note

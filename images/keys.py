@@ -20,8 +20,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from host.errors import CapabilityMissing, GuestError
-from images.cpio import CpioWriter
+from memqual.host.errors import CapabilityMissing, GuestError
+from memqual.images.cpio import CpioWriter
 
 HOST_KEY = "dropbear_ed25519_host_key"
 HOST_KEY_PUB = "host_key.pub"
@@ -57,7 +57,7 @@ def host_public_key(ssh_dir: Path) -> str:
                 f"no SSH host key for the image in {ssh_dir.parent}: rebuild it ('memqual image build --force')"
             ) from None
         text = _public_line(private)
-        from host.paths import write_private_atomic
+        from memqual.host.paths import write_private_atomic
 
         write_private_atomic(pub, (text + "\n").encode(), 0o644)
     return text

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing
+from memqual.host.errors import BadInput, CapabilityMissing
 
 # What the guest loads: the network and balloon drivers on both virtio
 # transports (microvm uses virtio-mmio, pc/q35 virtio-pci).

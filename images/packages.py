@@ -13,8 +13,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing
-from host.paths import write_private_atomic
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.paths import write_private_atomic
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str:

@@ -1,7 +1,7 @@
 """The house rules of host/ and images/, read from the source with ast:
 
 - no import cycle among their modules;
-- subjects (host.ksm, host.memslots, host.balloon) do not import
+- subjects (memqual.host.ksm, memqual.host.memslots, memqual.host.balloon) do not import
   each other (host/__init__.py: they share the machine and the record);
 - no module imports a private name (``from x import _y``, ``x._y``) of
   another module of memqual.
@@ -33,10 +33,12 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: Path) -> str:
+    """The name a file of host/, images/ or e2e/ is imported by (memqual/
+    links those folders under one package)."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(["memqual", *parts])
 
 
 def project_modules(packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -136,11 +138,11 @@ def cycles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
 
 
 def subject(module: str) -> str | None:
-    if module == "host.ksm" or module.startswith("host.ksm."):
+    if module == "memqual.host.ksm" or module.startswith("memqual.host.ksm."):
         return "ksm"
-    if module == "host.memslots" or module.startswith("host.memslots."):
+    if module == "memqual.host.memslots" or module.startswith("memqual.host.memslots."):
         return "memslots"
-    if module == "host.balloon" or module.startswith("host.balloon."):
+    if module == "memqual.host.balloon" or module.startswith("memqual.host.balloon."):
         return "balloon"
     return None
 
@@ -181,7 +183,7 @@ def private_imports(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
 # --- the rules ----------------------------------------------------------------------
 def test_no_import_cycle_among_host_and_images_modules() -> None:
     modules = project_modules()
-    assert "host.machine" in modules and "images.build" in modules
+    assert "memqual.host.machine" in modules and "memqual.images.build" in modules
     unexpected = [
         sorted(c) for c in cycles(import_graph(modules)) if not any(c <= allowed for allowed in ALLOWED_CYCLES)
     ]
@@ -190,9 +192,12 @@ def test_no_import_cycle_among_host_and_images_modules() -> None:
 
 def test_machine_snapshot_and_probe_import_no_cycle() -> None:
     graph = import_graph(project_modules())
-    assert "host.snapshot" in graph["host.machine"] and "host.probe" in graph["host.machine"]
-    assert not graph["host.snapshot"] & {"host.machine", "host.probe"}
-    assert "host.machine" not in graph["host.probe"]
+    assert (
+        "memqual.host.snapshot" in graph["memqual.host.machine"]
+        and "memqual.host.probe" in graph["memqual.host.machine"]
+    )
+    assert not graph["memqual.host.snapshot"] & {"memqual.host.machine", "memqual.host.probe"}
+    assert "memqual.host.machine" not in graph["memqual.host.probe"]
 
 
 def test_nothing_reaches_into_a_machine() -> None:
@@ -201,7 +206,7 @@ def test_nothing_reaches_into_a_machine() -> None:
     reached = sorted(
         f"{name}:{node.lineno} {node.value.id}.{node.attr}"
         for name, path in project_modules().items()
-        if name != "host.machine"
+        if name != "memqual.host.machine"
         for node in ast.walk(_parse(path))
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)

@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host import bench_boot, cli, testsummary
-from host.memslots import bench as memslots_bench
+from memqual.host import bench_boot, cli, testsummary
+from memqual.host.memslots import bench as memslots_bench
 
 # A value that went through should end the command long before this; one
 # that would start real work (a boot, a measurement) is stopped here.
@@ -259,21 +259,21 @@ SLOTS: list[Slot] = [
     Slot("hosts probe", lambda v: ["hosts", "probe", v], files),
     Slot("run --hosts", lambda v: ["run", "--tests", D(), "--hosts", v], files),
     # python -m tools
-    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "host.bench_boot"),
-    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "host.bench_boot"),
-    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "host.bench_boot"),
-    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "host.bench_boot"),
-    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "host.memslots.bench"),
-    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "host.memslots.bench"),
-    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "host.memslots.bench"),
-    Slot("testsummary JUNIT", lambda v: [v, D()], reports, "host.testsummary"),
+    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.host.bench_boot"),
+    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.host.bench_boot"),
+    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.host.bench_boot"),
+    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.host.bench_boot"),
+    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "memqual.host.memslots.bench"),
+    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "memqual.host.memslots.bench"),
+    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "memqual.host.memslots.bench"),
+    Slot("testsummary JUNIT", lambda v: [v, D()], reports, "memqual.host.testsummary"),
     Slot(
         "testsummary AVOCADO",
         lambda v: [str(fx().junit), v],
         lambda f: [str(f.not_json), str(f.not_utf8), "/dev/null"],
-        "host.testsummary",
+        "memqual.host.testsummary",
     ),
-    Slot("testsummary STATUSES", lambda v: [str(fx().junit), D(), v], reports, "host.testsummary"),
+    Slot("testsummary STATUSES", lambda v: [str(fx().junit), D(), v], reports, "memqual.host.testsummary"),
 ]
 
 # Where a slot's value goes into the environment instead of argv.
@@ -284,9 +284,9 @@ ENV_SLOTS = {
 
 TOOLS: dict[str, Callable[[list[str]], int]] = {
     "memqual": cli.main,
-    "host.bench_boot": bench_boot.main,
-    "host.memslots.bench": memslots_bench.main,
-    "host.testsummary": testsummary.main,
+    "memqual.host.bench_boot": bench_boot.main,
+    "memqual.host.memslots.bench": memslots_bench.main,
+    "memqual.host.testsummary": testsummary.main,
 }
 
 
@@ -339,9 +339,9 @@ def children() -> set[int]:
 
 
 def make_fixtures(root: Path) -> Fixtures:
-    from host import claims
-    from host.record import Measurement
-    from host.results import build_results, write_results
+    from memqual.host import claims
+    from memqual.host.record import Measurement
+    from memqual.host.results import build_results, write_results
 
     (root / "dir").mkdir()
     records = [

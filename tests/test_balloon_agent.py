@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from host.balloon import agent_records, agent_stat
+from memqual.host.balloon import agent_records, agent_stat
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed (./setup installs it)")
 
@@ -19,7 +19,7 @@ LINE = re.compile(r"^t=\d+\.\d{9}( [a-z_]+=\S+)+$")
 
 @pytest.fixture(scope="module")
 def agent() -> str:
-    from images.agents import build_agent
+    from memqual.images.agents import build_agent
 
     return str(build_agent("balloon_agent"))
 

@@ -10,13 +10,13 @@ import re
 
 import pytest
 
-from host import claims
-from host.balloon import driver as bd
-from host.balloon import measure as bmeas
-from host.balloon import request_size as rs
-from host.errors import BadInput, GuestError
-from host.record import Measurement
-from images import balloon_driver as build
+from memqual.host import claims
+from memqual.host.balloon import driver as bd
+from memqual.host.balloon import measure as bmeas
+from memqual.host.balloon import request_size as rs
+from memqual.host.errors import BadInput, GuestError
+from memqual.host.record import Measurement
+from memqual.images import balloon_driver as build
 
 
 @pytest.mark.parametrize("bad", [0, -1, bd.PFNS_MAX + 1, "256", 2.5])
@@ -304,7 +304,7 @@ def test_cli_refuses_bad_sizes_before_building_or_booting(monkeypatch, sizes):
     def must_not_run(*args, **kwargs):
         raise AssertionError("built or booted despite bad input")
 
-    monkeypatch.setattr("images.build.build", must_not_run)
+    monkeypatch.setattr("memqual.images.build.build", must_not_run)
     monkeypatch.setattr(bmeas, "measure", must_not_run)
     monkeypatch.setattr(bmeas, "measure_sizes", must_not_run)
     assert run_cli(["balloon", "measure", "--memory", "1024", "--target", "256", "--pfns-per-request", sizes]) == 2
@@ -312,7 +312,7 @@ def test_cli_refuses_bad_sizes_before_building_or_booting(monkeypatch, sizes):
 
 # -- a whole run's records from known costs ------------------------------------
 def _sample(guest, label, pfns, size_bytes, fixed, per_request, per_page, rng):
-    from host.balloon.device import BalloonResult
+    from memqual.host.balloon.device import BalloonResult
 
     pages = size_bytes // bd.PAGE
     requests = rs.requests_for(pages, pfns)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from host import cli, runjob
-from host.errors import BadInput, CapabilityMissing
-from images import balloon_driver as bdrv
+from memqual.host import cli, runjob
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.images import balloon_driver as bdrv
 
 
 def _tree(root: Path, release: str = "6.9.0-test", balloon: str = "m", source: bool = True) -> Path:
@@ -52,7 +52,7 @@ def _must_not_run(*args, **kwargs):
     ],
 )
 def test_a_bad_tree_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkeypatch, capsys, command):
-    monkeypatch.setattr("images.build.build", _must_not_run)
+    monkeypatch.setattr("memqual.images.build.build", _must_not_run)
     monkeypatch.setattr(runjob, "run", _must_not_run)
     (tmp_path / "notatree").mkdir()
     with pytest.raises(SystemExit) as exited:
@@ -63,7 +63,7 @@ def test_a_bad_tree_is_one_line_and_exit_2_before_anything_runs(tmp_path, monkey
 
 
 def test_kernel_build_goes_with_a_users_kernel(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr("images.build.build", _must_not_run)
+    monkeypatch.setattr("memqual.images.build.build", _must_not_run)
     tree = _tree(tmp_path)
     assert cli.main(["image", "build", "--kernel-build", str(tree)]) == 2
     assert "goes with --kernel/--modules" in capsys.readouterr().err
@@ -174,7 +174,7 @@ def test_a_debian_kernel_handed_over_as_a_file_gets_the_debian_variant(tmp_path,
 
 
 def test_a_packages_dependencies_are_read_by_name(tmp_path, monkeypatch):
-    from images import packages
+    from memqual.images import packages
 
     field = (
         "Depends: linux-base (>= 4.12~), linux-headers-6.12.111+deb12-common (= 6.12.111-1~deb12u1), "

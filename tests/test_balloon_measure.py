@@ -9,8 +9,8 @@ import pytest
 from rich.console import Console
 from test_balloon_controller import run_cli  # the balloon subcommand through its own parser
 
-from host.balloon import measure as bmeas
-from host.errors import BadInput
+from memqual.host.balloon import measure as bmeas
+from memqual.host.errors import BadInput
 
 MIB = 1 << 20
 
@@ -36,7 +36,7 @@ def test_cli_refuses_before_building_or_booting(monkeypatch, capsys):
     def must_not_run(*args, **kwargs):
         raise AssertionError("built or booted despite bad input")
 
-    monkeypatch.setattr("images.build.build", must_not_run)
+    monkeypatch.setattr("memqual.images.build.build", must_not_run)
     monkeypatch.setattr(bmeas, "measure", must_not_run)
     assert run_cli(["balloon", "measure", "--memory", "1024", "--target", "4096"]) == 2
 

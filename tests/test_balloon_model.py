@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.balloon import model as bm
+from memqual.host.balloon import model as bm
 
 GIB = bm.GIB_PAGES  # 262144 pages of 4 KiB
 

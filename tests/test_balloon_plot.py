@@ -8,10 +8,10 @@ import math
 import pytest
 from test_balloon_controller import run_cli
 
-from host import report
-from host.balloon import plot
-from host.record import Measurement, write
-from host.results import build_results, metrics_of
+from memqual.host import report
+from memqual.host.balloon import plot
+from memqual.host.record import Measurement, write
+from memqual.host.results import build_results, metrics_of
 
 SETTINGS = {"guest_mib": 1024, "target_mib": 256, "machine": "pc", "profile": "full"}
 SIZES = {"256 pfns": 256, "1024 pfns": 1024, "1/16 guest": 16384, "whole guest": 262144}

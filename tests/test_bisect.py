@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from host import cli, record
-from host.bisect import decide, run, series
-from host.errors import BadInput
+from memqual.host import cli, record
+from memqual.host.bisect import decide, run, series
+from memqual.host.errors import BadInput
 
 # ------------------------------------------------------------ band and search
 
@@ -246,7 +246,7 @@ def test_a_metric_that_names_two_is_bad_input():
 
 
 def _main(argv: list[str]) -> int:
-    """host.cli.main; a usage error exits through argparse (status 2)."""
+    """memqual.host.cli.main; a usage error exits through argparse (status 2)."""
     try:
         return cli.main(argv)
     except SystemExit as exc:
@@ -295,7 +295,7 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys, tmp_path, monke
 
 
 def test_an_unknown_kernel_names_the_nearest_and_exits_2(capsys, tmp_path, monkeypatch):
-    from images import build, packages
+    from memqual.images import build, packages
 
     def apt(argv, cwd=None):
         if argv[:2] == ["apt-cache", "pkgnames"]:
@@ -325,7 +325,7 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     command line reach the scenarios' environment, and each job ends."""
     from test_runjob import FAKE_AVOCADO
 
-    from images import build
+    from memqual.images import build
 
     script = tmp_path / "avocado"
     script.write_text(FAKE_AVOCADO.format(python=sys.executable))
@@ -413,8 +413,8 @@ def test_settings_words_pick_one_of_two_tests_metrics():
 
 
 def test_one_test_reference_reaches_avocado_without_a_trailing_slash():
-    from host import runjob
-    from host.paths import REPO_ROOT
+    from memqual.host import runjob
+    from memqual.host.paths import REPO_ROOT
 
     ref = REPO_ROOT / "e2e" / "test_balloon.py:BalloonTiming.test_inflate_deflate_1g"
     argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=ref), Path("r"))
@@ -443,7 +443,7 @@ def test_resume_with_other_kernels_is_bad_input(tmp_path, capsys):
 
 
 def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys):
-    import host.bisect as bisect_cli
+    import memqual.host.bisect as bisect_cli
 
     runner = FakeRunner(step=3, round_s=300.0)
     b = _bisect(tmp_path, 6, runner, budget_min=8.0)

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from host import claims
-from host.errors import BadInput
-from host.memslots.layout import LAYOUTS_DIR
-from host.record import Measurement
+from memqual.host import claims
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import LAYOUTS_DIR
+from memqual.host.record import Measurement
 
 RNG_SEED = 42
 

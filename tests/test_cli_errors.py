@@ -18,9 +18,9 @@ import fake_kernel
 import fake_qemu
 import pytest
 
-from host import cli
-from host.paths import REPO_ROOT
-from images import build as build_module
+from memqual.host import cli
+from memqual.host.paths import REPO_ROOT
+from memqual.images import build as build_module
 
 WRAPPER = r"""
 import ctypes, json, os, signal, subprocess, sys
@@ -63,7 +63,7 @@ def memqual(args: list[str], env: dict[str, str]) -> dict:
     full_env = {**os.environ, **env}
     full_env.pop("MEMQUAL_DEBUG", None)
     out = subprocess.run(
-        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "host.cli", *args],
+        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "memqual.host.cli", *args],
         cwd=REPO_ROOT,
         env=full_env,
         capture_output=True,

@@ -9,10 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from host import claims, compare, record, stats
-from host.errors import BadInput
-from host.record import Measurement
-from host.results import build_results, write_results
+from memqual.host import claims, compare, record, stats
+from memqual.host.errors import BadInput
+from memqual.host.record import Measurement
+from memqual.host.results import build_results, write_results
 
 
 def _units(

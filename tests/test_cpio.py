@@ -1,4 +1,4 @@
-"""images.cpio: the newc writer round-trips through its reader and through
+"""memqual.images.cpio: the newc writer round-trips through its reader and through
 GNU cpio, and the same inputs give the same bytes."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from images import cpio
-from images.cpio import CpioWriter, Entry, add_tree
+from memqual.images import cpio
+from memqual.images.cpio import CpioWriter, Entry, add_tree
 
 
 def archive(build: Callable[[CpioWriter], object]) -> bytes:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from host.errors import BadInput
-from images import packages
+from memqual.host.errors import BadInput
+from memqual.images import packages
 
 PKGNAMES = """linux-image-amd64
 linux-image-6.1.0-57-amd64

@@ -1,4 +1,4 @@
-"""host.environment: one fingerprint of host and guest, filled by the
+"""memqual.host.environment: one fingerprint of host and guest, filled by the
 probe, written by every record under the same keys, read back by the
 report."""
 
@@ -13,10 +13,10 @@ from typing import cast
 import fake_qemu
 import pytest
 
-from host import probe
-from host.environment import FINGERPRINT_KEYS, Environment
-from host.record import Measurement
-from host.results import environment_fingerprint
+from memqual.host import probe
+from memqual.host.environment import FINGERPRINT_KEYS, Environment
+from memqual.host.record import Measurement
+from memqual.host.results import environment_fingerprint
 
 
 def test_to_json_has_only_known_keys_and_round_trips() -> None:
@@ -77,7 +77,7 @@ def test_the_reports_host_fallback_is_the_probes(tmp_path: Path, monkeypatch: py
 
 def test_every_builder_writes_environment_keys() -> None:
     """The /dev/kvm harnesses write the same keys as every scenario."""
-    from host.memslots import kvm_bench, kvm_lookup
+    from memqual.host.memslots import kvm_bench, kvm_lookup
 
     names = {f.name for f in dataclasses.fields(Environment)}
     bench = SimpleNamespace(

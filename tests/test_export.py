@@ -14,7 +14,7 @@ from kcidb_io import schema
 from rich.console import Console
 from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
-from host import cli, export, runjob
+from memqual.host import cli, export, runjob
 
 
 @pytest.fixture()

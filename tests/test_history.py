@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from host import cli, history
-from host.results import SCHEMA, memqual_version
+from memqual.host import cli, history
+from memqual.host.results import SCHEMA, memqual_version
 
 
 def _series(levels: list[float], reps: int = 3, noise: float = 0.01, seed: int = 1) -> list[list[list[float]]]:

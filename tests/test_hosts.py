@@ -9,11 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from host.cli import main
-from host.errors import BadInput
-from host.hosts import config, fleet, page, probe, ssh
-from host.hosts.spawner import INTERRUPTED, NOT_RUN, RAN, FleetSpec, Place, assigned_host, read_place, write_place
-from host.runjob import JobOutcome, collect_records
+from memqual.host.cli import main
+from memqual.host.errors import BadInput
+from memqual.host.hosts import config, fleet, page, probe, ssh
+from memqual.host.hosts.spawner import (
+    INTERRUPTED,
+    NOT_RUN,
+    RAN,
+    FleetSpec,
+    Place,
+    assigned_host,
+    read_place,
+    write_place,
+)
+from memqual.host.runjob import JobOutcome, collect_records
 
 
 @pytest.fixture
@@ -267,8 +276,8 @@ def test_an_unreachable_host_is_left_out_and_the_run_says_so(tmp_path, keys, mon
     hosts = write_hosts(
         tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
     )
-    from host.hosts import check
-    from host.runjob import RunConfig
+    from memqual.host.hosts import check
+    from memqual.host.runjob import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, "unreachable: No route to host"))
     called = []

@@ -1,4 +1,4 @@
-"""images.build: the cache key covers every input, a second build is a
+"""memqual.images.build: the cache key covers every input, a second build is a
 cache hit in well under a second, the base initramfs is reproducible, and
 bad kernel inputs are one clear error.  Most tests use a tiny fake kernel
 (tests/fake_kernel.py); one uses Debian's real kernel package."""
@@ -14,10 +14,10 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from host.errors import BadInput, CapabilityMissing
-from images import build as build_module
-from images import cpio
-from images.build import Image, KernelSource, build, sha256_file
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.images import build as build_module
+from memqual.images import cpio
+from memqual.images.build import Image, KernelSource, build, sha256_file
 
 HOST_TOOLS = [build_module.BUSYBOX, build_module.DROPBEAR]
 needs_host_tools = pytest.mark.skipif(

@@ -14,7 +14,7 @@ import lz4.block
 import pytest
 import zstandard
 
-from images import kernel
+from memqual.images import kernel
 
 
 def _elf_with_pvh_note(pvh: bool = True) -> bytes:

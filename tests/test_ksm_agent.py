@@ -1,4 +1,4 @@
-"""host.ksm.agent with a canned guest command: record parsing, waiting for
+"""memqual.host.ksm.agent with a canned guest command: record parsing, waiting for
 events, errors surfacing."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from host.errors import GuestError, Timeout
-from host.ksm.agent import StressAgent, StressArgs, parse_record
+from memqual.host.errors import GuestError, Timeout
+from memqual.host.ksm.agent import StressAgent, StressArgs, parse_record
 
 
 class FakeBackground:

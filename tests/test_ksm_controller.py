@@ -1,4 +1,4 @@
-"""host.ksm against a fake sysfs tree: no root, no real KSM, seconds."""
+"""memqual.host.ksm against a fake sysfs tree: no root, no real KSM, seconds."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from host.errors import CapabilityMissing, Timeout
-from host.ksm import KsmController, check_capability, restore_stale
-from host.ksm.state import HostState, RestoreFailed
-from host.ksm.sysfs import selected, write_order
+from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.ksm import KsmController, check_capability, restore_stale
+from memqual.host.ksm.state import HostState, RestoreFailed
+from memqual.host.ksm.sysfs import selected, write_order
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -182,7 +182,7 @@ def test_restore_after_crash(tree) -> None:
         f"""
         import os
         from pathlib import Path
-        from host.ksm import KsmController
+        from memqual.host.ksm import KsmController
         k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
                           state_dir=Path({str(tree["state"])!r}), proc_root=Path('/proc'), euid=lambda: 0)
         k.open()
@@ -246,7 +246,7 @@ def test_second_holder_waits_then_skips(tree) -> None:
 def test_restore_failure_keeps_state_file(tree, monkeypatch) -> None:
     import errno
 
-    from host.ksm.sysfs import Sysfs
+    from memqual.host.ksm.sysfs import Sysfs
 
     ksm = controller(tree)
     ksm.open()
@@ -303,7 +303,7 @@ def test_sigterm_restores(tree) -> None:
         f"""
         import os, sys, time
         from pathlib import Path
-        from host.ksm import KsmController
+        from memqual.host.ksm import KsmController
         k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
                           state_dir=Path({str(tree["state"])!r}), euid=lambda: 0)
         k.open()
@@ -326,7 +326,7 @@ def test_sigterm_restores(tree) -> None:
 def _cli(argv: list[str]) -> int:
     import argparse
 
-    from host.ksm import cli
+    from memqual.host.ksm import cli
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))

@@ -1,6 +1,6 @@
-"""host.ksm.scancost with a simulated ksmd: window arithmetic, ABBA order,
+"""memqual.host.ksm.scancost with a simulated ksmd: window arithmetic, ABBA order,
 warm-up discarded, replicates grouped by guest, the A/B statistics end to
-end; and host.ksm.agent's finish waiting for the exit status."""
+end; and memqual.host.ksm.agent's finish waiting for the exit status."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import dataclasses
 
 import pytest
 
-from host import stats
-from host.ksm.agent import StressAgent, StressArgs
-from host.ksm.scancost import (
+from memqual.host import stats
+from memqual.host.ksm.agent import StressAgent, StressArgs
+from memqual.host.ksm.scancost import (
     METRICS,
     ScanWindow,
     abba_order,
@@ -20,7 +20,7 @@ from host.ksm.scancost import (
     replicates,
     samples,
 )
-from host.ksm.sysfs import KsmCounters
+from memqual.host.ksm.sysfs import KsmCounters
 
 
 def counters(t: float, cpu: float, scans: int, scanned: int, skipped: int) -> KsmCounters:

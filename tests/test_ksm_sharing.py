@@ -1,4 +1,4 @@
-"""host.ksm.sharing: the many-guest model and the settle wait, against a
+"""memqual.host.ksm.sharing: the many-guest model and the settle wait, against a
 fake ksmd whose counters follow a script (no guest, no sysfs)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from host.errors import Timeout
-from host.ksm.sharing import SharingModel, SharingPoint, settle
-from host.ksm.sysfs import KsmCounters
+from memqual.host.errors import Timeout
+from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
+from memqual.host.ksm.sysfs import KsmCounters
 
 
 def point(guests: int, shared: int, sharing: int, merging: tuple[int, ...] = ()) -> SharingPoint:

@@ -1,4 +1,4 @@
-"""host.machine.Machine against a fake QEMU (tests/fake_qemu.py): launch
+"""memqual.host.machine.Machine against a fake QEMU (tests/fake_qemu.py): launch
 failures, SSH deadlines, shutdown of a QEMU that ignores quit, death with
 the parent, and the retry when the SSH port was taken.  No real QEMU and no
 guest: every case runs in a second or two."""
@@ -20,11 +20,11 @@ from pathlib import Path
 import fake_qemu
 import pytest
 
-from host import machine as machine_module
-from host.errors import LaunchError, Timeout
-from host.machine import Machine
-from host.paths import REPO_ROOT
-from host.qemu import MachineConfig
+from memqual.host import machine as machine_module
+from memqual.host.errors import LaunchError, Timeout
+from memqual.host.machine import Machine
+from memqual.host.paths import REPO_ROOT
+from memqual.host.qemu import MachineConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,8 +189,8 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
         f"""
         import sys
         from pathlib import Path
-        from host.machine import Machine
-        from host.qemu import MachineConfig
+        from memqual.host.machine import Machine
+        from memqual.host.qemu import MachineConfig
         class Image:
             kernel = initrd = key = Path({str(image.kernel)!r})
         Machine(MachineConfig(accel="tcg", warm=False), image=Image(), boot_timeout=120).launch()
@@ -218,7 +218,7 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
 
 
 def test_a_second_launch_is_refused_not_a_second_qemu(tmp_path, monkeypatch, image):
-    from host.errors import GuestError
+    from memqual.host.errors import GuestError
 
     fake = install(tmp_path, monkeypatch, "qmp")
     with NoSSHMachine(TCG, image=image, boot_timeout=10) as vm:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from host.memslots import bench
-from host.memslots.structures import STRUCTURES
+from memqual.host.memslots import bench
+from memqual.host.memslots.structures import STRUCTURES
 
 
 def test_bench_times_every_structure_with_a_spread():

@@ -21,11 +21,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.errors import BadInput, CapabilityMissing, MemqualError
-from host.memslots import kvm as K
-from host.memslots import kvm_bench as B
-from host.memslots import kvm_cli
-from host.record import load
+from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.memslots import kvm as K
+from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_cli
+from memqual.host.record import load
 
 
 # --- ABI -------------------------------------------------------------------------
@@ -485,7 +485,7 @@ def test_only_an_unrunnable_guest_counts_as_a_missing_capability() -> None:
 def test_a_model_disagreement_is_a_failure_not_a_note(monkeypatch) -> None:
     """The reference model answering wrongly on the bench's layout is a bug:
     it propagates instead of turning into a note (and a skipped check)."""
-    from host.memslots import model as model_mod
+    from memqual.host.memslots import model as model_mod
 
     def wrong(name, layout, gfns, expected):
         raise model_mod.ModelDisagreement(f"{name} found slot 3 for gfn 0x1, the layout says None")

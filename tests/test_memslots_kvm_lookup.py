@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from host.errors import BadInput
-from host.memslots import kvm as K
-from host.memslots import kvm_bench as B
-from host.memslots import kvm_lookup as L
+from memqual.host.errors import BadInput
+from memqual.host.memslots import kvm as K
+from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_lookup as L
 
 
 @pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
@@ -229,7 +229,7 @@ def test_small_run_end_to_end(kvm) -> None:
 
 
 def test_lookup_cli_checks_the_device_first(tmp_path, capsys) -> None:
-    from host import cli
+    from memqual.host import cli
 
     plain = tmp_path / "not-kvm"
     plain.write_text("")

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from host.memslots import kvm as K
-from host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm as K
+from memqual.host.memslots import kvm_bench as B
 
 
 @pytest.fixture

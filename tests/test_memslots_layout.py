@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.errors import BadInput
-from host.memslots.layout import (
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import (
     SHIPPED_LAYOUTS,
     Layout,
     Slot,

@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from host.errors import BadInput
-from host.memslots import model as model_mod
-from host.memslots import structures as structures_mod
-from host.memslots.layout import Layout, Slot, load_layout
-from host.memslots.model import PUBLISHED, ModelDisagreement, model_table, oracle
-from host.memslots.workloads import SMALL_SLOT_PAGES, WORKLOADS, generate, holes
+from memqual.host.errors import BadInput
+from memqual.host.memslots import model as model_mod
+from memqual.host.memslots import structures as structures_mod
+from memqual.host.memslots.layout import Layout, Slot, load_layout
+from memqual.host.memslots.model import PUBLISHED, ModelDisagreement, model_table, oracle
+from memqual.host.memslots.workloads import SMALL_SLOT_PAGES, WORKLOADS, generate, holes
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +172,7 @@ def test_other_hits_is_small_hits_under_another_name(seed32):
 def test_model_table_on_a_layout_read_from_a_record():
     """The layout a real guest gave (the extra of a memslots.guest_layout
     record) goes through layout_from_json into the model."""
-    from host.memslots.layout import layout_from_json
+    from memqual.host.memslots.layout import layout_from_json
 
     data = {
         "slots": [

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.errors import BadInput, GuestError
-from host.memslots import qemu_layout as Q
-from host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
+from memqual.host.errors import BadInput, GuestError
+from memqual.host.memslots import qemu_layout as Q
+from memqual.host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
 
 BLOCK = Q.GUEST_BLOCK // 4096  # pages in a guest memory block
 GIB_GFN = (1 << 30) // 4096
@@ -461,9 +461,9 @@ def test_guest_layout_record_holds_a_layout_the_loader_reads():
     """The memslots.guest_layout record of a real guest: one sample (the slot
     count), the config as variant, and a layout layout_from_json accepts,
     slot for slot the flat view's RAM and ROM ranges, named."""
-    from host.memslots import guest_layouts as G
-    from host.memslots.layout import layout_from_json
-    from host.record import Measurement
+    from memqual.host.memslots import guest_layouts as G
+    from memqual.host.memslots.layout import layout_from_json
+    from memqual.host.record import Measurement
 
     flat = Q.parse_flatview(FLATVIEW)
     record = G.layout_record("pc-3dimm", flat, {"machine": "pc", "ram_mib": 512})
@@ -483,7 +483,7 @@ def test_guest_layout_record_holds_a_layout_the_loader_reads():
 
 
 def test_guest_config_arguments():
-    from host.memslots import guest_layouts as G
+    from memqual.host.memslots import guest_layouts as G
 
     config = G.GuestConfig("x", boot_dimms=2, bars=(G.RamBar("v", "VGA", 16), G.RamBar("s", "ivshmem-plain", 4)))
     args = config.extra_args()

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from host import cli
-from host.errors import BadInput, GuestError
-from host.memslots import qemu_layout as Q
-from host.memslots import qemu_probe as P
-from host.memslots import trace as T
-from host.memslots.layout import LAYOUTS_DIR, Layout, Slot
+from memqual.host import cli
+from memqual.host.errors import BadInput, GuestError
+from memqual.host.memslots import qemu_layout as Q
+from memqual.host.memslots import qemu_probe as P
+from memqual.host.memslots import trace as T
+from memqual.host.memslots.layout import LAYOUTS_DIR, Layout, Slot
 
 BLOCK = Q.GUEST_BLOCK // 4096
 SEED = 0x1234_5678_9ABC_DEF0
@@ -194,7 +194,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(capsys, argv, words):
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not found: the guest agent cannot be built")
 def test_agent_writes_and_reads_back_its_pattern():
-    from images.agents import build_agent
+    from memqual.images.agents import build_agent
 
     binary = build_agent(P.AGENT)
     proc = subprocess.run(

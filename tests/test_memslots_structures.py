@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host.errors import BadInput
-from host.memslots.layout import Layout, Slot, load_layout
-from host.memslots.structures import (
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import Layout, Slot, load_layout
+from memqual.host.memslots.structures import (
     STRUCTURES,
     HeightBudgetedTree,
     RedBlackTree,

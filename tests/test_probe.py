@@ -1,4 +1,4 @@
-"""host.probe: the KVM boot probe against a fake QEMU (hangs, reaches
+"""memqual.host.probe: the KVM boot probe against a fake QEMU (hangs, reaches
 init, fails), its cache, the accelerator choice, and ``memqual doctor
 --json``."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import fake_qemu
 import pytest
 
-from host import cli, probe
-from host.errors import CapabilityMissing
+from memqual.host import cli, probe
+from memqual.host.errors import CapabilityMissing
 
 DEADLINE_S = 0.5  # for a fake that hangs: the probe must give up this soon
 READY_DEADLINE_S = 20.0  # for a fake that answers: the probe returns when it does
@@ -37,7 +37,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeImage:
     image = FakeImage(tmp_path / "kernel", tmp_path / "initrd")
     image.kernel.write_bytes(b"")
     image.initrd.write_bytes(b"")
-    monkeypatch.setattr("images.build.build", lambda *a, **k: image)
+    monkeypatch.setattr("memqual.images.build.build", lambda *a, **k: image)
     return image
 
 
@@ -78,7 +78,7 @@ def test_the_answer_is_cached_until_forced_or_the_image_changes(tmp_path, monkey
     probe.kvm_boots_linux(force=True)
     assert len(fake_qemu.invocations(fake)) == 2
 
-    monkeypatch.setattr("images.build.build", lambda *a, **k: dataclasses.replace(host, kernel_sha256="n" * 64))
+    monkeypatch.setattr("memqual.images.build.build", lambda *a, **k: dataclasses.replace(host, kernel_sha256="n" * 64))
     probe.kvm_boots_linux()
     assert len(fake_qemu.invocations(fake)) == 3
 

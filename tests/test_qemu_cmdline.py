@@ -1,4 +1,4 @@
-"""host.qemu.command_line: a pure function from a MachineConfig to argv."""
+"""memqual.host.qemu.command_line: a pure function from a MachineConfig to argv."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host import qemu
-from host.errors import BadInput, CapabilityMissing
-from host.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
+from memqual.host import qemu
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
 
 
 @pytest.fixture(autouse=True)

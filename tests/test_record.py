@@ -1,4 +1,4 @@
-"""host.record: the measurement record's file round trip and the pooling
+"""memqual.host.record: the measurement record's file round trip and the pooling
 of several rounds (memqual run --rounds)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from host import record
-from host.errors import BadInput
-from host.record import Measurement
+from memqual.host import record
+from memqual.host.errors import BadInput
+from memqual.host.record import Measurement
 
 
 def rec(samples: list[float], **kw: Any) -> Measurement:

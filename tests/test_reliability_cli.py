@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from host import cli
+from memqual.host import cli
 
 
 class _Parser:

@@ -14,9 +14,9 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from host import cli
-from images import build as build_module
-from images.build import CacheDamaged, Image, KernelSource, build
+from memqual.host import cli
+from memqual.images import build as build_module
+from memqual.images.build import CacheDamaged, Image, KernelSource, build
 
 needs_host_tools = pytest.mark.skipif(
     not (build_module.BUSYBOX.exists() and build_module.DROPBEAR.exists() and shutil.which("dropbearkey")),
@@ -90,7 +90,7 @@ def test_two_builds_of_one_entry_make_one_image(kernel: KernelSource) -> None:
 def test_a_tampered_agent_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if not shutil.which("gcc"):
         pytest.skip("gcc is needed to build guest agents")
-    from images.agents import build_agent
+    from memqual.images.agents import build_agent
 
     monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     first = build_agent("mem_probe")

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from e2e.base import GuestTest, MeasurementLock
-from host.errors import Timeout
-from host.paths import REPO_ROOT
+from memqual.e2e.base import GuestTest, MeasurementLock
+from memqual.host.errors import Timeout
+from memqual.host.paths import REPO_ROOT
 
 HOLDER = """
 import sys, time
 from pathlib import Path
-from e2e.base import MeasurementLock
+from memqual.e2e.base import MeasurementLock
 lock = MeasurementLock(Path(sys.argv[1]))
 lock.acquire(5)
 print("held", flush=True)
@@ -83,7 +83,7 @@ def _test_instance(**fields: str) -> Any:
 
 
 def test_guest_tests_measure_unless_they_say_otherwise() -> None:
-    from e2e.test_cleanup import Cleanup, GuestIsolation
+    from memqual.e2e.test_cleanup import Cleanup, GuestIsolation
 
     assert GuestTest.measures(_test_instance())
     assert not GuestIsolation.measures(_test_instance())

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from host import runjob
-from host.paths import REPO_ROOT
+from memqual.host import runjob
+from memqual.host.paths import REPO_ROOT
 
 # A stand-in avocado that starts a "guest" (a child that would outlive it)
 # and ignores SIGINT, the worst case for the clean-up.
@@ -56,7 +56,7 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         "MEMQUAL_STATE_DIR": str(tmp_path / "state"),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
+        [sys.executable, "-m", "memqual.host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

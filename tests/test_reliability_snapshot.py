@@ -14,17 +14,17 @@ from typing import Any, cast
 
 import pytest
 
-from host import snapshot
-from host.errors import GuestError, Timeout
-from host.machine import Machine
-from host.qemu import MachineConfig
+from memqual.host import snapshot
+from memqual.host.errors import GuestError, Timeout
+from memqual.host.machine import Machine
+from memqual.host.qemu import MachineConfig
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MEMQUAL_WARM", raising=False)
-    monkeypatch.setattr("host.qemu.qemu_version", lambda: "7.2.22")
+    monkeypatch.setattr("memqual.host.qemu.qemu_version", lambda: "7.2.22")
     return tmp_path / "cache"
 
 

@@ -15,8 +15,8 @@ import paramiko
 import pytest
 from test_security_ssh import FakeSshd, _ed25519_file, _public_line
 
-from host.errors import Timeout
-from host.ssh import SSH, _wait_exit_status
+from memqual.host.errors import Timeout
+from memqual.host.ssh import SSH, _wait_exit_status
 
 
 class SilentChannel:

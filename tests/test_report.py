@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from host import claims, report
-from host.environment import FINGERPRINT_KEYS
-from host.errors import BadInput
-from host.record import Measurement
-from host.results import SCHEMA, build_results, environment_fingerprint, load_results, metrics_of, write_results
+from memqual.host import claims, report
+from memqual.host.environment import FINGERPRINT_KEYS
+from memqual.host.errors import BadInput
+from memqual.host.record import Measurement
+from memqual.host.results import SCHEMA, build_results, environment_fingerprint, load_results, metrics_of, write_results
 
 
 def _rec(

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from host import claims, results
-from host.errors import BadInput
-from host.record import Measurement
-from host.results import ClaimEntry, MetricEntry, Results
+from memqual.host import claims, results
+from memqual.host.errors import BadInput
+from memqual.host.record import Measurement
+from memqual.host.results import ClaimEntry, MetricEntry, Results
 
 
 def _records() -> list[Measurement]:

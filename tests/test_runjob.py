@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from host import runjob
-from host.errors import BadInput
+from memqual.host import runjob
+from memqual.host.errors import BadInput
 
 FAKE_AVOCADO = textwrap.dedent(
     """\

@@ -11,16 +11,16 @@ from typing import cast
 
 import pytest
 
-from host import snapshot
-from host.machine import Machine
-from host.qemu import BalloonDevice, MachineConfig
+from memqual.host import snapshot
+from memqual.host.machine import Machine
+from memqual.host.qemu import BalloonDevice, MachineConfig
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MEMQUAL_WARM", raising=False)
-    monkeypatch.setattr("host.qemu.qemu_version", lambda: "7.2.22")
+    monkeypatch.setattr("memqual.host.qemu.qemu_version", lambda: "7.2.22")
     return tmp_path / "cache"
 
 

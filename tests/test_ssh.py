@@ -1,4 +1,4 @@
-"""host.ssh: the readiness check against local TCP servers, and command
+"""memqual.host.ssh: the readiness check against local TCP servers, and command
 quoting/streaming through an exec channel that runs on the host's /bin/sh
 (what dropbear does with the command string in the guest)."""
 
@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from host.errors import GuestError, Timeout
-from host.ssh import SSH, banner_ready
+from memqual.host.errors import GuestError, Timeout
+from memqual.host.ssh import SSH, banner_ready
 
 
 # -- banner_ready ----------------------------------------------------------

@@ -13,9 +13,9 @@ import test_runjob
 from rich.console import Console
 from test_runjob import _args
 
-from host import runjob
-from host.bisect import until
-from host.errors import BadInput
+from memqual.host import runjob
+from memqual.host.bisect import until
+from memqual.host.errors import BadInput
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
 

@@ -14,8 +14,8 @@
 - cli: ``memqual balloon model|measure``.
 """
 
-from host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
-from host.balloon.device import (
+from memqual.host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
+from memqual.host.balloon.device import (
     PAGE,
     STATS_INTERVAL_MAX,
     BalloonController,
@@ -29,8 +29,8 @@ from host.balloon.device import (
     wait_actual,
     wait_no_balloon,
 )
-from host.balloon.move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
-from host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
+from memqual.host.balloon.move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
+from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
 
 __all__ = [
     "DEADLINE_S",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from host.errors import GuestError
+from memqual.host.errors import GuestError
 
 
 def agent_records(stdout: str, event: str | None = None) -> list[dict[str, str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from host import cliargs
-from host.errors import BadInput
+from memqual.host import cliargs
+from memqual.host.errors import BadInput
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: Any) -> None:
     curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
     curve.add_argument("--png", type=cliargs.output_file, metavar="FILE", help="write the plot to FILE")
     curve.set_defaults(handler=_cmd_curve)
-    from host.balloon import measure
+    from memqual.host.balloon import measure
 
     measure.add_parser(sub)
 
@@ -41,16 +41,16 @@ def register(subparsers: Any) -> None:
 def _cmd_curve(args: Any) -> int:
     from pathlib import Path
 
-    from host.balloon import plot
+    from memqual.host.balloon import plot
 
     source = Path(args.source)
     entries: list[Any]
     if source.is_dir():
-        from host.record import collect
+        from memqual.host.record import collect
 
         entries = list(collect(source))
     elif source.is_file():
-        from host.results import load_results
+        from memqual.host.results import load_results
 
         entries = list(load_results(source)["metrics"])
     else:
@@ -77,10 +77,10 @@ def _cmd_curve(args: Any) -> int:
 
 
 def _cmd_model(args: Any) -> int:
-    from host.balloon import model as bm
+    from memqual.host.balloon import model as bm
 
     if args.record:
-        from host.record import load
+        from memqual.host.record import load
 
         record = load(args.record)
         pred = record.extra.get("model")

@@ -2,7 +2,7 @@
 guest statistics.
 
 Takes anything with ``.qmp(command, **arguments)`` and ``.pid``
-(``host.machine.Machine``; a canned fake in tests).
+(``memqual.host.machine.Machine``; a canned fake in tests).
 
 Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
 ``query-balloon``: every 10 ms while the target is far, and once
@@ -35,8 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from host.balloon.rss import rss_kib
-from host.errors import BadInput, GuestError, MemqualError, Timeout
+from memqual.host.balloon.rss import rss_kib
+from memqual.host.errors import BadInput, GuestError, MemqualError, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
 
 class BalloonController:
     """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
-    (``host.machine.BalloonDevice.id``); the QOM path is found from it."""
+    (``memqual.host.machine.BalloonDevice.id``); the QOM path is found from it."""
 
     def __init__(
         self,

@@ -14,8 +14,8 @@ import os
 import shlex
 from typing import Any
 
-from host.balloon.device import PAGE
-from host.errors import BadInput, GuestError
+from memqual.host.balloon.device import PAGE
+from memqual.host.errors import BadInput, GuestError
 
 MODULE = "virtio_balloon_mq"
 STOCK = "virtio_balloon"

@@ -27,8 +27,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from host import cliargs
-from host.errors import BadInput
+from memqual.host import cliargs
+from memqual.host.errors import BadInput
 
 MIB = 1 << 20
 MIN_MEMORY_MIB = 256  # below this the guest has nothing to give
@@ -67,9 +67,9 @@ def _summary(values: list[float]) -> dict[str, float] | None:
 
 def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str, Any]:
     """Boot, inflate and deflate ``repeats`` times; the results as a dict."""
-    from host.balloon.device import BalloonController
-    from host.balloon.move import BalloonMover, Move
-    from host.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.host.balloon.device import BalloonController
+    from memqual.host.balloon.move import BalloonMover, Move
+    from memqual.host.machine import BalloonDevice, Machine, MachineConfig
 
     machine_config = MachineConfig(
         memory_mib=config.memory_mib, machine=config.machine, warm=config.warm, balloon=BalloonDevice()
@@ -191,7 +191,7 @@ def parse_sizes(text: str) -> list[int]:
         raise BadInput(f"--pfns-per-request {text!r}: give whole numbers, comma-separated (e.g. 256,262144)") from None
     if not sizes:
         raise BadInput("--pfns-per-request: give at least one size")
-    from host.balloon.driver import check_pfns
+    from memqual.host.balloon.driver import check_pfns
 
     for n in sizes:
         check_pfns(n)
@@ -204,12 +204,12 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     the driver's requests and breakdown.  The stock driver goes back at the
     end.  Stops at the guest's floor (the balloon given back over QMP at
     once) with ``reached`` False."""
-    from host.balloon.device import BalloonController
-    from host.balloon.driver import PAGE, VariantDriver
-    from host.balloon.move import BalloonMover
-    from host.balloon.request_size import interleaved
-    from host.machine import BalloonDevice, Machine, MachineConfig
-    from images import balloon_driver
+    from memqual.host.balloon.device import BalloonController
+    from memqual.host.balloon.driver import PAGE, VariantDriver
+    from memqual.host.balloon.move import BalloonMover
+    from memqual.host.balloon.request_size import interleaved
+    from memqual.host.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.images import balloon_driver
 
     variant = balloon_driver.build(str(image.release))
     machine_config = MachineConfig(
@@ -331,8 +331,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _cmd_measure(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from host.qemu import qemu_binary
-    from images.build import build
+    from memqual.host.qemu import qemu_binary
+    from memqual.images.build import build
 
     config = MeasureConfig(
         memory_mib=args.memory,

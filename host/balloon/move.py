@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from host.balloon.agent import GuestTiming, GuestTracker
-from host.balloon.device import PAGE, BalloonController, BalloonResult, expected_actual
+from memqual.host.balloon.agent import GuestTiming, GuestTracker
+from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult, expected_actual
 
 # The guest tracker's sleep between reads away from the two ends it times.
 TRACK_PERIOD_US = 1000

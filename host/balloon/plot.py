@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from host import stats
-from host.html import esc, num, png, pyplot
+from memqual.host import stats
+from memqual.host.html import esc, num, png, pyplot
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from host import stats
-from host.balloon import model as bm
-from host.balloon.device import PAGE, BalloonResult
-from host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
-from host.balloon.move import BalloonMover
-from host.record import Measurement
+from memqual.host import stats
+from memqual.host.balloon import model as bm
+from memqual.host.balloon.device import PAGE, BalloonResult
+from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
+from memqual.host.balloon.move import BalloonMover
+from memqual.host.record import Measurement
 
 SCENARIO = "balloon.request_size"
 # A loaded host can starve a vCPU this long mid-inflate; the scenario's

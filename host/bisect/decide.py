@@ -72,8 +72,8 @@ class Evidence:
 def evidence_of(
     reference: Sequence[Sequence[float]], probe: Sequence[Sequence[float]], *, seed: int | None = None
 ) -> Evidence:
-    """The two-stage bootstrap CI of probe / reference (host.stats)."""
-    from host import stats
+    """The two-stage bootstrap CI of probe / reference (memqual.host.stats)."""
+    from memqual.host import stats
 
     def _finite(x: float | None) -> float | None:
         return x if x is not None and math.isfinite(x) else None

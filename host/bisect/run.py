@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from host.bisect import decide
-from host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
-from host.errors import BadInput, MemqualError
+from memqual.host.bisect import decide
+from memqual.host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
+from memqual.host.errors import BadInput, MemqualError
 
 SCHEMA = "memqual.bisect/1"
 PAIRED = "paired"
@@ -63,7 +63,7 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Settings:
-        from host.bisect.series import parse_kernel
+        from memqual.host.bisect.series import parse_kernel
 
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
@@ -91,7 +91,7 @@ class RoundResult:
 
 
 class RoundRunner(Protocol):
-    """Runs one round of one kernel; returns its records (host.record
+    """Runs one round of one kernel; returns its records (memqual.host.record
     Measurements), the job's summary and exit status, the job dir."""
 
     def __call__(self, index: int, spec: KernelSpec, directory: Path) -> tuple[list[Any], str, int, str | None]: ...
@@ -174,13 +174,13 @@ class Bisector:
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
         os.replace(tmp, self.state_path)  # never a half-written state to resume from
-        from host.bisect.page import write_page
+        from memqual.host.bisect.page import write_page
 
         write_page(self.to_json(), self.dir / "bisect.html")
 
     @classmethod
     def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> Bisector:
-        from host.jsonfile import read_json
+        from memqual.host.jsonfile import read_json
 
         data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
@@ -239,7 +239,7 @@ class Bisector:
             # records is bad input, not a series of skips.
             raise unknown_in_run(self.metric, keys)
         if rec is not None:
-            from host.results import metric_key
+            from memqual.host.results import metric_key
 
             self.metric_key = metric_key(rec)
             self.better, self.unit = rec.better, rec.unit

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
+from memqual.host.errors import BadInput
 
 # What may follow "VERSION:" -- kernel parameters, nothing a shell or QEMU's
 # option parser would read differently (the line reaches QEMU as one argv
@@ -156,7 +156,7 @@ def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
 
 def metric_forms(rec: Any) -> set[str]:
     """The names a record answers to (see MetricSpec)."""
-    from host.results import metric_key, variant_label
+    from memqual.host.results import metric_key, variant_label
 
     variant = variant_label(rec.variant or {})
     s, m = rec.scenario, rec.metric
@@ -167,7 +167,7 @@ def select_metric(records: list[Any], metric: MetricSpec, key: str | None = None
     """The record of the metric among one job's records (matched by its
     full key once the first round has fixed it), and every key there is.
     Several matches are bad input: the spec must say which."""
-    from host.results import metric_key
+    from memqual.host.results import metric_key
 
     keys = sorted({metric_key(r) for r in records})
     if key is not None:
@@ -197,9 +197,9 @@ Resolver = Callable[[str], tuple[Path, Path]]
 
 def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -> dict[str, tuple[Path, Path]]:
     """(vmlinuz, modules dir) per distinct version; an unknown version is
-    the one-line BadInput of images.packages (nearest names, exit 2)."""
+    the one-line BadInput of memqual.images.packages (nearest names, exit 2)."""
     if resolve is None:
-        from images.build import debian_kernel_files
+        from memqual.images.build import debian_kernel_files
 
         resolve = debian_kernel_files
     out: dict[str, tuple[Path, Path]] = {}

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from host.bisect.decide import SAME, band_verdict
+from memqual.host.bisect.decide import SAME, band_verdict
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
@@ -63,8 +63,8 @@ class MetricProgress:
 
 def _results_of(records: list[Any]) -> dict[str, Any]:
     """What compare_results needs of a results.json, from records."""
-    from host.record import merge_rounds
-    from host.results import memqual_version, metrics_of
+    from memqual.host.record import merge_rounds
+    from memqual.host.results import memqual_version, metrics_of
 
     return {
         "memqual_version": memqual_version(),
@@ -78,8 +78,8 @@ def decisions(
     records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float
 ) -> dict[str, tuple[bool, str]]:
     """key -> (decided, verdict) for the metrics both sides have."""
-    from host import compare
-    from host.errors import BadInput
+    from memqual.host import compare
+    from memqual.host.errors import BadInput
 
     try:
         result = compare.compare_results(

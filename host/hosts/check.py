@@ -13,9 +13,9 @@ import json
 import subprocess
 from typing import Any
 
-from host.hosts import ssh
-from host.hosts.config import LabHost
-from host.hosts.probe import HostProbe, memqual_version
+from memqual.host.hosts import ssh
+from memqual.host.hosts.config import LabHost
+from memqual.host.hosts.probe import HostProbe, memqual_version
 
 PROBE_TIMEOUT_S = 60.0
 # The doctor boots a guest under KVM once per host (15 s deadline) and

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _extend_run(sub: argparse._SubParsersAction) -> None:
-    """``memqual run --hosts FILE``: the run command (host.runjob, registered
+    """``memqual run --hosts FILE``: the run command (memqual.host.runjob, registered
     before this module) gets the option here, so that runjob knows nothing
     of lab hosts and the fleet depends on runjob, not the other way."""
     run = sub.choices.get("run")
@@ -44,8 +44,8 @@ def _extend_run(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         if not args.hosts:
             return int(plain(args))
-        from host.hosts import fleet
-        from host.runjob import config_from_args
+        from memqual.host.hosts import fleet
+        from memqual.host.runjob import config_from_args
 
         return fleet.main(config_from_args(args), args.hosts)
 
@@ -55,8 +55,8 @@ def _extend_run(sub: argparse._SubParsersAction) -> None:
 def _check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from host.hosts import check
-    from host.hosts.config import load
+    from memqual.host.hosts import check
+    from memqual.host.hosts.config import load
 
     hosts = load(Path(args.file))
     results = check.for_each(hosts, check.check_host)
@@ -69,7 +69,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from host.hosts.probe import probe
+    from memqual.host.hosts.probe import probe
 
     print(json.dumps(probe().to_json()))
     return 0

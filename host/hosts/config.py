@@ -24,8 +24,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
-from host.paths import REPO_ROOT
+from memqual.host.errors import BadInput
+from memqual.host.paths import REPO_ROOT
 
 KEYS = ("name", "address", "port", "user", "key", "known_hosts", "slots", "checkout")
 MAX_SLOTS = 64  # more tasks than that on one host would measure each other, whatever the host

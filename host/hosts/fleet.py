@@ -6,8 +6,8 @@
    reported and left out.
 2. The hosts become the configuration of Avocado's remote spawner: one JSON
    slot file per slot (aexpect's ssh login, with the options of
-   host.hosts.ssh), and an Avocado config file that selects memqual's
-   subclass of the spawner (host.hosts.spawner).  Tasks report to Avocado's
+   memqual.host.hosts.ssh), and an Avocado config file that selects memqual's
+   subclass of the spawner (memqual.host.hosts.spawner).  Tasks report to Avocado's
    status server on 127.0.0.1 here, through a reverse SSH forward to the
    same port on each host's loopback: nothing listens on another address.
 3. ``avocado run`` with one variant per host (``run.dict_variants``,
@@ -38,13 +38,22 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
-from host.hosts import check as checks
-from host.hosts import page, ssh
-from host.hosts.config import LabHost
-from host.hosts.config import load as load_hosts
-from host.hosts.spawner import LOGIN_TIMEOUT_S, LOST_FILE, NOT_RUN, RAN, VARIANT_KEY, FleetSpec, Place, read_place
-from host.runjob import JobOutcome, RunConfig, TestOutcome, run_avocado, terminate_as_exception, write_outputs
+from memqual.host.errors import BadInput
+from memqual.host.hosts import check as checks
+from memqual.host.hosts import page, ssh
+from memqual.host.hosts.config import LabHost
+from memqual.host.hosts.config import load as load_hosts
+from memqual.host.hosts.spawner import (
+    LOGIN_TIMEOUT_S,
+    LOST_FILE,
+    NOT_RUN,
+    RAN,
+    VARIANT_KEY,
+    FleetSpec,
+    Place,
+    read_place,
+)
+from memqual.host.runjob import JobOutcome, RunConfig, TestOutcome, run_avocado, terminate_as_exception, write_outputs
 
 EXIT_INCOMPLETE = 3
 SPAWNER = "memqual-remote"
@@ -212,7 +221,7 @@ def host_records(tasks: list[TaskResult], host: str, into: Path) -> int:
     """Copy the records of the tasks that ran to their end on ``host`` into
     ``into``, each naming the host in its environment; returns how many.
     A task that was interrupted contributes nothing."""
-    from host import record
+    from memqual.host import record
 
     into.mkdir(parents=True, exist_ok=True)
     count = 0

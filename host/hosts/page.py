@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from host.html import CSS, badge, esc
+from memqual.host.html import CSS, badge, esc
 
 SCHEMA = "memqual.fleet/1"
 
@@ -35,7 +35,7 @@ class HostColumn:
     reason: str = ""
     boot_id: str = ""
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    results: Any = None  # host.results.Results of the tasks that ran there to their end
+    results: Any = None  # memqual.host.results.Results of the tasks that ran there to their end
     report: str = ""  # the host's report.html, relative to the fleet page
     results_path: str = ""
     tasks: tuple[TaskLine, ...] = ()

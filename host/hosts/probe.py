@@ -31,7 +31,7 @@ class HostProbe:
 
     version: str  # memqual's version there
     boot_id: str  # the running kernel's boot id: equal on two "hosts" that share one kernel
-    environment: dict[str, Any]  # host.environment.Environment.to_json() of the host
+    environment: dict[str, Any]  # memqual.host.environment.Environment.to_json() of the host
     lock_path: str
     lock_free: bool  # no other memqual holds the host's measurement lock
     lock_holder: int | None
@@ -75,8 +75,8 @@ def measure_lock_path() -> Path:
     """Where the tests' host-wide measurement lock lives (e2e/base.py's
     MeasurementLock): the state directory, or the cache when that cannot be
     written."""
-    from host.ksm.state import default_state_dir
-    from host.paths import cache_dir
+    from memqual.host.ksm.state import default_state_dir
+    from memqual.host.paths import cache_dir
 
     state = default_state_dir()
     if state.is_dir() and os.access(state, os.W_OK):
@@ -178,8 +178,8 @@ def stale_task_dirs(now: float, max_age_s: float = STALE_TASK_S, tmp: Path = Pat
 
 
 def probe() -> HostProbe:
-    from host import probe as host_probe
-    from host.paths import cache_dir
+    from memqual.host import probe as host_probe
+    from memqual.host.paths import cache_dir
 
     cleaned = end_processes(orphaned_qemus(str(cache_dir())))
     for path in stale_task_dirs(time.time()):

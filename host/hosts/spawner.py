@@ -26,7 +26,7 @@ subclass changes, and why:
   there and its ``.venv/bin/python3``), with the run's parameters
   (``MEMQUAL_PROFILE``...) and ``MEMQUAL_LAB_HOST`` in its environment.
 
-The sessions' ssh options come from host.hosts.ssh through each slot's
+The sessions' ssh options come from memqual.host.hosts.ssh through each slot's
 ``extra_cmdline`` (OpenSSH keeps the first value of an option, so the
 pinned host key checking wins over aexpect's StrictHostKeyChecking=no).
 """
@@ -51,8 +51,8 @@ from avocado.core.plugin_interfaces import Init
 from avocado.core.settings import settings
 from avocado_spawner_remote import RemoteSpawner
 
-from host.hosts import ssh
-from host.hosts.config import LabHost
+from memqual.host.hosts import ssh
+from memqual.host.hosts.config import LabHost
 
 LOG = logging.getLogger("avocado.job." + __name__)
 

@@ -15,7 +15,7 @@ import shlex
 import subprocess
 from collections.abc import Sequence
 
-from host.hosts.config import LabHost
+from memqual.host.hosts.config import LabHost
 
 CONNECT_TIMEOUT_S = 5
 # A lost host is noticed within ServerAliveInterval * ServerAliveCountMax.

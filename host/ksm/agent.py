@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
-from host.errors import GuestError, Timeout
+from memqual.host.errors import GuestError, Timeout
 
 AGENT = "ksm_stress"
 PAGE_SIZE = 4096

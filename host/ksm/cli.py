@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from host import cliargs
-from host.errors import BadInput, CapabilityMissing
+from memqual.host import cliargs
+from memqual.host.errors import BadInput, CapabilityMissing
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,10 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from host.ksm import procfs
-    from host.ksm.controller import read_counters
-    from host.ksm.state import HostState
-    from host.ksm.sysfs import KSM_ROOT, Sysfs
+    from memqual.host.ksm import procfs
+    from memqual.host.ksm.controller import read_counters
+    from memqual.host.ksm.state import HostState
+    from memqual.host.ksm.sysfs import KSM_ROOT, Sysfs
 
     fs = Sysfs(args.sysfs or KSM_ROOT)
     if not fs.exists():
@@ -101,8 +101,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from host.ksm.state import HostState, restore_stale
-    from host.ksm.sysfs import KSM_ROOT
+    from memqual.host.ksm.state import HostState, restore_stale
+    from memqual.host.ksm.sysfs import KSM_ROOT
 
     kwargs = {"ksm_root": args.sysfs} if args.sysfs else {"ksm_root": KSM_ROOT}
     state = HostState(args.state_dir, **kwargs)
@@ -111,7 +111,7 @@ def _restore(args: argparse.Namespace) -> int:
         return 0
     import logging
 
-    logging.getLogger("host.ksm.state").setLevel(logging.ERROR)  # the line below says it once
+    logging.getLogger("memqual.host.ksm.state").setLevel(logging.ERROR)  # the line below says it once
     result = restore_stale(args.state_dir, lock_timeout_s=args.wait, **kwargs)
     if result is None:
         if state.state_path.exists():

@@ -45,8 +45,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from host import stats
-from host.ksm.sysfs import KsmCounters
+from memqual.host import stats
+from memqual.host.ksm.sysfs import KsmCounters
 
 
 class _Driver(Protocol):

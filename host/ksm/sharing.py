@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from host.errors import Timeout
-from host.ksm.sysfs import KsmCounters
+from memqual.host.errors import Timeout
+from memqual.host.ksm.sysfs import KsmCounters
 
 PAGE_MIB = 4096 / (1 << 20)
 

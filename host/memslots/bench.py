@@ -1,6 +1,6 @@
 """How fast the model answers: time per lookup for each structure.
 
-    python -m host.memslots.bench [--layout seed-32] [--workload miss --workload ram-hits]
+    python -m memqual.host.memslots.bench [--layout seed-32] [--workload miss --workload ram-hits]
                                   [--repeats 31] [--batch 1000] [--json]
 
 Each repeat times one batch of lookups per structure; the structures take
@@ -24,11 +24,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from host import cliargs
-from host.errors import MemqualError
-from host.memslots.layout import load_layout
-from host.memslots.structures import STRUCTURES, build
-from host.memslots.workloads import generate
+from memqual.host import cliargs
+from memqual.host.errors import MemqualError
+from memqual.host.memslots.layout import load_layout
+from memqual.host.memslots.structures import STRUCTURES, build
+from memqual.host.memslots.workloads import generate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +94,7 @@ def run_bench(layout_name: str, workloads: list[str], repeats: int, batch: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cliargs.Parser(prog="python -m host.memslots.bench", description=__doc__.splitlines()[0])
+    parser = cliargs.Parser(prog="python -m memqual.host.memslots.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--layout", default="seed-32", help="layout file or shipped name (default seed-32)")
     parser.add_argument("--workload", action="append", help="workload (repeatable; default miss and ram-hits)")
     parser.add_argument("--repeats", type=cliargs.count, default=31, help="timed batches per structure (default 31)")

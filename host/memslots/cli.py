@@ -4,9 +4,9 @@
   mean and worst nodes per structure, seed 000's figures alongside.
 - ``lookup --layout FILE_OR_NAME GFN... [--json]``: each gfn in each
   structure: the slot or ``miss``, and the nodes examined.
-- ``kvm ...``: arguments and handler belong to host.memslots.kvm_cli (the
+- ``kvm ...``: arguments and handler belong to memqual.host.memslots.kvm_cli (the
   /dev/kvm measurements).
-- ``qemu ...``: arguments and handler belong to host.memslots.qemu_cli (a
+- ``qemu ...``: arguments and handler belong to memqual.host.memslots.qemu_cli (a
   layout applied to a real QEMU guest and checked against it).
 
 Heavy work is imported inside the handlers so ``memqual --help`` stays quick.
@@ -18,7 +18,7 @@ import argparse
 import json
 from typing import Any
 
-from host import cliargs
+from memqual.host import cliargs
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +58,7 @@ def register(subparsers: Any) -> None:
 
 
 def _register_kvm(sub: Any) -> None:
-    from host.memslots import kvm_cli
+    from memqual.host.memslots import kvm_cli
 
     summary = "time memslot setup, delete, move and lookups on /dev/kvm"
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
@@ -67,7 +67,7 @@ def _register_kvm(sub: Any) -> None:
 
 
 def _register_qemu(sub: Any) -> None:
-    from host.memslots import qemu_cli
+    from memqual.host.memslots import qemu_cli
 
     parser = sub.add_parser(
         "qemu",
@@ -79,7 +79,7 @@ def _register_qemu(sub: Any) -> None:
 
 
 def _check_count(name: str, value: int, least: int) -> None:
-    from host.errors import BadInput
+    from memqual.host.errors import BadInput
 
     if value < least:
         raise BadInput(f"{name} {value} is too small: give {least} or more")
@@ -88,8 +88,8 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    from host.memslots.layout import load_layout
-    from host.memslots.model import model_table
+    from memqual.host.memslots.layout import load_layout
+    from memqual.host.memslots.model import model_table
 
     _check_count("--lookups", args.lookups, 1)
     layout = load_layout(args.layout)
@@ -105,7 +105,7 @@ def _print_model(table: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from host.memslots.model import PUBLISHED
+    from memqual.host.memslots.model import PUBLISHED
 
     applies = table.published_applies
     out = Table(
@@ -144,8 +144,8 @@ def _print_model(table: Any) -> None:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    from host.memslots.layout import load_layout, parse_gfn
-    from host.memslots.structures import build_all
+    from memqual.host.memslots.layout import load_layout, parse_gfn
+    from memqual.host.memslots.structures import build_all
 
     gfns = [parse_gfn(text) for text in args.gfns]
     layout = load_layout(args.layout)

@@ -26,9 +26,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from host.memslots.layout import Layout, layout_from_json
-from host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
-from host.record import Measurement
+from memqual.host.memslots.layout import Layout, layout_from_json
+from memqual.host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
+from memqual.host.record import Measurement
 
 SCENARIO = "memslots.guest_layout"
 METRIC = "slots"
@@ -85,7 +85,7 @@ class GuestConfig:
         return tuple(args)
 
     def machine_config(self) -> Any:
-        from host.qemu import MachineConfig
+        from memqual.host.qemu import MachineConfig
 
         dimms: dict[str, Any] = {}
         if self.boot_dimms:

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from host.errors import CapabilityMissing, MemqualError
+from memqual.host.errors import CapabilityMissing, MemqualError
 
 DEVICE = "/dev/kvm"
 PAGE_SIZE = 4096
@@ -260,7 +260,7 @@ KVM_CAP_USER_MEMORY = 3
 KVM_CAP_NR_MEMSLOTS = 10
 KVM_CAP_IOEVENTFD = 36
 KVM_CAP_MULTI_ADDRESS_SPACE = 118
-# Memory region flags: host.memslots.layout (KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY).
+# Memory region flags: memqual.host.memslots.layout (KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY).
 
 # Exit reasons (kvm_run.exit_reason)
 EXIT_REASONS = {

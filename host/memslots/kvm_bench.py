@@ -50,9 +50,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from host import probe as host_probe
-from host.errors import BadInput, MemqualError
-from host.memslots import kvm as K
+from memqual.host import probe as host_probe
+from memqual.host.errors import BadInput, MemqualError
+from memqual.host.memslots import kvm as K
 
 log = logging.getLogger(__name__)
 
@@ -236,9 +236,9 @@ class GuestPassError(MemqualError):
 def balanced_tree_nodes(n: int) -> tuple[int, str]:
     """Nodes a balanced binary search tree over n slots examines on a miss,
     ceil(log2(n + 1)), and where the figure came from."""
-    from host.memslots.structures import balanced_bound
+    from memqual.host.memslots.structures import balanced_bound
 
-    return int(balanced_bound(n)), "host.memslots.structures.balanced_bound"
+    return int(balanced_bound(n)), "memqual.host.memslots.structures.balanced_bound"
 
 
 MODEL_STRUCTURE = "rbtree"  # today's kernel: gfn-keyed balanced tree (2021)
@@ -251,8 +251,8 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
     pass (a hit in a different slot each time) and the MMIO pass (a
     complete miss each time).  A wrong answer (ModelDisagreement) or any
     other error is a bug and propagates as a failure."""
-    from host.memslots.layout import Layout, Slot
-    from host.memslots.model import oracle, run_structure
+    from memqual.host.memslots.layout import Layout, Slot
+    from memqual.host.memslots.model import oracle, run_structure
 
     layout = Layout(
         tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
@@ -260,7 +260,10 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
     )
     step = max(1, geo.n // MODEL_SAMPLE)
     picks = range(0, geo.n, step)
-    out: dict[str, Any] = {"source": f"host.memslots.model.run_structure ({MODEL_STRUCTURE})", "lookups": len(picks)}
+    out: dict[str, Any] = {
+        "source": f"memqual.host.memslots.model.run_structure ({MODEL_STRUCTURE})",
+        "lookups": len(picks),
+    }
     for name, gpa in (("touch", geo.touch_gpa), ("mmio", geo.gap_gpa)):
         gfns = [gpa(i) // PAGE for i in picks]
         # run_structure checks every answer against the layout (the
@@ -743,7 +746,7 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def environment(result: BenchResult) -> dict[str, Any]:
-    """The host's environment (host.probe) with what /dev/kvm said."""
+    """The host's environment (memqual.host.probe) with what /dev/kvm said."""
     return (
         host_probe.environment()
         .replace(
@@ -776,9 +779,9 @@ RECORD_METRICS: dict[str, tuple[str, str]] = {
 
 
 def records(result: BenchResult) -> list[Any]:
-    """One host.record.Measurement per metric per slot count (scenario
+    """One memqual.host.record.Measurement per metric per slot count (scenario
     "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
-    from host.record import Measurement
+    from memqual.host.record import Measurement
 
     env = environment(result)
     settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}
@@ -810,6 +813,6 @@ def records(result: BenchResult) -> list[Any]:
 
 
 def write_records(result: BenchResult, directory: str | os.PathLike[str]) -> list[Path]:
-    from host.record import write
+    from memqual.host.record import write
 
     return [write(r, directory) for r in records(result)]

@@ -17,8 +17,8 @@ import stat
 import sys
 from typing import Any
 
-from host import cliargs
-from host.errors import BadInput
+from memqual.host import cliargs
+from memqual.host.errors import BadInput
 
 DEFAULT_SLOTS = "1,32,509,32764"
 
@@ -126,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    from host.memslots.kvm_bench import BenchConfig
+    from memqual.host.memslots.kvm_bench import BenchConfig
 
     if args.repeats < 1:
         raise BadInput(f"--repeats {args.repeats} is not positive: give 1 or more")
@@ -145,7 +145,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.memslots import kvm_bench
+    from memqual.host.memslots import kvm_bench
 
     if getattr(args, "lookup", False):
         return run_lookup(args)
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    from host.memslots import kvm_lookup
+    from memqual.host.memslots import kvm_lookup
 
     check_kvm_device(args.device)
     slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS

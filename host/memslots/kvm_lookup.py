@@ -64,9 +64,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from host.errors import BadInput, CapabilityMissing
-from host.memslots import kvm as K
-from host.memslots import kvm_bench as B
+from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.memslots import kvm as K
+from memqual.host.memslots import kvm_bench as B
 
 log = logging.getLogger(__name__)
 
@@ -362,8 +362,8 @@ def model_nodes(geo: LookupGeometry) -> dict[str, int]:
     compares for each target of this layout; the kernel's tree is built in
     another order, so this is the depth of a balanced tree of N slots, not
     the kernel's exact path."""
-    from host.memslots.layout import Layout, Slot
-    from host.memslots.structures import build
+    from memqual.host.memslots.layout import Layout, Slot
+    from memqual.host.memslots.structures import build
 
     slots = [Slot(0, 0, geo.ram_bytes // PAGE)]
     slots += [Slot(i, geo.small_gpa(i) // PAGE, 1) for i in range(1, geo.n)]
@@ -564,8 +564,8 @@ def summarize(result: LookupResult) -> dict[str, Any]:
 
 
 def environment(result: LookupResult) -> dict[str, Any]:
-    """The host's environment (host.probe) with what /dev/kvm said."""
-    from host import probe
+    """The host's environment (memqual.host.probe) with what /dev/kvm said."""
+    from memqual.host import probe
 
     return (
         probe.environment()
@@ -590,7 +590,7 @@ def records(result: LookupResult) -> list[Any]:
     """``access_ns`` per (kind, N): samples = each round's per-access cost,
     replicates = one group per fresh VM; ``ns_per_doubling`` per kind:
     one fitted slope per replicate."""
-    from host.record import Measurement
+    from memqual.host.record import Measurement
 
     settings = result.config.settings()
     env = environment(result)
@@ -666,6 +666,6 @@ def records(result: LookupResult) -> list[Any]:
 
 
 def write_records(result: LookupResult, directory: str | os.PathLike[str]) -> list[Any]:
-    from host.record import write
+    from memqual.host.record import write
 
     return [write(r, directory) for r in records(result)]

@@ -27,8 +27,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
-from host.jsonfile import read_json
+from memqual.host.errors import BadInput
+from memqual.host.jsonfile import read_json
 
 PAGE_SIZE = 4096
 # KVM_CAP_NR_MEMSLOTS on today's x86 kernels (32768 minus the private slots).

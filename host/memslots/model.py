@@ -15,10 +15,10 @@ import bisect
 import dataclasses
 from typing import Any
 
-from host.errors import BadInput
-from host.memslots.layout import Layout
-from host.memslots.structures import STRUCTURES, build
-from host.memslots.workloads import generate
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import Layout
+from memqual.host.memslots.structures import STRUCTURES, build
+from memqual.host.memslots.workloads import generate
 
 # Seed 000 (Alex Williamson, 2011-02-23), the claim "memslot-miss": on a
 # complete miss the weight-balanced tree walks 6-7 nodes where the 32-entry

@@ -10,7 +10,7 @@ host/memslots/cli.py owns the ``memslots`` command and calls
   guest's /proc/iomem and memory blocks, and print the differential check;
   with ``--probe`` also write and read back a pattern in every slot and
   replay the frames the guest touched through the model (``--trace-out``
-  saves that trace for ``host.memslots.trace.load_trace``).
+  saves that trace for ``memqual.host.memslots.trace.load_trace``).
 
 Exit status: 0 the layout, QEMU and the guest agree (and every dimm held
 the pattern); 1 they differ; 2 bad input, including a layout QEMU refuses.
@@ -23,8 +23,8 @@ import json
 import sys
 from typing import Any
 
-from host import cliargs
-from host.errors import BadInput
+from memqual.host import cliargs
+from memqual.host.errors import BadInput
 
 # Share of a dimm's pages the probe must verify (docs/memslots-qemu.md).
 MIN_COVERAGE = 0.5
@@ -63,8 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from host.memslots.layout import load_layout
-    from host.memslots.qemu_layout import QemuMemory, plan_layout
+    from memqual.host.memslots.layout import load_layout
+    from memqual.host.memslots.qemu_layout import QemuMemory, plan_layout
 
     if args.trace_out and not args.probe:
         raise BadInput("--trace-out needs --probe: the trace is the frames the probe touched")
@@ -102,10 +102,10 @@ def _print_plan(plan: Any, as_json: bool) -> int:
 
 
 def _apply(plan: Any, args: argparse.Namespace) -> int:
-    from host.machine import Machine
-    from host.memslots import qemu_probe as P
-    from host.memslots.qemu_layout import MIB, differential_check
-    from host.memslots.trace import replay, save_trace
+    from memqual.host.machine import Machine
+    from memqual.host.memslots import qemu_probe as P
+    from memqual.host.memslots.qemu_layout import MIB, differential_check
+    from memqual.host.memslots.trace import replay, save_trace
 
     doc: dict[str, Any] = {"plan": plan.to_json()}
     ok = True

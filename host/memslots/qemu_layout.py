@@ -39,8 +39,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from host.errors import BadInput, GuestError
-from host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
+from memqual.host.errors import BadInput, GuestError
+from memqual.host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -164,7 +164,7 @@ class QemuPlan:
 
     def machine_config(self, cpus: int = 1, **overrides: Any) -> Any:
         """A MachineConfig for this plan (its machine, no balloon by default)."""
-        from host.qemu import MachineConfig
+        from memqual.host.qemu import MachineConfig
 
         fields: dict[str, Any] = dict(
             machine=self.memory.machine,

@@ -14,7 +14,7 @@ The proof, per slot (docs/memslots-qemu.md):
    the data is really at that address of that slot's backend.
 
 The frames the agent touched, in first-touch order, are the trace that
-``host.memslots.trace`` replays through the model.
+``memqual.host.memslots.trace`` replays through the model.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from host.errors import GuestError, Timeout
-from host.memslots.layout import PAGE_SIZE
-from host.memslots.qemu_layout import (
+from memqual.host.errors import GuestError, Timeout
+from memqual.host.memslots.layout import PAGE_SIZE
+from memqual.host.memslots.qemu_layout import (
     Dimm,
     MemoryBlock,
     Observed,
@@ -39,7 +39,7 @@ from host.memslots.qemu_layout import (
     parse_iomem,
     read_qemu,
 )
-from host.paths import short_tempdir
+from memqual.host.paths import short_tempdir
 
 AGENT = "mem_probe"
 
@@ -90,7 +90,7 @@ def observe(vm: Any, agent: str | None) -> Observed:
 def apply_hotplug(vm: Any, plan: QemuPlan, agent: str, timeout: float = 30.0) -> list[str]:
     """Hotplug the plan's hotplug dimms, wait for the guest to add them and
     online every dimm (boot-time ones too: nothing onlines them by itself)."""
-    from host.memslots.qemu_layout import hotplug
+    from memqual.host.memslots.qemu_layout import hotplug
 
     hotplug(vm, plan.hotplug_dimms)
     wait_blocks(vm, agent, plan.dimms, timeout)

@@ -44,8 +44,8 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
-from host.errors import BadInput
-from host.memslots.layout import Layout, Slot
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import Layout, Slot
 
 
 def balanced_bound(n: int) -> int:

@@ -40,12 +40,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from host.errors import BadInput
-from host.jsonfile import read_json
-from host.memslots.layout import Layout, from_json
-from host.memslots.model import ModelTable, oracle, table_for_frames
-from host.memslots.structures import STRUCTURES, build
-from host.record import Measurement
+from memqual.host.errors import BadInput
+from memqual.host.jsonfile import read_json
+from memqual.host.memslots.layout import Layout, from_json
+from memqual.host.memslots.model import ModelTable, oracle, table_for_frames
+from memqual.host.memslots.structures import STRUCTURES, build
+from memqual.host.record import Measurement
 
 MMIO_EVENTS = ("memory_region_ops_read", "memory_region_ops_write")
 # An event of QEMU's "log" trace backend, e.g.

@@ -28,8 +28,8 @@ import bisect
 import itertools
 import random
 
-from host.errors import BadInput
-from host.memslots.layout import GFN_LIMIT, Layout, Slot
+from memqual.host.errors import BadInput
+from memqual.host.memslots.layout import GFN_LIMIT, Layout, Slot
 
 WORKLOADS = ("miss", "ram-hits", "other-hits", "small-hits", "mixed")
 # Names that are the same workload (same frames for the same seed).
