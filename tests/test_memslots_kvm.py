@@ -14,10 +14,9 @@ import argparse
 import ctypes
 import itertools
 import math
-import shutil
-import subprocess
 
 import pytest
+from disassemble import instructions, needs_objdump
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -291,17 +290,9 @@ def test_guest_program_jumps_land_on_instruction_starts() -> None:
     assert int.from_bytes(mov_dx[2:4], "little") == B.REPORT_PORT
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+@needs_objdump
 def test_guest_program_disassembles_as_documented(tmp_path) -> None:
-    blob = tmp_path / "guest.bin"
-    blob.write_bytes(B.GUEST_CODE)
-    out = subprocess.run(
-        ["objdump", "-D", "-b", "binary", "-m", "i386", "-M", "intel", str(blob)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    mnemonics = [line.split("\t")[2].split()[0] for line in out.splitlines() if line.count("\t") >= 2]
+    mnemonics = [insn.split()[0] for insn in instructions(B.GUEST_CODE, tmp_path)]
     documented = [asm.split()[0] for _, asm, _ in B.GUEST_PROGRAM]
     assert mnemonics == documented
 

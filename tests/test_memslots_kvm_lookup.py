@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shutil
-import subprocess
 from typing import Any
 
 import pytest
+from disassemble import instructions, needs_objdump
 
 from memqual.host.errors import BadInput
 from memqual.host.memslots import kvm as K
@@ -20,18 +19,10 @@ from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 
 
-@pytest.mark.skipif(shutil.which("objdump") is None, reason="objdump (binutils) is not installed")
+@needs_objdump
 @pytest.mark.parametrize("write", [True, False])
 def test_lookup_program_disassembles_as_documented(tmp_path, write: bool) -> None:
-    blob = tmp_path / "loop.bin"
-    blob.write_bytes(L.lookup_program(write, 3))
-    out = subprocess.run(
-        ["objdump", "-D", "-b", "binary", "-m", "i386", "-M", "intel", str(blob)],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    lines = [line.split("\t")[2] for line in out.splitlines() if line.count("\t") >= 2]
+    lines = instructions(L.lookup_program(write, 3), tmp_path)
     access = "mov    DWORD PTR [esi],ebx" if write else "mov    ebx,ebx"
     assert [" ".join(x.split()) for x in lines] == [
         " ".join(x.split())
@@ -180,18 +171,15 @@ def test_records_shape() -> None:
 
 
 @pytest.fixture
-def kvm():
-    try:
-        handle = K.Kvm()
-    except K.KvmUnavailable as exc:
-        pytest.skip(str(exc))
-    with handle:
-        if not handle.check_extension(K.KVM_CAP_IOEVENTFD):
-            pytest.skip("/dev/kvm has no KVM_CAP_IOEVENTFD")
-        reason = B.probe_vcpu(handle)  # the capability, checked before the attempt
-        if reason is not None:
-            pytest.skip(reason)
-        yield handle
+def kvm(kvm: K.Kvm) -> K.Kvm:
+    """conftest's /dev/kvm, which must also run the lookup guest: it reports
+    through an ioeventfd, on a vCPU."""
+    if not kvm.check_extension(K.KVM_CAP_IOEVENTFD):
+        pytest.skip("/dev/kvm has no KVM_CAP_IOEVENTFD")
+    reason = B.probe_vcpu(kvm)  # the capability, checked before the attempt
+    if reason is not None:
+        pytest.skip(reason)
+    return kvm
 
 
 SMALL = L.LookupConfig(slots=(1, 8), replicates=1, rounds=2, iterations=50, ram_mib=4)

@@ -6,24 +6,11 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
-
-
-@pytest.fixture
-def kvm() -> Iterator[K.Kvm]:
-    try:
-        handle = K.Kvm()
-    except K.KvmUnavailable as exc:
-        pytest.skip(str(exc))
-    with handle:
-        if not handle.check_extension(K.KVM_CAP_USER_MEMORY):
-            pytest.skip("/dev/kvm has no KVM_CAP_USER_MEMORY")
-        yield handle
 
 
 def _kvm_fds() -> list[str]:
