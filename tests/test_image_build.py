@@ -13,27 +13,12 @@ from pathlib import Path
 
 import fake_kernel
 import pytest
+from image_tools import needs_host_tools
 
 from memqual.host.errors import BadInput, CapabilityMissing
 from memqual.images import build as build_module
 from memqual.images import cpio
 from memqual.images.build import Image, KernelSource, build, sha256_file
-
-HOST_TOOLS = [build_module.BUSYBOX, build_module.DROPBEAR]
-needs_host_tools = pytest.mark.skipif(
-    not all(p.exists() for p in HOST_TOOLS)
-    or not shutil.which("dropbearkey")
-    or not shutil.which("depmod")
-    and not Path("/usr/sbin/depmod").exists(),
-    reason="busybox-static, dropbear-bin and kmod are needed to build an image (run ./setup)",
-)
-
-
-@pytest.fixture
-def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KernelSource:
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
-    bzimage, modules = fake_kernel.make(tmp_path / "kernel")
-    return KernelSource(bzimage, modules)
 
 
 def key_of(image: Image) -> str:
@@ -120,8 +105,8 @@ def test_changing_a_guest_file_changes_the_key(kernel: KernelSource, tmp_path: P
     assert rc_entry.data.endswith(b"# changed\n")
 
 
-def test_a_kernel_path_that_does_not_exist(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
+@pytest.mark.usefixtures("memqual_cache")
+def test_a_kernel_path_that_does_not_exist(tmp_path: Path) -> None:
     try:
         build(KernelSource(tmp_path / "no-such-bzImage", tmp_path))
     except CapabilityMissing:

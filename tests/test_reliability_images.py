@@ -9,26 +9,12 @@ import json
 import shutil
 import threading
 import time
-from pathlib import Path
 
-import fake_kernel
 import pytest
+from image_tools import needs_host_tools
 
-from memqual.host import cli
-from memqual.images import build as build_module
-from memqual.images.build import CacheDamaged, Image, KernelSource, build
-
-needs_host_tools = pytest.mark.skipif(
-    not (build_module.BUSYBOX.exists() and build_module.DROPBEAR.exists() and shutil.which("dropbearkey")),
-    reason="busybox-static and dropbear-bin are needed to build an image (run ./setup)",
-)
-
-
-@pytest.fixture
-def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KernelSource:
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
-    bzimage, modules = fake_kernel.make(tmp_path / "kernel")
-    return KernelSource(bzimage, modules)
+from host import cli
+from images.build import CacheDamaged, Image, KernelSource, build
 
 
 @needs_host_tools
@@ -87,12 +73,12 @@ def test_two_builds_of_one_entry_make_one_image(kernel: KernelSource) -> None:
     assert sorted(p.name for p in a.directory.parent.iterdir() if not p.name.startswith(".")) == [a.directory.name]
 
 
-def test_a_tampered_agent_is_built_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("memqual_cache")
+def test_a_tampered_agent_is_built_again() -> None:
     if not shutil.which("gcc"):
         pytest.skip("gcc is needed to build guest agents")
     from memqual.images.agents import build_agent
 
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     first = build_agent("mem_probe")
     good = first.read_bytes()
     first.write_bytes(b"#!/bin/sh\necho evil\n")

@@ -19,13 +19,8 @@ from memqual.host.errors import GuestError, Timeout
 from memqual.host.machine import Machine
 from memqual.host.qemu import MachineConfig
 
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("MEMQUAL_WARM", raising=False)
-    monkeypatch.setattr("memqual.host.qemu.qemu_version", lambda: "7.2.22")
-    return tmp_path / "cache"
+# Every test here reads and writes snapshots, none of them the user's.
+pytestmark = pytest.mark.usefixtures("snapshot_cache")
 
 
 class FakeMachine:
@@ -173,9 +168,9 @@ def test_new_image_keys_mean_another_snapshot(tmp_path: Path) -> None:
     assert snapshot.snapshot_key(real(machine)) != before
 
 
-def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, cache: Path) -> None:
-    (cache / "snapshots").mkdir(parents=True)
-    os.chmod(cache / "snapshots", 0o777)
+def test_a_snapshot_directory_others_may_write_is_not_used(tmp_path: Path, snapshot_cache: Path) -> None:
+    (snapshot_cache / "snapshots").mkdir(parents=True)
+    os.chmod(snapshot_cache / "snapshots", 0o777)
     snapshot._warned_unwritable = False
     assert not snapshot.usable()
 

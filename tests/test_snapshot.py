@@ -15,13 +15,8 @@ from memqual.host import snapshot
 from memqual.host.machine import Machine
 from memqual.host.qemu import BalloonDevice, MachineConfig
 
-
-@pytest.fixture(autouse=True)
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv("MEMQUAL_WARM", raising=False)
-    monkeypatch.setattr("memqual.host.qemu.qemu_version", lambda: "7.2.22")
-    return tmp_path / "cache"
+# Every test here reads and writes snapshots, none of them the user's.
+pytestmark = pytest.mark.usefixtures("snapshot_cache")
 
 
 def _machine(config: MachineConfig, image_dir: Path = Path("/img/a"), accel: str = "tcg") -> Machine:
@@ -68,10 +63,10 @@ def test_memqual_warm_0_turns_warm_starts_off(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_unwritable_snapshot_dir_turns_warm_starts_off_with_one_warning(
-    cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    snapshot_cache: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cache.mkdir(parents=True, exist_ok=True)
-    (cache / "snapshots").write_text("a file where the directory should be")
+    snapshot_cache.mkdir(parents=True, exist_ok=True)
+    (snapshot_cache / "snapshots").write_text("a file where the directory should be")
     monkeypatch.setattr(snapshot, "_warned_unwritable", False)
     assert not snapshot.usable()
     assert not snapshot.usable()
@@ -80,7 +75,7 @@ def test_unwritable_snapshot_dir_turns_warm_starts_off_with_one_warning(
 
 
 def test_cap_drops_orphans_then_least_recently_used(
-    cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    snapshot_cache: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     image = tmp_path / "image"
     image.mkdir()
