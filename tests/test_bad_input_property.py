@@ -339,23 +339,10 @@ def children() -> set[int]:
 
 
 def make_fixtures(root: Path) -> Fixtures:
-    from memqual.host import claims
-    from memqual.host.record import Measurement
-    from memqual.host.results import build_results, write_results
+    from results_files import inflate_record, write_results_file
 
     (root / "dir").mkdir()
-    records = [
-        Measurement(
-            scenario="balloon.inflate",
-            metric="inflate_s",
-            unit="s",
-            better="lower",
-            samples=[],
-            replicates=[[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]],
-        )
-    ]
-    results = root / "results.json"
-    write_results(build_results(claims.evaluate(claims.load(), records), records, host_fallback=False), results)
+    results = write_results_file(root / "results.json", [inflate_record([[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]])])
     layout = root / "layout.json"
     layout.write_text((Path(__file__).parent.parent / "host" / "memslots" / "layouts" / "seed-3.json").read_text())
     junit = root / "junit.xml"

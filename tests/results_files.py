@@ -1,0 +1,26 @@
+"""Synthetic records and the results files memqual writes from them, for
+the tests that need a results.json to read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from host import claims
+from host.record import Measurement
+from host.results import build_results, write_results
+
+
+def inflate_record(replicates: list[list[float]]) -> Measurement:
+    """A balloon inflate time (seconds, lower is better) measured as these
+    replicates, each a list of samples from one guest."""
+    return Measurement(
+        scenario="balloon.inflate", metric="inflate_s", unit="s", better="lower", samples=[], replicates=replicates
+    )
+
+
+def write_results_file(path: Path, records: list[Measurement]) -> Path:
+    """results.json at ``path`` for these records, the claims judged from
+    them as a run would; no host description (the tests' host is not the
+    point)."""
+    write_results(build_results(claims.evaluate(claims.load(), records), records, host_fallback=False), path)
+    return path
