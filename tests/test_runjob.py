@@ -199,14 +199,21 @@ def test_an_avocado_that_cannot_start_is_a_failure_with_its_last_words(tmp_path,
     assert {c["verdict"] for c in results["claims"] if c["source"] in ("records", "record-extra")} == {"not measurable"}
 
 
-def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fake):
-    kernels = []
+def guest_kernel_args(tmp_path: Path) -> list[str]:
+    """Two guest kernels, a and b (a bzImage and a modules directory each,
+    neither ever booted), as `memqual run` arguments: kernel A, then B."""
+    argv = []
     for name in ("a", "b"):
         bz = tmp_path / f"bzImage-{name}"
         bz.write_bytes(name.encode() * 100)
         mods = tmp_path / f"modules-{name}"
         mods.mkdir()
-        kernels += ["--guest-kernel", str(bz), "--guest-modules", str(mods)]
+        argv += ["--guest-kernel", str(bz), "--guest-modules", str(mods)]
+    return argv
+
+
+def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fake):
+    kernels = guest_kernel_args(tmp_path)
     # Kernel B is deliberately slower with smart scan: 1.5x the CPU per scan.
     fake.plan(
         tests=[

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import test_runjob
 from rich.console import Console
-from test_runjob import _args
+from test_runjob import _args, guest_kernel_args
 
 from memqual.host import runjob
 from memqual.host.bisect import until
@@ -35,21 +35,10 @@ def _rec(scenario: str, metric: str, value: float, scale_b: float = 1.0) -> dict
     }
 
 
-def _kernels(tmp_path: Path) -> list[str]:
-    argv = []
-    for name in ("a", "b"):
-        bz = tmp_path / f"bzImage-{name}"
-        bz.write_bytes(name.encode() * 10)
-        mods = tmp_path / f"modules-{name}"
-        mods.mkdir()
-        argv += ["--guest-kernel", str(bz), "--guest-modules", str(mods)]
-    return argv
-
-
 def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
     buf = io.StringIO()
     status = runjob.run(
-        runjob.config_from_args(_args(tmp_path, *_kernels(tmp_path), *extra)), Console(file=buf, width=160)
+        runjob.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), *extra)), Console(file=buf, width=160)
     )
     return status, buf.getvalue()
 
@@ -120,4 +109,4 @@ def test_bad_input(tmp_path, extra, message):
 
 def test_bad_budget(tmp_path):
     with pytest.raises(BadInput, match="minutes"):
-        runjob.config_from_args(_args(tmp_path, *_kernels(tmp_path), "--until-decided", "--budget", "-1"))
+        runjob.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), "--until-decided", "--budget", "-1"))
