@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+from typing import TypeVar
 
 import fake_qemu
 import pytest
@@ -68,15 +69,30 @@ class NoSSHMachine(Machine):
 TCG = MachineConfig(accel="tcg", warm=False)  # no KVM probe, no snapshot
 
 
+E = TypeVar("E", bound=Exception)
+
+
+def failed_launch(vm: Machine, error: type[E], match: str | None = None) -> tuple[E, float]:
+    """Launch ``vm``, which must fail with ``error``: the error, and the
+    seconds until it came."""
+    started = time.monotonic()
+    with pytest.raises(error, match=match) as caught:
+        vm.launch()
+    return caught.value, time.monotonic() - started
+
+
+def left_no_qemu(fake: Path) -> bool:
+    """The one QEMU the fake started is gone (within 2 s)."""
+    (pid,) = fake_qemu.pids(fake)
+    return wait_dead(pid, 2)
+
+
 def test_launch_failure_raises_launch_error_with_command_and_output(tmp_path, monkeypatch, image):
     fake = install(tmp_path, monkeypatch, "exit")
     vm = Machine(TCG, image=image, boot_timeout=20)
-    started = time.monotonic()
-    with pytest.raises(LaunchError) as caught:
-        vm.launch()
+    error, elapsed = failed_launch(vm, LaunchError)
     # Noticed when QEMU exits, not when the QMP accept times out.
-    assert time.monotonic() - started < 5
-    error = caught.value
+    assert elapsed < 5
     assert error.command[0] == str(fake)
     assert "-netdev" in error.command
     assert "fake failure for the test" in error.output
@@ -93,13 +109,9 @@ def shlex_join_ok(details: str, fake: Path) -> bool:
 
 def test_qemu_that_never_connects_fails_within_the_boot_deadline(tmp_path, monkeypatch, image):
     fake = install(tmp_path, monkeypatch, "hang")
-    vm = Machine(TCG, image=image, boot_timeout=1.0)
-    started = time.monotonic()
-    with pytest.raises(LaunchError, match="did not come up"):
-        vm.launch()
-    assert time.monotonic() - started < 4
-    (pid,) = fake_qemu.pids(fake)
-    assert wait_dead(pid, 2)
+    _, elapsed = failed_launch(Machine(TCG, image=image, boot_timeout=1.0), LaunchError, "did not come up")
+    assert elapsed < 4
+    assert left_no_qemu(fake)
 
 
 def test_ssh_that_never_answers_times_out_and_leaves_nothing(tmp_path, monkeypatch, image):
@@ -108,14 +120,10 @@ def test_ssh_that_never_answers_times_out_and_leaves_nothing(tmp_path, monkeypat
     # host time to start the fake and connect QMP.
     fake = install(tmp_path, monkeypatch, "qmp")
     vm = Machine(TCG, image=image, boot_timeout=2.5)
-    started = time.monotonic()
-    with pytest.raises(Timeout, match="did not answer SSH within"):
-        vm.launch()
-    elapsed = time.monotonic() - started
+    _, elapsed = failed_launch(vm, Timeout, "did not answer SSH within")
     # the deadline, plus one readiness poll (0.5 s) and the shutdown
     assert 2.5 <= elapsed < 2.5 + 3
-    (pid,) = fake_qemu.pids(fake)
-    assert wait_dead(pid, 2), "QEMU survived a failed launch"
+    assert left_no_qemu(fake), "QEMU survived a failed launch"
     assert fake_qemu.qmp_commands(fake) == ["qmp_capabilities", "quit"]
     assert not vm.is_running()
 
