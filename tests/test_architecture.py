@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,10 +34,8 @@ ALLOWED_CYCLES: tuple[frozenset[str], ...] = ()
 ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
-def module_name(path: Path) -> str:
-    """The name a file of host/, images/ or e2e/ is imported by (memqual/
-    links those folders under one package)."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(["memqual", *parts])
@@ -250,24 +250,36 @@ def test_the_allow_lists_hold_only_what_still_exists() -> None:
 
 
 # --- the checker itself ---------------------------------------------------------------
-def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
-    for rel, text in files.items():
-        path = tmp_path / rel
+def _tree(tmp_path: Path, listing: str) -> dict[str, Path]:
+    """Write the files of ``listing`` under tmp_path: each starts at a line
+    ``-- path --`` (txtar's form) and runs to the next; their modules."""
+    modules = {}
+    for header, text in re.findall(r"^-- (\S+) --\n(.*?)(?=^-- |\Z)", textwrap.dedent(listing), re.M | re.S):
+        path = tmp_path / header
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-    return {".".join(Path(rel).with_suffix("").parts).removesuffix(".__init__"): tmp_path / rel for rel in files}
+        modules[module_name(path, tmp_path)] = path
+    return modules
 
 
 def test_the_checker_sees_lazy_imports_and_ignores_type_checking(tmp_path: Path) -> None:
     modules = _tree(
         tmp_path,
-        {
-            "p/__init__.py": "",
-            "p/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import b\n",
-            "p/b.py": "def f():\n    from p.a import x\n",
-            "p/c.py": "def g():\n    import p.d\n",
-            "p/d.py": "from p import c\n",
-        },
+        """\
+        -- p/__init__.py --
+        -- p/a.py --
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from p import b
+        -- p/b.py --
+        def f():
+            from p.a import x
+        -- p/c.py --
+        def g():
+            import p.d
+        -- p/d.py --
+        from p import c
+        """,
     )
     graph = import_graph(modules)
     assert graph["p.a"] == set() and graph["p.b"] == {"p.a"}
@@ -277,13 +289,23 @@ def test_the_checker_sees_lazy_imports_and_ignores_type_checking(tmp_path: Path)
 def test_the_checker_finds_private_names(tmp_path: Path) -> None:
     modules = _tree(
         tmp_path,
-        {
-            "p/__init__.py": "",
-            "p/a.py": "_x = 1\ndef _f(): pass\n",
-            "p/b.py": "from p.a import _x\n",
-            "p/c.py": "from p import a\ndef g():\n    return a._f()\n",
-            "p/d.py": "import argparse\nfrom p.a import __doc__\ndef h(s: argparse._SubParsersAction): pass\n",
-            "p/e.py": "from .a import _x\n",
-        },
+        """\
+        -- p/__init__.py --
+        -- p/a.py --
+        _x = 1
+        def _f(): pass
+        -- p/b.py --
+        from p.a import _x
+        -- p/c.py --
+        from p import a
+        def g():
+            return a._f()
+        -- p/d.py --
+        import argparse
+        from p.a import __doc__
+        def h(s: argparse._SubParsersAction): pass
+        -- p/e.py --
+        from .a import _x
+        """,
     )
     assert {(n, w) for n, w, _ in private_imports(modules)} == {("p.b", "p.a._x"), ("p.c", "p.a._f"), ("p.e", "p.a._x")}
