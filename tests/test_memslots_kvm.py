@@ -26,21 +26,21 @@ from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_cli
 from memqual.host.record import load
 
-
 # --- ABI -------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "struct, size",
-    [
-        (K.UserspaceMemoryRegion, 32),
-        (K.Regs, 144),
-        (K.Sregs, 312),
-        (K.Segment, 24),
-        (K.DTable, 16),
-        (K.Ioeventfd, 64),
-    ],
-)
-def test_struct_sizes_match_uapi(struct: type, size: int) -> None:
-    assert ctypes.sizeof(struct) == size
+SIZES = {
+    K.UserspaceMemoryRegion: 32,
+    K.Regs: 144,
+    K.Sregs: 312,
+    K.Segment: 24,
+    K.DTable: 16,
+    K.Ioeventfd: 64,
+    K.RunExit: 256,  # kvm_valid_regs follows the union at 32 + 256 in the kernel's kvm_run
+}
+
+
+@pytest.mark.parametrize("struct", list(SIZES), ids=lambda s: s.__name__)
+def test_struct_sizes_match_uapi(struct: type[ctypes.Structure]) -> None:
+    assert ctypes.sizeof(struct) == SIZES[struct]
 
 
 OFFSETS = {
@@ -104,30 +104,26 @@ def test_field_offsets_match_uapi(struct: type[ctypes.Structure]) -> None:
     assert actual == OFFSETS[struct]
 
 
-def test_run_exit_union_is_256_bytes() -> None:
-    # kvm_valid_regs follows the union at 32 + 256 in the kernel's kvm_run.
-    assert ctypes.sizeof(K.RunExit) == 256
+IOCTLS = {
+    "KVM_GET_API_VERSION": 0xAE00,
+    "KVM_CREATE_VM": 0xAE01,
+    "KVM_CHECK_EXTENSION": 0xAE03,
+    "KVM_GET_VCPU_MMAP_SIZE": 0xAE04,
+    "KVM_CREATE_VCPU": 0xAE41,
+    "KVM_SET_USER_MEMORY_REGION": 0x4020AE46,
+    "KVM_RUN": 0xAE80,
+    "KVM_GET_REGS": 0x8090AE81,
+    "KVM_SET_REGS": 0x4090AE82,
+    "KVM_GET_SREGS": 0x8138AE83,
+    "KVM_SET_SREGS": 0x4138AE84,
+    "KVM_IOEVENTFD": 0x4040AE79,
+}
 
 
-@pytest.mark.parametrize(
-    "value, expected",
-    [
-        (K.KVM_GET_API_VERSION, 0xAE00),
-        (K.KVM_CREATE_VM, 0xAE01),
-        (K.KVM_CHECK_EXTENSION, 0xAE03),
-        (K.KVM_GET_VCPU_MMAP_SIZE, 0xAE04),
-        (K.KVM_CREATE_VCPU, 0xAE41),
-        (K.KVM_SET_USER_MEMORY_REGION, 0x4020AE46),
-        (K.KVM_RUN, 0xAE80),
-        (K.KVM_GET_REGS, 0x8090AE81),
-        (K.KVM_SET_REGS, 0x4090AE82),
-        (K.KVM_GET_SREGS, 0x8138AE83),
-        (K.KVM_SET_SREGS, 0x4138AE84),
-        (K.KVM_IOEVENTFD, 0x4040AE79),
-    ],
-)
-def test_kvm_ioctl_numbers(value: int, expected: int) -> None:
-    assert value == expected, f"{value:#x} != {expected:#x}"
+@pytest.mark.parametrize("name", list(IOCTLS))
+def test_kvm_ioctl_numbers(name: str) -> None:
+    value, expected = getattr(K, name), IOCTLS[name]
+    assert value == expected, f"{name} is {value:#x}, not {expected:#x}"
 
 
 def test_ioc_encoding_against_other_subsystems() -> None:
