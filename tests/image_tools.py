@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from images import build as build_module
+from memqual.images import build as build_module
 
 
 def _missing() -> list[str]:

@@ -34,8 +34,10 @@ ALLOWED_CYCLES: tuple[frozenset[str], ...] = ()
 ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
-def module_name(path: Path, root: Path = ROOT) -> str:
-    parts = list(path.relative_to(root).with_suffix("").parts)
+def module_name(path: Path) -> str:
+    """The name a file of host/, images/ or e2e/ is imported by (memqual/
+    links those folders under one package)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(["memqual", *parts])
@@ -258,7 +260,7 @@ def _tree(tmp_path: Path, listing: str) -> dict[str, Path]:
         path = tmp_path / header
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        modules[module_name(path, tmp_path)] = path
+        modules[".".join(Path(header).with_suffix("").parts).removesuffix(".__init__")] = path
     return modules
 
 

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from results_files import inflate_record, write_results_file
 
-from host import compare, record, stats
-from host.errors import BadInput
-from host.record import Measurement
+from memqual.host import compare, record, stats
+from memqual.host.errors import BadInput
+from memqual.host.record import Measurement
 
 
 def _units(

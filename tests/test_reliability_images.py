@@ -13,8 +13,8 @@ import time
 import pytest
 from image_tools import needs_host_tools
 
-from host import cli
-from images.build import CacheDamaged, Image, KernelSource, build
+from memqual.host import cli
+from memqual.images.build import CacheDamaged, Image, KernelSource, build
 
 
 @needs_host_tools
