@@ -564,19 +564,7 @@ def summarize(result: LookupResult) -> dict[str, Any]:
 
 
 def environment(result: LookupResult) -> dict[str, Any]:
-    """The host's environment (memqual.host.probe) with what /dev/kvm said."""
-    from memqual.host import probe
-
-    return (
-        probe.environment()
-        .replace(
-            host_kernel=result.host_kernel,
-            kvm_module=result.kvm_module,
-            kvm_nr_memslots=result.nr_memslots,
-            kvm_device=result.config.device,
-        )
-        .to_json()
-    )
+    return B.kvm_environment(result.host_kernel, result.kvm_module, result.nr_memslots, result.config.device)
 
 
 # --- records ---------------------------------------------------------------------
