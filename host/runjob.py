@@ -812,23 +812,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     rounds = args.rounds if args.rounds is not None else (2 if len(kernels) == 2 else 1)
     if not 1 <= rounds <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
-    for tag in args.only or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
-            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    only = job_tags(args)
     if args.budget is not None and not args.until_decided:
         raise BadInput("--budget applies to --until-decided only")
     if args.until_decided and len(kernels) != 2:
         raise BadInput("--until-decided compares two kernels: give --debian-kernel or --guest-kernel twice")
-    budget = UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget
-    if not 0 < budget <= 24 * 60:
-        raise BadInput(f"--budget {budget:g}: give minutes, more than 0 and at most a day")
-    output = (
-        Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    )
+    budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
-        output=output,
+        output=output_directory(args, "memqual-results"),
         profile=args.profile,
-        only=tuple(args.only or ()),
+        only=only,
         tests=tests,
         kernels=tuple(kernels),
         parallel=args.parallel,
@@ -838,13 +831,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
-        description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
-        "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
-    )
+def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
+    """What the avocado job runs (--profile, --only, the hidden --tests) and
+    where the output goes: the options of ``memqual run`` that every
+    command running the scenarios through this module takes."""
     parser.add_argument(
         "--profile", choices=PROFILES, default="quick", help="quick (default, ~12 min under TCG here) or full"
     )
@@ -855,8 +845,39 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--output",
         type=cliargs.output_directory,
         metavar="DIR",
-        help="output directory (default memqual-results/<timestamp>)",
+        help=f"output directory (default {output_parent}/<timestamp>)",
     )
+    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+
+
+def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
+    """--only's tags, checked: each goes into avocado's command line."""
+    for tag in args.only or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    return tuple(args.only or ())
+
+
+def output_directory(args: argparse.Namespace, parent: str) -> Path:
+    """--output, else PARENT/<timestamp> below the working directory."""
+    return Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+
+
+def check_budget(minutes: float) -> float:
+    """A --budget in minutes: more than 0 and at most a day (nan is neither)."""
+    if not 0 < minutes <= 24 * 60:
+        raise BadInput(f"--budget {minutes:g}: give minutes, more than 0 and at most a day")
+    return minutes
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
+        description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
+        "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
+    )
+    add_job_arguments(parser, "memqual-results")
     parser.add_argument(
         "--guest-kernel",
         action="append",
@@ -901,7 +922,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="MINUTES",
         help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
     )
-    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--parallel",
         type=int,
