@@ -787,7 +787,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels = []
     for index, bzimage in enumerate(kernels_in):
         if not bzimage.is_file():
-            raise BadInput(f"--guest-kernel {bzimage}: no such file")
+            what = "not a regular file" if bzimage.exists() else "no such file"
+            raise BadInput(f"--guest-kernel {bzimage}: {what}: give a bzImage (arch/x86/boot/bzImage)")
         modules = modules_in[index] if modules_in else None
         if modules is not None and not modules.is_dir():
             raise BadInput(f"--guest-modules {modules}: no such directory")
@@ -932,4 +933,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(config_from_args(args))
+    config = config_from_args(args)
+    # What the kernel files hold is read here, at the command, rather than
+    # in config_from_args: a RunConfig may name any file (the unit tests run
+    # fake jobs with stand-in kernels), a user's command line may not.
+    check_guest_files(config)
+    return run(config)
+
+
+def check_guest_files(config: RunConfig) -> None:
+    """Refuse before the job starts what the image build in every scenario
+    would refuse after it: a --guest-kernel without a bzImage's setup
+    header (a text file, a vmlinux or another ELF) and a --guest-modules
+    that is no modules tree.  The same checks as that build's."""
+    from images.build import check_modules_tree
+    from images.kernel import read_release
+
+    for kernel in config.kernels:
+        try:
+            release = read_release(kernel.bzimage)
+        except BadInput as exc:
+            raise BadInput(f"--guest-kernel {exc}") from None
+        if kernel.modules is not None:
+            try:
+                check_modules_tree(kernel.modules, release)
+            except BadInput as exc:
+                raise BadInput(f"--guest-modules {exc}") from None
