@@ -1,9 +1,13 @@
 """``memqual run``: the main job.
 
-Runs the qualification (``avocado run e2e/`` as a subprocess of this venv's
-avocado, with its own job results directory inside the output directory),
-shows which test runs and for how long, then collects the measurement
-records of that job, judges every claim and writes::
+Run the qualification (avocado run e2e/), judge every claim of
+claims/claims.json, write OUTPUT/results.json and OUTPUT/report.html and
+print the tables.
+
+Avocado runs as a subprocess of this venv's avocado, with its own job
+results directory inside the output directory; memqual shows which test
+runs and for how long, then collects the measurement records of that job,
+judges every claim and writes::
 
     OUTPUT/avocado/job-*/     avocado's job (each test's records in its data/)
     OUTPUT/results.json       environment, verdicts, every metric's samples
@@ -760,6 +764,26 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
 # ------------------------------------------------------------------ CLI
 
 
+def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
+    """--only's tags, checked: each goes into avocado's command line."""
+    for tag in args.only or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    return tuple(args.only or ())
+
+
+def output_directory(args: argparse.Namespace, parent: str) -> Path:
+    """--output, else PARENT/<timestamp> below the working directory."""
+    return Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+
+
+def check_budget(minutes: float) -> float:
+    """A --budget in minutes: more than 0 and at most a day (nan is neither)."""
+    if not 0 < minutes <= 24 * 60:
+        raise BadInput(f"--budget {minutes:g}: give minutes, more than 0 and at most a day")
+    return minutes
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
@@ -851,32 +875,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> No
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
 
 
-def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
-    """--only's tags, checked: each goes into avocado's command line."""
-    for tag in args.only or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
-            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
-    return tuple(args.only or ())
-
-
-def output_directory(args: argparse.Namespace, parent: str) -> Path:
-    """--output, else PARENT/<timestamp> below the working directory."""
-    return Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-
-
-def check_budget(minutes: float) -> float:
-    """A --budget in minutes: more than 0 and at most a day (nan is neither)."""
-    if not 0 < minutes <= 24 * 60:
-        raise BadInput(f"--budget {minutes:g}: give minutes, more than 0 and at most a day")
-    return minutes
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "run",
         help="the main job: run the scenarios, judge every claim, write results.json and report.html",
-        description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
-        "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     add_job_arguments(parser, "memqual-results")
     parser.add_argument(
