@@ -949,8 +949,8 @@ def check_guest_files(config: RunConfig) -> None:
     would refuse after it: a --guest-kernel without a bzImage's setup
     header (a text file, a vmlinux or another ELF) and a --guest-modules
     that is no modules tree.  The same checks as that build's."""
-    from images.build import check_modules_tree
-    from images.kernel import read_release
+    from memqual.images.build import check_modules_tree
+    from memqual.images.kernel import read_release
 
     for kernel in config.kernels:
         try:

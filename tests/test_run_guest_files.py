@@ -10,7 +10,7 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from host import cli, runjob
+from memqual.host import cli, runjob
 
 
 def _must_not_run(*args, **kwargs):

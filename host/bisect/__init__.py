@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host import cliargs, runjob
-from host.cliargs import percent
-from host.errors import BadInput
-from host.paths import REPO_ROOT
+from memqual.host import cliargs, runjob
+from memqual.host.cliargs import percent
+from memqual.host.errors import BadInput
+from memqual.host.paths import REPO_ROOT
 
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
@@ -133,8 +133,8 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 def avocado_runner(settings: Any, console: Any) -> Any:
     """The real RoundRunner: one avocado job of the kernel, through runjob."""
-    from host.bisect import series
-    from images.build import sha256_file
+    from memqual.host.bisect import series
+    from memqual.images.build import sha256_file
 
     files = series.resolve_kernels(list(settings.kernels))
     sums = {version: sha256_file(bz) for version, (bz, _) in files.items()}
@@ -162,7 +162,7 @@ def avocado_runner(settings: Any, console: Any) -> Any:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from host.bisect import run
+    from memqual.host.bisect import run
 
     console = Console(width=None if sys.stdout.isatty() else 120)
 

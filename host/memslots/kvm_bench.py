@@ -764,7 +764,7 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def kvm_environment(host_kernel: str, kvm_module: str, nr_memslots: int, device: str, **more: Any) -> dict[str, Any]:
-    """The host's environment (host.probe) with what /dev/kvm said: the
+    """The host's environment (memqual.host.probe) with what /dev/kvm said: the
     facts every KVM benchmark of this package reads, and ``more`` kvm_* keys."""
     kvm = {"host_kernel": host_kernel, "kvm_module": kvm_module, "kvm_nr_memslots": nr_memslots, "kvm_device": device}
     return host_probe.environment().replace(**kvm, **more).to_json()
