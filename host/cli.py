@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import select
 import signal
 import sys
 import warnings
@@ -64,6 +65,55 @@ def _restore_stale_host_state(command: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        try:
+            return _command(argv)
+        finally:
+            # Flushed here, after argparse's --help too: a reader that went
+            # away shows now, not as Python's "Exception ignored" at exit.
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        return _end_on_closed_stdout()
+    except SystemExit as exc:
+        # rich's Console meets a closed stdout this way: it points stdout at
+        # /dev/null and exits 1 while handling the BrokenPipeError.
+        if exc.code == 1 and isinstance(exc.__context__, BrokenPipeError):
+            return _end_on_closed_stdout()
+        raise
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output is a pipe or socket nobody reads any more
+    (poll says POLLERR), as opposed to a broken pipe of some other file."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _end_on_closed_stdout() -> int:
+    """``memqual ... | head -1``: the reader has what it wanted, which is no
+    error of memqual's, so no message.  The status is 141 (128 + SIGPIPE):
+    what the shell shows for a Unix tool killed by the closed pipe (``yes |
+    head -1``), and how memqual reports the other signals that end it
+    (128 + the signal), so a ``set -o pipefail`` script sees the cut-off
+    as it sees any other tool's.  Dying of SIGPIPE itself is no option: it
+    would also end memqual on a closed SSH or QMP socket, without restoring
+    the host's knobs or ending the job."""
+    # Python flushes stdout once more at exit: let that go to /dev/null.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def _command(argv: list[str] | None) -> int:
     # Avocado 113 imports pkg_resources, whose deprecation warning would be
     # a second line under every error of a command that loads Avocado.
     warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
@@ -93,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"memqual: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + int(signum)
     except Exception as exc:  # the last line of defence: one line, not a traceback
+        if isinstance(exc, BrokenPipeError) and _stdout_closed():
+            raise  # the reader went away: main ends quietly
         if os.environ.get("MEMQUAL_DEBUG"):
             raise
         print(f"memqual: error: {_unexpected(exc)}", file=sys.stderr)

@@ -134,11 +134,9 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
-    if not 0.0 <= value < 1.0:
+    """A fraction in [0, 1): a threshold of 0 counts every change."""
+    value = cliargs.non_negative(text)
+    if value >= 1.0:
         raise argparse.ArgumentTypeError(f"{text} must be a fraction in [0, 1)")
     return value
 

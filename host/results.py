@@ -35,11 +35,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
@@ -57,17 +58,21 @@ _T = TypeVar("_T", bound="_JsonObject")
 class _JsonObject(Mapping[str, Any]):
     """A frozen dataclass that is also a read-only mapping of its JSON keys.
 
-    ``KEYS`` are the JSON keys, in the file's order, each a field of the
-    same name; ``missing`` holds those the source object lacked (left out
-    again by ``to_json``) and ``extra`` the keys this version does not know
-    (kept, after the known ones)."""
+    Its fields, in order, are the JSON keys in the file's order, but for
+    the last two: ``missing`` holds the keys the source object lacked (left
+    out again by ``to_json``) and ``extra`` the keys this version does not
+    know (kept, after the known ones)."""
 
-    KEYS: ClassVar[tuple[str, ...]] = ()
     missing: frozenset[str]
     extra: Mapping[str, Any]
 
+    @classmethod
+    def json_keys(cls) -> tuple[str, ...]:
+        """The JSON keys: the fields, so the schema is written once."""
+        return _json_keys(cls)
+
     def to_json(self) -> dict[str, Any]:
-        out = {k: _plain(getattr(self, k)) for k in self.KEYS if k not in self.missing}
+        out = {k: _plain(getattr(self, k)) for k in self.json_keys() if k not in self.missing}
         out.update(self.extra)
         return out
 
@@ -75,29 +80,35 @@ class _JsonObject(Mapping[str, Any]):
     def _split(cls, data: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
         """The dataclass's arguments from a JSON object: known keys (absent
         ones from ``defaults``, and noted), the rest as ``extra``."""
-        args = {k: data[k] if k in data else defaults.get(k) for k in cls.KEYS}
-        args["missing"] = frozenset(k for k in cls.KEYS if k not in data)
-        args["extra"] = {k: v for k, v in data.items() if k not in cls.KEYS}
+        keys = cls.json_keys()
+        args = {k: data[k] if k in data else defaults.get(k) for k in keys}
+        args["missing"] = frozenset(k for k in keys if k not in data)
+        args["extra"] = {k: v for k, v in data.items() if k not in keys}
         return args
 
     # The mapping view: the keys to_json() would write.
     def __getitem__(self, key: str) -> Any:
-        if key in self.KEYS and key not in self.missing:
+        if key in self.json_keys() and key not in self.missing:
             return getattr(self, key)
         if key in self.extra:
             return self.extra[key]
         raise KeyError(key)
 
     def __iter__(self) -> Iterator[str]:
-        yield from (k for k in self.KEYS if k not in self.missing)
+        yield from (k for k in self.json_keys() if k not in self.missing)
         yield from self.extra
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
 
+@functools.cache
+def _json_keys(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("missing", "extra"))
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, _JsonObject):
+    if isinstance(value, (_JsonObject, ClaimEntry)):
         return value.to_json()
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -110,21 +121,6 @@ def _plain(value: Any) -> Any:
 @dataclasses.dataclass(frozen=True, eq=True)
 class MetricEntry(_JsonObject):
     """One metric of one variant and settings, with its samples."""
-
-    KEYS: ClassVar[tuple[str, ...]] = (
-        "key",
-        "scenario",
-        "metric",
-        "claim",
-        "unit",
-        "better",
-        "variant",
-        "settings",
-        "samples",
-        "replicates",
-        "summary",
-        "duration_s",
-    )
 
     key: str  # metric_key(), with " #2"... when two tests recorded the same one
     scenario: str
@@ -154,35 +150,24 @@ class MetricEntry(_JsonObject):
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
         from memqual.host import stats
 
-        return cls(
-            key=key,
-            scenario=rec.scenario,
-            metric=rec.metric,
-            claim=rec.claim,
-            unit=rec.unit,
-            better=rec.better,
-            variant=rec.variant,
-            settings=rec.settings,
-            samples=rec.samples,
-            replicates=rec.replicates,
-            summary=stats.summarize(rec.samples).to_json(),
-            duration_s=rec.duration_s,
-        )
+        # The record's own fields under their own names, and what the
+        # entry adds: the key and the samples' summary.
+        added: dict[str, Any] = {"key": key, "summary": stats.summarize(rec.samples).to_json()}
+        return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class ClaimEntry(_JsonObject):
+class ClaimEntry(Mapping[str, Any]):
     """One claim's verdict: what ``claims.Verdict.to_json()`` wrote, whole
-    (``data``), with the fields every reader uses typed.  Files written
-    before evidence was named have no ``evidence``: None."""
+    (``data``, which is also its mapping view), with the fields every
+    reader uses typed.  Files written before evidence was named have no
+    ``evidence``: None."""
 
     id: str
     verdict: str
     reason: str
     evidence: dict[str, Any] | None
     data: Mapping[str, Any] = dataclasses.field(repr=False)
-    missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ClaimEntry:
@@ -216,17 +201,6 @@ class ClaimEntry(_JsonObject):
 @dataclasses.dataclass(frozen=True, eq=True)
 class Results(_JsonObject):
     """A whole results.json."""
-
-    KEYS: ClassVar[tuple[str, ...]] = (
-        "schema",
-        "memqual_version",
-        "created",
-        "run",
-        "environment",
-        "scenarios",
-        "claims",
-        "metrics",
-    )
 
     schema: str
     memqual_version: str

@@ -1,9 +1,13 @@
 """``memqual run``: the main job.
 
-Runs the qualification (``avocado run e2e/`` as a subprocess of this venv's
-avocado, with its own job results directory inside the output directory),
-shows which test runs and for how long, then collects the measurement
-records of that job, judges every claim and writes::
+Run the qualification (avocado run e2e/), judge every claim of
+claims/claims.json, write OUTPUT/results.json and OUTPUT/report.html and
+print the tables.
+
+Avocado runs as a subprocess of this venv's avocado, with its own job
+results directory inside the output directory; memqual shows which test
+runs and for how long, then collects the measurement records of that job,
+judges every claim and writes::
 
     OUTPUT/avocado/job-*/     avocado's job (each test's records in its data/)
     OUTPUT/results.json       environment, verdicts, every metric's samples
@@ -760,6 +764,26 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
 # ------------------------------------------------------------------ CLI
 
 
+def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
+    """--only's tags, checked: each goes into avocado's command line."""
+    for tag in args.only or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    return tuple(args.only or ())
+
+
+def output_directory(args: argparse.Namespace, parent: str) -> Path:
+    """--output, else PARENT/<timestamp> below the working directory."""
+    return Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+
+
+def check_budget(minutes: float) -> float:
+    """A --budget in minutes: more than 0 and at most a day (nan is neither)."""
+    if not 0 < minutes <= 24 * 60:
+        raise BadInput(f"--budget {minutes:g}: give minutes, more than 0 and at most a day")
+    return minutes
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
@@ -787,7 +811,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     kernels = []
     for index, bzimage in enumerate(kernels_in):
         if not bzimage.is_file():
-            raise BadInput(f"--guest-kernel {bzimage}: no such file")
+            what = "not a regular file" if bzimage.exists() else "no such file"
+            raise BadInput(f"--guest-kernel {bzimage}: {what}: give a bzImage (arch/x86/boot/bzImage)")
         modules = modules_in[index] if modules_in else None
         if modules is not None and not modules.is_dir():
             raise BadInput(f"--guest-modules {modules}: no such directory")
@@ -812,23 +837,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     rounds = args.rounds if args.rounds is not None else (2 if len(kernels) == 2 else 1)
     if not 1 <= rounds <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
-    for tag in args.only or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
-            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    only = job_tags(args)
     if args.budget is not None and not args.until_decided:
         raise BadInput("--budget applies to --until-decided only")
     if args.until_decided and len(kernels) != 2:
         raise BadInput("--until-decided compares two kernels: give --debian-kernel or --guest-kernel twice")
-    budget = UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget
-    if not 0 < budget <= 24 * 60:
-        raise BadInput(f"--budget {budget:g}: give minutes, more than 0 and at most a day")
-    output = (
-        Path(args.output) if args.output else Path("memqual-results") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    )
+    budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
-        output=output,
+        output=output_directory(args, "memqual-results"),
         profile=args.profile,
-        only=tuple(args.only or ()),
+        only=only,
         tests=tests,
         kernels=tuple(kernels),
         parallel=args.parallel,
@@ -838,13 +856,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
-        description="Run the qualification (avocado run e2e/), judge every claim of claims/claims.json, "
-        "write OUTPUT/results.json and OUTPUT/report.html and print the tables.",
-    )
+def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
+    """What the avocado job runs (--profile, --only, the hidden --tests) and
+    where the output goes: the options of ``memqual run`` that every
+    command running the scenarios through this module takes."""
     parser.add_argument(
         "--profile", choices=PROFILES, default="quick", help="quick (default, ~12 min under TCG here) or full"
     )
@@ -855,8 +870,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--output",
         type=cliargs.output_directory,
         metavar="DIR",
-        help="output directory (default memqual-results/<timestamp>)",
+        help=f"output directory (default {output_parent}/<timestamp>)",
     )
+    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    add_job_arguments(parser, "memqual-results")
     parser.add_argument(
         "--guest-kernel",
         action="append",
@@ -901,7 +926,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="MINUTES",
         help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
     )
-    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
     parser.add_argument(
         "--parallel",
         type=int,
@@ -912,4 +936,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    return run(config_from_args(args))
+    config = config_from_args(args)
+    # What the kernel files hold is read here, at the command, rather than
+    # in config_from_args: a RunConfig may name any file (the unit tests run
+    # fake jobs with stand-in kernels), a user's command line may not.
+    check_guest_files(config)
+    return run(config)
+
+
+def check_guest_files(config: RunConfig) -> None:
+    """Refuse before the job starts what the image build in every scenario
+    would refuse after it: a --guest-kernel without a bzImage's setup
+    header (a text file, a vmlinux or another ELF) and a --guest-modules
+    that is no modules tree.  The same checks as that build's."""
+    from memqual.images.build import check_modules_tree
+    from memqual.images.kernel import read_release
+
+    for kernel in config.kernels:
+        try:
+            release = read_release(kernel.bzimage)
+        except BadInput as exc:
+            raise BadInput(f"--guest-kernel {exc}") from None
+        if kernel.modules is not None:
+            try:
+                check_modules_tree(kernel.modules, release)
+            except BadInput as exc:
+                raise BadInput(f"--guest-modules {exc}") from None

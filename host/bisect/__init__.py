@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as _dt
 import sys
 from pathlib import Path
 from typing import Any
 
-from memqual.host import cliargs
+from memqual.host import cliargs, runjob
 from memqual.host.cliargs import percent
 from memqual.host.errors import BadInput
 from memqual.host.paths import REPO_ROOT
@@ -37,16 +36,6 @@ from memqual.host.paths import REPO_ROOT
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
 DEFAULT_MAX_ROUNDS = 8
-
-
-def _minutes(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of minutes") from exc
-    if not 0.0 < value <= 24 * 60:
-        raise argparse.ArgumentTypeError(f"{text} minutes: give more than 0 and at most a day")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,7 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--budget",
-        type=_minutes,
+        type=float,
         metavar="MINUTES",
         help=f"wall time a probe may take before it is skipped (default {DEFAULT_BUDGET_MIN:g})",
     )
@@ -86,19 +75,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
         "the last kernel is checked",
     )
-    parser.add_argument("--only", action="append", metavar="TAG", help="only tests with this avocado tag")
     parser.add_argument(
         "--test",
         metavar="REFERENCE",
         help="run only this avocado test reference each round, e.g. "
         "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g (a round then takes minutes less)",
-    )
-    parser.add_argument("--profile", choices=("quick", "full"), help="scenario profile (default quick)")
-    parser.add_argument(
-        "--output",
-        type=cliargs.output_directory,
-        metavar="DIR",
-        help="output directory (default memqual-bisect/<timestamp>)",
     )
     parser.add_argument(
         "--resume",
@@ -106,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
     )
-    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+    runjob.add_job_arguments(parser, "memqual-bisect")
     parser.set_defaults(handler=main)
 
 
@@ -122,11 +103,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     tests = tests_reference(args)
     file_part = Path(tests.split(":", 1)[0])
     series.check_metric_known(metric, file_part if file_part.is_dir() else file_part.parent)
-    for tag in args.only or []:
-        import re
-
-        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
-            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    only = runjob.job_tags(args)
     max_rounds = DEFAULT_MAX_ROUNDS if args.max_rounds is None else args.max_rounds
     if max_rounds < 1:
         raise BadInput("--max-rounds must be at least 1")
@@ -134,11 +111,11 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         kernels=tuple(kernels),
         metric=metric.text,
         threshold=(DEFAULT_THRESHOLD_PCT if args.threshold is None else args.threshold) / 100.0,
-        budget_min=DEFAULT_BUDGET_MIN if args.budget is None else args.budget,
+        budget_min=runjob.check_budget(DEFAULT_BUDGET_MIN if args.budget is None else args.budget),
         max_rounds=max_rounds,
         reference=args.reference or run.PAIRED,
-        only=tuple(args.only or ()),
-        profile=args.profile or "quick",
+        only=only,
+        profile=args.profile,
         tests=tests,
     )
 
@@ -156,7 +133,6 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 def avocado_runner(settings: Any, console: Any) -> Any:
     """The real RoundRunner: one avocado job of the kernel, through runjob."""
-    from memqual.host import runjob
     from memqual.host.bisect import series
     from memqual.images.build import sha256_file
 
@@ -186,7 +162,6 @@ def avocado_runner(settings: Any, console: Any) -> Any:
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from memqual.host import runjob
     from memqual.host.bisect import run
 
     console = Console(width=None if sys.stdout.isatty() else 120)
@@ -210,7 +185,7 @@ def main(args: argparse.Namespace) -> int:
         # budget goes on where it stopped.
         extend: dict[str, Any] = {}
         if args.budget is not None:
-            extend["budget_min"] = args.budget
+            extend["budget_min"] = runjob.check_budget(args.budget)
         if args.max_rounds is not None:
             if args.max_rounds < 1:
                 raise BadInput("--max-rounds must be at least 1")
@@ -221,12 +196,8 @@ def main(args: argparse.Namespace) -> int:
         bisector.runner = avocado_runner(bisector.settings, console)
     else:
         settings = settings_from_args(args)
-        directory = (
-            Path(args.output)
-            if args.output
-            else (Path("memqual-bisect") / _dt.datetime.now().strftime("%Y%m%dT%H%M%S"))
-        )
-        directory = directory.resolve()  # avocado runs in the repository, not in the caller's directory
+        # Resolved: avocado runs in the repository, not in the caller's directory.
+        directory = runjob.output_directory(args, "memqual-bisect").resolve()
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
         runner = avocado_runner(settings, console)  # unknown kernels fail here, before any job

@@ -55,16 +55,9 @@ class LabHost:
         return f"{self.user}@{self.address}"
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "address": self.address,
-            "port": self.port,
-            "user": self.user,
-            "key": str(self.key),
-            "known_hosts": str(self.known_hosts),
-            "slots": self.slots,
-            "checkout": self.checkout,
-        }
+        """The hosts file's keys, in its order, paths as text."""
+        values = {key: getattr(self, key) for key in KEYS}
+        return {key: str(v) if isinstance(v, Path) else v for key, v in values.items()}
 
 
 def load(path: Path) -> list[LabHost]:
@@ -112,26 +105,24 @@ def _host(table: dict[str, Any], index: int, path: Path) -> LabHost:
     where = f"{path}: host {name!r}"
     if "address" not in table:
         raise BadInput(f'{where}: no address: give address = "host name or IP"')
-    address = _text(table, "address", _ADDRESS, where, "a host name or an IP address")
-    user = _text(table, "user", _USER, where, "a user name", default="root")
-    port = _integer(table, "port", where, 1, 65535, default=22)
-    slots = _integer(table, "slots", where, 1, MAX_SLOTS, default=1)
-    base = path.parent
-    key = _file(table, "key", where, base, default=_default_key(where))
-    known_hosts = _file(table, "known_hosts", where, base, default=Path.home() / ".ssh" / "known_hosts")
-    checkout = _text(table, "checkout", _PATH, where, "an absolute path", default=str(REPO_ROOT))
-    if not checkout.startswith("/"):
-        raise BadInput(f"{where}: checkout {checkout!r}: give the absolute path of memqual's checkout on that host")
+    # Each field read from its key, in the order the errors are met.
     return LabHost(
         name=name,
-        address=address,
-        port=port,
-        user=user,
-        key=key,
-        known_hosts=known_hosts,
-        slots=slots,
-        checkout=checkout,
+        address=_text(table, "address", _ADDRESS, where, "a host name or an IP address"),
+        user=_text(table, "user", _USER, where, "a user name", default=LabHost.user),
+        port=_integer(table, "port", where, 1, 65535, default=LabHost.port),
+        slots=_integer(table, "slots", where, 1, MAX_SLOTS, default=LabHost.slots),
+        key=_file(table, "key", where, path.parent, default=_default_key(where)),
+        known_hosts=_file(table, "known_hosts", where, path.parent, default=Path.home() / ".ssh" / "known_hosts"),
+        checkout=_checkout(table, where),
     )
+
+
+def _checkout(table: dict[str, Any], where: str) -> str:
+    checkout = _text(table, "checkout", _PATH, where, "an absolute path", default=LabHost.checkout)
+    if not checkout.startswith("/"):
+        raise BadInput(f"{where}: checkout {checkout!r}: give the absolute path of memqual's checkout on that host")
+    return checkout
 
 
 def _text(table: dict[str, Any], key: str, pattern: re.Pattern[str], where: str, what: str, default: str = "") -> str:

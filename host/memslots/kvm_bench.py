@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import platform
+import re
 import signal
 import statistics
 import struct
@@ -48,7 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from memqual.host import probe as host_probe
 from memqual.host.errors import BadInput, MemqualError
@@ -74,25 +75,41 @@ EXPECTED_ERRNO = {
 # of accesses, EDI = stride in bytes.  Each access writes the running count
 # (1, 2, 3...) as a 32-bit word, so the host can tell which access reached
 # which page and the MMIO exits carry their sequence number.
-# (bytes, assembly, why)
-GUEST_PROGRAM: list[tuple[bytes, str, str]] = [
-    (b"\x31\xdb", "xor ebx, ebx", "ebx = accesses done"),
-    # loop: (offset 2)
-    (b"\x85\xc9", "test ecx, ecx", "any access left?"),
-    (b"\x74\x08", "je done (+8 -> offset 14)", "no: report"),
-    (b"\x43", "inc ebx", "count this access (first access writes 1)"),
-    (b"\x89\x1e", "mov [esi], ebx", "the access: fault + slot lookup, or an MMIO exit"),
-    (b"\x01\xfe", "add esi, edi", "next page"),
-    (b"\x49", "dec ecx", ""),
-    (b"\xeb\xf4", "jmp loop (-12 -> offset 2)", ""),
-    # done: (offset 14)
-    (b"\x89\xd8", "mov eax, ebx", "the count to report"),
-    (b"\x66\xba\x01\x05", "mov dx, 0x501", "REPORT_PORT"),
-    (b"\xef", "out dx, eax", "KVM_EXIT_IO with the count"),
-    # halt: (offset 21)
-    (b"\xf4", "hlt", "KVM_EXIT_HLT (no in-kernel irqchip: HLT exits to us)"),
-    (b"\xeb\xfd", "jmp halt (-3 -> offset 21)", "never run on"),
-]
+# The listing below is the program: machine code in hex, the assembly, and
+# after ";" why; "label:" lines only name the offset that follows.
+GUEST_LISTING = """
+    31 db          xor ebx, ebx                  ; ebx = accesses done
+loop:  (offset 2)
+    85 c9          test ecx, ecx                 ; any access left?
+    74 08          je done (+8 -> offset 14)     ; no: report
+    43             inc ebx                       ; count this access (first access writes 1)
+    89 1e          mov [esi], ebx                ; the access: fault + slot lookup, or an MMIO exit
+    01 fe          add esi, edi                  ; next page
+    49             dec ecx
+    eb f4          jmp loop (-12 -> offset 2)
+done:  (offset 14)
+    89 d8          mov eax, ebx                  ; the count to report
+    66 ba 01 05    mov dx, 0x501                 ; REPORT_PORT
+    ef             out dx, eax                   ; KVM_EXIT_IO with the count
+halt:  (offset 21)
+    f4             hlt                           ; KVM_EXIT_HLT (no in-kernel irqchip: HLT exits to us)
+    eb fd          jmp halt (-3 -> offset 21)    ; never run on
+"""
+
+
+def _assemble(listing: str) -> list[tuple[bytes, str, str]]:
+    """(bytes, assembly, why) per instruction line of a listing."""
+    program = []
+    for line in listing.splitlines():
+        if not line.startswith(" "):  # blank, or a label
+            continue
+        text, _, why = line.partition(";")
+        code, asm = re.split(r"\s{2,}", text.strip(), maxsplit=1)
+        program.append((bytes.fromhex(code), asm.strip(), why.strip()))
+    return program
+
+
+GUEST_PROGRAM = _assemble(GUEST_LISTING)
 GUEST_CODE = b"".join(code for code, _, _ in GUEST_PROGRAM)
 GUEST_ENTRY = 0x0
 
@@ -172,6 +189,12 @@ class Probe:
     @property
     def ok(self) -> bool:
         return self.observed == self.expected
+
+
+class GuestPass(NamedTuple):
+    seconds: float  # until the report
+    reported: int  # accesses the guest counted
+    other_exits: int  # exits other than the expected MMIO/IO/HLT (EINTR...)
 
 
 @dataclass
@@ -378,9 +401,8 @@ def _run_pass(
     stride: int,
     timeout_s: float,
     on_mmio: Callable[[K.MmioExit], None] | None,
-) -> tuple[float, int, int]:
-    """One guest pass; returns (seconds until the report, reported count,
-    unexpected exits).  The timed span is from the first KVM_RUN to the
+) -> GuestPass:
+    """One guest pass.  The timed span is from the first KVM_RUN to the
     report exit: the guest loop plus every exit it takes."""
     regs = K.Regs()
     regs.rip = GUEST_ENTRY
@@ -416,7 +438,7 @@ def _run_pass(
                 raise GuestPassError(f"guest did not halt after its report: {vcpu.describe_exit()}")
     except PassTimeout:
         raise GuestPassError(f"guest pass of {count} accesses did not finish within {timeout_s:g} s") from None
-    return elapsed, reported, other
+    return GuestPass(elapsed, reported, other)
 
 
 def _vcpu_passes(vm: K.Vm, mem: K.GuestMemory, geo: SlotGeometry, timeout_s: float) -> VcpuSample:
@@ -427,18 +449,14 @@ def _vcpu_passes(vm: K.Vm, mem: K.GuestMemory, geo: SlotGeometry, timeout_s: flo
     # the fresh vCPU; the second is the fixed cost of a pass (one entry, the
     # report exit), subtracted from the passes below.
     _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
-    base_s, _, other0 = _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
-    first_s, rep1, other1 = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
-    warm_s, rep2, other2 = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
-
-    touched_ok = 0
-    for i in range(n):
-        if struct.unpack("<I", mem.read(geo.touch_host_offset(i), 4))[0] == i + 1:
-            touched_ok += 1
+    empty = _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
+    first = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
+    warm = _run_pass(vcpu, geo.touch_gpa(0), n, geo.stride, timeout_s, None)
+    touched_ok = sum(1 for i in range(n) if struct.unpack("<I", mem.read(geo.touch_host_offset(i), 4))[0] == i + 1)
     # The same number of writes into one page of one slot (stride 0): the
     # vCPU's last-used-slot cache always hits, so warm - same is what it
     # costs when every access needs a different slot.
-    same_s, rep4, other4 = _run_pass(vcpu, geo.touch_gpa(0), n, 0, timeout_s, None)
+    same = _run_pass(vcpu, geo.touch_gpa(0), n, 0, timeout_s, None)
 
     state = {"next": 0, "exits": 0, "bad": 0}
 
@@ -449,19 +467,19 @@ def _vcpu_passes(vm: K.Vm, mem: K.GuestMemory, geo: SlotGeometry, timeout_s: flo
         if not (m.is_write and m.length == 4 and m.phys_addr == geo.gap_gpa(i) and m.data == struct.pack("<I", i + 1)):
             state["bad"] += 1
 
-    mmio_s, rep3, other3 = _run_pass(vcpu, geo.gap_gpa(0), n, geo.stride, timeout_s, on_mmio)
+    mmio = _run_pass(vcpu, geo.gap_gpa(0), n, geo.stride, timeout_s, on_mmio)
     return VcpuSample(
-        empty_pass_s=base_s,
-        first_touch_s=first_s,
-        warm_touch_s=warm_s,
-        same_slot_s=same_s,
-        mmio_s=mmio_s,
         accesses=n,
-        reported=(rep1, rep2, rep4, rep3),
+        empty_pass_s=empty.seconds,
+        first_touch_s=first.seconds,
+        warm_touch_s=warm.seconds,
+        same_slot_s=same.seconds,
+        mmio_s=mmio.seconds,
+        reported=(first.reported, warm.reported, same.reported, mmio.reported),
         mmio_exits=state["exits"],
         mmio_mismatches=state["bad"],
         touched_ok=touched_ok,
-        other_exits=other0 + other1 + other2 + other3 + other4,
+        other_exits=sum(p.other_exits for p in (empty, first, warm, same, mmio)),
     )
 
 
@@ -569,7 +587,7 @@ def probe_vcpu(kvm: K.Kvm, timeout_s: float = 60.0) -> str | None:
             vcpu = vm.create_vcpu(0)
             K.enter_flat_protected_mode(vcpu)
             _run_pass(vcpu, geo.touch_gpa(0), 0, geo.stride, timeout_s, None)
-            _, reported, _ = _run_pass(vcpu, geo.touch_gpa(0), 1, geo.stride, timeout_s, None)
+            reported = _run_pass(vcpu, geo.touch_gpa(0), 1, geo.stride, timeout_s, None).reported
             word = struct.unpack("<I", mem.read(geo.touch_host_offset(0), 4))[0]
     except (GuestPassError, K.KvmIoctlError) as exc:
         if _is_unsupported(exc):
@@ -745,20 +763,22 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out or None
 
 
+def kvm_environment(host_kernel: str, kvm_module: str, nr_memslots: int, device: str, **more: Any) -> dict[str, Any]:
+    """The host's environment (memqual.host.probe) with what /dev/kvm said: the
+    facts every KVM benchmark of this package reads, and ``more`` kvm_* keys."""
+    kvm = {"host_kernel": host_kernel, "kvm_module": kvm_module, "kvm_nr_memslots": nr_memslots, "kvm_device": device}
+    return host_probe.environment().replace(**kvm, **more).to_json()
+
+
 def environment(result: BenchResult) -> dict[str, Any]:
-    """The host's environment (memqual.host.probe) with what /dev/kvm said."""
-    return (
-        host_probe.environment()
-        .replace(
-            host_kernel=result.host_kernel,
-            kvm_module=result.kvm_module,
-            kvm_api_version=result.api_version,
-            kvm_nr_memslots=result.nr_memslots,
-            kvm_address_spaces=result.address_spaces,
-            kvm_vcpu_mmap_size=result.vcpu_mmap_size,
-            kvm_device=result.config.device,
-        )
-        .to_json()
+    return kvm_environment(
+        result.host_kernel,
+        result.kvm_module,
+        result.nr_memslots,
+        result.config.device,
+        kvm_api_version=result.api_version,
+        kvm_address_spaces=result.address_spaces,
+        kvm_vcpu_mmap_size=result.vcpu_mmap_size,
     )
 
 

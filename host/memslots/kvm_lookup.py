@@ -62,7 +62,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from memqual.host.errors import BadInput, CapabilityMissing
 from memqual.host.memslots import kvm as K
@@ -131,6 +131,8 @@ class LookupConfig:
     device: str = K.DEVICE
     pass_timeout_s: float = 30.0
 
+    RECORD_SETTINGS: ClassVar[tuple[str, ...]] = ("rounds", "iterations", "unroll", "ram_mib")
+
     def check(self, nr_memslots: int | None = None) -> None:
         if not self.slots or any(n < 1 for n in self.slots):
             raise BadInput("--slots: give slot counts of 1 or more")
@@ -150,13 +152,8 @@ class LookupConfig:
 
     def settings(self) -> dict[str, Any]:
         """What was set (keys the records): not what was measured."""
-        return {
-            "rounds": self.rounds,
-            "iterations": self.iterations,
-            "unroll": self.unroll,
-            "ram_mib": self.ram_mib,
-            "clock": "thread_time",
-        }
+        fields = dataclasses.asdict(self)
+        return {**{key: fields[key] for key in self.RECORD_SETTINGS}, "clock": "thread_time"}
 
 
 @dataclass(frozen=True)
@@ -564,19 +561,7 @@ def summarize(result: LookupResult) -> dict[str, Any]:
 
 
 def environment(result: LookupResult) -> dict[str, Any]:
-    """The host's environment (memqual.host.probe) with what /dev/kvm said."""
-    from memqual.host import probe
-
-    return (
-        probe.environment()
-        .replace(
-            host_kernel=result.host_kernel,
-            kvm_module=result.kvm_module,
-            kvm_nr_memslots=result.nr_memslots,
-            kvm_device=result.config.device,
-        )
-        .to_json()
-    )
+    return B.kvm_environment(result.host_kernel, result.kvm_module, result.nr_memslots, result.config.device)
 
 
 # --- records ---------------------------------------------------------------------

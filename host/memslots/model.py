@@ -68,16 +68,7 @@ class ModelTable:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``json.dumps`` it): the CLI's ``--json`` shape."""
-        return {
-            "layout": self.layout,
-            "workload": self.workload,
-            "slots": self.slots,
-            "lookups": self.lookups,
-            "seed": self.seed,
-            "hit_fraction": self.hit_fraction,
-            "structures": {name: stats.to_json() for name, stats in self.structures.items()},
-            "published": dict(PUBLISHED, applies=self.published_applies),
-        }
+        return {**dataclasses.asdict(self), "published": dict(PUBLISHED, applies=self.published_applies)}
 
 
 class ModelDisagreement(AssertionError):
