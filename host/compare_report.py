@@ -17,39 +17,30 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memqual.host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
-from memqual.host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
-from memqual.host.results import Results
+from host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
+from host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
+from host.results import Results
 
 
 def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
     """Every metric's ratio B/A (better-is-right is not assumed: the colour
     says the verdict) with its CI, on a log axis, the threshold band shaded."""
-    rows = [m for m in result.metrics if m.comparison.ratio and m.comparison.ratio > 0]
+    rows = [
+        ForestRow(
+            labels[m.key][:90],
+            VERDICT_COLOURS[m.verdict],
+            m.comparison.ratio,
+            m.comparison.ci_low,
+            m.comparison.ci_high,
+        )
+        for m in result.metrics
+        if m.comparison.ratio and m.comparison.ratio > 0
+    ]
     if not rows:
         return None
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.5, 0.28 * len(rows) + 1.2))
-    for y, m in enumerate(reversed(rows)):
-        c = m.comparison
-        colour = VERDICT_COLOURS[m.verdict]
-        if c.ci_low and c.ci_high and c.ci_low > 0:
-            ax.plot([c.ci_low, c.ci_high], [y, y], color=colour, linewidth=1.6)
-        ax.plot([c.ratio], [y], "o", color=colour, markersize=4)
-    ax.axvline(1.0, color="#111827", linewidth=0.8)
-    ax.axvspan(1 - result.threshold, 1 + result.threshold, color="#e5e7eb", zorder=0)
-    ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
-    ax.tick_params(axis="x", which="minor", labelsize=7)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([labels[m.key][:90] for m in reversed(rows)], fontsize=7)
-    ax.set_xlabel(f"B / A (median ratio, 95% CI); shaded: within the {result.threshold:.0%} threshold")
-    fig.tight_layout()
-    return png(fig)
+    return forest_png(
+        rows, result.threshold, f"B / A (median ratio, 95% CI); shaded: within the {result.threshold:.0%} threshold"
+    )
 
 
 def render_comparison_html(

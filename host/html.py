@@ -8,10 +8,11 @@ Every page is one self-contained file: no script, no external resource.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import html
 import io
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memqual.host import claims, comparison
@@ -102,6 +103,48 @@ def png(fig: Any) -> str:
 
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+@dataclasses.dataclass(frozen=True)
+class ForestRow:
+    """One row of a forest plot: a ratio and its CI, coloured by verdict.
+    No ratio (or one <= 0, which a log axis cannot show) leaves the row
+    empty but labelled."""
+
+    label: str
+    colour: str
+    ratio: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    marker: str = "o"  # matplotlib's: "o" a measured ratio, "s" the reference itself
+
+
+def forest_png(rows: Sequence[ForestRow], threshold: float, xlabel: str) -> str:
+    """Ratios against 1 with their CIs, first row at the top, on a log axis
+    (1.25x and 0.8x sit equally far from 1) with the band within
+    ``threshold`` of 1 shaded; base64 PNG as ``png`` gives it."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 0.3 * len(rows) + 1.2))
+    for y, row in enumerate(reversed(rows)):
+        if row.ci_low and row.ci_high and row.ci_low > 0:
+            ax.plot([row.ci_low, row.ci_high], [y, y], color=row.colour, linewidth=1.7)
+        if row.ratio and row.ratio > 0:
+            ax.plot([row.ratio], [y], row.marker, color=row.colour, markersize=5)
+    ax.axvline(1.0, color="#111827", linewidth=0.8)
+    ax.axvspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+
+    # Plain numbers on the log axis (0.9, 1.1), not matplotlib's 10^x.
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.xaxis.set_major_formatter(plain)
+    ax.xaxis.set_minor_formatter(plain)
+    ax.tick_params(axis="x", which="minor", labelsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([row.label for row in reversed(rows)], fontsize=7)
+    ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    return png(fig)
 
 
 def environment_line(env: Mapping[str, Any]) -> str:

@@ -159,7 +159,7 @@ def download(package: str, cache: Path, version: str | None = None) -> Path:
     try:
         _run(["apt-get", "download", f"{package}={version}"], cwd=work)
         (fetched,) = list(work.glob("*.deb"))
-        if expected and _hash(fetched) != expected:
+        if expected and sha256_file(fetched) != expected:
             raise BadInput(f"{fetched.name}: its sha256 is not the archive's: run 'apt-get update' and try again")
         target = debs / fetched.name
         fetched.replace(target)
@@ -180,12 +180,12 @@ def _sha256(path: Path) -> str:
             return digest
     except OSError:
         pass
-    digest = _hash(path)
+    digest = sha256_file(path)
     write_private_atomic(memo, f"{stamp} {digest}\n".encode(), 0o644)
     return digest
 
 
-def _hash(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -121,7 +121,7 @@ def test_polls_far_then_tightly_near_the_end(monkeypatch: pytest.MonkeyPatch) ->
         pauses.append(dt)
         real_sleep(dt)
 
-    monkeypatch.setattr(ctl, "_sleep", sleep)
+    monkeypatch.setattr(ctl, "sleep", sleep)
     r = ctl.reach(target)
     assert r.reached and r.polls == 400
     assert pauses[0] == 0.01 and pauses[-1] == 0.0005

@@ -133,29 +133,22 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
     return target_bytes
 
 
+@dataclasses.dataclass(eq=False)
 class BalloonController:
     """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
-    (``memqual.host.machine.BalloonDevice.id``); the QOM path is found from it."""
+    (``host.machine.BalloonDevice.id``); the QOM path is found from it.
+    ``clock`` and ``sleep`` are the host's unless a test fakes time."""
 
-    def __init__(
-        self,
-        machine: QmpMachine,
-        device_id: str | None = "balloon0",
-        poll_pause_s: float = 0.0002,
-        far_pause_s: float = 0.01,
-        near_s: float = 0.05,
-        clock: Callable[[], float] = time.perf_counter,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.machine = machine
-        self.device_id = device_id
-        self.poll_pause_s = poll_pause_s
-        self.far_pause_s = far_pause_s
-        self.near_s = near_s
-        self._clock = clock
-        self._sleep = sleep
-        self._ram: int | None = None
-        self._qom_path: str | None = None
+    machine: QmpMachine
+    device_id: str | None = "balloon0"
+    poll_pause_s: float = 0.0002
+    far_pause_s: float = 0.01
+    near_s: float = 0.05
+    clock: Callable[[], float] = time.perf_counter
+    sleep: Callable[[float], None] = time.sleep
+    # Asked of QEMU once, on first use.
+    _ram: int | None = dataclasses.field(default=None, init=False, repr=False)
+    _qom_path: str | None = dataclasses.field(default=None, init=False, repr=False)
 
     # --- sizes -------------------------------------------------------------
     def ram_bytes(self) -> int:
@@ -208,7 +201,7 @@ class BalloonController:
             check_target(target_bytes, ram)
         # t0 just before the command: the reach time includes the command's
         # own round trip (the guest may start before QEMU answers).
-        t0 = self._clock()
+        t0 = self.clock()
         answer = self.qemu_balloon(target_bytes)
         if not answer.accepted:
             raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
@@ -219,7 +212,7 @@ class BalloonController:
         gaps: list[float] = []
         while True:
             value = self.actual()
-            now = self._clock()
+            now = self.clock()
             polls += 1
             gaps.append(now - prev_t)
             if value == expected:
@@ -257,7 +250,7 @@ class BalloonController:
                     f"{deadline_s:g} s ({polls} polls); is virtio_balloon loaded in the guest?"
                 )
             prev_t = now
-            self._sleep(self._pause(start, value, expected, now - t0))
+            self.sleep(self._pause(start, value, expected, now - t0))
 
     def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:
         """Poll tightly only near the end.  Polling QMP every ~1 ms slows a
@@ -329,17 +322,17 @@ class BalloonController:
     def wait_stats_update(self, after: int, deadline_s: float) -> GuestStats:
         """Wait (polling every 50 ms, with a deadline) for guest-stats whose
         last-update is newer than ``after``."""
-        end = self._clock() + deadline_s
+        end = self.clock() + deadline_s
         while True:
             stats = self.guest_stats()
             if stats.last_update > after:
                 return stats
-            if self._clock() >= end:
+            if self.clock() >= end:
                 raise Timeout(
                     f"guest-stats not updated after {after} within {deadline_s:g} s "
                     "(polling interval set? driver loaded?)"
                 )
-            self._sleep(0.05)
+            self.sleep(0.05)
 
 
 @dataclasses.dataclass
@@ -400,28 +393,28 @@ def wait_actual(
 ) -> tuple[int, float]:
     """Poll query-balloon until ``predicate(actual)``; (actual, seconds).
     For moves memqual did not ask for (driver unloaded, deflate on OOM)."""
-    start = ctl._clock()
+    start = ctl.clock()
     while True:
         value = ctl.actual()
-        waited = ctl._clock() - start
+        waited = ctl.clock() - start
         if predicate(value):
             return value, waited
         if waited >= deadline_s:
             raise Timeout(f"balloon actual stayed at {value} bytes for {deadline_s:g} s")
-        ctl._sleep(period_s)
+        ctl.sleep(period_s)
 
 
 def wait_no_balloon(ctl: BalloonController, deadline_s: float, period_s: float = 0.05) -> float:
     """Poll query-balloon until QEMU says there is no balloon device (after
     ``device_del``); the seconds it took.  Timeout past the deadline."""
-    start = ctl._clock()
+    start = ctl.clock()
     while True:
         try:
             ctl.actual()
         except GuestError as exc:
             if "No balloon device" in str(exc):
-                return ctl._clock() - start
+                return ctl.clock() - start
             raise
-        if ctl._clock() - start > deadline_s:
+        if ctl.clock() - start > deadline_s:
             raise Timeout(f"balloon device still present {deadline_s:g} s after device_del")
-        ctl._sleep(period_s)
+        ctl.sleep(period_s)

@@ -66,23 +66,16 @@ class Move:
         }
 
 
+@dataclasses.dataclass(eq=False)
 class BalloonMover:
     """Moves one guest's balloon, each move timed by the host and, given the
     guest's SSH and a deployed ``balloon_agent``, inside the guest too."""
 
-    def __init__(
-        self,
-        ctl: BalloonController,
-        ssh: Any = None,
-        agent: str = "",
-        deadline_s: float = DEADLINE_S,
-        track_period_us: int = TRACK_PERIOD_US,
-    ) -> None:
-        self.ctl = ctl
-        self.ssh = ssh
-        self.agent = agent
-        self.deadline_s = deadline_s
-        self.track_period_us = track_period_us
+    ctl: BalloonController
+    ssh: Any = None
+    agent: str = ""
+    deadline_s: float = DEADLINE_S
+    track_period_us: int = TRACK_PERIOD_US
 
     def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:
         """Move the balloon until the guest keeps ``target_bytes``.  The guest

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memqual.host.html import CSS, esc, png, pyplot
+from host.html import CSS, GREY, ForestRow, esc, forest_png
 
 COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
 
@@ -20,36 +20,22 @@ def forest_plot(state: dict[str, Any]) -> str | None:
     probes = {p["index"]: p for p in state["probes"]}
     if not probes:
         return None
-    kernels = state["settings"]["kernels"]
-    threshold = state["settings"]["threshold"]
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.5, 0.34 * len(kernels) + 1.3))
-    for index in range(len(kernels)):
-        y = len(kernels) - 1 - index
+    rows = []
+    for index, kernel in enumerate(state["settings"]["kernels"]):
+        label = f"K{index + 1} {kernel}"[:70]
         p = probes.get(index)
-        if p is None:
-            continue
-        e = p["evidence"]
-        colour = COLOURS.get(p["verdict"], "#6b7280")
-        if e.get("ci_low") and e.get("ci_high") and e["ci_low"] > 0:
-            ax.plot([e["ci_low"], e["ci_high"]], [y, y], color=colour, linewidth=1.8)
-        if e.get("ratio") and e["ratio"] > 0:
-            ax.plot([e["ratio"]], [y], "o", color=colour, markersize=5)
-    ax.plot([1.0], [len(kernels) - 1], "s", color="#111827", markersize=5)  # K1 itself: the reference
-    ax.axvline(1.0, color="#111827", linewidth=0.8)
-    ax.axvspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
-    ax.set_xscale("log")
-    from matplotlib.ticker import FuncFormatter
-
-    plain = FuncFormatter(lambda v, _: f"{v:g}")
-    ax.xaxis.set_major_formatter(plain)
-    ax.xaxis.set_minor_formatter(plain)
-    ax.tick_params(axis="x", which="minor", labelsize=7)
-    ax.set_yticks(range(len(kernels)))
-    ax.set_yticklabels([f"K{i + 1} {k}"[:70] for i, k in reversed(list(enumerate(kernels)))], fontsize=7)
-    ax.set_xlabel(f"probe / K1 (pooled median ratio, 95% CI over replicates); shaded: within {threshold:.0%}")
-    fig.tight_layout()
-    return png(fig)
+        if index == 0:
+            rows.append(ForestRow(label, "#111827", 1.0, marker="s"))  # K1 itself: the reference
+        elif p is None:
+            rows.append(ForestRow(label, GREY, None))  # not probed (yet)
+        else:
+            e = p["evidence"]
+            colour = COLOURS.get(p["verdict"], GREY)
+            rows.append(ForestRow(label, colour, e.get("ratio"), e.get("ci_low"), e.get("ci_high")))
+    threshold = state["settings"]["threshold"]
+    return forest_png(
+        rows, threshold, f"probe / K1 (pooled median ratio, 95% CI over replicates); shaded: within {threshold:.0%}"
+    )
 
 
 def render(state: dict[str, Any]) -> str:

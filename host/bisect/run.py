@@ -272,13 +272,29 @@ class Bisector:
         tail = mine[-FAILED_ROUNDS_TO_SKIP:]
         return len(tail) == FAILED_ROUNDS_TO_SKIP and all(r.status != "ok" for r in tail)
 
+    def _give_up(self, index: int, rounds: int, spent: float) -> str:
+        """Why an undecided probe of kernel ``index`` ends here as a skip
+        ("" when another round may run)."""
+        s = self.settings
+        if self._failing(index):
+            return (
+                f"the scenarios failed or did not record the metric on this kernel "
+                f"{FAILED_ROUNDS_TO_SKIP} rounds in a row"
+            )
+        if rounds >= s.max_rounds:
+            return f"undecided after {rounds} rounds (--max-rounds)"
+        # A round of this probe: the probe's job and, paired, K1's.
+        per_round = (spent / rounds) if rounds else 0.0
+        if spent + per_round > s.budget_min * 60.0:
+            return f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)"
+        return ""
+
     def probe(self, index: int) -> ProbeRecord:
         """Rounds of kernel ``index`` (and of K1 beside it) until decided
         or out of budget or rounds."""
         s = self.settings
         last = index == len(s.kernels) - 1
         paired = s.reference == PAIRED or last
-        budget_s = s.budget_min * 60.0
         while True:
             evidence = self.evidence(index)
             verdict = decide.classify(evidence, s.threshold, None if last else self.step, s.min_replicates)
@@ -286,44 +302,16 @@ class Bisector:
             spent = sum(r.seconds for r in done)
             rounds = sum(1 for r in done if r.kernel == index)
             if verdict != decide.UNDECIDED:
-                return ProbeRecord(
-                    index,
-                    verdict,
-                    evidence,
-                    rounds,
-                    spent,
-                    "moved the other way from the last kernel" if verdict == decide.SKIP else "",
-                )
+                why = "moved the other way from the last kernel" if verdict == decide.SKIP else ""
+                return ProbeRecord(index, verdict, evidence, rounds, spent, why)
             if self._failing(0):
                 raise BisectFailed(
                     f"the reference {self._label(0)} failed {FAILED_ROUNDS_TO_SKIP} rounds in a row: "
                     f"{self.rounds[-1].summary or 'no summary'}; see {self.dir / 'rounds'}"
                 )
-            if self._failing(index):
-                return ProbeRecord(
-                    index,
-                    decide.SKIP,
-                    evidence,
-                    rounds,
-                    spent,
-                    f"the scenarios failed or did not record the metric on this kernel "
-                    f"{FAILED_ROUNDS_TO_SKIP} rounds in a row",
-                )
-            if rounds >= s.max_rounds:
-                return ProbeRecord(
-                    index, decide.SKIP, evidence, rounds, spent, f"undecided after {rounds} rounds (--max-rounds)"
-                )
-            # A round of this probe: the probe's job and, paired, K1's.
-            per_round = (spent / rounds) if rounds else 0.0
-            if spent + per_round > budget_s:
-                return ProbeRecord(
-                    index,
-                    decide.SKIP,
-                    evidence,
-                    rounds,
-                    spent,
-                    f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)",
-                )
+            give_up = self._give_up(index, rounds, spent)
+            if give_up:
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, give_up)
             order = [index]
             if paired:
                 # ABBA: K1 first in even rounds, the probe first in odd ones.

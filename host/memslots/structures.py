@@ -700,14 +700,10 @@ class _RBNode:
     right: _RBNode
     parent: _RBNode
 
-    def __init__(self, base: int, end: int, sid: int, nil: _RBNode) -> None:
-        self.base = base
-        self.end = end
-        self.id = sid
-        self.left = nil
-        self.right = nil
-        self.parent = nil
-        self.red = True
+    def __init__(self, slot: Slot, nil: _RBNode) -> None:
+        self.base, self.end, self.id = slot.base_gfn, slot.end_gfn, slot.id
+        self.left = self.right = self.parent = nil
+        self.red = True  # CLRS: a new node is red until the fix-up says otherwise
 
 
 def _make_nil() -> _RBNode:
@@ -776,7 +772,7 @@ class RedBlackTree(_TreeWalk[_RBNode]):
     def insert(self, slot: Slot) -> None:
         self._register(slot)
         nil = self._nil
-        z = _RBNode(slot.base_gfn, slot.end_gfn, slot.id, nil)
+        z = _RBNode(slot, nil)
         self._nodes[slot.id] = z
         parent = nil
         x = self._root
