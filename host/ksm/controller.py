@@ -22,12 +22,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Self
 
-from memqual.host.errors import CapabilityMissing, Timeout
-from memqual.host.ksm import procfs
-from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
-from memqual.host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
+from host.closing import Closing
+from host.errors import CapabilityMissing, Timeout
+from host.ksm import procfs
+from host.ksm.state import HostState, StaleRestore, restore_stale_locked
+from host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def check_capability(ksm_root: Path = KSM_ROOT, euid: Callable[[], int] = os.get
         raise CapabilityMissing(f"host KSM: {root} is read-only (sysfs mounted ro, e.g. in a container)")
 
 
-class KsmController:
+class KsmController(Closing):
     """Host KSM for one scenario: lock, snapshot, knobs, counters, waits."""
 
     def __init__(
@@ -82,12 +83,11 @@ class KsmController:
         self.stale_restored: StaleRestore | None = None
 
     # -- lifetime ----------------------------------------------------------
-    def __enter__(self) -> KsmController:
+    def __enter__(self) -> Self:
+        # Built closed: the capability check, the host-wide lock and the
+        # stale restore are open()'s, here or called by the owner itself.
         self.open()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def open(self) -> None:
         check_capability(self.fs.root, self._euid)

@@ -26,9 +26,10 @@ import fcntl
 import mmap
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from memqual.host.errors import CapabilityMissing, MemqualError
+from host.closing import Closing
+from host.errors import CapabilityMissing, MemqualError
 
 DEVICE = "/dev/kvm"
 PAGE_SIZE = 4096
@@ -339,12 +340,32 @@ def _ioctl(fd: int, request: int, arg: Any, operation: str) -> int:
             raise KvmIoctlError(operation, exc.errno or 0) from exc
 
 
+StructT = TypeVar("StructT", bound=ctypes.Structure)
+
+
+def _ioctl_fill(fd: int, request: int, struct: StructT, operation: str) -> StructT:
+    """A KVM_GET_* ioctl: ``struct`` as the kernel filled it in."""
+    _ioctl(fd, request, struct, operation)
+    return struct
+
+
 def errno_name(err: int) -> str:
     return _errno.errorcode.get(err, str(err))
 
 
 # --- objects ----------------------------------------------------------------------
-class Kvm:
+class _FdOwner(Closing):
+    """Owns one KVM file descriptor, ``fd``: -1 once closed."""
+
+    fd: int
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Kvm(_FdOwner):
     """The /dev/kvm system fd."""
 
     def __init__(self, path: str = DEVICE) -> None:
@@ -382,19 +403,8 @@ class Kvm:
     def create_vm(self) -> Vm:
         return Vm(self)
 
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
 
-    def __enter__(self) -> Kvm:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class Vm:
+class Vm(_FdOwner):
     """One VM fd.  Created by :meth:`Kvm.create_vm`; owns its vCPUs."""
 
     def __init__(self, kvm: Kvm, machine_type: int = 0) -> None:
@@ -453,18 +463,10 @@ class Vm:
         for vcpu in self.vcpus:
             vcpu.close()
         self.vcpus.clear()
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Vm:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().close()
 
 
-class Vcpu:
+class Vcpu(_FdOwner):
     """One vCPU fd and its mmap of kvm_run."""
 
     def __init__(self, vm: Vm, vcpu_id: int) -> None:
@@ -486,17 +488,13 @@ class Vcpu:
             raise
 
     def get_regs(self) -> Regs:
-        regs = Regs()
-        _ioctl(self.fd, KVM_GET_REGS, regs, "KVM_GET_REGS")
-        return regs
+        return _ioctl_fill(self.fd, KVM_GET_REGS, Regs(), "KVM_GET_REGS")
 
     def set_regs(self, regs: Regs) -> None:
         _ioctl(self.fd, KVM_SET_REGS, regs, "KVM_SET_REGS")
 
     def get_sregs(self) -> Sregs:
-        sregs = Sregs()
-        _ioctl(self.fd, KVM_GET_SREGS, sregs, "KVM_GET_SREGS")
-        return sregs
+        return _ioctl_fill(self.fd, KVM_GET_SREGS, Sregs(), "KVM_GET_SREGS")
 
     def set_sregs(self, sregs: Sregs) -> None:
         _ioctl(self.fd, KVM_SET_SREGS, sregs, "KVM_SET_SREGS")
@@ -564,18 +562,10 @@ class Vcpu:
         if self._mm is not None:
             self._mm.close()
             self._mm = None
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Vcpu:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().close()
 
 
-class GuestMemory:
+class GuestMemory(Closing):
     """One anonymous private mapping that backs guest slots.
 
     MAP_NORESERVE and no pre-touching: host pages appear only where the guest
@@ -606,12 +596,6 @@ class GuestMemory:
         if self.mm is not None:
             self.mm.close()
             self.mm = None
-
-    def __enter__(self) -> GuestMemory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 # --- flat 32-bit protected mode ---------------------------------------------------
