@@ -613,7 +613,7 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
     ratio = stats.median(ratios)
     verdict, why = judge(m, ratio, None)
     holds = sum(1 for r in ratios if _on_side(m, r))
-    detail = ", ".join(f"{lr.config} ({lr.slots} slots) {_fmt(lr.b)}/{_fmt(lr.a)}" for lr in results)
+    detail = ", ".join(f"{lr.config} ({lr.slots} slots) {format_number(lr.b)}/{format_number(lr.a)}" for lr in results)
     reason = (
         f"model of the 2011 structures on {len(results)} layouts read from real guests in this run: "
         f"{m.b.label} / {m.a.label} median {_ratio(ratio)}x (range {_ratio(min(ratios))}-{_ratio(max(ratios))}; "
@@ -705,10 +705,10 @@ def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str
         return REPRODUCED, holds_why + " (the seed asserts only a direction)"
     off = ratio / m.expected - 1.0
     if abs(off) <= tol:
-        return REPRODUCED, f"{holds_why}, within {tol:.0%} of the published {_fmt(m.expected)}x"
+        return REPRODUCED, f"{holds_why}, within {tol:.0%} of the published {format_number(m.expected)}x"
     return DIRECTION_ONLY, (
         f"{holds_why}, but {abs(off):.0%} {'above' if off > 0 else 'below'} the published "
-        f"{_fmt(m.expected)}x (tolerance {tol:.0%})"
+        f"{format_number(m.expected)}x (tolerance {tol:.0%})"
     )
 
 
@@ -837,7 +837,10 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _fmt(x: float | None) -> str:
+def format_number(x: float | None) -> str:
+    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
+    numbers with thousands separators from 1,000 on; n/a for no value.
+    The one format of verdict texts and pages (``host.html.num``)."""
     if x is None or not math.isfinite(x):
         return "n/a"
     if abs(x) >= 1000:

@@ -11,7 +11,6 @@ import base64
 import dataclasses
 import html
 import io
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -68,13 +67,7 @@ def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def num(x: float | None) -> str:
-    """Four significant digits (kernbench's 42.809 reads as 42.81)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 10000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
+num = claims.format_number
 
 
 def badge(verdict: str, text: str | None = None) -> str:

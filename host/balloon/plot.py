@@ -39,8 +39,6 @@ COST_METRICS = (
     "deflate_per_page_ns",
 )
 _SHORT = {"1/16 guest": "1/16", "1/8 guest": "1/8", "whole guest": "all"}
-_FRACTION = re.compile(r"^(?:1/(\d+)|whole) guest$")
-_ABSOLUTE = re.compile(r"^(\d+) pfns$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +87,11 @@ def _per_guest(entry: Any) -> list[float]:
     if reps:
         return [stats.median(r) for r in reps if r]
     return list(_get(entry, "samples") or [])
+
+
+# Labels of records written before the variant carried ``pfns``.
+_FRACTION = re.compile(r"^(?:1/(\d+)|whole) guest$")
+_ABSOLUTE = re.compile(r"^(\d+) pfns$")
 
 
 def pfns_of(variant: Mapping[str, Any], settings: Mapping[str, Any]) -> int | None:

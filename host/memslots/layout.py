@@ -42,9 +42,6 @@ KVM_MEM_READONLY = 2
 LAYOUTS_DIR = Path(__file__).resolve().parent / "layouts"
 SHIPPED_LAYOUTS = ("seed-3", "seed-3-stacked", "seed-32", "qemu-pc-3dimm", "qemu-q35-3g-2dimm")
 
-_HEX_GFN = re.compile(r"0[xX][0-9a-fA-F]+")
-_DEC_GFN = re.compile(r"[0-9]+")
-
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
@@ -143,16 +140,9 @@ def validate(layout: Layout, limit: int = DEFAULT_SLOT_LIMIT) -> Layout:
     return layout
 
 
-def _int_field(entry: dict[str, Any], key: str, index: int, source: str, default: int | None = None) -> int:
-    if key not in entry:
-        if default is not None:
-            return default
-        raise BadInput(f"{source}: slot entry {index} has no {key!r}: each slot needs id, base_gfn, npages")
-    value = entry[key]
-    # bool is an int subclass; true as a gfn is a typo, not a number.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadInput(f"{source}: slot entry {index} {key!r} is {value!r}, not an integer")
-    return value
+# A slot as Layout.to_json writes it; flags may be left out (0).
+_REQUIRED_KEYS = ("id", "base_gfn", "npages")
+_SLOT_KEYS = {*_REQUIRED_KEYS, "flags"}
 
 
 def from_json(data: Any, name: str = "", source: str = "layout") -> Layout:
@@ -161,19 +151,20 @@ def from_json(data: Any, name: str = "", source: str = "layout") -> Layout:
         raise BadInput(f'{source}: expected an object {{"slots": [...]}}')
     slots = []
     for index, entry in enumerate(data["slots"]):
+        where = f"{source}: slot entry {index}"
         if not isinstance(entry, dict):
-            raise BadInput(f"{source}: slot entry {index} is not an object")
-        unknown = set(entry) - {"id", "base_gfn", "npages", "flags"}
+            raise BadInput(f"{where} is not an object")
+        unknown = set(entry) - _SLOT_KEYS
         if unknown:
-            raise BadInput(f"{source}: slot entry {index} has unknown keys {sorted(unknown)}")
-        slots.append(
-            Slot(
-                id=_int_field(entry, "id", index, source),
-                base_gfn=_int_field(entry, "base_gfn", index, source),
-                npages=_int_field(entry, "npages", index, source),
-                flags=_int_field(entry, "flags", index, source, default=0),
-            )
-        )
+            raise BadInput(f"{where} has unknown keys {sorted(unknown)}")
+        for key in _REQUIRED_KEYS:
+            if key not in entry:
+                raise BadInput(f"{where} has no {key!r}: each slot needs id, base_gfn, npages")
+        for key, value in entry.items():
+            # bool is an int subclass; true as a gfn is a typo, not a number.
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BadInput(f"{where} {key!r} is {value!r}, not an integer")
+        slots.append(Slot(**entry))
     return validate(Layout(tuple(slots), name=name))
 
 
@@ -213,6 +204,10 @@ def load_layout(name_or_path: str | Path) -> Layout:
             raise BadInput(f"layout file {text_name} not found: give an existing JSON file")
     data = read_json(path, "layout file", 'give {"slots": [{"id", "base_gfn", "npages", "flags"}, ...]}')
     return from_json(data, name=name, source=f"layout {name}")
+
+
+_HEX_GFN = re.compile(r"0[xX][0-9a-fA-F]+")
+_DEC_GFN = re.compile(r"[0-9]+")
 
 
 def parse_gfn(text: str) -> int:
