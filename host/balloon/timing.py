@@ -189,77 +189,68 @@ class TimingRun:
             "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
             "back to back near the first change and the end (CLOCK_MONOTONIC)",
         }
-        extra: dict[str, Any] = {
-            **measured,
-            "gbps": stats.median(gbps),
-            "gbps_samples": gbps,
-            "pages_per_s": stats.median([r.pages / r.seconds for r in inflates]),
-            "cv": summary.cv,
-            "summary": summary.to_json(),
-            "ratio_of_guest": self.full_bytes / self.ram_bytes,
-            "poll_period_s": stats.median([r.poll_period_s for r in inflates]),
-            "resolution_s_median": stats.median([r.resolution_s for r in inflates]),
-            "resolution_s_max": max(r.resolution_s for r in inflates),
-            "cross_checks": [c.cross_check() for c in self.cycles if c.step.main],
-            # host-timed seconds of the guest-timed repeats over those of the
-            # host-only ones: what the guest's poller costs a move
-            "tracker_cost": stats.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
-            "calibration_samples": [o.__dict__ for o in self.observations],
-            "seed_ms": {f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
-            "seed_gbps": {f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
-        }
-        if prediction is not None:
-            extra["model"] = prediction
-        out = [
-            Measurement(
-                scenario="balloon.inflate",
-                claim="balloon-bitmap",
-                metric="inflate_s",
+
+        def seconds_record(
+            scenario: str, metric: str, samples: list[float], claim: str | None = None, **extra: Any
+        ) -> Measurement:
+            """A lower-is-better record in seconds with this run's settings,
+            the measured context and the spread of ``samples`` in ``extra``."""
+            spread = stats.summarize(samples)
+            return Measurement(
+                scenario=scenario,
+                claim=claim,
+                metric=metric,
                 unit="s",
                 better="lower",
-                samples=seconds,
+                samples=samples,
                 settings=settings,
-                extra=extra,
+                extra={**measured, "cv": spread.cv, "summary": spread.to_json(), **extra},
+            )
+
+        model = {} if prediction is None else {"model": prediction}
+        out = [
+            seconds_record(
+                "balloon.inflate",
+                "inflate_s",
+                seconds,
+                claim="balloon-bitmap",
+                gbps=stats.median(gbps),
+                gbps_samples=gbps,
+                pages_per_s=stats.median([r.pages / r.seconds for r in inflates]),
+                ratio_of_guest=self.full_bytes / self.ram_bytes,
+                poll_period_s=stats.median([r.poll_period_s for r in inflates]),
+                resolution_s_median=stats.median([r.resolution_s for r in inflates]),
+                resolution_s_max=max(r.resolution_s for r in inflates),
+                cross_checks=[c.cross_check() for c in self.cycles if c.step.main],
+                # host-timed seconds of the guest-timed repeats over those of
+                # the host-only ones: what the guest's poller costs a move
+                tracker_cost=stats.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
+                calibration_samples=[o.__dict__ for o in self.observations],
+                seed_ms={f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
+                seed_gbps={f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
+                **model,
             )
         ]
         for direction, timings in (("inflate", self.guest_inflates), ("deflate", self.guest_deflates)):
-            gseconds = [g.seconds for g in timings]
             out.append(
-                Measurement(
-                    scenario=f"balloon.{direction}",
-                    metric=f"{direction}_guest_s",
-                    unit="s",
-                    better="lower",
-                    samples=gseconds,
-                    settings=settings,
-                    extra={
-                        **measured,
-                        "gbps": stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
-                        "cv": stats.cv(gseconds),
-                        "summary": stats.summarize(gseconds).to_json(),
-                        "resolution_s_median": stats.median([g.resolution_s for g in timings]),
-                        "resolution_s_max": max(g.resolution_s for g in timings),
-                        "poll_period_s": stats.median([g.period_s for g in timings]),
-                        "timed": "in the guest: first poll that saw the counter move to the poll that saw "
-                        "it reach the pages asked",
-                    },
+                seconds_record(
+                    f"balloon.{direction}",
+                    f"{direction}_guest_s",
+                    [g.seconds for g in timings],
+                    gbps=stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
+                    resolution_s_median=stats.median([g.resolution_s for g in timings]),
+                    resolution_s_max=max(g.resolution_s for g in timings),
+                    poll_period_s=stats.median([g.period_s for g in timings]),
+                    timed="in the guest: first poll that saw the counter move to the poll that saw "
+                    "it reach the pages asked",
                 )
             )
-        dseconds = [r.seconds for r in deflates]
         out.append(
-            Measurement(
-                scenario="balloon.deflate",
-                metric="deflate_s",
-                unit="s",
-                better="lower",
-                samples=dseconds,
-                settings=settings,
-                extra={
-                    **measured,
-                    "gbps": stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
-                    "cv": stats.cv(dseconds),
-                    "summary": stats.summarize(dseconds).to_json(),
-                },
+            seconds_record(
+                "balloon.deflate",
+                "deflate_s",
+                [r.seconds for r in deflates],
+                gbps=stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
             )
         )
         return out

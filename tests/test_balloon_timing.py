@@ -1,0 +1,81 @@
+"""The timing scenario's records, from cycles built by hand (no guest)."""
+
+from __future__ import annotations
+
+from host.balloon.agent import GuestTiming
+from host.balloon.device import PAGE, BalloonResult
+from host.balloon.move import Move
+from host.balloon.timing import Cycle, Step, TimingRun, plan
+
+MIB = 1 << 20
+RAM = 1024 * MIB
+FULL = 512 * MIB
+COUNTERS = {"balloon_inflate": 0, "mem_total_kib": RAM // 1024, "mem_available_kib": 900 * 1024}
+
+
+def host(start: int, end: int, seconds: float) -> BalloonResult:
+    return BalloonResult(end, end, start, end, True, False, seconds, 0.0002, 40, 0.001)
+
+
+def guest(pages: int, seconds: float) -> GuestTiming:
+    return GuestTiming(pages, pages, seconds, 0.0001, 0.0003, 50, 0.00005, 0.0004)
+
+
+def cycle(step: Step, k: int) -> Cycle:
+    size = int(FULL * step.fraction)
+    inflate_s, deflate_s = 0.5 + 0.01 * k, 0.2 + 0.01 * k
+    pages = size // PAGE
+    inflate = Move(
+        "inflate", pages, host(RAM, RAM - size, inflate_s), guest(pages, inflate_s * 0.9) if step.tracked else None
+    )
+    deflate = Move(
+        "deflate", pages, host(RAM - size, RAM, deflate_s), guest(pages, deflate_s * 0.9) if step.tracked else None
+    )
+    after = {**COUNTERS, "balloon_inflate": pages, "mem_total_kib": (RAM - size) // 1024}
+    return Cycle(step, size, COUNTERS, 100_000, inflate, after, 60_000, deflate, COUNTERS)
+
+
+def run() -> TimingRun:
+    steps = plan(3, (0.25, 0.5))
+    return TimingRun(1024, RAM, FULL, 0, 64, "q35", COUNTERS, [cycle(s, k) for k, s in enumerate(steps)])
+
+
+def test_one_record_per_figure_each_with_its_own_samples() -> None:
+    records = {r.metric: r for r in run().records({"bitmap32": 1.0})}
+    assert sorted(records) == ["deflate_guest_s", "deflate_s", "inflate_guest_s", "inflate_s"]
+    assert [r.scenario for r in records.values()] == [
+        "balloon.inflate",
+        "balloon.inflate",
+        "balloon.deflate",
+        "balloon.deflate",
+    ]
+    main = [k for k, s in enumerate(plan(3, (0.25, 0.5))) if s.main]
+    host_timed = [k for k, s in enumerate(plan(3, (0.25, 0.5))) if s.main and not s.tracked]
+    assert records["inflate_s"].samples == [0.5 + 0.01 * k for k in host_timed]
+    assert records["deflate_s"].samples == [0.2 + 0.01 * k for k in host_timed]
+    assert len(records["inflate_guest_s"].samples) == len(main) - len(host_timed)
+    for r in records.values():
+        assert (r.unit, r.better) == ("s", "lower")
+        assert r.settings["guest_mib"] == 1024
+        assert r.extra["inflate_mib"] == 512.0
+        assert r.extra["summary"]["n"] == len(r.samples)
+        assert r.extra["cv"] >= 0
+    assert records["inflate_s"].claim == "balloon-bitmap"
+    assert {r.claim for m, r in records.items() if m != "inflate_s"} == {None}
+
+
+def test_the_claim_record_carries_the_model_and_the_calibration() -> None:
+    r = {r.metric: r for r in run().records({"bitmap32": 1.0})}["inflate_s"]
+    assert r.extra["model"] == {"bitmap32": 1.0}
+    assert len(r.extra["calibration_samples"]) == 5  # every host-timed inflate, all sizes
+    assert r.extra["ratio_of_guest"] == 0.5
+    assert r.extra["cross_checks"][0]["balloon_inflate_delta"] == FULL // PAGE
+    assert "model" not in {r.metric: r for r in run().records(None)}["inflate_s"].extra
+
+
+def test_guest_timed_records_say_how_they_were_timed() -> None:
+    records = {r.metric: r for r in run().records(None)}
+    for metric in ("inflate_guest_s", "deflate_guest_s"):
+        assert records[metric].extra["timed"].startswith("in the guest")
+        assert records[metric].extra["poll_period_s"] == 0.00005
+    assert "timed" not in records["deflate_s"].extra
