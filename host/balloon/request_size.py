@@ -349,6 +349,23 @@ class RequestSizeRun:
             "deflate_fit": fits.deflate,
             "seed_model": seed_model,
         }
+
+        def per_guest(
+            metric: str, unit: str, values: list[float], extra: dict[str, Any], variant: dict[str, Any] | None = None
+        ) -> Measurement:
+            """A lower-is-better record, one replicate per fresh guest."""
+            return Measurement(
+                scenario=SCENARIO,
+                metric=metric,
+                unit=unit,
+                better="lower",
+                replicates=[[v] for v in values],
+                samples=[],
+                variant=variant or {},
+                settings=settings,
+                extra=extra,
+            )
+
         out = []
         for label, pfns in self.sizes.items():
             runs = self.runs(label)
@@ -386,32 +403,16 @@ class RequestSizeRun:
                 ),
                 ("deflate_s", "s", [r["deflate_s"] for r in runs], "host-timed QMP, the same pages given back"),
             ):
-                out.append(
-                    Measurement(
-                        scenario=SCENARIO,
-                        metric=metric,
-                        unit=unit,
-                        better="lower",
-                        replicates=[[v] for v in values],
-                        samples=[],
-                        variant=variant,
-                        settings=settings,
-                        extra={**extra, "timed": timed} if timed else extra,
-                    )
-                )
+                out.append(per_guest(metric, unit, values, {**extra, "timed": timed} if timed else extra, variant))
         pooled_fits = {"inflate": fits.inflate, "qemu_cpu": fits.qemu_cpu, "deflate": fits.deflate}
         for metric, measure, key, factor, unit in FIT_RECORDS:
             pooled = pooled_fits[measure]
             out.append(
-                Measurement(
-                    scenario=SCENARIO,
-                    metric=metric,
-                    unit=unit,
-                    better="lower",
-                    replicates=[[f[key] * factor] for f in self.per_guest_fit[measure]],
-                    samples=[],
-                    settings=settings,
-                    extra={
+                per_guest(
+                    metric,
+                    unit,
+                    [f[key] * factor for f in self.per_guest_fit[measure]],
+                    {
                         "fit": pooled,
                         "measure": measure,
                         "value": pooled[key]["value"] * factor,
