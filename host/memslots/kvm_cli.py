@@ -110,19 +110,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lookup.add_argument(
         "--lookup", action="store_true", help="measure per-access lookup costs instead of slot operations"
     )
-    lookup.add_argument(
-        "--replicates", type=cliargs.count, default=3, metavar="R", help="fresh VMs per slot count (default 3)"
-    )
-    lookup.add_argument(
-        "--rounds", type=cliargs.count, default=21, metavar="K", help="timed rounds per VM (default 21)"
-    )
-    lookup.add_argument(
-        "--iterations",
-        type=cliargs.count,
-        default=600,
-        metavar="I",
-        help="loop iterations per pass, 8 writes each (default 600)",
-    )
+    for flag, default, metavar, text in (
+        ("--replicates", 3, "R", "fresh VMs per slot count"),
+        ("--rounds", 21, "K", "timed rounds per VM"),
+        ("--iterations", 600, "I", "loop iterations per pass, 8 writes each"),
+    ):
+        lookup.add_argument(
+            flag, type=cliargs.count, default=default, metavar=metavar, help=f"{text} (default {default})"
+        )
 
 
 def config_from_args(args: argparse.Namespace) -> Any:

@@ -38,17 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="layout file; slots below the dimm region are QEMU's own memory (checked), "
         "slots inside it become pc-dimms",
     )
-    parser.add_argument("--ram", type=cliargs.count, default=512, metavar="MIB", help="base RAM, -m (default 512)")
-    parser.add_argument("--maxmem", type=cliargs.count, default=4096, metavar="MIB", help="maxmem (default 4096)")
-    parser.add_argument("--slots", type=int, default=4, metavar="N", help="dimm slots, -m ...,slots=N (default 4)")
+    # The guest's memory: QEMU's -m ...,slots=N,maxmem=M and how many dimms come later.
+    for flag, kind, default, metavar, text in (
+        ("--ram", cliargs.count, 512, "MIB", "base RAM, -m"),
+        ("--maxmem", cliargs.count, 4096, "MIB", "maxmem"),
+        ("--slots", int, 4, "N", "dimm slots, -m ...,slots=N"),
+        ("--hotplug", cliargs.count_or_zero, 0, "N", "add the last N dimm slots by QMP after boot; 0 boots them all"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{text} (default {default})")
     parser.add_argument("--machine", choices=("pc", "q35"), default="pc", help="QEMU machine type (default pc)")
-    parser.add_argument(
-        "--hotplug",
-        type=cliargs.count_or_zero,
-        default=0,
-        metavar="N",
-        help="add the last N dimm slots by QMP after boot (default 0: all at boot)",
-    )
     parser.add_argument("--plan", action="store_true", help="print the QEMU arguments and QMP commands only")
     parser.add_argument(
         "--probe", action="store_true", help="write and read back a pattern in every slot and replay the touched frames"
