@@ -73,6 +73,9 @@ class SimulatedKsmd:
             self.skipped += skipped
             self.scanned += self.pages - skipped
             self.since_switch += 1
+        return self.counters()
+
+    def counters(self) -> KsmCounters:
         return counters(self.t, self.cpu, self.scans, self.scanned, self.skipped)
 
 

@@ -55,6 +55,9 @@ class ScriptedKsm:
     def clock(self) -> float:
         return self.now
 
+    def set(self, **knobs: int | str) -> None:
+        pass  # the script is what the knobs gave
+
     def counters(self) -> KsmCounters:
         value = self.sharing[min(self.scans, len(self.sharing)) - 1] if self.scans else 0
         return KsmCounters(self.now, self.scans, 10, value, 0, 0, None, None, None, None)

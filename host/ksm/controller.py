@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 from host.closing import Closing
 from host.errors import CapabilityMissing, Timeout
@@ -49,6 +49,15 @@ def check_capability(ksm_root: Path = KSM_ROOT, euid: Callable[[], int] = os.get
     st = os.statvfs(root)
     if st.f_flag & os.ST_RDONLY or not os.access(run, os.W_OK):
         raise CapabilityMissing(f"host KSM: {root} is read-only (sysfs mounted ro, e.g. in a container)")
+
+
+class KsmDriver(Protocol):
+    """What a scenario's measurement drives of host KSM: ``KsmController``,
+    or a scripted fake in tests."""
+
+    def set(self, **knobs: int | str) -> None: ...
+    def counters(self) -> KsmCounters: ...
+    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = ...) -> KsmCounters: ...
 
 
 class KsmController(Closing):

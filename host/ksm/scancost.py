@@ -43,15 +43,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from memqual.host import stats
-from memqual.host.ksm.sysfs import KsmCounters
-
-
-class _Driver(Protocol):
-    def set(self, **knobs: int | str) -> None: ...
-    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = ...) -> KsmCounters: ...
+from host import stats
+from host.ksm.controller import KsmDriver
+from host.ksm.sysfs import KsmCounters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +156,7 @@ METRICS: dict[str, Metric] = {
 }
 
 
-def _readings(ksm: _Driver, scans: int, timeout_s: float) -> list[KsmCounters]:
+def _readings(ksm: KsmDriver, scans: int, timeout_s: float) -> list[KsmCounters]:
     """One reading at each of the next `scans` full-scan ends."""
     return [ksm.wait_full_scans(1, timeout_s) for _ in range(scans)]
 
@@ -207,7 +202,7 @@ class AbRun:
 
 
 def alternate_smart_scan(
-    ksm: _Driver,
+    ksm: KsmDriver,
     repeats: int,
     scans_per_window: int,
     warmup_scans: int,
@@ -259,7 +254,7 @@ def alternate_smart_scan(
     return run
 
 
-def _settle(ksm: _Driver, scans: int, timeout_s: float) -> int:
+def _settle(ksm: KsmDriver, scans: int, timeout_s: float) -> int:
     """Smart scans until every page has aged; the pages per scan then."""
     ksm.set(smart_scan=1)
     # The first reading only aligns on a scan end; at least one whole scan.

@@ -30,17 +30,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
-from memqual.host.errors import Timeout
-from memqual.host.ksm.sysfs import KsmCounters
+from host.errors import Timeout
+from host.ksm.controller import KsmDriver
 
 PAGE_MIB = 4096 / (1 << 20)
-
-
-class _Ksm(Protocol):
-    def counters(self) -> KsmCounters: ...
-    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = ...) -> KsmCounters: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +83,7 @@ class SharingModel:
 
 
 def settle(
-    ksm: _Ksm,
+    ksm: KsmDriver,
     merging: Callable[[], Sequence[int]],
     guests: int,
     timeout_s: float,
