@@ -840,7 +840,7 @@ def _plain(obj: Any) -> Any:
 def format_number(x: float | None) -> str:
     """Four significant digits (kernbench's 42.809 reads as 42.81), whole
     numbers with thousands separators from 1,000 on; n/a for no value.
-    The one format of verdict texts and pages (``host.html.num``)."""
+    The one format of verdict texts and pages (``memqual.host.html.num``)."""
     if x is None or not math.isfinite(x):
         return "n/a"
     if abs(x) >= 1000:

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
-from host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
-from host.results import Results
+from memqual.host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
+from memqual.host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
+from memqual.host.results import Results
 
 
 def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:

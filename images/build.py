@@ -23,13 +23,13 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from host.errors import BadInput, CapabilityMissing, MemqualError
-from host.locks import file_lock
-from host.paths import cache_dir, shipped, write_private_atomic
-from images import keys, modules, packages
-from images.cpio import CpioWriter, add_tree
-from images.kernel import extract_vmlinux, read_release
-from images.packages import sha256_file
+from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.locks import file_lock
+from memqual.host.paths import cache_dir, shipped, write_private_atomic
+from memqual.images import keys, modules, packages
+from memqual.images.cpio import CpioWriter, add_tree
+from memqual.images.kernel import extract_vmlinux, read_release
+from memqual.images.packages import sha256_file
 
 BUILDER_VERSION = "1"  # bump when the image layout changes
 GUEST_DIR = shipped("guest")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from host.balloon.agent import GuestTiming
-from host.balloon.device import PAGE, BalloonResult
-from host.balloon.move import Move
-from host.balloon.timing import Cycle, Step, TimingRun, plan
+from memqual.host.balloon.agent import GuestTiming
+from memqual.host.balloon.device import PAGE, BalloonResult
+from memqual.host.balloon.move import Move
+from memqual.host.balloon.timing import Cycle, Step, TimingRun, plan
 
 MIB = 1 << 20
 RAM = 1024 * MIB

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from host.html import CSS, GREY, ForestRow, esc, forest_png
+from memqual.host.html import CSS, GREY, ForestRow, esc, forest_png
 
 COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
 

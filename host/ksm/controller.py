@@ -24,11 +24,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, Self
 
-from host.closing import Closing
-from host.errors import CapabilityMissing, Timeout
-from host.ksm import procfs
-from host.ksm.state import HostState, StaleRestore, restore_stale_locked
-from host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
+from memqual.host.closing import Closing
+from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.ksm import procfs
+from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
+from memqual.host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
 
 log = logging.getLogger(__name__)
 

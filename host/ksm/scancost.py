@@ -44,9 +44,9 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from host import stats
-from host.ksm.controller import KsmDriver
-from host.ksm.sysfs import KsmCounters
+from memqual.host import stats
+from memqual.host.ksm.controller import KsmDriver
+from memqual.host.ksm.sysfs import KsmCounters
 
 
 @dataclasses.dataclass(frozen=True)

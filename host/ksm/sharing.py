@@ -31,8 +31,8 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from host.errors import Timeout
-from host.ksm.controller import KsmDriver
+from memqual.host.errors import Timeout
+from memqual.host.ksm.controller import KsmDriver
 
 PAGE_MIB = 4096 / (1 << 20)
 

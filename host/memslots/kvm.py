@@ -28,8 +28,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from host.closing import Closing
-from host.errors import CapabilityMissing, MemqualError
+from memqual.host.closing import Closing
+from memqual.host.errors import CapabilityMissing, MemqualError
 
 DEVICE = "/dev/kvm"
 PAGE_SIZE = 4096
