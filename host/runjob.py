@@ -391,6 +391,34 @@ def terminate_as_exception() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait for the end of the with-block and are
+    then delivered to the handlers they had (terminate_as_exception's, or
+    KeyboardInterrupt): for a block that starts a process the caller's
+    finally must end, where an exception half-way would leave it running."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in HELD_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            # None: a handler not set from Python; the default is the nearest
+            signal.signal(sig, old if old is not None else signal.SIG_DFL)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
+
+
 def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple[int, GuestKernel | None]]:
     """(round, kernel) in the order to run them: A B, then B A, then A B...
     (ABBA) so that a drift of the shared host -- load rising, caches
@@ -423,35 +451,40 @@ def run_avocado(
     )
     progress = _Progress(title, console)
     lines: queue.Queue[str | None] = queue.Queue()
+    proc: subprocess.Popen[str] | None = None
+    grace = INTERRUPT_GRACE_S
     with stderr_path.open("w") as stderr:
-        proc = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=scenario_environment(config, kernel),
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            encoding="utf-8",
-            errors="replace",  # a stray byte in a test's output must not end the reader
-            bufsize=1,
-            # Its own process group: avocado, its test runners and their
-            # QEMUs are ended together by end_job(), whatever ends memqual.
-            start_new_session=True,
-        )
-
-        def reader() -> None:
-            assert proc.stdout is not None
-            try:
-                for text in proc.stdout:
-                    lines.put(text)
-            finally:
-                lines.put(None)
-
-        reading = threading.Thread(target=reader, name="avocado-stdout", daemon=True)
-        reading.start()
-        grace = INTERRUPT_GRACE_S
         try:
+            # A signal between the start and the finally below would leave
+            # the job running: it is held until proc is set.
+            with signals_held():
+                proc = subprocess.Popen(
+                    command,
+                    cwd=REPO_ROOT,
+                    env=scenario_environment(config, kernel),
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    stdin=subprocess.DEVNULL,
+                    text=True,
+                    encoding="utf-8",
+                    errors="replace",  # a stray byte in a test's output must not end the reader
+                    bufsize=1,
+                    # Its own process group: avocado, its test runners and their
+                    # QEMUs are ended together by end_job(), whatever ends memqual.
+                    start_new_session=True,
+                )
+            job = proc
+
+            def reader() -> None:
+                assert job.stdout is not None
+                try:
+                    for text in job.stdout:
+                        lines.put(text)
+                finally:
+                    lines.put(None)
+
+            reading = threading.Thread(target=reader, name="avocado-stdout", daemon=True)
+            reading.start()
             live = (
                 Live(progress.render(), console=console, refresh_per_second=2, transient=True)
                 if console.is_terminal
@@ -490,12 +523,13 @@ def run_avocado(
         finally:
             # Every exit path: a KeyboardInterrupt, SIGTERM/SIGHUP, an error
             # here, or a normal end (then only stragglers are left).
-            if proc.poll() is None:
-                end_job(proc, grace_s=grace)
-            else:
-                _kill_group(proc.pid, signal.SIGKILL)
-            if proc.stdout is not None:
-                proc.stdout.close()
+            if proc is not None:
+                if proc.poll() is None:
+                    end_job(proc, grace_s=grace)
+                else:
+                    _kill_group(proc.pid, signal.SIGKILL)
+                if proc.stdout is not None:
+                    proc.stdout.close()
     job_dir = progress.job_dir
     if job_dir is None or not job_dir.is_dir():
         created = sorted(set(results_dir.glob("job-*")) - before)
