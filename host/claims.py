@@ -558,7 +558,7 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     how = "two-stage bootstrap over replicates"
     test = "permutation test of replicate medians"
     if m.paired and n_a == n_b:
-        ci = paired_ratio_ci(a_reps, b_reps, seed=seed)
+        ci = stats.paired_ratio_ci(a_reps, b_reps, seed=seed)
         p_value = sign_flip_pvalue(a_reps, b_reps)
         underpowered = 2.0 / 2**n_a >= alpha
         how = "two-stage bootstrap over units that each measured A and B (paired)"
@@ -755,7 +755,7 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
             if not rec.samples or not _matches(rec, want.scenario, want.metric, want.variant):
                 continue
             if rec.n_replicates >= 2:
-                low, high = _median_ci(rec.replicates, seed=seed)
+                low, high = stats.median_ci(rec.replicates, seed=seed)
             else:
                 low, high = min(rec.samples), max(rec.samples)
             out.append(
@@ -773,30 +773,6 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
     return out
 
 
-def paired_ratio_ci(
-    a_reps: Sequence[Sequence[float]],
-    b_reps: Sequence[Sequence[float]],
-    *,
-    seed: int,
-    n_resamples: int = 4000,
-) -> tuple[float, float]:
-    """95% two-stage bootstrap interval of median(B) / median(A) when unit i
-    measured both A and B: units are drawn jointly, so what a unit shares
-    (its host load, its guest) cancels in the ratio, then samples inside each."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    units = [(np.asarray(a, dtype=float), np.asarray(b, dtype=float)) for a, b in zip(a_reps, b_reps, strict=True)]
-    ratios = np.empty(n_resamples)
-    for i in range(n_resamples):
-        chosen = rng.integers(0, len(units), len(units))
-        pooled_a = np.concatenate([rng.choice(units[j][0], size=units[j][0].size) for j in chosen])
-        pooled_b = np.concatenate([rng.choice(units[j][1], size=units[j][1].size) for j in chosen])
-        ratios[i] = np.median(pooled_b) / np.median(pooled_a)
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(low), float(high)
-
-
 def sign_flip_pvalue(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
     """Exact two-sided sign-flip test of the per-unit log ratios of medians
     (2^n arrangements): the paired counterpart of the permutation test."""
@@ -809,22 +785,6 @@ def sign_flip_pvalue(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequenc
     flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(logs))))
     sums = np.abs(flips @ logs)
     return float(np.mean(sums >= observed - 1e-12))
-
-
-def _median_ci(replicates: Sequence[Sequence[float]], *, seed: int, n_resamples: int = 4000) -> tuple[float, float]:
-    """95% two-stage bootstrap interval of the pooled median: replicates
-    resampled, then samples inside each chosen replicate."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    groups = [np.asarray(r, dtype=float) for r in replicates if len(r)]
-    medians = np.empty(n_resamples)
-    for i in range(n_resamples):
-        chosen = rng.integers(0, len(groups), len(groups))
-        pooled = np.concatenate([rng.choice(groups[j], size=groups[j].size) for j in chosen])
-        medians[i] = np.median(pooled)
-    low, high = np.percentile(medians, [2.5, 97.5])
-    return float(low), float(high)
 
 
 def _plain(obj: Any) -> Any:

@@ -338,9 +338,13 @@ def pooled_ratio(a_reps: Sequence[Samples], b_reps: Sequence[Samples]) -> float:
     return ratio_of_medians(np.concatenate(_replicates(a_reps)), np.concatenate(_replicates(b_reps)))
 
 
-def _two_stage_medians(groups: list[np.ndarray], n: int, rng: np.random.Generator) -> np.ndarray:
+def two_stage_medians(
+    groups: list[np.ndarray], n: int, rng: np.random.Generator, chosen: np.ndarray | None = None
+) -> np.ndarray:
     """n bootstrap medians of the pooled samples: replicates drawn with
-    replacement, then samples within each drawn replicate."""
+    replacement, then samples within each drawn replicate.  ``chosen`` (n
+    rows of replicate indices) gives the first stage when the caller draws
+    it, to share it between two sides measured by the same units."""
     k = len(groups)
     lengths = np.array([g.size for g in groups])
     width = int(lengths.max())
@@ -351,10 +355,10 @@ def _two_stage_medians(groups: list[np.ndarray], n: int, rng: np.random.Generato
     chunk = max(1, 4_000_000 // (k * width))  # bound one batch's memory
     for start in range(0, n, chunk):
         size = min(chunk, n - start)
-        chosen = rng.integers(0, k, size=(size, k))  # stage 1
-        lens = lengths[chosen][..., None]  # (size, k, 1)
+        picked = rng.integers(0, k, size=(size, k)) if chosen is None else chosen[start : start + size]  # stage 1
+        lens = lengths[picked][..., None]  # (size, k, 1)
         pos = np.floor(rng.random((size, k, width)) * lens).astype(np.intp)  # stage 2
-        values = padded[chosen[..., None], pos]
+        values = padded[picked[..., None], pos]
         if lengths.min() == width:
             flat = values.reshape(size, k * width)
             lo, hi = (k * width - 1) // 2, k * width // 2
@@ -391,8 +395,8 @@ def hierarchical_ratio_ci(
     if np.any(pooled_a == 0.0) and np.median(pooled_a) == 0.0:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
-    med_a = _two_stage_medians(ga, n_resamples, rng)
-    med_b = _two_stage_medians(gb, n_resamples, rng)
+    med_a = two_stage_medians(ga, n_resamples, rng)
+    med_b = two_stage_medians(gb, n_resamples, rng)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = med_b / med_a
     ratios = ratios[np.isfinite(ratios)]
@@ -401,6 +405,42 @@ def hierarchical_ratio_ci(
     tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
     low, high = np.percentile(ratios, [tail, 100.0 - tail])
     return (float(low), float(high))
+
+
+def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def paired_ratio_ci(
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Two-stage bootstrap CI of median(pooled B) / median(pooled A) when
+    unit i measured both A and B: units are drawn jointly, so what a unit
+    shares (its host load, its guest) cancels in the ratio, then samples
+    inside each side of each drawn unit."""
+    ga, gb = [_array(r) for r in a_reps], [_array(r) for r in b_reps]
+    if len(ga) != len(gb) or not ga or not all(g.size for g in ga + gb):
+        raise ValueError("a paired design needs both sides' samples from every unit")
+    rng = np.random.default_rng(seed)
+    chosen = rng.integers(0, len(ga), size=(n_resamples, len(ga)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = two_stage_medians(gb, n_resamples, rng, chosen) / two_stage_medians(ga, n_resamples, rng, chosen)
+    return _percentile_interval(ratios)
+
+
+def median_ci(
+    reps: Sequence[Samples], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[float, float]:
+    """Two-stage bootstrap CI of the pooled median: replicates resampled,
+    then samples inside each drawn replicate."""
+    rng = np.random.default_rng(seed)
+    return _percentile_interval(two_stage_medians(_replicates(reps), n_resamples, rng))
 
 
 def ci_method(na: int, nb: int) -> str:
