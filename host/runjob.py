@@ -117,6 +117,7 @@ class RunConfig:
     until_decided: bool = False  # two kernels: add rounds until every metric is decided (host/bisect/until.py)
     budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
     avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/hosts/)
+    environment: tuple[tuple[str, str], ...] = ()  # set in the job's environment last (the lab hosts' TMPDIR)
 
 
 @dataclasses.dataclass
@@ -234,6 +235,7 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
             env["MEMQUAL_GUEST_CMDLINE_EXTRA"] = kernel.cmdline_extra
         if kernel.kernel_build is not None:
             env["MEMQUAL_GUEST_KERNEL_BUILD"] = str(kernel.kernel_build)
+    env.update(config.environment)
     return env
 
 

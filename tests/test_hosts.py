@@ -341,3 +341,29 @@ def test_task_directories_left_by_a_lost_connection_are_stale_after_twice_the_ta
     empty.mkdir()
     os.utime(empty, (now - 5, now - 5))
     assert probe.stale_task_dirs(now, tmp=tmp_path) == [old]
+
+
+def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(tmp_path, keys, monkeypatch):
+    """aexpect's session files go under $TMPDIR: the job gets one inside the
+    run's output, private, and gone after the job, also after Ctrl-C."""
+    hosts = write_hosts(
+        tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
+    )
+    from memqual.host.hosts import check
+    from memqual.host.runjob import RunConfig
+
+    monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
+    seen = []
+
+    def job(config, *args, **kwargs):
+        scratch = Path(dict(config.environment)["TMPDIR"])
+        seen.append((scratch, scratch.stat().st_mode & 0o777))
+        (scratch / "aexpect_x").mkdir()  # what a session would leave
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fleet, "run_avocado", job)
+    with pytest.raises(KeyboardInterrupt):
+        fleet.run(RunConfig(output=tmp_path / "out"), hosts)
+    ((scratch, mode),) = seen
+    assert scratch.is_relative_to(tmp_path / "out") and mode == 0o700
+    assert not scratch.exists()

@@ -34,6 +34,7 @@ import io
 import json
 import os
 import shlex
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,7 @@ from memqual.host.runjob import JobOutcome, RunConfig, TestOutcome, run_avocado,
 
 EXIT_INCOMPLETE = 3
 SPAWNER = "memqual-remote"
+SCRATCH = "tmp"  # the job's $TMPDIR under fleet/: aexpect's session files, never in /tmp
 # The parameters of a run that reach every task (the local job inherits
 # the whole environment; a remote task gets these).
 FORWARDED_ENV = ("MEMQUAL_WARM", "MEMQUAL_KSM_PAGES_TO_SCAN")
@@ -255,13 +257,24 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
     if usable:
         status_port = free_loopback_port()
         avocado_config = write_spawner_config(fleet_dir, usable, status_port, config.profile)
+        # aexpect keeps each SSH session's fifos and logs under $TMPDIR and
+        # removes them only when the session closes: a killed memqual would
+        # leave them in /tmp.  Here they stay inside the run's own output,
+        # cleared when the job ends and before the next run into it.
+        scratch = fleet_dir / SCRATCH
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(mode=0o700, parents=True)
         job_config = dataclasses.replace(
             config,
             parallel=sum(h.slots for h in usable),
             avocado_global_args=("--config", str(avocado_config)),
+            environment=(("TMPDIR", str(scratch)),),
         )
-        with terminate_as_exception():
-            job = run_avocado(job_config, config.output / "avocado", None, console)
+        try:
+            with terminate_as_exception():
+                job = run_avocado(job_config, config.output / "avocado", None, console)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         console.print(
             f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
             highlight=False,
