@@ -12,11 +12,12 @@ What it owns for one test:
   collects it;
 - host hygiene: knobs a previous, killed run left changed are restored
   before anything else happens;
-- the host-wide measurement lock: a test that measures time or host-wide
-  state (the default: ``measures()`` says True) holds it from setUp to
-  tearDown, so ``avocado run e2e/`` with Avocado's parallel runners gives
-  what a serial run gives; a test that measures nothing says False and
-  overlaps freely.
+- the host-wide measurement lock, held from setUp to tearDown: exclusive
+  by a test that measures time or host-wide state (the default:
+  ``measures()`` says True), shared by a test that measures nothing.  So
+  tests that measure nothing overlap each other, but no test runs beside
+  one that measures, and ``avocado run e2e/`` with Avocado's default
+  parallelism gives what a serial run gives.
 
 The measurement lock and the KSM lock: the KSM lock (memqual.host.ksm, ``ksm.lock``
 in the state directory) is for the host's KSM knobs and is taken by every
@@ -36,8 +37,9 @@ import errno
 import fcntl
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import avocado
 
@@ -50,16 +52,26 @@ from memqual.host.record import Measurement, write
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
 ENV_MODULES = "MEMQUAL_GUEST_MODULES"
 ENV_PROFILE = "MEMQUAL_PROFILE"  # quick (default) or full
+MEASURES_NOTHING = "memqual_measures_nothing"  # the attribute @measures_nothing sets
+TestMethod = TypeVar("TestMethod", bound=Callable[..., None])
 
 
-MEASURE_LOCK_DEADLINE_S = 600.0  # the other measuring tests of a quick run take about 5 minutes in all
+# Above the time a quick run's measuring tests take in all (about 7
+# minutes here): however Avocado's runner slots interleave them, a waiting
+# test is behind at most those.
+MEASURE_LOCK_DEADLINE_S = 600.0
 
 
 class MeasurementLock:
-    """The host-wide lock of tests that measure: flock on ``measure.lock``
-    in the state directory (the kernel drops it when its holder dies, even
-    by SIGKILL), or in the cache directory where the state directory cannot
-    be used (not root)."""
+    """The host-wide lock of the tests: flock on ``measure.lock`` in the
+    state directory (the kernel drops it when its holder dies, even by
+    SIGKILL), or in the cache directory where the state directory cannot be
+    used (not root).  A test that measures takes it exclusive; one that
+    measures nothing takes it shared.  No waiter is preferred: a test
+    nested in one that holds it shared (tests/ and e2e/test_cleanup.py
+    run such) must get its shared hold at once, and a measuring test
+    waiting in one runner slot wins the gap while the other slot starts
+    its next test, which takes a second or more."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or self._default_path()
@@ -80,13 +92,17 @@ class MeasurementLock:
             pass
         return cache_dir() / "measure.lock"
 
-    def acquire(self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.02) -> float:
-        """Take the lock within ``deadline_s``; the seconds waited."""
+    def acquire(
+        self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.02, *, exclusive: bool = True
+    ) -> float:
+        """Take the lock (exclusive, or shared with other shared holders)
+        within ``deadline_s``; the seconds waited."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         started = time.monotonic()
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 break
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
@@ -101,6 +117,8 @@ class MeasurementLock:
             # A short poll period: a waiter should win over a test that has
             # just started when the holder lets go (flock wakes no one in order).
             time.sleep(poll_s)
+        # The holder named in a waiter's Timeout: with shared holders, the
+        # last one to take it.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
@@ -119,6 +137,13 @@ class MeasurementLock:
         with os.fdopen(fd) as handle:
             text = handle.read().strip()
         return int(text) if text.isdigit() else None
+
+
+def measures_nothing(method: TestMethod) -> TestMethod:
+    """Mark a test method that measures neither time nor host-wide state:
+    it holds the measurement lock shared (GuestTest.measures)."""
+    setattr(method, MEASURES_NOTHING, True)
+    return method
 
 
 def under_pytest() -> bool:
@@ -145,21 +170,24 @@ class GuestTest(avocado.Test):
     timeout = 900  # Avocado kills a test after this; QEMU dies with it
 
     def measures(self) -> bool:
-        """Does this test measure time or host-wide state?  Then it runs
-        alone among measuring tests (the measurement lock).  Override to say
-        False for a test that measures nothing."""
-        return True
+        """Does this test measure time or host-wide state?  Then it holds
+        the measurement lock exclusive and runs alone.  A test method marked
+        ``@measures_nothing`` holds it shared and overlaps only other such
+        tests."""
+        method = getattr(self, self._testMethodName, None)
+        return not getattr(method, MEASURES_NOTHING, False)
 
     def setUp(self) -> None:
         self._machines: list[Machine] = []
         self._image: Any = None
         self._measure_lock: MeasurementLock | None = None
-        if self.measures():
-            lock = MeasurementLock()
-            waited = lock.acquire()
-            self._measure_lock = lock
-            if waited > 1:
-                self.log.info("waited %.1f s for the measurement lock %s", waited, lock.path)
+        lock = MeasurementLock()
+        exclusive = self.measures()
+        waited = lock.acquire(exclusive=exclusive)
+        self._measure_lock = lock
+        if waited > 1:
+            how = "exclusive" if exclusive else "shared"
+            self.log.info("waited %.1f s for the measurement lock %s (%s)", waited, lock.path, how)
         self._restore_stale_host_state()
 
     def tearDown(self) -> None:

@@ -2,8 +2,8 @@
 
 Scenarios (docs/balloon.md says why each is built the way it is):
 1. inflate/deflate timing in a 1 GiB guest down to what it can safely keep
-   (its MemAvailable less 64 MiB), 5 repeats alternated with two smaller
-   sizes that calibrate the transfer-cost model; cross-checked against the
+   (its MemAvailable less 64 MiB), 5 repeats (2 quick) alternated with two
+   smaller sizes (one quick) that calibrate the transfer-cost model; cross-checked against the
    guest's balloon_inflate counter, MemTotal and QEMU's RSS.
 2. sizes: the same in a 2 GiB guest.
 3. correctness: odd targets, the floor (stops short, SSH survives),
@@ -54,7 +54,13 @@ MIB = 1 << 20
 AGENT = "balloon_agent"
 MACHINE = "pc"
 MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
-REPEATS = 3 if profile() == "quick" else 5  # cycles per guest: quick keeps CI near 10 min
+# Main cycles per guest.  Quick: 2, with one smaller calibration size (the
+# model needs two sizes), about 35 s under TCG here against 57-75 s for 3:
+# no claim's verdict reads these records, and what CI must show (every
+# cross-check, the guest's resolution, the model's calibration) each cycle
+# shows.  The inflate's CV within a run is about 0.07 here: comparisons of
+# this metric are for the full profile's 5.
+REPEATS = 2 if profile() == "quick" else 5
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
 # Median over a run's guest-timed moves.  Usually 0.07-0.2 ms, but the

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from memqual.e2e.base import GuestTest
-from memqual.host.machine import MachineConfig
+from e2e.base import GuestTest, measures_nothing
+from host.machine import MachineConfig
 
 CLOCK_WINDOW_S = 3  # guest-side seconds the clock-rate check spans
 
@@ -17,6 +17,7 @@ class Boot(GuestTest):
     :avocado: tags=boot
     """
 
+    @measures_nothing
     def test_ssh_echo_memory_cpus_drivers(self) -> None:
         # Cold on purpose: this test is about booting.
         config = MachineConfig(memory_mib=768, cpus=2, warm=False)
@@ -39,6 +40,7 @@ class Boot(GuestTest):
             bound = vm.ssh.run(["ls", f"/sys/bus/virtio/drivers/{driver}"]).stdout.split()
             self.assertTrue(any(name.startswith("virtio") for name in bound), f"no device bound to {driver}: {bound}")
 
+    @measures_nothing
     def test_guest_kernel_is_the_image_kernel(self) -> None:
         """The guest runs the image's kernel.  Tag fleet: one of the cheap
         scenarios e2e/test_hosts.py runs on every lab host.
@@ -70,6 +72,7 @@ class Boot(GuestTest):
         self.assertLessEqual(ratio, 1.01, f"the guest's clock runs fast: {guest_s:.3f} s in {host_s:.3f} host s")
         self.assertGreaterEqual(ratio, 0.85, f"the guest's clock runs slow: {guest_s:.3f} s in {host_s:.3f} host s")
 
+    @measures_nothing
     def test_pc_machine_with_pci_devices(self) -> None:
         """The pc machine (needed for memory hotplug) boots too and its
         virtio devices sit on PCI."""
@@ -85,6 +88,7 @@ class Panic(GuestTest):
     :avocado: tags=boot
     """
 
+    @measures_nothing
     def test_guest_panic_ends_qemu_at_once(self) -> None:
         """panic=-1 with -no-reboot: a guest panic ends QEMU instead of
         leaving a hung guest for the test's timeout to find."""

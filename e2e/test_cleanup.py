@@ -21,16 +21,16 @@ import textwrap
 import time
 from pathlib import Path
 
-from memqual.e2e.base import GuestTest
-from memqual.host.paths import REPO_ROOT
+from e2e.base import GuestTest, measures_nothing
+from host.paths import REPO_ROOT
 
 HANGING_TEST = textwrap.dedent(
     '''\
     import os
     import time
 
-    from memqual.e2e.base import GuestTest
-    from memqual.host.machine import MachineConfig
+    from e2e.base import GuestTest, measures_nothing
+    from host.machine import MachineConfig
 
 
     class Hang(GuestTest):
@@ -40,9 +40,7 @@ HANGING_TEST = textwrap.dedent(
 
         timeout = {timeout}
 
-        def measures(self):
-            return False  # it only hangs; the test that stops it may hold the measurement lock
-
+        @measures_nothing  # it only hangs: a shared hold, beside the test that stops it
         def test_hang(self):
             vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
             with open(os.environ["MEMQUAL_LEAK_PIDFILE"], "w") as fh:
@@ -130,11 +128,6 @@ class Cleanup(GuestTest):
     :avocado: tags=boot
     """
 
-    def measures(self) -> bool:
-        # Only the KSM test reads host-wide state; the others stop nested
-        # guests and measure nothing.
-        return self._testMethodName == "test_sigkill_mid_ksm_then_memqual_restores_the_knobs"
-
     def _start_nested(self, timeout_s: int, source: str | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
         work = Path(self.workdir)
         test_file = work / "hang_guest.py"
@@ -182,6 +175,9 @@ class Cleanup(GuestTest):
         tests = json.loads((job / "results.json").read_text())["tests"]
         return tests[0]["status"] if tests else "no test"
 
+    # Only the KSM test reads host-wide state; the others stop nested guests
+    # and measure nothing (their nested tests hold the lock shared too).
+    @measures_nothing
     def test_timeout_kills_the_guest(self) -> None:
         proc, pidfile, results = self._start_nested(HANG_TIMEOUT_S)
         qemu_pid = self._wait_pidfile(proc, pidfile)
@@ -190,6 +186,7 @@ class Cleanup(GuestTest):
         self._assert_gone(qemu_pid)
         self.assertEqual(self._status(results), "INTERRUPTED", "the nested test should end by its timeout")
 
+    @measures_nothing
     def test_ctrl_c_kills_the_guest(self) -> None:
         proc, pidfile, results = self._start_nested(900)
         qemu_pid = self._wait_pidfile(proc, pidfile)
@@ -202,6 +199,7 @@ class Cleanup(GuestTest):
             self.fail(f"the nested avocado did not stop within {EXIT_DEADLINE_S:.0f} s of Ctrl-C")
         self._assert_gone(qemu_pid)
 
+    @measures_nothing
     def test_sigterm_to_memqual_run_ends_its_job_and_guests(self) -> None:
         """memqual run (a one-test selection: a guest that hangs) gets
         SIGTERM once its guest is up: memqual, its avocado job (the whole
@@ -306,35 +304,20 @@ class GuestIsolation(GuestTest):
     :avocado: tags=boot
     """
 
-    def measures(self) -> bool:
-        return False
-
+    @measures_nothing
     def test_guest_cannot_reach_a_host_loopback_port(self) -> None:
         import socket
-        import threading
 
         from memqual.host.machine import MachineConfig
 
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        listener.settimeout(0.2)
-        port = listener.getsockname()[1]
-        accepted: list[object] = []
-        stop = threading.Event()
-
-        def accept() -> None:
-            while not stop.is_set():
-                try:
-                    conn, peer = listener.accept()
-                except OSError:
-                    continue
-                accepted.append(peer)
-                conn.close()
-
-        thread = threading.Thread(target=accept, daemon=True)
-        thread.start()
-        try:
+        # No thread accepts: the kernel completes the handshake of any
+        # connection into the listen backlog by itself, and a non-blocking
+        # accept afterwards finds it there.
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            listener.setblocking(False)
+            port = listener.getsockname()[1]
             vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
             # Positive control: nc itself works, on the guest's own SSH server.
             own = vm.ssh.run(["sh", "-c", "echo | nc -w 3 127.0.0.1 22"], timeout=30, check=False)
@@ -343,8 +326,8 @@ class GuestIsolation(GuestTest):
             # 10.0.2.2 is the host as user networking shows it to the guest.
             out = vm.ssh.run(["sh", "-c", f"echo hello | nc -w 3 10.0.2.2 {port}"], timeout=30, check=False)
             self.assertNotEqual(out.status, 0, f"the guest reached host 127.0.0.1:{port}: {out}")
-            self.assertEqual(accepted, [], "the host's loopback listener got a connection from the guest")
-        finally:
-            stop.set()
-            thread.join(5)
-            listener.close()
+            try:
+                _, peer = listener.accept()
+            except BlockingIOError:
+                peer = None
+            self.assertIsNone(peer, "the host's loopback listener got a connection from the guest")

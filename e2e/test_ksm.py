@@ -32,7 +32,6 @@ import mmap
 import os
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from memqual.e2e.base import GuestTest, profile
 from memqual.host import claims, stats
@@ -443,8 +442,8 @@ class KsmTest(GuestTest):
             self.assertEqual(status, 0, f"ksm_stress in guest {index + 1} ended with status {status}")
             return VolatileGuest(
                 run=run,
-                first=first,
-                warm=vm.started_warm,
+                first_smart_scan=first,
+                started_warm=vm.started_warm,
                 boot_to_ssh_s=vm.boot_to_ssh_s,
                 anon_huge_kib=(huge_kib, huge_kib_end),
                 dirty_passes=int(dirty["passes"]),
@@ -696,35 +695,34 @@ class KsmTest(GuestTest):
             "started_warm": warm,
             "foreign_share": foreign,
         }
-        # Each smaller count once (its point), then all the guests (every sample).
-        saved: list[tuple[int, list[float], dict[str, Any]]] = [
-            (n, [point.saved_mib], point.to_json()) for n, point in enumerate(points[:-1], start=1)
-        ]
-        for guests, values, details in [*saved, (MANY_GUESTS, saved_mib, extra)]:
-            self.record(
-                Measurement(
-                    scenario="ksm.many_guests",
-                    metric="saved_mib",
-                    unit="MiB",
-                    better="higher",
-                    samples=values,
-                    variant={"guests": guests},
-                    settings=settings,
-                    extra=details,
-                )
-            )
-        self.record(
-            Measurement(
-                scenario="ksm.many_guests",
-                metric="remerge_s",
-                unit="s",
-                better="lower",
-                samples=remerge_s,
-                variant={"guests": MANY_GUESTS},
-                settings=settings | {"share": REMERGE_SHARE},
-                extra={"ksmd_cpu_s": remerge_cpu_s, "summary": stats.summarize(remerge_s).to_json()},
-            )
+        # The saving with all the guests (every sample); each smaller count's
+        # saving once (its point) and the re-merge times differ from it only
+        # in what the fields below say.
+        saved = Measurement(
+            scenario="ksm.many_guests",
+            metric="saved_mib",
+            unit="MiB",
+            better="higher",
+            samples=saved_mib,
+            variant={"guests": MANY_GUESTS},
+            settings=settings,
+            extra=extra,
         )
+        points_saved = [
+            dataclasses.replace(saved, samples=[point.saved_mib], variant={"guests": n}, extra=point.to_json())
+            for n, point in enumerate(points[:-1], start=1)
+        ]
+        remerge = dataclasses.replace(
+            saved,
+            metric="remerge_s",
+            unit="s",
+            better="lower",
+            samples=remerge_s,
+            settings=settings | {"share": REMERGE_SHARE},
+            extra={"ksmd_cpu_s": remerge_cpu_s, "summary": stats.summarize(remerge_s).to_json()},
+        )
+        for measurement in [*points_saved, saved, remerge]:
+            self.record(measurement)
 
         self.assertGreaterEqual(
             per_guest,
@@ -747,24 +745,20 @@ class KsmTest(GuestTest):
 
 @dataclasses.dataclass(frozen=True)
 class VolatileGuest:
-    """One replicate of scenario 3: a fresh guest and its windows."""
+    """One replicate of scenario 3: a fresh guest and its windows.  Every
+    field but ``run`` goes into the records as it is, under its own name."""
 
     run: AbRun
-    first: int  # the smart_scan value measured first in this guest
-    warm: bool
+    first_smart_scan: int  # the smart_scan value measured first in this guest
+    started_warm: bool
     boot_to_ssh_s: float
     anon_huge_kib: tuple[int, int]  # QEMU's AnonHugePages at the start and the end
     dirty_passes: int
     dirty_s: float
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "first_smart_scan": self.first,
-            "started_warm": self.warm,
-            "boot_to_ssh_s": self.boot_to_ssh_s,
-            "anon_huge_kib": list(self.anon_huge_kib),
-            "dirty_passes": self.dirty_passes,
-            "dirty_s": self.dirty_s,
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "run"}
+        return own | {
             "discarded_windows": [w.to_json() for w in self.run.discarded],
             "kept_disturbed_windows": self.run.kept_disturbed,
             "settled_pages_per_scan": self.run.reference_pages,

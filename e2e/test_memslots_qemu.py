@@ -13,14 +13,14 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from memqual.e2e.base import GuestTest
-from memqual.host.errors import BadInput
-from memqual.host.memslots import guest_layouts as G
-from memqual.host.memslots import qemu_layout as Q
-from memqual.host.memslots import qemu_probe as P
-from memqual.host.memslots import trace as T
-from memqual.host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
-from memqual.host.memslots.model import model_table
+from e2e.base import GuestTest, measures_nothing
+from host.errors import BadInput
+from host.memslots import guest_layouts as G
+from host.memslots import qemu_layout as Q
+from host.memslots import qemu_probe as P
+from host.memslots import trace as T
+from host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
+from host.memslots.model import model_table
 
 LAYOUT = LAYOUTS_DIR / "qemu-pc-3dimm.json"
 MEMORY = Q.QemuMemory(ram_mib=512, maxmem_mib=4096, slots=4)
@@ -52,6 +52,7 @@ class MemslotsQemu(GuestTest):
     :avocado: tags=memslots,qemu
     """
 
+    @measures_nothing
     def test_layout_applied_checked_probed_and_traced(self) -> None:
         """One dimm at boot, two hotplugged: QEMU's flat view, its memory
         devices, the guest's /proc/iomem and memory blocks all equal the
@@ -161,6 +162,7 @@ class MemslotsQemu(GuestTest):
         ):
             self.record(record)
 
+    @measures_nothing
     def test_qemu_refusals_are_clear_errors(self) -> None:
         """Layouts QEMU refuses (overlap, above maxmem, too many slots): each
         a BadInput that names the slot and quotes QEMU, with QEMU left as it
@@ -205,6 +207,7 @@ class MemslotsQemu(GuestTest):
         backends = {r.name for r in flat if r.name.startswith(Q.BACKEND_PREFIX)}
         self.assertEqual(backends, {"mq-mem-1", "mq-mem-10", "mq-mem-11", "mq-mem-12"})
 
+    @measures_nothing
     def test_q35_split_and_the_same_layout_on_pc(self) -> None:
         """q35 splits 3 GiB of RAM at 2 GiB (1 GiB goes above 4 GiB), pc
         does not: the q35 layout (two base slots, a boot dimm and a
@@ -286,6 +289,7 @@ class MemslotsQemu(GuestTest):
         self.record(record)
         return len(layout)
 
+    @measures_nothing
     def test_guest_layouts_recorded(self) -> None:
         """The memslots of real guests as configured in practice: plain pc,
         pc with RAM-backed BARs (a VGA framebuffer, ivshmem regions) and pc

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from memqual.e2e.base import GuestTest
-from memqual.host import snapshot
-from memqual.host.machine import Machine, MachineConfig
+from e2e.base import GuestTest, measures_nothing
+from host import snapshot
+from host.machine import Machine, MachineConfig
 
 MIB = 1 << 20
 
@@ -29,6 +29,7 @@ class WarmStart(GuestTest):
         self.assertTrue(vm.started_warm, "the second start of one configuration must restore its snapshot")
         return vm
 
+    @measures_nothing
     def test_restored_guest_clock_agents_balloon(self) -> None:
         config = MachineConfig(memory_mib=768, cpus=2)
         vm = self._warm_guest(config)
@@ -52,6 +53,7 @@ class WarmStart(GuestTest):
             time.sleep(0.01)  # poll period of query-balloon
         vm.qmp("balloon", value=config.memory_mib * MIB)
 
+    @measures_nothing
     def test_truncated_snapshot_falls_back_to_cold_and_is_replaced(self) -> None:
         # A configuration of its own, so no other test's snapshot is touched.
         config = MachineConfig(memory_mib=640, cpus=1, cmdline_extra="memqual.test=truncate")

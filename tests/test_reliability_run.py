@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fake_qemu import alive
 
 from memqual.host import runjob
 from memqual.host.paths import REPO_ROOT
@@ -34,14 +35,6 @@ STUBBORN_AVOCADO = textwrap.dedent(
         time.sleep(1)
     """
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
