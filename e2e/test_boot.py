@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from e2e.base import GuestTest, measures_nothing
-from host.machine import MachineConfig
+from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.machine import MachineConfig
 
 CLOCK_WINDOW_S = 3  # guest-side seconds the clock-rate check spans
 

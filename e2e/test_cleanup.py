@@ -21,16 +21,16 @@ import textwrap
 import time
 from pathlib import Path
 
-from e2e.base import GuestTest, measures_nothing
-from host.paths import REPO_ROOT
+from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.paths import REPO_ROOT
 
 HANGING_TEST = textwrap.dedent(
     '''\
     import os
     import time
 
-    from e2e.base import GuestTest, measures_nothing
-    from host.machine import MachineConfig
+    from memqual.e2e.base import GuestTest, measures_nothing
+    from memqual.host.machine import MachineConfig
 
 
     class Hang(GuestTest):

@@ -13,14 +13,14 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from e2e.base import GuestTest, measures_nothing
-from host.errors import BadInput
-from host.memslots import guest_layouts as G
-from host.memslots import qemu_layout as Q
-from host.memslots import qemu_probe as P
-from host.memslots import trace as T
-from host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
-from host.memslots.model import model_table
+from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.errors import BadInput
+from memqual.host.memslots import guest_layouts as G
+from memqual.host.memslots import qemu_layout as Q
+from memqual.host.memslots import qemu_probe as P
+from memqual.host.memslots import trace as T
+from memqual.host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
+from memqual.host.memslots.model import model_table
 
 LAYOUT = LAYOUTS_DIR / "qemu-pc-3dimm.json"
 MEMORY = Q.QemuMemory(ram_mib=512, maxmem_mib=4096, slots=4)

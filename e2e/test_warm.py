@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from e2e.base import GuestTest, measures_nothing
-from host import snapshot
-from host.machine import Machine, MachineConfig
+from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host import snapshot
+from memqual.host.machine import Machine, MachineConfig
 
 MIB = 1 << 20
 

@@ -113,8 +113,8 @@ def _test_instance(cls: type, name: str) -> Any:
 
 
 def test_guest_tests_measure_unless_they_say_otherwise() -> None:
-    from e2e.test_boot import Boot
-    from e2e.test_cleanup import Cleanup, GuestIsolation
+    from memqual.e2e.test_boot import Boot
+    from memqual.e2e.test_cleanup import Cleanup, GuestIsolation
 
     assert GuestTest.measures(_test_instance(Boot, "test_guest_clock_runs_at_the_hosts_rate"))
     assert not GuestTest.measures(_test_instance(Boot, "test_guest_kernel_is_the_image_kernel"))
