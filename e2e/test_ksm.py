@@ -697,7 +697,8 @@ class KsmTest(GuestTest):
         }
         # The saving with all the guests (every sample); each smaller count's
         # saving once (its point) and the re-merge times differ from it only
-        # in what the fields below say.
+        # in what the fields below say (replicates=[]: regrouped from their
+        # own samples, not copied from the saving's).
         saved = Measurement(
             scenario="ksm.many_guests",
             metric="saved_mib",
@@ -709,7 +710,9 @@ class KsmTest(GuestTest):
             extra=extra,
         )
         points_saved = [
-            dataclasses.replace(saved, samples=[point.saved_mib], variant={"guests": n}, extra=point.to_json())
+            dataclasses.replace(
+                saved, samples=[point.saved_mib], replicates=[], variant={"guests": n}, extra=point.to_json()
+            )
             for n, point in enumerate(points[:-1], start=1)
         ]
         remerge = dataclasses.replace(
@@ -718,6 +721,7 @@ class KsmTest(GuestTest):
             unit="s",
             better="lower",
             samples=remerge_s,
+            replicates=[],
             settings=settings | {"share": REMERGE_SHARE},
             extra={"ksmd_cpu_s": remerge_cpu_s, "summary": stats.summarize(remerge_s).to_json()},
         )
