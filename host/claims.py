@@ -558,7 +558,7 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     how = "two-stage bootstrap over replicates"
     test = "permutation test of replicate medians"
     if m.paired and n_a == n_b:
-        ci = stats.paired_ratio_ci(a_reps, b_reps, seed=seed)
+        ci = stats.paired_ratio_ci(list(zip(a_reps, b_reps, strict=True)), seed=seed)
         p_value = sign_flip_pvalue(a_reps, b_reps)
         underpowered = 2.0 / 2**n_a >= alpha
         how = "two-stage bootstrap over units that each measured A and B (paired)"

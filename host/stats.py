@@ -387,7 +387,23 @@ def hierarchical_ratio_ci(
     side's first stage is degenerate: the interval then shows only the noise
     within that unit, not between units (see ``ci_method``).  The point
     itself when nothing varies; NaN bounds when A's median can be zero."""
-    ga, gb = _replicates(a_reps), _replicates(b_reps)
+    return _two_stage_ratio_ci(_replicates(a_reps), _replicates(b_reps), n_resamples, seed, paired=False)
+
+
+def paired_ratio_ci(units: Sequence[tuple[Samples, Samples]], *, seed: int = DEFAULT_SEED) -> tuple[float, float]:
+    """The same interval when each unit measured both A and B, given as (A
+    samples, B samples) per unit: units are drawn jointly, so what a unit
+    shares (its host load, its guest) cancels in the ratio, then samples
+    inside each side of each drawn unit."""
+    ga, gb = [_array(a) for a, _ in units], [_array(b) for _, b in units]
+    if not units or not all(g.size for g in ga + gb):
+        raise ValueError("a paired design needs both sides' samples from every unit")
+    return _two_stage_ratio_ci(ga, gb, DEFAULT_RESAMPLES, seed, paired=True)
+
+
+def _two_stage_ratio_ci(
+    ga: list[np.ndarray], gb: list[np.ndarray], n_resamples: int, seed: int, paired: bool
+) -> tuple[float, float]:
     pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
     point = ratio_of_medians(pooled_a, pooled_b)
     if np.ptp(pooled_a) == 0.0 and np.ptp(pooled_b) == 0.0:
@@ -395,43 +411,21 @@ def hierarchical_ratio_ci(
     if np.any(pooled_a == 0.0) and np.median(pooled_a) == 0.0:
         return (math.nan, math.nan)
     rng = np.random.default_rng(seed)
-    med_a = two_stage_medians(ga, n_resamples, rng)
-    med_b = two_stage_medians(gb, n_resamples, rng)
+    chosen = rng.integers(0, len(ga), size=(n_resamples, len(ga))) if paired else None
+    med_a = two_stage_medians(ga, n_resamples, rng, chosen)
+    med_b = two_stage_medians(gb, n_resamples, rng, chosen)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = med_b / med_a
     ratios = ratios[np.isfinite(ratios)]
     if ratios.size < n_resamples * 0.99:
         return (math.nan, math.nan)  # A's median is zero too often to bound
-    tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
-    low, high = np.percentile(ratios, [tail, 100.0 - tail])
-    return (float(low), float(high))
+    return _percentile_interval(ratios)
 
 
 def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
     tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
     low, high = np.percentile(values, [tail, 100.0 - tail])
     return float(low), float(high)
-
-
-def paired_ratio_ci(
-    a_reps: Sequence[Samples],
-    b_reps: Sequence[Samples],
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Two-stage bootstrap CI of median(pooled B) / median(pooled A) when
-    unit i measured both A and B: units are drawn jointly, so what a unit
-    shares (its host load, its guest) cancels in the ratio, then samples
-    inside each side of each drawn unit."""
-    ga, gb = [_array(r) for r in a_reps], [_array(r) for r in b_reps]
-    if len(ga) != len(gb) or not ga or not all(g.size for g in ga + gb):
-        raise ValueError("a paired design needs both sides' samples from every unit")
-    rng = np.random.default_rng(seed)
-    chosen = rng.integers(0, len(ga), size=(n_resamples, len(ga)))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = two_stage_medians(gb, n_resamples, rng, chosen) / two_stage_medians(ga, n_resamples, rng, chosen)
-    return _percentile_interval(ratios)
 
 
 def median_ci(

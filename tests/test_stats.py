@@ -251,19 +251,19 @@ def test_replicate_level_test_enumerates_8_vs_8_by_default():
     assert c.min_attainable_p == pytest.approx(2 / 12870)
 
 
-def test_paired_ratio_ci_needs_both_sides_of_every_unit() -> None:
+def test_paired_ci_needs_both_sides_of_every_unit() -> None:
     with pytest.raises(ValueError):
-        stats.paired_ratio_ci([[1.0], [2.0]], [[1.0]])
+        stats.paired_ratio_ci([])
     with pytest.raises(ValueError):
-        stats.paired_ratio_ci([[1.0], []], [[1.0], [2.0]])
+        stats.paired_ratio_ci([([1.0], [1.0]), ([], [2.0])])
 
 
-def test_paired_ratio_ci_sees_a_shift_that_unit_load_hides_unpaired() -> None:
+def test_paired_ci_sees_a_shift_that_unit_load_hides_unpaired() -> None:
     # Each unit's load scales both of its sides; B is 10 % above A in every unit.
     loads = [1.0, 2.0, 0.5, 1.5, 0.8, 1.2]
     a = [[load * (1 + 0.002 * i) for i in range(5)] for load in loads]
     b = [[1.1 * x for x in rep] for rep in a]
-    paired = stats.paired_ratio_ci(a, b, seed=3)
+    paired = stats.paired_ratio_ci(list(zip(a, b, strict=True)), seed=3)
     unpaired = stats.hierarchical_ratio_ci(a, b, seed=3)
     assert 1.05 < paired[0] <= 1.1 <= paired[1] < 1.15
     assert unpaired[1] - unpaired[0] > 4 * (paired[1] - paired[0])
