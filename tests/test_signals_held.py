@@ -6,12 +6,23 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 
 import pytest
 
 from memqual.host import runjob
 
 
+@pytest.fixture()
+def python_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler, whatever this process inherited: a
+    suite started in the background of a script inherits SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 @pytest.mark.parametrize(("sig", "raised"), [(signal.SIGTERM, runjob.Terminated), (signal.SIGINT, KeyboardInterrupt)])
 def test_a_signal_inside_the_block_is_raised_after_it(sig: int, raised: type[BaseException]) -> None:
     reached_the_end = False
