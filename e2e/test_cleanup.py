@@ -77,7 +77,9 @@ HOLDING_KSM = textwrap.dedent(
 # Values no host uses by default, so a knob left at them is ours.
 STALE_PAGES_TO_SCAN = 4321
 STALE_SLEEP_MS = 7
-HANG_TIMEOUT_S = 12  # the nested test's own timeout: boot (warm 0.5 s, cold 2-3 s) plus margin
+# the nested test's own timeout: boot (warm 0.5 s, cold 2-3 s, more beside
+# another guest) plus margin
+HANG_TIMEOUT_S = 20
 EXIT_DEADLINE_S = 120.0  # for the nested avocado to finish after it was stopped
 GONE_DEADLINE_S = 10.0  # for the QEMU to be reaped after avocado returned
 TERM_DEADLINE_S = 10.0  # SIGTERM to memqual run: the job and its guests gone within this

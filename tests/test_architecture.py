@@ -311,3 +311,25 @@ def test_the_checker_finds_private_names(tmp_path: Path) -> None:
         """,
     )
     assert {(n, w) for n, w, _ in private_imports(modules)} == {("p.b", "p.a._x"), ("p.c", "p.a._f"), ("p.e", "p.a._x")}
+
+
+def test_every_import_of_the_code_goes_through_memqual() -> None:
+    """``import host...`` would load a second copy of a module in a checkout
+    (so ``except BadInput`` could miss its own error) and fail in a wheel."""
+    bare = []
+    for top in ("host", "images", "e2e", "tests"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for node in ast.walk(_parse(path)):
+                names = (
+                    [alias.name for alias in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                    if isinstance(node, ast.ImportFrom) and not node.level
+                    else []
+                )
+                bare += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {n}"
+                    for n in names
+                    if n.split(".")[0] in PACKAGES + ("e2e",)
+                ]
+    assert bare == []

@@ -362,8 +362,29 @@ def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(t
         raise KeyboardInterrupt
 
     monkeypatch.setattr(fleet, "run_avocado", job)
+    monkeypatch.chdir(tmp_path)  # a relative --output, as by default: avocado runs elsewhere
     with pytest.raises(KeyboardInterrupt):
-        fleet.run(RunConfig(output=tmp_path / "out"), hosts)
+        fleet.run(RunConfig(output=Path("out")), hosts)
     ((scratch, mode),) = seen
-    assert scratch.is_relative_to(tmp_path / "out") and mode == 0o700
+    assert scratch.is_absolute() and scratch.is_relative_to(tmp_path / "out") and mode == 0o700
     assert not scratch.exists()
+
+
+def test_a_host_running_any_memqual_test_is_busy(tmp_path):
+    """lock_state tries the lock exclusive: a test that measures nothing
+    holds it shared, and that host is busy too."""
+    import fcntl
+    import os
+
+    lock = tmp_path / "measure.lock"
+    assert probe.lock_state(lock) == (True, None)  # no lock file yet
+    lock.write_text(f"{os.getpid()}\n")
+    assert probe.lock_state(lock) == (True, None)
+    for mode in (fcntl.LOCK_SH, fcntl.LOCK_EX):
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            assert probe.lock_state(lock) == (False, os.getpid())
+        finally:
+            os.close(fd)
+        assert probe.lock_state(lock) == (True, None)

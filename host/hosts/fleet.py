@@ -245,6 +245,9 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
 
     console = console or Console(width=120)
     hosts = load_hosts(hosts_file)
+    # Absolute: avocado runs from the repository, and the spawner's config
+    # and the job's TMPDIR are paths under the output.
+    config = dataclasses.replace(config, output=config.output.resolve())
     config.output.mkdir(parents=True, exist_ok=True)
     probed = checks.for_each(hosts, checks.probe_host)
     for line in checks.lines(probed):

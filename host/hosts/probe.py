@@ -85,14 +85,16 @@ def measure_lock_path() -> Path:
 
 
 def lock_state(path: Path) -> tuple[bool, int | None]:
-    """(free, holder pid): a non-blocking try of the lock, let go at once."""
+    """(free, holder pid): a non-blocking try of the lock, let go at once.
+    Exclusive: a test that measures nothing holds the lock shared, and a
+    host running any memqual test is busy."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return True, None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True, None
         except OSError as exc:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
