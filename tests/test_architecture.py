@@ -320,16 +320,12 @@ def test_every_import_of_the_code_goes_through_memqual() -> None:
     for top in ("host", "images", "e2e", "tests"):
         for path in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(_parse(path)):
-                names = (
-                    [alias.name for alias in node.names]
-                    if isinstance(node, ast.Import)
-                    else [node.module or ""]
-                    if isinstance(node, ast.ImportFrom) and not node.level
-                    else []
-                )
-                bare += [
-                    f"{path.relative_to(ROOT)}:{node.lineno} {n}"
-                    for n in names
-                    if n.split(".")[0] in PACKAGES + ("e2e",)
-                ]
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                else:
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                bare += [f"{where} {name}" for name in names if name.split(".")[0] in (*PACKAGES, "e2e")]
     assert bare == []
