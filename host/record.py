@@ -52,6 +52,13 @@ class Measurement:
     # The samples grouped by independent unit (fresh guest, round); see the
     # module docstring.  Filled from ``samples`` when not given.
     replicates: list[list[float]] = dataclasses.field(default_factory=list)
+    # In an interleaved A/B job: which side ran this record ("A" or "B"),
+    # and for each replicate the block it belongs to.  A block is one A run
+    # and one B run of the same test, minutes apart; the comparison pairs
+    # A's and B's replicates by block so drift between blocks cancels.
+    # Empty when the run had one side (or predates blocks).
+    arm: str = ""
+    blocks: list[int] = dataclasses.field(default_factory=list)
     started: str = dataclasses.field(default_factory=lambda: _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
     duration_s: float = 0.0
     schema: str = SCHEMA
@@ -68,6 +75,11 @@ class Measurement:
         elif not groups:
             groups = [list(self.samples)] if self.samples else []
         self.replicates = groups
+        self.blocks = [int(b) for b in self.blocks]
+        if self.blocks and len(self.blocks) != len(self.replicates):
+            raise ValueError("blocks must name one block per replicate")
+        if self.arm not in ("", "A", "B"):
+            raise ValueError(f"arm must be 'A', 'B' or empty, not {self.arm!r}")
 
     @property
     def n_replicates(self) -> int:
@@ -159,6 +171,8 @@ def merge_rounds(records: list[Measurement]) -> list[Measurement]:
                 first,
                 samples=[s for r in group for s in r.samples],
                 replicates=[g for r in group for g in r.replicates],
+                # blocks stay known only when every round named them
+                blocks=[b for r in group for b in r.blocks] if all(r.blocks for r in group) else [],
                 duration_s=sum(r.duration_s for r in group),
                 extra=extra,
             )

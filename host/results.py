@@ -136,6 +136,13 @@ class MetricEntry(_JsonObject):
     replicates: list[list[float]] | None
     summary: dict[str, Any]  # stats.summarize(samples).to_json()
     duration_s: float | None
+    # The block of each replicate in an interleaved A/B (record.Measurement.blocks);
+    # None or [] when unknown (one-sided runs, older files).
+    blocks: list[int] | None = None
+    # A metric a kernel developer watches: compare's family-wise correction
+    # and exit status run over these; the rest is exploratory.  None in
+    # files that mark no metric (then every metric counts as primary).
+    primary: bool | None = None
     missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -152,7 +159,7 @@ class MetricEntry(_JsonObject):
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
-        added: dict[str, Any] = {"key": key, "summary": stats.summarize(rec.samples).to_json()}
+        added: dict[str, Any] = {"key": key, "summary": stats.summarize(rec.samples).to_json(), "primary": None}
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 
 
