@@ -102,8 +102,10 @@ def check_all(indexes, live: dict[int, Slot], frames: list[int]) -> None:
             assert nodes <= bound, f"{name}: {nodes} nodes over its bound {bound} with {n} slots"
             if want is None and name in NEAR_PERFECT:
                 assert nodes <= balanced_bound(n) + 1, f"{name}: miss took {nodes} nodes with {n} slots"
-            if want is None and name in ("linear", "reorder"):
-                assert nodes == n  # an array miss reads every entry
+            if want is None and name == "reorder":
+                assert nodes == n  # a sorted-array miss reads every slot in use
+            if want is None and name == "linear":
+                assert nodes == index.nmemslots  # the 2011 array reads every entry, empty ones too
             if want is not None and name == "binsearch-lru":
                 assert index.lookup(gfn) == (want, 1), "a repeated hit must come from the cache"
 
@@ -301,7 +303,7 @@ def test_red_black_delete_fixups_keep_the_tree_valid():
 def test_bounds_by_construction():
     n = 32
     assert [
-        STRUCTURES[name].bound(n)
+        STRUCTURES[name]().bound(n)
         for name in ("linear", "reorder", "binsearch", "binsearch-lru", "hbtree", "rbtree", "tree2011")
     ] == [
         32,
@@ -371,3 +373,22 @@ def test_tree2011_check_catches_a_broken_heap():
     root.prio, root.right.prio = root.right.prio, root.prio
     with pytest.raises(AssertionError, match="larger than its parent"):
         tree.check()
+
+
+def test_the_2011_array_walks_nmemslots_empty_entries_included():
+    """v3.0's __gfn_to_memslot looped over nmemslots entries, one past the
+    highest slot id ever set, and a deleted slot left its entry behind: a
+    miss reads them all, not just the slots in use."""
+    array = STRUCTURES["linear"]()
+    array.insert(Slot(0, 0x100, 0x100))
+    array.insert(Slot(34, 0xFEFFC, 1))  # a private slot above the 32 user slots (VMX's identity map)
+    assert array.lookup(0x50) == (None, 35)
+    assert array.lookup(0xFEFFC) == (34, 35)
+    array.insert(Slot(5, 0x1000, 0x10))
+    array.delete(34)
+    assert array.lookup(0x50) == (None, 35)  # nmemslots never shrinks
+    assert array.lookup(0x1000) == (5, 6)  # found at its id's entry
+    sorted_array = STRUCTURES["reorder"]()
+    for slot in (Slot(0, 0x100, 0x100), Slot(34, 0xFEFFC, 1)):
+        sorted_array.insert(slot)
+    assert sorted_array.lookup(0x50) == (None, 2)  # the sorted walk stops at the first empty entry

@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from memqual.host.errors import BadInput
 from memqual.host.memslots.layout import Layout, layout_from_json
 from memqual.host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
 from memqual.host.record import Measurement
@@ -70,6 +71,7 @@ class GuestConfig:
     ram_mib: int = 512
     boot_dimms: int = 0  # GUEST_DIMM_MIB each, on the command line
     bars: tuple[RamBar, ...] = ()
+    nic: str = ""  # an emulated NIC beside the suite's own ("rtl8139", seed 000's): its MMIO BAR is recorded
 
     def extra_args(self) -> tuple[str, ...]:
         args: list[str] = []
@@ -82,6 +84,9 @@ class GuestConfig:
             ]
         for bar in self.bars:
             args += bar.args()
+        if self.nic:
+            # Its own user netdev with nothing forwarded: only its BAR matters.
+            args += ["-netdev", "user,id=mq-gl-nic,restrict=on", "-device", f"{self.nic},netdev=mq-gl-nic,romfile="]
         return tuple(args)
 
     def machine_config(self) -> Any:
@@ -107,6 +112,7 @@ class GuestConfig:
             "boot_dimms": self.boot_dimms,
             "dimm_mib": GUEST_DIMM_MIB if self.boot_dimms else 0,
             "ram_bars": [f"{b.driver}:{b.size_mib}M" for b in self.bars],
+            "nic": self.nic,
         }
 
 
@@ -116,13 +122,56 @@ def slot_names(ranges: Sequence[FlatRange]) -> list[str]:
     return [r.name for r in sorted((r for r in ranges if r.kind in SLOT_KINDS), key=lambda r: r.start)]
 
 
+@dataclasses.dataclass(frozen=True)
+class NicBar:
+    """Where an emulated NIC's MMIO BAR sits: a range QEMU emulates, in no
+    memslot, so every guest access to it is a complete memslot miss."""
+
+    model: str
+    start: int  # guest-physical address, as the flat view prints it
+    end: int  # inclusive
+
+    @property
+    def gfn(self) -> int:
+        return self.start // 4096
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def nic_bar(ranges: Sequence[FlatRange], model: str) -> NicBar | None:
+    """The MMIO BAR of the NIC ``model`` in the flat view (QEMU names the
+    region after the device: "rtl8139"), or None when the firmware or the
+    guest has not mapped it."""
+    for r in ranges:
+        if r.kind not in SLOT_KINDS and r.name == model:
+            return NicBar(model, r.start, r.end)
+    return None
+
+
+def nic_of(record: Measurement) -> NicBar | None:
+    """The NIC BAR a ``memslots.guest_layout`` record holds, if any."""
+    data = record.extra.get("nic")
+    if not isinstance(data, dict):
+        return None
+    return NicBar(str(data["model"]), int(data["start"]), int(data["end"]))
+
+
 def layout_record(
     config: str, ranges: Sequence[FlatRange], settings: dict[str, Any], duration_s: float = 0.0
 ) -> Measurement:
     """The record of one real guest's memslots, read from its flat view.
     The layout is round-tripped through ``layout_from_json`` before it is
-    recorded, so a record always holds a layout the loader accepts."""
+    recorded, so a record always holds a layout the loader accepts.  With
+    ``settings["nic"]`` naming an emulated NIC, the NIC's MMIO BAR is
+    recorded too (``extra["nic"]``); a NIC asked for and not mapped is a
+    BadInput, not a record without it."""
     layout = layout_from_flatview(ranges, name=config)
+    nic = None
+    if settings.get("nic"):
+        nic = nic_bar(ranges, str(settings["nic"]))
+        if nic is None:
+            raise BadInput(f"{config}: no MMIO BAR of the {settings['nic']} NIC in the flat view: boot it further")
     data = layout.to_json()
     checked = layout_from_json(data, config)  # raises BadInput on an invalid layout
     return Measurement(
@@ -136,6 +185,7 @@ def layout_record(
         extra={
             "layout": data,
             "slot_names": slot_names(ranges),
+            **({"nic": nic.to_json()} if nic else {}),
             "read_from": (
                 "QEMU flat view of address space 'memory' (info mtree -f): each ram/rom/romd range is one KVM memslot"
             ),

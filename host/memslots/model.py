@@ -7,6 +7,12 @@ frames in each, checks every answer against the layout itself (a structure
 that disagrees is a bug in the model, not a result) and returns the mean and
 the worst count.  Nothing here is timed: node counts are exact and the same
 on every machine.
+
+The ``miss`` workload is computed exactly, not sampled: a search's path
+depends only on the gap its frame falls in, and the workload takes each
+gap as equally likely, so one frame per gap gives every path once and the
+mean over gaps is the workload's exact mean (``lookups`` is then the
+number of gaps).  The other workloads are seeded samples.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from memqual.host.errors import BadInput
 from memqual.host.memslots.layout import Layout
 from memqual.host.memslots.structures import STRUCTURES, build
-from memqual.host.memslots.workloads import generate
+from memqual.host.memslots.workloads import generate, holes
 
 # Seed 000 (Alex Williamson, 2011-02-23), the claim "memslot-miss": on a
 # complete miss the weight-balanced tree walks 6-7 nodes where the 32-entry
@@ -112,9 +118,22 @@ def model_table(layout: Layout, workload: str, lookups: int = 10000, seed: int =
     """Mean and worst nodes per structure for ``lookups`` frames of
     ``workload`` (seeded) over ``layout``.  Raises BadInput for an unknown
     workload or a workload the layout cannot serve (e.g. small-hits on a
-    layout without small slots)."""
+    layout without small slots).  ``miss`` is exact: one frame per gap
+    (``lookups`` and ``seed`` do not enter)."""
+    if workload == "miss":
+        gaps = holes(layout)
+        if not gaps:
+            raise BadInput(f"layout {layout.name!r} fills the whole gfn space: no frame can miss")
+        return table_for_frames(layout, [start for start, _ in gaps], workload=workload, seed=seed)
     gfns = generate(layout, workload, lookups, seed)
     return table_for_frames(layout, gfns, workload=workload, seed=seed)
+
+
+def nodes_at(layout: Layout, structure: str, gfn: int) -> int:
+    """Nodes ``structure`` examines looking ``gfn`` up in ``layout`` (one
+    lookup on a fresh structure): the cost of one named path, such as a
+    miss at an emulated device's MMIO BAR."""
+    return run_structure(structure, layout, [gfn], oracle(layout, [gfn])).max_nodes
 
 
 def table_for_frames(layout: Layout, gfns: list[int], workload: str = "trace", seed: int = 0) -> ModelTable:

@@ -1,0 +1,76 @@
+"""The memslots of a 2011 x86 KVM host (Linux v3.0, qemu-kvm 0.14), as data.
+
+What a guest's layout becomes on the host seeds 000/002 argued about:
+
+- ``arch/x86/include/asm/kvm_host.h``: ``KVM_MEMORY_SLOTS 32`` user slots
+  and ``KVM_PRIVATE_MEM_SLOTS 4`` above them, in one array
+  ``memslots[KVM_MEMORY_SLOTS + KVM_PRIVATE_MEM_SLOTS]``.  A user slot id
+  of 32 or more was refused (``mem->slot >= KVM_MEMORY_SLOTS`` is
+  -EINVAL), so a guest needing more than 32 user slots could not run.
+- ``arch/x86/kvm/vmx.c``: ``TSS_PRIVATE_MEMSLOT`` (KVM_MEMORY_SLOTS + 0,
+  three pages at the address KVM_SET_TSS_ADDR gave), the APIC-access page
+  (+ 1, one page at 0xfee00000, with flexpriority) and the EPT identity
+  map (+ 2, one page, with EPT).  qemu-kvm 0.14 put the TSS at 0xfeffd000
+  and the identity map at 0xfeffc000.  SVM registers no private slots.
+- ``virt/kvm/kvm_main.c``: ``nmemslots`` is one past the highest slot id
+  ever set, and ``__gfn_to_memslot`` walks all of them (structures.py
+  ``LinearArray``): on a VMX host with EPT every miss walks 35 entries.
+- qemu-kvm handed out the lowest free slot id, so a guest's user slots
+  are ids 0..n-1 (the numbering ``qemu_layout.layout_from_flatview``
+  gives).
+
+The private slots are memslots like any other: the 2011 tree series kept
+every slot in its tree, so they are in the tree model too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from memqual.host.memslots.layout import Layout, Slot
+
+KVM_MEMORY_SLOTS = 32
+KVM_PRIVATE_MEM_SLOTS = 4
+APIC_DEFAULT_PHYS_BASE = 0xFEE00000
+QEMU_KVM_TSS_ADDR = 0xFEFFD000
+QEMU_KVM_IDENTITY_MAP_ADDR = 0xFEFFC000
+PAGE_SHIFT = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class Host2011:
+    """One 2011 host kind: which private slots it registered."""
+
+    name: str
+    private: tuple[Slot, ...]
+
+
+VMX_EPT = Host2011(
+    "vmx-ept",
+    (
+        Slot(KVM_MEMORY_SLOTS + 0, QEMU_KVM_TSS_ADDR >> PAGE_SHIFT, 3),  # TSS_PRIVATE_MEMSLOT
+        Slot(KVM_MEMORY_SLOTS + 1, APIC_DEFAULT_PHYS_BASE >> PAGE_SHIFT, 1),  # APIC_ACCESS_PAGE_PRIVATE_MEMSLOT
+        Slot(KVM_MEMORY_SLOTS + 2, QEMU_KVM_IDENTITY_MAP_ADDR >> PAGE_SHIFT, 1),  # IDENTITY_PAGETABLE_PRIVATE_MEMSLOT
+    ),
+)
+SVM = Host2011("svm", ())
+HOSTS = {h.name: h for h in (VMX_EPT, SVM)}
+DEFAULT_HOST = VMX_EPT  # seed 000's netperf host: Intel, EPT on (seed 002 turned it off only for kernbench)
+
+
+def runs_on_2011(layout: Layout) -> bool:
+    """Whether a 2011 host accepted every user slot of the layout."""
+    return len(layout) <= KVM_MEMORY_SLOTS and all(s.id < KVM_MEMORY_SLOTS for s in layout.slots)
+
+
+def on_host(layout: Layout, host: Host2011 = DEFAULT_HOST) -> Layout:
+    """The layout with the host's private slots registered after the
+    guest's (the vCPU setup registers them once QEMU created the VM).  A
+    private slot that overlaps a guest slot is left out: the guest's own
+    memory wins there, as its slot came first."""
+    slots = list(layout.slots)
+    for private in host.private:
+        if any(s.base_gfn < private.end_gfn and private.base_gfn < s.end_gfn for s in slots):
+            continue
+        slots.append(private)
+    return Layout(tuple(slots), name=layout.name)
