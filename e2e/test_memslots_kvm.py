@@ -3,17 +3,19 @@ hand-assembled protected-mode code.
 
 Run: ``avocado run e2e/test_memslots_kvm.py`` (tags: memslots, kvm).
 Records (scenarios memslots.kvm and memslots.kvm_lookup) go to each test's
-output directory.
+output directory.  ``MemslotsLookupKinds`` boots Linux guests under KVM
+(skipped where none boots) and writes memslots.lookup_kinds.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import time
 
 from avocado import Test
 
-from memqual.e2e.base import MeasurementLock, skip
+from memqual.e2e.base import GuestTest, MeasurementLock, skip
 from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
@@ -221,3 +223,58 @@ class MemslotsKvm(Test):
                 a["ci95_ns"][0] <= b["ci95_ns"][1] and b["ci95_ns"][0] <= a["ci95_ns"][1],
                 f"{kind} over the RAM hit: A {a['ci95_ns']} and B {b['ci95_ns']} do not overlap",
             )
+
+
+class MemslotsLookupKinds(GuestTest):
+    """
+    How often each kind of memslot lookup happens while a Linux guest works
+    under KVM (claim memslot-priorities): the host's kvm_mmio and
+    kvm_page_fault trace events, classified by the guest's own memslots,
+    over three fresh guests.  Skipped where a Linux guest does not boot
+    under KVM (host/probe.py kvm_boots_linux), with the probe's reason.
+
+    :avocado: enable
+    :avocado: tags=memslots,kvm
+    """
+
+    BOOTS = 3
+    WORKLOAD_S = 20.0
+
+    def test_lookup_kinds_under_a_workload(self) -> None:
+        from memqual.host import probe
+        from memqual.host.errors import CapabilityMissing
+        from memqual.host.memslots import lookup_kinds as LK
+        from memqual.host.memslots import qemu_layout as Q
+        from memqual.host.qemu import MachineConfig
+
+        boots, detail = probe.kvm_boots_linux()
+        self.require(boots, f"a Linux guest does not boot under KVM here: {detail}")
+        try:
+            root = LK.tracefs_root()
+        except CapabilityMissing as exc:
+            self.skip_because(str(exc))
+        per_boot = []
+        for _ in range(self.BOOTS):
+            vm = self.boot(MachineConfig(accel="kvm", memory_mib=1024, cpus=2, warm=False))
+            self.assertEqual(vm.accel, "kvm")
+            flat, _dimms = Q.read_qemu(vm)
+            layout = Q.layout_from_flatview(flat)
+            # File reads, checksums and process start-up: page faults across
+            # the guest's RAM and device MMIO (disk, console, timers).
+            workload = (
+                f"end=$(( $(date +%s) + {int(self.WORKLOAD_S)} )); "
+                "while [ $(date +%s) -lt $end ]; do cat /usr/bin/* 2>/dev/null | sha256sum >/dev/null; done"
+            )
+            with LK.TraceSession(root) as trace:
+                started = time.monotonic()
+                vm.ssh.run(["sh", "-c", workload], timeout=self.WORKLOAD_S + 60)
+                seconds = time.monotonic() - started
+                text = trace.read()
+            vm.shutdown()
+            counts = LK.count(text, layout, seconds)
+            self.log.info("lookup kinds over %.1f s: %s (order %s)", seconds, counts.by_kind, counts.order())
+            self.assertGreater(sum(counts.by_kind.values()), 0, "no kvm_mmio or kvm_page_fault event in the trace")
+            per_boot.append(counts)
+        settings = {"workload": "cat /usr/bin/* | sha256sum", "memory_mib": 1024, "accel": "kvm"}
+        for record in LK.records(per_boot, settings):
+            self.record(record)
