@@ -323,9 +323,9 @@ class MemslotsQemu(GuestTest):
             )
             self.assertEqual(extra, expected, config.name)
             if config.nic:
-                bar = G.nic_bar(flat, config.nic)
-                assert bar is not None, f"{config.name}: the {config.nic} MMIO BAR is not mapped"
-                in_slot = Q.layout_from_flatview(flat).find(bar.gfn)
+                nic = G.nic_bar(flat, config.nic)
+                assert nic is not None, f"{config.name}: the {config.nic} MMIO BAR is not mapped"
+                in_slot = Q.layout_from_flatview(flat).find(nic.gfn)
                 self.assertIsNone(in_slot, f"{config.name}: the NIC BAR fell in a memslot")
             counts[config.name] = self._record_layout(
                 config.name, flat, settings=config.settings(), duration_s=time.monotonic() - started

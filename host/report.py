@@ -470,14 +470,26 @@ def _layouts_table(c: Mapping[str, Any]) -> str:
         return ""
     a_label = (c.get("a") or {}).get("label", "A")
     b_label = (c.get("b") or {}).get("label", "B")
+    nic = any(r.get("nic_ratio") is not None for r in rows)
     out = [
         f"<table><tr><th>real guest layout</th><th>slots</th><th>{esc(a_label)}</th>"
-        f"<th>{esc(b_label)}</th><th>B / A</th></tr>"
+        f"<th>{esc(b_label)}</th><th>B / A</th>"
+        + ("<th>at the NIC BAR: A, B, B / A</th>" if nic else "")
+        + "<th>2011 host</th></tr>"
     ]
     for r in rows:
+        runs = r.get("runs_2011", True)
+        at_nic = ""
+        if nic:
+            at_nic = (
+                f"<td class='num'>{num(r['nic_a'])}, {num(r['nic_b'])}, {format_ratio(r['nic_ratio'])}x</td>"
+                if r.get("nic_ratio") is not None
+                else "<td></td>"
+            )
         out.append(
             f"<tr><td>{esc(r['config'])}</td><td class='num'>{r['slots']}</td><td class='num'>{num(r['a'])}</td>"
-            f"<td class='num'>{num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td></tr>"
+            f"<td class='num'>{num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td>{at_nic}"
+            f"<td>{'ran' if runs else 'refused (more than 32 user slots): not counted'}</td></tr>"
         )
     out.append("</table>")
     return "".join(out)

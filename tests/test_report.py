@@ -150,3 +150,20 @@ def test_a_directory_or_a_foreign_json_is_not_a_results_file(tmp_path):
     other.write_text(json.dumps({"schema": "memqual.measurement/1"}))
     with pytest.raises(BadInput, match="a measurement record, not a results.json"):
         load_results(other)
+
+
+def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
+    from pathlib import Path
+
+    from memqual.host.memslots import guest_layouts as G
+    from memqual.host.memslots import qemu_layout as Q
+
+    views = json.loads((Path(__file__).parent / "data" / "guest-flatviews.json").read_text())["configs"]
+    recs = [
+        G.layout_record(name, [Q.FlatRange(*r) for r in views[name]["ranges"]], views[name]["settings"])
+        for name in ("pc-rtl8139", "pc-64-dimms")
+    ]
+    res = build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+    html = report.render_html(res)
+    assert "at the NIC BAR: A, B, B / A" in html and "4, 35, 8.750x" in html
+    assert "refused (more than 32 user slots): not counted" in html
