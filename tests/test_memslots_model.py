@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from memqual.host.errors import BadInput
+from memqual.host.memslots import kvm2011
 from memqual.host.memslots import model as model_mod
 from memqual.host.memslots import structures as structures_mod
 from memqual.host.memslots.layout import Layout, Slot, load_layout
@@ -202,3 +203,16 @@ def test_a_miss_mean_is_exact_over_the_gaps(seed32):
     assert table.structures["tree2011"].mean_nodes == pytest.approx(sum(per_gap) / len(per_gap))
     assert table.structures["tree2011"].mean_nodes == pytest.approx(7.345, abs=0.0005)
     assert model_table(seed32, "miss", lookups=10000, seed=0).structures == table.structures
+
+
+def test_the_2011_vmx_host_adds_its_private_slots_and_refuses_a_33rd_user_slot():
+    guest = Layout((Slot(0, 0, 0xA0), Slot(1, 0x100, 0x1FF00)), name="pc")
+    host = kvm2011.on_host(guest)
+    assert [s.id for s in host.slots] == [0, 1, 32, 33, 34]
+    assert model_table(host, "miss").structures["linear"].max_nodes == 35
+    assert model_table(kvm2011.on_host(guest, kvm2011.SVM), "miss").structures["linear"].max_nodes == 2
+    # A guest slot over the APIC page keeps it: the private slot is left out.
+    over_apic = Layout((Slot(0, 0xFEE00, 0x10),), name="over-apic")
+    assert [s.id for s in kvm2011.on_host(over_apic).slots] == [0, 32, 34]
+    assert kvm2011.runs_on_2011(Layout(tuple(Slot(i, i * 0x100, 0x10) for i in range(32))))
+    assert not kvm2011.runs_on_2011(Layout(tuple(Slot(i, i * 0x100, 0x10) for i in range(33))))
