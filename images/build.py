@@ -28,7 +28,7 @@ from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, shipped, write_private_atomic
 from memqual.images import keys, modules, packages
 from memqual.images.cpio import CpioWriter, add_tree
-from memqual.images.kernel import extract_vmlinux, read_release
+from memqual.images.kernel import check_release, extract_vmlinux, read_release
 from memqual.images.packages import sha256_file
 
 BUILDER_VERSION = "1"  # bump when the image layout changes
@@ -115,7 +115,7 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
         package = packages.resolve_kernel_package(cache)
     tree = packages.unpack(packages.download(package, cache), cache)
     (vmlinuz,) = sorted((tree / "boot").glob("vmlinuz-*"))
-    release = vmlinuz.name.removeprefix("vmlinuz-")
+    release = check_release(vmlinuz.name.removeprefix("vmlinuz-"), str(vmlinuz))
     return vmlinuz, tree / "lib/modules" / release, release
 
 
