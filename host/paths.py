@@ -23,6 +23,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
@@ -142,8 +143,18 @@ def cache_dir() -> Path:
 def short_tempdir(prefix: str = "mq") -> Path:
     """A fresh private directory with a short path, for sockets: in /tmp,
     or in ``$MEMQUAL_SOCKET_DIR`` (keep it short: a socket path must stay
-    under 108 bytes).  Not $TMPDIR, which runners set to long paths."""
-    return Path(tempfile.mkdtemp(prefix=prefix + "-", dir=os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")))
+    under 108 bytes).  Not $TMPDIR, which runners set to long paths.
+
+    It is held live (host/leftovers.py) until ``release_tempdir``; those
+    of killed runs are removed here first."""
+    parent = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
+    leftovers.sweep_tempdirs(parent)
+    return leftovers.live_tempdir(prefix, parent)
+
+
+def release_tempdir(directory: Path) -> None:
+    """Remove a ``short_tempdir`` when done with it."""
+    leftovers.release_tempdir(directory)
 
 
 def write_private_atomic(target: Path, data: bytes, mode: int = 0o600) -> None:

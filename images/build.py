@@ -23,6 +23,7 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, shipped, write_private_atomic
@@ -252,6 +253,7 @@ def build(source: KernelSource = KernelSource(), force: bool = False) -> Image:
     key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files], cache)
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
+    leftovers.sweep_images(images)  # staging entries of builds that were killed
     target = images / key
     if not force:
         with _build_lock(images, key, exclusive=False):

@@ -25,7 +25,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.locks import file_lock
 from memqual.host.paths import write_private_atomic
 
 
@@ -150,12 +152,16 @@ def kernel_package(version: str, cache: Path) -> str:
 
 
 APT_SANDBOX_USER = "_apt"  # apt's APT::Sandbox::User default
-DOWNLOAD_PREFIX = "mq-dl-"  # under /tmp, for apt's sandbox user (see the module's docstring)
+DOWNLOAD_PREFIX = "mq-dl"  # under /tmp, for apt's sandbox user (see the module's docstring)
+
+
+DOWNLOAD_LOCK_DEADLINE_S = 900.0  # another run fetching the same package (linux-source is 139 MB)
 
 
 def download(package: str, cache: Path, version: str | None = None) -> Path:
     """The .deb of ``package`` at ``version`` (default: the current
-    candidate), downloaded once."""
+    candidate), downloaded once.  One run at a time per package writes into
+    debs/ (its lock also tells the sweep of killed downloads what is live)."""
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     if version is None:
@@ -163,6 +169,13 @@ def download(package: str, cache: Path, version: str | None = None) -> Path:
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
     expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version), cache)
+    leftovers.sweep_debs(debs)
+    lock = leftovers.package_lock(debs, package)
+    with file_lock(lock, exclusive=True, deadline_s=DOWNLOAD_LOCK_DEADLINE_S, held=f"{package} is being downloaded"):
+        return _cached_or_fetched(package, version, expected, debs)
+
+
+def _cached_or_fetched(package: str, version: str, expected: str, debs: Path) -> Path:
     for path in debs.glob(f"{package}_*.deb"):
         if _deb_version(path) != version:
             continue
@@ -173,7 +186,7 @@ def download(package: str, cache: Path, version: str | None = None) -> Path:
         path.unlink()
         path.with_name(f".{path.name}.sha256").unlink(missing_ok=True)
         _fetched_record(path).unlink(missing_ok=True)
-    with _DownloadDir(debs) as work:
+    with _DownloadDir(debs, package) as work:
         _run(["apt-get", "download", f"{package}={version}"], cwd=work)
         fetched = sorted(work.glob("*.deb"))
         if len(fetched) != 1 or not fetched[0].name.startswith(f"{package}_"):
@@ -208,8 +221,9 @@ class _DownloadDir:
     list) under /tmp, since the sandbox user cannot reach the 0700 cache
     and apt would then download unsandboxed, as root."""
 
-    def __init__(self, debs: Path) -> None:
+    def __init__(self, debs: Path, package: str) -> None:
         self.debs = debs
+        self.package = package
         self.outer: Path | None = None
 
     def __enter__(self) -> Path:
@@ -218,9 +232,9 @@ class _DownloadDir:
         except KeyError:
             sandbox = None  # an apt without a sandbox user downloads as root anyway
         if sandbox is None:
-            self.outer = Path(tempfile.mkdtemp(prefix=".dl-", dir=self.debs))
+            self.outer = Path(tempfile.mkdtemp(prefix=f".dl-{self.package}-", dir=self.debs))
             return self.outer
-        self.outer = Path(tempfile.mkdtemp(prefix=DOWNLOAD_PREFIX, dir="/tmp"))
+        self.outer = leftovers.live_tempdir(DOWNLOAD_PREFIX, "/tmp")
         os.chmod(self.outer, 0o711)
         inner = Path(tempfile.mkdtemp(dir=self.outer))
         os.chown(inner, sandbox, -1)
@@ -228,7 +242,7 @@ class _DownloadDir:
 
     def __exit__(self, *exc: object) -> None:
         if self.outer is not None:
-            shutil.rmtree(self.outer, ignore_errors=True)
+            leftovers.release_tempdir(self.outer)
 
 
 def _copy_private(source: Path, target: Path, expected: str) -> str:
