@@ -20,9 +20,9 @@ concurrent run may be writing the entry right now:
 - a temporary directory (``live_tempdir``) holds a lock file ``.live``
   that its process keeps locked for as long as it uses the directory;
   the file is locked before it gets its name, so a ``.live`` that can be
-  locked belongs to a process that has died.  A directory without one is
-  removed only once it is older than STALE_AGE_S (one killed between
-  mkdtemp and the rename, or made by an older memqual).
+  locked belongs to a process that has died.  A directory without one
+  (made by an older memqual, or killed between mkdtemp and the rename) is
+  removed only once it is older than LOCKLESS_AGE_S, a day.
 - aexpect's server holds ``lock-server-running`` for its whole life and a
   starting client holds ``lock-client-starting``: a session directory with
   both free and older than STALE_AGE_S has no process behind it.
@@ -47,7 +47,11 @@ from pathlib import Path
 
 log = logging.getLogger("memqual.leftovers")
 
-STALE_AGE_S = 60.0  # a lock-less entry younger than this may be one being set up
+STALE_AGE_S = 60.0  # an aexpect directory younger than this may be one being set up
+# A temporary directory without its .live lock was made by an older memqual
+# (or one killed within microseconds of mkdtemp): no lock can tell whether
+# its run still lives, so only one older than any run is taken for stale.
+LOCKLESS_AGE_S = 86400.0
 LIVE_LOCK = ".live"
 _MKDTEMP = r"[a-z0-9_]{8}"  # tempfile's random part
 TEMPDIR_NAME = re.compile(rf"mq(?:-dl|pm|probe)?-{_MKDTEMP}")
@@ -127,8 +131,8 @@ def tree_size(path: Path) -> int:
     return total
 
 
-def _old(st: os.stat_result) -> bool:
-    return time.time() - st.st_mtime > STALE_AGE_S
+def _old(st: os.stat_result, age_s: float = STALE_AGE_S) -> bool:
+    return time.time() - st.st_mtime > age_s
 
 
 def sweep_keyed(parent: Path, pattern: re.Pattern[str], lock_of: Callable[[str], Path]) -> int:
@@ -179,7 +183,7 @@ def sweep_tempdirs(parent: str | os.PathLike[str]) -> int:
         if st is None or not stat.S_ISDIR(st.st_mode) or path in _held:
             continue
         free = _lock_free(path / LIVE_LOCK)
-        if free or (free is None and _old(st)):
+        if free or (free is None and _old(st, LOCKLESS_AGE_S)):
             removed += _remove(path, st, "its process is gone")
     return removed
 

@@ -139,6 +139,8 @@ def test_a_socket_dir_without_a_lock_goes_only_when_old_and_never_anothers(tmp_p
     young, old, foreign = (tmp_path / f"mq-{name}00000"[:11] for name in ("you", "old", "for"))
     for directory in (young, old, foreign):
         directory.mkdir()
+    hours_ago = time.time() - 3600  # a run of an older memqual may well last hours
+    os.utime(young, (hours_ago, hours_ago))
     os.utime(old, (0, 0))
     os.utime(foreign, (0, 0))
     if os.geteuid() == 0:
