@@ -17,6 +17,7 @@ import signal
 import sys
 import warnings
 
+from memqual.host import leftovers
 from memqual.host.cliargs import Parser
 from memqual.host.errors import LaunchError, MemqualError
 
@@ -113,18 +114,6 @@ def _end_on_closed_stdout() -> int:
     return 128 + signal.SIGPIPE
 
 
-def sweep_process_leftovers() -> None:
-    """Socket and aexpect directories of killed runs (host/leftovers.py);
-    the cache's own leftovers are swept where the cache is next used."""
-    from memqual.host import leftovers
-
-    socket_dir = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
-    for place in {socket_dir, "/tmp"}:
-        leftovers.sweep_tempdirs(place)
-    for place in {socket_dir, "/tmp", os.environ.get("TMPDIR", "/tmp")}:
-        leftovers.sweep_aexpect(place)
-
-
 def _command(argv: list[str] | None) -> int:
     # Avocado 113 imports pkg_resources, whose deprecation warning would be
     # a second line under every error of a command that loads Avocado.
@@ -141,7 +130,7 @@ def _command(argv: list[str] | None) -> int:
         logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
     try:
         _restore_stale_host_state(args.command)
-        sweep_process_leftovers()
+        leftovers.sweep_process_dirs()  # of runs that were killed
         return int(args.handler(args) or 0)
     except MemqualError as exc:
         if os.environ.get("MEMQUAL_DEBUG"):

@@ -235,11 +235,11 @@ def sweep_debs(debs: Path) -> int:
     )
 
 
-def sweep_all(cache: Path) -> int:
-    """Every sweep, for a memqual command's start."""
+def sweep_process_dirs() -> int:
+    """The socket and aexpect directories of killed runs, for a memqual
+    command's start (the cache's own leftovers are swept where the cache is
+    next used: the image build, a download, the snapshot cap)."""
     socket_dir = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
     places = {socket_dir, "/tmp"}
     removed = sum(sweep_tempdirs(p) for p in places)
-    removed += sum(sweep_aexpect(p) for p in {*places, os.environ.get("TMPDIR", "/tmp")})
-    removed += sweep_images(cache / "images") + sweep_snapshots(cache / "snapshots") + sweep_debs(cache / "debs")
-    return removed
+    return removed + sum(sweep_aexpect(p) for p in {*places, os.environ.get("TMPDIR", "/tmp")})

@@ -193,3 +193,16 @@ def test_aexpect_dirs_are_kept_while_the_session_lives_and_removed_after(tmp_pat
         os.utime(session, (0, 0))
         time.sleep(0.1)  # the server notices its shell's death and ends
     assert not session.exists()
+
+
+def test_the_next_memqual_command_removes_a_killed_runs_socket_dir(tmp_path: Path, monkeypatch, capsys) -> None:
+    from memqual.host import cli
+
+    proc, directory = _process_with_tempdir(tmp_path)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    monkeypatch.setenv("MEMQUAL_SOCKET_DIR", str(tmp_path))
+    # a command that fails on its input still starts, and sweeps first
+    assert cli.main(["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 2
+    capsys.readouterr()
+    assert not directory.exists()
