@@ -89,14 +89,14 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         ),
         title_justify="left",
     )
-    table.add_column("metric", overflow="fold", ratio=1)
+    table.add_column("metric", overflow="fold", ratio=1, min_width=28)
     table.add_column(f"{a_name} median", justify="right", no_wrap=True)
     table.add_column(f"{b_name} median", justify="right", no_wrap=True)
     table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
     table.add_column("role", no_wrap=True)
     table.add_column("reps", justify="right", no_wrap=True)
     table.add_column("p (corr.)", justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    table.add_column("verdict", overflow="fold", max_width=24)
     labels = short_labels(result.metrics)
     for m in result.metrics:
         c = m.comparison
