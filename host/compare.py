@@ -70,6 +70,10 @@ __all__ = [
 ]
 
 
+# Primaries unmarked: they are what the table is about.
+ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (exploratory)"}
+
+
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -89,11 +93,10 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         ),
         title_justify="left",
     )
-    table.add_column("metric", overflow="fold", ratio=1, min_width=28)
+    table.add_column("metric", overflow="fold", ratio=1)
     table.add_column(f"{a_name} median", justify="right", no_wrap=True)
     table.add_column(f"{b_name} median", justify="right", no_wrap=True)
     table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
-    table.add_column("role", no_wrap=True)
     table.add_column("reps", justify="right", no_wrap=True)
     table.add_column("p (corr.)", justify="right", no_wrap=True)
     table.add_column("verdict", overflow="fold", max_width=24)
@@ -101,11 +104,10 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     for m in result.metrics:
         c = m.comparison
         table.add_row(
-            escape(labels[m.key] + (" *" if m.settings_changed else "")),
+            escape(labels[m.key] + (" *" if m.settings_changed else "") + ROLE_MARKS[m.role]),
             escape(f"{num(c.a.median)} {m.unit}"),
             escape(f"{num(c.b.median)} {m.unit}"),
             f"{num(c.ratio)} [{num(c.ci_low)}, {num(c.ci_high)}]",
-            m.role,
             f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else ""),
             f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
             f"[{styles[m.verdict]}]{escape(verdict_text(m))}[/]",

@@ -180,7 +180,7 @@ def test_a_noisy_small_change_is_undecided_with_the_units_it_needs(tmp_path, cap
     assert m["blocks_needed"] is not None and m["blocks_needed"] > 3
     assert _run([a, b]) == 0
     text = capsys.readouterr().out
-    assert "1 metric(s) undecided" in text and "needs" in text
+    assert "1 metric(s) undecided" in text and "needs about" in text
     assert "underpowered" not in text and "no difference" not in text
 
 
