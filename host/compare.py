@@ -23,7 +23,6 @@ import sys
 from typing import Any
 
 from memqual.host import cliargs
-from memqual.host.primaries import PRIMARY
 from memqual.host.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
@@ -42,6 +41,7 @@ from memqual.host.comparison import (
     short_labels,
     verdict_text,
 )
+from memqual.host.primaries import PRIMARY
 
 # The computation is memqual.host.comparison's; these names are kept here for the
 # callers that reach them as ``compare.X``.  The page, the HTML helpers and

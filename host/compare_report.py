@@ -3,9 +3,10 @@
 ``memqual compare A.json B.json --html FILE`` and a two-kernel ``memqual
 run`` (OUTPUT/comparison.html) write it.  One self-contained page: where
 each run's figures come from, how many metrics got faster or slower and how
-many were equivalent or undecided, whether a negative control says the host drifted, a forest plot of every ratio B/A with its
-confidence interval against the threshold band, the table that ``memqual
-compare`` prints (replicates a side, raw and Holm-corrected p), the metrics
+many were equivalent or undecided, whether a negative control says the
+host drifted, a forest plot of every ratio B/A with its confidence
+interval against the threshold band, the table that ``memqual compare``
+prints (replicates a side, raw and corrected p, TOST p), the metrics
 found on one side only, the claims whose verdict moved and the environment
 that differs.
 """

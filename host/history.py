@@ -502,14 +502,11 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
             )
         parts.append("</table>")
         for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
-            steps = (
-                "; ".join(
-                    f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
-                    f"p={st.p_value:.3g}"
-                    for st in s.steps
-                )
-                or ("no step: " + s.verdict)
-            )
+            steps = "; ".join(
+                f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
+                f"p={st.p_value:.3g}"
+                for st in s.steps
+            ) or ("no step: " + s.verdict)
             parts.append(
                 f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.role)} · {esc(s.unit)}, {esc(s.better)} is better · "
                 f"p of no change {s.p_change:.2g} (corrected {s.p_change_adjusted:.2g}) · <b>{esc(steps)}</b></p>"
@@ -567,8 +564,8 @@ def main(args: argparse.Namespace) -> int:
         )
         if g.host_drifted:
             print(
-                f"  the host drifted: negative control(s) with a step ({', '.join(c.key for c in g.controls_stepped)}); "
-                "the other steps are not to be trusted",
+                "  the host drifted: negative control(s) with a step "
+                f"({', '.join(c.key for c in g.controls_stepped)}); the other steps are not to be trusted",
                 file=out,
             )
         for s in g.series:

@@ -149,7 +149,9 @@ def test_compare_results_decides_as_the_calibrated_code():
     by the primary mark) gives the verdicts the calibration counted."""
     rng = np.random.default_rng(24)
     n = 6
-    entries_a, entries_b, tests = [], [], []
+    entries_a: list[dict] = []
+    entries_b: list[dict] = []
+    tests = []
     for i in range(20):
         ra = _replicates(rng, n, 0.03, 1.0 + i, np.zeros(n))
         rb = _replicates(rng, n, 0.03, (1.0 + i) * (1.1 if i < 5 else 1.0), np.zeros(n))

@@ -204,7 +204,12 @@ def test_metrics_that_do_not_vary_are_equivalent(tmp_path, capsys):
     # would be undecided (no spread to judge by).
     recs = [
         Measurement(
-            scenario="ksm.integrity", metric="bad_pages", unit="pages", better="lower", samples=[], replicates=[[0.0]] * 3
+            scenario="ksm.integrity",
+            metric="bad_pages",
+            unit="pages",
+            better="lower",
+            samples=[],
+            replicates=[[0.0]] * 3,
         )
     ]
     a = _results(tmp_path, "a", recs)

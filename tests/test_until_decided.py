@@ -135,7 +135,10 @@ def _records(scale_b: float, n: int, spread: float, seed: int) -> tuple[list, li
     out: tuple[list, list] = ([], [])
     for block in range(1, n + 1):
         for side, factor in ((0, 1.0), (1, scale_b)):
-            for scenario, metric, f in (("balloon.deflate", "deflate_s", factor), ("balloon.inflate", "inflate_s", 1.0)):
+            for scenario, metric, f in (
+                ("balloon.deflate", "deflate_s", factor),
+                ("balloon.inflate", "inflate_s", 1.0),
+            ):
                 out[side].append(
                     Measurement(
                         scenario=scenario,
