@@ -40,6 +40,14 @@ the choices are written down once:
   medians is at least ``min_effect`` (a real but tiny shift is not worth a
   verdict).  Several metrics of one comparison are corrected with ``holm``.
 
+The A/B decisions of ``memqual compare``, ``--until-decided`` and
+``memqual history`` do not use the permutation test: ``ratio_test`` (a
+paired t on blocks' log ratios, or Welch's t on log replicate medians),
+``benjamini_hochberg`` and ``spent_alpha`` below are theirs, because the
+permutation test's floor cannot pass a correction at the block counts a
+short run gives.  ``compare_replicates`` and its power floor stay for the
+claims' verdicts.
+
 The older sample-level functions (``compare``, ``bootstrap_ratio_ci`` and
 ``permutation_test`` on flat samples) stay for computed figures that have
 no replicate structure.
