@@ -159,7 +159,13 @@ class MetricEntry(_JsonObject):
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
-        added: dict[str, Any] = {"key": key, "summary": stats.summarize(rec.samples).to_json(), "primary": None}
+        from memqual.host.primaries import is_primary
+
+        added: dict[str, Any] = {
+            "key": key,
+            "summary": stats.summarize(rec.samples).to_json(),
+            "primary": is_primary(rec.scenario, rec.metric),
+        }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 
 
