@@ -105,18 +105,17 @@ def check_output_dir(path: Path, what: str) -> None:
         st = os.stat(nearest)
     except OSError as exc:
         raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
-    where = path if nearest == path else f"{path} (made in {nearest})"
+    where = f"{what} {path}" if nearest == path else f"{what} {path}: {nearest}, where it is made,"
     if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedDirectory(f"{what} {where}: {nearest} is not a directory")
+        raise UntrustedDirectory(f"{where} is not a directory")
     euid = os.geteuid()
     if st.st_uid not in (euid, 0):
         raise UntrustedDirectory(
-            f"{what} {where}: {nearest} belongs to uid {st.st_uid}, not to you (uid {euid}): "
-            "write into a folder of your own"
+            f"{where} belongs to uid {st.st_uid}, not to you (uid {euid}): write into a folder of your own"
         )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UntrustedDirectory(
-            f"{what} {where}: {nearest} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            f"{where} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
             f"write into a folder of your own, or run 'chmod go-w {nearest}'"
         )
 
