@@ -26,6 +26,7 @@ import dataclasses
 import datetime as _dt
 import functools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -144,6 +145,10 @@ def check_record(data: dict[str, Any], source: str) -> None:
         else:
             what = error.message[:160]
         raise BadInput(f"{source}: not a valid measurement record at {where}: {what}")
+    # NaN passes every bound of a schema (it compares false): checked here.
+    measured = [*data.get("samples", []), *(s for r in data.get("replicates", []) for s in r)]
+    if not all(math.isfinite(x) for x in [*measured, data.get("duration_s", 0.0)]):
+        raise BadInput(f"{source}: not a valid measurement record: a sample or the duration is not finite")
 
 
 def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
