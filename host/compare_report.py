@@ -20,6 +20,7 @@ from typing import Any
 
 from memqual.host.comparison import SLOWER, UNDECIDED, VERDICTS, RunComparison, short_labels, verdict_text
 from memqual.host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
+from memqual.host.paths import write_private_atomic
 from memqual.host.results import Results
 
 
@@ -181,5 +182,5 @@ def write_comparison_html(
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_comparison_html(result, a, b, a_name, b_name))
+    write_private_atomic(path, render_comparison_html(result, a, b, a_name, b_name).encode(), 0o644)
     return path

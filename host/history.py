@@ -51,6 +51,7 @@ from typing import Any
 from memqual.host import cliargs
 from memqual.host.cliargs import percent_as_fraction
 from memqual.host.errors import BadInput
+from memqual.host.paths import write_private_atomic
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
@@ -549,7 +550,7 @@ def main(args: argparse.Namespace) -> int:
         raise BadInput(f"--html {target}: is a directory; give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--html {target}: no such directory {target.parent}")
-    target.write_text(render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA))
+    write_private_atomic(target, render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA).encode(), 0o644)
     if args.json:
         json.dump(to_json(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA), sys.stdout, indent=2)
         sys.stdout.write("\n")

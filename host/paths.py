@@ -157,16 +157,62 @@ def release_tempdir(directory: Path) -> None:
     leftovers.release_tempdir(directory)
 
 
+def check_output_dir(path: Path, what: str) -> None:
+    """Refuse to write below ``path`` (an output folder, or the folder of
+    an output file) when someone else could change what is there: memqual
+    runs as root, and a folder another user may write lets them plant a
+    link where root's next file goes.  When ``path`` does not exist yet,
+    the folder it will be made in is checked instead (memqual makes the
+    rest).  The folder must belong to the running user (or root) and be
+    writable by nobody else; a symlink is followed and its target checked.
+    Raises UntrustedDirectory (one line) otherwise."""
+    path = Path(path)
+    nearest = path
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    try:
+        st = os.stat(nearest)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    where = f"{what} {path}" if nearest == path else f"{what} {path}: {nearest}, where it is made,"
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedDirectory(f"{where} is not a directory")
+    euid = os.geteuid()
+    if st.st_uid not in (euid, 0):
+        raise UntrustedDirectory(
+            f"{where} belongs to uid {st.st_uid}, not to you (uid {euid}): write into a folder of your own"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedDirectory(
+            f"{where} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            f"write into a folder of your own, or run 'chmod go-w {nearest}'"
+        )
+
+
 def write_private_atomic(target: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` to ``target`` through an unpredictable temporary name
-    in the same directory (O_EXCL, so never through a planted symlink), then
-    rename it over ``target``."""
+    """The one way memqual writes a file whole: ``data`` goes to an
+    unpredictable temporary name in ``target``'s own folder, created with
+    O_EXCL and O_NOFOLLOW (so never through a link someone planted, and
+    never into a file someone else opened first), is given ``mode`` and
+    flushed to disk, then renamed over ``target``.  A reader sees the old
+    file or the new one, never half of one, even after a crash; a link at
+    ``target`` itself is replaced, not followed."""
+    target = Path(target)
+    # mkstemp opens O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
-        os.chmod(tmp, mode)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # The rename itself survives a crash once the folder is on disk too.
+    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

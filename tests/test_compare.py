@@ -276,7 +276,7 @@ def test_the_threshold_decides_what_counts(tmp_path):
             "another memqual version",
         ),
         (lambda p: p.write_text(json.dumps({**json.loads(p.read_text()), "memqual_version": "0.0.1"})), "same version"),
-        (lambda p: p.write_text(json.dumps({"schema": "memqual.results/1"})), "missing or of the wrong type"),
+        (lambda p: p.write_text(json.dumps({"schema": "memqual.results/1"})), "is a required property"),
         (
             lambda p: p.write_text(
                 json.dumps(
@@ -286,7 +286,7 @@ def test_the_threshold_decides_what_counts(tmp_path):
                     }
                 )
             ),
-            "not a list of lists",
+            "replicates: .x. is not of type",
         ),
     ],
 )
