@@ -135,20 +135,24 @@ def test_ssh_pins_the_host_key_and_uses_the_key_only(tmp_path, keys):
 
 def test_slot_files_put_the_pinned_options_before_aexpects(tmp_path, keys):
     host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1], slots=2)
-    conf = fleet.write_spawner_config(tmp_path / "fleet", [host], 40123, "quick")
+    remote = {"a": "/tmp/memqual-status.AbCdEf0123"}
+    conf = fleet.write_spawner_config(tmp_path / "fleet", [host], "/x/status.sock", remote, "quick")
     text = conf.read_text()
-    assert "spawner = memqual-remote" in text and "status_server_listen = 127.0.0.1:40123" in text
+    assert "spawner = memqual-remote" in text and "status_server_listen = /x/status.sock" in text
     slots = sorted((tmp_path / "fleet").glob("slot-*.json"))
     assert len(slots) == 2 and all(oct(p.stat().st_mode & 0o777) == "0o600" for p in slots)
     first, second = (json.loads(p.read_text()) for p in slots)
     words = shlex.split(first["extra_cmdline"])
     # aexpect appends "-o StrictHostKeyChecking=no" after these: ssh keeps the first.
     assert words[words.index("StrictHostKeyChecking=yes") - 1] == "-o"
-    assert "127.0.0.1:40123:127.0.0.1:40123" in words  # the status server, through the session
+    # The status server's UNIX socket, through the session, to a socket in a
+    # private directory there: no TCP port any local user there could reach.
+    assert words[words.index("-R") + 1] == "/tmp/memqual-status.AbCdEf0123/status.sock:/x/status.sock"
     assert "-R" not in shlex.split(second["extra_cmdline"])  # one forward per host
     spec = FleetSpec.from_json(json.loads((tmp_path / "fleet" / "fleet-spec.json").read_text()))
     assert set(spec.slots.values()) == {host}
     assert spec.environment["MEMQUAL_PROFILE"] == "quick"
+    assert spec.status_sockets == {"a": "/tmp/memqual-status.AbCdEf0123/status.sock"}
 
 
 @pytest.mark.parametrize(
@@ -257,12 +261,12 @@ def test_fault_bookkeeping_keeps_only_what_ran_to_its_end(tmp_path):
         ("4-x", "", NOT_RUN, "SKIP"),
     ]
     assert read_place(cut) == Place("2-x", "b", INTERRUPTED, "lab host b was lost")
-    assert fleet.host_records(tasks, "a", tmp_path / "a") == 2
+    assert fleet.host_records(tasks, "a", tmp_path / "a") == (2, [])
     assert all(json.loads(p.read_text())["environment"]["lab_host"] == "a" for p in (tmp_path / "a").iterdir())
     records, problems = collect_records(tmp_path / "a")
     assert sorted(r.scenario for r in records) == ["x.t1", "x.t3"] and problems == []
     # The half-run task's record is never merged.
-    assert fleet.host_records(tasks, "b", tmp_path / "b") == 0
+    assert fleet.host_records(tasks, "b", tmp_path / "b") == (0, [])
     assert list((tmp_path / "b").iterdir()) == []
 
 
@@ -315,7 +319,8 @@ def test_the_probe_answer_round_trips():
 
 def test_every_test_runs_once_per_host_through_avocados_variants(tmp_path, keys):
     hosts = [config.LabHost(name=n, address="10.0.0.1", key=keys[0], known_hosts=keys[1]) for n in ("lab1", "lab2")]
-    text = fleet.write_spawner_config(tmp_path / "fleet", hosts, 40000, "quick").read_text()
+    remote = {h.name: "/tmp/memqual-status.0123456789" for h in hosts}
+    text = fleet.write_spawner_config(tmp_path / "fleet", hosts, "/s.sock", remote, "quick").read_text()
     assert "dict_variants = [{'lab_host': 'lab1'}, {'lab_host': 'lab2'}]" in text
     assert "variant_id_keys = ['lab_host']" in text
     # A task's runnable carries its variant like this; the spawner reads its host.
@@ -353,6 +358,8 @@ def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(t
     from memqual.host.runjob import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
+    monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
+    monkeypatch.setattr(fleet, "remove_remote_dir", lambda host, path: None)
     seen = []
 
     def job(config, *args, **kwargs):
