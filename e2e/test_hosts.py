@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -162,7 +163,9 @@ class NamespaceLab:
                         "PasswordAuthentication no",
                         "KbdInteractiveAuthentication no",
                         "UsePAM no",
-                        "AllowTcpForwarding remote",
+                        # The status channel is a UNIX socket forward: no TCP.
+                        "AllowTcpForwarding no",
+                        "AllowStreamLocalForwarding remote",
                         "GatewayPorts no",
                         "X11Forwarding no",
                         "PrintMotd no",
@@ -266,6 +269,54 @@ def _listeners() -> set[str]:
     """Local addresses with a TCP listener in this network namespace."""
     result = subprocess.run(["ss", "-H", "-l", "-t", "-n"], capture_output=True, text=True, timeout=10, check=True)
     return {line.split()[3] for line in result.stdout.splitlines() if len(line.split()) > 3}
+
+
+# Run as nobody inside a lab host's namespace: can a local user there reach
+# the status channel (the remote end of the session's -R forward)?
+_PROBE_CHANNEL = """
+import socket, sys
+target = sys.argv[1]
+try:
+    if target.startswith("/"):
+        s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(target)
+    else:
+        host, port = target.rsplit(":", 1); socket.create_connection((host, int(port)), timeout=5)
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("connected")
+"""
+
+
+def _status_channel_as_nobody(output: Path, ns: str, name: str) -> str:
+    """What a local user of lab host ``name`` meets on the status channel:
+    "connected", or the error of its connect."""
+    login = json.loads((output / "fleet" / f"slot-{name}-1.json").read_text())
+    words = shlex.split(login["extra_cmdline"])
+    forward = words[words.index("-R") + 1]
+    # "127.0.0.1:P:127.0.0.1:P" (TCP) or "/remote.sock:/local.sock"
+    remote = forward.split(":")[0] if forward.startswith("/") else ":".join(forward.split(":")[:2])
+    result = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            _PROBE_CHANNEL,
+            remote,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return result.stdout.strip() or result.stderr.strip()
 
 
 def _qemus_under(pids: list[int]) -> list[int]:
@@ -389,6 +440,10 @@ class LabHosts(avocado.Test):
             # The controller listens on loopback only (Avocado's status server).
             opened = _listeners() - listening_before
             self.assertTrue(all(a.startswith(("127.0.0.1:", "[::1]:")) for a in opened), opened)
+            # No other user of a lab host can post to the status channel.
+            for host in self.lab.hosts:
+                met = _status_channel_as_nobody(output, host["ns"], host["name"])
+                self.assertEqual(met, "PermissionError", f"{host['name']}: a local user there met {met!r}")
             killed = self.lab.kill(self.lab.hosts[2])
             self.log.info("lab3 killed after %.1f s: pids %s", time.monotonic() - started, killed)
             lock.release()
