@@ -163,8 +163,10 @@ class NamespaceLab:
                         "PasswordAuthentication no",
                         "KbdInteractiveAuthentication no",
                         "UsePAM no",
-                        # The status channel is a UNIX socket forward: no TCP.
-                        "AllowTcpForwarding no",
+                        # The status channel is a UNIX socket forward; this
+                        # sshd (OpenSSH 9.2) denies that too under
+                        # "AllowTcpForwarding no".
+                        "AllowTcpForwarding remote",
                         "AllowStreamLocalForwarding remote",
                         "GatewayPorts no",
                         "X11Forwarding no",
