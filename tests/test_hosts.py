@@ -625,3 +625,26 @@ def test_the_address_check_refuses_what_aexpect_refuses(tmp_path, keys, address)
         with pytest.raises(BadInput, match="fe80"):
             config.load(path)
     assert aexpect_takes == (not address.lower().startswith("fe80"))
+
+
+def test_what_gnu_tar_on_a_host_sends_comes_back_whole(tmp_path, monkeypatch):
+    """The host's side is GNU tar (``tar -cf - data``): its stream, padding
+    and all, unpacks and the sender exits 0."""
+    from memqual.host.hosts import spawner
+
+    remote = tmp_path / "remote"
+    (remote / "data" / "sub").mkdir(parents=True)
+    (remote / "data" / "memqual-x.json").write_text("{}" * 5000)
+    (remote / "data" / "sub" / "y").write_text("y")
+    monkeypatch.setattr(spawner.ssh, "command", lambda host, argv: argv)  # the host's argv, run here
+    local = tmp_path / "task"
+    local.mkdir()
+    host = config.LabHost(name="a", address="10.0.0.1", key=tmp_path, known_hosts=tmp_path)
+    assert spawner.fetch_data(host, str(remote), local) == ""
+    assert (local / "data" / "memqual-x.json").read_text() == "{}" * 5000
+    assert (local / "data" / "sub" / "y").read_text() == "y"
+    empty, nothing = tmp_path / "empty", tmp_path / "task2"
+    empty.mkdir()
+    nothing.mkdir()
+    assert spawner.fetch_data(host, str(empty), nothing) == ""  # no data/ there: nothing, no error
+    assert list(nothing.iterdir()) == []
