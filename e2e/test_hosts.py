@@ -346,7 +346,7 @@ class LabHosts(avocado.Test):
         # A run of this test that was killed (SIGKILL, a timeout) could not
         # tear its lab down: that is done now.
         remove_stale_labs()
-        self.task_dirs_before = set(Path("/tmp").glob("memqual-task.*"))
+        self.task_dirs_before = set(Path("/tmp").glob("memqual-task.*")) | set(Path("/tmp").glob("memqual-status.*"))
         self.scratch = Path(tempfile.mkdtemp(prefix="mqlab-"))
         # sshd's StrictModes refuses keys under a world-writable /tmp.
         self.lab = NamespaceLab(3, Path(tempfile.mkdtemp(prefix=f"mqlab-{os.getpid()}-", dir="/run")))
@@ -359,7 +359,10 @@ class LabHosts(avocado.Test):
         # The lab hosts share this /tmp: the task directory of lab3's
         # interrupted task (which a real host's next memqual hosts probe
         # removes once stale) is this test's to remove.
-        for path in set(Path("/tmp").glob("memqual-task.*")) - getattr(self, "task_dirs_before", set()):
+        # So is the status channel's directory of lab3, which memqual could
+        # not reach to remove.
+        made = set(Path("/tmp").glob("memqual-task.*")) | set(Path("/tmp").glob("memqual-status.*"))
+        for path in made - getattr(self, "task_dirs_before", set()):
             shutil.rmtree(path, ignore_errors=True)
         lab = getattr(self, "lab", None)
         if lab is not None:
