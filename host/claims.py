@@ -131,6 +131,7 @@ class Quantity:
     workload: str = ""
     field: str = ""
     published: float | None = None  # the seed's figure for this side, if any
+    published_unit: str = ""  # its unit, when not the measure's (the seed's ms beside seconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +301,8 @@ class Verdict:
             if q is None:
                 return None
             out: dict[str, Any] = {"label": q.label, "unit": m.unit, "published": q.published}
+            if q.published_unit:
+                out["published_unit"] = q.published_unit
             flat = [s for r in reps for s in r]
             if flat:
                 out["median"] = stats.median(flat)
@@ -488,6 +491,7 @@ def _parse_quantity(entry: Any, source: str, where: str) -> Quantity:
         workload=str(entry.get("workload", "")),
         field=str(entry.get("field", "")),
         published=_number_or_none(entry, "published", where),
+        published_unit=str(entry.get("published_unit", "")),
     )
     if source == "records" and not q.variant:
         raise BadInput(f"{where}: a 'records' side needs a 'variant' object")
