@@ -138,7 +138,7 @@ def ceiling_line(c: Mapping[str, Any]) -> str:
     if not ceiling:
         return ""
     text = (
-        f"Bound: {ceiling.get('label', 'the mechanism')}'s ceiling on B / A in this run is {num(ceiling['value'])}x "
+        f"Bound: {ceiling.get('label') or 'the mechanism'} on B / A in this run is {num(ceiling['value'])}x "
         f"(units {num(ceiling['low'])}-{num(ceiling['high'])}: {ceiling.get('formula', '')})"
     )
     limit = ceiling.get("limit_any_workload")
@@ -276,7 +276,7 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
         # band above it reads as out of reach, not as a near miss.
         ax2.axhline(ceiling["value"], color="#b91c1c", linestyle=":", linewidth=1.4)
         ax2.text(
-            -0.45, ceiling["value"], f"ceiling here {num(ceiling['value'])}x", va="bottom", fontsize=7, color="#b91c1c"
+            -0.45, ceiling["value"], f"ceiling here {num(ceiling['value'])}x", va="top", fontsize=7, color="#b91c1c"
         )
         if ceiling.get("limit_any_workload") is not None:
             ax2.axhline(ceiling["limit_any_workload"], color="#b91c1c", linestyle="-.", linewidth=0.9)
