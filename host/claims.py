@@ -893,6 +893,11 @@ def judge(
             f"and {ceiling.label} in this run is {format_number(ceiling.value)}x "
             f"(units {format_number(ceiling.low)}-{format_number(ceiling.high)}; {ceiling.formula}){anywhere}"
         )
+    elif ceiling is not None and off < 0:
+        why += (
+            f"; {ceiling.label} in this run, {format_number(ceiling.value)}x, leaves the band "
+            f"(from {format_number(band_low)}x) within its reach"
+        )
     return DIRECTION_ONLY, why
 
 

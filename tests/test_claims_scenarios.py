@@ -120,6 +120,7 @@ def test_the_ksm_card_shows_smart_scans_own_ceiling_and_says_the_seed_is_out_of_
     # Where the ceiling leaves the band within reach, a short fall is only that.
     near = _verdict("ksm-volatile-4k", ksm_records(5.0, skip_share=0.88))
     assert near.verdict == claims.DIRECTION_ONLY and "Out of reach" not in near.reason
+    assert "within its reach" in near.reason
     data = v.to_json()
     assert data["ceiling"]["limit_any_workload"] == 9.0 and data["ceiling"]["limit_source"]
 
