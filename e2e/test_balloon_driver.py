@@ -63,7 +63,7 @@ class BalloonDriver(GuestTest):
         run (host/balloon/request_size.py holds the plumbing)."""
         started = time.monotonic()
         variant = self.variant()
-        guests = 5 if profile() == "full" else 3
+        guests = rs.GUESTS[profile()]
         sizes = rs.request_sizes(GUEST_MIB, profile())
         inflate_bytes = (GUEST_MIB - TARGET_MIB) * MIB
         run = rs.RequestSizeRun(sizes, inflate_bytes)

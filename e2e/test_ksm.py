@@ -36,19 +36,12 @@ from collections.abc import Iterator
 from memqual.e2e.base import GuestTest, profile
 from memqual.host import claims, stats
 from memqual.host.errors import CapabilityMissing
-from memqual.host.ksm import KsmController
+from memqual.host.ksm import KsmController, volatile
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
-from memqual.host.ksm.scancost import (
-    METRICS,
-    AbRun,
-    alternate_smart_scan,
-    replicate_first,
-    replicate_ratios,
-    replicates,
-    samples,
-)
+from memqual.host.ksm.scancost import alternate_smart_scan, replicate_first, replicate_ratios, samples
 from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
 from memqual.host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs
+from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
 from memqual.host.machine import Machine, MachineConfig
 from memqual.host.record import Measurement
 
@@ -85,8 +78,8 @@ VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN,
 # host) against 37 s and 53-55 s for 1 guest x 8 windows; 4 x 2 took 79-91
 # s.  The order alternates between guests (0 1, 1 0, 1 0, 0 1); with 2
 # windows also inside each.
-VOLATILE_GUESTS = 4 if profile() == "quick" else 8  # replicates per variant
-REPEATS = 1 if profile() == "quick" else 2  # windows per variant per guest
+VOLATILE_GUESTS = volatile.GUESTS[profile()]  # replicates per variant
+REPEATS = volatile.REPEATS[profile()]  # windows per variant per guest
 SCANS_PER_WINDOW = 9
 WARMUP_SCANS = 3  # after each switch of smart_scan
 # Settle each fresh guest: smart scan skips a page first after 3 looks and
@@ -97,16 +90,6 @@ INITIAL_WARMUP_SCANS = 12
 # (each costs a re-settle): at most this many per scenario, then disturbed
 # windows are kept and counted.
 DISTURBED_RETRIES = 3
-SEED_SPEEDUP = {"4k": 8.0, "thp": 16.0}
-CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
-CLAIM_METRIC = "ksmd_cpu_ns_per_page"
-SEED_METRIC = "pages_per_ksmd_cpu_s"  # the seed's scan speed (host/ksm/scancost.py says why)
-# What the THP variant measures, in its records and docs/ksm.md.
-THP_GRANULARITY = (
-    "smart scan keeps its age and skip budget per rmap item, one per 4 KiB page, also inside a "
-    "transparent huge page: this is smart scan over THP-backed guest RAM, not the dirty-bit "
-    "series' skipping of a whole huge page (one dirty bit in the PMD for 512 pages)"
-)
 
 GUEST_KSM_MIB = 64
 
@@ -455,12 +438,6 @@ class KsmTest(GuestTest):
     def _judge(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
         runs = [g.run for g in guests]
         agent_pages = VOLATILE_MIB * 256
-        reps = {variant: {metric: replicates(runs, variant, metric) for metric in METRICS} for variant in (0, 1)}
-        # B / A = without smart scan / with it: for a cost, the speed-up.
-        per_metric = {metric: stats.compare_replicates(reps[1][metric], reps[0][metric]) for metric in METRICS}
-        # The seed's quantity is a speed: its speed-up is with / without.
-        seed_speedup = stats.compare_replicates(reps[0][SEED_METRIC], reps[1][SEED_METRIC])
-        own_shares = [w.own_share for r in runs for ws in r.windows.values() for w in ws if w.own_share is not None]
         settings = self.settings(
             agent_mib=VOLATILE_MIB,
             **VOLATILE_KNOBS,
@@ -469,68 +446,28 @@ class KsmTest(GuestTest):
             scans_per_window=SCANS_PER_WINDOW,
             warmup_scans=WARMUP_SCANS,
         )
-        common: dict[str, object] = {
-            "guests": [g.to_json() for g in guests],
-            "own_share": {"min": min(own_shares), "median": stats.median(own_shares)} if own_shares else None,
-            "seed_speedup": SEED_SPEEDUP[pages],
-        }
-        if pages == "thp":
-            common["granularity"] = THP_GRANULARITY
-        records = []
-        for variant in (0, 1):
-            for metric, spec in METRICS.items():
-                extra: dict[str, object] = {
-                    "smart_scan_0_over_1": per_metric[metric].to_json(),
-                    "per_guest_0_over_1": replicate_ratios(runs, metric),
-                }
-                if metric == CLAIM_METRIC:
-                    extra |= common | {"windows": [[w.to_json() for w in r.windows[variant]] for r in runs]}
-                if metric == SEED_METRIC:
-                    extra |= {
-                        "speedup_smart_scan_1_over_0": seed_speedup.to_json(),
-                        "seed_speedup": SEED_SPEEDUP[pages],
-                    }
-                record = Measurement(
-                    scenario="ksm.volatile_scan",
-                    claim=CLAIM[pages],
-                    metric=metric,
-                    unit=spec.unit,
-                    better=spec.better,
-                    samples=[],
-                    replicates=reps[variant][metric],
-                    variant={"smart_scan": variant, "pages": pages},
-                    settings=settings,
-                    duration_s=duration_s,
-                    extra=extra,
-                )
-                records.append(record)
+        limit = volatile.skip_limit(os.uname().release)
+        records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
         # One rule with the report: the verdict memqual.host.claims gives these records.
         verdict = claims.judge_claim(CLAIM[pages], records)
         for record in records:
             if record.metric == CLAIM_METRIC:
                 record.extra |= {"verdict": verdict.verdict, "verdict_reason": verdict.reason}
             self.record(record)
-        cost = per_metric[CLAIM_METRIC]
         self.log.info(
-            "volatile %s: speed-up %.2fx CI [%.2f, %.2f] over %d guests (per guest %s); seed's scan speed "
-            "%.2fx CI [%.2f, %.2f]; guest's share of the pages scanned %s; %.0f s; %s: %s",
+            "volatile %s: over %d guests (per guest %s), skip share %s, dirty passes per scan %s; %.0f s; %s: %s",
             pages,
-            cost.ratio,
-            cost.ci_low,
-            cost.ci_high,
             len(runs),
             ", ".join(f"{r:.2f}" for r in replicate_ratios(runs, CLAIM_METRIC)),
-            seed_speedup.ratio,
-            seed_speedup.ci_low,
-            seed_speedup.ci_high,
-            common["own_share"],
+            ", ".join(f"{g.skip_share:.3f}" for g in guests),
+            ", ".join(f"{g.dirty_passes_per_scan:.2f}" for g in guests),
             duration_s,
             verdict.verdict,
             verdict.reason,
         )
         # The workload must really be the seed's: volatile pages throughout.
-        volatile = min(w.pages_volatile for r in runs for w in r.windows[0])
-        self.assertGreaterEqual(volatile, 0.8 * agent_pages, "the guest's pages were not volatile")
+        volatile_pages = min(w.pages_volatile for r in runs for w in r.windows[0])
+        self.assertGreaterEqual(volatile_pages, 0.8 * agent_pages, "the guest's pages were not volatile")
         self.assertGreater(
             stats.median(samples([w for r in runs for w in r.windows[1]], "pages_skipped_per_scan")),
             0.5 * agent_pages,
@@ -745,25 +682,3 @@ class KsmTest(GuestTest):
             f"saved({MANY_GUESTS}) = {settled.pages_sharing} pages, the model says {predicted:.0f} "
             f"(I = {model.intra_pages:.0f}, U = {model.common_pages:.0f})",
         )
-
-
-@dataclasses.dataclass(frozen=True)
-class VolatileGuest:
-    """One replicate of scenario 3: a fresh guest and its windows.  Every
-    field but ``run`` goes into the records as it is, under its own name."""
-
-    run: AbRun
-    first_smart_scan: int  # the smart_scan value measured first in this guest
-    started_warm: bool
-    boot_to_ssh_s: float
-    anon_huge_kib: tuple[int, int]  # QEMU's AnonHugePages at the start and the end
-    dirty_passes: int
-    dirty_s: float
-
-    def to_json(self) -> dict[str, object]:
-        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "run"}
-        return own | {
-            "discarded_windows": [w.to_json() for w in self.run.discarded],
-            "kept_disturbed_windows": self.run.kept_disturbed,
-            "settled_pages_per_scan": self.run.reference_pages,
-        }

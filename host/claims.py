@@ -5,17 +5,25 @@ evidence judges it and how: which two quantities A and B to compare, what the
 seed asserts about B / A (its direction) and the published magnitude with a
 tolerance.  A new scenario plugs in by editing that file.
 
-Every verdict names its evidence, one of four classes:
+Every verdict names its evidence, one of five classes:
 
 - ``measured``: the claimed mechanism itself, measured in this run on a
   real system;
 - ``successor``: the claimed mechanism is in no kernel; the mechanism
   upstream adopted instead was measured on the real system (the card names
   both);
+- ``analogue``: the claimed mechanism is in no kernel and nothing upstream
+  replaced it; what the seed varied was varied on what the kernel has
+  today (the balloon's request size with PFN arrays, not the bitmap), and
+  measured on the real system;
 - ``model``: the code the claim is about runs nowhere today; a model of it
   was run, and the card says where every input comes from;
 - ``not measurable``: nothing in this run can measure it; the card says why
   and what would.
+
+A claim may also name the accelerator its evidence needs (``accelerator``):
+a verdict made on guests under another one carries a qualifier saying what
+it does not speak for and what would measure it.
 
 The evidence is never computed from the claim's own published figures:
 those enter only here, where the evidence is compared with them.  The
@@ -39,14 +47,20 @@ Verdicts, each with a reason a person can check:
 - ``not measurable``: no evidence in this run (no records, a skipped
   scenario, or a claim that needs what this host lacks).
 
-For measured samples "the direction holds" means the two-stage (hierarchical)
-bootstrap CI of the ratio lies wholly on the asserted side of 1
-(host/stats.py); the replicate-level permutation p is reported beside it.
-For the memslot model "holds" means the median over the real layouts a
-2011 host could run is on the asserted side, by at least the claim's
-minimum effect (on seed 000's path, a miss at the guest's emulated NIC BAR,
-where a layout holds one); the card lists every layout, those no 2011 host
-ran among them.  The same rule serves the
+For measured samples "the direction holds" means the 95 % t-interval of
+B / A on the log scale lies wholly on the asserted side of 1
+(host/ratio_ci.py): of the per-unit log ratios when each unit measured A
+and B (``paired``), else Welch's of the log unit medians.  At 3 to 8 units
+its one-sided error stays at the nominal 2.5 %, where a bootstrap of so
+few units ran at up to 10.7 % (tests/test_claims_calibration.py).  The
+exact sign-flip (paired) or permutation p is reported beside it.  A
+mechanism's own bound on B / A (``ceiling``, smart scan's skip limit
+applied to the run's skip share) says when the published magnitude is
+out of its reach by design.  For the memslot model "holds" means the
+median over the real layouts a 2011 host could run is on the asserted
+side, by at least the claim's minimum effect (on seed 000's path, a miss
+at the guest's emulated NIC BAR, where a layout holds one); the card lists
+every layout, those no 2011 host ran among them.  The same rule serves the
 report and the e2e tests: ``judge_claim``.
 """
 
@@ -59,7 +73,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host import stats
+from memqual.host import ratio_ci, stats
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json
 from memqual.host.paths import shipped
@@ -84,9 +98,10 @@ DIRECTIONS = ("greater", "less", "at_least")
 
 MEASURED = "measured"
 SUCCESSOR = "successor"
+ANALOGUE = "analogue"
 MODEL = "model"
 UNMEASURABLE = "not measurable"
-EVIDENCE_CLASSES = (MEASURED, SUCCESSOR, MODEL, UNMEASURABLE)
+EVIDENCE_CLASSES = (MEASURED, SUCCESSOR, ANALOGUE, MODEL, UNMEASURABLE)
 
 REPRODUCED = "reproduced"
 DIRECTION_ONLY = "direction only"
@@ -99,10 +114,12 @@ NOT_MEASURABLE = "not measurable"
 # not a family of 30.
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
-# Fewer independent replicates than this a side and the between-unit spread
-# is not estimated well enough for the CI to carry a verdict.
+# Fewer independent units than this a side and no verdict is given.  The
+# t-interval (host/ratio_ci.py) holds its nominal rate from 2 units under
+# normal noise, but with 1 degree of freedom one odd unit decides it; from
+# 3 on it stays at or below 2.5 % a side also for heavy-tailed noise
+# (tests/test_claims_calibration.py).
 MIN_REPLICATES = 3
-FEW_REPLICATES = 5  # below this a verdict is marked provisional (the full profile reaches it)
 LAYOUT_SCENARIO = "memslots.guest_layout"
 
 
@@ -116,6 +133,7 @@ class Quantity:
     workload: str = ""
     field: str = ""
     published: float | None = None  # the seed's figure for this side, if any
+    published_unit: str = ""  # its unit, when not the measure's (the seed's ms beside seconds)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,8 +152,34 @@ class Measure:
     note: str = ""
     reason: str = ""  # source "none": why it cannot be measured
     # records: replicate i of A and of B come from the same unit (one guest
-    # measured both variants), so units are resampled jointly
+    # measured both variants), so the interval is of per-unit log ratios
     paired: bool = False
+    # records: the mechanism's own bound on B / A, measured in the run
+    ceiling: CeilingSpec | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CeilingSpec:
+    """Where a run's records hold the most B / A the measured mechanism can
+    give (its own limit applied to what the run measured): a record of the
+    scenario whose variant holds ``variant``, one value a unit, with what
+    the bound is made of in its ``extra`` (``ceiling_formula``,
+    ``limit_any_workload``, ``limit_source``)."""
+
+    scenario: str
+    metric: str
+    variant: dict[str, Any] = dataclasses.field(default_factory=dict)
+    label: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+    """The accelerator the claim's evidence needs to speak for the claim,
+    and what running under another one does to it."""
+
+    needs: str  # "kvm"
+    otherwise: str  # what the evidence says under another accelerator, and why
+    would_measure: str  # what would measure it under ``needs``
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +204,7 @@ class Evidence:
     inputs: tuple[str, ...] = ()  # model: where every input comes from
     would_measure: str = ""  # what would measure the claim itself
     beside: tuple[Beside, ...] = ()
+    accelerator: Accelerator | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,6 +260,20 @@ class BesideResult:
     samples: int
 
 
+@dataclasses.dataclass(frozen=True)
+class CeilingResult:
+    """The mechanism's own bound on B / A in this run."""
+
+    label: str
+    value: float  # median over units
+    low: float  # smallest and largest unit
+    high: float
+    units: int
+    formula: str  # how it is computed, in words
+    limit_any_workload: float | None  # the bound whatever the workload (the kernel's limit)
+    limit_source: str  # where the kernel's limit was read
+
+
 @dataclasses.dataclass
 class Verdict:
     """The judgement of one claim, and everything it was made from."""
@@ -232,6 +291,11 @@ class Verdict:
     layouts: list[LayoutResult] = dataclasses.field(default_factory=list)
     beside: list[BesideResult] = dataclasses.field(default_factory=list)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    interval_method: str = ""
+    ceiling: CeilingResult | None = None
+    accelerator: str = ""  # what the records' guests ran under ("" when they do not say)
+    # what the verdict does not speak for (another accelerator), shown with it
+    qualifier: str = ""
 
     @property
     def computed(self) -> bool:
@@ -253,6 +317,8 @@ class Verdict:
             if q is None:
                 return None
             out: dict[str, Any] = {"label": q.label, "unit": m.unit, "published": q.published}
+            if q.published_unit:
+                out["published_unit"] = q.published_unit
             flat = [s for r in reps for s in r]
             if flat:
                 out["median"] = stats.median(flat)
@@ -272,7 +338,12 @@ class Verdict:
                 "instead": ev.instead,
                 "inputs": list(ev.inputs),
                 "would_measure": ev.would_measure,
+                "accelerator": dataclasses.asdict(ev.accelerator) if ev.accelerator else None,
             },
+            "qualifier": self.qualifier,
+            "accelerator": self.accelerator,
+            "interval_method": self.interval_method,
+            "ceiling": dataclasses.asdict(self.ceiling) if self.ceiling else None,
             "seed": self.claim.seed,
             "quote": self.claim.quote,
             "published": self.claim.published,
@@ -389,7 +460,7 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
     # The class must be one the source can give: a model source is a model,
     # records are a measurement (of the mechanism or its successor), and a
     # claim with no source is not measurable.
-    allowed = {"none": (UNMEASURABLE,), "memslots-layouts": (MODEL,), "records": (MEASURED, SUCCESSOR)}
+    allowed = {"none": (UNMEASURABLE,), "memslots-layouts": (MODEL,), "records": (MEASURED, SUCCESSOR, ANALOGUE)}
     if kind not in allowed[measure.source]:
         raise BadInput(
             f"{where}: class {kind!r} does not fit source {measure.source!r} "
@@ -416,6 +487,15 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
                 variant=dict(item.get("variant", {})),
             )
         )
+    accelerator = None
+    if "accelerator" in entry:
+        acc = _require(entry, "accelerator", dict, where)
+        w = f"{where} accelerator"
+        accelerator = Accelerator(
+            needs=_require(acc, "needs", str, w),
+            otherwise=_require(acc, "otherwise", str, w),
+            would_measure=_require(acc, "would_measure", str, w),
+        )
     return Evidence(
         kind=kind,
         claimed=_require(entry, "claimed", str, where),
@@ -423,6 +503,7 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
         inputs=tuple(inputs),
         would_measure=would,
         beside=tuple(beside),
+        accelerator=accelerator,
     )
 
 
@@ -436,6 +517,7 @@ def _parse_quantity(entry: Any, source: str, where: str) -> Quantity:
         workload=str(entry.get("workload", "")),
         field=str(entry.get("field", "")),
         published=_number_or_none(entry, "published", where),
+        published_unit=str(entry.get("published_unit", "")),
     )
     if source == "records" and not q.variant:
         raise BadInput(f"{where}: a 'records' side needs a 'variant' object")
@@ -480,6 +562,20 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
         min_effect=DEFAULT_MIN_EFFECT if min_effect is None else min_effect,
         note=str(entry.get("note", "")),
         paired=_flag(entry, "paired", where),
+        ceiling=_parse_ceiling(entry.get("ceiling"), where + " ceiling"),
+    )
+
+
+def _parse_ceiling(entry: Any, where: str) -> CeilingSpec | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise BadInput(f"{where}: must be an object")
+    return CeilingSpec(
+        scenario=_require(entry, "scenario", str, where),
+        metric=_require(entry, "metric", str, where),
+        variant=dict(entry.get("variant", {})),
+        label=str(entry.get("label", "")),
     )
 
 
@@ -578,53 +674,122 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     assert m.a is not None and m.b is not None  # the parser guarantees both sides
     rec_a, rec_b = _record_pair(claim, records)
     a_reps, b_reps = rec_a.replicates, rec_b.replicates
-    comp = stats.compare_replicates(a_reps, b_reps, alpha=alpha, min_effect=0.0, seed=seed)
-    ci = (comp.ci_low, comp.ci_high)
-    p_value, underpowered = comp.p_value, comp.underpowered
     n_a, n_b = len(a_reps), len(b_reps)
-    how = "two-stage bootstrap over replicates"
-    test = "permutation test of replicate medians"
-    if m.paired and n_a == n_b:
-        ci = stats.paired_ratio_ci(list(zip(a_reps, b_reps, strict=True)), seed=seed)
-        p_value = sign_flip_pvalue(a_reps, b_reps)
-        underpowered = 2.0 / 2**n_a >= alpha
-        how = "two-stage bootstrap over units that each measured A and B (paired)"
-        test = "sign-flip test of the per-unit ratios"
-    head = (
-        f"{m.scenario} {m.metric}: {m.b.label} / {m.a.label} = {_ratio(comp.ratio)}x, "
-        f"95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}] ({how}), "
-        f"p={p_value:.3g} ({test}), {n_a}+{n_b} independent replicates "
-        f"({len(rec_a.samples)}+{len(rec_b.samples)} samples)"
-    )
+    paired = m.paired and n_a == n_b
+    units = f"{n_a} units measured both A and B" if paired else f"{n_a}+{n_b} independent units"
+    samples = f"({len(rec_a.samples)}+{len(rec_b.samples)} samples)"
     verdict = Verdict(
         claim=claim,
         verdict=NOT_REPRODUCED,
         reason="",
         evidence=claim.evidence.kind,
-        ratio=comp.ratio,
-        ci=ci,
-        p_value=p_value,
         a_replicates=[list(r) for r in a_reps],
         b_replicates=[list(r) for r in b_reps],
         settings=dict(rec_a.settings),
+        accelerator=_accelerator(rec_a, rec_b),
     )
+    verdict.qualifier = _qualifier(claim, verdict.accelerator)
     if min(n_a, n_b) < MIN_REPLICATES:
+        verdict.ratio = stats.pooled_ratio(a_reps, b_reps)
         verdict.verdict = UNDERPOWERED
         verdict.replicates_needed = MIN_REPLICATES
         verdict.reason = (
-            f"{head}; underpowered: a verdict needs at least {MIN_REPLICATES} independent replicates a side "
+            f"{m.scenario} {m.metric}: {m.b.label} / {m.a.label} = {_ratio(verdict.ratio)}x on {units} {samples}; "
+            f"underpowered: a verdict needs at least {MIN_REPLICATES} independent units a side "
             "(fresh guests or rounds; samples inside one guest are nested in it)"
         )
+        return _qualified(verdict)
+    try:
+        interval = ratio_ci.paired_log_ratio(a_reps, b_reps) if paired else ratio_ci.welch_log_ratio(a_reps, b_reps)
+    except ValueError as undefined:
+        verdict.reason = f"{m.scenario} {m.metric}: the ratio is undefined ({undefined})"
         return verdict
-    verdict.verdict, why = judge(m, comp.ratio, ci)
+    ci = (interval.low, interval.high)
+    if paired:
+        p_value, floor = sign_flip_pvalue(a_reps, b_reps), 2.0 / 2**n_a
+        test = "exact sign-flip test of the per-unit log ratios"
+    else:
+        p_value = stats.replicate_permutation_test(a_reps, b_reps, seed=seed).p_value
+        floor = stats.min_attainable_p(n_a, n_b)
+        test = "exact permutation test of the unit medians"
+    verdict.ratio, verdict.ci, verdict.p_value, verdict.interval_method = interval.ratio, ci, p_value, interval.method
+    head = (
+        f"{m.scenario} {m.metric}: {m.b.label} / {m.a.label} = {_ratio(interval.ratio)}x, "
+        f"95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}] ({interval.method}), "
+        f"p={p_value:.3g} ({test}), {units} {samples}"
+    )
+    ceiling = _ceiling(claim, records)
+    verdict.ceiling = ceiling
+    verdict.verdict, why = judge(m, interval.ratio, ci, ceiling=ceiling)
     verdict.reason = f"{head}; {why}"
-    if min(n_a, n_b) < FEW_REPLICATES:
-        # With 3-4 units the bootstrap draws from a handful of distinct
-        # resamples and its interval is too narrow more often than 5 %.
-        verdict.reason += f"; provisional: with fewer than {FEW_REPLICATES} replicates a side the interval runs narrow"
-    if underpowered:
-        verdict.reason += f" (the permutation test alone could not reach p < {alpha:g} with {n_a}+{n_b} replicates)"
+    if verdict.verdict == NOT_REPRODUCED and _points_asserted_way(m, interval.ratio) and ci[0] <= 1.0 <= ci[1]:
+        needed = interval.units_needed()
+        if needed is not None and needed > min(n_a, n_b):
+            verdict.replicates_needed = needed
+            verdict.reason += (
+                f"; with the spread measured here about {needed} units a side would establish an effect this large"
+            )
+    if floor >= alpha:
+        verdict.reason += (
+            f" (the {test.split(' of ')[0].removeprefix('exact ')} cannot go below p = {floor:.3g} with {units}; "
+            "the t-interval decides)"
+        )
+    return _qualified(verdict)
+
+
+def _accelerator(*recs: Measurement) -> str:
+    """What the records' guests ran under, when every record says the same."""
+    seen = {str(r.environment.get("accel") or "") for r in recs}
+    return seen.pop() if len(seen) == 1 else ""
+
+
+def _qualifier(claim: Claim, accel: str) -> str:
+    """What a verdict made under the wrong accelerator does not speak for."""
+    need = claim.evidence.accelerator
+    if need is None or accel == need.needs:
+        return ""
+    where = f"under {accel.upper()} on this host" if accel else "on an accelerator the records do not name"
+    return (
+        f"{where}, saying nothing about {need.needs.upper()}: {need.otherwise}. "
+        f"What would measure it: {need.would_measure}"
+    )
+
+
+def _qualified(verdict: Verdict) -> Verdict:
+    if verdict.qualifier:
+        verdict.reason += f"; {verdict.verdict} {verdict.qualifier}"
     return verdict
+
+
+def _ceiling(claim: Claim, records: list[Measurement]) -> CeilingResult | None:
+    """The mechanism's own bound on B / A from this run's records, when the
+    claim names one and the run recorded it."""
+    spec = claim.measure.ceiling
+    if spec is None:
+        return None
+    usable = [r for r in records if r.claim in (None, claim.id) and r.samples]
+    found = [r for r in usable if _matches(r, spec.scenario, spec.metric, spec.variant)]
+    if not found:
+        return None
+    rec = max(found, key=lambda r: r.n_replicates)
+    units = stats.replicate_medians(rec.replicates)
+    limit = rec.extra.get("limit_any_workload")
+    return CeilingResult(
+        label=spec.label or spec.metric,
+        value=stats.median(units),
+        low=min(units),
+        high=max(units),
+        units=len(units),
+        formula=str(rec.extra.get("ceiling_formula", "")),
+        limit_any_workload=float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None,
+        limit_source=str(rec.extra.get("limit_source", "")),
+    )
+
+
+def _points_asserted_way(m: Measure, ratio: float) -> bool:
+    if m.direction == "less":
+        return ratio < 1.0
+    return ratio > 1.0
 
 
 def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
@@ -747,9 +912,13 @@ def _on_side(m: Measure, ratio: float) -> bool:
     return ratio >= 1.0 - m.tolerance
 
 
-def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str, str]:
+def judge(
+    m: Measure, ratio: float, ci: tuple[float, float] | None, *, ceiling: CeilingResult | None = None
+) -> tuple[str, str]:
     """The verdict from B / A and its CI (None for a model's figure, which
-    has no sampling spread)."""
+    has no sampling spread).  ``ceiling``, the measured mechanism's own
+    bound on B / A in this run, says whether the published magnitude was
+    within its reach at all."""
     if not math.isfinite(ratio):
         return NOT_REPRODUCED, "the ratio is undefined (A is zero)"
     tol = m.tolerance
@@ -796,10 +965,29 @@ def judge(m: Measure, ratio: float, ci: tuple[float, float] | None) -> tuple[str
     off = ratio / m.expected - 1.0
     if abs(off) <= tol:
         return REPRODUCED, f"{holds_why}, within {tol:.0%} of the published {format_number(m.expected)}x"
-    return DIRECTION_ONLY, (
+    why = (
         f"{holds_why}, but {abs(off):.0%} {'above' if off > 0 else 'below'} the published "
         f"{format_number(m.expected)}x (tolerance {tol:.0%})"
     )
+    band_low = m.expected * (1.0 - tol)
+    if ceiling is not None and off < 0 and ceiling.value < band_low:
+        limit = ceiling.limit_any_workload
+        anywhere = (
+            f"; whatever the workload it cannot pass {format_number(limit)}x ({ceiling.limit_source})"
+            if limit is not None
+            else ""
+        )
+        why += (
+            f". Out of reach by design, not a near miss: the tolerance band starts at {format_number(band_low)}x, "
+            f"and {ceiling.label} in this run is {format_number(ceiling.value)}x "
+            f"(units {format_number(ceiling.low)}-{format_number(ceiling.high)}; {ceiling.formula}){anywhere}"
+        )
+    elif ceiling is not None and off < 0:
+        why += (
+            f"; {ceiling.label} in this run, {format_number(ceiling.value)}x, leaves the band "
+            f"(from {format_number(band_low)}x) within its reach"
+        )
+    return DIRECTION_ONLY, why
 
 
 def _matches(rec: Measurement, scenario: str, metric: str, variant: dict[str, Any]) -> bool:

@@ -49,6 +49,8 @@ h3{font-size:16px;margin:0 0 4px}
 .card header{display:flex;justify-content:space-between;align-items:flex-start;gap:12px}
 .cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
 .evidence{margin:6px 0;color:#111827}
+.qualifier{margin:6px 0;padding:6px 10px;border-left:3px solid #d97706;background:#fffbeb;font-size:14px}
+.ceiling{margin:6px 0;padding:6px 10px;border-left:3px solid #b91c1c;background:#fef2f2;font-size:14px}
 table.sidebyside td{vertical-align:top;width:50%}
 blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;
  background:#f9fafb}

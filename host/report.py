@@ -108,6 +108,56 @@ def evidence_line(c: Mapping[str, Any]) -> str:
     return f"Evidence: {kind}. {ev.get('instead', '')}"
 
 
+# A side's published figure in another unit than the axis it is drawn on.
+_UNIT_SCALE = {("ms", "s"): 1e-3, ("us", "s"): 1e-6, ("s", "ms"): 1e3, ("ns", "us"): 1e-3, ("us", "ns"): 1e3}
+
+
+def published_on_axis(side: Mapping[str, Any], axis_unit: str) -> float | None:
+    """A side's published figure converted to the unit of the axis it is
+    plotted on (the seed's 1237 ms is 1.237 on an axis in seconds); None when
+    there is none, or its unit does not convert."""
+    value = side.get("published")
+    if value is None:
+        return None
+    unit = side.get("published_unit") or axis_unit
+    if unit == axis_unit:
+        return float(value)
+    scale = _UNIT_SCALE.get((unit, axis_unit))
+    return None if scale is None else float(value) * scale
+
+
+def qualifier_line(c: Mapping[str, Any]) -> str:
+    """What the verdict does not speak for (another accelerator), or ''."""
+    q = c.get("qualifier") or ""
+    return f"This verdict holds {q}" if q else ""
+
+
+def ceiling_line(c: Mapping[str, Any]) -> str:
+    """The measured mechanism's own bound on B / A, and whether the
+    published magnitude was within it, or ''."""
+    ceiling = c.get("ceiling") or {}
+    if not ceiling:
+        return ""
+    text = (
+        f"Bound: {ceiling.get('label') or 'the mechanism'} on B / A in this run is {num(ceiling['value'])}x "
+        f"(units {num(ceiling['low'])}-{num(ceiling['high'])}: {ceiling.get('formula', '')})"
+    )
+    limit = ceiling.get("limit_any_workload")
+    if limit is not None:
+        text += f"; whatever the workload at most {num(limit)}x ({ceiling.get('limit_source', '')})"
+    expected, tol = c.get("expected"), c.get("tolerance") or 0.0
+    if expected is not None:
+        band = expected * (1 - tol)
+        if ceiling["value"] < band:
+            text += (
+                f". The published {num(expected)}x (band from {num(band)}x) is out of its reach by design, "
+                "not a near miss"
+            )
+        else:
+            text += f". The published {num(expected)}x (band from {num(band)}x) is within its reach"
+    return text + "."
+
+
 def _published_text(c: Mapping[str, Any]) -> str:
     if c.get("expected") is not None:
         return f"{num(c['expected'])}x"
@@ -187,11 +237,13 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
         ax1.bar(x, med, width=0.55, color=colour, alpha=0.25, edgecolor=colour)
         jitter = rng.uniform(-0.12, 0.12, len(samples)) if len(samples) > 1 else [0.0]
         ax1.scatter(x + np.asarray(jitter), samples, s=14, color=colour, zorder=3, label=None)
-        pub = (c.get(side) or {}).get("published")
+        side_json = c.get(side) or {}
+        pub = published_on_axis(side_json, side_json.get("unit", ""))
         if pub is not None:
             ax1.scatter([x + 0.38], [pub], marker="D", s=34, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
+            shown = f"{num(side_json['published'])} {side_json.get('published_unit') or side_json.get('unit', '')}"
             ax1.annotate(
-                f"published {num(pub)}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7
+                f"published {shown.strip()}", (x + 0.38, pub), xytext=(4, 4), textcoords="offset points", fontsize=7
             )
     ax1.set_xticks([0, 1], [(c.get("a") or {}).get("label", "A"), (c.get("b") or {}).get("label", "B")])
     unit = (c.get("a") or {}).get("unit", "")
@@ -207,12 +259,36 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
     expected, tol = c.get("expected"), c.get("tolerance") or 0.0
     ax2.axhline(1.0, color="#9ca3af", linestyle="--", linewidth=1)
     ax2.text(1.45, 1.0, "no change", va="bottom", ha="right", fontsize=7, color="#6b7280")
+    ceiling = c.get("ceiling") or {}
     top = max(
         v
-        for v in [ratio, 1.0, (ci[1] if ci and ci[1] is not None else 0), (expected or 0) * (1 + tol)]
+        for v in [
+            ratio,
+            1.0,
+            (ci[1] if ci and ci[1] is not None else 0),
+            (expected or 0) * (1 + tol),
+            ceiling.get("limit_any_workload") or 0,
+        ]
         if v is not None
     )
     top *= 1.18
+    if ceiling:
+        # The measured mechanism cannot pass its own ceiling: a line, so a
+        # band above it reads as out of reach, not as a near miss.
+        ax2.axhline(ceiling["value"], color="#b91c1c", linestyle=":", linewidth=1.4)
+        ax2.text(
+            -0.45, ceiling["value"], f"ceiling here {num(ceiling['value'])}x", va="top", fontsize=7, color="#b91c1c"
+        )
+        if ceiling.get("limit_any_workload") is not None:
+            ax2.axhline(ceiling["limit_any_workload"], color="#b91c1c", linestyle="-.", linewidth=0.9)
+            ax2.text(
+                -0.45,
+                ceiling["limit_any_workload"],
+                f"any workload {num(ceiling['limit_any_workload'])}x",
+                va="bottom",
+                fontsize=7,
+                color="#b91c1c",
+            )
     if expected is not None:
         ax2.axhspan(expected * (1 - tol), expected * (1 + tol), color="#d1fae5", alpha=0.8, zorder=0)
         ax2.scatter([1], [expected], marker="D", s=40, facecolor="white", edgecolor=_PUB_COLOUR, zorder=4)
@@ -336,6 +412,10 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
             f"<div class='cid'>{esc(c['id'])} · seed {esc(c.get('seed', ''))}</div></div>{badge(c['verdict'])}</header>"
         )
         parts.append(f"<p class='evidence'><b>{esc(evidence_line(c))}</b></p>")
+        if qualifier_line(c):
+            parts.append(f"<p class='qualifier'><b>{esc(qualifier_line(c))}</b></p>")
+        if ceiling_line(c):
+            parts.append(f"<p class='ceiling'><b>{esc(ceiling_line(c))}</b></p>")
         parts.append(_claim_against_evidence(c))
         if c.get("quote"):
             parts.append(f"<blockquote>{esc(c['quote'])}</blockquote>")
@@ -436,11 +516,14 @@ def render_html(results: Results | Mapping[str, Any]) -> str:
         parts.append("</table>")
     parts.append(
         "<p class='small'>Evidence: measured = the claimed mechanism measured here on a real system; successor = "
-        "the mechanism upstream adopted instead, measured in place of one no kernel has; model = a model of code "
+        "the mechanism upstream adopted instead, measured in place of one no kernel has; analogue = the variable "
+        "the seed varied, varied on what today's kernel has (no kernel has the mechanism, and none replaced it), "
+        "measured here; model = a model of code "
         "that runs nowhere today, with the source of every input; not measurable = no evidence here, with what "
-        "would measure it. Measured ratios are medians of B over A with 95% two-stage bootstrap intervals over "
-        "independent replicates (fresh guests or rounds); p-values come from a permutation test of the replicate "
-        "medians. A model's figure has no sampling spread: it is given as the median and range over the real "
+        "would measure it. Measured ratios of B over A come with 95% t-intervals on the log scale over "
+        "independent units (fresh guests or rounds): of the per-unit log ratios when every unit measured A and B "
+        "(paired), else Welch's; p-values come from an exact sign-flip test (paired) or permutation test of the "
+        "unit medians. A model's figure has no sampling spread: it is given as the median and range over the real "
         "layouts it ran on. Verdicts: reproduced = direction holds and the magnitude is within tolerance of the "
         "published figure; direction only = the direction holds, the magnitude does not; not reproduced = the "
         "direction is not established; underpowered = measured on too few independent replicates to decide; "

@@ -263,7 +263,7 @@ def _records(whole_s: float, small_s: float, stock_s: float) -> list[Measurement
     return out
 
 
-def test_the_scenarios_records_give_measured_verdicts_that_move_with_them():
+def test_the_scenarios_records_give_analogue_verdicts_that_move_with_them():
     registry = claims.load()
 
     def verdict(cid, records):
@@ -273,7 +273,7 @@ def test_the_scenarios_records_give_measured_verdicts_that_move_with_them():
     flat = _records(2.0, 2.0, 2.0)
     for cid in ("balloon-bitmap", "balloon-breakdown"):
         v = verdict(cid, flat)
-        assert v.evidence == claims.MEASURED
+        assert v.evidence == claims.ANALOGUE  # PFN arrays of the seed's shares, not its bitmap
         assert v.verdict == claims.NOT_REPRODUCED
     assert verdict("balloon-bitmap", _records(1.0, 1.64, 2.0)).verdict == claims.REPRODUCED
     assert verdict("balloon-breakdown", _records(1.0, 1.64, 6.67)).verdict == claims.REPRODUCED

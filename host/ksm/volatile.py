@@ -1,0 +1,263 @@
+"""Scenario 3's records: smart scan against seed 001's volatile workload.
+
+e2e/test_ksm.py measures one fresh guest per replicate (``VolatileGuest``)
+and hands them to ``volatile_records``, which makes every record the
+scenario writes; tests/ feed it synthetic guests, so the claims' verdict
+tests see exactly what a real run records.
+
+Beside the cost per page covered (the claim's metric) the records hold
+what bounds and moves it:
+
+- **smart scan's ceiling.**  Smart scan skips a page that keeps failing to
+  merge for at most ``skip_limit`` scans in a row (mm/ksm.c, ``skip_age``),
+  then looks at it again.  A skipped page costs ksmd at least nothing and a
+  compared page at least what it costs without smart scan (measured: 0.72-
+  0.91x as many compared pages per ksmd CPU-second as without), so with a
+  share ``s`` of the covered pages skipped the cost per page covered falls
+  at most to ``1 - s`` of the cost without: B / A <= 1 / (1 - s).  However
+  volatile the workload, ``s <= L / (L + 1)``, so no run can pass
+  ``L + 1`` (9x with L = 8).  ``gain_ceiling`` is 1 / (1 - s) per guest.
+- **the regime.**  How far smart scan gets depends on how often the guest
+  dirties a page between two of ksmd's visits: under TCG the guest's
+  dirtying is slow, and with a faster ksmd (pages_to_scan) a page may be
+  visited twice unchanged.  ``dirty_passes_per_scan`` is the guest's dirty
+  passes over its region per ksmd full scan (without smart scan), per
+  guest; runs are comparable where it matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from memqual.host import stats
+from memqual.host.ksm.scancost import METRICS, AbRun, replicate_ratios, replicates
+from memqual.host.record import Measurement
+
+SCENARIO = "ksm.volatile_scan"
+CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
+CLAIM_METRIC = "ksmd_cpu_ns_per_page"
+SEED_METRIC = "pages_per_ksmd_cpu_s"  # the seed's scan speed (host/ksm/scancost.py says why)
+SEED_SPEEDUP = {"4k": 8.0, "thp": 16.0}
+# Fresh guests per variant (the independent units) by profile: both give
+# the claims' t-interval its nominal error rate (docs/claims-calibration.md).
+GUESTS = {"quick": 4, "full": 8}
+REPEATS = {"quick": 1, "full": 2}  # windows per variant per guest
+# What the THP variant measures, in its records and docs/ksm.md.
+THP_GRANULARITY = (
+    "smart scan keeps its age and skip budget per rmap item, one per 4 KiB page, also inside a "
+    "transparent huge page: this is smart scan over THP-backed guest RAM, not the dirty-bit "
+    "series' skipping of a whole huge page (one dirty bit in the PMD for 512 pages)"
+)
+CEILING_FORMULA = (
+    "1 / (1 - the share of covered pages smart scan skipped), a skipped page costing nothing and a compared "
+    "one no less than without smart scan"
+)
+
+# -- the kernel's skip limit -----------------------------------------------
+# skip_age() in mm/ksm.c returns 1, 2, 4 and at most 8 skips: the same from
+# Linux 6.7 (smart scan's first release) to 6.18 (read in both trees).
+SOURCE_SKIP_LIMIT = 8
+SMART_SCAN_SINCE = (6, 7)
+_SKIP_AGE = re.compile(r"static unsigned int skip_age\(rmap_age_t age\)\s*\{(?P<body>.*?)\n\}", re.S)
+
+
+@dataclasses.dataclass(frozen=True)
+class SkipLimit:
+    """The most scans in a row smart scan skips a page, and where it was read."""
+
+    limit: int
+    source: str
+
+    @property
+    def ceiling_any_workload(self) -> float:
+        """The most B / A smart scan can give per page covered: every page
+        looked at once in ``limit + 1`` scans."""
+        return float(self.limit + 1)
+
+
+def parse_skip_limit(ksm_c: str) -> int | None:
+    """The largest skip count ``skip_age()`` of an mm/ksm.c returns, or None
+    when the file has no such function."""
+    found = _SKIP_AGE.search(ksm_c)
+    if found is None:
+        return None
+    counts = [int(n) for n in re.findall(r"return\s+(\d+)\s*;", found.group("body"))]
+    return max(counts) if counts else None
+
+
+def _release_tuple(release: str) -> tuple[int, int] | None:
+    found = re.match(r"(\d+)\.(\d+)", release)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def skip_limit(release: str, roots: Sequence[Path] | None = None) -> SkipLimit | None:
+    """Smart scan's skip limit on a host kernel ``release``: read from that
+    kernel's own mm/ksm.c when its source or build tree is installed (no
+    sysfs knob exposes it), else the limit of the sources by version.  None
+    before Linux 6.7, which has no smart scan."""
+    if roots is None:
+        roots = (Path(f"/lib/modules/{release}/source"), Path(f"/lib/modules/{release}/build"))
+    for root in roots:
+        path = root / "mm" / "ksm.c"
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        limit = parse_skip_limit(text)
+        if limit is not None:
+            return SkipLimit(limit, f"skip_age() in {path}")
+    version = _release_tuple(release)
+    if version is None or version < SMART_SCAN_SINCE:
+        return None
+    return SkipLimit(
+        SOURCE_SKIP_LIMIT,
+        f"skip_age() of mm/ksm.c, Linux 6.7-6.18 (host {release}; its source is not installed here)",
+    )
+
+
+# -- one replicate ---------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class VolatileGuest:
+    """One replicate of scenario 3: a fresh guest and its windows.  Every
+    field but ``run`` goes into the records as it is, under its own name."""
+
+    run: AbRun
+    first_smart_scan: int  # the smart_scan value measured first in this guest
+    started_warm: bool
+    boot_to_ssh_s: float
+    anon_huge_kib: tuple[int, int]  # QEMU's AnonHugePages at the start and the end
+    dirty_passes: int
+    dirty_s: float
+
+    @property
+    def skip_share(self) -> float:
+        """The share of the pages covered that smart scan skipped, over this
+        guest's smart_scan=1 windows."""
+        windows = self.run.windows[1]
+        covered = sum(w.pages_covered for w in windows)
+        return sum(w.pages_skipped for w in windows) / covered if covered else float("nan")
+
+    @property
+    def dirty_passes_per_scan(self) -> float:
+        """The guest's passes over its pages per ksmd full scan without smart
+        scan: at 1 or more every page changed between two of ksmd's visits."""
+        windows = self.run.windows[0]
+        scans = sum(w.full_scans for w in windows)
+        wall = sum(w.wall_s for w in windows)
+        if not scans or not wall or not self.dirty_s:
+            return float("nan")
+        return (self.dirty_passes / self.dirty_s) / (scans / wall)
+
+    def to_json(self) -> dict[str, object]:
+        own = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "run"}
+        return own | {
+            "discarded_windows": [w.to_json() for w in self.run.discarded],
+            "kept_disturbed_windows": self.run.kept_disturbed,
+            "settled_pages_per_scan": self.run.reference_pages,
+            "skip_share": self.skip_share,
+            "dirty_passes_per_scan": self.dirty_passes_per_scan,
+        }
+
+
+# -- the records -------------------------------------------------------------
+def volatile_records(
+    pages: str,
+    guests: Sequence[VolatileGuest],
+    settings: dict[str, Any],
+    *,
+    limit: SkipLimit | None,
+    duration_s: float = 0.0,
+) -> list[Measurement]:
+    """Every record of one run of scenario 3 (``pages`` "4k" or "thp"):
+    per smart_scan variant each metric of ``METRICS``, one replicate a
+    guest; then smart scan's ceiling, its skip share and the dirtying
+    regime, one value a guest."""
+    runs = [g.run for g in guests]
+    reps = {variant: {metric: replicates(runs, variant, metric) for metric in METRICS} for variant in (0, 1)}
+    # B / A = without smart scan / with it: for a cost, the speed-up.
+    per_metric = {metric: stats.compare_replicates(reps[1][metric], reps[0][metric]) for metric in METRICS}
+    # The seed's quantity is a speed: its speed-up is with / without.
+    seed_speedup = stats.compare_replicates(reps[0][SEED_METRIC], reps[1][SEED_METRIC])
+    own_shares = [w.own_share for r in runs for ws in r.windows.values() for w in ws if w.own_share is not None]
+    regime = [g.dirty_passes_per_scan for g in guests]
+    common: dict[str, object] = {
+        "guests": [g.to_json() for g in guests],
+        "own_share": {"min": min(own_shares), "median": stats.median(own_shares)} if own_shares else None,
+        "seed_speedup": SEED_SPEEDUP[pages],
+        "dirty_passes_per_scan": regime,
+        "skip_share": [g.skip_share for g in guests],
+    }
+    if pages == "thp":
+        common["granularity"] = THP_GRANULARITY
+
+    def record(
+        metric: str, unit: str, better: str, values: list[list[float]], variant: dict[str, Any], extra: dict[str, Any]
+    ) -> Measurement:
+        return Measurement(
+            scenario=SCENARIO,
+            claim=CLAIM[pages],
+            metric=metric,
+            unit=unit,
+            better=better,
+            samples=[],
+            replicates=values,
+            variant=variant,
+            settings=settings,
+            duration_s=duration_s,
+            extra=extra,
+        )
+
+    records = []
+    for variant in (0, 1):
+        for metric, spec in METRICS.items():
+            extra: dict[str, object] = {
+                "smart_scan_0_over_1": per_metric[metric].to_json(),
+                "per_guest_0_over_1": replicate_ratios(runs, metric),
+            }
+            if metric == CLAIM_METRIC:
+                extra |= common | {"windows": [[w.to_json() for w in r.windows[variant]] for r in runs]}
+            if metric == SEED_METRIC:
+                extra |= {"speedup_smart_scan_1_over_0": seed_speedup.to_json(), "seed_speedup": SEED_SPEEDUP[pages]}
+            sides = {"smart_scan": variant, "pages": pages}
+            records.append(record(metric, spec.unit, spec.better, reps[variant][metric], sides, extra))
+    shares = [g.skip_share for g in guests if g.run.windows[1]]
+    bound = {
+        "ceiling_formula": CEILING_FORMULA,
+        "skip_limit": limit.limit if limit else None,
+        "limit_any_workload": limit.ceiling_any_workload if limit else None,
+        "limit_source": limit.source if limit else "no smart scan in this kernel",
+    }
+    if shares:
+        records.append(
+            record(
+                "gain_ceiling",
+                "x",
+                "higher",
+                [[1.0 / (1.0 - s)] for s in shares if s < 1.0],
+                {"pages": pages},
+                bound | {"skip_share": shares},
+            )
+        )
+        records.append(record("skip_share", "", "higher", [[s] for s in shares], {"pages": pages}, bound))
+    if all(r == r for r in regime) and regime:  # NaN when a guest had no window without smart scan
+        records.append(
+            record(
+                "dirty_passes_per_scan",
+                "passes/scan",
+                "higher",
+                [[r] for r in regime],
+                {"pages": pages},
+                {
+                    "what": "the guest's dirty passes over its pages per second, over ksmd's full scans per "
+                    "second without smart scan: under TCG the guest dirties slowly, and the speed-up holds "
+                    "only against runs where this matches",
+                    "dirty_passes": [g.dirty_passes for g in guests],
+                    "dirty_s": [g.dirty_s for g in guests],
+                },
+            )
+        )
+    return records
