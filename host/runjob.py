@@ -42,6 +42,9 @@ on to every test):
 
 ``MEMQUAL_AVOCADO`` names another avocado executable (the tests use a fake).
 
+avocado runs under memqual.host.supervisor, which ends the job when this
+process dies without ending it (SIGKILL, SIGQUIT).
+
 Exit status: 0 when the job ran to completion (a claim that is not
 reproduced is a verdict, not a failure); 1 when avocado reported failed or
 errored tests or the job itself failed; 2 for bad input.
