@@ -45,6 +45,7 @@ from memqual.host.balloon import (
 )
 from memqual.host.balloon import model as bm
 from memqual.host.balloon import timing as bt
+from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.timing import guest_stat
 from memqual.host.errors import BadInput
 from memqual.host.machine import BalloonDevice, Machine, MachineConfig
@@ -63,12 +64,15 @@ MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
 REPEATS = 2 if profile() == "quick" else 5
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
-# Median over a run's guest-timed moves.  Usually 0.07-0.2 ms, but the
-# agent sleeps 1 ms between polls away from the start and the end, and a
-# quiet CI-like run measured a median of 1.02 ms (moves of 0.86 and
-# 1.19 ms) against 2.9-5.6 ms for the host's QMP polls: 2 ms keeps the
-# guest's clock the finer one without failing on one slow poll.
-GUEST_RESOLUTION_S = 2e-3
+# What makes the guest's timing finer than the host's QMP polls is its
+# clock: CLOCK_MONOTONIC with high-resolution timers resolves 1 ns (a tick,
+# 4 ms at HZ=250, without them).  That is asserted, since no load on the
+# host changes it.  The gaps between the tracker's polls around each end
+# (its measured resolution) are reported, not bounded: 0.11-1.3 ms on a
+# quiet host here, but up to 24 ms (one move in twelve; median 0.27 ms)
+# with two busy loops beside the guest, and the quick profile's median of
+# two moves once came out 5.1 ms under Avocado's default parallelism.
+GUEST_CLOCK_RESOLUTION_NS = 1000
 # What scenarios 1 and 2 record, in order (memqual bisect --metric reads
 # the names here).
 TIMING_METRICS = ("inflate_s", "inflate_guest_s", "deflate_guest_s", "deflate_s")
@@ -90,6 +94,26 @@ def returned_share(base_kib: int, peak_kib: int, now_kib: int) -> float:
     """Share of what a touch added to QEMU's RSS (peak - base) that is gone again."""
     added = peak_kib - base_kib
     return (peak_kib - now_kib) / added if added > 0 else 0.0
+
+
+def stats_update_window(
+    ctl: BalloonController, after: int, since: float, deadline_s: float
+) -> tuple[Any, tuple[float, float], float]:
+    """Poll guest-stats (every 20 ms, with a deadline) until its last-update
+    is newer than ``after``, which the poll started at host time ``since``
+    still showed.  Returns the stats, the host-time window the update
+    arrived in (from the start of the last poll that did not show it to the
+    end of the first that did) and the start of that first poll."""
+    end = time.monotonic() + deadline_s
+    while True:
+        started = time.monotonic()
+        stats_now = ctl.guest_stats()
+        if stats_now.last_update > after:
+            return stats_now, (since, time.monotonic()), started
+        since = started
+        if started >= end:
+            raise AssertionError(f"guest-stats not updated after {after} within {deadline_s:g} s")
+        time.sleep(0.02)  # poll period of guest-stats
 
 
 def oom_kills(vm: Machine) -> list[str]:
@@ -125,12 +149,11 @@ class BalloonBase(GuestTest):
         self.assertEqual(tuple(m.metric for m in records), TIMING_METRICS)
         for measurement in records:
             self.record(measurement)
-        # 2 ms or better: the guest's timestamps give it (the host's QMP
-        # polls cannot: QEMU answers between virtqueue requests).
-        guest_resolution = run.guest_resolution_s()
-        self.assertLessEqual(
-            guest_resolution, GUEST_RESOLUTION_S, f"guest-timed moves resolved to {1e3 * guest_resolution:.2f} ms only"
-        )
+        # The guest's timestamps come from a clock finer than the host's QMP
+        # polls can be (QEMU answers between virtqueue requests), and each
+        # move spanned more than the gap around either end: the guest
+        # timed the move, not one poll's gap.
+        self.check_guest_timing(vm, run.guest_inflates + run.guest_deflates)
         if prediction is not None:
             self.log.info("model against seed 003 (predicted ms for 15 of 16 GiB on this host):")
             for row in bm.side_by_side(prediction):
@@ -150,6 +173,25 @@ class BalloonBase(GuestTest):
             stats.median([g.seconds for g in run.guest_inflates]),
             1e3 * stats.median([g.resolution_s for g in run.guest_inflates]),
             1e3 * stats.median([r.resolution_s for r in run.inflates]),
+        )
+
+    def check_guest_timing(self, vm: Machine, timings: list[GuestTiming]) -> None:
+        """What a loaded host cannot disturb in the guest's timing: its
+        clock's resolution, and that every move spanned its polls."""
+        clock = GuestClock.read(vm.ssh)
+        self.log.info("guest clock: %s, CLOCK_MONOTONIC resolution %d ns", clock.source, clock.resolution_ns)
+        self.assertLessEqual(
+            clock.resolution_ns, GUEST_CLOCK_RESOLUTION_NS, f"the guest's clock is coarse: {clock} (no hrtimers?)"
+        )
+        self.assertTrue(timings, "no move was timed in the guest")
+        for timing in timings:
+            self.assertLess(
+                timing.resolution_s, timing.seconds, f"a move fell between two of the guest's polls: {timing}"
+            )
+        self.log.info(
+            "guest-timed resolution (the gap between polls around each end): median %.2f ms, max %.2f ms",
+            1e3 * stats.median([t.resolution_s for t in timings]),
+            1e3 * max(t.resolution_s for t in timings),
         )
 
     def check_cycle(self, cycle: bt.Cycle, first: dict[str, int], touch_mib: int) -> None:
@@ -383,18 +425,28 @@ class BalloonOomAndStats(BalloonBase):
                 ctl.qemu_set_stats_interval(bad)
             refused[str(bad)] = str(qemu_says.exception)
         periods: dict[int, list[float]] = {}
+        brackets: dict[int, list[tuple[float, float]]] = {}
         last = before
         for interval in (1, 2):
             ctl.set_stats_interval(interval)
             self.assertEqual(ctl.stats_interval(), interval)
-            last = ctl.wait_stats_update(last.last_update, deadline_s=10 * interval)
-            stamps = []
+            last, _, since = stats_update_window(ctl, last.last_update, time.monotonic(), deadline_s=10 * interval)
+            seen: list[tuple[float, float]] = []
             for _ in range(3):
-                last = ctl.wait_stats_update(last.last_update, deadline_s=5 * interval)
-                stamps.append(time.monotonic())
-            gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-            periods[interval] = gaps
-            self.assertTrue(all(0.5 * interval <= g <= 1.8 * interval for g in gaps), f"{interval} s: {gaps}")
+                last, window, since = stats_update_window(ctl, last.last_update, since, deadline_s=5 * interval)
+                seen.append(window)
+            # Each update arrived between the start of the last poll that
+            # did not show it and the end of the first that did: a busy
+            # host widens these windows, it cannot move an update out of one.
+            bounds = [(b[0] - a[1], b[1] - a[0]) for a, b in zip(seen, seen[1:], strict=False)]
+            periods[interval] = [b[1] - a[1] for a, b in zip(seen, seen[1:], strict=False)]
+            brackets[interval] = bounds
+            # QEMU asks for the next update an interval after the last one
+            # came (virtio_balloon_receive_stats re-arms its timer): never
+            # sooner.  Later only by the guest's answer, which 80 % of the
+            # interval allows for.
+            self.assertTrue(all(high >= interval - 0.01 for _, high in bounds), f"{interval} s, faster: {bounds}")
+            self.assertTrue(all(low <= 1.8 * interval for low, _ in bounds), f"{interval} s, slower: {bounds}")
             for key in ("stat-free-memory", "stat-total-memory", "stat-available-memory"):
                 self.assertNotEqual(last.stats.get(key, -1), -1, f"{key} still unset")
         ctl.set_stats_interval(0)
@@ -408,6 +460,7 @@ class BalloonOomAndStats(BalloonBase):
                 settings={"interval_s": 1, "machine": MACHINE},
                 extra={
                     "period_2s": periods[2],
+                    "period_bounds_s": {str(k): v for k, v in brackets.items()},
                     "qemu_refusals": refused,
                     "stats": last.stats,
                     "unset_before_interval": before.unset,
@@ -478,10 +531,18 @@ class BalloonMeasureCommand(BalloonBase):
         inflate = result["inflate"]
         self.assertEqual(inflate["host_s"]["n"], 2)
         self.assertGreater(inflate["gbps_host"], 0)
-        self.assertLessEqual(inflate["guest_resolution_s"]["median"], GUEST_RESOLUTION_S)
+        # The guest's clock (no load changes it), reported by the command;
+        # its poll gaps are reported too, and bounded only by each move.
+        clock = result["guest_clock"]
+        self.assertLessEqual(clock["resolution_ns"], GUEST_CLOCK_RESOLUTION_NS, f"coarse guest clock: {clock}")
         for m in result["moves"]:
             # 512 MiB asked (to the page): the moved bytes say so.
             self.assertEqual(m["inflate"]["moved_bytes"], 512 * MIB)
+            for direction in ("inflate", "deflate"):
+                move = m[direction]
+                self.assertGreaterEqual(move["guest_polls"], 3, f"{direction}: {move}")
+                self.assertLess(0, move["guest_resolution_s"], f"{direction}: {move}")
+                self.assertLess(move["guest_resolution_s"], move["guest_s"], f"{direction}: {move}")
             self.assertLessEqual(
                 m["inflate"]["guest_s"],
                 m["inflate"]["host_s"] + m["inflate"]["host_resolution_s"] + m["inflate"]["guest_resolution_s"],

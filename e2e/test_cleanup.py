@@ -1,7 +1,8 @@
 """Nothing leaks: a guest test that Avocado stops, by its timeout or by
 Ctrl-C, leaves no QEMU behind; SIGTERM to ``memqual run`` ends its Avocado
-job and guests within 10 s; host KSM knobs changed by a run killed with
-SIGKILL are put back when memqual next starts.
+job and guests within 10 s, and so does SIGKILL of memqual run's pid alone,
+with the KSM knobs its test changed put back; host KSM knobs changed by an
+Avocado job killed whole with SIGKILL are put back when memqual next starts.
 
 Each test writes a small Avocado test into its work directory (outside
 e2e/, so `avocado run e2e/` never runs it) that boots a real guest (or
@@ -74,6 +75,35 @@ HOLDING_KSM = textwrap.dedent(
                 time.sleep(1)
     '''
 )
+GUEST_HOLDING_KSM = textwrap.dedent(
+    '''\
+    import os
+    import time
+
+    from memqual.e2e.base import GuestTest, measures_nothing
+    from memqual.host.ksm import KsmController
+    from memqual.host.machine import MachineConfig
+
+
+    class GuestKsm(GuestTest):
+        """
+        :avocado: enable
+        """
+
+        timeout = 900
+
+        @measures_nothing  # it only hangs: a shared hold, beside the test that kills it
+        def test_hold(self):
+            vm = self.boot(MachineConfig(memory_mib=512, cpus=1))
+            ksm = KsmController()
+            ksm.open()
+            ksm.set(pages_to_scan={pages_to_scan}, sleep_millisecs={sleep_ms})
+            with open(os.environ["MEMQUAL_LEAK_PIDFILE"], "w") as fh:
+                fh.write(str(vm.pid))
+            while True:  # hang until the job is ended
+                time.sleep(1)
+    '''
+)
 # Values no host uses by default, so a knob left at them is ours.
 STALE_PAGES_TO_SCAN = 4321
 STALE_SLEEP_MS = 7
@@ -83,6 +113,7 @@ HANG_TIMEOUT_S = 20
 EXIT_DEADLINE_S = 120.0  # for the nested avocado to finish after it was stopped
 GONE_DEADLINE_S = 10.0  # for the QEMU to be reaped after avocado returned
 TERM_DEADLINE_S = 10.0  # SIGTERM to memqual run: the job and its guests gone within this
+KILL_DEADLINE_S = 10.0  # SIGKILL of memqual run alone: its job, guests and changed knobs gone within this
 
 
 def process_group(pgid: int) -> list[int]:
@@ -118,6 +149,32 @@ def alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def processes_with(variable: str, value: str) -> list[int]:
+    """Live processes whose environment sets ``variable`` to ``value``:
+    every process a nested run started, whatever its parent, group or
+    session became."""
+    wanted = f"{variable}={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as fh:
+                    environ = fh.read().split(b"\0")
+            except OSError:
+                continue
+            if wanted in environ and alive(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return " ".join(os.path.basename(a) for a in fh.read().decode(errors="replace").split("\0")[:3])
+    except OSError:
+        return "?"
 
 
 def default_sigint() -> None:
@@ -221,8 +278,9 @@ class Cleanup(GuestTest):
         )
         try:
             qemu_pid = self._wait_pidfile(proc, pidfile)
-            (avocado_pid,) = children(proc.pid)
-            job = process_group(avocado_pid)
+            # the job's supervisor, which leads the job's process group
+            (job_leader,) = children(proc.pid)
+            job = process_group(job_leader)
             self.assertIn(qemu_pid, job, "the guest should be in the avocado job's process group")
             started = time.monotonic()
             proc.send_signal(signal.SIGTERM)
@@ -230,9 +288,9 @@ class Cleanup(GuestTest):
                 status = proc.wait(timeout=TERM_DEADLINE_S)
             except subprocess.TimeoutExpired:
                 self.fail(f"memqual run did not end within {TERM_DEADLINE_S:.0f} s of SIGTERM")
-            while process_group(avocado_pid) and time.monotonic() - started < TERM_DEADLINE_S:
+            while process_group(job_leader) and time.monotonic() - started < TERM_DEADLINE_S:
                 time.sleep(0.05)  # polling /proc with a deadline
-            left = process_group(avocado_pid)
+            left = process_group(job_leader)
             self.assertEqual(left, [], f"still running {time.monotonic() - started:.1f} s after SIGTERM")
             self.assertFalse(alive(qemu_pid), "the guest outlived memqual run")
             self.assertEqual(status, 128 + signal.SIGTERM)
@@ -243,6 +301,82 @@ class Cleanup(GuestTest):
                 proc.wait()
             for pid in process_group(proc.pid):
                 os.kill(pid, signal.SIGKILL)
+
+    @measures_nothing
+    def test_sigkill_of_memqual_run_alone_ends_its_job_guests_and_knobs(self) -> None:
+        """memqual run (one test: a guest up and the host's KSM knobs
+        changed, then a hang) gets SIGKILL, its own pid alone: no handler,
+        no finally of memqual runs, and its job's group gets nothing.
+        Within 10 s no process of that run is left (avocado, the test's
+        runner, the QEMU) and the knobs are as they were before the change.
+
+        It measures nothing: its nested test changes knobs with ksmd's run
+        left as it was, and this test only reads them back."""
+        from memqual.host.errors import CapabilityMissing
+        from memqual.host.ksm import KSM_ROOT, HostState, Sysfs, check_capability, restore_stale
+
+        try:
+            check_capability(KSM_ROOT)
+        except CapabilityMissing as exc:
+            self.skip_because(str(exc))
+        fs = Sysfs(KSM_ROOT)
+        self.require(
+            fs.knobs().get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
+            f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell",
+        )
+        work = Path(self.workdir)
+        test_file = work / "guest_ksm.py"
+        test_file.write_text(GUEST_HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS))
+        pidfile = work / "qemu.pid"
+        memqual = Path(sys.executable).parent / "memqual"
+        proc = subprocess.Popen(
+            [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
+            cwd=REPO_ROOT,
+            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # only so that the finally below can end a leak
+        )
+        try:
+            qemu_pid = self._wait_pidfile(proc, pidfile)
+            self.assertEqual(fs.knobs()["pages_to_scan"], str(STALE_PAGES_TO_SCAN), "the nested test changed no knob")
+            saved = HostState().load()
+            self.assertIsNotNone(saved, "the nested test left no state file")
+            assert saved is not None
+            run = processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile))
+            names = {pid: command_name(pid) for pid in run}
+            self.assertIn(qemu_pid, run, names)
+            self.assertTrue(any("avocado" in n for n in names.values()), f"no avocado among {names}")
+            started = time.monotonic()
+            proc.kill()  # SIGKILL to memqual's pid alone
+            proc.wait(timeout=KILL_DEADLINE_S)
+
+            def restored() -> bool:
+                now = fs.knobs()
+                return all(now.get(k) == v for k, v in saved.ksm.items())
+
+            while time.monotonic() - started < KILL_DEADLINE_S:
+                if not processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)) and restored():
+                    break
+                time.sleep(0.05)  # polling /proc and sysfs with a deadline
+            elapsed = time.monotonic() - started
+            left = {pid: command_name(pid) for pid in processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile))}
+            self.assertEqual(left, {}, f"still running {elapsed:.1f} s after SIGKILL of memqual run")
+            self.assertFalse(alive(qemu_pid), "the guest outlived memqual run")
+            now = fs.knobs()
+            self.assertEqual(
+                {k: now.get(k) for k in saved.ksm},
+                saved.ksm,
+                f"host KSM knobs still changed {elapsed:.1f} s after SIGKILL of memqual run",
+            )
+            self.log.info("memqual run killed: its job, guest and KSM knobs gone or restored after %.2f s", elapsed)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pid in processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)):
+                os.kill(pid, signal.SIGKILL)
+            restore_stale()  # whatever happened above, leave the host as it was
 
     def test_sigkill_mid_ksm_then_memqual_restores_the_knobs(self) -> None:
         """

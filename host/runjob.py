@@ -42,6 +42,9 @@ on to every test):
 
 ``MEMQUAL_AVOCADO`` names another avocado executable (the tests use a fake).
 
+avocado runs under memqual.host.supervisor, which ends the job when this
+process dies without ending it (SIGKILL, SIGQUIT).
+
 Exit status: 0 when the job ran to completion (a claim that is not
 reproduced is a verdict, not a failure); 1 when avocado reported failed or
 errored tests or the job itself failed; 2 for bad input.
@@ -65,7 +68,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from memqual.host import cliargs
 from memqual.host.errors import BadInput
@@ -433,6 +436,36 @@ def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple
     return order
 
 
+def start_supervised(command: list[str], env: dict[str, str], stderr: IO[str]) -> tuple[subprocess.Popen[str], int]:
+    """Start ``command`` (avocado) under memqual.host.supervisor, in a new
+    session whose group it leads: avocado, its test runners and their
+    QEMUs are ended together by end_job(), whatever ends memqual, and by
+    the supervisor when memqual dies without ending them (a SIGKILL): it
+    holds the read end of a pipe whose write end, returned here, only this
+    process holds (os.pipe's ends are not inherited)."""
+    life_read, life_write = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "memqual.host.supervisor", "--grace", str(TERMINATE_GRACE_S), "--", *command],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            stdin=life_read,
+            text=True,
+            encoding="utf-8",
+            errors="replace",  # a stray byte in a test's output must not end the reader
+            bufsize=1,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(life_write)
+        raise
+    finally:
+        os.close(life_read)
+    return proc, life_write
+
+
 def run_avocado(
     config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any, round_no: int = 1
 ) -> JobOutcome:
@@ -454,27 +487,14 @@ def run_avocado(
     progress = _Progress(title, console)
     lines: queue.Queue[str | None] = queue.Queue()
     proc: subprocess.Popen[str] | None = None
+    life: int | None = None  # the write end of the supervisor's pipe: the job lives while it is open
     grace = INTERRUPT_GRACE_S
     with stderr_path.open("w") as stderr:
         try:
             # A signal between the start and the finally below would leave
             # the job running: it is held until proc is set.
             with signals_held():
-                proc = subprocess.Popen(
-                    command,
-                    cwd=REPO_ROOT,
-                    env=scenario_environment(config, kernel),
-                    stdout=subprocess.PIPE,
-                    stderr=stderr,
-                    stdin=subprocess.DEVNULL,
-                    text=True,
-                    encoding="utf-8",
-                    errors="replace",  # a stray byte in a test's output must not end the reader
-                    bufsize=1,
-                    # Its own process group: avocado, its test runners and their
-                    # QEMUs are ended together by end_job(), whatever ends memqual.
-                    start_new_session=True,
-                )
+                proc, life = start_supervised(command, scenario_environment(config, kernel), stderr)
             job = proc
 
             def reader() -> None:
@@ -532,6 +552,8 @@ def run_avocado(
                     _kill_group(proc.pid, signal.SIGKILL)
                 if proc.stdout is not None:
                     proc.stdout.close()
+            if life is not None:
+                os.close(life)
     job_dir = progress.job_dir
     if job_dir is None or not job_dir.is_dir():
         created = sorted(set(results_dir.glob("job-*")) - before)

@@ -75,3 +75,34 @@ def test_result_summarises_reached_moves_and_says_where_a_stall_stopped():
     bmeas.print_result(result, Console(file=buf, width=120))
     assert "stopped giving pages at 159.6 MiB" in buf.getvalue()
     assert "guest (counters)" in buf.getvalue()
+
+
+TIMER_LIST = """\
+Timer List Version: v0.9
+HRTIMER_MAX_CLOCK_BASES: 8
+now at 4412795341 nsecs
+
+cpu: 0
+ clock 0:
+  .base:       (____ptrval____)
+  .index:      0
+  .resolution: 1 nsecs
+  .get_time:   ktime_get
+"""
+
+
+def test_the_guest_clock_is_read_from_the_clocksource_and_timer_list() -> None:
+    from memqual.host.balloon.agent import GuestClock
+
+    assert GuestClock.parse("tsc\n", TIMER_LIST) == GuestClock("tsc", 1)
+    # Without high-resolution timers the resolution is a tick: 4 ms at HZ=250.
+    coarse = GuestClock.parse("jiffies\n", TIMER_LIST.replace("1 nsecs", "4000000 nsecs"))
+    assert coarse.resolution_ns == 4_000_000
+
+
+def test_a_timer_list_without_a_resolution_is_an_error() -> None:
+    from memqual.host.balloon.agent import GuestClock
+    from memqual.host.errors import GuestError
+
+    with pytest.raises(GuestError, match="resolution"):
+        GuestClock.parse("tsc\n", "Timer List Version: v0.9\n")

@@ -89,17 +89,149 @@ def test_a_signal_ends_the_avocado_job_and_its_children_within_10_s(tmp_path: Pa
             proc.wait()
 
 
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_the_job_runs_in_its_own_process_group(tmp_path: Path) -> None:
+    """The group is led by the job's supervisor, avocado's parent, which
+    memqual started: memqual's end_job still ends the whole job."""
     proc, avocado_pid, child_pid = _start_run(tmp_path)
+    supervisor = parent(avocado_pid)
     try:
-        assert os.getpgid(avocado_pid) == avocado_pid != os.getpgid(proc.pid)
-        assert os.getpgid(child_pid) == avocado_pid
+        assert parent(supervisor) == proc.pid
+        assert os.getpgid(avocado_pid) == supervisor != os.getpgid(proc.pid)
+        assert os.getpgid(child_pid) == supervisor
     finally:
         # Not SIGTERM: memqual would give this avocado, which ignores
         # SIGINT, its whole grace (the test above times that path).
-        os.killpg(avocado_pid, signal.SIGKILL)
+        os.killpg(supervisor, signal.SIGKILL)
         proc.kill()
         proc.wait(timeout=10)
+
+
+# A stand-in avocado whose job holds what a real one holds: a test runner
+# (FAKE_RUNNER) with the measurement lock (a flock) and a KSM state file
+# under the KSM lock, a "guest" that ignores SIGINT, and a process in a
+# session of its own (as aexpect runs a lab host's SSH session).  It ends
+# on SIGINT, as avocado does, and leaves its children behind.
+HOLDING_AVOCADO = textwrap.dedent(
+    """\
+    #!{python}
+    import os, subprocess, sys, time
+    runner = subprocess.Popen([sys.executable, os.environ["FAKE_RUNNER"]], stdout=subprocess.PIPE, text=True)
+    assert runner.stdout.readline() == "ready\\n"
+    guest = subprocess.Popen([sys.executable, "-c",
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"])
+    session = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    with open(os.environ["FAKE_PIDS"], "w") as fh:
+        fh.write(f"{{os.getpid()}} {{runner.pid}} {{guest.pid}} {{session.pid}}\\n")
+    print("JOB ID     : 0000", flush=True)
+    print(" (1/1) e2e/test_x.py:X.test_x: STARTED", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+FAKE_RUNNER = textwrap.dedent(
+    """\
+    import fcntl, os, signal, time
+    from memqual.host.ksm.state import HostState, Snapshot
+    from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a test stuck in its tearDown
+    fd = os.open(os.environ["FAKE_MEASURE_LOCK"], os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    state = HostState()
+    assert state.try_lock()
+    # What a KSM test saves before its first change; no knob in it, so the
+    # restore writes none of the host's.
+    state.save(Snapshot(os.getpid(), None, "now", str(KSM_ROOT), {}, str(THP_ROOT)))
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def _no_core() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # SIGQUIT: no core file in the checkout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGQUIT])
+def test_memqual_killed_alone_takes_its_job_along(tmp_path: Path, sig: int) -> None:
+    """SIGKILL (or SIGQUIT: no handler) of memqual run's own pid, not its
+    group: within 10 s nothing of its job runs, the measurement lock is
+    free, and the KSM state the killed test left is restored (gone)."""
+    import fcntl
+
+    script = tmp_path / "avocado"
+    script.write_text(HOLDING_AVOCADO.format(python=sys.executable))
+    script.chmod(0o755)
+    (tmp_path / "runner.py").write_text(FAKE_RUNNER)
+    pids_file, lock, state_dir = tmp_path / "pids", tmp_path / "measure.lock", tmp_path / "state"
+    env = {
+        **os.environ,
+        "MEMQUAL_AVOCADO": str(script),
+        "FAKE_RUNNER": str(tmp_path / "runner.py"),
+        "FAKE_PIDS": str(pids_file),
+        "FAKE_MEASURE_LOCK": str(lock),
+        "MEMQUAL_STATE_DIR": str(state_dir),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "memqual.host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=_no_core,
+    )
+    pids: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not (pids_file.exists() and pids_file.read_text().endswith("\n")):
+            assert proc.poll() is None, "memqual run ended before its job was up"
+            assert time.monotonic() < deadline, "the fake avocado did not start"
+            time.sleep(0.05)  # polling a file the fake writes
+        pids = [int(p) for p in pids_file.read_text().split()]
+        assert all(alive(p) for p in pids)
+        assert (state_dir / "ksm-state.json").exists()
+        started = time.monotonic()
+        proc.send_signal(sig)  # memqual alone: its job's group gets nothing
+        assert proc.wait(timeout=10) == -sig
+        while any(alive(p) for p in pids) and time.monotonic() - started < 10:
+            time.sleep(0.05)  # polling /proc with a deadline
+        left = [p for p in pids if alive(p)]
+        assert not left, f"still running {time.monotonic() - started:.1f} s after memqual's {sig!r}: {left}"
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises while a holder lives
+        finally:
+            os.close(fd)
+        while (state_dir / "ksm-state.json").exists() and time.monotonic() - started < 10:
+            time.sleep(0.05)  # the supervisor restores once the last holder is gone
+        assert not (state_dir / "ksm-state.json").exists(), "nothing restored the killed test's KSM state"
+    finally:
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_supervisor_passes_on_avocados_status() -> None:
+    """memqual reads avocado's exit status through the supervisor: the same
+    code, or the same signal."""
+    supervise = [sys.executable, "-m", "memqual.host.supervisor", "--"]
+
+    def status(code: str) -> int:
+        # stdin a pipe kept open, as memqual keeps it: its end of file would
+        # end the job
+        with subprocess.Popen([*supervise, sys.executable, "-c", code], cwd=REPO_ROOT, stdin=subprocess.PIPE) as proc:
+            return proc.wait(timeout=30)
+
+    assert status("raise SystemExit(3)") == 3
+    assert status("import os, signal; os.kill(os.getpid(), signal.SIGTERM)") == -signal.SIGTERM
 
 
 def test_end_job_kills_a_group_that_ignores_sigint() -> None:

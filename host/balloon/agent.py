@@ -66,6 +66,39 @@ class GuestTiming:
             raise GuestError(f"balloon_agent track result incomplete ({exc}): {r}") from exc
 
 
+@dataclasses.dataclass(frozen=True)
+class GuestClock:
+    """The clock the guest's timestamps come from: the clocksource, and the
+    resolution of CLOCK_MONOTONIC (the kernel's hrtimer resolution, as
+    /proc/timer_list gives it and clock_getres returns: 1 ns with
+    high-resolution timers, a whole tick without).  Unlike the gaps
+    between the tracker's polls, which a loaded host stretches, neither
+    depends on how busy the host is."""
+
+    source: str
+    resolution_ns: int
+
+    @classmethod
+    def read(cls, ssh: Any) -> GuestClock:
+        source = ssh.run(["cat", "/sys/devices/system/clocksource/clocksource0/current_clocksource"], timeout=30)
+        timers = ssh.run(["cat", "/proc/timer_list"], timeout=30)
+        return cls.parse(source.stdout, timers.stdout)
+
+    @classmethod
+    def parse(cls, source: str, timer_list: str) -> GuestClock:
+        found = [
+            int(line.split(":", 1)[1].split()[0])
+            for line in timer_list.splitlines()
+            if line.strip().startswith(".resolution:")
+        ]
+        if not found or not source.strip():
+            raise GuestError(f"the guest's clock: no clocksource or resolution in {timer_list[:200]!r}")
+        return cls(source.strip(), max(found))
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 class GuestTracker:
     """``balloon_agent track`` running in the guest while the host moves
     the balloon: start it, wait until it is armed (it has read the counter's

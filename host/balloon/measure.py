@@ -67,6 +67,7 @@ def _summary(values: list[float]) -> dict[str, float] | None:
 
 def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str, Any]:
     """Boot, inflate and deflate ``repeats`` times; the results as a dict."""
+    from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.move import BalloonMover, Move
     from memqual.host.machine import BalloonDevice, Machine, MachineConfig
@@ -78,6 +79,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
     with Machine(machine_config, image=image) as vm:
         ctl = BalloonController(vm, device_id="balloon0")
         agent = vm.deploy("balloon_agent") if config.guest_timed else ""
+        clock = GuestClock.read(vm.ssh).to_json() if config.guest_timed else None
         mover = BalloonMover(ctl, vm.ssh, agent)
         ram = ctl.ram_bytes()
         for repeat in range(config.repeats):
@@ -112,7 +114,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
                     highlight=False,
                 )
         started = {"warm": vm.started_warm, "accel": vm.accel, "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3)}
-    return _result(config, ram, moves, started)
+    return _result(config, ram, moves, started) | {"guest_clock": clock}
 
 
 def _result(config: MeasureConfig, ram: int, moves: list[dict[str, Any]], started: dict[str, Any]) -> dict[str, Any]:
@@ -174,6 +176,13 @@ def print_result(result: dict[str, Any], console: Any) -> None:
                 f"{1000 * res['median']:.2f}" if res else "-",
             )
     console.print(table)
+    clock = result.get("guest_clock")
+    if clock:
+        console.print(
+            f"guest clock: {clock['source']}, CLOCK_MONOTONIC resolves {clock['resolution_ns']} ns; the guest's "
+            "resolution column is the gap between its polls around each end, which a busy host stretches",
+            highlight=False,
+        )
     if not result["reached"]:
         console.print(
             f"[yellow]the guest stopped giving pages at {result['stopped_at_mib']:.1f} MiB[/] (its floor): "

@@ -63,6 +63,7 @@ class Move:
             "host_resolution_s": self.host.resolution_s,
             "guest_s": self.guest.seconds if self.guest else None,
             "guest_resolution_s": self.guest.resolution_s if self.guest else None,
+            "guest_polls": self.guest.polls if self.guest else None,
         }
 
 
