@@ -179,7 +179,7 @@ class LinearArray(SlotIndex):
         assert sorted(self.order()) == sorted(self._by_id), "entries differ from the registered slots"
         assert all(e is None or e[2] == i for i, e in enumerate(self._array)), "an entry is not at its slot id"
 
-    def bound(self, n: int) -> int | None:  # type: ignore[override]
+    def bound(self, n: int) -> int | None:  # type: ignore[override]  # the bound needs the ids, n alone does not give it
         # The walk is as long as the array, which the ids set, not n.
         return max(n, self.nmemslots)
 
