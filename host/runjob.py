@@ -18,15 +18,16 @@ and prints the tables.  With two guest kernels (``--guest-kernel A.bzImage
 OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
 as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
 
-``--rounds N`` runs the whole set N times per kernel, one avocado job each,
-and merges each metric's records over the rounds (``record.merge_rounds``):
-the samples pooled for the medians, every round's replicates kept as
-independent units for the statistics, so more rounds is what gives
-``memqual compare`` power.
-With two kernels the rounds alternate A B, B A, A B, ... (2 rounds by
-default): a scenario alternates its own A and B repeats inside one guest,
-but two kernels need two images, so they alternate job by job, and a drift
-of the shared host over the hour falls on both alike.
+``--rounds N`` with one kernel runs the whole set N times, one avocado
+job each, and merges each metric's records over the rounds
+(``record.merge_rounds``): the samples pooled for the medians, every
+round's replicates kept as independent units for the statistics.
+With two kernels (``run_blocked``) both images and balloon drivers are
+built first, then A and B run interleaved inside one job as Avocado
+variants (host/blocks.py): N blocks, A B then B A, each test running all
+its blocks before the next test; tests tagged boot or hosts run once per
+arm.  The records are stamped with arm and block and split into OUTPUT/A/
+and OUTPUT/B/.
 
 Parameters reach the scenarios through the environment (avocado passes it
 on to every test):
@@ -911,6 +912,10 @@ def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], con
         with terminate_as_exception():
             outcome = run_avocado(job_config, avocado_dir, None, console, number)
         what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
+        if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
+            # --only selected none of the once-per-arm tests: nothing ran, nothing failed.
+            console.print("no once-per-arm tests selected", highlight=False, markup=False)
+            return
         console.print(
             f"job {number} ({what}) avocado: {outcome.summary or 'no summary'} (exit {outcome.exit_status}); "
             f"job directory {outcome.job_dir}",
@@ -1154,14 +1159,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rounds",
         type=int,
         metavar="N",
-        help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
-        "alternates A B, B A, ... (default 2 with two kernels, else 1)",
+        help="one kernel: run the scenarios N times and pool the samples; two kernels: N blocks, each test "
+        "running A and B inside one job, A B then B A ... (tests tagged boot or hosts run once per arm; "
+        "default 2 with two kernels, else 1)",
     )
     parser.add_argument(
         "--until-decided",
         action="store_true",
-        help="two kernels: after the --rounds, add rounds until every metric is decided (significant, or its CI "
-        "within the threshold) or the budget is spent; OUTPUT/until-decided.json says what each needed",
+        help="two kernels: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
+        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
     )
     parser.add_argument(
         "--budget",
