@@ -189,6 +189,31 @@ class GuestTest(avocado.Test):
             how = "exclusive" if exclusive else "shared"
             self.log.info("waited %.1f s for the measurement lock %s (%s)", waited, lock.path, how)
         self._restore_stale_host_state()
+        self._take_arm()
+
+    # -- the arm of an interleaved A/B (host/blocks.py) ---------------------
+    def _take_arm(self) -> None:
+        """In a two-kernel run every test runs as variants, one per arm and
+        block; the variant names its arm's kernel.  The test's process is
+        its own, so the environment is where the image build, the balloon
+        driver and the guest command line (which read it) find that kernel."""
+        self.arm = str(self.params.get("arm", default="") or "")
+        self.block = int(self.params.get("block", default=0) or 0)
+        if not self.arm:
+            return
+        for name, param in (
+            (ENV_KERNEL, "kernel"),
+            (ENV_MODULES, "modules"),
+            ("MEMQUAL_GUEST_KERNEL_BUILD", "kernel_build"),
+            ("MEMQUAL_GUEST_CMDLINE_EXTRA", "cmdline_extra"),
+        ):
+            value = str(self.params.get(param, default="") or "")
+            if value:
+                os.environ[name] = value
+            else:
+                os.environ.pop(name, None)
+        os.environ["MEMQUAL_RUN_LABEL"] = self.arm
+        self.log.info("arm %s, block %d: kernel %s", self.arm, self.block, os.environ.get(ENV_KERNEL))
 
     def tearDown(self) -> None:
         try:
@@ -259,6 +284,10 @@ class GuestTest(avocado.Test):
 
     def record(self, measurement: Measurement) -> Path:
         measurement.environment = {**self.environment().to_json(), **measurement.environment}
+        if getattr(self, "arm", ""):
+            # Every replicate of this test came from this arm's guests in this block.
+            measurement.arm = self.arm
+            measurement.blocks = [self.block] * len(measurement.replicates)
         path = write(measurement, self.outdir)
         self.log.info("record %s/%s: %s", measurement.scenario, measurement.metric, path)
         return path

@@ -18,15 +18,16 @@ and prints the tables.  With two guest kernels (``--guest-kernel A.bzImage
 OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
 as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
 
-``--rounds N`` runs the whole set N times per kernel, one avocado job each,
-and merges each metric's records over the rounds (``record.merge_rounds``):
-the samples pooled for the medians, every round's replicates kept as
-independent units for the statistics, so more rounds is what gives
-``memqual compare`` power.
-With two kernels the rounds alternate A B, B A, A B, ... (2 rounds by
-default): a scenario alternates its own A and B repeats inside one guest,
-but two kernels need two images, so they alternate job by job, and a drift
-of the shared host over the hour falls on both alike.
+``--rounds N`` with one kernel runs the whole set N times, one avocado
+job each, and merges each metric's records over the rounds
+(``record.merge_rounds``): the samples pooled for the medians, every
+round's replicates kept as independent units for the statistics.
+With two kernels (``run_blocked``) both images and balloon drivers are
+built first, then A and B run interleaved inside one job as Avocado
+variants (host/blocks.py): N blocks, A B then B A, each test running all
+its blocks before the next test; tests tagged boot or hosts run once per
+arm.  The records are stamped with arm and block and split into OUTPUT/A/
+and OUTPUT/B/.
 
 Parameters reach the scenarios through the environment (avocado passes it
 on to every test):
@@ -68,7 +69,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
 from memqual.host import cliargs
 from memqual.host.errors import BadInput
@@ -121,6 +122,12 @@ class RunConfig:
     budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
     avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/hosts/)
     environment: tuple[tuple[str, str], ...] = ()  # set in the job's environment last (the lab hosts' TMPDIR)
+    # A blocked two-kernel job (host/blocks.py): its variants file, the
+    # tests it names (empty: config.tests) and which tests it selects:
+    # "once" the once-per-arm tests, "blocks" the others, "" all.
+    variants_file: Path | None = None
+    references: tuple[str, ...] = ()
+    selection: str = ""
 
 
 @dataclasses.dataclass
@@ -192,6 +199,25 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     return args
 
 
+def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> list[str]:
+    """tag_filters for a blocked job: "once" keeps only the tests tagged
+    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out."""
+    from memqual.host.blocks import ONCE_PER_ARM_TAGS
+
+    if not selection:
+        return tag_filters(profile, only)
+    not_slow = ["-slow"] if profile == "quick" else []
+    if selection == "blocks":
+        drop = [f"-{tag}" for tag in ONCE_PER_ARM_TAGS]
+        terms = [[tag, *not_slow, *drop] for tag in only] if only else [[*not_slow, *drop]]
+        extra = [] if only else ["--filter-by-tags-include-empty"]
+        return ["--filter-by-tags=" + ",".join(t) for t in terms] + extra
+    terms = [
+        [*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in ONCE_PER_ARM_TAGS
+    ]
+    return ["--filter-by-tags=" + ",".join(t for t in term if t) for term in terms]
+
+
 def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = None) -> list[str]:
     tests = config.tests
     try:
@@ -200,17 +226,23 @@ def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = N
         tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + ("/" if tests.is_dir() else "")
     except ValueError:
         tests_arg = str(tests)
+    blocked = (
+        ["--json-variants-load", str(config.variants_file), "--execution-order", "variants-per-test"]
+        if config.variants_file is not None
+        else []
+    )
     return [
         *avocado_executable(),
         *config.avocado_global_args,
         "run",
-        tests_arg,
+        *(config.references or (tests_arg,)),
+        *blocked,
         "--job-results-dir",
         str(results_dir),
         "--disable-sysinfo",  # memqual records its own fingerprint; sysinfo costs seconds
         "--max-parallel-tasks",
         str(config.parallel),  # 1 by default: benchmarks must not share the 2 cores
-        *tag_filters(config.profile, config.only),
+        *selection_filters(config.profile, config.only, config.selection),
         # JUnit XML for CI dashboards, beside the job (avocado's own copy is
         # inside the job directory, whose name changes every run).
         *(["--xunit", str(xunit)] if xunit is not None else []),
@@ -628,23 +660,35 @@ def write_outputs(
 ) -> Results:
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
-    from memqual.host import claims, record, report
-    from memqual.host.results import build_results, write_results
+    from memqual.host import record
 
     records, problems = [], []
     for job in jobs:
         job_records, job_problems = collect_records(job.job_dir)
         records += job_records
         problems += job_problems
-    records = record.merge_rounds(records)
+    tests = [(index + 1, t) for index, job in enumerate(jobs) for t in job.tests]
+    return write_arm_outputs(out_dir, record.merge_rounds(records), problems, tests, jobs, config, kernel, console)
+
+
+def write_arm_outputs(
+    out_dir: Path,
+    records: list[Any],
+    problems: list[str],
+    tests: list[tuple[int, TestOutcome]],
+    jobs: list[JobOutcome],
+    config: RunConfig,
+    kernel: GuestKernel | None,
+    console: Any,
+) -> Results:
+    """write_outputs from records already merged and the tests (with the
+    number of the job that ran each) that wrote them."""
+    from memqual.host import claims, report
+    from memqual.host.results import build_results, write_results
+
     for problem in problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
-    skips = [
-        claims.Skip(test=t.id, status=t.status, reason=t.reason)
-        for job in jobs
-        for t in job.tests
-        if t.status in _NOT_PASSED
-    ]
+    skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
     verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
         "profile": config.profile,
@@ -663,7 +707,7 @@ def write_outputs(
         # The first job's summary heads the report; every round's is listed.
         "avocado": jobs[0].to_json(),
         "avocado_rounds": [job.to_json() for job in jobs],
-        "tests": [dataclasses.asdict(t) | {"round": index + 1} for index, job in enumerate(jobs) for t in job.tests],
+        "tests": [dataclasses.asdict(t) | {"round": number} for number, t in tests],
         "record_problems": problems,
     }
     results = build_results(verdicts, records, run=run_info)
@@ -690,8 +734,9 @@ def run(config: RunConfig, console: Any = None) -> int:
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)
     kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
+    if len(kernels) == 2:
+        return run_blocked(config, (config.kernels[0], config.kernels[1]), console)
     jobs: dict[str, list[JobOutcome]] = {}
-    started = time.monotonic()
 
     def one_job(round_no: int, kernel: GuestKernel | None, total: int) -> None:
         label = kernel.label if kernel else ""
@@ -715,15 +760,13 @@ def run(config: RunConfig, console: Any = None) -> int:
 
     for round_no, kernel in schedule(kernels, config.rounds):
         one_job(round_no, kernel, config.rounds)
-    if config.until_decided and len(kernels) == 2:
-        _until_decided(config, kernels, jobs, one_job, started, console)
     outcomes = [job for label_jobs in jobs.values() for job in label_jobs]
-    results = [
+    for kernel in kernels:
         write_outputs(_out_dir(config, kernel), jobs[kernel.label if kernel else ""], config, kernel, console)
-        for kernel in kernels
-    ]
-    if len(results) == 2:
-        _compare_kernels(config, results, console)
+    return _exit_status(outcomes, console)
+
+
+def _exit_status(outcomes: list[JobOutcome], console: Any) -> int:
     failed = [j for j in outcomes if not j.completed]
     if failed:
         console.print(
@@ -735,69 +778,238 @@ def run(config: RunConfig, console: Any = None) -> int:
     return 0
 
 
-def _until_decided(
-    config: RunConfig,
-    kernels: tuple[GuestKernel | None, ...],
-    jobs: dict[str, list[JobOutcome]],
-    one_job: Any,
-    started: float,
-    console: Any,
-) -> None:
-    """More rounds (A and B once each, ABBA order going on) until every
-    metric is decided or the budget is spent; writes OUTPUT/until-decided.json
-    with the rounds each metric needed."""
+# ------------------------------------------------------- A/B in blocks
+
+
+class DecisionTracker(Protocol):
+    """What the run needs of host/bisect/until.py's Tracker."""
+
+    def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool: ...
+    def undecided_scenarios(self) -> set[str]: ...
+    def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
+
+
+def make_tracker() -> DecisionTracker:
     from memqual.host import compare
     from memqual.host.bisect.until import Tracker
 
-    tracker = Tracker(threshold=compare.DEFAULT_THRESHOLD, alpha=compare.DEFAULT_ALPHA)
-    records: dict[tuple[str, int], list[Any]] = {}
+    return cast(DecisionTracker, Tracker(threshold=compare.DEFAULT_THRESHOLD, alpha=compare.DEFAULT_ALPHA))
 
-    def upto(label: str, round_no: int) -> list[Any]:
-        out = []
-        for index, job in enumerate(jobs.get(label, [])[:round_no]):
-            if (label, index) not in records:
-                records[(label, index)] = collect_records(job.job_dir)[0]
-            out += records[(label, index)]
-        return out
 
-    labels = [k.label if k else "" for k in kernels]
-    done = False
-    for round_no in range(1, config.rounds + 1):  # what the first rounds already decided
-        done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
-    round_no = config.rounds
-    stopped = "every metric decided"
+def prebuild(kernels: tuple[GuestKernel, GuestKernel], console: Any) -> None:
+    """Both images and both balloon driver variants, before any job: a
+    kernel that cannot be built is bad input before anything ran, not a
+    job of skips."""
+    from memqual.host.errors import CapabilityMissing
+    from memqual.images import balloon_driver
+    from memqual.images.build import KernelSource, build
+
+    for k in kernels:
+        try:
+            image = build(KernelSource(k.bzimage, k.modules))
+        except (CapabilityMissing, OSError, subprocess.CalledProcessError) as exc:
+            raise BadInput(f"kernel {k.label} ({k.bzimage}): its guest image cannot be built: {exc}") from None
+        try:
+            if k.kernel_build is not None:
+                variant = balloon_driver.build_from_tree(k.kernel_build, image.release)
+            elif balloon_driver.debian_release_of(k.bzimage):
+                variant = balloon_driver.build(image.release)
+            else:
+                console.print(
+                    f"kernel {k.label}: no --kernel-build tree, so the balloon driver scenario skips on it",
+                    highlight=False,
+                    markup=False,
+                )
+                continue
+        except (CapabilityMissing, OSError, subprocess.CalledProcessError) as exc:
+            raise BadInput(f"kernel {k.label}: its balloon driver variant cannot be built: {exc}") from None
+        console.print(f"kernel {k.label}: image {image.release}, balloon driver {variant.ko}", highlight=False)
+
+
+def _arm_params(k: GuestKernel) -> Any:
+    from memqual.host.blocks import ArmParams
+
+    return ArmParams(
+        arm=k.label,
+        kernel=str(k.bzimage),
+        modules=str(k.modules or ""),
+        kernel_build=str(k.kernel_build or ""),
+        cmdline_extra=k.cmdline_extra,
+    )
+
+
+@dataclasses.dataclass
+class BlockedRun:
+    """The jobs of a two-kernel run and what their records say."""
+
+    jobs: list[JobOutcome] = dataclasses.field(default_factory=list)
+    records: list[Any] = dataclasses.field(default_factory=list)  # stamped with arm and block
+    problems: list[str] = dataclasses.field(default_factory=list)
+    tests: list[tuple[int, TestOutcome]] = dataclasses.field(default_factory=list)
+    scenario_tests: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # scenario -> test names
+    test_seconds: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # test name -> each variant's
+    blocks: int = 0
+
+    def take(self, job: JobOutcome) -> None:
+        """Add a finished job: its records stamped with the arm and block of
+        the variant that wrote them."""
+        from memqual.host import blocks
+
+        self.jobs.append(job)
+        number = len(self.jobs)
+        self.tests += [(number, t) for t in job.tests]
+        for t in job.tests:
+            if t.time is not None:
+                self.test_seconds.setdefault(t.id.split(";", 1)[0], []).append(float(t.time))
+        if job.job_dir is None:
+            return
+        names = _logdir_names(job.job_dir)
+        from memqual.host import record
+
+        for path in sorted(job.job_dir.rglob(record.RECORD_GLOB)):
+            try:
+                m = record.load(path)
+            except BadInput as exc:
+                self.problems.append(str(exc))
+                continue
+            test_dir = blocks.record_test_dir(path)
+            where = blocks.arm_and_block(test_dir.name) if test_dir else None
+            if where is None:
+                self.problems.append(f"{path}: not from a variant of this run (no arm, no block)")
+                continue
+            blocks.stamp(m, *where)
+            self.records.append(m)
+            name = names.get(test_dir.name) if test_dir else None
+            if name:
+                self.scenario_tests.setdefault(m.scenario, set()).add(name.split(";", 1)[0])
+
+    def of_arm(self, arm: str) -> list[Any]:
+        return [m for m in self.records if m.arm == arm]
+
+    def tests_of_arm(self, arm: str) -> list[tuple[int, TestOutcome]]:
+        from memqual.host import blocks
+
+        return [(n, t) for n, t in self.tests if (blocks.arm_and_block(t.id) or ("",))[0] == arm]
+
+    def seconds_per_block(self, names: set[str]) -> float:
+        """About how long one more block of these tests takes: each test's
+        mean time per variant, twice (A and B)."""
+        return sum(2 * sum(self.test_seconds[n]) / len(self.test_seconds[n]) for n in names if self.test_seconds.get(n))
+
+
+def _logdir_names(job_dir: Path) -> dict[str, str]:
+    """Results directory name -> test name, from avocado's results.json."""
+    try:
+        data = json.loads((job_dir / "results.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return {Path(str(t.get("logdir") or "")).name: str(t.get("name") or "") for t in data.get("tests", [])}
+
+
+# Each avocado job starts in a few seconds here; a block's estimate adds it.
+JOB_START_S = 10.0
+
+
+def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], console: Any) -> int:
+    """Two kernels, interleaved: both images and balloon drivers built,
+    then the once-per-arm tests (block 1 of each arm) and ONE job in which
+    every other test runs its blocks A B, B A, ...; with until_decided,
+    more blocks of only the tests whose scenarios are undecided."""
+    from memqual.host import blocks, record
+
+    started = time.monotonic()
+    prebuild(kernels, console)
+    arms = {k.label: _arm_params(k) for k in kernels}
+    run_state = BlockedRun()
+    avocado_dir = config.output / "avocado"
+
+    def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
+        number = len(run_state.jobs) + 1
+        variants_file = config.output / "variants" / f"job-{number}.json"
+        variants_file.parent.mkdir(parents=True, exist_ok=True)
+        variants_file.write_text(json.dumps(blocks.variants(blocks.block_order(first, count), arms), indent=1) + "\n")
+        job_config = dataclasses.replace(
+            config, variants_file=variants_file, selection=selection, references=references, rounds=first + count - 1
+        )
+        with terminate_as_exception():
+            outcome = run_avocado(job_config, avocado_dir, None, console, number)
+        what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
+        if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
+            # --only selected none of the once-per-arm tests: nothing ran, nothing failed.
+            console.print("no once-per-arm tests selected", highlight=False, markup=False)
+            return
+        console.print(
+            f"job {number} ({what}) avocado: {outcome.summary or 'no summary'} (exit {outcome.exit_status}); "
+            f"job directory {outcome.job_dir}",
+            highlight=False,
+            soft_wrap=True,
+            markup=False,
+        )
+        run_state.take(outcome)
+
+    job("once", 1, 1)
+    job("blocks", 1, config.rounds)
+    run_state.blocks = config.rounds
+    if config.until_decided:
+        _until_decided_blocks(config, run_state, job, started, console)
+    results = []
+    for k in kernels:
+        results.append(
+            write_arm_outputs(
+                config.output / k.label,
+                record.merge_rounds(run_state.of_arm(k.label)),
+                run_state.problems,
+                run_state.tests_of_arm(k.label),
+                run_state.jobs,
+                config,
+                k,
+                console,
+            )
+        )
+    _compare_kernels(config, results, console)
+    return _exit_status(run_state.jobs, console)
+
+
+def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any) -> None:
+    """More blocks (the order going on ABBA) of only the tests whose
+    scenarios have an undecided primary, until none has or the budget is
+    spent; writes OUTPUT/until-decided.json."""
+    from memqual.host import blocks
+
+    tracker = make_tracker()
+    look = 1
+    done = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"))
+    stopped = "every primary decided"
     budget_s = config.budget_min * 60.0
+    added: list[dict[str, Any]] = []
     while not done:
+        undecided = tracker.undecided_scenarios()
+        names = set().union(*(run_state.scenario_tests.get(s, set()) for s in undecided)) if undecided else set()
+        if not names:
+            stopped = "no test left to run for the undecided scenarios: " + ", ".join(sorted(undecided))
+            break
+        need = run_state.seconds_per_block(names) + JOB_START_S
         elapsed = time.monotonic() - started
-        per_round = elapsed / max(round_no, 1)
-        if elapsed + per_round > budget_s:
-            stopped = f"budget spent ({config.budget_min:g} min; a round takes {per_round / 60:.1f} min)"
+        if elapsed + need > budget_s:
+            stopped = (
+                f"budget spent ({config.budget_min:g} min; one more block of {len(names)} test(s) "
+                f"takes about {need / 60:.1f} min)"
+            )
             break
-        if round_no >= UNTIL_DECIDED_MAX_ROUNDS:
-            stopped = f"{UNTIL_DECIDED_MAX_ROUNDS} rounds (the exact test's limit)"
-            break
-        round_no += 1
-        ordered = kernels if (round_no - 1) % 2 == 0 else tuple(reversed(kernels))
-        for kernel in ordered:
-            one_job(round_no, kernel, round_no)
-        done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
+        block = run_state.blocks + 1
+        job("blocks", block, 1, tuple(sorted(blocks.test_reference(n) for n in names)))
+        run_state.blocks = block
+        added.append({"block": block, "scenarios": sorted(undecided), "tests": sorted(names)})
+        look += 1
+        done = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"))
     summary = tracker.to_json(stopped, config.budget_min)
+    summary["blocks"] = run_state.blocks
+    summary["added_blocks"] = added
+    summary["wall_s"] = round(time.monotonic() - started, 1)
     write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
     console.print(
-        f"until decided: {round_no} round(s), {stopped}; {summary['decided']} metric(s) decided, "
-        f"{summary['undecided']} undecided",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+        f"until decided: {run_state.blocks} block(s), {stopped}", highlight=False, markup=False, soft_wrap=True
     )
-    for m in summary["metrics"]:
-        needed = m["rounds_needed"]
-        console.print(
-            f"  {'after ' + str(needed) + ' round(s)' if needed else 'undecided':<22} {m['verdict']:<34} {m['key']}",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
 
 
@@ -972,14 +1184,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--rounds",
         type=int,
         metavar="N",
-        help="run the scenarios N times per kernel and pool the samples; with two kernels the order "
-        "alternates A B, B A, ... (default 2 with two kernels, else 1)",
+        help="one kernel: run the scenarios N times and pool the samples; two kernels: N blocks, each test "
+        "running A and B inside one job, A B then B A ... (tests tagged boot or hosts run once per arm; "
+        "default 2 with two kernels, else 1)",
     )
     parser.add_argument(
         "--until-decided",
         action="store_true",
-        help="two kernels: after the --rounds, add rounds until every metric is decided (significant, or its CI "
-        "within the threshold) or the budget is spent; OUTPUT/until-decided.json says what each needed",
+        help="two kernels: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
+        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
     )
     parser.add_argument(
         "--budget",

@@ -38,17 +38,39 @@ FAKE_AVOCADO = textwrap.dedent(
     os.makedirs(job, exist_ok=True)
     print("JOB ID     : fake", flush=True)
     print("JOB LOG    : " + os.path.join(job, "job.log"), flush=True)
+    filters = [a for a in argv if a.startswith("--filter-by-tags=")]
+    refs = [a[:-1] for a in argv if a.endswith("$")]
     tests = plan["tests"]
+    if any(",boot" in f or "=boot" in f for f in filters):
+        tests = [t for t in tests if t.get("once")]
+    elif any("-boot" in f for f in filters):
+        tests = [t for t in tests if not t.get("once")]
+    if refs:
+        tests = [t for t in tests if t["name"] in refs]
+    variants = [None]
+    if "--json-variants-load" in argv:
+        variants = json.load(open(argv[argv.index("--json-variants-load") + 1]))
+    # variants-per-test: each test runs all its variants before the next
+    tests = [dict(t, variant_params=v) for t in tests for v in variants]
+    for t in tests:
+        v = t.pop("variant_params")
+        if v is not None:
+            params = {{k: val for _, k, val in v["variant"][0][1]}}
+            t["name"] = t["name"] + ";" + v["variant_id"]
+            t["arm"], t["block"] = params["arm"], params["block"]
     out = []
     for i, t in enumerate(tests, 1):
+        arm = t.get("arm", label)
+        block = str(t.get("block", round_no))
         print(" (%d/%d) %s: STARTED" % (i, len(tests), t["name"]), flush=True)
-        logdir = os.path.join(job, "test-results", "%d-%s" % (i, t["name"].replace("/", "_")))
+        logdir = os.path.join(job, "test-results", "%d-%s" % (i, t["name"].replace("/", "_").replace(";", "_")))
         os.makedirs(os.path.join(logdir, "data"), exist_ok=True)
         with open(os.path.join(logdir, "debug.log"), "w") as log:
             log.write("01:00:00 INFO | repeat 1/5 smart_scan=0\\n")
         for rec in t.get("records", []):
             rec = dict(rec)
-            scale = rec.pop("scale_" + label, 1.0) * rec.pop("round_scale", {{}}).get(str(round_no), 1.0)
+            scale = rec.pop("scale_" + arm, 1.0) * rec.pop("round_scale", {{}}).get(block, 1.0)
+            rec.pop("scale_A", None), rec.pop("scale_B", None)
             rec["samples"] = [s * scale for s in rec["samples"]]
             # each sample from its own fresh guest: independent replicates
             rec["replicates"] = [[s] for s in rec["samples"]]
@@ -59,7 +81,7 @@ FAKE_AVOCADO = textwrap.dedent(
         reason = t.get("reason", "")
         why = (": " + reason) if reason else ""
         print(" (%d/%d) %s:  %s%s (0.10 s)" % (i, len(tests), t["name"], t["status"], why), flush=True)
-        out.append({{"name": t["name"], "id": "%d-%s" % (i, t["name"]), "status": t["status"],
+        out.append({{"name": t["name"], "id": "%d-%s" % (i, t["name"]), "status": t["status"], "logdir": logdir,
                     "fail_reason": reason or "<unknown>", "time_elapsed": 0.1}})
     counts = {{s: sum(1 for t in tests if t["status"] == s) for s in ("PASS", "FAIL", "ERROR", "SKIP", "CANCEL")}}
     json.dump({{"tests": out, "pass": counts["PASS"], "failures": counts["FAIL"], "errors": counts["ERROR"],
@@ -212,22 +234,33 @@ def guest_kernel_args(tmp_path: Path) -> list[str]:
     return argv
 
 
-def test_two_guest_kernels_run_the_same_scenarios_and_are_compared(tmp_path, fake):
+def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path, fake, monkeypatch):
     kernels = guest_kernel_args(tmp_path)
     # Kernel B is deliberately slower with smart scan: 1.5x the CPU per scan.
     fake.plan(
         tests=[
-            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0, scale_b=1.5)}
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0, scale_b=1.5)},
+            {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True},
         ]
     )
+    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: None)
     status, out = _run(tmp_path, *kernels)
     assert status == 0  # the run completed; the comparison says the rest
     calls = fake.calls()
-    # Two rounds by default, in ABBA order.
-    assert [c["env"]["MEMQUAL_RUN_LABEL"] for c in calls] == ["A", "B", "B", "A"]
-    assert calls[0]["env"]["MEMQUAL_GUEST_KERNEL"].endswith("bzImage-a")
-    assert calls[1]["env"]["MEMQUAL_GUEST_MODULES"].endswith("modules-b")
-    assert "round 2/2" in out
+    # One job of the once-per-arm tests, then ONE job with every block inside it.
+    assert len(calls) == 2
+    assert "--filter-by-tags=boot,-slow" in calls[0]["argv"]
+    assert "--filter-by-tags=-slow,-boot,-hosts" in calls[1]["argv"]
+    argv = calls[1]["argv"]
+    assert argv[argv.index("--execution-order") + 1] == "variants-per-test"
+    variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
+    assert [v["variant_id"] for v in variants] == ["b1-A", "b1-B", "b2-B", "b2-A"]
+    params = {k: val for _, k, val in variants[1]["variant"][0][1]}
+    assert params["kernel"].endswith("bzImage-b") and params["modules"].endswith("modules-b")
+    assert "MEMQUAL_GUEST_KERNEL" not in calls[1]["env"]  # the variant names it, not the job
+    a_records = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
+    metric = next(m for m in a_records["metrics"] if m["variant"] == {"smart_scan": 1, "pages": "4k"})
+    assert metric["blocks"] == [1] * 5 + [2] * 5
     for label in ("A", "B"):
         assert (tmp_path / "out" / label / "results.json").is_file()
         assert (tmp_path / "out" / label / "report.html").is_file()
@@ -260,6 +293,19 @@ def test_rounds_pool_samples_and_keep_each_round(tmp_path, fake):
     assert metric["samples"][5] == pytest.approx(0.80 * 1.1)  # in round order
     claim = next(c for c in results["claims"] if c["id"] == "ksm-volatile-4k")
     assert len(claim["samples"]["a"]) == 15 and claim["a"]["summary"]["n"] == 15
+
+
+def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
+    from memqual.host import blocks
+
+    assert blocks.block_order(1, 3) == [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")]
+    assert blocks.block_order(4, 1) == [(4, "B"), (4, "A")]
+    assert blocks.arm_and_block("e2e/test_ksm.py:Ksm.test_merge;b12-B") == ("B", 12)
+    assert blocks.arm_and_block("3-e2e_test_ksm.py_Ksm.test_merge_b2-A") == ("A", 2)
+    assert blocks.arm_and_block("e2e/test_ksm.py:Ksm.test_merge") is None
+    assert blocks.test_reference("e2e/t.py:K.test_m;b1-A") == "e2e/t.py:K.test_m$"
+    assert runjob.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
 
 
 def test_schedule_alternates_kernels_between_rounds():

@@ -60,48 +60,73 @@ PLAN = [
 ]
 
 
-def test_rounds_are_added_until_every_metric_is_decided(tmp_path, fake):
-    fake.plan(tests=PLAN)
+PLAN2 = [
+    *PLAN,
+    {
+        "name": "e2e/test_ksm.py:KsmTest.test_merge",
+        "status": "PASS",
+        "records": [_rec("ksm.merge", "merged_fraction", 0.9)],
+    },
+]
+
+
+class FakeTracker:
+    """Decides ksm.merge after the first look and balloon.deflate after the
+    third: the run must add blocks for the balloon test alone."""
+
+    def __init__(self) -> None:
+        self.looks: list[tuple[int, int, int]] = []
+
+    def update(self, look, records_a, records_b):
+        self.looks.append((look, len(records_a), len(records_b)))
+        return look >= 3
+
+    def undecided_scenarios(self):
+        return {"balloon.deflate"}
+
+    def to_json(self, stopped, budget_min):
+        return {"stopped": stopped, "budget_min": budget_min, "looks": len(self.looks)}
+
+
+@pytest.fixture()
+def tracker(monkeypatch):
+    fake_tracker = FakeTracker()
+    monkeypatch.setattr(runjob, "make_tracker", lambda: fake_tracker)
+    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: None)
+    return fake_tracker
+
+
+def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake, tracker):
+    fake.plan(tests=PLAN2)
     status, out = _run(tmp_path, "--until-decided")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
-    by = {m["key"].split(" [")[0]: m for m in summary["metrics"]}
-    # Unchanged and noiseless: equivalent once it has 2 replicates a side.
-    assert by["balloon.inflate inflate_s"]["rounds_needed"] == 2
-    assert by["balloon.inflate inflate_s"]["verdict"] == "equivalent"
-    # 1.5x slower with a few % of drift between rounds: look 2's share of
-    # alpha (3 % of it, spent over 10 planned looks) is not enough for a
-    # t-test on 2 against 2; look 3's is.
-    assert by["balloon.deflate deflate_s"]["rounds_needed"] == 3
-    assert by["balloon.deflate deflate_s"]["verdict"] == "slower"
-    assert summary["rounds"] == 3 and summary["stopped"] == "every metric decided"
-    assert summary["alpha_by_look"] == pytest.approx([0.0001, 0.0003, 0.0005])
-    assert summary["undecided_scenarios"] == [] and not summary["host_drifted"]
-    calls = [c["env"]["MEMQUAL_RUN_LABEL"] for c in fake.calls()]
-    assert calls == ["A", "B", "B", "A", "A", "B"]  # ABBA goes on
-    # Every job's JUnit XML has its own file: OUTPUT/<label>/junit/round-N.xml.
-    xunits = [c["argv"][c["argv"].index("--xunit") + 1] for c in fake.calls()]
-    assert xunits[:3] == [
-        str(tmp_path / "out" / "A" / "junit" / "round-1.xml"),
-        str(tmp_path / "out" / "B" / "junit" / "round-1.xml"),
-        str(tmp_path / "out" / "B" / "junit" / "round-2.xml"),
-    ]
-    assert len(set(xunits)) == 6
-    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
-    assert comparison["regressions"] == 1
-    assert "after 3 round(s)" in out and "until decided: 3 round(s)" in out
+    assert summary["stopped"] == "every primary decided" and summary["blocks"] == 4
+    assert [b["block"] for b in summary["added_blocks"]] == [3, 4]
+    calls = fake.calls()
+    assert len(calls) == 4  # once-per-arm, blocks 1-2, block 3, block 4
+    for call, first in ((calls[2], "b3-A"), (calls[3], "b4-B")):
+        argv = call["argv"]
+        assert "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g$" in argv
+        assert not any("test_ksm" in a for a in argv)
+        variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
+        assert variants[0]["variant_id"] == first and len(variants) == 2
+    # records of every block reach the tracker: 3 per arm after 2 blocks, 2 more a block
+    assert tracker.looks == [(1, 6, 6), (2, 8, 8), (3, 10, 10)]
+    a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
+    deflate = next(m for m in a["metrics"] if m["metric"] == "deflate_s")
+    assert deflate["blocks"] == [1, 2, 3, 4]
+    merge = next(m for m in a["metrics"] if m["metric"] == "merged_fraction")
+    assert merge["blocks"] == [1, 2]
 
 
-def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake):
-    fake.plan(tests=PLAN)
+def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
+    fake.plan(tests=PLAN2)
     status, out = _run(tmp_path, "--until-decided", "--budget", "0.0001")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
-    assert summary["rounds"] == 2 and summary["stopped"].startswith("budget spent")
-    deflate = next(m for m in summary["metrics"] if m["key"].startswith("balloon.deflate"))
-    assert deflate["state"] == "undecided" and deflate["rounds_needed"] is None
-    assert deflate["verdict"].startswith("undecided (needs about")
-    assert summary["undecided_scenarios"] == ["balloon.deflate"]
+    assert summary["blocks"] == 2 and summary["stopped"].startswith("budget spent")
+    assert len(fake.calls()) == 2
 
 
 def test_decided_after_then_undecided_again_counts_from_the_last_time():
