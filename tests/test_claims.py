@@ -192,18 +192,6 @@ KERNBENCH = Contrast("memslots.kernbench", "elapsed_s", "s", {"lookup": "reorder
 RAM_HIT_VS_MISS = Contrast(
     "memslots.kvm_lookup", "access_ns", "ns", {"kind": "ram_hit", "slots": 32}, 300.0, {"kind": "miss", "slots": 32}
 )
-# What each measured claim's records compare.
-CONTRASTS = {}
-
-
-# A measured claim's verdict follows B's level: one row a level.
-@pytest.mark.parametrize(
-    "cid, b_level, verdict",
-    [],
-)
-def test_measured_claim_flips_with_its_evidence(cid: str, b_level: float, verdict: str):
-    v = _verdict(cid, CONTRASTS[cid].records(b_level))
-    assert v.verdict == verdict and v.evidence == claims.MEASURED
 
 
 def test_balloon_claims_are_not_measurable_without_per_request_evidence():
