@@ -135,6 +135,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
 
 def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     from memqual.host.qemu import MachineConfig, command_line
+    from memqual.host.qemu_binary import runtime_env
 
     workdir = short_tempdir("mqprobe")
     console = workdir / "console.log"
@@ -144,7 +145,12 @@ def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     ready = ConsoleMarker(console)
     started = time.monotonic()
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_parent,
+        env=runtime_env(argv[0]),
     )
     try:
         while time.monotonic() - started < KVM_BOOT_DEADLINE_S:

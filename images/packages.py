@@ -28,6 +28,11 @@ def _run(argv: list[str], cwd: Path | None = None) -> str:
     return proc.stdout
 
 
+def run_apt(argv: list[str], cwd: Path | None = None) -> str:
+    """An apt or dpkg tool's output; a failure is one BadInput line."""
+    return _run(argv, cwd)
+
+
 def unpack_deb(deb: Path, target: Path) -> None:
     """A .deb's files unpacked into ``target`` (``dpkg -x``, no root)."""
     _run(["dpkg", "-x", str(deb), str(target)])
@@ -137,16 +142,20 @@ def kernel_package(version: str, cache: Path) -> str:
     raise BadInput(f"no installable package for kernel {release}: run 'apt-get update'")
 
 
-def download(package: str, cache: Path, version: str | None = None) -> Path:
+def download(package: str, cache: Path, version: str | None = None, apt_options: tuple[str, ...] = ()) -> Path:
     """The .deb of ``package`` at ``version`` (default: the current
-    candidate), downloaded once."""
+    candidate), downloaded once.  ``apt_options`` (``-o`` pairs) point apt
+    at private package lists, e.g. a suite the system's sources lack; the
+    hash is then checked against those signed lists."""
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     if version is None:
         version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version), cache)
+    expected = _memoized(
+        f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache
+    )
     for path in debs.glob(f"{package}_*.deb"):
         if _deb_version(path) != version:
             continue
@@ -157,7 +166,7 @@ def download(package: str, cache: Path, version: str | None = None) -> Path:
         path.with_name(f".{path.name}.sha256").unlink(missing_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".dl-{package}-", dir=debs))
     try:
-        _run(["apt-get", "download", f"{package}={version}"], cwd=work)
+        _run(["apt-get", *apt_options, "download", f"{package}={version}"], cwd=work)
         (fetched,) = list(work.glob("*.deb"))
         if expected and sha256_file(fetched) != expected:
             raise BadInput(f"{fetched.name}: its sha256 is not the archive's: run 'apt-get update' and try again")
@@ -193,9 +202,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _archive_sha256(package: str, version: str) -> str:
+def archive_sha256(package: str, version: str, apt_options: tuple[str, ...] = ()) -> str:
+    """The SHA256 the (signed) package lists give for ``package=version``,
+    "" when they give none."""
+    return _archive_sha256(package, version, apt_options)
+
+
+def _archive_sha256(package: str, version: str, apt_options: tuple[str, ...] = ()) -> str:
     """The SHA256 the package lists give for this version ("" if none)."""
-    for line in _run(["apt-cache", "show", f"{package}={version}"]).splitlines():
+    for line in _run(["apt-cache", *apt_options, "show", f"{package}={version}"]).splitlines():
         if line.startswith("SHA256:"):
             return line.split(":", 1)[1].strip()
     return ""
