@@ -43,6 +43,7 @@ KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_acr
 @dataclasses.dataclass
 class Report:
     qemu_version: str
+    qemu_origin: str
     host_kernel: str
     kvm_device: bool
     kvm_boots_linux: bool
@@ -189,15 +190,19 @@ def environment(*, with_ksm: bool = False) -> Environment:
     ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
     KSM settings are their own)."""
     from memqual.host.qemu import qemu_version
+    from memqual.host.qemu_binary import current
 
+    origin: str | None = None
     try:
         qemu: str | None = qemu_version()
+        origin = current().origin
     except (BadInput, CapabilityMissing, OSError, subprocess.SubprocessError):
         qemu = None
     accel, reason = cached_accel() or (None, None)
     return Environment(
         host_kernel=host_kernel(),
         qemu=qemu,
+        qemu_origin=origin,
         accel=accel,
         accel_reason=reason,
         cpu=cpu_model(),
@@ -225,15 +230,19 @@ def report(force: bool = False) -> Report:
     doctor is what a user runs to find out what is missing."""
     from memqual.host.qemu import qemu_version
 
-    version = "missing"
+    from memqual.host.qemu_binary import current
+
+    version, origin = "missing", "none"
     try:
         version = qemu_version()
+        origin = current().origin
         boots, detail = kvm_boots_linux(force=force)
     except (CapabilityMissing, BadInput) as exc:
         boots, detail = False, f"not probed: {exc}"
     accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
     return Report(
         qemu_version=version,
+        qemu_origin=origin,
         host_kernel=host_kernel(),
         kvm_device=KVM_DEVICE.exists(),
         kvm_boots_linux=boots,
