@@ -23,6 +23,8 @@
  *
  *     verified pages=N in_range=M bad_words=B
  *
+ * and holds the memory until /tmp/vmem.release appears (the same deadline).
+ *
  * Exit status: 0 the pattern read back, 2 bad arguments, 3 the deadline
  * passed, 4 a system call failed, 5 the pattern did not read back.
  */
@@ -70,6 +72,18 @@ static long in_range(const unsigned char *mem, size_t pages, uint64_t start, uin
 	}
 	close(fd);
 	return count;
+}
+
+static int wait_file(const char *path, double deadline)
+{
+	while (access(path, F_OK) != 0) {
+		if (now() > deadline) {
+			fprintf(stderr, "no %s within the deadline\n", path);
+			return 1;
+		}
+		usleep(10000); /* the host creates the file; polled with a deadline */
+	}
+	return 0;
 }
 
 static long mem_total_kib(void)
@@ -141,18 +155,15 @@ int main(int argc, char **argv)
 	}
 	printf("filled pages=%zu in_range=%ld\n", pages, before);
 	fflush(stdout);
-	while (access("/tmp/vmem.verify", F_OK) != 0) {
-		if (now() > deadline) {
-			fprintf(stderr, "no /tmp/vmem.verify within the deadline\n");
-			return 3;
-		}
-		usleep(10000); /* the host creates the file; polled with a deadline */
-	}
+	if (wait_file("/tmp/vmem.verify", deadline))
+		return 3;
 	uint64_t bad = 0;
 	for (size_t i = 0; i < words; i++)
 		bad += mem[i] != ((i * MULT) ^ seed);
 	long after = in_range((unsigned char *)mem, pages, start, end);
 	printf("verified pages=%zu in_range=%ld bad_words=%" PRIu64 "\n", pages, after, bad);
 	fflush(stdout);
+	if (wait_file("/tmp/vmem.release", deadline))
+		return 3;
 	return bad ? 5 : 0;
 }
