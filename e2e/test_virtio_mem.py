@@ -97,7 +97,9 @@ class VirtioMem(GuestTest):
         self.require(loaded.status == 0, f"the guest kernel has no virtio_mem module: {loaded.stderr.strip()}")
         return vm, vm.deploy(AGENT)
 
-    def guest_timed(self, vm: Machine, agent: str, device: V.VirtioMemDevice, target_bytes: int, base_kib: int) -> tuple[V.Resize, float]:
+    def guest_timed(
+        self, vm: Machine, agent: str, device: V.VirtioMemDevice, target_bytes: int, base_kib: int
+    ) -> tuple[V.Resize, float]:
         """One resize, timed by the host (QOM size) and the guest (MemTotal)."""
         watch = vm.ssh.start([agent, "watch", str(base_kib + target_bytes // 1024), str(RESIZE_DEADLINE_S)])
         lines = watch.lines(timeout=RESIZE_DEADLINE_S)
@@ -153,7 +155,9 @@ class VirtioMem(GuestTest):
         unmet = V.resize(vm, device, 0, UNMET_WINDOW_S)
         self.log.info("request 0 while %d MiB are held: %s", FILL_MIB, unmet)
         self.assertEqual(vm.ssh.run(["true"]).status, 0, "the guest stopped answering")
-        killed = [line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if f"({AGENT})" in line and "Killed" in line]
+        killed = [
+            line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if f"({AGENT})" in line and "Killed" in line
+        ]
         if unmet.met:
             self.assertTrue(killed, f"virtio-mem unplugged memory the guest still holds: {unmet}")
         else:

@@ -229,7 +229,6 @@ def report(force: bool = False) -> Report:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
     from memqual.host.qemu import qemu_version
-
     from memqual.host.qemu_binary import current
 
     version, origin = "missing", "none"

@@ -70,7 +70,9 @@ def _version_of(binary: str, env_items: tuple[tuple[str, str], ...]) -> str:
         raise BadInput(f"{binary} does not run ({exc}): give a qemu-system-x86_64") from exc
     match = re.search(r"QEMU emulator version (\S+)", proc.stdout)
     if proc.returncode != 0 or not match:
-        raise BadInput(f"{binary} is no QEMU (its --version says no 'QEMU emulator version'): give a qemu-system-x86_64")
+        raise BadInput(
+            f"{binary} is no QEMU (its --version says no 'QEMU emulator version'): give a qemu-system-x86_64"
+        )
     return match.group(1)
 
 

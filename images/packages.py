@@ -153,9 +153,7 @@ def download(package: str, cache: Path, version: str | None = None, apt_options:
         version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    expected = _memoized(
-        f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache
-    )
+    expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache)
     for path in debs.glob(f"{package}_*.deb"):
         if _deb_version(path) != version:
             continue

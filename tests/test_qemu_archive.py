@@ -68,7 +68,9 @@ class FakeArchive:
         assert any("Dir::State::Lists=" in o for o in apt_options), "the private lists were not used"
         return hashlib.sha256(deb_content(package, version)).hexdigest()
 
-    def download(self, package: str, cache: Path, version: str | None = None, apt_options: tuple[str, ...] = ()) -> Path:
+    def download(
+        self, package: str, cache: Path, version: str | None = None, apt_options: tuple[str, ...] = ()
+    ) -> Path:
         assert version is not None
         path = cache / "debs" / f"{package}_{version.replace(':', '%3a')}_amd64.deb"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -256,7 +258,9 @@ def test_user_build_by_path(tmp_path: Path) -> None:
         (["doctor", "--qemu", "1.0", "--qemu", "2.0"], "--qemu given twice"),
     ],
 )
-def test_bad_qemu_is_one_line_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str], cache: Path) -> None:
+def test_bad_qemu_is_one_line_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str], cache: Path
+) -> None:
     try:
         status = main(argv)
     except SystemExit as exc:  # argparse's own usage errors
