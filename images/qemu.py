@@ -235,11 +235,26 @@ def fetch(version: str, cache: Path) -> UnpackedQemu:
     cached = load(target)
     if cached is not None:
         return cached
+    _drop_stale_unpacks(target.parent)
     apt = private_apt(cache)
     debs = [_fetch_checked(QEMU_PACKAGES[0], offer.package_version, apt, cache)]
     for package in (*QEMU_PACKAGES[1:], *FIRMWARE_PACKAGES):
         debs.append(_fetch_checked(package, _companion_version(apt, package, offer.package_version), apt, cache))
     return unpack(offer, debs, target)
+
+
+STALE_UNPACK_S = 3600.0  # an unpack takes seconds; one this old was killed midway
+
+
+def _drop_stale_unpacks(root: Path) -> None:
+    """Temporary unpacks a killed memqual left (never a whole QEMU: those
+    are renamed into place only when complete)."""
+    for leftover in root.glob(".unpack-*"):
+        try:
+            if time.time() - leftover.stat().st_mtime > STALE_UNPACK_S:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def unpack(offer: ArchiveQemu, debs: list[Path], target: Path) -> UnpackedQemu:

@@ -276,3 +276,13 @@ def test_environment_and_header_name_the_origin() -> None:
     assert env.to_json()["qemu_origin"].startswith("Debian bookworm-backports")
     line = environment_line(env.to_json())
     assert f"QEMU 10.0.2 (Debian bookworm-backports {QEMU10})" in line.replace("&#x27;", "'")
+
+
+def test_a_killed_unpack_is_cleared_by_the_next_fetch(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeArchive(monkeypatch, cache)
+    stale = cache / "qemu" / ".unpack-1_10.0.2-abc"
+    stale.mkdir(parents=True)
+    old = stale.stat().st_mtime - 2 * archive.STALE_UNPACK_S
+    os.utime(stale, (old, old))
+    unpacked = archive.fetch("10.0.2", cache)
+    assert leftovers(cache) == [unpacked.root.name]
