@@ -135,7 +135,11 @@ def resolve(spec: str, cache: Path) -> QemuChoice:
     the archive (once), a path must be a QEMU that runs."""
     if is_path(spec):
         path = Path(spec).expanduser()
-        if not path.is_file() or not os.access(path, os.X_OK):
+        try:
+            usable = path.is_file() and os.access(path, os.X_OK)
+        except OSError:  # a name too long, a loop of links
+            usable = False
+        if not usable:
             raise BadInput(f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64")
         return describe(path.resolve())
     unpacked = archive.fetch(spec, cache)
