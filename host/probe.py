@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annot
 KVM_DEVICE = Path(DEVICE)
 KSM_DIR = KSM_ROOT
 THP_ENABLED = THP_ROOT / "enabled"
+PROBE_ANSWERS_KEPT = 8  # earlier probe answers kept beside the last
 KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
 # The host's KSM knobs an environment shows (read-only).
 KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages")
@@ -122,15 +123,23 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     image = build()
     key = f"{host_kernel()}|{qemu_version()}|{image.kernel_sha256}|{image.initramfs_sha256}"
     cache_file = _probe_cache_file()
-    if not force:
-        try:
-            cached = json.loads(cache_file.read_text())
-            if cached.get("key") == key:
-                return bool(cached["boots"]), str(cached["detail"])
-        except (OSError, ValueError, KeyError):
-            pass
+    # The last answer at the top; earlier ones (another QEMU, another
+    # image) under "others", so switching QEMUs does not probe again.
+    others: dict[str, dict[str, object]] = {}
+    try:
+        cached = json.loads(cache_file.read_text())
+        others = {k: v for k, v in dict(cached.get("others") or {}).items() if isinstance(v, dict)}
+        if "key" in cached:
+            others[str(cached["key"])] = {"boots": cached["boots"], "detail": cached["detail"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        others = {}
+    if not force and key in others:
+        return bool(others[key]["boots"]), str(others[key]["detail"])
     boots, detail = _boot_under_kvm(image)
-    write_private_atomic(cache_file, json.dumps({"key": key, "boots": boots, "detail": detail}).encode(), 0o644)
+    others.pop(key, None)
+    kept = dict(list(others.items())[-PROBE_ANSWERS_KEPT:])
+    answer = {"key": key, "boots": boots, "detail": detail, "others": kept}
+    write_private_atomic(cache_file, json.dumps(answer).encode(), 0o644)
     return boots, detail
 
 
