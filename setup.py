@@ -17,6 +17,7 @@ setup(
     package_data={
         "memqual.guest": ["*.c", "*.h", "*.sh", "*.patch", "inittab"],
         "memqual.claims": ["*.json"],
+        "memqual.host": ["*.schema.json"],
         "memqual.host.memslots": ["layouts/*.json"],
     },
 )

@@ -23,6 +23,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -162,7 +163,11 @@ class NamespaceLab:
                         "PasswordAuthentication no",
                         "KbdInteractiveAuthentication no",
                         "UsePAM no",
+                        # The status channel is a UNIX socket forward; this
+                        # sshd (OpenSSH 9.2) denies that too under
+                        # "AllowTcpForwarding no".
                         "AllowTcpForwarding remote",
+                        "AllowStreamLocalForwarding remote",
                         "GatewayPorts no",
                         "X11Forwarding no",
                         "PrintMotd no",
@@ -268,6 +273,54 @@ def _listeners() -> set[str]:
     return {line.split()[3] for line in result.stdout.splitlines() if len(line.split()) > 3}
 
 
+# Run as nobody inside a lab host's namespace: can a local user there reach
+# the status channel (the remote end of the session's -R forward)?
+_PROBE_CHANNEL = """
+import socket, sys
+target = sys.argv[1]
+try:
+    if target.startswith("/"):
+        s = socket.socket(socket.AF_UNIX); s.settimeout(5); s.connect(target)
+    else:
+        host, port = target.rsplit(":", 1); socket.create_connection((host, int(port)), timeout=5)
+except OSError as exc:
+    print(type(exc).__name__)
+else:
+    print("connected")
+"""
+
+
+def _status_channel_as_nobody(output: Path, ns: str, name: str) -> str:
+    """What a local user of lab host ``name`` meets on the status channel:
+    "connected", or the error of its connect."""
+    login = json.loads((output / "fleet" / f"slot-{name}-1.json").read_text())
+    words = shlex.split(login["extra_cmdline"])
+    forward = words[words.index("-R") + 1]
+    # "127.0.0.1:P:127.0.0.1:P" (TCP) or "/remote.sock:/local.sock"
+    remote = forward.split(":")[0] if forward.startswith("/") else ":".join(forward.split(":")[:2])
+    result = subprocess.run(
+        [
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+            _PROBE_CHANNEL,
+            remote,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return result.stdout.strip() or result.stderr.strip()
+
+
 def _qemus_under(pids: list[int]) -> list[int]:
     out = []
     for pid in pids:
@@ -293,7 +346,7 @@ class LabHosts(avocado.Test):
         # A run of this test that was killed (SIGKILL, a timeout) could not
         # tear its lab down: that is done now.
         remove_stale_labs()
-        self.task_dirs_before = set(Path("/tmp").glob("memqual-task.*"))
+        self.task_dirs_before = set(Path("/tmp").glob("memqual-task.*")) | set(Path("/tmp").glob("memqual-status.*"))
         self.scratch = Path(tempfile.mkdtemp(prefix="mqlab-"))
         # sshd's StrictModes refuses keys under a world-writable /tmp.
         self.lab = NamespaceLab(3, Path(tempfile.mkdtemp(prefix=f"mqlab-{os.getpid()}-", dir="/run")))
@@ -306,7 +359,10 @@ class LabHosts(avocado.Test):
         # The lab hosts share this /tmp: the task directory of lab3's
         # interrupted task (which a real host's next memqual hosts probe
         # removes once stale) is this test's to remove.
-        for path in set(Path("/tmp").glob("memqual-task.*")) - getattr(self, "task_dirs_before", set()):
+        # So is the status channel's directory of lab3, which memqual could
+        # not reach to remove.
+        made = set(Path("/tmp").glob("memqual-task.*")) | set(Path("/tmp").glob("memqual-status.*"))
+        for path in made - getattr(self, "task_dirs_before", set()):
             shutil.rmtree(path, ignore_errors=True)
         lab = getattr(self, "lab", None)
         if lab is not None:
@@ -389,6 +445,10 @@ class LabHosts(avocado.Test):
             # The controller listens on loopback only (Avocado's status server).
             opened = _listeners() - listening_before
             self.assertTrue(all(a.startswith(("127.0.0.1:", "[::1]:")) for a in opened), opened)
+            # No other user of a lab host can post to the status channel.
+            for host in self.lab.hosts:
+                met = _status_channel_as_nobody(output, host["ns"], host["name"])
+                self.assertEqual(met, "PermissionError", f"{host['name']}: a local user there met {met!r}")
             killed = self.lab.kill(self.lab.hosts[2])
             self.log.info("lab3 killed after %.1f s: pids %s", time.monotonic() - started, killed)
             lock.release()

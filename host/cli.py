@@ -17,6 +17,7 @@ import signal
 import sys
 import warnings
 
+from memqual.host import leftovers
 from memqual.host.cliargs import Parser
 from memqual.host.errors import LaunchError, MemqualError
 
@@ -130,6 +131,7 @@ def _command(argv: list[str] | None) -> int:
         logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
     try:
         _restore_stale_host_state(args.command)
+        leftovers.sweep_process_dirs()  # of runs that were killed
         return int(args.handler(args) or 0)
     except MemqualError as exc:
         if os.environ.get("MEMQUAL_DEBUG"):

@@ -139,9 +139,20 @@ def directory(text: str) -> str:
     return text
 
 
-def output_directory(text: str) -> str:
-    """A directory to write into: one that exists, or one that can be made
-    (what is already there on its way is a directory)."""
+def _trusted_output(path: Path, text: str) -> None:
+    """The folder written into is no one else's (paths.check_output_dir)."""
+    from memqual.host.errors import BadInput
+    from memqual.host.paths import check_output_dir
+
+    try:
+        check_output_dir(path, "output folder")
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def directory_to_make(text: str) -> str:
+    """A directory that exists, or one that can be made (what is already
+    there on its way is a directory)."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory; give a directory")
@@ -150,14 +161,24 @@ def output_directory(text: str) -> str:
     return text
 
 
+def output_directory(text: str) -> str:
+    """A directory to write into (``directory_to_make``) that no other user
+    owns or may write."""
+    directory_to_make(text)
+    _trusted_output(Path(text), text)
+    return text
+
+
 def output_file(text: str) -> str:
-    """A file to write: never a directory, and whatever already exists on
-    its way is a directory (the writer makes the missing ones)."""
+    """A file to write: never a directory, whatever already exists on its
+    way is a directory (the writer makes the missing ones), and its folder
+    is one no other user owns or may write."""
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text}: is a directory; give a file name")
     if not _nearest_existing(path.parent).is_dir():
         raise argparse.ArgumentTypeError(f"{text}: {_nearest_existing(path.parent)} on its way is not a directory")
+    _trusted_output(path.parent, text)
     return text
 
 

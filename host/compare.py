@@ -1,14 +1,18 @@
 """``memqual compare A.json B.json``: is run B faster or slower than run A?
 
-The statistics and the verdicts (faster, slower, underpowered, no
-difference; Holm over every metric the two runs share) are
+The statistics and the verdicts (slower, faster, equivalent, undecided;
+Holm over the primary metrics, the negative controls in their own
+family, the rest corrected for the false discovery rate) are
 host/comparison.py's; this module is the command and its table.
 
-Exit status 1 when, and only when, at least one metric is ``slower``;
-0 otherwise (underpowered metrics included: they are reported, not failed);
-2 (one line on stderr) when the two files cannot be compared: a missing or
-truncated file, another schema or memqual version, a metric whose unit or
-direction differs, or no metric at all present in both.
+Exit status 1 when a primary metric (any metric with ``--all-metrics``) is
+``slower``; 3 when a negative control (a metric no guest kernel can move)
+is slower or faster: the host drifted between A and B and the decisions
+are not to be trusted, whatever they say; 0 otherwise (undecided metrics
+are reported, not failed); 2 (one line on stderr) when the two files
+cannot be compared: a missing or truncated file, another schema or memqual
+version, a metric whose unit or direction differs, or no metric at all
+present in both.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ from memqual.host.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
+    EQUIVALENT,
     FASTER,
-    NO_DIFFERENCE,
     SLOWER,
-    UNDERPOWERED,
+    UNDECIDED,
     VERDICTS,
     MetricComparison,
     RunComparison,
@@ -37,6 +41,7 @@ from memqual.host.comparison import (
     short_labels,
     verdict_text,
 )
+from memqual.host.primaries import PRIMARY
 
 # The computation is memqual.host.comparison's; these names are kept here for the
 # callers that reach them as ``compare.X``.  The page, the HTML helpers and
@@ -46,10 +51,10 @@ __all__ = [
     "CORRECTION",
     "DEFAULT_ALPHA",
     "DEFAULT_THRESHOLD",
+    "EQUIVALENT",
     "FASTER",
-    "NO_DIFFERENCE",
     "SLOWER",
-    "UNDERPOWERED",
+    "UNDECIDED",
     "VERDICTS",
     "MetricComparison",
     "RunComparison",
@@ -65,6 +70,10 @@ __all__ = [
 ]
 
 
+# Primaries unmarked: they are what the table is about.
+ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (exploratory)"}
+
+
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -74,11 +83,13 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
 
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    styles = {FASTER: "bold green", SLOWER: "bold red", NO_DIFFERENCE: "dim", UNDERPOWERED: "bold magenta"}
+    styles = {FASTER: "bold green", SLOWER: "bold red", EQUIVALENT: "green", UNDECIDED: "bold magenta"}
+    families = result.to_json()["families"]
     table = Table(
         title=(
-            f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g}, "
-            f"Holm-corrected over {len(result.metrics)} metrics)"
+            f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g}: Holm over "
+            f"{families['primary']} primaries and {families['control']} controls, Benjamini-Hochberg over "
+            f"{families['exploratory']} exploratory at alpha/4)"
         ),
         title_justify="left",
     )
@@ -87,21 +98,19 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     table.add_column(f"{b_name} median", justify="right", no_wrap=True)
     table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
     table.add_column("reps", justify="right", no_wrap=True)
-    table.add_column("p (Holm)", justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    table.add_column("p (corr.)", justify="right", no_wrap=True)
+    table.add_column("verdict", overflow="fold", max_width=24)
     labels = short_labels(result.metrics)
     for m in result.metrics:
         c = m.comparison
         table.add_row(
-            escape(labels[m.key] + (" *" if m.settings_changed else "")),
+            escape(labels[m.key] + (" *" if m.settings_changed else "") + ROLE_MARKS[m.role]),
             escape(f"{num(c.a.median)} {m.unit}"),
             escape(f"{num(c.b.median)} {m.unit}"),
             f"{num(c.ratio)} [{num(c.ci_low)}, {num(c.ci_high)}]",
-            f"{c.n_replicates_a}/{c.n_replicates_b}",
+            f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else ""),
             f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
-            # The count an underpowered row needs is the same for all of them
-            # (one stopping level): said once below the table.
-            f"[{styles[m.verdict]}]{m.verdict}[/]",
+            f"[{styles[m.verdict]}]{escape(verdict_text(m))}[/]",
         )
     console.print(table)
     for m in result.metrics:
@@ -118,17 +127,31 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             console.print(f"claim {claim['id']}: {claim['a']} -> {claim['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
         console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
-    if result.underpowered:
-        needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
+    counts = result.counts(PRIMARY)
+    console.print(
+        f"primaries: {counts[SLOWER]} slower, {counts[FASTER]} faster, {counts[EQUIVALENT]} equivalent, "
+        f"{counts[UNDECIDED]} undecided",
+        highlight=False,
+        markup=False,
+    )
+    if result.undecided:
         console.print(
-            f"[bold magenta]{len(result.underpowered)} metric(s) underpowered[/]: too few replicates to be "
-            f"significant in this comparison whatever was measured (needs {needed} a side); "
-            "not evidence of no difference",
+            f"[bold magenta]{len(result.undecided)} metric(s) undecided[/]: neither a change nor equivalence "
+            "shown; each says about how many units a side would decide it",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if result.host_drifted:
+        console.print(
+            f"[bold red]the host drifted[/]: {len(result.controls_flagged)} negative control(s) moved "
+            f"({', '.join(m.key for m in result.controls_flagged)}), metrics no guest kernel can move; "
+            "the decisions of this comparison are not to be trusted: re-run with A and B interleaved",
             highlight=False,
             soft_wrap=True,
         )
     if result.regressions:
-        console.print(f"[bold red]{len(result.regressions)} metric(s) slower beyond {result.threshold:.0%}[/]")
+        which = "metric(s)" if result.all_metrics else "primary metric(s)"
+        console.print(f"[bold red]{len(result.regressions)} {which} slower beyond {result.threshold:.0%}[/]")
     else:
         console.print("no regression beyond the threshold")
 
@@ -144,7 +167,7 @@ def _fraction(text: str) -> float:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare two results.json files: faster, slower, no difference or underpowered per metric",
+        help="compare two results.json files: slower, faster, equivalent or undecided per metric",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
@@ -159,7 +182,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--alpha",
         type=_fraction,
         default=DEFAULT_ALPHA,
-        help="family-wise significance level over all metrics, Holm-corrected (default 0.01)",
+        help="family-wise error level of the primaries' decisions, Holm-corrected (default 0.01)",
+    )
+    parser.add_argument(
+        "--all-metrics",
+        action="store_true",
+        help="every metric, not only the primaries, sets the exit status (each in its family's correction)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument(
@@ -173,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
 
     a = load_results(args.a)
     b = load_results(args.b)
-    result = compare_results(a, b, threshold=args.threshold, alpha=args.alpha)
+    result = compare_results(a, b, threshold=args.threshold, alpha=args.alpha, all_metrics=args.all_metrics)
     if args.json:
         out = result.to_json()
         out.update({"a": str(args.a), "b": str(args.b)})
@@ -187,4 +215,4 @@ def run(args: argparse.Namespace) -> int:
 
         path = write_comparison_html(result, a, b, args.html)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
-    return 1 if result.regressions else 0
+    return result.exit_status()

@@ -3,9 +3,10 @@
 ``memqual compare A.json B.json --html FILE`` and a two-kernel ``memqual
 run`` (OUTPUT/comparison.html) write it.  One self-contained page: where
 each run's figures come from, how many metrics got faster or slower and how
-many were underpowered, a forest plot of every ratio B/A with its
-confidence interval against the threshold band, the table that ``memqual
-compare`` prints (replicates a side, raw and Holm-corrected p), the metrics
+many were equivalent or undecided, whether a negative control says the
+host drifted, a forest plot of every ratio B/A with its confidence
+interval against the threshold band, the table that ``memqual compare``
+prints (replicates a side, raw and corrected p, TOST p), the metrics
 found on one side only, the claims whose verdict moved and the environment
 that differs.
 """
@@ -17,8 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memqual.host.comparison import SLOWER, UNDERPOWERED, VERDICTS, RunComparison, short_labels, verdict_text
+from memqual.host.comparison import SLOWER, UNDECIDED, VERDICTS, RunComparison, short_labels, verdict_text
 from memqual.host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
+from memqual.host.paths import write_private_atomic
 from memqual.host.results import Results
 
 
@@ -58,8 +60,11 @@ def render_comparison_html(
         f"<title>memqual: {esc(b_name)} against {esc(a_name)}</title><style>{CSS}</style></head><body><main>",
         f"<h1>memqual: is {esc(b_name)} faster or slower than {esc(a_name)}?</h1>",
         f"<p class='sub'>threshold {result.threshold:.0%} (smallest change of the median that counts) · "
-        f"alpha {result.alpha:g} family-wise (permutation test of replicate medians, Holm-corrected over "
-        f"{len(result.metrics)} metrics) · {len(result.only_in_a) + len(result.only_in_b)} on one side only</p>",
+        f"alpha {result.alpha:g} family-wise (t-test of log replicate medians, paired by block where both "
+        f"name blocks; Holm over {sum(1 for m in result.metrics if m.role == 'primary')} primaries and "
+        f"{sum(1 for m in result.metrics if m.role == 'control')} negative controls, Benjamini-Hochberg over "
+        f"{sum(1 for m in result.metrics if m.role == 'exploratory')} exploratory at alpha/4) · "
+        f"{len(result.only_in_a) + len(result.only_in_b)} on one side only</p>",
         f"<p class='sub'><b>{esc(a_name)}</b>: {esc(a.get('created', ''))}</p>",
         environment_line(a.get("environment") or {}),
         f"<p class='sub'><b>{esc(b_name)}</b>: {esc(b.get('created', ''))}</p>",
@@ -72,6 +77,12 @@ def render_comparison_html(
             f"{esc(verdict)}</div>"
         )
     parts.append("</div>")
+    if result.host_drifted:
+        parts.append(
+            f"<p><b style='color:{VERDICT_COLOURS[SLOWER]}'>The host drifted</b>: negative control(s) moved "
+            f"({esc(', '.join(labels[m.key] for m in result.controls_flagged))}), metrics no guest kernel can "
+            "move. The decisions below are not to be trusted; re-run with A and B interleaved.</p>"
+        )
     if result.regressions:
         parts.append(
             f"<p><b style='color:{VERDICT_COLOURS[SLOWER]}'>{len(result.regressions)} metric(s) slower beyond "
@@ -79,13 +90,11 @@ def render_comparison_html(
         )
     else:
         parts.append("<p>No regression beyond the threshold.</p>")
-    if result.underpowered:
-        needed = max((m.comparison.replicates_needed or 0) for m in result.underpowered)
+    if result.undecided:
         parts.append(
-            f"<p><b style='color:{VERDICT_COLOURS[UNDERPOWERED]}'>"
-            f"{len(result.underpowered)} metric(s) underpowered</b>: "
-            "too few replicates to be significant in this comparison whatever was measured "
-            f"(up to {needed} a side needed). Not evidence of no difference.</p>"
+            f"<p><b style='color:{VERDICT_COLOURS[UNDECIDED]}'>"
+            f"{len(result.undecided)} metric(s) undecided</b>: neither a change nor equivalence shown; "
+            "each row says about how many units a side would decide it.</p>"
         )
 
     plot = forest_plot(result, labels)
@@ -97,7 +106,8 @@ def render_comparison_html(
     parts.append(
         "<h2>Metrics</h2><table><tr><th>metric</th>"
         f"<th>{esc(a_name)} median</th><th>{esc(b_name)} median</th>"
-        "<th>B/A [95% CI]</th><th>replicates A/B</th><th>p</th><th>p Holm</th><th>verdict</th></tr>"
+        "<th>B/A [95% CI]</th><th>role</th><th>replicates A/B</th><th>p</th><th>p corrected</th>"
+        "<th>TOST p corrected</th><th>verdict</th></tr>"
     )
     for m in result.metrics:
         c = m.comparison
@@ -113,9 +123,11 @@ def render_comparison_html(
             f"<td class='num'>{esc(num(c.a.median))} {esc(m.unit)}</td>"
             f"<td class='num'>{esc(num(c.b.median))} {esc(m.unit)}</td>"
             f"<td class='num'>{esc(num(c.ratio))} [{esc(num(c.ci_low))}, {esc(num(c.ci_high))}]</td>"
-            f"<td class='num'>{c.n_replicates_a}/{c.n_replicates_b}</td>"
+            f"<td>{esc(m.role)}</td>"
+            f"<td class='num'>{c.n_replicates_a}/{c.n_replicates_b}{f' ({c.n_blocks} blocks)' if c.paired else ''}</td>"
             f"<td class='num'>{c.p_value:.2g}</td>"
             f"<td class='num'>{'n/a' if c.p_adjusted is None else f'{c.p_adjusted:.2g}'}</td>"
+            f"<td class='num'>{'n/a' if c.p_equivalence_adjusted is None else f'{c.p_equivalence_adjusted:.2g}'}</td>"
             f"<td>{badge(m.verdict, verdict_text(m))}</td></tr>"
         )
     parts.append("</table>")
@@ -145,15 +157,16 @@ def render_comparison_html(
             parts.append(f"<tr><td>{esc(key)}</td><td>{esc(va)}</td><td>{esc(vb)}</td></tr>")
         parts.append("</table>")
     parts.append(
-        "<p class='small'>Ratios are medians of all of B's samples over all of A's, with seeded two-stage "
-        "bootstrap 95% intervals (replicates resampled, then samples within each).  A replicate is an "
-        "independent unit: a fresh guest or a round.  p-values come from a permutation test of the "
-        "replicate medians (exact when the arrangements fit in the budget) and are corrected over all "
-        "metrics with Holm's step-down method, so an A/A comparison flags any metric with probability "
-        "at most alpha.  A metric is slower or faster only when the corrected p &lt; alpha and the median "
-        "moved by at least the threshold, in the direction the metric calls better or worse.  It is "
-        "underpowered when its replicate counts could not reach the corrected alpha whatever was "
-        "measured (the lowest p of n against n replicates is 2/C(2n, n)).</p>"
+        "<p class='small'>Each ratio is the geometric mean of B / A over the replicate medians (per block "
+        "when both runs name blocks: a block is one A and one B guest minutes apart), with its 95% "
+        "t-interval.  A replicate is an independent unit: a fresh guest, a round or a block.  The p of a "
+        "difference comes from a paired t-test of the blocks' log ratios (Welch's t-test of the log replicate "
+        "medians when there are no blocks); the p of equivalence from the two one-sided tests against "
+        "the threshold band.  Both are corrected within the metric's family: Holm over the primaries, Holm "
+        "over the negative controls, Benjamini-Hochberg over the rest at alpha/4.  Slower or faster: the "
+        "corrected p below alpha and the ratio beyond the threshold.  Equivalent: the corrected TOST p "
+        "below alpha.  Undecided: neither; the row says about how many units a side would decide it "
+        "at the spread observed.  Error rates of each decision are measured in docs/ab-calibration.md.</p>"
     )
     parts.append("</main></body></html>")
     return "".join(parts)
@@ -169,5 +182,5 @@ def write_comparison_html(
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_comparison_html(result, a, b, a_name, b_name))
+    write_private_atomic(path, render_comparison_html(result, a, b, a_name, b_name).encode(), 0o644)
     return path

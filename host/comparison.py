@@ -1,49 +1,59 @@
 """Run B against run A, metric by metric: the computation behind ``memqual
-compare`` (host/compare.py, the command and its table) and comparison.html
-(host/compare_report.py).
+compare`` (host/compare.py, the command and its table), comparison.html
+(host/compare_report.py), ``--until-decided`` (host/bisect/until.py) and
+the history's families (host/history.py).
 
-Two results.json files (``memqual run`` writes them) are compared metric by
-metric, on independent replicates (a fresh guest or a round of ``memqual
-run``; host/record.py): the ratio of pooled medians B / A with its two-stage
-bootstrap CI, and a permutation test of the replicate medians (exact when
-the arrangements fit in the resample budget).  A metric entry without
-``replicates`` (results written before they existed) counts as one
-replicate.  The p-values of one comparison are corrected together with
-Holm's step-down method, so the chance that an A/A comparison flags any
-metric at all is at most alpha, however many metrics there are.  Verdicts:
+Two results.json files are compared metric by metric on independent
+replicates (a fresh guest, a round, or a block of an interleaved A/B;
+host/record.py).  Each metric's B / A is tested with a t-test of the
+replicate medians on the log scale (memqual.host.stats.ratio_test): paired
+by block when both sides name their replicates' blocks, so that the host's
+drift between blocks cancels, Welch's otherwise.  A metric entry without
+``replicates`` counts as one replicate.
 
-- ``faster``: Holm-adjusted p < alpha, the median moved by at least the
-  threshold, and B is better (lower when lower is better, higher when
-  higher is);
-- ``slower``: the same the other way: a regression;
-- ``underpowered``: adjusted p not below alpha, and the metric's
-  replicate counts could not have been significant in this comparison
-  whatever was measured: the smallest p a permutation test of na against
-  nb replicates can give (2 / C(2n, n) for n a side) is not below the
-  corrected alpha it faced, alpha / (m - R), with m metrics compared and R
-  of them with a Holm-adjusted p below alpha (where the step-down
-  stopped).  The entry says how many replicates a side would do.  Never
-  read it as "no difference";
-- ``no difference``: anything else (including a significant change smaller
-  than the threshold, and metrics that did not vary at all).
+Metrics fall in three families (memqual.host.primaries):
 
-Metrics present on one side only are listed (``only_in_a``, ``only_in_b``)
-and the rest compared.
+- **primary** (the metrics a kernel developer watches; results.json marks
+  them ``"primary": true``; when neither file marks any, every metric is
+  primary): Holm's step-down over the family, at alpha, both for the test
+  of a difference and for the two one-sided tests of equivalence;
+- **control** (metrics no guest kernel can move: the host-only /dev/kvm
+  costs): their own Holm family at alpha.  A control ``slower`` or
+  ``faster`` means the host drifted between A and B: the comparison says
+  its decisions are not to be trusted (``host_drifted``);
+- **exploratory** (the rest): Benjamini-Hochberg (false discovery rate) at
+  alpha / 4, so that with no effect anywhere the chance of flagging any
+  metric at all stays at most 1.25 alpha (1 alpha from the primaries, 0.25
+  from the rest; measured in docs/ab-calibration.md).  They never set
+  the exit status unless ``all_metrics``.
+
+Verdicts, each a decision with its error rate controlled by its family:
+
+- ``slower`` / ``faster``: the corrected p of no difference below the
+  family's alpha and the ratio moved by at least the threshold, worse or
+  better as the metric's ``better`` says;
+- ``equivalent``: the corrected TOST p below the family's alpha: the
+  interval of B / A at the level that p faced lies inside
+  [1 - threshold, 1 + threshold];
+- ``undecided``: neither; ``blocks_needed`` says about how many units a
+  side (blocks when paired) would decide it if the estimate and spread
+  stayed as observed.
 
 ``check_comparable`` raises BadInput (one line) when the two cannot be
 compared: another memqual version, a metric whose unit or direction
-differs, or no metric at all present in both.  The command (host/compare.py)
-exits 1 when, and only when, at least one metric is ``slower``.
+differs, or no metric at all present in both.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.errors import BadInput
+from memqual.host.primaries import CONTROL, EXPLORATORY, PRIMARY, is_control
 from memqual.host.results import MetricEntry, Results, variant_label
 
 if TYPE_CHECKING:
@@ -53,13 +63,71 @@ if TYPE_CHECKING:
 # `memqual --help` does not load numpy and scipy).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
-CORRECTION = "holm"
+CORRECTION = {PRIMARY: "holm", CONTROL: "holm", EXPLORATORY: "benjamini-hochberg at alpha/4"}
+# The share of alpha the exploratory family gets (see the module docstring).
+EXPLORATORY_ALPHA_SHARE = 0.25
 
 FASTER = "faster"
 SLOWER = "slower"
-NO_DIFFERENCE = "no difference"
-UNDERPOWERED = "underpowered"
-VERDICTS = (SLOWER, FASTER, UNDERPOWERED, NO_DIFFERENCE)
+EQUIVALENT = "equivalent"
+UNDECIDED = "undecided"
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED)
+ROLES = (PRIMARY, CONTROL, EXPLORATORY)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricStats:
+    """What the test of one metric found: the pooled samples' summaries,
+    the ratio B / A the test estimates (a geometric mean ratio of
+    replicate medians, per block when paired) with its 95 % t-interval, the
+    raw and corrected p of a difference and of equivalence, and the levels
+    those corrected p faced."""
+
+    a: stats.Summary
+    b: stats.Summary
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    p_equivalence: float
+    n_replicates_a: int
+    n_replicates_b: int
+    n_blocks: int  # 0 when unpaired
+    p_method: str
+    p_adjusted: float | None = None
+    p_equivalence_adjusted: float | None = None
+    alpha_difference: float = 0.0  # the level the raw p faced in its family
+    alpha_equivalence: float = 0.0
+    blocks_needed: int | None = None  # units a side that would decide it (undecided only)
+
+    @property
+    def paired(self) -> bool:
+        return self.n_blocks > 0
+
+    def to_json(self) -> dict[str, Any]:
+        def finite(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
+        return {
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "ratio": finite(self.ratio),
+            "ci": [finite(self.ci_low), finite(self.ci_high)],
+            "confidence": self.confidence,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "p_equivalence": self.p_equivalence,
+            "p_equivalence_adjusted": self.p_equivalence_adjusted,
+            "alpha_difference": self.alpha_difference,
+            "alpha_equivalence": self.alpha_equivalence,
+            "n_replicates_a": self.n_replicates_a,
+            "n_replicates_b": self.n_replicates_b,
+            "n_blocks": self.n_blocks,
+            "paired": self.paired,
+            "p_method": self.p_method,
+            "blocks_needed": self.blocks_needed,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +137,16 @@ class MetricComparison:
     metric: str
     unit: str
     better: str
-    comparison: stats.Comparison  # p_adjusted is the Holm-adjusted p
+    comparison: MetricStats
     verdict: str
+    role: str = PRIMARY
     settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
-    # The significance level this metric's raw p faced after the correction
-    # (alpha / (m - k + 1) at its Holm step; for a metric not significant,
-    # the level at which the step-down stopped).
-    alpha_corrected: float = 0.0
+
+    @property
+    def flagged(self) -> bool:
+        return self.verdict in (SLOWER, FASTER)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -87,9 +156,10 @@ class MetricComparison:
             "metric": self.metric,
             "unit": self.unit,
             "better": self.better,
+            "role": self.role,
+            "primary": self.role == PRIMARY,
             "verdict": self.verdict,
             **self.comparison.to_json(),
-            "alpha_corrected": self.alpha_corrected,
         }
 
 
@@ -102,36 +172,61 @@ class RunComparison:
     alpha: float
     only_in_a: list[str] = dataclasses.field(default_factory=list)  # metric keys
     only_in_b: list[str] = dataclasses.field(default_factory=list)
-    correction: str = CORRECTION
+    all_metrics: bool = False  # every metric sets the exit status, not only the primaries
+
+    @property
+    def decisive(self) -> list[MetricComparison]:
+        """The metrics whose verdicts set the exit status."""
+        return [m for m in self.metrics if m.role == PRIMARY or (self.all_metrics and m.role == EXPLORATORY)]
 
     @property
     def regressions(self) -> list[MetricComparison]:
-        return [m for m in self.metrics if m.verdict == SLOWER]
+        return [m for m in self.decisive if m.verdict == SLOWER]
 
     @property
-    def underpowered(self) -> list[MetricComparison]:
-        return [m for m in self.metrics if m.verdict == UNDERPOWERED]
+    def undecided(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.verdict == UNDECIDED]
+
+    @property
+    def controls_flagged(self) -> list[MetricComparison]:
+        return [m for m in self.metrics if m.role == CONTROL and m.flagged]
+
+    @property
+    def host_drifted(self) -> bool:
+        """A metric no guest kernel can move moved: what else moved may be
+        the host too."""
+        return bool(self.controls_flagged)
+
+    def exit_status(self) -> int:
+        """3 when the host drifted (a control flagged: the decisions are not
+        to be trusted, whatever they say), 1 when a decisive metric is
+        slower, 0 otherwise."""
+        if self.host_drifted:
+            return 3
+        return 1 if self.regressions else 0
+
+    def counts(self, role: str | None = None) -> dict[str, int]:
+        return {v: sum(1 for m in self.metrics if m.verdict == v and role in (None, m.role)) for v in VERDICTS}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "threshold": self.threshold,
             "alpha": self.alpha,
-            "correction": self.correction,
+            "correction": CORRECTION,
+            "all_metrics": self.all_metrics,
+            "families": {role: sum(1 for m in self.metrics if m.role == role) for role in ROLES},
+            "verdicts": {role: self.counts(role) for role in ROLES},
             "regressions": len(self.regressions),
-            "underpowered": len(self.underpowered),
+            "undecided": len(self.undecided),
+            "host_drifted": self.host_drifted,
+            "controls_flagged": [m.key for m in self.controls_flagged],
+            "exit_status": self.exit_status(),
             "metrics": [m.to_json() for m in self.metrics],
             "only_in_a": self.only_in_a,
             "only_in_b": self.only_in_b,
             "claims": self.claims,
             "environment_differences": {k: {"a": a, "b": b} for k, (a, b) in self.environment.items()},
         }
-
-
-def _direction_verdict(comp: stats.Comparison, better: str) -> str:
-    if comp.direction == 0:
-        return NO_DIFFERENCE
-    b_is_higher = comp.direction > 0
-    return FASTER if b_is_higher == (better == "higher") else SLOWER
 
 
 def check_comparable(
@@ -217,9 +312,100 @@ def replicates_of(m: Mapping[str, Any]) -> list[list[float]]:
     return reps or [list(m["samples"])]
 
 
-def _no_variation(a_reps: list[list[float]], b_reps: list[list[float]]) -> bool:
-    values = {x for r in a_reps + b_reps for x in r}
-    return len(values) <= 1
+@dataclasses.dataclass(frozen=True)
+class FamilyDecision:
+    """One test's corrected p-values in its family and the levels they faced."""
+
+    p_adjusted: float
+    p_equivalence_adjusted: float
+    alpha_difference: float
+    alpha_equivalence: float
+
+
+def _levels(pvalues: Sequence[float], adjusted: Sequence[float], alpha: float, holm: bool) -> list[float]:
+    """The level each raw p faced: Holm's alpha / (m - k) at its step when
+    rejected, and the level where the step-down stopped otherwise;
+    Benjamini-Hochberg's alpha k / m likewise."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    step = {i: k for k, i in enumerate(order)}
+    rejected = sum(1 for p in adjusted if p < alpha)
+    out = []
+    for i in range(m):
+        k = step[i] if adjusted[i] < alpha else rejected
+        out.append(alpha / (m - k) if holm else alpha * (k + 1) / m)
+    return out
+
+
+def decide_family(
+    tests: Sequence[stats.RatioTest], *, threshold: float, alpha: float, holm: bool = True
+) -> list[FamilyDecision]:
+    """Holm (or Benjamini-Hochberg) over one family, for the p of a
+    difference and, separately, for the TOST p of equivalence."""
+    from memqual.host import stats
+
+    if not tests:
+        return []
+    correct = stats.holm if holm else stats.benjamini_hochberg
+    p = [t.p_difference() for t in tests]
+    q = [t.p_equivalence(threshold) for t in tests]
+    pa, qa = correct(p), correct(q)
+    la, lq = _levels(p, pa, alpha, holm), _levels(q, qa, alpha, holm)
+    return [FamilyDecision(pa[i], qa[i], la[i], lq[i]) for i in range(len(tests))]
+
+
+def verdict_of(test: stats.RatioTest, decision: FamilyDecision, *, better: str, threshold: float, alpha: float) -> str:
+    ratio = test.ratio_of(test.estimate)
+    if decision.p_adjusted < alpha and math.isfinite(ratio) and abs(ratio - 1.0) >= threshold:
+        return FASTER if (ratio > 1.0) == (better == "higher") else SLOWER
+    if decision.p_equivalence_adjusted < alpha:
+        return EQUIVALENT
+    return UNDECIDED
+
+
+def family_alpha(role: str, alpha: float) -> float:
+    return alpha * EXPLORATORY_ALPHA_SHARE if role == EXPLORATORY else alpha
+
+
+def roles_of(pairs: Sequence[tuple[MetricEntry, MetricEntry]]) -> list[str]:
+    """Each pair's family: a control by its scenario; a primary when either
+    side marks it so, or when neither file marks any metric at all."""
+    marked = any(m.primary is not None for pair in pairs for m in pair)
+    out = []
+    for ma, mb in pairs:
+        if is_control(ma.scenario):
+            out.append(CONTROL)
+        elif not marked or ma.primary or mb.primary:
+            out.append(PRIMARY)
+        else:
+            out.append(EXPLORATORY)
+    return out
+
+
+def decide(
+    tests: Sequence[stats.RatioTest],
+    roles: Sequence[str],
+    better: Sequence[str],
+    *,
+    threshold: float,
+    alpha: float,
+) -> tuple[list[FamilyDecision], list[str]]:
+    """Every test's family decision and verdict, each family corrected on
+    its own: what compare_results decides, apart from reading files (the
+    calibration runs this on synthetic tests)."""
+    decisions: dict[int, FamilyDecision] = {}
+    for role in ROLES:
+        members = [i for i, r in enumerate(roles) if r == role]
+        found = decide_family(
+            [tests[i] for i in members], threshold=threshold, alpha=family_alpha(role, alpha), holm=role != EXPLORATORY
+        )
+        decisions.update(zip(members, found, strict=True))
+    ordered = [decisions[i] for i in range(len(tests))]
+    verdicts = [
+        verdict_of(t, d, better=bt, threshold=threshold, alpha=family_alpha(r, alpha))
+        for t, d, bt, r in zip(tests, ordered, better, roles, strict=True)
+    ]
+    return ordered, verdicts
 
 
 def compare_results(
@@ -230,51 +416,25 @@ def compare_results(
     alpha: float = DEFAULT_ALPHA,
     a_name: str = "A",
     b_name: str = "B",
-    n_resamples: int | None = None,
-    n_permutations: int | None = None,
+    all_metrics: bool = False,
 ) -> RunComparison:
-    import dataclasses as dc
-
     from memqual.host import stats
 
     a, b = Results.from_json(a), Results.from_json(b)
     check_comparable(a, b, a_name, b_name)
     pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
     pairs = sorted(pairs, key=lambda p: p[0].key)
-    resamples = stats.DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    budget = stats.DEFAULT_PERMUTATIONS if n_permutations is None else n_permutations
     reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
-    raw = [
-        stats.compare_replicates(
-            ra, rb, alpha=alpha, min_effect=threshold, n_resamples=resamples, n_permutations=budget
-        )
-        for ra, rb in reps
+    tests = [
+        stats.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
+        for (ma, mb), (ra, rb) in zip(pairs, reps, strict=True)
     ]
-    # Holm across every metric of this comparison: the family is what one
-    # `memqual compare` could flag.
-    m = len(raw)
-    adjusted = stats.holm([c.p_value for c in raw])
-    order = sorted(range(m), key=lambda i: raw[i].p_value)
-    step = {i: k for k, i in enumerate(order)}  # 0-based Holm step of each metric
-    rejected = sum(1 for p in adjusted if p < alpha)
-    # Where the step-down stopped: every metric not significant faced this
-    # level at best (a more extreme result would have put it first among
-    # the rest, compared with alpha / (m - R)).
-    stop_alpha = alpha / (m - rejected) if m > rejected else alpha
+    roles = roles_of(pairs)
+    decisions, verdicts = decide(tests, roles, [ma.better for ma, _ in pairs], threshold=threshold, alpha=alpha)
     metrics = []
-    for i, ((ma, mb), (ra, rb), comp) in enumerate(zip(pairs, reps, raw, strict=True)):
-        significant_p = adjusted[i] < alpha
-        alpha_i = alpha / (m - step[i]) if significant_p else stop_alpha
-        floor = stats.min_attainable_p(comp.n_replicates_a, comp.n_replicates_b, budget)
-        underpowered = not significant_p and floor >= alpha_i and not _no_variation(ra, rb)
-        comp = dc.replace(
-            comp,
-            p_adjusted=adjusted[i],
-            min_attainable_p=floor,
-            underpowered=underpowered,
-            replicates_needed=stats.replicates_needed(alpha_i),
-        )
-        verdict = UNDERPOWERED if underpowered else _direction_verdict(comp, ma.better)
+    for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
+        d, verdict = decisions[i], verdicts[i]
+        low, high = test.interval()
         metrics.append(
             MetricComparison(
                 key=ma.key,
@@ -282,12 +442,34 @@ def compare_results(
                 metric=ma.metric,
                 unit=ma.unit,
                 better=ma.better,
-                comparison=comp,
+                comparison=MetricStats(
+                    a=stats.summarize([x for r in ra for x in r]),
+                    b=stats.summarize([x for r in rb for x in r]),
+                    ratio=test.ratio_of(test.estimate),
+                    ci_low=low,
+                    ci_high=high,
+                    confidence=stats.CONFIDENCE,
+                    p_value=test.p_difference(),
+                    p_equivalence=test.p_equivalence(threshold),
+                    n_replicates_a=len(ra),
+                    n_replicates_b=len(rb),
+                    n_blocks=test.n_blocks,
+                    p_method=test.method,
+                    p_adjusted=d.p_adjusted,
+                    p_equivalence_adjusted=d.p_equivalence_adjusted,
+                    alpha_difference=d.alpha_difference,
+                    alpha_equivalence=d.alpha_equivalence,
+                    blocks_needed=(
+                        test.units_needed(threshold, d.alpha_difference, d.alpha_equivalence)
+                        if verdict == UNDECIDED
+                        else None
+                    ),
+                ),
                 verdict=verdict,
+                role=roles[i],
                 settings_changed=_settings_diff(ma, mb),
                 variant=ma.variant or {},
                 settings=ma.settings or {},
-                alpha_corrected=alpha_i,
             )
         )
     claims_b = {c.id: c for c in b.claims}
@@ -309,6 +491,7 @@ def compare_results(
         alpha=alpha,
         only_in_a=sorted(only_a),
         only_in_b=sorted(only_b),
+        all_metrics=all_metrics,
     )
 
 
@@ -337,7 +520,13 @@ def short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
 
 
 def verdict_text(m: MetricComparison) -> str:
-    """The verdict, with what an underpowered metric would need."""
-    if m.verdict == UNDERPOWERED and m.comparison.replicates_needed:
-        return f"{UNDERPOWERED} (needs {m.comparison.replicates_needed} a side)"
-    return m.verdict
+    """The verdict, with what an undecided metric would need."""
+    if m.verdict != UNDECIDED:
+        return m.verdict
+    c = m.comparison
+    unit = "blocks" if c.paired else "a side"
+    if min(c.n_replicates_a, c.n_replicates_b) < 2 and not c.paired:
+        return f"{UNDECIDED} (no spread yet: needs 2 or more {unit})"
+    if c.blocks_needed is None:
+        return f"{UNDECIDED} (on the threshold's edge: more than 200 {unit})"
+    return f"{UNDECIDED} (needs about {c.blocks_needed} {unit})"

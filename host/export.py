@@ -42,6 +42,7 @@ from typing import Any
 
 from memqual.host import cliargs
 from memqual.host.errors import BadInput, MemqualError
+from memqual.host.paths import write_private_atomic
 
 ORIGIN = "memqual"
 
@@ -273,17 +274,20 @@ def main(args: argparse.Namespace) -> int:
 
     results = load_results(args.results).to_json()
     data = to_kcidb(results, origin=args.origin)
-    text = json.dumps(data, indent=2) + "\n"
+    # A NaN token is valid neither as JSON nor as KCIDB: a figure that is
+    # not finite here is a bug in to_kcidb, never something to write.
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise ExportInvalid(f"{args.results}: the export holds a number that is not finite ({exc})") from exc
     if args.kcidb == "-":
         sys.stdout.write(text)
         return 0
     target = Path(args.kcidb)
     if target.is_dir():
         raise BadInput(f"--kcidb {target}: is a directory; give a file name")
-    tmp = target.with_name(f".{target.name}.tmp")
     try:
-        tmp.write_text(text)
-        tmp.replace(target)
+        write_private_atomic(target, text.encode(), 0o644)
     except FileNotFoundError as exc:
         raise BadInput(f"--kcidb {target}: no such directory {target.parent}") from exc
     counts = {k: sum(1 for t in data["tests"] if t["path"].startswith(f"memqual.{k}")) for k in ("claims", "e2e")}

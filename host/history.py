@@ -9,20 +9,32 @@ runs, per metric its series -- every run's pooled median as a ratio to the
 group's first run, with the two-stage bootstrap 95% CI over that run's
 replicates -- and the steps found.
 
-The change-point test, named on the page: **binary segmentation with a
-max-type permutation test**.  In a segment of the series every boundary
-between two runs is a candidate; the statistic is the largest difference
-of the mean replicate median before and after a boundary, relative to the
-mean of the segment and weighted by sqrt(n1 n2 / n) as CUSUM is (n1, n2
-the replicates on each side); its p-value comes from permuting the replicates
-(independent units: a fresh guest or a round) over the segment's positions,
-which keeps the maximum over candidates honest (a test of the best of k
-splits, not of one chosen in advance).  A boundary with p < alpha is a
-candidate and both sides are searched again.  Then each candidate is
-judged between its neighbours (the candidates before and after it): it is
-a step when the two-stage bootstrap CI of the ratio of the pooled medians
-after / before lies wholly outside the threshold band.  alpha applies per metric (this is a page to read, not a
-gate: memqual compare is the gate, Holm-corrected).
+The change-point test, named on the page: **binary segmentation with
+Welch's t at every boundary**.  In a segment of the series every boundary
+between two runs is a candidate: Welch's t-test of the log replicate
+medians (independent units: a fresh guest or a round) before against
+after.  The segment's p is the smallest of them times the boundaries
+(Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
+it is below alpha the boundary of the smallest p is a candidate and both
+sides are searched again.  Then each candidate is judged between its
+neighbours (the candidates before and after it): it is a step when the
+two-stage bootstrap CI of the ratio of the pooled medians after / before
+lies wholly outside the threshold band.
+
+Families, as in ``memqual compare`` (host/comparison.py): a change point
+is a decision, and many metrics moving together is what host drift looks
+like.  So each series' test of "no change anywhere" (``no_change_p``:
+Welch's t at every boundary, Bonferroni over the boundaries) is corrected
+within its family --
+Holm over the primary metrics, Holm over the negative controls (the
+host-only /dev/kvm costs: no guest kernel moves them), Benjamini-Hochberg
+over the rest (at alpha: a page to read, not a gate) -- and a series gets steps only when it passes.
+A series with no step is ``equivalent`` when every run's ratio to the
+first is shown inside the threshold band (the two one-sided tests on the
+log replicate medians, the largest p of the runs, corrected in the
+family), ``undecided`` otherwise.  A control with a step says the host
+drifted: the page and the summary say so, and the other steps of that
+group are not to be trusted.
 """
 
 from __future__ import annotations
@@ -39,13 +51,14 @@ from typing import Any
 from memqual.host import cliargs
 from memqual.host.cliargs import percent_as_fraction
 from memqual.host.errors import BadInput
+from memqual.host.paths import write_private_atomic
 
 DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.05  # a candidate must also pass the threshold band, a second gate
-PERMUTATIONS = 1999
+DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
+STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
-TEST_NAME = "binary segmentation with a max-type permutation test (replicates permuted over the segment)"
+TEST_NAME = "binary segmentation with a Welch t-test at every boundary, Bonferroni over the boundaries"
 # Keys that describe the guest or the bookkeeping, not the host.
 _NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
 
@@ -97,6 +110,13 @@ class Series:
     better: str
     points: list[Point]
     steps: list[Step]
+    scenario: str = ""
+    role: str = "primary"
+    verdict: str = "undecided"  # STEP, equivalent or undecided
+    p_change: float = 1.0  # max-type permutation p of no change anywhere
+    p_change_adjusted: float = 1.0
+    p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
+    p_equivalence_adjusted: float = 1.0
 
 
 @dataclasses.dataclass
@@ -104,6 +124,14 @@ class Group:
     host: dict[str, Any]
     runs: list[Run]
     series: list[Series]
+
+    @property
+    def controls_stepped(self) -> list[Series]:
+        return [s for s in self.series if s.role == "control" and s.verdict == STEP]
+
+    @property
+    def host_drifted(self) -> bool:
+        return bool(self.controls_stepped)
 
 
 # ------------------------------------------------------------ input
@@ -189,13 +217,33 @@ def _reps(entry: dict[str, Any]) -> list[list[float]]:
     return replicates_of(entry)
 
 
+def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
+    """The p of "no change anywhere in the series" that its family
+    corrects: at every boundary between two runs, Welch's t-test of the log
+    replicate medians before against after (memqual.host.stats.ratio_test),
+    the smallest p, times the boundaries (Bonferroni over the candidates:
+    the best of k - 1 splits, not one chosen in advance).  A permutation
+    test here has the floor compare had: 3 runs of 3 replicates give 84
+    arrangements of the last run, p never below about 1/84, which no
+    correction over tens of metrics lets through."""
+    from memqual.host import stats
+
+    runs = [[r for r in run if len(r)] for run in series]
+    if len(runs) < 2 or min(len(r) for r in runs) == 0:
+        return 1.0
+    ps = []
+    for k in range(1, len(runs)):
+        before = [r for run in runs[:k] for r in run]
+        after = [r for run in runs[k:] for r in run]
+        ps.append(stats.ratio_test(before, after).p_difference())
+    return min(1.0, min(ps) * len(ps))
+
+
 def change_points(
     series: Sequence[Sequence[Sequence[float]]],
     *,
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
-    permutations: int = PERMUTATIONS,
-    seed: int | None = None,
 ) -> list[Step]:
     """Steps in a series of runs, each run a list of replicates (lists of
     samples).  See the module docstring for the test."""
@@ -204,45 +252,25 @@ def change_points(
     from memqual.host import stats
     from memqual.host.bisect.decide import HIGHER, LOWER, band_verdict
 
-    rng = np.random.default_rng(stats.DEFAULT_SEED if seed is None else seed)
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
     steps: list[Step] = []
-    candidates: dict[int, float] = {}  # boundary -> the permutation p that found it
-
-    def split_stats(rows: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-        """|mean after - mean before| / |mean| at every bound, per row,
-        weighted by sqrt(n1 n2 / n) as CUSUM is: unweighted, a split that
-        leaves a few units on one side wins by chance too often."""
-        n = rows.shape[1]
-        sums = np.cumsum(rows, axis=1)[:, bounds - 1]
-        total = rows.sum(axis=1, keepdims=True)
-        before = sums / bounds
-        after = (total - sums) / (n - bounds)
-        scale = np.abs(total / n)
-        scale[scale == 0] = 1.0
-        weight = np.sqrt(bounds * (n - bounds) / n)
-        return np.abs(after - before) * weight / scale
+    candidates: dict[int, float] = {}  # boundary -> the segment's p that found it
 
     def segment(i: int, j: int) -> None:
-        if j - i < 2:
+        if j - i < 2 or min(len(run) for run in medians[i:j]) == 0:
             return
-        sizes = [len(run) for run in medians[i:j]]
-        if min(sizes) == 0:
-            return
-        values = np.array([m for run in medians[i:j] for m in run])
-        bounds = np.cumsum(sizes)[:-1]
-        observed_all = split_stats(values[None, :], bounds)[0]
-        best = int(np.argmax(observed_all))
-        observed = float(observed_all[best])
-        if observed == 0.0:
-            return
-        shuffled = rng.permuted(np.tile(values, (permutations, 1)), axis=1)
-        maxima = split_stats(shuffled, bounds).max(axis=1)
-        hits = int(np.sum(maxima >= observed * (1 - 1e-12)))
-        p = (1 + hits) / (1 + permutations)
-        after = i + best + 1
+        p = no_change_p(series[i:j])
         if p >= alpha:
             return
+        # The boundary of the smallest p is the candidate.
+        best = min(
+            range(1, j - i),
+            key=lambda k: stats.ratio_test(
+                [r for run in series[i : i + k] for r in run if len(r)],
+                [r for run in series[i + k : j] for r in run if len(r)],
+            ).p_difference(),
+        )
+        after = i + best
         candidates[after] = p
         segment(i, after)
         segment(after, j)
@@ -301,8 +329,46 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
         # Positions within "present" back to positions in the group.
         steps = [dataclasses.replace(s, after=present[s.after][0]) for s in raw_steps]
         m = present[0][1]
-        out.append(Series(key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps))
+        series = Series(
+            key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps, str(m.get("scenario") or "")
+        )
+        series.p_change = no_change_p([_reps(e) for _, e in present])
+        tests = [stats.ratio_test(first, _reps(e)) for _, e in present[1:]]
+        series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
+        out.append(series)
+    _decide_families(out, runs, alpha)
     return out
+
+
+def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> None:
+    """Each series' family (memqual.host.primaries, the primary marks the
+    runs' files carry), the corrections within it, and the verdicts."""
+    from memqual.host import comparison, stats
+    from memqual.host.primaries import is_control
+
+    marks = {k: m.get("primary") for r in runs for k, m in r.metrics.items() if m.get("primary") is not None}
+    for s in series:
+        if is_control(s.scenario):
+            s.role = comparison.CONTROL
+        elif not marks or marks.get(s.key):
+            s.role = comparison.PRIMARY
+        else:
+            s.role = comparison.EXPLORATORY
+    for role in comparison.ROLES:
+        members = [s for s in series if s.role == role]
+        if not members:
+            continue
+        correct = stats.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
+        level = alpha
+        for s, p, q in zip(
+            members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
+        ):
+            s.p_change_adjusted, s.p_equivalence_adjusted = p, q
+            if p < level and s.steps:
+                s.verdict = STEP
+            else:
+                s.steps = []
+                s.verdict = comparison.EQUIVALENT if q < level else comparison.UNDECIDED
 
 
 def build(
@@ -333,6 +399,8 @@ def to_json(
         "groups": [
             {
                 "host": g.host,
+                "host_drifted": g.host_drifted,
+                "controls_stepped": [c.key for c in g.controls_stepped],
                 "runs": [
                     {"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
                     for r in g.runs
@@ -342,6 +410,13 @@ def to_json(
                         "key": s.key,
                         "unit": s.unit,
                         "better": s.better,
+                        "scenario": s.scenario,
+                        "role": s.role,
+                        "verdict": s.verdict,
+                        "p_change": s.p_change,
+                        "p_change_adjusted": s.p_change_adjusted,
+                        "p_equivalence": s.p_equivalence,
+                        "p_equivalence_adjusted": s.p_equivalence_adjusted,
                         "points": [dataclasses.asdict(p) for p in s.points],
                         "steps": [dataclasses.asdict(st) for st in s.steps],
                     }
@@ -385,7 +460,7 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
         f"<title>memqual history</title><style>{CSS}</style></head><body><main>",
         "<h1>memqual history</h1>",
         f"<p class='sub'>{sum(len(g.runs) for g in groups)} runs in {len(groups)} group(s) (host and QEMU alike "
-        f"within a group) · ordered by {esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per metric</p>",
+        f"within a group) · ordered by {esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per family</p>",
         f"<p>Steps: <b>{esc(TEST_NAME)}</b>; a step is marked where p &lt; {alpha:g} and the two-stage bootstrap "
         f"95% CI of the ratio of the pooled medians after / before lies wholly outside ±{threshold:.0%} (shaded). "
         "Each point is a run's pooled median over the group's first run, with its 95% CI over the replicates.</p>",
@@ -408,6 +483,18 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
             f"{len(stepped)} with a step</h2>"
         )
         parts.append(environment_line(g.runs[0].environment))
+        if g.host_drifted:
+            parts.append(
+                "<p><b style='color:#b91c1c'>The host drifted</b>: negative control(s) with a step ("
+                + esc(", ".join(c.key for c in g.controls_stepped))
+                + "), metrics no guest kernel can move. The other steps of this group are not to be trusted.</p>"
+            )
+        verdicts = {v: sum(1 for s in g.series if s.verdict == v) for v in (STEP, "equivalent", "undecided")}
+        parts.append(
+            f"<p class='sub'>{verdicts[STEP]} with a step, {verdicts['equivalent']} equivalent (every run within "
+            f"±{threshold:.0%} of the first), {verdicts['undecided']} undecided; families: Holm over the primaries "
+            "and over the negative controls, Benjamini-Hochberg over the rest</p>"
+        )
         parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
         for i, r in enumerate(g.runs):
             parts.append(
@@ -416,17 +503,14 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
             )
         parts.append("</table>")
         for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
-            steps = (
-                "; ".join(
-                    f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
-                    f"p={st.p_value:.3g}"
-                    for st in s.steps
-                )
-                or "no step"
-            )
+            steps = "; ".join(
+                f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
+                f"p={st.p_value:.3g}"
+                for st in s.steps
+            ) or ("no step: " + s.verdict)
             parts.append(
-                f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.unit)}, {esc(s.better)} is better · "
-                f"<b>{esc(steps)}</b></p>"
+                f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.role)} · {esc(s.unit)}, {esc(s.better)} is better · "
+                f"p of no change {s.p_change:.2g} (corrected {s.p_change_adjusted:.2g}) · <b>{esc(steps)}</b></p>"
             )
             parts.append(f"<img alt='series' src='data:image/png;base64,{_plot(s, g.runs, threshold)}'>")
     parts.append("</main></body></html>")
@@ -466,7 +550,7 @@ def main(args: argparse.Namespace) -> int:
         raise BadInput(f"--html {target}: is a directory; give a file name")
     if not target.parent.is_dir():
         raise BadInput(f"--html {target}: no such directory {target.parent}")
-    target.write_text(render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA))
+    write_private_atomic(target, render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA).encode(), 0o644)
     if args.json:
         json.dump(to_json(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -474,9 +558,17 @@ def main(args: argparse.Namespace) -> int:
     for gi, g in enumerate(groups):
         print(
             f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
-            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step",
+            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
+            f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
+            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided",
             file=out,
         )
+        if g.host_drifted:
+            print(
+                "  the host drifted: negative control(s) with a step "
+                f"({', '.join(c.key for c in g.controls_stepped)}); the other steps are not to be trusted",
+                file=out,
+            )
         for s in g.series:
             for st in s.steps:
                 print(

@@ -19,7 +19,7 @@ from memqual.host import claims, comparison
 GREY = "#6b7280"
 
 # One colour per verdict, of a claim (memqual.host.claims) and of a comparison
-# (memqual.host.comparison); "underpowered" means the same colour in both.
+# (memqual.host.comparison); "underpowered" and "undecided" share one colour.
 VERDICT_COLOURS = {
     claims.REPRODUCED: "#1a7f37",
     claims.DIRECTION_ONLY: "#b7791f",
@@ -28,8 +28,8 @@ VERDICT_COLOURS = {
     claims.NOT_MEASURABLE: GREY,
     comparison.FASTER: "#15803d",
     comparison.SLOWER: "#b91c1c",
-    comparison.NO_DIFFERENCE: GREY,
-    comparison.UNDERPOWERED: "#7c3aed",
+    comparison.EQUIVALENT: "#0e7490",
+    comparison.UNDECIDED: "#7c3aed",
 }
 
 CSS = """

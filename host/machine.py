@@ -25,7 +25,6 @@ import atexit
 import logging
 import math
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -40,7 +39,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 from memqual.host import probe, snapshot
 from memqual.host.console import READY_MARKER, ConsoleMarker
 from memqual.host.errors import BadInput, GuestError, LaunchError, Timeout
-from memqual.host.paths import short_tempdir
+from memqual.host.paths import release_tempdir, short_tempdir
 from memqual.host.process import die_with_parent
 from memqual.host.qemu import BalloonDevice, MachineConfig, command_line
 from memqual.host.qemu_binary import runtime_env
@@ -389,7 +388,7 @@ class Machine:
 
     def _post_shutdown(self) -> None:
         if self._sockdir is not None:
-            shutil.rmtree(self._sockdir, ignore_errors=True)
+            release_tempdir(self._sockdir)
             self._sockdir = None
         _LIVE.discard(self)
 

@@ -6,7 +6,15 @@ memqual runs as root on lab hosts, and what it finds in the cache (a saved
 guest state, SSH keys, a built image) or in the state directory (knobs to
 write back) is trusted.  So a directory that someone else could have put
 there, or could change, is refused: it must belong to the running user and
-be writable by nobody else (``trusted_dir``)."""
+be writable by nobody else, and so must every directory above it up to /,
+as OpenSSH's ``safe_path`` checks (``trusted_dir``): whoever can rename an
+entry of a parent can swap the whole tree below it after the check.
+
+One exception, for the parents only: a root-owned directory with the
+sticky bit (/tmp) is accepted although everyone may write it.  There only
+an entry's owner (or root) may rename or remove it, so nobody else can swap
+our entry, and an entry someone else made first fails the owner check.
+pytest's tmp_path and short_tempdir's sockets live there."""
 
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
@@ -51,7 +60,57 @@ def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -
     except OSError as exc:
         raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
     check_trusted_stat(st, path, what)
+    check_ancestors(path, what)
     return path
+
+
+def trusted_owners() -> frozenset[int]:
+    """Who may own a directory above a trusted one: root and the running user."""
+    return frozenset({0, os.geteuid()})
+
+
+def weak_spot(path: Path, owners: frozenset[int], *, itself: bool = True) -> str | None:
+    """Why ``path`` could be changed by someone outside ``owners``, or None.
+
+    Checked: ``path`` and every directory above it up to /, both along the
+    path as given and along each of its prefixes resolved (a symlink on
+    the way leads the check through its target's parents too).  Each must
+    belong to one of ``owners`` and be writable by neither group nor
+    others; a root-owned sticky directory (/tmp) passes as a parent (see
+    the module's docstring), and as ``path`` itself when not ``itself``."""
+    absolute = Path(os.path.abspath(path))
+    own = {absolute, Path(os.path.realpath(absolute))} if itself else set()
+    seen: set[Path] = set()
+    for prefix in (absolute, *absolute.parents):
+        real = Path(os.path.realpath(prefix))
+        for place in (prefix, real, *real.parents):
+            if place in seen:
+                continue
+            seen.add(place)
+            try:
+                st = os.stat(place)
+            except OSError as exc:
+                return f"{place} cannot be checked ({exc.strerror or exc})"
+            if st.st_uid not in owners:
+                return f"{place} belongs to uid {st.st_uid}"
+            shared_sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (shared_sticky and place not in own):
+                return f"{place} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def check_ancestors(path: Path, what: str) -> None:
+    """Refuse ``path`` (one line) when a directory above it could be
+    renamed or replaced by a user other than root or the running user."""
+    absolute = Path(os.path.abspath(path))
+    problem = None
+    for place in (absolute, Path(os.path.realpath(absolute))):  # a symlinked cache: its target's parents too
+        problem = problem or weak_spot(place.parent, trusted_owners(), itself=False)
+    if problem is not None:
+        raise UntrustedDirectory(
+            f"{what} {path} lies under {problem}, where another user could swap it: "
+            "use a directory whose every parent is root's or yours and writable by nobody else"
+        )
 
 
 def check_trusted_stat(st: os.stat_result, path: Path, what: str) -> None:
@@ -84,20 +143,76 @@ def cache_dir() -> Path:
 def short_tempdir(prefix: str = "mq") -> Path:
     """A fresh private directory with a short path, for sockets: in /tmp,
     or in ``$MEMQUAL_SOCKET_DIR`` (keep it short: a socket path must stay
-    under 108 bytes).  Not $TMPDIR, which runners set to long paths."""
-    return Path(tempfile.mkdtemp(prefix=prefix + "-", dir=os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")))
+    under 108 bytes).  Not $TMPDIR, which runners set to long paths.
+
+    It is held live (host/leftovers.py) until ``release_tempdir``; those
+    of killed runs are removed here first."""
+    parent = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
+    leftovers.sweep_tempdirs(parent)
+    return leftovers.live_tempdir(prefix, parent)
+
+
+def release_tempdir(directory: Path) -> None:
+    """Remove a ``short_tempdir`` when done with it."""
+    leftovers.release_tempdir(directory)
+
+
+def check_output_dir(path: Path, what: str) -> None:
+    """Refuse to write below ``path`` (an output folder, or the folder of
+    an output file) when someone else could change what is there: memqual
+    runs as root, and a folder another user may write lets them plant a
+    link where root's next file goes.  When ``path`` does not exist yet,
+    the folder it will be made in is checked instead (memqual makes the
+    rest).  The folder must belong to the running user (or root) and be
+    writable by nobody else; a symlink is followed and its target checked.
+    Raises UntrustedDirectory (one line) otherwise."""
+    path = Path(path)
+    nearest = path
+    while not nearest.exists() and nearest != nearest.parent:
+        nearest = nearest.parent
+    try:
+        st = os.stat(nearest)
+    except OSError as exc:
+        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    where = f"{what} {path}" if nearest == path else f"{what} {path}: {nearest}, where it is made,"
+    if not stat.S_ISDIR(st.st_mode):
+        raise UntrustedDirectory(f"{where} is not a directory")
+    euid = os.geteuid()
+    if st.st_uid not in (euid, 0):
+        raise UntrustedDirectory(
+            f"{where} belongs to uid {st.st_uid}, not to you (uid {euid}): write into a folder of your own"
+        )
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UntrustedDirectory(
+            f"{where} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+            f"write into a folder of your own, or run 'chmod go-w {nearest}'"
+        )
 
 
 def write_private_atomic(target: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``data`` to ``target`` through an unpredictable temporary name
-    in the same directory (O_EXCL, so never through a planted symlink), then
-    rename it over ``target``."""
+    """The one way memqual writes a file whole: ``data`` goes to an
+    unpredictable temporary name in ``target``'s own folder, created with
+    O_EXCL and O_NOFOLLOW (so never through a link someone planted, and
+    never into a file someone else opened first), is given ``mode`` and
+    flushed to disk, then renamed over ``target``.  A reader sees the old
+    file or the new one, never half of one, even after a crash; a link at
+    ``target`` itself is replaced, not followed."""
+    target = Path(target)
+    # mkstemp opens O_CREAT | O_EXCL | O_NOFOLLOW, mode 0600.
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
             handle.write(data)
-        os.chmod(tmp, mode)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # The rename itself survives a crash once the folder is on disk too.
+    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

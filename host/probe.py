@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -26,7 +25,7 @@ from memqual.host.environment import Environment
 from memqual.host.errors import BadInput, CapabilityMissing
 from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT
 from memqual.host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
-from memqual.host.paths import cache_dir, short_tempdir, write_private_atomic
+from memqual.host.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
 from memqual.host.process import die_with_parent
 
 if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annotations
@@ -177,7 +176,7 @@ def _boot_under_kvm(image: Image) -> tuple[bool, str]:
         proc.wait()
         if proc.stdout:
             proc.stdout.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        release_tempdir(workdir)
 
 
 def cached_accel() -> tuple[str, str] | None:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -32,6 +34,7 @@ from typing import Any
 
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json
+from memqual.host.paths import write_private_atomic
 
 SCHEMA = "memqual.measurement/1"
 RECORD_GLOB = "memqual-*.json"
@@ -97,11 +100,12 @@ class Measurement:
                 f"{source}: schema {data.get('schema')!r} is not {SCHEMA!r}: "
                 "re-run the scenarios with this memqual version"
             )
+        check_record(data, source)
         fields = {f.name for f in dataclasses.fields(cls)}
         try:
             return cls(**{k: v for k, v in data.items() if k in fields})
-        except TypeError as exc:
-            raise BadInput(f"{source}: not a complete measurement record ({exc})") from exc
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"{source}: not a complete measurement record ({str(exc)[:160]})") from exc
 
     def key(self) -> tuple[str, str, str]:
         """Records with the same key and different variants form an A/B pair."""
@@ -113,18 +117,52 @@ class Measurement:
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem)[:200] + ".json"
 
 
+# The record's types, shipped beside this module (setup.py's package data).
+SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_record(data: dict[str, Any], source: str) -> None:
+    """A record's fields against record.schema.json: records come back
+    from lab hosts, which are trusted less than the controller, so a
+    sample of the wrong type or out of range is one BadInput line, not a
+    wrong statistic later."""
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top"
+        if error.validator == "anyOf":
+            what = f"{str(error.instance)[:40]} is no sample (0, or a magnitude from 1e-100 to 1e100)"
+        else:
+            what = error.message[:160]
+        raise BadInput(f"{source}: not a valid measurement record at {where}: {what}")
+    # NaN passes every bound of a schema (it compares false): checked here.
+    measured = [*data.get("samples", []), *(s for r in data.get("replicates", []) for s in r)]
+    if not all(math.isfinite(x) for x in [*measured, data.get("duration_s", 0.0)]):
+        raise BadInput(f"{source}: not a valid measurement record: a sample or the duration is not finite")
+
+
 def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / record.filename()
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, target)  # never leave a half-written record
+    # never a half-written record, never written through a planted link
+    write_private_atomic(target, (json.dumps(record.to_json(), indent=2, sort_keys=True) + "\n").encode(), 0o644)
     return target
 
 
 def load(path: str | os.PathLike[str]) -> Measurement:
-    data = read_json(path, "record file", "re-run the scenario that writes it")
+    # NaN only where check_record lets it be: a derived figure in extra.
+    data = read_json(path, "record file", "re-run the scenario that writes it", allow_nan=True)
     return Measurement.from_json(data, source=str(path))
 
 

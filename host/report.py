@@ -16,6 +16,7 @@ from typing import Any
 from memqual.host import stats
 from memqual.host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
 from memqual.host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
+from memqual.host.paths import write_private_atomic
 from memqual.host.results import Results, variant_label
 
 _RICH_STYLES = {
@@ -516,5 +517,5 @@ def _beside_table(c: Mapping[str, Any]) -> str:
 def write_html(results: Results | Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_html(results))
+    write_private_atomic(path, render_html(results).encode(), 0o644)
     return path

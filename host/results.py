@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json
+from memqual.host.paths import write_private_atomic
 from memqual.host.record import Measurement
 
 if TYPE_CHECKING:
@@ -159,7 +160,13 @@ class MetricEntry(_JsonObject):
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
-        added: dict[str, Any] = {"key": key, "summary": stats.summarize(rec.samples).to_json(), "primary": None}
+        from memqual.host.primaries import is_primary
+
+        added: dict[str, Any] = {
+            "key": key,
+            "summary": stats.summarize(rec.samples).to_json(),
+            "primary": is_primary(rec.scenario, rec.metric),
+        }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 
 
@@ -338,32 +345,54 @@ def write_results(results: Results | Mapping[str, Any], path: str | os.PathLike[
     data = Results.from_json(results).to_json()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    write_private_atomic(path, (json.dumps(data, indent=2, sort_keys=False, allow_nan=False) + "\n").encode(), 0o644)
     return path
+
+
+# The one description of a valid results.json, shipped beside this module
+# (setup.py's package data) and pinned by tests/data/results.json.
+SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
+
+
+@functools.cache
+def _validator() -> Any:
+    import jsonschema
+
+    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def check_results(data: Any, source: str) -> None:
+    """``data`` (a parsed results.json) against the schema: the first
+    problem, where it is, as one BadInput line."""
+    import jsonschema
+
+    if not isinstance(data, dict) or "schema" not in data:
+        raise BadInput(f"{source}: not a memqual results file (no 'schema')")
+    if str(data["schema"]).startswith("memqual.measurement/"):
+        raise BadInput(f"{source}: a measurement record, not a results.json (memqual run writes OUTPUT/results.json)")
+    if data["schema"] != SCHEMA:
+        raise BadInput(f"{source}: schema {data['schema']!r} is not {SCHEMA!r}: written by another memqual version")
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top"
+        if error.validator == "anyOf" and ("samples" in error.absolute_path or "replicates" in error.absolute_path):
+            what = f"{str(error.instance)[:40]} is no sample (0, or a magnitude from 1e-100 to 1e100)"
+        else:
+            what = error.message[:160]
+        raise BadInput(f"{source}: not a valid results file at {where}: {what}: truncated or hand-edited?")
+    for m in data["metrics"]:
+        blocks, replicates = m.get("blocks"), m.get("replicates")
+        if blocks and len(blocks) != len(replicates or [m["samples"]]):
+            raise BadInput(f"{source}: metric {m['key']}: {len(blocks)} blocks for {len(replicates or [1])} replicates")
 
 
 def load_results(path: str | os.PathLike[str]) -> Results:
     """A results.json, checked: missing, truncated, another schema or a
-    file that is not a results file are BadInput with one line."""
+    file that does not follow results.schema.json are BadInput with one
+    line."""
     path = Path(path)
     data = read_json(path, "results file", "give OUTPUT/results.json of a memqual run, or re-run memqual run")
-    if not isinstance(data, dict) or "schema" not in data:
-        raise BadInput(f"{path}: not a memqual results file (no 'schema')")
-    if str(data["schema"]).startswith("memqual.measurement/"):
-        raise BadInput(f"{path}: a measurement record, not a results.json (memqual run writes OUTPUT/results.json)")
-    if data["schema"] != SCHEMA:
-        raise BadInput(f"{path}: schema {data['schema']!r} is not {SCHEMA!r}: written by another memqual version")
-    for key, kind in (("claims", list), ("metrics", list), ("environment", dict)):
-        if not isinstance(data.get(key), kind):
-            raise BadInput(f"{path}: field {key!r} missing or of the wrong type: truncated or hand-edited?")
-    for index, m in enumerate(data["metrics"]):
-        if not isinstance(m, dict) or not {"key", "samples", "better", "unit"} <= m.keys():
-            raise BadInput(f"{path}: metric #{index} is incomplete")
-        if not m["samples"] or not all(isinstance(x, (int, float)) for x in m["samples"]):
-            raise BadInput(f"{path}: metric {m['key']} has no numeric samples")
-    for index, c in enumerate(data["claims"]):
-        if not isinstance(c, dict):
-            raise BadInput(f"{path}: claim #{index} is not an object: truncated or hand-edited?")
+    check_results(data, str(path))
     return Results.from_json(data)

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 from memqual.host import cliargs
 from memqual.host.errors import BadInput
-from memqual.host.paths import REPO_ROOT
+from memqual.host.paths import REPO_ROOT, check_output_dir, write_private_atomic
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.results import Results
@@ -760,7 +760,7 @@ def _until_decided(
             one_job(round_no, kernel, round_no)
         done = tracker.update(round_no, upto(labels[0], round_no), upto(labels[1], round_no))
     summary = tracker.to_json(stopped, config.budget_min)
-    (config.output / "until-decided.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
     console.print(
         f"until decided: {round_no} round(s), {stopped}; {summary['decided']} metric(s) decided, "
         f"{summary['undecided']} undecided",
@@ -789,7 +789,7 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
         return
     out = result.to_json()
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
-    (config.output / "comparison.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     compare.print_comparison(result, console)
     from memqual.host.compare_report import write_comparison_html
 
@@ -809,8 +809,11 @@ def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def output_directory(args: argparse.Namespace, parent: str) -> Path:
-    """--output, else PARENT/<timestamp> below the working directory."""
-    return Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    """--output, else PARENT/<timestamp> below the working directory; in
+    either case a folder no other user owns or may write."""
+    path = Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    check_output_dir(path, "output folder")
+    return path
 
 
 def check_budget(minutes: float) -> float:

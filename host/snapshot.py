@@ -39,6 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memqual.host import leftovers
 from memqual.host.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, trusted_dir
@@ -329,6 +330,7 @@ def _enforce_cap() -> None:
     """Keep the cache bounded: drop snapshots of images that no longer exist,
     then the least recently used ones beyond the size cap."""
     root = snapshot_root()
+    leftovers.sweep_snapshots(root)  # half-written saves of killed runs
     entries = []
     for meta in root.glob("*/meta.json"):
         try:
@@ -339,7 +341,8 @@ def _enforce_cap() -> None:
             _discard(meta.parent, "its image is gone")
             continue
         entries.append((meta.stat().st_mtime, int(info.get("bytes", 0)), meta.parent))
-    total = sum(size for _, size, _ in entries)
+    # Saves under way (their writers hold the lock) take room too.
+    total = sum(size for _, size, _ in entries) + sum(leftovers.tree_size(p) for p in root.glob(".*.tmp*"))
     for _, size, directory in sorted(entries):
         if total <= CACHE_CAP_BYTES:
             break

@@ -36,8 +36,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.paths import cache_dir, shipped
+from memqual.host.paths import cache_dir, shipped, weak_spot
 from memqual.images import packages
+from memqual.images.kernel import check_release
 
 if TYPE_CHECKING:  # only the type: the image builder is not needed here
     from memqual.images.build import Image
@@ -50,6 +51,35 @@ VERSION = "1"  # bump when the build recipe changes
 # What marks a kernel build tree an external module can be built against:
 # kbuild's Makefile, the configuration, and the exported symbols' CRCs.
 KBUILD_MARKS = ("Makefile", ".config", "Module.symvers")
+# What `make -C TREE M=...` reads and runs as root from the tree: its
+# Makefile (an O= build's includes the source tree's), the configuration
+# and generated headers, and kbuild's make fragments and scripts.  Each
+# that exists must be safe from other users (see ``check_tree_owner``).
+TREE_READS = (
+    ".",
+    "Makefile",
+    ".config",
+    "Module.symvers",
+    "include",
+    "include/config",
+    "include/config/auto.conf",
+    "include/config/kernel.release",
+    "include/generated",
+    "include/generated/autoconf.h",
+    "scripts",
+    "scripts/Kbuild.include",
+    "scripts/Makefile.build",
+    "scripts/Makefile.modpost",
+    "scripts/Makefile.modfinal",
+    "scripts/Makefile.lib",
+    "scripts/mod",
+    "scripts/mod/modpost",
+    "scripts/basic",
+    "scripts/basic/fixdep",
+    "arch/x86",
+    "arch/x86/Makefile",
+    "source",
+)
 # The scenario's environment (memqual run --kernel-build; e2e/base.py has
 # the kernel's and modules' variables).
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
@@ -272,14 +302,49 @@ def check_kernel_build(path: str | os.PathLike[str]) -> Path:
         raise BadInput(
             f"{tree} is not a kernel build tree (no {', '.join(missing)}): give the directory the kernel was built in"
         )
+    check_tree_owner(tree)
     return tree.resolve()
+
+
+def tree_owners() -> frozenset[int]:
+    """Who may own a kernel tree root builds in: root, the running user and
+    the user who ran memqual through sudo (whoever sets SUDO_UID for a root
+    process could run anything as root already)."""
+    owners = {0, os.geteuid(), os.getuid()}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if sudo_uid.isdigit():
+        owners.add(int(sudo_uid))
+    return frozenset(owners)
+
+
+def check_tree_owner(tree: Path) -> None:
+    """Refuse (one line) a tree another user could change under ``make``:
+    each of TREE_READS that exists, in the tree and in an O= build's source
+    tree, and every directory above them, must belong to ``tree_owners``
+    and be writable by neither group nor others (host/paths.weak_spot)."""
+    bases = [tree]
+    if (tree / "source").is_dir():
+        bases.append((tree / "source").resolve())
+    owners = tree_owners()
+    for base in bases:
+        for rel in TREE_READS:
+            place = base / rel
+            if not os.path.lexists(place):
+                continue
+            problem = weak_spot(place, owners)
+            if problem is not None:
+                raise BadInput(
+                    f"kernel build tree {tree}: {problem}, so another user could change what make runs as root "
+                    f"(uids trusted: {', '.join(map(str, sorted(owners)))}): build in a tree of your own, "
+                    "or chown -R / chmod -R go-w it"
+                )
 
 
 def tree_release(tree: Path) -> str:
     release = tree / "include" / "config" / "kernel.release"
     if not release.is_file():
         raise BadInput(f"kernel build tree {tree}: no include/config/kernel.release (is the kernel built there?)")
-    return release.read_text().strip()
+    return check_release(release.read_text().strip(), str(release))
 
 
 def _tree_source(tree: Path) -> Path:

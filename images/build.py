@@ -23,12 +23,13 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, shipped, write_private_atomic
 from memqual.images import keys, modules, packages
 from memqual.images.cpio import CpioWriter, add_tree
-from memqual.images.kernel import extract_vmlinux, read_release
+from memqual.images.kernel import check_release, extract_vmlinux, read_release
 from memqual.images.packages import sha256_file
 
 BUILDER_VERSION = "1"  # bump when the image layout changes
@@ -115,7 +116,7 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
         package = packages.resolve_kernel_package(cache)
     tree = packages.unpack(packages.download(package, cache), cache)
     (vmlinuz,) = sorted((tree / "boot").glob("vmlinuz-*"))
-    release = vmlinuz.name.removeprefix("vmlinuz-")
+    release = check_release(vmlinuz.name.removeprefix("vmlinuz-"), str(vmlinuz))
     return vmlinuz, tree / "lib/modules" / release, release
 
 
@@ -254,6 +255,7 @@ def build(source: KernelSource = KernelSource(), force: bool = False) -> Image:
     key = _input_key(bzimage, modules_dir, [BUSYBOX, DROPBEAR, *libs, *guest_files], cache)
     images = cache / "images"
     images.mkdir(parents=True, exist_ok=True)
+    leftovers.sweep_images(images)  # staging entries of builds that were killed
     target = images / key
     if not force:
         with _build_lock(images, key, exclusive=False):

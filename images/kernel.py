@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bz2
 import lzma
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -24,6 +25,15 @@ XEN_ELFNOTE_PHYS32_ENTRY = 18  # the PVH entry point note
 # Boot protocol 2.08 added payload_offset/payload_length to the setup header.
 PAYLOAD_PROTOCOL = 0x208
 LZ4_LEGACY_BLOCK = 8 << 20  # the kernel's `lz4 -l` frames: 8 MiB blocks
+# The kernel's release (UTS_RELEASE, what `uname -r` prints) is
+# $(VERSION).$(PATCHLEVEL).$(SUBLEVEL)$(EXTRAVERSION)$(LOCALVERSION) and
+# kbuild refuses one longer than __NEW_UTS_LEN (64).  memqual turns it into
+# the path lib/modules/RELEASE, so only what a release is made of in
+# practice passes: it starts with the version's numbers, then letters,
+# digits and . _ + ~ - only (no '/', space or control character), and never
+# holds '..'.
+UTS_RELEASE_MAX = 64
+RELEASE_FORM = re.compile(r"[0-9]+\.[0-9]+[0-9A-Za-z._+~-]*")
 
 
 def read_release(bzimage: Path) -> str:
@@ -33,8 +43,22 @@ def read_release(bzimage: Path) -> str:
         raise BadInput(f"{bzimage}: not a bzImage (no HdrS setup header); pass a bzImage from arch/x86/boot")
     (offset,) = struct.unpack_from("<H", data, 0x20E)
     raw = data[offset + 0x200 : offset + 0x200 + 256]
-    version = raw.split(b"\0", 1)[0].decode(errors="replace")
-    return version.split(" ", 1)[0]
+    # The header holds UTS_RELEASE, a space, then the build's user and date.
+    release = raw.split(b"\0", 1)[0].split(b" ", 1)[0]
+    return check_release(release.decode("ascii", errors="replace"), str(bzimage))
+
+
+def check_release(release: str, where: str) -> str:
+    """``release`` when it has the kernel's release form (see RELEASE_FORM);
+    anything else, which would become a path outside lib/modules, is one
+    BadInput line naming ``where`` it came from."""
+    if len(release) > UTS_RELEASE_MAX or ".." in release or not RELEASE_FORM.fullmatch(release):
+        raise BadInput(
+            f"{where}: kernel release {release[:80]!r} is not a kernel release "
+            f"(digits.digits then [0-9A-Za-z._+~-], at most {UTS_RELEASE_MAX} characters, no '..'): "
+            "pass a kernel built by kbuild"
+        )
+    return release
 
 
 def payload(blob: bytes) -> bytes | None:

@@ -73,10 +73,33 @@ def builtin_names(release_dir: Path) -> set[str]:
     return {module_name(line) for line in builtin.read_text().split()}
 
 
+def inside(root: Path, rel: str, what: str) -> Path:
+    """``root``/``rel``, refused (one BadInput line) unless ``rel`` is a
+    plain relative path (no '..', not absolute, no empty part) that still
+    lies inside ``root`` once every symlink on the way is resolved.  The
+    module tree is a user's: a line of its modules.dep must not make root
+    read or write outside it."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\0" in rel:
+        raise BadInput(f"{what}: {rel!r} is not a path inside {root}: give a modules tree kbuild or a package made")
+    path = root / rel
+    real_root = root.resolve()
+    if not path.resolve().is_relative_to(real_root):
+        raise BadInput(f"{what}: {rel!r} leads outside {root} through a symlink: give a tree without such links")
+    return path
+
+
 def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> list[str]:
     """Copy the closure of GUEST_MODULES from ``source_release_dir`` (a
     lib/modules/RELEASE tree) into ``dest_root``/lib/modules/RELEASE and run
-    depmod there.  Returns the copied paths."""
+    depmod there.  Returns the copied paths.
+
+    Every path is checked before anything is written: the release has the
+    kernel's release form, and each module path (from modules.dep) and
+    metadata file stays inside both the source tree and the destination."""
+    from memqual.images.kernel import check_release
+
+    check_release(release, str(source_release_dir))
     if not source_release_dir.is_dir():
         raise BadInput(f"{source_release_dir}: no such modules directory (pass lib/modules/RELEASE)")
     dep_file = source_release_dir / "modules.dep"
@@ -100,14 +123,18 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> li
     optional = tuple(m for m in OPTIONAL_GUEST_MODULES if m in present and m not in built_in)
     wanted = tuple(m for m in GUEST_MODULES if m not in built_in) + optional
     paths = closure(deps, wanted)
-    dest = dest_root / "lib/modules" / release
-    dest.mkdir(parents=True, exist_ok=True)  # even when every guest driver is built in
+    dest = inside(dest_root, f"lib/modules/{release}", "kernel release")
+    dep_source = str(dep_file if dep_file.exists() else "modules.dep")
+    copies = [(inside(source_release_dir, rel, dep_source), rel) for rel in paths]
     for rel in paths:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source_release_dir / rel, dest / rel)
+        inside(dest, rel, dep_source)
     for meta in ("modules.builtin", "modules.order", "modules.builtin.modinfo"):
         if (source_release_dir / meta).exists():
-            shutil.copy2(source_release_dir / meta, dest / meta)
+            copies.append((inside(source_release_dir, meta, str(source_release_dir)), meta))
+    dest.mkdir(parents=True, exist_ok=True)  # even when every guest driver is built in
+    for source, rel in copies:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, dest / rel)
     depmod(dest_root, release)
     return paths
 

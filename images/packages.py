@@ -1,19 +1,33 @@
 """Distribution packages, fetched with ``apt-get download`` and unpacked
-with ``dpkg -x`` (no root needed for either), cached by file name."""
+with ``dpkg -x`` (no root needed for either), cached by file name.
+
+Trust: a cached .deb is used only when its sha256 is the one the package
+lists give (``apt-cache show``), or, for lists without SHA256, the one
+memqual recorded when apt-get had just fetched it (apt-get checks a
+download against the lists' own hashes): never by its name alone.  As
+root, apt-get downloads in its sandbox as the ``_apt`` user, which cannot
+reach the private cache: it writes into a fresh directory of its own under
+/tmp, and root copies the file from there into the cache without following
+links, hashing what it copies."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import json
+import os
+import pwd
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from memqual.host import leftovers
 from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.locks import file_lock
 from memqual.host.paths import write_private_atomic
 
 
@@ -142,37 +156,135 @@ def kernel_package(version: str, cache: Path) -> str:
     raise BadInput(f"no installable package for kernel {release}: run 'apt-get update'")
 
 
+APT_SANDBOX_USER = "_apt"  # apt's APT::Sandbox::User default
+DOWNLOAD_PREFIX = "mq-dl"  # under /tmp, for apt's sandbox user (see the module's docstring)
+
+
+DOWNLOAD_LOCK_DEADLINE_S = 900.0  # another run fetching the same package (linux-source is 139 MB)
+
+
 def download(package: str, cache: Path, version: str | None = None, apt_options: tuple[str, ...] = ()) -> Path:
     """The .deb of ``package`` at ``version`` (default: the current
-    candidate), downloaded once.  ``apt_options`` (``-o`` pairs) point apt
-    at private package lists, e.g. a suite the system's sources lack; the
-    hash is then checked against those signed lists."""
+    candidate), downloaded once.  One run at a time per package writes into
+    debs/ (its lock also tells the sweep of killed downloads what is live).
+    ``apt_options`` (``-o`` pairs) point apt at private package lists, e.g.
+    a suite the system's sources lack; the hash is then checked against
+    those signed lists."""
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     if version is None:
         version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache)
+    expected = _memoized(
+        f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache
+    )
+    leftovers.sweep_debs(debs)
+    lock = leftovers.package_lock(debs, package)
+    with file_lock(lock, exclusive=True, deadline_s=DOWNLOAD_LOCK_DEADLINE_S, held=f"{package} is being downloaded"):
+        return _cached_or_fetched(package, version, expected, debs, apt_options)
+
+
+def _cached_or_fetched(
+    package: str, version: str, expected: str, debs: Path, apt_options: tuple[str, ...] = ()
+) -> Path:
     for path in debs.glob(f"{package}_*.deb"):
         if _deb_version(path) != version:
             continue
-        if not expected or _sha256(path) == expected:
+        if _sha256(path) == (expected or _fetched_sha256(path)):
             return path
-        # A .deb that is not the archive's (truncated, replaced) is fetched again.
+        # A .deb that is not the archive's (truncated, replaced), or one
+        # nothing vouches for, is fetched again.
         path.unlink()
         path.with_name(f".{path.name}.sha256").unlink(missing_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".dl-{package}-", dir=debs))
-    try:
+        _fetched_record(path).unlink(missing_ok=True)
+    with _DownloadDir(debs, package) as work:
         _run(["apt-get", *apt_options, "download", f"{package}={version}"], cwd=work)
-        (fetched,) = list(work.glob("*.deb"))
-        if expected and sha256_file(fetched) != expected:
-            raise BadInput(f"{fetched.name}: its sha256 is not the archive's: run 'apt-get update' and try again")
-        target = debs / fetched.name
-        fetched.replace(target)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+        fetched = sorted(work.glob("*.deb"))
+        if len(fetched) != 1 or not fetched[0].name.startswith(f"{package}_"):
+            names = ", ".join(p.name for p in fetched) or "none"
+            raise BadInput(
+                f"apt-get download {package}={version} gave {len(fetched)} .deb files ({names}), not one of "
+                f"{package}: run 'apt-get update' and try again"
+            )
+        target = debs / fetched[0].name
+        digest = _copy_private(fetched[0], target, expected)
+    write_private_atomic(_fetched_record(target), f"{digest}\n".encode(), 0o644)
     return target
+
+
+def _fetched_record(deb: Path) -> Path:
+    return deb.with_name(f".{deb.name}.fetched")
+
+
+def _fetched_sha256(deb: Path) -> str | None:
+    """The sha256 memqual recorded when apt-get had just fetched ``deb``."""
+    try:
+        digest = _fetched_record(deb).read_text().strip()
+    except OSError:
+        return None
+    return digest if len(digest) == 64 else None
+
+
+class _DownloadDir:
+    """Where ``apt-get download`` writes: a scratch directory in the cache
+    when not root; as root a directory of apt's sandbox user inside a
+    root-owned one (0711: the sandbox user can enter, nobody else can
+    list) under /tmp, since the sandbox user cannot reach the 0700 cache
+    and apt would then download unsandboxed, as root."""
+
+    def __init__(self, debs: Path, package: str) -> None:
+        self.debs = debs
+        self.package = package
+        self.outer: Path | None = None
+
+    def __enter__(self) -> Path:
+        try:
+            sandbox = pwd.getpwnam(APT_SANDBOX_USER).pw_uid if os.geteuid() == 0 else None
+        except KeyError:
+            sandbox = None  # an apt without a sandbox user downloads as root anyway
+        if sandbox is None:
+            self.outer = Path(tempfile.mkdtemp(prefix=f".dl-{self.package}-", dir=self.debs))
+            return self.outer
+        self.outer = leftovers.live_tempdir(DOWNLOAD_PREFIX, "/tmp")
+        os.chmod(self.outer, 0o711)
+        inner = Path(tempfile.mkdtemp(dir=self.outer))
+        os.chown(inner, sandbox, -1)
+        return inner
+
+    def __exit__(self, *exc: object) -> None:
+        if self.outer is not None:
+            leftovers.release_tempdir(self.outer)
+
+
+def _copy_private(source: Path, target: Path, expected: str) -> str:
+    """Copy ``source`` (in a directory another user owns) to ``target`` in
+    the private cache: opened without following a link, a regular file
+    only, hashed while copied, checked against ``expected`` when the lists
+    give one; the file appears under ``target`` whole or not at all.
+    Returns its sha256."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BadInput(f"{source.name} as apt-get left it cannot be read ({exc.strerror}): try again") from exc
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise BadInput(f"{source.name} as apt-get left it is no regular file: refused; try again")
+        out_fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        digest = hashlib.sha256()
+        try:
+            with os.fdopen(out_fd, "wb") as out:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+                    out.write(block)
+            if expected and digest.hexdigest() != expected:
+                raise BadInput(f"{source.name}: its sha256 is not the archive's: run 'apt-get update' and try again")
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    return digest.hexdigest()
 
 
 def _sha256(path: Path) -> str:

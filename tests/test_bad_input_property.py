@@ -22,6 +22,7 @@ import os
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import fake_qemu
 import pytest
@@ -51,12 +52,19 @@ class Fixtures:
     layout: Path
     junit: Path
     missing: Path
+    bad_contents: tuple[Path, ...]
+    deep_toml: Path
 
     def bad_files(self) -> list[str]:
         """Where a file to read is expected."""
         return [
             str(p) for p in (self.not_utf8, self.not_json, self.empty, self.json_list, self.json_object, self.directory)
         ] + ["/dev/null", str(self.missing)]
+
+    def bad_results(self) -> list[str]:
+        """Where a results.json is expected: the files of the wrong kind,
+        and results files whose content no memqual run writes."""
+        return [*self.bad_files(), *map(str, self.bad_contents)]
 
     def bad_dirs(self) -> list[str]:
         """Where a directory to read is expected."""
@@ -87,6 +95,14 @@ class Slot:
 
 def files(f: Fixtures) -> list[str]:
     return f.bad_files()
+
+
+def results_files(f: Fixtures) -> list[str]:
+    return f.bad_results()
+
+
+def hosts_files(f: Fixtures) -> list[str]:
+    return [*f.bad_files(), str(f.deep_toml)]
 
 
 def dirs(f: Fixtures) -> list[str]:
@@ -193,8 +209,8 @@ SLOTS: list[Slot] = [
         counts,
     ),
     # memqual compare
-    Slot("compare A", lambda v: ["compare", v, R()], files),
-    Slot("compare B", lambda v: ["compare", R(), v], files),
+    Slot("compare A", lambda v: ["compare", v, R()], results_files),
+    Slot("compare B", lambda v: ["compare", R(), v], results_files),
     Slot("compare --threshold", lambda v: ["compare", R(), R(), "--threshold", v], numbers),
     Slot("compare --alpha", lambda v: ["compare", R(), R(), "--alpha", v], numbers),
     Slot("compare --html", lambda v: ["compare", R(), R(), "--html", v], outputs),
@@ -251,14 +267,16 @@ SLOTS: list[Slot] = [
     Slot("bisect --resume", lambda v: ["bisect", "--resume", v], lambda f: [*f.bad_files(), *TOO_WIDE]),
     Slot("bisect --output", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--output", v], state_dirs),
     # memqual export
-    Slot("export RESULTS", lambda v: ["export", "--kcidb", "-", v], files),
+    Slot("export RESULTS", lambda v: ["export", "--kcidb", "-", v], results_files),
     Slot("export --kcidb", lambda v: ["export", "--kcidb", v, R()], outputs),
     # memqual history
-    Slot("history PATH", lambda v: ["history", v], files),
+    Slot("history PATH", lambda v: ["history", v], results_files),
+    # beside a good run (a directory is searched for results files, so only bad content here)
+    Slot("history PATH (second run)", lambda v: ["history", R(), v], lambda f: list(map(str, f.bad_contents))),
     Slot("history --threshold", lambda v: ["history", R(), "--threshold", v], numbers),
     Slot("history --html", lambda v: ["history", R(), "--html", v], outputs),
     # memqual hosts
-    Slot("hosts check FILE", lambda v: ["hosts", "check", v], files),
+    Slot("hosts check FILE", lambda v: ["hosts", "check", v], hosts_files),
     Slot("hosts probe", lambda v: ["hosts", "probe", v], files),
     Slot("run --hosts", lambda v: ["run", "--tests", D(), "--hosts", v], files),
     # python -m tools
@@ -342,6 +360,54 @@ def children() -> set[int]:
     return found
 
 
+def _bad_results_files(root: Path, good: Path) -> tuple[Path, ...]:
+    """results.json files no memqual run writes: JSON no reader should walk
+    (deep nesting, an integer of 5000 digits, NaN, Infinity), content of
+    the wrong types (booleans as samples, a list as key, strings as
+    settings or run), samples whose sums overflow (1e308), and a file cut
+    off midway."""
+    import json
+
+    text = good.read_text()
+    data = json.loads(text)
+    samples = data["metrics"][0]["samples"]
+
+    def changed(name: str, change: Callable[[dict[str, Any]], object]) -> tuple[str, str]:
+        copy = json.loads(text)
+        change(copy)
+        return name, json.dumps(copy)
+
+    def all_samples(value: object) -> Callable[[dict[str, Any]], object]:
+        def change(d: dict[str, Any]) -> None:
+            m = d["metrics"][0]
+            m["samples"] = [value] * len(samples)
+            m["replicates"] = [[value] * len(r) for r in m["replicates"]]
+
+        return change
+
+    contents = dict(
+        [
+            ("deep", '{"schema": "memqual.results/1", "run": ' + "[" * 100000 + "]" * 100000 + "}"),
+            ("huge-int", text.replace('"metrics": [', '"huge": ' + "9" * 5000 + ', "metrics": [', 1)),
+            ("nan", text.replace(repr(samples[0]), "NaN", 1)),
+            ("infinity", text.replace(repr(samples[0]), "Infinity", 1)),
+            ("overflow", text.replace(repr(samples[0]), "1e999", 1)),
+            changed("boolean-samples", all_samples(True)),
+            changed("huge-samples", all_samples(1e308)),
+            changed("list-key", lambda d: d["metrics"][0].update(key=["k"])),
+            changed("string-settings", lambda d: d["metrics"][0].update(settings="pages=4k")),
+            changed("string-run", lambda d: d.update(run="quick")),
+            ("truncated", text[: len(text) // 2]),
+        ]
+    )
+    paths = []
+    for name, content in contents.items():
+        path = root / f"results-{name}.json"
+        path.write_text(content)
+        paths.append(path)
+    return tuple(paths)
+
+
 def make_fixtures(root: Path) -> Fixtures:
     from results_files import inflate_record, write_results_file
 
@@ -351,6 +417,9 @@ def make_fixtures(root: Path) -> Fixtures:
     layout.write_text((Path(__file__).parent.parent / "host" / "memslots" / "layouts" / "seed-3.json").read_text())
     junit = root / "junit.xml"
     junit.write_text('<testsuite tests="1" failures="0" errors="0" skipped="0"><testcase name="t"/></testsuite>\n')
+    bad_contents = _bad_results_files(root, results)
+    deep_toml = root / "deep.toml"
+    deep_toml.write_text("[[host]]\nname = 'x'\naddress = " + "[" * 5000 + "]" * 5000 + "\n")
     made = Fixtures(
         root=root,
         not_utf8=root / "not-utf8.json",
@@ -363,6 +432,8 @@ def make_fixtures(root: Path) -> Fixtures:
         layout=layout,
         junit=junit,
         missing=root / "no-such-file",
+        bad_contents=bad_contents,
+        deep_toml=deep_toml,
     )
     made.not_utf8.write_bytes(b"\xff\xfe{\x80 not text \xc3\x28\n")
     made.not_json.write_text("this is not JSON\n")

@@ -8,6 +8,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from memqual.host import cli, history
@@ -120,3 +121,85 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+def _run_of(index: int, entries: dict) -> history.Run:
+    return history.Run(Path(f"r{index}/results.json"), f"2026-12-01T00:0{index}:00Z", {}, "k", "", entries)
+
+
+def _entry(scenario: str, metric: str, reps: list[list[float]], primary: bool | None) -> dict:
+    return {
+        "key": f"{scenario} {metric} [default] {{}}",
+        "scenario": scenario,
+        "metric": metric,
+        "unit": "ns",
+        "better": "lower",
+        "samples": [x for r in reps for x in r],
+        "replicates": reps,
+        "primary": primary,
+    }
+
+
+def _drift_runs(control_step: float, seed: int = 5, spread: float = 0.01) -> list[history.Run]:
+    """Three runs of the same code minutes apart: 2 primaries and 30
+    exploratory metrics flat; 10 host-only /dev/kvm costs that move
+    together by control_step in the last run (the host, not the code)."""
+    rng = np.random.default_rng(seed)
+    runs = []
+    for i in range(3):
+        entries = {}
+        for j in range(42):
+            if j < 10:
+                scenario, metric, primary, level = "memslots.kvm_lookup", f"access_ns_{j}", False, control_step
+            elif j < 12:
+                scenario, metric, primary, level = "balloon.inflate", f"inflate_s_{j}", True, 1.0
+            else:
+                scenario, metric, primary, level = "ksm.merge", f"other_{j}", False, 1.0
+            factor = level if i == 2 else 1.0
+            reps = [list(factor * (1 + rng.normal(0, spread)) * (1 + rng.normal(0, 0.003, 3))) for _ in range(3)]
+            e = _entry(scenario, metric, reps, primary)
+            entries[e["key"]] = e
+        runs.append(_run_of(i, entries))
+    return runs
+
+
+def test_controls_moving_together_say_the_host_drifted_and_no_primary_steps():
+    series = history.series_of(_drift_runs(1.10), threshold=0.05, alpha=0.01)
+    group = history.Group({}, [], series)
+    controls = [s for s in series if s.role == "control"]
+    assert len(controls) == 10 and all(s.verdict == history.STEP for s in controls)
+    assert group.host_drifted and len(group.controls_stepped) == 10
+    assert not any(s.steps for s in series if s.role != "control")
+    primaries = [s for s in series if s.role == "primary"]
+    assert len(primaries) == 2 and {s.verdict for s in primaries} <= {"equivalent", "undecided"}
+
+
+def test_a_flat_series_of_three_runs_is_equivalent_and_no_metric_steps_by_chance():
+    series = history.series_of(_drift_runs(1.0), threshold=0.05, alpha=0.01)
+    assert not any(s.steps for s in series)
+    assert not history.Group({}, [], series).host_drifted
+    # 1 % spread, 3 replicates a run: too few to show ±5 % after Holm over 42.
+    assert {s.verdict for s in series} <= {"equivalent", "undecided"}
+    # 0.2 %: shown for (nearly) all.
+    quiet = history.series_of(_drift_runs(1.0, spread=0.002), threshold=0.05, alpha=0.01)
+    assert sum(s.verdict == "equivalent" for s in quiet) >= 38
+
+
+def test_the_family_correction_is_what_keeps_noise_from_stepping():
+    """The per-metric test alone at 0.01 steps somewhere in a flat family
+    of 100 noisy series; corrected over the family, none steps."""
+    rng = np.random.default_rng(9)
+    runs = []
+    for i in range(4):
+        entries = {}
+        for j in range(100):
+            reps = [list((1 + rng.normal(0, 0.05)) * (1 + rng.normal(0, 0.003, 3))) for _ in range(3)]
+            e = _entry("ksm.merge", f"m{j}", reps, True)
+            entries[e["key"]] = e
+        runs.append(_run_of(i, entries))
+    uncorrected = [
+        history.no_change_p([[r for r in run.metrics[k]["replicates"]] for run in runs]) for k in runs[0].metrics
+    ]
+    assert min(uncorrected) < 0.01
+    series = history.series_of(runs, threshold=0.05, alpha=0.01)
+    assert not any(s.steps for s in series)

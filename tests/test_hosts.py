@@ -135,20 +135,24 @@ def test_ssh_pins_the_host_key_and_uses_the_key_only(tmp_path, keys):
 
 def test_slot_files_put_the_pinned_options_before_aexpects(tmp_path, keys):
     host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1], slots=2)
-    conf = fleet.write_spawner_config(tmp_path / "fleet", [host], 40123, "quick")
+    remote = {"a": "/tmp/memqual-status.AbCdEf0123"}
+    conf = fleet.write_spawner_config(tmp_path / "fleet", [host], "/x/status.sock", remote, "quick")
     text = conf.read_text()
-    assert "spawner = memqual-remote" in text and "status_server_listen = 127.0.0.1:40123" in text
+    assert "spawner = memqual-remote" in text and "status_server_listen = /x/status.sock" in text
     slots = sorted((tmp_path / "fleet").glob("slot-*.json"))
     assert len(slots) == 2 and all(oct(p.stat().st_mode & 0o777) == "0o600" for p in slots)
     first, second = (json.loads(p.read_text()) for p in slots)
     words = shlex.split(first["extra_cmdline"])
     # aexpect appends "-o StrictHostKeyChecking=no" after these: ssh keeps the first.
     assert words[words.index("StrictHostKeyChecking=yes") - 1] == "-o"
-    assert "127.0.0.1:40123:127.0.0.1:40123" in words  # the status server, through the session
+    # The status server's UNIX socket, through the session, to a socket in a
+    # private directory there: no TCP port any local user there could reach.
+    assert words[words.index("-R") + 1] == "/tmp/memqual-status.AbCdEf0123/status.sock:/x/status.sock"
     assert "-R" not in shlex.split(second["extra_cmdline"])  # one forward per host
     spec = FleetSpec.from_json(json.loads((tmp_path / "fleet" / "fleet-spec.json").read_text()))
     assert set(spec.slots.values()) == {host}
     assert spec.environment["MEMQUAL_PROFILE"] == "quick"
+    assert spec.status_sockets == {"a": "/tmp/memqual-status.AbCdEf0123/status.sock"}
 
 
 @pytest.mark.parametrize(
@@ -257,12 +261,12 @@ def test_fault_bookkeeping_keeps_only_what_ran_to_its_end(tmp_path):
         ("4-x", "", NOT_RUN, "SKIP"),
     ]
     assert read_place(cut) == Place("2-x", "b", INTERRUPTED, "lab host b was lost")
-    assert fleet.host_records(tasks, "a", tmp_path / "a") == 2
+    assert fleet.host_records(tasks, "a", tmp_path / "a") == (2, [])
     assert all(json.loads(p.read_text())["environment"]["lab_host"] == "a" for p in (tmp_path / "a").iterdir())
     records, problems = collect_records(tmp_path / "a")
     assert sorted(r.scenario for r in records) == ["x.t1", "x.t3"] and problems == []
     # The half-run task's record is never merged.
-    assert fleet.host_records(tasks, "b", tmp_path / "b") == 0
+    assert fleet.host_records(tasks, "b", tmp_path / "b") == (0, [])
     assert list((tmp_path / "b").iterdir()) == []
 
 
@@ -315,7 +319,8 @@ def test_the_probe_answer_round_trips():
 
 def test_every_test_runs_once_per_host_through_avocados_variants(tmp_path, keys):
     hosts = [config.LabHost(name=n, address="10.0.0.1", key=keys[0], known_hosts=keys[1]) for n in ("lab1", "lab2")]
-    text = fleet.write_spawner_config(tmp_path / "fleet", hosts, 40000, "quick").read_text()
+    remote = {h.name: "/tmp/memqual-status.0123456789" for h in hosts}
+    text = fleet.write_spawner_config(tmp_path / "fleet", hosts, "/s.sock", remote, "quick").read_text()
     assert "dict_variants = [{'lab_host': 'lab1'}, {'lab_host': 'lab2'}]" in text
     assert "variant_id_keys = ['lab_host']" in text
     # A task's runnable carries its variant like this; the spawner reads its host.
@@ -353,6 +358,8 @@ def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(t
     from memqual.host.runjob import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
+    monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
+    monkeypatch.setattr(fleet, "remove_remote_dir", lambda host, path: None)
     seen = []
 
     def job(config, *args, **kwargs):
@@ -388,3 +395,256 @@ def test_a_host_running_any_memqual_test_is_busy(tmp_path):
         finally:
             os.close(fd)
         assert probe.lock_state(lock) == (True, None)
+
+
+# -- what a lab host sends is trusted less than the controller ------------
+
+
+def _tar(path: Path, members: list[tuple[str, str, str]]) -> Path:
+    """A tar file of (name, kind, content or link target) members."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as archive:
+        for name, kind, body in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                data = body.encode()
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+                continue
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "symlink": tarfile.SYMTYPE,
+                "hardlink": tarfile.LNKTYPE,
+                "chardev": tarfile.CHRTYPE,
+                "fifo": tarfile.FIFOTYPE,
+            }[kind]
+            info.linkname = body
+            archive.addfile(info)
+    return path
+
+
+def _fetch_from(tmp_path: Path, monkeypatch, members) -> tuple[str, Path]:
+    """fetch_data with the host's side played by ``cat`` of a tar file."""
+    from memqual.host.hosts import spawner
+
+    stream = _tar(tmp_path / "stream.tar", members)
+    monkeypatch.setattr(spawner.ssh, "command", lambda host, argv: ["cat", str(stream)])
+    local = tmp_path / "task"
+    local.mkdir()
+    host = config.LabHost(name="a", address="10.0.0.1", key=tmp_path, known_hosts=tmp_path)
+    return spawner.fetch_data(host, "/tmp/memqual-task.x", local), local
+
+
+def test_a_hosts_records_come_back(tmp_path, monkeypatch):
+    members = [("data", "dir", ""), ("data/memqual-x.json", "file", "{}"), ("data/sub/y", "file", "y")]
+    problem, local = _fetch_from(tmp_path, monkeypatch, members)
+    assert problem == ""
+    assert (local / "data" / "memqual-x.json").read_text() == "{}"
+    assert (local / "data" / "sub" / "y").read_text() == "y"
+    assert sorted(p.name for p in local.iterdir()) == ["data"]  # no staging left
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("fleet-place.json.tmp", "symlink", "OUTSIDE")],  # what write_place then wrote through
+        [("data", "dir", ""), ("data/memqual-x.json", "symlink", "OUTSIDE")],
+        [("data", "dir", ""), ("data/memqual-x.json", "hardlink", "OUTSIDE")],
+        [("data", "dir", ""), ("data/dev", "chardev", "")],
+        [("data", "dir", ""), ("data/fifo", "fifo", "")],
+        [("OUTSIDE", "file", "overwritten")],
+        [("data/../../x", "file", "overwritten")],
+        [("data", "dir", ""), ("data/a", "file", "1"), ("data/a", "file", "2")],
+    ],
+    ids=["planted-link", "symlink", "hardlink", "device", "fifo", "absolute", "dotdot", "twice"],
+)
+def test_a_hosts_stream_cannot_write_outside_or_plant_links(tmp_path, monkeypatch, members):
+    outside = tmp_path / "controller-file"
+    outside.write_text("precious\n")
+    members = [(n.replace("OUTSIDE", str(outside)), k, b.replace("OUTSIDE", str(outside))) for n, k, b in members]
+    problem, local = _fetch_from(tmp_path, monkeypatch, members)
+    assert problem.startswith("unpacking the records failed"), problem
+    # The spawner writes its place file next, as after every task.
+    write_place(local, Place("1-x", "a", RAN))
+    assert outside.read_text() == "precious\n"
+    assert sorted(p.name for p in local.iterdir()) == ["fleet-place.json"]  # nothing of the stream kept
+    assert not (local / "fleet-place.json").is_symlink()
+    assert not (tmp_path / "x").exists()
+
+
+def test_records_that_are_links_or_truncated_are_marked_bad_and_the_rest_kept(tmp_path):
+    import os
+
+    job_dir = tmp_path / "job"
+    logdir = _task(job_dir, 1, Place("1-x", "a", RAN), "PASS")
+    secret = tmp_path / "controller.json"
+    secret.write_text(json.dumps({"schema": "memqual.measurement/1"}))
+    os.symlink(secret, logdir / "data" / "memqual-link.json")
+    (logdir / "data" / "memqual-cut.json").write_text('{"schema": "memqual.measurement/1", "sam')
+    os.mkfifo(logdir / "data" / "memqual-fifo.json")
+    tasks = [fleet.TaskResult("1-x", "PASS", "", 1.0, logdir, Place("1-x", "a", RAN))]
+    count, bad = fleet.host_records(tasks, "a", tmp_path / "a")
+    assert count == 1
+    assert sorted(b.file for b in bad) == [
+        "data/memqual-cut.json",
+        "data/memqual-fifo.json",
+        "data/memqual-link.json",
+    ]
+    assert all(b.task == "1-x" and b.host == "a" and b.reason for b in bad)
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["memqual-x.t1-m-default-task1.json"]
+
+
+def test_a_truncated_record_still_gives_the_fleet_page_and_says_so(tmp_path, keys, monkeypatch):
+    hosts = write_hosts(
+        tmp_path,
+        "".join(
+            f'[[host]]\nname = "{n}"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
+            for n in ("a", "b")
+        ),
+    )
+    from memqual.host.hosts import check
+    from memqual.host.runjob import RunConfig
+
+    monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
+    monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
+    monkeypatch.setattr(fleet, "remove_remote_dir", lambda host, path: None)
+
+    def job(config, *args, **kwargs):
+        job_dir = tmp_path / "job"
+        _task(job_dir, 1, Place("1-x", "a", RAN), "PASS")
+        _task(job_dir, 2, Place("2-x", "a", RAN), "PASS")
+        _task(job_dir, 3, Place("3-x", "b", RAN), "PASS")
+        cut = job_dir / "test-results" / "2-e2e_test_x.py_X.test_2" / "data" / "memqual-x.t2-m-default.json"
+        cut.write_text(cut.read_text()[:40])
+        return JobOutcome(command=[], exit_status=0, job_dir=job_dir, summary="", tests=[], counts={})
+
+    monkeypatch.setattr(fleet, "run_avocado", job)
+    status = fleet.run(RunConfig(output=tmp_path / "out"), hosts)
+    assert status == fleet.EXIT_INCOMPLETE
+    data = json.loads((tmp_path / "out" / "fleet.json").read_text())
+    a, b = data["hosts"]
+    assert a["status"] == "incomplete" and "could not be read" in a["reason"]
+    assert [r["file"] for r in a["bad_records"]] == ["data/memqual-x.t2-m-default.json"]
+    assert b["status"] == "completed" and b["bad_records"] == []
+    # Its other record is kept.
+    assert [p.name for p in (tmp_path / "out" / "hosts" / "a" / "records").iterdir()] == [
+        "memqual-x.t1-m-default-task1.json"
+    ]
+    assert "bad record from a" in (tmp_path / "out" / "fleet.html").read_text()
+
+
+# -- the status channel ---------------------------------------------------
+
+
+def test_a_task_posts_its_status_to_its_hosts_end_of_the_channel():
+    args = ["-i", "1-x", "-j", "j", "-k", "avocado-instrumented", "output_dir=/here/t1", "-s", "/here/status.sock"]
+    out = fleet_spawner_remote_args(args)
+    assert out == ["-i", "1-x", "-j", "j", "-k", "avocado-instrumented", "output_dir=/tmp/memqual-task.x"] + [
+        "-s",
+        "/tmp/memqual-status.0123456789/status.sock",
+    ]
+
+
+def fleet_spawner_remote_args(args: list[str]) -> list[str]:
+    from memqual.host.hosts.spawner import remote_args
+
+    return remote_args(args, "/here/t1", "/tmp/memqual-task.x", "/tmp/memqual-status.0123456789/status.sock")
+
+
+def test_the_status_socket_here_is_in_the_private_fleet_directory_or_a_private_one(tmp_path):
+    path, private = fleet.local_status_socket(tmp_path / "fleet")
+    assert (path, private) == (str(tmp_path / "fleet" / "status.sock"), None)
+    # ":" would make it TCP for Avocado and a separator for ssh -R, "%" an
+    # ssh token; a long path is no UNIX socket.
+    for odd in ("a:b", "100%", "x" * 120):
+        path, private = fleet.local_status_socket(tmp_path / odd / "fleet")
+        assert private is not None and private.parent == Path("/tmp")
+        assert oct(private.stat().st_mode & 0o777) == "0o700" and path == str(private / "status.sock")
+        private.rmdir()
+
+
+def test_a_hosts_answer_to_mktemp_must_be_a_status_directory(tmp_path, keys, monkeypatch):
+    import subprocess
+
+    host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1])
+    for answer, ok in (("/tmp/memqual-status.AbCdEf0123\n", True), ("/tmp/x -oProxyCommand=y\n", False)):
+        done = subprocess.CompletedProcess([], 0, stdout=answer, stderr="")
+        monkeypatch.setattr(fleet.ssh, "run", lambda *a, done=done, **k: done)
+        path, problem = fleet.remote_status_dir(host)
+        assert bool(path) == ok and bool(problem) != ok
+
+
+def test_a_percent_in_the_output_path_reaches_avocado_unchanged(tmp_path, keys):
+    import configparser
+
+    host = config.LabHost(name="a", address="10.0.0.1", key=keys[0], known_hosts=keys[1])
+    fleet_dir = tmp_path / "100%(x)s done" / "fleet"
+    conf = fleet.write_spawner_config(fleet_dir, [host], "/s.sock", {"a": "/tmp/memqual-status.0123456789"}, "quick")
+    parser = configparser.ConfigParser()  # as Avocado reads it, interpolation and all
+    parser.read(conf)
+    assert parser.get("spawner.memqual", "fleet") == str(fleet_dir / "fleet-spec.json")
+    with pytest.raises(BadInput, match="line break"):
+        fleet.conf_value("/tmp/a\nspawner = other")
+
+
+# -- the hosts file -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["x = " + "[" * 100_000 + "]" * 100_000, "x = " + "{a = " * 3000 + "1" + "}" * 3000, "x = " + "9" * 5000],
+    ids=["arrays", "tables", "digits"],
+)
+def test_a_deeply_nested_hosts_file_is_one_line_exit_2(tmp_path, capsys, text):
+    path = write_hosts(tmp_path, text)
+    assert main(["hosts", "check", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err
+
+
+@pytest.mark.parametrize("address", ["fe80-lab.example", "FE80::1", "fe80lab", "lab-fe80.example", "10.0.0.1"])
+def test_the_address_check_refuses_what_aexpect_refuses(tmp_path, keys, address):
+    from aexpect import remote
+
+    # aexpect's own check comes before it looks at the client: an unknown
+    # client shows what it would have done with the address, no ssh run.
+    try:
+        remote.remote_login("no-such-client", address, 22, "root", "", "#", timeout=1)
+    except remote.LoginBadClientError:
+        aexpect_takes = True
+    except remote.RemoteError:
+        aexpect_takes = False
+    path = write_hosts(
+        tmp_path, f'[[host]]\nname = "a"\naddress = "{address}"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
+    )
+    if aexpect_takes:
+        assert config.load(path)[0].address == address
+    else:
+        with pytest.raises(BadInput, match="fe80"):
+            config.load(path)
+    assert aexpect_takes == (not address.lower().startswith("fe80"))
+
+
+def test_what_gnu_tar_on_a_host_sends_comes_back_whole(tmp_path, monkeypatch):
+    """The host's side is GNU tar (``tar -cf - data``): its stream, padding
+    and all, unpacks and the sender exits 0."""
+    from memqual.host.hosts import spawner
+
+    remote = tmp_path / "remote"
+    (remote / "data" / "sub").mkdir(parents=True)
+    (remote / "data" / "memqual-x.json").write_text("{}" * 5000)
+    (remote / "data" / "sub" / "y").write_text("y")
+    monkeypatch.setattr(spawner.ssh, "command", lambda host, argv: argv)  # the host's argv, run here
+    local = tmp_path / "task"
+    local.mkdir()
+    host = config.LabHost(name="a", address="10.0.0.1", key=tmp_path, known_hosts=tmp_path)
+    assert spawner.fetch_data(host, str(remote), local) == ""
+    assert (local / "data" / "memqual-x.json").read_text() == "{}" * 5000
+    assert (local / "data" / "sub" / "y").read_text() == "y"
+    empty, nothing = tmp_path / "empty", tmp_path / "task2"
+    empty.mkdir()
+    nothing.mkdir()
+    assert spawner.fetch_data(host, str(empty), nothing) == ""  # no data/ there: nothing, no error
+    assert list(nothing.iterdir()) == []

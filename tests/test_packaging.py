@@ -59,6 +59,14 @@ def test_the_guest_sources_claims_and_layouts_are_in_the_wheel(names: set[str]) 
     assert {"memqual/claims/claims.json", *guest, *layouts} - names == set()
 
 
+def test_the_results_and_record_schemas_are_in_the_wheel(names: set[str], wheel: Path) -> None:
+    # load_results and record.load validate against these at run time.
+    assert {"memqual/host/results.schema.json", "memqual/host/record.schema.json"} <= names
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = json.loads(archive.read("memqual/host/results.schema.json"))
+    assert shipped == json.loads((SOURCE / "host" / "results.schema.json").read_text())
+
+
 def test_memqual_is_the_only_top_level_name(names: set[str]) -> None:
     # host/, images/, e2e/, guest/ and claims/ as top-level names would
     # collide with other distributions' in site-packages.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,10 +122,13 @@ def test_a_dict_with_typed_entries_is_taken_as_results():
         ({"schema": "memqual.measurement/1"}, "a measurement record, not a results.json"),
         ({"schema": "memqual.results/0"}, "is not 'memqual.results/1'"),
         ({"claims": []}, "no 'schema'"),
-        ({"schema": "memqual.results/1", "claims": [], "metrics": {}}, "field 'metrics' missing"),
+        (
+            {"schema": "memqual.results/1", "claims": [], "metrics": {}},
+            "at the top: 'environment' is a required property",
+        ),
         (
             {"schema": "memqual.results/1", "claims": [], "environment": {}, "metrics": [{"key": "k"}]},
-            "metric #0 is incomplete",
+            "at metrics/0: 'samples' is a required property",
         ),
         (
             {
@@ -133,9 +137,12 @@ def test_a_dict_with_typed_entries_is_taken_as_results():
                 "environment": {},
                 "metrics": [{"key": "k", "samples": [], "better": "lower", "unit": "s"}],
             },
-            "metric k has no numeric samples",
+            r"at metrics/0/samples: \[\] should be non-empty",
         ),
-        ({"schema": "memqual.results/1", "claims": [3], "environment": {}, "metrics": []}, "claim #0 is not an object"),
+        (
+            {"schema": "memqual.results/1", "claims": [3], "environment": {}, "metrics": []},
+            "at claims/0: 3 is not of type 'object'",
+        ),
     ],
 )
 def test_what_is_not_a_results_file_is_one_line(data, message, tmp_path):
@@ -143,3 +150,79 @@ def test_what_is_not_a_results_file_is_one_line(data, message, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(BadInput, match=message):
         results.load_results(path)
+
+
+def _golden_with(change: Any) -> dict[str, Any]:
+    data = json.loads(GOLDEN.read_text())
+    change(data)
+    return data
+
+
+def _samples(value: Any) -> Any:
+    def change(data: dict[str, Any]) -> None:
+        m = data["metrics"][0]
+        m["samples"] = [value] * len(m["samples"])
+        m["replicates"] = [[value] * len(r) for r in m["replicates"]]
+
+    return change
+
+
+# What a results file written by hand, by another tool or by a broken one
+# may hold, and where the reader must stop it: each case once wrote a wrong
+# statistic, an "unexpected" exit 1 or a non-JSON export.
+BAD_CONTENT = {
+    "boolean samples": (_samples(True), r"metrics/0/samples/\d+: True is no sample"),
+    "a sample of 1e308": (_samples(1e308), "1e[+]308 is beyond 1e[+]100"),
+    "a subnormal sample": (_samples(1e-310), r"metrics/0/samples/\d+: 1e-310 is no sample"),
+    "a list as key": (lambda d: d["metrics"][0].update(key=["k"]), "metrics/0/key: .* is not of type 'string'"),
+    "a string as settings": (lambda d: d["metrics"][0].update(settings="x"), "metrics/0/settings: 'x' is not of"),
+    "a string as run": (lambda d: d.update(run="quick"), "at run: 'quick' is not of type 'object'"),
+    "better sideways": (lambda d: d["metrics"][0].update(better="sideways"), "metrics/0/better: 'sideways'"),
+    "blocks of strings": (
+        lambda d: d["metrics"][0].update(blocks=["1"] * 5),
+        r"metrics/0/blocks/\d+: .1. is not of type .integer.",
+    ),
+    "primary as a string": (lambda d: d["metrics"][0].update(primary="yes"), "metrics/0/primary"),
+    "scenarios of numbers": (lambda d: d.update(scenarios=[1]), "scenarios/0"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONTENT))
+def test_a_results_file_of_the_wrong_types_or_range_is_one_line(case, tmp_path):
+    change, message = BAD_CONTENT[case]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_golden_with(change)))
+    with pytest.raises(BadInput, match=message) as caught:
+        results.load_results(path)
+    assert len(str(caught.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"schema": "memqual.results/1", "x": ' + "[" * 50000 + "]" * 50000 + "}", "nested deeper than 64"),
+        ('{"schema": "memqual.results/1", "x": ' + "[" * 70 + "]" * 70 + "}", "nested deeper than 64"),
+        ('{"schema": "memqual.results/1", "x": ' + "9" * 5000 + "}", "an integer of 5000 digits"),
+        ('{"schema": "memqual.results/1", "x": NaN}', "NaN is no number JSON has"),
+        ('{"schema": "memqual.results/1", "x": -Infinity}', "-Infinity is no number JSON has"),
+        ('{"schema": "memqual.results/1", "x": 1e400}', "1e400 is beyond"),
+    ],
+    ids=["deep", "deeper-than-memqual", "huge-int", "nan", "infinity", "overflow"],
+)
+def test_json_no_memqual_file_holds_is_one_line(text, message, tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(BadInput, match=message):
+        results.load_results(path)
+
+
+def test_the_golden_file_follows_the_shipped_schema():
+    import jsonschema
+
+    schema = json.loads(results.SCHEMA_FILE.read_text())
+    jsonschema.Draft202012Validator(schema).validate(json.loads(GOLDEN.read_text()))
+    # Every key the schema types for a metric is one the file has: the
+    # schema and the dataclass describe the same file.
+    golden_metric = json.loads(GOLDEN.read_text())["metrics"][0]
+    assert set(schema["$defs"]["metric"]["properties"]) == set(golden_metric)
+    assert set(schema["properties"]) == set(json.loads(GOLDEN.read_text()))

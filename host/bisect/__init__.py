@@ -31,7 +31,7 @@ from typing import Any
 from memqual.host import cliargs, runjob
 from memqual.host.cliargs import percent
 from memqual.host.errors import BadInput
-from memqual.host.paths import REPO_ROOT
+from memqual.host.paths import REPO_ROOT, check_output_dir
 
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
@@ -172,6 +172,7 @@ def main(args: argparse.Namespace) -> int:
     if args.resume:
         # Absolute: avocado runs in the repository, not in the caller's directory.
         directory = Path(args.resume).resolve()
+        check_output_dir(directory, "--resume folder")
         bisector = run.Bisector.resume(directory, runner=lambda *a: ([], "", 0, None), say=say)
         if args.kernels and tuple(args.kernels) != tuple(k.name for k in bisector.settings.kernels):
             raise BadInput(

@@ -4,9 +4,10 @@ Two pure pieces, unit-tested on synthetic results (tests/test_bisect.py):
 
 - ``band_verdict``: where a confidence interval of a ratio lies against the
   threshold band [1 - t, 1 + t].  Wholly inside: the two kernels do not
-  differ by as much as the threshold ("same"); wholly above or below: they
+  differ by as much as the threshold ("equivalent", the name memqual
+  compare gives the same decision); wholly above or below: they
   do ("higher", "lower"); across an edge: not yet decided.  This is an
-  equivalence rule, not a significance test: "same" needs evidence too, so
+  equivalence rule, not a significance test: "equivalent" needs evidence too, so
   a probe measured with too few replicates stays undecided instead of
   passing as good by default.
 - ``Bisection``: git bisect's search over a series K1..Kn whose K1 is good.
@@ -30,7 +31,7 @@ GOOD = "good"
 BAD = "bad"
 SKIP = "skip"
 
-SAME = "same"
+SAME = "equivalent"
 HIGHER = "higher"
 LOWER = "lower"
 UNDECIDED = "undecided"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.html import CSS, GREY, ForestRow, esc, forest_png
+from memqual.host.paths import write_private_atomic
 
 COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
 
@@ -100,7 +101,5 @@ def render(state: dict[str, Any]) -> str:
 
 def write_page(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     path = Path(path)
-    tmp = path.with_suffix(".tmp.html")
-    tmp.write_text(render(state))
-    os.replace(tmp, path)
+    write_private_atomic(path, render(state).encode(), 0o644)
     return path

@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any, Protocol
 from memqual.host.bisect import decide
 from memqual.host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
 from memqual.host.errors import BadInput, MemqualError
+from memqual.host.paths import write_private_atomic
 
 SCHEMA = "memqual.bisect/1"
 PAIRED = "paired"
@@ -171,9 +171,8 @@ class Bisector:
 
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n")
-        os.replace(tmp, self.state_path)  # never a half-written state to resume from
+        # never a half-written state to resume from
+        write_private_atomic(self.state_path, (json.dumps(self.to_json(), indent=2) + "\n").encode(), 0o644)
         from memqual.host.bisect.page import write_page
 
         write_page(self.to_json(), self.dir / "bisect.html")

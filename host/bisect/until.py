@@ -1,22 +1,28 @@
 """``memqual run --until-decided``: when has a two-kernel run measured
-enough?
+enough, with the optional stopping accounted for?
 
-After every round (A and B once each) the run so far is compared as
-``memqual compare`` would (host/compare.py: replicate-level tests, Holm
-over every metric).  A metric is **decided** when
+The run loop calls ``Tracker.update(look, records_a, records_b)`` after
+every block (one A and one B guest of every scenario still running; the
+look is the count of blocks so far) and adds blocks only for
+``undecided_scenarios()``, until ``update`` says every primary is decided
+or the budget is spent.  At each look the run so far is compared as
+``memqual compare`` would (host/comparison.py: families, Holm over the
+primaries, TOST for equivalence), and a metric is **decided** when its
+verdict is ``slower``, ``faster`` or ``equivalent``.  A decided metric is
+frozen: its verdict is the one of the look that decided it, and later
+blocks of other scenarios do not re-decide it.
 
-- its verdict is ``slower`` or ``faster`` (significant after Holm and
-  beyond the threshold), or
-- its 95% CI of B / A lies wholly inside the threshold band (the kernels
-  do not differ by as much as the threshold: the same rule that makes a
-  bisect probe good, host/bisect/decide.py).
-
-Anything else -- underpowered, or a CI that reaches past the band's edge --
-is undecided and asks for another round, until every metric is decided or
-the budget is spent.  What each metric needed is kept: the first round
-after which it stayed decided.  (Looking after every round is optional
-stopping; the CI rule does not correct for it, which is one reason a
-decision needs at least two replicates a side.)
+Looking after every block and stopping when something is decided is
+optional stopping: at a fixed alpha every look would be another chance
+of a wrong decision.  So each look spends only its share of alpha
+(``stats.spent_alpha``: the power spending function alpha (k / K)^2 over
+K planned looks, close to O'Brien-Fleming's boundaries, little early and
+most late), and the shares sum to alpha: however the looks fall, the
+chance of any wrong decision (a change where there is none, or
+equivalence where there is a change beyond the threshold) over the whole
+run is at most alpha, per family.  Past the K planned looks nothing is
+left to spend and nothing more is decided.  The false-positive rate this
+gives is measured in tests/test_ab_calibration.py (docs/ab-calibration.md).
 """
 
 from __future__ import annotations
@@ -24,40 +30,57 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from memqual.host.bisect.decide import SAME, band_verdict
-
 DECIDED = "decided"
 UNDECIDED = "undecided"
+# The looks an until-decided run plans for (blocks of every scenario): the
+# spending function spreads alpha over these.
+PLANNED_LOOKS = 10
 
 
 @dataclasses.dataclass
 class MetricProgress:
     key: str
-    history: list[tuple[int, bool, str]] = dataclasses.field(default_factory=list)  # (round, decided, verdict)
+    history: list[tuple[int, bool, str]] = dataclasses.field(default_factory=list)  # (look, decided, verdict)
+    scenario: str = ""
+    role: str = "primary"
+    frozen: str | None = None  # the verdict of the look that decided it
+    decided_at: int | None = None
+    blocks_needed: int | None = None
 
     @property
     def decided(self) -> bool:
-        return bool(self.history) and self.history[-1][1]
+        return self.frozen is not None or (bool(self.history) and self.history[-1][1])
 
     @property
     def rounds_needed(self) -> int | None:
-        """The first round from which the metric stayed decided."""
+        """The look that decided the metric (the first from which it stayed
+        decided, for a history given without freezing)."""
+        if self.decided_at is not None:
+            return self.decided_at
         needed = None
-        for round_no, decided, _ in self.history:
+        for look, decided, _ in self.history:
             if decided and needed is None:
-                needed = round_no
+                needed = look
             elif not decided:
                 needed = None
         return needed
 
+    @property
+    def verdict(self) -> str:
+        if self.frozen is not None:
+            return self.frozen
+        return self.history[-1][2] if self.history else ""
+
     def to_json(self) -> dict[str, Any]:
-        last = self.history[-1] if self.history else (0, False, "")
         return {
             "key": self.key,
+            "scenario": self.scenario,
+            "role": self.role,
             "state": DECIDED if self.decided else UNDECIDED,
-            "verdict": last[2],
+            "verdict": self.verdict,
             "rounds_needed": self.rounds_needed,
-            "history": [{"round": r, "decided": d, "verdict": v} for r, d, v in self.history],
+            "blocks_needed": self.blocks_needed,
+            "history": [{"look": r, "decided": d, "verdict": v} for r, d, v in self.history],
         }
 
 
@@ -74,57 +97,89 @@ def _results_of(records: list[Any]) -> dict[str, Any]:
     }
 
 
-def decisions(
-    records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float
-) -> dict[str, tuple[bool, str]]:
-    """key -> (decided, verdict) for the metrics both sides have."""
-    from memqual.host import compare
+def decisions(records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float) -> list[Any]:
+    """The MetricComparisons of the run so far at this level (empty when
+    nothing is comparable yet: a failed block is undecided, not an error)."""
+    from memqual.host import comparison
     from memqual.host.errors import BadInput
 
     try:
-        result = compare.compare_results(
+        result = comparison.compare_results(
             _results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha
         )
     except BadInput:
-        return {}  # nothing comparable yet (a failed round): undecided, not an error
-    out = {}
-    for m in result.metrics:
-        c = m.comparison
-        same = band_verdict(c.ci_low, c.ci_high, threshold) == SAME and min(c.n_replicates_a, c.n_replicates_b) >= 2
-        decided = m.verdict in (compare.SLOWER, compare.FASTER) or (m.verdict == compare.NO_DIFFERENCE and same)
-        text = m.verdict if m.verdict != compare.UNDERPOWERED else f"underpowered (needs {c.replicates_needed} a side)"
-        out[m.key] = (decided, text)
-    return out
+        return []
+    return result.metrics
 
 
 @dataclasses.dataclass
 class Tracker:
-    """The metrics' progress over the rounds of one run."""
+    """The metrics' progress over the looks of one run."""
 
     threshold: float
     alpha: float
+    planned_looks: int = PLANNED_LOOKS
     metrics: dict[str, MetricProgress] = dataclasses.field(default_factory=dict)
     rounds: int = 0
+    controls_flagged: set[str] = dataclasses.field(default_factory=set)
 
-    def update(self, round_no: int, records_a: list[Any], records_b: list[Any]) -> bool:
-        """Take the run after round ``round_no``; True when all is decided."""
-        self.rounds = round_no
-        now = decisions(records_a, records_b, threshold=self.threshold, alpha=self.alpha)
-        for key, (decided, verdict) in now.items():
-            self.metrics.setdefault(key, MetricProgress(key)).history.append((round_no, decided, verdict))
-        return bool(now) and all(decided for decided, _ in now.values())
+    def alpha_at(self, look: int) -> float:
+        from memqual.host import stats
+
+        return stats.spent_alpha(self.alpha, look, self.planned_looks)
+
+    def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool:
+        """Take the run after block ``look``; True when every primary is decided."""
+        from memqual.host import comparison
+
+        self.rounds = look
+        level = self.alpha_at(look)
+        now = decisions(records_a, records_b, threshold=self.threshold, alpha=level) if level > 0 else []
+        for m in now:
+            progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
+            if progress.frozen is not None:
+                progress.history.append((look, True, progress.frozen))
+                continue
+            decided = m.verdict != comparison.UNDECIDED
+            text = comparison.verdict_text(m)
+            progress.history.append((look, decided, text))
+            progress.blocks_needed = m.comparison.blocks_needed
+            if decided:
+                progress.frozen, progress.decided_at = m.verdict, look
+                if m.role == comparison.CONTROL and m.flagged:
+                    self.controls_flagged.add(m.key)
+        primaries = [p for p in self.metrics.values() if p.role == comparison.PRIMARY]
+        return bool(primaries) and all(p.decided for p in primaries)
 
     def undecided(self) -> list[MetricProgress]:
         return [m for m in self.metrics.values() if not m.decided]
 
+    def undecided_scenarios(self) -> set[str]:
+        """The scenarios with a primary still undecided: the ones that need
+        another block."""
+        from memqual.host.comparison import PRIMARY
+
+        return {m.scenario for m in self.metrics.values() if m.role == PRIMARY and not m.decided}
+
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]:
+        from memqual.host.comparison import PRIMARY
+
+        primaries = [m for m in self.metrics.values() if m.role == PRIMARY]
         return {
             "rounds": self.rounds,
+            "looks": self.rounds,
             "stopped": stopped,
             "budget_min": budget_min,
             "threshold": self.threshold,
             "alpha": self.alpha,
+            "alpha_spending": f"alpha (k / {self.planned_looks})^2 over {self.planned_looks} planned looks",
+            "alpha_by_look": [self.alpha_at(k) for k in range(1, self.rounds + 1)],
             "decided": sum(1 for m in self.metrics.values() if m.decided),
             "undecided": len(self.undecided()),
+            "primaries_decided": sum(1 for m in primaries if m.decided),
+            "primaries_undecided": sum(1 for m in primaries if not m.decided),
+            "undecided_scenarios": sorted(self.undecided_scenarios()),
+            "host_drifted": bool(self.controls_flagged),
+            "controls_flagged": sorted(self.controls_flagged),
             "metrics": [self.metrics[k].to_json() for k in sorted(self.metrics)],
         }

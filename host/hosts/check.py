@@ -11,12 +11,14 @@ import concurrent.futures
 import dataclasses
 import json
 import subprocess
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from memqual.host.hosts import ssh
 from memqual.host.hosts.config import LabHost
 from memqual.host.hosts.probe import HostProbe, memqual_version
 
+T = TypeVar("T")
 PROBE_TIMEOUT_S = 60.0
 # The doctor boots a guest under KVM once per host (15 s deadline) and
 # caches the answer.
@@ -104,7 +106,7 @@ def check_host(host: LabHost) -> HostCheck:
     return dataclasses.replace(checked, problem=problem, doctor=report)
 
 
-def for_each(hosts: list[LabHost], check: Any) -> list[HostCheck]:
+def for_each(hosts: list[LabHost], check: Callable[[LabHost], T]) -> list[T]:
     """``check(host)`` for every host at once; in the hosts file's order."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(hosts)))) as pool:
         return list(pool.map(check, hosts))

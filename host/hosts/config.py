@@ -74,6 +74,11 @@ def load(path: Path) -> list[LabHost]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{path}: not TOML ({exc}): fix the file (one [[host]] table a host)") from None
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        raise BadInput(f"{path}: nested too deeply to read: a hosts file holds flat [[host]] tables") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise BadInput(f"{path}: unreadable value ({exc}): fix the file (one [[host]] table a host)") from None
     return parse(data, path)
 
 
@@ -108,7 +113,7 @@ def _host(table: dict[str, Any], index: int, path: Path) -> LabHost:
     # Each field read from its key, in the order the errors are met.
     return LabHost(
         name=name,
-        address=_text(table, "address", _ADDRESS, where, "a host name or an IP address"),
+        address=_address(table, where),
         user=_text(table, "user", _USER, where, "a user name", default=LabHost.user),
         port=_integer(table, "port", where, 1, 65535, default=LabHost.port),
         slots=_integer(table, "slots", where, 1, MAX_SLOTS, default=LabHost.slots),
@@ -116,6 +121,24 @@ def _host(table: dict[str, Any], index: int, path: Path) -> LabHost:
         known_hosts=_file(table, "known_hosts", where, path.parent, default=Path.home() / ".ssh" / "known_hosts"),
         checkout=_checkout(table, where),
     )
+
+
+def _address(table: dict[str, Any], where: str) -> str:
+    address = _text(table, "address", _ADDRESS, where, "a host name or an IP address")
+    if aexpect_refuses(address):
+        raise BadInput(
+            f"{where}: address {address!r}: Avocado's SSH sessions (aexpect) take any address that begins "
+            "with fe80 for an IPv6 link-local one and refuse it without an interface: give another name "
+            "(an /etc/hosts alias) or a global address"
+        )
+    return address
+
+
+def aexpect_refuses(address: str) -> bool:
+    """What aexpect's remote_login (1.8.0) refuses before it runs ssh: any
+    host that begins with "fe80", name or address, unless it is given an
+    interface (which the remote spawner never gives)."""
+    return address.lower().startswith("fe80")
 
 
 def _checkout(table: dict[str, Any], where: str) -> str:

@@ -2,8 +2,8 @@
 the hosts whose verdict differs from the majority marked, each host's own
 report linked; which hosts share one running kernel (their host-wide KSM
 and timings are not independent); and what went wrong (hosts left out or
-lost, tasks interrupted or not run).  OUTPUT/fleet.html for people,
-OUTPUT/fleet.json for tools.
+lost, tasks interrupted or not run, records a host sent that could not be
+read).  OUTPUT/fleet.html for people, OUTPUT/fleet.json for tools.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.html import CSS, badge, esc
+from memqual.host.paths import write_private_atomic
 
 SCHEMA = "memqual.fleet/1"
 
@@ -29,9 +30,20 @@ class TaskLine:
 
 
 @dataclasses.dataclass(frozen=True)
+class BadRecord:
+    """A record a lab host sent that could not be read: left out of the
+    host's results, which are then incomplete."""
+
+    task: str
+    host: str
+    file: str  # relative to the task's directory
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class HostColumn:
     name: str
-    status: str  # completed | lost | left out
+    status: str  # completed | incomplete (a record could not be read) | lost | left out
     reason: str = ""
     boot_id: str = ""
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -39,6 +51,7 @@ class HostColumn:
     report: str = ""  # the host's report.html, relative to the fleet page
     results_path: str = ""
     tasks: tuple[TaskLine, ...] = ()
+    bad_records: tuple[BadRecord, ...] = ()
 
     def verdicts(self) -> dict[str, str]:
         if self.results is None:
@@ -111,6 +124,7 @@ def to_json(fleet: Fleet) -> dict[str, Any]:
                 "results": c.results_path or None,
                 "report": c.report or None,
                 "tasks": [dataclasses.asdict(t) for t in c.tasks],
+                "bad_records": [dataclasses.asdict(b) for b in c.bad_records],
             }
             for c in fleet.columns
         ],
@@ -134,6 +148,8 @@ def summary_lines(fleet: Fleet) -> list[str]:
         for t in c.tasks:
             if t.outcome != "ran":
                 out.append(f"  {t.outcome}: {t.test}" + (f" ({t.reason})" if t.reason else ""))
+        for b in c.bad_records:
+            out.append(f"  bad record: {b.file} of {b.task} ({b.reason}); left out")
     for t in fleet.not_run:
         out.append(f"not run: {t.test}" + (f" ({t.reason})" if t.reason else ""))
     for boot, names in shared_kernels(fleet):
@@ -180,6 +196,11 @@ def render(fleet: Fleet) -> str:
         for t in c.tasks:
             if t.outcome != "ran":
                 faults.append(f"<li>{esc(t.outcome)} on {esc(c.name)}: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
+        for b in c.bad_records:
+            faults.append(
+                f"<li>bad record from {esc(c.name)}: <code>{esc(b.file)}</code> of {esc(b.task)} &mdash; "
+                f"{esc(b.reason)}; left out of the host's results</li>"
+            )
     for t in fleet.not_run:
         faults.append(f"<li>not run: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
     fault_html = f"<h2>Faults</h2><ul>{''.join(faults)}</ul>" if faults else "<p>Every host completed.</p>"
@@ -199,5 +220,5 @@ def _host_link(c: HostColumn) -> str:
 
 def write(fleet: Fleet, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "fleet.json").write_text(json.dumps(to_json(fleet), indent=2) + "\n")
-    (out_dir / "fleet.html").write_text(render(fleet))
+    write_private_atomic(out_dir / "fleet.json", (json.dumps(to_json(fleet), indent=2) + "\n").encode(), 0o644)
+    write_private_atomic(out_dir / "fleet.html", render(fleet).encode(), 0o644)

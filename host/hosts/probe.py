@@ -23,6 +23,9 @@ from typing import Any
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
 STALE_TASK_S = 2 * 1200.0  # twice the spawner's limit for one task (host/hosts/fleet.py TASK_TIMEOUT_S)
+# A run's status channel directory lives as long as its job: twice the
+# job's limit (host/hosts/fleet.py JOB_TIMEOUT_S).
+STALE_STATUS_S = 2 * 12 * 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,14 +164,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def stale_task_dirs(now: float, max_age_s: float = STALE_TASK_S, tmp: Path = Path("/tmp")) -> list[Path]:
+def stale_task_dirs(
+    now: float, max_age_s: float = STALE_TASK_S, tmp: Path = Path("/tmp"), pattern: str = "memqual-task.*"
+) -> list[Path]:
     """Task directories (the spawner's ``mktemp -d /tmp/memqual-task.*``)
     that no task can still be using: the task of a lost connection never
     came back to remove its own.  A task ends within the spawner's timeout,
-    so a directory untouched for twice that is stale."""
+    so a directory untouched for twice that is stale.  The same for a
+    run's status channel directories (``memqual-status.*``) with the job's
+    timeout."""
     stale = []
     uid = os.getuid()
-    for path in tmp.glob("memqual-task.*"):
+    for path in tmp.glob(pattern):
         try:
             st = path.lstat()
             newest = max([st.st_mtime, *(p.lstat().st_mtime for p in path.iterdir())])
@@ -184,7 +191,8 @@ def probe() -> HostProbe:
     from memqual.host.paths import cache_dir
 
     cleaned = end_processes(orphaned_qemus(str(cache_dir())))
-    for path in stale_task_dirs(time.time()):
+    now = time.time()
+    for path in stale_task_dirs(now) + stale_task_dirs(now, STALE_STATUS_S, pattern="memqual-status.*"):
         shutil.rmtree(path, ignore_errors=True)
     lock = measure_lock_path()
     free, holder = lock_state(lock)

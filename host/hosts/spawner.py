@@ -40,11 +40,16 @@ import json
 import logging
 import os
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
+import tarfile
+import tempfile
+import threading
 import time
-from pathlib import Path
-from typing import Any
+from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from aexpect import remote
 from avocado.core.plugin_interfaces import Init
@@ -53,6 +58,7 @@ from avocado_spawner_remote import RemoteSpawner
 
 from memqual.host.hosts import ssh
 from memqual.host.hosts.config import LabHost
+from memqual.host.paths import write_private_atomic
 
 LOG = logging.getLogger("avocado.job." + __name__)
 
@@ -64,6 +70,10 @@ VARIANT_KEY = "lab_host"
 LOGIN_TIMEOUT_S = 20.0
 FETCH_TIMEOUT_S = 120.0
 SMALL_COMMAND_S = 30.0
+# What one task's data/ may bring back: its records are a few kB each.
+MAX_FETCH_BYTES = 256 * 2**20
+MAX_FETCH_MEMBERS = 10_000
+MAX_PLACE_BYTES = 64 * 2**10
 
 # How a task ended, as memqual reports it.
 RAN = "ran"
@@ -102,16 +112,35 @@ class Place:
 
 def write_place(directory: Path, place: Place) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / (PLACE_FILE + ".tmp")
-    tmp.write_text(json.dumps(place.to_json(), indent=2) + "\n")
-    tmp.replace(directory / PLACE_FILE)
+    # Through a fresh O_EXCL name: never through a link planted beside it.
+    write_private_atomic(directory / PLACE_FILE, (json.dumps(place.to_json(), indent=2) + "\n").encode())
 
 
 def read_place(directory: Path) -> Place | None:
     try:
-        return Place.from_json(json.loads((directory / PLACE_FILE).read_text()))
-    except (OSError, ValueError, KeyError):
+        return Place.from_json(json.loads(read_regular_file(directory / PLACE_FILE, MAX_PLACE_BYTES)))
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of ``path``, opened without following a link (ELOOP) and
+    only if it is a regular file of at most ``limit`` bytes (else OSError or
+    ValueError).  O_NONBLOCK: a FIFO planted in its place must not hang."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > limit:
+            raise ValueError(f"{st.st_size} bytes, more than {limit}")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"more than {limit} bytes")
+        return data
+    finally:
+        os.close(fd)
 
 
 @dataclasses.dataclass
@@ -129,9 +158,16 @@ class FleetSpec:
 
     slots: dict[str, LabHost]  # slot file -> host
     environment: dict[str, str]
+    # host name -> the UNIX socket its tasks post their status to, there:
+    # the reverse forward of its first session to the status server here.
+    status_sockets: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"slots": {k: h.to_json() for k, h in self.slots.items()}, "environment": self.environment}
+        return {
+            "slots": {k: h.to_json() for k, h in self.slots.items()},
+            "environment": self.environment,
+            "status_sockets": self.status_sockets,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> FleetSpec:
@@ -147,7 +183,11 @@ class FleetSpec:
                 slots=int(h["slots"]),
                 checkout=h["checkout"],
             )
-        return cls(slots=slots, environment=dict(data.get("environment") or {}))
+        return cls(
+            slots=slots,
+            environment=dict(data.get("environment") or {}),
+            status_sockets={str(k): str(v) for k, v in (data.get("status_sockets") or {}).items()},
+        )
 
 
 class FleetSpawnerInit(Init):
@@ -169,6 +209,7 @@ class FleetSpawner(RemoteSpawner):
     _lost: dict[str, str] = {}  # host -> why; shared by the job's workers, like the stock slots_cache
     _ready: asyncio.Lock | None = None
     _environment: dict[str, str] = {}
+    _status_sockets: dict[str, str] = {}
     _lost_file: Path | None = None
 
     # -- slots ------------------------------------------------------------
@@ -181,6 +222,7 @@ class FleetSpawner(RemoteSpawner):
                 spec_path = Path(self.config.get(f"{SECTION}.fleet"))
                 spec = FleetSpec.from_json(json.loads(spec_path.read_text()))
                 cls._environment = spec.environment
+                cls._status_sockets = spec.status_sockets
                 cls._lost_file = spec_path.parent / LOST_FILE
                 # aexpect starts its helper by name: the one installed beside
                 # this Python, in memqual's venv.
@@ -231,9 +273,8 @@ class FleetSpawner(RemoteSpawner):
         (what memqual reads after the job)."""
         FleetSpawner._lost.setdefault(name, reason)
         if FleetSpawner._lost_file is not None:
-            tmp = FleetSpawner._lost_file.with_suffix(".tmp")
-            tmp.write_text(json.dumps(FleetSpawner._lost, indent=2) + "\n")
-            tmp.replace(FleetSpawner._lost_file)
+            text = json.dumps(FleetSpawner._lost, indent=2) + "\n"
+            write_private_atomic(FleetSpawner._lost_file, text.encode())
 
     def _lose(self, host: LabHost, reason: str) -> None:
         if host.name not in FleetSpawner._lost:
@@ -277,8 +318,10 @@ class FleetSpawner(RemoteSpawner):
         module = task.runnable.pick_runner_module_from_entry_point_kind(task.runnable.kind)
         if module is None:
             return self._failed(slot, task_id, local, started, f"no runner for kind {task.runnable.kind}")
-        local_arg = f"output_dir={task.runnable.output_dir}"
-        args = [f"output_dir={remote_dir}" if a == local_arg else a for a in task.get_command_args()]
+        status_socket = FleetSpawner._status_sockets.get(host.name, "")
+        if not status_socket:
+            return self._failed(slot, task_id, local, started, f"no status channel to lab host {host.name}")
+        args = remote_args(task.get_command_args(), str(task.runnable.output_dir), remote_dir, status_socket)
         env = {**FleetSpawner._environment, "MEMQUAL_LAB_HOST": host.name}
         command = (
             f"cd {shlex.quote(host.checkout)} && env {shlex.join(f'{k}={v}' for k, v in sorted(env.items()))} "
@@ -350,38 +393,113 @@ def assigned_host(variant: Any) -> str:
     return ""
 
 
+def remote_args(args: list[str], local_output: str, remote_dir: str, status_socket: str) -> list[str]:
+    """A task's ``task-run`` arguments for its host: its output in the
+    task directory there, and its status (``-s URI``) posted to the host's
+    end of the status channel, never to the controller's own socket path
+    (that path means nothing there, and a TCP port there would be open to
+    every local user)."""
+    out = []
+    for index, arg in enumerate(args):
+        if index > 0 and args[index - 1] == "-s":
+            out.append(status_socket)
+        elif arg == f"output_dir={local_output}":
+            out.append(f"output_dir={remote_dir}")
+        else:
+            out.append(arg)
+    return out
+
+
+class UnsafeArchive(Exception):
+    """A lab host's tar stream holds something memqual does not unpack."""
+
+
+def unpack_data(stream: IO[bytes], local: Path) -> None:
+    """Unpack a task's ``data/`` from the tar ``stream`` its host sent into
+    ``local/data``.  A lab host is trusted less than this controller, where
+    this runs as root: only regular files and directories below ``data/``
+    are taken (no links, devices or FIFOs, no absolute or ``..`` names, no
+    name twice, at most MAX_FETCH_BYTES), each checked by tarfile's
+    ``data`` filter too, and written with O_EXCL|O_NOFOLLOW into a fresh
+    private directory that is renamed into place only when all of it was
+    good (UnsafeArchive or tarfile.TarError otherwise, and nothing kept)."""
+    staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=local))
+    try:
+        total = 0
+        with tarfile.open(fileobj=stream, mode="r|") as archive:
+            for count, member in enumerate(archive, 1):
+                if count > MAX_FETCH_MEMBERS:
+                    raise UnsafeArchive(f"more than {MAX_FETCH_MEMBERS} entries")
+                if not (member.isreg() or member.isdir()):
+                    raise UnsafeArchive(f"{member.name!r} is a link or a special file: only files are taken")
+                parts = PurePosixPath(member.name).parts
+                if member.name.startswith("/") or ".." in parts or not parts or parts[0] != "data":
+                    raise UnsafeArchive(f"{member.name!r} is not a name below data/")
+                tarfile.data_filter(member, str(staging))
+                total += member.size
+                if total > MAX_FETCH_BYTES:
+                    raise UnsafeArchive(f"more than {MAX_FETCH_BYTES} bytes")
+                target = staging.joinpath(*parts)
+                if member.isdir():
+                    target.mkdir(mode=0o700, parents=True, exist_ok=True)
+                    continue
+                target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                source = archive.extractfile(member)
+                assert source is not None  # a regular member always has a body
+                try:
+                    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                except FileExistsError:
+                    raise UnsafeArchive(f"{member.name!r} comes twice") from None
+                with os.fdopen(fd, "wb") as handle:
+                    shutil.copyfileobj(source, handle)
+        if (staging / "data").is_dir():
+            os.rename(staging / "data", local / "data")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def fetch_data(host: LabHost, remote_dir: str, local: Path) -> str:
     """Copy ``remote_dir/data`` (the task's records) into ``local/data`` over
     SSH (tar through the channel: no scp, no remote path in a local shell);
     the problem, or "" when copied."""
-    sender = subprocess.Popen(
-        ssh.command(host, ["tar", "-C", remote_dir, "-cf", "-", "--ignore-failed-read", "data"]),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    receiver = subprocess.Popen(
-        ["tar", "-C", str(local), "-xf", "-", "--no-same-owner", "--no-same-permissions"],
-        stdin=sender.stdout,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert sender.stdout is not None
-    sender.stdout.close()  # the receiver holds it now
-    try:
-        _, receive_err = receiver.communicate(timeout=FETCH_TIMEOUT_S)
-        _, send_err = sender.communicate(timeout=FETCH_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        sender.kill()
-        receiver.kill()
-        sender.wait()
-        receiver.wait()
-        return f"copying the records back took longer than {FETCH_TIMEOUT_S:.0f} s"
-    if sender.returncode != 0:
-        return f"copying the records back failed: {send_err.decode(errors='replace').strip()[-200:]}"
-    if receiver.returncode != 0:
-        return f"unpacking the records failed: {receive_err.decode(errors='replace').strip()[-200:]}"
-    return ""
+    with tempfile.TemporaryFile() as send_err:
+        sender = subprocess.Popen(
+            ssh.command(host, ["tar", "-C", remote_dir, "-cf", "-", "--ignore-failed-read", "data"]),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=send_err,
+        )
+        assert sender.stdout is not None
+        # The deadline holds also for a host that sends slowly: the sender
+        # is killed, the stream ends and the unpacking fails.
+        timer = threading.Timer(FETCH_TIMEOUT_S, sender.kill)
+        timer.start()
+        problem = ""
+        try:
+            unpack_data(sender.stdout, local)
+            # tar pads its stream past the end marker: read that too, so
+            # that the sender is not cut off (and exits 0).
+            drained = 0
+            while drained < MAX_FETCH_BYTES and (chunk := sender.stdout.read(65536)):
+                drained += len(chunk)
+        except (UnsafeArchive, tarfile.TarError, OSError) as exc:
+            problem = f"unpacking the records failed: {exc}"
+        finally:
+            sender.stdout.close()
+            try:
+                sender.wait(timeout=SMALL_COMMAND_S)
+            except subprocess.TimeoutExpired:
+                sender.kill()
+                sender.wait()
+            expired = not timer.is_alive()
+            timer.cancel()
+        if expired:
+            return f"copying the records back took longer than {FETCH_TIMEOUT_S:.0f} s"
+        if sender.returncode != 0 and not problem:
+            send_err.seek(0)
+            text = send_err.read()[-4096:].decode(errors="replace").strip()
+            return f"copying the records back failed: {text[-200:]}"
+        return problem
 
 
 def _close_sessions(slots: list[Slot]) -> None:

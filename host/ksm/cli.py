@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for p in (status, restore):
         p.add_argument(
             "--state-dir",
-            type=lambda text: Path(cliargs.output_directory(text)),
+            type=lambda text: Path(cliargs.directory_to_make(text)),  # trusted_dir checks it on use
             default=None,
             help="state directory (default $MEMQUAL_STATE_DIR or /run/memqual)",
         )

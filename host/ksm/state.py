@@ -33,7 +33,7 @@ from typing import Any
 from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.ksm import procfs
 from memqual.host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs, write_order
-from memqual.host.paths import UntrustedDirectory, check_trusted_stat
+from memqual.host.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ class HostState:
         except OSError as exc:
             raise BadInput(f"state directory {self.state_dir}: {exc.strerror or exc}") from exc
         check_trusted_stat(st, self.state_dir, "state directory")
+        check_ancestors(self.state_dir, "state directory")
 
     def _open_lock(self) -> int:
         try:

@@ -29,6 +29,7 @@ from typing import Any
 
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json
+from memqual.host.paths import write_private_atomic
 
 PAGE_SIZE = 4096
 # KVM_CAP_NR_MEMSLOTS on today's x86 kernels (32768 minus the private slots).
@@ -180,7 +181,7 @@ def layout_from_json(data: Any, source: str = "layout") -> Layout:
 def save_layout(layout: Layout, path: Path | str) -> None:
     """Write ``layout`` as JSON, one slot per line (diffs stay readable)."""
     lines = ",\n".join("    " + json.dumps(s.to_json()) for s in layout.slots)
-    Path(path).write_text('{"slots": [\n' + lines + "\n]}\n")
+    write_private_atomic(Path(path), ('{"slots": [\n' + lines + "\n]}\n").encode(), 0o644)
 
 
 def load_layout(name_or_path: str | Path) -> Layout:

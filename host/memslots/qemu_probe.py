@@ -39,7 +39,7 @@ from memqual.host.memslots.qemu_layout import (
     parse_iomem,
     read_qemu,
 )
-from memqual.host.paths import short_tempdir
+from memqual.host.paths import release_tempdir, short_tempdir
 
 AGENT = "mem_probe"
 
@@ -209,6 +209,4 @@ def host_check(vm: Any, result: ProbeResult) -> None:
                     range_.host_verified += 1
                 path.unlink()
     finally:
-        for leftover in Path(directory).glob("*"):
-            leftover.unlink()
-        Path(directory).rmdir()
+        release_tempdir(directory)

@@ -45,6 +45,7 @@ from memqual.host.jsonfile import read_json
 from memqual.host.memslots.layout import Layout, from_json
 from memqual.host.memslots.model import ModelTable, oracle, table_for_frames
 from memqual.host.memslots.structures import STRUCTURES, build
+from memqual.host.paths import write_private_atomic
 from memqual.host.record import Measurement
 
 MMIO_EVENTS = ("memory_region_ops_read", "memory_region_ops_write")
@@ -133,7 +134,8 @@ def records(
 
 
 def save_trace(path: Path | str, layout: Layout, frames: Sequence[int], source: str = "") -> None:
-    Path(path).write_text(json.dumps({"layout": layout.to_json(), "frames": list(frames), "source": source}) + "\n")
+    text = json.dumps({"layout": layout.to_json(), "frames": list(frames), "source": source}) + "\n"
+    write_private_atomic(Path(path), text.encode(), 0o644)
 
 
 def load_trace(path: Path | str) -> tuple[Layout, list[int]]:

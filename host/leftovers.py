@@ -1,0 +1,245 @@
+"""What a killed memqual leaves behind, and the rule that removes it
+without ever touching a live run's files.
+
+A run killed midway (SIGKILL, a power cut) leaves scratch entries: a
+snapshot being saved (``snapshots/.KEY.tmpXXXX``, up to the guest's RAM),
+an image being assembled (``images/.KEY-XXXX``), a package being fetched
+(``debs/.dl-PACKAGE-XXXX``, ``debs/.NAME.deb.XXXX``), a socket directory
+(``/tmp/mq-XXXX``, ``mqpm-``, ``mqprobe-``, ``mq-dl-``) and aexpect's
+session directories (``/tmp/aexpect_ID``).
+
+The liveness rule is a lock, never an age or a PID alone, since a
+concurrent run may be writing the entry right now:
+
+- a keyed entry is created and removed only while its writer holds the
+  key's lock exclusively (the image build lock ``images/.KEY.lock``, the
+  snapshot lock ``snapshots/KEY.lock``, the package lock
+  ``debs/.PACKAGE.lock``).  If the sweep gets that lock without waiting,
+  nobody is writing the entry: it is stale, and it is removed under the
+  lock, so no writer can start on it meanwhile.
+- a temporary directory (``live_tempdir``) holds a lock file ``.live``
+  that its process keeps locked for as long as it uses the directory;
+  the file is locked before it gets its name, so a ``.live`` that can be
+  locked belongs to a process that has died.  A directory without one
+  (made by an older memqual, or killed between mkdtemp and the rename) is
+  removed only once it is older than LOCKLESS_AGE_S, a day.
+- aexpect's server holds ``lock-server-running`` for its whole life and a
+  starting client holds ``lock-client-starting``: a session directory with
+  both free and older than STALE_AGE_S has no process behind it.
+
+Only entries that belong to the running user, are real directories or
+files (never followed symlinks) and have these exact name forms are
+touched.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+log = logging.getLogger("memqual.leftovers")
+
+STALE_AGE_S = 60.0  # an aexpect directory younger than this may be one being set up
+# A temporary directory without its .live lock was made by an older memqual
+# (or one killed within microseconds of mkdtemp): no lock can tell whether
+# its run still lives, so only one older than any run is taken for stale.
+LOCKLESS_AGE_S = 86400.0
+LIVE_LOCK = ".live"
+_MKDTEMP = r"[a-z0-9_]{8}"  # tempfile's random part
+TEMPDIR_NAME = re.compile(rf"mq(?:-dl|pm|probe)?-{_MKDTEMP}")
+IMAGE_STAGING = re.compile(rf"\.([0-9a-f]{{20}})-{_MKDTEMP}")
+SNAPSHOT_STAGING = re.compile(rf"\.([0-9a-f]{{24}})\.tmp{_MKDTEMP}")
+DEB_STAGING = re.compile(rf"\.dl-([a-z0-9][a-z0-9+.-]*)-{_MKDTEMP}")
+DEB_PARTIAL = re.compile(rf"\.([a-z0-9][a-z0-9+.-]*)_[^/]*\.deb\.{_MKDTEMP}")
+AEXPECT_NAME = re.compile(r"aexpect_[A-Za-z0-9]+")
+
+_held: dict[Path, int] = {}  # live_tempdir's directories and their locked .live
+
+
+def live_tempdir(prefix: str, parent: str | os.PathLike[str]) -> Path:
+    """A fresh private directory ``parent``/``prefix``-XXXXXXXX whose
+    ``.live`` this process holds locked until ``release_tempdir`` (or its
+    death): the sweep never removes it while this process lives."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix + "-", dir=parent))
+    staging = directory / (LIVE_LOCK + ".new")
+    fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(staging, directory / LIVE_LOCK)  # appears already locked
+    _held[directory] = fd
+    return directory
+
+
+def release_tempdir(directory: Path) -> None:
+    """Remove a ``live_tempdir`` and let go of its lock."""
+    shutil.rmtree(directory, ignore_errors=True)
+    fd = _held.pop(Path(directory), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _ours(path: Path) -> os.stat_result | None:
+    """lstat of ``path`` when it is the running user's, else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) else None
+
+
+def _lock_free(path: Path) -> bool | None:
+    """True when ``path`` exists and nobody holds a lock on it, False when
+    someone does, None when there is no such file (or it is a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path, st: os.stat_result, why: str) -> int:
+    size = tree_size(path) if stat.S_ISDIR(st.st_mode) else st.st_size
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+    log.info("removed %s (%d MiB): %s", path, size >> 20, why)
+    return 1
+
+
+def tree_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def _old(st: os.stat_result, age_s: float = STALE_AGE_S) -> bool:
+    return time.time() - st.st_mtime > age_s
+
+
+def sweep_keyed(parent: Path, pattern: re.Pattern[str], lock_of: Callable[[str], Path]) -> int:
+    """Remove the stale entries of ``parent`` named like ``pattern``, each
+    under its key's lock ``lock_of(key)`` taken without waiting."""
+    removed = 0
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    for name in names:
+        match = pattern.fullmatch(name)
+        if not match:
+            continue
+        path = parent / name
+        st = _ours(path)
+        if st is None:
+            continue
+        try:
+            fd = os.open(lock_of(match.group(1)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # its writer is at work
+        try:
+            removed += _remove(path, st, "left by a run that was killed while writing it")
+        finally:
+            os.close(fd)
+    return removed
+
+
+def sweep_tempdirs(parent: str | os.PathLike[str]) -> int:
+    """Remove ``parent``'s ``live_tempdir`` directories whose process died."""
+    removed = 0
+    parent = Path(parent)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    for name in names:
+        if not TEMPDIR_NAME.fullmatch(name):
+            continue
+        path = parent / name
+        st = _ours(path)
+        if st is None or not stat.S_ISDIR(st.st_mode) or path in _held:
+            continue
+        free = _lock_free(path / LIVE_LOCK)
+        if free or (free is None and _old(st, LOCKLESS_AGE_S)):
+            removed += _remove(path, st, "its process is gone")
+    return removed
+
+
+def sweep_aexpect(parent: str | os.PathLike[str]) -> int:
+    """Remove aexpect session directories (and their close locks) that no
+    aexpect server or starting client holds any more."""
+    removed = 0
+    parent = Path(parent)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return 0
+    for name in names:
+        if not AEXPECT_NAME.fullmatch(name):
+            continue
+        path = parent / name
+        st = _ours(path)
+        if st is None or not stat.S_ISDIR(st.st_mode) or not _old(st):
+            continue
+        if _lock_free(path / "lock-server-running") is False or _lock_free(path / "lock-client-starting") is False:
+            continue
+        close_lock = parent / f"{name}.lock"
+        if _lock_free(close_lock) is False:
+            continue
+        removed += _remove(path, st, "no aexpect session behind it")
+        lock_st = _ours(close_lock)
+        if lock_st is not None and stat.S_ISREG(lock_st.st_mode):
+            close_lock.unlink(missing_ok=True)
+    return removed
+
+
+def sweep_images(images: Path) -> int:
+    return sweep_keyed(images, IMAGE_STAGING, lambda key: images / f".{key}.lock")
+
+
+def sweep_snapshots(snapshots: Path) -> int:
+    return sweep_keyed(snapshots, SNAPSHOT_STAGING, lambda key: snapshots / f"{key}.lock")
+
+
+def package_lock(debs: Path, package: str) -> Path:
+    """The lock a download of ``package`` holds while it writes into debs/."""
+    return debs / f".{package}.lock"
+
+
+def sweep_debs(debs: Path) -> int:
+    return sweep_keyed(debs, DEB_STAGING, lambda p: package_lock(debs, p)) + sweep_keyed(
+        debs, DEB_PARTIAL, lambda p: package_lock(debs, p)
+    )
+
+
+def sweep_process_dirs() -> int:
+    """The socket and aexpect directories of killed runs, for a memqual
+    command's start (the cache's own leftovers are swept where the cache is
+    next used: the image build, a download, the snapshot cap)."""
+    socket_dir = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
+    places = {socket_dir, "/tmp"}
+    removed = sum(sweep_tempdirs(p) for p in places)
+    return removed + sum(sweep_aexpect(p) for p in {*places, os.environ.get("TMPDIR", "/tmp")})
