@@ -176,9 +176,12 @@ def download(package: str, cache: Path, version: str | None = None, apt_options:
         version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    expected = _memoized(
-        f"sha256:{package}={version}", lambda: _archive_sha256(package, version, apt_options), cache
-    )
+
+    def listed_sha256() -> str:
+        # The system's lists unless private ones are named.
+        return _archive_sha256(package, version, apt_options) if apt_options else _archive_sha256(package, version)
+
+    expected = _memoized(f"sha256:{package}={version}", listed_sha256, cache)
     leftovers.sweep_debs(debs)
     lock = leftovers.package_lock(debs, package)
     with file_lock(lock, exclusive=True, deadline_s=DOWNLOAD_LOCK_DEADLINE_S, held=f"{package} is being downloaded"):
