@@ -26,6 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     cliargs.add_guest_kernel(parser)
+    cliargs.add_qemu(parser)
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
@@ -37,7 +38,7 @@ def _boot(args: argparse.Namespace) -> int:
 
     from memqual.host.errors import BadInput
     from memqual.host.machine import Machine, MachineConfig
-    from memqual.host.qemu import qemu_binary
+    from memqual.host.qemu_binary import choose
     from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
@@ -46,7 +47,7 @@ def _boot(args: argparse.Namespace) -> int:
     config = MachineConfig(
         memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
     )
-    qemu_binary()
+    qemu = choose(cliargs.one_qemu(args.qemu))
     if args.kernel_build and not args.kernel:
         raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     source = KernelSource(
@@ -63,6 +64,8 @@ def _boot(args: argparse.Namespace) -> int:
             "warm": vm.started_warm,
             "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
             "guest_kernel": image.release,
+            "qemu": qemu.version,
+            "qemu_origin": qemu.origin,
             **variant,
             "exit_status": exit_status,
             "stdout": result.stdout if result else "",

@@ -37,6 +37,7 @@ SUBCOMMAND_MODULES = [
     "memqual.host.export",  # memqual export --kcidb FILE RESULTS.json
     "memqual.host.history",  # memqual history DIR...
     "memqual.host.hosts.cli",  # memqual hosts check FILE
+    "memqual.host.qemu_cli",  # memqual qemu list
 ]
 
 

@@ -204,3 +204,40 @@ def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
         metavar="VERSION",
         help="a Debian kernel by release or package name (memqual image kernels lists them)",
     )
+
+
+def qemu_spec(text: str) -> str:
+    """``--qemu VERSION|PATH``: a path, or the form of a version (checked
+    before the archive is asked)."""
+    from memqual.host.errors import BadInput
+    from memqual.host.qemu_binary import is_path
+    from memqual.images.qemu import check_version_form
+
+    if is_path(text):
+        return text
+    try:
+        return check_version_form(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_qemu(parser: argparse.ArgumentParser) -> None:
+    """``--qemu VERSION|PATH``: which QEMU runs the guests.  Collected as a
+    list: a QEMU is part of what an arm of an A/B comparison is."""
+    parser.add_argument(
+        "--qemu",
+        action="append",
+        type=qemu_spec,
+        metavar="VERSION|PATH",
+        help="a QEMU of Debian's archive by version (memqual qemu list), fetched into the cache, "
+        "or your own qemu-system-x86_64; default: $MEMQUAL_QEMU, else the system's",
+    )
+
+
+def one_qemu(specs: list[str] | None) -> str | None:
+    """The one ``--qemu`` of a command that runs a single QEMU."""
+    from memqual.host.errors import BadInput
+
+    if specs and len(specs) > 1:
+        raise BadInput("--qemu given twice: this command runs one QEMU; give --qemu once")
+    return specs[0] if specs else None

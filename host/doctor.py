@@ -7,6 +7,8 @@ import argparse
 import dataclasses
 import json
 
+from memqual.host import cliargs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("doctor", help="probe QEMU, KVM, KSM and THP on this host")
@@ -14,12 +16,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--reprobe", action="store_true", help="boot under KVM again instead of using the cached answer"
     )
+    cliargs.add_qemu(parser)
     parser.set_defaults(handler=_doctor)
 
 
 def _doctor(args: argparse.Namespace) -> int:
     from memqual.host.probe import report
+    from memqual.host.qemu_binary import choose
 
+    if args.qemu:
+        choose(cliargs.one_qemu(args.qemu))
     result = report(force=args.reprobe)
     if args.json:
         print(json.dumps(dataclasses.asdict(result), indent=2))

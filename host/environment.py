@@ -21,6 +21,7 @@ from typing import Any
 FINGERPRINT_KEYS = (
     "host_kernel",
     "qemu",
+    "qemu_origin",
     "accel",
     "accel_reason",
     "cpu",
@@ -39,6 +40,7 @@ class Environment:
 
     host_kernel: str | None = None  # uname -r of the host
     qemu: str | None = None  # QEMU's version ("7.2.22"), of $MEMQUAL_QEMU when set
+    qemu_origin: str | None = None  # where that QEMU came from: the system's, Debian's archive, a build
     accel: str | None = None  # kvm | tcg: what the guests ran under
     accel_reason: str | None = None  # why that accelerator
     cpu: str | None = None  # the host CPU's model name

@@ -152,7 +152,9 @@ def environment_line(env: Mapping[str, Any]) -> str:
         bits.append(f"host kernel {esc(env['host_kernel'])}")
     if env.get("qemu"):
         qemu = str(env["qemu"]).split(" (")[0]
-        bits.append(esc(qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"))
+        origin = str(env.get("qemu_origin") or "").split(" (cache ")[0]
+        named = qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"
+        bits.append(esc(named + (f" ({origin})" if origin else "")))
     if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
         sha = str(env.get("guest_kernel_sha256") or "")[:12]
         bits.append(f"guest kernel {esc(env.get('guest_kernel') or '')}" + (f" (sha256 {esc(sha)}...)" if sha else ""))

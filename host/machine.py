@@ -42,6 +42,7 @@ from memqual.host.errors import BadInput, GuestError, LaunchError, Timeout
 from memqual.host.paths import release_tempdir, short_tempdir
 from memqual.host.process import die_with_parent
 from memqual.host.qemu import BalloonDevice, MachineConfig, command_line
+from memqual.host.qemu_binary import runtime_env
 from memqual.host.ssh import SSH, HostKeyMismatch, banner_ready
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
@@ -201,6 +202,7 @@ class Machine:
                     stderr=subprocess.STDOUT,
                     preexec_fn=die_with_parent,
                     close_fds=True,
+                    env=runtime_env(self.command[0]),
                 )
             try:
                 self._accept_qmp(qmp_path)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annot
 KVM_DEVICE = Path(DEVICE)
 KSM_DIR = KSM_ROOT
 THP_ENABLED = THP_ROOT / "enabled"
+PROBE_ANSWERS_KEPT = 8  # earlier probe answers kept beside the last
 KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
 # The host's KSM knobs an environment shows (read-only).
 KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages")
@@ -42,6 +43,7 @@ KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_acr
 @dataclasses.dataclass
 class Report:
     qemu_version: str
+    qemu_origin: str
     host_kernel: str
     kvm_device: bool
     kvm_boots_linux: bool
@@ -120,20 +122,29 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     image = build()
     key = f"{host_kernel()}|{qemu_version()}|{image.kernel_sha256}|{image.initramfs_sha256}"
     cache_file = _probe_cache_file()
-    if not force:
-        try:
-            cached = json.loads(cache_file.read_text())
-            if cached.get("key") == key:
-                return bool(cached["boots"]), str(cached["detail"])
-        except (OSError, ValueError, KeyError):
-            pass
+    # The last answer at the top; earlier ones (another QEMU, another
+    # image) under "others", so switching QEMUs does not probe again.
+    others: dict[str, dict[str, object]] = {}
+    try:
+        cached = json.loads(cache_file.read_text())
+        others = {k: v for k, v in dict(cached.get("others") or {}).items() if isinstance(v, dict)}
+        if "key" in cached:
+            others[str(cached["key"])] = {"boots": cached["boots"], "detail": cached["detail"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        others = {}
+    if not force and key in others:
+        return bool(others[key]["boots"]), str(others[key]["detail"])
     boots, detail = _boot_under_kvm(image)
-    write_private_atomic(cache_file, json.dumps({"key": key, "boots": boots, "detail": detail}).encode(), 0o644)
+    others.pop(key, None)
+    kept = dict(list(others.items())[-PROBE_ANSWERS_KEPT:])
+    answer = {"key": key, "boots": boots, "detail": detail, "others": kept}
+    write_private_atomic(cache_file, json.dumps(answer).encode(), 0o644)
     return boots, detail
 
 
 def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     from memqual.host.qemu import MachineConfig, command_line
+    from memqual.host.qemu_binary import runtime_env
 
     workdir = short_tempdir("mqprobe")
     console = workdir / "console.log"
@@ -143,7 +154,12 @@ def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     ready = ConsoleMarker(console)
     started = time.monotonic()
     proc = subprocess.Popen(
-        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=die_with_parent,
+        env=runtime_env(argv[0]),
     )
     try:
         while time.monotonic() - started < KVM_BOOT_DEADLINE_S:
@@ -182,15 +198,19 @@ def environment(*, with_ksm: bool = False) -> Environment:
     ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
     KSM settings are their own)."""
     from memqual.host.qemu import qemu_version
+    from memqual.host.qemu_binary import current
 
+    origin: str | None = None
     try:
         qemu: str | None = qemu_version()
+        origin = current().origin
     except (BadInput, CapabilityMissing, OSError, subprocess.SubprocessError):
         qemu = None
     accel, reason = cached_accel() or (None, None)
     return Environment(
         host_kernel=host_kernel(),
         qemu=qemu,
+        qemu_origin=origin,
         accel=accel,
         accel_reason=reason,
         cpu=cpu_model(),
@@ -217,16 +237,19 @@ def report(force: bool = False) -> Report:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
     from memqual.host.qemu import qemu_version
+    from memqual.host.qemu_binary import current
 
-    version = "missing"
+    version, origin = "missing", "none"
     try:
         version = qemu_version()
+        origin = current().origin
         boots, detail = kvm_boots_linux(force=force)
     except (CapabilityMissing, BadInput) as exc:
         boots, detail = False, f"not probed: {exc}"
     accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
     return Report(
         qemu_version=version,
+        qemu_origin=origin,
         host_kernel=host_kernel(),
         kvm_device=KVM_DEVICE.exists(),
         kvm_boots_linux=boots,

@@ -82,7 +82,11 @@ def qemu_version() -> str:
 
 @functools.lru_cache(maxsize=8)
 def _version_of(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    from memqual.host.qemu_binary import runtime_env
+
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=30, env=runtime_env(binary)
+    ).stdout
     match = re.search(r"version (\S+)", out)
     return match.group(1) if match else "unknown"
 
@@ -215,8 +219,12 @@ def command_line(
     memory = f"{config.memory_mib}M"
     if config.maxmem_mib is not None:
         memory += f",slots={config.mem_slots},maxmem={config.maxmem_mib}M"
+    from memqual.host.qemu_binary import firmware_args
+
+    binary = qemu_binary()
     argv = [
-        qemu_binary(),
+        binary,
+        *firmware_args(binary),
         "-M",
         ",".join(machine_opts),
         "-accel",

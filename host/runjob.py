@@ -1180,6 +1180,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
         "twice to compare two (memqual image kernels lists them)",
     )
+    cliargs.add_qemu(parser)
     parser.add_argument(
         "--rounds",
         type=int,
@@ -1211,6 +1212,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if getattr(args, "qemu", None):
+        from memqual.host.qemu_binary import choose
+
+        # The scenarios inherit the choice through $MEMQUAL_QEMU.
+        choose(cliargs.one_qemu(args.qemu))
     # What the kernel files hold is read here, at the command, rather than
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.

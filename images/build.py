@@ -169,6 +169,8 @@ def _module_files(directory: str, prefix: str) -> list[tuple[str, int]]:
 
 def _input_key(bzimage: Path, modules_dir: Path, host_files: list[Path], cache: Path) -> str:
     digest = hashlib.sha256(BUILDER_VERSION.encode())
+    # Which modules an image ships is part of what it is.
+    digest.update(",".join(modules.GUEST_MODULES + modules.OPTIONAL_GUEST_MODULES).encode())
     hashes = _memo_sha256([bzimage, *host_files], cache)
     digest.update(hashes[bzimage].encode())
     # Path and size are enough for module trees from a package or a build;

@@ -42,6 +42,11 @@ def _run(argv: list[str], cwd: Path | None = None) -> str:
     return proc.stdout
 
 
+def run_apt(argv: list[str], cwd: Path | None = None) -> str:
+    """An apt or dpkg tool's output; a failure is one BadInput line."""
+    return _run(argv, cwd)
+
+
 def unpack_deb(deb: Path, target: Path) -> None:
     """A .deb's files unpacked into ``target`` (``dpkg -x``, no root)."""
     _run(["dpkg", "-x", str(deb), str(target)])
@@ -158,24 +163,34 @@ DOWNLOAD_PREFIX = "mq-dl"  # under /tmp, for apt's sandbox user (see the module'
 DOWNLOAD_LOCK_DEADLINE_S = 900.0  # another run fetching the same package (linux-source is 139 MB)
 
 
-def download(package: str, cache: Path, version: str | None = None) -> Path:
+def download(package: str, cache: Path, version: str | None = None, apt_options: tuple[str, ...] = ()) -> Path:
     """The .deb of ``package`` at ``version`` (default: the current
     candidate), downloaded once.  One run at a time per package writes into
-    debs/ (its lock also tells the sweep of killed downloads what is live)."""
+    debs/ (its lock also tells the sweep of killed downloads what is live).
+    ``apt_options`` (``-o`` pairs) point apt at private package lists, e.g.
+    a suite the system's sources lack; the hash is then checked against
+    those signed lists."""
     debs = cache / "debs"
     debs.mkdir(parents=True, exist_ok=True)
     if version is None:
         version = _memoized(f"candidate:{package}", lambda: _candidate(package), cache)
     if not version or version == "(none)":
         raise BadInput(f"no installable version of {package}: run 'apt-get update'")
-    expected = _memoized(f"sha256:{package}={version}", lambda: _archive_sha256(package, version), cache)
+
+    def listed_sha256() -> str:
+        # The system's lists unless private ones are named.
+        return _archive_sha256(package, version, apt_options) if apt_options else _archive_sha256(package, version)
+
+    expected = _memoized(f"sha256:{package}={version}", listed_sha256, cache)
     leftovers.sweep_debs(debs)
     lock = leftovers.package_lock(debs, package)
     with file_lock(lock, exclusive=True, deadline_s=DOWNLOAD_LOCK_DEADLINE_S, held=f"{package} is being downloaded"):
-        return _cached_or_fetched(package, version, expected, debs)
+        return _cached_or_fetched(package, version, expected, debs, apt_options)
 
 
-def _cached_or_fetched(package: str, version: str, expected: str, debs: Path) -> Path:
+def _cached_or_fetched(
+    package: str, version: str, expected: str, debs: Path, apt_options: tuple[str, ...] = ()
+) -> Path:
     for path in debs.glob(f"{package}_*.deb"):
         if _deb_version(path) != version:
             continue
@@ -187,7 +202,7 @@ def _cached_or_fetched(package: str, version: str, expected: str, debs: Path) ->
         path.with_name(f".{path.name}.sha256").unlink(missing_ok=True)
         _fetched_record(path).unlink(missing_ok=True)
     with _DownloadDir(debs, package) as work:
-        _run(["apt-get", "download", f"{package}={version}"], cwd=work)
+        _run(["apt-get", *apt_options, "download", f"{package}={version}"], cwd=work)
         fetched = sorted(work.glob("*.deb"))
         if len(fetched) != 1 or not fetched[0].name.startswith(f"{package}_"):
             names = ", ".join(p.name for p in fetched) or "none"
@@ -300,9 +315,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _archive_sha256(package: str, version: str) -> str:
+def archive_sha256(package: str, version: str, apt_options: tuple[str, ...] = ()) -> str:
+    """The SHA256 the (signed) package lists give for ``package=version``,
+    "" when they give none."""
+    return _archive_sha256(package, version, apt_options)
+
+
+def _archive_sha256(package: str, version: str, apt_options: tuple[str, ...] = ()) -> str:
     """The SHA256 the package lists give for this version ("" if none)."""
-    for line in _run(["apt-cache", "show", f"{package}={version}"]).splitlines():
+    for line in _run(["apt-cache", *apt_options, "show", f"{package}={version}"]).splitlines():
         if line.startswith("SHA256:"):
             return line.split(":", 1)[1].strip()
     return ""

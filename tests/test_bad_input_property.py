@@ -184,6 +184,9 @@ SLOTS: list[Slot] = [
     Slot("boot --kernel", lambda v: ["boot", "--kernel", v, "--modules", D(), "--", "true"], files),
     Slot("boot --modules", lambda v: ["boot", "--kernel", "/dev/null", "--modules", v, "--", "true"], modules_dirs),
     Slot("boot --debian-kernel", lambda v: ["boot", "--debian-kernel", v, "--", "true"], kernel_names),
+    Slot("boot --qemu", lambda v: ["boot", "--qemu", v, "--", "true"], files),
+    # memqual qemu
+    Slot("qemu list (cache)", lambda v: ["qemu", "list", "--json"], state_dirs),
     # memqual ksm
     Slot("ksm status --pid", lambda v: ["ksm", "status", "--pid", v], counts),
     Slot("ksm status --state-dir", lambda v: ["ksm", "status", "--state-dir", v], state_dirs),
@@ -298,6 +301,7 @@ SLOTS: list[Slot] = [
 ENV_SLOTS = {
     "image kernels (cache)": "MEMQUAL_CACHE",
     "image clean (cache)": "MEMQUAL_CACHE",
+    "qemu list (cache)": "MEMQUAL_CACHE",
 }
 
 TOOLS: dict[str, Callable[[list[str]], int]] = {

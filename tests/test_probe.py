@@ -83,6 +83,21 @@ def test_the_answer_is_cached_until_forced_or_the_image_changes(tmp_path, monkey
     assert len(fake_qemu.invocations(fake)) == 3
 
 
+def test_an_earlier_qemu_or_image_keeps_its_answer(tmp_path, monkeypatch, host) -> None:
+    """Switching QEMUs (--qemu) and back does not probe again: earlier
+    answers are kept beside the last."""
+    fake = use(tmp_path, monkeypatch, "ready")
+    first = probe.kvm_boots_linux()
+    other = dataclasses.replace(host, kernel_sha256="n" * 64)
+    monkeypatch.setattr("memqual.images.build.build", lambda *a, **k: other)
+    probe.kvm_boots_linux()
+    assert len(fake_qemu.invocations(fake)) == 2
+    monkeypatch.setattr("memqual.images.build.build", lambda *a, **k: host)
+    assert probe.kvm_boots_linux() == first
+    assert len(fake_qemu.invocations(fake)) == 2
+    assert probe.cached_accel() is not None
+
+
 def test_a_guest_that_reaches_init_means_yes(tmp_path, monkeypatch, host) -> None:
     fake = use(tmp_path, monkeypatch, "ready")
     started = time.monotonic()

@@ -134,6 +134,9 @@ def lines(checks: list[HostCheck]) -> list[str]:
             f"kernel {c.probe.environment.get('host_kernel', '?')}",
             f"QEMU {c.doctor.get('qemu_version') if c.doctor else c.probe.environment.get('qemu', '?')}",
         ]
+        origin = (c.doctor or {}).get("qemu_origin") or c.probe.environment.get("qemu_origin")
+        if origin:
+            facts.append(f"QEMU from {str(origin).split(' (cache ')[0]}")
         if c.doctor is not None:
             facts.append(kvm_text(c.doctor))
         facts.append("free" if c.probe.lock_free else f"busy (pid {c.probe.lock_holder or '?'})")

@@ -1,0 +1,129 @@
+"""virtio-mem from the host: the device's command line, plug and unplug
+through QMP (``requested-size``), and the memslots its memory occupies.
+
+virtio-mem resizes a guest in blocks: the host sets ``requested-size``, the
+guest's driver plugs or unplugs blocks until the device's ``size`` meets
+it.  A request the guest cannot meet (its memory is in use) leaves ``size``
+above the request while the driver retries; ``resize`` reports that as an
+unmet result with the size reached, never waits without a deadline.
+
+With ``dynamic-memslots=on`` (QEMU 8.2 and later) QEMU splits the device's
+memory into several memslots and maps only those that hold plugged
+blocks, so the flat view's ranges of the device's memory backend are its
+memslots.  Whether a QEMU has the property is asked of the running QEMU
+(``device-list-properties``), never assumed from its version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from memqual.host.memslots.qemu_layout import FlatRange, parse_flatview
+
+MIB = 1 << 20
+DEVICE = "virtio-mem-pci"
+DYNAMIC_MEMSLOTS = "dynamic-memslots"
+
+
+class QmpMachine(Protocol):
+    def qmp(self, command: str, **arguments: Any) -> Any: ...
+
+    def hmp(self, command_line: str) -> str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class VirtioMemDevice:
+    """One virtio-mem device and its memory backend."""
+
+    size_mib: int  # the backend: the most the device can plug
+    block_mib: int = 2
+    dynamic_memslots: bool = False
+    id: str = "vmem0dev"
+    memdev: str = "vmem0"
+
+    def args(self) -> tuple[str, ...]:
+        device = f"{DEVICE},id={self.id},memdev={self.memdev},block-size={self.block_mib}M,requested-size=0"
+        if self.dynamic_memslots:
+            device += f",{DYNAMIC_MEMSLOTS}=on"
+        return ("-object", f"memory-backend-ram,id={self.memdev},size={self.size_mib}M", "-device", device)
+
+    @property
+    def qom_path(self) -> str:
+        return f"/machine/peripheral/{self.id}"
+
+
+def device_properties(vm: QmpMachine, device: str = DEVICE) -> frozenset[str]:
+    """The properties the running QEMU's ``device`` has (empty: no such device)."""
+    try:
+        reply = vm.qmp("device-list-properties", typename=device)
+    except Exception:  # QEMU refuses an unknown type: the device is not there
+        return frozenset()
+    return frozenset(str(p["name"]) for p in reply)
+
+
+@dataclasses.dataclass(frozen=True)
+class Resize:
+    """One ``requested-size`` change as the host saw it."""
+
+    requested_bytes: int
+    start_bytes: int
+    size_bytes: int  # the device's size when the wait ended
+    met: bool
+    seconds: float  # from the request to the first poll that saw it met (or the deadline)
+    polls: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def size_bytes(vm: QmpMachine, device: VirtioMemDevice) -> int:
+    return int(vm.qmp("qom-get", path=device.qom_path, property="size"))
+
+
+def request(vm: QmpMachine, device: VirtioMemDevice, requested_bytes: int) -> None:
+    vm.qmp("qom-set", path=device.qom_path, property="requested-size", value=requested_bytes)
+
+
+def resize(
+    vm: QmpMachine,
+    device: VirtioMemDevice,
+    requested_bytes: int,
+    deadline_s: float,
+    period_s: float = 0.002,
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Resize:
+    """Request ``requested_bytes`` and poll ``size`` until it is met or the
+    deadline passes (then ``met`` is False: the guest could not give or
+    take that much, and ``size_bytes`` says how far it got)."""
+    start = size_bytes(vm, device)
+    began = clock()
+    request(vm, device, requested_bytes)
+    polls = 0
+    while True:
+        size = size_bytes(vm, device)
+        polls += 1
+        elapsed = clock() - began
+        if size == requested_bytes:
+            return Resize(requested_bytes, start, size, True, elapsed, polls)
+        if elapsed >= deadline_s:
+            return Resize(requested_bytes, start, size, False, elapsed, polls)
+        sleep(period_s)  # the poll period of QOM's size; the deadline bounds it
+
+
+def device_ranges(ranges: Sequence[FlatRange], device: VirtioMemDevice) -> list[FlatRange]:
+    """The flat view's RAM ranges of the device's memory: its memslots."""
+    return [r for r in ranges if r.kind == "ram" and r.name == device.memdev]
+
+
+def memslots(vm: QmpMachine, device: VirtioMemDevice) -> list[FlatRange]:
+    """The memslots the device's memory occupies now, from ``info mtree -f``."""
+    return device_ranges(parse_flatview(vm.hmp("info mtree -f")), device)
+
+
+def device_base(vm: QmpMachine, device: VirtioMemDevice) -> int:
+    """The guest-physical address of the device's memory."""
+    return int(vm.qmp("qom-get", path=device.qom_path, property="memaddr"))

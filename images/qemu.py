@@ -1,0 +1,330 @@
+"""Debian's QEMU by version: the archive's offer listed, the packages
+fetched with private apt options and checked against the signed lists,
+unpacked into the cache whole or not at all.
+
+The system's apt configuration is never touched.  A private sources file
+adds the system release's ``-backports`` suite (where Debian 12 carries
+QEMU 10) to the system's own sources, and private package lists and apt
+caches keep ``apt-get update`` away from /var/lib/apt.  apt still checks
+the suites' Release files with the system's archive keys, so the SHA256 a
+package list gives is a signed figure; every .deb is checked against it
+(``memqual.images.packages.download``, the kernels' machinery) and again
+here, where a list without a hash is refused rather than trusted.
+
+An unpacked QEMU lives in ``CACHE/qemu/<package version>/``: the packages'
+files (``dpkg -x``) and ``qemu.json``, its manifest.  It is unpacked in a
+temporary sibling and renamed into place only once its binary has answered
+``--version``, so a failure leaves nothing half-unpacked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from memqual.host.errors import BadInput
+from memqual.host.paths import trusted_dir, write_private_atomic
+from memqual.images import packages
+
+BINARY = "qemu-system-x86_64"
+# What qemu-system-x86_64 needs of its own build: the binary, its modules
+# (TCG itself is one in Debian), its firmware and keymaps.
+QEMU_PACKAGES = ("qemu-system-x86", "qemu-system-common", "qemu-system-data")
+# qemu-system-data's BIOS files are links into ../seabios; QEMU 10 needs a
+# newer SeaBIOS than the stable release has, so it comes from the archive too.
+FIRMWARE_PACKAGES = ("seabios",)
+MANIFEST = "qemu.json"
+LISTS_MAX_AGE_S = 24 * 3600  # package lists older than this are updated first
+# A version as a user gives it: upstream (10.0.2) or Debian's (1:10.0.2+ds-2...).
+VERSION_FORM = re.compile(r"[0-9][0-9A-Za-z.+~:-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveQemu:
+    """One qemu-system-x86 the archive offers."""
+
+    version: str  # upstream, as the package names it: "10.0.2", "7.2"
+    package_version: str  # Debian's: "1:10.0.2+ds-2+deb13u1~bpo12+1"
+    suite: str  # "bookworm-backports"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpackedQemu:
+    """A QEMU unpacked into the cache: where its parts are."""
+
+    root: Path
+    binary: Path
+    module_dir: Path | None
+    firmware_dir: Path
+    archive: ArchiveQemu
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "version": self.archive.version,
+            "package_version": self.archive.package_version,
+            "suite": self.archive.suite,
+        }
+
+
+def upstream_version(package_version: str) -> str:
+    """Debian's version without epoch and Debian parts: 1:10.0.2+ds-2 -> 10.0.2."""
+    plain = package_version.split(":", 1)[-1]
+    return re.split(r"[+~-]", plain, maxsplit=1)[0]
+
+
+def codename(os_release: Path = Path("/etc/os-release")) -> str:
+    try:
+        for line in os_release.read_text().splitlines():
+            if line.startswith("VERSION_CODENAME="):
+                return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    raise BadInput("this system names no Debian release in /etc/os-release: --qemu VERSION needs Debian")
+
+
+def _system_mirror() -> str:
+    """The Debian mirror the system's sources name (its backports suite is
+    on the same mirror)."""
+    texts = []
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        if path.suffix in (".list", ".sources") or path.name == "sources.list":
+            try:
+                texts.append(path.read_text())
+            except OSError:
+                continue
+    for text in texts:
+        for uri in re.findall(r"(?:URIs:\s*|^deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.MULTILINE):
+            if uri.rstrip("/").endswith("/debian"):
+                return uri.rstrip("/")
+    return "http://deb.debian.org/debian"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivateApt:
+    """apt pointed at private lists: the system's sources plus backports."""
+
+    directory: Path
+
+    @property
+    def sources(self) -> Path:
+        return self.directory / "backports.list"
+
+    @property
+    def lists(self) -> Path:
+        return self.directory / "lists"
+
+    def options(self) -> tuple[str, ...]:
+        return (
+            "-o",
+            f"Dir::Etc::sourcelist={self.sources}",
+            "-o",
+            f"Dir::State::Lists={self.lists}",
+            "-o",
+            f"Dir::Cache={self.directory / 'cache'}",
+        )
+
+    def fresh(self) -> bool:
+        stamps = list(self.lists.glob("*Packages*"))
+        return bool(stamps) and time.time() - min(p.stat().st_mtime for p in stamps) < LISTS_MAX_AGE_S
+
+    def update(self, release: str | None = None) -> None:
+        """``apt-get update`` into the private lists (about 3 s here)."""
+        release = release or codename()
+        keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+        line = f"deb [signed-by={keyring}] {_system_mirror()} {release}-backports main\n"
+        (self.lists / "partial").mkdir(parents=True, exist_ok=True)
+        (self.directory / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+        write_private_atomic(self.sources, line.encode(), 0o644)
+        packages.run_apt(["apt-get", *self.options(), "update"])
+
+
+def private_apt(cache: Path) -> PrivateApt:
+    return PrivateApt(trusted_dir(cache / "qemu-apt", "QEMU apt directory"))
+
+
+def _ready_apt(cache: Path, update: bool = False) -> PrivateApt:
+    apt = private_apt(cache)
+    if update or not apt.fresh():
+        apt.update()
+    return apt
+
+
+def _madison(apt: PrivateApt, package: str) -> list[tuple[str, str]]:
+    """(package version, suite) the lists offer, newest first."""
+    out = packages.run_apt(["apt-cache", *apt.options(), "madison", package])
+    offers: list[tuple[str, str]] = []
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split("|")]
+        if len(fields) >= 3 and fields[0] == package:
+            suite = fields[2].split()[1].split("/")[0] if len(fields[2].split()) > 1 else ""
+            if (fields[1], suite) not in offers:
+                offers.append((fields[1], suite))
+    return offers
+
+
+def available(cache: Path, update: bool = False) -> list[ArchiveQemu]:
+    """Every qemu-system-x86 the archive offers (stable, its updates and
+    security suites, backports), newest first."""
+    apt = _ready_apt(cache, update)
+    return [ArchiveQemu(upstream_version(v), v, s) for v, s in _madison(apt, QEMU_PACKAGES[0])]
+
+
+def check_version_form(text: str) -> str:
+    if not VERSION_FORM.fullmatch(text):
+        raise BadInput(f"{text!r} is no QEMU version: give one such as 10.0.2 (memqual qemu list lists them)")
+    return text
+
+
+def find(version: str, cache: Path) -> ArchiveQemu:
+    """The archive's newest package of ``version`` (upstream or Debian's)."""
+    check_version_form(version)
+    offers = available(cache)
+    for offer in offers:
+        if version in (offer.version, offer.package_version):
+            return offer
+    known = ", ".join(dict.fromkeys(o.version for o in offers)) or "none (is the network up?)"
+    raise BadInput(f"the archive has no QEMU {version}: it has {known} (memqual qemu list)")
+
+
+def _companion_version(apt: PrivateApt, package: str, main_version: str) -> str:
+    """The version of ``package`` that goes with qemu-system-x86 at
+    ``main_version``: the same, or the same without a binary-only rebuild
+    suffix (+bN, which arch-all packages lack); firmware: the newest."""
+    offers = [v for v, _ in _madison(apt, package)]
+    if package in FIRMWARE_PACKAGES:
+        if offers:
+            return offers[0]
+    else:
+        source_version = re.sub(r"\+b[0-9]+$", "", main_version)
+        for candidate in (main_version, source_version):
+            if candidate in offers:
+                return candidate
+    raise BadInput(f"the archive has no {package} to go with qemu-system-x86 {main_version}: run memqual qemu list")
+
+
+def _fetch_checked(package: str, version: str, apt: PrivateApt, cache: Path) -> Path:
+    expected = packages.archive_sha256(package, version, apt.options())
+    if not expected:
+        raise BadInput(f"the package lists give no SHA256 for {package} {version}: run memqual qemu list --update")
+    deb = packages.download(package, cache, version, apt.options())
+    if packages.sha256_file(deb) != expected:
+        deb.unlink(missing_ok=True)
+        raise BadInput(f"{deb.name}: its sha256 is not the signed lists' (removed): run the command again")
+    return deb
+
+
+def qemu_root(cache: Path) -> Path:
+    return trusted_dir(cache / "qemu", "QEMU cache directory")
+
+
+def _safe_name(package_version: str) -> str:
+    return re.sub(r"[^0-9A-Za-z.+~-]", "_", package_version)
+
+
+def fetch(version: str, cache: Path) -> UnpackedQemu:
+    """QEMU ``version`` from the archive, unpacked into the cache once."""
+    offer = find(version, cache)
+    target = qemu_root(cache) / _safe_name(offer.package_version)
+    cached = load(target)
+    if cached is not None:
+        return cached
+    _drop_stale_unpacks(target.parent)
+    apt = private_apt(cache)
+    debs = [_fetch_checked(QEMU_PACKAGES[0], offer.package_version, apt, cache)]
+    for package in (*QEMU_PACKAGES[1:], *FIRMWARE_PACKAGES):
+        debs.append(_fetch_checked(package, _companion_version(apt, package, offer.package_version), apt, cache))
+    return unpack(offer, debs, target)
+
+
+STALE_UNPACK_S = 3600.0  # an unpack takes seconds; one this old was killed midway
+
+
+def _drop_stale_unpacks(root: Path) -> None:
+    """Temporary unpacks a killed memqual left (never a whole QEMU: those
+    are renamed into place only when complete)."""
+    for leftover in root.glob(".unpack-*"):
+        try:
+            if time.time() - leftover.stat().st_mtime > STALE_UNPACK_S:
+                shutil.rmtree(leftover, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def unpack(offer: ArchiveQemu, debs: list[Path], target: Path) -> UnpackedQemu:
+    """``debs`` unpacked into ``target`` whole: in a temporary sibling,
+    checked (its binary answers ``--version`` with its own modules), then
+    renamed into place; on any failure the sibling is removed."""
+    work = Path(tempfile.mkdtemp(prefix=f".unpack-{target.name}-", dir=target.parent))
+    try:
+        for deb in debs:
+            packages.unpack_deb(deb, work)
+        manifest = {
+            **dataclasses.asdict(offer),
+            "debs": {deb.name: packages.sha256_file(deb) for deb in debs},
+        }
+        (work / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        unpacked = _layout(work, offer)
+        if unpacked is None:
+            raise BadInput(f"the packages of QEMU {offer.package_version} hold no {BINARY}: not a QEMU")
+        _check_runs(unpacked)
+        shutil.rmtree(target, ignore_errors=True)
+        work.rename(target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = load(target)
+    assert result is not None  # just checked in its temporary place
+    return result
+
+
+def _check_runs(unpacked: UnpackedQemu) -> None:
+    env = dict(os.environ)
+    if unpacked.module_dir is not None:
+        env["QEMU_MODULE_DIR"] = str(unpacked.module_dir)
+    try:
+        out = subprocess.run(
+            [str(unpacked.binary), "--version"], capture_output=True, text=True, timeout=30, env=env
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BadInput(f"the unpacked {BINARY} {unpacked.archive.version} does not run ({exc})") from exc
+    if "QEMU emulator version" not in out:
+        raise BadInput(f"the unpacked {BINARY} {unpacked.archive.version} does not say it is QEMU: not a QEMU")
+
+
+def _layout(root: Path, offer: ArchiveQemu) -> UnpackedQemu | None:
+    binary = root / "usr" / "bin" / BINARY
+    if not binary.is_file():
+        return None
+    modules = sorted(root.glob("usr/lib/*/qemu"))
+    return UnpackedQemu(
+        root=root,
+        binary=binary,
+        module_dir=modules[0] if modules else None,
+        firmware_dir=root / "usr" / "share" / "qemu",
+        archive=offer,
+    )
+
+
+def load(root: Path) -> UnpackedQemu | None:
+    """The unpacked QEMU at ``root``, or None when there is none whole."""
+    try:
+        data = json.loads((root / MANIFEST).read_text())
+        offer = ArchiveQemu(str(data["version"]), str(data["package_version"]), str(data["suite"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return _layout(root, offer)
+
+
+def owning(binary: Path) -> UnpackedQemu | None:
+    """The unpacked QEMU ``binary`` belongs to (ROOT/usr/bin/qemu-...), if
+    it is one memqual unpacked."""
+    binary = Path(binary)
+    if binary.name != BINARY or binary.parent.name != "bin":
+        return None
+    return load(binary.parent.parent.parent)
