@@ -201,7 +201,12 @@ class VirtioMem(GuestTest):
 
     def test_resize_timing(self) -> None:
         """Growing and shrinking, host- and guest-timed, beside a balloon
-        inflate of the same size in the same guest."""
+        inflate of the same size in the same guest.  Full profile only: two
+        cycles in one guest decide nothing, and CI's time goes to the tests
+        that assert.
+
+        :avocado: tags=slow
+        """
         device = V.VirtioMemDevice(size_mib=max(SIZES_MIB))
         vm, agent = self.boot_vmem(device)
         ctl = BalloonController(vm, device_id="balloon0")
