@@ -826,7 +826,7 @@ def prebuild(kernels: tuple[GuestKernel, GuestKernel], console: Any) -> None:
         console.print(f"kernel {k.label}: image {image.release}, balloon driver {variant.ko}", highlight=False)
 
 
-def _arm_params(k: GuestKernel) -> Any:
+def arm_params(k: GuestKernel) -> Any:
     from memqual.host.blocks import ArmParams
 
     return ArmParams(
@@ -910,6 +910,34 @@ def _logdir_names(job_dir: Path) -> dict[str, str]:
 JOB_START_S = 10.0
 
 
+def run_block_job(
+    config: RunConfig,
+    arms: dict[str, Any],
+    order: list[tuple[int, str]],
+    number: int,
+    console: Any,
+    selection: str = "blocks",
+    references: tuple[str, ...] = (),
+) -> JobOutcome:
+    """One avocado job of the (block, arm) variants in ``order`` (arms:
+    blocks.ArmParams by arm), its variants file OUTPUT/variants/job-N.json
+    and its jobs under OUTPUT/avocado; feed it to BlockedRun.take."""
+    from memqual.host import blocks
+
+    variants_file = config.output / "variants" / f"job-{number}.json"
+    variants_file.parent.mkdir(parents=True, exist_ok=True)
+    variants_file.write_text(json.dumps(blocks.variants(order, arms), indent=1) + "\n")
+    job_config = dataclasses.replace(
+        config,
+        variants_file=variants_file,
+        selection=selection,
+        references=references,
+        rounds=max((block for block, _ in order), default=1),
+    )
+    with terminate_as_exception():
+        return run_avocado(job_config, config.output / "avocado", None, console, number)
+
+
 def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], console: Any) -> int:
     """Two kernels, interleaved: both images and balloon drivers built,
     then the once-per-arm tests (block 1 of each arm) and ONE job in which
@@ -919,20 +947,12 @@ def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], con
 
     started = time.monotonic()
     prebuild(kernels, console)
-    arms = {k.label: _arm_params(k) for k in kernels}
+    arms = {k.label: arm_params(k) for k in kernels}
     run_state = BlockedRun()
-    avocado_dir = config.output / "avocado"
 
     def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
         number = len(run_state.jobs) + 1
-        variants_file = config.output / "variants" / f"job-{number}.json"
-        variants_file.parent.mkdir(parents=True, exist_ok=True)
-        variants_file.write_text(json.dumps(blocks.variants(blocks.block_order(first, count), arms), indent=1) + "\n")
-        job_config = dataclasses.replace(
-            config, variants_file=variants_file, selection=selection, references=references, rounds=first + count - 1
-        )
-        with terminate_as_exception():
-            outcome = run_avocado(job_config, avocado_dir, None, console, number)
+        outcome = run_block_job(config, arms, blocks.block_order(first, count), number, console, selection, references)
         what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
         if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
             # --only selected none of the once-per-arm tests: nothing ran, nothing failed.

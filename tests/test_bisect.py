@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import cli, record
+from memqual.host import blocks, cli, record
 from memqual.host.bisect import decide, run, series
 from memqual.host.errors import BadInput
 
@@ -112,9 +112,10 @@ def _measurement(values: list[float], metric: str = "deflate_s") -> record.Measu
 
 
 class FakeRunner:
-    """Each round: one replicate of 5 samples, the kernels from ``step`` on
+    """Each job: its blocks' variants in ABBA order, each one replicate of 5
+    samples stamped with its arm and block, the kernels from ``step`` on
     ``effect`` times slower, a little noise; kernels in ``noisy`` noisy
-    enough never to be decided.  A clock advances ``round_s`` a round."""
+    enough never to be decided.  A clock advances ``round_s`` a variant."""
 
     def __init__(
         self,
@@ -123,25 +124,38 @@ class FakeRunner:
         noisy: frozenset[int] = frozenset(),
         round_s: float = 60.0,
         interrupt_after: int | None = None,
+        drift: float = 1.0,
     ) -> None:
         self.step, self.effect, self.noisy, self.round_s = step, effect, noisy, round_s
         self.interrupt_after = interrupt_after
-        self.calls: list[int] = []
+        self.drift = drift  # the host's slowdown of every job after the first, both arms alike
+        self.calls: list[int] = []  # the kernel of each variant, in run order
+        self.jobs: list[list[tuple[int, str, int]]] = []  # each job's (block, arm, kernel)
         self.now = 0.0
         self.rng = random.Random(7)
 
     def clock(self) -> float:
         return self.now
 
-    def __call__(self, index, spec, directory):
+    def __call__(self, arms, first, count, directory):
         if self.interrupt_after is not None and len(self.calls) >= self.interrupt_after:
             raise KeyboardInterrupt
-        self.calls.append(index)
-        self.now += self.round_s
-        base = 1.0 * (self.effect if index >= self.step else 1.0)
-        spread = 0.8 if index in self.noisy else 0.01
-        values = [base * (1 + self.rng.uniform(-spread, spread)) for _ in range(5)]
-        return [_measurement(values), _measurement([3.0] * 5, "inflate_s")], "PASS 2", 0, str(directory)
+        records, job = [], []
+        for block, arm in blocks.block_order(first, count):
+            if arm not in arms:
+                continue
+            index = int(arms[arm].cmdline_extra.rsplit("=", 1)[1])
+            self.calls.append(index)
+            job.append((block, arm, index))
+            self.now += self.round_s
+            base = (self.drift if self.jobs else 1.0) * (self.effect if index >= self.step else 1.0)
+            spread = 0.8 if index in self.noisy else 0.01
+            values = [base * (1 + self.rng.uniform(-spread, spread)) for _ in range(5)]
+            for m in (_measurement(values), _measurement([3.0] * 5, "inflate_s")):
+                blocks.stamp(m, arm, block)
+                records.append(m)
+        self.jobs.append(job)
+        return records, "PASS 2", 0, str(directory)
 
 
 def _settings(n: int, **kw) -> run.Settings:
@@ -195,6 +209,29 @@ def test_an_undecided_probe_is_skipped_when_its_budget_is_spent(tmp_path):
     assert "could be any of: K3, K4" in (tmp_path / "b" / "bisect.log").read_text()
 
 
+def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp_path):
+    """After the first job the host gets 30 % slower, both arms alike: K1's
+    blocks beside each probe drifted as the probe did, so the step is still
+    found at K4 and every probe's ratio stays near 1 or near the effect
+    (K1 pooled over the bisect, drifted and not, could not call a good
+    probe good)."""
+    runner = FakeRunner(step=3, drift=1.3)
+    b = _bisect(tmp_path, 6, runner)
+    assert b.run().first_bad == 3
+    assert all(len(job) == 2 and {arm for _, arm, _ in job} == {"A", "B"} for job in runner.jobs)
+    for index, probe in b.probes.items():
+        assert probe.evidence.ratio is not None
+        expected = 1.5 if index >= 3 else 1.0
+        assert abs(probe.evidence.ratio - expected) < 0.05, (index, probe.evidence)
+    good = min(i for i in b.probes if 0 < i < 3)
+
+    def reps(k: int) -> list[list[float]]:
+        return [rep for r in b.rounds if r.kernel == k for rep in r.replicates]
+
+    pooled = decide.evidence_of(reps(0), reps(good))
+    assert decide.band_verdict(pooled.ci_low, pooled.ci_high, 0.05) != decide.SAME
+
+
 def test_start_reference_measures_k1_only_while_the_ends_are_checked(tmp_path):
     runner = FakeRunner(step=2)
     b = _bisect(tmp_path, 6, runner, reference=run.START)
@@ -202,6 +239,8 @@ def test_start_reference_measures_k1_only_while_the_ends_are_checked(tmp_path):
     k1_rounds = [i for i, k in enumerate(runner.calls) if k == 0]
     first_probe = min(i for i, k in enumerate(runner.calls) if k not in (0, 5))
     assert k1_rounds and all(i < first_probe for i in k1_rounds)
+    # Unpaired probes run their arm alone, one job a step.
+    assert all([arm for _, arm, _ in job] == ["B"] for job in runner.jobs if all(k not in (0, 5) for _, _, k in job))
 
 
 def test_an_interrupted_bisect_keeps_its_log_and_resumes(tmp_path):
@@ -210,7 +249,7 @@ def test_an_interrupted_bisect_keeps_its_log_and_resumes(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         b.run()
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
-    assert state["interrupted"] and len(state["rounds"]) == 5
+    assert state["interrupted"] and len(state["rounds"]) == 6
     assert "resume with memqual bisect --resume" in (tmp_path / "b" / "bisect.log").read_text()
     second = FakeRunner(step=4)
     second.rng = first.rng
@@ -220,7 +259,7 @@ def test_an_interrupted_bisect_keeps_its_log_and_resumes(tmp_path):
     # The resumed bisect kept the rounds done and ran only what was left:
     # the K6 check was decided from the stored rounds plus what it lacked.
     final = json.loads((tmp_path / "b" / "bisect.json").read_text())
-    assert final["rounds"][:5] == state["rounds"]
+    assert final["rounds"][:6] == state["rounds"]
     assert len(final["rounds"]) == len(first.calls) + len(second.calls)
     assert not final["interrupted"] and "# resumed" in (tmp_path / "b" / "bisect.log").read_text()
 
@@ -320,9 +359,11 @@ def test_resume_of_a_directory_without_a_bisect_is_bad_input(capsys, tmp_path):
 # ------------------------------------------------------------ through runjob
 
 
-def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line(tmp_path, monkeypatch):
-    """The real runner against a fake avocado: the kernel and its extra
-    command line reach the scenarios' environment, and each job ends."""
+def test_each_probe_step_is_one_interleaved_job_whose_records_carry_arm_and_blocks(tmp_path, monkeypatch):
+    """The real runner against a fake avocado: every step of a probe is ONE
+    job whose variants are K1 (arm A) and the probe (arm B) of one block,
+    ABBA, each with its kernel and extra command line; the rounds stored
+    carry arm and blocks, and the probe is compared block by block."""
     from test_runjob import FAKE_AVOCADO
 
     from memqual.images import build
@@ -330,9 +371,9 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     script = tmp_path / "avocado"
     script.write_text(FAKE_AVOCADO.format(python=sys.executable))
     script.chmod(0o755)
-    # The fake avocado scales the records by "scale_" + MEMQUAL_RUN_LABEL;
-    # a bisect's rounds have no label, so the plan varies by nothing: the
-    # kernels do not differ and the bisect must say "no step".
+    # The fake avocado scales a record by "scale_" + the variant's arm:
+    # every probe (arm B) 1.5 times slower than K1 (arm A), so K3 is bad
+    # and so is K2, the first bad kernel.
     rec = {
         "schema": "memqual.measurement/1",
         "scenario": "balloon.deflate",
@@ -341,6 +382,7 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
         "better": "lower",
         "settings": {"guest_mib": 1024},
         "samples": [1.0, 1.01, 0.99, 1.0, 1.0],
+        "scale_B": 1.5,
     }
     (tmp_path / "plan.json").write_text(
         json.dumps(
@@ -382,14 +424,31 @@ def test_a_bisect_runs_its_rounds_through_avocado_with_each_kernels_command_line
     ]
     assert cli.main(argv) == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-    assert {c["env"].get("MEMQUAL_GUEST_CMDLINE_EXTRA") for c in calls} == {None, "init_on_free=1"}
-    assert all(c["env"]["MEMQUAL_GUEST_KERNEL"] == str(bz) for c in calls)
-    assert all("--filter-by-tags=balloon,-slow" in c["argv"] for c in calls)
+    assert all(c["argv"][c["argv"].index("--execution-order") + 1] == "variants-per-test" for c in calls)
+    assert all("--filter-by-tags=balloon,-slow,-boot,-hosts" in c["argv"] for c in calls)
     assert all("--xunit" in c["argv"] for c in calls)
-    log = (tmp_path / "out" / "bisect.log").read_text()
-    assert "no step" in log
+
+    def variants(call):
+        data = json.loads(Path(call["argv"][call["argv"].index("--json-variants-load") + 1]).read_text())
+        return [(v["variant_id"], {k: val for _, k, val in v["variant"][0][1]}) for v in data]
+
+    # The first job: K3 against K1, block 1, A then B, each arm its kernel line.
+    first = variants(calls[0])
+    assert [vid for vid, _ in first] == ["b1-A", "b1-B"]
+    assert [p["cmdline_extra"] for _, p in first] == ["", "init_on_free=1"]
+    assert all(p["kernel"] == str(bz) for _, p in first)
     state = json.loads((tmp_path / "out" / "bisect.json").read_text())
-    assert len(state["rounds"]) == len(calls) and all(r["status"] == "ok" for r in state["rounds"])
+    rounds = state["rounds"]
+    # One job a probe step, each giving one round an arm, both arms from it.
+    assert len(rounds) == 2 * len(calls) and all(r["status"] == "ok" for r in rounds)
+    for job, pair in zip(calls, zip(rounds[::2], rounds[1::2], strict=True), strict=True):
+        ids = [vid for vid, _ in variants(job)]
+        assert [f"b{r['blocks'][0]}-{r['arm']}" for r in pair] == ids
+        assert pair[0]["job_dir"] == pair[1]["job_dir"]
+        assert all(r["blocks"] == [r["blocks"][0]] * len(r["replicates"]) for r in pair)
+    assert {(r["arm"], r["kernel"]) for r in rounds} == {("A", 0), ("B", 2), ("B", 1)}
+    assert state["outcome"]["first_bad"] == 1
+    assert "first bad kernel" in (tmp_path / "out" / "bisect.log").read_text()
 
 
 def test_settings_words_pick_one_of_two_tests_metrics():

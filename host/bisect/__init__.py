@@ -7,8 +7,9 @@ K1 is good, Kn bad; Kn is measured against K1 first, and when the two do
 not differ by the threshold the bisect says so and stops.  A kernel is a
 Debian kernel (as ``--debian-kernel`` takes it) or "VERSION:extra kernel
 command line", so a series with a known step can be made from one kernel
-(``6.1.0-57-amd64:init_on_free=1``).  Each probe runs rounds (one avocado
-job each, as ``memqual run`` does) until the CI of the probe against K1
+(``6.1.0-57-amd64:init_on_free=1``).  Each probe runs blocks, K1 and the
+probe interleaved inside one avocado job a step as a two-kernel ``memqual
+run`` does (host/blocks.py), until the CI of the probe against K1
 lies wholly inside the threshold band (good) or wholly beyond it (bad), or
 its budget is spent (skipped, like ``git bisect skip``).
 
@@ -132,7 +133,10 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 
 def avocado_runner(settings: Any, console: Any) -> Any:
-    """The real RoundRunner: one avocado job of the kernel, through runjob."""
+    """The real RoundRunner: one avocado job of a step's blocks, each test
+    running every (block, arm) variant in turn (runjob.run_block_job), its
+    records stamped with arm and block (runjob.BlockedRun)."""
+    from memqual.host import blocks
     from memqual.host.bisect import series
     from memqual.images.build import sha256_file
 
@@ -140,23 +144,32 @@ def avocado_runner(settings: Any, console: Any) -> Any:
     sums = {version: sha256_file(bz) for version, (bz, _) in files.items()}
     tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
 
-    def run_round(index: int, spec: Any, directory: Path) -> tuple[list[Any], str, int, str | None]:
-        bzimage, modules = files[spec.version]
-        kernel = runjob.GuestKernel("", bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra)
+    def run_step(
+        arms: dict[str, Any], first: int, count: int, directory: Path
+    ) -> tuple[list[Any], str, int, str | None]:
+        kernels = {}
+        for arm, spec in arms.items():
+            bzimage, modules = files[spec.version]
+            kernels[arm] = runjob.GuestKernel(
+                arm, bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra
+            )
         config = runjob.RunConfig(
             output=directory,
             profile=settings.profile,
             only=settings.only,
             tests=tests,
-            kernels=(kernel,),
+            kernels=tuple(kernels.values()),
             parallel=1,
-            rounds=1,
+            rounds=first + count - 1,
         )
-        job = runjob.run_avocado(config, directory / "avocado", kernel, console, 1)
-        records, _problems = runjob.collect_records(job.job_dir)
-        return records, job.summary, job.exit_status, str(job.job_dir) if job.job_dir else None
+        order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
+        params = {arm: runjob.arm_params(k) for arm, k in kernels.items()}
+        job = runjob.run_block_job(config, params, order, 1, console)
+        state = runjob.BlockedRun()
+        state.take(job)
+        return state.records, job.summary, job.exit_status, str(job.job_dir) if job.job_dir else None
 
-    return run_round
+    return run_step
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,12 +1,15 @@
 """Running a bisect: probes made of rounds, its state on disk, its log.
 
-A probe measures one kernel of the series against K1 round by round (one
-avocado job a round, through host/runjob.py's machinery) until
+A probe measures one kernel of the series against K1 block by block until
 ``decide.classify`` decides it or its budget is spent.  With the default
-``paired`` reference every probe round runs K1 beside the probe, in ABBA
-order, so a drift of the shared host falls on both; K1's replicates are
-pooled over the whole bisect.  ``start`` measures K1 only while the last
-kernel is checked (half the jobs, at the price of drift).
+``paired`` reference each step of a probe is ONE avocado job in which every
+test runs K1 (arm A) and the probe (arm B) as the variants of one block
+(host/blocks.py, through runjob.run_block_job), A B in odd blocks and B A in
+even ones, so the two are minutes apart and a drift of the shared host falls
+on both; the probe is compared with K1's replicates of its own blocks.
+``start`` measures K1 only while the last kernel is checked: the other
+probes run arm B alone and are compared with K1's pooled replicates (half
+the guests, at the price of drift).
 
 Everything a round measured is written to DIR/bisect.json before the next
 round starts, and the log DIR/bisect.log is appended line by line, so an
@@ -24,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from memqual.host import blocks
 from memqual.host.bisect import decide
 from memqual.host.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
 from memqual.host.errors import BadInput, MemqualError
@@ -74,7 +78,7 @@ class Settings:
 
 @dataclasses.dataclass
 class RoundResult:
-    """What one avocado job gave for the metric."""
+    """What one arm of one probe step (one avocado job) gave for the metric."""
 
     kernel: int  # index in the series
     probe: int  # the probe it served (the reference's rounds serve one too)
@@ -85,16 +89,23 @@ class RoundResult:
     job_dir: str | None = None
     metric_key: str | None = None
     started: str = ""
+    blocks: list[int] = dataclasses.field(default_factory=list)  # one per replicate; empty in states before blocks
+    arm: str = ""  # "A" (the reference's arm) or "B" (the probe's)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 class RoundRunner(Protocol):
-    """Runs one round of one kernel; returns its records (memqual.host.record
-    Measurements), the job's summary and exit status, the job dir."""
+    """Runs ONE avocado job of blocks ``first`` .. ``first + count - 1`` of
+    the arms given ("A": the reference, "B": the probe; an arm left out does
+    not run); returns its records (memqual.host.record Measurements, each
+    stamped with its arm and blocks), the job's summary and exit status, the
+    job dir."""
 
-    def __call__(self, index: int, spec: KernelSpec, directory: Path) -> tuple[list[Any], str, int, str | None]: ...
+    def __call__(
+        self, arms: dict[str, KernelSpec], first: int, count: int, directory: Path
+    ) -> tuple[list[Any], str, int, str | None]: ...
 
 
 @dataclasses.dataclass
@@ -211,8 +222,27 @@ class Bisector:
     def _probe_rounds(self, probe: int) -> list[RoundResult]:
         return [r for r in self.rounds if r.probe == probe]
 
+    def paired_blocks(self, index: int) -> tuple[list[list[float]], list[list[float]]]:
+        """K1's and the probe's replicates of the blocks of this probe that
+        both arms measured, block by block in the same order (empty when no
+        block has both: the start reference, or a state from before blocks)."""
+        by_arm: dict[str, dict[int, list[list[float]]]] = {"A": {}, "B": {}}
+        for r in self._probe_rounds(index):
+            if r.status != "ok" or not r.blocks or r.arm not in by_arm:
+                continue
+            for block, rep in zip(r.blocks, r.replicates, strict=False):
+                by_arm[r.arm].setdefault(block, []).append(rep)
+        common = sorted(set(by_arm["A"]) & set(by_arm["B"]))
+        return (
+            [rep for b in common for rep in by_arm["A"][b]],
+            [rep for b in common for rep in by_arm["B"][b]],
+        )
+
     def evidence(self, index: int) -> decide.Evidence:
-        return decide.evidence_of(self._reps(0), self._reps(index))
+        reference, probe = self.paired_blocks(index)
+        if not probe:
+            reference, probe = self._reps(0), self._reps(index)
+        return decide.evidence_of(reference, probe)
 
     def _label(self, index: int) -> str:
         return f"[K{index + 1}] {self.settings.kernels[index].name}"
@@ -225,46 +255,59 @@ class Bisector:
         return f"x{e.ratio:.3f} {ci} ({e.n_reference}+{e.n_probe} replicates)"
 
     # ---------------------------------------------------------- rounds
-    def _run_round(self, index: int, probe: int) -> RoundResult:
-        number = 1 + sum(1 for r in self.rounds if r.kernel == index)
-        directory = self.dir / "rounds" / f"K{index + 1}-r{number}"
+    def _run_step(self, index: int, paired: bool) -> list[RoundResult]:
+        """One job: the next block of this probe, K1 and the probe
+        interleaved (or the probe alone when not paired); one RoundResult
+        an arm."""
+        block = 1 + sum(1 for r in self._probe_rounds(index) if r.kernel == index)
+        directory = self.dir / "rounds" / f"K{index + 1}-b{block}"
+        arms = {"B": self.settings.kernels[index]}
+        if paired:
+            arms["A"] = self.settings.kernels[0]
         started, t0 = _now(), self.clock()
-        records, summary, exit_status, job_dir = self.runner(index, self.settings.kernels[index], directory)
+        records, summary, exit_status, job_dir = self.runner(arms, block, 1, directory)
         seconds = self.clock() - t0
-        rec, keys = select_metric(records, self.metric, self.metric_key)
-        if rec is None and records and self.metric_key is None:
-            # The first round that recorded anything settles whether the
-            # metric exists at all: a bisect of a metric no scenario
-            # records is bad input, not a series of skips.
-            raise unknown_in_run(self.metric, keys)
-        if rec is not None:
-            from memqual.host.results import metric_key
+        results = []
+        for arm in [a for _, a in blocks.block_order(block, 1) if a in arms]:
+            kernel = index if arm == "B" else 0
+            mine = [m for m in records if m.arm == arm]
+            rec, keys = select_metric(mine, self.metric, self.metric_key)
+            if rec is None and mine and self.metric_key is None:
+                # The first job that recorded anything settles whether the
+                # metric exists at all: a bisect of a metric no scenario
+                # records is bad input, not a series of skips.
+                raise unknown_in_run(self.metric, keys)
+            share = seconds / len(arms)  # the job's time, half an arm when paired
+            if rec is not None:
+                from memqual.host.results import metric_key
 
-            self.metric_key = metric_key(rec)
-            self.better, self.unit = rec.better, rec.unit
-            result = RoundResult(
-                index,
-                probe,
-                [list(g) for g in rec.replicates],
-                seconds,
-                "ok",
-                summary,
-                job_dir,
-                self.metric_key,
-                started,
+                self.metric_key = metric_key(rec)
+                self.better, self.unit = rec.better, rec.unit
+                result = RoundResult(
+                    kernel,
+                    index,
+                    [list(g) for g in rec.replicates],
+                    share,
+                    "ok",
+                    summary,
+                    job_dir,
+                    self.metric_key,
+                    started,
+                    list(rec.blocks) if len(rec.blocks) == len(rec.replicates) else [],
+                    arm,
+                )
+            else:
+                status = "failed" if exit_status else "no metric"
+                result = RoundResult(kernel, index, [], share, status, summary, job_dir, None, started, [], arm)
+            results.append(result)
+            self.rounds.append(result)
+            self._log(
+                f"#   block {block} of {self._label(kernel)} (arm {arm}): {result.status}, "
+                f"{len(result.replicates)} replicate(s), {seconds / 60:.1f} min job"
+                + (f" ({summary})" if result.status != "ok" and summary else "")
             )
-        else:
-            result = RoundResult(
-                index, probe, [], seconds, "failed" if exit_status else "no metric", summary, job_dir, None, started
-            )
-        self.rounds.append(result)
         self.save()
-        self._log(
-            f"#   round {number} of {self._label(index)}: {result.status}, "
-            f"{len(result.replicates)} replicate(s), {seconds / 60:.1f} min"
-            + (f" ({summary})" if result.status != "ok" and summary else "")
-        )
-        return result
+        return results
 
     def _failing(self, index: int) -> bool:
         mine = [r for r in self.rounds if r.kernel == index]
@@ -282,7 +325,7 @@ class Bisector:
             )
         if rounds >= s.max_rounds:
             return f"undecided after {rounds} rounds (--max-rounds)"
-        # A round of this probe: the probe's job and, paired, K1's.
+        # A round of this probe: one job, the probe's arm and, paired, K1's.
         per_round = (spent / rounds) if rounds else 0.0
         if spent + per_round > s.budget_min * 60.0:
             return f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)"
@@ -311,12 +354,7 @@ class Bisector:
             give_up = self._give_up(index, rounds, spent)
             if give_up:
                 return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, give_up)
-            order = [index]
-            if paired:
-                # ABBA: K1 first in even rounds, the probe first in odd ones.
-                order = [0, index] if rounds % 2 == 0 else [index, 0]
-            for k in order:
-                self._run_round(k, index)
+            self._run_step(index, paired)
 
     # ---------------------------------------------------------- the search
     def run(self) -> decide.Outcome:
