@@ -12,6 +12,7 @@ every bound)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -103,3 +104,14 @@ def read_json(path: str | os.PathLike[str], what: str, remedy: str, *, allow_nan
     if _depth(data) > MAX_DEPTH:
         raise BadInput(f"{path}: not a usable {what}: nested deeper than {MAX_DEPTH} levels: {remedy}")
     return data
+
+
+@functools.cache
+def schema_validator(path: Path) -> Any:
+    """The JSON Schema validator of a schema file shipped with memqual,
+    checked once and kept."""
+    import jsonschema
+
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)

@@ -42,7 +42,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger("memqual.leftovers")
@@ -167,20 +167,28 @@ def sweep_keyed(parent: Path, pattern: re.Pattern[str], lock_of: Callable[[str],
     return removed
 
 
-def sweep_tempdirs(parent: str | os.PathLike[str]) -> int:
-    """Remove ``parent``'s ``live_tempdir`` directories whose process died."""
-    removed = 0
+def _our_dirs(parent: str | os.PathLike[str], pattern: re.Pattern[str]) -> Iterator[tuple[Path, os.stat_result]]:
+    """The directories in ``parent`` whose names match ``pattern`` and that
+    we own (never through a link), with their stat."""
     parent = Path(parent)
     try:
         names = os.listdir(parent)
     except OSError:
-        return 0
+        return
     for name in names:
-        if not TEMPDIR_NAME.fullmatch(name):
+        if not pattern.fullmatch(name):
             continue
         path = parent / name
         st = _ours(path)
-        if st is None or not stat.S_ISDIR(st.st_mode) or path in _held:
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            yield path, st
+
+
+def sweep_tempdirs(parent: str | os.PathLike[str]) -> int:
+    """Remove ``parent``'s ``live_tempdir`` directories whose process died."""
+    removed = 0
+    for path, st in _our_dirs(parent, TEMPDIR_NAME):
+        if path in _held:
             continue
         free = _lock_free(path / LIVE_LOCK)
         if free or (free is None and _old(st, LOCKLESS_AGE_S)):
@@ -192,21 +200,12 @@ def sweep_aexpect(parent: str | os.PathLike[str]) -> int:
     """Remove aexpect session directories (and their close locks) that no
     aexpect server or starting client holds any more."""
     removed = 0
-    parent = Path(parent)
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return 0
-    for name in names:
-        if not AEXPECT_NAME.fullmatch(name):
-            continue
-        path = parent / name
-        st = _ours(path)
-        if st is None or not stat.S_ISDIR(st.st_mode) or not _old(st):
+    for path, st in _our_dirs(parent, AEXPECT_NAME):
+        if not _old(st):
             continue
         if _lock_free(path / "lock-server-running") is False or _lock_free(path / "lock-client-starting") is False:
             continue
-        close_lock = parent / f"{name}.lock"
+        close_lock = path.with_name(f"{path.name}.lock")
         if _lock_free(close_lock) is False:
             continue
         removed += _remove(path, st, "no aexpect session behind it")

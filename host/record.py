@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
 import json
 import math
 import os
@@ -33,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.errors import BadInput
-from memqual.host.jsonfile import read_json
+from memqual.host.jsonfile import read_json, schema_validator
 from memqual.host.paths import write_private_atomic
 
 SCHEMA = "memqual.measurement/1"
@@ -121,13 +120,8 @@ class Measurement:
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 
 
-@functools.cache
 def _validator() -> Any:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return schema_validator(SCHEMA_FILE)
 
 
 def check_record(data: dict[str, Any], source: str) -> None:

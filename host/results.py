@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
-from memqual.host.jsonfile import read_json
+from memqual.host.jsonfile import read_json, schema_validator
 from memqual.host.paths import write_private_atomic
 from memqual.host.record import Measurement
 
@@ -354,13 +354,8 @@ def write_results(results: Results | Mapping[str, Any], path: str | os.PathLike[
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 
 
-@functools.cache
 def _validator() -> Any:
-    import jsonschema
-
-    schema = json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
-    jsonschema.Draft202012Validator.check_schema(schema)
-    return jsonschema.Draft202012Validator(schema)
+    return schema_validator(SCHEMA_FILE)
 
 
 def check_results(data: Any, source: str) -> None:
