@@ -355,6 +355,10 @@ class LabHosts(avocado.Test):
     def tearDown(self) -> None:
         scratch = getattr(self, "scratch", None)
         if scratch is not None:
+            # The inner job's own logs outlive the lab: a failure here is
+            # read from them (avocado's job.log holds its crash traceback).
+            for log in [*scratch.glob("out/avocado/job-*/job.log"), *scratch.glob("out/avocado/*.log")]:
+                shutil.copy(log, Path(self.outputdir) / f"inner-{log.parent.name}-{log.name}")
             shutil.rmtree(scratch, ignore_errors=True)
         # The lab hosts share this /tmp: the task directory of lab3's
         # interrupted task (which a real host's next memqual hosts probe

@@ -51,7 +51,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
-from aexpect import remote
+from aexpect import ShellError, remote
 from avocado.core.plugin_interfaces import Init
 from avocado.core.settings import settings
 from avocado_spawner_remote import RemoteSpawner
@@ -308,9 +308,14 @@ class FleetSpawner(RemoteSpawner):
         task_id = str(runtime_task.task.identifier)
         write_place(local, Place(task_id, host.name, "running", started=started))
         LOG.info("task %s on lab host %s", runtime_task.task.identifier, host.name)
-        status, output = await self.run_remote_cmd_async(
-            session, "mktemp -d /tmp/memqual-task.XXXXXXXXXX", SMALL_COMMAND_S
-        )
+        try:
+            status, output = await self.run_remote_cmd_async(
+                session, "mktemp -d /tmp/memqual-task.XXXXXXXXXX", SMALL_COMMAND_S
+            )
+        except ShellError as exc:
+            # A host lost while this command was under way leaves aexpect
+            # without an exit status: lost, not a crash of the whole job.
+            return self._failed(slot, task_id, local, started, f"could not make a task directory: {exc}")
         remote_dir = output.strip().splitlines()[-1] if status == 0 and output.strip() else ""
         if not remote_dir.startswith("/tmp/memqual-task."):
             return self._failed(slot, task_id, local, started, f"could not make a task directory: {output[-200:]}")
@@ -328,7 +333,10 @@ class FleetSpawner(RemoteSpawner):
             f"{shlex.quote(host.checkout + '/.venv/bin/python3')} -m {shlex.quote(module)} task-run "
             f"{shlex.join(args)} > /dev/null"
         )
-        status, output = await self.run_remote_cmd_async(session, command, timeout)
+        try:
+            status, output = await self.run_remote_cmd_async(session, command, timeout)
+        except ShellError as exc:
+            status, output = -1, str(exc)
         if status != 0:
             if not session.is_alive():
                 self._lose(host, f"the SSH session ended after {time.time() - started:.1f} s of a task")
