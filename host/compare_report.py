@@ -186,7 +186,9 @@ def comparison_page(
         forest=Plot("forest plot of B/A per metric", plot) if plot else None,
         metrics=tuple(_metric_row(m, labels[m.key]) for m in result.metrics),
         one_sided=tuple(
-            OneSided(name, key) for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b)) for key in keys
+            OneSided(name, key)
+            for name, keys in ((a_name, result.only_in_a), (b_name, result.only_in_b))
+            for key in keys
         ),
         claims_moved=tuple(
             Moved(str(claim["id"]), str(claim["a"]), str(claim["b"]))

@@ -524,9 +524,7 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
 
     return GroupView(
         number=number,
-        runs=tuple(
-            RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)
-        ),
+        runs=tuple(RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)),
         metrics=len(g.series),
         stepped=sum(1 for s in g.series if s.steps),
         environment=environment_line(g.runs[0].environment),

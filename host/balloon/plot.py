@@ -232,12 +232,16 @@ def curve_view(curve: Curve) -> CurveView:
         for metric in CURVE_METRICS:
             q = row.get(metric)
             cells.append(f"{num(q.median)} [{num(min(q.values))}, {num(max(q.values))}]" if q else "-")
-        sizes.append(SizeRow(next(iter(row.values())).label, pfns, max(len(q.values) for q in row.values()), tuple(cells)))
+        sizes.append(
+            SizeRow(next(iter(row.values())).label, pfns, max(len(q.values) for q in row.values()), tuple(cells))
+        )
     costs = []
     for c in curve.costs:
         mean, low, high = c.interval()
         costs.append(
-            CostRow(c.metric, c.unit, len(c.values), num(mean), num(low), num(high), ", ".join(num(v) for v in c.values))
+            CostRow(
+                c.metric, c.unit, len(c.values), num(mean), num(low), num(high), ", ".join(num(v) for v in c.values)
+            )
         )
     return CurveView(
         Plot("balloon inflate and deflate time against PFNs per request", png(figure(curve))),
