@@ -25,8 +25,9 @@ STYLESHEET = "memqual.css"
 @functools.cache
 def environment() -> jinja2.Environment:
     """The shared environment: loaded once, templates compiled once."""
+    loader = jinja2.PackageLoader("memqual.host", TEMPLATES)
     env = jinja2.Environment(
-        loader=jinja2.PackageLoader("memqual.host", TEMPLATES),
+        loader=loader,
         # Every template, whatever its name: a page of results files' text
         # must never take a string from them as markup.
         autoescape=True,
@@ -35,17 +36,15 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals["stylesheet"] = stylesheet(env)
+    # Read as it is, not as a template: CSS braces are no Jinja syntax.
+    source, _, _ = loader.get_source(env, STYLESHEET)
+    env.globals["stylesheet"] = Markup(source)
     return env
 
 
-def stylesheet(env: jinja2.Environment | None = None) -> Markup:
-    """The style sheet every page inlines in its <style>: read as it is,
-    not as a template (CSS braces are no Jinja syntax)."""
-    env = env or environment()
-    assert env.loader is not None
-    source, _, _ = env.loader.get_source(env, STYLESHEET)
-    return Markup(source)
+def stylesheet() -> Markup:
+    """The style sheet every page inlines in its <style>."""
+    return Markup(environment().globals["stylesheet"])
 
 
 def render(template: str, **context: Any) -> str:
