@@ -44,7 +44,8 @@ class FakeBackground:
     back until the gate opens."""
 
     def __init__(self, lines: list[str], status: int = 0, gate: threading.Event | None = None) -> None:
-        self._lines, self.status, self._gate, self.killed = lines, status, gate, False
+        self._lines, self.status, self._gate = lines, status, gate
+        self.killed = self.waited = False
 
     def lines(self, timeout: float = 0) -> Iterator[str]:
         for index, line in enumerate(self._lines):
@@ -53,6 +54,7 @@ class FakeBackground:
             yield line
 
     def wait(self, timeout: float = 0) -> CommandResult:
+        self.waited = True
         return CommandResult([], self.status, "".join(line + "\n" for line in self._lines), "", 0.0)
 
     def kill(self) -> None:
@@ -137,6 +139,20 @@ class RefusingQmp(FakeQmp):
     def answer(self, command: str, arguments: dict[str, Any]) -> Any:
         if command == "device_add" and arguments["addr"] in self.refuse:
             raise GuestError(f"QMP device_add failed: {self.refuse[arguments['addr']]}")
+        return {}
+
+
+class PmemQmp(FakeQmp):
+    """pmemsave like QEMU: writes the guest page it holds for a frame
+    (``pages``: frame number -> 4 KiB), zeros for any other."""
+
+    def __init__(self, pages: dict[int, bytes]) -> None:
+        super().__init__()
+        self.pages = pages
+
+    def answer(self, command: str, arguments: dict[str, Any]) -> Any:
+        assert command == "pmemsave" and arguments["size"] == 4096
+        Path(arguments["filename"]).write_bytes(self.pages.get(arguments["val"] // 4096, bytes(4096)))
         return {}
 
 
