@@ -307,11 +307,14 @@ class Progress:
             self.finished.append((event.name, event.status, event.reason, event.seconds))
             if self.current == event.name:
                 self.current, self.repeat = None, ""
+            # As Avocado's console has it: the reason on one line, cut at
+            # 255 characters; a skipped test took no time.
+            reason = event.reason if len(event.reason) <= 255 else event.reason[:255] + "..."
             return (
                 f"[{self._clock(time.monotonic() - self.start)}] ({event.uid}/{event.total}) {event.name}: "
                 + event.status
-                + (f": {event.reason}" if event.reason else "")
-                + f" ({event.seconds:.1f} s)"
+                + (": " + reason.replace("\n", "\\n") if reason else "")
+                + (f" ({event.seconds:.1f} s)" if event.status != "SKIP" else "")
             )
         elif isinstance(event, jobevents.TestLog):
             if self.current is not None and _REPEAT.search(event.message):

@@ -21,7 +21,23 @@ AVOCADO = Path(sys.executable).parent / "avocado"
 
 # Avocado's console lines of a finished test, as runjob read them before
 # the events: the reference the events are checked against.
-CONSOLE_FINISHED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+([A-Z]+)(?::\s*(.*?))?\s*\(([\d.]+)\s*s\)\s*$")
+# (A skipped test's line has no time.)
+CONSOLE_FINISHED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+([A-Z]+)(?::\s*(.*?))?(?:\s*\(([\d.]+)\s*s\))?\s*$")
+
+
+def console_lines(console: str) -> list[str]:
+    """The finished tests' lines of Avocado's console, in runjob's form."""
+    lines = []
+    for line in console.splitlines():
+        m = CONSOLE_FINISHED.match(line)
+        if m and m.group(4) != "STARTED":
+            uid, total, name, status, reason, seconds = m.groups()
+            lines.append(
+                f"({uid}/{total}) {name}: {status}"
+                + (f": {reason}" if reason else "")
+                + (f" ({float(seconds):.1f} s)" if seconds else "")
+            )
+    return lines
 
 
 def _avocado_run(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -79,13 +95,7 @@ def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents
     shown = [line for e in events if (line := progress.feed(e))]
     # "[0:01] (1/2) name: PASS (0.0 s)" without the clock
     shown = [line.split("] ", 1)[1] for line in shown]
-    expected = []
-    for line in console.splitlines():
-        if m := CONSOLE_FINISHED.match(line):
-            uid, total, name, status, reason, seconds = m.groups()
-            expected.append(
-                f"({uid}/{total}) {name}: {status}" + (f": {reason}" if reason else "") + f" ({float(seconds):.1f} s)"
-            )
+    expected = console_lines(console)
     assert len(expected) == 2 and shown == expected
     results = next(line for line in console.splitlines() if line.startswith("RESULTS"))
     assert progress.summary == results.split(":", 1)[1].strip()

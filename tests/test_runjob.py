@@ -378,6 +378,15 @@ def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
     assert os.path.basename(runjob.avocado_executable()[0]) == "avocado"
 
 
+def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
+    p = runjob.Progress("t", None)
+    long = p.feed(jobevents.TestEnded("1", "t.py:T.test_a", 2, "FAIL", "first\nsecond " + "x" * 300, 2.0, ""))
+    assert long is not None and "first\\nsecond xxx" in long and long.endswith("x... (2.0 s)")
+    assert len(long.split(": FAIL: ", 1)[1]) == 255 + len("\\") + len("... (2.0 s)")  # cut, then escaped
+    skip = p.feed(jobevents.TestEnded("2", "t.py:T.test_b", 2, "SKIP", "no KVM", -1.0, ""))
+    assert skip is not None and skip.endswith("(2/2) t.py:T.test_b: SKIP: no KVM")
+
+
 def test_progress_shows_the_last_repeat_message_of_the_running_test():
     p = runjob.Progress("t", None)
     p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, ""))
