@@ -335,25 +335,27 @@ class Progress:
         return sum(1 for _ in self.job_dir.rglob("memqual-*.json"))
 
     def render(self) -> Any:
-        from rich.markup import escape
         from rich.table import Table
+        from rich.text import Text
 
+        # Text, not markup: rich draws the display again with the options
+        # of each console.print (markup=False for the progress lines).
         grid = Table.grid(padding=(0, 1))
         grid.add_column(style="bold cyan", no_wrap=True)
         grid.add_column(overflow="fold")
         elapsed = self._clock(time.monotonic() - self.start)
-        grid.add_row(self.title, f"elapsed {elapsed}, {self._records()} records so far")
+        grid.add_row(Text(self.title), Text(f"elapsed {elapsed}, {self._records()} records so far"))
         if self.current:
             grid.add_row(
-                f"({self.index}/{self.total})",
-                f"{self.current}  [bold]{self._clock(time.monotonic() - self.current_start)}[/]",
+                Text(f"({self.index}/{self.total})"),
+                Text.assemble(self.current, "  ", (self._clock(time.monotonic() - self.current_start), "bold")),
             )
             if self.repeat:
-                grid.add_row("", f"[dim]{escape(self.repeat)}[/]")
+                grid.add_row(Text(""), Text(self.repeat, style="dim"))
         elif not self.finished:
-            grid.add_row("", "[dim]avocado is discovering tests...[/]")
+            grid.add_row(Text(""), Text("avocado is discovering tests...", style="dim"))
         if self.counts:
-            grid.add_row("", " ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+            grid.add_row(Text(""), Text(" ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))))
         return grid
 
 

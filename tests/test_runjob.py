@@ -395,3 +395,17 @@ def test_progress_shows_the_last_repeat_message_of_the_running_test():
     assert p.repeat == "window {'smart_scan': 1, 'cpu_s': 0.5}"
     p.feed(jobevents.TestEnded("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, "PASS", "", 1.0, ""))
     assert p.repeat == ""
+
+
+def test_the_live_display_draws_the_same_with_markup_off():
+    """rich draws the display again inside every console.print, with that
+    print's markup=False: no markup may show through as text."""
+    p = runjob.Progress("memqual run [A] (quick)", None)
+    p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 2, ""))
+    p.feed(jobevents.TestLog("repeat 2/5 [x] done"))
+    for markup in (True, False):
+        buf = io.StringIO()
+        Console(file=buf, width=120, markup=markup).print(p.render(), markup=markup)
+        text = buf.getvalue()
+        assert "[bold]" not in text and "[dim]" not in text and "[/]" not in text
+        assert "memqual run [A] (quick)" in text and "repeat 2/5 [x] done" in text
