@@ -17,6 +17,10 @@ from memqual.host.errors import BadInput
 from memqual.host.paths import REPO_ROOT
 
 JOB = "tests/data/events_job.py"
+# The events and Avocado's console of one real `memqual run --only boot`
+# (13 tests, one of them an ERROR), recorded together.
+RECORDED_EVENTS = REPO_ROOT / "tests" / "data" / "events-boot.jsonl"
+RECORDED_CONSOLE = REPO_ROOT / "tests" / "data" / "events-boot-console.txt"
 AVOCADO = Path(sys.executable).parent / "avocado"
 
 # Avocado's console lines of a finished test, as runjob read them before
@@ -100,6 +104,19 @@ def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents
     results = next(line for line in console.splitlines() if line.startswith("RESULTS"))
     assert progress.summary == results.split(":", 1)[1].strip()
     assert progress.job_dir is not None and progress.job_dir.is_dir()
+
+
+def test_a_recorded_job_gives_the_lines_its_console_gave() -> None:
+    events = jobevents.EventsReader(RECORDED_EVENTS).read()
+    progress = runjob.Progress("t", None)
+    shown = [line.split("] ", 1)[1] for e in events if (line := progress.feed(e))]
+    console = RECORDED_CONSOLE.read_text()
+    assert len(shown) == 13 and shown == console_lines(console)
+    results = next(line for line in console.splitlines() if line.startswith("RESULTS"))
+    assert progress.summary == results.split(":", 1)[1].strip()
+    job_log = next(line for line in console.splitlines() if line.startswith("JOB LOG"))
+    assert progress.job_dir == Path(job_log.split(":", 1)[1].strip()).parent
+    assert progress.counts == {"PASS": 12, "ERROR": 1} and progress.ended
 
 
 def test_without_the_option_the_plugin_does_nothing() -> None:
