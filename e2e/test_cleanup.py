@@ -147,7 +147,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone: no file, or ESRCH reading a process that just exited
         return False
 
 
