@@ -22,6 +22,9 @@ from typing import Any
 # warm start, lab hosts) and measure nothing an A/B compares: they run once
 # per arm (block 1), every other test runs in every block.
 ONCE_PER_ARM_TAGS = ("boot", "hosts")
+# The ab profile's (host/profiles.py): the guest's own checks, not the lab
+# machinery, which a kernel does not change and which costs minutes an arm.
+AB_ONCE_PER_ARM_TAGS = ("boot",)
 VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
 
 

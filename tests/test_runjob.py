@@ -250,7 +250,9 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
     # One job of the once-per-arm tests, then ONE job with every block inside it.
     assert len(calls) == 2
     assert "--filter-by-tags=boot,-slow" in calls[0]["argv"]
-    assert "--filter-by-tags=-slow,-boot,-hosts" in calls[1]["argv"]
+    # Two kernels run the A/B sizing: the tests tagged ab, in blocks.
+    assert "--filter-by-tags=ab,-slow,-boot,-hosts" in calls[1]["argv"]
+    assert calls[1]["env"]["MEMQUAL_PROFILE"] == "ab"
     argv = calls[1]["argv"]
     assert argv[argv.index("--execution-order") + 1] == "variants-per-test"
     variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
@@ -306,6 +308,73 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
     assert blocks.test_reference("e2e/t.py:K.test_m;b1-A") == "e2e/t.py:K.test_m$"
     assert runjob.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
     assert runjob.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
+
+
+def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
+    assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=boot,-slow"]
+    # Two arms default to the A/B sizing, one to quick; an asked profile wins.
+    assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
+    assert runjob.job_profile("full", 2) == "full"
+
+
+def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
+    """The tests an A/B runs in blocks are exactly those whose scenarios a
+    comparison decides on (host/primaries.py): read from the e2e sources,
+    each test's scenarios by the scenario names its module records."""
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host.paths import REPO_ROOT
+
+    tagged = set()
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                if "ab" in tags:
+                    tagged.add(f"{path.stem}:{cls}.{name}")
+    assert tagged == AB_TESTS
+
+
+# What each test tagged ab records that a comparison decides on.
+AB_TESTS = {
+    "test_balloon:BalloonTiming.test_inflate_deflate_1g",  # balloon.inflate, balloon.deflate
+    "test_balloon:BalloonCorrectness.test_correctness",  # balloon.floor
+    "test_balloon:BalloonFreePageReporting.test_reporting_on",  # balloon.free_page_reporting
+    "test_balloon:BalloonFreePageReporting.test_reporting_off",
+    "test_balloon:BalloonOomAndStats.test_stats_and_deflate_on_oom",  # balloon.deflate_on_oom
+    "test_balloon_driver:BalloonDriver.test_request_size",  # balloon.request_size
+    "test_ksm:KsmTest.test_merge",  # ksm.merge
+    "test_ksm:KsmTest.test_merge_off",
+    "test_ksm:KsmTest.test_volatile_scan_4k",  # ksm.volatile_scan
+    "test_ksm:KsmTest.test_volatile_scan_thp",
+    "test_ksm:KsmTest.test_guest_ksm",  # ksm.guest_merge
+    "test_ksm:KsmTest.test_many_guests",  # ksm.many_guests
+    "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",  # memslots.trace_mmio
+    "test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",  # memslots.kvm (control)
+    "test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",  # memslots.kvm_lookup (control)
+}
+
+
+def test_every_primary_scenario_has_a_test_tagged_ab():
+    from memqual.host import primaries
+
+    covered = {
+        "balloon.inflate",
+        "balloon.deflate",
+        "balloon.floor",
+        "balloon.free_page_reporting",
+        "balloon.deflate_on_oom",
+        "balloon.request_size",
+        "ksm.merge",
+        "ksm.volatile_scan",
+        "ksm.guest_merge",
+        "ksm.many_guests",
+        "memslots.trace_mmio",
+    }
+    assert {scenario for scenario, _ in primaries.PRIMARIES} == covered
+    assert primaries.CONTROL_SCENARIOS <= {"memslots.kvm", "memslots.kvm_lookup"}
 
 
 def test_schedule_alternates_kernels_between_rounds():
