@@ -1085,17 +1085,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     builds_in = [Path(b) for b in args.kernel_build or []]
     if builds_in and len(builds_in) != len(kernels_in):
         raise BadInput("give --kernel-build DIR once per --guest-kernel, in the same order (or not at all)")
+    cmdlines = ["", ""]
     if args.debian_kernel:
         if kernels_in or modules_in:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
+        from memqual.host.bisect.series import parse_kernel
         from memqual.images.build import debian_kernel_files
 
-        for version in args.debian_kernel:
-            bzimage, modules_dir = debian_kernel_files(version)
+        for index, text in enumerate(args.debian_kernel):
+            spec = parse_kernel(text)
+            bzimage, modules_dir = debian_kernel_files(spec.version)
             kernels_in.append(bzimage)
             modules_in.append(modules_dir)
+            cmdlines[index] = spec.cmdline_extra
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
     if len(modules_in) != len(kernels_in):
@@ -1119,6 +1123,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 modules.resolve() if modules else None,
                 sha256_file(bzimage),
                 kernel_build=builds_in[index] if builds_in else None,
+                cmdline_extra=cmdlines[index],
             )
         )
     tests = Path(args.tests)
@@ -1207,11 +1212,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--debian-kernel",
-        type=cliargs.debian_kernel,
+        type=cliargs.debian_kernel_arm,
         action="append",
-        metavar="VERSION",
+        metavar="VERSION[:CMDLINE]",
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
-        "twice to compare two (memqual image kernels lists them)",
+        "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
+        "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
     )
     cliargs.add_qemu(parser)
     parser.add_argument(

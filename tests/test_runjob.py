@@ -446,3 +446,31 @@ def test_progress_shows_the_last_repeat_line_of_the_running_test(tmp_path):
     p = runjob._Progress("t", None)
     p.job_dir = tmp_path / "job-x"
     assert p._repeat_line() == "window {'smart_scan': 1, 'cpu_s': 0.5}"
+
+
+def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(tmp_path, monkeypatch):
+    """The injected-slowdown A/B: the same kernel, B's guests booted with
+    init_on_free=1.  The words reach B's variant and nothing of A's."""
+    from memqual.images import build
+
+    bz, mods = tmp_path / "vmlinuz", tmp_path / "modules"
+    bz.write_bytes(b"k" * 100)
+    mods.mkdir()
+    asked: list[str] = []
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (asked.append(v), (bz, mods))[1])
+    config = runjob.config_from_args(
+        _args(tmp_path, "--debian-kernel", "6.1.0-57-amd64", "--debian-kernel", "6.1.0-57-amd64:init_on_free=1")
+    )
+    assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
+    a, b = config.kernels
+    assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
+    assert runjob.arm_params(b).cmdline_extra == "init_on_free=1" and not runjob.arm_params(a).cmdline_extra
+    assert config.profile == "ab"
+
+
+@pytest.mark.parametrize("bad", ["6.1.0-57-amd64:init;reboot", ":init_on_free=1", "../x:y"])
+def test_a_debian_kernel_with_a_bad_command_line_is_refused_before_anything_runs(tmp_path, bad, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _args(tmp_path, "--debian-kernel", bad)
+    assert stop.value.code == 2
+    assert "--debian-kernel" in capsys.readouterr().err
