@@ -41,7 +41,7 @@ FAKE_AVOCADO = textwrap.dedent(
     filters = [a for a in argv if a.startswith("--filter-by-tags=")]
     refs = [a[:-1] for a in argv if a.endswith("$")]
     tests = plan["tests"]
-    if any(",boot" in f or "=boot" in f for f in filters):
+    if any(",boot" in f or "=boot" in f or "=kernel-checks" in f for f in filters):
         tests = [t for t in tests if t.get("once")]
     elif any("-boot" in f for f in filters):
         tests = [t for t in tests if not t.get("once")]
@@ -249,7 +249,7 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
     calls = fake.calls()
     # One job of the once-per-arm tests, then ONE job with every block inside it.
     assert len(calls) == 2
-    assert "--filter-by-tags=boot,-slow" in calls[0]["argv"]
+    assert "--filter-by-tags=kernel-checks,-slow" in calls[0]["argv"]
     # Two kernels run the A/B sizing: the tests tagged ab, in blocks.
     assert "--filter-by-tags=ab,-slow,-boot,-hosts" in calls[1]["argv"]
     assert calls[1]["env"]["MEMQUAL_PROFILE"] == "ab"
@@ -313,7 +313,7 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
 def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
     assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
     assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
-    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=boot,-slow"]
+    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
     # Two arms default to the A/B sizing, one to quick; an asked profile wins.
     assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
     assert runjob.job_profile("full", 2) == "full"
