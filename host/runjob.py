@@ -74,11 +74,11 @@ from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 from memqual.host import cliargs, jobevents
 from memqual.host.errors import BadInput
 from memqual.host.paths import REPO_ROOT, check_output_dir, write_private_atomic
+from memqual.host.profiles import AB, AB_TAG, PROFILES, QUICK
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.results import Results
 
-PROFILES = ("quick", "full")
 # avocado's exit status bits (avocado.core.exit_codes)
 AVOCADO_TESTS_FAIL = 1
 AVOCADO_JOB_FAIL = 2
@@ -184,7 +184,7 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     """avocado --filter-by-tags arguments.  Several --filter-by-tags are
     ORed, commas inside one are ANDed: so "--only ksm --only balloon" in the
     quick profile is (ksm AND NOT slow) OR (balloon AND NOT slow)."""
-    not_slow = ["-slow"] if profile == "quick" else []
+    not_slow = ["-slow"] if profile != "full" else []
     args: list[str] = []
     if only:
         for tag in only:
@@ -197,20 +197,22 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
 
 def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> list[str]:
     """tag_filters for a blocked job: "once" keeps only the tests tagged
-    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out."""
-    from memqual.host.blocks import ONCE_PER_ARM_TAGS
+    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out.  In the
+    ab profile the blocks hold only the tests tagged ``ab`` (they record a
+    primary or a negative control) and "once" only the boot checks."""
+    from memqual.host.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
 
     if not selection:
         return tag_filters(profile, only)
-    not_slow = ["-slow"] if profile == "quick" else []
+    not_slow = ["-slow"] if profile != "full" else []
+    ab = [AB_TAG] if profile == AB else []
     if selection == "blocks":
         drop = [f"-{tag}" for tag in ONCE_PER_ARM_TAGS]
-        terms = [[tag, *not_slow, *drop] for tag in only] if only else [[*not_slow, *drop]]
-        extra = [] if only else ["--filter-by-tags-include-empty"]
+        terms = [[tag, *ab, *not_slow, *drop] for tag in only] if only else [[*ab, *not_slow, *drop]]
+        extra = [] if only or ab else ["--filter-by-tags-include-empty"]
         return ["--filter-by-tags=" + ",".join(t) for t in terms] + extra
-    terms = [
-        [*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in ONCE_PER_ARM_TAGS
-    ]
+    once_tags = AB_ONCE_PER_ARM_TAGS if profile == AB else ONCE_PER_ARM_TAGS
+    terms = [[*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in once_tags]
     return ["--filter-by-tags=" + ",".join(t for t in term if t) for term in terms]
 
 
@@ -1063,17 +1065,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     builds_in = [Path(b) for b in args.kernel_build or []]
     if builds_in and len(builds_in) != len(kernels_in):
         raise BadInput("give --kernel-build DIR once per --guest-kernel, in the same order (or not at all)")
+    cmdlines = ["", ""]
     if args.debian_kernel:
         if kernels_in or modules_in:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
+        from memqual.host.bisect.series import parse_kernel
         from memqual.images.build import debian_kernel_files
 
-        for version in args.debian_kernel:
-            bzimage, modules_dir = debian_kernel_files(version)
+        for index, text in enumerate(args.debian_kernel):
+            spec = parse_kernel(text)
+            bzimage, modules_dir = debian_kernel_files(spec.version)
             kernels_in.append(bzimage)
             modules_in.append(modules_dir)
+            cmdlines[index] = spec.cmdline_extra
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
     if len(modules_in) != len(kernels_in):
@@ -1097,6 +1103,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 modules.resolve() if modules else None,
                 sha256_file(bzimage),
                 kernel_build=builds_in[index] if builds_in else None,
+                cmdline_extra=cmdlines[index],
             )
         )
     tests = Path(args.tests)
@@ -1118,7 +1125,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
         output=output_directory(args, "memqual-results"),
-        profile=args.profile,
+        profile=job_profile(args.profile, len(kernels)),
         only=only,
         tests=tests,
         kernels=tuple(kernels),
@@ -1129,12 +1136,23 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def job_profile(asked: str | None, arms: int) -> str:
+    """The profile a run uses: the one asked for, else an A/B's sizing for
+    two arms (host/profiles.py) and quick for one."""
+    return asked or (AB if arms == 2 else QUICK)
+
+
 def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
     """What the avocado job runs (--profile, --only, the hidden --tests) and
     where the output goes: the options of ``memqual run`` that every
     command running the scenarios through this module takes."""
     parser.add_argument(
-        "--profile", choices=PROFILES, default="quick", help="quick (default, ~12 min under TCG here) or full"
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="quick (the default with one kernel, ~12 min under TCG here), full (the lab's sizes) or ab (the "
+        "default with two kernels: one fresh guest per arm and block, only the tests that record a primary or a "
+        "negative control in the blocks, the boot checks once per arm; host/profiles.py)",
     )
     parser.add_argument(
         "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
@@ -1174,11 +1192,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--debian-kernel",
-        type=cliargs.debian_kernel,
+        type=cliargs.debian_kernel_arm,
         action="append",
-        metavar="VERSION",
+        metavar="VERSION[:CMDLINE]",
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
-        "twice to compare two (memqual image kernels lists them)",
+        "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
+        "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
     )
     cliargs.add_qemu(parser)
     parser.add_argument(

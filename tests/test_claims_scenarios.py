@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memqual.host import claims
+from memqual.host import claims, profiles
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import DirectionTiming
@@ -43,7 +43,9 @@ def _window(smart_scan: int, ns_per_page: float, skip_share: float) -> ScanWindo
     )
 
 
-def ksm_guests(speedup: float, skip_share: float, n: int = volatile.GUESTS["quick"], seed: int = 3):
+def ksm_guests(
+    speedup: float, skip_share: float, n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests, seed: int = 3
+):
     """n fresh guests whose ksmd costs ``speedup`` times less per page with
     smart scan, each on a host as loaded as it happened to be (the load
     moves both variants of a guest alike)."""
@@ -159,13 +161,15 @@ def _move(seconds: float, size: int) -> BalloonResult:
     return BalloonResult(size, size, 0, size, True, False, seconds, 0.01, 20, 0.01)
 
 
-def balloon_records(per_request_s: float, n: int = rs.GUESTS["quick"], seed: int = 5) -> list[Measurement]:
+def balloon_records(
+    per_request_s: float, n: int = profiles.SIZES[profiles.QUICK].driver_guests, seed: int = 5
+) -> list[Measurement]:
     """n fresh guests inflating at every size of the quick profile; an
     inflate takes fixed + requests x ``per_request_s`` + pages x 5 us
     (each guest as slow as its host minute, each inflate with its own
     noise), through the scenario's own run and records."""
     rng = np.random.default_rng(seed)
-    sizes = rs.request_sizes(GUEST_MIB, "quick")
+    sizes = rs.request_sizes(GUEST_MIB)
     run = rs.RequestSizeRun(sizes, INFLATE_BYTES)
     for g in range(n):
         load = float(np.exp(rng.normal(0, 0.15)))

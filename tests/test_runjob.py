@@ -44,7 +44,7 @@ FAKE_AVOCADO = textwrap.dedent(
     filters = [a for a in argv if a.startswith("--filter-by-tags=")]
     refs = [a[:-1] for a in argv if a.endswith("$")]
     tests = plan["tests"]
-    if any(",boot" in f or "=boot" in f for f in filters):
+    if any(",boot" in f or "=boot" in f or "=kernel-checks" in f for f in filters):
         tests = [t for t in tests if t.get("once")]
     elif any("-boot" in f for f in filters):
         tests = [t for t in tests if not t.get("once")]
@@ -252,8 +252,10 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
     calls = fake.calls()
     # One job of the once-per-arm tests, then ONE job with every block inside it.
     assert len(calls) == 2
-    assert "--filter-by-tags=boot,-slow" in calls[0]["argv"]
-    assert "--filter-by-tags=-slow,-boot,-hosts" in calls[1]["argv"]
+    assert "--filter-by-tags=kernel-checks,-slow" in calls[0]["argv"]
+    # Two kernels run the A/B sizing: the tests tagged ab, in blocks.
+    assert "--filter-by-tags=ab,-slow,-boot,-hosts" in calls[1]["argv"]
+    assert calls[1]["env"]["MEMQUAL_PROFILE"] == "ab"
     argv = calls[1]["argv"]
     assert argv[argv.index("--execution-order") + 1] == "variants-per-test"
     variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
@@ -309,6 +311,73 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
     assert blocks.test_reference("e2e/t.py:K.test_m;b1-A") == "e2e/t.py:K.test_m$"
     assert runjob.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
     assert runjob.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
+
+
+def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
+    assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
+    # Two arms default to the A/B sizing, one to quick; an asked profile wins.
+    assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
+    assert runjob.job_profile("full", 2) == "full"
+
+
+def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
+    """The tests an A/B runs in blocks are exactly those whose scenarios a
+    comparison decides on (host/primaries.py): read from the e2e sources,
+    each test's scenarios by the scenario names its module records."""
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host.paths import REPO_ROOT
+
+    tagged = set()
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                if "ab" in tags:
+                    tagged.add(f"{path.stem}:{cls}.{name}")
+    assert tagged == AB_TESTS
+
+
+# What each test tagged ab records that a comparison decides on.
+AB_TESTS = {
+    "test_balloon:BalloonTiming.test_inflate_deflate_1g",  # balloon.inflate, balloon.deflate
+    "test_balloon:BalloonCorrectness.test_correctness",  # balloon.floor
+    "test_balloon:BalloonFreePageReporting.test_reporting_on",  # balloon.free_page_reporting
+    "test_balloon:BalloonFreePageReporting.test_reporting_off",
+    "test_balloon:BalloonOomAndStats.test_stats_and_deflate_on_oom",  # balloon.deflate_on_oom
+    "test_balloon_driver:BalloonDriver.test_request_size",  # balloon.request_size
+    "test_ksm:KsmTest.test_merge",  # ksm.merge
+    "test_ksm:KsmTest.test_merge_off",
+    "test_ksm:KsmTest.test_volatile_scan_4k",  # ksm.volatile_scan
+    "test_ksm:KsmTest.test_volatile_scan_thp",
+    "test_ksm:KsmTest.test_guest_ksm",  # ksm.guest_merge
+    "test_ksm:KsmTest.test_many_guests",  # ksm.many_guests
+    "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",  # memslots.trace_mmio
+    "test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",  # memslots.kvm (control)
+    "test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",  # memslots.kvm_lookup (control)
+}
+
+
+def test_every_primary_scenario_has_a_test_tagged_ab():
+    from memqual.host import primaries
+
+    covered = {
+        "balloon.inflate",
+        "balloon.deflate",
+        "balloon.floor",
+        "balloon.free_page_reporting",
+        "balloon.deflate_on_oom",
+        "balloon.request_size",
+        "ksm.merge",
+        "ksm.volatile_scan",
+        "ksm.guest_merge",
+        "ksm.many_guests",
+        "memslots.trace_mmio",
+    }
+    assert {scenario for scenario, _ in primaries.PRIMARIES} == covered
+    assert primaries.CONTROL_SCENARIOS <= {"memslots.kvm", "memslots.kvm_lookup"}
 
 
 def test_schedule_alternates_kernels_between_rounds():
@@ -409,3 +478,31 @@ def test_the_live_display_draws_the_same_with_markup_off():
         text = buf.getvalue()
         assert "[bold]" not in text and "[dim]" not in text and "[/]" not in text
         assert "memqual run [A] (quick)" in text and "repeat 2/5 [x] done" in text
+
+
+def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(tmp_path, monkeypatch):
+    """The injected-slowdown A/B: the same kernel, B's guests booted with
+    init_on_free=1.  The words reach B's variant and nothing of A's."""
+    from memqual.images import build
+
+    bz, mods = tmp_path / "vmlinuz", tmp_path / "modules"
+    bz.write_bytes(b"k" * 100)
+    mods.mkdir()
+    asked: list[str] = []
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (asked.append(v), (bz, mods))[1])
+    config = runjob.config_from_args(
+        _args(tmp_path, "--debian-kernel", "6.1.0-57-amd64", "--debian-kernel", "6.1.0-57-amd64:init_on_free=1")
+    )
+    assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
+    a, b = config.kernels
+    assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
+    assert runjob.arm_params(b).cmdline_extra == "init_on_free=1" and not runjob.arm_params(a).cmdline_extra
+    assert config.profile == "ab"
+
+
+@pytest.mark.parametrize("bad", ["6.1.0-57-amd64:init;reboot", ":init_on_free=1", "../x:y"])
+def test_a_debian_kernel_with_a_bad_command_line_is_refused_before_anything_runs(tmp_path, bad, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _args(tmp_path, "--debian-kernel", bad)
+    assert stop.value.code == 2
+    assert "--debian-kernel" in capsys.readouterr().err

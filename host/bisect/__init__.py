@@ -116,7 +116,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         max_rounds=max_rounds,
         reference=args.reference or run.PAIRED,
         only=only,
-        profile=args.profile,
+        profile=runjob.job_profile(args.profile, 1),  # a bisect may read a metric of any test: quick sizes
         tests=tests,
     )
 
