@@ -261,11 +261,13 @@ def variant_label(variant: Mapping[str, Any]) -> str:
 def metric_key(rec: Measurement | Mapping[str, Any]) -> str:
     """Identifies one metric of one variant across runs: what `memqual
     compare` pairs up."""
-    d = rec.to_json() if isinstance(rec, Measurement) else rec
-    return (
-        f"{d['scenario']} {d['metric']} [{variant_label(d.get('variant') or {})}]"
-        f" {json.dumps(d.get('settings') or {}, sort_keys=True)}"
-    )
+    # A record's own fields, not its to_json(): a deep copy of every sample
+    # for four fields (the bisect keys every record of every step).
+    if isinstance(rec, Measurement):
+        scenario, metric, variant, settings = rec.scenario, rec.metric, rec.variant, rec.settings
+    else:
+        scenario, metric, variant, settings = rec["scenario"], rec["metric"], rec.get("variant"), rec.get("settings")
+    return f"{scenario} {metric} [{variant_label(variant or {})}] {json.dumps(settings or {}, sort_keys=True)}"
 
 
 def metrics_of(records: Iterable[Measurement]) -> list[MetricEntry]:
