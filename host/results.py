@@ -264,10 +264,13 @@ def metric_key(rec: Measurement | Mapping[str, Any]) -> str:
     # A record's own fields, not its to_json(): a deep copy of every sample
     # for four fields (the bisect keys every record of every step).
     if isinstance(rec, Measurement):
-        scenario, metric, variant, settings = rec.scenario, rec.metric, rec.variant, rec.settings
+        scenario, metric = rec.scenario, rec.metric
+        variant: Mapping[str, Any] = rec.variant or {}
+        settings: Mapping[str, Any] = rec.settings or {}
     else:
-        scenario, metric, variant, settings = rec["scenario"], rec["metric"], rec.get("variant"), rec.get("settings")
-    return f"{scenario} {metric} [{variant_label(variant or {})}] {json.dumps(settings or {}, sort_keys=True)}"
+        scenario, metric = rec["scenario"], rec["metric"]
+        variant, settings = rec.get("variant") or {}, rec.get("settings") or {}
+    return f"{scenario} {metric} [{variant_label(variant)}] {json.dumps(settings, sort_keys=True)}"
 
 
 def metrics_of(records: Iterable[Measurement]) -> list[MetricEntry]:
