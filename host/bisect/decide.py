@@ -95,6 +95,8 @@ class Evidence:
         """The verdict, with what an undecided probe would need."""
         if self.stats is None:
             return f"{UNDECIDED} (no measurement of both kernels yet)"
+        if self.paired and not self.stats.paired and self.verdict == UNDECIDED:
+            return f"{UNDECIDED} (one block: needs 2 or more blocks)"
         return stats_verdict_text(self.verdict, self.stats)
 
     def to_json(self) -> dict[str, Any]:

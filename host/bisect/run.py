@@ -425,7 +425,7 @@ class Bisector:
                 )
             give_up = self._give_up(index, rounds, spent)
             if give_up:
-                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, f"{evidence.text()}: {give_up}", looks)
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, give_up, looks)
             self._run_step(index, paired)
 
     # ---------------------------------------------------------- the search
@@ -464,7 +464,7 @@ class Bisector:
                 self.search.mark(index, mark)
                 why = f"; {record.reason}" if record.reason else ""
                 self._log(
-                    f"# {mark}: {self._label(index)} {record.evidence.verdict}: {self._ci_text(record.evidence)} "
+                    f"# {mark}: {self._label(index)} {record.evidence.text()}: {self._ci_text(record.evidence)} "
                     f"after {record.rounds} step(s), {record.seconds / 60:.1f} min{why}"
                 )
                 self._log(f"memqual bisect {mark} K{index + 1}")
