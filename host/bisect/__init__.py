@@ -79,8 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--reference",
         choices=("paired", "start"),
-        help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
-        "the last kernel is checked",
+        help="paired (default): K1 runs beside the probe in every block (ABBA), a paired t-test; start: K1 "
+        "only while the last kernel is checked, the other probes then unpaired (Welch against K1 pooled)",
     )
     parser.add_argument(
         "--test",
