@@ -589,3 +589,25 @@ def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
     assert state["settings"]["budget_min"] == 60 and state["outcome"]["first_bad"] == 3
     assert "# resumed with budget_min 60" in (tmp_path / "b" / "bisect.log").read_text()
+
+
+def test_a_state_from_before_the_four_verdicts_resumes_and_is_decided_anew(tmp_path):
+    """A memqual.bisect/1 state (its rounds without steps, its settings
+    with min_replicates): resumed, every probe is decided by the new rule
+    from the stored rounds, and the bisect goes on."""
+    b = _bisect(tmp_path, 6, FakeRunner(step=3, interrupt_after=4))
+    with pytest.raises(KeyboardInterrupt):
+        b.run()
+    path = tmp_path / "b" / "bisect.json"
+    state = json.loads(path.read_text())
+    state["schema"] = "memqual.bisect/1"
+    state["settings"]["min_replicates"] = 2
+    for r in state["rounds"]:
+        del r["step"]
+    path.write_text(json.dumps(state))
+    more = FakeRunner(step=3)
+    resumed = run.Bisector.resume(tmp_path / "b", more, say=lambda line: None)
+    resumed.clock = more.clock
+    assert resumed.run().first_bad == 3
+    final = json.loads(path.read_text())
+    assert final["schema"] == run.SCHEMA and all(p["decision"] in decide.VERDICTS for p in final["probes"])
