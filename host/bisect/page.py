@@ -10,12 +10,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memqual.host.html import CSS, GREY, VERDICT_COLOURS, ForestRow, badge, esc, forest_png
+from memqual.host.html import CSS, GREY, VERDICT_COLOURS, ForestRow, esc, forest_png
 from memqual.host.paths import write_private_atomic
 
 # The search's marks; the decisions (slower, faster, equivalent,
 # undecided) take compare's colours.
 MARK_COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
+
+
+def _pill(verdict: str, text: str | None = None) -> str:
+    """A decision as a pill in compare's colour (the style sheet's badge)."""
+    colour = VERDICT_COLOURS.get(verdict, GREY)
+    return f'<span class="badge" style="background:{colour}">{esc(text or verdict)}</span>'
 
 
 def _decision(p: dict[str, Any]) -> str:
@@ -106,7 +112,7 @@ def render(state: dict[str, Any]) -> str:
             e = p["evidence"]
             mark = p["verdict"]
             cells = [
-                badge(_decision(p), e.get("text") or _decision(p)),
+                _pill(_decision(p), e.get("text") or _decision(p)),
                 f"<b style='color:{MARK_COLOURS.get(mark, GREY)}'>{esc(mark)}</b>",
                 _ratio(e),
                 _units(e),
@@ -130,7 +136,7 @@ def render(state: dict[str, Any]) -> str:
         for index, look in steps:
             parts.append(
                 f"<tr><td>K{index + 1}</td><td>{look['step']}</td><td>{_ratio(look)}</td><td>{_units(look)}</td>"
-                f"<td>{look.get('alpha', 0.0):.2g}</td><td>{badge(look['verdict'], look.get('text'))}</td>"
+                f"<td>{look.get('alpha', 0.0):.2g}</td><td>{_pill(look['verdict'], look.get('text'))}</td>"
                 f"<td>{look['seconds'] / 60:.1f}</td></tr>"
             )
         parts.append("</table>")
