@@ -242,6 +242,14 @@ def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
     return min(1.0, min(ps) * len(ps))
 
 
+def beyond_band(low: float, high: float, threshold: float) -> bool:
+    """The whole interval [low, high] of a ratio lies beyond the band
+    [1 - threshold, 1 + threshold], above or below it."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    return low > 1.0 + threshold or high < 1.0 - threshold
+
+
 def change_points(
     series: Sequence[Sequence[Sequence[float]]],
     *,
@@ -253,7 +261,6 @@ def change_points(
     import numpy as np
 
     from memqual.host import stats
-    from memqual.host.bisect.decide import HIGHER, LOWER, band_verdict
 
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
     steps: list[Step] = []
@@ -290,7 +297,7 @@ def change_points(
         before_reps = [r for run in series[start:after] for r in run if len(r)]
         after_reps = [r for run in series[after:end] for r in run if len(r)]
         low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
-        if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
+        if not beyond_band(low, high, threshold):
             continue  # perhaps significant, but not shown to exceed the threshold
         steps.append(
             Step(
