@@ -46,6 +46,7 @@ import avocado
 from memqual.host.environment import Environment
 from memqual.host.errors import CapabilityMissing, Timeout
 from memqual.host.machine import Machine, MachineConfig
+from memqual.host.qemu import ENV_QEMU
 from memqual.host.record import Measurement, write
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
@@ -193,10 +194,11 @@ class GuestTest(avocado.Test):
 
     # -- the arm of an interleaved A/B (host/blocks.py) ---------------------
     def _take_arm(self) -> None:
-        """In a two-kernel run every test runs as variants, one per arm and
-        block; the variant names its arm's kernel.  The test's process is
-        its own, so the environment is where the image build, the balloon
-        driver and the guest command line (which read it) find that kernel."""
+        """In an A/B run every test runs as variants, one per arm and
+        block; the variant names its arm's kernel and QEMU.  The test's
+        process is its own, so the environment is where the image build,
+        the balloon driver, the guest command line and the QEMU launcher
+        (which read it) find them."""
         self.arm = str(self.params.get("arm", default="") or "")
         self.block = int(self.params.get("block", default=0) or 0)
         if not self.arm:
@@ -212,8 +214,20 @@ class GuestTest(avocado.Test):
                 os.environ[name] = value
             else:
                 os.environ.pop(name, None)
+        # An arm's QEMU: every guest of this test (memqual.host.qemu reads
+        # the variable at each start), its records' environment and its
+        # warm snapshot key follow it.  Empty: the QEMU the job inherited.
+        qemu = str(self.params.get("qemu", default="") or "")
+        if qemu:
+            os.environ[ENV_QEMU] = qemu
         os.environ["MEMQUAL_RUN_LABEL"] = self.arm
-        self.log.info("arm %s, block %d: kernel %s", self.arm, self.block, os.environ.get(ENV_KERNEL))
+        self.log.info(
+            "arm %s, block %d: kernel %s, QEMU %s",
+            self.arm,
+            self.block,
+            os.environ.get(ENV_KERNEL) or "default",
+            os.environ.get(ENV_QEMU) or "the system's",
+        )
 
     def tearDown(self) -> None:
         try:
