@@ -210,3 +210,108 @@ def test_one_qemu_run_is_one_arm(tmp_path: Path, fake) -> None:
     status, _ = _run(tmp_path)
     assert status == 0
     assert "--json-variants-load" not in fake.calls()[0]["argv"]
+
+
+# ------------------------------------------------------------- bisect
+
+
+def test_a_bisect_runs_one_qemu(tmp_path: Path, monkeypatch, capsys) -> None:
+    args = ["bisect", "--kernels", "a", "b", "--metric", "m", "--qemu", "7.2", "--qemu", "10.0.2"]
+    result = in_process(args, {"MEMQUAL_CACHE": str(tmp_path / "cache")}, monkeypatch, capsys)
+    assert_one_line_error(result, "--qemu given twice")
+
+
+def test_a_resumed_bisect_runs_the_qemu_it_started_with(tmp_path: Path, monkeypatch) -> None:
+    from memqual.host import bisect, qemu_binary
+
+    fake = fake_qemu.install(tmp_path / "q", "qmp")
+    monkeypatch.delenv("MEMQUAL_QEMU", raising=False)
+    chosen = _choice(tmp_path, "x", "10.0.2")
+    monkeypatch.setattr(qemu_binary, "choose", lambda spec: chosen if spec else None)
+    directory = tmp_path / "bisect"
+    assert bisect.bisect_qemu(str(fake), directory, resuming=False) is chosen
+    noted = json.loads((directory / bisect.QEMU_FILE).read_text())
+    assert noted["spec"] == str(fake) and noted["version"] == "10.0.2"
+    # Resumed: the noted QEMU, whether --qemu is left out or repeated.
+    assert bisect.bisect_qemu(None, directory, resuming=True) is chosen
+    assert bisect.bisect_qemu(str(fake), directory, resuming=True) is chosen
+    with pytest.raises(BadInput, match="it ran with --qemu"):
+        bisect.bisect_qemu("7.2", directory, resuming=True)
+    # A bisect started on the environment's QEMU is resumed on it.
+    other = tmp_path / "other"
+    assert bisect.bisect_qemu(None, other, resuming=False) is None
+    with pytest.raises(BadInput, match="environment's QEMU"):
+        bisect.bisect_qemu("7.2", other, resuming=True)
+
+
+def test_a_bisect_steps_variants_carry_its_qemu(tmp_path: Path) -> None:
+    kernel = runjob.GuestKernel("B", tmp_path / "bz", None, "b" * 64)
+    chosen = _choice(tmp_path, "x", "10.0.2")
+    assert runjob.arm_params(kernel, chosen).qemu == str(chosen.binary)
+    assert runjob.arm_params(kernel, chosen).arm == "B"
+
+
+# ---------------------------------------------------------- lab hosts
+
+
+def _lab_host(tmp_path: Path):
+    from memqual.host.hosts import config
+
+    key, known = tmp_path / "id_test", tmp_path / "known_hosts"
+    key.write_text("not a real key\n")
+    known.write_text("10.0.0.1 ssh-ed25519 AAAA\n")
+    return config.LabHost(name="lab1", address="10.0.0.1", key=key, known_hosts=known)
+
+
+def test_hosts_check_runs_each_hosts_doctor_of_the_qemu_asked_for(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    from memqual.host.hosts import check, ssh
+    from memqual.host.hosts.probe import HostProbe
+
+    host = _lab_host(tmp_path)
+    answer = HostProbe("1", "boot", {"host_kernel": "6.1.0"}, "/run/memqual/measure.lock", True, None)
+    monkeypatch.setattr(check, "probe_host", lambda h: check.HostCheck(h, "", answer))
+    seen: list[list[str]] = []
+
+    def run(h, argv, timeout_s):
+        seen.append(argv)
+        asked = "--qemu" in argv
+        report = {
+            "qemu_version": "10.0.2" if asked else "7.2.22",
+            "qemu_origin": "Debian bookworm-backports 1:10.0.2+ds-2" if asked else "system /usr/bin/qemu",
+            "kvm_boots_linux": False,
+            "kvm_device": False,
+        }
+        return subprocess.CompletedProcess(argv, 0, json.dumps(report), "")
+
+    monkeypatch.setattr(ssh, "run", run)
+    own = check.check_host(host)
+    asked = check.check_host(host, qemu="10.0.2")
+    assert seen[0][-2:] == ["doctor", "--json"]
+    assert seen[1][-4:] == ["doctor", "--json", "--qemu", "10.0.2"]
+    (line_own,) = check.lines([own])
+    (line_asked,) = check.lines([asked])
+    assert "QEMU 7.2.22" in line_own and "QEMU from system" in line_own
+    assert "QEMU 10.0.2" in line_asked and "bookworm-backports" in line_asked
+
+
+def test_a_host_that_cannot_have_the_qemu_asked_for_is_not_ready(tmp_path: Path, monkeypatch) -> None:
+    import subprocess
+
+    from memqual.host.hosts import check, ssh
+
+    host = _lab_host(tmp_path)
+    monkeypatch.setattr(check, "probe_host", lambda h: check.HostCheck(h, ""))
+    err = "memqual: error: QEMU 9.9 is not in the archive: memqual qemu list shows what is\n"
+    monkeypatch.setattr(ssh, "run", lambda h, argv, t: subprocess.CompletedProcess(argv, 2, "", err))
+    checked = check.check_host(host, qemu="9.9")
+    assert not checked.usable and "doctor exited 2" in checked.problem
+
+
+def test_run_hosts_refuses_a_qemu_it_would_not_use(tmp_path: Path, monkeypatch, capsys) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[host]]\nname = "a"\naddress = "10.0.0.1"\n')
+    args = ["run", "--hosts", str(hosts), "--qemu", "10.0.2", "--output", str(tmp_path / "out")]
+    result = in_process(args, {"MEMQUAL_CACHE": str(tmp_path / "cache")}, monkeypatch, capsys)
+    assert_one_line_error(result, "--hosts runs each host's own QEMU")
