@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 import avocado
 
 from memqual.host.environment import Environment
-from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.machine import Machine, MachineConfig
 from memqual.host.qemu import ENV_QEMU
 from memqual.host.record import Measurement, write
@@ -138,6 +138,15 @@ class MeasurementLock:
         with os.fdopen(fd) as handle:
             text = handle.read().strip()
         return int(text) if text.isdigit() else None
+
+
+# The guest's /proc/cpuinfo by (QEMU binary, accelerator), read at the
+# first boot of each in this process.
+_CPUINFO: dict[tuple[str, str], str] = {}
+
+
+def _cpu_key(vm: Machine) -> tuple[str, str]:
+    return (os.environ.get(ENV_QEMU, ""), vm.accel)
 
 
 def measures_nothing(method: TestMethod) -> TestMethod:
@@ -273,7 +282,27 @@ class GuestTest(avocado.Test):
             machine.accel,
             machine.boot_to_ssh_s,
         )
+        self._note_guest_cpu(machine)
         return machine
+
+    def _guest_cpuinfo(self, vm: Machine) -> str:
+        """The guest's /proc/cpuinfo (its first processor), as read by the
+        first guest of this QEMU and accelerator; "" when none could be."""
+        return _CPUINFO.get(_cpu_key(vm), "")
+
+    def _note_guest_cpu(self, vm: Machine) -> None:
+        """Read the guest's CPU once per QEMU and accelerator in this test's
+        process (every guest of one QEMU's ``-cpu max`` sees the same CPU),
+        right after its first boot, before the test measures anything."""
+        key = _cpu_key(vm)
+        if key in _CPUINFO:
+            return
+        try:
+            out = vm.ssh.run(["head", "-n", "40", "/proc/cpuinfo"], timeout=20, check=False)
+            _CPUINFO[key] = out.stdout if out.status == 0 else ""
+        except (GuestError, Timeout, OSError) as exc:
+            self.log.info("guest CPU not read: %s", exc)
+            _CPUINFO[key] = ""
 
     # -- results ----------------------------------------------------------
     @property
@@ -291,7 +320,7 @@ class GuestTest(avocado.Test):
         env = probe.environment()
         if self._machines:
             vm = self._machines[-1]
-            env = env.with_accel(vm.accel, vm.accel_reason)
+            env = env.with_accel(vm.accel, vm.accel_reason).with_guest_cpu(self._guest_cpuinfo(vm))
         if self._image is not None:
             env = env.with_guest(self._image)
         return env

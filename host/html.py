@@ -155,6 +155,9 @@ def environment_line(env: Mapping[str, Any]) -> str:
         origin = str(env.get("qemu_origin") or "").split(" (cache ")[0]
         named = qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"
         bits.append(esc(named + (f" ({origin})" if origin else "")))
+    if env.get("guest_cpu"):
+        # QEMU's CPU model as the guest saw it: it changes between QEMU versions.
+        bits.append(f"guest CPU {esc(env['guest_cpu'])}")
     if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
         sha = str(env.get("guest_kernel_sha256") or "")[:12]
         bits.append(f"guest kernel {esc(env.get('guest_kernel') or '')}" + (f" (sha256 {esc(sha)}...)" if sha else ""))

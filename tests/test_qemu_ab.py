@@ -315,3 +315,37 @@ def test_run_hosts_refuses_a_qemu_it_would_not_use(tmp_path: Path, monkeypatch, 
     args = ["run", "--hosts", str(hosts), "--qemu", "10.0.2", "--output", str(tmp_path / "out")]
     result = in_process(args, {"MEMQUAL_CACHE": str(tmp_path / "cache")}, monkeypatch, capsys)
     assert_one_line_error(result, "--hosts runs each host's own QEMU")
+
+
+# ------------------------------------------------- the guest's CPU model
+
+CPUINFO_72 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 15
+model\t\t: 107
+model name\t: QEMU TCG CPU version 2.5+
+flags\t\t: fpu sse2 rep_good extd_apicid nopl
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+cpu family\t: 15
+"""
+CPUINFO_100 = CPUINFO_72.replace("family\t: 15\nmodel\t\t: 107", "family\t: 6\nmodel\t\t: 6").replace(
+    "rep_good extd_apicid", "fsrm x2apic"
+)
+
+
+def test_the_guest_cpu_is_read_from_the_guest_and_differs_between_qemus() -> None:
+    from memqual.host.environment import Environment, guest_cpu_from
+
+    assert guest_cpu_from(CPUINFO_72) == (
+        "AuthenticAMD family 15 model 107 (QEMU TCG CPU version 2.5+)",
+        "extd_apicid fpu nopl rep_good sse2",
+    )
+    old = Environment(qemu="7.2.22").with_guest_cpu(CPUINFO_72)
+    new = Environment(qemu="10.0.2").with_guest_cpu(CPUINFO_100)
+    assert old.guest_cpu != new.guest_cpu and "rep_good" not in (new.guest_cpu_flags or "")
+    assert new.to_json()["guest_cpu"] == "AuthenticAMD family 6 model 6 (QEMU TCG CPU version 2.5+)"
+    # Nothing read (the guest had gone): the environment stays as it was.
+    assert Environment(qemu="7.2.22").with_guest_cpu("") == Environment(qemu="7.2.22")
+    assert guest_cpu_from("processor : 0\nflags : fpu\n") is None
