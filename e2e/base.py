@@ -45,8 +45,9 @@ import avocado
 
 from memqual.host import profiles
 from memqual.host.environment import Environment
-from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.machine import Machine, MachineConfig
+from memqual.host.qemu import ENV_QEMU
 from memqual.host.record import Measurement, write
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
@@ -139,6 +140,15 @@ class MeasurementLock:
         return int(text) if text.isdigit() else None
 
 
+# The guest's /proc/cpuinfo by (QEMU binary, accelerator), read at the
+# first boot of each in this process.
+_CPUINFO: dict[tuple[str, str], str] = {}
+
+
+def _cpu_key(vm: Machine) -> tuple[str, str]:
+    return (os.environ.get(ENV_QEMU, ""), vm.accel)
+
+
 def measures_nothing(method: TestMethod) -> TestMethod:
     """Mark a test method that measures neither time nor host-wide state:
     it holds the measurement lock shared (GuestTest.measures)."""
@@ -199,10 +209,11 @@ class GuestTest(avocado.Test):
 
     # -- the arm of an interleaved A/B (host/blocks.py) ---------------------
     def _take_arm(self) -> None:
-        """In a two-kernel run every test runs as variants, one per arm and
-        block; the variant names its arm's kernel.  The test's process is
-        its own, so the environment is where the image build, the balloon
-        driver and the guest command line (which read it) find that kernel."""
+        """In an A/B run every test runs as variants, one per arm and
+        block; the variant names its arm's kernel and QEMU.  The test's
+        process is its own, so the environment is where the image build,
+        the balloon driver, the guest command line and the QEMU launcher
+        (which read it) find them."""
         self.arm = str(self.params.get("arm", default="") or "")
         self.block = int(self.params.get("block", default=0) or 0)
         if not self.arm:
@@ -218,8 +229,20 @@ class GuestTest(avocado.Test):
                 os.environ[name] = value
             else:
                 os.environ.pop(name, None)
+        # An arm's QEMU: every guest of this test (memqual.host.qemu reads
+        # the variable at each start), its records' environment and its
+        # warm snapshot key follow it.  Empty: the QEMU the job inherited.
+        qemu = str(self.params.get("qemu", default="") or "")
+        if qemu:
+            os.environ[ENV_QEMU] = qemu
         os.environ["MEMQUAL_RUN_LABEL"] = self.arm
-        self.log.info("arm %s, block %d: kernel %s", self.arm, self.block, os.environ.get(ENV_KERNEL))
+        self.log.info(
+            "arm %s, block %d: kernel %s, QEMU %s",
+            self.arm,
+            self.block,
+            os.environ.get(ENV_KERNEL) or "default",
+            os.environ.get(ENV_QEMU) or "the system's",
+        )
 
     def first_unit(self) -> int:
         """The index a scenario's first fresh guest counts from when it
@@ -272,7 +295,27 @@ class GuestTest(avocado.Test):
             machine.accel,
             machine.boot_to_ssh_s,
         )
+        self._note_guest_cpu(machine)
         return machine
+
+    def _guest_cpuinfo(self, vm: Machine) -> str:
+        """The guest's /proc/cpuinfo (its first processor), as read by the
+        first guest of this QEMU and accelerator; "" when none could be."""
+        return _CPUINFO.get(_cpu_key(vm), "")
+
+    def _note_guest_cpu(self, vm: Machine) -> None:
+        """Read the guest's CPU once per QEMU and accelerator in this test's
+        process (every guest of one QEMU's ``-cpu max`` sees the same CPU),
+        right after its first boot, before the test measures anything."""
+        key = _cpu_key(vm)
+        if key in _CPUINFO:
+            return
+        try:
+            out = vm.ssh.run(["head", "-n", "40", "/proc/cpuinfo"], timeout=20, check=False)
+            _CPUINFO[key] = out.stdout if out.status == 0 else ""
+        except (GuestError, Timeout, OSError) as exc:
+            self.log.info("guest CPU not read: %s", exc)
+            _CPUINFO[key] = ""
 
     # -- results ----------------------------------------------------------
     @property
@@ -290,7 +333,7 @@ class GuestTest(avocado.Test):
         env = probe.environment()
         if self._machines:
             vm = self._machines[-1]
-            env = env.with_accel(vm.accel, vm.accel_reason)
+            env = env.with_accel(vm.accel, vm.accel_reason).with_guest_cpu(self._guest_cpuinfo(vm))
         if self._image is not None:
             env = env.with_guest(self._image)
         return env

@@ -230,9 +230,11 @@ class BalloonBase(GuestTest):
 
 
 class BalloonTiming(BalloonBase):
-    """
+    """The timed inflate/deflate cycles (``--only balloon-timing``: the
+    balloon's primaries alone, for a short A/B).
+
     :avocado: enable
-    :avocado: tags=balloon
+    :avocado: tags=balloon,balloon-timing
     """
 
     def test_inflate_deflate_1g(self) -> None:

@@ -6,8 +6,8 @@ next test starts: the two members of a pair are minutes apart, never a job
 apart, and a drift of the shared host between blocks falls on both arms.
 
 The variants file (``--json-variants-load``) gives every variant the params
-GuestTest reads (e2e/base.py): ``arm``, ``block`` and the arm's kernel
-files.  A variant's id, ``b<block>-<arm>``, ends the test's name and its
+GuestTest reads (e2e/base.py): ``arm``, ``block``, the arm's kernel
+files and its QEMU binary.  A variant's id, ``b<block>-<arm>``, ends the test's name and its
 results directory, which is how records are told apart by arm and block.
 """
 
@@ -17,6 +17,8 @@ import dataclasses
 import re
 from pathlib import Path
 from typing import Any
+
+from memqual.host.errors import BadInput
 
 # Tests with these tags check behaviour (boot, panic, cleanup, isolation,
 # warm start, lab hosts) and measure nothing an A/B compares: they run once
@@ -32,13 +34,38 @@ VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
 
 @dataclasses.dataclass(frozen=True)
 class ArmParams:
-    """What a variant tells GuestTest about its arm's kernel."""
+    """What a variant tells GuestTest about its arm's kernel and QEMU
+    (empty: the default kernel, the QEMU the job inherits)."""
 
     arm: str  # "A" or "B"
     kernel: str
     modules: str = ""
     kernel_build: str = ""
     cmdline_extra: str = ""
+    qemu: str = ""  # the arm's qemu-system-x86_64 ($MEMQUAL_QEMU in its tests)
+
+
+# Which kernel and which QEMU each arm has, by their index in the command
+# line's order (None: the default one).
+ArmAxes = tuple[tuple[int | None, int | None], ...]
+
+
+def arm_axes(kernels: int, qemus: int) -> ArmAxes:
+    """How ``kernels`` kernels and ``qemus`` QEMUs make the arms of a run:
+    one of each or none, one arm; two of one axis, A and B differ on that
+    axis and share the other's one (or default); two of each, paired in
+    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Anything else is
+    BadInput: no run compares more than two arms."""
+    if kernels > 2 or qemus > 2:
+        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu"
+        raise BadInput(f"{what} given {max(kernels, qemus)} times: an A/B has two arms; give it at most twice")
+    if kernels < 0 or qemus < 0:
+        raise BadInput("a negative count of kernels or QEMUs")
+    if max(kernels, qemus) < 2:
+        return ((0 if kernels else None, 0 if qemus else None),)
+    kernel = (0, 1) if kernels == 2 else ((0, 0) if kernels else (None, None))
+    qemu = (0, 1) if qemus == 2 else ((0, 0) if qemus else (None, None))
+    return ((kernel[0], qemu[0]), (kernel[1], qemu[1]))
 
 
 def block_order(first: int, count: int) -> list[tuple[int, str]]:
@@ -69,6 +96,7 @@ def variants(order: list[tuple[int, str]], arms: dict[str, ArmParams]) -> list[d
             "modules": p.modules,
             "kernel_build": p.kernel_build,
             "cmdline_extra": p.cmdline_extra,
+            "qemu": p.qemu,
         }
         out.append(
             {

@@ -238,16 +238,17 @@ def qemu_spec(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_qemu(parser: argparse.ArgumentParser) -> None:
+def add_qemu(parser: argparse.ArgumentParser, more: str = "") -> None:
     """``--qemu VERSION|PATH``: which QEMU runs the guests.  Collected as a
-    list: a QEMU is part of what an arm of an A/B comparison is."""
+    list: a QEMU is part of what an arm of an A/B comparison is (``more``
+    says how a command that takes two uses them)."""
     parser.add_argument(
         "--qemu",
         action="append",
         type=qemu_spec,
         metavar="VERSION|PATH",
         help="a QEMU of Debian's archive by version (memqual qemu list), fetched into the cache, "
-        "or your own qemu-system-x86_64; default: $MEMQUAL_QEMU, else the system's",
+        "or your own qemu-system-x86_64; default: $MEMQUAL_QEMU, else the system's" + more,
     )
 
 

@@ -50,6 +50,11 @@ class Environment:
     guest_kernel: str | None = None  # the guest kernel's release
     guest_kernel_sha256: str | None = None
     initramfs_sha256: str | None = None
+    # The CPU the guest saw (QEMU's model: ``-cpu max`` is another CPU in
+    # another QEMU version, and the guest kernel picks code paths by it),
+    # read from the guest's /proc/cpuinfo.
+    guest_cpu: str | None = None  # "AuthenticAMD family 15 model 107 (QEMU TCG CPU version 2.5+)"
+    guest_cpu_flags: str | None = None  # its flags, sorted, space-separated
     python: str | None = None  # the Python that ran the scenario
     # The /dev/kvm harness (memslots kvm): the device and what it said.
     kvm_module: str | None = None  # kvm_intel, kvm_amd, kvm_pvm...
@@ -88,5 +93,34 @@ class Environment:
             initramfs_sha256=image.initramfs_sha256,
         )
 
+    def with_guest_cpu(self, cpuinfo: str) -> Environment:
+        """The guest's CPU from its /proc/cpuinfo; unchanged when that says
+        nothing of it."""
+        cpu = guest_cpu_from(cpuinfo)
+        if cpu is None:
+            return self
+        return dataclasses.replace(self, guest_cpu=cpu[0], guest_cpu_flags=cpu[1])
+
     def replace(self, **changes: Any) -> Environment:
         return dataclasses.replace(self, **changes)
+
+
+def guest_cpu_from(cpuinfo: str) -> tuple[str, str] | None:
+    """(vendor, family, model and name in one line; the sorted flags) of
+    the first processor in a /proc/cpuinfo, or None without a vendor."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    vendor = fields.get("vendor_id")
+    if not vendor:
+        return None
+    cpu = f"{vendor} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    if fields.get("model name"):
+        cpu += f" ({fields['model name']})"
+    return cpu, " ".join(sorted(set(fields.get("flags", "").split())))

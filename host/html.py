@@ -180,6 +180,9 @@ def environment_line(env: Mapping[str, Any]) -> EnvironmentLine:
         origin = str(env.get("qemu_origin") or "").split(" (cache ")[0]
         named = qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"
         rest.append(named + (f" ({origin})" if origin else ""))
+    if env.get("guest_cpu"):
+        # QEMU's CPU model as the guest saw it: it changes between QEMU versions.
+        rest.append(f"guest CPU {env['guest_cpu']}")
     if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
         sha = str(env.get("guest_kernel_sha256") or "")[:12]
         rest.append(f"guest kernel {env.get('guest_kernel') or ''}" + (f" (sha256 {sha}...)" if sha else ""))

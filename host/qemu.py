@@ -76,8 +76,9 @@ def qemu_binary() -> str:
     return path
 
 
-def qemu_version() -> str:
-    return _version_of(qemu_binary())
+def qemu_version(binary: str | None = None) -> str:
+    """What ``binary --version`` says (default: the QEMU of this process)."""
+    return _version_of(binary or qemu_binary())
 
 
 @functools.lru_cache(maxsize=8)

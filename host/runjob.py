@@ -15,15 +15,17 @@ job, judges every claim and writes::
     OUTPUT/report.html        the same for people, with plots
 
 and prints the tables.  With two guest kernels (``--guest-kernel A.bzImage
---guest-kernel B.bzImage``) it runs the same scenarios on each into
-OUTPUT/A/ and OUTPUT/B/ and compares them (OUTPUT/comparison.json, the same
-as ``memqual compare OUTPUT/A/results.json OUTPUT/B/results.json``).
+--guest-kernel B.bzImage``), two QEMUs (``--qemu 7.2 --qemu 10.0.2``) or
+two of each (paired in order: A is the first kernel on the first QEMU) it
+runs the same scenarios on each arm into OUTPUT/A/ and OUTPUT/B/ and
+compares them (OUTPUT/comparison.json, the same as ``memqual compare
+OUTPUT/A/results.json OUTPUT/B/results.json``).
 
 ``--rounds N`` with one kernel runs the whole set N times, one avocado
 job each, and merges each metric's records over the rounds
 (``record.merge_rounds``): the samples pooled for the medians, every
 round's replicates kept as independent units for the statistics.
-With two kernels (``run_blocked``) both images and balloon drivers are
+With two arms (``run_blocked``) the given kernels' images and balloon drivers are
 built first, then A and B run interleaved inside one job as Avocado
 variants (host/blocks.py): N blocks, A B then B A, each test running all
 its blocks before the next test; tests tagged boot or hosts run once per
@@ -40,7 +42,9 @@ on to every test):
   (bzImage) and its modules directory instead of Debian's, for qualifying a
   patch; ``MEMQUAL_GUEST_KERNEL_BUILD``: the tree it was built in, from
   which the balloon driver variant is built.
-- ``MEMQUAL_RUN_LABEL``: ``A`` or ``B`` in a two-kernel run.
+- ``MEMQUAL_RUN_LABEL``: ``A`` or ``B`` in an A/B run.
+- ``MEMQUAL_QEMU``: the QEMU binary (``--qemu``); in an A/B of QEMUs each
+  variant names its arm's, and GuestTest sets it in the test's process.
 
 ``MEMQUAL_AVOCADO`` names another avocado executable (the tests use a fake).
 
@@ -77,6 +81,7 @@ from memqual.host.paths import REPO_ROOT, check_output_dir, write_private_atomic
 from memqual.host.profiles import AB, AB_TAG, PROFILES, QUICK
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from memqual.host.qemu_binary import QemuChoice
     from memqual.host.results import Results
 
 # avocado's exit status bits (avocado.core.exit_codes)
@@ -106,19 +111,32 @@ class GuestKernel:
 
 
 @dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm of an A/B: its kernel (None: the default image's) and its
+    QEMU (None: the one the job inherits, $MEMQUAL_QEMU or the system's)."""
+
+    label: str  # "A" or "B"
+    kernel: GuestKernel | None
+    qemu: QemuChoice | None
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
     output: Path
     profile: str = "quick"
     only: tuple[str, ...] = ()
     tests: Path = REPO_ROOT / "e2e"
     kernels: tuple[GuestKernel, ...] = ()
+    # The --qemu of each arm, resolved (fetched) by main: one for every
+    # arm, or two for A and B (blocks.arm_axes pairs them with the kernels).
+    qemus: tuple[QemuChoice, ...] = ()
     parallel: int = 1
     rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
-    until_decided: bool = False  # two kernels: add rounds until every metric is decided (host/bisect/until.py)
+    until_decided: bool = False  # two arms: add rounds until every metric is decided (host/bisect/until.py)
     budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
     avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/hosts/)
     environment: tuple[tuple[str, str], ...] = ()  # set in the job's environment last (the lab hosts' TMPDIR)
-    # A blocked two-kernel job (host/blocks.py): its variants file, the
+    # A blocked A/B job (host/blocks.py): its variants file, the
     # tests it names (empty: config.tests) and which tests it selects:
     # "once" the once-per-arm tests, "blocks" the others, "" all.
     variants_file: Path | None = None
@@ -662,9 +680,12 @@ def write_arm_outputs(
     config: RunConfig,
     kernel: GuestKernel | None,
     console: Any,
+    qemu: QemuChoice | None = None,
+    label: str = "",
 ) -> Results:
     """write_outputs from records already merged and the tests (with the
-    number of the job that ran each) that wrote them."""
+    number of the job that ran each) that wrote them; ``qemu`` and
+    ``label``: an A/B arm's QEMU and name where its kernel does not say."""
     from memqual.host import claims, report
     from memqual.host.results import build_results, write_results
 
@@ -675,7 +696,7 @@ def write_arm_outputs(
     run_info: dict[str, Any] = {
         "profile": config.profile,
         "only": list(config.only),
-        "label": kernel.label if kernel else "",
+        "label": label or (kernel.label if kernel else ""),
         "guest_kernel": (
             {
                 "bzimage": str(kernel.bzimage),
@@ -685,6 +706,7 @@ def write_arm_outputs(
             if kernel
             else None
         ),
+        "qemu": qemu_json(qemu),
         "rounds": len(jobs),
         # The first job's summary heads the report; every round's is listed.
         "avocado": jobs[0].to_json(),
@@ -705,6 +727,28 @@ def write_arm_outputs(
     return results
 
 
+def run_arms(config: RunConfig) -> tuple[Arm, ...]:
+    """The two arms of an A/B (blocks.arm_axes pairs the kernels and the
+    QEMUs), or () when the run has one arm."""
+    from memqual.host.blocks import arm_axes
+
+    axes = arm_axes(len(config.kernels), len(config.qemus))
+    if len(axes) != 2:
+        return ()
+    arms = []
+    for label, (k, q) in zip("AB", axes, strict=True):
+        kernel = dataclasses.replace(config.kernels[k], label=label) if k is not None else None
+        arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None))
+    return tuple(arms)
+
+
+def qemu_json(qemu: QemuChoice | None) -> dict[str, str] | None:
+    """An arm's QEMU as results.json and comparison.json name it."""
+    if qemu is None:
+        return None
+    return {"version": qemu.version, "origin": qemu.origin, "binary": str(qemu.binary)}
+
+
 def _out_dir(config: RunConfig, kernel: GuestKernel | None) -> Path:
     return config.output / kernel.label if kernel and kernel.label else config.output
 
@@ -715,9 +759,10 @@ def run(config: RunConfig, console: Any = None) -> int:
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)
+    arms = run_arms(config)
+    if len(arms) == 2:
+        return run_blocked(config, (arms[0], arms[1]), console)
     kernels: tuple[GuestKernel | None, ...] = config.kernels or (None,)
-    if len(kernels) == 2:
-        return run_blocked(config, (config.kernels[0], config.kernels[1]), console)
     jobs: dict[str, list[JobOutcome]] = {}
 
     def one_job(round_no: int, kernel: GuestKernel | None, total: int) -> None:
@@ -778,10 +823,10 @@ def make_tracker() -> DecisionTracker:
     return cast(DecisionTracker, Tracker(threshold=compare.DEFAULT_THRESHOLD, alpha=compare.DEFAULT_ALPHA))
 
 
-def prebuild(kernels: tuple[GuestKernel, GuestKernel], console: Any) -> None:
-    """Both images and both balloon driver variants, before any job: a
-    kernel that cannot be built is bad input before anything ran, not a
-    job of skips."""
+def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
+    """The given kernels' images and balloon driver variants, before any
+    job: a kernel that cannot be built is bad input before anything ran,
+    not a job of skips."""
     from memqual.host.errors import CapabilityMissing
     from memqual.images import balloon_driver
     from memqual.images.build import KernelSource, build
@@ -808,21 +853,24 @@ def prebuild(kernels: tuple[GuestKernel, GuestKernel], console: Any) -> None:
         console.print(f"kernel {k.label}: image {image.release}, balloon driver {variant.ko}", highlight=False)
 
 
-def arm_params(k: GuestKernel) -> Any:
+def arm_params(k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "") -> Any:
+    """An arm's variant params (blocks.ArmParams): its kernel's files (none:
+    the default image) and its QEMU's binary (none: the job's)."""
     from memqual.host.blocks import ArmParams
 
     return ArmParams(
-        arm=k.label,
-        kernel=str(k.bzimage),
-        modules=str(k.modules or ""),
-        kernel_build=str(k.kernel_build or ""),
-        cmdline_extra=k.cmdline_extra,
+        arm=label or (k.label if k is not None else ""),
+        kernel=str(k.bzimage) if k is not None else "",
+        modules=str(k.modules or "") if k is not None else "",
+        kernel_build=str(k.kernel_build or "") if k is not None else "",
+        cmdline_extra=k.cmdline_extra if k is not None else "",
+        qemu=str(qemu.binary) if qemu is not None else "",
     )
 
 
 @dataclasses.dataclass
 class BlockedRun:
-    """The jobs of a two-kernel run and what their records say."""
+    """The jobs of an A/B run and what their records say."""
 
     jobs: list[JobOutcome] = dataclasses.field(default_factory=list)
     records: list[Any] = dataclasses.field(default_factory=list)  # stamped with arm and block
@@ -920,16 +968,20 @@ def run_block_job(
         return run_avocado(job_config, config.output / "avocado", None, console, number)
 
 
-def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], console: Any) -> int:
-    """Two kernels, interleaved: both images and balloon drivers built,
-    then the once-per-arm tests (block 1 of each arm) and ONE job in which
-    every other test runs its blocks A B, B A, ...; with until_decided,
-    more blocks of only the tests whose scenarios are undecided."""
+def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> int:
+    """Two arms (two kernels, two QEMUs, or two of each), interleaved: the
+    images and balloon drivers of the given kernels built, then the
+    once-per-arm tests (block 1 of each arm) and ONE job in which every
+    other test runs its blocks A B, B A, ...; with until_decided, more
+    blocks of only the tests whose scenarios are undecided."""
     from memqual.host import blocks, record
 
     started = time.monotonic()
-    prebuild(kernels, console)
-    arms = {k.label: arm_params(k) for k in kernels}
+    given = {a.kernel.bzimage: a.kernel for a in run_arms if a.kernel is not None}
+    prebuild(tuple(given.values()), console)
+    for a in run_arms:
+        console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
+    arms = {a.label: arm_params(a.kernel, a.qemu, a.label) for a in run_arms}
     run_state = BlockedRun()
 
     def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
@@ -955,20 +1007,22 @@ def run_blocked(config: RunConfig, kernels: tuple[GuestKernel, GuestKernel], con
     if config.until_decided:
         _until_decided_blocks(config, run_state, job, started, console)
     results = []
-    for k in kernels:
+    for a in run_arms:
         results.append(
             write_arm_outputs(
-                config.output / k.label,
-                record.merge_rounds(run_state.of_arm(k.label)),
+                config.output / a.label,
+                record.merge_rounds(run_state.of_arm(a.label)),
                 run_state.problems,
-                run_state.tests_of_arm(k.label),
+                run_state.tests_of_arm(a.label),
                 run_state.jobs,
                 config,
-                k,
+                a.kernel,
                 console,
+                qemu=a.qemu,
+                label=a.label,
             )
         )
-    _compare_kernels(config, results, console)
+    _compare_arms(config, run_arms, results, console)
     return _exit_status(run_state.jobs, console)
 
 
@@ -1015,7 +1069,18 @@ def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, st
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
 
 
-def _compare_kernels(config: RunConfig, results: list[Results], console: Any) -> None:
+def arm_line(arm: Arm) -> str:
+    """What an arm is made of, in one line: its kernel and its QEMU."""
+    kernel = f"kernel {arm.kernel.bzimage}" if arm.kernel is not None else "the default kernel"
+    qemu = (
+        f"QEMU {arm.qemu.version} ({arm.qemu.origin})"
+        if arm.qemu is not None
+        else "the QEMU of the environment ($MEMQUAL_QEMU or the system's)"
+    )
+    return f"{kernel}, {qemu}"
+
+
+def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Results], console: Any) -> None:
     from memqual.host import compare
 
     try:
@@ -1023,8 +1088,18 @@ def _compare_kernels(config: RunConfig, results: list[Results], console: Any) ->
     except BadInput as exc:
         console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
         return
+    for a in arms:
+        console.print(f"{a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
     out = result.to_json()
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
+    out["arms"] = {
+        a.label: {
+            "kernel": str(a.kernel.bzimage) if a.kernel is not None else None,
+            "kernel_sha256": a.kernel.sha256 if a.kernel is not None else None,
+            "qemu": qemu_json(a.qemu),
+        }
+        for a in arms
+    }
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     compare.print_comparison(result, console)
     from memqual.host.compare_report import write_comparison_html
@@ -1113,15 +1188,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput(f"--tests {tests}: no directory of tests or .py test file")
     if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
-    # Two kernels: two rounds (A B, then B A) unless told; one kernel: one.
-    rounds = args.rounds if args.rounds is not None else (2 if len(kernels) == 2 else 1)
+    from memqual.host.blocks import arm_axes
+
+    # Which kernel and QEMU each arm has; bad combinations end here.
+    two_arms = len(arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))) == 2
+    # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
+    rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
     if not 1 <= rounds <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
     only = job_tags(args)
     if args.budget is not None and not args.until_decided:
         raise BadInput("--budget applies to --until-decided only")
-    if args.until_decided and len(kernels) != 2:
-        raise BadInput("--until-decided compares two kernels: give --debian-kernel or --guest-kernel twice")
+    if args.until_decided and not two_arms:
+        raise BadInput(
+            "--until-decided compares two arms: give a kernel (--debian-kernel, --guest-kernel) or --qemu twice"
+        )
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
         output=output_directory(args, "memqual-results"),
@@ -1199,19 +1280,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
         "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
     )
-    cliargs.add_qemu(parser)
+    cliargs.add_qemu(
+        parser,
+        "; twice to compare two QEMUs (A, B). With kernels: two kernels and one QEMU (or none) compare the "
+        "kernels on that QEMU; one kernel (or none) and two QEMUs compare the QEMUs on that kernel; two of "
+        "each pair in order (A = first kernel + first QEMU, B = second + second); other counts are refused",
+    )
     parser.add_argument(
         "--rounds",
         type=int,
         metavar="N",
-        help="one kernel: run the scenarios N times and pool the samples; two kernels: N blocks, each test "
-        "running A and B inside one job, A B then B A ... (tests tagged boot or hosts run once per arm; "
-        "default 2 with two kernels, else 1)",
+        help="one arm: run the scenarios N times and pool the samples; two arms (kernels or QEMUs): N blocks, "
+        "each test running A and B inside one job, A B then B A ... (tests tagged boot or hosts run once per arm; "
+        "default 2 with two arms, else 1)",
     )
     parser.add_argument(
         "--until-decided",
         action="store_true",
-        help="two kernels: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
+        help="two arms: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
         "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
     )
     parser.add_argument(
@@ -1229,13 +1315,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=main)
 
 
+def resolve_qemus(specs: list[str] | None) -> tuple[QemuChoice, ...]:
+    """``--qemu`` once: this process's QEMU, which the scenarios inherit
+    through $MEMQUAL_QEMU; twice: both fetched (or checked) before any job,
+    each named by its arm's variants."""
+    from memqual.host.paths import cache_dir
+    from memqual.host.qemu_binary import choose, resolve
+
+    if not specs:
+        return ()
+    if len(specs) == 1:
+        return (choose(specs[0]),)
+    return tuple(resolve(spec, cache_dir()) for spec in specs)
+
+
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    if getattr(args, "qemu", None):
-        from memqual.host.qemu_binary import choose
-
-        # The scenarios inherit the choice through $MEMQUAL_QEMU.
-        choose(cliargs.one_qemu(args.qemu))
+    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None)))
     # What the kernel files hold is read here, at the command, rather than
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.

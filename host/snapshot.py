@@ -86,14 +86,31 @@ def usable() -> bool:
         return False
 
 
+def qemu_identity(binary: str) -> dict[str, object]:
+    """Which QEMU saved a state: its version and the binary itself (its
+    resolved path, size and change time).  A state saved by one QEMU need
+    not load in another -- another version's device state, or a build of
+    the same version with other patches -- so two binaries never share a
+    snapshot, even when they print the same version."""
+    from memqual.host.qemu import qemu_version
+
+    path = Path(binary).resolve()
+    try:
+        st = path.stat()
+        stamp: list[int] = [st.st_size, st.st_mtime_ns, st.st_ino]
+    except OSError:
+        stamp = []
+    return {"version": qemu_version(binary), "binary": str(path), "stat": stamp}
+
+
 def snapshot_key(machine: Machine) -> str:
-    from memqual.host.qemu import kernel_cmdline, qemu_version
+    from memqual.host.qemu import kernel_cmdline, qemu_binary
 
     config = dataclasses.asdict(machine.config)
     config.pop("warm")
     material = {
         "format": FORMAT_VERSION,
-        "qemu": qemu_version(),
+        "qemu": qemu_identity(qemu_binary()),
         "accel": machine.accel,
         "image": str(machine.image.directory),
         "kernel": machine.image.kernel_sha256,

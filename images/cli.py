@@ -13,7 +13,14 @@ from memqual.host import cliargs
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("image", help="build or clean the guest image")
     actions = parser.add_subparsers(dest="image_command", required=True)
-    build = actions.add_parser("build", help="build the guest image (or find it in the cache)")
+    build = actions.add_parser(
+        "build",
+        help="build the guest image (or find it in the cache)",
+        description="Build the guest image (kernel, initramfs, SSH keys) or find it in the cache.  It takes "
+        "no --qemu: nothing in the image depends on the QEMU that runs it (its modules, virtio_mem among "
+        "them, are the kernel's), so one image serves every QEMU; what does depend on the QEMU, the warm "
+        "snapshot, is kept per QEMU binary.",
+    )
     cliargs.add_guest_kernel(build)
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true")

@@ -584,7 +584,7 @@ def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys
     b = _bisect(tmp_path, 6, runner, budget_min=8.0)
     assert b.run().kind == "undecided ends"  # one round a side fits, a decision needs two
     more = FakeRunner(step=3, round_s=300.0)
-    monkeypatch.setattr(bisect_cli, "avocado_runner", lambda settings, console: more)
+    monkeypatch.setattr(bisect_cli, "avocado_runner", lambda settings, console, qemu=None: more)
     assert cli.main(["bisect", "--resume", str(tmp_path / "b"), "--budget", "60"]) == 0
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
     assert state["settings"]["budget_min"] == 60 and state["outcome"]["first_bad"] == 3

@@ -137,7 +137,7 @@ def test_decided_after_then_undecided_again_counts_from_the_last_time():
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--until-decided"], "compares two kernels"),
+        (["--until-decided"], "compares two arms"),
         (["--budget", "10"], "--until-decided only"),
     ],
 )

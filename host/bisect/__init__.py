@@ -95,6 +95,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
     )
     runjob.add_job_arguments(parser, "memqual-bisect")
+    cliargs.add_qemu(
+        parser,
+        "; one QEMU runs every kernel of the series (kept in DIR/qemu.json: a --resume runs the same one)",
+    )
     parser.set_defaults(handler=main)
 
 
@@ -138,10 +142,43 @@ def tests_reference(args: argparse.Namespace) -> str:
     raise BadInput(f"--test {args.test}: no such file {file_part} (give e2e/FILE.py or e2e/FILE.py:Class.test)")
 
 
-def avocado_runner(settings: Any, console: Any) -> Any:
+QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
+
+
+def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
+    """The QEMU of a bisect (a QemuChoice, None: the environment's), made
+    this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
+    notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
+    since K1 and the probes must not run on two QEMUs."""
+    import json
+
+    from memqual.host.jsonfile import read_json
+    from memqual.host.paths import write_private_atomic
+    from memqual.host.qemu_binary import choose
+
+    path = directory / QEMU_FILE
+    if resuming:
+        noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
+        kept = noted.get("spec") if isinstance(noted, dict) else None
+        if not isinstance(kept, (str, type(None))):
+            raise BadInput(f"{path}: no bisect QEMU file (its spec is no string): start a new bisect")
+        if spec is not None and spec != kept:
+            ran = f"--qemu {kept}" if kept else "the environment's QEMU"
+            raise BadInput(f"--resume {directory}: it ran with {ran}; leave --qemu out")
+        spec = kept
+    choice = choose(spec) if spec else None
+    if not resuming:
+        directory.mkdir(parents=True, exist_ok=True)
+        noted = {"spec": spec, **(runjob.qemu_json(choice) or {})}
+        write_private_atomic(path, (json.dumps(noted, indent=2) + "\n").encode(), 0o644)
+    return choice
+
+
+def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
     """The real RoundRunner: one avocado job of a step's blocks, each test
     running every (block, arm) variant in turn (runjob.run_block_job), its
-    records stamped with arm and block (runjob.BlockedRun)."""
+    records stamped with arm and block (runjob.BlockedRun); ``qemu`` (a
+    QemuChoice) is the QEMU of both arms."""
     from memqual.host import blocks
     from memqual.host.bisect import series
     from memqual.images.build import sha256_file
@@ -169,7 +206,7 @@ def avocado_runner(settings: Any, console: Any) -> Any:
             rounds=first + count - 1,
         )
         order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
-        params = {arm: runjob.arm_params(k) for arm, k in kernels.items()}
+        params = {arm: runjob.arm_params(k, qemu) for arm, k in kernels.items()}
         job = runjob.run_block_job(config, params, order, 1, console)
         state = runjob.BlockedRun()
         state.take(job)
@@ -188,6 +225,7 @@ def main(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
+    qemu_spec = cliargs.one_qemu(args.qemu)
     if args.resume:
         # Absolute: avocado runs in the repository, not in the caller's directory.
         directory = Path(args.resume).resolve()
@@ -213,15 +251,20 @@ def main(args: argparse.Namespace) -> int:
         if extend:
             bisector.settings = dataclasses.replace(bisector.settings, **extend)
             bisector._log("# resumed with " + ", ".join(f"{k} {v:g}" for k, v in extend.items()))
-        bisector.runner = avocado_runner(bisector.settings, console)
+        qemu = bisect_qemu(qemu_spec, directory, resuming=True)
+        bisector.runner = avocado_runner(bisector.settings, console, qemu)
     else:
         settings = settings_from_args(args)
         # Resolved: avocado runs in the repository, not in the caller's directory.
         directory = runjob.output_directory(args, "memqual-bisect").resolve()
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
-        runner = avocado_runner(settings, console)  # unknown kernels fail here, before any job
+        # A QEMU that is none fails here, before the folder is made.
+        qemu = bisect_qemu(qemu_spec, directory, resuming=False)
+        runner = avocado_runner(settings, console, qemu)  # unknown kernels fail here, before any job
         bisector = run.Bisector(settings, directory, runner, say=say)
+    if qemu is not None:
+        say(f"QEMU {qemu.version} ({qemu.origin})")
     with runjob.terminate_as_exception():
         bisector.run()
     say(f"wrote {directory / 'bisect.log'}, {directory / 'bisect.json'} and {directory / 'bisect.html'}")

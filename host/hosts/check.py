@@ -77,10 +77,13 @@ def probe_host(host: LabHost, timeout_s: float = PROBE_TIMEOUT_S) -> HostCheck:
     return HostCheck(host, "", probe)
 
 
-def doctor(host: LabHost, timeout_s: float = DOCTOR_TIMEOUT_S) -> tuple[dict[str, Any] | None, str]:
-    """The host's own ``memqual doctor --json``, or the problem."""
+def doctor(
+    host: LabHost, timeout_s: float = DOCTOR_TIMEOUT_S, qemu: str | None = None
+) -> tuple[dict[str, Any] | None, str]:
+    """The host's own ``memqual doctor --json`` (``--qemu``: of that QEMU,
+    which the host fetches into its own cache), or the problem."""
     try:
-        result = ssh.run(host, memqual_argv(host, "doctor", "--json"), timeout_s)
+        result = ssh.run(host, memqual_argv(host, "doctor", "--json", *(["--qemu", qemu] if qemu else [])), timeout_s)
     except subprocess.TimeoutExpired:
         return None, f"memqual doctor gave no answer within {timeout_s:.0f} s"
     if result.returncode != 0:
@@ -91,15 +94,17 @@ def doctor(host: LabHost, timeout_s: float = DOCTOR_TIMEOUT_S) -> tuple[dict[str
         return None, "memqual doctor gave no JSON"
 
 
-def check_host(host: LabHost) -> HostCheck:
+def check_host(host: LabHost, qemu: str | None = None) -> HostCheck:
+    """Probe ``host`` and run its doctor, of its own QEMU or of ``qemu``
+    (a version of the archive, or a path on that host)."""
     checked = probe_host(host)
     if not checked.usable:
         return checked
-    report, problem = doctor(host)
+    report, problem = doctor(host, qemu=qemu)
     if report is None:
         return dataclasses.replace(checked, problem=problem)
-    if not report.get("qemu_version"):
-        problem = "no QEMU: install qemu-system-x86 there"
+    if not report.get("qemu_version") or report.get("qemu_version") == "missing":
+        problem = f"no QEMU {qemu} there" if qemu else "no QEMU: install qemu-system-x86 there"
     elif checked.probe is not None and not checked.probe.lock_free:
         holder = checked.probe.lock_holder
         problem = f"busy: pid {holder or '?'} there holds the measurement lock {checked.probe.lock_path}"

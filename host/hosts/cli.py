@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from memqual.host import cliargs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     _extend_run(sub)
@@ -20,6 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     check.add_argument("file", metavar="FILE", help="hosts file (TOML, one [[host]] table a host)")
     check.add_argument("--json", action="store_true", help="one JSON object")
+    check.add_argument(
+        "--qemu",
+        type=cliargs.qemu_spec,
+        metavar="VERSION|PATH",
+        help="check this QEMU on every host (its doctor fetches an archive version into that host's cache; a "
+        "path is a path there) instead of the host's own; each host's QEMU is reported either way",
+    )
     check.set_defaults(handler=_check)
     probe = hosts.add_parser("probe", help="this host's answer to a controller (JSON); ends QEMUs left behind")
     probe.set_defaults(handler=_probe)
@@ -44,6 +53,15 @@ def _extend_run(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         if not args.hosts:
             return int(plain(args))
+        if getattr(args, "qemu", None):
+            from memqual.host.errors import BadInput
+
+            # The hosts' jobs run each host's own QEMU; a --qemu here would
+            # be named in nothing they record.
+            raise BadInput(
+                "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
+                "checks a QEMU there)"
+            )
         from memqual.host.hosts import fleet
         from memqual.host.runjob import config_from_args
 
@@ -59,7 +77,7 @@ def _check(args: argparse.Namespace) -> int:
     from memqual.host.hosts.config import load
 
     hosts = load(Path(args.file))
-    results = check.for_each(hosts, check.check_host)
+    results = check.for_each(hosts, lambda host: check.check_host(host, qemu=args.qemu))
     if args.json:
         print(json.dumps({"hosts": [r.to_json() for r in results]}, indent=2))
     else:
