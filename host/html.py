@@ -12,12 +12,11 @@ from __future__ import annotations
 import base64
 import collections
 import dataclasses
-import html
 import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memqual.host import claims, comparison, pages
+from memqual.host import claims, comparison
 
 GREY = "#6b7280"
 
@@ -34,17 +33,6 @@ VERDICT_COLOURS = {
     comparison.EQUIVALENT: "#0e7490",
     comparison.UNDECIDED: "#7c3aed",
 }
-
-# The shared style sheet, for a page not yet rendered from a template.
-CSS = str(pages.stylesheet())
-
-
-def esc(x: Any) -> str:
-    """Escaped by hand, for a page not yet rendered from a template; a
-    template's own values must not go through this (autoescape would show
-    them escaped twice)."""
-    return html.escape(str(x), quote=True)
-
 
 num = claims.format_number
 

@@ -282,6 +282,36 @@ def test_an_undecided_probe_is_skipped_when_its_budget_is_spent(tmp_path):
     assert all(v in html for v in ("slower", "equivalent", "undecided"))
 
 
+def test_a_hostile_kernel_metric_and_reason_are_escaped_once_on_the_page(tmp_path):
+    """Every string of the state the page shows (a kernel spec, the metric,
+    the outcome, a probe's reason and decision text, each look's text) may
+    come from a hand-edited bisect.json: shown as text, escaped once."""
+    from hostile import ESCAPED, HOSTILE, assert_escaped_once
+
+    from memqual.host.bisect import page
+
+    b = _bisect(tmp_path, 6, FakeRunner(step=3))
+    b.run()
+    state = b.to_json()
+    state["probes"][0]["decision"] = "undecided"  # K3's, for the line of an undecided probe
+    assert state["probes"][0]["index"] == 2
+    state["settings"].update(kernels=[f"{HOSTILE}{i}" for i in range(6)], metric=HOSTILE, reference=HOSTILE)
+    state.update(metric_key=HOSTILE, created=HOSTILE)
+    state["outcome"]["text"] = HOSTILE
+    for p in state["probes"]:
+        p["reason"] = p["evidence"]["text"] = HOSTILE
+        for look in p["looks"]:
+            look["text"] = HOSTILE
+    text = page.write_page(state, tmp_path / "hostile.html").read_text()
+    assert_escaped_once(text)
+    assert f"<title>memqual bisect: {ESCAPED}</title>" in text
+    assert f"<td>K3 {ESCAPED}2</td>" in text and f"K3 {ESCAPED}2 stayed undecided</b>: {ESCAPED}; {ESCAPED}</p>" in text
+    looks = sum(len(p["looks"]) for p in state["probes"])
+    # title, heading, reference, started, outcome; the undecided line's
+    # three; six kernels; each probe's decision and note; each step's decision
+    assert text.count(ESCAPED) == 5 + 3 + 6 + 2 * len(state["probes"]) + looks
+
+
 def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp_path):
     """After the first job the host gets 30 % slower, both arms alike: K1's
     blocks beside each probe drifted as the probe did, so the step is still

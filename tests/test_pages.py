@@ -11,7 +11,7 @@ from hostile import ESCAPED, HOSTILE, assert_escaped_once
 from memqual.host import pages
 from memqual.host.html import EnvironmentLine, badge, counts
 
-PAGES = ("report.html.j2", "comparison.html.j2", "history.html.j2", "fleet.html.j2")
+PAGES = ("report.html.j2", "comparison.html.j2", "history.html.j2", "fleet.html.j2", "bisect.html.j2")
 
 
 def test_every_template_compiles() -> None:

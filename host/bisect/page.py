@@ -2,26 +2,98 @@
 people.
 
 Rendered from the state (bisect.json) alone, after every step, so an
-interrupted bisect leaves a page of what it knew."""
+interrupted bisect leaves a page of what it knew.  The state becomes a typed
+view here (plain values, nothing escaped); templates/bisect.html.j2 lays it
+out, and escapes it."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
 
-from memqual.host.html import CSS, GREY, VERDICT_COLOURS, ForestRow, esc, forest_png
+from memqual.host import pages
+from memqual.host.html import GREY, VERDICT_COLOURS, Badge, ForestRow, Plot, badge, forest_png
 from memqual.host.paths import write_private_atomic
+
+TEMPLATE = "bisect.html.j2"
 
 # The search's marks; the decisions (slower, faster, equivalent,
 # undecided) take compare's colours.
 MARK_COLOURS = {"good": "#15803d", "bad": "#b91c1c", "skip": "#7c3aed"}
 
 
-def _pill(verdict: str, text: str | None = None) -> str:
-    """A decision as a pill in compare's colour (the style sheet's badge)."""
-    colour = VERDICT_COLOURS.get(verdict, GREY)
-    return f'<span class="badge" style="background:{colour}">{esc(text or verdict)}</span>'
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """The search's mark of a kernel (good, bad, skip) in its colour."""
+
+    text: str
+    colour: str
+
+
+def mark(name: str) -> Mark:
+    return Mark(name, MARK_COLOURS.get(name, GREY))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRow:
+    """A kernel of the series: K1 the reference, one not probed (yet), or a
+    probe with its last look.  ``status`` stands in the decision's cell when
+    there is no decision."""
+
+    label: str  # "K3 6.1.0-57-amd64:..."
+    status: str = ""
+    decision: Badge | None = None
+    mark: Mark | None = None
+    ratio: str = ""  # B/A [95% CI]
+    blocks: str = ""
+    alpha: str = ""
+    minutes: str = ""
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRow:
+    """One step (one avocado job) of a probe and the look after it."""
+
+    probe: str  # "K3"
+    step: int
+    ratio: str
+    blocks: str
+    alpha: str
+    decision: Badge
+    minutes: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Undecided:
+    """A probe still undecided: what its last look said and why it stopped."""
+
+    kernel: str  # "K3 6.1.0-57-amd64:..."
+    colour: str
+    text: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BisectPage:
+    metric: str  # as given on the command line, for the title
+    metric_key: str  # the metric found in the records, or as given
+    kernels: int
+    threshold: str  # as a percentage
+    alpha: str  # a probe's, over all its looks
+    budget_min: str
+    max_rounds: int
+    reference: str
+    created: str
+    interrupted: bool
+    outcome: str
+    plot: Plot | None
+    undecided: tuple[Undecided, ...]
+    rows: tuple[KernelRow, ...]
+    probe_order: tuple[str, ...]  # "K6", "K3", ...
+    steps: tuple[StepRow, ...]
 
 
 def _decision(p: dict[str, Any]) -> str:
@@ -64,84 +136,76 @@ def _units(e: dict[str, Any]) -> str:
     return f"unpaired {e.get('n_reference', 0)}+{e.get('n_probe', 0)}"
 
 
-def render(state: dict[str, Any]) -> str:
+def _row(index: int, name: str, p: dict[str, Any] | None) -> KernelRow:
+    label = f"K{index + 1} {name}"
+    if index == 0:
+        return KernelRow(label, status="reference", mark=mark("good"), ratio="1")
+    if p is None:
+        return KernelRow(label, status="not probed")
+    e = p["evidence"]
+    return KernelRow(
+        label,
+        decision=badge(_decision(p), e.get("text") or _decision(p)),
+        mark=mark(str(p["verdict"])),
+        ratio=_ratio(e),
+        blocks=_units(e),
+        alpha=f"{e.get('alpha', 0.0):.2g}",
+        minutes=f"{p['seconds'] / 60:.1f}",
+        note=str(p.get("reason") or ""),
+    )
+
+
+def bisect_page(state: dict[str, Any]) -> BisectPage:
+    """The page's view of a state (bisect.json)."""
     s = state["settings"]
     probes = {p["index"]: p for p in state["probes"]}
-    alpha = s.get("alpha", 0.05)
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>memqual bisect: {esc(s['metric'])}</title><style>{CSS}</style></head><body><main>",
-        f"<h1>memqual bisect: where did {esc(state.get('metric_key') or s['metric'])} move?</h1>",
-        f"<p class='sub'>{len(s['kernels'])} kernels · threshold {s['threshold']:.0%} · alpha {alpha:g} a probe · "
-        f"budget {s['budget_min']:g} min and at most {s['max_rounds']} blocks a probe · reference "
-        f"{esc(s['reference'])} · started {esc(state['created'])}"
-        f"{' · <b>interrupted</b>' if state.get('interrupted') else ''}</p>",
-        f"<p><b>{esc(state['outcome']['text'])}</b></p>",
-        "<p class='sub'>Each probe is decided as <code>memqual compare</code> decides a metric: a paired t-test on "
-        "its blocks' log(B/A) (B the probe, A K1 in the same block, minutes apart) is <b>slower</b> or "
-        "<b>faster</b> when significant and beyond the threshold; the two one-sided tests give <b>equivalent</b> "
-        "when B/A lies within the threshold; otherwise <b>undecided</b>, with about how many blocks would decide "
-        f"it. The probe is looked at after every block, look k of K = {s['max_rounds']} at its share "
-        f"alpha ((k/K)<sup>2</sup> - ((k-1)/K)<sup>2</sup>) of alpha {alpha:g}, so the probe's chance of any "
-        "wrong decision over its looks stays at most alpha. Equivalent is <b>good</b>, a change the way the last "
-        "kernel changed is <b>bad</b>; the search moves on decided probes only, and one still undecided when its "
-        "budget ends is <b>skip</b>ped (as git bisect skip).</p>",
-    ]
-    plot = forest_plot(state)
-    if plot:
-        parts.append(f"<img alt='forest plot of every probe' src='data:image/png;base64,{plot}'>")
-    undecided = [p for p in probes.values() if _decision(p) == "undecided"]
-    for p in sorted(undecided, key=lambda p: p["index"]):
-        name = s["kernels"][p["index"]]
-        parts.append(
-            f"<p><b style='color:{VERDICT_COLOURS['undecided']}'>K{p['index'] + 1} {esc(name)} stayed undecided</b>: "
-            f"{esc(p['evidence'].get('text') or 'undecided')}; {esc(p.get('reason') or '')}</p>"
-        )
-    parts.append(
-        "<table><tr><th>kernel</th><th>decision</th><th>search</th><th>B/A [95% CI]</th><th>blocks</th>"
-        "<th>alpha at the last look</th><th>minutes</th><th>note</th></tr>"
-    )
-    for index, name in enumerate(s["kernels"]):
-        p = probes.get(index)
-        if index == 0:
-            cells = ["reference", "good", "1", "", "", "", ""]
-        elif p is None:
-            cells = ["not probed", "", "", "", "", "", ""]
-        else:
-            e = p["evidence"]
-            mark = p["verdict"]
-            cells = [
-                _pill(_decision(p), e.get("text") or _decision(p)),
-                f"<b style='color:{MARK_COLOURS.get(mark, GREY)}'>{esc(mark)}</b>",
-                _ratio(e),
-                _units(e),
-                f"{e.get('alpha', 0.0):.2g}",
-                f"{p['seconds'] / 60:.1f}",
-                esc(p.get("reason") or ""),
-            ]
-        parts.append(f"<tr><td>K{index + 1} {esc(name)}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    parts.append("</table>")
-    order = state.get("probe_order") or []
-    if order:
-        parts.append("<p class='sub'>probe order: " + " → ".join(f"K{i + 1}" for i in order) + "</p>")
-    steps = [(i, look) for i in order if i in probes for look in probes[i].get("looks") or [] if look.get("step")]
-    if steps:
-        parts.append(
-            "<h2>Every step</h2><p class='sub'>One step is one avocado job: one block of K1 and the probe. "
-            "After it the probe is looked at with all its blocks so far.</p>"
-            "<table><tr><th>probe</th><th>step</th><th>B/A [95% CI]</th><th>blocks</th><th>alpha of this look</th>"
-            "<th>decision</th><th>elapsed (min)</th></tr>"
-        )
-        for index, look in steps:
-            parts.append(
-                f"<tr><td>K{index + 1}</td><td>{look['step']}</td><td>{_ratio(look)}</td><td>{_units(look)}</td>"
-                f"<td>{look.get('alpha', 0.0):.2g}</td><td>{_pill(look['verdict'], look.get('text'))}</td>"
-                f"<td>{look['seconds'] / 60:.1f}</td></tr>"
+    order = [i for i in state.get("probe_order") or []]
+    png = forest_plot(state)
+    return BisectPage(
+        metric=str(s["metric"]),
+        metric_key=str(state.get("metric_key") or s["metric"]),
+        kernels=len(s["kernels"]),
+        threshold=f"{s['threshold']:.0%}",
+        alpha=f"{s.get('alpha', 0.05):g}",
+        budget_min=f"{s['budget_min']:g}",
+        max_rounds=int(s["max_rounds"]),
+        reference=str(s["reference"]),
+        created=str(state["created"]),
+        interrupted=bool(state.get("interrupted")),
+        outcome=str(state["outcome"]["text"]),
+        plot=Plot("forest plot of every probe", png) if png else None,
+        undecided=tuple(
+            Undecided(
+                f"K{i + 1} {s['kernels'][i]}",
+                VERDICT_COLOURS["undecided"],
+                str(probes[i]["evidence"].get("text") or "undecided"),
+                str(probes[i].get("reason") or ""),
             )
-        parts.append("</table>")
-    parts.append("</main></body></html>")
-    return "\n".join(parts)
+            for i in sorted(probes)
+            if _decision(probes[i]) == "undecided"
+        ),
+        rows=tuple(_row(i, name, probes.get(i)) for i, name in enumerate(s["kernels"])),
+        probe_order=tuple(f"K{i + 1}" for i in order),
+        steps=tuple(
+            StepRow(
+                f"K{i + 1}",
+                int(look["step"]),
+                _ratio(look),
+                _units(look),
+                f"{look.get('alpha', 0.0):.2g}",
+                badge(str(look["verdict"]), look.get("text")),
+                f"{look['seconds'] / 60:.1f}",
+            )
+            for i in order
+            if i in probes
+            for look in probes[i].get("looks") or []
+            if look.get("step")
+        ),
+    )
+
+
+def render(state: dict[str, Any]) -> str:
+    return pages.render(TEMPLATE, page=bisect_page(state))
 
 
 def write_page(state: dict[str, Any], path: str | os.PathLike[str]) -> Path:
