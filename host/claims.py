@@ -75,6 +75,7 @@ from typing import Any
 
 from memqual.host import ratio_ci, stats
 from memqual.host.errors import BadInput
+from memqual.host.figures import format_number
 from memqual.host.jsonfile import read_json
 from memqual.host.paths import shipped
 from memqual.host.record import Measurement
@@ -1073,17 +1074,6 @@ def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     return obj
-
-
-def format_number(x: float | None) -> str:
-    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
-    numbers with thousands separators from 1,000 on; n/a for no value.
-    The one format of verdict texts and pages (``memqual.host.html.num``)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
 
 
 def format_ratio(x: float | None) -> str:

@@ -37,15 +37,46 @@ import tempfile
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from memqual.host import leftovers
+from memqual.host import leftovers, qemu
 from memqual.host.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, trusted_dir
 
-if TYPE_CHECKING:
-    from memqual.host.machine import Machine
+
+class Machine(Protocol):
+    """The launch steps of a machine (memqual.host.machine.Machine) a warm
+    start drives.  The machine is given this module's ``start`` as its start
+    strategy; this module does not import it."""
+
+    config: qemu.MachineConfig
+    accel: str
+    started_warm: bool
+    boot_to_ssh_s: float
+
+    @property
+    def image(self) -> Any: ...
+
+    @property
+    def ssh_ready(self) -> bool: ...
+
+    def boot_cold(self) -> None: ...
+
+    def start_qemu(self, incoming: str | None = None) -> None: ...
+
+    def wait_ssh(self, started: float, first_command: list[str] | None = None, probe_banner: bool = True) -> None: ...
+
+    def close_ssh(self) -> None: ...
+
+    def kill_qemu(self) -> None: ...
+
+    def qemu_exited(self) -> bool: ...
+
+    def qemu_output(self) -> str: ...
+
+    def qmp(self, command: str, **arguments: Any) -> Any: ...
+
 
 log = logging.getLogger("memqual.snapshot")
 
@@ -87,20 +118,18 @@ def usable() -> bool:
 
 
 def snapshot_key(machine: Machine) -> str:
-    from memqual.host.qemu import kernel_cmdline, qemu_version
-
     config = dataclasses.asdict(machine.config)
     config.pop("warm")
     material = {
         "format": FORMAT_VERSION,
-        "qemu": qemu_version(),
+        "qemu": qemu.qemu_version(),
         "accel": machine.accel,
         "image": str(machine.image.directory),
         "kernel": machine.image.kernel_sha256,
         "initramfs": machine.image.initramfs_sha256,
         # initramfs_sha256 is of the reproducible part: the keys differ per build.
         "keys": _keys_fingerprint(machine.image),
-        "cmdline": kernel_cmdline(machine.config, machine.accel),
+        "cmdline": qemu.kernel_cmdline(machine.config, machine.accel),
         "config": config,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
@@ -134,7 +163,7 @@ def snapshot_dir(machine: Machine) -> Path:
 
 def start(machine: Machine) -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
-    save one.  Called by Machine.launch for configs with warm=True; uses
+    save one.  A machine's start strategy for configs with warm=True; uses
     only the machine's public launch steps."""
     key = snapshot_key(machine)
     directory = snapshot_root() / key

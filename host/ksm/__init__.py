@@ -10,7 +10,8 @@ Public API:
 from memqual.host.ksm.controller import KsmController, check_capability, read_counters
 from memqual.host.ksm.procfs import ProcessKsm, find_ksmd, process_ksm
 from memqual.host.ksm.state import HostState, RestoreFailed, StaleRestore, restore_stale
-from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT, KsmCounters, Sysfs
+from memqual.host.ksm.sysfs import KsmCounters, Sysfs
+from memqual.host.probe import KSM_ROOT, THP_ROOT
 
 __all__ = [
     "KSM_ROOT",

@@ -51,7 +51,8 @@ def _status(args: argparse.Namespace) -> int:
     from memqual.host.ksm import procfs
     from memqual.host.ksm.controller import read_counters
     from memqual.host.ksm.state import HostState
-    from memqual.host.ksm.sysfs import KSM_ROOT, Sysfs
+    from memqual.host.ksm.sysfs import Sysfs
+    from memqual.host.probe import KSM_ROOT
 
     fs = Sysfs(args.sysfs or KSM_ROOT)
     if not fs.exists():
@@ -102,7 +103,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _restore(args: argparse.Namespace) -> int:
     from memqual.host.ksm.state import HostState, restore_stale
-    from memqual.host.ksm.sysfs import KSM_ROOT
+    from memqual.host.probe import KSM_ROOT
 
     kwargs = {"ksm_root": args.sysfs} if args.sysfs else {"ksm_root": KSM_ROOT}
     state = HostState(args.state_dir, **kwargs)

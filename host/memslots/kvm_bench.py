@@ -51,9 +51,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from memqual.host import kvm as K
 from memqual.host import probe as host_probe
 from memqual.host.errors import BadInput, MemqualError
-from memqual.host.memslots import kvm as K
 
 log = logging.getLogger(__name__)
 

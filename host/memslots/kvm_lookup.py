@@ -64,8 +64,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from memqual.host import kvm as K
 from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
 
 log = logging.getLogger(__name__)
