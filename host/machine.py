@@ -46,6 +46,8 @@ from memqual.host.process import die_with_parent
 from memqual.host.qemu import BalloonDevice, MachineConfig, command_line
 from memqual.host.qemu_binary import runtime_env
 from memqual.host.ssh import SSH, HostKeyMismatch, banner_ready
+from memqual.images import agents
+from memqual.images import build as images_build
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
@@ -125,9 +127,7 @@ class Machine:
     @property
     def image(self) -> Any:
         if self._image is None:
-            from memqual.images.build import build
-
-            self._image = build()
+            self._image = images_build.build()
         return self._image
 
     @property
@@ -376,10 +376,8 @@ class Machine:
 
     def deploy(self, agent: str) -> str:
         """Build guest/<agent>.c (cached) and stream it into the guest."""
-        from memqual.images.agents import build_agent
-
         guest_path = f"/tmp/{agent}"
-        self.ssh.push(build_agent(agent), guest_path)
+        self.ssh.push(agents.build_agent(agent), guest_path)
         return guest_path
 
     # -- shutdown ---------------------------------------------------------

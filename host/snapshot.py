@@ -43,6 +43,7 @@ from memqual.host import leftovers, qemu
 from memqual.host.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, trusted_dir
+from memqual.host.ssh import HostKeyMismatch
 
 
 class Machine(Protocol):
@@ -232,8 +233,6 @@ class _Unloadable(GuestError):
 
 
 def _restore(machine: Machine, state: Path) -> Restore:
-    from memqual.host.ssh import HostKeyMismatch
-
     started = time.monotonic()
     try:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.

@@ -41,6 +41,7 @@ from typing import Any
 
 from memqual.host.errors import BadInput, GuestError
 from memqual.host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
+from memqual.host.qemu import MachineConfig
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -164,8 +165,6 @@ class QemuPlan:
 
     def machine_config(self, cpus: int = 1, **overrides: Any) -> Any:
         """A MachineConfig for this plan (its machine, no balloon by default)."""
-        from memqual.host.qemu import MachineConfig
-
         fields: dict[str, Any] = dict(
             machine=self.memory.machine,
             memory_mib=self.memory.ram_mib,
