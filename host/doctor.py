@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 from memqual.host import cliargs
+from memqual.host.probe import report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from memqual.host.probe import report
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu_binary import choose
 
     if args.qemu:

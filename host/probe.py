@@ -119,6 +119,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     """Boot the guest image under KVM with a deadline.  Cached."""
     if not kvm_usable_device():
         return False, "/dev/kvm is missing or not accessible"
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.images.build import build
 
@@ -146,6 +147,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
 
 
 def _boot_under_kvm(image: Image) -> tuple[bool, str]:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import MachineConfig, command_line
     from memqual.host.qemu_binary import runtime_env
 
@@ -200,6 +202,7 @@ def environment(*, with_ksm: bool = False) -> Environment:
     probe's cached answer.  Read-only and cheap: it boots no guest.
     ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
     KSM settings are their own)."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.host.qemu_binary import current
 
@@ -239,6 +242,7 @@ def resolve_accel(requested: str) -> tuple[str, str]:
 def report(force: bool = False) -> Report:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.host.qemu_binary import current
 

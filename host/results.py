@@ -42,10 +42,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from memqual.host import probe
 from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json, schema_validator
 from memqual.host.paths import write_private_atomic
+from memqual.host.primaries import is_primary
 from memqual.host.record import Measurement
 
 if TYPE_CHECKING:
@@ -156,12 +158,10 @@ class MetricEntry(_JsonObject):
 
     @classmethod
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
-        from memqual.host import stats
+        from memqual.host import stats  # numpy and scipy: imported here, keeps `memqual --help` fast
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
-        from memqual.host.primaries import is_primary
-
         added: dict[str, Any] = {
             "key": key,
             "summary": stats.summarize(rec.samples).to_json(),
@@ -287,8 +287,6 @@ def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bo
     """The records' environment, one value per key (the most common when
     records disagree, all of them under ``<key>_all``), then this host's
     facts for the keys no record gave."""
-    from memqual.host import probe
-
     values: dict[str, list[str]] = collections.defaultdict(list)
     originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)
     for rec in records:

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from memqual.host import cliargs
+from memqual.host.errors import BadInput
 
 
 def register(subparsers: Any) -> None:
@@ -79,8 +80,6 @@ def _register_qemu(sub: Any) -> None:
 
 
 def _check_count(name: str, value: int, least: int) -> None:
-    from memqual.host.errors import BadInput
-
     if value < least:
         raise BadInput(f"{name} {value} is too small: give {least} or more")
     if value > cliargs.COUNT_LIMIT:
@@ -88,6 +87,7 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.layout import load_layout
     from memqual.host.memslots.model import model_table
 
@@ -105,6 +105,7 @@ def _print_model(table: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.model import PUBLISHED
 
     applies = table.published_applies
@@ -144,6 +145,7 @@ def _print_model(table: Any) -> None:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.layout import load_layout, parse_gfn
     from memqual.host.memslots.structures import build_all
 
