@@ -35,6 +35,7 @@ from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest, profile
 from memqual.host import claims, stats
+from memqual.host.environment import KSM_ROOT, THP_ROOT
 from memqual.host.errors import CapabilityMissing
 from memqual.host.ksm import KsmController, volatile
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
@@ -43,7 +44,6 @@ from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
 from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
 from memqual.host.machine import Machine, MachineConfig
-from memqual.host.probe import KSM_ROOT, THP_ROOT
 from memqual.host.record import Measurement
 
 GUEST_MIB = 1024

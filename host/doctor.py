@@ -8,7 +8,6 @@ import dataclasses
 import json
 
 from memqual.host import cliargs
-from memqual.host.probe import report
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _doctor(args: argparse.Namespace) -> int:
     # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.probe import report
     from memqual.host.qemu_binary import choose
 
     if args.qemu:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.console import ConsoleMarker
-from memqual.host.environment import Environment
+from memqual.host.environment import KSM_ROOT, THP_ROOT, Environment
 from memqual.host.errors import BadInput, CapabilityMissing
 from memqual.host.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from memqual.host.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
@@ -31,10 +31,6 @@ if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annot
     from memqual.images.build import Image
 
 KVM_DEVICE = Path(DEVICE)
-# The host's KSM and THP knobs, read here and (read and written) by
-# memqual.host.ksm.sysfs, which takes them from here.
-KSM_ROOT = Path("/sys/kernel/mm/ksm")
-THP_ROOT = Path("/sys/kernel/mm/transparent_hugepage")
 KSM_DIR = KSM_ROOT
 THP_ENABLED = THP_ROOT / "enabled"
 PROBE_ANSWERS_KEPT = 8  # earlier probe answers kept beside the last

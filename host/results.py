@@ -42,7 +42,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from memqual.host import probe
 from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json, schema_validator
@@ -287,6 +286,8 @@ def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bo
     """The records' environment, one value per key (the most common when
     records disagree, all of them under ``<key>_all``), then this host's
     facts for the keys no record gave."""
+    from memqual.host import probe  # imported here: the KVM ioctl wrapper it loads would slow `memqual --help`
+
     values: dict[str, list[str]] = collections.defaultdict(list)
     originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)
     for rec in records:

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 from memqual.host import cliargs
+from memqual.host.environment import KSM_ROOT
 from memqual.host.errors import BadInput, CapabilityMissing
 from memqual.host.ksm import procfs
 from memqual.host.ksm.controller import read_counters
 from memqual.host.ksm.state import HostState, restore_stale
 from memqual.host.ksm.sysfs import Sysfs
-from memqual.host.probe import KSM_ROOT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
