@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host import virtio_mem as V
-from memqual.host.memslots.qemu_layout import FlatRange
+from memqual.host.flatview import FlatRange
 
 MIB = 1 << 20
 

@@ -27,8 +27,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from memqual.host.errors import BadInput
+from memqual.host.flatview import SLOT_KINDS, FlatRange
 from memqual.host.memslots.layout import Layout, layout_from_json
-from memqual.host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
+from memqual.host.memslots.qemu_layout import layout_from_flatview
 from memqual.host.qemu import MachineConfig
 from memqual.host.record import Measurement
 
