@@ -46,7 +46,7 @@ from memqual.host.paths import cache_dir, trusted_dir
 from memqual.host.ssh import HostKeyMismatch
 
 
-class Machine(Protocol):
+class Launchable(Protocol):
     """The launch steps of a machine (memqual.host.machine.Machine) a warm
     start drives.  The machine is given this module's ``start`` as its start
     strategy; this module does not import it."""
@@ -118,7 +118,7 @@ def usable() -> bool:
         return False
 
 
-def snapshot_key(machine: Machine) -> str:
+def snapshot_key(machine: Launchable) -> str:
     config = dataclasses.asdict(machine.config)
     config.pop("warm")
     material = {
@@ -156,13 +156,13 @@ def _locked(path: Path, exclusive: bool) -> AbstractContextManager[None]:
     return file_lock(path, exclusive=exclusive, deadline_s=LOCK_DEADLINE_S, held=f"snapshot lock {path} still held")
 
 
-def snapshot_dir(machine: Machine) -> Path:
+def snapshot_dir(machine: Launchable) -> Path:
     """Where the snapshot for ``machine``'s configuration lives (whether or
     not it exists yet).  The machine's accelerator must be resolved."""
     return snapshot_root() / snapshot_key(machine)
 
 
-def start(machine: Machine) -> None:
+def start(machine: Launchable) -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
     save one.  A machine's start strategy for configs with warm=True; uses
     only the machine's public launch steps."""
@@ -232,7 +232,7 @@ class _Unloadable(GuestError):
     """QEMU refused the saved state: the snapshot is bad, not the host."""
 
 
-def _restore(machine: Machine, state: Path) -> Restore:
+def _restore(machine: Launchable, state: Path) -> Restore:
     started = time.monotonic()
     try:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.
@@ -259,7 +259,7 @@ def _restore(machine: Machine, state: Path) -> Restore:
     return Restore.OK
 
 
-def _wait_running(machine: Machine, deadline: float) -> None:
+def _wait_running(machine: Launchable, deadline: float) -> None:
     """Wait for the incoming stream to be loaded, then run the guest.  It
     was saved stopped, and QEMU keeps the saved run state, so it is
     continued here rather than by QEMU."""
@@ -292,7 +292,7 @@ def _clock_command() -> list[str]:
 SAVE_DEADLINE_S = 120.0
 
 
-def _save(machine: Machine, directory: Path) -> None:
+def _save(machine: Launchable, directory: Path) -> None:
     """Migrate the running guest into ``directory``/state, then resume it.
     SSH is closed first so the snapshot holds no half-open session.
 
@@ -342,7 +342,7 @@ def _save(machine: Machine, directory: Path) -> None:
     log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20, time.monotonic() - started)
 
 
-def _resume(machine: Machine, boot_to_ssh_s: float) -> None:
+def _resume(machine: Launchable, boot_to_ssh_s: float) -> None:
     """Run the guest again after a save (or a failed one) and wait for SSH."""
     try:
         if machine.qmp("query-migrate").get("status") in ("active", "setup", "pre-switchover", "device"):
