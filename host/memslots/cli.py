@@ -20,6 +20,7 @@ from typing import Any
 
 from memqual.host import cliargs
 from memqual.host.errors import BadInput
+from memqual.host.memslots import kvm_cli, qemu_cli
 
 
 def register(subparsers: Any) -> None:
@@ -59,8 +60,6 @@ def register(subparsers: Any) -> None:
 
 
 def _register_kvm(sub: Any) -> None:
-    from memqual.host.memslots import kvm_cli
-
     summary = "time memslot setup, delete, move and lookups on /dev/kvm"
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
@@ -68,8 +67,6 @@ def _register_kvm(sub: Any) -> None:
 
 
 def _register_qemu(sub: Any) -> None:
-    from memqual.host.memslots import qemu_cli
-
     parser = sub.add_parser(
         "qemu",
         help="apply a layout to a real QEMU guest and check it",
