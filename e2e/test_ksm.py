@@ -35,12 +35,13 @@ from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest, sizes
 from memqual.host import claims, stats
+from memqual.host.environment import KSM_ROOT, THP_ROOT
 from memqual.host.errors import CapabilityMissing
 from memqual.host.ksm import KsmController, volatile
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
 from memqual.host.ksm.scancost import alternate_smart_scan, replicate_first, replicate_ratios, samples
 from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
-from memqual.host.ksm.sysfs import KSM_ROOT, THP_KNOBS, THP_ROOT, Sysfs
+from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
 from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
 from memqual.host.machine import Machine, MachineConfig
 from memqual.host.record import Measurement

@@ -15,7 +15,7 @@ import time
 from avocado import Test
 
 from memqual.e2e.base import GuestTest, MeasurementLock, sizes, skip
-from memqual.host.memslots import kvm as K
+from memqual.host import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 

@@ -1,6 +1,9 @@
 """Host-side Python of memqual: the QEMU machine, SSH, the probe, and one
-module or package per subject (ksm, balloon, memslots), plus statistics,
-claims and the report.  Subjects do not import each other; they share the
-machine (memqual.host.machine), the environment (memqual.host.environment) and the
-measurement record (memqual.host.record).  tests/test_architecture.py checks it,
-with no import cycles and no private names imported across modules."""
+module or package per subject (ksm, balloon, memslots, virtio_mem), plus
+statistics, claims and the report.  Imports run one way, core <- subjects <-
+judging <- reports <- runs <- commands, and subjects do not reach each other;
+they share the machine (memqual.host.machine), the environment
+(memqual.host.environment) and the measurement record (memqual.host.record).
+import-linter's contracts in pyproject.toml say so (``lint-imports``);
+tests/test_architecture.py adds no import cycles and no private names
+imported across modules."""

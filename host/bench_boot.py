@@ -24,10 +24,11 @@ import sys
 import time
 from typing import Any
 
-from memqual.host import cliargs, stats
+from memqual.host import cliargs, probe, stats
 from memqual.host.errors import MemqualError
 from memqual.host.machine import Machine
 from memqual.host.qemu import MACHINE_TYPES, MachineConfig
+from memqual.images import build as images_build
 
 FIRST_COMMAND = ["uname", "-r"]
 
@@ -59,10 +60,7 @@ def summary(samples: list[float]) -> dict[str, float]:
 
 
 def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> dict[str, Any]:
-    from memqual.host import probe
-    from memqual.images.build import build
-
-    image = build()
+    image = images_build.build()
     load_before = os.getloadavg()[0]
     accel, reason = probe.resolve_accel(config.accel)
     # Machine would resolve 'auto' again per launch (a cached answer, but it

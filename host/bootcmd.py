@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.errors import BadInput
     from memqual.host.machine import Machine, MachineConfig
     from memqual.host.qemu_binary import choose

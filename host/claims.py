@@ -75,7 +75,10 @@ from typing import Any
 
 from memqual.host import ratio_ci, stats
 from memqual.host.errors import BadInput
+from memqual.host.figures import format_number
 from memqual.host.jsonfile import read_json
+from memqual.host.memslots import guest_layouts, kvm2011, model
+from memqual.host.memslots import layout as layout_mod
 from memqual.host.paths import shipped
 from memqual.host.record import Measurement
 
@@ -797,8 +800,6 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
     could run decide; where any of them holds the guest's emulated NIC BAR,
     the miss at that BAR decides (seed 000's path: "the mmio faults for the
     NIC"), else the mean over every gap.  The rest is on the card."""
-    from memqual.host.memslots import kvm2011
-
     m = claim.measure
     assert m.a is not None and m.b is not None
     results = layout_results(m.a, m.b, [r for r in records if r.scenario == m.scenario])
@@ -866,9 +867,6 @@ def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement]) -> 
     """The memslot model on every layout record (a real guest's memslots in
     ``extra["layout"]``), one result per configuration, on the 2011 host
     where one could run the layout."""
-    from memqual.host.memslots import guest_layouts, kvm2011, model
-    from memqual.host.memslots import layout as layout_mod
-
     out: dict[str, LayoutResult] = {}
     for rec in records:
         data = rec.extra.get("layout")
@@ -1073,17 +1071,6 @@ def _plain(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return dataclasses.asdict(obj)
     return obj
-
-
-def format_number(x: float | None) -> str:
-    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
-    numbers with thousands separators from 1,000 on; n/a for no value.
-    The one format of verdict texts and pages (``memqual.host.html.num``)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
 
 
 def format_ratio(x: float | None) -> str:

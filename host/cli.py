@@ -20,6 +20,7 @@ import warnings
 from memqual.host import leftovers
 from memqual.host.cliargs import Parser
 from memqual.host.errors import LaunchError, MemqualError
+from memqual.host.ksm import restore_stale
 
 # Modules that provide ``register(subparsers)``.  Imported lazily at start so
 # that ``memqual --help`` lists everything; each keeps its heavy imports
@@ -59,8 +60,6 @@ def _restore_stale_host_state(command: str) -> None:
     Quiet when there is nothing to do or when not root."""
     if command == "ksm":
         return
-    from memqual.host.ksm import restore_stale
-
     restored = restore_stale()
     if restored is not None:
         logging.getLogger("memqual").warning("%s", restored)

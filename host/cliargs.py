@@ -8,6 +8,9 @@ import math
 import typing
 from pathlib import Path
 
+from memqual.host.errors import BadInput
+from memqual.host.paths import check_output_dir
+
 
 def percent(text: str) -> float:
     """A percentage strictly between 0 and 100 ("5" or "5%"), as given."""
@@ -28,7 +31,7 @@ def percent_as_fraction(text: str) -> float:
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
-    from memqual.host.errors import BadInput
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.images.balloon_driver import check_kernel_build
 
     try:
@@ -116,7 +119,7 @@ def count_or_zero(text: str) -> int:
 def debian_kernel(text: str) -> str:
     """``--debian-kernel VERSION``: the form of a Debian kernel's name,
     checked before the archive is asked."""
-    from memqual.host.errors import BadInput
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.images.packages import check_kernel_name
 
     try:
@@ -158,9 +161,6 @@ def directory(text: str) -> str:
 
 def _trusted_output(path: Path, text: str) -> None:
     """The folder written into is no one else's (paths.check_output_dir)."""
-    from memqual.host.errors import BadInput
-    from memqual.host.paths import check_output_dir
-
     try:
         check_output_dir(path, "output folder")
     except BadInput as exc:
@@ -226,7 +226,7 @@ def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
 def qemu_spec(text: str) -> str:
     """``--qemu VERSION|PATH``: a path, or the form of a version (checked
     before the archive is asked)."""
-    from memqual.host.errors import BadInput
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu_binary import is_path
     from memqual.images.qemu import check_version_form
 
@@ -254,8 +254,6 @@ def add_qemu(parser: argparse.ArgumentParser, more: str = "") -> None:
 
 def one_qemu(specs: list[str] | None) -> str | None:
     """The one ``--qemu`` of a command that runs a single QEMU."""
-    from memqual.host.errors import BadInput
-
     if specs and len(specs) > 1:
         raise BadInput("--qemu given twice: this command runs one QEMU; give --qemu once")
     return specs[0] if specs else None

@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.probe import report
     from memqual.host.qemu_binary import choose
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+# Where the host kernel's KSM and THP knobs are: the probe reads them for the
+# fingerprint, memqual.host.ksm reads and writes them.
+KSM_ROOT = Path("/sys/kernel/mm/ksm")
+THP_ROOT = Path("/sys/kernel/mm/transparent_hugepage")
 
 # The keys a reader of results.json wants first, in this order.
 FINGERPRINT_KEYS = (

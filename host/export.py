@@ -43,6 +43,7 @@ from typing import Any
 from memqual.host import cliargs
 from memqual.host.errors import BadInput, MemqualError
 from memqual.host.paths import write_private_atomic
+from memqual.host.results import load_results
 
 ORIGIN = "memqual"
 
@@ -270,8 +271,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from memqual.host.results import load_results
-
     results = load_results(args.results).to_json()
     data = to_kcidb(results, origin=args.origin)
     # A NaN token is valid neither as JSON nor as KCIDB: a figure that is

@@ -1,5 +1,5 @@
 """What the pages share besides their templates (host/pages.py renders
-them): numbers, PNG plots embedded as base64, verdict badges and their
+them): numbers and PNG plots (from host/figures.py), verdict badges and their
 colours, and the line that says where a run's figures come from, as typed
 values the templates (host/templates/macros.html.j2) lay out.
 
@@ -9,14 +9,19 @@ Nothing here returns markup: escaping is the templates'.
 
 from __future__ import annotations
 
-import base64
 import collections
 import dataclasses
-import io
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memqual.host import claims, comparison
+
+# The number format and the plot helpers live in host/figures.py (below the
+# subjects, whose own sections draw with them); the pages import them from here.
+from memqual.host.figures import Plot as Plot
+from memqual.host.figures import format_number
+from memqual.host.figures import png as png
+from memqual.host.figures import pyplot as pyplot
 
 GREY = "#6b7280"
 
@@ -34,7 +39,7 @@ VERDICT_COLOURS = {
     comparison.UNDECIDED: "#7c3aed",
 }
 
-num = claims.format_number
+num = format_number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,15 +57,6 @@ def badge(verdict: str, text: str | None = None) -> Badge:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plot:
-    """A PNG in a page (macros.html.j2's ``img``): its alt text and its
-    base64 data, as ``png`` gives it."""
-
-    alt: str
-    png: str
-
-
-@dataclasses.dataclass(frozen=True)
 class Count:
     """How many claims or metrics got one verdict: a box of the badges row."""
 
@@ -73,28 +69,6 @@ def counts(verdicts: Iterable[str], order: Sequence[str]) -> tuple[Count, ...]:
     """One box per verdict of ``order``, zero included."""
     tally = collections.Counter(verdicts)
     return tuple(Count(v, tally.get(v, 0), VERDICT_COLOURS.get(v, GREY)) for v in order)
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot without a display, in the pages' style."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; before pyplot is imported anywhere
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
-    return plt
-
-
-def png(fig: Any) -> str:
-    """A figure as base64 PNG for an ``<img src='data:image/png;base64,...'>``;
-    the figure is closed."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
 @dataclasses.dataclass(frozen=True)

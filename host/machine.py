@@ -10,8 +10,9 @@ Lifetime rules (a leaked QEMU is a bug):
   temporary directory, logs where the caller says.
 
 Lifecycle, as small template steps: ``launch()`` runs ``_pre_launch()``
-(accelerator, socket directory, console log), then ``_launch()`` (a warm
-start through memqual.host.snapshot, or ``boot_cold()``); ``shutdown()`` ends with
+(accelerator, socket directory, console log), then ``_launch()``: the start
+strategy the machine was given (``start=``), by default a warm start through
+memqual.host.snapshot or ``boot_cold()``; ``shutdown()`` ends with
 ``_post_shutdown()`` (socket directory removed).  The public steps a launch
 is made of are what a start strategy (memqual.host.snapshot) drives:
 ``start_qemu(incoming)`` (QEMU up with QMP connected), ``wait_ssh()``,
@@ -30,6 +31,7 @@ import subprocess
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,8 @@ from memqual.host.process import die_with_parent
 from memqual.host.qemu import BalloonDevice, MachineConfig, command_line
 from memqual.host.qemu_binary import runtime_env
 from memqual.host.ssh import SSH, HostKeyMismatch, banner_ready
+from memqual.images import agents
+from memqual.images import build as images_build
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
@@ -71,6 +75,18 @@ BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
 QMP_TIMEOUT_S = 60.0
 
 
+StartStrategy = Callable[["Machine"], None]
+
+
+def default_start(config: MachineConfig) -> StartStrategy:
+    """How a machine not given a start strategy starts: from a saved guest
+    (memqual.host.snapshot) when its config asks for warm starts and the
+    snapshot directory is usable, else a cold boot."""
+    if config.warm and snapshot.usable():
+        return snapshot.start
+    return Machine.boot_cold
+
+
 class Machine:
     """A guest.  Use as a context manager::
 
@@ -84,11 +100,13 @@ class Machine:
         image: Any = None,
         log_dir: Path | None = None,
         boot_timeout: float = 90.0,
+        start: StartStrategy | None = None,
     ) -> None:
         if not (isinstance(boot_timeout, (int, float)) and math.isfinite(boot_timeout) and boot_timeout > 0):
             raise BadInput(f"boot timeout {boot_timeout!r} is not a positive number of seconds: give e.g. 90")
         self.config = config or MachineConfig()
         self._image = image
+        self._start = start
         self._log_dir = Path(log_dir) if log_dir else None
         self.boot_timeout = float(boot_timeout)
         self.qmp_timeout = QMP_TIMEOUT_S
@@ -109,9 +127,7 @@ class Machine:
     @property
     def image(self) -> Any:
         if self._image is None:
-            from memqual.images.build import build
-
-            self._image = build()
+            self._image = images_build.build()
         return self._image
 
     @property
@@ -159,10 +175,7 @@ class Machine:
         self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
 
     def _launch(self) -> None:
-        if self.config.warm and snapshot.usable():
-            snapshot.start(self)
-        else:
-            self.boot_cold()
+        (self._start or default_start(self.config))(self)
 
     def boot_cold(self) -> None:
         """Boot the kernel and wait for SSH."""
@@ -363,10 +376,8 @@ class Machine:
 
     def deploy(self, agent: str) -> str:
         """Build guest/<agent>.c (cached) and stream it into the guest."""
-        from memqual.images.agents import build_agent
-
         guest_path = f"/tmp/{agent}"
-        self.ssh.push(build_agent(agent), guest_path)
+        self.ssh.push(agents.build_agent(agent), guest_path)
         return guest_path
 
     # -- shutdown ---------------------------------------------------------

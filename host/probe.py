@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.console import ConsoleMarker
-from memqual.host.environment import Environment
+from memqual.host.environment import KSM_ROOT, THP_ROOT, Environment
 from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT
-from memqual.host.memslots.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
+from memqual.host.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from memqual.host.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
 from memqual.host.process import die_with_parent
 
@@ -116,6 +115,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
     """Boot the guest image under KVM with a deadline.  Cached."""
     if not kvm_usable_device():
         return False, "/dev/kvm is missing or not accessible"
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.images.build import build
 
@@ -143,6 +143,7 @@ def kvm_boots_linux(force: bool = False) -> tuple[bool, str]:
 
 
 def _boot_under_kvm(image: Image) -> tuple[bool, str]:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import MachineConfig, command_line
     from memqual.host.qemu_binary import runtime_env
 
@@ -197,6 +198,7 @@ def environment(*, with_ksm: bool = False) -> Environment:
     probe's cached answer.  Read-only and cheap: it boots no guest.
     ``with_ksm`` adds the KSM knobs (left out of scenario records, whose
     KSM settings are their own)."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.host.qemu_binary import current
 
@@ -236,6 +238,7 @@ def resolve_accel(requested: str) -> tuple[str, str]:
 def report(force: bool = False) -> Report:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_version
     from memqual.host.qemu_binary import current
 

@@ -3,7 +3,8 @@ plots, both from a results.json (host/results.py has the schema, its reader
 and writer, and builds it from the verdicts and records).  The page is
 templates/report.html.j2 over a ``ReportPage``; host/html.py has the
 badges, plot embedding and environment line it shares with the other
-pages."""
+pages.  A subject's own section comes from the registry of report sections
+(``subject_sections``), not from importing the subject."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import collections
 import dataclasses
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -640,6 +642,24 @@ def _distributions(metrics: Sequence[Mapping[str, Any]]) -> tuple[Plot, ...]:
     return tuple(plots)
 
 
+# The registry of report sections: a subject adds its own section to
+# report.html with an entry point of this group in pyproject.toml, naming a
+# function from results.json's metric entries to markup (empty when the run
+# has nothing of that subject).
+SECTIONS_GROUP = "memqual.report_sections"
+Section = Callable[[Sequence[Any]], Markup]
+
+
+def registered_sections() -> tuple[tuple[str, Section], ...]:
+    """The registered report sections, by name."""
+    return tuple((ep.name, ep.load()) for ep in sorted(entry_points(group=SECTIONS_GROUP), key=lambda ep: ep.name))
+
+
+def subject_sections(metrics: Sequence[Any]) -> tuple[Markup, ...]:
+    """Each registered subject's section of report.html, in name order."""
+    return tuple(section(metrics) for _, section in registered_sections())
+
+
 def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
     """report.html's view of a results.json."""
     claims = results["claims"]
@@ -647,12 +667,7 @@ def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
     metrics = results["metrics"]
     env = results.get("environment") or {}
     sources = env.get("environment_sources") or {}
-    sections: tuple[Markup, ...] = ()
-    if metrics:
-        # A subject's own plot: the balloon's time against request size.
-        from memqual.host.balloon import plot as balloon_plot
-
-        sections = (balloon_plot.section(metrics),)
+    sections = subject_sections(metrics) if metrics else ()
     return ReportPage(
         created=str(results.get("created", "")),
         version=str(results.get("memqual_version", "")),

@@ -46,6 +46,7 @@ from memqual.host.environment import FINGERPRINT_KEYS
 from memqual.host.errors import BadInput
 from memqual.host.jsonfile import read_json, schema_validator
 from memqual.host.paths import write_private_atomic
+from memqual.host.primaries import is_primary
 from memqual.host.record import Measurement
 
 if TYPE_CHECKING:
@@ -156,12 +157,10 @@ class MetricEntry(_JsonObject):
 
     @classmethod
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
-        from memqual.host import stats
+        from memqual.host import stats  # numpy and scipy: imported here, keeps `memqual --help` fast
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
-        from memqual.host.primaries import is_primary
-
         added: dict[str, Any] = {
             "key": key,
             "summary": stats.summarize(rec.samples).to_json(),
@@ -292,7 +291,7 @@ def environment_fingerprint(records: Sequence[Measurement], *, host_fallback: bo
     """The records' environment, one value per key (the most common when
     records disagree, all of them under ``<key>_all``), then this host's
     facts for the keys no record gave."""
-    from memqual.host import probe
+    from memqual.host import probe  # imported here: the KVM ioctl wrapper it loads would slow `memqual --help`
 
     values: dict[str, list[str]] = collections.defaultdict(list)
     originals: dict[str, dict[str, Any]] = collections.defaultdict(dict)

@@ -37,15 +37,47 @@ import tempfile
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-from memqual.host import leftovers
+from memqual.host import leftovers, qemu
 from memqual.host.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.locks import file_lock
 from memqual.host.paths import cache_dir, trusted_dir
+from memqual.host.ssh import HostKeyMismatch
 
-if TYPE_CHECKING:
-    from memqual.host.machine import Machine
+
+class Launchable(Protocol):
+    """The launch steps of a machine (memqual.host.machine.Machine) a warm
+    start drives.  The machine is given this module's ``start`` as its start
+    strategy; this module does not import it."""
+
+    config: qemu.MachineConfig
+    accel: str
+    started_warm: bool
+    boot_to_ssh_s: float
+
+    @property
+    def image(self) -> Any: ...
+
+    @property
+    def ssh_ready(self) -> bool: ...
+
+    def boot_cold(self) -> None: ...
+
+    def start_qemu(self, incoming: str | None = None) -> None: ...
+
+    def wait_ssh(self, started: float, first_command: list[str] | None = None, probe_banner: bool = True) -> None: ...
+
+    def close_ssh(self) -> None: ...
+
+    def kill_qemu(self) -> None: ...
+
+    def qemu_exited(self) -> bool: ...
+
+    def qemu_output(self) -> str: ...
+
+    def qmp(self, command: str, **arguments: Any) -> Any: ...
+
 
 log = logging.getLogger("memqual.snapshot")
 
@@ -92,32 +124,28 @@ def qemu_identity(binary: str) -> dict[str, object]:
     not load in another -- another version's device state, or a build of
     the same version with other patches -- so two binaries never share a
     snapshot, even when they print the same version."""
-    from memqual.host.qemu import qemu_version
-
     path = Path(binary).resolve()
     try:
         st = path.stat()
         stamp: list[int] = [st.st_size, st.st_mtime_ns, st.st_ino]
     except OSError:
         stamp = []
-    return {"version": qemu_version(binary), "binary": str(path), "stat": stamp}
+    return {"version": qemu.qemu_version(binary), "binary": str(path), "stat": stamp}
 
 
-def snapshot_key(machine: Machine) -> str:
-    from memqual.host.qemu import kernel_cmdline, qemu_binary
-
+def snapshot_key(machine: Launchable) -> str:
     config = dataclasses.asdict(machine.config)
     config.pop("warm")
     material = {
         "format": FORMAT_VERSION,
-        "qemu": qemu_identity(qemu_binary()),
+        "qemu": qemu_identity(qemu.qemu_binary()),
         "accel": machine.accel,
         "image": str(machine.image.directory),
         "kernel": machine.image.kernel_sha256,
         "initramfs": machine.image.initramfs_sha256,
         # initramfs_sha256 is of the reproducible part: the keys differ per build.
         "keys": _keys_fingerprint(machine.image),
-        "cmdline": kernel_cmdline(machine.config, machine.accel),
+        "cmdline": qemu.kernel_cmdline(machine.config, machine.accel),
         "config": config,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
@@ -143,15 +171,15 @@ def _locked(path: Path, exclusive: bool) -> AbstractContextManager[None]:
     return file_lock(path, exclusive=exclusive, deadline_s=LOCK_DEADLINE_S, held=f"snapshot lock {path} still held")
 
 
-def snapshot_dir(machine: Machine) -> Path:
+def snapshot_dir(machine: Launchable) -> Path:
     """Where the snapshot for ``machine``'s configuration lives (whether or
     not it exists yet).  The machine's accelerator must be resolved."""
     return snapshot_root() / snapshot_key(machine)
 
 
-def start(machine: Machine) -> None:
+def start(machine: Launchable) -> None:
     """Start ``machine`` warm when a snapshot exists, else boot it cold and
-    save one.  Called by Machine.launch for configs with warm=True; uses
+    save one.  A machine's start strategy for configs with warm=True; uses
     only the machine's public launch steps."""
     key = snapshot_key(machine)
     directory = snapshot_root() / key
@@ -219,9 +247,7 @@ class _Unloadable(GuestError):
     """QEMU refused the saved state: the snapshot is bad, not the host."""
 
 
-def _restore(machine: Machine, state: Path) -> Restore:
-    from memqual.host.ssh import HostKeyMismatch
-
+def _restore(machine: Launchable, state: Path) -> Restore:
     started = time.monotonic()
     try:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.
@@ -248,7 +274,7 @@ def _restore(machine: Machine, state: Path) -> Restore:
     return Restore.OK
 
 
-def _wait_running(machine: Machine, deadline: float) -> None:
+def _wait_running(machine: Launchable, deadline: float) -> None:
     """Wait for the incoming stream to be loaded, then run the guest.  It
     was saved stopped, and QEMU keeps the saved run state, so it is
     continued here rather than by QEMU."""
@@ -281,7 +307,7 @@ def _clock_command() -> list[str]:
 SAVE_DEADLINE_S = 120.0
 
 
-def _save(machine: Machine, directory: Path) -> None:
+def _save(machine: Launchable, directory: Path) -> None:
     """Migrate the running guest into ``directory``/state, then resume it.
     SSH is closed first so the snapshot holds no half-open session.
 
@@ -331,7 +357,7 @@ def _save(machine: Machine, directory: Path) -> None:
     log.info("saved warm-start snapshot %s (%d MiB) in %.2f s", directory.name, size >> 20, time.monotonic() - started)
 
 
-def _resume(machine: Machine, boot_to_ssh_s: float) -> None:
+def _resume(machine: Launchable, boot_to_ssh_s: float) -> None:
     """Run the guest again after a save (or a failed one) and wait for SSH."""
     try:
         if machine.qmp("query-migrate").get("status") in ("active", "setup", "pre-switchover", "device"):

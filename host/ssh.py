@@ -43,6 +43,7 @@ from pathlib import Path
 import paramiko
 
 from memqual.host.errors import GuestError, Timeout
+from memqual.images.keys import host_public_key
 
 log = logging.getLogger("memqual.ssh")
 
@@ -247,8 +248,6 @@ class SSH:
 
     def _pinned_key(self) -> paramiko.PKey:
         if self._host_key is None:
-            from memqual.images.keys import host_public_key
-
             self._host_key = host_public_key(self._key_path.parent)
         kind, _, blob = self._host_key.partition(" ")
         try:

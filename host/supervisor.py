@@ -43,6 +43,8 @@ import signal
 import sys
 import time
 
+from memqual.host.errors import MemqualError
+from memqual.host.ksm.state import restore_stale
 from memqual.host.process import set_child_subreaper
 
 GRACE_S = 5.0  # SIGINT, then SIGKILL: the same as memqual run's end after SIGTERM
@@ -150,9 +152,6 @@ class Job:
 def restore_host_knobs() -> None:
     """Put back the knobs a killed test left changed (a no-op without a
     stale state file)."""
-    from memqual.host.errors import MemqualError
-    from memqual.host.ksm.state import restore_stale
-
     try:
         restored = restore_stale()
     except (MemqualError, OSError) as exc:

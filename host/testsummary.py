@@ -59,7 +59,7 @@ def avocado_counts(results_dir: Path) -> tuple[int, int, int]:
 
 
 def lint_counts(statuses: Path) -> tuple[int, int, int]:
-    """The style gates (ruff check, ruff format --check, mypy), one line
+    """The style gates (ruff check, ruff format --check, lint-imports, mypy), one line
     ``NAME EXIT_STATUS`` each: a gate passed if it exited 0."""
     if not statuses.exists():
         return 0, 1, 0  # the gates did not run: count it as a failure

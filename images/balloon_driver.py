@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.paths import cache_dir, shipped, weak_spot
 from memqual.images import packages
 from memqual.images.kernel import check_release
@@ -441,8 +441,6 @@ def tree_variant_or_reason(tree: str | os.PathLike[str], release: str) -> dict[s
 
 def main() -> int:
     """``python -m memqual.images.balloon_driver``: what ./setup runs after the image."""
-    from memqual.host.errors import MemqualError
-
     try:
         variant = build()
     except CapabilityMissing as exc:

@@ -8,6 +8,8 @@ import shutil
 import time
 
 from memqual.host import cliargs
+from memqual.host.errors import BadInput
+from memqual.host.paths import cache_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    from memqual.host.errors import BadInput
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
@@ -57,7 +59,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _kernels(args: argparse.Namespace) -> int:
-    from memqual.host.paths import cache_dir
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.images.packages import available_kernels, resolve_kernel_package
 
     releases = available_kernels(cache_dir())
@@ -71,8 +73,6 @@ def _kernels(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from memqual.host.paths import cache_dir
-
     removed = 0
     for name in ("images", "snapshots", "agents"):
         path = cache_dir() / name

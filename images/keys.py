@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from memqual.host.errors import CapabilityMissing, GuestError
+from memqual.host.paths import write_private_atomic
 from memqual.images.cpio import CpioWriter
 
 HOST_KEY = "dropbear_ed25519_host_key"
@@ -57,8 +58,6 @@ def host_public_key(ssh_dir: Path) -> str:
                 f"no SSH host key for the image in {ssh_dir.parent}: rebuild it ('memqual image build --force')"
             ) from None
         text = _public_line(private)
-        from memqual.host.paths import write_private_atomic
-
         write_private_atomic(pub, (text + "\n").encode(), 0o644)
     return text
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.images.kernel import check_release
 
 # What the guest loads: the network and balloon drivers on both virtio
 # transports (microvm uses virtio-mmio, pc/q35 virtio-pci).
@@ -97,8 +98,6 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> li
     Every path is checked before anything is written: the release has the
     kernel's release form, and each module path (from modules.dep) and
     metadata file stays inside both the source tree and the destination."""
-    from memqual.images.kernel import check_release
-
     check_release(release, str(source_release_dir))
     if not source_release_dir.is_dir():
         raise BadInput(f"{source_release_dir}: no such modules directory (pass lib/modules/RELEASE)")

@@ -9,7 +9,7 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from memqual.host.memslots import kvm as K
+from memqual.host import kvm as K
 from memqual.images.build import KernelSource
 
 

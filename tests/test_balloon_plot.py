@@ -3,9 +3,11 @@ results.json, the report's section, the PNG and ``memqual balloon curve``."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 
 import pytest
+from markupsafe import Markup
 from test_balloon_controller import run_cli
 
 from memqual.host import report
@@ -100,3 +102,21 @@ def test_curve_command_writes_the_png_and_refuses_what_holds_no_curve(tmp_path, 
     (tmp_path / "empty").mkdir()
     assert run_cli(["balloon", "curve", str(tmp_path / "empty")]) == 2
     assert run_cli(["balloon", "curve", str(tmp_path / "missing")]) == 2
+
+
+def test_the_balloon_registers_its_report_section():
+    """report.html gets a subject's section from the memqual.report_sections
+    entry points (pyproject.toml); host/report.py imports no subject."""
+    assert list(report.registered_sections()) == [("balloon", plot.section)]
+    assert report.subject_sections([]) == (Markup(""),)
+
+
+def test_the_report_shows_only_the_registered_sections(monkeypatch):
+    results = build_results([], _records(), host_fallback=False)
+    section = plot.section(metrics_of(_records()))
+    assert section and section in report.render_html(results)
+    # Without the entry point the report has no balloon curve: the page
+    # takes the section from the registry, nowhere else.
+    monkeypatch.setattr(report, "entry_points", lambda group: importlib.metadata.EntryPoints(()))
+    assert report.registered_sections() == ()
+    assert section not in report.render_html(results)

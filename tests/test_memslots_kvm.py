@@ -20,8 +20,8 @@ from disassemble import instructions, needs_objdump
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memqual.host import kvm as K
 from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_cli
 from memqual.host.record import load

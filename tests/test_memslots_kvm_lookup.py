@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from disassemble import instructions, needs_objdump
 
+from memqual.host import kvm as K
 from memqual.host.errors import BadInput
-from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 

@@ -137,7 +137,7 @@ FAKE_RUNNER = textwrap.dedent(
     """\
     import fcntl, os, signal, time
     from memqual.host.ksm.state import HostState, Snapshot
-    from memqual.host.ksm.sysfs import KSM_ROOT, THP_ROOT
+    from memqual.host.environment import KSM_ROOT, THP_ROOT
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a test stuck in its tearDown
     fd = os.open(os.environ["FAKE_MEASURE_LOCK"], os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)

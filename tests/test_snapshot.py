@@ -96,3 +96,21 @@ def test_cap_drops_orphans_then_least_recently_used(
     monkeypatch.setattr(snapshot, "CACHE_CAP_BYTES", 100)
     snapshot._enforce_cap()
     assert not orphan.exists() and not old.exists() and new.exists()
+
+
+def test_a_machine_starts_by_the_strategy_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Warm starts are the default strategy of a warm config, cold boots of
+    any other; a strategy given to the machine replaces both (the machine
+    does not reach for the snapshot module then)."""
+    from memqual.host import machine as machine_module
+
+    assert machine_module.default_start(MachineConfig(warm=True)) is snapshot.start
+    assert machine_module.default_start(MachineConfig(warm=False)) is Machine.boot_cold
+    monkeypatch.setenv("MEMQUAL_WARM", "0")
+    assert machine_module.default_start(MachineConfig(warm=True)) is Machine.boot_cold
+    started: list[Machine] = []
+    monkeypatch.setattr(snapshot, "start", lambda m: pytest.fail("the snapshot's start was not the one given"))
+    vm = Machine(MachineConfig(warm=True, accel="tcg"), start=started.append)
+    vm.launch()
+    vm.shutdown()
+    assert started == [vm]

@@ -6,7 +6,10 @@ import math
 from typing import Any
 
 from memqual.host import cliargs
+from memqual.host.balloon import measure
 from memqual.host.errors import BadInput
+from memqual.host.record import collect, load
+from memqual.host.results import load_results
 
 
 def register(subparsers: Any) -> None:
@@ -33,25 +36,20 @@ def register(subparsers: Any) -> None:
     curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
     curve.add_argument("--png", type=cliargs.output_file, metavar="FILE", help="write the plot to FILE")
     curve.set_defaults(handler=_cmd_curve)
-    from memqual.host.balloon import measure
-
     measure.add_parser(sub)
 
 
 def _cmd_curve(args: Any) -> int:
     from pathlib import Path
 
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon import plot
 
     source = Path(args.source)
     entries: list[Any]
     if source.is_dir():
-        from memqual.host.record import collect
-
         entries = list(collect(source))
     elif source.is_file():
-        from memqual.host.results import load_results
-
         entries = list(load_results(source)["metrics"])
     else:
         raise BadInput(f"{source}: no such results.json or records directory")
@@ -77,11 +75,10 @@ def _cmd_curve(args: Any) -> int:
 
 
 def _cmd_model(args: Any) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon import model as bm
 
     if args.record:
-        from memqual.host.record import load
-
         record = load(args.record)
         pred = record.extra.get("model")
         if not isinstance(pred, dict) or "predictions" not in pred:

@@ -67,6 +67,7 @@ def _summary(values: list[float]) -> dict[str, float] | None:
 
 def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str, Any]:
     """Boot, inflate and deflate ``repeats`` times; the results as a dict."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.move import BalloonMover, Move
@@ -200,6 +201,7 @@ def parse_sizes(text: str) -> list[int]:
         raise BadInput(f"--pfns-per-request {text!r}: give whole numbers, comma-separated (e.g. 256,262144)") from None
     if not sizes:
         raise BadInput("--pfns-per-request: give at least one size")
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.driver import check_pfns
 
     for n in sizes:
@@ -213,6 +215,7 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     the driver's requests and breakdown.  The stock driver goes back at the
     end.  Stops at the guest's floor (the balloon given back over QMP at
     once) with ``reached`` False."""
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.driver import PAGE, VariantDriver
     from memqual.host.balloon.move import BalloonMover
@@ -340,6 +343,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def _cmd_measure(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.qemu import qemu_binary
     from memqual.images.build import build
 

@@ -22,7 +22,8 @@ from typing import Any
 from markupsafe import Markup
 
 from memqual.host import pages, stats
-from memqual.host.html import Plot, num, png, pyplot
+from memqual.host.figures import Plot, png, pyplot
+from memqual.host.figures import format_number as num
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a

@@ -7,7 +7,12 @@ import json
 from pathlib import Path
 
 from memqual.host import cliargs
+from memqual.host.environment import KSM_ROOT
 from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.ksm import procfs
+from memqual.host.ksm.controller import read_counters
+from memqual.host.ksm.state import HostState, restore_stale
+from memqual.host.ksm.sysfs import Sysfs
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,11 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from memqual.host.ksm import procfs
-    from memqual.host.ksm.controller import read_counters
-    from memqual.host.ksm.state import HostState
-    from memqual.host.ksm.sysfs import KSM_ROOT, Sysfs
-
     fs = Sysfs(args.sysfs or KSM_ROOT)
     if not fs.exists():
         raise CapabilityMissing(f"host KSM: {fs.root} does not exist (kernel built without CONFIG_KSM)")
@@ -101,9 +101,6 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from memqual.host.ksm.state import HostState, restore_stale
-    from memqual.host.ksm.sysfs import KSM_ROOT
-
     kwargs = {"ksm_root": args.sysfs} if args.sysfs else {"ksm_root": KSM_ROOT}
     state = HostState(args.state_dir, **kwargs)
     if not state.state_path.exists():

@@ -25,10 +25,11 @@ from types import FrameType
 from typing import Any, Protocol, Self
 
 from memqual.host.closing import Closing
+from memqual.host.environment import KSM_ROOT, THP_ROOT
 from memqual.host.errors import CapabilityMissing, Timeout
 from memqual.host.ksm import procfs
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
-from memqual.host.ksm.sysfs import COUNTERS, KSM_ROOT, THP_KNOBS, THP_ROOT, KsmCounters, Sysfs, write_order
+from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, Sysfs, write_order
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Reading and writing the host's KSM and THP knobs in sysfs.
 
-The roots are parameters so tests drive a fake tree.  A "knob" is a file the
+The roots are parameters so tests drive a fake tree (the real ones are
+memqual.host.environment.KSM_ROOT and THP_ROOT).  A "knob" is a file the
 owner may write (mode has u+w): discovered, not listed, so the snapshot of a
 newer kernel's knobs is complete without code changes.  Multiple-choice knobs
 ("[none] scan-time", "always [madvise] never") are read as their selected
@@ -14,9 +15,6 @@ import errno
 import os
 import stat
 from pathlib import Path
-
-KSM_ROOT = Path("/sys/kernel/mm/ksm")
-THP_ROOT = Path("/sys/kernel/mm/transparent_hugepage")
 
 # THP files a scenario may touch; the rest of THP stays out of the snapshot.
 THP_KNOBS = ("enabled", "defrag")

@@ -19,6 +19,8 @@ import json
 from typing import Any
 
 from memqual.host import cliargs
+from memqual.host.errors import BadInput
+from memqual.host.memslots import kvm_cli, qemu_cli
 
 
 def register(subparsers: Any) -> None:
@@ -58,8 +60,6 @@ def register(subparsers: Any) -> None:
 
 
 def _register_kvm(sub: Any) -> None:
-    from memqual.host.memslots import kvm_cli
-
     summary = "time memslot setup, delete, move and lookups on /dev/kvm"
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
@@ -67,8 +67,6 @@ def _register_kvm(sub: Any) -> None:
 
 
 def _register_qemu(sub: Any) -> None:
-    from memqual.host.memslots import qemu_cli
-
     parser = sub.add_parser(
         "qemu",
         help="apply a layout to a real QEMU guest and check it",
@@ -79,8 +77,6 @@ def _register_qemu(sub: Any) -> None:
 
 
 def _check_count(name: str, value: int, least: int) -> None:
-    from memqual.host.errors import BadInput
-
     if value < least:
         raise BadInput(f"{name} {value} is too small: give {least} or more")
     if value > cliargs.COUNT_LIMIT:
@@ -88,6 +84,7 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.layout import load_layout
     from memqual.host.memslots.model import model_table
 
@@ -105,6 +102,7 @@ def _print_model(table: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.model import PUBLISHED
 
     applies = table.published_applies
@@ -144,6 +142,7 @@ def _print_model(table: Any) -> None:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.layout import load_layout, parse_gfn
     from memqual.host.memslots.structures import build_all
 

@@ -27,8 +27,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from memqual.host.errors import BadInput
+from memqual.host.flatview import SLOT_KINDS, FlatRange
 from memqual.host.memslots.layout import Layout, layout_from_json
-from memqual.host.memslots.qemu_layout import SLOT_KINDS, FlatRange, layout_from_flatview
+from memqual.host.memslots.qemu_layout import layout_from_flatview
+from memqual.host.qemu import MachineConfig
 from memqual.host.record import Measurement
 
 SCENARIO = "memslots.guest_layout"
@@ -90,8 +92,6 @@ class GuestConfig:
         return tuple(args)
 
     def machine_config(self) -> Any:
-        from memqual.host.qemu import MachineConfig
-
         dimms: dict[str, Any] = {}
         if self.boot_dimms:
             dimms = dict(maxmem_mib=self.ram_mib + self.boot_dimms * GUEST_DIMM_MIB, mem_slots=self.boot_dimms)

@@ -51,9 +51,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from memqual.host import kvm as K
 from memqual.host import probe as host_probe
 from memqual.host.errors import BadInput, MemqualError
-from memqual.host.memslots import kvm as K
+from memqual.host.memslots import model as memslot_model
+from memqual.host.memslots.layout import Layout, Slot
+from memqual.host.memslots.structures import balanced_bound
+from memqual.host.record import Measurement, write
 
 log = logging.getLogger(__name__)
 
@@ -259,8 +263,6 @@ class GuestPassError(MemqualError):
 def balanced_tree_nodes(n: int) -> tuple[int, str]:
     """Nodes a balanced binary search tree over n slots examines on a miss,
     ceil(log2(n + 1)), and where the figure came from."""
-    from memqual.host.memslots.structures import balanced_bound
-
     return int(balanced_bound(n)), "memqual.host.memslots.structures.balanced_bound"
 
 
@@ -274,9 +276,6 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
     pass (a hit in a different slot each time) and the MMIO pass (a
     complete miss each time).  A wrong answer (ModelDisagreement) or any
     other error is a bug and propagates as a failure."""
-    from memqual.host.memslots.layout import Layout, Slot
-    from memqual.host.memslots.model import oracle, run_structure
-
     layout = Layout(
         tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
         name=f"kvm-bench-{geo.n}",
@@ -291,7 +290,7 @@ def model_walk(geo: SlotGeometry) -> dict[str, Any]:
         gfns = [gpa(i) // PAGE for i in picks]
         # run_structure checks every answer against the layout (the
         # oracle): a touch must hit its slot, a gap frame must miss.
-        stats = run_structure(MODEL_STRUCTURE, layout, gfns, oracle(layout, gfns))
+        stats = memslot_model.run_structure(MODEL_STRUCTURE, layout, gfns, memslot_model.oracle(layout, gfns))
         out[f"{name}_nodes_mean"] = stats.mean_nodes
         out[f"{name}_nodes_max"] = stats.max_nodes
     return out
@@ -801,8 +800,6 @@ RECORD_METRICS: dict[str, tuple[str, str]] = {
 def records(result: BenchResult) -> list[Any]:
     """One memqual.host.record.Measurement per metric per slot count (scenario
     "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
-    from memqual.host.record import Measurement
-
     env = environment(result)
     settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}
     out = []
@@ -833,6 +830,4 @@ def records(result: BenchResult) -> list[Any]:
 
 
 def write_records(result: BenchResult, directory: str | os.PathLike[str]) -> list[Path]:
-    from memqual.host.record import write
-
     return [write(r, directory) for r in records(result)]

@@ -121,6 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.kvm_bench import BenchConfig
 
     if args.repeats < 1:
@@ -140,6 +141,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots import kvm_bench
 
     if getattr(args, "lookup", False):
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots import kvm_lookup
 
     check_kvm_device(args.device)

@@ -64,9 +64,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from memqual.host import kvm as K
 from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.memslots import kvm as K
 from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import structures
+from memqual.host.memslots.layout import Layout, Slot
+from memqual.host.record import Measurement
+from memqual.host.record import write as write_record
 
 log = logging.getLogger(__name__)
 
@@ -359,12 +363,9 @@ def model_nodes(geo: LookupGeometry) -> dict[str, int]:
     compares for each target of this layout; the kernel's tree is built in
     another order, so this is the depth of a balanced tree of N slots, not
     the kernel's exact path."""
-    from memqual.host.memslots.layout import Layout, Slot
-    from memqual.host.memslots.structures import build
-
     slots = [Slot(0, 0, geo.ram_bytes // PAGE)]
     slots += [Slot(i, geo.small_gpa(i) // PAGE, 1) for i in range(1, geo.n)]
-    tree = build("rbtree", Layout(tuple(slots)))
+    tree = structures.build("rbtree", Layout(tuple(slots)))
     return {k: tree.lookup(gpa // PAGE)[1] for k, gpa in geo.targets().items()}
 
 
@@ -575,8 +576,6 @@ def records(result: LookupResult) -> list[Any]:
     """``access_ns`` per (kind, N): samples = each round's per-access cost,
     replicates = one group per fresh VM; ``ns_per_doubling`` per kind:
     one fitted slope per replicate."""
-    from memqual.host.record import Measurement
-
     settings = result.config.settings()
     env = environment(result)
     execution = execution_kind(result)
@@ -651,6 +650,4 @@ def records(result: LookupResult) -> list[Any]:
 
 
 def write_records(result: LookupResult, directory: str | os.PathLike[str]) -> list[Any]:
-    from memqual.host.record import write
-
-    return [write(r, directory) for r in records(result)]
+    return [write_record(r, directory) for r in records(result)]

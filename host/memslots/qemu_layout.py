@@ -24,7 +24,7 @@ not aligned to the guest's 128 MiB memory block, flags on a dimm.  When
 QEMU refuses anyway (a dimm hotplugged over one already there),
 ``hotplug`` turns QEMU's message into a BadInput naming the slot.
 
-Read-back: ``parse_flatview`` reads the flat view of the "memory" address
+Read-back: ``parse_flatview`` (host/flatview.py) reads the flat view of the "memory" address
 space from ``info mtree -f`` (every RAM or ROM range of it is what QEMU
 registers as a KVM memslot), ``parse_memory_devices`` the reply of
 ``query-memory-devices``, ``parse_iomem`` the guest's /proc/iomem,
@@ -40,7 +40,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memqual.host.errors import BadInput, GuestError
+from memqual.host.flatview import SLOT_KINDS, FlatRange, parse_flatview
 from memqual.host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
+from memqual.host.qemu import MachineConfig
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -164,8 +166,6 @@ class QemuPlan:
 
     def machine_config(self, cpus: int = 1, **overrides: Any) -> Any:
         """A MachineConfig for this plan (its machine, no balloon by default)."""
-        from memqual.host.qemu import MachineConfig
-
         fields: dict[str, Any] = dict(
             machine=self.memory.machine,
             memory_mib=self.memory.ram_mib,
@@ -298,48 +298,6 @@ def _qemu_reason(exc: Exception) -> str:
 
 
 # --- read-back: QEMU -----------------------------------------------------------
-
-_FLAT_LINE = re.compile(r"^\s*([0-9a-fA-F]+)-([0-9a-fA-F]+) \(prio (-?\d+), ([a-z/ ]+?)\): (\S+)(?: @([0-9a-fA-F]+))?")
-SLOT_KINDS = ("ram", "rom", "romd")  # flat-view range types KVM maps as memslots
-
-
-@dataclasses.dataclass(frozen=True)
-class FlatRange:
-    """One range of a QEMU flat view: [start, end] inclusive, as printed."""
-
-    start: int
-    end: int
-    kind: str  # ram, rom, romd, i/o
-    name: str  # the memory region
-    offset: int = 0  # offset into the region ("@..." in the output)
-
-    @property
-    def size(self) -> int:
-        return self.end - self.start + 1
-
-
-def parse_flatview(text: str, address_space: str = "memory") -> list[FlatRange]:
-    """The ranges of the flat view that serves ``address_space`` in the
-    output of ``info mtree -f``.  Raises BadInput when it is not there."""
-    ranges: list[FlatRange] = []
-    in_view = found = False
-    for line in text.splitlines():
-        if line.startswith("FlatView #"):
-            in_view = False
-            continue
-        if line.startswith(" AS "):
-            if re.match(rf' AS "{re.escape(address_space)}",', line):
-                in_view = found = True
-            continue
-        if not in_view:
-            continue
-        match = _FLAT_LINE.match(line)
-        if match:
-            start, end, _prio, kind, name, offset = match.groups()
-            ranges.append(FlatRange(int(start, 16), int(end, 16), kind, name, int(offset or "0", 16)))
-    if not found:
-        raise BadInput(f'no flat view of address space "{address_space}" in the info mtree -f output')
-    return ranges
 
 
 def layout_from_flatview(ranges: Sequence[FlatRange], name: str = "qemu") -> Layout:

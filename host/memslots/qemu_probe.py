@@ -35,6 +35,7 @@ from memqual.host.memslots.qemu_layout import (
     Observed,
     QemuPlan,
     blocks_in,
+    hotplug,
     parse_blocks,
     parse_iomem,
     read_qemu,
@@ -90,8 +91,6 @@ def observe(vm: Any, agent: str | None) -> Observed:
 def apply_hotplug(vm: Any, plan: QemuPlan, agent: str, timeout: float = 30.0) -> list[str]:
     """Hotplug the plan's hotplug dimms, wait for the guest to add them and
     online every dimm (boot-time ones too: nothing onlines them by itself)."""
-    from memqual.host.memslots.qemu_layout import hotplug
-
     hotplug(vm, plan.hotplug_dimms)
     wait_blocks(vm, agent, plan.dimms, timeout)
     return online(vm, agent, plan.dimms)

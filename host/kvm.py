@@ -1,5 +1,8 @@
 """A small typed wrapper of the KVM API, in pure Python (ioctl, mmap, ctypes).
 
+Shared machinery, below the subjects: the probe asks it for the host's slot
+limit, the memslots benchmarks drive it.  It imports no subject.
+
 Enough of /dev/kvm to measure memory slots against the real kernel: open the
 device, check capabilities, create a VM, set/delete/move user memory regions,
 create one vCPU, map its ``kvm_run`` area, load registers and segment state,
