@@ -133,8 +133,8 @@ def debian_kernel_arm(text: str) -> str:
     and, after the first colon, words added to its guest's command line (an
     A/B of one kernel with and without ``init_on_free=1``), both checked
     before the archive is asked."""
-    from memqual.host.bisect.series import parse_kernel
     from memqual.host.errors import BadInput
+    from memqual.host.kernelspec import parse_kernel
     from memqual.images.packages import check_kernel_name
 
     try:

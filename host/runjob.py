@@ -1146,7 +1146,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
-        from memqual.host.bisect.series import parse_kernel
+        from memqual.host.kernelspec import parse_kernel
         from memqual.images.build import debian_kernel_files
 
         for index, text in enumerate(args.debian_kernel):
