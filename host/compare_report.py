@@ -18,7 +18,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memqual.host.comparison import SLOWER, UNDECIDED, VERDICTS, RunComparison, short_labels, verdict_text
+from memqual.host.comparison import (
+    NOT_COMPARABLE,
+    SLOWER,
+    UNDECIDED,
+    VERDICTS,
+    RunComparison,
+    short_labels,
+    verdict_text,
+)
 from memqual.host.html import CSS, VERDICT_COLOURS, ForestRow, badge, environment_line, esc, forest_png, num
 from memqual.host.paths import write_private_atomic
 from memqual.host.results import Results
@@ -54,6 +62,7 @@ def render_comparison_html(
 ) -> str:
     labels = short_labels(result.metrics)
     counts = collections.Counter(m.verdict for m in result.metrics)
+    families = result.to_json()["families"]
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
@@ -61,9 +70,9 @@ def render_comparison_html(
         f"<h1>memqual: is {esc(b_name)} faster or slower than {esc(a_name)}?</h1>",
         f"<p class='sub'>threshold {result.threshold:.0%} (smallest change of the median that counts) · "
         f"alpha {result.alpha:g} family-wise (t-test of log replicate medians, paired by block where both "
-        f"name blocks; Holm over {sum(1 for m in result.metrics if m.role == 'primary')} primaries and "
-        f"{sum(1 for m in result.metrics if m.role == 'control')} negative controls, Benjamini-Hochberg over "
-        f"{sum(1 for m in result.metrics if m.role == 'exploratory')} exploratory at alpha/4) · "
+        f"name blocks; Holm over {families['primary']} primaries and "
+        f"{families['control']} negative controls, Benjamini-Hochberg over "
+        f"{families['exploratory']} exploratory at alpha/4) · "
         f"{len(result.only_in_a) + len(result.only_in_b)} on one side only</p>",
         f"<p class='sub'><b>{esc(a_name)}</b>: {esc(a.get('created', ''))}</p>",
         environment_line(a.get("environment") or {}),
@@ -95,6 +104,12 @@ def render_comparison_html(
             f"<p><b style='color:{VERDICT_COLOURS[UNDECIDED]}'>"
             f"{len(result.undecided)} metric(s) undecided</b>: neither a change nor equivalence shown; "
             "each row says about how many units a side would decide it.</p>"
+        )
+    if result.not_comparable:
+        parts.append(
+            f"<p><b style='color:{VERDICT_COLOURS[NOT_COMPARABLE]}'>{len(result.not_comparable)} metric(s) not "
+            "comparable</b>: the two runs measured them in different regimes (each row says which), so they "
+            f"decide nothing: {esc(', '.join(labels[m.key] for m in result.not_comparable))}.</p>"
         )
 
     plot = forest_plot(result, labels)

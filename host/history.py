@@ -35,6 +35,13 @@ log replicate medians, the largest p of the runs, corrected in the
 family), ``undecided`` otherwise.  A control with a step says the host
 drifted: the page and the summary say so, and the other steps of that
 group are not to be trusted.
+
+A metric that holds only under a regime the host sets (KSM's volatile
+scan under its dirtying rate, host/regime.py) gets steps and verdicts only
+when every run of its series recorded the regime and they all match
+within the tolerance; otherwise its series is drawn, marked ``not
+comparable`` with the regimes' range, and left out of its family's
+correction.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from memqual.host import cliargs
 from memqual.host.cliargs import percent_as_fraction
 from memqual.host.errors import BadInput
 from memqual.host.paths import write_private_atomic
+from memqual.host.regime import NOT_COMPARABLE, RegimeCheck, condition_of
+from memqual.host.regime import check as check_regime
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
@@ -112,11 +121,16 @@ class Series:
     steps: list[Step]
     scenario: str = ""
     role: str = "primary"
-    verdict: str = "undecided"  # STEP, equivalent or undecided
+    verdict: str = "undecided"  # STEP, equivalent, undecided or NOT_COMPARABLE
     p_change: float = 1.0  # max-type permutation p of no change anywhere
     p_change_adjusted: float = 1.0
     p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
     p_equivalence_adjusted: float = 1.0
+    regime: RegimeCheck | None = None  # the runs' regimes, for a metric that holds under one
+
+    @property
+    def comparable(self) -> bool:
+        return self.regime is None or self.regime.matches
 
 
 @dataclasses.dataclass
@@ -332,6 +346,20 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
         series = Series(
             key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps, str(m.get("scenario") or "")
         )
+        condition = condition_of(series.scenario, str(m.get("metric") or ""))
+        if condition is not None:
+            series.regime = check_regime(
+                condition,
+                [
+                    (
+                        f"run {pos + 1}",
+                        list(runs[pos].metrics.values()),
+                        e.get("variant") or {},
+                        e.get("settings") or {},
+                    )
+                    for pos, e in present
+                ],
+            )
         series.p_change = no_change_p([_reps(e) for _, e in present])
         tests = [stats.ratio_test(first, _reps(e)) for _, e in present[1:]]
         series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
@@ -354,8 +382,12 @@ def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> Non
             s.role = comparison.PRIMARY
         else:
             s.role = comparison.EXPLORATORY
+    for s in series:
+        if not s.comparable:
+            s.verdict, s.steps = NOT_COMPARABLE, []
     for role in comparison.ROLES:
-        members = [s for s in series if s.role == role]
+        # A series whose runs' regimes differ decides nothing and is in no family.
+        members = [s for s in series if s.role == role and s.comparable]
         if not members:
             continue
         correct = stats.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
@@ -417,6 +449,7 @@ def to_json(
                         "p_change_adjusted": s.p_change_adjusted,
                         "p_equivalence": s.p_equivalence,
                         "p_equivalence_adjusted": s.p_equivalence_adjusted,
+                        "regime": s.regime.to_json() if s.regime else None,
                         "points": [dataclasses.asdict(p) for p in s.points],
                         "steps": [dataclasses.asdict(st) for st in s.steps],
                     }
@@ -489,10 +522,13 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
                 + esc(", ".join(c.key for c in g.controls_stepped))
                 + "), metrics no guest kernel can move. The other steps of this group are not to be trusted.</p>"
             )
-        verdicts = {v: sum(1 for s in g.series if s.verdict == v) for v in (STEP, "equivalent", "undecided")}
+        verdicts = {
+            v: sum(1 for s in g.series if s.verdict == v) for v in (STEP, "equivalent", "undecided", NOT_COMPARABLE)
+        }
         parts.append(
             f"<p class='sub'>{verdicts[STEP]} with a step, {verdicts['equivalent']} equivalent (every run within "
-            f"±{threshold:.0%} of the first), {verdicts['undecided']} undecided; families: Holm over the primaries "
+            f"±{threshold:.0%} of the first), {verdicts['undecided']} undecided, {verdicts[NOT_COMPARABLE]} not "
+            "comparable (the runs' regimes differ); families: Holm over the primaries "
             "and over the negative controls, Benjamini-Hochberg over the rest</p>"
         )
         parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
@@ -507,7 +543,7 @@ def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, thresho
                 f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
                 f"p={st.p_value:.3g}"
                 for st in s.steps
-            ) or ("no step: " + s.verdict)
+            ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
             parts.append(
                 f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.role)} · {esc(s.unit)}, {esc(s.better)} is better · "
                 f"p of no change {s.p_change:.2g} (corrected {s.p_change_adjusted:.2g}) · <b>{esc(steps)}</b></p>"
@@ -560,9 +596,13 @@ def main(args: argparse.Namespace) -> int:
             f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
             f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
             f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
-            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided",
+            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided, "
+            f"{sum(1 for s in g.series if s.verdict == NOT_COMPARABLE)} not comparable",
             file=out,
         )
+        for s in g.series:
+            if s.regime is not None and not s.comparable:
+                print(f"  {s.key}: {s.regime.reason()}", file=out)
         if g.host_drifted:
             print(
                 "  the host drifted: negative control(s) with a step "
