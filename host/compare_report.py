@@ -106,10 +106,15 @@ def render_comparison_html(
             "each row says about how many units a side would decide it.</p>"
         )
     if result.not_comparable:
+        # A regime covers a whole scenario's metrics: one line per scenario and reason.
+        refused = collections.Counter(
+            (m.scenario, m.regime.reason() if m.regime else NOT_COMPARABLE) for m in result.not_comparable
+        )
         parts.append(
             f"<p><b style='color:{VERDICT_COLOURS[NOT_COMPARABLE]}'>{len(result.not_comparable)} metric(s) not "
-            "comparable</b>: the two runs measured them in different regimes (each row says which), so they "
-            f"decide nothing: {esc(', '.join(labels[m.key] for m in result.not_comparable))}.</p>"
+            "comparable</b>: the two runs measured them in different regimes, so they decide nothing.</p><ul>"
+            + "".join(f"<li>{esc(sc)} ({n} metric(s)): {esc(reason)}</li>" for (sc, reason), n in refused.items())
+            + "</ul>"
         )
 
     plot = forest_plot(result, labels)
