@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 
 import avocado
 
+from memqual.host import profiles
 from memqual.host.environment import Environment
 from memqual.host.errors import CapabilityMissing, Timeout
 from memqual.host.machine import Machine, MachineConfig
@@ -51,7 +52,6 @@ from memqual.host.record import Measurement, write
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
 ENV_MODULES = "MEMQUAL_GUEST_MODULES"
-ENV_PROFILE = "MEMQUAL_PROFILE"  # quick (default) or full
 MEASURES_NOTHING = "memqual_measures_nothing"  # the attribute @measures_nothing sets
 TestMethod = TypeVar("TestMethod", bound=Callable[..., None])
 
@@ -151,7 +151,13 @@ def under_pytest() -> bool:
 
 
 def profile() -> str:
-    return os.environ.get(ENV_PROFILE, "quick")
+    """The run's profile (host/profiles.py): quick, full or ab."""
+    return profiles.current()
+
+
+def sizes() -> profiles.Sizes:
+    """The run's row of scenario sizes (host/profiles.py)."""
+    return profiles.sizes()
 
 
 def skip(test: avocado.Test, reason: str) -> None:
@@ -214,6 +220,13 @@ class GuestTest(avocado.Test):
                 os.environ.pop(name, None)
         os.environ["MEMQUAL_RUN_LABEL"] = self.arm
         self.log.info("arm %s, block %d: kernel %s", self.arm, self.block, os.environ.get(ENV_KERNEL))
+
+    def first_unit(self) -> int:
+        """The index a scenario's first fresh guest counts from when it
+        rotates an order between guests (sizes, variants first): the block
+        before this one, so that with one guest per block the order still
+        rotates between blocks, and A and B of one block share it."""
+        return max(self.block - 1, 0)
 
     def tearDown(self) -> None:
         try:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memqual.e2e.base import GuestTest, profile
+from memqual.e2e.base import GuestTest, sizes
 from memqual.host import stats
 from memqual.host.balloon import (
     DEADLINE_S,
@@ -55,13 +55,14 @@ MIB = 1 << 20
 AGENT = "balloon_agent"
 MACHINE = "pc"
 MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
-# Main cycles per guest.  Quick: 2, with one smaller calibration size (the
-# model needs two sizes), about 35 s under TCG here against 57-75 s for 3:
-# no claim's verdict reads these records, and what CI must show (every
-# cross-check, the guest's resolution, the model's calibration) each cycle
-# shows.  The inflate's CV within a run is about 0.07 here: comparisons of
-# this metric are for the full profile's 5.
-REPEATS = 2 if profile() == "quick" else 5
+# Main cycles per guest come from the profile's row (host/profiles.py).
+# Quick: 2, with one smaller calibration size (the model needs two sizes),
+# about 35 s under TCG here against 57-75 s for 3: no claim's verdict reads
+# these records, and what CI must show (every cross-check, the guest's
+# resolution, the model's calibration) each cycle shows.  The inflate's CV
+# within a run is about 0.07 here: comparisons of this metric are for the
+# full profile's 5, or for an A/B's blocks (one cycle, no calibration, a
+# fresh guest per block and arm).
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
 # What makes the guest's timing finer than the host's QMP polls is its
@@ -138,7 +139,7 @@ class BalloonBase(GuestTest):
         first = guest_stat(vm.ssh, agent)
         full = bt.safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
         run = bt.TimingRun(memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, MACHINE, first)
-        for step in bt.plan(REPEATS, fractions):
+        for step in bt.plan(sizes().balloon_repeats, fractions):
             size = int(full * step.fraction) // PAGE * PAGE
             cycle = bt.run_cycle(vm.ssh, ctl, mover, agent, step, size, touch_mib)
             run.cycles.append(cycle)
@@ -235,18 +236,21 @@ class BalloonTiming(BalloonBase):
     """
 
     def test_inflate_deflate_1g(self) -> None:
-        """Scenario 1: 1 GiB guest, timed, cross-checked, model calibrated."""
-        self.timing(1024, TOUCH_MIB, CAL_FRACTIONS)
+        """Scenario 1: 1 GiB guest, timed, cross-checked, model calibrated.
+
+        :avocado: tags=ab
+        """
+        self.timing(1024, TOUCH_MIB, CAL_FRACTIONS if sizes().balloon_calibrate else ())
 
     def test_sizes_2g(self) -> None:
         """Scenario 2, full profile only: the same cycle in a 2 GiB guest
         (about 90 s under TCG; no verdict reads it)."""
-        self.require(profile() == "full", "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
+        self.require(sizes().balloon_large_guests, "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(2048, 0, ())
 
     def test_sizes_4g(self) -> None:
         """Scenario 2, full profile only: 4 GiB (about a minute more under TCG)."""
-        self.require(profile() == "full", "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
+        self.require(sizes().balloon_large_guests, "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(4096, 0, ())
 
 
@@ -266,7 +270,10 @@ class BalloonCorrectness(BalloonBase):
         deadlocked on memory"): seen in 4 of 18 probes here, see
         docs/balloon.md.  With it on, the OOM notifier deflates 1 MiB
         instead and the probe is safe.  (MemTotal then does not move with the
-        balloon; scenario 1, with deflate-on-oom off, checks MemTotal.)"""
+        balloon; scenario 1, with deflate-on-oom off, checks MemTotal.)
+
+        :avocado: tags=ab
+        """
         vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
         ram = ctl.ram_bytes()
         first = guest_stat(vm.ssh, agent)
@@ -384,7 +391,10 @@ class BalloonFreePageReporting(BalloonBase):
         )
 
     def test_reporting_on(self) -> None:
-        """Scenario 4: with free-page-reporting=on QEMU's RSS falls back."""
+        """Scenario 4: with free-page-reporting=on QEMU's RSS falls back.
+
+        :avocado: tags=ab
+        """
         base, peak, met, last, waited = self._touch_and_free(True)
         self._record(True, base, peak, last, waited)
         share = returned_share(base, peak, last)
@@ -395,7 +405,10 @@ class BalloonFreePageReporting(BalloonBase):
         )
 
     def test_reporting_off(self) -> None:
-        """Scenario 4, control: with it off the RSS stays up."""
+        """Scenario 4, control: with it off the RSS stays up.
+
+        :avocado: tags=ab
+        """
         base, peak, met, last, waited = self._touch_and_free(False)
         self._record(False, base, peak, last, waited)
         share = returned_share(base, peak, last)
@@ -410,7 +423,10 @@ class BalloonOomAndStats(BalloonBase):
     """
 
     def test_stats_and_deflate_on_oom(self) -> None:
-        """Scenarios 6 then 5 in one deflate-on-oom guest."""
+        """Scenarios 6 then 5 in one deflate-on-oom guest.
+
+        :avocado: tags=ab
+        """
         vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
 
         # 6. statistics.  The driver sends one stats buffer when it probes,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from memqual.e2e.base import GuestTest, profile
+from memqual.e2e.base import GuestTest, profile, sizes
 from memqual.host.balloon import BalloonController, BalloonMover
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
@@ -60,13 +60,17 @@ class BalloonDriver(GuestTest):
 
     def test_request_size(self) -> None:
         """Plan the sizes per fresh guest, measure each inflate, record the
-        run (host/balloon/request_size.py holds the plumbing)."""
+        run (host/balloon/request_size.py holds the plumbing).
+
+        :avocado: tags=ab
+        """
         started = time.monotonic()
         variant = self.variant()
-        guests = rs.GUESTS[profile()]
-        sizes = rs.request_sizes(GUEST_MIB, profile())
+        row = sizes()
+        guests = row.driver_guests
+        request_sizes = rs.request_sizes(GUEST_MIB, row.driver_curve)
         inflate_bytes = (GUEST_MIB - TARGET_MIB) * MIB
-        run = rs.RequestSizeRun(sizes, inflate_bytes)
+        run = rs.RequestSizeRun(request_sizes, inflate_bytes)
         probe_line, taint = "", 0
         for g in range(guests):
             vm = self.boot(MachineConfig(memory_mib=GUEST_MIB, machine=MACHINE, balloon=BalloonDevice()))
@@ -88,8 +92,9 @@ class BalloonDriver(GuestTest):
                         driver.load(bad)
                     self.assertIn("refused", str(refused.exception))
             samples = []
-            for label, size in rs.guest_plan(list(sizes), g, inflate_bytes):
-                sample = rs.measure_inflate(vm, mover, driver, g, label, sizes[label], size)
+            # The order rotates between guests, and between blocks in an A/B.
+            for label, size in rs.guest_plan(list(request_sizes), self.first_unit() + g, inflate_bytes):
+                sample = rs.measure_inflate(vm, mover, driver, g, label, request_sizes[label], size)
                 probe_line = sample.probe_line or probe_line
                 taint = driver.taint or taint
                 self.check_sample(sample, ram)
@@ -112,15 +117,15 @@ class BalloonDriver(GuestTest):
         settings = {"guest_mib": GUEST_MIB, "target_mib": TARGET_MIB, "machine": MACHINE, "profile": profile()}
         fits = run.fits()
         records = run.records(settings, variant.to_json(), probe_line, taint, fits)
-        self.assertEqual([m.metric for m in records], [*SIZE_METRICS * len(sizes), *FIT_METRICS])
+        self.assertEqual([m.metric for m in records], [*SIZE_METRICS * len(request_sizes), *FIT_METRICS])
         for measurement in records:
             self.record(measurement)
-        for label in sizes:
+        for label in request_sizes:
             runs = run.runs(label)
             self.log.info(
                 "%s (%d PFNs): inflate %s s, deflate %s s, QEMU CPU %s s, requests %s",
                 label,
-                sizes[label],
+                request_sizes[label],
                 [round(r["seconds"], 3) for r in runs],
                 [round(r["deflate_s"], 3) for r in runs],
                 [round(r["qemu_cpu_s"], 3) for r in runs],

@@ -15,7 +15,7 @@ UPTIME_STEP_S = 0.01  # /proc/uptime's resolution
 class Boot(GuestTest):
     """
     :avocado: enable
-    :avocado: tags=boot
+    :avocado: tags=boot,kernel-checks
     """
 
     @measures_nothing
@@ -99,7 +99,7 @@ class Boot(GuestTest):
 class Panic(GuestTest):
     """
     :avocado: enable
-    :avocado: tags=boot
+    :avocado: tags=boot,kernel-checks
     """
 
     @measures_nothing

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -147,7 +149,7 @@ def alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone: no file, or ESRCH reading a process that just exited
         return False
 
 
@@ -187,13 +189,15 @@ class Cleanup(GuestTest):
     :avocado: tags=boot
     """
 
-    def _start_nested(self, timeout_s: int, source: str | None = None) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    def _start_nested(
+        self, timeout_s: int, source: str | None = None, extra_env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path, Path]:
         work = Path(self.workdir)
         test_file = work / "hang_guest.py"
         test_file.write_text(source or HANGING_TEST.format(timeout=timeout_s))
         pidfile = work / "qemu.pid"
         results = work / "nested"
-        env = dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile))
+        env = dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile), **(extra_env or {}))
         avocado = Path(sys.executable).parent / "avocado"
         proc = subprocess.Popen(
             [str(avocado), "run", "--disable-sysinfo", "--job-results-dir", str(results), str(test_file)],
@@ -394,7 +398,13 @@ class Cleanup(GuestTest):
             f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell",
         )
         source = HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS)
-        proc, pidfile, _ = self._start_nested(900, source)
+        # The killed run's state in a folder of this test's own: every
+        # memqual process on the host (another job's test, a developer's
+        # command) restores what a dead run left in the shared one, and
+        # could take the restore away from the command checked here.
+        state_dir = Path(tempfile.mkdtemp(prefix="mq-state-"))
+        private = {"MEMQUAL_STATE_DIR": str(state_dir)}
+        proc, pidfile, _ = self._start_nested(900, source, private)
         try:
             self._wait_pidfile(proc, pidfile)
             changed = fs.knobs()
@@ -407,12 +417,18 @@ class Cleanup(GuestTest):
             # measurement lock) may have held changed knobs then.
             from memqual.host.ksm import HostState
 
-            saved = HostState().load()
+            saved = HostState(state_dir).load()
             self.assertIsNotNone(saved, "the killed run left no state file")
             assert saved is not None
             # memqual started again: any command puts the killed run's knobs back.
             memqual = Path(sys.executable).parent / "memqual"
-            start = subprocess.run([str(memqual), "image", "build"], capture_output=True, text=True, timeout=600)
+            start = subprocess.run(
+                [str(memqual), "image", "build"],
+                capture_output=True,
+                text=True,
+                timeout=600,
+                env=dict(os.environ, **private),
+            )
             self.assertEqual(start.returncode, 0, start.stderr[-500:])
             after = fs.knobs()
             self.assertEqual(
@@ -426,7 +442,8 @@ class Cleanup(GuestTest):
                 proc.wait()
             from memqual.host.ksm import restore_stale
 
-            restore_stale()  # whatever happened above, leave the host as it was
+            restore_stale(state_dir)  # whatever happened above, leave the host as it was
+            shutil.rmtree(state_dir, ignore_errors=True)
 
 
 class GuestIsolation(GuestTest):

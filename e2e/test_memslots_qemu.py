@@ -61,7 +61,10 @@ class MemslotsQemu(GuestTest):
         devices, the guest's /proc/iomem and memory blocks all equal the
         layout; a pattern is written and read back in every dimm (and seen
         by QEMU at the same guest-physical address); the frames the guest
-        touched are replayed through the model."""
+        touched are replayed through the model.
+
+        :avocado: tags=ab
+        """
         started = time.monotonic()
         plan = Q.plan_layout(load_layout(LAYOUT), MEMORY, hotplug=2)
         self.assertEqual([d.slot.id for d in plan.boot_dimms], [1])

@@ -15,10 +15,11 @@ lookup cost at each count).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
-from memqual.e2e.base import GuestTest, profile
+from memqual.e2e.base import GuestTest, sizes
 from memqual.host import qemu_binary
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
@@ -32,11 +33,6 @@ from memqual.host.record import Measurement
 MIB = 1 << 20
 BASE_MIB = 512
 AGENT = "vmem_agent"
-QUICK = profile() == "quick"
-# Quick: one size, two cycles (a guest's cycles are samples of one
-# replicate); full: 1 GiB and 3/4 of the guest, five cycles.
-SIZES_MIB = (256,) if QUICK else (1024, 3 * BASE_MIB // 4)
-REPEATS = 2 if QUICK else 5
 RESIZE_DEADLINE_S = 60.0
 # A request the guest cannot meet: how long it is watched not being met.
 # The driver's retries are far apart (its timer starts at 50 s), so a few
@@ -56,10 +52,26 @@ MIN_IN_RANGE = 0.5
 # QEMU's RSS must give back this share of what the fill added once the
 # blocks are unplugged (QEMU discards unplugged blocks at once).
 RSS_RETURNED = 0.8
-# QEMU sizes the memslots itself (about 1 GiB each here): steps that cross
-# slot boundaries.  Unplugging under TCG costs seconds per GiB.
-DYN_DEVICE_MIB = 2048 if QUICK else 4096
-DYN_STEPS_MIB = (0, 512, 2048, 0) if QUICK else (0, 512, 1536, 3072, 1024, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The scenario's sizes by the profile's row (host/profiles.py)."""
+
+    # Quick: one size, two cycles (a guest's cycles are samples of one
+    # replicate); full: 1 GiB and 3/4 of the guest, five cycles.
+    sizes_mib: tuple[int, ...]
+    repeats: int
+    # QEMU sizes the memslots itself (about 1 GiB each here): steps that
+    # cross slot boundaries.  Unplugging under TCG costs seconds per GiB.
+    dyn_device_mib: int
+    dyn_steps_mib: tuple[int, ...]
+
+
+def plan() -> Plan:
+    if sizes().virtio_mem_full:
+        return Plan((1024, 3 * BASE_MIB // 4), 5, 4096, (0, 512, 1536, 3072, 1024, 0))
+    return Plan((256,), 2, 2048, (0, 512, 2048, 0))
 
 
 def config(device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig:
@@ -207,16 +219,17 @@ class VirtioMem(GuestTest):
 
         :avocado: tags=slow
         """
-        device = V.VirtioMemDevice(size_mib=max(SIZES_MIB))
+        steps = plan()
+        device = V.VirtioMemDevice(size_mib=max(steps.sizes_mib))
         vm, agent = self.boot_vmem(device)
         ctl = BalloonController(vm, device_id="balloon0")
         base_kib = mem_total_kib(vm)
         ram = ctl.ram_bytes()
-        for size_mib in SIZES_MIB:
+        for size_mib in steps.sizes_mib:
             figures: dict[str, list[float]] = {
                 k: [] for k in ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
             }
-            for _ in range(REPEATS):
+            for _ in range(steps.repeats):
                 grow, grow_guest = self.guest_timed(vm, agent, device, size_mib * MIB, base_kib)
                 shrink, shrink_guest = self.guest_timed(vm, agent, device, 0, base_kib)
                 inflate = ctl.reach(ram - size_mib * MIB, deadline_s=RESIZE_DEADLINE_S)
@@ -258,11 +271,12 @@ class VirtioMem(GuestTest):
             V.DYNAMIC_MEMSLOTS in properties,
             f"QEMU {qemu_version()}'s {V.DEVICE} has no {V.DYNAMIC_MEMSLOTS} property (QEMU 8.2 added it)",
         )
-        device = V.VirtioMemDevice(size_mib=DYN_DEVICE_MIB, dynamic_memslots=True)
+        sized = plan()
+        device = V.VirtioMemDevice(size_mib=sized.dyn_device_mib, dynamic_memslots=True)
         vm, _agent = self.boot_vmem(device)
         counts: list[int] = []
         steps: list[dict[str, Any]] = []
-        for size_mib in DYN_STEPS_MIB:
+        for size_mib in sized.dyn_steps_mib:
             result = V.resize(vm, device, size_mib * MIB, RESIZE_DEADLINE_S)
             self.assertTrue(result.met, result)
             ranges = parse_flatview(vm.hmp("info mtree -f"))
@@ -282,7 +296,7 @@ class VirtioMem(GuestTest):
             )
             self.log.info("plugged %d MiB: %d device memslots, %d in all", size_mib, len(slots), len(layout.slots))
         self.assertEqual(counts[0], 0, "an empty device maps no memslot")
-        peak = DYN_STEPS_MIB.index(max(DYN_STEPS_MIB))
+        peak = sized.dyn_steps_mib.index(max(sized.dyn_steps_mib))
         self.assertEqual(counts[: peak + 1], sorted(counts[: peak + 1]), f"memslots fell while plugging: {counts}")
         self.assertGreater(counts[peak], counts[1], f"more plugged memory mapped no more memslots: {counts}")
         self.assertEqual(counts[-1], 0, f"unplugging all left memslots mapped: {counts}")
@@ -293,7 +307,7 @@ class VirtioMem(GuestTest):
                 unit="memslots",
                 better="lower",
                 samples=[float(counts[peak])],
-                settings={"device_mib": DYN_DEVICE_MIB, "steps_mib": list(DYN_STEPS_MIB)},
+                settings={"device_mib": sized.dyn_device_mib, "steps_mib": list(sized.dyn_steps_mib)},
                 extra={"steps": steps, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
             )
         )

@@ -22,6 +22,11 @@ from typing import Any
 # warm start, lab hosts) and measure nothing an A/B compares: they run once
 # per arm (block 1), every other test runs in every block.
 ONCE_PER_ARM_TAGS = ("boot", "hosts")
+# The ab profile's (host/profiles.py): the checks of the guest kernel itself
+# (e2e/test_boot.py), not memqual's own machinery (cleanup, warm start, the
+# lab hosts), which a guest kernel does not change and which costs minutes
+# an arm.
+AB_ONCE_PER_ARM_TAGS = ("kernel-checks",)
 VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
 
 

@@ -125,6 +125,23 @@ def debian_kernel(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
+def debian_kernel_arm(text: str) -> str:
+    """``memqual run --debian-kernel VERSION[:CMDLINE]``: a Debian kernel
+    and, after the first colon, words added to its guest's command line (an
+    A/B of one kernel with and without ``init_on_free=1``), both checked
+    before the archive is asked."""
+    from memqual.host.bisect.series import parse_kernel
+    from memqual.host.errors import BadInput
+    from memqual.images.packages import check_kernel_name
+
+    try:
+        spec = parse_kernel(text)
+        check_kernel_name(spec.version)
+        return spec.name
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent

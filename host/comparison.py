@@ -432,6 +432,67 @@ def decide(
     return ordered, verdicts
 
 
+def metric_stats(
+    test: stats.RatioTest,
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    decision: FamilyDecision | None,
+    verdict: str,
+    *,
+    threshold: float,
+) -> MetricStats:
+    """What a metric's test and its family decision found, with the units
+    an undecided one would need at the levels it faced.  ``decision`` is
+    None for a metric left out of every family (not comparable): no
+    adjusted p-values, no levels, no units to ask for."""
+    from memqual.host import stats
+
+    low, high = test.interval()
+    return MetricStats(
+        a=stats.summarize([x for r in a_reps for x in r]),
+        b=stats.summarize([x for r in b_reps for x in r]),
+        ratio=test.ratio_of(test.estimate),
+        ci_low=low,
+        ci_high=high,
+        confidence=stats.CONFIDENCE,
+        p_value=test.p_difference(),
+        p_equivalence=test.p_equivalence(threshold),
+        n_replicates_a=len(a_reps),
+        n_replicates_b=len(b_reps),
+        n_blocks=test.n_blocks,
+        p_method=test.method,
+        p_adjusted=decision.p_adjusted if decision else None,
+        p_equivalence_adjusted=decision.p_equivalence_adjusted if decision else None,
+        alpha_difference=decision.alpha_difference if decision else 0.0,
+        alpha_equivalence=decision.alpha_equivalence if decision else 0.0,
+        blocks_needed=(
+            test.units_needed(threshold, decision.alpha_difference, decision.alpha_equivalence)
+            if decision and verdict == UNDECIDED
+            else None
+        ),
+    )
+
+
+def decide_one(
+    a_reps: Sequence[Sequence[float]],
+    b_reps: Sequence[Sequence[float]],
+    a_blocks: Sequence[int] | None = None,
+    b_blocks: Sequence[int] | None = None,
+    *,
+    better: str,
+    threshold: float,
+    alpha: float,
+) -> tuple[MetricStats, str]:
+    """One metric decided on its own, a primary family of one, exactly as
+    compare_results decides each metric: the bisect's question about its
+    one metric.  ValueError when a side has no samples."""
+    from memqual.host import stats
+
+    test = stats.ratio_test(a_reps, b_reps, a_blocks or None, b_blocks or None)
+    decisions, verdicts = decide([test], [PRIMARY], [better], threshold=threshold, alpha=alpha)
+    return metric_stats(test, a_reps, b_reps, decisions[0], verdicts[0], threshold=threshold), verdicts[0]
+
+
 def compare_results(
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
@@ -471,7 +532,6 @@ def compare_results(
     for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
         d = decisions.get(i)
         verdict = verdicts.get(i, NOT_COMPARABLE)
-        low, high = test.interval()
         metrics.append(
             MetricComparison(
                 key=ma.key,
@@ -479,29 +539,7 @@ def compare_results(
                 metric=ma.metric,
                 unit=ma.unit,
                 better=ma.better,
-                comparison=MetricStats(
-                    a=stats.summarize([x for r in ra for x in r]),
-                    b=stats.summarize([x for r in rb for x in r]),
-                    ratio=test.ratio_of(test.estimate),
-                    ci_low=low,
-                    ci_high=high,
-                    confidence=stats.CONFIDENCE,
-                    p_value=test.p_difference(),
-                    p_equivalence=test.p_equivalence(threshold),
-                    n_replicates_a=len(ra),
-                    n_replicates_b=len(rb),
-                    n_blocks=test.n_blocks,
-                    p_method=test.method,
-                    p_adjusted=d.p_adjusted if d else None,
-                    p_equivalence_adjusted=d.p_equivalence_adjusted if d else None,
-                    alpha_difference=d.alpha_difference if d else 0.0,
-                    alpha_equivalence=d.alpha_equivalence if d else 0.0,
-                    blocks_needed=(
-                        test.units_needed(threshold, d.alpha_difference, d.alpha_equivalence)
-                        if d and verdict == UNDECIDED
-                        else None
-                    ),
-                ),
+                comparison=metric_stats(test, ra, rb, d, verdict, threshold=threshold),
                 verdict=verdict,
                 role=roles[i],
                 settings_changed=_settings_diff(ma, mb),
@@ -583,9 +621,13 @@ def verdict_text(m: MetricComparison) -> str:
     metric was not compared."""
     if m.verdict == NOT_COMPARABLE and m.regime is not None:
         return m.regime.reason()
-    if m.verdict != UNDECIDED:
-        return m.verdict
-    c = m.comparison
+    return stats_verdict_text(m.verdict, m.comparison)
+
+
+def stats_verdict_text(verdict: str, c: MetricStats) -> str:
+    """A verdict, and for ``undecided`` about how many units would decide it."""
+    if verdict != UNDECIDED:
+        return verdict
     unit = "blocks" if c.paired else "a side"
     if min(c.n_replicates_a, c.n_replicates_b) < 2 and not c.paired:
         return f"{UNDECIDED} (no spread yet: needs 2 or more {unit})"

@@ -53,7 +53,7 @@ import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host import cliargs
 from memqual.host.cliargs import percent_as_fraction
@@ -61,6 +61,9 @@ from memqual.host.errors import BadInput
 from memqual.host.paths import write_private_atomic
 from memqual.host.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.regime import check as check_regime
+
+if TYPE_CHECKING:
+    from memqual.host.html import EnvironmentLine, Plot
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
@@ -253,6 +256,14 @@ def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
     return min(1.0, min(ps) * len(ps))
 
 
+def beyond_band(low: float, high: float, threshold: float) -> bool:
+    """The whole interval [low, high] of a ratio lies beyond the band
+    [1 - threshold, 1 + threshold], above or below it."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    return low > 1.0 + threshold or high < 1.0 - threshold
+
+
 def change_points(
     series: Sequence[Sequence[Sequence[float]]],
     *,
@@ -264,7 +275,6 @@ def change_points(
     import numpy as np
 
     from memqual.host import stats
-    from memqual.host.bisect.decide import HIGHER, LOWER, band_verdict
 
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
     steps: list[Step] = []
@@ -301,7 +311,7 @@ def change_points(
         before_reps = [r for run in series[start:after] for r in run if len(r)]
         after_reps = [r for run in series[after:end] for r in run if len(r)]
         low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
-        if band_verdict(low, high, threshold) not in (HIGHER, LOWER):
+        if not beyond_band(low, high, threshold):
             continue  # perhaps significant, but not shown to exceed the threshold
         steps.append(
             Step(
@@ -485,72 +495,124 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
     return png(fig)
 
 
-def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from memqual.host.html import CSS, environment_line, esc
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    number: int  # from 1, as the plots' x axis counts
+    created: str
+    guest_kernel: str
+    label: str
+    path: str
 
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        f"<title>memqual history</title><style>{CSS}</style></head><body><main>",
-        "<h1>memqual history</h1>",
-        f"<p class='sub'>{sum(len(g.runs) for g in groups)} runs in {len(groups)} group(s) (host and QEMU alike "
-        f"within a group) · ordered by {esc(order)} · threshold {threshold:.0%} · alpha {alpha:g} per family</p>",
-        f"<p>Steps: <b>{esc(TEST_NAME)}</b>; a step is marked where p &lt; {alpha:g} and the two-stage bootstrap "
-        f"95% CI of the ratio of the pooled medians after / before lies wholly outside ±{threshold:.0%} (shaded). "
-        "Each point is a run's pooled median over the group's first run, with its 95% CI over the replicates.</p>",
-    ]
-    if diffs:
-        parts.append(
-            "<h2>Environment differences between the groups</h2><table><tr><th>key</th>"
-            + "".join(f"<th>group {i + 1}</th>" for i in range(len(groups)))
-            + "</tr>"
-        )
-        for key, values in diffs.items():
-            parts.append(
-                f"<tr><td>{esc(key)}</td>" + "".join(f"<td>{esc(json.dumps(v))}</td>" for v in values) + "</tr>"
+
+@dataclasses.dataclass(frozen=True)
+class SeriesView:
+    """A metric's series: its family, what the tests found, its plot."""
+
+    key: str
+    role: str
+    unit: str
+    better: str
+    p_change: str
+    p_change_adjusted: str
+    steps: str  # the steps found, or "no step: " and the verdict, or why not comparable
+    comparable: bool  # False: the runs' regimes differ, greyed
+    plot: Plot
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupView:
+    """A group of runs of one host and QEMU."""
+
+    number: int
+    runs: tuple[RunRow, ...]
+    metrics: int
+    stepped: int
+    environment: EnvironmentLine
+    controls_stepped: tuple[str, ...]  # the host drifted when any
+    equivalent: int
+    undecided: int
+    not_comparable: int
+    series: tuple[SeriesView, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DifferenceRow:
+    """A host key that differs between the groups: its value in each, as JSON."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPage:
+    runs: int
+    order: str
+    threshold: str  # as a percentage
+    alpha: str
+    test: str
+    not_comparable_colour: str
+    differences: tuple[DifferenceRow, ...]
+    groups: tuple[GroupView, ...]
+
+
+def _steps_text(s: Series) -> str:
+    return "; ".join(
+        f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
+        for st in s.steps
+    ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
+
+
+def _group_view(number: int, g: Group, threshold: float) -> GroupView:
+    from memqual.host.html import Plot, environment_line
+
+    return GroupView(
+        number=number,
+        runs=tuple(RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)),
+        metrics=len(g.series),
+        stepped=sum(1 for s in g.series if s.steps),
+        environment=environment_line(g.runs[0].environment),
+        controls_stepped=tuple(c.key for c in g.controls_stepped),
+        equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
+        undecided=sum(1 for s in g.series if s.verdict == "undecided"),
+        not_comparable=sum(1 for s in g.series if s.verdict == NOT_COMPARABLE),
+        series=tuple(
+            SeriesView(
+                s.key,
+                s.role,
+                s.unit,
+                s.better,
+                f"{s.p_change:.2g}",
+                f"{s.p_change_adjusted:.2g}",
+                _steps_text(s),
+                s.comparable,
+                Plot("series", _plot(s, g.runs, threshold)),
             )
-        parts.append("</table>")
-    for gi, g in enumerate(groups):
-        stepped = [s for s in g.series if s.steps]
-        parts.append(
-            f"<h2>Group {gi + 1}: {len(g.runs)} runs, {len(g.series)} metrics in two or more, "
-            f"{len(stepped)} with a step</h2>"
-        )
-        parts.append(environment_line(g.runs[0].environment))
-        if g.host_drifted:
-            parts.append(
-                "<p><b style='color:#b91c1c'>The host drifted</b>: negative control(s) with a step ("
-                + esc(", ".join(c.key for c in g.controls_stepped))
-                + "), metrics no guest kernel can move. The other steps of this group are not to be trusted.</p>"
-            )
-        verdicts = {
-            v: sum(1 for s in g.series if s.verdict == v) for v in (STEP, "equivalent", "undecided", NOT_COMPARABLE)
-        }
-        parts.append(
-            f"<p class='sub'>{verdicts[STEP]} with a step, {verdicts['equivalent']} equivalent (every run within "
-            f"±{threshold:.0%} of the first), {verdicts['undecided']} undecided, {verdicts[NOT_COMPARABLE]} not "
-            "comparable (the runs' regimes differ); families: Holm over the primaries "
-            "and over the negative controls, Benjamini-Hochberg over the rest</p>"
-        )
-        parts.append("<table><tr><th>run</th><th>created</th><th>guest kernel</th><th>label</th><th>file</th></tr>")
-        for i, r in enumerate(g.runs):
-            parts.append(
-                f"<tr><td>{i + 1}</td><td>{esc(r.created)}</td><td>{esc(r.guest_kernel or '?')}</td>"
-                f"<td>{esc(r.label)}</td><td>{esc(str(r.path))}</td></tr>"
-            )
-        parts.append("</table>")
-        for s in sorted(g.series, key=lambda s: (not s.steps, s.key)):
-            steps = "; ".join(
-                f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], "
-                f"p={st.p_value:.3g}"
-                for st in s.steps
-            ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
-            parts.append(
-                f"<h3>{esc(s.key)}</h3><p class='sub'>{esc(s.role)} · {esc(s.unit)}, {esc(s.better)} is better · "
-                f"p of no change {s.p_change:.2g} (corrected {s.p_change_adjusted:.2g}) · <b>{esc(steps)}</b></p>"
-            )
-            parts.append(f"<img alt='series' src='data:image/png;base64,{_plot(s, g.runs, threshold)}'>")
-    parts.append("</main></body></html>")
-    return "\n".join(parts)
+            for s in sorted(g.series, key=lambda s: (not s.steps, s.key))
+        ),
+    )
+
+
+def history_page(
+    groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
+) -> HistoryPage:
+    from memqual.host.html import VERDICT_COLOURS
+
+    return HistoryPage(
+        runs=sum(len(g.runs) for g in groups),
+        order=order,
+        threshold=f"{threshold:.0%}",
+        alpha=f"{alpha:g}",
+        test=TEST_NAME,
+        not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
+        differences=tuple(DifferenceRow(key, tuple(json.dumps(v) for v in values)) for key, values in diffs.items()),
+        groups=tuple(_group_view(gi + 1, g, threshold) for gi, g in enumerate(groups)),
+    )
+
+
+def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
+    from memqual.host import pages
+
+    return pages.render("history.html.j2", page=history_page(groups, diffs, order, threshold, alpha))
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,20 +1,23 @@
-"""The HTML both pages share (report.html and comparison.html): the style
-sheet, escaping, numbers, PNG plots embedded as base64, verdict badges and
-their colours, and the line that says where a run's figures come from.
+"""What the pages share besides their templates (host/pages.py renders
+them): numbers, PNG plots embedded as base64, verdict badges and their
+colours, and the line that says where a run's figures come from, as typed
+values the templates (host/templates/macros.html.j2) lay out.
 
 Every page is one self-contained file: no script, no external resource.
+Nothing here returns markup: escaping is the templates'.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import dataclasses
 import html
 import io
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memqual.host import claims, comparison
+from memqual.host import claims, comparison, pages
 
 GREY = "#6b7280"
 
@@ -33,50 +36,56 @@ VERDICT_COLOURS = {
     comparison.NOT_COMPARABLE: GREY,
 }
 
-CSS = """
-body{font-family:-apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
- color:#111827;background:#f3f4f6;margin:0;line-height:1.45}
-main{max-width:1080px;margin:0 auto;padding:24px 28px 60px}
-h1{font-size:26px;margin:8px 0 2px}
-h2{font-size:19px;margin:34px 0 10px;border-bottom:1px solid #d1d5db;padding-bottom:4px}
-h3{font-size:16px;margin:0 0 4px}
-.sub{color:#4b5563;margin:0 0 16px}
-.badges{display:flex;gap:10px;flex-wrap:wrap;margin:14px 0}
-.badge{border-radius:999px;padding:3px 12px;color:#fff;font-weight:600;font-size:13px;white-space:nowrap}
-.count{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:10px 16px;min-width:120px}
-.count b{font-size:24px;display:block}
-.card{background:#fff;border:1px solid #e5e7eb;border-radius:10px;padding:16px 18px;margin:14px 0;
- box-shadow:0 1px 2px rgba(0,0,0,.04)}
-.card header{display:flex;justify-content:space-between;align-items:flex-start;gap:12px}
-.cid{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;color:#6b7280;font-size:13px}
-.evidence{margin:6px 0;color:#111827}
-.qualifier{margin:6px 0;padding:6px 10px;border-left:3px solid #d97706;background:#fffbeb;font-size:14px}
-.ceiling{margin:6px 0;padding:6px 10px;border-left:3px solid #b91c1c;background:#fef2f2;font-size:14px}
-table.sidebyside td{vertical-align:top;width:50%}
-blockquote{margin:8px 0;padding:6px 12px;border-left:3px solid #d1d5db;color:#374151;font-style:italic;
- background:#f9fafb}
-.reason{margin:8px 0;padding:8px 12px;border-radius:6px;background:#f9fafb;font-size:14px}
-table{border-collapse:collapse;font-size:13px;margin:6px 0}
-td,th{padding:4px 10px;border-bottom:1px solid #e5e7eb;text-align:left;vertical-align:top}
-th{color:#374151;background:#f9fafb} td.num{text-align:right;font-variant-numeric:tabular-nums}
-.summary td:nth-child(2){font-weight:600}
-.env td:first-child{color:#4b5563;white-space:nowrap} .env td{font-family:ui-monospace,Menlo,monospace;font-size:12px}
-img{max-width:100%} .grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(460px,1fr));gap:12px}
-.small{font-size:12px;color:#6b7280} .seed{font-size:12px;color:#6b7280}
-"""
+# The shared style sheet, for a page not yet rendered from a template.
+CSS = str(pages.stylesheet())
 
 
 def esc(x: Any) -> str:
+    """Escaped by hand, for a page not yet rendered from a template; a
+    template's own values must not go through this (autoescape would show
+    them escaped twice)."""
     return html.escape(str(x), quote=True)
 
 
 num = claims.format_number
 
 
-def badge(verdict: str, text: str | None = None) -> str:
-    """A verdict as a coloured pill (``text`` instead of the verdict's name
-    when given)."""
-    return f'<span class="badge" style="background:{VERDICT_COLOURS.get(verdict, GREY)}">{esc(text or verdict)}</span>'
+@dataclasses.dataclass(frozen=True)
+class Badge:
+    """A verdict as a coloured pill (macros.html.j2's ``badge``)."""
+
+    text: str
+    colour: str
+
+
+def badge(verdict: str, text: str | None = None) -> Badge:
+    """The pill of ``verdict`` in its colour, saying ``text`` instead of the
+    verdict's name when given."""
+    return Badge(text or verdict, VERDICT_COLOURS.get(verdict, GREY))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """A PNG in a page (macros.html.j2's ``img``): its alt text and its
+    base64 data, as ``png`` gives it."""
+
+    alt: str
+    png: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Count:
+    """How many claims or metrics got one verdict: a box of the badges row."""
+
+    verdict: str
+    n: int
+    colour: str
+
+
+def counts(verdicts: Iterable[str], order: Sequence[str]) -> tuple[Count, ...]:
+    """One box per verdict of ``order``, zero included."""
+    tally = collections.Counter(verdicts)
+    return tuple(Count(v, tally.get(v, 0), VERDICT_COLOURS.get(v, GREY)) for v in order)
 
 
 def pyplot() -> Any:
@@ -143,20 +152,40 @@ def forest_png(rows: Sequence[ForestRow], threshold: float, xlabel: str) -> str:
     return png(fig)
 
 
-def environment_line(env: Mapping[str, Any]) -> str:
-    """Where the figures come from, in one line under the title."""
-    bits = []
-    if env.get("accel"):
-        reason = f" ({esc(env['accel_reason'])})" if env.get("accel_reason") else ""
-        bits.append(f"<b>{esc(str(env['accel']).upper())}</b>{reason}")
+@dataclasses.dataclass(frozen=True)
+class EnvironmentLine:
+    """Where a run's figures come from, in one line under a page's title:
+    the accelerator (in bold) and why, then host kernel, QEMU and guest
+    kernel."""
+
+    accel: str = ""
+    accel_reason: str = ""
+    rest: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.accel or self.rest)
+
+    @property
+    def text(self) -> str:
+        accel = self.accel + (f" ({self.accel_reason})" if self.accel_reason else "")
+        return " · ".join(bit for bit in (accel, *self.rest) if bit)
+
+
+def environment_line(env: Mapping[str, Any]) -> EnvironmentLine:
+    """The line of a results file's environment."""
+    rest = []
     if env.get("host_kernel"):
-        bits.append(f"host kernel {esc(env['host_kernel'])}")
+        rest.append(f"host kernel {env['host_kernel']}")
     if env.get("qemu"):
         qemu = str(env["qemu"]).split(" (")[0]
         origin = str(env.get("qemu_origin") or "").split(" (cache ")[0]
         named = qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"
-        bits.append(esc(named + (f" ({origin})" if origin else "")))
+        rest.append(named + (f" ({origin})" if origin else ""))
     if env.get("guest_kernel") or env.get("guest_kernel_sha256"):
         sha = str(env.get("guest_kernel_sha256") or "")[:12]
-        bits.append(f"guest kernel {esc(env.get('guest_kernel') or '')}" + (f" (sha256 {esc(sha)}...)" if sha else ""))
-    return f"<p class='sub'>{' · '.join(bits)}</p>" if bits else ""
+        rest.append(f"guest kernel {env.get('guest_kernel') or ''}" + (f" (sha256 {sha}...)" if sha else ""))
+    return EnvironmentLine(
+        str(env["accel"]).upper() if env.get("accel") else "",
+        str(env.get("accel_reason") or "") if env.get("accel") else "",
+        tuple(rest),
+    )

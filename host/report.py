@@ -1,21 +1,37 @@
 """What a run says to people: the terminal tables and report.html with its
 plots, both from a results.json (host/results.py has the schema, its reader
-and writer, and builds it from the verdicts and records; host/html.py the
-style sheet, escaping, badges and plot embedding shared with
-comparison.html)."""
+and writer, and builds it from the verdicts and records).  The page is
+templates/report.html.j2 over a ``ReportPage``; host/html.py has the
+badges, plot embedding and environment line it shares with the other
+pages."""
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host import stats
+from markupsafe import Markup
+
+from memqual.host import pages, stats
 from memqual.host.claims import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED, format_ratio
-from memqual.host.html import CSS, VERDICT_COLOURS, badge, environment_line, esc, num, png, pyplot
+from memqual.host.html import (
+    VERDICT_COLOURS,
+    Badge,
+    Count,
+    EnvironmentLine,
+    Plot,
+    badge,
+    counts,
+    environment_line,
+    num,
+    png,
+    pyplot,
+)
 from memqual.host.paths import write_private_atomic
 from memqual.host.results import Results, variant_label
 
@@ -360,241 +376,329 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str
 # ------------------------------------------------------------------- html
 
 
-def _env_value(value: Any) -> str:
+@dataclasses.dataclass(frozen=True)
+class SummaryRow:
+    """A claim in the table at the top."""
+
+    claim: str
+    evidence: str
+    verdict: Badge
+    measured: str
+    published: str
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutRow:
+    """A real guest layout a memslot model ran on."""
+
+    config: str
+    slots: int
+    a: str
+    b: str
+    ratio: str
+    at_nic: str | None  # "A, B, B / A" at the NIC BAR; None: not on this path
+    ran_2011: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutsTable:
+    a_label: str
+    b_label: str
+    nic: bool  # a column for the NIC BAR path
+    rows: tuple[LayoutRow, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class BesideRow:
+    """A figure shown beside the evidence, which does not decide the verdict."""
+
+    label: str
+    variant: str
+    median: str
+    unit: str
+    low: str
+    high: str
+    replicates: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedRow:
+    what: str
+    value: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimCard:
+    """A claim's card: what it said, what this run measured instead, the
+    verdict and why."""
+
+    id: str
+    title: str
+    seed: str
+    verdict: Badge
+    evidence: str
+    qualifier: str
+    ceiling: str
+    claimed: str
+    instead: str
+    inputs: tuple[str, ...]
+    would_measure: str  # shown only when nothing here measures the claim
+    quote: str
+    reason: str
+    layouts: LayoutsTable | None
+    beside: tuple[BesideRow, ...]
+    published: tuple[PublishedRow, ...]
+    plot: Plot | None
+
+
+@dataclasses.dataclass(frozen=True)
+class MeanTable:
+    """A kernbench-shaped table: a row per metric, a column per variant."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpreadRow:
+    """A metric's location and spread, in its one unit."""
+
+    scenario: str
+    metric: str
+    unit: str
+    better: str
+    variant: str
+    settings: str
+    n: int
+    median: str
+    iqr: str
+    mad: str
+    cv: str
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentRow:
+    key: str
+    value: str | None  # None: not recorded
+    source: str  # where the value came from, when not the records
+
+
+@dataclasses.dataclass(frozen=True)
+class TestRow:
+    id: str
+    status: str
+    time: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportPage:
+    """Everything report.html shows, in its order."""
+
+    created: str
+    version: str
+    profile: str
+    label: str
+    avocado: str
+    environment_line: EnvironmentLine
+    counts: tuple[Count, ...]
+    summary: tuple[SummaryRow, ...]
+    cards: tuple[ClaimCard, ...]
+    has_metrics: bool
+    means: tuple[MeanTable, ...]
+    spread: tuple[SpreadRow, ...]
+    distributions: tuple[Plot, ...]
+    sections: tuple[Markup, ...]  # the subjects' own sections, rendered by their templates
+    environment: tuple[EnvironmentRow, ...]
+    tests: tuple[TestRow, ...]
+
+
+def _env_value(value: Any) -> str | None:
     if value is None:
-        return "<span class='small'>not recorded</span>"
+        return None
     if isinstance(value, dict):
-        return esc(", ".join(f"{k}={v}" for k, v in value.items()))
-    return esc(value)
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
 
 
-def render_html(results: Results | Mapping[str, Any]) -> str:
-    claims = results["claims"]
-    counts = collections.Counter(c["verdict"] for c in claims)
-    run = results.get("run") or {}
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width,initial-scale=1'>",
-        f"<title>memqual report {esc(results.get('created', ''))}</title><style>{CSS}</style></head><body><main>",
-        "<h1>memqual: do today's systems reproduce the published claims?</h1>",
-        f"<p class='sub'>{esc(results.get('created', ''))} · memqual {esc(results.get('memqual_version', ''))}"
-        + (f" · profile {esc(run['profile'])}" if run.get("profile") else "")
-        + (f" · {esc(run['label'])}" if run.get("label") else "")
-        + (f" · avocado: {esc(run['avocado']['summary'])}" if (run.get("avocado") or {}).get("summary") else "")
-        + "</p>",
-        environment_line(results.get("environment") or {}),
-        "<div class='badges'>",
-    ]
-    for verdict in (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE):
-        parts.append(
-            f"<div class='count'><b style='color:{VERDICT_COLOURS[verdict]}'>{counts.get(verdict, 0)}</b>"
-            f"{esc(verdict)}</div>"
-        )
-    parts.append("</div>")
+def _published_rows(c: Mapping[str, Any]) -> tuple[PublishedRow, ...]:
+    rows = []
+    for p in c.get("published") or []:
+        value = "" if p.get("value") is None else f"{p['value']} {p.get('unit', '')}"
+        if p.get("stdev") is not None:
+            value += f" (stdev {p['stdev']})"
+        if p.get("note"):
+            value += f" · {p['note']}"
+        rows.append(PublishedRow(str(p.get("what", "")), value.strip()))
+    return tuple(rows)
 
-    # The verdict at a glance.
-    parts.append(
-        "<table class='summary'><tr><th>claim</th><th>evidence</th><th>verdict</th>"
-        "<th>evidence B/A [95% CI]</th><th>published</th></tr>"
+
+def claim_card(c: Mapping[str, Any]) -> ClaimCard:
+    ev = c.get("evidence") or {}
+    image = claim_plot(c)
+    return ClaimCard(
+        id=str(c["id"]),
+        title=str(c.get("title", c["id"])),
+        seed=str(c.get("seed", "")),
+        verdict=badge(c["verdict"]),
+        evidence=evidence_line(c),
+        qualifier=qualifier_line(c),
+        ceiling=ceiling_line(c),
+        claimed=str(ev.get("claimed", "")),
+        instead=str(ev.get("instead", "")),
+        inputs=tuple(str(i) for i in ev.get("inputs") or []),
+        would_measure=str(ev.get("would_measure") or "") if evidence_class(c) == NOT_MEASURABLE else "",
+        quote=str(c.get("quote") or ""),
+        reason=str(c["reason"]),
+        layouts=_layouts_table(c),
+        beside=tuple(
+            BesideRow(
+                str(r["label"]),
+                variant_label(r.get("variant") or {}),
+                num(r["median"]),
+                str(r["unit"]),
+                num(r["low"]),
+                num(r["high"]),
+                r["replicates"],
+            )
+            for r in c.get("beside") or []
+        ),
+        published=_published_rows(c),
+        plot=Plot(f"{c['id']} measured against published", image) if image else None,
     )
-    for c in claims:
-        parts.append(
-            f"<tr><td><a href='#{esc(c['id'])}'>{esc(c['id'])}</a></td><td>{esc(evidence_class(c))}</td>"
-            f"<td>{badge(c['verdict'])}</td>"
-            f"<td class='num'>{esc(_measured_text(c))}</td><td class='num'>{esc(_published_text(c))}</td></tr>"
-        )
-    parts.append("</table>")
 
-    parts.append("<h2>Claims</h2>")
-    for c in claims:
-        parts.append(f"<section class='card' id='{esc(c['id'])}'><header><div><h3>{esc(c.get('title', c['id']))}</h3>")
-        parts.append(
-            f"<div class='cid'>{esc(c['id'])} · seed {esc(c.get('seed', ''))}</div></div>{badge(c['verdict'])}</header>"
-        )
-        parts.append(f"<p class='evidence'><b>{esc(evidence_line(c))}</b></p>")
-        if qualifier_line(c):
-            parts.append(f"<p class='qualifier'><b>{esc(qualifier_line(c))}</b></p>")
-        if ceiling_line(c):
-            parts.append(f"<p class='ceiling'><b>{esc(ceiling_line(c))}</b></p>")
-        parts.append(_claim_against_evidence(c))
-        if c.get("quote"):
-            parts.append(f"<blockquote>{esc(c['quote'])}</blockquote>")
-        parts.append(f"<div class='reason'><b>Why:</b> {esc(c['reason'])}</div>")
-        parts.append(_layouts_table(c))
-        parts.append(_beside_table(c))
-        published = c.get("published") or []
-        if published:
-            parts.append("<table><tr><th>published figure</th><th>value</th></tr>")
-            for p in published:
-                value = "" if p.get("value") is None else f"{p['value']} {p.get('unit', '')}"
-                if p.get("stdev") is not None:
-                    value += f" (stdev {p['stdev']})"
-                if p.get("note"):
-                    value += f" · {p['note']}"
-                parts.append(f"<tr><td>{esc(p.get('what', ''))}</td><td class='num'>{esc(value.strip())}</td></tr>")
-            parts.append("</table>")
-        image = claim_plot(c)
-        if image:
-            parts.append(f"<img alt='{esc(c['id'])} measured against published' src='data:image/png;base64,{image}'>")
-        parts.append("</section>")
 
+def _layouts_table(c: Mapping[str, Any]) -> LayoutsTable | None:
+    rows = c.get("layouts") or []
+    if not rows:
+        return None
+    return LayoutsTable(
+        a_label=str((c.get("a") or {}).get("label", "A")),
+        b_label=str((c.get("b") or {}).get("label", "B")),
+        nic=any(r.get("nic_ratio") is not None for r in rows),
+        rows=tuple(
+            LayoutRow(
+                config=str(r["config"]),
+                slots=r["slots"],
+                a=num(r["a"]),
+                b=num(r["b"]),
+                ratio=f"{format_ratio(r['ratio'])}x",
+                at_nic=(
+                    f"{num(r['nic_a'])}, {num(r['nic_b'])}, {format_ratio(r['nic_ratio'])}x"
+                    if r.get("nic_ratio") is not None
+                    else None
+                ),
+                ran_2011=r.get("runs_2011", True),
+            )
+            for r in rows
+        ),
+    )
+
+
+def _spread_rows(metrics: Sequence[Mapping[str, Any]]) -> tuple[SpreadRow, ...]:
+    # One unit per metric, whatever its variant or settings.
+    scales: dict[tuple[str, str], tuple[float, str]] = {}
+    for key in {(m["scenario"], m["metric"]) for m in metrics}:
+        same = [m for m in metrics if (m["scenario"], m["metric"]) == key]
+        scales[key] = _time_scale(same[0]["unit"], [x for m in same for x in m["samples"]])
+    rows = []
+    for m in metrics:
+        s = m["summary"]
+        scale, unit = scales[(m["scenario"], m["metric"])]
+        rows.append(
+            SpreadRow(
+                scenario=str(m["scenario"]),
+                metric=str(m["metric"]),
+                unit=unit,
+                better=str(m["better"]),
+                variant=variant_label(m.get("variant") or {}),
+                settings=_short_settings(json.dumps(m.get("settings") or {})),
+                n=s["n"],
+                median=num(s["median"] * scale),
+                iqr=num(s["iqr"] * scale),
+                mad=num(s["mad"] * scale),
+                cv="n/a" if s["cv"] is None else f"{100 * s['cv']:.1f} %",
+            )
+        )
+    return tuple(rows)
+
+
+def _distributions(metrics: Sequence[Mapping[str, Any]]) -> tuple[Plot, ...]:
+    grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for m in metrics:
+        grouped[(m["scenario"], m["metric"], json.dumps(m.get("settings") or {}, sort_keys=True))].append(m)
+    # A single repeat has no distribution to show.
+    plotted = {k: v for k, v in grouped.items() if any(len(e["samples"]) > 1 for e in v)}
+    plots = []
+    for (scenario, metric, settings), entries in sorted(plotted.items()):
+        subtitle = _short_settings(settings)
+        image = distribution_plot(
+            f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries
+        )
+        plots.append(Plot(f"{scenario} {metric}", image))
+    return tuple(plots)
+
+
+def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
+    """report.html's view of a results.json."""
+    claims = results["claims"]
+    run = results.get("run") or {}
     metrics = results["metrics"]
+    env = results.get("environment") or {}
+    sources = env.get("environment_sources") or {}
+    sections: tuple[Markup, ...] = ()
     if metrics:
-        parts.append("<h2>Measurements</h2>")
-        for title, columns, rows in kernbench_tables(results):
-            parts.append(
-                f"<h3>{esc(title)}</h3><div class='small'>mean (stdev) of the repeats</div><table><tr><th></th>"
-            )
-            parts.extend(f"<th>{esc(col)}</th>" for col in columns)
-            parts.append("</tr>")
-            for row in rows:
-                parts.append(
-                    f"<tr><td>{esc(row[0])}</td>" + "".join(f"<td class='num'>{esc(x)}</td>" for x in row[1:]) + "</tr>"
-                )
-            parts.append("</table>")
-        parts.append(
-            "<h3>Location and spread</h3><table><tr><th>metric</th><th>variant</th><th>settings</th><th>n</th>"
-            "<th>median</th><th>IQR</th><th>MAD</th><th>CV</th></tr>"
-        )
-        # One unit per metric, whatever its variant or settings.
-        scales: dict[tuple[str, str], tuple[float, str]] = {}
-        for key in {(m["scenario"], m["metric"]) for m in metrics}:
-            same = [m for m in metrics if (m["scenario"], m["metric"]) == key]
-            scales[key] = _time_scale(same[0]["unit"], [x for m in same for x in m["samples"]])
-        for m in metrics:
-            s = m["summary"]
-            scale, unit = scales[(m["scenario"], m["metric"])]
-            cv_text = "n/a" if s["cv"] is None else f"{100 * s['cv']:.1f} %"
-            parts.append(
-                f"<tr><td>{esc(m['scenario'])} {esc(m['metric'])} ({esc(unit)}, {esc(m['better'])} is better)</td>"
-                f"<td>{esc(variant_label(m.get('variant') or {}))}</td>"
-                f"<td class='small'>{esc(_short_settings(json.dumps(m.get('settings') or {})))}</td>"
-                f"<td class='num'>{s['n']}</td>"
-                f"<td class='num'>{esc(num(s['median'] * scale))}</td><td class='num'>{esc(num(s['iqr'] * scale))}</td>"
-                f"<td class='num'>{esc(num(s['mad'] * scale))}</td><td class='num'>{cv_text}</td></tr>"
-            )
-        parts.append("</table>")
-        grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = collections.defaultdict(list)
-        for m in metrics:
-            grouped[(m["scenario"], m["metric"], json.dumps(m.get("settings") or {}, sort_keys=True))].append(m)
-        # A single repeat has no distribution to show.
-        plotted = {k: v for k, v in grouped.items() if any(len(e["samples"]) > 1 for e in v)}
-        if plotted:
-            parts.append("<h2>Distributions of the repeats</h2><div class='grid'>")
-            for (scenario, metric, settings), entries in sorted(plotted.items()):
-                subtitle = _short_settings(settings)
-                image = distribution_plot(
-                    f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries
-                )
-                parts.append(f"<img alt='{esc(scenario)} {esc(metric)}' src='data:image/png;base64,{image}'>")
-            parts.append("</div>")
         # A subject's own plot: the balloon's time against request size.
         from memqual.host.balloon import plot as balloon_plot
 
-        parts.append(balloon_plot.section(metrics))
-
-    parts.append("<h2>Environment</h2><table class='env'>")
-    env = results.get("environment") or {}
-    sources = env.get("environment_sources") or {}
-    for key, value in env.items():
-        if key == "environment_sources":
-            continue
-        src = sources.get(key, "")
-        note = f" <span class='small'>({esc(src)})</span>" if src and src != "records" else ""
-        parts.append(f"<tr><td>{esc(key)}</td><td>{_env_value(value)}{note}</td></tr>")
-    parts.append("</table>")
-    tests = run.get("tests") or []
-    if tests:
-        parts.append("<h2>Tests</h2><table><tr><th>test</th><th>status</th><th>time</th><th>reason</th></tr>")
-        for t in tests:
-            time_s = t.get("time")
-            parts.append(
-                f"<tr><td>{esc(t.get('id', ''))}</td><td>{esc(t.get('status', ''))}</td>"
-                f"<td class='num'>{'' if time_s is None else f'{time_s:.1f} s'}</td>"
-                f"<td>{esc(t.get('reason') or '')}</td></tr>"
+        sections = (balloon_plot.section(metrics),)
+    return ReportPage(
+        created=str(results.get("created", "")),
+        version=str(results.get("memqual_version", "")),
+        profile=str(run.get("profile") or ""),
+        label=str(run.get("label") or ""),
+        avocado=str((run.get("avocado") or {}).get("summary") or ""),
+        environment_line=environment_line(env),
+        counts=counts(
+            (c["verdict"] for c in claims), (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE)
+        ),
+        summary=tuple(
+            SummaryRow(str(c["id"]), evidence_class(c), badge(c["verdict"]), _measured_text(c), _published_text(c))
+            for c in claims
+        ),
+        cards=tuple(claim_card(c) for c in claims),
+        has_metrics=bool(metrics),
+        means=tuple(
+            MeanTable(title, tuple(columns), tuple(tuple(row) for row in rows))
+            for title, columns, rows in (kernbench_tables(results) if metrics else [])
+        ),
+        spread=_spread_rows(metrics),
+        distributions=_distributions(metrics),
+        sections=sections,
+        environment=tuple(
+            EnvironmentRow(
+                str(key),
+                _env_value(value),
+                str(sources.get(key, "")) if sources.get(key, "") not in ("", "records") else "",
             )
-        parts.append("</table>")
-    parts.append(
-        "<p class='small'>Evidence: measured = the claimed mechanism measured here on a real system; successor = "
-        "the mechanism upstream adopted instead, measured in place of one no kernel has; analogue = the variable "
-        "the seed varied, varied on what today's kernel has (no kernel has the mechanism, and none replaced it), "
-        "measured here; model = a model of code "
-        "that runs nowhere today, with the source of every input; not measurable = no evidence here, with what "
-        "would measure it. Measured ratios of B over A come with 95% t-intervals on the log scale over "
-        "independent units (fresh guests or rounds): of the per-unit log ratios when every unit measured A and B "
-        "(paired), else Welch's; p-values come from an exact sign-flip test (paired) or permutation test of the "
-        "unit medians. A model's figure has no sampling spread: it is given as the median and range over the real "
-        "layouts it ran on. Verdicts: reproduced = direction holds and the magnitude is within tolerance of the "
-        "published figure; direction only = the direction holds, the magnitude does not; not reproduced = the "
-        "direction is not established; underpowered = measured on too few independent replicates to decide; "
-        "not measurable = no evidence in this run (the reason says why).</p>"
-    )
-    parts.append("</main></body></html>")
-    return "".join(parts)
-
-
-def _claim_against_evidence(c: Mapping[str, Any]) -> str:
-    """What the claim said and what was measured instead, side by side."""
-    ev = c.get("evidence") or {}
-    inputs = "".join(f"<li>{esc(i)}</li>" for i in ev.get("inputs") or [])
-    right = esc(ev.get("instead", ""))
-    if inputs:
-        right += f"<ul class='small'>{inputs}</ul>"
-    if ev.get("would_measure") and evidence_class(c) == NOT_MEASURABLE:
-        right += f"<div class='small'><b>What would measure it:</b> {esc(ev['would_measure'])}</div>"
-    return (
-        "<table class='sidebyside'><tr><th>the claim measured</th><th>this run's evidence</th></tr>"
-        f"<tr><td>{esc(ev.get('claimed', ''))}</td><td>{right}</td></tr></table>"
+            for key, value in env.items()
+            if key != "environment_sources"
+        ),
+        tests=tuple(
+            TestRow(
+                str(t.get("id", "")),
+                str(t.get("status", "")),
+                "" if t.get("time") is None else f"{t['time']:.1f} s",
+                str(t.get("reason") or ""),
+            )
+            for t in run.get("tests") or []
+        ),
     )
 
 
-def _layouts_table(c: Mapping[str, Any]) -> str:
-    rows = c.get("layouts") or []
-    if not rows:
-        return ""
-    a_label = (c.get("a") or {}).get("label", "A")
-    b_label = (c.get("b") or {}).get("label", "B")
-    nic = any(r.get("nic_ratio") is not None for r in rows)
-    out = [
-        f"<table><tr><th>real guest layout</th><th>slots</th><th>{esc(a_label)}</th>"
-        f"<th>{esc(b_label)}</th><th>B / A</th>"
-        + ("<th>at the NIC BAR: A, B, B / A</th>" if nic else "")
-        + "<th>2011 host</th></tr>"
-    ]
-    for r in rows:
-        runs = r.get("runs_2011", True)
-        at_nic = ""
-        if nic:
-            at_nic = (
-                f"<td class='num'>{num(r['nic_a'])}, {num(r['nic_b'])}, {format_ratio(r['nic_ratio'])}x</td>"
-                if r.get("nic_ratio") is not None
-                else "<td></td>"
-            )
-        out.append(
-            f"<tr><td>{esc(r['config'])}</td><td class='num'>{r['slots']}</td><td class='num'>{num(r['a'])}</td>"
-            f"<td class='num'>{num(r['b'])}</td><td class='num'>{format_ratio(r['ratio'])}x</td>{at_nic}"
-            f"<td>{'ran' if runs else 'refused (more than 32 user slots): not counted'}</td></tr>"
-        )
-    out.append("</table>")
-    return "".join(out)
-
-
-def _beside_table(c: Mapping[str, Any]) -> str:
-    rows = c.get("beside") or []
-    if not rows:
-        return ""
-    out = [
-        "<div class='small'>Shown beside the evidence (does not decide the verdict):</div>"
-        "<table><tr><th>what</th><th>variant</th><th>median</th><th>95% CI (or range)</th><th>replicates</th></tr>"
-    ]
-    for r in rows:
-        out.append(
-            f"<tr><td>{esc(r['label'])}</td><td>{esc(variant_label(r.get('variant') or {}))}</td>"
-            f"<td class='num'>{num(r['median'])} {esc(r['unit'])}</td>"
-            f"<td class='num'>{num(r['low'])}-{num(r['high'])}</td><td class='num'>{r['replicates']}</td></tr>"
-        )
-    out.append("</table>")
-    return "".join(out)
+def render_html(results: Results | Mapping[str, Any]) -> str:
+    return pages.render("report.html.j2", page=report_page(results))
 
 
 def write_html(results: Results | Mapping[str, Any], path: str | os.PathLike[str]) -> Path:

@@ -261,11 +261,16 @@ def variant_label(variant: Mapping[str, Any]) -> str:
 def metric_key(rec: Measurement | Mapping[str, Any]) -> str:
     """Identifies one metric of one variant across runs: what `memqual
     compare` pairs up."""
-    d = rec.to_json() if isinstance(rec, Measurement) else rec
-    return (
-        f"{d['scenario']} {d['metric']} [{variant_label(d.get('variant') or {})}]"
-        f" {json.dumps(d.get('settings') or {}, sort_keys=True)}"
-    )
+    # A record's own fields, not its to_json(): a deep copy of every sample
+    # for four fields (the bisect keys every record of every step).
+    if isinstance(rec, Measurement):
+        scenario, metric = rec.scenario, rec.metric
+        variant: Mapping[str, Any] = rec.variant or {}
+        settings: Mapping[str, Any] = rec.settings or {}
+    else:
+        scenario, metric = rec["scenario"], rec["metric"]
+        variant, settings = rec.get("variant") or {}, rec.get("settings") or {}
+    return f"{scenario} {metric} [{variant_label(variant)}] {json.dumps(settings, sort_keys=True)}"
 
 
 def metrics_of(records: Iterable[Measurement]) -> list[MetricEntry]:

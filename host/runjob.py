@@ -6,8 +6,9 @@ print the tables.
 
 Avocado runs as a subprocess of this venv's avocado, with its own job
 results directory inside the output directory; memqual shows which test
-runs and for how long, then collects the measurement records of that job,
-judges every claim and writes::
+runs and for how long (from the events memqual's Avocado plugin writes,
+host/avocado_events.py), then collects the measurement records of that
+job, judges every claim and writes::
 
     OUTPUT/avocado/job-*/     avocado's job (each test's records in its data/)
     OUTPUT/results.json       environment, verdicts, every metric's samples
@@ -59,7 +60,6 @@ import dataclasses
 import datetime as _dt
 import json
 import os
-import queue
 import re
 import shutil
 import signal
@@ -71,14 +71,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Protocol, cast
 
-from memqual.host import cliargs
+from memqual.host import cliargs, jobevents
 from memqual.host.errors import BadInput
 from memqual.host.paths import REPO_ROOT, check_output_dir, write_private_atomic
+from memqual.host.profiles import AB, AB_TAG, PROFILES, QUICK
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.results import Results
 
-PROFILES = ("quick", "full")
 # avocado's exit status bits (avocado.core.exit_codes)
 AVOCADO_TESTS_FAIL = 1
 AVOCADO_JOB_FAIL = 2
@@ -90,11 +90,7 @@ UNTIL_DECIDED_MAX_ROUNDS = 10
 # Test statuses that mean "no records from this test, and here is why".
 _NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "WARN")
 
-_STARTED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+STARTED\s*$")
-_FINISHED = re.compile(r"^\s*\((\d+)/(\d+)\)\s+(\S+):\s+([A-Z]+)(?::\s*(.*?))?\s*\(([\d.]+)\s*s\)\s*$")
-_JOB_LOG = re.compile(r"^JOB LOG\s*:\s*(.+?)\s*$")
-_RESULTS = re.compile(r"^RESULTS\s*:\s*(.+?)\s*$")
-# Lines of a test's debug.log that tell how far its repeats are (the
+# The running test's messages that tell how far its repeats are (the
 # scenarios log "repeat 2/5 ..." or "window {...}").
 _REPEAT = re.compile(r"\b(repeat|window|iteration|round)\w*\b", re.IGNORECASE)
 
@@ -188,7 +184,7 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     """avocado --filter-by-tags arguments.  Several --filter-by-tags are
     ORed, commas inside one are ANDed: so "--only ksm --only balloon" in the
     quick profile is (ksm AND NOT slow) OR (balloon AND NOT slow)."""
-    not_slow = ["-slow"] if profile == "quick" else []
+    not_slow = ["-slow"] if profile != "full" else []
     args: list[str] = []
     if only:
         for tag in only:
@@ -201,24 +197,28 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
 
 def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> list[str]:
     """tag_filters for a blocked job: "once" keeps only the tests tagged
-    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out."""
-    from memqual.host.blocks import ONCE_PER_ARM_TAGS
+    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out.  In the
+    ab profile the blocks hold only the tests tagged ``ab`` (they record a
+    primary or a negative control) and "once" only the boot checks."""
+    from memqual.host.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
 
     if not selection:
         return tag_filters(profile, only)
-    not_slow = ["-slow"] if profile == "quick" else []
+    not_slow = ["-slow"] if profile != "full" else []
+    ab = [AB_TAG] if profile == AB else []
     if selection == "blocks":
         drop = [f"-{tag}" for tag in ONCE_PER_ARM_TAGS]
-        terms = [[tag, *not_slow, *drop] for tag in only] if only else [[*not_slow, *drop]]
-        extra = [] if only else ["--filter-by-tags-include-empty"]
+        terms = [[tag, *ab, *not_slow, *drop] for tag in only] if only else [[*ab, *not_slow, *drop]]
+        extra = [] if only or ab else ["--filter-by-tags-include-empty"]
         return ["--filter-by-tags=" + ",".join(t) for t in terms] + extra
-    terms = [
-        [*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in ONCE_PER_ARM_TAGS
-    ]
+    once_tags = AB_ONCE_PER_ARM_TAGS if profile == AB else ONCE_PER_ARM_TAGS
+    terms = [[*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in once_tags]
     return ["--filter-by-tags=" + ",".join(t for t in term if t) for term in terms]
 
 
-def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = None) -> list[str]:
+def avocado_command(
+    config: RunConfig, results_dir: Path, xunit: Path | None = None, events: Path | None = None
+) -> list[str]:
     tests = config.tests
     try:
         # A directory, or one file or test (a bisect narrows its rounds to
@@ -246,6 +246,9 @@ def avocado_command(config: RunConfig, results_dir: Path, xunit: Path | None = N
         # JUnit XML for CI dashboards, beside the job (avocado's own copy is
         # inside the job directory, whose name changes every run).
         *(["--xunit", str(xunit)] if xunit is not None else []),
+        # The job's events, one JSON line each (host/avocado_events.py):
+        # what the progress display follows.
+        *([jobevents.OPTION, str(events)] if events is not None else []),
     ]
 
 
@@ -274,10 +277,10 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
     return env
 
 
-class _Progress:
-    """Follows avocado's output lines: which test runs, since when, how
-    many finished with which status, how many records exist so far, and the
-    last "repeat" line of the running test's log."""
+class Progress:
+    """Follows the job's events (host/jobevents.py): which test runs, since
+    when, how many finished with which status, how many records exist so
+    far, and the last "repeat" message of the running test."""
 
     def __init__(self, title: str, console: Any) -> None:
         self.title = title
@@ -285,34 +288,42 @@ class _Progress:
         self.start = time.monotonic()
         self.current: str | None = None
         self.current_start = self.start
-        self.index = 0
+        self.index = ""
         self.total = 0
         self.counts: dict[str, int] = {}
         self.job_dir: Path | None = None
         self.summary = ""
+        self.ended = False  # the job's last event came
+        self.repeat = ""
         self.finished: list[tuple[str, str, str, float]] = []
 
-    def feed(self, line: str) -> str | None:
-        """Digest one line; returns a line worth printing on a non-terminal."""
-        line = line.rstrip("\n")
-        if m := _JOB_LOG.match(line):
-            self.job_dir = Path(m.group(1)).parent
-        elif m := _STARTED.match(line):
-            self.index, self.total = int(m.group(1)), int(m.group(2))
-            self.current, self.current_start = m.group(3), time.monotonic()
-        elif m := _FINISHED.match(line):
-            status = m.group(4)
-            self.counts[status] = self.counts.get(status, 0) + 1
-            self.finished.append((m.group(3), status, m.group(5) or "", float(m.group(6))))
-            if self.current == m.group(3):
-                self.current = None
+    def feed(self, event: jobevents.Event) -> str | None:
+        """Digest one event; returns a line worth printing on a non-terminal."""
+        if isinstance(event, jobevents.JobStarted):
+            self.job_dir = Path(event.job_dir)
+        elif isinstance(event, jobevents.TestStarted):
+            self.index, self.total = event.uid, event.total
+            self.current, self.current_start, self.repeat = event.name, time.monotonic(), ""
+        elif isinstance(event, jobevents.TestEnded):
+            self.counts[event.status] = self.counts.get(event.status, 0) + 1
+            self.finished.append((event.name, event.status, event.reason, event.seconds))
+            if self.current == event.name:
+                self.current, self.repeat = None, ""
+            # As Avocado's console has it: the reason on one line, cut at
+            # 255 characters; a skipped test took no time.
+            reason = event.reason if len(event.reason) <= 255 else event.reason[:255] + "..."
             return (
-                f"[{self._clock(time.monotonic() - self.start)}] ({m.group(1)}/{m.group(2)}) {m.group(3)}: {status}"
-                + (f": {m.group(5)}" if m.group(5) else "")
-                + f" ({float(m.group(6)):.1f} s)"
+                f"[{self._clock(time.monotonic() - self.start)}] ({event.uid}/{event.total}) {event.name}: "
+                + event.status
+                + (": " + reason.replace("\n", "\\n") if reason else "")
+                + (f" ({event.seconds:.1f} s)" if event.status != "SKIP" else "")
             )
-        elif m := _RESULTS.match(line):
-            self.summary = m.group(1)
+        elif isinstance(event, jobevents.TestLog):
+            if self.current is not None and _REPEAT.search(event.message):
+                message = event.message.strip()
+                self.repeat = message if len(message) <= 90 else message[:87] + "..."
+        elif isinstance(event, jobevents.JobEnded):
+            self.summary, self.ended = event.summary, True
         return None
 
     @staticmethod
@@ -325,51 +336,35 @@ class _Progress:
             return 0
         return sum(1 for _ in self.job_dir.rglob("memqual-*.json"))
 
-    def _repeat_line(self) -> str:
-        if self.job_dir is None:
-            return ""
-        logs = list((self.job_dir / "test-results").glob("*/debug.log"))
-        if not logs:
-            return ""
-        newest = max(logs, key=lambda p: p.stat().st_mtime)
-        try:
-            with newest.open("rb") as fh:
-                fh.seek(max(0, newest.stat().st_size - 8192))
-                tail = fh.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            return ""
-        for text in reversed(tail):
-            if _REPEAT.search(text):
-                message = text.split("|", 1)[-1].strip()
-                return message if len(message) <= 90 else message[:87] + "..."
-        return ""
-
     def render(self) -> Any:
         from rich.table import Table
+        from rich.text import Text
 
+        # Text, not markup: rich draws the display again with the options
+        # of each console.print (markup=False for the progress lines).
         grid = Table.grid(padding=(0, 1))
         grid.add_column(style="bold cyan", no_wrap=True)
         grid.add_column(overflow="fold")
         elapsed = self._clock(time.monotonic() - self.start)
-        grid.add_row(self.title, f"elapsed {elapsed}, {self._records()} records so far")
+        grid.add_row(Text(self.title), Text(f"elapsed {elapsed}, {self._records()} records so far"))
         if self.current:
             grid.add_row(
-                f"({self.index}/{self.total})",
-                f"{self.current}  [bold]{self._clock(time.monotonic() - self.current_start)}[/]",
+                Text(f"({self.index}/{self.total})"),
+                Text.assemble(self.current, "  ", (self._clock(time.monotonic() - self.current_start), "bold")),
             )
-            repeat = self._repeat_line()
-            if repeat:
-                grid.add_row("", f"[dim]{repeat}[/]")
+            if self.repeat:
+                grid.add_row(Text(""), Text(self.repeat, style="dim"))
         elif not self.finished:
-            grid.add_row("", "[dim]avocado is discovering tests...[/]")
+            grid.add_row(Text(""), Text("avocado is discovering tests...", style="dim"))
         if self.counts:
-            grid.add_row("", " ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+            grid.add_row(Text(""), Text(" ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))))
         return grid
 
 
 INTERRUPT_GRACE_S = 60.0  # Ctrl-C: avocado interrupts its tests and writes its results
 TERMINATE_GRACE_S = 5.0  # SIGTERM/SIGHUP: the job, its guests and all must be gone within 10 s
-EXIT_AFTER_EOF_S = 60.0  # avocado closed its stdout; it exits at once
+EXIT_AFTER_END_S = 60.0  # the job's last event came; avocado exits at once
+POLL_S = 0.5  # how often the display reads the events file (and redraws)
 
 
 class Terminated(KeyboardInterrupt):
@@ -468,7 +463,9 @@ def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple
     return order
 
 
-def start_supervised(command: list[str], env: dict[str, str], stderr: IO[str]) -> tuple[subprocess.Popen[str], int]:
+def start_supervised(
+    command: list[str], env: dict[str, str], stdout: IO[str], stderr: IO[str]
+) -> tuple[subprocess.Popen[str], int]:
     """Start ``command`` (avocado) under memqual.host.supervisor, in a new
     session whose group it leads: avocado, its test runners and their
     QEMUs are ended together by end_job(), whatever ends memqual, and by
@@ -481,13 +478,10 @@ def start_supervised(command: list[str], env: dict[str, str], stderr: IO[str]) -
             [sys.executable, "-m", "memqual.host.supervisor", "--grace", str(TERMINATE_GRACE_S), "--", *command],
             cwd=REPO_ROOT,
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=stdout,
             stderr=stderr,
             stdin=life_read,
             text=True,
-            encoding="utf-8",
-            errors="replace",  # a stray byte in a test's output must not end the reader
-            bufsize=1,
             start_new_session=True,
         )
     except BaseException:
@@ -504,10 +498,12 @@ def run_avocado(
     """One avocado job, with a progress display; returns what it did."""
     from rich.live import Live
 
+    jobevents.check_plugin()
     results_dir.mkdir(parents=True, exist_ok=True)
     xunit = results_dir.parent / "junit" / f"round-{round_no}.xml"
     xunit.parent.mkdir(parents=True, exist_ok=True)
-    command = avocado_command(config, results_dir, xunit)
+    events = jobevents.create(results_dir, f"events-{round_no}")
+    command = avocado_command(config, results_dir, xunit, events)
     before = set(results_dir.glob("job-*"))
     stderr_path = results_dir / "avocado-stderr.log"
     title = (
@@ -516,29 +512,25 @@ def run_avocado(
         + (f" round {round_no}/{config.rounds}" if config.rounds > 1 else "")
         + f" ({config.profile})"
     )
-    progress = _Progress(title, console)
-    lines: queue.Queue[str | None] = queue.Queue()
+    progress = Progress(title, console)
+    reader = jobevents.EventsReader(events)
+
+    def follow() -> None:
+        for event in reader.read():
+            printable = progress.feed(event)
+            if printable:
+                console.print(printable, highlight=False, markup=False, soft_wrap=True)
+
     proc: subprocess.Popen[str] | None = None
     life: int | None = None  # the write end of the supervisor's pipe: the job lives while it is open
     grace = INTERRUPT_GRACE_S
-    with stderr_path.open("w") as stderr:
+    # avocado's own console output is kept, not read: the events say it all.
+    with (results_dir / "avocado-stdout.log").open("w") as stdout, stderr_path.open("w") as stderr:
         try:
             # A signal between the start and the finally below would leave
             # the job running: it is held until proc is set.
             with signals_held():
-                proc, life = start_supervised(command, scenario_environment(config, kernel), stderr)
-            job = proc
-
-            def reader() -> None:
-                assert job.stdout is not None
-                try:
-                    for text in job.stdout:
-                        lines.put(text)
-                finally:
-                    lines.put(None)
-
-            reading = threading.Thread(target=reader, name="avocado-stdout", daemon=True)
-            reading.start()
+                proc, life = start_supervised(command, scenario_environment(config, kernel), stdout, stderr)
             live = (
                 Live(progress.render(), console=console, refresh_per_second=2, transient=True)
                 if console.is_terminal
@@ -546,31 +538,23 @@ def run_avocado(
             )
             if live is not None:
                 live.start()
+            ended_at: float | None = None
             try:
-                while True:
-                    try:
-                        text = lines.get(timeout=0.5)
-                    except queue.Empty:
-                        # A reader that died without its end mark must not
-                        # leave this loop waiting forever.
-                        if not reading.is_alive() and lines.empty():
-                            break
-                        text = ""
-                    if text is None:
-                        break
-                    if text:
-                        printable = progress.feed(text)
-                        if printable:
-                            console.print(printable, highlight=False, markup=False, soft_wrap=True)
+                while proc.poll() is None:
+                    follow()
                     if live is not None:
                         live.update(progress.render())
+                    if progress.ended and ended_at is None:
+                        ended_at = time.monotonic()
+                    if ended_at is not None and time.monotonic() - ended_at > EXIT_AFTER_END_S:
+                        break  # the job is over but avocado hangs on: ended below
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=POLL_S)
+                follow()  # what the job wrote before it exited
             finally:
                 if live is not None:
                     live.stop()
-            try:
-                exit_status = proc.wait(timeout=EXIT_AFTER_EOF_S)
-            except subprocess.TimeoutExpired:
-                exit_status = end_job(proc, grace_s=0)
+            exit_status = proc.returncode if proc.poll() is not None else end_job(proc, grace_s=0)
         except Terminated:
             grace = TERMINATE_GRACE_S
             raise
@@ -582,8 +566,6 @@ def run_avocado(
                     end_job(proc, grace_s=grace)
                 else:
                     _kill_group(proc.pid, signal.SIGKILL)
-                if proc.stdout is not None:
-                    proc.stdout.close()
             if life is not None:
                 os.close(life)
     job_dir = progress.job_dir
@@ -1083,17 +1065,21 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     builds_in = [Path(b) for b in args.kernel_build or []]
     if builds_in and len(builds_in) != len(kernels_in):
         raise BadInput("give --kernel-build DIR once per --guest-kernel, in the same order (or not at all)")
+    cmdlines = ["", ""]
     if args.debian_kernel:
         if kernels_in or modules_in:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
+        from memqual.host.bisect.series import parse_kernel
         from memqual.images.build import debian_kernel_files
 
-        for version in args.debian_kernel:
-            bzimage, modules_dir = debian_kernel_files(version)
+        for index, text in enumerate(args.debian_kernel):
+            spec = parse_kernel(text)
+            bzimage, modules_dir = debian_kernel_files(spec.version)
             kernels_in.append(bzimage)
             modules_in.append(modules_dir)
+            cmdlines[index] = spec.cmdline_extra
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
     if len(modules_in) != len(kernels_in):
@@ -1117,6 +1103,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 modules.resolve() if modules else None,
                 sha256_file(bzimage),
                 kernel_build=builds_in[index] if builds_in else None,
+                cmdline_extra=cmdlines[index],
             )
         )
     tests = Path(args.tests)
@@ -1138,7 +1125,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
         output=output_directory(args, "memqual-results"),
-        profile=args.profile,
+        profile=job_profile(args.profile, len(kernels)),
         only=only,
         tests=tests,
         kernels=tuple(kernels),
@@ -1149,12 +1136,23 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     )
 
 
+def job_profile(asked: str | None, arms: int) -> str:
+    """The profile a run uses: the one asked for, else an A/B's sizing for
+    two arms (host/profiles.py) and quick for one."""
+    return asked or (AB if arms == 2 else QUICK)
+
+
 def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
     """What the avocado job runs (--profile, --only, the hidden --tests) and
     where the output goes: the options of ``memqual run`` that every
     command running the scenarios through this module takes."""
     parser.add_argument(
-        "--profile", choices=PROFILES, default="quick", help="quick (default, ~12 min under TCG here) or full"
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="quick (the default with one kernel, ~12 min under TCG here), full (the lab's sizes) or ab (the "
+        "default with two kernels: one fresh guest per arm and block, only the tests that record a primary or a "
+        "negative control in the blocks, the boot checks once per arm; host/profiles.py)",
     )
     parser.add_argument(
         "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
@@ -1194,11 +1192,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--debian-kernel",
-        type=cliargs.debian_kernel,
+        type=cliargs.debian_kernel_arm,
         action="append",
-        metavar="VERSION",
+        metavar="VERSION[:CMDLINE]",
         help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
-        "twice to compare two (memqual image kernels lists them)",
+        "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
+        "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
     )
     cliargs.add_qemu(parser)
     parser.add_argument(

@@ -77,6 +77,11 @@ def banner_ready(port: int, timeout: float = 0.5) -> bool:
 
 KILL_GRACE_S = 5.0  # for a signalled guest command to end before its channel is closed anyway
 RECONNECT_TIMEOUT_S = 5.0  # a fresh connection to a guest whose SSH server still runs takes about 1 s
+# A background command's own connection to a guest that is up: about 1 s
+# here, but a TCG guest on a host with a load average of 10 took over 10 s
+# to send its banner.  Not the boot's last connect timeout, which can be a
+# second or two (what was left of the boot's deadline).
+BACKGROUND_CONNECT_S = 30.0
 
 
 def _wait_exit_status(channel: paramiko.Channel, deadline: float, argv: list[str]) -> int:
@@ -354,7 +359,7 @@ class SSH:
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
         side = SSH(self.port, self._key_path, self._host_key)
-        side.connect(timeout=self._connect_timeout)
+        side.connect(timeout=BACKGROUND_CONNECT_S)
         return side
 
     def start(self, argv: list[str]) -> BackgroundCommand:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memqual.host import profiles
 from memqual.host.ksm import volatile
 from memqual.host.ksm.scancost import AbRun, ScanWindow
 from memqual.host.record import Measurement
@@ -38,7 +39,7 @@ def window(smart_scan: int, ns_per_page: float, skip_share: float) -> ScanWindow
 def ksm_guests(
     speedup: float,
     skip_share: float,
-    n: int = volatile.GUESTS["quick"],
+    n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests,
     seed: int = 3,
     *,
     dirty_passes_per_scan: float = DIRTY_PASSES_PER_SCAN,
@@ -90,7 +91,7 @@ def ksm_records(
     pages: str = "4k",
     limit: volatile.SkipLimit = KERNEL_LIMIT,
     *,
-    n: int = volatile.GUESTS["quick"],
+    n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests,
     seed: int = 3,
     dirty_passes_per_scan: float = DIRTY_PASSES_PER_SCAN,
     dirty_spread: float = 0.0,

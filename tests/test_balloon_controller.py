@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 import pytest
+from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
 
 from memqual.host import balloon as hb
 from memqual.host.balloon import cli as balloon_cli
@@ -18,76 +19,9 @@ MIB = 1 << 20
 RAM = 1024 * MIB
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-    def sleep(self, dt: float) -> None:
-        self.t += dt
-
-
-class FakeMachine:
-    """Answers QMP like QEMU 7.2 does; query-balloon walks a canned
-    sequence of actual values (the last one repeats forever)."""
-
-    def __init__(self, actuals: list[int], clock: FakeClock, balloon: bool = True) -> None:
-        self.pid = os.getpid()
-        self.actuals = list(actuals)
-        self.clock = clock
-        self.balloon = balloon
-        self.sent: list[tuple[str, dict[str, Any]]] = []
-        self.interval = 0
-        self.stats_updates = 0
-        # target -> actual sequences, one per command with that target (the last repeats)
-        self.after_balloon: dict[int, list[list[int]]] = {}
-
-    def qmp(self, command: str, **args: Any) -> Any:
-        self.sent.append((command, args))
-        self.clock.t += 0.0002  # a QMP round trip
-        if command == "query-memory-size-summary":
-            return {"base-memory": RAM, "plugged-memory": 0}
-        if command == "balloon":
-            if not self.balloon:
-                raise GuestError("No balloon device has been activated")
-            if args["value"] <= 0:
-                raise GuestError("Parameter 'target' expects a size")
-            seqs = self.after_balloon.get(args["value"])
-            if seqs:
-                self.actuals = list(seqs.pop(0) if len(seqs) > 1 else seqs[0])
-            return {}
-        if command == "query-balloon":
-            value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
-            return {"actual": value}
-        if command == "qom-list":
-            if args["path"] == "/machine/peripheral":
-                return [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]
-            if args["path"] == "/machine/peripheral/balloon0":
-                return [
-                    {"name": "guest-stats", "type": "guest statistics"},
-                    {"name": "guest-stats-polling-interval", "type": "int"},
-                ]
-            raise GuestError(f"Device '{args['path']}' not found")
-        if command == "qom-set":
-            assert args["property"] == "guest-stats-polling-interval"
-            if args["value"] < 0:
-                raise GuestError("timer value must be greater than zero")
-            self.interval = args["value"]
-            return {}
-        if command == "qom-get":
-            if args["property"] == "guest-stats-polling-interval":
-                return self.interval
-            self.stats_updates += 1
-            updated = 1000 + self.stats_updates // 3  # a fresh update every third read
-            return {"stats": {"stat-free-memory": 5 * MIB, "stat-swap-in": -1}, "last-update": updated}
-        raise AssertionError(f"unexpected QMP command {command}")
-
-
-def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, FakeMachine, FakeClock]:
-    clock = FakeClock()
-    machine = FakeMachine(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
+def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, BalloonQmp, FakeClock]:
+    clock = FakeClock(100.0)
+    machine = BalloonQmp(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
     ctl = hb.BalloonController(
         machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005, far_pause_s=kw.get("far", 0.0005)
     )
@@ -218,7 +152,7 @@ def test_rss_of_this_process_and_wait_rss():
     assert hb.rss_kib(pid) > 1000
     met, rss, _ = hb.wait_rss(pid, lambda kib: kib > 0, deadline_s=1)
     assert met and rss > 0
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     met, _, waited = hb.wait_rss(pid, lambda kib: kib < 0, deadline_s=0.5, clock=clock, sleep=clock.sleep)
     assert not met and waited >= 0.5
     with pytest.raises(GuestError, match="gone"):
@@ -226,7 +160,7 @@ def test_rss_of_this_process_and_wait_rss():
 
 
 def test_wait_rss_steady_waits_for_a_quiet_second():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     # Falls for 1 s (10 polls of 0.1 s), then holds with 0.5% jitter.
     values = iter([1000 - 50 * i for i in range(10)] + [500, 502, 499, 501] * 20)
     steady, rss, waited = hb.wait_rss_steady(
@@ -237,7 +171,7 @@ def test_wait_rss_steady_waits_for_a_quiet_second():
 
 
 def test_wait_rss_steady_reports_a_moving_rss_at_the_deadline():
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     values = iter(range(1000, 100000, 100))  # always more than 1% up
     steady, _, waited = hb.wait_rss_steady(
         1, quiet_s=1.0, deadline_s=3, clock=clock, sleep=clock.sleep, read=lambda pid: next(values)
@@ -387,41 +321,15 @@ def test_guest_timing_refuses_broken_output(stdout, message):
         hb.GuestTiming.from_agent(stdout)
 
 
-class FakeBackground:
-    def __init__(self, lines: list[str], status: int = 0) -> None:
-        self._lines, self.status, self.killed = lines, status, False
-
-    def lines(self, timeout: float = 0) -> Any:
-        yield from self._lines
-
-    def wait(self, timeout: float = 0) -> Any:
-        from memqual.host.ssh import CommandResult
-
-        return CommandResult([], self.status, "".join(line + "\n" for line in self._lines), "", 0.0)
-
-    def kill(self) -> None:
-        self.killed = True
-
-
-class FakeSSH:
-    def __init__(self, background: FakeBackground) -> None:
-        self.background = background
-        self.argv: list[str] | None = None
-
-    def start(self, argv: list[str]) -> FakeBackground:
-        self.argv = argv
-        return self.background
-
-
 def test_tracker_arms_then_returns_the_guest_timing():
-    ssh = FakeSSH(FakeBackground(TRACKED.splitlines()))
+    ssh = FakeShell(FakeBackground(TRACKED.splitlines()))
     tracker = hb.GuestTracker(ssh, "/tmp/balloon_agent", "inflate", 100, 1000, 60)
-    assert ssh.argv == ["/tmp/balloon_agent", "track", "inflate", "100", "1000", "60"]
+    assert ssh.started[-1] == ["/tmp/balloon_agent", "track", "inflate", "100", "1000", "60"]
     assert tracker.result().seconds == pytest.approx(1.8)
 
 
 def test_tracker_that_never_arms_is_an_error():
-    ssh = FakeSSH(FakeBackground(["t=1.0 event=error reason=no_counter counter=balloon_inflate"], status=4))
+    ssh = FakeShell(FakeBackground(["t=1.0 event=error reason=no_counter counter=balloon_inflate"], status=4))
     with pytest.raises(GuestError, match="did not arm"):
         hb.GuestTracker(ssh, "agent", "inflate", 100, 1000, 60)
     with pytest.raises(ValueError):
@@ -430,7 +338,7 @@ def test_tracker_that_never_arms_is_an_error():
 
 def test_tracker_exit_status_is_checked():
     lines = TRACKED.splitlines()[:1] + ["t=70.0 event=timeout"]
-    tracker = hb.GuestTracker(FakeSSH(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
+    tracker = hb.GuestTracker(FakeShell(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
     with pytest.raises(GuestError, match="exited 3"):
         tracker.result()
 
@@ -440,11 +348,11 @@ def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
     target = 256 * MIB
     ctl, machine, _ = controller([RAM])
     machine.after_balloon[target] = [[RAM, RAM - 100 * MIB, target]]
-    ssh = FakeSSH(FakeBackground(TRACKED.splitlines()))
+    ssh = FakeShell(FakeBackground(TRACKED.splitlines()))
     move = hb.BalloonMover(ctl, ssh, "/tmp/balloon_agent").move(target)
     assert move.direction == "inflate" and move.reached and move.given_back is None
     assert move.pages_asked == 768 * MIB // 4096
-    assert ssh.argv == [
+    assert ssh.started[-1] == [
         "/tmp/balloon_agent",
         "track",
         "inflate",
@@ -465,7 +373,7 @@ def test_mover_gives_the_balloon_back_over_qmp_at_once_when_the_guest_stalls():
     machine.after_balloon[MIB] = [[RAM, 500 * MIB, floor]]  # stands at its floor
     machine.after_balloon[RAM] = [[floor, RAM]]
     background = FakeBackground(TRACKED.splitlines()[:1])
-    move = hb.BalloonMover(ctl, FakeSSH(background), "agent").move(MIB)
+    move = hb.BalloonMover(ctl, FakeShell(background), "agent").move(MIB)
     assert not move.reached and move.host.stalled and move.host.actual_bytes == floor
     assert move.given_back is not None and move.given_back.reached and move.guest is None
     assert background.killed  # the tracker cancelled, after the balloon came back

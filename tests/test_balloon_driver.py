@@ -38,13 +38,13 @@ def test_request_sizes_scale_the_seeds_bitmaps_to_the_guest():
 
 
 def test_the_full_profile_covers_every_size_of_the_curve_with_explicit_labels():
-    full = rs.request_sizes(1024, "full")
+    full = rs.request_sizes(1024, curve=True)
     assert sorted(full.values()) == [256, 1024, 4096, 16384, 32768, 65536, 262144]
     assert list(full.values()) == sorted(full.values())  # records and checks go smallest first
     # In a 1 GiB guest 16384 and 262144 PFNs are the seed's 32 KB and 512 KB bitmaps scaled:
     # they keep the labels the claims pair.
     assert full["1/16 guest"] == 16384 and full["whole guest"] == 262144 and full["65536 pfns"] == 65536
-    two = rs.request_sizes(2048, "full")
+    two = rs.request_sizes(2048, curve=True)
     assert two["262144 pfns"] == 262144 and two["whole guest"] == 524288 and two["1/16 guest"] == 32768
     assert set(rs.request_sizes(1024)) < set(full)
 
@@ -327,7 +327,7 @@ def _sample(guest, label, pfns, size_bytes, fixed, per_request, per_page, rng):
 
 
 def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
-    sizes = rs.request_sizes(1024, "full")
+    sizes = rs.request_sizes(1024, curve=True)
     inflate_bytes = 768 << 20
     run = rs.RequestSizeRun(sizes, inflate_bytes)
     rng = random.Random(5)

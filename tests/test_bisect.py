@@ -13,36 +13,101 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import blocks, cli, record
+from memqual.host import blocks, cli, comparison, record
 from memqual.host.bisect import decide, run, series
 from memqual.host.errors import BadInput
 
-# ------------------------------------------------------------ band and search
+# ------------------------------------------------------------ decisions and search
+
+
+def _blocks(ratios: list[float], noise: float = 0.01, seed: int = 3) -> tuple[list[list[float]], list[list[float]]]:
+    """One replicate a side a block, B/A per block as given times a little
+    noise, each block at its own level (the host's drift)."""
+    rng = random.Random(seed)
+    a, b = [], []
+    for k, r in enumerate(ratios):
+        level = 1.0 + 0.2 * k
+        a.append([level * (1 + rng.uniform(-noise, noise)) for _ in range(3)])
+        b.append([level * r * (1 + rng.uniform(-noise, noise)) for _ in range(3)])
+    return a, b
+
+
+def _evidence(ratios, *, better="lower", alpha=0.05, planned=10, threshold=0.05, noise=0.01):
+    a, b = _blocks(ratios, noise)
+    blocks_ = list(range(1, len(ratios) + 1))
+    return decide.evidence_of(a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better)
 
 
 @pytest.mark.parametrize(
-    "low, high, verdict",
+    "ratios, better, verdict",
     [
-        (0.97, 1.03, decide.SAME),
-        (1.06, 1.30, decide.HIGHER),
-        (0.70, 0.94, decide.LOWER),
-        (0.98, 1.10, decide.UNDECIDED),  # across the upper edge
-        (0.80, 1.20, decide.UNDECIDED),
-        (None, 1.0, decide.UNDECIDED),
-        (float("nan"), 1.0, decide.UNDECIDED),
+        ([1.3] * 6, "lower", decide.SLOWER),
+        ([1.3] * 6, "higher", decide.FASTER),  # a throughput 30 % up is faster
+        ([0.7] * 6, "lower", decide.FASTER),
+        ([1.0] * 6, "lower", decide.EQUIVALENT),
+        ([1.03] * 6, "lower", decide.EQUIVALENT),  # moved, but within the threshold
+        ([1.05, 0.95, 1.2, 0.8, 1.1, 0.9], "lower", decide.UNDECIDED),  # too noisy to say either
     ],
 )
-def test_the_band_decides_only_a_ci_wholly_inside_or_beyond_it(low, high, verdict):
-    assert decide.band_verdict(low, high, 0.05) == verdict
+def test_a_probe_is_decided_with_the_four_names_of_compare(ratios, better, verdict):
+    e = _evidence(ratios, better=better)
+    assert e.verdict == verdict, e.to_json()
+    assert e.n_blocks == 6 and e.look == 6
+    assert e.decided == (verdict != decide.UNDECIDED)
+    if verdict == decide.UNDECIDED:
+        assert e.blocks_needed is not None and e.blocks_needed > 6
+        assert "needs about" in e.text()
 
 
-def test_one_replicate_a_side_decides_nothing():
-    e = decide.Evidence(2.0, 1.9, 2.1, n_reference=1, n_probe=3)
-    assert decide.classify(e, 0.05, decide.HIGHER) == decide.UNDECIDED
-    e2 = decide.Evidence(2.0, 1.9, 2.1, n_reference=2, n_probe=2)
-    assert decide.classify(e2, 0.05, decide.HIGHER) == decide.BAD
-    assert decide.classify(e2, 0.05, decide.LOWER) == decide.SKIP  # moved, but the other way
-    assert decide.classify(e2, 0.05, None) == decide.HIGHER  # the last kernel sets the step
+def test_the_probe_decision_is_compares_decision_of_the_same_blocks_at_the_looks_alpha():
+    """Through compare_results whole: the bisect's one metric at its look's
+    share of alpha gives compare's verdict, ratio and CI."""
+    for ratios in ([1.3] * 5, [1.0] * 5, [1.05, 0.95, 1.2, 0.8, 1.1]):
+        e = _evidence(ratios)
+        a, b = _blocks(ratios)
+        files = []
+        for reps in (a, b):
+            entry = {
+                "key": "balloon.deflate deflate_s [default] {}",
+                "scenario": "balloon.deflate",
+                "metric": "deflate_s",
+                "unit": "s",
+                "better": "lower",
+                "samples": [x for r in reps for x in r],
+                "replicates": reps,
+                "blocks": list(range(1, len(reps) + 1)),
+            }
+            files.append({"memqual_version": "x", "metrics": [entry], "claims": [], "environment": {}})
+        m = comparison.compare_results(*files, threshold=0.05, alpha=e.alpha).metrics[0]
+        assert (m.verdict, m.comparison.ratio, m.comparison.ci_low) == (e.verdict, e.ratio, e.ci_low)
+        assert e.alpha == pytest.approx(0.05 * (25 - 16) / 100)
+
+
+def test_each_look_spends_only_its_share_of_alpha():
+    """The same blocks decided at the full alpha but not at look 3's share
+    of it: a look after every block must not spend alpha each time."""
+    ratios = [1.12, 1.07, 1.10]
+    full = _evidence(ratios, planned=1, noise=0.0)  # one planned look: all of alpha at once
+    assert full.alpha == 0.0  # look 3 of 1 planned: past the plan, nothing left to spend
+    e = _evidence(ratios, planned=10, noise=0.0)
+    assert e.alpha == pytest.approx(0.05 * (9 - 4) / 100)
+    assert e.verdict == decide.UNDECIDED
+    a, b = _blocks(ratios, 0.0)
+    _, at_full = comparison.decide_one(a, b, [1, 2, 3], [1, 2, 3], better="lower", threshold=0.05, alpha=0.05)
+    assert at_full == decide.SLOWER
+
+
+def test_one_block_decides_nothing_and_a_probe_moved_the_other_way_is_skipped():
+    one = _evidence([2.0])
+    assert one.verdict == decide.UNDECIDED and one.n_blocks == 0 and one.look == 1
+    assert decide.classify(one, decide.SLOWER) == decide.UNDECIDED
+    slower = _evidence([1.5] * 4)
+    assert decide.classify(slower, decide.SLOWER) == decide.BAD
+    assert decide.classify(slower, decide.FASTER) == decide.SKIP  # moved, but the other way
+    assert decide.classify(slower, None) == decide.SLOWER  # the last kernel sets the step
+    assert decide.classify(_evidence([1.0] * 4), decide.FASTER) == decide.GOOD
+    none = decide.evidence_of([], [[1.0]], threshold=0.05, alpha=0.05, planned=10)
+    assert none.verdict == decide.UNDECIDED and none.ratio is None and "no measurement" in none.text()
 
 
 def _search(n: int, verdict_of) -> decide.Bisection:
@@ -179,7 +244,7 @@ def test_a_bisect_finds_the_injected_step_and_logs_like_git_bisect(tmp_path, ste
     log = (tmp_path / "b" / "bisect.log").read_text()
     assert "# good: [K1]" in log and "memqual bisect bad K6" in log
     assert f"[K{step + 1}] 6.1.0-57-amd64:memqual.k={step} is the first bad kernel" in log
-    assert "moved higher (slower)" in log
+    assert "deflate_s slower than [K1]" in log and "#   look 3 (step 3, 6.0 min): B/A 1." in log
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
     assert state["outcome"]["kind"] == "first bad" and state["outcome"]["first_bad"] == step
     assert state["metric_key"].startswith("balloon.deflate deflate_s")
@@ -199,14 +264,22 @@ def test_no_step_between_the_ends_is_said_and_the_bisect_stops(tmp_path):
 
 
 def test_an_undecided_probe_is_skipped_when_its_budget_is_spent(tmp_path):
-    runner = FakeRunner(step=3, noisy=frozenset({2}), round_s=120.0)
+    runner = FakeRunner(step=3, noisy=frozenset({2}), round_s=20.0)
     b = _bisect(tmp_path, 6, runner, budget_min=10.0, max_rounds=20)
     outcome = b.run()
     probe = b.probes[2]
-    assert probe.verdict == decide.SKIP and "budget" in probe.reason
-    assert probe.seconds <= 10 * 60
+    assert probe.verdict == decide.SKIP and "budget ended" in probe.reason
+    assert probe.evidence.verdict == decide.UNDECIDED and probe.evidence.blocks_needed
+    assert probe.seconds <= 10 * 60 and probe.rounds == len(probe.looks) > 10
     assert outcome.kind == "range" and outcome.candidates == (2, 3)
-    assert "could be any of: K3, K4" in (tmp_path / "b" / "bisect.log").read_text()
+    log = (tmp_path / "b" / "bisect.log").read_text()
+    assert "could be any of: K3, K4" in log and "K3 stayed undecided (needs about" in log
+    # The page says which probe stayed undecided and what it would need,
+    # and shows every step with its B/A, blocks, decision and time.
+    html = (tmp_path / "b" / "bisect.html").read_text()
+    assert "K3 6.1.0-57-amd64:memqual.k=2 stayed undecided</b>: undecided (needs about" in html
+    assert "Every step" in html and html.count("<td>K3</td>") == probe.rounds
+    assert all(v in html for v in ("slower", "equivalent", "undecided"))
 
 
 def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp_path):
@@ -228,8 +301,11 @@ def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp
     def reps(k: int) -> list[list[float]]:
         return [rep for r in b.rounds if r.kernel == k for rep in r.replicates]
 
-    pooled = decide.evidence_of(reps(0), reps(good))
-    assert decide.band_verdict(pooled.ci_low, pooled.ci_high, 0.05) != decide.SAME
+    assert b.probes[good].evidence.verdict == decide.EQUIVALENT and b.probes[good].evidence.paired
+    # K1 pooled over the bisect, unpaired, cannot call the good probe
+    # equivalent even at the whole alpha.
+    _, pooled = comparison.decide_one(reps(0), reps(good), better="lower", threshold=0.05, alpha=0.05)
+    assert pooled != decide.EQUIVALENT
 
 
 def test_start_reference_measures_k1_only_while_the_ends_are_checked(tmp_path):
@@ -513,3 +589,25 @@ def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
     assert state["settings"]["budget_min"] == 60 and state["outcome"]["first_bad"] == 3
     assert "# resumed with budget_min 60" in (tmp_path / "b" / "bisect.log").read_text()
+
+
+def test_a_state_from_before_the_four_verdicts_resumes_and_is_decided_anew(tmp_path):
+    """A memqual.bisect/1 state (its rounds without steps, its settings
+    with min_replicates): resumed, every probe is decided by the new rule
+    from the stored rounds, and the bisect goes on."""
+    b = _bisect(tmp_path, 6, FakeRunner(step=3, interrupt_after=4))
+    with pytest.raises(KeyboardInterrupt):
+        b.run()
+    path = tmp_path / "b" / "bisect.json"
+    state = json.loads(path.read_text())
+    state["schema"] = "memqual.bisect/1"
+    state["settings"]["min_replicates"] = 2
+    for r in state["rounds"]:
+        del r["step"]
+    path.write_text(json.dumps(state))
+    more = FakeRunner(step=3)
+    resumed = run.Bisector.resume(tmp_path / "b", more, say=lambda line: None)
+    resumed.clock = more.clock
+    assert resumed.run().first_bad == 3
+    final = json.loads(path.read_text())
+    assert final["schema"] == run.SCHEMA and all(p["decision"] in decide.VERDICTS for p in final["probes"])

@@ -18,9 +18,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from memqual.host import claims
-from memqual.host.balloon import request_size as rs
-from memqual.host.ksm import volatile
+from memqual.host import claims, profiles
 from memqual.host.record import Measurement
 
 NOMINAL = 0.025
@@ -77,10 +75,13 @@ def _allowed(trials: int) -> float:
 # Every unit count the profiles produce (e2e/test_ksm.py's guests per
 # variant, e2e/test_balloon_driver.py's guests; quick and full), each with a
 # claim that gets it.  Claims of one family share the verdict code and the
-# records' shape, so one of them a count measures both.
+# records' shape, so one of them a count measures both.  An A/B's arm has
+# one guest a block: its count is the blocks, 3 (the least a verdict takes)
+# and up, which the quick and full counts cover.
+CLAIM_PROFILES = (profiles.SIZES[profiles.QUICK], profiles.SIZES[profiles.FULL])
 PROFILE_UNITS = {
-    **{n: "ksm-volatile-4k" for n in volatile.GUESTS.values()},
-    **{n: "balloon-bitmap" for n in rs.GUESTS.values()},
+    **{row.ksm_volatile_guests: "ksm-volatile-4k" for row in CLAIM_PROFILES},
+    **{row.driver_guests: "balloon-bitmap" for row in CLAIM_PROFILES},
 }
 
 
@@ -95,7 +96,9 @@ def test_no_effect_gives_a_direction_at_most_at_the_nominal_rate(units: int, cid
 def test_heavy_tailed_units_stay_at_the_nominal_rate():
     """Noise with the tails of t(3) at the smallest count a profile gives."""
     trials = 1000
-    above, _ = null_trials(_claim("balloon-bitmap"), min(rs.GUESTS.values()), trials, tails="t3")
+    above, _ = null_trials(
+        _claim("balloon-bitmap"), min(row.driver_guests for row in CLAIM_PROFILES), trials, tails="t3"
+    )
     assert above <= _allowed(trials)
 
 

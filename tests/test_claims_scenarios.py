@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from ksm_volatile_runs import ksm_records
 
-from memqual.host import claims
+from memqual.host import claims, profiles
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import DirectionTiming
@@ -100,13 +100,15 @@ def _move(seconds: float, size: int) -> BalloonResult:
     return BalloonResult(size, size, 0, size, True, False, seconds, 0.01, 20, 0.01)
 
 
-def balloon_records(per_request_s: float, n: int = rs.GUESTS["quick"], seed: int = 5) -> list[Measurement]:
+def balloon_records(
+    per_request_s: float, n: int = profiles.SIZES[profiles.QUICK].driver_guests, seed: int = 5
+) -> list[Measurement]:
     """n fresh guests inflating at every size of the quick profile; an
     inflate takes fixed + requests x ``per_request_s`` + pages x 5 us
     (each guest as slow as its host minute, each inflate with its own
     noise), through the scenario's own run and records."""
     rng = np.random.default_rng(seed)
-    sizes = rs.request_sizes(GUEST_MIB, "quick")
+    sizes = rs.request_sizes(GUEST_MIB)
     run = rs.RequestSizeRun(sizes, INFLATE_BYTES)
     for g in range(n):
         load = float(np.exp(rng.normal(0, 0.15)))

@@ -482,3 +482,26 @@ def test_blocks_on_both_sides_pair_the_replicates_and_drift_cancels(tmp_path, ca
     assert _run([paths[2], paths[3], "--json"]) == 0
     (m,) = json.loads(capsys.readouterr().out)["metrics"]
     assert m["verdict"] == "undecided" and not m["paired"]
+
+
+def test_a_hostile_metric_and_run_name_are_escaped_once_on_the_page(tmp_path):
+    from hostile import ESCAPED, HOSTILE, assert_escaped_once
+
+    from memqual.host.compare_report import render_comparison_html
+    from memqual.host.comparison import compare_results
+    from memqual.host.results import load_results
+
+    def named(recs: list[Measurement]) -> list[Measurement]:
+        return [dataclasses.replace(r, metric=HOSTILE, settings={"s": HOSTILE}) for r in recs]
+
+    recs_a = named(_records(scan_rate=1000.0, seed=1))
+    recs_b = named(_records(scan_rate=600.0, seed=2))
+    recs_b.append(dataclasses.replace(recs_b[1], scenario=HOSTILE))  # on one side only
+    a = load_results(_results(tmp_path, "a", recs_a))
+    b = load_results(_results(tmp_path, "b", recs_b))
+    result = compare_results(a, b)
+    assert result.regressions and result.only_in_b
+    text = render_comparison_html(result, a, b, a_name=HOSTILE, b_name="B")
+    assert_escaped_once(text)
+    # The title, the regressions, the metrics table, the one-sided table.
+    assert text.count(ESCAPED) >= 6, text.count(ESCAPED)

@@ -206,3 +206,44 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
     assert jcost["verdict"] == cost.verdict and jcost["regime"]["matches"] == decided
     if not decided:
         assert cost.regime.reason() in captured.err and cost.regime.reason() in page.read_text()
+        # Greyed on the page, and counted in its group's line.
+        from memqual.host.html import GREY
+
+        refused = sum(1 for s in group.series if s.verdict == comparison.NOT_COMPARABLE)
+        assert f"<b style='color:{GREY}'>{cost.regime.reason()}</b>" in page.read_text()
+        assert f"{refused} not comparable (the runs' regimes differ)" in page.read_text()
+
+
+def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_reasons_once(tmp_path):
+    """comparison.html's badges count the metrics not comparable in the
+    grey of a verdict that decides nothing, the paragraph says so once per
+    scenario and reason, and the template escapes both exactly once."""
+    import dataclasses
+
+    from hostile import HOSTILE, assert_escaped_once
+
+    from memqual.host import compare_report, pages
+    from memqual.host.html import GREY, VERDICT_COLOURS
+
+    a = json.loads(
+        Path(_file(tmp_path, "a", ksm_records(4.4, n=GUESTS, seed=1, dirty_passes_per_scan=8.0))).read_text()
+    )
+    b = json.loads(
+        Path(
+            _file(tmp_path, "b", ksm_records(4.4, n=GUESTS, seed=2, dirty_passes_per_scan=32.0, cost_scale=DEARER))
+        ).read_text()
+    )
+    result = comparison.compare_results(a, b, all_metrics=True)
+    n = len(result.not_comparable)
+    assert n >= 2 and VERDICT_COLOURS[comparison.NOT_COMPARABLE] == GREY
+    view = compare_report.comparison_page(result, a, b)
+    (box,) = [c for c in view.counts if c.verdict == comparison.NOT_COMPARABLE]
+    assert (box.n, box.colour) == (n, GREY)
+    (refused,) = view.refused
+    assert refused.scenario == "ksm.volatile_scan" and refused.n == n
+    html = compare_report.render_comparison_html(result, a, b)
+    assert f"<b style='color:{GREY}'>{n}</b>not comparable" in html
+    assert f"<b style='color:{GREY}'>{n} metric(s) not comparable</b>" in html
+    assert f"<li>ksm.volatile_scan ({n} metric(s)): not comparable: dirtying rate A 8 vs B 32" in html
+    hostile = dataclasses.replace(view, refused=(compare_report.Refused(HOSTILE, 1, HOSTILE),))
+    assert_escaped_once(pages.render("comparison.html.j2", page=hostile))

@@ -203,3 +203,23 @@ def test_the_family_correction_is_what_keeps_noise_from_stepping():
     assert min(uncorrected) < 0.01
     series = history.series_of(runs, threshold=0.05, alpha=0.01)
     assert not any(s.steps for s in series)
+
+
+def test_a_hostile_metric_and_label_are_escaped_once_on_the_page(tmp_path):
+    from hostile import ESCAPED, HOSTILE, assert_escaped_once
+
+    for i in range(3):
+        path = _write_run(
+            tmp_path / "runs" / f"{i}", f"2026-11-2{i}T10:00:00Z", "6.12.100+deb12-amd64", 1.0, label=HOSTILE
+        )
+        data = json.loads(path.read_text())
+        for m in data["metrics"]:
+            m["key"] = m["key"].replace("balloon.x", HOSTILE)
+            m["scenario"] = HOSTILE
+        data["environment"]["guest_kernel"] = HOSTILE
+        path.write_text(json.dumps(data))
+    groups, diffs = history.build([str(tmp_path / "runs")])
+    text = history.render(groups, diffs, "time", history.DEFAULT_THRESHOLD, history.DEFAULT_ALPHA)
+    assert_escaped_once(text)
+    # Each series' heading, each run's label and guest kernel, the environment line.
+    assert text.count(ESCAPED) >= 2 + 3 * 2 + 1, text.count(ESCAPED)

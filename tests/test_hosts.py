@@ -648,3 +648,28 @@ def test_what_gnu_tar_on_a_host_sends_comes_back_whole(tmp_path, monkeypatch):
     nothing.mkdir()
     assert spawner.fetch_data(host, str(empty), nothing) == ""  # no data/ there: nothing, no error
     assert list(nothing.iterdir()) == []
+
+
+def test_a_hostile_host_name_claim_and_reason_are_escaped_once_on_the_fleet_page():
+    from hostile import ESCAPED, HOSTILE, assert_escaped_once
+
+    columns = (
+        page.HostColumn(
+            HOSTILE,
+            "completed",
+            boot_id=HOSTILE,
+            results=_results(**{HOSTILE: "reproduced"}),
+            report=HOSTILE,
+            environment={"cpu": HOSTILE},
+            tasks=(page.TaskLine(HOSTILE, HOSTILE, "interrupted", HOSTILE),),
+            bad_records=(page.BadRecord(HOSTILE, HOSTILE, HOSTILE, HOSTILE),),
+        ),
+        page.HostColumn("b", "completed", boot_id=HOSTILE, results=_results(**{HOSTILE: "reproduced"})),
+        page.HostColumn("c", "left out", reason=HOSTILE),
+    )
+    text = page.render(page.Fleet(columns=columns, not_run=(page.TaskLine(HOSTILE, "", "not run", HOSTILE),)))
+    assert_escaped_once(text)
+    assert f'href="{ESCAPED}"' in text
+    # Headings (twice), the claim and its majority, the environment, the
+    # shared kernel's hosts, and every fault.
+    assert text.count(ESCAPED) >= 15, text.count(ESCAPED)

@@ -7,40 +7,10 @@ import threading
 import time
 
 import pytest
+from fakes import FakeBackground, FakeShell
 
 from memqual.host.errors import GuestError, Timeout
 from memqual.host.ksm.agent import StressAgent, StressArgs, parse_record
-
-
-class FakeBackground:
-    def __init__(self, lines: list[str], gate: threading.Event | None = None) -> None:
-        self._lines, self._gate, self.killed = lines, gate, False
-
-    def lines(self, timeout: float = 0):
-        for i, line in enumerate(self._lines):
-            if self._gate is not None and i == 2:
-                self._gate.wait(5)
-            yield line
-
-    def wait(self, timeout: float = 0):
-        return None
-
-    def kill(self) -> None:
-        self.killed = True
-
-
-class FakeSsh:
-    def __init__(self, bg: FakeBackground) -> None:
-        self.bg = bg
-        self.started: list[list[str]] = []
-        self.ran: list[list[str]] = []
-
-    def start(self, argv):
-        self.started.append(argv)
-        return self.bg
-
-    def run(self, argv, timeout=60, check=True, input=None):
-        self.ran.append(argv)
 
 
 def test_parse_record() -> None:
@@ -76,9 +46,9 @@ def test_wait_event_and_advance() -> None:
             "t=4 event=verify_done pages=256 bad_pages=0",
             "t=5 event=done status=0",
         ],
-        gate,
+        gate=gate,
     )
-    ssh = FakeSsh(bg)
+    ssh = FakeShell(bg)
     with StressAgent(ssh, "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
         assert agent.wait_event("fill_done", 5)["pages"] == "256"
         with pytest.raises(Timeout):
@@ -96,14 +66,14 @@ def test_error_record_raises() -> None:
             "t=1 event=error reason=alloc size_mib=4096 guest_mem_mib=1000 available_mib=900",
         ]
     )
-    with StressAgent(FakeSsh(bg), "/tmp/a", StressArgs(mib=4096, phases=["fill"])) as agent:
+    with StressAgent(FakeShell(bg), "/tmp/a", StressArgs(mib=4096, phases=["fill"])) as agent:
         with pytest.raises(GuestError, match="size_mib=4096 guest_mem_mib=1000"):
             agent.wait_event("fill_done", 5)
 
 
 def test_ended_without_event() -> None:
     bg = FakeBackground(["t=1 event=start pid=1"])
-    with StressAgent(FakeSsh(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
+    with StressAgent(FakeShell(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
         t0 = time.monotonic()
         with pytest.raises(GuestError, match="ended before event=fill_done"):
             agent.wait_event("fill_done", 5)

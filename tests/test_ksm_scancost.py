@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from fakes import FakeBackground, FakeShell
 
 from memqual.host import stats
 from memqual.host.ksm.agent import StressAgent, StressArgs
@@ -266,42 +267,15 @@ def test_endless_disturbance_keeps_windows_after_the_budget(monkeypatch: pytest.
     assert [len(run.windows[0]), len(run.windows[1])] == [3, 3]
 
 
-class ExitingBackground:
-    """A guest command whose output ends before its exit status arrives,
-    as dropbear sends them: stdout's EOF, then the status once it has
-    reaped the process."""
-
-    def __init__(self) -> None:
-        self.waited = False
-
-    def lines(self, timeout: float = 0):
-        yield "t=1 event=start pid=7"
-        yield "t=2 event=done status=0 elapsed_s=1"
-
-    def wait(self, timeout: float = 0):
-        self.waited = True
-        return None
-
-    def kill(self) -> None:
-        raise AssertionError("a finished agent is not killed")
-
-
-class OneCommandSsh:
-    def __init__(self, bg: ExitingBackground) -> None:
-        self.bg = bg
-
-    def start(self, argv):
-        return self.bg
-
-    def run(self, argv, timeout=60, check=True, input=None):
-        raise AssertionError("finish opens no channel")
-
-
 def test_agent_finish_waits_for_the_exit_status() -> None:
     """finish() returns only once the guest's SSH server reported the
     agent's exit, not at its last line: the next command never overlaps
     the agent's end."""
-    bg = ExitingBackground()
-    with StressAgent(OneCommandSsh(bg), "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
+    # Its output ends before its exit status arrives, as dropbear sends
+    # them: stdout's EOF, then the status once it has reaped the process.
+    bg = FakeBackground(["t=1 event=start pid=7", "t=2 event=done status=0 elapsed_s=1"])
+    ssh = FakeShell(bg)
+    with StressAgent(ssh, "/tmp/a", StressArgs(mib=1, phases=["fill"])) as agent:
         assert agent.finish(5) == 0
         assert bg.waited
+    assert not bg.killed and not ssh.ran  # a finished agent is not killed; finish opens no channel

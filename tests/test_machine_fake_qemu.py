@@ -5,7 +5,6 @@ guest: every case runs in a second or two."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import signal
@@ -20,6 +19,7 @@ from typing import TypeVar
 
 import fake_qemu
 import pytest
+from fakes import FakeImage
 
 from memqual.host import machine as machine_module
 from memqual.host.errors import LaunchError, Timeout
@@ -28,20 +28,9 @@ from memqual.host.paths import REPO_ROOT
 from memqual.host.qemu import MachineConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeImage:
-    """What Machine reads from an image; the files are never booted."""
-
-    kernel: Path
-    initrd: Path
-    key: Path
-
-
 @pytest.fixture
 def image(tmp_path: Path) -> FakeImage:
-    for name in ("kernel", "initrd", "key"):
-        (tmp_path / name).write_bytes(b"")
-    return FakeImage(tmp_path / "kernel", tmp_path / "initrd", tmp_path / "key")
+    return FakeImage.in_dir(tmp_path / "img")
 
 
 def install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> Path:

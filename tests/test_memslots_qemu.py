@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import RefusingQmp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -232,38 +233,24 @@ def test_memory_settings_are_checked():
 # --- hotplug over QMP -------------------------------------------------------------
 
 
-class FakeVM:
-    """Answers QMP like QEMU: refuses device_add for the addresses given."""
-
-    def __init__(self, refuse: dict[int, str] | None = None) -> None:
-        self.refuse = refuse or {}
-        self.calls: list[tuple[str, dict[str, Any]]] = []
-
-    def qmp(self, command: str, **arguments: Any) -> Any:
-        self.calls.append((command, arguments))
-        if command == "device_add" and arguments["addr"] in self.refuse:
-            raise GuestError(f"QMP device_add failed: {self.refuse[arguments['addr']]}")
-        return {}
-
-
 def test_hotplug_sends_the_plans_commands_in_order():
     plan = Q.plan_layout(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json"), MEMORY, hotplug=2)
-    vm = FakeVM()
+    vm = RefusingQmp()
     assert Q.hotplug(vm, plan.hotplug_dimms) == list(plan.hotplug_dimms)
-    assert vm.calls == plan.hotplug_commands()
+    assert vm.sent == plan.hotplug_commands()
 
 
 def test_a_refused_dimm_is_a_bad_input_quoting_qemu_and_its_backend_is_removed():
     plan = Q.plan_layout(load_layout(LAYOUTS_DIR / "qemu-pc-3dimm.json"), MEMORY, hotplug=2)
-    vm = FakeVM(refuse={0x108000000: "address range conflicts with memory device id='mq-dimm-1'"})
+    vm = RefusingQmp(refuse={0x108000000: "address range conflicts with memory device id='mq-dimm-1'"})
     with pytest.raises(BadInput) as caught:
         Q.hotplug(vm, plan.hotplug_dimms)
     assert str(caught.value) == (
         "QEMU refused slot 2 (gfn 0x108000-0x10ffff) as a pc-dimm at 0x108000000 (128 MiB): "
         "address range conflicts with memory device id='mq-dimm-1'"
     )
-    assert vm.calls[-1] == ("object-del", {"id": "mq-mem-2"})
-    assert not any(args.get("id") == "mq-dimm-3" for _, args in vm.calls)  # stopped at the refusal
+    assert vm.sent[-1] == ("object-del", {"id": "mq-mem-2"})
+    assert not any(args.get("id") == "mq-dimm-3" for _, args in vm.sent)  # stopped at the refusal
 
 
 # --- parsers ----------------------------------------------------------------------

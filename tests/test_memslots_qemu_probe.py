@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from pathlib import Path
-from typing import Any
 
 import pytest
+from fakes import FakeQmp, PmemQmp
 
 from memqual.host import cli
 from memqual.host.errors import BadInput, GuestError
@@ -68,21 +67,9 @@ def test_expected_page_is_the_agents_pattern():
     assert P.expected_page(0x100002, SEED) != page
 
 
-class PmemVM:
-    """pmemsave like QEMU: writes the guest page it holds for a frame."""
-
-    def __init__(self, pages: dict[int, bytes]) -> None:
-        self.pages = pages
-
-    def qmp(self, command: str, **args: Any) -> Any:
-        assert command == "pmemsave" and args["size"] == 4096
-        Path(args["filename"]).write_bytes(self.pages.get(args["val"] // 4096, bytes(4096)))
-        return {}
-
-
 def test_host_check_counts_only_pages_qemu_holds_with_the_pattern():
     result = P.parse_probe(PROBE_OUTPUT.splitlines(), ranges(), SEED)
-    vm = PmemVM(
+    vm = PmemQmp(
         {
             0x100000: P.expected_page(0x100000, SEED),
             0x100001: P.expected_page(0x100000, SEED),
@@ -235,15 +222,9 @@ def test_mmio_log_keeps_accesses_to_device_ranges_of_the_memory_view():
 def test_mmio_tracing_arguments_and_switch():
     assert T.mmio_trace_args("/tmp/x/q.log") == ("-D", "/tmp/x/q.log", "-trace", "enable=kvm_set_user_memory")
 
-    class Recorder:
-        calls: list = []
-
-        def qmp(self, command, **args):
-            self.calls.append((command, args))
-
-    vm = Recorder()
+    vm = FakeQmp()
     T.set_mmio_tracing(vm, True)
-    assert vm.calls == [("trace-event-set-state", {"name": e, "enable": True}) for e in T.MMIO_EVENTS]
+    assert vm.sent == [("trace-event-set-state", {"name": e, "enable": True}) for e in T.MMIO_EVENTS]
 
 
 def test_mmio_records_name_the_miss_claim():

@@ -115,3 +115,27 @@ def test_only_memqual_imports_from_the_installed_environment(tmp_path: Path) -> 
         [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60
     )
     assert json.loads(out.stdout) == ["memqual"]
+
+
+def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
+    names: set[str], wheel: Path, tmp_path: Path
+) -> None:
+    templates = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "templates").iterdir()}
+    assert {"memqual/host/templates/memqual.css", "memqual/host/templates/base.html.j2"} <= templates
+    assert templates - names == set()
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+    probe = (
+        "import json; from memqual.host import pages; from memqual.host.hosts import page;"
+        "print(json.dumps([pages.environment().get_template('fleet.html.j2').filename,"
+        " page.render(page.Fleet(columns=()))]))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    template, html = json.loads(out.stdout)
+    assert Path(template).is_relative_to(site / "memqual"), template
+    assert "memqual: 0 lab hosts" in html
+    assert (SOURCE / "host" / "templates" / "memqual.css").read_text() in html  # inlined, as it is

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import fake_qemu
 import pytest
+from fakes import FakeImage
 
 from memqual.host import cli, probe
 from memqual.host.errors import CapabilityMissing
@@ -20,23 +21,13 @@ DEADLINE_S = 0.5  # for a fake that hangs: the probe must give up this soon
 READY_DEADLINE_S = 20.0  # for a fake that answers: the probe returns when it does
 
 
-@dataclasses.dataclass(frozen=True)
-class FakeImage:
-    kernel: Path
-    initrd: Path
-    kernel_sha256: str = "k" * 64
-    initramfs_sha256: str = "i" * 64
-
-
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeImage:
     """A host with a usable /dev/kvm, a private cache and a fake image."""
     monkeypatch.setenv("MEMQUAL_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(probe, "kvm_usable_device", lambda: True)
     monkeypatch.setattr(probe, "KVM_BOOT_DEADLINE_S", DEADLINE_S)
-    image = FakeImage(tmp_path / "kernel", tmp_path / "initrd")
-    image.kernel.write_bytes(b"")
-    image.initrd.write_bytes(b"")
+    image = FakeImage.in_dir(tmp_path / "img")
     monkeypatch.setattr("memqual.images.build.build", lambda *a, **k: image)
     return image
 

@@ -275,7 +275,7 @@ def test_environment_and_header_name_the_origin() -> None:
     env = Environment(qemu="10.0.2", qemu_origin=f"Debian bookworm-backports {QEMU10} (cache /c)")
     assert env.to_json()["qemu_origin"].startswith("Debian bookworm-backports")
     line = environment_line(env.to_json())
-    assert f"QEMU 10.0.2 (Debian bookworm-backports {QEMU10})" in line.replace("&#x27;", "'")
+    assert f"QEMU 10.0.2 (Debian bookworm-backports {QEMU10})" in line.text
 
 
 def test_a_killed_unpack_is_cleared_by_the_next_fetch(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,10 +1,11 @@
 """``memqual run`` ends its avocado job on every exit path: SIGTERM and
 SIGHUP end the job's whole process group (avocado, its runners, their
 QEMUs) within 10 s, even an avocado that ignores SIGINT; and the loop that
-reads avocado's output cannot wait forever."""
+follows the job's events cannot wait forever."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -252,27 +253,48 @@ def test_end_job_kills_a_group_that_ignores_sigint() -> None:
     assert time.monotonic() - started < 5
 
 
-def test_a_dead_reader_does_not_hang_the_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """avocado's stdout reader thread dies without posting its end mark
-    (avocado closed its stdout but runs on): the loop still ends, and the
-    job with it."""
+# A stand-in avocado that writes the job's last event and runs on.
+HANGING_AVOCADO = textwrap.dedent(
+    r"""
+    import json, sys, time
+    events = sys.argv[sys.argv.index("--memqual-events") + 1]
+    counts = dict.fromkeys(["passed", "errors", "failed", "skipped", "warned", "interrupts", "cancelled"], 0)
+    with open(events, "a") as fh:
+        fh.write(json.dumps(dict(event="job_ended", status="PASS", interrupted="", **counts)) + "\n")
+    time.sleep(600)
+    """
+)
+# A stand-in avocado whose output and events hold junk: bytes that are not
+# UTF-8, lines that are not JSON or no event, a last line without its end.
+JUNK_AVOCADO = textwrap.dedent(
+    r"""
+    import json, sys
+    sys.stdout.buffer.write(b"\xff\xfe junk\n")
+    events = sys.argv[sys.argv.index("--memqual-events") + 1]
+    started = dict(event="test_started", uid="1", name="t.py:T.test", total=1, logdir="")
+    ended = dict(started, event="test_ended", status="PASS", reason="", seconds=1.5)
+    lines = [b"\xff\xfe", b"{not json", b"[1]", b'{"event": "nope"}', json.dumps(started).encode()]
+    lines += [json.dumps(dict(started, total=True)).encode(), json.dumps(ended).encode()]
+    with open(events, "ab") as fh:
+        fh.write(b"\n".join(lines) + b'\n{"event": "te')
+    """
+)
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "avocado"
+    script.write_text(f"#!{sys.executable}\n{body}")
+    script.chmod(0o755)
+    return script
+
+
+def test_an_avocado_that_hangs_after_its_job_ended_is_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """avocado wrote the job's last event but runs on: the loop still ends,
+    and the job with it."""
     from rich.console import Console
 
-    script = tmp_path / "avocado"
-    script.write_text(f"#!{sys.executable}\nimport os, time\nos.close(1)\ntime.sleep(600)\n")
-    script.chmod(0o755)
-    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
-    monkeypatch.setattr(runjob, "EXIT_AFTER_EOF_S", 1.0)
-
-    real_put = runjob.queue.Queue.put
-
-    def put(self, item, *a, **k):  # the end mark is lost with the thread
-        if item is None:
-            raise RuntimeError("reader died")
-        return real_put(self, item, *a, **k)
-
-    monkeypatch.setattr(runjob.queue.Queue, "put", put)
-    monkeypatch.setattr(runjob.threading, "excepthook", lambda args: None)
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(_script(tmp_path, HANGING_AVOCADO)))
+    monkeypatch.setattr(runjob, "EXIT_AFTER_END_S", 1.0)
     config = runjob.RunConfig(
         output=tmp_path / "out", profile="quick", only=(), tests=tmp_path, kernels=(), parallel=1, rounds=1
     )
@@ -280,15 +302,19 @@ def test_a_dead_reader_does_not_hang_the_loop(tmp_path: Path, monkeypatch: pytes
     job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
     assert time.monotonic() - started < 15
     assert job.exit_status == -signal.SIGKILL
+    assert job.summary.startswith("PASS 0 |")
 
 
-def test_output_that_is_not_utf8_does_not_kill_the_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_junk_in_the_events_or_on_stdout_does_not_end_the_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from rich.console import Console
 
-    script = tmp_path / "avocado"
-    script.write_text(f"#!{sys.executable}\nimport sys\nsys.stdout.buffer.write(b'\\xff\\xfe junk\\n')\n")
-    script.chmod(0o755)
-    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(_script(tmp_path, JUNK_AVOCADO)))
     config = runjob.RunConfig(output=tmp_path / "out", tests=tmp_path)
-    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
+    buf = io.StringIO()
+    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=buf, width=200))
     assert job.exit_status == 0
+    # The one good pair of events, and only it.
+    assert buf.getvalue().count("(1/1) t.py:T.test: PASS (1.5 s)") == 1
+    assert buf.getvalue().count("\n") == 1

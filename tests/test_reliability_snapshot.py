@@ -9,92 +9,17 @@ import json
 import os
 import stat
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from fakes import FakeMachine
 
 from memqual.host import snapshot
 from memqual.host.errors import GuestError, Timeout
 from memqual.host.machine import Machine
-from memqual.host.qemu import MachineConfig
 
 # Every test here reads and writes snapshots, none of them the user's.
 pytestmark = pytest.mark.usefixtures("snapshot_cache")
-
-
-class FakeMachine:
-    """What snapshot.py uses of a Machine, scripted."""
-
-    def __init__(
-        self,
-        tmp_path: Path,
-        migrate_status: str = "completed",
-        restore_error: Exception | None = None,
-        qemu_output: str = "",
-    ) -> None:
-        keys = tmp_path / "img" / "ssh"
-        keys.mkdir(parents=True, exist_ok=True)
-        (keys / "id_ed25519").write_text("client key 1")
-        (keys / "host_key.pub").write_text("ssh-ed25519 AAAA1")
-        self.config = MachineConfig()
-        self.accel = "tcg"
-        self.image = SimpleNamespace(
-            directory=tmp_path / "img", kernel_sha256="k" * 64, initramfs_sha256="i" * 64, key=keys / "id_ed25519"
-        )
-        self.migrate_status = migrate_status
-        self.restore_error = restore_error
-        self.output = qemu_output
-        self.calls: list[str] = []
-        self.boot_to_ssh_s = 2.0
-        self.started_warm = False
-        self.ssh: Any = SimpleNamespace(close=lambda: None)
-        self.running = True
-
-    @property
-    def ssh_ready(self) -> bool:
-        return self.ssh is not None
-
-    def close_ssh(self) -> None:
-        self.ssh = None
-
-    def qemu_exited(self) -> bool:
-        return False
-
-    def qmp(self, command: str, **arguments: Any) -> Any:
-        self.calls.append(command)
-        if command == "stop":
-            self.running = False
-        elif command == "cont":
-            self.running = True
-        elif command == "migrate":
-            path = arguments["uri"].split("> ", 1)[1].strip("'")
-            if self.migrate_status == "completed":
-                Path(path).write_bytes(b"state" * 10)
-        elif command == "query-migrate":
-            return {"status": self.migrate_status, "error-desc": "disk full"}
-        elif command == "query-status":
-            return {"running": self.running, "status": "running" if self.running else "paused"}
-        return {}
-
-    def wait_ssh(self, started: float, first_command: Any = None, probe_banner: bool = True) -> None:
-        self.calls.append("wait_ssh")
-        if first_command is not None and self.restore_error is not None:
-            raise self.restore_error
-        self.ssh = SimpleNamespace(close=lambda: None)  # what Machine.wait_ssh leaves
-
-    def start_qemu(self, incoming: str | None = None) -> None:
-        self.calls.append(f"start:{'incoming' if incoming else 'cold'}")
-        self.running = True
-
-    def boot_cold(self) -> None:
-        self.calls.append("cold")
-
-    def kill_qemu(self) -> None:
-        self.calls.append("kill")
-
-    def qemu_output(self) -> str:
-        return self.output
 
 
 def real(machine: FakeMachine) -> Machine:

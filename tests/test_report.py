@@ -184,7 +184,7 @@ def _scenario_results():
 
 def test_cards_show_the_analogue_class_the_tcg_qualifier_and_smart_scans_ceiling(tmp_path):
     html = report.write_html(_scenario_results(), tmp_path / "report.html").read_text()
-    assert "Evidence: analogue. built on today&#x27;s protocol" in html
+    assert "Evidence: analogue. built on today&#39;s protocol" in html
     assert html.count("class='qualifier'") == 2  # both balloon claims, under TCG
     assert "This verdict holds under TCG on this host, saying nothing about KVM" in html
     assert html.count("class='ceiling'") == 2  # both KSM claims
@@ -199,3 +199,40 @@ def test_a_published_figure_in_ms_is_drawn_in_seconds_on_a_seconds_axis():
     assert report.published_on_axis(a, a["unit"]) == pytest.approx(1.237)
     assert report.published_on_axis(b, b["unit"]) == pytest.approx(2.031)
     assert report.published_on_axis({"published": 5.0, "published_unit": "%"}, "s") is None
+
+
+def test_a_hostile_name_in_a_results_file_is_escaped_once_everywhere_on_the_page():
+    from hostile import ESCAPED, HOSTILE, assert_escaped_once
+
+    recs = [
+        Measurement(
+            scenario=HOSTILE,
+            metric=HOSTILE,
+            unit="s",
+            better="lower",
+            variant={"v": HOSTILE},
+            settings={"s": HOSTILE},
+            samples=[1.0, 1.1, 1.2],
+            replicates=[[1.0], [1.1], [1.2]],
+            environment={"qemu": HOSTILE},
+        ),
+        # The balloon's own section of the page: its size label comes from the records too.
+        Measurement(
+            scenario="balloon.request_size",
+            metric="inflate_s",
+            unit="s",
+            better="lower",
+            variant={"per_request": HOSTILE, "pfns": 256},
+            settings={"guest_mib": 1024},
+            samples=[],
+            replicates=[[1.0], [1.1]],
+        ),
+    ]
+    run = {"label": HOSTILE, "tests": [{"id": HOSTILE, "status": "FAIL", "time": 1.0, "reason": HOSTILE}]}
+    res = build_results(claims.evaluate(claims.load(), recs), recs, run=run, host_fallback=False)
+    html = report.render_html(res)
+    assert_escaped_once(html)
+    assert "Balloon: time against PFNs per request" in html
+    # The run's label, the mean and spread tables, the plot's alt text, the
+    # balloon's sizes, the environment and the tests.
+    assert html.count(ESCAPED) >= 8, html.count(ESCAPED)

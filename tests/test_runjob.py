@@ -1,5 +1,6 @@
-"""`memqual run` against a fake avocado: a small script that prints
-avocado's lines and writes a job directory with records.  No guest here."""
+"""`memqual run` against a fake avocado: a small script that writes the
+events memqual's Avocado plugin writes and a job directory with records.
+No guest here."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memqual.host import runjob
+from memqual.host import jobevents, runjob
 from memqual.host.errors import BadInput
 
 FAKE_AVOCADO = textwrap.dedent(
@@ -31,17 +32,19 @@ FAKE_AVOCADO = textwrap.dedent(
     if plan.get("crash"):
         sys.stderr.write("Traceback ...\\nModuleNotFoundError: No module named 'pkg_resources'\\n")
         sys.exit(2)
+    events = argv[argv.index("--memqual-events") + 1]
+    def emit(kind, **fields):
+        with open(events, "a") as fh:
+            fh.write(json.dumps(dict(event=kind, **fields)) + "\\n")
     results_dir = argv[argv.index("--job-results-dir") + 1]
     label = os.environ.get("MEMQUAL_RUN_LABEL", "")
     round_no = 1 + sum(1 for d in os.listdir(results_dir) if d.startswith("job-")) if os.path.isdir(results_dir) else 1
     job = os.path.join(results_dir, "job-2026-11-30T01.0%d-fake%s" % (round_no, label))
     os.makedirs(job, exist_ok=True)
-    print("JOB ID     : fake", flush=True)
-    print("JOB LOG    : " + os.path.join(job, "job.log"), flush=True)
     filters = [a for a in argv if a.startswith("--filter-by-tags=")]
     refs = [a[:-1] for a in argv if a.endswith("$")]
     tests = plan["tests"]
-    if any(",boot" in f or "=boot" in f for f in filters):
+    if any(",boot" in f or "=boot" in f or "=kernel-checks" in f for f in filters):
         tests = [t for t in tests if t.get("once")]
     elif any("-boot" in f for f in filters):
         tests = [t for t in tests if not t.get("once")]
@@ -58,15 +61,15 @@ FAKE_AVOCADO = textwrap.dedent(
             params = {{k: val for _, k, val in v["variant"][0][1]}}
             t["name"] = t["name"] + ";" + v["variant_id"]
             t["arm"], t["block"] = params["arm"], params["block"]
+    emit("job_started", job_id="fake", job_dir=job, total=len(tests))
     out = []
     for i, t in enumerate(tests, 1):
         arm = t.get("arm", label)
         block = str(t.get("block", round_no))
-        print(" (%d/%d) %s: STARTED" % (i, len(tests), t["name"]), flush=True)
         logdir = os.path.join(job, "test-results", "%d-%s" % (i, t["name"].replace("/", "_").replace(";", "_")))
+        emit("test_started", uid=str(i), name=t["name"], total=len(tests), logdir=logdir)
         os.makedirs(os.path.join(logdir, "data"), exist_ok=True)
-        with open(os.path.join(logdir, "debug.log"), "w") as log:
-            log.write("01:00:00 INFO | repeat 1/5 smart_scan=0\\n")
+        emit("test_log", message="repeat 1/5 smart_scan=0")
         for rec in t.get("records", []):
             rec = dict(rec)
             scale = rec.pop("scale_" + arm, 1.0) * rec.pop("round_scale", {{}}).get(block, 1.0)
@@ -79,16 +82,16 @@ FAKE_AVOCADO = textwrap.dedent(
             with open(os.path.join(logdir, "data", name.replace("/", "_")), "w") as fh:
                 json.dump(rec, fh)
         reason = t.get("reason", "")
-        why = (": " + reason) if reason else ""
-        print(" (%d/%d) %s:  %s%s (0.10 s)" % (i, len(tests), t["name"], t["status"], why), flush=True)
+        emit("test_ended", uid=str(i), name=t["name"], total=len(tests), status=t["status"], reason=reason,
+             seconds=0.1, logdir=logdir)
         out.append({{"name": t["name"], "id": "%d-%s" % (i, t["name"]), "status": t["status"], "logdir": logdir,
                     "fail_reason": reason or "<unknown>", "time_elapsed": 0.1}})
     counts = {{s: sum(1 for t in tests if t["status"] == s) for s in ("PASS", "FAIL", "ERROR", "SKIP", "CANCEL")}}
     json.dump({{"tests": out, "pass": counts["PASS"], "failures": counts["FAIL"], "errors": counts["ERROR"],
                "skip": counts["SKIP"], "cancel": counts["CANCEL"], "total": len(tests)}},
               open(os.path.join(job, "results.json"), "w"))
-    print("RESULTS    : PASS %d | ERROR %d | FAIL %d | SKIP %d | WARN 0 | INTERRUPT 0 | CANCEL %d"
-          % (counts["PASS"], counts["ERROR"], counts["FAIL"], counts["SKIP"], counts["CANCEL"]), flush=True)
+    emit("job_ended", status="PASS", interrupted="", passed=counts["PASS"], errors=counts["ERROR"],
+         failed=counts["FAIL"], skipped=counts["SKIP"], warned=0, interrupts=0, cancelled=counts["CANCEL"])
     sys.exit(1 if counts["FAIL"] or counts["ERROR"] else 0)
     """
 )
@@ -258,8 +261,10 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
     calls = fake.calls()
     # One job of the once-per-arm tests, then ONE job with every block inside it.
     assert len(calls) == 2
-    assert "--filter-by-tags=boot,-slow" in calls[0]["argv"]
-    assert "--filter-by-tags=-slow,-boot,-hosts" in calls[1]["argv"]
+    assert "--filter-by-tags=kernel-checks,-slow" in calls[0]["argv"]
+    # Two kernels run the A/B sizing: the tests tagged ab, in blocks.
+    assert "--filter-by-tags=ab,-slow,-boot,-hosts" in calls[1]["argv"]
+    assert calls[1]["env"]["MEMQUAL_PROFILE"] == "ab"
     argv = calls[1]["argv"]
     assert argv[argv.index("--execution-order") + 1] == "variants-per-test"
     variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
@@ -317,6 +322,73 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
     assert runjob.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
 
 
+def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
+    assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
+    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
+    # Two arms default to the A/B sizing, one to quick; an asked profile wins.
+    assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
+    assert runjob.job_profile("full", 2) == "full"
+
+
+def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
+    """The tests an A/B runs in blocks are exactly those whose scenarios a
+    comparison decides on (host/primaries.py): read from the e2e sources,
+    each test's scenarios by the scenario names its module records."""
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host.paths import REPO_ROOT
+
+    tagged = set()
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                if "ab" in tags:
+                    tagged.add(f"{path.stem}:{cls}.{name}")
+    assert tagged == AB_TESTS
+
+
+# What each test tagged ab records that a comparison decides on.
+AB_TESTS = {
+    "test_balloon:BalloonTiming.test_inflate_deflate_1g",  # balloon.inflate, balloon.deflate
+    "test_balloon:BalloonCorrectness.test_correctness",  # balloon.floor
+    "test_balloon:BalloonFreePageReporting.test_reporting_on",  # balloon.free_page_reporting
+    "test_balloon:BalloonFreePageReporting.test_reporting_off",
+    "test_balloon:BalloonOomAndStats.test_stats_and_deflate_on_oom",  # balloon.deflate_on_oom
+    "test_balloon_driver:BalloonDriver.test_request_size",  # balloon.request_size
+    "test_ksm:KsmTest.test_merge",  # ksm.merge
+    "test_ksm:KsmTest.test_merge_off",
+    "test_ksm:KsmTest.test_volatile_scan_4k",  # ksm.volatile_scan
+    "test_ksm:KsmTest.test_volatile_scan_thp",
+    "test_ksm:KsmTest.test_guest_ksm",  # ksm.guest_merge
+    "test_ksm:KsmTest.test_many_guests",  # ksm.many_guests
+    "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",  # memslots.trace_mmio
+    "test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",  # memslots.kvm (control)
+    "test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",  # memslots.kvm_lookup (control)
+}
+
+
+def test_every_primary_scenario_has_a_test_tagged_ab():
+    from memqual.host import primaries
+
+    covered = {
+        "balloon.inflate",
+        "balloon.deflate",
+        "balloon.floor",
+        "balloon.free_page_reporting",
+        "balloon.deflate_on_oom",
+        "balloon.request_size",
+        "ksm.merge",
+        "ksm.volatile_scan",
+        "ksm.guest_merge",
+        "ksm.many_guests",
+        "memslots.trace_mmio",
+    }
+    assert {scenario for scenario, _ in primaries.PRIMARIES} == covered
+    assert primaries.CONTROL_SCENARIOS <= {"memslots.kvm", "memslots.kvm_lookup"}
+
+
 def test_schedule_alternates_kernels_between_rounds():
     a = runjob.GuestKernel("A", Path("a"), None, "1")
     b = runjob.GuestKernel("B", Path("b"), None, "2")
@@ -332,17 +404,24 @@ def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
     assert "Claims" in out
 
 
-def test_progress_parses_avocado_lines(tmp_path):
-    p = runjob._Progress("t", None)
-    p.feed(f"JOB LOG    : {tmp_path}/job-x/job.log\n")
+def test_progress_follows_the_jobs_events(tmp_path):
+    p = runjob.Progress("t", None)
+    p.feed(jobevents.JobStarted("fake", str(tmp_path / "job-x"), 7))
     assert p.job_dir == tmp_path / "job-x"
-    p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile: STARTED\n")
-    assert (p.index, p.total, p.current) == (2, 7, "e2e/test_ksm.py:Ksm.test_volatile")
-    line = p.feed(" (2/7) e2e/test_ksm.py:Ksm.test_volatile:  CANCEL: host KSM sysfs is read-only (0.11 s)\n")
-    assert line is not None and "CANCEL: host KSM sysfs is read-only" in line
+    p.feed(jobevents.TestStarted("2", "e2e/test_ksm.py:Ksm.test_volatile", 7, ""))
+    assert (p.index, p.total, p.current) == ("2", 7, "e2e/test_ksm.py:Ksm.test_volatile")
+    ended = jobevents.TestEnded(
+        "2", "e2e/test_ksm.py:Ksm.test_volatile", 7, "CANCEL", "host KSM sysfs is read-only", 0.11, ""
+    )
+    line = p.feed(ended)
+    assert line is not None
+    assert line.endswith("(2/7) e2e/test_ksm.py:Ksm.test_volatile: CANCEL: host KSM sysfs is read-only (0.1 s)")
     assert p.counts == {"CANCEL": 1} and p.current is None
-    p.feed("RESULTS    : PASS 1 | ERROR 0 | FAIL 0 | SKIP 0 | WARN 0 | INTERRUPT 0 | CANCEL 1\n")
-    assert p.summary.startswith("PASS 1")
+    p.feed(jobevents.JobEnded("PASS", "", 1, 0, 0, 0, 0, 0, 1))
+    assert p.summary == "PASS 1 | ERROR 0 | FAIL 0 | SKIP 0 | WARN 0 | INTERRUPT 0 | CANCEL 1" and p.ended
+    # A job that did not run to its end has no RESULTS line, as on avocado's console.
+    p.feed(jobevents.JobEnded("ERROR", "", 0, 0, 0, 0, 0, 0, 0))
+    assert p.summary == ""
 
 
 @pytest.mark.parametrize(
@@ -377,12 +456,62 @@ def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
     assert os.path.basename(runjob.avocado_executable()[0]) == "avocado"
 
 
-def test_progress_shows_the_last_repeat_line_of_the_running_test(tmp_path):
-    log = tmp_path / "job-x" / "test-results" / "1-e2e_test_ksm.py_Ksm.test_volatile" / "debug.log"
-    log.parent.mkdir(parents=True)
-    log.write_text(
-        "01:00:00 INFO | booting\n01:00:05 INFO | window {'smart_scan': 1, 'cpu_s': 0.5}\n01:00:06 DEBUG| ssh: exit 0\n"
+def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
+    p = runjob.Progress("t", None)
+    long = p.feed(jobevents.TestEnded("1", "t.py:T.test_a", 2, "FAIL", "first\nsecond " + "x" * 300, 2.0, ""))
+    assert long is not None and "first\\nsecond xxx" in long and long.endswith("x... (2.0 s)")
+    assert len(long.split(": FAIL: ", 1)[1]) == 255 + len("\\") + len("... (2.0 s)")  # cut, then escaped
+    skip = p.feed(jobevents.TestEnded("2", "t.py:T.test_b", 2, "SKIP", "no KVM", -1.0, ""))
+    assert skip is not None and skip.endswith("(2/2) t.py:T.test_b: SKIP: no KVM")
+
+
+def test_progress_shows_the_last_repeat_message_of_the_running_test():
+    p = runjob.Progress("t", None)
+    p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, ""))
+    for message in ("booting", "window {'smart_scan': 1, 'cpu_s': 0.5}", "ssh: exit 0"):
+        p.feed(jobevents.TestLog(message))
+    assert p.repeat == "window {'smart_scan': 1, 'cpu_s': 0.5}"
+    p.feed(jobevents.TestEnded("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, "PASS", "", 1.0, ""))
+    assert p.repeat == ""
+
+
+def test_the_live_display_draws_the_same_with_markup_off():
+    """rich draws the display again inside every console.print, with that
+    print's markup=False: no markup may show through as text."""
+    p = runjob.Progress("memqual run [A] (quick)", None)
+    p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 2, ""))
+    p.feed(jobevents.TestLog("repeat 2/5 [x] done"))
+    for markup in (True, False):
+        buf = io.StringIO()
+        Console(file=buf, width=120, markup=markup).print(p.render(), markup=markup)
+        text = buf.getvalue()
+        assert "[bold]" not in text and "[dim]" not in text and "[/]" not in text
+        assert "memqual run [A] (quick)" in text and "repeat 2/5 [x] done" in text
+
+
+def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(tmp_path, monkeypatch):
+    """The injected-slowdown A/B: the same kernel, B's guests booted with
+    init_on_free=1.  The words reach B's variant and nothing of A's."""
+    from memqual.images import build
+
+    bz, mods = tmp_path / "vmlinuz", tmp_path / "modules"
+    bz.write_bytes(b"k" * 100)
+    mods.mkdir()
+    asked: list[str] = []
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (asked.append(v), (bz, mods))[1])
+    config = runjob.config_from_args(
+        _args(tmp_path, "--debian-kernel", "6.1.0-57-amd64", "--debian-kernel", "6.1.0-57-amd64:init_on_free=1")
     )
-    p = runjob._Progress("t", None)
-    p.job_dir = tmp_path / "job-x"
-    assert p._repeat_line() == "window {'smart_scan': 1, 'cpu_s': 0.5}"
+    assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
+    a, b = config.kernels
+    assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
+    assert runjob.arm_params(b).cmdline_extra == "init_on_free=1" and not runjob.arm_params(a).cmdline_extra
+    assert config.profile == "ab"
+
+
+@pytest.mark.parametrize("bad", ["6.1.0-57-amd64:init;reboot", ":init_on_free=1", "../x:y"])
+def test_a_debian_kernel_with_a_bad_command_line_is_refused_before_anything_runs(tmp_path, bad, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _args(tmp_path, "--debian-kernel", bad)
+    assert stop.value.code == 2
+    assert "--debian-kernel" in capsys.readouterr().err

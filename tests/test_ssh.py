@@ -323,3 +323,18 @@ def test_a_connection_that_breaks_under_a_command_is_a_guest_error(
     # run() opens a fresh connection once; when that fails too, both are said.
     with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError.*fresh connection failed too"):
         client.run(["cat", "/proc/meminfo"])
+
+
+def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_left(monkeypatch, key_file):
+    """The boot's last connect may have had a second left of its deadline; a
+    background command's connection to a guest that is up gets the full
+    deadline a loaded host needs for the banner."""
+    from memqual.host import ssh as ssh_module
+
+    timeouts: list[float] = []
+    monkeypatch.setattr(ssh_module.SSH, "connect", lambda self, timeout=10.0: timeouts.append(timeout))
+    client = ssh_module.SSH(2222, key_file, "ssh-ed25519 AAAA")
+    client._connect_timeout = 1.5
+    client._client = object()  # type: ignore[assignment]  # connected, as far as the check goes
+    client._background_connection()
+    assert timeouts == [ssh_module.BACKGROUND_CONNECT_S]

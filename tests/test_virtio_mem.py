@@ -5,7 +5,8 @@ a flat view, and the command line."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+
+from fakes import FakeClock, VirtioMemQmp
 
 from memqual.host import virtio_mem as V
 from memqual.host.memslots.qemu_layout import FlatRange
@@ -13,52 +14,15 @@ from memqual.host.memslots.qemu_layout import FlatRange
 MIB = 1 << 20
 
 
-class FakeDevice:
-    """QOM's virtio-mem: ``size`` follows ``requested-size`` by ``step``
-    bytes a poll, never below ``floor`` (memory the guest cannot give)."""
-
-    def __init__(self, step: int, floor: int = 0) -> None:
-        self.size = 0
-        self.requested = 0
-        self.step = step
-        self.floor = floor
-
-    def qmp(self, command: str, **arguments: Any) -> Any:
-        if command == "qom-set":
-            self.requested = int(arguments["value"])
-            return {}
-        assert command == "qom-get" and arguments["property"] == "size"
-        target = max(self.requested, self.floor)
-        if self.size < target:
-            self.size = min(target, self.size + self.step)
-        elif self.size > target:
-            self.size = max(target, self.size - self.step)
-        return self.size
-
-    def hmp(self, command_line: str) -> str:
-        raise AssertionError("not used")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def test_resize_met() -> None:
-    device, clock = FakeDevice(step=64 * MIB), Clock()
+    device, clock = VirtioMemQmp(step=64 * MIB), FakeClock()
     result = V.resize(device, V.VirtioMemDevice(1024), 256 * MIB, 10.0, period_s=0.01, clock=clock, sleep=clock.sleep)
     assert result.met and result.size_bytes == 256 * MIB and result.start_bytes == 0
     assert result.polls == 4
 
 
 def test_resize_the_guest_cannot_meet_ends_at_the_deadline_unmet() -> None:
-    device, clock = FakeDevice(step=64 * MIB, floor=384 * MIB), Clock()
+    device, clock = VirtioMemQmp(step=64 * MIB, floor=384 * MIB), FakeClock()
     device.size = device.requested = 768 * MIB
     result = V.resize(device, V.VirtioMemDevice(1024), 0, 5.0, period_s=0.01, clock=clock, sleep=clock.sleep)
     assert not result.met

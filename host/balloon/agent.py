@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from memqual.host.errors import GuestError
+from memqual.host.shell import Shell
 
 
 def agent_records(stdout: str, event: str | None = None) -> list[dict[str, str]]:
@@ -79,7 +80,7 @@ class GuestClock:
     resolution_ns: int
 
     @classmethod
-    def read(cls, ssh: Any) -> GuestClock:
+    def read(cls, ssh: Shell) -> GuestClock:
         source = ssh.run(["cat", "/sys/devices/system/clocksource/clocksource0/current_clocksource"], timeout=30)
         timers = ssh.run(["cat", "/proc/timer_list"], timeout=30)
         return cls.parse(source.stdout, timers.stdout)
@@ -104,7 +105,7 @@ class GuestTracker:
     the balloon: start it, wait until it is armed (it has read the counter's
     base), move the balloon, then ``result()``."""
 
-    def __init__(self, ssh: Any, agent: str, direction: str, pages: int, period_us: int, bound_s: int) -> None:
+    def __init__(self, ssh: Shell, agent: str, direction: str, pages: int, period_us: int, bound_s: int) -> None:
         if direction not in ("inflate", "deflate"):
             raise ValueError(f"direction is inflate or deflate, not {direction!r}")
         self._command = ssh.start([agent, "track", direction, str(pages), str(period_us), str(bound_s)])

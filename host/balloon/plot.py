@@ -19,8 +19,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memqual.host import stats
-from memqual.host.html import esc, num, png, pyplot
+from markupsafe import Markup
+
+from memqual.host import pages, stats
+from memqual.host.html import Plot, num, png, pyplot
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a
@@ -187,52 +189,75 @@ def figure(curve: Curve) -> Any:
     return fig
 
 
-def section(entries: Sequence[Any]) -> str:
+@dataclasses.dataclass(frozen=True)
+class SizeRow:
+    """A request size of the table: per curve metric "median [range]", or
+    "-" where that metric has no point at this size."""
+
+    label: str
+    pfns: int
+    guests: int
+    cells: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class CostRow:
+    metric: str
+    unit: str
+    guests: int
+    mean: str
+    low: str
+    high: str
+    each: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveView:
+    """One curve's part of report.html: the plot, the table per size and
+    the fitted costs."""
+
+    plot: Plot
+    columns: tuple[str, ...]
+    sizes: tuple[SizeRow, ...]
+    costs: tuple[CostRow, ...]
+
+
+def curve_view(curve: Curve) -> CurveView:
+    by_size: dict[int, dict[str, Point]] = collections.defaultdict(dict)
+    for p in curve.points:
+        by_size[p.pfns][p.metric] = p
+    sizes = []
+    for pfns, row in sorted(by_size.items()):
+        cells = []
+        for metric in CURVE_METRICS:
+            q = row.get(metric)
+            cells.append(f"{num(q.median)} [{num(min(q.values))}, {num(max(q.values))}]" if q else "-")
+        sizes.append(
+            SizeRow(next(iter(row.values())).label, pfns, max(len(q.values) for q in row.values()), tuple(cells))
+        )
+    costs = []
+    for c in curve.costs:
+        mean, low, high = c.interval()
+        costs.append(
+            CostRow(
+                c.metric, c.unit, len(c.values), num(mean), num(low), num(high), ", ".join(num(v) for v in c.values)
+            )
+        )
+    return CurveView(
+        Plot("balloon inflate and deflate time against PFNs per request", png(figure(curve))),
+        tuple(name for name, _ in CURVE_METRICS.values()),
+        tuple(sizes),
+        tuple(costs),
+    )
+
+
+def section(entries: Sequence[Any]) -> Markup:
     """report.html's section: the curve, the per-size table, the fitted
     costs with their intervals; empty when the run has no such records."""
-    parts = []
-    for curve in curves(entries):
-        parts.append("<h2>Balloon: time against PFNs per request</h2>")
-        image = png(figure(curve))
-        parts.append(
-            f"<img alt='balloon inflate and deflate time against PFNs per request' src='data:image/png;base64,{image}'>"
-        )
-        parts.append(
-            "<table><tr><th>per request</th><th>PFNs</th><th>guests</th>"
-            + "".join(f"<th>{esc(name)}, s: median [range]</th>" for name, _ in CURVE_METRICS.values())
-            + "</tr>"
-        )
-        by_size: dict[int, dict[str, Point]] = collections.defaultdict(dict)
-        for p in curve.points:
-            by_size[p.pfns][p.metric] = p
-        for pfns, row in sorted(by_size.items()):
-            label = next(iter(row.values())).label
-            cells = []
-            for metric in CURVE_METRICS:
-                q = row.get(metric)
-                cells.append(f"{num(q.median)} [{num(min(q.values))}, {num(max(q.values))}]" if q else "-")
-            n = max(len(q.values) for q in row.values())
-            parts.append(
-                f"<tr><td>{esc(label)}</td><td class='num'>{pfns}</td><td class='num'>{n}</td>"
-                + "".join(f"<td class='num'>{esc(c)}</td>" for c in cells)
-                + "</tr>"
-            )
-        parts.append("</table>")
-        if curve.costs:
-            parts.append(
-                "<div class='small'>seconds = fixed + requests x per_request + pages x per_page, fitted in each "
-                "fresh guest; mean of the guests' fits and its 95 % t interval over them</div>"
-                "<table><tr><th>fitted cost</th><th>guests</th><th>mean</th><th>95 % CI</th><th>each guest</th></tr>"
-            )
-            for c in curve.costs:
-                mean, low, high = c.interval()
-                parts.append(
-                    f"<tr><td>{esc(c.metric)} ({esc(c.unit)})</td><td class='num'>{len(c.values)}</td>"
-                    f"<td class='num'>{esc(num(mean))}</td><td class='num'>[{esc(num(low))}, {esc(num(high))}]</td>"
-                    f"<td class='num'>{esc(', '.join(num(v) for v in c.values))}</td></tr>"
-                )
-            parts.append("</table>")
-    return "".join(parts)
+    found = curves(entries)
+    if not found:
+        return Markup("")
+    return pages.fragment("balloon.html.j2", curves=[curve_view(c) for c in found])
 
 
 def write_png(entries: Sequence[Any], path: str) -> int:

@@ -55,9 +55,7 @@ def stall_s(pfns: int) -> float:
 
 # -- plan ------------------------------------------------------------------
 # Fresh guests (the independent units; each measures every size, so the
-# claims pair them) by profile: both give the claims' t-interval its nominal
-# error rate (docs/claims-calibration.md).
-GUESTS = {"quick": 3, "full": 5}
+# claims pair them) come from the profile's row (host/profiles.py).
 # The seed's three bitmaps by the share of the guest one request covers: a
 # 32 KB bitmap covers 1 GB of its 16 GB guest (1/16), 64 KB 1/8, 512 KB all
 # of it.  Scaled to the guest, these labels are what the claims pair.
@@ -67,15 +65,15 @@ SEED_BITMAPS = {"1/16 guest": 16, "1/8 guest": 8, "whole guest": 1}
 CURVE_PFNS = (256, 1024, 4096, 16384, 65536, 262144)
 
 
-def request_sizes(guest_mib: int, profile: str = "quick") -> dict[str, int]:
-    """Label -> PFNs per request, smallest first.  Quick: the stock 256 and
-    the seed's three bitmaps scaled to this guest.  Full: also every size of
+def request_sizes(guest_mib: int, curve: bool = False) -> dict[str, int]:
+    """Label -> PFNs per request, smallest first: the stock 256 and the
+    seed's three bitmaps scaled to this guest; with ``curve`` also every size of
     ``CURVE_PFNS`` up to the whole guest; a size equal to a scaled bitmap
     keeps the bitmap's label (in a 1 GiB guest 16384 is "1/16 guest" and
     262144 "whole guest"), the others are labelled "<N> pfns"."""
     pages = guest_mib * (1 << 20) // PAGE
     sizes = {"256 pfns": STOCK_PFNS, **{label: pages // share for label, share in SEED_BITMAPS.items()}}
-    if profile == "full":
+    if curve:
         taken = set(sizes.values())
         sizes.update({f"{n} pfns": n for n in CURVE_PFNS if n not in taken and n <= pages})
     return dict(sorted(sizes.items(), key=lambda item: item[1]))

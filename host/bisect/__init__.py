@@ -3,15 +3,19 @@
     memqual bisect --kernels K1 K2 ... Kn --metric NAME [--threshold PCT]
                    [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
 
-K1 is good, Kn bad; Kn is measured against K1 first, and when the two do
-not differ by the threshold the bisect says so and stops.  A kernel is a
-Debian kernel (as ``--debian-kernel`` takes it) or "VERSION:extra kernel
-command line", so a series with a known step can be made from one kernel
-(``6.1.0-57-amd64:init_on_free=1``).  Each probe runs blocks, K1 and the
-probe interleaved inside one avocado job a step as a two-kernel ``memqual
-run`` does (host/blocks.py), until the CI of the probe against K1
-lies wholly inside the threshold band (good) or wholly beyond it (bad), or
-its budget is spent (skipped, like ``git bisect skip``).
+K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
+in one avocado job a step, host/blocks.py) and is decided as memqual compare
+decides a metric: a paired t-test on the blocks' log(B/A) gives slower or
+faster (significant and beyond --threshold), TOST gives equivalent (B/A
+within the threshold), a look after every block, with alpha 5 % spent
+as alpha (k/K)^2 by look k of K = --max-rounds.  Equivalent is good, a
+change as Kn changed is bad; the search moves on decided probes only, and a
+probe still undecided when its budget ends is skipped (git bisect skip),
+with the blocks it would need.  Kn is probed first: equivalent to K1 means
+no step, and the bisect stops.  A kernel is a Debian kernel (as
+--debian-kernel takes it) or "VERSION:extra kernel command line", so a
+series with a known step can be made from one kernel
+(6.1.0-57-amd64:init_on_free=1).
 
 Modules: decide.py (the decisions, pure), series.py (the input), run.py
 (probes, rounds, state and log), page.py (bisect.html).  Writes DIR/bisect.log,
@@ -36,7 +40,7 @@ from memqual.host.paths import REPO_ROOT, check_output_dir
 
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
-DEFAULT_MAX_ROUNDS = 8
+DEFAULT_MAX_ROUNDS = 10
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,25 +60,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--threshold",
         type=percent,
         metavar="PCT",
-        help=f"smallest change of the median that counts, in percent (default {DEFAULT_THRESHOLD_PCT:g})",
+        help=f"smallest change of B/A that counts as slower or faster, and the band equivalent must lie in, "
+        f"in percent (default {DEFAULT_THRESHOLD_PCT:g})",
     )
     parser.add_argument(
         "--budget",
         type=float,
         metavar="MINUTES",
-        help=f"wall time a probe may take before it is skipped (default {DEFAULT_BUDGET_MIN:g})",
+        help=f"wall time a probe may take before it is skipped undecided (default {DEFAULT_BUDGET_MIN:g})",
     )
     parser.add_argument(
         "--max-rounds",
         type=cliargs.count,
         metavar="N",
-        help=f"rounds a probe may take before it is skipped (default {DEFAULT_MAX_ROUNDS})",
+        help=f"blocks (looks) a probe may take before it is skipped undecided; alpha is spent over them "
+        f"(default {DEFAULT_MAX_ROUNDS})",
     )
     parser.add_argument(
         "--reference",
         choices=("paired", "start"),
-        help="paired (default): K1 runs beside every probe round (ABBA); start: K1 only while "
-        "the last kernel is checked",
+        help="paired (default): K1 runs beside the probe in every block (ABBA), a paired t-test; start: K1 "
+        "only while the last kernel is checked, the other probes then unpaired (Welch against K1 pooled)",
     )
     parser.add_argument(
         "--test",
@@ -116,7 +122,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         max_rounds=max_rounds,
         reference=args.reference or run.PAIRED,
         only=only,
-        profile=args.profile,
+        profile=runjob.job_profile(args.profile, 1),  # a bisect may read a metric of any test: quick sizes
         tests=tests,
     )
 

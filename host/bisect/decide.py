@@ -1,23 +1,29 @@
 """The decisions of a statistical bisect, apart from running anything.
 
-Two pure pieces, unit-tested on synthetic results (tests/test_bisect.py):
+Two pure pieces, unit-tested on synthetic results (tests/test_bisect.py,
+tests/test_bisect_calibration.py):
 
-- ``band_verdict``: where a confidence interval of a ratio lies against the
-  threshold band [1 - t, 1 + t].  Wholly inside: the two kernels do not
-  differ by as much as the threshold ("equivalent", the name memqual
-  compare gives the same decision); wholly above or below: they
-  do ("higher", "lower"); across an edge: not yet decided.  This is an
-  equivalence rule, not a significance test: "equivalent" needs evidence too, so
-  a probe measured with too few replicates stays undecided instead of
-  passing as good by default.
+- ``evidence_of``: a probe against the reference (K1) for the bisected
+  metric, decided as ``memqual compare`` decides a metric
+  (``comparison.decide_one``: a paired t-test on the blocks' log(B/A) when
+  both sides name their blocks, Welch's otherwise, TOST for equivalence):
+  ``slower`` or ``faster`` (significant and beyond the threshold),
+  ``equivalent`` (the two one-sided tests put B/A inside the threshold
+  band), or ``undecided`` with about how many blocks would decide it.
+  A probe is looked at after every block, so each look faces only its
+  share of alpha (``stats.spent_alpha`` over the probe's planned looks, as
+  ``--until-decided`` does): the chance that a probe's looks ever make a
+  wrong decision stays at most alpha.
 - ``Bisection``: git bisect's search over a series K1..Kn whose K1 is good.
   Kn is checked first; then the untested kernel nearest the middle of the
   range between the last good and the first bad, until that range has no
-  kernel left to test.  A kernel whose probe was not decided within its
-  budget is skipped (``git bisect skip``): the search goes on around it,
-  and the answer is then a set of kernels, one of which is the first bad.
-  With no skips this takes at most 1 + ceil(log2(n - 1)) probes, within
-  the ceil(log2(n)) + 1 the issue asks for.
+  kernel left to test.  A probe moves the search only once it is decided:
+  ``equivalent`` is good, a change the way Kn changed is bad, a change the
+  other way is skipped (not this step).  A probe still undecided when its
+  budget ends is skipped too (``git bisect skip``): the search goes on
+  around it, and the answer is then a set of kernels, one of which is the
+  first bad.  With no skips this takes at most 1 + ceil(log2(n - 1))
+  probes, within the ceil(log2(n)) + 1 the issue asks for.
 """
 
 from __future__ import annotations
@@ -27,85 +33,153 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from memqual.host.comparison import EQUIVALENT, FASTER, SLOWER, UNDECIDED, MetricStats, stats_verdict_text
+
 GOOD = "good"
 BAD = "bad"
 SKIP = "skip"
 
-SAME = "equivalent"
-HIGHER = "higher"
-LOWER = "lower"
-UNDECIDED = "undecided"
-
-# A CI from one replicate a side shows only the noise inside one guest
-# (host/stats.ci_method): it must not decide a probe.
-MIN_REPLICATES = 2
-
-
-def band_verdict(ci_low: float | None, ci_high: float | None, threshold: float) -> str:
-    """SAME, HIGHER, LOWER or UNDECIDED for a CI of a ratio B / A."""
-    if ci_low is None or ci_high is None or not (math.isfinite(ci_low) and math.isfinite(ci_high)):
-        return UNDECIDED
-    low_edge, high_edge = 1.0 - threshold, 1.0 + threshold
-    if ci_low > high_edge:
-        return HIGHER
-    if ci_high < low_edge:
-        return LOWER
-    if ci_low >= low_edge and ci_high <= high_edge:
-        return SAME
-    return UNDECIDED
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED)
+# The error level of one probe's decisions over all its looks.  A bisect
+# decides one metric, not a family, so the conventional 5 % rather than
+# compare's 1 % over a dozen primaries; measured in
+# tests/test_bisect_calibration.py (docs/ab-calibration.md).
+DEFAULT_ALPHA = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
 class Evidence:
-    """A probe's kernel against the reference (K1) for one metric."""
+    """A probe's kernel against the reference (K1) for one metric, at one
+    look: the decision and what it rests on (``stats`` None before both
+    sides have a measurement)."""
 
-    ratio: float | None  # pooled median probe / reference
-    ci_low: float | None
-    ci_high: float | None
-    n_reference: int  # independent replicates a side
-    n_probe: int
-    p_value: float | None = None
+    verdict: str  # slower, faster, equivalent, undecided
+    stats: MetricStats | None
+    look: int  # the units (blocks when paired) the look rests on
+    alpha: float  # the share of alpha this look spent
+    paired: bool = False  # K1 and the probe measured in the same blocks
+
+    @property
+    def ratio(self) -> float | None:
+        return _finite(self.stats.ratio) if self.stats else None
+
+    @property
+    def ci_low(self) -> float | None:
+        return _finite(self.stats.ci_low) if self.stats else None
+
+    @property
+    def ci_high(self) -> float | None:
+        return _finite(self.stats.ci_high) if self.stats else None
+
+    @property
+    def n_reference(self) -> int:
+        return self.stats.n_replicates_a if self.stats else 0
+
+    @property
+    def n_probe(self) -> int:
+        return self.stats.n_replicates_b if self.stats else 0
+
+    @property
+    def n_blocks(self) -> int:
+        return self.stats.n_blocks if self.stats else 0
+
+    @property
+    def blocks_needed(self) -> int | None:
+        return self.stats.blocks_needed if self.stats else None
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict != UNDECIDED
+
+    def text(self) -> str:
+        """The verdict, with what an undecided probe would need."""
+        if self.stats is None:
+            return f"{UNDECIDED} (no measurement of both kernels yet)"
+        if self.paired and not self.stats.paired and self.verdict == UNDECIDED:
+            return f"{UNDECIDED} (one block: needs 2 or more blocks)"
+        return stats_verdict_text(self.verdict, self.stats)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        s = self.stats
+        return {
+            "verdict": self.verdict,
+            "text": self.text(),
+            "ratio": self.ratio,
+            "ci_low": self.ci_low,
+            "ci_high": self.ci_high,
+            "n_reference": self.n_reference,
+            "n_probe": self.n_probe,
+            "n_blocks": self.n_blocks,
+            "look": self.look,
+            "paired": self.paired,
+            "alpha": self.alpha,
+            "p_value": s.p_value if s else None,
+            "p_equivalence": s.p_equivalence if s else None,
+            "blocks_needed": self.blocks_needed,
+            "method": s.p_method if s else "",
+        }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def look_alpha(alpha: float, look: int, planned: int) -> float:
+    """The level a probe's look faces: its increment of alpha (k / K)^2 over
+    the K planned looks (the blocks a probe may take), as --until-decided
+    spends it."""
+    from memqual.host import stats
+
+    return stats.spent_alpha(alpha, look, planned)
 
 
 def evidence_of(
-    reference: Sequence[Sequence[float]], probe: Sequence[Sequence[float]], *, seed: int | None = None
+    reference: Sequence[Sequence[float]],
+    probe: Sequence[Sequence[float]],
+    reference_blocks: Sequence[int] | None = None,
+    probe_blocks: Sequence[int] | None = None,
+    *,
+    threshold: float,
+    alpha: float,
+    planned: int,
+    better: str = "lower",
 ) -> Evidence:
-    """The two-stage bootstrap CI of probe / reference (memqual.host.stats)."""
-    from memqual.host import stats
+    """The probe decided against the reference at this look (its units:
+    the blocks shared by both sides when paired, else the smaller side's
+    replicates), at the look's share of ``alpha``."""
+    from memqual.host import comparison
 
-    def _finite(x: float | None) -> float | None:
-        return x if x is not None and math.isfinite(x) else None
-
-    kwargs = {} if seed is None else {"seed": seed}
+    paired = bool(reference_blocks) and bool(probe_blocks)
+    look = len(set(reference_blocks or ()) & set(probe_blocks or ())) if paired else min(len(reference), len(probe))
+    level = look_alpha(alpha, look, planned) if look else 0.0
     if not reference or not probe:
-        return Evidence(None, None, None, len(reference), len(probe))
-    comp = stats.compare_replicates(reference, probe, **kwargs)
-    return Evidence(
-        ratio=_finite(comp.ratio),
-        ci_low=_finite(comp.ci_low),
-        ci_high=_finite(comp.ci_high),
-        n_reference=comp.n_replicates_a,
-        n_probe=comp.n_replicates_b,
-        p_value=comp.p_value,
-    )
+        return Evidence(UNDECIDED, None, look, level, paired)
+    try:
+        found, verdict = comparison.decide_one(
+            reference,
+            probe,
+            reference_blocks if paired else None,
+            probe_blocks if paired else None,
+            better=better,
+            threshold=threshold,
+            alpha=level,
+        )
+    except ValueError:  # a side with no samples
+        return Evidence(UNDECIDED, None, look, level, paired)
+    # Past the planned looks nothing is left to spend: nothing is decided.
+    return Evidence(verdict if level > 0.0 else UNDECIDED, found, look, level, paired)
 
 
-def classify(
-    evidence: Evidence, threshold: float, step: str | None = None, min_replicates: int = MIN_REPLICATES
-) -> str:
-    """UNDECIDED, or the probe's place against the reference: for the last
-    kernel (``step`` None) SAME/HIGHER/LOWER; for a probe inside the series
-    GOOD (same as K1), BAD (moved the way Kn moved) or SKIP (moved the
-    other way: not this step, and no place in a one-step search)."""
-    if min(evidence.n_reference, evidence.n_probe) < min_replicates:
-        return UNDECIDED
-    verdict = band_verdict(evidence.ci_low, evidence.ci_high, threshold)
+def classify(evidence: Evidence, step: str | None = None) -> str:
+    """The probe's place against the reference: for the last kernel
+    (``step`` None) its verdict; for a probe inside the series GOOD
+    (equivalent to K1), BAD (changed the way Kn changed), SKIP (changed
+    the other way: not this step, and no place in a one-step search), or
+    UNDECIDED."""
+    verdict = evidence.verdict
     if step is None or verdict == UNDECIDED:
         return verdict
-    if verdict == SAME:
+    if verdict == EQUIVALENT:
         return GOOD
     return BAD if verdict == step else SKIP
 

@@ -1,7 +1,9 @@
 """Running a bisect: probes made of rounds, its state on disk, its log.
 
 A probe measures one kernel of the series against K1 block by block until
-``decide.classify`` decides it or its budget is spent.  With the default
+it is decided (``decide.evidence_of``: slower, faster or equivalent, as
+``memqual compare`` decides a metric, each look at its share of alpha) or
+its budget is spent, when it stays undecided and the search skips it.  With the default
 ``paired`` reference each step of a probe is ONE avocado job in which every
 test runs K1 (arm A) and the probe (arm B) as the variants of one block
 (host/blocks.py, through runjob.run_block_job), A B in odd blocks and B A in
@@ -33,10 +35,14 @@ from memqual.host.bisect.series import KernelSpec, MetricSpec, select_metric, un
 from memqual.host.errors import BadInput, MemqualError
 from memqual.host.paths import write_private_atomic
 
-SCHEMA = "memqual.bisect/1"
+SCHEMA = "memqual.bisect/2"
+# States written before the four verdicts: their rounds are the same, and
+# every decision is recomputed from the rounds on resume.
+OLD_SCHEMAS = ("memqual.bisect/1",)
 PAIRED = "paired"
 START = "start"
 REFERENCES = (PAIRED, START)
+UNDECIDED_TEXT = "undecided"
 FAILED_ROUNDS_TO_SKIP = 2  # a kernel whose scenarios fail twice in a row is skipped, not retried forever
 
 
@@ -52,8 +58,8 @@ class Settings:
     metric: str
     threshold: float = 0.05
     budget_min: float = 30.0  # per probe
-    max_rounds: int = 8  # per probe
-    min_replicates: int = decide.MIN_REPLICATES
+    max_rounds: int = 10  # per probe: also the looks alpha is spent over
+    alpha: float = decide.DEFAULT_ALPHA  # per probe, over all its looks
     reference: str = PAIRED
     only: tuple[str, ...] = ()
     profile: str = "quick"
@@ -91,6 +97,7 @@ class RoundResult:
     started: str = ""
     blocks: list[int] = dataclasses.field(default_factory=list)  # one per replicate; empty in states before blocks
     arm: str = ""  # "A" (the reference's arm) or "B" (the probe's)
+    step: int = 0  # the probe's step (job) that measured it, from 1; 0 in states before steps were kept
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -108,17 +115,40 @@ class RoundRunner(Protocol):
     ) -> tuple[list[Any], str, int, str | None]: ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """One look at a probe: after a step (one job), what the blocks so far
+    decided, and the probe's time so far."""
+
+    step: int
+    evidence: decide.Evidence
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"step": self.step, "seconds": self.seconds, **self.evidence.to_json()}
+
+
 @dataclasses.dataclass
 class ProbeRecord:
     index: int
-    verdict: str  # good, bad, skip (or same/higher/lower for the last kernel's check)
-    evidence: decide.Evidence
+    verdict: str  # the search's mark: good, bad or skip
+    evidence: decide.Evidence  # the last look: its decision is evidence.verdict
     rounds: int
     seconds: float
     reason: str = ""
+    looks: list[Look] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "evidence": self.evidence.to_json()}
+        return {
+            "index": self.index,
+            "verdict": self.verdict,
+            "decision": self.evidence.verdict,
+            "evidence": self.evidence.to_json(),
+            "rounds": self.rounds,
+            "seconds": self.seconds,
+            "reason": self.reason,
+            "looks": [look.to_json() for look in self.looks],
+        }
 
 
 def _now() -> str:
@@ -145,7 +175,7 @@ class Bisector:
         self.metric_key: str | None = None
         self.rounds: list[RoundResult] = []
         self.probes: dict[int, ProbeRecord] = {}
-        self.step: str | None = None  # HIGHER or LOWER once Kn is bad
+        self.step: str | None = None  # SLOWER or FASTER once Kn is decided bad
         self.search = decide.Bisection(len(settings.kernels))
         self.created = _now()
         self.interrupted = False
@@ -193,7 +223,7 @@ class Bisector:
         from memqual.host.jsonfile import read_json
 
         data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        if not isinstance(data, dict) or data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
             raise BadInput(f"{directory / 'bisect.json'}: not a memqual bisect state ({SCHEMA})")
         try:
             settings = Settings.from_json(data["settings"])
@@ -216,18 +246,24 @@ class Bisector:
         self.say(line)
 
     # ---------------------------------------------------------- evidence
-    def _reps(self, index: int) -> list[list[float]]:
-        return [rep for r in self.rounds if r.kernel == index and r.status == "ok" for rep in r.replicates]
+    def _reps(self, index: int, upto: int | None = None) -> list[list[float]]:
+        rounds = self.rounds if upto is None else self._probe_rounds(index, upto)
+        return [rep for r in rounds if r.kernel == index and r.status == "ok" for rep in r.replicates]
 
-    def _probe_rounds(self, probe: int) -> list[RoundResult]:
-        return [r for r in self.rounds if r.probe == probe]
+    def _probe_rounds(self, probe: int, upto: int | None = None) -> list[RoundResult]:
+        """The rounds run for this probe (its own and K1's beside it), of
+        its first ``upto`` steps when given."""
+        return [r for r in self.rounds if r.probe == probe and (upto is None or r.step <= upto)]
 
-    def paired_blocks(self, index: int) -> tuple[list[list[float]], list[list[float]]]:
+    def paired_blocks(
+        self, index: int, upto: int | None = None
+    ) -> tuple[list[list[float]], list[list[float]], list[int], list[int]]:
         """K1's and the probe's replicates of the blocks of this probe that
-        both arms measured, block by block in the same order (empty when no
-        block has both: the start reference, or a state from before blocks)."""
+        both arms measured, block by block in the same order, and each
+        replicate's block (empty when no block has both: the start
+        reference, or a state from before blocks)."""
         by_arm: dict[str, dict[int, list[list[float]]]] = {"A": {}, "B": {}}
-        for r in self._probe_rounds(index):
+        for r in self._probe_rounds(index, upto):
             if r.status != "ok" or not r.blocks or r.arm not in by_arm:
                 continue
             for block, rep in zip(r.blocks, r.replicates, strict=False):
@@ -236,13 +272,28 @@ class Bisector:
         return (
             [rep for b in common for rep in by_arm["A"][b]],
             [rep for b in common for rep in by_arm["B"][b]],
+            [b for b in common for _ in by_arm["A"][b]],
+            [b for b in common for _ in by_arm["B"][b]],
         )
 
-    def evidence(self, index: int) -> decide.Evidence:
-        reference, probe = self.paired_blocks(index)
+    def evidence(self, index: int, upto: int | None = None) -> decide.Evidence:
+        """The probe decided against K1 at the look after its step ``upto``
+        (the last when None): by its own blocks when paired, else against
+        K1's replicates pooled (unpaired)."""
+        s = self.settings
+        reference, probe, ref_blocks, probe_blocks = self.paired_blocks(index, upto)
         if not probe:
-            reference, probe = self._reps(0), self._reps(index)
-        return decide.evidence_of(reference, probe)
+            reference, probe, ref_blocks, probe_blocks = self._reps(0), self._reps(index, upto), [], []
+        return decide.evidence_of(
+            reference,
+            probe,
+            ref_blocks or None,
+            probe_blocks or None,
+            threshold=s.threshold,
+            alpha=s.alpha,
+            planned=s.max_rounds,
+            better=self.better,
+        )
 
     def _label(self, index: int) -> str:
         return f"[K{index + 1}] {self.settings.kernels[index].name}"
@@ -252,7 +303,12 @@ class Bisector:
         if e.ratio is None:
             return "no measurement yet"
         ci = f"[{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.ci_low is not None and e.ci_high is not None else "[n/a]"
-        return f"x{e.ratio:.3f} {ci} ({e.n_reference}+{e.n_probe} replicates)"
+        units = (
+            f"{e.look} block{'s' if e.look != 1 else ''}"
+            if e.paired
+            else f"{e.n_reference}+{e.n_probe} replicates, unpaired"
+        )
+        return f"B/A {e.ratio:.3f} {ci} ({units})"
 
     # ---------------------------------------------------------- rounds
     def _run_step(self, index: int, paired: bool) -> list[RoundResult]:
@@ -295,10 +351,11 @@ class Bisector:
                     started,
                     list(rec.blocks) if len(rec.blocks) == len(rec.replicates) else [],
                     arm,
+                    block,
                 )
             else:
                 status = "failed" if exit_status else "no metric"
-                result = RoundResult(kernel, index, [], share, status, summary, job_dir, None, started, [], arm)
+                result = RoundResult(kernel, index, [], share, status, summary, job_dir, None, started, [], arm, block)
             results.append(result)
             self.rounds.append(result)
             self._log(
@@ -324,28 +381,43 @@ class Bisector:
                 f"{FAILED_ROUNDS_TO_SKIP} rounds in a row"
             )
         if rounds >= s.max_rounds:
-            return f"undecided after {rounds} rounds (--max-rounds)"
+            return f"still undecided after {rounds} steps (--max-rounds {s.max_rounds})"
         # A round of this probe: one job, the probe's arm and, paired, K1's.
         per_round = (spent / rounds) if rounds else 0.0
         if spent + per_round > s.budget_min * 60.0:
-            return f"undecided within the budget ({s.budget_min:g} min; {spent / 60:.1f} min spent)"
+            return (
+                f"still undecided when the budget ended ({s.budget_min:g} min a probe; {spent / 60:.1f} min spent, "
+                f"{per_round / 60:.1f} min a step)"
+            )
         return ""
 
     def probe(self, index: int) -> ProbeRecord:
-        """Rounds of kernel ``index`` (and of K1 beside it) until decided
-        or out of budget or rounds."""
+        """Blocks of kernel ``index`` (and of K1 beside it) until decided,
+        or out of budget or rounds: then undecided, and skipped."""
         s = self.settings
         last = index == len(s.kernels) - 1
         paired = s.reference == PAIRED or last
+        # The looks of steps already run (a resumed bisect), as they were.
+        done = self._probe_rounds(index)
+        looks = [
+            Look(k, self.evidence(index, k), sum(r.seconds for r in done if r.step <= k))
+            for k in range(1, sum(1 for r in done if r.kernel == index))
+        ]
         while True:
             evidence = self.evidence(index)
-            verdict = decide.classify(evidence, s.threshold, None if last else self.step, s.min_replicates)
             done = self._probe_rounds(index)
             spent = sum(r.seconds for r in done)
             rounds = sum(1 for r in done if r.kernel == index)
+            if rounds and (not looks or looks[-1].step != rounds):
+                looks.append(Look(rounds, evidence, spent))
+                self._log(
+                    f"#   look {evidence.look} (step {rounds}, {spent / 60:.1f} min): "
+                    f"{self._ci_text(evidence)}: {evidence.text()} at alpha {evidence.alpha:.2g}"
+                )
+            verdict = decide.classify(evidence, None if last else self.step)
             if verdict != decide.UNDECIDED:
-                why = "moved the other way from the last kernel" if verdict == decide.SKIP else ""
-                return ProbeRecord(index, verdict, evidence, rounds, spent, why)
+                why = f"{evidence.verdict}, the other way from the last kernel" if verdict == decide.SKIP else ""
+                return ProbeRecord(index, verdict, evidence, rounds, spent, why, looks)
             if self._failing(0):
                 raise BisectFailed(
                     f"the reference {self._label(0)} failed {FAILED_ROUNDS_TO_SKIP} rounds in a row: "
@@ -353,7 +425,7 @@ class Bisector:
                 )
             give_up = self._give_up(index, rounds, spent)
             if give_up:
-                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, give_up)
+                return ProbeRecord(index, decide.SKIP, evidence, rounds, spent, give_up, looks)
             self._run_step(index, paired)
 
     # ---------------------------------------------------------- the search
@@ -383,7 +455,7 @@ class Bisector:
                 self.probes[index] = record
                 mark = record.verdict
                 if index == len(s.kernels) - 1:
-                    mark = {decide.SAME: decide.GOOD, decide.HIGHER: decide.BAD, decide.LOWER: decide.BAD}.get(
+                    mark = {decide.EQUIVALENT: decide.GOOD, decide.SLOWER: decide.BAD, decide.FASTER: decide.BAD}.get(
                         record.verdict, decide.SKIP
                     )
                     if mark == decide.BAD:
@@ -392,8 +464,8 @@ class Bisector:
                 self.search.mark(index, mark)
                 why = f"; {record.reason}" if record.reason else ""
                 self._log(
-                    f"# {mark}: {self._label(index)} {self._ci_text(record.evidence)} after "
-                    f"{record.rounds} round(s), {record.seconds / 60:.1f} min{why}"
+                    f"# {mark}: {self._label(index)} {record.evidence.text()}: {self._ci_text(record.evidence)} "
+                    f"after {record.rounds} step(s), {record.seconds / 60:.1f} min{why}"
                 )
                 self._log(f"memqual bisect {mark} K{index + 1}")
                 self.save()
@@ -413,34 +485,40 @@ class Bisector:
     def outcome_text(self) -> str:
         o = self.search.outcome()
         s = self.settings
-        if o.kind == "first bad" and o.first_bad is not None:
-            where = "slower" if self._worse() else "faster"
+        if o.kind == "first bad" and o.first_bad is not None and o.last_good is not None:
+            bad = self.probes.get(o.first_bad)
+            found = f" ({self._ci_text(bad.evidence)})" if bad else ""
+            before = "K1 itself" if o.last_good == 0 else f"{self._label(o.last_good)} equivalent to K1"
             return (
-                f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} moved "
-                f"{self.step} ({where}) beyond {s.threshold:.0%} against {self._label(0)}, "
+                f"{self._label(o.first_bad)} is the first bad kernel: {self.metric.text} {self.step} than "
+                f"{self._label(0)} beyond {s.threshold:.0%}{found}, the kernel before it {before}; "
                 f"{self.search.probes} probe(s)" + (f"; {o.note}" if o.note else "")
             )
         if o.kind == "range" and o.last_good is not None:
             names = ", ".join(f"K{i + 1}" for i in o.candidates)
+            stayed = "; ".join(
+                f"K{i + 1} stayed {self.probes[i].evidence.text()}"
+                for i in o.candidates
+                if i in self.probes and not self.probes[i].evidence.decided
+            )
             return (
                 f"There are only 'skip'ped kernels left to test. The first bad kernel could be any of: {names} "
-                f"(after {self._label(o.last_good)})" + (f"; {o.note}" if o.note else "")
+                f"(after {self._label(o.last_good)})"
+                + (f"; {stayed}" if stayed else "")
+                + (f"; {o.note}" if o.note else "")
             )
+        last = self.probes.get(len(s.kernels) - 1)
         if o.kind == "no step":
-            e = self.probes.get(len(s.kernels) - 1)
             return (
-                f"no step: {self._label(len(s.kernels) - 1)} does not differ from {self._label(0)} by "
+                f"no step: {self._label(len(s.kernels) - 1)} is equivalent to {self._label(0)} within "
                 f"{s.threshold:.0%} in {self.metric.text}"
-                + (f" ({self._ci_text(e.evidence)})" if e else "")
+                + (f" ({self._ci_text(last.evidence)})" if last else "")
                 + "; nothing to bisect"
             )
         if o.kind == "undecided ends":
             return (
-                f"undecided: {self._label(0)} and {self._label(len(s.kernels) - 1)} could be neither told apart "
-                f"nor shown the same within the budget; nothing bisected (raise --budget or --max-rounds)"
+                f"undecided: {self._label(len(s.kernels) - 1)} against {self._label(0)} stayed "
+                + (f"{last.evidence.text()} ({self._ci_text(last.evidence)})" if last else UNDECIDED_TEXT)
+                + " within the budget; nothing bisected (raise --budget or --max-rounds)"
             )
         return f"incomplete: {o.note}"
-
-    def _worse(self) -> bool:
-        """Did the metric get worse from K1 to the first bad kernel?"""
-        return (self.step == decide.HIGHER) == (self.better != "higher")

@@ -3,7 +3,8 @@ the hosts whose verdict differs from the majority marked, each host's own
 report linked; which hosts share one running kernel (their host-wide KSM
 and timings are not independent); and what went wrong (hosts left out or
 lost, tasks interrupted or not run, records a host sent that could not be
-read).  OUTPUT/fleet.html for people, OUTPUT/fleet.json for tools.
+read).  OUTPUT/fleet.html for people (templates/fleet.html.j2 over a
+``FleetPage``), OUTPUT/fleet.json for tools.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from memqual.host.html import CSS, badge, esc
+from memqual.host import pages
+from memqual.host.html import Badge, badge
 from memqual.host.paths import write_private_atomic
 
 SCHEMA = "memqual.fleet/1"
@@ -161,61 +163,114 @@ def summary_lines(fleet: Fleet) -> list[str]:
     return out
 
 
-def render(fleet: Fleet) -> str:
+@dataclasses.dataclass(frozen=True)
+class HostHead:
+    """A host's column heading: its name, linked to its report if it has one."""
+
+    name: str
+    status: str
+    report: str
+
+
+@dataclasses.dataclass(frozen=True)
+class VerdictCell:
+    verdict: Badge | None  # None: the host has no verdict of this claim
+    odd: bool  # differs from the majority
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimLine:
+    claim: str
+    majority: str | None
+    cells: tuple[VerdictCell, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentLine:
+    key: str
+    values: tuple[str, ...]  # one per host
+
+
+@dataclasses.dataclass(frozen=True)
+class SharedKernel:
+    boot_id: str
+    hosts: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class HostFault:
+    """A host that did not complete."""
+
+    kind: ClassVar[str] = "host"
+    host: str
+    status: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskFault:
+    """A task that did not run to its end, on a host or on none."""
+
+    kind: ClassVar[str] = "task"
+    outcome: str
+    host: str  # "" when no host took it
+    test: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFault:
+    kind: ClassVar[str] = "record"
+    record: BadRecord
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetPage:
+    """Everything fleet.html shows, in its order."""
+
+    hosts: tuple[HostHead, ...]
+    shared: tuple[SharedKernel, ...]
+    claims: tuple[ClaimLine, ...]
+    environment: tuple[EnvironmentLine, ...]
+    boot_ids: tuple[str, ...]  # one per host, shortened
+    faults: tuple[HostFault | TaskFault | RecordFault, ...]
+
+
+def fleet_page(fleet: Fleet) -> FleetPage:
+    """fleet.html's view of a fleet run."""
     names = [c.name for c in fleet.columns]
-    head = "".join(f"<th>{_host_link(c)}<br><small>{esc(c.status)}</small></th>" for c in fleet.columns)
-    body = []
-    for row in claim_rows(fleet):
-        cells = []
-        for name in names:
-            verdict = row.verdicts.get(name)
-            if verdict is None:
-                cells.append("<td>&ndash;</td>")
-            elif name in row.odd:
-                cells.append(f'<td class="odd" title="differs from the majority">{badge(verdict)} &#9888; differs</td>')
-            else:
-                cells.append(f"<td>{badge(verdict)}</td>")
-        note = f"majority: {esc(row.majority)}" if row.majority else "no majority"
-        body.append(f"<tr><td><b>{esc(row.claim)}</b><br><small>{note}</small></td>{''.join(cells)}</tr>")
-    env_rows = []
-    for key in ("host_kernel", "cpu", "qemu", "accel", "thp", "kvm_nr_memslots"):
-        values = "".join(f"<td>{esc(c.environment.get(key, ''))}</td>" for c in fleet.columns)
-        env_rows.append(f"<tr><td>{esc(key)}</td>{values}</tr>")
-    boots = "".join(f"<td><code>{esc(c.boot_id[:8])}</code></td>" for c in fleet.columns)
-    env_rows.append(f"<tr><td>boot id</td>{boots}</tr>")
-    shared = "".join(
-        f"<p class=warn><b>One kernel:</b> {esc(', '.join(h))} run on one running kernel (boot id "
-        f"<code>{esc(b)}</code>): host-wide KSM, THP and timings are shared between them, so their "
-        "measurements are not independent (memqual's measurement lock serialises them).</p>"
-        for b, h in shared_kernels(fleet)
-    )
-    faults: list[str] = []
+    faults: list[HostFault | TaskFault | RecordFault] = []
     for c in fleet.columns:
         if c.status != "completed":
-            faults.append(f"<li><b>{esc(c.name)}</b> {esc(c.status)}: {esc(c.reason)}</li>")
-        for t in c.tasks:
-            if t.outcome != "ran":
-                faults.append(f"<li>{esc(t.outcome)} on {esc(c.name)}: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
-        for b in c.bad_records:
-            faults.append(
-                f"<li>bad record from {esc(c.name)}: <code>{esc(b.file)}</code> of {esc(b.task)} &mdash; "
-                f"{esc(b.reason)}; left out of the host's results</li>"
+            faults.append(HostFault(c.name, c.status, c.reason))
+        faults += [TaskFault(t.outcome, c.name, t.test, t.reason) for t in c.tasks if t.outcome != "ran"]
+        faults += [RecordFault(b) for b in c.bad_records]
+    faults += [TaskFault("not run", "", t.test, t.reason) for t in fleet.not_run]
+    return FleetPage(
+        hosts=tuple(HostHead(c.name, c.status, c.report) for c in fleet.columns),
+        shared=tuple(SharedKernel(boot, hosts) for boot, hosts in shared_kernels(fleet)),
+        claims=tuple(
+            ClaimLine(
+                row.claim,
+                row.majority,
+                tuple(
+                    VerdictCell(None if name not in row.verdicts else badge(row.verdicts[name]), name in row.odd)
+                    for name in names
+                ),
             )
-    for t in fleet.not_run:
-        faults.append(f"<li>not run: {esc(t.test)} &mdash; {esc(t.reason)}</li>")
-    fault_html = f"<h2>Faults</h2><ul>{''.join(faults)}</ul>" if faults else "<p>Every host completed.</p>"
-    return (
-        "<!doctype html><html><head><meta charset=utf-8><title>memqual fleet</title>"
-        f"<style>{CSS} td.odd{{background:#fff4d6}} .warn{{background:#fff4d6;padding:.5em}}</style></head><body>"
-        f"<h1>memqual: {len(fleet.columns)} lab hosts</h1>{shared}"
-        f"<h2>Claims</h2><table><tr><th>claim</th>{head}</tr>{''.join(body)}</table>"
-        f"<h2>Hosts</h2><table><tr><th></th>{head}</tr>{''.join(env_rows)}</table>"
-        f"{fault_html}</body></html>"
+            for row in claim_rows(fleet)
+        ),
+        environment=tuple(
+            EnvironmentLine(key, tuple(str(c.environment.get(key, "")) for c in fleet.columns))
+            for key in ("host_kernel", "cpu", "qemu", "accel", "thp", "kvm_nr_memslots")
+        ),
+        boot_ids=tuple(c.boot_id[:8] for c in fleet.columns),
+        faults=tuple(faults),
     )
 
 
-def _host_link(c: HostColumn) -> str:
-    return f'<a href="{esc(c.report)}">{esc(c.name)}</a>' if c.report else esc(c.name)
+def render(fleet: Fleet) -> str:
+    return pages.render("fleet.html.j2", page=fleet_page(fleet))
 
 
 def write(fleet: Fleet, out_dir: Path) -> None:

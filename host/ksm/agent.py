@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Sequence
 
 from memqual.host.errors import GuestError, Timeout
+from memqual.host.shell import Shell
 
 AGENT = "ksm_stress"
 PAGE_SIZE = 4096
@@ -30,17 +30,6 @@ def parse_record(line: str) -> dict[str, str] | None:
             return None
         record[key] = value
     return record if "event" in record else None
-
-
-class _Background(Protocol):
-    def lines(self, timeout: float = ...) -> Iterator[str]: ...
-    def wait(self, timeout: float = ...) -> Any: ...
-    def kill(self) -> None: ...
-
-
-class _Ssh(Protocol):
-    def start(self, argv: list[str]) -> _Background: ...
-    def run(self, argv: list[str], timeout: float = ..., check: bool = ..., input: bytes | None = ...) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +70,7 @@ class StressAgent:
     """One running ksm_stress; use as a context manager (it is killed on
     exit if still running; its own --timeout bounds it anyway)."""
 
-    def __init__(self, ssh: _Ssh, path: str, args: StressArgs) -> None:
+    def __init__(self, ssh: Shell, path: str, args: StressArgs) -> None:
         self.args = args
         self._ssh = ssh
         self.records: list[dict[str, str]] = []

@@ -42,10 +42,10 @@ CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
 CLAIM_METRIC = "ksmd_cpu_ns_per_page"
 SEED_METRIC = "pages_per_ksmd_cpu_s"  # the seed's scan speed (host/ksm/scancost.py says why)
 SEED_SPEEDUP = {"4k": 8.0, "thp": 16.0}
-# Fresh guests per variant (the independent units) by profile: both give
-# the claims' t-interval its nominal error rate (docs/claims-calibration.md).
-GUESTS = {"quick": 4, "full": 8}
-REPEATS = {"quick": 1, "full": 2}  # windows per variant per guest
+# Fresh guests per variant (the independent units) and windows per guest
+# come from the profile's row (host/profiles.py); quick's 4 and full's 8
+# give the claims' t-interval its nominal error rate
+# (docs/claims-calibration.md).
 # What the THP variant measures, in its records and docs/ksm.md.
 THP_GRANULARITY = (
     "smart scan keeps its age and skip budget per rmap item, one per 4 KiB page, also inside a "
