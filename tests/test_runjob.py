@@ -498,7 +498,12 @@ def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(t
     bz.write_bytes(b"k" * 100)
     mods.mkdir()
     asked: list[str] = []
-    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (asked.append(v), (bz, mods))[1])
+
+    def debian_kernel_files(version: str) -> tuple[Path, Path]:
+        asked.append(version)
+        return bz, mods
+
+    monkeypatch.setattr(build, "debian_kernel_files", debian_kernel_files)
     config = runjob.config_from_args(
         _args(tmp_path, "--debian-kernel", "6.1.0-57-amd64", "--debian-kernel", "6.1.0-57-amd64:init_on_free=1")
     )

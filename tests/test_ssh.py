@@ -335,6 +335,6 @@ def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_le
     monkeypatch.setattr(ssh_module.SSH, "connect", lambda self, timeout=10.0: timeouts.append(timeout))
     client = ssh_module.SSH(2222, key_file, "ssh-ed25519 AAAA")
     client._connect_timeout = 1.5
-    client._client = object()  # type: ignore[assignment]  # connected, as far as the check goes
+    client._client = object()  # connected, as far as the check goes
     client._background_connection()
     assert timeouts == [ssh_module.BACKGROUND_CONNECT_S]
