@@ -166,7 +166,9 @@ def _metric_row(m: MetricComparison, label: str) -> MetricRow:
         p=f"{c.p_value:.2g}",
         p_adjusted="n/a" if c.p_adjusted is None else f"{c.p_adjusted:.2g}",
         p_equivalence_adjusted="n/a" if c.p_equivalence_adjusted is None else f"{c.p_equivalence_adjusted:.2g}",
-        verdict=badge(m.verdict, verdict_text(m)),
+        # A metric not comparable: its scenario's reason is said once, above
+        # the table, rather than in a pill as wide as the page.
+        verdict=badge(m.verdict, f"{NOT_COMPARABLE} (above)" if m.verdict == NOT_COMPARABLE else verdict_text(m)),
     )
 
 

@@ -245,5 +245,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
     assert f"<b style='color:{GREY}'>{n}</b>not comparable" in html
     assert f"<b style='color:{GREY}'>{n} metric(s) not comparable</b>" in html
     assert f"<li>ksm.volatile_scan ({n} metric(s)): not comparable: dirtying rate A 8 vs B 32" in html
+    # Each row's pill points to that line rather than repeating it.
+    assert html.count(f'style="background:{GREY}">not comparable (above)</span>') == n
     hostile = dataclasses.replace(view, refused=(compare_report.Refused(HOSTILE, 1, HOSTILE),))
     assert_escaped_once(pages.render("comparison.html.j2", page=hostile))
