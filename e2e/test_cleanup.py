@@ -214,6 +214,26 @@ class Cleanup(GuestTest):
         )
         return proc, pidfile, results
 
+    def _start_memqual_run(self, name: str, source: str) -> tuple[subprocess.Popen[bytes], Path]:
+        """A nested ``memqual run`` of one test file (``source``, written to
+        the work directory as ``name``): the process and the file its guest's
+        QEMU pid will be in.  Its own session, so that a test can signal it
+        alone and a ``finally`` can end whatever it leaked by its group."""
+        work = Path(self.workdir)
+        test_file = work / name
+        test_file.write_text(source)
+        pidfile = work / "qemu.pid"
+        memqual = Path(sys.executable).parent / "memqual"
+        proc = subprocess.Popen(
+            [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
+            cwd=REPO_ROOT,
+            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        return proc, pidfile
+
     def _wait_pidfile(self, proc: subprocess.Popen[bytes], pidfile: Path) -> int:
         deadline = time.monotonic() + EXIT_DEADLINE_S
         while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -267,19 +287,7 @@ class Cleanup(GuestTest):
         """memqual run (a one-test selection: a guest that hangs) gets
         SIGTERM once its guest is up: memqual, its avocado job (the whole
         process group) and the QEMU are gone within 10 s."""
-        work = Path(self.workdir)
-        test_file = work / "hang_guest.py"
-        test_file.write_text(HANGING_TEST.format(timeout=900))
-        pidfile = work / "qemu.pid"
-        memqual = Path(sys.executable).parent / "memqual"
-        proc = subprocess.Popen(
-            [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
-            cwd=REPO_ROOT,
-            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc, pidfile = self._start_memqual_run("hang_guest.py", HANGING_TEST.format(timeout=900))
         try:
             qemu_pid = self._wait_pidfile(proc, pidfile)
             # the job's supervisor, which leads the job's process group
@@ -328,18 +336,8 @@ class Cleanup(GuestTest):
             fs.knobs().get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
             f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell",
         )
-        work = Path(self.workdir)
-        test_file = work / "guest_ksm.py"
-        test_file.write_text(GUEST_HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS))
-        pidfile = work / "qemu.pid"
-        memqual = Path(sys.executable).parent / "memqual"
-        proc = subprocess.Popen(
-            [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
-            cwd=REPO_ROOT,
-            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # only so that the finally below can end a leak
+        proc, pidfile = self._start_memqual_run(
+            "guest_ksm.py", GUEST_HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS)
         )
         try:
             qemu_pid = self._wait_pidfile(proc, pidfile)

@@ -9,7 +9,9 @@ Exit status 1 when a primary metric (any metric with ``--all-metrics``) is
 ``slower``; 3 when a negative control (a metric no guest kernel can move)
 is slower or faster: the host drifted between A and B and the decisions
 are not to be trusted, whatever they say; 0 otherwise (undecided metrics
-are reported, not failed); 2 (one line on stderr) when the two files
+are reported, not failed, and so are metrics ``not comparable`` because
+the two runs' regimes differ, such as KSM's dirtying rate: see
+host/regime.py); 2 (one line on stderr) when the two files
 cannot be compared: a missing or truncated file, another schema or memqual
 version, a metric whose unit or direction differs, or no metric at all
 present in both.
@@ -29,6 +31,7 @@ from memqual.host.comparison import (
     DEFAULT_THRESHOLD,
     EQUIVALENT,
     FASTER,
+    NOT_COMPARABLE,
     SLOWER,
     UNDECIDED,
     VERDICTS,
@@ -53,6 +56,7 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "EQUIVALENT",
     "FASTER",
+    "NOT_COMPARABLE",
     "SLOWER",
     "UNDECIDED",
     "VERDICTS",
@@ -83,7 +87,13 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
 
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
-    styles = {FASTER: "bold green", SLOWER: "bold red", EQUIVALENT: "green", UNDECIDED: "bold magenta"}
+    styles = {
+        FASTER: "bold green",
+        SLOWER: "bold red",
+        EQUIVALENT: "green",
+        UNDECIDED: "bold magenta",
+        NOT_COMPARABLE: "bold yellow",
+    }
     families = result.to_json()["families"]
     table = Table(
         title=(
@@ -110,9 +120,17 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             f"{num(c.ratio)} [{num(c.ci_low)}, {num(c.ci_high)}]",
             f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else ""),
             f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
-            f"[{styles[m.verdict]}]{escape(verdict_text(m))}[/]",
+            # Why a metric was not compared is a sentence: it goes below the table.
+            f"[{styles[m.verdict]}]{escape(verdict_text(m) if m.comparable else NOT_COMPARABLE + ' (below)')}[/]",
         )
     console.print(table)
+    # One line per scenario and reason: a regime covers a whole scenario's metrics.
+    refused: dict[tuple[str, str], int] = {}
+    for m in result.not_comparable:
+        reason = m.regime.reason() if m.regime else NOT_COMPARABLE
+        refused[(m.scenario, reason)] = refused.get((m.scenario, reason), 0) + 1
+    for (scenario, reason), n in refused.items():
+        console.print(f"{scenario} ({n} metric(s)): {reason}", highlight=False, markup=False, soft_wrap=True)
     for m in result.metrics:
         if m.settings_changed:
             diffs = ", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items())
@@ -130,7 +148,7 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     counts = result.counts(PRIMARY)
     console.print(
         f"primaries: {counts[SLOWER]} slower, {counts[FASTER]} faster, {counts[EQUIVALENT]} equivalent, "
-        f"{counts[UNDECIDED]} undecided",
+        f"{counts[UNDECIDED]} undecided, {counts[NOT_COMPARABLE]} not comparable",
         highlight=False,
         markup=False,
     )
@@ -138,6 +156,13 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         console.print(
             f"[bold magenta]{len(result.undecided)} metric(s) undecided[/]: neither a change nor equivalence "
             "shown; each says about how many units a side would decide it",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if result.not_comparable:
+        console.print(
+            f"[bold yellow]{len(result.not_comparable)} metric(s) not comparable[/]: the two runs measured them "
+            "in different regimes (each row says which); they decide nothing",
             highlight=False,
             soft_wrap=True,
         )

@@ -7,13 +7,15 @@ many were equivalent or undecided, whether a negative control says the
 host drifted, a forest plot of every ratio B/A with its confidence
 interval against the threshold band, the table that ``memqual compare``
 prints (replicates a side, raw and corrected p, TOST p), the metrics
-found on one side only, the claims whose verdict moved and the environment
-that differs.  The page is templates/comparison.html.j2 over a
+found on one side only, the metrics not comparable (measured in different
+regimes, host/regime.py: listed, never decided), the claims whose verdict
+moved and the environment that differs.  The page is templates/comparison.html.j2 over a
 ``ComparisonPage``.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 
 from memqual.host import pages
 from memqual.host.comparison import (
+    NOT_COMPARABLE,
     SLOWER,
     UNDECIDED,
     VERDICTS,
@@ -106,6 +109,16 @@ class Moved:
 
 
 @dataclasses.dataclass(frozen=True)
+class Refused:
+    """A scenario's metrics not compared, and why: a regime covers a whole
+    scenario, so the page says it once per scenario and reason."""
+
+    scenario: str
+    n: int
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ComparisonPage:
     """Everything comparison.html shows, in its order."""
 
@@ -113,7 +126,7 @@ class ComparisonPage:
     b_name: str
     threshold: str  # as a percentage
     alpha: str
-    primaries: int
+    primaries: int  # the families' sizes: the metrics not comparable are in none
     controls: int
     exploratory: int
     one_sided_count: int
@@ -124,9 +137,12 @@ class ComparisonPage:
     counts: tuple[Count, ...]
     slower_colour: str
     undecided_colour: str
+    not_comparable_colour: str
     controls_flagged: tuple[str, ...]  # negative controls that moved: the host drifted
     regressions: tuple[str, ...]
     undecided: int
+    not_comparable: int
+    refused: tuple[Refused, ...]
     forest: Plot | None
     metrics: tuple[MetricRow, ...]
     one_sided: tuple[OneSided, ...]
@@ -150,7 +166,9 @@ def _metric_row(m: MetricComparison, label: str) -> MetricRow:
         p=f"{c.p_value:.2g}",
         p_adjusted="n/a" if c.p_adjusted is None else f"{c.p_adjusted:.2g}",
         p_equivalence_adjusted="n/a" if c.p_equivalence_adjusted is None else f"{c.p_equivalence_adjusted:.2g}",
-        verdict=badge(m.verdict, verdict_text(m)),
+        # A metric not comparable: its scenario's reason is said once, above
+        # the table, rather than in a pill as wide as the page.
+        verdict=badge(m.verdict, f"{NOT_COMPARABLE} (above)" if m.verdict == NOT_COMPARABLE else verdict_text(m)),
     )
 
 
@@ -164,14 +182,18 @@ def comparison_page(
     """comparison.html's view of a comparison and its two results files."""
     labels = short_labels(result.metrics)
     plot = forest_plot(result, labels)
+    families = result.to_json()["families"]
+    refused = collections.Counter(
+        (m.scenario, m.regime.reason() if m.regime else NOT_COMPARABLE) for m in result.not_comparable
+    )
     return ComparisonPage(
         a_name=a_name,
         b_name=b_name,
         threshold=f"{result.threshold:.0%}",
         alpha=f"{result.alpha:g}",
-        primaries=sum(1 for m in result.metrics if m.role == "primary"),
-        controls=sum(1 for m in result.metrics if m.role == "control"),
-        exploratory=sum(1 for m in result.metrics if m.role == "exploratory"),
+        primaries=families["primary"],
+        controls=families["control"],
+        exploratory=families["exploratory"],
         one_sided_count=len(result.only_in_a) + len(result.only_in_b),
         a_created=str(a.get("created", "")),
         a_environment=environment_line(a.get("environment") or {}),
@@ -180,9 +202,12 @@ def comparison_page(
         counts=counts((m.verdict for m in result.metrics), VERDICTS),
         slower_colour=VERDICT_COLOURS[SLOWER],
         undecided_colour=VERDICT_COLOURS[UNDECIDED],
+        not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
         controls_flagged=tuple(labels[m.key] for m in result.controls_flagged),
         regressions=tuple(labels[m.key] for m in result.regressions),
         undecided=len(result.undecided),
+        not_comparable=len(result.not_comparable),
+        refused=tuple(Refused(scenario, n, reason) for (scenario, reason), n in refused.items()),
         forest=Plot("forest plot of B/A per metric", plot) if plot else None,
         metrics=tuple(_metric_row(m, labels[m.key]) for m in result.metrics),
         one_sided=tuple(

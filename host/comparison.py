@@ -39,6 +39,13 @@ Verdicts, each a decision with its error rate controlled by its family:
   side (blocks when paired) would decide it if the estimate and spread
   stayed as observed.
 
+And one status that is not a decision: ``not comparable``, for a metric
+that holds only under a regime the host sets (KSM's volatile scan and
+its dirtying rate, host/regime.py) when the two sides' regimes differ
+beyond the tolerance or one side did not record it.  Such a metric is
+listed with its ratio and the two regimes, takes no part in its family's
+correction and never sets the exit status.
+
 ``check_comparable`` raises BadInput (one line) when the two cannot be
 compared: another memqual version, a metric whose unit or direction
 differs, or no metric at all present in both.
@@ -54,6 +61,8 @@ from typing import TYPE_CHECKING, Any
 
 from memqual.host.errors import BadInput
 from memqual.host.primaries import CONTROL, EXPLORATORY, PRIMARY, is_control
+from memqual.host.regime import NOT_COMPARABLE, RegimeCheck, condition_of
+from memqual.host.regime import check as check_regime
 from memqual.host.results import MetricEntry, Results, variant_label
 
 if TYPE_CHECKING:
@@ -71,7 +80,8 @@ FASTER = "faster"
 SLOWER = "slower"
 EQUIVALENT = "equivalent"
 UNDECIDED = "undecided"
-VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED)
+# NOT_COMPARABLE is listed with the verdicts but is none: no decision was made.
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED, NOT_COMPARABLE)
 ROLES = (PRIMARY, CONTROL, EXPLORATORY)
 
 
@@ -143,10 +153,16 @@ class MetricComparison:
     settings_changed: dict[str, tuple[Any, Any]] = dataclasses.field(default_factory=dict)
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
+    # Each side's regime, for a metric that holds only under one (host/regime.py).
+    regime: RegimeCheck | None = None
 
     @property
     def flagged(self) -> bool:
         return self.verdict in (SLOWER, FASTER)
+
+    @property
+    def comparable(self) -> bool:
+        return self.verdict != NOT_COMPARABLE
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -159,6 +175,7 @@ class MetricComparison:
             "role": self.role,
             "primary": self.role == PRIMARY,
             "verdict": self.verdict,
+            "regime": self.regime.to_json() if self.regime else None,
             **self.comparison.to_json(),
         }
 
@@ -188,6 +205,11 @@ class RunComparison:
         return [m for m in self.metrics if m.verdict == UNDECIDED]
 
     @property
+    def not_comparable(self) -> list[MetricComparison]:
+        """Metrics whose regimes differ between A and B: listed, not decided."""
+        return [m for m in self.metrics if not m.comparable]
+
+    @property
     def controls_flagged(self) -> list[MetricComparison]:
         return [m for m in self.metrics if m.role == CONTROL and m.flagged]
 
@@ -214,10 +236,12 @@ class RunComparison:
             "alpha": self.alpha,
             "correction": CORRECTION,
             "all_metrics": self.all_metrics,
-            "families": {role: sum(1 for m in self.metrics if m.role == role) for role in ROLES},
+            # The metrics each family's correction ran over: the comparable ones.
+            "families": {role: sum(1 for m in self.metrics if m.role == role and m.comparable) for role in ROLES},
             "verdicts": {role: self.counts(role) for role in ROLES},
             "regressions": len(self.regressions),
             "undecided": len(self.undecided),
+            "not_comparable": [m.key for m in self.not_comparable],
             "host_drifted": self.host_drifted,
             "controls_flagged": [m.key for m in self.controls_flagged],
             "exit_status": self.exit_status(),
@@ -412,13 +436,15 @@ def metric_stats(
     test: stats.RatioTest,
     a_reps: Sequence[Sequence[float]],
     b_reps: Sequence[Sequence[float]],
-    decision: FamilyDecision,
+    decision: FamilyDecision | None,
     verdict: str,
     *,
     threshold: float,
 ) -> MetricStats:
     """What a metric's test and its family decision found, with the units
-    an undecided one would need at the levels it faced."""
+    an undecided one would need at the levels it faced.  ``decision`` is
+    None for a metric left out of every family (not comparable): no
+    adjusted p-values, no levels, no units to ask for."""
     from memqual.host import stats
 
     low, high = test.interval()
@@ -435,13 +461,13 @@ def metric_stats(
         n_replicates_b=len(b_reps),
         n_blocks=test.n_blocks,
         p_method=test.method,
-        p_adjusted=decision.p_adjusted,
-        p_equivalence_adjusted=decision.p_equivalence_adjusted,
-        alpha_difference=decision.alpha_difference,
-        alpha_equivalence=decision.alpha_equivalence,
+        p_adjusted=decision.p_adjusted if decision else None,
+        p_equivalence_adjusted=decision.p_equivalence_adjusted if decision else None,
+        alpha_difference=decision.alpha_difference if decision else 0.0,
+        alpha_equivalence=decision.alpha_equivalence if decision else 0.0,
         blocks_needed=(
             test.units_needed(threshold, decision.alpha_difference, decision.alpha_equivalence)
-            if verdict == UNDECIDED
+            if decision and verdict == UNDECIDED
             else None
         ),
     )
@@ -489,10 +515,23 @@ def compare_results(
         for (ma, mb), (ra, rb) in zip(pairs, reps, strict=True)
     ]
     roles = roles_of(pairs)
-    decisions, verdicts = decide(tests, roles, [ma.better for ma, _ in pairs], threshold=threshold, alpha=alpha)
+    regimes = [regime_of(ma, mb, a.metrics, b.metrics, a_name, b_name) for ma, mb in pairs]
+    # Only metrics whose regimes match are decided, and only they make up
+    # the families their corrections run over.
+    kept = [i for i, r in enumerate(regimes) if r is None or r.matches]
+    kept_decisions, kept_verdicts = decide(
+        [tests[i] for i in kept],
+        [roles[i] for i in kept],
+        [pairs[i][0].better for i in kept],
+        threshold=threshold,
+        alpha=alpha,
+    )
+    decisions: dict[int, FamilyDecision] = dict(zip(kept, kept_decisions, strict=True))
+    verdicts = dict(zip(kept, kept_verdicts, strict=True))
     metrics = []
     for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
-        verdict = verdicts[i]
+        d = decisions.get(i)
+        verdict = verdicts.get(i, NOT_COMPARABLE)
         metrics.append(
             MetricComparison(
                 key=ma.key,
@@ -500,12 +539,13 @@ def compare_results(
                 metric=ma.metric,
                 unit=ma.unit,
                 better=ma.better,
-                comparison=metric_stats(test, ra, rb, decisions[i], verdict, threshold=threshold),
+                comparison=metric_stats(test, ra, rb, d, verdict, threshold=threshold),
                 verdict=verdict,
                 role=roles[i],
                 settings_changed=_settings_diff(ma, mb),
                 variant=ma.variant or {},
                 settings=ma.settings or {},
+                regime=regimes[i],
             )
         )
     claims_b = {c.id: c for c in b.claims}
@@ -528,6 +568,27 @@ def compare_results(
         only_in_a=sorted(only_a),
         only_in_b=sorted(only_b),
         all_metrics=all_metrics,
+    )
+
+
+def regime_of(
+    ma: MetricEntry,
+    mb: MetricEntry,
+    a_metrics: Sequence[MetricEntry],
+    b_metrics: Sequence[MetricEntry],
+    a_name: str = "A",
+    b_name: str = "B",
+) -> RegimeCheck | None:
+    """Both sides' regimes for a metric that holds under one (host/regime.py); None for the rest."""
+    condition = condition_of(ma.scenario, ma.metric)
+    if condition is None:
+        return None
+    return check_regime(
+        condition,
+        [
+            (a_name, a_metrics, ma.variant or {}, ma.settings or {}),
+            (b_name, b_metrics, mb.variant or {}, mb.settings or {}),
+        ],
     )
 
 
@@ -556,7 +617,10 @@ def short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
 
 
 def verdict_text(m: MetricComparison) -> str:
-    """The verdict, with what an undecided metric would need."""
+    """The verdict, with what an undecided metric would need, or why a
+    metric was not compared."""
+    if m.verdict == NOT_COMPARABLE and m.regime is not None:
+        return m.regime.reason()
     return stats_verdict_text(m.verdict, m.comparison)
 
 

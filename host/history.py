@@ -35,6 +35,13 @@ log replicate medians, the largest p of the runs, corrected in the
 family), ``undecided`` otherwise.  A control with a step says the host
 drifted: the page and the summary say so, and the other steps of that
 group are not to be trusted.
+
+A metric that holds only under a regime the host sets (KSM's volatile
+scan under its dirtying rate, host/regime.py) gets steps and verdicts only
+when every run of its series recorded the regime and they all match
+within the tolerance; otherwise its series is drawn, marked ``not
+comparable`` with the regimes' range, and left out of its family's
+correction.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from memqual.host import cliargs
 from memqual.host.cliargs import percent_as_fraction
 from memqual.host.errors import BadInput
 from memqual.host.paths import write_private_atomic
+from memqual.host.regime import NOT_COMPARABLE, RegimeCheck, condition_of
+from memqual.host.regime import check as check_regime
 
 if TYPE_CHECKING:
     from memqual.host.html import EnvironmentLine, Plot
@@ -115,11 +124,16 @@ class Series:
     steps: list[Step]
     scenario: str = ""
     role: str = "primary"
-    verdict: str = "undecided"  # STEP, equivalent or undecided
+    verdict: str = "undecided"  # STEP, equivalent, undecided or NOT_COMPARABLE
     p_change: float = 1.0  # max-type permutation p of no change anywhere
     p_change_adjusted: float = 1.0
     p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
     p_equivalence_adjusted: float = 1.0
+    regime: RegimeCheck | None = None  # the runs' regimes, for a metric that holds under one
+
+    @property
+    def comparable(self) -> bool:
+        return self.regime is None or self.regime.matches
 
 
 @dataclasses.dataclass
@@ -342,6 +356,20 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
         series = Series(
             key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps, str(m.get("scenario") or "")
         )
+        condition = condition_of(series.scenario, str(m.get("metric") or ""))
+        if condition is not None:
+            series.regime = check_regime(
+                condition,
+                [
+                    (
+                        f"run {pos + 1}",
+                        list(runs[pos].metrics.values()),
+                        e.get("variant") or {},
+                        e.get("settings") or {},
+                    )
+                    for pos, e in present
+                ],
+            )
         series.p_change = no_change_p([_reps(e) for _, e in present])
         tests = [stats.ratio_test(first, _reps(e)) for _, e in present[1:]]
         series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
@@ -364,8 +392,12 @@ def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> Non
             s.role = comparison.PRIMARY
         else:
             s.role = comparison.EXPLORATORY
+    for s in series:
+        if not s.comparable:
+            s.verdict, s.steps = NOT_COMPARABLE, []
     for role in comparison.ROLES:
-        members = [s for s in series if s.role == role]
+        # A series whose runs' regimes differ decides nothing and is in no family.
+        members = [s for s in series if s.role == role and s.comparable]
         if not members:
             continue
         correct = stats.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
@@ -427,6 +459,7 @@ def to_json(
                         "p_change_adjusted": s.p_change_adjusted,
                         "p_equivalence": s.p_equivalence,
                         "p_equivalence_adjusted": s.p_equivalence_adjusted,
+                        "regime": s.regime.to_json() if s.regime else None,
                         "points": [dataclasses.asdict(p) for p in s.points],
                         "steps": [dataclasses.asdict(st) for st in s.steps],
                     }
@@ -481,7 +514,8 @@ class SeriesView:
     better: str
     p_change: str
     p_change_adjusted: str
-    steps: str  # the steps found, or "no step: " and the verdict
+    steps: str  # the steps found, or "no step: " and the verdict, or why not comparable
+    comparable: bool  # False: the runs' regimes differ, greyed
     plot: Plot
 
 
@@ -497,6 +531,7 @@ class GroupView:
     controls_stepped: tuple[str, ...]  # the host drifted when any
     equivalent: int
     undecided: int
+    not_comparable: int
     series: tuple[SeriesView, ...]
 
 
@@ -515,6 +550,7 @@ class HistoryPage:
     threshold: str  # as a percentage
     alpha: str
     test: str
+    not_comparable_colour: str
     differences: tuple[DifferenceRow, ...]
     groups: tuple[GroupView, ...]
 
@@ -523,7 +559,7 @@ def _steps_text(s: Series) -> str:
     return "; ".join(
         f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
         for st in s.steps
-    ) or ("no step: " + s.verdict)
+    ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
 
 
 def _group_view(number: int, g: Group, threshold: float) -> GroupView:
@@ -538,6 +574,7 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
         controls_stepped=tuple(c.key for c in g.controls_stepped),
         equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
         undecided=sum(1 for s in g.series if s.verdict == "undecided"),
+        not_comparable=sum(1 for s in g.series if s.verdict == NOT_COMPARABLE),
         series=tuple(
             SeriesView(
                 s.key,
@@ -547,6 +584,7 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
                 f"{s.p_change:.2g}",
                 f"{s.p_change_adjusted:.2g}",
                 _steps_text(s),
+                s.comparable,
                 Plot("series", _plot(s, g.runs, threshold)),
             )
             for s in sorted(g.series, key=lambda s: (not s.steps, s.key))
@@ -557,12 +595,15 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
 def history_page(
     groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
 ) -> HistoryPage:
+    from memqual.host.html import VERDICT_COLOURS
+
     return HistoryPage(
         runs=sum(len(g.runs) for g in groups),
         order=order,
         threshold=f"{threshold:.0%}",
         alpha=f"{alpha:g}",
         test=TEST_NAME,
+        not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
         differences=tuple(DifferenceRow(key, tuple(json.dumps(v) for v in values)) for key, values in diffs.items()),
         groups=tuple(_group_view(gi + 1, g, threshold) for gi, g in enumerate(groups)),
     )
@@ -617,9 +658,13 @@ def main(args: argparse.Namespace) -> int:
             f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
             f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
             f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
-            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided",
+            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided, "
+            f"{sum(1 for s in g.series if s.verdict == NOT_COMPARABLE)} not comparable",
             file=out,
         )
+        for s in g.series:
+            if s.regime is not None and not s.comparable:
+                print(f"  {s.key}: {s.regime.reason()}", file=out)
         if g.host_drifted:
             print(
                 "  the host drifted: negative control(s) with a step "

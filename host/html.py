@@ -37,6 +37,7 @@ VERDICT_COLOURS = {
     comparison.SLOWER: "#b91c1c",
     comparison.EQUIVALENT: "#0e7490",
     comparison.UNDECIDED: "#7c3aed",
+    comparison.NOT_COMPARABLE: GREY,
 }
 
 num = format_number

@@ -18,6 +18,7 @@ pytest's tmp_path and short_tempdir's sockets live there."""
 
 from __future__ import annotations
 
+import importlib.resources
 import os
 import stat
 import tempfile
@@ -27,15 +28,20 @@ from memqual.host import leftovers
 from memqual.host.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
-# Resolved: in a checkout the code is imported through the links in memqual/.
+# Resolved: in a checkout the code is imported through the links in src/memqual/.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def shipped(name: str) -> Path:
     """A folder the code reads at run time that is not Python: ``guest`` or
-    ``claims``.  It stands beside host/ in a checkout and in a wheel
-    (setup.py) alike."""
-    return REPO_ROOT / name
+    ``claims``, package data of ``memqual`` found through importlib.resources
+    (a checkout's src/memqual/ links it, a wheel holds it; pyproject.toml).
+    Resolved, as REPO_ROOT is.  The agents are compiled from it, so it must
+    be files on a disk, not inside an archive."""
+    found = importlib.resources.files("memqual") / name
+    if not isinstance(found, Path):
+        raise RuntimeError(f"memqual's {name}/ is not on a file system ({found}): install memqual unpacked")
+    return found.resolve()
 
 
 class UntrustedDirectory(BadInput):

@@ -116,7 +116,7 @@ class Measurement:
         return re.sub(r"[^A-Za-z0-9_.=-]+", "_", stem)[:200] + ".json"
 
 
-# The record's types, shipped beside this module (setup.py's package data).
+# The record's types, shipped beside this module (pyproject.toml's package data).
 SCHEMA_FILE = Path(__file__).with_name("record.schema.json")
 
 

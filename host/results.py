@@ -354,7 +354,7 @@ def write_results(results: Results | Mapping[str, Any], path: str | os.PathLike[
 
 
 # The one description of a valid results.json, shipped beside this module
-# (setup.py's package data) and pinned by tests/data/results.json.
+# (pyproject.toml's package data) and pinned by tests/data/results.json.
 SCHEMA_FILE = Path(__file__).with_name("results.schema.json")
 
 

@@ -2,7 +2,7 @@
 pc guests, the raw input ``guest_layouts.layout_record`` turns into the
 memslot-miss claim's records.
 
-Run by hand (not a test): ``PYTHONPATH=$PWD python tests/capture_flatviews.py``.
+Run by hand (not a test): ``.venv/bin/python tests/capture_flatviews.py``.
 Each configuration is QEMU started with the e2e scenario's own device
 arguments (``GuestConfig.extra_args``) and no guest kernel: SeaBIOS maps
 every BAR, and the flat view is read over QMP when the firmware is done.

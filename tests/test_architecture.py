@@ -51,7 +51,7 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: Path) -> str:
-    """The name a file of host/, images/ or e2e/ is imported by (memqual/
+    """The name a file of host/, images/ or e2e/ is imported by (src/memqual/
     links those folders under one package)."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":

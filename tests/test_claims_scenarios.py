@@ -11,75 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ksm_volatile_runs import ksm_records
 
 from memqual.host import claims, profiles
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import DirectionTiming
 from memqual.host.ksm import volatile
-from memqual.host.ksm.scancost import AbRun, ScanWindow
 from memqual.host.record import Measurement
-
-KERNEL_LIMIT = volatile.SkipLimit(8, "skip_age() of a synthetic mm/ksm.c")
-PAGES_PER_SCAN = 88_000  # what a scan covered here: the agent's 65,536 and the guest's other pages
-SCANS = 9
-
-
-# ------------------------------------------------------------------- KSM
-
-
-def _window(smart_scan: int, ns_per_page: float, skip_share: float) -> ScanWindow:
-    covered = SCANS * PAGES_PER_SCAN
-    skipped = round(covered * skip_share) if smart_scan else 0
-    return ScanWindow(
-        smart_scan=smart_scan,
-        wall_s=2.0,
-        cpu_s=covered * ns_per_page / 1e9,
-        full_scans=SCANS,
-        pages_scanned=covered - skipped,
-        pages_skipped=skipped,
-        pages_volatile=70_000,
-        own_pages=66_000,
-    )
-
-
-def ksm_guests(
-    speedup: float, skip_share: float, n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests, seed: int = 3
-):
-    """n fresh guests whose ksmd costs ``speedup`` times less per page with
-    smart scan, each on a host as loaded as it happened to be (the load
-    moves both variants of a guest alike)."""
-    rng = np.random.default_rng(seed)
-    guests = []
-    for i in range(n):
-        load = float(np.exp(rng.normal(0, 0.2)))
-        off = 100.0 * load * float(np.exp(rng.normal(0, 0.03)))
-        on = 100.0 * load / speedup * float(np.exp(rng.normal(0, 0.03)))
-        run = AbRun(
-            windows={0: [_window(0, off, 0.0)], 1: [_window(1, on, skip_share)]},
-            discarded=[],
-            kept_disturbed=0,
-            reference_pages=[PAGES_PER_SCAN],
-        )
-        guests.append(
-            volatile.VolatileGuest(
-                run=run,
-                first_smart_scan=i % 2,
-                started_warm=True,
-                boot_to_ssh_s=1.0,
-                anon_huge_kib=(0, 0),
-                dirty_passes=120,
-                dirty_s=60.0,
-            )
-        )
-    return guests
-
-
-def ksm_records(
-    speedup: float, skip_share: float = 0.83, pages: str = "4k", limit: volatile.SkipLimit = KERNEL_LIMIT
-) -> list[Measurement]:
-    settings = {"profile": "quick", "agent_mib": 256}
-    return volatile.volatile_records(pages, ksm_guests(speedup, skip_share), settings, limit=limit)
 
 
 def _verdict(cid: str, records: list[Measurement]) -> claims.Verdict:

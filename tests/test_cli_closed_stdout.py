@@ -24,7 +24,6 @@ def _memqual_into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess[bytes
             stdout=write_end,
             stderr=subprocess.PIPE,
             cwd=REPO_ROOT,
-            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
             timeout=120,
             check=False,
         )
@@ -51,7 +50,6 @@ def test_a_reader_that_reads_a_line_and_closes_gets_it_and_memqual_ends_quietly(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO_ROOT,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()

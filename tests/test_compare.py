@@ -27,7 +27,9 @@ def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1, r
     rng = np.random.default_rng(seed)
     return [
         Measurement(
-            scenario="ksm.volatile_scan",
+            # A scan speed with no regime to match (host/regime.py): the
+            # volatile scan's own comparison is tests/test_compare_regime.py's.
+            scenario="synthetic.scan_speed",
             metric="pages_per_s",
             unit="pages/s",
             better="higher",
@@ -227,7 +229,7 @@ def test_html_page_names_the_regression_and_plots_every_ratio(tmp_path, capsys):
     assert f"wrote {page}" in capsys.readouterr().out
     text = page.read_text()
     assert "1 metric(s) slower beyond 5%" in text
-    assert "ksm.volatile_scan pages_per_s [smart_scan=1]" in text
+    assert "synthetic.scan_speed pages_per_s [smart_scan=1]" in text
     assert "p corrected" in text and "TOST p corrected" in text and "replicates A/B" in text
     assert text.count("data:image/png;base64,") == 1  # the forest plot, inline: one self-contained file
     assert "guest_kernel_sha256" in text  # what differs between the environments

@@ -105,6 +105,18 @@ def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> No
     assert json.loads(Path(claims_file).read_text())
 
 
+def test_only_memqual_imports_from_the_installed_environment(tmp_path: Path) -> None:
+    """The editable install puts src/ on sys.path, which holds memqual alone:
+    the checkout's folders do not import under their bare names."""
+    names = ("memqual", "host", "images", "e2e", "tests", "guest", "claims")
+    probe = f"import importlib.util, json; print(json.dumps([n for n in {names!r} if importlib.util.find_spec(n)]))"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=tmp_path, env=env, capture_output=True, text=True, check=True, timeout=60
+    )
+    assert json.loads(out.stdout) == ["memqual"]
+
+
 def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     names: set[str], wheel: Path, tmp_path: Path
 ) -> None:

@@ -117,6 +117,15 @@ def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
             "samples": [s / speedup for s in base],
             "scale_B": scale_b,
         },
+        # The dirtying regime, the same in both arms: the cost compares (host/regime.py).
+        {
+            **common,
+            "metric": "dirty_passes_per_scan",
+            "unit": "passes/scan",
+            "better": "higher",
+            "variant": {"pages": "4k"},
+            "samples": [10.0, 10.2, 9.9, 10.1, 10.0],
+        },
     ]
 
 

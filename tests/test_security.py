@@ -10,28 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from other_user import needs_root, nobody_uid
 
 from memqual.host import cli
 from memqual.host.errors import BadInput
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale
 from memqual.host.ksm.sysfs import Sysfs
 from memqual.host.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
-
-
-def _nobody() -> int:
-    try:
-        return pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        return 65534
 
 
 def _tree(root: Path) -> dict[str, Path]:
@@ -68,7 +59,7 @@ def _restore(tree: dict[str, Path]) -> StaleRestore | None:
 def test_a_cache_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     cache.mkdir(mode=0o755)
-    os.chown(cache, _nobody(), -1)
+    os.chown(cache, nobody_uid(), -1)
     monkeypatch.setenv("MEMQUAL_CACHE", str(cache))
     with pytest.raises(UntrustedDirectory, match=r"belongs to uid \d+, not to you"):
         cache_dir()
@@ -88,7 +79,7 @@ def test_xdg_cache_home_and_home_are_checked_too(tmp_path: Path, monkeypatch: py
     monkeypatch.delenv("MEMQUAL_CACHE", raising=False)
     xdg = tmp_path / "xdg"
     (xdg / "memqual").mkdir(parents=True)
-    os.chown(xdg / "memqual", _nobody(), -1)
+    os.chown(xdg / "memqual", nobody_uid(), -1)
     monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
     with pytest.raises(UntrustedDirectory):
         cache_dir()
@@ -106,7 +97,7 @@ def test_xdg_cache_home_and_home_are_checked_too(tmp_path: Path, monkeypatch: py
 def test_the_cli_refuses_a_foreign_cache_in_one_line(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()
-    os.chown(cache, _nobody(), -1)
+    os.chown(cache, nobody_uid(), -1)
     env = {**os.environ, "MEMQUAL_CACHE": str(cache), "MEMQUAL_STATE_DIR": str(tmp_path / "state")}
     env.pop("MEMQUAL_DEBUG", None)
     out = subprocess.run(
@@ -158,7 +149,7 @@ def test_a_symlinked_lock_file_is_refused(tmp_path: Path) -> None:
 def test_a_state_dir_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     _leave_state(tree)
-    os.chown(tree["state"], _nobody(), -1)
+    os.chown(tree["state"], nobody_uid(), -1)
     with pytest.raises(UntrustedDirectory, match="state directory .* belongs to uid"):
         _restore(tree)
     assert (tree["ksm"] / "pages_to_scan").read_text() == "4321\n"

@@ -5,13 +5,13 @@ such input says nor trust a directory another user could swap."""
 from __future__ import annotations
 
 import os
-import pwd
 import subprocess
 import sys
 from pathlib import Path
 
 import fake_kernel
 import pytest
+from other_user import needs_root, nobody_uid
 
 from memqual.host.errors import BadInput
 from memqual.host.ksm.state import HostState
@@ -20,15 +20,6 @@ from memqual.images import balloon_driver as bdrv
 from memqual.images import modules
 from memqual.images.build import KernelSource, build
 from memqual.images.kernel import read_release
-
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
-
-
-def _nobody() -> int:
-    try:
-        return pwd.getpwnam("nobody").pw_uid
-    except KeyError:
-        return 65534
 
 
 # -- the release string of a bzImage ----------------------------------------------
@@ -178,11 +169,11 @@ def test_a_kernel_tree_others_may_write_is_refused(tmp_path: Path, part: str) ->
 def test_a_kernel_tree_of_another_user_is_refused(tmp_path: Path, part: str, monkeypatch) -> None:
     monkeypatch.delenv("SUDO_UID", raising=False)
     tree = _kbuild_tree(tmp_path)
-    os.chown(tree / part, _nobody(), -1)
-    with pytest.raises(BadInput, match=f"belongs to uid {_nobody()}"):
+    os.chown(tree / part, nobody_uid(), -1)
+    with pytest.raises(BadInput, match=f"belongs to uid {nobody_uid()}"):
         bdrv.check_kernel_build(tree)
     # the user who ran memqual through sudo may own it
-    monkeypatch.setenv("SUDO_UID", str(_nobody()))
+    monkeypatch.setenv("SUDO_UID", str(nobody_uid()))
     assert bdrv.check_kernel_build(tree) == tree.resolve()
 
 
@@ -192,7 +183,7 @@ def test_a_kernel_tree_under_another_users_folder_is_refused(tmp_path: Path, mon
     home = tmp_path / "home"
     home.mkdir()
     tree = _kbuild_tree(home)
-    os.chown(home, _nobody(), -1)
+    os.chown(home, nobody_uid(), -1)
     with pytest.raises(BadInput, match=f"{home} belongs to uid"):
         bdrv.check_kernel_build(tree)
 
@@ -226,9 +217,9 @@ def test_the_cli_refuses_a_writable_kernel_tree_in_one_line(tmp_path: Path, caps
 def test_a_cache_under_a_folder_another_user_owns_is_refused(tmp_path: Path, monkeypatch) -> None:
     dev = tmp_path / "dev"
     dev.mkdir()
-    os.chown(dev, _nobody(), -1)
+    os.chown(dev, nobody_uid(), -1)
     monkeypatch.setenv("MEMQUAL_CACHE", str(dev / "cache"))
-    with pytest.raises(UntrustedDirectory, match=f"lies under {dev} belongs to uid {_nobody()}"):
+    with pytest.raises(UntrustedDirectory, match=f"lies under {dev} belongs to uid {nobody_uid()}"):
         cache_dir()
 
 
@@ -246,7 +237,7 @@ def test_a_cache_under_a_folder_others_may_write_is_refused(tmp_path: Path, monk
 def test_a_symlinked_cache_is_checked_along_its_targets_parents(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     (dev / "cache").mkdir(parents=True, mode=0o700)
-    os.chown(dev, _nobody(), -1)
+    os.chown(dev, nobody_uid(), -1)
     (tmp_path / "link").symlink_to(dev / "cache")
     with pytest.raises(UntrustedDirectory, match=f"{dev} belongs to uid"):
         trusted_dir(tmp_path / "link", "cache directory")
@@ -272,6 +263,6 @@ def test_a_sticky_folder_others_may_write_is_no_cache_itself(tmp_path: Path) -> 
 def test_a_state_dir_under_a_folder_another_user_owns_is_refused(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     (dev / "state").mkdir(parents=True)
-    os.chown(dev, _nobody(), -1)
+    os.chown(dev, nobody_uid(), -1)
     with pytest.raises(UntrustedDirectory, match=f"state directory .* lies under {dev} belongs to uid"):
         HostState(dev / "state", tmp_path / "ksm", tmp_path / "thp").check_dir()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import test_runjob
+from ksm_volatile_runs import ksm_records
 from rich.console import Console
 from test_runjob import _args, guest_kernel_args
 
@@ -203,3 +204,20 @@ def test_past_the_planned_looks_nothing_more_is_decided():
     a, b = _records(1.3, 6, 0.01, seed=4)
     assert tracker.alpha_at(4) == 0.0
     assert tracker.update(4, a, b) is False and tracker.metrics == {}
+
+
+def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
+    """KSM's cost between arms that dirtied 4x apart is not comparable: not a
+    decision, so it is not frozen and its scenario still needs blocks."""
+
+    def arm(rate: float, scale: float, seed: int) -> list:
+        records = ksm_records(4.4, n=8, seed=seed, dirty_passes_per_scan=rate, cost_scale=scale)
+        for r in records:
+            r.blocks = [1 + i for i in range(len(r.replicates or []))]
+        return records
+
+    tracker = until.Tracker(threshold=0.05, alpha=0.01)
+    tracker.update(8, arm(8.0, 1.0, 1), arm(32.0, 2.0, 2))
+    cost = [m for k, m in tracker.metrics.items() if "ksmd_cpu_ns_per_page [pages=4k, smart_scan=1]" in k]
+    assert cost and not cost[0].decided and cost[0].verdict.startswith("not comparable: dirtying rate A 8 vs B 32")
+    assert "ksm.volatile_scan" in tracker.undecided_scenarios()

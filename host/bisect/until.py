@@ -140,7 +140,8 @@ class Tracker:
             if progress.frozen is not None:
                 progress.history.append((look, True, progress.frozen))
                 continue
-            decided = m.verdict != comparison.UNDECIDED
+            # A metric whose regimes differ is not decided: a later look may find them matched.
+            decided = m.verdict not in (comparison.UNDECIDED, comparison.NOT_COMPARABLE)
             text = comparison.verdict_text(m)
             progress.history.append((look, decided, text))
             progress.blocks_needed = m.comparison.blocks_needed

@@ -6,4 +6,4 @@ guest/ and claims/ beside them as data); the links in this folder put them
 under ``memqual`` so that an installed memqual adds one name to
 site-packages, not generic ones like ``host`` that collide with other
 distributions'.  A checkout and an editable install import through the
-links; a wheel holds real copies (setup.py)."""
+links (src/ alone on sys.path); a wheel holds real copies (pyproject.toml)."""
