@@ -811,6 +811,9 @@ def _exit_status(outcomes: list[JobOutcome], console: Any) -> int:
 class DecisionTracker(Protocol):
     """What the run needs of host/bisect/until.py's Tracker."""
 
+    planned_looks: int
+
+    def alpha_at(self, look: int) -> float: ...
     def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool: ...
     def undecided_scenarios(self) -> set[str]: ...
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
@@ -1043,6 +1046,11 @@ def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, st
         names = set().union(*(run_state.scenario_tests.get(s, set()) for s in undecided)) if undecided else set()
         if not names:
             stopped = "no test left to run for the undecided scenarios: " + ", ".join(sorted(undecided))
+            break
+        if tracker.alpha_at(look + 1) <= 0:
+            # Every planned look's share of alpha is spent: another block
+            # could not decide anything.
+            stopped = f"the {tracker.planned_looks} planned looks are spent"
             break
         need = run_state.seconds_per_block(names) + JOB_START_S
         elapsed = time.monotonic() - started

@@ -75,12 +75,18 @@ class FakeTracker:
     """Decides ksm.merge after the first look and balloon.deflate after the
     third: the run must add blocks for the balloon test alone."""
 
+    planned_looks = 10
+    decided_at = 3
+
     def __init__(self) -> None:
         self.looks: list[tuple[int, int, int]] = []
 
+    def alpha_at(self, look):
+        return 0.001 if look <= self.planned_looks else 0.0
+
     def update(self, look, records_a, records_b):
         self.looks.append((look, len(records_a), len(records_b)))
-        return look >= 3
+        return look >= self.decided_at
 
     def undecided_scenarios(self):
         return {"balloon.deflate"}
@@ -119,6 +125,18 @@ def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake,
     assert deflate["blocks"] == [1, 2, 3, 4]
     merge = next(m for m in a["metrics"] if m["metric"] == "merged_fraction")
     assert merge["blocks"] == [1, 2]
+
+
+def test_no_block_is_added_once_every_planned_look_is_spent(tmp_path, fake, tracker):
+    """Past the last planned look no alpha is left: a block more could not
+    decide anything, so the run stops there, not when the budget ends."""
+    tracker.planned_looks, tracker.decided_at = 3, 99
+    fake.plan(tests=PLAN2)
+    status, out = _run(tmp_path, "--until-decided")
+    assert status == 0
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert summary["stopped"] == "the 3 planned looks are spent"
+    assert summary["blocks"] == 4 and [look for look, *_ in tracker.looks] == [1, 2, 3]
 
 
 def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
