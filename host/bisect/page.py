@@ -76,10 +76,18 @@ class Undecided:
     reason: str
 
 
+def settings_of(metric_key: str) -> str:
+    """The settings part of a metric's key ('scenario name [variant] {...}'):
+    a JSON object too long for a heading."""
+    _, brace, settings = metric_key.partition(" {")
+    return "{" + settings if brace else ""
+
+
 @dataclasses.dataclass(frozen=True)
 class BisectPage:
     metric: str  # as given on the command line, for the title
-    metric_key: str  # the metric found in the records, or as given
+    metric_key: str  # the metric found in the records (scenario, name, variant), or as given
+    metric_settings: str  # the settings its records were taken under, beside the heading
     kernels: int
     threshold: str  # as a percentage
     alpha: str  # a probe's, over all its looks
@@ -163,7 +171,8 @@ def bisect_page(state: dict[str, Any]) -> BisectPage:
     png = forest_plot(state)
     return BisectPage(
         metric=str(s["metric"]),
-        metric_key=str(state.get("metric_key") or s["metric"]),
+        metric_key=str(state.get("metric_key") or s["metric"]).partition(" {")[0],
+        metric_settings=settings_of(str(state.get("metric_key") or "")),
         kernels=len(s["kernels"]),
         threshold=f"{s['threshold']:.0%}",
         alpha=f"{s.get('alpha', 0.05):g}",
