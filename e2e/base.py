@@ -43,12 +43,12 @@ from typing import Any, TypeVar
 
 import avocado
 
-from memqual.host import profiles
-from memqual.host.environment import Environment
-from memqual.host.errors import CapabilityMissing, GuestError, Timeout
-from memqual.host.machine import Machine, MachineConfig
-from memqual.host.qemu import ENV_QEMU
-from memqual.host.record import Measurement, write
+from memqual.host.core import profiles
+from memqual.host.core.environment import Environment
+from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
+from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.qemu import ENV_QEMU
+from memqual.host.core.record import Measurement, write
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
 ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
@@ -80,8 +80,8 @@ class MeasurementLock:
 
     @staticmethod
     def _default_path() -> Path:
+        from memqual.host.core.paths import cache_dir
         from memqual.host.ksm.state import HostState, default_state_dir
-        from memqual.host.paths import cache_dir
 
         state = HostState(default_state_dir())
         try:
@@ -161,12 +161,12 @@ def under_pytest() -> bool:
 
 
 def profile() -> str:
-    """The run's profile (host/profiles.py): quick, full or ab."""
+    """The run's profile (host/core/profiles.py): quick, full or ab."""
     return profiles.current()
 
 
 def sizes() -> profiles.Sizes:
-    """The run's row of scenario sizes (host/profiles.py)."""
+    """The run's row of scenario sizes (host/core/profiles.py)."""
     return profiles.sizes()
 
 
@@ -207,7 +207,7 @@ class GuestTest(avocado.Test):
         self._restore_stale_host_state()
         self._take_arm()
 
-    # -- the arm of an interleaved A/B (host/blocks.py) ---------------------
+    # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------
     def _take_arm(self) -> None:
         """In an A/B run every test runs as variants, one per arm and
         block; the variant names its arm's kernel and QEMU.  The test's
@@ -229,7 +229,7 @@ class GuestTest(avocado.Test):
                 os.environ[name] = value
             else:
                 os.environ.pop(name, None)
-        # An arm's QEMU: every guest of this test (memqual.host.qemu reads
+        # An arm's QEMU: every guest of this test (memqual.host.core.qemu reads
         # the variable at each start), its records' environment and its
         # warm snapshot key follow it.  Empty: the QEMU the job inherited.
         qemu = str(self.params.get("qemu", default="") or "")
@@ -326,9 +326,9 @@ class GuestTest(avocado.Test):
         return path
 
     def environment(self) -> Environment:
-        """The host's environment (memqual.host.probe), with the accelerator of this
+        """The host's environment (memqual.host.core.probe), with the accelerator of this
         test's last guest and its image."""
-        from memqual.host import probe
+        from memqual.host.core import probe
 
         env = probe.environment()
         if self._machines:

@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 SSHD = Path("/usr/sbin/sshd")
 # A /16 of the private range, one /30 per host; an address already on

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from memqual.e2e.base import GuestTest, sizes
-from memqual.host import stats
 from memqual.host.balloon import (
     DEADLINE_S,
     PAGE,
@@ -47,15 +46,16 @@ from memqual.host.balloon import model as bm
 from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.timing import guest_stat
-from memqual.host.errors import BadInput
-from memqual.host.machine import BalloonDevice, Machine, MachineConfig
-from memqual.host.record import Measurement
+from memqual.host.core import stats
+from memqual.host.core.errors import BadInput
+from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.core.record import Measurement
 
 MIB = 1 << 20
 AGENT = "balloon_agent"
 MACHINE = "pc"
 MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
-# Main cycles per guest come from the profile's row (host/profiles.py).
+# Main cycles per guest come from the profile's row (host/core/profiles.py).
 # Quick: 2, with one smaller calibration size (the model needs two sizes),
 # about 35 s under TCG here against 57-75 s for 3: no claim's verdict reads
 # these records, and what CI must show (every cross-check, the guest's

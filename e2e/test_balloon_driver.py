@@ -27,8 +27,8 @@ from memqual.e2e.base import GuestTest, profile, sizes
 from memqual.host.balloon import BalloonController, BalloonMover
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
-from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.machine import BalloonDevice, MachineConfig
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.machine import BalloonDevice, MachineConfig
 from memqual.images import balloon_driver
 from memqual.images.balloon_driver import Variant
 

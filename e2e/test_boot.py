@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host.machine import MachineConfig
+from memqual.host.core.machine import MachineConfig
 
 CLOCK_WINDOW_S = 3  # host seconds between the clock-rate check's two readings
 UPTIME_STEP_S = 0.01  # /proc/uptime's resolution

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 HANGING_TEST = textwrap.dedent(
     '''\
@@ -33,7 +33,7 @@ HANGING_TEST = textwrap.dedent(
     import time
 
     from memqual.e2e.base import GuestTest, measures_nothing
-    from memqual.host.machine import MachineConfig
+    from memqual.host.core.machine import MachineConfig
 
 
     class Hang(GuestTest):
@@ -84,7 +84,7 @@ GUEST_HOLDING_KSM = textwrap.dedent(
 
     from memqual.e2e.base import GuestTest, measures_nothing
     from memqual.host.ksm import KsmController
-    from memqual.host.machine import MachineConfig
+    from memqual.host.core.machine import MachineConfig
 
 
     class GuestKsm(GuestTest):
@@ -324,7 +324,7 @@ class Cleanup(GuestTest):
 
         It measures nothing: its nested test changes knobs with ksmd's run
         left as it was, and this test only reads them back."""
-        from memqual.host.errors import CapabilityMissing
+        from memqual.host.core.errors import CapabilityMissing
         from memqual.host.ksm import KSM_ROOT, HostState, Sysfs, check_capability, restore_stale
 
         try:
@@ -384,7 +384,7 @@ class Cleanup(GuestTest):
         """
         :avocado: tags=ksm
         """
-        from memqual.host.errors import CapabilityMissing
+        from memqual.host.core.errors import CapabilityMissing
         from memqual.host.ksm import KSM_ROOT, Sysfs, check_capability
 
         try:
@@ -459,7 +459,7 @@ class GuestIsolation(GuestTest):
     def test_guest_cannot_reach_a_host_loopback_port(self) -> None:
         import socket
 
-        from memqual.host.machine import MachineConfig
+        from memqual.host.core.machine import MachineConfig
 
         # No thread accepts: the kernel completes the handshake of any
         # connection into the listen backlog by itself, and a non-blocking

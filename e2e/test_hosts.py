@@ -33,7 +33,7 @@ import avocado
 
 from memqual.e2e.base import MeasurementLock, skip
 from memqual.e2e.lab import SSHD, NamespaceLab, alive, remove_stale_labs
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 MEMQUAL = Path(sys.executable).parent / "memqual"
 # Generous: on a shared machine the tasks queue for the measurement lock

@@ -34,17 +34,18 @@ import time
 from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest, sizes
-from memqual.host import claims, stats
-from memqual.host.environment import KSM_ROOT, THP_ROOT
-from memqual.host.errors import CapabilityMissing
+from memqual.host.core import stats
+from memqual.host.core.environment import KSM_ROOT, THP_ROOT
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
 from memqual.host.ksm import KsmController, volatile
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
 from memqual.host.ksm.scancost import alternate_smart_scan, replicate_first, replicate_ratios, samples
 from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
 from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
-from memqual.host.machine import Machine, MachineConfig
-from memqual.host.record import Measurement
 
 GUEST_MIB = 1024
 MERGE_MIB = 256  # scenario 1, 2: 65536 pages
@@ -80,7 +81,7 @@ VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN,
 # s.  The order alternates between guests (0 1, 1 0, 1 0, 0 1); with 2
 # windows also inside each.
 # Guests (replicates per variant) and windows per variant per guest: the
-# profile's row (host/profiles.py), read when a scenario runs.
+# profile's row (host/core/profiles.py), read when a scenario runs.
 SCANS_PER_WINDOW = 9
 WARMUP_SCANS = 3  # after each switch of smart_scan
 # Settle each fresh guest: smart scan skips a page first after 3 looks and
@@ -456,7 +457,7 @@ class KsmTest(GuestTest):
         )
         limit = volatile.skip_limit(os.uname().release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
-        # One rule with the report: the verdict memqual.host.claims gives these records.
+        # One rule with the report: the verdict memqual.host.judge.claims gives these records.
         verdict = claims.judge_claim(CLAIM[pages], records)
         for record in records:
             if record.metric == CLAIM_METRIC:

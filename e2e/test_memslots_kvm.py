@@ -15,7 +15,7 @@ import time
 from avocado import Test
 
 from memqual.e2e.base import GuestTest, MeasurementLock, sizes, skip
-from memqual.host import kvm as K
+from memqual.host.core import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 
@@ -253,7 +253,7 @@ class MemslotsLookupKinds(GuestTest):
     under KVM (claim memslot-priorities): the host's kvm_mmio and
     kvm_page_fault trace events, classified by the guest's own memslots,
     over three fresh guests.  Skipped where a Linux guest does not boot
-    under KVM (host/probe.py kvm_boots_linux), with the probe's reason.
+    under KVM (host/core/probe.py kvm_boots_linux), with the probe's reason.
 
     :avocado: enable
     :avocado: tags=memslots,kvm
@@ -263,11 +263,11 @@ class MemslotsLookupKinds(GuestTest):
     WORKLOAD_S = 20.0
 
     def test_lookup_kinds_under_a_workload(self) -> None:
-        from memqual.host import probe
-        from memqual.host.errors import CapabilityMissing
+        from memqual.host.core import probe
+        from memqual.host.core.errors import CapabilityMissing
+        from memqual.host.core.qemu import MachineConfig
         from memqual.host.memslots import lookup_kinds as LK
         from memqual.host.memslots import qemu_layout as Q
-        from memqual.host.qemu import MachineConfig
 
         boots, detail = probe.kvm_boots_linux()
         self.require(boots, f"a Linux guest does not boot under KVM here: {detail}")

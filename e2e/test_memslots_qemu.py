@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import qemu_layout as Q
 from memqual.host.memslots import qemu_probe as P

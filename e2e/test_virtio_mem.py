@@ -20,15 +20,15 @@ import time
 from typing import Any
 
 from memqual.e2e.base import GuestTest, sizes
-from memqual.host import qemu_binary
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib, wait_rss
-from memqual.host.machine import Machine, MachineConfig
+from memqual.host.core import qemu_binary
+from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.qemu import qemu_version
+from memqual.host.core.record import Measurement
 from memqual.host.memslots.model import model_table
 from memqual.host.memslots.qemu_layout import layout_from_flatview, parse_flatview
-from memqual.host.qemu import qemu_version
-from memqual.host.record import Measurement
 
 MIB = 1 << 20
 BASE_MIB = 512
@@ -56,7 +56,7 @@ RSS_RETURNED = 0.8
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The scenario's sizes by the profile's row (host/profiles.py)."""
+    """The scenario's sizes by the profile's row (host/core/profiles.py)."""
 
     # Quick: one size, two cycles (a guest's cycles are samples of one
     # replicate); full: 1 GiB and 3/4 of the guest, five cycles.

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host import snapshot
-from memqual.host.machine import Machine, MachineConfig
+from memqual.host.core import snapshot
+from memqual.host.core.machine import Machine, MachineConfig
 
 MIB = 1 << 20
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from memqual.host.flatview import FlatRange, parse_flatview
+from memqual.host.core.flatview import FlatRange, parse_flatview
 
 MIB = 1 << 20
 DEVICE = "virtio-mem-pci"

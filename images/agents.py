@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.paths import cache_dir, shipped, write_private_atomic
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.paths import cache_dir, shipped, write_private_atomic
 
 log = logging.getLogger("memqual.agents")
 

@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.host.paths import cache_dir, shipped, weak_spot
+from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.paths import cache_dir, shipped, weak_spot
 from memqual.images import packages
 from memqual.images.kernel import check_release
 

@@ -23,10 +23,10 @@ import tempfile
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from memqual.host import leftovers
-from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.host.locks import file_lock
-from memqual.host.paths import cache_dir, shipped, write_private_atomic
+from memqual.host.core import leftovers
+from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.locks import file_lock
+from memqual.host.core.paths import cache_dir, shipped, write_private_atomic
 from memqual.images import keys, modules, packages
 from memqual.images.cpio import CpioWriter, add_tree
 from memqual.images.kernel import check_release, extract_vmlinux, read_release

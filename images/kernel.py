@@ -18,7 +18,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 
 ELF_MAGIC = b"\x7fELF"
 XEN_ELFNOTE_PHYS32_ENTRY = 18  # the PVH entry point note

@@ -20,8 +20,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from memqual.host.errors import CapabilityMissing, GuestError
-from memqual.host.paths import write_private_atomic
+from memqual.host.core.errors import CapabilityMissing, GuestError
+from memqual.host.core.paths import write_private_atomic
 from memqual.images.cpio import CpioWriter
 
 HOST_KEY = "dropbear_ed25519_host_key"

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.images.kernel import check_release
 
 # What the guest loads: the network and balloon drivers on both virtio

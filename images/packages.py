@@ -25,10 +25,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from memqual.host import leftovers
-from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.locks import file_lock
-from memqual.host.paths import write_private_atomic
+from memqual.host.core import leftovers
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.locks import file_lock
+from memqual.host.core.paths import write_private_atomic
 
 
 def _run(argv: list[str], cwd: Path | None = None) -> str:

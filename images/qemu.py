@@ -29,8 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from memqual.host.errors import BadInput
-from memqual.host.paths import trusted_dir, write_private_atomic
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import trusted_dir, write_private_atomic
 from memqual.images import packages
 
 BINARY = "qemu-system-x86_64"

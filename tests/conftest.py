@@ -9,7 +9,7 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from memqual.host import kvm as K
+from memqual.host.core import kvm as K
 from memqual.images.build import KernelSource
 
 
@@ -34,7 +34,7 @@ def snapshot_cache(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path
     """A cache for warm-start snapshots, with warm starts left to their
     default and one fixed QEMU version (it is part of a snapshot's key)."""
     monkeypatch.delenv("MEMQUAL_WARM", raising=False)
-    monkeypatch.setattr("memqual.host.qemu.qemu_version", lambda binary=None: "7.2.22")
+    monkeypatch.setattr("memqual.host.core.qemu.qemu_version", lambda binary=None: "7.2.22")
     return memqual_cache
 
 

@@ -1,6 +1,6 @@
 """The unit tests' stand-ins for a guest, its shell, its image and its QEMU
 monitor, in one place.  Each fake satisfies the Protocol of the host code
-it stands for (host/shell.py's Shell and Background, the QmpMachine of
+it stands for (host/core/shell.py's Shell and Background, the QmpMachine of
 host/balloon/device.py and host/virtio_mem.py); mypy checks that at the
 end of this file.  What a fake says is scripted by the test that uses it;
 nothing here starts a process or opens a socket."""
@@ -15,9 +15,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.errors import GuestError
-from memqual.host.qemu import MachineConfig
-from memqual.host.ssh import CommandResult
+from memqual.host.core.errors import GuestError
+from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.ssh import CommandResult
 
 MIB = 1 << 20
 
@@ -241,7 +241,7 @@ class BalloonQmp(FakeQmp):
 
 
 class FakeMachine(FakeQmp):
-    """What the warm start (host/snapshot.py) uses of a Machine, scripted:
+    """What the warm start (host/core/snapshot.py) uses of a Machine, scripted:
     QMP's stop/cont/migrate/query-migrate/query-status, the steps of a
     start, and ``calls`` listing commands and steps in order."""
 
@@ -313,8 +313,9 @@ class FakeMachine(FakeQmp):
 
 if TYPE_CHECKING:
     # mypy: each fake is what it stands for.
-    from memqual.host import shell, virtio_mem
+    from memqual.host import virtio_mem
     from memqual.host.balloon import device as balloon_device
+    from memqual.host.core import shell
 
     _shell: shell.Shell = FakeShell(FakeBackground([]))
     _background: shell.Background = FakeBackground([])

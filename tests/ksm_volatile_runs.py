@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from memqual.host import profiles
+from memqual.host.core import profiles
+from memqual.host.core.record import Measurement
 from memqual.host.ksm import volatile
 from memqual.host.ksm.scancost import AbRun, ScanWindow
-from memqual.host.record import Measurement
 
 KERNEL_LIMIT = volatile.SkipLimit(8, "skip_age() of a synthetic mm/ksm.c")
 PAGES_PER_SCAN = 88_000  # what a scan covered here: the agent's 65,536 and the guest's other pages

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memqual.host import claims
-from memqual.host.record import Measurement
-from memqual.host.results import build_results, write_results
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
+from memqual.host.judge.results import build_results, write_results
 
 
 def inflate_record(replicates: list[list[float]]) -> Measurement:

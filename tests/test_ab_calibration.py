@@ -1,6 +1,6 @@
 """The A/B decisions' error rates, measured on synthetic truth through the
-real decision code (memqual.host.stats.ratio_test and
-memqual.host.comparison.decide, what compare_results runs per metric;
+real decision code (memqual.host.core.stats.ratio_test and
+memqual.host.judge.comparison.decide, what compare_results runs per metric;
 one trial also goes through compare_results whole to check it decides
 the same).  Fixed seeds, bounded trials; the figures are in
 docs/ab-calibration.md."""
@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host import comparison, stats
-from memqual.host.bisect import until
+from memqual.host.core import stats
+from memqual.host.judge import comparison
+from memqual.host.run.bisect import until
 
 PRIMARIES, OTHERS = 12, 112
 ALPHA, THRESHOLD = 0.01, 0.05

@@ -245,13 +245,13 @@ def test_the_import_contracts_hold() -> None:
     ("importer", "imported", "broken"),
     [
         # the probe reaching a subject: every subject reaches that one through the machine
-        ("memqual.host.probe", "memqual.host.ksm.sysfs", {"host-layers", "subjects-independent"}),
-        ("memqual.host.snapshot", "memqual.host.machine", {"host-layers"}),
-        ("memqual.host.results", "memqual.host.runjob", {"host-layers"}),
+        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-layers", "subjects-independent"}),
+        ("memqual.host.core.snapshot", "memqual.host.core.machine", {"host-layers"}),
+        ("memqual.host.judge.results", "memqual.host.run.job", {"host-layers"}),
         ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"subjects-independent"}),
-        ("memqual.images.build", "memqual.host.machine", {"images-beside-core"}),
-        ("memqual.host.paths", "memqual.images.build", {"host-base-below-images"}),
-        ("memqual.host.report", "memqual.host.balloon.plot", {"reports-import-no-subject"}),
+        ("memqual.images.build", "memqual.host.core.machine", {"images-beside-core"}),
+        ("memqual.host.core.paths", "memqual.images.build", {"host-base-below-images"}),
+        ("memqual.host.report.report", "memqual.host.balloon.plot", {"reports-import-no-subject"}),
     ],
 )
 def test_an_import_against_a_contract_breaks_it(importer: str, imported: str, broken: set[str]) -> None:
@@ -270,7 +270,9 @@ def test_the_contracts_name_every_module() -> None:
     host |= {p.parent.name for p in (ROOT / "host").glob("*/__init__.py")}
     options = _contract_options("images-beside-core")
     assert set(options["source_modules"]) == {f"memqual.images.{m}" for m in images - {"cli"}}
-    assert set(options["forbidden_modules"]) == {"memqual.images.cli"} | {f"memqual.host.{m}" for m in host - HOST_BASE}
+    assert set(options["forbidden_modules"]) == {"memqual.host.cli.image"} | {
+        f"memqual.host.{m}" for m in host - HOST_BASE
+    }
     assert set(_contract_options("host-base-below-images")["source_modules"]) == {
         f"memqual.host.{m}" for m in HOST_BASE
     }
@@ -281,7 +283,7 @@ def test_the_contracts_name_every_module() -> None:
 # --- the rules ----------------------------------------------------------------------
 def test_no_import_cycle_among_host_and_images_modules() -> None:
     modules = project_modules()
-    assert "memqual.host.machine" in modules and "memqual.images.build" in modules
+    assert "memqual.host.core.machine" in modules and "memqual.images.build" in modules
     unexpected = [
         sorted(c) for c in cycles(import_graph(modules)) if not any(c <= allowed for allowed in ALLOWED_CYCLES)
     ]
@@ -294,7 +296,7 @@ def test_nothing_reaches_into_a_machine() -> None:
     reached = sorted(
         f"{name}:{node.lineno} {node.value.id}.{node.attr}"
         for name, path in project_modules().items()
-        if name != "memqual.host.machine"
+        if name != "memqual.host.core.machine"
         for node in ast.walk(_parse(path))
         if isinstance(node, ast.Attribute)
         and isinstance(node.value, ast.Name)

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import jobevents, runjob
-from memqual.host.errors import BadInput
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.run import job as runjob
+from memqual.host.run import jobevents
 
 JOB = "tests/data/events_job.py"
 # The events and Avocado's console of one real `memqual run --only boot`
@@ -137,7 +138,7 @@ def test_a_recorded_job_gives_the_lines_its_console_gave() -> None:
 
 
 def test_without_the_option_the_plugin_does_nothing() -> None:
-    from memqual.host.avocado_events import TEST_LOGGER, EventsFile
+    from memqual.host.run.avocado_events import TEST_LOGGER, EventsFile
 
     plugin = EventsFile({})
     before = list(logging.getLogger(TEST_LOGGER).handlers)

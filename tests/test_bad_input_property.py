@@ -29,8 +29,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memqual.host import bench_boot, cli, testsummary
-from memqual.host.memslots import bench as memslots_bench
+from memqual.host.cli import bench_boot, testsummary
+from memqual.host.cli import memslots_bench as memslots_bench
+from memqual.host.cli.main import main as cli
 
 # A value that went through should end the command long before this; one
 # that would start real work (a boot, a measurement) is stopped here.
@@ -280,21 +281,21 @@ SLOTS: list[Slot] = [
     Slot("hosts probe", lambda v: ["hosts", "probe", v], files),
     Slot("run --hosts", lambda v: ["run", "--tests", D(), "--hosts", v], files),
     # python -m tools
-    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.host.bench_boot"),
-    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.host.bench_boot"),
-    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.host.bench_boot"),
-    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.host.bench_boot"),
-    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "memqual.host.memslots.bench"),
-    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "memqual.host.memslots.bench"),
-    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "memqual.host.memslots.bench"),
-    Slot("testsummary JUNIT", lambda v: [v, D()], reports, "memqual.host.testsummary"),
+    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.host.cli.bench_boot"),
+    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.host.cli.bench_boot"),
+    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.host.cli.bench_boot"),
+    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.host.cli.bench_boot"),
+    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "memqual.host.cli.memslots_bench"),
+    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "memqual.host.cli.memslots_bench"),
+    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "memqual.host.cli.memslots_bench"),
+    Slot("testsummary JUNIT", lambda v: [v, D()], reports, "memqual.host.cli.testsummary"),
     Slot(
         "testsummary AVOCADO",
         lambda v: [str(fx().junit), v],
         lambda f: [str(f.not_json), str(f.not_utf8), "/dev/null"],
-        "memqual.host.testsummary",
+        "memqual.host.cli.testsummary",
     ),
-    Slot("testsummary STATUSES", lambda v: [str(fx().junit), D(), v], reports, "memqual.host.testsummary"),
+    Slot("testsummary STATUSES", lambda v: [str(fx().junit), D(), v], reports, "memqual.host.cli.testsummary"),
 ]
 
 # Where a slot's value goes into the environment instead of argv.
@@ -306,9 +307,9 @@ ENV_SLOTS = {
 
 TOOLS: dict[str, Callable[[list[str]], int]] = {
     "memqual": cli.main,
-    "memqual.host.bench_boot": bench_boot.main,
-    "memqual.host.memslots.bench": memslots_bench.main,
-    "memqual.host.testsummary": testsummary.main,
+    "memqual.host.cli.bench_boot": bench_boot.main,
+    "memqual.host.cli.memslots_bench": memslots_bench.main,
+    "memqual.host.cli.testsummary": testsummary.main,
 }
 
 

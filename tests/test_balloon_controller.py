@@ -11,9 +11,9 @@ import pytest
 from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
 
 from memqual.host import balloon as hb
-from memqual.host.balloon import cli as balloon_cli
-from memqual.host.cli import SUBCOMMAND_MODULES
-from memqual.host.errors import BadInput, GuestError, MemqualError, Timeout
+from memqual.host.cli import balloon as balloon_cli
+from memqual.host.cli.main import SUBCOMMAND_MODULES
+from memqual.host.core.errors import BadInput, GuestError, MemqualError, Timeout
 
 MIB = 1 << 20
 RAM = 1024 * MIB
@@ -186,7 +186,7 @@ def test_parse_agent_line():
 
 def run_cli(argv: list[str]) -> int:
     """Our subcommand through a parser of its own (the other subjects'
-    modules need not exist for this test), with memqual.host.cli's error handling."""
+    modules need not exist for this test), with memqual.host.cli.main's error handling."""
     parser = argparse.ArgumentParser(prog="memqual")
     balloon_cli.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
@@ -197,7 +197,7 @@ def run_cli(argv: list[str]) -> int:
 
 
 def test_cli_model(capsys):
-    assert "memqual.host.balloon.cli" in SUBCOMMAND_MODULES
+    assert "memqual.host.cli.balloon" in SUBCOMMAND_MODULES
     assert run_cli(["balloon", "model", "--per-page-us", "4"]) == 0
     out = capsys.readouterr().out
     assert "2031" in out and "1237" in out and "15360 requests" in out
@@ -274,7 +274,7 @@ def test_agent_stat_parsing():
 
 def test_cli_model_from_a_record(tmp_path, capsys):
     from memqual.host.balloon import model as bm
-    from memqual.host.record import Measurement, write
+    from memqual.host.core.record import Measurement, write
 
     cal = bm.calibrate([bm.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)])
     path = write(

@@ -10,12 +10,12 @@ import re
 
 import pytest
 
-from memqual.host import claims
 from memqual.host.balloon import driver as bd
 from memqual.host.balloon import measure as bmeas
 from memqual.host.balloon import request_size as rs
-from memqual.host.errors import BadInput, GuestError
-from memqual.host.record import Measurement
+from memqual.host.core.errors import BadInput, GuestError
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
 from memqual.images import balloon_driver as build
 
 

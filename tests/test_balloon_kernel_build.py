@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import cli, runjob
-from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.cli.main import main as cli
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.run import job as runjob
 from memqual.images import balloon_driver as bdrv
 
 

@@ -10,7 +10,7 @@ from rich.console import Console
 from test_balloon_controller import run_cli  # the balloon subcommand through its own parser
 
 from memqual.host.balloon import measure as bmeas
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 
 MIB = 1 << 20
 
@@ -102,7 +102,7 @@ def test_the_guest_clock_is_read_from_the_clocksource_and_timer_list() -> None:
 
 def test_a_timer_list_without_a_resolution_is_an_error() -> None:
     from memqual.host.balloon.agent import GuestClock
-    from memqual.host.errors import GuestError
+    from memqual.host.core.errors import GuestError
 
     with pytest.raises(GuestError, match="resolution"):
         GuestClock.parse("tsc\n", "Timer List Version: v0.9\n")

@@ -10,10 +10,10 @@ import pytest
 from markupsafe import Markup
 from test_balloon_controller import run_cli
 
-from memqual.host import report
 from memqual.host.balloon import plot
-from memqual.host.record import Measurement, write
-from memqual.host.results import build_results, metrics_of
+from memqual.host.core.record import Measurement, write
+from memqual.host.judge.results import build_results, metrics_of
+from memqual.host.report import report
 
 SETTINGS = {"guest_mib": 1024, "target_mib": 256, "machine": "pc", "profile": "full"}
 SIZES = {"256 pfns": 256, "1024 pfns": 1024, "1/16 guest": 16384, "whole guest": 262144}
@@ -106,7 +106,7 @@ def test_curve_command_writes_the_png_and_refuses_what_holds_no_curve(tmp_path, 
 
 def test_the_balloon_registers_its_report_section():
     """report.html gets a subject's section from the memqual.report_sections
-    entry points (pyproject.toml); host/report.py imports no subject."""
+    entry points (pyproject.toml); host/report/report.py imports no subject."""
     assert list(report.registered_sections()) == [("balloon", plot.section)]
     assert report.subject_sections([]) == (Markup(""),)
 

@@ -13,9 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import blocks, cli, comparison, record
-from memqual.host.bisect import decide, run, series
-from memqual.host.errors import BadInput
+from memqual.host.cli.main import main as cli
+from memqual.host.core import record
+from memqual.host.core.errors import BadInput
+from memqual.host.judge import comparison
+from memqual.host.run import blocks
+from memqual.host.run.bisect import decide, run, series
 
 # ------------------------------------------------------------ decisions and search
 
@@ -288,7 +291,7 @@ def test_a_hostile_kernel_metric_and_reason_are_escaped_once_on_the_page(tmp_pat
     come from a hand-edited bisect.json: shown as text, escaped once."""
     from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
-    from memqual.host.bisect import page
+    from memqual.host.run.bisect import page
 
     b = _bisect(tmp_path, 6, FakeRunner(step=3))
     b.run()
@@ -391,7 +394,7 @@ def test_a_metric_that_names_two_is_bad_input():
 
 
 def _main(argv: list[str]) -> int:
-    """memqual.host.cli.main; a usage error exits through argparse (status 2)."""
+    """memqual.host.cli.main.main; a usage error exits through argparse (status 2)."""
     try:
         return cli.main(argv)
     except SystemExit as exc:
@@ -578,8 +581,8 @@ def test_settings_words_pick_one_of_two_tests_metrics():
 
 
 def test_one_test_reference_reaches_avocado_without_a_trailing_slash():
-    from memqual.host import runjob
-    from memqual.host.paths import REPO_ROOT
+    from memqual.host.core.paths import REPO_ROOT
+    from memqual.host.run import job as runjob
 
     ref = REPO_ROOT / "e2e" / "test_balloon.py:BalloonTiming.test_inflate_deflate_1g"
     argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=ref), Path("r"))
@@ -608,7 +611,7 @@ def test_resume_with_other_kernels_is_bad_input(tmp_path, capsys):
 
 
 def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys):
-    import memqual.host.bisect as bisect_cli
+    import memqual.host.run.bisect as bisect_cli
 
     runner = FakeRunner(step=3, round_s=300.0)
     b = _bisect(tmp_path, 6, runner, budget_min=8.0)

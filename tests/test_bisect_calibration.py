@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memqual.host import blocks, record
-from memqual.host.bisect import decide, run, series
+from memqual.host.core import record
+from memqual.host.run import blocks
+from memqual.host.run.bisect import decide, run, series
 
 KERNELS = 8
 SPREAD = 0.03 / math.sqrt(2)  # each replicate's log-normal spread, either arm: B/A of a block spreads 3 %

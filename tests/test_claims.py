@@ -19,11 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memqual.host import claims, stats
-from memqual.host.errors import BadInput
+from memqual.host.core import stats
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import qemu_layout as Q
-from memqual.host.record import Measurement
 
 RNG_SEED = 42
 

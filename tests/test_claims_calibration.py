@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from memqual.host import claims, profiles
-from memqual.host.record import Measurement
+from memqual.host.core import profiles
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
 
 NOMINAL = 0.025
 SEED = 20110223

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from ksm_volatile_runs import ksm_records
 
-from memqual.host import claims, profiles
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import DirectionTiming
+from memqual.host.core import profiles
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
 from memqual.host.ksm import volatile
-from memqual.host.record import Measurement
 
 
 def _verdict(cid: str, records: list[Measurement]) -> claims.Verdict:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 MODEL = ["memslots", "model", "--layout", "seed-3", "--workload", "miss"]
 
@@ -20,7 +20,7 @@ def _memqual_into_a_closed_pipe(*argv: str) -> subprocess.CompletedProcess[bytes
     os.close(read_end)  # the reader has gone before memqual writes a byte
     try:
         return subprocess.run(
-            [sys.executable, "-m", "memqual.host.cli", *argv],
+            [sys.executable, "-m", "memqual.host.cli.main", *argv],
             stdout=write_end,
             stderr=subprocess.PIPE,
             cwd=REPO_ROOT,
@@ -46,7 +46,7 @@ def test_help_into_a_closed_stdout_is_quiet_too():
 
 def test_a_reader_that_reads_a_line_and_closes_gets_it_and_memqual_ends_quietly():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memqual.host.cli", *MODEL],
+        [sys.executable, "-m", "memqual.host.cli.main", *MODEL],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         cwd=REPO_ROOT,

@@ -18,8 +18,8 @@ import fake_kernel
 import fake_qemu
 import pytest
 
-from memqual.host import cli
-from memqual.host.paths import REPO_ROOT
+from memqual.host.cli.main import main as cli
+from memqual.host.core.paths import REPO_ROOT
 from memqual.images import build as build_module
 
 WRAPPER = r"""
@@ -63,7 +63,7 @@ def memqual(args: list[str], env: dict[str, str]) -> dict:
     full_env = {**os.environ, **env}
     full_env.pop("MEMQUAL_DEBUG", None)
     out = subprocess.run(
-        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "memqual.host.cli", *args],
+        [sys.executable, "-c", WRAPPER, sys.executable, "-m", "memqual.host.cli.main", *args],
         cwd=REPO_ROOT,
         env=full_env,
         capture_output=True,

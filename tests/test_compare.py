@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from results_files import inflate_record, write_results_file
 
-from memqual.host import compare, record, stats
-from memqual.host.errors import BadInput
-from memqual.host.record import Measurement
+from memqual.host.cli import compare
+from memqual.host.core import record, stats
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
 
 
 def _units(
@@ -27,7 +28,7 @@ def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1, r
     rng = np.random.default_rng(seed)
     return [
         Measurement(
-            # A scan speed with no regime to match (host/regime.py): the
+            # A scan speed with no regime to match (host/judge/regime.py): the
             # volatile scan's own comparison is tests/test_compare_regime.py's.
             scenario="synthetic.scan_speed",
             metric="pages_per_s",
@@ -487,9 +488,9 @@ def test_blocks_on_both_sides_pair_the_replicates_and_drift_cancels(tmp_path, ca
 def test_a_hostile_metric_and_run_name_are_escaped_once_on_the_page(tmp_path):
     from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
-    from memqual.host.compare_report import render_comparison_html
-    from memqual.host.comparison import compare_results
-    from memqual.host.results import load_results
+    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.results import load_results
+    from memqual.host.report.compare_report import render_comparison_html
 
     def named(recs: list[Measurement]) -> list[Measurement]:
         return [dataclasses.replace(r, metric=HOSTILE, settings={"s": HOSTILE}) for r in recs]

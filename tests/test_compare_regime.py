@@ -1,5 +1,5 @@
 """KSM's volatile scan compares only between runs whose dirtying rates
-match (host/regime.py): ``memqual compare`` and ``memqual history`` on
+match (host/judge/regime.py): ``memqual compare`` and ``memqual history`` on
 records made by the scenario's own builder (tests/ksm_volatile_runs.py)."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import pytest
 from ksm_volatile_runs import DIRTY_PASSES_PER_SCAN, ksm_records
 from results_files import write_results_file
 
-from memqual.host import compare, comparison, history, regime
-from memqual.host.record import Measurement
+from memqual.host.cli import compare
+from memqual.host.core.record import Measurement
+from memqual.host.judge import comparison, history, regime
 
 COST = "ksmd_cpu_ns_per_page"
 RATE = "dirty_passes_per_scan"
@@ -207,7 +208,7 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
     if not decided:
         assert cost.regime.reason() in captured.err and cost.regime.reason() in page.read_text()
         # Greyed on the page, and counted in its group's line.
-        from memqual.host.html import GREY
+        from memqual.host.report.html import GREY
 
         refused = sum(1 for s in group.series if s.verdict == comparison.NOT_COMPARABLE)
         assert f"<b style='color:{GREY}'>{cost.regime.reason()}</b>" in page.read_text()
@@ -222,8 +223,9 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
 
     from hostile import HOSTILE, assert_escaped_once
 
-    from memqual.host import compare_report, pages
-    from memqual.host.html import GREY, VERDICT_COLOURS
+    from memqual.host.core import pages
+    from memqual.host.report import compare_report
+    from memqual.host.report.html import GREY, VERDICT_COLOURS
 
     a = json.loads(
         Path(_file(tmp_path, "a", ksm_records(4.4, n=GUESTS, seed=1, dirty_passes_per_scan=8.0))).read_text()

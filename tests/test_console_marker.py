@@ -1,9 +1,9 @@
-"""memqual.host.console.ConsoleMarker: how a cold boot learns the guest is ready
+"""memqual.host.core.console.ConsoleMarker: how a cold boot learns the guest is ready
 (guest/rc.sh prints "memqual-ready" on the console once dropbear runs)."""
 
 from __future__ import annotations
 
-from memqual.host.console import ConsoleMarker
+from memqual.host.core.console import ConsoleMarker
 
 
 def test_console_marker_sees_a_marker_split_across_reads(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.images import packages
 
 PKGNAMES = """linux-image-amd64

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 E2E = REPO_ROOT / "e2e"
 AVOCADO = Path(sys.executable).with_name("avocado")

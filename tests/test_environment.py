@@ -1,4 +1,4 @@
-"""memqual.host.environment: one fingerprint of host and guest, filled by the
+"""memqual.host.core.environment: one fingerprint of host and guest, filled by the
 probe, written by every record under the same keys, read back by the
 report."""
 
@@ -13,10 +13,10 @@ from typing import cast
 import fake_qemu
 import pytest
 
-from memqual.host import probe
-from memqual.host.environment import FINGERPRINT_KEYS, Environment
-from memqual.host.record import Measurement
-from memqual.host.results import environment_fingerprint
+from memqual.host.core import probe
+from memqual.host.core.environment import FINGERPRINT_KEYS, Environment
+from memqual.host.core.record import Measurement
+from memqual.host.judge.results import environment_fingerprint
 
 
 def test_to_json_has_only_known_keys_and_round_trips() -> None:

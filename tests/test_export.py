@@ -14,7 +14,9 @@ from kcidb_io import schema
 from rich.console import Console
 from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
-from memqual.host import cli, export, runjob
+from memqual.host.cli.main import main as cli
+from memqual.host.report import export
+from memqual.host.run import job as runjob
 
 
 @pytest.fixture()

@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memqual.host import cli, history
-from memqual.host.results import SCHEMA, memqual_version
+from memqual.host.cli.main import main as cli
+from memqual.host.judge import history
+from memqual.host.judge.results import SCHEMA, memqual_version
 
 
 def _series(levels: list[float], reps: int = 3, noise: float = 0.01, seed: int = 1) -> list[list[list[float]]]:

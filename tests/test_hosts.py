@@ -1,5 +1,5 @@
 """The hosts file, the fleet page's majority marking and the fault
-bookkeeping of ``memqual run --hosts`` (host/hosts/), without a network."""
+bookkeeping of ``memqual run --hosts`` (host/run/hosts/), without a network."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.cli import main
-from memqual.host.errors import BadInput
-from memqual.host.hosts import config, fleet, page, probe, ssh
-from memqual.host.hosts.spawner import (
+from memqual.host.cli.main import main
+from memqual.host.core.errors import BadInput
+from memqual.host.run.hosts import config, fleet, page, probe, ssh
+from memqual.host.run.hosts.spawner import (
     INTERRUPTED,
     NOT_RUN,
     RAN,
@@ -22,7 +22,7 @@ from memqual.host.hosts.spawner import (
     read_place,
     write_place,
 )
-from memqual.host.runjob import JobOutcome, collect_records
+from memqual.host.run.job import JobOutcome, collect_records
 
 
 @pytest.fixture
@@ -280,8 +280,8 @@ def test_an_unreachable_host_is_left_out_and_the_run_says_so(tmp_path, keys, mon
     hosts = write_hosts(
         tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
     )
-    from memqual.host.hosts import check
-    from memqual.host.runjob import RunConfig
+    from memqual.host.run.hosts import check
+    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, "unreachable: No route to host"))
     called = []
@@ -354,8 +354,8 @@ def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(t
     hosts = write_hosts(
         tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
     )
-    from memqual.host.hosts import check
-    from memqual.host.runjob import RunConfig
+    from memqual.host.run.hosts import check
+    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
     monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
@@ -427,7 +427,7 @@ def _tar(path: Path, members: list[tuple[str, str, str]]) -> Path:
 
 def _fetch_from(tmp_path: Path, monkeypatch, members) -> tuple[str, Path]:
     """fetch_data with the host's side played by ``cat`` of a tar file."""
-    from memqual.host.hosts import spawner
+    from memqual.host.run.hosts import spawner
 
     stream = _tar(tmp_path / "stream.tar", members)
     monkeypatch.setattr(spawner.ssh, "command", lambda host, argv: ["cat", str(stream)])
@@ -504,8 +504,8 @@ def test_a_truncated_record_still_gives_the_fleet_page_and_says_so(tmp_path, key
             for n in ("a", "b")
         ),
     )
-    from memqual.host.hosts import check
-    from memqual.host.runjob import RunConfig
+    from memqual.host.run.hosts import check
+    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
     monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
@@ -548,7 +548,7 @@ def test_a_task_posts_its_status_to_its_hosts_end_of_the_channel():
 
 
 def fleet_spawner_remote_args(args: list[str]) -> list[str]:
-    from memqual.host.hosts.spawner import remote_args
+    from memqual.host.run.hosts.spawner import remote_args
 
     return remote_args(args, "/here/t1", "/tmp/memqual-task.x", "/tmp/memqual-status.0123456789/status.sock")
 
@@ -630,7 +630,7 @@ def test_the_address_check_refuses_what_aexpect_refuses(tmp_path, keys, address)
 def test_what_gnu_tar_on_a_host_sends_comes_back_whole(tmp_path, monkeypatch):
     """The host's side is GNU tar (``tar -cf - data``): its stream, padding
     and all, unpacks and the sender exits 0."""
-    from memqual.host.hosts import spawner
+    from memqual.host.run.hosts import spawner
 
     remote = tmp_path / "remote"
     (remote / "data" / "sub").mkdir(parents=True)

@@ -15,7 +15,7 @@ import fake_kernel
 import pytest
 from image_tools import needs_host_tools
 
-from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.images import build as build_module
 from memqual.images import cpio
 from memqual.images.build import Image, KernelSource, build, sha256_file

@@ -9,7 +9,7 @@ import time
 import pytest
 from fakes import FakeBackground, FakeShell
 
-from memqual.host.errors import GuestError, Timeout
+from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.ksm.agent import StressAgent, StressArgs, parse_record
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.core.errors import CapabilityMissing, Timeout
 from memqual.host.ksm import KsmController, check_capability, restore_stale
 from memqual.host.ksm.state import HostState, RestoreFailed
 from memqual.host.ksm.sysfs import selected, write_order
@@ -326,7 +326,7 @@ def test_sigterm_restores(tree) -> None:
 def _cli(argv: list[str]) -> int:
     import argparse
 
-    from memqual.host.ksm import cli
+    from memqual.host.cli import ksm as cli
 
     parser = argparse.ArgumentParser()
     cli.register(parser.add_subparsers(dest="command"))

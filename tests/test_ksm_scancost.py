@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from fakes import FakeBackground, FakeShell
 
-from memqual.host import stats
+from memqual.host.core import stats
 from memqual.host.ksm.agent import StressAgent, StressArgs
 from memqual.host.ksm.scancost import (
     METRICS,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memqual.host.errors import Timeout
+from memqual.host.core.errors import Timeout
 from memqual.host.ksm.sharing import SharingModel, SharingPoint, settle
 from memqual.host.ksm.sysfs import KsmCounters
 

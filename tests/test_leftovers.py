@@ -1,6 +1,6 @@
 """A killed run's half-written cache entries and temporary directories
 are removed by the next start, and a live run's never are: the liveness
-rule is a lock its writer holds (host/leftovers.py), tested here with a
+rule is a lock its writer holds (host/core/leftovers.py), tested here with a
 second process holding it and with a real SIGKILL."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import leftovers, snapshot
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core import leftovers, snapshot
+from memqual.host.core.paths import REPO_ROOT
 
 KEY24 = "0123456789abcdef01234567"
 KEY20 = "0123456789abcdef0123"
@@ -110,7 +110,7 @@ def test_a_killed_download_is_removed_and_a_live_one_kept(tmp_path: Path) -> Non
 # -- temporary directories of processes ---------------------------------------------------
 def _process_with_tempdir(socket_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     code = (
-        "from memqual.host.paths import short_tempdir; import sys; "
+        "from memqual.host.core.paths import short_tempdir; import sys; "
         "print(short_tempdir('mq'), flush=True); sys.stdin.read()"
     )
     env = {**os.environ, "MEMQUAL_SOCKET_DIR": str(socket_dir)}
@@ -196,7 +196,7 @@ def test_aexpect_dirs_are_kept_while_the_session_lives_and_removed_after(tmp_pat
 
 
 def test_the_next_memqual_command_removes_a_killed_runs_socket_dir(tmp_path: Path, monkeypatch, capsys) -> None:
-    from memqual.host import cli
+    from memqual.host.cli.main import main as cli
 
     proc, directory = _process_with_tempdir(tmp_path)
     proc.send_signal(signal.SIGKILL)

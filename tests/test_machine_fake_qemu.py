@@ -1,4 +1,4 @@
-"""memqual.host.machine.Machine against a fake QEMU (tests/fake_qemu.py): launch
+"""memqual.host.core.machine.Machine against a fake QEMU (tests/fake_qemu.py): launch
 failures, SSH deadlines, shutdown of a QEMU that ignores quit, death with
 the parent, and the retry when the SSH port was taken.  No real QEMU and no
 guest: every case runs in a second or two."""
@@ -21,11 +21,11 @@ import fake_qemu
 import pytest
 from fakes import FakeImage
 
-from memqual.host import machine as machine_module
-from memqual.host.errors import LaunchError, Timeout
-from memqual.host.machine import Machine
-from memqual.host.paths import REPO_ROOT
-from memqual.host.qemu import MachineConfig
+from memqual.host.core import machine as machine_module
+from memqual.host.core.errors import LaunchError, Timeout
+from memqual.host.core.machine import Machine
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.qemu import MachineConfig
 
 
 @pytest.fixture
@@ -186,8 +186,8 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
         f"""
         import sys
         from pathlib import Path
-        from memqual.host.machine import Machine
-        from memqual.host.qemu import MachineConfig
+        from memqual.host.core.machine import Machine
+        from memqual.host.core.qemu import MachineConfig
         class Image:
             kernel = initrd = key = Path({str(image.kernel)!r})
         Machine(MachineConfig(accel="tcg", warm=False), image=Image(), boot_timeout=120).launch()
@@ -215,7 +215,7 @@ def test_qemu_dies_with_its_parent_process(tmp_path, image):
 
 
 def test_a_second_launch_is_refused_not_a_second_qemu(tmp_path, monkeypatch, image):
-    from memqual.host.errors import GuestError
+    from memqual.host.core.errors import GuestError
 
     fake = install(tmp_path, monkeypatch, "qmp")
     with NoSSHMachine(TCG, image=image, boot_timeout=10) as vm:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from memqual.host.memslots import bench
+from memqual.host.cli import memslots_bench as bench
 from memqual.host.memslots.structures import STRUCTURES
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memqual.host import cli
+from memqual.host.cli.main import main as cli
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -104,7 +104,7 @@ def test_invalid_layout_file_names_the_slots(capsys, tmp_path):
 
 
 def test_kvm_uses_its_own_module():
-    from memqual.host.memslots import kvm_cli
+    from memqual.host.cli import memslots_kvm as kvm_cli
 
     args = cli.build_parser().parse_args(["memslots", "kvm"])
     assert args.handler is kvm_cli.run

@@ -20,11 +20,11 @@ from disassemble import instructions, needs_objdump
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memqual.host import kvm as K
-from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.cli import memslots_kvm as kvm_cli
+from memqual.host.core import kvm as K
+from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.record import load
 from memqual.host.memslots import kvm_bench as B
-from memqual.host.memslots import kvm_cli
-from memqual.host.record import load
 
 # --- ABI -------------------------------------------------------------------------
 SIZES = {

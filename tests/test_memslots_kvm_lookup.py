@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from disassemble import instructions, needs_objdump
 
-from memqual.host import kvm as K
-from memqual.host.errors import BadInput
+from memqual.host.core import kvm as K
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 
@@ -217,7 +217,7 @@ def test_small_run_end_to_end(kvm) -> None:
 
 
 def test_lookup_cli_checks_the_device_first(tmp_path, capsys) -> None:
-    from memqual.host import cli
+    from memqual.host.cli.main import main as cli
 
     plain = tmp_path / "not-kvm"
     plain.write_text("")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from memqual.host import kvm as K
+from memqual.host.core import kvm as K
 from memqual.host.memslots import kvm_bench as B
 
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots.layout import (
     SHIPPED_LAYOUTS,
     Layout,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memqual.host.errors import CapabilityMissing
+from memqual.host.core.errors import CapabilityMissing
 from memqual.host.memslots import lookup_kinds as LK
 from memqual.host.memslots.layout import Layout, Slot
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots import kvm2011
 from memqual.host.memslots import model as model_mod
 from memqual.host.memslots import structures as structures_mod

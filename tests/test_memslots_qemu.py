@@ -14,7 +14,7 @@ from fakes import RefusingQmp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memqual.host.errors import BadInput, GuestError
+from memqual.host.core.errors import BadInput, GuestError
 from memqual.host.memslots import qemu_layout as Q
 from memqual.host.memslots.layout import LAYOUTS_DIR, Layout, Slot, load_layout
 
@@ -448,9 +448,9 @@ def test_guest_layout_record_holds_a_layout_the_loader_reads():
     """The memslots.guest_layout record of a real guest: one sample (the slot
     count), the config as variant, and a layout layout_from_json accepts,
     slot for slot the flat view's RAM and ROM ranges, named."""
+    from memqual.host.core.record import Measurement
     from memqual.host.memslots import guest_layouts as G
     from memqual.host.memslots.layout import layout_from_json
-    from memqual.host.record import Measurement
 
     flat = Q.parse_flatview(FLATVIEW)
     record = G.layout_record("pc-3dimm", flat, {"machine": "pc", "ram_mib": 512})

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from fakes import FakeQmp, PmemQmp
 
-from memqual.host import cli
-from memqual.host.errors import BadInput, GuestError
+from memqual.host.cli.main import main as cli
+from memqual.host.core.errors import BadInput, GuestError
 from memqual.host.memslots import qemu_layout as Q
 from memqual.host.memslots import qemu_probe as P
 from memqual.host.memslots import trace as T

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots.layout import Layout, Slot, load_layout
 from memqual.host.memslots.structures import (
     STRUCTURES,

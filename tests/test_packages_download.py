@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.images import packages
 
 PACKAGE, VERSION = "mq-test", "1.0-1"

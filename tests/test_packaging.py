@@ -77,7 +77,7 @@ def test_memqual_is_the_only_top_level_name(names: set[str]) -> None:
 def test_the_memqual_command_is_the_cli(names: set[str], wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        assert "memqual = memqual.host.cli:main" in archive.read(entry_points).decode().splitlines()
+        assert "memqual = memqual.host.cli.main:main" in archive.read(entry_points).decode().splitlines()
 
 
 def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> None:
@@ -86,10 +86,10 @@ def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> No
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
-    # memqual.host.claims itself imports the statistics (seconds): its constant is
+    # memqual.host.judge.claims itself imports the statistics (seconds): its constant is
     # shipped("claims") / "claims.json", checked here without it.
     probe = (
-        "import json; from memqual.host.paths import shipped; from memqual.images import agents, balloon_driver, build;"
+        "import json; from memqual.host.core.paths import shipped; from memqual.images import agents, balloon_driver, build;"
         "print(json.dumps([str(shipped('claims') / 'claims.json'), str(agents.GUEST_DIR), str(build.GUEST_DIR),"
         " str(balloon_driver.PATCH), agents.available()]))"
     )
@@ -127,7 +127,7 @@ def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
     probe = (
-        "import json; from memqual.host import pages; from memqual.host.hosts import page;"
+        "import json; from memqual.host import pages; from memqual.host.run.hosts import page;"
         "print(json.dumps([pages.environment().get_template('fleet.html.j2').filename,"
         " page.render(page.Fleet(columns=()))]))"
     )

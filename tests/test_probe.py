@@ -1,4 +1,4 @@
-"""memqual.host.probe: the KVM boot probe against a fake QEMU (hangs, reaches
+"""memqual.host.core.probe: the KVM boot probe against a fake QEMU (hangs, reaches
 init, fails), its cache, the accelerator choice, and ``memqual doctor
 --json``."""
 
@@ -14,8 +14,9 @@ import fake_qemu
 import pytest
 from fakes import FakeImage
 
-from memqual.host import cli, probe
-from memqual.host.errors import CapabilityMissing
+from memqual.host.cli.main import main as cli
+from memqual.host.core import probe
+from memqual.host.core.errors import CapabilityMissing
 
 DEADLINE_S = 0.5  # for a fake that hangs: the probe must give up this soon
 READY_DEADLINE_S = 20.0  # for a fake that answers: the probe returns when it does

@@ -1,4 +1,4 @@
-"""host/process.py: a child started with ``preexec_fn=die_with_parent``
+"""host/core/process.py: a child started with ``preexec_fn=die_with_parent``
 dies with its parent, also when the parent died before the prctl took
 effect, and the preexec_fn loads nothing after the fork."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from fake_qemu import alive
 
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 # The parent starts `sleep` from a thread whose preexec_fn waits, in the
 # child, until the parent has died (os._exit in the main thread), and only
@@ -23,7 +23,7 @@ from memqual.host.paths import REPO_ROOT
 PARENT_DIES_FIRST = textwrap.dedent(
     """\
     import os, subprocess, sys, threading, time
-    from memqual.host.process import die_with_parent
+    from memqual.host.core.process import die_with_parent
     parent = os.getpid()
     pidfile = sys.argv[1]
 
@@ -49,7 +49,7 @@ PARENT_DIES_FIRST = textwrap.dedent(
 NO_DLOPEN_AFTER_FORK = textwrap.dedent(
     """\
     import ctypes, os, subprocess
-    from memqual.host.process import die_with_parent
+    from memqual.host.core.process import die_with_parent
 
     def refuse(*args, **kwargs):
         raise AssertionError("dlopen after fork")

@@ -18,11 +18,13 @@ from rich.console import Console
 from test_cli_errors import assert_one_line_error, in_process
 from test_runjob import _args, _ksm_record, _run, guest_kernel_args
 
-from memqual.host import blocks, runjob, snapshot
-from memqual.host.errors import BadInput
-from memqual.host.machine import Machine
-from memqual.host.qemu import MachineConfig
-from memqual.host.qemu_binary import QemuChoice
+from memqual.host.core import snapshot
+from memqual.host.core.errors import BadInput
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import QemuChoice
+from memqual.host.run import blocks
+from memqual.host.run import job as runjob
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
 
@@ -122,7 +124,7 @@ def test_until_decided_takes_two_qemus_as_two_arms(tmp_path: Path) -> None:
 
 
 def test_run_help_says_how_the_axes_combine(capsys) -> None:
-    from memqual.host import cli
+    from memqual.host.cli.main import main as cli
 
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])
@@ -222,7 +224,8 @@ def test_a_bisect_runs_one_qemu(tmp_path: Path, monkeypatch, capsys) -> None:
 
 
 def test_a_resumed_bisect_runs_the_qemu_it_started_with(tmp_path: Path, monkeypatch) -> None:
-    from memqual.host import bisect, qemu_binary
+    from memqual.host.core import qemu_binary
+    from memqual.host.run import bisect
 
     fake = fake_qemu.install(tmp_path / "q", "qmp")
     monkeypatch.delenv("MEMQUAL_QEMU", raising=False)
@@ -255,7 +258,7 @@ def test_a_bisect_steps_variants_carry_its_qemu(tmp_path: Path) -> None:
 
 
 def _lab_host(tmp_path: Path):
-    from memqual.host.hosts import config
+    from memqual.host.run.hosts import config
 
     key, known = tmp_path / "id_test", tmp_path / "known_hosts"
     key.write_text("not a real key\n")
@@ -266,8 +269,8 @@ def _lab_host(tmp_path: Path):
 def test_hosts_check_runs_each_hosts_doctor_of_the_qemu_asked_for(tmp_path: Path, monkeypatch) -> None:
     import subprocess
 
-    from memqual.host.hosts import check, ssh
-    from memqual.host.hosts.probe import HostProbe
+    from memqual.host.run.hosts import check, ssh
+    from memqual.host.run.hosts.probe import HostProbe
 
     host = _lab_host(tmp_path)
     answer = HostProbe("1", "boot", {"host_kernel": "6.1.0"}, "/run/memqual/measure.lock", True, None)
@@ -299,7 +302,7 @@ def test_hosts_check_runs_each_hosts_doctor_of_the_qemu_asked_for(tmp_path: Path
 def test_a_host_that_cannot_have_the_qemu_asked_for_is_not_ready(tmp_path: Path, monkeypatch) -> None:
     import subprocess
 
-    from memqual.host.hosts import check, ssh
+    from memqual.host.run.hosts import check, ssh
 
     host = _lab_host(tmp_path)
     monkeypatch.setattr(check, "probe_host", lambda h: check.HostCheck(h, ""))
@@ -336,7 +339,7 @@ CPUINFO_100 = CPUINFO_72.replace("family\t: 15\nmodel\t\t: 107", "family\t: 6\nm
 
 
 def test_the_guest_cpu_is_read_from_the_guest_and_differs_between_qemus() -> None:
-    from memqual.host.environment import Environment, guest_cpu_from
+    from memqual.host.core.environment import Environment, guest_cpu_from
 
     assert guest_cpu_from(CPUINFO_72) == (
         "AuthenticAMD family 15 model 107 (QEMU TCG CPU version 2.5+)",

@@ -1,4 +1,4 @@
-"""QEMU by version (memqual.images.qemu, memqual.host.qemu_binary): the
+"""QEMU by version (memqual.images.qemu, memqual.host.core.qemu_binary): the
 archive's offer, the hash check, the all-or-nothing unpack, which QEMU
 runs and with what; apt and dpkg are faked, nothing is downloaded."""
 
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import qemu_binary
-from memqual.host.cli import main
-from memqual.host.environment import Environment
-from memqual.host.errors import BadInput
-from memqual.host.html import environment_line
-from memqual.host.qemu import MachineConfig, command_line
+from memqual.host.cli.main import main
+from memqual.host.core import qemu_binary
+from memqual.host.core.environment import Environment
+from memqual.host.core.errors import BadInput
+from memqual.host.core.qemu import MachineConfig, command_line
+from memqual.host.report.html import environment_line
 from memqual.images import packages
 from memqual.images import qemu as archive
 

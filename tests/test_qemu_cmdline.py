@@ -1,4 +1,4 @@
-"""memqual.host.qemu.command_line: a pure function from a MachineConfig to argv."""
+"""memqual.host.core.qemu.command_line: a pure function from a MachineConfig to argv."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memqual.host import qemu
-from memqual.host.errors import BadInput, CapabilityMissing
-from memqual.host.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
+from memqual.host.core import qemu
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
 
 
 @pytest.fixture(autouse=True)

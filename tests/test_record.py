@@ -1,4 +1,4 @@
-"""memqual.host.record: the measurement record's file round trip and the pooling
+"""memqual.host.core.record: the measurement record's file round trip and the pooling
 of several rounds (memqual run --rounds)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from memqual.host import record
-from memqual.host.errors import BadInput
-from memqual.host.record import Measurement
+from memqual.host.core import record
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
 
 
 def rec(samples: list[float], **kw: Any) -> Measurement:

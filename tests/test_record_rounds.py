@@ -1,10 +1,10 @@
-"""memqual.host.record.merge_rounds on replicates: rounds are independent units,
+"""memqual.host.core.record.merge_rounds on replicates: rounds are independent units,
 and only records whose settings hold what was set merge at all."""
 
 from __future__ import annotations
 
-from memqual.host import record, stats
-from memqual.host.record import Measurement
+from memqual.host.core import record, stats
+from memqual.host.core.record import Measurement
 
 
 def _rec(replicates: list[list[float]], settings: dict | None = None, started: str = "r") -> Measurement:

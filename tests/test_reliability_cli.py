@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from memqual.host import cli
+from memqual.host.cli.main import main as cli
 
 
 class _Parser:

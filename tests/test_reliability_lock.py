@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from memqual.e2e.base import GuestTest, MeasurementLock
-from memqual.host.errors import Timeout
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.errors import Timeout
+from memqual.host.core.paths import REPO_ROOT
 
 HOLDER = """
 import sys, time

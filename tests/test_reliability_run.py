@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from fake_qemu import alive
 
-from memqual.host import runjob
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.run import job as runjob
 
 # A stand-in avocado that starts a "guest" (a child that would outlive it)
 # and ignores SIGINT, the worst case for the clean-up.
@@ -50,7 +50,16 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         "MEMQUAL_STATE_DIR": str(tmp_path / "state"),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memqual.host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "memqual.host.cli.main",
+            "run",
+            "--output",
+            str(tmp_path / "out"),
+            "--tests",
+            str(tmp_path),
+        ],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -137,7 +146,7 @@ FAKE_RUNNER = textwrap.dedent(
     """\
     import fcntl, os, signal, time
     from memqual.host.ksm.state import HostState, Snapshot
-    from memqual.host.environment import KSM_ROOT, THP_ROOT
+    from memqual.host.core.environment import KSM_ROOT, THP_ROOT
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a test stuck in its tearDown
     fd = os.open(os.environ["FAKE_MEASURE_LOCK"], os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -179,7 +188,16 @@ def test_memqual_killed_alone_takes_its_job_along(tmp_path: Path, sig: int) -> N
         "MEMQUAL_STATE_DIR": str(state_dir),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "memqual.host.cli", "run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "memqual.host.cli.main",
+            "run",
+            "--output",
+            str(tmp_path / "out"),
+            "--tests",
+            str(tmp_path),
+        ],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -223,7 +241,7 @@ def test_memqual_killed_alone_takes_its_job_along(tmp_path: Path, sig: int) -> N
 def test_the_supervisor_passes_on_avocados_status() -> None:
     """memqual reads avocado's exit status through the supervisor: the same
     code, or the same signal."""
-    supervise = [sys.executable, "-m", "memqual.host.supervisor", "--"]
+    supervise = [sys.executable, "-m", "memqual.host.run.supervisor", "--"]
 
     def status(code: str) -> int:
         # stdin a pipe kept open, as memqual keeps it: its end of file would

@@ -14,9 +14,9 @@ from typing import Any, cast
 import pytest
 from fakes import FakeMachine
 
-from memqual.host import snapshot
-from memqual.host.errors import GuestError, Timeout
-from memqual.host.machine import Machine
+from memqual.host.core import snapshot
+from memqual.host.core.errors import GuestError, Timeout
+from memqual.host.core.machine import Machine
 
 # Every test here reads and writes snapshots, none of them the user's.
 pytestmark = pytest.mark.usefixtures("snapshot_cache")

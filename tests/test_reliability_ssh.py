@@ -15,8 +15,8 @@ import paramiko
 import pytest
 from test_security_ssh import FakeSshd, _ed25519_file, _public_line
 
-from memqual.host.errors import Timeout
-from memqual.host.ssh import SSH, _wait_exit_status
+from memqual.host.core.errors import Timeout
+from memqual.host.core.ssh import SSH, _wait_exit_status
 
 
 class SilentChannel:

@@ -11,11 +11,19 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from memqual.host import claims, report
-from memqual.host.environment import FINGERPRINT_KEYS
-from memqual.host.errors import BadInput
-from memqual.host.record import Measurement
-from memqual.host.results import SCHEMA, build_results, environment_fingerprint, load_results, metrics_of, write_results
+from memqual.host.core.environment import FINGERPRINT_KEYS
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims
+from memqual.host.judge.results import (
+    SCHEMA,
+    build_results,
+    environment_fingerprint,
+    load_results,
+    metrics_of,
+    write_results,
+)
+from memqual.host.report import report
 
 
 def _rec(

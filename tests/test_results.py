@@ -1,4 +1,4 @@
-"""results.json's typed schema (host/results.py): built from verdicts and
+"""results.json's typed schema (host/judge/results.py): built from verdicts and
 records, written, read back and written again unchanged; older files load."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from memqual.host import claims, results
-from memqual.host.errors import BadInput
-from memqual.host.record import Measurement
-from memqual.host.results import ClaimEntry, MetricEntry, Results
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
+from memqual.host.judge import claims, results
+from memqual.host.judge.results import ClaimEntry, MetricEntry, Results
 
 
 def _records() -> list[Measurement]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from memqual.host import cli, runjob
+from memqual.host.cli.main import main as cli
+from memqual.host.run import job as runjob
 
 
 def _must_not_run(*args, **kwargs):

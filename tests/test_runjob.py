@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from memqual.host import jobevents, runjob
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
+from memqual.host.run import job as runjob
+from memqual.host.run import jobevents
 
 FAKE_AVOCADO = textwrap.dedent(
     """\
@@ -117,7 +118,7 @@ def _ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
             "samples": [s / speedup for s in base],
             "scale_B": scale_b,
         },
-        # The dirtying regime, the same in both arms: the cost compares (host/regime.py).
+        # The dirtying regime, the same in both arms: the cost compares (host/judge/regime.py).
         {
             **common,
             "metric": "dirty_passes_per_scan",
@@ -310,7 +311,7 @@ def test_rounds_pool_samples_and_keep_each_round(tmp_path, fake):
 
 
 def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
-    from memqual.host import blocks
+    from memqual.host.run import blocks
 
     assert blocks.block_order(1, 3) == [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")]
     assert blocks.block_order(4, 1) == [(4, "B"), (4, "A")]
@@ -333,11 +334,11 @@ def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_o
 
 def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
     """The tests an A/B runs in blocks are exactly those whose scenarios a
-    comparison decides on (host/primaries.py): read from the e2e sources,
+    comparison decides on (host/judge/primaries.py): read from the e2e sources,
     each test's scenarios by the scenario names its module records."""
     from avocado.core.safeloader import find_avocado_tests
 
-    from memqual.host.paths import REPO_ROOT
+    from memqual.host.core.paths import REPO_ROOT
 
     tagged = set()
     for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
@@ -370,7 +371,7 @@ AB_TESTS = {
 
 
 def test_every_primary_scenario_has_a_test_tagged_ab():
-    from memqual.host import primaries
+    from memqual.host.judge import primaries
 
     covered = {
         "balloon.inflate",

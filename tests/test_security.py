@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from other_user import needs_root, nobody_uid
 
-from memqual.host import cli
-from memqual.host.errors import BadInput
+from memqual.host.cli.main import main as cli
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale
 from memqual.host.ksm.sysfs import Sysfs
-from memqual.host.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 
 
 def _tree(root: Path) -> dict[str, Path]:
@@ -101,7 +101,7 @@ def test_the_cli_refuses_a_foreign_cache_in_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "MEMQUAL_CACHE": str(cache), "MEMQUAL_STATE_DIR": str(tmp_path / "state")}
     env.pop("MEMQUAL_DEBUG", None)
     out = subprocess.run(
-        [sys.executable, "-m", "memqual.host.cli", "image", "build"],
+        [sys.executable, "-m", "memqual.host.cli.main", "image", "build"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -227,7 +227,7 @@ def test_a_symlinked_sysfs_knob_is_not_written_through(tmp_path: Path) -> None:
 
 # -- QEMU options -------------------------------------------------------------------------
 def test_commas_in_paths_cannot_add_qemu_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memqual.host.qemu import MachineConfig, command_line
+    from memqual.host.core.qemu import MachineConfig, command_line
 
     monkeypatch.setenv("MEMQUAL_QEMU", "/bin/true")
     evil = tmp_path / "a,server=on,wait=off"
@@ -238,7 +238,7 @@ def test_commas_in_paths_cannot_add_qemu_options(tmp_path: Path, monkeypatch: py
 
 
 def test_the_user_network_is_restricted_but_forwards_ssh(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memqual.host.qemu import MachineConfig, command_line
+    from memqual.host.core.qemu import MachineConfig, command_line
 
     monkeypatch.setenv("MEMQUAL_QEMU", "/bin/true")
     argv = command_line(MachineConfig(), "tcg", Path("/k"), Path("/i"), Path("/q"), Path("/c"), 2222)
@@ -257,7 +257,7 @@ def test_memslots_kvm_device_must_be_kvm(device: str, capsys) -> None:
 
 
 def test_memslots_kvm_device_check_accepts_kvm() -> None:
-    from memqual.host.memslots.kvm_cli import check_kvm_device
+    from memqual.host.cli.memslots_kvm import check_kvm_device
 
     if not os.path.exists("/dev/kvm"):
         pytest.skip("no /dev/kvm here")

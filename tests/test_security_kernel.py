@@ -13,9 +13,9 @@ import fake_kernel
 import pytest
 from other_user import needs_root, nobody_uid
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 from memqual.host.ksm.state import HostState
-from memqual.host.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 from memqual.images import balloon_driver as bdrv
 from memqual.images import modules
 from memqual.images.build import KernelSource, build
@@ -65,7 +65,7 @@ def test_image_build_with_a_release_that_is_a_path_writes_nothing_outside(tmp_pa
     env = {**os.environ, "MEMQUAL_CACHE": str(cache)}
     env.pop("MEMQUAL_DEBUG", None)
     out = subprocess.run(
-        [sys.executable, "-m", "memqual.host.cli", "image", "build", "--kernel", str(bzimage)]
+        [sys.executable, "-m", "memqual.host.cli.main", "image", "build", "--kernel", str(bzimage)]
         + ["--modules", str(good_modules)],
         cwd=REPO_ROOT,
         env=env,
@@ -201,7 +201,7 @@ def test_an_o_build_source_tree_others_may_write_is_refused(tmp_path: Path) -> N
 
 
 def test_the_cli_refuses_a_writable_kernel_tree_in_one_line(tmp_path: Path, capsys) -> None:
-    from memqual.host import cli
+    from memqual.host.cli.main import main as cli
 
     tree = _kbuild_tree(tmp_path)
     os.chmod(tree, 0o777)

@@ -14,8 +14,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from memqual.host.errors import GuestError
-from memqual.host.ssh import SSH, HostKeyMismatch
+from memqual.host.core.errors import GuestError
+from memqual.host.core.ssh import SSH, HostKeyMismatch
 
 
 def _ed25519_file(path: Path) -> Path:

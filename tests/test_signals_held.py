@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memqual.host import runjob
+from memqual.host.run import job as runjob
 
 
 @pytest.fixture()

@@ -11,9 +11,9 @@ from typing import cast
 
 import pytest
 
-from memqual.host import snapshot
-from memqual.host.machine import Machine
-from memqual.host.qemu import BalloonDevice, MachineConfig
+from memqual.host.core import snapshot
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 
 # Every test here reads and writes snapshots, none of them the user's.
 pytestmark = pytest.mark.usefixtures("snapshot_cache")
@@ -102,7 +102,7 @@ def test_a_machine_starts_by_the_strategy_it_is_given(monkeypatch: pytest.Monkey
     """Warm starts are the default strategy of a warm config, cold boots of
     any other; a strategy given to the machine replaces both (the machine
     does not reach for the snapshot module then)."""
-    from memqual.host import machine as machine_module
+    from memqual.host.core import machine as machine_module
 
     assert machine_module.default_start(MachineConfig(warm=True)) is snapshot.start
     assert machine_module.default_start(MachineConfig(warm=False)) is Machine.boot_cold

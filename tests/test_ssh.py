@@ -1,4 +1,4 @@
-"""memqual.host.ssh: the readiness check against local TCP servers, and command
+"""memqual.host.core.ssh: the readiness check against local TCP servers, and command
 quoting/streaming through an exec channel that runs on the host's /bin/sh
 (what dropbear does with the command string in the guest)."""
 
@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memqual.host.errors import GuestError, Timeout
-from memqual.host.ssh import SSH, banner_ready
+from memqual.host.core.errors import GuestError, Timeout
+from memqual.host.core.ssh import SSH, banner_ready
 
 
 # -- banner_ready ----------------------------------------------------------
@@ -329,7 +329,7 @@ def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_le
     """The boot's last connect may have had a second left of its deadline; a
     background command's connection to a guest that is up gets the full
     deadline a loaded host needs for the banner."""
-    from memqual.host import ssh as ssh_module
+    from memqual.host.core import ssh as ssh_module
 
     timeouts: list[float] = []
     monkeypatch.setattr(ssh_module.SSH, "connect", lambda self, timeout=10.0: timeouts.append(timeout))

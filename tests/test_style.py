@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from memqual.host.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT
 
 # Built from parts so that this file does not match itself.
 IGNORE = re.compile(r"#\s*type" + r":\s*ignore(?P<codes>\[[^\]]*\])?(?P<rest>.*)$")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host import testsummary
+from memqual.host.cli import testsummary
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="10" failures="1" errors="1" skipped="2"></testsuite></testsuites>

@@ -14,9 +14,9 @@ from ksm_volatile_runs import ksm_records
 from rich.console import Console
 from test_runjob import _args, guest_kernel_args
 
-from memqual.host import runjob
-from memqual.host.bisect import until
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
+from memqual.host.run import job as runjob
+from memqual.host.run.bisect import until
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
 
@@ -173,7 +173,7 @@ def test_bad_budget(tmp_path):
 def _records(scale_b: float, n: int, spread: float, seed: int) -> tuple[list, list]:
     import numpy as np
 
-    from memqual.host.record import Measurement
+    from memqual.host.core.record import Measurement
 
     rng = np.random.default_rng(seed)
     out: tuple[list, list] = ([], [])

@@ -9,7 +9,7 @@ from pathlib import Path
 from fakes import FakeClock, VirtioMemQmp
 
 from memqual.host import virtio_mem as V
-from memqual.host.flatview import FlatRange
+from memqual.host.core.flatview import FlatRange
 
 MIB = 1 << 20
 

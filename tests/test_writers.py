@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from results_files import inflate_record, write_results_file
 
-from memqual.host import cli, record, report
-from memqual.host.bisect import page, run, series
-from memqual.host.paths import write_private_atomic
-from memqual.host.results import load_results, write_results
+from memqual.host.cli.main import main as cli
+from memqual.host.core import record
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge.results import load_results, write_results
+from memqual.host.report import report
+from memqual.host.run.bisect import page, run, series
 
 VICTIM_TEXT = "root's file, not to be overwritten\n"
 

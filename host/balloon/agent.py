@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from memqual.host.errors import GuestError
-from memqual.host.shell import Shell
+from memqual.host.core.errors import GuestError
+from memqual.host.core.shell import Shell
 
 
 def agent_records(stdout: str, event: str | None = None) -> list[dict[str, str]]:

@@ -2,7 +2,7 @@
 guest statistics.
 
 Takes anything with ``.qmp(command, **arguments)`` and ``.pid``
-(``memqual.host.machine.Machine``; a canned fake in tests).
+(``memqual.host.core.machine.Machine``; a canned fake in tests).
 
 Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
 ``query-balloon``: every 10 ms while the target is far, and once
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from memqual.host.balloon.rss import rss_kib
-from memqual.host.errors import BadInput, GuestError, MemqualError, Timeout
+from memqual.host.core.errors import BadInput, GuestError, MemqualError, Timeout
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
 @dataclasses.dataclass(eq=False)
 class BalloonController:
     """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
-    (``memqual.host.machine.BalloonDevice.id``); the QOM path is found from it.
+    (``memqual.host.core.machine.BalloonDevice.id``); the QOM path is found from it.
     ``clock`` and ``sleep`` are the host's unless a test fakes time."""
 
     machine: QmpMachine

@@ -15,7 +15,7 @@ import shlex
 from typing import Any
 
 from memqual.host.balloon.device import PAGE
-from memqual.host.errors import BadInput, GuestError
+from memqual.host.core.errors import BadInput, GuestError
 
 MODULE = "virtio_balloon_mq"
 STOCK = "virtio_balloon"

@@ -27,8 +27,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from memqual.host import cliargs
-from memqual.host.errors import BadInput
+from memqual.host.cli import args as cliargs
+from memqual.host.core.errors import BadInput
 
 MIB = 1 << 20
 MIN_MEMORY_MIB = 256  # below this the guest has nothing to give
@@ -71,7 +71,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
     from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.move import BalloonMover, Move
-    from memqual.host.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 
     machine_config = MachineConfig(
         memory_mib=config.memory_mib, machine=config.machine, warm=config.warm, balloon=BalloonDevice()
@@ -220,7 +220,7 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     from memqual.host.balloon.driver import PAGE, VariantDriver
     from memqual.host.balloon.move import BalloonMover
     from memqual.host.balloon.request_size import interleaved
-    from memqual.host.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
     from memqual.images import balloon_driver
 
     variant = balloon_driver.build(str(image.release))
@@ -344,7 +344,7 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.qemu import qemu_binary
+    from memqual.host.core.qemu import qemu_binary
     from memqual.images.build import build
 
     config = MeasureConfig(

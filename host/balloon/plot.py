@@ -21,9 +21,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from memqual.host import pages, stats
-from memqual.host.figures import Plot, png, pyplot
-from memqual.host.figures import format_number as num
+from memqual.host.core import pages, stats
+from memqual.host.core.figures import Plot, png, pyplot
+from memqual.host.core.figures import format_number as num
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a

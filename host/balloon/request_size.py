@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from memqual.host import stats
 from memqual.host.balloon import model as bm
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
 from memqual.host.balloon.move import BalloonMover
-from memqual.host.record import Measurement
+from memqual.host.core import stats
+from memqual.host.core.record import Measurement
 
 SCENARIO = "balloon.request_size"
 # A loaded host can starve a vCPU this long mid-inflate; the scenario's
@@ -55,7 +55,7 @@ def stall_s(pfns: int) -> float:
 
 # -- plan ------------------------------------------------------------------
 # Fresh guests (the independent units; each measures every size, so the
-# claims pair them) come from the profile's row (host/profiles.py).
+# claims pair them) come from the profile's row (host/core/profiles.py).
 # The seed's three bitmaps by the share of the guest one request covers: a
 # 32 KB bitmap covers 1 GB of its 16 GB guest (1/16), 64 KB 1/8, 512 KB all
 # of it.  Scaled to the guest, these labels are what the claims pair.

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from memqual.host.errors import GuestError
+from memqual.host.core.errors import GuestError
 
 
 def rss_kib(pid: int) -> int:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from memqual.host import stats
 from memqual.host.balloon import model as bm
 from memqual.host.balloon.agent import GuestTiming, agent_stat
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult
 from memqual.host.balloon.move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
-from memqual.host.record import Measurement
+from memqual.host.core import stats
+from memqual.host.core.record import Measurement
 
 MIB = 1 << 20
 # A timed inflate waits this long for a stalled guest: 5 of the driver's

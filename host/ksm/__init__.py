@@ -7,7 +7,7 @@ Public API:
     KsmCounters, ProcessKsm, read_counters, find_ksmd
 """
 
-from memqual.host.environment import KSM_ROOT, THP_ROOT
+from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.ksm.controller import KsmController, check_capability, read_counters
 from memqual.host.ksm.procfs import ProcessKsm, find_ksmd, process_ksm
 from memqual.host.ksm.state import HostState, RestoreFailed, StaleRestore, restore_stale

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Sequence
 
-from memqual.host.errors import GuestError, Timeout
-from memqual.host.shell import Shell
+from memqual.host.core.errors import GuestError, Timeout
+from memqual.host.core.shell import Shell
 
 AGENT = "ksm_stress"
 PAGE_SIZE = 4096

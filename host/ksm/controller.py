@@ -24,9 +24,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, Self
 
-from memqual.host.closing import Closing
-from memqual.host.environment import KSM_ROOT, THP_ROOT
-from memqual.host.errors import CapabilityMissing, Timeout
+from memqual.host.core.closing import Closing
+from memqual.host.core.environment import KSM_ROOT, THP_ROOT
+from memqual.host.core.errors import CapabilityMissing, Timeout
 from memqual.host.ksm import procfs
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
 from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, Sysfs, write_order

@@ -44,7 +44,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from memqual.host import stats
+from memqual.host.core import stats
 from memqual.host.ksm.controller import KsmDriver
 from memqual.host.ksm.sysfs import KsmCounters
 

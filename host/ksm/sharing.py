@@ -31,7 +31,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
-from memqual.host.errors import Timeout
+from memqual.host.core.errors import Timeout
 from memqual.host.ksm.controller import KsmDriver
 
 PAGE_MIB = 4096 / (1 << 20)

@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memqual.host.environment import KSM_ROOT, THP_ROOT
-from memqual.host.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.environment import KSM_ROOT, THP_ROOT
+from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 from memqual.host.ksm import procfs
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs, write_order
-from memqual.host.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 
 log = logging.getLogger(__name__)
 

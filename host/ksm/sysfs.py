@@ -1,7 +1,7 @@
 """Reading and writing the host's KSM and THP knobs in sysfs.
 
 The roots are parameters so tests drive a fake tree (the real ones are
-memqual.host.environment.KSM_ROOT and THP_ROOT).  A "knob" is a file the
+memqual.host.core.environment.KSM_ROOT and THP_ROOT).  A "knob" is a file the
 owner may write (mode has u+w): discovered, not listed, so the snapshot of a
 newer kernel's knobs is complete without code changes.  Multiple-choice knobs
 ("[none] scan-time", "always [madvise] never") are read as their selected

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host import stats
+from memqual.host.core import stats
+from memqual.host.core.record import Measurement
 from memqual.host.ksm.scancost import METRICS, AbRun, replicate_ratios, replicates
-from memqual.host.record import Measurement
 
 SCENARIO = "ksm.volatile_scan"
 CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
@@ -43,7 +43,7 @@ CLAIM_METRIC = "ksmd_cpu_ns_per_page"
 SEED_METRIC = "pages_per_ksmd_cpu_s"  # the seed's scan speed (host/ksm/scancost.py says why)
 SEED_SPEEDUP = {"4k": 8.0, "thp": 16.0}
 # Fresh guests per variant (the independent units) and windows per guest
-# come from the profile's row (host/profiles.py); quick's 4 and full's 8
+# come from the profile's row (host/core/profiles.py); quick's 4 and full's 8
 # give the claims' t-interval its nominal error rate
 # (docs/claims-calibration.md).
 # What the THP variant measures, in its records and docs/ksm.md.

@@ -26,12 +26,12 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from memqual.host.errors import BadInput
-from memqual.host.flatview import SLOT_KINDS, FlatRange
+from memqual.host.core.errors import BadInput
+from memqual.host.core.flatview import SLOT_KINDS, FlatRange
+from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.record import Measurement
 from memqual.host.memslots.layout import Layout, layout_from_json
 from memqual.host.memslots.qemu_layout import layout_from_flatview
-from memqual.host.qemu import MachineConfig
-from memqual.host.record import Measurement
 
 SCENARIO = "memslots.guest_layout"
 METRIC = "slots"

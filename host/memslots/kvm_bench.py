@@ -51,13 +51,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from memqual.host import kvm as K
-from memqual.host import probe as host_probe
-from memqual.host.errors import BadInput, MemqualError
+from memqual.host.core import kvm as K
+from memqual.host.core import probe as host_probe
+from memqual.host.core.errors import BadInput, MemqualError
+from memqual.host.core.record import Measurement, write
 from memqual.host.memslots import model as memslot_model
 from memqual.host.memslots.layout import Layout, Slot
 from memqual.host.memslots.structures import balanced_bound
-from memqual.host.record import Measurement, write
 
 log = logging.getLogger(__name__)
 
@@ -763,7 +763,7 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def kvm_environment(host_kernel: str, kvm_module: str, nr_memslots: int, device: str, **more: Any) -> dict[str, Any]:
-    """The host's environment (memqual.host.probe) with what /dev/kvm said: the
+    """The host's environment (memqual.host.core.probe) with what /dev/kvm said: the
     facts every KVM benchmark of this package reads, and ``more`` kvm_* keys."""
     kvm = {"host_kernel": host_kernel, "kvm_module": kvm_module, "kvm_nr_memslots": nr_memslots, "kvm_device": device}
     return host_probe.environment().replace(**kvm, **more).to_json()
@@ -798,7 +798,7 @@ RECORD_METRICS: dict[str, tuple[str, str]] = {
 
 
 def records(result: BenchResult) -> list[Any]:
-    """One memqual.host.record.Measurement per metric per slot count (scenario
+    """One memqual.host.core.record.Measurement per metric per slot count (scenario
     "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
     env = environment(result)
     settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}

@@ -64,13 +64,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from memqual.host import kvm as K
-from memqual.host.errors import BadInput, CapabilityMissing
+from memqual.host.core import kvm as K
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.record import Measurement
+from memqual.host.core.record import write as write_record
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import structures
 from memqual.host.memslots.layout import Layout, Slot
-from memqual.host.record import Measurement
-from memqual.host.record import write as write_record
 
 log = logging.getLogger(__name__)
 

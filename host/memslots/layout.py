@@ -27,9 +27,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memqual.host.errors import BadInput
-from memqual.host.jsonfile import read_json
-from memqual.host.paths import write_private_atomic
+from memqual.host.core.errors import BadInput
+from memqual.host.core.jsonfile import read_json
+from memqual.host.core.paths import write_private_atomic
 
 PAGE_SIZE = 4096
 # KVM_CAP_NR_MEMSLOTS on today's x86 kernels (32768 minus the private slots).

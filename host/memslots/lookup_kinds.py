@@ -27,10 +27,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from memqual.host.errors import CapabilityMissing
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.record import Measurement
 from memqual.host.memslots.layout import Layout
 from memqual.host.memslots.workloads import SMALL_SLOT_PAGES
-from memqual.host.record import Measurement
 
 SCENARIO = "memslots.lookup_kinds"
 METRIC = "events_per_s"

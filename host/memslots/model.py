@@ -21,7 +21,7 @@ import bisect
 import dataclasses
 from typing import Any
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots.layout import Layout
 from memqual.host.memslots.structures import STRUCTURES, build
 from memqual.host.memslots.workloads import generate, holes

@@ -24,7 +24,7 @@ not aligned to the guest's 128 MiB memory block, flags on a dimm.  When
 QEMU refuses anyway (a dimm hotplugged over one already there),
 ``hotplug`` turns QEMU's message into a BadInput naming the slot.
 
-Read-back: ``parse_flatview`` (host/flatview.py) reads the flat view of the "memory" address
+Read-back: ``parse_flatview`` (host/core/flatview.py) reads the flat view of the "memory" address
 space from ``info mtree -f`` (every RAM or ROM range of it is what QEMU
 registers as a KVM memslot), ``parse_memory_devices`` the reply of
 ``query-memory-devices``, ``parse_iomem`` the guest's /proc/iomem,
@@ -39,10 +39,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from memqual.host.errors import BadInput, GuestError
-from memqual.host.flatview import SLOT_KINDS, FlatRange, parse_flatview
+from memqual.host.core.errors import BadInput, GuestError
+from memqual.host.core.flatview import SLOT_KINDS, FlatRange, parse_flatview
+from memqual.host.core.qemu import MachineConfig
 from memqual.host.memslots.layout import KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
-from memqual.host.qemu import MachineConfig
 
 MIB = 1 << 20
 GIB = 1 << 30

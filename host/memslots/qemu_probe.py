@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host.errors import GuestError, Timeout
+from memqual.host.core.errors import GuestError, Timeout
+from memqual.host.core.paths import release_tempdir, short_tempdir
 from memqual.host.memslots.layout import PAGE_SIZE
 from memqual.host.memslots.qemu_layout import (
     Dimm,
@@ -40,7 +41,6 @@ from memqual.host.memslots.qemu_layout import (
     parse_iomem,
     read_qemu,
 )
-from memqual.host.paths import release_tempdir, short_tempdir
 
 AGENT = "mem_probe"
 

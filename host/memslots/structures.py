@@ -46,7 +46,7 @@ import math
 from collections.abc import Iterable, Iterator
 from typing import ClassVar, Generic, Protocol, Self, TypeVar
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots.layout import Layout, Slot
 
 

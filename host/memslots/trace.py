@@ -40,13 +40,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host.errors import BadInput
-from memqual.host.jsonfile import read_json
+from memqual.host.core.errors import BadInput
+from memqual.host.core.jsonfile import read_json
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.record import Measurement
 from memqual.host.memslots.layout import Layout, from_json
 from memqual.host.memslots.model import ModelTable, oracle, table_for_frames
 from memqual.host.memslots.structures import STRUCTURES, build
-from memqual.host.paths import write_private_atomic
-from memqual.host.record import Measurement
 
 MMIO_EVENTS = ("memory_region_ops_read", "memory_region_ops_write")
 # An event of QEMU's "log" trace backend, e.g.

@@ -28,7 +28,7 @@ import bisect
 import itertools
 import random
 
-from memqual.host.errors import BadInput
+from memqual.host.core.errors import BadInput
 from memqual.host.memslots.layout import GFN_LIMIT, Layout, Slot
 
 WORKLOADS = ("miss", "ram-hits", "other-hits", "small-hits", "mixed")

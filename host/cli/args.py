@@ -1,0 +1,259 @@
+"""Argument types shared by the subcommands: a bad value is argparse's one
+line and exit status 2, with what a good value looks like."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import typing
+from pathlib import Path
+
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import check_output_dir
+
+
+def percent(text: str) -> float:
+    """A percentage strictly between 0 and 100 ("5" or "5%"), as given."""
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage") from exc
+    if not 0.0 < value < 100.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a percentage between 0 and 100 (5 means 5%)")
+    return value
+
+
+def percent_as_fraction(text: str) -> float:
+    """The same percentage as a fraction (5 -> 0.05)."""
+    return percent(text) / 100.0
+
+
+def kernel_build(text: str) -> str:
+    """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
+    Module.symvers), resolved; anything else is one line and exit 2."""
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.images.balloon_driver import check_kernel_build
+
+    try:
+        return str(check_kernel_build(text))
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from exc
+    if not math.isfinite(value):
+        # nan compares false with every bound, and inf (also what 1e309
+        # parses to) never ends a wait: neither is a usable figure.
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def positive(text: str) -> float:
+    """A finite number above 0 (seconds, a cost)."""
+    value = _number(text)
+    if value <= 0.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number above 0")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number of 0 or more."""
+    value = _number(text)
+    if value < 0.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a number of 0 or more")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number strictly between 0 and 1 (an alpha, a relative threshold)."""
+    value = _number(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be between 0 and 1 (0.05 means 5%)")
+    return value
+
+
+# Far above any count memqual uses (slots, repeats, MiB of guest memory),
+# far below what would make a loop or an allocation run away.
+COUNT_LIMIT = 1 << 24
+
+
+def count(text: str) -> int:
+    """A whole number from 1 to COUNT_LIMIT."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
+    if not 1 <= value <= COUNT_LIMIT:
+        raise argparse.ArgumentTypeError(f"{text} must be a whole number, at least 1 and at most {COUNT_LIMIT}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A random seed: a whole number from 0 to 2**32 - 1 (numpy's range)."""
+    try:
+        value = int(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from exc
+    if not 0 <= value < 1 << 32:
+        raise argparse.ArgumentTypeError(f"{text} must be a whole number from 0 to {(1 << 32) - 1}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """Usage errors are bad input too: one line, exit status 2 (argparse
+    would print the whole usage first).  Subparsers inherit this class."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"memqual: error: {message} (see '{self.prog} --help')\n")
+
+
+def count_or_zero(text: str) -> int:
+    """A whole number from 0 to COUNT_LIMIT."""
+    return 0 if text.strip() == "0" else count(text)
+
+
+def debian_kernel(text: str) -> str:
+    """``--debian-kernel VERSION``: the form of a Debian kernel's name,
+    checked before the archive is asked."""
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.images.packages import check_kernel_name
+
+    try:
+        return check_kernel_name(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def debian_kernel_arm(text: str) -> str:
+    """``memqual run --debian-kernel VERSION[:CMDLINE]``: a Debian kernel
+    and, after the first colon, words added to its guest's command line (an
+    A/B of one kernel with and without ``init_on_free=1``), both checked
+    before the archive is asked."""
+    from memqual.host.core.errors import BadInput
+    from memqual.host.core.kernelspec import parse_kernel
+    from memqual.images.packages import check_kernel_name
+
+    try:
+        spec = parse_kernel(text)
+        check_kernel_name(spec.version)
+        return spec.name
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def directory(text: str) -> str:
+    """A directory that exists (to read from)."""
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {'not a directory' if path.exists() else 'no such directory'}")
+    return text
+
+
+def _trusted_output(path: Path, text: str) -> None:
+    """The folder written into is no one else's (paths.check_output_dir)."""
+    try:
+        check_output_dir(path, "output folder")
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def directory_to_make(text: str) -> str:
+    """A directory that exists, or one that can be made (what is already
+    there on its way is a directory)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: exists and is not a directory; give a directory")
+    if not _nearest_existing(path).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {_nearest_existing(path)} on its way is not a directory")
+    return text
+
+
+def output_directory(text: str) -> str:
+    """A directory to write into (``directory_to_make``) that no other user
+    owns or may write."""
+    directory_to_make(text)
+    _trusted_output(Path(text), text)
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file to write: never a directory, whatever already exists on its
+    way is a directory (the writer makes the missing ones), and its folder
+    is one no other user owns or may write."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: is a directory; give a file name")
+    if not _nearest_existing(path.parent).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: {_nearest_existing(path.parent)} on its way is not a directory")
+    _trusted_output(path.parent, text)
+    return text
+
+
+def output_file_or_stdout(text: str) -> str:
+    """``output_file``, or '-' for standard output."""
+    return text if text == "-" else output_file(text)
+
+
+def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
+    """The guest kernel as memqual boot and memqual image build take it:
+    your own (--kernel, --modules, --kernel-build) or Debian's by name."""
+    parser.add_argument("--kernel", type=Path, help="your own bzImage (with --modules)")
+    parser.add_argument("--modules", type=Path, help="its lib/modules/RELEASE directory")
+    parser.add_argument(
+        "--kernel-build",
+        type=kernel_build,
+        metavar="DIR",
+        help="the directory --kernel was built in: the balloon driver variant is built from it",
+    )
+    parser.add_argument(
+        "--debian-kernel",
+        type=debian_kernel,
+        metavar="VERSION",
+        help="a Debian kernel by release or package name (memqual image kernels lists them)",
+    )
+
+
+def qemu_spec(text: str) -> str:
+    """``--qemu VERSION|PATH``: a path, or the form of a version (checked
+    before the archive is asked)."""
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.core.qemu_binary import is_path
+    from memqual.images.qemu import check_version_form
+
+    if is_path(text):
+        return text
+    try:
+        return check_version_form(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_qemu(parser: argparse.ArgumentParser, more: str = "") -> None:
+    """``--qemu VERSION|PATH``: which QEMU runs the guests.  Collected as a
+    list: a QEMU is part of what an arm of an A/B comparison is (``more``
+    says how a command that takes two uses them)."""
+    parser.add_argument(
+        "--qemu",
+        action="append",
+        type=qemu_spec,
+        metavar="VERSION|PATH",
+        help="a QEMU of Debian's archive by version (memqual qemu list), fetched into the cache, "
+        "or your own qemu-system-x86_64; default: $MEMQUAL_QEMU, else the system's" + more,
+    )
+
+
+def one_qemu(specs: list[str] | None) -> str | None:
+    """The one ``--qemu`` of a command that runs a single QEMU."""
+    if specs and len(specs) > 1:
+        raise BadInput("--qemu given twice: this command runs one QEMU; give --qemu once")
+    return specs[0] if specs else None

@@ -1,0 +1,116 @@
+"""``memqual balloon model|measure|curve``."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from memqual.host.balloon import measure
+from memqual.host.cli import args as cliargs
+from memqual.host.core.errors import BadInput
+from memqual.host.core.record import collect, load
+from memqual.host.judge.results import load_results
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "balloon", help="virtio-balloon: time a real guest's balloon; the transfer-cost model against seed 003"
+    )
+    sub = parser.add_subparsers(dest="balloon_command", metavar="ACTION", required=True)
+    model = sub.add_parser("model", help="the seed's bitmap timings predicted by the transfer-cost model")
+    source = model.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--per-page-us",
+        type=float,
+        help="cost of one page inflated with PFN arrays (microseconds), e.g. a record's "
+        "extra.model.calibration.combined_per_page_s",
+    )
+    source.add_argument("--record", help="a balloon.inflate record (memqual-balloon.inflate-*.json): show its model")
+    model.add_argument("--fixed-ms", type=float, default=0.0, help="fixed cost per inflate (ms), with --per-page-us")
+    model.set_defaults(handler=_cmd_model)
+    curve = sub.add_parser(
+        "curve",
+        help="the request-size curve: time against PFNs per request and the fitted costs with CIs, "
+        "from a results.json or a directory of records",
+    )
+    curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
+    curve.add_argument("--png", type=cliargs.output_file, metavar="FILE", help="write the plot to FILE")
+    curve.set_defaults(handler=_cmd_curve)
+    measure.add_parser(sub)
+
+
+def _cmd_curve(args: Any) -> int:
+    from pathlib import Path
+
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.balloon import plot
+
+    source = Path(args.source)
+    entries: list[Any]
+    if source.is_dir():
+        entries = list(collect(source))
+    elif source.is_file():
+        entries = list(load_results(source)["metrics"])
+    else:
+        raise BadInput(f"{source}: no such results.json or records directory")
+    found = plot.curves(entries)
+    if not found:
+        raise BadInput(f"{source}: no {plot.SCENARIO} records of inflate_s or deflate_s")
+    for curve in found:
+        print(f"settings: {curve.settings}")
+        print(f"{'per request':>12} {'PFNs':>7} {'metric':>10} {'guests':>6} {'median s':>9}  range")
+        for metric in plot.CURVE_METRICS:
+            for p in curve.series(metric):
+                print(
+                    f"{p.label:>12} {p.pfns:>7} {metric:>10} {len(p.values):>6} {p.median:>9.3f}"
+                    f"  [{min(p.values):.3f}, {max(p.values):.3f}]"
+                )
+        for c in curve.costs:
+            mean, low, high = c.interval()
+            print(f"{c.metric} ({c.unit}): {mean:.4g} [{low:.4g}, {high:.4g}] over {len(c.values)} guests")
+    if args.png:
+        plot.write_png(entries, args.png)
+        print(f"wrote {args.png}")
+    return 0
+
+
+def _cmd_model(args: Any) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.balloon import model as bm
+
+    if args.record:
+        record = load(args.record)
+        pred = record.extra.get("model")
+        if not isinstance(pred, dict) or "predictions" not in pred:
+            raise BadInput(
+                f"{args.record}: no model in this record: give a balloon.inflate record of the 1 GiB scenario"
+            )
+        cal = pred["calibration"]
+        print(
+            f"calibration: {cal['n']} inflates, {1e6 * cal['combined_per_page_s']:.2f} us/page, "
+            f"fixed {1000 * cal['fixed_s']:.0f} ms; {cal['reason']}"
+        )
+    else:
+        # nan fails every comparison and inf is no cost: both refused here.
+        if not (0 < args.per_page_us < math.inf and 0 <= args.fixed_ms < math.inf):
+            raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
+        pred = bm.predict_seed(
+            bm.Calibration(
+                fixed_s=args.fixed_ms / 1000,
+                combined_per_page_s=args.per_page_us / 1e6,
+                per_request_s=None,
+                per_page_s=None,
+                identifiable=False,
+                reason="given on the command line",
+                residual_rms_s=0.0,
+                n=0,
+            )
+        )
+    print(f"seed 003: 15 GiB of a 16 GiB guest; layout: {pred['pfn_layout']}")
+    for scheme, t in pred["transfers"].items():
+        print(f"  {scheme:>13}: {t['requests']:>6} requests, {t['bytes']:>9} bytes")
+    print(f"seed's implied cost per bitmap request: {pred['seed_implied_per_request_ms']:.1f} ms")
+    print(f"{'scheme':>13} | {'seed ms':>7} | predicted ms | speedup over 32 KB")
+    for row in bm.side_by_side(pred):
+        print(f"{row[0]:>13} | {row[1]:>7} | {row[2]} | {row[3]}")
+    return 0

@@ -1,0 +1,91 @@
+"""``memqual boot``: build or reuse the image, boot, wait for SSH, run a
+command in the guest, shut down."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from memqual.host.cli import args as cliargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("boot", help="boot a guest, run a command over SSH, shut down")
+    parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
+    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB")
+    parser.add_argument("--cpus", type=cliargs.count, default=2)
+    parser.add_argument("--machine", choices=("microvm", "pc", "q35"), default="microvm")
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument(
+        "--warm",
+        dest="warm",
+        action="store_true",
+        default=True,
+        help="restore a saved snapshot when one exists (default)",
+    )
+    warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
+    cliargs.add_guest_kernel(parser)
+    cliargs.add_qemu(parser)
+    parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
+    parser.set_defaults(handler=_boot)
+
+
+def _boot(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.core.errors import BadInput
+    from memqual.host.core.machine import Machine, MachineConfig
+    from memqual.host.core.qemu_binary import choose
+    from memqual.images.balloon_driver import tree_variant_or_reason
+    from memqual.images.build import KernelSource, build
+
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    # Check what is cheap to check before an image build that may take minutes.
+    config = MachineConfig(
+        memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
+    )
+    qemu = choose(cliargs.one_qemu(args.qemu))
+    if args.kernel_build and not args.kernel:
+        raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
+    source = KernelSource(
+        Path(args.kernel) if args.kernel else None, Path(args.modules) if args.modules else None, args.debian_kernel
+    )
+    image = build(source)
+    variant = tree_variant_or_reason(args.kernel_build, image.release) if args.kernel_build else {}
+    with Machine(config, image=image, boot_timeout=args.timeout) as vm:
+        result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
+        exit_status = result.status if result else 0
+        summary = {
+            "accel": vm.accel,
+            "accel_reason": vm.accel_reason,
+            "warm": vm.started_warm,
+            "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
+            "guest_kernel": image.release,
+            "qemu": qemu.version,
+            "qemu_origin": qemu.origin,
+            **variant,
+            "exit_status": exit_status,
+            "stdout": result.stdout if result else "",
+            "stderr": result.stderr if result else "",
+        }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        if result:
+            sys.stdout.write(result.stdout)
+            sys.stderr.write(result.stderr)
+        print(
+            f"[{summary['accel']}, {'warm' if vm.started_warm else 'cold'} start, SSH after "
+            f"{summary['boot_to_ssh_s']} s]",
+            file=sys.stderr,
+        )
+        if variant:
+            print(
+                f"[balloon driver variant: {variant['balloon_variant'] or variant['balloon_variant_unavailable']}]",
+                file=sys.stderr,
+            )
+    return exit_status

@@ -1,0 +1,42 @@
+"""``memqual doctor``: what this host can do, and which accelerator memqual
+will use."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from memqual.host.cli import args as cliargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("doctor", help="probe QEMU, KVM, KSM and THP on this host")
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.add_argument(
+        "--reprobe", action="store_true", help="boot under KVM again instead of using the cached answer"
+    )
+    cliargs.add_qemu(parser)
+    parser.set_defaults(handler=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.core.probe import report
+    from memqual.host.core.qemu_binary import choose
+
+    if args.qemu:
+        choose(cliargs.one_qemu(args.qemu))
+    result = report(force=args.reprobe)
+    if args.json:
+        print(json.dumps(dataclasses.asdict(result), indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="memqual doctor", show_header=False)
+    for field in dataclasses.fields(result):
+        value = getattr(result, field.name)
+        table.add_row(field.name, str(value))
+    Console().print(table)
+    return 0

@@ -1,0 +1,93 @@
+"""``memqual hosts check FILE`` and ``memqual hosts probe`` (what the
+controller runs on each lab host over SSH)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from memqual.host.cli import args as cliargs
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    _extend_run(sub)
+    parser = sub.add_parser("hosts", help="lab hosts: check the hosts of a hosts file (memqual run --hosts FILE)")
+    hosts = parser.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND", required=True)
+    check = hosts.add_parser(
+        "check",
+        help="for each host: reachable over SSH, same memqual, QEMU and KVM (its own doctor), free",
+        description="For each [[host]] of FILE: reachable (key-based SSH, host key in its known_hosts), "
+        "memqual there in this version, QEMU and a KVM that boots Linux (memqual doctor there), and free "
+        "(no other memqual holding its measurement lock).  Exit 0 when every host is ready, 1 otherwise.",
+    )
+    check.add_argument("file", metavar="FILE", help="hosts file (TOML, one [[host]] table a host)")
+    check.add_argument("--json", action="store_true", help="one JSON object")
+    check.add_argument(
+        "--qemu",
+        type=cliargs.qemu_spec,
+        metavar="VERSION|PATH",
+        help="check this QEMU on every host (its doctor fetches an archive version into that host's cache; a "
+        "path is a path there) instead of the host's own; each host's QEMU is reported either way",
+    )
+    check.set_defaults(handler=_check)
+    probe = hosts.add_parser("probe", help="this host's answer to a controller (JSON); ends QEMUs left behind")
+    probe.set_defaults(handler=_probe)
+
+
+def _extend_run(sub: argparse._SubParsersAction) -> None:
+    """``memqual run --hosts FILE``: the run command (memqual.host.run.job, registered
+    before this module) gets the option here, so that runjob knows nothing
+    of lab hosts and the fleet depends on runjob, not the other way."""
+    run = sub.choices.get("run")
+    if run is None:
+        return
+    run.add_argument(
+        "--hosts",
+        metavar="FILE",
+        help="run over the lab hosts of FILE (TOML, one [[host]] table a host; docs/hosts.md): one Avocado job, "
+        "results per host under OUTPUT/hosts/ and the fleet page OUTPUT/fleet.html; exit 3 when a host was left "
+        "out or lost",
+    )
+    plain = run.get_default("handler")
+
+    def handler(args: argparse.Namespace) -> int:
+        if not args.hosts:
+            return int(plain(args))
+        if getattr(args, "qemu", None):
+            from memqual.host.core.errors import BadInput
+
+            # The hosts' jobs run each host's own QEMU; a --qemu here would
+            # be named in nothing they record.
+            raise BadInput(
+                "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
+                "checks a QEMU there)"
+            )
+        from memqual.host.run.hosts import fleet
+        from memqual.host.run.job import config_from_args
+
+        return fleet.main(config_from_args(args), args.hosts)
+
+    run.set_defaults(handler=handler)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from memqual.host.run.hosts import check
+    from memqual.host.run.hosts.config import load
+
+    hosts = load(Path(args.file))
+    results = check.for_each(hosts, lambda host: check.check_host(host, qemu=args.qemu))
+    if args.json:
+        print(json.dumps({"hosts": [r.to_json() for r in results]}, indent=2))
+    else:
+        for line in check.lines(results):
+            print(line)
+    return 0 if all(r.usable for r in results) else 1
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from memqual.host.run.hosts.probe import probe
+
+    print(json.dumps(probe().to_json()))
+    return 0

@@ -1,0 +1,132 @@
+"""The environment a measurement was taken in: one typed fingerprint of the
+host, QEMU, the accelerator and the guest, under one set of key names.
+
+memqual.host.core.probe fills the host's part (``probe.environment()``, read-only and
+cheap: it never boots a guest); a scenario adds the accelerator its guest
+ran under and the guest image (``with_accel``, ``with_guest``); the /dev/kvm
+harness adds what the device said (``replace``).  A measurement record
+carries ``to_json()``, a plain dict with only the keys that are known, and
+results.json's fingerprint has the same keys, ``FINGERPRINT_KEYS`` first.
+Records written before this class existed load as they are (they are
+dicts); keys it does not know are kept by the fingerprint as they came.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+# Where the host kernel's KSM and THP knobs are: the probe reads them for the
+# fingerprint, memqual.host.ksm reads and writes them.
+KSM_ROOT = Path("/sys/kernel/mm/ksm")
+THP_ROOT = Path("/sys/kernel/mm/transparent_hugepage")
+
+# The keys a reader of results.json wants first, in this order.
+FINGERPRINT_KEYS = (
+    "host_kernel",
+    "qemu",
+    "qemu_origin",
+    "accel",
+    "accel_reason",
+    "cpu",
+    "ksm",
+    "thp",
+    "kvm_nr_memslots",
+    "guest_kernel",
+    "guest_kernel_sha256",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """What shapes a measurement besides its own settings.  None: not known
+    (or not applicable), and left out of ``to_json()``."""
+
+    host_kernel: str | None = None  # uname -r of the host
+    qemu: str | None = None  # QEMU's version ("7.2.22"), of $MEMQUAL_QEMU when set
+    qemu_origin: str | None = None  # where that QEMU came from: the system's, Debian's archive, a build
+    accel: str | None = None  # kvm | tcg: what the guests ran under
+    accel_reason: str | None = None  # why that accelerator
+    cpu: str | None = None  # the host CPU's model name
+    ksm: Mapping[str, str] | None = None  # the host's KSM knobs (sysfs name -> value)
+    thp: str | None = None  # transparent huge pages: always | madvise | never | unavailable
+    kvm_nr_memslots: int | None = None  # KVM_CAP_NR_MEMSLOTS
+    guest_kernel: str | None = None  # the guest kernel's release
+    guest_kernel_sha256: str | None = None
+    initramfs_sha256: str | None = None
+    # The CPU the guest saw (QEMU's model: ``-cpu max`` is another CPU in
+    # another QEMU version, and the guest kernel picks code paths by it),
+    # read from the guest's /proc/cpuinfo.
+    guest_cpu: str | None = None  # "AuthenticAMD family 15 model 107 (QEMU TCG CPU version 2.5+)"
+    guest_cpu_flags: str | None = None  # its flags, sorted, space-separated
+    python: str | None = None  # the Python that ran the scenario
+    # The /dev/kvm harness (memslots kvm): the device and what it said.
+    kvm_module: str | None = None  # kvm_intel, kvm_amd, kvm_pvm...
+    kvm_device: str | None = None
+    kvm_api_version: int | None = None
+    kvm_address_spaces: int | None = None
+    kvm_vcpu_mmap_size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The known keys and their values, in field order (a record's
+        ``environment``)."""
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                out[field.name] = dict(value) if isinstance(value, Mapping) else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Environment:
+        """The known keys of a record's or results.json's environment;
+        others (another version's) are ignored."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def with_accel(self, accel: str, reason: str) -> Environment:
+        return dataclasses.replace(self, accel=accel, accel_reason=reason)
+
+    def with_guest(self, image: Any) -> Environment:
+        """The guest image's kernel release and hashes (a memqual.images.build
+        Image, or anything with those attributes)."""
+        return dataclasses.replace(
+            self,
+            guest_kernel=image.release,
+            guest_kernel_sha256=image.kernel_sha256,
+            initramfs_sha256=image.initramfs_sha256,
+        )
+
+    def with_guest_cpu(self, cpuinfo: str) -> Environment:
+        """The guest's CPU from its /proc/cpuinfo; unchanged when that says
+        nothing of it."""
+        cpu = guest_cpu_from(cpuinfo)
+        if cpu is None:
+            return self
+        return dataclasses.replace(self, guest_cpu=cpu[0], guest_cpu_flags=cpu[1])
+
+    def replace(self, **changes: Any) -> Environment:
+        return dataclasses.replace(self, **changes)
+
+
+def guest_cpu_from(cpuinfo: str) -> tuple[str, str] | None:
+    """(vendor, family, model and name in one line; the sorted flags) of
+    the first processor in a /proc/cpuinfo, or None without a vendor."""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    vendor = fields.get("vendor_id")
+    if not vendor:
+        return None
+    cpu = f"{vendor} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    if fields.get("model name"):
+        cpu += f" ({fields['model name']})"
+    return cpu, " ".join(sorted(set(fields.get("flags", "").split())))

@@ -1,0 +1,60 @@
+"""Numbers and plots as every page shows them: the one number format,
+matplotlib without a display, a figure as base64 PNG, and the typed Plot a
+template lays out.
+
+Below the subjects and the judging: a subject's own report section
+(memqual.host.balloon.plot) draws with these, and so do the pages
+(memqual.host.report.html).  It imports nothing of memqual.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import io
+import math
+from typing import Any
+
+
+def format_number(x: float | None) -> str:
+    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
+    numbers with thousands separators from 1,000 on; n/a for no value.
+    The one format of verdict texts and pages (``memqual.host.report.html.num``)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Plot:
+    """A PNG in a page (macros.html.j2's ``img``): its alt text and its
+    base64 data, as ``png`` gives it."""
+
+    alt: str
+    png: str
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot without a display, in the pages' style."""
+    # Imported here: matplotlib takes a second to import, and most commands
+    # (and ``memqual --help``) draw nothing.
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; before pyplot is imported anywhere
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def png(fig: Any) -> str:
+    """A figure as base64 PNG for an ``<img src='data:image/png;base64,...'>``;
+    the figure is closed."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    import matplotlib.pyplot as plt  # imported by pyplot() already, which drew the figure
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode("ascii")

@@ -1,0 +1,42 @@
+"""File locks between memqual runs on one host: flock with a deadline.
+
+A run that waits for another (a snapshot being saved, an image being built)
+polls a non-blocking flock rather than blocking in the kernel, so the wait
+has a deadline and ends in memqual's ``Timeout`` with a sentence saying what
+was held.  Lock files are opened with O_NOFOLLOW: a symlink planted where a
+lock file goes is refused, not followed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from memqual.host.core.errors import Timeout
+
+POLL_S = 0.05  # how often a waiting run retries: short beside any save or build
+
+
+@contextmanager
+def file_lock(path: Path, *, exclusive: bool, deadline_s: float, held: str) -> Iterator[None]:
+    """Hold ``path`` locked (shared or exclusive) for the ``with`` block.
+    ``held`` completes the Timeout's sentence: "<held> after N s"."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        deadline = time.monotonic() + deadline_s
+        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        while True:
+            try:
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise Timeout(f"{held} after {deadline_s:.0f} s") from None
+                time.sleep(POLL_S)
+        yield
+    finally:
+        os.close(fd)

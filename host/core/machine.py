@@ -1,0 +1,444 @@
+"""One QEMU process: launched, reached over QMP and SSH, always reaped.
+
+Lifetime rules (a leaked QEMU is a bug):
+- QEMU gets PR_SET_PDEATHSIG=SIGKILL: if the Python process that launched
+  it dies (Avocado timeout, kill -9), the kernel kills QEMU too.
+- ``shutdown()`` asks nicely over QMP, then kills, and always waits for the
+  process and removes the socket directory; it is idempotent and runs from
+  ``__exit__``, ``atexit`` and the test's tearDown.
+- Nothing fixed: a free loopback port per launch, sockets in a fresh short
+  temporary directory, logs where the caller says.
+
+Lifecycle, as small template steps: ``launch()`` runs ``_pre_launch()``
+(accelerator, socket directory, console log), then ``_launch()``: the start
+strategy the machine was given (``start=``), by default a warm start through
+memqual.host.core.snapshot or ``boot_cold()``; ``shutdown()`` ends with
+``_post_shutdown()`` (socket directory removed).  The public steps a launch
+is made of are what a start strategy (memqual.host.core.snapshot) drives:
+``start_qemu(incoming)`` (QEMU up with QMP connected), ``wait_ssh()``,
+``close_ssh()``, ``kill_qemu()`` (this QEMU gone, the launch's directory
+kept for another try), ``qemu_exited()`` and ``qemu_output()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import socket
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from qemu.qmp import QMPError
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from memqual.host.core import probe, snapshot
+from memqual.host.core.console import READY_MARKER, ConsoleMarker
+from memqual.host.core.errors import BadInput, GuestError, LaunchError, Timeout
+from memqual.host.core.paths import release_tempdir, short_tempdir
+from memqual.host.core.process import die_with_parent
+from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line
+from memqual.host.core.qemu_binary import runtime_env
+from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
+from memqual.images import agents
+from memqual.images import build as images_build
+
+__all__ = ["Machine", "MachineConfig", "BalloonDevice"]
+
+log = logging.getLogger("memqual.machine")
+_LIVE: weakref.WeakSet[Machine] = weakref.WeakSet()
+
+
+def free_port() -> int:
+    """A loopback port free right now.  Another process may take it before
+    QEMU binds it: launch() retries on that specific failure."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@atexit.register
+def _reap_all() -> None:
+    for machine in list(_LIVE):
+        machine.shutdown(timeout=2)
+
+
+BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
+# Every QMP command answers at once (migrate and balloon return before the
+# work is done); one that takes this long means QEMU is stuck.
+QMP_TIMEOUT_S = 60.0
+
+
+StartStrategy = Callable[["Machine"], None]
+
+
+def default_start(config: MachineConfig) -> StartStrategy:
+    """How a machine not given a start strategy starts: from a saved guest
+    (memqual.host.core.snapshot) when its config asks for warm starts and the
+    snapshot directory is usable, else a cold boot."""
+    if config.warm and snapshot.usable():
+        return snapshot.start
+    return Machine.boot_cold
+
+
+class Machine:
+    """A guest.  Use as a context manager::
+
+    with Machine(MachineConfig(memory_mib=1024)) as vm:
+        vm.ssh.run(["uname", "-r"])
+    """
+
+    def __init__(
+        self,
+        config: MachineConfig | None = None,
+        image: Any = None,
+        log_dir: Path | None = None,
+        boot_timeout: float = 90.0,
+        start: StartStrategy | None = None,
+    ) -> None:
+        if not (isinstance(boot_timeout, (int, float)) and math.isfinite(boot_timeout) and boot_timeout > 0):
+            raise BadInput(f"boot timeout {boot_timeout!r} is not a positive number of seconds: give e.g. 90")
+        self.config = config or MachineConfig()
+        self._image = image
+        self._start = start
+        self._log_dir = Path(log_dir) if log_dir else None
+        self.boot_timeout = float(boot_timeout)
+        self.qmp_timeout = QMP_TIMEOUT_S
+        self.accel = ""
+        self.accel_reason = ""
+        self.boot_to_ssh_s = float("nan")
+        self.started_warm = False
+        self.command: list[str] = []
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._qmp: QEMUMonitorProtocol | None = None
+        self._qmp_lock = threading.Lock()
+        self._sockdir: Path | None = None
+        self._ssh: SSH | None = None
+        self.console_log = Path("/dev/null")
+        self.ssh_port = 0
+
+    # -- properties -------------------------------------------------------
+    @property
+    def image(self) -> Any:
+        if self._image is None:
+            self._image = images_build.build()
+        return self._image
+
+    @property
+    def pid(self) -> int:
+        if self._proc is None:
+            raise GuestError("the machine is not running")
+        return self._proc.pid
+
+    @property
+    def ssh(self) -> SSH:
+        if self._ssh is None:
+            raise GuestError("the machine is not running (no SSH session)")
+        return self._ssh
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # -- launch -----------------------------------------------------------
+    def __enter__(self) -> Machine:
+        self.launch()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def launch(self) -> None:
+        if self.is_running():
+            # A second launch would orphan the first QEMU (this object holds
+            # one process); "with Machine(...)" has already launched.
+            raise GuestError(f"launch() on a running machine (QEMU pid {self.pid}): shut it down first")
+        self._pre_launch()
+        _LIVE.add(self)
+        try:
+            self._launch()
+        except BaseException:
+            self.shutdown(timeout=2)
+            raise
+
+    def _pre_launch(self) -> None:
+        """The accelerator, a fresh socket directory, the console log."""
+        self.accel, self.accel_reason = probe.resolve_accel(self.config.accel)
+        self._sockdir = short_tempdir("mq")
+        log_dir = self._log_dir or self._sockdir
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
+
+    def _launch(self) -> None:
+        (self._start or default_start(self.config))(self)
+
+    def boot_cold(self) -> None:
+        """Boot the kernel and wait for SSH."""
+        started = time.monotonic()
+        self.start_qemu(incoming=None)
+        self.wait_ssh(started)
+
+    def start_qemu(self, incoming: str | None = None) -> None:
+        """Start QEMU with QMP connected (``incoming``: restore a saved
+        state instead of booting); retries when the port was taken."""
+        if self._sockdir is None:
+            raise GuestError("start_qemu() outside launch(): the machine has no socket directory")
+        for attempt in range(3):
+            self.ssh_port = free_port()
+            qmp_path = self._sockdir / "qmp.sock"
+            qmp_path.unlink(missing_ok=True)
+            # memqual is the QMP server and QEMU connects to it: no polling
+            # for a socket to appear.
+            self._qmp = QEMUMonitorProtocol(str(qmp_path), server=True)
+            self.command = command_line(
+                self.config,
+                self.accel,
+                self.image.kernel,
+                self.image.initrd,
+                qmp_path,
+                self.console_log,
+                self.ssh_port,
+                incoming,
+            )
+            log.info("launch: %s", " ".join(self.command))
+            stderr_path = self._sockdir / "qemu.stderr"
+            with open(stderr_path, "wb") as stderr:
+                self._proc = subprocess.Popen(
+                    self.command,
+                    stdin=subprocess.DEVNULL,
+                    stdout=stderr,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=die_with_parent,
+                    close_fds=True,
+                    env=runtime_env(self.command[0]),
+                )
+            try:
+                self._accept_qmp(qmp_path)
+                return
+            except LaunchError as exc:
+                if "host forwarding rule" in exc.output and attempt < 2:
+                    log.warning("port %d was taken; retrying with another", self.ssh_port)
+                    self.kill_qemu()
+                    continue
+                raise
+
+    def _accept_qmp(self, qmp_path: Path) -> None:
+        assert self._qmp is not None and self._proc is not None
+        proc = self._proc
+        accepted = threading.Event()
+
+        def unblock_if_qemu_exits() -> None:
+            # accept() returns only on a connection or its timeout: when QEMU
+            # dies before connecting (bad option, port taken), connect and
+            # hang up ourselves so accept fails now, not at the timeout.
+            while not accepted.wait(0.02):
+                if proc.poll() is not None:
+                    try:
+                        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                            sock.connect(str(qmp_path))
+                    except OSError:
+                        pass
+                    return
+
+        watcher = threading.Thread(target=unblock_if_qemu_exits, name="qmp-accept-watch", daemon=True)
+        watcher.start()
+        try:
+            self._qmp.accept(timeout=min(30.0, self.boot_timeout))
+        except (QMPError, OSError, TimeoutError) as exc:
+            accepted.set()
+            watcher.join()
+            state = self._exit_description()  # before the kill, which would hide it
+            self.kill_qemu()
+            output = self.qemu_output()
+            last_line = (output.strip().splitlines() or [str(exc) or type(exc).__name__])[-1]
+            raise LaunchError(f"QEMU did not come up ({state}): {last_line}", self.command, output) from exc
+        finally:
+            accepted.set()
+
+    def wait_ssh(self, started: float, first_command: list[str] | None = None, probe_banner: bool = True) -> None:
+        """Wait for a working SSH command, with a deadline; a QEMU that exits
+        or a guest that panics ends the wait at once.
+
+        QEMU's user network accepts TCP before the guest listens and then
+        drops the connection, so a failed attempt costs little; each try is
+        a full SSH connect (banner, key exchange, auth) and one command."""
+        deadline = started + self.boot_timeout
+        console = ConsoleMarker(self.console_log, READY_MARKER)
+        while True:
+            if self._proc is not None and self._proc.poll() is not None:
+                raise LaunchError(
+                    f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
+                    self.command,
+                    self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+                )
+            # During a cold boot a cheap check avoids a full SSH attempt
+            # every poll; a restored guest is up at once.  The check is the
+            # guest's own "memqual-ready" on the console (guest/rc.sh prints
+            # it once dropbear is started), or else the SSH banner.  The
+            # banner alone made cold boots bimodal: before the guest's network
+            # is up, QEMU holds the probe's connection open, so each probe
+            # cost its whole timeout.
+            if probe_banner and not (console.seen() or banner_ready(self.ssh_port, timeout=BANNER_PROBE_S)):
+                if time.monotonic() > deadline:
+                    raise self._ssh_timeout()
+                time.sleep(0.02)  # poll period of the readiness check
+                continue
+            ssh = SSH(self.ssh_port, self.image.key)
+            try:
+                ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                ssh.run(first_command or ["true"], timeout=10)
+            except HostKeyMismatch:
+                # Not a guest still booting: another key will not change by waiting.
+                ssh.close()
+                raise
+            except GuestError:
+                ssh.close()
+            else:
+                self._ssh = ssh
+                self.boot_to_ssh_s = time.monotonic() - started
+                log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
+                return
+            if time.monotonic() > deadline:
+                raise self._ssh_timeout()
+            time.sleep(0.02)  # poll period of the readiness check, not a wait for an event
+
+    @property
+    def ssh_ready(self) -> bool:
+        """Is there an SSH session (``ssh``) to the guest?"""
+        return self._ssh is not None
+
+    def close_ssh(self) -> None:
+        """Close the SSH session; the guest runs on (``wait_ssh`` opens
+        another)."""
+        if self._ssh is not None:
+            self._ssh.close()
+            self._ssh = None
+
+    def _ssh_timeout(self) -> Timeout:
+        return Timeout(
+            f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
+            f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
+        )
+
+    # -- control ----------------------------------------------------------
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        if self._qmp is None:
+            raise GuestError("the machine is not running (no QMP)")
+        with self._qmp_lock:  # tearDown may run on another thread
+            try:
+                self._qmp.settimeout(self.qmp_timeout)
+                return self._qmp.cmd(command, **arguments)
+            except QMPError as exc:
+                raise GuestError(f"QMP {command} failed: {exc}") from exc
+            except TimeoutError as exc:
+                raise Timeout(
+                    f"QMP {command} got no answer within {self.qmp_timeout:.0f} s: QEMU is stuck "
+                    f"(see {self.console_log})"
+                ) from exc
+
+    def hmp(self, command_line: str) -> str:
+        return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
+
+    def console_expect(self, pattern: str, timeout: float = 30.0) -> str:
+        """Wait until the serial console shows ``pattern`` (a regular
+        expression); returns the matching text.  QEMU itself drains the
+        console into the log file, so nothing stalls while nobody reads;
+        pexpect follows that file (with tail -F) only while a test waits."""
+        import pexpect
+
+        follower = pexpect.spawn(
+            "tail", ["-n", "+1", "-F", str(self.console_log)], encoding="utf-8", codec_errors="replace", timeout=timeout
+        )
+        try:
+            follower.expect(pattern)
+            return str(follower.match.group(0))
+        except pexpect.TIMEOUT as exc:
+            raise Timeout(
+                f"console did not show {pattern!r} within {timeout:.0f} s; last line: {self._console_tail(1)}"
+            ) from exc
+        finally:
+            follower.close(force=True)
+
+    def wait_exit(self, timeout: float) -> int:
+        """QEMU's exit status once it ends by itself (a guest panic with
+        panic=-1 and -no-reboot, a poweroff), within ``timeout``."""
+        if self._proc is None:
+            raise GuestError("the machine was never launched")
+        try:
+            return self._proc.wait(timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise Timeout(f"QEMU still running {timeout:.0f} s after it should have ended") from exc
+
+    def deploy(self, agent: str) -> str:
+        """Build guest/<agent>.c (cached) and stream it into the guest."""
+        guest_path = f"/tmp/{agent}"
+        self.ssh.push(agents.build_agent(agent), guest_path)
+        return guest_path
+
+    # -- shutdown ---------------------------------------------------------
+    def shutdown(self, timeout: float = 10.0) -> None:
+        self.close_ssh()
+        if self._proc is not None and self._proc.poll() is None and self._qmp is not None:
+            try:
+                with self._qmp_lock:
+                    self._qmp.settimeout(2)
+                    self._qmp.cmd("quit")
+            except Exception:  # any failure here means: kill it
+                log.info("QMP quit failed; killing QEMU")
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill_qemu()
+        self._post_shutdown()
+
+    def _post_shutdown(self) -> None:
+        if self._sockdir is not None:
+            release_tempdir(self._sockdir)
+            self._sockdir = None
+        _LIVE.discard(self)
+
+    def kill_qemu(self) -> None:
+        """Kill this QEMU (if it runs), reap it and drop its QMP connection.
+        The launch's socket directory stays: ``start_qemu`` may follow."""
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+        if self._qmp is not None:
+            try:
+                self._qmp.close()
+            except Exception:  # the peer is gone already
+                pass
+            self._qmp = None
+
+    # -- diagnostics ------------------------------------------------------
+    def qemu_exited(self) -> bool:
+        """Was QEMU started, and has it ended?"""
+        return self._proc is not None and self._proc.poll() is not None
+
+    def _exit_description(self) -> str:
+        if self._proc is None or self._proc.poll() is None:
+            return "still running"
+        code = self._proc.returncode
+        return f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+
+    def qemu_output(self) -> str:
+        """The end of what QEMU wrote on its stdout and stderr."""
+        if self._sockdir is None:
+            return ""
+        path = self._sockdir / "qemu.stderr"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+    def _console_tail(self, lines: int) -> str:
+        try:
+            text = self.console_log.read_text(errors="replace")
+        except OSError:
+            return ""
+        tail = [line for line in text.splitlines() if line.strip()][-lines:]
+        return "\n".join(tail)

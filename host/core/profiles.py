@@ -1,0 +1,113 @@
+"""How big each scenario runs, by profile: one table, one row a profile.
+
+- ``quick``: one kernel, sized for CI and a first look (each claim gets the
+  units its verdict needs, docs/claims-calibration.md).
+- ``full``: the lab's sizes: more guests, repeats, slot counts.
+- ``ab``: the sizing of an interleaved A/B (host/run/blocks.py), the default
+  when ``memqual run`` is given two kernels or two QEMUs.  The independent
+  unit of an A/B is the block, so each (block, arm) visit boots ONE fresh
+  guest and measures each primary once: more blocks, not more guests per
+  block, buy the decision, and a block of every primary-bearing scenario
+  costs minutes rather than half an hour.  Only tests tagged ``ab`` (they
+  record a primary or a negative control, host/judge/primaries.py) run in the
+  blocks; the boot checks run once per arm; the rest (exploratory metrics,
+  the lab-host machinery) are left to ``--profile quick``.
+
+A scenario reads its row at run time (``sizes()``), never at import, so one
+process can look at several profiles (tests/) and the row follows
+``MEMQUAL_PROFILE`` as set by ``memqual run``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from memqual.host.core.errors import BadInput
+
+ENV_PROFILE = "MEMQUAL_PROFILE"
+QUICK = "quick"
+FULL = "full"
+AB = "ab"
+PROFILES = (QUICK, FULL, AB)
+# The Avocado tag of the tests an A/B runs in blocks.
+AB_TAG = "ab"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """One profile's row.  Guests are fresh guests (independent units);
+    repeats and windows are samples inside one guest."""
+
+    balloon_repeats: int  # timed inflate/deflate cycles per guest (scenario 1)
+    balloon_calibrate: bool  # the smaller inflates that calibrate the transfer-cost model
+    balloon_large_guests: bool  # scenario 2's 2 and 4 GiB guests
+    driver_guests: int  # fresh guests of the balloon driver's request-size curve
+    driver_curve: bool  # every size of the curve, not only the seed's three bitmaps and the stock 256
+    ksm_volatile_guests: int  # fresh guests per smart-scan variant
+    ksm_volatile_windows: int  # measured windows per variant per guest
+    ksm_many_guests: int  # guests sharing memory (the saving's n)
+    ksm_remerge_repeats: int  # timed re-merges of the settled guests
+    kvm_lookup_replicates: int  # fresh VMs per slot count of the /dev/kvm lookup bench
+    kvm_lookup_all_slots: bool  # the full slot-count curve, not the quick points
+    virtio_mem_full: bool  # 1 GiB and 3/4 of the guest, five cycles; else 256 MiB, two
+
+
+SIZES: dict[str, Sizes] = {
+    QUICK: Sizes(
+        balloon_repeats=2,
+        balloon_calibrate=True,
+        balloon_large_guests=False,
+        driver_guests=3,
+        driver_curve=False,
+        ksm_volatile_guests=4,
+        ksm_volatile_windows=1,
+        ksm_many_guests=3,
+        ksm_remerge_repeats=3,
+        kvm_lookup_replicates=3,
+        kvm_lookup_all_slots=False,
+        virtio_mem_full=False,
+    ),
+    FULL: Sizes(
+        balloon_repeats=5,
+        balloon_calibrate=True,
+        balloon_large_guests=True,
+        driver_guests=5,
+        driver_curve=True,
+        ksm_volatile_guests=8,
+        ksm_volatile_windows=2,
+        ksm_many_guests=5,
+        ksm_remerge_repeats=5,
+        kvm_lookup_replicates=6,
+        kvm_lookup_all_slots=True,
+        virtio_mem_full=True,
+    ),
+    AB: Sizes(
+        balloon_repeats=1,
+        balloon_calibrate=False,
+        balloon_large_guests=False,
+        driver_guests=1,
+        driver_curve=False,
+        ksm_volatile_guests=1,
+        ksm_volatile_windows=1,
+        # The saving's n is part of the metric: the same 3 guests as quick.
+        ksm_many_guests=3,
+        ksm_remerge_repeats=1,
+        kvm_lookup_replicates=1,
+        kvm_lookup_all_slots=False,
+        virtio_mem_full=False,
+    ),
+}
+
+
+def current() -> str:
+    """The profile ``memqual run`` set for this process (quick when none)."""
+    name = os.environ.get(ENV_PROFILE) or QUICK
+    if name not in SIZES:
+        raise BadInput(f"{ENV_PROFILE}={name!r}: use one of {', '.join(PROFILES)}")
+    return name
+
+
+def sizes(name: str | None = None) -> Sizes:
+    """A profile's row; the current one's by default."""
+    return SIZES[name or current()]

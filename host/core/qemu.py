@@ -1,0 +1,283 @@
+"""QEMU command lines: a pure function from a machine configuration and an
+image to argv, so it can be unit tested without starting anything."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from memqual.host.core.errors import BadInput, CapabilityMissing
+
+MACHINE_TYPES = ("microvm", "pc", "q35")
+
+
+@dataclasses.dataclass(frozen=True)
+class BalloonDevice:
+    """A virtio-balloon device and the properties scenarios vary."""
+
+    free_page_reporting: bool = False
+    deflate_on_oom: bool = False
+    id: str = "balloon0"
+
+
+@dataclasses.dataclass(frozen=True)
+class MachineConfig:
+    """Everything that shapes one guest.  Also the warm-start snapshot key:
+    two configs that compare equal may share a saved guest state."""
+
+    memory_mib: int = 1024
+    cpus: int = 2
+    machine: str = "microvm"  # microvm boots fastest; pc/q35 for hotplug
+    accel: str = "auto"  # auto | kvm | tcg
+    maxmem_mib: int | None = None  # enables pc-dimm hotplug (pc/q35 only)
+    mem_slots: int = 0
+    mem_merge: bool = True  # QEMU marks guest RAM MADV_MERGEABLE for host KSM
+    balloon: BalloonDevice | None = BalloonDevice()
+    extra_args: tuple[str, ...] = ()  # raw QEMU arguments, appended last
+    cmdline_extra: str = ""
+    warm: bool = True  # may restore from a saved snapshot (see memqual.host.core.snapshot)
+
+    def __post_init__(self) -> None:
+        if self.machine not in MACHINE_TYPES:
+            raise BadInput(f"machine type {self.machine!r} unknown: use one of {', '.join(MACHINE_TYPES)}")
+        if self.accel not in ("auto", "kvm", "tcg"):
+            raise BadInput(f"accelerator {self.accel!r} unknown: use auto, kvm or tcg")
+        if self.memory_mib < 128:
+            raise BadInput(f"guest memory {self.memory_mib} MiB is too small: give at least 128 MiB")
+        if self.cpus < 1:
+            raise BadInput("give at least one CPU")
+        if self.maxmem_mib is not None:
+            if self.machine == "microvm":
+                raise BadInput("microvm has no memory hotplug: use machine 'pc' or 'q35' with maxmem")
+            if self.maxmem_mib < self.memory_mib or self.mem_slots < 1:
+                raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
+
+
+ENV_QEMU = "MEMQUAL_QEMU"  # path of the QEMU binary to use (a patched build, or a test's fake)
+ENV_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's kernel command line
+
+
+def qemu_binary() -> str:
+    """The QEMU binary: ``$MEMQUAL_QEMU`` if set, else qemu-system-x86_64 on
+    PATH.  Not cached, so a changed environment takes effect at once."""
+    override = os.environ.get(ENV_QEMU)
+    if override:
+        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
+            raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
+        return override
+    path = shutil.which("qemu-system-x86_64")
+    if path is None:
+        raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
+    return path
+
+
+def qemu_version(binary: str | None = None) -> str:
+    """What ``binary --version`` says (default: the QEMU of this process)."""
+    return _version_of(binary or qemu_binary())
+
+
+@functools.lru_cache(maxsize=8)
+def _version_of(binary: str) -> str:
+    from memqual.host.core.qemu_binary import runtime_env
+
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=30, env=runtime_env(binary)
+    ).stdout
+    match = re.search(r"version (\S+)", out)
+    return match.group(1) if match else "unknown"
+
+
+def _virtio(machine: str, device: str) -> str:
+    """virtio devices are virtio-mmio on microvm, virtio-pci elsewhere."""
+    return f"virtio-{device}-device" if machine == "microvm" else f"virtio-{device}-pci"
+
+
+_TSC_REFINED = re.compile(r"Refined TSC clocksource calibration: ([0-9.]+) MHz")
+_TSC_DETECTED = re.compile(r"tsc: Detected ([0-9.]+) MHz processor")
+
+
+@functools.lru_cache(maxsize=1)
+def host_tsc_khz() -> int | None:
+    """The host's TSC frequency, or None when it is not known for sure.
+
+    Under TCG the guest reads the host's TSC but calibrates it against the
+    emulated PIT; on a busy host that calibration fails, the guest marks its
+    TSC unstable and a 2-CPU boot stalls.  Telling the guest the frequency
+    (tsc_early_khz) skips the calibration, but a wrong figure makes the
+    guest's clock run fast or slow, and every guest-side timing with it.
+    So: the host kernel's own calibration from its log; else /proc/cpuinfo's
+    "cpu MHz" only where it is the TSC's (a VM, or a CPU whose TSC
+    frequency is known: on bare metal it is the current core clock, which
+    moves with frequency scaling); else None, and the guest calibrates."""
+    return tsc_khz_from(_kernel_log(), _read("/proc/cpuinfo"))
+
+
+def tsc_khz_from(kernel_log: str, cpuinfo: str) -> int | None:
+    for pattern in (_TSC_REFINED, _TSC_DETECTED):
+        found = pattern.findall(kernel_log)
+        if found:
+            return round(float(found[-1]) * 1000)
+    flags: set[str] = set()
+    mhz: float | None = None
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "cpu MHz" and mhz is None:
+            try:
+                mhz = float(value)
+            except ValueError:
+                pass
+    if mhz and flags & {"hypervisor", "tsc_known_freq"}:
+        return round(mhz * 1000)
+    return None
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kernel_log() -> str:
+    """The host kernel's log (dmesg), or "" where it may not be read."""
+    try:
+        return subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def opt_value(value: object) -> str:
+    """A value for a QEMU option string (``key=value,key=value``): a comma
+    inside it is written twice, else QEMU would read what follows as
+    another option (a path "a,server=on" must not add server=on)."""
+    return str(value).replace(",", ",,")
+
+
+def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
+    # quiet + lpj skip work that costs seconds under TCG; panic=-1 with
+    # -no-reboot turns a guest panic into QEMU exiting at once.
+    parts = [
+        "console=ttyS0",
+        "panic=-1",
+        "rdinit=/init",
+        "quiet",
+        "loglevel=4",
+        "tsc=reliable",
+        "no_timer_check",
+        "cryptomgr.notests",
+        "random.trust_cpu=on",
+        "8250.nr_uarts=1",
+        "mitigations=off",
+        "audit=0",
+        "memhp_default_state=offline",
+        # Boot-time work a test guest does not need, each measured at 50 to
+        # 200 ms under TCG (initcall_debug): IPv6, AppArmor, a KDF self-test,
+        # encrypted-key type set-up and kprobe trace events.
+        "ipv6.disable=1",
+        "apparmor=0",
+        "initcall_blacklist=crypto_kdf108_init,init_encrypted,init_kprobe_trace",
+        # guest/rc.sh loads only this machine's virtio transport.
+        f"memqual.transport={'mmio' if config.machine == 'microvm' else 'pci'}",
+    ]
+    khz = host_tsc_khz()
+    if accel == "tcg" and khz:
+        parts.append(f"tsc_early_khz={khz}")
+    # A kernel of a series (memqual bisect) may carry its own extra command
+    # line, given to the scenarios through the environment like the kernel.
+    env_extra = os.environ.get(ENV_CMDLINE_EXTRA, "").strip()
+    if env_extra:
+        parts.append(env_extra)
+    if config.cmdline_extra:
+        parts.append(config.cmdline_extra)
+    return " ".join(parts)
+
+
+def command_line(
+    config: MachineConfig,
+    accel: str,
+    kernel: Path,
+    initrd: Path,
+    qmp_socket: Path | None,
+    console_log: Path,
+    ssh_port: int | None,
+    incoming: str | None = None,
+) -> list[str]:
+    """argv for one guest.  ``accel`` is the resolved accelerator (kvm/tcg);
+    ``incoming`` restores a saved state instead of booting.  Without a
+    ``qmp_socket`` the guest has no monitor, without an ``ssh_port`` no
+    network: the probe's guest, which only has to reach init on its
+    console."""
+    machine = config.machine
+    machine_opts = [machine, f"mem-merge={'on' if config.mem_merge else 'off'}"]
+    memory = f"{config.memory_mib}M"
+    if config.maxmem_mib is not None:
+        memory += f",slots={config.mem_slots},maxmem={config.maxmem_mib}M"
+    from memqual.host.core.qemu_binary import firmware_args
+
+    binary = qemu_binary()
+    argv = [
+        binary,
+        *firmware_args(binary),
+        "-M",
+        ",".join(machine_opts),
+        "-accel",
+        accel,
+        "-cpu",
+        "max" if accel == "tcg" else "host",
+        "-m",
+        memory,
+        "-smp",
+        str(config.cpus),
+        "-nodefaults",
+        "-no-user-config",
+        "-display",
+        "none",
+        "-no-reboot",
+        "-kernel",
+        str(kernel),
+        "-initrd",
+        str(initrd),
+        "-append",
+        kernel_cmdline(config, accel),
+        "-chardev",
+        f"file,id=console,path={opt_value(console_log)}",
+        "-serial",
+        "chardev:console",
+    ]
+    if qmp_socket is not None:
+        argv += [
+            "-chardev",
+            f"socket,id=qmp,path={opt_value(qmp_socket)}",
+            "-mon",
+            "chardev=qmp,mode=control",
+        ]
+    if ssh_port is not None:
+        argv += [
+            # restrict=on: the guest reaches nothing outside (not the host's
+            # loopback services, not the network); the inbound SSH forward
+            # still works.
+            "-netdev",
+            f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            "-device",
+            _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
+        ]
+    if config.balloon is not None:
+        b = config.balloon
+        argv += [
+            "-device",
+            f"{_virtio(machine, 'balloon')},id={b.id},"
+            f"free-page-reporting={'on' if b.free_page_reporting else 'off'},"
+            f"deflate-on-oom={'on' if b.deflate_on_oom else 'off'}",
+        ]
+    if incoming is not None:
+        argv += ["-incoming", incoming]
+    argv += list(config.extra_args)
+    return argv

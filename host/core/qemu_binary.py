@@ -1,0 +1,196 @@
+"""Which QEMU runs the guests, and where it came from.
+
+Three kinds: the system's (``qemu-system-x86_64`` on PATH, from ./setup),
+one of Debian's archive by version (memqual.images.qemu unpacks it into
+the cache), or a user's own build by path.  ``--qemu VERSION|PATH`` picks
+one for a command and everything it starts: ``choose`` puts its binary in
+``$MEMQUAL_QEMU``, which Avocado's scenarios inherit, and ``current`` reads
+it back in any process.  An archive QEMU is recognised by its manifest
+beside the binary, and then runs with its own module folder
+(``QEMU_MODULE_DIR``: TCG itself is a module in Debian, and a module of
+another build aborts QEMU) and its own firmware (``-L``).
+
+A QEMU is one of the things an arm of an A/B comparison is made of, so a
+choice is a value (``QemuChoice``) a caller can hold two of; only the
+environment variable is one per process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.images import qemu as archive
+
+ENV_QEMU = "MEMQUAL_QEMU"  # the same variable memqual.host.core.qemu reads
+
+
+@dataclasses.dataclass(frozen=True)
+class QemuChoice:
+    """One QEMU: its binary, its version as it says it, where it came
+    from, and what it needs to run as its own build."""
+
+    binary: Path
+    version: str  # what ``--version`` says: "10.0.2", "7.2.22"
+    origin: str  # "Debian bookworm-backports 1:10.0.2+ds-...", "system (...)", "your build ..."
+    module_dir: Path | None = None  # QEMU_MODULE_DIR
+    firmware_dirs: tuple[Path, ...] = ()  # -L, in order
+
+    def env(self) -> dict[str, str]:
+        """The environment QEMU runs in: this one, with its module folder."""
+        env = dict(os.environ)
+        if self.module_dir is not None:
+            env["QEMU_MODULE_DIR"] = str(self.module_dir)
+        return env
+
+    def firmware_args(self) -> list[str]:
+        out: list[str] = []
+        for directory in self.firmware_dirs:
+            out += ["-L", str(directory)]
+        return out
+
+
+def version_of(binary: Path, env: dict[str, str] | None = None) -> str:
+    """The version ``binary --version`` prints; BadInput when it is no QEMU."""
+    return _version_of(str(binary), tuple(sorted((env or {}).items())))
+
+
+@functools.lru_cache(maxsize=16)
+def _version_of(binary: str, env_items: tuple[tuple[str, str], ...]) -> str:
+    env = dict(env_items) or None
+    try:
+        proc = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30, env=env)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BadInput(f"{binary} does not run ({exc}): give a qemu-system-x86_64") from exc
+    match = re.search(r"QEMU emulator version (\S+)", proc.stdout)
+    if proc.returncode != 0 or not match:
+        raise BadInput(
+            f"{binary} is no QEMU (its --version says no 'QEMU emulator version'): give a qemu-system-x86_64"
+        )
+    return match.group(1)
+
+
+@functools.lru_cache(maxsize=1)
+def _system_package_version() -> str:
+    try:
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "qemu-system-x86"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.strip()
+
+
+def describe(binary: Path, system: bool = False) -> QemuChoice:
+    """``binary`` as a QemuChoice: an archive QEMU memqual unpacked, the
+    system's, or a build of the user's."""
+    unpacked = archive.owning(binary)
+    if unpacked is not None:
+        choice = QemuChoice(
+            binary=unpacked.binary,
+            version="",
+            origin=f"Debian {unpacked.archive.suite} {unpacked.archive.package_version} (cache {unpacked.root})",
+            module_dir=unpacked.module_dir,
+            firmware_dirs=(unpacked.firmware_dir,),
+        )
+    elif system:
+        package = _system_package_version()
+        origin = f"system {binary}" + (f" (qemu-system-x86 {package})" if package else "")
+        choice = QemuChoice(binary=binary, version="", origin=origin)
+    else:
+        choice = QemuChoice(binary=binary, version="", origin=f"your build {binary}")
+    module_env = {"QEMU_MODULE_DIR": str(choice.module_dir)} if choice.module_dir else {}
+    return dataclasses.replace(choice, version=version_of(choice.binary, {**os.environ, **module_env}))
+
+
+def current() -> QemuChoice:
+    """The QEMU this process runs: ``$MEMQUAL_QEMU`` or the system's."""
+    override = os.environ.get(ENV_QEMU)
+    if override:
+        path = Path(override)
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
+        return describe(path)
+    found = shutil.which(archive.BINARY)
+    if found is None:
+        raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
+    return describe(Path(found), system=True)
+
+
+def is_path(spec: str) -> bool:
+    return "/" in spec or spec.startswith(".")
+
+
+def resolve(spec: str, cache: Path) -> QemuChoice:
+    """``--qemu VERSION|PATH`` as a QemuChoice: a version is fetched from
+    the archive (once), a path must be a QEMU that runs."""
+    if is_path(spec):
+        path = Path(spec).expanduser()
+        try:
+            usable = path.is_file() and os.access(path, os.X_OK)
+        except OSError:  # a name too long, a loop of links
+            usable = False
+        if not usable:
+            raise BadInput(f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64")
+        return describe(path.resolve())
+    unpacked = archive.fetch(spec, cache)
+    return describe(unpacked.binary)
+
+
+def choose(spec: str | None) -> QemuChoice:
+    """Resolve ``--qemu`` (None: what the environment already says) and make
+    it this process's and its children's QEMU."""
+    if spec is None:
+        return current()
+    from memqual.host.core.paths import cache_dir
+
+    choice = resolve(spec, cache_dir())
+    os.environ[ENV_QEMU] = str(choice.binary)
+    return choice
+
+
+def device_properties(choice: QemuChoice, device: str) -> frozenset[str]:
+    """The properties this QEMU's ``device`` has (``-device DEV,help``);
+    empty when it has no such device.  What differs between versions is
+    read from the binary, not assumed from its version number."""
+    return _device_properties(str(choice.binary), tuple(sorted(choice.env().items())), device)
+
+
+@functools.lru_cache(maxsize=32)
+def _device_properties(binary: str, env_items: tuple[tuple[str, str], ...], device: str) -> frozenset[str]:
+    try:
+        proc = subprocess.run(
+            [binary, "-nodefaults", "-machine", "none", "-device", f"{device},help"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=dict(env_items),
+        )
+    except (OSError, subprocess.SubprocessError):
+        return frozenset()
+    return frozenset(m.group(1) for m in re.finditer(r"^\s+([a-z][a-z0-9-]*)=", proc.stdout, re.MULTILINE))
+
+
+def runtime_env(binary: str | Path) -> dict[str, str] | None:
+    """The environment ``binary`` runs in: None (inherit) unless it is an
+    archive QEMU, which gets its own module folder."""
+    unpacked = archive.owning(Path(binary))
+    if unpacked is None or unpacked.module_dir is None:
+        return None
+    return {**os.environ, "QEMU_MODULE_DIR": str(unpacked.module_dir)}
+
+
+def firmware_args(binary: str | Path) -> list[str]:
+    """``-L`` for an archive QEMU's own firmware; nothing for the others,
+    which find their own."""
+    unpacked = archive.owning(Path(binary))
+    return [] if unpacked is None else ["-L", str(unpacked.firmware_dir)]

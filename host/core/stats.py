@@ -1,0 +1,846 @@
+"""Statistics of repeated measurements: location, spread, A/B comparison.
+
+Everything the claims and the report say about a metric comes from here, so
+the choices are written down once:
+
+- Location is the **median** (robust to the odd slow repeat a shared 2-core
+  machine produces); the mean and standard deviation are kept too, because the
+  seed's kernbench table reports "mean (stdev)".
+- Spread is the interquartile range and the median absolute deviation; the
+  coefficient of variation is stdev / |mean|.
+- **Replicates.**  Inference is only honest on independent units: a fresh
+  guest or a round of ``memqual run`` (see host/core/record.py).  Samples taken
+  inside one guest share its state and are nested in it; treating them as
+  independent gives intervals that exclude each other's runs.  So the
+  A/B functions that take ``*_reps`` (lists of replicates, each a list of
+  samples) are the ones to use: ``compare_replicates``,
+  ``hierarchical_ratio_ci``, ``replicate_permutation_test``.
+- The A/B effect is the **ratio of pooled medians** B / A.  Its confidence
+  interval is a seeded two-stage (hierarchical) percentile bootstrap:
+  replicates are resampled with replacement, then samples within each
+  chosen replicate.  With one replicate on a side its first stage is
+  degenerate and the interval shows only within-unit noise; the
+  ``Comparison`` says so (``ci_method``).  Percentile rather than BCa: with
+  a handful of replicates BCa often degenerates, and a report must not flip
+  on that.
+- Significance is a two-sided permutation test of the difference of means
+  of the **replicate medians** (one summary per independent unit).  It is
+  exact (every one of the C(na+nb, na) arrangements enumerated) when that
+  count fits in the budget, Monte Carlo otherwise; the result says which.
+  8 against 8 has 12870 arrangements: more than the 9999 resamples of the
+  flat ``compare``, within the DEFAULT_PERMUTATIONS (200000) of
+  the replicate-level test, which enumerates up to 10 against 10.
+- **Power.**  An exact permutation test cannot give a p below
+  ``min_attainable_p(na, nb)`` (2/C(2n, n) for n a side).  When that floor is
+  not below alpha the comparison is ``underpowered``: it can never be
+  significant, whatever was measured, and ``replicates_needed`` says how
+  many replicates a side would do.  Never read such a result as "no
+  difference".
+- A change counts only when p < alpha *and* the relative change of the
+  medians is at least ``min_effect`` (a real but tiny shift is not worth a
+  verdict).  Several metrics of one comparison are corrected with ``holm``.
+
+The A/B decisions of ``memqual compare``, ``--until-decided`` and
+``memqual history`` do not use the permutation test: ``ratio_test`` (a
+paired t on blocks' log ratios, or Welch's t on log replicate medians),
+``benjamini_hochberg`` and ``spent_alpha`` below are theirs, because the
+permutation test's floor cannot pass a correction at the block counts a
+short run gives.  ``compare_replicates`` and its power floor stay for the
+claims' verdicts.
+
+The older sample-level functions (``compare``, ``bootstrap_ratio_ci`` and
+``permutation_test`` on flat samples) stay for computed figures that have
+no replicate structure.
+
+Every random choice is seeded: the same samples give the same report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+from scipy import special as _special
+from scipy import stats as _st
+
+# Samples as callers hold them: a list, or an array this module made.
+Samples: TypeAlias = Sequence[float] | np.ndarray
+
+DEFAULT_SEED = 20110223  # the date of seed 000; any fixed value works
+DEFAULT_RESAMPLES = 9999
+# Permutations of replicate medians are cheap (a few numbers each), so the
+# budget is large enough to enumerate every split up to 10 against 10
+# (184756): a Monte Carlo p near a Holm-corrected level would otherwise
+# decide a verdict by its own sampling noise.
+DEFAULT_PERMUTATIONS = 200_000
+# Every interval of the suite is a 95 % one: the pages and tables print
+# "95% CI", so the level is fixed here rather than a knob that would make
+# them wrong.
+CONFIDENCE = 0.95
+DEFAULT_ALPHA = 0.01
+DEFAULT_MIN_EFFECT = 0.05
+
+
+def _array(samples: Samples) -> np.ndarray:
+    arr = np.asarray(list(samples), dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("need at least one sample")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("samples must be finite numbers")
+    return arr
+
+
+def median(samples: Samples) -> float:
+    return float(np.median(_array(samples)))
+
+
+def iqr(samples: Samples) -> float:
+    """Interquartile range (linear interpolation between order statistics)."""
+    q1, q3 = np.percentile(_array(samples), [25, 75])
+    return float(q3 - q1)
+
+
+def mad(samples: Samples) -> float:
+    """Median absolute deviation from the median (unscaled)."""
+    arr = _array(samples)
+    return float(np.median(np.abs(arr - np.median(arr))))
+
+
+def cv(samples: Samples) -> float:
+    """Coefficient of variation: sample stdev / |mean|; NaN for a zero mean,
+    0 for a single sample."""
+    arr = _array(samples)
+    if arr.size < 2:
+        return 0.0
+    mean = float(np.mean(arr))
+    if mean == 0.0:
+        return math.nan
+    return float(np.std(arr, ddof=1) / abs(mean))
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Location and spread of one sample set."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float  # sample standard deviation (ddof=1); 0 for n == 1
+    iqr: float
+    mad: float
+    cv: float
+    minimum: float
+    maximum: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: _finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def summarize(samples: Samples) -> Summary:
+    arr = _array(samples)
+    return Summary(
+        n=int(arr.size),
+        median=float(np.median(arr)),
+        mean=float(np.mean(arr)),
+        stdev=float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0,
+        iqr=iqr(arr),
+        mad=mad(arr),
+        cv=cv(arr),
+        minimum=float(arr.min()),
+        maximum=float(arr.max()),
+    )
+
+
+def ratio_of_medians(a: Samples, b: Samples) -> float:
+    """median(B) / median(A); inf when A's median is 0 and B's is not."""
+    ma, mb = median(a), median(b)
+    if ma == 0.0:
+        return math.nan if mb == 0.0 else math.copysign(math.inf, mb)
+    return mb / ma
+
+
+def bootstrap_ratio_ci(
+    a: Samples,
+    b: Samples,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Percentile bootstrap CI of median(B) / median(A), A and B resampled
+    independently.  With no variation in either sample the interval is the
+    point itself; with a single sample on one side it still reflects the
+    other side's spread.  NaN bounds when A's median can be zero."""
+    arr_a, arr_b = _array(a), _array(b)
+    point = ratio_of_medians(arr_a, arr_b)
+    if np.ptp(arr_a) == 0.0 and np.ptp(arr_b) == 0.0:
+        return (point, point)
+    if np.any(arr_a == 0.0) and np.median(arr_a) == 0.0:
+        return (math.nan, math.nan)
+
+    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.median(y, axis=axis) / np.median(x, axis=axis)
+
+    # scipy refuses one-element samples; resampling a single value is the
+    # value itself, so repeat it (the bootstrap then varies only the other).
+    xa = arr_a if arr_a.size > 1 else np.repeat(arr_a, 2)
+    xb = arr_b if arr_b.size > 1 else np.repeat(arr_b, 2)
+    res = _st.bootstrap(
+        (xa, xb),
+        statistic,
+        n_resamples=n_resamples,
+        vectorized=True,
+        paired=False,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    return (low, high)
+
+
+@dataclasses.dataclass(frozen=True)
+class PermutationResult:
+    """A two-sided permutation test and how it was computed."""
+
+    p_value: float
+    exact: bool  # every arrangement enumerated (else Monte Carlo)
+    n_arrangements: int  # C(na + nb, na)
+    n_resamples: int  # arrangements evaluated: all of them when exact
+
+    @property
+    def method(self) -> str:
+        if self.exact:
+            return f"exact ({self.n_arrangements} arrangements)"
+        return f"Monte Carlo ({self.n_resamples} of {self.n_arrangements} arrangements)"
+
+
+def permutation_test(
+    a: Samples,
+    b: Samples,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> PermutationResult:
+    """Two-sided permutation test of mean(B) - mean(A) on the values given.
+
+    Exact when C(na + nb, na) <= n_resamples: every split of the pooled
+    values into groups of na and nb is enumerated (itertools.combinations)
+    and p is the share at least as extreme as the observed one.  Otherwise
+    n_resamples random splits, and p = (1 + hits) / (1 + n_resamples), so a
+    Monte Carlo p is never 0 (Phipson and Smyth 2010)."""
+    arr_a, arr_b = _array(a), _array(b)
+    na, nb = arr_a.size, arr_b.size
+    pooled = np.concatenate([arr_a, arr_b])
+    total = math.comb(na + nb, na)
+    if np.ptp(pooled) == 0.0:
+        # All values equal: no evidence of any difference.
+        return PermutationResult(1.0, True, total, total)
+    observed = abs(float(arr_b.mean() - arr_a.mean()))
+    # Ties in floating point: an arrangement as extreme as the observed one
+    # must count even if its sums round differently.
+    tolerance = 1e-12 * max(1.0, float(np.max(np.abs(pooled)))) * (na + nb)
+    grand = float(pooled.sum())
+    if total <= n_resamples:
+        idx = np.fromiter(
+            itertools.chain.from_iterable(itertools.combinations(range(na + nb), na)),
+            dtype=np.intp,
+            count=total * na,
+        ).reshape(total, na)
+        sum_a = pooled[idx].sum(axis=1)
+        stat = np.abs((grand - sum_a) / nb - sum_a / na)
+        hits = int(np.count_nonzero(stat >= observed - tolerance))
+        return PermutationResult(float(min(1.0, hits / total)), True, total, total)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    done = 0
+    chunk = max(1, 2_000_000 // (na + nb))  # bound the memory of one batch
+    while done < n_resamples:
+        size = min(chunk, n_resamples - done)
+        perm = rng.permuted(np.broadcast_to(pooled, (size, na + nb)), axis=1)
+        sum_a = perm[:, :na].sum(axis=1)
+        stat = np.abs((grand - sum_a) / nb - sum_a / na)
+        hits += int(np.count_nonzero(stat >= observed - tolerance))
+        done += size
+    return PermutationResult(float(min(1.0, (1 + hits) / (1 + n_resamples))), False, total, n_resamples)
+
+
+def _replicates(reps: Sequence[Samples]) -> list[np.ndarray]:
+    groups = [_array(r) for r in reps if len(r)]
+    if not groups:
+        raise ValueError("need at least one replicate with samples")
+    return groups
+
+
+def replicate_medians(reps: Sequence[Samples]) -> list[float]:
+    """One summary per independent unit: its median."""
+    return [float(np.median(g)) for g in _replicates(reps)]
+
+
+def replicate_permutation_test(
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
+    *,
+    n_resamples: int = DEFAULT_PERMUTATIONS,
+    seed: int = DEFAULT_SEED,
+) -> PermutationResult:
+    """The permutation test on replicate medians: the units that were
+    independently drawn are what is permuted, never the samples nested in
+    them."""
+    return permutation_test(replicate_medians(a_reps), replicate_medians(b_reps), n_resamples=n_resamples, seed=seed)
+
+
+def min_attainable_p(na: int, nb: int, n_resamples: int | None = None) -> float:
+    """The smallest two-sided p a permutation test of na against nb units
+    can give, with distinct values.  Exact: 2 / C(na + nb, na) for equal
+    sizes (the observed split and its mirror are equally extreme), and
+    1 / C(na + nb, na) for unequal ones (no mirror split exists).  With a
+    budget smaller than the arrangements the test is Monte Carlo, whose
+    floor is 1 / (n_resamples + 1)."""
+    if na < 1 or nb < 1:
+        return 1.0
+    total = math.comb(na + nb, na)
+    if n_resamples is not None and total > n_resamples:
+        return 1.0 / (n_resamples + 1)
+    return min(1.0, (2.0 if na == nb else 1.0) / total)
+
+
+def replicates_needed(alpha_eff: float, *, limit: int = 64) -> int | None:
+    """The smallest n such that n replicates a side have an exact floor
+    ``min_attainable_p(n, n)`` below alpha_eff: fewer can never be
+    significant at that level.  None when alpha_eff is so small that even
+    ``limit`` a side would not do (or not positive)."""
+    if not alpha_eff > 0.0:
+        return None
+    for n in range(1, limit + 1):
+        if 2.0 / math.comb(2 * n, n) < alpha_eff:
+            return n
+    return None
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni step-down adjusted p-values, in the input order.
+
+    Sorted ascending, the k-th smallest (k from 1) is multiplied by m - k + 1;
+    a running maximum keeps the adjusted values monotone in the raw ones;
+    capped at 1.  Rejecting every hypothesis whose adjusted p is below alpha
+    is Holm's procedure: the chance of *any* false flag among the m is at
+    most alpha (family-wise control), with no assumption on how the metrics
+    depend on each other."""
+    ps = [float(p) for p in pvalues]
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i])
+    adjusted = [1.0] * m
+    running = 0.0
+    for k, i in enumerate(order):
+        running = max(running, min(1.0, (m - k) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def pooled_ratio(a_reps: Sequence[Samples], b_reps: Sequence[Samples]) -> float:
+    """median(all of B) / median(all of A)."""
+    return ratio_of_medians(np.concatenate(_replicates(a_reps)), np.concatenate(_replicates(b_reps)))
+
+
+def two_stage_medians(
+    groups: list[np.ndarray], n: int, rng: np.random.Generator, chosen: np.ndarray | None = None
+) -> np.ndarray:
+    """n bootstrap medians of the pooled samples: replicates drawn with
+    replacement, then samples within each drawn replicate.  ``chosen`` (n
+    rows of replicate indices) gives the first stage when the caller draws
+    it, to share it between two sides measured by the same units."""
+    k = len(groups)
+    lengths = np.array([g.size for g in groups])
+    width = int(lengths.max())
+    padded = np.full((k, width), np.nan)
+    for i, g in enumerate(groups):
+        padded[i, : g.size] = g
+    out = np.empty(n)
+    chunk = max(1, 4_000_000 // (k * width))  # bound one batch's memory
+    for start in range(0, n, chunk):
+        size = min(chunk, n - start)
+        picked = rng.integers(0, k, size=(size, k)) if chosen is None else chosen[start : start + size]  # stage 1
+        lens = lengths[picked][..., None]  # (size, k, 1)
+        pos = np.floor(rng.random((size, k, width)) * lens).astype(np.intp)  # stage 2
+        values = padded[picked[..., None], pos]
+        if lengths.min() == width:
+            flat = values.reshape(size, k * width)
+            lo, hi = (k * width - 1) // 2, k * width // 2
+            flat = np.partition(flat, [lo, hi], axis=1)
+            out[start : start + size] = 0.5 * (flat[:, lo] + flat[:, hi])
+            continue
+        # A drawn replicate contributes as many samples as it has: the
+        # padding sorts last and the median is read at each row's own count.
+        values = np.where(np.arange(width) < lens, values, np.inf).reshape(size, k * width)
+        values.sort(axis=1)
+        count = lens[:, :, 0].sum(axis=1)
+        rows = np.arange(size)
+        out[start : start + size] = 0.5 * (values[rows, (count - 1) // 2] + values[rows, count // 2])
+    return out
+
+
+def hierarchical_ratio_ci(
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[float, float]:
+    """Two-stage percentile bootstrap CI of median(pooled B) / median(pooled
+    A), A and B resampled independently.  With one replicate on a side that
+    side's first stage is degenerate: the interval then shows only the noise
+    within that unit, not between units (see ``ci_method``).  The point
+    itself when nothing varies; NaN bounds when A's median can be zero."""
+    return _two_stage_ratio_ci(_replicates(a_reps), _replicates(b_reps), n_resamples, seed, paired=False)
+
+
+def paired_ratio_ci(units: Sequence[tuple[Samples, Samples]], *, seed: int = DEFAULT_SEED) -> tuple[float, float]:
+    """The same interval when each unit measured both A and B, given as (A
+    samples, B samples) per unit: units are drawn jointly, so what a unit
+    shares (its host load, its guest) cancels in the ratio, then samples
+    inside each side of each drawn unit."""
+    ga, gb = [_array(a) for a, _ in units], [_array(b) for _, b in units]
+    if not units or not all(g.size for g in ga + gb):
+        raise ValueError("a paired design needs both sides' samples from every unit")
+    return _two_stage_ratio_ci(ga, gb, DEFAULT_RESAMPLES, seed, paired=True)
+
+
+def _two_stage_ratio_ci(
+    ga: list[np.ndarray], gb: list[np.ndarray], n_resamples: int, seed: int, paired: bool
+) -> tuple[float, float]:
+    pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
+    point = ratio_of_medians(pooled_a, pooled_b)
+    if np.ptp(pooled_a) == 0.0 and np.ptp(pooled_b) == 0.0:
+        return (point, point)
+    if np.any(pooled_a == 0.0) and np.median(pooled_a) == 0.0:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    chosen = rng.integers(0, len(ga), size=(n_resamples, len(ga))) if paired else None
+    med_a = two_stage_medians(ga, n_resamples, rng, chosen)
+    med_b = two_stage_medians(gb, n_resamples, rng, chosen)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = med_b / med_a
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size < n_resamples * 0.99:
+        return (math.nan, math.nan)  # A's median is zero too often to bound
+    return _percentile_interval(ratios)
+
+
+def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
+    tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
+    low, high = np.percentile(values, [tail, 100.0 - tail])
+    return float(low), float(high)
+
+
+def median_ci(
+    reps: Sequence[Samples], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> tuple[float, float]:
+    """Two-stage bootstrap CI of the pooled median: replicates resampled,
+    then samples inside each drawn replicate."""
+    rng = np.random.default_rng(seed)
+    return _percentile_interval(two_stage_medians(_replicates(reps), n_resamples, rng))
+
+
+def ci_method(na: int, nb: int) -> str:
+    """What a ``hierarchical_ratio_ci`` of na against nb replicates shows."""
+    if na >= 2 and nb >= 2:
+        return "two-stage bootstrap"
+    return "within-unit only (one replicate on a side: variation between units unseen)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """A against B: B's median over A's, its CI, and whether the change is
+    real (p < alpha) and big enough (relative change >= min_effect).
+
+    From ``compare_replicates`` it also says how many independent units
+    each side had, how p was computed, the lowest p those counts can give,
+    and whether it is ``underpowered`` (that floor not below alpha: it can
+    never be significant), with the replicates a side that would do.
+    ``p_adjusted`` is set when the comparison is one of a family (host/
+    compare.py applies Holm); significance then uses it."""
+
+    a: Summary
+    b: Summary
+    ratio: float  # median(B) / median(A)
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    alpha: float
+    min_effect: float
+    n_replicates_a: int = 1
+    n_replicates_b: int = 1
+    p_method: str = ""
+    ci_method: str = ""
+    min_attainable_p: float = 0.0
+    underpowered: bool = False
+    replicates_needed: int | None = None
+    p_adjusted: float | None = None
+
+    @property
+    def relative_change(self) -> float:
+        return self.ratio - 1.0
+
+    @property
+    def significant(self) -> bool:
+        """p (adjusted, when it is one of a family) below alpha and the
+        effect at least min_effect: the Firecracker rule for calling an A/B
+        difference real.  Never when underpowered."""
+        p = self.p_value if self.p_adjusted is None else self.p_adjusted
+        return (
+            math.isfinite(self.ratio)
+            and not self.underpowered
+            and p < self.alpha
+            and abs(self.relative_change) >= self.min_effect
+        )
+
+    @property
+    def direction(self) -> int:
+        """+1 when B is significantly larger, -1 when smaller, 0 otherwise."""
+        if not self.significant:
+            return 0
+        return 1 if self.ratio > 1.0 else -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "ratio": _finite_or_none(self.ratio),
+            "ci": [_finite_or_none(self.ci_low), _finite_or_none(self.ci_high)],
+            "confidence": self.confidence,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "alpha": self.alpha,
+            "min_effect": self.min_effect,
+            "significant": self.significant,
+            "n_replicates_a": self.n_replicates_a,
+            "n_replicates_b": self.n_replicates_b,
+            "p_method": self.p_method,
+            "ci_method": self.ci_method,
+            "min_attainable_p": self.min_attainable_p,
+            "underpowered": self.underpowered,
+            "replicates_needed": self.replicates_needed,
+        }
+
+
+def compare(
+    a: Samples,
+    b: Samples,
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> Comparison:
+    """A against B on flat samples, each sample taken as independent: right
+    only for figures with no nesting (a model's outputs).  Measurements go
+    through ``compare_replicates``."""
+    arr_a, arr_b = _array(a), _array(b)
+    # A side with a single value has no spread to test against: p is 1.
+    testable = arr_a.size > 1 and arr_b.size > 1
+    return _comparison(
+        arr_a,
+        arr_b,
+        bootstrap_ratio_ci(arr_a, arr_b, n_resamples=n_resamples, seed=seed),
+        permutation_test(arr_a, arr_b, n_resamples=n_resamples, seed=seed).p_value if testable else 1.0,
+        alpha=alpha,
+        min_effect=min_effect,
+        n_replicates=(len(a), len(b)),
+        p_method="sample-level permutation",
+        ci_method="sample-level bootstrap",
+    )
+
+
+def compare_replicates(
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    min_effect: float = DEFAULT_MIN_EFFECT,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    n_permutations: int = DEFAULT_PERMUTATIONS,
+) -> Comparison:
+    """A against B, each a list of replicates (independent units), each a
+    list of samples: the ratio of pooled medians, its two-stage bootstrap
+    CI (n_resamples), the permutation p on replicate medians (exact up to
+    n_permutations arrangements), the replicate counts, and whether those
+    counts can reach p < alpha at all."""
+    ga, gb = _replicates(a_reps), _replicates(b_reps)
+    ci = hierarchical_ratio_ci(ga, gb, n_resamples=n_resamples, seed=seed)
+    perm = replicate_permutation_test(ga, gb, n_resamples=n_permutations, seed=seed)
+    comparison = _comparison(
+        np.concatenate(ga),
+        np.concatenate(gb),
+        ci,
+        perm.p_value,
+        alpha=alpha,
+        min_effect=min_effect,
+        n_replicates=(len(ga), len(gb)),
+        p_method=f"permutation of replicate medians, {perm.method}",
+        ci_method=ci_method(len(ga), len(gb)),
+    )
+    # What these replicate counts can show at all (the flat comparison
+    # takes every sample as a unit and has no such floor).
+    floor = min_attainable_p(len(ga), len(gb), n_permutations)
+    return dataclasses.replace(
+        comparison,
+        min_attainable_p=floor,
+        underpowered=floor >= alpha,
+        replicates_needed=replicates_needed(alpha),
+    )
+
+
+def _comparison(
+    a: np.ndarray,
+    b: np.ndarray,
+    ci: tuple[float, float],
+    p_value: float,
+    *,
+    alpha: float,
+    min_effect: float,
+    n_replicates: tuple[int, int],
+    p_method: str,
+    ci_method: str,
+) -> Comparison:
+    """The Comparison of the pooled samples ``a`` and ``b`` with the CI and
+    p each kind of comparison computed its own way."""
+    return Comparison(
+        a=summarize(a),
+        b=summarize(b),
+        ratio=ratio_of_medians(a, b),
+        ci_low=ci[0],
+        ci_high=ci[1],
+        confidence=CONFIDENCE,
+        p_value=p_value,
+        alpha=alpha,
+        min_effect=min_effect,
+        n_replicates_a=n_replicates[0],
+        n_replicates_b=n_replicates[1],
+        p_method=p_method,
+        ci_method=ci_method,
+    )
+
+
+def _finite_or_none(value: Any) -> Any:
+    """JSON has no NaN/inf: write null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+# ----------------------------------------------------------------------
+# The A/B decision test: a t-test of log ratios of replicate medians.
+#
+# Why a t-test and not the permutation test above: an exact permutation
+# test of n against n units cannot give p below 2/C(2n, n) (1/462 at 6 a
+# side), which no Holm-corrected level over a dozen metrics at 0.01 lets
+# through.  On the log scale the replicate medians of a timing are close
+# to normal (a multiplicative noise), and the t-test's error rates at the
+# block counts a 20-minute run gives are measured through the real code
+# in tests/test_ab_calibration.py (docs/ab-calibration.md), not assumed.
+#
+# - Blocked (every replicate of both sides names its block, and the
+#   blocks are shared): one log ratio log(B/A) per block, a paired t-test
+#   and its t-interval.  Drift between blocks (the host's load moving over
+#   minutes) is common to A and B inside a block and cancels.  A block
+#   that holds several replicates of a side gives that side's median of
+#   replicate medians.
+# - Not blocked (older files, one-sided runs): Welch's t-test on the log
+#   replicate medians, with Welch-Satterthwaite degrees of freedom.
+# - A metric with a median at or below zero (a fraction that can be 0, a
+#   count) is tested on the linear scale relative to A's mean instead of
+#   the log scale; its ratio is then 1 + the relative difference.
+
+
+@dataclasses.dataclass(frozen=True)
+class RatioTest:
+    """The test of one metric's B / A: the estimate and its standard error
+    on the test's scale (log, or linear relative to A), the degrees of
+    freedom, and how it was made."""
+
+    estimate: float
+    se: float
+    df: float
+    scale: str  # "log" or "relative"
+    paired: bool
+    n_a: int
+    n_b: int
+    n_blocks: int  # blocks in the paired test; 0 unpaired
+
+    @property
+    def method(self) -> str:
+        scale = "log replicate medians" if self.scale == "log" else "replicate medians relative to A"
+        if self.paired:
+            return f"paired t on {self.n_blocks} blocks' {scale} (B - A per block)"
+        return f"Welch t on {scale}"
+
+    @property
+    def units(self) -> int:
+        """The independent units per side the standard error rests on."""
+        return self.n_blocks if self.paired else min(self.n_a, self.n_b)
+
+    def ratio_of(self, value: float) -> float:
+        return math.exp(value) if self.scale == "log" else 1.0 + value
+
+    def band(self, threshold: float) -> tuple[float, float]:
+        """The threshold band [1 - t, 1 + t] on the test's scale."""
+        if self.scale == "log":
+            return (math.log(1.0 - threshold) if threshold < 1.0 else -math.inf, math.log(1.0 + threshold))
+        return (-threshold, threshold)
+
+    @property
+    def testable(self) -> bool:
+        return self.df > 0 and math.isfinite(self.se)
+
+    def p_difference(self) -> float:
+        """Two-sided p of no difference (B / A = 1)."""
+        if not self.testable:
+            return 1.0
+        if self.se == 0.0:
+            return 1.0 if self.estimate == 0.0 else 0.0
+        return float(2.0 * _special.stdtr(self.df, -abs(self.estimate) / self.se))
+
+    def p_equivalence(self, threshold: float) -> float:
+        """The two one-sided tests' p (TOST): the larger of the p of
+        "B / A <= 1 - t" and of "B / A >= 1 + t".  Below alpha means the
+        (1 - 2 alpha) interval lies inside the band."""
+        low, high = self.band(threshold)
+        if not self.testable:
+            return 1.0
+        if self.se == 0.0:
+            return 0.0 if low < self.estimate < high else 1.0
+        p_low = _special.stdtr(self.df, -(self.estimate - low) / self.se)
+        p_high = _special.stdtr(self.df, -(high - self.estimate) / self.se)
+        return float(max(p_low, p_high))
+
+    def interval(self, confidence: float = CONFIDENCE) -> tuple[float, float]:
+        """The t-interval of B / A."""
+        if not self.testable:
+            return (math.nan, math.nan)
+        half = float(_special.stdtrit(self.df, 0.5 + confidence / 2.0)) * self.se
+        return (self.ratio_of(self.estimate - half), self.ratio_of(self.estimate + half))
+
+    def units_needed(self, threshold: float, alpha_difference: float, alpha_equivalence: float) -> int | None:
+        """About how many units a side (blocks when paired) would decide
+        this metric if the estimate and the spread stayed as observed:
+        the smallest count at which either the difference is significant
+        beyond the threshold, or the TOST shows equivalence.  None when no
+        count up to 200 would (an estimate on the band's edge), or when the
+        spread is unknown (a side with one unit)."""
+        if not self.testable or self.se == 0.0:
+            return None
+        now = max(self.units, 2)
+        sd = self.se * math.sqrt(now)
+        low, high = self.band(threshold)
+        n = np.arange(now + 1, 201)
+        df = n - 1 if self.paired else 2 * n - 2
+        se = sd / np.sqrt(n)
+        significant = np.abs(self.estimate) > _special.stdtrit(df, 1.0 - alpha_difference / 2.0) * se
+        if not (self.estimate >= high or self.estimate <= low):
+            significant[:] = False
+        reach = _special.stdtrit(df, 1.0 - alpha_equivalence) * se
+        equivalent = (low < self.estimate - reach) & (self.estimate + reach < high)
+        hits = np.flatnonzero(significant | equivalent)
+        return int(n[hits[0]]) if hits.size else None
+
+
+def _side_medians(reps: Sequence[Samples]) -> list[float]:
+    # Plain Python: a replicate holds a handful of samples and a metric a
+    # handful of replicates, where numpy's per-call overhead would dominate
+    # (the calibration runs this some hundred thousand times).
+    out = [statistics.median(float(x) for x in r) for r in reps if len(r)]
+    if not all(math.isfinite(x) for x in out):
+        raise ValueError("samples must be finite numbers")
+    return out
+
+
+def _mean_var(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = math.fsum(values) / n
+    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
+    return mean, var
+
+
+def ratio_test(
+    a_reps: Sequence[Samples],
+    b_reps: Sequence[Samples],
+    a_blocks: Sequence[int] | None = None,
+    b_blocks: Sequence[int] | None = None,
+) -> RatioTest:
+    """The t-test of B / A on replicate medians: paired by block when both
+    sides name every replicate's block and share at least two blocks,
+    Welch's otherwise (see above)."""
+    ma, mb = _side_medians(a_reps), _side_medians(b_reps)
+    if not ma or not mb:
+        raise ValueError("need at least one replicate with samples a side")
+    if min(ma) > 0.0 and min(mb) > 0.0:
+        ya, yb, scale = [math.log(x) for x in ma], [math.log(x) for x in mb], "log"
+    else:
+        ref = abs(math.fsum(ma) / len(ma)) or max(max(abs(x) for x in ma + mb), 1.0)
+        ya, yb, scale = [x / ref for x in ma], [x / ref for x in mb], "relative"
+    na, nb = len(ya), len(yb)
+    if (
+        a_blocks is not None
+        and b_blocks is not None
+        and len(a_blocks) == na
+        and len(b_blocks) == nb
+        and len(set(a_blocks) & set(b_blocks)) >= 2
+    ):
+        shared = sorted(set(a_blocks) & set(b_blocks))
+        d = [
+            statistics.median(y for y, blk in zip(yb, b_blocks, strict=True) if blk == k)
+            - statistics.median(y for y, blk in zip(ya, a_blocks, strict=True) if blk == k)
+            for k in shared
+        ]
+        mean, var = _mean_var(d)
+        n = len(d)
+        return RatioTest(mean, math.sqrt(var / n), float(n - 1), scale, True, na, nb, n)
+    (mean_a, var_a), (mean_b, var_b) = _mean_var(ya), _mean_var(yb)
+    estimate = mean_b - mean_a
+    if na < 2 or nb < 2:
+        return RatioTest(estimate, math.inf, 0.0, scale, False, na, nb, 0)
+    va, vb = var_a / na, var_b / nb
+    se = math.sqrt(va + vb)
+    df = float(na + nb - 2) if se == 0.0 else (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    return RatioTest(estimate, se, df, scale, False, na, nb, 0)
+
+
+def benjamini_hochberg(pvalues: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values (q-values), in the input order:
+    rejecting those below alpha keeps the expected share of false
+    discoveries among the rejected at most alpha (independent or positively
+    dependent tests), and under no effect at all it is Simes' test, whose
+    chance of any rejection is at most alpha."""
+    ps = [float(p) for p in pvalues]
+    m = len(ps)
+    order = sorted(range(m), key=lambda i: ps[i], reverse=True)
+    adjusted = [1.0] * m
+    running = 1.0
+    for rank_from_top, i in enumerate(order):
+        k = m - rank_from_top  # 1-based rank ascending
+        running = min(running, ps[i] * m / k)
+        adjusted[i] = min(1.0, running)
+    return adjusted
+
+
+def spent_alpha(alpha: float, look: int, planned: int, rho: float = 2.0) -> float:
+    """The alpha a look may spend in a sequential run of ``planned`` looks
+    (look 1 the first): the increment of the power spending function
+    alpha * (k / planned) ** rho (rho 2 is close to O'Brien-Fleming's
+    boundaries in where it spends: little early, most at the end).  The
+    increments sum to alpha, so however many looks a run takes (up to
+    ``planned``), the chance that any look makes a wrong decision is at
+    most alpha (Bonferroni over the looks; the looks are positively
+    correlated, so the true rate is lower: measured in
+    tests/test_ab_calibration.py).  Past ``planned`` nothing is left."""
+    if look < 1 or look > planned:
+        return 0.0
+    return alpha * ((look / planned) ** rho - ((look - 1) / planned) ** rho)

@@ -1,0 +1,685 @@
+"""``memqual history DIR...``: the series of many runs of one host.
+
+Reads every results.json given (or found below a directory given: a
+two-kernel run's A/ and B/ are two runs), keeps runs apart whose host or
+QEMU differ (CPU, host kernel, QEMU version, accelerator: results.json has
+no host name, so a host is what it measured on), orders each group by time
+or by guest kernel, and writes one page: per group the environment and the
+runs, per metric its series -- every run's pooled median as a ratio to the
+group's first run, with the two-stage bootstrap 95% CI over that run's
+replicates -- and the steps found.
+
+The change-point test, named on the page: **binary segmentation with
+Welch's t at every boundary**.  In a segment of the series every boundary
+between two runs is a candidate: Welch's t-test of the log replicate
+medians (independent units: a fresh guest or a round) before against
+after.  The segment's p is the smallest of them times the boundaries
+(Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
+it is below alpha the boundary of the smallest p is a candidate and both
+sides are searched again.  Then each candidate is judged between its
+neighbours (the candidates before and after it): it is a step when the
+two-stage bootstrap CI of the ratio of the pooled medians after / before
+lies wholly outside the threshold band.
+
+Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
+is a decision, and many metrics moving together is what host drift looks
+like.  So each series' test of "no change anywhere" (``no_change_p``:
+Welch's t at every boundary, Bonferroni over the boundaries) is corrected
+within its family --
+Holm over the primary metrics, Holm over the negative controls (the
+host-only /dev/kvm costs: no guest kernel moves them), Benjamini-Hochberg
+over the rest (at alpha: a page to read, not a gate) -- and a series gets steps only when it passes.
+A series with no step is ``equivalent`` when every run's ratio to the
+first is shown inside the threshold band (the two one-sided tests on the
+log replicate medians, the largest p of the runs, corrected in the
+family), ``undecided`` otherwise.  A control with a step says the host
+drifted: the page and the summary say so, and the other steps of that
+group are not to be trusted.
+
+A metric that holds only under a regime the host sets (KSM's volatile
+scan under its dirtying rate, host/judge/regime.py) gets steps and verdicts only
+when every run of its series recorded the regime and they all match
+within the tolerance; otherwise its series is drawn, marked ``not
+comparable`` with the regimes' range, and left out of its family's
+correction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.cli import args as cliargs
+from memqual.host.cli.args import percent_as_fraction
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
+from memqual.host.judge.regime import check as check_regime
+
+if TYPE_CHECKING:
+    from memqual.host.report.html import EnvironmentLine, Plot
+
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
+STEP = "step"
+CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
+HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
+TEST_NAME = "binary segmentation with a Welch t-test at every boundary, Bonferroni over the boundaries"
+# Keys that describe the guest or the bookkeeping, not the host.
+_NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    path: Path
+    created: str
+    environment: dict[str, Any]
+    guest_kernel: str | None
+    label: str
+    metrics: dict[str, dict[str, Any]]  # key -> results.json metric entry
+
+    @property
+    def host(self) -> tuple[str, ...]:
+        return tuple(str(self.environment.get(k)) for k in HOST_KEYS)
+
+    @property
+    def name(self) -> str:
+        return f"{self.created} {self.guest_kernel or '?'}" + (f" [{self.label}]" if self.label else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A change between run ``after - 1`` and run ``after`` (positions in
+    the series)."""
+
+    after: int
+    ratio: float  # pooled median after / before, within the segment
+    ci_low: float
+    ci_high: float
+    p_value: float
+
+
+@dataclasses.dataclass
+class Point:
+    run: int  # position of the run in its group
+    median: float
+    ratio: float | None  # to the series' first point
+    ci_low: float | None
+    ci_high: float | None
+    replicates: int
+
+
+@dataclasses.dataclass
+class Series:
+    key: str
+    unit: str
+    better: str
+    points: list[Point]
+    steps: list[Step]
+    scenario: str = ""
+    role: str = "primary"
+    verdict: str = "undecided"  # STEP, equivalent, undecided or NOT_COMPARABLE
+    p_change: float = 1.0  # max-type permutation p of no change anywhere
+    p_change_adjusted: float = 1.0
+    p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
+    p_equivalence_adjusted: float = 1.0
+    regime: RegimeCheck | None = None  # the runs' regimes, for a metric that holds under one
+
+    @property
+    def comparable(self) -> bool:
+        return self.regime is None or self.regime.matches
+
+
+@dataclasses.dataclass
+class Group:
+    host: dict[str, Any]
+    runs: list[Run]
+    series: list[Series]
+
+    @property
+    def controls_stepped(self) -> list[Series]:
+        return [s for s in self.series if s.role == "control" and s.verdict == STEP]
+
+    @property
+    def host_drifted(self) -> bool:
+        return bool(self.controls_stepped)
+
+
+# ------------------------------------------------------------ input
+
+
+def find_results(paths: Sequence[str]) -> list[Path]:
+    """The memqual results.json files given or found below a directory
+    (avocado's own results.json in its job dirs are not memqual's and are
+    left out by their schema)."""
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            for candidate in sorted(path.rglob("results.json")):
+                if "avocado" in candidate.relative_to(path).parts:
+                    continue
+                found.append(candidate)
+        else:
+            raise BadInput(f"{path}: no such file or directory (give results.json files or run directories)")
+    return found
+
+
+def load_runs(paths: Sequence[str]) -> list[Run]:
+    from memqual.host.judge.results import load_results
+
+    files = find_results(paths)
+    if not files:
+        raise BadInput(f"no results.json under {', '.join(paths)}: give memqual run output directories")
+    runs = []
+    for f in files:
+        data = load_results(f).to_json()
+        env = data.get("environment") or {}
+        run = data.get("run") or {}
+        runs.append(
+            Run(
+                path=f,
+                created=str(data.get("created") or ""),
+                environment=env,
+                guest_kernel=env.get("guest_kernel"),
+                label=str(run.get("label") or ""),
+                metrics={m["key"]: m for m in data["metrics"]},
+            )
+        )
+    return runs
+
+
+def _kernel_order(release: str | None) -> tuple[Any, ...]:
+    from memqual.images.packages import release_order
+
+    return (0, release_order(release)) if release else (1, ())
+
+
+def order_runs(runs: list[Run], by: str) -> list[Run]:
+    if by == "kernel":
+        return sorted(runs, key=lambda r: (_kernel_order(r.guest_kernel), r.created, str(r.path)))
+    return sorted(runs, key=lambda r: (r.created, str(r.path)))
+
+
+def group_runs(runs: list[Run]) -> list[list[Run]]:
+    groups: dict[tuple[str, ...], list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.host, []).append(run)
+    return list(groups.values())
+
+
+def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
+    """Host keys whose value differs between the groups: one value a group."""
+    if len(groups) < 2:
+        return {}
+    envs = [g[0].environment for g in groups]
+    keys = sorted({k for e in envs for k in e if k not in _NOT_HOST and not k.endswith("_all")})
+    return {k: [e.get(k) for e in envs] for k in keys if len({json.dumps(e.get(k), sort_keys=True) for e in envs}) > 1}
+
+
+# ------------------------------------------------------------ the test
+
+
+def _reps(entry: dict[str, Any]) -> list[list[float]]:
+    from memqual.host.cli.compare import replicates_of
+
+    return replicates_of(entry)
+
+
+def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
+    """The p of "no change anywhere in the series" that its family
+    corrects: at every boundary between two runs, Welch's t-test of the log
+    replicate medians before against after (memqual.host.core.stats.ratio_test),
+    the smallest p, times the boundaries (Bonferroni over the candidates:
+    the best of k - 1 splits, not one chosen in advance).  A permutation
+    test here has the floor compare had: 3 runs of 3 replicates give 84
+    arrangements of the last run, p never below about 1/84, which no
+    correction over tens of metrics lets through."""
+    from memqual.host.core import stats
+
+    runs = [[r for r in run if len(r)] for run in series]
+    if len(runs) < 2 or min(len(r) for r in runs) == 0:
+        return 1.0
+    ps = []
+    for k in range(1, len(runs)):
+        before = [r for run in runs[:k] for r in run]
+        after = [r for run in runs[k:] for r in run]
+        ps.append(stats.ratio_test(before, after).p_difference())
+    return min(1.0, min(ps) * len(ps))
+
+
+def beyond_band(low: float, high: float, threshold: float) -> bool:
+    """The whole interval [low, high] of a ratio lies beyond the band
+    [1 - threshold, 1 + threshold], above or below it."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return False
+    return low > 1.0 + threshold or high < 1.0 - threshold
+
+
+def change_points(
+    series: Sequence[Sequence[Sequence[float]]],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+) -> list[Step]:
+    """Steps in a series of runs, each run a list of replicates (lists of
+    samples).  See the module docstring for the test."""
+    import numpy as np
+
+    from memqual.host.core import stats
+
+    medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
+    steps: list[Step] = []
+    candidates: dict[int, float] = {}  # boundary -> the segment's p that found it
+
+    def segment(i: int, j: int) -> None:
+        if j - i < 2 or min(len(run) for run in medians[i:j]) == 0:
+            return
+        p = no_change_p(series[i:j])
+        if p >= alpha:
+            return
+        # The boundary of the smallest p is the candidate.
+        best = min(
+            range(1, j - i),
+            key=lambda k: stats.ratio_test(
+                [r for run in series[i : i + k] for r in run if len(r)],
+                [r for run in series[i + k : j] for r in run if len(r)],
+            ).p_difference(),
+        )
+        after = i + best
+        candidates[after] = p
+        segment(i, after)
+        segment(after, j)
+
+    segment(0, len(series))
+    # Each candidate is judged against its neighbours: the runs between
+    # the candidate before it and the one after.  Judged against the whole
+    # segment instead, a rise followed by a fall (or the reverse) mixes
+    # both levels on one side and neither step would show.
+    cuts = sorted(candidates)
+    for k, after in enumerate(cuts):
+        start = cuts[k - 1] if k else 0
+        end = cuts[k + 1] if k + 1 < len(cuts) else len(series)
+        before_reps = [r for run in series[start:after] for r in run if len(r)]
+        after_reps = [r for run in series[after:end] for r in run if len(r)]
+        low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
+        if not beyond_band(low, high, threshold):
+            continue  # perhaps significant, but not shown to exceed the threshold
+        steps.append(
+            Step(
+                after=after,
+                ratio=stats.pooled_ratio(before_reps, after_reps),
+                ci_low=low,
+                ci_high=high,
+                p_value=candidates[after],
+            )
+        )
+    return steps
+
+
+def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
+    from memqual.host.core import stats
+
+    keys = sorted({k for r in runs for k in r.metrics})
+    out = []
+    for key in keys:
+        present = [(pos, r.metrics[key]) for pos, r in enumerate(runs) if key in r.metrics]
+        if len(present) < 2:
+            continue
+        first = _reps(present[0][1])
+        points = []
+        for pos, entry in present:
+            reps = _reps(entry)
+            low, high = stats.hierarchical_ratio_ci(first, reps, n_resamples=CI_RESAMPLES)
+            points.append(
+                Point(
+                    pos,
+                    float(stats.median([x for r in reps for x in r])),
+                    stats.pooled_ratio(first, reps),
+                    low if math.isfinite(low) else None,
+                    high if math.isfinite(high) else None,
+                    len(reps),
+                )
+            )
+        raw_steps = change_points([_reps(e) for _, e in present], threshold=threshold, alpha=alpha)
+        # Positions within "present" back to positions in the group.
+        steps = [dataclasses.replace(s, after=present[s.after][0]) for s in raw_steps]
+        m = present[0][1]
+        series = Series(
+            key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps, str(m.get("scenario") or "")
+        )
+        condition = condition_of(series.scenario, str(m.get("metric") or ""))
+        if condition is not None:
+            series.regime = check_regime(
+                condition,
+                [
+                    (
+                        f"run {pos + 1}",
+                        list(runs[pos].metrics.values()),
+                        e.get("variant") or {},
+                        e.get("settings") or {},
+                    )
+                    for pos, e in present
+                ],
+            )
+        series.p_change = no_change_p([_reps(e) for _, e in present])
+        tests = [stats.ratio_test(first, _reps(e)) for _, e in present[1:]]
+        series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
+        out.append(series)
+    _decide_families(out, runs, alpha)
+    return out
+
+
+def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> None:
+    """Each series' family (memqual.host.judge.primaries, the primary marks the
+    runs' files carry), the corrections within it, and the verdicts."""
+    from memqual.host.core import stats
+    from memqual.host.judge import comparison
+    from memqual.host.judge.primaries import is_control
+
+    marks = {k: m.get("primary") for r in runs for k, m in r.metrics.items() if m.get("primary") is not None}
+    for s in series:
+        if is_control(s.scenario):
+            s.role = comparison.CONTROL
+        elif not marks or marks.get(s.key):
+            s.role = comparison.PRIMARY
+        else:
+            s.role = comparison.EXPLORATORY
+    for s in series:
+        if not s.comparable:
+            s.verdict, s.steps = NOT_COMPARABLE, []
+    for role in comparison.ROLES:
+        # A series whose runs' regimes differ decides nothing and is in no family.
+        members = [s for s in series if s.role == role and s.comparable]
+        if not members:
+            continue
+        correct = stats.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
+        level = alpha
+        for s, p, q in zip(
+            members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
+        ):
+            s.p_change_adjusted, s.p_equivalence_adjusted = p, q
+            if p < level and s.steps:
+                s.verdict = STEP
+            else:
+                s.steps = []
+                s.verdict = comparison.EQUIVALENT if q < level else comparison.UNDECIDED
+
+
+def build(
+    paths: Sequence[str], *, order: str = "time", threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA
+) -> tuple[list[Group], dict[str, list[Any]]]:
+    runs = load_runs(paths)
+    groups = [order_runs(g, order) for g in group_runs(runs)]
+    diffs = environment_differences(groups)
+    out = []
+    for g in groups:
+        host = {k: g[0].environment.get(k) for k in HOST_KEYS}
+        out.append(Group(host, g, series_of(g, threshold=threshold, alpha=alpha)))
+    return out, diffs
+
+
+# ------------------------------------------------------------ output
+
+
+def to_json(
+    groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
+) -> dict[str, Any]:
+    return {
+        "order": order,
+        "threshold": threshold,
+        "alpha": alpha,
+        "test": TEST_NAME,
+        "environment_differences": diffs,
+        "groups": [
+            {
+                "host": g.host,
+                "host_drifted": g.host_drifted,
+                "controls_stepped": [c.key for c in g.controls_stepped],
+                "runs": [
+                    {"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
+                    for r in g.runs
+                ],
+                "series": [
+                    {
+                        "key": s.key,
+                        "unit": s.unit,
+                        "better": s.better,
+                        "scenario": s.scenario,
+                        "role": s.role,
+                        "verdict": s.verdict,
+                        "p_change": s.p_change,
+                        "p_change_adjusted": s.p_change_adjusted,
+                        "p_equivalence": s.p_equivalence,
+                        "p_equivalence_adjusted": s.p_equivalence_adjusted,
+                        "regime": s.regime.to_json() if s.regime else None,
+                        "points": [dataclasses.asdict(p) for p in s.points],
+                        "steps": [dataclasses.asdict(st) for st in s.steps],
+                    }
+                    for s in g.series
+                ],
+            }
+            for g in groups
+        ],
+    }
+
+
+def _plot(series: Series, runs: list[Run], threshold: float) -> str:
+    from memqual.host.report.html import png, pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8.5, 2.4))
+    xs = [p.run for p in series.points]
+    for p in series.points:
+        if p.ci_low is not None and p.ci_high is not None:
+            ax.plot([p.run, p.run], [p.ci_low, p.ci_high], color="#2563eb", linewidth=1.6)
+    ax.plot(xs, [p.ratio for p in series.points], "o-", color="#2563eb", markersize=4, linewidth=0.8)
+    ax.axhspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
+    for st in series.steps:
+        ax.axvline(st.after - 0.5, color="#b91c1c", linestyle="--", linewidth=1.2)
+        ax.annotate(
+            f"x{st.ratio:.2f}", (st.after - 0.5, ax.get_ylim()[1]), color="#b91c1c", fontsize=7, ha="left", va="top"
+        )
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([f"{i + 1}" for i in range(len(runs))], fontsize=7)
+    ax.set_xlabel("run (see the table above)", fontsize=7)
+    ax.set_ylabel("ratio to run 1", fontsize=7)
+    fig.tight_layout()
+    return png(fig)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRow:
+    number: int  # from 1, as the plots' x axis counts
+    created: str
+    guest_kernel: str
+    label: str
+    path: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesView:
+    """A metric's series: its family, what the tests found, its plot."""
+
+    key: str
+    role: str
+    unit: str
+    better: str
+    p_change: str
+    p_change_adjusted: str
+    steps: str  # the steps found, or "no step: " and the verdict, or why not comparable
+    comparable: bool  # False: the runs' regimes differ, greyed
+    plot: Plot
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupView:
+    """A group of runs of one host and QEMU."""
+
+    number: int
+    runs: tuple[RunRow, ...]
+    metrics: int
+    stepped: int
+    environment: EnvironmentLine
+    controls_stepped: tuple[str, ...]  # the host drifted when any
+    equivalent: int
+    undecided: int
+    not_comparable: int
+    series: tuple[SeriesView, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DifferenceRow:
+    """A host key that differs between the groups: its value in each, as JSON."""
+
+    key: str
+    values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryPage:
+    runs: int
+    order: str
+    threshold: str  # as a percentage
+    alpha: str
+    test: str
+    not_comparable_colour: str
+    differences: tuple[DifferenceRow, ...]
+    groups: tuple[GroupView, ...]
+
+
+def _steps_text(s: Series) -> str:
+    return "; ".join(
+        f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
+        for st in s.steps
+    ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
+
+
+def _group_view(number: int, g: Group, threshold: float) -> GroupView:
+    from memqual.host.report.html import Plot, environment_line
+
+    return GroupView(
+        number=number,
+        runs=tuple(RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)),
+        metrics=len(g.series),
+        stepped=sum(1 for s in g.series if s.steps),
+        environment=environment_line(g.runs[0].environment),
+        controls_stepped=tuple(c.key for c in g.controls_stepped),
+        equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
+        undecided=sum(1 for s in g.series if s.verdict == "undecided"),
+        not_comparable=sum(1 for s in g.series if s.verdict == NOT_COMPARABLE),
+        series=tuple(
+            SeriesView(
+                s.key,
+                s.role,
+                s.unit,
+                s.better,
+                f"{s.p_change:.2g}",
+                f"{s.p_change_adjusted:.2g}",
+                _steps_text(s),
+                s.comparable,
+                Plot("series", _plot(s, g.runs, threshold)),
+            )
+            for s in sorted(g.series, key=lambda s: (not s.steps, s.key))
+        ),
+    )
+
+
+def history_page(
+    groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
+) -> HistoryPage:
+    from memqual.host.report.html import VERDICT_COLOURS
+
+    return HistoryPage(
+        runs=sum(len(g.runs) for g in groups),
+        order=order,
+        threshold=f"{threshold:.0%}",
+        alpha=f"{alpha:g}",
+        test=TEST_NAME,
+        not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
+        differences=tuple(DifferenceRow(key, tuple(json.dumps(v) for v in values)) for key, values in diffs.items()),
+        groups=tuple(_group_view(gi + 1, g, threshold) for gi, g in enumerate(groups)),
+    )
+
+
+def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
+    from memqual.host.core import pages
+
+    return pages.render("history.html.j2", page=history_page(groups, diffs, order, threshold, alpha))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "history",
+        help="the series of many runs: each metric over time or kernel, with CIs and the steps found",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("paths", nargs="+", metavar="DIR", help="results.json files or directories holding them")
+    parser.add_argument("--order", choices=("time", "kernel"), default="time", help="order the runs by (default time)")
+    parser.add_argument(
+        "--threshold",
+        type=percent_as_fraction,
+        default=DEFAULT_THRESHOLD,
+        metavar="PCT",
+        help="smallest step that counts, in percent (default 5)",
+    )
+    parser.add_argument(
+        "--html",
+        type=cliargs.output_file,
+        metavar="FILE",
+        default="memqual-history.html",
+        help="the page to write (default memqual-history.html)",
+    )
+    parser.add_argument("--json", action="store_true", help="also print the series and steps as JSON")
+    parser.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    groups, diffs = build(args.paths, order=args.order, threshold=args.threshold)
+    target = Path(args.html)
+    if target.is_dir():
+        raise BadInput(f"--html {target}: is a directory; give a file name")
+    if not target.parent.is_dir():
+        raise BadInput(f"--html {target}: no such directory {target.parent}")
+    write_private_atomic(target, render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA).encode(), 0o644)
+    if args.json:
+        json.dump(to_json(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    out = sys.stderr if args.json else sys.stdout
+    for gi, g in enumerate(groups):
+        print(
+            f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
+            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
+            f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
+            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided, "
+            f"{sum(1 for s in g.series if s.verdict == NOT_COMPARABLE)} not comparable",
+            file=out,
+        )
+        for s in g.series:
+            if s.regime is not None and not s.comparable:
+                print(f"  {s.key}: {s.regime.reason()}", file=out)
+        if g.host_drifted:
+            print(
+                "  the host drifted: negative control(s) with a step "
+                f"({', '.join(c.key for c in g.controls_stepped)}); the other steps are not to be trusted",
+                file=out,
+            )
+        for s in g.series:
+            for st in s.steps:
+                print(
+                    f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
+                    f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}",
+                    file=out,
+                )
+    for key, values in diffs.items():
+        print(f"environment {key} differs between groups: {' | '.join(map(str, values))}", file=out)
+    print(f"wrote {target}", file=out)
+    return 0

@@ -1,0 +1,184 @@
+"""The conditions some metrics hold under: runs compare only where they match.
+
+A few metrics measure the kernel only under a regime the host sets, and
+their values move with it.  ``memqual compare`` (host/judge/comparison.py) and
+``memqual history`` (host/judge/history.py) check each side's regime first and
+give a metric whose regimes differ beyond the tolerance the status
+``not comparable`` instead of a decision: no verdict, no exit status, not
+in any family's correction.  The metric that records the regime is itself
+compared like any other: when a guest kernel really moves it, that row
+says so.
+
+One regime today: KSM's volatile scan (``ksm.volatile_scan``, claims
+ksm-volatile-4k and ksm-volatile-thp).  How far smart scan cuts ksmd's
+cost per page depends on how often the guest dirties a page between two
+of ksmd's visits: ``dirty_passes_per_scan``, the agent's dirty passes per
+second over ksmd's full scans per second without smart scan, one value a
+guest (host/ksm/volatile.py).  Both are set by the host: the agent's
+store loop runs on TCG's pace (no syscall, no fault once its pages are
+filled), ksmd at the CPU share the host leaves it.  docs/ksm.md measures
+the noise the tolerance comes from.
+
+The rule, the same for separate runs and for the arms of one interleaved
+A/B: a side's rate is the geometric mean over its guests (every block's);
+two sides match when the larger rate is at most ``tolerance`` times the
+smaller.  In an A/B the blocks put both arms beside the same drift of the
+host, so a mismatch left is either another load beside one arm or a guest
+kernel that makes the agent dirty at another pace; either way the cost
+metrics would restate the difference in dirtying, not measure ksmd, and
+the rate's own row shows the difference.  A side that did not record the
+rate cannot be shown to match and is refused too.
+
+No numpy here: ``memqual --help`` loads the comparison module.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+NOT_COMPARABLE = "not comparable"
+
+# Two sides' dirtying rates match when the larger is at most this many
+# times the smaller: the 95 % range of the ratio of two runs' geometric
+# means over 4 guests each (the quick profile) when every guest's rate
+# comes from one distribution, exp(1.96 x sigma x sqrt(1/4 + 1/4)) = 1.94,
+# rounded up.  sigma = 0.48, the guests' log spread within a run pooled
+# over three measured runs (docs/ksm.md, "Comparing runs").  With more
+# guests a side the same factor is a looser test, never a stricter one.
+DIRTY_RATE_TOLERANCE = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Condition:
+    """A regime a scenario's metrics hold under, and the metric that records it."""
+
+    scenario: str
+    metric: str  # one value a unit (a guest), in each run
+    label: str  # what the reader calls it
+    unit: str
+    tolerance: float  # largest ratio of the two sides' geometric means that matches
+    # Variant keys that do not change the regime (both of a guest's smart
+    # scan windows ran at the same dirtying): the rate is recorded without them.
+    free_keys: tuple[str, ...] = ()
+
+
+CONDITIONS: dict[str, Condition] = {
+    c.scenario: c
+    for c in (
+        Condition(
+            scenario="ksm.volatile_scan",
+            metric="dirty_passes_per_scan",
+            label="dirtying rate",
+            unit="dirty passes per ksmd full scan",
+            tolerance=DIRTY_RATE_TOLERANCE,
+            free_keys=("smart_scan",),
+        ),
+    )
+}
+
+
+def condition_of(scenario: str, metric: str) -> Condition | None:
+    """The condition a metric is compared under; None for a metric with
+    none, and for the metric that records the condition."""
+    condition = CONDITIONS.get(scenario)
+    if condition is None or metric == condition.metric:
+        return None
+    return condition
+
+
+@dataclasses.dataclass(frozen=True)
+class RegimeCheck:
+    """The regime of each side (a run, or an arm) of one comparison."""
+
+    condition: Condition
+    names: tuple[str, ...]  # "A", "B", or the runs of a series
+    rates: tuple[float | None, ...]  # geometric mean a side; None where not recorded
+
+    @property
+    def spread(self) -> float | None:
+        """The largest rate over the smallest; None when a side has none."""
+        if any(r is None for r in self.rates) or not self.rates:
+            return None
+        known = [r for r in self.rates if r is not None]
+        return max(known) / min(known)
+
+    @property
+    def matches(self) -> bool:
+        spread = self.spread
+        return spread is not None and spread <= self.condition.tolerance
+
+    def reason(self) -> str:
+        """One line: why the metric is not compared (or that it matched)."""
+        c = self.condition
+        missing = [n for n, r in zip(self.names, self.rates, strict=True) if r is None]
+        if missing:
+            return f"{NOT_COMPARABLE}: {c.label} not recorded in {', '.join(missing)}"
+        known = [r for r in self.rates if r is not None]
+        if len(known) == 2:
+            sides = f"{self.names[0]} {known[0]:.3g} vs {self.names[1]} {known[1]:.3g} {c.unit}"
+        else:
+            sides = f"from {min(known):.3g} to {max(known):.3g} {c.unit} over {len(known)} runs"
+        if self.matches:
+            return f"{c.label} {sides}: they match (within x{c.tolerance:g})"
+        return f"{NOT_COMPARABLE}: {c.label} {sides} (x{self.spread:.2f} apart; runs compare within x{c.tolerance:g})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "condition": self.condition.metric,
+            "label": self.condition.label,
+            "unit": self.condition.unit,
+            "tolerance": self.condition.tolerance,
+            "rates": dict(zip(self.names, self.rates, strict=True)),
+            "spread": self.spread,
+            "matches": self.matches,
+            "reason": self.reason(),
+        }
+
+
+def _within(rate_variant: Mapping[str, Any], variant: Mapping[str, Any], free: Iterable[str]) -> bool:
+    fixed = {k: v for k, v in variant.items() if k not in free}
+    return dict(rate_variant) == fixed
+
+
+def side_rate(
+    entries: Sequence[Any],
+    condition: Condition,
+    variant: Mapping[str, Any],
+    settings: Mapping[str, Any],
+) -> float | None:
+    """The geometric mean over a run's units of the condition's metric,
+    from the entry of the same variant (less the free keys) and settings;
+    None when the run did not record it or recorded no positive value.
+    ``entries`` are results.json metric entries (MetricEntry or mappings)."""
+    values: list[float] = []
+    for e in entries:
+        if (
+            e["scenario"] != condition.scenario
+            or e["metric"] != condition.metric
+            or not _within(e.get("variant") or {}, variant, condition.free_keys)
+            or dict(e.get("settings") or {}) != dict(settings)
+        ):
+            continue
+        reps = e.get("replicates") or [e.get("samples") or []]
+        values += [float(statistics.median(r)) for r in reps if r]
+    positive = [v for v in values if math.isfinite(v) and v > 0.0]
+    if not positive:
+        return None
+    return math.exp(math.fsum(math.log(v) for v in positive) / len(positive))
+
+
+def check(
+    condition: Condition,
+    sides: Sequence[tuple[str, Sequence[Any], Mapping[str, Any], Mapping[str, Any]]],
+) -> RegimeCheck:
+    """The regime check of one metric over its sides: (name, that side's
+    metric entries, the metric's variant there, its settings there)."""
+    return RegimeCheck(
+        condition,
+        tuple(name for name, _, _, _ in sides),
+        tuple(side_rate(entries, condition, variant, settings) for _, entries, variant, settings in sides),
+    )

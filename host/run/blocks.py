@@ -1,0 +1,140 @@
+"""A and B interleaved inside one Avocado job: the blocks of a two-kernel run.
+
+Each scenario test runs once per arm per block, as Avocado variants in
+'variants-per-test' order, so one test runs A1 B1 B2 A2 A3 B3 ... before the
+next test starts: the two members of a pair are minutes apart, never a job
+apart, and a drift of the shared host between blocks falls on both arms.
+
+The variants file (``--json-variants-load``) gives every variant the params
+GuestTest reads (e2e/base.py): ``arm``, ``block``, the arm's kernel
+files and its QEMU binary.  A variant's id, ``b<block>-<arm>``, ends the test's name and its
+results directory, which is how records are told apart by arm and block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from memqual.host.core.errors import BadInput
+
+# Tests with these tags check behaviour (boot, panic, cleanup, isolation,
+# warm start, lab hosts) and measure nothing an A/B compares: they run once
+# per arm (block 1), every other test runs in every block.
+ONCE_PER_ARM_TAGS = ("boot", "hosts")
+# The ab profile's (host/core/profiles.py): the checks of the guest kernel itself
+# (e2e/test_boot.py), not memqual's own machinery (cleanup, warm start, the
+# lab hosts), which a guest kernel does not change and which costs minutes
+# an arm.
+AB_ONCE_PER_ARM_TAGS = ("kernel-checks",)
+VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmParams:
+    """What a variant tells GuestTest about its arm's kernel and QEMU
+    (empty: the default kernel, the QEMU the job inherits)."""
+
+    arm: str  # "A" or "B"
+    kernel: str
+    modules: str = ""
+    kernel_build: str = ""
+    cmdline_extra: str = ""
+    qemu: str = ""  # the arm's qemu-system-x86_64 ($MEMQUAL_QEMU in its tests)
+
+
+# Which kernel and which QEMU each arm has, by their index in the command
+# line's order (None: the default one).
+ArmAxes = tuple[tuple[int | None, int | None], ...]
+
+
+def arm_axes(kernels: int, qemus: int) -> ArmAxes:
+    """How ``kernels`` kernels and ``qemus`` QEMUs make the arms of a run:
+    one of each or none, one arm; two of one axis, A and B differ on that
+    axis and share the other's one (or default); two of each, paired in
+    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Anything else is
+    BadInput: no run compares more than two arms."""
+    if kernels > 2 or qemus > 2:
+        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu"
+        raise BadInput(f"{what} given {max(kernels, qemus)} times: an A/B has two arms; give it at most twice")
+    if kernels < 0 or qemus < 0:
+        raise BadInput("a negative count of kernels or QEMUs")
+    if max(kernels, qemus) < 2:
+        return ((0 if kernels else None, 0 if qemus else None),)
+    kernel = (0, 1) if kernels == 2 else ((0, 0) if kernels else (None, None))
+    qemu = (0, 1) if qemus == 2 else ((0, 0) if qemus else (None, None))
+    return ((kernel[0], qemu[0]), (kernel[1], qemu[1]))
+
+
+def block_order(first: int, count: int) -> list[tuple[int, str]]:
+    """(block, arm) in run order: odd blocks A then B, even blocks B then A
+    (ABBA), so neither arm is always the one that runs second."""
+    order: list[tuple[int, str]] = []
+    for block in range(first, first + count):
+        order += [(block, arm) for arm in (("A", "B") if block % 2 else ("B", "A"))]
+    return order
+
+
+def variant_id(block: int, arm: str) -> str:
+    return f"b{block}-{arm}"
+
+
+def variants(order: list[tuple[int, str]], arms: dict[str, ArmParams]) -> list[dict[str, Any]]:
+    """Avocado's JSON variants (the format ``avocado variants
+    --json-variants-dump`` writes), one per (block, arm) in ``order``."""
+    out = []
+    for block, arm in order:
+        vid = variant_id(block, arm)
+        node = "/run/" + vid
+        p = arms[arm]
+        params = {
+            "arm": arm,
+            "block": block,
+            "kernel": p.kernel,
+            "modules": p.modules,
+            "kernel_build": p.kernel_build,
+            "cmdline_extra": p.cmdline_extra,
+            "qemu": p.qemu,
+        }
+        out.append(
+            {
+                "paths": ["/run/*"],
+                "variant_id": vid,
+                "variant": [[node, [[node, key, value] for key, value in params.items()]]],
+            }
+        )
+    return out
+
+
+def arm_and_block(name: str) -> tuple[str, int] | None:
+    """(arm, block) from a test's name (``...;b2-A``) or its results
+    directory's name (``...test_x_b2-A``); None outside a blocked run."""
+    m = VARIANT_ID.search(name)
+    return (m.group(2), int(m.group(1))) if m else None
+
+
+def test_reference(name: str) -> str:
+    """A test's name without its variant, anchored: an Avocado reference
+    that names that one test (``file.py:Class.test_x`` alone would also
+    select ``test_x_more``)."""
+    return name.split(";", 1)[0] + "$"
+
+
+def record_test_dir(path: Path) -> Path | None:
+    """The test's results directory a record file lies in
+    (``test-results/<N-name>/data/memqual-*.json``)."""
+    for parent in path.parents:
+        if parent.parent.name == "test-results":
+            return parent
+    return None
+
+
+def stamp(measurement: Any, arm: str, block: int) -> None:
+    """Fill in a record's arm and blocks (every replicate came from this
+    variant's guest or guests) where the test did not."""
+    if not measurement.arm:
+        measurement.arm = arm
+    if not measurement.blocks:
+        measurement.blocks = [block] * len(measurement.replicates)
