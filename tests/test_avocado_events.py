@@ -14,8 +14,8 @@ import pytest
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT
-from memqual.host.run import job as runjob
 from memqual.host.run import jobevents
+from memqual.host.run import progress as run_progress
 
 JOB = "tests/data/events_job.py"
 # The events and Avocado's console of one real `memqual run --only boot`
@@ -108,7 +108,7 @@ def test_a_real_job_writes_one_event_per_step(job: tuple[list[jobevents.Event], 
 
 def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents.Event], str]) -> None:
     events, console = job
-    progress = runjob.Progress("t", None)
+    progress = run_progress.Progress("t", None)
     shown = [line for e in events if (line := progress.feed(e))]
     # "[0:01] (1/2) name: PASS (0.0 s)" without the clock
     shown = [line.split("] ", 1)[1] for line in shown]
@@ -126,7 +126,7 @@ def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents
 
 def test_a_recorded_job_gives_the_lines_its_console_gave() -> None:
     events = jobevents.EventsReader(RECORDED_EVENTS).read()
-    progress = runjob.Progress("t", None)
+    progress = run_progress.Progress("t", None)
     shown = [line.split("] ", 1)[1] for e in events if (line := progress.feed(e))]
     console = RECORDED_CONSOLE.read_text()
     assert len(shown) == 13 and shown == console_lines(console)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from memqual.host.cli import run as run_command
 from memqual.host.cli.main import main as cli
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.run import avocado as run_avocado_job
 from memqual.host.run import job as runjob
 from memqual.images import balloon_driver as bdrv
 
@@ -72,7 +74,7 @@ def test_kernel_build_goes_with_a_users_kernel(tmp_path, monkeypatch, capsys):
 
 def _run_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    runjob.register(parser.add_subparsers())
+    run_command.register(parser.add_subparsers())
     (tmp_path / "e2e").mkdir(exist_ok=True)
     return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path / "e2e"), *extra])
 
@@ -83,17 +85,17 @@ def test_run_passes_each_kernels_tree_to_the_scenarios(tmp_path):
     (tmp_path / "mods").mkdir()
     tree = _tree(tmp_path)
     args = _run_args(tmp_path, "--guest-kernel", str(kernel), "--guest-modules", str(tmp_path / "mods"))
-    config = runjob.config_from_args(args)
+    config = run_command.config_from_args(args)
     assert config.kernels[0].kernel_build is None
-    env = runjob.scenario_environment(config, config.kernels[0])
+    env = run_avocado_job.scenario_environment(config, config.kernels[0])
     assert bdrv.ENV_KERNEL_BUILD not in env
     args.kernel_build = [str(tree)]
-    config = runjob.config_from_args(args)
-    env = runjob.scenario_environment(config, config.kernels[0])
+    config = run_command.config_from_args(args)
+    env = run_avocado_job.scenario_environment(config, config.kernels[0])
     assert env[bdrv.ENV_KERNEL_BUILD] == str(tree) and env[bdrv.ENV_KERNEL] == str(kernel.resolve())
     args.kernel_build = [str(tree), str(tree)]
     with pytest.raises(BadInput, match="once per --guest-kernel"):
-        runjob.config_from_args(args)
+        run_command.config_from_args(args)
 
 
 class _Image:

@@ -582,12 +582,13 @@ def test_settings_words_pick_one_of_two_tests_metrics():
 
 def test_one_test_reference_reaches_avocado_without_a_trailing_slash():
     from memqual.host.core.paths import REPO_ROOT
-    from memqual.host.run import job as runjob
+    from memqual.host.run import avocado as run_avocado_job
+    from memqual.host.run import config as run_config
 
     ref = REPO_ROOT / "e2e" / "test_balloon.py:BalloonTiming.test_inflate_deflate_1g"
-    argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=ref), Path("r"))
+    argv = run_avocado_job.avocado_command(run_config.RunConfig(output=Path("o"), tests=ref), Path("r"))
     assert "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g" in argv
-    argv = runjob.avocado_command(runjob.RunConfig(output=Path("o"), tests=REPO_ROOT / "e2e"), Path("r"))
+    argv = run_avocado_job.avocado_command(run_config.RunConfig(output=Path("o"), tests=REPO_ROOT / "e2e"), Path("r"))
     assert "e2e/" in argv
 
 

@@ -14,6 +14,7 @@ from kcidb_io import schema
 from rich.console import Console
 from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
+from memqual.host.cli import run as run_command
 from memqual.host.cli.main import main as cli
 from memqual.host.report import export
 from memqual.host.run import job as runjob
@@ -35,7 +36,7 @@ def results_file(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
     console = Console(file=io.StringIO(), width=120)
-    assert runjob.run(runjob.config_from_args(_args(tmp_path)), console) == 0
+    assert runjob.run(run_command.config_from_args(_args(tmp_path)), console) == 0
     return tmp_path / "out" / "results.json"
 
 

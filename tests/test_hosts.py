@@ -11,6 +11,7 @@ import pytest
 
 from memqual.host.cli.main import main
 from memqual.host.core.errors import BadInput
+from memqual.host.run.config import JobOutcome
 from memqual.host.run.hosts import config, fleet, page, probe, ssh
 from memqual.host.run.hosts.spawner import (
     INTERRUPTED,
@@ -22,7 +23,7 @@ from memqual.host.run.hosts.spawner import (
     read_place,
     write_place,
 )
-from memqual.host.run.job import JobOutcome, collect_records
+from memqual.host.run.outputs import collect_records
 
 
 @pytest.fixture
@@ -280,8 +281,8 @@ def test_an_unreachable_host_is_left_out_and_the_run_says_so(tmp_path, keys, mon
     hosts = write_hosts(
         tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
     )
+    from memqual.host.run.config import RunConfig
     from memqual.host.run.hosts import check
-    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, "unreachable: No route to host"))
     called = []
@@ -354,8 +355,8 @@ def test_the_jobs_tmpdir_lives_in_the_run_and_is_removed_even_when_interrupted(t
     hosts = write_hosts(
         tmp_path, '[[host]]\nname = "a"\naddress = "10.0.0.1"\nkey = "id_test"\nknown_hosts = "known_hosts"\n'
     )
+    from memqual.host.run.config import RunConfig
     from memqual.host.run.hosts import check
-    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
     monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))
@@ -504,8 +505,8 @@ def test_a_truncated_record_still_gives_the_fleet_page_and_says_so(tmp_path, key
             for n in ("a", "b")
         ),
     )
+    from memqual.host.run.config import RunConfig
     from memqual.host.run.hosts import check
-    from memqual.host.run.job import RunConfig
 
     monkeypatch.setattr(check, "probe_host", lambda host: check.HostCheck(host, ""))
     monkeypatch.setattr(fleet, "remote_status_dir", lambda host: ("/tmp/memqual-status.0123456789", ""))

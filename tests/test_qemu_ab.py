@@ -18,13 +18,16 @@ from rich.console import Console
 from test_cli_errors import assert_one_line_error, in_process
 from test_runjob import _args, _ksm_record, _run, guest_kernel_args
 
+from memqual.host.cli import run as run_command
 from memqual.host.core import snapshot
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import QemuChoice
 from memqual.host.run import blocks
+from memqual.host.run import config as run_config
 from memqual.host.run import job as runjob
+from memqual.host.run import rounds as run_rounds
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
 
@@ -62,35 +65,35 @@ def _choice(tmp_path: Path, name: str, version: str) -> QemuChoice:
 
 
 def test_run_arms_pair_kernels_and_qemus_in_order(tmp_path: Path) -> None:
-    k1, k2 = (runjob.GuestKernel(label, tmp_path / f"bz{label}", None, label * 64) for label in ("A", "B"))
+    k1, k2 = (run_config.GuestKernel(label, tmp_path / f"bz{label}", None, label * 64) for label in ("A", "B"))
     q1, q2 = _choice(tmp_path, "1", "7.2.22"), _choice(tmp_path, "2", "10.0.2")
-    base = runjob.RunConfig(output=tmp_path / "out")
+    base = run_config.RunConfig(output=tmp_path / "out")
 
-    arms = runjob.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1, q2)))
+    arms = run_config.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1, q2)))
     assert [(a.label, a.kernel, a.qemu) for a in arms] == [("A", k1, q1), ("B", k2, q2)]
 
     # One kernel (labelled "" by the command line), two QEMUs: the kernel is in both arms.
     one = dataclasses.replace(k1, label="")
-    arms = runjob.run_arms(dataclasses.replace(base, kernels=(one,), qemus=(q1, q2)))
+    arms = run_config.run_arms(dataclasses.replace(base, kernels=(one,), qemus=(q1, q2)))
     assert [a.label for a in arms] == ["A", "B"]
     assert [a.kernel.bzimage if a.kernel else None for a in arms] == [k1.bzimage, k1.bzimage]
     assert [a.kernel.label if a.kernel else None for a in arms] == ["A", "B"]
     assert [a.qemu for a in arms] == [q1, q2]
 
     # Two kernels on one QEMU; two QEMUs on the default kernel.
-    arms = runjob.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1,)))
+    arms = run_config.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1,)))
     assert [a.qemu for a in arms] == [q1, q1]
-    arms = runjob.run_arms(dataclasses.replace(base, qemus=(q1, q2)))
+    arms = run_config.run_arms(dataclasses.replace(base, qemus=(q1, q2)))
     assert [(a.kernel, a.qemu) for a in arms] == [(None, q1), (None, q2)]
     # One arm: no A/B.
-    assert runjob.run_arms(dataclasses.replace(base, qemus=(q1,))) == ()
+    assert run_config.run_arms(dataclasses.replace(base, qemus=(q1,))) == ()
 
 
 def test_variants_name_each_arms_qemu(tmp_path: Path) -> None:
     q1, q2 = _choice(tmp_path, "1", "7.2.22"), _choice(tmp_path, "2", "10.0.2")
     arms = {
-        "A": runjob.arm_params(None, q1, "A"),
-        "B": runjob.arm_params(None, q2, "B"),
+        "A": run_config.arm_params(None, q1, "A"),
+        "B": run_config.arm_params(None, q2, "B"),
     }
     out = blocks.variants(blocks.block_order(1, 2), arms)
     params = [{k: v for _, k, v in variant["variant"][0][1]} for variant in out]
@@ -103,8 +106,8 @@ def test_variants_name_each_arms_qemu(tmp_path: Path) -> None:
     # No kernel given: the variant leaves the kernel to the default image.
     assert {p["kernel"] for p in params} == {""}
     # No QEMU given: empty, and the test keeps the job's.
-    kernel = runjob.GuestKernel("A", tmp_path / "bz", None, "a" * 64)
-    assert runjob.arm_params(kernel).qemu == ""
+    kernel = run_config.GuestKernel("A", tmp_path / "bz", None, "a" * 64)
+    assert run_config.arm_params(kernel).qemu == ""
 
 
 # ------------------------------------------------------ the command line
@@ -117,10 +120,10 @@ def test_three_qemus_are_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys
 
 
 def test_until_decided_takes_two_qemus_as_two_arms(tmp_path: Path) -> None:
-    config = runjob.config_from_args(_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2", "--until-decided"))
+    config = run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2", "--until-decided"))
     assert config.until_decided and config.rounds == 2  # two arms: two blocks unless told
     with pytest.raises(BadInput, match="compares two arms"):
-        runjob.config_from_args(_args(tmp_path, "--qemu", "7.2", "--until-decided"))
+        run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--until-decided"))
 
 
 def test_run_help_says_how_the_axes_combine(capsys) -> None:
@@ -165,12 +168,12 @@ def test_the_snapshot_key_is_per_qemu_binary_even_at_one_version(tmp_path: Path,
 
 def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fake, monkeypatch) -> None:
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
-    monkeypatch.setattr(runjob, "resolve_qemus", lambda specs: (q1, q2))
+    monkeypatch.setattr(run_command, "resolve_qemus", lambda specs: (q1, q2))
     built: list[object] = []
-    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: built.append(kernels))
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: built.append(kernels))
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}])
     args = _args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2")
-    config = dataclasses.replace(runjob.config_from_args(args), qemus=runjob.resolve_qemus(args.qemu))
+    config = dataclasses.replace(run_command.config_from_args(args), qemus=run_command.resolve_qemus(args.qemu))
     buf = io.StringIO()
     status = runjob.run(config, Console(file=buf, width=200))
     out = buf.getvalue()
@@ -194,10 +197,10 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
 
 def test_two_kernels_and_two_qemus_pair_in_order(tmp_path: Path, fake, monkeypatch) -> None:
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
-    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}])
     args = _args(tmp_path, *guest_kernel_args(tmp_path), "--qemu", "7.2", "--qemu", "10.0.2")
-    config = dataclasses.replace(runjob.config_from_args(args), qemus=(q1, q2))
+    config = dataclasses.replace(run_command.config_from_args(args), qemus=(q1, q2))
     status = runjob.run(config, Console(file=io.StringIO()))
     assert status == 0
     argv = fake.calls()[-1]["argv"]
@@ -225,7 +228,7 @@ def test_a_bisect_runs_one_qemu(tmp_path: Path, monkeypatch, capsys) -> None:
 
 def test_a_resumed_bisect_runs_the_qemu_it_started_with(tmp_path: Path, monkeypatch) -> None:
     from memqual.host.core import qemu_binary
-    from memqual.host.run import bisect
+    from memqual.host.run.bisect import jobs as bisect
 
     fake = fake_qemu.install(tmp_path / "q", "qmp")
     monkeypatch.delenv("MEMQUAL_QEMU", raising=False)
@@ -248,10 +251,10 @@ def test_a_resumed_bisect_runs_the_qemu_it_started_with(tmp_path: Path, monkeypa
 
 
 def test_a_bisect_steps_variants_carry_its_qemu(tmp_path: Path) -> None:
-    kernel = runjob.GuestKernel("B", tmp_path / "bz", None, "b" * 64)
+    kernel = run_config.GuestKernel("B", tmp_path / "bz", None, "b" * 64)
     chosen = _choice(tmp_path, "x", "10.0.2")
-    assert runjob.arm_params(kernel, chosen).qemu == str(chosen.binary)
-    assert runjob.arm_params(kernel, chosen).arm == "B"
+    assert run_config.arm_params(kernel, chosen).qemu == str(chosen.binary)
+    assert run_config.arm_params(kernel, chosen).arm == "B"
 
 
 # ---------------------------------------------------------- lab hosts

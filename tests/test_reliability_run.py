@@ -18,7 +18,9 @@ import pytest
 from fake_qemu import alive
 
 from memqual.host.core.paths import REPO_ROOT
-from memqual.host.run import job as runjob
+from memqual.host.run import avocado as run_avocado_job
+from memqual.host.run import config as run_config
+from memqual.host.run import signals as run_signals
 
 # A stand-in avocado that starts a "guest" (a child that would outlive it)
 # and ignores SIGINT, the worst case for the clean-up.
@@ -267,7 +269,7 @@ def test_end_job_kills_a_group_that_ignores_sigint() -> None:
     )
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     started = time.monotonic()
-    assert runjob.end_job(proc, grace_s=0.5) == -signal.SIGKILL
+    assert run_signals.end_job(proc, grace_s=0.5) == -signal.SIGKILL
     assert time.monotonic() - started < 5
 
 
@@ -312,12 +314,12 @@ def test_an_avocado_that_hangs_after_its_job_ended_is_ended(tmp_path: Path, monk
     from rich.console import Console
 
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(_script(tmp_path, HANGING_AVOCADO)))
-    monkeypatch.setattr(runjob, "EXIT_AFTER_END_S", 1.0)
-    config = runjob.RunConfig(
+    monkeypatch.setattr(run_avocado_job, "EXIT_AFTER_END_S", 1.0)
+    config = run_config.RunConfig(
         output=tmp_path / "out", profile="quick", only=(), tests=tmp_path, kernels=(), parallel=1, rounds=1
     )
     started = time.monotonic()
-    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
+    job = run_avocado_job.run_avocado(config, tmp_path / "out", None, Console(file=open(os.devnull, "w")))
     assert time.monotonic() - started < 15
     assert job.exit_status == -signal.SIGKILL
     assert job.summary.startswith("PASS 0 |")
@@ -329,9 +331,9 @@ def test_junk_in_the_events_or_on_stdout_does_not_end_the_reader(
     from rich.console import Console
 
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(_script(tmp_path, JUNK_AVOCADO)))
-    config = runjob.RunConfig(output=tmp_path / "out", tests=tmp_path)
+    config = run_config.RunConfig(output=tmp_path / "out", tests=tmp_path)
     buf = io.StringIO()
-    job = runjob.run_avocado(config, tmp_path / "out", None, Console(file=buf, width=200))
+    job = run_avocado_job.run_avocado(config, tmp_path / "out", None, Console(file=buf, width=200))
     assert job.exit_status == 0
     # The one good pair of events, and only it.
     assert buf.getvalue().count("(1/1) t.py:T.test: PASS (1.5 s)") == 1

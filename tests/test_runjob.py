@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
+from memqual.host.run import avocado as run_avocado_job
+from memqual.host.run import config as run_config
 from memqual.host.run import job as runjob
 from memqual.host.run import jobevents
+from memqual.host.run import progress as run_progress
+from memqual.host.run import rounds as run_rounds
 
 FAKE_AVOCADO = textwrap.dedent(
     """\
@@ -152,7 +157,7 @@ def fake(tmp_path, monkeypatch):
 
 def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    runjob.register(parser.add_subparsers())
+    run_command.register(parser.add_subparsers())
     tests = tmp_path / "e2e"
     tests.mkdir(exist_ok=True)
     return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])
@@ -161,7 +166,7 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
 def _run(tmp_path: Path, *extra: str, terminal: bool = False) -> tuple[int, str]:
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=terminal, width=120)
-    status = runjob.run(runjob.config_from_args(_args(tmp_path, *extra)), console)
+    status = runjob.run(run_command.config_from_args(_args(tmp_path, *extra)), console)
     return status, buf.getvalue()
 
 
@@ -206,7 +211,7 @@ def test_only_and_full_profile_become_tag_filters(tmp_path, fake):
     argv = fake.calls()[0]["argv"]
     assert [a for a in argv if a.startswith("--filter-by-tags")] == ["--filter-by-tags=ksm", "--filter-by-tags=balloon"]
     assert fake.calls()[0]["env"]["MEMQUAL_PROFILE"] == "full"
-    assert runjob.tag_filters("quick", ("ksm",)) == ["--filter-by-tags=ksm,-slow"]
+    assert run_avocado_job.tag_filters("quick", ("ksm",)) == ["--filter-by-tags=ksm,-slow"]
 
 
 def test_failed_tests_make_a_non_zero_exit_but_results_are_written(tmp_path, fake):
@@ -256,7 +261,7 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
             {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True},
         ]
     )
-    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     status, out = _run(tmp_path, *kernels)
     assert status == 0  # the run completed; the comparison says the rest
     calls = fake.calls()
@@ -319,17 +324,17 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
     assert blocks.arm_and_block("3-e2e_test_ksm.py_Ksm.test_merge_b2-A") == ("A", 2)
     assert blocks.arm_and_block("e2e/test_ksm.py:Ksm.test_merge") is None
     assert blocks.test_reference("e2e/t.py:K.test_m;b1-A") == "e2e/t.py:K.test_m$"
-    assert runjob.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
-    assert runjob.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
+    assert run_avocado_job.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
+    assert run_avocado_job.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
 
 
 def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
-    assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
-    assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
-    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
+    assert run_avocado_job.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
+    assert run_avocado_job.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
+    assert run_avocado_job.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
     # Two arms default to the A/B sizing, one to quick; an asked profile wins.
-    assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
-    assert runjob.job_profile("full", 2) == "full"
+    assert run_config.job_profile(None, 2) == "ab" and run_config.job_profile(None, 1) == "quick"
+    assert run_config.job_profile("full", 2) == "full"
 
 
 def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
@@ -391,11 +396,11 @@ def test_every_primary_scenario_has_a_test_tagged_ab():
 
 
 def test_schedule_alternates_kernels_between_rounds():
-    a = runjob.GuestKernel("A", Path("a"), None, "1")
-    b = runjob.GuestKernel("B", Path("b"), None, "2")
-    order = [(r, k.label if k else None) for r, k in runjob.schedule((a, b), 3)]
+    a = run_config.GuestKernel("A", Path("a"), None, "1")
+    b = run_config.GuestKernel("B", Path("b"), None, "2")
+    order = [(r, k.label if k else None) for r, k in run_config.schedule((a, b), 3)]
     assert order == [(1, "A"), (1, "B"), (2, "B"), (2, "A"), (3, "A"), (3, "B")]
-    assert runjob.schedule((None,), 2) == [(1, None), (2, None)]
+    assert run_config.schedule((None,), 2) == [(1, None), (2, None)]
 
 
 def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
@@ -406,7 +411,7 @@ def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
 
 
 def test_progress_follows_the_jobs_events(tmp_path):
-    p = runjob.Progress("t", None)
+    p = run_progress.Progress("t", None)
     p.feed(jobevents.JobStarted("fake", str(tmp_path / "job-x"), 7))
     assert p.job_dir == tmp_path / "job-x"
     p.feed(jobevents.TestStarted("2", "e2e/test_ksm.py:Ksm.test_volatile", 7, ""))
@@ -445,20 +450,20 @@ def test_bad_input_is_one_line(tmp_path, extra, message):
     bz.write_bytes(b"x")
     extra = [str(bz) if e == "__BZ__" else e for e in extra]
     with pytest.raises(BadInput, match=message) as info:
-        runjob.config_from_args(_args(tmp_path, *extra))
+        run_command.config_from_args(_args(tmp_path, *extra))
     assert "\n" not in str(info.value)
 
 
 def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(tmp_path / "absent"))
     with pytest.raises(BadInput, match="no such file"):
-        runjob.avocado_executable()
+        run_avocado_job.avocado_executable()
     monkeypatch.delenv("MEMQUAL_AVOCADO")
-    assert os.path.basename(runjob.avocado_executable()[0]) == "avocado"
+    assert os.path.basename(run_avocado_job.avocado_executable()[0]) == "avocado"
 
 
 def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
-    p = runjob.Progress("t", None)
+    p = run_progress.Progress("t", None)
     long = p.feed(jobevents.TestEnded("1", "t.py:T.test_a", 2, "FAIL", "first\nsecond " + "x" * 300, 2.0, ""))
     assert long is not None and "first\\nsecond xxx" in long and long.endswith("x... (2.0 s)")
     assert len(long.split(": FAIL: ", 1)[1]) == 255 + len("\\") + len("... (2.0 s)")  # cut, then escaped
@@ -467,7 +472,7 @@ def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
 
 
 def test_progress_shows_the_last_repeat_message_of_the_running_test():
-    p = runjob.Progress("t", None)
+    p = run_progress.Progress("t", None)
     p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, ""))
     for message in ("booting", "window {'smart_scan': 1, 'cpu_s': 0.5}", "ssh: exit 0"):
         p.feed(jobevents.TestLog(message))
@@ -479,7 +484,7 @@ def test_progress_shows_the_last_repeat_message_of_the_running_test():
 def test_the_live_display_draws_the_same_with_markup_off():
     """rich draws the display again inside every console.print, with that
     print's markup=False: no markup may show through as text."""
-    p = runjob.Progress("memqual run [A] (quick)", None)
+    p = run_progress.Progress("memqual run [A] (quick)", None)
     p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 2, ""))
     p.feed(jobevents.TestLog("repeat 2/5 [x] done"))
     for markup in (True, False):
@@ -505,13 +510,13 @@ def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(t
         return bz, mods
 
     monkeypatch.setattr(build, "debian_kernel_files", files)
-    config = runjob.config_from_args(
+    config = run_command.config_from_args(
         _args(tmp_path, "--debian-kernel", "6.1.0-57-amd64", "--debian-kernel", "6.1.0-57-amd64:init_on_free=1")
     )
     assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
     a, b = config.kernels
     assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
-    assert runjob.arm_params(b).cmdline_extra == "init_on_free=1" and not runjob.arm_params(a).cmdline_extra
+    assert run_config.arm_params(b).cmdline_extra == "init_on_free=1" and not run_config.arm_params(a).cmdline_extra
     assert config.profile == "ab"
 
 

@@ -1,4 +1,4 @@
-"""runjob.signals_held: a signal that lands while the avocado job is being
+"""run_signals.signals_held: a signal that lands while the avocado job is being
 started waits for the block's end, then reaches the handler it would have
 reached (so the caller's finally, which ends the job, sees the job)."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from memqual.host.run import job as runjob
+from memqual.host.run import signals as run_signals
 
 
 @pytest.fixture()
@@ -23,11 +23,13 @@ def python_sigint() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("python_sigint")
-@pytest.mark.parametrize(("sig", "raised"), [(signal.SIGTERM, runjob.Terminated), (signal.SIGINT, KeyboardInterrupt)])
+@pytest.mark.parametrize(
+    ("sig", "raised"), [(signal.SIGTERM, run_signals.Terminated), (signal.SIGINT, KeyboardInterrupt)]
+)
 def test_a_signal_inside_the_block_is_raised_after_it(sig: int, raised: type[BaseException]) -> None:
     reached_the_end = False
-    with runjob.terminate_as_exception(), pytest.raises(raised):
-        with runjob.signals_held():
+    with run_signals.terminate_as_exception(), pytest.raises(raised):
+        with run_signals.signals_held():
             os.kill(os.getpid(), sig)
             # delivered by now were it not held: the main thread runs
             # Python handlers between bytecodes
@@ -38,13 +40,13 @@ def test_a_signal_inside_the_block_is_raised_after_it(sig: int, raised: type[Bas
 
 
 def test_the_handlers_are_given_back() -> None:
-    before = {sig: signal.getsignal(sig) for sig in runjob.HELD_SIGNALS}
-    with runjob.signals_held():
+    before = {sig: signal.getsignal(sig) for sig in run_signals.HELD_SIGNALS}
+    with run_signals.signals_held():
         pass
-    assert {sig: signal.getsignal(sig) for sig in runjob.HELD_SIGNALS} == before
+    assert {sig: signal.getsignal(sig) for sig in run_signals.HELD_SIGNALS} == before
 
 
 def test_without_a_signal_the_block_ends_quietly() -> None:
-    with runjob.terminate_as_exception(), runjob.signals_held():
+    with run_signals.terminate_as_exception(), run_signals.signals_held():
         value = 1
     assert value == 1

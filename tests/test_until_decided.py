@@ -14,8 +14,10 @@ from ksm_volatile_runs import ksm_records
 from rich.console import Console
 from test_runjob import _args, guest_kernel_args
 
+from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
 from memqual.host.run import job as runjob
+from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import until
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
@@ -44,7 +46,8 @@ def _rec(scenario: str, metric: str, value: float, scale_b: float = 1.0, drift: 
 def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
     buf = io.StringIO()
     status = runjob.run(
-        runjob.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), *extra)), Console(file=buf, width=160)
+        run_command.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), *extra)),
+        Console(file=buf, width=160),
     )
     return status, buf.getvalue()
 
@@ -98,8 +101,8 @@ class FakeTracker:
 @pytest.fixture()
 def tracker(monkeypatch):
     fake_tracker = FakeTracker()
-    monkeypatch.setattr(runjob, "make_tracker", lambda: fake_tracker)
-    monkeypatch.setattr(runjob, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda: fake_tracker)
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     return fake_tracker
 
 
@@ -162,12 +165,12 @@ def test_decided_after_then_undecided_again_counts_from_the_last_time():
 )
 def test_bad_input(tmp_path, extra, message):
     with pytest.raises(BadInput, match=message):
-        runjob.config_from_args(_args(tmp_path, *extra))
+        run_command.config_from_args(_args(tmp_path, *extra))
 
 
 def test_bad_budget(tmp_path):
     with pytest.raises(BadInput, match="minutes"):
-        runjob.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), "--until-decided", "--budget", "-1"))
+        run_command.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), "--until-decided", "--budget", "-1"))
 
 
 def _records(scale_b: float, n: int, spread: float, seed: int) -> tuple[list, list]:

@@ -62,8 +62,8 @@ def _extend_run(sub: argparse._SubParsersAction) -> None:
                 "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
                 "checks a QEMU there)"
             )
+        from memqual.host.cli.run import config_from_args
         from memqual.host.run.hosts import fleet
-        from memqual.host.run.job import config_from_args
 
         return fleet.main(config_from_args(args), args.hosts)
 

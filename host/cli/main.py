@@ -32,9 +32,9 @@ SUBCOMMAND_MODULES = [
     "memqual.host.cli.ksm",  # memqual ksm status|restore
     "memqual.host.cli.balloon",  # memqual balloon model|measure
     "memqual.host.cli.compare",  # memqual compare A.json B.json
-    "memqual.host.run.job",  # memqual run
+    "memqual.host.cli.run",  # memqual run
     "memqual.host.cli.memslots",  # memqual memslots model|lookup|kvm
-    "memqual.host.run.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
+    "memqual.host.cli.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
     "memqual.host.report.export",  # memqual export --kcidb FILE RESULTS.json
     "memqual.host.judge.history",  # memqual history DIR...
     "memqual.host.cli.hosts",  # memqual hosts check FILE

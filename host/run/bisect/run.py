@@ -6,7 +6,7 @@ it is decided (``decide.evidence_of``: slower, faster or equivalent, as
 its budget is spent, when it stays undecided and the search skips it.  With the default
 ``paired`` reference each step of a probe is ONE avocado job in which every
 test runs K1 (arm A) and the probe (arm B) as the variants of one block
-(host/run/blocks.py, through runjob.run_block_job), A B in odd blocks and B A in
+(host/run/blocks.py, through run_rounds.run_block_job), A B in odd blocks and B A in
 even ones, so the two are minutes apart and a drift of the shared host falls
 on both; the probe is compared with K1's replicates of its own blocks.
 ``start`` measures K1 only while the last kernel is checked: the other

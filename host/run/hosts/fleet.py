@@ -49,6 +49,8 @@ from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.run.avocado import run_avocado
+from memqual.host.run.config import JobOutcome, RunConfig, TestOutcome
 from memqual.host.run.hosts import check as checks
 from memqual.host.run.hosts import page, ssh
 from memqual.host.run.hosts.config import LabHost
@@ -64,7 +66,8 @@ from memqual.host.run.hosts.spawner import (
     read_place,
     read_regular_file,
 )
-from memqual.host.run.job import JobOutcome, RunConfig, TestOutcome, run_avocado, terminate_as_exception, write_outputs
+from memqual.host.run.outputs import write_outputs
+from memqual.host.run.signals import terminate_as_exception
 
 EXIT_INCOMPLETE = 3
 SPAWNER = "memqual-remote"

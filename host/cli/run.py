@@ -1,0 +1,266 @@
+"""``memqual run``: the command's options and their checks, turned into a
+RunConfig for memqual.host.run.job.  The only place that parses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from memqual.host.cli import args as cliargs
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT, check_output_dir
+from memqual.host.core.profiles import PROFILES
+from memqual.host.run import job
+from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
+
+if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from memqual.host.core.qemu_binary import QemuChoice
+
+# ------------------------------------------------------------------ CLI
+
+
+def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
+    """--only's tags, checked: each goes into avocado's command line."""
+    for tag in args.only or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]+", tag):
+            raise BadInput(f"--only {tag!r}: a tag is letters, digits and _ . : - (one tag per --only)")
+    return tuple(args.only or ())
+
+
+def output_directory(args: argparse.Namespace, parent: str) -> Path:
+    """--output, else PARENT/<timestamp> below the working directory; in
+    either case a folder no other user owns or may write."""
+    path = Path(args.output) if args.output else Path(parent) / _dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+    check_output_dir(path, "output folder")
+    return path
+
+
+def check_budget(minutes: float) -> float:
+    """A --budget in minutes: more than 0 and at most a day (nan is neither)."""
+    if not 0 < minutes <= 24 * 60:
+        raise BadInput(f"--budget {minutes:g}: give minutes, more than 0 and at most a day")
+    return minutes
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    kernels_in = [Path(k) for k in args.guest_kernel or []]
+    modules_in = [Path(m) for m in args.guest_modules or []]
+    builds_in = [Path(b) for b in args.kernel_build or []]
+    if builds_in and len(builds_in) != len(kernels_in):
+        raise BadInput("give --kernel-build DIR once per --guest-kernel, in the same order (or not at all)")
+    cmdlines = ["", ""]
+    if args.debian_kernel:
+        if kernels_in or modules_in:
+            raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
+        if len(args.debian_kernel) > 2:
+            raise BadInput("give --debian-kernel at most twice (A and B)")
+        from memqual.host.core.kernelspec import parse_kernel
+        from memqual.images.build import debian_kernel_files
+
+        for index, text in enumerate(args.debian_kernel):
+            spec = parse_kernel(text)
+            bzimage, modules_dir = debian_kernel_files(spec.version)
+            kernels_in.append(bzimage)
+            modules_in.append(modules_dir)
+            cmdlines[index] = spec.cmdline_extra
+    if len(kernels_in) > 2:
+        raise BadInput("give --guest-kernel at most twice (A and B)")
+    if len(modules_in) != len(kernels_in):
+        # The image builder needs both: a kernel and its lib/modules/RELEASE.
+        raise BadInput("give --guest-modules DIR (lib/modules/RELEASE) once per --guest-kernel, in the same order")
+    from memqual.images.build import sha256_file
+
+    kernels = []
+    for index, bzimage in enumerate(kernels_in):
+        if not bzimage.is_file():
+            what = "not a regular file" if bzimage.exists() else "no such file"
+            raise BadInput(f"--guest-kernel {bzimage}: {what}: give a bzImage (arch/x86/boot/bzImage)")
+        modules = modules_in[index] if modules_in else None
+        if modules is not None and not modules.is_dir():
+            raise BadInput(f"--guest-modules {modules}: no such directory")
+        label = "AB"[index] if len(kernels_in) == 2 else ""
+        kernels.append(
+            GuestKernel(
+                label,
+                bzimage.resolve(),
+                modules.resolve() if modules else None,
+                sha256_file(bzimage),
+                kernel_build=builds_in[index] if builds_in else None,
+                cmdline_extra=cmdlines[index],
+            )
+        )
+    tests = Path(args.tests)
+    # A directory of tests, or a test file (file.py:Class.test names one test).
+    test_file = Path(str(tests).split(":", 1)[0])
+    if not (tests.is_dir() or (test_file.is_file() and test_file.suffix == ".py")):
+        raise BadInput(f"--tests {tests}: no directory of tests or .py test file")
+    if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
+    from memqual.host.run.blocks import arm_axes
+
+    # Which kernel and QEMU each arm has; bad combinations end here.
+    two_arms = len(arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))) == 2
+    # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
+    rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
+    if not 1 <= rounds <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
+    only = job_tags(args)
+    if args.budget is not None and not args.until_decided:
+        raise BadInput("--budget applies to --until-decided only")
+    if args.until_decided and not two_arms:
+        raise BadInput(
+            "--until-decided compares two arms: give a kernel (--debian-kernel, --guest-kernel) or --qemu twice"
+        )
+    budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
+    return RunConfig(
+        output=output_directory(args, "memqual-results"),
+        profile=job_profile(args.profile, len(kernels)),
+        only=only,
+        tests=tests,
+        kernels=tuple(kernels),
+        parallel=args.parallel,
+        rounds=rounds,
+        until_decided=bool(args.until_decided),
+        budget_min=budget,
+    )
+
+
+def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
+    """What the avocado job runs (--profile, --only, the hidden --tests) and
+    where the output goes: the options of ``memqual run`` that every
+    command running the scenarios through this module takes."""
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="quick (the default with one kernel, ~12 min under TCG here), full (the lab's sizes) or ab (the "
+        "default with two kernels: one fresh guest per arm and block, only the tests that record a primary or a "
+        "negative control in the blocks, the boot checks once per arm; host/core/profiles.py)",
+    )
+    parser.add_argument(
+        "--only", action="append", metavar="TAG", help="only tests with this avocado tag (repeatable: any of them)"
+    )
+    parser.add_argument(
+        "--output",
+        type=cliargs.output_directory,
+        metavar="DIR",
+        help=f"output directory (default {output_parent}/<timestamp>)",
+    )
+    parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    add_job_arguments(parser, "memqual-results")
+    parser.add_argument(
+        "--guest-kernel",
+        action="append",
+        metavar="BZIMAGE",
+        help="guest kernel instead of Debian's; twice to compare two kernels (A, B)",
+    )
+    parser.add_argument(
+        "--guest-modules", action="append", metavar="DIR", help="modules directory of each --guest-kernel"
+    )
+    parser.add_argument(
+        "--kernel-build",
+        action="append",
+        type=cliargs.kernel_build,
+        metavar="DIR",
+        help="the tree each --guest-kernel was built in, in the same order: the balloon driver variant is "
+        "built from it (without it the scenarios that need the variant skip)",
+    )
+    parser.add_argument(
+        "--debian-kernel",
+        type=cliargs.debian_kernel_arm,
+        action="append",
+        metavar="VERSION[:CMDLINE]",
+        help="a Debian kernel by release or package name instead of --guest-kernel/--guest-modules; "
+        "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
+        "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
+    )
+    cliargs.add_qemu(
+        parser,
+        "; twice to compare two QEMUs (A, B). With kernels: two kernels and one QEMU (or none) compare the "
+        "kernels on that QEMU; one kernel (or none) and two QEMUs compare the QEMUs on that kernel; two of "
+        "each pair in order (A = first kernel + first QEMU, B = second + second); other counts are refused",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="one arm: run the scenarios N times and pool the samples; two arms (kernels or QEMUs): N blocks, "
+        "each test running A and B inside one job, A B then B A ... (tests tagged boot or hosts run once per arm; "
+        "default 2 with two arms, else 1)",
+    )
+    parser.add_argument(
+        "--until-decided",
+        action="store_true",
+        help="two arms: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
+        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        metavar="MINUTES",
+        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="tests avocado runs at once (default 1: benchmarks must not share the CPUs)",
+    )
+    parser.set_defaults(handler=main)
+
+
+def resolve_qemus(specs: list[str] | None) -> tuple[QemuChoice, ...]:
+    """``--qemu`` once: this process's QEMU, which the scenarios inherit
+    through $MEMQUAL_QEMU; twice: both fetched (or checked) before any job,
+    each named by its arm's variants."""
+    from memqual.host.core.paths import cache_dir
+    from memqual.host.core.qemu_binary import choose, resolve
+
+    if not specs:
+        return ()
+    if len(specs) == 1:
+        return (choose(specs[0]),)
+    return tuple(resolve(spec, cache_dir()) for spec in specs)
+
+
+def main(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None)))
+    # What the kernel files hold is read here, at the command, rather than
+    # in config_from_args: a RunConfig may name any file (the unit tests run
+    # fake jobs with stand-in kernels), a user's command line may not.
+    check_guest_files(config)
+    return job.run(config)
+
+
+def check_guest_files(config: RunConfig) -> None:
+    """Refuse before the job starts what the image build in every scenario
+    would refuse after it: a --guest-kernel without a bzImage's setup
+    header (a text file, a vmlinux or another ELF) and a --guest-modules
+    that is no modules tree.  The same checks as that build's."""
+    from memqual.images.build import check_modules_tree
+    from memqual.images.kernel import read_release
+
+    for kernel in config.kernels:
+        try:
+            release = read_release(kernel.bzimage)
+        except BadInput as exc:
+            raise BadInput(f"--guest-kernel {exc}") from None
+        if kernel.modules is not None:
+            try:
+                check_modules_tree(kernel.modules, release)
+            except BadInput as exc:
+                raise BadInput(f"--guest-modules {exc}") from None

@@ -1,0 +1,277 @@
+"""One Avocado job under memqual's supervisor: its command line, the
+environment the scenarios read, the live view fed by memqual's result
+events, and what the job did.  Knows nothing of arms, blocks or claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.profiles import AB, AB_TAG
+from memqual.host.run import jobevents
+from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome
+from memqual.host.run.progress import Progress
+from memqual.host.run.signals import (
+    INTERRUPT_GRACE_S,
+    TERMINATE_GRACE_S,
+    Terminated,
+    end_job,
+    kill_group,
+    signals_held,
+    start_supervised,
+)
+
+# ------------------------------------------------------------ avocado
+
+
+def avocado_executable() -> list[str]:
+    """This venv's avocado (the one installed with memqual), or
+    ``$MEMQUAL_AVOCADO``."""
+    override = os.environ.get("MEMQUAL_AVOCADO")
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
+        return [str(path)]
+    beside = Path(sys.executable).parent / "avocado"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("avocado")
+    if found:
+        return [found]
+    raise BadInput("avocado not found: install memqual in its venv (pip install -e .) and run .venv/bin/memqual")
+
+
+def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
+    """avocado --filter-by-tags arguments.  Several --filter-by-tags are
+    ORed, commas inside one are ANDed: so "--only ksm --only balloon" in the
+    quick profile is (ksm AND NOT slow) OR (balloon AND NOT slow)."""
+    not_slow = ["-slow"] if profile != "full" else []
+    args: list[str] = []
+    if only:
+        for tag in only:
+            args.append("--filter-by-tags=" + ",".join([tag, *not_slow]))
+    elif not_slow:
+        # Untagged tests stay in: only tests that say "slow" are left out.
+        args += ["--filter-by-tags=-slow", "--filter-by-tags-include-empty"]
+    return args
+
+
+def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> list[str]:
+    """tag_filters for a blocked job: "once" keeps only the tests tagged
+    with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out.  In the
+    ab profile the blocks hold only the tests tagged ``ab`` (they record a
+    primary or a negative control) and "once" only the boot checks."""
+    from memqual.host.run.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
+
+    if not selection:
+        return tag_filters(profile, only)
+    not_slow = ["-slow"] if profile != "full" else []
+    ab = [AB_TAG] if profile == AB else []
+    if selection == "blocks":
+        drop = [f"-{tag}" for tag in ONCE_PER_ARM_TAGS]
+        terms = [[tag, *ab, *not_slow, *drop] for tag in only] if only else [[*ab, *not_slow, *drop]]
+        extra = [] if only or ab else ["--filter-by-tags-include-empty"]
+        return ["--filter-by-tags=" + ",".join(t) for t in terms] + extra
+    once_tags = AB_ONCE_PER_ARM_TAGS if profile == AB else ONCE_PER_ARM_TAGS
+    terms = [[*([tag] if tag != once else []), once, *not_slow] for tag in (only or ("",)) for once in once_tags]
+    return ["--filter-by-tags=" + ",".join(t for t in term if t) for term in terms]
+
+
+def avocado_command(
+    config: RunConfig, results_dir: Path, xunit: Path | None = None, events: Path | None = None
+) -> list[str]:
+    tests = config.tests
+    try:
+        # A directory, or one file or test (a bisect narrows its rounds to
+        # "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g").
+        tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + ("/" if tests.is_dir() else "")
+    except ValueError:
+        tests_arg = str(tests)
+    blocked = (
+        ["--json-variants-load", str(config.variants_file), "--execution-order", "variants-per-test"]
+        if config.variants_file is not None
+        else []
+    )
+    return [
+        *avocado_executable(),
+        *config.avocado_global_args,
+        "run",
+        *(config.references or (tests_arg,)),
+        *blocked,
+        "--job-results-dir",
+        str(results_dir),
+        "--disable-sysinfo",  # memqual records its own fingerprint; sysinfo costs seconds
+        "--max-parallel-tasks",
+        str(config.parallel),  # 1 by default: benchmarks must not share the 2 cores
+        *selection_filters(config.profile, config.only, config.selection),
+        # JUnit XML for CI dashboards, beside the job (avocado's own copy is
+        # inside the job directory, whose name changes every run).
+        *(["--xunit", str(xunit)] if xunit is not None else []),
+        # The job's events, one JSON line each (host/run/avocado_events.py):
+        # what the progress display follows.
+        *([jobevents.OPTION, str(events)] if events is not None else []),
+    ]
+
+
+def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["MEMQUAL_PROFILE"] = config.profile
+    for key in (
+        "MEMQUAL_GUEST_KERNEL",
+        "MEMQUAL_GUEST_MODULES",
+        "MEMQUAL_GUEST_KERNEL_BUILD",
+        "MEMQUAL_RUN_LABEL",
+        "MEMQUAL_GUEST_CMDLINE_EXTRA",
+    ):
+        env.pop(key, None)
+    if kernel is not None:
+        env["MEMQUAL_GUEST_KERNEL"] = str(kernel.bzimage)
+        if kernel.modules is not None:
+            env["MEMQUAL_GUEST_MODULES"] = str(kernel.modules)
+        if kernel.label:
+            env["MEMQUAL_RUN_LABEL"] = kernel.label
+        if kernel.cmdline_extra:
+            env["MEMQUAL_GUEST_CMDLINE_EXTRA"] = kernel.cmdline_extra
+        if kernel.kernel_build is not None:
+            env["MEMQUAL_GUEST_KERNEL_BUILD"] = str(kernel.kernel_build)
+    env.update(config.environment)
+    return env
+
+
+EXIT_AFTER_END_S = 60.0  # the job's last event came; avocado exits at once
+POLL_S = 0.5  # how often the display reads the events file (and redraws)
+
+
+def run_avocado(
+    config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any, round_no: int = 1
+) -> JobOutcome:
+    """One avocado job, with a progress display; returns what it did."""
+    from rich.live import Live
+
+    jobevents.check_plugin()
+    results_dir.mkdir(parents=True, exist_ok=True)
+    xunit = results_dir.parent / "junit" / f"round-{round_no}.xml"
+    xunit.parent.mkdir(parents=True, exist_ok=True)
+    events = jobevents.create(results_dir, f"events-{round_no}")
+    command = avocado_command(config, results_dir, xunit, events)
+    before = set(results_dir.glob("job-*"))
+    stderr_path = results_dir / "avocado-stderr.log"
+    title = (
+        "memqual run"
+        + (f" [{kernel.label}]" if kernel and kernel.label else "")
+        + (f" round {round_no}/{config.rounds}" if config.rounds > 1 else "")
+        + f" ({config.profile})"
+    )
+    progress = Progress(title, console)
+    reader = jobevents.EventsReader(events)
+
+    def follow() -> None:
+        for event in reader.read():
+            printable = progress.feed(event)
+            if printable:
+                console.print(printable, highlight=False, markup=False, soft_wrap=True)
+
+    proc: subprocess.Popen[str] | None = None
+    life: int | None = None  # the write end of the supervisor's pipe: the job lives while it is open
+    grace = INTERRUPT_GRACE_S
+    # avocado's own console output is kept, not read: the events say it all.
+    with (results_dir / "avocado-stdout.log").open("w") as stdout, stderr_path.open("w") as stderr:
+        try:
+            # A signal between the start and the finally below would leave
+            # the job running: it is held until proc is set.
+            with signals_held():
+                proc, life = start_supervised(command, scenario_environment(config, kernel), stdout, stderr)
+            live = (
+                Live(progress.render(), console=console, refresh_per_second=2, transient=True)
+                if console.is_terminal
+                else None
+            )
+            if live is not None:
+                live.start()
+            ended_at: float | None = None
+            try:
+                while proc.poll() is None:
+                    follow()
+                    if live is not None:
+                        live.update(progress.render())
+                    if progress.ended and ended_at is None:
+                        ended_at = time.monotonic()
+                    if ended_at is not None and time.monotonic() - ended_at > EXIT_AFTER_END_S:
+                        break  # the job is over but avocado hangs on: ended below
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(timeout=POLL_S)
+                follow()  # what the job wrote before it exited
+            finally:
+                if live is not None:
+                    live.stop()
+            exit_status = proc.returncode if proc.poll() is not None else end_job(proc, grace_s=0)
+        except Terminated:
+            grace = TERMINATE_GRACE_S
+            raise
+        finally:
+            # Every exit path: a KeyboardInterrupt, SIGTERM/SIGHUP, an error
+            # here, or a normal end (then only stragglers are left).
+            if proc is not None:
+                if proc.poll() is None:
+                    end_job(proc, grace_s=grace)
+                else:
+                    kill_group(proc.pid, signal.SIGKILL)
+            if life is not None:
+                os.close(life)
+    job_dir = progress.job_dir
+    if job_dir is None or not job_dir.is_dir():
+        created = sorted(set(results_dir.glob("job-*")) - before)
+        job_dir = created[-1] if created else None
+    tests, counts = job_results(job_dir)
+    summary = progress.summary
+    if not summary and exit_status != 0:
+        tail = stderr_path.read_text(errors="replace").strip().splitlines()
+        summary = f"avocado exited {exit_status}" + (f": {tail[-1]}" if tail else "")
+    return JobOutcome(
+        command=command,
+        exit_status=exit_status,
+        job_dir=job_dir,
+        summary=summary,
+        tests=tests,
+        counts=counts,
+    )
+
+
+def job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int]]:
+    """Tests and counts from avocado's results.json of the job."""
+    if job_dir is None:
+        return [], {}
+    path = job_dir / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return [], {}
+    tests = []
+    for t in data.get("tests", []):
+        reason = t.get("fail_reason") or ""
+        tests.append(
+            TestOutcome(
+                id=str(t.get("name") or t.get("id") or "?"),
+                status=str(t.get("status") or "?"),
+                reason="" if reason == "<unknown>" else str(reason),
+                time=t.get("time_elapsed"),
+            )
+        )
+    counts = {
+        k: int(data[k])
+        for k in ("pass", "errors", "failures", "skip", "warn", "interrupt", "cancel", "total")
+        if isinstance(data.get(k), int)
+    }
+    return tests, counts

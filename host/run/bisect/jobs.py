@@ -1,0 +1,86 @@
+"""How a bisect runs its probes: the QEMU it keeps across a --resume, and
+the real round runner (one Avocado job of a step's blocks).  The search and
+its decisions are run.py's and decide.py's; the options are
+host/cli/bisect.py's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.run import config as run_config
+from memqual.host.run import rounds as run_rounds
+
+QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
+
+
+def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
+    """The QEMU of a bisect (a QemuChoice, None: the environment's), made
+    this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
+    notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
+    since K1 and the probes must not run on two QEMUs."""
+    from memqual.host.core.jsonfile import read_json
+    from memqual.host.core.paths import write_private_atomic
+    from memqual.host.core.qemu_binary import choose
+
+    path = directory / QEMU_FILE
+    if resuming:
+        noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
+        kept = noted.get("spec") if isinstance(noted, dict) else None
+        if not isinstance(kept, (str, type(None))):
+            raise BadInput(f"{path}: no bisect QEMU file (its spec is no string): start a new bisect")
+        if spec is not None and spec != kept:
+            ran = f"--qemu {kept}" if kept else "the environment's QEMU"
+            raise BadInput(f"--resume {directory}: it ran with {ran}; leave --qemu out")
+        spec = kept
+    choice = choose(spec) if spec else None
+    if not resuming:
+        directory.mkdir(parents=True, exist_ok=True)
+        noted = {"spec": spec, **(run_config.qemu_json(choice) or {})}
+        write_private_atomic(path, (json.dumps(noted, indent=2) + "\n").encode(), 0o644)
+    return choice
+
+
+def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
+    """The real RoundRunner: one avocado job of a step's blocks, each test
+    running every (block, arm) variant in turn (run_rounds.run_block_job), its
+    records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a
+    QemuChoice) is the QEMU of both arms."""
+    from memqual.host.run import blocks
+    from memqual.host.run.bisect import series
+    from memqual.images.build import sha256_file
+
+    files = series.resolve_kernels(list(settings.kernels))
+    sums = {version: sha256_file(bz) for version, (bz, _) in files.items()}
+    tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
+
+    def run_step(
+        arms: dict[str, Any], first: int, count: int, directory: Path
+    ) -> tuple[list[Any], str, int, str | None]:
+        kernels = {}
+        for arm, spec in arms.items():
+            bzimage, modules = files[spec.version]
+            kernels[arm] = run_config.GuestKernel(
+                arm, bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra
+            )
+        config = run_config.RunConfig(
+            output=directory,
+            profile=settings.profile,
+            only=settings.only,
+            tests=tests,
+            kernels=tuple(kernels.values()),
+            parallel=1,
+            rounds=first + count - 1,
+        )
+        order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
+        params = {arm: run_config.arm_params(k, qemu) for arm, k in kernels.items()}
+        job = run_rounds.run_block_job(config, params, order, 1, console)
+        state = run_rounds.BlockedRun()
+        state.take(job)
+        return state.records, job.summary, job.exit_status, str(job.job_dir) if job.job_dir else None
+
+    return run_step

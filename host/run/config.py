@@ -1,0 +1,157 @@
+"""What one ``memqual run`` is asked to do (RunConfig, its kernels and arms) and what
+each Avocado job did (JobOutcome): plain values, no process, no argparse.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.profiles import AB, QUICK
+
+if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from memqual.host.core.qemu_binary import QemuChoice
+
+
+# avocado's exit status bits (avocado.core.exit_codes)
+AVOCADO_TESTS_FAIL = 1
+AVOCADO_JOB_FAIL = 2
+UNTIL_DECIDED_BUDGET_MIN = 120.0
+# With 10 rounds a side the exact permutation test has 184756 splits: the
+# stats module's budget; past it p turns Monte Carlo, and a run that long
+# should be planned with --rounds instead.
+UNTIL_DECIDED_MAX_ROUNDS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class GuestKernel:
+    label: str  # "A" or "B" (empty for a single kernel)
+    bzimage: Path
+    modules: Path | None
+    sha256: str
+    cmdline_extra: str = ""  # appended to the guest's kernel command line (a bisect's series)
+    kernel_build: Path | None = None  # the tree it was built in (the balloon driver variant's)
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+    """One arm of an A/B: its kernel (None: the default image's) and its
+    QEMU (None: the one the job inherits, $MEMQUAL_QEMU or the system's)."""
+
+    label: str  # "A" or "B"
+    kernel: GuestKernel | None
+    qemu: QemuChoice | None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    output: Path
+    profile: str = "quick"
+    only: tuple[str, ...] = ()
+    tests: Path = REPO_ROOT / "e2e"
+    kernels: tuple[GuestKernel, ...] = ()
+    # The --qemu of each arm, resolved (fetched) by main: one for every
+    # arm, or two for A and B (blocks.arm_axes pairs them with the kernels).
+    qemus: tuple[QemuChoice, ...] = ()
+    parallel: int = 1
+    rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
+    until_decided: bool = False  # two arms: add rounds until every metric is decided (host/run/bisect/until.py)
+    budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
+    avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/run/hosts/)
+    environment: tuple[tuple[str, str], ...] = ()  # set in the job's environment last (the lab hosts' TMPDIR)
+    # A blocked A/B job (host/run/blocks.py): its variants file, the
+    # tests it names (empty: config.tests) and which tests it selects:
+    # "once" the once-per-arm tests, "blocks" the others, "" all.
+    variants_file: Path | None = None
+    references: tuple[str, ...] = ()
+    selection: str = ""
+
+
+@dataclasses.dataclass
+class TestOutcome:
+    id: str
+    status: str
+    reason: str
+    time: float | None
+
+
+@dataclasses.dataclass
+class JobOutcome:
+    """What one avocado job did."""
+
+    command: list[str]
+    exit_status: int
+    job_dir: Path | None
+    summary: str
+    tests: list[TestOutcome]
+    counts: dict[str, int]
+
+    @property
+    def completed(self) -> bool:
+        return self.exit_status == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command,
+            "exit_status": self.exit_status,
+            "job_dir": str(self.job_dir) if self.job_dir else None,
+            "summary": self.summary,
+            "counts": self.counts,
+        }
+
+
+def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple[int, GuestKernel | None]]:
+    """(round, kernel) in the order to run them: A B, then B A, then A B...
+    (ABBA) so that a drift of the shared host -- load rising, caches
+    warming, a thermal limit -- falls on both kernels alike instead of on
+    whichever ran second."""
+    order: list[tuple[int, GuestKernel | None]] = []
+    for index in range(rounds):
+        ordered = kernels if index % 2 == 0 else tuple(reversed(kernels))
+        order += [(index + 1, kernel) for kernel in ordered]
+    return order
+
+
+def run_arms(config: RunConfig) -> tuple[Arm, ...]:
+    """The two arms of an A/B (blocks.arm_axes pairs the kernels and the
+    QEMUs), or () when the run has one arm."""
+    from memqual.host.run.blocks import arm_axes
+
+    axes = arm_axes(len(config.kernels), len(config.qemus))
+    if len(axes) != 2:
+        return ()
+    arms = []
+    for label, (k, q) in zip("AB", axes, strict=True):
+        kernel = dataclasses.replace(config.kernels[k], label=label) if k is not None else None
+        arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None))
+    return tuple(arms)
+
+
+def qemu_json(qemu: QemuChoice | None) -> dict[str, str] | None:
+    """An arm's QEMU as results.json and comparison.json name it."""
+    if qemu is None:
+        return None
+    return {"version": qemu.version, "origin": qemu.origin, "binary": str(qemu.binary)}
+
+
+def arm_params(k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "") -> Any:
+    """An arm's variant params (blocks.ArmParams): its kernel's files (none:
+    the default image) and its QEMU's binary (none: the job's)."""
+    from memqual.host.run.blocks import ArmParams
+
+    return ArmParams(
+        arm=label or (k.label if k is not None else ""),
+        kernel=str(k.bzimage) if k is not None else "",
+        modules=str(k.modules or "") if k is not None else "",
+        kernel_build=str(k.kernel_build or "") if k is not None else "",
+        cmdline_extra=k.cmdline_extra if k is not None else "",
+        qemu=str(qemu.binary) if qemu is not None else "",
+    )
+
+
+def job_profile(asked: str | None, arms: int) -> str:
+    """The profile a run uses: the one asked for, else an A/B's sizing for
+    two arms (host/core/profiles.py) and quick for one."""
+    return asked or (AB if arms == 2 else QUICK)

@@ -1,0 +1,127 @@
+"""What a run leaves in its output directory: the job's records collected,
+claims judged, results.json and report.html written per arm, and the
+run's exit status.  Starts no job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.core.errors import BadInput
+from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
+
+if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from memqual.host.core.qemu_binary import QemuChoice
+    from memqual.host.judge.results import Results
+
+# Test statuses that mean "no records from this test, and here is why".
+_NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "WARN")
+
+
+# ------------------------------------------------------------ results
+
+
+def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
+    """Every record of the job; a broken record is reported, not fatal."""
+    from memqual.host.core import record
+
+    if job_dir is None:
+        return [], []
+    records, problems = [], []
+    for path in sorted(job_dir.rglob(record.RECORD_GLOB)):
+        try:
+            records.append(record.load(path))
+        except BadInput as exc:
+            problems.append(str(exc))
+    return records, problems
+
+
+def write_outputs(
+    out_dir: Path,
+    jobs: list[JobOutcome],
+    config: RunConfig,
+    kernel: GuestKernel | None,
+    console: Any,
+) -> Results:
+    """Verdicts, results.json, report.html and the tables for one kernel's
+    jobs (one per round; their records pooled by ``record.merge_rounds``)."""
+    from memqual.host.core import record
+
+    records, problems = [], []
+    for job in jobs:
+        job_records, job_problems = collect_records(job.job_dir)
+        records += job_records
+        problems += job_problems
+    tests = [(index + 1, t) for index, job in enumerate(jobs) for t in job.tests]
+    return write_arm_outputs(out_dir, record.merge_rounds(records), problems, tests, jobs, config, kernel, console)
+
+
+def write_arm_outputs(
+    out_dir: Path,
+    records: list[Any],
+    problems: list[str],
+    tests: list[tuple[int, TestOutcome]],
+    jobs: list[JobOutcome],
+    config: RunConfig,
+    kernel: GuestKernel | None,
+    console: Any,
+    qemu: QemuChoice | None = None,
+    label: str = "",
+) -> Results:
+    """write_outputs from records already merged and the tests (with the
+    number of the job that ran each) that wrote them; ``qemu`` and
+    ``label``: an A/B arm's QEMU and name where its kernel does not say."""
+    from memqual.host.judge import claims
+    from memqual.host.judge.results import build_results, write_results
+    from memqual.host.report import report
+
+    for problem in problems:
+        console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
+    skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
+    verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
+    run_info: dict[str, Any] = {
+        "profile": config.profile,
+        "only": list(config.only),
+        "label": label or (kernel.label if kernel else ""),
+        "guest_kernel": (
+            {
+                "bzimage": str(kernel.bzimage),
+                "modules": str(kernel.modules) if kernel.modules else None,
+                "sha256": kernel.sha256,
+            }
+            if kernel
+            else None
+        ),
+        "qemu": qemu_json(qemu),
+        "rounds": len(jobs),
+        # The first job's summary heads the report; every round's is listed.
+        "avocado": jobs[0].to_json(),
+        "avocado_rounds": [job.to_json() for job in jobs],
+        "tests": [dataclasses.asdict(t) | {"round": number} for number, t in tests],
+        "record_problems": problems,
+    }
+    results = build_results(verdicts, records, run=run_info)
+    env = results["environment"]
+    if kernel is not None and env.get("guest_kernel_sha256") is None:
+        env["guest_kernel_sha256"] = kernel.sha256
+        env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_results(results, out_dir / "results.json")
+    report.write_html(results, out_dir / "report.html")
+    report.print_tables(results, console)
+    console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
+    return results
+
+
+def exit_status(outcomes: list[JobOutcome], console: Any) -> int:
+    failed = [j for j in outcomes if not j.completed]
+    if failed:
+        console.print(
+            "[bold red]avocado reported failed or errored tests (or the job failed):[/] "
+            + "; ".join(j.summary or f"exit {j.exit_status}" for j in failed),
+            highlight=False,
+        )
+        return 1
+    return 0
