@@ -1,16 +1,18 @@
 """The house rules of host/ and images/.
 
-Which way imports run (core <- subjects <- judging <- reports <- runs <-
-commands, images/ beside core, subjects independent) is import-linter's:
-the contracts in pyproject.toml, checked by ``lint-imports`` (tox -e lint,
-./run-tests).  Here: that those contracts hold, that each fails on an import
-planted against it, and that they name every module; then what
-import-linter cannot say, read from the source with ast:
+host/ is rooms: core <- subjects <- judge <- report <- run <- cli, images/
+beside core, subjects independent.  Which way imports run is
+import-linter's: the contracts in pyproject.toml, checked by
+``lint-imports`` (tox -e lint, ./run-tests).  Here: that those contracts
+hold, that each fails on an import planted against it, and that they name
+every room and module; then what import-linter cannot say, read from the
+source with ast:
 
 - no import cycle among the modules of host/ and images/;
 - no module imports a private name (``from x import _y``, ``x._y``) of
   another module of memqual;
-- nothing reaches into a machine's underscored attributes.
+- nothing reaches into a machine's underscored attributes;
+- only the commands' room (host/cli/) uses argparse.
 
 An import counts wherever it is written: at module level, inside a function
 (a lazy import still ties two modules together) or under ``if
@@ -191,7 +193,9 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "independence": IndependenceContract,
     "forbidden": ForbiddenContract,
 }
-HOST_BASE = frozenset({"errors", "paths", "leftovers", "locks"})  # all of host/ that images/ may use
+CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks"})  # all of host/ that images/ may use
+SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
+ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 
 
 @functools.cache
@@ -232,10 +236,11 @@ def _kept(planted: tuple[str, str] | None = None) -> dict[str, bool]:
 def test_the_import_contracts_hold() -> None:
     kept = _kept()
     assert set(kept) >= {
-        "host-layers",
+        "host-rooms",
+        "core-inside",
         "subjects-independent",
         "images-beside-core",
-        "host-base-below-images",
+        "core-base-below-images",
         "reports-import-no-subject",
     }
     assert all(kept.values()), kept
@@ -245,12 +250,16 @@ def test_the_import_contracts_hold() -> None:
     ("importer", "imported", "broken"),
     [
         # the probe reaching a subject: every subject reaches that one through the machine
-        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-layers", "subjects-independent"}),
-        ("memqual.host.core.snapshot", "memqual.host.core.machine", {"host-layers"}),
-        ("memqual.host.judge.results", "memqual.host.run.job", {"host-layers"}),
+        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-rooms", "subjects-independent"}),
+        ("memqual.host.core.snapshot", "memqual.host.core.machine", {"core-inside"}),
+        ("memqual.host.judge.results", "memqual.host.run.job", {"host-rooms"}),
+        ("memqual.host.judge.history", "memqual.host.report.html", {"host-rooms"}),
+        ("memqual.host.report.export", "memqual.host.cli.args", {"host-rooms"}),
+        ("memqual.host.balloon.measure", "memqual.host.cli.args", {"host-rooms"}),
         ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"subjects-independent"}),
         ("memqual.images.build", "memqual.host.core.machine", {"images-beside-core"}),
-        ("memqual.host.core.paths", "memqual.images.build", {"host-base-below-images"}),
+        ("memqual.images.build", "memqual.host.cli.args", {"images-beside-core"}),
+        ("memqual.host.core.paths", "memqual.images.build", {"core-base-below-images"}),
         ("memqual.host.report.report", "memqual.host.balloon.plot", {"reports-import-no-subject"}),
     ],
 )
@@ -259,25 +268,43 @@ def test_an_import_against_a_contract_breaks_it(importer: str, imported: str, br
     assert {cid for cid, ok in kept.items() if not ok} >= broken
 
 
-def test_the_contracts_name_every_module() -> None:
-    """host-layers is exhaustive (import-linter checks that every module of
-    host/ is in a layer); images-beside-core lists modules one by one, so
-    here: every module of images/ but its command is a source, every module
-    of host/ but the base is forbidden, and the base is what the bottom
-    layer of host-layers holds."""
-    images = {p.stem for p in (ROOT / "images").glob("*.py")} - {"__init__"}
+def test_host_is_rooms_and_the_contracts_name_them_all() -> None:
+    """host/ holds rooms and subjects only, no flat floor of modules;
+    host-rooms and core-inside are exhaustive (import-linter checks that
+    every room, and every module of core, is in a layer);
+    images-beside-core names what images/ must not use one by one, so here:
+    every room but core, and every module of core but its base, which is
+    what the bottom layer of core-inside holds."""
     host = {p.stem for p in (ROOT / "host").glob("*.py")} - {"__init__"}
     host |= {p.parent.name for p in (ROOT / "host").glob("*/__init__.py")}
+    assert host == ROOMS
+    rooms = {m.strip() for layer in _contract_options("host-rooms")["layers"] for m in re.split(r"[:|]", layer)}
+    assert rooms == ROOMS
+    core = {p.stem for p in (ROOT / "host" / "core").glob("*.py")} - {"__init__"}
     options = _contract_options("images-beside-core")
-    assert set(options["source_modules"]) == {f"memqual.images.{m}" for m in images - {"cli"}}
-    assert set(options["forbidden_modules"]) == {"memqual.host.cli.image"} | {
-        f"memqual.host.{m}" for m in host - HOST_BASE
+    assert options["source_modules"] == ["memqual.images"]
+    assert set(options["forbidden_modules"]) == {f"memqual.host.{r}" for r in ROOMS - {"core"}} | {
+        f"memqual.host.core.{m}" for m in core - CORE_BASE
     }
-    assert set(_contract_options("host-base-below-images")["source_modules"]) == {
-        f"memqual.host.{m}" for m in HOST_BASE
+    assert set(_contract_options("core-base-below-images")["source_modules"]) == {
+        f"memqual.host.core.{m}" for m in CORE_BASE
     }
-    bottom = _contract_options("host-layers")["layers"][-1]
-    assert {m.strip() for m in bottom.split(":")} == HOST_BASE
+    bottom = _contract_options("core-inside")["layers"][-1]
+    assert {m.strip() for m in bottom.split(":")} == CORE_BASE
+
+
+def test_only_the_commands_use_argparse() -> None:
+    """Domain code is called with typed values; parsing options is the
+    commands' room's job (host/cli/)."""
+    users = sorted(
+        name
+        for name, path in project_modules().items()
+        if not name.startswith("memqual.host.cli.")
+        for node in _statements(_parse(path).body)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        and "argparse" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])
+    )
+    assert users == []
 
 
 # --- the rules ----------------------------------------------------------------------

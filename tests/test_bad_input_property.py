@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memqual.host.cli import bench_boot, testsummary
+from memqual.host.cli import main as cli
 from memqual.host.cli import memslots_bench as memslots_bench
-from memqual.host.cli.main import main as cli
 
 # A value that went through should end the command long before this; one
 # that would start real work (a boot, a measurement) is stopped here.

@@ -3,7 +3,6 @@ output, QEMU's RSS and ``memqual balloon model`` against a canned QMP machine.""
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Any
 
@@ -12,7 +11,8 @@ from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
 
 from memqual.host import balloon as hb
 from memqual.host.cli import balloon as balloon_cli
-from memqual.host.cli.main import SUBCOMMAND_MODULES
+from memqual.host.cli.command import parser_for, run_command
+from memqual.host.cli.commands import COMMANDS
 from memqual.host.core.errors import BadInput, GuestError, MemqualError, Timeout
 
 MIB = 1 << 20
@@ -187,17 +187,15 @@ def test_parse_agent_line():
 def run_cli(argv: list[str]) -> int:
     """Our subcommand through a parser of its own (the other subjects'
     modules need not exist for this test), with memqual.host.cli.main's error handling."""
-    parser = argparse.ArgumentParser(prog="memqual")
-    balloon_cli.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    args = parser_for(balloon_cli.COMMAND).parse_args(argv)
     try:
-        return args.handler(args)
+        return run_command(args)
     except MemqualError as exc:
         return exc.exit_status
 
 
 def test_cli_model(capsys):
-    assert "memqual.host.cli.balloon" in SUBCOMMAND_MODULES
+    assert balloon_cli.COMMAND in COMMANDS
     assert run_cli(["balloon", "model", "--per-page-us", "4"]) == 0
     out = capsys.readouterr().out
     assert "2031" in out and "1237" in out and "15360 requests" in out

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from memqual.host.cli import main as cli
 from memqual.host.cli import run as run_command
-from memqual.host.cli.main import main as cli
+from memqual.host.cli.command import parser_for
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.run import avocado as run_avocado_job
 from memqual.host.run import job as runjob
@@ -73,8 +74,7 @@ def test_kernel_build_goes_with_a_users_kernel(tmp_path, monkeypatch, capsys):
 
 
 def _run_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    run_command.register(parser.add_subparsers())
+    parser = parser_for(run_command.COMMAND)
     (tmp_path / "e2e").mkdir(exist_ok=True)
     return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tmp_path / "e2e"), *extra])
 

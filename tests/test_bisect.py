@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
 from memqual.host.judge import comparison

@@ -18,7 +18,7 @@ import fake_kernel
 import fake_qemu
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core.paths import REPO_ROOT
 from memqual.images import build as build_module
 

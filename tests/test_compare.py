@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 
@@ -11,6 +10,7 @@ import pytest
 from results_files import inflate_record, write_results_file
 
 from memqual.host.cli import compare
+from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core import record, stats
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
@@ -76,10 +76,8 @@ def _results(tmp_path, name: str, records: list[Measurement], marked: bool = Fal
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    compare.register(parser.add_subparsers())
-    args = parser.parse_args(["compare", *argv])
-    return args.handler(args)
+    args = parser_for(compare.COMMAND).parse_args(["compare", *argv])
+    return run_command(args)
 
 
 def test_results_json_carries_each_metrics_replicates(tmp_path):

@@ -4,7 +4,6 @@ records made by the scenario's own builder (tests/ksm_volatile_runs.py)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
@@ -15,6 +14,8 @@ from ksm_volatile_runs import DIRTY_PASSES_PER_SCAN, ksm_records
 from results_files import write_results_file
 
 from memqual.host.cli import compare
+from memqual.host.cli import history as history_command
+from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core.record import Measurement
 from memqual.host.judge import comparison, history, regime
 
@@ -27,10 +28,8 @@ GUESTS = 8
 
 
 def _compare(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    compare.register(parser.add_subparsers())
-    args = parser.parse_args(["compare", *argv])
-    return args.handler(args)
+    args = parser_for(compare.COMMAND).parse_args(["compare", *argv])
+    return run_command(args)
 
 
 def _file(tmp_path: Path, name: str, records: list[Measurement], blocks: int = 0) -> str:
@@ -196,11 +195,10 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
             r"not comparable: dirtying rate from 7\.\d+ to 4\d\.\d dirty passes per ksmd full scan over 3 runs",
             cost.regime.reason(),
         )
-    parser = argparse.ArgumentParser()
-    history.register(parser.add_subparsers())
+    parser = parser_for(history_command.COMMAND)
     page = tmp_path / "h.html"
     args = parser.parse_args(["history", str(tmp_path), "--html", str(page), "--json"])
-    assert args.handler(args) == 0
+    assert run_command(args) == 0
     captured = capsys.readouterr()
     out = json.loads(captured.out)
     (jcost,) = [s for s in out["groups"][0]["series"] if s["key"] == cost.key]

@@ -14,8 +14,8 @@ from kcidb_io import schema
 from rich.console import Console
 from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
+from memqual.host.cli import main as cli
 from memqual.host.cli import run as run_command
-from memqual.host.cli.main import main as cli
 from memqual.host.report import export
 from memqual.host.run import job as runjob
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.judge import history
 from memqual.host.judge.results import SCHEMA, memqual_version
+from memqual.host.report import history_page
 
 
 def _series(levels: list[float], reps: int = 3, noise: float = 0.01, seed: int = 1) -> list[list[list[float]]]:
@@ -220,7 +221,7 @@ def test_a_hostile_metric_and_label_are_escaped_once_on_the_page(tmp_path):
         data["environment"]["guest_kernel"] = HOSTILE
         path.write_text(json.dumps(data))
     groups, diffs = history.build([str(tmp_path / "runs")])
-    text = history.render(groups, diffs, "time", history.DEFAULT_THRESHOLD, history.DEFAULT_ALPHA)
+    text = history_page.render(groups, diffs, "time", history.DEFAULT_THRESHOLD, history.DEFAULT_ALPHA)
     assert_escaped_once(text)
     # Each series' heading, each run's label and guest kernel, the environment line.
     assert text.count(ESCAPED) >= 2 + 3 * 2 + 1, text.count(ESCAPED)

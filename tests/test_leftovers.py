@@ -196,7 +196,7 @@ def test_aexpect_dirs_are_kept_while_the_session_lives_and_removed_after(tmp_pat
 
 
 def test_the_next_memqual_command_removes_a_killed_runs_socket_dir(tmp_path: Path, monkeypatch, capsys) -> None:
-    from memqual.host.cli.main import main as cli
+    from memqual.host.cli import main as cli
 
     proc, directory = _process_with_tempdir(tmp_path)
     proc.send_signal(signal.SIGKILL)

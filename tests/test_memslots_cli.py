@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -217,7 +217,7 @@ def test_small_run_end_to_end(kvm) -> None:
 
 
 def test_lookup_cli_checks_the_device_first(tmp_path, capsys) -> None:
-    from memqual.host.cli.main import main as cli
+    from memqual.host.cli import main as cli
 
     plain = tmp_path / "not-kvm"
     plain.write_text("")

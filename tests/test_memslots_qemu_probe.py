@@ -10,7 +10,7 @@ import subprocess
 import pytest
 from fakes import FakeQmp, PmemQmp
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core.errors import BadInput, GuestError
 from memqual.host.memslots import qemu_layout as Q
 from memqual.host.memslots import qemu_probe as P

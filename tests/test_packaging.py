@@ -89,7 +89,8 @@ def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> No
     # memqual.host.judge.claims itself imports the statistics (seconds): its constant is
     # shipped("claims") / "claims.json", checked here without it.
     probe = (
-        "import json; from memqual.host.core.paths import shipped; from memqual.images import agents, balloon_driver, build;"
+        "import json; from memqual.host.core.paths import shipped;"
+        " from memqual.images import agents, balloon_driver, build;"
         "print(json.dumps([str(shipped('claims') / 'claims.json'), str(agents.GUEST_DIR), str(build.GUEST_DIR),"
         " str(balloon_driver.PATCH), agents.available()]))"
     )

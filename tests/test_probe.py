@@ -14,7 +14,7 @@ import fake_qemu
 import pytest
 from fakes import FakeImage
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core import probe
 from memqual.host.core.errors import CapabilityMissing
 

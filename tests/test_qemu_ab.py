@@ -127,7 +127,7 @@ def test_until_decided_takes_two_qemus_as_two_arms(tmp_path: Path) -> None:
 
 
 def test_run_help_says_how_the_axes_combine(capsys) -> None:
-    from memqual.host.cli.main import main as cli
+    from memqual.host.cli import main as cli
 
     with pytest.raises(SystemExit):
         cli.main(["run", "--help"])

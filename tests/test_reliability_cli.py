@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 
 
 class _Parser:
@@ -20,7 +20,7 @@ class _Parser:
         self.handler = handler
 
     def parse_args(self, argv: list[str] | None) -> argparse.Namespace:
-        return argparse.Namespace(command="doctor", verbose=False, handler=self.handler)
+        return argparse.Namespace(command="doctor", verbose=False, command_run=self.handler)
 
 
 def _run_with(handler_error: BaseException, monkeypatch: pytest.MonkeyPatch, capsys) -> tuple[int, str]:

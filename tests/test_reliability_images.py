@@ -13,7 +13,7 @@ import time
 import pytest
 from image_tools import needs_host_tools
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.images.build import CacheDamaged, Image, KernelSource, build
 
 

@@ -243,7 +243,7 @@ def test_memqual_killed_alone_takes_its_job_along(tmp_path: Path, sig: int) -> N
 def test_the_supervisor_passes_on_avocados_status() -> None:
     """memqual reads avocado's exit status through the supervisor: the same
     code, or the same signal."""
-    supervise = [sys.executable, "-m", "memqual.host.run.supervisor", "--"]
+    supervise = [sys.executable, "-m", "memqual.host.cli.supervisor", "--"]
 
     def status(code: str) -> int:
         # stdin a pipe kept open, as memqual keeps it: its end of file would

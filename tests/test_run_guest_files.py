@@ -10,7 +10,7 @@ from pathlib import Path
 import fake_kernel
 import pytest
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.run import job as runjob
 
 

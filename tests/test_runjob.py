@@ -16,6 +16,7 @@ import pytest
 from rich.console import Console
 
 from memqual.host.cli import run as run_command
+from memqual.host.cli.command import parser_for
 from memqual.host.core.errors import BadInput
 from memqual.host.run import avocado as run_avocado_job
 from memqual.host.run import config as run_config
@@ -156,8 +157,7 @@ def fake(tmp_path, monkeypatch):
 
 
 def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    run_command.register(parser.add_subparsers())
+    parser = parser_for(run_command.COMMAND)
     tests = tmp_path / "e2e"
     tests.mkdir(exist_ok=True)
     return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])

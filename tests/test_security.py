@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from other_user import needs_root, nobody_uid
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale

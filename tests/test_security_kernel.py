@@ -201,7 +201,7 @@ def test_an_o_build_source_tree_others_may_write_is_refused(tmp_path: Path) -> N
 
 
 def test_the_cli_refuses_a_writable_kernel_tree_in_one_line(tmp_path: Path, capsys) -> None:
-    from memqual.host.cli.main import main as cli
+    from memqual.host.cli import main as cli
 
     tree = _kbuild_tree(tmp_path)
     os.chmod(tree, 0o777)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from results_files import inflate_record, write_results_file
 
-from memqual.host.cli.main import main as cli
+from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge.results import load_results, write_results

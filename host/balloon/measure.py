@@ -20,14 +20,11 @@ guest too small -- is one line and exit status 2, before anything boots.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import BadInput
 
 MIB = 1 << 20
@@ -311,66 +308,3 @@ def print_sizes(result: dict[str, Any], console: Any) -> None:
             f"{s['alloc_pct']:.1f}",
         )
     console.print(table)
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("measure", help="boot a guest and time its balloon: inflate to --target MiB and back")
-    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB", help="guest RAM (default 1024)")
-    parser.add_argument(
-        "--target", type=cliargs.count, required=True, metavar="MIB", help="MiB the guest keeps when inflated"
-    )
-    parser.add_argument("--repeats", type=cliargs.count, default=5, help="inflate/deflate cycles (default 5)")
-    parser.add_argument("--machine", choices=("pc", "microvm"), default="pc")
-    warm = parser.add_mutually_exclusive_group()
-    warm.add_argument("--warm", dest="warm", action="store_true", default=True, help="restore a snapshot (default)")
-    warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
-    parser.add_argument(
-        "--no-guest-timing",
-        dest="guest_timed",
-        action="store_false",
-        help="time by the host's QMP polls only (no agent in the guest)",
-    )
-    parser.add_argument(
-        "--pfns-per-request",
-        metavar="N[,N...]",
-        help="load the balloon driver variant at each size in turn (docs/balloon.md) and "
-        "report each: median time, GB/s, requests sent",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=_cmd_measure)
-
-
-def _cmd_measure(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
-    # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.core.qemu import qemu_binary
-    from memqual.images.build import build
-
-    config = MeasureConfig(
-        memory_mib=args.memory,
-        target_mib=args.target,
-        repeats=args.repeats,
-        machine=args.machine,
-        warm=args.warm,
-        guest_timed=args.guest_timed,
-    )
-    config.check()  # before anything is built or booted
-    sizes = None
-    if getattr(args, "pfns_per_request", None) is not None:
-        sizes = parse_sizes(args.pfns_per_request)
-    qemu_binary()
-    console = Console(stderr=True)
-    if sizes is not None:
-        by_size = measure_sizes(config, sizes, build(), console=None if args.json else console)
-        if args.json:
-            print(json.dumps(by_size, indent=2))
-        else:
-            print_sizes(by_size, Console())
-        return 0 if by_size["reached"] else 1
-    result = measure(config, build(), console=None if args.json else console)
-    if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print_result(result, Console())
-    return 0 if result["reached"] else 1

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 from typing import Any
 
 from memqual.host.balloon import measure
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import collect, load
 from memqual.host.judge.results import load_results
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "balloon", help="virtio-balloon: time a real guest's balloon; the transfer-cost model against seed 003"
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="balloon_command", metavar="ACTION", required=True)
     model = sub.add_parser("model", help="the seed's bitmap timings predicted by the transfer-cost model")
     source = model.add_mutually_exclusive_group(required=True)
@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
     curve.add_argument("source", help="results.json of a memqual run, or a directory with balloon.request_size records")
     curve.add_argument("--png", type=cliargs.output_file, metavar="FILE", help="write the plot to FILE")
     curve.set_defaults(handler=_cmd_curve)
-    measure.add_parser(sub)
+    _add_measure(sub)
 
 
 def _cmd_curve(args: Any) -> int:
@@ -114,3 +114,74 @@ def _cmd_model(args: Any) -> int:
     for row in bm.side_by_side(pred):
         print(f"{row[0]:>13} | {row[1]:>7} | {row[2]} | {row[3]}")
     return 0
+
+
+def _add_measure(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("measure", help="boot a guest and time its balloon: inflate to --target MiB and back")
+    parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB", help="guest RAM (default 1024)")
+    parser.add_argument(
+        "--target", type=cliargs.count, required=True, metavar="MIB", help="MiB the guest keeps when inflated"
+    )
+    parser.add_argument("--repeats", type=cliargs.count, default=5, help="inflate/deflate cycles (default 5)")
+    parser.add_argument("--machine", choices=("pc", "microvm"), default="pc")
+    warm = parser.add_mutually_exclusive_group()
+    warm.add_argument("--warm", dest="warm", action="store_true", default=True, help="restore a snapshot (default)")
+    warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
+    parser.add_argument(
+        "--no-guest-timing",
+        dest="guest_timed",
+        action="store_false",
+        help="time by the host's QMP polls only (no agent in the guest)",
+    )
+    parser.add_argument(
+        "--pfns-per-request",
+        metavar="N[,N...]",
+        help="load the balloon driver variant at each size in turn (docs/balloon.md) and "
+        "report each: median time, GB/s, requests sent",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=_cmd_measure)
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.core.qemu import qemu_binary
+    from memqual.images.build import build
+
+    config = measure.MeasureConfig(
+        memory_mib=args.memory,
+        target_mib=args.target,
+        repeats=args.repeats,
+        machine=args.machine,
+        warm=args.warm,
+        guest_timed=args.guest_timed,
+    )
+    config.check()  # before anything is built or booted
+    sizes = None
+    if getattr(args, "pfns_per_request", None) is not None:
+        sizes = measure.parse_sizes(args.pfns_per_request)
+    qemu_binary()
+    console = Console(stderr=True)
+    if sizes is not None:
+        by_size = measure.measure_sizes(config, sizes, build(), console=None if args.json else console)
+        if args.json:
+            print(json.dumps(by_size, indent=2))
+        else:
+            measure.print_sizes(by_size, Console())
+        return 0 if by_size["reached"] else 1
+    result = measure.measure(config, build(), console=None if args.json else console)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        measure.print_result(result, Console())
+    return 0 if result["reached"] else 1
+
+
+COMMAND = Command(
+    "balloon",
+    help="virtio-balloon: time a real guest's balloon; the transfer-cost model against seed 003",
+    configure=configure,
+    run=dispatch,
+)

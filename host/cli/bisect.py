@@ -36,6 +36,7 @@ from typing import Any
 from memqual.host.cli import args as cliargs
 from memqual.host.cli import run as run_command
 from memqual.host.cli.args import percent
+from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, check_output_dir
 from memqual.host.run import config as run_config
@@ -47,12 +48,7 @@ DEFAULT_BUDGET_MIN = 30.0
 DEFAULT_MAX_ROUNDS = 10
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "bisect",
-        help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
-        description=__doc__.split("\n\n")[2] if __doc__ else None,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kernels",
         nargs="+",
@@ -103,7 +99,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser,
         "; one QEMU runs every kernel of the series (kept in DIR/qemu.json: a --resume runs the same one)",
     )
-    parser.set_defaults(handler=main)
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
@@ -200,3 +195,12 @@ def main(args: argparse.Namespace) -> int:
         bisector.run()
     say(f"wrote {directory / 'bisect.log'}, {directory / 'bisect.json'} and {directory / 'bisect.html'}")
     return 0
+
+
+COMMAND = Command(
+    "bisect",
+    help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
+    configure=configure,
+    run=main,
+    description=__doc__.split("\n\n")[2] if __doc__ else None,
+)

@@ -8,10 +8,10 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("boot", help="boot a guest, run a command over SSH, shut down")
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accel", choices=("auto", "kvm", "tcg"), default="auto")
     parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB")
     parser.add_argument("--cpus", type=cliargs.count, default=2)
@@ -30,7 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
-    parser.set_defaults(handler=_boot)
 
 
 def _boot(args: argparse.Namespace) -> int:
@@ -89,3 +88,11 @@ def _boot(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return exit_status
+
+
+COMMAND = Command(
+    "boot",
+    help="boot a guest, run a command over SSH, shut down",
+    configure=configure,
+    run=_boot,
+)

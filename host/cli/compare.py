@@ -24,6 +24,7 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command
 from memqual.host.judge.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
@@ -68,7 +69,7 @@ __all__ = [
     "short_labels",
     "verdict_text",
     "print_comparison",
-    "register",
+    "COMMAND",
     "run",
 ]
 
@@ -81,12 +82,7 @@ def _fraction(text: str) -> float:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "compare",
-        help="compare two results.json files: slower, faster, equivalent or undecided per metric",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
     parser.add_argument("b", metavar="B.json", help="the candidate run's results.json")
     parser.add_argument(
@@ -110,7 +106,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--html", type=cliargs.output_file, metavar="FILE", help="also write the comparison as a self-contained page"
     )
-    parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,3 +128,12 @@ def run(args: argparse.Namespace) -> int:
         path = write_comparison_html(result, a, b, args.html)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return result.exit_status()
+
+
+COMMAND = Command(
+    "compare",
+    help="compare two results.json files: slower, faster, equivalent or undecided per metric",
+    configure=configure,
+    run=run,
+    description=__doc__.split("\n\n")[1] if __doc__ else None,
+)

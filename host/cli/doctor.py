@@ -8,16 +8,15 @@ import dataclasses
 import json
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("doctor", help="probe QEMU, KVM, KSM and THP on this host")
+def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.add_argument(
         "--reprobe", action="store_true", help="boot under KVM again instead of using the cached answer"
     )
     cliargs.add_qemu(parser)
-    parser.set_defaults(handler=_doctor)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -40,3 +39,11 @@ def _doctor(args: argparse.Namespace) -> int:
         table.add_row(field.name, str(value))
     Console().print(table)
     return 0
+
+
+COMMAND = Command(
+    "doctor",
+    help="probe QEMU, KVM, KSM and THP on this host",
+    configure=configure,
+    run=_doctor,
+)

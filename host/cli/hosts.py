@@ -7,11 +7,11 @@ import argparse
 import json
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command, Option, Run, dispatch
+from memqual.host.core.errors import BadInput
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    _extend_run(sub)
-    parser = sub.add_parser("hosts", help="lab hosts: check the hosts of a hosts file (memqual run --hosts FILE)")
+def configure(parser: argparse.ArgumentParser) -> None:
     hosts = parser.add_subparsers(dest="hosts_command", metavar="SUBCOMMAND", required=True)
     check = hosts.add_parser(
         "check",
@@ -34,40 +34,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     probe.set_defaults(handler=_probe)
 
 
-def _extend_run(sub: argparse._SubParsersAction) -> None:
-    """``memqual run --hosts FILE``: the run command (memqual.host.run.job, registered
-    before this module) gets the option here, so that runjob knows nothing
-    of lab hosts and the fleet depends on runjob, not the other way."""
-    run = sub.choices.get("run")
-    if run is None:
-        return
-    run.add_argument(
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    """``memqual run --hosts FILE``: an option of the run command that
+    belongs to the fleet, so that the job knows nothing of lab hosts."""
+    parser.add_argument(
         "--hosts",
         metavar="FILE",
         help="run over the lab hosts of FILE (TOML, one [[host]] table a host; docs/hosts.md): one Avocado job, "
         "results per host under OUTPUT/hosts/ and the fleet page OUTPUT/fleet.html; exit 3 when a host was left "
         "out or lost",
     )
-    plain = run.get_default("handler")
 
-    def handler(args: argparse.Namespace) -> int:
-        if not args.hosts:
-            return int(plain(args))
-        if getattr(args, "qemu", None):
-            from memqual.host.core.errors import BadInput
 
-            # The hosts' jobs run each host's own QEMU; a --qemu here would
-            # be named in nothing they record.
-            raise BadInput(
-                "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
-                "checks a QEMU there)"
-            )
-        from memqual.host.cli.run import config_from_args
-        from memqual.host.run.hosts import fleet
+def run_on_hosts(args: argparse.Namespace, plain: Run) -> int:
+    """``memqual run`` as it is without --hosts; with it, the fleet's run."""
+    if not args.hosts:
+        return plain(args)
+    if getattr(args, "qemu", None):
+        # The hosts' jobs run each host's own QEMU; a --qemu here would
+        # be named in nothing they record.
+        raise BadInput(
+            "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
+            "checks a QEMU there)"
+        )
+    from memqual.host.cli.run import config_from_args
+    from memqual.host.run.hosts import fleet
 
-        return fleet.main(config_from_args(args), args.hosts)
-
-    run.set_defaults(handler=handler)
+    return fleet.main(config_from_args(args), args.hosts)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -91,3 +84,12 @@ def _probe(args: argparse.Namespace) -> int:
 
     print(json.dumps(probe().to_json()))
     return 0
+
+
+COMMAND = Command(
+    "hosts",
+    help="lab hosts: check the hosts of a hosts file (memqual run --hosts FILE)",
+    configure=configure,
+    run=dispatch,
+)
+RUN_ON_HOSTS = Option("run", configure=configure_run, run=run_on_hosts)

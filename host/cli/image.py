@@ -8,12 +8,12 @@ import shutil
 import time
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import cache_dir
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("image", help="build or clean the guest image")
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="image_command", required=True)
     build = actions.add_parser(
         "build",
@@ -81,3 +81,11 @@ def _clean(args: argparse.Namespace) -> int:
             shutil.rmtree(path)
     print(f"removed {removed} cache entries from {cache_dir()}")
     return 0
+
+
+COMMAND = Command(
+    "image",
+    help="build or clean the guest image",
+    configure=configure,
+    run=dispatch,
+)

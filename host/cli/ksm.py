@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.environment import KSM_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.ksm import procfs
@@ -15,8 +16,7 @@ from memqual.host.ksm.state import HostState, restore_stale
 from memqual.host.ksm.sysfs import Sysfs
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("ksm", help="host KSM: show counters, restore knobs a killed run left")
+def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="ksm_command", metavar="ACTION", required=True)
 
     status = sub.add_parser("status", help="print the KSM knobs, counters, ksmd CPU time and who holds the lock")
@@ -120,3 +120,11 @@ def _restore(args: argparse.Namespace) -> int:
         return 0
     print(result.describe())
     return 0
+
+
+COMMAND = Command(
+    "ksm",
+    help="host KSM: show counters, restore knobs a killed run left",
+    configure=configure,
+    run=dispatch,
+)

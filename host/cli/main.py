@@ -1,15 +1,12 @@
-"""The ``memqual`` command.
-
-Each subject module registers its own subcommand through
-``register(subparsers)``; this file only wires them together and turns every
-MemqualError into one line on stderr and its exit status (2 for bad input),
-never a traceback (set MEMQUAL_DEBUG=1 to see one).
+"""The ``memqual`` entry point: the parser from the command table
+(host/cli/commands.py), and every MemqualError turned into one line on
+stderr and its exit status (2 for bad input), never a traceback
+(MEMQUAL_DEBUG=1 shows one).  Knows no command by name.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import os
 import select
@@ -18,39 +15,21 @@ import sys
 import warnings
 
 from memqual.host.cli.args import Parser
+from memqual.host.cli.command import add_commands, run_command
 from memqual.host.core import leftovers
 from memqual.host.core.errors import LaunchError, MemqualError
 from memqual.host.ksm import restore_stale
 
-# Modules that provide ``register(subparsers)``.  Imported lazily at start so
-# that ``memqual --help`` lists everything; each keeps its heavy imports
-# inside its handler.
-SUBCOMMAND_MODULES = [
-    "memqual.host.cli.image",  # memqual image build|clean
-    "memqual.host.cli.doctor",  # memqual doctor
-    "memqual.host.cli.boot",  # memqual boot
-    "memqual.host.cli.ksm",  # memqual ksm status|restore
-    "memqual.host.cli.balloon",  # memqual balloon model|measure
-    "memqual.host.cli.compare",  # memqual compare A.json B.json
-    "memqual.host.cli.run",  # memqual run
-    "memqual.host.cli.memslots",  # memqual memslots model|lookup|kvm
-    "memqual.host.cli.bisect",  # memqual bisect --kernels K1 ... Kn --metric NAME
-    "memqual.host.report.export",  # memqual export --kcidb FILE RESULTS.json
-    "memqual.host.judge.history",  # memqual history DIR...
-    "memqual.host.cli.hosts",  # memqual hosts check FILE
-    "memqual.host.cli.qemu",  # memqual qemu list
-]
-
 
 def build_parser() -> argparse.ArgumentParser:
+    from memqual.host.cli.commands import COMMANDS, OPTIONS
+
     parser = Parser(
         prog="memqual",
         description="End-to-end qualification of memory virtualization on QEMU/KVM.",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(sub)
+    add_commands(parser.add_subparsers(dest="command", metavar="COMMAND", required=True), COMMANDS, OPTIONS)
     return parser
 
 
@@ -131,7 +110,7 @@ def _command(argv: list[str] | None) -> int:
     try:
         _restore_stale_host_state(args.command)
         leftovers.sweep_process_dirs()  # of runs that were killed
-        return int(args.handler(args) or 0)
+        return run_command(args)
     except MemqualError as exc:
         if os.environ.get("MEMQUAL_DEBUG"):
             raise

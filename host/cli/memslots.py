@@ -21,16 +21,12 @@ from typing import Any
 from memqual.host.cli import args as cliargs
 from memqual.host.cli import memslots_kvm as kvm_cli
 from memqual.host.cli import memslots_qemu as qemu_cli
+from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.errors import BadInput
 
 
-def register(subparsers: Any) -> None:
-    memslots = subparsers.add_parser(
-        "memslots",
-        help="memslot lookup model (no guest), /dev/kvm measurements, layouts on QEMU",
-        description="The reference model of KVM's gfn -> memslot lookup, and the /dev/kvm measurements.",
-    )
-    sub = memslots.add_subparsers(dest="memslots_command", metavar="SUBCOMMAND", required=True)
+def configure(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="memslots_command", metavar="SUBCOMMAND", required=True)
 
     model = sub.add_parser("model", help="nodes examined per structure for a layout and workload")
     model.add_argument(
@@ -60,14 +56,14 @@ def register(subparsers: Any) -> None:
     _register_qemu(sub)
 
 
-def _register_kvm(sub: Any) -> None:
+def _register_kvm(sub: argparse._SubParsersAction) -> None:
     summary = "time memslot setup, delete, move and lookups on /dev/kvm"
     parser = sub.add_parser("kvm", help=summary, description=(kvm_cli.__doc__ or summary).splitlines()[0])
     kvm_cli.add_arguments(parser)
     parser.set_defaults(handler=kvm_cli.run)
 
 
-def _register_qemu(sub: Any) -> None:
+def _register_qemu(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "qemu",
         help="apply a layout to a real QEMU guest and check it",
@@ -167,3 +163,12 @@ def run_lookup(args: argparse.Namespace) -> int:
             where = "miss" if answer["slot"] is None else f"slot {answer['slot']}"
             print(f"gfn {result['gfn']:<#{gfn_width}x}  {name:<{width}}  {where:<10}  nodes {answer['nodes']}")
     return 0
+
+
+COMMAND = Command(
+    "memslots",
+    help="memslot lookup model (no guest), /dev/kvm measurements, layouts on QEMU",
+    configure=configure,
+    run=dispatch,
+    description="The reference model of KVM's gfn -> memslot lookup, and the /dev/kvm measurements.",
+)

@@ -7,9 +7,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from memqual.host.cli.command import Command, dispatch
 
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("qemu", help="the QEMU versions the archive offers (for --qemu VERSION)")
+
+def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="qemu_command", required=True)
     listing = actions.add_parser("list", help="list the archive's qemu-system-x86 versions")
     listing.add_argument("--update", action="store_true", help="refresh the private package lists first")
@@ -33,3 +34,11 @@ def _list(args: argparse.Namespace) -> int:
         mark = "  (cached)" if o.package_version in cached else ""
         print(f"{o.version:10} {o.package_version:36} {o.suite}{mark}")
     return 0
+
+
+COMMAND = Command(
+    "qemu",
+    help="the QEMU versions the archive offers (for --qemu VERSION)",
+    configure=configure,
+    run=dispatch,
+)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, check_output_dir
 from memqual.host.core.profiles import PROFILES
@@ -22,6 +23,11 @@ if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its 
     from memqual.host.core.qemu_binary import QemuChoice
 
 # ------------------------------------------------------------------ CLI
+
+
+DESCRIPTION = """Run the qualification (avocado run e2e/), judge every claim of
+claims/claims.json, write OUTPUT/results.json and OUTPUT/report.html and
+print the tables."""
 
 
 def job_tags(args: argparse.Namespace) -> tuple[str, ...]:
@@ -154,12 +160,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> No
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="the main job: run the scenarios, judge every claim, write results.json and report.html",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
+def configure(parser: argparse.ArgumentParser) -> None:
     add_job_arguments(parser, "memqual-results")
     parser.add_argument(
         "--guest-kernel",
@@ -219,7 +220,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=1,
         help="tests avocado runs at once (default 1: benchmarks must not share the CPUs)",
     )
-    parser.set_defaults(handler=main)
 
 
 def resolve_qemus(specs: list[str] | None) -> tuple[QemuChoice, ...]:
@@ -264,3 +264,12 @@ def check_guest_files(config: RunConfig) -> None:
                 check_modules_tree(kernel.modules, release)
             except BadInput as exc:
                 raise BadInput(f"--guest-modules {exc}") from None
+
+
+COMMAND = Command(
+    "run",
+    help="the main job: run the scenarios, judge every claim, write results.json and report.html",
+    configure=configure,
+    run=main,
+    description=DESCRIPTION,
+)

@@ -29,7 +29,7 @@ from memqual.host.core.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
 # Resolved: in a checkout the code is imported through the links in src/memqual/.
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def shipped(name: str) -> Path:

@@ -1,69 +1,60 @@
-"""``memqual history DIR...``: the series of many runs of one host.
-
-Reads every results.json given (or found below a directory given: a
-two-kernel run's A/ and B/ are two runs), keeps runs apart whose host or
-QEMU differ (CPU, host kernel, QEMU version, accelerator: results.json has
-no host name, so a host is what it measured on), orders each group by time
-or by guest kernel, and writes one page: per group the environment and the
-runs, per metric its series -- every run's pooled median as a ratio to the
-group's first run, with the two-stage bootstrap 95% CI over that run's
-replicates -- and the steps found.
-
-The change-point test, named on the page: **binary segmentation with
-Welch's t at every boundary**.  In a segment of the series every boundary
-between two runs is a candidate: Welch's t-test of the log replicate
-medians (independent units: a fresh guest or a round) before against
-after.  The segment's p is the smallest of them times the boundaries
-(Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
-it is below alpha the boundary of the smallest p is a candidate and both
-sides are searched again.  Then each candidate is judged between its
-neighbours (the candidates before and after it): it is a step when the
-two-stage bootstrap CI of the ratio of the pooled medians after / before
-lies wholly outside the threshold band.
-
-Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
-is a decision, and many metrics moving together is what host drift looks
-like.  So each series' test of "no change anywhere" (``no_change_p``:
-Welch's t at every boundary, Bonferroni over the boundaries) is corrected
-within its family --
-Holm over the primary metrics, Holm over the negative controls (the
-host-only /dev/kvm costs: no guest kernel moves them), Benjamini-Hochberg
-over the rest (at alpha: a page to read, not a gate) -- and a series gets steps only when it passes.
-A series with no step is ``equivalent`` when every run's ratio to the
-first is shown inside the threshold band (the two one-sided tests on the
-log replicate medians, the largest p of the runs, corrected in the
-family), ``undecided`` otherwise.  A control with a step says the host
-drifted: the page and the summary say so, and the other steps of that
-group are not to be trusted.
-
-A metric that holds only under a regime the host sets (KSM's volatile
-scan under its dirtying rate, host/judge/regime.py) gets steps and verdicts only
-when every run of its series recorded the regime and they all match
-within the tolerance; otherwise its series is drawn, marked ``not
-comparable`` with the regimes' range, and left out of its family's
-correction.
+"""The series of many runs of one host: runs grouped by host and QEMU, ordered
+by time or kernel, each metric's ratios to the group's first run, and the
+change points (binary segmentation with Welch's t, corrected per family as
+memqual compare's).  docs/bisect-history-export.md explains the test.
+Draws nothing and parses no options.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.cli import args as cliargs
-from memqual.host.cli.args import percent_as_fraction
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
 
 if TYPE_CHECKING:
-    from memqual.host.report.html import EnvironmentLine, Plot
+    pass
+
+
+# The change-point test, named on the page: **binary segmentation with
+# Welch's t at every boundary**.  In a segment of the series every boundary
+# between two runs is a candidate: Welch's t-test of the log replicate
+# medians (independent units: a fresh guest or a round) before against
+# after.  The segment's p is the smallest of them times the boundaries
+# (Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
+# it is below alpha the boundary of the smallest p is a candidate and both
+# sides are searched again.  Then each candidate is judged between its
+# neighbours (the candidates before and after it): it is a step when the
+# two-stage bootstrap CI of the ratio of the pooled medians after / before
+# lies wholly outside the threshold band.
+#
+# Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
+# is a decision, and many metrics moving together is what host drift looks
+# like.  So each series' test of "no change anywhere" (``no_change_p``:
+# Welch's t at every boundary, Bonferroni over the boundaries) is corrected
+# within its family --
+# Holm over the primary metrics, Holm over the negative controls (the
+# host-only /dev/kvm costs: no guest kernel moves them), Benjamini-Hochberg
+# over the rest (at alpha: a page to read, not a gate) -- and a series gets steps only when it passes.
+# A series with no step is ``equivalent`` when every run's ratio to the
+# first is shown inside the threshold band (the two one-sided tests on the
+# log replicate medians, the largest p of the runs, corrected in the
+# family), ``undecided`` otherwise.  A control with a step says the host
+# drifted: the page and the summary say so, and the other steps of that
+# group are not to be trusted.
+#
+# A metric that holds only under a regime the host sets (KSM's volatile
+# scan under its dirtying rate, host/judge/regime.py) gets steps and verdicts only
+# when every run of its series recorded the regime and they all match
+# within the tolerance; otherwise its series is drawn, marked ``not
+# comparable`` with the regimes' range, and left out of its family's
+# correction.
 
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
@@ -229,7 +220,7 @@ def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
 
 
 def _reps(entry: dict[str, Any]) -> list[list[float]]:
-    from memqual.host.cli.compare import replicates_of
+    from memqual.host.judge.comparison import replicates_of
 
     return replicates_of(entry)
 
@@ -470,216 +461,3 @@ def to_json(
             for g in groups
         ],
     }
-
-
-def _plot(series: Series, runs: list[Run], threshold: float) -> str:
-    from memqual.host.report.html import png, pyplot
-
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8.5, 2.4))
-    xs = [p.run for p in series.points]
-    for p in series.points:
-        if p.ci_low is not None and p.ci_high is not None:
-            ax.plot([p.run, p.run], [p.ci_low, p.ci_high], color="#2563eb", linewidth=1.6)
-    ax.plot(xs, [p.ratio for p in series.points], "o-", color="#2563eb", markersize=4, linewidth=0.8)
-    ax.axhspan(1 - threshold, 1 + threshold, color="#e5e7eb", zorder=0)
-    for st in series.steps:
-        ax.axvline(st.after - 0.5, color="#b91c1c", linestyle="--", linewidth=1.2)
-        ax.annotate(
-            f"x{st.ratio:.2f}", (st.after - 0.5, ax.get_ylim()[1]), color="#b91c1c", fontsize=7, ha="left", va="top"
-        )
-    ax.set_xticks(range(len(runs)))
-    ax.set_xticklabels([f"{i + 1}" for i in range(len(runs))], fontsize=7)
-    ax.set_xlabel("run (see the table above)", fontsize=7)
-    ax.set_ylabel("ratio to run 1", fontsize=7)
-    fig.tight_layout()
-    return png(fig)
-
-
-@dataclasses.dataclass(frozen=True)
-class RunRow:
-    number: int  # from 1, as the plots' x axis counts
-    created: str
-    guest_kernel: str
-    label: str
-    path: str
-
-
-@dataclasses.dataclass(frozen=True)
-class SeriesView:
-    """A metric's series: its family, what the tests found, its plot."""
-
-    key: str
-    role: str
-    unit: str
-    better: str
-    p_change: str
-    p_change_adjusted: str
-    steps: str  # the steps found, or "no step: " and the verdict, or why not comparable
-    comparable: bool  # False: the runs' regimes differ, greyed
-    plot: Plot
-
-
-@dataclasses.dataclass(frozen=True)
-class GroupView:
-    """A group of runs of one host and QEMU."""
-
-    number: int
-    runs: tuple[RunRow, ...]
-    metrics: int
-    stepped: int
-    environment: EnvironmentLine
-    controls_stepped: tuple[str, ...]  # the host drifted when any
-    equivalent: int
-    undecided: int
-    not_comparable: int
-    series: tuple[SeriesView, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class DifferenceRow:
-    """A host key that differs between the groups: its value in each, as JSON."""
-
-    key: str
-    values: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class HistoryPage:
-    runs: int
-    order: str
-    threshold: str  # as a percentage
-    alpha: str
-    test: str
-    not_comparable_colour: str
-    differences: tuple[DifferenceRow, ...]
-    groups: tuple[GroupView, ...]
-
-
-def _steps_text(s: Series) -> str:
-    return "; ".join(
-        f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
-        for st in s.steps
-    ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
-
-
-def _group_view(number: int, g: Group, threshold: float) -> GroupView:
-    from memqual.host.report.html import Plot, environment_line
-
-    return GroupView(
-        number=number,
-        runs=tuple(RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)),
-        metrics=len(g.series),
-        stepped=sum(1 for s in g.series if s.steps),
-        environment=environment_line(g.runs[0].environment),
-        controls_stepped=tuple(c.key for c in g.controls_stepped),
-        equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
-        undecided=sum(1 for s in g.series if s.verdict == "undecided"),
-        not_comparable=sum(1 for s in g.series if s.verdict == NOT_COMPARABLE),
-        series=tuple(
-            SeriesView(
-                s.key,
-                s.role,
-                s.unit,
-                s.better,
-                f"{s.p_change:.2g}",
-                f"{s.p_change_adjusted:.2g}",
-                _steps_text(s),
-                s.comparable,
-                Plot("series", _plot(s, g.runs, threshold)),
-            )
-            for s in sorted(g.series, key=lambda s: (not s.steps, s.key))
-        ),
-    )
-
-
-def history_page(
-    groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
-) -> HistoryPage:
-    from memqual.host.report.html import VERDICT_COLOURS
-
-    return HistoryPage(
-        runs=sum(len(g.runs) for g in groups),
-        order=order,
-        threshold=f"{threshold:.0%}",
-        alpha=f"{alpha:g}",
-        test=TEST_NAME,
-        not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
-        differences=tuple(DifferenceRow(key, tuple(json.dumps(v) for v in values)) for key, values in diffs.items()),
-        groups=tuple(_group_view(gi + 1, g, threshold) for gi, g in enumerate(groups)),
-    )
-
-
-def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from memqual.host.core import pages
-
-    return pages.render("history.html.j2", page=history_page(groups, diffs, order, threshold, alpha))
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "history",
-        help="the series of many runs: each metric over time or kernel, with CIs and the steps found",
-        description=__doc__.split("\n\n")[1] if __doc__ else None,
-    )
-    parser.add_argument("paths", nargs="+", metavar="DIR", help="results.json files or directories holding them")
-    parser.add_argument("--order", choices=("time", "kernel"), default="time", help="order the runs by (default time)")
-    parser.add_argument(
-        "--threshold",
-        type=percent_as_fraction,
-        default=DEFAULT_THRESHOLD,
-        metavar="PCT",
-        help="smallest step that counts, in percent (default 5)",
-    )
-    parser.add_argument(
-        "--html",
-        type=cliargs.output_file,
-        metavar="FILE",
-        default="memqual-history.html",
-        help="the page to write (default memqual-history.html)",
-    )
-    parser.add_argument("--json", action="store_true", help="also print the series and steps as JSON")
-    parser.set_defaults(handler=main)
-
-
-def main(args: argparse.Namespace) -> int:
-    groups, diffs = build(args.paths, order=args.order, threshold=args.threshold)
-    target = Path(args.html)
-    if target.is_dir():
-        raise BadInput(f"--html {target}: is a directory; give a file name")
-    if not target.parent.is_dir():
-        raise BadInput(f"--html {target}: no such directory {target.parent}")
-    write_private_atomic(target, render(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA).encode(), 0o644)
-    if args.json:
-        json.dump(to_json(groups, diffs, args.order, args.threshold, DEFAULT_ALPHA), sys.stdout, indent=2)
-        sys.stdout.write("\n")
-    out = sys.stderr if args.json else sys.stdout
-    for gi, g in enumerate(groups):
-        print(
-            f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
-            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
-            f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
-            f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided, "
-            f"{sum(1 for s in g.series if s.verdict == NOT_COMPARABLE)} not comparable",
-            file=out,
-        )
-        for s in g.series:
-            if s.regime is not None and not s.comparable:
-                print(f"  {s.key}: {s.regime.reason()}", file=out)
-        if g.host_drifted:
-            print(
-                "  the host drifted: negative control(s) with a step "
-                f"({', '.join(c.key for c in g.controls_stepped)}); the other steps are not to be trusted",
-                file=out,
-            )
-        for s in g.series:
-            for st in s.steps:
-                print(
-                    f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
-                    f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}",
-                    file=out,
-                )
-    for key, values in diffs.items():
-        print(f"environment {key} differs between groups: {' | '.join(map(str, values))}", file=out)
-    print(f"wrote {target}", file=out)
-    return 0

@@ -116,7 +116,7 @@ def start_supervised(
     life_read, life_write = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "memqual.host.run.supervisor", "--grace", str(TERMINATE_GRACE_S), "--", *command],
+            [sys.executable, "-m", "memqual.host.cli.supervisor", "--grace", str(TERMINATE_GRACE_S), "--", *command],
             cwd=REPO_ROOT,
             env=env,
             stdout=stdout,

@@ -1,7 +1,7 @@
 """The process that ties an Avocado job to the life of the memqual that
 started it.
 
-``memqual run`` starts ``python -m memqual.host.run.supervisor -- avocado run
+``memqual run`` starts ``python -m memqual.host.cli.supervisor -- avocado run
 ...`` with the read end of a pipe as its standard input, and keeps the
 write end to itself.  A pipe's end of file is the one thing a SIGKILL of
 memqual cannot skip: the kernel closes the write end when memqual dies,
@@ -35,7 +35,6 @@ delays the job's start by a Python start-up and nothing more.
 
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import select
@@ -213,18 +212,3 @@ def supervise(argv: list[str], grace_s: float) -> int:
     job.end(grace)
     restore_host_knobs()
     return job.status if job.status is not None else -signal.SIGKILL
-
-
-def main(args: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m memqual.host.run.supervisor", description=__doc__)
-    parser.add_argument("--grace", type=float, default=GRACE_S, help="seconds between SIGINT and SIGKILL")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- avocado run ...")
-    parsed = parser.parse_args(args)
-    command = parsed.command[1:] if parsed.command[:1] == ["--"] else parsed.command
-    if not command:
-        parser.error("give the command to supervise after --")
-    exit_like(supervise(command, parsed.grace))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,45 @@
+"""The table of memqual's commands, in ``memqual --help``'s order, and the
+options one feature adds to another's command.  A new command is one row
+here and one module beside this one.  Each command module keeps its heavy
+imports inside its run, so that building this table (every ``memqual``
+start) stays quick.
+"""
+
+from __future__ import annotations
+
+from memqual.host.cli import (
+    balloon,
+    bisect,
+    boot,
+    compare,
+    doctor,
+    export,
+    history,
+    hosts,
+    image,
+    ksm,
+    memslots,
+    qemu,
+    run,
+)
+from memqual.host.cli.command import Command, Option
+
+COMMANDS: tuple[Command, ...] = (
+    image.COMMAND,  # memqual image build|kernels|clean
+    doctor.COMMAND,  # memqual doctor
+    boot.COMMAND,  # memqual boot
+    ksm.COMMAND,  # memqual ksm status|restore
+    balloon.COMMAND,  # memqual balloon model|curve|measure
+    compare.COMMAND,  # memqual compare A.json B.json
+    run.COMMAND,  # memqual run
+    memslots.COMMAND,  # memqual memslots model|lookup|kvm|qemu
+    bisect.COMMAND,  # memqual bisect --kernels K1 ... Kn --metric NAME
+    export.COMMAND,  # memqual export --kcidb FILE RESULTS.json
+    history.COMMAND,  # memqual history DIR...
+    hosts.COMMAND,  # memqual hosts check|probe
+    qemu.COMMAND,  # memqual qemu list
+)
+
+OPTIONS: tuple[Option, ...] = (
+    hosts.RUN_ON_HOSTS,  # memqual run --hosts FILE
+)
