@@ -14,10 +14,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.waiting import wait_until
 
 SSHD = Path("/usr/sbin/sshd")
 # A /16 of the private range, one /30 per host; an address already on
@@ -166,14 +166,18 @@ class NamespaceLab:
             self._wait_listening(host)
 
     def _wait_listening(self, host: dict[str, str]) -> None:
-        deadline = time.monotonic() + START_DEADLINE_S
-        while True:
+        def listening() -> bool:
             with contextlib.suppress(OSError), socket.create_connection((host["address"], 22), timeout=1):
-                return
-            if time.monotonic() > deadline or self.sshd[host["name"]].poll() is not None:
-                log = (self.scratch / host["name"] / "sshd.log").read_text(errors="replace")
-                raise RuntimeError(f"sshd of {host['name']} did not listen within {START_DEADLINE_S:.0f} s: {log}")
-            time.sleep(0.05)
+                return True
+            if self.sshd[host["name"]].poll() is not None:
+                raise not_listening()
+            return False
+
+        def not_listening() -> RuntimeError:
+            log = (self.scratch / host["name"] / "sshd.log").read_text(errors="replace")
+            return RuntimeError(f"sshd of {host['name']} did not listen within {START_DEADLINE_S:.0f} s: {log}")
+
+        wait_until(listening, timeout=START_DEADLINE_S, interval=0.05, what="sshd", on_timeout=not_listening)
 
     def hosts_file(self, path: Path, extra: dict[str, str] | None = None) -> Path:
         lines = []

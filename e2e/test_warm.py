@@ -9,6 +9,7 @@ import time
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core import snapshot
 from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.waiting import within
 
 MIB = 1 << 20
 
@@ -58,10 +59,9 @@ class WarmStart(GuestTest):
         # The balloon device works after the restore: inflate by 128 MiB.
         target = (config.memory_mib - 128) * MIB
         vm.qmp("balloon", value=target)
-        deadline = time.monotonic() + 60
-        while vm.qmp("query-balloon")["actual"] != target:
-            self.assertLess(time.monotonic(), deadline, "balloon did not reach its target after a restore")
-            time.sleep(0.01)  # poll period of query-balloon
+        # 10 ms: the poll period of query-balloon
+        reached = within(60, lambda: vm.qmp("query-balloon")["actual"] == target, interval=0.01, what="the target")
+        self.assertTrue(reached, "balloon did not reach its target after a restore")
         vm.qmp("balloon", value=config.memory_mib * MIB)
 
     @measures_nothing

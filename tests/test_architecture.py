@@ -193,7 +193,7 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "independence": IndependenceContract,
     "forbidden": ForbiddenContract,
 }
-CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks"})  # all of host/ that images/ may use
+CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "waiting"})  # all of host/ that images/ may use
 SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
 ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 

@@ -324,14 +324,10 @@ def test_sigterm_restores(tree) -> None:
 
 
 def _cli(argv: list[str]) -> int:
-    import argparse
-
     from memqual.host.cli import ksm as cli
+    from memqual.host.cli.command import parser_for, run_command
 
-    parser = argparse.ArgumentParser()
-    cli.register(parser.add_subparsers(dest="command"))
-    args = parser.parse_args(argv)
-    return args.handler(args)
+    return run_command(parser_for(cli.COMMAND).parse_args(argv))
 
 
 def test_cli_status_and_restore(tree, capsys) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import fcntl
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from memqual.host.core.errors import Timeout
+from memqual.host.core.waiting import wait_until
 
 POLL_S = 0.05  # how often a waiting run retries: short beside any save or build
 
@@ -27,16 +27,22 @@ def file_lock(path: Path, *, exclusive: bool, deadline_s: float, held: str) -> I
     ``held`` completes the Timeout's sentence: "<held> after N s"."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        deadline = time.monotonic() + deadline_s
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        while True:
+
+        def taken() -> bool:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Timeout(f"{held} after {deadline_s:.0f} s") from None
-                time.sleep(POLL_S)
+                return False
+            return True
+
+        wait_until(
+            taken,
+            timeout=deadline_s,
+            interval=POLL_S,
+            what=f"the lock {path}",
+            on_timeout=lambda: Timeout(f"{held} after {deadline_s:.0f} s"),
+        )
         yield
     finally:
         os.close(fd)

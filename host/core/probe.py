@@ -26,6 +26,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from memqual.host.core.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
 from memqual.host.core.process import die_with_parent
+from memqual.host.core.waiting import within
 
 if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annotations
     from memqual.images.build import Image
@@ -163,13 +164,17 @@ def _boot_under_kvm(image: Image) -> tuple[bool, str]:
         env=runtime_env(argv[0]),
     )
     try:
-        while time.monotonic() - started < KVM_BOOT_DEADLINE_S:
+        # polling the console file every 50 ms; the deadline bounds it
+        if within(
+            KVM_BOOT_DEADLINE_S,
+            lambda: ready.seen() or proc.poll() is not None,
+            interval=0.05,
+            what="a Linux guest at init under KVM",
+        ):
             if ready.seen():
                 return True, f"a Linux guest reached init under KVM in {time.monotonic() - started:.1f} s"
-            if proc.poll() is not None:
-                out = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").strip()
-                return False, f"QEMU with KVM exited ({out.splitlines()[-1] if out else proc.returncode})"
-            time.sleep(0.05)  # polling the console file; the deadline bounds it
+            out = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").strip()
+            return False, f"QEMU with KVM exited ({out.splitlines()[-1] if out else proc.returncode})"
         return False, f"a Linux guest did not reach init under KVM within {KVM_BOOT_DEADLINE_S:.0f} s (hangs early)"
     finally:
         if proc.poll() is None:

@@ -44,6 +44,7 @@ from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Time
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, trusted_dir
 from memqual.host.core.ssh import HostKeyMismatch
+from memqual.host.core.waiting import wait_until
 
 
 class Launchable(Protocol):
@@ -323,15 +324,20 @@ def _save(machine: Launchable, directory: Path) -> None:
         machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})
         machine.qmp("stop")
         machine.qmp("migrate", uri="exec:cat > " + shlex.quote(str(tmp / "state")))
-        deadline = time.monotonic() + SAVE_DEADLINE_S
-        while True:
-            info = machine.qmp("query-migrate")
-            status = info.get("status")
-            if status == "completed":
-                break
-            if status in ("failed", "cancelled") or time.monotonic() > deadline:
-                raise GuestError(f"saving the guest state ended {status}: {info.get('error-desc', '')}")
-            time.sleep(0.01)  # poll period of query-migrate
+        last: dict[str, Any] = {}
+
+        def saved() -> bool:
+            last.clear()
+            last.update(machine.qmp("query-migrate"))
+            if last.get("status") in ("failed", "cancelled"):
+                raise failed()
+            return last.get("status") == "completed"
+
+        def failed() -> GuestError:
+            return GuestError(f"saving the guest state ended {last.get('status')}: {last.get('error-desc', '')}")
+
+        # 10 ms: the poll period of query-migrate
+        wait_until(saved, timeout=SAVE_DEADLINE_S, interval=0.01, what="the guest state saved", on_timeout=failed)
         size = (tmp / "state").stat().st_size
         os.chmod(tmp / "state", 0o600)
         (tmp / "meta.json").write_text(

@@ -27,6 +27,7 @@ from typing import Any, Protocol, Self
 from memqual.host.core.closing import Closing
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing, Timeout
+from memqual.host.core.waiting import wait_until
 from memqual.host.ksm import procfs
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
 from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, Sysfs, write_order
@@ -236,29 +237,30 @@ class KsmController(Closing):
         within timeout_s.  Returns the reading that saw the n-th scan."""
         start = self.fs.read_int("full_scans")
         target = start + n
-        deadline = time.monotonic() + timeout_s
-        first: KsmCounters | None = None
-        while True:
+        first: list[KsmCounters] = []  # the first reading that saw too few, for the diagnosis only
+        now = start
+
+        def scanned() -> KsmCounters | None:
+            nonlocal now
             now = self.fs.read_int("full_scans")
             if now >= target:
                 return self.counters()
-            if first is None:
-                first = self.counters()  # for the diagnosis below only
-            if time.monotonic() >= deadline:
-                raise Timeout(
-                    f"host KSM: full_scans went {start} -> {now} in {timeout_s:.1f} s, "
-                    f"waited for {n} more (run={self.fs.read('run')}, "
-                    f"pages_to_scan={self.fs.read('pages_to_scan')}, "
-                    f"sleep_millisecs={self.fs.read('sleep_millisecs')}; " + _diagnosis(first, self.counters()) + ")"
-                )
-            time.sleep(poll_s)
+            if not first:
+                first.append(self.counters())
+            return None
+
+        def too_slow() -> Timeout:
+            return Timeout(
+                f"host KSM: full_scans went {start} -> {now} in {timeout_s:.1f} s, "
+                f"waited for {n} more (run={self.fs.read('run')}, "
+                f"pages_to_scan={self.fs.read('pages_to_scan')}, "
+                f"sleep_millisecs={self.fs.read('sleep_millisecs')}; " + _diagnosis(first[0], self.counters()) + ")"
+            )
+
+        return wait_until(scanned, timeout=timeout_s, interval=poll_s, what="KSM's full scans", on_timeout=too_slow)
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not predicate():
-            if time.monotonic() >= deadline:
-                raise Timeout(f"host KSM: {what} did not happen within {timeout_s:.1f} s")
-            time.sleep(poll_s)
+        wait_until(predicate, timeout=timeout_s, interval=poll_s, what=f"host KSM: {what}")
 
 
 def read_counters(fs: Sysfs, proc_root: Path = procfs.PROC_ROOT, ksmd_pid: int | None = None) -> KsmCounters:

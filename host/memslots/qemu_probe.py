@@ -29,6 +29,7 @@ from typing import Any
 
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.paths import release_tempdir, short_tempdir
+from memqual.host.core.waiting import wait_until
 from memqual.host.memslots.layout import PAGE_SIZE
 from memqual.host.memslots.qemu_layout import (
     Dimm,
@@ -56,18 +57,21 @@ def read_blocks(vm: Any, agent: str) -> list[MemoryBlock]:
 def wait_blocks(vm: Any, agent: str, dimms: Sequence[Dimm], timeout: float = 30.0) -> list[MemoryBlock]:
     """Wait until the guest has memory blocks covering every dimm (ACPI
     hotplug is asynchronous in the guest); the blocks, or Timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
+    missing: list[Dimm] = list(dimms)
+
+    def covered() -> list[MemoryBlock] | None:
         blocks = read_blocks(vm, agent)
-        missing = [d for d in dimms if sum(b.size for b in blocks_in(blocks, d.addr, d.addr + d.size)) != d.size]
-        if not missing:
-            return blocks
-        if time.monotonic() > deadline:
-            raise Timeout(
-                f"the guest has no memory blocks for {', '.join(d.slot.describe() for d in missing)} "
-                f"after {timeout:.0f} s of hotplug"
-            )
-        time.sleep(0.1)  # poll period of a sysfs listing, not a wait for an event
+        missing[:] = [d for d in dimms if sum(b.size for b in blocks_in(blocks, d.addr, d.addr + d.size)) != d.size]
+        return None if missing else blocks
+
+    def not_covered() -> Timeout:
+        return Timeout(
+            f"the guest has no memory blocks for {', '.join(d.slot.describe() for d in missing)} "
+            f"after {timeout:.0f} s of hotplug"
+        )
+
+    # 100 ms: the poll period of a sysfs listing, not a wait for an event
+    return wait_until(covered, timeout=timeout, interval=0.1, what="memory blocks", on_timeout=not_covered)
 
 
 def online(vm: Any, agent: str, dimms: Sequence[Dimm]) -> list[str]:

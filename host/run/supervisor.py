@@ -40,10 +40,10 @@ import resource
 import select
 import signal
 import sys
-import time
 
 from memqual.host.core.errors import MemqualError
 from memqual.host.core.process import set_child_subreaper
+from memqual.host.core.waiting import within
 from memqual.host.ksm.state import restore_stale
 
 GRACE_S = 5.0  # SIGINT, then SIGKILL: the same as memqual run's end after SIGTERM
@@ -112,18 +112,19 @@ class Job:
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for avocado to end; True when it has."""
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def ended() -> bool:
             self.reap()
-            if self.status is not None or time.monotonic() >= deadline:
-                return self.status is not None
-            time.sleep(0.02)  # a bounded poll: reaping orphans as well as avocado
+            return self.status is not None
+
+        # a bounded poll: reaping orphans as well as avocado
+        return within(timeout_s, ended, interval=0.02, what="the avocado job's end")
 
     def kill_all(self) -> None:
         """SIGKILL every descendant until none is left (a killed one's
         children are reparented here, and killed in the next pass)."""
-        deadline = time.monotonic() + KILL_DEADLINE_S
-        while True:
+
+        def none_left() -> bool:
             left = descendants(os.getpid())
             for pid in left:
                 try:
@@ -131,9 +132,10 @@ class Job:
                 except ProcessLookupError:
                     pass
             self.reap()
-            if not left or time.monotonic() > deadline:
-                return
-            time.sleep(0.02)  # the kernel takes a moment to end a killed process
+            return not left
+
+        # 20 ms: the kernel takes a moment to end a killed process
+        within(KILL_DEADLINE_S, none_left, interval=0.02, what="no process of the job left")
 
     def end(self, grace_s: float) -> None:
         """SIGINT to the group, ``grace_s`` for avocado to end, then SIGKILL

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core.waiting import within
+
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
 STALE_TASK_S = 2 * 1200.0  # twice the spawner's limit for one task (host/run/hosts/fleet.py TASK_TIMEOUT_S)
@@ -142,9 +144,7 @@ def end_processes(pids: list[int], wait_s: float = QEMU_EXIT_WAIT_S) -> list[int
             ended.append(pid)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline and any(_alive(pid) for pid in ended):
-        time.sleep(0.05)
+    within(wait_s, lambda: not any(_alive(pid) for pid in ended), interval=0.05, what="the QEMUs' end")
     for pid in ended:
         if _alive(pid):
             try:
