@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 
 import avocado
 
-from memqual.host.core import profiles
+from memqual.host.core import profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.machine import Machine, MachineConfig
@@ -51,8 +51,8 @@ from memqual.host.core.qemu import ENV_QEMU
 from memqual.host.core.record import Measurement, write
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
-ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
-ENV_MODULES = "MEMQUAL_GUEST_MODULES"
+ENV_KERNEL = settings.GUEST_KERNEL
+ENV_MODULES = settings.GUEST_MODULES
 MEASURES_NOTHING = "memqual_measures_nothing"  # the attribute @measures_nothing sets
 TestMethod = TypeVar("TestMethod", bound=Callable[..., None])
 
@@ -146,7 +146,7 @@ _CPUINFO: dict[tuple[str, str], str] = {}
 
 
 def _cpu_key(vm: Machine) -> tuple[str, str]:
-    return (os.environ.get(ENV_QEMU, ""), vm.accel)
+    return (settings.qemu() or "", vm.accel)
 
 
 def measures_nothing(method: TestMethod) -> TestMethod:
@@ -221,27 +221,23 @@ class GuestTest(avocado.Test):
         for name, param in (
             (ENV_KERNEL, "kernel"),
             (ENV_MODULES, "modules"),
-            ("MEMQUAL_GUEST_KERNEL_BUILD", "kernel_build"),
-            ("MEMQUAL_GUEST_CMDLINE_EXTRA", "cmdline_extra"),
+            (settings.GUEST_KERNEL_BUILD, "kernel_build"),
+            (settings.GUEST_CMDLINE_EXTRA, "cmdline_extra"),
         ):
-            value = str(self.params.get(param, default="") or "")
-            if value:
-                os.environ[name] = value
-            else:
-                os.environ.pop(name, None)
+            settings.put(name, str(self.params.get(param, default="") or ""))
         # An arm's QEMU: every guest of this test (memqual.host.core.qemu reads
         # the variable at each start), its records' environment and its
         # warm snapshot key follow it.  Empty: the QEMU the job inherited.
         qemu = str(self.params.get("qemu", default="") or "")
         if qemu:
-            os.environ[ENV_QEMU] = qemu
-        os.environ["MEMQUAL_RUN_LABEL"] = self.arm
+            settings.put(ENV_QEMU, qemu)
+        settings.put(settings.RUN_LABEL, self.arm)
         self.log.info(
             "arm %s, block %d: kernel %s, QEMU %s",
             self.arm,
             self.block,
-            os.environ.get(ENV_KERNEL) or "default",
-            os.environ.get(ENV_QEMU) or "the system's",
+            settings.guest_kernel() or "default",
+            settings.qemu() or "the system's",
         )
 
     def first_unit(self) -> int:
@@ -274,7 +270,7 @@ class GuestTest(avocado.Test):
         if self._image is None:
             from memqual.images.build import KernelSource, build
 
-            kernel, modules = os.environ.get(ENV_KERNEL), os.environ.get(ENV_MODULES)
+            kernel, modules = settings.guest_kernel(), settings.guest_modules()
             source = KernelSource(Path(kernel) if kernel else None, Path(modules) if modules else None)
             try:
                 self._image = build(source)
@@ -320,8 +316,8 @@ class GuestTest(avocado.Test):
     # -- results ----------------------------------------------------------
     @property
     def outdir(self) -> Path:
-        override = os.environ.get("MEMQUAL_OUTPUT_DIR")
-        path = Path(override) if override and under_pytest() else Path(self.outputdir)
+        override = settings.output_dir()
+        path = override if override and under_pytest() else Path(self.outputdir)
         path.mkdir(parents=True, exist_ok=True)
         return path
 

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest, sizes
-from memqual.host.core import stats
+from memqual.host.core import settings, stats
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import Machine, MachineConfig
@@ -68,7 +68,7 @@ LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 VOLATILE_MIB = 256
 # MEMQUAL_KSM_PAGES_TO_SCAN overrides it: how a run with a deliberately
 # slowed ksmd is made, for `memqual compare` to flag.
-VOLATILE_PAGES_TO_SCAN = int(os.environ.get("MEMQUAL_KSM_PAGES_TO_SCAN", "20000"))
+VOLATILE_PAGES_TO_SCAN = settings.ksm_pages_to_scan(20000)
 VOLATILE_SLEEP_MS = 10
 VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN, "sleep_millisecs": VOLATILE_SLEEP_MS}
 # The independent unit is a fresh guest (a warm start, under 1 s): windows

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.paths import cache_dir, shipped, weak_spot
 from memqual.images import packages
@@ -82,8 +83,8 @@ TREE_READS = (
 )
 # The scenario's environment (memqual run --kernel-build; e2e/base.py has
 # the kernel's and modules' variables).
-ENV_KERNEL = "MEMQUAL_GUEST_KERNEL"
-ENV_KERNEL_BUILD = "MEMQUAL_GUEST_KERNEL_BUILD"
+ENV_KERNEL = settings.GUEST_KERNEL
+ENV_KERNEL_BUILD = settings.GUEST_KERNEL_BUILD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,8 +399,9 @@ def build_from_tree(path: str | os.PathLike[str], release: str | None = None, fo
 def for_image(image: Image) -> Variant:
     """The variant for a built image, or CapabilityMissing with the reason:
     a user's kernel has one only with its build tree."""
-    if os.environ.get(ENV_KERNEL) and not debian_release_of(Path(os.environ[ENV_KERNEL])):
-        tree = os.environ.get(ENV_KERNEL_BUILD)
+    kernel = settings.guest_kernel()
+    if kernel and not debian_release_of(Path(kernel)):
+        tree = settings.guest_kernel_build()
         if not tree:
             raise CapabilityMissing(
                 "a guest kernel given with --kernel/--modules has the balloon driver variant only with its "

@@ -193,7 +193,8 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "independence": IndependenceContract,
     "forbidden": ForbiddenContract,
 }
-CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "waiting"})  # all of host/ that images/ may use
+# all of host/ that images/ may use
+CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "waiting", "settings"})
 SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
 ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 
@@ -291,6 +292,28 @@ def test_host_is_rooms_and_the_contracts_name_them_all() -> None:
     }
     bottom = _contract_options("core-inside")["layers"][-1]
     assert {m.strip() for m in bottom.split(":")} == CORE_BASE
+
+
+# Variables an e2e test sets for the child processes it starts (left to that test file).
+TEST_OWN_VARIABLES = frozenset(
+    {("memqual.e2e.test_cleanup", "MEMQUAL_LEAK_PIDFILE"), ("memqual.e2e.test_cleanup", "MEMQUAL_STATE_DIR")}
+)
+
+
+def test_every_memqual_variable_is_named_in_settings_only() -> None:
+    """The MEMQUAL_* environment variables are read through
+    memqual.host.core.settings, which names each once."""
+    named = sorted(
+        f"{name}:{node.lineno} {node.value}"
+        for name, path in {**project_modules(), **project_modules(("e2e",))}.items()
+        if name != "memqual.host.core.settings"
+        for node in ast.walk(_parse(path))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and re.fullmatch(r"MEMQUAL_[A-Z_]+", node.value)
+        and (name, node.value) not in TEST_OWN_VARIABLES
+    )
+    assert named == []
 
 
 def test_only_the_commands_use_argparse() -> None:

@@ -16,7 +16,7 @@ import warnings
 
 from memqual.host.cli.args import Parser
 from memqual.host.cli.command import add_commands, run_command
-from memqual.host.core import leftovers
+from memqual.host.core import leftovers, settings
 from memqual.host.core.errors import LaunchError, MemqualError
 from memqual.host.ksm import restore_stale
 
@@ -112,7 +112,7 @@ def _command(argv: list[str] | None) -> int:
         leftovers.sweep_process_dirs()  # of runs that were killed
         return run_command(args)
     except MemqualError as exc:
-        if os.environ.get("MEMQUAL_DEBUG"):
+        if settings.debug():
             raise
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"memqual: error: {message}", file=sys.stderr)
@@ -126,7 +126,7 @@ def _command(argv: list[str] | None) -> int:
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
             raise  # the reader went away: main ends quietly
-        if os.environ.get("MEMQUAL_DEBUG"):
+        if settings.debug():
             raise
         print(f"memqual: error: {_unexpected(exc)}", file=sys.stderr)
         return 1

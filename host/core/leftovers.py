@@ -45,6 +45,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from memqual.host.core import settings
+
 log = logging.getLogger("memqual.leftovers")
 
 STALE_AGE_S = 60.0  # an aexpect directory younger than this may be one being set up
@@ -238,7 +240,7 @@ def sweep_process_dirs() -> int:
     """The socket and aexpect directories of killed runs, for a memqual
     command's start (the cache's own leftovers are swept where the cache is
     next used: the image build, a download, the snapshot cap)."""
-    socket_dir = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
+    socket_dir = settings.socket_dir()
     places = {socket_dir, "/tmp"}
     removed = sum(sweep_tempdirs(p) for p in places)
     return removed + sum(sweep_aexpect(p) for p in {*places, os.environ.get("TMPDIR", "/tmp")})

@@ -24,7 +24,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from memqual.host.core import leftovers
+from memqual.host.core import leftovers, settings
 from memqual.host.core.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
@@ -138,9 +138,9 @@ def check_trusted_stat(st: os.stat_result, path: Path, what: str) -> None:
 def cache_dir() -> Path:
     """The user's cache directory for memqual (``$MEMQUAL_CACHE`` overrides),
     created private (0700) and checked with ``trusted_dir``."""
-    override = os.environ.get("MEMQUAL_CACHE")
+    override = settings.cache()
     if override:
-        base = Path(override)
+        base = override
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memqual"
     return trusted_dir(base, "cache directory")
@@ -153,7 +153,7 @@ def short_tempdir(prefix: str = "mq") -> Path:
 
     It is held live (host/core/leftovers.py) until ``release_tempdir``; those
     of killed runs are removed here first."""
-    parent = os.environ.get("MEMQUAL_SOCKET_DIR", "/tmp")
+    parent = settings.socket_dir()
     leftovers.sweep_tempdirs(parent)
     return leftovers.live_tempdir(prefix, parent)
 

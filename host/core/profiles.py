@@ -21,11 +21,11 @@ process can look at several profiles (tests/) and the row follows
 from __future__ import annotations
 
 import dataclasses
-import os
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 
-ENV_PROFILE = "MEMQUAL_PROFILE"
+ENV_PROFILE = settings.PROFILE
 QUICK = "quick"
 FULL = "full"
 AB = "ab"
@@ -102,7 +102,7 @@ SIZES: dict[str, Sizes] = {
 
 def current() -> str:
     """The profile ``memqual run`` set for this process (quick when none)."""
-    name = os.environ.get(ENV_PROFILE) or QUICK
+    name = settings.profile() or QUICK
     if name not in SIZES:
         raise BadInput(f"{ENV_PROFILE}={name!r}: use one of {', '.join(PROFILES)}")
     return name

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
 MACHINE_TYPES = ("microvm", "pc", "q35")
@@ -58,14 +59,13 @@ class MachineConfig:
                 raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
 
 
-ENV_QEMU = "MEMQUAL_QEMU"  # path of the QEMU binary to use (a patched build, or a test's fake)
-ENV_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's kernel command line
+ENV_QEMU = settings.QEMU
 
 
 def qemu_binary() -> str:
     """The QEMU binary: ``$MEMQUAL_QEMU`` if set, else qemu-system-x86_64 on
     PATH.  Not cached, so a changed environment takes effect at once."""
-    override = os.environ.get(ENV_QEMU)
+    override = settings.qemu()
     if override:
         if not (os.path.isfile(override) and os.access(override, os.X_OK)):
             raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
@@ -192,7 +192,7 @@ def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
         parts.append(f"tsc_early_khz={khz}")
     # A kernel of a series (memqual bisect) may carry its own extra command
     # line, given to the scenarios through the environment like the kernel.
-    env_extra = os.environ.get(ENV_CMDLINE_EXTRA, "").strip()
+    env_extra = settings.guest_cmdline_extra()
     if env_extra:
         parts.append(env_extra)
     if config.cmdline_extra:

@@ -25,10 +25,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.images import qemu as archive
 
-ENV_QEMU = "MEMQUAL_QEMU"  # the same variable memqual.host.core.qemu reads
+ENV_QEMU = settings.QEMU
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +115,7 @@ def describe(binary: Path, system: bool = False) -> QemuChoice:
 
 def current() -> QemuChoice:
     """The QEMU this process runs: ``$MEMQUAL_QEMU`` or the system's."""
-    override = os.environ.get(ENV_QEMU)
+    override = settings.qemu()
     if override:
         path = Path(override)
         if not (path.is_file() and os.access(path, os.X_OK)):
@@ -154,7 +155,7 @@ def choose(spec: str | None) -> QemuChoice:
     from memqual.host.core.paths import cache_dir
 
     choice = resolve(spec, cache_dir())
-    os.environ[ENV_QEMU] = str(choice.binary)
+    settings.put(ENV_QEMU, str(choice.binary))
     return choice
 
 

@@ -39,7 +39,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from memqual.host.core import leftovers, qemu
+from memqual.host.core import leftovers, qemu, settings
 from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, trusted_dir
@@ -103,7 +103,7 @@ def usable() -> bool:
     snapshot directory cannot be written: warm starts turn off, cold boots
     go on."""
     global _warned_unwritable
-    if os.environ.get("MEMQUAL_WARM") == "0":  # every start cold, e.g. to time the difference
+    if not settings.warm_starts():
         return False
     root = cache_dir() / "snapshots"
     try:

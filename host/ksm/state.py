@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import settings
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
@@ -46,8 +47,7 @@ _KNOB_NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def default_state_dir() -> Path:
-    override = os.environ.get("MEMQUAL_STATE_DIR")
-    return Path(override) if override else DEFAULT_STATE_DIR
+    return settings.state_dir() or DEFAULT_STATE_DIR
 
 
 @dataclasses.dataclass

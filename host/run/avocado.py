@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, AB_TAG
@@ -38,7 +39,7 @@ from memqual.host.run.signals import (
 def avocado_executable() -> list[str]:
     """This venv's avocado (the one installed with memqual), or
     ``$MEMQUAL_AVOCADO``."""
-    override = os.environ.get("MEMQUAL_AVOCADO")
+    override = settings.avocado()
     if override:
         path = Path(override)
         if not path.is_file():
@@ -127,25 +128,19 @@ def avocado_command(
 
 def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
     env = dict(os.environ)
-    env["MEMQUAL_PROFILE"] = config.profile
-    for key in (
-        "MEMQUAL_GUEST_KERNEL",
-        "MEMQUAL_GUEST_MODULES",
-        "MEMQUAL_GUEST_KERNEL_BUILD",
-        "MEMQUAL_RUN_LABEL",
-        "MEMQUAL_GUEST_CMDLINE_EXTRA",
-    ):
+    env[settings.PROFILE] = config.profile
+    for key in settings.PER_ARM:
         env.pop(key, None)
     if kernel is not None:
-        env["MEMQUAL_GUEST_KERNEL"] = str(kernel.bzimage)
+        env[settings.GUEST_KERNEL] = str(kernel.bzimage)
         if kernel.modules is not None:
-            env["MEMQUAL_GUEST_MODULES"] = str(kernel.modules)
+            env[settings.GUEST_MODULES] = str(kernel.modules)
         if kernel.label:
-            env["MEMQUAL_RUN_LABEL"] = kernel.label
+            env[settings.RUN_LABEL] = kernel.label
         if kernel.cmdline_extra:
-            env["MEMQUAL_GUEST_CMDLINE_EXTRA"] = kernel.cmdline_extra
+            env[settings.GUEST_CMDLINE_EXTRA] = kernel.cmdline_extra
         if kernel.kernel_build is not None:
-            env["MEMQUAL_GUEST_KERNEL_BUILD"] = str(kernel.kernel_build)
+            env[settings.GUEST_KERNEL_BUILD] = str(kernel.kernel_build)
     env.update(config.environment)
     return env
 

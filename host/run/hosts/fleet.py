@@ -38,7 +38,6 @@ import contextlib
 import dataclasses
 import io
 import json
-import os
 import re
 import shlex
 import shutil
@@ -47,6 +46,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.run.avocado import run_avocado
@@ -74,7 +74,7 @@ SPAWNER = "memqual-remote"
 SCRATCH = "tmp"  # the job's $TMPDIR under fleet/: aexpect's session files, never in /tmp
 # The parameters of a run that reach every task (the local job inherits
 # the whole environment; a remote task gets these).
-FORWARDED_ENV = ("MEMQUAL_WARM", "MEMQUAL_KSM_PAGES_TO_SCAN")
+FORWARDED_ENV = settings.FORWARDED_TO_LAB_HOSTS
 # Matches the shell prompt of the remote login shell (aexpect waits for it).
 PROMPT = r"[\#\$]\s*$"
 # The remote spawner's own limit for one task: the longest scenario's
@@ -201,8 +201,8 @@ def write_spawner_config(
             login = slot_login(host, local_socket, sockets[host.name], forward=index == 0)
             _write_private(path, json.dumps(login, indent=2))
             slot_files[str(path)] = host
-    environment = {"MEMQUAL_PROFILE": profile}
-    environment.update({k: os.environ[k] for k in FORWARDED_ENV if k in os.environ})
+    environment = {settings.PROFILE: profile}
+    environment.update(settings.forwarded_to_lab_hosts())
     spec = FleetSpec(slots=slot_files, environment=environment, status_sockets=sockets)
     spec_path = fleet_dir / "fleet-spec.json"
     _write_private(spec_path, json.dumps(spec.to_json(), indent=2))

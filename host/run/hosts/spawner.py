@@ -56,6 +56,7 @@ from avocado.core.plugin_interfaces import Init
 from avocado.core.settings import settings
 from avocado_spawner_remote import RemoteSpawner
 
+from memqual.host.core import settings as memqual_settings
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.run.hosts import ssh
 from memqual.host.run.hosts.config import LabHost
@@ -327,7 +328,7 @@ class FleetSpawner(RemoteSpawner):
         if not status_socket:
             return self._failed(slot, task_id, local, started, f"no status channel to lab host {host.name}")
         args = remote_args(task.get_command_args(), str(task.runnable.output_dir), remote_dir, status_socket)
-        env = {**FleetSpawner._environment, "MEMQUAL_LAB_HOST": host.name}
+        env = {**FleetSpawner._environment, memqual_settings.LAB_HOST: host.name}
         command = (
             f"cd {shlex.quote(host.checkout)} && env {shlex.join(f'{k}={v}' for k, v in sorted(env.items()))} "
             f"{shlex.quote(host.checkout + '/.venv/bin/python3')} -m {shlex.quote(module)} task-run "
