@@ -325,7 +325,7 @@ def test_only_the_commands_use_argparse() -> None:
         if not name.startswith("memqual.host.cli.")
         for node in _statements(_parse(path).body)
         if isinstance(node, (ast.Import, ast.ImportFrom))
-        and "argparse" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module])
+        and "argparse" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
     )
     assert users == []
 
