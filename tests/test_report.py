@@ -23,7 +23,7 @@ from memqual.host.judge.results import (
     metrics_of,
     write_results,
 )
-from memqual.host.report import report
+from memqual.host.report import claim_lines, report, terminal
 
 
 def _rec(
@@ -113,7 +113,7 @@ def test_two_records_of_one_metric_are_both_kept():
 
 
 def test_kernbench_table_is_mean_and_stdev_per_variant(results):
-    tables = report.kernbench_tables(results)
+    tables = terminal.kernbench_tables(results)
     assert len(tables) == 1
     title, columns, rows = tables[0]
     assert title == "ksm.volatile_scan  pages_to_scan=4000"
@@ -126,7 +126,7 @@ def test_kernbench_table_is_mean_and_stdev_per_variant(results):
 
 def test_terminal_tables_name_every_claim_and_its_verdict(results):
     buf = io.StringIO()
-    report.print_tables(results, Console(file=buf, width=140, force_terminal=False))
+    terminal.print_tables(results, Console(file=buf, width=140, force_terminal=False))
     out = buf.getvalue()
     for c in results["claims"]:
         assert c["id"] in out
@@ -204,9 +204,9 @@ def test_a_published_figure_in_ms_is_drawn_in_seconds_on_a_seconds_axis():
     bitmap = next(c for c in _scenario_results()["claims"] if c["id"] == "balloon-bitmap")
     a, b = bitmap["a"], bitmap["b"]
     assert (a["unit"], a["published_unit"], a["published"]) == ("s", "ms", 1237)
-    assert report.published_on_axis(a, a["unit"]) == pytest.approx(1.237)
-    assert report.published_on_axis(b, b["unit"]) == pytest.approx(2.031)
-    assert report.published_on_axis({"published": 5.0, "published_unit": "%"}, "s") is None
+    assert claim_lines.published_on_axis(a, a["unit"]) == pytest.approx(1.237)
+    assert claim_lines.published_on_axis(b, b["unit"]) == pytest.approx(2.031)
+    assert claim_lines.published_on_axis({"published": 5.0, "published_unit": "%"}, "s") is None
 
 
 def test_a_hostile_name_in_a_results_file_is_escaped_once_everywhere_on_the_page():

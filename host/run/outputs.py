@@ -75,7 +75,7 @@ def write_arm_outputs(
     ``label``: an A/B arm's QEMU and name where its kernel does not say."""
     from memqual.host.judge import claims
     from memqual.host.judge.results import build_results, write_results
-    from memqual.host.report import report
+    from memqual.host.report import report, terminal
 
     for problem in problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
@@ -110,7 +110,7 @@ def write_arm_outputs(
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results(results, out_dir / "results.json")
     report.write_html(results, out_dir / "report.html")
-    report.print_tables(results, console)
+    terminal.print_tables(results, console)
     console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
     return results
 

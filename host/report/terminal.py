@@ -1,0 +1,130 @@
+"""A run's tables on the terminal: the claims' verdicts with their evidence,
+and each metric's samples (kernbench's mean (stdev) form).  Judges nothing
+and writes no file.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from memqual.host.core import stats
+from memqual.host.judge.claims import (
+    DIRECTION_ONLY,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    UNDERPOWERED,
+)
+from memqual.host.judge.results import Results, variant_label
+from memqual.host.report.claim_lines import evidence_class, measured_text, published_text
+from memqual.host.report.html import (
+    num,
+)
+
+RICH_STYLES = {
+    REPRODUCED: "bold green",
+    DIRECTION_ONLY: "bold yellow",
+    NOT_REPRODUCED: "bold red",
+    UNDERPOWERED: "bold magenta",
+    NOT_MEASURABLE: "dim",
+}
+
+
+def _mean_stdev(samples: Sequence[float]) -> str:
+    s = stats.summarize(samples)
+    return f"{num(s.mean)} ({num(s.stdev)})"
+
+
+def kernbench_tables(results: Results | Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per scenario (and settings) a table shaped like seed 002's kernbench
+    table: a row per metric, a column per variant, cells "mean (stdev)"."""
+    groups: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = collections.defaultdict(dict)
+    for m in results["metrics"]:
+        settings = json.dumps(m.get("settings") or {}, sort_keys=True)
+        groups[(m["scenario"], settings)].setdefault(m["metric"], {})[variant_label(m.get("variant") or {})] = m
+    tables = []
+    for (scenario, settings), by_metric in sorted(groups.items()):
+        columns = sorted({v for cells in by_metric.values() for v in cells})
+        rows = []
+        for metric, cells in sorted(by_metric.items()):
+            unit = next(iter(cells.values()))["unit"]
+            scale, unit = time_scale(unit, [x for m in cells.values() for x in m["samples"]])
+            rows.append(
+                [f"{metric} ({unit})"]
+                + [_mean_stdev([x * scale for x in cells[c]["samples"]]) if c in cells else "" for c in columns]
+            )
+        title = scenario if settings == "{}" else f"{scenario}  {short_settings(settings)}"
+        tables.append((title, columns, rows))
+    return tables
+
+
+def time_scale(unit: str, samples: Sequence[float]) -> tuple[float, str]:
+    """Seconds shown in ms or us when they are that small (a column of
+    4.696e-05 reads badly)."""
+    if unit != "s" or not samples:
+        return 1.0, unit
+    typical = stats.median([abs(x) for x in samples])
+    if 0 < typical < 1e-3:
+        return 1e6, "us"
+    if 0 < typical < 1.0:
+        return 1e3, "ms"
+    return 1.0, unit
+
+
+def short_settings(settings_json: str) -> str:
+    """Settings as k=v, long values cut (the full text is in results.json)."""
+    settings = json.loads(settings_json)
+
+    def short(value: Any) -> str:
+        text = str(value)
+        return text if len(text) <= 24 else text[:21] + "..."
+
+    return ", ".join(f"{k}={short(v)}" for k, v in sorted(settings.items()))
+
+
+def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> None:
+    """The verdicts and the kernbench-shaped tables, with rich."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console()
+    for title, columns, rows in kernbench_tables(results):
+        # The title (scenario and settings) on its own line: as a table title
+        # it would wrap to the table's width.
+        console.print(
+            f"\n[bold]{escape(title)}[/]  [dim]mean (stdev) of the repeats[/]", highlight=False, soft_wrap=True
+        )
+        table = Table()
+        table.add_column("", style="bold", overflow="fold")
+        for column in columns:
+            table.add_column(escape(column), justify="right", overflow="fold")
+        for row in rows:
+            table.add_row(*[escape(cell) for cell in row])
+        console.print(table)
+    table = Table(title="Claims", title_justify="left")
+    table.add_column("claim", no_wrap=True)
+    table.add_column("evidence", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("measured B/A [95% CI]", justify="right", overflow="fold")
+    table.add_column("published", justify="right")
+    for c in results["claims"]:
+        table.add_row(
+            c["id"],
+            evidence_class(c),
+            f"[{RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]",
+            escape(measured_text(c)),
+            escape(published_text(c)),
+        )
+    console.print(table)
+    # The reasons are sentences: print them below the table, not squeezed
+    # into a column.
+    for c in results["claims"]:
+        console.print(
+            f"[bold]{c['id']}[/] ({evidence_class(c)}): {escape(c['reason'])}",
+            highlight=False,
+            soft_wrap=not console.is_terminal,
+        )
