@@ -1,5 +1,5 @@
 """The A/B decisions' error rates, measured on synthetic truth through the
-real decision code (memqual.host.core.stats.ratio_test and
+real decision code (memqual.host.core.ab_tests.ratio_test and
 memqual.host.judge.comparison.decide, what compare_results runs per metric;
 one trial also goes through compare_results whole to check it decides
 the same).  Fixed seeds, bounded trials; the figures are in
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.core import stats
+from memqual.host.core import ab_tests
 from memqual.host.judge import comparison
 from memqual.host.run.bisect import until
 
@@ -33,7 +33,7 @@ def _trial(rng, n, spread, effect, paired, drift_sd=0.0, others=OTHERS):
         drift = rng.normal(0.0, drift_sd, n)
         ra = _replicates(rng, n, spread, 1.0 + i, drift)
         rb = _replicates(rng, n, spread, (1.0 + i) * (effect if i < PRIMARIES else 1.0), drift)
-        tests.append(stats.ratio_test(ra, rb, blocks, blocks))
+        tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
     roles = [comparison.PRIMARY] * PRIMARIES + [comparison.EXPLORATORY] * others
     return tests, roles
 
@@ -126,13 +126,13 @@ def test_sequential_looks_spend_alpha_and_keep_the_false_positive_rate():
         for look in range(2, planned + 1):
             blocks = list(range(look))
             tests = [
-                stats.ratio_test(
+                ab_tests.ratio_test(
                     [[float(np.exp(x))] for x in a[:look]], [[float(np.exp(x))] for x in b[:look]], blocks, blocks
                 )
                 for a, b in data
             ]
             roles = [comparison.PRIMARY] * PRIMARIES
-            level = stats.spent_alpha(ALPHA, look, planned)
+            level = ab_tests.spent_alpha(ALPHA, look, planned)
             for i, v in enumerate(_verdicts(tests, roles, alpha=level)):
                 if i not in frozen and v != comparison.UNDECIDED:
                     frozen[i] = v
@@ -156,7 +156,7 @@ def test_compare_results_decides_as_the_calibrated_code():
     for i in range(20):
         ra = _replicates(rng, n, 0.03, 1.0 + i, np.zeros(n))
         rb = _replicates(rng, n, 0.03, (1.0 + i) * (1.1 if i < 5 else 1.0), np.zeros(n))
-        tests.append(stats.ratio_test(ra, rb, list(range(n)), list(range(n))))
+        tests.append(ab_tests.ratio_test(ra, rb, list(range(n)), list(range(n))))
         for side, reps in ((entries_a, ra), (entries_b, rb)):
             side.append(
                 {

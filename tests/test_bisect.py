@@ -612,13 +612,13 @@ def test_resume_with_other_kernels_is_bad_input(tmp_path, capsys):
 
 
 def test_a_resumed_bisect_may_be_given_more_budget(tmp_path, monkeypatch, capsys):
-    import memqual.host.run.bisect as bisect_cli
+    from memqual.host.run.bisect import jobs as bisect_jobs
 
     runner = FakeRunner(step=3, round_s=300.0)
     b = _bisect(tmp_path, 6, runner, budget_min=8.0)
     assert b.run().kind == "undecided ends"  # one round a side fits, a decision needs two
     more = FakeRunner(step=3, round_s=300.0)
-    monkeypatch.setattr(bisect_cli, "avocado_runner", lambda settings, console, qemu=None: more)
+    monkeypatch.setattr(bisect_jobs, "avocado_runner", lambda settings, console, qemu=None: more)
     assert cli.main(["bisect", "--resume", str(tmp_path / "b"), "--budget", "60"]) == 0
     state = json.loads((tmp_path / "b" / "bisect.json").read_text())
     assert state["settings"]["budget_min"] == 60 and state["outcome"]["first_bad"] == 3

@@ -6,7 +6,7 @@ the history's families (host/judge/history.py).
 Two results.json files are compared metric by metric on independent
 replicates (a fresh guest, a round, or a block of an interleaved A/B;
 host/core/record.py).  Each metric's B / A is tested with a t-test of the
-replicate medians on the log scale (memqual.host.core.stats.ratio_test): paired
+replicate medians on the log scale (memqual.host.core.ab_tests.ratio_test): paired
 by block when both sides name their replicates' blocks, so that the host's
 drift between blocks cancels, Welch's otherwise.  A metric entry without
 ``replicates`` counts as one replicate.
@@ -66,7 +66,7 @@ from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 
 if TYPE_CHECKING:
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests, stats
 
 # Defaults (memqual.host.core.stats has the same values; not imported here so that
 # `memqual --help` does not load numpy and scipy).
@@ -362,15 +362,15 @@ def _levels(pvalues: Sequence[float], adjusted: Sequence[float], alpha: float, h
 
 
 def decide_family(
-    tests: Sequence[stats.RatioTest], *, threshold: float, alpha: float, holm: bool = True
+    tests: Sequence[ab_tests.RatioTest], *, threshold: float, alpha: float, holm: bool = True
 ) -> list[FamilyDecision]:
     """Holm (or Benjamini-Hochberg) over one family, for the p of a
     difference and, separately, for the TOST p of equivalence."""
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests, stats
 
     if not tests:
         return []
-    correct = stats.holm if holm else stats.benjamini_hochberg
+    correct = stats.holm if holm else ab_tests.benjamini_hochberg
     p = [t.p_difference() for t in tests]
     q = [t.p_equivalence(threshold) for t in tests]
     pa, qa = correct(p), correct(q)
@@ -378,7 +378,9 @@ def decide_family(
     return [FamilyDecision(pa[i], qa[i], la[i], lq[i]) for i in range(len(tests))]
 
 
-def verdict_of(test: stats.RatioTest, decision: FamilyDecision, *, better: str, threshold: float, alpha: float) -> str:
+def verdict_of(
+    test: ab_tests.RatioTest, decision: FamilyDecision, *, better: str, threshold: float, alpha: float
+) -> str:
     ratio = test.ratio_of(test.estimate)
     if decision.p_adjusted < alpha and math.isfinite(ratio) and abs(ratio - 1.0) >= threshold:
         return FASTER if (ratio > 1.0) == (better == "higher") else SLOWER
@@ -407,7 +409,7 @@ def roles_of(pairs: Sequence[tuple[MetricEntry, MetricEntry]]) -> list[str]:
 
 
 def decide(
-    tests: Sequence[stats.RatioTest],
+    tests: Sequence[ab_tests.RatioTest],
     roles: Sequence[str],
     better: Sequence[str],
     *,
@@ -433,7 +435,7 @@ def decide(
 
 
 def metric_stats(
-    test: stats.RatioTest,
+    test: ab_tests.RatioTest,
     a_reps: Sequence[Sequence[float]],
     b_reps: Sequence[Sequence[float]],
     decision: FamilyDecision | None,
@@ -486,9 +488,9 @@ def decide_one(
     """One metric decided on its own, a primary family of one, exactly as
     compare_results decides each metric: the bisect's question about its
     one metric.  ValueError when a side has no samples."""
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests
 
-    test = stats.ratio_test(a_reps, b_reps, a_blocks or None, b_blocks or None)
+    test = ab_tests.ratio_test(a_reps, b_reps, a_blocks or None, b_blocks or None)
     decisions, verdicts = decide([test], [PRIMARY], [better], threshold=threshold, alpha=alpha)
     return metric_stats(test, a_reps, b_reps, decisions[0], verdicts[0], threshold=threshold), verdicts[0]
 
@@ -503,7 +505,7 @@ def compare_results(
     b_name: str = "B",
     all_metrics: bool = False,
 ) -> RunComparison:
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests
 
     a, b = Results.from_json(a), Results.from_json(b)
     check_comparable(a, b, a_name, b_name)
@@ -511,7 +513,7 @@ def compare_results(
     pairs = sorted(pairs, key=lambda p: p[0].key)
     reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
     tests = [
-        stats.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
+        ab_tests.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
         for (ma, mb), (ra, rb) in zip(pairs, reps, strict=True)
     ]
     roles = roles_of(pairs)

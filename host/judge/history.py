@@ -228,13 +228,13 @@ def _reps(entry: dict[str, Any]) -> list[list[float]]:
 def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
     """The p of "no change anywhere in the series" that its family
     corrects: at every boundary between two runs, Welch's t-test of the log
-    replicate medians before against after (memqual.host.core.stats.ratio_test),
+    replicate medians before against after (memqual.host.core.ab_tests.ratio_test),
     the smallest p, times the boundaries (Bonferroni over the candidates:
     the best of k - 1 splits, not one chosen in advance).  A permutation
     test here has the floor compare had: 3 runs of 3 replicates give 84
     arrangements of the last run, p never below about 1/84, which no
     correction over tens of metrics lets through."""
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests
 
     runs = [[r for r in run if len(r)] for run in series]
     if len(runs) < 2 or min(len(r) for r in runs) == 0:
@@ -243,7 +243,7 @@ def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
     for k in range(1, len(runs)):
         before = [r for run in runs[:k] for r in run]
         after = [r for run in runs[k:] for r in run]
-        ps.append(stats.ratio_test(before, after).p_difference())
+        ps.append(ab_tests.ratio_test(before, after).p_difference())
     return min(1.0, min(ps) * len(ps))
 
 
@@ -265,7 +265,7 @@ def change_points(
     samples).  See the module docstring for the test."""
     import numpy as np
 
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests, stats
 
     medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
     steps: list[Step] = []
@@ -280,7 +280,7 @@ def change_points(
         # The boundary of the smallest p is the candidate.
         best = min(
             range(1, j - i),
-            key=lambda k: stats.ratio_test(
+            key=lambda k: ab_tests.ratio_test(
                 [r for run in series[i : i + k] for r in run if len(r)],
                 [r for run in series[i + k : j] for r in run if len(r)],
             ).p_difference(),
@@ -317,7 +317,7 @@ def change_points(
 
 
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests, stats
 
     keys = sorted({k for r in runs for k in r.metrics})
     out = []
@@ -362,7 +362,7 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                 ],
             )
         series.p_change = no_change_p([_reps(e) for _, e in present])
-        tests = [stats.ratio_test(first, _reps(e)) for _, e in present[1:]]
+        tests = [ab_tests.ratio_test(first, _reps(e)) for _, e in present[1:]]
         series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
         out.append(series)
     _decide_families(out, runs, alpha)
@@ -372,7 +372,7 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
 def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> None:
     """Each series' family (memqual.host.judge.primaries, the primary marks the
     runs' files carry), the corrections within it, and the verdicts."""
-    from memqual.host.core import stats
+    from memqual.host.core import ab_tests, stats
     from memqual.host.judge import comparison
     from memqual.host.judge.primaries import is_control
 
@@ -392,7 +392,7 @@ def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> Non
         members = [s for s in series if s.role == role and s.comparable]
         if not members:
             continue
-        correct = stats.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
+        correct = ab_tests.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
         level = alpha
         for s, p, q in zip(
             members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True

@@ -15,7 +15,7 @@ blocks of other scenarios do not re-decide it.
 Looking after every block and stopping when something is decided is
 optional stopping: at a fixed alpha every look would be another chance
 of a wrong decision.  So each look spends only its share of alpha
-(``stats.spent_alpha``: the power spending function alpha (k / K)^2 over
+(``ab_tests.spent_alpha``: the power spending function alpha (k / K)^2 over
 K planned looks, close to O'Brien-Fleming's boundaries, little early and
 most late), and the shares sum to alpha: however the looks fall, the
 chance of any wrong decision (a change where there is none, or
@@ -124,9 +124,9 @@ class Tracker:
     controls_flagged: set[str] = dataclasses.field(default_factory=set)
 
     def alpha_at(self, look: int) -> float:
-        from memqual.host.core import stats
+        from memqual.host.core import ab_tests
 
-        return stats.spent_alpha(self.alpha, look, self.planned_looks)
+        return ab_tests.spent_alpha(self.alpha, look, self.planned_looks)
 
     def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool:
         """Take the run after block ``look``; True when every primary is decided."""
