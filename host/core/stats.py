@@ -1,58 +1,10 @@
-"""Statistics of repeated measurements: location, spread, A/B comparison.
-
-Everything the claims and the report say about a metric comes from here, so
-the choices are written down once:
-
-- Location is the **median** (robust to the odd slow repeat a shared 2-core
-  machine produces); the mean and standard deviation are kept too, because the
-  seed's kernbench table reports "mean (stdev)".
-- Spread is the interquartile range and the median absolute deviation; the
-  coefficient of variation is stdev / |mean|.
-- **Replicates.**  Inference is only honest on independent units: a fresh
-  guest or a round of ``memqual run`` (see host/core/record.py).  Samples taken
-  inside one guest share its state and are nested in it; treating them as
-  independent gives intervals that exclude each other's runs.  So the
-  A/B functions that take ``*_reps`` (lists of replicates, each a list of
-  samples) are the ones to use: ``compare_replicates``,
-  ``hierarchical_ratio_ci``, ``replicate_permutation_test``.
-- The A/B effect is the **ratio of pooled medians** B / A.  Its confidence
-  interval is a seeded two-stage (hierarchical) percentile bootstrap:
-  replicates are resampled with replacement, then samples within each
-  chosen replicate.  With one replicate on a side its first stage is
-  degenerate and the interval shows only within-unit noise; the
-  ``Comparison`` says so (``ci_method``).  Percentile rather than BCa: with
-  a handful of replicates BCa often degenerates, and a report must not flip
-  on that.
-- Significance is a two-sided permutation test of the difference of means
-  of the **replicate medians** (one summary per independent unit).  It is
-  exact (every one of the C(na+nb, na) arrangements enumerated) when that
-  count fits in the budget, Monte Carlo otherwise; the result says which.
-  8 against 8 has 12870 arrangements: more than the 9999 resamples of the
-  flat ``compare``, within the DEFAULT_PERMUTATIONS (200000) of
-  the replicate-level test, which enumerates up to 10 against 10.
-- **Power.**  An exact permutation test cannot give a p below
-  ``min_attainable_p(na, nb)`` (2/C(2n, n) for n a side).  When that floor is
-  not below alpha the comparison is ``underpowered``: it can never be
-  significant, whatever was measured, and ``replicates_needed`` says how
-  many replicates a side would do.  Never read such a result as "no
-  difference".
-- A change counts only when p < alpha *and* the relative change of the
-  medians is at least ``min_effect`` (a real but tiny shift is not worth a
-  verdict).  Several metrics of one comparison are corrected with ``holm``.
-
-The A/B decisions of ``memqual compare``, ``--until-decided`` and
-``memqual history`` do not use the permutation test: ``ratio_test`` (a
-paired t on blocks' log ratios, or Welch's t on log replicate medians),
-``benjamini_hochberg`` and ``spent_alpha`` below are theirs, because the
-permutation test's floor cannot pass a correction at the block counts a
-short run gives.  ``compare_replicates`` and its power floor stay for the
-claims' verdicts.
-
-The older sample-level functions (``compare``, ``bootstrap_ratio_ci`` and
-``permutation_test`` on flat samples) stay for computed figures that have
-no replicate structure.
-
-Every random choice is seeded: the same samples give the same report.
+"""Statistics of repeated measurements: location and spread (the median
+first), the ratio of pooled medians with its seeded two-stage bootstrap
+interval, permutation tests on replicate medians with their power floor,
+and Holm.  Inference only on independent replicates (a fresh guest or a
+round).  docs/claims-and-report.md ("Statistics") gives the choices and why.
+Every random choice is seeded; no I/O.  The A/B decision tests are
+ab_tests.py's.
 """
 
 from __future__ import annotations

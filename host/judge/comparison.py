@@ -1,54 +1,10 @@
-"""Run B against run A, metric by metric: the computation behind ``memqual
-compare`` (host/cli/compare.py, the command and its table), comparison.html
-(host/report/compare_report.py), ``--until-decided`` (host/run/bisect/until.py) and
-the history's families (host/judge/history.py).
-
-Two results.json files are compared metric by metric on independent
-replicates (a fresh guest, a round, or a block of an interleaved A/B;
-host/core/record.py).  Each metric's B / A is tested with a t-test of the
-replicate medians on the log scale (memqual.host.core.ab_tests.ratio_test): paired
-by block when both sides name their replicates' blocks, so that the host's
-drift between blocks cancels, Welch's otherwise.  A metric entry without
-``replicates`` counts as one replicate.
-
-Metrics fall in three families (memqual.host.judge.primaries):
-
-- **primary** (the metrics a kernel developer watches; results.json marks
-  them ``"primary": true``; when neither file marks any, every metric is
-  primary): Holm's step-down over the family, at alpha, both for the test
-  of a difference and for the two one-sided tests of equivalence;
-- **control** (metrics no guest kernel can move: the host-only /dev/kvm
-  costs): their own Holm family at alpha.  A control ``slower`` or
-  ``faster`` means the host drifted between A and B: the comparison says
-  its decisions are not to be trusted (``host_drifted``);
-- **exploratory** (the rest): Benjamini-Hochberg (false discovery rate) at
-  alpha / 4, so that with no effect anywhere the chance of flagging any
-  metric at all stays at most 1.25 alpha (1 alpha from the primaries, 0.25
-  from the rest; measured in docs/ab-calibration.md).  They never set
-  the exit status unless ``all_metrics``.
-
-Verdicts, each a decision with its error rate controlled by its family:
-
-- ``slower`` / ``faster``: the corrected p of no difference below the
-  family's alpha and the ratio moved by at least the threshold, worse or
-  better as the metric's ``better`` says;
-- ``equivalent``: the corrected TOST p below the family's alpha: the
-  interval of B / A at the level that p faced lies inside
-  [1 - threshold, 1 + threshold];
-- ``undecided``: neither; ``blocks_needed`` says about how many units a
-  side (blocks when paired) would decide it if the estimate and spread
-  stayed as observed.
-
-And one status that is not a decision: ``not comparable``, for a metric
-that holds only under a regime the host sets (KSM's volatile scan and
-its dirtying rate, host/judge/regime.py) when the two sides' regimes differ
-beyond the tolerance or one side did not record it.  Such a metric is
-listed with its ratio and the two regimes, takes no part in its family's
-correction and never sets the exit status.
-
-``check_comparable`` raises BadInput (one line) when the two cannot be
-compared: another memqual version, a metric whose unit or direction
-differs, or no metric at all present in both.
+"""Run B against run A, metric by metric, on independent replicates: the
+verdicts (slower, faster, equivalent, undecided; not comparable across
+regimes) per family (primaries and controls by Holm, the rest by
+Benjamini-Hochberg), and whether the host drifted.  The computation behind
+memqual compare, comparison.html, --until-decided and the history's
+families; docs/claims-and-report.md ("memqual compare") is the manual.
+Draws nothing and prints nothing.
 """
 
 from __future__ import annotations
