@@ -120,7 +120,7 @@ def _command(argv: list[str] | None) -> int:
             print(exc.details(), file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)  # runjob turns SIGTERM/SIGHUP into this too
+        signum = getattr(exc, "signum", signal.SIGINT)  # memqual.host.run.signals turns SIGTERM/SIGHUP into this too
         print(f"memqual: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + int(signum)
     except Exception as exc:  # the last line of defence: one line, not a traceback

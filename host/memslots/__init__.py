@@ -12,7 +12,7 @@
 - cli: ``memqual memslots model|lookup|kvm|qemu``.
 - kvm, kvm_bench, kvm_cli: the /dev/kvm harness (pure Python ioctls, a tiny
   vCPU), no guest OS.
-- qemu_layout, qemu_probe, qemu_cli: a layout applied to a real QEMU guest
+- qemu_layout, qemu_probe (the command: host/cli/memslots_qemu.py): a layout applied to a real QEMU guest
   (pc-dimms at boot and by hotplug), read back from QEMU and the guest, and
   the differential check.
 - trace: guest frames recorded from a real guest replayed through the model.

@@ -469,7 +469,7 @@ class Bisector:
                 )
                 self._log(f"memqual bisect {mark} K{index + 1}")
                 self.save()
-        except KeyboardInterrupt:  # Ctrl-C, and SIGTERM/SIGHUP through runjob
+        except KeyboardInterrupt:  # Ctrl-C, and SIGTERM/SIGHUP through memqual.host.run.signals
             self.interrupted = True
             self._log(f"# stopped {_now()}: resume with memqual bisect --resume {self.dir}")
             self.save()
