@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from memqual.host.cli import memslots_bench as bench
+from memqual.host.cli import memslots_bench
+from memqual.host.memslots import bench
 from memqual.host.memslots.structures import STRUCTURES
 
 
@@ -18,9 +19,9 @@ def test_bench_times_every_structure_with_a_spread():
 
 
 def test_bench_json_and_bad_arguments(capsys):
-    assert bench.main(["--repeats", "2", "--batch", "20", "--workload", "small-hits", "--json"]) == 0
+    assert memslots_bench.main(["--repeats", "2", "--batch", "20", "--workload", "small-hits", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {row["workload"] for row in doc["results"]} == {"small-hits"}
-    assert bench.main(["--repeats", "1"]) == 2
-    assert bench.main(["--layout", "seed-0", "--repeats", "2"]) == 2
+    assert memslots_bench.main(["--repeats", "1"]) == 2
+    assert memslots_bench.main(["--layout", "seed-0", "--repeats", "2"]) == 2
     assert "unknown layout 'seed-0'" in capsys.readouterr().err
