@@ -61,10 +61,10 @@ def test_the_guest_sources_claims_and_layouts_are_in_the_wheel(names: set[str]) 
 
 def test_the_results_and_record_schemas_are_in_the_wheel(names: set[str], wheel: Path) -> None:
     # load_results and record.load validate against these at run time.
-    assert {"memqual/host/results.schema.json", "memqual/host/record.schema.json"} <= names
+    assert {"memqual/host/judge/results.schema.json", "memqual/host/core/record.schema.json"} <= names
     with zipfile.ZipFile(wheel) as archive:
-        shipped = json.loads(archive.read("memqual/host/results.schema.json"))
-    assert shipped == json.loads((SOURCE / "host" / "results.schema.json").read_text())
+        shipped = json.loads(archive.read("memqual/host/judge/results.schema.json"))
+    assert shipped == json.loads((SOURCE / "host" / "judge" / "results.schema.json").read_text())
 
 
 def test_memqual_is_the_only_top_level_name(names: set[str]) -> None:
@@ -121,14 +121,14 @@ def test_only_memqual_imports_from_the_installed_environment(tmp_path: Path) -> 
 def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     names: set[str], wheel: Path, tmp_path: Path
 ) -> None:
-    templates = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "templates").iterdir()}
-    assert {"memqual/host/templates/memqual.css", "memqual/host/templates/base.html.j2"} <= templates
+    templates = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "core" / "templates").iterdir()}
+    assert {"memqual/host/core/templates/memqual.css", "memqual/host/core/templates/base.html.j2"} <= templates
     assert templates - names == set()
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
     probe = (
-        "import json; from memqual.host import pages; from memqual.host.run.hosts import page;"
+        "import json; from memqual.host.core import pages; from memqual.host.run.hosts import page;"
         "print(json.dumps([pages.environment().get_template('fleet.html.j2').filename,"
         " page.render(page.Fleet(columns=()))]))"
     )
@@ -139,4 +139,4 @@ def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     template, html = json.loads(out.stdout)
     assert Path(template).is_relative_to(site / "memqual"), template
     assert "memqual: 0 lab hosts" in html
-    assert (SOURCE / "host" / "templates" / "memqual.css").read_text() in html  # inlined, as it is
+    assert (SOURCE / "host" / "core" / "templates" / "memqual.css").read_text() in html  # inlined, as it is
