@@ -23,12 +23,12 @@ import time
 from typing import Any
 
 from memqual.e2e.base import GuestTest, sizes
+from memqual.host import kvm as K
 from memqual.host import qemu_binary
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib, wait_rss
 from memqual.host.machine import Machine, MachineConfig
-from memqual.host import kvm as K
 from memqual.host.memslots import kvm_lookup as L
 from memqual.host.memslots import virtio_layouts
 from memqual.host.memslots.model import model_table

@@ -77,7 +77,7 @@ from memqual.host import ratio_ci, stats
 from memqual.host.errors import BadInput
 from memqual.host.figures import format_number
 from memqual.host.jsonfile import read_json
-from memqual.host.memslots import guest_layouts, kvm2011, model
+from memqual.host.memslots import guest_layouts, kvm2011, model, structures, virtio_layouts
 from memqual.host.memslots import layout as layout_mod
 from memqual.host.paths import shipped
 from memqual.host.record import Measurement
@@ -198,6 +198,21 @@ class Beside:
 
 
 @dataclasses.dataclass(frozen=True)
+class TodayLayouts:
+    """Layouts of a guest of today (a virtio-mem guest's plugged states)
+    listed on a memslot claim's card beside the verdict's evidence: the
+    nodes a miss examines in each named reference structure, computed from
+    each recorded layout, and the miss cost measured through /dev/kvm at
+    its slot count.  They never decide the verdict."""
+
+    label: str
+    scenario: str
+    structures: tuple[str, ...]
+    workload: str = "miss"
+    kvm_scenario: str = virtio_layouts.KVM_SCENARIO
+
+
+@dataclasses.dataclass(frozen=True)
 class Evidence:
     """What the claim is about, and what this registry measures instead."""
 
@@ -208,6 +223,7 @@ class Evidence:
     would_measure: str = ""  # what would measure the claim itself
     beside: tuple[Beside, ...] = ()
     accelerator: Accelerator | None = None
+    today: TodayLayouts | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +309,7 @@ class Verdict:
     replicates_needed: int | None = None
     layouts: list[LayoutResult] = dataclasses.field(default_factory=list)
     beside: list[BesideResult] = dataclasses.field(default_factory=list)
+    today: list[virtio_layouts.TodayRow] = dataclasses.field(default_factory=list)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     interval_method: str = ""
     ceiling: CeilingResult | None = None
@@ -381,6 +398,16 @@ class Verdict:
                 for lr in self.layouts
             ],
             "beside": [dataclasses.asdict(b) for b in self.beside],
+            "today": (
+                {
+                    "label": ev.today.label,
+                    "structures": list(ev.today.structures),
+                    "workload": ev.today.workload,
+                    "rows": [r.to_json() for r in self.today],
+                }
+                if ev.today and self.today
+                else None
+            ),
             "settings": self.settings,
         }
 
@@ -507,6 +534,25 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
         would_measure=would,
         beside=tuple(beside),
         accelerator=accelerator,
+        today=_parse_today(entry.get("today"), where + " today"),
+    )
+
+
+def _parse_today(entry: Any, where: str) -> TodayLayouts | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise BadInput(f"{where}: must be an object")
+    names = _require(entry, "structures", list, where)
+    known = set(structures.STRUCTURES)
+    if not names or not all(isinstance(x, str) and x in known for x in names):
+        raise BadInput(f"{where}: 'structures' must name structures of the memslot model ({', '.join(sorted(known))})")
+    return TodayLayouts(
+        label=_require(entry, "label", str, where),
+        scenario=_require(entry, "scenario", str, where),
+        structures=tuple(names),
+        workload=str(entry.get("workload", "miss")),
+        kvm_scenario=str(entry.get("kvm_scenario", virtio_layouts.KVM_SCENARIO)),
     )
 
 
@@ -640,6 +686,7 @@ def evaluate(
                 reason += f". What would measure it: {claim.evidence.would_measure}"
             verdict = Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason, evidence=UNMEASURABLE)
         verdict.beside = beside
+        verdict.today = _today(claim, records)
         verdicts.append(verdict)
     return verdicts
 
@@ -1022,6 +1069,17 @@ def _record_pair(claim: Claim, records: list[Measurement]) -> tuple[Measurement,
         )
     # The pair with the most independent replicates is the most informative.
     return max(complete, key=lambda pair: (min(pair[0].n_replicates, pair[1].n_replicates), len(pair[0].samples)))
+
+
+def _today(claim: Claim, records: list[Measurement]) -> list[virtio_layouts.TodayRow]:
+    """The guest-of-today layouts the claim lists, from this run's records
+    alone (never from the claim's figures)."""
+    spec = claim.evidence.today
+    if spec is None:
+        return []
+    return virtio_layouts.today_rows(
+        records, spec.structures, scenario=spec.scenario, kvm_scenario=spec.kvm_scenario, workload=spec.workload
+    )
 
 
 def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[BesideResult]:
