@@ -31,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     check.set_defaults(handler=_check)
     probe = hosts.add_parser("probe", help="this host's answer to a controller (JSON); ends QEMUs left behind")
+    probe.add_argument(
+        "--qemu",
+        type=cliargs.qemu_spec,
+        metavar="VERSION|PATH",
+        help="make this QEMU this host's first (a version is fetched from this host's archive into its cache) "
+        "and answer its binary, or why this host cannot have it",
+    )
     probe.set_defaults(handler=_probe)
 
 
@@ -53,19 +60,11 @@ def _extend_run(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         if not args.hosts:
             return int(plain(args))
-        if getattr(args, "qemu", None):
-            from memqual.host.errors import BadInput
-
-            # The hosts' jobs run each host's own QEMU; a --qemu here would
-            # be named in nothing they record.
-            raise BadInput(
-                "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
-                "checks a QEMU there)"
-            )
         from memqual.host.hosts import fleet
         from memqual.host.runjob import config_from_args
 
-        return fleet.main(config_from_args(args), args.hosts)
+        # --qemu is not resolved here: each host fetches it for itself.
+        return fleet.main(config_from_args(args), args.hosts, getattr(args, "qemu", None))
 
     run.set_defaults(handler=handler)
 
@@ -89,5 +88,5 @@ def _check(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from memqual.host.hosts.probe import probe
 
-    print(json.dumps(probe().to_json()))
+    print(json.dumps(probe(args.qemu).to_json()))
     return 0
