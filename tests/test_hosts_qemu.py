@@ -205,3 +205,56 @@ def test_the_probe_makes_a_qemu_it_can_have_its_own(monkeypatch: pytest.MonkeyPa
 def test_bad_input_is_refused_before_any_host_is_asked(tmp_path: Path, keys: tuple[Path, Path]) -> None:
     with pytest.raises(BadInput, match="give --qemu once"):
         fleet.main(RunConfig(output=tmp_path / "o"), str(hosts_file(tmp_path, ("a",))), ["7.2", "10.0.2"])
+
+
+# -- for real: one lab host (a network namespace with its own sshd) --------
+
+
+def _lab_ready() -> str:
+    import os
+    import shutil
+
+    from memqual.e2e.lab import SSHD
+
+    if os.geteuid() != 0:
+        return "needs root (ip netns)"
+    if not SSHD.exists() or shutil.which("ip") is None:
+        return "needs /usr/sbin/sshd and ip"
+    return ""
+
+
+@pytest.mark.skipif(bool(_lab_ready()), reason=_lab_ready() or "lab ready")
+def test_a_real_lab_host_answers_the_qemu_it_can_have_and_why_not(tmp_path: Path) -> None:
+    """Over real SSH into a namespace host running this checkout: a QEMU
+    it has (the newest archive QEMU in the shared cache, else the system's,
+    by path: a version would need the host to reach a mirror) is answered
+    with its binary and named in the host's environment; a path that is no
+    QEMU leaves the host out with the reason."""
+    import os
+    import shutil
+    import tempfile
+
+    from memqual.e2e.lab import NamespaceLab, remove_stale_labs
+    from memqual.host.paths import cache_dir
+
+    archive = sorted((cache_dir() / "qemu").glob("*/usr/bin/qemu-system-x86_64"))
+    binary = archive[-1] if archive else Path(shutil.which("qemu-system-x86_64") or "/usr/bin/qemu-system-x86_64")
+    if not binary.exists():
+        pytest.skip("no QEMU on this machine")
+    remove_stale_labs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"mqlab-{os.getpid()}-", dir="/run"))
+    try:
+        with NamespaceLab(1, workdir) as lab:
+            (host,) = config.load(lab.hosts_file(tmp_path / "hosts.toml"))
+            have = check.probe_host(host, qemu=str(binary))
+            lacking = check.probe_host(host, qemu=str(tmp_path / "no-qemu"))
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert have.usable, have.problem
+    assert have.probe is not None
+    assert have.probe.qemu_binary == str(binary.resolve())
+    from memqual.host.qemu_binary import version_of
+
+    assert have.probe.environment["qemu"] == version_of(binary, {})
+    assert not lacking.usable
+    assert "no executable file there" in lacking.problem
