@@ -28,6 +28,7 @@ from memqual.host import qemu_binary
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib, wait_rss
+from memqual.host.claims import judge_claim
 from memqual.host.machine import Machine, MachineConfig
 from memqual.host.memslots import kvm_lookup as L
 from memqual.host.memslots import virtio_layouts
@@ -354,9 +355,14 @@ class VirtioMem(GuestTest):
         # The guest is done: the /dev/kvm harness times the host's kernel
         # alone, at the slot counts the guest had, alternating between them.
         vm.shutdown()
-        self.kvm_at_counts(virtio_layouts.slot_counts(states))
+        misses = self.kvm_at_counts(virtio_layouts.slot_counts(states))
+        # The memslot-miss card, by the report's own rule: every state listed,
+        # each with /dev/kvm's miss cost at its count.
+        verdict = judge_claim("memslot-miss", [*states, *misses])
+        self.assertEqual([r.slots for r in verdict.today], [int(s.samples[0]) for s in states])
+        self.assertTrue(all(r.kvm is not None for r in verdict.today), verdict.today)
 
-    def kvm_at_counts(self, counts: tuple[int, ...]) -> None:
+    def kvm_at_counts(self, counts: tuple[int, ...]) -> list[Measurement]:
         """A complete miss through /dev/kvm at each of ``counts`` slots, in
         fresh VMs, the counts' order reversed every replicate; only the
         miss points are recorded (the slope over a few close counts says
@@ -368,7 +374,7 @@ class VirtioMem(GuestTest):
                 ioeventfd = kvm.check_extension(K.KVM_CAP_IOEVENTFD)
         except K.KvmUnavailable as exc:
             self.skip_because(f"layouts recorded; no /dev/kvm lookup at their slot counts: {exc}")
-            return
+            return []
         self.require(bool(ioeventfd), "layouts recorded; /dev/kvm has no KVM_CAP_IOEVENTFD: misses would exit")
         self.require(max(counts) <= nr, f"layouts recorded; /dev/kvm offers {nr} memslots, fewer than {max(counts)}")
         config = L.LookupConfig(
@@ -387,3 +393,4 @@ class VirtioMem(GuestTest):
                 ", ".join(f"{v:.1f}" for v in rec.extra["replicate_medians_ns"]),
             )
             self.record(rec)
+        return misses
