@@ -43,12 +43,19 @@ class VirtioMemDevice:
     dynamic_memslots: bool = False
     id: str = "vmem0dev"
     memdev: str = "vmem0"
+    # False: the backend is mapped without reserving swap space
+    # (MAP_NORESERVE), so a device far larger than the host's free memory
+    # can be created; only plugged blocks the guest writes take memory.
+    reserve: bool = True
 
     def args(self) -> tuple[str, ...]:
         device = f"{DEVICE},id={self.id},memdev={self.memdev},block-size={self.block_mib}M,requested-size=0"
         if self.dynamic_memslots:
             device += f",{DYNAMIC_MEMSLOTS}=on"
-        return ("-object", f"memory-backend-ram,id={self.memdev},size={self.size_mib}M", "-device", device)
+        backend = f"memory-backend-ram,id={self.memdev},size={self.size_mib}M"
+        if not self.reserve:
+            backend += ",reserve=off"
+        return ("-object", backend, "-device", device)
 
     @property
     def qom_path(self) -> str:

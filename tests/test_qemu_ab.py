@@ -315,12 +315,27 @@ def test_a_host_that_cannot_have_the_qemu_asked_for_is_not_ready(tmp_path: Path,
     assert not checked.usable and "doctor exited 2" in checked.problem
 
 
-def test_run_hosts_refuses_a_qemu_it_would_not_use(tmp_path: Path, monkeypatch, capsys) -> None:
+def test_run_hosts_takes_one_qemu_for_the_hosts_to_fetch_and_refuses_two(tmp_path: Path, monkeypatch, capsys) -> None:
+    from memqual.host.run.hosts import fleet
+
     hosts = tmp_path / "hosts.toml"
     hosts.write_text('[[host]]\nname = "a"\naddress = "10.0.0.1"\n')
+    args = ["run", "--hosts", str(hosts), "--qemu", "7.2", "--qemu", "10.0.2", "--output", str(tmp_path / "out")]
+    result = in_process(args, {"MEMQUAL_CACHE": str(tmp_path / "cache")}, monkeypatch, capsys)
+    assert_one_line_error(result, "--hosts runs one QEMU on every host")
+    # Once: nothing is fetched here, each host is asked for it.
+    seen = []
+
+    def run(config, path, qemu=None):
+        seen.append((path, qemu))
+        return 0
+
+    monkeypatch.setattr(fleet, "run", run)
     args = ["run", "--hosts", str(hosts), "--qemu", "10.0.2", "--output", str(tmp_path / "out")]
     result = in_process(args, {"MEMQUAL_CACHE": str(tmp_path / "cache")}, monkeypatch, capsys)
-    assert_one_line_error(result, "--hosts runs each host's own QEMU")
+    assert result["status"] == 0, result
+    assert seen == [(hosts, "10.0.2")]
+    assert not (tmp_path / "cache" / "qemu").exists()
 
 
 # ------------------------------------------------- the guest's CPU model

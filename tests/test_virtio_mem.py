@@ -50,6 +50,13 @@ def test_args_ask_for_dynamic_memslots_only_when_wanted() -> None:
     assert "requested-size=0" in plain
 
 
+def test_args_map_the_backend_without_reserving_only_when_asked() -> None:
+    assert "reserve" not in " ".join(V.VirtioMemDevice(1024).args())
+    assert "memory-backend-ram,id=vmem0,size=8192M,reserve=off" in " ".join(
+        V.VirtioMemDevice(8192, reserve=False).args()
+    )
+
+
 def _tree(root: Path, dep_text: str, files: list[str]) -> Path:
     from memqual.images.modules import GUEST_MODULES
 

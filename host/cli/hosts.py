@@ -8,7 +8,6 @@ import json
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
-from memqual.host.core.errors import BadInput
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,6 +30,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     check.set_defaults(handler=_check)
     probe = hosts.add_parser("probe", help="this host's answer to a controller (JSON); ends QEMUs left behind")
+    probe.add_argument(
+        "--qemu",
+        type=cliargs.qemu_spec,
+        metavar="VERSION|PATH",
+        help="make this QEMU this host's first (a version is fetched from this host's archive into its cache) "
+        "and answer its binary, or why this host cannot have it",
+    )
     probe.set_defaults(handler=_probe)
 
 
@@ -50,17 +56,11 @@ def run_on_hosts(args: argparse.Namespace, plain: Run) -> int:
     """``memqual run`` as it is without --hosts; with it, the fleet's run."""
     if not args.hosts:
         return plain(args)
-    if getattr(args, "qemu", None):
-        # The hosts' jobs run each host's own QEMU; a --qemu here would
-        # be named in nothing they record.
-        raise BadInput(
-            "--hosts runs each host's own QEMU: leave --qemu out (memqual hosts check FILE --qemu VERSION "
-            "checks a QEMU there)"
-        )
     from memqual.host.cli.run import config_from_args
     from memqual.host.run.hosts import fleet
 
-    return fleet.main(config_from_args(args), args.hosts)
+    # --qemu is not resolved here: each host fetches it for itself.
+    return fleet.main(config_from_args(args), args.hosts, getattr(args, "qemu", None))
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -82,7 +82,7 @@ def _check(args: argparse.Namespace) -> int:
 def _probe(args: argparse.Namespace) -> int:
     from memqual.host.run.hosts.probe import probe
 
-    print(json.dumps(probe().to_json()))
+    print(json.dumps(probe(args.qemu).to_json()))
     return 0
 
 

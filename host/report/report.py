@@ -97,6 +97,25 @@ class BesideRow:
 
 
 @dataclasses.dataclass(frozen=True)
+class TodayRowView:
+    """One plugged state of a guest of today: its slots, the nodes a miss
+    examines in each structure, and /dev/kvm's miss cost at its count."""
+
+    state: str
+    slots: int
+    device_slots: int
+    nodes: tuple[str, ...]  # one per structure, in the table's order
+    kvm: str  # "median ns (range over VMs, n VMs)", or "" when not measured
+
+
+@dataclasses.dataclass(frozen=True)
+class TodayTable:
+    label: str
+    structures: tuple[str, ...]
+    rows: tuple[TodayRowView, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class PublishedRow:
     what: str
     value: str
@@ -122,6 +141,7 @@ class ClaimCard:
     reason: str
     layouts: LayoutsTable | None
     beside: tuple[BesideRow, ...]
+    today: TodayTable | None
     published: tuple[PublishedRow, ...]
     plot: Plot | None
 
@@ -239,9 +259,37 @@ def claim_card(c: Mapping[str, Any]) -> ClaimCard:
             )
             for r in c.get("beside") or []
         ),
+        today=_today_table(c),
         published=_published_rows(c),
         plot=Plot(f"{c['id']} measured against published", image) if image else None,
     )
+
+
+def _today_table(c: Mapping[str, Any]) -> TodayTable | None:
+    today = c.get("today")
+    if not today or not today.get("rows"):
+        return None
+    structures = tuple(str(s) for s in today["structures"])
+    rows = []
+    for r in today["rows"]:
+        nodes = {n["structure"]: n for n in r["nodes"]}
+        kvm = r.get("kvm")
+        rows.append(
+            TodayRowView(
+                state=f"step {r['step']}: {r['plugged_mib']} MiB plugged",
+                slots=int(r["slots"]),
+                device_slots=int(r["device_slots"]),
+                nodes=tuple(
+                    f"{num(nodes[s]['mean'])} (worst {nodes[s]['worst']})" if s in nodes else "" for s in structures
+                ),
+                kvm=(
+                    f"{num(kvm['median_ns'])} ns ({num(kvm['low_ns'])}-{num(kvm['high_ns'])}, {kvm['vms']} VMs)"
+                    if kvm
+                    else ""
+                ),
+            )
+        )
+    return TodayTable(label=str(today["label"]), structures=structures, rows=tuple(rows))
 
 
 def _layouts_table(c: Mapping[str, Any]) -> LayoutsTable | None:

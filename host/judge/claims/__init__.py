@@ -125,6 +125,9 @@ from memqual.host.judge.claims.model import (
     Skip as Skip,
 )
 from memqual.host.judge.claims.model import (
+    TodayLayouts as TodayLayouts,
+)
+from memqual.host.judge.claims.model import (
     Verdict as Verdict,
 )
 from memqual.host.judge.claims.model import (

@@ -40,7 +40,7 @@ from memqual.host.judge.claims.model import (
     Verdict,
     format_ratio,
 )
-from memqual.host.memslots import guest_layouts, kvm2011, model
+from memqual.host.memslots import guest_layouts, kvm2011, model, virtio_layouts
 from memqual.host.memslots import layout as layout_mod
 
 
@@ -78,6 +78,7 @@ def evaluate(
                 reason += f". What would measure it: {claim.evidence.would_measure}"
             verdict = Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason, evidence=UNMEASURABLE)
         verdict.beside = beside
+        verdict.today = _today(claim, records)
         verdicts.append(verdict)
     return verdicts
 
@@ -460,6 +461,17 @@ def _record_pair(claim: Claim, records: list[Measurement]) -> tuple[Measurement,
         )
     # The pair with the most independent replicates is the most informative.
     return max(complete, key=lambda pair: (min(pair[0].n_replicates, pair[1].n_replicates), len(pair[0].samples)))
+
+
+def _today(claim: Claim, records: list[Measurement]) -> list[virtio_layouts.TodayRow]:
+    """The guest-of-today layouts the claim lists, from this run's records
+    alone (never from the claim's figures)."""
+    spec = claim.evidence.today
+    if spec is None:
+        return []
+    return virtio_layouts.today_rows(
+        records, spec.structures, scenario=spec.scenario, kvm_scenario=spec.kvm_scenario, workload=spec.workload
+    )
 
 
 def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[BesideResult]:

@@ -31,7 +31,9 @@ from memqual.host.judge.claims.model import (
     Evidence,
     Measure,
     Quantity,
+    TodayLayouts,
 )
+from memqual.host.memslots import structures, virtio_layouts
 
 # --------------------------------------------------------------- loading
 
@@ -155,6 +157,25 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
         would_measure=would,
         beside=tuple(beside),
         accelerator=accelerator,
+        today=_parse_today(entry.get("today"), where + " today"),
+    )
+
+
+def _parse_today(entry: Any, where: str) -> TodayLayouts | None:
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise BadInput(f"{where}: must be an object")
+    names = _require(entry, "structures", list, where)
+    known = set(structures.STRUCTURES)
+    if not names or not all(isinstance(x, str) and x in known for x in names):
+        raise BadInput(f"{where}: 'structures' must name structures of the memslot model ({', '.join(sorted(known))})")
+    return TodayLayouts(
+        label=_require(entry, "label", str, where),
+        scenario=_require(entry, "scenario", str, where),
+        structures=tuple(names),
+        workload=str(entry.get("workload", "miss")),
+        kvm_scenario=str(entry.get("kvm_scenario", virtio_layouts.KVM_SCENARIO)),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from memqual.host.core import stats
 from memqual.host.core.paths import shipped
+from memqual.host.memslots import virtio_layouts
 
 SCHEMA = "memqual.claims/2"
 DEFAULT_CLAIMS_FILE = shipped("claims") / "claims.json"
@@ -129,6 +130,21 @@ class Beside:
 
 
 @dataclasses.dataclass(frozen=True)
+class TodayLayouts:
+    """Layouts of a guest of today (a virtio-mem guest's plugged states)
+    listed on a memslot claim's card beside the verdict's evidence: the
+    nodes a miss examines in each named reference structure, computed from
+    each recorded layout, and the miss cost measured through /dev/kvm at
+    its slot count.  They never decide the verdict."""
+
+    label: str
+    scenario: str
+    structures: tuple[str, ...]
+    workload: str = "miss"
+    kvm_scenario: str = virtio_layouts.KVM_SCENARIO
+
+
+@dataclasses.dataclass(frozen=True)
 class Evidence:
     """What the claim is about, and what this registry measures instead."""
 
@@ -139,6 +155,7 @@ class Evidence:
     would_measure: str = ""  # what would measure the claim itself
     beside: tuple[Beside, ...] = ()
     accelerator: Accelerator | None = None
+    today: TodayLayouts | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,6 +241,7 @@ class Verdict:
     replicates_needed: int | None = None
     layouts: list[LayoutResult] = dataclasses.field(default_factory=list)
     beside: list[BesideResult] = dataclasses.field(default_factory=list)
+    today: list[virtio_layouts.TodayRow] = dataclasses.field(default_factory=list)
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     interval_method: str = ""
     ceiling: CeilingResult | None = None
@@ -312,6 +330,16 @@ class Verdict:
                 for lr in self.layouts
             ],
             "beside": [dataclasses.asdict(b) for b in self.beside],
+            "today": (
+                {
+                    "label": ev.today.label,
+                    "structures": list(ev.today.structures),
+                    "workload": ev.today.workload,
+                    "rows": [r.to_json() for r in self.today],
+                }
+                if ev.today and self.today
+                else None
+            ),
             "settings": self.settings,
         }
 

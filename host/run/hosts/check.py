@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import json
+import re
 import subprocess
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -23,6 +24,13 @@ PROBE_TIMEOUT_S = 60.0
 # The doctor boots a guest under KVM once per host (15 s deadline) and
 # caches the answer.
 DOCTOR_TIMEOUT_S = 120.0
+# A probe asked for a QEMU version may fetch it first (13 MB from the
+# host's mirror, its apt lists refreshed): about 10 s here.
+QEMU_PROBE_TIMEOUT_S = 300.0
+# What a host may answer as its QEMU's binary: an absolute path of the
+# characters of Debian package versions and ordinary paths, nothing a
+# shell, ssh or Avocado's config reads as syntax.
+QEMU_PATH = re.compile(r"/[A-Za-z0-9_.+~/-]{1,400}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,10 +63,17 @@ def memqual_argv(host: LabHost, *args: str) -> list[str]:
     return [f"{host.checkout}/.venv/bin/memqual", *args]
 
 
-def probe_host(host: LabHost, timeout_s: float = PROBE_TIMEOUT_S) -> HostCheck:
-    """Reach ``host`` and ask its memqual (``memqual hosts probe``)."""
+def probe_host(host: LabHost, timeout_s: float = PROBE_TIMEOUT_S, qemu: str | None = None) -> HostCheck:
+    """Reach ``host`` and ask its memqual (``memqual hosts probe``).  With
+    ``qemu`` the host makes that QEMU its own first (fetching a version
+    into its cache): a host that cannot have it is not usable, and the
+    binary it answers must be a plain absolute path (it becomes the host's
+    tasks' $MEMQUAL_QEMU)."""
+    argv = memqual_argv(host, "hosts", "probe", *(["--qemu", qemu] if qemu else []))
+    if qemu and timeout_s == PROBE_TIMEOUT_S:
+        timeout_s = QEMU_PROBE_TIMEOUT_S
     try:
-        result = ssh.run(host, memqual_argv(host, "hosts", "probe"), timeout_s)
+        result = ssh.run(host, argv, timeout_s)
     except subprocess.TimeoutExpired:
         return HostCheck(host, f"no answer within {timeout_s:.0f} s")
     if result.returncode == 255:
@@ -74,6 +89,13 @@ def probe_host(host: LabHost, timeout_s: float = PROBE_TIMEOUT_S) -> HostCheck:
     mine = memqual_version()
     if probe.version != mine:
         return HostCheck(host, f"memqual {probe.version} there, {mine} here: install the same version", probe)
+    if qemu:
+        if probe.qemu_problem:
+            return HostCheck(host, f"cannot have QEMU {qemu}: {probe.qemu_problem}", probe)
+        if not QEMU_PATH.fullmatch(probe.qemu_binary):
+            return HostCheck(
+                host, f"its QEMU {qemu} answered as {probe.qemu_binary[:80]!r}, not a plain absolute path", probe
+            )
     return HostCheck(host, "", probe)
 
 

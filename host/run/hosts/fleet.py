@@ -49,6 +49,7 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.qemu_binary import ENV_QEMU
 from memqual.host.run.avocado import run_avocado
 from memqual.host.run.config import JobOutcome, RunConfig, TestOutcome
 from memqual.host.run.hosts import check as checks
@@ -187,10 +188,12 @@ def write_spawner_config(
     local_socket: str,
     remote_dirs: dict[str, str],
     profile: str,
+    host_environment: dict[str, dict[str, str]] | None = None,
 ) -> Path:
     """The slot files, memqual's fleet file and Avocado's config file that
     names them; returns the config file.  ``remote_dirs``: each host's
-    status channel directory (remote_status_dir)."""
+    status channel directory (remote_status_dir); ``host_environment``:
+    what each host's tasks get beside the run's environment."""
     fleet_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     slot_files: dict[str, LabHost] = {}
     sockets = {h.name: f"{remote_dirs[h.name]}/{STATUS_SOCKET}" for h in hosts}
@@ -203,7 +206,12 @@ def write_spawner_config(
             slot_files[str(path)] = host
     environment = {settings.PROFILE: profile}
     environment.update(settings.forwarded_to_lab_hosts())
-    spec = FleetSpec(slots=slot_files, environment=environment, status_sockets=sockets)
+    spec = FleetSpec(
+        slots=slot_files,
+        environment=environment,
+        status_sockets=sockets,
+        host_environment={h.name: dict((host_environment or {}).get(h.name, {})) for h in hosts},
+    )
     spec_path = fleet_dir / "fleet-spec.json"
     _write_private(spec_path, json.dumps(spec.to_json(), indent=2))
     config = fleet_dir / "avocado.conf"
@@ -317,7 +325,22 @@ def host_records(tasks: list[TaskResult], host: str, into: Path) -> tuple[int, l
     return count, bad
 
 
-def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
+def qemu_environment(probed: list[checks.HostCheck]) -> dict[str, dict[str, str]]:
+    """Each usable host's tasks run the QEMU that host answered for
+    ``--qemu`` (its own path there); nothing for a host asked for none."""
+    out: dict[str, dict[str, str]] = {}
+    for check in probed:
+        if check.usable and check.probe is not None and check.probe.qemu_binary:
+            out[check.host.name] = {ENV_QEMU: check.probe.qemu_binary}
+    return out
+
+
+def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | None = None) -> int:
+    """The fleet run.  ``qemu`` (a version of Debian's archive, or a path
+    on every host): each host fetches that version from its own apt mirror
+    into its own cache, checked against its own signed lists, during its
+    probe, and its tasks run it; a host that cannot have it is left out with
+    the reason.  Each host's records name the QEMU it ran."""
     from rich.console import Console
 
     console = console or Console(width=120)
@@ -327,7 +350,7 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
     config = dataclasses.replace(config, output=config.output.resolve())
     conf_value(str(config.output))  # bad input before anything is made
     config.output.mkdir(parents=True, exist_ok=True)
-    probed = checks.for_each(hosts, checks.probe_host)
+    probed = checks.for_each(hosts, lambda h: checks.probe_host(h, qemu=qemu) if qemu else checks.probe_host(h))
     for line in checks.lines(probed):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     left_out = {c.host.name: c.problem for c in probed if not c.usable}
@@ -345,7 +368,7 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
     job: JobOutcome | None = None
     try:
         if usable:
-            job = _run_job(config, fleet_dir, usable, remote_dirs, console)
+            job = _run_job(config, fleet_dir, usable, remote_dirs, console, qemu_environment(probed))
             tasks = task_results(job)
     finally:
         checks.for_each(usable, lambda h: remove_remote_dir(h, remote_dirs[h.name]))
@@ -392,7 +415,12 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None) -> int:
 
 
 def _run_job(
-    config: RunConfig, fleet_dir: Path, usable: list[LabHost], remote_dirs: dict[str, str], console: Any
+    config: RunConfig,
+    fleet_dir: Path,
+    usable: list[LabHost],
+    remote_dirs: dict[str, str],
+    console: Any,
+    host_environment: dict[str, dict[str, str]] | None = None,
 ) -> JobOutcome:
     """The one Avocado job over the usable hosts."""
     fleet_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -405,7 +433,9 @@ def _run_job(
     # cleared when the job ends and before the next run into it.
     scratch = fleet_dir / SCRATCH
     try:
-        avocado_config = write_spawner_config(fleet_dir, usable, local_socket, remote_dirs, config.profile)
+        avocado_config = write_spawner_config(
+            fleet_dir, usable, local_socket, remote_dirs, config.profile, host_environment
+        )
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(mode=0o700, parents=True)
         job_config = dataclasses.replace(
@@ -481,10 +511,13 @@ def _host_results(
     return results, bad, ""
 
 
-def main(config: RunConfig, hosts_file: str) -> int:
+def main(config: RunConfig, hosts_file: str, qemus: list[str] | None = None) -> int:
     path = Path(hosts_file)
+    # Before the rounds: two QEMUs make two arms, and two rounds by default.
+    if qemus and len(qemus) > 1:
+        raise BadInput("--hosts runs one QEMU on every host: give --qemu once (an A/B of QEMUs runs on one host)")
     if config.kernels or config.rounds != 1 or config.until_decided:
         raise BadInput(
             "--hosts runs one round with each host's own image: leave out --guest-kernel, --debian-kernel and --rounds"
         )
-    return run(config, path)
+    return run(config, path, qemu=qemus[0] if qemus else None)

@@ -262,7 +262,7 @@ def fleet_page(fleet: Fleet) -> FleetPage:
         ),
         environment=tuple(
             EnvironmentLine(key, tuple(str(c.environment.get(key, "")) for c in fleet.columns))
-            for key in ("host_kernel", "cpu", "qemu", "accel", "thp", "kvm_nr_memslots")
+            for key in ("host_kernel", "cpu", "qemu", "qemu_origin", "accel", "thp", "kvm_nr_memslots")
         ),
         boot_ids=tuple(c.boot_id[:8] for c in fleet.columns),
         faults=tuple(faults),

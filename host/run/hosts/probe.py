@@ -41,6 +41,10 @@ class HostProbe:
     lock_free: bool  # no other memqual holds the host's measurement lock
     lock_holder: int | None
     cleaned_qemu: tuple[int, ...] = ()  # pids of QEMUs left behind, ended now
+    # Asked for a QEMU (``--qemu``): its binary there, which the host's tasks
+    # run, or why the host cannot have it ("" when it can, or none was asked).
+    qemu_binary: str = ""
+    qemu_problem: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, **dataclasses.asdict(self), "cleaned_qemu": list(self.cleaned_qemu)}
@@ -57,6 +61,8 @@ class HostProbe:
             lock_free=bool(data["lock_free"]),
             lock_holder=data.get("lock_holder"),
             cleaned_qemu=tuple(int(p) for p in data.get("cleaned_qemu") or ()),
+            qemu_binary=str(data.get("qemu_binary") or ""),
+            qemu_problem=str(data.get("qemu_problem") or ""),
         )
 
 
@@ -186,9 +192,24 @@ def stale_task_dirs(
     return stale
 
 
-def probe() -> HostProbe:
+def probe(qemu: str | None = None) -> HostProbe:
+    """This host's answer.  ``qemu`` (a version of Debian's archive or a
+    path here): that QEMU is made this process's first, so the environment
+    describes it; a version is fetched from this host's own apt mirror into
+    its own cache, checked against this host's signed lists (nothing
+    executable comes from the controller).  A QEMU the host cannot have is
+    an answer (``qemu_problem``), not a failed probe."""
     from memqual.host.core import probe as host_probe
+    from memqual.host.core.errors import BadInput, CapabilityMissing
     from memqual.host.core.paths import cache_dir
+    from memqual.host.core.qemu_binary import choose
+
+    binary, problem = "", ""
+    if qemu:
+        try:
+            binary = str(choose(qemu).binary)
+        except (BadInput, CapabilityMissing) as exc:
+            problem = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
 
     cleaned = end_processes(orphaned_qemus(str(cache_dir())))
     now = time.time()
@@ -204,4 +225,6 @@ def probe() -> HostProbe:
         lock_free=free,
         lock_holder=holder,
         cleaned_qemu=tuple(cleaned),
+        qemu_binary=binary,
+        qemu_problem=problem,
     )

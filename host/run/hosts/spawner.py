@@ -162,12 +162,20 @@ class FleetSpec:
     # host name -> the UNIX socket its tasks post their status to, there:
     # the reverse forward of its first session to the status server here.
     status_sockets: dict[str, str] = dataclasses.field(default_factory=dict)
+    # host name -> what its tasks get on top of ``environment`` (the QEMU
+    # binary that host answered for ``--qemu``: a path there).
+    host_environment: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
+
+    def task_environment(self, host: str) -> dict[str, str]:
+        """The environment of a task on ``host``."""
+        return {**self.environment, **self.host_environment.get(host, {}), memqual_settings.LAB_HOST: host}
 
     def to_json(self) -> dict[str, Any]:
         return {
             "slots": {k: h.to_json() for k, h in self.slots.items()},
             "environment": self.environment,
             "status_sockets": self.status_sockets,
+            "host_environment": self.host_environment,
         }
 
     @classmethod
@@ -188,6 +196,10 @@ class FleetSpec:
             slots=slots,
             environment=dict(data.get("environment") or {}),
             status_sockets={str(k): str(v) for k, v in (data.get("status_sockets") or {}).items()},
+            host_environment={
+                str(h): {str(k): str(v) for k, v in env.items()}
+                for h, env in (data.get("host_environment") or {}).items()
+            },
         )
 
 
@@ -209,7 +221,7 @@ class FleetSpawner(RemoteSpawner):
     _slots: list[Slot] | None = None
     _lost: dict[str, str] = {}  # host -> why; shared by the job's workers, like the stock slots_cache
     _ready: asyncio.Lock | None = None
-    _environment: dict[str, str] = {}
+    _spec: FleetSpec | None = None
     _status_sockets: dict[str, str] = {}
     _lost_file: Path | None = None
 
@@ -222,7 +234,7 @@ class FleetSpawner(RemoteSpawner):
             if cls._slots is None:
                 spec_path = Path(self.config.get(f"{SECTION}.fleet"))
                 spec = FleetSpec.from_json(json.loads(spec_path.read_text()))
-                cls._environment = spec.environment
+                cls._spec = spec
                 cls._status_sockets = spec.status_sockets
                 cls._lost_file = spec_path.parent / LOST_FILE
                 # aexpect starts its helper by name: the one installed beside
@@ -328,7 +340,8 @@ class FleetSpawner(RemoteSpawner):
         if not status_socket:
             return self._failed(slot, task_id, local, started, f"no status channel to lab host {host.name}")
         args = remote_args(task.get_command_args(), str(task.runnable.output_dir), remote_dir, status_socket)
-        env = {**FleetSpawner._environment, memqual_settings.LAB_HOST: host.name}
+        spec = FleetSpawner._spec
+        env = spec.task_environment(host.name) if spec else {memqual_settings.LAB_HOST: host.name}
         command = (
             f"cd {shlex.quote(host.checkout)} && env {shlex.join(f'{k}={v}' for k, v in sorted(env.items()))} "
             f"{shlex.quote(host.checkout + '/.venv/bin/python3')} -m {shlex.quote(module)} task-run "
