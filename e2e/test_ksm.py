@@ -287,9 +287,10 @@ class KsmTest(GuestTest):
         self._merge(mem_merge=True)
 
     def test_merge_off(self) -> None:
-        """Scenario 1, negative control: -machine mem-merge=off.
+        """Scenario 1, negative control: -machine mem-merge=off (a check:
+        nothing may merge, host/primaries.py).
 
-        :avocado: tags=ab
+        :avocado: tags=ab-checks
         """
         self._merge(mem_merge=False)
 
@@ -504,9 +505,9 @@ class KsmTest(GuestTest):
         self._volatile("4k")
 
     def test_volatile_scan_thp(self) -> None:
-        """Scenario 3: the same with THP-backed guest RAM.
-
-        :avocado: tags=ab
+        """Scenario 3: the same with THP-backed guest RAM (exploratory in an
+        A/B: the host's huge page splits weigh in, host/primaries.py; left
+        to the quick profile).
         """
         self._volatile("thp")
 
