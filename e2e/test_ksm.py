@@ -420,6 +420,7 @@ class KsmTest(GuestTest):
                         max_retries=retries,
                         first=first,
                         own_pages=lambda: ksm.process(vm.pid).stat_int("ksm_rmap_items"),
+                        reference_scans=sizes().ksm_reference_scans,
                         on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
                     )
                 finally:
@@ -453,6 +454,7 @@ class KsmTest(GuestTest):
             repeats=sizes().ksm_volatile_windows,
             guests=sizes().ksm_volatile_guests,
             scans_per_window=SCANS_PER_WINDOW,
+            reference_scans=sizes().ksm_reference_scans,
             warmup_scans=WARMUP_SCANS,
         )
         limit = volatile.skip_limit(os.uname().release)
