@@ -312,13 +312,16 @@ class BalloonCorrectness(BalloonBase):
         readd = ctl.reach(ram // 2, deadline_s=DEADLINE_S)  # only a bound driver moves it
         self.assertTrue(readd.reached)
         self.assertTrue(ctl.reach(ram, deadline_s=DEADLINE_S).reached)
-        self.log.info(
-            "QEMU's answers %s; unload returned the memory in %.3f s, device_del took %.3f s, "
-            "the re-added balloon inflated in %.3f s",
-            answers,
-            unload_s,
-            gone_s,
-            readd.seconds,
+        self.record(
+            Measurement(
+                scenario="balloon.unload",
+                metric="return_s",
+                unit="s",
+                better="lower",
+                samples=[unload_s],
+                settings={"guest_mib": 1024, "machine": MACHINE, "deflate_on_oom": True},
+                extra={"qemu_answers": answers, "device_del_s": gone_s, "readd_inflate_s": readd.seconds},
+            )
         )
 
 
