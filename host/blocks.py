@@ -25,10 +25,14 @@ from memqual.host.errors import BadInput
 # per arm (block 1), every other test runs in every block.
 ONCE_PER_ARM_TAGS = ("boot", "hosts")
 # The ab profile's (host/profiles.py): the checks of the guest kernel itself
-# (e2e/test_boot.py), not memqual's own machinery (cleanup, warm start, the
-# lab hosts), which a guest kernel does not change and which costs minutes
-# an arm.
-AB_ONCE_PER_ARM_TAGS = ("kernel-checks",)
+# (e2e/test_boot.py), and the scenarios' checks that record no primary
+# (tag ``ab-checks``: the balloon's odd targets, unload and hot-unplug, its
+# statistics and deflate-on-OOM, the controls of free page reporting and
+# KSM merging), which pass or fail but give a block nothing to decide on;
+# not memqual's own machinery (cleanup, warm start, the lab hosts), which a
+# guest kernel does not change and which costs minutes an arm.
+AB_CHECKS_TAG = "ab-checks"
+AB_ONCE_PER_ARM_TAGS = ("kernel-checks", AB_CHECKS_TAG)
 VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
 
 

@@ -164,7 +164,7 @@ class MetricEntry(_JsonObject):
         added: dict[str, Any] = {
             "key": key,
             "summary": stats.summarize(rec.samples).to_json(),
-            "primary": is_primary(rec.scenario, rec.metric),
+            "primary": is_primary(rec.scenario, rec.metric, rec.variant),
         }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 

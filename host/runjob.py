@@ -883,9 +883,12 @@ class BlockedRun:
     test_seconds: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # test name -> each variant's
     blocks: int = 0
 
-    def take(self, job: JobOutcome) -> None:
+    def take(self, job: JobOutcome, in_blocks: bool = True) -> None:
         """Add a finished job: its records stamped with the arm and block of
-        the variant that wrote them."""
+        the variant that wrote them.  Only a block job's tests are the ones
+        more blocks of a scenario re-run: a once-per-arm check that records
+        the same scenario (an off-control) runs once, and its time is no
+        part of a block's."""
         from memqual.host import blocks
 
         self.jobs.append(job)
@@ -913,7 +916,7 @@ class BlockedRun:
             blocks.stamp(m, *where)
             self.records.append(m)
             name = names.get(test_dir.name) if test_dir else None
-            if name:
+            if name and in_blocks:
                 self.scenario_tests.setdefault(m.scenario, set()).add(name.split(";", 1)[0])
 
     def of_arm(self, arm: str) -> list[Any]:
@@ -1002,7 +1005,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
             soft_wrap=True,
             markup=False,
         )
-        run_state.take(outcome)
+        run_state.take(outcome, in_blocks=selection != "once")
 
     job("once", 1, 1)
     job("blocks", 1, config.rounds)

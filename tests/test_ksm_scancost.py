@@ -231,6 +231,15 @@ def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
     assert samples(windows[1], "pages_skipped_per_scan") == pytest.approx([800.0] * 5)
 
 
+def test_a_shorter_reference_window_holds_fewer_scans_and_the_same_cost_per_scan() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
+    run = alternate_smart_scan(ksmd, repeats=2, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3)
+    assert [w.full_scans for w in run.windows[0]] == [3, 3]
+    assert [w.full_scans for w in run.windows[1]] == [9, 9], "smart scan's windows keep their length"
+    assert samples(run.windows[0], "ksmd_cpu_s_per_full_scan") == pytest.approx([0.8, 0.8])
+    assert samples(run.windows[1], "ksmd_cpu_s_per_full_scan") == pytest.approx([0.2, 0.2])
+
+
 def test_without_warmup_the_cost_is_overstated() -> None:
     """The control of the test above: the warm-up matters."""
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)

@@ -325,7 +325,10 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
 def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
     assert runjob.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
     assert runjob.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
-    assert runjob.selection_filters("ab", (), "once") == ["--filter-by-tags=kernel-checks,-slow"]
+    assert runjob.selection_filters("ab", (), "once") == [
+        "--filter-by-tags=kernel-checks,-slow",
+        "--filter-by-tags=ab-checks,-slow",
+    ]
     # Two arms default to the A/B sizing, one to quick; an asked profile wins.
     assert runjob.job_profile(None, 2) == "ab" and runjob.job_profile(None, 1) == "quick"
     assert runjob.job_profile("full", 2) == "full"
@@ -352,21 +355,43 @@ def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test
 # What each test tagged ab records that a comparison decides on.
 AB_TESTS = {
     "test_balloon:BalloonTiming.test_inflate_deflate_1g",  # balloon.inflate, balloon.deflate
-    "test_balloon:BalloonCorrectness.test_correctness",  # balloon.floor
+    "test_balloon:BalloonFloor.test_floor",  # balloon.floor
     "test_balloon:BalloonFreePageReporting.test_reporting_on",  # balloon.free_page_reporting
-    "test_balloon:BalloonFreePageReporting.test_reporting_off",
-    "test_balloon:BalloonOomAndStats.test_stats_and_deflate_on_oom",  # balloon.deflate_on_oom
     "test_balloon_driver:BalloonDriver.test_request_size",  # balloon.request_size
     "test_ksm:KsmTest.test_merge",  # ksm.merge
-    "test_ksm:KsmTest.test_merge_off",
     "test_ksm:KsmTest.test_volatile_scan_4k",  # ksm.volatile_scan
-    "test_ksm:KsmTest.test_volatile_scan_thp",
     "test_ksm:KsmTest.test_guest_ksm",  # ksm.guest_merge
     "test_ksm:KsmTest.test_many_guests",  # ksm.many_guests
     "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",  # memslots.trace_mmio
     "test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",  # memslots.kvm (control)
     "test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",  # memslots.kvm_lookup (control)
 }
+# The scenarios' checks an A/B runs once per arm (blocks.AB_CHECKS_TAG): they
+# record no primary, and pass or fail.
+AB_CHECKS = {
+    "test_balloon:BalloonCorrectness.test_correctness",
+    "test_balloon:BalloonFreePageReporting.test_reporting_off",  # the variant free_page_reporting=False
+    "test_balloon:BalloonOomAndStats.test_stats_and_deflate_on_oom",  # balloon.deflate_on_oom, balloon.stats
+    "test_ksm:KsmTest.test_merge_off",  # the variant mem_merge=False
+}
+
+
+def test_the_scenarios_checks_run_once_per_arm_of_an_ab():
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host import blocks
+    from memqual.host.paths import REPO_ROOT
+
+    checks = set()
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                if blocks.AB_CHECKS_TAG in tags:
+                    assert "ab" not in tags, f"{cls}.{name}: a check runs once per arm, not in every block"
+                    checks.add(f"{path.stem}:{cls}.{name}")
+    assert checks == AB_CHECKS
+    assert blocks.AB_CHECKS_TAG in blocks.AB_ONCE_PER_ARM_TAGS
 
 
 def test_every_primary_scenario_has_a_test_tagged_ab():
@@ -377,7 +402,6 @@ def test_every_primary_scenario_has_a_test_tagged_ab():
         "balloon.deflate",
         "balloon.floor",
         "balloon.free_page_reporting",
-        "balloon.deflate_on_oom",
         "balloon.request_size",
         "ksm.merge",
         "ksm.volatile_scan",
@@ -385,8 +409,60 @@ def test_every_primary_scenario_has_a_test_tagged_ab():
         "ksm.many_guests",
         "memslots.trace_mmio",
     }
-    assert {scenario for scenario, _ in primaries.PRIMARIES} == covered
+    assert {p.scenario for p in primaries.PRIMARIES} == covered
     assert primaries.CONTROL_SCENARIOS <= {"memslots.kvm", "memslots.kvm_lookup"}
+
+
+def test_each_scenario_declares_one_primary_and_says_why():
+    """A few primaries: one a scenario (the balloon's inflate and deflate
+    are two scenarios of one test), each with its reason."""
+    from memqual.host import primaries
+
+    scenarios = [p.scenario for p in primaries.PRIMARIES]
+    assert len(scenarios) == len(set(scenarios))
+    assert all(p.why for p in primaries.PRIMARIES)
+
+
+def test_a_primary_given_for_one_variant_leaves_the_others_exploratory():
+    from memqual.host import primaries
+
+    role = primaries.role
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "4k", "smart_scan": 1}) == "primary"
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "4k", "smart_scan": 0}) == "exploratory"
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "thp", "smart_scan": 1}) == "exploratory"
+    # A variant that does not name the key is not the primary's variant.
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {}) == "exploratory"
+    assert role("ksm.many_guests", "saved_mib", {"guests": 3}) == "primary"
+    assert role("ksm.many_guests", "saved_mib", {"guests": 1}) == "exploratory"
+    assert role("balloon.free_page_reporting", "rss_return_s", {"free_page_reporting": False}) == "exploratory"
+    assert role("memslots.trace_mmio", "nodes_per_lookup", {"structure": "rbtree"}) == "primary"
+    assert role("memslots.trace_mmio", "nodes_per_lookup", {"structure": "linear"}) == "exploratory"
+    # The request-size curve: its slope is primary, its points are not.
+    assert role("balloon.request_size", "per_page_ns") == "primary"
+    assert role("balloon.request_size", "inflate_s", {"per_request": "256 pfns", "pfns": 256}) == "exploratory"
+    # A primary given for every variant, and the controls whatever the variant.
+    assert role("balloon.inflate", "inflate_s", {"anything": 1}) == "primary"
+    assert role("memslots.kvm_lookup", "miss_ns", {"slots": 8}) == "control"
+    assert role("balloon.deflate_on_oom", "deflated_mib") == "exploratory"
+
+
+def test_results_mark_the_primary_variant_only():
+    from memqual.host.record import Measurement
+    from memqual.host.results import MetricEntry
+
+    def entry(smart_scan: int) -> MetricEntry:
+        rec = Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[1.0, 2.0],
+            variant={"pages": "4k", "smart_scan": smart_scan},
+        )
+        return MetricEntry.of(rec, f"k{smart_scan}")
+
+    assert entry(1).primary is True
+    assert entry(0).primary is False
 
 
 def test_schedule_alternates_kernels_between_rounds():

@@ -127,6 +127,28 @@ def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake,
     assert merge["blocks"] == [1, 2]
 
 
+def test_a_once_per_arm_check_of_an_undecided_scenario_is_not_run_again(tmp_path, fake, tracker):
+    """An off-control that records the undecided scenario runs once per arm
+    only: the added blocks name the block test alone."""
+    check = {
+        "name": "e2e/test_balloon.py:BalloonFreePageReporting.test_reporting_off",
+        "status": "PASS",
+        "once": True,
+        "records": [_rec("balloon.deflate", "deflate_off_s", 1.0)],
+    }
+    fake.plan(tests=[*PLAN2, check])
+    status, _ = _run(tmp_path, "--until-decided")
+    assert status == 0
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert [b["tests"] for b in summary["added_blocks"]] == [
+        ["e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g"]
+    ] * 2
+    a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
+    off = next(m for m in a["metrics"] if m["metric"] == "deflate_off_s")
+    assert off["blocks"] == [1], "the check ran once, in the once-per-arm job"
+    assert not any("test_reporting_off" in a for c in fake.calls()[2:] for a in c["argv"])
+
+
 def test_no_block_is_added_once_every_planned_look_is_spent(tmp_path, fake, tracker):
     """Past the last planned look no alpha is left: a block more could not
     decide anything, so the run stops there, not when the budget ends."""
