@@ -109,9 +109,13 @@ GUEST_HOLDING_KSM = textwrap.dedent(
 # Values no host uses by default, so a knob left at them is ours.
 STALE_PAGES_TO_SCAN = 4321
 STALE_SLEEP_MS = 7
-# the nested test's own timeout: boot (warm 0.5 s, cold 2-3 s, more beside
-# another guest) plus margin
-HANG_TIMEOUT_S = 20
+# The nested test's own timeouts, one per attempt.  Avocado's timeout
+# covers the test's set-up and its guest's boot (warm 0.5 s, cold 2-3 s,
+# more beside another guest), so a short one can come before the guest is
+# up: that attempt ends with nothing left running (checked), and the next
+# one has twice the time.  The first is short because the test waits all
+# of it out.
+HANG_TIMEOUTS_S = (6, 12, 24)
 EXIT_DEADLINE_S = 120.0  # for the nested avocado to finish after it was stopped
 GONE_DEADLINE_S = 10.0  # for the QEMU to be reaped after avocado returned
 TERM_DEADLINE_S = 10.0  # SIGTERM to memqual run: the job and its guests gone within this
@@ -190,13 +194,17 @@ class Cleanup(GuestTest):
     """
 
     def _start_nested(
-        self, timeout_s: int, source: str | None = None, extra_env: dict[str, str] | None = None
+        self,
+        timeout_s: int,
+        source: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        results_name: str = "nested",
     ) -> tuple[subprocess.Popen[bytes], Path, Path]:
         work = Path(self.workdir)
         test_file = work / "hang_guest.py"
         test_file.write_text(source or HANGING_TEST.format(timeout=timeout_s))
         pidfile = work / "qemu.pid"
-        results = work / "nested"
+        results = work / results_name
         env = dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile), **(extra_env or {}))
         avocado = Path(sys.executable).parent / "avocado"
         proc = subprocess.Popen(
@@ -235,10 +243,18 @@ class Cleanup(GuestTest):
         return proc, pidfile
 
     def _wait_pidfile(self, proc: subprocess.Popen[bytes], pidfile: Path) -> int:
+        pid = self._wait_pidfile_or_end(proc, pidfile)
+        if pid is None:
+            raise self.failureException(f"the nested avocado ended (status {proc.returncode}) before its guest was up")
+        return pid
+
+    def _wait_pidfile_or_end(self, proc: subprocess.Popen[bytes], pidfile: Path) -> int | None:
+        """The pid the nested test wrote, or None if the nested avocado
+        ended before it wrote one."""
         deadline = time.monotonic() + EXIT_DEADLINE_S
         while not (pidfile.exists() and pidfile.read_text().strip()):
             if proc.poll() is not None:
-                self.fail(f"the nested avocado ended (status {proc.returncode}) before its guest was up")
+                return None
             if time.monotonic() > deadline:
                 os.killpg(proc.pid, signal.SIGKILL)
                 self.fail("the nested test's guest did not come up")
@@ -262,12 +278,41 @@ class Cleanup(GuestTest):
     # and measure nothing (their nested tests hold the lock shared too).
     @measures_nothing
     def test_timeout_kills_the_guest(self) -> None:
-        proc, pidfile, results = self._start_nested(HANG_TIMEOUT_S)
-        qemu_pid = self._wait_pidfile(proc, pidfile)
+        proc, qemu_pid, results, timeout_s = self._nested_guest_up_under_a_timeout()
         self.assertTrue(alive(qemu_pid), "the nested test's QEMU is not running")
-        proc.wait(timeout=EXIT_DEADLINE_S + HANG_TIMEOUT_S)
+        proc.wait(timeout=EXIT_DEADLINE_S + timeout_s)
         self._assert_gone(qemu_pid)
         self.assertEqual(self._status(results), "INTERRUPTED", "the nested test should end by its timeout")
+
+    def _nested_guest_up_under_a_timeout(self) -> tuple[subprocess.Popen[bytes], int, Path, int]:
+        """A nested hanging test whose guest came up before its timeout:
+        the nested avocado, the guest's QEMU pid, the nested results
+        directory and the timeout."""
+        for attempt, timeout_s in enumerate(HANG_TIMEOUTS_S):
+            proc, pidfile, results = self._start_nested(timeout_s, results_name=f"nested-{attempt}")
+            qemu_pid = self._wait_pidfile_or_end(proc, pidfile)
+            if qemu_pid is not None:
+                return proc, qemu_pid, results, timeout_s
+            # The timeout came before the guest was up: it ended the test
+            # all the same, and nothing the test started may be left.
+            self.assertEqual(self._status(results), "INTERRUPTED", f"the nested avocado ended ({proc.returncode})")
+            self._assert_none_left(pidfile)
+            self.log.info("the nested test's %d s timeout came before its guest was up: once more", timeout_s)
+        raise self.failureException(
+            f"the nested test's guest was not up within {HANG_TIMEOUTS_S[-1]} s, its longest timeout"
+        )
+
+    def _assert_none_left(self, pidfile: Path) -> None:
+        """No process of a nested run (found by the pid file its
+        environment names) is left within GONE_DEADLINE_S."""
+        deadline = time.monotonic() + GONE_DEADLINE_S
+        while left := processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)):
+            if time.monotonic() > deadline:
+                names = {pid: command_name(pid) for pid in left}
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)  # do not leak them ourselves
+                self.fail(f"left running by a nested test its timeout ended: {names}")
+            time.sleep(0.05)  # polling /proc with a deadline
 
     @measures_nothing
     def test_ctrl_c_kills_the_guest(self) -> None:
