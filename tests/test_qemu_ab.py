@@ -122,6 +122,9 @@ def test_three_qemus_are_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys
 def test_until_decided_takes_two_qemus_as_two_arms(tmp_path: Path) -> None:
     config = run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2", "--until-decided"))
     assert config.until_decided and config.rounds == 2  # two arms: two blocks unless told
+    assert config.profile == "ab"  # two QEMUs are two arms, sized as two kernels are
+    one = run_command.config_from_args(_args(tmp_path, "--qemu", "7.2"))
+    assert one.profile == "quick"
     with pytest.raises(BadInput, match="compares two arms"):
         run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--until-decided"))
 

@@ -152,10 +152,11 @@ def test_a_once_per_arm_check_of_an_undecided_scenario_is_not_run_again(tmp_path
     assert not any("test_reporting_off" in a for c in fake.calls()[2:] for a in c["argv"])
 
 
-def test_no_block_is_added_once_every_planned_look_is_spent(tmp_path, fake, tracker):
+def test_no_block_is_added_once_every_planned_look_is_spent(tmp_path, fake, tracker, monkeypatch):
     """Past the last planned look no alpha is left: a block more could not
     decide anything, so the run stops there, not when the budget ends."""
-    tracker.planned_looks, tracker.decided_at = 3, 99
+    monkeypatch.setattr(run_rounds, "planned_looks", lambda left_s, block_s: 3)
+    tracker.decided_at = 99
     fake.plan(tests=PLAN2)
     status, out = _run(tmp_path, "--until-decided")
     assert status == 0
@@ -264,3 +265,30 @@ def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
     cost = [m for k, m in tracker.metrics.items() if "ksmd_cpu_ns_per_page [pages=4k, smart_scan=1]" in k]
     assert cost and not cost[0].decided and cost[0].verdict.startswith("not comparable: dirtying rate A 8 vs B 32")
     assert "ksm.volatile_scan" in tracker.undecided_scenarios()
+
+
+@pytest.mark.parametrize(
+    ("left_s", "block_s", "looks"),
+    [
+        (1500.0, 400.0, 4),  # this look and 3 more blocks of every test
+        (300.0, 400.0, 1),  # not one more block: all of alpha at this look
+        (0.0, 400.0, 1),  # the budget already spent
+        (-50.0, 400.0, 1),
+        (1e6, 400.0, until.PLANNED_LOOKS),  # never more than the most planned
+        (1500.0, 0.0, until.PLANNED_LOOKS),  # no test time known yet
+    ],
+)
+def test_planned_looks_come_from_the_budget_and_a_block_of_every_test(left_s, block_s, looks):
+    assert run_rounds.planned_looks(left_s, block_s) == looks
+
+
+def test_the_run_plans_its_looks_before_the_first(tmp_path, fake, tracker):
+    """A budget that holds no block more than the first two: one planned
+    look, so that look may spend the whole alpha."""
+    fake.plan(tests=PLAN2)
+    status, _ = _run(tmp_path, "--until-decided", "--budget", "0.01")
+    assert status == 0
+    assert tracker.planned_looks == 1
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert summary["stopped"].startswith("budget spent")
+    assert summary["blocks"] == 2 and [look for look, *_ in tracker.looks] == [1]

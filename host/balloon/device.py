@@ -16,7 +16,8 @@ used: QEMU rate-limits them (about one a second).
 
 What QEMU defines for odd targets (QEMU 7.2, ``qmp_balloon`` and
 ``virtio_balloon_to_target``):
-* target <= 0: refused, "Parameter 'target' expects a size";
+* target <= 0: refused, "Parameter 'target' expects a size" (QEMU 10 says
+  'value', the QAPI member's name);
 * target above guest RAM: accepted and silently clamped to RAM (the balloon
   deflates fully);
 * no balloon device: refused, "No balloon device has been activated".
@@ -123,7 +124,7 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
     if target_bytes <= 0:
         raise BadInput(
             f"balloon target {target_bytes} refused by memqual: QEMU refuses a target <= 0 "
-            f"(\"Parameter 'target' expects a size\"); give 1..{ram_bytes} bytes"
+            f'("... expects a size"); give 1..{ram_bytes} bytes'
         )
     if target_bytes > ram_bytes:
         raise BadInput(

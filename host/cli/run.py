@@ -125,7 +125,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     return RunConfig(
         output=output_directory(args, "memqual-results"),
-        profile=job_profile(args.profile, len(kernels)),
+        profile=job_profile(args.profile, 2 if two_arms else 1),  # two kernels or two QEMUs
         only=only,
         tests=tests,
         kernels=tuple(kernels),

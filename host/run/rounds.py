@@ -37,6 +37,21 @@ class DecisionTracker(Protocol):
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
 
 
+def planned_looks(left_s: float, block_s: float) -> int:
+    """The looks an until-decided run plans at its first look: that one
+    and one after each further block of every test that fits in what is
+    left of the budget (at least 1, at most until.PLANNED_LOOKS).  Blocks
+    of fewer tests (the decided scenarios drop out) are cheaper, so the
+    budget may hold more blocks than planned: the run then stops at the
+    planned looks, its alpha spent."""
+    from memqual.host.run.bisect.until import PLANNED_LOOKS
+
+    if block_s <= 0:
+        return PLANNED_LOOKS  # no test's time known: the most planned
+    more = max(0, int(left_s // block_s))
+    return min(PLANNED_LOOKS, 1 + more)
+
+
 def make_tracker() -> DecisionTracker:
     from memqual.host.judge import comparison
     from memqual.host.run.bisect.until import Tracker
@@ -243,21 +258,24 @@ def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, st
     from memqual.host.run import blocks
 
     tracker = make_tracker()
+    budget_s = config.budget_min * 60.0
+    # Plan the looks before the first one, from wall time alone (what is
+    # left of the budget over a block of every test), never from what the
+    # blocks measured: alpha is then spent over the looks the budget can
+    # hold, not over a fixed ten of which a 25-minute run sees two.
+    every_test = set().union(*run_state.scenario_tests.values()) if run_state.scenario_tests else set()
+    tracker.planned_looks = planned_looks(
+        budget_s - (time.monotonic() - started), run_state.seconds_per_block(every_test) + JOB_START_S
+    )
     look = 1
     done = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"))
     stopped = "every primary decided"
-    budget_s = config.budget_min * 60.0
     added: list[dict[str, Any]] = []
     while not done:
         undecided = tracker.undecided_scenarios()
         names = set().union(*(run_state.scenario_tests.get(s, set()) for s in undecided)) if undecided else set()
         if not names:
             stopped = "no test left to run for the undecided scenarios: " + ", ".join(sorted(undecided))
-            break
-        if tracker.alpha_at(look + 1) <= 0:
-            # Every planned look's share of alpha is spent: another block
-            # could not decide anything.
-            stopped = f"the {tracker.planned_looks} planned looks are spent"
             break
         need = run_state.seconds_per_block(names) + JOB_START_S
         elapsed = time.monotonic() - started
@@ -266,6 +284,11 @@ def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, st
                 f"budget spent ({config.budget_min:g} min; one more block of {len(names)} test(s) "
                 f"takes about {need / 60:.1f} min)"
             )
+            break
+        if tracker.alpha_at(look + 1) <= 0:
+            # Every planned look's share of alpha is spent: another block
+            # could not decide anything.
+            stopped = f"the {tracker.planned_looks} planned looks are spent"
             break
         block = run_state.blocks + 1
         job("blocks", block, 1, tuple(sorted(blocks.test_reference(n) for n in names)))
