@@ -2,11 +2,17 @@
 boot's memory state in every block of an arm (e2e/base.py)."""
 
 from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
 from memqual.e2e.base import GuestTest
 from memqual.host.core.qemu import MachineConfig
+
+
+def as_test(block: int) -> GuestTest:
+    """What block_config reads of a test: its block (0 outside an A/B)."""
+    return cast(GuestTest, SimpleNamespace(block=block))
 
 
 @pytest.mark.parametrize(
@@ -18,9 +24,8 @@ from memqual.host.core.qemu import MachineConfig
     ],
 )
 def test_a_blocks_guest_boots_cold(block, warm):
-    test = SimpleNamespace(block=block)
-    assert GuestTest.block_config(test, MachineConfig()).warm is warm  # type: ignore[arg-type]
+    assert GuestTest.block_config(as_test(block), MachineConfig()).warm is warm
 
 
 def test_a_config_already_cold_stays_cold_outside_blocks():
-    assert GuestTest.block_config(SimpleNamespace(block=0), MachineConfig(warm=False)).warm is False  # type: ignore[arg-type]
+    assert GuestTest.block_config(as_test(0), MachineConfig(warm=False)).warm is False
