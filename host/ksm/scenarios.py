@@ -18,10 +18,12 @@ is about exactly those pages.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import mmap
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol
 
 from memqual.host.core import settings as host_settings
@@ -104,6 +106,7 @@ class Sysfs(Protocol):
 
     def read_int(self, name: str) -> int: ...
     def read_int_or_none(self, name: str) -> int | None: ...
+    def has(self, name: str) -> bool: ...
 
 
 class KsmHost(Protocol):
@@ -113,6 +116,7 @@ class KsmHost(Protocol):
     @property
     def fs(self) -> Sysfs: ...
     def set(self, **knobs: int | str) -> None: ...
+    def set_thp(self, **knobs: str) -> None: ...
     def unmerge(self) -> None: ...
     def counters(self) -> KsmCounters: ...
     def process(self, pid: int) -> ProcessKsm: ...
@@ -190,6 +194,21 @@ def watch_merge(
         if clock() > deadline:
             raise ScenarioFailed(f"ksmd did not finish {scans} full scans within {timeout_s:.0f} s")
         sleep(MERGE_POLL_S)
+
+
+@contextlib.contextmanager
+def host_mergeable(mib: int) -> Iterator[mmap.mmap]:
+    """Identical MADV_MERGEABLE pages in this (host) process.  ksmd sleeps
+    while no process has mergeable memory, so a mem-merge=off guest alone
+    would leave full_scans still: this region keeps ksmd scanning, and its
+    merging is the control's proof that ksmd did work meanwhile."""
+    region = mmap.mmap(-1, mib << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        region.write(b"\xa5" * (mib << 20))
+        region.madvise(mmap.MADV_MERGEABLE)
+        yield region
+    finally:
+        region.close()
 
 
 # -- merge ------------------------------------------------------------------
@@ -335,6 +354,41 @@ def run_integrity(ksm: KsmHost, vm: Guest) -> IntegrityRun:
 
 
 # -- volatile scan cost -----------------------------------------------------
+def prepare_volatile(ksm: KsmHost, pages: str) -> None:
+    """Host THP and KSM knobs for the volatile scenario, before its first
+    guest: ksmd stopped, smart_scan on, the advisor off."""
+    # Guest RAM is faulted in after this: never -> 4 KiB pages; madvise ->
+    # huge pages, since QEMU madvises guest RAM MADV_HUGEPAGE.
+    if pages == "4k":
+        ksm.set_thp(enabled="never")
+    else:
+        ksm.set_thp(enabled="madvise", defrag="madvise")
+    knobs: dict[str, int | str] = {**VOLATILE_KNOBS, "smart_scan": 1, "run": 0}
+    if ksm.fs.has("advisor_mode"):
+        knobs["advisor_mode"] = "none"  # the advisor would retune pages_to_scan
+    ksm.set(**knobs)
+
+
+def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[str, object]:
+    """The volatile records' settings, the profile's sizes among them."""
+    return base_settings(
+        agent_mib=VOLATILE_MIB,
+        **VOLATILE_KNOBS,
+        repeats=windows,
+        guests=guests,
+        scans_per_window=SCANS_PER_WINDOW,
+        reference_scans=reference_scans,
+        warmup_scans=WARMUP_SCANS,
+    )
+
+
+def retries_left(guests: Sequence[VolatileGuest]) -> int:
+    """One budget of re-measured windows for the whole scenario, as with one
+    guest: a host busy with other guests then costs at most that much more
+    time, however many guests there are."""
+    return max(0, DISTURBED_RETRIES - sum(len(g.run.discarded) for g in guests))
+
+
 def volatile_guest(
     ksm: KsmHost,
     vm: Guest,
