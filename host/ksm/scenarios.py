@@ -245,7 +245,9 @@ class MergeRun:
         )
 
 
-def run_merge(ksm: KsmHost, vm: Guest) -> MergeRun:
+def run_merge(
+    ksm: KsmHost, vm: Guest, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+) -> MergeRun:
     """Fill MERGE_MIB with one byte, watch 3 full scans, then make every
     page unique and watch 2 more: what left the count was the agent's."""
     pages = MERGE_MIB * 256
@@ -260,7 +262,7 @@ def run_merge(ksm: KsmHost, vm: Guest) -> MergeRun:
     )
     with StressAgent(vm.ssh, path, args) as agent:
         agent.wait_event("fill_done", 120)
-        grown, seconds = watch_merge(ksm, vm.pid, baseline, int(0.9 * pages), scans=3)
+        grown, seconds = watch_merge(ksm, vm.pid, baseline, int(0.9 * pages), scans=3, clock=clock, sleep=sleep)
         proc = ksm.process(vm.pid)
         counters = ksm.counters()
         # Attribution: the growth may hold other guest pages that merged
@@ -269,7 +271,7 @@ def run_merge(ksm: KsmHost, vm: Guest) -> MergeRun:
         # page at its next visit).
         agent.advance()
         agent.wait_event("tail_done", 120)
-        after_tail, _ = watch_merge(ksm, vm.pid, baseline, pages, scans=2)
+        after_tail, _ = watch_merge(ksm, vm.pid, baseline, pages, scans=2, clock=clock, sleep=sleep)
         agent.advance()
         verify = agent.wait_event("verify_done", 120)
         status = agent.finish(30)
@@ -327,7 +329,9 @@ class IntegrityRun:
         )
 
 
-def run_integrity(ksm: KsmHost, vm: Guest) -> IntegrityRun:
+def run_integrity(
+    ksm: KsmHost, vm: Guest, clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
+) -> IntegrityRun:
     """Merge, break with distinct tails, unmerge (run=2), verify; fails
     (ScenarioFailed) when the identical pages did not merge first."""
     pages = MERGE_MIB * 256
@@ -338,12 +342,12 @@ def run_integrity(ksm: KsmHost, vm: Guest) -> IntegrityRun:
     baseline = ksm.process(vm.pid).merging_pages
     with StressAgent(vm.ssh, path, StressArgs(mib=MERGE_MIB, byte=0xA5, phases=phases, timeout_s=500)) as agent:
         agent.wait_event("fill_done", 120)
-        merged, _ = watch_merge(ksm, vm.pid, baseline, int(0.9 * pages), scans=3)
+        merged, _ = watch_merge(ksm, vm.pid, baseline, int(0.9 * pages), scans=3, clock=clock, sleep=sleep)
         if merged < 0.9 * pages:
             raise ScenarioFailed("the identical pages did not merge first")
         agent.advance()  # every merged page now takes a copy-on-write fault
         agent.wait_event("tail_done", 120)
-        after_tail, _ = watch_merge(ksm, vm.pid, baseline, pages, scans=3)
+        after_tail, _ = watch_merge(ksm, vm.pid, baseline, pages, scans=3, clock=clock, sleep=sleep)
         ksm.unmerge()
         unmerged = ksm.process(vm.pid).merging_pages
         agent.advance()
