@@ -216,7 +216,7 @@ class KsmTest(GuestTest):
                 on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
             )
         except ks.ScenarioFailed as exc:
-            self.fail(f"guest {index + 1}: {exc}")
+            raise self.failureException(f"guest {index + 1}: {exc}") from exc
         finally:
             vm.shutdown()
 
