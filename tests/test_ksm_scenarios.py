@@ -152,7 +152,7 @@ def test_prepare_volatile_sets_thp_and_stops_ksmd(pages, present, thp, advisor):
 @pytest.mark.parametrize(("discarded", "left"), [([], 3), ([1], 2), ([2, 1], 0), ([5], 0)])
 def test_retries_are_one_budget_over_the_guests(discarded, left):
     def guest(n: int) -> VolatileGuest:
-        run = AbRun({0: [], 1: []}, [None] * n, 0, [])  # type: ignore[list-item]
+        run = AbRun({0: [], 1: []}, [None] * n, 0, [])  # type: ignore[list-item]  # only their count matters
         return VolatileGuest(run, 0, True, 0.5, (0, 0), 0, 0.0)
 
     assert ks.retries_left([guest(n) for n in discarded]) == left
