@@ -15,7 +15,7 @@ the first of each KSM page) should be
     saved(n) = (n - 1) * U + n * I
 
 ``SharingModel.fit`` takes ``I`` from one guest alone and ``U`` from two
-guests, and predicts any ``n``; the many-guest scenario (e2e/test_ksm.py)
+guests, and predicts any ``n``; the many-guest scenario (scenarios.py)
 checks the prediction for its largest ``n`` against ksmd.
 
 ``pages_shared`` and ``pages_sharing`` are host-wide.  They are this

@@ -1,6 +1,6 @@
 """Scenario 3's records: smart scan against seed 001's volatile workload.
 
-e2e/test_ksm.py measures one fresh guest per replicate (``VolatileGuest``)
+scenarios.py measures one fresh guest per replicate (``VolatileGuest``)
 and hands them to ``volatile_records``, which makes every record the
 scenario writes; tests/ feed it synthetic guests, so the claims' verdict
 tests see exactly what a real run records.
