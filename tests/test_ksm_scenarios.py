@@ -5,9 +5,10 @@ no sysfs), and the records they give."""
 from __future__ import annotations
 
 import pytest
-from fakes import FakeBackground, FakeGuest, FakeKsmHost, FakeShell
+from fakes import FakeBackground, FakeClock, FakeGuest, FakeKsmHost, FakeShell
 
 from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.ssh import CommandResult
 from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm.procfs import ProcessKsm
 from memqual.host.ksm.scancost import AbRun
@@ -217,3 +218,55 @@ def test_run_integrity_fails_when_nothing_merged_to_break():
     host = agent_host(shell, 0, 0)
     with pytest.raises(ks.ScenarioFailed, match="did not merge first"):
         ks.run_integrity(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
+
+
+class GuestKsmShell:
+    """A guest whose own ksmd ends a full scan at every read of full_scans
+    (or never, ``stalled``) and merges ``merged`` of the agent's pages."""
+
+    def __init__(self, merged: int, stalled: bool = False) -> None:
+        lines = ["t=1 event=start pid=42", "t=2 event=fill_done", "t=3 event=verify_done bad_pages=0"]
+        self.background = FakeBackground([*lines, "t=4 event=done status=0"])
+        self.merged, self.stalled, self.scans = merged, stalled, 0
+        self.ran: list[list[str]] = []
+        self.written: dict[str, str] = {}
+
+    def start(self, argv: list[str]) -> FakeBackground:
+        return self.background
+
+    def run(
+        self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None
+    ) -> CommandResult:
+        self.ran.append(argv)
+        out = ""
+        if argv[:2] == ["sh", "-c"]:
+            self.written[argv[5].rsplit("/", 1)[1]] = argv[4]
+        elif argv == ["cat", f"{ks.GUEST_KSM_ROOT}/full_scans"]:
+            self.scans += 0 if self.stalled else 1
+            out = str(self.scans)
+        elif argv == ["cat", f"{ks.GUEST_KSM_ROOT}/pages_sharing"]:
+            out = str(self.merged - 1)
+        elif argv == ["cat", "/proc/42/ksm_merging_pages"]:
+            out = "0" if self.written.get("run") == "2" else str(self.merged)
+        elif argv == ["uname", "-r"]:
+            out = "6.1.0-test\n"
+        return CommandResult(argv, 0, out, "", 0.0)
+
+
+@pytest.mark.parametrize("merged", [0, 1000, ks.GUEST_KSM_MIB * 256])
+def test_guest_ksm_reads_the_guests_own_counters(merged):
+    shell = GuestKsmShell(merged)
+    clock = FakeClock()
+    run = ks.run_guest_ksm(FakeGuest(1, ssh=shell), "/tmp/ksm_stress", clock=clock, sleep=clock.sleep)
+    assert (run.merged, run.pages_sharing, run.after_unmerge) == (merged, merged - 1, 0)
+    assert (run.bad_pages, run.agent_status, run.guest_kernel) == (0, 0, "6.1.0-test")
+    assert shell.written == {"pages_to_scan": "5000", "sleep_millisecs": "10", "run": "2"}
+    record = run.record()
+    assert record.samples == [merged / run.pages] and record.settings["full_scans"] == 3
+
+
+def test_guest_ksm_fails_when_the_guests_ksmd_does_not_scan():
+    clock = FakeClock()
+    with pytest.raises(ks.ScenarioFailed, match="did not finish 3 full scans"):
+        ks.run_guest_ksm(FakeGuest(1, ssh=GuestKsmShell(0, stalled=True)), "/a", clock=clock, sleep=clock.sleep)
+    assert ks.SCAN_TIMEOUT_S < clock.t <= ks.SCAN_TIMEOUT_S + ks.GUEST_KSM_POLL_S
