@@ -1,8 +1,8 @@
 """KSM end to end: a real guest, real QEMU, the host's real ksmd.
 
 Scenarios (docs/ksm.md says why each is built the way it is; their
-measurement procedures are host/ksm/scenarios.py's, this file boots the
-guests, records and asserts):
+measurement procedures are in host/ksm/: merge.py, volatile.py,
+guest_ksm.py, sharing.py; this file boots the guests, records and asserts):
 1. merge: a guest fills N MiB with one byte; within 3 full scans QEMU's
    ksm_merging_pages grows by >= 90 % of N MiB / 4 KiB, and as many leave
    it when the agent makes its pages unique.  Negative control:
@@ -39,7 +39,9 @@ from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import MachineConfig
 from memqual.host.judge import claims
-from memqual.host.ksm import KsmController, volatile
+from memqual.host.ksm import KsmController, sharing, volatile
+from memqual.host.ksm import guest_ksm as gk
+from memqual.host.ksm import merge as km
 from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm.agent import AGENT, StressArgs
 from memqual.host.ksm.scancost import replicate_first, replicate_ratios, samples
@@ -110,9 +112,9 @@ class KsmTest(GuestTest):
     def _merge(self, mem_merge: bool) -> None:
         with self.host_ksm() as ksm, contextlib.ExitStack() as stack:
             if not mem_merge:
-                stack.enter_context(ks.host_mergeable(ks.CONTROL_MIB))
+                stack.enter_context(km.host_mergeable(km.CONTROL_MIB))
             vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB, mem_merge=mem_merge))
-            run = ks.run_merge(ksm, vm)
+            run = km.run_merge(ksm, vm)
             self.assertEqual(run.agent_status, 0)
             own_merged = ksm.process(os.getpid()).merging_pages or 0
         pages, grown, agent_merged, proc = run.pages, run.grown, run.agent_merged, run.process
@@ -136,7 +138,7 @@ class KsmTest(GuestTest):
         else:
             self.assertGreaterEqual(
                 own_merged,
-                0.9 * ks.CONTROL_MIB * 256,
+                0.9 * km.CONTROL_MIB * 256,
                 "ksmd did not merge the host control region: it was not scanning",
             )
             self.assertEqual(proc.merging_pages, 0, f"mem-merge=off, yet QEMU has merged pages: {proc.stat}")
@@ -162,7 +164,7 @@ class KsmTest(GuestTest):
         """Scenario 2: merge, break with distinct tails, unmerge, verify."""
         with self.host_ksm() as ksm:
             vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
-            run = ks.run_integrity(ksm, vm)
+            run = km.run_integrity(ksm, vm)
         merged, after_tail, unmerged, verify = run.merged, run.after_tail, run.unmerged, run.verify
         self.log.info(
             "integrity: merged %d, after tails %d, after run=2 %d, verify %s", merged, after_tail, unmerged, verify
@@ -191,9 +193,9 @@ class KsmTest(GuestTest):
                 ksm.fs.has("smart_scan") and ksm.fs.has("pages_skipped"),
                 "host kernel has no KSM smart scan (Linux >= 6.7 needed)",
             )
-            ks.prepare_volatile(ksm, pages)
+            volatile.prepare_volatile(ksm, pages)
             for index in range(sizes().ksm_volatile_guests):
-                guests.append(self._volatile_guest(ksm, pages, index, ks.retries_left(guests)))
+                guests.append(self._volatile_guest(ksm, pages, index, volatile.retries_left(guests)))
         self._judge(pages, guests, time.monotonic() - started)
 
     def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> VolatileGuest:
@@ -205,7 +207,7 @@ class KsmTest(GuestTest):
         try:
             # The first variant alternates between guests, and between
             # blocks in an A/B (one guest a block).
-            return ks.volatile_guest(
+            return volatile.volatile_guest(
                 ksm,
                 vm,
                 pages,
@@ -222,8 +224,8 @@ class KsmTest(GuestTest):
 
     def _judge(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
         runs = [g.run for g in guests]
-        agent_pages = ks.VOLATILE_MIB * 256
-        settings = ks.volatile_settings(
+        agent_pages = volatile.VOLATILE_MIB * 256
+        settings = volatile.volatile_settings(
             sizes().ksm_volatile_windows, sizes().ksm_volatile_guests, sizes().ksm_reference_scans
         )
         limit = volatile.skip_limit(os.uname().release)
@@ -291,7 +293,7 @@ class KsmTest(GuestTest):
         # mem-merge=off: host KSM has no part here, and this guest's pages
         # must not disturb a sibling test's host ksmd measurement.
         vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB, mem_merge=False))
-        guest = ks.GuestKsm(vm.ssh)
+        guest = gk.GuestKsm(vm.ssh)
         self.require(guest.writable(), f"guest kernel has no writable {guest.root}")
         path = vm.deploy(AGENT)
         # Bad input first: more than the guest has is one clear line, exit 4.
@@ -302,7 +304,7 @@ class KsmTest(GuestTest):
         self.assertIn(f"cannot allocate {too_big} MiB: the guest has", result.stderr)
 
         with self.scenario():
-            run = ks.run_guest_ksm(vm, path)
+            run = gk.run_guest_ksm(vm, path)
         self.assertEqual(run.agent_status, 0)
         self.record(run.record())
         self.assertGreaterEqual(run.merged, 0.9 * run.pages, f"guest ksmd merged {run.merged} of {run.pages} pages")
@@ -316,10 +318,10 @@ class KsmTest(GuestTest):
 
         :avocado: tags=ab
         """
-        config = MachineConfig(memory_mib=ks.MANY_GUEST_MIB)
+        config = MachineConfig(memory_mib=sharing.MANY_GUEST_MIB)
         many_guests = sizes().ksm_many_guests
         with self.host_ksm() as ksm:
-            run = ks.run_many_guests(
+            run = sharing.run_many_guests(
                 ksm, lambda: self.boot(config), many_guests, sizes().ksm_remerge_repeats, note=self.log.info
             )
         for measurement in run.records():

@@ -9,13 +9,16 @@ from fakes import FakeBackground, FakeClock, FakeGuest, FakeKsmHost, FakeShell
 
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.ssh import CommandResult
+from memqual.host.ksm import guest_ksm as gk
+from memqual.host.ksm import merge as km
 from memqual.host.ksm import scenarios as ks
+from memqual.host.ksm import sharing, volatile
 from memqual.host.ksm.procfs import ProcessKsm
 from memqual.host.ksm.scancost import AbRun
 from memqual.host.ksm.sysfs import KsmCounters
 from memqual.host.ksm.volatile import VolatileGuest
 
-PAGES = ks.MERGE_MIB * 256
+PAGES = km.MERGE_MIB * 256
 BASELINE = 100
 
 
@@ -38,33 +41,33 @@ def growing(per_scan: int, cap: int) -> FakeKsmHost:
 )
 def test_watch_merge_counts_growth_and_when_it_reached_the_target(per_scan, cap, scans, grown, reached_after_scans):
     host = growing(per_scan, cap)
-    got, reached = ks.watch_merge(host, 1, BASELINE, int(0.9 * PAGES), scans, clock=host.clock, sleep=host.sleep)
+    got, reached = km.watch_merge(host, 1, BASELINE, int(0.9 * PAGES), scans, clock=host.clock, sleep=host.sleep)
     assert got == grown
     assert host.full_scans == scans
     if reached_after_scans is None:
         assert reached is None
     else:
         # seen at the first poll after that scan ended
-        assert reached == pytest.approx(reached_after_scans * host.scan_s, abs=ks.MERGE_POLL_S + 1e-9)
+        assert reached == pytest.approx(reached_after_scans * host.scan_s, abs=km.MERGE_POLL_S + 1e-9)
 
 
 def test_watch_merge_fails_when_ksmd_does_not_scan():
     host = FakeKsmHost(merging=lambda h, pid: PAGES)  # merged, yet run=0: no full scan ends
     with pytest.raises(ks.ScenarioFailed, match="did not finish 3 full scans within 2 s"):
-        ks.watch_merge(host, 1, 0, 1, 3, timeout_s=2, clock=host.clock, sleep=host.sleep)
+        km.watch_merge(host, 1, 0, 1, 3, timeout_s=2, clock=host.clock, sleep=host.sleep)
     assert 2 < host.now < 2.1  # the deadline, not sooner, not much later
 
 
 def test_merge_record_says_the_agents_share_and_the_variant():
     proc = ProcessKsm(7, PAGES, {"ksm_rmap_items": "9"}, None)
     counters = KsmCounters(1.0, 3, 1, 2, 0, 0, None, None, None, None)
-    run = ks.MergeRun(PAGES, BASELINE, PAGES, 0.5, PAGES // 2, proc, counters, 0, {"bad_pages": "0"}, 0)
+    run = km.MergeRun(PAGES, BASELINE, PAGES, 0.5, PAGES // 2, proc, counters, 0, {"bad_pages": "0"}, 0)
     record = run.record(mem_merge=False)
     assert (record.scenario, record.metric, record.samples) == ("ksm.merge", "merged_fraction", [0.5])
     assert record.variant == {"mem_merge": False}
     assert record.settings == {
         "guest_mib": ks.GUEST_MIB,
-        "agent_mib": ks.MERGE_MIB,
+        "agent_mib": km.MERGE_MIB,
         "pages_to_scan": ks.MERGE_PAGES_TO_SCAN,
         "sleep_millisecs": ks.MERGE_SLEEP_MS,
         "full_scans": 3,
@@ -73,7 +76,7 @@ def test_merge_record_says_the_agents_share_and_the_variant():
 
 
 def test_integrity_record_counts_the_bad_pages():
-    run = ks.IntegrityRun(PAGES, 0, PAGES, 10, 0, {"bad_pages": "2"}, {"bad_pages": "7"}, 1)
+    run = km.IntegrityRun(PAGES, 0, PAGES, 10, 0, {"bad_pages": "2"}, {"bad_pages": "7"}, 1)
     record = run.record()
     assert (run.bad_pages, run.control_bad_pages) == (2, 7)
     assert (record.scenario, record.metric, record.samples) == ("ksm.integrity", "bad_pages", [2.0])
@@ -97,12 +100,12 @@ def many_guests_host(foreign: int = 0) -> FakeKsmHost:
     return FakeKsmHost(merging=merging, sharing=sharing)
 
 
-def run_many(host: FakeKsmHost, guests: int = 3, remerges: int = 2) -> ks.ManyGuestsRun:
+def run_many(host: FakeKsmHost, guests: int = 3, remerges: int = 2) -> sharing.ManyGuestsRun:
     def boot() -> FakeGuest:
         host.guests += 1
         return FakeGuest(100 + host.guests, started_warm=host.guests > 1)
 
-    return ks.run_many_guests(host, boot, guests, remerges, note=lambda line: None)
+    return sharing.run_many_guests(host, boot, guests, remerges, note=lambda line: None)
 
 
 def test_many_guests_follow_the_model_and_record_each_count():
@@ -123,7 +126,7 @@ def test_many_guests_follow_the_model_and_record_each_count():
         ("remerge_s", {"guests": 3}, 2),
     ]
     assert {r.scenario for r in records} == {"ksm.many_guests"}
-    assert records[-1].settings == records[-2].settings | {"share": ks.REMERGE_SHARE}
+    assert records[-1].settings == records[-2].settings | {"share": sharing.REMERGE_SHARE}
     assert records[-2].settings["smart_scan"] == 0 and records[-2].settings["guests"] == 3
 
 
@@ -142,9 +145,9 @@ def test_many_guests_say_what_other_processes_merged(foreign, share):
 )
 def test_prepare_volatile_sets_thp_and_stops_ksmd(pages, present, thp, advisor):
     host = FakeKsmHost(present=present)
-    ks.prepare_volatile(host, pages)
+    volatile.prepare_volatile(host, pages)
     assert host.thp == [thp]
-    expected: dict[str, int | str] = {**ks.VOLATILE_KNOBS, "smart_scan": 1, "run": 0}
+    expected: dict[str, int | str] = {**volatile.VOLATILE_KNOBS, "smart_scan": 1, "run": 0}
     if advisor:
         expected["advisor_mode"] = "none"
     assert host.knobs == [expected]
@@ -156,13 +159,13 @@ def test_retries_are_one_budget_over_the_guests(discarded, left):
         run = AbRun({0: [], 1: []}, [None] * n, 0, [])  # type: ignore[list-item]  # only their count matters
         return VolatileGuest(run, 0, True, 0.5, (0, 0), 0, 0.0)
 
-    assert ks.retries_left([guest(n) for n in discarded]) == left
+    assert volatile.retries_left([guest(n) for n in discarded]) == left
 
 
 def test_volatile_guest_on_thp_that_did_not_back_the_ram_is_a_missing_capability():
     shell = FakeShell(FakeBackground(["t=1 event=start pid=42", "t=2 event=dirty_start"]))
     with pytest.raises(CapabilityMissing, match="host THP did not back guest RAM"):
-        ks.volatile_guest(FakeKsmHost(), FakeGuest(1, ssh=shell), "thp", 0, 3, 1, 9)
+        volatile.volatile_guest(FakeKsmHost(), FakeGuest(1, ssh=shell), "thp", 0, 3, 1, 9)
 
 
 def agent_shell(status: int, bad_pages: int = 0, control: int | None = None) -> FakeShell:
@@ -197,7 +200,7 @@ def agent_host(shell: FakeShell, per_scan: int, left_after_tails: int) -> FakeKs
 def test_run_merge_attributes_what_left_the_count_to_the_agent(per_scan, left, grown, agent_merged):
     shell = agent_shell(status=0)
     host = agent_host(shell, per_scan, left)
-    run = ks.run_merge(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
+    run = km.run_merge(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
     assert (run.baseline, run.grown, run.agent_merged) == (BASELINE, grown, agent_merged)
     assert (run.bad_pages, run.agent_status) == (0, 0)
     assert host.knobs[0] == {**ks.MERGE_KNOBS, "run": 1}
@@ -207,7 +210,7 @@ def test_run_merge_attributes_what_left_the_count_to_the_agent(per_scan, left, g
 def test_run_integrity_reads_both_verifies_after_unmerging():
     shell = agent_shell(status=1, bad_pages=0, control=5)
     host = agent_host(shell, PAGES, 10)
-    run = ks.run_integrity(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
+    run = km.run_integrity(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
     assert (run.merged, run.after_tail, run.unmerged) == (PAGES, 10, 0)
     assert (run.bad_pages, run.control_bad_pages, run.agent_status) == (0, 5, 1)
     assert host.run == 2  # run=2 unmerged
@@ -217,7 +220,7 @@ def test_run_integrity_fails_when_nothing_merged_to_break():
     shell = agent_shell(status=0)
     host = agent_host(shell, 0, 0)
     with pytest.raises(ks.ScenarioFailed, match="did not merge first"):
-        ks.run_integrity(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
+        km.run_integrity(host, FakeGuest(7, ssh=shell), clock=host.clock, sleep=host.sleep)
 
 
 class GuestKsmShell:
@@ -241,10 +244,10 @@ class GuestKsmShell:
         out = ""
         if argv[:2] == ["sh", "-c"]:
             self.written[argv[5].rsplit("/", 1)[1]] = argv[4]
-        elif argv == ["cat", f"{ks.GUEST_KSM_ROOT}/full_scans"]:
+        elif argv == ["cat", f"{gk.GUEST_KSM_ROOT}/full_scans"]:
             self.scans += 0 if self.stalled else 1
             out = str(self.scans)
-        elif argv == ["cat", f"{ks.GUEST_KSM_ROOT}/pages_sharing"]:
+        elif argv == ["cat", f"{gk.GUEST_KSM_ROOT}/pages_sharing"]:
             out = str(self.merged - 1)
         elif argv == ["cat", "/proc/42/ksm_merging_pages"]:
             out = "0" if self.written.get("run") == "2" else str(self.merged)
@@ -253,11 +256,11 @@ class GuestKsmShell:
         return CommandResult(argv, 0, out, "", 0.0)
 
 
-@pytest.mark.parametrize("merged", [0, 1000, ks.GUEST_KSM_MIB * 256])
+@pytest.mark.parametrize("merged", [0, 1000, gk.GUEST_KSM_MIB * 256])
 def test_guest_ksm_reads_the_guests_own_counters(merged):
     shell = GuestKsmShell(merged)
     clock = FakeClock()
-    run = ks.run_guest_ksm(FakeGuest(1, ssh=shell), "/tmp/ksm_stress", clock=clock, sleep=clock.sleep)
+    run = gk.run_guest_ksm(FakeGuest(1, ssh=shell), "/tmp/ksm_stress", clock=clock, sleep=clock.sleep)
     assert (run.merged, run.pages_sharing, run.after_unmerge) == (merged, merged - 1, 0)
     assert (run.bad_pages, run.agent_status, run.guest_kernel) == (0, 0, "6.1.0-test")
     assert shell.written == {"pages_to_scan": "5000", "sleep_millisecs": "10", "run": "2"}
@@ -268,5 +271,5 @@ def test_guest_ksm_reads_the_guests_own_counters(merged):
 def test_guest_ksm_fails_when_the_guests_ksmd_does_not_scan():
     clock = FakeClock()
     with pytest.raises(ks.ScenarioFailed, match="did not finish 3 full scans"):
-        ks.run_guest_ksm(FakeGuest(1, ssh=GuestKsmShell(0, stalled=True)), "/a", clock=clock, sleep=clock.sleep)
-    assert ks.SCAN_TIMEOUT_S < clock.t <= ks.SCAN_TIMEOUT_S + ks.GUEST_KSM_POLL_S
+        gk.run_guest_ksm(FakeGuest(1, ssh=GuestKsmShell(0, stalled=True)), "/a", clock=clock, sleep=clock.sleep)
+    assert ks.SCAN_TIMEOUT_S < clock.t <= ks.SCAN_TIMEOUT_S + gk.GUEST_KSM_POLL_S
