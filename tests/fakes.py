@@ -1,7 +1,8 @@
 """The unit tests' stand-ins for a guest, its shell, its image and its QEMU
 monitor, in one place.  Each fake satisfies the Protocol of the host code
 it stands for (host/core/shell.py's Shell and Background, the QmpMachine of
-host/balloon/device.py and host/virtio_mem.py); mypy checks that at the
+host/balloon/device.py and host/virtio_mem.py, the KsmHost and Guest of
+host/ksm/scenarios.py); mypy checks that at the
 end of this file.  What a fake says is scripted by the test that uses it;
 nothing here starts a process or opens a socket."""
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from memqual.host.core.errors import GuestError
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.ssh import CommandResult
+from memqual.host.ksm.procfs import ProcessKsm
+from memqual.host.ksm.sysfs import KsmCounters
 
 MIB = 1 << 20
 
@@ -311,14 +314,116 @@ class FakeMachine(FakeQmp):
         return self.output
 
 
+# ---------------------------------------------------------------- host KSM
+
+
+class FakeKsmSysfs:
+    """The KSM sysfs files the scenarios read, from their FakeKsmHost."""
+
+    def __init__(self, host: FakeKsmHost, present: tuple[str, ...]) -> None:
+        self.host, self.present = host, present
+
+    def read_int(self, name: str) -> int:
+        value = self.read_int_or_none(name)
+        assert value is not None, name
+        return value
+
+    def read_int_or_none(self, name: str) -> int | None:
+        if name == "full_scans":
+            return self.host.full_scans
+        return 0 if name in self.present else None
+
+    def has(self, name: str) -> bool:
+        return name == "full_scans" or name in self.present
+
+
+class FakeKsmHost:
+    """Host KSM (host/ksm/scenarios.py's KsmHost) on a script.  A full scan
+    takes ``scan_s`` of the fake clock while run=1; ``merging(host, pid)``
+    says a process's merged pages and ``sharing(host)`` the global
+    (pages_shared, pages_sharing); run=2 unmerges everything.  ``sleep``
+    and every wait move the clock; ksmd's CPU time is half of it."""
+
+    def __init__(
+        self,
+        merging: Callable[[FakeKsmHost, int], int] = lambda host, pid: 0,
+        sharing: Callable[[FakeKsmHost], tuple[int, int]] = lambda host: (0, 0),
+        scan_s: float = 0.05,
+        present: tuple[str, ...] = ("smart_scan", "pages_skipped"),
+    ) -> None:
+        self.merging, self.sharing, self.scan_s = merging, sharing, scan_s
+        self.fs = FakeKsmSysfs(self, present)
+        self.now = 0.0
+        self.scanned_s = 0.0  # time spent with run=1
+        self.run = 0
+        self.guests = 0
+        self.knobs: list[dict[str, int | str]] = []
+        self.thp: list[dict[str, str]] = []
+
+    @property
+    def full_scans(self) -> int:
+        return int(self.scanned_s / self.scan_s + 1e-9)
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, dt: float) -> None:
+        self.now += dt
+        if self.run == 1:
+            self.scanned_s += dt
+
+    def set(self, **knobs: int | str) -> None:
+        self.knobs.append(knobs)
+        self.run = int(knobs.get("run", self.run))
+
+    def set_thp(self, **knobs: str) -> None:
+        self.thp.append(knobs)
+
+    def unmerge(self) -> None:
+        self.set(run=2)
+
+    def process(self, pid: int) -> ProcessKsm:
+        merged = 0 if self.run == 2 else self.merging(self, pid)
+        return ProcessKsm(pid, merged, {"ksm_rmap_items": str(merged)}, None)
+
+    def counters(self) -> KsmCounters:
+        shared, sharing = (0, 0) if self.run == 2 else self.sharing(self)
+        return KsmCounters(self.now, self.full_scans, shared, sharing, 0, 0, None, None, None, self.now / 2)
+
+    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.005) -> KsmCounters:
+        self.sleep(n * self.scan_s)
+        return self.counters()
+
+    def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
+        while not predicate():
+            self.sleep(self.scan_s)
+            assert self.now < 1e4, what
+
+
+@dataclasses.dataclass
+class FakeGuest:
+    """A booted guest as the KSM scenarios see it (scenarios.Guest)."""
+
+    pid: int
+    ssh: Any = None
+    started_warm: bool = True
+    boot_to_ssh_s: float = 0.5
+
+    def deploy(self, agent: str) -> str:
+        return f"/tmp/{agent}"
+
+
 if TYPE_CHECKING:
     # mypy: each fake is what it stands for.
     from memqual.host import virtio_mem
     from memqual.host.balloon import device as balloon_device
     from memqual.host.core import shell
+    from memqual.host.ksm import scenarios
 
     _shell: shell.Shell = FakeShell(FakeBackground([]))
     _background: shell.Background = FakeBackground([])
     _balloon: balloon_device.QmpMachine = BalloonQmp([0], FakeClock())
     _virtio_mem: virtio_mem.QmpMachine = VirtioMemQmp(1)
     _monitor: virtio_mem.QmpMachine = RefusingQmp()
+    _ksm: scenarios.KsmHost = FakeKsmHost()
+    _guest: scenarios.Guest = FakeGuest(1)

@@ -15,7 +15,7 @@ the first of each KSM page) should be
     saved(n) = (n - 1) * U + n * I
 
 ``SharingModel.fit`` takes ``I`` from one guest alone and ``U`` from two
-guests, and predicts any ``n``; the many-guest scenario (e2e/test_ksm.py)
+guests, and predicts any ``n``; the many-guest scenario (``run_many_guests``)
 checks the prediction for its largest ``n`` against ksmd.
 
 ``pages_shared`` and ``pages_sharing`` are host-wide.  They are this
@@ -28,13 +28,28 @@ scenario's alone only when no other process holds merged pages, which
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Sequence
 
+from memqual.host.core import stats
 from memqual.host.core.errors import Timeout
+from memqual.host.core.record import Measurement
 from memqual.host.ksm.controller import KsmDriver
+from memqual.host.ksm.scenarios import MERGE_KNOBS, SCAN_TIMEOUT_S, Guest, KsmHost, base_settings
+
+log = logging.getLogger(__name__)
 
 PAGE_MIB = 4096 / (1 << 20)
+
+# Many guests.  512 MiB guests hold about 150 MiB resident after a warm start.
+# The guest count and the timed re-merges: the profile's row.
+MANY_GUEST_MIB = 512
+REMERGE_SHARE = 0.9  # a re-merge is timed to this share of the settled saving
+# Settled = pages_sharing still for this many full scans (about 0.4 s here):
+# a page merges only once its content was the same on two visits, so a
+# guest still settling after its start merges over several scans.
+SETTLE_QUIET_SCANS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,3 +133,158 @@ def settle(
                     full_scans=scans,
                     seconds=clock() - start,
                 )
+
+
+# -- the scenario ---------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ManyGuestsRun:
+    """Identical guests added one by one: each count's settled point, then
+    timed re-merges of them all from nothing."""
+
+    points: list[SharingPoint]
+    remerge_s: list[float]
+    remerge_cpu_s: list[float]
+    saved_mib: list[float]  # the settled saving, then after each re-merge
+    started_warm: list[bool]
+    smart_scan: int | None
+
+    @property
+    def guests(self) -> int:
+        return len(self.points)
+
+    @property
+    def settled(self) -> SharingPoint:
+        return self.points[-1]
+
+    @property
+    def model(self) -> SharingModel:
+        return SharingModel.fit(self.points[0], self.points[1])
+
+    @property
+    def predicted(self) -> float:
+        return self.model.saved_pages(self.guests)
+
+    @property
+    def alone(self) -> int:
+        """What the first guest merged alone."""
+        return self.points[0].merging[0]
+
+    @property
+    def per_guest(self) -> float:
+        """What each guest merged, the median, with all of them."""
+        return stats.median(list(self.settled.merging))
+
+    @property
+    def foreign(self) -> float:
+        """The largest share of the merged pages that were not these guests'."""
+        return max(abs(p.foreign_pages) / max(1, p.pages_shared + p.pages_sharing) for p in self.points)
+
+    def records(self) -> list[Measurement]:
+        settings = base_settings(
+            guest_mib=MANY_GUEST_MIB,
+            guests=self.guests,
+            **MERGE_KNOBS,
+            smart_scan=self.smart_scan,
+            settle_quiet_scans=SETTLE_QUIET_SCANS,
+        )
+        extra = {
+            "points": [p.to_json() for p in self.points],
+            "model": self.model.to_json()
+            | {"predicted_saved_pages": self.predicted, "measured_saved_pages": self.settled.pages_sharing},
+            "merged_per_guest_alone": self.alone,
+            "merged_per_guest_many": self.per_guest,
+            "started_warm": self.started_warm,
+            "foreign_share": self.foreign,
+        }
+        # The saving with all the guests (every sample); each smaller
+        # count's saving once (its point) and the re-merge times differ from
+        # it only in what the fields below say (replicates=[]: regrouped
+        # from their own samples, not copied from the saving's).
+        saved = Measurement(
+            scenario="ksm.many_guests",
+            metric="saved_mib",
+            unit="MiB",
+            better="higher",
+            samples=self.saved_mib,
+            variant={"guests": self.guests},
+            settings=settings,
+            extra=extra,
+        )
+        points_saved = [
+            dataclasses.replace(
+                saved, samples=[point.saved_mib], replicates=[], variant={"guests": n}, extra=point.to_json()
+            )
+            for n, point in enumerate(self.points[:-1], start=1)
+        ]
+        remerge = dataclasses.replace(
+            saved,
+            metric="remerge_s",
+            unit="s",
+            better="lower",
+            samples=self.remerge_s,
+            replicates=[],
+            settings=settings | {"share": REMERGE_SHARE},
+            extra={"ksmd_cpu_s": self.remerge_cpu_s, "summary": stats.summarize(self.remerge_s).to_json()},
+        )
+        return [*points_saved, saved, remerge]
+
+
+def run_many_guests(
+    ksm: KsmHost, boot: Callable[[], Guest], guests: int, remerges: int, note: Callable[[str], None] = log.info
+) -> ManyGuestsRun:
+    """Boot ``guests`` guests one by one (``boot`` gives the next), settle
+    host KSM after each, then unmerge everything and time ``remerges``
+    merges from nothing to REMERGE_SHARE of the settled saving."""
+    points: list[SharingPoint] = []
+    vms: list[Guest] = []
+
+    def merging() -> list[int]:
+        return [ksm.process(vm.pid).merging_pages for vm in vms]
+
+    # smart_scan off: with it, a page that found no twin while its guest ran
+    # alone is skipped on most later scans, and so is the later guest's twin
+    # once it fails a few times; the two are rarely looked at in the same
+    # scan, and the 2-guest point settled at 11.9-16.0 k merged pages per
+    # guest instead of the 18.7 k that a third, fresh guest then brought
+    # (docs/ksm.md).
+    smart_scan = {"smart_scan": 0} if ksm.fs.read_int_or_none("smart_scan") is not None else {}
+    ksm.set(**MERGE_KNOBS, **smart_scan, run=1)
+    for n in range(1, guests + 1):
+        vms.append(boot())
+        points.append(settle(ksm, merging, n, SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS))
+        note(f"{n} guests: {points[-1].to_json()}")
+    settled = points[-1]
+    remerge_s: list[float] = []
+    remerge_cpu_s: list[float] = []
+    saved_mib = [settled.saved_mib]
+    target = REMERGE_SHARE * settled.pages_sharing
+    for repeat in range(remerges):
+        ksm.set(run=2)  # unmerge everything, then time a merge from nothing
+        ksm.wait_until(lambda: sum(merging()) == 0, SCAN_TIMEOUT_S, "unmerging the guests")
+        ksm.set(run=0)
+        before = ksm.counters()
+        ksm.set(run=1)
+        ksm.wait_until(
+            lambda: ksm.counters().pages_sharing >= target,
+            SCAN_TIMEOUT_S,
+            f"a re-merge to {REMERGE_SHARE:.0%} of {settled.pages_sharing} pages",
+            poll_s=0.005,
+        )
+        after = ksm.counters()
+        remerge_s.append(after.taken_s - before.taken_s)
+        if before.ksmd_cpu_s is not None and after.ksmd_cpu_s is not None:
+            remerge_cpu_s.append(after.ksmd_cpu_s - before.ksmd_cpu_s)
+        again = settle(ksm, merging, len(vms), SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS)
+        saved_mib.append(again.saved_mib)
+        note(
+            f"re-merge {repeat + 1}/{remerges}: {remerge_s[-1]:.2f} s to {100 * REMERGE_SHARE:.0f}%, "
+            f"settled at {again.saved_mib:.1f} MiB saved"
+        )
+    return ManyGuestsRun(
+        points=points,
+        remerge_s=remerge_s,
+        remerge_cpu_s=remerge_cpu_s,
+        saved_mib=saved_mib,
+        started_warm=[bool(vm.started_warm) for vm in vms],
+        smart_scan=ksm.fs.read_int_or_none("smart_scan"),
+    )

@@ -1,6 +1,6 @@
 """Scenario 3's records: smart scan against seed 001's volatile workload.
 
-e2e/test_ksm.py measures one fresh guest per replicate (``VolatileGuest``)
+``volatile_guest`` measures one fresh guest per replicate (``VolatileGuest``)
 and hands them to ``volatile_records``, which makes every record the
 scenario writes; tests/ feed it synthetic guests, so the claims' verdict
 tests see exactly what a real run records.
@@ -29,13 +29,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import settings as host_settings
 from memqual.host.core import stats
+from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.record import Measurement
-from memqual.host.ksm.scancost import METRICS, AbRun, replicate_ratios, replicates
+from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
+from memqual.host.ksm.scancost import METRICS, AbRun, ScanWindow, alternate_smart_scan, replicate_ratios, replicates
+from memqual.host.ksm.scenarios import SCAN_TIMEOUT_S, Guest, KsmHost, ScenarioFailed, base_settings
 
 SCENARIO = "ksm.volatile_scan"
 CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
@@ -56,6 +60,38 @@ CEILING_FORMULA = (
     "1 / (1 - the share of covered pages smart scan skipped), a skipped page costing nothing and a compared "
     "one no less than without smart scan"
 )
+
+# Volatile scan cost, sized on this 2-core TCG host (docs/ksm.md).  A window
+# is 9 whole full scans: smart scan lets a page that keeps failing be
+# skipped 8 times, then looked at once, so its steady state has a period of
+# 9 scans; a window of another length holds 0 or 1 of those looks per page
+# and the cost per scan comes out bimodal (seen with 6: CI +-29 %).
+VOLATILE_MIB = 256
+# MEMQUAL_KSM_PAGES_TO_SCAN overrides it: how a run with a deliberately
+# slowed ksmd is made, for `memqual compare` to flag.
+VOLATILE_PAGES_TO_SCAN = host_settings.ksm_pages_to_scan(20000)
+VOLATILE_SLEEP_MS = 10
+VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN, "sleep_millisecs": VOLATILE_SLEEP_MS}
+# The independent unit is a fresh guest (a warm start, under 1 s): windows
+# inside one guest are nested in it.  Each guest costs about 6 s beyond its
+# windows here (start, deploy, 256 MiB fill, settle), and the guests differ
+# more than the windows of one guest do, so the quick profile spends its
+# time on guests: 4 guests x 1 window a variant.  Measured in one session
+# (docs/ksm.md): 38-57 s (THP) and 45-120 s (4 KiB, the slowest on a busy
+# host) against 37 s and 53-55 s for 1 guest x 8 windows; 4 x 2 took 79-91
+# s.  The order alternates between guests (0 1, 1 0, 1 0, 0 1); with 2
+# windows also inside each.  Guests (replicates per variant) and windows per
+# variant per guest: the profile's row (host/core/profiles.py).
+SCANS_PER_WINDOW = 9
+WARMUP_SCANS = 3  # after each switch of smart_scan
+# Settle each fresh guest: smart scan skips a page first after 3 looks and
+# its skip budget grows 1, 2, 4, 8: the 8-skip steady state starts at the
+# 14th smart scan of a new page.
+INITIAL_WARMUP_SCANS = 12
+# Windows thrown away because other guests' pages came or went under them
+# (each costs a re-settle): at most this many per scenario, then disturbed
+# windows are kept and counted.
+DISTURBED_RETRIES = 3
 
 # -- the kernel's skip limit -----------------------------------------------
 # skip_age() in mm/ksm.c returns 1, 2, 4 and at most 8 skips: the same from
@@ -261,3 +297,100 @@ def volatile_records(
             )
         )
     return records
+
+
+# -- the procedure: the host set up, then one fresh guest a replicate -------
+def prepare_volatile(ksm: KsmHost, pages: str) -> None:
+    """Host THP and KSM knobs for the volatile scenario, before its first
+    guest: ksmd stopped, smart_scan on, the advisor off."""
+    # Guest RAM is faulted in after this: never -> 4 KiB pages; madvise ->
+    # huge pages, since QEMU madvises guest RAM MADV_HUGEPAGE.
+    if pages == "4k":
+        ksm.set_thp(enabled="never")
+    else:
+        ksm.set_thp(enabled="madvise", defrag="madvise")
+    knobs: dict[str, int | str] = {**VOLATILE_KNOBS, "smart_scan": 1, "run": 0}
+    if ksm.fs.has("advisor_mode"):
+        knobs["advisor_mode"] = "none"  # the advisor would retune pages_to_scan
+    ksm.set(**knobs)
+
+
+def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[str, object]:
+    """The volatile records' settings, the profile's sizes among them."""
+    return base_settings(
+        agent_mib=VOLATILE_MIB,
+        **VOLATILE_KNOBS,
+        repeats=windows,
+        guests=guests,
+        scans_per_window=SCANS_PER_WINDOW,
+        reference_scans=reference_scans,
+        warmup_scans=WARMUP_SCANS,
+    )
+
+
+def retries_left(guests: Sequence[VolatileGuest]) -> int:
+    """One budget of re-measured windows for the whole scenario, as with one
+    guest: a host busy with other guests then costs at most that much more
+    time, however many guests there are."""
+    return max(0, DISTURBED_RETRIES - sum(len(g.run.discarded) for g in guests))
+
+
+def volatile_guest(
+    ksm: KsmHost,
+    vm: Guest,
+    pages: str,
+    first: int,
+    retries: int,
+    windows: int,
+    reference_scans: int,
+    on_window: Callable[[ScanWindow], None] = lambda w: None,
+) -> VolatileGuest:
+    """One replicate on a freshly booted guest: it runs the seed's workload,
+    ksmd settles on it, smart_scan 0 and 1 are measured in ABBA order
+    starting with ``first``.  CapabilityMissing when host THP did not back
+    the guest's RAM (``pages`` "thp"); ScenarioFailed when THP did with
+    enabled=never ("4k") or the agent failed."""
+    path = vm.deploy(AGENT)
+    args = StressArgs(mib=VOLATILE_MIB, phases=["fill", "dirty:600"], timeout_s=700)
+    with StressAgent(vm.ssh, path, args) as agent:
+        agent.wait_event("dirty_start", 180)
+        huge_kib = ksm.process(vm.pid).anon_huge_kib or 0
+        if pages == "thp":
+            if huge_kib < VOLATILE_MIB * 1024 // 2:
+                raise CapabilityMissing(f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)")
+        elif huge_kib > VOLATILE_MIB * 1024 // 20:
+            raise ScenarioFailed(f"THP backs guest RAM with enabled=never (AnonHugePages {huge_kib} kB of QEMU)")
+        ksm.set(run=1)
+        try:
+            run = alternate_smart_scan(
+                ksm,
+                windows,
+                SCANS_PER_WINDOW,
+                WARMUP_SCANS,
+                SCAN_TIMEOUT_S,
+                settle_scans=INITIAL_WARMUP_SCANS,
+                max_retries=retries,
+                first=first,
+                own_pages=lambda: ksm.process(vm.pid).stat_int("ksm_rmap_items"),
+                reference_scans=reference_scans,
+                on_window=on_window,
+            )
+        finally:
+            # ksmd idles while the next guest starts and fills, as it did
+            # before the first one: every guest is settled from the same state.
+            ksm.set(run=0)
+        huge_kib_end = ksm.process(vm.pid).anon_huge_kib or 0
+        agent.advance()
+        dirty = agent.wait_event("dirty_done", 60)
+        status = agent.finish(60)
+    if status != 0:
+        raise ScenarioFailed(f"ksm_stress ended with status {status}")
+    return VolatileGuest(
+        run=run,
+        first_smart_scan=first,
+        started_warm=vm.started_warm,
+        boot_to_ssh_s=vm.boot_to_ssh_s,
+        anon_huge_kib=(huge_kib, huge_kib_end),
+        dirty_passes=int(dirty["passes"]),
+        dirty_s=float(dirty["duration_s"]),
+    )
