@@ -50,7 +50,11 @@ from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
 
 LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 MODEL_TOLERANCE = 0.15  # many guests, measured here: within 2 % (docs/ksm.md)
-CROSS_GUEST_GAIN = 2.0  # merged pages per guest, many guests over one alone (measured 3.3-4.4x)
+# Merged pages per guest, many guests over one alone: 1.0 when nothing
+# merges across guests.  Measured 3.3-4.4x with every guest restored from
+# one snapshot (identical memory), 1.99-3.35x with cold boots (an A/B's
+# blocks, 6.1 and 6.12): between the two.
+CROSS_GUEST_GAIN = 1.5
 FOREIGN_TOLERANCE = 0.01
 
 
