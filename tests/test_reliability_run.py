@@ -40,6 +40,20 @@ STUBBORN_AVOCADO = textwrap.dedent(
 )
 
 
+def memqual_run_argv(tmp_path: Path) -> list[str]:
+    """`memqual run` of the fake tests in tmp_path, its output beside them."""
+    return [
+        sys.executable,
+        "-m",
+        "memqual.host.cli.main",
+        "run",
+        "--output",
+        str(tmp_path / "out"),
+        "--tests",
+        str(tmp_path),
+    ]
+
+
 def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
     script = tmp_path / "avocado"
     script.write_text(STUBBORN_AVOCADO.format(python=sys.executable))
@@ -52,16 +66,7 @@ def _start_run(tmp_path: Path) -> tuple[subprocess.Popen[bytes], int, int]:
         "MEMQUAL_STATE_DIR": str(tmp_path / "state"),
     }
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memqual.host.cli.main",
-            "run",
-            "--output",
-            str(tmp_path / "out"),
-            "--tests",
-            str(tmp_path),
-        ],
+        memqual_run_argv(tmp_path),
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -190,16 +195,7 @@ def test_memqual_killed_alone_takes_its_job_along(tmp_path: Path, sig: int) -> N
         "MEMQUAL_STATE_DIR": str(state_dir),
     }
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "memqual.host.cli.main",
-            "run",
-            "--output",
-            str(tmp_path / "out"),
-            "--tests",
-            str(tmp_path),
-        ],
+        memqual_run_argv(tmp_path),
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
