@@ -12,7 +12,6 @@ import pytest
 
 from memqual.host.core import ab_tests
 from memqual.host.judge import comparison
-from memqual.host.run.bisect import until
 
 PRIMARIES, OTHERS = 12, 112
 ALPHA, THRESHOLD = 0.01, 0.05
@@ -108,12 +107,12 @@ def test_equivalence_is_not_claimed_for_a_change_at_the_threshold():
 
 
 def test_sequential_looks_spend_alpha_and_keep_the_false_positive_rate():
-    """A/A with blocks, a look after every block up to the planned 10, a
-    decided metric frozen, as Tracker.update does: the share of runs with
+    """A/A with blocks, a look after every block up to 10 planned (as a
+    bisect probe plans them), a decided metric frozen, as Tracker.update does: the share of runs with
     any primary flagged at any look.  The same looks each at the full
     alpha show what the spending prevents."""
     rng = np.random.default_rng(23)
-    planned = until.PLANNED_LOOKS
+    planned = 10
     trials = 250
     spent_flags = naive_flags = 0
     for _ in range(trials):

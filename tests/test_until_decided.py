@@ -78,21 +78,29 @@ class FakeTracker:
     """Decides ksm.merge after the first look and balloon.deflate after the
     third: the run must add blocks for the balloon test alone."""
 
-    planned_looks = 10
     decided_at = 3
+    alpha_left = 0.01
+    keep: set[str] | None = None  # what worth_a_block keeps (None: every undecided scenario)
 
     def __init__(self) -> None:
         self.looks: list[tuple[int, int, int]] = []
+        self.fractions: list[float] = []
 
-    def alpha_at(self, look):
-        return 0.001 if look <= self.planned_looks else 0.0
-
-    def update(self, look, records_a, records_b):
+    def update(self, look, records_a, records_b, fraction=1.0):
         self.looks.append((look, len(records_a), len(records_b)))
+        self.fractions.append(fraction)
+        if fraction >= 1.0:
+            self.alpha_left = 0.0
         return look >= self.decided_at
 
     def undecided_scenarios(self):
         return {"balloon.deflate"}
+
+    def worth_a_block(self, left_s, block_s):
+        return self.undecided_scenarios() if self.keep is None else self.keep
+
+    def futile_reasons(self, scenarios):
+        return [f"{s}: needs more than 200 blocks" for s in sorted(scenarios)]
 
     def to_json(self, stopped, budget_min):
         return {"stopped": stopped, "budget_min": budget_min, "looks": len(self.looks)}
@@ -152,17 +160,43 @@ def test_a_once_per_arm_check_of_an_undecided_scenario_is_not_run_again(tmp_path
     assert not any("test_reporting_off" in a for c in fake.calls()[2:] for a in c["argv"])
 
 
-def test_no_block_is_added_once_every_planned_look_is_spent(tmp_path, fake, tracker, monkeypatch):
-    """Past the last planned look no alpha is left: a block more could not
-    decide anything, so the run stops there, not when the budget ends."""
-    monkeypatch.setattr(run_rounds, "planned_looks", lambda left_s, block_s: 3)
+def test_a_look_after_which_no_block_fits_is_the_last_and_spends_the_rest(tmp_path, fake, tracker):
+    """A budget that holds no block more than the first two: the first look
+    is the last, so it may spend the whole alpha (fraction 1.0), and the
+    run stops there."""
     tracker.decided_at = 99
     fake.plan(tests=PLAN2)
-    status, out = _run(tmp_path, "--until-decided")
+    status, _ = _run(tmp_path, "--until-decided", "--budget", "0.01")
+    assert status == 0
+    assert tracker.fractions == [1.0]
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert summary["stopped"].startswith("budget spent") and "spent the alpha left" in summary["stopped"]
+    assert summary["blocks"] == 2 and len(fake.calls()) == 2
+
+
+def test_looks_fall_on_the_budgets_clock_below_the_last(tmp_path, fake, tracker):
+    """With room in the budget, each look passes the share of it spent so
+    far, growing, below 1: the spending follows wall time."""
+    fake.plan(tests=PLAN2)
+    status, _ = _run(tmp_path, "--until-decided", "--budget", "60")
+    assert status == 0
+    assert len(tracker.fractions) == 3
+    assert all(0.0 < f < 1.0 for f in tracker.fractions)
+    assert tracker.fractions == sorted(tracker.fractions)
+
+
+def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path, fake, tracker):
+    """worth_a_block keeps nothing: the run stops at once, saying why,
+    instead of spending the budget on a scenario it cannot decide."""
+    tracker.decided_at = 99
+    tracker.keep = set()
+    fake.plan(tests=PLAN2)
+    status, _ = _run(tmp_path, "--until-decided", "--budget", "60")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
-    assert summary["stopped"] == "the 3 planned looks are spent"
-    assert summary["blocks"] == 4 and [look for look, *_ in tracker.looks] == [1, 2, 3]
+    assert summary["stopped"].startswith("no undecided scenario can be decided in what is left of the budget")
+    assert "balloon.deflate: needs more than 200 blocks" in summary["stopped"]
+    assert summary["blocks"] == 2 and len(fake.calls()) == 2
 
 
 def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
@@ -229,25 +263,83 @@ def test_a_decided_primary_stays_decided_and_its_scenario_needs_no_more_blocks()
     done = False
     for look in range(1, 7):
         per_look = [r for r in a if r.blocks[0] <= look], [r for r in b if r.blocks[0] <= look]
-        done = tracker.update(look, *per_look)
+        done = tracker.update(look, *per_look, fraction=look / 7)
         if tracker.metrics and "balloon.deflate" not in tracker.undecided_scenarios():
             break
     deflate = next(m for m in tracker.metrics.values() if m.scenario == "balloon.deflate")
     assert deflate.verdict == "slower" and deflate.decided
     frozen_at = deflate.decided_at
     # Blocks added after: the decision of that look stands.
-    tracker.update(look + 1, a, b)
+    tracker.update(look + 1, a, b, fraction=(look + 1) / 7)
     assert deflate.decided_at == frozen_at and deflate.verdict == "slower"
     summary = tracker.to_json("test", 1.0)
     assert summary["primaries_decided"] + summary["primaries_undecided"] == 2
     assert isinstance(done, bool)
 
 
-def test_past_the_planned_looks_nothing_more_is_decided():
-    tracker = until.Tracker(threshold=0.05, alpha=0.01, planned_looks=3)
+def test_once_its_alpha_is_spent_nothing_more_is_decided():
+    tracker = until.Tracker(threshold=0.05, alpha=0.01)
     a, b = _records(1.3, 6, 0.01, seed=4)
-    assert tracker.alpha_at(4) == 0.0
-    assert tracker.update(4, a, b) is False and tracker.metrics == {}
+    tracker.update(2, a[:8], b[:8], fraction=1.0)  # the last look spends it all
+    assert tracker.alpha_left == pytest.approx(0.0)
+    tracker.metrics.clear()
+    assert tracker.update(6, a, b, fraction=1.0) is False and tracker.metrics == {}
+
+
+@pytest.mark.parametrize(
+    ("fractions", "levels"),
+    [
+        ([0.5, 1.0], [0.0025, 0.0075]),  # alpha t^2: a quarter by half the budget
+        ([0.2, 0.4, 0.6], [0.0004, 0.0012, 0.0020]),
+        ([0.5, 0.3], [0.0025, 0.0]),  # the clock never runs back
+        ([1.5], [0.01]),  # past the budget: all of it, never more
+        ([0.9, 1.0, 1.0], [0.0081, 0.0019, 0.0]),
+    ],
+)
+def test_each_look_spends_alpha_on_the_budgets_clock(fractions, levels):
+    tracker = until.Tracker(threshold=0.05, alpha=0.01)
+    a, b = _records(1.0, 3, 0.01, seed=5)
+    for look, fraction in enumerate(fractions, start=1):
+        tracker.update(look, a, b, fraction=fraction)
+    assert [look.level for look in tracker.looks] == pytest.approx(levels)
+    assert sum(look.level for look in tracker.looks) <= 0.01 + 1e-12
+
+
+def _progress(scenario: str, blocks: int, needed: int | None) -> until.MetricProgress:
+    return until.MetricProgress(
+        f"{scenario} m", [(1, False, "undecided")], scenario=scenario, blocks_needed=needed, blocks=blocks
+    )
+
+
+@pytest.mark.parametrize(
+    ("needs", "left_s", "kept", "futile"),
+    [
+        # 600 s left at 60 s a block of each scenario kept: 10 blocks more.
+        ({"a": (4, 8), "b": (4, 15)}, 600.0, {"a", "b"}, set()),
+        # b needs more than 2x what it could have (4 + 600 // 40 = 19 alone): left out.
+        ({"a": (4, 8), "b": (4, 60)}, 600.0, {"a"}, {"b"}),
+        # no count up to 200 would decide c: left out whatever the budget.
+        ({"a": (4, 8), "c": (4, None)}, 1e6, {"a"}, {"c"}),
+        # two blocks are not enough to know: kept.
+        ({"d": (1, None)}, 600.0, {"d"}, set()),
+        # together a and b fit at half the blocks each; a, the cheaper to decide, first.
+        ({"a": (2, 10), "b": (2, 16)}, 300.0, {"a"}, {"b"}),
+        # no time left at all: only what is decided already would be kept.
+        ({"a": (4, 12)}, 0.0, set(), {"a"}),
+    ],
+)
+def test_futility_keeps_what_the_budget_can_decide(needs, left_s, kept, futile):
+    tracker = until.Tracker(threshold=0.05, alpha=0.01)
+    for scenario, (blocks, needed) in needs.items():
+        tracker.metrics[scenario] = _progress(scenario, blocks, needed)
+
+    def block_s(scenarios: set[str]) -> float:
+        return 20.0 + 20.0 * len(scenarios)  # a job's start and 20 s a scenario (A + B)
+
+    assert tracker.worth_a_block(left_s, block_s) == kept
+    assert set(tracker.futile) == futile
+    # Left out for good: a later look does not take it back.
+    assert not (tracker.worth_a_block(1e9, block_s) & futile)
 
 
 def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
@@ -265,30 +357,3 @@ def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
     cost = [m for k, m in tracker.metrics.items() if "ksmd_cpu_ns_per_page [pages=4k, smart_scan=1]" in k]
     assert cost and not cost[0].decided and cost[0].verdict.startswith("not comparable: dirtying rate A 8 vs B 32")
     assert "ksm.volatile_scan" in tracker.undecided_scenarios()
-
-
-@pytest.mark.parametrize(
-    ("left_s", "block_s", "looks"),
-    [
-        (1500.0, 400.0, 4),  # this look and 3 more blocks of every test
-        (300.0, 400.0, 1),  # not one more block: all of alpha at this look
-        (0.0, 400.0, 1),  # the budget already spent
-        (-50.0, 400.0, 1),
-        (1e6, 400.0, until.PLANNED_LOOKS),  # never more than the most planned
-        (1500.0, 0.0, until.PLANNED_LOOKS),  # no test time known yet
-    ],
-)
-def test_planned_looks_come_from_the_budget_and_a_block_of_every_test(left_s, block_s, looks):
-    assert run_rounds.planned_looks(left_s, block_s) == looks
-
-
-def test_the_run_plans_its_looks_before_the_first(tmp_path, fake, tracker):
-    """A budget that holds no block more than the first two: one planned
-    look, so that look may spend the whole alpha."""
-    fake.plan(tests=PLAN2)
-    status, _ = _run(tmp_path, "--until-decided", "--budget", "0.01")
-    assert status == 0
-    assert tracker.planned_looks == 1
-    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
-    assert summary["stopped"].startswith("budget spent")
-    assert summary["blocks"] == 2 and [look for look, *_ in tracker.looks] == [1]

@@ -1,7 +1,7 @@
 """The A/B decisions of ``memqual compare``, ``--until-decided``, bisect and
 ``memqual history``: a t-test of log ratios of replicate medians
 (``ratio_test``), Benjamini-Hochberg over a family, and alpha spent over
-planned looks.  Pure functions of numbers: no I/O.
+planned looks or over a budget's time.  Pure functions of numbers: no I/O.
 """
 
 from __future__ import annotations
@@ -223,3 +223,18 @@ def spent_alpha(alpha: float, look: int, planned: int, rho: float = 2.0) -> floa
     if look < 1 or look > planned:
         return 0.0
     return alpha * ((look / planned) ** rho - ((look - 1) / planned) ** rho)
+
+
+def spent_alpha_by_time(alpha: float, before: float, now: float, rho: float = 2.0) -> float:
+    """The alpha a look may spend when looks fall wherever a budget's time
+    puts them: the increment of alpha * t ** rho from the fraction of the
+    budget spent at the previous look (``before``) to this look's
+    (``now``), each clipped to [0, 1].  Lan and DeMets' spending on
+    calendar time: the looks need not be planned, and however many there
+    are the increments sum to at most alpha (Bonferroni over the looks,
+    as ``spent_alpha``).  A look that knows it is the last passes
+    ``now=1`` and spends what is left."""
+    if not (math.isfinite(before) and math.isfinite(now)):
+        raise ValueError("the budget's fractions must be finite")
+    low, high = min(max(before, 0.0), 1.0), min(max(now, 0.0), 1.0)
+    return max(0.0, alpha * (high**rho - low**rho))

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -29,27 +30,13 @@ if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its 
 class DecisionTracker(Protocol):
     """What the run needs of host/run/bisect/until.py's Tracker."""
 
-    planned_looks: int
-
-    def alpha_at(self, look: int) -> float: ...
-    def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool: ...
+    @property
+    def alpha_left(self) -> float: ...
+    def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool: ...
     def undecided_scenarios(self) -> set[str]: ...
+    def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]: ...
+    def futile_reasons(self, scenarios: set[str]) -> list[str]: ...
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
-
-
-def planned_looks(left_s: float, block_s: float) -> int:
-    """The looks an until-decided run plans at its first look: that one
-    and one after each further block of every test that fits in what is
-    left of the budget (at least 1, at most until.PLANNED_LOOKS).  Blocks
-    of fewer tests (the decided scenarios drop out) are cheaper, so the
-    budget may hold more blocks than planned: the run then stops at the
-    planned looks, its alpha spent."""
-    from memqual.host.run.bisect.until import PLANNED_LOOKS
-
-    if block_s <= 0:
-        return PLANNED_LOOKS  # no test's time known: the most planned
-    more = max(0, int(left_s // block_s))
-    return min(PLANNED_LOOKS, 1 + more)
 
 
 def make_tracker() -> DecisionTracker:
@@ -230,7 +217,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
     job("blocks", 1, config.rounds)
     run_state.blocks = config.rounds
     if config.until_decided:
-        _until_decided_blocks(config, run_state, job, started, console)
+        add_blocks_until_decided(config, run_state, job, started, console)
     results = []
     for a in run_arms:
         results.append(
@@ -251,51 +238,72 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
     return exit_status(run_state.jobs, console)
 
 
-def _until_decided_blocks(config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any) -> None:
+def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any) -> None:
     """More blocks (the order going on ABBA) of only the tests whose
-    scenarios have an undecided primary, until none has or the budget is
-    spent; writes OUTPUT/until-decided.json."""
+    scenarios have an undecided primary that the budget can still decide,
+    until none has, the budget is spent, or its alpha is; writes
+    OUTPUT/until-decided.json."""
     from memqual.host.run import blocks
 
     tracker = make_tracker()
     budget_s = config.budget_min * 60.0
-    # Plan the looks before the first one, from wall time alone (what is
-    # left of the budget over a block of every test), never from what the
-    # blocks measured: alpha is then spent over the looks the budget can
-    # hold, not over a fixed ten of which a 25-minute run sees two.
-    every_test = set().union(*run_state.scenario_tests.values()) if run_state.scenario_tests else set()
-    tracker.planned_looks = planned_looks(
-        budget_s - (time.monotonic() - started), run_state.seconds_per_block(every_test) + JOB_START_S
-    )
+
+    def tests_of(scenarios: set[str]) -> set[str]:
+        return set().union(*(run_state.scenario_tests.get(s, set()) for s in scenarios)) if scenarios else set()
+
+    def block_s(scenarios: set[str]) -> float:
+        return run_state.seconds_per_block(tests_of(scenarios)) + JOB_START_S
+
+    # The scenarios the next block would run, as known before a look: a
+    # look after which that block cannot fit the budget is the last, and
+    # spends all the alpha left (when it falls is a matter of wall time,
+    # never of what it measured).
+    running = set(run_state.scenario_tests)
     look = 1
-    done = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"))
     stopped = "every primary decided"
     added: list[dict[str, Any]] = []
-    while not done:
-        undecided = tracker.undecided_scenarios()
-        names = set().union(*(run_state.scenario_tests.get(s, set()) for s in undecided)) if undecided else set()
-        if not names:
-            stopped = "no test left to run for the undecided scenarios: " + ", ".join(sorted(undecided))
-            break
-        need = run_state.seconds_per_block(names) + JOB_START_S
+    while True:
         elapsed = time.monotonic() - started
-        if elapsed + need > budget_s:
+        last = elapsed + block_s(running) > budget_s
+        fraction = 1.0 if last else elapsed / budget_s
+        if tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction):
+            break
+        if tracker.alpha_left <= 0:
+            stopped = (
+                f"budget spent ({config.budget_min:g} min; one more block of the undecided scenarios' "
+                f"tests takes about {block_s(running) / 60:.1f} min): the last look spent the alpha left"
+            )
+            break
+        undecided = tracker.undecided_scenarios()
+        running = tracker.worth_a_block(budget_s - (time.monotonic() - started), block_s)
+        if not running:
+            stopped = "no undecided scenario can be decided in what is left of the budget: " + "; ".join(
+                tracker.futile_reasons(undecided)
+            )
+            break
+        names = tests_of(running)
+        if not names:
+            stopped = "no test left to run for the undecided scenarios: " + ", ".join(sorted(running))
+            break
+        need = block_s(running)
+        if time.monotonic() - started + need > budget_s:
             stopped = (
                 f"budget spent ({config.budget_min:g} min; one more block of {len(names)} test(s) "
                 f"takes about {need / 60:.1f} min)"
             )
             break
-        if tracker.alpha_at(look + 1) <= 0:
-            # Every planned look's share of alpha is spent: another block
-            # could not decide anything.
-            stopped = f"the {tracker.planned_looks} planned looks are spent"
-            break
         block = run_state.blocks + 1
         job("blocks", block, 1, tuple(sorted(blocks.test_reference(n) for n in names)))
         run_state.blocks = block
-        added.append({"block": block, "scenarios": sorted(undecided), "tests": sorted(names)})
+        added.append(
+            {
+                "block": block,
+                "scenarios": sorted(running),
+                "tests": sorted(names),
+                "left_out": sorted(undecided - running),
+            }
+        )
         look += 1
-        done = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"))
     summary = tracker.to_json(stopped, config.budget_min)
     summary["blocks"] = run_state.blocks
     summary["added_blocks"] = added

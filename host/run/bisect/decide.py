@@ -11,8 +11,9 @@ tests/test_bisect_calibration.py):
   ``equivalent`` (the two one-sided tests put B/A inside the threshold
   band), or ``undecided`` with about how many blocks would decide it.
   A probe is looked at after every block, so each look faces only its
-  share of alpha (``ab_tests.spent_alpha`` over the probe's planned looks, as
-  ``--until-decided`` does): the chance that a probe's looks ever make a
+  share of alpha (``ab_tests.spent_alpha`` over the probe's planned looks:
+  a probe has a fixed most blocks, so its looks are known ahead, where
+  ``--until-decided`` spends on its budget's clock): the chance that a probe's looks ever make a
   wrong decision stays at most alpha.
 - ``Bisection``: git bisect's search over a series K1..Kn whose K1 is good.
   Kn is checked first; then the untested kernel nearest the middle of the
@@ -126,8 +127,7 @@ def _finite(x: float) -> float | None:
 
 def look_alpha(alpha: float, look: int, planned: int) -> float:
     """The level a probe's look faces: its increment of alpha (k / K)^2 over
-    the K planned looks (the blocks a probe may take), as --until-decided
-    spends it."""
+    the K planned looks (the blocks a probe may take)."""
     from memqual.host.core import ab_tests
 
     return ab_tests.spent_alpha(alpha, look, planned)

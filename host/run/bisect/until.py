@@ -1,40 +1,54 @@
 """``memqual run --until-decided``: when has a two-kernel run measured
-enough, with the optional stopping accounted for?
+enough, with the optional stopping accounted for, and which scenarios are
+worth another block?
 
-The run loop calls ``Tracker.update(look, records_a, records_b)`` after
-every block (one A and one B guest of every scenario still running; the
-look is the count of blocks so far) and adds blocks only for
-``undecided_scenarios()``, until ``update`` says every primary is decided
-or the budget is spent.  At each look the run so far is compared as
-``memqual compare`` would (host/judge/comparison.py: families, Holm over the
-primaries, TOST for equivalence), and a metric is **decided** when its
+The run loop calls ``Tracker.update(look, records_a, records_b, fraction)``
+after every block (one A and one B guest of every scenario still running;
+``fraction`` is the share of the budget's wall time spent so far) and adds
+blocks only for ``worth_a_block(...)``, until ``update`` says every
+primary is decided, the budget is spent, or no undecided scenario could be
+decided in what is left of it.  At each look the run so far is compared
+as ``memqual compare`` would (host/judge/comparison.py: families, Holm over
+the primaries, TOST for equivalence), and a metric is **decided** when its
 verdict is ``slower``, ``faster`` or ``equivalent``.  A decided metric is
 frozen: its verdict is the one of the look that decided it, and later
 blocks of other scenarios do not re-decide it.
 
 Looking after every block and stopping when something is decided is
-optional stopping: at a fixed alpha every look would be another chance
-of a wrong decision.  So each look spends only its share of alpha
-(``ab_tests.spent_alpha``: the power spending function alpha (k / K)^2 over
-K planned looks, close to O'Brien-Fleming's boundaries, little early and
-most late), and the shares sum to alpha: however the looks fall, the
-chance of any wrong decision (a change where there is none, or
-equivalence where there is a change beyond the threshold) over the whole
-run is at most alpha, per family.  Past the K planned looks nothing is
-left to spend and nothing more is decided.  The false-positive rate this
-gives is measured in tests/test_ab_calibration.py (docs/ab-calibration.md).
+optional stopping: at a fixed alpha every look would be another chance of
+a wrong decision.  So each look spends only its share of alpha, on the
+budget's clock (``ab_tests.spent_alpha_by_time``: alpha t^2 spent by the
+time t of the budget has gone, Lan and DeMets' spending on calendar time,
+little early and most late).  The looks need not be planned: blocks of
+fewer scenarios are cheaper and simply give more looks, each with a
+smaller share, and the last look (no further block fits) spends what is
+left.  The shares sum to alpha: however the looks fall, the chance of any
+wrong decision (a change where there is none, or equivalence where there
+is a change beyond the threshold) over the whole run is at most alpha, per
+family (Bonferroni over the looks).
+
+**Futility.**  After a look, a scenario whose undecided primary would need
+more blocks than the budget can still give it (``blocks_needed``, from the
+spread observed, against what fits at the cost of the scenarios kept, with
+a margin of ``FUTILITY_MARGIN`` for an estimate from few blocks) is left
+out of the further blocks, so the budget goes to what can still be
+decided.  Leaving a scenario out never decides anything, so it cannot add
+a wrong decision; a left-out scenario is not taken back.  The rates are
+measured in tests/test_ab_calibration.py (docs/ab-calibration.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
-# The looks an until-decided run plans for (blocks of every scenario): the
-# spending function spreads alpha over these.
-PLANNED_LOOKS = 10
+# A scenario is left out once its primary needs more than this many times
+# the blocks the budget can still give it: an estimate of the spread from
+# 2-4 blocks is itself off by a factor of 2 or more.
+FUTILITY_MARGIN = 2.0
 
 
 @dataclasses.dataclass
@@ -46,6 +60,7 @@ class MetricProgress:
     frozen: str | None = None  # the verdict of the look that decided it
     decided_at: int | None = None
     blocks_needed: int | None = None
+    blocks: int = 0  # the blocks it was compared on at the last look
 
     @property
     def decided(self) -> bool:
@@ -80,6 +95,7 @@ class MetricProgress:
             "verdict": self.verdict,
             "rounds_needed": self.rounds_needed,
             "blocks_needed": self.blocks_needed,
+            "blocks": self.blocks,
             "history": [{"look": r, "decided": d, "verdict": v} for r, d, v in self.history],
         }
 
@@ -112,29 +128,68 @@ def decisions(records_a: list[Any], records_b: list[Any], *, threshold: float, a
     return result.metrics
 
 
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """One look: when it fell and the share of alpha it spent."""
+
+    look: int
+    fraction: float  # of the budget's wall time spent (1.0: the last look)
+    level: float  # the alpha this look spent
+    tests: int  # the comparable metrics it saw
+
+    def to_json(self) -> dict[str, Any]:
+        return {"look": self.look, "fraction": round(self.fraction, 4), "alpha": self.level, "metrics": self.tests}
+
+
+@dataclasses.dataclass(frozen=True)
+class Futile:
+    """A scenario left out of the further blocks, and why."""
+
+    scenario: str
+    needed: int | None  # blocks its primary would need (None: more than 200)
+    could_have: int  # blocks it would have had by the budget's end
+
+    def reason(self) -> str:
+        need = "more than 200" if self.needed is None else f"about {self.needed}"
+        return f"{self.scenario}: needs {need} blocks, the budget gives it at most {self.could_have}"
+
+
 @dataclasses.dataclass
 class Tracker:
     """The metrics' progress over the looks of one run."""
 
     threshold: float
     alpha: float
-    planned_looks: int = PLANNED_LOOKS
     metrics: dict[str, MetricProgress] = dataclasses.field(default_factory=dict)
     rounds: int = 0
     controls_flagged: set[str] = dataclasses.field(default_factory=set)
+    looks: list[Look] = dataclasses.field(default_factory=list)
+    futile: dict[str, Futile] = dataclasses.field(default_factory=dict)
 
-    def alpha_at(self, look: int) -> float:
+    @property
+    def fraction_spent(self) -> float:
+        return self.looks[-1].fraction if self.looks else 0.0
+
+    @property
+    def alpha_left(self) -> float:
+        return max(0.0, self.alpha - sum(look.level for look in self.looks))
+
+    def level_at(self, fraction: float) -> float:
+        """The alpha a look at this fraction of the budget would spend."""
         from memqual.host.core import ab_tests
 
-        return ab_tests.spent_alpha(self.alpha, look, self.planned_looks)
+        return min(self.alpha_left, ab_tests.spent_alpha_by_time(self.alpha, self.fraction_spent, fraction))
 
-    def update(self, look: int, records_a: list[Any], records_b: list[Any]) -> bool:
-        """Take the run after block ``look``; True when every primary is decided."""
+    def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool:
+        """Take the run after block ``look``, at ``fraction`` of the budget
+        spent (1.0 on the last look); True when every primary is decided."""
         from memqual.host.judge import comparison
 
         self.rounds = look
-        level = self.alpha_at(look)
+        fraction = max(fraction, self.fraction_spent)
+        level = self.level_at(fraction)
         now = decisions(records_a, records_b, threshold=self.threshold, alpha=level) if level > 0 else []
+        self.looks.append(Look(look, fraction, level, len(now)))
         for m in now:
             progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
             if progress.frozen is not None:
@@ -145,6 +200,7 @@ class Tracker:
             text = comparison.verdict_text(m)
             progress.history.append((look, decided, text))
             progress.blocks_needed = m.comparison.blocks_needed
+            progress.blocks = m.comparison.n_blocks
             if decided:
                 progress.frozen, progress.decided_at = m.verdict, look
                 if m.role == comparison.CONTROL and m.flagged:
@@ -156,11 +212,58 @@ class Tracker:
         return [m for m in self.metrics.values() if not m.decided]
 
     def undecided_scenarios(self) -> set[str]:
-        """The scenarios with a primary still undecided: the ones that need
-        another block."""
+        """The scenarios with a primary still undecided."""
         from memqual.host.judge.comparison import PRIMARY
 
         return {m.scenario for m in self.metrics.values() if m.role == PRIMARY and not m.decided}
+
+    def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]:
+        """The undecided scenarios another block should run: those whose
+        primaries could be decided in what is left of the budget.
+
+        Scenarios are taken cheapest to decide first (fewest blocks
+        needed); one is kept when, with it, every kept scenario's need is
+        within FUTILITY_MARGIN times the blocks it has plus those that fit
+        in ``left_s`` at ``block_s(kept)`` seconds a block.  The others are
+        left out for good (``futile``).  A need that is not known yet (a
+        primary on fewer than 2 blocks) keeps its scenario."""
+        from memqual.host.judge.comparison import PRIMARY
+
+        need: dict[str, tuple[int, int | None]] = {}  # scenario -> (blocks now, blocks needed)
+        for m in self.metrics.values():
+            if m.role != PRIMARY or m.decided or m.scenario in self.futile:
+                continue
+            known = m.blocks >= 2
+            wanted = m.blocks_needed if known else m.blocks
+            now, worst = need.get(m.scenario, (m.blocks, 0))
+            if worst is None or (known and wanted is None):
+                need[m.scenario] = (min(now, m.blocks), None)
+            else:
+                need[m.scenario] = (min(now, m.blocks), max(worst, wanted or 0))
+
+        def fits(kept: list[str]) -> bool:
+            cost = block_s(set(kept))
+            more = int(max(0.0, left_s) // cost) if cost > 0 else 0
+            for scenario in kept:
+                now, needed = need[scenario]
+                if needed is None or needed > FUTILITY_MARGIN * (now + more):
+                    return False
+            return True
+
+        kept: list[str] = []
+        order = sorted(need, key=lambda s: (need[s][1] is None, need[s][1] or 0, s))
+        for scenario in order:
+            if need[scenario][1] is not None and fits([*kept, scenario]):
+                kept.append(scenario)
+        for scenario in order:
+            if scenario not in kept:
+                cost = block_s({scenario})
+                alone = int(max(0.0, left_s) // cost) if cost > 0 else 0
+                self.futile[scenario] = Futile(scenario, need[scenario][1], need[scenario][0] + alone)
+        return set(kept)
+
+    def futile_reasons(self, scenarios: set[str]) -> list[str]:
+        return [self.futile[s].reason() for s in sorted(scenarios) if s in self.futile]
 
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]:
         from memqual.host.judge.comparison import PRIMARY
@@ -173,13 +276,15 @@ class Tracker:
             "budget_min": budget_min,
             "threshold": self.threshold,
             "alpha": self.alpha,
-            "alpha_spending": f"alpha (k / {self.planned_looks})^2 over {self.planned_looks} planned looks",
-            "alpha_by_look": [self.alpha_at(k) for k in range(1, self.rounds + 1)],
+            "alpha_spending": "alpha t^2 by the time t of the budget has gone (the last look spends what is left)",
+            "alpha_by_look": [look.level for look in self.looks],
+            "look_times": [look.to_json() for look in self.looks],
             "decided": sum(1 for m in self.metrics.values() if m.decided),
             "undecided": len(self.undecided()),
             "primaries_decided": sum(1 for m in primaries if m.decided),
             "primaries_undecided": sum(1 for m in primaries if not m.decided),
             "undecided_scenarios": sorted(self.undecided_scenarios()),
+            "left_out": [f.reason() for f in self.futile.values()],
             "host_drifted": bool(self.controls_flagged),
             "controls_flagged": sorted(self.controls_flagged),
             "metrics": [self.metrics[k].to_json() for k in sorted(self.metrics)],

@@ -1,0 +1,176 @@
+"""--until-decided's error rates and what its futility rule buys, measured
+on synthetic truth through the real run loop (run/rounds.py
+add_blocks_until_decided), the real Tracker (spending on the budget's
+clock, freezing, futility) and the real per-metric decision
+(comparison.decide and metric_stats, what compare_results runs per
+metric).  Only the clock, the jobs and the records' merging are
+simulated: a block of a scenario costs its seconds and draws its values.
+Fixed seeds, bounded trials; the figures are in docs/ab-calibration.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import math
+import types
+from collections import defaultdict
+
+import numpy as np
+from rich.console import Console
+
+from memqual.host.core import ab_tests
+from memqual.host.core.record import Measurement
+from memqual.host.judge import comparison
+from memqual.host.run import rounds as run_rounds
+from memqual.host.run.bisect import until
+
+ALPHA, THRESHOLD = 0.01, 0.05
+BUDGET_S = 25 * 60.0
+ONCE_S = 200.0  # the once-per-arm job before the blocks
+
+# Ten scenarios, one primary each, shaped on the 6.1/6.12 run here: the sd
+# of a block's log(B / A) and a block's seconds (A + B).  Four are near
+# deterministic (counts, fractions), six are TCG timings and sizes.
+SD = (0.0005, 0.0005, 0.001, 0.002, 0.044, 0.071, 0.045, 0.058, 0.066, 0.074)
+COST_S = (24.0, 22.0, 40.0, 20.0, 30.0, 26.0, 20.0, 36.0, 50.0, 30.0)
+FLOOR = 5  # the scenario of sd 0.071: a floor-like primary
+
+
+@dataclasses.dataclass
+class SimulatedRun:
+    """The clock, the jobs and the records of one until-decided run."""
+
+    rng: np.random.Generator
+    effects: tuple[float, ...]
+    clock: float = 0.0
+    state: run_rounds.BlockedRun = dataclasses.field(default_factory=run_rounds.BlockedRun)
+
+    def name(self, i: int) -> str:
+        return f"e2e/test_sim.py:Sim.test_s{i}"
+
+    def block(self, number: int, scenarios: list[int]) -> None:
+        drift = self.rng.normal(0.0, 0.05)  # the host, shared by A and B of a block
+        for i in scenarios:
+            noise = self.rng.normal(0.0, SD[i] / math.sqrt(2), 2)
+            for arm, factor, e in (("A", 1.0, noise[0]), ("B", self.effects[i], noise[1])):
+                value = float((1.0 + i) * factor * math.exp(drift + e))
+                self.state.records.append(
+                    Measurement(
+                        scenario=f"sim.s{i}",
+                        metric="m",
+                        unit="s",
+                        better="lower",
+                        samples=[value],
+                        blocks=[number],
+                        arm=arm,
+                    )
+                )
+            self.state.test_seconds.setdefault(self.name(i), []).extend([COST_S[i] / 2] * 2)
+            self.state.scenario_tests.setdefault(f"sim.s{i}", set()).add(self.name(i))
+        self.clock += sum(COST_S[i] for i in scenarios) + run_rounds.JOB_START_S
+
+    def job(self, selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
+        wanted = [i for i in range(len(SD)) if self.name(i) + "$" in references]
+        for number in range(first, first + count):
+            self.block(number, wanted)
+
+
+def fast_decisions(records_a, records_b, *, threshold, alpha):
+    """What until.decisions gives, without merging records into a results
+    file: one paired ratio test a scenario, decided as compare_results
+    decides (Holm over the primaries, TOST)."""
+    by: defaultdict[str, tuple[dict[int, float], dict[int, float]]] = defaultdict(lambda: ({}, {}))
+    for side, records in ((0, records_a), (1, records_b)):
+        for m in records:
+            by[m.scenario][side][m.blocks[0]] = m.samples[0]
+    keys = sorted(by)
+    tests, reps = [], []
+    for k in keys:
+        a, b = by[k]
+        blocks = sorted(set(a) & set(b))
+        ra, rb = [[a[n]] for n in blocks], [[b[n]] for n in blocks]
+        tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
+        reps.append((ra, rb))
+    roles = [comparison.PRIMARY] * len(keys)
+    decided, verdicts = comparison.decide(tests, roles, ["lower"] * len(keys), threshold=threshold, alpha=alpha)
+    return [
+        comparison.MetricComparison(
+            key=k,
+            scenario=k,
+            metric="m",
+            unit="s",
+            better="lower",
+            comparison=comparison.metric_stats(t, ra, rb, d, v, threshold=threshold),
+            verdict=v,
+            role=comparison.PRIMARY,
+        )
+        for k, t, (ra, rb), d, v in zip(keys, tests, reps, decided, verdicts, strict=True)
+    ]
+
+
+def simulate(monkeypatch, tmp_path, rng, effects, futility=True) -> dict[str, str]:
+    """One run: once-per-arm, blocks 1-2 of every scenario, then the real
+    loop; the frozen verdict of every primary."""
+    run = SimulatedRun(rng, effects)
+    run.clock = ONCE_S
+    run.block(1, list(range(len(SD))))
+    run.block(2, list(range(len(SD))))
+    run.clock -= run_rounds.JOB_START_S  # blocks 1-2 are one job
+    run.state.blocks = 2
+    tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA)
+    if not futility:
+        monkeypatch.setattr(until, "FUTILITY_MARGIN", math.inf)
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda: tracker)
+    monkeypatch.setattr(until, "decisions", fast_decisions)
+    monkeypatch.setattr(run_rounds.time, "monotonic", lambda: run.clock)
+    config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)
+    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()))  # type: ignore[arg-type]
+    monkeypatch.undo()
+    return {m.scenario: (m.frozen or comparison.UNDECIDED) for m in tracker.metrics.values()}
+
+
+def test_no_effect_flags_a_primary_in_at_most_alpha_of_runs(monkeypatch, tmp_path):
+    """A/A: looks on the budget's clock, futility, freezing: the share of
+    runs in which any of the ten primaries comes out slower or faster."""
+    rng = np.random.default_rng(31)
+    runs = 300
+    flagged = 0
+    for _ in range(runs):
+        verdicts = simulate(monkeypatch, tmp_path, rng, (1.0,) * len(SD))
+        flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts.values())
+    assert flagged / runs <= ALPHA, flagged / runs
+
+
+def test_a_change_beyond_the_threshold_is_not_called_equivalent(monkeypatch, tmp_path):
+    """B 6 % worse on every primary (beyond the 5 % band): `equivalent`
+    would be wrong, in at most alpha of runs."""
+    rng = np.random.default_rng(32)
+    runs = 200
+    wrong = 0
+    for _ in range(runs):
+        verdicts = simulate(monkeypatch, tmp_path, rng, (1.06,) * len(SD))
+        wrong += any(v == comparison.EQUIVALENT for v in verdicts.values())
+    assert wrong / runs <= ALPHA, wrong / runs
+
+
+def _floor_runs(monkeypatch, tmp_path, futility: bool, runs: int = 60) -> tuple[float, float]:
+    rng = np.random.default_rng(33)
+    effects = tuple(0.92 if i == FLOOR else 1.0 for i in range(len(SD)))
+    found = decided = 0
+    for _ in range(runs):
+        verdicts = simulate(monkeypatch, tmp_path, rng, effects, futility=futility)
+        found += verdicts.get(f"sim.s{FLOOR}") == comparison.FASTER
+        decided += sum(v != comparison.UNDECIDED for v in verdicts.values())
+    return found / runs, decided / runs
+
+
+def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_path):
+    """A floor-like primary (block sd 0.071, 26 s a block) 8 % lower on B,
+    five other TCG-like primaries unchanged and too noisy to decide in the
+    budget: leaving those out gives the floor the blocks, and it is found
+    more often than when every undecided scenario keeps running."""
+    with_futility = _floor_runs(monkeypatch, tmp_path, True)
+    without = _floor_runs(monkeypatch, tmp_path, False)
+    print(f"floor found, primaries decided: with futility {with_futility}, without {without}")
+    assert with_futility[0] > without[0]
+    assert with_futility[1] >= 4.0 and without[1] >= 4.0  # the four near-deterministic ones at least
