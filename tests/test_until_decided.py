@@ -183,6 +183,8 @@ def test_looks_fall_on_the_budgets_clock_below_the_last(tmp_path, fake, tracker)
     assert len(tracker.fractions) == 3
     assert all(0.0 < f < 1.0 for f in tracker.fractions)
     assert tracker.fractions == sorted(tracker.fractions)
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert len(summary["look_wall_s"]) == 3 and summary["look_wall_s"] == sorted(summary["look_wall_s"])
 
 
 def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path, fake, tracker):

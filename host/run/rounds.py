@@ -262,10 +262,12 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
     look = 1
     stopped = "every primary decided"
     added: list[dict[str, Any]] = []
+    look_wall_s: list[float] = []  # when each look fell: a decision's time is its look's
     while True:
         elapsed = time.monotonic() - started
         last = elapsed + block_s(running) > budget_s
         fraction = 1.0 if last else elapsed / budget_s
+        look_wall_s.append(round(elapsed, 1))
         if tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction):
             break
         if tracker.alpha_left <= 0:
@@ -307,6 +309,7 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
     summary = tracker.to_json(stopped, config.budget_min)
     summary["blocks"] = run_state.blocks
     summary["added_blocks"] = added
+    summary["look_wall_s"] = look_wall_s
     summary["wall_s"] = round(time.monotonic() - started, 1)
     write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
     console.print(
