@@ -322,10 +322,10 @@ def _progress(scenario: str, blocks: int, needed: int | None) -> until.MetricPro
         ({"a": (4, 8), "b": (4, 60)}, 600.0, {"a"}, {"b"}),
         # no count up to 200 would decide c: left out whatever the budget.
         ({"a": (4, 8), "c": (4, None)}, 1e6, {"a"}, {"c"}),
-        # two blocks are not enough to know: kept.
-        ({"d": (1, None)}, 600.0, {"d"}, set()),
-        # together a and b fit at half the blocks each; a, the cheaper to decide, first.
-        ({"a": (2, 10), "b": (2, 16)}, 300.0, {"a"}, {"b"}),
+        # two blocks are not enough to judge: kept, whatever the estimate.
+        ({"d": (2, None), "e": (2, 500)}, 600.0, {"d", "e"}, set()),
+        # beside a, b would not get the blocks it needs; a, the cheaper to decide, is kept.
+        ({"a": (3, 10), "b": (3, 18)}, 300.0, {"a"}, {"b"}),
         # no time left at all: only what is decided already would be kept.
         ({"a": (4, 12)}, 0.0, set(), {"a"}),
     ],

@@ -49,6 +49,10 @@ UNDECIDED = "undecided"
 # the blocks the budget can still give it: an estimate of the spread from
 # 2-4 blocks is itself off by a factor of 2 or more.
 FUTILITY_MARGIN = 2.0
+# Nor is a need judged from fewer blocks than this: two blocks give a
+# spread of one degree of freedom, which is as likely a quarter of the
+# true one as twice it, and the need goes with its square.
+MIN_BLOCKS_TO_JUDGE = 3
 
 
 @dataclasses.dataclass
@@ -148,10 +152,12 @@ class Futile:
     scenario: str
     needed: int | None  # blocks its primary would need (None: more than 200)
     could_have: int  # blocks it would have had by the budget's end
+    beside: int = 0  # the scenarios kept, closer to a decision, it would share blocks with
 
     def reason(self) -> str:
         need = "more than 200" if self.needed is None else f"about {self.needed}"
-        return f"{self.scenario}: needs {need} blocks, the budget gives it at most {self.could_have}"
+        where = f" beside the {self.beside} closer to a decision" if self.beside else ""
+        return f"{self.scenario}: needs {need} blocks, the budget gives it about {self.could_have}{where}"
 
 
 @dataclasses.dataclass
@@ -225,15 +231,15 @@ class Tracker:
         needed); one is kept when, with it, every kept scenario's need is
         within FUTILITY_MARGIN times the blocks it has plus those that fit
         in ``left_s`` at ``block_s(kept)`` seconds a block.  The others are
-        left out for good (``futile``).  A need that is not known yet (a
-        primary on fewer than 2 blocks) keeps its scenario."""
+        left out for good (``futile``).  A need not judged yet (a primary
+        on fewer than MIN_BLOCKS_TO_JUDGE blocks) keeps its scenario."""
         from memqual.host.judge.comparison import PRIMARY
 
         need: dict[str, tuple[int, int | None]] = {}  # scenario -> (blocks now, blocks needed)
         for m in self.metrics.values():
             if m.role != PRIMARY or m.decided or m.scenario in self.futile:
                 continue
-            known = m.blocks >= 2
+            known = m.blocks >= MIN_BLOCKS_TO_JUDGE
             wanted = m.blocks_needed if known else m.blocks
             now, worst = need.get(m.scenario, (m.blocks, 0))
             if worst is None or (known and wanted is None):
@@ -257,9 +263,11 @@ class Tracker:
                 kept.append(scenario)
         for scenario in order:
             if scenario not in kept:
-                cost = block_s({scenario})
-                alone = int(max(0.0, left_s) // cost) if cost > 0 else 0
-                self.futile[scenario] = Futile(scenario, need[scenario][1], need[scenario][0] + alone)
+                # What it would have had beside the scenarios kept, all of
+                # them closer to a decision.
+                cost = block_s({*kept, scenario})
+                more = int(max(0.0, left_s) // cost) if cost > 0 else 0
+                self.futile[scenario] = Futile(scenario, need[scenario][1], need[scenario][0] + more, len(kept))
         return set(kept)
 
     def futile_reasons(self, scenarios: set[str]) -> list[str]:
