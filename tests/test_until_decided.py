@@ -322,8 +322,8 @@ def _progress(scenario: str, blocks: int, needed: int | None) -> until.MetricPro
         ({"a": (4, 8), "b": (4, 60)}, 600.0, {"a"}, {"b"}),
         # no count up to 200 would decide c: left out whatever the budget.
         ({"a": (4, 8), "c": (4, None)}, 1e6, {"a"}, {"c"}),
-        # two blocks are not enough to judge: kept, whatever the estimate.
-        ({"d": (2, None), "e": (2, 500)}, 600.0, {"d", "e"}, set()),
+        # one block is not enough to judge: kept, whatever the estimate.
+        ({"d": (1, None), "e": (1, 500)}, 600.0, {"d", "e"}, set()),
         # beside a, b would not get the blocks it needs; a, the cheaper to decide, is kept.
         ({"a": (3, 10), "b": (3, 18)}, 300.0, {"a"}, {"b"}),
         # no time left at all: only what is decided already would be kept.
