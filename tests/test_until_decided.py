@@ -359,3 +359,5 @@ def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
     cost = [m for k, m in tracker.metrics.items() if "ksmd_cpu_ns_per_page [pages=4k, smart_scan=1]" in k]
     assert cost and not cost[0].decided and cost[0].verdict.startswith("not comparable: dirtying rate A 8 vs B 32")
     assert "ksm.volatile_scan" in tracker.undecided_scenarios()
+    # Its need is not judged: the scenario is not left out as futile.
+    assert "ksm.volatile_scan" in tracker.worth_a_block(1e6, lambda scenarios: 60.0)

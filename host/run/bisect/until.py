@@ -68,6 +68,7 @@ class MetricProgress:
     decided_at: int | None = None
     blocks_needed: int | None = None
     blocks: int = 0  # the blocks it was compared on at the last look
+    comparable: bool = True  # its arms' regimes matched at the last look
 
     @property
     def decided(self) -> bool:
@@ -210,6 +211,7 @@ class Tracker:
             progress.history.append((look, decided, text))
             progress.blocks_needed = m.comparison.blocks_needed
             progress.blocks = m.comparison.n_blocks
+            progress.comparable = m.verdict != comparison.NOT_COMPARABLE
             if decided:
                 progress.frozen, progress.decided_at = m.verdict, look
                 if m.role == comparison.CONTROL and m.flagged:
@@ -235,14 +237,17 @@ class Tracker:
         within FUTILITY_MARGIN times the blocks it has plus those that fit
         in ``left_s`` at ``block_s(kept)`` seconds a block.  The others are
         left out for good (``futile``).  A need not judged yet (a primary
-        on fewer than MIN_BLOCKS_TO_JUDGE blocks) keeps its scenario."""
+        on fewer than MIN_BLOCKS_TO_JUDGE blocks, or not comparable) keeps
+        its scenario."""
         from memqual.host.judge.comparison import PRIMARY
 
         need: dict[str, tuple[int, int | None]] = {}  # scenario -> (blocks now, blocks needed)
         for m in self.metrics.values():
             if m.role != PRIMARY or m.decided or m.scenario in self.futile:
                 continue
-            known = m.blocks >= MIN_BLOCKS_TO_JUDGE
+            # A metric whose regimes differ has no need to judge: it runs
+            # on, as a later look may find its regimes matched.
+            known = m.blocks >= MIN_BLOCKS_TO_JUDGE and m.comparable
             wanted = m.blocks_needed if known else m.blocks
             now, worst = need.get(m.scenario, (m.blocks, 0))
             if worst is None or (known and wanted is None):
