@@ -24,11 +24,20 @@ class Collect(logging.Handler):
         return [r.getMessage() for r in self.records]
 
 
+# The loggers these tests log to, at the levels a test's process has
+# them (memqual's CLI, run by other tests in this process, quiets qemu.qmp).
+USED = ("qemu.qmp", "qemu.qmp.protocol", "paramiko", "paramiko.transport", "memqual.machine", "avocado.test")
+
+
 @pytest.fixture
 def root() -> Iterator[Collect]:
     handler = Collect()
     logger = logging.getLogger()
     level = logger.level
+    saved = {name: (logging.getLogger(name).level, logging.getLogger(name).disabled) for name in USED}
+    for name in USED:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+        logging.getLogger(name).disabled = False
     logger.addHandler(handler)
     logger.setLevel(logging.DEBUG)  # as Avocado sets it in a test's process
     try:
@@ -36,6 +45,9 @@ def root() -> Iterator[Collect]:
     finally:
         logger.removeHandler(handler)
         logger.setLevel(level)
+        for name, (old_level, disabled) in saved.items():
+            logging.getLogger(name).setLevel(old_level)
+            logging.getLogger(name).disabled = disabled
 
 
 def test_without_it_the_chatter_reaches_the_root_handler(root):
