@@ -12,6 +12,8 @@ What it owns for one test:
   collects it;
 - host hygiene: knobs a previous, killed run left changed are restored
   before anything else happens;
+- the guests' protocol chatter (QMP and SSH at DEBUG) goes to WIRE_LOG in
+  the test's results directory, not through Avocado's runner to debug.log;
 - the host-wide measurement lock, held from setUp to tearDown: exclusive
   by a test that measures time or host-wide state (the default:
   ``measures()`` says True), shared by a test that measures nothing.  So
