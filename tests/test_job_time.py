@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from memqual.host.run import avocado as run_avocado_job
-from memqual.host.run.config import RunConfig, TestOutcome
+from memqual.host.run import config as run_config
 
 # A stand-in for `avocado run`: one job directory whose two tests took
 # 1.5 s and 2.0 s by Avocado's count, made in a fraction of that.
@@ -31,14 +31,15 @@ FAKE_AVOCADO = textwrap.dedent(
 
 
 def test_the_overhead_is_wall_time_less_the_test_runs_own():
-    t = run_avocado_job.job_time(188.3, [TestOutcome("a", "PASS", "", 100.0), TestOutcome("b", "PASS", "", 69.1)])
+    runs = [run_config.TestOutcome("a", "PASS", "", 100.0), run_config.TestOutcome("b", "PASS", "", 69.1)]
+    t = run_avocado_job.job_time(188.3, runs)
     assert t.test_runs == 2
     assert t.overhead_s == 188.3 - 169.1
     assert t.to_json()["overhead_per_test_run_s"] == round((188.3 - 169.1) / 2, 3)
 
 
 def test_a_test_run_without_a_time_counts_as_none_of_it():
-    t = run_avocado_job.job_time(5.0, [TestOutcome("a", "ERROR", "", None)])
+    t = run_avocado_job.job_time(5.0, [run_config.TestOutcome("a", "ERROR", "", None)])
     assert (t.test_runs, t.tests_s, t.overhead_s) == (1, 0.0, 5.0)
 
 
@@ -53,7 +54,7 @@ def test_run_avocado_writes_the_jobs_time_beside_its_results(tmp_path, monkeypat
     monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
     tests = tmp_path / "e2e"
     tests.mkdir()
-    config = RunConfig(output=tmp_path / "out", tests=tests)
+    config = run_config.RunConfig(output=tmp_path / "out", tests=tests)
     job = run_avocado_job.run_avocado(config, tmp_path / "out" / "avocado", None, Console(file=io.StringIO()))
     assert job.job_dir is not None
     written = json.loads((job.job_dir / run_avocado_job.JOB_TIME).read_text())
