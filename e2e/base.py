@@ -12,6 +12,8 @@ What it owns for one test:
   collects it;
 - host hygiene: knobs a previous, killed run left changed are restored
   before anything else happens;
+- the guests' protocol chatter (QMP and SSH at DEBUG) goes to WIRE_LOG in
+  the test's results directory, not through Avocado's runner to debug.log;
 - the host-wide measurement lock, held from setUp to tearDown: exclusive
   by a test that measures time or host-wide state (the default:
   ``measures()`` says True), shared by a test that measures nothing.  So
@@ -36,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -56,6 +59,59 @@ ENV_KERNEL = settings.GUEST_KERNEL
 ENV_MODULES = settings.GUEST_MODULES
 MEASURES_NOTHING = "memqual_measures_nothing"  # the attribute @measures_nothing sets
 TestMethod = TypeVar("TestMethod", bound=Callable[..., None])
+
+
+# The guests' protocol chatter: every QMP command, reply and event
+# (qemu.qmp at DEBUG; a balloon test polls query-balloon every 1-10 ms)
+# and paramiko's transport (DEBUG): 9 of a test's 10 log records.
+# Avocado's runner passes a test's log records to the job through a pipe
+# and reads one per 10 ms: a balloon test's burst of them filled the pipe
+# (about 210 records), so the test's end reached the job 2.1 s late and,
+# worse, the test's own logging call blocked for 60-130 ms inside its
+# timed polling loop until the runner had read a page of them.  They go to
+# WIRE_LOG in the test's results directory instead, written at once; their
+# INFO and above still reach debug.log.
+WIRE_LOGGERS = ("qemu.qmp", "paramiko")
+WIRE_LOG = "wire.log"
+WIRE_FORMAT = "%(asctime)s %(name)s %(levelname)-5.5s| %(message)s"
+
+
+class _ToRoot(logging.Handler):
+    """Hands a record on to the root logger's handlers (Avocado's: the
+    test's debug.log), as propagation would."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logging.getLogger().handle(record)
+
+
+class WireLog:
+    """While started: the records of ``loggers`` go to ``path``, and only
+    those at ``keep_level`` and above also go on to the root logger."""
+
+    def __init__(self, path: Path, loggers: tuple[str, ...] = WIRE_LOGGERS, keep_level: int = logging.INFO) -> None:
+        self.path = path
+        self.loggers = loggers
+        self._file = logging.FileHandler(path, encoding="utf-8", delay=True)
+        self._file.setFormatter(logging.Formatter(WIRE_FORMAT))
+        self._up = _ToRoot(keep_level)
+        self._propagate: dict[str, bool] = {}
+
+    def start(self) -> None:
+        for name in self.loggers:
+            logger = logging.getLogger(name)
+            self._propagate[name] = logger.propagate
+            logger.addHandler(self._file)
+            logger.addHandler(self._up)
+            logger.propagate = False
+
+    def stop(self) -> None:
+        for name, propagate in self._propagate.items():
+            logger = logging.getLogger(name)
+            logger.removeHandler(self._file)
+            logger.removeHandler(self._up)
+            logger.propagate = propagate
+        self._propagate.clear()
+        self._file.close()
 
 
 # Above the time a quick run's measuring tests take in all (about 7
@@ -198,6 +254,11 @@ class GuestTest(avocado.Test):
         self._machines: list[Machine] = []
         self._image: Any = None
         self._measure_lock: MeasurementLock | None = None
+        self._wire: WireLog | None = None
+        if not under_pytest():
+            # Under pytest no runner pipe is in between: its capture keeps all.
+            self._wire = WireLog(Path(self.logdir) / WIRE_LOG)
+            self._wire.start()
         lock = MeasurementLock()
         exclusive = self.measures()
         waited = lock.acquire(exclusive=exclusive)
@@ -266,6 +327,9 @@ class GuestTest(avocado.Test):
             lock = getattr(self, "_measure_lock", None)
             if lock is not None:
                 lock.release()
+            wire = getattr(self, "_wire", None)
+            if wire is not None:
+                wire.stop()  # after the guests: their shutdown's QMP goes there too
 
     # -- capabilities -----------------------------------------------------
     def require(self, condition: bool, reason: str) -> None:

@@ -6,6 +6,7 @@ events, and what the job did.  Knows nothing of arms, blocks or claims.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from typing import Any
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.run import jobevents
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome
@@ -145,6 +146,41 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
     return env
 
 
+# What memqual writes into each job's directory (beside avocado's
+# results.json): the job's wall time against its test runs' own.
+JOB_TIME = "job-time.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTime:
+    """One job's wall time, from memqual starting avocado to avocado's exit,
+    against the sum of Avocado's time of each test run (which holds the
+    test module's import, its lock wait and its guests' boots): the rest,
+    overhead_s, is avocado's start and end and each run's runner start and
+    report (blocks.job_overhead_s models it)."""
+
+    wall_s: float
+    test_runs: int
+    tests_s: float
+
+    @property
+    def overhead_s(self) -> float:
+        return self.wall_s - self.tests_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "test_runs": self.test_runs,
+            "tests_s": round(self.tests_s, 3),
+            "overhead_s": round(self.overhead_s, 3),
+            "overhead_per_test_run_s": round(self.overhead_s / self.test_runs, 3) if self.test_runs else None,
+        }
+
+
+def job_time(wall_s: float, tests: list[TestOutcome]) -> JobTime:
+    return JobTime(wall_s=wall_s, test_runs=len(tests), tests_s=sum(t.time or 0.0 for t in tests))
+
+
 EXIT_AFTER_END_S = 60.0  # the job's last event came; avocado exits at once
 POLL_S = 0.5  # how often the display reads the events file (and redraws)
 
@@ -187,6 +223,7 @@ def run_avocado(
             # A signal between the start and the finally below would leave
             # the job running: it is held until proc is set.
             with signals_held():
+                launched = time.monotonic()
                 proc, life = start_supervised(command, scenario_environment(config, kernel), stdout, stderr)
             live = (
                 Live(progress.render(), console=console, refresh_per_second=2, transient=True)
@@ -212,6 +249,7 @@ def run_avocado(
                 if live is not None:
                     live.stop()
             exit_status = proc.returncode if proc.poll() is not None else end_job(proc, grace_s=0)
+            wall_s = time.monotonic() - launched
         except Terminated:
             grace = TERMINATE_GRACE_S
             raise
@@ -230,6 +268,12 @@ def run_avocado(
         created = sorted(set(results_dir.glob("job-*")) - before)
         job_dir = created[-1] if created else None
     tests, counts = job_results(job_dir)
+    if job_dir is not None:
+        # A figure to read later: the job's results stand without it.
+        with contextlib.suppress(OSError):
+            write_private_atomic(
+                job_dir / JOB_TIME, (json.dumps(job_time(wall_s, tests).to_json(), indent=1) + "\n").encode(), 0o644
+            )
     summary = progress.summary
     if not summary and exit_status != 0:
         tail = stderr_path.read_text(errors="replace").strip().splitlines()

@@ -72,6 +72,32 @@ def arm_axes(kernels: int, qemus: int) -> ArmAxes:
     return ((kernel[0], qemu[0]), (kernel[1], qemu[1]))
 
 
+# What one Avocado job of blocks costs beyond its test runs' own times
+# (Avocado's time of each, which already holds the test module's import,
+# the lock wait and the guest's cold boot), from the job logs' timestamps
+# (a four-job A/B of 10 to 44 test runs a job, and jobs of 4 runs):
+# - once a job (JOB_OVERHEAD_S): memqual starts avocado and the job is
+#   set up (0.4-0.6 s), the first runner starts later than the others
+#   (0.2-0.3 s), the job ends and is read (0.1-0.2 s), memqual's own look
+#   and plan between two jobs (0.2-1.2 s);
+# - each test run (RUN_OVERHEAD_S): Avocado's task polling (0.1 s) and the
+#   next runner's own process start (0.3 s), then the test's end reaching
+#   the job: 0.1-0.3 s since the guests' protocol chatter stays out of the
+#   runner's pipe (e2e/base.py WIRE_LOG), 2.1 s a balloon test before.
+#   0.5-0.8 s a run in all here, more while other runs share the 2 CPUs.
+JOB_OVERHEAD_S = 1.5
+RUN_OVERHEAD_S = 0.7
+
+
+def job_overhead_s(test_runs: int) -> float:
+    """About how much longer than its test runs' own times (Avocado's)
+    one job of ``test_runs`` test runs takes (each test of a block runs
+    twice: A and B)."""
+    if test_runs < 0:
+        raise ValueError(f"test_runs {test_runs} < 0")
+    return JOB_OVERHEAD_S + RUN_OVERHEAD_S * test_runs
+
+
 def block_order(first: int, count: int) -> list[tuple[int, str]]:
     """(block, arm) in run order: odd blocks A then B, even blocks B then A
     (ABBA), so neither arm is always the one that runs second."""
