@@ -34,6 +34,7 @@ ONCE_S = 200.0  # the once-per-arm job before the blocks
 SD = (0.0005, 0.0005, 0.001, 0.002, 0.044, 0.071, 0.045, 0.058, 0.066, 0.074)
 COST_S = (24.0, 22.0, 40.0, 20.0, 30.0, 26.0, 20.0, 36.0, 50.0, 30.0)
 FLOOR = 5  # the scenario of sd 0.071: a floor-like primary
+JOB_S = 5.0  # a job's own cost beyond its tests, and the look after it
 
 
 @dataclasses.dataclass
@@ -67,7 +68,7 @@ class SimulatedRun:
                 )
             self.state.test_seconds.setdefault(self.name(i), []).extend([COST_S[i] / 2] * 2)
             self.state.scenario_tests.setdefault(f"sim.s{i}", set()).add(self.name(i))
-        self.clock += sum(COST_S[i] for i in scenarios) + run_rounds.JOB_START_S
+        self.clock += sum(COST_S[i] for i in scenarios) + JOB_S
 
     def job(self, selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
         wanted = [i for i in range(len(SD)) if self.name(i) + "$" in references]
@@ -115,7 +116,7 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True) -> dict[str, st
     run.clock = ONCE_S
     run.block(1, list(range(len(SD))))
     run.block(2, list(range(len(SD))))
-    run.clock -= run_rounds.JOB_START_S  # blocks 1-2 are one job
+    run.clock -= JOB_S  # blocks 1-2 are one job
     run.state.blocks = 2
     tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA)
     if not futility:

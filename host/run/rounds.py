@@ -147,8 +147,9 @@ def _logdir_names(job_dir: Path) -> dict[str, str]:
     return {Path(str(t.get("logdir") or "")).name: str(t.get("name") or "") for t in data.get("tests", [])}
 
 
-# Each avocado job starts in a few seconds here; a block's estimate adds it.
-JOB_START_S = 10.0
+# memqual's own look between two jobs of blocks (reading the records,
+# comparing): 0.2-1.2 s measured here.
+LOOK_S = 1.5
 
 
 def run_block_job(
@@ -252,7 +253,8 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
         return set().union(*(run_state.scenario_tests.get(s, set()) for s in scenarios)) if scenarios else set()
 
     def block_s(scenarios: set[str]) -> float:
-        return run_state.seconds_per_block(tests_of(scenarios)) + JOB_START_S
+        names = tests_of(scenarios)
+        return run_state.seconds_per_block(names) + blocks.job_overhead_s(2 * len(names)) + LOOK_S
 
     # The scenarios the next block would run, as known before a look: a
     # look after which that block cannot fit the budget is the last, and
