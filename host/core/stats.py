@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
-from scipy import stats as _st
 
 # Samples as callers hold them: a list, or an array this module made.
 Samples: TypeAlias = Sequence[float] | np.ndarray
@@ -140,7 +139,11 @@ def bootstrap_ratio_ci(
     # value itself, so repeat it (the bootstrap then varies only the other).
     xa = arr_a if arr_a.size > 1 else np.repeat(arr_a, 2)
     xb = arr_b if arr_b.size > 1 else np.repeat(arr_b, 2)
-    res = _st.bootstrap(
+    # Imported here: scipy.stats costs 0.5-1.5 s to import, paid by every
+    # e2e test that records a measurement, when only a report's CIs use it.
+    from scipy import stats as scipy_stats
+
+    res = scipy_stats.bootstrap(
         (xa, xb),
         statistic,
         n_resamples=n_resamples,
