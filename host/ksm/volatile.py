@@ -315,7 +315,7 @@ def prepare_volatile(ksm: KsmHost, pages: str) -> None:
     ksm.set(**knobs)
 
 
-def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[str, object]:
+def volatile_settings(windows: int, guests: int, reference_scans: int, smart_windows: int = 1) -> dict[str, object]:
     """The volatile records' settings, the profile's sizes among them."""
     return base_settings(
         agent_mib=VOLATILE_MIB,
@@ -325,6 +325,7 @@ def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[s
         scans_per_window=SCANS_PER_WINDOW,
         reference_scans=reference_scans,
         warmup_scans=WARMUP_SCANS,
+        smart_windows=smart_windows,
     )
 
 
@@ -344,10 +345,12 @@ def volatile_guest(
     windows: int,
     reference_scans: int,
     on_window: Callable[[ScanWindow], None] = lambda w: None,
+    smart_windows: int = 1,
 ) -> VolatileGuest:
     """One replicate on a freshly booted guest: it runs the seed's workload,
     ksmd settles on it, smart_scan 0 and 1 are measured in ABBA order
-    starting with ``first``.  CapabilityMissing when host THP did not back
+    starting with ``first``, ``smart_windows`` smart_scan=1 windows back
+    to back at each of its turns.  CapabilityMissing when host THP did not back
     the guest's RAM (``pages`` "thp"); ScenarioFailed when THP did with
     enabled=never ("4k") or the agent failed."""
     path = vm.deploy(AGENT)
@@ -374,6 +377,7 @@ def volatile_guest(
                 own_pages=lambda: ksm.process(vm.pid).stat_int("ksm_rmap_items"),
                 reference_scans=reference_scans,
                 on_window=on_window,
+                smart_windows=smart_windows,
             )
         finally:
             # ksmd idles while the next guest starts and fills, as it did
