@@ -100,10 +100,12 @@ SIZES: dict[str, Sizes] = {
         # the in-guest reference (exploratory), and its scans cost the same
         # every time: 3 of them, not 9, save about 16 s a guest here.
         ksm_reference_scans=3,
-        # The primary's own guest-to-guest spread is mostly its one
-        # window's: 9 scans, 0.2-0.3 s of ksmd CPU, moved by whatever else
-        # the host ran in that half second (docs/ksm.md, "In an A/B").  Its
-        # median over 5 windows back to back costs about 2 s a guest.
+        # The primary's one window is 9 scans, 0.2-0.3 s of ksmd CPU, and a
+        # burst of other work on the host in it moves it by up to 15 %; a
+        # guest's median over 5 windows back to back halved the variance of
+        # the blocks' log(B/A) in the same blocks, for about 2 s more a
+        # guest on a quiet host (docs/ksm.md, "In an A/B: what spreads the
+        # blocks").
         ksm_smart_windows=5,
         # The saving's n is part of the metric: the same 3 guests as quick.
         ksm_many_guests=3,
