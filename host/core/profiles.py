@@ -101,7 +101,7 @@ SIZES: dict[str, Sizes] = {
         # every time: 3 of them, not 9, save about 16 s a guest here.
         ksm_reference_scans=3,
         # The primary's one window is 9 scans, 0.2-0.3 s of ksmd CPU, and a
-        # burst of other work on the host in it moves it by up to 15 %; a
+        # burst of other work on the host in it moves it by up to 17 %; a
         # guest's median over 5 windows back to back halved the variance of
         # the blocks' log(B/A) in the same blocks, for about 2 s more a
         # guest on a quiet host (docs/ksm.md, "In an A/B: what spreads the
