@@ -316,7 +316,11 @@ def prepare_volatile(ksm: KsmHost, pages: str) -> None:
 
 
 def volatile_settings(windows: int, guests: int, reference_scans: int, smart_windows: int = 1) -> dict[str, object]:
-    """The volatile records' settings, the profile's sizes among them."""
+    """The volatile records' settings, the profile's sizes among them.
+    ``smart_windows`` is among them only above 1: a record's key holds its
+    settings, and runs measured with one window a turn keep the key (and
+    the history series) they had before the setting existed."""
+    more: dict[str, object] = {"smart_windows": smart_windows} if smart_windows > 1 else {}
     return base_settings(
         agent_mib=VOLATILE_MIB,
         **VOLATILE_KNOBS,
@@ -325,7 +329,7 @@ def volatile_settings(windows: int, guests: int, reference_scans: int, smart_win
         scans_per_window=SCANS_PER_WINDOW,
         reference_scans=reference_scans,
         warmup_scans=WARMUP_SCANS,
-        smart_windows=smart_windows,
+        **more,
     )
 
 
