@@ -101,12 +101,12 @@ SIZES: dict[str, Sizes] = {
         # every time: 3 of them, not 9, save about 16 s a guest here.
         ksm_reference_scans=3,
         # The primary's one window is 9 scans, 0.2-0.3 s of ksmd CPU, and a
-        # burst of other work on the host in it moves it by up to 17 %; a
-        # guest's median over 5 windows back to back halved the variance of
-        # the blocks' log(B/A) in the same blocks, for about 2 s more a
-        # guest on a quiet host (docs/ksm.md, "In an A/B: what spreads the
-        # blocks").
-        ksm_smart_windows=5,
+        # burst of other work on the host in it moves it by up to 17 %.  A
+        # guest's median over 3 windows back to back cut the variance of
+        # the blocks' log(B/A) 1.4x in the same 12 blocks, for about 1 s
+        # more a guest on a quiet host; 5 windows gave 1.5x for twice that
+        # (docs/ksm.md, "In an A/B: what spreads the blocks").
+        ksm_smart_windows=3,
         # The saving's n is part of the metric: the same 3 guests as quick.
         ksm_many_guests=3,
         ksm_remerge_repeats=1,
