@@ -219,6 +219,7 @@ class KsmTest(GuestTest):
                 retries=retries,
                 windows=sizes().ksm_volatile_windows,
                 reference_scans=sizes().ksm_reference_scans,
+                smart_windows=sizes().ksm_smart_windows,
                 on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
             )
         except ks.ScenarioFailed as exc:
@@ -230,7 +231,10 @@ class KsmTest(GuestTest):
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         settings = volatile.volatile_settings(
-            sizes().ksm_volatile_windows, sizes().ksm_volatile_guests, sizes().ksm_reference_scans
+            sizes().ksm_volatile_windows,
+            sizes().ksm_volatile_guests,
+            sizes().ksm_reference_scans,
+            sizes().ksm_smart_windows,
         )
         limit = volatile.skip_limit(os.uname().release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)

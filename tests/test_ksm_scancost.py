@@ -288,3 +288,118 @@ def test_agent_finish_waits_for_the_exit_status() -> None:
         assert agent.finish(5) == 0
         assert bg.waited
     assert not bg.killed and not ssh.ran  # a finished agent is not killed; finish opens no channel
+
+
+class BurstyKsmd(SimulatedKsmd):
+    """SimulatedKsmd whose scans numbered in `burst` cost `factor` times as
+    much: other work on the host for a moment (ksmd's CPU per page rises
+    with the cache and memory traffic beside it)."""
+
+    def __init__(self, cost: dict[int, float], burst: range, factor: float = 2.0, warmup: int = 0) -> None:
+        super().__init__(cost, warmup=warmup)
+        self.burst, self.factor = burst, factor
+
+    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.0) -> KsmCounters:
+        for _ in range(n):
+            before = self.cpu
+            super().wait_full_scans(1, timeout_s, poll_s)
+            if self.scans - 1 in self.burst:
+                extra = (self.cpu - before) * (self.factor - 1)
+                self.cpu += extra
+                self.t += extra / 0.9
+        return self.counters()
+
+
+def test_smart_windows_are_back_to_back_after_one_warmup() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
+    seen: list[ScanWindow] = []
+    run = alternate_smart_scan(
+        ksmd,
+        repeats=1,
+        scans_per_window=9,
+        warmup_scans=3,
+        timeout_s=1,
+        reference_scans=3,
+        smart_windows=3,
+        on_window=seen.append,
+    )
+    assert ksmd.knob_log == [1, 0, 1], "settle, then one turn each: the extra windows add no switch"
+    assert [w.full_scans for w in run.windows[0]] == [3]
+    assert [w.full_scans for w in run.windows[1]] == [9, 9, 9]
+    assert samples(run.windows[1], "ksmd_cpu_s_per_full_scan") == pytest.approx([0.2] * 3), "no warm-up scan inside"
+    # Back to back: each window ends where the next starts, one turn of 1 + 3 + 27 scans.
+    assert ksmd.scans == (12 + 1) + (1 + 3 + 3) + (1 + 3 + 27)
+    assert seen == run.windows[0] + run.windows[1]
+
+
+def test_the_median_of_back_to_back_windows_leaves_out_a_burst() -> None:
+    """A burst of host work over a few scans of smart scan's turn moves a
+    one-window measurement; the guest's median over 5 windows is the steady
+    cost.  Settle 13 scans, smart_scan=0's turn 7, smart scan's 1 + 3: its
+    first window starts at scan 24."""
+    single = BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27))
+    one = alternate_smart_scan(single, repeats=1, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3)
+    assert stats.median(samples(one.windows[1], "ksmd_cpu_ns_per_page")) > 1.2 * 0.2e9 / 1000
+    five = alternate_smart_scan(
+        BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27)),
+        repeats=1,
+        scans_per_window=9,
+        warmup_scans=3,
+        timeout_s=1,
+        reference_scans=3,
+        smart_windows=5,
+    )
+    per_page = samples(five.windows[1], "ksmd_cpu_ns_per_page")
+    assert max(per_page) > 1.2 * 0.2e9 / 1000, "the burst is in the record"
+    assert stats.median(per_page) == pytest.approx(0.2e9 / 1000)
+
+
+def test_the_median_of_windows_keeps_a_cost_that_lasts() -> None:
+    """The control: a dearer ksmd in every scan (another kernel's real
+    cost) moves the median of 5 windows as much as one window."""
+    steady = alternate_smart_scan(
+        BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(0, 10_000), factor=1.1),
+        repeats=1,
+        scans_per_window=9,
+        warmup_scans=3,
+        timeout_s=1,
+        reference_scans=3,
+        smart_windows=5,
+    )
+    assert stats.median(samples(steady.windows[1], "ksmd_cpu_ns_per_page")) == pytest.approx(1.1 * 0.2e9 / 1000)
+
+
+def test_a_disturbed_turn_of_smart_windows_costs_one_retry() -> None:
+    """Another guest's pages come and go during smart scan's turn: the whole
+    turn is measured again, kept in `discarded` as one window over its
+    scans, and the kept turn holds every window."""
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(30, 35))
+    run = alternate_smart_scan(
+        ksmd, repeats=1, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3, smart_windows=3
+    )
+    assert len(run.discarded) == 1 and run.discarded[0].full_scans == 27
+    assert [w.full_scans for w in run.windows[1]] == [9, 9, 9]
+    for w in run.windows[1]:
+        assert w.pages_covered == 9 * 1000
+
+
+def test_disturbed_smart_windows_kept_after_the_budget_are_each_counted() -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(25, 10_000))
+    run = alternate_smart_scan(
+        ksmd,
+        repeats=1,
+        scans_per_window=9,
+        warmup_scans=3,
+        timeout_s=1,
+        reference_scans=3,
+        smart_windows=3,
+        max_retries=0,
+        first=1,
+    )
+    assert run.discarded == [] and run.kept_disturbed == 3 + 1, "smart scan's 3 windows, then the reference's"
+    assert len(run.windows[1]) == 3
+
+
+def test_smart_windows_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="smart_windows"):
+        alternate_smart_scan(SimulatedKsmd({0: 0.8, 1: 0.2}), 1, 9, 3, 1, smart_windows=0)

@@ -168,6 +168,25 @@ def test_volatile_guest_on_thp_that_did_not_back_the_ram_is_a_missing_capability
         volatile.volatile_guest(FakeKsmHost(), FakeGuest(1, ssh=shell), "thp", 0, 3, 1, 9)
 
 
+@pytest.mark.parametrize(("smart_windows", "first"), [(1, 0), (5, 0), (5, 1)])
+def test_volatile_guest_measures_its_smart_scan_windows_back_to_back(smart_windows, first):
+    """One guest of the A/B sizing: one window without smart scan, and
+    smart_windows windows of 9 whole scans with it, whichever comes first;
+    ksmd is stopped again before the guest goes."""
+    lines = ["t=1 event=start pid=42", "t=2 event=dirty_start", "t=3 event=dirty_done passes=200 duration_s=4.5"]
+    shell = FakeShell(FakeBackground([*lines, "t=4 event=done status=0"]))
+    host = FakeKsmHost()
+    guest = volatile.volatile_guest(host, FakeGuest(1, ssh=shell), "4k", first, 3, 1, 3, smart_windows=smart_windows)
+    assert [w.full_scans for w in guest.run.windows[0]] == [3]
+    assert [w.full_scans for w in guest.run.windows[1]] == [volatile.SCANS_PER_WINDOW] * smart_windows
+    assert [k["smart_scan"] for k in host.knobs if "smart_scan" in k][1:] == [first, 1 - first]
+    assert host.run == 0
+    settings = volatile.volatile_settings(1, 1, 3, smart_windows)
+    assert settings.get("smart_windows") == (smart_windows if smart_windows > 1 else None)
+    if smart_windows == 1:
+        assert settings == volatile.volatile_settings(1, 1, 3), "one window a turn keeps the records' key"
+
+
 def agent_shell(status: int, bad_pages: int = 0, control: int | None = None) -> FakeShell:
     """ksm_stress through fill, tail and verify (and a corrupted verify)."""
     lines = ["t=1 event=start pid=42", "t=2 event=fill_done", "t=3 event=tail_done"]

@@ -47,6 +47,7 @@ class Sizes:
     ksm_volatile_guests: int  # fresh guests per smart-scan variant
     ksm_volatile_windows: int  # measured windows per variant per guest
     ksm_reference_scans: int  # full scans in a smart_scan=0 window (smart scan's hold its 9-scan skip period)
+    ksm_smart_windows: int  # smart_scan=1 windows back to back at each of its turns (a guest's median over them)
     ksm_many_guests: int  # guests sharing memory (the saving's n)
     ksm_remerge_repeats: int  # timed re-merges of the settled guests
     kvm_lookup_replicates: int  # fresh VMs per slot count of the /dev/kvm lookup bench
@@ -64,6 +65,7 @@ SIZES: dict[str, Sizes] = {
         ksm_volatile_guests=4,
         ksm_volatile_windows=1,
         ksm_reference_scans=9,
+        ksm_smart_windows=1,
         ksm_many_guests=3,
         ksm_remerge_repeats=3,
         kvm_lookup_replicates=3,
@@ -79,6 +81,7 @@ SIZES: dict[str, Sizes] = {
         ksm_volatile_guests=8,
         ksm_volatile_windows=2,
         ksm_reference_scans=9,
+        ksm_smart_windows=1,
         ksm_many_guests=5,
         ksm_remerge_repeats=5,
         kvm_lookup_replicates=6,
@@ -97,6 +100,13 @@ SIZES: dict[str, Sizes] = {
         # the in-guest reference (exploratory), and its scans cost the same
         # every time: 3 of them, not 9, save about 16 s a guest here.
         ksm_reference_scans=3,
+        # The primary's one window is 9 scans, 0.2-0.3 s of ksmd CPU, and a
+        # burst of other work on the host in it moves it by up to 17 %.  A
+        # guest's median over 3 windows back to back cut the variance of
+        # the blocks' log(B/A) 1.4x in the same 12 blocks, for about 1 s
+        # more a guest on a quiet host; 5 windows gave 1.5x for twice that
+        # (docs/ksm.md, "In an A/B: what spreads the blocks").
+        ksm_smart_windows=3,
         # The saving's n is part of the metric: the same 3 guests as quick.
         ksm_many_guests=3,
         ksm_remerge_repeats=1,

@@ -214,10 +214,12 @@ def alternate_smart_scan(
     first: int = 0,
     own_pages: Callable[[], int | None] | None = None,
     reference_scans: int | None = None,
+    smart_windows: int = 1,
 ) -> AbRun:
-    """smart_scan 0 against 1, ABBA, `repeats` windows each, starting with
-    smart_scan=`first`.  `own_pages`, when given, is read at each window's
-    end (the guest under test's tracked pages, ``ScanWindow.own_pages``).
+    """smart_scan 0 against 1, ABBA, `repeats` turns each, starting with
+    smart_scan=`first`.  `own_pages`, when given, is read at the end of
+    each turn (the guest under test's tracked pages, ``ScanWindow.own_pages``
+    of the turn's windows).
 
     Other guests on the host come and go (and balloons change their RSS);
     their pages are scanned too, and fresh pages are not skipped by smart
@@ -232,7 +234,16 @@ def alternate_smart_scan(
     without smart scan every scan covers every page at the same cost, so
     that window needs no whole skip period (`scans_per_window` is for
     smart scan's), and at about 2.7 s a scan here a shorter one is most of
-    what a guest of the A/B sizing saves."""
+    what a guest of the A/B sizing saves.
+
+    `smart_windows` smart_scan=1 windows are measured back to back at each
+    of its turns, each its own ScanWindow (the warm-up comes once, before
+    the first: smart_scan does not change between them).  A guest's median
+    over them leaves out the windows a burst of other work on the host fell
+    on, at one window's scans each.  A disturbed turn costs one retry, and
+    is kept in `discarded` as one window over all its measured scans."""
+    if smart_windows < 1:
+        raise ValueError(f"smart_windows must be at least 1, not {smart_windows}")
     run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
     reference = _settle(ksm, settle_scans, timeout_s)
     run.reference_pages.append(reference)
@@ -242,22 +253,24 @@ def alternate_smart_scan(
         variant = order[i]
         ksm.set(smart_scan=variant)
         length = reference_scans if variant == 0 and reference_scans else scans_per_window
+        count = smart_windows if variant == 1 else 1
         # The switch lands mid-scan: the first reading only aligns.
-        readings = _readings(ksm, 1 + warmup_scans + length, timeout_s)
-        window = ScanWindow.between(
-            readings[warmup_scans], readings[-1], variant, own_pages() if own_pages is not None else None
-        )
+        readings = _readings(ksm, 1 + warmup_scans + count * length, timeout_s)
+        own = own_pages() if own_pages is not None else None
+        ends = [warmup_scans + j * length for j in range(count + 1)]
+        windows = [ScanWindow.between(readings[a], readings[b], variant, own) for a, b in itertools.pairwise(ends)]
         counts = covered_per_scan(readings)
         if any(abs(c - reference) > tolerance * reference for c in counts):
             if len(run.discarded) < max_retries:
-                run.discarded.append(window)
+                run.discarded.append(ScanWindow.between(readings[warmup_scans], readings[-1], variant, own))
                 reference = _settle(ksm, settle_scans, timeout_s)
                 run.reference_pages.append(reference)
                 continue
-            run.kept_disturbed += 1
-        run.windows[variant].append(window)
+            run.kept_disturbed += len(windows)
+        run.windows[variant].extend(windows)
         if on_window is not None:
-            on_window(window)
+            for window in windows:
+                on_window(window)
         i += 1
     return run
 

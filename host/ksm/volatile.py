@@ -315,8 +315,12 @@ def prepare_volatile(ksm: KsmHost, pages: str) -> None:
     ksm.set(**knobs)
 
 
-def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[str, object]:
-    """The volatile records' settings, the profile's sizes among them."""
+def volatile_settings(windows: int, guests: int, reference_scans: int, smart_windows: int = 1) -> dict[str, object]:
+    """The volatile records' settings, the profile's sizes among them.
+    ``smart_windows`` is among them only above 1: a record's key holds its
+    settings, and runs measured with one window a turn keep the key (and
+    the history series) they had before the setting existed."""
+    more: dict[str, object] = {"smart_windows": smart_windows} if smart_windows > 1 else {}
     return base_settings(
         agent_mib=VOLATILE_MIB,
         **VOLATILE_KNOBS,
@@ -325,6 +329,7 @@ def volatile_settings(windows: int, guests: int, reference_scans: int) -> dict[s
         scans_per_window=SCANS_PER_WINDOW,
         reference_scans=reference_scans,
         warmup_scans=WARMUP_SCANS,
+        **more,
     )
 
 
@@ -344,10 +349,12 @@ def volatile_guest(
     windows: int,
     reference_scans: int,
     on_window: Callable[[ScanWindow], None] = lambda w: None,
+    smart_windows: int = 1,
 ) -> VolatileGuest:
     """One replicate on a freshly booted guest: it runs the seed's workload,
     ksmd settles on it, smart_scan 0 and 1 are measured in ABBA order
-    starting with ``first``.  CapabilityMissing when host THP did not back
+    starting with ``first``, ``smart_windows`` smart_scan=1 windows back
+    to back at each of its turns.  CapabilityMissing when host THP did not back
     the guest's RAM (``pages`` "thp"); ScenarioFailed when THP did with
     enabled=never ("4k") or the agent failed."""
     path = vm.deploy(AGENT)
@@ -374,6 +381,7 @@ def volatile_guest(
                 own_pages=lambda: ksm.process(vm.pid).stat_int("ksm_rmap_items"),
                 reference_scans=reference_scans,
                 on_window=on_window,
+                smart_windows=smart_windows,
             )
         finally:
             # ksmd idles while the next guest starts and fills, as it did
