@@ -347,7 +347,7 @@ class BalloonFloor(BalloonBase):
         instead and the probe is safe.  (MemTotal then does not move with the
         balloon; scenario 1, with deflate-on-oom off, checks MemTotal.)
 
-        :avocado: tags=ab
+        :avocado: tags=ab,floor
         """
         vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
         ram = ctl.ram_bytes()
