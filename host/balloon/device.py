@@ -356,6 +356,7 @@ def find_floor(
     deadline_s: float = 120.0,
     agree_bytes: int = 8 << 20,
     max_probes: int = 4,
+    before_probe: Callable[[], None] | None = None,
 ) -> Floor:
     """Ask for far less than the guest can give, take the stall as the
     floor, and deflate by ``margin_bytes`` at once; repeat until two probes
@@ -372,9 +373,15 @@ def find_floor(
     ``stall_s`` mid-inflate, which looks like a stall; a real floor is
     found again by a second probe starting from just above it.
     The floor grows with guest size (about 150 MiB for 1 GiB, 300 for 4 GiB
-    here): it is measured, never assumed."""
+    here): it is measured, never assumed.
+    ``before_probe`` runs before each probe, with the balloon at RAM or at
+    the last floor + margin: a floor compared between boots empties the
+    guest's per-CPU free-page lists there (host/balloon/percpu.py says
+    why), which the balloon cannot reach otherwise."""
     probes: list[int] = []
     while True:
+        if before_probe is not None:
+            before_probe()
         probe = ctl.reach(low_target_bytes, deadline_s=deadline_s, stall_s=stall_s)
         probes.append(probe.actual_bytes)
         safe = min(ctl.ram_bytes(), probe.actual_bytes + margin_bytes)
