@@ -396,6 +396,7 @@ class BalloonFloor(BalloonBase):
                     "safe_mib": floor.safe_bytes / MIB,
                     "probe_s": floor.probe.seconds,
                     "probes_mib": [p / MIB for p in floor.probes],
+                    "given_back_mib": [g / MIB for g in floor.given_back],
                 },
             )
         )

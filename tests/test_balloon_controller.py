@@ -448,3 +448,38 @@ def test_drain_cycles_every_hotpluggable_cpu():
 def test_drain_refuses_a_cpu_left_undrained_or_offline(stdout: str, match: str) -> None:
     with pytest.raises(GuestError, match=match):
         hb.parse_drain(stdout)
+
+
+def test_reach_counts_what_the_guest_takes_back():
+    # inflating towards 1 MiB, the guest takes 1 MiB back twice (deflate-on-oom)
+    floor = 150 * MIB
+    ctl, _, _ = controller([RAM, 300 * MIB, floor, floor + MIB, floor, floor + MIB, floor + MIB])
+    r = ctl.reach(1 << 20, stall_s=0.5)
+    assert r.stalled and r.actual_bytes == floor + MIB
+    assert r.given_back_bytes == 2 * MIB
+    # a plain inflate gives nothing back
+    ctl, _, _ = controller([RAM, RAM - 100 * MIB, 256 * MIB])
+    assert ctl.reach(256 * MIB).given_back_bytes == 0
+
+
+def test_find_floor_does_not_count_a_contested_probe():
+    # the first probe ends a tug of war with the OOM notifier 6 MiB above the
+    # floor: within 8 MiB of the next, but it is not where the guest stopped
+    floor = 140 * MIB
+    ctl, machine, _ = controller([RAM])
+    first = [RAM, 300 * MIB, floor + 5 * MIB, floor + 6 * MIB, floor + 5 * MIB, floor + 6 * MIB]
+    machine.after_balloon[1 << 20] = [first, [floor + 70 * MIB, floor + MIB], [floor + 65 * MIB, floor]]
+    for start in (floor + 6 * MIB, floor + MIB, floor):
+        machine.after_balloon[start + 64 * MIB] = [[start + 64 * MIB]]
+    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    assert f.probes == [floor + 6 * MIB, floor + MIB, floor]
+    assert f.given_back == [2 * MIB, 0, 0]
+    assert f.floor_bytes == floor
+
+
+def test_find_floor_fails_when_every_probe_is_contested():
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, 200 * MIB, 201 * MIB]] + [[264 * MIB, 200 * MIB, 201 * MIB]] * 4
+    machine.after_balloon[265 * MIB] = [[265 * MIB]] * 5
+    with pytest.raises(GuestError, match="contested"):
+        hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
