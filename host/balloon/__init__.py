@@ -7,6 +7,7 @@
 - move: the one move loop (tracker armed, target sent, reach awaited with a
   deadline, a stall given back at once), its constants and its ``Move``.
 - rss: QEMU's resident memory, read and waited on.
+- percpu: the guest's per-CPU free-page lists emptied before a floor probe.
 - model: the transfer-cost model (PFN arrays against the seed's bitmaps).
 - driver: the driver variant with a settable request size, deployed in a
   guest over SSH and checked over QMP; the request-size fit.
@@ -30,6 +31,7 @@ from memqual.host.balloon.device import (
     wait_no_balloon,
 )
 from memqual.host.balloon.move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
+from memqual.host.balloon.percpu import Drain, drain_percpu_lists, parse_drain
 from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "BalloonController",
     "BalloonMover",
     "BalloonResult",
+    "Drain",
     "Floor",
     "GuestStats",
     "GuestTiming",
@@ -50,9 +53,11 @@ __all__ = [
     "agent_records",
     "agent_stat",
     "check_target",
+    "drain_percpu_lists",
     "expected_actual",
     "find_floor",
     "parse_agent_line",
+    "parse_drain",
     "rss_kib",
     "wait_actual",
     "wait_no_balloon",
