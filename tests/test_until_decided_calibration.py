@@ -125,7 +125,7 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True) -> dict[str, st
     monkeypatch.setattr(until, "decisions", fast_decisions)
     monkeypatch.setattr(run_rounds.time, "monotonic", lambda: run.clock)
     config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)
-    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()))  # type: ignore[arg-type]
+    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()))  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
     monkeypatch.undo()
     return {m.scenario: (m.frozen or comparison.UNDECIDED) for m in tracker.metrics.values()}
 
