@@ -102,6 +102,9 @@ class FakeTracker:
     def futile_reasons(self, scenarios):
         return [f"{s}: needs more than 200 blocks" for s in sorted(scenarios)]
 
+    def progress_line(self):
+        return f"look {len(self.looks)}: fake"
+
     def to_json(self, stopped, budget_min):
         return {"stopped": stopped, "budget_min": budget_min, "looks": len(self.looks)}
 
@@ -193,11 +196,12 @@ def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path,
     tracker.decided_at = 99
     tracker.keep = set()
     fake.plan(tests=PLAN2)
-    status, _ = _run(tmp_path, "--until-decided", "--budget", "60")
+    status, out = _run(tmp_path, "--until-decided", "--budget", "60")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["stopped"].startswith("no undecided scenario can be decided in what is left of the budget")
     assert "balloon.deflate: needs more than 200 blocks" in summary["stopped"]
+    assert "look 1: fake at " in out and "left out of further blocks: balloon.deflate" in out
     assert summary["blocks"] == 2 and len(fake.calls()) == 2
 
 
@@ -284,6 +288,7 @@ def test_once_its_alpha_is_spent_nothing_more_is_decided():
     a, b = _records(1.3, 6, 0.01, seed=4)
     tracker.update(2, a[:8], b[:8], fraction=1.0)  # the last look spends it all
     assert tracker.alpha_left == pytest.approx(0.0)
+    assert tracker.progress_line().startswith("look 2: alpha 0.01 spent, ")
     tracker.metrics.clear()
     assert tracker.update(6, a, b, fraction=1.0) is False and tracker.metrics == {}
 

@@ -36,6 +36,7 @@ class DecisionTracker(Protocol):
     def undecided_scenarios(self) -> set[str]: ...
     def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]: ...
     def futile_reasons(self, scenarios: set[str]) -> list[str]: ...
+    def progress_line(self) -> str: ...
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
 
 
@@ -265,12 +266,20 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
     stopped = "every primary decided"
     added: list[dict[str, Any]] = []
     look_wall_s: list[float] = []  # when each look fell: a decision's time is its look's
+    told: set[str] = set()  # the scenarios already said to be left out
     while True:
         elapsed = time.monotonic() - started
         last = elapsed + block_s(running) > budget_s
         fraction = 1.0 if last else elapsed / budget_s
         look_wall_s.append(round(elapsed, 1))
-        if tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction):
+        decided = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction)
+        console.print(
+            f"{tracker.progress_line()} at {elapsed / 60:.1f} of {config.budget_min:g} min",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+        if decided:
             break
         if tracker.alpha_left <= 0:
             stopped = (
@@ -280,6 +289,9 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
             break
         undecided = tracker.undecided_scenarios()
         running = tracker.worth_a_block(budget_s - (time.monotonic() - started), block_s)
+        for reason in tracker.futile_reasons(undecided - running - told):
+            console.print(f"left out of further blocks: {reason}", highlight=False, markup=False, soft_wrap=True)
+        told |= undecided - running
         if not running:
             stopped = "no undecided scenario can be decided in what is left of the budget: " + "; ".join(
                 tracker.futile_reasons(undecided)

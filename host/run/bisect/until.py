@@ -278,6 +278,18 @@ class Tracker:
                 self.futile[scenario] = Futile(scenario, need[scenario][1], need[scenario][0] + more, len(kept))
         return set(kept)
 
+    def progress_line(self) -> str:
+        """The last look in one line: its share of alpha, and the primaries
+        decided and not."""
+        from memqual.host.judge.comparison import PRIMARY
+
+        primaries = sorted((m for m in self.metrics.values() if m.role == PRIMARY), key=lambda m: m.key)
+        decided = [f"{m.scenario} {m.verdict}" for m in primaries if m.decided]
+        level = self.looks[-1].level if self.looks else 0.0
+        return f"look {self.rounds}: alpha {level:.2g} spent, {len(decided)} of {len(primaries)} primaries decided" + (
+            f" ({', '.join(decided)})" if decided else ""
+        )
+
     def futile_reasons(self, scenarios: set[str]) -> list[str]:
         return [self.futile[s].reason() for s in sorted(scenarios) if s in self.futile]
 
