@@ -5,6 +5,7 @@ end; and memqual.host.ksm.agent's finish waiting for the exit status."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from fakes import FakeBackground, FakeShell
@@ -310,19 +311,18 @@ class BurstyKsmd(SimulatedKsmd):
         return self.counters()
 
 
+def one_turn(ksmd: SimulatedKsmd, **options: Any) -> Any:
+    """One turn each way at the ab profile's window sizes (9 scans, 3 of
+    warm-up, a 3-scan reference)."""
+    return alternate_smart_scan(
+        ksmd, repeats=1, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3, **options
+    )
+
+
 def test_smart_windows_are_back_to_back_after_one_warmup() -> None:
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
     seen: list[ScanWindow] = []
-    run = alternate_smart_scan(
-        ksmd,
-        repeats=1,
-        scans_per_window=9,
-        warmup_scans=3,
-        timeout_s=1,
-        reference_scans=3,
-        smart_windows=3,
-        on_window=seen.append,
-    )
+    run = one_turn(ksmd, smart_windows=3, on_window=seen.append)
     assert ksmd.knob_log == [1, 0, 1], "settle, then one turn each: the extra windows add no switch"
     assert [w.full_scans for w in run.windows[0]] == [3]
     assert [w.full_scans for w in run.windows[1]] == [9, 9, 9]
@@ -338,17 +338,9 @@ def test_the_median_of_back_to_back_windows_leaves_out_a_burst() -> None:
     cost.  Settle 13 scans, smart_scan=0's turn 7, smart scan's 1 + 3: its
     first window starts at scan 24."""
     single = BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27))
-    one = alternate_smart_scan(single, repeats=1, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3)
+    one = one_turn(single)
     assert stats.median(samples(one.windows[1], "ksmd_cpu_ns_per_page")) > 1.2 * 0.2e9 / 1000
-    five = alternate_smart_scan(
-        BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27)),
-        repeats=1,
-        scans_per_window=9,
-        warmup_scans=3,
-        timeout_s=1,
-        reference_scans=3,
-        smart_windows=5,
-    )
+    five = one_turn(BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27)), smart_windows=5)
     per_page = samples(five.windows[1], "ksmd_cpu_ns_per_page")
     assert max(per_page) > 1.2 * 0.2e9 / 1000, "the burst is in the record"
     assert stats.median(per_page) == pytest.approx(0.2e9 / 1000)
@@ -357,15 +349,7 @@ def test_the_median_of_back_to_back_windows_leaves_out_a_burst() -> None:
 def test_the_median_of_windows_keeps_a_cost_that_lasts() -> None:
     """The control: a dearer ksmd in every scan (another kernel's real
     cost) moves the median of 5 windows as much as one window."""
-    steady = alternate_smart_scan(
-        BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(0, 10_000), factor=1.1),
-        repeats=1,
-        scans_per_window=9,
-        warmup_scans=3,
-        timeout_s=1,
-        reference_scans=3,
-        smart_windows=5,
-    )
+    steady = one_turn(BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(0, 10_000), factor=1.1), smart_windows=5)
     assert stats.median(samples(steady.windows[1], "ksmd_cpu_ns_per_page")) == pytest.approx(1.1 * 0.2e9 / 1000)
 
 
@@ -374,9 +358,7 @@ def test_a_disturbed_turn_of_smart_windows_costs_one_retry() -> None:
     turn is measured again, kept in `discarded` as one window over its
     scans, and the kept turn holds every window."""
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(30, 35))
-    run = alternate_smart_scan(
-        ksmd, repeats=1, scans_per_window=9, warmup_scans=3, timeout_s=1, reference_scans=3, smart_windows=3
-    )
+    run = one_turn(ksmd, smart_windows=3)
     assert len(run.discarded) == 1 and run.discarded[0].full_scans == 27
     assert [w.full_scans for w in run.windows[1]] == [9, 9, 9]
     for w in run.windows[1]:
@@ -385,17 +367,7 @@ def test_a_disturbed_turn_of_smart_windows_costs_one_retry() -> None:
 
 def test_disturbed_smart_windows_kept_after_the_budget_are_each_counted() -> None:
     ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(25, 10_000))
-    run = alternate_smart_scan(
-        ksmd,
-        repeats=1,
-        scans_per_window=9,
-        warmup_scans=3,
-        timeout_s=1,
-        reference_scans=3,
-        smart_windows=3,
-        max_retries=0,
-        first=1,
-    )
+    run = one_turn(ksmd, smart_windows=3, max_retries=0, first=1)
     assert run.discarded == [] and run.kept_disturbed == 3 + 1, "smart scan's 3 windows, then the reference's"
     assert len(run.windows[1]) == 3
 
