@@ -80,6 +80,7 @@ class FakeTracker:
 
     decided_at = 3
     alpha_left = 0.01
+    status = 0  # what its decisions say, as compare's exit status
     keep: set[str] | None = None  # what worth_a_block keeps (None: every undecided scenario)
 
     def __init__(self) -> None:
@@ -104,6 +105,9 @@ class FakeTracker:
 
     def progress_line(self):
         return f"look {len(self.looks)}: fake"
+
+    def exit_status(self):
+        return self.status
 
     def to_json(self, stopped, budget_min):
         return {"stopped": stopped, "budget_min": budget_min, "looks": len(self.looks)}
@@ -366,3 +370,15 @@ def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
     assert "ksm.volatile_scan" in tracker.undecided_scenarios()
     # Its need is not judged: the scenario is not left out as futile.
     assert "ksm.volatile_scan" in tracker.worth_a_block(1e6, lambda scenarios: 60.0)
+
+
+@pytest.mark.parametrize(("decisions", "status"), [(0, 0), (1, 1), (3, 3)])
+def test_the_run_exits_as_its_sequential_decisions(tmp_path, fake, tracker, decisions, status):
+    """A primary decided slower fails the run (1), a moved control says the
+    host drifted (3): the looks' decisions, not the whole run's comparison
+    at the full alpha after optional stopping."""
+    tracker.status = decisions
+    fake.plan(tests=PLAN2)
+    got, out = _run(tmp_path, "--until-decided")
+    assert got == status
+    assert ("exit 1" in out) == (status == 1) and ("host drifted" in out) == (status == 3)

@@ -37,6 +37,7 @@ class DecisionTracker(Protocol):
     def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]: ...
     def futile_reasons(self, scenarios: set[str]) -> list[str]: ...
     def progress_line(self) -> str: ...
+    def exit_status(self) -> int: ...
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
 
 
@@ -218,8 +219,9 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
     job("once", 1, 1)
     job("blocks", 1, config.rounds)
     run_state.blocks = config.rounds
+    sequential: int | None = None
     if config.until_decided:
-        add_blocks_until_decided(config, run_state, job, started, console)
+        sequential = add_blocks_until_decided(config, run_state, job, started, console)
     results = []
     for a in run_arms:
         results.append(
@@ -236,15 +238,23 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
                 label=a.label,
             )
         )
-    _compare_arms(config, run_arms, results, console)
-    return exit_status(run_state.jobs, console)
+    compared = _compare_arms(config, run_arms, results, console)
+    # With --until-decided the run's decisions are the looks' (each at its
+    # share of alpha); the comparison of the whole run at the full alpha
+    # after optional stopping would not hold its error rate.
+    decided = compared if sequential is None else sequential
+    if decided == 3:
+        console.print("[bold red]a negative control moved: the host drifted, exit 3[/]", highlight=False)
+    elif decided == 1:
+        console.print("[bold red]a primary metric is slower on B, exit 1[/]", highlight=False)
+    return max(exit_status(run_state.jobs, console), decided)
 
 
-def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any) -> None:
+def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any) -> int:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
     until none has, the budget is spent, or its alpha is; writes
-    OUTPUT/until-decided.json."""
+    OUTPUT/until-decided.json.  The decisions' exit status, as compare's."""
     from memqual.host.run import blocks
 
     tracker = make_tracker()
@@ -330,6 +340,7 @@ def add_blocks_until_decided(config: RunConfig, run_state: BlockedRun, job: Any,
         f"until decided: {run_state.blocks} block(s), {stopped}", highlight=False, markup=False, soft_wrap=True
     )
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
+    return tracker.exit_status()
 
 
 def arm_line(arm: Arm) -> str:
@@ -343,7 +354,9 @@ def arm_line(arm: Arm) -> str:
     return f"{kernel}, {qemu}"
 
 
-def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Results], console: Any) -> None:
+def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Results], console: Any) -> int:
+    """Compare the two arms' results, write comparison.json and .html; the
+    comparison's exit status (0 when there is none)."""
     from memqual.host.judge.comparison import compare_results
     from memqual.host.report.compare_text import print_comparison
 
@@ -351,7 +364,7 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
         result = compare_results(results[0], results[1])
     except BadInput as exc:
         console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
-        return
+        return 0
     for a in arms:
         console.print(f"{a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
     out = result.to_json()
@@ -370,3 +383,4 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
 
     write_comparison_html(result, results[0], results[1], config.output / "comparison.html")
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
+    return result.exit_status()

@@ -290,6 +290,16 @@ class Tracker:
             f" ({', '.join(decided)})" if decided else ""
         )
 
+    def exit_status(self) -> int:
+        """As ``memqual compare``'s, from the run's sequential decisions: 3
+        when a negative control moved (the host drifted), 1 when a primary
+        was decided slower, 0 otherwise."""
+        from memqual.host.judge.comparison import PRIMARY, SLOWER
+
+        if self.controls_flagged:
+            return 3
+        return 1 if any(m.role == PRIMARY and m.frozen == SLOWER for m in self.metrics.values()) else 0
+
     def futile_reasons(self, scenarios: set[str]) -> list[str]:
         return [self.futile[s].reason() for s in sorted(scenarios) if s in self.futile]
 
