@@ -16,6 +16,7 @@ from test_runjob import _args, guest_kernel_args
 
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
+from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import until
@@ -129,8 +130,8 @@ def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake,
     assert summary["stopped"] == "every primary decided" and summary["blocks"] == 4
     assert [b["block"] for b in summary["added_blocks"]] == [3, 4]
     calls = fake.calls()
-    assert len(calls) == 4  # once-per-arm, blocks 1-2, block 3, block 4
-    for call, first in ((calls[2], "b3-A"), (calls[3], "b4-B")):
+    assert len(calls) == 3  # blocks 1-2, block 3, block 4 (no check listed: no once-per-arm job)
+    for call, first in ((calls[1], "b3-A"), (calls[2], "b4-B")):
         argv = call["argv"]
         assert "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g$" in argv
         assert not any("test_ksm" in a for a in argv)
@@ -164,7 +165,43 @@ def test_a_once_per_arm_check_of_an_undecided_scenario_is_not_run_again(tmp_path
     a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
     off = next(m for m in a["metrics"] if m["metric"] == "deflate_off_s")
     assert off["blocks"] == [1], "the check ran once, in the once-per-arm job"
-    assert not any("test_reporting_off" in a for c in fake.calls()[2:] for a in c["argv"])
+    calls = fake.calls()
+    # blocks 1-2, blocks 3 and 4, then the checks: after the looks
+    assert len(calls) == 4 and any("kernel-checks" in a for a in calls[-1]["argv"])
+    assert not any("test_reporting_off" in a for c in calls[1:3] for a in c["argv"])
+
+
+def test_the_checks_run_after_the_looks_with_their_time_kept_from_the_budget(tmp_path, fake, tracker):
+    """The once-per-arm checks decide nothing: they run last, and the looks'
+    clock is the budget less the checks' reserve (so each look's share of
+    the budget is larger than on the whole budget's clock)."""
+    check = {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}
+    fake.plan(tests=[*PLAN2, check])
+    status, out = _run(tmp_path, "--until-decided", "--budget", "20")
+    assert status == 0
+    assert "the 1 once-per-arm checks run after the looks" in out
+    calls = fake.calls()
+    assert [any("kernel-checks" in a for a in c["argv"]) for c in calls] == [False, False, False, True]
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    reserve = run_blocks.checks_reserve_s(1)
+    assert summary["checks_reserved_s"] == round(reserve, 1) and reserve > 0
+    # the first look's fraction is of the budget less the reserve
+    first = summary["look_wall_s"][0]
+    assert tracker.fractions[0] == pytest.approx(first / (20 * 60 - reserve), abs=1e-3)
+
+
+def test_checks_avocado_cannot_list_run_first(tmp_path, fake, tracker):
+    """When avocado cannot list the checks, their cost is unknown: they run
+    first, as without --until-decided, and nothing is kept for them."""
+    check = {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}
+    fake.plan(tests=[*PLAN2, check], list_fails=True)
+    status, _ = _run(tmp_path, "--until-decided")
+    assert status == 0
+    calls = fake.calls()
+    assert any("kernel-checks" in a for a in calls[0]["argv"])
+    assert not any("kernel-checks" in a for c in calls[1:] for a in c["argv"])
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert summary["checks_reserved_s"] == 0.0
 
 
 def test_a_look_after_which_no_block_fits_is_the_last_and_spends_the_rest(tmp_path, fake, tracker):
@@ -178,7 +215,7 @@ def test_a_look_after_which_no_block_fits_is_the_last_and_spends_the_rest(tmp_pa
     assert tracker.fractions == [1.0]
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["stopped"].startswith("budget spent") and "spent the alpha left" in summary["stopped"]
-    assert summary["blocks"] == 2 and len(fake.calls()) == 2
+    assert summary["blocks"] == 2 and len(fake.calls()) == 1  # blocks 1-2 (no check listed)
 
 
 def test_looks_fall_on_the_budgets_clock_below_the_last(tmp_path, fake, tracker):
@@ -206,7 +243,7 @@ def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path,
     assert summary["stopped"].startswith("no undecided scenario can be decided in what is left of the budget")
     assert "balloon.deflate: needs more than 200 blocks" in summary["stopped"]
     assert "look 1: fake at " in out and "left out of further blocks: balloon.deflate" in out
-    assert summary["blocks"] == 2 and len(fake.calls()) == 2
+    assert summary["blocks"] == 2 and len(fake.calls()) == 1  # blocks 1-2 (no check listed)
 
 
 def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
@@ -215,7 +252,7 @@ def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["blocks"] == 2 and summary["stopped"].startswith("budget spent")
-    assert len(fake.calls()) == 2
+    assert len(fake.calls()) == 1  # blocks 1-2 (no check listed)
 
 
 def test_decided_after_then_undecided_again_counts_from_the_last_time():

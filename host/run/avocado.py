@@ -91,16 +91,50 @@ def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> li
     return ["--filter-by-tags=" + ",".join(t for t in term if t) for term in terms]
 
 
+def test_references(config: RunConfig) -> tuple[str, ...]:
+    """What a job of ``config`` names for avocado to resolve: its
+    references, else its tests' directory, file or test (a bisect narrows
+    its rounds to "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g"),
+    relative to the repository avocado runs in."""
+    if config.references:
+        return config.references
+    tests = config.tests
+    try:
+        return (str(tests.resolve().relative_to(REPO_ROOT)) + ("/" if tests.is_dir() else ""),)
+    except ValueError:
+        return (str(tests),)
+
+
+# ``avocado list`` resolves without importing the test modules: about 1.5 s here.
+LIST_TIMEOUT_S = 120.0
+
+
+def list_tests(config: RunConfig) -> list[str] | None:
+    """The tests a job of ``config`` would run, by name (one per test, not
+    per variant): ``avocado list`` with the job's references and filters.
+    None when avocado could not say (its error is the job's to report)."""
+    command = [
+        *avocado_executable(),
+        *config.avocado_global_args,
+        "list",
+        *test_references(config),
+        *selection_filters(config.profile, config.only, config.selection),
+    ]
+    try:
+        listed = subprocess.run(
+            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=LIST_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if listed.returncode != 0:
+        return None
+    # Each test is a line "<runner kind> <name>".
+    return [fields[1] for fields in (line.split() for line in listed.stdout.splitlines()) if len(fields) == 2]
+
+
 def avocado_command(
     config: RunConfig, results_dir: Path, xunit: Path | None = None, events: Path | None = None
 ) -> list[str]:
-    tests = config.tests
-    try:
-        # A directory, or one file or test (a bisect narrows its rounds to
-        # "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g").
-        tests_arg = str(tests.resolve().relative_to(REPO_ROOT)) + ("/" if tests.is_dir() else "")
-    except ValueError:
-        tests_arg = str(tests)
     blocked = (
         ["--json-variants-load", str(config.variants_file), "--execution-order", "variants-per-test"]
         if config.variants_file is not None
@@ -110,7 +144,7 @@ def avocado_command(
         *avocado_executable(),
         *config.avocado_global_args,
         "run",
-        *(config.references or (tests_arg,)),
+        *test_references(config),
         *blocked,
         "--job-results-dir",
         str(results_dir),

@@ -98,6 +98,21 @@ def job_overhead_s(test_runs: int) -> float:
     return JOB_OVERHEAD_S + RUN_OVERHEAD_S * test_runs
 
 
+# A once-per-arm check's own time (Avocado's), about: 9 checks an arm of
+# the ab profile took 209.5 s in all over 18 runs here (11.6 s a run, 3.5-29
+# s each, beside other work), 10.4 s a run on a quiet host earlier.
+CHECK_RUN_S = 12.0
+
+
+def checks_reserve_s(tests: int) -> float:
+    """About how long the once-per-arm job of ``tests`` checks takes (each
+    runs once an arm): what --until-decided keeps of its budget for them
+    when they run after the looks.  Nothing when there are none."""
+    if tests < 0:
+        raise ValueError(f"tests {tests} < 0")
+    return 0.0 if tests == 0 else 2 * tests * CHECK_RUN_S + job_overhead_s(2 * tests)
+
+
 def block_order(first: int, count: int) -> list[tuple[int, str]]:
     """(block, arm) in run order: odd blocks A then B, even blocks B then A
     (ABBA), so neither arm is always the one that runs second."""
