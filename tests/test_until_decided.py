@@ -419,3 +419,51 @@ def test_the_run_exits_as_its_sequential_decisions(tmp_path, fake, tracker, deci
     got, out = _run(tmp_path, "--until-decided")
     assert got == status
     assert ("exit 1" in out) == (status == 1) and ("host drifted" in out) == (status == 3)
+
+
+def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_scale():
+    """Through compare_results: a look on 2 blocks takes its share as it
+    is and keeps no boundary; from 3 blocks a metric's p' (what Holm ran
+    on) is at most its raw p, and it keeps the boundary of its Bonferroni
+    share, whose nominal level is above the share from the second
+    boundary on (the looks' correlation)."""
+    tracker = until.Tracker(threshold=0.05, alpha=0.01)
+    a, b = _records(1.03, 8, 0.05, seed=5)
+    seen: dict[int, list] = {}
+    original = until.decisions
+
+    def spy(*args, **kwargs):
+        out = original(*args, **kwargs)
+        seen[len(tracker.looks) + 1] = out
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(until, "decisions", spy)
+        for look in range(2, 9):
+            per_look = [r for r in a if r.blocks[0] <= look], [r for r in b if r.blocks[0] <= look]
+            tracker.update(look, *per_look, fraction=look / 9)
+    inflate = next(m for m in tracker.metrics.values() if m.scenario == "balloon.inflate")
+    assert not inflate.decided or inflate.decided_at is not None
+    looks = [look for look, _, _, _ in inflate.boundaries]
+    blocks = [n for _, n, _, _ in inflate.boundaries]
+    assert blocks[0] == until.MIN_BLOCKS_SEQUENTIAL and blocks == sorted(blocks)
+    shares = {look.look: look.level / 2 for look in tracker.looks}  # two primaries
+    for look, _, nominal, nominal_equivalence in inflate.boundaries[1:]:
+        assert nominal > shares[look] and nominal_equivalence > shares[look]
+    first = seen[1][0].comparison
+    assert first.units == 2 and first.p_sequential is None
+    for found in seen.values():
+        for m in found:
+            c = m.comparison
+            if c.p_sequential is not None:
+                assert c.p_sequential <= c.p_value and c.p_equivalence_sequential <= c.p_equivalence
+    assert looks and tracker.to_json("test", 1.0)["metrics"][0]["boundaries"] is not None
+
+
+def test_compare_alone_has_no_sequential_p():
+    """memqual compare (one look, compare_results with no sequence) reports
+    what it did before the boundaries."""
+    a, b = _records(1.3, 6, 0.01, seed=6)
+    found = until.decisions(a, b, threshold=0.05, alpha=0.01)
+    assert found and all("p_sequential" not in m.to_json() for m in found)
+    assert all(m.comparison.p_sequential is None for m in found)

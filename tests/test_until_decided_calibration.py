@@ -76,7 +76,7 @@ class SimulatedRun:
             self.block(number, wanted)
 
 
-def fast_decisions(records_a, records_b, *, threshold, alpha):
+def fast_decisions(records_a, records_b, *, threshold, alpha, sequential=None):
     """What until.decisions gives, without merging records into a results
     file: one paired ratio test a scenario, decided as compare_results
     decides (Holm over the primaries, TOST)."""
@@ -93,7 +93,10 @@ def fast_decisions(records_a, records_b, *, threshold, alpha):
         tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
         reps.append((ra, rb))
     roles = [comparison.PRIMARY] * len(keys)
-    decided, verdicts = comparison.decide(tests, roles, ["lower"] * len(keys), threshold=threshold, alpha=alpha)
+    given = [sequential(k, t) for k, t in zip(keys, tests, strict=True)] if sequential else [None] * len(keys)
+    decided, verdicts = comparison.decide(
+        tests, roles, ["lower"] * len(keys), threshold=threshold, alpha=alpha, sequential=given
+    )
     return [
         comparison.MetricComparison(
             key=k,
@@ -101,24 +104,26 @@ def fast_decisions(records_a, records_b, *, threshold, alpha):
             metric="m",
             unit="s",
             better="lower",
-            comparison=comparison.metric_stats(t, ra, rb, d, v, threshold=threshold),
+            comparison=comparison.metric_stats(t, ra, rb, d, v, threshold=threshold, sequential=g),
             verdict=v,
             role=comparison.PRIMARY,
         )
-        for k, t, (ra, rb), d, v in zip(keys, tests, reps, decided, verdicts, strict=True)
+        for k, t, (ra, rb), d, v, g in zip(keys, tests, reps, decided, verdicts, given, strict=True)
     ]
 
 
-def simulate(monkeypatch, tmp_path, rng, effects, futility=True) -> dict[str, str]:
+def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequential=True) -> dict[str, str]:
     """One run: once-per-arm, blocks 1-2 of every scenario, then the real
-    loop; the frozen verdict of every primary."""
+    loop; the frozen verdict of every primary.  ``group_sequential``
+    False: each look at its own share of alpha (Bonferroni over the
+    looks), the rule before the boundaries used the looks' correlation."""
     run = SimulatedRun(rng, effects)
     run.clock = ONCE_S
     run.block(1, list(range(len(SD))))
     run.block(2, list(range(len(SD))))
     run.clock -= JOB_S  # blocks 1-2 are one job
     run.state.blocks = 2
-    tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA)
+    tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, group_sequential=group_sequential)
     if not futility:
         monkeypatch.setattr(until, "FUTILITY_MARGIN", math.inf)
     monkeypatch.setattr(run_rounds, "make_tracker", lambda: tracker)
@@ -154,15 +159,26 @@ def test_a_change_beyond_the_threshold_is_not_called_equivalent(monkeypatch, tmp
     assert wrong / runs <= ALPHA, wrong / runs
 
 
-def _floor_runs(monkeypatch, tmp_path, futility: bool, runs: int = 60) -> tuple[float, float]:
-    rng = np.random.default_rng(33)
-    effects = tuple(0.92 if i == FLOOR else 1.0 for i in range(len(SD)))
-    found = decided = 0
-    for _ in range(runs):
-        verdicts = simulate(monkeypatch, tmp_path, rng, effects, futility=futility)
-        found += verdicts.get(f"sim.s{FLOOR}") == comparison.FASTER
-        decided += sum(v != comparison.UNDECIDED for v in verdicts.values())
-    return found / runs, decided / runs
+_FLOOR_RUNS: dict[tuple[bool, bool], tuple[float, float]] = {}
+
+
+def _floor_runs(monkeypatch, tmp_path, futility: bool, group_sequential: bool = True) -> tuple[float, float]:
+    """The share of 60 runs that find the floor-like change, and the mean
+    primaries decided a run (the same seed for every rule, and kept: two
+    tests share the group-sequential runs with futility)."""
+    if (futility, group_sequential) not in _FLOOR_RUNS:
+        runs = 60
+        rng = np.random.default_rng(33)
+        effects = tuple(0.92 if i == FLOOR else 1.0 for i in range(len(SD)))
+        found = decided = 0
+        for _ in range(runs):
+            verdicts = simulate(
+                monkeypatch, tmp_path, rng, effects, futility=futility, group_sequential=group_sequential
+            )
+            found += verdicts.get(f"sim.s{FLOOR}") == comparison.FASTER
+            decided += sum(v != comparison.UNDECIDED for v in verdicts.values())
+        _FLOOR_RUNS[futility, group_sequential] = (found / runs, decided / runs)
+    return _FLOOR_RUNS[futility, group_sequential]
 
 
 def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_path):
@@ -175,3 +191,13 @@ def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_p
     print(f"floor found, primaries decided: with futility {with_futility}, without {without}")
     assert with_futility[0] > without[0]
     assert with_futility[1] >= 4.0 and without[1] >= 4.0  # the four near-deterministic ones at least
+
+
+def test_boundaries_from_the_looks_correlation_find_more_than_bonferroni(monkeypatch, tmp_path):
+    """The same floor-like change, the same draws: each metric's boundaries
+    from its looks' correlation (group_sequential.py) against each look
+    tested at its own share of alpha (Bonferroni over the looks)."""
+    sequential = _floor_runs(monkeypatch, tmp_path, True)
+    bonferroni = _floor_runs(monkeypatch, tmp_path, True, group_sequential=False)
+    print(f"floor found, primaries decided: group-sequential {sequential}, Bonferroni over the looks {bonferroni}")
+    assert sequential[0] > bonferroni[0]

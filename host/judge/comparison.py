@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.errors import BadInput
@@ -66,10 +66,19 @@ class MetricStats:
     alpha_difference: float = 0.0  # the level the raw p faced in its family
     alpha_equivalence: float = 0.0
     blocks_needed: int | None = None  # units a side that would decide it (undecided only)
+    # The increment-scale p of a look in a sequence (--until-decided), what
+    # the family's correction ran on; None for a single comparison.
+    p_sequential: float | None = None
+    p_equivalence_sequential: float | None = None
 
     @property
     def paired(self) -> bool:
         return self.n_blocks > 0
+
+    @property
+    def units(self) -> int:
+        """The independent units a side the test rests on (blocks when paired)."""
+        return self.n_blocks if self.paired else min(self.n_replicates_a, self.n_replicates_b)
 
     def to_json(self) -> dict[str, Any]:
         def finite(x: float | None) -> float | None:
@@ -93,6 +102,11 @@ class MetricStats:
             "paired": self.paired,
             "p_method": self.p_method,
             "blocks_needed": self.blocks_needed,
+            **(
+                {"p_sequential": self.p_sequential, "p_equivalence_sequential": self.p_equivalence_sequential}
+                if self.p_sequential is not None
+                else {}
+            ),
         }
 
 
@@ -317,18 +331,30 @@ def _levels(pvalues: Sequence[float], adjusted: Sequence[float], alpha: float, h
     return out
 
 
+# A look's p-values in place of the tests' own: (difference, equivalence)
+# per test, None where the test's own stand.
+Sequential = Sequence[tuple[float, float] | None]
+
+
 def decide_family(
-    tests: Sequence[ab_tests.RatioTest], *, threshold: float, alpha: float, holm: bool = True
+    tests: Sequence[ab_tests.RatioTest],
+    *,
+    threshold: float,
+    alpha: float,
+    holm: bool = True,
+    sequential: Sequential | None = None,
 ) -> list[FamilyDecision]:
     """Holm (or Benjamini-Hochberg) over one family, for the p of a
-    difference and, separately, for the TOST p of equivalence."""
+    difference and, separately, for the TOST p of equivalence; on the
+    ``sequential`` p-values where given (a look of --until-decided)."""
     from memqual.host.core import ab_tests, stats
 
     if not tests:
         return []
     correct = stats.holm if holm else ab_tests.benjamini_hochberg
-    p = [t.p_difference() for t in tests]
-    q = [t.p_equivalence(threshold) for t in tests]
+    given = list(sequential) if sequential is not None else [None] * len(tests)
+    p = [t.p_difference() if g is None else g[0] for t, g in zip(tests, given, strict=True)]
+    q = [t.p_equivalence(threshold) if g is None else g[1] for t, g in zip(tests, given, strict=True)]
     pa, qa = correct(p), correct(q)
     la, lq = _levels(p, pa, alpha, holm), _levels(q, qa, alpha, holm)
     return [FamilyDecision(pa[i], qa[i], la[i], lq[i]) for i in range(len(tests))]
@@ -371,15 +397,21 @@ def decide(
     *,
     threshold: float,
     alpha: float,
+    sequential: Sequential | None = None,
 ) -> tuple[list[FamilyDecision], list[str]]:
     """Every test's family decision and verdict, each family corrected on
     its own: what compare_results decides, apart from reading files (the
-    calibration runs this on synthetic tests)."""
+    calibration runs this on synthetic tests).  ``sequential``: a look's
+    p-values in place of the tests' own (``decide_family``)."""
     decisions: dict[int, FamilyDecision] = {}
     for role in ROLES:
         members = [i for i, r in enumerate(roles) if r == role]
         found = decide_family(
-            [tests[i] for i in members], threshold=threshold, alpha=family_alpha(role, alpha), holm=role != EXPLORATORY
+            [tests[i] for i in members],
+            threshold=threshold,
+            alpha=family_alpha(role, alpha),
+            holm=role != EXPLORATORY,
+            sequential=[sequential[i] for i in members] if sequential is not None else None,
         )
         decisions.update(zip(members, found, strict=True))
     ordered = [decisions[i] for i in range(len(tests))]
@@ -398,6 +430,7 @@ def metric_stats(
     verdict: str,
     *,
     threshold: float,
+    sequential: tuple[float, float] | None = None,
 ) -> MetricStats:
     """What a metric's test and its family decision found, with the units
     an undecided one would need at the levels it faced.  ``decision`` is
@@ -428,6 +461,8 @@ def metric_stats(
             if decision and verdict == UNDECIDED
             else None
         ),
+        p_sequential=sequential[0] if sequential else None,
+        p_equivalence_sequential=sequential[1] if sequential else None,
     )
 
 
@@ -460,7 +495,13 @@ def compare_results(
     a_name: str = "A",
     b_name: str = "B",
     all_metrics: bool = False,
+    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
 ) -> RunComparison:
+    """B against A, metric by metric.  ``sequential`` (a look of
+    --until-decided): a metric's p-values of a difference and of
+    equivalence for its key and test, or None for the test's own; called
+    for the comparable metrics only, and the families are corrected on
+    what it gives."""
     from memqual.host.core import ab_tests
 
     a, b = Results.from_json(a), Results.from_json(b)
@@ -477,12 +518,14 @@ def compare_results(
     # Only metrics whose regimes match are decided, and only they make up
     # the families their corrections run over.
     kept = [i for i, r in enumerate(regimes) if r is None or r.matches]
+    given = {i: sequential(pairs[i][0].key, tests[i]) for i in kept} if sequential is not None else {}
     kept_decisions, kept_verdicts = decide(
         [tests[i] for i in kept],
         [roles[i] for i in kept],
         [pairs[i][0].better for i in kept],
         threshold=threshold,
         alpha=alpha,
+        sequential=[given.get(i) for i in kept] if sequential is not None else None,
     )
     decisions: dict[int, FamilyDecision] = dict(zip(kept, kept_decisions, strict=True))
     verdicts = dict(zip(kept, kept_verdicts, strict=True))
@@ -497,7 +540,7 @@ def compare_results(
                 metric=ma.metric,
                 unit=ma.unit,
                 better=ma.better,
-                comparison=metric_stats(test, ra, rb, d, verdict, threshold=threshold),
+                comparison=metric_stats(test, ra, rb, d, verdict, threshold=threshold, sequential=given.get(i)),
                 verdict=verdict,
                 role=roles[i],
                 settings_changed=_settings_diff(ma, mb),

@@ -25,7 +25,32 @@ smaller share, and the last look (no further block fits) spends what is
 left.  The shares sum to alpha: however the looks fall, the chance of any
 wrong decision (a change where there is none, or equivalence where there
 is a change beyond the threshold) over the whole run is at most alpha, per
-family (Bonferroni over the looks).
+family.
+
+**Group-sequential boundaries.**  The looks share their blocks (look k's
+contain look k-1's), so a metric's statistics at its looks are strongly
+correlated, and testing each look at its own share (Bonferroni over the
+looks) wastes alpha: a metric at p 0.001 look after look waits for a
+share that large.  So each metric carries its own boundaries
+(host/core/group_sequential.py, Lan and DeMets' error spending by
+recursive numerical integration on the metric's information, its block
+count at each look it was compared at): a raw p at look k becomes p', the
+chance under no effect of a statistic this extreme now and none beyond
+the metric's boundaries at its looks before (p' <= p).  Holm (and BH for
+the exploratory) run on p' at the look's level exactly as on p, so a
+metric rejected at Holm share s at look k has a first-crossing chance at
+most s there.  The boundary a metric keeps for a look is that of the
+Bonferroni share it would have had (the look's level over the comparable
+members of its family): Holm never tests below it, and the most severe
+boundary leaves the largest region "not crossed", so the later p' are the
+largest.  The difference is two-sided, the TOST one-sided (its p, the
+larger of two one-sided p's, through the one-sided recursion).  A look on
+fewer than MIN_BLOCKS_SEQUENTIAL blocks, where the t is far from normal,
+takes p as it is and leaves no boundary (leaving a look out of the
+recursion only makes the later p' larger); a metric not comparable at a
+look, or first compared late, has only its own looks; a decided metric
+is frozen and has none after.  ``memqual compare`` (one look) is
+unchanged.
 
 **Futility.**  After a look, a scenario whose undecided primary would need
 more blocks than the budget can still give it (``blocks_needed``, from the
@@ -41,7 +66,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from memqual.host.core import ab_tests
+    from memqual.host.core.group_sequential import Path
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
@@ -56,6 +85,11 @@ FUTILITY_MARGIN = 2.0
 # floor-like 8 % change in 17 % of runs against 7.5 % from 3 blocks, and
 # 10 % changes on six noisy primaries in 5-35 % against 2-23 %.
 MIN_BLOCKS_TO_JUDGE = 2
+# A look on fewer blocks than this takes its Bonferroni share (p as it is)
+# and leaves no boundary for the later looks: the recursion treats the
+# statistic as normal, which a t on 1-2 degrees of freedom is not.
+# Measured through the real loop (docs/ab-calibration.md).
+MIN_BLOCKS_SEQUENTIAL = 3
 
 
 @dataclasses.dataclass
@@ -69,6 +103,12 @@ class MetricProgress:
     blocks_needed: int | None = None
     blocks: int = 0  # the blocks it was compared on at the last look
     comparable: bool = True  # its arms' regimes matched at the last look
+    # The score's paths not crossed at its looks so far, under no effect,
+    # for the difference (two-sided) and the TOST (one-sided).
+    difference: Path | None = None
+    equivalence: Path | None = None
+    # (look, blocks, nominal p of the difference's boundary, of the TOST's)
+    boundaries: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
 
     @property
     def decided(self) -> bool:
@@ -105,6 +145,9 @@ class MetricProgress:
             "blocks_needed": self.blocks_needed,
             "blocks": self.blocks,
             "history": [{"look": r, "decided": d, "verdict": v} for r, d, v in self.history],
+            "boundaries": [
+                {"look": r, "blocks": n, "nominal_p": b, "nominal_p_equivalence": q} for r, n, b, q in self.boundaries
+            ],
         }
 
 
@@ -121,15 +164,23 @@ def _results_of(records: list[Any]) -> dict[str, Any]:
     }
 
 
-def decisions(records_a: list[Any], records_b: list[Any], *, threshold: float, alpha: float) -> list[Any]:
+def decisions(
+    records_a: list[Any],
+    records_b: list[Any],
+    *,
+    threshold: float,
+    alpha: float,
+    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
+) -> list[Any]:
     """The MetricComparisons of the run so far at this level (empty when
-    nothing is comparable yet: a failed block is undecided, not an error)."""
+    nothing is comparable yet: a failed block is undecided, not an error),
+    on the ``sequential`` p-values where given."""
     from memqual.host.core.errors import BadInput
     from memqual.host.judge import comparison
 
     try:
         result = comparison.compare_results(
-            _results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha
+            _results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha, sequential=sequential
         )
     except BadInput:
         return []
@@ -175,6 +226,9 @@ class Tracker:
     controls_flagged: set[str] = dataclasses.field(default_factory=set)
     looks: list[Look] = dataclasses.field(default_factory=list)
     futile: dict[str, Futile] = dataclasses.field(default_factory=dict)
+    # False: each look tests at its own share of alpha (Bonferroni over the
+    # looks), as the calibration's reference.
+    group_sequential: bool = True
 
     @property
     def fraction_spent(self) -> float:
@@ -198,7 +252,12 @@ class Tracker:
         self.rounds = look
         fraction = max(fraction, self.fraction_spent)
         level = self.level_at(fraction)
-        now = decisions(records_a, records_b, threshold=self.threshold, alpha=level) if level > 0 else []
+        sequential = self.sequential_p if self.group_sequential else None
+        now = (
+            decisions(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
+            if level > 0
+            else []
+        )
         self.looks.append(Look(look, fraction, level, len(now)))
         for m in now:
             progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
@@ -216,8 +275,64 @@ class Tracker:
                 progress.frozen, progress.decided_at = m.verdict, look
                 if m.role == comparison.CONTROL and m.flagged:
                     self.controls_flagged.add(m.key)
+        if self.group_sequential:
+            self.add_boundaries(look, now, level)
         primaries = [p for p in self.metrics.values() if p.role == comparison.PRIMARY]
         return bool(primaries) and all(p.decided for p in primaries)
+
+    def paths(self, key: str) -> tuple[Path, Path]:
+        """A metric's paths so far (difference, TOST); new ones before its first look."""
+        from memqual.host.core.group_sequential import Path
+
+        progress = self.metrics.get(key)
+        difference = progress.difference if progress and progress.difference else Path(two_sided=True)
+        equivalence = progress.equivalence if progress and progress.equivalence else Path(two_sided=False)
+        return difference, equivalence
+
+    def sequential_p(self, key: str, test: ab_tests.RatioTest) -> tuple[float, float] | None:
+        """A metric's p-values at this look on the increment scale: the
+        chance under no effect of a statistic this extreme now and none
+        beyond the boundaries of its looks before.  None (the raw p) for a
+        frozen metric, an untestable one, and a look on fewer than
+        MIN_BLOCKS_SEQUENTIAL blocks."""
+        progress = self.metrics.get(key)
+        units = test.units
+        if (progress and progress.frozen is not None) or not test.testable or units < MIN_BLOCKS_SEQUENTIAL:
+            return None
+        difference, equivalence = self.paths(key)
+        if units < difference.information:
+            return None
+        p, q = test.p_difference(), test.p_equivalence(self.threshold)
+        return difference.p_value(units, p), equivalence.p_value(units, q)
+
+    def add_boundaries(self, look: int, now: list[Any], level: float) -> None:
+        """Each metric tested on the sequential scale at this look takes the
+        boundary of the Bonferroni share it would have had: the look's
+        level over the comparable members of its family.  Holm's levels
+        are never below that share, so a metric beyond this boundary was
+        rejected; a share's boundary is the most severe one the metric
+        could have faced, and the largest region "not crossed" for the
+        looks after, which makes their p-values the largest."""
+        from memqual.host.judge import comparison
+
+        members: dict[str, int] = {}
+        for m in now:
+            if m.comparable:
+                members[m.role] = members.get(m.role, 0) + 1
+        for m in now:
+            progress = self.metrics.get(m.key)
+            if progress is None or progress.frozen is not None or m.comparison.p_sequential is None:
+                continue
+            share = comparison.family_alpha(m.role, level) / members[m.role]
+            units = m.comparison.units
+            difference, equivalence = self.paths(m.key)
+            z_difference = difference.boundary(units, share)
+            z_equivalence = equivalence.boundary(units, share)
+            progress.difference = difference.after(units, z_difference)
+            progress.equivalence = equivalence.after(units, z_equivalence)
+            progress.boundaries.append(
+                (look, units, difference.nominal(z_difference), equivalence.nominal(z_equivalence))
+            )
 
     def undecided(self) -> list[MetricProgress]:
         return [m for m in self.metrics.values() if not m.decided]
