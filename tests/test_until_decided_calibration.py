@@ -26,7 +26,7 @@ from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
 BUDGET_S = 25 * 60.0
-ONCE_S = 200.0  # the once-per-arm job before the blocks
+ONCE_S = 200.0  # the once-per-arm checks, after the last look: kept from the budget
 
 # Ten scenarios, one primary each, shaped on the 6.1/6.12 run here: the sd
 # of a block's log(B / A) and a block's seconds (A + B).  Four are near
@@ -113,12 +113,13 @@ def fast_decisions(records_a, records_b, *, threshold, alpha, sequential=None):
 
 
 def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequential=True) -> dict[str, str]:
-    """One run: once-per-arm, blocks 1-2 of every scenario, then the real
-    loop; the frozen verdict of every primary.  ``group_sequential``
+    """One run: blocks 1-2 of every scenario, then the real loop with the
+    once-per-arm checks' time kept from the budget (they run after it);
+    the frozen verdict of every primary.  ``group_sequential``
     False: each look at its own share of alpha (Bonferroni over the
     looks), the rule before the boundaries used the looks' correlation."""
     run = SimulatedRun(rng, effects)
-    run.clock = ONCE_S
+    run.clock = 0.0
     run.block(1, list(range(len(SD))))
     run.block(2, list(range(len(SD))))
     run.clock -= JOB_S  # blocks 1-2 are one job
@@ -130,7 +131,7 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequentia
     monkeypatch.setattr(until, "decisions", fast_decisions)
     monkeypatch.setattr(run_rounds.time, "monotonic", lambda: run.clock)
     config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)
-    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()))  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
+    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()), reserve_s=ONCE_S)  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
     monkeypatch.undo()
     return {m.scenario: (m.frozen or comparison.UNDECIDED) for m in tracker.metrics.values()}
 
