@@ -90,13 +90,14 @@ SIZES: dict[str, Sizes] = {
     ),
     AB: Sizes(
         # A guest's median over 3 timed cycles, not its first alone: the
-        # first inflate and deflate of a freshly booted guest scatter most.
-        # 5 blocks of 6.1 against 6.12 here, 4 cycles a guest: the blocks'
-        # sd of log(B/A) 0.21 (inflate) and 0.24 (deflate) from the first
-        # cycle, 0.11 and 0.11 from the median of the first 3 (0.05 and
-        # 0.035 over the 4 blocks run on an otherwise idle host), for
-        # about 24 s more a guest: 4x or more fewer blocks for 2.2x the
-        # time of one (docs/balloon.md, "In an A/B").
+        # first inflate and deflate of a freshly booted guest scatter most,
+        # and a host takes memory back from guests that have run a while.
+        # The blocks' sd of log(B/A), 6.1 against 6.12 here, first cycle
+        # against the median of 3: 0.21 and 0.24 against 0.105 and 0.109
+        # (inflate, deflate; 5 blocks), 0.125 and 0.20 against 0.091 and
+        # 0.145 (the until-decided run's 3 blocks): 2x-4x less variance,
+        # for 2.2x the time of that test (about 24 s more a guest; 14 %
+        # more for a block of every scenario).  docs/balloon.md, "In an A/B".
         balloon_repeats=3,
         balloon_calibrate=False,
         balloon_large_guests=False,
