@@ -6,7 +6,9 @@
 - ``ab``: the sizing of an interleaved A/B (host/run/blocks.py), the default
   when ``memqual run`` is given two kernels or two QEMUs.  The independent
   unit of an A/B is the block, so each (block, arm) visit boots ONE fresh
-  guest and measures each primary once: more blocks, not more guests per
+  guest and gives each primary one value (where a few samples inside that
+  guest steady it, their median: the balloon's 3 cycles, ksmd's 3
+  windows): more blocks, not more guests per
   block, buy the decision, and a block of every primary-bearing scenario
   costs minutes rather than half an hour.  Only tests tagged ``ab`` (they
   record a primary or a negative control, host/judge/primaries.py) run in the
