@@ -34,15 +34,16 @@ FAKE_AVOCADO = textwrap.dedent(
     plan = json.load(open(os.environ["FAKE_PLAN"]))
     argv = sys.argv[1:]
     if "list" in argv[:3]:
-        # `avocado list` (not a job, not recorded as a call): the tests the
-        # once-per-arm filter selects, or the others, one line each.
+        # `avocado list --json FILE` (not a job, not recorded as a call): the
+        # tests the once-per-arm filter selects, or the others.
         filters = [a for a in argv if a.startswith("--filter-by-tags=")]
         once = any(",boot" in f or "=boot" in f or "=kernel-checks" in f for f in filters)
         if plan.get("list_fails"):
             sys.exit(2)
-        for t in plan["tests"]:
-            if bool(t.get("once")) == once:
-                print("avocado-instrumented", t["name"])
+        chosen = [t for t in plan["tests"] if bool(t.get("once")) == once]
+        listed = [{{"Type": "avocado-instrumented", "Test": t["name"]}} for t in chosen]
+        with open(argv[argv.index("--json") + 1], "w") as out:
+            json.dump(listed, out)
         sys.exit(0)
     env = {{k: v for k, v in os.environ.items() if k.startswith("MEMQUAL_")}}
     with open(os.environ["FAKE_CALLS"], "a") as calls:

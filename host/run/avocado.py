@@ -111,25 +111,33 @@ LIST_TIMEOUT_S = 120.0
 
 def list_tests(config: RunConfig) -> list[str] | None:
     """The tests a job of ``config`` would run, by name (one per test, not
-    per variant): ``avocado list`` with the job's references and filters.
-    None when avocado could not say (its error is the job's to report)."""
-    command = [
-        *avocado_executable(),
-        *config.avocado_global_args,
-        "list",
-        *test_references(config),
-        *selection_filters(config.profile, config.only, config.selection),
-    ]
-    try:
-        listed = subprocess.run(
-            command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=LIST_TIMEOUT_S, check=False
-        )
-    except (OSError, subprocess.TimeoutExpired):
+    per variant): ``avocado list`` with the job's references and filters,
+    read from its JSON output.  None when avocado could not say (its error
+    is the job's to report)."""
+    import tempfile
+
+    # A directory of our own (mode 0700): the file avocado writes is read back.
+    with tempfile.TemporaryDirectory(prefix="memqual-list-") as tmp:
+        listing = Path(tmp) / "tests.json"
+        command = [
+            *avocado_executable(),
+            *config.avocado_global_args,
+            "list",
+            "--json",
+            str(listing),
+            *test_references(config),
+            *selection_filters(config.profile, config.only, config.selection),
+        ]
+        try:
+            listed = subprocess.run(
+                command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=LIST_TIMEOUT_S, check=False
+            )
+            entries = json.loads(listing.read_text()) if listed.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+            return None
+    if not isinstance(entries, list):
         return None
-    if listed.returncode != 0:
-        return None
-    # Each test is a line "<runner kind> <name>".
-    return [fields[1] for fields in (line.split() for line in listed.stdout.splitlines()) if len(fields) == 2]
+    return [str(e["Test"]) for e in entries if isinstance(e, dict) and "Test" in e]
 
 
 def avocado_command(
