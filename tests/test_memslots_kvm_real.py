@@ -79,8 +79,17 @@ def test_protected_mode_guest_touches_every_slot(kvm: K.Kvm) -> None:
     assert v.reported == (32, 32, 32, 32)
     assert v.touched_ok == 32  # every slot's host page holds exactly its write
     assert v.mmio_exits == 32 and v.mmio_mismatches == 0  # one exit per gap frame, in order
-    assert 0 < v.empty_pass_s < v.first_touch_s
     assert sample.setup_s > 0 and sample.move_s > 0 and sample.delete_s > 0
+    # A first touch faults every slot's page in; an empty pass only enters
+    # and leaves the guest.  One sub-millisecond pass is at the mercy of
+    # whatever else runs on the 2 CPUs (an empty pass once took 0.56 ms
+    # against a first touch's 0.27 ms beside the other pytest shard and
+    # mypy), and load only adds time: the least of 5 fresh VMs each.
+    runs = [B.run_once(kvm, 32, 0, config, nr, with_vcpu=True).vcpu for _ in range(4)] + [v]
+    assert all(r is not None for r in runs)
+    empty = min(r.empty_pass_s for r in runs if r is not None)
+    first = min(r.first_touch_s for r in runs if r is not None)
+    assert 0 < empty < first, (empty, first)
 
 
 def test_small_bench_end_to_end(kvm: K.Kvm) -> None:
