@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import avocado
 
-from memqual.host.core import profiles, settings
+from memqual.host.core import clock, profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.machine import Machine, MachineConfig
@@ -406,10 +406,15 @@ class GuestTest(avocado.Test):
         test's last guest and its image."""
         from memqual.host.core import probe
 
-        env = probe.environment()
+        # A test with no guest timed everything on the host: the wall clock.
+        env = probe.environment().with_clock(clock.WALL)
         if self._machines:
             vm = self._machines[-1]
-            env = env.with_accel(vm.accel, vm.accel_reason).with_guest_cpu(self._guest_cpuinfo(vm))
+            env = (
+                env.with_accel(vm.accel, vm.accel_reason)
+                .with_clock(vm.clock.label, vm.config.cpus)
+                .with_guest_cpu(self._guest_cpuinfo(vm))
+            )
         if self._image is not None:
             env = env.with_guest(self._image)
         return env

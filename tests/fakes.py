@@ -16,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core.clock import WALL_CLOCK
 from memqual.host.core.errors import GuestError
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.ssh import CommandResult
@@ -258,6 +259,7 @@ class FakeMachine(FakeQmp):
         super().__init__()
         self.config = MachineConfig()
         self.accel = "tcg"
+        self.clock = WALL_CLOCK
         self.image = FakeImage.in_dir(tmp_path / "img")
         self.migrate_status = migrate_status
         self.restore_error = restore_error

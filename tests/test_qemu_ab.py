@@ -20,6 +20,7 @@ from test_runjob import _args, _ksm_record, _run, guest_kernel_args
 
 from memqual.host.cli import run as run_command
 from memqual.host.core import snapshot
+from memqual.host.core.clock import WALL_CLOCK
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
@@ -144,7 +145,7 @@ def test_run_help_says_how_the_axes_combine(capsys) -> None:
 
 def _machine(config: MachineConfig) -> Machine:
     image = SimpleNamespace(directory=Path("/img/a"), kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
-    return cast(Machine, SimpleNamespace(config=config, image=image, accel="tcg"))
+    return cast(Machine, SimpleNamespace(config=config, image=image, accel="tcg", clock=WALL_CLOCK))
 
 
 @pytest.mark.usefixtures("snapshot_cache")

@@ -11,7 +11,7 @@ from typing import cast
 
 import pytest
 
-from memqual.host.core import snapshot
+from memqual.host.core import clock, snapshot
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import BalloonDevice, MachineConfig
 
@@ -19,10 +19,15 @@ from memqual.host.core.qemu import BalloonDevice, MachineConfig
 pytestmark = pytest.mark.usefixtures("snapshot_cache")
 
 
-def _machine(config: MachineConfig, image_dir: Path = Path("/img/a"), accel: str = "tcg") -> Machine:
+def _machine(
+    config: MachineConfig,
+    image_dir: Path = Path("/img/a"),
+    accel: str = "tcg",
+    the_clock: clock.Clock = clock.WALL_CLOCK,
+) -> Machine:
     """A stand-in with only what snapshot_key reads."""
     image = SimpleNamespace(directory=image_dir, kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
-    return cast(Machine, SimpleNamespace(config=config, image=image, accel=accel))
+    return cast(Machine, SimpleNamespace(config=config, image=image, accel=accel, clock=the_clock))
 
 
 def test_key_ignores_warm_but_not_any_device_or_size() -> None:
@@ -42,6 +47,10 @@ def test_key_ignores_warm_but_not_any_device_or_size() -> None:
         assert snapshot.snapshot_key(_machine(changed)) != key, changed
     assert snapshot.snapshot_key(_machine(base, image_dir=Path("/img/b"))) != key
     assert snapshot.snapshot_key(_machine(base, accel="kvm")) != key
+    # A guest saved on one clock never restores on another (nor another shift).
+    icount4 = snapshot.snapshot_key(_machine(base, the_clock=clock.icount(4)))
+    assert icount4 != key
+    assert snapshot.snapshot_key(_machine(base, the_clock=clock.icount(2))) not in (key, icount4)
 
 
 def test_a_snapshot_is_valid_only_with_its_full_size(tmp_path: Path) -> None:

@@ -117,7 +117,7 @@ class FakeTracker:
 @pytest.fixture()
 def tracker(monkeypatch):
     fake_tracker = FakeTracker()
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda: fake_tracker)
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: fake_tracker)
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     return fake_tracker
 

@@ -127,7 +127,7 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequentia
     tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, group_sequential=group_sequential)
     if not futility:
         monkeypatch.setattr(until, "FUTILITY_MARGIN", math.inf)
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda: tracker)
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: tracker)
     monkeypatch.setattr(until, "decisions", fast_decisions)
     monkeypatch.setattr(run_rounds.time, "monotonic", lambda: run.clock)
     config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)

@@ -28,6 +28,14 @@ def percent_as_fraction(text: str) -> float:
     return percent(text) / 100.0
 
 
+def fraction_below_one(text: str) -> float:
+    """A fraction in [0, 1) (--threshold, --alpha): 0 counts every change."""
+    value = non_negative(text)
+    if value >= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} must be a fraction in [0, 1)")
+    return value
+
+
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
@@ -257,3 +265,28 @@ def one_qemu(specs: list[str] | None) -> str | None:
     if specs and len(specs) > 1:
         raise BadInput("--qemu given twice: this command runs one QEMU; give --qemu once")
     return specs[0] if specs else None
+
+
+def clock_spec(text: str) -> str:
+    """``--clock wall|icount[:SHIFT]``, checked, as its label."""
+    from memqual.host.core.clock import parse
+
+    try:
+        return parse(text).label
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_clock(parser: argparse.ArgumentParser, default_says: str) -> None:
+    """``--clock``: the clock the guests' timings are read with
+    (memqual.host.core.clock); ``default_says`` what the command does
+    without it."""
+    parser.add_argument(
+        "--clock",
+        type=clock_spec,
+        metavar="wall|icount[:SHIFT]",
+        help="wall: guests as fast as the host lets them (multi-threaded TCG or KVM), guest timings in real time; "
+        "icount[:SHIFT] (default shift 4): single-threaded TCG with -icount shift=SHIFT,sleep=off, so a guest "
+        "timing counts guest instructions (2^SHIFT ns each) and host load cannot move it; needs TCG, and "
+        "QEMU 10 for 2-vCPU guests (fetched from Debian's archive when the system's is older); " + default_says,
+    )

@@ -21,8 +21,10 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
+from memqual.host.core import clock
 from memqual.host.core.errors import MemqualError
 from memqual.host.core.qemu import MACHINE_TYPES, MachineConfig
+from memqual.host.core.qemu_binary import choose_for_clock
 from memqual.host.run import bench_boot
 
 
@@ -38,14 +40,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=cliargs.count, default=1024, metavar="MIB")
     parser.add_argument("--cpus", type=cliargs.count, default=2)
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline per boot, seconds")
+    cliargs.add_qemu(parser)
+    cliargs.add_clock(parser, "default $MEMQUAL_CLOCK, else wall")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
         if args.boots < 1:
             raise MemqualError("give --boots 1 or more")
+        the_clock = clock.parse(args.clock) if args.clock else clock.current()
+        clock.resolve_accel(the_clock, args.accel)  # KVM under icount: refused before any boot
         config = MachineConfig(
-            memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
+            memory_mib=args.memory,
+            cpus=args.cpus,
+            machine=args.machine,
+            accel=args.accel,
+            warm=args.warm,
+            clock=the_clock.label,
         )
+        _, note = choose_for_clock(
+            cliargs.one_qemu(args.qemu),
+            the_clock,
+            args.cpus,
+            f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
+        )
+        if note and not args.json:
+            print(note, file=sys.stderr)
         result = bench_boot.run(args.boots, config, args.timeout, progress=not args.json)
     except MemqualError as exc:
         print(f"memqual: error: {str(exc).splitlines()[0]}", file=sys.stderr)
@@ -54,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(
-        f"{result['boots']} {result['mode']} boots, {result['accel']}, {result['machine']}, "
+        f"{result['boots']} {result['mode']} boots, {result['accel']}, clock {result['clock']}, {result['machine']}, "
         f"{result['memory_mib']} MiB, {result['cpus']} CPUs, guest {result['guest_kernel']}, QEMU {result['qemu']}, "
         f"load average {result['loadavg_1m'][0]} -> {result['loadavg_1m'][1]}"
     )

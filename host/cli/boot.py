@@ -27,6 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     cliargs.add_guest_kernel(parser)
     cliargs.add_qemu(parser)
+    cliargs.add_clock(parser, "default $MEMQUAL_CLOCK, else wall")
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS... to run in the guest")
@@ -35,19 +36,35 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from memqual.host.core import clock
+
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.core.errors import BadInput
     from memqual.host.core.machine import Machine, MachineConfig
-    from memqual.host.core.qemu_binary import choose
+    from memqual.host.core.qemu_binary import choose_for_clock
     from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.
+    the_clock = clock.parse(args.clock) if args.clock else clock.current()
+    clock.resolve_accel(the_clock, args.accel)  # KVM under icount: refused here, before any build
     config = MachineConfig(
-        memory_mib=args.memory, cpus=args.cpus, machine=args.machine, accel=args.accel, warm=args.warm
+        memory_mib=args.memory,
+        cpus=args.cpus,
+        machine=args.machine,
+        accel=args.accel,
+        warm=args.warm,
+        clock=the_clock.label,
     )
-    qemu = choose(cliargs.one_qemu(args.qemu))
+    qemu, note = choose_for_clock(
+        cliargs.one_qemu(args.qemu),
+        the_clock,
+        args.cpus,
+        f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
+    )
+    if note:
+        print(f"[{note}]", file=sys.stderr)
     if args.kernel_build and not args.kernel:
         raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     source = KernelSource(
@@ -61,6 +78,8 @@ def _boot(args: argparse.Namespace) -> int:
         summary = {
             "accel": vm.accel,
             "accel_reason": vm.accel_reason,
+            "clock": vm.clock.label,
+            "vcpus": vm.config.cpus,
             "warm": vm.started_warm,
             "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
             "guest_kernel": image.release,
@@ -78,7 +97,8 @@ def _boot(args: argparse.Namespace) -> int:
             sys.stdout.write(result.stdout)
             sys.stderr.write(result.stderr)
         print(
-            f"[{summary['accel']}, {'warm' if vm.started_warm else 'cold'} start, SSH after "
+            f"[{summary['accel']}, clock {summary['clock']}, {summary['vcpus']} vCPUs, "
+            f"{'warm' if vm.started_warm else 'cold'} start, SSH after "
             f"{summary['boot_to_ssh_s']} s]",
             file=sys.stderr,
         )

@@ -20,6 +20,7 @@ from memqual.host.run import job
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from memqual.host.core.clock import Clock
     from memqual.host.core.qemu_binary import QemuChoice
 
 # ------------------------------------------------------------------ CLI
@@ -123,6 +124,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             "--until-decided compares two arms: give a kernel (--debian-kernel, --guest-kernel) or --qemu twice"
         )
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
+    if not two_arms and (args.threshold is not None or args.alpha is not None):
+        raise BadInput("--threshold and --alpha decide an A/B: give two kernels or two QEMUs, or leave them out")
+    if args.alpha is not None and args.alpha <= 0:
+        raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 (0.01 is the default)")
     return RunConfig(
         output=output_directory(args, "memqual-results"),
         profile=job_profile(args.profile, 2 if two_arms else 1),  # two kernels or two QEMUs
@@ -133,7 +138,25 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         rounds=rounds,
         until_decided=bool(args.until_decided),
         budget_min=budget,
+        clock=run_clock(getattr(args, "clock", None), 2 if two_arms else 1),
+        threshold=args.threshold,
+        alpha=args.alpha,
     )
+
+
+def run_clock(asked: str | None, arms: int) -> Clock:
+    """--clock, else the default for this run (memqual.host.core.clock.default):
+    icount for two arms under TCG, wall under KVM and for one arm."""
+    from memqual.host.core import clock
+
+    if asked:
+        return clock.parse(asked)
+    if arms != 2:
+        return clock.WALL_CLOCK
+    from memqual.host.core import probe
+
+    accel, _ = probe.resolve_accel("auto")
+    return clock.default(arms, accel)
 
 
 def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
@@ -158,6 +181,11 @@ def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> No
         help=f"output directory (default {output_parent}/<timestamp>)",
     )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
+    cliargs.add_clock(
+        parser,
+        "default: icount for two arms under TCG (wall time there is mostly the host's load), wall under KVM "
+        "and for one arm (the claims are about time)",
+    )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -215,6 +243,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
     )
     parser.add_argument(
+        "--threshold",
+        type=cliargs.fraction_below_one,
+        metavar="FRACTION",
+        help="two arms: smallest relative change of a metric that counts, as on compare (default 0.05)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=cliargs.fraction_below_one,
+        metavar="FRACTION",
+        help="two arms: family-wise error level of the primaries' decisions, Holm-corrected, as on compare "
+        "(default 0.01)",
+    )
+    parser.add_argument(
         "--parallel",
         type=int,
         default=1,
@@ -222,23 +263,50 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def resolve_qemus(specs: list[str] | None) -> tuple[QemuChoice, ...]:
+# The scenarios' guests have 2 vCPUs (MachineConfig's default).
+SCENARIO_VCPUS = 2
+
+
+def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tuple[QemuChoice, ...]:
     """``--qemu`` once: this process's QEMU, which the scenarios inherit
     through $MEMQUAL_QEMU; twice: both fetched (or checked) before any job,
-    each named by its arm's variants."""
-    from memqual.host.core.paths import cache_dir
-    from memqual.host.core.qemu_binary import choose, resolve
+    each named by its arm's variants.  On the icount clock each must run
+    2-vCPU guests: with no --qemu a system QEMU too old gives way to
+    Debian's (memqual.host.core.qemu_binary.choose_for_clock), and one
+    asked for is refused in one line."""
+    import sys
 
+    from memqual.host.core import clock
+    from memqual.host.core.paths import cache_dir
+    from memqual.host.core.qemu_binary import choose_for_clock, resolve
+
+    the_clock = the_clock or clock.WALL_CLOCK
+    fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
     if not specs:
-        return ()
+        if not the_clock.icount:
+            return ()
+        choice, note = choose_for_clock(None, the_clock, SCENARIO_VCPUS, fix)
+        if note:
+            print(note, file=sys.stderr)
+        return ()  # the scenarios inherit it through $MEMQUAL_QEMU
     if len(specs) == 1:
-        return (choose(specs[0]),)
-    return tuple(resolve(spec, cache_dir()) for spec in specs)
+        return (choose_for_clock(specs[0], the_clock, SCENARIO_VCPUS, fix)[0],)
+    choices = tuple(resolve(spec, cache_dir()) for spec in specs)
+    for choice in choices:
+        clock.check_vcpus(the_clock, SCENARIO_VCPUS, choice.version, fix)
+    return choices
 
 
 def main(args: argparse.Namespace) -> int:
+    import sys
+
+    from memqual.host.core import clock
+
     config = config_from_args(args)
-    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None)))
+    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
+    # The scenarios (and a lab host's tasks) read the clock from here.
+    clock.put(config.clock)
+    print(f"clock: {config.clock.describe()}", file=sys.stderr)
     # What the kernel files hold is read here, at the command, rather than
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.

@@ -30,6 +30,7 @@ FINGERPRINT_KEYS = (
     "qemu_origin",
     "accel",
     "accel_reason",
+    "clock",
     "cpu",
     "ksm",
     "thp",
@@ -49,6 +50,11 @@ class Environment:
     qemu_origin: str | None = None  # where that QEMU came from: the system's, Debian's archive, a build
     accel: str | None = None  # kvm | tcg: what the guests ran under
     accel_reason: str | None = None  # why that accelerator
+    # The clock the guest's timings were read with (memqual.host.core.clock):
+    # "wall", or "icount:SHIFT" where a guest-timed figure counts guest
+    # instructions; a record with no guest (the host's own benchmarks) is wall.
+    clock: str | None = None
+    vcpus: int | None = None  # the guest's vCPUs (under icount they take turns in one thread)
     cpu: str | None = None  # the host CPU's model name
     ksm: Mapping[str, str] | None = None  # the host's KSM knobs (sysfs name -> value)
     thp: str | None = None  # transparent huge pages: always | madvise | never | unavailable
@@ -88,6 +94,10 @@ class Environment:
 
     def with_accel(self, accel: str, reason: str) -> Environment:
         return dataclasses.replace(self, accel=accel, accel_reason=reason)
+
+    def with_clock(self, clock: str, vcpus: int | None = None) -> Environment:
+        """The clock a guest ran on (a label: wall, icount:SHIFT) and its vCPUs."""
+        return dataclasses.replace(self, clock=clock, vcpus=vcpus)
 
     def with_guest(self, image: Any) -> Environment:
         """The guest image's kernel release and hashes (a memqual.images.build

@@ -38,12 +38,12 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from memqual.host.core import probe, snapshot
+from memqual.host.core import clock, probe, snapshot
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
-from memqual.host.core.errors import BadInput, GuestError, LaunchError, Timeout
+from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
 from memqual.host.core.paths import release_tempdir, short_tempdir
 from memqual.host.core.process import die_with_parent
-from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line
+from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, qemu_binary, qemu_version
 from memqual.host.core.qemu_binary import runtime_env
 from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
 from memqual.images import agents
@@ -112,6 +112,7 @@ class Machine:
         self.qmp_timeout = QMP_TIMEOUT_S
         self.accel = ""
         self.accel_reason = ""
+        self.clock = clock.WALL_CLOCK  # resolved at launch (_pre_launch)
         self.boot_to_ssh_s = float("nan")
         self.started_warm = False
         self.command: list[str] = []
@@ -167,8 +168,18 @@ class Machine:
             raise
 
     def _pre_launch(self) -> None:
-        """The accelerator, a fresh socket directory, the console log."""
-        self.accel, self.accel_reason = probe.resolve_accel(self.config.accel)
+        """The clock and the accelerator, a fresh socket directory, the
+        console log."""
+        self.clock = clock.parse(self.config.clock) if self.config.clock else clock.current()
+        try:
+            forced = clock.resolve_accel(self.clock, self.config.accel)
+        except BadInput as exc:
+            # A guest that needs KVM (the /dev/kvm scenarios') cannot run on
+            # the icount clock: missing here, not the scenario's error.
+            raise CapabilityMissing(str(exc)) from None
+        self.accel, self.accel_reason = forced or probe.resolve_accel(self.config.accel)
+        if self.clock.icount:
+            clock.check_vcpus(self.clock, self.config.cpus, qemu_version(qemu_binary()))
         self._sockdir = short_tempdir("mq")
         log_dir = self._log_dir or self._sockdir
         log_dir.mkdir(parents=True, exist_ok=True)
@@ -204,6 +215,7 @@ class Machine:
                 self.console_log,
                 self.ssh_port,
                 incoming,
+                self.clock,
             )
             log.info("launch: %s", " ".join(self.command))
             stderr_path = self._sockdir / "qemu.stderr"

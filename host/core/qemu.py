@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 from memqual.host.core import settings
+from memqual.host.core.clock import ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
+from memqual.host.core.clock import parse as parse_clock
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
 MACHINE_TYPES = ("microvm", "pc", "q35")
@@ -42,6 +44,9 @@ class MachineConfig:
     extra_args: tuple[str, ...] = ()  # raw QEMU arguments, appended last
     cmdline_extra: str = ""
     warm: bool = True  # may restore from a saved snapshot (see memqual.host.core.snapshot)
+    # The clock its timings are read with (host/core/clock.py): wall or
+    # icount:SHIFT; empty: the process's ($MEMQUAL_CLOCK, else wall).
+    clock: str = ""
 
     def __post_init__(self) -> None:
         if self.machine not in MACHINE_TYPES:
@@ -57,6 +62,8 @@ class MachineConfig:
                 raise BadInput("microvm has no memory hotplug: use machine 'pc' or 'q35' with maxmem")
             if self.maxmem_mib < self.memory_mib or self.mem_slots < 1:
                 raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
+        if self.clock:
+            parse_clock(self.clock)
 
 
 ENV_QEMU = settings.QEMU
@@ -161,7 +168,7 @@ def opt_value(value: object) -> str:
     return str(value).replace(",", ",,")
 
 
-def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
+def kernel_cmdline(config: MachineConfig, accel: str = "tcg", clock: Clock = WALL_CLOCK) -> str:
     # quiet + lpj skip work that costs seconds under TCG; panic=-1 with
     # -no-reboot turns a guest panic into QEMU exiting at once.
     parts = [
@@ -187,7 +194,11 @@ def kernel_cmdline(config: MachineConfig, accel: str = "tcg") -> str:
         # guest/rc.sh loads only this machine's virtio transport.
         f"memqual.transport={'mmio' if config.machine == 'microvm' else 'pci'}",
     ]
-    khz = host_tsc_khz()
+    # Under icount the guest's TSC is the virtual clock, one tick a
+    # nanosecond whatever the shift: the host's frequency would make every
+    # guest timing wrong by their ratio, and a calibration against the PIT
+    # would only find the same 1000 MHz less exactly.
+    khz = ICOUNT_TSC_KHZ if clock.icount else host_tsc_khz()
     if accel == "tcg" and khz:
         parts.append(f"tsc_early_khz={khz}")
     # A kernel of a series (memqual bisect) may carry its own extra command
@@ -209,8 +220,11 @@ def command_line(
     console_log: Path,
     ssh_port: int | None,
     incoming: str | None = None,
+    clock: Clock = WALL_CLOCK,
 ) -> list[str]:
     """argv for one guest.  ``accel`` is the resolved accelerator (kvm/tcg);
+    ``clock`` the clock its timings are read with (icount: single-threaded
+    TCG with a fixed shift, memqual.host.core.clock);
     ``incoming`` restores a saved state instead of booting.  Without a
     ``qmp_socket`` the guest has no monitor, without an ``ssh_port`` no
     network: the probe's guest, which only has to reach init on its
@@ -229,7 +243,8 @@ def command_line(
         "-M",
         ",".join(machine_opts),
         "-accel",
-        accel,
+        clock.accel_option(accel),
+        *clock.qemu_args(),
         "-cpu",
         "max" if accel == "tcg" else "host",
         "-m",
@@ -246,7 +261,7 @@ def command_line(
         "-initrd",
         str(initrd),
         "-append",
-        kernel_cmdline(config, accel),
+        kernel_cmdline(config, accel, clock),
         "-chardev",
         f"file,id=console,path={opt_value(console_log)}",
         "-serial",

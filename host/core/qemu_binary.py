@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from memqual.host.core import settings
+from memqual.host.core import clock, settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.images import qemu as archive
 
@@ -157,6 +157,26 @@ def choose(spec: str | None) -> QemuChoice:
     choice = resolve(spec, cache_dir())
     settings.put(ENV_QEMU, str(choice.binary))
     return choice
+
+
+def choose_for_clock(spec: str | None, the_clock: clock.Clock, vcpus: int, fix: str = "") -> tuple[QemuChoice, str]:
+    """``choose(spec)``, and a QEMU that runs ``vcpus`` vCPUs on
+    ``the_clock``: with icount, more than one vCPU and nothing asked for (no
+    --qemu, no $MEMQUAL_QEMU), a system QEMU too old for it gives way to
+    Debian's ``clock.ICOUNT_SMP_QEMU`` (fetched once into the cache); a QEMU
+    that was asked for and is too old is refused in one line.  Returns the
+    choice and a note saying what was swapped ("" when nothing was)."""
+    asked = spec is not None or settings.qemu() is not None
+    choice = choose(spec)
+    note = ""
+    if not asked and not clock.runs_vcpus(the_clock, vcpus, choice.version):
+        note = (
+            f"--clock {the_clock.label}: the system's QEMU {choice.version} cannot run {vcpus} vCPUs under icount; "
+            f"using Debian's QEMU {clock.ICOUNT_SMP_QEMU} (pass --qemu to pick another)"
+        )
+        choice = choose(clock.ICOUNT_SMP_QEMU)
+    clock.check_vcpus(the_clock, vcpus, choice.version, fix)
+    return choice, note
 
 
 def device_properties(choice: QemuChoice, device: str) -> frozenset[str]:

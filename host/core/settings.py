@@ -20,6 +20,7 @@ GUEST_KERNEL_BUILD = "MEMQUAL_GUEST_KERNEL_BUILD"  # the tree it was built in (t
 GUEST_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's kernel command line
 RUN_LABEL = "MEMQUAL_RUN_LABEL"  # A or B in an A/B run
 QEMU = "MEMQUAL_QEMU"  # the QEMU binary (--qemu; a patched build, or a test's fake)
+CLOCK = "MEMQUAL_CLOCK"  # wall or icount:SHIFT (--clock; host/core/clock.py)
 LAB_HOST = "MEMQUAL_LAB_HOST"  # the lab host a fleet task runs on (host/run/hosts/)
 # A user's or a test's overrides
 AVOCADO = "MEMQUAL_AVOCADO"  # another avocado executable (the tests' fake)
@@ -32,7 +33,7 @@ OUTPUT_DIR = "MEMQUAL_OUTPUT_DIR"  # where an e2e test run by pytest writes its 
 KSM_PAGES_TO_SCAN = "MEMQUAL_KSM_PAGES_TO_SCAN"  # the volatile scan's pages_to_scan
 
 # Passed on to a lab host's tasks as they are (host/run/hosts/fleet.py).
-FORWARDED_TO_LAB_HOSTS = (WARM, KSM_PAGES_TO_SCAN)
+FORWARDED_TO_LAB_HOSTS = (WARM, KSM_PAGES_TO_SCAN, CLOCK)
 # Set per arm by `memqual run`; cleared where an arm has none.
 PER_ARM = (GUEST_KERNEL, GUEST_MODULES, GUEST_KERNEL_BUILD, RUN_LABEL, GUEST_CMDLINE_EXTRA)
 
@@ -61,6 +62,10 @@ def profile() -> str | None:
 
 def qemu() -> str | None:
     return text(QEMU)
+
+
+def clock() -> str | None:
+    return text(CLOCK)
 
 
 def guest_kernel() -> str | None:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memqual.host.core import leftovers, qemu, settings
+from memqual.host.core.clock import Clock
 from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, trusted_dir
@@ -54,6 +55,7 @@ class Launchable(Protocol):
 
     config: qemu.MachineConfig
     accel: str
+    clock: Clock
     started_warm: bool
     boot_to_ssh_s: float
 
@@ -141,12 +143,15 @@ def snapshot_key(machine: Launchable) -> str:
         "format": FORMAT_VERSION,
         "qemu": qemu_identity(qemu.qemu_binary()),
         "accel": machine.accel,
+        # A state saved under icount carries the instruction counter's
+        # state, and a wall-clock guest's does not: never shared.
+        "clock": machine.clock.label,
         "image": str(machine.image.directory),
         "kernel": machine.image.kernel_sha256,
         "initramfs": machine.image.initramfs_sha256,
         # initramfs_sha256 is of the reproducible part: the keys differ per build.
         "keys": _keys_fingerprint(machine.image),
-        "cmdline": qemu.kernel_cmdline(machine.config, machine.accel),
+        "cmdline": qemu.kernel_cmdline(machine.config, machine.accel, machine.clock),
         "config": config,
     }
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]

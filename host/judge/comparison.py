@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core.clock import check_same as check_same_clock
 from memqual.host.core.errors import BadInput
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY, is_control
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
@@ -237,6 +238,8 @@ def check_comparable(
         )
     if not a.metrics and not b.metrics:
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
+    # Guest timings on icount count instructions, on wall they are time.
+    check_same_clock({a_name: (a.environment or {}).get("clock", ""), b_name: (b.environment or {}).get("clock", "")})
     pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
     if not pairs:
         sa, sb = set(a.scenarios), set(b.scenarios)

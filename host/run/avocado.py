@@ -172,6 +172,7 @@ def avocado_command(
 def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[str, str]:
     env = dict(os.environ)
     env[settings.PROFILE] = config.profile
+    env[settings.CLOCK] = config.clock.label  # every guest of the job, both arms alike
     for key in settings.PER_ARM:
         env.pop(key, None)
     if kernel is not None:

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from memqual.host.core import probe, stats
+from memqual.host.core import clock, probe, stats
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.images import build as images_build
@@ -49,10 +49,11 @@ def summary(samples: list[float]) -> dict[str, float]:
 def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> dict[str, Any]:
     image = images_build.build()
     load_before = os.getloadavg()[0]
-    accel, reason = probe.resolve_accel(config.accel)
+    the_clock = clock.parse(config.clock) if config.clock else clock.current()
+    accel, reason = clock.resolve_accel(the_clock, config.accel) or probe.resolve_accel(config.accel)
     # Machine would resolve 'auto' again per launch (a cached answer, but it
     # looks the image up): give it the answer.
-    config = dataclasses.replace(config, accel=accel)
+    config = dataclasses.replace(config, accel=accel, clock=the_clock.label)
     if config.warm:
         one_boot(config, image, timeout)  # untimed: makes sure the snapshot exists
     results: list[Boot] = []
@@ -65,7 +66,9 @@ def run(boots: int, config: MachineConfig, timeout: float, progress: bool) -> di
                 f"{result.launch_to_first_command_s:.2f} s ({'warm' if result.warm else 'cold'})",
                 file=sys.stderr,
             )
-    environment = probe.environment().with_accel(accel, reason).with_guest(image)
+    environment = (
+        probe.environment().with_accel(accel, reason).with_clock(the_clock.label, config.cpus).with_guest(image)
+    )
     return {
         "boots": boots,
         "mode": "warm" if config.warm else "cold",

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core.clock import WALL_CLOCK, Clock
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, QUICK
 
@@ -67,6 +68,13 @@ class RunConfig:
     variants_file: Path | None = None
     references: tuple[str, ...] = ()
     selection: str = ""
+    # The clock the guests' timings are read with (host/core/clock.py), one
+    # for both arms; the command puts it in $MEMQUAL_CLOCK for the jobs.
+    clock: Clock = WALL_CLOCK
+    # The A/B's decisions: smallest relative change that counts and the
+    # family-wise error level (None: memqual.host.judge.comparison's defaults).
+    threshold: float | None = None
+    alpha: float | None = None
 
 
 @dataclasses.dataclass

@@ -95,6 +95,7 @@ def write_arm_outputs(
             else None
         ),
         "qemu": qemu_json(qemu),
+        "clock": config.clock.label,  # what the guests ran on; each record's environment says its own
         "rounds": len(jobs),
         # The first job's summary heads the report; every round's is listed.
         "avocado": jobs[0].to_json(),

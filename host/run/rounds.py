@@ -41,11 +41,23 @@ class DecisionTracker(Protocol):
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
 
 
-def make_tracker() -> DecisionTracker:
-    from memqual.host.judge import comparison
+def make_tracker(config: RunConfig | None = None) -> DecisionTracker:
     from memqual.host.run.bisect.until import Tracker
 
-    return cast(DecisionTracker, Tracker(threshold=comparison.DEFAULT_THRESHOLD, alpha=comparison.DEFAULT_ALPHA))
+    threshold, alpha = decision_levels(config)
+    return cast(DecisionTracker, Tracker(threshold=threshold, alpha=alpha))
+
+
+def decision_levels(config: RunConfig | None) -> tuple[float, float]:
+    """The run's --threshold and --alpha, else compare's defaults."""
+    from memqual.host.judge import comparison
+
+    threshold = config.threshold if config is not None and config.threshold is not None else None
+    alpha = config.alpha if config is not None and config.alpha is not None else None
+    return (
+        comparison.DEFAULT_THRESHOLD if threshold is None else threshold,
+        comparison.DEFAULT_ALPHA if alpha is None else alpha,
+    )
 
 
 def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
@@ -288,7 +300,7 @@ def add_blocks_until_decided(
     is the rest.  The decisions' exit status, as compare's."""
     from memqual.host.run import blocks
 
-    tracker = make_tracker()
+    tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
         f", {reserve_s / 60:.1f} of them kept for the checks" if reserve_s else ""
@@ -395,7 +407,8 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
     from memqual.host.report.compare_text import print_comparison
 
     try:
-        result = compare_results(results[0], results[1])
+        threshold, alpha = decision_levels(config)
+        result = compare_results(results[0], results[1], threshold=threshold, alpha=alpha)
     except BadInput as exc:
         console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
         return 0

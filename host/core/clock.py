@@ -1,0 +1,188 @@
+"""The clock a guest's timings are read with: the host's wall time, or QEMU's
+instruction counter (icount).
+
+- ``wall``: the guests run as fast as the host lets them (multi-threaded TCG,
+  or KVM); a guest-timed figure is real time, and on a shared TCG host it
+  measures the host's load as much as the guest kernel.
+- ``icount:SHIFT``: single-threaded TCG with ``-icount shift=SHIFT,sleep=off``.
+  The guest's clock advances 2^SHIFT ns per guest instruction, and jumps to
+  the next timer deadline when every vCPU is idle (``sleep=off``), so a
+  guest-timed figure is a count of guest instructions: it repeats across
+  fresh boots to about 1 part in 10,000 and no host load moves it.  Work done
+  on the host (QEMU's device emulation, the host's madvise, ksmd) costs the
+  guest nothing on this clock, so a figure timed by the host is still wall
+  time; ``Clock.reads`` says which.
+
+A clock is one value per run: ``memqual run --clock`` puts it in
+``$MEMQUAL_CLOCK`` (``settings.CLOCK``), which the scenarios (and a lab host's
+tasks) inherit, and every Machine reads at launch.  An A/B's two arms
+always share it; so comparing figures of two clocks is refused
+(``check_same``).
+
+Two vCPUs under icount take turns in one host thread.  QEMU 7.2 never brings
+the second one up (it hangs at "x86: Booting SMP configuration"); QEMU 10.0.2
+does (checked on this project's hosts; versions in between were not), so a
+guest with more than one vCPU under icount needs ``ICOUNT_SMP_MIN_QEMU``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from memqual.host.core import settings
+from memqual.host.core.errors import BadInput
+
+WALL = "wall"
+ICOUNT = "icount"
+# 16 ns a guest instruction: the shift measured to repeat to 0.007 % across
+# boots (ENVIRONMENT.md); a guest second is then about 62 million
+# instructions, so guest-side deadlines of seconds stay meaningful.
+DEFAULT_SHIFT = 4
+MAX_SHIFT = 10  # QEMU's own limit (MAX_ICOUNT_SHIFT)
+# The oldest QEMU known to run more than one vCPU under icount, and the one
+# memqual fetches from Debian's archive when the system's is older.
+ICOUNT_SMP_MIN_QEMU = (10, 0)
+ICOUNT_SMP_QEMU = "10.0.2"
+# Under icount the guest's TSC ticks once a nanosecond of virtual time
+# (QEMU's cpu_get_ticks is the virtual clock), whatever the shift.
+ICOUNT_TSC_KHZ = 1_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Clock:
+    """``kind`` wall or icount; ``shift`` only with icount."""
+
+    kind: str = WALL
+    shift: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in (WALL, ICOUNT):
+            raise BadInput(f"clock {self.kind!r} unknown: give wall or icount[:SHIFT]")
+        if self.kind == WALL and self.shift is not None:
+            raise BadInput("the wall clock has no shift: give wall or icount[:SHIFT]")
+        if self.kind == ICOUNT and (self.shift is None or not 0 <= self.shift <= MAX_SHIFT):
+            raise BadInput(f"icount shift {self.shift!r}: give a whole number from 0 to {MAX_SHIFT}")
+
+    @property
+    def icount(self) -> bool:
+        return self.kind == ICOUNT
+
+    @property
+    def label(self) -> str:
+        """``wall`` or ``icount:SHIFT``: how records, results.json and
+        pages name it, and what ``parse`` reads back."""
+        return f"{ICOUNT}:{self.shift}" if self.icount else WALL
+
+    def accel_option(self, accel: str) -> str:
+        """QEMU's ``-accel`` value: icount needs single-threaded TCG."""
+        return f"{accel},thread=single" if self.icount and accel == "tcg" else accel
+
+    def qemu_args(self) -> list[str]:
+        return ["-icount", f"shift={self.shift},sleep=off"] if self.icount else []
+
+    def reads(self) -> str:
+        """What a guest-timed figure counts on this clock, in words."""
+        if self.icount:
+            return (
+                f"guest instructions x {2 ** (self.shift or 0)} ns (icount shift {self.shift}): "
+                "host-side work costs the guest nothing on this clock"
+            )
+        return "wall time (the host's load is in it)"
+
+    def describe(self) -> str:
+        return f"{self.label}: guest-timed figures are {self.reads()}"
+
+
+WALL_CLOCK = Clock()
+
+
+def icount(shift: int = DEFAULT_SHIFT) -> Clock:
+    return Clock(ICOUNT, shift)
+
+
+def parse(text: str) -> Clock:
+    """``wall``, ``icount`` or ``icount:SHIFT``; anything else is BadInput."""
+    value = text.strip().lower()
+    if value == WALL:
+        return WALL_CLOCK
+    match = re.fullmatch(r"icount(?::(\d{1,2}))?", value)
+    if not match:
+        raise BadInput(f"--clock {text!r}: give wall or icount[:SHIFT] (SHIFT 0-{MAX_SHIFT}, default {DEFAULT_SHIFT})")
+    return icount(int(match.group(1)) if match.group(1) else DEFAULT_SHIFT)
+
+
+def current() -> Clock:
+    """This process's clock: ``$MEMQUAL_CLOCK``, else the wall clock."""
+    value = settings.clock()
+    if not value:
+        return WALL_CLOCK
+    try:
+        return parse(value)
+    except BadInput:
+        raise BadInput(f"{settings.CLOCK}={value!r}: give wall or icount[:SHIFT]") from None
+
+
+def put(clock: Clock) -> None:
+    """Make ``clock`` this process's and its children's."""
+    settings.put(settings.CLOCK, clock.label)
+
+
+def default(arms: int, accel: str) -> Clock:
+    """The clock a run uses when not told: icount for an A/B under TCG (wall
+    time there is mostly the host's load), wall under KVM (icount needs TCG)
+    and for a single arm (``./qualify`` and the claims are about time)."""
+    return icount() if arms == 2 and accel == "tcg" else WALL_CLOCK
+
+
+def resolve_accel(clock: Clock, requested: str) -> tuple[str, str] | None:
+    """The accelerator an icount guest runs under, with why; None on the
+    wall clock (the host's probe decides).  KVM asked for under icount is
+    refused in one line."""
+    if not clock.icount:
+        return None
+    if requested == "kvm":
+        raise BadInput(
+            f"--clock {clock.label} needs TCG (QEMU's instruction counter does not run under KVM): "
+            "use --accel tcg or --clock wall"
+        )
+    return "tcg", f"TCG, single-threaded, because the clock is {clock.label}"
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """ "10.0.2" -> (10, 0, 2); "7.2.22" -> (7, 2, 22); what does not parse
+    is (0,), older than every release."""
+    parts = re.findall(r"\d+", version.split("+")[0].split("~")[0])
+    return tuple(int(p) for p in parts[:3]) or (0,)
+
+
+def runs_vcpus(clock: Clock, vcpus: int, qemu_version: str) -> bool:
+    """Can this QEMU run a guest of ``vcpus`` vCPUs on this clock?"""
+    return not (clock.icount and vcpus > 1 and version_tuple(qemu_version)[:2] < ICOUNT_SMP_MIN_QEMU)
+
+
+def check_vcpus(clock: Clock, vcpus: int, qemu_version: str, fix: str = "") -> None:
+    """One line (BadInput) when this QEMU cannot run the guest on this
+    clock; ``fix`` says what to pass instead (default: a newer QEMU or the
+    wall clock)."""
+    if not runs_vcpus(clock, vcpus, qemu_version):
+        need = ".".join(str(n) for n in ICOUNT_SMP_MIN_QEMU)
+        raise BadInput(
+            f"--clock {clock.label} with {vcpus} vCPUs needs QEMU {need} or later (QEMU {qemu_version} never "
+            f"brings up a second vCPU under icount): " + (fix or f"pass --qemu {ICOUNT_SMP_QEMU} or --clock wall")
+        )
+
+
+def check_same(labels: dict[str, str]) -> str:
+    """The one clock of several sources (an A/B's arms, compare's two
+    files), given as ``{source: clock label}``; one line when they differ.
+    A source that does not say (a record from before clocks) is wall."""
+    named = {source: (label or WALL) for source, label in labels.items()}
+    found = sorted(set(named.values()))
+    if len(found) > 1:
+        which = ", ".join(f"{source} {label}" for source, label in named.items())
+        raise BadInput(
+            f"the figures were read with different clocks ({which}): a ratio across clocks means nothing; "
+            "measure both with the same --clock"
+        )
+    return found[0] if found else WALL

@@ -1,0 +1,212 @@
+"""The clock a guest's timings are read with (host/core/clock.py), end to end
+on fakes: parsing, QEMU's argv and the guest command line, the accelerator
+and vCPU rules, the defaults of ``memqual run``, the record, results.json,
+the job's environment, and the refusal to compare two clocks."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import fake_qemu
+import pytest
+from fakes import FakeImage
+from test_runjob import _args, _ksm_record, _run, fake, guest_kernel_args  # noqa: F401 (fixture)
+
+from memqual.host.cli import run as run_command
+from memqual.host.core import clock, probe, qemu_binary
+from memqual.host.core.environment import Environment
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
+from memqual.host.judge.comparison import check_comparable
+from memqual.host.run import rounds as run_rounds
+
+
+def test_parse_reads_wall_icount_and_a_shift_and_refuses_the_rest() -> None:
+    assert clock.parse("wall") == clock.WALL_CLOCK
+    assert clock.parse("icount").label == f"icount:{clock.DEFAULT_SHIFT}"
+    assert clock.parse("icount:2") == clock.icount(2)
+    assert clock.parse(" ICOUNT:0 ").label == "icount:0"
+    for bad in ("icount:11", "icount:-1", "icount:auto", "tsc", "", "wall:4", "icount:2:3"):
+        with pytest.raises(BadInput) as info:
+            clock.parse(bad)
+        assert "\n" not in str(info.value)
+
+
+def test_icount_makes_single_threaded_tcg_with_a_fixed_shift_and_sleep_off() -> None:
+    k, i, c = Path("/k"), Path("/i"), Path("/c")
+    wall = command_line(MachineConfig(), "tcg", k, i, None, c, None)
+    on = command_line(MachineConfig(), "tcg", k, i, None, c, None, clock=clock.icount(3))
+    assert wall[wall.index("-accel") + 1] == "tcg" and "-icount" not in wall
+    assert on[on.index("-accel") + 1] == "tcg,thread=single"
+    assert on[on.index("-icount") + 1] == "shift=3,sleep=off"
+
+
+def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypatch) -> None:
+    # The host's TSC frequency would be wrong under icount: the guest's TSC
+    # is QEMU's virtual clock there.
+    monkeypatch.setattr("memqual.host.core.qemu.host_tsc_khz", lambda: 2_500_000)
+    assert "tsc_early_khz=2500000" in kernel_cmdline(MachineConfig(), "tcg").split()
+    words = kernel_cmdline(MachineConfig(), "tcg", clock.icount(4)).split()
+    assert "tsc_early_khz=1000000" in words and "tsc_early_khz=2500000" not in words
+
+
+def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
+    assert clock.default(2, "tcg") == clock.icount(clock.DEFAULT_SHIFT)
+    assert clock.default(2, "kvm") == clock.WALL_CLOCK
+    assert clock.default(1, "tcg") == clock.WALL_CLOCK
+
+
+def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:
+    with pytest.raises(BadInput, match="needs TCG"):
+        clock.resolve_accel(clock.icount(), "kvm")
+    accel, why = clock.resolve_accel(clock.icount(), "auto") or ("", "")
+    assert accel == "tcg" and "icount:4" in why
+    assert clock.resolve_accel(clock.WALL_CLOCK, "kvm") is None
+
+
+def test_two_vcpus_under_icount_need_a_newer_qemu_than_7_2() -> None:
+    with pytest.raises(BadInput, match="--qemu 10.0.2") as info:
+        clock.check_vcpus(clock.icount(), 2, "7.2.22")
+    assert "\n" not in str(info.value)
+    clock.check_vcpus(clock.icount(), 1, "7.2.22")
+    clock.check_vcpus(clock.icount(), 2, "10.0.2")
+    clock.check_vcpus(clock.WALL_CLOCK, 2, "7.2.22")
+    assert clock.version_tuple("10.0.2+ds-2") == (10, 0, 2) and clock.version_tuple("7.2.22") == (7, 2, 22)
+
+
+def _fake_choice(version: str) -> qemu_binary.QemuChoice:
+    return qemu_binary.QemuChoice(binary=Path(f"/q/{version}"), version=version, origin=f"fake {version}")
+
+
+def test_with_nothing_asked_an_old_system_qemu_gives_way_to_debians_under_icount(monkeypatch) -> None:
+    asked: list[str | None] = []
+
+    def choose(spec: str | None) -> qemu_binary.QemuChoice:
+        asked.append(spec)
+        return _fake_choice("7.2.22" if spec is None else spec)
+
+    monkeypatch.setattr(qemu_binary, "choose", choose)
+    monkeypatch.delenv("MEMQUAL_QEMU", raising=False)
+    choice, note = qemu_binary.choose_for_clock(None, clock.icount(), 2)
+    assert choice.version == clock.ICOUNT_SMP_QEMU and asked == [None, clock.ICOUNT_SMP_QEMU]
+    assert "7.2.22" in note and "10.0.2" in note
+    # Asked for and too old: refused, not swapped.
+    with pytest.raises(BadInput, match="needs QEMU 10.0 or later"):
+        qemu_binary.choose_for_clock("7.2.22", clock.icount(), 2)
+    # One vCPU, or the wall clock: the system's stays.
+    asked.clear()
+    assert qemu_binary.choose_for_clock(None, clock.icount(), 1) == (_fake_choice("7.2.22"), "")
+    assert qemu_binary.choose_for_clock(None, clock.WALL_CLOCK, 2) == (_fake_choice("7.2.22"), "")
+    assert asked == [None, None]
+
+
+def _launch(tmp_path: Path, monkeypatch, config: MachineConfig) -> tuple[Machine, list[str]]:
+    binary = fake_qemu.install(tmp_path / "qemu", "qmp")
+    monkeypatch.setenv("MEMQUAL_QEMU", str(binary))
+
+    class NoSSH(Machine):
+        def wait_ssh(self, started: float, first_command=None, probe_banner: bool = True) -> None:
+            self.boot_to_ssh_s = time.monotonic() - started
+
+    with NoSSH(config, image=FakeImage.in_dir(tmp_path / "img"), boot_timeout=10) as vm:
+        argv = list(vm.command)
+    return vm, argv
+
+
+def test_a_machine_takes_the_clock_from_the_environment_and_launches_qemu_on_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMQUAL_CLOCK", "icount:5")
+    vm, argv = _launch(tmp_path, monkeypatch, MachineConfig(cpus=1, warm=False))
+    assert vm.clock == clock.icount(5) and vm.accel == "tcg"
+    assert argv[argv.index("-icount") + 1] == "shift=5,sleep=off"
+    assert argv[argv.index("-accel") + 1] == "tcg,thread=single"
+    # The config's own clock wins over the environment's.
+    vm, argv = _launch(tmp_path / "2", monkeypatch, MachineConfig(cpus=1, warm=False, accel="tcg", clock="wall"))
+    assert vm.clock == clock.WALL_CLOCK and "-icount" not in argv
+
+
+def test_a_machine_refuses_two_vcpus_on_icount_with_the_fakes_old_qemu(tmp_path, monkeypatch) -> None:
+    binary = fake_qemu.install(tmp_path / "qemu", "qmp")  # says 7.2.99
+    monkeypatch.setenv("MEMQUAL_QEMU", str(binary))
+    vm = Machine(MachineConfig(cpus=2, warm=False, clock="icount:4"), image=FakeImage.in_dir(tmp_path / "img"))
+    with pytest.raises(BadInput, match="--qemu 10.0.2"):
+        vm.launch()
+    assert fake_qemu.pids(binary) == []  # refused before QEMU started
+    # A guest that needs KVM cannot run on icount: a skip's reason, not an error.
+    vm = Machine(MachineConfig(cpus=1, accel="kvm", clock="icount:4"), image=FakeImage.in_dir(tmp_path / "img"))
+    with pytest.raises(CapabilityMissing, match="needs TCG"):
+        vm.launch()
+
+
+def test_the_record_names_its_clock_and_vcpus() -> None:
+    env = Environment(accel="tcg").with_clock("icount:4", 2).to_json()
+    assert env["clock"] == "icount:4" and env["vcpus"] == 2
+    assert Environment.from_json(env).clock == "icount:4"
+
+
+def _results(clock_label: str | None) -> dict:
+    env = {"clock": clock_label} if clock_label else {}
+    metric = {"key": "s m [] {}", "scenario": "s", "metric": "m", "unit": "s", "better": "lower", "samples": [1.0]}
+    return {"schema": "memqual.results/1", "memqual_version": "1", "environment": env, "metrics": [metric]}
+
+
+def test_compare_refuses_two_clocks_in_one_line_and_takes_no_clock_as_wall() -> None:
+    with pytest.raises(BadInput, match="different clocks") as info:
+        check_comparable(_results("icount:4"), _results("wall"))
+    assert "\n" not in str(info.value) and "icount:4" in str(info.value)
+    with pytest.raises(BadInput, match="different clocks"):
+        check_comparable(_results("icount:4"), _results("icount:2"))
+    check_comparable(_results(None), _results("wall"))  # results from before clocks: wall
+    check_comparable(_results("icount:4"), _results("icount:4"))
+
+
+def test_run_defaults_icount_for_an_ab_under_tcg_and_wall_for_one_arm(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
+    kernels = guest_kernel_args(tmp_path)
+    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.icount()
+    assert run_command.config_from_args(_args(tmp_path)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("kvm", "KVM boots Linux"))
+    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--threshold", "0.02"], "decide an A/B"),
+        (["--alpha", "0.05"], "decide an A/B"),
+    ],
+)
+def test_threshold_and_alpha_need_two_arms(tmp_path, extra, message) -> None:
+    with pytest.raises(BadInput, match=message):
+        run_command.config_from_args(_args(tmp_path, *extra))
+
+
+def test_run_refuses_an_old_qemu_asked_for_under_icount(monkeypatch) -> None:
+    monkeypatch.setattr(qemu_binary, "choose", lambda spec: _fake_choice("7.2.22"))
+    with pytest.raises(BadInput, match="--qemu 10.0.2 or --clock wall"):
+        run_command.resolve_qemus(["7.2.22"], clock.icount())
+    assert run_command.resolve_qemus(["7.2.22"], clock.WALL_CLOCK) == (_fake_choice("7.2.22"),)
+
+
+def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comparison(
+    tmp_path, request, monkeypatch
+) -> None:
+    fake_avocado = request.getfixturevalue("fake")
+    kernels = guest_kernel_args(tmp_path)
+    fake_avocado.plan(
+        tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}]
+    )
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
+    _run(tmp_path, *kernels, "--threshold", "0.02", "--alpha", "0.05")
+    calls = fake_avocado.calls()
+    assert calls and all(call["env"]["MEMQUAL_CLOCK"] == "icount:4" for call in calls)
+    for label in ("A", "B"):
+        results = json.loads((tmp_path / "out" / label / "results.json").read_text())
+        assert results["run"]["clock"] == "icount:4"
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert comparison["threshold"] == 0.02 and comparison["alpha"] == 0.05
