@@ -94,7 +94,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
     )
-    run_command.add_job_arguments(parser, "memqual-bisect")
+    run_command.add_job_arguments(
+        parser, "memqual-bisect", "default wall; a --resume keeps the bisect's clock (DIR/qemu.json)"
+    )
     cliargs.add_qemu(
         parser,
         "; one QEMU runs every kernel of the series (kept in DIR/qemu.json: a --resume runs the same one)",
@@ -177,6 +179,7 @@ def main(args: argparse.Namespace) -> int:
         if extend:
             bisector.settings = dataclasses.replace(bisector.settings, **extend)
             bisector._log("# resumed with " + ", ".join(f"{k} {v:g}" for k, v in extend.items()))
+        jobs.bisect_clock(getattr(args, "clock", None), directory, resuming=True)
         qemu = jobs.bisect_qemu(qemu_spec, directory, resuming=True)
         bisector.runner = jobs.avocado_runner(bisector.settings, console, qemu)
     else:
@@ -186,6 +189,7 @@ def main(args: argparse.Namespace) -> int:
         if (directory / "bisect.json").exists():
             raise BadInput(f"{directory} holds a bisect already: --resume {directory}, or another --output")
         # A QEMU that is none fails here, before the folder is made.
+        jobs.bisect_clock(getattr(args, "clock", None), directory, resuming=False)
         qemu = jobs.bisect_qemu(qemu_spec, directory, resuming=False)
         runner = jobs.avocado_runner(settings, console, qemu)  # unknown kernels fail here, before any job
         bisector = run.Bisector(settings, directory, runner, say=say)

@@ -159,7 +159,15 @@ def run_clock(asked: str | None, arms: int) -> Clock:
     return clock.default(arms, accel)
 
 
-def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> None:
+RUN_CLOCK_DEFAULT = (
+    "default: icount for two arms under TCG (wall time there is mostly the host's load), wall under KVM "
+    "and for one arm (the claims are about time)"
+)
+
+
+def add_job_arguments(
+    parser: argparse.ArgumentParser, output_parent: str, clock_default: str = RUN_CLOCK_DEFAULT
+) -> None:
     """What the avocado job runs (--profile, --only, the hidden --tests) and
     where the output goes: the options of ``memqual run`` that every
     command running the scenarios through this module takes."""
@@ -181,11 +189,7 @@ def add_job_arguments(parser: argparse.ArgumentParser, output_parent: str) -> No
         help=f"output directory (default {output_parent}/<timestamp>)",
     )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
-    cliargs.add_clock(
-        parser,
-        "default: icount for two arms under TCG (wall time there is mostly the host's load), wall under KVM "
-        "and for one arm (the claims are about time)",
-    )
+    cliargs.add_clock(parser, clock_default)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,4 @@
-"""How a bisect runs its probes: the QEMU it keeps across a --resume, and
+"""How a bisect runs its probes: the QEMU and the clock it keeps across a --resume, and
 the real round runner (one Avocado job of a step's blocks).  The search and
 its decisions are run.py's and decide.py's; the options are
 host/cli/bisect.py's.
@@ -18,14 +18,40 @@ from memqual.host.run import rounds as run_rounds
 QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
 
 
+def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> Any:
+    """The clock of a bisect (memqual.host.core.clock; default wall, the
+    clock its calibration was measured on), made this process's
+    ($MEMQUAL_CLOCK).  ``bisect_qemu`` notes it in DIR/qemu.json beside the
+    QEMU; a resumed bisect runs the noted one (a bisect from before clocks
+    ran on wall): K1 and the probes must not be timed on two clocks."""
+    from memqual.host.core import clock
+    from memqual.host.core.jsonfile import read_json
+
+    if resuming:
+        path = directory / QEMU_FILE
+        noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
+        label = noted.get("clock", clock.WALL) if isinstance(noted, dict) else None
+        if not isinstance(label, str):
+            raise BadInput(f"{path}: no bisect QEMU file (its clock is no string): start a new bisect")
+        kept = clock.parse(label)
+        if asked is not None and clock.parse(asked) != kept:
+            raise BadInput(f"--resume {directory}: it ran on the {kept.label} clock; leave --clock out")
+        chosen = kept
+    else:
+        chosen = clock.parse(asked) if asked else clock.WALL_CLOCK
+    clock.put(chosen)
+    return chosen
+
+
 def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
     """The QEMU of a bisect (a QemuChoice, None: the environment's), made
     this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
     since K1 and the probes must not run on two QEMUs."""
+    from memqual.host.core import clock
     from memqual.host.core.jsonfile import read_json
     from memqual.host.core.paths import write_private_atomic
-    from memqual.host.core.qemu_binary import choose
+    from memqual.host.core.qemu_binary import choose_for_clock
 
     path = directory / QEMU_FILE
     if resuming:
@@ -37,10 +63,13 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
             ran = f"--qemu {kept}" if kept else "the environment's QEMU"
             raise BadInput(f"--resume {directory}: it ran with {ran}; leave --qemu out")
         spec = kept
-    choice = choose(spec) if spec else None
+    # On icount the scenarios' 2-vCPU guests need a QEMU that runs them.
+    the_clock = clock.current()
+    fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
+    choice = choose_for_clock(spec, the_clock, 2, fix)[0] if spec or the_clock.icount else None
     if not resuming:
         directory.mkdir(parents=True, exist_ok=True)
-        noted = {"spec": spec, **(run_config.qemu_json(choice) or {})}
+        noted = {"spec": spec, "clock": the_clock.label, **(run_config.qemu_json(choice) or {})}
         write_private_atomic(path, (json.dumps(noted, indent=2) + "\n").encode(), 0o644)
     return choice
 
@@ -50,6 +79,7 @@ def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
     running every (block, arm) variant in turn (run_rounds.run_block_job), its
     records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a
     QemuChoice) is the QEMU of both arms."""
+    from memqual.host.core import clock
     from memqual.host.run import blocks
     from memqual.host.run.bisect import series
     from memqual.images.build import sha256_file
@@ -75,6 +105,7 @@ def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
             kernels=tuple(kernels.values()),
             parallel=1,
             rounds=first + count - 1,
+            clock=clock.current(),
         )
         order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
         params = {arm: run_config.arm_params(k, qemu) for arm, k in kernels.items()}
