@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.core import clock
 from memqual.host.core.machine import MachineConfig
 
 CLOCK_WINDOW_S = 3  # host seconds between the clock-rate check's two readings
@@ -60,6 +61,11 @@ class Boot(GuestTest):
         apart, each reading bracketed by the host's clock around its SSH
         command: the guest's rate lies between the rates over the outer and
         the inner brackets, however long a busy host makes the commands."""
+        self.require(
+            not clock.current().icount,
+            f"the guest's clock is QEMU's instruction counter ({clock.current().label}): by design it does not "
+            "follow the host's (e2e/test_icount.py checks it instead)",
+        )
         vm = self.boot(MachineConfig(memory_mib=512, cpus=2))
 
         def uptime() -> tuple[float, float, float]:

@@ -311,6 +311,12 @@ class Machine:
             except GuestError:
                 ssh.close()
             else:
+                if self.clock.icount:
+                    # Each keepalive lands in the guest at a moment the
+                    # host's pace sets and costs it about a millisecond of
+                    # its instruction clock: a timed guest loop spread
+                    # 0.06 % across boots with them, 0.011 % without.
+                    ssh.set_keepalive(0)
                 self._ssh = ssh
                 self.boot_to_ssh_s = time.monotonic() - started
                 log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
