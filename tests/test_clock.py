@@ -6,6 +6,8 @@ the job's environment, and the refusal to compare two clocks."""
 from __future__ import annotations
 
 import json
+import math
+import statistics
 import time
 from pathlib import Path
 
@@ -210,3 +212,54 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
         assert results["run"]["clock"] == "icount:4"
     comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
     assert comparison["threshold"] == 0.02 and comparison["alpha"] == 0.05
+
+
+def _entry(key: str, scenario: str, metric: str, values: list[float], variant: dict | None = None) -> dict:
+    return {
+        "key": key,
+        "scenario": scenario,
+        "metric": metric,
+        "variant": variant or {},
+        "replicates": [[v] for v in values],
+        "blocks": list(range(1, len(values) + 1)),
+    }
+
+
+def test_block_spread_is_the_sd_of_the_blocks_log_ratios_and_marks_the_primary() -> None:
+    from memqual.host.judge.block_spread import block_spreads
+
+    a = {
+        "environment": {"clock": "icount:4"},
+        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.0, 4.0])],
+    }
+    b = {
+        "environment": {"clock": "icount:4"},
+        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.2, 4.0 * 0.9])],
+    }
+    (spread,) = block_spreads(a, b)
+    expected = [0.0, math.log(1.1), math.log(0.9)]
+    assert spread.blocks == 3 and spread.primary and spread.clock == "icount:4"
+    assert spread.sd == pytest.approx(statistics.stdev(expected))
+    # An A/A with identical blocks spreads nothing; a single block has no sd.
+    (same,) = block_spreads(a, a)
+    assert same.sd == 0.0
+    one = {"metrics": [_entry("m", "s", "x", [1.0])]}
+    assert math.isnan(block_spreads(one, one)[0].sd)
+
+
+def test_every_primary_names_its_instrument_spread_and_margin() -> None:
+    from memqual.host.judge import primaries
+
+    for p in primaries.PRIMARIES:
+        assert p.instrument in (primaries.GUEST_CLOCK, primaries.HOST_WALL, primaries.HOST_CPU, primaries.COUNT)
+        assert p.spread_wall is not None and p.spread_wall.blocks >= 2, p
+        assert p.margin in (primaries.TIGHT_MARGIN, primaries.WIDE_MARGIN)
+        # A tight margin only where the measured spread allows it; a wide
+        # spread says what would decide it.
+        for clock_label in ("wall", "icount:4"):
+            spread = p.spread_on(clock_label)
+            if spread is not None and p.margin == primaries.TIGHT_MARGIN:
+                assert spread.sd <= 0.003, (p.scenario, clock_label)
+            if spread is not None and spread.sd > 0.01:
+                assert p.needs, (p.scenario, clock_label)
+        assert "icount" in p.reads("icount:4") or p.instrument_on("icount:4") != primaries.GUEST_CLOCK

@@ -161,6 +161,7 @@ class RunComparison:
     only_in_a: list[str] = dataclasses.field(default_factory=list)  # metric keys
     only_in_b: list[str] = dataclasses.field(default_factory=list)
     all_metrics: bool = False  # every metric sets the exit status, not only the primaries
+    clock: str = "wall"  # the clock both runs' guest timings were read with (memqual.host.core.clock)
 
     @property
     def decisive(self) -> list[MetricComparison]:
@@ -205,6 +206,7 @@ class RunComparison:
         return {
             "threshold": self.threshold,
             "alpha": self.alpha,
+            "clock": self.clock,
             "correction": CORRECTION,
             "all_metrics": self.all_metrics,
             # The metrics each family's correction ran over: the comparable ones.
@@ -569,6 +571,7 @@ def compare_results(
         environment=env,
         threshold=threshold,
         alpha=alpha,
+        clock=check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")}),
         only_in_a=sorted(only_a),
         only_in_b=sorted(only_b),
         all_metrics=all_metrics,

@@ -18,6 +18,18 @@ negative controls.
 - Everything else is **exploratory**: compared, corrected for the false
   discovery rate, reported, never deciding the exit status unless
   ``memqual compare --all-metrics``.
+
+Each primary also says what reads it (its instrument) and how much that
+spreads from block to block: the sd of log(B/A) over the blocks of an A/A
+run, on each clock (host/core/clock.py), where it was measured.  On the
+icount clock a guest-timed figure counts guest instructions and no host
+load moves it, so a primary timed by the host on the wall clock may be
+decided on icount by the scenario's guest-timed figure of the same work
+(``on_icount``); a host-timed figure (the host's QMP polling, ksmd's CPU)
+stays wall time on every clock.  ``margin`` is the primary's equivalence
+margin: about 1 % where its spread allows, 5 % otherwise; where even that
+is more than its spread allows in a run's blocks, ``needs`` says what
+would decide it.
 """
 
 from __future__ import annotations
@@ -30,40 +42,129 @@ PRIMARY = "primary"
 CONTROL = "control"
 EXPLORATORY = "exploratory"
 
+# What reads a primary.
+GUEST_CLOCK = "guest clock"  # timed in the guest: time on wall, guest instructions on icount
+HOST_WALL = "host wall clock"  # timed by the host (QMP polls, /proc reads): wall time on every clock
+HOST_CPU = "host CPU time"  # a host thread's CPU time (ksmd): the host's work, on every clock
+COUNT = "count"  # pages, MiB, tree nodes: no clock at all
+
+# A margin of about 1 % where the spread allows it, 5 % otherwise.
+TIGHT_MARGIN = 0.01
+WIDE_MARGIN = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """A measured block spread: the sd of log(B/A) over ``blocks`` blocks of
+    an A/A run, and which run (its command and date are in ``source``)."""
+
+    sd: float
+    blocks: int
+    source: str
+
 
 @dataclasses.dataclass(frozen=True)
 class Primary:
     """One primary: a scenario's metric, in the variants whose items
-    include ``variant`` (empty: every variant), and why it is watched."""
+    include ``variant`` (empty: every variant), and why it is watched;
+    what reads it (``instrument``), the metric that decides it on the
+    icount clock where another one does (``on_icount``, read by the guest
+    clock), the spreads measured on each clock, its equivalence margin,
+    and what would decide it where its spread is too wide (``needs``)."""
 
     scenario: str
     metric: str
     why: str
     variant: tuple[tuple[str, Any], ...] = ()
+    instrument: str = HOST_WALL
+    on_icount: str = ""
+    spread_wall: Spread | None = None
+    spread_icount: Spread | None = None
+    margin: float = WIDE_MARGIN
+    needs: str = ""
 
-    def matches(self, scenario: str, metric: str, variant: Mapping[str, Any] | None) -> bool:
-        if (scenario, metric) != (self.scenario, self.metric):
+    def metric_on(self, clock: str = "") -> str:
+        """The metric that decides this primary on ``clock`` (a label:
+        wall, icount:SHIFT; empty: wall)."""
+        return self.on_icount if self.on_icount and clock.startswith("icount") else self.metric
+
+    def instrument_on(self, clock: str = "") -> str:
+        return GUEST_CLOCK if self.on_icount and clock.startswith("icount") else self.instrument
+
+    def spread_on(self, clock: str = "") -> Spread | None:
+        return self.spread_icount if clock.startswith("icount") else self.spread_wall
+
+    def reads(self, clock: str = "") -> str:
+        """What the deciding figure counts on ``clock``, in words."""
+        instrument = self.instrument_on(clock)
+        if instrument == GUEST_CLOCK:
+            return "guest instructions (the guest's icount clock)" if clock.startswith("icount") else "guest time"
+        if instrument == COUNT:
+            return "a count: no clock"
+        return f"{instrument}: the host's load is in it on every clock"
+
+    def matches(self, scenario: str, metric: str, variant: Mapping[str, Any] | None, clock: str = "") -> bool:
+        if (scenario, metric) != (self.scenario, self.metric_on(clock)):
             return False
         given = variant or {}
         return all(key in given and given[key] == value for key, value in self.variant)
 
 
+# Where the wall clock's spreads were measured (docs/ab-calibration.md,
+# "Block-to-block spread"): A/A runs of 6.1.0-57 on this project's 2-core
+# TCG host, load 2-10; the near-deterministic counts from two blocks of
+# 6.1 against 6.12.  The icount clock's: the A/A of docs/ab-calibration.md,
+# "The icount clock".
+WALL_AA = "A/A 6.1.0-57, wall clock, docs/ab-calibration.md"
+WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
+ICOUNT_AA = "A/A 6.1.0-57, icount:4, docs/ab-calibration.md"
+QUIET_OR_KVM = (
+    "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "
+    "would decide it"
+)
+
 PRIMARIES: tuple[Primary, ...] = (
-    Primary("balloon.inflate", "inflate_s", "what a host waits for when it takes memory back"),
-    Primary("balloon.deflate", "deflate_s", "what a guest waits for when it gets memory back"),
+    Primary(
+        "balloon.inflate",
+        "inflate_s",
+        "what a host waits for when it takes memory back",
+        instrument=HOST_WALL,
+        spread_wall=Spread(0.26, 4, WALL_AA),
+        needs=QUIET_OR_KVM,
+    ),
+    Primary(
+        "balloon.deflate",
+        "deflate_s",
+        "what a guest waits for when it gets memory back",
+        instrument=HOST_WALL,
+        spread_wall=Spread(0.36, 4, WALL_AA),
+        needs=QUIET_OR_KVM,
+    ),
     Primary(
         "balloon.request_size",
         "per_page_ns",
         "the slope of the request-size curve: the driver's cost per page, which is what a change to "
         "its request handling moves; the per-size times are its points (exploratory)",
+        instrument=HOST_WALL,
+        spread_wall=Spread(0.28, 2, WALL_612),
+        needs=QUIET_OR_KVM,
     ),
-    Primary("balloon.floor", "floor_mib", "how far a guest can be ballooned down before it stops giving"),
+    Primary(
+        "balloon.floor",
+        "floor_mib",
+        "how far a guest can be ballooned down before it stops giving",
+        instrument=COUNT,
+        spread_wall=Spread(0.008, 3, WALL_AA),
+    ),
     Primary(
         "balloon.free_page_reporting",
         "rss_return_s",
         "how soon reported free pages leave the host; with reporting off the time is the watched "
         "window itself (the RSS must stay up), a check, not a cost",
         variant=(("free_page_reporting", True),),
+        instrument=HOST_WALL,
+        spread_wall=Spread(0.011, 3, WALL_AA),
+        needs=QUIET_OR_KVM,
     ),
     Primary(
         "ksm.volatile_scan",
@@ -72,19 +173,36 @@ PRIMARIES: tuple[Primary, ...] = (
         "what the guest's pages make the host pay; without smart scan it is the host's own checksum "
         "cost (the in-guest reference), and on THP the host's huge page splits weigh in",
         variant=(("pages", "4k"), ("smart_scan", 1)),
+        instrument=HOST_CPU,
+        spread_wall=Spread(0.067, 3, WALL_AA),
+        needs="the host's ksmd CPU time: a quiet host or KVM would decide it; a count of ksmd's pages scanned "
+        "and full scans for the same work would not need one",
     ),
     Primary(
         "ksm.merge",
         "merged_fraction",
         "identical guest pages merge; with mem-merge=off nothing may merge, a check",
         variant=(("mem_merge", True),),
+        instrument=COUNT,
+        spread_wall=Spread(0.001, 2, WALL_612),
+        margin=TIGHT_MARGIN,
     ),
-    Primary("ksm.guest_merge", "merged_fraction", "the guest kernel's own ksmd merges its pages"),
+    Primary(
+        "ksm.guest_merge",
+        "merged_fraction",
+        "the guest kernel's own ksmd merges its pages",
+        instrument=COUNT,
+        spread_wall=Spread(0.0, 2, WALL_612),
+        margin=TIGHT_MARGIN,
+    ),
     Primary(
         "ksm.many_guests",
         "saved_mib",
         "the saving with the scenario's three guests; the one- and two-guest points fit the model",
         variant=(("guests", 3),),
+        instrument=COUNT,
+        spread_wall=Spread(0.003, 2, WALL_612),
+        margin=TIGHT_MARGIN,
     ),
     Primary(
         "memslots.trace_mmio",
@@ -92,6 +210,9 @@ PRIMARIES: tuple[Primary, ...] = (
         "the guest's MMIO trace through today's memslot tree (rbtree); the other structures replay the "
         "same trace, so they move only when this does",
         variant=(("structure", "rbtree"),),
+        instrument=COUNT,
+        spread_wall=Spread(0.0, 2, WALL_612),
+        margin=TIGHT_MARGIN,
     ),
 )
 
@@ -99,17 +220,28 @@ PRIMARIES: tuple[Primary, ...] = (
 CONTROL_SCENARIOS: frozenset[str] = frozenset({"memslots.kvm", "memslots.kvm_lookup"})
 
 
-def role(scenario: str, metric: str, variant: Mapping[str, Any] | None = None) -> str:
-    """PRIMARY, CONTROL or EXPLORATORY."""
+def role(scenario: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> str:
+    """PRIMARY, CONTROL or EXPLORATORY, for a record read on ``clock``."""
     if scenario in CONTROL_SCENARIOS:
         return CONTROL
-    if any(p.matches(scenario, metric, variant) for p in PRIMARIES):
+    if primary_of(scenario, metric, variant, clock) is not None:
         return PRIMARY
     return EXPLORATORY
 
 
-def is_primary(scenario: str, metric: str, variant: Mapping[str, Any] | None = None) -> bool:
-    return role(scenario, metric, variant) == PRIMARY
+def is_primary(scenario: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> bool:
+    return role(scenario, metric, variant, clock) == PRIMARY
+
+
+def primary_of(scenario: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> Primary | None:
+    """The primary this record's metric decides on ``clock``, if any."""
+    return next((p for p in PRIMARIES if p.matches(scenario, metric, variant, clock)), None)
+
+
+def margin(scenario: str, metric: str, variant: Mapping[str, Any] | None, clock: str, default: float) -> float:
+    """The equivalence margin of this metric: its primary's, else ``default``."""
+    found = primary_of(scenario, metric, variant, clock)
+    return found.margin if found is not None else default
 
 
 def is_control(scenario: str) -> bool:

@@ -164,7 +164,8 @@ class MetricEntry(_JsonObject):
         added: dict[str, Any] = {
             "key": key,
             "summary": stats.summarize(rec.samples).to_json(),
-            "primary": is_primary(rec.scenario, rec.metric, rec.variant),
+            # On the icount clock another metric of a scenario may decide it.
+            "primary": is_primary(rec.scenario, rec.metric, rec.variant, str(rec.environment.get("clock") or "")),
         }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 

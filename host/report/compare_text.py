@@ -44,7 +44,8 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
     families = result.to_json()["families"]
     table = Table(
         title=(
-            f"{b_name} against {a_name} (threshold {result.threshold:.0%}, alpha {result.alpha:g}: Holm over "
+            f"{b_name} against {a_name}, clock {result.clock} (threshold {result.threshold:.0%}, "
+            f"alpha {result.alpha:g}: Holm over "
             f"{families['primary']} primaries and {families['control']} controls, Benjamini-Hochberg over "
             f"{families['exploratory']} exploratory at alpha/4)"
         ),

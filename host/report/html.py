@@ -132,6 +132,19 @@ class EnvironmentLine:
         return " · ".join(bit for bit in (accel, *self.rest) if bit)
 
 
+def clock_words(label: str, vcpus: Any = None) -> str:
+    """The clock of a results file's guests, in words a reader needs: on
+    icount a guest-timed figure counts guest instructions, not time."""
+    if label.startswith("icount"):
+        shift = label.partition(":")[2] or "?"
+        turns = f", {vcpus} vCPUs taking turns in one thread" if isinstance(vcpus, int) and vcpus > 1 else ""
+        return (
+            f"clock {label}: guest-timed figures count guest instructions (2^{shift} ns each{turns}); "
+            "host-timed ones are wall time"
+        )
+    return f"clock {label}: wall time"
+
+
 def environment_line(env: Mapping[str, Any]) -> EnvironmentLine:
     """The line of a results file's environment."""
     rest = []
@@ -142,6 +155,8 @@ def environment_line(env: Mapping[str, Any]) -> EnvironmentLine:
         origin = str(env.get("qemu_origin") or "").split(" (cache ")[0]
         named = qemu if qemu.lower().startswith("qemu") else f"QEMU {qemu}"
         rest.append(named + (f" ({origin})" if origin else ""))
+    if env.get("clock"):
+        rest.append(clock_words(str(env["clock"]), env.get("vcpus")))
     if env.get("guest_cpu"):
         # QEMU's CPU model as the guest saw it: it changes between QEMU versions.
         rest.append(f"guest CPU {env['guest_cpu']}")
