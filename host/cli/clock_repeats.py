@@ -69,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_status
     firsts = [b[0] for b in boots]
     spread = (max(firsts) - min(firsts)) / min(firsts)
+    # The least run of each boot: a host-timed packet landing in one run
+    # costs it a few ms of guest time once.
+    least = [min(b) for b in boots]
+    least_spread = (max(least) - min(least)) / min(least)
     result = {
         "clock": the_clock.label,
         "qemu": qemu.version,
@@ -77,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         "keepalive": args.keepalive,
         "seconds": boots,
         "first_repeat_spread": spread,
+        "least_repeat_spread": least_spread,
         "wall_s": round(time.monotonic() - started, 1),
         "loadavg_1m": [round(load, 2), round(os.getloadavg()[0], 2)],
     }
@@ -90,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     for index, seconds in enumerate(boots):
         print(f"  boot {index + 1}: " + ", ".join(f"{s:.6f}" for s in seconds) + " s")
     print(f"  first repeat across boots: spread {100 * spread:.4f} %")
+    print(f"  least repeat of each boot, across boots: spread {100 * least_spread:.4f} %")
     return 0
 
 
