@@ -12,7 +12,7 @@ from memqual.host.core.machine import MachineConfig
 
 # The loop: ksm_stress's fill, a memset of every page of a fresh anonymous
 # mapping, timed inside the guest with CLOCK_MONOTONIC (its fill_done
-# duration_s).  64 MiB: about 1.8 s of guest time at shift 4.
+# duration_s).  64 MiB: about 2.93 s of guest time at shift 4 here.
 LOOP_MIB = 64
 # Measured here (docs/ab-calibration.md, "The icount clock"): after the
 # settle, the loop's first run over three fresh boots at shift 4 came
