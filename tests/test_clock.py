@@ -263,3 +263,11 @@ def test_every_primary_names_its_instrument_spread_and_margin() -> None:
             if spread is not None and spread.sd > 0.01:
                 assert p.needs, (p.scenario, clock_label)
         assert "icount" in p.reads("icount:4") or p.instrument_on("icount:4") != primaries.GUEST_CLOCK
+
+
+def test_the_report_header_says_the_clock_in_words() -> None:
+    from memqual.host.report.html import environment_line
+
+    line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
+    assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
+    assert "clock wall: wall time" in environment_line({"accel": "tcg", "clock": "wall"}).text
