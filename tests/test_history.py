@@ -55,9 +55,7 @@ def test_drift_between_runs_is_not_a_step_however_many_replicates_a_run_holds():
     """Each run moved by its own 8 %, 12 tight replicates a run: pooled
     replicates would call that a step; the run as the unit does not."""
     rng = np.random.default_rng(3)
-    runs = [
-        [list(np.exp(level + rng.normal(0, 0.002, 3))) for _ in range(12)] for level in rng.normal(0, 0.08, 8)
-    ]
+    runs = [[list(np.exp(level + rng.normal(0, 0.002, 3))) for _ in range(12)] for level in rng.normal(0, 0.08, 8)]
     assert history.change_points(runs) == []
     # The same runs with an 80 % step from run 5 on: found there.
     stepped = [[[x * (1.8 if i >= 4 else 1.0) for x in r] for r in run] for i, run in enumerate(runs)]

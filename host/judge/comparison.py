@@ -794,9 +794,7 @@ def verdict_meaning(verdict: str, c: MetricStats) -> str:
             "blocks the run-to-run variance is not in the test, so this describes the runs and decides nothing"
         )
     if verdict == UNDECIDED and c.unit_kind == "descriptive":
-        return (
-            f"{verdict}: one run a side outside blocks ({change}); several runs a side or an interleaved run decide"
-        )
+        return f"{verdict}: one run a side outside blocks ({change}); several runs a side or an interleaved run decide"
     if verdict == UNDECIDED:
         return f"{verdict}: neither a change nor equivalence within the {band} margin shown"
     return verdict

@@ -234,6 +234,11 @@ class Tracker:
     # False: each look tests at its own share of alpha (Bonferroni over the
     # looks), as the calibration's reference.
     group_sequential: bool = True
+    # Where a look's MetricComparisons come from: ``decisions`` (the run's
+    # records merged and compared) unless given; the calibration gives its
+    # synthetic blocks' (host/run/calibrate.py).
+    decisions_of: Callable[..., list[Any]] | None = None
+    min_blocks_sequential: int = 0  # 0: MIN_BLOCKS_SEQUENTIAL
 
     @property
     def fraction_spent(self) -> float:
@@ -258,8 +263,9 @@ class Tracker:
         fraction = max(fraction, self.fraction_spent)
         level = self.level_at(fraction)
         sequential = self.sequential_p if self.group_sequential else None
+        source = self.decisions_of or decisions
         now = (
-            decisions(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
+            source(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
             if level > 0
             else []
         )
@@ -308,7 +314,8 @@ class Tracker:
         MIN_BLOCKS_SEQUENTIAL blocks."""
         progress = self.metrics.get(key)
         units = test.units
-        if (progress and progress.frozen is not None) or not test.testable or units < MIN_BLOCKS_SEQUENTIAL:
+        least = self.min_blocks_sequential or MIN_BLOCKS_SEQUENTIAL
+        if (progress and progress.frozen is not None) or not test.testable or units < least:
             return None
         difference, equivalence = self.paths(key)
         if units < difference.information:
