@@ -304,7 +304,6 @@ def test_the_threshold_decides_what_counts(tmp_path):
 def test_unusable_files_are_bad_input_in_one_line(tmp_path, damage, message):
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", _records(seed=2))
-    from pathlib import Path
 
     damage(Path(b))
     with pytest.raises(BadInput, match=message) as info:

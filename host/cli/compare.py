@@ -130,9 +130,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from memqual.host.judge.results import load_results
-
     from memqual.host.judge.comparison import compare_runs
+    from memqual.host.judge.results import load_results
 
     a = load_results(args.a)
     b = load_results(args.b)
