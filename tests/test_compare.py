@@ -519,6 +519,10 @@ def test_one_run_a_side_outside_blocks_describes_and_never_exits_1(tmp_path, cap
     assert {m["verdict"] for m in out["metrics"]} == {"runs differ"} and out["regressions"] == 0
     assert len(out["descriptive"]) == 4 and out["runs"] == {"a": 1, "b": 1}
     assert all("decides nothing" in m["verdict_meaning"] for m in out["metrics"])
+    page = tmp_path / "cmp.html"
+    assert _run([a, b, "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "runs differ" in text and "described, not decided" in text and "runs differ" in page.read_text()
 
 
 def test_several_runs_a_side_decide_with_the_run_as_the_unit(tmp_path, capsys):

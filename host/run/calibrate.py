@@ -17,7 +17,7 @@ import dataclasses
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -234,16 +234,15 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
 # ---------------------------------------------------------------- the table
 
 
-def table(scale: float = 1.0) -> list[Rate]:
-    """Every figure, at ``scale`` times its trials."""
+def table(scale: float = 1.0) -> Iterator[Rate]:
+    """Every figure, at ``scale`` times its trials, as it is measured."""
 
     def n(trials: int) -> int:
         return max(20, int(trials * scale))
 
-    out: list[Rate] = []
     for blocks, seed in ((2, 401), (3, 402), (6, 403)):
         for level in (0.01, 0.0032):
-            out.append(drift_alarm(n(500), seed, blocks, level))
+            yield drift_alarm(n(500), seed, blocks, level)
     for offset, common, runs, seed in (
         (0.0, False, 1, 411),
         (0.03, False, 1, 412),
@@ -252,7 +251,7 @@ def table(scale: float = 1.0) -> list[Rate]:
         (0.03, False, 3, 415),
         (0.03, True, 3, 416),
     ):
-        out.extend(unblocked_compare(n(200 if runs == 1 else 100), seed, offset, common, runs))
+        yield from unblocked_compare(n(200 if runs == 1 else 100), seed, offset, common, runs)
     for drift, walk, step, seed in (
         (0.0, False, 1.0, 421),
         (0.03, False, 1.0, 422),
@@ -261,11 +260,10 @@ def table(scale: float = 1.0) -> list[Rate]:
         (0.0, False, 1.10, 425),
         (0.03, False, 1.10, 426),
     ):
-        out.append(history_steps(n(2000), seed, drift, walk, step))
-    out.append(sequential_looks(n(3000), 431))
-    out.append(sequential_looks(n(1500), 432, min_blocks=3))
-    out.append(sequential_looks(n(800), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10)))
-    return out
+        yield history_steps(n(2000), seed, drift, walk, step)
+    yield sequential_looks(n(3000), 431)
+    yield sequential_looks(n(1500), 432, min_blocks=3)
+    yield sequential_looks(n(800), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
