@@ -251,7 +251,7 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
         (0.03, False, 3, 415),
         (0.03, True, 3, 416),
     ):
-        yield from unblocked_compare(n(200 if runs == 1 else 100), seed, offset, common, runs)
+        yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
     for drift, walk, step, seed in (
         (0.0, False, 1.0, 421),
         (0.03, False, 1.0, 422),
@@ -261,9 +261,9 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
         (0.03, False, 1.10, 426),
     ):
         yield history_steps(n(2000), seed, drift, walk, step)
-    yield sequential_looks(n(3000), 431)
-    yield sequential_looks(n(1500), 432, min_blocks=3)
-    yield sequential_looks(n(800), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+    yield sequential_looks(n(2000), 431)
+    yield sequential_looks(n(1000), 432, min_blocks=3)
+    yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
