@@ -12,8 +12,17 @@ import pytest
 
 from memqual.host.core import ab_tests
 from memqual.host.judge import comparison
+from memqual.host.run import calibrate
 
 PRIMARIES, OTHERS = 12, 112
+# The full run's rates (python -m memqual.host.run.calibrate; docs/ab-calibration.md).
+FULL = {
+    "history 3 % drift": 0.003,
+    "history 10 % step": 0.999,
+    "looks 3-6": 0.008,
+    "3 runs, common 3 %: exit 1": 0.0,
+    "drift 3 blocks": 0.906,
+}
 ALPHA, THRESHOLD = 0.01, 0.05
 
 
@@ -175,3 +184,52 @@ def test_compare_results_decides_as_the_calibrated_code():
     roles = [comparison.PRIMARY] * 5 + [comparison.EXPLORATORY] * 15
     assert [m.verdict for m in result.metrics] == _verdicts(tests, roles)
     assert [m.role for m in result.metrics] == roles
+
+
+# ---------------------------------------------------------------- outside the happy path
+#
+# Bounded subsets of `python -m memqual.host.run.calibrate` (the same
+# functions, fewer trials, the same seeds): each subset's binomial 95 %
+# interval must hold the rate the full run measured (docs/ab-calibration.md,
+# "Decisions outside the happy path"), and the full run's rate its target.
+# A change to the decision code that moves a rate shows here.
+
+
+def _holds(rate: calibrate.Rate, full: float) -> None:
+    low, high = rate.interval()
+    assert low <= full <= high, rate.line()
+
+
+def test_history_with_independent_drift_steps_in_at_most_2_percent_of_series():
+    full = FULL["history 3 % drift"]
+    rate = calibrate.history_steps(600, 422, 0.03)
+    _holds(rate, full)
+    assert full <= 0.02
+
+
+def test_history_finds_a_10_percent_step_in_80_percent_of_series():
+    rate = calibrate.history_steps(60, 425, 0.0, step=1.10)
+    _holds(rate, FULL["history 10 % step"])
+    assert rate.rate >= 0.80 and FULL["history 10 % step"] >= 0.80
+
+
+def test_looks_on_3_to_6_blocks_keep_alpha():
+    rate = calibrate.sequential_looks(150, 431)
+    _holds(rate, FULL["looks 3-6"])
+    assert FULL["looks 3-6"] <= ALPHA
+
+
+def test_one_run_a_side_outside_blocks_never_exits_1_or_3():
+    flagged, exit1, exit3 = calibrate.unblocked_compare(12, 412, 0.03, common=False)
+    assert exit1.events == exit3.events == flagged.events == 0
+
+
+def test_several_runs_a_side_keep_alpha_with_a_common_run_offset():
+    _, exit1, _ = calibrate.unblocked_compare(8, 416, 0.03, common=True, runs=3)
+    _holds(exit1, FULL["3 runs, common 3 %: exit 1"])
+    assert FULL["3 runs, common 3 %: exit 1"] <= ALPHA
+
+
+def test_controls_in_3_blocks_catch_a_20_percent_drift():
+    rate = calibrate.drift_alarm(100, 402, 3, ALPHA)
+    _holds(rate, FULL["drift 3 blocks"])

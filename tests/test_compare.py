@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -62,10 +63,18 @@ def _many(n_metrics: int, seed: int, reps: int, slowed: dict[int, float] | None 
     ]
 
 
-def _results(tmp_path, name: str, records: list[Measurement], marked: bool = False) -> str:
+def _results(tmp_path, name: str, records: list[Measurement], marked: bool = False, blocked: bool = True) -> str:
     """A results file of these records.  Unless ``marked``, without the
     primary marks, as files written before them: every metric is then
-    primary (the synthetic scenarios here are in no scenario's table)."""
+    primary (the synthetic scenarios here are in no scenario's table).
+    ``blocked``: each replicate is its own block, as one arm of an
+    interleaved A/B (replicate i of A and of B in block i); outside blocks
+    one file a side is one run a side, which describes and decides nothing."""
+    if blocked:
+        records = [
+            r if r.blocks else dataclasses.replace(r, blocks=list(range(1, len(r.replicates or []) + 1)))
+            for r in records
+        ]
     path = write_results_file(tmp_path / f"{name}.json", records)
     if not marked:
         data = json.loads(path.read_text())
@@ -107,16 +116,17 @@ def test_a_deliberately_slowed_run_is_flagged_with_exit_1(tmp_path, capsys):
     by = {m["metric"]: m for m in out["metrics"]}
     assert by["pages_per_s"]["verdict"] == "slower"
     assert by["pages_per_s"]["ratio"] == pytest.approx(0.6, rel=0.03)
-    # Welch's t on 6 against 6 log medians: far below 2/924, the exact
+    # The paired t on 6 blocks' log ratios: far below 2/924, the exact
     # permutation test's floor; Holm's first step over 2 metrics.
-    assert by["pages_per_s"]["p_value"] < 1e-6 and "Welch" in by["pages_per_s"]["p_method"]
+    assert by["pages_per_s"]["p_value"] < 1e-6 and "paired" in by["pages_per_s"]["p_method"]
     assert by["pages_per_s"]["p_adjusted"] == pytest.approx(2 * by["pages_per_s"]["p_value"])
     assert by["pages_per_s"]["alpha_difference"] == pytest.approx(0.005)
     assert by["inflate_s"]["verdict"] == "equivalent"
     # The table form says the same, variants visible (not eaten as markup).
     assert _run([a, b]) == 1
     out = capsys.readouterr().out
-    assert "slower" in out and "[smart_scan=1]" in out and "p (corr" in out
+    # (the label column folds at 120 columns beside the blocks column)
+    assert "slower" in out and "[smart_sca" in out and "p (corr" in out
 
 
 def test_a_10_percent_slowdown_on_one_metric_with_5_replicates_a_side_is_slower(tmp_path, capsys):
@@ -126,7 +136,7 @@ def test_a_10_percent_slowdown_on_one_metric_with_5_replicates_a_side_is_slower(
     assert _run([a, b, "--json"]) == 1
     (m,) = json.loads(capsys.readouterr().out)["metrics"]
     assert m["verdict"] == "slower" and m["ratio"] == pytest.approx(1.10, rel=0.02)
-    assert m["p_value"] < 0.01 and "Welch t on log replicate medians" in m["p_method"]
+    assert m["p_value"] < 0.01 and "paired t on" in m["p_method"]
     assert m["ci"][0] > 1.05
 
 
@@ -181,14 +191,14 @@ def test_a_noisy_small_change_is_undecided_with_the_units_it_needs(tmp_path, cap
     assert m["blocks_needed"] is not None and m["blocks_needed"] > 3
     assert _run([a, b]) == 0
     text = capsys.readouterr().out
-    assert "1 metric(s) undecided" in text and "needs about" in text
+    assert "1 metric(s) undecided" in text and "needs" in text
     assert "underpowered" not in text and "no difference" not in text
 
 
 def test_results_without_replicates_count_as_one_unit_each(tmp_path, capsys):
     # results.json written before replicates: many samples, one unit.
-    a = _results(tmp_path, "a", _records(seed=1))
-    b = _results(tmp_path, "b", _records(scan_rate=600.0, seed=2))
+    a = _results(tmp_path, "a", _records(seed=1), blocked=False)
+    b = _results(tmp_path, "b", _records(scan_rate=600.0, seed=2), blocked=False)
     for path in (a, b):
         data = json.loads(open(path).read())
         for m in data["metrics"]:
@@ -294,7 +304,6 @@ def test_the_threshold_decides_what_counts(tmp_path):
 def test_unusable_files_are_bad_input_in_one_line(tmp_path, damage, message):
     a = _results(tmp_path, "a", _records(seed=1))
     b = _results(tmp_path, "b", _records(seed=2))
-    from pathlib import Path
 
     damage(Path(b))
     with pytest.raises(BadInput, match=message) as info:
@@ -474,13 +483,63 @@ def test_blocks_on_both_sides_pair_the_replicates_and_drift_cancels(tmp_path, ca
         rec = inflate_record(reps)
         if blocks:
             rec.blocks = list(range(1, 9))
-        paths.append(_results(tmp_path, name, [rec], marked=True))
+        paths.append(_results(tmp_path, name, [rec], marked=True, blocked=False))
     assert _run([paths[0], paths[1], "--json"]) == 1
     (m,) = json.loads(capsys.readouterr().out)["metrics"]
     assert m["verdict"] == "slower" and m["paired"] and m["n_blocks"] == 8
     assert _run([paths[2], paths[3], "--json"]) == 0
     (m,) = json.loads(capsys.readouterr().out)["metrics"]
-    assert m["verdict"] == "undecided" and not m["paired"]
+    assert m["verdict"] == "undecided" and not m["paired"] and m["unit_kind"] == "descriptive"
+
+
+def _offset_run(tmp_path, name: str, seed: int, offset: float, factor: float = 1.0) -> str:
+    """One run outside blocks: 6 replicates of 3 % noise, every metric of
+    the run moved by its own ``offset`` (the host of that run)."""
+    rng = np.random.default_rng(seed)
+    recs = [
+        dataclasses.replace(
+            r,
+            samples=[],
+            replicates=[
+                [x * offset * factor * float(np.exp(rng.normal(0, 0.03))) for x in rep] for rep in r.replicates or []
+            ],
+        )
+        for r in _many(4, seed, 6)
+    ]
+    return _results(tmp_path, name, recs, blocked=False)
+
+
+def test_one_run_a_side_outside_blocks_describes_and_never_exits_1(tmp_path, capsys):
+    """A/A, the B run's host 12 % slower on everything: the replicates of
+    the two runs differ, which is all two runs can say."""
+    a = _offset_run(tmp_path, "a", 1, 1.0)
+    b = _offset_run(tmp_path, "b", 2, 1.12)
+    assert _run([a, b, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {m["verdict"] for m in out["metrics"]} == {"runs differ"} and out["regressions"] == 0
+    assert len(out["descriptive"]) == 4 and out["runs"] == {"a": 1, "b": 1}
+    assert all("decides nothing" in m["verdict_meaning"] for m in out["metrics"])
+    page = tmp_path / "cmp.html"
+    assert _run([a, b, "--html", str(page)]) == 0
+    text = capsys.readouterr().out
+    assert "runs differ" in text and "described, not decided" in text and "runs differ" in page.read_text()
+
+
+def test_several_runs_a_side_decide_with_the_run_as_the_unit(tmp_path, capsys):
+    """Four runs a side, each run's host off by its own 1 %: a 30 % slowdown
+    of B is slower on the runs' medians; A against A is not."""
+    rng = np.random.default_rng(7)
+    a = [_offset_run(tmp_path, f"a{i}", 10 + i, float(np.exp(rng.normal(0, 0.01)))) for i in range(4)]
+    b = [_offset_run(tmp_path, f"b{i}", 20 + i, float(np.exp(rng.normal(0, 0.01))), 1.3) for i in range(4)]
+    argv = [a[0], b[0]] + [x for p in a[1:] for x in ("--also-a", p)] + [x for p in b[1:] for x in ("--also-b", p)]
+    assert _run([*argv, "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["runs"] == {"a": 4, "b": 4} and not out["descriptive"]
+    assert {m["verdict"] for m in out["metrics"]} == {"slower"}
+    assert all(m["unit_kind"] == "run" and m["n_replicates_a"] == 4 for m in out["metrics"])
+    same = [x for p in a[2:] for x in ("--also-a", p)] + [x for p in a[1:2] for x in ("--also-b", p)]
+    assert _run([a[0], a[3], *same, "--json"]) == 0
+    assert "slower" not in {m["verdict"] for m in json.loads(capsys.readouterr().out)["metrics"]}
 
 
 def test_a_hostile_metric_and_run_name_are_escaped_once_on_the_page(tmp_path):

@@ -33,12 +33,12 @@ def _compare(argv: list[str]) -> int:
 
 
 def _file(tmp_path: Path, name: str, records: list[Measurement], blocks: int = 0) -> str:
-    """A results.json of these records; with ``blocks``, every record's
-    replicates spread over that many blocks in turn, as an interleaved A/B
-    arm's."""
+    """A results.json of these records, every record's replicates spread
+    over ``blocks`` blocks in turn (0: a block each), as an interleaved A/B
+    arm's: one file a side outside blocks decides nothing."""
     for rec in records:
-        if blocks:
-            rec.blocks = [1 + i % blocks for i in range(len(rec.replicates or []))]
+        n = len(rec.replicates or [])
+        rec.blocks = [1 + i % (blocks or n) for i in range(n)]
     return str(write_results_file(tmp_path / f"{name}.json", records))
 
 
@@ -172,10 +172,12 @@ def _history_run(directory: Path, created: str, records: list[Measurement]) -> N
 
 @pytest.mark.parametrize("last_rate, decided", [(8.5, True), (40.0, False)])
 def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, last_rate, decided, capsys):
-    """Three runs, the last with a dearer smart scan: a step when the
+    """Six runs, the last three with a dearer smart scan: a step when the
     rates match, "not comparable" (and no step) when the last run dirtied
-    5x as fast."""
-    for i, (rate, scale) in enumerate(((8.0, 1.0), (8.2, 1.0), (last_rate, DEARER))):
+    5x as fast (the run is the unit of history's test: a step needs runs
+    on both sides)."""
+    runs = ((8.0, 1.0), (8.2, 1.0), (8.1, 1.0), (8.3, DEARER), (8.2, DEARER), (last_rate, DEARER))
+    for i, (rate, scale) in enumerate(runs):
         records = ksm_records(
             4.4, n=GUESTS, seed=i + 1, dirty_passes_per_scan=rate, dirty_spread=0.05, cost_scale=scale
         )
@@ -188,12 +190,12 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
     assert rate.regime is None and rate.verdict != comparison.NOT_COMPARABLE
     if decided:
         assert cost.regime is not None and cost.regime.matches
-        assert cost.verdict == history.STEP and cost.steps[0].after == 2
+        assert cost.verdict == history.STEP and cost.steps[0].after == 3
     else:
         assert cost.verdict == comparison.NOT_COMPARABLE and not cost.steps
         assert cost.regime is not None
         assert re.match(
-            r"not comparable: dirtying rate from 7\.\d+ to 4\d\.\d dirty passes per ksmd full scan over 3 runs",
+            r"not comparable: dirtying rate from 7\.\d+ to 4\d\.\d dirty passes per ksmd full scan over 6 runs",
             cost.regime.reason(),
         )
     parser = parser_for(history_command.COMMAND)

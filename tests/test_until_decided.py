@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import test_runjob
 from ksm_volatile_runs import ksm_records
@@ -16,6 +18,7 @@ from test_runjob import _args, guest_kernel_args
 
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
+from memqual.host.judge import comparison
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
@@ -467,3 +470,48 @@ def test_compare_alone_has_no_sequential_p():
     found = until.decisions(a, b, threshold=0.05, alpha=0.01)
     assert found and all("p_sequential" not in m.to_json() for m in found)
     assert all(m.comparison.p_sequential is None for m in found)
+
+
+def _look(rng_d: list[float]) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    return [(i + 1, 1.0) for i in range(len(rng_d))], [(i + 1, float(math.exp(d))) for i, d in enumerate(rng_d)]
+
+
+def test_a_crossing_inside_the_margin_is_changed_and_frozen_whatever_comes_after():
+    """B 4.5 % slower with a tight spread: the difference crosses, the
+    estimate is inside the 5 % margin and its interval reaches past it,
+    so neither slower nor equivalent: ``changed``, frozen at that look
+    (the recursion takes a crossed path as stopped).  Blocks that would
+    then look equivalent do not re-decide it."""
+    from memqual.host.run import calibrate
+
+    tracker = until.Tracker(threshold=0.05, alpha=0.01, decisions_of=calibrate._look_decisions)
+    d = [0.044 + e for e in (0.004, -0.004, 0.003, -0.003)]
+    tracker.update(4, *_look(d), fraction=0.7)
+    (m,) = tracker.metrics.values()
+    assert m.frozen == comparison.CHANGED and m.decided and m.decided_at == 4
+    assert "inside" in comparison.verdict_meaning(comparison.CHANGED, _stats_of(tracker, d))
+    tracker.update(5, *_look([0.0] * 5), fraction=1.0)
+    assert m.frozen == comparison.CHANGED and m.history[-1] == (5, True, comparison.CHANGED)
+    assert tracker.exit_status() == 0  # inside the margin: no regression
+
+
+def _stats_of(tracker: until.Tracker, d: list[float]) -> comparison.MetricStats:
+    from memqual.host.run import calibrate
+
+    (m,) = calibrate._look_decisions(*_look(d), threshold=0.05, alpha=0.01)
+    return m.comparison
+
+
+def test_a_look_on_fewer_than_8_blocks_tests_at_its_share_and_keeps_no_boundary():
+    """The t of 3-7 blocks is not normal enough for the recursion: those
+    looks take the raw p (exact for a t) at their share; from 8 blocks on
+    the boundaries start."""
+    from memqual.host.run import calibrate
+
+    tracker = until.Tracker(threshold=0.05, alpha=0.01, decisions_of=calibrate._look_decisions)
+    rng = np.random.default_rng(4)
+    d = list(rng.normal(0.0, 0.3, 10))
+    for k in range(3, 11):
+        tracker.update(k, *_look(d[:k]), fraction=k / 10)
+    (m,) = tracker.metrics.values()
+    assert [n for _, n, _, _ in m.boundaries] == [8, 9, 10] and until.MIN_BLOCKS_SEQUENTIAL == 8

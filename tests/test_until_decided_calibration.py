@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import math
+import os
 import types
 from collections import defaultdict
 
@@ -21,10 +22,13 @@ from rich.console import Console
 from memqual.host.core import ab_tests
 from memqual.host.core.record import Measurement
 from memqual.host.judge import comparison
+from memqual.host.run import calibrate
 from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
+# `tox -e calibrate` runs these at the docs' trials (docs/ab-calibration.md).
+SCALE = float(os.environ.get("MEMQUAL_CALIBRATION_SCALE", "1"))
 BUDGET_S = 25 * 60.0
 ONCE_S = 200.0  # the once-per-arm checks, after the last look: kept from the budget
 
@@ -140,11 +144,12 @@ def test_no_effect_flags_a_primary_in_at_most_alpha_of_runs(monkeypatch, tmp_pat
     """A/A: looks on the budget's clock, futility, freezing: the share of
     runs in which any of the ten primaries comes out slower or faster."""
     rng = np.random.default_rng(31)
-    runs = 300
+    runs = int(300 * SCALE)
     flagged = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.0,) * len(SD))
         flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts.values())
+    print(calibrate.Rate("until-decided loop, A/A, 10 primaries: any slower or faster", flagged, runs, 31).line())
     assert flagged / runs <= ALPHA, flagged / runs
 
 
@@ -152,11 +157,12 @@ def test_a_change_beyond_the_threshold_is_not_called_equivalent(monkeypatch, tmp
     """B 6 % worse on every primary (beyond the 5 % band): `equivalent`
     would be wrong, in at most alpha of runs."""
     rng = np.random.default_rng(32)
-    runs = 200
+    runs = int(200 * SCALE)
     wrong = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.06,) * len(SD))
         wrong += any(v == comparison.EQUIVALENT for v in verdicts.values())
+    print(calibrate.Rate("until-decided loop, B 6 % worse: any equivalent", wrong, runs, 32).line())
     assert wrong / runs <= ALPHA, wrong / runs
 
 
@@ -168,7 +174,7 @@ def _floor_runs(monkeypatch, tmp_path, futility: bool, group_sequential: bool = 
     primaries decided a run (the same seed for every rule, and kept: two
     tests share the group-sequential runs with futility)."""
     if (futility, group_sequential) not in _FLOOR_RUNS:
-        runs = 60
+        runs = int(60 * SCALE)
         rng = np.random.default_rng(33)
         effects = tuple(0.92 if i == FLOOR else 1.0 for i in range(len(SD)))
         found = decided = 0
@@ -178,6 +184,8 @@ def _floor_runs(monkeypatch, tmp_path, futility: bool, group_sequential: bool = 
             )
             found += verdicts.get(f"sim.s{FLOOR}") == comparison.FASTER
             decided += sum(v != comparison.UNDECIDED for v in verdicts.values())
+        rule = f"futility {futility}, group-sequential {group_sequential}"
+        print(calibrate.Rate(f"until-decided loop, floor-like 8 % lower, {rule}: found", found, runs, 33).line())
         _FLOOR_RUNS[futility, group_sequential] = (found / runs, decided / runs)
     return _FLOOR_RUNS[futility, group_sequential]
 

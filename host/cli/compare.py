@@ -5,6 +5,13 @@ Holm over the primary metrics, the negative controls in their own
 family, the rest corrected for the false discovery rate) are
 host/judge/comparison.py's; this module is the command and its table.
 
+The unit of a test is the block when both files name their blocks (an
+interleaved A/B), the run when several files a side are given
+(``--also-a``, ``--also-b``: each run's median is one value), and
+otherwise nothing that can decide: one run a side outside blocks is
+described (``runs differ`` or ``undecided``) and sets no exit status, as
+run-to-run variance is not in its replicates.
+
 Exit status 1 when a primary metric (any metric with ``--all-metrics``) is
 ``slower``; 3 when a negative control (a metric no guest kernel can move)
 is slower or faster: the host drifted between A and B and the decisions
@@ -86,6 +93,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A.json", help="the baseline run's results.json")
     parser.add_argument("b", metavar="B.json", help="the candidate run's results.json")
     parser.add_argument(
+        "--also-a",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another run of the baseline (repeat): with 2 or more runs a side the run is the unit",
+    )
+    parser.add_argument(
+        "--also-b",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="another run of the candidate (repeat): with 2 or more runs a side the run is the unit",
+    )
+    parser.add_argument(
         "--threshold",
         type=_fraction,
         default=DEFAULT_THRESHOLD,
@@ -109,19 +130,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from memqual.host.judge.comparison import compare_runs
     from memqual.host.judge.results import load_results
 
     a = load_results(args.a)
     b = load_results(args.b)
-    result = compare_results(a, b, threshold=args.threshold, alpha=args.alpha, all_metrics=args.all_metrics)
+    more_a = [load_results(f) for f in args.also_a]
+    more_b = [load_results(f) for f in args.also_b]
+    result = compare_runs(
+        [a, *more_a], [b, *more_b], threshold=args.threshold, alpha=args.alpha, all_metrics=args.all_metrics
+    )
     if args.json:
         out = result.to_json()
-        out.update({"a": str(args.a), "b": str(args.b)})
+        out.update({"a": str(args.a), "b": str(args.b), "also_a": list(args.also_a), "also_b": list(args.also_b)})
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        print(f"A = {args.a}\nB = {args.b}")
+        print(f"A = {' + '.join([str(args.a), *args.also_a])}\nB = {' + '.join([str(args.b), *args.also_b])}")
         print_comparison(result)
+        if result.descriptive:
+            print(
+                f"{len(result.descriptive)} metrics outside blocks with one run a side: the two runs' replicates "
+                "say whether these runs differ, not whether the kernels do (run-to-run variance is not in them); "
+                "described, not decided, no exit status.  Give several runs a side (--also-a, --also-b) or an "
+                "interleaved run (memqual run with two kernels)."
+            )
     if args.html:
         from memqual.host.report.compare_report import write_comparison_html
 

@@ -30,7 +30,10 @@ no host name, so a host is what it measured on), orders each group by time
 or by guest kernel, and writes one page: per group the environment and the
 runs, per metric its series -- every run's pooled median as a ratio to the
 group's first run, with the two-stage bootstrap 95% CI over that run's
-replicates -- and the steps found."""
+replicates -- and the steps found.  The steps are tested with the run as
+the unit (each run's median; the spread between runs estimated from the
+runs), and a step that a negative control shares is confounded, not a
+decision."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -68,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     for gi, g in enumerate(groups):
         print(
             f"group {gi + 1} ({', '.join(f'{k} {v}' for k, v in g.host.items())}): {len(g.runs)} runs, "
-            f"{sum(1 for s in g.series if s.steps)} of {len(g.series)} metrics with a step, "
+            f"{sum(1 for s in g.series if s.verdict == 'step')} of {len(g.series)} metrics with a step, "
             f"{sum(1 for s in g.series if s.verdict == 'equivalent')} equivalent, "
             f"{sum(1 for s in g.series if s.verdict == 'undecided')} undecided, "
             f"{sum(1 for s in g.series if s.verdict == NOT_COMPARABLE)} not comparable",
@@ -80,14 +83,16 @@ def main(args: argparse.Namespace) -> int:
         if g.host_drifted:
             print(
                 "  the host drifted: negative control(s) with a step "
-                f"({', '.join(c.key for c in g.controls_stepped)}); the other steps are not to be trusted",
+                f"({', '.join(c.key for c in g.controls_stepped)}); the other series' steps between the same runs "
+                "are confounded, not decided",
                 file=out,
             )
         for s in g.series:
             for st in s.steps:
                 print(
                     f"  {s.key}: step before run {st.after + 1} ({g.runs[st.after].name}): x{st.ratio:.3f} "
-                    f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}",
+                    f"[{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
+                    + (" (confounded: a control stepped there too)" if st.confounded else ""),
                     file=out,
                 )
     for key, values in diffs.items():

@@ -36,9 +36,18 @@ EXPLORATORY_ALPHA_SHARE = 0.25
 FASTER = "faster"
 SLOWER = "slower"
 EQUIVALENT = "equivalent"
+# Shown to differ from A (the test of no change rejected at its level) with
+# an estimate inside the margin, and not shown inside it: a decision (under
+# --until-decided the metric crossed its boundary and is frozen there), not
+# a regression.
+CHANGED = "changed"
 UNDECIDED = "undecided"
+# Two runs of one side each, not in blocks: the test of their replicates
+# says whether the two runs differ, which is a description, not a decision
+# about the kernels (run-to-run variance is not in it).
+RUNS_DIFFER = "runs differ"
 # NOT_COMPARABLE is listed with the verdicts but is none: no decision was made.
-VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED, NOT_COMPARABLE)
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, CHANGED, UNDECIDED, RUNS_DIFFER, NOT_COMPARABLE)
 ROLES = (PRIMARY, CONTROL, EXPLORATORY)
 
 
@@ -71,6 +80,14 @@ class MetricStats:
     # the family's correction ran on; None for a single comparison.
     p_sequential: float | None = None
     p_equivalence_sequential: float | None = None
+    # The threshold band's half-width, shown with every verdict.
+    margin: float = 0.0
+    # What the test's units are: "block" (paired), "run" (several runs a
+    # side, one value a run), "replicate" (a replicate a unit: a bisect
+    # probe outside blocks), "descriptive" (one run a side outside blocks:
+    # the runs' replicates, which say whether the two runs differ, not
+    # whether the kernels do).
+    unit_kind: str = "replicate"
 
     @property
     def paired(self) -> bool:
@@ -103,6 +120,8 @@ class MetricStats:
             "paired": self.paired,
             "p_method": self.p_method,
             "blocks_needed": self.blocks_needed,
+            "margin": self.margin,
+            "unit_kind": self.unit_kind,
             **(
                 {"p_sequential": self.p_sequential, "p_equivalence_sequential": self.p_equivalence_sequential}
                 if self.p_sequential is not None
@@ -146,6 +165,8 @@ class MetricComparison:
             "role": self.role,
             "primary": self.role == PRIMARY,
             "verdict": self.verdict,
+            "verdict_text": verdict_text(self),
+            "verdict_meaning": verdict_meaning(self.verdict, self.comparison),
             "regime": self.regime.to_json() if self.regime else None,
             **self.comparison.to_json(),
         }
@@ -162,6 +183,13 @@ class RunComparison:
     only_in_b: list[str] = dataclasses.field(default_factory=list)
     all_metrics: bool = False  # every metric sets the exit status, not only the primaries
     clock: str = "wall"  # the clock both runs' guest timings were read with (memqual.host.core.clock)
+    runs_a: int = 1  # results files a side
+    runs_b: int = 1
+
+    @property
+    def descriptive(self) -> list[MetricComparison]:
+        """Metrics compared on one run a side outside blocks: described, not decided."""
+        return [m for m in self.metrics if m.comparison.unit_kind == "descriptive"]
 
     @property
     def decisive(self) -> list[MetricComparison]:
@@ -221,6 +249,8 @@ class RunComparison:
             "metrics": [m.to_json() for m in self.metrics],
             "only_in_a": self.only_in_a,
             "only_in_b": self.only_in_b,
+            "runs": {"a": self.runs_a, "b": self.runs_b},
+            "descriptive": [m.key for m in self.descriptive],
             "claims": self.claims,
             "environment_differences": {k: {"a": a, "b": b} for k, (a, b) in self.environment.items()},
         }
@@ -368,9 +398,18 @@ def decide_family(
 def verdict_of(
     test: ab_tests.RatioTest, decision: FamilyDecision, *, better: str, threshold: float, alpha: float
 ) -> str:
+    """``slower``/``faster``: the test of no change rejected (corrected p
+    below the family's level) and the estimate beyond the margin -- what
+    the words mean, and not a test against 1 + margin (a change shown to
+    exceed the margin would need the interval beyond it);
+    ``equivalent``: the TOST rejected (the interval inside the band);
+    ``changed``: no change rejected, the estimate inside the margin, no
+    equivalence shown; ``undecided``: neither test rejected."""
     ratio = test.ratio_of(test.estimate)
-    if decision.p_adjusted < alpha and math.isfinite(ratio) and abs(ratio - 1.0) >= threshold:
-        return FASTER if (ratio > 1.0) == (better == "higher") else SLOWER
+    if decision.p_adjusted < alpha and math.isfinite(ratio):
+        if abs(ratio - 1.0) >= threshold:
+            return FASTER if (ratio > 1.0) == (better == "higher") else SLOWER
+        return EQUIVALENT if decision.p_equivalence_adjusted < alpha else CHANGED
     if decision.p_equivalence_adjusted < alpha:
         return EQUIVALENT
     return UNDECIDED
@@ -436,6 +475,7 @@ def metric_stats(
     *,
     threshold: float,
     sequential: tuple[float, float] | None = None,
+    unit_kind: str = "replicate",
 ) -> MetricStats:
     """What a metric's test and its family decision found, with the units
     an undecided one would need at the levels it faced.  ``decision`` is
@@ -468,6 +508,8 @@ def metric_stats(
         ),
         p_sequential=sequential[0] if sequential else None,
         p_equivalence_sequential=sequential[1] if sequential else None,
+        margin=threshold,
+        unit_kind="block" if test.paired else unit_kind,
     )
 
 
@@ -491,6 +533,20 @@ def decide_one(
     return metric_stats(test, a_reps, b_reps, decisions[0], verdicts[0], threshold=threshold), verdicts[0]
 
 
+def run_medians(runs: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """One unit a run: each run's median of its replicate medians, as a
+    replicate of one sample (what ``ab_tests.ratio_test`` then tests with
+    the runs as the units)."""
+    import statistics
+
+    out = []
+    for reps in runs:
+        medians = [statistics.median(r) for r in reps if len(r)]
+        if medians:
+            out.append([float(statistics.median(medians))])
+    return out
+
+
 def compare_results(
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
@@ -502,22 +558,84 @@ def compare_results(
     all_metrics: bool = False,
     sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
 ) -> RunComparison:
-    """B against A, metric by metric.  ``sequential`` (a look of
+    """B against A, metric by metric: ``compare_runs`` of one run a side."""
+    return compare_runs(
+        [a],
+        [b],
+        threshold=threshold,
+        alpha=alpha,
+        a_name=a_name,
+        b_name=b_name,
+        all_metrics=all_metrics,
+        sequential=sequential,
+    )
+
+
+def compare_runs(
+    a_runs: Sequence[Results | Mapping[str, Any]],
+    b_runs: Sequence[Results | Mapping[str, Any]],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    a_name: str = "A",
+    b_name: str = "B",
+    all_metrics: bool = False,
+    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
+) -> RunComparison:
+    """B against A, metric by metric, with the right unit:
+
+    - one run a side whose metric names its blocks on both sides (an
+      interleaved A/B): the blocks, paired;
+    - several runs a side (each a results.json): the run, one value a run
+      (its median), Welch's t over the runs, so the run-to-run variance is
+      in the test;
+    - one run a side outside blocks: the replicates of two runs say
+      whether the two runs differ, not whether the kernels do (the host
+      moves between runs, and every replicate of a run shares that):
+      such a metric is ``runs differ`` or ``undecided``, described, never
+      a decision, and sets no exit status.
+
+    The first file of each side names the pairs, the claims, the
+    environment and the regimes.  ``sequential`` (a look of
     --until-decided): a metric's p-values of a difference and of
     equivalence for its key and test, or None for the test's own; called
     for the comparable metrics only, and the families are corrected on
     what it gives."""
     from memqual.host.core import ab_tests
 
-    a, b = Results.from_json(a), Results.from_json(b)
+    if not a_runs or not b_runs:
+        raise BadInput(f"no results file for {a_name if not a_runs else b_name}")
+    a_all = [Results.from_json(r) for r in a_runs]
+    b_all = [Results.from_json(r) for r in b_runs]
+    for i, other in enumerate(a_all[1:], 2):
+        check_comparable(a_all[0], other, a_name, f"{a_name} run {i}")
+    for i, other in enumerate(b_all[1:], 2):
+        check_comparable(b_all[0], other, b_name, f"{b_name} run {i}")
+    a, b = a_all[0], b_all[0]
     check_comparable(a, b, a_name, b_name)
     pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
     pairs = sorted(pairs, key=lambda p: p[0].key)
-    reps = [(replicates_of(ma), replicates_of(mb)) for ma, mb in pairs]
-    tests = [
-        ab_tests.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
-        for (ma, mb), (ra, rb) in zip(pairs, reps, strict=True)
-    ]
+    several = len(a_all) > 1 and len(b_all) > 1
+
+    def side(runs: list[Results], key: str, first: MetricEntry) -> list[list[list[float]]]:
+        found = [first] + [m for r in runs[1:] for m in map(MetricEntry.from_json, r.metrics) if m.key == key]
+        return [replicates_of(m) for m in found]
+
+    reps = []
+    tests = []
+    kinds = []
+    for ma, mb in pairs:
+        if several:
+            ra_runs, rb_runs = side(a_all, ma.key, ma), side(b_all, mb.key, mb)
+            ra, rb = [r for run in ra_runs for r in run], [r for run in rb_runs for r in run]
+            tests.append(ab_tests.ratio_test(run_medians(ra_runs), run_medians(rb_runs)))
+            kinds.append("run")
+        else:
+            ra, rb = replicates_of(ma), replicates_of(mb)
+            test = ab_tests.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
+            tests.append(test)
+            kinds.append("block" if test.paired else "descriptive")
+        reps.append((ra, rb))
     roles = roles_of(pairs)
     regimes = [regime_of(ma, mb, a.metrics, b.metrics, a_name, b_name) for ma, mb in pairs]
     # Only metrics whose regimes match are decided, and only they make up
@@ -538,6 +656,13 @@ def compare_results(
     for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
         d = decisions.get(i)
         verdict = verdicts.get(i, NOT_COMPARABLE)
+        if kinds[i] == "descriptive" and verdict != NOT_COMPARABLE:
+            verdict = RUNS_DIFFER if verdict in (SLOWER, FASTER, CHANGED) else UNDECIDED
+        stats_i = metric_stats(
+            test, ra, rb, d, verdict, threshold=threshold, sequential=given.get(i), unit_kind=kinds[i]
+        )
+        if kinds[i] == "run":
+            stats_i = dataclasses.replace(stats_i, n_replicates_a=test.n_a, n_replicates_b=test.n_b)
         metrics.append(
             MetricComparison(
                 key=ma.key,
@@ -545,7 +670,7 @@ def compare_results(
                 metric=ma.metric,
                 unit=ma.unit,
                 better=ma.better,
-                comparison=metric_stats(test, ra, rb, d, verdict, threshold=threshold, sequential=given.get(i)),
+                comparison=stats_i,
                 verdict=verdict,
                 role=roles[i],
                 settings_changed=_settings_diff(ma, mb),
@@ -575,6 +700,8 @@ def compare_results(
         only_in_a=sorted(only_a),
         only_in_b=sorted(only_b),
         all_metrics=all_metrics,
+        runs_a=len(a_all),
+        runs_b=len(b_all),
     )
 
 
@@ -632,12 +759,48 @@ def verdict_text(m: MetricComparison) -> str:
 
 
 def stats_verdict_text(verdict: str, c: MetricStats) -> str:
-    """A verdict, and for ``undecided`` about how many units would decide it."""
+    """A verdict with its margin (a table's cell); for ``undecided`` about
+    how many units would decide it.  ``verdict_meaning`` says in full what
+    the test showed."""
+    band = f"±{c.margin * 100:.3g}%"
+    if verdict in (SLOWER, FASTER, EQUIVALENT, CHANGED):
+        return f"{verdict} ({band})"
+    if verdict == RUNS_DIFFER:
+        return f"{verdict} (descriptive)"
     if verdict != UNDECIDED:
         return verdict
-    unit = "blocks" if c.paired else "a side"
+    unit = "blocks" if c.paired else ("runs a side" if c.unit_kind == "run" else "a side")
+    if c.unit_kind == "descriptive":
+        return f"{UNDECIDED} (one run a side: descriptive)"
     if min(c.n_replicates_a, c.n_replicates_b) < 2 and not c.paired:
         return f"{UNDECIDED} (no spread yet: needs 2 or more {unit})"
     if c.blocks_needed is None:
         return f"{UNDECIDED} (on the threshold's edge: more than 200 {unit})"
     return f"{UNDECIDED} (needs about {c.blocks_needed} {unit})"
+
+
+def verdict_meaning(verdict: str, c: MetricStats) -> str:
+    """What a verdict's test showed, in words that do not overstate it:
+    ``slower`` is a change shown against no change with an estimate
+    beyond the margin, not a change shown to exceed the margin."""
+    band = f"±{c.margin * 100:.3g} %"
+    change = f"{(c.ratio - 1.0) * 100:+.1f} %" if math.isfinite(c.ratio) else "?"
+    if verdict in (SLOWER, FASTER):
+        return (
+            f"{verdict}: shown to differ from A, estimate {change} beyond the {band} margin "
+            "(not tested against the margin itself)"
+        )
+    if verdict == EQUIVALENT:
+        return f"{verdict}: the interval shown inside the {band} margin"
+    if verdict == CHANGED:
+        return f"{verdict}: shown to differ from A, estimate {change} inside the {band} margin, not shown inside it"
+    if verdict == RUNS_DIFFER:
+        return (
+            f"{verdict}: these two runs differ by {change} on their replicates; with one run a side outside "
+            "blocks the run-to-run variance is not in the test, so this describes the runs and decides nothing"
+        )
+    if verdict == UNDECIDED and c.unit_kind == "descriptive":
+        return f"{verdict}: one run a side outside blocks ({change}); several runs a side or an interleaved run decide"
+    if verdict == UNDECIDED:
+        return f"{verdict}: neither a change nor equivalence within the {band} margin shown"
+    return verdict

@@ -22,32 +22,42 @@ if TYPE_CHECKING:
     pass
 
 
-# The change-point test, named on the page: **binary segmentation with
-# Welch's t at every boundary**.  In a segment of the series every boundary
-# between two runs is a candidate: Welch's t-test of the log replicate
-# medians (independent units: a fresh guest or a round) before against
-# after.  The segment's p is the smallest of them times the boundaries
+# The change-point test, named on the page: **binary segmentation on the
+# runs' medians, a pooled t at every boundary**.  The unit is the run: runs
+# sit hours or days apart, the host moves between them (docs/ab-calibration.md
+# measured some 10 % between jobs), and the replicates of one run share that
+# run's state, so a test on replicates pooled across runs reads run-to-run
+# drift as change.  Each run gives one value, the median of its replicate
+# medians (on the log scale; relative to the series' mean for a metric with
+# a value at or below zero), and the spread between runs is estimated from
+# the runs themselves.  In a segment of the series every boundary between
+# two runs is a candidate: a two-sample t-test of the run values before
+# against after, with the variance pooled within both sides (under no
+# change the runs are exchangeable, so one variance, and a side of one run
+# is testable).  A rise and a fall back inside one segment swell that
+# variance and can hide each other: on the run as the unit, a series needs
+# its steps some runs apart to show both.  The segment's p is the smallest of them times the boundaries
 # (Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
 # it is below alpha the boundary of the smallest p is a candidate and both
 # sides are searched again.  Then each candidate is judged between its
 # neighbours (the candidates before and after it): it is a step when the
-# two-stage bootstrap CI of the ratio of the pooled medians after / before
+# 95 % t-interval of the ratio after / before (of the run values)
 # lies wholly outside the threshold band.
 #
 # Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
 # is a decision, and many metrics moving together is what host drift looks
-# like.  So each series' test of "no change anywhere" (``no_change_p``:
-# Welch's t at every boundary, Bonferroni over the boundaries) is corrected
-# within its family --
-# Holm over the primary metrics, Holm over the negative controls (the
-# host-only /dev/kvm costs: no guest kernel moves them), Benjamini-Hochberg
-# over the rest (at alpha: a page to read, not a gate) -- and a series gets steps only when it passes.
-# A series with no step is ``equivalent`` when every run's ratio to the
-# first is shown inside the threshold band (the two one-sided tests on the
-# log replicate medians, the largest p of the runs, corrected in the
-# family), ``undecided`` otherwise.  A control with a step says the host
-# drifted: the page and the summary say so, and the other steps of that
-# group are not to be trusted.
+# like.  So each series' test of "no change anywhere" (``no_change_p``) is
+# corrected within its family -- Holm over the primary metrics, Holm over
+# the negative controls (the host-only /dev/kvm costs: no guest kernel moves
+# them), Benjamini-Hochberg over the rest (at alpha: a page to read, not a
+# gate) -- and a series gets steps only when it passes.  A control with a
+# step says the host moved between those two runs: a step of any other
+# series between the same two runs is then **confounded** (kept, drawn,
+# listed, but not a decision), and a series whose every step is confounded
+# is ``undecided``.  A series with no step is ``equivalent`` when every
+# run's value is shown inside the threshold band against the first (the two
+# one-sided tests with the run-to-run spread of the whole series, the
+# largest p of the runs, corrected in the family), ``undecided`` otherwise.
 #
 # A metric that holds only under a regime the host sets (KSM's volatile
 # scan under its dirtying rate, host/judge/regime.py) gets steps and verdicts only
@@ -61,7 +71,10 @@ DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
 STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
-TEST_NAME = "binary segmentation with a Welch t-test at every boundary, Bonferroni over the boundaries"
+TEST_NAME = (
+    "binary segmentation on run medians (the run is the unit), a pooled t-test at every boundary, "
+    "Bonferroni over the boundaries; a step the controls share is confounded"
+)
 # Keys that describe the guest or the bookkeeping, not the host.
 _NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
 
@@ -94,6 +107,9 @@ class Step:
     ci_low: float
     ci_high: float
     p_value: float
+    # A control stepped between the same two runs: the host moved there, so
+    # this step is not a decision.
+    confounded: bool = False
 
 
 @dataclasses.dataclass
@@ -116,7 +132,7 @@ class Series:
     scenario: str = ""
     role: str = "primary"
     verdict: str = "undecided"  # STEP, equivalent, undecided or NOT_COMPARABLE
-    p_change: float = 1.0  # max-type permutation p of no change anywhere
+    p_change: float = 1.0  # of no change anywhere: the best boundary's pooled t on run values, Bonferroni
     p_change_adjusted: float = 1.0
     p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
     p_equivalence_adjusted: float = 1.0
@@ -125,6 +141,11 @@ class Series:
     @property
     def comparable(self) -> bool:
         return self.regime is None or self.regime.matches
+
+    @property
+    def decided_steps(self) -> list[Step]:
+        """The steps no control shares."""
+        return [st for st in self.steps if not st.confounded]
 
 
 @dataclasses.dataclass
@@ -225,25 +246,93 @@ def _reps(entry: dict[str, Any]) -> list[list[float]]:
     return replicates_of(entry)
 
 
+def run_values(series: Sequence[Sequence[Sequence[float]]]) -> list[float]:
+    """One value a run, the unit of the tests: the log of the median of its
+    replicate medians, or, when a run's median is at or below zero (a
+    count, a fraction), that median relative to the series' mean absolute
+    median (the ratio is then 1 + the difference).  A run with no samples
+    gives NaN (left out by the tests)."""
+    import numpy as np
+
+    medians = [
+        float(np.median([float(np.median(r)) for r in run if len(r)])) if any(len(r) for r in run) else math.nan
+        for run in series
+    ]
+    known = [m for m in medians if math.isfinite(m)]
+    if known and min(known) > 0.0:
+        return [math.log(m) if math.isfinite(m) else math.nan for m in medians]
+    ref = (math.fsum(abs(m) for m in known) / len(known)) if known else 1.0
+    return [m / (ref or 1.0) for m in medians]
+
+
+def _log_scale(series: Sequence[Sequence[Sequence[float]]]) -> bool:
+    import numpy as np
+
+    meds = [float(np.median(r)) for run in series for r in run if len(r)]
+    return bool(meds) and min(meds) > 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """Run values before against after one boundary: the difference of
+    their means, its standard error, and the degrees of freedom of the
+    spread it was estimated with."""
+
+    difference: float
+    se: float
+    df: float
+
+    def p_value(self) -> float:
+        from scipy import special
+
+        if self.df <= 0.0 or not math.isfinite(self.se):
+            return 1.0
+        if self.se == 0.0:
+            return 1.0 if self.difference == 0.0 else 0.0
+        return float(2.0 * special.stdtr(self.df, -abs(self.difference) / self.se))
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        from scipy import special
+
+        if self.df <= 0.0 or not math.isfinite(self.se):
+            return (-math.inf, math.inf)
+        half = float(special.stdtrit(self.df, 0.5 + confidence / 2.0)) * self.se
+        return (self.difference - half, self.difference + half)
+
+
+def split(before: Sequence[float], after: Sequence[float]) -> Split:
+    """The two-sample t of the run values before against after a boundary,
+    the variance pooled within both sides (NaN, a run with no samples,
+    left out)."""
+    x = [v for v in before if math.isfinite(v)]
+    y = [v for v in after if math.isfinite(v)]
+    if not x or not y:
+        return Split(0.0, math.inf, 0.0)
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    df = len(x) + len(y) - 2
+    if df < 1:
+        return Split(my - mx, math.inf, 0.0)
+    ss = math.fsum((v - mx) ** 2 for v in x) + math.fsum((v - my) ** 2 for v in y)
+    return Split(my - mx, math.sqrt(ss / df * (1.0 / len(x) + 1.0 / len(y))), float(df))
+
+
 def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
     """The p of "no change anywhere in the series" that its family
-    corrects: at every boundary between two runs, Welch's t-test of the log
-    replicate medians before against after (memqual.host.core.ab_tests.ratio_test),
-    the smallest p, times the boundaries (Bonferroni over the candidates:
-    the best of k - 1 splits, not one chosen in advance).  A permutation
-    test here has the floor compare had: 3 runs of 3 replicates give 84
-    arrangements of the last run, p never below about 1/84, which no
-    correction over tens of metrics lets through."""
-    from memqual.host.core import ab_tests
+    corrects: at every boundary between two runs, the pooled t-test of the
+    run values (``run_values``) before against after, the smallest p, times
+    the boundaries (Bonferroni over the candidates: the best of k - 1
+    splits, not one chosen in advance).  Its error rate on series with
+    run-to-run drift is measured (docs/ab-calibration.md, "memqual history").  Under no change the runs are
+    exchangeable, so drift that moves each run independently is in the
+    variance the test estimates, not in its signal."""
+    return _no_change_p(run_values(series))
 
-    runs = [[r for r in run if len(r)] for run in series]
-    if len(runs) < 2 or min(len(r) for r in runs) == 0:
-        return 1.0
-    ps = []
-    for k in range(1, len(runs)):
-        before = [r for run in runs[:k] for r in run]
-        after = [r for run in runs[k:] for r in run]
-        ps.append(ab_tests.ratio_test(before, after).p_difference())
+
+def _no_change_p(values: Sequence[float]) -> float:
+    known = [v for v in values if math.isfinite(v)]
+    if len(known) < 3:
+        return 1.0  # two runs leave no spread between runs to test against
+    ps = [split(values[:k], values[k:]).p_value() for k in range(1, len(values))]
     return min(1.0, min(ps) * len(ps))
 
 
@@ -263,28 +352,22 @@ def change_points(
 ) -> list[Step]:
     """Steps in a series of runs, each run a list of replicates (lists of
     samples).  See the module docstring for the test."""
-    import numpy as np
+    values = run_values(series)
+    log = _log_scale(series)
 
-    from memqual.host.core import ab_tests, stats
+    def ratio(x: float) -> float:
+        return math.exp(x) if log else 1.0 + x
 
-    medians = [[float(np.median(r)) for r in run if len(r)] for run in series]
-    steps: list[Step] = []
     candidates: dict[int, float] = {}  # boundary -> the segment's p that found it
 
     def segment(i: int, j: int) -> None:
-        if j - i < 2 or min(len(run) for run in medians[i:j]) == 0:
+        if j - i < 2:
             return
-        p = no_change_p(series[i:j])
+        p = _no_change_p(values[i:j])
         if p >= alpha:
             return
         # The boundary of the smallest p is the candidate.
-        best = min(
-            range(1, j - i),
-            key=lambda k: ab_tests.ratio_test(
-                [r for run in series[i : i + k] for r in run if len(r)],
-                [r for run in series[i + k : j] for r in run if len(r)],
-            ).p_difference(),
-        )
+        best = min(range(1, j - i), key=lambda k: split(values[i : i + k], values[i + k : j]).p_value())
         after = i + best
         candidates[after] = p
         segment(i, after)
@@ -295,29 +378,52 @@ def change_points(
     # the candidate before it and the one after.  Judged against the whole
     # segment instead, a rise followed by a fall (or the reverse) mixes
     # both levels on one side and neither step would show.
+    steps: list[Step] = []
     cuts = sorted(candidates)
     for k, after in enumerate(cuts):
         start = cuts[k - 1] if k else 0
         end = cuts[k + 1] if k + 1 < len(cuts) else len(series)
-        before_reps = [r for run in series[start:after] for r in run if len(r)]
-        after_reps = [r for run in series[after:end] for r in run if len(r)]
-        low, high = stats.hierarchical_ratio_ci(before_reps, after_reps, n_resamples=CI_RESAMPLES)
-        if not beyond_band(low, high, threshold):
+        found = split(values[start:after], values[after:end])
+        low, high = found.interval()
+        low_r, high_r = ratio(low), ratio(high)
+        if not beyond_band(low_r, high_r, threshold):
             continue  # perhaps significant, but not shown to exceed the threshold
         steps.append(
-            Step(
-                after=after,
-                ratio=stats.pooled_ratio(before_reps, after_reps),
-                ci_low=low,
-                ci_high=high,
-                p_value=candidates[after],
-            )
+            Step(after=after, ratio=ratio(found.difference), ci_low=low_r, ci_high=high_r, p_value=candidates[after])
         )
     return steps
 
 
+def equivalence_p(series: Sequence[Sequence[Sequence[float]]], threshold: float) -> float:
+    """The largest over the runs of the TOST p of "this run's value is
+    inside the band against the first run's", with the run-to-run spread
+    estimated from the whole series (a change anywhere widens it, which
+    only makes equivalence harder to show)."""
+    from scipy import special
+
+    values = [v for v in run_values(series) if math.isfinite(v)]
+    n = len(values)
+    if n < 3:
+        return 1.0
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    log = _log_scale(series)
+    low = math.log(1.0 - threshold) if log else -threshold
+    high = math.log(1.0 + threshold) if log else threshold
+    se = sd * math.sqrt(2.0)
+    worst = 0.0
+    for v in values[1:]:
+        d = v - values[0]
+        if se == 0.0:
+            p = 0.0 if low < d < high else 1.0
+        else:
+            p = max(special.stdtr(n - 1, -(d - low) / se), special.stdtr(n - 1, -(high - d) / se))
+        worst = max(worst, float(p))
+    return worst
+
+
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
-    from memqual.host.core import ab_tests, stats
+    from memqual.host.core import stats
 
     keys = sorted({k for r in runs for k in r.metrics})
     out = []
@@ -362,8 +468,7 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                 ],
             )
         series.p_change = no_change_p([_reps(e) for _, e in present])
-        tests = [ab_tests.ratio_test(first, _reps(e)) for _, e in present[1:]]
-        series.p_equivalence = max(t.p_equivalence(threshold) for t in tests)
+        series.p_equivalence = equivalence_p([_reps(e) for _, e in present], threshold)
         out.append(series)
     _decide_families(out, runs, alpha)
     return out
@@ -403,6 +508,22 @@ def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> Non
             else:
                 s.steps = []
                 s.verdict = comparison.EQUIVALENT if q < level else comparison.UNDECIDED
+    confound(series)
+
+
+def confound(series: list[Series]) -> None:
+    """A step of a control says the host moved between those two runs: the
+    steps of the other series between the same runs are kept but marked
+    confounded, and a series left with no other step is undecided."""
+    from memqual.host.judge import comparison
+
+    moved = {st.after for s in series if s.role == comparison.CONTROL and s.verdict == STEP for st in s.steps}
+    for s in series:
+        if s.role == comparison.CONTROL or s.verdict != STEP:
+            continue
+        s.steps = [dataclasses.replace(st, confounded=st.after in moved) for st in s.steps]
+        if not s.decided_steps:
+            s.verdict = comparison.UNDECIDED
 
 
 def build(

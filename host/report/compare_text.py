@@ -10,9 +10,11 @@ import sys
 from typing import Any
 
 from memqual.host.judge.comparison import (
+    CHANGED,
     EQUIVALENT,
     FASTER,
     NOT_COMPARABLE,
+    RUNS_DIFFER,
     SLOWER,
     UNDECIDED,
     RunComparison,
@@ -40,6 +42,8 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         EQUIVALENT: "green",
         UNDECIDED: "bold magenta",
         NOT_COMPARABLE: "bold yellow",
+        CHANGED: "yellow",
+        RUNS_DIFFER: "dim",
     }
     families = result.to_json()["families"]
     table = Table(

@@ -103,6 +103,7 @@ class HistoryPage:
 def _steps_text(s: Series) -> str:
     return "; ".join(
         f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
+        + (" (confounded: a control stepped there too)" if st.confounded else "")
         for st in s.steps
     ) or (s.regime.reason() if s.regime and not s.comparable else "no step: " + s.verdict)
 
@@ -114,7 +115,7 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
         number=number,
         runs=tuple(RunRow(i + 1, r.created, r.guest_kernel or "?", r.label, str(r.path)) for i, r in enumerate(g.runs)),
         metrics=len(g.series),
-        stepped=sum(1 for s in g.series if s.steps),
+        stepped=sum(1 for s in g.series if s.decided_steps),
         environment=environment_line(g.runs[0].environment),
         controls_stepped=tuple(c.key for c in g.controls_stepped),
         equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),

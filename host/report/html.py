@@ -37,6 +37,8 @@ VERDICT_COLOURS = {
     comparison.EQUIVALENT: "#0e7490",
     comparison.UNDECIDED: "#7c3aed",
     comparison.NOT_COMPARABLE: GREY,
+    comparison.CHANGED: "#b7791f",
+    comparison.RUNS_DIFFER: GREY,
 }
 
 num = format_number

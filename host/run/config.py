@@ -20,10 +20,6 @@ if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its 
 AVOCADO_TESTS_FAIL = 1
 AVOCADO_JOB_FAIL = 2
 UNTIL_DECIDED_BUDGET_MIN = 120.0
-# With 10 rounds a side the exact permutation test has 184756 splits: the
-# stats module's budget; past it p turns Monte Carlo, and a run that long
-# should be planned with --rounds instead.
-UNTIL_DECIDED_MAX_ROUNDS = 10
 
 
 @dataclasses.dataclass(frozen=True)

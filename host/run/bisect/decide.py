@@ -34,7 +34,15 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from memqual.host.judge.comparison import EQUIVALENT, FASTER, SLOWER, UNDECIDED, MetricStats, stats_verdict_text
+from memqual.host.judge.comparison import (
+    CHANGED,
+    EQUIVALENT,
+    FASTER,
+    SLOWER,
+    UNDECIDED,
+    MetricStats,
+    stats_verdict_text,
+)
 
 GOOD = "good"
 BAD = "bad"
@@ -167,7 +175,12 @@ def evidence_of(
     except ValueError:  # a side with no samples
         return Evidence(UNDECIDED, None, look, level, paired)
     # Past the planned looks nothing is left to spend: nothing is decided.
-    return Evidence(verdict if level > 0.0 else UNDECIDED, found, look, level, paired)
+    # A probe shown to differ with an estimate inside the margin is neither
+    # good nor bad: it stays undecided and gets more blocks (its looks are
+    # Bonferroni over the planned ones, which needs no freezing).
+    if level <= 0.0 or verdict == CHANGED:
+        verdict = UNDECIDED
+    return Evidence(verdict, found, look, level, paired)
 
 
 def classify(evidence: Evidence, step: str | None = None) -> str:

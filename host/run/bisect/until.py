@@ -10,7 +10,7 @@ primary is decided, the budget is spent, or no undecided scenario could be
 decided in what is left of it.  At each look the run so far is compared
 as ``memqual compare`` would (host/judge/comparison.py: families, Holm over
 the primaries, TOST for equivalence), and a metric is **decided** when its
-verdict is ``slower``, ``faster`` or ``equivalent``.  A decided metric is
+verdict is ``slower``, ``faster``, ``changed`` or ``equivalent``.  A decided metric is
 frozen: its verdict is the one of the look that decided it, and later
 blocks of other scenarios do not re-decide it.
 
@@ -48,8 +48,9 @@ larger of two one-sided p's, through the one-sided recursion).  A look on
 fewer than MIN_BLOCKS_SEQUENTIAL blocks, where the t is far from normal,
 takes p as it is and leaves no boundary (leaving a look out of the
 recursion only makes the later p' larger); a metric not comparable at a
-look, or first compared late, has only its own looks; a decided metric
-is frozen and has none after.  ``memqual compare`` (one look) is
+look, or first compared late, has only its own looks; a metric that
+crosses a boundary (slower, faster, changed inside the margin, or
+equivalent) is frozen there whatever its ratio and has no look after.  ``memqual compare`` (one look) is
 unchanged.
 
 **Futility.**  After a look, a scenario whose undecided primary would need
@@ -85,11 +86,15 @@ FUTILITY_MARGIN = 2.0
 # floor-like 8 % change in 17 % of runs against 7.5 % from 3 blocks, and
 # 10 % changes on six noisy primaries in 5-35 % against 2-23 %.
 MIN_BLOCKS_TO_JUDGE = 2
-# A look on fewer blocks than this takes its Bonferroni share (p as it is)
-# and leaves no boundary for the later looks: the recursion treats the
-# statistic as normal, which a t on 1-2 degrees of freedom is not.
-# Measured through the real loop (docs/ab-calibration.md).
-MIN_BLOCKS_SEQUENTIAL = 3
+# A look on fewer blocks than this takes its Bonferroni share (the t's own
+# p, exact at any degrees of freedom) and leaves no boundary for the later
+# looks: the recursion treats the statistic as a Brownian motion's, and
+# the t of a few blocks, through its p, is not one jointly -- one metric
+# looked at on 3, 4, 5 and 6 blocks crossed the recursion's boundaries
+# 1.19-1.25 times as often as its alpha.  From 8 blocks (7 degrees of
+# freedom) on the excess is measured below alpha's binomial interval
+# (docs/ab-calibration.md, ``python -m memqual.host.run.calibrate``).
+MIN_BLOCKS_SEQUENTIAL = 8
 
 
 @dataclasses.dataclass
@@ -229,6 +234,11 @@ class Tracker:
     # False: each look tests at its own share of alpha (Bonferroni over the
     # looks), as the calibration's reference.
     group_sequential: bool = True
+    # Where a look's MetricComparisons come from: ``decisions`` (the run's
+    # records merged and compared) unless given; the calibration gives its
+    # synthetic blocks' (host/run/calibrate.py).
+    decisions_of: Callable[..., list[Any]] | None = None
+    min_blocks_sequential: int = 0  # 0: MIN_BLOCKS_SEQUENTIAL
 
     @property
     def fraction_spent(self) -> float:
@@ -253,8 +263,9 @@ class Tracker:
         fraction = max(fraction, self.fraction_spent)
         level = self.level_at(fraction)
         sequential = self.sequential_p if self.group_sequential else None
+        source = self.decisions_of or decisions
         now = (
-            decisions(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
+            source(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
             if level > 0
             else []
         )
@@ -264,8 +275,14 @@ class Tracker:
             if progress.frozen is not None:
                 progress.history.append((look, True, progress.frozen))
                 continue
-            # A metric whose regimes differ is not decided: a later look may find them matched.
-            decided = m.verdict not in (comparison.UNDECIDED, comparison.NOT_COMPARABLE)
+            # A metric whose regimes differ is not decided: a later look may
+            # find them matched; a look outside blocks (a block failed)
+            # describes, it decides nothing.  Any other verdict is a
+            # crossing -- of the difference's boundary (slower, faster, or
+            # changed inside the margin) or the TOST's (equivalent) -- and
+            # freezes the metric whatever its ratio: the recursion takes a
+            # path that crossed as stopped.
+            decided = m.verdict not in (comparison.UNDECIDED, comparison.NOT_COMPARABLE, comparison.RUNS_DIFFER)
             text = comparison.verdict_text(m)
             progress.history.append((look, decided, text))
             progress.blocks_needed = m.comparison.blocks_needed
@@ -297,7 +314,8 @@ class Tracker:
         MIN_BLOCKS_SEQUENTIAL blocks."""
         progress = self.metrics.get(key)
         units = test.units
-        if (progress and progress.frozen is not None) or not test.testable or units < MIN_BLOCKS_SEQUENTIAL:
+        least = self.min_blocks_sequential or MIN_BLOCKS_SEQUENTIAL
+        if (progress and progress.frozen is not None) or not test.testable or units < least:
             return None
         difference, equivalence = self.paths(key)
         if units < difference.information:

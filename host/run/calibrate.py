@@ -1,0 +1,281 @@
+"""``python -m memqual.host.run.calibrate``: the error rates of the A/B
+decisions, measured on synthetic truth through the real decision code
+(``comparison.compare_runs``, ``comparison.decide``, the ``until.Tracker``
+with its group-sequential boundaries, ``history.change_points`` and its
+family), from fixed seeds.  Every figure of docs/ab-calibration.md's
+"Decisions outside the happy path" table comes from here; each rate is
+printed with its trials, seed and binomial 95 % interval (Clopper-Pearson).
+``--quick`` runs a tenth of the trials; tests/test_ab_calibration.py runs
+bounded subsets of the same functions and asserts their rates inside the
+intervals measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+from scipy import stats as _scipy_stats
+
+from memqual.host.core import ab_tests
+from memqual.host.judge import comparison, history
+from memqual.host.run.bisect import until
+
+ALPHA, THRESHOLD = 0.01, 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """A measured rate: events in trials, with its seed."""
+
+    name: str
+    events: int
+    trials: int
+    seed: int
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.trials if self.trials else math.nan
+
+    def interval(self) -> tuple[float, float]:
+        """Clopper-Pearson 95 %."""
+        k, n = self.events, self.trials
+        low = 0.0 if k == 0 else float(_scipy_stats.beta.ppf(0.025, k, n - k + 1))
+        high = 1.0 if k == n else float(_scipy_stats.beta.ppf(0.975, k + 1, n - k))
+        return low, high
+
+    def line(self) -> str:
+        low, high = self.interval()
+        return (
+            f"{self.name}: {100 * self.rate:.2f} % ({self.events} of {self.trials}, seed {self.seed}; "
+            f"95 % [{100 * low:.2f}, {100 * high:.2f}] %)"
+        )
+
+
+# ---------------------------------------------------------------- unblocked compare
+
+
+def _entry(key: str, reps: list[list[float]], primary: bool, scenario: str) -> dict[str, Any]:
+    return {
+        "key": key,
+        "scenario": scenario,
+        "metric": key,
+        "unit": "s",
+        "better": "lower",
+        "variant": {},
+        "settings": {},
+        "samples": [x for r in reps for x in r],
+        "replicates": reps,
+        "primary": primary,
+        "summary": {},
+    }
+
+
+def _run_file(
+    rng: np.random.Generator, primaries: int, controls: int, reps: int, offsets: np.ndarray
+) -> dict[str, Any]:
+    """One run's results outside blocks: each metric's replicates (3
+    samples of 1 % noise around a replicate level of 3 % noise), the whole
+    run's metric moved by its ``offsets`` entry."""
+    metrics = []
+    for j in range(primaries + controls):
+        control = j >= primaries
+        level = (1.0 + j / 10.0) * math.exp(offsets[j])
+        rep_levels = level * np.exp(rng.normal(0.0, 0.03, reps))
+        values = [list(lv * np.exp(rng.normal(0.0, 0.01, 3))) for lv in rep_levels]
+        scenario = "memslots.kvm" if control else f"synthetic.s{j}"
+        metrics.append(_entry(f"{scenario} m{j}", [[float(x) for x in r] for r in values], not control, scenario))
+    return {"memqual_version": "calibration", "metrics": metrics, "claims": [], "environment": {}}
+
+
+def unblocked_compare(
+    trials: int, seed: int, offset: float, common: bool, runs: int = 1, primaries: int = 10, controls: int = 26
+) -> tuple[Rate, Rate, Rate]:
+    """A/A outside blocks, 6 replicates a run, ``runs`` files a side, each
+    run's host off by N(0, offset) per metric (``common``: one draw for
+    every metric of the run): any primary slower/faster, exit 1, exit 3."""
+    rng = np.random.default_rng(seed)
+    flagged = exit1 = exit3 = 0
+    n = primaries + controls
+    for _ in range(trials):
+
+        def draw() -> np.ndarray:
+            return np.full(n, rng.normal(0.0, offset)) if common else rng.normal(0.0, offset, n)
+
+        a = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
+        b = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
+        result = comparison.compare_runs(a, b, threshold=THRESHOLD, alpha=ALPHA)
+        flagged += any(m.flagged for m in result.metrics if m.role == comparison.PRIMARY)
+        status = result.exit_status()
+        exit1 += status == 1
+        exit3 += status == 3
+    what = f"{runs} run(s) a side, offset {100 * offset:g} % {'common' if common else 'per metric'}"
+    return (
+        Rate(f"{what}: any primary slower/faster", flagged, trials, seed),
+        Rate(f"{what}: exit 1", exit1, trials, seed),
+        Rate(f"{what}: exit 3", exit3, trials, seed),
+    )
+
+
+# ---------------------------------------------------------------- history
+
+
+def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step: float = 1.0, runs: int = 8) -> Rate:
+    """Series of ``runs`` runs of 4 replicates (2 % noise), each run moved
+    by N(0, drift) (``walk``: a random walk of that step), a ``step`` from
+    the middle run on: the share of series given a step (at alpha, one
+    series alone: its family's first Holm level would be lower)."""
+    rng = np.random.default_rng(seed)
+    found = 0
+    for _ in range(trials):
+        moves = rng.normal(0.0, drift, runs)
+        levels = np.cumsum(moves) if walk else moves
+        series = []
+        for i in range(runs):
+            level = math.exp(levels[i]) * (step if i >= runs // 2 else 1.0)
+            series.append([[float(level * math.exp(rng.normal(0.0, 0.02)))] for _ in range(4)])
+        found += bool(history.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
+    kind = "random walk" if walk else "independent"
+    return Rate(f"history, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step", found, trials, seed)
+
+
+# ---------------------------------------------------------------- looks on few blocks
+
+
+def _look_decisions(
+    records_a: Sequence[tuple[int, float]],
+    records_b: Sequence[tuple[int, float]],
+    *,
+    threshold: float,
+    alpha: float,
+    sequential: Callable[..., Any] | None = None,
+) -> list[Any]:
+    """One primary's MetricComparison from (block, value) pairs, as
+    compare_results decides it (a family of one)."""
+    blocks = [blk for blk, _ in records_a]
+    ra, rb = [[v] for _, v in records_a], [[v] for _, v in records_b]
+    test = ab_tests.ratio_test(ra, rb, blocks, blocks)
+    given = sequential("m", test) if sequential else None
+    decided, verdicts = comparison.decide(
+        [test], [comparison.PRIMARY], ["lower"], threshold=threshold, alpha=alpha, sequential=[given]
+    )
+    return [
+        comparison.MetricComparison(
+            key="m",
+            scenario="s",
+            metric="m",
+            unit="s",
+            better="lower",
+            comparison=comparison.metric_stats(
+                test, ra, rb, decided[0], verdicts[0], threshold=threshold, sequential=given
+            ),
+            verdict=verdicts[0],
+        )
+    ]
+
+
+def sequential_looks(
+    trials: int, seed: int, looks: Sequence[int] = (3, 4, 5, 6), min_blocks: int = 0, alpha: float = ALPHA
+) -> Rate:
+    """One metric, no effect, looked at on these block counts through the
+    real Tracker (alpha on the budget's clock, the look at the last count
+    spending what is left): the share of trials it was decided slower or
+    faster.  ``min_blocks``: the Tracker's MIN_BLOCKS_SEQUENTIAL (0: its
+    own)."""
+    rng = np.random.default_rng(seed)
+    wrong = 0
+    last = looks[-1]
+    for _ in range(trials):
+        d = rng.normal(0.0, 0.03, last)
+        tracker = until.Tracker(
+            threshold=0.0, alpha=alpha, decisions_of=_look_decisions, min_blocks_sequential=min_blocks
+        )
+        for k in looks:
+            a = [(i + 1, 1.0) for i in range(k)]
+            b = [(i + 1, float(math.exp(d[i]))) for i in range(k)]
+            tracker.update(k, a, b, fraction=k / last)
+        wrong += any(m.frozen in (comparison.SLOWER, comparison.FASTER) for m in tracker.metrics.values())
+    rule = f"recursion from {min_blocks or until.MIN_BLOCKS_SEQUENTIAL} blocks"
+    return Rate(
+        f"one metric, looks on {list(looks)} blocks, {rule}, alpha {alpha:g}: slower or faster", wrong, trials, seed
+    )
+
+
+# ---------------------------------------------------------------- the drift alarm
+
+
+def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float = 0.20, controls: int = 26) -> Rate:
+    """Every control moved by ``move``, 2 % block noise, paired on
+    ``blocks`` blocks, Holm over the controls at ``alpha``: a control flagged."""
+    rng = np.random.default_rng(seed)
+    caught = 0
+    for _ in range(trials):
+        tests = []
+        for _j in range(controls):
+            a = [[float(math.exp(x))] for x in rng.normal(0.0, 0.02 / math.sqrt(2), blocks)]
+            b = [[float((1 + move) * math.exp(x))] for x in rng.normal(0.0, 0.02 / math.sqrt(2), blocks)]
+            ids = list(range(blocks))
+            tests.append(ab_tests.ratio_test(a, b, ids, ids))
+        _, verdicts = comparison.decide(
+            tests, [comparison.CONTROL] * controls, ["lower"] * controls, threshold=THRESHOLD, alpha=alpha
+        )
+        caught += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts)
+    return Rate(
+        f"controls moved {100 * move:g} %, {blocks} blocks, alpha {alpha:g}: drift caught", caught, trials, seed
+    )
+
+
+# ---------------------------------------------------------------- the table
+
+
+def table(scale: float = 1.0) -> Iterator[Rate]:
+    """Every figure, at ``scale`` times its trials, as it is measured."""
+
+    def n(trials: int) -> int:
+        return max(20, int(trials * scale))
+
+    for blocks, seed in ((2, 401), (3, 402), (6, 403)):
+        for level in (0.01, 0.0032):
+            yield drift_alarm(n(500), seed, blocks, level)
+    for offset, common, runs, seed in (
+        (0.0, False, 1, 411),
+        (0.03, False, 1, 412),
+        (0.03, True, 1, 413),
+        (0.0, False, 3, 414),
+        (0.03, False, 3, 415),
+        (0.03, True, 3, 416),
+    ):
+        yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
+    for drift, walk, step, seed in (
+        (0.0, False, 1.0, 421),
+        (0.03, False, 1.0, 422),
+        (0.05, False, 1.0, 423),
+        (0.02, True, 1.0, 424),
+        (0.0, False, 1.10, 425),
+        (0.03, False, 1.10, 426),
+    ):
+        yield history_steps(n(2000), seed, drift, walk, step)
+    yield sequential_looks(n(2000), 431)
+    yield sequential_looks(n(1000), 432, min_blocks=3)
+    yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m memqual.host.run.calibrate", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the trials (about a minute)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    for rate in table(0.1 if args.quick else 1.0):
+        print(rate.line(), flush=True)
+    print(f"({time.monotonic() - start:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
