@@ -95,15 +95,13 @@ class DecisionLine:
     label: str
     settings_changed: str
     verdict: Badge
-    ratio: str
-    ci: str
+    note: str  # what an undecided one would need, why one was not compared
+    ratio: str  # "1.074 [1.066, 1.082]"
     margin: str
-    look: str  # "3 (4.2 min)", "1" for one comparison, "-" undecided
+    look: str  # "3 at 4.2 min", "1" for one comparison, "-" undecided
     blocks: str
-    test: str  # "p' 0.0004 < 0.0011 (difference)"
-    a_median: str
-    b_median: str
-    unit: str
+    test: str  # "p' 0.0004 < 0.0011"
+    medians: str  # "1.946 s -> 11.79 s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,25 +245,27 @@ def _decision_line(r: decisions.Decision, m: MetricComparison, sequential: bool)
     if r.look is None:
         look = "-"
     else:
-        look = f"{r.look}" + ("" if r.minutes is None else f" ({r.minutes:.1f} min)")
+        look = f"{r.look}" + ("" if r.minutes is None else f" at {r.minutes:.1f} min")
     mark = "p'" if sequential else "p"
     if r.verdict == NOT_COMPARABLE or r.level <= 0:
         test = "-"
     else:
-        test = f"{mark} {r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g} ({r.test})"
+        test = f"{mark} {r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" + (
+            " (TOST)" if r.test != "difference" else ""
+        )
+    note = r.text[len(r.verdict) :].strip(" ()") if r.text.startswith(r.verdict) else r.text
+    unit = f" {r.unit}" if r.unit else ""
     return DecisionLine(
         label=r.label,
         settings_changed=", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()),
-        verdict=badge(r.verdict, f"{NOT_COMPARABLE} (below)" if r.verdict == NOT_COMPARABLE else r.text),
-        ratio=num(r.ratio),
-        ci=f"[{num(r.ci_low)}, {num(r.ci_high)}]",
+        verdict=badge(r.verdict),
+        note="see below" if r.verdict == NOT_COMPARABLE else note,
+        ratio=f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
         margin=f"±{r.margin:.0%}",
         look=look,
         blocks=(f"{r.blocks}" if r.paired else f"{r.blocks} a side"),
         test=test,
-        a_median=num(r.a_median),
-        b_median=num(r.b_median),
-        unit=r.unit,
+        medians=f"{num(r.a_median)}{unit} → {num(r.b_median)}{unit}",
     )
 
 

@@ -74,33 +74,43 @@ def print_comparison(
         ),
         title_justify="left",
     )
-    grid.add_column("metric", overflow="fold", ratio=1)
-    grid.add_column(f"{a_name} median", justify="right", no_wrap=True)
-    grid.add_column(f"{b_name} median", justify="right", no_wrap=True)
+    grid.add_column("metric", overflow="fold", ratio=1, min_width=18)
+    if not table.sequential:
+        grid.add_column(f"{a_name} median", justify="right", no_wrap=True)
+        grid.add_column(f"{b_name} median", justify="right", no_wrap=True)
     grid.add_column("B/A [95% CI]", justify="right", no_wrap=True)
     grid.add_column("reps" if not table.sequential else "blocks", justify="right", no_wrap=True)
     if table.sequential:
         grid.add_column("look", justify="right", no_wrap=True)
-    grid.add_column("p (corr.)" if not table.sequential else "p' / boundary", justify="right", no_wrap=True)
+    grid.add_column("p (corr.)" if not table.sequential else "p' < boundary", justify="right", no_wrap=True)
     grid.add_column("margin", justify="right", no_wrap=True)
-    grid.add_column("verdict", overflow="fold", max_width=28)
+    grid.add_column("verdict", overflow="fold", max_width=22)
     by_key = {m.key: m for m in result.metrics}
     order = {PRIMARY: 0, CONTROL: 1, EXPLORATORY: 2}
-    for r in sorted(table.rows, key=lambda r: order.get(r.role, 3)):
+    shown = sorted(table.rows, key=lambda r: order.get(r.role, 3))
+    if table.sequential:
+        # The looks' table on a terminal: every primary, the controls and
+        # exploratory metrics that were decided; the rest are counted below
+        # and listed in comparison.json and comparison.html.
+        shown = [r for r in shown if r.role == PRIMARY or r.decided]
+    for r in shown:
         m = by_key[r.key]
         c = m.comparison
         if table.sequential:
             units = f"{r.blocks}"
-            look = "-" if r.look is None else f"{r.look}" + ("" if r.minutes is None else f" ({r.minutes:.1f} min)")
-            test = f"{r.p:.2g} / {r.level:.2g}" if r.level > 0 else "-"
+            look = "-" if r.look is None else f"{r.look}" + ("" if r.minutes is None else f" ({r.minutes:.1f}m)")
+            test = f"{r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" if r.level > 0 else "-"
         else:
             units = f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else "")
             look = ""
             test = f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})")
         cells = [
             escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role]),
-            escape(f"{num(r.a_median)} {r.unit}"),
-            escape(f"{num(r.b_median)} {r.unit}"),
+            *(
+                []
+                if table.sequential
+                else [escape(f"{num(r.a_median)} {r.unit}"), escape(f"{num(r.b_median)} {r.unit}")]
+            ),
             f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
             units,
             *([look] if table.sequential else []),
@@ -113,6 +123,14 @@ def print_comparison(
         grid.add_row(*cells)
     console.print(grid)
     if table.sequential:
+        for role, name in ((CONTROL, "negative controls"), (EXPLORATORY, "exploratory metrics")):
+            rest = [r for r in table.of_role(role) if not r.decided]
+            if rest:
+                console.print(
+                    f"{len(rest)} {name} undecided (not shown: comparison.json, comparison.html)",
+                    highlight=False,
+                    markup=False,
+                )
         console.print(
             f"until decided: {table.stopped or 'every primary decided'}.  p' is a look's group-sequential p "
             "(host/run/bisect/until.py), the boundary the level it faced in its family at that look.  The whole "

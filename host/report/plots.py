@@ -178,10 +178,12 @@ class DecisionRow:
 # The axis spans the point estimates and the margin, never less than
 # MIN_SPAN either side of 1 and never more than MAX_SPAN: an interval of a
 # metric decided on two blocks can span 0.03-27x, and an axis that wide
-# puts every other ratio on the line.  What runs past the edge is clipped
-# there and drawn as an arrow, with its true end written beside it.
+# puts every other ratio on the line (a 0.95 and a 1.05 a pixel apart).
+# What runs past the edge is clipped there and drawn as an arrow, with its
+# true end written beside it; an estimate past it, as a diamond at the
+# edge with its B / A and interval written inside the axis.
 MIN_SPAN = 1.25
-MAX_SPAN = 4.0
+MAX_SPAN = 2.0
 
 
 def axis_limits(rows: Sequence[DecisionRow], margin: float) -> tuple[float, float]:
@@ -217,33 +219,32 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     clip = {"fontsize": 6.5, "va": "center", "parse_math": False}
     for y, row in enumerate(reversed(rows)):
         lo, hi, r = row.ci_low, row.ci_high, row.ratio
-        if lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi):
+        has_ci = bool(lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi))
+        beyond = bool(r and r > 0 and math.isfinite(r) and not low <= r <= high)
+        if has_ci and lo is not None and hi is not None:
             a, b = max(lo, low), min(hi, high)
             if a < b:
                 ax.plot([a, b], [y, y], color=row.colour, linewidth=1.8, zorder=2)
             if lo < low:
                 ax.plot([low], [y], "<", color=row.colour, markersize=6, zorder=3, clip_on=False)
-                ax.text(low, y + 0.32, num(lo), ha="left", color=row.colour, **clip)
+                if not beyond:
+                    ax.text(low * 1.015, y + 0.3, num(lo), ha="left", color=row.colour, **clip)
             if hi > high:
                 ax.plot([high], [y], ">", color=row.colour, markersize=6, zorder=3, clip_on=False)
-                ax.text(high, y + 0.32, num(hi), ha="right", color=row.colour, **clip)
+                if not beyond:
+                    ax.text(high / 1.015, y + 0.3, num(hi), ha="right", color=row.colour, **clip)
         if r and r > 0 and math.isfinite(r):
-            if low <= r <= high:
+            if not beyond:
                 ax.plot([r], [y], "o", color=row.colour, markersize=5, zorder=4)
             else:
-                edge = low if r < low else high
+                edge, side = (low, "left") if r < low else (high, "right")
                 ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)
-                ax.text(
-                    edge,
-                    y - 0.38,
-                    f"B/A {num(r)}",
-                    ha="left" if r < low else "right",
-                    color=row.colour,
-                    **clip,
-                )
+                span = f" [{num(lo)}, {num(hi)}]" if has_ci else ""
+                inside = edge * 1.03 if side == "left" else edge / 1.03
+                ax.text(inside, y, f"B/A {num(r)}{span}", ha=side, color=row.colour, **clip)
         if row.note:
             ax.text(
-                1.01,
+                1.03,
                 y,
                 row.note,
                 transform=ax.get_yaxis_transform(),
@@ -258,7 +259,13 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     ax.set_ylim(-0.7, len(rows) - 0.3)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0, 4.0) if low <= t <= high]
+    # Ticks no closer than a twelfth of the axis: 0.95 and 1.05 only on a narrow one.
+    ticks: list[float] = []
+    gap = (math.log(high) - math.log(low)) / 12.0
+    for t in sorted((0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0), key=lambda t: abs(math.log(t))):
+        if low <= t <= high and all(abs(math.log(t) - math.log(u)) >= gap for u in ticks):
+            ticks.append(t)
+    ticks.sort()
     ax.xaxis.set_major_locator(FixedLocator(ticks))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
