@@ -259,7 +259,7 @@ def _decision_line(r: decisions.Decision, m: MetricComparison, sequential: bool)
         label=r.label,
         settings_changed=", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()),
         verdict=badge(r.verdict),
-        note="see below" if r.verdict == NOT_COMPARABLE else note,
+        note="its regimes differ: see under the primaries" if r.verdict == NOT_COMPARABLE else note,
         ratio=f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
         margin=f"±{r.margin:.0%}",
         look=look,

@@ -74,17 +74,14 @@ def print_comparison(
         ),
         title_justify="left",
     )
-    grid.add_column("metric", overflow="fold", ratio=1, min_width=18)
-    if not table.sequential:
-        grid.add_column(f"{a_name} median", justify="right", no_wrap=True)
-        grid.add_column(f"{b_name} median", justify="right", no_wrap=True)
+    grid.add_column(f"metric, median {a_name} → {b_name}", overflow="fold", ratio=3, min_width=16)
     grid.add_column("B/A [95% CI]", justify="right", no_wrap=True)
     grid.add_column("reps" if not table.sequential else "blocks", justify="right", no_wrap=True)
     if table.sequential:
         grid.add_column("look", justify="right", no_wrap=True)
     grid.add_column("p (corr.)" if not table.sequential else "p' < boundary", justify="right", no_wrap=True)
     grid.add_column("margin", justify="right", no_wrap=True)
-    grid.add_column("verdict", overflow="fold", max_width=22)
+    grid.add_column("verdict", overflow="fold", ratio=2, min_width=20)
     by_key = {m.key: m for m in result.metrics}
     order = {PRIMARY: 0, CONTROL: 1, EXPLORATORY: 2}
     shown = sorted(table.rows, key=lambda r: order.get(r.role, 3))
@@ -98,19 +95,16 @@ def print_comparison(
         c = m.comparison
         if table.sequential:
             units = f"{r.blocks}"
-            look = "-" if r.look is None else f"{r.look}" + ("" if r.minutes is None else f" ({r.minutes:.1f}m)")
+            look = "-" if r.look is None else f"{r.look}"
             test = f"{r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" if r.level > 0 else "-"
         else:
             units = f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else "")
             look = ""
             test = f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})")
+        medians = f"{num(r.a_median)} {r.unit}".strip() + " → " + f"{num(r.b_median)} {r.unit}".strip()
         cells = [
-            escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role]),
-            *(
-                []
-                if table.sequential
-                else [escape(f"{num(r.a_median)} {r.unit}"), escape(f"{num(r.b_median)} {r.unit}")]
-            ),
+            escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role])
+            + f"\n[dim]{escape(medians)}[/]",
             f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
             units,
             *([look] if table.sequential else []),
