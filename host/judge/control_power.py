@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -211,7 +212,19 @@ def over_looks(
     a control (each look's group-sequential p is at most its raw p, and
     any look flagging is at least as likely as this one).  Returns that
     look and its power (look None: no look compared the controls)."""
-    best: tuple[int | None, ControlPower] = (None, power([], alpha=0.0, threshold=threshold))
+    # No look that spent alpha on two blocks or more: nothing could flag.
+    nothing = ControlPower(
+        len(designs),
+        min((d.units for d in designs), default=0),
+        all(d.n_blocks for d in designs),
+        0.0,
+        kwargs.get("drift", DRIFT),
+        0.0,
+        0,
+        kwargs.get("seed", SEED),
+        float(statistics.median([d.sd for d in designs])) if designs else 0.0,
+    )
+    best: tuple[int | None, ControlPower] = (None, nothing)
     seen: dict[tuple[int, float], ControlPower] = {}
     for look, blocks, level in looks:
         if blocks < 2 or level <= 0.0:
@@ -220,6 +233,6 @@ def over_looks(
         if found is None:
             found = power(on_blocks(designs, blocks), alpha=level, threshold=threshold, **kwargs)
             seen[(blocks, level)] = found
-        if best[0] is None or found.power > best[1].power:
+        if best[0] is None or found.power >= best[1].power:
             best = (look, found)
     return best
