@@ -282,12 +282,19 @@ def _nearest(rows: list[decisions.Decision]) -> list[decisions.Decision]:
     return [r for r in rows if r.key in kept]
 
 
-def _exit(table: decisions.DecidingTable) -> tuple[str, str]:
+def _exit(table: decisions.DecidingTable, power: control_power.ControlPower) -> tuple[str, str]:
     if table.exit_status == 3:
         return "a negative control moved: the host drifted, and no decision here is to be trusted", SLOWER
+    controls = (
+        "no negative control moved"
+        if power.sufficient
+        else "the negative controls cannot tell whether the host drifted"
+        if power.controls
+        else "no negative control measured"
+    )
     if table.exit_status == 1:
-        return "a primary metric is slower on B", SLOWER
-    return "no primary slower on B, no negative control moved", EQUIVALENT
+        return f"a primary metric is slower on B; {controls}", SLOWER
+    return f"no primary slower on B; {controls}", EQUIVALENT
 
 
 def comparison_page(
@@ -334,7 +341,7 @@ def comparison_page(
         f"Exploratory metrics ({len(exploratory)}): {decided} decided ({slower} slower or faster), "
         "decide nothing" + (" (--all-metrics: they set the exit status)" if result.all_metrics else "")
     )
-    reason, colour = _exit(table)
+    reason, colour = _exit(table, power)
     return ComparisonPage(
         a_name=a_name,
         b_name=b_name,

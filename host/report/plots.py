@@ -241,7 +241,7 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
                 ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)
                 span = f" [{num(lo)}, {num(hi)}]" if has_ci else ""
                 inside = edge * 1.03 if side == "left" else edge / 1.03
-                ax.text(inside, y, f"B/A {num(r)}{span}", ha=side, color=row.colour, **clip)
+                ax.text(inside, y + 0.3, f"B/A {num(r)}{span}", ha=side, color=row.colour, **clip)
         if row.note:
             ax.text(
                 1.03,
