@@ -180,10 +180,35 @@ def power(
 
 
 def designs_of(metrics: Sequence[Any]) -> list[ControlDesign]:
-    """The designs of the compared controls among MetricComparisons."""
+    """The designs of the compared controls among MetricComparisons, each
+    on fewer than RELIABLE_UNITS units with a spread of at least the
+    controls' median (see ``floored``)."""
     from memqual.host.judge.comparison import CONTROL
 
-    return [d for m in metrics if m.role == CONTROL and m.comparable for d in [design_of(m)] if d]
+    return floored([d for m in metrics if m.role == CONTROL and m.comparable for d in [design_of(m)] if d])
+
+
+# A spread from fewer units than this is taken at no less than the
+# controls' median: from two blocks (one degree of freedom) a control's sd
+# comes out below a fifth of its truth one time in six, and the power of a
+# family of 26 would rest on its luckiest few.  Never lowering a spread
+# keeps the power a lower bound.
+RELIABLE_UNITS = 8
+
+
+def floored(designs: Sequence[ControlDesign]) -> list[ControlDesign]:
+    """The designs with a spread of at least the median of them all where
+    they rest on fewer than RELIABLE_UNITS units."""
+    if not designs:
+        return []
+    median = statistics.median(d.sd for d in designs)
+    out = []
+    for d in designs:
+        if d.units < RELIABLE_UNITS and d.sd < median:
+            scale = median / d.sd if d.sd > 0 else math.inf
+            d = dataclasses.replace(d, se=d.se * scale if math.isfinite(scale) else median / math.sqrt(d.units))
+        out.append(d)
+    return out
 
 
 def on_blocks(designs: Sequence[ControlDesign], blocks: int) -> list[ControlDesign]:
