@@ -173,3 +173,12 @@ def test_one_comparison_is_a_table_of_one_look():
     assert table.decided_by == decisions.ONE_LOOK and not table.sequential and table.exit_status == 0
     for r, m in zip(table.rows, result.metrics, strict=True):
         assert r.verdict == m.verdict and (r.look == 1) == r.decided
+
+
+def test_controls_that_cannot_tell_say_about_how_many_blocks_would():
+    short = control_power.power(_designs(26, 3, 0.03), alpha=0.01, threshold=0.05, trials=100)
+    found = control_power.with_blocks_needed(short, _designs(26, 3, 0.03), threshold=0.05)
+    assert not short.sufficient and found.blocks_needed is not None and 4 <= found.blocks_needed <= 8
+    assert f"about {found.blocks_needed} blocks would reach it" in found.line()
+    again = control_power.power(_designs(26, found.blocks_needed, 0.03), alpha=0.01, threshold=0.05, trials=100)
+    assert again.power >= 0.7

@@ -75,6 +75,9 @@ class ControlPower:
     trials: int
     seed: int
     sd_median: float  # the controls' median spread of a unit's log ratio
+    # Below the target: about how many blocks would reach it at this alpha
+    # and spread (None: not searched, or more than NEEDED_UPTO).
+    blocks_needed: int | None = None
 
     @property
     def sufficient(self) -> bool:
@@ -93,7 +96,8 @@ class ControlPower:
         )
         if self.sufficient:
             return what
-        return f"{what}: below {TARGET_POWER:.0%}, so the controls cannot tell whether the host drifted"
+        need = f" (about {self.blocks_needed} blocks would reach it)" if self.blocks_needed else ""
+        return f"{what}: below {TARGET_POWER:.0%}{need}, so the controls cannot tell whether the host drifted"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +112,7 @@ class ControlPower:
             "trials": self.trials,
             "seed": self.seed,
             "sd_median": self.sd_median,
+            "blocks_needed": self.blocks_needed,
         }
 
 
@@ -261,3 +266,27 @@ def over_looks(
         if best[0] is None or found.power >= best[1].power:
             best = (look, found)
     return best
+
+
+NEEDED_UPTO = 64
+
+
+def with_blocks_needed(found: ControlPower, designs: Sequence[ControlDesign], *, threshold: float) -> ControlPower:
+    """``found`` with, when it falls short on paired designs, about how many
+    blocks would reach TARGET_POWER at its alpha and the same spreads
+    (doubling, then halving the gap; 100 trials a step: about, not exactly)."""
+    if found.sufficient or not found.paired or not designs or found.alpha <= 0:
+        return found
+
+    def enough(n: int) -> bool:
+        return power(on_blocks(designs, n), alpha=found.alpha, threshold=threshold, trials=100).sufficient
+
+    low, high = max(found.units, 2), max(found.units, 2) * 2
+    while not enough(high):
+        if high >= NEEDED_UPTO:
+            return found
+        low, high = high, min(2 * high, NEEDED_UPTO)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return dataclasses.replace(found, blocks_needed=high)

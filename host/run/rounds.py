@@ -487,9 +487,9 @@ def _compare_arms(
             (int(x.get("look", 0)), int(x.get("blocks", 0)), float(x.get("alpha", 0.0)))
             for x in (summary.get("controls") or {}).get("looks") or []
         ]
-        look, power = control_power.over_looks(
-            control_power.designs_of(result.metrics), looks, threshold=result.threshold
-        )
+        designs = control_power.designs_of(result.metrics)
+        look, power = control_power.over_looks(designs, looks, threshold=result.threshold)
+        power = control_power.with_blocks_needed(power, designs, threshold=result.threshold)
         full = result.to_json()
         status = full.pop("exit_status")
         out: dict[str, Any] = {
@@ -509,7 +509,11 @@ def _compare_arms(
         }
     else:
         table = decisions.one_look(result)
-        look, power = None, control_power.of_comparison(result)
+        designs = control_power.designs_of(result.metrics)
+        look = None
+        power = control_power.with_blocks_needed(
+            control_power.of_comparison(result), designs, threshold=result.threshold
+        )
         out = result.to_json()
         out["decided_by"] = table.decided_by
         out["decisions"] = table.to_json()
