@@ -128,7 +128,7 @@ def run(
     res_b = build_results([], merge_rounds([m for m in b if m.blocks[0] <= n]), host_fallback=False)
     result = comparison.compare_results(res_a, res_b)
     table = decisions.sequential(result, summary, tracker.exit_status())
-    looks = [(x["look"], x["blocks"], x["alpha"]) for x in control_looks]
+    looks = [(int(x["look"]), int(x["blocks"]), float(x["alpha"])) for x in control_looks]
     _, power = control_power.over_looks(control_power.designs_of(result.metrics), looks, threshold=0.05, trials=trials)
     return Run(result, res_a, res_b, summary, table, power)
 

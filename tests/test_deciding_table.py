@@ -61,7 +61,7 @@ def test_a_control_design_is_read_back_from_its_interval():
     assert design is not None and design.n_blocks == 8
     specs = cp.PRIMARIES[-1:] + cp.controls(8, 0.02)
     a, b = cp.records(specs, 8, 5)
-    by_block = {}
+    by_block: dict[int, list[float]] = {}
     for side, recs in ((0, a), (1, b)):
         for r in recs:
             if r.scenario == m.scenario and r.variant == m.variant:
