@@ -331,7 +331,7 @@ def comparison_page(
     flagged = table.controls_flagged
     control_heading = (
         f"Negative controls ({len(controls)}): "
-        + (f"{len(flagged)} moved, the host drifted" if flagged else "none moved")
+        + (f"{len(flagged)} moved, the host drifted" if flagged else "none flagged")
         + f"; power to catch a {power.drift:.0%} drift {power.power:.0%}"
         + ("" if power.sufficient or not power.controls else " (too low to tell)")
     )
