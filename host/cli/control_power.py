@@ -22,8 +22,8 @@ from memqual.host.core.errors import BadInput
 
 SPREADS = (0.01, 0.02, 0.05)
 LEVELS = (0.01, 0.0032, 0.001)
-GRID_BLOCKS = (2, 3, 4, 5, 6, 8)
-FILE_BLOCKS = (2, 4, 6, 8, 12, 16, 24)
+GRID_BLOCKS: tuple[int, ...] = (2, 3, 4, 5, 6, 8)
+FILE_BLOCKS: tuple[int, ...] = (2, 4, 6, 8, 12, 16, 24)
 CONTROLS = 26
 
 
