@@ -1,7 +1,9 @@
 """A/B runs in blocks: both arms' images built first, A and B interleaved as
 Avocado variants inside one job (A B, then B A), the records split per
-arm, more blocks while a primary is undecided (--until-decided), and the
-two arms compared.
+arm, more blocks while a primary is undecided (--until-decided, the
+negative controls with them until they can tell), and the two arms
+compared: comparison.json and .html with the deciding table
+(host/judge/decisions.py) and the controls' power.
 """
 
 from __future__ import annotations
@@ -300,8 +302,10 @@ def add_blocks_until_decided(
 ) -> int:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
-    until none has, the budget is spent, or its alpha is; writes
-    OUTPUT/until-decided.json.  ``reserve_s`` of the budget is kept for
+    until none has, the budget is spent, or its alpha is; the negative
+    controls' tests ride along in each added block until they can tell
+    (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
+    (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
     is the rest.  The decisions' exit status, as compare's."""
     from memqual.host.run import blocks
