@@ -320,6 +320,9 @@ def comparison_page(
 
     def family(role: str, name: str, heading: str, is_open: bool = False) -> Family:
         rows = table.of_role(role)
+        if role != PRIMARY:
+            # A folded family leads with what moved, then what was decided.
+            rows = sorted(rows, key=lambda r: (r.verdict not in (SLOWER, FASTER), not r.decided))
         lines = tuple(_decision_line(r, by_key[r.key], table.sequential) for r in rows)
         plotted = rows if role != EXPLORATORY else _nearest(rows)
         what = name if len(plotted) == len(rows) else f"{len(plotted)} of the {len(rows)} {name}"
