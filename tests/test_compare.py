@@ -258,7 +258,7 @@ def test_html_page_shows_undecided_and_one_sided_metrics(tmp_path):
     page = tmp_path / "cmp.html"
     assert _run([a, b, "--html", str(page)]) == 0
     text = page.read_text()
-    assert "undecided (needs about" in text and "1 metric(s) undecided" in text
+    assert ">undecided</span><div class='small'>needs about" in text and "1 primary metric(s) undecided" in text
     assert "Metrics on one side only" in text and "renamed_s" in text and "m01_s" in text
 
 

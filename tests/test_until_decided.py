@@ -416,12 +416,75 @@ def test_a_metric_whose_regimes_differ_is_not_frozen_and_its_scenario_runs_on():
 def test_the_run_exits_as_its_sequential_decisions(tmp_path, fake, tracker, decisions, status):
     """A primary decided slower fails the run (1), a moved control says the
     host drifted (3): the looks' decisions, not the whole run's comparison
-    at the full alpha after optional stopping."""
+    at the full alpha after optional stopping.  comparison.json carries the
+    looks' exit status; the whole run at full alpha is its descriptive
+    part, with no exit status of its own (the 1.5x deflate of PLAN2 is
+    slower there whatever the looks said)."""
     tracker.status = decisions
     fake.plan(tests=PLAN2)
     got, out = _run(tmp_path, "--until-decided")
     assert got == status
     assert ("exit 1" in out) == (status == 1) and ("host drifted" in out) == (status == 3)
+    compared = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert compared["exit_status"] == decisions and compared["decided_by"] == "the looks of --until-decided"
+    assert compared["decisions"]["exit_status"] == decisions
+    assert "exit_status" not in compared["descriptive"] and "descriptive only" in compared["descriptive"]["note"]
+    deflate = next(m for m in compared["descriptive"]["metrics"] if m["metric"] == "deflate_s")
+    assert deflate["verdict"] == "slower"
+    page = (tmp_path / "out" / "comparison.html").read_text()
+    assert f"exit {decisions}</span>" in page and "Descriptive: the whole run at full alpha" in page
+    assert "the decisions (each metric at the look of --until-decided" in out
+
+
+PLAN3 = [
+    *PLAN2,
+    {
+        "name": "e2e/test_memslots_kvm.py:MemslotsKvm.test_lookup_cost_by_slot_count",
+        "status": "PASS",
+        "records": [_rec("memslots.kvm_lookup", "access_ns", 20.0)],
+    },
+]
+CONTROL_TEST = "e2e/test_memslots_kvm.py:MemslotsKvm.test_lookup_cost_by_slot_count"
+
+
+def test_the_negative_controls_run_in_every_added_block_until_they_have_enough(tmp_path, fake, tracker):
+    """Below MIN_CONTROL_BLOCKS blocks the controls' silence says nothing:
+    each added block runs them beside the undecided scenario's test."""
+    fake.plan(tests=PLAN3)
+    status, out = _run(tmp_path, "--until-decided")
+    assert status == 0
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert [b["block"] for b in summary["added_blocks"]] == [3, 4]
+    assert all(CONTROL_TEST in b["tests"] and b["controls"] for b in summary["added_blocks"])
+    assert summary["controls"]["blocks"] == 4 and summary["controls"]["tests"] == [CONTROL_TEST]
+    assert [x["blocks"] for x in summary["controls"]["looks"]] == [2, 3, 4]
+    for call in fake.calls()[1:]:
+        assert CONTROL_TEST + "$" in call["argv"]
+    # The run says what the controls can tell: on 4 blocks of a fake, nothing.
+    assert "cannot tell whether the host drifted" in out
+
+
+def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracker, monkeypatch):
+    """With enough blocks and 80 % power at the last look's alpha, the
+    controls cost a block nothing more: later blocks run without them."""
+    from memqual.host.judge import control_power
+
+    tracker.decided_at = 5
+    monkeypatch.setattr(run_rounds, "MIN_CONTROL_BLOCKS", 3)
+    enough = control_power.ControlPower(26, 3, True, 0.003, 0.1, 0.97, 100, 34, 0.02)
+    monkeypatch.setattr(run_rounds, "controls_power_now", lambda state, level: enough)
+    fake.plan(tests=PLAN3)
+    status, out = _run(tmp_path, "--until-decided")
+    assert status == 0
+    summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert [(b["block"], b["controls"]) for b in summary["added_blocks"]] == [
+        (3, True),
+        (4, False),
+        (5, False),
+        (6, False),
+    ]
+    assert summary["controls"]["blocks"] == 3
+    assert "they leave the further blocks" in out
 
 
 def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_scale():

@@ -1,30 +1,42 @@
-"""comparison.html: run B against run A, for people.
+"""comparison.html: run B against run A, for people, leading with the
+decision.
 
-``memqual compare A.json B.json --html FILE`` and a two-kernel ``memqual
-run`` (OUTPUT/comparison.html) write it.  One self-contained page: where
-each run's figures come from, how many metrics got faster or slower and how
-many were equivalent or undecided, whether a negative control says the
-host drifted, a forest plot of every ratio B/A with its confidence
-interval against the threshold band, the table that ``memqual compare``
-prints (replicates a side, raw and corrected p, TOST p), the metrics
-found on one side only, the metrics not comparable (measured in different
-regimes, host/judge/regime.py: listed, never decided), the claims whose verdict
-moved and the environment that differs.  The page is templates/comparison.html.j2 over a
-``ComparisonPage``.
+``memqual compare A.json B.json --html FILE`` and a two-arm ``memqual
+run`` (OUTPUT/comparison.html) write it.  One self-contained page, in this
+order: where each run's figures come from; the exit status and what set it
+(one comparison at alpha, or the looks of --until-decided); the primaries,
+each with its verdict, margin, the look that decided it and its blocks, in
+a forest plot on a log axis with the margin band drawn (intervals past the
+axis clipped at its edge and marked) and a table; whether the host
+drifted; then, folded, the negative controls with their power to catch a
+10 % drift (host/judge/control_power.py) and the exploratory metrics; the
+looks of --until-decided (until-decided.json); the whole run at full alpha
+as a descriptive table that sets no exit status; the metrics on one side
+only, those not comparable (measured in different regimes,
+host/judge/regime.py: listed, never decided), the claims whose verdict
+moved and the environment that differs.  The page is
+templates/comparison.html.j2 over a ``ComparisonPage``; the rows are
+host/judge/decisions.py's deciding table.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge import control_power, decisions
 from memqual.host.judge.comparison import (
+    CONTROL,
+    EQUIVALENT,
+    EXPLORATORY,
+    FASTER,
     NOT_COMPARABLE,
+    PRIMARY,
     SLOWER,
     UNDECIDED,
     VERDICTS,
@@ -39,40 +51,87 @@ from memqual.host.report.html import (
     Badge,
     Count,
     EnvironmentLine,
-    ForestRow,
     Plot,
     badge,
     counts,
     environment_line,
-    forest_png,
     num,
 )
+from memqual.host.report.plots import DecisionRow, decision_forest
+
+# The exploratory family can hold a hundred metrics: its plot shows the
+# decided ones and the undecided nearest to a change, up to this many.
+PLOT_ROWS = 40
 
 
-def forest_plot(result: RunComparison, labels: dict[str, str]) -> str | None:
-    """Every metric's ratio B/A (better-is-right is not assumed: the colour
-    says the verdict) with its CI, on a log axis, the threshold band shaded."""
+def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -> Plot | None:
+    """The rows' B / A with intervals on a log axis, the margin band drawn,
+    each row's verdict and look at its right."""
     rows = [
-        ForestRow(
-            labels[m.key][:90],
-            VERDICT_COLOURS[m.verdict],
-            m.comparison.ratio,
-            m.comparison.ci_low,
-            m.comparison.ci_high,
+        DecisionRow(
+            r.label[:80],
+            VERDICT_COLOURS.get(r.verdict, VERDICT_COLOURS[NOT_COMPARABLE]),
+            r.ratio,
+            r.ci_low,
+            r.ci_high,
+            r.verdict + ("" if r.look is None else f", look {r.look}"),
         )
-        for m in result.metrics
-        if m.comparison.ratio and m.comparison.ratio > 0
+        for r in table_rows
     ]
-    if not rows:
+    if not any(r.ratio and r.ratio > 0 for r in rows):
         return None
-    return forest_png(
-        rows, result.threshold, f"B / A (median ratio, 95% CI); shaded: within the {result.threshold:.0%} threshold"
+    png = decision_forest(
+        rows,
+        margin,
+        f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin; arrows: clipped at the edge",
     )
+    return Plot(f"forest plot of B/A for the {what}", png)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionLine:
+    """A metric's decision on the page: what decided it and on what."""
+
+    label: str
+    settings_changed: str
+    verdict: Badge
+    note: str  # what an undecided one would need, why one was not compared
+    ratio: str  # "1.074 [1.066, 1.082]"
+    margin: str
+    look: str  # "3 at 4.2 min", "1" for one comparison, "-" undecided
+    blocks: str
+    test: str  # "p' 0.0004 < 0.0011"
+    medians: str  # "1.946 s -> 11.79 s"
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One family's rows, its plot, and the sentence its folded heading says."""
+
+    name: str
+    heading: str
+    rows: tuple[DecisionLine, ...]
+    plot: Plot | None
+    open: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LookLine:
+    """One look of --until-decided."""
+
+    look: int
+    minutes: str
+    fraction: str
+    alpha: str
+    metrics: str
+    decided: str
+    next_block: str
 
 
 @dataclasses.dataclass(frozen=True)
 class MetricRow:
-    """A metric of both runs: medians, ratio and CI, tests and verdict."""
+    """A metric of both runs at full alpha (the descriptive table after
+    --until-decided, the same figures as the decisions otherwise)."""
 
     label: str
     settings_changed: str  # "key: A -> B, ..." or ""
@@ -134,17 +193,27 @@ class ComparisonPage:
     a_environment: EnvironmentLine
     b_created: str
     b_environment: EnvironmentLine
-    counts: tuple[Count, ...]
+    decided_by: str
+    exit_status: int
+    exit_reason: str
+    exit_colour: str
+    sequential: bool
+    stopped: str
+    counts: tuple[Count, ...]  # the primaries' verdicts
     slower_colour: str
     undecided_colour: str
     not_comparable_colour: str
     controls_flagged: tuple[str, ...]  # negative controls that moved: the host drifted
     regressions: tuple[str, ...]
-    undecided: int
+    undecided: int  # primaries undecided
     not_comparable: int
     refused: tuple[Refused, ...]
-    forest: Plot | None
-    metrics: tuple[MetricRow, ...]
+    primary: Family
+    families: tuple[Family, ...]  # the controls, the exploratory
+    power: str  # the controls' power, one line
+    power_sufficient: bool
+    looks: tuple[LookLine, ...]
+    metrics: tuple[MetricRow, ...]  # the full-alpha table
     one_sided: tuple[OneSided, ...]
     claims_moved: tuple[Moved, ...]
     environment: tuple[Moved, ...]
@@ -172,20 +241,110 @@ def _metric_row(m: MetricComparison, label: str) -> MetricRow:
     )
 
 
+def _decision_line(r: decisions.Decision, m: MetricComparison, sequential: bool) -> DecisionLine:
+    if r.look is None:
+        look = "-"
+    else:
+        look = f"{r.look}" + ("" if r.minutes is None else f" at {r.minutes:.1f} min")
+    mark = "p'" if sequential else "p"
+    if r.verdict == NOT_COMPARABLE or r.level <= 0:
+        test = "-"
+    else:
+        test = f"{mark} {r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" + (
+            " (TOST)" if r.test != "difference" else ""
+        )
+    note = r.text[len(r.verdict) :].strip(" ()") if r.text.startswith(r.verdict) else r.text
+    unit = f" {r.unit}" if r.unit else ""
+    return DecisionLine(
+        label=r.label,
+        settings_changed=", ".join(f"{k}: {va} -> {vb}" for k, (va, vb) in m.settings_changed.items()),
+        verdict=badge(r.verdict),
+        note="its regimes differ: see under the primaries" if r.verdict == NOT_COMPARABLE else note,
+        ratio=f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
+        margin=f"±{r.margin:.0%}",
+        look=look,
+        blocks=(f"{r.blocks}" if r.paired else f"{r.blocks} a side"),
+        test=test,
+        medians=f"{num(r.a_median)}{unit} → {num(r.b_median)}{unit}",
+    )
+
+
+def _nearest(rows: list[decisions.Decision]) -> list[decisions.Decision]:
+    """The decided rows, then the undecided by how far their estimate is
+    from no change, up to PLOT_ROWS."""
+    import math
+
+    def distance(r: decisions.Decision) -> float:
+        return abs(math.log(r.ratio)) if r.ratio and r.ratio > 0 and math.isfinite(r.ratio) else -1.0
+
+    ranked = sorted(rows, key=lambda r: (not r.decided, -distance(r)))
+    kept = {r.key for r in ranked[:PLOT_ROWS]}
+    return [r for r in rows if r.key in kept]
+
+
+def _exit(table: decisions.DecidingTable, power: control_power.ControlPower) -> tuple[str, str]:
+    if table.exit_status == 3:
+        return "a negative control moved: the host drifted, and no decision here is to be trusted", SLOWER
+    controls = (
+        "no negative control moved"
+        if power.sufficient
+        else "the negative controls cannot tell whether the host drifted"
+        if power.controls
+        else "no negative control measured"
+    )
+    if table.exit_status == 1:
+        return f"a primary metric is slower on B; {controls}", SLOWER
+    return f"no primary slower on B; {controls}", EQUIVALENT
+
+
 def comparison_page(
     result: RunComparison,
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
     a_name: str = "A",
     b_name: str = "B",
+    *,
+    table: decisions.DecidingTable | None = None,
+    power: control_power.ControlPower | None = None,
 ) -> ComparisonPage:
-    """comparison.html's view of a comparison and its two results files."""
-    labels = short_labels(result.metrics)
-    plot = forest_plot(result, labels)
+    """comparison.html's view of a comparison, its two results files and
+    its deciding table (one look of ``result`` when not given)."""
+    table = table or decisions.one_look(result)
+    power = power or control_power.of_comparison(result)
+    by_key = {m.key: m for m in result.metrics}
     families = result.to_json()["families"]
     refused = collections.Counter(
         (m.scenario, m.regime.reason() if m.regime else NOT_COMPARABLE) for m in result.not_comparable
     )
+    labels = short_labels(result.metrics)
+
+    def family(role: str, name: str, heading: str, is_open: bool = False) -> Family:
+        rows = table.of_role(role)
+        if role != PRIMARY:
+            # A folded family leads with what moved, then what was decided.
+            rows = sorted(rows, key=lambda r: (r.verdict not in (SLOWER, FASTER), not r.decided))
+        lines = tuple(_decision_line(r, by_key[r.key], table.sequential) for r in rows)
+        plotted = rows if role != EXPLORATORY else _nearest(rows)
+        what = name if len(plotted) == len(rows) else f"{len(plotted)} of the {len(rows)} {name}"
+        return Family(name, heading, lines, forest(plotted, table.margin, what) if rows else None, is_open)
+
+    primaries = table.of_role(PRIMARY)
+    controls = table.of_role(CONTROL)
+    exploratory = table.of_role(EXPLORATORY)
+    flagged = table.controls_flagged
+    control_heading = (
+        f"Negative controls ({len(controls)}): "
+        + (f"{len(flagged)} moved, the host drifted" if flagged else "none flagged")
+        + f"; power to catch a {power.drift:.0%} drift {power.power:.0%}"
+        + ("" if power.sufficient or not power.controls else " (too low to tell)")
+    )
+    decided = sum(1 for r in exploratory if r.decided)
+    slower = sum(1 for r in exploratory if r.verdict in (SLOWER, FASTER))
+    exploratory_heading = (
+        f"Exploratory metrics ({len(exploratory)}): {decided} decided ({slower} slower or faster), "
+        "decide nothing" + (" (--all-metrics: they set the exit status)" if result.all_metrics else "")
+    )
+    reason, colour = _exit(table, power)
     return ComparisonPage(
         a_name=a_name,
         b_name=b_name,
@@ -199,16 +358,57 @@ def comparison_page(
         a_environment=environment_line(a.get("environment") or {}),
         b_created=str(b.get("created", "")),
         b_environment=environment_line(b.get("environment") or {}),
-        counts=counts((m.verdict for m in result.metrics), VERDICTS),
+        decided_by=table.decided_by,
+        exit_status=table.exit_status,
+        exit_reason=reason,
+        exit_colour=VERDICT_COLOURS[colour],
+        sequential=table.sequential,
+        stopped=table.stopped,
+        counts=counts((r.verdict for r in primaries), VERDICTS),
         slower_colour=VERDICT_COLOURS[SLOWER],
         undecided_colour=VERDICT_COLOURS[UNDECIDED],
         not_comparable_colour=VERDICT_COLOURS[NOT_COMPARABLE],
-        controls_flagged=tuple(labels[m.key] for m in result.controls_flagged),
-        regressions=tuple(labels[m.key] for m in result.regressions),
-        undecided=len(result.undecided),
+        controls_flagged=tuple(r.label for r in flagged),
+        regressions=tuple(
+            r.label
+            for r in (
+                table.regressions
+                if not result.all_metrics
+                else [d for d in table.rows if d.verdict == SLOWER and d.role in (PRIMARY, EXPLORATORY)]
+            )
+        ),
+        undecided=sum(1 for r in primaries if r.verdict == UNDECIDED),
         not_comparable=len(result.not_comparable),
         refused=tuple(Refused(scenario, n, reason) for (scenario, reason), n in refused.items()),
-        forest=Plot("forest plot of B/A per metric", plot) if plot else None,
+        primary=family(PRIMARY, "primaries", "Primaries", True),
+        families=tuple(
+            f
+            for f, rows in (
+                (family(CONTROL, "negative controls", control_heading), controls),
+                (family(EXPLORATORY, "exploratory metrics", exploratory_heading), exploratory),
+            )
+            if rows
+        ),
+        power=power.line(),
+        power_sufficient=power.sufficient,
+        looks=tuple(
+            LookLine(
+                look=int(x["look"]),
+                minutes="-" if x.get("minutes") is None else f"{x['minutes']:.1f}",
+                fraction="-" if x.get("fraction") is None else f"{x['fraction']:.0%}",
+                alpha=f"{x.get('alpha') or 0:.2g}",
+                metrics=str(x.get("metrics") or 0),
+                decided=", ".join(x.get("decided") or []) or "-",
+                next_block=(
+                    "-"
+                    if not x.get("next_block")
+                    else f"block {x['next_block'].get('block')}: "
+                    + ", ".join(x["next_block"].get("scenarios") or [])
+                    + (" + the controls" if x["next_block"].get("controls") else "")
+                ),
+            )
+            for x in table.looks
+        ),
         metrics=tuple(_metric_row(m, labels[m.key]) for m in result.metrics),
         one_sided=tuple(
             OneSided(name, key)
@@ -230,8 +430,12 @@ def render_comparison_html(
     b: Results | Mapping[str, Any],
     a_name: str = "A",
     b_name: str = "B",
+    *,
+    table: decisions.DecidingTable | None = None,
+    power: control_power.ControlPower | None = None,
 ) -> str:
-    return pages.render("comparison.html.j2", page=comparison_page(result, a, b, a_name, b_name))
+    page = comparison_page(result, a, b, a_name, b_name, table=table, power=power)
+    return pages.render("comparison.html.j2", page=page)
 
 
 def write_comparison_html(
@@ -241,8 +445,12 @@ def write_comparison_html(
     path: str | Path,
     a_name: str = "A",
     b_name: str = "B",
+    *,
+    table: decisions.DecidingTable | None = None,
+    power: control_power.ControlPower | None = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_private_atomic(path, render_comparison_html(result, a, b, a_name, b_name).encode(), 0o644)
+    html = render_comparison_html(result, a, b, a_name, b_name, table=table, power=power)
+    write_private_atomic(path, html.encode(), 0o644)
     return path

@@ -1,13 +1,15 @@
 """The terminal table of a comparison of two runs (``memqual compare`` and
-an A/B ``memqual run``): one row per metric, then the sentences a reader
-needs (regimes, drift, regressions).  Judges nothing: the verdicts are
-memqual.host.judge.comparison's.
+an A/B ``memqual run``): the deciding table (host/judge/decisions.py), one
+row per metric, primaries first, each with the look that decided it, the
+p that faced its boundary and the boundary; then the sentences a reader
+needs (regimes, the controls' power, drift, regressions).  Judges nothing:
+the verdicts are memqual.host.judge.comparison's and the looks'.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.judge.comparison import (
     CHANGED,
@@ -18,22 +20,38 @@ from memqual.host.judge.comparison import (
     SLOWER,
     UNDECIDED,
     RunComparison,
-    short_labels,
-    verdict_text,
 )
-from memqual.host.judge.primaries import PRIMARY
+from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
+
+if TYPE_CHECKING:
+    from memqual.host.judge.control_power import ControlPower
+    from memqual.host.judge.decisions import DecidingTable
 
 # Primaries unmarked: they are what the table is about.
 ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (exploratory)"}
 
 
-def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
+def print_comparison(
+    result: RunComparison,
+    console: Any = None,
+    a_name: str = "A",
+    b_name: str = "B",
+    *,
+    table: DecidingTable | None = None,
+    power: ControlPower | None = None,
+) -> None:
+    """The deciding table (``table``; one look of ``result`` when not given)
+    and what a reader needs below it; ``power``: the negative controls'
+    (computed here when not given)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from memqual.host.judge import control_power, decisions
     from memqual.host.report.html import num
 
+    table = table or decisions.one_look(result)
+    power = power or control_power.of_comparison(result)
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or Console(width=None if sys.stdout.isatty() else 120)
     styles = {
@@ -46,36 +64,81 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
         RUNS_DIFFER: "dim",
     }
     families = result.to_json()["families"]
-    table = Table(
+    how = (
+        f"each metric at the look of --until-decided that decided it, alpha {table.alpha:g} spent over "
+        f"{len(table.looks)} look(s)"
+        if table.sequential
+        else f"alpha {result.alpha:g}"
+    )
+    grid = Table(
         title=(
-            f"{b_name} against {a_name}, clock {result.clock} (threshold {result.threshold:.0%}, "
-            f"alpha {result.alpha:g}: Holm over "
+            f"{b_name} against {a_name}, clock {result.clock}: the decisions ({how}; margin {table.margin:.0%}: "
+            "Holm over "
             f"{families['primary']} primaries and {families['control']} controls, Benjamini-Hochberg over "
             f"{families['exploratory']} exploratory at alpha/4)"
         ),
         title_justify="left",
     )
-    table.add_column("metric", overflow="fold", ratio=1)
-    table.add_column(f"{a_name} median", justify="right", no_wrap=True)
-    table.add_column(f"{b_name} median", justify="right", no_wrap=True)
-    table.add_column("B/A [95% CI]", justify="right", no_wrap=True)
-    table.add_column("reps", justify="right", no_wrap=True)
-    table.add_column("p (corr.)", justify="right", no_wrap=True)
-    table.add_column("verdict", overflow="fold", max_width=24)
-    labels = short_labels(result.metrics)
-    for m in result.metrics:
+    grid.add_column(f"metric, median {a_name} → {b_name}", overflow="fold", ratio=3, min_width=16)
+    grid.add_column("B/A [95% CI]", justify="right", no_wrap=True)
+    grid.add_column("reps" if not table.sequential else "blocks", justify="right", no_wrap=True)
+    if table.sequential:
+        grid.add_column("look", justify="right", no_wrap=True)
+    grid.add_column("p (corr.)" if not table.sequential else "p' < boundary", justify="right", no_wrap=True)
+    grid.add_column("margin", justify="right", no_wrap=True)
+    grid.add_column("verdict", overflow="fold", ratio=2, min_width=20)
+    by_key = {m.key: m for m in result.metrics}
+    order = {PRIMARY: 0, CONTROL: 1, EXPLORATORY: 2}
+    shown = sorted(table.rows, key=lambda r: order.get(r.role, 3))
+    if table.sequential:
+        # The looks' table on a terminal: every primary, the controls and
+        # exploratory metrics that were decided; the rest are counted below
+        # and listed in comparison.json and comparison.html.
+        shown = [r for r in shown if r.role == PRIMARY or r.decided]
+    for r in shown:
+        m = by_key[r.key]
         c = m.comparison
-        table.add_row(
-            escape(labels[m.key] + (" *" if m.settings_changed else "") + ROLE_MARKS[m.role]),
-            escape(f"{num(c.a.median)} {m.unit}"),
-            escape(f"{num(c.b.median)} {m.unit}"),
-            f"{num(c.ratio)} [{num(c.ci_low)}, {num(c.ci_high)}]",
-            f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else ""),
-            f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})"),
+        if table.sequential:
+            units = f"{r.blocks}"
+            look = "-" if r.look is None else f"{r.look}"
+            test = f"{r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" if r.level > 0 else "-"
+        else:
+            units = f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else "")
+            look = ""
+            test = f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})")
+        medians = f"{num(r.a_median)} {r.unit}".strip() + " → " + f"{num(r.b_median)} {r.unit}".strip()
+        cells = [
+            escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role])
+            + f"\n[dim]{escape(medians)}[/]",
+            f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
+            units,
+            *([look] if table.sequential else []),
+            test,
+            f"±{r.margin:.0%}",
             # Why a metric was not compared is a sentence: it goes below the table.
-            f"[{styles[m.verdict]}]{escape(verdict_text(m) if m.comparable else NOT_COMPARABLE + ' (below)')}[/]",
+            f"[{styles.get(r.verdict, 'bold yellow')}]"
+            f"{escape(r.text if r.verdict != NOT_COMPARABLE else NOT_COMPARABLE + ' (below)')}[/]",
+        ]
+        grid.add_row(*cells)
+    console.print(grid)
+    if table.sequential:
+        for role, name in ((CONTROL, "negative controls"), (EXPLORATORY, "exploratory metrics")):
+            rest = [r for r in table.of_role(role) if not r.decided]
+            if rest:
+                console.print(
+                    f"{len(rest)} {name} undecided (not shown: comparison.json, comparison.html)",
+                    highlight=False,
+                    markup=False,
+                )
+        console.print(
+            f"until decided: {table.stopped or 'every primary decided'}.  p' is a look's group-sequential p "
+            "(host/run/bisect/until.py), the boundary the level it faced in its family at that look.  The whole "
+            "run compared again at full alpha is descriptive only (comparison.json 'descriptive', "
+            "comparison.html): it sets no exit status",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
         )
-    console.print(table)
     # One line per scenario and reason: a regime covers a whole scenario's metrics.
     refused: dict[tuple[str, str], int] = {}
     for m in result.not_comparable:
@@ -97,16 +160,18 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             console.print(f"claim {claim['id']}: {claim['a']} -> {claim['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
         console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
-    counts = result.counts(PRIMARY)
+    primaries = table.of_role(PRIMARY)
+    tally = {v: sum(1 for r in primaries if r.verdict == v) for v in (SLOWER, FASTER, EQUIVALENT, UNDECIDED)}
     console.print(
-        f"primaries: {counts[SLOWER]} slower, {counts[FASTER]} faster, {counts[EQUIVALENT]} equivalent, "
-        f"{counts[UNDECIDED]} undecided, {counts[NOT_COMPARABLE]} not comparable",
+        f"primaries: {tally[SLOWER]} slower, {tally[FASTER]} faster, {tally[EQUIVALENT]} equivalent, "
+        f"{tally[UNDECIDED]} undecided, {sum(1 for r in primaries if r.verdict == NOT_COMPARABLE)} not comparable",
         highlight=False,
         markup=False,
     )
-    if result.undecided:
+    undecided = [r for r in table.rows if r.verdict == UNDECIDED]
+    if undecided:
         console.print(
-            f"[bold magenta]{len(result.undecided)} metric(s) undecided[/]: neither a change nor equivalence "
+            f"[bold magenta]{len(undecided)} metric(s) undecided[/]: neither a change nor equivalence "
             "shown; each says about how many units a side would decide it",
             highlight=False,
             soft_wrap=True,
@@ -118,16 +183,23 @@ def print_comparison(result: RunComparison, console: Any = None, a_name: str = "
             highlight=False,
             soft_wrap=True,
         )
-    if result.host_drifted:
+    flagged = table.controls_flagged
+    if table.host_drifted:
         console.print(
-            f"[bold red]the host drifted[/]: {len(result.controls_flagged)} negative control(s) moved "
-            f"({', '.join(m.key for m in result.controls_flagged)}), metrics no guest kernel can move; "
+            f"[bold red]the host drifted[/]: {len(flagged)} negative control(s) moved "
+            f"({', '.join(r.key for r in flagged)}), metrics no guest kernel can move; "
             "the decisions of this comparison are not to be trusted: re-run with A and B interleaved",
             highlight=False,
             soft_wrap=True,
         )
-    if result.regressions:
+    elif power.controls:
+        said = "no negative control moved" if power.sufficient else "no negative control flagged, which says nothing"
+        console.print(f"{said}: {power.line()}", highlight=False, markup=False, soft_wrap=True)
+    else:
+        console.print(power.line(), highlight=False, markup=False, soft_wrap=True)
+    regressions = table.regressions if not result.all_metrics else result.regressions
+    if regressions:
         which = "metric(s)" if result.all_metrics else "primary metric(s)"
-        console.print(f"[bold red]{len(result.regressions)} {which} slower beyond {result.threshold:.0%}[/]")
+        console.print(f"[bold red]{len(regressions)} {which} slower beyond {table.margin:.0%}[/]")
     else:
         console.print("no regression beyond the threshold")

@@ -1,9 +1,12 @@
-"""report.html's plots: each claim's A and B with the published figures,
-and each metric's distribution.  PNGs for the page's typed view; no markup.
+"""The pages' plots: report.html's (each claim's A and B with the published
+figures, each metric's distribution) and comparison.html's forest plot of
+the decisions (``decision_forest``: a log axis, the margin band, intervals
+clipped at the edge and marked).  PNGs for the pages' typed views; no markup.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -154,5 +157,123 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str
     ax.set_xticks(range(1, len(labels) + 1), labels, rotation=0 if len(labels) < 4 else 20)
     ax.set_ylabel(unit)
     ax.set_title(metric_name, fontsize=9)
+    fig.tight_layout()
+    return png(fig)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionRow:
+    """One metric of the comparison page's forest plot: its B / A and
+    interval, its verdict's colour, and the words at its right (verdict and
+    look)."""
+
+    label: str
+    colour: str
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    note: str = ""
+
+
+# The axis spans the point estimates and the margin, never less than
+# MIN_SPAN either side of 1 and never more than MAX_SPAN: an interval of a
+# metric decided on two blocks can span 0.03-27x, and an axis that wide
+# puts every other ratio on the line (a 0.95 and a 1.05 a pixel apart).
+# What runs past the edge is clipped there and drawn as an arrow, with its
+# true end written beside it; an estimate past it, as a diamond at the
+# edge with its B / A and interval written inside the axis.
+MIN_SPAN = 1.25
+MAX_SPAN = 2.0
+
+
+def axis_limits(rows: Sequence[DecisionRow], margin: float) -> tuple[float, float]:
+    """The log axis's ends: the estimates, the margin and the intervals that
+    fit, padded, within [1 / MAX_SPAN, MAX_SPAN]."""
+    import math
+
+    points = [r.ratio for r in rows if r.ratio and r.ratio > 0 and math.isfinite(r.ratio)]
+    ends = [x for r in rows for x in (r.ci_low, r.ci_high) if x and x > 0 and math.isfinite(x)]
+    logs = [math.log(x) for x in points] + [math.log(1 - margin), math.log(1 + margin)]
+    # An interval's ends widen the axis as far as twice the farthest estimate.
+    reach = max(abs(v) for v in logs) * 2.0
+    logs += [max(-reach, min(reach, math.log(x))) for x in ends]
+    low = max(min(min(logs) * 1.1, -math.log(MIN_SPAN)), -math.log(MAX_SPAN))
+    high = min(max(max(logs) * 1.1, math.log(MIN_SPAN)), math.log(MAX_SPAN))
+    return math.exp(low), math.exp(high)
+
+
+def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> str:
+    """Ratios B / A with their intervals, first row at the top, on a log
+    axis (1.25x and 0.8x equally far from 1), the margin band 1 ± ``margin``
+    drawn, and intervals (or estimates) beyond the axis clipped at its edge
+    and marked with an arrow and their value; base64 PNG."""
+    import math
+
+    plt = pyplot()
+    low, high = axis_limits(rows, margin)
+    fig, ax = plt.subplots(figsize=(9.2, 0.34 * len(rows) + 1.3))
+    ax.axvspan(1 - margin, 1 + margin, color="#e0f2fe", zorder=0)
+    for edge in (1 - margin, 1 + margin):
+        ax.axvline(edge, color="#0e7490", linewidth=0.8, linestyle="--", zorder=1)
+    ax.axvline(1.0, color="#111827", linewidth=0.8, zorder=1)
+    clip = {"fontsize": 6.5, "va": "center", "parse_math": False}
+    for y, row in enumerate(reversed(rows)):
+        lo, hi, r = row.ci_low, row.ci_high, row.ratio
+        has_ci = bool(lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi))
+        beyond = bool(r and r > 0 and math.isfinite(r) and not low <= r <= high)
+        if has_ci and lo is not None and hi is not None:
+            a, b = max(lo, low), min(hi, high)
+            if a < b:
+                ax.plot([a, b], [y, y], color=row.colour, linewidth=1.8, zorder=2)
+            if lo < low:
+                ax.plot([low], [y], "<", color=row.colour, markersize=6, zorder=3, clip_on=False)
+                if not beyond:
+                    ax.text(low * 1.015, y + 0.3, num(lo), ha="left", color=row.colour, **clip)
+            if hi > high:
+                ax.plot([high], [y], ">", color=row.colour, markersize=6, zorder=3, clip_on=False)
+                if not beyond:
+                    ax.text(high / 1.015, y + 0.3, num(hi), ha="right", color=row.colour, **clip)
+        if r and r > 0 and math.isfinite(r):
+            if not beyond:
+                ax.plot([r], [y], "o", color=row.colour, markersize=5, zorder=4)
+            else:
+                edge, side = (low, "left") if r < low else (high, "right")
+                ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)
+                span = f" [{num(lo)}, {num(hi)}]" if has_ci else ""
+                inside = edge * 1.03 if side == "left" else edge / 1.03
+                ax.text(inside, y + 0.3, f"B/A {num(r)}{span}", ha=side, color=row.colour, **clip)
+        if row.note:
+            ax.text(
+                1.03,
+                y,
+                row.note,
+                transform=ax.get_yaxis_transform(),
+                ha="left",
+                fontsize=7,
+                color=row.colour,
+                va="center",
+                parse_math=False,
+            )
+    ax.set_xscale("log")
+    ax.set_xlim(low, high)
+    ax.set_ylim(-0.7, len(rows) - 0.3)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    # Ticks no closer than a twelfth of the axis: 0.95 and 1.05 only on a narrow one.
+    ticks: list[float] = []
+    gap = (math.log(high) - math.log(low)) / 12.0
+    for t in sorted((0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0), key=lambda t: abs(math.log(t))):
+        if low <= t <= high and all(abs(math.log(t) - math.log(u)) >= gap for u in ticks):
+            ticks.append(t)
+    ticks.sort()
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_yticks(range(len(rows)))
+    labels = ax.set_yticklabels([row.label for row in reversed(rows)], fontsize=7)
+    for label in labels:
+        label.set_parse_math(False)
+    ax.set_xlabel(xlabel)
+    ax.xaxis.label.set_parse_math(False)
     fig.tight_layout()
     return png(fig)

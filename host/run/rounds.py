@@ -1,7 +1,9 @@
 """A/B runs in blocks: both arms' images built first, A and B interleaved as
 Avocado variants inside one job (A B, then B A), the records split per
-arm, more blocks while a primary is undecided (--until-decided), and the
-two arms compared.
+arm, more blocks while a primary is undecided (--until-decided, the
+negative controls with them until they can tell), and the two arms
+compared: comparison.json and .html with the deciding table
+(host/judge/decisions.py) and the controls' power.
 """
 
 from __future__ import annotations
@@ -165,6 +167,22 @@ def _logdir_names(job_dir: Path) -> dict[str, str]:
 # comparing): 0.2-1.2 s measured here.
 LOOK_S = 1.5
 
+# The negative controls (the host-only /dev/kvm benchmarks) run in every
+# added block until they have at least this many blocks AND their power to
+# catch a 10 % host drift at the last look's alpha is 80 % (host/judge/
+# control_power.py); after that they leave the further blocks.  Measured
+# through the real decision code on 26 controls (docs/ab-calibration.md,
+# "Negative controls"): at a block spread of 2 % the power at a look's
+# share of 0.001-0.0032 is 0-8 % on 2 blocks, 8-52 % on 3, 39-100 % on 4
+# and 100 % on 6; at 5 % it needs 6-8 blocks.  They cost about 22 s a
+# block here (two tests, 0.7 and 9.0 s an arm, and four test runs' job
+# overhead), 6 % of a block of every scenario but a quarter of the
+# one-scenario blocks late in a run, which is why they stop once they can
+# tell.  A drift between A and B that the blocks do not cancel is the
+# order of the arms inside a block (ABBA), the same in every block, so six
+# blocks of it characterize it.
+MIN_CONTROL_BLOCKS = 6
+
 
 def run_block_job(
     config: RunConfig,
@@ -259,10 +277,12 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
                 label=a.label,
             )
         )
-    compared = _compare_arms(config, run_arms, results, console)
     # With --until-decided the run's decisions are the looks' (each at its
     # share of alpha); the comparison of the whole run at the full alpha
-    # after optional stopping would not hold its error rate.
+    # after optional stopping would not hold its error rate: it is shown
+    # as descriptive and sets no exit status.
+    summary = _read_summary(config.output / "until-decided.json") if sequential is not None else None
+    compared = _compare_arms(config, run_arms, results, console, summary, sequential)
     decided = compared if sequential is None else sequential
     if decided == 3:
         console.print("[bold red]a negative control moved: the host drifted, exit 3[/]", highlight=False)
@@ -294,8 +314,10 @@ def add_blocks_until_decided(
 ) -> int:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
-    until none has, the budget is spent, or its alpha is; writes
-    OUTPUT/until-decided.json.  ``reserve_s`` of the budget is kept for
+    until none has, the budget is spent, or its alpha is; the negative
+    controls' tests ride along in each added block until they can tell
+    (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
+    (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
     is the rest.  The decisions' exit status, as compare's."""
     from memqual.host.run import blocks
@@ -309,8 +331,13 @@ def add_blocks_until_decided(
     def tests_of(scenarios: set[str]) -> set[str]:
         return set().union(*(run_state.scenario_tests.get(s, set()) for s in scenarios)) if scenarios else set()
 
+    controls = control_tests(run_state)
+    keep_controls = bool(controls)
+    control_blocks = run_state.blocks if controls else 0
+    control_looks: list[tuple[int, int, float]] = []  # (look, the controls' blocks, its alpha)
+
     def block_s(scenarios: set[str]) -> float:
-        names = tests_of(scenarios)
+        names = tests_of(scenarios) | (controls if keep_controls else set())
         return run_state.seconds_per_block(names) + blocks.job_overhead_s(2 * len(names)) + LOOK_S
 
     # The scenarios the next block would run, as known before a look: a
@@ -328,13 +355,24 @@ def add_blocks_until_decided(
         last = elapsed + block_s(running) > budget_s
         fraction = 1.0 if last else elapsed / budget_s
         look_wall_s.append(round(elapsed, 1))
+        left_before = tracker.alpha_left
         decided = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction)
+        level = max(0.0, left_before - tracker.alpha_left)
         console.print(
             f"{tracker.progress_line()} at {elapsed / 60:.1f} of {config.budget_min:g} min",
             highlight=False,
             markup=False,
             soft_wrap=True,
         )
+        if controls:
+            control_looks.append((look, control_blocks, level))
+        if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
+            found = controls_power_now(run_state, level)
+            if found.sufficient:
+                keep_controls = False
+                console.print(
+                    f"{found.line()}: they leave the further blocks", highlight=False, markup=False, soft_wrap=True
+                )
         if decided:
             break
         if tracker.alpha_left <= 0:
@@ -364,13 +402,16 @@ def add_blocks_until_decided(
             )
             break
         block = run_state.blocks + 1
-        job("blocks", block, 1, tuple(sorted(blocks.test_reference(n) for n in names)))
+        with_controls = names | (controls if keep_controls else set())
+        job("blocks", block, 1, tuple(sorted(blocks.test_reference(n) for n in with_controls)))
         run_state.blocks = block
+        control_blocks += 1 if keep_controls else 0
         added.append(
             {
                 "block": block,
                 "scenarios": sorted(running),
-                "tests": sorted(names),
+                "tests": sorted(with_controls),
+                "controls": keep_controls,
                 "left_out": sorted(undecided - running),
             }
         )
@@ -380,6 +421,12 @@ def add_blocks_until_decided(
     summary["added_blocks"] = added
     summary["look_wall_s"] = look_wall_s
     summary["checks_reserved_s"] = round(reserve_s, 1)
+    summary["controls"] = {
+        "tests": sorted(controls),
+        "blocks": control_blocks,
+        "min_blocks": MIN_CONTROL_BLOCKS,
+        "looks": [{"look": k, "blocks": n, "alpha": a} for k, n, a in control_looks],
+    }
     summary["wall_s"] = round(time.monotonic() - started, 1)
     write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
     console.print(
@@ -387,6 +434,32 @@ def add_blocks_until_decided(
     )
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
     return tracker.exit_status()
+
+
+def control_tests(run_state: BlockedRun) -> set[str]:
+    """The block tests of the negative controls' scenarios."""
+    from memqual.host.judge.primaries import is_control
+
+    return {name for scenario, names in run_state.scenario_tests.items() if is_control(scenario) for name in names}
+
+
+def controls_power_now(run_state: BlockedRun, level: float) -> Any:
+    """The controls' power (host/judge/control_power.py) on the run so far, at ``level``."""
+    from memqual.host.judge import comparison, control_power
+    from memqual.host.run.bisect.until import decisions
+
+    now = decisions(
+        run_state.of_arm("A"), run_state.of_arm("B"), threshold=comparison.DEFAULT_THRESHOLD, alpha=max(level, 1e-12)
+    )
+    return control_power.power(control_power.designs_of(now), alpha=level, threshold=comparison.DEFAULT_THRESHOLD)
+
+
+def _read_summary(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def arm_line(arm: Arm) -> str:
@@ -400,9 +473,20 @@ def arm_line(arm: Arm) -> str:
     return f"{kernel}, {qemu}"
 
 
-def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Results], console: Any) -> int:
+def _compare_arms(
+    config: RunConfig,
+    arms: tuple[Arm, Arm],
+    results: list[Results],
+    console: Any,
+    summary: dict[str, Any] | None = None,
+    sequential: int | None = None,
+) -> int:
     """Compare the two arms' results, write comparison.json and .html; the
-    comparison's exit status (0 when there is none)."""
+    comparison's exit status (0 when there is none).  With ``summary``
+    (until-decided.json) and ``sequential`` (the looks' exit status), the
+    deciding table is the looks' and the whole run compared again is
+    descriptive: it sets no exit status."""
+    from memqual.host.judge import control_power, decisions
     from memqual.host.judge.comparison import compare_results
     from memqual.host.report.compare_text import print_comparison
 
@@ -414,7 +498,43 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
         return 0
     for a in arms:
         console.print(f"{a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
-    out = result.to_json()
+    if summary is not None and sequential is not None:
+        table = decisions.sequential(result, summary, sequential)
+        looks = [
+            (int(x.get("look", 0)), int(x.get("blocks", 0)), float(x.get("alpha", 0.0)))
+            for x in (summary.get("controls") or {}).get("looks") or []
+        ]
+        designs = control_power.designs_of(result.metrics)
+        look, power = control_power.over_looks(designs, looks, threshold=result.threshold)
+        power = control_power.with_blocks_needed(power, designs, threshold=result.threshold)
+        full = result.to_json()
+        status = full.pop("exit_status")
+        out: dict[str, Any] = {
+            "decided_by": table.decided_by,
+            "exit_status": table.exit_status,
+            "host_drifted": table.host_drifted,
+            "threshold": result.threshold,
+            "alpha": result.alpha,
+            "decisions": table.to_json(),
+            "control_power": {**power.to_json(), "look": look},
+            "descriptive": {
+                "note": "the whole run compared again at full alpha after the looks: after optional stopping "
+                "its levels do not hold; descriptive only, it sets no exit status",
+                "would_have_exited": status,
+                **full,
+            },
+        }
+    else:
+        table = decisions.one_look(result)
+        designs = control_power.designs_of(result.metrics)
+        look = None
+        power = control_power.with_blocks_needed(
+            control_power.of_comparison(result), designs, threshold=result.threshold
+        )
+        out = result.to_json()
+        out["decided_by"] = table.decided_by
+        out["decisions"] = table.to_json()
+        out["control_power"] = {**power.to_json(), "look": None}
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
     out["arms"] = {
         a.label: {
@@ -425,9 +545,9 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
         for a in arms
     }
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
-    print_comparison(result, console)
+    print_comparison(result, console, table=table, power=power)
     from memqual.host.report.compare_report import write_comparison_html
 
-    write_comparison_html(result, results[0], results[1], config.output / "comparison.html")
+    write_comparison_html(result, results[0], results[1], config.output / "comparison.html", table=table, power=power)
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
-    return result.exit_status()
+    return table.exit_status

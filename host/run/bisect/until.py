@@ -114,6 +114,9 @@ class MetricProgress:
     equivalence: Path | None = None
     # (look, blocks, nominal p of the difference's boundary, of the TOST's)
     boundaries: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
+    # Its figures at the look that decided it (frozen with it), or at the
+    # last look that compared it: what the deciding table shows.
+    at_look: dict[str, Any] | None = None
 
     @property
     def decided(self) -> bool:
@@ -153,6 +156,7 @@ class MetricProgress:
             "boundaries": [
                 {"look": r, "blocks": n, "nominal_p": b, "nominal_p_equivalence": q} for r, n, b, q in self.boundaries
             ],
+            "at_look": self.at_look,
         }
 
 
@@ -288,6 +292,7 @@ class Tracker:
             progress.blocks_needed = m.comparison.blocks_needed
             progress.blocks = m.comparison.n_blocks
             progress.comparable = m.verdict != comparison.NOT_COMPARABLE
+            progress.at_look = {"look": look, "level": level, **m.comparison.to_json()}
             if decided:
                 progress.frozen, progress.decided_at = m.verdict, look
                 if m.role == comparison.CONTROL and m.flagged:
