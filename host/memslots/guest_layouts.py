@@ -94,7 +94,10 @@ class GuestConfig:
         for bar in self.bars:
             args += bar.args()
         if self.vga:
-            args += ["-device", f"{self.vga},id=mq-gl-vga" + (f",vgamem_mb={self.vgamem_mib}" if self.vgamem_mib else "")]
+            args += [
+                "-device",
+                f"{self.vga},id=mq-gl-vga" + (f",vgamem_mb={self.vgamem_mib}" if self.vgamem_mib else ""),
+            ]
         if self.nic:
             # Its own user netdev with nothing forwarded: only its BAR matters.
             args += ["-netdev", "user,id=mq-gl-nic,restrict=on", "-device", f"{self.nic},netdev=mq-gl-nic,romfile="]
