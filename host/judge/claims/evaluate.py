@@ -344,10 +344,21 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
         range_text = f"the other layouts a 2011 host accepted give {span}x {where} ({names})"
     seed_guests = [lr for lr in results if lr.seed_guest and lr.runs_2011]
     if not seed_guests:
-        raise NoEvidence(
+        # The layouts read are listed all the same: they are the run's evidence of nothing else.
+        why = (
             f"no layout of the guest seed {claim.seed.split('_')[0]} describes was read in this run (a "
             f"{m.scenario} record built to {claim.seed}: e2e/test_memslots_qemu.py test_guest_layouts_recorded "
             f"boots it); {range_text}, which do not decide"
+        )
+        return Verdict(
+            claim=claim,
+            verdict=NOT_MEASURABLE,
+            reason=why,
+            headline=why,
+            details=details,
+            evidence=UNMEASURABLE,
+            range_beside=spread,
+            layouts=results,
         )
     lr = seed_guests[0]
     nic = lr.nic_ratio is not None
