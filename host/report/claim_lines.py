@@ -137,8 +137,11 @@ def ceiling_line(c: Mapping[str, Any]) -> str:
 def published_text(c: Mapping[str, Any]) -> str:
     if c.get("expected") is not None:
         return f"{num(c['expected'])}x"
-    if c.get("source") == "none":
+    if c.get("source") in ("none", "order"):
         figures = [p for p in c.get("published") or [] if p.get("value") is not None]
-        return f"{num(figures[0]['value'])}{figures[0].get('unit', '')}" if figures else "-"
+        if figures:
+            return f"{num(figures[0]['value'])}{figures[0].get('unit', '')}"
+        notes = [str(p["note"]) for p in c.get("published") or [] if p.get("note")]
+        return notes[0] if notes else "-"
     # The seed asserts a direction only.
     return {"greater": "> 1", "less": "< 1", "at_least": ">= 1"}.get(c.get("direction") or "", "-")
