@@ -56,7 +56,8 @@ def summary_line(c: Mapping[str, Any]) -> str:
     kind = evidence_class(c)
     what = str(ev.get("summary") or "")
     if kind == NOT_MEASURABLE:
-        return f"Evidence: not measurable. {c.get('headline') or c.get('reason', '')}".strip()
+        why = str(c.get("headline") or c.get("reason", ""))
+        return f"Evidence: not measurable. {why[:1].upper()}{why[1:]}".strip()
     if not what:
         what = str(ev.get("instead") or "")
     what = what if what.endswith(".") else what + "."

@@ -168,6 +168,12 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     verdict.ceiling = ceiling
     verdict.verdict, why = judge(m, interval.ratio, ci, ceiling=ceiling)
     verdict.reason = f"{head}; {why}"
+    # The card's one sentence: the ratio, its interval, on what, and the
+    # judgement's first clause (the ceiling and the qualifier have lines of their own).
+    verdict.headline = (
+        f"{m.b.label} / {m.a.label} = {_ratio(interval.ratio)}x, 95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}], "
+        f"on {units}: {why.split('. ')[0].rstrip('.')}."
+    )
     if verdict.verdict == NOT_REPRODUCED and _points_asserted_way(m, interval.ratio) and ci[0] <= 1.0 <= ci[1]:
         needed = interval.units_needed()
         if needed is not None and needed > min(n_a, n_b):
@@ -366,11 +372,11 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
     a = lr.nic_a if nic and lr.nic_a is not None else lr.a
     b = lr.nic_b if nic and lr.nic_b is not None else lr.b
     verdict, why = judge(m, ratio, None)
-    path = "a miss at its emulated rtl8139's MMIO BAR (seed 000's path)" if nic else "the mean miss over its gaps"
+    path = "a miss at its rtl8139's MMIO BAR" if nic else "the mean miss over its gaps"
     headline = (
-        f"On seed {claim.seed.split('_')[0]}'s guest ({lr.config}, {lr.slots} user slots, on a 2011 "
-        f"{kvm2011.DEFAULT_HOST.name} host) {path} walks {format_number(a)} {m.a.structure} nodes against "
-        f"{format_number(b)} {m.b.structure} entries, {_ratio(ratio)}x: {why}; {range_text}."
+        f"On {lr.config} ({lr.slots} user slots, a 2011 {kvm2011.DEFAULT_HOST.name} host) {path} walks "
+        f"{format_number(a)} {m.a.structure} nodes against {format_number(b)} {m.b.structure} entries, "
+        f"{_ratio(ratio)}x: {why}; {range_text}."
     )
     refused = [x for x in results if not x.runs_2011]
     reason = (
