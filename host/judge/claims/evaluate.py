@@ -372,7 +372,7 @@ def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
     a = lr.nic_a if nic and lr.nic_a is not None else lr.a
     b = lr.nic_b if nic and lr.nic_b is not None else lr.b
     verdict, why = judge(m, ratio, None)
-    path = "a miss at its rtl8139's MMIO BAR" if nic else "the mean miss over its gaps"
+    path = "a miss at its rtl8139's MMIO BAR (seed 000's path)" if nic else "the mean miss over its gaps"
     headline = (
         f"On {lr.config} ({lr.slots} user slots, a 2011 {kvm2011.DEFAULT_HOST.name} host) {path} walks "
         f"{format_number(a)} {m.a.structure} nodes against {format_number(b)} {m.b.structure} entries, "
