@@ -26,6 +26,8 @@ every slot in its tree, so they are in the tree model too.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from memqual.host.memslots.layout import Layout, Slot
 
@@ -74,3 +76,27 @@ def on_host(layout: Layout, host: Host2011 = DEFAULT_HOST) -> Layout:
             continue
         slots.append(private)
     return Layout(tuple(slots), name=layout.name)
+
+
+# What a real guest's layout may hold that came after the seeds' kernels
+# (2011): a 2011 host accepted its slots (at most 32), but no 2011 guest was
+# configured so, and a layout built with them does not speak for the seeds'.
+Q35 = "the q35 machine type (QEMU 1.4, 2013)"
+PC_DIMM = "pc-dimm (QEMU 2.1, 2014)"
+IVSHMEM_PLAIN = "ivshmem-plain with a memory backend (QEMU 2.6, 2016)"
+DIMM_REGION_PREFIXES = ("mq-gl-mem-", "mq-mem-")
+
+
+def newer_than_2011(settings: Mapping[str, Any], slot_names: Sequence[str] = ()) -> tuple[str, ...]:
+    """The devices and machine type of a guest configuration (a layout
+    record's settings and the QEMU region behind each slot) that no 2011
+    guest had, in words with the QEMU release and year that brought them."""
+    found = []
+    if "q35" in str(settings.get("machine", "")):
+        found.append(Q35)
+    dimms = int(settings.get("boot_dimms") or 0) + int(settings.get("hotplugged_dimms") or 0)
+    if dimms or any(str(n).startswith(DIMM_REGION_PREFIXES) for n in slot_names):
+        found.append(PC_DIMM)
+    if any(str(b).startswith("ivshmem-plain") for b in settings.get("ram_bars") or ()):
+        found.append(IVSHMEM_PLAIN)
+    return tuple(found)

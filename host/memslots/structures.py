@@ -186,7 +186,7 @@ class LinearArray(SlotIndex):
 
 class ReorderArray(SlotIndex):
     """The array kept sorted by size, largest first (seed 002's "reorder",
-    merged in v3.2 as "KVM: sort memslots by its size").  Empty entries
+    merged in v3.3 as "KVM: sort memslots by its size").  Empty entries
     sort to the end and the walk (``kvm_for_each_memslot``) stops at the
     first, so a miss reads the slots in use.  Equal sizes keep their
     registration order."""

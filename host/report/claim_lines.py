@@ -25,7 +25,43 @@ def measured_text(c: Mapping[str, Any]) -> str:
         # A model's spread is the range over real layouts, not a CI.
         lo, hi = format_ratio(c["ci"][0]), format_ratio(c["ci"][1])
         text += f" (layouts {lo}-{hi})" if c.get("computed") else f" [{lo}, {hi}]"
+    spread = c.get("range_beside")
+    if spread and spread[0] is not None and spread[1] is not None:
+        lo, hi = format_ratio(spread[0]), format_ratio(spread[1])
+        text += f" (other layouts {lo})" if lo == hi else f" (other layouts {lo}-{hi})"
     return text
+
+
+def short_qualifier(c: Mapping[str, Any]) -> str:
+    """The accelerator a qualified verdict was made under and the one it
+    does not speak for, in a few words for the summary row, or ''."""
+    if not c.get("qualifier"):
+        return ""
+    needs = str(((c.get("evidence") or {}).get("accelerator") or {}).get("needs") or "")
+    under = str(c.get("accelerator") or "").upper() or "another accelerator"
+    return f"under {under}, not {needs.upper()}" if needs else f"under {under}"
+
+
+def note_line(c: Mapping[str, Any]) -> str:
+    """The claim's caveats (its measure's note), or ''."""
+    note = str(c.get("note") or "")
+    return f"Note: {note}" if note else ""
+
+
+def summary_line(c: Mapping[str, Any]) -> str:
+    """A card's evidence said once: its class and what was measured on
+    what (the registry's summary, else the full text), then the verdict's
+    reason in one sentence."""
+    ev = c.get("evidence") or {}
+    kind = evidence_class(c)
+    what = str(ev.get("summary") or "")
+    if kind == NOT_MEASURABLE:
+        why = str(c.get("headline") or c.get("reason", ""))
+        return f"Evidence: not measurable. {why[:1].upper()}{why[1:]}".strip()
+    if not what:
+        what = str(ev.get("instead") or "")
+    what = what if what.endswith(".") else what + "."
+    return f"Evidence ({kind}): {what} {c.get('headline') or c.get('reason', '')}".strip()
 
 
 def evidence_class(c: Mapping[str, Any]) -> str:
@@ -82,10 +118,17 @@ def ceiling_line(c: Mapping[str, Any]) -> str:
     expected, tol = c.get("expected"), c.get("tolerance") or 0.0
     if expected is not None:
         band = expected * (1 - tol)
-        if ceiling["value"] < band:
+        if ceiling["value"] < band and limit is not None and limit < band:
             text += (
                 f". The published {num(expected)}x (band from {num(band)}x) is out of its reach by design, "
-                "not a near miss"
+                "whatever the workload, not a near miss"
+            )
+        elif ceiling["value"] < band:
+            share = ceiling.get("input_value")
+            at = f"{ceiling.get('input_label')} {num(share)}" if share is not None else "measurements"
+            text += (
+                f". The published {num(expected)}x (band from {num(band)}x) is out of reach at this run's {at}, "
+                "not by design: a run whose bound reaches the band could reach it"
             )
         else:
             text += f". The published {num(expected)}x (band from {num(band)}x) is within its reach"
@@ -95,8 +138,11 @@ def ceiling_line(c: Mapping[str, Any]) -> str:
 def published_text(c: Mapping[str, Any]) -> str:
     if c.get("expected") is not None:
         return f"{num(c['expected'])}x"
-    if c.get("source") == "none":
+    if c.get("source") in ("none", "order"):
         figures = [p for p in c.get("published") or [] if p.get("value") is not None]
-        return f"{num(figures[0]['value'])}{figures[0].get('unit', '')}" if figures else "-"
+        if figures:
+            return f"{num(figures[0]['value'])}{figures[0].get('unit', '')}"
+        notes = [str(p["note"]) for p in c.get("published") or [] if p.get("note")]
+        return notes[0] if notes else "-"
     # The seed asserts a direction only.
     return {"greater": "> 1", "less": "< 1", "at_least": ">= 1"}.get(c.get("direction") or "", "-")

@@ -32,10 +32,12 @@ from memqual.host.judge.results import Results, variant_label
 from memqual.host.report.claim_lines import (
     ceiling_line,
     evidence_class,
-    evidence_line,
     measured_text,
+    note_line,
     published_text,
     qualifier_line,
+    short_qualifier,
+    summary_line,
 )
 from memqual.host.report.html import (
     Badge,
@@ -60,6 +62,7 @@ class SummaryRow:
     verdict: Badge
     measured: str
     published: str
+    qualifier: str = ""  # the accelerator the verdict was made under, when it does not speak for another
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +76,8 @@ class LayoutRow:
     ratio: str
     at_nic: str | None  # "A, B, B / A" at the NIC BAR; None: not on this path
     ran_2011: bool
+    newer: str = ""  # what of the guest came after 2011; "" when nothing
+    decides: bool = False  # the guest built to the seed's description
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +118,16 @@ class TodayTable:
     label: str
     structures: tuple[str, ...]
     rows: tuple[TodayRowView, ...]
+    headers: tuple[str, ...] = ()  # one per structure: what its column counts
+
+
+# What a column of the guest-of-today table counts: the guest's own slots,
+# without the private slots a 2011 host added (the verdict's array walks 35).
+TODAY_HEADERS = {
+    "linear": "array over the guest's slots alone (a 2011 VMX host added 3 private slots: 35 entries)",
+    "tree2011": "tree2011 over the guest's slots alone",
+    "rbtree": "rbtree (today's kernel)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +145,10 @@ class ClaimCard:
     title: str
     seed: str
     verdict: Badge
-    evidence: str
+    summary: str  # the evidence said once: what was measured, on what, and the verdict's reason
+    note: str  # the claim's caveats
+    details: tuple[str, ...]  # the arithmetic behind the verdict, folded under the card
+    full_reason: str
     qualifier: str
     ceiling: str
     claimed: str
@@ -138,7 +156,6 @@ class ClaimCard:
     inputs: tuple[str, ...]
     would_measure: str  # shown only when nothing here measures the claim
     quote: str
-    reason: str
     layouts: LayoutsTable | None
     beside: tuple[BesideRow, ...]
     today: TodayTable | None
@@ -237,7 +254,10 @@ def claim_card(c: Mapping[str, Any]) -> ClaimCard:
         title=str(c.get("title", c["id"])),
         seed=str(c.get("seed", "")),
         verdict=badge(c["verdict"]),
-        evidence=evidence_line(c),
+        summary=summary_line(c),
+        note=note_line(c),
+        details=tuple(str(d) for d in c.get("details") or ()),
+        full_reason=str(c["reason"]),
         qualifier=qualifier_line(c),
         ceiling=ceiling_line(c),
         claimed=str(ev.get("claimed", "")),
@@ -245,7 +265,6 @@ def claim_card(c: Mapping[str, Any]) -> ClaimCard:
         inputs=tuple(str(i) for i in ev.get("inputs") or []),
         would_measure=str(ev.get("would_measure") or "") if evidence_class(c) == NOT_MEASURABLE else "",
         quote=str(c.get("quote") or ""),
-        reason=str(c["reason"]),
         layouts=_layouts_table(c),
         beside=tuple(
             BesideRow(
@@ -289,7 +308,12 @@ def _today_table(c: Mapping[str, Any]) -> TodayTable | None:
                 ),
             )
         )
-    return TodayTable(label=str(today["label"]), structures=structures, rows=tuple(rows))
+    return TodayTable(
+        label=str(today["label"]),
+        structures=structures,
+        rows=tuple(rows),
+        headers=tuple(TODAY_HEADERS.get(s, s) for s in structures),
+    )
 
 
 def _layouts_table(c: Mapping[str, Any]) -> LayoutsTable | None:
@@ -313,6 +337,8 @@ def _layouts_table(c: Mapping[str, Any]) -> LayoutsTable | None:
                     else None
                 ),
                 ran_2011=r.get("runs_2011", True),
+                newer="; ".join(str(x) for x in r.get("newer") or ()),
+                decides=bool(r.get("seed_guest")),
             )
             for r in rows
         ),
@@ -400,7 +426,14 @@ def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
             (c["verdict"] for c in claims), (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE)
         ),
         summary=tuple(
-            SummaryRow(str(c["id"]), evidence_class(c), badge(c["verdict"]), measured_text(c), published_text(c))
+            SummaryRow(
+                str(c["id"]),
+                evidence_class(c),
+                badge(c["verdict"]),
+                measured_text(c),
+                published_text(c),
+                short_qualifier(c),
+            )
             for c in claims
         ),
         cards=tuple(claim_card(c) for c in claims),

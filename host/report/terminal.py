@@ -19,7 +19,7 @@ from memqual.host.judge.claims import (
     UNDERPOWERED,
 )
 from memqual.host.judge.results import Results, variant_label
-from memqual.host.report.claim_lines import evidence_class, measured_text, published_text
+from memqual.host.report.claim_lines import evidence_class, measured_text, note_line, published_text, short_qualifier
 from memqual.host.report.html import (
     num,
 )
@@ -115,7 +115,8 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
         table.add_row(
             c["id"],
             evidence_class(c),
-            f"[{RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]",
+            f"[{RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]"
+            + (f" [dim]({escape(short_qualifier(c))})[/]" if short_qualifier(c) else ""),
             escape(measured_text(c)),
             escape(published_text(c)),
         )
@@ -128,3 +129,5 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
             highlight=False,
             soft_wrap=not console.is_terminal,
         )
+        if note_line(c):
+            console.print(f"  [dim]{escape(note_line(c))}[/]", highlight=False, soft_wrap=not console.is_terminal)

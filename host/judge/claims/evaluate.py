@@ -76,7 +76,9 @@ def evaluate(
                 reason += f"; {first.test} ended {first.status}: {first.reason}"
             if claim.evidence.would_measure:
                 reason += f". What would measure it: {claim.evidence.would_measure}"
-            verdict = Verdict(claim=claim, verdict=NOT_MEASURABLE, reason=reason, evidence=UNMEASURABLE)
+            verdict = Verdict(
+                claim=claim, verdict=NOT_MEASURABLE, reason=reason, evidence=UNMEASURABLE, headline=str(why)
+            )
         verdict.beside = beside
         verdict.today = _today(claim, records)
         verdicts.append(verdict)
@@ -108,6 +110,8 @@ def _evaluate_one(claim: Claim, records: list[Measurement], *, alpha: float, see
         raise NoEvidence(m.reason)
     if m.source == "memslots-layouts":
         return _evaluate_layouts(claim, records)
+    if m.source == "order":
+        return _evaluate_order(claim, records)
     return _evaluate_records(claim, records, alpha=alpha, seed=seed)
 
 
@@ -164,6 +168,12 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
     verdict.ceiling = ceiling
     verdict.verdict, why = judge(m, interval.ratio, ci, ceiling=ceiling)
     verdict.reason = f"{head}; {why}"
+    # The card's one sentence: the ratio, its interval, on what, and the
+    # judgement's first clause (the ceiling and the qualifier have lines of their own).
+    verdict.headline = (
+        f"{m.b.label} / {m.a.label} = {_ratio(interval.ratio)}x, 95% CI [{_ratio(ci[0])}, {_ratio(ci[1])}], "
+        f"on {units}: {why.split('. ')[0].rstrip('.')}."
+    )
     if verdict.verdict == NOT_REPRODUCED and _points_asserted_way(m, interval.ratio) and ci[0] <= 1.0 <= ci[1]:
         needed = interval.units_needed()
         if needed is not None and needed > min(n_a, n_b):
@@ -216,6 +226,8 @@ def _ceiling(claim: Claim, records: list[Measurement]) -> CeilingResult | None:
     rec = max(found, key=lambda r: r.n_replicates)
     units = stats.replicate_medians(rec.replicates)
     limit = rec.extra.get("limit_any_workload")
+    inputs = rec.extra.get(spec.input) if spec.input else None
+    values = [float(x) for x in inputs if isinstance(x, (int, float))] if isinstance(inputs, list) else []
     return CeilingResult(
         label=spec.label or spec.metric,
         value=stats.median(units),
@@ -225,6 +237,8 @@ def _ceiling(claim: Claim, records: list[Measurement]) -> CeilingResult | None:
         formula=str(rec.extra.get("ceiling_formula", "")),
         limit_any_workload=float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None,
         limit_source=str(rec.extra.get("limit_source", "")),
+        input_label=spec.input_label if values else "",
+        input_value=stats.median(values) if values else None,
     )
 
 
@@ -234,78 +248,193 @@ def _points_asserted_way(m: Measure, ratio: float) -> bool:
     return ratio > 1.0
 
 
+def _order_replicates(rec: Measurement) -> list[list[float]]:
+    """A kind's rate per unit: from its counts and seconds with half an
+    event added (a kind never seen in a boot is rarer than one seen once,
+    and a ratio with it stays finite), else the recorded rates."""
+    counts, seconds = rec.extra.get("counts"), rec.extra.get("seconds")
+    if isinstance(counts, list) and isinstance(seconds, list) and len(counts) == len(seconds) == rec.n_replicates:
+        return [[(float(c) + 0.5) / float(s)] for c, s in zip(counts, seconds, strict=True) if float(s) > 0]
+    return [list(r) for r in rec.replicates]
+
+
+def _evaluate_order(claim: Claim, records: list[Measurement]) -> Verdict:
+    """An order of frequencies (seed 002's priorities: misses, then RAM
+    hits, then other hits), judged pair by pair: each kind over the next
+    one, per unit (every kind is counted in the same fresh guest, so the
+    pairs are paired), with a 95 % t-interval of the per-unit log ratios.
+    The order holds when every interval is wholly above 1."""
+    m = claim.measure
+    usable = [r for r in records if r.claim in (None, claim.id) and r.scenario == m.scenario and r.metric == m.metric]
+    by_kind: dict[str, Measurement] = {}
+    for rec in sorted(usable, key=lambda r: r.claim != claim.id):
+        kind = str(rec.variant.get(m.order_key, ""))
+        if kind in m.order and kind not in by_kind and rec.replicates:
+            by_kind[kind] = rec
+    missing = [k for k in m.order if k not in by_kind]
+    if missing:
+        raise NoEvidence(
+            f"no records of {m.scenario} {m.metric} for {', '.join(missing)} in this run"
+            + (f"; {m.reason}" if m.reason else "")
+        )
+    accel = _accelerator(*by_kind.values()) or str(next(iter(by_kind.values())).settings.get("accel") or "")
+    if m.accelerator and accel != m.accelerator:
+        raise NoEvidence(
+            f"the {m.scenario} records were counted under {accel.upper() or 'an accelerator they do not name'}, "
+            f"not {m.accelerator.upper()}: only {m.accelerator.upper()} looks memslots up on a guest's faults"
+        )
+    reps = {k: _order_replicates(by_kind[k]) for k in m.order}
+    units = min(len(r) for r in reps.values())
+    verdict = Verdict(claim=claim, verdict=NOT_REPRODUCED, reason="", evidence=claim.evidence.kind, accelerator=accel)
+    if len({len(r) for r in reps.values()}) != 1:
+        raise NoEvidence(f"the {m.scenario} records hold different numbers of units per kind: not one count a guest")
+    if units < MIN_REPLICATES:
+        verdict.verdict, verdict.replicates_needed = UNDERPOWERED, MIN_REPLICATES
+        verdict.reason = verdict.headline = (
+            f"{m.scenario}: {units} fresh guest(s) counted; underpowered: the order needs at least "
+            f"{MIN_REPLICATES} independent units"
+        )
+        return verdict
+    pairs = []
+    for higher, lower in zip(m.order, m.order[1:], strict=False):
+        interval = ratio_ci.paired_log_ratio(reps[lower], reps[higher])
+        pairs.append((higher, lower, interval))
+    details = [
+        f"{hi} / {lo} = {_ratio(iv.ratio)}x, 95% CI [{_ratio(iv.low)}, {_ratio(iv.high)}] ({iv.method}, {units} guests)"
+        for hi, lo, iv in pairs
+    ]
+    failing = [(hi, lo, iv) for hi, lo, iv in pairs if not iv.low > 1.0]
+    weakest = min(pairs, key=lambda p: p[2].low)
+    verdict.ratio, verdict.ci = weakest[2].ratio, (weakest[2].low, weakest[2].high)
+    verdict.interval_method = weakest[2].method
+    verdict.a_replicates, verdict.b_replicates = reps[weakest[1]], reps[weakest[0]]
+    verdict.details = details
+    if not failing:
+        verdict.verdict = REPRODUCED
+        why = f"every kind is more frequent than the next ({' > '.join(m.order)}), each interval wholly above 1"
+    else:
+        hi, lo, iv = failing[0]
+        how = "the other way round" if iv.high < 1.0 else "not established (the interval reaches 1)"
+        why = f"{hi} more frequent than {lo} is {how}: the order {' > '.join(m.order)} does not hold"
+    verdict.headline = f"Counted under {accel.upper()} on {units} fresh guests: {why}."
+    verdict.reason = f"{verdict.headline} {'; '.join(details)}"
+    return verdict
+
+
 def _evaluate_layouts(claim: Claim, records: list[Measurement]) -> Verdict:
-    """The memslot model on the real layouts.  Only layouts a 2011 host
-    could run decide; where any of them holds the guest's emulated NIC BAR,
-    the miss at that BAR decides (seed 000's path: "the mmio faults for the
-    NIC"), else the mean over every gap.  The rest is on the card."""
+    """The memslot model on the real layouts.  The guest built to the
+    seed's description decides, by a miss at its emulated NIC BAR where it
+    has one (seed 000's path: "the mmio faults for the NIC"), else by the
+    mean over its gaps; the other layouts a 2011 host accepted give the
+    range the magnitude takes on other guests, beside it."""
     m = claim.measure
     assert m.a is not None and m.b is not None
-    results = layout_results(m.a, m.b, [r for r in records if r.scenario == m.scenario])
+    results = layout_results(m.a, m.b, [r for r in records if r.scenario == m.scenario], seed=claim.seed)
     if not results:
         raise NoEvidence(
             f"no memslot layouts read from real guests in this run (records of {m.scenario})"
             + (f"; needs {'; '.join(claim.needs)}" if claim.needs else "")
         )
-    runnable = [lr for lr in results if lr.runs_2011]
-    refused = [lr for lr in results if not lr.runs_2011]
-    refused_text = "; ".join(
-        f"{lr.config} ({lr.slots} user slots) ran on no 2011 host (KVM_MEMORY_SLOTS {kvm2011.KVM_MEMORY_SLOTS}): "
-        f"on its slots alone {m.a.label} walks {format_number(lr.a)} per miss, {m.b.label} {format_number(lr.b)}"
-        for lr in refused
-    )
-    if not runnable:
-        raise NoEvidence(f"no layout read in this run is one a 2011 host could run: {refused_text}")
-    at_nic = [lr for lr in runnable if lr.nic_ratio is not None]
-    deciding = at_nic or runnable
-    ratios = [lr.nic_ratio if at_nic and lr.nic_ratio is not None else lr.ratio for lr in deciding]
-    ratio = stats.median(ratios)
-    verdict, why = judge(m, ratio, None)
-    holds = sum(1 for r in ratios if _on_side(m, r) and abs(r - 1.0) >= m.min_effect)
-    if at_nic:
-        path = "a miss at the guest's emulated NIC MMIO BAR (seed 000's path)"
-        detail = ", ".join(
-            f"{lr.config} ({lr.slots} slots) {format_number(lr.nic_b)}/{format_number(lr.nic_a)}" for lr in at_nic
-        )
+    details = [_layout_line(m, lr) for lr in results]
+    others = [lr for lr in results if not lr.seed_guest and lr.runs_2011]
+    at_nic = [lr for lr in others if lr.nic_ratio is not None]
+    beside = at_nic or others
+    values = [lr.nic_ratio if at_nic and lr.nic_ratio is not None else lr.ratio for lr in beside]
+    spread = (min(values), max(values)) if values else None
+    where = "at the NIC BAR" if at_nic else "over every gap"
+    if spread is None:
+        range_text = "no other layout a 2011 host accepted was read"
     else:
-        path = "the mean over every gap (no layout in this run holds an emulated NIC BAR)"
-        detail = ", ".join(
-            f"{lr.config} ({lr.slots} slots) {format_number(lr.b)}/{format_number(lr.a)}" for lr in deciding
+        span = _ratio(spread[0]) if spread[0] == spread[1] else f"{_ratio(spread[0])}-{_ratio(spread[1])}"
+        names = ", ".join(lr.config + (" (newer than 2011)" if lr.newer else "") for lr in beside)
+        range_text = f"the other layouts a 2011 host accepted give {span}x {where} ({names})"
+    seed_guests = [lr for lr in results if lr.seed_guest and lr.runs_2011]
+    if not seed_guests:
+        # The layouts read are listed all the same: they are the run's evidence of nothing else.
+        why = (
+            f"no layout of the guest seed {claim.seed.split('_')[0]} describes was read in this run (a "
+            f"{m.scenario} record built to {claim.seed}: e2e/test_memslots_qemu.py test_guest_layouts_recorded "
+            f"boots it); {range_text}, which do not decide"
         )
-    gaps = ", ".join(f"{lr.config} {format_number(lr.b)}/{format_number(lr.a)}" for lr in runnable)
-    worst = max(results, key=lambda lr: lr.a)
+        return Verdict(
+            claim=claim,
+            verdict=NOT_MEASURABLE,
+            reason=why,
+            headline=why,
+            details=details,
+            evidence=UNMEASURABLE,
+            range_beside=spread,
+            layouts=results,
+        )
+    lr = seed_guests[0]
+    nic = lr.nic_ratio is not None
+    ratio = lr.nic_ratio if nic and lr.nic_ratio is not None else lr.ratio
+    a = lr.nic_a if nic and lr.nic_a is not None else lr.a
+    b = lr.nic_b if nic and lr.nic_b is not None else lr.b
+    verdict, why = judge(m, ratio, None)
+    path = "a miss at its rtl8139's MMIO BAR (seed 000's path)" if nic else "the mean miss over its gaps"
+    headline = (
+        f"On {lr.config} ({lr.slots} user slots, a 2011 {kvm2011.DEFAULT_HOST.name} host) {path} walks "
+        f"{format_number(a)} {m.a.structure} nodes against {format_number(b)} {m.b.structure} entries, "
+        f"{_ratio(ratio)}x: {why}; {range_text}."
+    )
+    refused = [x for x in results if not x.runs_2011]
     reason = (
-        f"model of the 2011 structures on {len(results)} layouts read from real guests in this run, "
-        f"on a 2011 {kvm2011.DEFAULT_HOST.name} host (the array walks nmemslots entries, private slots included); "
-        f"decided on {len(deciding)} layout(s) by {path}: {m.b.label} / {m.a.label} median {_ratio(ratio)}x "
-        f"(range {_ratio(min(ratios))}-{_ratio(max(ratios))}; the direction holds on {holds} of {len(deciding)}): "
-        f"{detail} {m.unit}; {why}. Mean over every gap: {gaps} {m.unit}. "
-        f"The tree's worst case here: {worst.config}, {format_number(worst.a)} {m.unit} per miss"
-        + (f". {refused_text}" if refused else "")
+        f"{headline} Model of the 2011 structures on {len(results)} layouts read from real guests in this run "
+        f"(the array walks nmemslots entries, the host's private slots included): "
+        + "; ".join(details)
+        + (
+            f". Not counted: {', '.join(x.config for x in refused)} (more than {kvm2011.KVM_MEMORY_SLOTS} user slots)"
+            if refused
+            else ""
+        )
     )
     return Verdict(
         claim=claim,
         verdict=verdict,
         reason=reason,
+        headline=headline,
+        details=details,
         evidence=MODEL,
         ratio=ratio,
-        ci=(min(ratios), max(ratios)) if len(ratios) > 1 else None,
-        a_replicates=[[lr.nic_a if at_nic and lr.nic_a is not None else lr.a] for lr in deciding],
-        b_replicates=[[lr.nic_b if at_nic and lr.nic_b is not None else lr.b] for lr in deciding],
+        range_beside=spread,
+        a_replicates=[[a]],
+        b_replicates=[[b]],
         layouts=results,
         settings={
-            "layouts": [lr.config for lr in results],
+            "layouts": [x.config for x in results],
+            "decided_on": lr.config,
             "host_2011": kvm2011.DEFAULT_HOST.name,
-            "decided_by": "nic-bar-miss" if at_nic else "mean-over-gaps",
-            "refused_by_2011_host": [lr.config for lr in refused],
+            "decided_by": "nic-bar-miss" if nic else "mean-over-gaps",
+            "refused_by_2011_host": [x.config for x in refused],
+            "newer_than_2011": {x.config: list(x.newer) for x in results if x.newer},
         },
     )
 
 
-def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement]) -> list[LayoutResult]:
+def _layout_line(m: Measure, lr: LayoutResult) -> str:
+    """One layout's arithmetic, in words."""
+    assert m.a is not None and m.b is not None
+    text = f"{lr.config} ({lr.slots} user slots"
+    text += ", built to the seed's description)" if lr.seed_guest else ")"
+    if not lr.runs_2011:
+        return (
+            text + f": refused by a 2011 host (more than {kvm2011.KVM_MEMORY_SLOTS} user slots); on its slots alone "
+            f"{m.a.structure} walks {format_number(lr.a)} nodes per miss, {m.b.structure} {format_number(lr.b)}"
+        )
+    text += f": mean over every gap {format_number(lr.b)} / {format_number(lr.a)} = {_ratio(lr.ratio)}x"
+    if lr.nic_ratio is not None:
+        text += f", at the NIC BAR {format_number(lr.nic_b)} / {format_number(lr.nic_a)} = {_ratio(lr.nic_ratio)}x"
+    if lr.newer:
+        text += f"; newer than the seed's kernel: {', '.join(lr.newer)}"
+    return text
+
+
+def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement], *, seed: str = "") -> list[LayoutResult]:
     """The memslot model on every layout record (a real guest's memslots in
     ``extra["layout"]``), one result per configuration, on the 2011 host
-    where one could run the layout."""
+    where one could run the layout; a record whose settings say it was
+    built to ``seed`` (``built_to``) is that seed's guest."""
     out: dict[str, LayoutResult] = {}
     for rec in records:
         data = rec.extra.get("layout")
@@ -337,6 +466,8 @@ def layout_results(a: Quantity, b: Quantity, records: Sequence[Measurement]) -> 
             runs_2011=runs,
             nic_a=nic_nodes[0],
             nic_b=nic_nodes[1],
+            newer=kvm2011.newer_than_2011(rec.settings, [str(n) for n in rec.extra.get("slot_names") or ()]),
+            seed_guest=bool(seed) and rec.settings.get("built_to") == seed,
         )
     return sorted(out.values(), key=lambda lr: lr.config)
 
@@ -409,16 +540,25 @@ def judge(
     band_low = m.expected * (1.0 - tol)
     if ceiling is not None and off < 0 and ceiling.value < band_low:
         limit = ceiling.limit_any_workload
-        anywhere = (
-            f"; whatever the workload it cannot pass {format_number(limit)}x ({ceiling.limit_source})"
-            if limit is not None
-            else ""
+        made_of = (
+            f"{ceiling.input_label} {format_number(ceiling.input_value)}"
+            if ceiling.input_value is not None
+            else "what this run measured"
         )
-        why += (
-            f". Out of reach by design, not a near miss: the tolerance band starts at {format_number(band_low)}x, "
-            f"and {ceiling.label} in this run is {format_number(ceiling.value)}x "
-            f"(units {format_number(ceiling.low)}-{format_number(ceiling.high)}; {ceiling.formula}){anywhere}"
-        )
+        if limit is not None and limit < band_low:
+            why += (
+                f". Out of reach by design, not a near miss: the tolerance band starts at "
+                f"{format_number(band_low)}x and whatever the workload it cannot pass {format_number(limit)}x "
+                f"({ceiling.limit_source}); {ceiling.label} in this run is {format_number(ceiling.value)}x "
+                f"(units {format_number(ceiling.low)}-{format_number(ceiling.high)}; {ceiling.formula})"
+            )
+        else:
+            anywhere = f"; whatever the workload it can reach {format_number(limit)}x" if limit is not None else ""
+            why += (
+                f". Out of reach at this run's {made_of}, not by design: the tolerance band starts at "
+                f"{format_number(band_low)}x, and {ceiling.label} at that share is {format_number(ceiling.value)}x "
+                f"(units {format_number(ceiling.low)}-{format_number(ceiling.high)}; {ceiling.formula}){anywhere}"
+            )
     elif ceiling is not None and off < 0:
         why += (
             f"; {ceiling.label} in this run, {format_number(ceiling.value)}x, leaves the band "

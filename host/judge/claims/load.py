@@ -113,7 +113,12 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
     # The class must be one the source can give: a model source is a model,
     # records are a measurement (of the mechanism or its successor), and a
     # claim with no source is not measurable.
-    allowed = {"none": (UNMEASURABLE,), "memslots-layouts": (MODEL,), "records": (MEASURED, SUCCESSOR, ANALOGUE)}
+    allowed = {
+        "none": (UNMEASURABLE,),
+        "memslots-layouts": (MODEL,),
+        "records": (MEASURED, SUCCESSOR, ANALOGUE),
+        "order": (MEASURED,),
+    }
     if kind not in allowed[measure.source]:
         raise BadInput(
             f"{where}: class {kind!r} does not fit source {measure.source!r} "
@@ -149,10 +154,14 @@ def _parse_evidence(entry: dict[str, Any], measure: Measure, where: str) -> Evid
             otherwise=_require(acc, "otherwise", str, w),
             would_measure=_require(acc, "would_measure", str, w),
         )
+    summary = str(entry.get("summary", ""))
+    if summary.count(". ") + 1 > 2:
+        raise BadInput(f"{where}: 'summary' must be at most two sentences (the card shows it at once)")
     return Evidence(
         kind=kind,
         claimed=_require(entry, "claimed", str, where),
         instead=_require(entry, "instead", str, where),
+        summary=summary,
         inputs=tuple(inputs),
         would_measure=would,
         beside=tuple(beside),
@@ -206,6 +215,24 @@ def _parse_measure(entry: dict[str, Any], where: str) -> Measure:
         raise BadInput(f"{where}: source {source!r} is not one of {', '.join(SOURCES)}")
     if source == "none":
         return Measure(source=source, reason=_require(entry, "reason", str, where))
+    if source == "order":
+        order = _require(entry, "order", list, where)
+        if len(order) < 2 or not all(isinstance(k, str) and k for k in order) or len(set(order)) < len(order):
+            raise BadInput(f"{where}: 'order' must list at least two distinct variants, most frequent first")
+        return Measure(
+            source=source,
+            scenario=_require(entry, "scenario", str, where),
+            metric=_require(entry, "metric", str, where),
+            unit=str(entry.get("unit", "")),
+            direction="greater",
+            expected=None,
+            note=str(entry.get("note", "")),
+            reason=str(entry.get("reason", "")),
+            order=tuple(order),
+            order_key=str(entry.get("order_key", "kind")),
+            accelerator=str(entry.get("accelerator", "")),
+            min_effect=_number_or_none(entry, "min_effect", where) or 0.0,
+        )
     direction = _require(entry, "direction", str, where)
     if direction not in DIRECTIONS:
         raise BadInput(f"{where}: direction {direction!r} is not one of {', '.join(DIRECTIONS)}")
@@ -248,6 +275,8 @@ def _parse_ceiling(entry: Any, where: str) -> CeilingSpec | None:
         metric=_require(entry, "metric", str, where),
         variant=dict(entry.get("variant", {})),
         label=str(entry.get("label", "")),
+        input=str(entry.get("input", "")),
+        input_label=str(entry.get("input_label", "")),
     )
 
 

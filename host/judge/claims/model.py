@@ -28,7 +28,7 @@ ANCHOR_IDS = (
     "balloon-breakdown",
 )
 
-SOURCES = ("records", "memslots-layouts", "none")
+SOURCES = ("records", "memslots-layouts", "order", "none")
 DIRECTIONS = ("greater", "less", "at_least")
 
 MEASURED = "measured"
@@ -91,6 +91,12 @@ class Measure:
     paired: bool = False
     # records: the mechanism's own bound on B / A, measured in the run
     ceiling: CeilingSpec | None = None
+    # order: the variants (values of ``order_key``) ranked most frequent
+    # first, judged pair by pair on the records of ``scenario``/``metric``;
+    # ``accelerator``: what the records' guests must have run under
+    order: tuple[str, ...] = ()
+    order_key: str = "kind"
+    accelerator: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +111,10 @@ class CeilingSpec:
     metric: str
     variant: dict[str, Any] = dataclasses.field(default_factory=dict)
     label: str = ""
+    # the record's ``extra`` field the bound is computed from in this run
+    # (smart scan's skip share), one value a unit, and its name in words
+    input: str = ""
+    input_label: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +161,7 @@ class Evidence:
     kind: str  # one of EVIDENCE_CLASSES: what the evidence is when present
     claimed: str  # the mechanism and setting the seed measured
     instead: str  # what memqual measures or models, and on what
+    summary: str = ""  # ``instead`` in at most two sentences: what the card says at once
     inputs: tuple[str, ...] = ()  # model: where every input comes from
     would_measure: str = ""  # what would measure the claim itself
     beside: tuple[Beside, ...] = ()
@@ -178,7 +189,10 @@ class LayoutResult:
     the layout's gaps; ``nic_a`` / ``nic_b`` the nodes of a miss at the
     guest's emulated NIC BAR when its record holds one (the path seed 000
     names).  A layout with more than 32 user slots ran on no 2011 host
-    (``runs_2011`` False): its figures are of the guest's slots alone."""
+    (``runs_2011`` False): its figures are of the guest's slots alone.
+    ``newer`` names what of the guest came after 2011 (a q35 machine, a
+    pc-dimm): such a layout is listed, never the one that decides.
+    ``seed_guest``: the guest was built to the claim's seed's description."""
 
     config: str
     slots: int
@@ -187,6 +201,8 @@ class LayoutResult:
     runs_2011: bool = True
     nic_a: float | None = None
     nic_b: float | None = None
+    newer: tuple[str, ...] = ()
+    seed_guest: bool = False
 
     @property
     def ratio(self) -> float:
@@ -223,6 +239,8 @@ class CeilingResult:
     formula: str  # how it is computed, in words
     limit_any_workload: float | None  # the bound whatever the workload (the kernel's limit)
     limit_source: str  # where the kernel's limit was read
+    input_label: str = ""  # what this run's bound is made of (smart scan's skip share)
+    input_value: float | None = None  # its median over units
 
 
 @dataclasses.dataclass
@@ -235,6 +253,12 @@ class Verdict:
     evidence: str = UNMEASURABLE  # the class of the evidence actually used
     ratio: float | None = None  # B / A
     ci: tuple[float, float] | None = None
+    # The verdict's reason in one sentence (the card shows it; ``reason``
+    # keeps every figure), and the per-layout or per-pair arithmetic behind it.
+    headline: str = ""
+    details: list[str] = dataclasses.field(default_factory=list)
+    # a model's B / A on the layouts that do not decide, shown beside it
+    range_beside: tuple[float, float] | None = None
     p_value: float | None = None
     a_replicates: list[list[float]] = dataclasses.field(default_factory=list)
     b_replicates: list[list[float]] = dataclasses.field(default_factory=list)
@@ -283,6 +307,8 @@ class Verdict:
             "title": self.claim.title,
             "verdict": self.verdict,
             "reason": self.reason,
+            "headline": self.headline or self.reason,
+            "details": list(self.details),
             "evidence": {
                 "class": self.evidence,
                 "registered_class": ev.kind,
@@ -290,6 +316,7 @@ class Verdict:
                 "instead": ev.instead,
                 "inputs": list(ev.inputs),
                 "would_measure": ev.would_measure,
+                "summary": ev.summary,
                 "accelerator": dataclasses.asdict(ev.accelerator) if ev.accelerator else None,
             },
             "qualifier": self.qualifier,
@@ -306,6 +333,7 @@ class Verdict:
             "needs": self.claim.needs,
             "measured": finite(self.ratio),
             "ci": [finite(self.ci[0]), finite(self.ci[1])] if self.ci else None,
+            "range_beside": [finite(x) for x in self.range_beside] if self.range_beside else None,
             "p_value": self.p_value,
             "replicates_needed": self.replicates_needed,
             "unit": "x",
@@ -326,6 +354,8 @@ class Verdict:
                     "nic_a": lr.nic_a,
                     "nic_b": lr.nic_b,
                     "nic_ratio": finite(lr.nic_ratio),
+                    "newer": list(lr.newer),
+                    "seed_guest": lr.seed_guest,
                 }
                 for lr in self.layouts
             ],
