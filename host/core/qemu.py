@@ -47,6 +47,10 @@ class MachineConfig:
     # The clock its timings are read with (host/core/clock.py): wall or
     # icount:SHIFT; empty: the process's ($MEMQUAL_CLOCK, else wall).
     clock: str = ""
+    # TCG's threading on the wall clock: "" is QEMU's default (one thread a
+    # vCPU), "single" takes the vCPUs in turn on one thread as icount does,
+    # so a fault that belongs to multi-threaded TCG can be told apart.
+    tcg_thread: str = ""
 
     def __post_init__(self) -> None:
         if self.machine not in MACHINE_TYPES:
@@ -64,6 +68,8 @@ class MachineConfig:
                 raise BadInput("maxmem must be at least the memory size, with mem_slots >= 1")
         if self.clock:
             parse_clock(self.clock)
+        if self.tcg_thread not in ("", "single", "multi"):
+            raise BadInput(f"TCG threading {self.tcg_thread!r} unknown: give single or multi")
 
 
 ENV_QEMU = settings.QEMU
@@ -168,6 +174,14 @@ def opt_value(value: object) -> str:
     return str(value).replace(",", ",,")
 
 
+def tcg_accel_option(accel: str, clock: Clock, thread: str) -> str:
+    """``-accel``'s value: the clock's (icount is single-threaded TCG), or
+    TCG with the threading asked for."""
+    if clock.icount or accel != "tcg" or not thread:
+        return clock.accel_option(accel)
+    return f"tcg,thread={thread}"
+
+
 def kernel_cmdline(config: MachineConfig, accel: str = "tcg", clock: Clock = WALL_CLOCK) -> str:
     # quiet + lpj skip work that costs seconds under TCG; panic=-1 with
     # -no-reboot turns a guest panic into QEMU exiting at once.
@@ -243,7 +257,7 @@ def command_line(
         "-M",
         ",".join(machine_opts),
         "-accel",
-        clock.accel_option(accel),
+        tcg_accel_option(accel, clock, config.tcg_thread),
         *clock.qemu_args(),
         "-cpu",
         "max" if accel == "tcg" else "host",

@@ -1,0 +1,226 @@
+"""Boot faults counted: fresh cold boots of one guest kernel in several QEMU
+modes, taken in turn (one boot of each mode a round, so the host's load
+falls on every mode alike), each boot's outcome read from its console.
+
+A mode is a guest kernel with a clock and TCG's threading: multi-threaded
+TCG (QEMU's default on the wall clock), single-threaded TCG (the vCPUs take
+turns on one thread) and icount (single-threaded, a fixed shift).  A fault
+that shows under multi-threaded TCG and never under single-threaded TCG
+belongs to the emulation, not to the kernel; one seen under single-threaded
+TCG is the kernel's.  Each rate carries its exact (Clopper-Pearson) 95 %
+interval, and two modes' counts are compared with Fisher's exact test:
+a handful of faults in a few hundred boots says little, and the figures
+say how little.
+
+``python -m memqual.host.cli.count_panics`` is its command (docs/
+kernels-6.1-vs-6.12.md quotes it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from memqual.host.core import clock as clocks
+from memqual.host.core import settings
+from memqual.host.core.errors import MemqualError, Timeout
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import choose, choose_for_clock
+from memqual.images.build import KernelSource, build
+
+# What a kernel prints when it faults: an oops, a BUG or a panic.  The
+# first such line names the fault; the RIP line after it says where.
+FAULT = re.compile(r"(Kernel panic - not syncing|Oops[:\s]|BUG: |general protection fault|kernel BUG at)")
+WHERE = re.compile(r"RIP: [0-9a-f]{4}:(\S+)")
+OUTCOMES = ("ok", "fault", "hang", "error")
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    """One way to boot: a Debian guest kernel, a clock (wall or
+    icount:SHIFT) and, on the wall clock, TCG's threading."""
+
+    kernel: str
+    clock: str = clocks.WALL
+    tcg_thread: str = ""  # "" = QEMU's default (multi-threaded), or "single"
+    cpus: int = 2
+
+    @property
+    def name(self) -> str:
+        if clocks.parse(self.clock).icount:
+            how = self.clock
+        else:
+            how = "tcg-single" if self.tcg_thread == "single" else "tcg-multi"
+        return f"{self.kernel} {how} {self.cpus}cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class Boot:
+    mode: str
+    index: int
+    outcome: str  # one of OUTCOMES
+    seconds: float
+    signature: str  # the fault's first line and where ("" when none)
+    qemu: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Rate:
+    """A mode's faults over its boots, with the exact 95 % interval."""
+
+    mode: str
+    boots: int
+    faults: int
+    hangs: int
+    errors: int
+    low: float
+    high: float
+    signatures: tuple[str, ...]
+
+    @property
+    def rate(self) -> float:
+        return self.faults / self.boots if self.boots else math.nan
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact binomial interval for k successes in n trials."""
+    from scipy.stats import beta  # heavy: only where an interval is made
+
+    if n <= 0:
+        return (math.nan, math.nan)
+    tail = (1.0 - level) / 2.0
+    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    high = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
+    return (low, high)
+
+
+def fisher_greater(a: Rate, b: Rate) -> float:
+    """One-sided Fisher exact p that ``a``'s fault rate exceeds ``b``'s."""
+    from scipy.stats import fisher_exact
+
+    table = [[a.faults, a.boots - a.faults], [b.faults, b.boots - b.faults]]
+    return float(fisher_exact(table, alternative="greater")[1])
+
+
+def classify(console: str, error: BaseException | None) -> tuple[str, str]:
+    """A boot's outcome and its fault's signature, from the console it
+    left and the error its launch raised (None: it reached SSH)."""
+    lines = console.splitlines()
+    for number, line in enumerate(lines):
+        if FAULT.search(line):
+            where = next((m.group(1) for m in map(WHERE.search, lines[number : number + 40]) if m), "")
+            text = line.split("] ", 1)[-1].strip()[:120]
+            return "fault", f"{text} at {where}" if where else text
+    if error is None:
+        return "ok", ""
+    if isinstance(error, Timeout):
+        return "hang", str(error).splitlines()[0][:160]
+    return "error", str(error).splitlines()[0][:160]
+
+
+def rates(boots: Iterable[Boot]) -> list[Rate]:
+    by_mode: dict[str, list[Boot]] = {}
+    for boot in boots:
+        by_mode.setdefault(boot.mode, []).append(boot)
+    out = []
+    for mode, group in by_mode.items():
+        faults = sum(b.outcome == "fault" for b in group)
+        low, high = clopper_pearson(faults, len(group))
+        out.append(
+            Rate(
+                mode,
+                len(group),
+                faults,
+                sum(b.outcome == "hang" for b in group),
+                sum(b.outcome == "error" for b in group),
+                low,
+                high,
+                tuple(sorted({b.signature for b in group if b.outcome == "fault"})),
+            )
+        )
+    return out
+
+
+def boot_once(mode: Mode, index: int, timeout: float) -> Boot:
+    """One cold boot of ``mode`` to a working SSH command, its console kept
+    in a private folder until it is read, then removed."""
+    the_clock = clocks.parse(mode.clock)
+    settings.put(settings.QEMU, None)  # each mode picks its own QEMU afresh
+    if the_clock.icount:
+        qemu, _ = choose_for_clock(None, the_clock, mode.cpus)
+    else:
+        qemu = choose(None)
+    image = build(KernelSource(debian=mode.kernel))
+    config = MachineConfig(
+        memory_mib=1024,
+        cpus=mode.cpus,
+        machine="microvm",
+        accel="tcg",
+        warm=False,
+        clock=mode.clock,
+        tcg_thread=mode.tcg_thread,
+    )
+    with tempfile.TemporaryDirectory(prefix="mqpanic-") as logs:
+        started = time.monotonic()
+        error: BaseException | None = None
+        try:
+            with Machine(config, image=image, log_dir=Path(logs), boot_timeout=timeout):
+                pass
+        except MemqualError as exc:
+            error = exc
+        seconds = time.monotonic() - started
+        console = "".join(p.read_text(errors="replace") for p in Path(logs).glob("console-*.log"))
+    outcome, signature = classify(console, error)
+    return Boot(mode.name, index, outcome, round(seconds, 2), signature, qemu.version)
+
+
+def count(
+    modes: Sequence[Mode],
+    boots_per_mode: int,
+    deadline_s: float,
+    timeout: float,
+    record: Callable[[Boot], None],
+    one: Callable[[Mode, int, float], Boot] = boot_once,
+    now: Callable[[], float] = time.monotonic,
+) -> list[Boot]:
+    """Round-robin boots of every mode until each has ``boots_per_mode`` or
+    the deadline (seconds from now) has passed; ``record`` sees each boot
+    as it ends (the caller appends it to a file: a killed count keeps what
+    it had)."""
+    end = now() + deadline_s
+    done: list[Boot] = []
+    for index in range(boots_per_mode):
+        for mode in modes:
+            if now() >= end:
+                return done
+            boot = one(mode, index, timeout)
+            record(boot)
+            done.append(boot)
+    return done
+
+
+def load(path: Path) -> list[Boot]:
+    """Boots a count appended to ``path``, one JSON object a line."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            out.append(Boot(**json.loads(line)))
+    return out
+
+
+def appender(path: Path) -> Callable[[Boot], None]:
+    def write(boot: Boot) -> None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+        fd = os.open(path, flags, 0o600)
+        with os.fdopen(fd, "a") as out:
+            out.write(json.dumps(dataclasses.asdict(boot)) + "\n")
+
+    return write
