@@ -26,6 +26,7 @@ goes in has passed."""
 
 from __future__ import annotations
 
+import errno
 import importlib.resources
 import os
 import stat
@@ -328,7 +329,14 @@ def open_nofollow(path: Path, *, append: bool = False, mode: int = 0o644) -> int
     have passed ``check_output_dir`` (or be memqual's own), so nobody else
     can put a link there after the check either."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_APPEND if append else 0)
-    fd = os.open(path, flags, mode)
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"{path} is a link: memqual writes no file through one; remove it") from exc
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads, a device without its driver
+            raise BadInput(f"{path} is not a regular file: remove it or write elsewhere") from exc
+        raise BadInput(f"{path}: cannot write it ({exc.strerror or exc})") from exc
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise BadInput(f"{path} is not a regular file: remove it or write elsewhere")
