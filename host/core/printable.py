@@ -9,6 +9,8 @@ text uses."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from typing import Any
 
 # C0 but tab and line feed, DEL, C1, and the bidirectional overrides and
 # isolates, which reorder what the eye reads ("Trojan Source").
@@ -30,3 +32,37 @@ def one_line(text: object) -> str:
     """``printable``, with line feeds and tabs shown as ``\\n`` and ``\\t``
     too: for text that must stay on its line."""
     return printable(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+class _Shown:
+    """A renderable drawn as rich draws it, its text through ``printable``
+    (rich's own styles and cursor controls kept)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Any, options: Any) -> Iterator[Any]:
+        from rich.segment import Segment
+
+        for segment in console.render(self.inner, options):
+            yield segment if segment.control else Segment(printable(segment.text), segment.style)
+
+
+class _ShowPrintable:
+    """rich's render hook (its public RenderHook interface): every
+    renderable a console prints goes through ``_Shown``."""
+
+    def process_renderables(self, renderables: list[Any]) -> list[Any]:
+        return [_Shown(r) for r in renderables]
+
+
+def console(**options: Any) -> Any:
+    """A rich Console (``options`` as rich's) that shows every control
+    character of what it prints as ``printable`` does: table cells, markup
+    and plain text alike.  Every console that prints what a guest, a test,
+    a results file or a lab host said is made here."""
+    from rich.console import Console
+
+    made = Console(**options)
+    made.push_render_hook(_ShowPrintable())  # type: ignore[arg-type]
+    return made

@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from memqual.host.core import printable
 from memqual.host.judge.comparison import (
     EQUIVALENT,
     FASTER,
@@ -26,14 +27,13 @@ ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (explorat
 
 
 def print_comparison(result: RunComparison, console: Any = None, a_name: str = "A", b_name: str = "B") -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from memqual.host.report.html import num
 
     # Logs and CI get 120 columns; a terminal its own width.
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    console = console or printable.console(width=None if sys.stdout.isatty() else 120)
     styles = {
         FASTER: "bold green",
         SLOWER: "bold red",

@@ -51,6 +51,7 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import console as printable_console
 from memqual.host.core.printable import printable
 from memqual.host.core.qemu_binary import ENV_QEMU
 from memqual.host.run.avocado import run_avocado
@@ -361,9 +362,8 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | No
     into its own cache, checked against its own signed lists, during its
     probe, and its tasks run it; a host that cannot have it is left out with
     the reason.  Each host's records name the QEMU it ran."""
-    from rich.console import Console
 
-    console = console or Console(width=120)
+    console = console or printable_console(width=120)
     hosts = load_hosts(hosts_file)
     # Absolute: avocado runs from the repository, and the spawner's config
     # and the job's TMPDIR are paths under the output.
