@@ -18,7 +18,6 @@ from rich.console import Console
 
 from memqual.host.cli import main as cli
 from memqual.host.core.ab_tests import ratio_test
-from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
 from memqual.host.judge.results import load_results
 from memqual.host.report import report
