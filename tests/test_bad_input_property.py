@@ -654,12 +654,12 @@ def test_a_lab_hosts_probe_answer_is_its_own_problem_at_most(
         }
     )
 
-    class Done:
-        def __init__(self, stdout: str) -> None:
-            self.stdout, self.stderr, self.returncode = stdout, "", 0
+    import subprocess
 
     original = check.ssh.run
-    check.ssh.run = lambda host, argv, timeout: Done(answer if host.name == "x" else good)
+    check.ssh.run = lambda host, argv, timeout_s: subprocess.CompletedProcess(
+        list(argv), 0, answer if host.name == "x" else good, ""
+    )
     try:
         results = check.for_each(hosts, check.probe_host)
     finally:

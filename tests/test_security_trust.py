@@ -281,7 +281,7 @@ def test_the_variants_file_of_a_block_job_is_never_written_through_a_link(tmp_pa
     victim = _victim(tmp_path)
     (tmp_path / "out" / "variants").mkdir(parents=True)
     (tmp_path / "out" / "variants" / "job-1.json").symlink_to(victim)
-    seen = {}
+    seen: dict[str, Path] = {}
     monkeypatch.setattr(rounds, "run_avocado", lambda config, *a, **k: seen.setdefault("file", config.variants_file))
     config = RunConfig(output=tmp_path / "out", profile="ab", only=(), tests=tmp_path)
     rounds.run_block_job(config, {}, [], 1, None)

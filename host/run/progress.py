@@ -9,7 +9,7 @@ import dataclasses
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from memqual.host.core.printable import printable
 from memqual.host.run import jobevents
@@ -119,4 +119,7 @@ def sanitized(event: jobevents.Event) -> jobevents.Event:
         and isinstance(value := getattr(event, f.name), str)
         and value != printable(value)
     }
-    return dataclasses.replace(event, **changes) if changes else event
+    if not changes:
+        return event
+    replaced: jobevents.Event = dataclasses.replace(cast(Any, event), **changes)
+    return replaced
