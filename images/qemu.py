@@ -179,15 +179,17 @@ class PrivateApt:
             link = self.directory / f".lists-{os.getpid()}"
             link.unlink(missing_ok=True)
             link.symlink_to(fresh.name)
-            old = self.lists.resolve() if self.lists.is_symlink() else None
             if self.lists.exists() and not self.lists.is_symlink():  # a folder of an older memqual
                 shutil.rmtree(self.lists)
             os.replace(link, self.lists)
         except BaseException:
             shutil.rmtree(fresh, ignore_errors=True)
             raise
-        if old is not None and old.parent == self.directory and old != fresh:
-            shutil.rmtree(old, ignore_errors=True)
+        # The lists before, and any a killed update left (under the update
+        # lock nobody else is making one).
+        for stale in self.directory.glob("lists.*"):
+            if stale != fresh and not stale.is_symlink() and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def private_apt(cache: Path) -> PrivateApt:

@@ -301,3 +301,15 @@ def test_the_balloon_png_is_never_written_through_a_link(tmp_path: Path) -> None
     assert victim.read_text() == VICTIM_TEXT
     assert not target.is_symlink() and target.read_bytes().startswith(b"\x89PNG")
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_an_avocado_others_may_write_is_refused_before_it_runs(tmp_path: Path, monkeypatch) -> None:
+    from memqual.host.core import settings
+    from memqual.host.run import avocado
+
+    fake = _program(tmp_path / "bin")
+    monkeypatch.setenv(settings.AVOCADO, str(fake))
+    assert avocado.avocado_executable() == [str(fake)]
+    os.chmod(fake, 0o757)
+    with pytest.raises(UntrustedDirectory, match="MEMQUAL_AVOCADO .* is writable by others"):
+        avocado.avocado_executable()

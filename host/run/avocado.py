@@ -19,7 +19,7 @@ from typing import Any
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, open_nofollow, write_private_atomic
+from memqual.host.core.paths import REPO_ROOT, check_loaded, open_nofollow, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.run import jobevents
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome
@@ -45,6 +45,7 @@ def avocado_executable() -> list[str]:
         path = Path(override)
         if not path.is_file():
             raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
+        check_loaded(path, "MEMQUAL_AVOCADO")  # run as root: nobody else's to change
         return [str(path)]
     beside = Path(sys.executable).parent / "avocado"
     if beside.is_file():
