@@ -45,7 +45,7 @@ def avocado_executable() -> list[str]:
         path = Path(override)
         if not path.is_file():
             raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
-        check_loaded(path, "MEMQUAL_AVOCADO")  # run as root: nobody else's to change
+        check_loaded(path, settings.AVOCADO)  # run as root: nobody else's to change
         return [str(path)]
     beside = Path(sys.executable).parent / "avocado"
     if beside.is_file():
