@@ -48,21 +48,19 @@ class _Shown:
             yield segment if segment.control else Segment(printable(segment.text), segment.style)
 
 
-class _ShowPrintable:
-    """rich's render hook (its public RenderHook interface): every
-    renderable a console prints goes through ``_Shown``."""
-
-    def process_renderables(self, renderables: list[Any]) -> list[Any]:
-        return [_Shown(r) for r in renderables]
-
-
 def console(**options: Any) -> Any:
     """A rich Console (``options`` as rich's) that shows every control
     character of what it prints as ``printable`` does: table cells, markup
     and plain text alike.  Every console that prints what a guest, a test,
     a results file or a lab host said is made here."""
-    from rich.console import Console
+    from rich.console import Console, RenderHook
+
+    class ShowPrintable(RenderHook):
+        """rich's render hook: every renderable printed goes through ``_Shown``."""
+
+        def process_renderables(self, renderables: list[Any]) -> list[Any]:
+            return [_Shown(r) for r in renderables]
 
     made = Console(**options)
-    made.push_render_hook(_ShowPrintable())  # type: ignore[arg-type]
+    made.push_render_hook(ShowPrintable())
     return made

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from memqual.host.judge.results import variant_label
 from memqual.host.report.claim_lines import published_on_axis
@@ -38,7 +38,7 @@ def one_figure(draw: _Draw) -> _Draw:
             pyplot().close("all")
             return None
 
-    return drawn  # type: ignore[return-value]
+    return cast(_Draw, drawn)
 
 
 @one_figure

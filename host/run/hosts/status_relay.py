@@ -30,7 +30,7 @@ import selectors
 import socket
 import threading
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 from memqual.host.core.errors import Timeout
 from memqual.host.core.waiting import wait_until
@@ -145,7 +145,7 @@ class StatusRelay:
                 if kind == "wake":
                     return
                 if kind == "listen":
-                    self._accept(key.fileobj, data)  # type: ignore[arg-type]
+                    self._accept(cast(socket.socket, key.fileobj), data)
                 else:
                     self._read(data)
 
