@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.host.core.paths import cache_dir, shipped, weak_spot
+from memqual.host.core.paths import cache_dir, shipped, tree_weak_spot, user_owners, weak_spot
 from memqual.images import packages
 from memqual.images.kernel import check_release
 
@@ -52,35 +52,6 @@ VERSION = "1"  # bump when the build recipe changes
 # What marks a kernel build tree an external module can be built against:
 # kbuild's Makefile, the configuration, and the exported symbols' CRCs.
 KBUILD_MARKS = ("Makefile", ".config", "Module.symvers")
-# What `make -C TREE M=...` reads and runs as root from the tree: its
-# Makefile (an O= build's includes the source tree's), the configuration
-# and generated headers, and kbuild's make fragments and scripts.  Each
-# that exists must be safe from other users (see ``check_tree_owner``).
-TREE_READS = (
-    ".",
-    "Makefile",
-    ".config",
-    "Module.symvers",
-    "include",
-    "include/config",
-    "include/config/auto.conf",
-    "include/config/kernel.release",
-    "include/generated",
-    "include/generated/autoconf.h",
-    "scripts",
-    "scripts/Kbuild.include",
-    "scripts/Makefile.build",
-    "scripts/Makefile.modpost",
-    "scripts/Makefile.modfinal",
-    "scripts/Makefile.lib",
-    "scripts/mod",
-    "scripts/mod/modpost",
-    "scripts/basic",
-    "scripts/basic/fixdep",
-    "arch/x86",
-    "arch/x86/Makefile",
-    "source",
-)
 # The scenario's environment (memqual run --kernel-build; e2e/base.py has
 # the kernel's and modules' variables).
 ENV_KERNEL = settings.GUEST_KERNEL
@@ -308,37 +279,30 @@ def check_kernel_build(path: str | os.PathLike[str]) -> Path:
 
 
 def tree_owners() -> frozenset[int]:
-    """Who may own a kernel tree root builds in: root, the running user and
-    the user who ran memqual through sudo (whoever sets SUDO_UID for a root
-    process could run anything as root already)."""
-    owners = {0, os.geteuid(), os.getuid()}
-    sudo_uid = os.environ.get("SUDO_UID", "")
-    if sudo_uid.isdigit():
-        owners.add(int(sudo_uid))
-    return frozenset(owners)
+    """Who may own a kernel tree root builds in (``paths.user_owners``)."""
+    return user_owners()
 
 
 def check_tree_owner(tree: Path) -> None:
-    """Refuse (one line) a tree another user could change under ``make``:
-    each of TREE_READS that exists, in the tree and in an O= build's source
-    tree, and every directory above them, must belong to ``tree_owners``
-    and be writable by neither group nor others (host/paths.weak_spot)."""
-    bases = [tree]
-    if (tree / "source").is_dir():
-        bases.append((tree / "source").resolve())
+    """Refuse (one line) a tree another user could change under ``make``,
+    which runs as root and reads (and runs) whatever kbuild finds in it:
+    its Makefiles and make fragments, .config and the generated headers,
+    scripts, compiled helpers (fixdep, modpost) and gcc plugins; no list of
+    those stays complete across kernel versions.  So every file, folder and
+    link of the whole tree is checked (``paths.tree_weak_spot``), every folder above
+    it up to /, and what each link leading out of it points at, walked the
+    same way (an O= build's ``source`` link: its source tree).  Each must
+    belong to ``tree_owners`` and be writable by neither group nor others.
+    What kbuild writes (the module's own build folder) is memqual's
+    private staging folder in the cache."""
     owners = tree_owners()
-    for base in bases:
-        for rel in TREE_READS:
-            place = base / rel
-            if not os.path.lexists(place):
-                continue
-            problem = weak_spot(place, owners)
-            if problem is not None:
-                raise BadInput(
-                    f"kernel build tree {tree}: {problem}, so another user could change what make runs as root "
-                    f"(uids trusted: {', '.join(map(str, sorted(owners)))}): build in a tree of your own, "
-                    "or chown -R / chmod -R go-w it"
-                )
+    problem = weak_spot(tree, owners) or tree_weak_spot(tree, owners)
+    if problem is not None:
+        raise BadInput(
+            f"kernel build tree {tree}: {problem}, so another user could change what make runs as root "
+            f"(uids trusted: {', '.join(map(str, sorted(owners)))}): build in a tree of your own, "
+            "or chown -R / chmod -R go-w it"
+        )
 
 
 def tree_release(tree: Path) -> str:

@@ -229,6 +229,42 @@ def _fetched_sha256(deb: Path) -> str | None:
     return digest if len(digest) == 64 else None
 
 
+def sandbox_uid() -> int | None:
+    """The uid apt-get downloads as when run by root (its ``_apt`` sandbox
+    user); None when not root, or when apt has no such user (it then
+    downloads as root anyway)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(APT_SANDBOX_USER).pw_uid
+    except KeyError:
+        return None
+
+
+def sandbox_dir(prefix: str) -> tuple[Path, Path]:
+    """A fresh place apt's sandbox user may write, reachable from /: a
+    root-owned directory (0711: the sandbox user can enter, nobody else can
+    list) under /tmp, held live until ``leftovers.release_tempdir``; returns
+    it and the sandbox's own 0700 directory inside it (``partial``)."""
+    sandbox = sandbox_uid()
+    assert sandbox is not None, "only root hands apt a sandbox directory"
+    outer = leftovers.live_tempdir(prefix, "/tmp")
+    os.chmod(outer, 0o711)
+    inner = outer / "partial"
+    inner.mkdir(mode=0o700)
+    os.chown(inner, sandbox, -1)
+    return outer, inner
+
+
+def copy_regular(source: Path, target: Path) -> None:
+    """Copy ``source`` (a file apt wrote where its sandbox user may write)
+    into a private folder: without following a link, a regular file only,
+    whole or not at all; its modification time is kept."""
+    _copy_private(source, target, "")
+    st = os.lstat(source)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 class _DownloadDir:
     """Where ``apt-get download`` writes: a scratch directory in the cache
     when not root; as root a directory of apt's sandbox user inside a
@@ -242,17 +278,10 @@ class _DownloadDir:
         self.outer: Path | None = None
 
     def __enter__(self) -> Path:
-        try:
-            sandbox = pwd.getpwnam(APT_SANDBOX_USER).pw_uid if os.geteuid() == 0 else None
-        except KeyError:
-            sandbox = None  # an apt without a sandbox user downloads as root anyway
-        if sandbox is None:
+        if sandbox_uid() is None:
             self.outer = Path(tempfile.mkdtemp(prefix=f".dl-{self.package}-", dir=self.debs))
             return self.outer
-        self.outer = leftovers.live_tempdir(DOWNLOAD_PREFIX, "/tmp")
-        os.chmod(self.outer, 0o711)
-        inner = Path(tempfile.mkdtemp(dir=self.outer))
-        os.chown(inner, sandbox, -1)
+        self.outer, inner = sandbox_dir(DOWNLOAD_PREFIX)
         return inner
 
     def __exit__(self, *exc: object) -> None:

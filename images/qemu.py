@@ -24,12 +24,15 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from memqual.host.core import leftovers
 from memqual.host.core.errors import BadInput
+from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import trusted_dir, write_private_atomic
 from memqual.images import packages
 
@@ -42,6 +45,9 @@ QEMU_PACKAGES = ("qemu-system-x86", "qemu-system-common", "qemu-system-data")
 FIRMWARE_PACKAGES = ("seabios",)
 MANIFEST = "qemu.json"
 LISTS_MAX_AGE_S = 24 * 3600  # package lists older than this are updated first
+APT_LISTS_PREFIX = "mq-apt"  # under /tmp, for apt's sandbox user (packages.sandbox_dir)
+UPDATE_LOCK_DEADLINE_S = 300.0  # another run updating the same lists: seconds
+FETCH_LOCK_DEADLINE_S = 900.0  # another run fetching the same QEMU: its packages and unpack, about 10 s here
 # A version as a user gives it: upstream (10.0.2) or Debian's (1:10.0.2+ds-2...).
 VERSION_FORM = re.compile(r"[0-9][0-9A-Za-z.+~:-]*")
 
@@ -120,12 +126,12 @@ class PrivateApt:
     def lists(self) -> Path:
         return self.directory / "lists"
 
-    def options(self) -> tuple[str, ...]:
+    def options(self, lists: Path | None = None) -> tuple[str, ...]:
         return (
             "-o",
             f"Dir::Etc::sourcelist={self.sources}",
             "-o",
-            f"Dir::State::Lists={self.lists}",
+            f"Dir::State::Lists={lists or self.lists}",
             "-o",
             f"Dir::Cache={self.directory / 'cache'}",
         )
@@ -139,10 +145,51 @@ class PrivateApt:
         release = release or codename()
         keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
         line = f"deb [signed-by={keyring}] {_system_mirror()} {release}-backports main\n"
-        (self.lists / "partial").mkdir(parents=True, exist_ok=True)
         (self.directory / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
         write_private_atomic(self.sources, line.encode(), 0o644)
-        packages.run_apt(["apt-get", *self.options(), "update"])
+        with file_lock(
+            self.directory / ".update.lock", exclusive=True, deadline_s=UPDATE_LOCK_DEADLINE_S, held="apt-get update"
+        ):
+            if packages.sandbox_uid() is None:
+                (self.lists / "partial").mkdir(parents=True, exist_ok=True)
+                packages.run_apt(["apt-get", *self.options(), "update"])
+                return
+            # As root, apt-get downloads as its sandbox user, who cannot
+            # reach the private cache: the lists are fetched into a folder
+            # that user can reach (its partial/ the user's own, inside a
+            # root-owned 0711 parent), then copied in.
+            outer, _ = packages.sandbox_dir(APT_LISTS_PREFIX)
+            try:
+                packages.run_apt(["apt-get", *self.options(outer), "update"])
+                self._take_lists(outer)
+            finally:
+                leftovers.release_tempdir(outer)
+
+    def _take_lists(self, fetched: Path) -> None:
+        """The lists apt-get left in ``fetched`` (its root-owned files, not
+        the sandbox's partial/ or auxfiles/) as the private lists, in one
+        step: ``lists`` is a link to a complete folder, replaced whole."""
+        fresh = Path(tempfile.mkdtemp(prefix="lists.", dir=self.directory))
+        try:
+            for entry in os.scandir(fetched):
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode) and st.st_uid == 0 and entry.name not in ("lock", leftovers.LIVE_LOCK):
+                    packages.copy_regular(Path(entry.path), fresh / entry.name)
+            os.chmod(fresh, 0o755)
+            link = self.directory / f".lists-{os.getpid()}"
+            link.unlink(missing_ok=True)
+            link.symlink_to(fresh.name)
+            if self.lists.exists() and not self.lists.is_symlink():  # a folder of an older memqual
+                shutil.rmtree(self.lists)
+            os.replace(link, self.lists)
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
+        # The lists before, and any a killed update left (under the update
+        # lock nobody else is making one).
+        for stale in self.directory.glob("lists.*"):
+            if stale != fresh and not stale.is_symlink() and stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
 
 
 def private_apt(cache: Path) -> PrivateApt:
@@ -229,38 +276,39 @@ def _safe_name(package_version: str) -> str:
 
 
 def fetch(version: str, cache: Path) -> UnpackedQemu:
-    """QEMU ``version`` from the archive, unpacked into the cache once."""
+    """QEMU ``version`` from the archive, unpacked into the cache once.
+    One run at a time fetches a version (its lock ``qemu/.NAME.lock``):
+    another waits, then takes the tree the first one made, so no fetch
+    replaces a tree that another run has just made or is running."""
     offer = find(version, cache)
-    target = qemu_root(cache) / _safe_name(offer.package_version)
+    root = qemu_root(cache)
+    name = _safe_name(offer.package_version)
+    target = root / name
     cached = load(target)
     if cached is not None:
         return cached
-    _drop_stale_unpacks(target.parent)
-    apt = private_apt(cache)
-    debs = [_fetch_checked(QEMU_PACKAGES[0], offer.package_version, apt, cache)]
-    for package in (*QEMU_PACKAGES[1:], *FIRMWARE_PACKAGES):
-        debs.append(_fetch_checked(package, _companion_version(apt, package, offer.package_version), apt, cache))
-    return unpack(offer, debs, target)
-
-
-STALE_UNPACK_S = 3600.0  # an unpack takes seconds; one this old was killed midway
-
-
-def _drop_stale_unpacks(root: Path) -> None:
-    """Temporary unpacks a killed memqual left (never a whole QEMU: those
-    are renamed into place only when complete)."""
-    for leftover in root.glob(".unpack-*"):
-        try:
-            if time.time() - leftover.stat().st_mtime > STALE_UNPACK_S:
-                shutil.rmtree(leftover, ignore_errors=True)
-        except OSError:
-            continue
+    leftovers.sweep_qemu(root)
+    with file_lock(
+        leftovers.qemu_lock(root, name),
+        exclusive=True,
+        deadline_s=FETCH_LOCK_DEADLINE_S,
+        held=f"QEMU {offer.package_version} is being fetched by another run",
+    ):
+        cached = load(target)
+        if cached is not None:
+            return cached
+        apt = private_apt(cache)
+        debs = [_fetch_checked(QEMU_PACKAGES[0], offer.package_version, apt, cache)]
+        for package in (*QEMU_PACKAGES[1:], *FIRMWARE_PACKAGES):
+            debs.append(_fetch_checked(package, _companion_version(apt, package, offer.package_version), apt, cache))
+        return unpack(offer, debs, target)
 
 
 def unpack(offer: ArchiveQemu, debs: list[Path], target: Path) -> UnpackedQemu:
     """``debs`` unpacked into ``target`` whole: in a temporary sibling,
     checked (its binary answers ``--version`` with its own modules), then
-    renamed into place; on any failure the sibling is removed."""
+    renamed into place; on any failure the sibling is removed.  The caller
+    holds the version's lock (``fetch``)."""
     work = Path(tempfile.mkdtemp(prefix=f".unpack-{target.name}-", dir=target.parent))
     try:
         for deb in debs:

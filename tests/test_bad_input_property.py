@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -519,3 +520,152 @@ def test_every_subcommand_has_its_places() -> None:
     walk(parser, ())
     covered = {" ".join(s.argv("X")[: len(c.split())]) for s in SLOTS if s.tool == "memqual" for c in commands}
     assert commands - covered == set()
+
+
+# -- valid-looking input with hostile content: markup, extreme figures, a lab host's answers --
+# A metric name is any non-empty string: some are markup somewhere memqual
+# shows them (matplotlib's mathtext, Jinja, rich's markup, the terminal's
+# escapes, HTML).  They must stay text: drawn, escaped, shown.
+MARKUP_NAMES = [
+    r"$\frac{1}{$",
+    "$x^2$",
+    "{{ 7*7 }}",
+    "{% if true %}x{% endif %}",
+    "<script>x</script>",
+    "[bold red]x[/]",
+    "\x1b]0;retitled\x07",
+    "\x1b[2J\x1b[1A",
+    "\u202eevil",
+    "a\x00b\x7f",
+    "%s%n%(x)s",
+]
+# The schema's samples: 0, or a magnitude from 1e-100 to 1e100.
+EXTREMES = [1e100, -1e100, 1e-100, -1e-100, 0.0, 1.0]
+metric_names = st.one_of(
+    st.sampled_from(MARKUP_NAMES),
+    st.lists(st.sampled_from(MARKUP_NAMES) | st.text(min_size=1, max_size=8), min_size=1, max_size=3).map("".join),
+)
+finite = st.one_of(
+    st.sampled_from(EXTREMES),
+    st.floats(min_value=-1e100, max_value=1e100, allow_nan=False).filter(lambda x: x == 0 or abs(x) >= 1e-100),
+)
+replicate_sets = st.lists(st.lists(finite, min_size=1, max_size=3), min_size=1, max_size=4)
+
+
+def _results_with(path: Path, metric: str, replicates: list[list[float]]) -> Path:
+    from results_files import write_results_file
+
+    from memqual.host.core.record import Measurement
+
+    record = Measurement(
+        scenario="balloon.inflate", metric=metric, unit="s", better="lower", samples=[], replicates=replicates
+    )
+    return write_results_file(path, [record])
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=metric_names, a=replicate_sets, b=replicate_sets)
+def test_compare_of_valid_files_exits_1_only_for_slower_and_shows_names_as_text(
+    tmp_path_factory: pytest.TempPathFactory, capsys: pytest.CaptureFixture[str], name: str, a: list, b: list
+) -> None:
+    root = tmp_path_factory.mktemp("hostile")
+    path_a, path_b = _results_with(root / "a.json", name, a), _results_with(root / "b.json", name, b)
+    page = root / "compare.html"
+    with environment({}), alarm(ALARM_S):
+        status = cli.main(["compare", str(path_a), str(path_b), "--all-metrics", "--html", str(page)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "unexpected" not in err, err
+    assert "\x1b" not in out + err, repr(out + err)
+    if status == 2:
+        assert len(err.splitlines()) == 1, err
+        return
+    assert status in (0, 1), (status, err)
+    assert (status == 1) == ("slower beyond" in out), out
+    html = page.read_text()
+    assert "<script>x" not in html
+    if "{{ 7*7 }}" in name:
+        assert "{{ 7*7 }}" in html  # shown, never evaluated
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=metric_names, replicates=replicate_sets)
+def test_a_report_of_hostile_names_and_extreme_figures_is_written(
+    tmp_path_factory: pytest.TempPathFactory, name: str, replicates: list
+) -> None:
+    from memqual.host.judge.results import load_results
+    from memqual.host.report import report
+
+    root = tmp_path_factory.mktemp("report")
+    results = load_results(_results_with(root / "r.json", name, replicates))
+    page = report.write_html(results, root / "report.html").read_text()
+    assert "<script>x" not in page
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | finite | st.integers() | st.text(max_size=12) | st.sampled_from(MARKUP_NAMES),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+def _probe_answers() -> st.SearchStrategy[str]:
+    """What a lab host may answer to ``memqual hosts probe``: a right one
+    with hostile values, wrong types, nesting too deep, or no JSON."""
+    from memqual.host.run.hosts.probe import SCHEMA, memqual_version
+
+    fields = st.fixed_dictionaries(
+        {
+            "schema": st.sampled_from([SCHEMA, "other/1"]),
+            "version": st.sampled_from([memqual_version(), "0.0.0"]) | st.sampled_from(MARKUP_NAMES),
+            "boot_id": st.text(max_size=8) | st.sampled_from(MARKUP_NAMES),
+            "environment": st.dictionaries(st.text(max_size=8), json_values, max_size=4) | json_values,
+            "lock_free": json_values,
+            "lock_holder": json_values,
+        },
+        optional={"cleaned_qemu": json_values, "qemu_binary": json_values, "qemu_problem": json_values},
+    ).map(json.dumps)
+    deep = st.integers(min_value=65, max_value=200_000).map(
+        lambda n: f'{{"schema": "{SCHEMA}", "environment": ' + "[" * n + "]" * n + "}"
+    )
+    return st.one_of(fields, deep, st.text(max_size=40), json_values.map(json.dumps))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_lab_hosts_probe_answer_is_its_own_problem_at_most(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    """Whatever one host answers, the check of every host ends: that host
+    usable or not (with its reason), the other one usable, and nothing of
+    the answer sent to the terminal as a control character."""
+    from memqual.host.run.hosts import check, config
+
+    root = tmp_path_factory.mktemp("probe")
+    (root / "k").write_text("x")
+    hosts = [config.LabHost(name=n, address="10.0.0.1", key=root / "k", known_hosts=root / "k") for n in ("x", "y")]
+    answer = data.draw(_probe_answers(), label="answer")
+    good = json.dumps(
+        {
+            "schema": "memqual.hostprobe/1",
+            "version": __import__("memqual.host.run.hosts.probe", fromlist=["x"]).memqual_version(),
+            "boot_id": "b",
+            "environment": {},
+            "lock_free": True,
+        }
+    )
+
+    import subprocess
+
+    original = check.ssh.run
+    check.ssh.run = lambda host, argv, timeout_s: subprocess.CompletedProcess(
+        list(argv), 0, answer if host.name == "x" else good, ""
+    )
+    try:
+        results = check.for_each(hosts, check.probe_host)
+    finally:
+        check.ssh.run = original
+    assert results[1].usable, results[1].problem
+    assert results[0].usable or results[0].problem
+    for line in check.lines(results):
+        assert "\x1b" not in line and "\x00" not in line, repr(line)
+    json.dumps([r.to_json() for r in results])  # fleet.json takes it

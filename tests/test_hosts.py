@@ -146,9 +146,10 @@ def test_slot_files_put_the_pinned_options_before_aexpects(tmp_path, keys):
     words = shlex.split(first["extra_cmdline"])
     # aexpect appends "-o StrictHostKeyChecking=no" after these: ssh keeps the first.
     assert words[words.index("StrictHostKeyChecking=yes") - 1] == "-o"
-    # The status server's UNIX socket, through the session, to a socket in a
-    # private directory there: no TCP port any local user there could reach.
-    assert words[words.index("-R") + 1] == "/tmp/memqual-status.AbCdEf0123/status.sock:/x/status.sock"
+    # The host's own relay to the status server (status_relay), through the
+    # session, to a socket in a private directory there: no TCP port any
+    # local user there could reach.
+    assert words[words.index("-R") + 1] == "/tmp/memqual-status.AbCdEf0123/status.sock:/x/relay-1.sock"
     assert "-R" not in shlex.split(second["extra_cmdline"])  # one forward per host
     spec = FleetSpec.from_json(json.loads((tmp_path / "fleet" / "fleet-spec.json").read_text()))
     assert set(spec.slots.values()) == {host}

@@ -11,12 +11,14 @@ carry scenario, metric, variant, settings and replicates).
 
 from __future__ import annotations
 
+import base64
 import collections
 import dataclasses
 import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup
@@ -24,6 +26,7 @@ from markupsafe import Markup
 from memqual.host.core import pages, stats
 from memqual.host.core.figures import Plot, png, pyplot
 from memqual.host.core.figures import format_number as num
+from memqual.host.core.paths import write_private_atomic
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a
@@ -266,7 +269,6 @@ def write_png(entries: Sequence[Any], path: str) -> int:
     the entries hold."""
     found = curves(entries)
     if found:
-        fig = figure(found[0])
-        fig.savefig(path, format="png", dpi=110, bbox_inches="tight")
-        pyplot().close(fig)
+        # Written whole through the private writer, never through a link at ``path``.
+        write_private_atomic(Path(path), base64.b64decode(png(figure(found[0]))), 0o644)
     return len(found)

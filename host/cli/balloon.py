@@ -144,7 +144,7 @@ def _add_measure(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_measure(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from memqual.host.core import printable
 
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.core.qemu import qemu_binary
@@ -163,19 +163,19 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     if getattr(args, "pfns_per_request", None) is not None:
         sizes = measure.parse_sizes(args.pfns_per_request)
     qemu_binary()
-    console = Console(stderr=True)
+    console = printable.console(stderr=True)
     if sizes is not None:
         by_size = measure.measure_sizes(config, sizes, build(), console=None if args.json else console)
         if args.json:
             print(json.dumps(by_size, indent=2))
         else:
-            measure.print_sizes(by_size, Console())
+            measure.print_sizes(by_size, printable.console())
         return 0 if by_size["reached"] else 1
     result = measure.measure(config, build(), console=None if args.json else console)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        measure.print_result(result, Console())
+        measure.print_result(result, printable.console())
     return 0 if result["reached"] else 1
 
 

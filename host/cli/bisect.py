@@ -37,6 +37,7 @@ from memqual.host.cli import args as cliargs
 from memqual.host.cli import run as run_command
 from memqual.host.cli.args import percent
 from memqual.host.cli.command import Command
+from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, check_output_dir
 from memqual.host.run import config as run_config
@@ -144,11 +145,9 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from memqual.host.run.bisect import run
 
-    console = Console(width=None if sys.stdout.isatty() else 120)
+    console = printable.console(width=None if sys.stdout.isatty() else 120)
 
     def say(line: str) -> None:
         console.print(line, highlight=False, markup=False, soft_wrap=True)

@@ -32,6 +32,7 @@ import sys
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
+from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.judge.comparison import (
     CORRECTION,
     DEFAULT_ALPHA,
@@ -130,6 +131,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Exit 1 says a primary is slower, and nothing else: whatever else the
+    comparison of two schema-valid files meets (a figure matplotlib or the
+    arithmetic refuses) is one line and exit 2, never main's exit 1."""
+    try:
+        return _compare(args)
+    except (MemqualError, KeyboardInterrupt, BrokenPipeError):
+        raise
+    except Exception as exc:
+        first = str(exc).splitlines()[0][:160] if str(exc) else ""
+        raise BadInput(
+            f"{args.a} and {args.b} could not be compared ({type(exc).__name__}{': ' + first if first else ''}): "
+            "check that both are results files of memqual runs; MEMQUAL_DEBUG=1 shows where it failed"
+        ) from exc
+
+
+def _compare(args: argparse.Namespace) -> int:
     from memqual.host.judge.comparison import compare_runs
     from memqual.host.judge.results import load_results
 

@@ -30,14 +30,15 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(result), indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from memqual.host.core import printable
 
     table = Table(title="memqual doctor", show_header=False)
     for field in dataclasses.fields(result):
         value = getattr(result, field.name)
         table.add_row(field.name, str(value))
-    Console().print(table)
+    printable.console().print(table)
     return 0
 
 

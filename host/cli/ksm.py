@@ -78,8 +78,9 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from memqual.host.core import printable
 
     table = Table(title=f"host KSM ({fs.root})")
     table.add_column("name")
@@ -93,7 +94,7 @@ def _status(args: argparse.Namespace) -> int:
         table.add_row(f"pid {pid} ksm_merging_pages", str(proc.merging_pages))
         for key, stat in proc.stat.items():
             table.add_row(f"pid {pid} {key}", stat)
-    console = Console()
+    console = printable.console()
     console.print(table)
     if snapshot:
         console.print(f"state file {state.state_path}: knobs changed by pid {snapshot.pid} since {snapshot.taken}")

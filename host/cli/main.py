@@ -18,6 +18,7 @@ from memqual.host.cli.args import Parser
 from memqual.host.cli.command import add_commands, run_command
 from memqual.host.core import leftovers, settings
 from memqual.host.core.errors import LaunchError, MemqualError
+from memqual.host.core.printable import printable
 from memqual.host.ksm import restore_stale
 
 
@@ -115,7 +116,8 @@ def _command(argv: list[str] | None) -> int:
         if settings.debug():
             raise
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"memqual: error: {message}", file=sys.stderr)
+        # The message may quote a file, a test or a host: no escape sequence of theirs.
+        print(f"memqual: error: {printable(message)}", file=sys.stderr)
         if isinstance(exc, LaunchError) and args.verbose:
             print(exc.details(), file=sys.stderr)
         return exc.exit_status
@@ -128,7 +130,7 @@ def _command(argv: list[str] | None) -> int:
             raise  # the reader went away: main ends quietly
         if settings.debug():
             raise
-        print(f"memqual: error: {_unexpected(exc)}", file=sys.stderr)
+        print(f"memqual: error: {printable(_unexpected(exc))}", file=sys.stderr)
         return 1
 
 

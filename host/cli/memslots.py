@@ -96,8 +96,9 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 def _print_model(table: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from memqual.host.core import printable
 
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.memslots.model import PUBLISHED
@@ -124,7 +125,7 @@ def _print_model(table: Any) -> None:
             "-" if stats.bound_nodes is None else str(stats.bound_nodes),
             published,
         )
-    console = Console()
+    console = printable.console()
     console.print(out)
     console.print(
         "nodes: slot ranges compared per lookup (docs/memslots-model.md); "

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"layout": args.layout, "batch": args.batch, "results": rows}, indent=2))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from memqual.host.core import printable
 
     table = Table(
         title=f"lookup time, layout {args.layout}, {args.batch} lookups x {args.repeats} repeats", title_justify="left"
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['q1_us']:.2f}-{row['q3_us']:.2f}",
             f"{row['min_us']:.2f}-{row['max_us']:.2f}",
         )
-    Console().print(table)
+    printable.console().print(table)
     return 0
 
 

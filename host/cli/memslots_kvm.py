@@ -240,8 +240,9 @@ def _cell(run: dict[str, Any], key: str, scale: float = 1.0) -> str:
 
 def render_text(doc: dict[str, Any]) -> str:
     """The human table: one row per slot count (medians, [min-max])."""
-    from rich.console import Console
     from rich.table import Table
+
+    from memqual.host.core import printable
 
     table = Table(title=f"/dev/kvm memslots (KVM_CAP_NR_MEMSLOTS = {doc['nr_memslots']})")
     for col in (
@@ -266,7 +267,7 @@ def render_text(doc: dict[str, Any]) -> str:
             _cell(run, "mmio_exit_us"),
             str(run["model_nodes"]),
         )
-    console = Console(width=170, record=True, file=io.StringIO())
+    console = printable.console(width=170, record=True, file=io.StringIO())
     console.print(table)
     lines = [console.export_text().rstrip()]
     for probe in doc["probes"]:

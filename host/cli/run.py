@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, check_output_dir
+from memqual.host.core.paths import REPO_ROOT, check_loaded, check_output_dir
 from memqual.host.core.profiles import PROFILES
 from memqual.host.run import job
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
@@ -106,6 +106,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     test_file = Path(str(tests).split(":", 1)[0])
     if not (tests.is_dir() or (test_file.is_file() and test_file.suffix == ".py")):
         raise BadInput(f"--tests {tests}: no directory of tests or .py test file")
+    check_loaded(tests if tests.is_dir() else test_file, "--tests")  # Avocado imports them as root
     if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
     from memqual.host.run.blocks import arm_axes

@@ -142,10 +142,15 @@ def _side_medians(reps: Sequence[Samples]) -> list[float]:
 
 
 def _mean_var(values: Sequence[float]) -> tuple[float, float]:
+    # Scaled by the largest magnitude first: squares of values far apart
+    # (1e-100 against 1e100 on the relative scale) would overflow; the
+    # variance may come back inf, never an OverflowError.
     n = len(values)
-    mean = math.fsum(values) / n
-    var = math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else 0.0
-    return mean, var
+    scale = max(abs(v) for v in values) or 1.0
+    scaled = [v / scale for v in values]
+    mean = math.fsum(scaled) / n
+    var = math.fsum((v - mean) ** 2 for v in scaled) / (n - 1) if n > 1 else 0.0
+    return mean * scale, var * scale * scale
 
 
 def ratio_test(
@@ -188,7 +193,11 @@ def ratio_test(
         return RatioTest(estimate, math.inf, 0.0, scale, False, na, nb, 0)
     va, vb = var_a / na, var_b / nb
     se = math.sqrt(va + vb)
-    df = float(na + nb - 2) if se == 0.0 else (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1))
+    if not math.isfinite(se):  # spread beyond float's range: nothing can be decided
+        return RatioTest(estimate, math.inf, 0.0, scale, False, na, nb, 0)
+    # Welch-Satterthwaite, as shares of va + vb: the squares of va and vb themselves may overflow.
+    total = va + vb
+    df = float(na + nb - 2) if se == 0.0 else 1.0 / ((va / total) ** 2 / (na - 1) + (vb / total) ** 2 / (nb - 1))
     return RatioTest(estimate, se, df, scale, False, na, nb, 0)
 
 

@@ -45,7 +45,11 @@ def pyplot() -> Any:
     matplotlib.use("Agg")  # no display; before pyplot is imported anywhere
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    # Labels come from data (metric names, hosts): "$" is text, never
+    # mathtext, which refuses some of it (``$\\frac{1}{$``) and aborts the page.
+    plt.rcParams.update(
+        {"font.size": 9, "axes.spines.top": False, "axes.spines.right": False, "text.parse_math": False}
+    )
     return plt
 
 

@@ -3,9 +3,10 @@ without ever touching a live run's files.
 
 A run killed midway (SIGKILL, a power cut) leaves scratch entries: a
 snapshot being saved (``snapshots/.KEY.tmpXXXX``, up to the guest's RAM),
-an image being assembled (``images/.KEY-XXXX``), a package being fetched
+an image being assembled (``images/.KEY-XXXX``), a QEMU being unpacked
+(``qemu/.unpack-NAME-XXXX``), a package being fetched
 (``debs/.dl-PACKAGE-XXXX``, ``debs/.NAME.deb.XXXX``), a socket directory
-(``/tmp/mq-XXXX``, ``mqpm-``, ``mqprobe-``, ``mq-dl-``) and aexpect's
+(``/tmp/mq-XXXX``, ``mqpm-``, ``mqprobe-``, ``mq-dl-``, ``mq-apt-``) and aexpect's
 session directories (``/tmp/aexpect_ID``).
 
 The liveness rule is a lock, never an age or a PID alone, since a
@@ -14,7 +15,7 @@ concurrent run may be writing the entry right now:
 - a keyed entry is created and removed only while its writer holds the
   key's lock exclusively (the image build lock ``images/.KEY.lock``, the
   snapshot lock ``snapshots/KEY.lock``, the package lock
-  ``debs/.PACKAGE.lock``).  If the sweep gets that lock without waiting,
+  ``debs/.PACKAGE.lock``, the QEMU fetch lock ``qemu/.NAME.lock``).  If the sweep gets that lock without waiting,
   nobody is writing the entry: it is stale, and it is removed under the
   lock, so no writer can start on it meanwhile.
 - a temporary directory (``live_tempdir``) holds a lock file ``.live``
@@ -56,10 +57,11 @@ STALE_AGE_S = 60.0  # an aexpect directory younger than this may be one being se
 LOCKLESS_AGE_S = 86400.0
 LIVE_LOCK = ".live"
 _MKDTEMP = r"[a-z0-9_]{8}"  # tempfile's random part
-TEMPDIR_NAME = re.compile(rf"mq(?:-dl|pm|probe)?-{_MKDTEMP}")
+TEMPDIR_NAME = re.compile(rf"mq(?:-dl|-apt|pm|probe)?-{_MKDTEMP}")
 IMAGE_STAGING = re.compile(rf"\.([0-9a-f]{{20}})-{_MKDTEMP}")
 SNAPSHOT_STAGING = re.compile(rf"\.([0-9a-f]{{24}})\.tmp{_MKDTEMP}")
 DEB_STAGING = re.compile(rf"\.dl-([a-z0-9][a-z0-9+.-]*)-{_MKDTEMP}")
+QEMU_STAGING = re.compile(rf"\.unpack-([0-9A-Za-z.+~_-]+)-{_MKDTEMP}")
 DEB_PARTIAL = re.compile(rf"\.([a-z0-9][a-z0-9+.-]*)_[^/]*\.deb\.{_MKDTEMP}")
 AEXPECT_NAME = re.compile(r"aexpect_[A-Za-z0-9]+")
 
@@ -234,6 +236,16 @@ def sweep_debs(debs: Path) -> int:
     return sweep_keyed(debs, DEB_STAGING, lambda p: package_lock(debs, p)) + sweep_keyed(
         debs, DEB_PARTIAL, lambda p: package_lock(debs, p)
     )
+
+
+def qemu_lock(root: Path, name: str) -> Path:
+    """The lock a fetch of the archive QEMU ``name`` holds while it unpacks
+    into the cache's qemu/ and renames its tree into place."""
+    return root / f".{name}.lock"
+
+
+def sweep_qemu(root: Path) -> int:
+    return sweep_keyed(root, QEMU_STAGING, lambda name: qemu_lock(root, name))
 
 
 def sweep_process_dirs() -> int:

@@ -14,10 +14,19 @@ One exception, for the parents only: a root-owned directory with the
 sticky bit (/tmp) is accepted although everyone may write it.  There only
 an entry's owner (or root) may rename or remove it, so nobody else can swap
 our entry, and an entry someone else made first fails the owner check.
-pytest's tmp_path and short_tempdir's sockets live there."""
+pytest's tmp_path and short_tempdir's sockets live there.  A sticky folder
+that its group may write counts only when that group is root's.
+
+Every entry on the way is also looked at itself (``lstat``), not only
+through it: a symlink belongs to whoever made it, and one made by another
+user in a sticky folder can be removed and made again pointing elsewhere
+by that user, so it is refused; a link of root's or ours is followed and
+its target checked the same way.  Nothing is created before the folder it
+goes in has passed."""
 
 from __future__ import annotations
 
+import errno
 import importlib.resources
 import os
 import stat
@@ -51,23 +60,47 @@ class UntrustedDirectory(BadInput):
 def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -> Path:
     """``path`` as a directory only the running user controls.
 
-    Created with ``mode`` when missing (and ``create``).  Refused with one
-    line when it is not a directory, belongs to another user, or is
-    writable by its group or others.  A symlink is followed (a cache on
-    another disk is common) but its target must pass the same check."""
+    Created with ``mode`` when missing (and ``create``), but only once the
+    folder it is made in, and every one above, has passed: root makes
+    nothing inside another user's folder.  Refused with one line when it is
+    not a directory, belongs to another user, or is writable by its group or
+    others.  A symlink is followed (a cache on another disk is common) when
+    the link itself is root's or ours, and its target must pass the same
+    check."""
     path = Path(path)
-    if create:
+    if create and not os.path.lexists(path):
+        existing = nearest_existing(path)
+        problem = weak_spot(existing, trusted_owners(), itself=False)
+        if problem is not None:
+            raise UntrustedDirectory(
+                f"{what} {path} would be made under {problem}, where another user could swap it: "
+                "use a directory whose every parent is root's or yours and writable by nobody else"
+            )
         try:
             path.mkdir(mode=mode, parents=True, exist_ok=True)
         except OSError as exc:
             raise BadInput(f"{what} {path}: cannot create it ({exc.strerror or exc}); point it elsewhere") from exc
     try:
+        link = os.lstat(path)
         st = os.stat(path)
     except OSError as exc:
         raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in trusted_owners():
+        raise UntrustedDirectory(
+            f"{what} {path} is a link of uid {link.st_uid}, who could point it elsewhere: use a directory of your own"
+        )
     check_trusted_stat(st, path, what)
     check_ancestors(path, what)
     return path
+
+
+def nearest_existing(path: Path) -> Path:
+    """``path`` or the nearest folder above it that exists (as a name:
+    a dangling link counts as existing)."""
+    absolute = Path(os.path.abspath(path))
+    while not os.path.lexists(absolute) and absolute != absolute.parent:
+        absolute = absolute.parent
+    return absolute
 
 
 def trusted_owners() -> frozenset[int]:
@@ -82,8 +115,11 @@ def weak_spot(path: Path, owners: frozenset[int], *, itself: bool = True) -> str
     path as given and along each of its prefixes resolved (a symlink on
     the way leads the check through its target's parents too).  Each must
     belong to one of ``owners`` and be writable by neither group nor
-    others; a root-owned sticky directory (/tmp) passes as a parent (see
-    the module's docstring), and as ``path`` itself when not ``itself``."""
+    others, and a symlink on the way must itself belong to one of
+    ``owners`` (its maker could remove it and point a new one elsewhere);
+    a root-owned sticky directory (/tmp) passes as a parent (see the
+    module's docstring), and as ``path`` itself when not ``itself``, unless
+    a group other than root's may write it."""
     absolute = Path(os.path.abspath(path))
     own = {absolute, Path(os.path.realpath(absolute))} if itself else set()
     seen: set[Path] = set()
@@ -94,15 +130,105 @@ def weak_spot(path: Path, owners: frozenset[int], *, itself: bool = True) -> str
                 continue
             seen.add(place)
             try:
+                link = os.lstat(place)
                 st = os.stat(place)
             except OSError as exc:
                 return f"{place} cannot be checked ({exc.strerror or exc})"
+            if stat.S_ISLNK(link.st_mode) and link.st_uid not in owners:
+                return f"{place} is a link of uid {link.st_uid}"
             if st.st_uid not in owners:
                 return f"{place} belongs to uid {st.st_uid}"
-            shared_sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_uid == 0
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (shared_sticky and place not in own):
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (place not in own and shared_sticky(st)):
                 return f"{place} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
     return None
+
+
+def shared_sticky(st: os.stat_result) -> bool:
+    """A folder like /tmp: root's, sticky (only an entry's owner may rename
+    or remove it), and writable by no group but root's.  The kernel's
+    fs.protected_symlinks covers only world-writable sticky folders, so a
+    group-writable one is no safer than any other folder its group may
+    write."""
+    return (
+        stat.S_ISDIR(st.st_mode)
+        and bool(st.st_mode & stat.S_ISVTX)
+        and st.st_uid == 0
+        and (not st.st_mode & stat.S_IWGRP or st.st_gid == 0)
+    )
+
+
+def user_owners() -> frozenset[int]:
+    """Who may own a program, a test or a kernel tree root runs or loads:
+    root, the running user and the user who ran memqual through sudo
+    (whoever sets SUDO_UID for a root process could run anything as root
+    already)."""
+    owners = {0, os.geteuid(), os.getuid()}
+    sudo_uid = os.environ.get("SUDO_UID", "")
+    if sudo_uid.isdigit():
+        owners.add(int(sudo_uid))
+    return frozenset(owners)
+
+
+def tree_weak_spot(tree: Path, owners: frozenset[int]) -> str | None:
+    """Why some entry below ``tree`` could be changed by a user outside
+    ``owners``, or None.  Walked without following links (lstat); a link
+    that leads out of the trees walked so far has its target checked with
+    ``weak_spot`` (its parents up to /), and a folder it names is walked
+    too; a dangling one counts by the folder its target would be made in.
+    About 0.1 s per 20,000 entries here."""
+    roots: list[Path] = [Path(os.path.realpath(tree))]
+    pending: list[Path] = [roots[0]]
+
+    def inside(target: str) -> bool:
+        return any(target == str(r) or target.startswith(f"{r}/") for r in roots)
+
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            return f"{folder} cannot be read ({exc.strerror or exc})"
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as exc:
+                return f"{entry.path} cannot be checked ({exc.strerror or exc})"
+            if st.st_uid not in owners:
+                return f"{entry.path} belongs to uid {st.st_uid}"
+            if stat.S_ISLNK(st.st_mode):
+                target = os.path.realpath(entry.path)
+                if inside(target):
+                    continue
+                exists = os.path.exists(target)
+                spot = weak_spot(Path(target) if exists else nearest_existing(Path(target)), owners)
+                if spot is not None:
+                    return f"{entry.path} leads to {target}, and {spot}"
+                if exists and os.path.isdir(target):
+                    roots.append(Path(target))
+                    pending.append(Path(target))
+                continue
+            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return f"{entry.path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(Path(entry.path))
+    return None
+
+
+def check_loaded(path: Path, what: str) -> None:
+    """Refuse (one line) a program memqual runs or a test file it loads,
+    when a user other than ``user_owners`` could change it: the file (or
+    folder), every folder above it up to /, and everything in its folder
+    (a test imports its neighbours; a build runs with the files beside
+    it), walked as ``tree_weak_spot`` does."""
+    owners = user_owners()
+    path = Path(os.path.abspath(path))
+    folder = path if path.is_dir() else path.parent
+    problem = weak_spot(path, owners) or tree_weak_spot(folder, owners)
+    if problem is not None:
+        raise UntrustedDirectory(
+            f"{what} {path}: {problem}, so another user could change what memqual runs as uid {os.geteuid()} "
+            f"(uids trusted: {', '.join(map(str, sorted(owners)))}): use files only you or root can write"
+        )
 
 
 def check_ancestors(path: Path, what: str) -> None:
@@ -166,33 +292,61 @@ def release_tempdir(directory: Path) -> None:
 def check_output_dir(path: Path, what: str) -> None:
     """Refuse to write below ``path`` (an output folder, or the folder of
     an output file) when someone else could change what is there: memqual
-    runs as root, and a folder another user may write lets them plant a
+    runs as root, and a folder another user may write, or may rename or
+    replace (any folder above it, or a link on the way), lets them plant a
     link where root's next file goes.  When ``path`` does not exist yet,
     the folder it will be made in is checked instead (memqual makes the
-    rest).  The folder must belong to the running user (or root) and be
-    writable by nobody else; a symlink is followed and its target checked.
-    Raises UntrustedDirectory (one line) otherwise."""
+    rest).  That folder and every folder above it up to / (as given and
+    resolved, links on the way included) must belong to the running user
+    or root and be writable by nobody else, as ``weak_spot`` checks; a
+    root-owned sticky folder (/tmp) passes as a parent only.  Raises
+    UntrustedDirectory (one line) otherwise."""
     path = Path(path)
-    nearest = path
-    while not nearest.exists() and nearest != nearest.parent:
-        nearest = nearest.parent
+    nearest = nearest_existing(path)
+    where = (
+        f"{what} {path}" if nearest == Path(os.path.abspath(path)) else f"{what} {path}: {nearest}, where it is made,"
+    )
     try:
         st = os.stat(nearest)
     except OSError as exc:
         raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
-    where = f"{what} {path}" if nearest == path else f"{what} {path}: {nearest}, where it is made,"
     if not stat.S_ISDIR(st.st_mode):
         raise UntrustedDirectory(f"{where} is not a directory")
     euid = os.geteuid()
-    if st.st_uid not in (euid, 0):
+    problem = weak_spot(nearest, trusted_owners())
+    if problem is not None:
         raise UntrustedDirectory(
-            f"{where} belongs to uid {st.st_uid}, not to you (uid {euid}): write into a folder of your own"
+            f"{where} is not safe from other users: {problem} (uid {euid} and root are trusted): "
+            "write into a folder of your own, whose every parent is root's or yours and writable by nobody else"
         )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UntrustedDirectory(
-            f"{where} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
-            f"write into a folder of your own, or run 'chmod go-w {nearest}'"
-        )
+
+
+def open_nofollow(path: Path, *, append: bool = False, mode: int = 0o644) -> int:
+    """A file descriptor for writing ``path``, for a writer that streams (a
+    log another process writes, a log appended line by line): created, and
+    emptied unless ``append``; never through a link (O_NOFOLLOW), a regular
+    file only (a FIFO would block, a device is no log).  The folder must
+    have passed ``check_output_dir`` (or be memqual's own), so nobody else
+    can put a link there after the check either."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | (os.O_APPEND if append else 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadInput(f"{path} is a link: memqual writes no file through one; remove it") from exc
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads, a device without its driver
+            raise BadInput(f"{path} is not a regular file: remove it or write elsewhere") from exc
+        raise BadInput(f"{path}: cannot write it ({exc.strerror or exc})") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(f"{path} is not a regular file: remove it or write elsewhere")
+        if not append:
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def write_private_atomic(target: Path, data: bytes, mode: int = 0o600) -> None:

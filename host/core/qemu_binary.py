@@ -27,6 +27,7 @@ from pathlib import Path
 
 from memqual.host.core import clock, settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.paths import check_loaded
 from memqual.images import qemu as archive
 
 ENV_QEMU = settings.QEMU
@@ -120,6 +121,8 @@ def current() -> QemuChoice:
         path = Path(override)
         if not (path.is_file() and os.access(path, os.X_OK)):
             raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
+        if archive.owning(path) is None:  # an archive QEMU lives in the checked cache
+            check_loaded(path, ENV_QEMU)
         return describe(path)
     found = shutil.which(archive.BINARY)
     if found is None:
@@ -142,6 +145,8 @@ def resolve(spec: str, cache: Path) -> QemuChoice:
             usable = False
         if not usable:
             raise BadInput(f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64")
+        # Run as root: a binary another user could replace is theirs to run.
+        check_loaded(path, "--qemu")
         return describe(path.resolve())
     unpacked = archive.fetch(spec, cache)
     return describe(unpacked.binary)

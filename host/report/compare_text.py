@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core import printable
 from memqual.host.judge.comparison import (
     CHANGED,
     EQUIVALENT,
@@ -53,7 +54,7 @@ def print_comparison(
     table = table or decisions.one_look(result)
     power = power or control_power.of_comparison(result)
     # Logs and CI get 120 columns; a terminal its own width.
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    console = console or printable.console(width=None if sys.stdout.isatty() else 120)
     styles = {
         FASTER: "bold green",
         SLOWER: "bold red",

@@ -7,8 +7,10 @@ clipped at the edge and marked).  PNGs for the pages' typed views; no markup.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar, cast
 
 from memqual.host.judge.results import variant_label
 from memqual.host.report.claim_lines import published_on_axis
@@ -21,8 +23,28 @@ from memqual.host.report.html import (
 from memqual.host.report.terminal import time_scale
 
 _A_COLOUR, _B_COLOUR, _PUB_COLOUR = "#2563eb", "#ea580c", "#111827"
+log = logging.getLogger("memqual.plots")
+_Draw = TypeVar("_Draw", bound=Callable[..., "str | None"])
 
 
+def one_figure(draw: _Draw) -> _Draw:
+    """A figure that cannot be drawn (labels come from results files, and
+    matplotlib refuses some text) is left out of its page, with a warning:
+    the page and every other figure are still written."""
+
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kwargs: Any) -> str | None:
+        try:
+            return draw(*args, **kwargs)
+        except Exception as exc:  # any failure of matplotlib's: this figure only
+            log.warning("a figure was left out: %s: %s", type(exc).__name__, str(exc).splitlines()[0][:200])
+            pyplot().close("all")
+            return None
+
+    return cast(_Draw, drawn)
+
+
+@one_figure
 def claim_plot(c: Mapping[str, Any]) -> str | None:
     """Left: A's and B's values (every repeat, the median as a bar) with the
     published figures; right: B / A with its CI against the published ratio
@@ -139,7 +161,8 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
     return png(fig)
 
 
-def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str, Any]]) -> str:
+@one_figure
+def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str, Any]]) -> str | None:
     """The repeats of one metric, a box and the points per variant."""
     plt = pyplot()
     import numpy as np

@@ -385,7 +385,8 @@ def _distributions(metrics: Sequence[Mapping[str, Any]]) -> tuple[Plot, ...]:
         image = distribution_plot(
             f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries
         )
-        plots.append(Plot(f"{scenario} {metric}", image))
+        if image is not None:  # a figure that could not be drawn is left out (plots.one_figure)
+            plots.append(Plot(f"{scenario} {metric}", image))
     return tuple(plots)
 
 

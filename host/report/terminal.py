@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memqual.host.core import stats
+from memqual.host.core import printable, stats
 from memqual.host.judge.claims import (
     DIRECTION_ONLY,
     NOT_MEASURABLE,
@@ -87,11 +87,10 @@ def short_settings(settings_json: str) -> str:
 
 def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> None:
     """The verdicts and the kernbench-shaped tables, with rich."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    console = console or Console()
+    console = console or printable.console()
     for title, columns, rows in kernbench_tables(results):
         # The title (scenario and settings) on its own line: as a table title
         # it would wrap to the table's width.

@@ -19,7 +19,7 @@ from typing import Any
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.core.paths import REPO_ROOT, check_loaded, open_nofollow, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.run import jobevents
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome
@@ -45,6 +45,7 @@ def avocado_executable() -> list[str]:
         path = Path(override)
         if not path.is_file():
             raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
+        check_loaded(path, settings.AVOCADO)  # run as root: nobody else's to change
         return [str(path)]
     beside = Path(sys.executable).parent / "avocado"
     if beside.is_file():
@@ -261,7 +262,10 @@ def run_avocado(
     life: int | None = None  # the write end of the supervisor's pipe: the job lives while it is open
     grace = INTERRUPT_GRACE_S
     # avocado's own console output is kept, not read: the events say it all.
-    with (results_dir / "avocado-stdout.log").open("w") as stdout, stderr_path.open("w") as stderr:
+    with (
+        os.fdopen(open_nofollow(results_dir / "avocado-stdout.log"), "w") as stdout,
+        os.fdopen(open_nofollow(stderr_path), "w") as stderr,
+    ):
         try:
             # A signal between the start and the finally below would leave
             # the job running: it is held until proc is set.

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import printable
 from memqual.host.run.avocado import run_avocado
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, run_arms, schedule
 from memqual.host.run.outputs import exit_status, write_outputs
@@ -24,10 +25,8 @@ def _out_dir(config: RunConfig, kernel: GuestKernel | None) -> Path:
 
 
 def run(config: RunConfig, console: Any = None) -> int:
-    from rich.console import Console
-
     # Logs and CI get 120 columns; a terminal its own width.
-    console = console or Console(width=None if sys.stdout.isatty() else 120)
+    console = console or printable.console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)
     arms = run_arms(config)
     if len(arms) == 2:

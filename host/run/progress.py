@@ -5,11 +5,13 @@ console text and starts no process.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from memqual.host.core.printable import printable
 from memqual.host.run import jobevents
 
 # The running test's messages that tell how far its repeats are (the
@@ -38,7 +40,10 @@ class Progress:
         self.finished: list[tuple[str, str, str, float]] = []
 
     def feed(self, event: jobevents.Event) -> str | None:
-        """Digest one event; returns a line worth printing on a non-terminal."""
+        """Digest one event; returns a line worth printing on a non-terminal.
+        Its text (test names, fail reasons, log lines) came from the tests:
+        control characters are shown, never sent to the terminal."""
+        event = sanitized(event)
         if isinstance(event, jobevents.JobStarted):
             self.job_dir = Path(event.job_dir)
         elif isinstance(event, jobevents.TestStarted):
@@ -99,3 +104,22 @@ class Progress:
         if self.counts:
             grid.add_row(Text(""), Text(" ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))))
         return grid
+
+
+def sanitized(event: jobevents.Event) -> jobevents.Event:
+    """``event`` with its text fields as ``printable`` shows them (the job's
+    folder and a test's folder kept as they are: they are read, not only
+    shown)."""
+    if not dataclasses.is_dataclass(event):
+        return event
+    changes = {
+        f.name: printable(value)
+        for f in dataclasses.fields(event)
+        if f.name not in ("job_dir", "logdir")
+        and isinstance(value := getattr(event, f.name), str)
+        and value != printable(value)
+    }
+    if not changes:
+        return event
+    replaced: jobevents.Event = dataclasses.replace(cast(Any, event), **changes)
+    return replaced

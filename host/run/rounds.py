@@ -200,7 +200,7 @@ def run_block_job(
 
     variants_file = config.output / "variants" / f"job-{number}.json"
     variants_file.parent.mkdir(parents=True, exist_ok=True)
-    variants_file.write_text(json.dumps(blocks.variants(order, arms), indent=1) + "\n")
+    write_private_atomic(variants_file, (json.dumps(blocks.variants(order, arms), indent=1) + "\n").encode(), 0o644)
     job_config = dataclasses.replace(
         config,
         variants_file=variants_file,

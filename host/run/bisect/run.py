@@ -24,13 +24,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from memqual.host.core.errors import BadInput, MemqualError
-from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.paths import open_nofollow, write_private_atomic
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
 from memqual.host.run.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
@@ -241,7 +242,7 @@ class Bisector:
 
     def _log(self, line: str) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("a") as fh:
+        with os.fdopen(open_nofollow(self.log_path, append=True), "a") as fh:
             fh.write(line + "\n")
         self.say(line)
 

@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from memqual.host.core.printable import one_line
 from memqual.host.run.hosts import ssh
 from memqual.host.run.hosts.config import LabHost
 from memqual.host.run.hosts.probe import HostProbe, memqual_version
@@ -30,6 +31,9 @@ QEMU_PROBE_TIMEOUT_S = 300.0
 # What a host may answer as its QEMU's binary: an absolute path of the
 # characters of Debian package versions and ordinary paths, nothing a
 # shell, ssh or Avocado's config reads as syntax.
+# A probe or doctor answer nests four or five levels deep; results files
+# are held to 64 (host/core/jsonfile.py).
+MAX_ANSWER_DEPTH = 64
 QEMU_PATH = re.compile(r"/[A-Za-z0-9_.+~/-]{1,400}")
 
 
@@ -83,9 +87,9 @@ def probe_host(host: LabHost, timeout_s: float = PROBE_TIMEOUT_S, qemu: str | No
     if result.returncode != 0:
         return HostCheck(host, f"memqual hosts probe exited {result.returncode}: {ssh.ssh_error(result)}")
     try:
-        probe = HostProbe.from_json(json.loads(result.stdout))
+        probe = HostProbe.from_json(answer(result.stdout))
     except (ValueError, KeyError, TypeError) as exc:
-        return HostCheck(host, f"memqual there gave no probe answer ({exc})")
+        return HostCheck(host, f"memqual there gave no probe answer ({one_line(exc)[:200]})")
     mine = memqual_version()
     if probe.version != mine:
         return HostCheck(host, f"memqual {probe.version} there, {mine} here: install the same version", probe)
@@ -111,9 +115,30 @@ def doctor(
     if result.returncode != 0:
         return None, f"memqual doctor exited {result.returncode}: {ssh.ssh_error(result)}"
     try:
-        return json.loads(result.stdout), ""
-    except ValueError:
-        return None, "memqual doctor gave no JSON"
+        return answer(result.stdout), ""
+    except ValueError as exc:
+        return None, f"memqual doctor gave no usable answer ({one_line(exc)[:200]})"
+
+
+def answer(text: str) -> dict[str, Any]:
+    """A host's JSON answer (probe, doctor) as a dict, or ValueError: what a
+    host sends is read as strictly as a results file, so no answer of one
+    host can raise past its own check (RecursionError) and end the run for
+    every host, and none nests deeper than memqual's own files."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {MAX_ANSWER_DEPTH} levels") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_ANSWER_DEPTH:
+                raise ValueError(f"nested deeper than {MAX_ANSWER_DEPTH} levels")
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return data
 
 
 def check_host(host: LabHost, qemu: str | None = None) -> HostCheck:
@@ -171,4 +196,5 @@ def lines(checks: list[HostCheck]) -> list[str]:
             facts.append(f"ended {len(c.probe.cleaned_qemu)} QEMU left behind")
         state = "ready" if c.usable else f"NOT READY: {c.problem}"
         out.append(f"{head}: {state}; " + ", ".join(facts))
-    return out
+    # What a host reports goes to the operator's terminal: no escape sequence of its own.
+    return [one_line(line) for line in out]

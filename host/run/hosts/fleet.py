@@ -38,9 +38,11 @@ import contextlib
 import dataclasses
 import io
 import json
+import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -49,6 +51,8 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import console as printable_console
+from memqual.host.core.printable import printable
 from memqual.host.core.qemu_binary import ENV_QEMU
 from memqual.host.run.avocado import run_avocado
 from memqual.host.run.config import JobOutcome, RunConfig, TestOutcome
@@ -67,6 +71,7 @@ from memqual.host.run.hosts.spawner import (
     read_place,
     read_regular_file,
 )
+from memqual.host.run.hosts.status_relay import StatusRelay
 from memqual.host.run.outputs import write_outputs
 from memqual.host.run.signals import terminate_as_exception
 
@@ -92,6 +97,7 @@ REMOTE_STATUS_DIR = re.compile(r"/tmp/memqual-status\.[A-Za-z0-9]{10}")
 _SOCKET_PATH = re.compile(r"/[A-Za-z0-9_./-]{1,99}")
 REMOTE_COMMAND_S = 20.0
 MAX_RECORD_BYTES = 64 * 2**20
+MAX_HOSTS = 999  # relay sockets are numbered: the longest name decides where they go
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,12 +126,20 @@ def local_status_socket(fleet_dir: Path) -> tuple[str, Path | None]:
     """Where Avocado's status server listens: ``fleet/status.sock`` (the
     run's private directory) when that path can be a UNIX socket for
     Avocado and ssh, else in a fresh private directory under /tmp, which
-    is returned to be removed after the job."""
+    is returned to be removed after the job.  Each host's relay socket
+    (``relay_sockets``) goes beside it."""
     path = str(fleet_dir / STATUS_SOCKET)
-    if _SOCKET_PATH.fullmatch(path):
+    if _SOCKET_PATH.fullmatch(path.replace(STATUS_SOCKET, f"relay-{MAX_HOSTS}.sock")):
         return path, None
     private = Path(tempfile.mkdtemp(prefix="memqual-status.", dir="/tmp"))
     return str(private / STATUS_SOCKET), private
+
+
+def relay_sockets(local_socket: str, hosts: list[LabHost]) -> dict[str, str]:
+    """Each host's own socket here, which its reverse forward ends at
+    (host/run/hosts/status_relay.py): beside the status server's."""
+    folder = os.path.dirname(local_socket)
+    return {h.name: f"{folder}/relay-{index}.sock" for index, h in enumerate(hosts, 1)}
 
 
 def remote_status_dir(host: LabHost) -> tuple[str, str]:
@@ -197,11 +211,13 @@ def write_spawner_config(
     fleet_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     slot_files: dict[str, LabHost] = {}
     sockets = {h.name: f"{remote_dirs[h.name]}/{STATUS_SOCKET}" for h in hosts}
+    relays = relay_sockets(local_socket, hosts)
     for host in hosts:
         for index in range(host.slots):
             path = fleet_dir / f"slot-{host.name}-{index + 1}.json"
-            # Only one session per host can hold the reverse forward.
-            login = slot_login(host, local_socket, sockets[host.name], forward=index == 0)
+            # Only one session per host can hold the reverse forward; it
+            # ends at the host's own relay, not at the status server.
+            login = slot_login(host, relays[host.name], sockets[host.name], forward=index == 0)
             _write_private(path, json.dumps(login, indent=2))
             slot_files[str(path)] = host
     environment = {settings.PROFILE: profile}
@@ -308,7 +324,12 @@ def host_records(tasks: list[TaskResult], host: str, into: Path) -> tuple[int, l
     for task in tasks:
         if task.host != host or task.outcome != RAN or task.logdir is None:
             continue
-        for path in sorted(task.logdir.rglob(record.RECORD_GLOB)):
+        # Only what memqual fetched into data/ (spawner.unpack_data): the
+        # rest of a task's folder holds what Avocado's status messages wrote.
+        data = task.logdir / "data"
+        if not stat.S_ISDIR(os.lstat(data).st_mode if os.path.lexists(data) else 0):
+            continue
+        for path in sorted(data.rglob(record.RECORD_GLOB)):
             where = str(path.relative_to(task.logdir))
             try:
                 data = json.loads(read_regular_file(path, MAX_RECORD_BYTES))
@@ -341,9 +362,8 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | No
     into its own cache, checked against its own signed lists, during its
     probe, and its tasks run it; a host that cannot have it is left out with
     the reason.  Each host's records name the QEMU it ran."""
-    from rich.console import Console
 
-    console = console or Console(width=120)
+    console = console or printable_console(width=120)
     hosts = load_hosts(hosts_file)
     # Absolute: avocado runs from the repository, and the spawner's config
     # and the job's TMPDIR are paths under the output.
@@ -352,14 +372,16 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | No
     config.output.mkdir(parents=True, exist_ok=True)
     probed = checks.for_each(hosts, lambda h: checks.probe_host(h, qemu=qemu) if qemu else checks.probe_host(h))
     for line in checks.lines(probed):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(printable(line), highlight=False, markup=False, soft_wrap=True)
     left_out = {c.host.name: c.problem for c in probed if not c.usable}
     remote_dirs: dict[str, str] = {}
     reachable = [c.host for c in probed if c.usable]
     for host, (path, problem) in zip(reachable, checks.for_each(reachable, remote_status_dir), strict=True):
         if problem:
             left_out[host.name] = problem
-            console.print(f"{host.name}: NOT READY: {problem}", highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                printable(f"{host.name}: NOT READY: {problem}"), highlight=False, markup=False, soft_wrap=True
+            )
         else:
             remote_dirs[host.name] = path
     usable = [c.host for c in probed if c.host.name in remote_dirs]
@@ -406,7 +428,7 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | No
     page.write(fleet, config.output)
     console.print(f"wrote {config.output / 'fleet.html'} and {config.output / 'fleet.json'}", highlight=False)
     for line in page.summary_lines(fleet):
-        console.print(line, highlight=False, markup=False, soft_wrap=True)
+        console.print(printable(line), highlight=False, markup=False, soft_wrap=True)
     if any(c.status != "completed" for c in columns) or unplaced or not usable:
         return EXIT_INCOMPLETE
     if job is not None and not job.completed:
@@ -444,14 +466,21 @@ def _run_job(
             avocado_global_args=("--config", str(avocado_config)),
             environment=(("TMPDIR", str(scratch)),),
         )
-        with terminate_as_exception():
+        with terminate_as_exception(), StatusRelay(local_socket, relay_sockets(local_socket, usable)) as relay:
             job = run_avocado(job_config, config.output / "avocado", None, console)
+        for name, dropped in relay.refusals().items():
+            console.print(
+                printable(f"lab host {name}: {dropped['dropped']} status messages dropped ({dropped['first']})"),
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
     console.print(
-        f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}",
+        printable(f"avocado: {job.summary or 'no summary'} (exit {job.exit_status}); job directory {job.job_dir}"),
         highlight=False,
         markup=False,
         soft_wrap=True,

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.report.html import Badge, badge
 
 SCHEMA = "memqual.fleet/1"
@@ -160,7 +161,8 @@ def summary_lines(fleet: Fleet) -> list[str]:
     for row in claim_rows(fleet):
         if row.odd:
             out.append(f"claim {row.claim}: {', '.join(sorted(row.odd))} differ from the majority ({row.majority})")
-    return out
+    # Reasons come from the hosts and the tests: no escape sequence reaches the terminal.
+    return [one_line(line) for line in out]
 
 
 @dataclasses.dataclass(frozen=True)
