@@ -25,7 +25,7 @@ recipe, the source's hash, every patch, both fragments and the compiler.
 Incremental: a build without patches keeps its tree (sources and objects,
 the build user's) as the base of later builds of the same source and
 config; a patched build starts from a copy of that base, so make compiles
-only what the patch changed.  ccache is used when installed.
+only what the patch changed.  No ccache (see images/unprivileged.py).
 """
 
 from __future__ import annotations

@@ -40,9 +40,11 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 
 BUILD_USER_ENV = "MEMQUAL_BUILD_USER"
 DEFAULT_BUILD_USER = "nobody"
-# The build's PATH: the system's tools only (ccache's compiler links first
-# when ccache is installed), never a directory from the caller's PATH.
-BUILD_PATH = "/usr/lib/ccache:/usr/local/bin:/usr/bin:/bin"
+# The build's PATH: the system's tools only, never a directory from the
+# caller's PATH.  No ccache: a cache shared between builds is one a hostile
+# patch's build could fill with objects a later build would link
+# (incremental builds start from a copy of the unpatched tree instead).
+BUILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 RECEIVE_LIMIT = 4 << 30  # bytes root accepts back from a build (a kernel and its modules: ~100 MB)
 
 
@@ -100,7 +102,7 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
         "TMPDIR": str(home / "tmp"),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "CCACHE_DIR": str(home / "ccache"),
+        "CCACHE_DISABLE": "1",
     }
     env.update(extra or {})
     return env
