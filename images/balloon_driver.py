@@ -401,6 +401,9 @@ def for_image(image: Image) -> Variant:
     a user's kernel has one only with its build tree."""
     kernel = settings.guest_kernel()
     if kernel and not debian_release_of(Path(kernel)):
+        built = built_variant(Path(kernel))
+        if built is not None:
+            return built
         tree = settings.guest_kernel_build()
         if not tree:
             raise CapabilityMissing(
@@ -409,6 +412,32 @@ def for_image(image: Image) -> Variant:
             )
         return build_from_tree(tree, image.release)
     return build(image.release)
+
+
+def built_variant(kernel: Path) -> Variant | None:
+    """The variant ``memqual kernel build`` made beside a kernel it built
+    (``<cache>/kernels/NAME/bzImage``, its manifest saying why when there is
+    none), or None for a kernel it did not build."""
+    entry = cache_dir() / "kernels"
+    try:
+        rel = kernel.resolve().relative_to(entry.resolve())
+    except ValueError:
+        return None
+    manifest = entry / rel.parts[0] / "manifest.json"
+    if len(rel.parts) != 2 or rel.parts[1] != "bzImage" or not manifest.is_file():
+        return None
+    data = json.loads(manifest.read_text())
+    ko = manifest.parent / f"{MODULE}.ko"
+    if data.get("balloon_variant_unavailable") or not ko.is_file():
+        raise CapabilityMissing(str(data.get("balloon_variant_unavailable") or f"{rel.parts[0]} has no {MODULE}.ko"))
+    return Variant(
+        ko,
+        str(data["release"]),
+        f"built {rel.parts[0]}",
+        str(data["source_sha256"]),
+        _sha256(PATCH.read_bytes()),
+        cached=True,
+    )
 
 
 def debian_release_of(kernel: Path) -> str | None:

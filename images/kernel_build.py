@@ -63,6 +63,9 @@ STEP_TIMEOUT_S = 1800.0
 # kbuild's short lines: what make is doing, one a file.
 KBUILD_STEP = re.compile(r"^\s{2}([A-Z0-9_]+(?: \[M\])?)\s+(\S+)")
 FIRST_BUILD_STEPS = 3600  # kbuild lines of a first x86_64_defconfig+guest build, when none was timed here
+# A built kernel's name: <release>-<16 hex digits of the key> (no Debian
+# release ends so).
+BUILT_NAME = re.compile(r"[0-9]+\.[0-9]+[0-9A-Za-z.+~-]*-[0-9a-f]{16}")
 STAMP_ENV = {
     "KBUILD_BUILD_USER": "memqual",
     "KBUILD_BUILD_HOST": "memqual",
@@ -105,6 +108,7 @@ class BuiltKernel:
     compiler: str
     key: str
     config_unmet: tuple[str, ...] = ()
+    balloon_variant_unavailable: str | None = None  # why there is no virtio_balloon_mq.ko, if there is none
     cached: bool = False
     build_s: float = 0.0
     steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -122,6 +126,11 @@ class BuiltKernel:
     @property
     def config(self) -> Path:
         return self.directory / "config"
+
+    @property
+    def balloon_variant(self) -> Path | None:
+        ko = self.directory / "virtio_balloon_mq.ko"
+        return ko if self.balloon_variant_unavailable is None and ko.is_file() else None
 
     def to_json(self) -> dict[str, object]:
         data = dataclasses.asdict(self)
@@ -314,7 +323,11 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
         owner = owner_of(repo)
         proc = subprocess.run(
             _as_owner(owner, ["git", "-C", str(repo.resolve()), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"]),
-            capture_output=True, text=True, env=_owner_env(), timeout=120, check=False,
+            capture_output=True,
+            text=True,
+            env=_owner_env(),
+            timeout=120,
+            check=False,
         )
         commit = proc.stdout.strip()
         if proc.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
@@ -328,9 +341,13 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
     owner = owner_of(folder)
     digest = hashlib.sha256()
     proc = subprocess.Popen(
-        _as_owner(owner, [*_tar_create(folder.resolve()), "--sort=name", "--mtime=@0", "--owner=0", "--group=0",
-                          "--numeric-owner"]),
-        stdout=subprocess.PIPE, env=_owner_env(), cwd="/",
+        _as_owner(
+            owner,
+            [*_tar_create(folder.resolve()), "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"],
+        ),
+        stdout=subprocess.PIPE,
+        env=_owner_env(),
+        cwd="/",
     )
     assert proc.stdout is not None
     for block in iter(lambda: proc.stdout.read(1 << 20), b""):  # type: ignore[union-attr]
@@ -355,12 +372,15 @@ def _source_stream(source: Source) -> tuple[subprocess.Popen[bytes], Callable[[]
         owner = owner_of(source.path)
         proc = subprocess.Popen(
             _as_owner(owner, ["git", "-C", str(source.path), "archive", "--format=tar", source.rev]),
-            stdout=subprocess.PIPE, env=_owner_env(), cwd="/",
+            stdout=subprocess.PIPE,
+            env=_owner_env(),
+            cwd="/",
         )
     else:
         owner = owner_of(source.path)
-        proc = subprocess.Popen(_as_owner(owner, _tar_create(source.path)), stdout=subprocess.PIPE,
-                                env=_owner_env(), cwd="/")
+        proc = subprocess.Popen(
+            _as_owner(owner, _tar_create(source.path)), stdout=subprocess.PIPE, env=_owner_env(), cwd="/"
+        )
 
     def end() -> None:
         proc.kill()
@@ -375,8 +395,13 @@ def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> None:
     unprivileged.run(user, ["mkdir", "linux"], folder, home)
     strip = ["--strip-components=1"] if source.kind == "debian" else []
     untar = unprivileged.popen(
-        user, ["tar", "-x", "--no-same-owner", "--no-same-permissions", *strip, "-f", "-"], folder / "linux", home,
-        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        user,
+        ["tar", "-x", "--no-same-owner", "--no-same-permissions", *strip, "-f", "-"],
+        folder / "linux",
+        home,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     producer, end = _source_stream(source)
     assert untar.stdin is not None and producer.stdout is not None
@@ -473,8 +498,13 @@ def assemble_config(
     names = [f"../home/fragment-{index}.config" for index in range(len(fragments))]
     _run_ok(user, ["make", "-s", "x86_64_defconfig"], tree, home, "make x86_64_defconfig")
     _run_ok(user, ["make", "-s", "kvm_guest.config"], tree, home, "make kvm_guest.config")
-    _run_ok(user, ["sh", "scripts/kconfig/merge_config.sh", "-m", "-O", ".", ".config", *names], tree, home,
-            "merging the config fragments")
+    _run_ok(
+        user,
+        ["sh", "scripts/kconfig/merge_config.sh", "-m", "-O", ".", ".config", *names],
+        tree,
+        home,
+        "merging the config fragments",
+    )
     _run_ok(user, ["make", "-s", "olddefconfig"], tree, home, "make olddefconfig")
     final = _run_ok(user, ["cat", ".config"], tree, home, "reading .config").stdout
     return final, unmet(wants, config_values(final))
@@ -524,9 +554,7 @@ class Progress:
         )
 
 
-def compile_kernel(
-    user: unprivileged.BuildUser, folder: Path, jobs: int, progress: Progress
-) -> None:
+def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progress: Progress) -> None:
     """make bzImage modules; a failure is the compiler's last lines (on
     stderr) and one line naming the file."""
     tree, home = folder / "linux", folder / "home"
@@ -557,21 +585,60 @@ def compile_kernel(
         raise BadInput(f"the kernel build failed{' in ' + where if where else ''}: {first[:200]}")
 
 
+def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
+    """The balloon driver variant (guest/virtio_balloon-mq.patch on this
+    tree's own virtio_balloon.c) built against the tree as the build user
+    into out/; None when built, else why not (the kernel is usable without
+    it: the balloon-driver scenario then skips with this reason)."""
+    from memqual.images.balloon_driver import MODULE, PATCH, SOURCE_MEMBER
+
+    tree, home = folder / "linux", folder / "home"
+    _run_ok(user, ["mkdir", "-p", "../variant", "../out"], tree, home, "making the variant's folder")
+    proc = unprivileged.run(
+        user,
+        ["patch", "--batch", "-s", "-o", f"../variant/{MODULE}.c", SOURCE_MEMBER],
+        tree,
+        home,
+        stdin=PATCH.read_bytes(),
+        timeout=STEP_TIMEOUT_S,
+    )
+    if proc.returncode != 0:
+        return f"{PATCH.name} does not apply to this tree's {SOURCE_MEMBER}: {patch_failure(proc.stdout + proc.stderr)}"
+    _run_ok(
+        user,
+        ["tee", "../variant/Kbuild"],
+        tree,
+        home,
+        "writing the variant's Kbuild",
+        f"obj-m := {MODULE}.o\n".encode(),
+    )
+    proc = unprivileged.run(
+        user, ["make", "-s", "M=../variant", "modules"], tree, home, env=STAMP_ENV, timeout=STEP_TIMEOUT_S
+    )
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line.lower()][:2]
+        return f"building {MODULE}.ko against this tree failed: {' | '.join(lines) or 'make failed'}"
+    _run_ok(user, ["cp", f"../variant/{MODULE}.ko", f"../out/{MODULE}.ko"], tree, home, "copying the variant")
+    return None
+
+
 def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path) -> list[str]:
     """modules_install into the build folder's out/, the kernel and .config
     beside it, then out/ sent to root's ``staging`` as a tar stream."""
     tree, home = folder / "linux", folder / "home"
-    _run_ok(user, ["rm", "-rf", "../out"], tree, home, "clearing out/")
-    _run_ok(user, ["mkdir", "../out"], tree, home, "making out/")
+    _run_ok(user, ["mkdir", "-p", "../out"], tree, home, "making out/")
     _run_ok(
         user,
         ["make", "-s", "modules_install", "INSTALL_MOD_PATH=../out", "INSTALL_MOD_STRIP=1", "DEPMOD=/bin/true"],
-        tree, home, "make modules_install",
+        tree,
+        home,
+        "make modules_install",
     )
     _run_ok(user, ["cp", "arch/x86/boot/bzImage", "../out/bzImage"], tree, home, "copying bzImage")
     _run_ok(user, ["cp", ".config", "../out/config"], tree, home, "copying .config")
-    sender = unprivileged.popen(user, ["tar", "-c", "-f", "-", "-C", "../out", "."], tree, home,
-                                stderr=subprocess.DEVNULL)
+    sender = unprivileged.popen(
+        user, ["tar", "-c", "-f", "-", "-C", "../out", "."], tree, home, stderr=subprocess.DEVNULL
+    )
     assert sender.stdout is not None
     try:
         skipped = unprivileged.receive(sender.stdout, staging)
@@ -598,8 +665,14 @@ def check_artefacts(staging: Path, release: str) -> None:
 
 
 def cache_key(source: Source, patches: Sequence[Patch], fragments: Sequence[tuple[str, bytes]], compiler: str) -> str:
-    parts = [RECIPE_VERSION, source.sha256, *(p.sha256 for p in patches), "|",
-             *(_sha256(data) for _, data in fragments), compiler]
+    parts = [
+        RECIPE_VERSION,
+        source.sha256,
+        *(p.sha256 for p in patches),
+        "|",
+        *(_sha256(data) for _, data in fragments),
+        compiler,
+    ]
     return _sha256("\n".join(parts).encode())[:16]
 
 
@@ -618,15 +691,24 @@ def cached(key: str, cache: Path | None = None) -> BuiltKernel | None:
     return None
 
 
-def find(name: str, cache: Path | None = None) -> BuiltKernel:
-    """A built kernel by the name ``kernel build`` printed."""
-    if not re.fullmatch(r"[0-9A-Za-z._+~-]+", name) or ".." in name:
-        raise BadInput(f"built kernel {name!r}: give the name memqual kernel build printed")
-    entry = kernels_dir(cache) / name
-    manifest = entry / "manifest.json"
+def named(name: str, cache: Path | None = None) -> BuiltKernel | None:
+    """The built kernel called ``name`` (what ``kernel build`` printed), or
+    None when no kernel was built by that name: then ``name`` is a Debian
+    kernel's.  Wherever a Debian kernel is accepted by name, so is this."""
+    if not BUILT_NAME.fullmatch(name.strip()):
+        return None
+    manifest = kernels_dir(cache) / name.strip() / "manifest.json"
     if not manifest.is_file():
+        return None
+    return BuiltKernel.from_json(json.loads(manifest.read_text()), manifest.parent)
+
+
+def find(name: str, cache: Path | None = None) -> BuiltKernel:
+    """A built kernel by the name ``kernel build`` printed, or one BadInput line."""
+    kernel = named(name, cache)
+    if kernel is None:
         raise BadInput(f"no built kernel {name!r}: memqual kernel list shows them; memqual kernel build makes one")
-    return BuiltKernel.from_json(json.loads(manifest.read_text()), entry)
+    return kernel
 
 
 def listing(cache: Path | None = None) -> list[BuiltKernel]:
@@ -704,8 +786,16 @@ def build(
     try:
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
         if incremental:
-            timed("copy A's tree", lambda: _run_ok(user, ["cp", "-a", "--reflink=auto", str(base / "linux"), "."],
-                                                   folder, folder / "home", "copying the base tree"))
+            timed(
+                "copy A's tree",
+                lambda: _run_ok(
+                    user,
+                    ["cp", "-a", "--reflink=auto", str(base / "linux"), "."],
+                    folder,
+                    folder / "home",
+                    "copying the base tree",
+                ),
+            )
         else:
             timed("unpack", lambda: unpack(source, user, folder))
         for patch in patches:
@@ -714,13 +804,18 @@ def build(
         for line in missing:
             say(f"  config: the fragments ask {line}")
         release = check_release(
-            _run_ok(user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home",
-                    "make kernelrelease").stdout.strip(),
+            _run_ok(
+                user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home", "make kernelrelease"
+            ).stdout.strip(),
             "make kernelrelease",
         )
         progress = Progress(_expected_steps(cache, incremental), say=say)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
         _remember_steps(cache, incremental, progress.done)
+        _run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
+        no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
+        if no_variant:
+            say(f"  no balloon driver variant: {no_variant}")
         skipped = timed("install + copy out", lambda: install_and_send(user, folder, staging))
         check_artefacts(staging, release)
         kernel = BuiltKernel(
@@ -734,6 +829,7 @@ def build(
             compiler=compiler,
             key=key,
             config_unmet=tuple(missing),
+            balloon_variant_unavailable=no_variant,  # type: ignore[arg-type]
             build_s=round(time.monotonic() - started, 1),
             steps_s=steps,
             incremental=incremental,
@@ -745,7 +841,7 @@ def build(
         shutil.rmtree(kernel.directory, ignore_errors=True)
         os.replace(staging, kernel.directory)
         if keep_as_base:
-            _run_ok(user, ["rm", "-rf", "out", "home/tmp"], folder, folder / "home", "tidying the tree")
+            _run_ok(user, ["rm", "-rf", "out", "variant", "home/tmp"], folder, folder / "home", "tidying the tree")
             unprivileged.remove_folder(user, base)
             os.replace(folder, base)
         return kernel

@@ -143,8 +143,13 @@ def remove_folder(user: BuildUser, folder: Path) -> None:
     cannot turn root's removal elsewhere."""
     if not os.path.lexists(folder):
         return
-    subprocess.run(as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)]),
-                   env=environment(folder / "home"), capture_output=True, timeout=900, cwd="/")
+    subprocess.run(
+        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)]),
+        env=environment(folder / "home"),
+        capture_output=True,
+        timeout=900,
+        cwd="/",
+    )
     shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -174,8 +179,9 @@ def run(
     except subprocess.TimeoutExpired:
         end_group(proc)
         raise BadInput(f"{' '.join(argv[:2])} did not finish in {timeout:.0f} s") from None
-    return subprocess.CompletedProcess(list(argv), proc.returncode, out.decode(errors="replace"),
-                                       err.decode(errors="replace"))
+    return subprocess.CompletedProcess(
+        list(argv), proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:
@@ -186,9 +192,17 @@ def end_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def popen(user: BuildUser, argv: Sequence[str], cwd: Path, home: Path, *, env: dict[str, str] | None = None,
-          stdin: int | IO[bytes] | None = subprocess.DEVNULL, stdout: int | IO[bytes] | None = subprocess.PIPE,
-          stderr: int | IO[bytes] | None = subprocess.STDOUT) -> subprocess.Popen[bytes]:
+def popen(
+    user: BuildUser,
+    argv: Sequence[str],
+    cwd: Path,
+    home: Path,
+    *,
+    env: dict[str, str] | None = None,
+    stdin: int | IO[bytes] | None = subprocess.DEVNULL,
+    stdout: int | IO[bytes] | None = subprocess.PIPE,
+    stderr: int | IO[bytes] | None = subprocess.STDOUT,
+) -> subprocess.Popen[bytes]:
     """A long step (make, tar) as the build user, streaming."""
     return subprocess.Popen(
         as_user(user.uid, user.gid, argv),
@@ -203,9 +217,7 @@ def popen(user: BuildUser, argv: Sequence[str], cwd: Path, home: Path, *, env: d
 
 def plain_name(name: str) -> bool:
     parts = name.split("/")
-    return bool(name) and not name.startswith("/") and "\0" not in name and all(
-        p not in ("", ".", "..") for p in parts
-    )
+    return bool(name) and not name.startswith("/") and "\0" not in name and all(p not in ("", ".", "..") for p in parts)
 
 
 def receive(stream: IO[bytes], dest: Path, limit: int = RECEIVE_LIMIT) -> list[str]:

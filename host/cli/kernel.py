@@ -21,12 +21,14 @@ Prints the kernel's name and the options that boot it."""
 
 def configure(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="kernel_command", required=True)
-    build = actions.add_parser("build", help="build a guest kernel from source (or find it cached)",
-                               description=DESCRIPTION)
+    build = actions.add_parser(
+        "build", help="build a guest kernel from source (or find it cached)", description=DESCRIPTION
+    )
     build.add_argument("source", metavar="SOURCE", help="debian:X.Y (Debian's linux-source-X.Y), a folder, or DIR@REV")
     build.add_argument("--patch", action="append", default=[], metavar="FILE", help="a patch (-p1), in order")
-    build.add_argument("--config", action="append", default=[], metavar="FRAGMENT",
-                       help="a Kconfig fragment on top of memqual's")
+    build.add_argument(
+        "--config", action="append", default=[], metavar="FRAGMENT", help="a Kconfig fragment on top of memqual's"
+    )
     build.add_argument("--jobs", "-j", type=cliargs.count, default=None, help="make -j (default: the CPUs)")
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true", help="print the record as one JSON object")
@@ -48,7 +50,11 @@ def _build(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(kernel.to_json(), indent=2))
         return 0
-    state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
+    state = (
+        "cached"
+        if kernel.cached
+        else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
+    )
     print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for step, seconds in kernel.steps_s.items():
         print(f"  {step}: {seconds:.0f} s")
@@ -73,5 +79,6 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMAND = Command("kernel", "build guest kernels from source (Debian's, a folder, a git revision)", configure,
-                  dispatch, DESCRIPTION)
+COMMAND = Command(
+    "kernel", "build guest kernels from source (Debian's, a folder, a git revision)", configure, dispatch, DESCRIPTION
+)
