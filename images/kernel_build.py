@@ -849,3 +849,60 @@ def build(
         shutil.rmtree(staging, ignore_errors=True)
         if folder.exists():
             unprivileged.remove_folder(user, folder)
+
+
+# ------------------------------------------------------------ an A/B of a patch
+
+
+def default_source(cache: Path | None = None) -> str:
+    """debian:X.Y of the default Debian kernel (the image's): its release
+    6.1.0-57-amd64 gives debian:6.1."""
+    package = packages.resolve_kernel_package(cache or cache_dir())
+    match = re.match(r"linux-image-([0-9]+\.[0-9]+)", package)
+    if match is None:
+        raise BadInput(f"the default kernel {package} names no X.Y: give --kernel-source")
+    return f"debian:{match.group(1)}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchArms:
+    """The two kernels of ``memqual run --patch``: A the source as it is,
+    B with the patches (or a second source), and what a record says of them."""
+
+    a: BuiltKernel
+    b: BuiltKernel
+    patches: tuple[Patch, ...]
+    config_diff: tuple[str, ...]
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "patches": [p.to_json() | {"text": f"patch/{p.path.name}"} for p in self.patches],
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "config_diff": list(self.config_diff),
+        }
+
+    def title(self) -> str:
+        return "; ".join(p.subject for p in self.patches) or f"{self.a.source} against {self.b.source}"
+
+
+def arms(
+    sources: Sequence[str],
+    patch_paths: Sequence[str | os.PathLike[str]],
+    config_paths: Sequence[str | os.PathLike[str]] = (),
+    *,
+    jobs: int | None = None,
+    say: Callable[[str], None] = print,
+) -> PatchArms:
+    """A and B built (A first: B then starts from A's objects): one source
+    with the patches on B, or two sources (the patches, if any, on B)."""
+    if len(sources) > 2:
+        raise BadInput("give --kernel-source at most twice (A and B)")
+    if len(sources) < 2 and not patch_paths:
+        raise BadInput("one --kernel-source compares nothing: give --patch FILE, or --kernel-source twice")
+    chosen = list(sources) or [default_source()]
+    patches = tuple(read_patch(p) for p in patch_paths)  # checked before any build
+    a = build(chosen[0], (), config_paths, jobs=jobs, say=say)
+    b = build(chosen[-1], patch_paths, config_paths, jobs=jobs, say=say)
+    diff = config_diff(a.config.read_text(), b.config.read_text())
+    return PatchArms(a, b, patches, tuple(diff))

@@ -44,4 +44,5 @@ COMMANDS: tuple[Command, ...] = (
 
 OPTIONS: tuple[Option, ...] = (
     hosts.RUN_ON_HOSTS,  # memqual run --hosts FILE
+    kernel.RUN_PATCH,  # memqual run --patch FILE [--kernel-source SOURCE]
 )

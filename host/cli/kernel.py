@@ -9,7 +9,7 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
-from memqual.host.cli.command import Command, dispatch
+from memqual.host.cli.command import Command, Option, Run, dispatch
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
 config (images/guest.config on x86_64_defconfig + kvm_guest.config), the
@@ -82,3 +82,62 @@ def _list(args: argparse.Namespace) -> int:
 COMMAND = Command(
     "kernel", "build guest kernels from source (Debian's, a folder, a git revision)", configure, dispatch, DESCRIPTION
 )
+
+
+# ------------------------------------------------------------ memqual run --patch
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="qualify a kernel patch: A is --kernel-source as it is, B with the patch (repeatable, in order); "
+        "both built with memqual's guest config (memqual kernel build) and compared as two kernels",
+    )
+    parser.add_argument(
+        "--kernel-source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="with --patch: the source A and B are built from (debian:X.Y, a folder or DIR@REV; default the "
+        "default Debian kernel's); twice: A from the first, B from the second",
+    )
+    parser.add_argument(
+        "--kernel-config", action="append", default=[], metavar="FRAGMENT", help="a Kconfig fragment for both arms"
+    )
+
+
+def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
+    """Build A and B, hand them to the two-kernel run as --guest-kernel and
+    --guest-modules, and keep what names the patch in OUTPUT/patch.json
+    (with the patch's text in OUTPUT/patch/)."""
+    if not args.patch and not args.kernel_source:
+        return inner(args)
+    from memqual.host.cli.run import output_directory
+    from memqual.host.core.errors import BadInput
+    from memqual.host.core.paths import write_private_atomic
+    from memqual.images.kernel_build import arms
+
+    if args.guest_kernel or args.guest_modules or args.debian_kernel or args.kernel_build:
+        raise BadInput("give --patch/--kernel-source or the kernels (--guest-kernel, --debian-kernel), not both")
+    output = output_directory(args, "memqual-results")
+    built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
+    args.output = str(output)
+    args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
+    args.guest_modules = [str(built.a.modules), str(built.b.modules)]
+    (output / "patch").mkdir(parents=True, exist_ok=True)
+    for patch in built.patches:
+        write_private_atomic(output / "patch" / patch.path.name, patch.data, 0o644)
+    write_private_atomic(output / "patch.json", (json.dumps(built.to_json(), indent=2) + "\n").encode(), 0o644)
+    for label, kernel in (("A", built.a), ("B", built.b)):
+        state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
+        print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+    for patch in built.patches:
+        print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    return inner(args)
+
+
+RUN_PATCH = Option("run", configure_run, run_with_patch)

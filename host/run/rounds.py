@@ -411,10 +411,15 @@ def _compare_arms(config: RunConfig, arms: tuple[Arm, Arm], results: list[Result
         }
         for a in arms
     }
+    names = ("A", "B")
+    if (config.output / "patch.json").is_file():  # memqual run --patch: A and B built from source
+        out["patch"] = json.loads((config.output / "patch.json").read_text())
+        titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
+        names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(result, console)
     from memqual.host.report.compare_report import write_comparison_html
 
-    write_comparison_html(result, results[0], results[1], config.output / "comparison.html")
+    write_comparison_html(result, results[0], results[1], config.output / "comparison.html", *names)
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return result.exit_status()
