@@ -290,9 +290,7 @@ def left_behind(cache: Path, parent: Path) -> list[str]:
 
 
 @needs_drop
-def test_fake_build_cached_then_patched_incrementally(
-    tmp_path: Path, memqual_cache: Path, build_env: Path
-) -> None:
+def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
     tree = fake_tree(tmp_path)
     kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
     assert not kernel.cached and kernel.release == RELEASE
@@ -366,18 +364,27 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
 def test_patch_with_a_symlink_cannot_write_through_it(
     tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path
 ) -> None:
-    tree = fake_tree(tmp_path)
+    """The patch plants a link to root's file and the build writes through
+    it (GNU patch itself refuses to patch through a link; the build does not)."""
     victim = probe_dir / "victim"
+    tree = fake_tree(tmp_path, hostile="\t-sh -c 'echo owned > evil'\n\t-cp evil arch-copy\n")
     patch = tmp_path / "symlink.patch"
     patch.write_text(
         "diff --git a/evil b/evil\nnew file mode 120000\n--- /dev/null\n+++ b/evil\n@@ -0,0 +1 @@\n"
         f"+{victim}\n\\ No newline at end of file\n"
-        "diff --git a/evil b/evil\n--- a/evil\n+++ b/evil\n@@ -1 +1 @@\n-root's\n+owned\n"
-        "diff --git a/escape b/../../escape\n--- a/escape\n+++ b/../../escape\n@@ -0,0 +1 @@\n+x\n"
     )
-    with pytest.raises(BadInput, match="does not apply"):
-        kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    kernel = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
     assert victim.read_text() == "root's\n"
+    assert kernel.bzimage.is_file()
+
+
+@needs_drop
+def test_patch_naming_a_path_outside_the_tree_is_refused(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    patch = tmp_path / "escape.patch"
+    patch.write_text("--- a/../../escape\n+++ b/../../escape\n@@ -0,0 +1 @@\n+x\n")
+    with pytest.raises(BadInput, match="escape.patch does not apply"):
+        kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
     assert not (build_env / "escape").exists() and not (build_env.parent / "escape").exists()
     assert left_behind(memqual_cache, build_env) == []
 
@@ -405,7 +412,9 @@ def test_build_steps_run_without_root_or_groups(tmp_path: Path, build_env: Path)
         assert int(env_count) < 12  # a cleared environment, not root's
         status = subprocess.run(
             unprivileged.as_user(user.uid, user.gid, ["grep", "NoNewPrivs", "/proc/self/status"]),
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         assert status.stdout.split()[-1] == "1"
     finally:
@@ -419,3 +428,59 @@ def test_build_user_is_never_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(unprivileged.BUILD_USER_ENV, "no-such-user-memqual")
     with pytest.raises(BadInput, match="does not exist"):
         unprivileged.build_user()
+
+
+@needs_drop
+def test_run_patch_builds_both_arms_and_names_the_patch(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import argparse
+
+    from memqual.host.cli.kernel import run_with_patch
+
+    tree = fake_tree(tmp_path)
+    patch = tmp_path / "0001-init.patch"
+    patch.write_text(
+        "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
+        "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
+    )
+    args = argparse.Namespace(
+        patch=[str(patch)],
+        kernel_source=[str(tree)],
+        kernel_config=[],
+        guest_kernel=None,
+        guest_modules=None,
+        debian_kernel=None,
+        kernel_build=None,
+        output=str(tmp_path / "out"),
+    )
+    seen: list[argparse.Namespace] = []
+    assert run_with_patch(args, lambda a: seen.append(a) or 0) == 0
+    (given,) = seen
+    assert len(given.guest_kernel) == 2 and given.guest_kernel[0] != given.guest_kernel[1]
+    record = __import__("json").loads((tmp_path / "out/patch.json").read_text())
+    assert record["patches"][0]["subject"] == "init: return 1"
+    assert record["patches"][0]["files"] == ["init/main.c"]
+    assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
+    assert record["b"]["incremental"] is True and record["config_diff"] == []
+
+
+def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:
+    import argparse
+
+    from memqual.host.cli.kernel import run_with_patch
+
+    args = argparse.Namespace(
+        patch=["x.patch"],
+        kernel_source=[],
+        kernel_config=[],
+        guest_kernel=["bz"],
+        guest_modules=None,
+        debian_kernel=None,
+        kernel_build=None,
+        output=None,
+    )
+    with pytest.raises(BadInput, match="not both"):
+        run_with_patch(args, lambda a: 0)
+    with pytest.raises(BadInput, match="compares nothing"):
+        kb.arms([str(tmp_path)], [])
