@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -43,12 +44,14 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO, TypeVar
 
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import cache_dir, weak_spot
 from memqual.images import packages, unprivileged
 from memqual.images.kernel import check_release, read_release
 
+T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
 RECIPE_VERSION = "1"  # bump when the build steps change what comes out
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
@@ -340,7 +343,7 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
         raise BadInput(f"kernel source {folder}: no Makefile and Kconfig: give the top of a kernel tree")
     owner = owner_of(folder)
     digest = hashlib.sha256()
-    proc = subprocess.Popen(
+    tar = subprocess.Popen(
         _as_owner(
             owner,
             [*_tar_create(folder.resolve()), "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"],
@@ -349,10 +352,11 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
         env=_owner_env(),
         cwd="/",
     )
-    assert proc.stdout is not None
-    for block in iter(lambda: proc.stdout.read(1 << 20), b""):  # type: ignore[union-attr]
+    stream = tar.stdout
+    assert stream is not None
+    for block in iter(lambda: stream.read(1 << 20), b""):
         digest.update(block)
-    if proc.wait(timeout=STEP_TIMEOUT_S) != 0:
+    if tar.wait(timeout=STEP_TIMEOUT_S) != 0:
         raise BadInput(f"kernel source {folder}: its owner cannot read all of it (tar failed)")
     return Source("folder", spec, str(folder.resolve()), digest.hexdigest(), folder.resolve())
 
@@ -417,19 +421,19 @@ def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> None:
     finally:
         end()
         if untar.poll() is None:
-            unprivileged.end_group(untar)  # type: ignore[arg-type]
+            unprivileged.end_group(untar)
 
 
-def _inner_source_tarball(outer_stream: object, sink: object, source: Source) -> None:
+def _inner_source_tarball(outer_stream: IO[bytes], sink: IO[bytes], source: Source) -> None:
     """Copy /usr/src/linux-source-X.Y.tar.xz out of the .deb's data to the
     build user's ``tar -x`` (which decompresses it), as a stream."""
-    with tarfile.open(fileobj=outer_stream, mode="r|") as outer:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=outer_stream, mode="r|") as outer:
         for member in outer:
             name = "/" + member.name.lstrip("./")
             if member.isfile() and name.startswith("/usr/src/linux-source-") and name.endswith(".tar.xz"):
                 inner = outer.extractfile(member)
                 assert inner is not None
-                xz = subprocess.Popen(["xz", "-dc"], stdin=subprocess.PIPE, stdout=sink)  # type: ignore[arg-type]
+                xz = subprocess.Popen(["xz", "-dc"], stdin=subprocess.PIPE, stdout=sink)
                 assert xz.stdin is not None
                 shutil.copyfileobj(inner, xz.stdin, 1 << 20)
                 xz.stdin.close()
@@ -772,7 +776,7 @@ def build(
     base = parent / f"base-{base_key}"
     steps: dict[str, float] = {}
 
-    def timed(name: str, step: Callable[[], object]) -> object:
+    def timed(name: str, step: Callable[[], T]) -> T:
         begun = time.monotonic()
         say(f"  {name} ...")
         result = step()
@@ -799,8 +803,8 @@ def build(
         else:
             timed("unpack", lambda: unpack(source, user, folder))
         for patch in patches:
-            timed(f"patch {patch.path.name}", lambda patch=patch: apply_patch(user, folder, patch))
-        final, missing = timed("config", lambda: assemble_config(user, folder, fragments))  # type: ignore[misc]
+            timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))
+        _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
         for line in missing:
             say(f"  config: the fragments ask {line}")
         release = check_release(
@@ -816,7 +820,8 @@ def build(
         no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
         if no_variant:
             say(f"  no balloon driver variant: {no_variant}")
-        skipped = timed("install + copy out", lambda: install_and_send(user, folder, staging))
+        # the modules tree's build/source links stay behind (install_and_send)
+        timed("install + copy out", lambda: install_and_send(user, folder, staging))
         check_artefacts(staging, release)
         kernel = BuiltKernel(
             name=f"{release}-{key}",
@@ -829,13 +834,12 @@ def build(
             compiler=compiler,
             key=key,
             config_unmet=tuple(missing),
-            balloon_variant_unavailable=no_variant,  # type: ignore[arg-type]
+            balloon_variant_unavailable=no_variant,
             build_s=round(time.monotonic() - started, 1),
             steps_s=steps,
             incremental=incremental,
             jobs=jobs,
         )
-        del skipped  # the modules tree's build/source links: not needed
         (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
         os.chmod(staging, 0o755)
         shutil.rmtree(kernel.directory, ignore_errors=True)

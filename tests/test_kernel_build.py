@@ -484,3 +484,37 @@ def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:
         run_with_patch(args, lambda a: 0)
     with pytest.raises(BadInput, match="compares nothing"):
         kb.arms([str(tmp_path)], [])
+
+
+@needs_drop
+def test_git_revision_is_exported_not_the_work_tree(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    (tree / "init/main.c").write_text("uncommitted\n")  # not in the revision
+    kernel = kb.build(f"{tree}@HEAD", jobs=1, say=lambda _: None)
+    assert kernel.source_sha256.startswith("git:") and kernel.source.startswith(f"{tree}@")
+    built_from = build_env / f"base-{kernel.key}" / "linux/init/main.c"  # kept as the base of patched builds
+    assert built_from.read_text() == "int main(void) { return 0; }\n"
+    with pytest.raises(BadInput, match="no commit"):
+        kb.resolve_source(f"{tree}@no-such-branch")
+
+
+@needs_drop
+def test_tree_of_another_user_is_refused(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path)
+    user = unprivileged.build_user()
+    os.chown(tree, user.uid, user.gid)
+    with pytest.raises(BadInput, match="build from a tree of your own"):
+        kb.resolve_source(str(tree))
+
+
+def test_bad_sources_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="give debian:X.Y"):
+        kb.resolve_source("debian:six")
+    with pytest.raises(BadInput, match="not the top of a kernel tree|no Makefile and Kconfig"):
+        kb.resolve_source(str(tmp_path))
+    with pytest.raises(BadInput, match="not a git repository"):
+        kb.resolve_source(f"{tmp_path}@HEAD")

@@ -66,6 +66,8 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
                 variant = balloon_driver.build_from_tree(k.kernel_build, image.release)
             elif balloon_driver.debian_release_of(k.bzimage):
                 variant = balloon_driver.build(image.release)
+            elif (built := _built_variant(k, console)) is not None:
+                variant = built
             else:
                 console.print(
                     f"kernel {k.label}: no --kernel-build tree, so the balloon driver scenario skips on it",
@@ -76,6 +78,20 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
         except (CapabilityMissing, OSError, subprocess.CalledProcessError) as exc:
             raise BadInput(f"kernel {k.label}: its balloon driver variant cannot be built: {exc}") from None
         console.print(f"kernel {k.label}: image {image.release}, balloon driver {variant.ko}", highlight=False)
+
+
+def _built_variant(k: GuestKernel, console: Any) -> Any:
+    """The variant memqual kernel build made beside a kernel it built; a
+    built kernel without one (its tree's virtio_balloon.c took no variant)
+    is said once, and its balloon driver scenario skips."""
+    from memqual.host.core.errors import CapabilityMissing
+    from memqual.images import balloon_driver
+
+    try:
+        return balloon_driver.built_variant(k.bzimage)
+    except CapabilityMissing as exc:
+        console.print(f"kernel {k.label}: no balloon driver variant ({exc})", highlight=False, markup=False)
+        return None
 
 
 @dataclasses.dataclass
