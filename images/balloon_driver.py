@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.paths import cache_dir, shipped, weak_spot
-from memqual.images import packages
+from memqual.images import built_kernels, packages
 from memqual.images.kernel import check_release
 
 if TYPE_CHECKING:  # only the type: the image builder is not needed here
@@ -416,25 +416,19 @@ def for_image(image: Image) -> Variant:
 
 def built_variant(kernel: Path) -> Variant | None:
     """The variant ``memqual kernel build`` made beside a kernel it built
-    (``<cache>/kernels/NAME/bzImage``, its manifest saying why when there is
-    none), or None for a kernel it did not build."""
-    entry = cache_dir() / "kernels"
-    try:
-        rel = kernel.resolve().relative_to(entry.resolve())
-    except ValueError:
+    (``<cache>/kernels/NAME/bzImage``; CapabilityMissing with its
+    manifest's reason when there is none), or None for a kernel it did not
+    build."""
+    built = built_kernels.of_bzimage(kernel)
+    if built is None:
         return None
-    manifest = entry / rel.parts[0] / "manifest.json"
-    if len(rel.parts) != 2 or rel.parts[1] != "bzImage" or not manifest.is_file():
-        return None
-    data = json.loads(manifest.read_text())
-    ko = manifest.parent / f"{MODULE}.ko"
-    if data.get("balloon_variant_unavailable") or not ko.is_file():
-        raise CapabilityMissing(str(data.get("balloon_variant_unavailable") or f"{rel.parts[0]} has no {MODULE}.ko"))
+    if built.balloon_variant is None:
+        raise CapabilityMissing(built.balloon_variant_unavailable or f"{built.name} has no {MODULE}.ko")
     return Variant(
-        ko,
-        str(data["release"]),
-        f"built {rel.parts[0]}",
-        str(data["source_sha256"]),
+        built.balloon_variant,
+        built.release,
+        f"built {built.name}",
+        built.source_sha256,
         _sha256(PATCH.read_bytes()),
         cached=True,
     )

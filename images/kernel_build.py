@@ -46,16 +46,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, TypeVar
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import cache_dir, weak_spot
 from memqual.images import packages, unprivileged
+from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 
 T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
 RECIPE_VERSION = "1"  # bump when the build steps change what comes out
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
-BUILD_PARENT_ENV = "MEMQUAL_KBUILD_DIR"
+BUILD_PARENT_ENV = settings.KBUILD_DIR
 # Debian packages the build needs beyond ./setup's gcc and make.
 TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev")
 DEBIAN_SOURCE = re.compile(r"debian:([0-9]+\.[0-9]+)")
@@ -66,9 +68,6 @@ STEP_TIMEOUT_S = 1800.0
 # kbuild's short lines: what make is doing, one a file.
 KBUILD_STEP = re.compile(r"^\s{2}([A-Z0-9_]+(?: \[M\])?)\s+(\S+)")
 FIRST_BUILD_STEPS = 3600  # kbuild lines of a first x86_64_defconfig+guest build, when none was timed here
-# A built kernel's name: <release>-<16 hex digits of the key> (no Debian
-# release ends so).
-BUILT_NAME = re.compile(r"[0-9]+\.[0-9]+[0-9A-Za-z.+~-]*-[0-9a-f]{16}")
 STAMP_ENV = {
     "KBUILD_BUILD_USER": "memqual",
     "KBUILD_BUILD_HOST": "memqual",
@@ -97,59 +96,6 @@ class Patch:
 
     def to_json(self) -> dict[str, object]:
         return {"path": str(self.path), "sha256": self.sha256, "subject": self.subject, "files": list(self.files)}
-
-
-@dataclasses.dataclass(frozen=True)
-class BuiltKernel:
-    name: str
-    release: str
-    directory: Path
-    source: str
-    source_sha256: str
-    patches: tuple[dict[str, object], ...]
-    config_fragments: tuple[str, ...]
-    compiler: str
-    key: str
-    config_unmet: tuple[str, ...] = ()
-    balloon_variant_unavailable: str | None = None  # why there is no virtio_balloon_mq.ko, if there is none
-    cached: bool = False
-    build_s: float = 0.0
-    steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
-    incremental: bool = False
-    jobs: int = 0
-
-    @property
-    def bzimage(self) -> Path:
-        return self.directory / "bzImage"
-
-    @property
-    def modules(self) -> Path:
-        return self.directory / "lib" / "modules" / self.release
-
-    @property
-    def config(self) -> Path:
-        return self.directory / "config"
-
-    @property
-    def balloon_variant(self) -> Path | None:
-        ko = self.directory / "virtio_balloon_mq.ko"
-        return ko if self.balloon_variant_unavailable is None and ko.is_file() else None
-
-    def to_json(self) -> dict[str, object]:
-        data = dataclasses.asdict(self)
-        data["directory"] = str(self.directory)
-        data["patches"] = list(self.patches)
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, object], directory: Path) -> BuiltKernel:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["directory"] = directory
-        values["patches"] = tuple(values.get("patches", ()))  # type: ignore[arg-type]
-        values["config_fragments"] = tuple(values.get("config_fragments", ()))  # type: ignore[arg-type]
-        values["config_unmet"] = tuple(values.get("config_unmet", ()))  # type: ignore[arg-type]
-        return cls(**values)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------ inputs
@@ -680,50 +626,8 @@ def cache_key(source: Source, patches: Sequence[Patch], fragments: Sequence[tupl
     return _sha256("\n".join(parts).encode())[:16]
 
 
-def kernels_dir(cache: Path | None = None) -> Path:
-    out = (cache or cache_dir()) / "kernels"
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def cached(key: str, cache: Path | None = None) -> BuiltKernel | None:
-    for entry in kernels_dir(cache).glob(f"*-{key}"):
-        manifest = entry / "manifest.json"
-        if manifest.is_file():
-            kernel = BuiltKernel.from_json(json.loads(manifest.read_text()), entry)
-            return dataclasses.replace(kernel, cached=True, build_s=0.0)
-    return None
-
-
-def named(name: str, cache: Path | None = None) -> BuiltKernel | None:
-    """The built kernel called ``name`` (what ``kernel build`` printed), or
-    None when no kernel was built by that name: then ``name`` is a Debian
-    kernel's.  Wherever a Debian kernel is accepted by name, so is this."""
-    if not BUILT_NAME.fullmatch(name.strip()):
-        return None
-    manifest = kernels_dir(cache) / name.strip() / "manifest.json"
-    if not manifest.is_file():
-        return None
-    return BuiltKernel.from_json(json.loads(manifest.read_text()), manifest.parent)
-
-
-def find(name: str, cache: Path | None = None) -> BuiltKernel:
-    """A built kernel by the name ``kernel build`` printed, or one BadInput line."""
-    kernel = named(name, cache)
-    if kernel is None:
-        raise BadInput(f"no built kernel {name!r}: memqual kernel list shows them; memqual kernel build makes one")
-    return kernel
-
-
-def listing(cache: Path | None = None) -> list[BuiltKernel]:
-    found = []
-    for manifest in sorted(kernels_dir(cache).glob("*/manifest.json")):
-        found.append(BuiltKernel.from_json(json.loads(manifest.read_text()), manifest.parent))
-    return found
-
-
 def _build_parent() -> Path:
-    return unprivileged.build_parent(Path(os.environ.get(BUILD_PARENT_ENV) or BUILD_PARENT))
+    return unprivileged.build_parent(settings.kbuild_dir() or BUILD_PARENT)
 
 
 def _expected_steps(cache: Path, incremental: bool) -> int:

@@ -4,7 +4,7 @@ does with a kernel tree and a patch that root must not trust.
 memqual runs as root; a patch or a user's tree is input.  Everything that
 reads or executes it (tar, patch, make, the compiler, the tree's own
 scripts) runs through ``setpriv`` as the build user (``nobody`` unless
-``$MEMQUAL_BUILD_USER`` names another), with no supplementary groups, no
+$MEMQUAL_BUILD_USER names another), with no supplementary groups, no
 capabilities, ``no_new_privs`` (a setuid binary gains nothing), a
 cleared environment and a private HOME and TMPDIR inside its build folder.
 That folder is 0700 and the build user's, inside a root-owned 0711 parent
@@ -36,9 +36,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
+from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
-BUILD_USER_ENV = "MEMQUAL_BUILD_USER"
+BUILD_USER_ENV = settings.BUILD_USER
 DEFAULT_BUILD_USER = "nobody"
 # The build's PATH: the system's tools only, never a directory from the
 # caller's PATH.  No ccache: a cache shared between builds is one a hostile
@@ -57,7 +58,7 @@ class BuildUser:
 
 def build_user() -> BuildUser:
     """The unprivileged user builds run as; never root."""
-    name = os.environ.get(BUILD_USER_ENV) or DEFAULT_BUILD_USER
+    name = settings.build_user() or DEFAULT_BUILD_USER
     try:
         entry = pwd.getpwnam(name)
     except KeyError:

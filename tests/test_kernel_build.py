@@ -21,8 +21,9 @@ import fake_kernel
 import pytest
 
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.images import balloon_driver, built_kernels, unprivileged
 from memqual.images import kernel_build as kb
-from memqual.images import unprivileged
+from memqual.images.build import debian_kernel_files
 
 RELEASE = "1.2.3-memqual"
 
@@ -139,10 +140,10 @@ def test_missing_toolchain_prints_the_apt_get_line(monkeypatch: pytest.MonkeyPat
 
 
 def test_built_names_are_told_from_debian_ones(memqual_cache: Path) -> None:
-    assert kb.named("6.1.0-57-amd64") is None
-    assert kb.named("6.1.192-memqual-0123456789abcdef") is None  # the form, but never built
+    assert built_kernels.named("6.1.0-57-amd64") is None
+    assert built_kernels.named("6.1.192-memqual-0123456789abcdef") is None  # the form, but never built
     with pytest.raises(BadInput, match="no built kernel"):
-        kb.find("6.1.192-memqual-0123456789abcdef")
+        built_kernels.find("6.1.192-memqual-0123456789abcdef")
 
 
 def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:
@@ -300,7 +301,12 @@ def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_ca
     assert kernel.balloon_variant is None and kernel.balloon_variant_unavailable  # no virtio_balloon.c here
     again = kb.build(str(tree), jobs=1, say=lambda _: None)
     assert again.cached and again.name == kernel.name
-    assert kb.named(kernel.name) is not None
+    # the name stands for the kernel where a Debian kernel's name is taken
+    assert debian_kernel_files(kernel.name) == (kernel.bzimage, kernel.modules)
+    with pytest.raises(CapabilityMissing, match="does not apply"):  # the variant's reason, from the manifest
+        balloon_driver.built_variant(kernel.bzimage)
+    assert balloon_driver.built_variant(tree / "bzImage.in") is None
+    assert built_kernels.named(kernel.name) is not None
     patch = tmp_path / "p.patch"
     patch.write_text(
         "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
