@@ -48,6 +48,7 @@ from typing import IO, TypeVar
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, weak_spot
 from memqual.images import packages, unprivileged
 from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
@@ -234,8 +235,7 @@ def owner_of(path: Path) -> unprivileged.BuildUser:
     from memqual.images.balloon_driver import tree_owners
 
     st = path.stat()
-    owners = tree_owners()
-    problem = weak_spot(path, owners | {st.st_uid} if st.st_uid in owners else owners)
+    problem = weak_spot(path, tree_owners())
     if problem is not None:
         raise BadInput(f"kernel source {path}: {problem}: build from a tree of your own")
     return unprivileged.BuildUser(str(st.st_uid), st.st_uid, st.st_gid)
@@ -673,6 +673,27 @@ def build(
     if hit is not None and not force:
         return hit
     check_toolchain()
+    # One build of a key at a time (and of a base tree: A's and B's share
+    # it); the second finds the first's kernel in the cache.
+    lock = kernels_dir(cache) / f".lock-{cache_key(source, [], fragments, compiler)}"
+    with file_lock(lock, exclusive=True, deadline_s=COMPILE_TIMEOUT_S, held="another build of this source runs"):
+        hit = cached(key, cache)
+        if hit is not None and not force:
+            return hit
+        return _build(source, patches, fragments, compiler, key, cache, jobs, say, started)
+
+
+def _build(
+    source: Source,
+    patches: Sequence[Patch],
+    fragments: Sequence[tuple[str, bytes]],
+    compiler: str,
+    key: str,
+    cache: Path,
+    jobs: int | None,
+    say: Callable[[str], None],
+    started: float,
+) -> BuiltKernel:
     user = unprivileged.build_user()
     jobs = jobs or os.cpu_count() or 1
     parent = _build_parent()
