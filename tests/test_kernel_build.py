@@ -285,7 +285,8 @@ def fake_tree(root: Path, hostile: str = "") -> Path:
 
 def left_behind(cache: Path, parent: Path) -> list[str]:
     kernels = cache / "kernels"
-    return sorted(p.name for p in kernels.iterdir() if p.name != ".steps.json") + sorted(
+    kept = (".steps.json", ".lock-")  # the step counts and the build locks stay; .staging-* must not
+    return sorted(p.name for p in kernels.iterdir() if not p.name.startswith(kept)) + sorted(
         p.name for p in parent.glob("build-*")
     )
 
