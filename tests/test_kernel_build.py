@@ -525,3 +525,41 @@ def test_bad_sources_are_one_line(tmp_path: Path) -> None:
         kb.resolve_source(str(tmp_path))
     with pytest.raises(BadInput, match="not a git repository"):
         kb.resolve_source(f"{tmp_path}@HEAD")
+
+
+def run_cli(argv: list[str]) -> int:
+    """``memqual kernel ...`` through a parser of its own, with main's error handling."""
+    from memqual.host.cli import kernel as kernel_cli
+    from memqual.host.cli.command import parser_for, run_command
+    from memqual.host.core.errors import MemqualError
+
+    args = parser_for(kernel_cli.COMMAND).parse_args(argv)
+    try:
+        return run_command(args)
+    except MemqualError as exc:
+        print(exc)
+        return exc.exit_status
+
+
+def test_cli_bad_source_and_patch_exit_2(
+    tmp_path: Path, memqual_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["kernel", "build", "debian:six"]) == 2
+    assert "give debian:X.Y" in capsys.readouterr().out
+    assert run_cli(["kernel", "build", str(tmp_path), "--patch", str(tmp_path / "none.patch")]) == 2
+    assert "--patch" in capsys.readouterr().out
+    assert run_cli(["kernel", "list"]) == 0
+
+
+@needs_drop
+def test_cli_prints_the_name_and_how_to_boot_it(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = fake_tree(tmp_path)
+    assert run_cli(["kernel", "build", str(tree), "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    (kernel,) = built_kernels.listing()
+    assert out.startswith(f"{kernel.name}: {RELEASE}")
+    assert f"--guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}" in out
+    assert run_cli(["kernel", "build", str(tree)]) == 0
+    assert "cached" in capsys.readouterr().out.splitlines()[0]

@@ -67,7 +67,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from memqual.images.kernel_build import listing
+    from memqual.images.built_kernels import listing
 
     kernels = listing()
     if args.json:
