@@ -115,7 +115,12 @@ def read_patch(path: str | os.PathLike[str]) -> Patch:
     if len(data) > PATCH_LIMIT:
         raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
     text = data.decode(errors="replace")
-    return Patch(file.resolve(), data, _sha256(data), patch_subject(text, file.name), patch_files(text))
+    files = patch_files(text)
+    if not files:
+        raise BadInput(
+            f"--patch {file}: no unified diff in it (no ---/+++ lines): give git format-patch or diff -u output"
+        )
+    return Patch(file.resolve(), data, _sha256(data), patch_subject(text, file.name), files)
 
 
 def patch_subject(text: str, fallback: str) -> str:
@@ -829,8 +834,8 @@ def arms(
         raise BadInput("give --kernel-source at most twice (A and B)")
     if len(sources) < 2 and not patch_paths:
         raise BadInput("one --kernel-source compares nothing: give --patch FILE, or --kernel-source twice")
+    patches = tuple(read_patch(p) for p in patch_paths)  # checked before anything is fetched or built
     chosen = list(sources) or [default_source()]
-    patches = tuple(read_patch(p) for p in patch_paths)  # checked before any build
     a = build(chosen[0], (), config_paths, jobs=jobs, say=say)
     b = build(chosen[-1], patch_paths, config_paths, jobs=jobs, say=say)
     diff = config_diff(a.config.read_text(), b.config.read_text())
