@@ -816,9 +816,6 @@ class PatchArms:
             "config_diff": list(self.config_diff),
         }
 
-    def title(self) -> str:
-        return "; ".join(p.subject for p in self.patches) or f"{self.a.source} against {self.b.source}"
-
 
 def arms(
     sources: Sequence[str],
