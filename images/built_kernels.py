@@ -10,6 +10,7 @@ import dataclasses
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import cache_dir
@@ -21,13 +22,27 @@ VARIANT = "virtio_balloon_mq.ko"  # the balloon driver variant beside the kernel
 
 
 @dataclasses.dataclass(frozen=True)
+class PatchRecord:
+    """A patch as a built kernel's record names it."""
+
+    path: str
+    sha256: str
+    subject: str
+    files: tuple[str, ...]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatchRecord:
+        return cls(str(data["path"]), str(data["sha256"]), str(data["subject"]), tuple(map(str, data["files"])))
+
+
+@dataclasses.dataclass(frozen=True)
 class BuiltKernel:
     name: str
     release: str
     directory: Path
     source: str
     source_sha256: str
-    patches: tuple[dict[str, object], ...]
+    patches: tuple[PatchRecord, ...]
     config_fragments: tuple[str, ...]
     compiler: str
     key: str
@@ -56,21 +71,31 @@ class BuiltKernel:
         ko = self.directory / VARIANT
         return ko if self.balloon_variant_unavailable is None and ko.is_file() else None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["directory"] = str(self.directory)
-        data["patches"] = list(self.patches)
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, object], directory: Path) -> BuiltKernel:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        values["directory"] = directory
-        values["patches"] = tuple(values.get("patches", ()))  # type: ignore[arg-type]
-        values["config_fragments"] = tuple(values.get("config_fragments", ()))  # type: ignore[arg-type]
-        values["config_unmet"] = tuple(values.get("config_unmet", ()))  # type: ignore[arg-type]
-        return cls(**values)  # type: ignore[arg-type]
+    def from_json(cls, data: dict[str, Any], directory: Path) -> BuiltKernel:
+        """A manifest.json as ``to_json`` wrote it."""
+        return cls(
+            name=str(data["name"]),
+            release=str(data["release"]),
+            directory=directory,
+            source=str(data["source"]),
+            source_sha256=str(data["source_sha256"]),
+            patches=tuple(PatchRecord.from_json(p) for p in data.get("patches", ())),
+            config_fragments=tuple(map(str, data.get("config_fragments", ()))),
+            compiler=str(data["compiler"]),
+            key=str(data["key"]),
+            config_unmet=tuple(map(str, data.get("config_unmet", ()))),
+            balloon_variant_unavailable=data.get("balloon_variant_unavailable"),
+            build_s=float(data.get("build_s", 0.0)),
+            steps_s={str(k): float(v) for k, v in data.get("steps_s", {}).items()},
+            incremental=bool(data.get("incremental", False)),
+            jobs=int(data.get("jobs", 0)),
+        )
 
 
 def kernels_dir(cache: Path | None = None) -> Path:

@@ -44,14 +44,14 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, weak_spot
 from memqual.images import packages, unprivileged
-from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
+from memqual.images.built_kernels import BuiltKernel, PatchRecord, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 
 T = TypeVar("T")
@@ -95,8 +95,8 @@ class Patch:
     subject: str
     files: tuple[str, ...]
 
-    def to_json(self) -> dict[str, object]:
-        return {"path": str(self.path), "sha256": self.sha256, "subject": self.subject, "files": list(self.files)}
+    def record(self) -> PatchRecord:
+        return PatchRecord(str(self.path), self.sha256, self.subject, self.files)
 
 
 # ------------------------------------------------------------ inputs
@@ -759,7 +759,7 @@ def _build(
             directory=kernels_dir(cache) / f"{release}-{key}",
             source=source.label,
             source_sha256=source.sha256,
-            patches=tuple(p.to_json() for p in patches),
+            patches=tuple(p.record() for p in patches),
             config_fragments=tuple(name for name, _ in fragments),
             compiler=compiler,
             key=key,
@@ -808,9 +808,9 @@ class PatchArms:
     patches: tuple[Patch, ...]
     config_diff: tuple[str, ...]
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Any]:
         return {
-            "patches": [p.to_json() | {"text": f"patch/{p.path.name}"} for p in self.patches],
+            "patches": [dataclasses.asdict(p.record()) | {"text": f"patch/{p.path.name}"} for p in self.patches],
             "a": self.a.to_json(),
             "b": self.b.to_json(),
             "config_diff": list(self.config_diff),

@@ -315,7 +315,7 @@ def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_ca
     )
     patched = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
     assert patched.incremental and patched.name != kernel.name
-    assert patched.patches[0]["subject"] == "init: return 1"
+    assert patched.patches[0].subject == "init: return 1"
     assert kb.config_diff(kernel.config.read_text(), patched.config.read_text()) == []
     assert (tree / "init/main.c").read_text() == "int main(void) { return 0; }\n"  # the user's tree untouched
     assert left_behind(memqual_cache, build_env) == sorted([kernel.name, patched.name])
@@ -462,7 +462,12 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
         output=str(tmp_path / "out"),
     )
     seen: list[argparse.Namespace] = []
-    assert run_with_patch(args, lambda a: seen.append(a) or 0) == 0
+
+    def inner(given: argparse.Namespace) -> int:
+        seen.append(given)
+        return 0
+
+    assert run_with_patch(args, inner) == 0
     (given,) = seen
     assert len(given.guest_kernel) == 2 and given.guest_kernel[0] != given.guest_kernel[1]
     record = __import__("json").loads((tmp_path / "out/patch.json").read_text())

@@ -59,7 +59,7 @@ def _build(args: argparse.Namespace) -> int:
     for step, seconds in kernel.steps_s.items():
         print(f"  {step}: {seconds:.0f} s")
     for patch in kernel.patches:
-        print(f"  patch {patch['subject']} ({', '.join(map(str, patch['files']))}; sha256 {str(patch['sha256'])[:12]})")
+        print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
         print(f"  config not kept: {line}")
     print(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
@@ -74,7 +74,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps([k.to_json() for k in kernels], indent=2))
         return 0
     for kernel in kernels:
-        patches = ", ".join(str(p["subject"]) for p in kernel.patches) or "no patch"
+        patches = ", ".join(p.subject for p in kernel.patches) or "no patch"
         print(f"{kernel.name}  {kernel.source}  {patches}")
     return 0
 
