@@ -568,3 +568,38 @@ def test_cli_prints_the_name_and_how_to_boot_it(
     assert f"--guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}" in out
     assert run_cli(["kernel", "build", str(tree)]) == 0
     assert "cached" in capsys.readouterr().out.splitlines()[0]
+
+
+@needs_drop
+def test_sigterm_ends_make_and_leaves_nothing(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """memqual kernel build stopped by SIGTERM (a timeout's) takes make's
+    process group and its build folder with it."""
+    import signal
+    import sys
+    import time
+
+    tree = fake_tree(tmp_path, hostile="\t@echo '  CC      slow.o'; sleep 60\n")
+    env = {**os.environ, "MEMQUAL_CACHE": str(memqual_cache), kb.BUILD_PARENT_ENV: str(build_env)}
+    # the toolchain taken as installed in the child too: the fake tree needs none
+    code = (
+        "import sys; from memqual.images import kernel_build as kb; kb.missing_toolchain = list; "
+        "from memqual.host.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "kernel", "build", str(tree), "-j", "1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "compile" in line:
+            break
+    time.sleep(1.0)  # make is in its sleep
+    sleeping = subprocess.run(["pgrep", "-u", "nobody", "-f", "sleep 60"], capture_output=True, text=True).stdout
+    assert sleeping.split(), "make's step did not start"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in sleeping.split():
+        assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
+    assert left_behind(memqual_cache, build_env) == []

@@ -44,9 +44,14 @@ def _say(text: str) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.run.signals import terminate_as_exception
     from memqual.images.kernel_build import build
 
-    kernel = build(args.source, args.patch, args.config, jobs=args.jobs, force=args.force, say=_say)
+    # SIGTERM/SIGHUP end the build like Ctrl-C: make's process group and
+    # the build folder go with it (the default action would leave make
+    # running in a session of its own).
+    with terminate_as_exception():
+        kernel = build(args.source, args.patch, args.config, jobs=args.jobs, force=args.force, say=_say)
     if args.json:
         print(json.dumps(kernel.to_json(), indent=2))
         return 0
@@ -122,8 +127,11 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
 
     if args.guest_kernel or args.guest_modules or args.debian_kernel or args.kernel_build:
         raise BadInput("give --patch/--kernel-source or the kernels (--guest-kernel, --debian-kernel), not both")
+    from memqual.host.run.signals import terminate_as_exception
+
     output = output_directory(args, "memqual-results")
-    built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
+    with terminate_as_exception():
+        built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
     args.output = str(output)
     args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
     args.guest_modules = [str(built.a.modules), str(built.b.modules)]
