@@ -603,3 +603,15 @@ def test_sigterm_ends_make_and_leaves_nothing(tmp_path: Path, memqual_cache: Pat
     for pid in sleeping.split():
         assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
     assert left_behind(memqual_cache, build_env) == []
+
+
+def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
+    said: list[str] = []
+    progress = kb.Progress(expected=100, every_s=0.0, say=said.append, started=0.0)
+    for line in ["  CC      mm/ksm.o", "warning: something", "  CC [M]  drivers/virtio/virtio_balloon.o"]:
+        progress.line(line)
+    assert progress.done == 2 and progress.last == "CC [M] drivers/virtio/virtio_balloon.o"
+    assert len(said) == 2  # one line a step here (every_s=0); make's other lines count for nothing
+    # 25 of 100 steps in 10 minutes: 30 minutes left
+    progress.done = 25
+    assert "~30.0 min left" in progress.status(600.0)
