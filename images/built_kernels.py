@@ -50,7 +50,8 @@ class BuiltKernel:
     balloon_variant_unavailable: str | None = None  # why there is no virtio_balloon_mq.ko, if there is none
     cached: bool = False
     build_s: float = 0.0
-    steps_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    steps_s: dict[str, float] = dataclasses.field(default_factory=dict)  # wall time of each step
+    cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU time of each step's processes
     incremental: bool = False
     jobs: int = 0
 
@@ -93,6 +94,7 @@ class BuiltKernel:
             balloon_variant_unavailable=data.get("balloon_variant_unavailable"),
             build_s=float(data.get("build_s", 0.0)),
             steps_s={str(k): float(v) for k, v in data.get("steps_s", {}).items()},
+            cpu_s={str(k): float(v) for k, v in data.get("cpu_s", {}).items()},
             incremental=bool(data.get("incremental", False)),
             jobs=int(data.get("jobs", 0)),
         )

@@ -37,6 +37,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import tarfile
@@ -631,6 +632,13 @@ def cache_key(source: Source, patches: Sequence[Patch], fragments: Sequence[tupl
     return _sha256("\n".join(parts).encode())[:16]
 
 
+def _children_cpu_s() -> float:
+    """User + system CPU seconds of every child process waited for so far
+    (make's compilers included: each parent waits for its own)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _build_parent() -> Path:
     return unprivileged.build_parent(settings.kbuild_dir() or BUILD_PARENT)
 
@@ -706,11 +714,16 @@ def _build(
     base = parent / f"base-{base_key}"
     steps: dict[str, float] = {}
 
+    cpu: dict[str, float] = {}
+
     def timed(name: str, step: Callable[[], T]) -> T:
-        begun = time.monotonic()
+        """Run a step; its wall time and the CPU time of the processes it
+        ran (what a shared machine's load does not change)."""
+        begun, begun_cpu = time.monotonic(), _children_cpu_s()
         say(f"  {name} ...")
         result = step()
         steps[name] = round(time.monotonic() - begun, 1)
+        cpu[name] = round(_children_cpu_s() - begun_cpu, 1)
         return result
 
     folder = unprivileged.private_folder(parent, user, "build-")
@@ -767,6 +780,7 @@ def _build(
             balloon_variant_unavailable=no_variant,
             build_s=round(time.monotonic() - started, 1),
             steps_s=steps,
+            cpu_s=cpu,
             incremental=incremental,
             jobs=jobs,
         )

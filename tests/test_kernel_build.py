@@ -296,6 +296,7 @@ def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_ca
     tree = fake_tree(tmp_path)
     kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
     assert not kernel.cached and kernel.release == RELEASE
+    assert set(kernel.steps_s) == set(kernel.cpu_s) and "compile" in kernel.steps_s
     assert kernel.bzimage.is_file() and (kernel.modules / "modules.order").is_file()
     assert not os.path.lexists(kernel.modules / "build")  # the link stayed behind
     assert "CONFIG_KVM_GUEST=y" in kernel.config.read_text()
@@ -615,3 +616,13 @@ def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
     # 25 of 100 steps in 10 minutes: 30 minutes left
     progress.done = 25
     assert "~30.0 min left" in progress.status(600.0)
+
+
+@needs_drop
+def test_cpu_time_of_a_step_is_its_processes(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """The compile step's CPU seconds are the compiler's (here a busy
+    loop of make's), counted through setpriv and make."""
+    spin = "\t@sh -c 'i=0; while [ $$i -lt 300000 ]; do i=$$((i+1)); done'\n"
+    kernel = kb.build(str(fake_tree(tmp_path, hostile=spin)), jobs=1, say=lambda _: None)
+    assert kernel.cpu_s["compile"] >= 0.1
+    assert kernel.cpu_s["compile"] > kernel.cpu_s["config"]
