@@ -622,7 +622,7 @@ def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
 def test_cpu_time_of_a_step_is_its_processes(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
     """The compile step's CPU seconds are the compiler's (here a busy
     loop of make's), counted through setpriv and make."""
-    spin = "\t@sh -c 'i=0; while [ $$i -lt 300000 ]; do i=$$((i+1)); done'\n"
+    spin = "\t@sh -c 'i=0; while [ $$i -lt 150000 ]; do i=$$((i+1)); done'\n"
     kernel = kb.build(str(fake_tree(tmp_path, hostile=spin)), jobs=1, say=lambda _: None)
-    assert kernel.cpu_s["compile"] >= 0.1
+    assert kernel.cpu_s["compile"] >= 0.05
     assert kernel.cpu_s["compile"] > kernel.cpu_s["config"]
