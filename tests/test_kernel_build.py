@@ -7,6 +7,7 @@ compiled here (that is the slow profile's and docs/patch-qualification.md's)."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import shutil
@@ -442,8 +443,6 @@ def test_build_user_is_never_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_run_patch_builds_both_arms_and_names_the_patch(
     tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import argparse
-
     from memqual.host.cli.kernel import run_with_patch
 
     tree = fake_tree(tmp_path)
@@ -452,16 +451,7 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
         "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
         "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
     )
-    args = argparse.Namespace(
-        patch=[str(patch)],
-        kernel_source=[str(tree)],
-        kernel_config=[],
-        guest_kernel=None,
-        guest_modules=None,
-        debian_kernel=None,
-        kernel_build=None,
-        output=str(tmp_path / "out"),
-    )
+    args = _run_args(["run", "--patch", str(patch), "--kernel-source", str(tree), "--output", str(tmp_path / "out")])
     seen: list[argparse.Namespace] = []
 
     def inner(given: argparse.Namespace) -> int:
@@ -476,6 +466,26 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["patches"][0]["files"] == ["init/main.c"]
     assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
     assert record["b"]["incremental"] is True and record["config_diff"] == []
+
+
+def test_run_patch_checks_the_run_options_before_building(
+    tmp_path: Path, memqual_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+    monkeypatch.setattr(kb, "arms", lambda *a, **k: built.append(a))
+    args = _run_args(["run", "--patch", "x.patch", "--rounds", "0", "--output", str(tmp_path / "out")])
+    with pytest.raises(BadInput, match="--rounds"):
+        args.command_run(args)
+    assert built == [] and not (tmp_path / "out").exists()
+
+
+def _run_args(argv: list[str]) -> argparse.Namespace:
+    """``memqual run`` with the options memqual kernel adds to it, parsed."""
+    from memqual.host.cli import kernel as kernel_cli
+    from memqual.host.cli import run as run_cli
+    from memqual.host.cli.command import parser_for
+
+    return parser_for(run_cli.COMMAND, options=[kernel_cli.RUN_PATCH]).parse_args(argv)
 
 
 def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:

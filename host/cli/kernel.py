@@ -130,6 +130,23 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     from memqual.host.run.signals import terminate_as_exception
 
     output = output_directory(args, "memqual-results")
+    # The run's other options are checked before builds that may take an
+    # hour: the same checks, with this file standing in for both kernels.
+    from pathlib import Path
+
+    from memqual.host.cli.run import config_from_args
+
+    stand_in = Path(__file__)
+    config_from_args(
+        argparse.Namespace(
+            **{
+                **vars(args),
+                "output": str(output),
+                "guest_kernel": [str(stand_in)] * 2,
+                "guest_modules": [str(stand_in.parent)] * 2,
+            }
+        )
+    )
     with terminate_as_exception():
         built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
     args.output = str(output)
