@@ -489,8 +489,6 @@ def _run_args(argv: list[str]) -> argparse.Namespace:
 
 
 def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:
-    import argparse
-
     from memqual.host.cli.kernel import run_with_patch
 
     args = argparse.Namespace(
