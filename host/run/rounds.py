@@ -53,7 +53,7 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
     job: a kernel that cannot be built is bad input before anything ran,
     not a job of skips."""
     from memqual.host.core.errors import CapabilityMissing
-    from memqual.images import balloon_driver
+    from memqual.images import balloon_driver, built_kernels
     from memqual.images.build import KernelSource, build
 
     for k in kernels:
@@ -66,8 +66,19 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
                 variant = balloon_driver.build_from_tree(k.kernel_build, image.release)
             elif balloon_driver.debian_release_of(k.bzimage):
                 variant = balloon_driver.build(image.release)
-            elif (built := _built_variant(k, console)) is not None:
-                variant = built
+            elif built_kernels.of_bzimage(k.bzimage) is not None:
+                # memqual kernel build made the variant beside the kernel,
+                # or said why it could not (the tree's virtio_balloon.c)
+                try:
+                    variant = balloon_driver.built_variant(k.bzimage)
+                except CapabilityMissing as exc:
+                    console.print(
+                        f"kernel {k.label}: no balloon driver variant ({exc}): the balloon driver scenario skips on it",
+                        highlight=False,
+                        markup=False,
+                    )
+                    continue
+                assert variant is not None
             else:
                 console.print(
                     f"kernel {k.label}: no --kernel-build tree, so the balloon driver scenario skips on it",
@@ -78,20 +89,6 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
         except (CapabilityMissing, OSError, subprocess.CalledProcessError) as exc:
             raise BadInput(f"kernel {k.label}: its balloon driver variant cannot be built: {exc}") from None
         console.print(f"kernel {k.label}: image {image.release}, balloon driver {variant.ko}", highlight=False)
-
-
-def _built_variant(k: GuestKernel, console: Any) -> Any:
-    """The variant memqual kernel build made beside a kernel it built; a
-    built kernel without one (its tree's virtio_balloon.c took no variant)
-    is said once, and its balloon driver scenario skips."""
-    from memqual.host.core.errors import CapabilityMissing
-    from memqual.images import balloon_driver
-
-    try:
-        return balloon_driver.built_variant(k.bzimage)
-    except CapabilityMissing as exc:
-        console.print(f"kernel {k.label}: no balloon driver variant ({exc})", highlight=False, markup=False)
-        return None
 
 
 @dataclasses.dataclass
