@@ -70,7 +70,7 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
                 # memqual kernel build made the variant beside the kernel,
                 # or said why it could not (the tree's virtio_balloon.c)
                 try:
-                    variant = balloon_driver.built_variant(k.bzimage)
+                    built = balloon_driver.built_variant(k.bzimage)
                 except CapabilityMissing as exc:
                     console.print(
                         f"kernel {k.label}: no balloon driver variant ({exc}): the balloon driver scenario skips on it",
@@ -78,7 +78,8 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
                         markup=False,
                     )
                     continue
-                assert variant is not None
+                assert built is not None
+                variant = built
             else:
                 console.print(
                     f"kernel {k.label}: no --kernel-build tree, so the balloon driver scenario skips on it",
