@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.paths import cache_dir, shipped, tree_weak_spot, user_owners, weak_spot
-from memqual.images import packages
+from memqual.images import built_kernels, packages
 from memqual.images.kernel import check_release
 
 if TYPE_CHECKING:  # only the type: the image builder is not needed here
@@ -365,6 +365,9 @@ def for_image(image: Image) -> Variant:
     a user's kernel has one only with its build tree."""
     kernel = settings.guest_kernel()
     if kernel and not debian_release_of(Path(kernel)):
+        built = built_variant(Path(kernel))
+        if built is not None:
+            return built
         tree = settings.guest_kernel_build()
         if not tree:
             raise CapabilityMissing(
@@ -373,6 +376,26 @@ def for_image(image: Image) -> Variant:
             )
         return build_from_tree(tree, image.release)
     return build(image.release)
+
+
+def built_variant(kernel: Path) -> Variant | None:
+    """The variant ``memqual kernel build`` made beside a kernel it built
+    (``<cache>/kernels/NAME/bzImage``; CapabilityMissing with its
+    manifest's reason when there is none), or None for a kernel it did not
+    build."""
+    built = built_kernels.of_bzimage(kernel)
+    if built is None:
+        return None
+    if built.balloon_variant is None:
+        raise CapabilityMissing(built.balloon_variant_unavailable or f"{built.name} has no {MODULE}.ko")
+    return Variant(
+        built.balloon_variant,
+        built.release,
+        f"built {built.name}",
+        built.source_sha256,
+        _sha256(PATCH.read_bytes()),
+        cached=True,
+    )
 
 
 def debian_release_of(kernel: Path) -> str | None:

@@ -27,7 +27,7 @@ from memqual.host.core import leftovers
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, shipped, write_private_atomic
-from memqual.images import keys, modules, packages
+from memqual.images import built_kernels, keys, modules, packages
 from memqual.images.cpio import CpioWriter, add_tree
 from memqual.images.kernel import check_release, extract_vmlinux, read_release
 from memqual.images.packages import sha256_file
@@ -111,6 +111,10 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
         release = read_release(source.bzimage)
         return source.bzimage, source.modules_dir, release
     if source.debian is not None:
+        # a name `memqual kernel build` printed stands for its kernel
+        built = built_kernels.named(source.debian, cache)
+        if built is not None:
+            return built.bzimage, built.modules, built.release
         package = packages.kernel_package(source.debian, cache)
     else:
         package = packages.resolve_kernel_package(cache)

@@ -281,6 +281,19 @@ SLOTS: list[Slot] = [
     Slot("hosts check FILE", lambda v: ["hosts", "check", v], hosts_files),
     Slot("hosts probe", lambda v: ["hosts", "probe", v], files),
     Slot("run --hosts", lambda v: ["run", "--tests", D(), "--hosts", v], files),
+    # memqual kernel, and the options it adds to run
+    Slot("kernel build SOURCE", lambda v: ["kernel", "build", v], lambda f: [*f.bad_dirs(), *kernel_names(f)]),
+    Slot("kernel build --patch", lambda v: ["kernel", "build", D(), "--patch", v], files),
+    Slot("kernel build --config", lambda v: ["kernel", "build", D(), "--config", v], files),
+    Slot("kernel build --jobs", lambda v: ["kernel", "build", D(), "--jobs", v], counts),
+    Slot("kernel list (cache)", lambda v: ["kernel", "list"], state_dirs),
+    Slot("run --patch", lambda v: ["run", "--tests", D(), "--patch", v], files),
+    Slot("run --kernel-source", lambda v: ["run", "--tests", D(), "--kernel-source", v, "--kernel-source", v], dirs),
+    Slot(
+        "run --kernel-config",
+        lambda v: ["run", "--tests", D(), "--kernel-source", D(), "--kernel-source", D(), "--kernel-config", v],
+        files,
+    ),
     # python -m tools
     Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.host.cli.bench_boot"),
     Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.host.cli.bench_boot"),
@@ -304,6 +317,7 @@ ENV_SLOTS = {
     "image kernels (cache)": "MEMQUAL_CACHE",
     "image clean (cache)": "MEMQUAL_CACHE",
     "qemu list (cache)": "MEMQUAL_CACHE",
+    "kernel list (cache)": "MEMQUAL_CACHE",
 }
 
 TOOLS: dict[str, Callable[[list[str]], int]] = {

@@ -17,6 +17,7 @@ from memqual.host.cli import (
     history,
     hosts,
     image,
+    kernel,
     ksm,
     memslots,
     qemu,
@@ -26,6 +27,7 @@ from memqual.host.cli.command import Command, Option
 
 COMMANDS: tuple[Command, ...] = (
     image.COMMAND,  # memqual image build|kernels|clean
+    kernel.COMMAND,  # memqual kernel build|list
     doctor.COMMAND,  # memqual doctor
     boot.COMMAND,  # memqual boot
     ksm.COMMAND,  # memqual ksm status|restore
@@ -42,4 +44,5 @@ COMMANDS: tuple[Command, ...] = (
 
 OPTIONS: tuple[Option, ...] = (
     hosts.RUN_ON_HOSTS,  # memqual run --hosts FILE
+    kernel.RUN_PATCH,  # memqual run --patch FILE [--kernel-source SOURCE]
 )

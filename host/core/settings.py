@@ -31,6 +31,8 @@ WARM = "MEMQUAL_WARM"  # 0: every guest boots cold
 DEBUG = "MEMQUAL_DEBUG"  # set: a traceback instead of one line
 OUTPUT_DIR = "MEMQUAL_OUTPUT_DIR"  # where an e2e test run by pytest writes its records
 KSM_PAGES_TO_SCAN = "MEMQUAL_KSM_PAGES_TO_SCAN"  # the volatile scan's pages_to_scan
+BUILD_USER = "MEMQUAL_BUILD_USER"  # the unprivileged user kernels are built as (default nobody)
+KBUILD_DIR = "MEMQUAL_KBUILD_DIR"  # root's folder of kernel build folders (default /var/tmp/memqual-kbuild)
 
 # Passed on to a lab host's tasks as they are (host/run/hosts/fleet.py).
 FORWARDED_TO_LAB_HOSTS = (WARM, KSM_PAGES_TO_SCAN, CLOCK)
@@ -117,6 +119,14 @@ def ksm_pages_to_scan(default: int) -> int:
     """MEMQUAL_KSM_PAGES_TO_SCAN as a count (a bad value is a ValueError)."""
     value = text(KSM_PAGES_TO_SCAN)
     return int(value) if value else default
+
+
+def build_user() -> str | None:
+    return text(BUILD_USER)
+
+
+def kbuild_dir() -> Path | None:
+    return path(KBUILD_DIR)
 
 
 def forwarded_to_lab_hosts() -> dict[str, str]:

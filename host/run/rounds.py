@@ -67,7 +67,7 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
     job: a kernel that cannot be built is bad input before anything ran,
     not a job of skips."""
     from memqual.host.core.errors import CapabilityMissing
-    from memqual.images import balloon_driver
+    from memqual.images import balloon_driver, built_kernels
     from memqual.images.build import KernelSource, build
 
     for k in kernels:
@@ -80,6 +80,20 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
                 variant = balloon_driver.build_from_tree(k.kernel_build, image.release)
             elif balloon_driver.debian_release_of(k.bzimage):
                 variant = balloon_driver.build(image.release)
+            elif built_kernels.of_bzimage(k.bzimage) is not None:
+                # memqual kernel build made the variant beside the kernel,
+                # or said why it could not (the tree's virtio_balloon.c)
+                try:
+                    built = balloon_driver.built_variant(k.bzimage)
+                except CapabilityMissing as exc:
+                    console.print(
+                        f"kernel {k.label}: no balloon driver variant ({exc}): the balloon driver scenario skips on it",
+                        highlight=False,
+                        markup=False,
+                    )
+                    continue
+                assert built is not None
+                variant = built
             else:
                 console.print(
                     f"kernel {k.label}: no --kernel-build tree, so the balloon driver scenario skips on it",
@@ -544,10 +558,17 @@ def _compare_arms(
         }
         for a in arms
     }
+    names = ("A", "B")
+    if (config.output / "patch.json").is_file():  # memqual run --patch: A and B built from source
+        out["patch"] = json.loads((config.output / "patch.json").read_text())
+        titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
+        names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(result, console, table=table, power=power)
     from memqual.host.report.compare_report import write_comparison_html
 
-    write_comparison_html(result, results[0], results[1], config.output / "comparison.html", table=table, power=power)
+    write_comparison_html(
+        result, results[0], results[1], config.output / "comparison.html", *names, table=table, power=power
+    )
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return table.exit_status

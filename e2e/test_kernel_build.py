@@ -1,0 +1,38 @@
+"""A guest kernel built from Debian's source with memqual's guest config
+(memqual kernel build, images/kernel_build.py) boots the image and has
+what the scenarios need.  Slow: a first build takes tens of minutes on two
+shared cores (docs/patch-qualification.md); a cached one is found at once."""
+
+from __future__ import annotations
+
+from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.machine import MachineConfig
+
+
+class KernelFromSource(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=slow,kernel-build
+    """
+
+    @measures_nothing
+    def test_debian_source_with_the_guest_config_boots(self) -> None:
+        from memqual.images import build as image_build
+        from memqual.images.kernel_build import build, check_toolchain
+
+        try:
+            check_toolchain()
+        except CapabilityMissing as exc:
+            self.skip_because(str(exc))
+        kernel = build("debian:6.1", say=self.log.info)
+        self.assertEqual(kernel.config_unmet, (), "the guest config asks for what olddefconfig dropped")
+        self._image = image_build.build(image_build.KernelSource(kernel.bzimage, kernel.modules))
+        vm = self.boot(MachineConfig(memory_mib=768, cpus=2, warm=False), boot_timeout=600.0)
+        self.assertEqual(vm.ssh.run(["uname", "-r"]).stdout.strip(), kernel.release)
+        for driver in ("virtio_net", "virtio_balloon"):
+            bound = vm.ssh.run(["ls", f"/sys/bus/virtio/drivers/{driver}"]).stdout.split()
+            self.assertTrue(any(name.startswith("virtio") for name in bound), f"no device bound to {driver}: {bound}")
+        self.assertIn("[always]", vm.ssh.run(["cat", "/sys/kernel/mm/transparent_hugepage/enabled"]).stdout)
+        self.assertIn(vm.ssh.run(["cat", "/sys/kernel/mm/ksm/run"]).stdout.strip(), ("0", "1", "2"))
+        self.assertIsNotNone(kernel.balloon_variant, kernel.balloon_variant_unavailable)

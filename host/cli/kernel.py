@@ -1,0 +1,168 @@
+"""``memqual kernel build|list``: guest kernels built from source (Debian's
+linux-source, a folder, a git revision) with memqual's guest config, as an
+unprivileged user, cached (memqual.images.kernel_build)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from memqual.host.cli import args as cliargs
+from memqual.host.cli.command import Command, Option, Run, dispatch
+
+DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
+config (images/guest.config on x86_64_defconfig + kvm_guest.config), the
+patches applied in order and --config fragments on top; unpacking, patching
+and compiling run as an unprivileged user (nobody, or $MEMQUAL_BUILD_USER).
+Cached by the source's hash, every patch, the config and the compiler.
+Prints the kernel's name and the options that boot it."""
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="kernel_command", required=True)
+    build = actions.add_parser(
+        "build", help="build a guest kernel from source (or find it cached)", description=DESCRIPTION
+    )
+    build.add_argument("source", metavar="SOURCE", help="debian:X.Y (Debian's linux-source-X.Y), a folder, or DIR@REV")
+    build.add_argument("--patch", action="append", default=[], metavar="FILE", help="a patch (-p1), in order")
+    build.add_argument(
+        "--config", action="append", default=[], metavar="FRAGMENT", help="a Kconfig fragment on top of memqual's"
+    )
+    build.add_argument("--jobs", "-j", type=cliargs.count, default=None, help="make -j (default: the CPUs)")
+    build.add_argument("--force", action="store_true", help="rebuild even when cached")
+    build.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    build.set_defaults(handler=_build)
+    listing = actions.add_parser("list", help="list the kernels built here")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=_list)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _build(args: argparse.Namespace) -> int:
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.run.signals import terminate_as_exception
+    from memqual.images.kernel_build import build
+
+    # SIGTERM/SIGHUP end the build like Ctrl-C: make's process group and
+    # the build folder go with it (the default action would leave make
+    # running in a session of its own).
+    with terminate_as_exception():
+        kernel = build(args.source, args.patch, args.config, jobs=args.jobs, force=args.force, say=_say)
+    if args.json:
+        print(json.dumps(kernel.to_json(), indent=2))
+        return 0
+    state = (
+        "cached"
+        if kernel.cached
+        else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
+    )
+    print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
+    for step, seconds in kernel.steps_s.items():
+        print(f"  {step}: {seconds:.0f} s, {kernel.cpu_s.get(step, 0.0):.0f} s CPU")
+    for patch in kernel.patches:
+        print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    for line in kernel.config_unmet:
+        print(f"  config not kept: {line}")
+    print(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    from memqual.images.built_kernels import listing
+
+    kernels = listing()
+    if args.json:
+        print(json.dumps([k.to_json() for k in kernels], indent=2))
+        return 0
+    for kernel in kernels:
+        patches = ", ".join(p.subject for p in kernel.patches) or "no patch"
+        print(f"{kernel.name}  {kernel.source}  {patches}")
+    return 0
+
+
+COMMAND = Command(
+    "kernel", "build guest kernels from source (Debian's, a folder, a git revision)", configure, dispatch, DESCRIPTION
+)
+
+
+# ------------------------------------------------------------ memqual run --patch
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--patch",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="qualify a kernel patch: A is --kernel-source as it is, B with the patch (repeatable, in order); "
+        "both built with memqual's guest config (memqual kernel build) and compared as two kernels",
+    )
+    parser.add_argument(
+        "--kernel-source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help="with --patch: the source A and B are built from (debian:X.Y, a folder or DIR@REV; default the "
+        "default Debian kernel's); twice: A from the first, B from the second",
+    )
+    parser.add_argument(
+        "--kernel-config", action="append", default=[], metavar="FRAGMENT", help="a Kconfig fragment for both arms"
+    )
+
+
+def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
+    """Build A and B, hand them to the two-kernel run as --guest-kernel and
+    --guest-modules, and keep what names the patch in OUTPUT/patch.json
+    (with the patch's text in OUTPUT/patch/)."""
+    if not args.patch and not args.kernel_source:
+        return inner(args)
+    from memqual.host.cli.run import output_directory
+    from memqual.host.core.errors import BadInput
+    from memqual.host.core.paths import write_private_atomic
+    from memqual.images.kernel_build import arms
+
+    if args.guest_kernel or args.guest_modules or args.debian_kernel or args.kernel_build:
+        raise BadInput("give --patch/--kernel-source or the kernels (--guest-kernel, --debian-kernel), not both")
+    from memqual.host.run.signals import terminate_as_exception
+
+    output = output_directory(args, "memqual-results")
+    # The run's other options are checked before builds that may take an
+    # hour: the same checks, with this file standing in for both kernels.
+    from pathlib import Path
+
+    from memqual.host.cli.run import config_from_args
+
+    stand_in = Path(__file__)
+    config_from_args(
+        argparse.Namespace(
+            **{
+                **vars(args),
+                "output": str(output),
+                "guest_kernel": [str(stand_in)] * 2,
+                "guest_modules": [str(stand_in.parent)] * 2,
+            }
+        )
+    )
+    with terminate_as_exception():
+        built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
+    args.output = str(output)
+    args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
+    args.guest_modules = [str(built.a.modules), str(built.b.modules)]
+    (output / "patch").mkdir(parents=True, exist_ok=True)
+    for patch in built.patches:
+        write_private_atomic(output / "patch" / patch.path.name, patch.data, 0o644)
+    write_private_atomic(output / "patch.json", (json.dumps(built.to_json(), indent=2) + "\n").encode(), 0o644)
+    for label, kernel in (("A", built.a), ("B", built.b)):
+        state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
+        print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+    for patch in built.patches:
+        print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    return inner(args)
+
+
+RUN_PATCH = Option("run", configure_run, run_with_patch)

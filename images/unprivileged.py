@@ -1,0 +1,276 @@
+"""Running a build as an unprivileged user: what ``memqual kernel build``
+does with a kernel tree and a patch that root must not trust.
+
+memqual runs as root; a patch or a user's tree is input.  Everything that
+reads or executes it (tar, patch, make, the compiler, the tree's own
+scripts) runs through ``setpriv`` as the build user (``nobody`` unless
+$MEMQUAL_BUILD_USER names another), with no supplementary groups, no
+capabilities, ``no_new_privs`` (a setuid binary gains nothing), a
+cleared environment and a private HOME and TMPDIR inside its build folder.
+That folder is 0700 and the build user's, inside a root-owned 0711 parent
+(the build user can enter its own folder, no one can list the parent).
+
+Root never walks a tree the build user can change: what a build made comes
+back as a tar stream the build user writes to a pipe, and root keeps only
+regular files and directories with plain relative names (``receive``).
+The user's own tree or repository is read by its owner (``as_owner``), so
+root never runs a repository's git configuration either.
+
+The world-writable places every user has (/tmp, /var/tmp, /dev/shm) stay
+writable by the build user, as they are by any unprivileged process; root
+reads nothing from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO
+
+from memqual.host.core import settings
+from memqual.host.core.errors import BadInput, CapabilityMissing
+
+BUILD_USER_ENV = settings.BUILD_USER
+DEFAULT_BUILD_USER = "nobody"
+# The build's PATH: the system's tools only, never a directory from the
+# caller's PATH.  No ccache: a cache shared between builds is one a hostile
+# patch's build could fill with objects a later build would link
+# (incremental builds start from a copy of the unpatched tree instead).
+BUILD_PATH = "/usr/local/bin:/usr/bin:/bin"
+RECEIVE_LIMIT = 4 << 30  # bytes root accepts back from a build (a kernel and its modules: ~100 MB)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildUser:
+    name: str
+    uid: int
+    gid: int
+
+
+def build_user() -> BuildUser:
+    """The unprivileged user builds run as; never root."""
+    name = settings.build_user() or DEFAULT_BUILD_USER
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise BadInput(f"build user {name!r} does not exist: set {BUILD_USER_ENV} to an unprivileged user") from None
+    if entry.pw_uid == 0 or entry.pw_gid == 0:
+        raise BadInput(f"build user {name!r} has uid or gid 0: set {BUILD_USER_ENV} to an unprivileged user")
+    return BuildUser(name, entry.pw_uid, entry.pw_gid)
+
+
+def require_setpriv() -> str:
+    exe = shutil.which("setpriv")
+    if exe is None:
+        raise CapabilityMissing("setpriv not found (util-linux): run apt-get install util-linux")
+    return exe
+
+
+def as_user(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
+    """``argv`` run as uid:gid with nothing of root's left: no groups, no
+    capabilities (also none to regain: bounding set emptied), no_new_privs."""
+    if os.geteuid() != 0:
+        return list(argv)  # already unprivileged: nothing to drop
+    if uid == 0:
+        raise BadInput("refusing to run a build step as root")
+    return [
+        require_setpriv(),
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--no-new-privs",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+        *argv,
+    ]
+
+
+def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """A cleared environment: nothing of the caller's reaches a build."""
+    env = {
+        "PATH": BUILD_PATH,
+        "HOME": str(home),
+        "TMPDIR": str(home / "tmp"),
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "CCACHE_DISABLE": "1",
+    }
+    env.update(extra or {})
+    return env
+
+
+def build_parent(path: Path) -> Path:
+    """``path`` made (or found) as root's 0711 folder for build folders."""
+    if os.geteuid() != 0:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o711)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        raise BadInput(f"{path} is not a root-owned directory: remove it and try again")
+    os.chmod(path, 0o711)
+    return path
+
+
+def private_folder(parent: Path, user: BuildUser, prefix: str) -> Path:
+    """A fresh folder in ``parent`` owned by the build user, 0700, with its
+    private home (``home``, ``home/tmp``) made by the build user itself."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    if os.geteuid() == 0:
+        os.chown(folder, user.uid, user.gid)
+    os.chmod(folder, 0o700)
+    run(user, ["mkdir", "-p", "home/tmp"], folder, folder / "home")
+    return folder
+
+
+def remove_folder(user: BuildUser, folder: Path) -> None:
+    """A build folder removed: its files by the build user (whatever it
+    made), then the folder by root.  shutil.rmtree never follows a link
+    (fd-based where the platform has it), so a link planted in the folder
+    cannot turn root's removal elsewhere."""
+    if not os.path.lexists(folder):
+        return
+    subprocess.run(
+        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)]),
+        env=environment(folder / "home"),
+        capture_output=True,
+        timeout=900,
+        cwd="/",
+    )
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(
+    user: BuildUser,
+    argv: Sequence[str],
+    cwd: Path,
+    home: Path,
+    *,
+    env: dict[str, str] | None = None,
+    stdin: bytes | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` as the build user in ``cwd`` (its own session: a deadline
+    ends the whole process group)."""
+    proc = subprocess.Popen(
+        as_user(user.uid, user.gid, argv),
+        cwd=cwd,
+        env=environment(home, env),
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        end_group(proc)
+        raise BadInput(f"{' '.join(argv[:2])} did not finish in {timeout:.0f} s") from None
+    return subprocess.CompletedProcess(
+        list(argv), proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+    )
+
+
+def end_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def popen(
+    user: BuildUser,
+    argv: Sequence[str],
+    cwd: Path,
+    home: Path,
+    *,
+    env: dict[str, str] | None = None,
+    stdin: int | IO[bytes] | None = subprocess.DEVNULL,
+    stdout: int | IO[bytes] | None = subprocess.PIPE,
+    stderr: int | IO[bytes] | None = subprocess.STDOUT,
+) -> subprocess.Popen[bytes]:
+    """A long step (make, tar) as the build user, streaming."""
+    return subprocess.Popen(
+        as_user(user.uid, user.gid, argv),
+        cwd=cwd,
+        env=environment(home, env),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+
+
+def plain_name(name: str) -> bool:
+    parts = name.split("/")
+    return bool(name) and not name.startswith("/") and "\0" not in name and all(p not in ("", ".", "..") for p in parts)
+
+
+def receive(stream: IO[bytes], dest: Path, limit: int = RECEIVE_LIMIT) -> list[str]:
+    """Unpack a tar stream the build user wrote into root's ``dest``:
+    regular files (mode 0644, 0755 if executable) and directories only,
+    each by a plain relative name (no '/', '..', '.'); links, devices and
+    anything else are left out and returned by name.  Files are opened
+    O_EXCL|O_NOFOLLOW, so nothing in the stream can write outside ``dest``
+    or through a link; more than ``limit`` bytes is refused."""
+    skipped: list[str] = []
+    total = 0
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            name = member.name.removeprefix("./").rstrip("/")
+            if name in ("", "."):
+                continue
+            if not plain_name(name):
+                raise BadInput(f"a build gave back {member.name!r}, not a plain relative name: refused")
+            target = dest / name
+            if not _parents_are_directories(dest, name):
+                raise BadInput(f"a build gave back {name!r} below something that is not a directory: refused")
+            if member.isdir():
+                target.mkdir(mode=0o755, exist_ok=True)
+                continue
+            if not member.isreg():
+                skipped.append(name)
+                continue
+            total += member.size
+            if total > limit:
+                raise BadInput(f"a build gave back more than {limit >> 20} MiB: refused")
+            source = archive.extractfile(member)
+            assert source is not None
+            mode = 0o755 if member.mode & 0o111 else 0o644
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            with os.fdopen(fd, "wb") as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+    return skipped
+
+
+def _parents_are_directories(dest: Path, name: str) -> bool:
+    here = dest
+    for part in name.split("/")[:-1]:
+        here = here / part
+        try:
+            if not stat.S_ISDIR(os.lstat(here).st_mode):
+                return False
+        except FileNotFoundError:
+            here.mkdir(mode=0o755)
+    return True
+
+
+def walk_files(root: Path) -> Iterator[Path]:
+    for base, _dirs, files in os.walk(root):
+        for name in files:
+            yield Path(base) / name

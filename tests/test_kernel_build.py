@@ -1,0 +1,636 @@
+"""memqual kernel build (images/kernel_build.py, images/unprivileged.py):
+its parts on their own (patch records, config fragments, cache keys, the
+tar stream root takes back), and whole builds of a tiny fake kernel tree
+through the real privilege drop: a patch that does not apply, a build that
+fails, a hostile Makefile and a patch with a symlink.  No real kernel is
+compiled here (that is the slow profile's and docs/patch-qualification.md's)."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import fake_kernel
+import pytest
+
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.images import balloon_driver, built_kernels, unprivileged
+from memqual.images import kernel_build as kb
+from memqual.images.build import debian_kernel_files
+
+RELEASE = "1.2.3-memqual"
+
+FORMAT_PATCH = """From 1234 Mon Sep 17 00:00:00 2001
+From: A Developer <dev@example.org>
+Subject: [PATCH v2 3/7] virtio_balloon: a longer subject
+ that goes on
+
+Body.
+---
+ drivers/virtio/virtio_balloon.c | 2 +-
+ mm/gone.c | 1 -
+
+diff --git a/drivers/virtio/virtio_balloon.c b/drivers/virtio/virtio_balloon.c
+--- a/drivers/virtio/virtio_balloon.c
++++ b/drivers/virtio/virtio_balloon.c
+@@ -1 +1 @@
+-a
++b
+diff --git a/mm/gone.c b/mm/gone.c
+--- a/mm/gone.c
++++ /dev/null
+@@ -1 +0,0 @@
+-x
+"""
+
+
+# ------------------------------------------------------------ the parts
+
+
+def test_patch_record_subject_files_hash(tmp_path: Path) -> None:
+    path = tmp_path / "p.patch"
+    path.write_text(FORMAT_PATCH)
+    patch = kb.read_patch(path)
+    assert patch.subject == "virtio_balloon: a longer subject that goes on"
+    assert patch.files == ("drivers/virtio/virtio_balloon.c", "mm/gone.c")
+    other = tmp_path / "q.patch"
+    other.write_text(FORMAT_PATCH.replace("+b", "+c"))
+    assert kb.read_patch(other).sha256 != patch.sha256
+    plain = tmp_path / "plain.diff"
+    plain.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+    assert kb.read_patch(plain).subject == "plain.diff"
+
+
+def test_patch_that_is_no_file_is_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="no such file"):
+        kb.read_patch(tmp_path / "missing.patch")
+
+
+def test_fragment_wants_and_what_olddefconfig_did_not_keep() -> None:
+    wants = kb.fragment_wants("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n# a comment\n")
+    assert wants == {"CONFIG_A": "y", "CONFIG_B": "n", "CONFIG_C": "m"}
+    final = kb.config_values("CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n")
+    assert kb.unmet(wants, final) == ["CONFIG_B=n (got y)", "CONFIG_C=m (got y)"]
+    assert kb.unmet(wants, kb.config_values("CONFIG_A=y\nCONFIG_C=m\n")) == []
+
+
+def test_config_diff_lists_only_what_differs() -> None:
+    a = "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n"
+    b = "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n"
+    assert kb.config_diff(a, b) == ["CONFIG_B: m -> y", "CONFIG_C: n -> y"]
+    assert kb.config_diff(a, a) == []
+
+
+def test_user_fragment_is_checked(tmp_path: Path) -> None:
+    good = tmp_path / "good.config"
+    good.write_text("# mine\nCONFIG_KASAN=y\n# CONFIG_X is not set\n")
+    assert kb.read_fragment(good)[1] == good.read_bytes()
+    bad = tmp_path / "bad.config"
+    bad.write_text("CONFIG_A=y\nrm -rf /\n")
+    with pytest.raises(BadInput, match=r"bad.config:2"):
+        kb.read_fragment(bad)
+
+
+def test_guest_config_asks_what_the_image_and_scenarios_need() -> None:
+    wants = kb.fragment_wants(kb.GUEST_CONFIG.read_text())
+    for module in ("VIRTIO_BALLOON", "VIRTIO_NET", "VIRTIO_PCI", "VIRTIO_MMIO", "VIRTIO_MEM"):
+        assert wants[f"CONFIG_{module}"] == "m"  # guest/rc.sh modprobes them; the variant replaces one
+    for symbol in ("KSM", "TRANSPARENT_HUGEPAGE", "MEMORY_HOTPLUG", "MEMORY_HOTREMOVE", "PAGE_REPORTING", "PVH"):
+        assert wants[f"CONFIG_{symbol}"] == "y"
+
+
+def _source(sha: str = "s" * 64) -> kb.Source:
+    return kb.Source("folder", "x", "x", sha, Path("/x"))
+
+
+def test_cache_key_covers_source_patches_config_and_compiler(tmp_path: Path) -> None:
+    patch_file = tmp_path / "p.patch"
+    patch_file.write_text(FORMAT_PATCH)
+    patch = kb.read_patch(patch_file)
+    frag = [("guest", b"CONFIG_A=y\n")]
+    key = kb.cache_key(_source(), [patch], frag, "gcc 12")
+    assert kb.cache_key(_source(), [patch], frag, "gcc 12") == key
+    assert kb.cache_key(_source("t" * 64), [patch], frag, "gcc 12") != key
+    assert kb.cache_key(_source(), [], frag, "gcc 12") != key
+    assert kb.cache_key(_source(), [patch], [("guest", b"CONFIG_A=m\n")], "gcc 12") != key
+    assert kb.cache_key(_source(), [patch], [*frag, ("user", b"CONFIG_B=y\n")], "gcc 12") != key
+    assert kb.cache_key(_source(), [patch], frag, "gcc 13") != key
+    moved = tmp_path / "elsewhere.patch"
+    shutil.copy(patch_file, moved)
+    assert kb.cache_key(_source(), [kb.read_patch(moved)], frag, "gcc 12") == key  # the text, not the path
+
+
+def test_patch_failure_names_file_and_hunk() -> None:
+    out = "patching file drivers/virtio/virtio_balloon.c\nHunk #2 FAILED at 29.\n1 out of 2 hunks FAILED\n"
+    assert kb.patch_failure(out) == "drivers/virtio/virtio_balloon.c hunk #2 (at line 29) fails"
+    assert "not in the tree" in kb.patch_failure("can't find file to patch at input line 3\n")
+
+
+def test_missing_toolchain_prints_the_apt_get_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kb, "missing_toolchain", lambda: ["flex", "bison"])
+    with pytest.raises(CapabilityMissing, match=r"run apt-get install flex bison$"):
+        kb.check_toolchain()
+
+
+def test_built_names_are_told_from_debian_ones(memqual_cache: Path) -> None:
+    assert built_kernels.named("6.1.0-57-amd64") is None
+    assert built_kernels.named("6.1.192-memqual-0123456789abcdef") is None  # the form, but never built
+    with pytest.raises(BadInput, match="no built kernel"):
+        built_kernels.find("6.1.192-memqual-0123456789abcdef")
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> io.BytesIO:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as archive:
+        for info, body in members:
+            info.size = len(body) if info.isreg() else 0
+            archive.addfile(info, io.BytesIO(body) if info.isreg() else None)
+    data.seek(0)
+    return data
+
+
+def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = link
+    info.mode = 0o4755  # a setuid bit root must not keep
+    return info
+
+
+def test_receive_keeps_plain_files_only(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    stream = _tar(
+        [
+            (_info("./lib", tarfile.DIRTYPE), b""),
+            (_info("./lib/a.ko"), b"module"),
+            (_info("./build", tarfile.SYMTYPE, "/etc"), b""),
+            (_info("./hard", tarfile.LNKTYPE, "lib/a.ko"), b""),
+        ]
+    )
+    assert sorted(unprivileged.receive(stream, dest)) == ["build", "hard"]
+    assert (dest / "lib/a.ko").read_bytes() == b"module"
+    assert stat.S_IMODE((dest / "lib/a.ko").stat().st_mode) == 0o755  # no setuid
+    assert not os.path.lexists(dest / "build")
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs", "lib/../../x"])
+def test_receive_refuses_names_outside(tmp_path: Path, name: str) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(BadInput, match="not a plain relative name"):
+        unprivileged.receive(_tar([(_info(name), b"x")]), dest)
+    assert not (tmp_path / "escape").exists()
+
+
+def test_receive_refuses_a_file_below_a_file(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    stream = _tar([(_info("a"), b"x"), (_info("a/b"), b"y")])
+    with pytest.raises(BadInput, match="not a directory"):
+        unprivileged.receive(stream, dest)
+
+
+def test_receive_refuses_too_much(tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(BadInput, match="more than"):
+        unprivileged.receive(_tar([(_info("big"), b"x" * 4096)]), dest, limit=1024)
+
+
+# ------------------------------------------------------------ through the privilege drop
+
+needs_drop = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("patch") is None,
+    reason="the privilege drop needs root, setpriv (util-linux) and patch",
+)
+
+MAKEFILE = """\
+RELEASE := {release}
+x86_64_defconfig:
+\tprintf 'CONFIG_DEFCONFIG=y\\n' > .config
+kvm_guest.config:
+\tprintf 'CONFIG_KVM_GUEST=y\\n' >> .config
+olddefconfig:
+\t@true
+kernelrelease:
+\t@echo $(RELEASE)
+bzImage:
+{hostile}\ttest "$$(id -u)" != 0
+\t@echo '  CC      init/main.o'
+\tcat init/main.c > /dev/null
+\tmkdir -p arch/x86/boot && cp bzImage.in arch/x86/boot/bzImage && cp init/main.c vmlinux
+modules:
+\t@echo '  CC [M]  drivers/x.o'
+modules_install:
+\tmkdir -p $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel
+\tprintf 'kernel/x.ko\\n' > $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/modules.order
+\tln -sf /etc $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/build
+"""
+MERGE = """#!/bin/sh
+# the fake merge_config.sh: -m -O . BASE FRAGMENT...
+shift 3
+base=$1
+shift
+for f in "$@"; do cat "$f" >> "$base"; done
+"""
+
+
+@pytest.fixture
+def probe_dir() -> Iterator[Path]:
+    """A root-owned directory outside every build folder that the build
+    user may read but must not write: what a hostile build aims at."""
+    probe = Path(tempfile.mkdtemp(prefix="mq-probe-", dir="/tmp"))
+    os.chmod(probe, 0o755)
+    (probe / "victim").write_text("root's\n")
+    yield probe
+    shutil.rmtree(probe)
+
+
+@pytest.fixture
+def build_env(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The build folders under a fresh root-owned 0711 parent the build
+    user can pass through (a test's tmp_path is root's 0700); the toolchain
+    taken as installed (the fake tree needs none of it)."""
+    outer = Path(tempfile.mkdtemp(prefix="mq-kbuild-test-", dir="/tmp"))
+    os.chmod(outer, 0o711)
+    monkeypatch.setenv(kb.BUILD_PARENT_ENV, str(outer / "kbuild"))
+    monkeypatch.setattr(kb, "missing_toolchain", list)
+    monkeypatch.delenv(unprivileged.BUILD_USER_ENV, raising=False)
+    yield outer / "kbuild"
+    user = unprivileged.build_user()
+    for folder in (outer / "kbuild").glob("*"):
+        unprivileged.remove_folder(user, folder)
+    shutil.rmtree(outer)
+
+
+def fake_tree(root: Path, hostile: str = "") -> Path:
+    tree = root / "linux"
+    (tree / "init").mkdir(parents=True)
+    (tree / "scripts/kconfig").mkdir(parents=True)
+    (tree / "Makefile").write_text(MAKEFILE.format(release=RELEASE, hostile=hostile))
+    (tree / "Kconfig").write_text("mainmenu fake\n")
+    (tree / "scripts/kconfig/merge_config.sh").write_text(MERGE)
+    (tree / "init/main.c").write_text("int main(void) { return 0; }\n")
+    (tree / "bzImage.in").write_bytes(fake_kernel.bzimage_bytes(RELEASE))
+    return tree
+
+
+def left_behind(cache: Path, parent: Path) -> list[str]:
+    kernels = cache / "kernels"
+    kept = (".steps.json", ".lock-")  # the step counts and the build locks stay; .staging-* must not
+    return sorted(p.name for p in kernels.iterdir() if not p.name.startswith(kept)) + sorted(
+        p.name for p in parent.glob("build-*")
+    )
+
+
+@needs_drop
+def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert not kernel.cached and kernel.release == RELEASE
+    assert set(kernel.steps_s) == set(kernel.cpu_s) and "compile" in kernel.steps_s
+    assert kernel.bzimage.is_file() and (kernel.modules / "modules.order").is_file()
+    assert not os.path.lexists(kernel.modules / "build")  # the link stayed behind
+    assert "CONFIG_KVM_GUEST=y" in kernel.config.read_text()
+    assert kernel.balloon_variant is None and kernel.balloon_variant_unavailable  # no virtio_balloon.c here
+    again = kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert again.cached and again.name == kernel.name
+    # the name stands for the kernel where a Debian kernel's name is taken
+    assert debian_kernel_files(kernel.name) == (kernel.bzimage, kernel.modules)
+    with pytest.raises(CapabilityMissing, match="does not apply"):  # the variant's reason, from the manifest
+        balloon_driver.built_variant(kernel.bzimage)
+    assert balloon_driver.built_variant(tree / "bzImage.in") is None
+    assert built_kernels.named(kernel.name) is not None
+    patch = tmp_path / "p.patch"
+    patch.write_text(
+        "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
+        "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
+    )
+    patched = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert patched.incremental and patched.name != kernel.name
+    assert patched.patches[0].subject == "init: return 1"
+    assert kb.config_diff(kernel.config.read_text(), patched.config.read_text()) == []
+    assert (tree / "init/main.c").read_text() == "int main(void) { return 0; }\n"  # the user's tree untouched
+    assert left_behind(memqual_cache, build_env) == sorted([kernel.name, patched.name])
+
+
+@needs_drop
+def test_patch_that_does_not_apply_leaves_nothing(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    patch = tmp_path / "bad.patch"
+    patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int nothing_here;\n+int x;\n")
+    with pytest.raises(BadInput, match=r"bad.patch does not apply: init/main.c hunk #1 \(at line 1\) fails") as exc:
+        kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert exc.value.exit_status == 2
+    assert left_behind(memqual_cache, build_env) == []
+
+
+@needs_drop
+def test_build_failure_names_the_file_and_leaves_nothing(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = fake_tree(tmp_path, hostile="\t@echo 'init/main.c:1:5: error: expected something' >&2; exit 1\n")
+    with pytest.raises(BadInput, match=r"the kernel build failed in init/main.c: init/main.c:1:5: error"):
+        kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert "error: expected something" in capsys.readouterr().err  # the compiler's last lines
+    assert left_behind(memqual_cache, build_env) == []
+
+
+@needs_drop
+def test_hostile_makefile_cannot_write_outside_or_run_as_root(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path
+) -> None:
+    marker = Path("/root/memqual-hostile-build-probe")
+    marker.unlink(missing_ok=True)
+    hostile = (
+        f"\t-touch {marker}\n"
+        f"\t-touch {probe_dir}/pwned\n"
+        f"\t-sh -c 'echo owned > {probe_dir}/victim'\n"
+        f"\t-touch {memqual_cache}/pwned\n"
+        f"\t-ln -s {probe_dir}/victim arch-victim\n"
+    )
+    tree = fake_tree(tmp_path, hostile=hostile)
+    try:
+        kernel = kb.build(str(tree), jobs=1, say=lambda _: None)  # test "$(id -u)" != 0 in the Makefile passed
+        assert not marker.exists()
+        assert not (probe_dir / "pwned").exists() and (probe_dir / "victim").read_text() == "root's\n"
+        assert not (memqual_cache / "pwned").exists()
+        assert kernel.bzimage.is_file()
+    finally:
+        marker.unlink(missing_ok=True)
+
+
+@needs_drop
+def test_patch_with_a_symlink_cannot_write_through_it(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path
+) -> None:
+    """The patch plants a link to root's file and the build writes through
+    it (GNU patch itself refuses to patch through a link; the build does not)."""
+    victim = probe_dir / "victim"
+    tree = fake_tree(tmp_path, hostile="\t-sh -c 'echo owned > evil'\n\t-cp evil arch-copy\n")
+    patch = tmp_path / "symlink.patch"
+    patch.write_text(
+        "diff --git a/evil b/evil\nnew file mode 120000\n--- /dev/null\n+++ b/evil\n@@ -0,0 +1 @@\n"
+        f"+{victim}\n\\ No newline at end of file\n"
+    )
+    kernel = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert victim.read_text() == "root's\n"
+    assert kernel.bzimage.is_file()
+
+
+@needs_drop
+def test_patch_naming_a_path_outside_the_tree_is_refused(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    patch = tmp_path / "escape.patch"
+    patch.write_text("--- a/../../escape\n+++ b/../../escape\n@@ -0,0 +1 @@\n+x\n")
+    with pytest.raises(BadInput, match="escape.patch does not apply"):
+        kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert not (build_env / "escape").exists() and not (build_env.parent / "escape").exists()
+    assert left_behind(memqual_cache, build_env) == []
+
+
+@needs_drop
+def test_remove_folder_does_not_follow_links(tmp_path: Path, build_env: Path, probe_dir: Path) -> None:
+    user = unprivileged.build_user()
+    folder = unprivileged.private_folder(unprivileged.build_parent(build_env), user, "build-")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and folder.stat().st_uid == user.uid
+    unprivileged.run(user, ["ln", "-s", str(probe_dir), "link"], folder, folder / "home")
+    unprivileged.remove_folder(user, folder)
+    assert not folder.exists() and (probe_dir / "victim").is_file()
+
+
+@needs_drop
+def test_build_steps_run_without_root_or_groups(tmp_path: Path, build_env: Path) -> None:
+    user = unprivileged.build_user()
+    folder = unprivileged.private_folder(unprivileged.build_parent(build_env), user, "build-")
+    try:
+        proc = unprivileged.run(user, ["sh", "-c", "id -u; id -G; echo $HOME; env | wc -l"], folder, folder / "home")
+        uid, groups, home, env_count = proc.stdout.split()
+        assert int(uid) == user.uid != 0
+        assert groups == str(user.gid)
+        assert home == str(folder / "home")
+        assert int(env_count) < 12  # a cleared environment, not root's
+        status = subprocess.run(
+            unprivileged.as_user(user.uid, user.gid, ["grep", "NoNewPrivs", "/proc/self/status"]),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert status.stdout.split()[-1] == "1"
+    finally:
+        unprivileged.remove_folder(user, folder)
+
+
+def test_build_user_is_never_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(unprivileged.BUILD_USER_ENV, "root")
+    with pytest.raises(BadInput, match="uid or gid 0"):
+        unprivileged.build_user()
+    monkeypatch.setenv(unprivileged.BUILD_USER_ENV, "no-such-user-memqual")
+    with pytest.raises(BadInput, match="does not exist"):
+        unprivileged.build_user()
+
+
+@needs_drop
+def test_run_patch_builds_both_arms_and_names_the_patch(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from memqual.host.cli.kernel import run_with_patch
+
+    tree = fake_tree(tmp_path)
+    patch = tmp_path / "0001-init.patch"
+    patch.write_text(
+        "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
+        "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
+    )
+    args = _run_args(["run", "--patch", str(patch), "--kernel-source", str(tree), "--output", str(tmp_path / "out")])
+    seen: list[argparse.Namespace] = []
+
+    def inner(given: argparse.Namespace) -> int:
+        seen.append(given)
+        return 0
+
+    assert run_with_patch(args, inner) == 0
+    (given,) = seen
+    assert len(given.guest_kernel) == 2 and given.guest_kernel[0] != given.guest_kernel[1]
+    record = __import__("json").loads((tmp_path / "out/patch.json").read_text())
+    assert record["patches"][0]["subject"] == "init: return 1"
+    assert record["patches"][0]["files"] == ["init/main.c"]
+    assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
+    assert record["b"]["incremental"] is True and record["config_diff"] == []
+
+
+def test_run_patch_checks_the_run_options_before_building(
+    tmp_path: Path, memqual_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built: list[object] = []
+    monkeypatch.setattr(kb, "arms", lambda *a, **k: built.append(a))
+    args = _run_args(["run", "--patch", "x.patch", "--rounds", "0", "--output", str(tmp_path / "out")])
+    with pytest.raises(BadInput, match="--rounds"):
+        args.command_run(args)
+    assert built == [] and not (tmp_path / "out").exists()
+
+
+def _run_args(argv: list[str]) -> argparse.Namespace:
+    """``memqual run`` with the options memqual kernel adds to it, parsed."""
+    from memqual.host.cli import kernel as kernel_cli
+    from memqual.host.cli import run as run_cli
+    from memqual.host.cli.command import parser_for
+
+    return parser_for(run_cli.COMMAND, options=[kernel_cli.RUN_PATCH]).parse_args(argv)
+
+
+def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:
+    from memqual.host.cli.kernel import run_with_patch
+
+    args = argparse.Namespace(
+        patch=["x.patch"],
+        kernel_source=[],
+        kernel_config=[],
+        guest_kernel=["bz"],
+        guest_modules=None,
+        debian_kernel=None,
+        kernel_build=None,
+        output=None,
+    )
+    with pytest.raises(BadInput, match="not both"):
+        run_with_patch(args, lambda a: 0)
+    with pytest.raises(BadInput, match="compares nothing"):
+        kb.arms([str(tmp_path)], [])
+
+
+@needs_drop
+def test_git_revision_is_exported_not_the_work_tree(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    tree = fake_tree(tmp_path)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    (tree / "init/main.c").write_text("uncommitted\n")  # not in the revision
+    kernel = kb.build(f"{tree}@HEAD", jobs=1, say=lambda _: None)
+    assert kernel.source_sha256.startswith("git:") and kernel.source.startswith(f"{tree}@")
+    built_from = build_env / f"base-{kernel.key}" / "linux/init/main.c"  # kept as the base of patched builds
+    assert built_from.read_text() == "int main(void) { return 0; }\n"
+    with pytest.raises(BadInput, match="no commit"):
+        kb.resolve_source(f"{tree}@no-such-branch")
+
+
+@needs_drop
+def test_tree_of_another_user_is_refused(tmp_path: Path) -> None:
+    tree = fake_tree(tmp_path)
+    user = unprivileged.build_user()
+    os.chown(tree, user.uid, user.gid)
+    with pytest.raises(BadInput, match="build from a tree of your own"):
+        kb.resolve_source(str(tree))
+
+
+def test_bad_sources_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="give debian:X.Y"):
+        kb.resolve_source("debian:six")
+    with pytest.raises(BadInput, match="not the top of a kernel tree|no Makefile and Kconfig"):
+        kb.resolve_source(str(tmp_path))
+    with pytest.raises(BadInput, match="not a git repository"):
+        kb.resolve_source(f"{tmp_path}@HEAD")
+
+
+def run_cli(argv: list[str]) -> int:
+    """``memqual kernel ...`` through a parser of its own, with main's error handling."""
+    from memqual.host.cli import kernel as kernel_cli
+    from memqual.host.cli.command import parser_for, run_command
+    from memqual.host.core.errors import MemqualError
+
+    args = parser_for(kernel_cli.COMMAND).parse_args(argv)
+    try:
+        return run_command(args)
+    except MemqualError as exc:
+        print(exc)
+        return exc.exit_status
+
+
+def test_cli_bad_source_and_patch_exit_2(
+    tmp_path: Path, memqual_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(["kernel", "build", "debian:six"]) == 2
+    assert "give debian:X.Y" in capsys.readouterr().out
+    assert run_cli(["kernel", "build", str(tmp_path), "--patch", str(tmp_path / "none.patch")]) == 2
+    assert "--patch" in capsys.readouterr().out
+    assert run_cli(["kernel", "list"]) == 0
+
+
+@needs_drop
+def test_cli_prints_the_name_and_how_to_boot_it(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = fake_tree(tmp_path)
+    assert run_cli(["kernel", "build", str(tree), "-j", "1"]) == 0
+    out = capsys.readouterr().out
+    (kernel,) = built_kernels.listing()
+    assert out.startswith(f"{kernel.name}: {RELEASE}")
+    assert f"--guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}" in out
+    assert run_cli(["kernel", "build", str(tree)]) == 0
+    assert "cached" in capsys.readouterr().out.splitlines()[0]
+
+
+@needs_drop
+def test_sigterm_ends_make_and_leaves_nothing(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """memqual kernel build stopped by SIGTERM (a timeout's) takes make's
+    process group and its build folder with it."""
+    import signal
+    import sys
+    import time
+
+    tree = fake_tree(tmp_path, hostile="\t@echo '  CC      slow.o'; sleep 60\n")
+    env = {**os.environ, "MEMQUAL_CACHE": str(memqual_cache), kb.BUILD_PARENT_ENV: str(build_env)}
+    # the toolchain taken as installed in the child too: the fake tree needs none
+    code = (
+        "import sys; from memqual.images import kernel_build as kb; kb.missing_toolchain = list; "
+        "from memqual.host.cli.main import main; sys.exit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "kernel", "build", str(tree), "-j", "1"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if "compile" in line:
+            break
+    time.sleep(1.0)  # make is in its sleep
+    sleeping = subprocess.run(["pgrep", "-u", "nobody", "-f", "sleep 60"], capture_output=True, text=True).stdout
+    assert sleeping.split(), "make's step did not start"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    for pid in sleeping.split():
+        assert not Path(f"/proc/{pid}").exists() or "sleep" not in Path(f"/proc/{pid}/cmdline").read_text()
+    assert left_behind(memqual_cache, build_env) == []
+
+
+def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
+    said: list[str] = []
+    progress = kb.Progress(expected=100, every_s=0.0, say=said.append, started=0.0)
+    for line in ["  CC      mm/ksm.o", "warning: something", "  CC [M]  drivers/virtio/virtio_balloon.o"]:
+        progress.line(line)
+    assert progress.done == 2 and progress.last == "CC [M] drivers/virtio/virtio_balloon.o"
+    assert len(said) == 2  # one line a step here (every_s=0); make's other lines count for nothing
+    # 25 of 100 steps in 10 minutes: 30 minutes left
+    progress.done = 25
+    assert "~30.0 min left" in progress.status(600.0)
+
+
+@needs_drop
+def test_cpu_time_of_a_step_is_its_processes(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """The compile step's CPU seconds are the compiler's (here a busy
+    loop of make's), counted through setpriv and make."""
+    spin = "\t@sh -c 'i=0; while [ $$i -lt 150000 ]; do i=$$((i+1)); done'\n"
+    kernel = kb.build(str(fake_tree(tmp_path, hostile=spin)), jobs=1, say=lambda _: None)
+    assert kernel.cpu_s["compile"] >= 0.05
+    assert kernel.cpu_s["compile"] > kernel.cpu_s["config"]
