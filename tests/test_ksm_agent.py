@@ -78,3 +78,17 @@ def test_ended_without_event() -> None:
         with pytest.raises(GuestError, match="ended before event=fill_done"):
             agent.wait_event("fill_done", 5)
         assert time.monotonic() - t0 < 2
+
+
+def test_icount_lifts_the_guest_side_caps_the_host_ends_itself() -> None:
+    from memqual.host.core import clock
+    from memqual.host.ksm.agent import ICOUNT_GUEST_BOUND_S, StressArgs
+
+    args = StressArgs(mib=8, phases=["fill", "hold:300", "dirty:5", "verify"], timeout_s=400)
+    wall = args.argv("/a", clock.WALL_CLOCK)
+    assert wall[wall.index("--phases") + 1] == "fill,hold:300,dirty:5,verify"
+    assert wall[wall.index("--timeout") + 1] == "400"
+    counted = args.argv("/a", clock.icount(4))
+    # holds end on the host's signal; a timed dirtying phase keeps its length
+    assert counted[counted.index("--phases") + 1] == f"fill,hold:{ICOUNT_GUEST_BOUND_S:g},dirty:5,verify"
+    assert float(counted[counted.index("--timeout") + 1]) == ICOUNT_GUEST_BOUND_S

@@ -146,8 +146,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def run_clock(asked: str | None, arms: int) -> Clock:
-    """--clock, else the default for this run (memqual.host.core.clock.default):
-    icount for two arms under TCG, wall under KVM and for one arm."""
+    """--clock, else the default for this run (memqual.host.core.clock.default)."""
     from memqual.host.core import clock
 
     if asked:
@@ -161,8 +160,8 @@ def run_clock(asked: str | None, arms: int) -> Clock:
 
 
 RUN_CLOCK_DEFAULT = (
-    "default: icount for two arms under TCG (wall time there is mostly the host's load), wall under KVM "
-    "and for one arm (the claims are about time)"
+    "default: wall; icount counts guest instructions, so guest-timed figures no host load moves "
+    "(TCG only; see README, 'The clock')"
 )
 
 

@@ -13,11 +13,18 @@ import threading
 import time
 from collections.abc import Sequence
 
+from memqual.host.core import clock
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.shell import Shell
 
 AGENT = "ksm_stress"
 PAGE_SIZE = 4096
+# Under icount (sleep=off) an idle guest's clock jumps to its next timer, so
+# a hold's cap and the run's bound, counted in guest seconds, run out in a
+# moment of the host's while the host is still working beside the guest.
+# Every hold is ended by the host (SIGUSR1), which keeps its own wall
+# deadline: on that clock the guest's caps only have to be out of reach.
+ICOUNT_GUEST_BOUND_S = 1e7
 
 
 def parse_record(line: str) -> dict[str, str] | None:
@@ -43,7 +50,11 @@ class StressArgs:
     thp: bool = False
     timeout_s: float = 300.0
 
-    def argv(self, path: str) -> list[str]:
+    def argv(self, path: str, on: clock.Clock | None = None) -> list[str]:
+        phases, bound = list(self.phases), self.timeout_s
+        if (on or clock.current()).icount:
+            phases = [f"hold:{ICOUNT_GUEST_BOUND_S:g}" if p.startswith("hold:") else p for p in phases]
+            bound = ICOUNT_GUEST_BOUND_S
         argv = [
             path,
             "--mib",
@@ -51,9 +62,9 @@ class StressArgs:
             "--byte",
             str(self.byte),
             "--phases",
-            ",".join(self.phases),
+            ",".join(phases),
             "--timeout",
-            f"{self.timeout_s:g}",
+            f"{bound:g}",
         ]
         if self.mergeable:
             argv.append("--mergeable")

@@ -564,7 +564,7 @@ def _compare_arms(
         titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
         names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
-    print_comparison(result, console, table=table, power=power)
+    print_comparison(result, console, *names, table=table, power=power)
     from memqual.host.report.compare_report import write_comparison_html
 
     write_comparison_html(
