@@ -271,3 +271,17 @@ def test_the_report_header_says_the_clock_in_words() -> None:
     line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
     assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
     assert "clock wall: wall time" in environment_line({"accel": "tcg", "clock": "wall"}).text
+
+
+def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None:
+    from memqual.host.judge.primaries import GUEST_CLOCK, HOST_WALL, is_primary, primary_of
+
+    assert is_primary("balloon.inflate", "inflate_s", {}, "wall")
+    assert not is_primary("balloon.inflate", "inflate_guest_s", {}, "wall")
+    assert is_primary("balloon.inflate", "inflate_guest_s", {}, "icount:4")
+    assert not is_primary("balloon.inflate", "inflate_s", {}, "icount:4")
+    found = primary_of("balloon.deflate", "deflate_guest_s", {}, "icount:4")
+    assert found is not None and found.instrument_on("icount:4") == GUEST_CLOCK
+    assert found.instrument_on("wall") == HOST_WALL and "guest instructions" in found.reads("icount:4")
+    # A record from before clocks is wall.
+    assert is_primary("balloon.deflate", "deflate_s", {})
