@@ -318,3 +318,11 @@ def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None
     assert found.instrument_on("wall") == HOST_WALL and "guest instructions" in found.reads("icount:4")
     # A record from before clocks is wall.
     assert is_primary("balloon.deflate", "deflate_s", {})
+
+
+def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
+    from memqual.host.core import settings
+
+    monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
+    clock.put(clock.icount(3))
+    assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
