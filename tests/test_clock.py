@@ -5,6 +5,8 @@ the job's environment, and the refusal to compare two clocks."""
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import math
 import statistics
@@ -14,16 +16,47 @@ from pathlib import Path
 import fake_qemu
 import pytest
 from fakes import FakeImage
-from test_runjob import _args, _ksm_record, _run, fake, guest_kernel_args  # noqa: F401 (fixture)
+from rich.console import Console
+from test_runjob import fake, guest_kernel_args  # noqa: F401 (fake: the fake avocado fixture)
 
 from memqual.host.cli import run as run_command
+from memqual.host.cli.command import parser_for
 from memqual.host.core import clock, probe, qemu_binary
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
 from memqual.host.judge.comparison import check_comparable
+from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
+
+
+def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    """``memqual run`` arguments over an empty e2e folder."""
+    tests = tmp_path / "e2e"
+    tests.mkdir(exist_ok=True)
+    parser = parser_for(run_command.COMMAND)
+    return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])
+
+
+def _run(tmp_path: Path, *extra: str) -> int:
+    console = Console(file=io.StringIO(), width=120)
+    return runjob.run(run_command.config_from_args(_args(tmp_path, *extra)), console)
+
+
+def _ksm_records() -> list[dict]:
+    """ksmd's cost per page in both arms, the primary variant and another."""
+    common = {
+        "schema": "memqual.measurement/1",
+        "scenario": "ksm.volatile_scan",
+        "metric": "ksmd_cpu_ns_per_page",
+        "unit": "ns",
+        "better": "lower",
+        "settings": {"pages_to_scan": 4000},
+        "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
+        "samples": [0.80, 0.82, 0.79, 0.81, 0.80],
+    }
+    return [{**common, "variant": {"smart_scan": s, "pages": "4k"}} for s in (0, 1)]
 
 
 def test_parse_reads_wall_icount_and_a_shift_and_refuses_the_rest() -> None:
@@ -200,7 +233,7 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
     fake_avocado = request.getfixturevalue("fake")
     kernels = guest_kernel_args(tmp_path)
     fake_avocado.plan(
-        tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}]
+        tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_records()}]
     )
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
@@ -271,3 +304,25 @@ def test_the_report_header_says_the_clock_in_words() -> None:
     line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
     assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
     assert "clock wall: wall time" in environment_line({"accel": "tcg", "clock": "wall"}).text
+
+
+def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None:
+    from memqual.host.judge.primaries import GUEST_CLOCK, HOST_WALL, is_primary, primary_of
+
+    assert is_primary("balloon.inflate", "inflate_s", {}, "wall")
+    assert not is_primary("balloon.inflate", "inflate_guest_s", {}, "wall")
+    assert is_primary("balloon.inflate", "inflate_guest_s", {}, "icount:4")
+    assert not is_primary("balloon.inflate", "inflate_s", {}, "icount:4")
+    found = primary_of("balloon.deflate", "deflate_guest_s", {}, "icount:4")
+    assert found is not None and found.instrument_on("icount:4") == GUEST_CLOCK
+    assert found.instrument_on("wall") == HOST_WALL and "guest instructions" in found.reads("icount:4")
+    # A record from before clocks is wall.
+    assert is_primary("balloon.deflate", "deflate_s", {})
+
+
+def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
+    from memqual.host.core import settings
+
+    monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
+    clock.put(clock.icount(3))
+    assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"

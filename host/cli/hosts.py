@@ -57,10 +57,14 @@ def run_on_hosts(args: argparse.Namespace, plain: Run) -> int:
     if not args.hosts:
         return plain(args)
     from memqual.host.cli.run import config_from_args
+    from memqual.host.core import clock
     from memqual.host.run.hosts import fleet
 
+    config = config_from_args(args)
+    # The clock reaches every host's tasks through $MEMQUAL_CLOCK (forwarded).
+    clock.put(config.clock)
     # --qemu is not resolved here: each host fetches it for itself.
-    return fleet.main(config_from_args(args), args.hosts, getattr(args, "qemu", None))
+    return fleet.main(config, args.hosts, getattr(args, "qemu", None))
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -117,7 +117,10 @@ class Primary:
 # "The icount clock".
 WALL_AA = "A/A 6.1.0-57, wall clock, docs/ab-calibration.md"
 WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
-ICOUNT_AA = "A/A 6.1.0-57, icount:4, docs/ab-calibration.md"
+# Not an A/A: two blocks of the 6.12 arm of the icount 6.1/6.12 run (the
+# difference of two blocks' log medians, which estimates the sd of an A/A's
+# log(B/A)); load 12-20 (docs/ab-calibration.md, "The icount clock").
+ICOUNT_612 = "2 blocks of 6.12, icount:4 (no A/A), docs/ab-calibration.md"
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "
     "would decide it"
@@ -129,16 +132,25 @@ PRIMARIES: tuple[Primary, ...] = (
         "inflate_s",
         "what a host waits for when it takes memory back",
         instrument=HOST_WALL,
+        # On icount the guest's own timing of the same inflate: 0.071
+        # against the host-timed 0.59 in the same two blocks.
+        on_icount="inflate_guest_s",
         spread_wall=Spread(0.26, 4, WALL_AA),
-        needs=QUIET_OR_KVM,
+        spread_icount=Spread(0.071, 2, ICOUNT_612),
+        needs=QUIET_OR_KVM + "; on icount the guest counts each wait for the host to its next timer, "
+        "so the host's pace is still in it, 8 times less",
     ),
     Primary(
         "balloon.deflate",
         "deflate_s",
         "what a guest waits for when it gets memory back",
         instrument=HOST_WALL,
+        # On icount the guest's own timing: 0.027 against the host-timed 0.38.
+        on_icount="deflate_guest_s",
         spread_wall=Spread(0.36, 4, WALL_AA),
-        needs=QUIET_OR_KVM,
+        spread_icount=Spread(0.027, 2, ICOUNT_612),
+        needs=QUIET_OR_KVM + "; on icount the guest counts each wait for the host to its next timer, "
+        "so the host's pace is still in it, 14 times less",
     ),
     Primary(
         "balloon.request_size",
