@@ -44,7 +44,6 @@ def print_comparison(
     """The deciding table (``table``; one look of ``result`` when not given)
     and what a reader needs below it; ``power``: the negative controls'
     (computed here when not given)."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
