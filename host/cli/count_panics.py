@@ -16,12 +16,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import BadInput, MemqualError
 
+if TYPE_CHECKING:  # the type alone: the runner imports QEMU and image code
+    from memqual.host.run.boot_panics import Mode
 
-def parse_mode(text: str) -> object:
+
+def parse_mode(text: str) -> Mode:
     from memqual.host.core import clock as clocks
     from memqual.host.run.boot_panics import Mode
 
