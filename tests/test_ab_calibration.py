@@ -15,7 +15,7 @@ from memqual.host.judge import comparison
 from memqual.host.run import calibrate
 
 PRIMARIES, OTHERS = 12, 112
-# The full run's rates (python -m memqual.host.run.calibrate; docs/ab-calibration.md).
+# The full run's rates (python -m memqual.host.cli.calibrate; docs/ab-calibration.md).
 FULL = {
     "history 3 % drift": 0.003,
     "history 10 % step": 0.999,
@@ -188,7 +188,7 @@ def test_compare_results_decides_as_the_calibrated_code():
 
 # ---------------------------------------------------------------- outside the happy path
 #
-# Bounded subsets of `python -m memqual.host.run.calibrate` (the same
+# Bounded subsets of `python -m memqual.host.cli.calibrate` (the same
 # functions, fewer trials, the same seeds): each subset's binomial 95 %
 # interval must hold the rate the full run measured (docs/ab-calibration.md,
 # "Decisions outside the happy path"), and the full run's rate its target.

@@ -202,11 +202,19 @@ def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_p
     assert with_futility[1] >= 4.0 and without[1] >= 4.0  # the four near-deterministic ones at least
 
 
-def test_boundaries_from_the_looks_correlation_find_more_than_bonferroni(monkeypatch, tmp_path):
+def test_boundaries_from_8_blocks_find_about_what_bonferroni_finds(monkeypatch, tmp_path):
     """The same floor-like change, the same draws: each metric's boundaries
-    from its looks' correlation (group_sequential.py) against each look
-    tested at its own share of alpha (Bonferroni over the looks)."""
+    from its looks' correlation (group_sequential.py, from 8 blocks on)
+    against each look tested at its own share of alpha (Bonferroni over
+    the looks).  Below 8 blocks both test at the plain share, and a
+    25-minute budget gives the floor few looks past 8: neither finds the
+    change measurably more often (at 4x these trials, 17.1 % against
+    20.8 % of 240 runs), but both find it, and each rate lies in the
+    other's 95 % interval."""
     sequential = _floor_runs(monkeypatch, tmp_path, True)
     bonferroni = _floor_runs(monkeypatch, tmp_path, True, group_sequential=False)
     print(f"floor found, primaries decided: group-sequential {sequential}, Bonferroni over the looks {bonferroni}")
-    assert sequential[0] > bonferroni[0]
+    runs = int(60 * SCALE)
+    for rate, other in ((sequential[0], bonferroni[0]), (bonferroni[0], sequential[0])):
+        low, high = calibrate.Rate("floor", round(rate * runs), runs, 33).interval()
+        assert low <= other <= high and rate > 0.0

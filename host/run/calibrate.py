@@ -1,22 +1,19 @@
-"""``python -m memqual.host.run.calibrate``: the error rates of the A/B
+"""``python -m memqual.host.cli.calibrate``: the error rates of the A/B
 decisions, measured on synthetic truth through the real decision code
 (``comparison.compare_runs``, ``comparison.decide``, the ``until.Tracker``
 with its group-sequential boundaries, ``history.change_points`` and its
 family), from fixed seeds.  Every figure of docs/ab-calibration.md's
 "Decisions outside the happy path" table comes from here; each rate is
 printed with its trials, seed and binomial 95 % interval (Clopper-Pearson).
-``--quick`` runs a tenth of the trials; tests/test_ab_calibration.py runs
+``--quick`` (``table(0.1)``) runs a tenth of the trials; tests/test_ab_calibration.py runs
 bounded subsets of the same functions and asserts their rates inside the
 intervals measured here.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -264,18 +261,3 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
     yield sequential_looks(n(2000), 431)
     yield sequential_looks(n(1000), 432, min_blocks=3)
     yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memqual.host.run.calibrate", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a tenth of the trials (about a minute)")
-    args = parser.parse_args(argv)
-    start = time.monotonic()
-    for rate in table(0.1 if args.quick else 1.0):
-        print(rate.line(), flush=True)
-    print(f"({time.monotonic() - start:.0f} s)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -93,7 +93,7 @@ MIN_BLOCKS_TO_JUDGE = 2
 # looked at on 3, 4, 5 and 6 blocks crossed the recursion's boundaries
 # 1.19-1.25 times as often as its alpha.  From 8 blocks (7 degrees of
 # freedom) on the excess is measured below alpha's binomial interval
-# (docs/ab-calibration.md, ``python -m memqual.host.run.calibrate``).
+# (docs/ab-calibration.md, ``python -m memqual.host.cli.calibrate``).
 MIN_BLOCKS_SEQUENTIAL = 8
 
 
