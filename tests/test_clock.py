@@ -89,9 +89,7 @@ def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypa
 
 
 def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
-    assert clock.default(2, "tcg") == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
-    assert clock.default(2, "kvm") == clock.WALL_CLOCK
-    assert clock.default(1, "tcg") == clock.WALL_CLOCK
+    assert clock.default() == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
 
 
 def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:
@@ -197,10 +195,12 @@ def test_compare_refuses_two_clocks_in_one_line_and_takes_no_clock_as_wall() -> 
     check_comparable(_results("icount:4"), _results("icount:4"))
 
 
-def test_run_defaults_icount_for_an_ab_under_tcg_and_wall_for_one_arm(tmp_path, monkeypatch) -> None:
+def test_run_defaults_wall_and_takes_icount_when_asked(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
     kernels = guest_kernel_args(tmp_path)
-    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.icount()
+    # icount is asked for until an icount A/B has run to a decision (clock.default)
+    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(_args(tmp_path, *kernels, "--clock", "icount")).clock == clock.icount()
     assert run_command.config_from_args(_args(tmp_path)).clock == clock.WALL_CLOCK
     assert run_command.config_from_args(_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
     assert run_command.config_from_args(_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
@@ -237,7 +237,7 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
     )
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
-    _run(tmp_path, *kernels, "--threshold", "0.02", "--alpha", "0.05")
+    _run(tmp_path, *kernels, "--clock", "icount", "--threshold", "0.02", "--alpha", "0.05")
     calls = fake_avocado.calls()
     assert calls and all(call["env"]["MEMQUAL_CLOCK"] == "icount:4" for call in calls)
     for label in ("A", "B"):

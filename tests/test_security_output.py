@@ -29,7 +29,17 @@ ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[1A"
 
 
 def _record(metric: str, replicates: list[list[float]], scenario: str = "balloon.inflate") -> Measurement:
-    return Measurement(scenario=scenario, metric=metric, unit="s", better="lower", samples=[], replicates=replicates)
+    # Each replicate its own block, as one arm of an interleaved A/B: two
+    # such files are decided (one file a side outside blocks is only described).
+    return Measurement(
+        scenario=scenario,
+        metric=metric,
+        unit="s",
+        better="lower",
+        samples=[],
+        replicates=replicates,
+        blocks=list(range(1, len(replicates) + 1)),
+    )
 
 
 def _results(path: Path, metric: str, replicates: list[list[float]]) -> Path:
@@ -179,14 +189,14 @@ def test_compare_of_extreme_samples_exits_1_only_when_slower(tmp_path: Path, cap
 
 
 def test_anything_else_the_comparison_meets_is_one_line_and_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
-    from memqual.host.cli import compare
+    from memqual.host.judge import comparison
 
     a = _results(tmp_path / "a.json", "inflate_s", [[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]])
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr(compare, "compare_results", broken)
+    monkeypatch.setattr(comparison, "compare_runs", broken)  # compare imports it when it runs
     assert cli.main(["compare", str(a), str(a)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "could not be compared (ZeroDivisionError" in err

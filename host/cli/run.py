@@ -139,24 +139,17 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         rounds=rounds,
         until_decided=bool(args.until_decided),
         budget_min=budget,
-        clock=run_clock(getattr(args, "clock", None), 2 if two_arms else 1),
+        clock=run_clock(getattr(args, "clock", None)),
         threshold=args.threshold,
         alpha=args.alpha,
     )
 
 
-def run_clock(asked: str | None, arms: int) -> Clock:
+def run_clock(asked: str | None) -> Clock:
     """--clock, else the default for this run (memqual.host.core.clock.default)."""
     from memqual.host.core import clock
 
-    if asked:
-        return clock.parse(asked)
-    if arms != 2:
-        return clock.WALL_CLOCK
-    from memqual.host.core import probe
-
-    accel, _ = probe.resolve_accel("auto")
-    return clock.default(arms, accel)
+    return clock.parse(asked) if asked else clock.default()
 
 
 RUN_CLOCK_DEFAULT = (
@@ -310,11 +303,12 @@ def main(args: argparse.Namespace) -> int:
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
     # The scenarios (and a lab host's tasks) read the clock from here.
     clock.put(config.clock)
-    print(f"clock: {config.clock.describe()}", file=sys.stderr)
     # What the kernel files hold is read here, at the command, rather than
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.
     check_guest_files(config)
+    # After the checks: bad input is one line and nothing else.
+    print(f"clock: {config.clock.describe()}", file=sys.stderr)
     return job.run(config)
 
 

@@ -128,7 +128,7 @@ def put(clock: Clock) -> None:
     settings.put(settings.CLOCK, clock.label)
 
 
-def default(arms: int, accel: str) -> Clock:
+def default() -> Clock:
     """The clock a run uses when not told: wall, for now on every
     accelerator.  Icount is what an A/B under TCG should read its guest
     timings with, but it is asked for (``--clock icount``), not assumed:
@@ -137,7 +137,6 @@ def default(arms: int, accel: str) -> Clock:
     missed their wall deadlines (docs/ab-calibration.md, "The icount
     clock").  Under KVM icount cannot run; one arm (``./qualify``, the
     claims) is about time."""
-    del arms, accel  # the choice will depend on them once icount A/Bs are measured to a decision
     return WALL_CLOCK
 
 
