@@ -290,3 +290,32 @@ def add_clock(parser: argparse.ArgumentParser, default_says: str) -> None:
         "timing counts guest instructions (2^SHIFT ns each) and host load cannot move it; needs TCG, and "
         "QEMU 10 for 2-vCPU guests (fetched from Debian's archive when the system's is older); " + default_says,
     )
+
+
+def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, str]:
+    """The one guest of ``boot`` and ``bench_boot`` from their shared
+    options: its MachineConfig on the asked clock (else ``$MEMQUAL_CLOCK``,
+    else wall), the QEMU that can run it there, and a note when a QEMU was
+    swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
+    line each, before any image is built or guest booted."""
+    from memqual.host.core import clock
+    from memqual.host.core.qemu import MachineConfig
+    from memqual.host.core.qemu_binary import choose_for_clock
+
+    the_clock = clock.parse(args.clock) if args.clock else clock.current()
+    clock.resolve_accel(the_clock, args.accel)
+    config = MachineConfig(
+        memory_mib=args.memory,
+        cpus=args.cpus,
+        machine=args.machine,
+        accel=args.accel,
+        warm=args.warm,
+        clock=the_clock.label,
+    )
+    qemu, note = choose_for_clock(
+        one_qemu(args.qemu),
+        the_clock,
+        args.cpus,
+        f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
+    )
+    return config, qemu, note

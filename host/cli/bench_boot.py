@@ -21,10 +21,8 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
-from memqual.host.core import clock
 from memqual.host.core.errors import MemqualError
-from memqual.host.core.qemu import MACHINE_TYPES, MachineConfig
-from memqual.host.core.qemu_binary import choose_for_clock
+from memqual.host.core.qemu import MACHINE_TYPES
 from memqual.host.run import bench_boot
 
 
@@ -47,22 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.boots < 1:
             raise MemqualError("give --boots 1 or more")
-        the_clock = clock.parse(args.clock) if args.clock else clock.current()
-        clock.resolve_accel(the_clock, args.accel)  # KVM under icount: refused before any boot
-        config = MachineConfig(
-            memory_mib=args.memory,
-            cpus=args.cpus,
-            machine=args.machine,
-            accel=args.accel,
-            warm=args.warm,
-            clock=the_clock.label,
-        )
-        _, note = choose_for_clock(
-            cliargs.one_qemu(args.qemu),
-            the_clock,
-            args.cpus,
-            f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
-        )
+        config, _, note = cliargs.guest_on_clock(args)
         if note and not args.json:
             print(note, file=sys.stderr)
         result = bench_boot.run(args.boots, config, args.timeout, progress=not args.json)

@@ -36,33 +36,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _boot(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from memqual.host.core import clock
-
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.core.errors import BadInput
-    from memqual.host.core.machine import Machine, MachineConfig
-    from memqual.host.core.qemu_binary import choose_for_clock
+    from memqual.host.core.machine import Machine
     from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.
-    the_clock = clock.parse(args.clock) if args.clock else clock.current()
-    clock.resolve_accel(the_clock, args.accel)  # KVM under icount: refused here, before any build
-    config = MachineConfig(
-        memory_mib=args.memory,
-        cpus=args.cpus,
-        machine=args.machine,
-        accel=args.accel,
-        warm=args.warm,
-        clock=the_clock.label,
-    )
-    qemu, note = choose_for_clock(
-        cliargs.one_qemu(args.qemu),
-        the_clock,
-        args.cpus,
-        f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
-    )
+    config, qemu, note = cliargs.guest_on_clock(args)
     if note:
         print(f"[{note}]", file=sys.stderr)
     if args.kernel_build and not args.kernel:
