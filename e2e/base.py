@@ -40,7 +40,6 @@ import errno
 import fcntl
 import logging
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,6 +50,7 @@ from memqual.host.core import clock, profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.polling import poll
 from memqual.host.core.qemu import ENV_QEMU
 from memqual.host.core.record import Measurement, write
 
@@ -156,31 +156,39 @@ class MeasurementLock:
         """Take the lock (exclusive, or shared with other shared holders)
         within ``deadline_s``; the seconds waited."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        started = time.monotonic()
         mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-        while True:
+
+        def taken() -> bool:
             try:
                 fcntl.flock(fd, mode | fcntl.LOCK_NB)
-                break
             except OSError as exc:
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
                     raise
-            if time.monotonic() - started > deadline_s:
-                holder = self.holder()
-                os.close(fd)
-                raise Timeout(
-                    f"the measurement lock {self.path} is still held by pid {holder or '?'} after {deadline_s:.0f} s"
-                )
+                return False
+            return True
+
+        try:
             # A short poll period: a waiter should win over a test that has
             # just started when the holder lets go (flock wakes no one in order).
-            time.sleep(poll_s)
+            waited = poll(
+                taken,
+                deadline_s,
+                poll_s,
+                what="the measurement lock",
+                on_timeout=lambda _: Timeout(
+                    f"the measurement lock {self.path} is still held by pid {self.holder() or '?'} "
+                    f"after {deadline_s:.0f} s"
+                ),
+            ).elapsed_s
+        except BaseException:
+            os.close(fd)
+            raise
         # The holder named in a waiter's Timeout: with shared holders, the
         # last one to take it.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
-        return time.monotonic() - started
+        return waited
 
     def release(self) -> None:
         if self._fd is not None:

@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 from memqual.host.core.paths import REPO_ROOT
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 
 SSHD = Path("/usr/sbin/sshd")
 # A /16 of the private range, one /30 per host; an address already on
@@ -177,7 +177,7 @@ class NamespaceLab:
             log = (self.scratch / host["name"] / "sshd.log").read_text(errors="replace")
             return RuntimeError(f"sshd of {host['name']} did not listen within {START_DEADLINE_S:.0f} s: {log}")
 
-        wait_until(listening, timeout=START_DEADLINE_S, interval=0.05, what="sshd", on_timeout=not_listening)
+        poll(listening, START_DEADLINE_S, 0.05, what="sshd", on_timeout=lambda _: not_listening())
 
     def hosts_file(self, path: Path, extra: dict[str, str] | None = None) -> Path:
         lines = []

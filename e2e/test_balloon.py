@@ -51,6 +51,7 @@ from memqual.host.balloon.timing import guest_stat
 from memqual.host.core import clock, stats
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
 
 MIB = 1 << 20
@@ -107,16 +108,23 @@ def stats_update_window(
     still showed.  Returns the stats, the host-time window the update
     arrived in (from the start of the last poll that did not show it to the
     end of the first that did) and the start of that first poll."""
-    end = time.monotonic() + deadline_s
-    while True:
-        started = time.monotonic()
-        stats_now = ctl.guest_stats()
-        if stats_now.last_update > after:
-            return stats_now, (since, time.monotonic()), started
-        since = started
-        if started >= end:
-            raise AssertionError(f"guest-stats not updated after {after} within {deadline_s:g} s")
-        time.sleep(0.02)  # poll period of guest-stats
+    starts = [since]  # the start of each poll, after the one at ``since``
+
+    def update() -> tuple[Any, float]:
+        starts.append(time.monotonic())
+        return ctl.guest_stats(), time.monotonic()
+
+    # 20 ms: the poll period of guest-stats
+    polled = poll(
+        update,
+        deadline_s,
+        0.02,
+        what="a guest-stats update",
+        until=lambda seen: seen[0].last_update > after,
+        on_timeout=lambda _: AssertionError(f"guest-stats not updated after {after} within {deadline_s:g} s"),
+    )
+    stats_now, ended = polled.value
+    return stats_now, (starts[-2], ended), starts[-1]
 
 
 def oom_kills(vm: Machine) -> list[str]:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.polling import poll
 
 HANGING_TEST = textwrap.dedent(
     '''\
@@ -251,23 +252,22 @@ class Cleanup(GuestTest):
     def _wait_pidfile_or_end(self, proc: subprocess.Popen[bytes], pidfile: Path) -> int | None:
         """The pid the nested test wrote, or None if the nested avocado
         ended before it wrote one."""
-        deadline = time.monotonic() + EXIT_DEADLINE_S
-        while not (pidfile.exists() and pidfile.read_text().strip()):
-            if proc.poll() is not None:
-                return None
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                self.fail("the nested test's guest did not come up")
-            time.sleep(0.05)  # polling for a file the nested test writes
-        return int(pidfile.read_text())
+
+        def written() -> bool:
+            return bool(pidfile.exists() and pidfile.read_text().strip()) or proc.poll() is not None
+
+        # 50 ms: polling for a file the nested test writes
+        if not poll(written, EXIT_DEADLINE_S, 0.05, what="the nested test's pid file", raise_on_timeout=False).met:
+            os.killpg(proc.pid, signal.SIGKILL)
+            self.fail("the nested test's guest did not come up")
+        text = pidfile.read_text().strip() if pidfile.exists() else ""
+        return int(text) if text else None
 
     def _assert_gone(self, qemu_pid: int) -> None:
-        deadline = time.monotonic() + GONE_DEADLINE_S
-        while alive(qemu_pid):
-            if time.monotonic() > deadline:
-                os.kill(qemu_pid, signal.SIGKILL)  # do not leak it ourselves
-                self.fail(f"QEMU {qemu_pid} outlived its stopped test by {GONE_DEADLINE_S:.0f} s")
-            time.sleep(0.05)  # polling /proc with a deadline
+        # 50 ms: polling /proc with a deadline
+        if not poll(lambda: not alive(qemu_pid), GONE_DEADLINE_S, 0.05, what="QEMU's end", raise_on_timeout=False).met:
+            os.kill(qemu_pid, signal.SIGKILL)  # do not leak it ourselves
+            self.fail(f"QEMU {qemu_pid} outlived its stopped test by {GONE_DEADLINE_S:.0f} s")
 
     def _status(self, results: Path) -> str:
         (job,) = [p for p in results.glob("job-*") if p.is_dir() and not p.is_symlink()]
@@ -305,14 +305,20 @@ class Cleanup(GuestTest):
     def _assert_none_left(self, pidfile: Path) -> None:
         """No process of a nested run (found by the pid file its
         environment names) is left within GONE_DEADLINE_S."""
-        deadline = time.monotonic() + GONE_DEADLINE_S
-        while left := processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)):
-            if time.monotonic() > deadline:
-                names = {pid: command_name(pid) for pid in left}
-                for pid in left:
-                    os.kill(pid, signal.SIGKILL)  # do not leak them ourselves
-                self.fail(f"left running by a nested test its timeout ended: {names}")
-            time.sleep(0.05)  # polling /proc with a deadline
+        # 50 ms: polling /proc with a deadline
+        polled = poll(
+            lambda: processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)),
+            GONE_DEADLINE_S,
+            0.05,
+            what="no process of the nested run",
+            until=lambda left: not left,
+            raise_on_timeout=False,
+        )
+        if not polled.met:
+            names = {pid: command_name(pid) for pid in polled.value}
+            for pid in polled.value:
+                os.kill(pid, signal.SIGKILL)  # do not leak them ourselves
+            self.fail(f"left running by a nested test its timeout ended: {names}")
 
     @measures_nothing
     def test_ctrl_c_kills_the_guest(self) -> None:
@@ -345,8 +351,14 @@ class Cleanup(GuestTest):
                 status = proc.wait(timeout=TERM_DEADLINE_S)
             except subprocess.TimeoutExpired:
                 self.fail(f"memqual run did not end within {TERM_DEADLINE_S:.0f} s of SIGTERM")
-            while process_group(job_leader) and time.monotonic() - started < TERM_DEADLINE_S:
-                time.sleep(0.05)  # polling /proc with a deadline
+            # 50 ms: polling /proc with a deadline (the one from SIGTERM on)
+            poll(
+                lambda: not process_group(job_leader),
+                max(0.0, TERM_DEADLINE_S - (time.monotonic() - started)),
+                0.05,
+                what="the job's end",
+                raise_on_timeout=False,
+            )
             left = process_group(job_leader)
             self.assertEqual(left, [], f"still running {time.monotonic() - started:.1f} s after SIGTERM")
             self.assertFalse(alive(qemu_pid), "the guest outlived memqual run")
@@ -402,10 +414,14 @@ class Cleanup(GuestTest):
                 now = fs.knobs()
                 return all(now.get(k) == v for k, v in saved.ksm.items())
 
-            while time.monotonic() - started < KILL_DEADLINE_S:
-                if not processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)) and restored():
-                    break
-                time.sleep(0.05)  # polling /proc and sysfs with a deadline
+            # 50 ms: polling /proc and sysfs with a deadline (the one from SIGKILL on)
+            poll(
+                lambda: not processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)) and restored(),
+                max(0.0, KILL_DEADLINE_S - (time.monotonic() - started)),
+                0.05,
+                what="the run's end and the knobs restored",
+                raise_on_timeout=False,
+            )
             elapsed = time.monotonic() - started
             left = {pid: command_name(pid) for pid in processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile))}
             self.assertEqual(left, {}, f"still running {elapsed:.1f} s after SIGKILL of memqual run")

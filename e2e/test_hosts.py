@@ -34,6 +34,7 @@ import avocado
 from memqual.e2e.base import MeasurementLock, skip
 from memqual.e2e.lab import SSHD, NamespaceLab, alive, remove_stale_labs
 from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.polling import poll
 
 MEMQUAL = Path(sys.executable).parent / "memqual"
 # Generous: on a shared machine the tasks queue for the measurement lock
@@ -227,11 +228,18 @@ class LabHosts(avocado.Test):
             start_new_session=True,
         )
         try:
-            deadline = time.monotonic() + RUNNING_DEADLINE_S
-            while _running_hosts(output) != {"lab1", "lab2", "lab3"}:
+
+            def every_host_runs() -> bool:
                 self.assertIsNone(run.poll(), (self.scratch / "run.log").read_text())
-                self.assertLess(time.monotonic(), deadline, f"not every host got a task: {_running_hosts(output)}")
-                time.sleep(0.05)
+                return _running_hosts(output) == {"lab1", "lab2", "lab3"}
+
+            poll(
+                every_host_runs,
+                RUNNING_DEADLINE_S,
+                0.05,
+                what="a task on every host",
+                on_timeout=lambda _: AssertionError(f"not every host got a task: {_running_hosts(output)}"),
+            )
             # The controller listens on loopback only (Avocado's status server).
             opened = _listeners() - listening_before
             self.assertTrue(all(a.startswith(("127.0.0.1:", "[::1]:")) for a in opened), opened)

@@ -9,7 +9,7 @@ import time
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core import snapshot
 from memqual.host.core.machine import Machine, MachineConfig
-from memqual.host.core.waiting import within
+from memqual.host.core.polling import poll
 
 MIB = 1 << 20
 
@@ -60,7 +60,9 @@ class WarmStart(GuestTest):
         target = (config.memory_mib - 128) * MIB
         vm.qmp("balloon", value=target)
         # 10 ms: the poll period of query-balloon
-        reached = within(60, lambda: vm.qmp("query-balloon")["actual"] == target, interval=0.01, what="the target")
+        reached = poll(
+            lambda: vm.qmp("query-balloon")["actual"] == target, 60, 0.01, what="the target", raise_on_timeout=False
+        ).met
         self.assertTrue(reached, "balloon did not reach its target after a restore")
         vm.qmp("balloon", value=config.memory_mib * MIB)
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from memqual.host.core.flatview import FlatRange, parse_flatview
+from memqual.host.core.polling import poll
 
 MIB = 1 << 20
 DEVICE = "virtio-mem-pci"
@@ -109,16 +110,19 @@ def resize(
     start = size_bytes(vm, device)
     began = clock()
     request(vm, device, requested_bytes)
-    polls = 0
-    while True:
-        size = size_bytes(vm, device)
-        polls += 1
-        elapsed = clock() - began
-        if size == requested_bytes:
-            return Resize(requested_bytes, start, size, True, elapsed, polls)
-        if elapsed >= deadline_s:
-            return Resize(requested_bytes, start, size, False, elapsed, polls)
-        sleep(period_s)  # the poll period of QOM's size; the deadline bounds it
+    # The deadline and the time count from ``began``, before the request.
+    requested_s = clock() - began
+    polled = poll(
+        lambda: size_bytes(vm, device),
+        max(0.0, deadline_s - requested_s),
+        period_s,
+        what=f"virtio-mem size {requested_bytes}",
+        until=lambda size: size == requested_bytes,
+        clock=clock,
+        sleep=sleep,
+        raise_on_timeout=False,
+    )
+    return Resize(requested_bytes, start, polled.value, polled.met, requested_s + polled.elapsed_s, polled.polls)
 
 
 def device_ranges(ranges: Sequence[FlatRange], device: VirtioMemDevice) -> list[FlatRange]:

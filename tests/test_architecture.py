@@ -194,7 +194,7 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "forbidden": ForbiddenContract,
 }
 # all of host/ that images/ may use
-CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "waiting", "settings"})
+CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "polling", "settings"})
 SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
 ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 

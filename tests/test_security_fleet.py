@@ -130,9 +130,9 @@ def test_one_lab_host_cannot_post_as_anothers_task(tmp_path: Path) -> None:
             for message in (forged, into_data, own):
                 assert lab1.post(message)
             lab1.close()
-            from memqual.host.core.waiting import wait_until
+            from memqual.host.core.polling import poll
 
-            wait_until(lambda: repo.get_all_task_data(own["id"]), timeout=10, interval=0.02, what="lab1's message")
+            poll(lambda: repo.get_all_task_data(own["id"]), 10, 0.02, what="lab1's message")
             assert relay.refusals()["lab1"]["dropped"] == 2
             assert "lab2" not in relay.refusals()
         assert repo.get_all_task_data("2-e2e/test_x.py:X.test;lab2") is None

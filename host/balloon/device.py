@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 from memqual.host.balloon.rss import rss_kib
 from memqual.host.core.errors import BadInput, GuestError, MemqualError, Timeout
+from memqual.host.core.polling import Polled, poll
 
 log = logging.getLogger(__name__)
 
@@ -210,57 +211,61 @@ class BalloonController:
         answer = self.qemu_balloon(target_bytes)
         if not answer.accepted:
             raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
-        polls = 0
         prev_t = t0
         last_value = start
         last_change_t = t0
         gaps: list[float] = []
         given_back = 0
-        while True:
+        value = start
+
+        def moved() -> BalloonResult | None:
+            """One query-balloon, timestamped on receipt: the result once
+            ``actual`` meets the target or has stalled, else None."""
+            nonlocal prev_t, last_value, last_change_t, given_back, value
             value = self.actual()
             now = self.clock()
-            polls += 1
             gaps.append(now - prev_t)
             if abs(expected - value) > abs(expected - last_value):
                 given_back += abs(value - last_value)
-            if value == expected:
-                return BalloonResult(
-                    target_bytes,
-                    expected,
-                    start,
-                    value,
-                    True,
-                    False,
-                    now - t0,
-                    now - prev_t,
-                    polls,
-                    statistics.median(gaps),
-                    given_back,
-                )
-            if value != last_value:
+            reached = value == expected
+            if not reached and value != last_value:
                 last_value, last_change_t = value, now
-            elif last_value != start and now - last_change_t >= stall_s:
+            elif reached or (last_value != start and now - last_change_t >= stall_s):
+                seconds = now - t0 if reached else last_change_t - t0
                 return BalloonResult(
                     target_bytes,
                     expected,
                     start,
                     value,
-                    False,
-                    True,
-                    last_change_t - t0,
+                    reached,
+                    not reached,
+                    seconds,
                     now - prev_t,
-                    polls,
+                    len(gaps),
                     statistics.median(gaps),
                     given_back,
-                )
-            if now - t0 >= deadline_s:
-                moved = "never moved" if last_value == start else f"still moving at {value} bytes"
-                raise Timeout(
-                    f"balloon target {target_bytes}: actual {moved} from {start} after "
-                    f"{deadline_s:g} s ({polls} polls); is virtio_balloon loaded in the guest?"
                 )
             prev_t = now
-            self.sleep(self._pause(start, value, expected, now - t0))
+            return None
+
+        def timed_out(polled: Polled[BalloonResult | None]) -> Timeout:
+            how = "never moved" if last_value == start else f"still moving at {value} bytes"
+            return Timeout(
+                f"balloon target {target_bytes}: actual {how} from {start} after "
+                f"{deadline_s:g} s ({polled.polls} polls); is virtio_balloon loaded in the guest?"
+            )
+
+        # The deadline counts from t0, before the command, as the reach time does.
+        polled = poll(
+            moved,
+            max(0.0, deadline_s - (self.clock() - t0)),
+            lambda: self._pause(start, value, expected, prev_t - t0),
+            what=f"balloon target {target_bytes}",
+            clock=self.clock,
+            sleep=self.sleep,
+            on_timeout=timed_out,
+        )
+        return polled.value
 
     def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:
         """Poll tightly only near the end.  Polling QMP every ~1 ms slows a
@@ -332,17 +337,18 @@ class BalloonController:
     def wait_stats_update(self, after: int, deadline_s: float) -> GuestStats:
         """Wait (polling every 50 ms, with a deadline) for guest-stats whose
         last-update is newer than ``after``."""
-        end = self.clock() + deadline_s
-        while True:
-            stats = self.guest_stats()
-            if stats.last_update > after:
-                return stats
-            if self.clock() >= end:
-                raise Timeout(
-                    f"guest-stats not updated after {after} within {deadline_s:g} s "
-                    "(polling interval set? driver loaded?)"
-                )
-            self.sleep(0.05)
+        return poll(
+            self.guest_stats,
+            deadline_s,
+            0.05,
+            what="a guest-stats update",
+            until=lambda stats: stats.last_update > after,
+            clock=self.clock,
+            sleep=self.sleep,
+            on_timeout=lambda _: Timeout(
+                f"guest-stats not updated after {after} within {deadline_s:g} s (polling interval set? driver loaded?)"
+            ),
+        ).value
 
 
 @dataclasses.dataclass
@@ -426,28 +432,38 @@ def wait_actual(
 ) -> tuple[int, float]:
     """Poll query-balloon until ``predicate(actual)``; (actual, seconds).
     For moves memqual did not ask for (driver unloaded, deflate on OOM)."""
-    start = ctl.clock()
-    while True:
-        value = ctl.actual()
-        waited = ctl.clock() - start
-        if predicate(value):
-            return value, waited
-        if waited >= deadline_s:
-            raise Timeout(f"balloon actual stayed at {value} bytes for {deadline_s:g} s")
-        ctl.sleep(period_s)
+    polled = poll(
+        ctl.actual,
+        deadline_s,
+        period_s,
+        what="a balloon move",
+        until=predicate,
+        clock=ctl.clock,
+        sleep=ctl.sleep,
+        on_timeout=lambda seen: Timeout(f"balloon actual stayed at {seen.value} bytes for {deadline_s:g} s"),
+    )
+    return polled.value, polled.elapsed_s
 
 
 def wait_no_balloon(ctl: BalloonController, deadline_s: float, period_s: float = 0.05) -> float:
     """Poll query-balloon until QEMU says there is no balloon device (after
     ``device_del``); the seconds it took.  Timeout past the deadline."""
-    start = ctl.clock()
-    while True:
+
+    def gone() -> bool:
         try:
             ctl.actual()
         except GuestError as exc:
             if "No balloon device" in str(exc):
-                return ctl.clock() - start
+                return True
             raise
-        if ctl.clock() - start > deadline_s:
-            raise Timeout(f"balloon device still present {deadline_s:g} s after device_del")
-        ctl.sleep(period_s)
+        return False
+
+    return poll(
+        gone,
+        deadline_s,
+        period_s,
+        what="the balloon device's removal",
+        clock=ctl.clock,
+        sleep=ctl.sleep,
+        on_timeout=lambda _: Timeout(f"balloon device still present {deadline_s:g} s after device_del"),
+    ).elapsed_s

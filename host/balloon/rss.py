@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from memqual.host.core.errors import GuestError
+from memqual.host.core.polling import poll
 
 
 def rss_kib(pid: int) -> int:
@@ -32,14 +33,17 @@ def wait_rss(
 ) -> tuple[bool, int, float]:
     """Poll QEMU's RSS until ``predicate(rss_kib)`` or the deadline.
     Returns (met, last rss KiB, seconds waited)."""
-    start = clock()
-    while True:
-        rss = rss_kib(pid)
-        if predicate(rss):
-            return True, rss, clock() - start
-        if clock() - start >= deadline_s:
-            return False, rss, clock() - start
-        sleep(period_s)
+    polled = poll(
+        lambda: rss_kib(pid),
+        deadline_s,
+        period_s,
+        what="QEMU's RSS",
+        until=predicate,
+        clock=clock,
+        sleep=sleep,
+        raise_on_timeout=False,
+    )
+    return polled.met, polled.value, polled.elapsed_s
 
 
 def wait_rss_steady(
@@ -56,16 +60,25 @@ def wait_rss_steady(
     for ``quiet_s``: the baseline a later rise and fall is measured against.
     Returns (steady, last rss KiB, seconds waited); not steady at the deadline
     is the caller's to judge (the RSS is still moving)."""
-    start = clock()
-    anchor = read(pid)
-    anchor_t = start
-    while True:
-        sleep(period_s)
-        now = clock()
-        rss = read(pid)
-        if abs(rss - anchor) > tolerance * anchor:
+    anchor: int | None = None
+    anchor_t = 0.0
+
+    def steady() -> tuple[bool, int]:
+        nonlocal anchor, anchor_t
+        rss, now = read(pid), clock()
+        if anchor is None or abs(rss - anchor) > tolerance * anchor:
             anchor, anchor_t = rss, now
-        elif now - anchor_t >= quiet_s:
-            return True, rss, now - start
-        if now - start >= deadline_s:
-            return False, rss, now - start
+            return False, rss
+        return now - anchor_t >= quiet_s, rss
+
+    polled = poll(
+        steady,
+        deadline_s,
+        period_s,
+        what="a steady RSS",
+        until=lambda seen: seen[0],
+        clock=clock,
+        sleep=sleep,
+        raise_on_timeout=False,
+    )
+    return polled.met, polled.value[1], polled.elapsed_s

@@ -2,4 +2,4 @@
 line and warm start, SSH and the console, the probe and the environment,
 the KVM ioctls, the measurement record and its statistics, figures and the
 page templates, and the base images/ uses (errors, paths, locks, leftovers,
-settings, wait_until).  Imports no subject, no judging, no report."""
+settings, poll).  Imports no subject, no judging, no report."""

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from memqual.host.core.errors import Timeout
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 
 POLL_S = 0.05  # how often a waiting run retries: short beside any save or build
 
@@ -36,12 +36,12 @@ def file_lock(path: Path, *, exclusive: bool, deadline_s: float, held: str) -> I
                 return False
             return True
 
-        wait_until(
+        poll(
             taken,
-            timeout=deadline_s,
-            interval=POLL_S,
+            deadline_s,
+            POLL_S,
             what=f"the lock {path}",
-            on_timeout=lambda: Timeout(f"{held} after {deadline_s:.0f} s"),
+            on_timeout=lambda _: Timeout(f"{held} after {deadline_s:.0f} s"),
         )
         yield
     finally:

@@ -42,6 +42,7 @@ from memqual.host.core import clock, probe, snapshot
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
 from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
 from memqual.host.core.paths import release_tempdir, short_tempdir
+from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
 from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, qemu_binary, qemu_version
 from memqual.host.core.qemu_binary import runtime_env
@@ -244,23 +245,32 @@ class Machine:
         proc = self._proc
         accepted = threading.Event()
 
+        accept_s = min(30.0, self.boot_timeout)
+
         def unblock_if_qemu_exits() -> None:
             # accept() returns only on a connection or its timeout: when QEMU
             # dies before connecting (bad option, port taken), connect and
-            # hang up ourselves so accept fails now, not at the timeout.
-            while not accepted.wait(0.02):
-                if proc.poll() is not None:
-                    try:
-                        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                            sock.connect(str(qmp_path))
-                    except OSError:
-                        pass
-                    return
+            # hang up ourselves so accept fails now, not at the timeout.  A
+            # pause ends as soon as accept() is over (the sleep is the event's).
+            exited = poll(
+                lambda: accepted.is_set() or proc.poll() is not None,
+                accept_s + 1.0,
+                0.02,
+                what="QEMU's QMP connection or its exit",
+                sleep=accepted.wait,
+                raise_on_timeout=False,
+            )
+            if exited.met and not accepted.is_set():
+                try:
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                        sock.connect(str(qmp_path))
+                except OSError:
+                    pass
 
         watcher = threading.Thread(target=unblock_if_qemu_exits, name="qmp-accept-watch", daemon=True)
         watcher.start()
         try:
-            self._qmp.accept(timeout=min(30.0, self.boot_timeout))
+            self._qmp.accept(timeout=accept_s)
         except (QMPError, OSError, TimeoutError) as exc:
             accepted.set()
             watcher.join()
@@ -281,7 +291,9 @@ class Machine:
         a full SSH connect (banner, key exchange, auth) and one command."""
         deadline = started + self.boot_timeout
         console = ConsoleMarker(self.console_log, READY_MARKER)
-        while True:
+
+        def connected() -> SSH | None:
+            """One readiness check, and one SSH attempt once it passes."""
             if self._proc is not None and self._proc.poll() is not None:
                 raise LaunchError(
                     f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
@@ -296,10 +308,7 @@ class Machine:
             # is up, QEMU holds the probe's connection open, so each probe
             # cost its whole timeout.
             if probe_banner and not (console.seen() or banner_ready(self.ssh_port, timeout=BANNER_PROBE_S)):
-                if time.monotonic() > deadline:
-                    raise self._ssh_timeout()
-                time.sleep(0.02)  # poll period of the readiness check
-                continue
+                return None
             ssh = SSH(self.ssh_port, self.image.key)
             try:
                 ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
@@ -310,20 +319,26 @@ class Machine:
                 raise
             except GuestError:
                 ssh.close()
-            else:
-                if self.clock.icount:
-                    # Each keepalive lands in the guest at a moment the
-                    # host's pace sets and costs it about a millisecond of
-                    # its instruction clock: a timed guest loop spread
-                    # 0.06 % across boots with them, 0.011 % without.
-                    ssh.set_keepalive(0)
-                self._ssh = ssh
-                self.boot_to_ssh_s = time.monotonic() - started
-                log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
-                return
-            if time.monotonic() > deadline:
-                raise self._ssh_timeout()
-            time.sleep(0.02)  # poll period of the readiness check, not a wait for an event
+                return None
+            return ssh
+
+        # 20 ms: the poll period of the readiness check, not a wait for an event
+        ssh = poll(
+            connected,
+            max(0.0, deadline - time.monotonic()),
+            0.02,
+            what="SSH to the guest",
+            on_timeout=lambda _: self._ssh_timeout(),
+        ).value
+        if self.clock.icount:
+            # Each keepalive lands in the guest at a moment the
+            # host's pace sets and costs it about a millisecond of
+            # its instruction clock: a timed guest loop spread
+            # 0.06 % across boots with them, 0.011 % without.
+            ssh.set_keepalive(0)
+        self._ssh = ssh
+        self.boot_to_ssh_s = time.monotonic() - started
+        log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
 
     @property
     def ssh_ready(self) -> bool:

@@ -25,8 +25,8 @@ from memqual.host.core.environment import KSM_ROOT, THP_ROOT, Environment
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
 from memqual.host.core.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
+from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
-from memqual.host.core.waiting import within
 
 if TYPE_CHECKING:  # memqual.images.build imports host: only the type, for annotations
     from memqual.images.build import Image
@@ -165,12 +165,13 @@ def _boot_under_kvm(image: Image) -> tuple[bool, str]:
     )
     try:
         # polling the console file every 50 ms; the deadline bounds it
-        if within(
-            KVM_BOOT_DEADLINE_S,
+        if poll(
             lambda: ready.seen() or proc.poll() is not None,
-            interval=0.05,
+            KVM_BOOT_DEADLINE_S,
+            0.05,
             what="a Linux guest at init under KVM",
-        ):
+            raise_on_timeout=False,
+        ).met:
             if ready.seen():
                 return True, f"a Linux guest reached init under KVM in {time.monotonic() - started:.1f} s"
             out = (proc.stdout.read() if proc.stdout else b"").decode(errors="replace").strip()

@@ -44,8 +44,8 @@ from memqual.host.core.clock import Clock
 from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, trusted_dir
+from memqual.host.core.polling import poll
 from memqual.host.core.ssh import HostKeyMismatch
-from memqual.host.core.waiting import wait_until
 
 
 class Launchable(Protocol):
@@ -284,23 +284,31 @@ def _wait_running(machine: Launchable, deadline: float) -> None:
     """Wait for the incoming stream to be loaded, then run the guest.  It
     was saved stopped, and QEMU keeps the saved run state, so it is
     continued here rather than by QEMU."""
-    while True:
+
+    def running() -> bool:
         status = machine.qmp("query-status")
         if status.get("running"):
-            return
+            return True
         migration = machine.qmp("query-migrate").get("status")
         if migration == "completed":
             machine.qmp("cont")
-            continue
+            return False
         if migration in ("failed", "cancelled"):
             raise _Unloadable(f"loading the snapshot {migration}")
         if status.get("status") not in ("inmigrate", "prelaunch", "paused", "restore-vm", "postmigrate"):
             raise _Unloadable(f"incoming migration ended in state {status.get('status')}")
         if machine.qemu_exited():
             raise GuestError("QEMU exited while loading the snapshot")
-        if time.monotonic() > deadline:
-            raise Timeout("the snapshot did not load before the deadline")
-        time.sleep(0.005)  # poll period of query-status
+        return False
+
+    # 5 ms: the poll period of query-status
+    poll(
+        running,
+        max(0.0, deadline - time.monotonic()),
+        0.005,
+        what="the snapshot loaded",
+        on_timeout=lambda _: Timeout("the snapshot did not load before the deadline"),
+    )
 
 
 def _clock_command() -> list[str]:
@@ -342,7 +350,7 @@ def _save(machine: Launchable, directory: Path) -> None:
             return GuestError(f"saving the guest state ended {last.get('status')}: {last.get('error-desc', '')}")
 
         # 10 ms: the poll period of query-migrate
-        wait_until(saved, timeout=SAVE_DEADLINE_S, interval=0.01, what="the guest state saved", on_timeout=failed)
+        poll(saved, SAVE_DEADLINE_S, 0.01, what="the guest state saved", on_timeout=lambda _: failed())
         size = (tmp / "state").stat().st_size
         os.chmod(tmp / "state", 0o600)
         (tmp / "meta.json").write_text(

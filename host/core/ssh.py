@@ -43,6 +43,7 @@ from pathlib import Path
 import paramiko
 
 from memqual.host.core.errors import GuestError, Timeout
+from memqual.host.core.polling import poll
 from memqual.images.keys import host_public_key
 
 log = logging.getLogger("memqual.ssh")
@@ -87,15 +88,17 @@ BACKGROUND_CONNECT_S = 30.0
 
 def _wait_exit_status(channel: paramiko.Channel, deadline: float, argv: list[str]) -> int:
     """recv_exit_status() with a deadline (paramiko's own waits forever)."""
+    # paramiko sets status_event when the status arrives: a pause on it ends
+    # then; a channel without one is polled every 10 ms.
     event = getattr(channel, "status_event", None)
-    while not channel.exit_status_ready():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise Timeout(f"guest command {shlex.join(argv)} gave no exit status before its deadline")
-        if event is not None:
-            event.wait(min(remaining, 0.5))
-        else:
-            time.sleep(min(remaining, 0.01))  # a channel without an event to wait on: poll
+    poll(
+        channel.exit_status_ready,
+        max(0.0, deadline - time.monotonic()),
+        0.5 if event is not None else 0.01,
+        what=f"the exit status of {shlex.join(argv)}",
+        sleep=event.wait if event is not None else time.sleep,
+        on_timeout=lambda _: Timeout(f"guest command {shlex.join(argv)} gave no exit status before its deadline"),
+    )
     return int(channel.recv_exit_status())
 
 
@@ -206,14 +209,16 @@ class BackgroundCommand:
                     check=False,
                     reconnect=False,
                 )
-                deadline = time.monotonic() + KILL_GRACE_S
-                while not (self._channel.exit_status_ready() and getattr(self._channel, "eof_received", True)):
-                    if time.monotonic() > deadline:
-                        log.info(
-                            "guest command %s still running after SIGTERM; closing its channel", shlex.join(self.argv)
-                        )
-                        break
-                    time.sleep(0.01)  # the reader (maybe another thread) drains the output meanwhile
+                # 10 ms: the reader (maybe another thread) drains the output meanwhile
+                ended = poll(
+                    lambda: self._channel.exit_status_ready() and getattr(self._channel, "eof_received", True),
+                    KILL_GRACE_S,
+                    0.01,
+                    what=f"the end of {shlex.join(self.argv)}",
+                    raise_on_timeout=False,
+                )
+                if not ended.met:
+                    log.info("guest command %s still running after SIGTERM; closing its channel", shlex.join(self.argv))
         except GuestError as exc:
             log.info("could not signal guest command %s (%s); closing its channel", shlex.join(self.argv), exc)
         finally:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, Self
 from memqual.host.core.closing import Closing
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing, Timeout
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 from memqual.host.ksm import procfs
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
 from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, Sysfs, write_order
@@ -257,10 +257,10 @@ class KsmController(Closing):
                 f"sleep_millisecs={self.fs.read('sleep_millisecs')}; " + _diagnosis(first[0], self.counters()) + ")"
             )
 
-        return wait_until(scanned, timeout=timeout_s, interval=poll_s, what="KSM's full scans", on_timeout=too_slow)
+        return poll(scanned, timeout_s, poll_s, what="KSM's full scans", on_timeout=lambda _: too_slow()).value
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
-        wait_until(predicate, timeout=timeout_s, interval=poll_s, what=f"host KSM: {what}")
+        poll(predicate, timeout_s, poll_s, what=f"host KSM: {what}")
 
 
 def read_counters(fs: Sysfs, proc_root: Path = procfs.PROC_ROOT, ksmd_pid: int | None = None) -> KsmCounters:

@@ -7,6 +7,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 
+from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell
 from memqual.host.ksm.agent import StressAgent, StressArgs
@@ -91,10 +92,17 @@ def run_guest_ksm(
         agent.wait_event("fill_done", 120)
         t0 = clock()
         target = guest.read("full_scans") + 3
-        while guest.read("full_scans") < target:
-            if clock() - t0 > SCAN_TIMEOUT_S:
-                raise ScenarioFailed(f"the guest's ksmd did not finish 3 full scans in {SCAN_TIMEOUT_S:.0f} s")
-            sleep(GUEST_KSM_POLL_S)
+        poll(
+            lambda: guest.read("full_scans") >= target,
+            SCAN_TIMEOUT_S,
+            GUEST_KSM_POLL_S,
+            what="the guest's 3 full scans",
+            clock=clock,
+            sleep=sleep,
+            on_timeout=lambda _: ScenarioFailed(
+                f"the guest's ksmd did not finish 3 full scans in {SCAN_TIMEOUT_S:.0f} s"
+            ),
+        )
         seconds = clock() - t0
         merged = guest.merging_pages(pid)
         sharing = guest.read("pages_sharing")

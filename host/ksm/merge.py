@@ -15,6 +15,7 @@ import mmap
 import time
 from collections.abc import Callable, Iterator
 
+from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
 from memqual.host.ksm.procfs import ProcessKsm
@@ -50,16 +51,24 @@ def watch_merge(
     start = clock()
     end_scans = ksm.fs.read_int("full_scans") + scans
     reached: float | None = None
-    deadline = start + timeout_s
-    while True:
+
+    def scanned() -> bool:
+        nonlocal reached
         grown = ksm.process(pid).merging_pages - baseline
         if reached is None and grown >= target:
             reached = clock() - start
-        if ksm.fs.read_int("full_scans") >= end_scans:
-            return ksm.process(pid).merging_pages - baseline, reached
-        if clock() > deadline:
-            raise ScenarioFailed(f"ksmd did not finish {scans} full scans within {timeout_s:.0f} s")
-        sleep(MERGE_POLL_S)
+        return ksm.fs.read_int("full_scans") >= end_scans
+
+    poll(
+        scanned,
+        timeout_s,
+        MERGE_POLL_S,
+        what=f"{scans} full scans",
+        clock=clock,
+        sleep=sleep,
+        on_timeout=lambda _: ScenarioFailed(f"ksmd did not finish {scans} full scans within {timeout_s:.0f} s"),
+    )
+    return ksm.process(pid).merging_pages - baseline, reached
 
 
 @contextlib.contextmanager

@@ -34,9 +34,11 @@ from collections.abc import Callable, Sequence
 
 from memqual.host.core import stats
 from memqual.host.core.errors import Timeout
+from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
 from memqual.host.ksm.controller import KsmDriver
 from memqual.host.ksm.scenarios import MERGE_KNOBS, SCAN_TIMEOUT_S, Guest, KsmHost, base_settings
+from memqual.host.ksm.sysfs import KsmCounters
 
 log = logging.getLogger(__name__)
 
@@ -110,29 +112,37 @@ def settle(
     more than ``tolerance`` (relative) for ``quiet_scans`` scans in a row,
     and is not zero; Timeout with the last readings otherwise."""
     start = clock()
-    scans = 0
     history: list[int] = []
-    while True:
-        remaining = timeout_s - (clock() - start)
-        if remaining <= 0:
-            raise Timeout(
-                f"host KSM did not settle with {guests} guests in {timeout_s:.0f} s "
-                f"({scans} full scans; pages_sharing {history[-6:]})"
-            )
-        counters = ksm.wait_full_scans(1, remaining)
-        scans += 1
+
+    def quiet() -> KsmCounters | None:
+        """One more full scan (the wait is KSM's: no pause between them)."""
+        counters = ksm.wait_full_scans(1, max(0.0, timeout_s - (clock() - start)))
         history.append(counters.pages_sharing)
         if len(history) > quiet_scans and history[-1] > 0:
             window = history[-(quiet_scans + 1) :]
             if max(window) - min(window) <= tolerance * max(window):
-                return SharingPoint(
-                    guests=guests,
-                    pages_shared=counters.pages_shared,
-                    pages_sharing=counters.pages_sharing,
-                    merging=tuple(merging()),
-                    full_scans=scans,
-                    seconds=clock() - start,
-                )
+                return counters
+        return None
+
+    polled = poll(
+        quiet,
+        timeout_s,
+        0,
+        what=f"host KSM settled with {guests} guests",
+        clock=clock,
+        on_timeout=lambda seen: Timeout(
+            f"host KSM did not settle with {guests} guests in {timeout_s:.0f} s "
+            f"({seen.polls} full scans; pages_sharing {history[-6:]})"
+        ),
+    )
+    return SharingPoint(
+        guests=guests,
+        pages_shared=polled.value.pages_shared,
+        pages_sharing=polled.value.pages_sharing,
+        merging=tuple(merging()),
+        full_scans=polled.polls,
+        seconds=clock() - start,
+    )
 
 
 # -- the scenario ---------------------------------------------------------------

@@ -34,7 +34,7 @@ from memqual.host.core import settings
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 from memqual.host.ksm import procfs
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs, write_order
 
@@ -186,12 +186,12 @@ class HostState:
     def lock(self, timeout_s: float, poll_s: float = 0.05) -> None:
         """Wait up to timeout_s for the lock; CapabilityMissing naming the
         holder when it stays taken (the scenario then skips)."""
-        wait_until(
+        poll(
             self.try_lock,
-            timeout=timeout_s,
-            interval=poll_s,
+            timeout_s,
+            poll_s,
             what="the host KSM lock",
-            on_timeout=lambda: CapabilityMissing(
+            on_timeout=lambda _: CapabilityMissing(
                 f"host KSM is driven by another memqual run (pid {self.holder() or '?'}, "
                 f"lock {self.lock_path}); waited {timeout_s:.0f} s"
             ),

@@ -29,7 +29,7 @@ from typing import Any
 
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.paths import release_tempdir, short_tempdir
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 from memqual.host.memslots.layout import PAGE_SIZE
 from memqual.host.memslots.qemu_layout import (
     Dimm,
@@ -71,7 +71,7 @@ def wait_blocks(vm: Any, agent: str, dimms: Sequence[Dimm], timeout: float = 30.
         )
 
     # 100 ms: the poll period of a sysfs listing, not a wait for an event
-    return wait_until(covered, timeout=timeout, interval=0.1, what="memory blocks", on_timeout=not_covered)
+    return poll(covered, timeout, 0.1, what="memory blocks", on_timeout=lambda _: not_covered()).value
 
 
 def online(vm: Any, agent: str, dimms: Sequence[Dimm]) -> list[str]:

@@ -42,8 +42,8 @@ import signal
 import sys
 
 from memqual.host.core.errors import MemqualError
+from memqual.host.core.polling import poll
 from memqual.host.core.process import set_child_subreaper
-from memqual.host.core.waiting import within
 from memqual.host.ksm.state import restore_stale
 
 GRACE_S = 5.0  # SIGINT, then SIGKILL: the same as memqual run's end after SIGTERM
@@ -118,7 +118,7 @@ class Job:
             return self.status is not None
 
         # a bounded poll: reaping orphans as well as avocado
-        return within(timeout_s, ended, interval=0.02, what="the avocado job's end")
+        return poll(ended, timeout_s, 0.02, what="the avocado job's end", raise_on_timeout=False).met
 
     def kill_all(self) -> None:
         """SIGKILL every descendant until none is left (a killed one's
@@ -135,7 +135,7 @@ class Job:
             return not left
 
         # 20 ms: the kernel takes a moment to end a killed process
-        within(KILL_DEADLINE_S, none_left, interval=0.02, what="no process of the job left")
+        poll(none_left, KILL_DEADLINE_S, 0.02, what="no process of the job left", raise_on_timeout=False)
 
     def end(self, grace_s: float) -> None:
         """SIGINT to the group, ``grace_s`` for avocado to end, then SIGKILL

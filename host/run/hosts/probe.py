@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memqual.host.core.waiting import within
+from memqual.host.core.polling import poll
 
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
@@ -150,7 +150,7 @@ def end_processes(pids: list[int], wait_s: float = QEMU_EXIT_WAIT_S) -> list[int
             ended.append(pid)
         except ProcessLookupError:
             pass
-    within(wait_s, lambda: not any(_alive(pid) for pid in ended), interval=0.05, what="the QEMUs' end")
+    poll(lambda: not any(_alive(pid) for pid in ended), wait_s, 0.05, what="the QEMUs' end", raise_on_timeout=False)
     for pid in ended:
         if _alive(pid):
             try:

@@ -58,6 +58,7 @@ from avocado_spawner_remote import RemoteSpawner
 
 from memqual.host.core import settings as memqual_settings
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.polling import poll_async
 from memqual.host.run.hosts import ssh
 from memqual.host.run.hosts.config import LabHost
 
@@ -268,17 +269,29 @@ class FleetSpawner(RemoteSpawner):
         """A free slot of ``host``, waiting for one while the host is there;
         None when it is lost (or was never in the fleet)."""
         slots = await self._ensure_slots()
-        deadline = time.monotonic() + deadline_s
-        while time.monotonic() < deadline:
+        gone = False
+
+        def reserved() -> Slot | None:
+            nonlocal gone
             live = [s for s in slots if s.host.name == host and s.session is not None]
             if not live or host in FleetSpawner._lost:
+                gone = True
                 return None
             for slot in live:
                 if not slot.busy:
                     slot.busy = True
                     return slot
-            await asyncio.sleep(0.1)
-        return None
+            return None
+
+        polled = await poll_async(
+            reserved,
+            deadline_s,
+            0.1,
+            what=f"a free slot of {host}",
+            until=lambda slot: slot is not None or gone,
+            raise_on_timeout=False,
+        )
+        return polled.value
 
     @staticmethod
     def _record_lost(name: str, reason: str) -> None:

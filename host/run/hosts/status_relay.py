@@ -33,7 +33,7 @@ from pathlib import PurePosixPath
 from typing import Any, cast
 
 from memqual.host.core.errors import Timeout
-from memqual.host.core.waiting import wait_until
+from memqual.host.core.polling import poll
 
 log = logging.getLogger("memqual.status_relay")
 
@@ -200,7 +200,7 @@ class StatusRelay:
                 return None
             return conn
 
-        return wait_until(connected, timeout=UPSTREAM_CONNECT_S, interval=0.1, what="Avocado's status server")
+        return poll(connected, UPSTREAM_CONNECT_S, 0.1, what="Avocado's status server").value
 
     def _refuse(self, host: str, why: str) -> None:
         self.refused[host] = self.refused.get(host, 0) + 1

@@ -1,0 +1,159 @@
+"""The one way memqual waits for something that has no event to wait on:
+``poll`` calls a predicate at an interval until it holds or a deadline
+passes, and says what it saw (``Polled``: the value, the seconds, the number
+of polls).  Never a fixed sleep, never a wait without a deadline.  The clock
+and the sleep are arguments, so tests run it on a fake clock; a sleep may
+also be an event's ``wait``, which ends the pause early when the event fires.
+docs/waiting.md says how to write a wait; tests/test_polling_loops.py keeps
+every loop that sleeps in here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from memqual.host.core.errors import Timeout
+
+T = TypeVar("T")
+Interval = float | Callable[[], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Polled(Generic[T]):
+    """What a poll saw.  ``value`` is the predicate's last value: the one
+    that held when ``met``, else the one seen at the deadline.
+    ``elapsed_s`` runs from the call to the end of the last poll, on the
+    clock the poll was given; ``polls`` counts the predicate's calls."""
+
+    value: T
+    met: bool
+    elapsed_s: float
+    polls: int
+
+
+def _check(timeout: float, interval: Interval, what: str) -> None:
+    if not (math.isfinite(timeout) and timeout >= 0):
+        raise ValueError(f"a wait for {what} needs a finite timeout, not {timeout!r}")
+    if not callable(interval) and not interval >= 0:
+        raise ValueError(f"a wait for {what} needs an interval of 0 or more, not {interval!r}")
+
+
+def _pause(interval: Interval, left: float) -> float:
+    """The next sleep: the interval, never past the deadline (so the
+    predicate is always called once more at the deadline)."""
+    step = interval() if callable(interval) else interval
+    return max(0.0, min(step, left))
+
+
+def _timed_out(
+    polled: Polled[Any], timeout: float, what: str, on_timeout: Callable[[Polled[Any]], BaseException] | None
+) -> BaseException:
+    if on_timeout is not None:
+        return on_timeout(polled)
+    return Timeout(f"{what} did not happen within {timeout:.1f} s ({polled.polls} polls)")
+
+
+@overload
+def poll(
+    predicate: Callable[[], T | None],
+    timeout: float,
+    interval: Interval,
+    *,
+    what: str,
+    clock: Callable[[], float] = ...,
+    sleep: Callable[[float], object] = ...,
+    on_timeout: Callable[[Polled[Any]], BaseException] | None = ...,
+    raise_on_timeout: Literal[True] = ...,
+) -> Polled[T]: ...
+
+
+@overload
+def poll(
+    predicate: Callable[[], T],
+    timeout: float,
+    interval: Interval,
+    *,
+    what: str,
+    until: Callable[[T], object] = ...,
+    clock: Callable[[], float] = ...,
+    sleep: Callable[[float], object] = ...,
+    on_timeout: Callable[[Polled[Any]], BaseException] | None = ...,
+    raise_on_timeout: bool = ...,
+) -> Polled[T]: ...
+
+
+def poll(
+    predicate: Callable[[], Any],
+    timeout: float,
+    interval: Interval,
+    *,
+    what: str,
+    until: Callable[[Any], object] = bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] = time.sleep,
+    on_timeout: Callable[[Polled[Any]], BaseException] | None = None,
+    raise_on_timeout: bool = True,
+) -> Polled[Any]:
+    """Call ``predicate`` now, then every ``interval`` seconds (a number, or
+    a callable asked before each pause), until ``until(value)`` holds (by
+    default: the value is true) or ``timeout`` seconds have passed on
+    ``clock``.  It is always called once more at the deadline, so a slow
+    poll never turns a success into a timeout.
+
+    Past the deadline: the exception ``on_timeout(polled)`` builds, else
+    Timeout("<what> did not happen within N s"); with
+    ``raise_on_timeout=False``, the Polled with ``met`` False instead (for a
+    caller that goes on either way).  ``what`` names the awaited thing."""
+    _check(timeout, interval, what)
+    start = clock()
+    polls = 0
+    while True:
+        value = predicate()
+        polls += 1
+        elapsed = clock() - start
+        if until(value):
+            return Polled(value, True, elapsed, polls)
+        if elapsed >= timeout:
+            break
+        sleep(_pause(interval, timeout - elapsed))
+    polled = Polled(value, False, elapsed, polls)
+    if raise_on_timeout:
+        raise _timed_out(polled, timeout, what, on_timeout)
+    return polled
+
+
+async def poll_async(
+    predicate: Callable[[], T],
+    timeout: float,
+    interval: Interval,
+    *,
+    what: str,
+    until: Callable[[T], object] = bool,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    on_timeout: Callable[[Polled[Any]], BaseException] | None = None,
+    raise_on_timeout: bool = True,
+) -> Polled[T]:
+    """``poll`` for a coroutine: the same deadline and result, pausing with
+    ``await sleep`` so the event loop runs meanwhile."""
+    _check(timeout, interval, what)
+    start = clock()
+    polls = 0
+    while True:
+        value = predicate()
+        polls += 1
+        elapsed = clock() - start
+        if until(value):
+            return Polled(value, True, elapsed, polls)
+        if elapsed >= timeout:
+            break
+        await sleep(_pause(interval, timeout - elapsed))
+    polled = Polled(value, False, elapsed, polls)
+    if raise_on_timeout:
+        raise _timed_out(polled, timeout, what, on_timeout)
+    return polled
