@@ -671,7 +671,7 @@ def test_small_contradictions_are_gone():
 
 
 def test_the_kernel_comparison_says_what_its_panics_and_model_show():
-    text = (ROOT / "docs" / "kernels-6.1-vs-6.12.md").read_text()
+    text = (ROOT / "docs" / "results" / "2026-12-02-kernels-6.1-vs-6.12.md").read_text()
     flat = " ".join(text.split())
     assert "never on 6.1" not in flat and "one-sided Fisher exact p of 0.12 or 0.06" in flat
     assert "not shown to be the cause" in flat

@@ -154,7 +154,7 @@ def run_clock(asked: str | None) -> Clock:
 
 RUN_CLOCK_DEFAULT = (
     "default: wall; icount counts guest instructions, so guest-timed figures no host load moves "
-    "(TCG only; see README, 'The clock')"
+    "(TCG only; see docs/ab-runs.md, 'The clock')"
 )
 
 

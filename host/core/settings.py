@@ -1,5 +1,5 @@
 """Every MEMQUAL_* environment variable memqual reads, in one place, each
-with a typed accessor (the README's "Environment variables" lists them).
+with a typed accessor (docs/setup-and-tests.md, "Environment variables", lists them).
 ``memqual run`` passes the scenarios' parameters to Avocado's tests this
 way; the rest are a user's or a test's overrides.  Reads the environment
 when asked (never cached, so a changed variable takes effect at once) and

@@ -1,7 +1,7 @@
 """Boot timings: the same guest booted N times in a row, each boot's time to
 SSH and to a first real command, summarised (median, range, IQR) with the
 environment and the host's load.  ``python -m memqual.host.cli.bench_boot``
-is its command; docs/ and the README quote its figures.
+is its command; docs/results/ quotes its figures.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ interval, and two modes' counts are compared with Fisher's exact test:
 a handful of faults in a few hundred boots says little, and the figures
 say how little.
 
-``python -m memqual.host.cli.count_panics`` is its command (docs/
-kernels-6.1-vs-6.12.md quotes it).
+``python -m memqual.host.cli.count_panics`` is its command
+(docs/results/2026-12-02-kernels-6.1-vs-6.12.md quotes it).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The main job: run the scenarios (one Avocado job per round, or A and B
 in blocks), then judge and write the outputs (OUTPUT/results.json,
-OUTPUT/report.html; per arm and a comparison for an A/B).  The README's
-"memqual run" section is the manual.  Parses no options (host/cli/run.py)
+OUTPUT/report.html; per arm and a comparison for an A/B).  docs/claims-and-report.md,
+"The main job", is the manual.  Parses no options (host/cli/run.py)
 and draws no page (host/report/).
 """
 
