@@ -135,6 +135,17 @@ def _shipped() -> dict:
         (lambda d: d["claims"][0]["evidence"].update(inputs=[]), "where each of its inputs"),
         (lambda d: d["claims"][2]["evidence"].update(would_measure=""), "what would measure it"),
         (lambda d: d["claims"][4]["evidence"].update({"class": "oracle"}), "is not one of"),
+        (lambda d: d["claims"][4]["measure"].update(tolerence=0.1), r"'tolerence' was unexpected\) \(a typo\?\)"),
+        (lambda d: d["claims"][4]["measure"].update(paired="yes"), "measure.paired: 'yes' is not of type 'boolean'"),
+        (lambda d: d["claims"][0]["measure"]["a"].pop("structure"), "needs 'structure', 'workload' and 'field'"),
+        (lambda d: d["claims"][3]["measure"].update(order=["a"]), "at least two distinct variants"),
+        (lambda d: d["claims"][3]["measure"].update(order=["a", "a"]), "at least two distinct variants"),
+        (lambda d: d["claims"][4]["measure"].update(expected=0), "'expected' must be a positive ratio or null"),
+        (lambda d: d["claims"][4].update(published=[{"what": "x"}]), "needs 'what' and 'unit'"),
+        (lambda d: d["claims"].clear(), "'claims' must be a non-empty list"),
+        (lambda d: d["claims"][4].update(id=5), "claim #4: id: 5 is not of type 'string'"),
+        (lambda d: d["claims"][0]["evidence"]["today"].update(structures=["heap"]), "structures of the memslot model"),
+        (lambda d: d["claims"][4]["evidence"].update(summary="One. Two. Three."), "at most two sentences"),
     ],
 )
 def test_bad_registry_is_bad_input_naming_the_fault(tmp_path, mutate, message):
@@ -142,8 +153,9 @@ def test_bad_registry_is_bad_input_naming_the_fault(tmp_path, mutate, message):
     mutate(data)
     path = tmp_path / "claims.json"
     path.write_text(json.dumps(data))
-    with pytest.raises(BadInput, match=message):
+    with pytest.raises(BadInput, match=message) as raised:
         claims.load(path)
+    assert "\n" not in str(raised.value)  # one line
 
 
 def test_truncated_or_missing_registry_is_bad_input(tmp_path):

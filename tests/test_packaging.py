@@ -61,7 +61,11 @@ def test_the_guest_sources_claims_and_layouts_are_in_the_wheel(names: set[str]) 
 
 def test_the_results_and_record_schemas_are_in_the_wheel(names: set[str], wheel: Path) -> None:
     # load_results and record.load validate against these at run time.
-    assert {"memqual/host/judge/results.schema.json", "memqual/host/core/record.schema.json"} <= names
+    assert {
+        "memqual/host/judge/results.schema.json",
+        "memqual/host/core/record.schema.json",
+        "memqual/host/judge/claims/claims.schema.json",
+    } <= names
     with zipfile.ZipFile(wheel) as archive:
         shipped = json.loads(archive.read("memqual/host/judge/results.schema.json"))
     assert shipped == json.loads((SOURCE / "host" / "judge" / "results.schema.json").read_text())
