@@ -3,6 +3,8 @@ and an unknown version refused with the nearest ones (apt-cache faked)."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,34 @@ def test_an_unknown_version_names_the_nearest(fake_apt, tmp_path: Path) -> None:
         packages.kernel_package("6.12.112+deb12-amd64", tmp_path)
     with pytest.raises(BadInput, match="nearest available"):
         packages.kernel_package("6.12-amd64", tmp_path)  # a meta package is no kernel
+
+
+def test_releases_are_ordered_by_debians_rules_tilde_first() -> None:
+    """``~`` sorts before anything, even the end of the string (a release
+    candidate or a backport before the release); letters before other
+    characters; numbers by value.  dpkg --compare-versions agrees, where
+    it is installed."""
+    ordered = [
+        "6.1.0-9-amd64",
+        "6.1.0-10-amd64",
+        "6.12.1~bpo12+1-amd64",
+        "6.12.1~rc1-amd64",
+        "6.12.1-amd64",
+        "6.12.1+deb12-amd64",
+        "6.12.9+deb12-amd64",
+        "6.12.100+deb12-amd64",
+    ]
+    assert sorted(reversed(ordered), key=packages.release_order) == ordered
+    if shutil.which("dpkg"):
+        for lower, higher in zip(ordered, ordered[1:], strict=False):
+            assert subprocess.run(["dpkg", "--compare-versions", lower, "lt", higher], check=False).returncode == 0
+
+
+def test_a_name_that_is_no_version_sorts_last_by_its_text() -> None:
+    names = ["/tmp/b/bzImage", "6.1.0-57-amd64:init_on_free=1", "6.12.1~rc1-amd64", "6.1.0-57-amd64"]
+    assert sorted(names, key=packages.release_order) == [
+        "6.1.0-57-amd64",
+        "6.12.1~rc1-amd64",
+        "/tmp/b/bzImage",
+        "6.1.0-57-amd64:init_on_free=1",
+    ]
