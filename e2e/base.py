@@ -36,8 +36,6 @@ it cannot resolve.  tests/test_e2e_discovery.py checks nothing is dropped.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import logging
 import os
 from collections.abc import Callable
@@ -49,8 +47,8 @@ import avocado
 from memqual.host.core import clock, profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
+from memqual.host.core.locks import FileLock
 from memqual.host.core.machine import Machine, MachineConfig
-from memqual.host.core.polling import poll
 from memqual.host.core.qemu import ENV_QEMU
 from memqual.host.core.record import Measurement, write
 
@@ -133,7 +131,7 @@ class MeasurementLock:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or self._default_path()
-        self._fd: int | None = None
+        self._lock = FileLock(self.path, mode=0o644, holder_pid=True)
 
     @staticmethod
     def _default_path() -> Path:
@@ -154,55 +152,23 @@ class MeasurementLock:
         self, deadline_s: float = MEASURE_LOCK_DEADLINE_S, poll_s: float = 0.02, *, exclusive: bool = True
     ) -> float:
         """Take the lock (exclusive, or shared with other shared holders)
-        within ``deadline_s``; the seconds waited."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
-        mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
-
-        def taken() -> bool:
-            try:
-                fcntl.flock(fd, mode | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-                return False
-            return True
-
-        try:
-            # A short poll period: a waiter should win over a test that has
-            # just started when the holder lets go (flock wakes no one in order).
-            waited = poll(
-                taken,
-                deadline_s,
-                poll_s,
-                what="the measurement lock",
-                on_timeout=lambda _: Timeout(
-                    f"the measurement lock {self.path} is still held by pid {self.holder() or '?'} "
-                    f"after {deadline_s:.0f} s"
-                ),
-            ).elapsed_s
-        except BaseException:
-            os.close(fd)
-            raise
-        # The holder named in a waiter's Timeout: with shared holders, the
-        # last one to take it.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-        return waited
+        within ``deadline_s``; the seconds waited.  A short poll period: a
+        waiter should win over a test that has just started when the holder
+        lets go (flock wakes no one in order)."""
+        return self._lock.take(
+            deadline_s=deadline_s,
+            exclusive=exclusive,
+            poll_s=poll_s,
+            on_timeout=lambda: Timeout(
+                f"the measurement lock {self.path} is still held by pid {self.holder() or '?'} after {deadline_s:.0f} s"
+            ),
+        )
 
     def release(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            os.close(fd)  # closing drops the flock
+        self._lock.release()
 
     def holder(self) -> int | None:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        with os.fdopen(fd) as handle:
-            text = handle.read().strip()
-        return int(text) if text.isdigit() else None
+        return self._lock.holder()
 
 
 # The guest's /proc/cpuinfo by (QEMU binary, accelerator), read at the

@@ -35,7 +35,7 @@ touched.
 
 from __future__ import annotations
 
-import fcntl
+import errno
 import logging
 import os
 import re
@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memqual.host.core import settings
+from memqual.host.core.locks import FileLock, is_free
 
 log = logging.getLogger("memqual.leftovers")
 
@@ -65,7 +66,7 @@ QEMU_STAGING = re.compile(rf"\.unpack-([0-9A-Za-z.+~_-]+)-{_MKDTEMP}")
 DEB_PARTIAL = re.compile(rf"\.([a-z0-9][a-z0-9+.-]*)_[^/]*\.deb\.{_MKDTEMP}")
 AEXPECT_NAME = re.compile(r"aexpect_[A-Za-z0-9]+")
 
-_held: dict[Path, int] = {}  # live_tempdir's directories and their locked .live
+_held: dict[Path, FileLock] = {}  # live_tempdir's directories and their locked .live
 
 
 def live_tempdir(prefix: str, parent: str | os.PathLike[str]) -> Path:
@@ -73,20 +74,22 @@ def live_tempdir(prefix: str, parent: str | os.PathLike[str]) -> Path:
     ``.live`` this process holds locked until ``release_tempdir`` (or its
     death): the sweep never removes it while this process lives."""
     directory = Path(tempfile.mkdtemp(prefix=prefix + "-", dir=parent))
-    staging = directory / (LIVE_LOCK + ".new")
-    fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.rename(staging, directory / LIVE_LOCK)  # appears already locked
-    _held[directory] = fd
+    # A fresh private directory: nobody else can hold, or plant, its lock.
+    lock = FileLock(directory / (LIVE_LOCK + ".new"))
+    if not lock.try_take():
+        raise OSError(errno.EWOULDBLOCK, f"{lock.path} is locked in a directory just made")
+    os.rename(lock.path, directory / LIVE_LOCK)  # appears already locked
+    lock.path = directory / LIVE_LOCK
+    _held[directory] = lock
     return directory
 
 
 def release_tempdir(directory: Path) -> None:
     """Remove a ``live_tempdir`` and let go of its lock."""
     shutil.rmtree(directory, ignore_errors=True)
-    fd = _held.pop(Path(directory), None)
-    if fd is not None:
-        os.close(fd)
+    lock = _held.pop(Path(directory), None)
+    if lock is not None:
+        lock.release()
 
 
 def _ours(path: Path) -> os.stat_result | None:
@@ -96,22 +99,6 @@ def _ours(path: Path) -> os.stat_result | None:
     except OSError:
         return None
     return st if st.st_uid == os.geteuid() and not stat.S_ISLNK(st.st_mode) else None
-
-
-def _lock_free(path: Path) -> bool | None:
-    """True when ``path`` exists and nobody holds a lock on it, False when
-    someone does, None when there is no such file (or it is a link)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _remove(path: Path, st: os.stat_result, why: str) -> int:
@@ -155,19 +142,16 @@ def sweep_keyed(parent: Path, pattern: re.Pattern[str], lock_of: Callable[[str],
         st = _ours(path)
         if st is None:
             continue
+        lock = FileLock(lock_of(match.group(1)))
         try:
-            fd = os.open(lock_of(match.group(1)), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            if not lock.try_take():
+                continue  # its writer is at work
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue  # its writer is at work
-        try:
             removed += _remove(path, st, "left by a run that was killed while writing it")
         finally:
-            os.close(fd)
+            lock.release()
     return removed
 
 
@@ -194,7 +178,7 @@ def sweep_tempdirs(parent: str | os.PathLike[str]) -> int:
     for path, st in _our_dirs(parent, TEMPDIR_NAME):
         if path in _held:
             continue
-        free = _lock_free(path / LIVE_LOCK)
+        free = is_free(path / LIVE_LOCK)
         if free or (free is None and _old(st, LOCKLESS_AGE_S)):
             removed += _remove(path, st, "its process is gone")
     return removed
@@ -207,10 +191,10 @@ def sweep_aexpect(parent: str | os.PathLike[str]) -> int:
     for path, st in _our_dirs(parent, AEXPECT_NAME):
         if not _old(st):
             continue
-        if _lock_free(path / "lock-server-running") is False or _lock_free(path / "lock-client-starting") is False:
+        if is_free(path / "lock-server-running") is False or is_free(path / "lock-client-starting") is False:
             continue
         close_lock = path.with_name(f"{path.name}.lock")
-        if _lock_free(close_lock) is False:
+        if is_free(close_lock) is False:
             continue
         removed += _remove(path, st, "no aexpect session behind it")
         lock_st = _ours(close_lock)

@@ -10,7 +10,6 @@ every loop that sleeps in here.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import math
 import time
@@ -135,12 +134,16 @@ async def poll_async(
     what: str,
     until: Callable[[T], object] = bool,
     clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    sleep: Callable[[float], Awaitable[object]] | None = None,
     on_timeout: Callable[[Polled[Any]], BaseException] | None = None,
     raise_on_timeout: bool = True,
 ) -> Polled[T]:
     """``poll`` for a coroutine: the same deadline and result, pausing with
-    ``await sleep`` so the event loop runs meanwhile."""
+    ``await sleep`` (asyncio.sleep unless given) so the event loop runs
+    meanwhile."""
+    import asyncio  # only a coroutine's caller pays for it
+
+    pause = sleep or asyncio.sleep
     _check(timeout, interval, what)
     start = clock()
     polls = 0
@@ -152,7 +155,7 @@ async def poll_async(
             return Polled(value, True, elapsed, polls)
         if elapsed >= timeout:
             break
-        await sleep(_pause(interval, timeout - elapsed))
+        await pause(_pause(interval, timeout - elapsed))
     polled = Polled(value, False, elapsed, polls)
     if raise_on_timeout:
         raise _timed_out(polled, timeout, what, on_timeout)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import fcntl
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.host.core.locks import FileLock
 from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 from memqual.host.core.polling import poll
 from memqual.host.ksm import procfs
@@ -132,7 +132,7 @@ class HostState:
         self.ksm = Sysfs(ksm_root)
         self.thp = Sysfs(thp_root)
         self.proc_root = proc_root
-        self._lock_fd: int | None = None
+        self._lock = FileLock(self.lock_path, mode=0o644, holder_pid=True)
 
     # -- the lock ---------------------------------------------------------
     def check_dir(self) -> None:
@@ -147,7 +147,7 @@ class HostState:
         check_trusted_stat(st, self.state_dir, "state directory")
         check_ancestors(self.state_dir, "state directory")
 
-    def _open_lock(self) -> int:
+    def _prepare_dir(self) -> None:
         try:
             self.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
@@ -156,8 +156,14 @@ class HostState:
                 "run as root or set MEMQUAL_STATE_DIR to a root-owned directory"
             ) from exc
         self.check_dir()
+
+    def try_lock(self) -> bool:
+        """Take the lock if it is free; True when held."""
+        if self._lock.held:
+            return True
+        self._prepare_dir()
         try:
-            return os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            return self._lock.try_take()
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise UntrustedDirectory(f"{self.lock_path} is a symlink: refused; remove it") from exc
@@ -165,23 +171,6 @@ class HostState:
                 f"host KSM: cannot use the state directory {self.state_dir} ({exc.strerror}); "
                 "run as root or set MEMQUAL_STATE_DIR to a root-owned directory"
             ) from exc
-
-    def try_lock(self) -> bool:
-        """Take the lock if it is free; True when held."""
-        if self._lock_fd is not None:
-            return True
-        fd = self._open_lock()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return False
-            raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-        return True
 
     def lock(self, timeout_s: float, poll_s: float = 0.05) -> None:
         """Wait up to timeout_s for the lock; CapabilityMissing naming the
@@ -198,21 +187,11 @@ class HostState:
         )
 
     def unlock(self) -> None:
-        if self._lock_fd is None:
-            return
-        fd, self._lock_fd = self._lock_fd, None
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            os.close(fd)  # closing drops the flock
+        self._lock.release()
 
     def holder(self) -> int | None:
         """The pid written by the lock's current (or last) holder."""
-        try:
-            text = _read_nofollow(self.lock_path).strip()
-        except OSError:
-            return None
-        return int(text) if text.isdigit() else None
+        return self._lock.holder()
 
     # -- the state file ---------------------------------------------------
     def load(self) -> Snapshot | None:
@@ -307,7 +286,7 @@ class HostState:
         return start is not None and (snapshot.pid_start is None or start == snapshot.pid_start)
 
     def _require_lock(self) -> None:
-        if self._lock_fd is None:
+        if not self._lock.held:
             raise RuntimeError("HostState: take the lock before touching the state file")
 
 

@@ -11,8 +11,6 @@ run left are restored by every memqual start.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import os
 import shutil
 import signal
@@ -20,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import locks
 from memqual.host.core.polling import poll
 
 SCHEMA = "memqual.hostprobe/1"
@@ -99,21 +98,9 @@ def lock_state(path: Path) -> tuple[bool, int | None]:
     """(free, holder pid): a non-blocking try of the lock, let go at once.
     Exclusive: a test that measures nothing holds the lock shared, and a
     host running any memqual test is busy."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if locks.is_free(path) is not False:
         return True, None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True, None
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
-        return False, int(text) if text.isdigit() else None
-    finally:
-        os.close(fd)
+    return False, locks.holder(path)
 
 
 def orphaned_qemus(marker: str, proc: Path = Path("/proc")) -> list[int]:
