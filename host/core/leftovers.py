@@ -1,36 +1,12 @@
 """What a killed memqual leaves behind, and the rule that removes it
 without ever touching a live run's files.
 
-A run killed midway (SIGKILL, a power cut) leaves scratch entries: a
-snapshot being saved (``snapshots/.KEY.tmpXXXX``, up to the guest's RAM),
-an image being assembled (``images/.KEY-XXXX``), a QEMU being unpacked
-(``qemu/.unpack-NAME-XXXX``), a package being fetched
-(``debs/.dl-PACKAGE-XXXX``, ``debs/.NAME.deb.XXXX``), a socket directory
-(``/tmp/mq-XXXX``, ``mqpm-``, ``mqprobe-``, ``mq-dl-``, ``mq-apt-``) and aexpect's
-session directories (``/tmp/aexpect_ID``).
-
-The liveness rule is a lock, never an age or a PID alone, since a
-concurrent run may be writing the entry right now:
-
-- a keyed entry is created and removed only while its writer holds the
-  key's lock exclusively (the image build lock ``images/.KEY.lock``, the
-  snapshot lock ``snapshots/KEY.lock``, the package lock
-  ``debs/.PACKAGE.lock``, the QEMU fetch lock ``qemu/.NAME.lock``).  If the sweep gets that lock without waiting,
-  nobody is writing the entry: it is stale, and it is removed under the
-  lock, so no writer can start on it meanwhile.
-- a temporary directory (``live_tempdir``) holds a lock file ``.live``
-  that its process keeps locked for as long as it uses the directory;
-  the file is locked before it gets its name, so a ``.live`` that can be
-  locked belongs to a process that has died.  A directory without one
-  (made by an older memqual, or killed between mkdtemp and the rename) is
-  removed only once it is older than LOCKLESS_AGE_S, a day.
-- aexpect's server holds ``lock-server-running`` for its whole life and a
-  starting client holds ``lock-client-starting``: a session directory with
-  both free and older than STALE_AGE_S has no process behind it.
-
-Only entries that belong to the running user, are real directories or
-files (never followed symlinks) and have these exact name forms are
-touched.
+The liveness rule is a lock, never an age or a PID alone: a keyed entry
+is removed only under its writer's lock taken without waiting, a
+``live_tempdir`` only once its ``.live`` lock is free, aexpect's session
+directories only with both of aexpect's locks free.  Only the running
+user's entries of these exact name forms are touched.  The entries and
+the rule in full: docs/architecture.md, "Leftovers of killed runs".
 """
 
 from __future__ import annotations

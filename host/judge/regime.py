@@ -1,35 +1,10 @@
 """The conditions some metrics hold under: runs compare only where they match.
 
-A few metrics measure the kernel only under a regime the host sets, and
-their values move with it.  ``memqual compare`` (host/judge/comparison.py) and
-``memqual history`` (host/judge/history.py) check each side's regime first and
-give a metric whose regimes differ beyond the tolerance the status
-``not comparable`` instead of a decision: no verdict, no exit status, not
-in any family's correction.  The metric that records the regime is itself
-compared like any other: when a guest kernel really moves it, that row
-says so.
-
-One regime today: KSM's volatile scan (``ksm.volatile_scan``, claims
-ksm-volatile-4k and ksm-volatile-thp).  How far smart scan cuts ksmd's
-cost per page depends on how often the guest dirties a page between two
-of ksmd's visits: ``dirty_passes_per_scan``, the agent's dirty passes per
-second over ksmd's full scans per second without smart scan, one value a
-guest (host/ksm/volatile.py).  Both are set by the host: the agent's
-store loop runs on TCG's pace (no syscall, no fault once its pages are
-filled), ksmd at the CPU share the host leaves it.  docs/ksm.md measures
-the noise the tolerance comes from.
-
-The rule, the same for separate runs and for the arms of one interleaved
-A/B: a side's rate is the geometric mean over its guests (every block's);
-two sides match when the larger rate is at most ``tolerance`` times the
-smaller.  In an A/B the blocks put both arms beside the same drift of the
-host, so a mismatch left is either another load beside one arm or a guest
-kernel that makes the agent dirty at another pace; either way the cost
-metrics would restate the difference in dirtying, not measure ksmd, and
-the rate's own row shows the difference.  A side that did not record the
-rate cannot be shown to match and is refused too.
-
-No numpy here: ``memqual --help`` loads the comparison module.
+A metric whose regime (today: KSM's dirtying rate per full scan) differs
+between the sides beyond the tolerance is ``not comparable`` in ``memqual
+compare`` and ``memqual history``: no decision, no exit status.  The rule
+and why: docs/verdicts.md, "Not comparable: regimes".  No numpy here:
+``memqual --help`` loads the comparison module.
 """
 
 from __future__ import annotations

@@ -1,41 +1,10 @@
 """The cost of ksmd's scanning, measured in whole full scans.
 
-A window starts and ends on a full_scans increment, so it holds whole scans
-of everything mergeable; its figures are differences of two KsmCounters.
-The A/B of smart_scan alternates the variants in ABBA order (a linear drift
-of the shared machine then hits both alike), discards warm-up scans after
-each switch (smart scan skips a page only once it has failed to merge a few
-times: its skip budget needs scans to build up), throws away windows during
-which the host's set of mergeable pages changed (another guest started or
-stopped) and repeats.
-
-Replicates.  The windows of one guest share that guest, its ksmd history
-and the host's load of that minute: they are nested samples, not
-independent ones (two runs of 8 windows in one guest gave speed-up CIs
-that excluded each other).  The independent unit is a fresh guest: the
-scenario runs ``alternate_smart_scan`` once per guest, the variant that
-comes first alternating from guest to guest (``replicate_first``: ABBA
-across guests as well as within each), and ``replicates`` groups the
-windows by guest for the records.
-
-The claim metric is ksmd CPU nanoseconds per page covered (scanned or
-skipped; a full scan covers every mergeable page once): the inverse of scan
-speed.  The seed measured scan speed with ksmd saturated; per CPU-second it
-does not depend on how much CPU the busy 2-core machine left ksmd, and per
-page it does not depend on how many pages other guests on the host had
-mergeable at the time (they come and go; each full scan covers them too).
-Speed-up = cost(smart_scan=0) / cost(smart_scan=1).  CPU seconds per full
-scan are recorded beside it.
-
-The seed's own quantity is scan speed with ksmd saturated ("make ksmd
-take more than 90% of the cpu and watch ksm/full_scans"): full scans per
-second, i.e. pages gone over per second of a ksmd that has a CPU to
-itself.  Here ksmd runs at nice 5 beside TCG guests and gets 10-25 % of a
-core, so per wall second (even with sleep_millisecs=0) it would measure the
-scheduler's share, not ksmd.  Pages covered per ksmd CPU-second
-(``pages_per_ksmd_cpu_s``) is what a saturated ksmd does per wall second:
-the seed's quantity.  It is the inverse of the claim metric per window; its
-speed-up is smart_scan=1 over smart_scan=0.
+Windows that start and end on a full_scans increment, smart_scan
+alternated in ABBA order with warm-up scans discarded, one fresh guest a
+replicate; the claim metric is ksmd CPU nanoseconds per page covered, and
+pages per ksmd CPU-second is the seed's own quantity beside it.  Why so:
+docs/ksm.md, "How host/ksm/scancost.py measures the scan cost".
 """
 
 from __future__ import annotations

@@ -1,37 +1,10 @@
 """Memory-slot measurements against the real kernel through /dev/kvm.
 
-For each slot count N (and each repeat, interleaved so drift hits every N
-alike) a fresh VM gets N one-page user memory regions, all below 4 GiB,
-backed by one anonymous mapping.  Then:
-
-1. setup: time N KVM_SET_USER_MEMORY_REGION creations;
-2. vCPU passes (flat 32-bit protected mode, the program below):
-   - first touch: the guest writes one word into a page of every slot; each
-     write faults, and KVM resolves the frame through its memslot lookup;
-   - warm touch: the same writes again (no fault: the mapping is there);
-   - MMIO: the guest writes into the frame after every slot, which is in no
-     slot: each access is a complete miss and a KVM_EXIT_MMIO to us;
-3. limit probe (when the VM holds KVM_CAP_NR_MEMSLOTS slots): one more slot;
-4. move: every slot moved up by one page (same id, new guest_phys_addr);
-5. delete: every slot deleted (memory_size 0).
-
-A separate small VM probes the errors the kernel returns (virt/kvm/kvm_main.c,
-checked by tools/testing/selftests/kvm/set_memory_region_test.c): a slot id
-at or above KVM_CAP_NR_MEMSLOTS, a misaligned address or size -> EINVAL; a
-region overlapping another slot -> EEXIST; a new size for an existing slot ->
-EINVAL.
-
-Guest physical layout for N slots of P pages (stride S = (P + 1) pages):
-
-    gpa 0x0000           code page          \\ slot 0 (P + 1 pages)
-    gpa 0x1000           touch page(s) of 0 /
-    0x1000 + P*4K        gap frame 0 (no slot: MMIO)
-    0x1000 + 1*S         slot 1 (P pages), then gap frame 1, ...
-    0x1000 + i*S         slot i; its touch address; gap frame at + P*4K
-
-Host backing: one mapping of (1 + N*P) pages; slot 0 maps pages 0..P, slot
-i >= 1 maps pages 1 + i*P ... (every slot its own host pages, so the host
-can check afterwards that each slot got exactly the write meant for it).
+For each slot count N, a fresh VM with N one-page slots: their creation
+timed, a vCPU's first and warm touches and MMIO misses, the slot limit, a
+move and a delete; a separate VM probes the kernel's errnos.  The steps,
+the guest physical layout and the host backing:
+docs/memslots-kvm.md, "How host/memslots/kvm_bench.py measures".
 """
 
 from __future__ import annotations

@@ -1,54 +1,11 @@
 """Today's kernel: what one guest memory access costs, by memslot count.
 
-Seed 002 ranks lookups: a complete miss first, then a hit into the RAM
-slots, then a hit into the other slots.  This measures the three through
-/dev/kvm on the running kernel, as the number of memslots N grows from 1
-to KVM_CAP_NR_MEMSLOTS, and fits the cost per doubling of N (a balanced
-tree walk adds one level per doubling).
-
-One VM per (replicate, N), fresh each time: a replicate is an independent
-unit.  Its layout (everything below 4 GiB, flat 32-bit addressing):
-
-    gpa 0 .. RAM            slot 0: the big RAM slot (``ram_mib``), holding
-                            the code at 0 and 0x800 and the RAM target
-    RAM + 2*(i-1) pages     slot i (1 <= i < N): one page, a gap page after it
-
-Targets: ``ram_hit`` writes into the middle of slot 0; ``small_hit`` into
-slot N // 2 (N >= 2: there is no small slot otherwise); ``miss`` into the
-gap page after that slot (N = 1: the page above RAM), where an ioeventfd is
-registered so the write is handled in the kernel: the memslot lookup
-misses, the MMIO bus finds the ioeventfd, the guest goes on, with no exit
-to userspace (whose Python round trip would bury the lookup).  The
-eventfd's counter must equal the number of misses written: checked.
-
-The guest loop (flat protected mode, see ``lookup_program``) does ``unroll``
-writes of the same address per iteration; a second copy of the loop with
-each write replaced by a register move of the same length (``mov ebx,
-ebx``) is the null pass.  Per round the four passes (null, ram_hit,
-small_hit, miss) run in a rotating order, each timed from its first KVM_RUN
-to its report exit on the thread's CPU clock (``time.thread_time``: KVM_RUN
-in the kernel is charged to this thread, time spent descheduled by other
-processes on this shared machine is not).  Per access:
-
-    access_ns = (t_kind - t_null of the same round) / (iterations * unroll)
-
-that is, what a guest write to that target costs beyond a register move:
-the access's emulation, its memslot lookup(s) and the MMIO bus or memory
-copy.  The loop's fixed overhead (entry, report exit, the loop's own
-instructions) cancels in the difference.  What grows with N is the lookup;
-``ns_per_doubling`` is the least-squares slope of a VM's median access_ns
-against log2(N), one slope per replicate.
-
-On this machine (kvm_pvm, no VMX/SVM) flat protected-mode code runs through
-KVM's instruction emulator, so every access, and every instruction fetch, is
-a software gfn -> memslot lookup: the vCPU's last-used-slot cache first,
-then the kernel's gfn tree.  The code is in the RAM slot, so a RAM hit finds
-the cache already pointing at it; a small-slot hit misses the cache, walks
-the tree, and the next instruction fetch walks again back to the RAM slot;
-a miss walks the tree and leaves the cache alone.  On a host with VMX/SVM
-the same program runs natively and the accesses are EPT/NPT faults only on
-first touch: there the figures measure something else and say so
-(``execution``).
+Seed 002's three lookup kinds (a miss, a hit into the RAM slot, a hit into
+a small slot) timed through /dev/kvm on the running kernel as the slot
+count N grows, one fresh VM per (replicate, N); ``ns_per_doubling`` is each
+replicate's slope against log2(N).  The layout, the guest loop and its null
+pass, and what the figures mean on a host with or without VMX/SVM:
+docs/memslots-kvm.md, "How host/memslots/kvm_lookup.py measures".
 """
 
 from __future__ import annotations

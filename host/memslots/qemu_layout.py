@@ -1,35 +1,11 @@
 """A memslot layout applied to a real QEMU guest, and read back.
 
-How a layout file maps onto QEMU (machine ``pc``; docs/memslots-qemu.md):
-
-- QEMU builds base RAM (``-m``), ROMs and MMIO itself; their KVM slots
-  cannot be placed by hand.  Layout slots that end below the device-memory
-  region ("base slots") describe that memory: they are not created, only
-  checked against what QEMU built (its flat view must hold exactly such a
-  RAM or ROM range).
-- Layout slots inside the device-memory region become pc-dimms: one
-  ``memory-backend-ram`` object (``mq-mem-<id>``) and one ``pc-dimm``
-  device (``mq-dimm-<id>``) at ``addr = base_gfn * 4096`` with
-  ``size = npages * 4096``.  The first ones in registration order are
-  given on the command line; the last ``hotplug`` ones are added over QMP
-  (object-add + device_add) after boot, in registration order.
-- The region starts at 4 GiB plus the RAM above 4 GiB, rounded up to 1 GiB,
-  and is ``maxmem - ram`` plus 1 GiB per slot long (QEMU 7.2's pc machine);
-  QEMU reports the exact range in ``info mtree`` as ``device-memory``.
-
-``plan_layout`` refuses, before QEMU starts, what QEMU or the guest would
-refuse: a slot straddling the region's start, more dimms than ``slots``,
-dimms beyond the region or larger in total than ``maxmem - ram``, dimms
-not aligned to the guest's 128 MiB memory block, flags on a dimm.  When
-QEMU refuses anyway (a dimm hotplugged over one already there),
-``hotplug`` turns QEMU's message into a BadInput naming the slot.
-
-Read-back: ``parse_flatview`` (host/core/flatview.py) reads the flat view of the "memory" address
-space from ``info mtree -f`` (every RAM or ROM range of it is what QEMU
-registers as a KVM memslot), ``parse_memory_devices`` the reply of
-``query-memory-devices``, ``parse_iomem`` the guest's /proc/iomem,
-``parse_blocks`` the guest agent's list of memory blocks.
-``differential_check`` compares the layout with all of them.
+``plan_layout`` maps a layout file onto QEMU's pc machine (base slots
+checked against what QEMU builds, the rest pc-dimms on the command line or
+hotplugged over QMP) and refuses before QEMU starts what QEMU or the guest
+would refuse; the read-back parsers and ``differential_check`` compare the
+layout with QEMU's flat view, its memory devices and the guest's view.
+docs/memslots-qemu.md says how and why.
 """
 
 from __future__ import annotations

@@ -1,41 +1,12 @@
 """Lookup structures for gfn -> memslot, each counting the nodes it examines.
 
-Every structure has the same interface (``SlotIndex``): ``insert(slot)``,
-``delete(slot_id)``, ``lookup(gfn) -> (slot id or None, nodes examined)``,
-plus ``check()`` (raises AssertionError if the structure's own invariant is
-broken; the property tests call it after every operation) and
-``bound(n)`` (the worst number of nodes a lookup can examine with n slots,
-guaranteed by construction, or None where there is no bound below n).
-
-Counting rule, the same for all: a lookup examines a node each time it
-compares the gfn with one slot's range (an array entry, a tree node, or the
-cached last slot).  A hit stops at the node that holds the gfn and counts
-it; a miss counts every node compared until the search runs out.  Work that
-is not a comparison against a slot (loop bookkeeping, following a pointer
-to an empty child) is not counted.
-
-The structures (names as on the command line):
-
-- ``linear``: the 2011 array as v3.0 searched it: indexed by slot id and
-  walked up to ``nmemslots`` (one past the highest id ever used), empty
-  entries included.
-- ``reorder``: the same array sorted by size, largest first (seed 002).
-- ``tree2011``: the 2011 weight-balanced tree as seed 000 describes it: keyed
-  by gfn, the largest slot on top of every subtree, kept so by rbtree-style
-  rotations, no height bound (a treap whose priority is the slot size).
-  Invariant in ``Tree2011``.
-- ``hbtree``: memqual's own proposal, not a 2011 structure: a gfn search
-  tree that puts large slots near the top within a height budget of
-  ceil(log2(n+1)) + 1, so a miss stays short whatever the sizes.
-  Invariant in ``HeightBudgetedTree``.
-- ``binsearch``: an array sorted by gfn, three-way binary search (2014).
-- ``binsearch-lru``: the same behind a one-entry cache of the last slot hit
-  (2014); the cache probe counts as a node.
-- ``rbtree``: a red-black tree keyed by gfn, as in today's kernel (2021,
-  ``kvm_memslots.gfn_tree``); classic CLRS insert/delete fixups.
-
-Structures trust nothing about the caller: inserting a duplicate id or an
-overlapping slot, or deleting an unknown id, raises BadInput.
+Seven structures (``linear``, ``reorder``, ``tree2011``, ``hbtree``,
+``binsearch``, ``binsearch-lru``, ``rbtree``) behind one interface,
+``SlotIndex``: insert, delete, lookup (slot and nodes examined), ``check``
+(the invariant) and ``bound`` (the worst lookup by construction).  The
+counting rule and each structure: docs/memslots-model.md, "The structures
+and the counting rule".  A duplicate id, an overlapping slot or an unknown
+id is BadInput.
 """
 
 from __future__ import annotations

@@ -1,33 +1,10 @@
 """Replay a recorded trace of guest frames through the memslot model.
 
-A trace is the guest frame numbers a real guest touched, in order: here the
-frames guest/mem_probe.c got for its pages, in first-touch order (under KVM
-each first touch is an EPT/NPT violation whose handler looks up the slot of
-that frame).  The layout it is replayed against is the one the guest really
-had: the memslots QEMU registered, read from its flat view
-(``qemu_layout.layout_from_flatview``), so the lookups see the real slot
-count, the real ROM and RAM split and the real dimms.
-
-``replay`` gives the model's table for the trace (mean and worst nodes per
-structure; binsearch-lru sees the trace's locality) and, for a spread, the
-mean nodes over each of ``segments`` consecutive pieces of the trace.
-``records`` turns that into measurement records (scenario memslots.trace,
-claim memslot-hit, one record per structure: A/B pairs for the report;
-memslots.trace_mmio and memslot-miss for the MMIO trace).
-
-Device MMIO: QEMU's trace events ``memory_region_ops_read`` and
-``memory_region_ops_write`` log every access the guest makes to an emulated
-device region, with its absolute address (``mmio_trace_args`` sets QEMU's
-log file, ``set_mmio_tracing`` switches the events over QMP around the part
-of the run to record).  ``parse_mmio_log`` keeps the accesses to i/o ranges
-of the "memory" flat view (port I/O and eventfd-handled doorbells are not
-in it) as frames: the complete misses of seed 002, with a real pattern.
-Under KVM the in-kernel APIC and ioeventfds never reach QEMU, so the
-pattern differs from TCG's; it is the emulated devices' share either way.
-
-File format of a saved trace (``save_trace``/``load_trace``)::
-
-    {"layout": {"slots": [...]}, "frames": [gfn, ...], "source": "..."}
+A trace is the guest frames a real guest touched (guest/mem_probe.c's
+pages, or QEMU's MMIO trace events), replayed against the memslots that
+guest really had; ``replay`` gives the model's nodes per structure and
+``records`` the measurement records.  docs/memslots-qemu.md, "Traces" and
+"host/memslots/trace.py in short", has the details and the file format.
 """
 
 from __future__ import annotations

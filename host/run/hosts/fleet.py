@@ -1,35 +1,11 @@
 """``memqual run --hosts FILE``: one Avocado job over every lab host.
 
-1. Every host of FILE is probed over SSH (``memqual hosts probe`` there: its
-   memqual version, kernel, lock; QEMUs left behind by a lost connection are
-   ended).  A host that cannot be reached or runs another memqual is
-   reported and left out.
-2. The hosts become the configuration of Avocado's remote spawner: one JSON
-   slot file per slot (aexpect's ssh login, with the options of
-   memqual.host.run.hosts.ssh), and an Avocado config file that selects memqual's
-   subclass of the spawner (memqual.host.run.hosts.spawner).  Tasks report to Avocado's
-   status server on a UNIX socket here (in the run's private fleet/
-   directory), through a reverse SSH forward of a UNIX socket on each host
-   (``ssh -R THERE:HERE``).  The socket there is in a fresh 0700 directory
-   of the SSH user (``mktemp -d`` over SSH before the job), so no other
-   user of the host can post a status message, whatever the mode sshd
-   gives the socket (its StreamLocalBindMask); the directory is new, so
-   sshd never needs StreamLocalBindUnlink.  No TCP port is opened, here or
-   there.
-3. ``avocado run`` with one variant per host (``run.dict_variants``,
-   ``lab_host``): every test becomes one task per host, and Avocado's
-   state machine starts them (its scheduler, not memqual's); the spawner
-   hands each to a slot of its own host.
-4. Each task's ``fleet-place.json`` says where it ran and how it ended.
-   The records of the tasks that ran to their end on a host make that
-   host's results (OUTPUT/hosts/NAME/results.json and report.html, each
-   record's environment naming the host as ``lab_host``); the fleet page
-   (OUTPUT/fleet.html, OUTPUT/fleet.json) sets every claim's verdict on
-   every host side by side.
-
-Exit status: 0 when every host completed and every test passed; 1 when
-tests failed; 3 when a host was left out or lost, or sent a record that
-could not be read (the fleet did not complete); 2 for bad input.
+Each host probed over SSH, the reachable ones made slots of Avocado's
+remote spawner (status through a reverse-forwarded UNIX socket in a fresh
+0700 directory), one variant per host, then each host's results and the
+fleet page.  Exit status 0, 1 (tests failed), 3 (a host left out or lost)
+or 2 (bad input).  The steps in full: docs/hosts.md, "How
+host/run/hosts/fleet.py runs the fleet".
 """
 
 from __future__ import annotations
