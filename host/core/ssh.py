@@ -2,29 +2,11 @@
 files streamed over an exec channel (dropbear has no SFTP), background
 commands whose output is collected as it comes.
 
-Only 127.0.0.1 is ever dialled, and only the host key built into this
-image's keys archive is accepted (paramiko's RejectPolicy with that one key
-as the known host key): whatever else answers on the forwarded port is
-refused.
-
-Every wait has a deadline: a command's output, its exit status, the input
-sent to it.
-
-Dropbear 2022.83 mishandles a channel that ends while another channel is
-being opened on the same connection: the new channel is closed at once
-("Channel closed." / "Unable to open channel"), or dropbear's server process
-for that connection dies on ``Failed assertion (common-channel.c:705):
-'!channel->sent_close'`` and every later command on it fails.  A background
-command ends on its own while the test starts others, which is exactly
-that: so every background command runs on its own connection (measured on
-a guest: 40 rounds of a background command ending while commands start,
-6 broken starts and 2 dropbear deaths on one connection, none with a
-connection each).  Commands of ``run()`` stay on the main connection.
-
-A running background command is signalled inside the guest and its end
-awaited before its channel is closed, never closed under its output; and a
-command that could not even be opened because the connection died is
-opened again once on a fresh connection."""
+Only 127.0.0.1 is dialled and only the image's host key accepted; every
+wait has a deadline; every background command has a connection of its own
+(dropbear 2022.83 breaks a channel opened while another ends).  In full:
+docs/architecture.md, "SSH into the guest".
+"""
 
 from __future__ import annotations
 

@@ -1,31 +1,10 @@
 """B / A from a few independent units: t-intervals on log ratios.
 
-A claim's verdict rests on 3 to 8 independent units (fresh guests).  A
-percentile bootstrap of so few units is too narrow: it draws from a
-handful of distinct resamples, its spread has the factor (n - 1) / n and
-it uses the normal quantile where the t quantile belongs.  Through the
-claims' own verdict code, with no effect at all, it let "the direction
-holds" through in 10.7 % of trials with 3 paired units, 5.0 % with 4 and
-2.2 % with 5, against the nominal 2.5 % of a 95 % interval's one side.
-
-So the interval here is Student's t on the log scale, where a ratio
-becomes a difference and the units' spread is what the t quantile was
-made for:
-
-- **paired** (each unit measured A and B): one log ratio per unit,
-  d_i = log(median B_i / median A_i); B / A = exp(mean d) with the
-  one-sample t-interval, n - 1 degrees of freedom.  What a unit shares
-  (its host minute, its guest) cancels in d_i.
-- **unpaired**: the log of each unit's median on each side; B / A =
-  exp(mean log B - mean log A) with Welch's interval (Welch-Satterthwaite
-  degrees of freedom).
-
-Both are exact when the units' log figures are normal, and conservative
-for symmetric heavy tails (measured in tests/test_claims_calibration.py);
-a strongly skewed spread of per-unit ratios can push one side above its
-nominal rate, which no test of 3 units can rule out (docs/claims-and-report.md,
-"Claims at small n").  The samples inside a unit enter only through its
-median: they are nested in the unit and carry no independent information.
+Paired (one log ratio per unit, a one-sample t-interval) or unpaired
+(Welch's interval on the units' log medians); a unit's samples enter only
+through its median.  Why not a bootstrap of 3 to 8 units, and when the
+interval holds its rate: docs/claims-calibration.md, "Why t-intervals on
+log ratios".
 """
 
 from __future__ import annotations

@@ -1,33 +1,12 @@
 """results.json: the typed schema of what a run says, and its one reader and
 writer.
 
-results.json is the one artefact everything else reads (report.html is
-rendered from it, ``memqual compare`` compares two of them), so it holds the
-raw samples, not only summaries::
-
-    {"schema": "memqual.results/1", "memqual_version": "0.1.0",
-     "created": "...", "run": {...profile, label, avocado status...},
-     "environment": {host_kernel, qemu, accel, accel_reason, cpu, ksm, thp,
-                     kvm_nr_memslots, guest_kernel_sha256, ...},
-     "scenarios": ["ksm.volatile_scan", ...],
-     "claims": [{id, verdict, reason, evidence, published, measured, ci,
-                 unit, samples, ...}],
-     "metrics": [{key, scenario, metric, claim, unit, better, variant,
-                  settings, samples, replicates, summary, duration_s}]}
-
-``Results``, ``MetricEntry`` and ``ClaimEntry`` are that file as frozen
-dataclasses.  ``to_json()`` gives the file's objects back key for key:
-a file read with ``from_json`` (an older one too, without ``replicates``
-or ``evidence``) is written back exactly as it was, keys it lacked still
-absent and keys this version does not know kept.  A claim entry wraps what
-``claims.Verdict.to_json()`` wrote.  Each reads like its JSON object as
-well (``results["metrics"]``, ``m.get("variant")``): a read-only mapping
-of the same keys, for the code that still handles results as dicts.
-
-The environment comes from the records' ``environment`` fields (what the
-scenarios saw, memqual.host.core.environment's keys); what no record says is filled from
-this host's ``probe.environment()`` (read-only, no guest booted) and marked
-in ``environment_sources``.
+``Results``, ``MetricEntry`` and ``ClaimEntry`` are the file as frozen
+dataclasses; ``from_json`` and ``to_json`` give back a file key for key,
+older ones and unknown keys included.  It holds the raw samples, not only
+summaries, since report.html and ``memqual compare`` read it.  The file's
+shape and where the environment comes from: docs/claims-and-report.md,
+"results.json as host/judge/results.py types it".
 """
 
 from __future__ import annotations

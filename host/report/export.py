@@ -1,32 +1,11 @@
 """``memqual export --kcidb FILE RESULTS.json``: a run as KCIDB JSON.
 
-KCIDB is how kernel CI systems report to one database (KernelCI's): a
-checkout (the kernel's source), builds of it, and tests of each build, with
-a status and an optional ``number`` (value and unit).  kcidb-io (PyPI)
-holds the schema; the output is built for its latest version and validated
-with it before it is written, so a file that leaves memqual is one KCIDB
-accepts.
-
-What goes where:
-
-- checkout and build: the guest kernel (release and sha256; a Debian
-  package is a binary build, so the build says what it was, not how it was
-  made);
-- a test per metric: path ``memqual.<scenario>.<metric>[.<variant>]``,
-  status DONE (a measurement that does not judge the kernel by itself),
-  ``number`` = the pooled median with its unit; the samples, replicate
-  count, spread, settings and the metric's key in ``misc``;
-- a test per claim: path ``memqual.claims.<id>``, its verdict as the status
-  (reproduced PASS, not reproduced FAIL, direction only DONE, underpowered
-  and not measurable SKIP), ``number`` = the measured ratio B / A ("x"), the
-  reason, CI and published figures in ``misc``;
-- a test per avocado test of the run: ``memqual.e2e.<test>``, its status;
-- the run's environment (host kernel, QEMU, accelerator, CPU, KSM and THP
-  knobs...) in every test's ``environment.misc``.
-
-Ids are ``memqual:<run>:...`` where <run> is derived from the results
-file's content, so exporting the same run twice gives the same ids (KCIDB
-merges them instead of counting the run twice).
+The guest kernel as checkout and build, a test per metric, per claim and
+per Avocado test, the environment in each; built for kcidb-io's latest
+schema and validated with it before it is written.  Ids derive from the
+results file's content, so exporting a run twice gives the same ids.
+What goes where: docs/bisect-history-export.md, "What
+host/report/export.py puts where in KCIDB".
 """
 
 from __future__ import annotations

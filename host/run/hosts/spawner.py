@@ -1,34 +1,11 @@
 """Avocado's remote spawner (avocado-framework-plugin-spawner-remote), made fit
-for a fleet of lab hosts.  Avocado still schedules: its task state machine
-hands each task to a free slot, a slot being one aexpect SSH session to a
-host, described by a JSON file in ``spawner.remote.slots``.  What this
-subclass changes, and why:
-
-- Each task writes its output to a fresh directory on its host (the stock
-  spawner gives every remote task the controller's local path), and its
-  ``data/`` (the measurement records) is copied back over SSH into the
-  task's local directory once the task has ended normally.  A task whose
-  host was lost is not copied: no half-run result reaches a report.
-- Each task's local directory gets ``fleet-place.json``: the host it ran
-  on and how it ended (ran, interrupted, failed to start, not run).  That
-  is memqual's bookkeeping of faults; Avocado only sees a task that failed
-  to start.
-- Every test runs on every host: memqual gives Avocado one variant per
-  host (``lab_host``), and a task waits for a slot of its own host (the
-  stock spawner takes any free slot, so a host would run an arbitrary
-  share of the scenarios and no claim could be set side by side).
-- A session that died (host down, sshd killed, network gone) takes its
-  host out: its slots are never handed out again, its running task is
-  reported interrupted and its queued tasks not run (they measure that
-  host; another host runs its own copy anyway).  The stock spawner would
-  hand the dead session out again.
-- The task runs with the host's own memqual checkout and venv (``cd``
-  there and its ``.venv/bin/python3``), with the run's parameters
-  (``MEMQUAL_PROFILE``...) and ``MEMQUAL_LAB_HOST`` in its environment.
-
-The sessions' ssh options come from memqual.host.run.hosts.ssh through each slot's
-``extra_cmdline`` (OpenSSH keeps the first value of an option, so the
-pinned host key checking wins over aexpect's StrictHostKeyChecking=no).
+for a fleet of lab hosts: Avocado still schedules, one slot an aexpect SSH
+session.  This subclass gives each task a fresh directory on its host and
+copies back its data/ only when it ended normally, writes fleet-place.json,
+keeps every task on a slot of its own host, takes a host whose session
+died out of the fleet, and runs the host's own checkout and venv.  Why
+each: docs/hosts.md, "What host/run/hosts/spawner.py changes in Avocado's
+remote spawner".
 """
 
 from __future__ import annotations
