@@ -1,30 +1,11 @@
 """The virtio-balloon device over QMP: targets, the timed reach, the floor,
 guest statistics.
 
-Takes anything with ``.qmp(command, **arguments)`` and ``.pid``
-(``memqual.host.core.machine.Machine``; a canned fake in tests).
-
-Timing: ``BalloonController.reach`` sends ``balloon`` and then polls
-``query-balloon``: every 10 ms while the target is far, and once
-the rate so far predicts it within 50 ms, then every 0.2 ms (tight polling
-all along slows a TCG guest down by half); every poll is timestamped with
-``time.perf_counter`` on the host.  The reach time is the
-receive time of the first poll that shows the target, and its resolution is
-the gap to the previous poll: both are returned, and the loop's measured
-period is reported with every result.  BALLOON_CHANGE events are never
-used: QEMU rate-limits them (about one a second).
-
-What QEMU defines for odd targets (QEMU 7.2, ``qmp_balloon`` and
-``virtio_balloon_to_target``):
-* target <= 0: refused, "Parameter 'target' expects a size" (QEMU 10 says
-  'value', the QAPI member's name);
-* target above guest RAM: accepted and silently clamped to RAM (the balloon
-  deflates fully);
-* no balloon device: refused, "No balloon device has been activated".
-``check_target`` refuses all three odd cases before asking QEMU (BadInput,
-saying what QEMU would have done); ``qemu_balloon`` sends a target unchecked
-and turns QEMU's answer into a ``QemuAnswer`` for the scenarios that verify
-QEMU's own behaviour.
+Takes anything with ``.qmp(command, **arguments)`` and ``.pid``.  The reach
+is timed on the host by polling query-balloon (tightly only near the
+target), never by QEMU's rate-limited BALLOON_CHANGE events; ``check_target``
+refuses before QEMU what QEMU would refuse or silently change.
+docs/balloon.md, "host/balloon/device.py: timing and odd targets".
 """
 
 from __future__ import annotations

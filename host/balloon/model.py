@@ -1,30 +1,10 @@
 """Transfer-cost reference model of virtio-balloon inflation (claim balloon-bitmap).
 
-What the guest sends to the host for a set of ballooned PFNs:
-
-* **PFN arrays** (mainline Linux, also 6.1): ``fill_balloon`` takes at most
-  ``VIRTIO_BALLOON_ARRAY_PFNS_MAX`` = 256 pages per round and sends their
-  32-bit PFNs in one virtqueue request (``tell_host``).  One target change of
-  P pages therefore costs ``ceil(P / 256)`` requests and ``4 * P`` bytes,
-  whatever the PFNs are.
-* **Bitmaps** (seed 003, never merged): a bitmap of B bytes covers
-  ``8 * B`` PFNs (32 KB -> 1 GiB of 4 KiB pages, 64 KB -> 2 GiB, 512 KB ->
-  16 GiB: the seed's "cover 1GB of RAM").  The seed sizes the buffer as
-  ``ALIGN(pfn_limit, BITS_PER_LONG) / BITS_PER_BYTE + 2 * sizeof(unsigned
-  long)``, so one request carries ``B + 16`` bytes.  We model the chunking
-  as windows of ``8 * B`` PFNs laid from the lowest ballooned PFN (rounded
-  down to a multiple of 64, BITS_PER_LONG) upwards; one request per window
-  that holds at least one ballooned PFN.  Here the request count depends on
-  where the PFNs are, not only on how many there are.
-
-Cost: ``seconds = fixed + requests * per_request + pages * per_page``.
-``calibrate`` fits the three from real inflates by least squares and says
-when a coefficient is not identifiable: with PFN arrays the request count is
-``pages / 256`` for every inflate made of whole MiB, so requests and pages
-are collinear and only ``per_page + per_request / 256`` can be measured.
-Then the predictions for the seed are given as bounds (all cost per page;
-all cost per request) and as the split the seed's own breakdown implies,
-never as a made-up per-request figure.
+What the guest sends the host for a set of ballooned PFNs, as PFN arrays
+(mainline: 256 PFNs a request) or as the seed's bitmaps (B bytes cover 8 B
+PFNs), and the cost ``fixed + requests * per_request + pages * per_page``
+that ``calibrate`` fits to real inflates, saying when a coefficient cannot
+be identified.  docs/balloon.md, "The transfer-cost model".
 """
 
 from __future__ import annotations

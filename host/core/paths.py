@@ -2,27 +2,11 @@
 temporary directories for UNIX sockets (Avocado's work dirs exceed the
 108-byte AF_UNIX limit).
 
-memqual runs as root on lab hosts, and what it finds in the cache (a saved
-guest state, SSH keys, a built image) or in the state directory (knobs to
-write back) is trusted.  So a directory that someone else could have put
-there, or could change, is refused: it must belong to the running user and
-be writable by nobody else, and so must every directory above it up to /,
-as OpenSSH's ``safe_path`` checks (``trusted_dir``): whoever can rename an
-entry of a parent can swap the whole tree below it after the check.
-
-One exception, for the parents only: a root-owned directory with the
-sticky bit (/tmp) is accepted although everyone may write it.  There only
-an entry's owner (or root) may rename or remove it, so nobody else can swap
-our entry, and an entry someone else made first fails the owner check.
-pytest's tmp_path and short_tempdir's sockets live there.  A sticky folder
-that its group may write counts only when that group is root's.
-
-Every entry on the way is also looked at itself (``lstat``), not only
-through it: a symlink belongs to whoever made it, and one made by another
-user in a sticky folder can be removed and made again pointing elsewhere
-by that user, so it is refused; a link of root's or ours is followed and
-its target checked the same way.  Nothing is created before the folder it
-goes in has passed."""
+A directory memqual trusts (``trusted_dir``) must be the running user's and
+writable by nobody else, and so must every directory above it up to / (a
+root-owned sticky /tmp excepted), each entry looked at itself (lstat).  Why
+and how: docs/architecture.md, "Trusted directories".
+"""
 
 from __future__ import annotations
 

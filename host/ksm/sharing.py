@@ -1,28 +1,11 @@
 """Many identical guests under host KSM: how much merges across guests.
 
-KSM's main use is many similar guests on one host.  Guests started from one
-warm-start snapshot (or booted from one image) hold the same kernel, the
-same unpacked initramfs and much the same page cache.  ksmd merges two kinds
-of pages in them:
-
-- ``I``: pages one guest holds several times itself (merged even when it
-  runs alone);
-- ``U``: distinct contents every guest holds (merged once across all of them).
-
-With ``n`` guests, KSM's ``pages_sharing`` (the pages saved: mappings beyond
-the first of each KSM page) should be
-
-    saved(n) = (n - 1) * U + n * I
-
-``SharingModel.fit`` takes ``I`` from one guest alone and ``U`` from two
-guests, and predicts any ``n``; the many-guest scenario (``run_many_guests``)
-checks the prediction for its largest ``n`` against ksmd.
-
-``pages_shared`` and ``pages_sharing`` are host-wide.  They are this
-scenario's alone only when no other process holds merged pages, which
-``foreign_pages`` checks: the pages mapped to KSM pages
-(``pages_shared + pages_sharing``) must equal the sum of our QEMU processes'
-``ksm_merging_pages``.
+With n guests, pages_sharing should be (n - 1) * U + n * I (U: contents
+every guest holds, I: pages a guest holds several times itself);
+``SharingModel.fit`` takes I from one guest and U from two, and
+``run_many_guests`` checks the prediction for its largest n against ksmd,
+with ``foreign_pages`` checking no other process merged.  docs/ksm.md,
+"Many identical guests".
 """
 
 from __future__ import annotations

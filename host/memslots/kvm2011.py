@@ -1,26 +1,10 @@
 """The memslots of a 2011 x86 KVM host (Linux v3.0, qemu-kvm 0.14), as data.
 
-What a guest's layout becomes on the host seeds 000/002 argued about:
-
-- ``arch/x86/include/asm/kvm_host.h``: ``KVM_MEMORY_SLOTS 32`` user slots
-  and ``KVM_PRIVATE_MEM_SLOTS 4`` above them, in one array
-  ``memslots[KVM_MEMORY_SLOTS + KVM_PRIVATE_MEM_SLOTS]``.  A user slot id
-  of 32 or more was refused (``mem->slot >= KVM_MEMORY_SLOTS`` is
-  -EINVAL), so a guest needing more than 32 user slots could not run.
-- ``arch/x86/kvm/vmx.c``: ``TSS_PRIVATE_MEMSLOT`` (KVM_MEMORY_SLOTS + 0,
-  three pages at the address KVM_SET_TSS_ADDR gave), the APIC-access page
-  (+ 1, one page at 0xfee00000, with flexpriority) and the EPT identity
-  map (+ 2, one page, with EPT).  qemu-kvm 0.14 put the TSS at 0xfeffd000
-  and the identity map at 0xfeffc000.  SVM registers no private slots.
-- ``virt/kvm/kvm_main.c``: ``nmemslots`` is one past the highest slot id
-  ever set, and ``__gfn_to_memslot`` walks all of them (structures.py
-  ``LinearArray``): on a VMX host with EPT every miss walks 35 entries.
-- qemu-kvm handed out the lowest free slot id, so a guest's user slots
-  are ids 0..n-1 (the numbering ``qemu_layout.layout_from_flatview``
-  gives).
-
-The private slots are memslots like any other: the 2011 tree series kept
-every slot in its tree, so they are in the tree model too.
+32 user slots and VMX's private slots above them (the TSS, the APIC-access
+page, the EPT identity map) in one array walked to ``nmemslots``: on a VMX
+host with EPT every miss walks 35 entries, and a guest needing more than
+32 user slots could not run.  Sources and addresses: docs/memslots-model.md,
+"The 2011 host as data".
 """
 
 from __future__ import annotations

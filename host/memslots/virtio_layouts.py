@@ -1,27 +1,11 @@
 """A virtio-mem guest of today: its memslot layouts as blocks are plugged,
 through the reference structures and the real /dev/kvm.
 
-With ``dynamic-memslots=on`` (QEMU 8.2 and later) QEMU splits a
-virtio-mem device's memory into memslots of at least 1 GiB (more when the
-device is larger than the memslot limit allows) and maps only those that
-hold plugged blocks.  Each plugged state of a real guest is one layout,
-read from QEMU's flat view like the other guest layouts
-(``qemu_layout.layout_from_flatview``), and recorded as one record:
-scenario ``virtio_mem.memslot_layout``, metric ``slots`` (one sample: a
-layout is a fact of the state, not a random draw), variant ``{"step": i,
-"plugged_mib": MiB}``, ``extra["layout"]`` in the layout-file form and
-``extra["device_slots"]`` the memslots of the device alone.
-
-``today_rows`` turns those records into what a claim's card shows for
-them: for each state the nodes a miss examines in each reference structure
-(the exact mean over every gap of the layout, computed here from the
-layout, never taken from what the record says), and the cost of a complete
-miss measured through /dev/kvm at the state's slot count (records of
-``memslots.kvm_lookup`` ``access_ns`` with ``kind`` miss and ``slots`` N,
-written by the same test once the guest is gone).  A 2011 host ran no
-virtio-mem guest (virtio-mem came in 2020), so these layouts never decide
-a verdict about the 2011 structures: they show what the same structures
-mean for a guest of today.
+Each plugged state (QEMU's ``dynamic-memslots=on``) is one layout record;
+``today_rows`` gives, per state, the nodes a miss examines in each
+reference structure (computed from the layout) and a miss's cost through
+/dev/kvm at that slot count.  Listed on the memslot-miss card, never
+deciding it.  docs/memslots-model.md, "virtio-mem layouts as records".
 """
 
 from __future__ import annotations
