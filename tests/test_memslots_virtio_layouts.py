@@ -167,7 +167,7 @@ def test_the_shipped_memslot_miss_claim_lists_a_virtio_mem_guest_of_today() -> N
 @pytest.mark.parametrize(
     ("today", "match"),
     [
-        ("rbtree", "must be an object"),
+        ("rbtree", "evidence.today: 'rbtree' is not of type 'object'"),
         ({"label": "x", "scenario": "s", "structures": []}, "structures"),
         ({"label": "x", "scenario": "s", "structures": ["splay"]}, "structures"),
         ({"scenario": "s", "structures": ["rbtree"]}, "label"),
