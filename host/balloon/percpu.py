@@ -1,24 +1,10 @@
 """Empty the guest's per-CPU free-page lists before a floor probe.
 
-Why: free pages a CPU keeps on its per-CPU lists (pcp) are not in the
-zone's free count, so once the zone sits on its min watermark the
-balloon's allocations (__GFP_NORETRY) cannot have them.  The kernel drains
-them only after direct reclaim made progress, and a memqual guest has
-nothing to reclaim (its root is in RAM, no swap), so they stay stranded
-and the floor includes them.  How many there are depends on which CPU
-freed what before the probe, not on the kernel's steady state: measured
-here (1 GiB guest, 2 vCPUs, TCG), at the floor sysrq-m showed 21-24 MiB on
-the lists and the floors of three boots of 6.12 came out 145-149 MiB; after
-cycling cpu1 offline and online (the CPU-dead callback returns its lists to
-the buddy allocator) 9.5-10 MiB were left and six probes of the same three
-boots gave 135.0-136.0 MiB.  6.12's lists grow more than 6.1's (their high
-mark is tuned between the low watermark's share and an eighth of the zone
-per CPU), which is why its floor scattered more.
-
-Cycling a CPU is the drain a user can trigger without side effects that
-last: the CPU is online again before the probe, and this module checks it.
-The boot CPU has no ``online`` file and keeps its lists (the 9.5-10 MiB
-left above), the same amount from probe to probe.
+Free pages on a CPU's lists are not in the zone's free count, so the
+balloon cannot take them at the floor, and how many there are depends on
+which CPU freed what: cycling each non-boot CPU offline and online returns
+them to the buddy allocator, and this module checks the CPU is back.  The
+figures: docs/balloon.md, "Emptying the per-CPU lists".
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """A small typed wrapper of the KVM API, in pure Python (ioctl, mmap, ctypes).
 
-Shared machinery, below the subjects: the probe asks it for the host's slot
-limit, the memslots benchmarks drive it.  It imports no subject.
-
-Enough of /dev/kvm to measure memory slots against the real kernel: open the
-device, check capabilities, create a VM, set/delete/move user memory regions,
-create one vCPU, map its ``kvm_run`` area, load registers and segment state,
-and run it until it exits.
-
-Ownership: every object here holds exactly one file descriptor (and the vCPU
-one mmap) and releases it in ``close()``; all are context managers, and a VM
-closes the vCPUs it created.  A failed ioctl raises :class:`KvmIoctlError`,
-which carries the errno *name* (``EINVAL``, ``EEXIST``...) because that is what
-the kernel documents and what the tests assert; a missing or unusable device
-raises :class:`KvmUnavailable` (a CapabilityMissing: tests skip on it).
-
-Layouts and numbers come from the kernel UAPI (include/uapi/linux/kvm.h and
-arch/x86/include/uapi/asm/kvm.h); tests/test_memslots_kvm.py checks every
-size, offset and ioctl number against values printed by a C program compiled
-against those headers.
+Enough of /dev/kvm to measure memory slots: the device, capabilities, a VM,
+user memory regions, one vCPU and its ``kvm_run``, registers, running it.
+Each object owns one file descriptor and closes it; a failed ioctl is
+``KvmIoctlError`` with the errno's name, a missing device ``KvmUnavailable``
+(a skip).  The layouts are checked against the kernel's UAPI headers.
+docs/memslots-kvm.md, "The KVM API wrapper".
 """
 
 from __future__ import annotations

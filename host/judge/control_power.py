@@ -2,25 +2,11 @@
 have caught a host drift, measured by simulation through the real
 decision code.
 
-A flagged negative control (host/judge/primaries.py: metrics no guest
-kernel can move) means the host drifted between A and B, and the run
-exits 3.  "No control moved" is evidence only when a drift would have
-moved one: on two blocks the paired t has one degree of freedom, and Holm
-over 26 controls at a look's share of alpha then needs a |t| in the
-thousands.  So a comparison reports the controls' **power**: the share of
-simulated runs in which a drift of ``DRIFT`` (every control's B / A moved
-by 10 %, as a host that got slower moves them all) flags at least one
-control, each control simulated with the design and the spread it had
-(its blocks, or its replicates a side, and the standard error of its
-test), decided by ``ab_tests.ratio_test`` and ``comparison.decide`` at the
-level the controls faced: the comparison's alpha, or the last look's
-share of it under --until-decided (a look's group-sequential p is at most
-the raw p, so this is a lower bound there).  Below ``TARGET_POWER`` the
-run says the controls cannot tell, instead of "no control moved".
-
-The spread is the one observed: on two or three blocks it is itself off
-by a factor of two or more either way, which is why a run needs more
-blocks of its controls than that before their silence counts.
+The share of simulated runs in which a 10 % drift of every control
+(``DRIFT``) flags at least one, each control with the design and spread it
+had, at the level the controls faced; below ``TARGET_POWER`` a run says
+its controls cannot tell.  Why: docs/verdicts.md, "The negative controls'
+power".
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """Workloads: seeded streams of guest frame numbers to look up.
 
-Seed 002 sorts memslot lookups into three kinds, in the order they should be
-optimised: complete misses (emulated MMIO: no slot), hits into the few large
-RAM slots, hits into the other, small slots.  The workloads:
-
-- ``miss``: frames in no slot.  A hole (below the first slot, between two
-  slots, or the 1 GiB above the last) is picked uniformly, then a frame in
-  it uniformly.  Which hole a frame falls in is all that decides a search's
-  path, so picking holes uniformly visits every miss path, including the
-  worst, with a few hundred lookups.
-- ``ram-hits``: frames in slots, each slot weighted by its size (a frame of
-  the slots' pages picked uniformly): mostly the big RAM slots.
-- ``other-hits`` (also called ``small-hits``): frames in the small slots (at
-  most 16 MiB: ROMs, device BARs, the low-RAM pieces below 1 MiB), each
-  small slot equally likely: seed 002's "hit into the other slots".  The two
-  names give the same frames.
-- ``mixed``: per lookup, 70 % miss, 25 % ram-hits, 5 % small-hits.  Seed
-  002 says misses are "by far the majority"; the split is our assumption,
-  not a published figure.
-
-The same layout, workload, count and seed always give the same frames.
+Seed 002's three kinds of lookup: ``miss`` (a hole picked uniformly, then a
+frame in it), ``ram-hits`` (slots weighted by size), ``other-hits`` (alias
+``small-hits``: the small slots, each equally likely) and ``mixed`` (70 /
+25 / 5 %: an assumption, not a published figure).  The same layout,
+workload, count and seed give the same frames.  docs/memslots-model.md,
+"The workloads".
 """
 
 from __future__ import annotations
