@@ -124,10 +124,12 @@ def unblocked_compare(
 
 
 def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step: float = 1.0, runs: int = 8) -> Rate:
-    """Series of ``runs`` runs of 4 replicates (2 % noise), each run moved
-    by N(0, drift) (``walk``: a random walk of that step), a ``step`` from
-    the middle run on: the share of series given a step (at alpha, one
-    series alone: its family's first Holm level would be lower)."""
+    """One series alone: ``runs`` runs of 4 replicates (2 % noise), each
+    run moved by N(0, drift) (``walk``: a random walk of that step), a
+    ``step`` from the middle run on: the share of series given a step (at
+    alpha, one series alone: its family's first Holm level would be
+    lower).  What the test gives with no family to lend it degrees of
+    freedom."""
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(trials):
@@ -139,7 +141,65 @@ def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step
             series.append([[float(level * math.exp(rng.normal(0.0, 0.02)))] for _ in range(4)])
         found += bool(history.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
     kind = "random walk" if walk else "independent"
-    return Rate(f"history, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step", found, trials, seed)
+    return Rate(
+        f"history, one series alone, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step",
+        found,
+        trials,
+        seed,
+    )
+
+
+def history_family(
+    trials: int,
+    seed: int,
+    drift: float | tuple[float, float],
+    *,
+    common: float = 0.0,
+    step: float = 1.0,
+    stepped: int = 10,
+    members: int = 10,
+    runs: int = 8,
+) -> tuple[Rate, Rate]:
+    """A family of ``members`` primaries through ``history.judge_family``
+    (the family's prior, Holm, the verdicts): ``runs`` runs of 4
+    replicates (2 % noise) each, every series' run moved by its own
+    N(0, drift) (a pair: each series' drift log-uniform between the two)
+    and every run by a ``common`` N(0, common) shared by all series, the
+    first ``stepped`` series stepped by ``step`` from the middle run on.
+    Returns the share of unstepped series given a step (false steps) and
+    of stepped series given a step at the middle run (found)."""
+    rng = np.random.default_rng(seed)
+    false = nulls = found = alts = 0
+    mid = runs // 2
+    for _ in range(trials):
+        shared = rng.normal(0.0, common, runs) if common else np.zeros(runs)
+        family = []
+        for g in range(members):
+            sd = drift if isinstance(drift, float) else math.exp(rng.uniform(math.log(drift[0]), math.log(drift[1])))
+            levels = shared + rng.normal(0.0, sd, runs)
+            if g < stepped:
+                levels[mid:] += math.log(step)
+            reps = [[[float(math.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
+            s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=comparison.PRIMARY)
+            s.values, s.log = history.run_values(reps), True
+            family.append(s)
+        history.judge_family(family, threshold=THRESHOLD, alpha=ALPHA)
+        for g, s in enumerate(family):
+            if g < stepped and step != 1.0:
+                alts += 1
+                found += s.verdict == history.STEP and any(st.after == mid for st in s.steps)
+            else:
+                nulls += 1
+                false += s.verdict == history.STEP
+    spread = f"{100 * drift:g} %" if isinstance(drift, float) else f"{100 * drift[0]:g}-{100 * drift[1]:g} %"
+    what = (
+        f"history, {members} primaries, {runs} runs, {spread} independent drift"
+        + (f" + {100 * common:g} % common" if common else "")
+        + (f", {stepped} stepped x{step:g}" if step != 1.0 else ", no change")
+    )
+    return Rate(f"{what}: unchanged series given a step", false, nulls, seed), Rate(
+        f"{what}: stepped series found", found, alts, seed
+    )
 
 
 # ---------------------------------------------------------------- looks on few blocks
@@ -231,6 +291,37 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
 # ---------------------------------------------------------------- the table
 
 
+def history_table(n: Callable[[int], int]) -> Iterator[Rate]:
+    """memqual history's figures: one series alone, then families."""
+    for drift, walk, step, seed in (
+        (0.0, False, 1.0, 421),
+        (0.03, False, 1.0, 422),
+        (0.05, False, 1.0, 423),
+        (0.02, True, 1.0, 424),
+        (0.0, False, 1.10, 425),
+        (0.03, False, 1.10, 426),
+    ):
+        yield history_steps(n(2000), seed, drift, walk, step)
+    fams: tuple[tuple[float | tuple[float, float], float, float, int, int, int], ...] = (
+        (0.03, 0.0, 1.0, 0, 8, 441),
+        (0.05, 0.0, 1.0, 0, 8, 442),
+        (0.03, 0.03, 1.0, 0, 8, 443),
+        ((0.005, 0.30), 0.0, 1.0, 0, 8, 444),
+        (0.03, 0.0, 1.10, 10, 8, 445),
+        (0.03, 0.0, 1.10, 1, 8, 446),
+        ((0.005, 0.30), 0.0, 1.10, 10, 8, 447),
+        (0.03, 0.0, 1.10, 10, 10, 450),
+        (0.03, 0.0, 1.10, 10, 12, 448),
+        (0.03, 0.0, 1.10, 10, 16, 449),
+    )
+    for drift, common, step, stepped, runs, seed in fams:
+        false, found = history_family(n(300), seed, drift, common=common, step=step, stepped=stepped, runs=runs)
+        if false.trials:
+            yield false
+        if step != 1.0:
+            yield found
+
+
 def table(scale: float = 1.0) -> Iterator[Rate]:
     """Every figure, at ``scale`` times its trials, as it is measured."""
 
@@ -249,15 +340,7 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
         (0.03, True, 3, 416),
     ):
         yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
-    for drift, walk, step, seed in (
-        (0.0, False, 1.0, 421),
-        (0.03, False, 1.0, 422),
-        (0.05, False, 1.0, 423),
-        (0.02, True, 1.0, 424),
-        (0.0, False, 1.10, 425),
-        (0.03, False, 1.10, 426),
-    ):
-        yield history_steps(n(2000), seed, drift, walk, step)
+    yield from history_table(n)
     yield sequential_looks(n(2000), 431)
     yield sequential_looks(n(1000), 432, min_blocks=3)
     yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
