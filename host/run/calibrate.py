@@ -21,7 +21,7 @@ import numpy as np
 from scipy import stats as _scipy_stats
 
 from memqual.host.core import ab_tests
-from memqual.host.judge import comparison, history
+from memqual.host.judge import comparison, control_power, history
 from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
@@ -288,6 +288,27 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
     )
 
 
+# ---------------------------------------------------------------- the controls' power
+
+
+def controls_power(trials: int, sd: float, alpha: float, blocks: int, controls: int = 26) -> Rate:
+    """control_power.power, what every comparison prints: ``controls``
+    controls of block spread ``sd`` (of a block's log B/A) all moved by
+    its 10 % drift, on ``blocks`` blocks, Holm at ``alpha``: drift caught
+    (seed control_power.SEED)."""
+    designs = [control_power.ControlDesign(f"c{i}", 2, 2, 2, sd / math.sqrt(2.0)) for i in range(controls)]
+    found = control_power.power(
+        control_power.on_blocks(designs, blocks), alpha=alpha, threshold=THRESHOLD, trials=trials
+    )
+    return Rate(
+        f"control power, {controls} controls, spread {100 * sd:g} %, alpha {alpha:g}, {blocks} blocks: "
+        f"{100 * found.drift:g} % drift caught",
+        round(found.power * trials),
+        trials,
+        found.seed,
+    )
+
+
 # ---------------------------------------------------------------- the table
 
 
@@ -341,6 +362,12 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
     ):
         yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
     yield from history_table(n)
+    for sd in (0.01, 0.02, 0.05):
+        for level in (0.01, 0.0032, 0.001):
+            for blocks in (2, 3, 4, 5, 6, 8):
+                yield controls_power(n(200), sd, level, blocks)
     yield sequential_looks(n(2000), 431)
     yield sequential_looks(n(1000), 432, min_blocks=3)
-    yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+    yield sequential_looks(n(2000), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+    yield sequential_looks(n(2000), 434, looks=(8, 9, 10, 11, 12), min_blocks=8)
+    yield sequential_looks(n(2000), 435, looks=(16, 17, 18, 19, 20))
