@@ -483,8 +483,8 @@ def history_table(n: Callable[[int], int]) -> Iterator[Rate]:
         (0.03, 0.0, 1.10, 10, 12, 448),
         (0.03, 0.0, 1.10, 10, 16, 449),
     )
-    for drift, common, step, stepped, runs, seed in fams:
-        false, found = history_family(n(300), seed, drift, common=common, step=step, stepped=stepped, runs=runs)
+    for spread, common, step, stepped, runs, seed in fams:
+        false, found = history_family(n(300), seed, spread, common=common, step=step, stepped=stepped, runs=runs)
         if false.trials:
             yield false
         if step != 1.0:
