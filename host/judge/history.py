@@ -499,14 +499,6 @@ def _segment_p(values: Sequence[float], i: int, j: int, prior_at: Any) -> tuple[
     return min(1.0, ps[best] * len(ps)), cuts[best]
 
 
-def beyond_band(low: float, high: float, threshold: float) -> bool:
-    """The whole interval [low, high] of a ratio lies beyond the band
-    [1 - threshold, 1 + threshold], above or below it."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return False
-    return low > 1.0 + threshold or high < 1.0 - threshold
-
-
 def change_points(
     series: Sequence[Sequence[Sequence[float]]],
     *,
