@@ -1,7 +1,8 @@
 """The series of many runs of one host: runs grouped by host and QEMU, ordered
 by time or kernel, each metric's ratios to the group's first run, and the
-change points (binary segmentation with Welch's t, corrected per family as
-memqual compare's).  docs/bisect-history-export.md explains the test.
+change points (binary segmentation on the runs' medians, each series' run
+spread moderated by its family's, corrected per family as memqual
+compare's).  docs/bisect-history-export.md explains the test.
 Draws nothing and parses no options.
 """
 
