@@ -278,13 +278,19 @@ class GuestTest(avocado.Test):
 
     def block_config(self, config: MachineConfig) -> MachineConfig:
         """In a block of an A/B (or a bisect's probe) every guest boots
-        cold.  A warm start restores the one boot its snapshot saved, so
-        every block of an arm would repeat that boot's memory state: a
+        cold, and so does every guest of a measuring test of ``memqual run``
+        outside blocks (MEMQUAL_COLD_MEASURING, which it sets: its results
+        are what ``memqual compare`` and ``history`` compare).  A warm start
+        restores the one boot its snapshot saved, so every block of an arm,
+        or every run of a host, would repeat that boot's memory state: a
         boot-state metric (the balloon floor) then varies less between
         blocks than between real boots (measured: 1-2 % against 7 %), and
-        two arms differ by their two snapshots, not by their kernels.  A cold
-        boot costs about 2.5 s more here."""
-        return dataclasses.replace(config, warm=False) if self.block > 0 else config
+        two arms or runs differ by their snapshots, not by their kernels.
+        A cold boot costs about 2.5 s more here (docs/ab-calibration.md,
+        "Cold guests").  Tests that measure nothing (test_warm.py's among
+        them) keep warm starts."""
+        cold = self.block > 0 or (settings.cold_measuring() and self.measures())
+        return dataclasses.replace(config, warm=False) if cold else config
 
     def first_unit(self) -> int:
         """The index a scenario's first fresh guest counts from when it

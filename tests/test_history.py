@@ -251,3 +251,52 @@ def test_a_hostile_metric_and_label_are_escaped_once_on_the_page(tmp_path):
     assert_escaped_once(text)
     # Each series' heading, each run's label and guest kernel, the environment line.
     assert text.count(ESCAPED) >= 2 + 3 * 2 + 1, text.count(ESCAPED)
+
+
+def test_the_prior_is_fitted_to_the_scatter_of_the_variances():
+    """Smyth's fit: variances drawn from a scaled inverse chi-square prior
+    (d0 10, s0^2 1) and then sampled on 6 degrees of freedom give d0 near
+    10; alike variances lend the family's degrees of freedom (the cap);
+    spreads 60 times apart lend next to none."""
+    rng = np.random.default_rng(11)
+    truth = 10.0 / rng.chisquare(10.0, 400)
+    sampled = truth * rng.chisquare(6.0, 400) / 6.0
+    prior = history.fit_prior([(float(v), 6.0) for v in sampled])
+    assert 6.0 < prior.df < 16.0 and 0.8 < prior.variance < 1.25
+    alike = history.fit_prior([(float(v), 6.0) for v in rng.chisquare(6.0, 10) / 6.0])
+    assert alike.df == pytest.approx(6.0 * 9)
+    apart = [(float(s * s * rng.chisquare(6.0) / 6.0), 6.0) for s in np.geomspace(0.005, 0.3, 10)]
+    assert history.fit_prior(apart).df < 2.0
+    assert history.fit_prior(apart[:2]) == history.NO_PRIOR
+
+
+def test_a_drift_common_to_the_family_lends_it_no_degrees_of_freedom():
+    """Series whose runs move together are one draw of the drift, not ten:
+    the prior is capped at what independent series would be worth."""
+    rng = np.random.default_rng(12)
+    shared = rng.normal(0.0, 0.05, 8)
+    common = history.FamilySpread([list(shared + rng.normal(0.0, 0.002, 8)) for _ in range(10)])
+    assert common.independent(0, 8, 4) < 1.5 and common(0, 8, 4).df < 6.0
+    apart = history.FamilySpread([list(rng.normal(0.0, 0.05, 8)) for _ in range(10)])
+    assert apart.independent(0, 8, 4) > 6.0 and apart(0, 8, 4).df > 30.0
+
+
+def test_the_family_finds_a_step_its_series_alone_cannot_show():
+    """Ten primaries, 8 runs of 3 % drift each, all 10 % higher from run 5
+    on, 6 such families: each series alone has 6 degrees of freedom for
+    its run spread and shows the step in about 3 of 10 (at alpha, no
+    Holm); the family's prior, under Holm, in about 5 of 10."""
+    rng = np.random.default_rng(13)
+    alone = found = 0
+    for _ in range(6):
+        family = []
+        for g in range(10):
+            levels = rng.normal(0.0, 0.03, 8) + np.log(1.10) * (np.arange(8) >= 4)
+            reps = [[[float(np.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
+            alone += [st.after for st in history.change_points(reps)] == [4]
+            s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role="primary")
+            s.values = history.run_values(reps)
+            family.append(s)
+        history.judge_family(family, threshold=0.05, alpha=0.01)
+        found += sum(s.verdict == history.STEP and [st.after for st in s.steps] == [4] for s in family)
+    assert alone <= 26 and found >= alone + 8, (alone, found)

@@ -488,12 +488,13 @@ def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracke
 
 
 def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_scale():
-    """Through compare_results: a look on 2 blocks takes its share as it
-    is and keeps no boundary; from 3 blocks a metric's p' (what Holm ran
-    on) is at most its raw p, and it keeps the boundary of its Bonferroni
-    share, whose nominal level is above the share from the second
-    boundary on (the looks' correlation)."""
-    tracker = until.Tracker(threshold=0.05, alpha=0.01)
+    """Through compare_results, the recursion from 3 blocks (the
+    mechanics; by default it starts at MIN_BLOCKS_SEQUENTIAL): a look on 2
+    blocks takes its share as it is and keeps no boundary; from 3 blocks a
+    metric's p' (what Holm ran on) is at most its raw p, and it keeps the
+    boundary of its Bonferroni share, whose nominal level is above the
+    share from the second boundary on (the looks' correlation)."""
+    tracker = until.Tracker(threshold=0.05, alpha=0.01, min_blocks_sequential=3)
     a, b = _records(1.03, 8, 0.05, seed=5)
     seen: dict[int, list] = {}
     original = until.decisions
@@ -512,7 +513,7 @@ def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_
     assert not inflate.decided or inflate.decided_at is not None
     looks = [look for look, _, _, _ in inflate.boundaries]
     blocks = [n for _, n, _, _ in inflate.boundaries]
-    assert blocks[0] == until.MIN_BLOCKS_SEQUENTIAL and blocks == sorted(blocks)
+    assert blocks[0] == 3 and blocks == sorted(blocks)
     shares = {look.look: look.level / 2 for look in tracker.looks}  # two primaries
     for look, _, nominal, nominal_equivalence in inflate.boundaries[1:]:
         assert nominal > shares[look] and nominal_equivalence > shares[look]
@@ -565,16 +566,16 @@ def _stats_of(tracker: until.Tracker, d: list[float]) -> comparison.MetricStats:
     return m.comparison
 
 
-def test_a_look_on_fewer_than_8_blocks_tests_at_its_share_and_keeps_no_boundary():
-    """The t of 3-7 blocks is not normal enough for the recursion: those
-    looks take the raw p (exact for a t) at their share; from 8 blocks on
+def test_a_look_on_fewer_than_16_blocks_tests_at_its_share_and_keeps_no_boundary():
+    """The t of 3-15 blocks is not normal enough for the recursion: those
+    looks take the raw p (exact for a t) at their share; from 16 blocks on
     the boundaries start."""
     from memqual.host.run import calibrate
 
     tracker = until.Tracker(threshold=0.05, alpha=0.01, decisions_of=calibrate._look_decisions)
     rng = np.random.default_rng(4)
-    d = list(rng.normal(0.0, 0.3, 10))
-    for k in range(3, 11):
-        tracker.update(k, *_look(d[:k]), fraction=k / 10)
+    d = list(rng.normal(0.0, 0.3, 20))
+    for k in range(3, 21):
+        tracker.update(k, *_look(d[:k]), fraction=k / 20)
     (m,) = tracker.metrics.values()
-    assert [n for _, n, _, _ in m.boundaries] == [8, 9, 10] and until.MIN_BLOCKS_SEQUENTIAL == 8
+    assert [n for _, n, _, _ in m.boundaries] == [16, 17, 18, 19, 20] and until.MIN_BLOCKS_SEQUENTIAL == 16

@@ -5,7 +5,11 @@ clock, freezing, futility) and the real per-metric decision
 (comparison.decide and metric_stats, what compare_results runs per
 metric).  Only the clock, the jobs and the records' merging are
 simulated: a block of a scenario costs its seconds and draws its values.
-Fixed seeds, bounded trials; the figures are in docs/ab-calibration.md."""
+Fixed seeds.  pytest runs a bounded subset (some 5 s): each rate's
+binomial 95 % interval must hold the full run's figure, and that figure
+its target.  ``tox -e calibrate`` (MEMQUAL_CALIBRATION_SCALE set) runs the
+docs' trials and the comparisons between rules; the figures are in
+docs/ab-calibration.md."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import types
 from collections import defaultdict
 
 import numpy as np
+import pytest
 from rich.console import Console
 
 from memqual.host.core import ab_tests
@@ -27,8 +32,30 @@ from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
-# `tox -e calibrate` runs these at the docs' trials (docs/ab-calibration.md).
-SCALE = float(os.environ.get("MEMQUAL_CALIBRATION_SCALE", "1"))
+# `tox -e calibrate` runs these at the docs' trials (docs/ab-calibration.md):
+# MEMQUAL_CALIBRATION_SCALE times each test's base runs.  Unset, pytest runs
+# the bounded subset.
+SCALE = float(os.environ.get("MEMQUAL_CALIBRATION_SCALE", "0"))
+CALIBRATING = SCALE > 0
+# The full run's rates (tox -e calibrate, scale 1; docs/ab-calibration.md).
+FULL = {"A/A": 0 / 300, "6 % worse: equivalent": 0 / 200, "floor": 12 / 60}
+CALIBRATION_ONLY = pytest.mark.skipif(
+    not CALIBRATING, reason="a comparison of rules at the docs' trials: tox -e calibrate runs it"
+)
+
+
+def runs_of(base: int, subset: int) -> int:
+    """The runs a test takes: its base times the scale when calibrating,
+    the bounded subset under plain pytest."""
+    return int(base * SCALE) if CALIBRATING else subset
+
+
+def holds(rate: calibrate.Rate, full: float) -> None:
+    """The subset's 95 % interval holds the full run's rate."""
+    low, high = rate.interval()
+    assert low <= full <= high, rate.line()
+
+
 BUDGET_S = 25 * 60.0
 ONCE_S = 200.0  # the once-per-arm checks, after the last look: kept from the budget
 
@@ -144,37 +171,44 @@ def test_no_effect_flags_a_primary_in_at_most_alpha_of_runs(monkeypatch, tmp_pat
     """A/A: looks on the budget's clock, futility, freezing: the share of
     runs in which any of the ten primaries comes out slower or faster."""
     rng = np.random.default_rng(31)
-    runs = int(300 * SCALE)
+    runs = runs_of(300, 24)
     flagged = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.0,) * len(SD))
         flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts.values())
-    print(calibrate.Rate("until-decided loop, A/A, 10 primaries: any slower or faster", flagged, runs, 31).line())
-    assert flagged / runs <= ALPHA, flagged / runs
+    rate = calibrate.Rate("until-decided loop, A/A, 10 primaries: any slower or faster", flagged, runs, 31)
+    print(rate.line())
+    holds(rate, FULL["A/A"])
+    assert FULL["A/A"] <= ALPHA and (not CALIBRATING or rate.rate <= ALPHA)
 
 
 def test_a_change_beyond_the_threshold_is_not_called_equivalent(monkeypatch, tmp_path):
     """B 6 % worse on every primary (beyond the 5 % band): `equivalent`
     would be wrong, in at most alpha of runs."""
     rng = np.random.default_rng(32)
-    runs = int(200 * SCALE)
+    runs = runs_of(200, 16)
     wrong = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.06,) * len(SD))
         wrong += any(v == comparison.EQUIVALENT for v in verdicts.values())
-    print(calibrate.Rate("until-decided loop, B 6 % worse: any equivalent", wrong, runs, 32).line())
-    assert wrong / runs <= ALPHA, wrong / runs
+    rate = calibrate.Rate("until-decided loop, B 6 % worse: any equivalent", wrong, runs, 32)
+    print(rate.line())
+    holds(rate, FULL["6 % worse: equivalent"])
+    assert FULL["6 % worse: equivalent"] <= ALPHA and (not CALIBRATING or rate.rate <= ALPHA)
 
 
 _FLOOR_RUNS: dict[tuple[bool, bool], tuple[float, float]] = {}
 
 
-def _floor_runs(monkeypatch, tmp_path, futility: bool, group_sequential: bool = True) -> tuple[float, float]:
-    """The share of 60 runs that find the floor-like change, and the mean
-    primaries decided a run (the same seed for every rule, and kept: two
-    tests share the group-sequential runs with futility)."""
+def _floor_runs(
+    monkeypatch, tmp_path, futility: bool, group_sequential: bool = True, runs: int = 0
+) -> tuple[float, float]:
+    """The share of runs that find the floor-like change (60 times the
+    scale), and the mean primaries decided a run (the same seed for every
+    rule, and kept: two tests share the group-sequential runs with
+    futility)."""
     if (futility, group_sequential) not in _FLOOR_RUNS:
-        runs = int(60 * SCALE)
+        runs = runs or runs_of(60, 0)
         rng = np.random.default_rng(33)
         effects = tuple(0.92 if i == FLOOR else 1.0 for i in range(len(SD)))
         found = decided = 0
@@ -190,6 +224,16 @@ def _floor_runs(monkeypatch, tmp_path, futility: bool, group_sequential: bool = 
     return _FLOOR_RUNS[futility, group_sequential]
 
 
+def test_the_floor_like_change_is_found_at_the_full_runs_rate(monkeypatch, tmp_path):
+    """A bounded subset of the floor-like runs below (futility, the
+    boundaries): its interval holds the full run's rate."""
+    runs = runs_of(60, 12)
+    found, decided = _floor_runs(monkeypatch, tmp_path, True, runs=runs)
+    holds(calibrate.Rate("floor found", round(found * runs), runs, 33), FULL["floor"])
+    assert decided >= 4.0  # the four near-deterministic primaries at least
+
+
+@CALIBRATION_ONLY
 def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_path):
     """A floor-like primary (block sd 0.071, 26 s a block) 8 % lower on B,
     five other TCG-like primaries unchanged and too noisy to decide in the
@@ -202,6 +246,7 @@ def test_futility_spends_the_budget_where_a_decision_can_come(monkeypatch, tmp_p
     assert with_futility[1] >= 4.0 and without[1] >= 4.0  # the four near-deterministic ones at least
 
 
+@CALIBRATION_ONLY
 def test_boundaries_from_8_blocks_find_about_what_bonferroni_finds(monkeypatch, tmp_path):
     """The same floor-like change, the same draws: each metric's boundaries
     from its looks' correlation (group_sequential.py, from 8 blocks on)
@@ -214,7 +259,7 @@ def test_boundaries_from_8_blocks_find_about_what_bonferroni_finds(monkeypatch, 
     sequential = _floor_runs(monkeypatch, tmp_path, True)
     bonferroni = _floor_runs(monkeypatch, tmp_path, True, group_sequential=False)
     print(f"floor found, primaries decided: group-sequential {sequential}, Bonferroni over the looks {bonferroni}")
-    runs = int(60 * SCALE)
+    runs = runs_of(60, 0)
     for rate, other in ((sequential[0], bonferroni[0]), (bonferroni[0], sequential[0])):
         low, high = calibrate.Rate("floor", round(rate * runs), runs, 33).interval()
         assert low <= other <= high and rate > 0.0

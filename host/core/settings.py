@@ -28,6 +28,7 @@ CACHE = "MEMQUAL_CACHE"  # the cache directory (default $XDG_CACHE_HOME/memqual)
 SOCKET_DIR = "MEMQUAL_SOCKET_DIR"  # where sockets go (default /tmp; keep the path short)
 STATE_DIR = "MEMQUAL_STATE_DIR"  # where host knobs are saved before a change (default /run/memqual)
 WARM = "MEMQUAL_WARM"  # 0: every guest boots cold
+COLD_MEASURING = "MEMQUAL_COLD_MEASURING"  # 1: every guest of a measuring test boots cold (memqual run sets it)
 DEBUG = "MEMQUAL_DEBUG"  # set: a traceback instead of one line
 OUTPUT_DIR = "MEMQUAL_OUTPUT_DIR"  # where an e2e test run by pytest writes its records
 KSM_PAGES_TO_SCAN = "MEMQUAL_KSM_PAGES_TO_SCAN"  # the volatile scan's pages_to_scan
@@ -105,6 +106,12 @@ def state_dir() -> Path | None:
 def warm_starts() -> bool:
     """False when MEMQUAL_WARM=0 (every start cold, e.g. to time the difference)."""
     return os.environ.get(WARM) != "0"
+
+
+def cold_measuring() -> bool:
+    """True when MEMQUAL_COLD_MEASURING=1: a test that measures boots every
+    guest cold (``memqual run`` sets it: its results are compared)."""
+    return os.environ.get(COLD_MEASURING) == "1"
 
 
 def debug() -> bool:

@@ -1,7 +1,8 @@
 """The series of many runs of one host: runs grouped by host and QEMU, ordered
 by time or kernel, each metric's ratios to the group's first run, and the
-change points (binary segmentation with Welch's t, corrected per family as
-memqual compare's).  docs/bisect-history-export.md explains the test.
+change points (binary segmentation on the runs' medians, each series' run
+spread moderated by its family's, corrected per family as memqual
+compare's).  docs/bisect-history-export.md explains the test.
 Draws nothing and parses no options.
 """
 
@@ -23,26 +24,42 @@ if TYPE_CHECKING:
 
 
 # The change-point test, named on the page: **binary segmentation on the
-# runs' medians, a pooled t at every boundary**.  The unit is the run: runs
-# sit hours or days apart, the host moves between them (docs/ab-calibration.md
-# measured some 10 % between jobs), and the replicates of one run share that
-# run's state, so a test on replicates pooled across runs reads run-to-run
-# drift as change.  Each run gives one value, the median of its replicate
-# medians (on the log scale; relative to the series' mean for a metric with
-# a value at or below zero), and the spread between runs is estimated from
-# the runs themselves.  In a segment of the series every boundary between
-# two runs is a candidate: a two-sample t-test of the run values before
-# against after, with the variance pooled within both sides (under no
-# change the runs are exchangeable, so one variance, and a side of one run
-# is testable).  A rise and a fall back inside one segment swell that
-# variance and can hide each other: on the run as the unit, a series needs
-# its steps some runs apart to show both.  The segment's p is the smallest of them times the boundaries
-# (Bonferroni: the best of k - 1 splits, not one chosen in advance).  When
-# it is below alpha the boundary of the smallest p is a candidate and both
-# sides are searched again.  Then each candidate is judged between its
-# neighbours (the candidates before and after it): it is a step when the
-# 95 % t-interval of the ratio after / before (of the run values)
-# lies wholly outside the threshold band.
+# runs' medians, a t at every boundary with the run-to-run variance
+# moderated by the family's**.  The unit is the run: runs sit hours or days
+# apart, the host moves between them (docs/ab-calibration.md measured some
+# 10 % between jobs), and the replicates of one run share that run's state,
+# so a test on replicates pooled across runs reads run-to-run drift as
+# change.  Each run gives one value, the median of its replicate medians (on
+# the log scale; relative to the series' mean for a metric with a value at
+# or below zero).
+#
+# In a segment of the series every boundary between two runs is a
+# candidate: a two-sample t of the run values before against after, with
+# the variance within both sides.  Eight runs leave that variance 6 degrees
+# of freedom, and that, not the search over boundaries, is what a series
+# alone cannot overcome: at alpha 0.01 the best of 7 boundaries needs
+# |t| > 5.55 (its exact null, by simulation) against Bonferroni's 5.56, and
+# a 10 % step in 8 runs of 3 % run-to-run drift gives t about 4.2.  So the
+# variance is **moderated** by the family's (Smyth's empirical Bayes, as
+# limma's moderated t): at each boundary, the within-sides variances of
+# every series of the family at that same boundary are fitted as a scaled
+# inverse chi-square prior (its degrees of freedom d0 from how much the
+# log variances scatter beyond their sampling error; at most the family's
+# own degrees of freedom), and a series' variance becomes
+# (d0 s0^2 + d s^2) / (d0 + d) with d0 + d degrees of freedom.  Series that
+# drift alike lend each other degrees of freedom; series whose spreads
+# differ widely (the primaries here span 0.05 % to 36 %) give d0 near 0 and
+# each series keeps its own t.  A series alone is its own t.
+#
+# The segment's p is the smallest of the boundaries' times their number
+# (Bonferroni; near exact here, above).  When it is below alpha the
+# boundary of the smallest p is a candidate and both sides are searched
+# again.  Then each candidate is judged between its neighbours (the
+# candidates before and after it): it is a step when the ratio after /
+# before of the run values lies beyond the threshold band -- as
+# ``memqual compare``'s slower/faster: shown to differ, the estimate beyond
+# the margin, not a change shown to exceed the margin.  The step keeps its
+# 95 % t-interval for the page.
 #
 # Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
 # is a decision, and many metrics moving together is what host drift looks
@@ -72,8 +89,9 @@ STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
 TEST_NAME = (
-    "binary segmentation on run medians (the run is the unit), a pooled t-test at every boundary, "
-    "Bonferroni over the boundaries; a step the controls share is confounded"
+    "binary segmentation on run medians (the run is the unit), a t at every boundary with the run-to-run "
+    "variance moderated across the family (empirical Bayes), Bonferroni over the boundaries; a step: shown to "
+    "differ, the ratio beyond the threshold; a step the controls share is confounded"
 )
 # Keys that describe the guest or the bookkeeping, not the host.
 _NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
@@ -137,6 +155,10 @@ class Series:
     p_equivalence: float = 1.0  # every run inside the band against the first (TOST, the largest p)
     p_equivalence_adjusted: float = 1.0
     regime: RegimeCheck | None = None  # the runs' regimes, for a metric that holds under one
+    # One value a run of the group (``run_values``; NaN where the series has
+    # none) and whether they are logs: what the change-point test reads.
+    values: list[float] = dataclasses.field(default_factory=list)
+    log: bool = True
 
     @property
     def comparable(self) -> bool:
@@ -273,6 +295,131 @@ def _log_scale(series: Sequence[Sequence[Sequence[float]]]) -> bool:
 
 
 @dataclasses.dataclass(frozen=True)
+class Prior:
+    """The family's run-to-run variance at one boundary, as a prior for one
+    series' (a scaled inverse chi-square: ``variance`` s0^2 on ``df`` d0
+    degrees of freedom).  ``df`` 0: none, each series its own t."""
+
+    df: float
+    variance: float
+
+
+NO_PRIOR = Prior(0.0, 0.0)
+
+
+def _trigamma_inverse(y: float) -> float:
+    """x with trigamma(x) = y (y > 0), by Newton's method as limma's."""
+    from scipy import special
+
+    x = 0.5 + 1.0 / y if y < 1e6 else 1.0 / math.sqrt(y)
+    for _ in range(60):
+        tri = float(special.polygamma(1, x))
+        step = tri * (1.0 - tri / y) / float(special.polygamma(2, x))
+        x += step
+        if x <= 0.0:
+            x = 1e-8
+        if abs(step) < 1e-10 * x:
+            break
+    return x
+
+
+def fit_prior(variances: Sequence[tuple[float, float]], independent: float | None = None) -> Prior:
+    """Smyth's (2004) moment fit of a prior to the series' (variance,
+    degrees of freedom) pairs: the log variances' scatter beyond what their
+    own sampling gives is the prior's; a prior is capped at the degrees of
+    freedom the family's variances hold, less one series': ``independent``
+    (default: as many as there are) is how many independent series those
+    variances are worth.  Fewer than three series with a variance above
+    zero: none."""
+    from scipy import special
+
+    pairs = [(v, d) for v, d in variances if d > 0.0 and v > 0.0 and math.isfinite(v)]
+    if len(pairs) < 3:
+        return NO_PRIOR
+    e = [math.log(v) - float(special.digamma(d / 2.0)) + math.log(d / 2.0) for v, d in pairs]
+    g = len(e)
+    mean = math.fsum(e) / g
+    excess = (
+        math.fsum((x - mean) ** 2 for x in e) / (g - 1)
+        - math.fsum(float(special.polygamma(1, d / 2.0)) for _, d in pairs) / g
+    )
+    worth = g if independent is None else max(1.0, min(float(g), independent))
+    cap = math.fsum(d for _, d in pairs) / g * (worth - 1.0)
+    if cap <= 0.0:
+        return NO_PRIOR
+    d0 = cap if excess <= 0.0 else min(cap, 2.0 * _trigamma_inverse(excess))
+    s0 = math.exp(mean + float(special.digamma(d0 / 2.0)) - math.log(d0 / 2.0))
+    return Prior(d0, s0)
+
+
+def _within(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    """The variance within both sides and its degrees of freedom."""
+    df = len(x) + len(y) - 2
+    if not x or not y or df < 1:
+        return math.nan, 0.0
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    ss = math.fsum((v - mx) ** 2 for v in x) + math.fsum((v - my) ** 2 for v in y)
+    return ss / df, float(df)
+
+
+class FamilySpread:
+    """The prior at each boundary of each segment, fitted to the
+    within-sides variances of every series of one family at that boundary
+    (run values aligned on the group's runs, NaN where a series has no
+    run).  Under no change the series' variances there are independent
+    scaled chi-squares; a series with a step elsewhere inflates its own,
+    which only widens the prior."""
+
+    def __init__(self, values: Sequence[Sequence[float]]) -> None:
+        self.values = [list(v) for v in values]
+        self._cache: dict[tuple[int, int, int], Prior] = {}
+
+    def __call__(self, i: int, j: int, k: int) -> Prior:
+        key = (i, j, k)
+        if key not in self._cache:
+            pairs = []
+            for v in self.values:
+                x = [a for a in v[i:k] if math.isfinite(a)]
+                y = [a for a in v[k:j] if math.isfinite(a)]
+                pairs.append(_within(x, y))
+            self._cache[key] = fit_prior(pairs, self.independent(i, j, k))
+        return self._cache[key]
+
+    def independent(self, i: int, j: int, k: int) -> float:
+        """How many independent series the family's variances at this
+        boundary are worth: G / (1 + (G - 1) r2), r2 the mean over pairs of
+        series of their residuals' squared correlation less what it is
+        between independent series (1 / the residuals' degrees of
+        freedom).  A drift that moves every series of a run alike makes
+        their variances one draw, not G (r2 near 1): without this the prior
+        would lend a common drift the degrees of freedom of G series."""
+        import numpy as np
+
+        block = np.array([v[i:j] for v in self.values], dtype=float)  # series x runs
+        cut = k - i
+        resid = np.full_like(block, np.nan)
+        for side in (slice(0, cut), slice(cut, None)):
+            part = block[:, side]
+            with np.errstate(invalid="ignore"):
+                counts = np.isfinite(part).sum(axis=1, keepdims=True)
+                means = np.nansum(part, axis=1, keepdims=True) / np.maximum(counts, 1)
+            resid[:, side] = part - means
+        known = np.isfinite(resid)
+        r = np.where(known, resid, 0.0)
+        norms = np.sqrt((r * r).sum(axis=1))
+        use = norms > 0.0
+        g = int(use.sum())
+        if g < 2:
+            return float(g)
+        r, known = r[use] / norms[use, None], known[use]
+        r2 = (r @ r.T) ** 2
+        dof = np.maximum(known.astype(float) @ known.T.astype(float) - 2.0, 2.0)  # runs both have, less two means
+        excess = np.clip((r2 - 1.0 / dof) / (1.0 - 1.0 / dof), 0.0, 1.0)
+        mean = float((excess.sum() - np.trace(excess)) / (g * (g - 1)))
+        return g / (1.0 + (g - 1) * mean)
+
+
+@dataclasses.dataclass(frozen=True)
 class Split:
     """Run values before against after one boundary: the difference of
     their means, its standard error, and the degrees of freedom of the
@@ -300,48 +447,57 @@ class Split:
         return (self.difference - half, self.difference + half)
 
 
-def split(before: Sequence[float], after: Sequence[float]) -> Split:
+def split(before: Sequence[float], after: Sequence[float], prior: Prior = NO_PRIOR) -> Split:
     """The two-sample t of the run values before against after a boundary,
-    the variance pooled within both sides (NaN, a run with no samples,
-    left out)."""
+    the variance within both sides, moderated by ``prior`` (NaN, a run with
+    no samples, left out)."""
     x = [v for v in before if math.isfinite(v)]
     y = [v for v in after if math.isfinite(v)]
     if not x or not y:
         return Split(0.0, math.inf, 0.0)
     mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
-    df = len(x) + len(y) - 2
+    var, df = _within(x, y)
     if df < 1:
+        var, df = 0.0, 0.0
+    if prior.df > 0.0:
+        var, df = (prior.df * prior.variance + df * var) / (prior.df + df), prior.df + df
+    if df <= 0.0:
         return Split(my - mx, math.inf, 0.0)
-    ss = math.fsum((v - mx) ** 2 for v in x) + math.fsum((v - my) ** 2 for v in y)
-    return Split(my - mx, math.sqrt(ss / df * (1.0 / len(x) + 1.0 / len(y))), float(df))
+    return Split(my - mx, math.sqrt(var * (1.0 / len(x) + 1.0 / len(y))), df)
+
+
+def _boundaries(values: Sequence[float], i: int, j: int) -> list[int]:
+    """The boundaries inside [i, j) that split its known values in two
+    different ways: before each known value but the first."""
+    known = [k for k in range(i, j) if math.isfinite(values[k])]
+    return known[1:]
 
 
 def no_change_p(series: Sequence[Sequence[Sequence[float]]]) -> float:
-    """The p of "no change anywhere in the series" that its family
-    corrects: at every boundary between two runs, the pooled t-test of the
-    run values (``run_values``) before against after, the smallest p, times
-    the boundaries (Bonferroni over the candidates: the best of k - 1
-    splits, not one chosen in advance).  Its error rate on series with
-    run-to-run drift is measured (docs/ab-calibration.md, "memqual history").  Under no change the runs are
-    exchangeable, so drift that moves each run independently is in the
-    variance the test estimates, not in its signal."""
-    return _no_change_p(run_values(series))
+    """The p of "no change anywhere in the series" for a series alone: at
+    every boundary between two runs, the t-test of the run values
+    (``run_values``) before against after, the smallest p, times the
+    boundaries (Bonferroni over the candidates: the best of k - 1 splits,
+    not one chosen in advance).  Its error rate on series with run-to-run
+    drift is measured (docs/ab-calibration.md, "memqual history").  Under
+    no change the runs are exchangeable, so drift that moves each run
+    independently is in the variance the test estimates, not in its
+    signal."""
+    values = run_values(series)
+    return _segment_p(values, 0, len(values), None)[0]
 
 
-def _no_change_p(values: Sequence[float]) -> float:
-    known = [v for v in values if math.isfinite(v)]
-    if len(known) < 3:
-        return 1.0  # two runs leave no spread between runs to test against
-    ps = [split(values[:k], values[k:]).p_value() for k in range(1, len(values))]
-    return min(1.0, min(ps) * len(ps))
-
-
-def beyond_band(low: float, high: float, threshold: float) -> bool:
-    """The whole interval [low, high] of a ratio lies beyond the band
-    [1 - threshold, 1 + threshold], above or below it."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return False
-    return low > 1.0 + threshold or high < 1.0 - threshold
+def _segment_p(values: Sequence[float], i: int, j: int, prior_at: Any) -> tuple[float, int]:
+    """The segment's Bonferroni p and its best boundary (-1: none)."""
+    known = [v for v in values[i:j] if math.isfinite(v)]
+    if len(known) < 3 and (prior_at is None or len(known) < 2):
+        return 1.0, -1  # two runs leave no spread between runs to test against, unless the family lends one
+    cuts = _boundaries(values, i, j)
+    if not cuts:
+        return 1.0, -1
+    ps = [split(values[i:k], values[k:j], prior_at(i, j, k) if prior_at else NO_PRIOR).p_value() for k in cuts]
+    best = min(range(len(cuts)), key=lambda m: ps[m])
+    return min(1.0, ps[best] * len(ps)), cuts[best]
 
 
 def change_points(
@@ -350,10 +506,22 @@ def change_points(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
 ) -> list[Step]:
-    """Steps in a series of runs, each run a list of replicates (lists of
-    samples).  See the module docstring for the test."""
-    values = run_values(series)
-    log = _log_scale(series)
+    """Steps in a series of runs alone, each run a list of replicates
+    (lists of samples).  See the module docstring for the test."""
+    return steps_in(run_values(series), _log_scale(series), threshold=threshold, alpha=alpha)
+
+
+def steps_in(
+    values: Sequence[float],
+    log: bool,
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    prior_at: Any = None,
+) -> list[Step]:
+    """Steps in one series' run values (``run_values``, NaN where it has
+    no run), its variances moderated by ``prior_at(i, j, k)`` (a
+    ``FamilySpread``; None: the series alone)."""
 
     def ratio(x: float) -> float:
         return math.exp(x) if log else 1.0 + x
@@ -361,19 +529,14 @@ def change_points(
     candidates: dict[int, float] = {}  # boundary -> the segment's p that found it
 
     def segment(i: int, j: int) -> None:
-        if j - i < 2:
+        p, after = _segment_p(values, i, j, prior_at)
+        if after < 0 or p >= alpha:
             return
-        p = _no_change_p(values[i:j])
-        if p >= alpha:
-            return
-        # The boundary of the smallest p is the candidate.
-        best = min(range(1, j - i), key=lambda k: split(values[i : i + k], values[i + k : j]).p_value())
-        after = i + best
         candidates[after] = p
         segment(i, after)
         segment(after, j)
 
-    segment(0, len(series))
+    segment(0, len(values))
     # Each candidate is judged against its neighbours: the runs between
     # the candidate before it and the one after.  Judged against the whole
     # segment instead, a rise followed by a fall (or the reverse) mixes
@@ -382,16 +545,22 @@ def change_points(
     cuts = sorted(candidates)
     for k, after in enumerate(cuts):
         start = cuts[k - 1] if k else 0
-        end = cuts[k + 1] if k + 1 < len(cuts) else len(series)
-        found = split(values[start:after], values[after:end])
+        end = cuts[k + 1] if k + 1 < len(cuts) else len(values)
+        found = split(values[start:after], values[after:end], prior_at(start, end, after) if prior_at else NO_PRIOR)
+        estimate = ratio(found.difference)
+        if not (estimate > 1.0 + threshold or estimate < 1.0 - threshold):
+            continue  # perhaps significant, but the estimate is inside the band
         low, high = found.interval()
-        low_r, high_r = ratio(low), ratio(high)
-        if not beyond_band(low_r, high_r, threshold):
-            continue  # perhaps significant, but not shown to exceed the threshold
         steps.append(
-            Step(after=after, ratio=ratio(found.difference), ci_low=low_r, ci_high=high_r, p_value=candidates[after])
+            Step(after=after, ratio=estimate, ci_low=ratio(low), ci_high=ratio(high), p_value=candidates[after])
         )
     return steps
+
+
+def family_p(values: Sequence[float], prior_at: Any) -> float:
+    """A series' p of "no change anywhere" with its family's prior: the
+    whole series as one segment."""
+    return _segment_p(values, 0, len(values), prior_at)[0]
 
 
 def equivalence_p(series: Sequence[Sequence[Sequence[float]]], threshold: float) -> float:
@@ -446,13 +615,16 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                     len(reps),
                 )
             )
-        raw_steps = change_points([_reps(e) for _, e in present], threshold=threshold, alpha=alpha)
-        # Positions within "present" back to positions in the group.
-        steps = [dataclasses.replace(s, after=present[s.after][0]) for s in raw_steps]
         m = present[0][1]
         series = Series(
-            key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, steps, str(m.get("scenario") or "")
+            key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, [], str(m.get("scenario") or "")
         )
+        # The run values on the group's positions: the family's prior is
+        # fitted boundary by boundary across series.
+        series.values = [math.nan] * len(runs)
+        for (pos, _), value in zip(present, run_values([_reps(e) for _, e in present]), strict=True):
+            series.values[pos] = value
+        series.log = _log_scale([_reps(e) for _, e in present])
         condition = condition_of(series.scenario, str(m.get("metric") or ""))
         if condition is not None:
             series.regime = check_regime(
@@ -467,17 +639,15 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                     for pos, e in present
                 ],
             )
-        series.p_change = no_change_p([_reps(e) for _, e in present])
         series.p_equivalence = equivalence_p([_reps(e) for _, e in present], threshold)
         out.append(series)
-    _decide_families(out, runs, alpha)
+    _decide_families(out, runs, threshold, alpha)
     return out
 
 
-def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> None:
+def _decide_families(series: list[Series], runs: list[Run], threshold: float, alpha: float) -> None:
     """Each series' family (memqual.host.judge.primaries, the primary marks the
-    runs' files carry), the corrections within it, and the verdicts."""
-    from memqual.host.core import ab_tests, stats
+    runs' files carry), the test and corrections within it, and the verdicts."""
     from memqual.host.judge import comparison
     from memqual.host.judge.primaries import is_control
 
@@ -494,21 +664,35 @@ def _decide_families(series: list[Series], runs: list[Run], alpha: float) -> Non
             s.verdict, s.steps = NOT_COMPARABLE, []
     for role in comparison.ROLES:
         # A series whose runs' regimes differ decides nothing and is in no family.
-        members = [s for s in series if s.role == role and s.comparable]
-        if not members:
-            continue
-        correct = ab_tests.benjamini_hochberg if role == comparison.EXPLORATORY else stats.holm
-        level = alpha
-        for s, p, q in zip(
-            members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
-        ):
-            s.p_change_adjusted, s.p_equivalence_adjusted = p, q
-            if p < level and s.steps:
-                s.verdict = STEP
-            else:
-                s.steps = []
-                s.verdict = comparison.EQUIVALENT if q < level else comparison.UNDECIDED
+        judge_family([s for s in series if s.role == role and s.comparable], threshold=threshold, alpha=alpha)
     confound(series)
+
+
+def judge_family(members: list[Series], *, threshold: float, alpha: float) -> None:
+    """One family's series (their ``values``, ``log``, ``role`` and
+    ``p_equivalence`` set): each one's steps with the family's prior, the
+    p of no change corrected in the family (Holm; Benjamini-Hochberg for
+    the exploratory), and the verdicts.  Confounding by the controls is
+    ``confound``'s."""
+    from memqual.host.core import ab_tests, stats
+    from memqual.host.judge import comparison
+
+    if not members:
+        return
+    spread = FamilySpread([s.values for s in members])
+    for s in members:
+        s.p_change = family_p(s.values, spread)
+        s.steps = steps_in(s.values, s.log, threshold=threshold, alpha=alpha, prior_at=spread)
+    correct = ab_tests.benjamini_hochberg if members[0].role == comparison.EXPLORATORY else stats.holm
+    for s, p, q in zip(
+        members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
+    ):
+        s.p_change_adjusted, s.p_equivalence_adjusted = p, q
+        if p < alpha and s.steps:
+            s.verdict = STEP
+        else:
+            s.steps = []
+            s.verdict = comparison.EQUIVALENT if q < alpha else comparison.UNDECIDED
 
 
 def confound(series: list[Series]) -> None:

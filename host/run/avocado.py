@@ -174,6 +174,10 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
     env = dict(os.environ)
     env[settings.PROFILE] = config.profile
     env[settings.CLOCK] = config.clock.label  # every guest of the job, both arms alike
+    # What a run records is compared (memqual compare, history): its
+    # measuring tests' guests boot cold, each an independent draw of a boot
+    # rather than the one boot a warm snapshot saved (e2e/base.py).
+    env[settings.COLD_MEASURING] = "1"
     for key in settings.PER_ARM:
         env.pop(key, None)
     if kernel is not None:

@@ -21,7 +21,7 @@ import numpy as np
 from scipy import stats as _scipy_stats
 
 from memqual.host.core import ab_tests
-from memqual.host.judge import comparison, history
+from memqual.host.judge import comparison, control_power, history
 from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
@@ -124,10 +124,12 @@ def unblocked_compare(
 
 
 def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step: float = 1.0, runs: int = 8) -> Rate:
-    """Series of ``runs`` runs of 4 replicates (2 % noise), each run moved
-    by N(0, drift) (``walk``: a random walk of that step), a ``step`` from
-    the middle run on: the share of series given a step (at alpha, one
-    series alone: its family's first Holm level would be lower)."""
+    """One series alone: ``runs`` runs of 4 replicates (2 % noise), each
+    run moved by N(0, drift) (``walk``: a random walk of that step), a
+    ``step`` from the middle run on: the share of series given a step (at
+    alpha, one series alone: its family's first Holm level would be
+    lower).  What the test gives with no family to lend it degrees of
+    freedom."""
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(trials):
@@ -139,7 +141,65 @@ def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step
             series.append([[float(level * math.exp(rng.normal(0.0, 0.02)))] for _ in range(4)])
         found += bool(history.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
     kind = "random walk" if walk else "independent"
-    return Rate(f"history, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step", found, trials, seed)
+    return Rate(
+        f"history, one series alone, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step",
+        found,
+        trials,
+        seed,
+    )
+
+
+def history_family(
+    trials: int,
+    seed: int,
+    drift: float | tuple[float, float],
+    *,
+    common: float = 0.0,
+    step: float = 1.0,
+    stepped: int = 10,
+    members: int = 10,
+    runs: int = 8,
+) -> tuple[Rate, Rate]:
+    """A family of ``members`` primaries through ``history.judge_family``
+    (the family's prior, Holm, the verdicts): ``runs`` runs of 4
+    replicates (2 % noise) each, every series' run moved by its own
+    N(0, drift) (a pair: each series' drift log-uniform between the two)
+    and every run by a ``common`` N(0, common) shared by all series, the
+    first ``stepped`` series stepped by ``step`` from the middle run on.
+    Returns the share of unstepped series given a step (false steps) and
+    of stepped series given a step at the middle run (found)."""
+    rng = np.random.default_rng(seed)
+    false = nulls = found = alts = 0
+    mid = runs // 2
+    for _ in range(trials):
+        shared = rng.normal(0.0, common, runs) if common else np.zeros(runs)
+        family = []
+        for g in range(members):
+            sd = drift if isinstance(drift, float) else math.exp(rng.uniform(math.log(drift[0]), math.log(drift[1])))
+            levels = shared + rng.normal(0.0, sd, runs)
+            if g < stepped:
+                levels[mid:] += math.log(step)
+            reps = [[[float(math.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
+            s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=comparison.PRIMARY)
+            s.values, s.log = history.run_values(reps), True
+            family.append(s)
+        history.judge_family(family, threshold=THRESHOLD, alpha=ALPHA)
+        for g, s in enumerate(family):
+            if g < stepped and step != 1.0:
+                alts += 1
+                found += s.verdict == history.STEP and any(st.after == mid for st in s.steps)
+            else:
+                nulls += 1
+                false += s.verdict == history.STEP
+    spread = f"{100 * drift:g} %" if isinstance(drift, float) else f"{100 * drift[0]:g}-{100 * drift[1]:g} %"
+    what = (
+        f"history, {members} primaries, {runs} runs, {spread} independent drift"
+        + (f" + {100 * common:g} % common" if common else "")
+        + (f", {stepped} stepped x{step:g}" if step != 1.0 else ", no change")
+    )
+    return Rate(f"{what}: unchanged series given a step", false, nulls, seed), Rate(
+        f"{what}: stepped series found", found, alts, seed
+    )
 
 
 # ---------------------------------------------------------------- looks on few blocks
@@ -228,7 +288,207 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
     )
 
 
+# ---------------------------------------------------------------- the controls' power
+
+
+def controls_power(trials: int, sd: float, alpha: float, blocks: int, controls: int = 26) -> Rate:
+    """control_power.power, what every comparison prints: ``controls``
+    controls of block spread ``sd`` (of a block's log B/A) all moved by
+    its 10 % drift, on ``blocks`` blocks, Holm at ``alpha``: drift caught
+    (seed control_power.SEED)."""
+    designs = [control_power.ControlDesign(f"c{i}", 2, 2, 2, sd / math.sqrt(2.0)) for i in range(controls)]
+    found = control_power.power(
+        control_power.on_blocks(designs, blocks), alpha=alpha, threshold=THRESHOLD, trials=trials
+    )
+    return Rate(
+        f"control power, {controls} controls, spread {100 * sd:g} %, alpha {alpha:g}, {blocks} blocks: "
+        f"{100 * found.drift:g} % drift caught",
+        round(found.power * trials),
+        trials,
+        found.seed,
+    )
+
+
+# ---------------------------------------------------------------- memqual compare on one look
+
+PRIMARIES, OTHERS = 12, 112
+
+
+def replicates(rng: np.random.Generator, n: int, spread: float, factor: float, drift: np.ndarray) -> list[list[float]]:
+    """n replicates of 3 samples: a replicate-to-replicate spread (log
+    normal), 1 % sample noise inside each, and a drift per block shared by
+    A and B (the host's load over minutes)."""
+    rep = rng.normal(0.0, spread, (n, 1))
+    return [[float(x) for x in row] for row in factor * np.exp(drift[:, None] + rep + rng.normal(0.0, 0.01, (n, 3)))]
+
+
+def compare_trial(
+    rng: np.random.Generator,
+    n: int,
+    spread: float,
+    effect: float,
+    paired: bool,
+    drift_sd: float = 0.0,
+    others: int = OTHERS,
+) -> tuple[list[Any], list[str]]:
+    """One comparison: 12 primaries moved by ``effect`` on B and ``others``
+    exploratory metrics unmoved, n replicates (blocks when ``paired``) a
+    side: their ratio tests and roles."""
+    tests = []
+    blocks = list(range(n)) if paired else None
+    for i in range(PRIMARIES + others):
+        drift = rng.normal(0.0, drift_sd, n)
+        ra = replicates(rng, n, spread, 1.0 + i, drift)
+        rb = replicates(rng, n, spread, (1.0 + i) * (effect if i < PRIMARIES else 1.0), drift)
+        tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
+    return tests, [comparison.PRIMARY] * PRIMARIES + [comparison.EXPLORATORY] * others
+
+
+def compare_verdicts(tests: list[Any], roles: list[str], alpha: float = ALPHA) -> list[str]:
+    return comparison.decide(tests, roles, ["lower"] * len(tests), threshold=THRESHOLD, alpha=alpha)[1]
+
+
+def _design(n: int, paired: bool) -> str:
+    return f"{n} blocks, paired" if paired else f"{n} a side, Welch"
+
+
+def compare_flags(trials: int, n: int, paired: bool, seed: int = 19) -> Rate:
+    """No effect, 12 primaries and 112 others, 3 % spread: any metric
+    slower or faster."""
+    rng = np.random.default_rng(seed)
+    flagged = 0
+    for _ in range(trials):
+        verdicts = compare_verdicts(*compare_trial(rng, n, 0.03, 1.0, paired))
+        flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts)
+    return Rate(f"compare, no effect, {_design(n, paired)}: any metric flagged", flagged, trials, seed)
+
+
+def compare_slower(trials: int, n: int, paired: bool, drift_sd: float = 0.0, seed: int = 20) -> tuple[Rate, Rate]:
+    """B 10 % worse on every primary, 3 % spread (and ``drift_sd`` between
+    blocks): the share of primaries found slower, and of the primary
+    found least often."""
+    rng = np.random.default_rng(seed)
+    counts = np.zeros(PRIMARIES, dtype=int)
+    for _ in range(trials):
+        verdicts = compare_verdicts(*compare_trial(rng, n, 0.03, 1.10, paired, drift_sd, others=0))
+        counts += np.array([v == comparison.SLOWER for v in verdicts])
+    what = f"compare, B 10 % worse, {_design(n, paired)}" + (f", {100 * drift_sd:g} % drift" if drift_sd else "")
+    return (
+        Rate(f"{what}: primaries slower (mean)", int(counts.sum()), trials * PRIMARIES, seed),
+        Rate(f"{what}: the lowest primary slower", int(counts.min()), trials, seed),
+    )
+
+
+def compare_equivalent(trials: int, paired: bool, seed: int = 21) -> Rate:
+    """B equal, 1 % spread, 6 a side: the share of primaries equivalent."""
+    rng = np.random.default_rng(seed)
+    found = 0
+    for _ in range(trials):
+        found += sum(
+            v == comparison.EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.0, paired, others=0))
+        )
+    return Rate(
+        f"compare, B equal, 1 % spread, {_design(6, paired)}: primaries equivalent", found, trials * PRIMARIES, seed
+    )
+
+
+def compare_wrong_equivalence(trials: int, seed: int = 22) -> Rate:
+    """B 6 % worse (outside the band), 1 % spread, 6 blocks: any primary
+    equivalent."""
+    rng = np.random.default_rng(seed)
+    wrong = 0
+    for _ in range(trials):
+        wrong += any(
+            v == comparison.EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.06, True, others=0))
+        )
+    return Rate("compare, B 6 % worse, 6 blocks, paired: any primary equivalent", wrong, trials, seed)
+
+
+def planned_looks(trials: int, seed: int = 23, planned: int = 10) -> tuple[Rate, Rate]:
+    """A/A with blocks, a look after every block up to ``planned`` (a
+    bisect probe's), alpha spent (k / planned)^2, a decided metric frozen:
+    any primary flagged at any look; and the same looks each at the full
+    alpha."""
+    rng = np.random.default_rng(seed)
+    spent_flags = naive_flags = 0
+    for _ in range(trials):
+        data = [
+            (rng.normal(0.0, 0.03, planned) + rng.normal(0.0, 0.01, planned), rng.normal(0.0, 0.03, planned))
+            for _ in range(PRIMARIES)
+        ]
+        spent_done = naive_done = False
+        frozen: dict[int, str] = {}
+        for look in range(2, planned + 1):
+            blocks = list(range(look))
+            tests = [
+                ab_tests.ratio_test(
+                    [[float(np.exp(x))] for x in a[:look]], [[float(np.exp(x))] for x in b[:look]], blocks, blocks
+                )
+                for a, b in data
+            ]
+            roles = [comparison.PRIMARY] * PRIMARIES
+            level = ab_tests.spent_alpha(ALPHA, look, planned)
+            for i, v in enumerate(compare_verdicts(tests, roles, alpha=level)):
+                if i not in frozen and v != comparison.UNDECIDED:
+                    frozen[i] = v
+            spent_done = spent_done or any(v in (comparison.SLOWER, comparison.FASTER) for v in frozen.values())
+            naive = compare_verdicts(tests, roles, alpha=ALPHA)
+            naive_done = naive_done or any(v in (comparison.SLOWER, comparison.FASTER) for v in naive)
+        spent_flags += spent_done
+        naive_flags += naive_done
+    return (
+        Rate(f"planned looks to {planned}, alpha spent: any primary flagged", spent_flags, trials, seed),
+        Rate(f"planned looks to {planned}, each at full alpha: any primary flagged", naive_flags, trials, seed),
+    )
+
+
+def compare_table(n: Callable[[int], int]) -> Iterator[Rate]:
+    """The one-look table of docs/ab-calibration.md ("Measured")."""
+    for paired in (False, True):
+        yield compare_flags(n(800), 6, paired)
+    yield from compare_slower(n(200), 6, False)
+    yield from compare_slower(n(100), 6, True)
+    yield from compare_slower(n(100), 8, True)
+    yield from compare_slower(n(60), 8, False, drift_sd=0.10)
+    yield from compare_slower(n(60), 8, True, drift_sd=0.10)
+    for paired in (False, True):
+        yield compare_equivalent(n(150), paired)
+    yield compare_wrong_equivalence(n(200))
+    yield from planned_looks(n(250))
+
+
 # ---------------------------------------------------------------- the table
+
+
+def history_table(n: Callable[[int], int]) -> Iterator[Rate]:
+    """memqual history's figures: one series alone, then families."""
+    for drift, walk, step, seed in (
+        (0.0, False, 1.0, 421),
+        (0.03, False, 1.0, 422),
+        (0.05, False, 1.0, 423),
+        (0.02, True, 1.0, 424),
+        (0.0, False, 1.10, 425),
+        (0.03, False, 1.10, 426),
+    ):
+        yield history_steps(n(2000), seed, drift, walk, step)
+    fams: tuple[tuple[float | tuple[float, float], float, float, int, int, int], ...] = (
+        (0.03, 0.0, 1.0, 0, 8, 441),
+        (0.05, 0.0, 1.0, 0, 8, 442),
+        (0.03, 0.03, 1.0, 0, 8, 443),
+        ((0.005, 0.30), 0.0, 1.0, 0, 8, 444),
+        (0.03, 0.0, 1.10, 10, 8, 445),
+        (0.03, 0.0, 1.10, 1, 8, 446),
+        ((0.005, 0.30), 0.0, 1.10, 10, 8, 447),
+        (0.03, 0.0, 1.10, 10, 10, 450),
+        (0.03, 0.0, 1.10, 10, 12, 448),
+        (0.03, 0.0, 1.10, 10, 16, 449),
+    )
+    for spread, common, step, stepped, runs, seed in fams:
+        false, found = history_family(n(300), seed, spread, common=common, step=step, stepped=stepped, runs=runs)
+        if false.trials:
+            yield false
+        if step != 1.0:
+            yield found
 
 
 def table(scale: float = 1.0) -> Iterator[Rate]:
@@ -249,15 +509,14 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
         (0.03, True, 3, 416),
     ):
         yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
-    for drift, walk, step, seed in (
-        (0.0, False, 1.0, 421),
-        (0.03, False, 1.0, 422),
-        (0.05, False, 1.0, 423),
-        (0.02, True, 1.0, 424),
-        (0.0, False, 1.10, 425),
-        (0.03, False, 1.10, 426),
-    ):
-        yield history_steps(n(2000), seed, drift, walk, step)
+    yield from history_table(n)
+    for sd in (0.01, 0.02, 0.05):
+        for level in (0.01, 0.0032, 0.001):
+            for blocks in (2, 3, 4, 5, 6, 8):
+                yield controls_power(n(200), sd, level, blocks)
     yield sequential_looks(n(2000), 431)
     yield sequential_looks(n(1000), 432, min_blocks=3)
-    yield sequential_looks(n(600), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+    yield sequential_looks(n(3000), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
+    yield sequential_looks(n(3000), 434, looks=(8, 9, 10, 11, 12), min_blocks=8)
+    yield sequential_looks(n(2000), 435, looks=(16, 17, 18, 19, 20))
+    yield from compare_table(n)

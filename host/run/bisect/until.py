@@ -90,11 +90,13 @@ MIN_BLOCKS_TO_JUDGE = 2
 # p, exact at any degrees of freedom) and leaves no boundary for the later
 # looks: the recursion treats the statistic as a Brownian motion's, and
 # the t of a few blocks, through its p, is not one jointly -- one metric
-# looked at on 3, 4, 5 and 6 blocks crossed the recursion's boundaries
-# 1.19-1.25 times as often as its alpha.  From 8 blocks (7 degrees of
-# freedom) on the excess is measured below alpha's binomial interval
-# (docs/ab-calibration.md, ``python -m memqual.host.cli.calibrate``).
-MIN_BLOCKS_SEQUENTIAL = 8
+# looked at on 3-6 blocks crossed the recursion's boundaries 1.25-1.7 times
+# as often as its alpha, and still 1.15-1.27 times on 8-12 blocks (7-11
+# degrees of freedom).  Matching the recursion's correlation between looks
+# to the t's did not remove it (1.6 % at alpha 1 % on 3-10 blocks).  On
+# 16-20 blocks the rate is alpha's (docs/ab-calibration.md, "Looks on few
+# blocks", ``python -m memqual.host.cli.calibrate``).
+MIN_BLOCKS_SEQUENTIAL = 16
 
 
 @dataclasses.dataclass
