@@ -76,6 +76,12 @@ STAMP_ENV = {
     "KBUILD_BUILD_VERSION": "1",
     "KBUILD_BUILD_TIMESTAMP": "1970-01-01",
 }
+# ccache's masquerade folder (gcc -> ccache links, root's) goes first in
+# the build's PATH when ccache is installed: the compiler's command lines
+# stay the same with and without it, so a tree built with ccache is
+# incremental for a build without it and the other way round.
+CCACHE_LINKS = Path("/usr/lib/ccache")
+CCACHE_SIZE = "4G"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -466,10 +472,46 @@ def assemble_config(
     return final, unmet(wants, config_values(final))
 
 
+def ccache_folder(user: unprivileged.BuildUser) -> Path | None:
+    """The build user's compiler cache, beside the build folders (so it
+    outlives them), or None when ccache is not installed or the folder is
+    not the build user's alone.  Only the build user's compilers read it:
+    root never does, and what comes back from a build is checked as any
+    build's output is (unprivileged.receive, check_artefacts)."""
+    try:
+        st = os.lstat(CCACHE_LINKS / "gcc")
+        links = os.stat(CCACHE_LINKS)
+    except OSError:
+        return None
+    if links.st_uid != 0 or links.st_mode & 0o022 or st.st_uid != 0:
+        return None
+    return unprivileged.user_folder(_build_parent(), user, f"ccache-{user.uid}")
+
+
+def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
+    """The environment of every step of a build: kbuild's fixed stamps
+    (a build is the same whoever runs it, whenever), and ccache's folder
+    when there is one.  CCACHE_BASEDIR makes paths below the build parent
+    relative, so build folders of different names share hits."""
+    env = dict(STAMP_ENV)
+    cache = ccache_folder(user)
+    if cache is not None:
+        env |= {
+            "PATH": f"{CCACHE_LINKS}:{unprivileged.BUILD_PATH}",
+            "CCACHE_DIR": str(cache),
+            "CCACHE_BASEDIR": str(cache.parent),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_SLOPPINESS": "time_macros,locale",
+            "CCACHE_MAXSIZE": CCACHE_SIZE,
+            "CCACHE_TEMPDIR": str(cache / "tmp"),
+        }
+    return env
+
+
 def _run_ok(
     user: unprivileged.BuildUser, argv: list[str], cwd: Path, home: Path, what: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
-    proc = unprivileged.run(user, argv, cwd, home, stdin=stdin, env=STAMP_ENV, timeout=STEP_TIMEOUT_S)
+    proc = unprivileged.run(user, argv, cwd, home, stdin=stdin, env=build_env(user), timeout=STEP_TIMEOUT_S)
     if proc.returncode != 0:
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()][-3:]
         raise BadInput(f"{what} failed: {' | '.join(lines) or 'no output'}")
@@ -514,7 +556,7 @@ def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progre
     """make bzImage modules; a failure is the compiler's last lines (on
     stderr) and one line naming the file."""
     tree, home = folder / "linux", folder / "home"
-    proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=STAMP_ENV)
+    proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=build_env(user))
     tail: collections.deque[str] = collections.deque(maxlen=40)
     errors: list[str] = []
     assert proc.stdout is not None
@@ -569,7 +611,7 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
         f"obj-m := {MODULE}.o\n".encode(),
     )
     proc = unprivileged.run(
-        user, ["make", "-s", "M=../variant", "modules"], tree, home, env=STAMP_ENV, timeout=STEP_TIMEOUT_S
+        user, ["make", "-s", "M=../variant", "modules"], tree, home, env=build_env(user), timeout=STEP_TIMEOUT_S
     )
     if proc.returncode != 0:
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line.lower()][:2]
