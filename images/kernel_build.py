@@ -61,7 +61,7 @@ RECIPE_VERSION = "1"  # bump when the build steps change what comes out
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
 BUILD_PARENT_ENV = settings.KBUILD_DIR
 # Debian packages the build needs beyond ./setup's gcc and make.
-TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev")
+TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev", "ccache")
 DEBIAN_SOURCE = re.compile(r"debian:([0-9]+\.[0-9]+)")
 GIT_REV = re.compile(r"[0-9A-Za-z._/~^-]{1,200}")
 PATCH_LIMIT = 64 << 20
@@ -508,6 +508,28 @@ def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
     return env
 
 
+CCACHE_HITS = ("direct_cache_hit", "preprocessed_cache_hit")
+
+
+def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
+    """ccache's lifetime counters of the build user's cache (hits, misses),
+    read by the build user; empty without ccache.  A step's lookups are the
+    difference of two readings (another build at the same time would add
+    its own: builds of one source are serialized, of two are not)."""
+    env = build_env(user)
+    if "CCACHE_DIR" not in env:
+        return {}
+    proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
+    counters: dict[str, int] = {}
+    for line in proc.stdout.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counters[name.strip()] = int(value)
+    if proc.returncode != 0 or "cache_miss" not in counters:
+        return {}
+    return {"hits": sum(counters.get(n, 0) for n in CCACHE_HITS), "misses": counters["cache_miss"]}
+
+
 def _run_ok(
     user: unprivileged.BuildUser, argv: list[str], cwd: Path, home: Path, what: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -799,7 +821,12 @@ def _build(
             "make kernelrelease",
         )
         progress = Progress(_expected_steps(cache, incremental), say=say)
+        before = ccache_counts(user, folder)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
+        after = ccache_counts(user, folder)
+        lookups = {k: after[k] - before[k] for k in after if k in before}
+        if lookups:
+            say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
         _remember_steps(cache, incremental, progress.done)
         _run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
         no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
@@ -807,7 +834,7 @@ def _build(
             say(f"  no balloon driver variant: {no_variant}")
         # the modules tree's build/source links stay behind (install_and_send)
         timed("install + copy out", lambda: install_and_send(user, folder, staging))
-        check_artefacts(staging, release)
+        timed("checks", lambda: check_artefacts(staging, release))
         kernel = BuiltKernel(
             name=f"{release}-{key}",
             release=release,
@@ -825,6 +852,7 @@ def _build(
             cpu_s=cpu,
             incremental=incremental,
             jobs=jobs,
+            ccache=lookups,
         )
         (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
         os.chmod(staging, 0o755)

@@ -352,6 +352,10 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
     marker = Path("/root/memqual-hostile-build-probe")
     marker.unlink(missing_ok=True)
     hostile = (
+        # no capabilities left, none to regain, no_new_privs: a failed test fails the build
+        "\ttest \"$$(grep CapEff /proc/self/status | cut -f2)\" = 0000000000000000\n"
+        "\ttest \"$$(grep CapBnd /proc/self/status | cut -f2)\" = 0000000000000000\n"
+        "\ttest \"$$(grep NoNewPrivs /proc/self/status | cut -f2)\" = 1\n"
         f"\t-touch {marker}\n"
         f"\t-touch {probe_dir}/pwned\n"
         f"\t-sh -c 'echo owned > {probe_dir}/victim'\n"
@@ -367,6 +371,55 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
         assert kernel.bzimage.is_file()
     finally:
         marker.unlink(missing_ok=True)
+
+
+@needs_drop
+def test_without_the_privilege_drop_the_hostile_build_is_caught(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hostile tests above can fail: with setpriv taken out, the same
+    kind of Makefile runs as root, writes root's file, and the build's own
+    check (``test $(id -u) != 0``) fails it."""
+    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv: list(argv))
+    tree = fake_tree(tmp_path, hostile=f"\t-sh -c 'echo owned > {probe_dir}/victim'\n")
+    with pytest.raises(BadInput, match="the kernel build failed"):
+        kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert (probe_dir / "victim").read_text() == "owned\n"
+
+
+@needs_drop
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
+def test_ccache_is_the_build_users_and_shared_between_build_folders(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A compiler cache in a folder of the build user's beside the build
+    folders: a second build of the same tree (a new build folder) hits."""
+    tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
+    first = kb.build(str(tree), jobs=1, say=lambda _: None)
+    again = kb.build(str(tree), jobs=1, force=True, say=lambda _: None)
+    assert first.ccache == {"hits": 0, "misses": 1}
+    assert again.ccache == {"hits": 1, "misses": 0}
+    user = unprivileged.build_user()
+    folder = kb.ccache_folder(user)
+    assert folder is not None and folder.parent == build_env
+    st = folder.stat()
+    assert st.st_uid == user.uid and stat.S_IMODE(st.st_mode) == 0o700
+
+
+@needs_drop
+def test_ccache_folder_planted_as_a_link_is_not_used(build_env: Path, probe_dir: Path) -> None:
+    """Something else where the cache belongs (a link to root's folder, a
+    folder of another owner) is left alone: no chown through it, no ccache."""
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    planted = parent / f"ccache-{user.uid}"
+    planted.symlink_to(probe_dir)
+    assert kb.ccache_folder(user) is None
+    assert "CCACHE_DIR" not in kb.build_env(user) and "PATH" not in kb.build_env(user)
+    assert probe_dir.stat().st_uid == 0
+    planted.unlink()
+    planted.mkdir(mode=0o700)  # root's own
+    assert kb.ccache_folder(user) is None
 
 
 @needs_drop
