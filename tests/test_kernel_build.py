@@ -353,9 +353,9 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
     marker.unlink(missing_ok=True)
     hostile = (
         # no capabilities left, none to regain, no_new_privs: a failed test fails the build
-        "\ttest \"$$(grep CapEff /proc/self/status | cut -f2)\" = 0000000000000000\n"
-        "\ttest \"$$(grep CapBnd /proc/self/status | cut -f2)\" = 0000000000000000\n"
-        "\ttest \"$$(grep NoNewPrivs /proc/self/status | cut -f2)\" = 1\n"
+        '\ttest "$$(grep CapEff /proc/self/status | cut -f2)" = 0000000000000000\n'
+        '\ttest "$$(grep CapBnd /proc/self/status | cut -f2)" = 0000000000000000\n'
+        '\ttest "$$(grep NoNewPrivs /proc/self/status | cut -f2)" = 1\n'
         f"\t-touch {marker}\n"
         f"\t-touch {probe_dir}/pwned\n"
         f"\t-sh -c 'echo owned > {probe_dir}/victim'\n"
