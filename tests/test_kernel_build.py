@@ -8,6 +8,7 @@ compiled here (that is the slow profile's and docs/patch-qualification.md's)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 import shutil
@@ -687,3 +688,41 @@ def test_cpu_time_of_a_step_is_its_processes(tmp_path: Path, memqual_cache: Path
     kernel = kb.build(str(fake_tree(tmp_path, hostile=spin)), jobs=1, say=lambda _: None)
     assert kernel.cpu_s["compile"] >= 0.05
     assert kernel.cpu_s["compile"] > kernel.cpu_s["config"]
+
+
+def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> None:
+    """comparison.html of a --patch run: both kernels, the patch's subject,
+    files and hash, a link to its text beside the page, the config diff."""
+    from hostile import ESCAPED, HOSTILE
+    from results_files import inflate_record, write_results_file
+
+    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.results import load_results
+    from memqual.host.report.compare_report import render_comparison_html
+
+    def results(name: str, loc: float) -> object:
+        replicates = [[loc * (1 + 0.01 * i)] * 3 for i in range(6)]
+        record = dataclasses.replace(inflate_record(replicates), blocks=list(range(1, 7)))
+        return load_results(str(write_results_file(tmp_path / f"{name}.json", [record])))
+
+    a, b = results("a", 0.8), results("b", 0.8)
+    result = compare_results(a, b)  # type: ignore[arg-type]
+    record = {
+        "patches": [
+            {
+                "path": "/x/0001-p.patch",
+                "sha256": "ab" * 32,
+                "subject": f"virtio_balloon: raise {HOSTILE}",
+                "files": ["drivers/virtio/virtio_balloon.c"],
+                "text": "patch/0001-p.patch",
+            }
+        ],
+        "a": {"name": "6.1.192-memqual-aaaa", "source": "linux-source-6.1 6.1.192-3"},
+        "b": {"name": "6.1.192-memqual-bbbb", "source": "linux-source-6.1 6.1.192-3"},
+        "config_diff": ["CONFIG_X: n -> y"],
+    }
+    page = render_comparison_html(result, a, b, patch=record)  # type: ignore[arg-type]
+    assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
+    assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
+    assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
+    assert "The patch under test" not in render_comparison_html(result, a, b)  # type: ignore[arg-type]
