@@ -319,6 +319,41 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
     return Source("folder", spec, str(folder.resolve()), digest.hexdigest(), folder.resolve())
 
 
+def revisions(directory: str, good: str, bad: str) -> list[str]:
+    """``DIR@commit`` for GOOD, then every commit on BAD's first-parent
+    line after GOOD up to BAD, oldest first (read by the repository's
+    owner): the series a bisect over revisions probes, each built when
+    probed (``build``, cached)."""
+    repo = Path(directory)
+    if ":" in str(repo.resolve()):
+        raise BadInput(f"--kernel-source {directory}: a folder with ':' in its path cannot name a kernel: move it")
+    ids = [resolve_source(f"{directory}@{rev}").rev for rev in (good, bad)]
+    owner = owner_of(repo)
+    proc = subprocess.run(
+        _as_owner(
+            owner, ["git", "-C", str(repo.resolve()), "rev-list", "--reverse", "--first-parent", f"{ids[0]}..{ids[1]}"]
+        ),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    between = proc.stdout.split()
+    if proc.returncode != 0 or not between or between[-1] != ids[1]:
+        raise BadInput(
+            f"--good {good} is not an ancestor of --bad {bad} on its first-parent line in {directory}: "
+            "give a good revision older than the bad one"
+        )
+    return [f"{repo.resolve()}@{commit}" for commit in [ids[0], *between]]
+
+
+def is_source_revision(name: str) -> bool:
+    """A kernel named ``DIR@commit`` (a bisect over revisions), not a Debian one."""
+    directory, at, rev = name.partition("@")
+    return bool(at) and directory.startswith("/") and re.fullmatch(r"[0-9a-f]{40,64}", rev) is not None
+
+
 def _tar_create(folder: Path) -> list[str]:
     return ["tar", "-C", str(folder), "--exclude-vcs", "-c", "-f", "-", "."]
 

@@ -578,6 +578,51 @@ def test_git_revision_is_exported_not_the_work_tree(tmp_path: Path, memqual_cach
 
 
 @needs_drop
+def test_bisect_over_revisions_builds_only_the_probed_ones(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """--kernel-source DIR --good REV --bad REV: the series is GOOD then
+    BAD's first-parent line; a revision is built when first asked for,
+    once (then cached), and a Debian kernel of a series is still found at once."""
+    from memqual.host.cli.bisect import kernel_names
+    from memqual.host.run.bisect import series
+
+    tree = fake_tree(tmp_path)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for n in range(4):
+        (tree / "init/main.c").write_text(f"int main(void) {{ return {n}; }}\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{n}"], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    args = argparse.Namespace(kernels=None, kernel_source=str(tree), good=commits[0][:8], bad="HEAD")
+    names = kernel_names(args)
+    assert names == [f"{tree.resolve()}@{c}" for c in commits]
+    specs = series.parse_series(names)
+    assert [s.version for s in specs] == names and all(kb.is_source_revision(n) for n in names)
+    built: list[str] = []
+
+    def build(name: str) -> tuple[Path, Path]:
+        built.append(name)
+        return series.build_revision(name)
+
+    files = series.Kernels(specs, resolve=lambda v: (_ for _ in ()).throw(AssertionError(v)), build=build)
+    assert built == []  # nothing is built before a probe needs it
+    bzimage, modules = files[names[2]]
+    assert files[names[2]] == (bzimage, modules) and built == [names[2]]
+    kernel = built_kernels.of_bzimage(bzimage)
+    assert kernel is not None and kernel.source_sha256 == f"git:{commits[2]}"
+    assert "return 2;" in (build_env / f"base-{kernel.key}" / "linux/init/main.c").read_text()
+    with pytest.raises(BadInput, match="not an ancestor"):
+        kernel_names(argparse.Namespace(kernels=None, kernel_source=str(tree), good="HEAD", bad=commits[0]))
+    with pytest.raises(BadInput, match="needs all three"):
+        kernel_names(argparse.Namespace(kernels=None, kernel_source=str(tree), good="HEAD", bad=None))
+    with pytest.raises(BadInput, match="not both"):
+        kernel_names(argparse.Namespace(kernels=["a", "b"], kernel_source=str(tree), good="HEAD~1", bad="HEAD"))
+
+
+@needs_drop
 def test_tree_of_another_user_is_refused(tmp_path: Path) -> None:
     tree = fake_tree(tmp_path)
     user = unprivileged.build_user()
