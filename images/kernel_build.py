@@ -926,6 +926,9 @@ class PatchArms:
     b: BuiltKernel
     patches: tuple[Patch, ...]
     config_diff: tuple[str, ...]
+    # what differs between the two builds' artefacts (bzImage, each module,
+    # by path): a patch to one driver should change its module alone
+    built_diff: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -933,7 +936,35 @@ class PatchArms:
             "a": self.a.to_json(),
             "b": self.b.to_json(),
             "config_diff": list(self.config_diff),
+            "built_diff": list(self.built_diff),
         }
+
+
+def artefact_hashes(kernel: BuiltKernel) -> dict[str, str]:
+    """sha256 of the bzImage and of each module (.ko), by path below the
+    release's modules folder; the balloon driver variant beside them."""
+    found = {"bzImage": packages.sha256_file(kernel.bzimage)}
+    for ko in sorted(kernel.modules.rglob("*.ko")):
+        found[str(ko.relative_to(kernel.modules))] = packages.sha256_file(ko)
+    if kernel.balloon_variant is not None:
+        found[kernel.balloon_variant.name] = packages.sha256_file(kernel.balloon_variant)
+    return found
+
+
+def built_diff(a: BuiltKernel, b: BuiltKernel) -> list[str]:
+    """The artefacts that differ between two builds, one line each: what
+    a patch changed in what the guest runs (nothing, for a null patch of
+    a reproducible build: kbuild's stamps are fixed, STAMP_ENV)."""
+    ha, hb = artefact_hashes(a), artefact_hashes(b)
+    lines = []
+    for name in sorted(set(ha) | set(hb)):
+        if name not in hb:
+            lines.append(f"{name}: only in A")
+        elif name not in ha:
+            lines.append(f"{name}: only in B")
+        elif ha[name] != hb[name]:
+            lines.append(f"{name}: differs")
+    return lines
 
 
 def arms(
@@ -955,4 +986,4 @@ def arms(
     a = build(chosen[0], (), config_paths, jobs=jobs, say=say)
     b = build(chosen[-1], patch_paths, config_paths, jobs=jobs, say=say)
     diff = config_diff(a.config.read_text(), b.config.read_text())
-    return PatchArms(a, b, patches, tuple(diff))
+    return PatchArms(a, b, patches, tuple(diff), tuple(built_diff(a, b)))

@@ -234,6 +234,7 @@ modules:
 modules_install:
 \tmkdir -p $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel
 \tprintf 'kernel/x.ko\\n' > $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/modules.order
+\tcp init/main.c $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel/x.ko
 \tln -sf /etc $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/build
 """
 MERGE = """#!/bin/sh
@@ -520,6 +521,7 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["patches"][0]["files"] == ["init/main.c"]
     assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
     assert record["b"]["incremental"] is True and record["config_diff"] == []
+    assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
 
 
 def test_run_patch_checks_the_run_options_before_building(
@@ -765,9 +767,11 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         "a": {"name": "6.1.192-memqual-aaaa", "source": "linux-source-6.1 6.1.192-3"},
         "b": {"name": "6.1.192-memqual-bbbb", "source": "linux-source-6.1 6.1.192-3"},
         "config_diff": ["CONFIG_X: n -> y"],
+        "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
     }
     page = render_comparison_html(result, a, b, patch=record)  # type: ignore[arg-type]
     assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
     assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
+    assert "virtio_balloon.ko: differs" in page
     assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
     assert "The patch under test" not in render_comparison_html(result, a, b)  # type: ignore[arg-type]

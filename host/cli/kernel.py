@@ -164,6 +164,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     for patch in built.patches:
         print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    print(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
     return inner(args)
 
 

@@ -193,6 +193,7 @@ class PatchSection:
     b_kernel: str
     patches: tuple[PatchLine, ...]
     config_diff: tuple[str, ...]
+    built_diff: tuple[str, ...]  # the artefacts (bzImage, modules) that differ
 
 
 def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
@@ -207,6 +208,7 @@ def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
             for p in record.get("patches", ())
         ),
         config_diff=tuple(map(str, record.get("config_diff", ()))),
+        built_diff=tuple(map(str, record.get("built_diff", ()))),
     )
 
 
