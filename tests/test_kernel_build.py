@@ -744,16 +744,16 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
     from results_files import inflate_record, write_results_file
 
     from memqual.host.judge.comparison import compare_results
-    from memqual.host.judge.results import load_results
+    from memqual.host.judge.results import Results, load_results
     from memqual.host.report.compare_report import render_comparison_html
 
-    def results(name: str, loc: float) -> object:
+    def results(name: str, loc: float) -> Results:
         replicates = [[loc * (1 + 0.01 * i)] * 3 for i in range(6)]
         record = dataclasses.replace(inflate_record(replicates), blocks=list(range(1, 7)))
         return load_results(str(write_results_file(tmp_path / f"{name}.json", [record])))
 
     a, b = results("a", 0.8), results("b", 0.8)
-    result = compare_results(a, b)  # type: ignore[arg-type]
+    result = compare_results(a, b)
     record = {
         "patches": [
             {
@@ -769,9 +769,9 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         "config_diff": ["CONFIG_X: n -> y"],
         "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
     }
-    page = render_comparison_html(result, a, b, patch=record)  # type: ignore[arg-type]
+    page = render_comparison_html(result, a, b, patch=record)
     assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
     assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
     assert "virtio_balloon.ko: differs" in page
     assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
-    assert "The patch under test" not in render_comparison_html(result, a, b)  # type: ignore[arg-type]
+    assert "The patch under test" not in render_comparison_html(result, a, b)
