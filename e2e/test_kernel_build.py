@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core.errors import CapabilityMissing
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.machine import BalloonDevice, MachineConfig
+
+VIRTIO_BALLOON_F_REPORTING = 5  # include/uapi/linux/virtio_balloon.h
 
 
 class KernelFromSource(GuestTest):
@@ -28,11 +30,21 @@ class KernelFromSource(GuestTest):
         kernel = build("debian:6.1", say=self.log.info)
         self.assertEqual(kernel.config_unmet, (), "the guest config asks for what olddefconfig dropped")
         self._image = image_build.build(image_build.KernelSource(kernel.bzimage, kernel.modules))
-        vm = self.boot(MachineConfig(memory_mib=768, cpus=2, warm=False), boot_timeout=600.0)
+        config = MachineConfig(
+            memory_mib=768, cpus=2, machine="pc", warm=False, balloon=BalloonDevice(free_page_reporting=True)
+        )
+        vm = self.boot(config, boot_timeout=600.0)
         self.assertEqual(vm.ssh.run(["uname", "-r"]).stdout.strip(), kernel.release)
         for driver in ("virtio_net", "virtio_balloon"):
             bound = vm.ssh.run(["ls", f"/sys/bus/virtio/drivers/{driver}"]).stdout.split()
             self.assertTrue(any(name.startswith("virtio") for name in bound), f"no device bound to {driver}: {bound}")
+        # virtio_balloon is a module of this kernel (from its modules tree),
+        # and free page reporting (feature bit 5) was negotiated with the device
+        self.assertIn("virtio_balloon", vm.ssh.run(["cat", "/proc/modules"]).stdout)
+        listing = vm.ssh.run(["ls", "/sys/bus/virtio/drivers/virtio_balloon"]).stdout.split()
+        device = next(name for name in listing if name.startswith("virtio"))
+        features = vm.ssh.run(["cat", f"/sys/bus/virtio/drivers/virtio_balloon/{device}/features"]).stdout.strip()
+        self.assertEqual(features[VIRTIO_BALLOON_F_REPORTING : VIRTIO_BALLOON_F_REPORTING + 1], "1", features)
         self.assertIn("[always]", vm.ssh.run(["cat", "/sys/kernel/mm/transparent_hugepage/enabled"]).stdout)
         self.assertIn(vm.ssh.run(["cat", "/sys/kernel/mm/ksm/run"]).stdout.strip(), ("0", "1", "2"))
         self.assertIsNotNone(kernel.balloon_variant, kernel.balloon_variant_unavailable)

@@ -54,6 +54,9 @@ class BuiltKernel:
     cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # CPU time of each step's processes
     incremental: bool = False
     jobs: int = 0
+    # the compile's ccache lookups: hits (direct + preprocessed) and misses;
+    # empty when the build ran without ccache
+    ccache: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def bzimage(self) -> Path:
@@ -97,6 +100,7 @@ class BuiltKernel:
             cpu_s={str(k): float(v) for k, v in data.get("cpu_s", {}).items()},
             incremental=bool(data.get("incremental", False)),
             jobs=int(data.get("jobs", 0)),
+            ccache={str(k): int(v) for k, v in data.get("ccache", {}).items()},
         )
 
 

@@ -61,7 +61,7 @@ RECIPE_VERSION = "1"  # bump when the build steps change what comes out
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
 BUILD_PARENT_ENV = settings.KBUILD_DIR
 # Debian packages the build needs beyond ./setup's gcc and make.
-TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev")
+TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev", "ccache")
 DEBIAN_SOURCE = re.compile(r"debian:([0-9]+\.[0-9]+)")
 GIT_REV = re.compile(r"[0-9A-Za-z._/~^-]{1,200}")
 PATCH_LIMIT = 64 << 20
@@ -76,6 +76,12 @@ STAMP_ENV = {
     "KBUILD_BUILD_VERSION": "1",
     "KBUILD_BUILD_TIMESTAMP": "1970-01-01",
 }
+# ccache's masquerade folder (gcc -> ccache links, root's) goes first in
+# the build's PATH when ccache is installed: the compiler's command lines
+# stay the same with and without it, so a tree built with ccache is
+# incremental for a build without it and the other way round.
+CCACHE_LINKS = Path("/usr/lib/ccache")
+CCACHE_SIZE = "4G"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,6 +319,41 @@ def resolve_source(spec: str, cache: Path | None = None) -> Source:
     return Source("folder", spec, str(folder.resolve()), digest.hexdigest(), folder.resolve())
 
 
+def revisions(directory: str, good: str, bad: str) -> list[str]:
+    """``DIR@commit`` for GOOD, then every commit on BAD's first-parent
+    line after GOOD up to BAD, oldest first (read by the repository's
+    owner): the series a bisect over revisions probes, each built when
+    probed (``build``, cached)."""
+    repo = Path(directory)
+    if ":" in str(repo.resolve()):
+        raise BadInput(f"--kernel-source {directory}: a folder with ':' in its path cannot name a kernel: move it")
+    ids = [resolve_source(f"{directory}@{rev}").rev for rev in (good, bad)]
+    owner = owner_of(repo)
+    proc = subprocess.run(
+        _as_owner(
+            owner, ["git", "-C", str(repo.resolve()), "rev-list", "--reverse", "--first-parent", f"{ids[0]}..{ids[1]}"]
+        ),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    between = proc.stdout.split()
+    if proc.returncode != 0 or not between or between[-1] != ids[1]:
+        raise BadInput(
+            f"--good {good} is not an ancestor of --bad {bad} on its first-parent line in {directory}: "
+            "give a good revision older than the bad one"
+        )
+    return [f"{repo.resolve()}@{commit}" for commit in [ids[0], *between]]
+
+
+def is_source_revision(name: str) -> bool:
+    """A kernel named ``DIR@commit`` (a bisect over revisions), not a Debian one."""
+    directory, at, rev = name.partition("@")
+    return bool(at) and directory.startswith("/") and re.fullmatch(r"[0-9a-f]{40,64}", rev) is not None
+
+
 def _tar_create(folder: Path) -> list[str]:
     return ["tar", "-C", str(folder), "--exclude-vcs", "-c", "-f", "-", "."]
 
@@ -466,10 +507,71 @@ def assemble_config(
     return final, unmet(wants, config_values(final))
 
 
+def ccache_folder(user: unprivileged.BuildUser) -> Path | None:
+    """The build user's compiler cache, beside the build folders (so it
+    outlives them), or None when ccache is not installed or the folder is
+    not the build user's alone.  Only the build user's compilers read it:
+    root never does, and what comes back from a build is checked as any
+    build's output is (unprivileged.receive, check_artefacts)."""
+    try:
+        st = os.lstat(CCACHE_LINKS / "gcc")
+        links = os.stat(CCACHE_LINKS)
+    except OSError:
+        return None
+    if links.st_uid != 0 or links.st_mode & 0o022 or st.st_uid != 0:
+        return None
+    return unprivileged.user_folder(_build_parent(), user, f"ccache-{user.uid}")
+
+
+def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
+    """The environment of every step of a build: kbuild's fixed stamps
+    (a build is the same whoever runs it, whenever), and ccache's folder
+    when there is one.  CCACHE_BASEDIR makes paths below the build parent
+    relative, so build folders of different names share hits; depend
+    mode (kbuild passes -Wp,-MMD) spares a miss the preprocessor run
+    ccache would otherwise add to each compile."""
+    env = dict(STAMP_ENV)
+    cache = ccache_folder(user)
+    if cache is not None:
+        env |= {
+            "PATH": f"{CCACHE_LINKS}:{unprivileged.BUILD_PATH}",
+            "CCACHE_DIR": str(cache),
+            "CCACHE_BASEDIR": str(cache.parent),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_DEPEND": "1",
+            "CCACHE_SLOPPINESS": "time_macros,locale",
+            "CCACHE_MAXSIZE": CCACHE_SIZE,
+            "CCACHE_TEMPDIR": str(cache / "tmp"),
+        }
+    return env
+
+
+CCACHE_HITS = ("direct_cache_hit", "preprocessed_cache_hit")
+
+
+def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
+    """ccache's lifetime counters of the build user's cache (hits, misses),
+    read by the build user; empty without ccache.  A step's lookups are the
+    difference of two readings (another build at the same time would add
+    its own: builds of one source are serialized, of two are not)."""
+    env = build_env(user)
+    if "CCACHE_DIR" not in env:
+        return {}
+    proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
+    counters: dict[str, int] = {}
+    for line in proc.stdout.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counters[name.strip()] = int(value)
+    if proc.returncode != 0 or "cache_miss" not in counters:
+        return {}
+    return {"hits": sum(counters.get(n, 0) for n in CCACHE_HITS), "misses": counters["cache_miss"]}
+
+
 def _run_ok(
     user: unprivileged.BuildUser, argv: list[str], cwd: Path, home: Path, what: str, stdin: bytes | None = None
 ) -> subprocess.CompletedProcess[str]:
-    proc = unprivileged.run(user, argv, cwd, home, stdin=stdin, env=STAMP_ENV, timeout=STEP_TIMEOUT_S)
+    proc = unprivileged.run(user, argv, cwd, home, stdin=stdin, env=build_env(user), timeout=STEP_TIMEOUT_S)
     if proc.returncode != 0:
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()][-3:]
         raise BadInput(f"{what} failed: {' | '.join(lines) or 'no output'}")
@@ -514,7 +616,7 @@ def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progre
     """make bzImage modules; a failure is the compiler's last lines (on
     stderr) and one line naming the file."""
     tree, home = folder / "linux", folder / "home"
-    proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=STAMP_ENV)
+    proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=build_env(user))
     tail: collections.deque[str] = collections.deque(maxlen=40)
     errors: list[str] = []
     assert proc.stdout is not None
@@ -569,7 +671,7 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
         f"obj-m := {MODULE}.o\n".encode(),
     )
     proc = unprivileged.run(
-        user, ["make", "-s", "M=../variant", "modules"], tree, home, env=STAMP_ENV, timeout=STEP_TIMEOUT_S
+        user, ["make", "-s", "M=../variant", "modules"], tree, home, env=build_env(user), timeout=STEP_TIMEOUT_S
     )
     if proc.returncode != 0:
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if "error" in line.lower()][:2]
@@ -757,7 +859,12 @@ def _build(
             "make kernelrelease",
         )
         progress = Progress(_expected_steps(cache, incremental), say=say)
+        before = ccache_counts(user, folder)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
+        after = ccache_counts(user, folder)
+        lookups = {k: after[k] - before[k] for k in after if k in before}
+        if lookups:
+            say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
         _remember_steps(cache, incremental, progress.done)
         _run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
         no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
@@ -765,7 +872,7 @@ def _build(
             say(f"  no balloon driver variant: {no_variant}")
         # the modules tree's build/source links stay behind (install_and_send)
         timed("install + copy out", lambda: install_and_send(user, folder, staging))
-        check_artefacts(staging, release)
+        timed("checks", lambda: check_artefacts(staging, release))
         kernel = BuiltKernel(
             name=f"{release}-{key}",
             release=release,
@@ -783,6 +890,7 @@ def _build(
             cpu_s=cpu,
             incremental=incremental,
             jobs=jobs,
+            ccache=lookups,
         )
         (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
         os.chmod(staging, 0o755)
@@ -821,6 +929,9 @@ class PatchArms:
     b: BuiltKernel
     patches: tuple[Patch, ...]
     config_diff: tuple[str, ...]
+    # what differs between the two builds' artefacts (bzImage, each module,
+    # by path): a patch to one driver should change its module alone
+    built_diff: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -828,7 +939,35 @@ class PatchArms:
             "a": self.a.to_json(),
             "b": self.b.to_json(),
             "config_diff": list(self.config_diff),
+            "built_diff": list(self.built_diff),
         }
+
+
+def artefact_hashes(kernel: BuiltKernel) -> dict[str, str]:
+    """sha256 of the bzImage and of each module (.ko), by path below the
+    release's modules folder; the balloon driver variant beside them."""
+    found = {"bzImage": packages.sha256_file(kernel.bzimage)}
+    for ko in sorted(kernel.modules.rglob("*.ko")):
+        found[str(ko.relative_to(kernel.modules))] = packages.sha256_file(ko)
+    if kernel.balloon_variant is not None:
+        found[kernel.balloon_variant.name] = packages.sha256_file(kernel.balloon_variant)
+    return found
+
+
+def built_diff(a: BuiltKernel, b: BuiltKernel) -> list[str]:
+    """The artefacts that differ between two builds, one line each: what
+    a patch changed in what the guest runs (nothing, for a null patch of
+    a reproducible build: kbuild's stamps are fixed, STAMP_ENV)."""
+    ha, hb = artefact_hashes(a), artefact_hashes(b)
+    lines = []
+    for name in sorted(set(ha) | set(hb)):
+        if name not in hb:
+            lines.append(f"{name}: only in A")
+        elif name not in ha:
+            lines.append(f"{name}: only in B")
+        elif ha[name] != hb[name]:
+            lines.append(f"{name}: differs")
+    return lines
 
 
 def arms(
@@ -850,4 +989,4 @@ def arms(
     a = build(chosen[0], (), config_paths, jobs=jobs, say=say)
     b = build(chosen[-1], patch_paths, config_paths, jobs=jobs, say=say)
     diff = config_diff(a.config.read_text(), b.config.read_text())
-    return PatchArms(a, b, patches, tuple(diff))
+    return PatchArms(a, b, patches, tuple(diff), tuple(built_diff(a, b)))

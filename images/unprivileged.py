@@ -42,9 +42,8 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 BUILD_USER_ENV = settings.BUILD_USER
 DEFAULT_BUILD_USER = "nobody"
 # The build's PATH: the system's tools only, never a directory from the
-# caller's PATH.  No ccache: a cache shared between builds is one a hostile
-# patch's build could fill with objects a later build would link
-# (incremental builds start from a copy of the unpatched tree instead).
+# caller's PATH (a kernel build puts ccache's root-owned masquerade folder
+# in front: images/kernel_build.py).
 BUILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 RECEIVE_LIMIT = 4 << 30  # bytes root accepts back from a build (a kernel and its modules: ~100 MB)
 
@@ -96,16 +95,19 @@ def as_user(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
 
 
 def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A cleared environment: nothing of the caller's reaches a build."""
+    """A cleared environment: nothing of the caller's reaches a build.
+    ccache stays off unless ``extra`` names its folder (CCACHE_DIR)."""
     env = {
         "PATH": BUILD_PATH,
         "HOME": str(home),
         "TMPDIR": str(home / "tmp"),
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",
-        "CCACHE_DISABLE": "1",
     }
-    env.update(extra or {})
+    extra = extra or {}
+    if "CCACHE_DIR" not in extra:
+        env["CCACHE_DISABLE"] = "1"
+    env.update(extra)
     return env
 
 
@@ -124,6 +126,25 @@ def build_parent(path: Path) -> Path:
         raise BadInput(f"{path} is not a root-owned directory: remove it and try again")
     os.chmod(path, 0o711)
     return path
+
+
+def user_folder(parent: Path, user: BuildUser, name: str) -> Path | None:
+    """``parent/name``, a folder the build user owns (0700) that outlives
+    its build folders, made by root if missing; None when something else
+    is there (then the build goes without it).  Root never reads from it."""
+    folder = parent / name
+    if os.geteuid() == 0:
+        try:
+            folder.mkdir(mode=0o700)
+            os.chown(folder, user.uid, user.gid, follow_symlinks=False)
+        except FileExistsError:
+            pass
+    else:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.uid or st.st_mode & 0o077:
+        return None
+    return folder
 
 
 def private_folder(parent: Path, user: BuildUser, prefix: str) -> Path:

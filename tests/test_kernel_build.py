@@ -8,6 +8,7 @@ compiled here (that is the slow profile's and docs/patch-qualification.md's)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import os
 import shutil
@@ -233,6 +234,7 @@ modules:
 modules_install:
 \tmkdir -p $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel
 \tprintf 'kernel/x.ko\\n' > $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/modules.order
+\tcp init/main.c $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel/x.ko
 \tln -sf /etc $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/build
 """
 MERGE = """#!/bin/sh
@@ -352,6 +354,10 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
     marker = Path("/root/memqual-hostile-build-probe")
     marker.unlink(missing_ok=True)
     hostile = (
+        # no capabilities left, none to regain, no_new_privs: a failed test fails the build
+        '\ttest "$$(grep CapEff /proc/self/status | cut -f2)" = 0000000000000000\n'
+        '\ttest "$$(grep CapBnd /proc/self/status | cut -f2)" = 0000000000000000\n'
+        '\ttest "$$(grep NoNewPrivs /proc/self/status | cut -f2)" = 1\n'
         f"\t-touch {marker}\n"
         f"\t-touch {probe_dir}/pwned\n"
         f"\t-sh -c 'echo owned > {probe_dir}/victim'\n"
@@ -367,6 +373,55 @@ def test_hostile_makefile_cannot_write_outside_or_run_as_root(
         assert kernel.bzimage.is_file()
     finally:
         marker.unlink(missing_ok=True)
+
+
+@needs_drop
+def test_without_the_privilege_drop_the_hostile_build_is_caught(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hostile tests above can fail: with setpriv taken out, the same
+    kind of Makefile runs as root, writes root's file, and the build's own
+    check (``test $(id -u) != 0``) fails it."""
+    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv: list(argv))
+    tree = fake_tree(tmp_path, hostile=f"\t-sh -c 'echo owned > {probe_dir}/victim'\n")
+    with pytest.raises(BadInput, match="the kernel build failed"):
+        kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert (probe_dir / "victim").read_text() == "owned\n"
+
+
+@needs_drop
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
+def test_ccache_is_the_build_users_and_shared_between_build_folders(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A compiler cache in a folder of the build user's beside the build
+    folders: a second build of the same tree (a new build folder) hits."""
+    tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
+    first = kb.build(str(tree), jobs=1, say=lambda _: None)
+    again = kb.build(str(tree), jobs=1, force=True, say=lambda _: None)
+    assert first.ccache == {"hits": 0, "misses": 1}
+    assert again.ccache == {"hits": 1, "misses": 0}
+    user = unprivileged.build_user()
+    folder = kb.ccache_folder(user)
+    assert folder is not None and folder.parent == build_env
+    st = folder.stat()
+    assert st.st_uid == user.uid and stat.S_IMODE(st.st_mode) == 0o700
+
+
+@needs_drop
+def test_ccache_folder_planted_as_a_link_is_not_used(build_env: Path, probe_dir: Path) -> None:
+    """Something else where the cache belongs (a link to root's folder, a
+    folder of another owner) is left alone: no chown through it, no ccache."""
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    planted = parent / f"ccache-{user.uid}"
+    planted.symlink_to(probe_dir)
+    assert kb.ccache_folder(user) is None
+    assert "CCACHE_DIR" not in kb.build_env(user) and "PATH" not in kb.build_env(user)
+    assert probe_dir.stat().st_uid == 0
+    planted.unlink()
+    planted.mkdir(mode=0o700)  # root's own
+    assert kb.ccache_folder(user) is None
 
 
 @needs_drop
@@ -466,6 +521,7 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["patches"][0]["files"] == ["init/main.c"]
     assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
     assert record["b"]["incremental"] is True and record["config_diff"] == []
+    assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
 
 
 def test_run_patch_checks_the_run_options_before_building(
@@ -521,6 +577,51 @@ def test_git_revision_is_exported_not_the_work_tree(tmp_path: Path, memqual_cach
     assert built_from.read_text() == "int main(void) { return 0; }\n"
     with pytest.raises(BadInput, match="no commit"):
         kb.resolve_source(f"{tree}@no-such-branch")
+
+
+@needs_drop
+def test_bisect_over_revisions_builds_only_the_probed_ones(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """--kernel-source DIR --good REV --bad REV: the series is GOOD then
+    BAD's first-parent line; a revision is built when first asked for,
+    once (then cached), and a Debian kernel of a series is still found at once."""
+    from memqual.host.cli.bisect import kernel_names
+    from memqual.host.run.bisect import series
+
+    tree = fake_tree(tmp_path)
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for n in range(4):
+        (tree / "init/main.c").write_text(f"int main(void) {{ return {n}; }}\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{n}"], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    args = argparse.Namespace(kernels=None, kernel_source=str(tree), good=commits[0][:8], bad="HEAD")
+    names = kernel_names(args)
+    assert names == [f"{tree.resolve()}@{c}" for c in commits]
+    specs = series.parse_series(names)
+    assert [s.version for s in specs] == names and all(kb.is_source_revision(n) for n in names)
+    built: list[str] = []
+
+    def build(name: str) -> tuple[Path, Path]:
+        built.append(name)
+        return series.build_revision(name)
+
+    files = series.Kernels(specs, resolve=lambda v: (_ for _ in ()).throw(AssertionError(v)), build=build)
+    assert built == []  # nothing is built before a probe needs it
+    bzimage, modules = files[names[2]]
+    assert files[names[2]] == (bzimage, modules) and built == [names[2]]
+    kernel = built_kernels.of_bzimage(bzimage)
+    assert kernel is not None and kernel.source_sha256 == f"git:{commits[2]}"
+    assert "return 2;" in (build_env / f"base-{kernel.key}" / "linux/init/main.c").read_text()
+    with pytest.raises(BadInput, match="not an ancestor"):
+        kernel_names(argparse.Namespace(kernels=None, kernel_source=str(tree), good="HEAD", bad=commits[0]))
+    with pytest.raises(BadInput, match="needs all three"):
+        kernel_names(argparse.Namespace(kernels=None, kernel_source=str(tree), good="HEAD", bad=None))
+    with pytest.raises(BadInput, match="not both"):
+        kernel_names(argparse.Namespace(kernels=["a", "b"], kernel_source=str(tree), good="HEAD~1", bad="HEAD"))
 
 
 @needs_drop
@@ -634,3 +735,43 @@ def test_cpu_time_of_a_step_is_its_processes(tmp_path: Path, memqual_cache: Path
     kernel = kb.build(str(fake_tree(tmp_path, hostile=spin)), jobs=1, say=lambda _: None)
     assert kernel.cpu_s["compile"] >= 0.05
     assert kernel.cpu_s["compile"] > kernel.cpu_s["config"]
+
+
+def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> None:
+    """comparison.html of a --patch run: both kernels, the patch's subject,
+    files and hash, a link to its text beside the page, the config diff."""
+    from hostile import ESCAPED, HOSTILE
+    from results_files import inflate_record, write_results_file
+
+    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.results import Results, load_results
+    from memqual.host.report.compare_report import render_comparison_html
+
+    def results(name: str, loc: float) -> Results:
+        replicates = [[loc * (1 + 0.01 * i)] * 3 for i in range(6)]
+        record = dataclasses.replace(inflate_record(replicates), blocks=list(range(1, 7)))
+        return load_results(str(write_results_file(tmp_path / f"{name}.json", [record])))
+
+    a, b = results("a", 0.8), results("b", 0.8)
+    result = compare_results(a, b)
+    record = {
+        "patches": [
+            {
+                "path": "/x/0001-p.patch",
+                "sha256": "ab" * 32,
+                "subject": f"virtio_balloon: raise {HOSTILE}",
+                "files": ["drivers/virtio/virtio_balloon.c"],
+                "text": "patch/0001-p.patch",
+            }
+        ],
+        "a": {"name": "6.1.192-memqual-aaaa", "source": "linux-source-6.1 6.1.192-3"},
+        "b": {"name": "6.1.192-memqual-bbbb", "source": "linux-source-6.1 6.1.192-3"},
+        "config_diff": ["CONFIG_X: n -> y"],
+        "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
+    }
+    page = render_comparison_html(result, a, b, patch=record)
+    assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
+    assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
+    assert "virtio_balloon.ko: differs" in page
+    assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
+    assert "The patch under test" not in render_comparison_html(result, a, b)

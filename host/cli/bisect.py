@@ -2,6 +2,7 @@
 
     memqual bisect --kernels K1 K2 ... Kn --metric NAME [--threshold PCT]
                    [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
+    memqual bisect --kernel-source DIR --good REV --bad REV --metric NAME ...
 
 K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
 in one avocado job a step, host/run/blocks.py) and is decided as memqual compare
@@ -15,7 +16,9 @@ with the blocks it would need.  Kn is probed first: equivalent to K1 means
 no step, and the bisect stops.  A kernel is a Debian kernel (as
 --debian-kernel takes it) or "VERSION:extra kernel command line", so a
 series with a known step can be made from one kernel
-(6.1.0-57-amd64:init_on_free=1).
+(6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
+REV the series is the repository's revisions (GOOD, then BAD's first-parent
+line up to BAD), each built by memqual kernel build when a probe needs it.
 
 Modules: decide.py (the decisions, pure), series.py (the input), run.py
 (probes, rounds, state and log), page.py (bisect.html).  Writes DIR/bisect.log,
@@ -56,6 +59,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="the series: Debian kernel versions, each optionally VERSION:extra command line",
     )
+    parser.add_argument(
+        "--kernel-source",
+        metavar="DIR",
+        help="bisect the revisions of a kernel git repository instead of --kernels: GOOD, then each commit on "
+        "BAD's first-parent line up to BAD, each built with memqual's guest config when probed (cached)",
+    )
+    parser.add_argument("--good", metavar="REV", help="with --kernel-source: the good revision (K1)")
+    parser.add_argument("--bad", metavar="REV", help="with --kernel-source: the bad revision (Kn)")
     parser.add_argument("--metric", help="the metric: NAME, 'SCENARIO NAME' or SCENARIO/NAME, optionally ' [variant]'")
     parser.add_argument(
         "--threshold",
@@ -107,9 +118,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Any:
     from memqual.host.run.bisect import run, series
 
-    if not args.kernels:
-        raise BadInput("a bisect needs at least 2 kernels (the good K1 and the bad Kn): --kernels K1 K2 ... Kn")
-    kernels = series.parse_series(list(args.kernels))
+    kernels = series.parse_series(kernel_names(args))
     if not args.metric:
         raise BadInput("give --metric NAME (a metric of the run's results.json, such as deflate_s)")
     metric = series.parse_metric(args.metric)
@@ -131,6 +140,26 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         profile=run_config.job_profile(args.profile, 1),  # a bisect may read a metric of any test: quick sizes
         tests=tests,
     )
+
+
+def kernel_names(args: argparse.Namespace) -> list[str]:
+    """--kernels as given, or the revisions --kernel-source --good --bad name."""
+    source = getattr(args, "kernel_source", None)
+    good, bad = getattr(args, "good", None), getattr(args, "bad", None)
+    if source or good or bad:
+        if args.kernels:
+            raise BadInput("give --kernels, or --kernel-source DIR --good REV --bad REV, not both")
+        if not (source and good and bad):
+            raise BadInput("a bisect over revisions needs all three: --kernel-source DIR --good REV --bad REV")
+        from memqual.images.kernel_build import revisions
+
+        return revisions(source, good, bad)
+    if not args.kernels:
+        raise BadInput(
+            "a bisect needs at least 2 kernels (the good K1 and the bad Kn): --kernels K1 K2 ... Kn, "
+            "or --kernel-source DIR --good REV --bad REV"
+        )
+    return list(args.kernels)
 
 
 def tests_reference(args: argparse.Namespace) -> str:

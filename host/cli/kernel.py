@@ -63,6 +63,8 @@ def _build(args: argparse.Namespace) -> int:
     print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for step, seconds in kernel.steps_s.items():
         print(f"  {step}: {seconds:.0f} s, {kernel.cpu_s.get(step, 0.0):.0f} s CPU")
+    if kernel.ccache:
+        print(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
     for patch in kernel.patches:
         print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
@@ -162,6 +164,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     for patch in built.patches:
         print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    print(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
     return inner(args)
 
 

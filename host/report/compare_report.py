@@ -178,6 +178,41 @@ class Refused:
 
 
 @dataclasses.dataclass(frozen=True)
+class PatchLine:
+    """A patch B was built with (memqual run --patch), as the page names it."""
+
+    subject: str
+    files: str
+    sha256: str
+    href: str  # its text, copied beside the page
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchSection:
+    a_kernel: str
+    b_kernel: str
+    patches: tuple[PatchLine, ...]
+    config_diff: tuple[str, ...]
+    built_diff: tuple[str, ...]  # the artefacts (bzImage, modules) that differ
+
+
+def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
+    """What OUTPUT/patch.json says of the two kernels and the patches."""
+    if not record:
+        return None
+    return PatchSection(
+        a_kernel=f"{record['a']['name']} ({record['a']['source']})",
+        b_kernel=f"{record['b']['name']} ({record['b']['source']})",
+        patches=tuple(
+            PatchLine(str(p["subject"]), ", ".join(map(str, p["files"])), str(p["sha256"]), str(p["text"]))
+            for p in record.get("patches", ())
+        ),
+        config_diff=tuple(map(str, record.get("config_diff", ()))),
+        built_diff=tuple(map(str, record.get("built_diff", ()))),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class ComparisonPage:
     """Everything comparison.html shows, in its order."""
 
@@ -217,6 +252,7 @@ class ComparisonPage:
     one_sided: tuple[OneSided, ...]
     claims_moved: tuple[Moved, ...]
     environment: tuple[Moved, ...]
+    patch: PatchSection | None = None  # memqual run --patch: the kernels built and the patches on B
 
 
 def _metric_row(m: MetricComparison, label: str) -> MetricRow:
@@ -306,6 +342,7 @@ def comparison_page(
     *,
     table: decisions.DecidingTable | None = None,
     power: control_power.ControlPower | None = None,
+    patch: Mapping[str, Any] | None = None,
 ) -> ComparisonPage:
     """comparison.html's view of a comparison, its two results files and
     its deciding table (one look of ``result`` when not given)."""
@@ -421,6 +458,7 @@ def comparison_page(
             if claim["a"] != claim["b"]
         ),
         environment=tuple(Moved(str(key), str(va), str(vb)) for key, (va, vb) in result.environment.items()),
+        patch=patch_section(patch),
     )
 
 
@@ -433,8 +471,9 @@ def render_comparison_html(
     *,
     table: decisions.DecidingTable | None = None,
     power: control_power.ControlPower | None = None,
+    patch: Mapping[str, Any] | None = None,
 ) -> str:
-    page = comparison_page(result, a, b, a_name, b_name, table=table, power=power)
+    page = comparison_page(result, a, b, a_name, b_name, table=table, power=power, patch=patch)
     return pages.render("comparison.html.j2", page=page)
 
 
@@ -448,9 +487,10 @@ def write_comparison_html(
     *,
     table: decisions.DecidingTable | None = None,
     power: control_power.ControlPower | None = None,
+    patch: Mapping[str, Any] | None = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = render_comparison_html(result, a, b, a_name, b_name, table=table, power=power)
+    html = render_comparison_html(result, a, b, a_name, b_name, table=table, power=power, patch=patch)
     write_private_atomic(path, html.encode(), 0o644)
     return path

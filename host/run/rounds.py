@@ -568,7 +568,14 @@ def _compare_arms(
     from memqual.host.report.compare_report import write_comparison_html
 
     write_comparison_html(
-        result, results[0], results[1], config.output / "comparison.html", *names, table=table, power=power
+        result,
+        results[0],
+        results[1],
+        config.output / "comparison.html",
+        *names,
+        table=table,
+        power=power,
+        patch=out.get("patch"),
     )
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return table.exit_status

@@ -84,8 +84,8 @@ def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
     from memqual.host.run.bisect import series
     from memqual.images.build import sha256_file
 
-    files = series.resolve_kernels(list(settings.kernels))
-    sums = {version: sha256_file(bz) for version, (bz, _) in files.items()}
+    files = series.Kernels(list(settings.kernels))
+    sums: dict[str, str] = {}
     tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
 
     def run_step(
@@ -94,6 +94,8 @@ def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
         kernels = {}
         for arm, spec in arms.items():
             bzimage, modules = files[spec.version]
+            if spec.version not in sums:
+                sums[spec.version] = sha256_file(bzimage)
             kernels[arm] = run_config.GuestKernel(
                 arm, bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra
             )

@@ -165,13 +165,46 @@ Resolver = Callable[[str], tuple[Path, Path]]
 
 def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -> dict[str, tuple[Path, Path]]:
     """(vmlinuz, modules dir) per distinct version; an unknown version is
-    the one-line BadInput of memqual.images.packages (nearest names, exit 2)."""
+    the one-line BadInput of memqual.images.packages (nearest names, exit 2).
+    Revisions of a source tree (``DIR@commit``) are left out: each is
+    built when a probe needs it (``Kernels``)."""
+    from memqual.images.kernel_build import is_source_revision
+
     if resolve is None:
         from memqual.images.build import debian_kernel_files
 
         resolve = debian_kernel_files
     out: dict[str, tuple[Path, Path]] = {}
     for spec in series:
-        if spec.version not in out:
+        if spec.version not in out and not is_source_revision(spec.version):
             out[spec.version] = resolve(spec.version)
     return out
+
+
+def build_revision(name: str) -> tuple[Path, Path]:
+    """A revision's kernel, built with memqual's guest config (or found in
+    the cache): bzImage and modules."""
+    from memqual.images.kernel_build import build
+
+    kernel = build(name)
+    return kernel.bzimage, kernel.modules
+
+
+@dataclasses.dataclass
+class Kernels:
+    """A series' kernel files: Debian kernels found before anything runs
+    (an unknown one is bad input at once), revisions built when first
+    probed, so a bisect over n revisions builds about log2(n) of them."""
+
+    series: list[KernelSpec]
+    resolve: Resolver | None = None
+    build: Resolver = build_revision
+    files: dict[str, tuple[Path, Path]] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.files = resolve_kernels(self.series, self.resolve)
+
+    def __getitem__(self, version: str) -> tuple[Path, Path]:
+        if version not in self.files:
+            self.files[version] = self.build(version)
+        return self.files[version]
