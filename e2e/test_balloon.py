@@ -525,9 +525,13 @@ class BalloonOomAndStats(BalloonBase):
             # QEMU asks for the next update an interval after the last one
             # came (virtio_balloon_receive_stats re-arms its timer): never
             # sooner.  Later only by the guest's answer, which 80 % of the
-            # interval allows for.
-            self.assertTrue(all(high >= interval - 0.01 for _, high in bounds), f"{interval} s, faster: {bounds}")
-            self.assertTrue(all(low <= 1.8 * interval for low, _ in bounds), f"{interval} s, slower: {bounds}")
+            # interval allows for.  That timer runs on QEMU's virtual
+            # clock: under icount it is the guest's instruction count,
+            # which jumps ahead while the guest idles (sleep=off) and
+            # lags while it works, so the interval bounds no wall period.
+            if not clock.current().icount:
+                self.assertTrue(all(high >= interval - 0.01 for _, high in bounds), f"{interval} s, faster: {bounds}")
+                self.assertTrue(all(low <= 1.8 * interval for low, _ in bounds), f"{interval} s, slower: {bounds}")
             for key in ("stat-free-memory", "stat-total-memory", "stat-available-memory"):
                 self.assertNotEqual(last.stats.get(key, -1), -1, f"{key} still unset")
         ctl.set_stats_interval(0)
