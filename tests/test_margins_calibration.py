@@ -175,3 +175,29 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
         assert equivalent <= 3, equivalent
     else:
         assert equivalent / trials >= 0.90
+
+
+# The rates of docs/ab-calibration.md ("Margins per primary"), at more
+# trials: python tests/test_margins_calibration.py [TRIALS]
+RATES = (
+    ("A/A, margin 1 %: equivalent", {"effect": 1.0, "margin": TIGHT}, {comparison.EQUIVALENT}, 41),
+    ("A/A, margin 1 %: slower or faster", {"effect": 1.0, "margin": TIGHT}, {comparison.SLOWER, comparison.FASTER}, 42),
+    (
+        "B +1 % (the margin's edge), margin 1 %: equivalent",
+        {"effect": 1.01, "margin": TIGHT},
+        {comparison.EQUIVALENT},
+        43,
+    ),
+    ("B +2 %, margin 1 %: slower", {"effect": 1.02, "margin": TIGHT}, {comparison.SLOWER}, 44),
+    ("B +2 %, threshold 5 %: slower", {"effect": 1.02, "margin": THRESHOLD}, {comparison.SLOWER}, 44),
+    ("B +3 %, threshold 5 %: equivalent", {"effect": 1.03, "margin": THRESHOLD}, {comparison.EQUIVALENT}, 45),
+    ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {comparison.EQUIVALENT}, 45),
+)
+
+if __name__ == "__main__":
+    import sys
+
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    for name, kwargs, verdicts, seed in RATES:
+        rate = _rate(seed, trials, verdicts, n=6, spread=0.003, **kwargs)
+        print(f"{name}: {rate:.4f} of {trials} (6 blocks, spread 0.3 %, seed {seed})")
