@@ -6,6 +6,7 @@ the job's environment, and the refusal to compare two clocks."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -90,6 +91,24 @@ def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypa
 
 def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
     assert clock.default() == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
+
+
+def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None:
+    assert clock.deadline_s(120.0, clock.WALL_CLOCK) == 120.0
+    longer = clock.deadline_s(120.0, clock.icount())
+    assert longer == 120.0 * clock.ICOUNT_WALL_FACTOR and math.isfinite(longer)
+
+
+def test_the_ab_rows_balloon_cycles_are_one_under_icount_and_the_rest_is_unchanged() -> None:
+    from memqual.host.core import profiles
+
+    ab = profiles.sizes(profiles.AB)
+    on_icount = profiles.on_clock(ab, icount=True)
+    assert ab.balloon_repeats == 3 and on_icount.balloon_repeats == 1
+    assert dataclasses.replace(on_icount, balloon_repeats=3) == ab
+    assert profiles.on_clock(ab, icount=False) == ab
+    quick = profiles.sizes(profiles.QUICK)
+    assert profiles.on_clock(quick, icount=True) == quick  # a claim's units are not the A/B's
 
 
 def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:

@@ -96,6 +96,25 @@ class Clock:
 
 WALL_CLOCK = Clock()
 
+# How much longer a guest's work takes in wall time under icount than the
+# same work under multi-threaded TCG on this kind of host: every vCPU and
+# the instruction counting in one host thread.  Measured here
+# (docs/ab-calibration.md, "What icount costs in wall time here"): the A/B's
+# 768 MiB inflate took 3.6 s under multi-threaded TCG at load 1.2-1.8, and
+# 20-50 s under icount at load 6-16 (one missed its 120 s deadline at load
+# 13-16 after 480 MiB); a boot to SSH 6-8 s against 9-49 s.
+ICOUNT_WALL_FACTOR = 10
+
+
+def deadline_s(seconds: float, the_clock: Clock | None = None) -> float:
+    """A wall-time deadline for guest work, sized in ``seconds`` for the
+    wall clock, on this run's clock: the same on the wall clock, and
+    ``ICOUNT_WALL_FACTOR`` times longer under icount, where the guest runs
+    that much slower -- still a deadline (a guest that stops moving is
+    caught by its caller's stall window, whatever the clock)."""
+    found = the_clock if the_clock is not None else current()
+    return seconds * ICOUNT_WALL_FACTOR if found.icount else seconds
+
 
 def icount(shift: int = DEFAULT_SHIFT) -> Clock:
     return Clock(ICOUNT, shift)
