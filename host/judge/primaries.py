@@ -158,8 +158,13 @@ PRIMARIES: tuple[Primary, ...] = (
         "the slope of the request-size curve: the driver's cost per page, which is what a change to "
         "its request handling moves; the per-size times are its points (exploratory)",
         instrument=HOST_WALL,
+        # On icount the same fit on the driver's own span, read with the
+        # guest's clock (its first request's allocation to its last ack):
+        # guest instructions, which the host's load does not reach.
+        on_icount="driver_per_page_ns",
         spread_wall=Spread(0.28, 2, WALL_612),
-        needs=QUIET_OR_KVM,
+        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed span decides it, and each of its waits for "
+        "QEMU still ends at the guest's next timer",
     ),
     Primary(
         "balloon.floor",
@@ -176,7 +181,9 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("free_page_reporting", True),),
         instrument=HOST_WALL,
         spread_wall=Spread(0.011, 3, WALL_AA),
-        needs=QUIET_OR_KVM,
+        needs=QUIET_OR_KVM + "; no count decides it on icount: Linux's page reporting and QEMU's device count no "
+        "reported pages, and the guest cannot see when the host's RSS falls -- a guest tracepoint at each report "
+        "(the guest's clock when its last block went) would",
     ),
     Primary(
         "ksm.volatile_scan",
@@ -187,8 +194,12 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("pages", "4k"), ("smart_scan", 1)),
         instrument=HOST_CPU,
         spread_wall=Spread(0.067, 3, WALL_AA),
-        needs="the host's ksmd CPU time: a quiet host or KVM would decide it; a count of ksmd's pages scanned "
-        "and full scans for the same work would not need one",
+        needs="the host's ksmd CPU time: a quiet host or KVM would decide it.  ksmd's counts (pages_scanned, "
+        "pages_skipped, full_scans; pages_skipped_per_scan is recorded) do not decide it on icount either: "
+        "how many pages smart scan skips depends on how often the guest dirties a page between two of ksmd's "
+        "visits, a ratio of the guest's pace to ksmd's, both set by the host's load.  A guest workload that "
+        "dirties its pages once per full scan, paced by the host reading full_scans, would make pages "
+        "compared per scan a count of the guest kernel's doing",
     ),
     Primary(
         "ksm.merge",
