@@ -20,8 +20,8 @@ ALPHA, THRESHOLD = 0.01, 0.05
 TIGHT = primaries.TIGHT_MARGIN
 # A tight-margin primary (a count: merged pages over pages) and a wide one
 # (a time), as a run's results file names them.
-MERGE = ("ksm.merge", "merged_fraction", {"mem_merge": True})
-INFLATE = ("balloon.inflate", "inflate_s", {})
+MERGE: tuple[str, str, dict[str, object]] = ("ksm.merge", "merged_fraction", {"mem_merge": True})
+INFLATE: tuple[str, str, dict[str, object]] = ("balloon.inflate", "inflate_s", {})
 
 
 def _blocks(rng, n, spread, effect):
