@@ -345,3 +345,24 @@ def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
     monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
     clock.put(clock.icount(3))
     assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
+
+
+def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path, capsys) -> None:
+    from memqual.host.cli import block_spread as cli
+    from memqual.host.core import record
+    from memqual.host.core.record import Measurement
+
+    test_results = tmp_path / "avocado" / "job-1" / "test-results"
+    values = {("A", 1): 30.0, ("B", 1): 33.0, ("A", 2): 29.0, ("B", 2): 29.0 * 0.95}
+    for (arm, block), value in values.items():
+        found = Measurement(
+            scenario="balloon.inflate", metric="inflate_guest_s", unit="s", better="lower", samples=[value]
+        )
+        found.environment["clock"] = "icount:4"
+        record.write(found, test_results / f"{block}-e2e_test_balloon.py_T.test_x_b{block}-{arm}" / "data")
+    assert cli.main([str(tmp_path), "--jobs", "--json"]) == 0
+    (spread,) = json.loads(capsys.readouterr().out)
+    assert spread["blocks"] == 2 and spread["primary"] and spread["clock"] == "icount:4"
+    assert spread["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(1.1), math.log(0.95)]), abs=1e-6)
+    # Without the records there is nothing to read: one line, exit 2.
+    assert cli.main([str(tmp_path / "none"), "--jobs"]) == 2
