@@ -147,8 +147,8 @@ def _first_blocks(files, k):
 
 @pytest.mark.parametrize(("effect", "edge"), [(1.01, True), (1.0, False)], ids=["edge", "aa"])
 def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
-    """Looks after every block from 2 to 12 (group-sequential from 8
-    blocks), the margins through compare_results and Tracker.update whole:
+    """Looks after every block from 2 to 12 (group-sequential from
+    until.MIN_BLOCKS_SEQUENTIAL blocks), the margins through compare_results and Tracker.update whole:
     at the tight margin's edge, `equivalent` at any look in at most alpha
     of the runs (at most 3 of 100: a true rate of alpha gives 4 or more in
     1.8 % of such tests); with no change, equivalent at 1 % in most runs."""
