@@ -364,5 +364,10 @@ def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path
     (spread,) = json.loads(capsys.readouterr().out)
     assert spread["blocks"] == 2 and spread["primary"] and spread["clock"] == "icount:4"
     assert spread["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(1.1), math.log(0.95)]), abs=1e-6)
+    # The arms' results for memqual compare.
+    assert cli.main([str(tmp_path), "--jobs", "--write", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    written = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
+    assert [m["replicates"] for m in written["metrics"]] == [[[33.0], [29.0 * 0.95]]]
     # Without the records there is nothing to read: one line, exit 2.
     assert cli.main([str(tmp_path / "none"), "--jobs"]) == 2

@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--jobs", action="store_true", help="read the records of OUTPUT/avocado/ (a run stopped before its results)"
     )
+    parser.add_argument(
+        "--write",
+        metavar="DIR",
+        help="with --jobs: also write the arms' results as DIR/A/results.json and DIR/B/results.json "
+        "(for memqual compare)",
+    )
     args = parser.parse_args(argv)
     try:
         from memqual.host.judge.block_spread import block_spreads, table
@@ -36,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(args.output)
         if args.jobs:
             a, b = from_jobs(folder)
+            if args.write:
+                from memqual.host.judge.results import write_results
+
+                for arm, found in (("A", a), ("B", b)):
+                    (Path(args.write) / arm).mkdir(parents=True, exist_ok=True)
+                    write_results(found, Path(args.write) / arm / "results.json")
         else:
             a, b = load_results(folder / "A" / "results.json"), load_results(folder / "B" / "results.json")
         spreads = block_spreads(a, b)
