@@ -151,9 +151,9 @@ def default() -> Clock:
     """The clock a run uses when not told: wall, on every accelerator.
     Icount is asked for (``--clock icount``), not assumed, by measurement
     (docs/ab-calibration.md, "Which clock an A/B defaults to"): in an icount
-    A/A of the balloon timing test the guest-timed inflate and deflate
-    spread 0.05 and 0.03 (sd of log B/A) against the wall clock's 0.26 and
-    0.36, but they are the only primaries icount steadies (four are the
+    A/A of the balloon timing test (4 blocks) the guest-timed inflate and
+    deflate spread 0.033 and 0.039 (sd of log B/A) against the wall
+    clock's 0.26 and 0.36, but they are the only primaries icount steadies (four are the
     host's time or CPU, five are counts), and every icount block costs 3-9
     times the wall clock's here (a block of every scenario well over half
     an hour at load 13-20 against 6 minutes at 1.5), so an A/B of every
