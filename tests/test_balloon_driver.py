@@ -360,6 +360,14 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
     assert run.requests(0, "deflate")["256 pfns"] == 768 and run.requests(0)["whole guest"] == 1
 
 
+def test_the_stall_window_follows_the_clock(monkeypatch):
+    from memqual.host.core import clock
+
+    wall = rs.stall_s(16384)
+    monkeypatch.setattr(clock, "current", lambda: clock.icount())
+    assert rs.stall_s(16384) == pytest.approx(wall * clock.ICOUNT_WALL_FACTOR)
+
+
 def test_the_stall_window_outlasts_one_request_at_every_size():
     # A 65536-PFN request took over 3 s at load average 6: the window must
     # outlast that, and the stock size keeps the plain 3 s.
