@@ -162,13 +162,14 @@ PRIMARIES: tuple[Primary, ...] = (
         "the slope of the request-size curve: the driver's cost per page, which is what a change to "
         "its request handling moves; the per-size times are its points (exploratory)",
         instrument=HOST_WALL,
-        # On icount the same fit on the driver's own span, read with the
-        # guest's clock (its first request's allocation to its last ack):
-        # guest instructions, which the host's load does not reach.
-        on_icount="driver_per_page_ns",
         spread_wall=Spread(0.28, 2, WALL_612),
-        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed span decides it, and each of its waits for "
-        "QEMU still ends at the guest's next timer",
+        # The same fit on the driver's own span, read with the guest's clock
+        # (driver_per_page_ns, recorded beside it) is what would decide it
+        # on icount; it becomes the instrument there once an icount A/A has
+        # measured its spread against this one's (not yet: the one icount
+        # run of the scenario finished one block).
+        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed slope (driver_per_page_ns, recorded) would, "
+        "once an icount A/A measures its spread",
     ),
     Primary(
         "balloon.floor",
