@@ -197,8 +197,9 @@ def profile() -> str:
 
 
 def sizes() -> profiles.Sizes:
-    """The run's row of scenario sizes (host/core/profiles.py)."""
-    return profiles.sizes()
+    """The run's row of scenario sizes (host/core/profiles.py), as it runs
+    on the run's clock."""
+    return profiles.on_clock(profiles.sizes(), clock.current().icount)
 
 
 def skip(test: avocado.Test, reason: str) -> None:

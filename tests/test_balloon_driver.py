@@ -322,7 +322,8 @@ def _sample(guest, label, pfns, size_bytes, fixed, per_request, per_page, rng):
 
     up = fixed + requests * per_request + pages * per_page + rng.gauss(0, 1e-3)
     down = fixed / 2 + requests * per_request / 2 + pages * per_page / 4 + rng.gauss(0, 1e-3)
-    timing = bd.DirectionTiming(requests, pages, 10, 5, 20, 25)
+    # The driver's span on the guest's clock: 80 % of the host's window.
+    timing = bd.DirectionTiming(requests, pages, 10, 5, 20, int(0.8 * up * 1e9))
     return rs.Sample(guest, label, size_bytes, "", moved(up), 1.0, timing, moved(down), timing)
 
 
@@ -338,10 +339,11 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
                 for label, size in rs.guest_plan(list(sizes), g, inflate_bytes)
             ]
         )
-    assert [len(v) for v in run.per_guest_fit.values()] == [4, 4, 4]
+    assert [len(v) for v in run.per_guest_fit.values()] == [4, 4, 4, 4]
     fits = run.fits()
     assert fits.inflate["per_request_s"]["value"] == pytest.approx(2e-3, rel=0.05)
     assert fits.deflate["per_page_s"]["value"] == pytest.approx(5e-6, rel=0.05)
+    assert fits.driver["per_page_s"]["value"] == pytest.approx(0.8 * 20e-6, rel=0.05)
     records = run.records({"guest_mib": 1024}, {}, "", 12288, fits)
     by_metric: dict[str, list[Measurement]] = {}
     for m in records:
@@ -356,6 +358,14 @@ def test_a_run_records_every_size_both_ways_and_both_fits_with_intervals():
         assert m.extra["low"] <= m.extra["value"] <= m.extra["high"]
     assert by_metric["per_request_us"][0].extra["value"] == pytest.approx(2000, rel=0.05)
     assert run.requests(0, "deflate")["256 pfns"] == 768 and run.requests(0)["whole guest"] == 1
+
+
+def test_the_stall_window_follows_the_clock(monkeypatch):
+    from memqual.host.core import clock
+
+    wall = rs.stall_s(16384)
+    monkeypatch.setattr(clock, "current", lambda: clock.icount())
+    assert rs.stall_s(16384) == pytest.approx(wall * clock.ICOUNT_WALL_FACTOR)
 
 
 def test_the_stall_window_outlasts_one_request_at_every_size():

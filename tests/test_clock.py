@@ -6,6 +6,7 @@ the job's environment, and the refusal to compare two clocks."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -90,6 +91,24 @@ def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypa
 
 def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
     assert clock.default() == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
+
+
+def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None:
+    assert clock.deadline_s(120.0, clock.WALL_CLOCK) == 120.0
+    longer = clock.deadline_s(120.0, clock.icount())
+    assert longer == 120.0 * clock.ICOUNT_WALL_FACTOR and math.isfinite(longer)
+
+
+def test_the_ab_rows_balloon_cycles_are_one_under_icount_and_the_rest_is_unchanged() -> None:
+    from memqual.host.core import profiles
+
+    ab = profiles.sizes(profiles.AB)
+    on_icount = profiles.on_clock(ab, icount=True)
+    assert ab.balloon_repeats == 3 and on_icount.balloon_repeats == 1
+    assert dataclasses.replace(on_icount, balloon_repeats=3) == ab
+    assert profiles.on_clock(ab, icount=False) == ab
+    quick = profiles.sizes(profiles.QUICK)
+    assert profiles.on_clock(quick, icount=True) == quick  # a claim's units are not the A/B's
 
 
 def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:
@@ -326,3 +345,29 @@ def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
     monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
     clock.put(clock.icount(3))
     assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
+
+
+def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path, capsys) -> None:
+    from memqual.host.cli import block_spread as cli
+    from memqual.host.core import record
+    from memqual.host.core.record import Measurement
+
+    test_results = tmp_path / "avocado" / "job-1" / "test-results"
+    values = {("A", 1): 30.0, ("B", 1): 33.0, ("A", 2): 29.0, ("B", 2): 29.0 * 0.95}
+    for (arm, block), value in values.items():
+        found = Measurement(
+            scenario="balloon.inflate", metric="inflate_guest_s", unit="s", better="lower", samples=[value]
+        )
+        found.environment["clock"] = "icount:4"
+        record.write(found, test_results / f"{block}-e2e_test_balloon.py_T.test_x_b{block}-{arm}" / "data")
+    assert cli.main([str(tmp_path), "--jobs", "--json"]) == 0
+    (spread,) = json.loads(capsys.readouterr().out)
+    assert spread["blocks"] == 2 and spread["primary"] and spread["clock"] == "icount:4"
+    assert spread["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(1.1), math.log(0.95)]), abs=1e-6)
+    # The arms' results for memqual compare.
+    assert cli.main([str(tmp_path), "--jobs", "--write", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    written = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
+    assert [m["replicates"] for m in written["metrics"]] == [[[33.0], [29.0 * 0.95]]]
+    # Without the records there is nothing to read: one line, exit 2.
+    assert cli.main([str(tmp_path / "none"), "--jobs"]) == 2

@@ -22,6 +22,7 @@ from typing import Any
 
 from memqual.host.balloon.agent import GuestTiming, GuestTracker
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult, expected_actual
+from memqual.host.core import clock
 
 # The guest tracker's sleep between reads away from the two ends it times.
 TRACK_PERIOD_US = 1000
@@ -75,7 +76,8 @@ class BalloonMover:
     ctl: BalloonController
     ssh: Any = None
     agent: str = ""
-    deadline_s: float = DEADLINE_S
+    # DEADLINE_S on the wall clock, longer under icount (clock.deadline_s).
+    deadline_s: float = dataclasses.field(default_factory=lambda: clock.deadline_s(DEADLINE_S))
     track_period_us: int = TRACK_PERIOD_US
 
     def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:

@@ -111,7 +111,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--threshold",
         type=_fraction,
         default=DEFAULT_THRESHOLD,
-        help="smallest relative change of the median that counts (default 0.05)",
+        help="smallest relative change of the median that counts (default 0.05); each primary is judged "
+        "against its own margin (host/judge/primaries.py)",
     )
     parser.add_argument(
         "--alpha",

@@ -243,7 +243,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--threshold",
         type=cliargs.fraction_below_one,
         metavar="FRACTION",
-        help="two arms: smallest relative change of a metric that counts, as on compare (default 0.05)",
+        help="two arms: smallest relative change of a metric that counts, as on compare (default 0.05); "
+        "each primary is judged against its own margin (host/judge/primaries.py)",
     )
     parser.add_argument(
         "--alpha",

@@ -139,3 +139,16 @@ def current() -> str:
 def sizes(name: str | None = None) -> Sizes:
     """A profile's row; the current one's by default."""
     return SIZES[name or current()]
+
+
+def on_clock(row: Sizes, icount: bool) -> Sizes:
+    """``row`` as it runs on the icount clock (host/core/clock.py), when
+    ``icount``.  The A/B's three timed balloon cycles a guest are a median
+    against the wall clock's noise; under icount the balloon's primaries
+    are the guest's own timings, which repeat from cycle to cycle, and each
+    cycle costs 45-75 s of wall time at load 6-16 (every vCPU in one host
+    thread): one cycle, a third of the test (docs/ab-calibration.md, "What
+    icount costs in wall time here")."""
+    if not icount or row != SIZES[AB]:
+        return row
+    return dataclasses.replace(row, balloon_repeats=1)

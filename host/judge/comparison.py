@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memqual.host.core.clock import check_same as check_same_clock
 from memqual.host.core.errors import BadInput
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY, is_control
+from memqual.host.judge.primaries import margin as margin_of
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, Results, variant_label
@@ -369,6 +370,9 @@ def _levels(pvalues: Sequence[float], adjusted: Sequence[float], alpha: float, h
 # A look's p-values in place of the tests' own: (difference, equivalence)
 # per test, None where the test's own stand.
 Sequential = Sequence[tuple[float, float] | None]
+# Where a look's p-values come from: a metric's key, its test and its
+# equivalence margin give them (None: the test's own).
+SequentialOf = Callable[[str, "ab_tests.RatioTest", float], tuple[float, float] | None]
 
 
 def decide_family(
@@ -378,9 +382,11 @@ def decide_family(
     alpha: float,
     holm: bool = True,
     sequential: Sequential | None = None,
+    margins: Sequence[float] | None = None,
 ) -> list[FamilyDecision]:
     """Holm (or Benjamini-Hochberg) over one family, for the p of a
-    difference and, separately, for the TOST p of equivalence; on the
+    difference and, separately, for the TOST p of equivalence (at each
+    test's margin, ``threshold`` where ``margins`` is not given); on the
     ``sequential`` p-values where given (a look of --until-decided)."""
     from memqual.host.core import ab_tests, stats
 
@@ -388,8 +394,9 @@ def decide_family(
         return []
     correct = stats.holm if holm else ab_tests.benjamini_hochberg
     given = list(sequential) if sequential is not None else [None] * len(tests)
+    bands = list(margins) if margins is not None else [threshold] * len(tests)
     p = [t.p_difference() if g is None else g[0] for t, g in zip(tests, given, strict=True)]
-    q = [t.p_equivalence(threshold) if g is None else g[1] for t, g in zip(tests, given, strict=True)]
+    q = [t.p_equivalence(m) if g is None else g[1] for t, g, m in zip(tests, given, bands, strict=True)]
     pa, qa = correct(p), correct(q)
     la, lq = _levels(p, pa, alpha, holm), _levels(q, qa, alpha, holm)
     return [FamilyDecision(pa[i], qa[i], la[i], lq[i]) for i in range(len(tests))]
@@ -442,11 +449,15 @@ def decide(
     threshold: float,
     alpha: float,
     sequential: Sequential | None = None,
+    margins: Sequence[float] | None = None,
 ) -> tuple[list[FamilyDecision], list[str]]:
     """Every test's family decision and verdict, each family corrected on
     its own: what compare_results decides, apart from reading files (the
     calibration runs this on synthetic tests).  ``sequential``: a look's
-    p-values in place of the tests' own (``decide_family``)."""
+    p-values in place of the tests' own (``decide_family``); ``margins``:
+    each test's equivalence margin, the band its change is judged against
+    (``threshold`` for every test where not given)."""
+    bands = list(margins) if margins is not None else [threshold] * len(tests)
     decisions: dict[int, FamilyDecision] = {}
     for role in ROLES:
         members = [i for i, r in enumerate(roles) if r == role]
@@ -456,12 +467,13 @@ def decide(
             alpha=family_alpha(role, alpha),
             holm=role != EXPLORATORY,
             sequential=[sequential[i] for i in members] if sequential is not None else None,
+            margins=[bands[i] for i in members],
         )
         decisions.update(zip(members, found, strict=True))
     ordered = [decisions[i] for i in range(len(tests))]
     verdicts = [
-        verdict_of(t, d, better=bt, threshold=threshold, alpha=family_alpha(r, alpha))
-        for t, d, bt, r in zip(tests, ordered, better, roles, strict=True)
+        verdict_of(t, d, better=bt, threshold=m, alpha=family_alpha(r, alpha))
+        for t, d, bt, r, m in zip(tests, ordered, better, roles, bands, strict=True)
     ]
     return ordered, verdicts
 
@@ -556,7 +568,7 @@ def compare_results(
     a_name: str = "A",
     b_name: str = "B",
     all_metrics: bool = False,
-    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
+    sequential: SequentialOf | None = None,
 ) -> RunComparison:
     """B against A, metric by metric: ``compare_runs`` of one run a side."""
     return compare_runs(
@@ -580,7 +592,7 @@ def compare_runs(
     a_name: str = "A",
     b_name: str = "B",
     all_metrics: bool = False,
-    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
+    sequential: SequentialOf | None = None,
 ) -> RunComparison:
     """B against A, metric by metric, with the right unit:
 
@@ -600,7 +612,9 @@ def compare_runs(
     --until-decided): a metric's p-values of a difference and of
     equivalence for its key and test, or None for the test's own; called
     for the comparable metrics only, and the families are corrected on
-    what it gives."""
+    what it gives.  A primary is judged against its own equivalence margin
+    (host/judge/primaries.py, on the runs' clock), every other metric
+    against ``threshold``."""
     from memqual.host.core import ab_tests
 
     if not a_runs or not b_runs:
@@ -637,11 +651,17 @@ def compare_runs(
             kinds.append("block" if test.paired else "descriptive")
         reps.append((ra, rb))
     roles = roles_of(pairs)
+    env_a, env_b = a.environment or {}, b.environment or {}
+    clock = check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")})
+    bands = [
+        margin_of(ma.scenario, ma.metric, ma.variant, clock, threshold) if role == PRIMARY else threshold
+        for (ma, _), role in zip(pairs, roles, strict=True)
+    ]
     regimes = [regime_of(ma, mb, a.metrics, b.metrics, a_name, b_name) for ma, mb in pairs]
     # Only metrics whose regimes match are decided, and only they make up
     # the families their corrections run over.
     kept = [i for i, r in enumerate(regimes) if r is None or r.matches]
-    given = {i: sequential(pairs[i][0].key, tests[i]) for i in kept} if sequential is not None else {}
+    given = {i: sequential(pairs[i][0].key, tests[i], bands[i]) for i in kept} if sequential is not None else {}
     kept_decisions, kept_verdicts = decide(
         [tests[i] for i in kept],
         [roles[i] for i in kept],
@@ -649,6 +669,7 @@ def compare_runs(
         threshold=threshold,
         alpha=alpha,
         sequential=[given.get(i) for i in kept] if sequential is not None else None,
+        margins=[bands[i] for i in kept],
     )
     decisions: dict[int, FamilyDecision] = dict(zip(kept, kept_decisions, strict=True))
     verdicts = dict(zip(kept, kept_verdicts, strict=True))
@@ -659,7 +680,7 @@ def compare_runs(
         if kinds[i] == "descriptive" and verdict != NOT_COMPARABLE:
             verdict = RUNS_DIFFER if verdict in (SLOWER, FASTER, CHANGED) else UNDECIDED
         stats_i = metric_stats(
-            test, ra, rb, d, verdict, threshold=threshold, sequential=given.get(i), unit_kind=kinds[i]
+            test, ra, rb, d, verdict, threshold=bands[i], sequential=given.get(i), unit_kind=kinds[i]
         )
         if kinds[i] == "run":
             stats_i = dataclasses.replace(stats_i, n_replicates_a=test.n_a, n_replicates_b=test.n_b)
@@ -684,7 +705,6 @@ def compare_runs(
         {"id": c["id"], "a": c.get("verdict"), "b": claims_b[c.id].get("verdict") if c.id in claims_b else None}
         for c in a.claims
     ]
-    env_a, env_b = a.environment or {}, b.environment or {}
     env = {
         k: (env_a.get(k), env_b.get(k))
         for k in sorted(set(env_a) | set(env_b))
@@ -696,7 +716,7 @@ def compare_runs(
         environment=env,
         threshold=threshold,
         alpha=alpha,
-        clock=check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")}),
+        clock=clock,
         only_in_a=sorted(only_a),
         only_in_b=sorted(only_b),
         all_metrics=all_metrics,

@@ -150,7 +150,8 @@ def _row(m: MetricComparison, label: str, threshold: float, figures: Mapping[str
         "role": m.role,
         "a_median": c.a.median,
         "b_median": c.b.median,
-        "margin": threshold,
+        # The margin the metric was judged against: a primary's own, else the threshold.
+        "margin": c.margin or threshold,
     }
 
 

@@ -114,13 +114,15 @@ class Primary:
 # "Block-to-block spread"): A/A runs of 6.1.0-57 on this project's 2-core
 # TCG host, load 2-10; the near-deterministic counts from two blocks of
 # 6.1 against 6.12.  The icount clock's: the A/A of docs/ab-calibration.md,
-# "The icount clock".
+# "The icount A/A".
 WALL_AA = "A/A 6.1.0-57, wall clock, docs/ab-calibration.md"
 WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
-# Not an A/A: two blocks of the 6.12 arm of the icount 6.1/6.12 run (the
-# difference of two blocks' log medians, which estimates the sd of an A/A's
-# log(B/A)); load 12-20 (docs/ab-calibration.md, "The icount clock").
-ICOUNT_612 = "2 blocks of 6.12, icount:4 (no A/A), docs/ab-calibration.md"
+# The icount A/A of the balloon timing test, 4 blocks, load 13-21
+# (docs/ab-calibration.md, "The icount A/A"): `memqual run --debian-kernel
+# 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock icount --only
+# balloon-timing --rounds 4 --until-decided --budget 24 --output OUT`, then
+# `python -m memqual.host.cli.block_spread OUT`.
+ICOUNT_AA = "A/A 6.1.0-57, icount:4, 4 blocks, docs/ab-calibration.md"
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "
     "would decide it"
@@ -132,25 +134,27 @@ PRIMARIES: tuple[Primary, ...] = (
         "inflate_s",
         "what a host waits for when it takes memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing of the same inflate: 0.071
-        # against the host-timed 0.59 in the same two blocks.
+        # On icount the guest's own timing of the same inflate: 0.033
+        # against the host-timed 0.39 in the same four A/A blocks.
         on_icount="inflate_guest_s",
         spread_wall=Spread(0.26, 4, WALL_AA),
-        spread_icount=Spread(0.071, 2, ICOUNT_612),
-        needs=QUIET_OR_KVM + "; on icount the guest counts each wait for the host to its next timer, "
-        "so the host's pace is still in it, 8 times less",
+        spread_icount=Spread(0.033, 4, ICOUNT_AA),
+        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 3 % from block to block (its SSH "
+        "traffic and its waits for QEMU come at the host's pace), 12 times less than the host's",
     ),
     Primary(
         "balloon.deflate",
         "deflate_s",
         "what a guest waits for when it gets memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing: 0.027 against the host-timed 0.38.
+        # On icount the guest's own timing: 0.039 against the host-timed
+        # 0.80 in the same four A/A blocks.
         on_icount="deflate_guest_s",
         spread_wall=Spread(0.36, 4, WALL_AA),
-        spread_icount=Spread(0.027, 2, ICOUNT_612),
-        needs=QUIET_OR_KVM + "; on icount the guest counts each wait for the host to its next timer, "
-        "so the host's pace is still in it, 14 times less",
+        spread_icount=Spread(0.039, 4, ICOUNT_AA),
+        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 4 % from block to block (each wait "
+        "for QEMU's iothread ends at the guest's next timer; with the device's ioeventfd off one boot's "
+        "deflates repeated to 0.3 %, not yet measured over blocks), 20 times less than the host's",
     ),
     Primary(
         "balloon.request_size",
@@ -159,7 +163,13 @@ PRIMARIES: tuple[Primary, ...] = (
         "its request handling moves; the per-size times are its points (exploratory)",
         instrument=HOST_WALL,
         spread_wall=Spread(0.28, 2, WALL_612),
-        needs=QUIET_OR_KVM,
+        # The same fit on the driver's own span, read with the guest's clock
+        # (driver_per_page_ns, recorded beside it) is what would decide it
+        # on icount; it becomes the instrument there once an icount A/A has
+        # measured its spread against this one's (not yet: the one icount
+        # run of the scenario finished one block).
+        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed slope (driver_per_page_ns, recorded) would, "
+        "once an icount A/A measures its spread",
     ),
     Primary(
         "balloon.floor",
@@ -176,7 +186,9 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("free_page_reporting", True),),
         instrument=HOST_WALL,
         spread_wall=Spread(0.011, 3, WALL_AA),
-        needs=QUIET_OR_KVM,
+        needs=QUIET_OR_KVM + "; no count decides it on icount: Linux's page reporting and QEMU's device count no "
+        "reported pages, and the guest cannot see when the host's RSS falls -- a guest tracepoint at each report "
+        "(the guest's clock when its last block went) would",
     ),
     Primary(
         "ksm.volatile_scan",
@@ -187,8 +199,12 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("pages", "4k"), ("smart_scan", 1)),
         instrument=HOST_CPU,
         spread_wall=Spread(0.067, 3, WALL_AA),
-        needs="the host's ksmd CPU time: a quiet host or KVM would decide it; a count of ksmd's pages scanned "
-        "and full scans for the same work would not need one",
+        needs="the host's ksmd CPU time: a quiet host or KVM would decide it.  ksmd's counts (pages_scanned, "
+        "pages_skipped, full_scans; pages_skipped_per_scan is recorded) do not decide it on icount either: "
+        "how many pages smart scan skips depends on how often the guest dirties a page between two of ksmd's "
+        "visits, a ratio of the guest's pace to ksmd's, both set by the host's load.  A guest workload that "
+        "dirties its pages once per full scan, paced by the host reading full_scans, would make pages "
+        "compared per scan a count of the guest kernel's doing",
     ),
     Primary(
         "ksm.merge",

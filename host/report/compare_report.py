@@ -297,7 +297,7 @@ def _decision_line(r: decisions.Decision, m: MetricComparison, sequential: bool)
         verdict=badge(r.verdict),
         note="its regimes differ: see under the primaries" if r.verdict == NOT_COMPARABLE else note,
         ratio=f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
-        margin=f"±{r.margin:.0%}",
+        margin=f"±{r.margin * 100:.3g}%",
         look=look,
         blocks=(f"{r.blocks}" if r.paired else f"{r.blocks} a side"),
         test=test,

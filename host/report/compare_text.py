@@ -72,7 +72,8 @@ def print_comparison(
     )
     grid = Table(
         title=(
-            f"{b_name} against {a_name}, clock {result.clock}: the decisions ({how}; margin {table.margin:.0%}: "
+            f"{b_name} against {a_name}, clock {result.clock}: the decisions ({how}; "
+            f"margin {table.margin:.0%} unless a primary's own: "
             "Holm over "
             f"{families['primary']} primaries and {families['control']} controls, Benjamini-Hochberg over "
             f"{families['exploratory']} exploratory at alpha/4)"
@@ -114,7 +115,7 @@ def print_comparison(
             units,
             *([look] if table.sequential else []),
             test,
-            f"±{r.margin:.0%}",
+            f"±{r.margin * 100:.3g}%",
             # Why a metric was not compared is a sentence: it goes below the table.
             f"[{styles.get(r.verdict, 'bold yellow')}]"
             f"{escape(r.text if r.verdict != NOT_COMPARABLE else NOT_COMPARABLE + ' (below)')}[/]",

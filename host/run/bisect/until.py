@@ -181,7 +181,7 @@ def decisions(
     *,
     threshold: float,
     alpha: float,
-    sequential: Callable[[str, ab_tests.RatioTest], tuple[float, float] | None] | None = None,
+    sequential: Callable[[str, ab_tests.RatioTest, float], tuple[float, float] | None] | None = None,
 ) -> list[Any]:
     """The MetricComparisons of the run so far at this level (empty when
     nothing is comparable yet: a failed block is undecided, not an error),
@@ -313,12 +313,15 @@ class Tracker:
         equivalence = progress.equivalence if progress and progress.equivalence else Path(two_sided=False)
         return difference, equivalence
 
-    def sequential_p(self, key: str, test: ab_tests.RatioTest) -> tuple[float, float] | None:
+    def sequential_p(
+        self, key: str, test: ab_tests.RatioTest, margin: float | None = None
+    ) -> tuple[float, float] | None:
         """A metric's p-values at this look on the increment scale: the
         chance under no effect of a statistic this extreme now and none
-        beyond the boundaries of its looks before.  None (the raw p) for a
-        frozen metric, an untestable one, and a look on fewer than
-        MIN_BLOCKS_SEQUENTIAL blocks."""
+        beyond the boundaries of its looks before; its TOST at its own
+        ``margin`` (a primary's, host/judge/primaries.py), else the
+        threshold.  None (the raw p) for a frozen metric, an untestable
+        one, and a look on fewer than MIN_BLOCKS_SEQUENTIAL blocks."""
         progress = self.metrics.get(key)
         units = test.units
         least = self.min_blocks_sequential or MIN_BLOCKS_SEQUENTIAL
@@ -327,7 +330,7 @@ class Tracker:
         difference, equivalence = self.paths(key)
         if units < difference.information:
             return None
-        p, q = test.p_difference(), test.p_equivalence(self.threshold)
+        p, q = test.p_difference(), test.p_equivalence(self.threshold if margin is None else margin)
         return difference.p_value(units, p), equivalence.p_value(units, q)
 
     def add_boundaries(self, look: int, now: list[Any], level: float) -> None:
