@@ -25,8 +25,6 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from debian.debian_support import Version
-
 from memqual.host.core import leftovers
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
@@ -111,18 +109,12 @@ def _list_kernels() -> str:
         # not kernels.
         if re.match(r"\d+\.\d+\.\d+", release) and release.endswith("-amd64") and "-dbg" not in release:
             releases.add(release)
+    # Imported here, not at the top: ./setup builds the balloon driver with
+    # this module on the standard library alone (python -S), before pip has
+    # installed python-debian.
+    from memqual.images.releases import release_order
+
     return "\n".join(sorted(releases, key=release_order))
-
-
-def release_order(release: str) -> tuple[int, Version | str]:
-    """A sort key that orders kernel releases as dpkg orders versions
-    (``~`` before anything, even the end: 6.12.1~rc1 < 6.12.1); a name that
-    is no Debian version (a path, a command-line suffix) sorts after them
-    all, by its text."""
-    try:
-        return (0, Version(release))
-    except ValueError:
-        return (1, release)
 
 
 # A kernel's release as Debian names it (6.1.0-57-amd64, 6.12.111+deb12-amd64),

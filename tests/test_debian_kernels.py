@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from memqual.host.core.errors import BadInput
-from memqual.images import packages
+from memqual.images import packages, releases
 
 PKGNAMES = """linux-image-amd64
 linux-image-6.1.0-57-amd64
@@ -88,7 +88,7 @@ def test_releases_are_ordered_by_debians_rules_tilde_first() -> None:
         "6.12.9+deb12-amd64",
         "6.12.100+deb12-amd64",
     ]
-    assert sorted(reversed(ordered), key=packages.release_order) == ordered
+    assert sorted(reversed(ordered), key=releases.release_order) == ordered
     if shutil.which("dpkg"):
         for lower, higher in zip(ordered, ordered[1:], strict=False):
             assert subprocess.run(["dpkg", "--compare-versions", lower, "lt", higher], check=False).returncode == 0
@@ -96,7 +96,7 @@ def test_releases_are_ordered_by_debians_rules_tilde_first() -> None:
 
 def test_a_name_that_is_no_version_sorts_last_by_its_text() -> None:
     names = ["/tmp/b/bzImage", "6.1.0-57-amd64:init_on_free=1", "6.12.1~rc1-amd64", "6.1.0-57-amd64"]
-    assert sorted(names, key=packages.release_order) == [
+    assert sorted(names, key=releases.release_order) == [
         "6.1.0-57-amd64",
         "6.12.1~rc1-amd64",
         "/tmp/b/bzImage",

@@ -144,3 +144,18 @@ def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     assert Path(template).is_relative_to(site / "memqual"), template
     assert "memqual: 0 lab hosts" in html
     assert (SOURCE / "host" / "core" / "templates" / "memqual.css").read_text() in html  # inlined, as it is
+
+
+def test_the_balloon_driver_build_imports_on_the_standard_library_alone() -> None:
+    # ./setup builds the driver with `python -S` while pip installs: nothing
+    # it imports may need a package from site-packages.
+    src = Path(__file__).resolve().parent.parent / "src"
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", "import memqual.images.balloon_driver"],
+        env={"PYTHONPATH": str(src), "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr

@@ -232,7 +232,7 @@ def load_runs(paths: Sequence[str]) -> list[Run]:
 
 
 def _kernel_order(release: str | None) -> tuple[Any, ...]:
-    from memqual.images.packages import release_order
+    from memqual.images.releases import release_order
 
     return (0, release_order(release)) if release else (1, ())
 
