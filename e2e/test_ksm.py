@@ -33,13 +33,13 @@ import os
 import time
 from collections.abc import Iterator
 
-from memqual.e2e.base import GuestTest, sizes
+from memqual.e2e.base import GuestTest
 from memqual.host.core import stats
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import MachineConfig
 from memqual.host.judge import claims
-from memqual.host.ksm import KsmController, sharing, volatile
+from memqual.host.ksm import KsmController, sharing, table, volatile
 from memqual.host.ksm import guest_ksm as gk
 from memqual.host.ksm import merge as km
 from memqual.host.ksm import scenarios as ks
@@ -198,7 +198,7 @@ class KsmTest(GuestTest):
                 "host kernel has no KSM smart scan (Linux >= 6.7 needed)",
             )
             volatile.prepare_volatile(ksm, pages)
-            for index in range(sizes().ksm_volatile_guests):
+            for index in range(table.VOLATILE_SCAN.sizes_for().guests):
                 guests.append(self._volatile_guest(ksm, pages, index, volatile.retries_left(guests)))
         self._judge(pages, guests, time.monotonic() - started)
 
@@ -217,9 +217,9 @@ class KsmTest(GuestTest):
                 pages,
                 first=replicate_first(self.first_unit() + index),
                 retries=retries,
-                windows=sizes().ksm_volatile_windows,
-                reference_scans=sizes().ksm_reference_scans,
-                smart_windows=sizes().ksm_smart_windows,
+                windows=table.VOLATILE_SCAN.sizes_for().windows,
+                reference_scans=table.VOLATILE_SCAN.sizes_for().reference_scans,
+                smart_windows=table.VOLATILE_SCAN.sizes_for().smart_windows,
                 on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
             )
         except ks.ScenarioFailed as exc:
@@ -231,10 +231,10 @@ class KsmTest(GuestTest):
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         settings = volatile.volatile_settings(
-            sizes().ksm_volatile_windows,
-            sizes().ksm_volatile_guests,
-            sizes().ksm_reference_scans,
-            sizes().ksm_smart_windows,
+            table.VOLATILE_SCAN.sizes_for().windows,
+            table.VOLATILE_SCAN.sizes_for().guests,
+            table.VOLATILE_SCAN.sizes_for().reference_scans,
+            table.VOLATILE_SCAN.sizes_for().smart_windows,
         )
         limit = volatile.skip_limit(os.uname().release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
@@ -327,10 +327,10 @@ class KsmTest(GuestTest):
         :avocado: tags=ab
         """
         config = MachineConfig(memory_mib=sharing.MANY_GUEST_MIB)
-        many_guests = sizes().ksm_many_guests
+        many_guests = table.MANY.sizes_for().guests
         with self.host_ksm() as ksm:
             run = sharing.run_many_guests(
-                ksm, lambda: self.boot(config), many_guests, sizes().ksm_remerge_repeats, note=self.log.info
+                ksm, lambda: self.boot(config), many_guests, table.MANY.sizes_for().remerge_repeats, note=self.log.info
             )
         for measurement in run.records():
             self.record(measurement)

@@ -18,11 +18,10 @@ at those states' slot counts, where /dev/kvm can run the harness).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
-from memqual.e2e.base import GuestTest, sizes
+from memqual.e2e.base import GuestTest
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib, wait_rss
@@ -36,9 +35,10 @@ from memqual.host.memslots import kvm_lookup as L
 from memqual.host.memslots import virtio_layouts
 from memqual.host.memslots.model import model_table
 from memqual.host.memslots.qemu_layout import layout_from_flatview, parse_flatview
+from memqual.host.memslots.table import KVM_LOOKUP
 
 MIB = 1 << 20
-BASE_MIB = 512
+BASE_MIB = V.BASE_MIB
 AGENT = "vmem_agent"
 RESIZE_DEADLINE_S = 60.0
 # A request the guest cannot meet: how long it is watched not being met.
@@ -61,29 +61,9 @@ MIN_IN_RANGE = 0.5
 RSS_RETURNED = 0.8
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The scenario's sizes by the profile's row (host/core/profiles.py)."""
-
-    # Quick: one size, two cycles (a guest's cycles are samples of one
-    # replicate); full: 1 GiB and 3/4 of the guest, five cycles.
-    sizes_mib: tuple[int, ...]
-    repeats: int
-    # QEMU sizes the memslots itself (about 1 GiB each here): steps that
-    # cross slot boundaries.  Unplugging under TCG costs seconds per GiB.
-    dyn_device_mib: int
-    dyn_steps_mib: tuple[int, ...]
-    # Then the whole device plugged and left so (the guest is shut down,
-    # not unplugged: unplugging is the slow part under TCG): the most
-    # memslots this guest maps, recorded as a layout beside the others.
-    # Its memmap (64 bytes a 4 KiB page) comes from the base memory.
-    dyn_large_mib: int = 8192
-
-
-def plan() -> Plan:
-    if sizes().virtio_mem_full:
-        return Plan((1024, 3 * BASE_MIB // 4), 5, 4096, (0, 512, 1536, 3072, 1024, 0))
-    return Plan((256,), 2, 2048, (0, 512, 2048, 0))
+def plan() -> V.Plan:
+    """The scenario's sizes in the run's profile (host/virtio_mem.py's rows)."""
+    return V.RESIZE.sizes_for()
 
 
 def config(device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig:
@@ -378,7 +358,7 @@ class VirtioMem(GuestTest):
         self.require(bool(ioeventfd), "layouts recorded; /dev/kvm has no KVM_CAP_IOEVENTFD: misses would exit")
         self.require(max(counts) <= nr, f"layouts recorded; /dev/kvm offers {nr} memslots, fewer than {max(counts)}")
         config = L.LookupConfig(
-            slots=counts, replicates=max(sizes().kvm_lookup_replicates, 3), rounds=21, iterations=600
+            slots=counts, replicates=max(KVM_LOOKUP.sizes_for().replicates, 3), rounds=21, iterations=600
         )
         result = L.run_lookup(config, progress=self.log.info)
         misses = [r for r in L.records(result) if r.metric == "access_ns" and r.variant["kind"] == "miss"]

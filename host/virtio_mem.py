@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from memqual.host.core.flatview import FlatRange, parse_flatview
+from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.scenario import Scenario
 
 MIB = 1 << 20
 DEVICE = "virtio-mem-pci"
@@ -134,3 +136,37 @@ def memslots(vm: QmpMachine, device: VirtioMemDevice) -> list[FlatRange]:
 def device_base(vm: QmpMachine, device: VirtioMemDevice) -> int:
     """The guest-physical address of the device's memory."""
     return int(vm.qmp("qom-get", path=device.qom_path, property="memaddr"))
+
+
+BASE_MIB = 512  # the guest's base memory beside the device
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The resize and memslots scenarios' sizes in one profile."""
+
+    # Quick: one size, two cycles (a guest's cycles are samples of one
+    # replicate); full: 1 GiB and 3/4 of the guest, five cycles.
+    sizes_mib: tuple[int, ...]
+    repeats: int
+    # QEMU sizes the memslots itself (about 1 GiB each here): steps that
+    # cross slot boundaries.  Unplugging under TCG costs seconds per GiB.
+    dyn_device_mib: int
+    dyn_steps_mib: tuple[int, ...]
+    # Then the whole device plugged and left so (the guest is shut down,
+    # not unplugged: unplugging is the slow part under TCG): the most
+    # memslots this guest maps, recorded as a layout beside the others.
+    # Its memmap (64 bytes a 4 KiB page) comes from the base memory.
+    dyn_large_mib: int = 8192
+
+
+PLANS = {
+    QUICK: Plan((256,), 2, 2048, (0, 512, 2048, 0)),
+    FULL: Plan((1024, 3 * BASE_MIB // 4), 5, 4096, (0, 512, 1536, 3072, 1024, 0)),
+    AB: Plan((256,), 2, 2048, (0, 512, 2048, 0)),
+}
+# The scenario table's rows (host/core/scenario.py); the memslot counts a
+# plugged device makes are also recorded as memslots.kvm_lookup, memslots' row.
+RESIZE = Scenario("virtio_mem.resize", ("virtio_mem",), PLANS)
+MEMSLOTS = Scenario("virtio_mem.memslots", ("virtio_mem",), PLANS)
+SCENARIOS = (RESIZE, MEMSLOTS)

@@ -26,6 +26,7 @@ import copy
 import functools
 import re
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,16 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
 }
 # all of host/ that images/ may use
 CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "waiting", "settings"})
-SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
+
+
+def _declared_subjects() -> frozenset[str]:
+    """The subjects are the names of the scenario table's entry points
+    (pyproject.toml, ``memqual.scenarios``): named there once."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return frozenset(project["entry-points"]["memqual.scenarios"])
+
+
+SUBJECTS = _declared_subjects()
 ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 
 
@@ -292,6 +302,19 @@ def test_host_is_rooms_and_the_contracts_name_them_all() -> None:
     }
     bottom = _contract_options("core-inside")["layers"][-1]
     assert {m.strip() for m in bottom.split(":")} == CORE_BASE
+
+
+def test_the_contracts_name_exactly_the_declared_subjects() -> None:
+    """A subject is declared once, by its scenario rows' entry point; every
+    contract that lists subjects lists exactly those."""
+    subject_layer = next(
+        layer for layer in _contract_options("host-rooms")["layers"] if "|" in layer or layer in SUBJECTS
+    )
+    assert {m.strip() for m in subject_layer.split("|")} == SUBJECTS
+    modules = {f"memqual.host.{s}" for s in SUBJECTS}
+    assert set(_contract_options("subjects-independent")["modules"]) == modules
+    assert set(_contract_options("reports-import-no-subject")["forbidden_modules"]) == modules
+    assert modules <= set(_contract_options("images-beside-core")["forbidden_modules"])
 
 
 # Variables an e2e test sets for the child processes it starts (left to that test file).

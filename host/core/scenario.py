@@ -1,0 +1,93 @@
+"""The scenario table: each subject declares its scenarios as rows
+(``Scenario``), and finds nothing else's.  A row gives the scenario's name
+(the ``scenario`` of its records), its Avocado tags, its sizes per profile
+(the subject's own typed row for quick, full and ab), the host knobs it
+changes (host/core/knobs.py), its report section and its primary metrics
+(their reasons and margins are host/judge/primaries.py's rows).  Rows are
+found through the ``memqual.scenarios`` entry points, as report sections
+are (pyproject.toml): core imports no subject.  CONTRIBUTING.md, "A new
+scenario".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from importlib.metadata import entry_points
+from typing import Generic, TypeVar
+
+from memqual.host.core import profiles
+from memqual.host.core.errors import BadInput
+from memqual.host.core.knobs import KnobSet
+
+SCENARIOS_GROUP = "memqual.scenarios"
+SizesRow = TypeVar("SizesRow")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario(Generic[SizesRow]):
+    """One row of the table.  ``sizes``: one row per profile (every one of
+    profiles.PROFILES), or none for a scenario that runs the same in all.
+    ``section``: the name of its ``memqual.report_sections`` entry point,
+    if it has one.  ``primaries``: the metrics of its records that a
+    comparison decides on."""
+
+    name: str
+    tags: tuple[str, ...] = ()
+    sizes: Mapping[str, SizesRow] = dataclasses.field(default_factory=dict)
+    knobs: tuple[KnobSet, ...] = ()
+    section: str = ""
+    primaries: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        subject, dot, rest = self.name.partition(".")
+        if not (subject and dot and rest):
+            raise ValueError(f"scenario {self.name!r}: name it subject.scenario")
+        if self.sizes and set(self.sizes) != set(profiles.PROFILES):
+            raise ValueError(f"scenario {self.name}: sizes for {sorted(self.sizes)}, not for {list(profiles.PROFILES)}")
+
+    @property
+    def subject(self) -> str:
+        return self.name.partition(".")[0]
+
+    def sizes_for(self, profile: str | None = None) -> SizesRow:
+        """Its sizes in ``profile`` (default: the run's, profiles.current())."""
+        if not self.sizes:
+            raise BadInput(f"scenario {self.name} has no sizes per profile")
+        return self.sizes[profile or profiles.current()]
+
+
+def load(group: str = SCENARIOS_GROUP) -> tuple[Scenario[object], ...]:
+    """Every declared row, by name.  Each entry point names a subject and
+    a tuple of its rows; a row of another subject, or a name twice, is a
+    mistake of the declaration."""
+    rows: dict[str, Scenario[object]] = {}
+    for point in sorted(entry_points(group=group), key=lambda ep: ep.name):
+        for row in point.load():
+            if not isinstance(row, Scenario) or row.subject != point.name:
+                raise ValueError(f"entry point {group}:{point.name} declares {row!r}, not a {point.name}.* Scenario")
+            if row.name in rows:
+                raise ValueError(f"scenario {row.name} declared twice")
+            rows[row.name] = row
+    return tuple(rows[name] for name in sorted(rows))
+
+
+@functools.cache
+def table() -> tuple[Scenario[object], ...]:
+    """The declared rows, read once per process."""
+    return load()
+
+
+def find(name: str) -> Scenario[object] | None:
+    return next((row for row in table() if row.name == name), None)
+
+
+def knob_sets(rows: tuple[Scenario[object], ...] | None = None) -> tuple[KnobSet, ...]:
+    """Every knob set a row says it changes, once each: what a start puts
+    back after a killed run (knobs.restore_every_stale)."""
+    found: dict[str, KnobSet] = {}
+    for row in table() if rows is None else rows:
+        for knob_set in row.knobs:
+            found.setdefault(knob_set.name, knob_set)
+    return tuple(found[name] for name in sorted(found))
