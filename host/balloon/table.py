@@ -53,8 +53,8 @@ DEFLATE = Scenario("balloon.deflate", ("balloon", "ab"), TIMING, section=SECTION
 REQUEST_SIZE = Scenario(
     "balloon.request_size", ("balloon", "balloon-driver", "ab"), DRIVER, section=SECTION, primaries=("per_page_ns",)
 )
-FLOOR = Scenario("balloon.floor", ("balloon", "ab"), section=SECTION, primaries=("floor_mib",))
-FREE_PAGE_REPORTING = Scenario(
+FLOOR: Scenario[object] = Scenario("balloon.floor", ("balloon", "ab"), section=SECTION, primaries=("floor_mib",))
+FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     "balloon.free_page_reporting", ("balloon", "ab"), section=SECTION, primaries=("rss_return_s",)
 )
 

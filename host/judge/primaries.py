@@ -217,6 +217,13 @@ PRIMARIES: tuple[Primary, ...] = (
         margin=TIGHT_MARGIN,
     ),
     Primary(
+        "hugetlbfs.balloon",
+        "inflate_s",
+        "what a host waits for when it takes memory back from a guest on 2 MiB pages",
+        (("backing", "hugetlbfs"),),
+        needs=QUIET_OR_KVM,
+    ),
+    Primary(
         "memslots.trace_mmio",
         "nodes_per_lookup",
         "the guest's MMIO trace through today's memslot tree (rbtree); the other structures replay the "

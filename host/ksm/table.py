@@ -55,12 +55,12 @@ MANY_GUESTS = {
     AB: ManyGuestsSizes(guests=3, remerge_repeats=1),
 }
 
-MERGE = Scenario("ksm.merge", ("ksm", "ab"), knobs=(KNOBS,), primaries=("merged_fraction",))
-INTEGRITY = Scenario("ksm.integrity", ("ksm",), knobs=(KNOBS,))
+MERGE: Scenario[object] = Scenario("ksm.merge", ("ksm", "ab"), knobs=(KNOBS,), primaries=("merged_fraction",))
+INTEGRITY: Scenario[object] = Scenario("ksm.integrity", ("ksm",), knobs=(KNOBS,))
 VOLATILE_SCAN = Scenario(
     "ksm.volatile_scan", ("ksm", "ab"), VOLATILE, knobs=(KNOBS,), primaries=("ksmd_cpu_ns_per_page",)
 )
-GUEST_MERGE = Scenario("ksm.guest_merge", ("ksm", "ab"), primaries=("merged_fraction",))
+GUEST_MERGE: Scenario[object] = Scenario("ksm.guest_merge", ("ksm", "ab"), primaries=("merged_fraction",))
 MANY = Scenario("ksm.many_guests", ("ksm", "ab"), MANY_GUESTS, knobs=(KNOBS,), primaries=("saved_mib",))
 
 SCENARIOS = (MERGE, INTEGRITY, VOLATILE_SCAN, GUEST_MERGE, MANY)

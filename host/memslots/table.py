@@ -24,8 +24,10 @@ LOOKUP = {
     AB: LookupSizes(replicates=1, all_slots=False),
 }
 
-KVM = Scenario("memslots.kvm", ("memslots", "kvm", "ab"))
+KVM: Scenario[object] = Scenario("memslots.kvm", ("memslots", "kvm", "ab"))
 KVM_LOOKUP = Scenario("memslots.kvm_lookup", ("memslots", "kvm", "ab"), LOOKUP)
-TRACE_MMIO = Scenario("memslots.trace_mmio", ("memslots", "qemu", "ab"), primaries=("nodes_per_lookup",))
+TRACE_MMIO: Scenario[object] = Scenario(
+    "memslots.trace_mmio", ("memslots", "qemu", "ab"), primaries=("nodes_per_lookup",)
+)
 
 SCENARIOS = (KVM, KVM_LOOKUP, TRACE_MMIO)

@@ -1,0 +1,154 @@
+"""Guests whose RAM is 2 MiB hugetlbfs pages (memory-backend-file on a
+hugetlbfs mount), the pages reserved on the host for the test and given
+back after it, also after a kill (host/core/knobs.py).  The procedures are
+host/hugetlbfs/'s; this file boots, calls, records and asserts.
+
+1. balloon: the guest touches memory, then inflates by less than one huge
+   page and by a large size; the host pool's free huge pages count what
+   came back: nothing for the sub-page inflate, whole pages at most what
+   the balloon holds for the large one.  The inflate's time is the
+   primary (host/judge/primaries.py); the same guest on anonymous memory
+   beside it is exploratory, and a guest with free page reporting is the
+   control that the count sees whole pages come back (quick and full).
+2. ksm (full profile): host KSM merges nothing of a hugetlbfs guest filled
+   with identical pages; the same fill on anonymous memory merges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from memqual.e2e.base import GuestTest
+from memqual.host.balloon import BalloonController
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.hugetlbfs import pool
+from memqual.host.hugetlbfs import scenarios as hs
+from memqual.host.hugetlbfs.table import BALLOON
+from memqual.host.ksm import KsmController
+from memqual.host.ksm import merge as km
+
+BALLOON_AGENT = "balloon_agent"
+MACHINE = "microvm"
+
+
+def free_pages() -> int:
+    return pool.read_pool().free
+
+
+class HugetlbfsTest(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=hugetlbfs
+    """
+
+    timeout = 900
+
+    @contextlib.contextmanager
+    def reservation(self, memory_mib: int) -> Iterator[pool.Reservation]:
+        """The guest's pages reserved, or a skip saying why they cannot be."""
+        reason = pool.capability()
+        self.require(not reason, reason)
+        try:
+            with pool.reserved(pool.pages_for(memory_mib)) as held:
+                yield held
+        except CapabilityMissing as exc:
+            self.require(False, str(exc))
+        after = pool.read_pool()
+        self.assertEqual(after.total, held.before.total, "the reserved huge pages were not given back")
+
+    def boot_on(self, backing: str, memory_mib: int, mount: Path | None = None, reporting: bool = False) -> Machine:
+        extra = pool.backend_args(memory_mib, mount) if mount is not None else ()
+        device = BalloonDevice(free_page_reporting=reporting)
+        return self.boot(
+            MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=device, extra_args=extra, warm=False)
+        )
+
+    def touch(self, vm: Machine, agent: str) -> Callable[[], None]:
+        """Touch and free TOUCH_MIB in the guest (the balloon agent's hold)."""
+
+        def touch() -> None:
+            vm.ssh.run([agent, "hold", str(hs.TOUCH_MIB), "0"], timeout=120)
+
+        return touch
+
+    def inflates(self, vm: Machine, backing: str, repeats: int) -> tuple[hs.Inflate, list[hs.Inflate]]:
+        ctl = BalloonController(vm, device_id="balloon0")
+        agent = vm.deploy(BALLOON_AGENT)
+        free = free_pages if backing == "hugetlbfs" else None
+        touch = self.touch(vm, agent)
+        small = hs.inflate(ctl, hs.SMALL_MIB * hs.MIB, backing, free, touch)
+        large = [hs.inflate(ctl, hs.LARGE_MIB * hs.MIB, backing, free, touch) for _ in range(repeats)]
+        return small, large
+
+    def test_balloon(self) -> None:
+        """The balloon on 2 MiB pages: whole pages back, its time.
+
+        :avocado: tags=ab
+        """
+        sizes = BALLOON.sizes_for()
+        settings = {"guest_mib": hs.GUEST_MIB, "touch_mib": hs.TOUCH_MIB, "large_mib": hs.LARGE_MIB}
+        with self.reservation(hs.GUEST_MIB) as held:
+            vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount)
+            small, large = self.inflates(vm, "hugetlbfs", sizes.repeats)
+            vm.shutdown()
+        self.record(hs.returned_record(small, large, settings))
+        self.record(hs.time_record(large, "hugetlbfs", settings))
+        self.log.info(
+            "hugetlbfs: %d MiB inflate returned %s huge pages; %d MiB inflates returned %s of at most %s, in %s s",
+            hs.SMALL_MIB,
+            small.returned_pages,
+            hs.LARGE_MIB,
+            [i.returned_pages for i in large],
+            [i.whole_pages_at_most for i in large],
+            [round(i.seconds, 3) for i in large],
+        )
+        self.assertEqual(small.returned_pages, 0, "less than one huge page in the balloon gave a huge page back")
+        for each in large:
+            self.assertEqual(each.moved_bytes, hs.LARGE_MIB * hs.MIB)
+            returned = each.returned_pages or 0
+            self.assertGreaterEqual(returned, 0, "the pool lost pages while the balloon inflated")
+            self.assertLessEqual(returned, each.whole_pages_at_most, "more huge pages back than the balloon holds")
+        if sizes.reporting_control:
+            with self.reservation(hs.GUEST_MIB) as held:
+                vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount, reporting=True)
+                found = hs.reported(free_pages, self.touch(vm, vm.deploy(BALLOON_AGENT)))
+                vm.shutdown()
+            self.record(hs.reported_record(found, settings))
+            self.log.info(
+                "hugetlbfs, free page reporting: %d of %d touched huge pages back after %.1f s",
+                found.returned_pages,
+                found.touched_pages,
+                found.seconds,
+            )
+            # The count that saw no page come back from the balloon sees
+            # reported ones, whole pages, no more than were touched.
+            self.assertLessEqual(found.returned_pages, found.touched_pages + pool.pages_for(hs.GUEST_MIB))
+        if sizes.anon_reference:
+            _, anon = self.inflates(self.boot_on("anon", hs.GUEST_MIB), "anon", sizes.repeats)
+            self.record(hs.time_record(anon, "anon", settings))
+            self.log.info("anon: %d MiB inflates in %s s", hs.LARGE_MIB, [round(i.seconds, 3) for i in anon])
+
+    def test_ksm_merges_nothing(self) -> None:
+        """Host KSM over identical pages in a hugetlbfs guest and in the
+        same guest on anonymous memory.
+
+        :avocado: tags=slow
+        """
+        settings = {"guest_mib": hs.GUEST_MIB, "agent_mib": km.MERGE_MIB}
+        runs = {}
+        for backing in hs.BACKINGS:
+            with contextlib.ExitStack() as stack:
+                mount = stack.enter_context(self.reservation(hs.GUEST_MIB)).mount if backing == "hugetlbfs" else None
+                ksm = stack.enter_context(KsmController(lock_timeout_s=600.0))
+                vm = self.boot_on(backing, hs.GUEST_MIB, mount)
+                runs[backing] = km.run_merge(ksm, vm)
+                vm.shutdown()
+            run = runs[backing]
+            self.record(hs.ksm_record(backing, run.pages, run.grown, run.baseline, settings))
+            self.log.info("ksm on %s: baseline %d, grown %d of %d pages", backing, run.baseline, run.grown, run.pages)
+        self.assertGreaterEqual(runs["anon"].grown, 0.9 * runs["anon"].pages, "the fill did not merge on anon memory")
+        self.assertEqual(runs["hugetlbfs"].grown, 0, "KSM merged pages of a hugetlbfs-backed guest")
+        self.assertEqual(runs["hugetlbfs"].baseline, 0, "KSM merged pages of a hugetlbfs-backed guest")
