@@ -17,11 +17,15 @@ host/hugetlbfs/'s; this file boots, calls, records and asserts.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import os
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memqual.e2e.base import GuestTest
 from memqual.host.balloon import BalloonController
+from memqual.host.core import knobs, scenario
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 from memqual.host.hugetlbfs import pool
@@ -36,6 +40,12 @@ MACHINE = "microvm"
 
 def free_pages() -> int:
     return pool.read_pool().free
+
+
+def reserve_and_die(pages: int) -> None:
+    """In a child: reserve, then die by SIGKILL holding the reservation."""
+    with pool.reserved(pages):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class HugetlbfsTest(GuestTest):
@@ -89,7 +99,7 @@ class HugetlbfsTest(GuestTest):
         :avocado: tags=ab
         """
         sizes = BALLOON.sizes_for()
-        settings = {"guest_mib": hs.GUEST_MIB, "touch_mib": hs.TOUCH_MIB, "large_mib": hs.LARGE_MIB}
+        settings: dict[str, object] = {"guest_mib": hs.GUEST_MIB, "touch_mib": hs.TOUCH_MIB, "large_mib": hs.LARGE_MIB}
         with self.reservation(hs.GUEST_MIB) as held:
             vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount)
             small, large = self.inflates(vm, "hugetlbfs", sizes.repeats)
@@ -131,13 +141,29 @@ class HugetlbfsTest(GuestTest):
             self.record(hs.time_record(anon, "anon", settings))
             self.log.info("anon: %d MiB inflates in %s s", hs.LARGE_MIB, [round(i.seconds, 3) for i in anon])
 
+    def test_a_killed_run_s_pages_come_back(self) -> None:
+        """A run killed while it holds huge pages leaves the pool changed;
+        the next start (every knob set of the scenario table) restores it."""
+        reason = pool.capability()
+        self.require(not reason, reason)
+        before = pool.read_pool().total
+        child = multiprocessing.get_context("fork").Process(target=reserve_and_die, args=(8,))
+        child.start()
+        child.join(60)
+        self.assertEqual(child.exitcode, -signal.SIGKILL)
+        self.assertEqual(pool.read_pool().total, before + 8, "the killed run did not hold its reservation")
+        self.assertIn(pool.KNOBS, scenario.knob_sets())
+        restored = knobs.restore_every_stale(scenario.knob_sets())
+        self.assertEqual([r.what for r in restored], [pool.KNOBS.what])
+        self.assertEqual(pool.read_pool().total, before, "the next start did not give the pages back")
+
     def test_ksm_merges_nothing(self) -> None:
         """Host KSM over identical pages in a hugetlbfs guest and in the
         same guest on anonymous memory.
 
         :avocado: tags=slow
         """
-        settings = {"guest_mib": hs.GUEST_MIB, "agent_mib": km.MERGE_MIB}
+        settings: dict[str, object] = {"guest_mib": hs.GUEST_MIB, "agent_mib": km.MERGE_MIB}
         runs = {}
         for backing in hs.BACKINGS:
             with contextlib.ExitStack() as stack:

@@ -77,3 +77,13 @@ def test_a_row_with_a_primary_or_a_control_runs_in_the_ab_blocks() -> None:
 def test_the_ksm_rows_name_the_ksm_knobs_a_start_restores() -> None:
     assert KSM_KNOBS in scenario.knob_sets()
     assert knobs.KnobState(KSM_KNOBS).state_path.name == "ksm-state.json"
+
+
+def test_a_row_s_report_section_is_a_registered_one() -> None:
+    from importlib.metadata import entry_points
+
+    from memqual.host.report.report import SECTIONS_GROUP
+
+    sections = {point.name for point in entry_points(group=SECTIONS_GROUP)}
+    named = {row.section for row in scenario.table() if row.section}
+    assert named and named <= sections
