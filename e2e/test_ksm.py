@@ -38,7 +38,6 @@ from memqual.host.core import stats
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import MachineConfig
-from memqual.host.judge import claims
 from memqual.host.ksm import KsmController, sharing, table, volatile
 from memqual.host.ksm import guest_ksm as gk
 from memqual.host.ksm import merge as km
@@ -46,7 +45,7 @@ from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm.agent import AGENT, StressArgs
 from memqual.host.ksm.scancost import replicate_first, replicate_ratios, samples
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
-from memqual.host.ksm.volatile import CLAIM, CLAIM_METRIC, VolatileGuest
+from memqual.host.ksm.volatile import CLAIM_METRIC, VolatileGuest
 
 LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 MODEL_TOLERANCE = 0.15  # many guests, measured here: within 2 % (docs/ksm.md)
@@ -238,22 +237,17 @@ class KsmTest(GuestTest):
         )
         limit = volatile.skip_limit(os.uname().release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
-        # One rule with the report: the verdict memqual.host.judge.claims gives these records.
-        verdict = claims.judge_claim(CLAIM[pages], records)
         for record in records:
-            if record.metric == CLAIM_METRIC:
-                record.extra |= {"verdict": verdict.verdict, "verdict_reason": verdict.reason}
             self.record(record)
+        ratios = replicate_ratios(runs, CLAIM_METRIC)
         self.log.info(
-            "volatile %s: over %d guests (per guest %s), skip share %s, dirty passes per scan %s; %.0f s; %s: %s",
+            "volatile %s: over %d guests (per guest %s), skip share %s, dirty passes per scan %s; %.0f s",
             pages,
             len(runs),
-            ", ".join(f"{r:.2f}" for r in replicate_ratios(runs, CLAIM_METRIC)),
+            ", ".join(f"{r:.2f}" for r in ratios),
             ", ".join(f"{g.skip_share:.3f}" for g in guests),
             ", ".join(f"{g.dirty_passes_per_scan:.2f}" for g in guests),
             duration_s,
-            verdict.verdict,
-            verdict.reason,
         )
         # The workload must really be the seed's: volatile pages throughout.
         volatile_pages = min(w.pages_volatile for r in runs for w in r.windows[0])
@@ -263,19 +257,11 @@ class KsmTest(GuestTest):
             0.5 * agent_pages,
             "smart scan skipped too few of the volatile pages",
         )
-        # Only the direction: the seed's 8x / 16x was for another mechanism.
-        if verdict.verdict == claims.UNDERPOWERED and len(runs) < claims.MIN_REPLICATES:
-            # An A/B's one guest a block: the claim is judged over the
-            # blocks; here each guest's own ratio must point the claim's way.
-            ratios = replicate_ratios(runs, CLAIM_METRIC)
-            self.assertTrue(
-                all(r > 1 for r in ratios), f"smart scan made ksmd's scans dearer per page in a guest: {ratios}"
-            )
-            return
-        self.assertIn(
-            verdict.verdict,
-            (claims.REPRODUCED, claims.DIRECTION_ONLY),
-            f"smart scan did not make ksmd's scans cheaper per page: {verdict.reason}",
+        # Only the direction, guest by guest: the claim's verdict over the
+        # guests (or an A/B's blocks) is the report's (memqual.host.judge.claims),
+        # and the seed's 8x / 16x was for another mechanism.
+        self.assertTrue(
+            all(r > 1 for r in ratios), f"smart scan made ksmd's scans dearer per page in a guest: {ratios}"
         )
 
     def test_volatile_scan_4k(self) -> None:
