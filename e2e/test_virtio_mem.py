@@ -216,40 +216,31 @@ class VirtioMem(GuestTest):
         ctl = BalloonController(vm, device_id="balloon0")
         base_kib = mem_total_kib(vm)
         ram = ctl.ram_bytes()
-        for size_mib in steps.sizes_mib:
-            figures: dict[str, list[float]] = {
-                k: [] for k in ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
-            }
-            for _ in range(steps.repeats):
-                grow, grow_guest = self.guest_timed(vm, agent, device, size_mib * MIB, base_kib)
-                shrink, shrink_guest = self.guest_timed(vm, agent, device, 0, base_kib)
-                inflate = ctl.reach(ram - size_mib * MIB, deadline_s=RESIZE_DEADLINE_S)
-                self.assertTrue(inflate.reached, inflate)
-                self.assertTrue(ctl.reach(ram, deadline_s=RESIZE_DEADLINE_S).reached)
-                for key, value in (
-                    ("grow_s", grow.seconds),
-                    ("grow_guest_s", grow_guest),
-                    ("shrink_s", shrink.seconds),
-                    ("shrink_guest_s", shrink_guest),
-                    ("balloon_inflate_s", inflate.seconds),
-                ):
-                    figures[key].append(value)
-            ratio = sorted(figures["shrink_s"])[len(figures["shrink_s"]) // 2] / max(
-                sorted(figures["balloon_inflate_s"])[len(figures["balloon_inflate_s"]) // 2], 1e-9
+
+        def inflate(size_bytes: int) -> float:
+            inflated = ctl.reach(ram - size_bytes, deadline_s=RESIZE_DEADLINE_S)
+            self.assertTrue(inflated.reached, inflated)
+            self.assertTrue(ctl.reach(ram, deadline_s=RESIZE_DEADLINE_S).reached)
+            return inflated.seconds
+
+        try:
+            timings = V.time_resizes(
+                lambda target: self.guest_timed(vm, agent, device, target, base_kib),
+                inflate,
+                steps.sizes_mib,
+                steps.repeats,
             )
-            self.log.info("%d MiB: %s; shrink / balloon inflate (medians) %.2f", size_mib, figures, ratio)
-            for metric, samples in figures.items():
-                self.record(
-                    Measurement(
-                        scenario="virtio_mem.resize",
-                        metric=metric,
-                        unit="s",
-                        better="lower",
-                        samples=samples,
-                        settings={"size_mib": size_mib, "base_mib": BASE_MIB, "block_mib": device.block_mib},
-                        extra={"shrink_over_balloon_inflate": ratio} if metric == "shrink_s" else {},
-                    )
-                )
+        except V.ResizeFailed as exc:
+            self.fail(str(exc))
+        for timing in timings:
+            self.log.info(
+                "%d MiB: %s; shrink / balloon inflate (medians) %.2f",
+                timing.size_mib,
+                timing.figures,
+                timing.shrink_over_inflate,
+            )
+            for measurement in timing.records(BASE_MIB, device.block_mib):
+                self.record(measurement)
 
     def test_dynamic_memslots(self) -> None:
         """The memslots the device's memory occupies as blocks are plugged
