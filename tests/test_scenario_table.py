@@ -87,3 +87,11 @@ def test_a_row_s_report_section_is_a_registered_one() -> None:
     sections = {point.name for point in entry_points(group=SECTIONS_GROUP)}
     named = {row.section for row in scenario.table() if row.section}
     assert named and named <= sections
+
+
+def test_no_rows_at_all_is_a_stale_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memqual.host.core.errors import BadInput
+
+    _points(monkeypatch)
+    with pytest.raises(BadInput, match="run ./setup"):
+        scenario.load()

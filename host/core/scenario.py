@@ -62,8 +62,13 @@ def load(group: str = SCENARIOS_GROUP) -> tuple[Scenario[object], ...]:
     """Every declared row, by name.  Each entry point names a subject and
     a tuple of its rows; a row of another subject, or a name twice, is a
     mistake of the declaration."""
+    points = sorted(entry_points(group=group), key=lambda ep: ep.name)
+    if not points:
+        # Every subject declares rows: none found is an install that
+        # predates the table, and a start would restore no knob set.
+        raise BadInput(f"no scenario rows found (entry points {group}): the installed metadata is stale; run ./setup")
     rows: dict[str, Scenario[object]] = {}
-    for point in sorted(entry_points(group=group), key=lambda ep: ep.name):
+    for point in points:
         for row in point.load():
             if not isinstance(row, Scenario) or row.subject != point.name:
                 raise ValueError(f"entry point {group}:{point.name} declares {row!r}, not a {point.name}.* Scenario")
