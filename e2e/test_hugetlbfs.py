@@ -107,15 +107,22 @@ class HugetlbfsTest(GuestTest):
         self.record(hs.returned_record(small, large, settings))
         self.record(hs.time_record(large, "hugetlbfs", settings))
         self.log.info(
-            "hugetlbfs: %d MiB inflate returned %s huge pages; %d MiB inflates returned %s of at most %s, in %s s",
+            "hugetlbfs: %d MiB inflate returned %s huge pages; %d MiB inflates returned %s of at most %s "
+            "(pages faulted by each touch %s), in %s s",
             hs.SMALL_MIB,
             small.returned_pages,
             hs.LARGE_MIB,
             [i.returned_pages for i in large],
             [i.whole_pages_at_most for i in large],
+            [i.faulted_pages for i in large],
             [round(i.seconds, 3) for i in large],
         )
         self.assertEqual(small.returned_pages, 0, "less than one huge page in the balloon gave a huge page back")
+        # The guest's memory was in huge pages when the balloon took it (at
+        # least half of what it touched): what came back is what the
+        # balloon gave, not what was never there.
+        in_use = [held.before.free + held.pages - (i.free_before or 0) for i in large]
+        self.assertTrue(all(n >= hs.TOUCH_MIB // 4 for n in in_use), f"huge pages in use at the inflates: {in_use}")
         for each in large:
             self.assertEqual(each.moved_bytes, hs.LARGE_MIB * hs.MIB)
             returned = each.returned_pages or 0

@@ -103,6 +103,7 @@ def test_an_inflate_counts_the_pages_back_and_deflates_again() -> None:
     touched: list[bool] = []
     found = hs.inflate(balloon, 192 * hs.MIB, "hugetlbfs", lambda: free[0], lambda: touched.append(True))
     assert (found.returned_pages, found.whole_pages_at_most, found.moved_bytes) == (3, 96, 192 * hs.MIB)
+    assert found.faulted_pages == 0  # the fake's touch faults nothing
     assert balloon.targets == [320 * hs.MIB, 512 * hs.MIB] and touched == [True]
     record = hs.returned_record(found, [found], {})
     assert record.samples == [3 * pool.PAGE_BYTES / (192 * hs.MIB)] and record.variant == {"backing": "hugetlbfs"}

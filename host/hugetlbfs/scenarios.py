@@ -60,7 +60,8 @@ class Balloon(Protocol):
 @dataclasses.dataclass(frozen=True)
 class Inflate:
     """One inflate of ``asked_bytes``: what moved, how long it took, and the
-    pool's free huge pages before and after (None on anonymous memory)."""
+    pool's free huge pages before the touch, before the inflate and after
+    it (None on anonymous memory)."""
 
     backing: str
     asked_bytes: int
@@ -68,6 +69,14 @@ class Inflate:
     seconds: float
     free_before: int | None
     free_after: int | None
+    free_untouched: int | None = None
+
+    @property
+    def faulted_pages(self) -> int | None:
+        """Huge pages the touch faulted in and kept: what the balloon could give back."""
+        if self.free_untouched is None or self.free_before is None:
+            return None
+        return self.free_untouched - self.free_before
 
     @property
     def returned_pages(self) -> int | None:
@@ -92,6 +101,7 @@ def inflate(
     """Touch guest memory (``touch``), inflate by ``size_bytes`` counting
     the pool's free pages around it, then deflate again."""
     ram = balloon.ram_bytes()
+    untouched = free_pages() if free_pages else None
     if touch is not None:
         touch()
     before = free_pages() if free_pages else None
@@ -102,7 +112,7 @@ def inflate(
     back = balloon.reach(ram, deadline_s=deadline_s)
     if not back.reached:
         raise ScenarioFailed(f"the balloon did not deflate again on {backing} memory")
-    return Inflate(backing, size_bytes, result.moved_bytes, result.seconds, before, after)
+    return Inflate(backing, size_bytes, result.moved_bytes, result.seconds, before, after, untouched)
 
 
 def returned_record(small: Inflate, large: list[Inflate], settings: dict[str, object]) -> Measurement:
@@ -120,6 +130,7 @@ def returned_record(small: Inflate, large: list[Inflate], settings: dict[str, ob
             "returned_pages": [i.returned_pages for i in large],
             "moved_bytes": [i.moved_bytes for i in large],
             "whole_pages_at_most": [i.whole_pages_at_most for i in large],
+            "faulted_pages": [i.faulted_pages for i in large],
             "small_inflate_bytes": small.moved_bytes,
             "small_returned_pages": small.returned_pages,
         },
