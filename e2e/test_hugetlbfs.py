@@ -25,6 +25,7 @@ from pathlib import Path
 
 from memqual.e2e.base import GuestTest
 from memqual.host.balloon import BalloonController
+from memqual.host.balloon.driver import VariantDriver
 from memqual.host.core import knobs, scenario
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
@@ -33,6 +34,7 @@ from memqual.host.hugetlbfs import scenarios as hs
 from memqual.host.hugetlbfs.table import BALLOON
 from memqual.host.ksm import KsmController
 from memqual.host.ksm import merge as km
+from memqual.images import balloon_driver
 
 BALLOON_AGENT = "balloon_agent"
 MACHINE = "microvm"
@@ -93,6 +95,24 @@ class HugetlbfsTest(GuestTest):
         large = [hs.inflate(ctl, hs.LARGE_MIB * hs.MIB, backing, free, touch) for _ in range(repeats)]
         return small, large
 
+    def large_request_inflates(self, vm: Machine, repeats: int) -> list[hs.Inflate] | None:
+        """The same inflates with the driver variant at LARGE_REQUEST_PFNS
+        pages a request, the stock driver back after; None (logged) where
+        the variant cannot be built for this image."""
+        try:
+            variant = balloon_driver.for_image(self.image())
+        except CapabilityMissing as exc:
+            self.log.info("no large requests: %s", exc)
+            return None
+        ctl = BalloonController(vm, device_id="balloon0")
+        driver = VariantDriver(vm, ctl, variant.ko)
+        driver.deploy()
+        driver.load(hs.LARGE_REQUEST_PFNS)
+        touch = self.touch(vm, vm.deploy(BALLOON_AGENT))
+        found = [hs.inflate(ctl, hs.LARGE_MIB * hs.MIB, "hugetlbfs", free_pages, touch) for _ in range(repeats)]
+        driver.restore_stock()
+        return found
+
     def test_balloon(self) -> None:
         """The balloon on 2 MiB pages: whole pages back, its time.
 
@@ -103,6 +123,7 @@ class HugetlbfsTest(GuestTest):
         with self.reservation(hs.GUEST_MIB) as held:
             vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount)
             small, large = self.inflates(vm, "hugetlbfs", sizes.repeats)
+            requested = self.large_request_inflates(vm, sizes.repeats) if sizes.large_requests else None
             vm.shutdown()
         self.record(hs.returned_record(small, large, settings))
         self.record(hs.time_record(large, "hugetlbfs", settings))
@@ -128,6 +149,21 @@ class HugetlbfsTest(GuestTest):
             returned = each.returned_pages or 0
             self.assertGreaterEqual(returned, 0, "the pool lost pages while the balloon inflated")
             self.assertLessEqual(returned, each.whole_pages_at_most, "more huge pages back than the balloon holds")
+        if requested is not None:
+            self.record(hs.returned_record(None, requested, settings, hs.LARGE_REQUEST_PFNS))
+            self.log.info(
+                "hugetlbfs, %d pages a request: %d MiB inflates returned %s huge pages of at most %s, in %s s",
+                hs.LARGE_REQUEST_PFNS,
+                hs.LARGE_MIB,
+                [i.returned_pages for i in requested],
+                [i.whole_pages_at_most for i in requested],
+                [round(i.seconds, 3) for i in requested],
+            )
+            # Requests that hold whole huge pages give whole pages back,
+            # never more than the balloon holds.
+            for each in requested:
+                self.assertGreater(each.returned_pages or 0, 0, "large requests gave back no huge page")
+                self.assertLessEqual(each.returned_pages or 0, each.whole_pages_at_most)
         if sizes.reporting_control:
             with self.reservation(hs.GUEST_MIB) as held:
                 vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount, reporting=True)

@@ -16,14 +16,15 @@ class BalloonSizes:
     repeats: int  # large inflates per guest (samples inside one guest)
     anon_reference: bool  # the same guest on anonymous memory, for the inflate time beside it
     reporting_control: bool  # a guest with free page reporting: the pool count sees pages come back
+    large_requests: bool  # the driver variant's large requests on the same guest: whole pages back
 
 
 BALLOON_SIZES = {
-    QUICK: BalloonSizes(repeats=2, anon_reference=True, reporting_control=True),
-    FULL: BalloonSizes(repeats=5, anon_reference=True, reporting_control=True),
+    QUICK: BalloonSizes(repeats=2, anon_reference=True, reporting_control=True, large_requests=True),
+    FULL: BalloonSizes(repeats=5, anon_reference=True, reporting_control=True, large_requests=True),
     # The block is the replicate: one inflate, no reference guest, no
     # control (its checks are quick's).
-    AB: BalloonSizes(repeats=1, anon_reference=False, reporting_control=False),
+    AB: BalloonSizes(repeats=1, anon_reference=False, reporting_control=False, large_requests=False),
 }
 
 BALLOON = Scenario("hugetlbfs.balloon", ("hugetlbfs", "ab"), BALLOON_SIZES, knobs=(KNOBS,), primaries=("inflate_s",))
