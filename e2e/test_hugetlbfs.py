@@ -219,5 +219,6 @@ class HugetlbfsTest(GuestTest):
             self.record(hs.ksm_record(backing, run.pages, run.grown, run.baseline, settings))
             self.log.info("ksm on %s: baseline %d, grown %d of %d pages", backing, run.baseline, run.grown, run.pages)
         self.assertGreaterEqual(runs["anon"].grown, 0.9 * runs["anon"].pages, "the fill did not merge on anon memory")
+        # QEMU's other RAM blocks (firmware, ROMs) are anonymous and may
+        # merge before the fill (the baseline); the guest's RAM adds nothing.
         self.assertEqual(runs["hugetlbfs"].grown, 0, "KSM merged pages of a hugetlbfs-backed guest")
-        self.assertEqual(runs["hugetlbfs"].baseline, 0, "KSM merged pages of a hugetlbfs-backed guest")
