@@ -249,7 +249,6 @@ def test_the_import_contracts_hold() -> None:
     assert set(kept) >= {
         "host-rooms",
         "core-inside",
-        "subjects-independent",
         "images-beside-core",
         "core-base-below-images",
         "reports-import-no-subject",
@@ -261,13 +260,15 @@ def test_the_import_contracts_hold() -> None:
     ("importer", "imported", "broken"),
     [
         # the probe reaching a subject: every subject reaches that one through the machine
-        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-rooms", "subjects-independent"}),
+        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-rooms"}),
         ("memqual.host.core.snapshot", "memqual.host.core.machine", {"core-inside"}),
         ("memqual.host.judge.results", "memqual.host.run.job", {"host-rooms"}),
         ("memqual.host.judge.history", "memqual.host.report.html", {"host-rooms"}),
         ("memqual.host.report.export", "memqual.host.cli.args", {"host-rooms"}),
         ("memqual.host.balloon.measure", "memqual.host.cli.args", {"host-rooms"}),
-        ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"subjects-independent"}),
+        ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"host-rooms"}),
+        # through a third subject: independent siblings may not reach each other at all
+        ("memqual.host.hugetlbfs.pool", "memqual.host.ksm.sysfs", {"host-rooms"}),
         ("memqual.images.build", "memqual.host.core.machine", {"images-beside-core"}),
         ("memqual.images.build", "memqual.host.cli.args", {"images-beside-core"}),
         ("memqual.host.core.paths", "memqual.images.build", {"core-base-below-images"}),
@@ -312,7 +313,6 @@ def test_the_contracts_name_exactly_the_declared_subjects() -> None:
     )
     assert {m.strip() for m in subject_layer.split("|")} == SUBJECTS
     modules = {f"memqual.host.{s}" for s in SUBJECTS}
-    assert set(_contract_options("subjects-independent")["modules"]) == modules
     assert set(_contract_options("reports-import-no-subject")["forbidden_modules"]) == modules
     assert modules <= set(_contract_options("images-beside-core")["forbidden_modules"])
 
