@@ -236,6 +236,8 @@ PLANS = {
 }
 # The scenario table's rows (host/core/scenario.py); the memslot counts a
 # plugged device makes are also recorded as memslots.kvm_lookup, memslots' row.
-RESIZE = Scenario("virtio_mem.resize", ("virtio_mem",), PLANS)
-MEMSLOTS = Scenario("virtio_mem.memslots", ("virtio_mem",), PLANS)
+RESIZE = Scenario("virtio_mem.resize", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_resize_timing")
+MEMSLOTS = Scenario(
+    "virtio_mem.memslots", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_dynamic_memslots"
+)
 SCENARIOS = (RESIZE, MEMSLOTS)

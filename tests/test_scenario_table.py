@@ -95,3 +95,21 @@ def test_no_rows_at_all_is_a_stale_install(monkeypatch: pytest.MonkeyPatch) -> N
     _points(monkeypatch)
     with pytest.raises(BadInput, match="run ./setup"):
         scenario.load()
+
+
+def test_a_row_names_the_e2e_test_that_carries_its_tags() -> None:
+    """Each row's ``e2e`` is a test of e2e/ whose Avocado tags hold the
+    row's: the tags an A/B or a profile selects by are the row's."""
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host.core.paths import REPO_ROOT
+
+    tests: dict[str, set[str]] = {}
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                tests[f"{path.stem}:{cls}.{name}"] = set(tags)
+    for row in scenario.table():
+        assert row.e2e in tests, row.name
+        assert set(row.tags) <= tests[row.e2e], (row.name, row.tags, tests[row.e2e])

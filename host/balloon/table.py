@@ -48,14 +48,34 @@ DRIVER = {
 }
 SECTION = "balloon"  # its memqual.report_sections entry point
 
-INFLATE = Scenario("balloon.inflate", ("balloon", "ab"), TIMING, section=SECTION, primaries=("inflate_s",))
-DEFLATE = Scenario("balloon.deflate", ("balloon", "ab"), TIMING, section=SECTION, primaries=("deflate_s",))
-REQUEST_SIZE = Scenario(
-    "balloon.request_size", ("balloon", "balloon-driver", "ab"), DRIVER, section=SECTION, primaries=("per_page_ns",)
+TIMING_TEST = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
+INFLATE = Scenario(
+    "balloon.inflate", ("balloon", "ab"), TIMING, section=SECTION, primaries=("inflate_s",), e2e=TIMING_TEST
 )
-FLOOR: Scenario[object] = Scenario("balloon.floor", ("balloon", "ab"), section=SECTION, primaries=("floor_mib",))
+DEFLATE = Scenario(
+    "balloon.deflate", ("balloon", "ab"), TIMING, section=SECTION, primaries=("deflate_s",), e2e=TIMING_TEST
+)
+REQUEST_SIZE = Scenario(
+    "balloon.request_size",
+    ("balloon", "balloon-driver", "ab"),
+    DRIVER,
+    section=SECTION,
+    primaries=("per_page_ns",),
+    e2e="test_balloon_driver:BalloonDriver.test_request_size",
+)
+FLOOR: Scenario[object] = Scenario(
+    "balloon.floor",
+    ("balloon", "ab"),
+    section=SECTION,
+    primaries=("floor_mib",),
+    e2e="test_balloon:BalloonFloor.test_floor",
+)
 FREE_PAGE_REPORTING: Scenario[object] = Scenario(
-    "balloon.free_page_reporting", ("balloon", "ab"), section=SECTION, primaries=("rss_return_s",)
+    "balloon.free_page_reporting",
+    ("balloon", "ab"),
+    section=SECTION,
+    primaries=("rss_return_s",),
+    e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)

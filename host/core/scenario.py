@@ -3,7 +3,8 @@
 (the ``scenario`` of its records), its Avocado tags, its sizes per profile
 (the subject's own typed row for quick, full and ab), the host knobs it
 changes (host/core/knobs.py), its report section and its primary metrics
-(their reasons and margins are host/judge/primaries.py's rows).  Rows are
+(their reasons and margins are host/judge/primaries.py's rows), and the
+e2e test that records it.  Rows are
 found through the ``memqual.scenarios`` entry points, as report sections
 are (pyproject.toml): core imports no subject.  CONTRIBUTING.md, "A new
 scenario".
@@ -31,7 +32,8 @@ class Scenario(Generic[SizesRow]):
     profiles.PROFILES), or none for a scenario that runs the same in all.
     ``section``: the name of its ``memqual.report_sections`` entry point,
     if it has one.  ``primaries``: the metrics of its records that a
-    comparison decides on."""
+    comparison decides on.  ``e2e``: the test that records it,
+    ``test_file_stem:Class.method``, which carries its tags."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -39,6 +41,7 @@ class Scenario(Generic[SizesRow]):
     knobs: tuple[KnobSet, ...] = ()
     section: str = ""
     primaries: tuple[str, ...] = ()
+    e2e: str = ""
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")

@@ -27,7 +27,16 @@ BALLOON_SIZES = {
     AB: BalloonSizes(repeats=1, anon_reference=False, reporting_control=False, large_requests=False),
 }
 
-BALLOON = Scenario("hugetlbfs.balloon", ("hugetlbfs", "ab"), BALLOON_SIZES, knobs=(KNOBS,), primaries=("inflate_s",))
-KSM: Scenario[object] = Scenario("hugetlbfs.ksm", ("hugetlbfs", "slow"), knobs=(KNOBS,))
+BALLOON = Scenario(
+    "hugetlbfs.balloon",
+    ("hugetlbfs", "ab"),
+    BALLOON_SIZES,
+    knobs=(KNOBS,),
+    primaries=("inflate_s",),
+    e2e="test_hugetlbfs:HugetlbfsTest.test_balloon",
+)
+KSM: Scenario[object] = Scenario(
+    "hugetlbfs.ksm", ("hugetlbfs", "slow"), knobs=(KNOBS,), e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing"
+)
 
 SCENARIOS = (BALLOON, KSM)

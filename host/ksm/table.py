@@ -55,12 +55,28 @@ MANY_GUESTS = {
     AB: ManyGuestsSizes(guests=3, remerge_repeats=1),
 }
 
-MERGE: Scenario[object] = Scenario("ksm.merge", ("ksm", "ab"), knobs=(KNOBS,), primaries=("merged_fraction",))
-INTEGRITY: Scenario[object] = Scenario("ksm.integrity", ("ksm",), knobs=(KNOBS,))
-VOLATILE_SCAN = Scenario(
-    "ksm.volatile_scan", ("ksm", "ab"), VOLATILE, knobs=(KNOBS,), primaries=("ksmd_cpu_ns_per_page",)
+MERGE: Scenario[object] = Scenario(
+    "ksm.merge", ("ksm", "ab"), knobs=(KNOBS,), primaries=("merged_fraction",), e2e="test_ksm:KsmTest.test_merge"
 )
-GUEST_MERGE: Scenario[object] = Scenario("ksm.guest_merge", ("ksm", "ab"), primaries=("merged_fraction",))
-MANY = Scenario("ksm.many_guests", ("ksm", "ab"), MANY_GUESTS, knobs=(KNOBS,), primaries=("saved_mib",))
+INTEGRITY: Scenario[object] = Scenario("ksm.integrity", ("ksm",), knobs=(KNOBS,), e2e="test_ksm:KsmTest.test_integrity")
+VOLATILE_SCAN = Scenario(
+    "ksm.volatile_scan",
+    ("ksm", "ab"),
+    VOLATILE,
+    knobs=(KNOBS,),
+    primaries=("ksmd_cpu_ns_per_page",),
+    e2e="test_ksm:KsmTest.test_volatile_scan_4k",
+)
+GUEST_MERGE: Scenario[object] = Scenario(
+    "ksm.guest_merge", ("ksm", "ab"), primaries=("merged_fraction",), e2e="test_ksm:KsmTest.test_guest_ksm"
+)
+MANY = Scenario(
+    "ksm.many_guests",
+    ("ksm", "ab"),
+    MANY_GUESTS,
+    knobs=(KNOBS,),
+    primaries=("saved_mib",),
+    e2e="test_ksm:KsmTest.test_many_guests",
+)
 
 SCENARIOS = (MERGE, INTEGRITY, VOLATILE_SCAN, GUEST_MERGE, MANY)

@@ -24,10 +24,20 @@ LOOKUP = {
     AB: LookupSizes(replicates=1, all_slots=False),
 }
 
-KVM: Scenario[object] = Scenario("memslots.kvm", ("memslots", "kvm", "ab"))
-KVM_LOOKUP = Scenario("memslots.kvm_lookup", ("memslots", "kvm", "ab"), LOOKUP)
+KVM: Scenario[object] = Scenario(
+    "memslots.kvm", ("memslots", "kvm", "ab"), e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times"
+)
+KVM_LOOKUP = Scenario(
+    "memslots.kvm_lookup",
+    ("memslots", "kvm", "ab"),
+    LOOKUP,
+    e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
+)
 TRACE_MMIO: Scenario[object] = Scenario(
-    "memslots.trace_mmio", ("memslots", "qemu", "ab"), primaries=("nodes_per_lookup",)
+    "memslots.trace_mmio",
+    ("memslots", "qemu", "ab"),
+    primaries=("nodes_per_lookup",),
+    e2e="test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",
 )
 
 SCENARIOS = (KVM, KVM_LOOKUP, TRACE_MMIO)
