@@ -221,6 +221,7 @@ PRIMARIES: tuple[Primary, ...] = (
         "inflate_s",
         "what a host waits for when it takes memory back from a guest on 2 MiB pages",
         (("backing", "hugetlbfs"),),
+        spread_wall=Spread(1.0, 2, "A/A 6.1.0-57, hugetlbfs only, wall clock, load 12-16, docs/hugetlbfs.md"),
         needs=QUIET_OR_KVM,
     ),
     Primary(
