@@ -32,6 +32,16 @@ def test_a_row_gives_its_sizes_in_the_run_s_profile(monkeypatch: pytest.MonkeyPa
     assert row.subject == "subject"
 
 
+def test_a_row_may_size_a_profile_otherwise_on_the_icount_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memqual.host.balloon.table import INFLATE
+
+    row = Scenario("subject.thing", sizes=SIZES, icount_sizes={profiles.AB: Row(9)})
+    assert row.sizes_for(profiles.AB, icount=True).n == 9
+    assert row.sizes_for(profiles.AB, icount=False).n == 2 and row.sizes_for(profiles.FULL, icount=True).n == 5
+    assert INFLATE.sizes_for(profiles.AB, icount=True).repeats == 1
+    assert INFLATE.sizes_for(profiles.AB, icount=False).repeats == 3
+
+
 def test_a_row_must_size_every_profile_and_be_named_by_its_subject() -> None:
     with pytest.raises(ValueError, match="not for"):
         Scenario("subject.thing", sizes={profiles.QUICK: Row(1)})

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
 
-from memqual.host.core import profiles
+from memqual.host.core import clock, profiles
 from memqual.host.core.errors import BadInput
 from memqual.host.core.knobs import KnobSet
 
@@ -33,7 +33,9 @@ class Scenario(Generic[SizesRow]):
     ``section``: the name of its ``memqual.report_sections`` entry point,
     if it has one.  ``primaries``: the metrics of its records that a
     comparison decides on.  ``e2e``: the test that records it,
-    ``test_file_stem:Class.method``, which carries its tags."""
+    ``test_file_stem:Class.method``, which carries its tags.
+    ``icount_sizes``: the profiles whose sizes differ on the icount clock
+    (host/core/clock.py), where every vCPU takes turns in one host thread."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -42,6 +44,7 @@ class Scenario(Generic[SizesRow]):
     section: str = ""
     primaries: tuple[str, ...] = ()
     e2e: str = ""
+    icount_sizes: Mapping[str, SizesRow] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")
@@ -54,11 +57,14 @@ class Scenario(Generic[SizesRow]):
     def subject(self) -> str:
         return self.name.partition(".")[0]
 
-    def sizes_for(self, profile: str | None = None) -> SizesRow:
-        """Its sizes in ``profile`` (default: the run's, profiles.current())."""
+    def sizes_for(self, profile: str | None = None, icount: bool | None = None) -> SizesRow:
+        """Its sizes in ``profile`` on the wall or the icount clock (default:
+        the run's, profiles.current() and clock.current())."""
         if not self.sizes:
             raise BadInput(f"scenario {self.name} has no sizes per profile")
-        return self.sizes[profile or profiles.current()]
+        name = profile or profiles.current()
+        on_icount = clock.current().icount if icount is None else icount
+        return self.icount_sizes.get(name, self.sizes[name]) if on_icount else self.sizes[name]
 
 
 def load(group: str = SCENARIOS_GROUP) -> tuple[Scenario[object], ...]:
