@@ -196,12 +196,6 @@ def profile() -> str:
     return profiles.current()
 
 
-def sizes() -> profiles.Sizes:
-    """The run's row of scenario sizes (host/core/profiles.py), as it runs
-    on the run's clock."""
-    return profiles.on_clock(profiles.sizes(), clock.current().icount)
-
-
 def skip(test: avocado.Test, reason: str) -> None:
     """End ``test`` as skipped, with the reason: CANCEL under avocado,
     SKIPPED under pytest, never a pass."""
@@ -412,8 +406,7 @@ class GuestTest(avocado.Test):
 
     # -- host hygiene -----------------------------------------------------
     def _restore_stale_host_state(self) -> None:
-        from memqual.host.ksm import restore_stale
+        from memqual.host.core import knobs, scenario
 
-        restored = restore_stale()
-        if restored is not None:
+        for restored in knobs.restore_every_stale(scenario.knob_sets()):
             self.log.warning("restored host knobs a killed run left changed: %s", restored)

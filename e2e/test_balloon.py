@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from memqual.e2e.base import GuestTest, sizes
+from memqual.e2e.base import GuestTest
 from memqual.host.balloon import (
     DEADLINE_S,
     PAGE,
@@ -47,6 +47,7 @@ from memqual.host.balloon import (
 from memqual.host.balloon import model as bm
 from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock, GuestTiming
+from memqual.host.balloon.table import INFLATE as TIMING_ROW
 from memqual.host.balloon.timing import guest_stat
 from memqual.host.core import clock, stats
 from memqual.host.core.errors import BadInput
@@ -58,7 +59,7 @@ MIB = 1 << 20
 AGENT = "balloon_agent"
 MACHINE = "pc"
 MARGIN_MIB = 64  # left above the floor so the guest can still exec and fault
-# Main cycles per guest come from the profile's row (host/core/profiles.py).
+# Main cycles per guest come from the scenario's row (host/balloon/table.py).
 # Quick: 2, with one smaller calibration size (the model needs two sizes),
 # about 35 s under TCG here against 57-75 s for 3: no claim's verdict reads
 # these records, and what CI must show (every cross-check, the guest's
@@ -149,7 +150,7 @@ class BalloonBase(GuestTest):
         first = guest_stat(vm.ssh, agent)
         full = bt.safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
         run = bt.TimingRun(memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, MACHINE, first)
-        for step in bt.plan(sizes().balloon_repeats, fractions):
+        for step in bt.plan(TIMING_ROW.sizes_for().repeats, fractions):
             size = int(full * step.fraction) // PAGE * PAGE
             cycle = bt.run_cycle(vm.ssh, ctl, mover, agent, step, size, touch_mib)
             run.cycles.append(cycle)
@@ -258,17 +259,17 @@ class BalloonTiming(BalloonBase):
 
         :avocado: tags=ab
         """
-        self.timing(1024, TOUCH_MIB, CAL_FRACTIONS if sizes().balloon_calibrate else ())
+        self.timing(1024, TOUCH_MIB, CAL_FRACTIONS if TIMING_ROW.sizes_for().calibrate else ())
 
     def test_sizes_2g(self) -> None:
         """Scenario 2, full profile only: the same cycle in a 2 GiB guest
         (about 90 s under TCG; no verdict reads it)."""
-        self.require(sizes().balloon_large_guests, "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
+        self.require(TIMING_ROW.sizes_for().large_guests, "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(2048, 0, ())
 
     def test_sizes_4g(self) -> None:
         """Scenario 2, full profile only: 4 GiB (about a minute more under TCG)."""
-        self.require(sizes().balloon_large_guests, "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
+        self.require(TIMING_ROW.sizes_for().large_guests, "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(4096, 0, ())
 
 

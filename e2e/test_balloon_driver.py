@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import time
 
-from memqual.e2e.base import GuestTest, profile, sizes
+from memqual.e2e.base import GuestTest, profile
 from memqual.host.balloon import BalloonController, BalloonMover
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
+from memqual.host.balloon.table import REQUEST_SIZE
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import BalloonDevice, MachineConfig
 from memqual.images import balloon_driver
@@ -66,9 +67,9 @@ class BalloonDriver(GuestTest):
         """
         started = time.monotonic()
         variant = self.variant()
-        row = sizes()
-        guests = row.driver_guests
-        request_sizes = rs.request_sizes(GUEST_MIB, row.driver_curve)
+        row = REQUEST_SIZE.sizes_for()
+        guests = row.guests
+        request_sizes = rs.request_sizes(GUEST_MIB, row.curve)
         inflate_bytes = (GUEST_MIB - TARGET_MIB) * MIB
         run = rs.RequestSizeRun(request_sizes, inflate_bytes)
         probe_line, taint = "", 0

@@ -412,7 +412,7 @@ class Cleanup(GuestTest):
 
             def restored() -> bool:
                 now = fs.knobs()
-                return all(now.get(k) == v for k, v in saved.ksm.items())
+                return all(now.get(k) == v for k, v in (saved.values["ksm"] or {}).items())
 
             # 50 ms: polling /proc and sysfs with a deadline (the one from SIGKILL on)
             poll(
@@ -428,8 +428,8 @@ class Cleanup(GuestTest):
             self.assertFalse(alive(qemu_pid), "the guest outlived memqual run")
             now = fs.knobs()
             self.assertEqual(
-                {k: now.get(k) for k in saved.ksm},
-                saved.ksm,
+                {k: now.get(k) for k in (saved.values["ksm"] or {})},
+                (saved.values["ksm"] or {}),
                 f"host KSM knobs still changed {elapsed:.1f} s after SIGKILL of memqual run",
             )
             self.log.info("memqual run killed: its job, guest and KSM knobs gone or restored after %.2f s", elapsed)
@@ -493,7 +493,9 @@ class Cleanup(GuestTest):
             self.assertEqual(start.returncode, 0, start.stderr[-500:])
             after = fs.knobs()
             self.assertEqual(
-                {k: after[k] for k in saved.ksm}, saved.ksm, f"memqual did not restore the knobs: {start.stderr[-500:]}"
+                {k: after[k] for k in (saved.values["ksm"] or {})},
+                (saved.values["ksm"] or {}),
+                f"memqual did not restore the knobs: {start.stderr[-500:]}",
             )
             self.assertNotEqual(after["pages_to_scan"], str(STALE_PAGES_TO_SCAN))
             self.assertIn("restored", start.stderr)

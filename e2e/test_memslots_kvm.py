@@ -14,10 +14,11 @@ import time
 
 from avocado import Test
 
-from memqual.e2e.base import GuestTest, MeasurementLock, sizes, skip
+from memqual.e2e.base import GuestTest, MeasurementLock, skip
 from memqual.host.core import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
+from memqual.host.memslots.table import KVM_LOOKUP
 
 SLOT_COUNTS = (1, 32, 509)
 FULL_SETUP_TARGET_S = 10.0  # docs/memslots-kvm.md: a full set of 32764 slots is set in about 2 s here
@@ -143,15 +144,13 @@ class MemslotsKvm(Test):
 
     # -- per-access lookup costs by slot count (today's kernel) ---------------
     def _lookup_config(self, slots: tuple[int, ...] | None = None) -> L.LookupConfig:
-        row = sizes()
+        row = KVM_LOOKUP.sizes_for()
         if slots is None:
-            slots = tuple(
-                n for n in (L.FULL_SLOTS if row.kvm_lookup_all_slots else L.QUICK_SLOTS) if n <= self.nr_memslots
-            )
+            slots = tuple(n for n in (L.FULL_SLOTS if row.all_slots else L.QUICK_SLOTS) if n <= self.nr_memslots)
         # Quick: 3 fresh VMs a point, 21 rounds of 600 iterations x 8 writes
         # each: about a minute here.  Full: more points and replicates.  An
         # A/B: one a point (the blocks are the replicates).
-        return L.LookupConfig(slots=slots, replicates=row.kvm_lookup_replicates, rounds=21, iterations=600)
+        return L.LookupConfig(slots=slots, replicates=row.replicates, rounds=21, iterations=600)
 
     def _lookup(self, config: L.LookupConfig) -> tuple[L.LookupResult, dict]:
         with K.Kvm() as kvm:

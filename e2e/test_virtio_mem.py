@@ -18,11 +18,10 @@ at those states' slot counts, where /dev/kvm can run the harness).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
-from memqual.e2e.base import GuestTest, sizes
+from memqual.e2e.base import GuestTest
 from memqual.host import virtio_mem as V
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib, wait_rss
@@ -31,14 +30,14 @@ from memqual.host.core import qemu_binary
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.qemu import qemu_version
 from memqual.host.core.record import Measurement
-from memqual.host.judge.claims import judge_claim
 from memqual.host.memslots import kvm_lookup as L
 from memqual.host.memslots import virtio_layouts
 from memqual.host.memslots.model import model_table
 from memqual.host.memslots.qemu_layout import layout_from_flatview, parse_flatview
+from memqual.host.memslots.table import KVM_LOOKUP
 
 MIB = 1 << 20
-BASE_MIB = 512
+BASE_MIB = V.BASE_MIB
 AGENT = "vmem_agent"
 RESIZE_DEADLINE_S = 60.0
 # A request the guest cannot meet: how long it is watched not being met.
@@ -61,29 +60,9 @@ MIN_IN_RANGE = 0.5
 RSS_RETURNED = 0.8
 
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """The scenario's sizes by the profile's row (host/core/profiles.py)."""
-
-    # Quick: one size, two cycles (a guest's cycles are samples of one
-    # replicate); full: 1 GiB and 3/4 of the guest, five cycles.
-    sizes_mib: tuple[int, ...]
-    repeats: int
-    # QEMU sizes the memslots itself (about 1 GiB each here): steps that
-    # cross slot boundaries.  Unplugging under TCG costs seconds per GiB.
-    dyn_device_mib: int
-    dyn_steps_mib: tuple[int, ...]
-    # Then the whole device plugged and left so (the guest is shut down,
-    # not unplugged: unplugging is the slow part under TCG): the most
-    # memslots this guest maps, recorded as a layout beside the others.
-    # Its memmap (64 bytes a 4 KiB page) comes from the base memory.
-    dyn_large_mib: int = 8192
-
-
-def plan() -> Plan:
-    if sizes().virtio_mem_full:
-        return Plan((1024, 3 * BASE_MIB // 4), 5, 4096, (0, 512, 1536, 3072, 1024, 0))
-    return Plan((256,), 2, 2048, (0, 512, 2048, 0))
+def plan() -> V.Plan:
+    """The scenario's sizes in the run's profile (host/virtio_mem.py's rows)."""
+    return V.RESIZE.sizes_for()
 
 
 def config(device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig:
@@ -237,40 +216,31 @@ class VirtioMem(GuestTest):
         ctl = BalloonController(vm, device_id="balloon0")
         base_kib = mem_total_kib(vm)
         ram = ctl.ram_bytes()
-        for size_mib in steps.sizes_mib:
-            figures: dict[str, list[float]] = {
-                k: [] for k in ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
-            }
-            for _ in range(steps.repeats):
-                grow, grow_guest = self.guest_timed(vm, agent, device, size_mib * MIB, base_kib)
-                shrink, shrink_guest = self.guest_timed(vm, agent, device, 0, base_kib)
-                inflate = ctl.reach(ram - size_mib * MIB, deadline_s=RESIZE_DEADLINE_S)
-                self.assertTrue(inflate.reached, inflate)
-                self.assertTrue(ctl.reach(ram, deadline_s=RESIZE_DEADLINE_S).reached)
-                for key, value in (
-                    ("grow_s", grow.seconds),
-                    ("grow_guest_s", grow_guest),
-                    ("shrink_s", shrink.seconds),
-                    ("shrink_guest_s", shrink_guest),
-                    ("balloon_inflate_s", inflate.seconds),
-                ):
-                    figures[key].append(value)
-            ratio = sorted(figures["shrink_s"])[len(figures["shrink_s"]) // 2] / max(
-                sorted(figures["balloon_inflate_s"])[len(figures["balloon_inflate_s"]) // 2], 1e-9
+
+        def inflate(size_bytes: int) -> float:
+            inflated = ctl.reach(ram - size_bytes, deadline_s=RESIZE_DEADLINE_S)
+            self.assertTrue(inflated.reached, inflated)
+            self.assertTrue(ctl.reach(ram, deadline_s=RESIZE_DEADLINE_S).reached)
+            return inflated.seconds
+
+        try:
+            timings = V.time_resizes(
+                lambda target: self.guest_timed(vm, agent, device, target, base_kib),
+                inflate,
+                steps.sizes_mib,
+                steps.repeats,
             )
-            self.log.info("%d MiB: %s; shrink / balloon inflate (medians) %.2f", size_mib, figures, ratio)
-            for metric, samples in figures.items():
-                self.record(
-                    Measurement(
-                        scenario="virtio_mem.resize",
-                        metric=metric,
-                        unit="s",
-                        better="lower",
-                        samples=samples,
-                        settings={"size_mib": size_mib, "base_mib": BASE_MIB, "block_mib": device.block_mib},
-                        extra={"shrink_over_balloon_inflate": ratio} if metric == "shrink_s" else {},
-                    )
-                )
+        except V.ResizeFailed as exc:
+            self.fail(str(exc))
+        for timing in timings:
+            self.log.info(
+                "%d MiB: %s; shrink / balloon inflate (medians) %.2f",
+                timing.size_mib,
+                timing.figures,
+                timing.shrink_over_inflate,
+            )
+            for measurement in timing.records(BASE_MIB, device.block_mib):
+                self.record(measurement)
 
     def test_dynamic_memslots(self) -> None:
         """The memslots the device's memory occupies as blocks are plugged
@@ -355,12 +325,12 @@ class VirtioMem(GuestTest):
         # The guest is done: the /dev/kvm harness times the host's kernel
         # alone, at the slot counts the guest had, alternating between them.
         vm.shutdown()
-        misses = self.kvm_at_counts(virtio_layouts.slot_counts(states))
-        # The memslot-miss card, by the report's own rule: every state listed,
-        # each with /dev/kvm's miss cost at its count.
-        verdict = judge_claim("memslot-miss", [*states, *misses])
-        self.assertEqual([r.slots for r in verdict.today], [int(s.samples[0]) for s in states])
-        self.assertTrue(all(r.kvm is not None for r in verdict.today), verdict.today)
+        counts_recorded = virtio_layouts.slot_counts(states)
+        misses = self.kvm_at_counts(counts_recorded)
+        # What the memslot-miss card needs (the report judges it): every
+        # state's slot count with /dev/kvm's miss cost at it.
+        missing = set(counts_recorded) - {int(r.variant["slots"]) for r in misses}
+        self.assertEqual(missing, set(), "slot counts of the recorded states without a /dev/kvm miss")
 
     def kvm_at_counts(self, counts: tuple[int, ...]) -> list[Measurement]:
         """A complete miss through /dev/kvm at each of ``counts`` slots, in
@@ -378,7 +348,7 @@ class VirtioMem(GuestTest):
         self.require(bool(ioeventfd), "layouts recorded; /dev/kvm has no KVM_CAP_IOEVENTFD: misses would exit")
         self.require(max(counts) <= nr, f"layouts recorded; /dev/kvm offers {nr} memslots, fewer than {max(counts)}")
         config = L.LookupConfig(
-            slots=counts, replicates=max(sizes().kvm_lookup_replicates, 3), rounds=21, iterations=600
+            slots=counts, replicates=max(KVM_LOOKUP.sizes_for().replicates, 3), rounds=21, iterations=600
         )
         result = L.run_lookup(config, progress=self.log.info)
         misses = [r for r in L.records(result) if r.metric == "access_ns" and r.variant["kind"] == "miss"]

@@ -23,6 +23,9 @@ from typing import Any, Protocol
 
 from memqual.host.core.flatview import FlatRange, parse_flatview
 from memqual.host.core.polling import poll
+from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.record import Measurement
+from memqual.host.core.scenario import Scenario
 
 MIB = 1 << 20
 DEVICE = "virtio-mem-pci"
@@ -138,3 +141,107 @@ def memslots(vm: QmpMachine, device: VirtioMemDevice) -> list[FlatRange]:
 def device_base(vm: QmpMachine, device: VirtioMemDevice) -> int:
     """The guest-physical address of the device's memory."""
     return int(vm.qmp("qom-get", path=device.qom_path, property="memaddr"))
+
+
+# -- resize timing (e2e/test_virtio_mem.py's test_resize_timing) -----------
+RESIZE_FIGURES = ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
+# One resize timed by the host (the Resize) and by the guest (seconds until
+# MemTotal changed); one balloon inflate of the same size, its seconds.
+TimedResize = Callable[[int], tuple[Resize, float]]
+TimedInflate = Callable[[int], float]
+
+
+class ResizeFailed(Exception):
+    """A resize the timing scenario asked for was not met."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeTiming:
+    """One size's cycles: grow, shrink and a balloon inflate of the same
+    size, each timed ``repeats`` times in one guest (samples of one
+    replicate)."""
+
+    size_mib: int
+    figures: dict[str, list[float]]
+
+    @property
+    def shrink_over_inflate(self) -> float:
+        """The medians' ratio: what a shrink costs against a balloon inflate."""
+        return _median(self.figures["shrink_s"]) / max(_median(self.figures["balloon_inflate_s"]), 1e-9)
+
+    def records(self, base_mib: int, block_mib: int) -> list[Measurement]:
+        return [
+            Measurement(
+                scenario="virtio_mem.resize",
+                metric=metric,
+                unit="s",
+                better="lower",
+                samples=samples,
+                settings={"size_mib": self.size_mib, "base_mib": base_mib, "block_mib": block_mib},
+                extra={"shrink_over_balloon_inflate": self.shrink_over_inflate} if metric == "shrink_s" else {},
+            )
+            for metric, samples in self.figures.items()
+        ]
+
+
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
+def time_resizes(
+    timed_resize: TimedResize, timed_inflate: TimedInflate, sizes_mib: Sequence[int], repeats: int
+) -> list[ResizeTiming]:
+    """For each size: grow to it, shrink to 0, inflate the balloon by it,
+    ``repeats`` times; ResizeFailed when a resize is not met."""
+    timings = []
+    for size_mib in sizes_mib:
+        figures: dict[str, list[float]] = {name: [] for name in RESIZE_FIGURES}
+        for _ in range(repeats):
+            grow, grow_guest = timed_resize(size_mib * MIB)
+            shrink, shrink_guest = timed_resize(0)
+            for done in (grow, shrink):
+                if not done.met:
+                    raise ResizeFailed(f"virtio-mem did not reach {done.requested_bytes >> 20} MiB: {done}")
+            inflate_s = timed_inflate(size_mib * MIB)
+            for name, value in zip(
+                RESIZE_FIGURES, (grow.seconds, grow_guest, shrink.seconds, shrink_guest, inflate_s), strict=True
+            ):
+                figures[name].append(value)
+        timings.append(ResizeTiming(size_mib, figures))
+    return timings
+
+
+BASE_MIB = 512  # the guest's base memory beside the device
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The resize and memslots scenarios' sizes in one profile."""
+
+    # Quick: one size, two cycles (a guest's cycles are samples of one
+    # replicate); full: 1 GiB and 3/4 of the guest, five cycles.
+    sizes_mib: tuple[int, ...]
+    repeats: int
+    # QEMU sizes the memslots itself (about 1 GiB each here): steps that
+    # cross slot boundaries.  Unplugging under TCG costs seconds per GiB.
+    dyn_device_mib: int
+    dyn_steps_mib: tuple[int, ...]
+    # Then the whole device plugged and left so (the guest is shut down,
+    # not unplugged: unplugging is the slow part under TCG): the most
+    # memslots this guest maps, recorded as a layout beside the others.
+    # Its memmap (64 bytes a 4 KiB page) comes from the base memory.
+    dyn_large_mib: int = 8192
+
+
+PLANS = {
+    QUICK: Plan((256,), 2, 2048, (0, 512, 2048, 0)),
+    FULL: Plan((1024, 3 * BASE_MIB // 4), 5, 4096, (0, 512, 1536, 3072, 1024, 0)),
+    AB: Plan((256,), 2, 2048, (0, 512, 2048, 0)),
+}
+# The scenario table's rows (host/core/scenario.py); the memslot counts a
+# plugged device makes are also recorded as memslots.kvm_lookup, memslots' row.
+RESIZE = Scenario("virtio_mem.resize", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_resize_timing")
+MEMSLOTS = Scenario(
+    "virtio_mem.memslots", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_dynamic_memslots"
+)
+SCENARIOS = (RESIZE, MEMSLOTS)

@@ -11,6 +11,7 @@ from memqual.host.core import profiles
 from memqual.host.core.record import Measurement
 from memqual.host.ksm import volatile
 from memqual.host.ksm.scancost import AbRun, ScanWindow
+from memqual.host.ksm.table import VOLATILE_SCAN
 
 KERNEL_LIMIT = volatile.SkipLimit(8, "skip_age() of a synthetic mm/ksm.c")
 PAGES_PER_SCAN = 88_000  # what a scan covered here: the agent's 65,536 and the guest's other pages
@@ -39,7 +40,7 @@ def window(smart_scan: int, ns_per_page: float, skip_share: float) -> ScanWindow
 def ksm_guests(
     speedup: float,
     skip_share: float,
-    n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests,
+    n: int = VOLATILE_SCAN.sizes_for(profiles.QUICK).guests,
     seed: int = 3,
     *,
     dirty_passes_per_scan: float = DIRTY_PASSES_PER_SCAN,
@@ -91,7 +92,7 @@ def ksm_records(
     pages: str = "4k",
     limit: volatile.SkipLimit = KERNEL_LIMIT,
     *,
-    n: int = profiles.SIZES[profiles.QUICK].ksm_volatile_guests,
+    n: int = VOLATILE_SCAN.sizes_for(profiles.QUICK).guests,
     seed: int = 3,
     dirty_passes_per_scan: float = DIRTY_PASSES_PER_SCAN,
     dirty_spread: float = 0.0,

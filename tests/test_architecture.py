@@ -26,6 +26,7 @@ import copy
 import functools
 import re
 import textwrap
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,7 +196,16 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
 }
 # all of host/ that images/ may use
 CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "polling", "settings"})
-SUBJECTS = frozenset({"ksm", "memslots", "balloon", "virtio_mem"})
+
+
+def _declared_subjects() -> frozenset[str]:
+    """The subjects are the names of the scenario table's entry points
+    (pyproject.toml, ``memqual.scenarios``): named there once."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return frozenset(project["entry-points"]["memqual.scenarios"])
+
+
+SUBJECTS = _declared_subjects()
 ROOMS = frozenset({"core", "judge", "report", "run", "cli"}) | SUBJECTS
 
 
@@ -239,7 +249,6 @@ def test_the_import_contracts_hold() -> None:
     assert set(kept) >= {
         "host-rooms",
         "core-inside",
-        "subjects-independent",
         "images-beside-core",
         "core-base-below-images",
         "reports-import-no-subject",
@@ -251,13 +260,15 @@ def test_the_import_contracts_hold() -> None:
     ("importer", "imported", "broken"),
     [
         # the probe reaching a subject: every subject reaches that one through the machine
-        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-rooms", "subjects-independent"}),
+        ("memqual.host.core.probe", "memqual.host.ksm.sysfs", {"host-rooms"}),
         ("memqual.host.core.snapshot", "memqual.host.core.machine", {"core-inside"}),
         ("memqual.host.judge.results", "memqual.host.run.job", {"host-rooms"}),
         ("memqual.host.judge.history", "memqual.host.report.html", {"host-rooms"}),
         ("memqual.host.report.export", "memqual.host.cli.args", {"host-rooms"}),
         ("memqual.host.balloon.measure", "memqual.host.cli.args", {"host-rooms"}),
-        ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"subjects-independent"}),
+        ("memqual.host.balloon.measure", "memqual.host.memslots.layout", {"host-rooms"}),
+        # through a third subject: independent siblings may not reach each other at all
+        ("memqual.host.hugetlbfs.pool", "memqual.host.ksm.sysfs", {"host-rooms"}),
         ("memqual.images.build", "memqual.host.core.machine", {"images-beside-core"}),
         ("memqual.images.build", "memqual.host.cli.args", {"images-beside-core"}),
         ("memqual.host.core.paths", "memqual.images.build", {"core-base-below-images"}),
@@ -292,6 +303,18 @@ def test_host_is_rooms_and_the_contracts_name_them_all() -> None:
     }
     bottom = _contract_options("core-inside")["layers"][-1]
     assert {m.strip() for m in bottom.split(":")} == CORE_BASE
+
+
+def test_the_contracts_name_exactly_the_declared_subjects() -> None:
+    """A subject is declared once, by its scenario rows' entry point; every
+    contract that lists subjects lists exactly those."""
+    subject_layer = next(
+        layer for layer in _contract_options("host-rooms")["layers"] if "|" in layer or layer in SUBJECTS
+    )
+    assert {m.strip() for m in subject_layer.split("|")} == SUBJECTS
+    modules = {f"memqual.host.{s}" for s in SUBJECTS}
+    assert set(_contract_options("reports-import-no-subject")["forbidden_modules"]) == modules
+    assert modules <= set(_contract_options("images-beside-core")["forbidden_modules"])
 
 
 # Variables an e2e test sets for the child processes it starts (left to that test file).

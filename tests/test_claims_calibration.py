@@ -18,9 +18,11 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from memqual.host.balloon.table import REQUEST_SIZE
 from memqual.host.core import profiles
 from memqual.host.core.record import Measurement
 from memqual.host.judge import claims
+from memqual.host.ksm.table import VOLATILE_SCAN
 
 NOMINAL = 0.025
 SEED = 20110223
@@ -79,10 +81,10 @@ def _allowed(trials: int) -> float:
 # records' shape, so one of them a count measures both.  An A/B's arm has
 # one guest a block: its count is the blocks, 3 (the least a verdict takes)
 # and up, which the quick and full counts cover.
-CLAIM_PROFILES = (profiles.SIZES[profiles.QUICK], profiles.SIZES[profiles.FULL])
+CLAIM_PROFILES = (profiles.QUICK, profiles.FULL)
 PROFILE_UNITS = {
-    **{row.ksm_volatile_guests: "ksm-volatile-4k" for row in CLAIM_PROFILES},
-    **{row.driver_guests: "balloon-bitmap" for row in CLAIM_PROFILES},
+    **{VOLATILE_SCAN.sizes_for(p).guests: "ksm-volatile-4k" for p in CLAIM_PROFILES},
+    **{REQUEST_SIZE.sizes_for(p).guests: "balloon-bitmap" for p in CLAIM_PROFILES},
 }
 
 
@@ -98,7 +100,7 @@ def test_heavy_tailed_units_stay_at_the_nominal_rate():
     """Noise with the tails of t(3) at the smallest count a profile gives."""
     trials = 1000
     above, _ = null_trials(
-        _claim("balloon-bitmap"), min(row.driver_guests for row in CLAIM_PROFILES), trials, tails="t3"
+        _claim("balloon-bitmap"), min(REQUEST_SIZE.sizes_for(p).guests for p in CLAIM_PROFILES), trials, tails="t3"
     )
     assert above <= _allowed(trials)
 

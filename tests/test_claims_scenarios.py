@@ -16,6 +16,7 @@ from ksm_volatile_runs import ksm_records
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import DirectionTiming
+from memqual.host.balloon.table import REQUEST_SIZE
 from memqual.host.core import profiles
 from memqual.host.core.record import Measurement
 from memqual.host.judge import claims
@@ -104,7 +105,7 @@ def _move(seconds: float, size: int) -> BalloonResult:
 
 
 def balloon_records(
-    per_request_s: float, n: int = profiles.SIZES[profiles.QUICK].driver_guests, seed: int = 5
+    per_request_s: float, n: int = REQUEST_SIZE.sizes_for(profiles.QUICK).guests, seed: int = 5
 ) -> list[Measurement]:
     """n fresh guests inflating at every size of the quick profile; an
     inflate takes fixed + requests x ``per_request_s`` + pages x 5 us

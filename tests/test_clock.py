@@ -6,7 +6,6 @@ the job's environment, and the refusal to compare two clocks."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import math
@@ -100,15 +99,17 @@ def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None
 
 
 def test_the_ab_rows_balloon_cycles_are_one_under_icount_and_the_rest_is_unchanged() -> None:
+    from memqual.host.balloon.table import INFLATE
     from memqual.host.core import profiles
+    from memqual.host.ksm.table import SCENARIOS as KSM_ROWS
 
-    ab = profiles.sizes(profiles.AB)
-    on_icount = profiles.on_clock(ab, icount=True)
-    assert ab.balloon_repeats == 3 and on_icount.balloon_repeats == 1
-    assert dataclasses.replace(on_icount, balloon_repeats=3) == ab
-    assert profiles.on_clock(ab, icount=False) == ab
-    quick = profiles.sizes(profiles.QUICK)
-    assert profiles.on_clock(quick, icount=True) == quick  # a claim's units are not the A/B's
+    ab = INFLATE.sizes_for(profiles.AB, icount=False)
+    on_icount = INFLATE.sizes_for(profiles.AB, icount=True)
+    assert ab.repeats == 3 and on_icount.repeats == 1
+    quick = INFLATE.sizes_for(profiles.QUICK, icount=False)
+    assert INFLATE.sizes_for(profiles.QUICK, icount=True) == quick  # a claim's units are not the A/B's
+    for row in KSM_ROWS:  # no other subject's sizes follow the clock
+        assert row.sizes_for(profiles.AB, icount=True) == row.sizes_for(profiles.AB, icount=False)
 
 
 def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:

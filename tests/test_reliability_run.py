@@ -152,7 +152,7 @@ HOLDING_AVOCADO = textwrap.dedent(
 FAKE_RUNNER = textwrap.dedent(
     """\
     import fcntl, os, signal, time
-    from memqual.host.ksm.state import HostState, Snapshot
+    from memqual.host.ksm.state import HostState, ksm_snapshot
     from memqual.host.core.environment import KSM_ROOT, THP_ROOT
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a test stuck in its tearDown
     fd = os.open(os.environ["FAKE_MEASURE_LOCK"], os.O_RDWR | os.O_CREAT)
@@ -161,7 +161,7 @@ FAKE_RUNNER = textwrap.dedent(
     assert state.try_lock()
     # What a KSM test saves before its first change; no knob in it, so the
     # restore writes none of the host's.
-    state.save(Snapshot(os.getpid(), None, "now", str(KSM_ROOT), {}, str(THP_ROOT)))
+    state.save(ksm_snapshot(os.getpid(), None, "now", str(KSM_ROOT), {}, str(THP_ROOT)))
     print("ready", flush=True)
     time.sleep(600)
     """

@@ -369,23 +369,18 @@ def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test
             for name, tags, *_ in methods:
                 if "ab" in tags:
                     tagged.add(f"{path.stem}:{cls}.{name}")
-    assert tagged == AB_TESTS
+    assert tagged == ab_tests()
 
 
-# What each test tagged ab records that a comparison decides on.
-AB_TESTS = {
-    "test_balloon:BalloonTiming.test_inflate_deflate_1g",  # balloon.inflate, balloon.deflate
-    "test_balloon:BalloonFloor.test_floor",  # balloon.floor
-    "test_balloon:BalloonFreePageReporting.test_reporting_on",  # balloon.free_page_reporting
-    "test_balloon_driver:BalloonDriver.test_request_size",  # balloon.request_size
-    "test_ksm:KsmTest.test_merge",  # ksm.merge
-    "test_ksm:KsmTest.test_volatile_scan_4k",  # ksm.volatile_scan
-    "test_ksm:KsmTest.test_guest_ksm",  # ksm.guest_merge
-    "test_ksm:KsmTest.test_many_guests",  # ksm.many_guests
-    "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",  # memslots.trace_mmio
-    "test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",  # memslots.kvm (control)
-    "test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",  # memslots.kvm_lookup (control)
-}
+def ab_tests() -> set[str]:
+    """What an A/B runs in blocks: the e2e test of every row of the scenario
+    table tagged ab (each records a primary or a negative control,
+    tests/test_scenario_table.py)."""
+    from memqual.host.core import scenario
+
+    return {row.e2e for row in scenario.table() if "ab" in row.tags}
+
+
 # The scenarios' checks an A/B runs once per arm (blocks.AB_CHECKS_TAG): they
 # record no primary, and pass or fail.
 AB_CHECKS = {
@@ -415,22 +410,13 @@ def test_the_scenarios_checks_run_once_per_arm_of_an_ab():
 
 
 def test_every_primary_scenario_has_a_test_tagged_ab():
+    from memqual.host.core import scenario
     from memqual.host.judge import primaries
 
-    covered = {
-        "balloon.inflate",
-        "balloon.deflate",
-        "balloon.floor",
-        "balloon.free_page_reporting",
-        "balloon.request_size",
-        "ksm.merge",
-        "ksm.volatile_scan",
-        "ksm.guest_merge",
-        "ksm.many_guests",
-        "memslots.trace_mmio",
-    }
-    assert {p.scenario for p in primaries.PRIMARIES} == covered
-    assert primaries.CONTROL_SCENARIOS <= {"memslots.kvm", "memslots.kvm_lookup"}
+    rows = {row.name: row for row in scenario.table()}
+    covered = {name for name, row in rows.items() if "ab" in row.tags and row.e2e}
+    assert {p.scenario for p in primaries.PRIMARIES} <= covered
+    assert primaries.CONTROL_SCENARIOS <= covered
 
 
 def test_each_scenario_declares_one_primary_and_says_why():

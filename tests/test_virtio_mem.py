@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from fakes import FakeClock, VirtioMemQmp
 
 from memqual.host import virtio_mem as V
@@ -84,3 +85,27 @@ def test_a_kernel_without_virtio_mem_still_builds(tmp_path: Path) -> None:
 
     release = _tree(tmp_path / "src", "kernel/extra/dummy.ko:\n", ["kernel/extra/dummy.ko"])
     assert stage_modules(release, "6.1.0-test", tmp_path / "out") == []
+
+
+def test_resize_timing_cycles_each_size_and_records_its_figures() -> None:
+    asked: list[int] = []
+
+    def resize(target: int) -> tuple[V.Resize, float]:
+        asked.append(target)
+        return V.Resize(target, 0, target, True, 0.2 if target else 0.4, 3), 0.1
+
+    timings = V.time_resizes(resize, lambda size: 0.1, (256, 1024), repeats=2)
+    assert asked == [256 * V.MIB, 0, 256 * V.MIB, 0, 1024 * V.MIB, 0, 1024 * V.MIB, 0]
+    assert [t.size_mib for t in timings] == [256, 1024]
+    assert timings[0].figures["shrink_s"] == [0.4, 0.4] and timings[0].shrink_over_inflate == pytest.approx(4.0)
+    records = timings[0].records(512, 2)
+    assert [r.metric for r in records] == list(V.RESIZE_FIGURES)
+    assert records[2].extra == {"shrink_over_balloon_inflate": pytest.approx(4.0)} and records[0].extra == {}
+
+
+def test_resize_timing_fails_on_a_resize_not_met() -> None:
+    def stuck(target: int) -> tuple[V.Resize, float]:
+        return V.Resize(target, 0, 0 if target else 64 * V.MIB, not target == 0, 60.0, 9), 0.1
+
+    with pytest.raises(V.ResizeFailed, match="did not reach 0 MiB"):
+        V.time_resizes(stuck, lambda size: 0.1, (256,), repeats=1)

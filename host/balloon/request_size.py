@@ -58,7 +58,7 @@ def stall_s(pfns: int) -> float:
 
 # -- plan ------------------------------------------------------------------
 # Fresh guests (the independent units; each measures every size, so the
-# claims pair them) come from the profile's row (host/core/profiles.py).
+# claims pair them) come from the scenario's row (host/balloon/table.py).
 # The seed's three bitmaps by the share of the guest one request covers: a
 # 32 KB bitmap covers 1 GB of its 16 GB guest (1/16), 64 KB 1/8, 512 KB all
 # of it.  Scaled to the guest, these labels are what the claims pair.

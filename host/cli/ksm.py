@@ -109,7 +109,7 @@ def _restore(args: argparse.Namespace) -> int:
         return 0
     import logging
 
-    logging.getLogger("memqual.host.ksm.state").setLevel(logging.ERROR)  # the line below says it once
+    logging.getLogger("memqual.host.core.knobs").setLevel(logging.ERROR)  # the line below says it once
     result = restore_stale(args.state_dir, lock_timeout_s=args.wait, **kwargs)
     if result is None:
         if state.state_path.exists():

@@ -16,10 +16,9 @@ import warnings
 
 from memqual.host.cli.args import Parser
 from memqual.host.cli.command import add_commands, run_command
-from memqual.host.core import leftovers, settings
+from memqual.host.core import knobs, leftovers, scenario, settings
 from memqual.host.core.errors import LaunchError, MemqualError
 from memqual.host.core.printable import printable
-from memqual.host.ksm import restore_stale
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,11 +36,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _restore_stale_host_state(command: str) -> None:
     """A memqual run killed with SIGKILL leaves host knobs changed; the next
     memqual start puts them back (``memqual ksm restore`` reports it itself).
-    Quiet when there is nothing to do or when not root."""
-    if command == "ksm":
-        return
-    restored = restore_stale()
-    if restored is not None:
+    Quiet when there is nothing to do or when not root.  Every knob set a
+    scenario row names (host/core/scenario.py)."""
+    sets = tuple(s for s in scenario.knob_sets() if not (command == "ksm" and s.name == "ksm"))
+    for restored in knobs.restore_every_stale(sets):
         logging.getLogger("memqual").warning("%s", restored)
 
 

@@ -233,6 +233,14 @@ PRIMARIES: tuple[Primary, ...] = (
         margin=TIGHT_MARGIN,
     ),
     Primary(
+        "hugetlbfs.balloon",
+        "inflate_s",
+        "what a host waits for when it takes memory back from a guest on 2 MiB pages",
+        (("backing", "hugetlbfs"),),
+        spread_wall=Spread(1.0, 2, "A/A 6.1.0-57, hugetlbfs only, wall clock, load 12-16, docs/hugetlbfs.md"),
+        needs=QUIET_OR_KVM,
+    ),
+    Primary(
         "memslots.trace_mmio",
         "nodes_per_lookup",
         "the guest's MMIO trace through today's memslot tree (rbtree); the other structures replay the "

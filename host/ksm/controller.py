@@ -180,7 +180,7 @@ class KsmController(Closing):
             # KSM part must keep its originals, not the current values.
             snapshot = self.state.load()
             assert snapshot is not None
-            snapshot.thp = self.thp.knobs(THP_KNOBS)
+            snapshot.values["thp"] = self.thp.knobs(THP_KNOBS)
         else:
             snapshot = self.state.new_snapshot(with_thp=with_thp)
         self.state.save(snapshot)

@@ -11,10 +11,10 @@ word, which is also what they accept when written.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import os
-import stat
-from pathlib import Path
+
+from memqual.host.core.knobs import Sysfs, selected
+
+__all__ = ["COUNTERS", "THP_KNOBS", "KsmCounters", "Sysfs", "selected", "write_order"]
 
 # THP files a scenario may touch; the rest of THP stays out of the snapshot.
 THP_KNOBS = ("enabled", "defrag")
@@ -24,14 +24,6 @@ THP_KNOBS = ("enabled", "defrag")
 # stopped) only once every other knob is in place.
 _FIRST = ("advisor_mode",)
 _LAST = ("run",)
-
-
-def selected(text: str) -> str:
-    """'always [madvise] never' -> 'madvise'; '100' -> '100'."""
-    text = text.strip()
-    if "[" in text and "]" in text:
-        return text[text.index("[") + 1 : text.index("]")]
-    return text
 
 
 def write_order(names: list[str]) -> list[str]:
@@ -73,60 +65,3 @@ COUNTERS = (
     "pages_scanned",
     "general_profit",
 )
-
-
-class Sysfs:
-    """A directory of sysfs attribute files."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-
-    def exists(self) -> bool:
-        return self.root.is_dir()
-
-    def has(self, name: str) -> bool:
-        return (self.root / name).is_file()
-
-    def read(self, name: str) -> str:
-        return selected((self.root / name).read_text())
-
-    def read_int(self, name: str) -> int:
-        return int(self.read(name))
-
-    def read_int_or_none(self, name: str) -> int | None:
-        try:
-            return self.read_int(name)
-        except FileNotFoundError:
-            return None
-
-    def write(self, name: str, value: str | int) -> None:
-        """Write one value; sysfs wants it in one write() call."""
-        path = self.root / name
-        data = f"{value}\n".encode()
-        # O_TRUNC is what a shell's "echo 1 > knob" does: sysfs ignores it,
-        # a fake tree (plain files) needs it when a value gets shorter.
-        # O_NOFOLLOW: sysfs attributes are never symlinks; one is planted.
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW)
-        try:
-            os.write(fd, data)
-        except OSError as exc:
-            raise OSError(exc.errno, f"writing {value!r} to {path}: {os.strerror(exc.errno or errno.EIO)}") from exc
-        finally:
-            os.close(fd)
-
-    def writable_names(self) -> list[str]:
-        """Every file the owner may write: the knobs."""
-        names = []
-        for entry in sorted(self.root.iterdir()):
-            try:
-                mode = entry.stat().st_mode
-            except OSError:
-                continue
-            if stat.S_ISREG(mode) and mode & stat.S_IWUSR:
-                names.append(entry.name)
-        return names
-
-    def knobs(self, names: tuple[str, ...] | list[str] | None = None) -> dict[str, str]:
-        """Current value of the given knobs (default: every writable file)."""
-        chosen = list(names) if names is not None else self.writable_names()
-        return {n: self.read(n) for n in chosen if self.has(n)}

@@ -47,7 +47,7 @@ CLAIM_METRIC = "ksmd_cpu_ns_per_page"
 SEED_METRIC = "pages_per_ksmd_cpu_s"  # the seed's scan speed (host/ksm/scancost.py says why)
 SEED_SPEEDUP = {"4k": 8.0, "thp": 16.0}
 # Fresh guests per variant (the independent units) and windows per guest
-# come from the profile's row (host/core/profiles.py); quick's 4 and full's 8
+# come from the scenario's row (host/ksm/table.py); quick's 4 and full's 8
 # give the claims' t-interval its nominal error rate
 # (docs/claims-calibration.md).
 # What the THP variant measures, in its records and docs/ksm.md.
@@ -81,7 +81,7 @@ VOLATILE_KNOBS: dict[str, int | str] = {"pages_to_scan": VOLATILE_PAGES_TO_SCAN,
 # host) against 37 s and 53-55 s for 1 guest x 8 windows; 4 x 2 took 79-91
 # s.  The order alternates between guests (0 1, 1 0, 1 0, 0 1); with 2
 # windows also inside each.  Guests (replicates per variant) and windows per
-# variant per guest: the profile's row (host/core/profiles.py).
+# variant per guest: the scenario's row (host/ksm/table.py).
 SCANS_PER_WINDOW = 9
 WARMUP_SCANS = 3  # after each switch of smart_scan
 # Settle each fresh guest: smart scan skips a page first after 3 looks and

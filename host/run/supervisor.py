@@ -15,8 +15,8 @@ have:
    moved to (aexpect runs the lab hosts' SSH sessions in sessions of their
    own): the supervisor is their child subreaper, so an orphan is
    reparented to it rather than to init, and it reaps them all;
-3. the host's KSM and THP knobs put back when a killed test left them
-   changed (memqual.host.ksm.state.restore_stale: the KSM lock of a dead
+3. the host knobs put back when a killed test left them changed (KSM
+   and THP, huge pages: memqual.host.core.knobs: the lock of a dead
    test is free, since the kernel drops a flock with its last holder, and
    the state file says what to write).  The measurement lock goes the same
    way as the KSM lock: with its holders.
@@ -41,10 +41,10 @@ import select
 import signal
 import sys
 
+from memqual.host.core import knobs, scenario
 from memqual.host.core.errors import MemqualError
 from memqual.host.core.polling import poll
 from memqual.host.core.process import set_child_subreaper
-from memqual.host.ksm.state import restore_stale
 
 GRACE_S = 5.0  # SIGINT, then SIGKILL: the same as memqual run's end after SIGTERM
 KILL_DEADLINE_S = 5.0  # for every killed descendant to be reaped
@@ -154,12 +154,12 @@ def restore_host_knobs() -> None:
     """Put back the knobs a killed test left changed (a no-op without a
     stale state file)."""
     try:
-        restored = restore_stale()
+        restored = knobs.restore_every_stale(scenario.knob_sets())
     except (MemqualError, OSError) as exc:
         print(f"memqual supervisor: could not restore host knobs: {exc}", file=sys.stderr, flush=True)
         return
-    if restored is not None:
-        print(f"memqual supervisor: {restored.describe()}", file=sys.stderr, flush=True)
+    for each in restored:
+        print(f"memqual supervisor: {each.describe()}", file=sys.stderr, flush=True)
 
 
 def exit_like(status: int) -> None:

@@ -1,0 +1,224 @@
+"""Guests whose RAM is 2 MiB hugetlbfs pages (memory-backend-file on a
+hugetlbfs mount), the pages reserved on the host for the test and given
+back after it, also after a kill (host/core/knobs.py).  The procedures are
+host/hugetlbfs/'s; this file boots, calls, records and asserts.
+
+1. balloon: the guest touches memory, then inflates by less than one huge
+   page and by a large size; the host pool's free huge pages count what
+   came back: nothing for the sub-page inflate, whole pages at most what
+   the balloon holds for the large one.  The inflate's time is the
+   primary (host/judge/primaries.py); the same guest on anonymous memory
+   beside it is exploratory, and a guest with free page reporting is the
+   control that the count sees whole pages come back (quick and full).
+2. ksm (full profile): host KSM merges nothing of a hugetlbfs guest filled
+   with identical pages; the same fill on anonymous memory merges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from memqual.e2e.base import GuestTest
+from memqual.host.balloon import BalloonController
+from memqual.host.balloon.driver import VariantDriver
+from memqual.host.core import knobs, scenario
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.hugetlbfs import pool
+from memqual.host.hugetlbfs import scenarios as hs
+from memqual.host.hugetlbfs.table import BALLOON
+from memqual.host.ksm import KsmController
+from memqual.host.ksm import merge as km
+from memqual.images import balloon_driver
+
+BALLOON_AGENT = "balloon_agent"
+MACHINE = "microvm"
+
+
+def free_pages() -> int:
+    return pool.read_pool().free
+
+
+def reserve_and_die(pages: int) -> None:
+    """In a child: reserve, then die by SIGKILL holding the reservation."""
+    with pool.reserved(pages):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class HugetlbfsTest(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=hugetlbfs
+    """
+
+    timeout = 900
+
+    @contextlib.contextmanager
+    def reservation(self, memory_mib: int) -> Iterator[pool.Reservation]:
+        """The guest's pages reserved, or a skip saying why they cannot be."""
+        reason = pool.capability()
+        self.require(not reason, reason)
+        try:
+            with pool.reserved(pool.pages_for(memory_mib)) as held:
+                yield held
+        except CapabilityMissing as exc:
+            self.require(False, str(exc))
+        after = pool.read_pool()
+        self.assertEqual(after.total, held.before.total, "the reserved huge pages were not given back")
+
+    def boot_on(self, backing: str, memory_mib: int, mount: Path | None = None, reporting: bool = False) -> Machine:
+        extra = pool.backend_args(memory_mib, mount) if mount is not None else ()
+        device = BalloonDevice(free_page_reporting=reporting)
+        return self.boot(
+            MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=device, extra_args=extra, warm=False)
+        )
+
+    def touch(self, vm: Machine, agent: str) -> Callable[[], None]:
+        """Touch and free TOUCH_MIB in the guest (the balloon agent's hold)."""
+
+        def touch() -> None:
+            vm.ssh.run([agent, "hold", str(hs.TOUCH_MIB), "0"], timeout=120)
+
+        return touch
+
+    def inflates(self, vm: Machine, backing: str, repeats: int) -> tuple[hs.Inflate, list[hs.Inflate]]:
+        ctl = BalloonController(vm, device_id="balloon0")
+        agent = vm.deploy(BALLOON_AGENT)
+        free = free_pages if backing == "hugetlbfs" else None
+        touch = self.touch(vm, agent)
+        small = hs.inflate(ctl, hs.SMALL_MIB * hs.MIB, backing, free, touch)
+        large = [hs.inflate(ctl, hs.LARGE_MIB * hs.MIB, backing, free, touch) for _ in range(repeats)]
+        return small, large
+
+    def large_request_inflates(self, vm: Machine, repeats: int) -> list[hs.Inflate] | None:
+        """The same inflates with the driver variant at LARGE_REQUEST_PFNS
+        pages a request, the stock driver back after; None (logged) where
+        the variant cannot be built for this image."""
+        try:
+            variant = balloon_driver.for_image(self.image())
+        except CapabilityMissing as exc:
+            self.log.info("no large requests: %s", exc)
+            return None
+        ctl = BalloonController(vm, device_id="balloon0")
+        driver = VariantDriver(vm, ctl, variant.ko)
+        driver.deploy()
+        driver.load(hs.LARGE_REQUEST_PFNS)
+        touch = self.touch(vm, vm.deploy(BALLOON_AGENT))
+        found = [hs.inflate(ctl, hs.LARGE_MIB * hs.MIB, "hugetlbfs", free_pages, touch) for _ in range(repeats)]
+        driver.restore_stock()
+        return found
+
+    def test_balloon(self) -> None:
+        """The balloon on 2 MiB pages: whole pages back, its time.
+
+        :avocado: tags=ab
+        """
+        sizes = BALLOON.sizes_for()
+        settings: dict[str, object] = {"guest_mib": hs.GUEST_MIB, "touch_mib": hs.TOUCH_MIB, "large_mib": hs.LARGE_MIB}
+        with self.reservation(hs.GUEST_MIB) as held:
+            vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount)
+            small, large = self.inflates(vm, "hugetlbfs", sizes.repeats)
+            requested = self.large_request_inflates(vm, sizes.repeats) if sizes.large_requests else None
+            vm.shutdown()
+        self.record(hs.returned_record(small, large, settings))
+        self.record(hs.time_record(large, "hugetlbfs", settings))
+        self.log.info(
+            "hugetlbfs: %d MiB inflate returned %s huge pages; %d MiB inflates returned %s of at most %s "
+            "(pages faulted by each touch %s), in %s s",
+            hs.SMALL_MIB,
+            small.returned_pages,
+            hs.LARGE_MIB,
+            [i.returned_pages for i in large],
+            [i.whole_pages_at_most for i in large],
+            [i.faulted_pages for i in large],
+            [round(i.seconds, 3) for i in large],
+        )
+        self.assertEqual(small.returned_pages, 0, "less than one huge page in the balloon gave a huge page back")
+        # The guest's memory was in huge pages when the balloon took it (at
+        # least half of what it touched): what came back is what the
+        # balloon gave, not what was never there.
+        in_use = [held.before.free + held.pages - (i.free_before or 0) for i in large]
+        self.assertTrue(all(n >= hs.TOUCH_MIB // 4 for n in in_use), f"huge pages in use at the inflates: {in_use}")
+        for each in large:
+            self.assertEqual(each.moved_bytes, hs.LARGE_MIB * hs.MIB)
+            returned = each.returned_pages or 0
+            self.assertGreaterEqual(returned, 0, "the pool lost pages while the balloon inflated")
+            self.assertLessEqual(returned, each.whole_pages_at_most, "more huge pages back than the balloon holds")
+        if requested is not None:
+            self.record(hs.returned_record(None, requested, settings, hs.LARGE_REQUEST_PFNS))
+            self.log.info(
+                "hugetlbfs, %d pages a request: %d MiB inflates returned %s huge pages of at most %s, in %s s",
+                hs.LARGE_REQUEST_PFNS,
+                hs.LARGE_MIB,
+                [i.returned_pages for i in requested],
+                [i.whole_pages_at_most for i in requested],
+                [round(i.seconds, 3) for i in requested],
+            )
+            # Requests that hold whole huge pages give whole pages back,
+            # never more than the balloon holds.
+            for each in requested:
+                self.assertGreater(each.returned_pages or 0, 0, "large requests gave back no huge page")
+                self.assertLessEqual(each.returned_pages or 0, each.whole_pages_at_most)
+        if sizes.reporting_control:
+            with self.reservation(hs.GUEST_MIB) as held:
+                vm = self.boot_on("hugetlbfs", hs.GUEST_MIB, held.mount, reporting=True)
+                found = hs.reported(free_pages, self.touch(vm, vm.deploy(BALLOON_AGENT)))
+                vm.shutdown()
+            self.record(hs.reported_record(found, settings))
+            self.log.info(
+                "hugetlbfs, free page reporting: %d of %d touched huge pages back after %.1f s",
+                found.returned_pages,
+                found.touched_pages,
+                found.seconds,
+            )
+            # The count that saw no page come back from the balloon sees
+            # reported ones, whole pages, no more than were touched.
+            self.assertLessEqual(found.returned_pages, found.touched_pages + pool.pages_for(hs.GUEST_MIB))
+        if sizes.anon_reference:
+            _, anon = self.inflates(self.boot_on("anon", hs.GUEST_MIB), "anon", sizes.repeats)
+            self.record(hs.time_record(anon, "anon", settings))
+            self.log.info("anon: %d MiB inflates in %s s", hs.LARGE_MIB, [round(i.seconds, 3) for i in anon])
+
+    def test_a_killed_run_s_pages_come_back(self) -> None:
+        """A run killed while it holds huge pages leaves the pool changed;
+        the next start (every knob set of the scenario table) restores it."""
+        reason = pool.capability()
+        self.require(not reason, reason)
+        before = pool.read_pool().total
+        child = multiprocessing.get_context("fork").Process(target=reserve_and_die, args=(8,))
+        child.start()
+        child.join(60)
+        self.assertEqual(child.exitcode, -signal.SIGKILL)
+        self.assertEqual(pool.read_pool().total, before + 8, "the killed run did not hold its reservation")
+        self.assertIn(pool.KNOBS, scenario.knob_sets())
+        restored = knobs.restore_every_stale(scenario.knob_sets())
+        self.assertEqual([r.what for r in restored], [pool.KNOBS.what])
+        self.assertEqual(pool.read_pool().total, before, "the next start did not give the pages back")
+
+    def test_ksm_merges_nothing(self) -> None:
+        """Host KSM over identical pages in a hugetlbfs guest and in the
+        same guest on anonymous memory.
+
+        :avocado: tags=slow
+        """
+        settings: dict[str, object] = {"guest_mib": hs.GUEST_MIB, "agent_mib": km.MERGE_MIB}
+        runs = {}
+        for backing in hs.BACKINGS:
+            with contextlib.ExitStack() as stack:
+                mount = stack.enter_context(self.reservation(hs.GUEST_MIB)).mount if backing == "hugetlbfs" else None
+                ksm = stack.enter_context(KsmController(lock_timeout_s=600.0))
+                vm = self.boot_on(backing, hs.GUEST_MIB, mount)
+                runs[backing] = km.run_merge(ksm, vm)
+                vm.shutdown()
+            run = runs[backing]
+            self.record(hs.ksm_record(backing, run.pages, run.grown, run.baseline, settings))
+            self.log.info("ksm on %s: baseline %d, grown %d of %d pages", backing, run.baseline, run.grown, run.pages)
+        self.assertGreaterEqual(runs["anon"].grown, 0.9 * runs["anon"].pages, "the fill did not merge on anon memory")
+        # QEMU's other RAM blocks (firmware, ROMs) are anonymous and may
+        # merge before the fill (the baseline); the guest's RAM adds nothing.
+        self.assertEqual(runs["hugetlbfs"].grown, 0, "KSM merged pages of a hugetlbfs-backed guest")

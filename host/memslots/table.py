@@ -1,0 +1,43 @@
+"""The memslots' rows in the scenario table (host/core/scenario.py): the
+/dev/kvm lookup bench's sizes per profile, the host-only negative controls
+(host/judge/primaries.py's CONTROL_SCENARIOS) and the MMIO trace's primary."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.scenario import Scenario
+
+
+@dataclasses.dataclass(frozen=True)
+class LookupSizes:
+    """The /dev/kvm lookup bench in one profile."""
+
+    replicates: int  # fresh VMs per slot count
+    all_slots: bool  # the full slot-count curve, not the quick points
+
+
+LOOKUP = {
+    QUICK: LookupSizes(replicates=3, all_slots=False),
+    FULL: LookupSizes(replicates=6, all_slots=True),
+    AB: LookupSizes(replicates=1, all_slots=False),
+}
+
+KVM: Scenario[object] = Scenario(
+    "memslots.kvm", ("memslots", "kvm", "ab"), e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times"
+)
+KVM_LOOKUP = Scenario(
+    "memslots.kvm_lookup",
+    ("memslots", "kvm", "ab"),
+    LOOKUP,
+    e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
+)
+TRACE_MMIO: Scenario[object] = Scenario(
+    "memslots.trace_mmio",
+    ("memslots", "qemu", "ab"),
+    primaries=("nodes_per_lookup",),
+    e2e="test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",
+)
+
+SCENARIOS = (KVM, KVM_LOOKUP, TRACE_MMIO)

@@ -1,0 +1,125 @@
+"""The scenario table (host/core/scenario.py): the rows the subjects
+declare through entry points, read by profiles, the knob restore and the
+primaries' table."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from memqual.host.core import knobs, profiles, scenario
+from memqual.host.core.scenario import Scenario
+from memqual.host.judge import primaries
+from memqual.host.ksm.state import KNOBS as KSM_KNOBS
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    n: int
+
+
+SIZES = {profiles.QUICK: Row(1), profiles.FULL: Row(5), profiles.AB: Row(2)}
+
+
+def test_a_row_gives_its_sizes_in_the_run_s_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    row = Scenario("subject.thing", ("subject",), SIZES)
+    monkeypatch.setenv(profiles.ENV_PROFILE, "full")
+    assert row.sizes_for().n == 5
+    monkeypatch.setenv(profiles.ENV_PROFILE, "ab")
+    assert row.sizes_for().n == 2 and row.sizes_for(profiles.QUICK).n == 1
+    assert row.subject == "subject"
+
+
+def test_a_row_may_size_a_profile_otherwise_on_the_icount_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memqual.host.balloon.table import INFLATE
+
+    row = Scenario("subject.thing", sizes=SIZES, icount_sizes={profiles.AB: Row(9)})
+    assert row.sizes_for(profiles.AB, icount=True).n == 9
+    assert row.sizes_for(profiles.AB, icount=False).n == 2 and row.sizes_for(profiles.FULL, icount=True).n == 5
+    assert INFLATE.sizes_for(profiles.AB, icount=True).repeats == 1
+    assert INFLATE.sizes_for(profiles.AB, icount=False).repeats == 3
+
+
+def test_a_row_must_size_every_profile_and_be_named_by_its_subject() -> None:
+    with pytest.raises(ValueError, match="not for"):
+        Scenario("subject.thing", sizes={profiles.QUICK: Row(1)})
+    with pytest.raises(ValueError, match="subject.scenario"):
+        Scenario("thing")
+
+
+def _points(monkeypatch: pytest.MonkeyPatch, **rows: object) -> None:
+    points = [EntryPoint(name, f"x:{name}", scenario.SCENARIOS_GROUP) for name in rows]
+    monkeypatch.setattr(scenario, "entry_points", lambda group: points)
+    monkeypatch.setattr(EntryPoint, "load", lambda self: rows[self.name])
+
+
+def test_rows_are_found_through_entry_points_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    _points(monkeypatch, a=(Scenario("a.x"), Scenario("a.y", knobs=(KSM_KNOBS,))), b=(Scenario("b.z"),))
+    rows = scenario.load()
+    assert [r.name for r in rows] == ["a.x", "a.y", "b.z"]
+    assert scenario.knob_sets(rows) == (KSM_KNOBS,)
+    _points(monkeypatch, a=(Scenario("b.x"),))
+    with pytest.raises(ValueError, match="not a a.\\* Scenario"):
+        scenario.load()
+    _points(monkeypatch, a=(Scenario("a.x"), Scenario("a.x")))
+    with pytest.raises(ValueError, match="declared twice"):
+        scenario.load()
+
+
+def test_every_primary_has_its_row_and_every_row_s_primary_its_reason() -> None:
+    """The rows say which metrics are primaries; host/judge/primaries.py
+    says why (and with what margin): the two agree both ways."""
+    rows = {row.name: row for row in scenario.table()}
+    declared = {(row.name, metric) for row in rows.values() for metric in row.primaries}
+    reasoned = {(p.scenario, p.metric) for p in primaries.PRIMARIES}
+    assert declared == reasoned
+    assert primaries.CONTROL_SCENARIOS <= set(rows)
+
+
+def test_a_row_with_a_primary_or_a_control_runs_in_the_ab_blocks() -> None:
+    for row in scenario.table():
+        if row.primaries or row.name in primaries.CONTROL_SCENARIOS:
+            assert profiles.AB_TAG in row.tags, row.name
+
+
+def test_the_ksm_rows_name_the_ksm_knobs_a_start_restores() -> None:
+    assert KSM_KNOBS in scenario.knob_sets()
+    assert knobs.KnobState(KSM_KNOBS).state_path.name == "ksm-state.json"
+
+
+def test_a_row_s_report_section_is_a_registered_one() -> None:
+    from importlib.metadata import entry_points
+
+    from memqual.host.report.report import SECTIONS_GROUP
+
+    sections = {point.name for point in entry_points(group=SECTIONS_GROUP)}
+    named = {row.section for row in scenario.table() if row.section}
+    assert named and named <= sections
+
+
+def test_no_rows_at_all_is_a_stale_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memqual.host.core.errors import BadInput
+
+    _points(monkeypatch)
+    with pytest.raises(BadInput, match="run ./setup"):
+        scenario.load()
+
+
+def test_a_row_names_the_e2e_test_that_carries_its_tags() -> None:
+    """Each row's ``e2e`` is a test of e2e/ whose Avocado tags hold the
+    row's: the tags an A/B or a profile selects by are the row's."""
+    from avocado.core.safeloader import find_avocado_tests
+
+    from memqual.host.core.paths import REPO_ROOT
+
+    tests: dict[str, set[str]] = {}
+    for path in sorted((REPO_ROOT / "e2e").glob("test_*.py")):
+        classes, _ = find_avocado_tests(str(path))
+        for cls, methods in classes.items():
+            for name, tags, *_ in methods:
+                tests[f"{path.stem}:{cls}.{name}"] = set(tags)
+    for row in scenario.table():
+        assert row.e2e in tests, row.name
+        assert set(row.tags) <= tests[row.e2e], (row.name, row.tags, tests[row.e2e])
