@@ -108,7 +108,7 @@ def test_the_ab_rows_balloon_cycles_are_one_under_icount_and_the_rest_is_unchang
     assert ab.repeats == 3 and on_icount.repeats == 1
     quick = INFLATE.sizes_for(profiles.QUICK, icount=False)
     assert INFLATE.sizes_for(profiles.QUICK, icount=True) == quick  # a claim's units are not the A/B's
-    for row in KSM_ROWS:  # no other subject's sizes follow the clock
+    for row in (r for r in KSM_ROWS if r.sizes):  # no other subject's sizes follow the clock
         assert row.sizes_for(profiles.AB, icount=True) == row.sizes_for(profiles.AB, icount=False)
 
 

@@ -88,7 +88,8 @@ def from_jobs(folder: Path) -> tuple[Any, Any]:
         arms[where[0]].append(found)
     if not arms["A"] or not arms["B"]:
         raise BadInput(f"{jobs}: no record of arm {'A' if not arms['A'] else 'B'}: nothing to compare")
-    return tuple(build_results([], record.merge_rounds(arms[arm]), host_fallback=False) for arm in ("A", "B"))  # type: ignore[return-value]
+    a, b = (build_results([], record.merge_rounds(arms[arm]), host_fallback=False) for arm in ("A", "B"))
+    return a, b
 
 
 if __name__ == "__main__":
