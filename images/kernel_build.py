@@ -852,12 +852,6 @@ def _build(
         _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
         for line in missing:
             say(f"  config: the fragments ask {line}")
-        release = check_release(
-            _run_ok(
-                user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home", "make kernelrelease"
-            ).stdout.strip(),
-            "make kernelrelease",
-        )
         progress = Progress(_expected_steps(cache, incremental), say=say)
         before = ccache_counts(user, folder)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
@@ -866,6 +860,14 @@ def _build(
         if lookups:
             say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
         _remember_steps(cache, incremental, progress.done)
+        # after the compile: before it, kbuild has no include/config/auto.conf
+        # yet and kernelrelease leaves CONFIG_LOCALVERSION out
+        release = check_release(
+            _run_ok(
+                user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home", "make kernelrelease"
+            ).stdout.strip(),
+            "make kernelrelease",
+        )
         _run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
         no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
         if no_variant:
