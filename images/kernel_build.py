@@ -652,9 +652,12 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
 
     tree, home = folder / "linux", folder / "home"
     _run_ok(user, ["mkdir", "-p", "../variant", "../out"], tree, home, "making the variant's folder")
+    # a copy patched in place: GNU patch's -o into another folder fails with
+    # EXDEV on some filesystems (overlayfs here)
+    _run_ok(user, ["cp", SOURCE_MEMBER, f"../variant/{MODULE}.c"], tree, home, "copying the driver's source")
     proc = unprivileged.run(
         user,
-        ["patch", "--batch", "-s", "-o", f"../variant/{MODULE}.c", SOURCE_MEMBER],
+        ["patch", "--batch", "-s", "--no-backup-if-mismatch", f"../variant/{MODULE}.c"],
         tree,
         home,
         stdin=PATCH.read_bytes(),
