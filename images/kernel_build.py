@@ -654,7 +654,9 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
     _run_ok(user, ["mkdir", "-p", "../variant", "../out"], tree, home, "making the variant's folder")
     # a copy patched in place: GNU patch's -o into another folder fails with
     # EXDEV on some filesystems (overlayfs here)
-    _run_ok(user, ["cp", SOURCE_MEMBER, f"../variant/{MODULE}.c"], tree, home, "copying the driver's source")
+    copied = unprivileged.run(user, ["cp", SOURCE_MEMBER, f"../variant/{MODULE}.c"], tree, home)
+    if copied.returncode != 0:
+        return f"{PATCH.name} does not apply: this tree has no {SOURCE_MEMBER}"
     proc = unprivileged.run(
         user,
         ["patch", "--batch", "-s", "--no-backup-if-mismatch", f"../variant/{MODULE}.c"],
