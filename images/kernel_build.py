@@ -652,9 +652,14 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
 
     tree, home = folder / "linux", folder / "home"
     _run_ok(user, ["mkdir", "-p", "../variant", "../out"], tree, home, "making the variant's folder")
+    # a copy patched in place: GNU patch's -o into another folder fails with
+    # EXDEV on some filesystems (overlayfs here)
+    copied = unprivileged.run(user, ["cp", SOURCE_MEMBER, f"../variant/{MODULE}.c"], tree, home)
+    if copied.returncode != 0:
+        return f"{PATCH.name} does not apply: this tree has no {SOURCE_MEMBER}"
     proc = unprivileged.run(
         user,
-        ["patch", "--batch", "-s", "-o", f"../variant/{MODULE}.c", SOURCE_MEMBER],
+        ["patch", "--batch", "-s", "--no-backup-if-mismatch", f"../variant/{MODULE}.c"],
         tree,
         home,
         stdin=PATCH.read_bytes(),
@@ -852,12 +857,6 @@ def _build(
         _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
         for line in missing:
             say(f"  config: the fragments ask {line}")
-        release = check_release(
-            _run_ok(
-                user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home", "make kernelrelease"
-            ).stdout.strip(),
-            "make kernelrelease",
-        )
         progress = Progress(_expected_steps(cache, incremental), say=say)
         before = ccache_counts(user, folder)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
@@ -866,6 +865,14 @@ def _build(
         if lookups:
             say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
         _remember_steps(cache, incremental, progress.done)
+        # after the compile: before it, kbuild has no include/config/auto.conf
+        # yet and kernelrelease leaves CONFIG_LOCALVERSION out
+        release = check_release(
+            _run_ok(
+                user, ["make", "-s", "kernelrelease"], folder / "linux", folder / "home", "make kernelrelease"
+            ).stdout.strip(),
+            "make kernelrelease",
+        )
         _run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
         no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
         if no_variant:
