@@ -131,3 +131,17 @@ def test_the_ksm_record_counts_growth_over_the_agent_s_pages() -> None:
     record = hs.ksm_record("hugetlbfs", 65536, 0, 0, {})
     assert record.samples == [0.0] and record.scenario == "hugetlbfs.ksm"
     assert hs.ksm_record("anon", 65536, 65536, 12, {}).samples == [1.0]
+
+
+def test_a_killed_run_s_mount_is_unmounted_only_when_it_is_there(tmp_path: Path) -> None:
+    mounts = tmp_path / "mounts"
+    state_dir = tmp_path / "state"
+    ran: list[list[str]] = []
+    mounts.write_text("proc /proc proc rw 0 0\n")
+    pool.unmount_stale(state_dir, mounts, ran.append)
+    assert ran == []
+    mount = state_dir / pool.MOUNT_NAME
+    mounts.write_text(f"proc /proc proc rw 0 0\nnone {mount} hugetlbfs rw,pagesize=2M 0 0\n")
+    pool.unmount_stale(state_dir, mounts, ran.append)
+    assert ran == [["umount", "--lazy", str(mount)]]
+    assert pool.KNOBS.after_restore is pool.unmount_stale

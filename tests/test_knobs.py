@@ -3,6 +3,7 @@ change and put back after it, and after a kill by the next start."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -72,3 +73,16 @@ def test_a_state_file_naming_another_root_or_knob_is_refused(tmp_path: Path) -> 
     with pytest.raises(BadInput, match="nr_overcommit_hugepages are not memqual's"):
         state.restore(snapshot)
     state.unlock()
+
+
+def test_what_a_killed_holder_left_beside_its_knobs_is_removed_with_the_restore(tmp_path: Path) -> None:
+    calls: list[Path] = []
+    knob_set = dataclasses.replace(_set(tmp_path), after_restore=calls.append)
+    state_dir = tmp_path / "state"
+    assert knobs.restore_every_stale((knob_set,), state_dir) == [] and calls == []  # nothing stale: untouched
+    child = multiprocessing.get_context("fork").Process(target=_die_holding, args=(knob_set, state_dir))
+    child.start()
+    child.join(30)
+    assert child.exitcode == -signal.SIGKILL
+    (restored,) = knobs.restore_every_stale((knob_set,), state_dir)
+    assert restored.written == ["huge/nr_hugepages"] and calls == [state_dir]

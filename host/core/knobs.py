@@ -146,6 +146,10 @@ class KnobSet:
     name: str
     what: str
     groups: tuple[KnobGroup, ...]
+    # What a dead run may have left beside its knobs (a mount in the state
+    # directory), removed after its knobs are put back: called with the
+    # state directory.
+    after_restore: Callable[[Path], None] | None = None
 
     @property
     def schema(self) -> str:
@@ -500,6 +504,8 @@ def restore_stale_locked(state: KnobState) -> StaleRestore | None:
         return None
     alive = state.owner_alive(snapshot) and snapshot.pid != os.getpid()
     written = state.restore(snapshot)
+    if state.knob_set.after_restore is not None:
+        state.knob_set.after_restore(state.state_dir)
     result = StaleRestore(snapshot.pid, alive, snapshot.taken, written, state.knob_set.what)
     log.warning("%s", result.describe())
     return result

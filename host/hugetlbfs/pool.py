@@ -22,7 +22,6 @@ POOL_ROOT = Path("/sys/kernel/mm/hugepages/hugepages-2048kB")
 MOUNTS = Path("/proc/mounts")
 MOUNT_NAME = "hugetlbfs-2M"  # under the state directory: one fixed place, reused after a kill
 BACKEND_ID = "mem-huge"
-KNOBS = KnobSet("hugepages", "host huge pages", (KnobGroup("hugepages_2m", POOL_ROOT, names=("nr_hugepages",)),))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +90,23 @@ Runner = Callable[[list[str]], None]
 
 def _run(argv: list[str]) -> None:
     subprocess.run(argv, check=True, capture_output=True, timeout=30)
+
+
+def unmount_stale(state_dir: Path, mounts: Path = MOUNTS, run: Runner = _run) -> None:
+    """Unmount the hugetlbfs mount a killed run left in ``state_dir``
+    (its pages went back with the pool's restore; the mount stays until
+    unmounted)."""
+    mount = state_dir / MOUNT_NAME
+    if _mounted(mount, mounts):
+        run(["umount", "--lazy", str(mount)])
+
+
+KNOBS = KnobSet(
+    "hugepages",
+    "host huge pages",
+    (KnobGroup("hugepages_2m", POOL_ROOT, names=("nr_hugepages",)),),
+    after_restore=unmount_stale,
+)
 
 
 @dataclasses.dataclass(frozen=True)
