@@ -49,7 +49,8 @@ from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.table import INFLATE as TIMING_ROW
 from memqual.host.balloon.timing import guest_stat
-from memqual.host.core import clock, stats
+from memqual.host.core import clock
+from memqual.host.core import descriptive as stats
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 from memqual.host.core.polling import poll

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest
-from memqual.host.core import stats
+from memqual.host.core import descriptive
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import MachineConfig
@@ -253,7 +253,7 @@ class KsmTest(GuestTest):
         volatile_pages = min(w.pages_volatile for r in runs for w in r.windows[0])
         self.assertGreaterEqual(volatile_pages, 0.8 * agent_pages, "the guest's pages were not volatile")
         self.assertGreater(
-            stats.median(samples([w for r in runs for w in r.windows[1]], "pages_skipped_per_scan")),
+            descriptive.median(samples([w for r in runs for w in r.windows[1]], "pages_skipped_per_scan")),
             0.5 * agent_pages,
             "smart scan skipped too few of the volatile pages",
         )

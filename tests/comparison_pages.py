@@ -20,8 +20,8 @@ import numpy as np
 
 from memqual.host.core.record import Measurement, merge_rounds
 from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge import until_decided as until
 from memqual.host.judge.results import build_results
-from memqual.host.run.bisect import until
 
 
 @dataclasses.dataclass(frozen=True)

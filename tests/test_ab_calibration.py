@@ -1,5 +1,5 @@
 """The A/B decisions' error rates, measured on synthetic truth through the
-real decision code (memqual.host.core.ab_tests.ratio_test and
+real decision code (memqual.host.judge.stats.ab_tests.ratio_test and
 memqual.host.judge.comparison.decide, what compare_results runs per metric;
 one trial also goes through compare_results whole to check it decides
 the same).  Fixed seeds, bounded trials; the figures are in
@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.core import ab_tests
 from memqual.host.judge import comparison
+from memqual.host.judge.stats import ab_tests
 from memqual.host.run import calibrate
 
 PRIMARIES, OTHERS = calibrate.PRIMARIES, calibrate.OTHERS

@@ -272,7 +272,7 @@ def test_the_import_contracts_hold() -> None:
         ("memqual.images.build", "memqual.host.core.machine", {"images-beside-core"}),
         ("memqual.images.build", "memqual.host.cli.args", {"images-beside-core"}),
         ("memqual.host.core.paths", "memqual.images.build", {"core-base-below-images"}),
-        ("memqual.host.report.report", "memqual.host.balloon.plot", {"reports-import-no-subject"}),
+        ("memqual.host.report.report", "memqual.host.balloon.table", {"reports-import-no-subject"}),
     ],
 )
 def test_an_import_against_a_contract_breaks_it(importer: str, imported: str, broken: set[str]) -> None:

@@ -16,7 +16,7 @@ import pytest
 from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
-from memqual.host.judge import comparison
+from memqual.host.judge import comparison, probe
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide, run, series
 
@@ -38,7 +38,7 @@ def _blocks(ratios: list[float], noise: float = 0.01, seed: int = 3) -> tuple[li
 def _evidence(ratios, *, better="lower", alpha=0.05, planned=10, threshold=0.05, noise=0.01):
     a, b = _blocks(ratios, noise)
     blocks_ = list(range(1, len(ratios) + 1))
-    return decide.evidence_of(a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better)
+    return probe.evidence_of(a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better)
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,7 @@ def test_one_block_decides_nothing_and_a_probe_moved_the_other_way_is_skipped():
     assert decide.classify(slower, decide.FASTER) == decide.SKIP  # moved, but the other way
     assert decide.classify(slower, None) == decide.SLOWER  # the last kernel sets the step
     assert decide.classify(_evidence([1.0] * 4), decide.FASTER) == decide.GOOD
-    none = decide.evidence_of([], [[1.0]], threshold=0.05, alpha=0.05, planned=10)
+    none = probe.evidence_of([], [[1.0]], threshold=0.05, alpha=0.05, planned=10)
     assert none.verdict == decide.UNDECIDED and none.ratio is None and "no measurement" in none.text()
 
 
@@ -291,7 +291,7 @@ def test_a_hostile_kernel_metric_and_reason_are_escaped_once_on_the_page(tmp_pat
     come from a hand-edited bisect.json: shown as text, escaped once."""
     from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
-    from memqual.host.run.bisect import page
+    from memqual.host.report import bisect_page as page
 
     b = _bisect(tmp_path, 6, FakeRunner(step=3))
     b.run()
@@ -325,10 +325,10 @@ def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp
     b = _bisect(tmp_path, 6, runner)
     assert b.run().first_bad == 3
     assert all(len(job) == 2 and {arm for _, arm, _ in job} == {"A", "B"} for job in runner.jobs)
-    for index, probe in b.probes.items():
-        assert probe.evidence.ratio is not None
+    for index, probed in b.probes.items():
+        assert probed.evidence.ratio is not None
         expected = 1.5 if index >= 3 else 1.0
-        assert abs(probe.evidence.ratio - expected) < 0.05, (index, probe.evidence)
+        assert abs(probed.evidence.ratio - expected) < 0.05, (index, probed.evidence)
     good = min(i for i in b.probes if 0 < i < 3)
 
     def reps(k: int) -> list[list[float]]:

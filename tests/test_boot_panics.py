@@ -11,6 +11,7 @@ from memqual.host.cli import count_panics
 from memqual.host.core import clock as clocks
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.qemu import MachineConfig, tcg_accel_option
+from memqual.host.judge.stats import binomial
 from memqual.host.run import boot_panics
 from memqual.host.run.boot_panics import Boot, Mode
 
@@ -50,11 +51,11 @@ def test_classify(console: str, error: Exception | None, outcome: str, signature
 
 def test_clopper_pearson_matches_the_closed_forms() -> None:
     # k = 0: the upper end is 1 - (alpha/2)^(1/n); k = n mirrors it.
-    low, high = boot_panics.clopper_pearson(0, 10)
+    low, high = binomial.clopper_pearson(0, 10)
     assert low == 0.0 and high == pytest.approx(1 - 0.025 ** (1 / 10), rel=1e-9)
-    low, high = boot_panics.clopper_pearson(10, 10)
+    low, high = binomial.clopper_pearson(10, 10)
     assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 10), rel=1e-9)
-    low, high = boot_panics.clopper_pearson(4, 150)
+    low, high = binomial.clopper_pearson(4, 150)
     assert 0.007 < low < 0.0267 < high < 0.07
 
 

@@ -12,9 +12,10 @@ from results_files import inflate_record, write_results_file
 
 from memqual.host.cli import compare
 from memqual.host.cli.command import parser_for, run_command
-from memqual.host.core import record, stats
+from memqual.host.core import record
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
+from memqual.host.judge import stats
 
 
 def _units(

@@ -224,8 +224,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
 
     from hostile import HOSTILE, assert_escaped_once
 
-    from memqual.host.core import pages
-    from memqual.host.report import compare_report
+    from memqual.host.report import compare_report, pages
     from memqual.host.report.html import GREY, VERDICT_COLOURS
 
     a = json.loads(

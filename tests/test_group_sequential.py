@@ -1,4 +1,4 @@
-"""The group-sequential recursion (host/core/group_sequential.py) against
+"""The group-sequential recursion (host/judge/stats/group_sequential.py) against
 what is known exactly: one look is the plain normal, two looks' crossing
 chances are bivariate-normal integrals, equal-information designs have
 the tabled Pocock and O'Brien-Fleming constants, and the increment-scale
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
-from memqual.host.core import group_sequential as gs
+from memqual.host.judge.stats import group_sequential as gs
 
 
 @pytest.mark.parametrize("two_sided", [True, False])

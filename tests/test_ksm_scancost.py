@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fakes import FakeBackground, FakeShell
 
-from memqual.host.core import stats
+from memqual.host.judge import stats
 from memqual.host.ksm.agent import StressAgent, StressArgs
 from memqual.host.ksm.scancost import (
     METRICS,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.core import ab_tests
 from memqual.host.judge import comparison, primaries
-from memqual.host.run.bisect import until
+from memqual.host.judge import until_decided as until
+from memqual.host.judge.stats import ab_tests
 
 ALPHA, THRESHOLD = 0.01, 0.05
 TIGHT = primaries.TIGHT_MARGIN

@@ -125,14 +125,14 @@ def test_only_memqual_imports_from_the_installed_environment(tmp_path: Path) -> 
 def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     names: set[str], wheel: Path, tmp_path: Path
 ) -> None:
-    templates = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "core" / "templates").iterdir()}
-    assert {"memqual/host/core/templates/memqual.css", "memqual/host/core/templates/base.html.j2"} <= templates
+    templates = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "report" / "templates").iterdir()}
+    assert {"memqual/host/report/templates/memqual.css", "memqual/host/report/templates/base.html.j2"} <= templates
     assert templates - names == set()
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
     probe = (
-        "import json; from memqual.host.core import pages; from memqual.host.run.hosts import page;"
+        "import json; from memqual.host.report import pages; from memqual.host.report import fleet_page as page;"
         "print(json.dumps([pages.environment().get_template('fleet.html.j2').filename,"
         " page.render(page.Fleet(columns=()))]))"
     )
@@ -143,7 +143,7 @@ def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
     template, html = json.loads(out.stdout)
     assert Path(template).is_relative_to(site / "memqual"), template
     assert "memqual: 0 lab hosts" in html
-    assert (SOURCE / "host" / "core" / "templates" / "memqual.css").read_text() in html  # inlined, as it is
+    assert (SOURCE / "host" / "report" / "templates" / "memqual.css").read_text() in html  # inlined, as it is
 
 
 def test_the_balloon_driver_build_imports_on_the_standard_library_alone() -> None:

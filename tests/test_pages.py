@@ -8,7 +8,7 @@ import jinja2
 import pytest
 from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
-from memqual.host.core import pages
+from memqual.host.report import pages
 from memqual.host.report.html import EnvironmentLine, badge, counts
 
 PAGES = ("report.html.j2", "comparison.html.j2", "history.html.j2", "fleet.html.j2", "bisect.html.j2")

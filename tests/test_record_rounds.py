@@ -3,8 +3,9 @@ and only records whose settings hold what was set merge at all."""
 
 from __future__ import annotations
 
-from memqual.host.core import record, stats
+from memqual.host.core import record
 from memqual.host.core.record import Measurement
+from memqual.host.judge import stats
 
 
 def _rec(replicates: list[list[float]], settings: dict | None = None, started: str = "r") -> Measurement:

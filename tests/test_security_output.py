@@ -17,9 +17,9 @@ from results_files import write_results_file
 from rich.console import Console
 
 from memqual.host.cli import main as cli
-from memqual.host.core.ab_tests import ratio_test
 from memqual.host.core.record import Measurement
 from memqual.host.judge.results import load_results
+from memqual.host.judge.stats.ab_tests import ratio_test
 from memqual.host.report import report
 
 MATHTEXT = r"$\frac{1}{$"
@@ -61,7 +61,7 @@ def test_compare_html_of_a_mathtext_metric_is_written(tmp_path: Path, capsys) ->
 
 
 def test_a_figure_that_cannot_be_drawn_leaves_only_itself_out(tmp_path: Path, monkeypatch) -> None:
-    from memqual.host.core import figures
+    from memqual.host.report import figures
 
     results = _results(tmp_path / "r.json", "inflate_s", [[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]])
     real_png = figures.png

@@ -290,9 +290,9 @@ def test_the_variants_file_of_a_block_job_is_never_written_through_a_link(tmp_pa
 
 
 def test_the_balloon_png_is_never_written_through_a_link(tmp_path: Path) -> None:
-    from test_balloon_plot import _records
+    from test_balloon_curve import _records
 
-    from memqual.host.balloon import plot
+    from memqual.host.report import balloon_curve as plot
 
     victim = _victim(tmp_path)
     target = tmp_path / "curve.png"

@@ -1,4 +1,4 @@
-"""memqual.host.core.stats on synthetic samples whose answers are known."""
+"""memqual.host.judge.stats on synthetic samples whose answers are known."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from memqual.host.core import stats
+from memqual.host.judge import stats
 
 
 def test_location_and_spread_of_a_known_sample():

@@ -19,10 +19,10 @@ from test_runjob import _args, guest_kernel_args
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
 from memqual.host.judge import comparison
+from memqual.host.judge import until_decided as until
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
-from memqual.host.run.bisect import until
 
 fake = test_runjob.fake  # the fixture, shared with test_runjob
 

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from memqual.host.core import ab_tests
 from memqual.host.core.record import Measurement
 from memqual.host.judge import comparison
+from memqual.host.judge import until_decided as until
+from memqual.host.judge.stats import ab_tests
 from memqual.host.run import calibrate
 from memqual.host.run import rounds as run_rounds
-from memqual.host.run.bisect import until
 
 ALPHA, THRESHOLD = 0.01, 0.05
 # `tox -e calibrate` runs these at the docs' trials (docs/ab-calibration.md):

@@ -23,8 +23,9 @@ from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge.results import load_results, write_results
+from memqual.host.report import bisect_page as page
 from memqual.host.report import report
-from memqual.host.run.bisect import page, run, series
+from memqual.host.run.bisect import run, series
 
 VICTIM_TEXT = "root's file, not to be overwritten\n"
 

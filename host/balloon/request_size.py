@@ -33,7 +33,7 @@ from memqual.host.balloon import model as bm
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
 from memqual.host.balloon.move import BalloonMover
-from memqual.host.core import clock, stats
+from memqual.host.core import clock, descriptive
 from memqual.host.core.record import Measurement
 
 SCENARIO = "balloon.request_size"
@@ -394,15 +394,15 @@ class RequestSizeRun:
                 **common,
                 "pfns_per_request": pfns,
                 "inflates": runs,
-                "requests_median": stats.median([r["requests"] for r in runs]),
+                "requests_median": descriptive.median([r["requests"] for r in runs]),
                 "pfns": runs[0]["pfns"],
-                "gbps_median": stats.median([self.inflate_bytes / r["seconds"] / 1e9 for r in runs]),
+                "gbps_median": descriptive.median([self.inflate_bytes / r["seconds"] / 1e9 for r in runs]),
                 "breakdown_pct_median": {
-                    k: stats.median([r["breakdown_pct"][k] for r in runs]) for k in runs[0]["breakdown_pct"]
+                    k: descriptive.median([r["breakdown_pct"][k] for r in runs]) for k in runs[0]["breakdown_pct"]
                 },
-                "deflate_s_median": stats.median([r["deflate_s"] for r in runs]),
-                "deflate_requests_median": stats.median([r["deflate_requests"] for r in runs]),
-                "qemu_cpu_s_median": stats.median([r["qemu_cpu_s"] for r in runs]),
+                "deflate_s_median": descriptive.median([r["deflate_s"] for r in runs]),
+                "deflate_requests_median": descriptive.median([r["deflate_requests"] for r in runs]),
+                "qemu_cpu_s_median": descriptive.median([r["qemu_cpu_s"] for r in runs]),
             }
             variant = {"per_request": label, "pfns": pfns}
             for metric, unit, values, timed in (

@@ -24,7 +24,7 @@ from memqual.host.balloon import model as bm
 from memqual.host.balloon.agent import GuestTiming, agent_stat
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult
 from memqual.host.balloon.move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
-from memqual.host.core import stats
+from memqual.host.core import descriptive
 from memqual.host.core.record import Measurement
 
 MIB = 1 << 20
@@ -165,14 +165,14 @@ class TimingRun:
         return bm.predict_seed(bm.calibrate(self.observations))
 
     def guest_resolution_s(self) -> float:
-        return stats.median([g.resolution_s for g in self.guest_inflates + self.guest_deflates])
+        return descriptive.median([g.resolution_s for g in self.guest_inflates + self.guest_deflates])
 
     def records(self, prediction: dict[str, Any] | None) -> list[Measurement]:
         """balloon.inflate (inflate_s, with the model's ``prediction`` if any),
         the guest-timed inflate_guest_s and deflate_guest_s, deflate_s."""
         inflates, deflates = self.inflates, self.deflates
         seconds = [r.seconds for r in inflates]
-        summary = stats.summarize(seconds)
+        summary = descriptive.summarize(seconds)
         gbps = [r.moved_bytes / r.seconds / 1e9 for r in inflates]
         # What was set only: the inflate size follows the guest's own
         # MemAvailable, which a kernel changes, so it is measured context.
@@ -195,7 +195,7 @@ class TimingRun:
         ) -> Measurement:
             """A lower-is-better record in seconds with this run's settings,
             the measured context and the spread of ``samples`` in ``extra``."""
-            spread = stats.summarize(samples)
+            spread = descriptive.summarize(samples)
             return Measurement(
                 scenario=scenario,
                 claim=claim,
@@ -214,17 +214,17 @@ class TimingRun:
                 "inflate_s",
                 seconds,
                 claim="balloon-bitmap",
-                gbps=stats.median(gbps),
+                gbps=descriptive.median(gbps),
                 gbps_samples=gbps,
-                pages_per_s=stats.median([r.pages / r.seconds for r in inflates]),
+                pages_per_s=descriptive.median([r.pages / r.seconds for r in inflates]),
                 ratio_of_guest=self.full_bytes / self.ram_bytes,
-                poll_period_s=stats.median([r.poll_period_s for r in inflates]),
-                resolution_s_median=stats.median([r.resolution_s for r in inflates]),
+                poll_period_s=descriptive.median([r.poll_period_s for r in inflates]),
+                resolution_s_median=descriptive.median([r.resolution_s for r in inflates]),
                 resolution_s_max=max(r.resolution_s for r in inflates),
                 cross_checks=[c.cross_check() for c in self.cycles if c.step.main],
                 # host-timed seconds of the guest-timed repeats over those of
                 # the host-only ones: what the guest's poller costs a move
-                tracker_cost=stats.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
+                tracker_cost=descriptive.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
                 calibration_samples=[o.__dict__ for o in self.observations],
                 seed_ms={f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
                 seed_gbps={f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
@@ -237,10 +237,10 @@ class TimingRun:
                     f"balloon.{direction}",
                     f"{direction}_guest_s",
                     [g.seconds for g in timings],
-                    gbps=stats.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
-                    resolution_s_median=stats.median([g.resolution_s for g in timings]),
+                    gbps=descriptive.median([g.pages * PAGE / g.seconds / 1e9 for g in timings]),
+                    resolution_s_median=descriptive.median([g.resolution_s for g in timings]),
                     resolution_s_max=max(g.resolution_s for g in timings),
-                    poll_period_s=stats.median([g.period_s for g in timings]),
+                    poll_period_s=descriptive.median([g.period_s for g in timings]),
                     timed="in the guest: first poll that saw the counter move to the poll that saw "
                     "it reach the pages asked",
                 )
@@ -250,7 +250,7 @@ class TimingRun:
                 "balloon.deflate",
                 "deflate_s",
                 [r.seconds for r in deflates],
-                gbps=stats.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
+                gbps=descriptive.median([r.moved_bytes / r.seconds / 1e9 for r in deflates]),
             )
         )
         return out

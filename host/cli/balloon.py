@@ -43,7 +43,7 @@ def _cmd_curve(args: Any) -> int:
     from pathlib import Path
 
     # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.balloon import plot
+    from memqual.host.report import balloon_curve as plot
 
     source = Path(args.source)
     entries: list[Any]

@@ -4,10 +4,12 @@ visible escape.  rich passes ESC on (it strips only BEL, BS, VT, FF and
 CR), so an OSC or CSI sequence in a test's fail reason or a host's facts
 could retitle the window, hide text, move the cursor over what was
 printed, or write to the clipboard.  The one helper every printer of such
-text uses."""
+text uses; and ``format_number``, the one format of a number in verdict
+texts, tables and pages."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -64,3 +66,14 @@ def console(**options: Any) -> Any:
     made = Console(**options)
     made.push_render_hook(ShowPrintable())
     return made
+
+
+def format_number(x: float | None) -> str:
+    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
+    numbers with thousands separators from 1,000 on; n/a for no value.
+    The one format of verdict texts and pages (``memqual.host.report.html.num``)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.4g}"

@@ -24,9 +24,10 @@ from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 
 if TYPE_CHECKING:
-    from memqual.host.core import ab_tests, stats
+    from memqual.host.judge import stats
+    from memqual.host.judge.stats import ab_tests
 
-# Defaults (memqual.host.core.stats has the same values; not imported here so that
+# Defaults (memqual.host.judge.stats has the same values; not imported here so that
 # `memqual --help` does not load numpy and scipy).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
@@ -388,7 +389,8 @@ def decide_family(
     difference and, separately, for the TOST p of equivalence (at each
     test's margin, ``threshold`` where ``margins`` is not given); on the
     ``sequential`` p-values where given (a look of --until-decided)."""
-    from memqual.host.core import ab_tests, stats
+    from memqual.host.judge import stats
+    from memqual.host.judge.stats import ab_tests
 
     if not tests:
         return []
@@ -493,7 +495,7 @@ def metric_stats(
     an undecided one would need at the levels it faced.  ``decision`` is
     None for a metric left out of every family (not comparable): no
     adjusted p-values, no levels, no units to ask for."""
-    from memqual.host.core import stats
+    from memqual.host.judge import stats
 
     low, high = test.interval()
     return MetricStats(
@@ -538,7 +540,7 @@ def decide_one(
     """One metric decided on its own, a primary family of one, exactly as
     compare_results decides each metric: the bisect's question about its
     one metric.  ValueError when a side has no samples."""
-    from memqual.host.core import ab_tests
+    from memqual.host.judge.stats import ab_tests
 
     test = ab_tests.ratio_test(a_reps, b_reps, a_blocks or None, b_blocks or None)
     decisions, verdicts = decide([test], [PRIMARY], [better], threshold=threshold, alpha=alpha)
@@ -615,7 +617,7 @@ def compare_runs(
     what it gives.  A primary is judged against its own equivalence margin
     (host/judge/primaries.py, on the runs' clock), every other metric
     against ``threshold``."""
-    from memqual.host.core import ab_tests
+    from memqual.host.judge.stats import ab_tests
 
     if not a_runs or not b_runs:
         raise BadInput(f"no results file for {a_name if not a_runs else b_name}")

@@ -132,8 +132,8 @@ def power(
     (each control's family of controls, Holm at ``alpha``)."""
     import numpy as np
 
-    from memqual.host.core import ab_tests
     from memqual.host.judge import comparison
+    from memqual.host.judge.stats import ab_tests
 
     designs = [d for d in designs if d.units >= 1]
     if not designs:

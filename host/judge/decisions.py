@@ -3,7 +3,7 @@
 One ``memqual compare`` decides every metric in one look, at alpha.  A run
 with ``--until-decided`` decides each metric at a look of its own, at that
 look's share of alpha on the metric's group-sequential boundaries
-(host/run/bisect/until.py), and freezes it there: its verdict, its B / A
+(host/judge/until_decided.py), and freezes it there: its verdict, its B / A
 and interval, the p that faced the boundary and the boundary itself are
 that look's, read from until-decided.json's ``metrics`` (``at_look``).
 The whole run compared again at full alpha afterwards is descriptive only:

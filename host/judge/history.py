@@ -592,7 +592,7 @@ def equivalence_p(series: Sequence[Sequence[Sequence[float]]], threshold: float)
 
 
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
-    from memqual.host.core import stats
+    from memqual.host.judge import stats
 
     keys = sorted({k for r in runs for k in r.metrics})
     out = []
@@ -674,8 +674,8 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
     p of no change corrected in the family (Holm; Benjamini-Hochberg for
     the exploratory), and the verdicts.  Confounding by the controls is
     ``confound``'s."""
-    from memqual.host.core import ab_tests, stats
-    from memqual.host.judge import comparison
+    from memqual.host.judge import comparison, stats
+    from memqual.host.judge.stats import ab_tests
 
     if not members:
         return

@@ -136,7 +136,7 @@ class MetricEntry(_JsonObject):
 
     @classmethod
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
-        from memqual.host.core import stats  # numpy and scipy: imported here, keeps `memqual --help` fast
+        from memqual.host.judge import stats  # numpy and scipy: imported here, keeps `memqual --help` fast
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.

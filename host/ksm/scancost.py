@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 
-from memqual.host.core import stats
+from memqual.host.core import descriptive
 from memqual.host.ksm.controller import KsmDriver
 from memqual.host.ksm.sysfs import KsmCounters
 
@@ -274,5 +274,5 @@ def replicate_ratios(runs: Sequence[AbRun], metric: str) -> list[float]:
     for run in runs:
         off, on = samples(run.windows[0], metric), samples(run.windows[1], metric)
         if off and on:
-            out.append(stats.ratio_of_medians(on, off))
+            out.append(descriptive.ratio_of_medians(on, off))
     return out

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 
-from memqual.host.core import stats
+from memqual.host.core import descriptive
 from memqual.host.core.errors import Timeout
 from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
@@ -165,7 +165,7 @@ class ManyGuestsRun:
     @property
     def per_guest(self) -> float:
         """What each guest merged, the median, with all of them."""
-        return stats.median(list(self.settled.merging))
+        return descriptive.median(list(self.settled.merging))
 
     @property
     def foreign(self) -> float:
@@ -217,7 +217,7 @@ class ManyGuestsRun:
             samples=self.remerge_s,
             replicates=[],
             settings=settings | {"share": REMERGE_SHARE},
-            extra={"ksmd_cpu_s": self.remerge_cpu_s, "summary": stats.summarize(self.remerge_s).to_json()},
+            extra={"ksmd_cpu_s": self.remerge_cpu_s, "summary": descriptive.summarize(self.remerge_s).to_json()},
         )
         return [*points_saved, saved, remerge]
 

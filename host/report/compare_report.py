@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge import control_power, decisions
 from memqual.host.judge.comparison import (
@@ -46,6 +45,7 @@ from memqual.host.judge.comparison import (
     verdict_text,
 )
 from memqual.host.judge.results import Results
+from memqual.host.report import pages
 from memqual.host.report.html import (
     VERDICT_COLOURS,
     Badge,

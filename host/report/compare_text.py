@@ -133,7 +133,7 @@ def print_comparison(
                 )
         console.print(
             f"until decided: {table.stopped or 'every primary decided'}.  p' is a look's group-sequential p "
-            "(host/run/bisect/until.py), the boundary the level it faced in its family at that look.  The whole "
+            "(host/judge/until_decided.py), the boundary the level it faced in its family at that look.  The whole "
             "run compared again at full alpha is descriptive only (comparison.json 'descriptive', "
             "comparison.html): it sets no exit status",
             highlight=False,

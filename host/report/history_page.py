@@ -156,6 +156,6 @@ def history_page(
 
 
 def render(groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float) -> str:
-    from memqual.host.core import pages
+    from memqual.host.report import pages
 
     return pages.render("history.html.j2", page=history_page(groups, diffs, order, threshold, alpha))

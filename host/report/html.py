@@ -1,7 +1,7 @@
-"""What the pages share besides their templates (host/core/pages.py renders
-them): numbers and PNG plots (from host/core/figures.py), verdict badges and their
+"""What the pages share besides their templates (host/report/pages.py renders
+them): numbers and PNG plots (from host/report/figures.py), verdict badges and their
 colours, and the line that says where a run's figures come from, as typed
-values the templates (host/core/templates/macros.html.j2) lay out.
+values the templates (host/report/templates/macros.html.j2) lay out.
 
 Every page is one self-contained file: no script, no external resource.
 Nothing here returns markup: escaping is the templates'.
@@ -14,13 +14,14 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# The number format and the plot helpers live in host/core/figures.py (below the
-# subjects, whose own sections draw with them); the pages import them from here.
-from memqual.host.core.figures import Plot as Plot
-from memqual.host.core.figures import format_number
-from memqual.host.core.figures import png as png
-from memqual.host.core.figures import pyplot as pyplot
+from memqual.host.core.printable import format_number
 from memqual.host.judge import claims, comparison
+
+# The number format and the plot helpers live in host/report/figures.py (below the
+# subjects, whose own sections draw with them); the pages import them from here.
+from memqual.host.report.figures import Plot as Plot
+from memqual.host.report.figures import png as png
+from memqual.host.report.figures import pyplot as pyplot
 
 GREY = "#6b7280"
 

@@ -1,5 +1,5 @@
 """report.html: a run's results.json as a typed view (ReportPage) for
-templates/report.html.j2 (rendered by memqual.host.core.pages), with each
+templates/report.html.j2 (rendered by memqual.host.report.pages), with each
 subject's own section from the registry (entry points group
 memqual.report_sections; this package imports no subject).  Judges
 nothing.
@@ -18,7 +18,6 @@ from typing import Any
 
 from markupsafe import Markup
 
-from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge.claims import (
     DIRECTION_ONLY,
@@ -29,6 +28,7 @@ from memqual.host.judge.claims import (
     format_ratio,
 )
 from memqual.host.judge.results import Results, variant_label
+from memqual.host.report import pages
 from memqual.host.report.claim_lines import (
     ceiling_line,
     evidence_class,

@@ -10,7 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memqual.host.core import printable, stats
+from memqual.host.core import printable
+from memqual.host.judge import stats
 from memqual.host.judge.claims import (
     DIRECTION_ONLY,
     NOT_MEASURABLE,

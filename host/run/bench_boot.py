@@ -12,9 +12,10 @@ import sys
 import time
 from typing import Any
 
-from memqual.host.core import clock, probe, stats
+from memqual.host.core import clock, probe
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
+from memqual.host.judge import stats
 from memqual.images import build as images_build
 
 FIRST_COMMAND = ["uname", "-r"]

@@ -34,6 +34,7 @@ from memqual.host.core.errors import MemqualError, Timeout
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose, choose_for_clock
+from memqual.host.judge.stats import binomial
 from memqual.images.build import KernelSource, build
 
 # What a kernel prints when it faults: an oops, a BUG or a panic.  The
@@ -90,24 +91,9 @@ class Rate:
         return self.faults / self.boots if self.boots else math.nan
 
 
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """The exact binomial interval for k successes in n trials."""
-    from scipy.stats import beta  # heavy: only where an interval is made
-
-    if n <= 0:
-        return (math.nan, math.nan)
-    tail = (1.0 - level) / 2.0
-    low = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
-    return (low, high)
-
-
 def fisher_greater(a: Rate, b: Rate) -> float:
     """One-sided Fisher exact p that ``a``'s fault rate exceeds ``b``'s."""
-    from scipy.stats import fisher_exact
-
-    table = [[a.faults, a.boots - a.faults], [b.faults, b.boots - b.faults]]
-    return float(fisher_exact(table, alternative="greater")[1])
+    return binomial.fisher_greater(a.faults, a.boots, b.faults, b.boots)
 
 
 def classify(console: str, error: BaseException | None) -> tuple[str, str]:
@@ -133,7 +119,7 @@ def rates(boots: Iterable[Boot]) -> list[Rate]:
     out = []
     for mode, group in by_mode.items():
         faults = sum(b.outcome == "fault" for b in group)
-        low, high = clopper_pearson(faults, len(group))
+        low, high = binomial.clopper_pearson(faults, len(group))
         out.append(
             Rate(
                 mode,

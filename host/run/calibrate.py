@@ -18,11 +18,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as _scipy_stats
 
-from memqual.host.core import ab_tests
 from memqual.host.judge import comparison, control_power, history
-from memqual.host.run.bisect import until
+from memqual.host.judge import until_decided as until
+from memqual.host.judge.stats import ab_tests, binomial
 
 ALPHA, THRESHOLD = 0.01, 0.05
 
@@ -42,10 +41,7 @@ class Rate:
 
     def interval(self) -> tuple[float, float]:
         """Clopper-Pearson 95 %."""
-        k, n = self.events, self.trials
-        low = 0.0 if k == 0 else float(_scipy_stats.beta.ppf(0.025, k, n - k + 1))
-        high = 1.0 if k == n else float(_scipy_stats.beta.ppf(0.975, k + 1, n - k))
-        return low, high
+        return binomial.clopper_pearson(self.events, self.trials)
 
     def line(self) -> str:
         low, high = self.interval()

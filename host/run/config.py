@@ -54,7 +54,7 @@ class RunConfig:
     qemus: tuple[QemuChoice, ...] = ()
     parallel: int = 1
     rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
-    until_decided: bool = False  # two arms: add rounds until every metric is decided (host/run/bisect/until.py)
+    until_decided: bool = False  # two arms: add rounds until every metric is decided (host/judge/until_decided.py)
     budget_min: float = UNTIL_DECIDED_BUDGET_MIN  # wall time of the whole run with until_decided
     avocado_global_args: tuple[str, ...] = ()  # before "run": --config FILE (the lab hosts' spawner, host/run/hosts/)
     environment: tuple[tuple[str, str], ...] = ()  # set in the job's environment last (the lab hosts' TMPDIR)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its 
 
 
 class DecisionTracker(Protocol):
-    """What the run needs of host/run/bisect/until.py's Tracker."""
+    """What the run needs of host/judge/until_decided.py's Tracker."""
 
     @property
     def alpha_left(self) -> float: ...
@@ -44,7 +44,7 @@ class DecisionTracker(Protocol):
 
 
 def make_tracker(config: RunConfig | None = None) -> DecisionTracker:
-    from memqual.host.run.bisect.until import Tracker
+    from memqual.host.judge.until_decided import Tracker
 
     threshold, alpha = decision_levels(config)
     return cast(DecisionTracker, Tracker(threshold=threshold, alpha=alpha))
@@ -460,7 +460,7 @@ def control_tests(run_state: BlockedRun) -> set[str]:
 def controls_power_now(run_state: BlockedRun, level: float) -> Any:
     """The controls' power (host/judge/control_power.py) on the run so far, at ``level``."""
     from memqual.host.judge import comparison, control_power
-    from memqual.host.run.bisect.until import decisions
+    from memqual.host.judge.until_decided import decisions
 
     now = decisions(
         run_state.of_arm("A"), run_state.of_arm("B"), threshold=comparison.DEFAULT_THRESHOLD, alpha=max(level, 1e-12)

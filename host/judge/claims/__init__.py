@@ -19,9 +19,6 @@ from memqual.host.judge.claims.evaluate import (
 from memqual.host.judge.claims.evaluate import (
     layout_results as layout_results,
 )
-from memqual.host.judge.claims.evaluate import (
-    sign_flip_pvalue as sign_flip_pvalue,
-)
 from memqual.host.judge.claims.load import (
     load as load,
 )

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from memqual.host.core import stats
 from memqual.host.core.errors import BadInput
-from memqual.host.core.figures import format_number
+from memqual.host.core.printable import format_number
 from memqual.host.core.record import Measurement
-from memqual.host.judge import ratio_ci
+from memqual.host.judge import stats
 from memqual.host.judge.claims.load import load
 from memqual.host.judge.claims.model import (
     DEFAULT_ALPHA,
@@ -40,6 +39,7 @@ from memqual.host.judge.claims.model import (
     Verdict,
     format_ratio,
 )
+from memqual.host.judge.stats import ratio_ci
 from memqual.host.memslots import guest_layouts, kvm2011, model, virtio_layouts
 from memqual.host.memslots import layout as layout_mod
 
@@ -152,7 +152,7 @@ def _evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float,
         return verdict
     ci = (interval.low, interval.high)
     if paired:
-        p_value, floor = sign_flip_pvalue(a_reps, b_reps), 2.0 / 2**n_a
+        p_value, floor = stats.sign_flip_pvalue(a_reps, b_reps), 2.0 / 2**n_a
         test = "exact sign-flip test of the per-unit log ratios"
     else:
         p_value = stats.replicate_permutation_test(a_reps, b_reps, seed=seed).p_value
@@ -637,20 +637,6 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
                 )
             )
     return out
-
-
-def sign_flip_pvalue(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
-    """Exact two-sided sign-flip test of the per-unit log ratios of medians
-    (2^n arrangements): the paired counterpart of the permutation test."""
-    import itertools
-
-    import numpy as np
-
-    logs = np.log([np.median(b) / np.median(a) for a, b in zip(a_reps, b_reps, strict=True)])
-    observed = abs(logs.sum())
-    flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(logs))))
-    sums = np.abs(flips @ logs)
-    return float(np.mean(sums >= observed - 1e-12))
 
 
 def _plain(obj: Any) -> Any:

@@ -10,8 +10,8 @@ import dataclasses
 import math
 from typing import Any
 
-from memqual.host.core import stats
 from memqual.host.core.paths import shipped
+from memqual.host.judge import stats
 from memqual.host.memslots import virtio_layouts
 
 SCHEMA = "memqual.claims/2"
@@ -50,7 +50,7 @@ NOT_MEASURABLE = "not measurable"
 DEFAULT_ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
 # Fewer independent units than this a side and no verdict is given.  The
-# t-interval (host/judge/ratio_ci.py) holds its nominal rate from 2 units under
+# t-interval (host/judge/stats/ratio_ci.py) holds its nominal rate from 2 units under
 # normal noise, but with 1 degree of freedom one odd unit decides it; from
 # 3 on it stays at or below 2.5 % a side also for heavy-tailed noise
 # (tests/test_claims_calibration.py).

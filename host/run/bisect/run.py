@@ -1,7 +1,7 @@
 """Running a bisect: probes made of rounds, its state on disk, its log.
 
 A probe measures one kernel of the series against K1 block by block until
-it is decided (``decide.evidence_of``: slower, faster or equivalent, as
+it is decided (``evidence_of``: slower, faster or equivalent, as
 ``memqual compare`` decides a metric, each look at its share of alpha) or
 its budget is spent, when it stays undecided and the search skips it.  With the default
 ``paired`` reference each step of a probe is ONE avocado job in which every
@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.core.paths import open_nofollow, write_private_atomic
+from memqual.host.judge.probe import DEFAULT_ALPHA, Evidence, evidence_of
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
 from memqual.host.run.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
@@ -60,7 +61,7 @@ class Settings:
     threshold: float = 0.05
     budget_min: float = 30.0  # per probe
     max_rounds: int = 10  # per probe: also the looks alpha is spent over
-    alpha: float = decide.DEFAULT_ALPHA  # per probe, over all its looks
+    alpha: float = DEFAULT_ALPHA  # per probe, over all its looks
     reference: str = PAIRED
     only: tuple[str, ...] = ()
     profile: str = "quick"
@@ -122,7 +123,7 @@ class Look:
     decided, and the probe's time so far."""
 
     step: int
-    evidence: decide.Evidence
+    evidence: Evidence
     seconds: float
 
     def to_json(self) -> dict[str, Any]:
@@ -133,7 +134,7 @@ class Look:
 class ProbeRecord:
     index: int
     verdict: str  # the search's mark: good, bad or skip
-    evidence: decide.Evidence  # the last look: its decision is evidence.verdict
+    evidence: Evidence  # the last look: its decision is evidence.verdict
     rounds: int
     seconds: float
     reason: str = ""
@@ -215,7 +216,7 @@ class Bisector:
         self.dir.mkdir(parents=True, exist_ok=True)
         # never a half-written state to resume from
         write_private_atomic(self.state_path, (json.dumps(self.to_json(), indent=2) + "\n").encode(), 0o644)
-        from memqual.host.run.bisect.page import write_page
+        from memqual.host.report.bisect_page import write_page
 
         write_page(self.to_json(), self.dir / "bisect.html")
 
@@ -277,7 +278,7 @@ class Bisector:
             [b for b in common for _ in by_arm["B"][b]],
         )
 
-    def evidence(self, index: int, upto: int | None = None) -> decide.Evidence:
+    def evidence(self, index: int, upto: int | None = None) -> Evidence:
         """The probe decided against K1 at the look after its step ``upto``
         (the last when None): by its own blocks when paired, else against
         K1's replicates pooled (unpaired)."""
@@ -285,7 +286,7 @@ class Bisector:
         reference, probe, ref_blocks, probe_blocks = self.paired_blocks(index, upto)
         if not probe:
             reference, probe, ref_blocks, probe_blocks = self._reps(0), self._reps(index, upto), [], []
-        return decide.evidence_of(
+        return evidence_of(
             reference,
             probe,
             ref_blocks or None,
@@ -300,7 +301,7 @@ class Bisector:
         return f"[K{index + 1}] {self.settings.kernels[index].name}"
 
     @staticmethod
-    def _ci_text(e: decide.Evidence) -> str:
+    def _ci_text(e: Evidence) -> str:
         if e.ratio is None:
             return "no measurement yet"
         ci = f"[{e.ci_low:.3f}, {e.ci_high:.3f}]" if e.ci_low is not None and e.ci_high is not None else "[n/a]"

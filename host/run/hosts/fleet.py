@@ -30,10 +30,11 @@ from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import console as printable_console
 from memqual.host.core.printable import printable
 from memqual.host.core.qemu_binary import ENV_QEMU
+from memqual.host.report import fleet_page as page
 from memqual.host.run.avocado import run_avocado
 from memqual.host.run.config import JobOutcome, RunConfig, TestOutcome
 from memqual.host.run.hosts import check as checks
-from memqual.host.run.hosts import page, ssh
+from memqual.host.run.hosts import ssh
 from memqual.host.run.hosts.config import LabHost
 from memqual.host.run.hosts.config import load as load_hosts
 from memqual.host.run.hosts.spawner import (

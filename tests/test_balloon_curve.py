@@ -10,9 +10,9 @@ import pytest
 from markupsafe import Markup
 from test_balloon_controller import run_cli
 
-from memqual.host.balloon import plot
 from memqual.host.core.record import Measurement, write
 from memqual.host.judge.results import build_results, metrics_of
+from memqual.host.report import balloon_curve as plot
 from memqual.host.report import report
 
 SETTINGS = {"guest_mib": 1024, "target_mib": 256, "machine": "pc", "profile": "full"}

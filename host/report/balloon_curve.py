@@ -15,7 +15,6 @@ import base64
 import collections
 import dataclasses
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -23,10 +22,12 @@ from typing import Any
 
 from markupsafe import Markup
 
-from memqual.host.core import pages, stats
-from memqual.host.core.figures import Plot, png, pyplot
-from memqual.host.core.figures import format_number as num
+from memqual.host.core import descriptive
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import format_number as num
+from memqual.host.judge.stats.ratio_ci import mean_interval
+from memqual.host.report import pages
+from memqual.host.report.figures import Plot, png, pyplot
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a
@@ -58,7 +59,7 @@ class Point:
 
     @property
     def median(self) -> float:
-        return stats.median(list(self.values))
+        return descriptive.median(list(self.values))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,18 +70,10 @@ class Cost:
     unit: str
     values: tuple[float, ...]
 
-    def interval(self, confidence: float = 0.95) -> tuple[float, float, float]:
+    def interval(self) -> tuple[float, float, float]:
         """(mean, low, high): the guests are the independent units; with one
         guest there is no interval (NaN bounds)."""
-        from scipy import stats as st
-
-        n = len(self.values)
-        mean = sum(self.values) / n
-        if n < 2:
-            return mean, math.nan, math.nan
-        sd = math.sqrt(sum((v - mean) ** 2 for v in self.values) / (n - 1))
-        half = float(st.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
-        return mean, mean - half, mean + half
+        return mean_interval(self.values)
 
 
 def _get(entry: Any, key: str) -> Any:
@@ -91,7 +84,7 @@ def _per_guest(entry: Any) -> list[float]:
     """One value per independent unit: its replicate's median."""
     reps = _get(entry, "replicates")
     if reps:
-        return [stats.median(r) for r in reps if r]
+        return [descriptive.median(r) for r in reps if r]
     return list(_get(entry, "samples") or [])
 
 

@@ -1,5 +1,5 @@
 """The one way memqual renders an HTML page: Jinja2 templates from
-host/core/templates/ (package data, beside this module in a checkout and in a
+host/report/templates/ (package data, beside this module in a checkout and in a
 wheel) with autoescape always on, and the shared style sheet
 (templates/memqual.css) inlined, so that every page stays one
 self-contained file with no external resource.
@@ -25,7 +25,7 @@ STYLESHEET = "memqual.css"
 @functools.cache
 def environment() -> jinja2.Environment:
     """The shared environment: loaded once, templates compiled once."""
-    loader = jinja2.PackageLoader("memqual.host.core", TEMPLATES)
+    loader = jinja2.PackageLoader("memqual.host.report", TEMPLATES)
     env = jinja2.Environment(
         loader=loader,
         # Every template, whatever its name: a page of results files' text

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import special as _special
 
-from memqual.host.core.stats import CONFIDENCE, Samples
+from memqual.host.core.descriptive import Samples
+from memqual.host.judge.stats.intervals import CONFIDENCE
 
 # The A/B decision test: a t-test of log ratios of replicate medians.
 #

@@ -32,7 +32,7 @@ contain look k-1's), so a metric's statistics at its looks are strongly
 correlated, and testing each look at its own share (Bonferroni over the
 looks) wastes alpha: a metric at p 0.001 look after look waits for a
 share that large.  So each metric carries its own boundaries
-(host/core/group_sequential.py, Lan and DeMets' error spending by
+(host/judge/stats/group_sequential.py, Lan and DeMets' error spending by
 recursive numerical integration on the metric's information, its block
 count at each look it was compared at): a raw p at look k becomes p', the
 chance under no effect of a statistic this extreme now and none beyond
@@ -70,8 +70,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from memqual.host.core import ab_tests
-    from memqual.host.core.group_sequential import Path
+    from memqual.host.judge.stats import ab_tests
+    from memqual.host.judge.stats.group_sequential import Path
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
@@ -256,7 +256,7 @@ class Tracker:
 
     def level_at(self, fraction: float) -> float:
         """The alpha a look at this fraction of the budget would spend."""
-        from memqual.host.core import ab_tests
+        from memqual.host.judge.stats import ab_tests
 
         return min(self.alpha_left, ab_tests.spent_alpha_by_time(self.alpha, self.fraction_spent, fraction))
 
@@ -306,7 +306,7 @@ class Tracker:
 
     def paths(self, key: str) -> tuple[Path, Path]:
         """A metric's paths so far (difference, TOST); new ones before its first look."""
-        from memqual.host.core.group_sequential import Path
+        from memqual.host.judge.stats.group_sequential import Path
 
         progress = self.metrics.get(key)
         difference = progress.difference if progress and progress.difference else Path(two_sided=True)

@@ -1,10 +1,7 @@
-"""Numbers and plots as every page shows them: the one number format,
-matplotlib without a display, a figure as base64 PNG, and the typed Plot a
-template lays out.
-
-Below the subjects and the judging: a subject's own report section
-(memqual.host.balloon.plot) draws with these, and so do the pages
-(memqual.host.report.html).  It imports nothing of memqual.
+"""Plots as every page shows them: matplotlib without a display, a figure
+as base64 PNG, and the typed Plot a template lays out.  The one number
+format is memqual.host.core.printable.format_number (verdict texts use it
+too).
 """
 
 from __future__ import annotations
@@ -12,19 +9,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
-import math
 from typing import Any
-
-
-def format_number(x: float | None) -> str:
-    """Four significant digits (kernbench's 42.809 reads as 42.81), whole
-    numbers with thousands separators from 1,000 on; n/a for no value.
-    The one format of verdict texts and pages (``memqual.host.report.html.num``)."""
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.4g}"
 
 
 @dataclasses.dataclass(frozen=True)

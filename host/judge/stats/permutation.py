@@ -1,10 +1,8 @@
-"""Statistics of repeated measurements: location and spread (the median
-first), the ratio of pooled medians with its seeded two-stage bootstrap
-interval, permutation tests on replicate medians with their power floor,
-and Holm.  Inference only on independent replicates (a fresh guest or a
-round).  docs/claims-and-report.md ("Statistics") gives the choices and why.
-Every random choice is seeded; no I/O.  The A/B decision tests are
-ab_tests.py's.
+"""Permutation tests on replicate medians with their power floor, the exact
+sign-flip test of paired units, Holm, and ``Comparison``: A against B as
+the claims decide it (ratio, interval, p, and whether the counts can reach
+alpha at all).  The A/B decisions of ``memqual compare`` are ab_tests.py's.
+Every random choice is seeded; no I/O.
 """
 
 from __future__ import annotations
@@ -13,148 +11,29 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 
-# Samples as callers hold them: a list, or an array this module made.
-Samples: TypeAlias = Sequence[float] | np.ndarray
+from memqual.host.core.descriptive import Samples, Summary, as_array, finite_or_none, ratio_of_medians, summarize
+from memqual.host.judge.stats.intervals import (
+    CONFIDENCE,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    bootstrap_ratio_ci,
+    ci_method,
+    hierarchical_ratio_ci,
+    replicate_arrays,
+    replicate_medians,
+)
 
-DEFAULT_SEED = 20110223  # the date of seed 000; any fixed value works
-DEFAULT_RESAMPLES = 9999
 # Permutations of replicate medians are cheap (a few numbers each), so the
 # budget is large enough to enumerate every split up to 10 against 10
 # (184756): a Monte Carlo p near a Holm-corrected level would otherwise
 # decide a verdict by its own sampling noise.
 DEFAULT_PERMUTATIONS = 200_000
-# Every interval of the suite is a 95 % one: the pages and tables print
-# "95% CI", so the level is fixed here rather than a knob that would make
-# them wrong.
-CONFIDENCE = 0.95
 DEFAULT_ALPHA = 0.01
 DEFAULT_MIN_EFFECT = 0.05
-
-
-def _array(samples: Samples) -> np.ndarray:
-    arr = np.asarray(list(samples), dtype=float)
-    if arr.ndim != 1 or arr.size == 0:
-        raise ValueError("need at least one sample")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("samples must be finite numbers")
-    return arr
-
-
-def median(samples: Samples) -> float:
-    return float(np.median(_array(samples)))
-
-
-def iqr(samples: Samples) -> float:
-    """Interquartile range (linear interpolation between order statistics)."""
-    q1, q3 = np.percentile(_array(samples), [25, 75])
-    return float(q3 - q1)
-
-
-def mad(samples: Samples) -> float:
-    """Median absolute deviation from the median (unscaled)."""
-    arr = _array(samples)
-    return float(np.median(np.abs(arr - np.median(arr))))
-
-
-def cv(samples: Samples) -> float:
-    """Coefficient of variation: sample stdev / |mean|; NaN for a zero mean,
-    0 for a single sample."""
-    arr = _array(samples)
-    if arr.size < 2:
-        return 0.0
-    mean = float(np.mean(arr))
-    if mean == 0.0:
-        return math.nan
-    return float(np.std(arr, ddof=1) / abs(mean))
-
-
-@dataclasses.dataclass(frozen=True)
-class Summary:
-    """Location and spread of one sample set."""
-
-    n: int
-    median: float
-    mean: float
-    stdev: float  # sample standard deviation (ddof=1); 0 for n == 1
-    iqr: float
-    mad: float
-    cv: float
-    minimum: float
-    maximum: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: _finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
-
-
-def summarize(samples: Samples) -> Summary:
-    arr = _array(samples)
-    return Summary(
-        n=int(arr.size),
-        median=float(np.median(arr)),
-        mean=float(np.mean(arr)),
-        stdev=float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0,
-        iqr=iqr(arr),
-        mad=mad(arr),
-        cv=cv(arr),
-        minimum=float(arr.min()),
-        maximum=float(arr.max()),
-    )
-
-
-def ratio_of_medians(a: Samples, b: Samples) -> float:
-    """median(B) / median(A); inf when A's median is 0 and B's is not."""
-    ma, mb = median(a), median(b)
-    if ma == 0.0:
-        return math.nan if mb == 0.0 else math.copysign(math.inf, mb)
-    return mb / ma
-
-
-def bootstrap_ratio_ci(
-    a: Samples,
-    b: Samples,
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of median(B) / median(A), A and B resampled
-    independently.  With no variation in either sample the interval is the
-    point itself; with a single sample on one side it still reflects the
-    other side's spread.  NaN bounds when A's median can be zero."""
-    arr_a, arr_b = _array(a), _array(b)
-    point = ratio_of_medians(arr_a, arr_b)
-    if np.ptp(arr_a) == 0.0 and np.ptp(arr_b) == 0.0:
-        return (point, point)
-    if np.any(arr_a == 0.0) and np.median(arr_a) == 0.0:
-        return (math.nan, math.nan)
-
-    def statistic(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.median(y, axis=axis) / np.median(x, axis=axis)
-
-    # scipy refuses one-element samples; resampling a single value is the
-    # value itself, so repeat it (the bootstrap then varies only the other).
-    xa = arr_a if arr_a.size > 1 else np.repeat(arr_a, 2)
-    xb = arr_b if arr_b.size > 1 else np.repeat(arr_b, 2)
-    # Imported here: scipy.stats costs 0.5-1.5 s to import, paid by every
-    # e2e test that records a measurement, when only a report's CIs use it.
-    from scipy import stats as scipy_stats
-
-    res = scipy_stats.bootstrap(
-        (xa, xb),
-        statistic,
-        n_resamples=n_resamples,
-        vectorized=True,
-        paired=False,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return (low, high)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,7 +66,7 @@ def permutation_test(
     and p is the share at least as extreme as the observed one.  Otherwise
     n_resamples random splits, and p = (1 + hits) / (1 + n_resamples), so a
     Monte Carlo p is never 0 (Phipson and Smyth 2010)."""
-    arr_a, arr_b = _array(a), _array(b)
+    arr_a, arr_b = as_array(a), as_array(b)
     na, nb = arr_a.size, arr_b.size
     pooled = np.concatenate([arr_a, arr_b])
     total = math.comb(na + nb, na)
@@ -221,18 +100,6 @@ def permutation_test(
         hits += int(np.count_nonzero(stat >= observed - tolerance))
         done += size
     return PermutationResult(float(min(1.0, (1 + hits) / (1 + n_resamples))), False, total, n_resamples)
-
-
-def _replicates(reps: Sequence[Samples]) -> list[np.ndarray]:
-    groups = [_array(r) for r in reps if len(r)]
-    if not groups:
-        raise ValueError("need at least one replicate with samples")
-    return groups
-
-
-def replicate_medians(reps: Sequence[Samples]) -> list[float]:
-    """One summary per independent unit: its median."""
-    return [float(np.median(g)) for g in _replicates(reps)]
 
 
 def replicate_permutation_test(
@@ -296,115 +163,14 @@ def holm(pvalues: Sequence[float]) -> list[float]:
     return adjusted
 
 
-def pooled_ratio(a_reps: Sequence[Samples], b_reps: Sequence[Samples]) -> float:
-    """median(all of B) / median(all of A)."""
-    return ratio_of_medians(np.concatenate(_replicates(a_reps)), np.concatenate(_replicates(b_reps)))
-
-
-def two_stage_medians(
-    groups: list[np.ndarray], n: int, rng: np.random.Generator, chosen: np.ndarray | None = None
-) -> np.ndarray:
-    """n bootstrap medians of the pooled samples: replicates drawn with
-    replacement, then samples within each drawn replicate.  ``chosen`` (n
-    rows of replicate indices) gives the first stage when the caller draws
-    it, to share it between two sides measured by the same units."""
-    k = len(groups)
-    lengths = np.array([g.size for g in groups])
-    width = int(lengths.max())
-    padded = np.full((k, width), np.nan)
-    for i, g in enumerate(groups):
-        padded[i, : g.size] = g
-    out = np.empty(n)
-    chunk = max(1, 4_000_000 // (k * width))  # bound one batch's memory
-    for start in range(0, n, chunk):
-        size = min(chunk, n - start)
-        picked = rng.integers(0, k, size=(size, k)) if chosen is None else chosen[start : start + size]  # stage 1
-        lens = lengths[picked][..., None]  # (size, k, 1)
-        pos = np.floor(rng.random((size, k, width)) * lens).astype(np.intp)  # stage 2
-        values = padded[picked[..., None], pos]
-        if lengths.min() == width:
-            flat = values.reshape(size, k * width)
-            lo, hi = (k * width - 1) // 2, k * width // 2
-            flat = np.partition(flat, [lo, hi], axis=1)
-            out[start : start + size] = 0.5 * (flat[:, lo] + flat[:, hi])
-            continue
-        # A drawn replicate contributes as many samples as it has: the
-        # padding sorts last and the median is read at each row's own count.
-        values = np.where(np.arange(width) < lens, values, np.inf).reshape(size, k * width)
-        values.sort(axis=1)
-        count = lens[:, :, 0].sum(axis=1)
-        rows = np.arange(size)
-        out[start : start + size] = 0.5 * (values[rows, (count - 1) // 2] + values[rows, count // 2])
-    return out
-
-
-def hierarchical_ratio_ci(
-    a_reps: Sequence[Samples],
-    b_reps: Sequence[Samples],
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-) -> tuple[float, float]:
-    """Two-stage percentile bootstrap CI of median(pooled B) / median(pooled
-    A), A and B resampled independently.  With one replicate on a side that
-    side's first stage is degenerate: the interval then shows only the noise
-    within that unit, not between units (see ``ci_method``).  The point
-    itself when nothing varies; NaN bounds when A's median can be zero."""
-    return _two_stage_ratio_ci(_replicates(a_reps), _replicates(b_reps), n_resamples, seed, paired=False)
-
-
-def paired_ratio_ci(units: Sequence[tuple[Samples, Samples]], *, seed: int = DEFAULT_SEED) -> tuple[float, float]:
-    """The same interval when each unit measured both A and B, given as (A
-    samples, B samples) per unit: units are drawn jointly, so what a unit
-    shares (its host load, its guest) cancels in the ratio, then samples
-    inside each side of each drawn unit."""
-    ga, gb = [_array(a) for a, _ in units], [_array(b) for _, b in units]
-    if not units or not all(g.size for g in ga + gb):
-        raise ValueError("a paired design needs both sides' samples from every unit")
-    return _two_stage_ratio_ci(ga, gb, DEFAULT_RESAMPLES, seed, paired=True)
-
-
-def _two_stage_ratio_ci(
-    ga: list[np.ndarray], gb: list[np.ndarray], n_resamples: int, seed: int, paired: bool
-) -> tuple[float, float]:
-    pooled_a, pooled_b = np.concatenate(ga), np.concatenate(gb)
-    point = ratio_of_medians(pooled_a, pooled_b)
-    if np.ptp(pooled_a) == 0.0 and np.ptp(pooled_b) == 0.0:
-        return (point, point)
-    if np.any(pooled_a == 0.0) and np.median(pooled_a) == 0.0:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    chosen = rng.integers(0, len(ga), size=(n_resamples, len(ga))) if paired else None
-    med_a = two_stage_medians(ga, n_resamples, rng, chosen)
-    med_b = two_stage_medians(gb, n_resamples, rng, chosen)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = med_b / med_a
-    ratios = ratios[np.isfinite(ratios)]
-    if ratios.size < n_resamples * 0.99:
-        return (math.nan, math.nan)  # A's median is zero too often to bound
-    return _percentile_interval(ratios)
-
-
-def _percentile_interval(values: np.ndarray) -> tuple[float, float]:
-    tail = 100.0 * (1.0 - CONFIDENCE) / 2.0
-    low, high = np.percentile(values, [tail, 100.0 - tail])
-    return float(low), float(high)
-
-
-def median_ci(
-    reps: Sequence[Samples], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
-) -> tuple[float, float]:
-    """Two-stage bootstrap CI of the pooled median: replicates resampled,
-    then samples inside each drawn replicate."""
-    rng = np.random.default_rng(seed)
-    return _percentile_interval(two_stage_medians(_replicates(reps), n_resamples, rng))
-
-
-def ci_method(na: int, nb: int) -> str:
-    """What a ``hierarchical_ratio_ci`` of na against nb replicates shows."""
-    if na >= 2 and nb >= 2:
-        return "two-stage bootstrap"
-    return "within-unit only (one replicate on a side: variation between units unseen)"
+def sign_flip_pvalue(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence[float]]) -> float:
+    """Exact two-sided sign-flip test of the per-unit log ratios of medians
+    (2^n arrangements): the paired counterpart of the permutation test."""
+    logs = np.log([np.median(b) / np.median(a) for a, b in zip(a_reps, b_reps, strict=True)])
+    observed = abs(logs.sum())
+    flips = np.array(list(itertools.product((1.0, -1.0), repeat=len(logs))))
+    sums = np.abs(flips @ logs)
+    return float(np.mean(sums >= observed - 1e-12))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -465,8 +231,8 @@ class Comparison:
         return {
             "a": self.a.to_json(),
             "b": self.b.to_json(),
-            "ratio": _finite_or_none(self.ratio),
-            "ci": [_finite_or_none(self.ci_low), _finite_or_none(self.ci_high)],
+            "ratio": finite_or_none(self.ratio),
+            "ci": [finite_or_none(self.ci_low), finite_or_none(self.ci_high)],
             "confidence": self.confidence,
             "p_value": self.p_value,
             "p_adjusted": self.p_adjusted,
@@ -495,7 +261,7 @@ def compare(
     """A against B on flat samples, each sample taken as independent: right
     only for figures with no nesting (a model's outputs).  Measurements go
     through ``compare_replicates``."""
-    arr_a, arr_b = _array(a), _array(b)
+    arr_a, arr_b = as_array(a), as_array(b)
     # A side with a single value has no spread to test against: p is 1.
     testable = arr_a.size > 1 and arr_b.size > 1
     return _comparison(
@@ -526,7 +292,7 @@ def compare_replicates(
     CI (n_resamples), the permutation p on replicate medians (exact up to
     n_permutations arrangements), the replicate counts, and whether those
     counts can reach p < alpha at all."""
-    ga, gb = _replicates(a_reps), _replicates(b_reps)
+    ga, gb = replicate_arrays(a_reps), replicate_arrays(b_reps)
     ci = hierarchical_ratio_ci(ga, gb, n_resamples=n_resamples, seed=seed)
     perm = replicate_permutation_test(ga, gb, n_resamples=n_permutations, seed=seed)
     comparison = _comparison(
@@ -580,10 +346,3 @@ def _comparison(
         p_method=p_method,
         ci_method=ci_method,
     )
-
-
-def _finite_or_none(value: Any) -> Any:
-    """JSON has no NaN/inf: write null instead."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
+from memqual.host.report import pages
 from memqual.host.report.html import Badge, badge
 
 SCHEMA = "memqual.fleet/1"

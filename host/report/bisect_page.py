@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memqual.host.core import pages
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.report import pages
 from memqual.host.report.html import GREY, VERDICT_COLOURS, Badge, ForestRow, Plot, badge, forest_png
 
 TEMPLATE = "bisect.html.j2"

@@ -27,6 +27,18 @@ def t_quantile(df: float) -> float:
     return float(_st.t.ppf(0.5 + CONFIDENCE / 2, df))
 
 
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
+    """(mean, low, high): the t-interval of the mean of independent units;
+    NaN bounds for a single unit."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
 @dataclasses.dataclass(frozen=True)
 class RatioInterval:
     """B / A with its t-interval, and how it was made."""

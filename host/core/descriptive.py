@@ -1,0 +1,102 @@
+"""Location and spread of repeated measurements, the median first: what a
+subject records beside its samples, and what every page and table shows.
+numpy only; the inference on them (intervals, tests, sequential looks) is
+memqual.host.judge.stats's.  docs/claims-and-report.md ("Statistics").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+
+# Samples as callers hold them: a list, or an array this module made.
+Samples: TypeAlias = Sequence[float] | np.ndarray
+
+
+def as_array(samples: Samples) -> np.ndarray:
+    arr = np.asarray(list(samples), dtype=float)
+    if arr.ndim != 1 or arr.size == 0:
+        raise ValueError("need at least one sample")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("samples must be finite numbers")
+    return arr
+
+
+def median(samples: Samples) -> float:
+    return float(np.median(as_array(samples)))
+
+
+def iqr(samples: Samples) -> float:
+    """Interquartile range (linear interpolation between order statistics)."""
+    q1, q3 = np.percentile(as_array(samples), [25, 75])
+    return float(q3 - q1)
+
+
+def mad(samples: Samples) -> float:
+    """Median absolute deviation from the median (unscaled)."""
+    arr = as_array(samples)
+    return float(np.median(np.abs(arr - np.median(arr))))
+
+
+def cv(samples: Samples) -> float:
+    """Coefficient of variation: sample stdev / |mean|; NaN for a zero mean,
+    0 for a single sample."""
+    arr = as_array(samples)
+    if arr.size < 2:
+        return 0.0
+    mean = float(np.mean(arr))
+    if mean == 0.0:
+        return math.nan
+    return float(np.std(arr, ddof=1) / abs(mean))
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """Location and spread of one sample set."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float  # sample standard deviation (ddof=1); 0 for n == 1
+    iqr: float
+    mad: float
+    cv: float
+    minimum: float
+    maximum: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
+
+
+def summarize(samples: Samples) -> Summary:
+    arr = as_array(samples)
+    return Summary(
+        n=int(arr.size),
+        median=float(np.median(arr)),
+        mean=float(np.mean(arr)),
+        stdev=float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0,
+        iqr=iqr(arr),
+        mad=mad(arr),
+        cv=cv(arr),
+        minimum=float(arr.min()),
+        maximum=float(arr.max()),
+    )
+
+
+def ratio_of_medians(a: Samples, b: Samples) -> float:
+    """median(B) / median(A); inf when A's median is 0 and B's is not."""
+    ma, mb = median(a), median(b)
+    if ma == 0.0:
+        return math.nan if mb == 0.0 else math.copysign(math.inf, mb)
+    return mb / ma
+
+
+def finite_or_none(value: Any) -> Any:
+    """JSON has no NaN/inf: write null instead."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
