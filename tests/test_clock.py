@@ -26,7 +26,7 @@ from memqual.host.core.environment import Environment
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
-from memqual.host.judge.comparison import check_comparable
+from memqual.host.judge.pairing import check_comparable
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 

@@ -11,8 +11,9 @@ import pytest
 
 from memqual.host.cli.main import main
 from memqual.host.core.errors import BadInput
+from memqual.host.report import fleet_page as page
 from memqual.host.run.config import JobOutcome
-from memqual.host.run.hosts import config, fleet, page, probe, ssh
+from memqual.host.run.hosts import config, fleet, probe, ssh
 from memqual.host.run.hosts.spawner import (
     INTERRUPTED,
     NOT_RUN,

@@ -263,7 +263,7 @@ def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
 
 
 def _reps(entry: dict[str, Any]) -> list[list[float]]:
-    from memqual.host.judge.comparison import replicates_of
+    from memqual.host.judge.pairing import replicates_of
 
     return replicates_of(entry)
 

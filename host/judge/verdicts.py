@@ -1,0 +1,170 @@
+"""The verdicts of a comparison and what each shows: the words (slower,
+faster, equivalent, changed, undecided, runs differ), the families'
+defaults, ``MetricStats`` (what the test of one metric found) and the
+texts a table's cell and a page's line give it.  docs/claims-and-report.md
+("memqual compare") is the manual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
+from memqual.host.judge.regime import NOT_COMPARABLE
+
+if TYPE_CHECKING:
+    from memqual.host.judge import stats
+
+# Defaults (memqual.host.judge.stats has the same values; not imported here so that
+# `memqual --help` does not load numpy and scipy).
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.01
+CORRECTION = {PRIMARY: "holm", CONTROL: "holm", EXPLORATORY: "benjamini-hochberg at alpha/4"}
+# The share of alpha the exploratory family gets (see the module docstring).
+EXPLORATORY_ALPHA_SHARE = 0.25
+
+FASTER = "faster"
+SLOWER = "slower"
+EQUIVALENT = "equivalent"
+# Shown to differ from A (the test of no change rejected at its level) with
+# an estimate inside the margin, and not shown inside it: a decision (under
+# --until-decided the metric crossed its boundary and is frozen there), not
+# a regression.
+CHANGED = "changed"
+UNDECIDED = "undecided"
+# Two runs of one side each, not in blocks: the test of their replicates
+# says whether the two runs differ, which is a description, not a decision
+# about the kernels (run-to-run variance is not in it).
+RUNS_DIFFER = "runs differ"
+# NOT_COMPARABLE is listed with the verdicts but is none: no decision was made.
+VERDICTS = (SLOWER, FASTER, EQUIVALENT, CHANGED, UNDECIDED, RUNS_DIFFER, NOT_COMPARABLE)
+ROLES = (PRIMARY, CONTROL, EXPLORATORY)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricStats:
+    """What the test of one metric found: the pooled samples' summaries,
+    the ratio B / A the test estimates (a geometric mean ratio of
+    replicate medians, per block when paired) with its 95 % t-interval, the
+    raw and corrected p of a difference and of equivalence, and the levels
+    those corrected p faced."""
+
+    a: stats.Summary
+    b: stats.Summary
+    ratio: float
+    ci_low: float
+    ci_high: float
+    confidence: float
+    p_value: float
+    p_equivalence: float
+    n_replicates_a: int
+    n_replicates_b: int
+    n_blocks: int  # 0 when unpaired
+    p_method: str
+    p_adjusted: float | None = None
+    p_equivalence_adjusted: float | None = None
+    alpha_difference: float = 0.0  # the level the raw p faced in its family
+    alpha_equivalence: float = 0.0
+    blocks_needed: int | None = None  # units a side that would decide it (undecided only)
+    # The increment-scale p of a look in a sequence (--until-decided), what
+    # the family's correction ran on; None for a single comparison.
+    p_sequential: float | None = None
+    p_equivalence_sequential: float | None = None
+    # The threshold band's half-width, shown with every verdict.
+    margin: float = 0.0
+    # What the test's units are: "block" (paired), "run" (several runs a
+    # side, one value a run), "replicate" (a replicate a unit: a bisect
+    # probe outside blocks), "descriptive" (one run a side outside blocks:
+    # the runs' replicates, which say whether the two runs differ, not
+    # whether the kernels do).
+    unit_kind: str = "replicate"
+
+    @property
+    def paired(self) -> bool:
+        return self.n_blocks > 0
+
+    @property
+    def units(self) -> int:
+        """The independent units a side the test rests on (blocks when paired)."""
+        return self.n_blocks if self.paired else min(self.n_replicates_a, self.n_replicates_b)
+
+    def to_json(self) -> dict[str, Any]:
+        def finite(x: float | None) -> float | None:
+            return x if x is not None and math.isfinite(x) else None
+
+        return {
+            "a": self.a.to_json(),
+            "b": self.b.to_json(),
+            "ratio": finite(self.ratio),
+            "ci": [finite(self.ci_low), finite(self.ci_high)],
+            "confidence": self.confidence,
+            "p_value": self.p_value,
+            "p_adjusted": self.p_adjusted,
+            "p_equivalence": self.p_equivalence,
+            "p_equivalence_adjusted": self.p_equivalence_adjusted,
+            "alpha_difference": self.alpha_difference,
+            "alpha_equivalence": self.alpha_equivalence,
+            "n_replicates_a": self.n_replicates_a,
+            "n_replicates_b": self.n_replicates_b,
+            "n_blocks": self.n_blocks,
+            "paired": self.paired,
+            "p_method": self.p_method,
+            "blocks_needed": self.blocks_needed,
+            "margin": self.margin,
+            "unit_kind": self.unit_kind,
+            **(
+                {"p_sequential": self.p_sequential, "p_equivalence_sequential": self.p_equivalence_sequential}
+                if self.p_sequential is not None
+                else {}
+            ),
+        }
+
+
+def stats_verdict_text(verdict: str, c: MetricStats) -> str:
+    """A verdict with its margin (a table's cell); for ``undecided`` about
+    how many units would decide it.  ``verdict_meaning`` says in full what
+    the test showed."""
+    band = f"±{c.margin * 100:.3g}%"
+    if verdict in (SLOWER, FASTER, EQUIVALENT, CHANGED):
+        return f"{verdict} ({band})"
+    if verdict == RUNS_DIFFER:
+        return f"{verdict} (descriptive)"
+    if verdict != UNDECIDED:
+        return verdict
+    unit = "blocks" if c.paired else ("runs a side" if c.unit_kind == "run" else "a side")
+    if c.unit_kind == "descriptive":
+        return f"{UNDECIDED} (one run a side: descriptive)"
+    if min(c.n_replicates_a, c.n_replicates_b) < 2 and not c.paired:
+        return f"{UNDECIDED} (no spread yet: needs 2 or more {unit})"
+    if c.blocks_needed is None:
+        return f"{UNDECIDED} (on the threshold's edge: more than 200 {unit})"
+    return f"{UNDECIDED} (needs about {c.blocks_needed} {unit})"
+
+
+def verdict_meaning(verdict: str, c: MetricStats) -> str:
+    """What a verdict's test showed, in words that do not overstate it:
+    ``slower`` is a change shown against no change with an estimate
+    beyond the margin, not a change shown to exceed the margin."""
+    band = f"±{c.margin * 100:.3g} %"
+    change = f"{(c.ratio - 1.0) * 100:+.1f} %" if math.isfinite(c.ratio) else "?"
+    if verdict in (SLOWER, FASTER):
+        return (
+            f"{verdict}: shown to differ from A, estimate {change} beyond the {band} margin "
+            "(not tested against the margin itself)"
+        )
+    if verdict == EQUIVALENT:
+        return f"{verdict}: the interval shown inside the {band} margin"
+    if verdict == CHANGED:
+        return f"{verdict}: shown to differ from A, estimate {change} inside the {band} margin, not shown inside it"
+    if verdict == RUNS_DIFFER:
+        return (
+            f"{verdict}: these two runs differ by {change} on their replicates; with one run a side outside "
+            "blocks the run-to-run variance is not in the test, so this describes the runs and decides nothing"
+        )
+    if verdict == UNDECIDED and c.unit_kind == "descriptive":
+        return f"{verdict}: one run a side outside blocks ({change}); several runs a side or an interleaved run decide"
+    if verdict == UNDECIDED:
+        return f"{verdict}: neither a change nor equivalence within the {band} margin shown"
+    return verdict
