@@ -18,6 +18,7 @@ from memqual.e2e.base import GuestTest, MeasurementLock, skip
 from memqual.host.core import kvm as K
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
+from memqual.host.memslots import kvm_lookup_results, kvm_results
 from memqual.host.memslots.table import KVM_LOOKUP
 
 SLOT_COUNTS = (1, 32, 509)
@@ -69,8 +70,8 @@ class MemslotsKvm(Test):
         # The whole bench's wall time: a bound on each of its parts that no
         # load on the host can break (a part of it is never longer).
         self.bench_wall_s = time.monotonic() - started
-        doc = B.summarize(result)
-        B.write_records(result, self.outputdir)
+        doc = kvm_results.summarize(result)
+        kvm_results.write_records(result, self.outputdir)
         self.log.info("summary: %s", {k: v for k, v in doc.items() if k != "runs"})
         for run in doc["runs"]:
             self.log.info("run: %s", {k: v for k, v in run.items() if k != "spread"})
@@ -159,7 +160,7 @@ class MemslotsKvm(Test):
             self._skip("KVM_CAP_IOEVENTFD missing: misses would exit to userspace")
         self._require_guest()
         result = L.run_lookup(config, progress=self.log.info)
-        doc = L.summarize(result)
+        doc = kvm_lookup_results.summarize(result)
         self.log.info("execution: %s; %.1f s", doc["execution"], result.duration_s)
         for kind, points in doc["points"].items():
             for n, point in points.items():
@@ -189,8 +190,8 @@ class MemslotsKvm(Test):
         """
         config = self._lookup_config()
         result, doc = self._lookup(config)
-        records = L.records(result)
-        L.write_records(result, self.outputdir)
+        records = kvm_lookup_results.records(result)
+        kvm_lookup_results.write_records(result, self.outputdir)
         points = [r for r in records if r.metric == "access_ns"]
         slopes = {r.variant["kind"]: r for r in records if r.metric == "ns_per_doubling"}
         self.assertEqual(len(points), 3 * len(config.slots) - (1 if 1 in config.slots else 0))  # no small slot at N = 1
@@ -217,8 +218,8 @@ class MemslotsKvm(Test):
         :avocado: tags=slow
         """
         config = self._lookup_config(slots=(509,))
-        first = L.summarize(self._lookup(config)[0])
-        second = L.summarize(self._lookup(config)[0])
+        first = kvm_lookup_results.summarize(self._lookup(config)[0])
+        second = kvm_lookup_results.summarize(self._lookup(config)[0])
         for kind in L.KINDS:
             a, b = first["points"][kind]["509"], second["points"][kind]["509"]
             self.log.info(

@@ -31,7 +31,7 @@ from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.qemu import qemu_version
 from memqual.host.core.record import Measurement
 from memqual.host.memslots import kvm_lookup as L
-from memqual.host.memslots import virtio_layouts
+from memqual.host.memslots import kvm_lookup_results, virtio_layouts
 from memqual.host.memslots.model import model_table
 from memqual.host.memslots.qemu_layout import layout_from_flatview, parse_flatview
 from memqual.host.memslots.table import KVM_LOOKUP
@@ -351,7 +351,9 @@ class VirtioMem(GuestTest):
             slots=counts, replicates=max(KVM_LOOKUP.sizes_for().replicates, 3), rounds=21, iterations=600
         )
         result = L.run_lookup(config, progress=self.log.info)
-        misses = [r for r in L.records(result) if r.metric == "access_ns" and r.variant["kind"] == "miss"]
+        misses = [
+            r for r in kvm_lookup_results.records(result) if r.metric == "access_ns" and r.variant["kind"] == "miss"
+        ]
         self.assertEqual(sorted(r.variant["slots"] for r in misses), sorted(counts))
         for rec in misses:
             self.assertEqual(rec.n_replicates, config.replicates, rec.variant)

@@ -77,7 +77,7 @@ def test_the_reports_host_fallback_is_the_probes(tmp_path: Path, monkeypatch: py
 
 def test_every_builder_writes_environment_keys() -> None:
     """The /dev/kvm harnesses write the same keys as every scenario."""
-    from memqual.host.memslots import kvm_bench, kvm_lookup
+    from memqual.host.memslots import kvm_bench, kvm_lookup, kvm_lookup_results, kvm_results
 
     names = {f.name for f in dataclasses.fields(Environment)}
     bench = SimpleNamespace(
@@ -94,8 +94,8 @@ def test_every_builder_writes_environment_keys() -> None:
     )
     # Stand-ins with only the fields environment() reads.
     for doc in (
-        kvm_bench.environment(cast(kvm_bench.BenchResult, bench)),
-        kvm_lookup.environment(cast(kvm_lookup.LookupResult, lookup)),
+        kvm_results.environment(cast(kvm_bench.BenchResult, bench)),
+        kvm_lookup_results.environment(cast(kvm_lookup.LookupResult, lookup)),
     ):
         assert set(doc) <= names
         assert doc["kvm_nr_memslots"] == 32764 and doc["kvm_device"] == "/dev/kvm"

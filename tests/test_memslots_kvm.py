@@ -25,6 +25,7 @@ from memqual.host.core import kvm as K
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.record import load
 from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_guest, kvm_results
 
 # --- ABI -------------------------------------------------------------------------
 SIZES = {
@@ -215,7 +216,7 @@ def test_guest_memory_is_unmapped_on_close() -> None:
 
 
 # --- geometry -------------------------------------------------------------------------
-def _ranges(geo: B.SlotGeometry, moved: bool = False) -> list[tuple[int, int]]:
+def _ranges(geo: kvm_guest.SlotGeometry, moved: bool = False) -> list[tuple[int, int]]:
     shift = K.PAGE_SIZE if moved else 0
     return [(geo.slot_gpa(i) + shift, geo.slot_gpa(i) + shift + geo.slot_size(i)) for i in range(geo.n)]
 
@@ -223,7 +224,7 @@ def _ranges(geo: B.SlotGeometry, moved: bool = False) -> list[tuple[int, int]]:
 @settings(max_examples=60, deadline=None)
 @given(n=st.integers(1, 300), pages=st.integers(1, 600))
 def test_geometry_slots_disjoint_gaps_free_moves_legal(n: int, pages: int) -> None:
-    geo = B.SlotGeometry(n, pages)
+    geo = kvm_guest.SlotGeometry(n, pages)
     for moved in (False, True):
         ranges = sorted(_ranges(geo, moved))
         assert all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(ranges))
@@ -244,27 +245,27 @@ def test_geometry_slots_disjoint_gaps_free_moves_legal(n: int, pages: int) -> No
 
 
 def test_geometry_code_page_is_in_slot_0() -> None:
-    geo = B.SlotGeometry(3)
-    assert geo.slot_gpa(0) == 0 and geo.slot_size(0) >= K.PAGE_SIZE + len(B.GUEST_CODE)
+    geo = kvm_guest.SlotGeometry(3)
+    assert geo.slot_gpa(0) == 0 and geo.slot_size(0) >= K.PAGE_SIZE + len(kvm_guest.GUEST_CODE)
 
 
 def test_geometry_at_the_kernel_limit_stays_below_4gib() -> None:
-    geo = B.SlotGeometry(32764, 1)
+    geo = kvm_guest.SlotGeometry(32764, 1)
     geo.check()
     assert geo.top_gpa < 1 << 32
 
 
 def test_geometry_above_4gib_is_bad_input() -> None:
     with pytest.raises(BadInput, match="above 4 GiB: use fewer pages per slot"):
-        B.SlotGeometry(32764, 512).check()
+        kvm_guest.SlotGeometry(32764, 512).check()
     with pytest.raises(BadInput, match="not positive"):
-        B.SlotGeometry(0).check()
+        kvm_guest.SlotGeometry(0).check()
 
 
 # --- the guest program -----------------------------------------------------------------
 def _offsets() -> list[int]:
     out, pos = [], 0
-    for code, _, _ in B.GUEST_PROGRAM:
+    for code, _, _ in kvm_guest.GUEST_PROGRAM:
         out.append(pos)
         pos += len(code)
     return out
@@ -272,31 +273,36 @@ def _offsets() -> list[int]:
 
 def test_guest_program_jumps_land_on_instruction_starts() -> None:
     starts = _offsets()
-    by_asm = {asm.split()[0]: (off, code) for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM, strict=True)}
+    by_asm = {asm.split()[0]: (off, code) for off, (code, asm, _) in zip(starts, kvm_guest.GUEST_PROGRAM, strict=True)}
     targets = {}
-    for off, (code, asm, _) in zip(starts, B.GUEST_PROGRAM, strict=True):
+    for off, (code, asm, _) in zip(starts, kvm_guest.GUEST_PROGRAM, strict=True):
         if code[0] in (0x74, 0xEB):  # je rel8 / jmp rel8
             rel = int.from_bytes(code[1:2], "little", signed=True)
             targets[asm] = off + len(code) + rel
-    assert targets["je done (+8 -> offset 14)"] == starts[[a for _, a, _ in B.GUEST_PROGRAM].index("mov eax, ebx")]
-    assert targets["jmp loop (-12 -> offset 2)"] == starts[[a for _, a, _ in B.GUEST_PROGRAM].index("test ecx, ecx")]
+    assert (
+        targets["je done (+8 -> offset 14)"] == starts[[a for _, a, _ in kvm_guest.GUEST_PROGRAM].index("mov eax, ebx")]
+    )
+    assert (
+        targets["jmp loop (-12 -> offset 2)"]
+        == starts[[a for _, a, _ in kvm_guest.GUEST_PROGRAM].index("test ecx, ecx")]
+    )
     assert targets["jmp halt (-3 -> offset 21)"] == by_asm["hlt"][0]
     # the port the program reports on is REPORT_PORT
-    mov_dx = next(code for code, asm, _ in B.GUEST_PROGRAM if asm.startswith("mov dx"))
-    assert int.from_bytes(mov_dx[2:4], "little") == B.REPORT_PORT
+    mov_dx = next(code for code, asm, _ in kvm_guest.GUEST_PROGRAM if asm.startswith("mov dx"))
+    assert int.from_bytes(mov_dx[2:4], "little") == kvm_guest.REPORT_PORT
 
 
 @needs_objdump
 def test_guest_program_disassembles_as_documented(tmp_path) -> None:
-    mnemonics = [insn.split()[0] for insn in instructions(B.GUEST_CODE, tmp_path)]
-    documented = [asm.split()[0] for _, asm, _ in B.GUEST_PROGRAM]
+    mnemonics = [insn.split()[0] for insn in instructions(kvm_guest.GUEST_CODE, tmp_path)]
+    documented = [asm.split()[0] for _, asm, _ in kvm_guest.GUEST_PROGRAM]
     assert mnemonics == documented
 
 
 # --- model ------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 2, 3, 31, 32, 33, 509, 4095, 4096, 32764])
 def test_balanced_tree_nodes_is_ceil_log2(n: int) -> None:
-    nodes, source = B.balanced_tree_nodes(n)
+    nodes, source = kvm_guest.balanced_tree_nodes(n)
     assert nodes == math.ceil(math.log2(n + 1))
     assert source
 
@@ -346,7 +352,7 @@ def _result(vcpu_ok: bool = True, overlap: str = "EEXIST", full: bool = False) -
 
 
 def test_summary_has_the_documented_shape_and_medians() -> None:
-    doc = B.summarize(_result())
+    doc = kvm_results.summarize(_result())
     assert doc["nr_memslots"] == 32764
     assert doc["limit_errno"] == "EINVAL" and doc["overlap_errno"] == "EEXIST" and doc["misaligned_errno"] == "EINVAL"
     assert doc["probes_ok"] is True and doc["limit_tested_on_full_vm"] is False
@@ -367,20 +373,20 @@ def test_summary_has_the_documented_shape_and_medians() -> None:
 
 
 def test_summary_prefers_the_full_vm_limit_probe() -> None:
-    doc = B.summarize(_result(full=True))
+    doc = kvm_results.summarize(_result(full=True))
     assert doc["limit_tested_on_full_vm"] is True
     assert {r["slots"]: r.get("limit_errno") for r in doc["runs"]}[509] == ["EINVAL"]
 
 
 def test_unexpected_errno_and_bad_mmio_make_the_cli_fail() -> None:
-    doc = B.summarize(_result(overlap="accepted"))
+    doc = kvm_results.summarize(_result(overlap="accepted"))
     assert doc["probes_ok"] is False
-    assert kvm_cli._vcpu_checks_ok(B.summarize(_result(vcpu_ok=False))) is False
-    assert kvm_cli._vcpu_checks_ok(B.summarize(_result())) is True
+    assert kvm_cli._vcpu_checks_ok(kvm_results.summarize(_result(vcpu_ok=False))) is False
+    assert kvm_cli._vcpu_checks_ok(kvm_results.summarize(_result())) is True
 
 
 def test_text_report_names_probes_and_model() -> None:
-    text = kvm_cli.render_text(B.summarize(_result(overlap="accepted")))
+    text = kvm_cli.render_text(kvm_results.summarize(_result(overlap="accepted")))
     assert "overlap: overlap -> accepted (expected EEXIST, UNEXPECTED)" in text
     assert "ceil(log2(n+1))" in text
     assert "509" in text
@@ -388,12 +394,12 @@ def test_text_report_names_probes_and_model() -> None:
 
 def test_records_round_trip(tmp_path) -> None:
     result = _result()
-    paths = B.write_records(result, tmp_path)
+    paths = kvm_results.write_records(result, tmp_path)
     recs = [load(p) for p in paths]
     assert {r.scenario for r in recs} == {"memslots.kvm"}
     by_key = {(r.metric, r.variant["slots"]): r for r in recs}
     # every metric at every slot count, but no slot switch with one slot
-    assert len(by_key) == len(recs) == 3 * len(B.RECORD_METRICS) - 1
+    assert len(by_key) == len(recs) == 3 * len(kvm_results.RECORD_METRICS) - 1
     assert ("slot_switch_us", 1) not in by_key and ("slot_switch_us", 32) in by_key
     setup = by_key[("setup_s_per_slot", 32)]
     assert setup.samples == pytest.approx([60e-6, 61e-6]) and setup.unit == "s" and setup.better == "lower"
@@ -451,7 +457,7 @@ def test_missing_device_through_the_harness_is_capability_missing() -> None:
 
 # --- the reference model on the harness's layout ---------------------------------------
 def test_model_walk_on_the_bench_layout() -> None:
-    walk = B.model_walk(B.SlotGeometry(32))
+    walk = kvm_guest.model_walk(kvm_guest.SlotGeometry(32))
     if "touch_nodes_mean" not in walk:
         pytest.skip(f"reference model not usable here: {walk['source']}")
     assert walk["lookups"] == 32
@@ -479,7 +485,7 @@ def test_a_model_disagreement_is_a_failure_not_a_note(monkeypatch) -> None:
 
     monkeypatch.setattr(model_mod, "run_structure", wrong)
     with pytest.raises(model_mod.ModelDisagreement):
-        B.model_walk(B.SlotGeometry(4))
+        kvm_guest.model_walk(kvm_guest.SlotGeometry(4))
 
 
 def test_vcpu_failures_after_the_capability_probe_are_failures(monkeypatch) -> None:

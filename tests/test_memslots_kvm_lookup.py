@@ -16,6 +16,7 @@ from disassemble import instructions, needs_objdump
 from memqual.host.core import kvm as K
 from memqual.host.core.errors import BadInput
 from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_guest, kvm_lookup_results
 from memqual.host.memslots import kvm_lookup as L
 
 
@@ -61,7 +62,7 @@ def test_geometry_targets(n: int) -> None:
     targets = geo.targets()
     assert targets["ram_hit"] < geo.ram_bytes and targets["ram_hit"] >= 2 * L.NULL_ENTRY
     assert targets["miss"] >= geo.ram_bytes
-    assert geo.top_gpa <= B.GPA_CEILING
+    assert geo.top_gpa <= kvm_guest.GPA_CEILING
     if n == 1:
         assert "small_hit" not in targets
     else:
@@ -121,7 +122,7 @@ def _synthetic(
 
 def slope(result: L.LookupResult, kind: str, paired: bool | None = None) -> dict[str, Any]:
     """``slope_summary`` where the data has a slope to give."""
-    fit = L.slope_summary(result, kind, paired)
+    fit = kvm_lookup_results.slope_summary(result, kind, paired)
     assert fit is not None, f"no slope for {kind}"
     return fit
 
@@ -153,7 +154,7 @@ def test_pairing_with_the_ram_hit_cancels_what_hits_every_access_alike() -> None
 
 def test_records_shape() -> None:
     result = _synthetic(2.0, [0.0, 3.0, -2.0])
-    records = L.records(result)
+    records = kvm_lookup_results.records(result)
     points = [r for r in records if r.metric == "access_ns"]
     assert len(points) == 3 * 4 - 1
     miss32 = next(r for r in points if r.variant == {"kind": "miss", "slots": 32})
@@ -210,7 +211,7 @@ def test_a_miss_that_lands_in_a_slot_fails(kvm, monkeypatch) -> None:
 
 def test_small_run_end_to_end(kvm) -> None:
     result = L.run_lookup(dataclasses.replace(SMALL, replicates=2))
-    doc = L.summarize(result)
+    doc = kvm_lookup_results.summarize(result)
     assert set(doc["points"]["miss"]) == {"1", "8"} and set(doc["points"]["small_hit"]) == {"8"}
     assert set(doc["per_doubling"]) == {"miss", "ram_hit"}
     assert len(result.samples) == 4

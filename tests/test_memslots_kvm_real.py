@@ -11,6 +11,7 @@ import pytest
 
 from memqual.host.core import kvm as K
 from memqual.host.memslots import kvm_bench as B
+from memqual.host.memslots import kvm_guest, kvm_results
 
 
 def _kvm_fds() -> list[str]:
@@ -94,7 +95,7 @@ def test_protected_mode_guest_touches_every_slot(kvm: K.Kvm) -> None:
 
 def test_small_bench_end_to_end(kvm: K.Kvm) -> None:
     result = B.run_bench(B.BenchConfig(slots=(1, 8), repeats=1, vcpu=False))
-    doc = B.summarize(result)
+    doc = kvm_results.summarize(result)
     assert doc["probes_ok"], doc["probes"]
     assert [r["slots"] for r in doc["runs"]] == [1, 8]
     assert all(0 < r["setup_s_per_slot"] < 0.1 for r in doc["runs"])
@@ -102,9 +103,9 @@ def test_small_bench_end_to_end(kvm: K.Kvm) -> None:
 
 
 def test_a_guest_that_does_not_finish_hits_the_deadline(kvm: K.Kvm) -> None:
-    geo = B.SlotGeometry(1)
+    geo = kvm_guest.SlotGeometry(1)
     with K.GuestMemory(geo.host_size) as mem, kvm.create_vm() as vm:
-        mem.write(B.GUEST_ENTRY, B.GUEST_CODE)
+        mem.write(kvm_guest.GUEST_ENTRY, kvm_guest.GUEST_CODE)
         B._setup_slots(vm, geo, mem.address)
         reason = B.probe_vcpu(kvm)  # the capability, checked before the attempt
         if reason is not None:

@@ -142,16 +142,16 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.memslots import kvm_bench
+    from memqual.host.memslots import kvm_bench, kvm_results
 
     if getattr(args, "lookup", False):
         return run_lookup(args)
     config = config_from_args(args)
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result = kvm_bench.run_bench(config, progress=progress)
-    doc = kvm_bench.summarize(result)
+    doc = kvm_results.summarize(result)
     if args.records:
-        paths = kvm_bench.write_records(result, args.records)
+        paths = kvm_results.write_records(result, args.records)
         doc["records"] = [str(p) for p in paths]
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=_json_default))
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_lookup(args: argparse.Namespace) -> int:
     # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.memslots import kvm_lookup
+    from memqual.host.memslots import kvm_lookup, kvm_lookup_results
 
     check_kvm_device(args.device)
     slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS
@@ -174,9 +174,9 @@ def run_lookup(args: argparse.Namespace) -> int:
     config.check()
     progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
     result = kvm_lookup.run_lookup(config, progress=progress)
-    doc = kvm_lookup.summarize(result)
+    doc = kvm_lookup_results.summarize(result)
     if args.records:
-        doc["records"] = [str(p) for p in kvm_lookup.write_records(result, args.records)]
+        doc["records"] = [str(p) for p in kvm_lookup_results.write_records(result, args.records)]
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=_json_default))
         return 0

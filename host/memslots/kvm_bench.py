@@ -10,33 +10,30 @@ docs/memslots-kvm.md, "How host/memslots/kvm_bench.py measures".
 from __future__ import annotations
 
 import logging
-import math
-import os
 import platform
-import re
 import signal
-import statistics
 import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from memqual.host.core import kvm as K
-from memqual.host.core import probe as host_probe
 from memqual.host.core.errors import BadInput, MemqualError
-from memqual.host.core.record import Measurement, write
-from memqual.host.memslots import model as memslot_model
-from memqual.host.memslots.layout import Layout, Slot
-from memqual.host.memslots.structures import balanced_bound
+from memqual.host.memslots.kvm_guest import (
+    GUEST_CODE,
+    GUEST_ENTRY,
+    PAGE,
+    REPORT_PORT,
+    SlotGeometry,
+    balanced_tree_nodes,
+    model_walk,
+)
 
 log = logging.getLogger(__name__)
 
-PAGE = K.PAGE_SIZE
-REPORT_PORT = 0x0501  # the guest reports its access count with OUT to this port
-GPA_CEILING = 1 << 32  # every slot stays below 4 GiB (flat 32-bit addressing)
 EXPECTED_ERRNO = {
     "limit": "EINVAL",  # slot id >= KVM_CAP_NR_MEMSLOTS
     "overlap": "EEXIST",
@@ -45,102 +42,6 @@ EXPECTED_ERRNO = {
     "misaligned_hva": "EINVAL",
     "resize": "EINVAL",  # an existing slot cannot change size
 }
-
-# --- the guest program ------------------------------------------------------------
-# Flat 32-bit protected mode, no paging, interrupts off.  Inputs in registers
-# (set with KVM_SET_REGS before each pass): ESI = first address, ECX = number
-# of accesses, EDI = stride in bytes.  Each access writes the running count
-# (1, 2, 3...) as a 32-bit word, so the host can tell which access reached
-# which page and the MMIO exits carry their sequence number.
-# The listing below is the program: machine code in hex, the assembly, and
-# after ";" why; "label:" lines only name the offset that follows.
-GUEST_LISTING = """
-    31 db          xor ebx, ebx                  ; ebx = accesses done
-loop:  (offset 2)
-    85 c9          test ecx, ecx                 ; any access left?
-    74 08          je done (+8 -> offset 14)     ; no: report
-    43             inc ebx                       ; count this access (first access writes 1)
-    89 1e          mov [esi], ebx                ; the access: fault + slot lookup, or an MMIO exit
-    01 fe          add esi, edi                  ; next page
-    49             dec ecx
-    eb f4          jmp loop (-12 -> offset 2)
-done:  (offset 14)
-    89 d8          mov eax, ebx                  ; the count to report
-    66 ba 01 05    mov dx, 0x501                 ; REPORT_PORT
-    ef             out dx, eax                   ; KVM_EXIT_IO with the count
-halt:  (offset 21)
-    f4             hlt                           ; KVM_EXIT_HLT (no in-kernel irqchip: HLT exits to us)
-    eb fd          jmp halt (-3 -> offset 21)    ; never run on
-"""
-
-
-def _assemble(listing: str) -> list[tuple[bytes, str, str]]:
-    """(bytes, assembly, why) per instruction line of a listing."""
-    program = []
-    for line in listing.splitlines():
-        if not line.startswith(" "):  # blank, or a label
-            continue
-        text, _, why = line.partition(";")
-        code, asm = re.split(r"\s{2,}", text.strip(), maxsplit=1)
-        program.append((bytes.fromhex(code), asm.strip(), why.strip()))
-    return program
-
-
-GUEST_PROGRAM = _assemble(GUEST_LISTING)
-GUEST_CODE = b"".join(code for code, _, _ in GUEST_PROGRAM)
-GUEST_ENTRY = 0x0
-
-
-# --- geometry -------------------------------------------------------------------
-@dataclass(frozen=True)
-class SlotGeometry:
-    """Where slot i lives in guest-physical and host memory (see module doc)."""
-
-    n: int
-    slot_pages: int = 1
-
-    @property
-    def stride(self) -> int:
-        return (self.slot_pages + 1) * PAGE
-
-    def touch_gpa(self, i: int) -> int:
-        return PAGE + i * self.stride
-
-    def slot_gpa(self, i: int) -> int:
-        return 0 if i == 0 else self.touch_gpa(i)
-
-    def slot_size(self, i: int) -> int:
-        return (self.slot_pages + (1 if i == 0 else 0)) * PAGE
-
-    def gap_gpa(self, i: int) -> int:
-        return self.touch_gpa(i) + self.slot_pages * PAGE
-
-    def touch_host_offset(self, i: int) -> int:
-        return (1 + i * self.slot_pages) * PAGE
-
-    def slot_host_offset(self, i: int) -> int:
-        return 0 if i == 0 else self.touch_host_offset(i)
-
-    @property
-    def host_size(self) -> int:
-        return (1 + self.n * self.slot_pages) * PAGE
-
-    @property
-    def top_gpa(self) -> int:
-        """First guest-physical byte above the layout (moves go up one page
-        and stay below it)."""
-        return PAGE + self.n * self.stride
-
-    def check(self) -> None:
-        if self.n < 1:
-            raise BadInput(f"slot count {self.n} is not positive: give at least 1 slot")
-        if self.slot_pages < 1:
-            raise BadInput(f"--slot-pages {self.slot_pages} is not positive: give at least 1")
-        if self.top_gpa > GPA_CEILING:
-            raise BadInput(
-                f"{self.n} slots of {self.slot_pages} pages reach {self.top_gpa:#x}, above 4 GiB: "
-                "use fewer pages per slot (--slot-pages) so the 32-bit guest reaches every slot"
-            )
 
 
 # --- configuration and results ----------------------------------------------------
@@ -230,43 +131,6 @@ class GuestPassError(MemqualError):
     def __init__(self, message: str, unsupported: bool = False) -> None:
         self.unsupported = unsupported
         super().__init__(message)
-
-
-# --- model ------------------------------------------------------------------------
-def balanced_tree_nodes(n: int) -> tuple[int, str]:
-    """Nodes a balanced binary search tree over n slots examines on a miss,
-    ceil(log2(n + 1)), and where the figure came from."""
-    return int(balanced_bound(n)), "memqual.host.memslots.structures.balanced_bound"
-
-
-MODEL_STRUCTURE = "rbtree"  # today's kernel: gfn-keyed balanced tree (2021)
-MODEL_SAMPLE = 4096  # lookups per pattern fed to the model (evenly spaced)
-
-
-def model_walk(geo: SlotGeometry) -> dict[str, Any]:
-    """The reference model run on this exact layout and access pattern:
-    mean and worst nodes examined by the kernel-like tree for the touch
-    pass (a hit in a different slot each time) and the MMIO pass (a
-    complete miss each time).  A wrong answer (ModelDisagreement) or any
-    other error is a bug and propagates as a failure."""
-    layout = Layout(
-        tuple(Slot(i, geo.slot_gpa(i) // PAGE, geo.slot_size(i) // PAGE) for i in range(geo.n)),
-        name=f"kvm-bench-{geo.n}",
-    )
-    step = max(1, geo.n // MODEL_SAMPLE)
-    picks = range(0, geo.n, step)
-    out: dict[str, Any] = {
-        "source": f"memqual.host.memslots.model.run_structure ({MODEL_STRUCTURE})",
-        "lookups": len(picks),
-    }
-    for name, gpa in (("touch", geo.touch_gpa), ("mmio", geo.gap_gpa)):
-        gfns = [gpa(i) // PAGE for i in picks]
-        # run_structure checks every answer against the layout (the
-        # oracle): a touch must hit its slot, a gap frame must miss.
-        stats = memslot_model.run_structure(MODEL_STRUCTURE, layout, gfns, memslot_model.oracle(layout, gfns))
-        out[f"{name}_nodes_mean"] = stats.mean_nodes
-        out[f"{name}_nodes_max"] = stats.max_nodes
-    return out
 
 
 # --- environment ------------------------------------------------------------------
@@ -570,237 +434,3 @@ def probe_vcpu(kvm: K.Kvm, timeout_s: float = 60.0) -> str | None:
             f"capability probe: the guest reported {reported} writes and wrote {word}, expected 1 and 1"
         )
     return None
-
-
-# --- summaries -------------------------------------------------------------------------
-def _spread(values: list[float]) -> list[float]:
-    """[min, max] over the repeats (the median is the run's own field)."""
-    return [min(values), max(values)]
-
-
-def per_slot_metrics(sample: RunSample) -> dict[str, float]:
-    """The figures of one run, normalised per slot or per access."""
-    n = sample.slots
-    out = {
-        "setup_s": sample.setup_s,
-        "move_s": sample.move_s,
-        "delete_s": sample.delete_s,
-        "setup_s_per_slot": sample.setup_s / n,
-        "move_s_per_slot": sample.move_s / n,
-        "delete_s_per_slot": sample.delete_s / n,
-    }
-    v = sample.vcpu
-    if v is not None:
-        # Per access, with the fixed cost of a pass (entry + report exit)
-        # taken out; at N = 1 what remains is noisy, and says so in the spread.
-        first = (v.first_touch_s - v.empty_pass_s) / n
-        warm = (v.warm_touch_s - v.empty_pass_s) / n
-        same = (v.same_slot_s - v.empty_pass_s) / n
-        mmio = (v.mmio_s - v.empty_pass_s) / max(v.mmio_exits, 1)
-        out.update(
-            empty_pass_us=v.empty_pass_s * 1e6,
-            first_touch_us=first * 1e6,
-            warm_touch_us=warm * 1e6,
-            same_slot_us=same * 1e6,
-            fault_us=(first - warm) * 1e6,
-            mmio_exit_us=mmio * 1e6,
-            faults_per_s=1 / first if first > 0 else math.inf,
-            mmio_exits_per_s=1 / mmio if mmio > 0 else math.inf,
-        )
-        if n > 1:
-            # A warm access to another slot against one to the same slot:
-            # with a single slot there is no other slot, and the difference
-            # of two equal costs is noise (it came out negative).
-            out["slot_switch_us"] = (warm - same) * 1e6
-    return out
-
-
-def summarize(result: BenchResult) -> dict[str, Any]:
-    """The JSON document of ``memqual memslots kvm --json``."""
-    runs = []
-    for n in result.config.slots:
-        samples = [s for s in result.samples if s.slots == n]
-        if not samples:
-            continue
-        metrics = [per_slot_metrics(s) for s in samples]
-        keys = [k for k in metrics[0] if all(k in m for m in metrics)]
-        series = {k: [m[k] for m in metrics] for k in keys}
-        nodes, _ = balanced_tree_nodes(n)
-        run: dict[str, Any] = {"slots": n, "repeats": len(samples)}
-        run.update({k: statistics.median(v) for k, v in series.items()})
-        run["spread"] = {k: _spread(v) for k, v in series.items()}
-        run["model_nodes"] = nodes
-        if result.model_walks.get(n):
-            run["model"] = result.model_walks[n]
-        vs = [s.vcpu for s in samples if s.vcpu is not None]
-        if vs:
-            run["vcpu_checks"] = {
-                "accesses": n,
-                "reported": [list(v.reported) for v in vs],
-                "touched_ok": [v.touched_ok for v in vs],
-                "mmio_exits": [v.mmio_exits for v in vs],
-                "mmio_mismatches": [v.mmio_mismatches for v in vs],
-                "other_exits": [v.other_exits for v in vs],
-            }
-        limits = [s.limit for s in samples if s.limit is not None]
-        if limits:
-            run["limit_errno"] = sorted({p.observed for p in limits})
-        runs.append(run)
-    full = [s.limit for s in result.samples if s.limit is not None]
-    limit_probe = next(p for p in result.probes if p.name == "limit")
-    # Prefer the real "one slot past a full VM" outcome when a run filled it.
-    limit_errno = full[0].observed if full else limit_probe.observed
-    probes = {p.name: p.observed for p in result.probes}
-    doc: dict[str, Any] = {
-        "nr_memslots": result.nr_memslots,
-        "runs": runs,
-        "limit_errno": limit_errno,
-        "limit_tested_on_full_vm": bool(full),
-        "overlap_errno": probes["overlap"],
-        "misaligned_errno": probes["misaligned_gpa"],
-        "probes": [dict(asdict(p), ok=p.ok) for p in result.probes + full[:1]],
-        "probes_ok": all(p.ok for p in result.probes + full),
-        "vcpu": {
-            "mode": "flat 32-bit protected mode, paging off (KVM_SET_SREGS)",
-            "ran": any(s.vcpu is not None for s in result.samples),
-            "error": result.vcpu_error,
-            "execution": execution_kind(runs),
-        },
-        "model": {
-            "structure": "balanced binary search tree",
-            "nodes": "ceil(log2(n+1))",
-            "source": result.model_source,
-            "per_run": f"runs[].model: {MODEL_STRUCTURE} of the reference model on the same layout and accesses",
-        },
-        "fit": fit_against_model(runs),
-        "settings": {
-            "repeats": result.config.repeats,
-            "slot_pages": result.config.slot_pages,
-            "order": "repeat-major, alternating direction",
-        },
-        "environment": environment(result),
-        "duration_s": result.duration_s,
-    }
-    return doc
-
-
-NATIVE_ACCESS_CEILING_US = 0.1
-
-
-def execution_kind(runs: list[dict[str, Any]]) -> str | None:
-    """Whether the guest ran natively or through KVM's instruction emulator,
-    judged from a write loop that stays in one page: natively an iteration
-    takes nanoseconds; emulated (kvm_pvm runs non-paged protected-mode code
-    this way) microseconds, and then every access is a software gfn -> slot
-    lookup rather than a hardware TLB hit."""
-    values = [r["same_slot_us"] for r in runs if "same_slot_us" in r and r["slots"] >= 32]
-    values = values or [r["same_slot_us"] for r in runs if "same_slot_us" in r]
-    if not values:
-        return None
-    per_access = statistics.median(values)
-    kind = "native" if per_access < NATIVE_ACCESS_CEILING_US else "emulated"
-    return f"{kind} ({per_access:.3g} us per same-page write)"
-
-
-def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Least-squares lines of the per-access costs (fault, slot switch, MMIO
-    exit) against the model's node count.  Informational: with 3-4 slot counts the fit says
-    how much the cost grows per tree level, not that the growth is a tree
-    walk (caches and TLBs grow with N too)."""
-    # Each cost against the nodes the model examines for that access kind
-    # (mean over the same accesses), or ceil(log2(n+1)) without the model.
-    pairs = (
-        ("fault_us", "touch_nodes_mean"),
-        ("slot_switch_us", "touch_nodes_mean"),
-        ("mmio_exit_us", "mmio_nodes_mean"),
-    )
-    out: dict[str, Any] = {}
-    for name, model_key in pairs:
-        pts = [r for r in runs if name in r]  # slot_switch_us needs 2+ slots
-        if len(pts) < 3:
-            continue
-        xs = [float(r.get("model", {}).get(model_key, r["model_nodes"])) for r in pts]
-        if len(set(xs)) < 2:
-            continue
-        ys = [float(r[name]) for r in pts]
-        slope, intercept = statistics.linear_regression(xs, ys)
-        r = statistics.correlation(xs, ys) if len(set(ys)) > 1 else 0.0
-        out[name] = {
-            "us_per_node": slope,
-            "intercept_us": intercept,
-            "r": r,
-            "points": len(pts),
-            "nodes": model_key if all("model" in p for p in pts) else "model_nodes",
-        }
-    return out or None
-
-
-def kvm_environment(host_kernel: str, kvm_module: str, nr_memslots: int, device: str, **more: Any) -> dict[str, Any]:
-    """The host's environment (memqual.host.core.probe) with what /dev/kvm said: the
-    facts every KVM benchmark of this package reads, and ``more`` kvm_* keys."""
-    kvm = {"host_kernel": host_kernel, "kvm_module": kvm_module, "kvm_nr_memslots": nr_memslots, "kvm_device": device}
-    return host_probe.environment().replace(**kvm, **more).to_json()
-
-
-def environment(result: BenchResult) -> dict[str, Any]:
-    return kvm_environment(
-        result.host_kernel,
-        result.kvm_module,
-        result.nr_memslots,
-        result.config.device,
-        kvm_api_version=result.api_version,
-        kvm_address_spaces=result.address_spaces,
-        kvm_vcpu_mmap_size=result.vcpu_mmap_size,
-    )
-
-
-# --- measurement records ------------------------------------------------------------------
-RECORD_METRICS: dict[str, tuple[str, str]] = {
-    # metric: (unit, better)
-    "setup_s_per_slot": ("s", "lower"),
-    "move_s_per_slot": ("s", "lower"),
-    "delete_s_per_slot": ("s", "lower"),
-    "first_touch_us": ("us", "lower"),
-    "warm_touch_us": ("us", "lower"),
-    "fault_us": ("us", "lower"),
-    "empty_pass_us": ("us", "lower"),
-    "same_slot_us": ("us", "lower"),
-    "slot_switch_us": ("us", "lower"),
-    "mmio_exit_us": ("us", "lower"),
-}
-
-
-def records(result: BenchResult) -> list[Any]:
-    """One memqual.host.core.record.Measurement per metric per slot count (scenario
-    "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
-    env = environment(result)
-    settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}
-    out = []
-    for n in result.config.slots:
-        samples = [s for s in result.samples if s.slots == n]
-        metrics = [per_slot_metrics(s) for s in samples]
-        nodes, source = balanced_tree_nodes(n)
-        walk = result.model_walks.get(n, {})
-        for metric, (unit, better) in RECORD_METRICS.items():
-            values = [m[metric] for m in metrics if metric in m]
-            if not values:
-                continue
-            out.append(
-                Measurement(
-                    scenario="memslots.kvm",
-                    metric=metric,
-                    unit=unit,
-                    better=better,
-                    samples=values,
-                    variant={"slots": n},
-                    settings=settings,
-                    environment=env,
-                    extra={"model_nodes": nodes, "model_source": source, "model_walk": walk},
-                    duration_s=result.duration_s,
-                )
-            )
-    return out
-
-
-def write_records(result: BenchResult, directory: str | os.PathLike[str]) -> list[Path]:
-    return [write(r, directory) for r in records(result)]
