@@ -170,6 +170,117 @@ class RunComparison:
         }
 
 
+def _compared(
+    a_sides: Sequence[Sequence[MetricEntry]],
+    b_sides: Sequence[Sequence[MetricEntry]],
+    *,
+    threshold: float,
+    alpha: float,
+    clock: str,
+    a_name: str,
+    b_name: str,
+    sequential: SequentialOf | None,
+) -> tuple[list[MetricComparison], list[str], list[str]]:
+    """Every paired metric decided (``compare_runs`` says how): the
+    metrics of each run a side, the first run naming the pairs."""
+    from memqual.host.judge.stats import ab_tests
+
+    pairs, only_a, only_b = pair_metrics(a_sides[0], b_sides[0])
+    pairs = sorted(pairs, key=lambda p: p[0].key)
+    several = len(a_sides) > 1 and len(b_sides) > 1
+
+    def side(runs: Sequence[Sequence[MetricEntry]], key: str, first: MetricEntry) -> list[list[list[float]]]:
+        found = [first] + [m for r in runs[1:] for m in r if m.key == key]
+        return [replicates_of(m) for m in found]
+
+    reps = []
+    tests = []
+    kinds = []
+    for ma, mb in pairs:
+        if several:
+            ra_runs, rb_runs = side(a_sides, ma.key, ma), side(b_sides, mb.key, mb)
+            ra, rb = [r for run in ra_runs for r in run], [r for run in rb_runs for r in run]
+            tests.append(ab_tests.ratio_test(run_medians(ra_runs), run_medians(rb_runs)))
+            kinds.append("run")
+        else:
+            ra, rb = replicates_of(ma), replicates_of(mb)
+            test = ab_tests.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
+            tests.append(test)
+            kinds.append("block" if test.paired else "descriptive")
+        reps.append((ra, rb))
+    roles = roles_of(pairs)
+    bands = [
+        margin_of(ma.scenario, ma.metric, ma.variant, clock, threshold) if role == PRIMARY else threshold
+        for (ma, _), role in zip(pairs, roles, strict=True)
+    ]
+    regimes = [regime_of(ma, mb, a_sides[0], b_sides[0], a_name, b_name) for ma, mb in pairs]
+    # Only metrics whose regimes match are decided, and only they make up
+    # the families their corrections run over.
+    kept = [i for i, r in enumerate(regimes) if r is None or r.matches]
+    given = {i: sequential(pairs[i][0].key, tests[i], bands[i]) for i in kept} if sequential is not None else {}
+    kept_decisions, kept_verdicts = decide(
+        [tests[i] for i in kept],
+        [roles[i] for i in kept],
+        [pairs[i][0].better for i in kept],
+        threshold=threshold,
+        alpha=alpha,
+        sequential=[given.get(i) for i in kept] if sequential is not None else None,
+        margins=[bands[i] for i in kept],
+    )
+    decisions: dict[int, FamilyDecision] = dict(zip(kept, kept_decisions, strict=True))
+    verdicts = dict(zip(kept, kept_verdicts, strict=True))
+    metrics = []
+    for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
+        d = decisions.get(i)
+        verdict = verdicts.get(i, NOT_COMPARABLE)
+        if kinds[i] == "descriptive" and verdict != NOT_COMPARABLE:
+            verdict = RUNS_DIFFER if verdict in (SLOWER, FASTER, CHANGED) else UNDECIDED
+        stats_i = metric_stats(
+            test, ra, rb, d, verdict, threshold=bands[i], sequential=given.get(i), unit_kind=kinds[i]
+        )
+        if kinds[i] == "run":
+            stats_i = dataclasses.replace(stats_i, n_replicates_a=test.n_a, n_replicates_b=test.n_b)
+        metrics.append(
+            MetricComparison(
+                key=ma.key,
+                scenario=ma.scenario,
+                metric=ma.metric,
+                unit=ma.unit,
+                better=ma.better,
+                comparison=stats_i,
+                verdict=verdict,
+                role=roles[i],
+                settings_changed=settings_diff(ma, mb),
+                variant=ma.variant or {},
+                settings=ma.settings or {},
+                regime=regimes[i],
+            )
+        )
+    return metrics, only_a, only_b
+
+
+def compare_metrics(
+    a: Sequence[MetricEntry],
+    b: Sequence[MetricEntry],
+    *,
+    threshold: float = DEFAULT_THRESHOLD,
+    alpha: float = DEFAULT_ALPHA,
+    clock: str = "",
+    sequential: SequentialOf | None = None,
+) -> list[MetricComparison]:
+    """One run a side's metrics, typed, compared as ``compare_runs``
+    compares them (no results file, no claims, no environment): one look
+    of --until-decided.  BadInput when a metric's unit or direction
+    differs between the sides."""
+    for ma, mb in pair_metrics(a, b)[0]:
+        if (ma.unit, ma.better) != (mb.unit, mb.better):
+            raise BadInput(f"metric {ma.key}: unit or direction differ between A and B")
+    found, _, _ = _compared(
+        [a], [b], threshold=threshold, alpha=alpha, clock=clock, a_name="A", b_name="B", sequential=sequential
+    )
+    return found
+
+
 def compare_results(
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
@@ -226,7 +337,6 @@ def compare_runs(
     what it gives.  A primary is judged against its own equivalence margin
     (host/judge/primaries.py, on the runs' clock), every other metric
     against ``threshold``."""
-    from memqual.host.judge.stats import ab_tests
 
     if not a_runs or not b_runs:
         raise BadInput(f"no results file for {a_name if not a_runs else b_name}")
@@ -238,79 +348,18 @@ def compare_runs(
         check_comparable(b_all[0], other, b_name, f"{b_name} run {i}")
     a, b = a_all[0], b_all[0]
     check_comparable(a, b, a_name, b_name)
-    pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
-    pairs = sorted(pairs, key=lambda p: p[0].key)
-    several = len(a_all) > 1 and len(b_all) > 1
-
-    def side(runs: list[Results], key: str, first: MetricEntry) -> list[list[list[float]]]:
-        found = [first] + [m for r in runs[1:] for m in map(MetricEntry.from_json, r.metrics) if m.key == key]
-        return [replicates_of(m) for m in found]
-
-    reps = []
-    tests = []
-    kinds = []
-    for ma, mb in pairs:
-        if several:
-            ra_runs, rb_runs = side(a_all, ma.key, ma), side(b_all, mb.key, mb)
-            ra, rb = [r for run in ra_runs for r in run], [r for run in rb_runs for r in run]
-            tests.append(ab_tests.ratio_test(run_medians(ra_runs), run_medians(rb_runs)))
-            kinds.append("run")
-        else:
-            ra, rb = replicates_of(ma), replicates_of(mb)
-            test = ab_tests.ratio_test(ra, rb, ma.blocks or None, mb.blocks or None)
-            tests.append(test)
-            kinds.append("block" if test.paired else "descriptive")
-        reps.append((ra, rb))
-    roles = roles_of(pairs)
     env_a, env_b = a.environment or {}, b.environment or {}
     clock = check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")})
-    bands = [
-        margin_of(ma.scenario, ma.metric, ma.variant, clock, threshold) if role == PRIMARY else threshold
-        for (ma, _), role in zip(pairs, roles, strict=True)
-    ]
-    regimes = [regime_of(ma, mb, a.metrics, b.metrics, a_name, b_name) for ma, mb in pairs]
-    # Only metrics whose regimes match are decided, and only they make up
-    # the families their corrections run over.
-    kept = [i for i, r in enumerate(regimes) if r is None or r.matches]
-    given = {i: sequential(pairs[i][0].key, tests[i], bands[i]) for i in kept} if sequential is not None else {}
-    kept_decisions, kept_verdicts = decide(
-        [tests[i] for i in kept],
-        [roles[i] for i in kept],
-        [pairs[i][0].better for i in kept],
+    metrics, only_a, only_b = _compared(
+        [r.metrics for r in a_all],
+        [r.metrics for r in b_all],
         threshold=threshold,
         alpha=alpha,
-        sequential=[given.get(i) for i in kept] if sequential is not None else None,
-        margins=[bands[i] for i in kept],
+        clock=clock,
+        a_name=a_name,
+        b_name=b_name,
+        sequential=sequential,
     )
-    decisions: dict[int, FamilyDecision] = dict(zip(kept, kept_decisions, strict=True))
-    verdicts = dict(zip(kept, kept_verdicts, strict=True))
-    metrics = []
-    for i, ((ma, mb), (ra, rb), test) in enumerate(zip(pairs, reps, tests, strict=True)):
-        d = decisions.get(i)
-        verdict = verdicts.get(i, NOT_COMPARABLE)
-        if kinds[i] == "descriptive" and verdict != NOT_COMPARABLE:
-            verdict = RUNS_DIFFER if verdict in (SLOWER, FASTER, CHANGED) else UNDECIDED
-        stats_i = metric_stats(
-            test, ra, rb, d, verdict, threshold=bands[i], sequential=given.get(i), unit_kind=kinds[i]
-        )
-        if kinds[i] == "run":
-            stats_i = dataclasses.replace(stats_i, n_replicates_a=test.n_a, n_replicates_b=test.n_b)
-        metrics.append(
-            MetricComparison(
-                key=ma.key,
-                scenario=ma.scenario,
-                metric=ma.metric,
-                unit=ma.unit,
-                better=ma.better,
-                comparison=stats_i,
-                verdict=verdict,
-                role=roles[i],
-                settings_changed=settings_diff(ma, mb),
-                variant=ma.variant or {},
-                settings=ma.settings or {},
-                regime=regimes[i],
-            )
-        )
     claims_b = {c.id: c for c in b.claims}
     claims = [
         {"id": c["id"], "a": c.get("verdict"), "b": claims_b[c.id].get("verdict") if c.id in claims_b else None}

@@ -162,19 +162,6 @@ class MetricProgress:
         }
 
 
-def _results_of(records: list[Any]) -> dict[str, Any]:
-    """What compare_results needs of a results.json, from records."""
-    from memqual.host.core.record import merge_rounds
-    from memqual.host.judge.results import memqual_version, metrics_of
-
-    return {
-        "memqual_version": memqual_version(),
-        "metrics": metrics_of(merge_rounds(records)),
-        "claims": [],
-        "environment": {},
-    }
-
-
 def decisions(
     records_a: list[Any],
     records_b: list[Any],
@@ -185,17 +172,23 @@ def decisions(
 ) -> list[Any]:
     """The MetricComparisons of the run so far at this level (empty when
     nothing is comparable yet: a failed block is undecided, not an error),
-    on the ``sequential`` p-values where given."""
+    on the ``sequential`` p-values where given: each arm's records merged
+    into typed metric entries and compared once."""
     from memqual.host.core.errors import BadInput
+    from memqual.host.core.record import merge_rounds
     from memqual.host.judge import comparison
+    from memqual.host.judge.results import metrics_of
 
     try:
-        result = comparison.compare_results(
-            _results_of(records_a), _results_of(records_b), threshold=threshold, alpha=alpha, sequential=sequential
+        return comparison.compare_metrics(
+            metrics_of(merge_rounds(records_a)),
+            metrics_of(merge_rounds(records_b)),
+            threshold=threshold,
+            alpha=alpha,
+            sequential=sequential,
         )
     except BadInput:
         return []
-    return result.metrics
 
 
 @dataclasses.dataclass(frozen=True)
