@@ -86,6 +86,7 @@ class FakeTracker:
     alpha_left = 0.01
     status = 0  # what its decisions say, as compare's exit status
     keep: set[str] | None = None  # what worth_a_block keeps (None: every undecided scenario)
+    compared: list = []  # the last look's comparisons (none: the controls' power is patched)
 
     def __init__(self) -> None:
         self.looks: list[tuple[int, int, int]] = []

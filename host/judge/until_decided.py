@@ -238,6 +238,9 @@ class Tracker:
     # synthetic blocks' (host/run/calibrate.py).
     decisions_of: Callable[..., list[Any]] | None = None
     min_blocks_sequential: int = 0  # 0: MIN_BLOCKS_SEQUENTIAL
+    # The last look's MetricComparisons: what the run reads of that look
+    # (the controls' power) without comparing the arms again.
+    compared: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def fraction_spent(self) -> float:
@@ -269,6 +272,7 @@ class Tracker:
             else []
         )
         self.looks.append(Look(look, fraction, level, len(now)))
+        self.compared = now
         for m in now:
             progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
             if progress.frozen is not None:

@@ -34,6 +34,8 @@ class DecisionTracker(Protocol):
 
     @property
     def alpha_left(self) -> float: ...
+    @property
+    def compared(self) -> list[Any]: ...
     def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool: ...
     def undecided_scenarios(self) -> set[str]: ...
     def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]: ...
@@ -381,7 +383,7 @@ def add_blocks_until_decided(
         if controls:
             control_looks.append((look, control_blocks, level))
         if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
-            found = controls_power_now(run_state, level)
+            found = controls_power_now(tracker.compared, level)
             if found.sufficient:
                 keep_controls = False
                 console.print(
@@ -457,15 +459,13 @@ def control_tests(run_state: BlockedRun) -> set[str]:
     return {name for scenario, names in run_state.scenario_tests.items() if is_control(scenario) for name in names}
 
 
-def controls_power_now(run_state: BlockedRun, level: float) -> Any:
-    """The controls' power (host/judge/control_power.py) on the run so far, at ``level``."""
+def controls_power_now(compared: list[Any], level: float) -> Any:
+    """The controls' power (host/judge/control_power.py) at ``level``, on
+    the comparisons of the look just taken (their intervals and unit
+    counts, which do not depend on the level)."""
     from memqual.host.judge import comparison, control_power
-    from memqual.host.judge.until_decided import decisions
 
-    now = decisions(
-        run_state.of_arm("A"), run_state.of_arm("B"), threshold=comparison.DEFAULT_THRESHOLD, alpha=max(level, 1e-12)
-    )
-    return control_power.power(control_power.designs_of(now), alpha=level, threshold=comparison.DEFAULT_THRESHOLD)
+    return control_power.power(control_power.designs_of(compared), alpha=level, threshold=comparison.DEFAULT_THRESHOLD)
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:
