@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from memqual.host.core.errors import Timeout
@@ -55,6 +55,40 @@ def _timed_out(
     if on_timeout is not None:
         return on_timeout(polled)
     return Timeout(f"{what} did not happen within {timeout:.1f} s ({polled.polls} polls)")
+
+
+def _steps(
+    predicate: Callable[[], Any],
+    timeout: float,
+    interval: Interval,
+    until: Callable[[Any], object],
+    clock: Callable[[], float],
+) -> Generator[float, None, Polled[Any]]:
+    """The loop both polls run: call the predicate, stop when it holds or
+    the deadline has passed, else yield the pause to take; returns what
+    was seen.  The caller sleeps (``poll``) or awaits (``poll_async``)."""
+    start = clock()
+    polls = 0
+    while True:
+        value = predicate()
+        polls += 1
+        elapsed = clock() - start
+        met = bool(until(value))
+        if met or elapsed >= timeout:
+            return Polled(value, met, elapsed, polls)
+        yield _pause(interval, timeout - elapsed)
+
+
+def _outcome(
+    polled: Polled[Any],
+    timeout: float,
+    what: str,
+    on_timeout: Callable[[Polled[Any]], BaseException] | None,
+    raise_on_timeout: bool,
+) -> Polled[Any]:
+    if polled.met or not raise_on_timeout:
+        return polled
+    raise _timed_out(polled, timeout, what, on_timeout)
 
 
 @overload
@@ -109,21 +143,12 @@ def poll(
     ``raise_on_timeout=False``, the Polled with ``met`` False instead (for a
     caller that goes on either way).  ``what`` names the awaited thing."""
     _check(timeout, interval, what)
-    start = clock()
-    polls = 0
-    while True:
-        value = predicate()
-        polls += 1
-        elapsed = clock() - start
-        if until(value):
-            return Polled(value, True, elapsed, polls)
-        if elapsed >= timeout:
-            break
-        sleep(_pause(interval, timeout - elapsed))
-    polled = Polled(value, False, elapsed, polls)
-    if raise_on_timeout:
-        raise _timed_out(polled, timeout, what, on_timeout)
-    return polled
+    steps = _steps(predicate, timeout, interval, until, clock)
+    try:
+        while True:
+            sleep(next(steps))
+    except StopIteration as done:
+        return _outcome(done.value, timeout, what, on_timeout, raise_on_timeout)
 
 
 async def poll_async(
@@ -145,18 +170,9 @@ async def poll_async(
 
     pause = sleep or asyncio.sleep
     _check(timeout, interval, what)
-    start = clock()
-    polls = 0
-    while True:
-        value = predicate()
-        polls += 1
-        elapsed = clock() - start
-        if until(value):
-            return Polled(value, True, elapsed, polls)
-        if elapsed >= timeout:
-            break
-        await pause(_pause(interval, timeout - elapsed))
-    polled = Polled(value, False, elapsed, polls)
-    if raise_on_timeout:
-        raise _timed_out(polled, timeout, what, on_timeout)
-    return polled
+    steps = _steps(predicate, timeout, interval, until, clock)
+    try:
+        while True:
+            await pause(next(steps))
+    except StopIteration as done:
+        return _outcome(done.value, timeout, what, on_timeout, raise_on_timeout)
