@@ -82,6 +82,32 @@ class FakeShell:
         self.ran.append(argv)
 
 
+class AgentShell:
+    """A guest shell (shell.Shell) whose commands answer from ``answers``:
+    the first key that starts the command's argv (its second word for an
+    agent, ``["/tmp/balloon_agent", "stat"]`` is keyed ``"stat"``, else its
+    first) gives the stdout; a list of stdouts is used in turn, its last one
+    repeating.  What ran is kept in ``ran``."""
+
+    def __init__(self, answers: dict[str, str | list[str]], background: FakeBackground | None = None) -> None:
+        self.answers = {k: list(v) if isinstance(v, list) else [v] for k, v in answers.items()}
+        self.background = background or FakeBackground([])
+        self.ran: list[list[str]] = []
+
+    def start(self, argv: list[str]) -> FakeBackground:
+        self.ran.append(argv)
+        return self.background
+
+    def run(
+        self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None
+    ) -> CommandResult:
+        self.ran.append(argv)
+        key = argv[1] if argv[0].startswith("/tmp/") and len(argv) > 1 else argv[0]
+        outputs = self.answers.get(key, [""])
+        stdout = outputs.pop(0) if len(outputs) > 1 else outputs[0]
+        return CommandResult(argv, 0, stdout, "", 0.0)
+
+
 # ---------------------------------------------------------------- the image
 
 
@@ -172,6 +198,12 @@ class VirtioMemQmp(FakeQmp):
         self.floor = floor
 
     def answer(self, command: str, arguments: dict[str, Any]) -> Any:
+        if command == "device_del":
+            self.balloon = False
+            return {}
+        if command == "device_add":
+            self.balloon = True
+            return {}
         if command == "qom-set":
             self.requested = int(arguments["value"])
             return {}
@@ -215,6 +247,8 @@ class BalloonQmp(FakeQmp):
                 self.actuals = list(seqs.pop(0) if len(seqs) > 1 else seqs[0])
             return {}
         if command == "query-balloon":
+            if not self.balloon:
+                raise GuestError("No balloon device has been activated")
             value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
             return {"actual": value}
         if command == "qom-list":
@@ -226,6 +260,12 @@ class BalloonQmp(FakeQmp):
                     {"name": "guest-stats-polling-interval", "type": "int"},
                 ]
             raise GuestError(f"Device '{arguments['path']}' not found")
+        if command == "device_del":
+            self.balloon = False
+            return {}
+        if command == "device_add":
+            self.balloon = True
+            return {}
         if command == "qom-set":
             assert arguments["property"] == "guest-stats-polling-interval"
             if arguments["value"] < 0:
@@ -239,6 +279,22 @@ class BalloonQmp(FakeQmp):
             updated = 1000 + self.stats_updates // 3  # a fresh update every third read
             return {"stats": {"stat-free-memory": 5 * MIB, "stat-swap-in": -1}, "last-update": updated}
         raise AssertionError(f"unexpected QMP command {command}")
+
+
+@dataclasses.dataclass
+class FakeBalloonGuest:
+    """A booted guest as the balloon scenarios see it (balloon.scenarios.Guest):
+    its QMP is ``machine``'s, its shell ``ssh``."""
+
+    machine: BalloonQmp
+    ssh: AgentShell
+
+    @property
+    def pid(self) -> int:
+        return self.machine.pid
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        return self.machine.qmp(command, **arguments)
 
 
 # ---------------------------------------------------------------- a machine
@@ -419,10 +475,13 @@ if TYPE_CHECKING:
     # mypy: each fake is what it stands for.
     from memqual.host import virtio_mem
     from memqual.host.balloon import device as balloon_device
+    from memqual.host.balloon import scenarios as balloon_scenarios
     from memqual.host.core import shell
     from memqual.host.ksm import scenarios
 
     _shell: shell.Shell = FakeShell(FakeBackground([]))
+    _agent_shell: shell.Shell = AgentShell({})
+    _balloon_guest: balloon_scenarios.Guest = FakeBalloonGuest(BalloonQmp([0], FakeClock()), AgentShell({}))
     _background: shell.Background = FakeBackground([])
     _balloon: balloon_device.QmpMachine = BalloonQmp([0], FakeClock())
     _virtio_mem: virtio_mem.QmpMachine = VirtioMemQmp(1)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from memqual.host.balloon.agent import GuestTiming
+import dataclasses
+
+from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.move import Move
-from memqual.host.balloon.timing import Cycle, Step, TimingRun, plan
+from memqual.host.balloon.timing import Cycle, Step, TimingRun, cycle_problems, guest_timing_problems, plan, summary
 
 MIB = 1 << 20
 RAM = 1024 * MIB
@@ -79,3 +81,38 @@ def test_guest_timed_records_say_how_they_were_timed() -> None:
         assert records[metric].extra["timed"].startswith("in the guest")
         assert records[metric].extra["poll_period_s"] == 0.00005
     assert "timed" not in records["deflate_s"].extra
+
+
+def test_a_good_cycle_has_no_problems_and_each_broken_reading_one() -> None:
+    good = cycle(Step(1.0, True), 0)
+    assert cycle_problems(good, COUNTERS, 0, same_clock=True) == []
+    missed = dataclasses.replace(good, after={**good.after, "balloon_inflate": 7})  # type: ignore[dict-item]
+    assert [p.split(":")[0] for p in cycle_problems(missed, COUNTERS, 0, same_clock=True)] == ["balloon_inflate delta"]
+    # 256 MiB touched, and QEMU's RSS fell 40,000 KiB: less than a quarter.
+    assert "RSS did not fall" in cycle_problems(good, COUNTERS, 256, same_clock=True)[0]
+    stopped = dataclasses.replace(good, inflate=dataclasses.replace(good.inflate, host=host(RAM, RAM - MIB, 1.0)))
+    stopped = dataclasses.replace(
+        stopped,
+        inflate=dataclasses.replace(stopped.inflate, host=dataclasses.replace(stopped.inflate.host, reached=False)),
+    )
+    assert cycle_problems(stopped, COUNTERS, 0, same_clock=True)[0].startswith("inflate to")
+    # The guest's window longer than the host's: wrong on one clock, not on two.
+    slow_guest = dataclasses.replace(
+        good, inflate=dataclasses.replace(good.inflate, guest=guest(good.inflate.pages_asked, 9.0))
+    )
+    assert "guest timed" in cycle_problems(slow_guest, COUNTERS, 0, same_clock=True)[0]
+    assert cycle_problems(slow_guest, COUNTERS, 0, same_clock=False) == []
+
+
+def test_guest_timing_wants_a_fine_clock_and_moves_longer_than_its_polls() -> None:
+    fine, coarse = GuestClock("kvm-clock", 1), GuestClock("jiffies", 4_000_000)
+    assert guest_timing_problems(fine, [guest(10, 0.5)]) == []
+    assert "coarse" in guest_timing_problems(coarse, [guest(10, 0.5)])[0]
+    assert guest_timing_problems(fine, []) == ["no move was timed in the guest"]
+    assert "fell between" in guest_timing_problems(fine, [guest(10, 0.0002)])[0]
+
+
+def test_the_summary_names_the_inflate_and_the_guest_resolution() -> None:
+    lines = summary(run(), None)
+    assert lines[0].startswith("inflate 512 MiB of 1024 MiB: median")
+    assert lines[-1].startswith("guest-timed resolution")
