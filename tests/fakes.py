@@ -198,15 +198,11 @@ class VirtioMemQmp(FakeQmp):
         self.floor = floor
 
     def answer(self, command: str, arguments: dict[str, Any]) -> Any:
-        if command == "device_del":
-            self.balloon = False
-            return {}
-        if command == "device_add":
-            self.balloon = True
-            return {}
         if command == "qom-set":
             self.requested = int(arguments["value"])
             return {}
+        if command == "qom-get" and arguments["property"] == "memaddr":
+            return 1 << 32
         assert command == "qom-get" and arguments["property"] == "size"
         target = max(self.requested, self.floor)
         if self.size < target:
@@ -214,6 +210,30 @@ class VirtioMemQmp(FakeQmp):
         elif self.size > target:
             self.size = max(target, self.size - self.step)
         return self.size
+
+
+@dataclasses.dataclass
+class FakeVirtioMemGuest:
+    """A booted guest as host/virtio_mem.py's procedures see it (its Guest):
+    QMP from ``machine``, a shell ``ssh``, and a flat view in which the
+    device's plugged memory is one 1 GiB memslot per started GiB."""
+
+    machine: VirtioMemQmp
+    ssh: AgentShell
+    memdev: str = "vmem0"
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        return self.machine.qmp(command, **arguments)
+
+    def hmp(self, command_line: str) -> str:
+        assert command_line == "info mtree -f"
+        lines = ["FlatView #0", ' AS "memory", root: system', " Root memory region: system"]
+        lines.append("  0000000000000000-000000001fffffff (prio 0, ram): pc.ram")
+        plugged, base = self.machine.size, 1 << 32
+        for start in range(0, plugged, 1 << 30):
+            end = base + min(plugged, start + (1 << 30)) - 1
+            lines.append(f"  {base + start:016x}-{end:016x} (prio 0, ram): {self.memdev} @{start:016x}")
+        return "\n".join(lines) + "\n"
 
 
 class BalloonQmp(FakeQmp):
@@ -485,6 +505,7 @@ if TYPE_CHECKING:
     _background: shell.Background = FakeBackground([])
     _balloon: balloon_device.QmpMachine = BalloonQmp([0], FakeClock())
     _virtio_mem: virtio_mem.QmpMachine = VirtioMemQmp(1)
+    _virtio_mem_guest: virtio_mem.Guest = FakeVirtioMemGuest(VirtioMemQmp(1), AgentShell({}))
     _monitor: virtio_mem.QmpMachine = RefusingQmp()
     _ksm: scenarios.KsmHost = FakeKsmHost()
     _guest: scenarios.Guest = FakeGuest(1)

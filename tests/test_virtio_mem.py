@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fakes import FakeClock, VirtioMemQmp
+from fakes import AgentShell, FakeBackground, FakeClock, FakeVirtioMemGuest, VirtioMemQmp
 
 from memqual.host import virtio_mem as V
 from memqual.host.core.flatview import FlatRange
@@ -109,3 +109,68 @@ def test_resize_timing_fails_on_a_resize_not_met() -> None:
 
     with pytest.raises(V.ResizeFailed, match="did not reach 0 MiB"):
         V.time_resizes(stuck, lambda size: 0.1, (256,), repeats=1)
+
+
+MEMINFO = "MemTotal:       {} kB\n"
+FILLED = "event=filled pages=81920 in_range=80000"
+
+
+def plug_guest(floor: int = 0, dmesg: str = "", fill_status: int = 0) -> tuple[FakeVirtioMemGuest, FakeClock]:
+    """A 256 MiB guest whose MemTotal follows its plugged memory, and whose
+    agent fills, then verifies with no bad word."""
+    machine = VirtioMemQmp(step=32 * MIB, floor=floor)
+    base = 256 * 1024
+    totals = [base, base + V.PLUG_MIB * 1024, base]
+    shell = AgentShell(
+        {"cat": [MEMINFO.format(t) for t in totals], "dmesg": dmesg},
+        background=FakeBackground([FILLED, "event=verified bad_words=0"], status=fill_status),
+    )
+    return FakeVirtioMemGuest(machine, shell), FakeClock()
+
+
+def test_plug_unplug_sees_each_step_and_the_rss_given_back() -> None:
+    vm, clock = plug_guest()
+    rss = iter([100_000, 450_000, 450_000] + [100_000] * 5)
+    run = V.run_plug_unplug(vm, V.VirtioMemDevice(512), "/tmp/vmem_agent", lambda: next(rss), clock, clock.sleep)
+    assert run.plugged.met and run.total_plugged_kib == run.base_kib + V.PLUG_MIB * 1024
+    assert run.in_range_share == 80000 / 81920 and V.agent_field(run.verified, "bad_words") == 0
+    assert run.partial.met and run.unmet.met and run.killed == []  # this fake's guest gives all back at once
+    assert run.emptied.met and run.total_emptied_kib == run.base_kib
+    assert run.rss_returned and run.rss_after_kib == 100_000
+    assert ["/tmp/vmem_agent", "fill", "320", "0x5eed", hex(1 << 32), hex((1 << 32) + 512 * MIB), "120"] in vm.ssh.ran
+
+
+def test_plug_unplug_reports_an_unmet_request_and_rss_that_stays() -> None:
+    # The guest cannot give back its last 256 MiB: the request for 0 stays
+    # unmet for the whole window, and so does the final unplug.
+    vm, clock = plug_guest(floor=256 * MIB)
+    run = V.run_plug_unplug(vm, V.VirtioMemDevice(512), "/tmp/vmem_agent", lambda: 450_000, clock, clock.sleep)
+    assert not run.unmet.met and run.unmet.size_bytes == 256 * MIB
+    assert 5.0 <= run.unmet.seconds < 5.1
+    assert not run.emptied.met and not run.rss_returned
+    assert run.rss_waited_s >= V.RSS_DEADLINE_S
+
+
+def test_plug_unplug_refuses_to_go_on_when_nothing_plugs() -> None:
+    vm, clock = plug_guest()
+    vm.machine.step = 0
+    with pytest.raises(V.ResizeFailed, match="did not plug"):
+        V.run_plug_unplug(vm, V.VirtioMemDevice(512), "/tmp/vmem_agent", lambda: 0, clock, clock.sleep)
+
+
+def test_plug_states_read_the_devices_memslots_at_each_step() -> None:
+    vm, _ = plug_guest()
+    vm.machine.step = 4096 * MIB  # each resize met at its first poll
+    states = V.plug_states(vm, V.VirtioMemDevice(4096, dynamic_memslots=True), (0, 512, 2048, 0))
+    assert [len(s.device_slots) for s in states] == [0, 1, 2, 0]
+    assert [s.size_mib for s in states] == [0, 512, 2048, 0]
+
+
+def test_guest_timed_resize_needs_both_sides() -> None:
+    machine = VirtioMemQmp(step=4096 * MIB)
+    seen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "reached seconds=0.25"])))
+    result, guest_s = V.guest_timed(seen, "/tmp/vmem_agent", V.VirtioMemDevice(1024), 256 * MIB, 262144)
+    assert result.met and guest_s == 0.25
+    unseen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "timeout"])))
+    with pytest.raises(V.ResizeFailed, match="never saw MemTotal"):
+        V.guest_timed(unseen, "/tmp/vmem_agent", V.VirtioMemDevice(1024), 0, 262144)
