@@ -199,7 +199,7 @@ class KsmTest(GuestTest):
             volatile.prepare_volatile(ksm, pages)
             for index in range(table.VOLATILE_SCAN.sizes_for().guests):
                 guests.append(self._volatile_guest(ksm, pages, index, volatile.retries_left(guests)))
-        self._judge(pages, guests, time.monotonic() - started)
+        self._record_volatile(pages, guests, time.monotonic() - started)
 
     def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> VolatileGuest:
         """One replicate: a fresh guest runs the seed's workload, ksmd
@@ -226,7 +226,7 @@ class KsmTest(GuestTest):
         finally:
             vm.shutdown()
 
-    def _judge(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
+    def _record_volatile(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         settings = volatile.volatile_settings(
