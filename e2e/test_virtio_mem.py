@@ -200,26 +200,22 @@ class VirtioMem(GuestTest):
         }
         with self.scenario():
             plugged = virtio_mem.plug_states(vm, device, sized.dyn_steps_mib)
-        for index, state in enumerate(plugged):
-            layout = layout_from_flatview(state.ranges, name=f"virtio-mem-{state.size_mib}M")
+        for index, step in enumerate(plugged):
+            layout = layout_from_flatview(step.ranges, name=f"virtio-mem-{step.size_mib}M")
             table = model_table(layout, "miss", lookups=2000)
-            states.append(
-                virtio_layouts.state_record(index, state.size_mib, state.ranges, device.memdev, state_settings)
-            )
-            counts.append(len(state.device_slots))
+            states.append(virtio_layouts.state_record(index, step.size_mib, step.ranges, device.memdev, state_settings))
+            counts.append(len(step.device_slots))
             steps.append(
                 {
-                    "plugged_mib": state.size_mib,
-                    "device_memslots": len(state.device_slots),
+                    "plugged_mib": step.size_mib,
+                    "device_memslots": len(step.device_slots),
                     "guest_memslots": len(layout.slots),
                     # Nodes a miss examines in each reference structure (the
                     # 2011 array, the 2011 tree, today's rbtree) at this count.
                     "miss_mean_nodes": {name: st.mean_nodes for name, st in table.structures.items()},
                 }
             )
-            self.log.info(
-                "plugged %d MiB: %d device memslots, %d in all", state.size_mib, counts[-1], len(layout.slots)
-            )
+            self.log.info("plugged %d MiB: %d device memslots, %d in all", step.size_mib, counts[-1], len(layout.slots))
         self.assertEqual(counts[0], 0, "an empty device maps no memslot")
         peak = sized.dyn_steps_mib.index(max(sized.dyn_steps_mib))
         self.assertEqual(counts[: peak + 1], sorted(counts[: peak + 1]), f"memslots fell while plugging: {counts}")

@@ -676,9 +676,9 @@ def test_small_contradictions_are_gone():
     )
     assert not any(n.startswith("two host kernels") for n in hit["needs"])
     assert by["balloon-breakdown"]["measure"]["note"].startswith("One reading of the thread")
-    from memqual.host.memslots import structures
+    from memqual.host.memslots import slot_arrays
 
-    source = Path(structures.__file__).read_text() + (ROOT / "docs" / "memslots-model.md").read_text()
+    source = Path(slot_arrays.__file__).read_text() + (ROOT / "docs" / "memslots-model.md").read_text()
     assert "v3.2" not in source and 'v3.3 as "KVM: sort memslots by its size"' in source
 
 
