@@ -1,15 +1,11 @@
-"""virtio-balloon end to end: real guests, real QEMU, QMP.  Each test
-boots its guest, calls its scenario's procedure in host/balloon/, records
-and asserts; docs/balloon.md says why each is built the way it is.
+"""virtio-balloon end to end: real guests, real QEMU, QMP.  Each test boots
+its guest, calls its scenario's procedure in host/balloon/, records and
+asserts; docs/balloon.md says why each is built the way it is.
 
-1. inflate/deflate timing in a 1 GiB guest (host/balloon/timing.py);
-2. sizes: the same in 2 and 4 GiB guests (full profile);
-3. correctness (host/balloon/correctness.py) and the floor (floor.py);
-4. free page reporting on and off (reporting.py);
-5. deflate-on-oom (floor.py) and 6. guest statistics (stats_interval.py),
-   in one guest.
-All guests are machine type pc (host/balloon/scenarios.py says why).
-"""
+1. inflate/deflate timing in a 1 GiB guest and 2. in 2 and 4 GiB guests
+(timing.py); 3. correctness (correctness.py) and the floor (floor.py);
+4. free page reporting (reporting.py); 5. deflate-on-oom (floor.py) and
+6. guest statistics (stats_interval.py).  All guests are pc machines."""
 
 from __future__ import annotations
 

@@ -1,21 +1,12 @@
-"""virtio-mem on a real guest: plug and unplug through QMP, the guest's use
-of the memory, QEMU's RSS, timing beside a balloon inflate of the same
-size, and dynamic memslots.
+"""virtio-mem on a real guest: plug and unplug, the resize timing beside a
+balloon inflate, and dynamic memslots, in pc guests with Debian's virtio_mem
+module and hotplugged memory onlined movable.
 
 Each test boots its guest, calls host/virtio_mem.py's procedures, records
-and asserts.  Run: ``avocado run e2e/test_virtio_mem.py`` (tag virtio_mem), under the
-QEMU ``memqual run --qemu`` chose ($MEMQUAL_QEMU).  A pc guest (virtio-mem
-is a PCI device) of 512 MiB with Debian's virtio_mem module; hotplugged
-memory is onlined into ZONE_MOVABLE (memhp_default_state=online_movable),
-so user pages land in it first and it can be unplugged again.
-Records: virtio_mem.resize (grow/shrink, host- and guest-timed, and the
-balloon inflate of the same size), virtio_mem.memslots (the memslots
-the device occupies as blocks are plugged, with the reference models'
-lookup cost at each count), virtio_mem.memslot_layout (each plugged
-state's whole layout, which the memslot-miss card lists as a virtio-mem
-guest of today) and memslots.kvm_lookup (a complete miss through /dev/kvm
-at those states' slot counts, where /dev/kvm can run the harness).
-"""
+and asserts; the dynamic-memslots test also records each plugged state's
+layout and /dev/kvm's miss cost at its slot count.  Run: ``avocado run
+e2e/test_virtio_mem.py`` (tag virtio_mem).  docs/memslots-model.md,
+"e2e/test_virtio_mem.py", lists its records."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """virtio-mem from the host: the device's command line, plug and unplug
-through QMP (``requested-size``), and the memslots its memory occupies.
+through QMP (``requested-size``), the memslots its memory occupies, and the
+procedures of e2e/test_virtio_mem.py (plug and unplug, the plugged states,
+the resize timing), tested on fakes.
 
-virtio-mem resizes a guest in blocks: the host sets ``requested-size``, the
-guest's driver plugs or unplugs blocks until the device's ``size`` meets
-it.  A request the guest cannot meet (its memory is in use) leaves ``size``
-above the request while the driver retries; ``resize`` reports that as an
-unmet result with the size reached, never waits without a deadline.
-
-With ``dynamic-memslots=on`` (QEMU 8.2 and later) QEMU splits the device's
-memory into several memslots and maps only those that hold plugged
-blocks, so the flat view's ranges of the device's memory backend are its
-memslots.  Whether a QEMU has the property is asked of the running QEMU
-(``device-list-properties``), never assumed from its version.
-"""
+``resize`` never waits without a deadline: a request the guest cannot meet
+is an unmet result with the size reached.  docs/memslots-model.md,
+"host/virtio_mem.py", says how dynamic memslots map the device."""
 
 from __future__ import annotations
 

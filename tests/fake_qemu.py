@@ -1,23 +1,11 @@
 """A fake qemu-system-x86_64 for the pytest suite, installed through
 ``$MEMQUAL_QEMU``.
 
-It honours only what the host code needs from QEMU:
-- ``--version`` prints a version line;
-- ``-chardev socket,id=qmp,path=P``: connects to P (memqual is the QMP
-  server), sends the greeting, answers every command with an empty return
-  and, on ``quit``, exits (or ignores it: mode ``ignore-quit``);
-- ``-netdev user,...,hostfwd=tcp:127.0.0.1:PORT-:22``: binds PORT and accepts
-  connections without ever sending an SSH banner (as slirp does while the
-  guest is not listening); a taken port fails with QEMU's own message;
-- ``-chardev file,id=console,path=C``: mode ``ready`` writes the guest's
-  ready line there.
-
-Modes: ``exit`` (fails at once with an error on stderr), ``hang`` (never
-connects, never exits), ``qmp`` (connects and then waits), ``ignore-quit``,
-``ready`` (console ready line, then waits).  Every invocation appends its
-argv to ``<state>/invocations`` and its pid to ``<state>/pids``; QMP
-commands received go to ``<state>/qmp.log``.
-"""
+It answers ``--version``, connects to QMP and answers every command, binds
+the SSH forward port without a banner, and writes the console's ready line;
+its modes (``exit``, ``hang``, ``qmp``, ``ignore-quit``, ``ready``) and the
+files it leaves in its state folder are in docs/setup-and-tests.md,
+"tests/support/fake_qemu.py"."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """The house rules of host/ and images/.
 
-host/ is rooms: core <- subjects <- judge <- report <- run <- cli, images/
-beside core, subjects independent.  Which way imports run is
-import-linter's: the contracts in pyproject.toml, checked by
-``lint-imports`` (tox -e lint, ./run-tests).  Here: that those contracts
-hold, that each fails on an import planted against it, and that they name
-every room and module; then what import-linter cannot say, read from the
-source with ast:
-
-- no import cycle among the modules of host/ and images/;
-- no module imports a private name (``from x import _y``, ``x._y``) of
-  another module of memqual;
-- nothing reaches into a machine's underscored attributes;
-- only the commands' room (host/cli/) uses argparse.
-
-An import counts wherever it is written: at module level, inside a function
-(a lazy import still ties two modules together) or under ``if
-TYPE_CHECKING:`` (a cycle for the type checker is a cycle for the reader).
-"""
+The import-linter contracts of pyproject.toml hold, each fails on an
+import planted against it, and they name every room and subject; then,
+from the source with ast: no import cycle, no private name imported across
+modules, nothing reaches into a machine's underscored attributes, and only
+host/cli/ uses argparse.  A lazy import or one under TYPE_CHECKING counts.
+docs/architecture.md, "How the folders fit together"."""
 
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """Bad input at every entry point, as a property: whatever wrong value a
-user gives in any one place (a file of the wrong kind, a directory where a
-file belongs and the reverse, a number that is not finite or not in range,
-a path far too wide), the command says so in one line, exits 2, and leaves
-nothing behind: no file, no process.
+user gives in any one place, the command says so in one line, exits 2,
+and leaves no file and no process behind.
 
-Every ``memqual`` subcommand and every ``python -m`` tool has its places
-listed in SLOTS (a test fails when a subcommand has none); hypothesis picks
-the bad value for each place.  Commands run in-process through their
-``main(argv)``, the other arguments valid, so the bad value is the only
-thing wrong.  Nothing may boot a guest: QEMU is a fake that fails at once,
-and a command that goes ahead anyway is stopped by an alarm and fails the
-test."""
+Every subcommand and ``python -m`` tool lists its places in SLOTS;
+hypothesis picks the bad value; commands run in-process with a QEMU that
+fails at once.  docs/setup-and-tests.md, "tests/cli/test_bad_input_property.py"."""
 
 from __future__ import annotations
 

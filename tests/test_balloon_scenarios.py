@@ -21,12 +21,12 @@ DRAINED = "percpu_drain cpu=1 offline=1 online=1\npercpu_drain done\n"
 
 
 def guest(
-    actuals: list[int], answers: dict[str, str | list[str]], **kw: object
+    actuals: list[int], answers: dict[str, str | list[str]], background: FakeBackground | None = None
 ) -> tuple[FakeBalloonGuest, BalloonController, BalloonQmp]:
     clock = FakeClock(100.0)
     machine = BalloonQmp(actuals, clock)
     ctl = BalloonController(machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005, far_pause_s=0.0005)
-    return FakeBalloonGuest(machine, AgentShell({"stat": STAT, **answers}, **kw)), ctl, machine  # type: ignore[arg-type]
+    return FakeBalloonGuest(machine, AgentShell({"stat": STAT, **answers}, background)), ctl, machine
 
 
 def script_floor(machine: BalloonQmp, floor: int) -> None:

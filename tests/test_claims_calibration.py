@@ -1,14 +1,9 @@
 """Claims at small n: how often the real verdict code says "the direction
-holds" when there is no effect, at every unit count the profiles produce
-(docs/claims-calibration.md).
+holds" when there is no effect, at every unit count the profiles produce.
 
-A 95 % interval wholly above 1 is a one-sided decision at 2.5 %.  The
-two-stage bootstrap the verdicts used before let a null effect through in
-10.7 % of trials with 3 paired units, 5.0 % with 4 and 2.2 % with 5.  Each
-case here runs ``claims.evaluate`` on records shaped like the scenario's
-(its scenario, metric and variants) with a fixed seed, and fails when the
-count of false directions is above what a true rate of 2.5 % gives in 99 %
-of such runs (the Monte Carlo error of a bounded number of trials)."""
+Each case runs ``claims.evaluate`` on records shaped like the scenario's,
+with a fixed seed, and fails when the false directions exceed what a true
+rate of 2.5 % gives in 99 % of such runs.  docs/claims-calibration.md."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
-"""One balloon move, timed by the host and, when asked, inside the guest.
+"""One balloon move, timed by the host and, when asked, inside the guest:
+the loop every measurement of a move goes through.
 
-The loop every measurement of a move goes through (the timing scenarios,
-``memqual balloon measure``, the driver variant's request sizes):
-
-1. arm the guest's tracker (``balloon_agent track``) and wait until it has
-   read the counter's base, so the move cannot start before it watches;
-2. send the target over QMP and poll ``query-balloon`` until ``actual``
-   meets it, stalls or the deadline passes (``BalloonController.reach``);
-3. on a stall (the guest's floor) give the balloon back over QMP at once,
-   before anything goes over SSH (a guest held at its floor may be killing
-   processes, its SSH server first), then cancel the tracker;
-4. return a typed ``Move``: the host's timing, the guest's, the pages asked.
-
-docs/balloon.md says why each step is built the way it is.
-"""
+Arm the guest's tracker, send the target and poll until it is met, stalls
+or the deadline passes; on a stall give the balloon back over QMP at once;
+return a typed ``Move``.  docs/balloon.md, "host/balloon/move.py", says why
+each step is built so."""
 
 from __future__ import annotations
 

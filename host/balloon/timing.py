@@ -1,20 +1,11 @@
 """The balloon timing scenario (scenarios 1 and 2 of e2e/test_balloon.py):
-its plan, one measured cycle, and the records of a run.
+its plan, one measured cycle, ``run_timing`` and the records of a run.
 
-Plan: the main size (what the guest can safely give) alternated with
-smaller sizes that calibrate the transfer-cost model, so a drift of the
-shared host spreads over all of them.  Each main repeat is a pair: one move
-timed by the host alone (the figure the claim and the model use) and one
-also timed inside the guest by the agent (sub-millisecond resolution,
-docs/balloon.md), whose poller costs the move a few percent: measured, as
-``tracker_cost``, not hidden.
-
-Cycle: touch and free (these pages are resident in QEMU until ballooned),
-read the guest's counters and QEMU's RSS, inflate, read them again,
-deflate, read the guest once more.  ``run_timing`` runs the plan in one
-guest; ``cycle_problems`` and ``guest_timing_problems`` say what a cycle
-and the guest's timings must show, for e2e/test_balloon.py to assert.
-"""
+Main inflates alternate with smaller calibration sizes; each main repeat
+is timed by the host alone, then by the guest too (``tracker_cost``).
+``cycle_problems`` and ``guest_timing_problems`` say what a cycle and the
+guest's timings must show, for the e2e test to assert.  docs/balloon.md,
+"host/balloon/timing.py"."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
 """Host knobs a scenario changes, saved before the first change and put
-back on every exit, also after a kill: for any subject (KSM and THP,
-huge page reservations).
+back on every exit, also after a kill, for any subject.
 
 A ``KnobSet`` is the knobs one lock guards and one state file saves, in a
-root-owned directory (``/run/memqual``, ``$MEMQUAL_STATE_DIR`` or the
-caller's): ``NAME.lock`` held with flock for as long as a run changes them
-(the kernel drops it when its holder dies, even by SIGKILL), and
-``NAME-state.json`` written atomically before the first change and deleted
-after the knobs are back.  Whoever takes the lock and still finds the file
-knows its owner died mid-run and restores first; ``restore_every_stale``
-does it at start for every set a scenario row declares
-(host/core/scenario.py).  /run is a tmpfs: a reboot clears the file and
-resets the knobs alike.  docs/ksm.md, "Host knobs".
-"""
+root-owned directory; whoever takes the lock and still finds the file
+restores first; ``restore_every_stale`` does it at start for every set a
+scenario row declares.  docs/ksm.md, "Host knobs are always put back"."""
 
 from __future__ import annotations
 
