@@ -273,10 +273,12 @@ def test_agent_stat_parsing():
 
 
 def test_cli_model_from_a_record(tmp_path, capsys):
-    from memqual.host.balloon import model as bm
+    from memqual.host.balloon import model as transfer_model
     from memqual.host.core.record import Measurement, write
 
-    cal = bm.calibrate([bm.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)])
+    cal = transfer_model.calibrate(
+        [transfer_model.Observation.of_array_inflate(p, 0.1 + p * 1e-5) for p in (50000, 100000, 200000)]
+    )
     path = write(
         Measurement(
             scenario="balloon.inflate",
@@ -284,7 +286,7 @@ def test_cli_model_from_a_record(tmp_path, capsys):
             unit="s",
             better="lower",
             samples=[2.0],
-            extra={"model": bm.predict_seed(cal)},
+            extra={"model": transfer_model.predict_seed(cal)},
         ),
         tmp_path,
     )
@@ -343,7 +345,7 @@ def test_tracker_exit_status_is_checked():
         tracker.result()
 
 
-# -- the one move loop (host/balloon/move.py) ----------------------------------
+# -- the one move loop (host/balloon/timed_move.py) -----------------------------
 def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
     target = 256 * MIB
     ctl, machine, _ = controller([RAM])

@@ -6,7 +6,7 @@ import dataclasses
 
 from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.device import PAGE, BalloonResult
-from memqual.host.balloon.move import Move
+from memqual.host.balloon.timed_move import Move
 from memqual.host.balloon.timing import Cycle, Step, TimingRun, cycle_problems, guest_timing_problems, plan, summary
 
 MIB = 1 << 20

@@ -1,6 +1,6 @@
 """virtio-balloon (seed 003, docs/balloon.md): the device over QMP
 (device.py), the guest agent and its tracker (agent.py), the one move
-loop (move.py), QEMU's RSS (rss.py), the per-CPU list drain (percpu.py),
+loop (timed_move.py), QEMU's RSS (rss.py), the per-CPU list drain (percpu.py),
 the transfer-cost model (model.py), the driver variant (driver.py,
 request_size.py), ``memqual balloon measure`` (measure.py), and the
 scenarios' procedures (scenarios.py, timing.py, correctness.py, floor.py,
@@ -21,9 +21,9 @@ from memqual.host.balloon.device import (
     wait_actual,
     wait_no_balloon,
 )
-from memqual.host.balloon.move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.balloon.percpu import Drain, drain_percpu_lists, parse_drain
 from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
+from memqual.host.balloon.timed_move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 
 __all__ = [
     "DEADLINE_S",

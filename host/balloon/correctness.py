@@ -9,7 +9,6 @@ import dataclasses
 
 from memqual.host.balloon.agent import agent_records
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult, QemuAnswer, wait_actual, wait_no_balloon
-from memqual.host.balloon.move import DEADLINE_S
 from memqual.host.balloon.scenarios import (
     GUEST_MIB,
     MACHINE,
@@ -18,6 +17,7 @@ from memqual.host.balloon.scenarios import (
     gave_back_everything,
     guest_stat,
 )
+from memqual.host.balloon.timed_move import DEADLINE_S
 from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement

@@ -11,7 +11,6 @@ import dataclasses
 
 from memqual.host.balloon.agent import agent_records
 from memqual.host.balloon.device import PAGE, BalloonController, Floor, find_floor
-from memqual.host.balloon.move import DEADLINE_S, STALL_S
 from memqual.host.balloon.percpu import Drain, drain_percpu_lists
 from memqual.host.balloon.scenarios import (
     GUEST_MIB,
@@ -23,6 +22,7 @@ from memqual.host.balloon.scenarios import (
     guest_stat,
     oom_kills,
 )
+from memqual.host.balloon.timed_move import DEADLINE_S, STALL_S
 from memqual.host.core import clock
 from memqual.host.core.record import Measurement
 

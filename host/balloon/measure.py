@@ -56,7 +56,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
-    from memqual.host.balloon.move import BalloonMover, Move
+    from memqual.host.balloon.timed_move import BalloonMover, Move
     from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 
     machine_config = MachineConfig(
@@ -204,8 +204,8 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.driver import PAGE, VariantDriver
-    from memqual.host.balloon.move import BalloonMover
     from memqual.host.balloon.request_size import interleaved
+    from memqual.host.balloon.timed_move import BalloonMover
     from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
     from memqual.images import balloon_driver
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from memqual.host.balloon import model as bm
+from memqual.host.balloon import model as transfer_model
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
-from memqual.host.balloon.move import BalloonMover
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock, stats
 from memqual.host.core.record import Measurement
 
@@ -335,14 +335,14 @@ class RequestSizeRun:
         fit = fits.inflate
         # The transfer model with these measured costs (negative fits read as 0),
         # predicting the seed's 16 GiB guest: a model, labelled so.
-        model = bm.CostModel(
+        model = transfer_model.CostModel(
             per_request_s=max(fit["per_request_s"]["value"], 0.0),
             per_page_s=max(fit["per_page_s"]["value"], 0.0),
             fixed_s=max(fit["fixed_s"]["value"], 0.0),
         )
         seed_model = {
             "label": "model: the seed's 15-of-16 GiB inflate predicted from this run's fitted costs",
-            "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in bm.seed_schemes()},
+            "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in transfer_model.seed_schemes()},
         }
         common = {
             "taint": taint,

@@ -15,8 +15,8 @@ from typing import Any
 from memqual.host.balloon import model as transfer_model
 from memqual.host.balloon.agent import GuestClock, GuestTiming, agent_stat
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult
-from memqual.host.balloon.move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.balloon.scenarios import MARGIN_MIB, Guest, guest_stat
+from memqual.host.balloon.timed_move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.core import stats
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell

@@ -376,10 +376,10 @@ class KnobState:
             pid_start=process_start_time(os.getpid(), self.proc_root),
             taken=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             roots={g.name: str(g.root) for g in self.knob_set.groups},
-            values={g.name: self.take(g.name) if g.name in chosen else None for g in self.knob_set.groups},
+            values={g.name: self.current_values(g.name) if g.name in chosen else None for g in self.knob_set.groups},
         )
 
-    def take(self, group: str) -> dict[str, str]:
+    def current_values(self, group: str) -> dict[str, str]:
         """One group's knobs as they are now."""
         names = self.knob_set.group(group).names
         return self.dirs[group].knobs(names or None)

@@ -3,7 +3,7 @@ the loop every measurement of a move goes through.
 
 Arm the guest's tracker, send the target and poll until it is met, stalls
 or the deadline passes; on a stall give the balloon back over QMP at once;
-return a typed ``Move``.  docs/balloon.md, "host/balloon/move.py", says why
+return a typed ``Move``.  docs/balloon.md, "host/balloon/timed_move.py", says why
 each step is built so."""
 
 from __future__ import annotations
