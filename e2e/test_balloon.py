@@ -42,6 +42,9 @@ MIB = 1 << 20
 # fresh guest per block and arm).
 TOUCH_MIB = 256  # touched and freed before each timed inflate (RSS cross-check)
 CAL_FRACTIONS = (0.5, 0.25)  # smaller inflates for the model's calibration
+# What each scenario records, named here as well as in its procedure:
+# memqual bisect --metric reads the metric names of e2e/ (a typo is exit 2).
+TIMING_METRICS = ("inflate_s", "inflate_guest_s", "deflate_guest_s", "deflate_s")
 
 
 class BalloonBase(GuestTest):
@@ -62,6 +65,11 @@ class BalloonBase(GuestTest):
         except ScenarioFailed as exc:
             self.fail(str(exc))
 
+    def record_as(self, measurement: Measurement, scenario: str, metric: str) -> None:
+        """Record ``measurement``, which must be the scenario's metric."""
+        self.assertEqual((measurement.scenario, measurement.metric), (scenario, metric))
+        self.record(measurement)
+
     def timing(self, memory_mib: int, touch_mib: int, fractions: tuple[float, ...]) -> None:
         """Scenarios 1 and 2: the plan's cycles in one guest, each checked,
         the run recorded."""
@@ -78,7 +86,7 @@ class BalloonBase(GuestTest):
             self.assertEqual(bt.cycle_problems(cycle, run.first, touch_mib, same_clock), [])
         prediction = run.prediction() if fractions else None
         records = run.records(prediction)
-        self.assertEqual(tuple(m.metric for m in records), bt.TIMING_METRICS)
+        self.assertEqual(tuple(m.metric for m in records), TIMING_METRICS)
         for measurement in records:
             self.record(measurement)
         # The guest's timestamps come from a clock finer than the host's QMP
@@ -151,7 +159,7 @@ class BalloonCorrectness(BalloonBase):
         self.assertTrue(run.total_back_after_unload, "unloading the driver did not give its memory back")
         self.assertFalse(run.still_bound, f"driver still bound after device_del: {run.still_bound}")
         self.assertTrue(run.readd.reached, f"the re-added balloon did not inflate: {run.readd}")
-        self.record(run.record())
+        self.record_as(run.record(), "balloon.unload", "return_s")
 
 
 class BalloonFloor(BalloonBase):
@@ -183,7 +191,7 @@ class BalloonFloor(BalloonBase):
         self.assertEqual(run.oom_kills, [], "the guest OOM-killed at the floor")
         self.assertTrue(run.deflated, "the balloon did not deflate from its floor")
         self.assertTrue(run.gave_back_everything, "MemTotal did not come back after the deflate")
-        self.record(run.record())
+        self.record_as(run.record(), "balloon.floor", "floor_mib")
 
 
 class BalloonFreePageReporting(BalloonBase):
@@ -195,7 +203,7 @@ class BalloonFreePageReporting(BalloonBase):
     def touch_and_free(self, reporting: bool) -> fpr.Reporting:
         vm, _ctl, agent = self.boot_balloon(1024, free_page_reporting=reporting)
         run = fpr.touch_and_free(vm, agent, reporting)
-        self.record(run.record())
+        self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_s")
         self.assertTrue(run.settled, f"QEMU's RSS did not settle after the warm-up (now {run.base_kib} KiB)")
         self.assertGreater(
             run.peak_kib, run.base_kib + fpr.TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS"
@@ -249,7 +257,7 @@ class BalloonOomAndStats(BalloonBase):
             if not clock.current().icount:
                 self.assertEqual(updates.problems(), [])
             self.assertEqual(updates.unset(), [], "guest statistics still unset")
-        self.record(stats.record())
+        self.record_as(stats.record(), "balloon.stats", "stats_update_period_s")
 
         run = balloon_floor.run_deflate_on_oom(vm, ctl, agent)
         self.assertEqual(run.status, 0, f"pressure agent failed: {run.output}")
@@ -258,7 +266,7 @@ class BalloonOomAndStats(BalloonBase):
         self.assertGreater(run.highest_actual_bytes, run.floor.safe_bytes, "actual never rose above the target")
         self.assertTrue(run.deflated, "the balloon did not deflate back to RAM")
         self.assertEqual(run.oom_kills, [], "the OOM killer ran despite deflate-on-oom")
-        self.record(run.record())
+        self.record_as(run.record(), "balloon.deflate_on_oom", "deflated_mib")
 
 
 class BalloonMeasureCommand(BalloonBase):

@@ -26,8 +26,6 @@ MIB = 1 << 20
 # 1 ns; a tick, 4 ms at HZ=250, without them) is what makes its timing finer
 # than the host's QMP polls; no load on the host changes it.
 GUEST_CLOCK_RESOLUTION_NS = 1000
-# What a timing run records, in order (memqual bisect --metric reads them).
-TIMING_METRICS = ("inflate_s", "inflate_guest_s", "deflate_guest_s", "deflate_s")
 # A timed inflate waits this long for a stalled guest: 5 of the driver's
 # retries more than the floor's STALL_S, as the scenario never goes near it.
 INFLATE_STALL_S = 5 * STALL_S
