@@ -7,6 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from fake_hugetlbfs import FakeBalloon
 
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.hugetlbfs import pool
@@ -70,31 +71,6 @@ def test_the_backend_maps_all_ram_from_the_mount() -> None:
     assert args[0] == "-object" and args[2:] == ("-machine", f"memory-backend={pool.BACKEND_ID}")
     assert "size=512M,mem-path=/run/a,,share=on,share=off" in args[1]
     assert pool.pages_for(512) == 256 and pool.pages_for(3) == 2
-
-
-@dataclasses.dataclass
-class Reach:
-    reached: bool
-    seconds: float
-    moved_bytes: int
-
-
-class FakeBalloon:
-    """A balloon whose inflates free ``whole`` huge pages each."""
-
-    def __init__(self, free: list[int], whole: int, stops_short: bool = False) -> None:
-        self.free, self.whole, self.stops_short = free, whole, stops_short
-        self.targets: list[int] = []
-
-    def ram_bytes(self) -> int:
-        return 512 * hs.MIB
-
-    def reach(self, target_bytes: int, deadline_s: float = 0.0) -> Reach:
-        self.targets.append(target_bytes)
-        moved = self.ram_bytes() - target_bytes
-        if moved:
-            self.free[0] += self.whole
-        return Reach(not (self.stops_short and moved), 0.5, moved)
 
 
 def test_an_inflate_counts_the_pages_back_and_deflates_again() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from test_security_ssh import FakeSshd, _ed25519_file, _public_line
+from fake_sshd import FakeSshd, ed25519_file, public_line
 
 from memqual.host.core.errors import Timeout
 from memqual.host.core.ssh import SSH, _wait_exit_status
@@ -72,7 +72,7 @@ def test_input_the_guest_does_not_read_is_a_timeout(tmp_path: Path) -> None:
         def close(self) -> None:
             pass
 
-    ssh = SSH(1, _ed25519_file(tmp_path / "id"))
+    ssh = SSH(1, ed25519_file(tmp_path / "id"))
     ssh._client = Client()
     started = time.monotonic()
     with pytest.raises(Timeout, match="did not take its input within 1 s"):
@@ -83,14 +83,14 @@ def test_input_the_guest_does_not_read_is_a_timeout(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
 def test_a_deadline_must_be_finite(tmp_path: Path, bad: float) -> None:
-    ssh = SSH(1, _ed25519_file(tmp_path / "id"))
+    ssh = SSH(1, ed25519_file(tmp_path / "id"))
     with pytest.raises(ValueError, match="finite"):
         ssh.run(["true"], timeout=bad)
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[FakeSshd, paramiko.PKey]]:
-    key = paramiko.Ed25519Key.from_private_key_file(str(_ed25519_file(tmp_path / "hk")))
+    key = paramiko.Ed25519Key.from_private_key_file(str(ed25519_file(tmp_path / "hk")))
     sshd = FakeSshd(key)
     yield sshd, key
     sshd.close()
@@ -100,7 +100,7 @@ def test_a_background_command_has_its_own_connection_closed_when_it_ends(
     server: tuple[FakeSshd, paramiko.PKey], tmp_path: Path
 ) -> None:
     sshd, key = server
-    ssh = SSH(sshd.port, _ed25519_file(tmp_path / "id"), host_key=_public_line(key))
+    ssh = SSH(sshd.port, ed25519_file(tmp_path / "id"), host_key=public_line(key))
     ssh.connect(timeout=5)
     try:
         command = ssh.start(["agent", "run"])
@@ -122,7 +122,7 @@ def test_a_command_that_could_not_start_is_started_on_a_fresh_connection(
     dropbear's did): no channel could open, so the command never ran and
     runs once on a new connection."""
     sshd, key = server
-    ssh = SSH(sshd.port, _ed25519_file(tmp_path / "id"), host_key=_public_line(key))
+    ssh = SSH(sshd.port, ed25519_file(tmp_path / "id"), host_key=public_line(key))
     ssh.connect(timeout=5)
     try:
         assert ssh.run(["first"], timeout=10).stdout == "hello\n"

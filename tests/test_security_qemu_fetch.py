@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_qemu_archive import FakeArchive
+from fake_qemu_archive import FakeArchive
 
 from memqual.host.core.errors import BadInput
 from memqual.images import packages
