@@ -8,6 +8,7 @@ from pathlib import Path
 
 import fake_kernel
 import pytest
+from fake_avocado import fake  # noqa: F401  (the fake avocado fixture, for any test that names it)
 
 from memqual.host.core import kvm as kvm_api
 from memqual.images.build import KernelSource

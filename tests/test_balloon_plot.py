@@ -8,52 +8,17 @@ import math
 
 import pytest
 from markupsafe import Markup
+from request_size_records import SETTINGS, request_size_records
 from test_balloon_controller import run_cli
 
 from memqual.host.balloon import plot
-from memqual.host.core.record import Measurement, write
+from memqual.host.core.record import write
 from memqual.host.judge.results import build_results, metrics_of
 from memqual.host.report import report
 
-SETTINGS = {"guest_mib": 1024, "target_mib": 256, "machine": "pc", "profile": "full"}
-SIZES = {"256 pfns": 256, "1024 pfns": 1024, "1/16 guest": 16384, "whole guest": 262144}
-
-
-def _records(settings=SETTINGS, with_pfns=True):
-    out = []
-    for label, pfns in SIZES.items():
-        variant = {"per_request": label, **({"pfns": pfns} if with_pfns else {})}
-        for metric, base in (("inflate_s", 4.0), ("deflate_s", 1.0)):
-            seconds = base + 768 / math.sqrt(pfns) * 0.01
-            out.append(
-                Measurement(
-                    scenario="balloon.request_size",
-                    metric=metric,
-                    unit="s",
-                    better="lower",
-                    replicates=[[seconds * f] for f in (0.95, 1.0, 1.1)],
-                    samples=[],
-                    variant=variant,
-                    settings=settings,
-                )
-            )
-    for metric, unit, values in (("per_request_us", "us", [150.0, 180.0, 165.0]), ("per_page_ns", "ns", [3e3] * 3)):
-        out.append(
-            Measurement(
-                scenario="balloon.request_size",
-                metric=metric,
-                unit=unit,
-                better="lower",
-                replicates=[[v] for v in values],
-                samples=[],
-                settings=settings,
-            )
-        )
-    return out
-
 
 def test_points_come_per_size_and_metric_with_one_value_per_guest():
-    (curve,) = plot.curves(_records())
+    (curve,) = plot.curves(request_size_records())
     inflate = curve.series("inflate_s")
     assert [p.pfns for p in inflate] == [256, 1024, 16384, 262144]
     assert all(len(p.values) == 3 for p in inflate)
@@ -62,14 +27,14 @@ def test_points_come_per_size_and_metric_with_one_value_per_guest():
 
 
 def test_older_records_without_pfns_are_placed_by_their_label():
-    (curve,) = plot.curves(_records(with_pfns=False))
+    (curve,) = plot.curves(request_size_records(with_pfns=False))
     assert [p.pfns for p in curve.series("deflate_s")] == [256, 1024, 16384, 262144]
     assert plot.pfns_of({"per_request": "1/8 guest"}, {"guest_mib": 1024}) == 32768
     assert plot.pfns_of({"per_request": "other"}, {}) is None
 
 
 def test_two_settings_give_two_curves_and_other_scenarios_none():
-    other = [*_records(), *_records({**SETTINGS, "guest_mib": 2048})]
+    other = [*request_size_records(), *request_size_records({**SETTINGS, "guest_mib": 2048})]
     assert len(plot.curves(other)) == 2
     assert plot.curves([]) == [] and plot.section([]) == ""
 
@@ -83,8 +48,8 @@ def test_a_cost_interval_is_a_t_interval_over_the_guests():
 
 
 def test_the_report_shows_the_curve_and_the_costs():
-    page = report.render_html(build_results([], _records(), host_fallback=False))
-    section = plot.section(metrics_of(_records()))
+    page = report.render_html(build_results([], request_size_records(), host_fallback=False))
+    section = plot.section(metrics_of(request_size_records()))
     assert section in page
     assert "data:image/png;base64," in section
     assert "<td>1024 pfns</td><td class='num'>1024</td><td class='num'>3</td>" in section
@@ -92,7 +57,7 @@ def test_the_report_shows_the_curve_and_the_costs():
 
 
 def test_curve_command_writes_the_png_and_refuses_what_holds_no_curve(tmp_path, capsys):
-    for rec in _records():
+    for rec in request_size_records():
         write(rec, tmp_path / "records")
     png = tmp_path / "curve.png"
     assert run_cli(["balloon", "curve", str(tmp_path / "records"), "--png", str(png)]) == 0
@@ -112,8 +77,8 @@ def test_the_balloon_registers_its_report_section():
 
 
 def test_the_report_shows_only_the_registered_sections(monkeypatch):
-    results = build_results([], _records(), host_fallback=False)
-    section = plot.section(metrics_of(_records()))
+    results = build_results([], request_size_records(), host_fallback=False)
+    section = plot.section(metrics_of(request_size_records()))
     assert section and section in report.render_html(results)
     # Without the entry point the report has no balloon curve: the page
     # takes the section from the registry, nowhere else.

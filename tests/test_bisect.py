@@ -415,7 +415,7 @@ def test_each_probe_step_is_one_interleaved_job_whose_records_carry_arm_and_bloc
     job whose variants are K1 (arm A) and the probe (arm B) of one block,
     ABBA, each with its kernel and extra command line; the rounds stored
     carry arm and blocks, and the probe is compared block by block."""
-    from test_runjob import FAKE_AVOCADO
+    from fake_avocado import FAKE_AVOCADO
 
     from memqual.images import build
 

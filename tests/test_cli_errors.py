@@ -17,8 +17,8 @@ from pathlib import Path
 import fake_kernel
 import fake_qemu
 import pytest
+from one_line_errors import assert_one_line_error, in_process
 
-from memqual.host.cli import main as cli
 from memqual.host.core.paths import REPO_ROOT
 from memqual.images import build as build_module
 
@@ -74,40 +74,11 @@ def memqual(args: list[str], env: dict[str, str]) -> dict:
     return json.loads(out.stdout)
 
 
-def assert_one_line_error(result: dict, *fragments: str) -> str:
-    assert result["left"] == [], f"left running: {result['left']}"
-    assert result["status"] == 2, result
-    assert "Traceback" not in result["stderr"]
-    lines = result["stderr"].splitlines()
-    assert len(lines) == 1, result["stderr"]
-    (line,) = lines
-    assert line.startswith("memqual: error: ")
-    for fragment in fragments:
-        assert fragment in line
-    return line
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """A private cache and a fake QEMU that would answer QMP but never SSH."""
     fake = fake_qemu.install(tmp_path / "qemu", "qmp")
     return {"MEMQUAL_CACHE": str(tmp_path / "cache"), "MEMQUAL_QEMU": str(fake)}
-
-
-def in_process(
-    args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> dict:
-    """The same checks without a subprocess, for errors found before
-    anything is started (faster: no interpreter start-up)."""
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("MEMQUAL_DEBUG", raising=False)
-    try:
-        status = cli.main(args)
-    except SystemExit as exc:  # argparse
-        status = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return {"status": status, "stderr": captured.err, "stdout": captured.out, "left": []}
 
 
 def test_the_leftover_check_sees_a_leftover() -> None:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import fake_qemu
 import pytest
+from fake_avocado import guest_kernel_args
 from fakes import FakeImage
 from rich.console import Console
-from test_runjob import fake, guest_kernel_args  # noqa: F401 (fake: the fake avocado fixture)
 
 from memqual.host.cli import run as run_command
 from memqual.host.cli.command import parser_for
@@ -31,7 +31,7 @@ from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 
 
-def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+def run_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     """``memqual run`` arguments over an empty e2e folder."""
     tests = tmp_path / "e2e"
     tests.mkdir(exist_ok=True)
@@ -39,9 +39,9 @@ def _args(tmp_path: Path, *extra: str) -> argparse.Namespace:
     return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])
 
 
-def _run(tmp_path: Path, *extra: str) -> int:
+def run_memqual(tmp_path: Path, *extra: str) -> int:
     console = Console(file=io.StringIO(), width=120)
-    return runjob.run(run_command.config_from_args(_args(tmp_path, *extra)), console)
+    return runjob.run(run_command.config_from_args(run_args(tmp_path, *extra)), console)
 
 
 def _ksm_records() -> list[dict]:
@@ -219,13 +219,13 @@ def test_run_defaults_wall_and_takes_icount_when_asked(tmp_path, monkeypatch) ->
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
     kernels = guest_kernel_args(tmp_path)
     # icount is asked for until an icount A/B has run to a decision (clock.default)
-    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(_args(tmp_path, *kernels, "--clock", "icount")).clock == clock.icount()
-    assert run_command.config_from_args(_args(tmp_path)).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
+    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "icount")).clock == clock.icount()
+    assert run_command.config_from_args(run_args(tmp_path)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("kvm", "KVM boots Linux"))
-    assert run_command.config_from_args(_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
 
 
 @pytest.mark.parametrize(
@@ -237,7 +237,7 @@ def test_run_defaults_wall_and_takes_icount_when_asked(tmp_path, monkeypatch) ->
 )
 def test_threshold_and_alpha_need_two_arms(tmp_path, extra, message) -> None:
     with pytest.raises(BadInput, match=message):
-        run_command.config_from_args(_args(tmp_path, *extra))
+        run_command.config_from_args(run_args(tmp_path, *extra))
 
 
 def test_run_refuses_an_old_qemu_asked_for_under_icount(monkeypatch) -> None:
@@ -257,7 +257,7 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
     )
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
-    _run(tmp_path, *kernels, "--clock", "icount", "--threshold", "0.02", "--alpha", "0.05")
+    run_memqual(tmp_path, *kernels, "--clock", "icount", "--threshold", "0.02", "--alpha", "0.05")
     calls = fake_avocado.calls()
     assert calls and all(call["env"]["MEMQUAL_CLOCK"] == "icount:4" for call in calls)
     for label in ("A", "B"):

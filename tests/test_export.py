@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_avocado import FAKE_AVOCADO, ksm_record, run_args
 from kcidb_io import schema
 from rich.console import Console
-from test_runjob import FAKE_AVOCADO, _args, _ksm_record
 
 from memqual.host.cli import main as cli
 from memqual.host.cli import run as run_command
@@ -27,7 +27,7 @@ def results_file(tmp_path: Path, monkeypatch) -> Path:
     script.chmod(0o755)
     plan = {
         "tests": [
-            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(7.8)},
+            {"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(7.8)},
             {"name": "e2e/test_balloon.py:Balloon.test_inflate", "status": "CANCEL", "reason": "no balloon"},
         ]
     }
@@ -36,7 +36,7 @@ def results_file(tmp_path: Path, monkeypatch) -> Path:
     monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
     console = Console(file=io.StringIO(), width=120)
-    assert runjob.run(run_command.config_from_args(_args(tmp_path)), console) == 0
+    assert runjob.run(run_command.config_from_args(run_args(tmp_path)), console) == 0
     return tmp_path / "out" / "results.json"
 
 

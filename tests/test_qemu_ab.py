@@ -13,10 +13,9 @@ from typing import cast
 
 import fake_qemu
 import pytest
-import test_runjob
+from fake_avocado import guest_kernel_args, ksm_record, run_args, run_memqual
+from one_line_errors import assert_one_line_error, in_process
 from rich.console import Console
-from test_cli_errors import assert_one_line_error, in_process
-from test_runjob import _args, _ksm_record, _run, guest_kernel_args
 
 from memqual.host.cli import run as run_command
 from memqual.host.core import snapshot
@@ -29,9 +28,6 @@ from memqual.host.run import blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
-
-fake = test_runjob.fake  # the fixture, shared with test_runjob
-
 
 # ------------------------------------------------------------ arm_axes
 
@@ -121,13 +117,13 @@ def test_three_qemus_are_one_line_and_exit_2(tmp_path: Path, monkeypatch, capsys
 
 
 def test_until_decided_takes_two_qemus_as_two_arms(tmp_path: Path) -> None:
-    config = run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2", "--until-decided"))
+    config = run_command.config_from_args(run_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2", "--until-decided"))
     assert config.until_decided and config.rounds == 2  # two arms: two blocks unless told
     assert config.profile == "ab"  # two QEMUs are two arms, sized as two kernels are
-    one = run_command.config_from_args(_args(tmp_path, "--qemu", "7.2"))
+    one = run_command.config_from_args(run_args(tmp_path, "--qemu", "7.2"))
     assert one.profile == "quick"
     with pytest.raises(BadInput, match="compares two arms"):
-        run_command.config_from_args(_args(tmp_path, "--qemu", "7.2", "--until-decided"))
+        run_command.config_from_args(run_args(tmp_path, "--qemu", "7.2", "--until-decided"))
 
 
 def test_run_help_says_how_the_axes_combine(capsys) -> None:
@@ -175,8 +171,8 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
     monkeypatch.setattr(run_command, "resolve_qemus", lambda specs: (q1, q2))
     built: list[object] = []
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: built.append(kernels))
-    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}])
-    args = _args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2")
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
+    args = run_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=run_command.resolve_qemus(args.qemu))
     buf = io.StringIO()
     status = runjob.run(config, Console(file=buf, width=200))
@@ -202,8 +198,8 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
 def test_two_kernels_and_two_qemus_pair_in_order(tmp_path: Path, fake, monkeypatch) -> None:
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
-    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}])
-    args = _args(tmp_path, *guest_kernel_args(tmp_path), "--qemu", "7.2", "--qemu", "10.0.2")
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
+    args = run_args(tmp_path, *guest_kernel_args(tmp_path), "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=(q1, q2))
     status = runjob.run(config, Console(file=io.StringIO()))
     assert status == 0
@@ -215,8 +211,8 @@ def test_two_kernels_and_two_qemus_pair_in_order(tmp_path: Path, fake, monkeypat
 
 
 def test_one_qemu_run_is_one_arm(tmp_path: Path, fake) -> None:
-    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_record(4.0)}])
-    status, _ = _run(tmp_path)
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
+    status, _ = run_memqual(tmp_path)
     assert status == 0
     assert "--json-variants-load" not in fake.calls()[0]["argv"]
 

@@ -185,7 +185,8 @@ def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
 def _scenario_results():
     """Results of the KSM and balloon scenarios' own record builders, fed
     synthetic raw measurements (tests/test_claims_scenarios.py)."""
-    from test_claims_scenarios import balloon_records, ksm_records
+    from balloon_records import balloon_records
+    from ksm_volatile_runs import ksm_records
 
     recs = ksm_records(4.4, skip_share=73 / 88) + ksm_records(5.5, skip_share=0.885, pages="thp")
     recs += balloon_records(0.0)

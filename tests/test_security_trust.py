@@ -290,7 +290,7 @@ def test_the_variants_file_of_a_block_job_is_never_written_through_a_link(tmp_pa
 
 
 def test_the_balloon_png_is_never_written_through_a_link(tmp_path: Path) -> None:
-    from test_balloon_plot import _records
+    from request_size_records import request_size_records as _records
 
     from memqual.host.balloon import plot
 

@@ -11,11 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import test_runjob
+from fake_avocado import guest_kernel_args, run_args
 from fake_tracker import FakeTracker
 from ksm_volatile_runs import ksm_records
 from rich.console import Console
-from test_runjob import _args, guest_kernel_args
 
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
@@ -24,9 +23,6 @@ from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import until
-
-fake = test_runjob.fake  # the fixture, shared with test_runjob
-
 
 # The host's drift from round to round, the same for A and B of a round.
 DRIFT = {"1": 1.0, "2": 1.04, "3": 0.97, "4": 1.02, "5": 0.99, "6": 1.03, "7": 0.98, "8": 1.01, "9": 1.0, "10": 0.96}
@@ -48,10 +44,10 @@ def _rec(scenario: str, metric: str, value: float, scale_b: float = 1.0, drift: 
     }
 
 
-def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
+def run_memqual(tmp_path: Path, *extra: str) -> tuple[int, str]:
     buf = io.StringIO()
     status = runjob.run(
-        run_command.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), *extra)),
+        run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path), *extra)),
         Console(file=buf, width=160),
     )
     return status, buf.getvalue()
@@ -89,7 +85,7 @@ def tracker(monkeypatch):
 
 def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake, tracker):
     fake.plan(tests=PLAN2)
-    status, out = _run(tmp_path, "--until-decided")
+    status, out = run_memqual(tmp_path, "--until-decided")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["stopped"] == "every primary decided" and summary["blocks"] == 4
@@ -121,7 +117,7 @@ def test_a_once_per_arm_check_of_an_undecided_scenario_is_not_run_again(tmp_path
         "records": [_rec("balloon.deflate", "deflate_off_s", 1.0)],
     }
     fake.plan(tests=[*PLAN2, check])
-    status, _ = _run(tmp_path, "--until-decided")
+    status, _ = run_memqual(tmp_path, "--until-decided")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert [b["tests"] for b in summary["added_blocks"]] == [
@@ -142,7 +138,7 @@ def test_the_checks_run_after_the_looks_with_their_time_kept_from_the_budget(tmp
     the budget is larger than on the whole budget's clock)."""
     check = {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}
     fake.plan(tests=[*PLAN2, check])
-    status, out = _run(tmp_path, "--until-decided", "--budget", "20")
+    status, out = run_memqual(tmp_path, "--until-decided", "--budget", "20")
     assert status == 0
     assert "the 1 once-per-arm checks run after the looks" in out
     calls = fake.calls()
@@ -160,7 +156,7 @@ def test_checks_avocado_cannot_list_run_first(tmp_path, fake, tracker):
     first, as without --until-decided, and nothing is kept for them."""
     check = {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}
     fake.plan(tests=[*PLAN2, check], list_fails=True)
-    status, _ = _run(tmp_path, "--until-decided")
+    status, _ = run_memqual(tmp_path, "--until-decided")
     assert status == 0
     calls = fake.calls()
     assert any("kernel-checks" in a for a in calls[0]["argv"])
@@ -175,7 +171,7 @@ def test_a_look_after_which_no_block_fits_is_the_last_and_spends_the_rest(tmp_pa
     run stops there."""
     tracker.decided_at = 99
     fake.plan(tests=PLAN2)
-    status, _ = _run(tmp_path, "--until-decided", "--budget", "0.01")
+    status, _ = run_memqual(tmp_path, "--until-decided", "--budget", "0.01")
     assert status == 0
     assert tracker.fractions == [1.0]
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
@@ -187,7 +183,7 @@ def test_looks_fall_on_the_budgets_clock_below_the_last(tmp_path, fake, tracker)
     """With room in the budget, each look passes the share of it spent so
     far, growing, below 1: the spending follows wall time."""
     fake.plan(tests=PLAN2)
-    status, _ = _run(tmp_path, "--until-decided", "--budget", "60")
+    status, _ = run_memqual(tmp_path, "--until-decided", "--budget", "60")
     assert status == 0
     assert len(tracker.fractions) == 3
     assert all(0.0 < f < 1.0 for f in tracker.fractions)
@@ -202,7 +198,7 @@ def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path,
     tracker.decided_at = 99
     tracker.keep = set()
     fake.plan(tests=PLAN2)
-    status, out = _run(tmp_path, "--until-decided", "--budget", "60")
+    status, out = run_memqual(tmp_path, "--until-decided", "--budget", "60")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["stopped"].startswith("no undecided scenario can be decided in what is left of the budget")
@@ -213,7 +209,7 @@ def test_a_scenario_that_cannot_be_decided_in_the_budget_gets_no_block(tmp_path,
 
 def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
     fake.plan(tests=PLAN2)
-    status, out = _run(tmp_path, "--until-decided", "--budget", "0.0001")
+    status, out = run_memqual(tmp_path, "--until-decided", "--budget", "0.0001")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert summary["blocks"] == 2 and summary["stopped"].startswith("budget spent")
@@ -234,12 +230,14 @@ def test_decided_after_then_undecided_again_counts_from_the_last_time():
 )
 def test_bad_input(tmp_path, extra, message):
     with pytest.raises(BadInput, match=message):
-        run_command.config_from_args(_args(tmp_path, *extra))
+        run_command.config_from_args(run_args(tmp_path, *extra))
 
 
 def test_bad_budget(tmp_path):
     with pytest.raises(BadInput, match="minutes"):
-        run_command.config_from_args(_args(tmp_path, *guest_kernel_args(tmp_path), "--until-decided", "--budget", "-1"))
+        run_command.config_from_args(
+            run_args(tmp_path, *guest_kernel_args(tmp_path), "--until-decided", "--budget", "-1")
+        )
 
 
 def _records(scale_b: float, n: int, spread: float, seed: int) -> tuple[list, list]:
@@ -384,7 +382,7 @@ def test_the_run_exits_as_its_sequential_decisions(tmp_path, fake, tracker, deci
     slower there whatever the looks said)."""
     tracker.status = decisions
     fake.plan(tests=PLAN2)
-    got, out = _run(tmp_path, "--until-decided")
+    got, out = run_memqual(tmp_path, "--until-decided")
     assert got == status
     assert ("exit 1" in out) == (status == 1) and ("host drifted" in out) == (status == 3)
     compared = json.loads((tmp_path / "out" / "comparison.json").read_text())
@@ -413,7 +411,7 @@ def test_the_negative_controls_run_in_every_added_block_until_they_have_enough(t
     """Below MIN_CONTROL_BLOCKS blocks the controls' silence says nothing:
     each added block runs them beside the undecided scenario's test."""
     fake.plan(tests=PLAN3)
-    status, out = _run(tmp_path, "--until-decided")
+    status, out = run_memqual(tmp_path, "--until-decided")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert [b["block"] for b in summary["added_blocks"]] == [3, 4]
@@ -436,7 +434,7 @@ def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracke
     enough = control_power.ControlPower(26, 3, True, 0.003, 0.1, 0.97, 100, 34, 0.02)
     monkeypatch.setattr(run_rounds, "controls_power_now", lambda state, level: enough)
     fake.plan(tests=PLAN3)
-    status, out = _run(tmp_path, "--until-decided")
+    status, out = run_memqual(tmp_path, "--until-decided")
     assert status == 0
     summary = json.loads((tmp_path / "out" / "until-decided.json").read_text())
     assert [(b["block"], b["controls"]) for b in summary["added_blocks"]] == [
