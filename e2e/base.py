@@ -6,7 +6,7 @@ under Avocado, SKIPPED under pytest); ``record(m)`` writes a measurement
 with its environment; the host-wide measurement lock is held from setUp to
 tearDown (exclusive when ``measures()``), always before the KSM lock; stale
 knobs are restored first; QMP and SSH chatter goes to WIRE_LOG.  Every test
-class carries ``:avocado: enable`` (tests/test_e2e_discovery.py checks it).
+class carries ``:avocado: enable`` (tests/e2e/test_e2e_discovery.py checks it).
 docs/architecture.md, "e2e/base.py", says why each is so."""
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def memqual_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def kernel(tmp_path: Path, memqual_cache: Path) -> KernelSource:
-    """A tiny fake kernel build (tests/fake_kernel.py) to build images from."""
+    """A tiny fake kernel build (tests/support/fake_kernel.py) to build images from."""
     bzimage, modules = fake_kernel.make(tmp_path / "kernel")
     return KernelSource(bzimage, modules)
 

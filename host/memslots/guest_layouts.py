@@ -125,7 +125,7 @@ class GuestConfig:
 # or more at 3 GiB, not 3.5 GiB, aligning it to 1 GiB (max-ram-below-4g
 # cannot raise it past 3 GiB there): the slots are those of the seed's guest
 # with the boundary half a GiB lower, which moves no node of either 2011
-# structure (tests/test_claims.py checks the 3.5 GiB split of
+# structure (tests/judge/test_claims.py checks the 3.5 GiB split of
 # pc-i440fx-1.7).  Under TCG the guest's RAM above what it touches is never
 # backed by the host.
 SEED_000 = "000_848cf9fa483e7028.txt"

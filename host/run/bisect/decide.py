@@ -1,7 +1,7 @@
 """The decisions of a statistical bisect, apart from running anything.
 
-Two pure pieces, unit-tested on synthetic results (tests/test_bisect.py,
-tests/test_bisect_calibration.py):
+Two pure pieces, unit-tested on synthetic results (tests/run/test_bisect.py,
+tests/run/test_bisect_calibration.py):
 
 - ``evidence_of``: a probe against the reference (K1) for the bisected
   metric, decided as ``memqual compare`` decides a metric
@@ -52,7 +52,7 @@ VERDICTS = (SLOWER, FASTER, EQUIVALENT, UNDECIDED)
 # The error level of one probe's decisions over all its looks.  A bisect
 # decides one metric, not a family, so the conventional 5 % rather than
 # compare's 1 % over a dozen primaries; measured in
-# tests/test_bisect_calibration.py (docs/ab-calibration.md).
+# tests/run/test_bisect_calibration.py (docs/ab-calibration.md).
 DEFAULT_ALPHA = 0.05
 
 

@@ -30,7 +30,7 @@ def _records(scan_rate: float = 1000.0, inflate_s: float = 0.8, seed: int = 1, r
     return [
         Measurement(
             # A scan speed with no regime to match (host/judge/regime.py): the
-            # volatile scan's own comparison is tests/test_compare_regime.py's.
+            # volatile scan's own comparison is tests/judge/test_compare_regime.py's.
             scenario="synthetic.scan_speed",
             metric="pages_per_s",
             unit="pages/s",

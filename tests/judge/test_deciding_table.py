@@ -1,6 +1,6 @@
 """The deciding table (host/judge/decisions.py), the negative controls'
 power (host/judge/control_power.py) and comparison.html built on them:
-synthetic runs in blocks (tests/comparison_pages.py) through the real
+synthetic runs in blocks (tests/support/comparison_pages.py) through the real
 Tracker, compare_results and the page.  Fixed seeds; a few seconds."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """KSM's volatile scan compares only between runs whose dirtying rates
 match (host/judge/regime.py): ``memqual compare`` and ``memqual history`` on
-records made by the scenario's own builder (tests/ksm_volatile_runs.py)."""
+records made by the scenario's own builder (tests/support/ksm_volatile_runs.py)."""
 
 from __future__ import annotations
 

@@ -202,7 +202,7 @@ def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test
 def ab_tests() -> set[str]:
     """What an A/B runs in blocks: the e2e test of every row of the scenario
     table tagged ab (each records a primary or a negative control,
-    tests/test_scenario_table.py)."""
+    tests/core/test_scenario_table.py)."""
     from memqual.host.core import scenario
 
     return {row.e2e for row in scenario.table() if "ab" in row.tags}

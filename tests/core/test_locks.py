@@ -15,7 +15,7 @@ import pytest
 from memqual.host.core import locks
 from memqual.host.core.errors import Timeout
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_an_exclusive_hold_keeps_out_every_other(tmp_path: Path) -> None:

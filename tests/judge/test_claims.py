@@ -309,7 +309,7 @@ def test_memslot_netperf_stays_not_measurable_whatever_the_records():
     assert any(b.variant.get("kind") == "miss" for b in v.beside)
 
 
-FLATVIEWS = json.loads((Path(__file__).parent / "data" / "guest-flatviews.json").read_text())["configs"]
+FLATVIEWS = json.loads((Path(__file__).parents[1] / "data" / "guest-flatviews.json").read_text())["configs"]
 
 
 def _guest_layout(config: str, nic_at: int | None = None) -> Measurement:
@@ -658,7 +658,7 @@ def test_the_guest_of_today_columns_say_they_count_the_guests_slots_alone():
     assert "| 2011 array |" not in (ROOT / "docs" / "memslots-model.md").read_text()
 
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_small_contradictions_are_gone():

@@ -15,7 +15,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("host", "images", "e2e")
 POLL_MODULE = Path("host/core/polling.py")
 

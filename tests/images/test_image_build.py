@@ -1,7 +1,7 @@
 """memqual.images.build: the cache key covers every input, a second build is a
 cache hit in well under a second, the base initramfs is reproducible, and
 bad kernel inputs are one clear error.  Most tests use a tiny fake kernel
-(tests/fake_kernel.py); one uses Debian's real kernel package."""
+(tests/support/fake_kernel.py); one uses Debian's real kernel package."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """QEMU as an A/B axis: how kernels and QEMUs make arms, what the variants
 tell each test, the warm snapshot per QEMU binary, and a whole two-QEMU
-run against the fake avocado (tests/test_runjob.py's) with two fake QEMUs."""
+run against the fake avocado (tests/run/test_runjob.py's) with two fake QEMUs."""
 
 from __future__ import annotations
 

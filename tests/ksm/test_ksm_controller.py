@@ -18,7 +18,7 @@ from memqual.host.ksm import KsmController, check_capability, restore_stale
 from memqual.host.ksm.state import HostState, RestoreFailed
 from memqual.host.ksm.sysfs import selected, write_order
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 KSM_KNOBS = {
     "run": "0",

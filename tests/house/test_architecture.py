@@ -27,7 +27,7 @@ from importlinter.contracts.independence import IndependenceContract
 from importlinter.contracts.layers import LayersContract
 from importlinter.domain.contract import Contract
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("host", "images")
 
 # Cycles that exist today, each to be removed by the work that owns its

@@ -1,6 +1,6 @@
 """memqual run --until-decided: rounds are added until every metric is
 decided (or the budget is spent), and the rounds each needed are reported.
-A fake avocado (tests/test_runjob.py's) stands in for the scenarios."""
+A fake avocado (tests/run/test_runjob.py's) stands in for the scenarios."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """memqual.host.ksm.scenarios: the KSM scenarios' procedures against a host
-KSM whose counters follow a script (tests/fakes.py's FakeKsmHost: no guest,
+KSM whose counters follow a script (tests/support/fakes.py's FakeKsmHost: no guest,
 no sysfs), and the records they give."""
 
 from __future__ import annotations

@@ -424,7 +424,7 @@ def make_fixtures(root: Path) -> Fixtures:
     (root / "dir").mkdir()
     results = write_results_file(root / "results.json", [inflate_record([[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]])])
     layout = root / "layout.json"
-    layout.write_text((Path(__file__).parent.parent / "host" / "memslots" / "layouts" / "seed-3.json").read_text())
+    layout.write_text((Path(__file__).parents[2] / "host" / "memslots" / "layouts" / "seed-3.json").read_text())
     junit = root / "junit.xml"
     junit.write_text('<testsuite tests="1" failures="0" errors="0" skipped="0"><testcase name="t"/></testsuite>\n')
     bad_contents = _bad_results_files(root, results)

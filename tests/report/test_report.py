@@ -169,7 +169,7 @@ def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
     from memqual.host.memslots import guest_layouts as G
     from memqual.host.memslots import qemu_layout as Q
 
-    views = json.loads((Path(__file__).parent / "data" / "guest-flatviews.json").read_text())["configs"]
+    views = json.loads((Path(__file__).parents[1] / "data" / "guest-flatviews.json").read_text())["configs"]
     recs = [
         G.layout_record(name, [Q.FlatRange(*r) for r in views[name]["ranges"]], views[name]["settings"])
         for name in ("pc-rtl8139", "pc-64-dimms")
@@ -184,7 +184,7 @@ def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
 
 def _scenario_results():
     """Results of the KSM and balloon scenarios' own record builders, fed
-    synthetic raw measurements (tests/test_claims_scenarios.py)."""
+    synthetic raw measurements (tests/judge/test_claims_scenarios.py)."""
     from balloon_records import balloon_records
     from ksm_volatile_runs import ksm_records
 

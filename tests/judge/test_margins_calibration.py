@@ -178,7 +178,7 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
 
 
 # The rates of docs/ab-calibration.md ("Margins per primary"), at more
-# trials: python tests/test_margins_calibration.py [TRIALS]
+# trials: python tests/judge/test_margins_calibration.py [TRIALS]
 RATES = (
     ("A/A, margin 1 %: equivalent", {"effect": 1.0, "margin": TIGHT}, {comparison.EQUIVALENT}, 41),
     ("A/A, margin 1 %: slower or faster", {"effect": 1.0, "margin": TIGHT}, {comparison.SLOWER, comparison.FASTER}, 42),

@@ -1,6 +1,6 @@
 """A synthetic two-arm run in blocks, decided by the real Tracker over its
 looks, for the tests of the deciding table and comparison.html (and, run
-as ``python tests/comparison_pages.py OUT.html``, a page to look at).
+as ``python tests/support/comparison_pages.py OUT.html``, a page to look at).
 
 Primaries are real ones (host/judge/primaries.py) so the files mark them;
 the controls are memslots.kvm_lookup metrics; the exploratory ones carry

@@ -356,7 +356,7 @@ def test_kernel_specs_take_an_extra_command_line():
 
 
 def test_a_typo_in_the_metric_is_caught_before_any_guest(tmp_path):
-    e2e = Path(__file__).resolve().parent.parent / "e2e"
+    e2e = Path(__file__).resolve().parents[2] / "e2e"
     series.check_metric_known(series.MetricSpec("deflate_s"), e2e)
     series.check_metric_known(series.MetricSpec("balloon.deflate deflate_guest_s"), e2e)  # an f-string's
     with pytest.raises(BadInput, match="unknown metric 'deflat_s'.*nearest: deflate_s"):

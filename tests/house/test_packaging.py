@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCE = Path(__file__).resolve().parent.parent
+SOURCE = Path(__file__).resolve().parents[2]
 # What the checkout holds that is no input of the build.
 NOT_SOURCE = shutil.ignore_patterns(
     ".git", ".venv", ".tox", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", ".hypothesis", "memqual-*"
@@ -149,7 +149,7 @@ def test_the_page_templates_are_in_the_wheel_and_pages_render_from_them(
 def test_the_balloon_driver_build_imports_on_the_standard_library_alone() -> None:
     # ./setup builds the driver with `python -S` while pip installs: nothing
     # it imports may need a package from site-packages.
-    src = Path(__file__).resolve().parent.parent / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     done = subprocess.run(
         [sys.executable, "-S", "-c", "import memqual.images.balloon_driver"],
         env={"PYTHONPATH": str(src), "PATH": os.environ.get("PATH", "")},

@@ -2,7 +2,7 @@
 pc guests, the raw input ``guest_layouts.layout_record`` turns into the
 memslot-miss claim's records.
 
-Run by hand (not a test): ``.venv/bin/python tests/capture_flatviews.py``.
+Run by hand (not a test): ``.venv/bin/python tests/support/capture_flatviews.py``.
 Each configuration is QEMU started with the e2e scenario's own device
 arguments (``GuestConfig.extra_args``) and no guest kernel: SeaBIOS maps
 every BAR, and the flat view is read over QMP when the firmware is done.
@@ -21,7 +21,7 @@ from pathlib import Path
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import qemu_layout as Q
 
-OUT = Path(__file__).parent / "data" / "guest-flatviews.json"
+OUT = Path(__file__).parents[1] / "data" / "guest-flatviews.json"
 BARS = (G.RamBar("mq-vga", "VGA", 16),) + tuple(G.RamBar(f"mq-ivshmem{i}", "ivshmem-plain", 1 << i) for i in range(4))
 CONFIGS = (
     G.GuestConfig("pc-plain"),
@@ -83,7 +83,7 @@ def capture(config: G.GuestConfig) -> list[list]:
 
 def main() -> None:
     out = {
-        "about": "flat views (info mtree -f, address space memory) of real QEMU pc guests; tests/capture_flatviews.py",
+        "about": "flat views (info mtree -f, address space memory) of real QEMU pc guests; tests/support/capture_flatviews.py",
         "qemu": subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout.split("\n")[
             0
         ],

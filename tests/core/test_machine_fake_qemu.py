@@ -1,4 +1,4 @@
-"""memqual.host.core.machine.Machine against a fake QEMU (tests/fake_qemu.py): launch
+"""memqual.host.core.machine.Machine against a fake QEMU (tests/support/fake_qemu.py): launch
 failures, SSH deadlines, shutdown of a QEMU that ignores quit, death with
 the parent, and the retry when the SSH port was taken.  No real QEMU and no
 guest: every case runs in a second or two."""
