@@ -83,7 +83,8 @@ def capture(config: G.GuestConfig) -> list[list]:
 
 def main() -> None:
     out = {
-        "about": "flat views (info mtree -f, address space memory) of real QEMU pc guests; tests/support/capture_flatviews.py",
+        "about": "flat views (info mtree -f, address space memory) of real QEMU pc guests; "
+        "tests/support/capture_flatviews.py",
         "qemu": subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True).stdout.split("\n")[
             0
         ],
