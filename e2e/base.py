@@ -1,37 +1,13 @@
 """The Avocado base class of every scenario that needs a guest.
 
-What it owns for one test:
-- the guest(s): ``self.boot(config)`` returns a booted Machine with SSH
-  ready; every machine is shut down in tearDown, whatever happened (and by
-  PR_SET_PDEATHSIG if the test process itself is killed);
-- the skip adapter: ``self.require(cond, reason)`` is CANCEL under
-  ``avocado run`` and SKIPPED under pytest (Avocado turns skipTest into
-  ERROR, pytest turns cancel into FAILED: one place decides);
-- the measurement records: ``self.record(m)`` fills in the environment and
-  writes the JSON into the test's output directory, where ``memqual run``
-  collects it;
-- host hygiene: knobs a previous, killed run left changed are restored
-  before anything else happens;
-- the guests' protocol chatter (QMP and SSH at DEBUG) goes to WIRE_LOG in
-  the test's results directory, not through Avocado's runner to debug.log;
-- the host-wide measurement lock, held from setUp to tearDown: exclusive
-  by a test that measures time or host-wide state (the default:
-  ``measures()`` says True), shared by a test that measures nothing.  So
-  tests that measure nothing overlap each other, but no test runs beside
-  one that measures, and ``avocado run e2e/`` with Avocado's default
-  parallelism gives what a serial run gives.
-
-The measurement lock and the KSM lock: the KSM lock (memqual.host.ksm, ``ksm.lock``
-in the state directory) is for the host's KSM knobs and is taken by every
-memqual process that changes them, tests and commands alike, only while it
-changes them.  The measurement lock (``measure.lock`` beside it) is taken
-only by tests, for their whole run, and always before the KSM lock, never
-after it: so no two locks are ever waited for in opposite orders.
-
-Every test class must carry ``:avocado: enable`` in its docstring: Avocado
-discovers tests statically and drops, silently, a class whose base class
-it cannot resolve.  tests/test_e2e_discovery.py checks nothing is dropped.
-"""
+``boot(config)`` gives a booted Machine with SSH ready, shut down in
+tearDown whatever happened; ``require(cond, reason)`` is the skip (CANCEL
+under Avocado, SKIPPED under pytest); ``record(m)`` writes a measurement
+with its environment; the host-wide measurement lock is held from setUp to
+tearDown (exclusive when ``measures()``), always before the KSM lock; stale
+knobs are restored first; QMP and SSH chatter goes to WIRE_LOG.  Every test
+class carries ``:avocado: enable`` (tests/e2e/test_e2e_discovery.py checks it).
+docs/architecture.md, "e2e/base.py", says why each is so."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
-"""Seed 003 on a real driver: virtio_balloon_mq, the guest
-kernel's own virtio_balloon with a settable number of PFNs per request,
-loaded over SSH in fresh guests; inflates timed by the host (QMP) and
-broken down by the driver's own guest-clock counters.
+"""Seed 003 on a real driver: virtio_balloon_mq, the guest kernel's own
+virtio_balloon with a settable number of PFNs per request, in fresh guests.
 
-Per fresh guest (the independent unit; warm starts): the variant at each
-request size in an order rotated per guest (256 PFNs, and the seed's three
-bitmaps scaled to the guest: 1/16, 1/8 and all of it per request; the full
-profile adds 1024, 4096, 65536 and 262144 PFNs),
-inflating 768 MiB of 1 GiB (75 %: the seed's 15/16 is below a small
-guest's floor; docs/balloon.md), and one half-size inflate so the fit can
-tell a page's cost from the fixed one; each inflate is deflated back, timed
-the same way.  Then the stock driver goes back.
-
-Asserted (directions that can fail, no magnitudes): every move reaches its
-target per QMP and the driver counted exactly those pages; a larger request
-size sends fewer requests, inflating and deflating; sizes the driver refuses fail at load with its
-line; the stock driver is back, drives the balloon, the balloon is at 0 and
-SSH works.
-"""
+The procedure is host/balloon/request_size.py's.  Asserted (directions that
+can fail): every move reaches its target and the driver counted exactly
+those pages; a larger request size sends fewer requests; sizes the driver
+refuses fail at load; the stock driver is back afterwards and works.
+docs/balloon.md, "e2e/test_balloon_driver.py"."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""Nothing leaks: a guest test that Avocado stops, by its timeout or by
-Ctrl-C, leaves no QEMU behind; SIGTERM to ``memqual run`` ends its Avocado
-job and guests within 10 s, and so does SIGKILL of memqual run's pid alone,
-with the KSM knobs its test changed put back; host KSM knobs changed by an
-Avocado job killed whole with SIGKILL are put back when memqual next starts.
+"""Nothing leaks: a guest test Avocado stops (timeout, Ctrl-C) leaves no
+QEMU; SIGTERM, or SIGKILL of its pid alone, ends ``memqual run``'s job and
+guests within 10 s with the KSM knobs put back; knobs of an Avocado job
+killed whole are put back at memqual's next start.
 
-Each test writes a small Avocado test into its work directory (outside
-e2e/, so `avocado run e2e/` never runs it) that boots a real guest (or
-changes the real host KSM knobs), writes a pid to a file and then hangs; a
-nested `avocado run` of that file is stopped, and what it held must be
-gone or restored afterwards.
-"""
+Each test writes a small Avocado test outside e2e/ that boots a real guest
+(or changes KSM knobs) and hangs; a nested ``avocado run`` of it is
+stopped, and what it held must be gone or restored."""
 
 from __future__ import annotations
 

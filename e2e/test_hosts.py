@@ -1,19 +1,10 @@
 """Many lab hosts, for real: network namespaces on this machine, each with
-its own veth address and its own sshd (Debian's openssh-server), all with
-this memqual checkout, driven by ``memqual hosts check`` and ``memqual run
---hosts`` (docs/hosts.md); the lab itself is e2e/lab.py.
+its own veth address and sshd, driven by ``memqual hosts check`` and
+``memqual run --hosts``; the lab itself is e2e/lab.py.
 
-Run: ``avocado run e2e/test_hosts.py`` (tag: hosts).  Needs root (ip netns)
-and /usr/sbin/sshd; else CANCEL with the reason.
-
-The namespaces share this machine's kernel, so host-wide KSM and the
-measurement lock (in /run/memqual) are shared too: the lock serialises the
-measuring tasks across the "hosts", and the fleet page must say the hosts
-run one kernel.  The test uses that lock to make a host's death land in the
-middle of a task: it holds the lock until every host has a task blocked on
-it, kills the whole of one host (every process in its namespace, sshd and
-the task under it), then lets go.
-"""
+Run: ``avocado run e2e/test_hosts.py`` (tag: hosts); needs root and
+/usr/sbin/sshd, else CANCEL with the reason.  docs/hosts.md,
+"e2e/test_hosts.py", says how a host's death is placed mid-task."""
 
 from __future__ import annotations
 

@@ -1,18 +1,10 @@
-"""Guests whose RAM is 2 MiB hugetlbfs pages (memory-backend-file on a
-hugetlbfs mount), the pages reserved on the host for the test and given
-back after it, also after a kill (host/core/knobs.py).  The procedures are
-host/hugetlbfs/'s; this file boots, calls, records and asserts.
+"""Guests whose RAM is 2 MiB hugetlbfs pages, the pages reserved on the host
+for the test and given back after it, also after a kill.  The procedures
+are host/hugetlbfs/'s; this file boots, calls, records and asserts.
 
-1. balloon: the guest touches memory, then inflates by less than one huge
-   page and by a large size; the host pool's free huge pages count what
-   came back: nothing for the sub-page inflate, whole pages at most what
-   the balloon holds for the large one.  The inflate's time is the
-   primary (host/judge/primaries.py); the same guest on anonymous memory
-   beside it is exploratory, and a guest with free page reporting is the
-   control that the count sees whole pages come back (quick and full).
-2. ksm (full profile): host KSM merges nothing of a hugetlbfs guest filled
-   with identical pages; the same fill on anonymous memory merges.
-"""
+1. balloon: what an inflate gives back, in whole huge pages (its time is
+   the primary; anonymous memory beside it; free page reporting the
+   control); 2. ksm (full profile): nothing merges.  docs/hugetlbfs.md."""
 
 from __future__ import annotations
 

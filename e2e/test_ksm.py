@@ -1,30 +1,11 @@
 """KSM end to end: a real guest, real QEMU, the host's real ksmd.
 
-Scenarios (docs/ksm.md says why each is built the way it is; their
-measurement procedures are in host/ksm/: merge.py, volatile.py,
-guest_ksm.py, sharing.py; this file boots the guests, records and asserts):
-1. merge: a guest fills N MiB with one byte; within 3 full scans QEMU's
-   ksm_merging_pages grows by >= 90 % of N MiB / 4 KiB, and as many leave
-   it when the agent makes its pages unique.  Negative control:
-   -machine mem-merge=off, nothing of QEMU's merges.
-2. integrity: merged pages broken by writes of a distinct 96-byte tail,
-   nearly identical pages left for ksmd, run=2 unmerge, every page verified
-   in the guest (and the checker proven by corrupting 5 pages on purpose).
-3. volatile scan cost (seed 001's claim): the seed's workload, smart_scan 0
-   against 1 alternated ABBA, ksmd CPU time per page covered; 4 KiB and
-   THP-backed guest RAM; one fresh guest per replicate.
-4. guest-side KSM: the guest kernel's own ksmd merging the agent's
-   MADV_MERGEABLE pages.
-5. many guests: identical guests added one by one under host KSM; what
-   each saves alone, what merges across them, the model
-   saved(n) = (n - 1) U + n I checked for the largest n, then the time
-   ksmd takes to merge them all again, repeated.
-
-Warm-started guests come from one snapshot, so their memory already holds
-pages identical across guests (and zero pages): scenario 1 and 2 count only
-what grows after a baseline taken before the agent fills; scenario 5 is
-about exactly those pages.
-"""
+Scenarios: 1. merge (and mem-merge=off, its control); 2. integrity;
+3. volatile scan cost (seed 001, 4 KiB and THP); 4. the guest's own KSM;
+5. many guests and the sharing model.  The procedures are host/ksm/'s
+(merge.py, volatile.py, guest_ksm.py, sharing.py); this file boots the
+guests, calls them, records and asserts directions.  docs/ksm.md says why
+each is built the way it is."""
 
 from __future__ import annotations
 
@@ -199,7 +180,7 @@ class KsmTest(GuestTest):
             volatile.prepare_volatile(ksm, pages)
             for index in range(table.VOLATILE_SCAN.sizes_for().guests):
                 guests.append(self._volatile_guest(ksm, pages, index, volatile.retries_left(guests)))
-        self._judge(pages, guests, time.monotonic() - started)
+        self._record_volatile(pages, guests, time.monotonic() - started)
 
     def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> VolatileGuest:
         """One replicate: a fresh guest runs the seed's workload, ksmd
@@ -226,7 +207,7 @@ class KsmTest(GuestTest):
         finally:
             vm.shutdown()
 
-    def _judge(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
+    def _record_volatile(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         settings = volatile.volatile_settings(

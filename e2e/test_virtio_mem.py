@@ -1,71 +1,43 @@
-"""virtio-mem on a real guest: plug and unplug through QMP, the guest's use
-of the memory, QEMU's RSS, timing beside a balloon inflate of the same
-size, and dynamic memslots.
+"""virtio-mem on a real guest: plug and unplug, the resize timing beside a
+balloon inflate, and dynamic memslots, in pc guests with Debian's virtio_mem
+module and hotplugged memory onlined movable.
 
-Run: ``avocado run e2e/test_virtio_mem.py`` (tag virtio_mem), under the
-QEMU ``memqual run --qemu`` chose ($MEMQUAL_QEMU).  A pc guest (virtio-mem
-is a PCI device) of 512 MiB with Debian's virtio_mem module; hotplugged
-memory is onlined into ZONE_MOVABLE (memhp_default_state=online_movable),
-so user pages land in it first and it can be unplugged again.
-Records: virtio_mem.resize (grow/shrink, host- and guest-timed, and the
-balloon inflate of the same size), virtio_mem.memslots (the memslots
-the device occupies as blocks are plugged, with the reference models'
-lookup cost at each count), virtio_mem.memslot_layout (each plugged
-state's whole layout, which the memslot-miss card lists as a virtio-mem
-guest of today) and memslots.kvm_lookup (a complete miss through /dev/kvm
-at those states' slot counts, where /dev/kvm can run the harness).
-"""
+Each test boots its guest, calls host/virtio_mem.py's procedures, records
+and asserts; the dynamic-memslots test also records each plugged state's
+layout and /dev/kvm's miss cost at its slot count.  Run: ``avocado run
+e2e/test_virtio_mem.py`` (tag virtio_mem).  docs/memslots-model.md,
+"e2e/test_virtio_mem.py", lists its records."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from memqual.e2e.base import GuestTest
-from memqual.host import virtio_mem as V
+from memqual.host import virtio_mem
 from memqual.host.balloon.device import BalloonController
-from memqual.host.balloon.rss import rss_kib, wait_rss
-from memqual.host.core import kvm as K
+from memqual.host.balloon.rss import rss_kib
+from memqual.host.core import kvm as kvm_api
 from memqual.host.core import qemu_binary
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.qemu import qemu_version
 from memqual.host.core.record import Measurement
-from memqual.host.memslots import kvm_lookup as L
-from memqual.host.memslots import kvm_lookup_results, virtio_layouts
+from memqual.host.memslots import kvm_lookup, kvm_lookup_results, virtio_layouts
 from memqual.host.memslots.model import model_table
-from memqual.host.memslots.qemu_layout import layout_from_flatview, parse_flatview
+from memqual.host.memslots.qemu_layout import layout_from_flatview
 from memqual.host.memslots.table import KVM_LOOKUP
 
 MIB = 1 << 20
-BASE_MIB = V.BASE_MIB
-AGENT = "vmem_agent"
-RESIZE_DEADLINE_S = 60.0
-# A request the guest cannot meet: how long it is watched not being met.
-# The driver's retries are far apart (its timer starts at 50 s), so a few
-# seconds show the state it stays in without waiting for a retry.
-UNMET_WINDOW_S = 5.0
-# Plugged, then filled with the pattern, beyond what the base memory could
-# take back: unplugging all of it cannot succeed while the agent holds it.
-# The plug/unplug guest has less base memory, so the fill (the slowest
-# step under TCG) can be small and still be more than the base can take.
-PLUG_BASE_MIB = 256
-PLUG_MIB = 384
-FILL_MIB = 320
+BASE_MIB = virtio_mem.BASE_MIB
 # Share of the filled pages that must sit in the device's memory: the
 # allocator serves user pages from ZONE_MOVABLE first (measured here
 # nearly all); half still proves the plugged memory is used.
 MIN_IN_RANGE = 0.5
-# QEMU's RSS must give back this share of what the fill added once the
-# blocks are unplugged (QEMU discards unplugged blocks at once).
-RSS_RETURNED = 0.8
 
 
-def plan() -> V.Plan:
-    """The scenario's sizes in the run's profile (host/virtio_mem.py's rows)."""
-    return V.RESIZE.sizes_for()
-
-
-def config(device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig:
+def config(device: virtio_mem.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig:
     return MachineConfig(
         memory_mib=base_mib,
         cpus=1,
@@ -78,128 +50,74 @@ def config(device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> MachineConfig
     )
 
 
-def mem_total_kib(vm: Machine) -> int:
-    for line in vm.ssh.run(["cat", "/proc/meminfo"]).stdout.splitlines():
-        if line.startswith("MemTotal:"):
-            return int(line.split()[1])
-    raise AssertionError("no MemTotal in the guest's /proc/meminfo")
-
-
-def field(line: str, key: str) -> int:
-    for part in line.split():
-        if part.startswith(key + "="):
-            return int(part.split("=", 1)[1])
-    raise AssertionError(f"no {key}= in agent line {line!r}")
-
-
 class VirtioMem(GuestTest):
     """
     :avocado: enable
     :avocado: tags=virtio_mem
     """
 
-    def boot_vmem(self, device: V.VirtioMemDevice, base_mib: int = BASE_MIB) -> tuple[Machine, str]:
+    def boot_vmem(self, device: virtio_mem.VirtioMemDevice, base_mib: int = BASE_MIB) -> tuple[Machine, str]:
         vm = self.boot(config(device, base_mib))
-        self.require(bool(V.device_properties(vm)), f"QEMU {qemu_version()} has no {V.DEVICE} device")
+        self.require(bool(virtio_mem.device_properties(vm)), f"QEMU {qemu_version()} has no {virtio_mem.DEVICE} device")
         loaded = vm.ssh.run(["modprobe", "virtio_mem"], check=False)
         self.require(loaded.status == 0, f"the guest kernel has no virtio_mem module: {loaded.stderr.strip()}")
-        return vm, vm.deploy(AGENT)
+        return vm, vm.deploy(virtio_mem.AGENT)
 
-    def guest_timed(
-        self, vm: Machine, agent: str, device: V.VirtioMemDevice, target_bytes: int, base_kib: int
-    ) -> tuple[V.Resize, float]:
-        """One resize, timed by the host (QOM size) and the guest (MemTotal)."""
-        watch = vm.ssh.start([agent, "watch", str(base_kib + target_bytes // 1024), str(RESIZE_DEADLINE_S)])
-        lines = watch.lines(timeout=RESIZE_DEADLINE_S)
-        self.assertEqual(next(lines), "watching")
-        result = V.resize(vm, device, target_bytes, RESIZE_DEADLINE_S)
-        reached = next(lines)
-        watch.wait(timeout=RESIZE_DEADLINE_S)
-        self.assertTrue(result.met, f"virtio-mem did not reach {target_bytes >> 20} MiB: {result}")
-        self.assertTrue(reached.startswith("reached "), f"the guest never saw MemTotal change: {reached}")
-        return result, float(reached.split("=", 1)[1])
+    @contextlib.contextmanager
+    def scenario(self) -> Iterator[None]:
+        """A resize the procedure needed and did not get fails the test."""
+        try:
+            yield
+        except virtio_mem.ResizeFailed as exc:
+            self.fail(str(exc))
 
     def test_plug_unplug(self) -> None:
         """Correctness: plugged memory seen and used, a pattern in it survives
         other blocks unplugged, a request the guest cannot meet stays unmet
         with the guest alive, unplug gives QEMU's memory back."""
-        device = V.VirtioMemDevice(size_mib=512)
-        vm, agent = self.boot_vmem(device, PLUG_BASE_MIB)
-        base_kib = mem_total_kib(vm)
-        rss_before = rss_kib(vm.pid)
-
-        plugged = V.resize(vm, device, PLUG_MIB * MIB, RESIZE_DEADLINE_S)
-        self.assertTrue(plugged.met, plugged)
-        self.assertEqual(mem_total_kib(vm), base_kib + PLUG_MIB * 1024)
-
-        start = V.device_base(vm, device)
-        fill = vm.ssh.start(
-            [agent, "fill", str(FILL_MIB), "0x5eed", hex(start), hex(start + device.size_mib * MIB), "120"]
+        device = virtio_mem.VirtioMemDevice(size_mib=virtio_mem.PLUG_DEVICE_MIB)
+        vm, agent = self.boot_vmem(device, virtio_mem.PLUG_BASE_MIB)
+        with self.scenario():
+            run = virtio_mem.run_plug_unplug(vm, device, agent, lambda: rss_kib(vm.pid))
+        self.log.info("filled: %s; verified: %s", run.filled, run.verified)
+        self.assertEqual(run.total_plugged_kib, run.base_kib + virtio_mem.PLUG_MIB * 1024)
+        self.assertGreaterEqual(run.in_range_share, MIN_IN_RANGE, run.filled)
+        self.assertGreater(
+            run.rss_filled_kib - run.rss_before_kib,
+            virtio_mem.FILL_MIB * 1024 // 2,
+            "the fill did not reach QEMU's memory",
         )
-        lines = fill.lines(timeout=120)
-        filled = next(lines)
-        self.log.info("%s", filled)
-        pages = field(filled, "pages")
-        self.assertGreaterEqual(field(filled, "in_range") / pages, MIN_IN_RANGE, filled)
-        rss_filled = rss_kib(vm.pid)
-        self.assertGreater(rss_filled - rss_before, FILL_MIB * 1024 // 2, "the fill did not reach QEMU's memory")
-
-        # Other blocks: 32 MiB of the plugged memory, which the agent's pages
-        # may or may not occupy (then the kernel migrates them first).
-        partial = V.resize(vm, device, (PLUG_MIB - 32) * MIB, RESIZE_DEADLINE_S)
-        self.assertTrue(partial.met, partial)
-
-        vm.ssh.run(["touch", "/tmp/vmem.verify"])
-        verified = next(lines)
-        self.log.info("%s", verified)
-        self.assertEqual(field(verified, "bad_words"), 0, verified)
-
-        # All of it, while FILL_MIB are held and the base memory cannot take
-        # them all.  A clear state within the window, never a hang: the
-        # request stays unmet with the holder's memory intact, or the
-        # guest's OOM killer ends the holder (measured here under TCG: the
-        # driver migrates what fits into the base memory, then the
-        # guest's OOM killer ends the agent) and the request is met.
-        unmet = V.resize(vm, device, 0, UNMET_WINDOW_S)
-        self.log.info("request 0 while %d MiB are held: %s", FILL_MIB, unmet)
-        self.assertEqual(vm.ssh.run(["true"]).status, 0, "the guest stopped answering")
-        killed = [
-            line for line in vm.ssh.run(["dmesg"]).stdout.splitlines() if f"({AGENT})" in line and "Killed" in line
-        ]
-        if unmet.met:
-            self.assertTrue(killed, f"virtio-mem unplugged memory the guest still holds: {unmet}")
+        self.assertTrue(run.partial.met, run.partial)
+        self.assertEqual(virtio_mem.agent_field(run.verified, "bad_words"), 0, run.verified)
+        # Everything asked for while the fill is held: a clear state within
+        # the window, never a hang.  The request stays unmet with the
+        # holder's memory intact, or the guest's OOM killer ends the holder
+        # (measured here under TCG: the driver migrates what fits into the
+        # base memory, then the OOM killer ends the agent) and it is met.
+        self.log.info("request 0 while %d MiB are held: %s", virtio_mem.FILL_MIB, run.unmet)
+        self.assertTrue(run.answered, "the guest stopped answering")
+        if run.unmet.met:
+            self.assertTrue(run.killed, f"virtio-mem unplugged memory the guest still holds: {run.unmet}")
         else:
-            self.assertGreater(unmet.size_bytes, 0)
-        self.assertEqual(vm.ssh.run(["cat", "/proc/meminfo"]).status, 0)
-        self.log.info("unmeetable request ended: %s", killed[0] if killed else "unmet, the holder alive")
-        vm.ssh.run(["touch", "/tmp/vmem.release"])
-        result = fill.wait(timeout=60)
-        if not killed:
-            self.assertEqual(result.status, 0, result.stderr)
-
-        # Memory free again: the same request is met (asked anew, as the
-        # driver's own retry may be a minute away).  What the last unplug
-        # takes away was written by the agent (its pages that migrated into
-        # the base memory stay resident there), so QEMU's RSS falls by it.
-        still_plugged = V.size_bytes(vm, device)
-        rss_held = rss_kib(vm.pid)
-        V.request(vm, device, still_plugged)
-        emptied = V.resize(vm, device, 0, RESIZE_DEADLINE_S)
-        self.assertTrue(emptied.met, emptied)
-        self.assertEqual(mem_total_kib(vm), base_kib)
-        expected_kib = RSS_RETURNED * still_plugged / 1024
-        met, rss_after, waited = wait_rss(vm.pid, lambda rss: rss_held - rss >= expected_kib, deadline_s=10.0)
+            self.assertGreater(run.unmet.size_bytes, 0)
+        if not run.killed:
+            self.assertEqual(run.holder_status, 0, "the holder failed")
+        self.log.info("unmeetable request ended: %s", run.killed[0] if run.killed else "unmet, the holder alive")
+        self.assertTrue(run.emptied.met, run.emptied)
+        self.assertEqual(run.total_emptied_kib, run.base_kib)
         self.log.info(
             "QEMU RSS: %d MiB before, %d filled, %d with %d MiB plugged, %d after unplug (%.1f s)",
-            rss_before >> 10,
-            rss_filled >> 10,
-            rss_held >> 10,
-            still_plugged >> 20,
-            rss_after >> 10,
-            waited,
+            run.rss_before_kib >> 10,
+            run.rss_filled_kib >> 10,
+            run.rss_held_kib >> 10,
+            run.still_plugged_bytes >> 20,
+            run.rss_after_kib >> 10,
+            run.rss_waited_s,
         )
         self.assertTrue(
-            met, f"unplugging {still_plugged >> 20} MiB gave QEMU's RSS back only {(rss_held - rss_after) >> 10} MiB"
+            run.rss_returned,
+            f"unplugging {run.still_plugged_bytes >> 20} MiB gave QEMU's RSS back only "
+            f"{(run.rss_held_kib - run.rss_after_kib) >> 10} MiB",
         )
 
     def test_resize_timing(self) -> None:
@@ -210,27 +128,27 @@ class VirtioMem(GuestTest):
 
         :avocado: tags=slow
         """
-        steps = plan()
-        device = V.VirtioMemDevice(size_mib=max(steps.sizes_mib))
+        steps = virtio_mem.RESIZE.sizes_for()
+        device = virtio_mem.VirtioMemDevice(size_mib=max(steps.sizes_mib))
         vm, agent = self.boot_vmem(device)
         ctl = BalloonController(vm, device_id="balloon0")
-        base_kib = mem_total_kib(vm)
+        base_kib = virtio_mem.mem_total_kib(vm.ssh)
         ram = ctl.ram_bytes()
 
         def inflate(size_bytes: int) -> float:
-            inflated = ctl.reach(ram - size_bytes, deadline_s=RESIZE_DEADLINE_S)
+            inflated = ctl.reach(ram - size_bytes, deadline_s=virtio_mem.RESIZE_DEADLINE_S)
             self.assertTrue(inflated.reached, inflated)
-            self.assertTrue(ctl.reach(ram, deadline_s=RESIZE_DEADLINE_S).reached)
+            self.assertTrue(ctl.reach(ram, deadline_s=virtio_mem.RESIZE_DEADLINE_S).reached)
             return inflated.seconds
 
         try:
-            timings = V.time_resizes(
-                lambda target: self.guest_timed(vm, agent, device, target, base_kib),
+            timings = virtio_mem.time_resizes(
+                lambda target: virtio_mem.guest_timed(vm, agent, device, target, base_kib),
                 inflate,
                 steps.sizes_mib,
                 steps.repeats,
             )
-        except V.ResizeFailed as exc:
+        except virtio_mem.ResizeFailed as exc:
             self.fail(str(exc))
         for timing in timings:
             self.log.info(
@@ -247,14 +165,15 @@ class VirtioMem(GuestTest):
         and unplugged (dynamic-memslots=on), fed to the reference models."""
         # Asked of the binary that will run (a QEMU without the property
         # would refuse the command line), not assumed from its version.
-        properties = qemu_binary.device_properties(qemu_binary.current(), V.DEVICE)
-        self.require(bool(properties), f"QEMU {qemu_version()} has no {V.DEVICE} device")
+        properties = qemu_binary.device_properties(qemu_binary.current(), virtio_mem.DEVICE)
+        self.require(bool(properties), f"QEMU {qemu_version()} has no {virtio_mem.DEVICE} device")
         self.require(
-            V.DYNAMIC_MEMSLOTS in properties,
-            f"QEMU {qemu_version()}'s {V.DEVICE} has no {V.DYNAMIC_MEMSLOTS} property (QEMU 8.2 added it)",
+            virtio_mem.DYNAMIC_MEMSLOTS in properties,
+            f"QEMU {qemu_version()}'s {virtio_mem.DEVICE} has no {virtio_mem.DYNAMIC_MEMSLOTS} property "
+            "(QEMU 8.2 added it)",
         )
-        sized = plan()
-        device = V.VirtioMemDevice(
+        sized = virtio_mem.MEMSLOTS.sizes_for()
+        device = virtio_mem.VirtioMemDevice(
             size_mib=max(sized.dyn_device_mib, sized.dyn_large_mib), dynamic_memslots=True, reserve=False
         )
         vm, _agent = self.boot_vmem(device)
@@ -270,26 +189,24 @@ class VirtioMem(GuestTest):
             # ``memslots`` property to set (QEMU 8.2 to 10 have none).
             "memslots": "explicit" if "memslots" in properties else "auto",
         }
-        for index, size_mib in enumerate(sized.dyn_steps_mib):
-            result = V.resize(vm, device, size_mib * MIB, RESIZE_DEADLINE_S)
-            self.assertTrue(result.met, result)
-            ranges = parse_flatview(vm.hmp("info mtree -f"))
-            slots = V.device_ranges(ranges, device)
-            layout = layout_from_flatview(ranges, name=f"virtio-mem-{size_mib}M")
+        with self.scenario():
+            plugged = virtio_mem.plug_states(vm, device, sized.dyn_steps_mib)
+        for index, step in enumerate(plugged):
+            layout = layout_from_flatview(step.ranges, name=f"virtio-mem-{step.size_mib}M")
             table = model_table(layout, "miss", lookups=2000)
-            states.append(virtio_layouts.state_record(index, size_mib, ranges, device.memdev, state_settings))
-            counts.append(len(slots))
+            states.append(virtio_layouts.state_record(index, step.size_mib, step.ranges, device.memdev, state_settings))
+            counts.append(len(step.device_slots))
             steps.append(
                 {
-                    "plugged_mib": size_mib,
-                    "device_memslots": len(slots),
+                    "plugged_mib": step.size_mib,
+                    "device_memslots": len(step.device_slots),
                     "guest_memslots": len(layout.slots),
                     # Nodes a miss examines in each reference structure (the
                     # 2011 array, the 2011 tree, today's rbtree) at this count.
                     "miss_mean_nodes": {name: st.mean_nodes for name, st in table.structures.items()},
                 }
             )
-            self.log.info("plugged %d MiB: %d device memslots, %d in all", size_mib, len(slots), len(layout.slots))
+            self.log.info("plugged %d MiB: %d device memslots, %d in all", step.size_mib, counts[-1], len(layout.slots))
         self.assertEqual(counts[0], 0, "an empty device maps no memslot")
         peak = sized.dyn_steps_mib.index(max(sized.dyn_steps_mib))
         self.assertEqual(counts[: peak + 1], sorted(counts[: peak + 1]), f"memslots fell while plugging: {counts}")
@@ -306,20 +223,19 @@ class VirtioMem(GuestTest):
                 extra={"steps": steps, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
             )
         )
-        large = V.resize(vm, device, sized.dyn_large_mib * MIB, RESIZE_DEADLINE_S)
-        self.assertTrue(large.met, large)
-        ranges = parse_flatview(vm.hmp("info mtree -f"))
+        with self.scenario():
+            (large,) = virtio_mem.plug_states(vm, device, (sized.dyn_large_mib,))
         states.append(
-            virtio_layouts.state_record(len(states), sized.dyn_large_mib, ranges, device.memdev, state_settings)
+            virtio_layouts.state_record(len(states), sized.dyn_large_mib, large.ranges, device.memdev, state_settings)
         )
         self.log.info(
             "plugged %d MiB in %.1f s: %d device memslots, %d in all",
             sized.dyn_large_mib,
-            large.seconds,
-            len(V.device_ranges(ranges, device)),
+            large.resized.seconds,
+            len(large.device_slots),
             int(states[-1].samples[0]),
         )
-        self.assertGreater(len(V.device_ranges(ranges, device)), max(counts), "the whole device mapped no more")
+        self.assertGreater(len(large.device_slots), max(counts), "the whole device mapped no more")
         for state in states:
             self.record(state)
         # The guest is done: the /dev/kvm harness times the host's kernel
@@ -339,18 +255,18 @@ class VirtioMem(GuestTest):
         nothing).  Skipped, with the layouts already recorded, where
         /dev/kvm cannot run the harness."""
         try:
-            with K.Kvm() as kvm:
-                nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
-                ioeventfd = kvm.check_extension(K.KVM_CAP_IOEVENTFD)
-        except K.KvmUnavailable as exc:
+            with kvm_api.Kvm() as kvm:
+                nr = kvm.check_extension(kvm_api.KVM_CAP_NR_MEMSLOTS)
+                ioeventfd = kvm.check_extension(kvm_api.KVM_CAP_IOEVENTFD)
+        except kvm_api.KvmUnavailable as exc:
             self.skip_because(f"layouts recorded; no /dev/kvm lookup at their slot counts: {exc}")
             return []
         self.require(bool(ioeventfd), "layouts recorded; /dev/kvm has no KVM_CAP_IOEVENTFD: misses would exit")
         self.require(max(counts) <= nr, f"layouts recorded; /dev/kvm offers {nr} memslots, fewer than {max(counts)}")
-        config = L.LookupConfig(
+        config = kvm_lookup.LookupConfig(
             slots=counts, replicates=max(KVM_LOOKUP.sizes_for().replicates, 3), rounds=21, iterations=600
         )
-        result = L.run_lookup(config, progress=self.log.info)
+        result = kvm_lookup.run_lookup(config, progress=self.log.info)
         misses = [
             r for r in kvm_lookup_results.records(result) if r.metric == "access_ns" and r.variant["kind"] == "miss"
         ]

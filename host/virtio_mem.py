@@ -1,18 +1,11 @@
 """virtio-mem from the host: the device's command line, plug and unplug
-through QMP (``requested-size``), and the memslots its memory occupies.
+through QMP (``requested-size``), the memslots its memory occupies, and the
+procedures of e2e/test_virtio_mem.py (plug and unplug, the plugged states,
+the resize timing), tested on fakes.
 
-virtio-mem resizes a guest in blocks: the host sets ``requested-size``, the
-guest's driver plugs or unplugs blocks until the device's ``size`` meets
-it.  A request the guest cannot meet (its memory is in use) leaves ``size``
-above the request while the driver retries; ``resize`` reports that as an
-unmet result with the size reached, never waits without a deadline.
-
-With ``dynamic-memslots=on`` (QEMU 8.2 and later) QEMU splits the device's
-memory into several memslots and maps only those that hold plugged
-blocks, so the flat view's ranges of the device's memory backend are its
-memslots.  Whether a QEMU has the property is asked of the running QEMU
-(``device-list-properties``), never assumed from its version.
-"""
+``resize`` never waits without a deadline: a request the guest cannot meet
+is an unmet result with the size reached.  docs/memslots-model.md,
+"host/virtio_mem.py", says how dynamic memslots map the device."""
 
 from __future__ import annotations
 
@@ -21,11 +14,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from memqual.host.core.errors import GuestError
 from memqual.host.core.flatview import FlatRange, parse_flatview
 from memqual.host.core.polling import poll
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.record import Measurement
 from memqual.host.core.scenario import Scenario
+from memqual.host.core.shell import Shell
 
 MIB = 1 << 20
 DEVICE = "virtio-mem-pci"
@@ -36,6 +31,13 @@ class QmpMachine(Protocol):
     def qmp(self, command: str, **arguments: Any) -> Any: ...
 
     def hmp(self, command_line: str) -> str: ...
+
+
+class Guest(QmpMachine, Protocol):
+    """A booted guest: host/core/machine.py's Machine, or a fake."""
+
+    @property
+    def ssh(self) -> Shell: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,16 +145,212 @@ def device_base(vm: QmpMachine, device: VirtioMemDevice) -> int:
     return int(vm.qmp("qom-get", path=device.qom_path, property="memaddr"))
 
 
+class ResizeFailed(GuestError):
+    """A resize a scenario asked for was not met."""
+
+
+# -- the guest's side --------------------------------------------------------
+AGENT = "vmem_agent"
+RESIZE_DEADLINE_S = 60.0
+
+
+def mem_total_kib(ssh: Shell) -> int:
+    for line in ssh.run(["cat", "/proc/meminfo"]).stdout.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1])
+    raise GuestError("no MemTotal in the guest's /proc/meminfo")
+
+
+def agent_field(line: str, key: str) -> int:
+    """``key=<int>`` of one vmem_agent line."""
+    for part in line.split():
+        if part.startswith(key + "="):
+            return int(part.split("=", 1)[1])
+    raise GuestError(f"no {key}= in vmem_agent line {line!r}")
+
+
+def guest_timed(
+    vm: Guest, agent: str, device: VirtioMemDevice, target_bytes: int, base_kib: int
+) -> tuple[Resize, float]:
+    """One resize, timed by the host (QOM size) and by the guest (seconds
+    until its MemTotal changed); ResizeFailed when either side missed it."""
+    watch = vm.ssh.start([agent, "watch", str(base_kib + target_bytes // 1024), str(RESIZE_DEADLINE_S)])
+    lines = watch.lines(timeout=RESIZE_DEADLINE_S)
+    armed = next(lines, "")
+    if armed != "watching":
+        raise ResizeFailed(f"vmem_agent watch did not start: {armed!r}")
+    result = resize(vm, device, target_bytes, RESIZE_DEADLINE_S)
+    reached = next(lines, "")
+    watch.wait(timeout=RESIZE_DEADLINE_S)
+    if not result.met:
+        raise ResizeFailed(f"virtio-mem did not reach {target_bytes >> 20} MiB: {result}")
+    if not reached.startswith("reached "):
+        raise ResizeFailed(f"the guest never saw MemTotal change: {reached!r}")
+    return result, float(reached.split("=", 1)[1])
+
+
+# -- plug and unplug (e2e/test_virtio_mem.py's test_plug_unplug) -------------
+# A request the guest cannot meet: how long it is watched not being met.
+# The driver's retries are far apart (its timer starts at 50 s), so a few
+# seconds show the state it stays in without waiting for a retry.
+UNMET_WINDOW_S = 5.0
+# Plugged, then filled with the pattern, beyond what the base memory could
+# take back: unplugging all of it cannot succeed while the agent holds it.
+# The guest has less base memory than the others, so the fill (the slowest
+# step under TCG) can be small and still be more than the base can take.
+PLUG_BASE_MIB = 256
+PLUG_DEVICE_MIB = 512
+PLUG_MIB = 384
+FILL_MIB = 320
+PARTIAL_MIB = 32  # unplugged while the fill holds its pages
+# Share of what the last unplug takes away that must leave QEMU's RSS
+# (QEMU discards unplugged blocks at once).
+RSS_RETURNED = 0.8
+RSS_DEADLINE_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlugUnplug:
+    """What the plug and unplug scenario saw, step by step."""
+
+    base_kib: int  # the guest's MemTotal before any plug
+    plugged: Resize  # PLUG_MIB plugged
+    total_plugged_kib: int
+    filled: str  # the agent's line after its fill
+    rss_before_kib: int
+    rss_filled_kib: int
+    partial: Resize  # PARTIAL_MIB unplugged under the fill
+    verified: str  # the agent's line after checking its pattern
+    unmet: Resize  # everything unplugged while the fill is held
+    answered: bool  # the guest answered SSH after that
+    killed: list[str]  # the guest's OOM kills of the agent
+    holder_status: int
+    still_plugged_bytes: int
+    rss_held_kib: int
+    emptied: Resize  # everything unplugged once the fill let go
+    total_emptied_kib: int
+    rss_returned: bool  # RSS_RETURNED of what was still plugged left QEMU's RSS
+    rss_after_kib: int
+    rss_waited_s: float
+
+    @property
+    def in_range_share(self) -> float:
+        return agent_field(self.filled, "in_range") / agent_field(self.filled, "pages")
+
+
+def run_plug_unplug(
+    vm: Guest,
+    device: VirtioMemDevice,
+    agent: str,
+    rss_kib: Callable[[], int],
+    clock: Callable[[], float] = time.perf_counter,
+    sleep: Callable[[float], None] = time.sleep,
+) -> PlugUnplug:
+    """Plug PLUG_MIB, fill FILL_MIB of it with a pattern (user pages land in
+    ZONE_MOVABLE first), unplug PARTIAL_MIB under the fill and check the
+    pattern, ask for everything while the fill is held (a clear state within
+    UNMET_WINDOW_S: unmet with the holder alive, or met after the guest's
+    OOM killer ended the holder), then release and unplug everything.
+    ``rss_kib`` reads QEMU's resident memory."""
+
+    def resized(requested_bytes: int, deadline_s: float) -> Resize:
+        return resize(vm, device, requested_bytes, deadline_s, clock=clock, sleep=sleep)
+
+    base_kib = mem_total_kib(vm.ssh)
+    rss_before = rss_kib()
+    plugged = resized(PLUG_MIB * MIB, RESIZE_DEADLINE_S)
+    if not plugged.met:
+        raise ResizeFailed(f"virtio-mem did not plug {PLUG_MIB} MiB: {plugged}")
+    total_plugged = mem_total_kib(vm.ssh)
+    start = device_base(vm, device)
+    fill = vm.ssh.start([agent, "fill", str(FILL_MIB), "0x5eed", hex(start), hex(start + device.size_mib * MIB), "120"])
+    lines = fill.lines(timeout=120)
+    filled = next(lines, "")
+    rss_filled = rss_kib()
+    # 32 MiB of the plugged memory, which the agent's pages may or may not
+    # occupy (then the kernel migrates them first).
+    partial = resized((PLUG_MIB - PARTIAL_MIB) * MIB, RESIZE_DEADLINE_S)
+    vm.ssh.run(["touch", "/tmp/vmem.verify"])
+    verified = next(lines, "")
+    unmet = resized(0, UNMET_WINDOW_S)
+    answered = vm.ssh.run(["true"], check=False).status == 0
+    dmesg = vm.ssh.run(["dmesg"]).stdout.splitlines()
+    killed = [line for line in dmesg if f"({AGENT})" in line and "Killed" in line]
+    vm.ssh.run(["touch", "/tmp/vmem.release"])
+    holder = fill.wait(timeout=60)
+    # Memory free again: the same request is met (asked anew, as the
+    # driver's own retry may be a minute away).  What the last unplug takes
+    # away was written by the agent (its pages that migrated into the base
+    # memory stay resident there), so QEMU's RSS falls by it.
+    still_plugged = size_bytes(vm, device)
+    rss_held = rss_kib()
+    request(vm, device, still_plugged)
+    emptied = resized(0, RESIZE_DEADLINE_S)
+    total_emptied = mem_total_kib(vm.ssh)
+    expected_kib = RSS_RETURNED * still_plugged / 1024
+    fallen = poll(
+        rss_kib,
+        RSS_DEADLINE_S,
+        0.1,
+        what="QEMU's RSS",
+        until=lambda rss: rss_held - rss >= expected_kib,
+        clock=clock,
+        sleep=sleep,
+        raise_on_timeout=False,
+    )
+    return PlugUnplug(
+        base_kib=base_kib,
+        plugged=plugged,
+        total_plugged_kib=total_plugged,
+        filled=filled,
+        rss_before_kib=rss_before,
+        rss_filled_kib=rss_filled,
+        partial=partial,
+        verified=verified,
+        unmet=unmet,
+        answered=answered,
+        killed=killed,
+        holder_status=holder.status,
+        still_plugged_bytes=still_plugged,
+        rss_held_kib=rss_held,
+        emptied=emptied,
+        total_emptied_kib=total_emptied,
+        rss_returned=fallen.met,
+        rss_after_kib=fallen.value,
+        rss_waited_s=fallen.elapsed_s,
+    )
+
+
+# -- dynamic memslots (e2e/test_virtio_mem.py's test_dynamic_memslots) -------
+@dataclasses.dataclass(frozen=True)
+class PluggedState:
+    """The flat view with ``size_mib`` plugged."""
+
+    size_mib: int
+    resized: Resize
+    ranges: list[FlatRange]
+    device_slots: list[FlatRange]
+
+
+def plug_states(vm: QmpMachine, device: VirtioMemDevice, steps_mib: Sequence[int]) -> list[PluggedState]:
+    """Resize to each of ``steps_mib`` in turn and read the flat view there;
+    ResizeFailed when a step is not met."""
+    states = []
+    for size_mib in steps_mib:
+        resized = resize(vm, device, size_mib * MIB, RESIZE_DEADLINE_S)
+        if not resized.met:
+            raise ResizeFailed(f"virtio-mem did not reach {size_mib} MiB: {resized}")
+        ranges = parse_flatview(vm.hmp("info mtree -f"))
+        states.append(PluggedState(size_mib, resized, ranges, device_ranges(ranges, device)))
+    return states
+
+
 # -- resize timing (e2e/test_virtio_mem.py's test_resize_timing) -----------
 RESIZE_FIGURES = ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
 # One resize timed by the host (the Resize) and by the guest (seconds until
 # MemTotal changed); one balloon inflate of the same size, its seconds.
 TimedResize = Callable[[int], tuple[Resize, float]]
 TimedInflate = Callable[[int], float]
-
-
-class ResizeFailed(Exception):
-    """A resize the timing scenario asked for was not met."""
 
 
 @dataclasses.dataclass(frozen=True)

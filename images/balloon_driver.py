@@ -1,25 +1,12 @@
-"""The virtio_balloon variant with a settable request size:
+"""The virtio_balloon variant with a settable request size,
 virtio_balloon_mq.ko, built from the guest kernel's own source.
 
-For the Debian image kernel: ``linux-source-<x.y>`` of exactly the kernel
-package's version gives drivers/virtio/virtio_balloon.c (only that file is
-taken out of the 139 MB archive); guest/virtio_balloon-mq.patch turns it
-into virtio_balloon_mq.c; ``linux-headers-<release>`` with its -common
-tree and ``linux-kbuild-<x.y>`` (all ``apt-get download`` + ``dpkg -x``, no
-root) build it out of tree with the host gcc.  Nothing of the kernel's
-source is kept in the repository.
-
-For a user's kernel (``--kernel/--modules``) the variant comes from that
-kernel's own build tree (``--kernel-build DIR``: the directory the kernel
-was built in, with its Makefile, .config and Module.symvers): the same
-patch on the tree's drivers/virtio/virtio_balloon.c, ``make -C DIR M=...``.
-Without the tree there is no variant, and CapabilityMissing says so.
-
-Cache (``<cache>/balloon-driver/<release>-<key>/``): the .ko and a
-manifest; ``key`` hashes the kernel release, the source file, the patch
-and the compiler (and a tree's Module.symvers), so the module is built once
-per kernel.
-"""
+Debian's kernel: the one source file out of linux-source, patched with
+guest/virtio_balloon-mq.patch, built against linux-headers and
+linux-kbuild (no root).  A user's kernel: the same patch in its build tree
+(``--kernel-build``), else CapabilityMissing.  Cached per kernel in
+``<cache>/balloon-driver/<release>-<key>/``.  docs/balloon.md,
+"images/balloon_driver.py"."""
 
 from __future__ import annotations
 

@@ -1,32 +1,11 @@
 """A guest kernel built from source: ``memqual kernel build``.
 
-Source (``resolve_source``): ``debian:X.Y`` is Debian's linux-source-X.Y
-.deb at the archive's candidate version, fetched and checked against the
-signed lists like every .deb (images/packages.py); a folder is the user's
-tree; ``DIR@REV`` a git revision of a repository, exported by
-``git archive`` (by the repository's owner, never by root).
-
-Config (``guest.config`` beside this module): ``make x86_64_defconfig
-kvm_guest.config``, then memqual's fragment and the user's ``--config``
-on top (scripts/kconfig/merge_config.sh), then ``olddefconfig``, after
-the patches (a patch may change a Kconfig).  What a fragment asked for
-and did not get is listed in the record (``config_unmet``).
-
-Everything that reads the tree runs as the build user in a private folder
-(images/unprivileged.py); only the kernel, its modules and its .config come
-back into root's cache, unpacked from a tar stream and checked (the
-release in the bzImage header is the one kbuild printed; the modules tree
-is that release's).  An entry appears in the cache whole or not at all.
-
-Cache: ``<cache>/kernels/<name>/`` with bzImage, config, lib/modules/<release>
-and manifest.json; ``name`` is ``<release>-<key>``, where key hashes the
-recipe, the source's hash, every patch, both fragments and the compiler.
-
-Incremental: a build without patches keeps its tree (sources and objects,
-the build user's) as the base of later builds of the same source and
-config; a patched build starts from a copy of that base, so make compiles
-only what the patch changed.  No ccache (see images/unprivileged.py).
-"""
+The source (``resolve_source``: ``debian:X.Y``, a folder, ``DIR@REV``),
+the config (defconfig, kvm_guest, memqual's and the user's fragments,
+after the patches), the build run as the build user (images/unprivileged.py)
+and the result's cache entry ``<cache>/kernels/<release>-<key>/``, whole
+or absent, with a base tree kept for incremental patched builds.
+docs/patch-qualification.md, "images/kernel_build.py", has the details."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
 """Distribution packages, fetched with ``apt-get download`` and unpacked
 with ``dpkg -x`` (no root needed for either), cached by file name.
 
-Trust: a cached .deb is used only when its sha256 is the one the package
-lists give (``apt-cache show``), or, for lists without SHA256, the one
-memqual recorded when apt-get had just fetched it (apt-get checks a
-download against the lists' own hashes): never by its name alone.  As
-root, apt-get downloads in its sandbox as the ``_apt`` user, which cannot
-reach the private cache: it writes into a fresh directory of its own under
-/tmp, and root copies the file from there into the cache without following
-links, hashing what it copies."""
+A cached .deb is used only when its sha256 is the one the package lists
+give (or the one recorded when apt-get had just fetched it), never by its
+name alone.  docs/setup-and-tests.md, "images/packages.py", says how root
+takes a download from apt's sandbox."""
 
 from __future__ import annotations
 

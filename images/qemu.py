@@ -1,21 +1,10 @@
 """Debian's QEMU by version: the archive's offer listed, the packages
 fetched with private apt options and checked against the signed lists,
-unpacked into the cache whole or not at all.
+unpacked into ``CACHE/qemu/<package version>/`` whole or not at all.
 
-The system's apt configuration is never touched.  A private sources file
-adds the system release's ``-backports`` suite (where Debian 12 carries
-QEMU 10) to the system's own sources, and private package lists and apt
-caches keep ``apt-get update`` away from /var/lib/apt.  apt still checks
-the suites' Release files with the system's archive keys, so the SHA256 a
-package list gives is a signed figure; every .deb is checked against it
-(``memqual.images.packages.download``, the kernels' machinery) and again
-here, where a list without a hash is refused rather than trusted.
-
-An unpacked QEMU lives in ``CACHE/qemu/<package version>/``: the packages'
-files (``dpkg -x``) and ``qemu.json``, its manifest.  It is unpacked in a
-temporary sibling and renamed into place only once its binary has answered
-``--version``, so a failure leaves nothing half-unpacked.
-"""
+The system's apt configuration is never touched.  docs/setup-and-tests.md,
+"images/qemu.py", says how the backports suite is added and why every .deb
+is checked twice."""
 
 from __future__ import annotations
 

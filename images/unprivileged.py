@@ -1,25 +1,11 @@
 """Running a build as an unprivileged user: what ``memqual kernel build``
 does with a kernel tree and a patch that root must not trust.
 
-memqual runs as root; a patch or a user's tree is input.  Everything that
-reads or executes it (tar, patch, make, the compiler, the tree's own
-scripts) runs through ``setpriv`` as the build user (``nobody`` unless
-$MEMQUAL_BUILD_USER names another), with no supplementary groups, no
-capabilities, ``no_new_privs`` (a setuid binary gains nothing), a
-cleared environment and a private HOME and TMPDIR inside its build folder.
-That folder is 0700 and the build user's, inside a root-owned 0711 parent
-(the build user can enter its own folder, no one can list the parent).
-
-Root never walks a tree the build user can change: what a build made comes
-back as a tar stream the build user writes to a pipe, and root keeps only
-regular files and directories with plain relative names (``receive``).
-The user's own tree or repository is read by its owner (``as_owner``), so
-root never runs a repository's git configuration either.
-
-The world-writable places every user has (/tmp, /var/tmp, /dev/shm) stay
-writable by the build user, as they are by any unprivileged process; root
-reads nothing from them.
-"""
+Everything that reads or runs the input goes through ``setpriv`` as the
+build user (no groups, no capabilities, no_new_privs, a cleared
+environment) in its own 0700 folder; results come back as a tar stream
+root filters (``receive``); a user's tree is read by its owner
+(``as_owner``).  docs/patch-qualification.md, "images/unprivileged.py"."""
 
 from __future__ import annotations
 

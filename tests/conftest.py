@@ -8,8 +8,9 @@ from pathlib import Path
 
 import fake_kernel
 import pytest
+from fake_avocado import fake  # noqa: F401  (the fake avocado fixture, for any test that names it)
 
-from memqual.host.core import kvm as K
+from memqual.host.core import kvm as kvm_api
 from memqual.images.build import KernelSource
 
 
@@ -24,7 +25,7 @@ def memqual_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture
 def kernel(tmp_path: Path, memqual_cache: Path) -> KernelSource:
-    """A tiny fake kernel build (tests/fake_kernel.py) to build images from."""
+    """A tiny fake kernel build (tests/support/fake_kernel.py) to build images from."""
     bzimage, modules = fake_kernel.make(tmp_path / "kernel")
     return KernelSource(bzimage, modules)
 
@@ -39,14 +40,14 @@ def snapshot_cache(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 
 
 @pytest.fixture
-def kvm() -> Iterator[K.Kvm]:
+def kvm() -> Iterator[kvm_api.Kvm]:
     """/dev/kvm, open, with the one capability every memslot needs; the
     test is skipped, with the reason, where there is none."""
     try:
-        handle = K.Kvm()
-    except K.KvmUnavailable as exc:
+        handle = kvm_api.Kvm()
+    except kvm_api.KvmUnavailable as exc:
         pytest.skip(str(exc))
     with handle:
-        if not handle.check_extension(K.KVM_CAP_USER_MEMORY):
+        if not handle.check_extension(kvm_api.KVM_CAP_USER_MEMORY):
             pytest.skip("/dev/kvm has no KVM_CAP_USER_MEMORY")
         yield handle

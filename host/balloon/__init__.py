@@ -1,19 +1,10 @@
-"""virtio-balloon (seed 003, docs/balloon.md).
-
-- device: the balloon over QMP: checked and unchecked targets, the timed
-  ``reach``, the floor, guest statistics.
-- agent: the guest side: ``balloon_agent`` output and its tracker, which
-  times a move from the guest's own counters.
-- move: the one move loop (tracker armed, target sent, reach awaited with a
-  deadline, a stall given back at once), its constants and its ``Move``.
-- rss: QEMU's resident memory, read and waited on.
-- percpu: the guest's per-CPU free-page lists emptied before a floor probe.
-- model: the transfer-cost model (PFN arrays against the seed's bitmaps).
-- driver: the driver variant with a settable request size, deployed in a
-  guest over SSH and checked over QMP; the request-size fit.
-- measure: ``memqual balloon measure`` (by hand, by request size too).
-- cli: ``memqual balloon model|measure``.
-"""
+"""virtio-balloon (seed 003, docs/balloon.md): the device over QMP
+(device.py), the guest agent and its tracker (agent.py), the one move
+loop (timed_move.py), QEMU's RSS (rss.py), the per-CPU list drain (percpu.py),
+the transfer-cost model (model.py), the driver variant (driver.py,
+request_size.py), ``memqual balloon measure`` (measure.py), and the
+scenarios' procedures (scenarios.py, timing.py, correctness.py, floor.py,
+reporting.py, stats_interval.py)."""
 
 from memqual.host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
 from memqual.host.balloon.device import (
@@ -30,9 +21,9 @@ from memqual.host.balloon.device import (
     wait_actual,
     wait_no_balloon,
 )
-from memqual.host.balloon.move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.balloon.percpu import Drain, drain_percpu_lists, parse_drain
 from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
+from memqual.host.balloon.timed_move import DEADLINE_S, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 
 __all__ = [
     "DEADLINE_S",

@@ -1,22 +1,11 @@
 """``memqual balloon measure``: time a real guest's balloon by hand.
 
-    memqual balloon measure --memory 1024 --target 256 [--repeats 5]
-                            [--machine pc|microvm] [--cold] [--json]
-                            [--pfns-per-request N[,N...]]
-
-Boots a guest with a virtio-balloon (restored from a warm-start snapshot
-when one exists), inflates the balloon until the guest has ``--target`` MiB
-left, deflates it back, ``--repeats`` times.  Each move is timed twice, as
-the balloon scenarios do (docs/balloon.md): by the host's QMP polls of
-``query-balloon`` and inside the guest by ``balloon_agent track`` (sub-
-millisecond).  Prints median, min and max of each with GB/s.
-
-A target below what the guest can give (its floor) is not an error: the
-inflate stops short, the result says where, and no further repeats run (a
-guest held at its floor may start killing processes), and the exit status
-is 1.  Bad input -- a target at or above the guest's RAM, no target, a
-guest too small -- is one line and exit status 2, before anything boots.
-"""
+Boots a guest with a virtio-balloon, inflates it until the guest has
+``--target`` MiB left and deflates it back, ``--repeats`` times, each move
+timed by the host's QMP polls and inside the guest; prints median, min and
+max with GB/s.  A target below the guest's floor stops short with exit
+status 1; bad input is one line and exit status 2, before anything boots.
+docs/balloon.md, "host/balloon/measure.py", has the usage."""
 
 from __future__ import annotations
 
@@ -67,7 +56,7 @@ def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str,
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
-    from memqual.host.balloon.move import BalloonMover, Move
+    from memqual.host.balloon.timed_move import BalloonMover, Move
     from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 
     machine_config = MachineConfig(
@@ -215,8 +204,8 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.driver import PAGE, VariantDriver
-    from memqual.host.balloon.move import BalloonMover
     from memqual.host.balloon.request_size import interleaved
+    from memqual.host.balloon.timed_move import BalloonMover
     from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
     from memqual.images import balloon_driver
 

@@ -1,23 +1,11 @@
 """The request-size experiment: seed 003 on the driver variant
-(e2e/test_balloon_driver.py; docs/balloon.md, "The driver variant").
+(e2e/test_balloon_driver.py).
 
-Plan: in each fresh guest (the independent unit), the variant at each
-request size in an order rotated per guest -- 256 PFNs and the seed's three
-bitmaps scaled to the guest (1/16, 1/8 and all of it per request); the full
-profile adds 1024, 4096, 65536 and 262144 PFNs -- and
-one half-size inflate, so the fit can tell a page's cost from the fixed
-one.
-
-Measure: one inflate and deflate per step, timed by QMP, with QEMU's CPU
-seconds and the driver's own guest-clock counters (``Sample``).
-
-Record: per size, ``inflate_s``, ``host_wait_share`` and ``deflate_s`` with
-replicates per guest; the fit ``seconds = fixed + requests x per_request +
-pages x per_page`` of inflates and of deflates, with confidence intervals
-from the independent guests (``per_request_us``, ``per_page_ns`` and their
-``deflate_`` pair); the transfer model predicting the seed's 16 GiB guest
-from the fitted costs.
-"""
+Per fresh guest, the variant at each request size in a rotated order, plus
+one half-size inflate; each step's inflate and deflate timed by QMP, with
+QEMU's CPU seconds and the driver's counters (``Sample``); records per size
+and the fit ``seconds = fixed + requests x per_request + pages x per_page``
+with intervals over guests.  docs/balloon.md, "The driver variant"."""
 
 from __future__ import annotations
 
@@ -29,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from memqual.host.balloon import model as bm
+from memqual.host.balloon import model as transfer_model
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
-from memqual.host.balloon.move import BalloonMover
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock, descriptive
 from memqual.host.core.record import Measurement
 
@@ -347,14 +335,14 @@ class RequestSizeRun:
         fit = fits.inflate
         # The transfer model with these measured costs (negative fits read as 0),
         # predicting the seed's 16 GiB guest: a model, labelled so.
-        model = bm.CostModel(
+        model = transfer_model.CostModel(
             per_request_s=max(fit["per_request_s"]["value"], 0.0),
             per_page_s=max(fit["per_page_s"]["value"], 0.0),
             fixed_s=max(fit["fixed_s"]["value"], 0.0),
         )
         seed_model = {
             "label": "model: the seed's 15-of-16 GiB inflate predicted from this run's fitted costs",
-            "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in bm.seed_schemes()},
+            "ms": {t.scheme: round(model.seconds(t) * 1e3, 1) for t in transfer_model.seed_schemes()},
         }
         common = {
             "taint": taint,

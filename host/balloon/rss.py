@@ -30,11 +30,12 @@ def wait_rss(
     period_s: float = 0.1,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    read: Callable[[int], int] = rss_kib,
 ) -> tuple[bool, int, float]:
     """Poll QEMU's RSS until ``predicate(rss_kib)`` or the deadline.
     Returns (met, last rss KiB, seconds waited)."""
     polled = poll(
-        lambda: rss_kib(pid),
+        lambda: read(pid),
         deadline_s,
         period_s,
         what="QEMU's RSS",

@@ -1,33 +1,31 @@
 """The balloon timing scenario (scenarios 1 and 2 of e2e/test_balloon.py):
-its plan, one measured cycle, and the records of a run.
+its plan, one measured cycle, ``run_timing`` and the records of a run.
 
-Plan: the main size (what the guest can safely give) alternated with
-smaller sizes that calibrate the transfer-cost model, so a drift of the
-shared host spreads over all of them.  Each main repeat is a pair: one move
-timed by the host alone (the figure the claim and the model use) and one
-also timed inside the guest by the agent (sub-millisecond resolution,
-docs/balloon.md), whose poller costs the move a few percent: measured, as
-``tracker_cost``, not hidden.
-
-Cycle: touch and free (these pages are resident in QEMU until ballooned),
-read the guest's counters and QEMU's RSS, inflate, read them again,
-deflate, read the guest once more.  The scenario asserts on the cycle; this
-module only measures and records.
-"""
+Main inflates alternate with smaller calibration sizes; each main repeat
+is timed by the host alone, then by the guest too (``tracker_cost``).
+``cycle_problems`` and ``guest_timing_problems`` say what a cycle and the
+guest's timings must show, for the e2e test to assert.  docs/balloon.md,
+"host/balloon/timing.py"."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from memqual.host.balloon import model as bm
-from memqual.host.balloon.agent import GuestTiming, agent_stat
+from memqual.host.balloon import model as transfer_model
+from memqual.host.balloon.agent import GuestClock, GuestTiming, agent_stat
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult
-from memqual.host.balloon.move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
+from memqual.host.balloon.scenarios import MARGIN_MIB, Guest, guest_stat
+from memqual.host.balloon.timed_move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.core import descriptive
 from memqual.host.core.record import Measurement
+from memqual.host.core.shell import Shell
 
 MIB = 1 << 20
+# The guest's clock (CLOCK_MONOTONIC with high-resolution timers resolves
+# 1 ns; a tick, 4 ms at HZ=250, without them) is what makes its timing finer
+# than the host's QMP polls; no load on the host changes it.
+GUEST_CLOCK_RESOLUTION_NS = 1000
 # A timed inflate waits this long for a stalled guest: 5 of the driver's
 # retries more than the floor's STALL_S, as the scenario never goes near it.
 INFLATE_STALL_S = 5 * STALL_S
@@ -62,10 +60,6 @@ def safe_inflate_bytes(mem_available_kib: int, margin_mib: int) -> int:
     return (mem_available_kib * 1024 - margin_mib * MIB) // PAGE * PAGE
 
 
-def guest_stat(ssh: Any, agent: str) -> dict[str, int]:
-    return agent_stat(ssh.run([agent, "stat"], timeout=60).stdout)
-
-
 @dataclasses.dataclass(frozen=True)
 class Cycle:
     """One inflate and deflate of the plan, with the guest's counters and
@@ -97,7 +91,7 @@ class Cycle:
 
 
 def run_cycle(
-    ssh: Any, ctl: BalloonController, mover: BalloonMover, agent: str, step: Step, size_bytes: int, touch_mib: int
+    ssh: Shell, ctl: BalloonController, mover: BalloonMover, agent: str, step: Step, size_bytes: int, touch_mib: int
 ) -> Cycle:
     """Inflate ``size_bytes`` and deflate back, as the plan's ``step`` says."""
     if touch_mib:
@@ -152,17 +146,17 @@ class TimingRun:
         return [c.deflate.guest for c in self._main(True) if c.deflate and c.deflate.guest]
 
     @property
-    def observations(self) -> list[bm.Observation]:
+    def observations(self) -> list[transfer_model.Observation]:
         """The model's calibration: every host-timed inflate, all sizes."""
         return [
-            bm.Observation.of_array_inflate(c.inflate.host.pages, c.inflate.host.seconds)
+            transfer_model.Observation.of_array_inflate(c.inflate.host.pages, c.inflate.host.seconds)
             for c in self.cycles
             if not c.step.tracked
         ]
 
     def prediction(self) -> dict[str, Any]:
         """The seed's table predicted from this run's calibration sizes."""
-        return bm.predict_seed(bm.calibrate(self.observations))
+        return transfer_model.predict_seed(transfer_model.calibrate(self.observations))
 
     def guest_resolution_s(self) -> float:
         return descriptive.median([g.resolution_s for g in self.guest_inflates + self.guest_deflates])
@@ -226,8 +220,8 @@ class TimingRun:
                 # the host-only ones: what the guest's poller costs a move
                 tracker_cost=descriptive.median([c.inflate.host.seconds for c in self._main(True)]) / summary.median,
                 calibration_samples=[o.__dict__ for o in self.observations],
-                seed_ms={f"bitmap{k}": v for k, v in bm.SEED_MS.items()},
-                seed_gbps={f"bitmap{k}": bm.seed_gbps(v) for k, v in bm.SEED_MS.items()},
+                seed_ms={f"bitmap{k}": v for k, v in transfer_model.SEED_MS.items()},
+                seed_gbps={f"bitmap{k}": transfer_model.seed_gbps(v) for k, v in transfer_model.SEED_MS.items()},
                 **model,
             )
         ]
@@ -254,3 +248,110 @@ class TimingRun:
             )
         )
         return out
+
+
+def run_timing(
+    guest: Guest,
+    ctl: BalloonController,
+    mover: BalloonMover,
+    agent: str,
+    memory_mib: int,
+    touch_mib: int,
+    fractions: tuple[float, ...],
+    repeats: int,
+    machine: str,
+) -> TimingRun:
+    """The plan's cycles in one guest: the main size is what the guest can
+    safely give (its MemAvailable less MARGIN_MIB).  Stops after the first
+    cycle whose inflate or deflate did not reach its target (the balloon is
+    then not back at RAM): ``cycle_problems`` says so."""
+    first = guest_stat(guest.ssh, agent)
+    full = safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
+    run = TimingRun(memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, machine, first)
+    for step in plan(repeats, fractions):
+        size = int(full * step.fraction) // PAGE * PAGE
+        cycle = run_cycle(guest.ssh, ctl, mover, agent, step, size, touch_mib)
+        run.cycles.append(cycle)
+        if cycle.deflate is None or not cycle.deflate.reached:
+            break
+    return run
+
+
+def cycle_problems(cycle: Cycle, first: dict[str, int], touch_mib: int, same_clock: bool) -> list[str]:
+    """What is wrong with one cycle (empty: nothing): both moves reached,
+    the guest's window inside the host's (``same_clock``: not on icount,
+    where a guest second is a count of instructions), every page moved,
+    MemTotal back to the page; for a main cycle also the guest's
+    balloon_inflate counter and MemTotal within 1 % of the pages, and QEMU's
+    RSS down by a quarter of the touched memory."""
+    inflate, deflate = cycle.inflate, cycle.deflate
+    if not inflate.reached:
+        return [f"inflate to {inflate.host.target_bytes} stopped at {inflate.host.actual_bytes}"]
+    if deflate is None or not deflate.reached or cycle.restored is None:
+        return ["deflate did not return to guest RAM"]
+    problems = []
+    if inflate.guest and deflate.guest:
+        for host_side, guest_side in ((inflate.host, inflate.guest), (deflate.host, deflate.guest)):
+            # The guest's first-to-last window lies inside the host's
+            # command-to-reached window, up to both resolutions.
+            slack = host_side.resolution_s + guest_side.resolution_s
+            if same_clock and guest_side.seconds > host_side.seconds + slack:
+                problems.append(f"guest timed {guest_side} against host {host_side}")
+            if guest_side.moved < inflate.pages_asked:
+                problems.append(f"the guest saw {guest_side.moved} of {inflate.pages_asked} pages move")
+    if abs(cycle.restored["mem_total_kib"] - first["mem_total_kib"]) > PAGE // 1024:
+        problems.append(
+            f"MemTotal {cycle.restored['mem_total_kib']} KiB after the deflate, {first['mem_total_kib']} before"
+        )
+    if not cycle.step.main:
+        return problems
+    check = cycle.cross_check()
+    pages = check["pages"]
+    if abs(check["balloon_inflate_delta"] - pages) > 0.01 * pages:
+        problems.append(f"balloon_inflate delta: {check}")
+    if abs(check["mem_total_drop_pages"] - pages) > 0.01 * pages:
+        problems.append(f"MemTotal drop: {check}")
+    if touch_mib and check["rss_after_kib"] >= check["rss_before_kib"] - touch_mib * 1024 // 4:
+        problems.append(f"RSS did not fall by a quarter of the {touch_mib} MiB touched: {check}")
+    return problems
+
+
+def guest_timing_problems(clock: GuestClock, timings: list[GuestTiming]) -> list[str]:
+    """What a loaded host cannot disturb in the guest's timing: its clock's
+    resolution, and that every move spanned the gap between its polls."""
+    problems = []
+    if clock.resolution_ns > GUEST_CLOCK_RESOLUTION_NS:
+        problems.append(f"the guest's clock is coarse: {clock} (no hrtimers?)")
+    if not timings:
+        problems.append("no move was timed in the guest")
+    problems += [f"a move fell between two of the guest's polls: {t}" for t in timings if t.resolution_s >= t.seconds]
+    return problems
+
+
+def summary(run: TimingRun, prediction: dict[str, Any] | None) -> list[str]:
+    """A run's figures as log lines: the model against seed 003, the
+    inflate's median and spread, the guest's and the host's resolution."""
+    lines = []
+    if prediction is not None:
+        lines.append("model against seed 003 (predicted ms for 15 of 16 GiB on this host):")
+        lines += ["  {} | seed {} ms | {} | {}".format(*row) for row in transfer_model.side_by_side(prediction)]
+    seconds = [r.seconds for r in run.inflates]
+    lines.append(
+        f"inflate {run.full_bytes / MIB:.0f} MiB of {run.memory_mib} MiB: median {stats.median(seconds):.3f} s "
+        f"({stats.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]):.3f} GB/s, "
+        f"CV {stats.cv(seconds):.2f}); seed 512 KB bitmap {transfer_model.seed_gbps(1237):.2f} GB/s"
+    )
+    timings = run.guest_inflates + run.guest_deflates
+    if run.guest_inflates:
+        lines.append(
+            f"guest-timed inflate: median {stats.median([g.seconds for g in run.guest_inflates]):.3f} s at resolution "
+            f"{1e3 * stats.median([g.resolution_s for g in run.guest_inflates]):.2f} ms (host-timed resolution "
+            f"{1e3 * stats.median([r.resolution_s for r in run.inflates]):.2f} ms)"
+        )
+    if timings:
+        lines.append(
+            "guest-timed resolution (the gap between polls around each end): "
+            f"median {1e3 * stats.median([t.resolution_s for t in timings]):.2f} ms, "
+            f"max {1e3 * max(t.resolution_s for t in timings):.2f} ms"
+        )
+    return lines

@@ -76,7 +76,7 @@ def _cmd_curve(args: Any) -> int:
 
 def _cmd_model(args: Any) -> int:
     # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.balloon import model as bm
+    from memqual.host.balloon import model as transfer_model
 
     if args.record:
         record = load(args.record)
@@ -94,8 +94,8 @@ def _cmd_model(args: Any) -> int:
         # nan fails every comparison and inf is no cost: both refused here.
         if not (0 < args.per_page_us < math.inf and 0 <= args.fixed_ms < math.inf):
             raise BadInput("--per-page-us must be > 0 and --fixed-ms >= 0")
-        pred = bm.predict_seed(
-            bm.Calibration(
+        pred = transfer_model.predict_seed(
+            transfer_model.Calibration(
                 fixed_s=args.fixed_ms / 1000,
                 combined_per_page_s=args.per_page_us / 1e6,
                 per_request_s=None,
@@ -111,7 +111,7 @@ def _cmd_model(args: Any) -> int:
         print(f"  {scheme:>13}: {t['requests']:>6} requests, {t['bytes']:>9} bytes")
     print(f"seed's implied cost per bitmap request: {pred['seed_implied_per_request_ms']:.1f} ms")
     print(f"{'scheme':>13} | {'seed ms':>7} | predicted ms | speedup over 32 KB")
-    for row in bm.side_by_side(pred):
+    for row in transfer_model.side_by_side(pred):
         print(f"{row[0]:>13} | {row[1]:>7} | {row[2]} | {row[3]}")
     return 0
 

@@ -1,15 +1,11 @@
 """The environment a measurement was taken in: one typed fingerprint of the
 host, QEMU, the accelerator and the guest, under one set of key names.
 
-memqual.host.core.probe fills the host's part (``probe.environment()``, read-only and
-cheap: it never boots a guest); a scenario adds the accelerator its guest
-ran under and the guest image (``with_accel``, ``with_guest``); the /dev/kvm
-harness adds what the device said (``replace``).  A measurement record
-carries ``to_json()``, a plain dict with only the keys that are known, and
-results.json's fingerprint has the same keys, ``FINGERPRINT_KEYS`` first.
-Records written before this class existed load as they are (they are
-dicts); keys it does not know are kept by the fingerprint as they came.
-"""
+host/core/probe.py fills the host's part; a scenario adds the accelerator
+and the guest image (``with_accel``, ``with_guest``); ``to_json()`` gives
+the known keys, the same as results.json's fingerprint
+(``FINGERPRINT_KEYS`` first).  docs/architecture.md,
+"host/core/environment.py"."""
 
 from __future__ import annotations
 

@@ -2,13 +2,10 @@
 a layout, a trace): every way it can be wrong is one BadInput line that
 names the file and says what to do.
 
-Beyond the syntax, what no memqual file ever holds is refused here, before
-any code walks the data: nesting deeper than MAX_DEPTH (a recursive reader
-would hit Python's recursion limit), integers too long for Python to
-convert, numbers of magnitude above MAX_MAGNITUDE (their sums and squares
-would overflow to infinity in the statistics) and, unless the reader
-allows them, NaN and Infinity (which are no JSON, and compare false with
-every bound)."""
+Beyond the syntax it refuses what no memqual file holds: nesting deeper
+than MAX_DEPTH, over-long integers, magnitudes above MAX_MAGNITUDE and,
+unless allowed, NaN and Infinity.  docs/architecture.md,
+"host/core/jsonfile.py", says why each."""
 
 from __future__ import annotations
 

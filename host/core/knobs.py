@@ -1,18 +1,10 @@
 """Host knobs a scenario changes, saved before the first change and put
-back on every exit, also after a kill: for any subject (KSM and THP,
-huge page reservations).
+back on every exit, also after a kill, for any subject.
 
 A ``KnobSet`` is the knobs one lock guards and one state file saves, in a
-root-owned directory (``/run/memqual``, ``$MEMQUAL_STATE_DIR`` or the
-caller's): ``NAME.lock`` held with flock for as long as a run changes them
-(the kernel drops it when its holder dies, even by SIGKILL), and
-``NAME-state.json`` written atomically before the first change and deleted
-after the knobs are back.  Whoever takes the lock and still finds the file
-knows its owner died mid-run and restores first; ``restore_every_stale``
-does it at start for every set a scenario row declares
-(host/core/scenario.py).  /run is a tmpfs: a reboot clears the file and
-resets the knobs alike.  docs/ksm.md, "Host knobs".
-"""
+root-owned directory; whoever takes the lock and still finds the file
+restores first; ``restore_every_stale`` does it at start for every set a
+scenario row declares.  docs/ksm.md, "Host knobs are always put back"."""
 
 from __future__ import annotations
 
@@ -384,10 +376,10 @@ class KnobState:
             pid_start=process_start_time(os.getpid(), self.proc_root),
             taken=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             roots={g.name: str(g.root) for g in self.knob_set.groups},
-            values={g.name: self.take(g.name) if g.name in chosen else None for g in self.knob_set.groups},
+            values={g.name: self.current_values(g.name) if g.name in chosen else None for g in self.knob_set.groups},
         )
 
-    def take(self, group: str) -> dict[str, str]:
+    def current_values(self, group: str) -> dict[str, str]:
         """One group's knobs as they are now."""
         names = self.knob_set.group(group).names
         return self.dirs[group].knobs(names or None)

@@ -1,24 +1,11 @@
 """One QEMU process: launched, reached over QMP and SSH, always reaped.
 
-Lifetime rules (a leaked QEMU is a bug):
-- QEMU gets PR_SET_PDEATHSIG=SIGKILL: if the Python process that launched
-  it dies (Avocado timeout, kill -9), the kernel kills QEMU too.
-- ``shutdown()`` asks nicely over QMP, then kills, and always waits for the
-  process and removes the socket directory; it is idempotent and runs from
-  ``__exit__``, ``atexit`` and the test's tearDown.
-- Nothing fixed: a free loopback port per launch, sockets in a fresh short
-  temporary directory, logs where the caller says.
-
-Lifecycle, as small template steps: ``launch()`` runs ``_pre_launch()``
-(accelerator, socket directory, console log), then ``_launch()``: the start
-strategy the machine was given (``start=``), by default a warm start through
-memqual.host.core.snapshot or ``boot_cold()``; ``shutdown()`` ends with
-``_post_shutdown()`` (socket directory removed).  The public steps a launch
-is made of are what a start strategy (memqual.host.core.snapshot) drives:
-``start_qemu(incoming)`` (QEMU up with QMP connected), ``wait_ssh()``,
-``close_ssh()``, ``kill_qemu()`` (this QEMU gone, the launch's directory
-kept for another try), ``qemu_exited()`` and ``qemu_output()``.
-"""
+QEMU dies with its parent (PR_SET_PDEATHSIG); ``shutdown()`` is idempotent
+and always reaps; a free loopback port and a fresh socket directory per
+launch.  ``launch()`` runs a start strategy (a warm start through
+host/core/snapshot.py, or ``boot_cold()``) built of the public steps
+``start_qemu``, ``wait_ssh``, ``close_ssh``, ``kill_qemu``.
+docs/architecture.md, "host/core/machine.py", has the lifecycle."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ passes, and says what it saw (``Polled``: the value, the seconds, the number
 of polls).  Never a fixed sleep, never a wait without a deadline.  The clock
 and the sleep are arguments, so tests run it on a fake clock; a sleep may
 also be an event's ``wait``, which ends the pause early when the event fires.
-docs/waiting.md says how to write a wait; tests/test_polling_loops.py keeps
+docs/waiting.md says how to write a wait; tests/core/test_polling_loops.py keeps
 every loop that sleeps in here.
 """
 

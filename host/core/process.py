@@ -1,22 +1,10 @@
 """Child processes that cannot outlive memqual.
 
-QEMU gets PR_SET_PDEATHSIG=SIGKILL (``preexec_fn=die_with_parent``), so the
-kernel kills it when the Python process that started it dies (an Avocado
-timeout, kill -9).  The kernel ties that signal to the *thread* that forked:
-start such a child from a thread that lives as long as the child should.
-
-``die_with_parent`` runs between fork and exec in a process that has other
-threads (paramiko's transport, QMP readers): a lock one of them held at the
-fork stays held in the child for ever.  So it does no work there that could
-take one: prctl is looked up once, at import (no dlopen, no import after the
-fork), and the parent's pid is noted just before every fork by an at-fork
-hook, so that the child can tell whether its parent died before prctl took
-effect (then no signal will ever come, and the child ends itself at once).
-
-``set_child_subreaper`` is for the job supervisor (memqual.host.run.supervisor):
-orphaned descendants are reparented to it, not to init, so that it can end
-every one of them.
-"""
+``die_with_parent`` (PR_SET_PDEATHSIG=SIGKILL, between fork and exec, with
+no work that could take a lock there) and ``set_child_subreaper`` for the
+job supervisor.  docs/architecture.md, "host/core/process.py", says why the
+signal is tied to the forking thread and how a parent that died before
+prctl is caught."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
-"""Which QEMU runs the guests, and where it came from.
+"""Which QEMU runs the guests, and where it came from: the system's,
+Debian's by version (images/qemu.py) or a user's build by path.
 
-Three kinds: the system's (``qemu-system-x86_64`` on PATH, from ./setup),
-one of Debian's archive by version (memqual.images.qemu unpacks it into
-the cache), or a user's own build by path.  ``--qemu VERSION|PATH`` picks
-one for a command and everything it starts: ``choose`` puts its binary in
-``$MEMQUAL_QEMU``, which Avocado's scenarios inherit, and ``current`` reads
-it back in any process.  An archive QEMU is recognised by its manifest
-beside the binary, and then runs with its own module folder
-(``QEMU_MODULE_DIR``: TCG itself is a module in Debian, and a module of
-another build aborts QEMU) and its own firmware (``-L``).
-
-A QEMU is one of the things an arm of an A/B comparison is made of, so a
-choice is a value (``QemuChoice``) a caller can hold two of; only the
-environment variable is one per process.
-"""
+``choose`` puts a ``QemuChoice``'s binary in ``$MEMQUAL_QEMU`` for a command
+and what it starts; ``current`` reads it back.  An archive QEMU runs with
+its own module folder and firmware.  docs/ab-runs.md,
+"host/core/qemu_binary.py"."""
 
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """The measurement record: the contract between scenarios and the report.
 
-A scenario writes one record per metric per run into its output directory
-(Avocado's outputdir; ``$MEMQUAL_OUTPUT_DIR`` when an e2e test runs under
-pytest, see e2e/base.py).  Everything the claims and the report say is computed
-from these files; nothing reads a test's log.
-
-File name: ``memqual-<scenario>-<metric>-<variant>.json``, one JSON object
-each, so a partially finished run still leaves valid records behind.
-
-Replicates.  Statistics are only honest on independent units: a fresh guest
-or a round of ``memqual run``.  Repeats inside one guest share its state (its
-page cache, its ksmd history, the host's load at that minute) and are nested
-in that guest.  ``Measurement.replicates`` groups the samples by unit; a
-record that gives only ``samples`` is taken as one unit (the conservative
-reading).  A scenario that starts a fresh guest per sample says so with one
-group per sample.  ``settings`` holds only what the scenario *set* (sizes,
-knobs, profile), never a value it measured: settings key a metric across
-runs, and a measured value would make every run's key unique.  Measured
-context goes in ``extra``.
-"""
+One JSON file per metric per run, ``memqual-<scenario>-<metric>-<variant>.json``,
+in the test's output directory; everything the claims and the report say
+is computed from them.  ``replicates`` groups samples by independent unit
+(a fresh guest or a round); ``settings`` holds only what the scenario set,
+measured context goes in ``extra``.  docs/architecture.md,
+"host/core/record.py", says why."""
 
 from __future__ import annotations
 

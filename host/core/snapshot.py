@@ -1,27 +1,11 @@
 """Warm starts: a booted guest saved once, restored into every later QEMU.
 
-The first time a combination of (image, QEMU version, accelerator, machine
-configuration) is needed, the guest boots cold, and once SSH answers its
-whole state is migrated into a file in the cache.  Every later start of
-that combination launches QEMU with ``-incoming`` from that file, with its
-own free SSH port, QMP socket and console log, and sets the guest's wall
-clock (it resumes at the time of the save).
-
-Concurrency: one lock file per snapshot.  Restorers hold it shared while
-QEMU reads the file; the one that saves holds it exclusively, writes to a
-temporary name and renames, so nobody ever reads half a file.
-
-Failure: a snapshot that QEMU cannot load (truncated, corrupt) or whose
-guest shows another SSH host key is deleted with a log line, and the guest
-boots cold and saves anew.  A restore that is only slow (a loaded host: the
-load or the first SSH command misses its deadline) keeps the snapshot and
-this start boots cold.  A save that fails resumes the guest and waits for
-its SSH again, and leaves no temporary directory.
-
-Trust: snapshots live in the checked cache directory (memqual.host.core.paths), in a
-0700 directory, and are keyed on the image's SSH keys too: a rebuilt image
-(``image build --force``, new keys) never gets a guest saved with old ones.
-"""
+One snapshot per (image, QEMU version, accelerator, machine configuration),
+saved once SSH answers and restored with ``-incoming``; one lock file per
+snapshot (restorers shared, the saver exclusive, written then renamed); a
+snapshot QEMU cannot load is deleted and the guest boots cold; snapshots
+live in the checked cache, keyed on the image's SSH keys too.
+docs/architecture.md, "host/core/snapshot.py", has the rules in full."""
 
 from __future__ import annotations
 

@@ -1,22 +1,9 @@
 """What KSM and the balloon do to a guest whose RAM is 2 MiB hugetlbfs
-pages, beside the same guest on anonymous memory.
-
-- KSM merges nothing: ksmd never scans hugetlb mappings, whatever the guest
-  writes (the caller fills the guest with identical pages and counts QEMU's
-  merged pages: none on hugetlbfs, nearly all on anonymous memory).
-- The balloon gives the host back only whole 2 MiB pages: QEMU discards a
-  huge page (a hole punch in the hugetlbfs file) only once all 512 of its
-  4 KiB pages are in the balloon within what it handles at once, so the
-  stock driver's requests of 256 pages give back none, and a driver
-  variant's requests of LARGE_REQUEST_PFNS give back whole pages.  Counted
-  by the host pool's free pages before and after an inflate.
-- Free page reporting, the control: the guest reports free memory in
-  2 MiB-aligned blocks, which QEMU can discard whole, so the same count
-  must see pages come back after the guest frees what it touched.
-- The inflate's time, on both backings (exploratory).
-
-The procedures drive the balloon through ``Balloon`` (host/balloon's
-BalloonController, or a fake) and read the pool through a callable."""
+pages, beside the same guest on anonymous memory: KSM merges nothing; the
+balloon gives back only whole 2 MiB pages, counted by the host pool's free
+pages; free page reporting is the control; the inflate's time is measured
+on both backings.  The procedures drive the balloon through ``Balloon``
+and read the pool through a callable.  docs/hugetlbfs.md says why."""
 
 from __future__ import annotations
 

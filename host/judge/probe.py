@@ -4,7 +4,7 @@ decides a metric (``comparison.decide_one``) at the look's share of alpha
 (``ab_tests.spent_alpha`` over the probe's planned looks, so a probe's
 looks together make a wrong decision at most alpha of the time).  The
 search that uses it is host/run/bisect/decide.py; the rates are measured in
-tests/test_bisect_calibration.py (docs/ab-calibration.md).
+tests/run/test_bisect_calibration.py (docs/ab-calibration.md).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from memqual.host.judge.stats import ab_tests
 # The error level of one probe's decisions over all its looks.  A bisect
 # decides one metric, not a family, so the conventional 5 % rather than
 # compare's 1 % over a dozen primaries; measured in
-# tests/test_bisect_calibration.py (docs/ab-calibration.md).
+# tests/run/test_bisect_calibration.py (docs/ab-calibration.md).
 DEFAULT_ALPHA = 0.05
 
 

@@ -60,7 +60,7 @@ a margin of ``FUTILITY_MARGIN`` for an estimate from few blocks) is left
 out of the further blocks, so the budget goes to what can still be
 decided.  Leaving a scenario out never decides anything, so it cannot add
 a wrong decision; a left-out scenario is not taken back.  The rates are
-measured in tests/test_ab_calibration.py (docs/ab-calibration.md).
+measured in tests/judge/test_ab_calibration.py (docs/ab-calibration.md).
 """
 
 from __future__ import annotations

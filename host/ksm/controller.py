@@ -3,13 +3,10 @@
     with KsmController() as ksm:          # capability check, lock, stale restore
         ksm.set(pages_to_scan=4000, sleep_millisecs=10, run=1)  # snapshot first
         ksm.wait_full_scans(3, timeout_s=60)
-        ...
     # knobs restored here, on an exception, on SIGTERM/SIGINT, at exit;
     # after a SIGKILL, at the next start (restore_stale)
 
-The snapshot is taken lazily before the first change, so a scenario that
-only reads takes the lock and changes nothing.
-"""
+The snapshot is taken before the first change: reading changes nothing."""
 
 from __future__ import annotations
 

@@ -1,23 +1,11 @@
 """What the KSM scenarios' measurement procedures share: the Protocols
-they drive host KSM and a guest through, their failure, their common sizes
-and settings.  The procedures: merge.py (merge, integrity), volatile.py
-(volatile scan cost), guest_ksm.py (the guest's own KSM), sharing.py (many
-guests).  e2e/test_ksm.py boots the guests, calls them, records and
-asserts; docs/ksm.md says why each is built the way it is.
+they drive host KSM (``KsmHost``) and a guest (``Guest``) through, their
+failure (``ScenarioFailed``), their common sizes and settings.
 
-Each procedure drives host KSM through ``KsmHost`` and a guest through
-``Guest``: the real ``KsmController`` and ``Machine``, or scripted fakes in
-the unit tests.  They measure and return typed results; a result's
-``records`` gives the Measurements the scenario writes.  Verdicts stay with
-the scenario, except where a run cannot go on: ScenarioFailed (a deadline
-missed, a precondition the measurement found false) or CapabilityMissing
-(a host that turned out not to offer what the scenario needs).
-
-Warm-started guests come from one snapshot, so their memory already holds
-pages identical across guests (and zero pages): merge and integrity count
-only what grows after a baseline taken before the agent fills; many guests
-is about exactly those pages.
-"""
+The procedures (merge.py, volatile.py, guest_ksm.py, sharing.py) measure
+and return typed results whose ``records`` the scenario writes; they judge
+nothing.  e2e/test_ksm.py boots the guests, calls them, records and
+asserts; docs/ksm.md, "host/ksm/scenarios.py", says more."""
 
 from __future__ import annotations
 

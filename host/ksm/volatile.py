@@ -1,29 +1,12 @@
-"""Scenario 3's records: smart scan against seed 001's volatile workload.
+"""Scenario 3's procedure and records: smart scan against seed 001's
+volatile workload.
 
-``volatile_guest`` measures one fresh guest per replicate (``VolatileGuest``)
-and hands them to ``volatile_records``, which makes every record the
-scenario writes; tests/ feed it synthetic guests, so the claims' verdict
-tests see exactly what a real run records.
-
-Beside the cost per page covered (the claim's metric) the records hold
-what bounds and moves it:
-
-- **smart scan's ceiling.**  Smart scan skips a page that keeps failing to
-  merge for at most ``skip_limit`` scans in a row (mm/ksm.c, ``skip_age``),
-  then looks at it again.  A skipped page costs ksmd at least nothing and a
-  compared page at least what it costs without smart scan (measured: 0.72-
-  0.91x as many compared pages per ksmd CPU-second as without), so with a
-  share ``s`` of the covered pages skipped the cost per page covered falls
-  at most to ``1 - s`` of the cost without: B / A <= 1 / (1 - s).  However
-  volatile the workload, ``s <= L / (L + 1)``, so no run can pass
-  ``L + 1`` (9x with L = 8).  ``gain_ceiling`` is 1 / (1 - s) per guest.
-- **the regime.**  How far smart scan gets depends on how often the guest
-  dirties a page between two of ksmd's visits: under TCG the guest's
-  dirtying is slow, and with a faster ksmd (pages_to_scan) a page may be
-  visited twice unchanged.  ``dirty_passes_per_scan`` is the guest's dirty
-  passes over its region per ksmd full scan (without smart scan), per
-  guest; runs are comparable where it matches.
-"""
+``volatile_guest`` measures one fresh guest per replicate (``VolatileGuest``);
+``volatile_records`` makes every record the scenario writes, with the cost
+per page covered (the claim's metric), smart scan's ceiling
+(``gain_ceiling``, from ``skip_limit``) and the regime
+(``dirty_passes_per_scan``).  docs/ksm.md, "host/ksm/volatile.py", explains
+the ceiling and the regime."""
 
 from __future__ import annotations
 

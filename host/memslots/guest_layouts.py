@@ -1,24 +1,11 @@
 """Memslot layouts of real QEMU guests, as measurement records.
 
-Seeds 000/002 argue about 32 slots; the layout memqual used for that
-(``seed-32``) is its own construction.  The layouts here are read from real
-guests instead: QEMU's flat view of address space "memory" (``info mtree
--f``), where every RAM, ROM or ROMD range is one KVM memslot when QEMU runs
-on KVM (``qemu_layout.layout_from_flatview``).  Under TCG QEMU registers no
-KVM slots, but the flat view is the same: it is what it would register.
-
-One record per guest configuration: scenario ``memslots.guest_layout``,
-metric ``slots`` (the slot count, one sample: a layout is a fact of the
-configuration, not a random draw), variant ``{"config": NAME}``, settings =
-what the test set (machine, RAM, dimms, devices), and ``extra["layout"]`` =
-the layout in the layout-file form, which ``layout.layout_from_json`` reads
-back; ``extra["slot_names"]`` names the QEMU region behind each slot.
-
-How a guest gets more slots: every pc-dimm (at boot or hotplugged) is one
-slot; every PCI BAR backed by RAM (a VGA's framebuffer, an ivshmem
-region, an assigned device's BARs) is one more once the firmware or the
-guest maps it; emulated devices' BARs are MMIO and add none.
-"""
+A layout is read from QEMU's flat view of address space "memory" (``info
+mtree -f``): every RAM, ROM or ROMD range is one KVM memslot under KVM, and
+the view is the same under TCG.  One record per guest configuration:
+scenario ``memslots.guest_layout``, metric ``slots``, the layout itself in
+``extra["layout"]``.  docs/memslots-qemu.md, "host/memslots/guest_layouts.py",
+says what gives a guest more slots."""
 
 from __future__ import annotations
 
@@ -138,7 +125,7 @@ class GuestConfig:
 # or more at 3 GiB, not 3.5 GiB, aligning it to 1 GiB (max-ram-below-4g
 # cannot raise it past 3 GiB there): the slots are those of the seed's guest
 # with the boundary half a GiB lower, which moves no node of either 2011
-# structure (tests/test_claims.py checks the 3.5 GiB split of
+# structure (tests/judge/test_claims.py checks the 3.5 GiB split of
 # pc-i440fx-1.7).  Under TCG the guest's RAM above what it touches is never
 # backed by the host.
 SEED_000 = "000_848cf9fa483e7028.txt"

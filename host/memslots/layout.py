@@ -1,22 +1,10 @@
 """Memslot layouts: the slots a VM registers, as data.
 
-A layout is what a VMM hands to KVM with KVM_SET_USER_MEMORY_REGION: slots
-with an id, a first guest frame number (gfn), a size in 4 KiB pages and
-flags (KVM_MEM_LOG_DIRTY_PAGES = 1, KVM_MEM_READONLY = 2).  The order of
-``Layout.slots`` is the registration order, which the 2011 linear array
-searches in and which the "stacked" layout of seed 002 turns around.
-
-File format (JSON)::
-
-    {"slots": [{"id": 0, "base_gfn": 0, "npages": 256, "flags": 0}, ...]}
-
-``layout_from_json(data, source)`` parses the same object already read
-(the layout of a real guest kept in a measurement record).
-``load_layout(name_or_path)`` takes a shipped layout name (seed-3,
-seed-3-stacked, seed-32, files in ``layouts/``) or a path, and always
-returns a validated layout.  Every problem is a BadInput whose message names
-the slots at fault.
-"""
+A slot has an id, a first gfn, a size in 4 KiB pages and flags; the order
+of ``Layout.slots`` is the registration order.  ``layout_from_json``
+parses the JSON form, ``load_layout(name_or_path)`` a shipped layout
+(``layouts/``) or a file; every problem is one BadInput naming the slots.
+docs/memslots-model.md, "host/memslots/layout.py", has the file format."""
 
 from __future__ import annotations
 

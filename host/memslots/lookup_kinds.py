@@ -1,23 +1,10 @@
 """How often each kind of memslot lookup happens in a real guest under KVM.
 
-Seed 002 ranks the kinds by frequency: complete misses (emulated MMIO) "by
-far the majority of faults", then hits into the RAM slots, then hits into
-the other slots.  The host kernel's trace events count them while a Linux
-guest runs a workload under KVM:
-
-- ``kvm:kvm_mmio``: an access KVM emulates, in no memslot: a complete miss;
-- ``kvm:kvm_page_fault``: a guest page fault KVM handles (with EPT, an EPT
-  violation), its ``address`` a guest-physical address: sorted by the slot
-  of the guest's layout that holds it, a RAM hit (a slot above 16 MiB) or
-  an other hit (a small slot: ROM, BAR); one in no slot is counted apart
-  (``fault_no_slot``), as the MMIO exit it leads to is counted already.
-
-``TraceSession`` turns the two events on in tracefs, empties the buffer,
-and on leaving turns them back to what they were (also after an
-exception); ``count(text, layout)`` classifies the trace it read.  Nothing
-here runs a guest: e2e/test_memslots_kvm.py ``MemslotsLookupKinds`` does,
-on a host where a Linux guest boots under KVM.
-"""
+Seed 002 ranks the kinds: complete misses (MMIO), then RAM hits, then other
+hits.  ``TraceSession`` turns ``kvm:kvm_mmio`` and ``kvm:kvm_page_fault`` on
+in tracefs and back to what they were; ``count(text, layout)`` sorts the
+trace by the guest layout's slots.  e2e/test_memslots_kvm.py runs the
+guest.  docs/memslots-kvm.md, "host/memslots/lookup_kinds.py"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,10 @@
 """The model table: nodes examined per lookup, per structure, for one layout
 and one workload, with the seed's published figures next to it.
 
-``model_table(layout, workload, lookups, seed)`` builds every structure from
-the layout (slots inserted in registration order), looks up the workload's
-frames in each, checks every answer against the layout itself (a structure
-that disagrees is a bug in the model, not a result) and returns the mean and
-the worst count.  Nothing here is timed: node counts are exact and the same
-on every machine.
-
-The ``miss`` workload is computed exactly, not sampled: a search's path
-depends only on the gap its frame falls in, and the workload takes each
-gap as equally likely, so one frame per gap gives every path once and the
-mean over gaps is the workload's exact mean (``lookups`` is then the
-number of gaps).  The other workloads are seeded samples.
-"""
+``model_table(layout, workload, lookups, seed)`` builds every structure,
+looks up the workload's frames, checks every answer against the layout and
+returns the mean and worst counts; nothing is timed.  The ``miss`` workload
+is exact (one frame per gap).  docs/memslots-model.md, "host/memslots/model.py"."""
 
 from __future__ import annotations
 

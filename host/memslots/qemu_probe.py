@@ -1,21 +1,9 @@
 """The guest side of a QEMU memslot layout: memory blocks, onlining, and
 the proof that every slot holds data (guest/mem_probe.c does the guest
-half).
-
-The proof, per slot (docs/memslots-qemu.md):
-1. the hotplugged blocks are onlined into ZONE_MOVABLE, the zone the guest
-   kernel serves user pages from first;
-2. the agent allocates about as much memory as the dimms hold, reads the
-   frame of every page from /proc/self/pagemap, writes a pattern derived
-   from the frame into every word, reads it back (and checks the frame did
-   not move);
-3. for a few sample frames per slot the host reads the same guest-physical
-   page through QEMU (QMP ``pmemsave``) and compares it with the pattern:
-   the data is really at that address of that slot's backend.
-
-The frames the agent touched, in first-touch order, are the trace that
-``memqual.host.memslots.trace`` replays through the model.
-"""
+half): blocks onlined into ZONE_MOVABLE, a pattern derived from each
+page's frame written and read back in the guest, sample frames per slot
+read by the host through QMP ``pmemsave``.  The frames touched are the
+trace host/memslots/trace.py replays.  docs/memslots-qemu.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ with its group-sequential boundaries, ``history.change_points`` and its
 family), from fixed seeds.  Every figure of docs/ab-calibration.md's
 "Decisions outside the happy path" table comes from here; each rate is
 printed with its trials, seed and binomial 95 % interval (Clopper-Pearson).
-``--quick`` (``table(0.1)``) runs a tenth of the trials; tests/test_ab_calibration.py runs
+``--quick`` (``table(0.1)``) runs a tenth of the trials; tests/judge/test_ab_calibration.py runs
 bounded subsets of the same functions and asserts their rates inside the
 intervals measured here.
 """

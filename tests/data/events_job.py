@@ -1,4 +1,4 @@
-"""A tiny Avocado job for tests/test_avocado_events.py: one test that
+"""A tiny Avocado job for tests/run/test_avocado_events.py: one test that
 passes and logs a repeat, one that cancels.  No guest, a second or two."""
 
 from avocado import Test

@@ -53,7 +53,7 @@ DEFAULT_MIN_EFFECT = 0.05
 # t-interval (host/judge/stats/ratio_ci.py) holds its nominal rate from 2 units under
 # normal noise, but with 1 degree of freedom one odd unit decides it; from
 # 3 on it stays at or below 2.5 % a side also for heavy-tailed noise
-# (tests/test_claims_calibration.py).
+# (tests/judge/test_claims_calibration.py).
 MIN_REPLICATES = 3
 LAYOUT_SCENARIO = "memslots.guest_layout"
 

@@ -25,7 +25,7 @@ from memqual.host.judge.stats.intervals import CONFIDENCE
 # through.  On the log scale the replicate medians of a timing are close
 # to normal (a multiplicative noise), and the t-test's error rates at the
 # block counts a 20-minute run gives are measured through the real code
-# in tests/test_ab_calibration.py (docs/ab-calibration.md), not assumed.
+# in tests/judge/test_ab_calibration.py (docs/ab-calibration.md), not assumed.
 #
 # - Blocked (every replicate of both sides names its block, and the
 #   blocks are shared): one log ratio log(B/A) per block, a paired t-test
@@ -229,7 +229,7 @@ def spent_alpha(alpha: float, look: int, planned: int, rho: float = 2.0) -> floa
     ``planned``), the chance that any look makes a wrong decision is at
     most alpha (Bonferroni over the looks; the looks are positively
     correlated, so the true rate is lower: measured in
-    tests/test_ab_calibration.py).  Past ``planned`` nothing is left."""
+    tests/judge/test_ab_calibration.py).  Past ``planned`` nothing is left."""
     if look < 1 or look > planned:
         return 0.0
     return alpha * ((look / planned) ** rho - ((look - 1) / planned) ** rho)

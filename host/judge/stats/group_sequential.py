@@ -43,7 +43,7 @@ REACH_SD = 7.0
 # Grid points a kernel standard deviation: the error of Simpson's rule
 # falls 16-fold a doubling; at 4 the crossing chances are within 3e-5 of
 # their own size (against adaptive quadrature and scipy's bivariate
-# normal in tests/test_group_sequential.py), far inside what the t taken
+# normal in tests/judge/test_group_sequential.py), far inside what the t taken
 # as normal moves them.
 POINTS_PER_SD = 4.0
 # Points whose weight is below this share of the largest carry no chance a

@@ -9,7 +9,7 @@ other way is skipped (not this step).  A probe still undecided when its
 budget ends is skipped too (``git bisect skip``): the search goes on
 around it, and the answer is then a set of kernels, one of which is the
 first bad.  With no skips this takes at most 1 + ceil(log2(n - 1))
-probes.  Unit-tested in tests/test_bisect.py.
+probes.  Unit-tested in tests/run/test_bisect.py.
 """
 
 from __future__ import annotations

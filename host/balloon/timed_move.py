@@ -1,0 +1,103 @@
+"""One balloon move, timed by the host and, when asked, inside the guest:
+the loop every measurement of a move goes through.
+
+Arm the guest's tracker, send the target and poll until it is met, stalls
+or the deadline passes; on a stall give the balloon back over QMP at once;
+return a typed ``Move``.  docs/balloon.md, "host/balloon/timed_move.py", says why
+each step is built so."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from memqual.host.balloon.agent import GuestTiming, GuestTracker
+from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult, expected_actual
+from memqual.host.core import clock
+
+# The guest tracker's sleep between reads away from the two ends it times.
+TRACK_PERIOD_US = 1000
+# A 2 GiB inflate under a loaded 2-core TCG host takes about 10 s.
+DEADLINE_S = 120.0
+# Stopped short when ``actual`` has not moved for this long.  Short on
+# purpose: a guest held at its floor starts killing processes (measured: a
+# 64 MiB target on a 1 GiB guest held for 3 s cost the guest its SSH
+# server), and the driver retries every 200 ms when out of pages: 3 retries.
+STALL_S = 0.6
+# A deflate has no floor: standing still there is a starved vCPU, not the end.
+DEFLATE_STALL_S = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Move:
+    """One move of the balloon: ``host`` as QMP's polls saw it, ``guest`` as
+    the guest's counters saw it (None when not tracked, or when the move
+    stalled), and, after a stall, ``given_back``: the deflate to guest RAM
+    that followed at once."""
+
+    direction: str  # "inflate" or "deflate"
+    pages_asked: int
+    host: BalloonResult
+    guest: GuestTiming | None = None
+    given_back: BalloonResult | None = None
+
+    @property
+    def reached(self) -> bool:
+        return self.host.reached
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "reached": self.host.reached,
+            "stalled": self.host.stalled,
+            "moved_bytes": self.host.moved_bytes,
+            "actual_bytes": self.host.actual_bytes,
+            "host_s": self.host.seconds,
+            "host_resolution_s": self.host.resolution_s,
+            "guest_s": self.guest.seconds if self.guest else None,
+            "guest_resolution_s": self.guest.resolution_s if self.guest else None,
+            "guest_polls": self.guest.polls if self.guest else None,
+        }
+
+
+@dataclasses.dataclass(eq=False)
+class BalloonMover:
+    """Moves one guest's balloon, each move timed by the host and, given the
+    guest's SSH and a deployed ``balloon_agent``, inside the guest too."""
+
+    ctl: BalloonController
+    ssh: Any = None
+    agent: str = ""
+    # DEADLINE_S on the wall clock, longer under icount (clock.deadline_s).
+    deadline_s: float = dataclasses.field(default_factory=lambda: clock.deadline_s(DEADLINE_S))
+    track_period_us: int = TRACK_PERIOD_US
+
+    def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:
+        """Move the balloon until the guest keeps ``target_bytes``.  The guest
+        times it too when this mover has an agent and ``tracked`` is True.
+        ``stall_s``: STALL_S for an inflate, DEFLATE_STALL_S for a deflate
+        unless given."""
+        ctl = self.ctl
+        ram = ctl.ram_bytes()
+        start = ctl.actual()
+        expected = expected_actual(ram, target_bytes)
+        direction = "inflate" if expected < start else "deflate"
+        pages = abs(start - expected) // PAGE
+        if stall_s is None:
+            stall_s = STALL_S if direction == "inflate" else DEFLATE_STALL_S
+        tracker = None
+        if tracked and self.agent and pages:
+            tracker = GuestTracker(self.ssh, self.agent, direction, pages, self.track_period_us, int(self.deadline_s))
+        try:
+            host = ctl.reach(target_bytes, deadline_s=self.deadline_s, stall_s=stall_s)
+        except BaseException:
+            if tracker is not None:
+                tracker.cancel()
+            raise
+        if not host.reached:
+            # QMP only until the balloon is back: no SSH to a guest at its floor.
+            back = ctl.reach(ram, deadline_s=self.deadline_s)
+            if tracker is not None:
+                tracker.cancel()  # it waits for pages the guest never gave
+            return Move(direction, pages, host, None, back)
+        guest = tracker.result() if tracker is not None else None
+        return Move(direction, pages, host, guest)

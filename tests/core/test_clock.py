@@ -1,0 +1,374 @@
+"""The clock a guest's timings are read with (host/core/clock.py), end to end
+on fakes: parsing, QEMU's argv and the guest command line, the accelerator
+and vCPU rules, the defaults of ``memqual run``, the record, results.json,
+the job's environment, and the refusal to compare two clocks."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+
+import fake_qemu
+import pytest
+from fake_avocado import guest_kernel_args
+from fakes import FakeImage
+from rich.console import Console
+
+from memqual.host.cli import run as run_command
+from memqual.host.cli.command import parser_for
+from memqual.host.core import clock, probe, qemu_binary
+from memqual.host.core.environment import Environment
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
+from memqual.host.judge.pairing import check_comparable
+from memqual.host.run import job as runjob
+from memqual.host.run import rounds as run_rounds
+
+
+def run_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
+    """``memqual run`` arguments over an empty e2e folder."""
+    tests = tmp_path / "e2e"
+    tests.mkdir(exist_ok=True)
+    parser = parser_for(run_command.COMMAND)
+    return parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *extra])
+
+
+def run_memqual(tmp_path: Path, *extra: str) -> int:
+    console = Console(file=io.StringIO(), width=120)
+    return runjob.run(run_command.config_from_args(run_args(tmp_path, *extra)), console)
+
+
+def _ksm_records() -> list[dict]:
+    """ksmd's cost per page in both arms, the primary variant and another."""
+    common = {
+        "schema": "memqual.measurement/1",
+        "scenario": "ksm.volatile_scan",
+        "metric": "ksmd_cpu_ns_per_page",
+        "unit": "ns",
+        "better": "lower",
+        "settings": {"pages_to_scan": 4000},
+        "environment": {"accel": "tcg", "host_kernel": "6.18.0-fake"},
+        "samples": [0.80, 0.82, 0.79, 0.81, 0.80],
+    }
+    return [{**common, "variant": {"smart_scan": s, "pages": "4k"}} for s in (0, 1)]
+
+
+def test_parse_reads_wall_icount_and_a_shift_and_refuses_the_rest() -> None:
+    assert clock.parse("wall") == clock.WALL_CLOCK
+    assert clock.parse("icount").label == f"icount:{clock.DEFAULT_SHIFT}"
+    assert clock.parse("icount:2") == clock.icount(2)
+    assert clock.parse(" ICOUNT:0 ").label == "icount:0"
+    for bad in ("icount:11", "icount:-1", "icount:auto", "tsc", "", "wall:4", "icount:2:3"):
+        with pytest.raises(BadInput) as info:
+            clock.parse(bad)
+        assert "\n" not in str(info.value)
+
+
+def test_icount_makes_single_threaded_tcg_with_a_fixed_shift_and_sleep_off() -> None:
+    k, i, c = Path("/k"), Path("/i"), Path("/c")
+    wall = command_line(MachineConfig(), "tcg", k, i, None, c, None)
+    on = command_line(MachineConfig(), "tcg", k, i, None, c, None, clock=clock.icount(3))
+    assert wall[wall.index("-accel") + 1] == "tcg" and "-icount" not in wall
+    assert on[on.index("-accel") + 1] == "tcg,thread=single"
+    assert on[on.index("-icount") + 1] == "shift=3,sleep=off"
+
+
+def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypatch) -> None:
+    # The host's TSC frequency would be wrong under icount: the guest's TSC
+    # is QEMU's virtual clock there.
+    monkeypatch.setattr("memqual.host.core.qemu.host_tsc_khz", lambda: 2_500_000)
+    assert "tsc_early_khz=2500000" in kernel_cmdline(MachineConfig(), "tcg").split()
+    words = kernel_cmdline(MachineConfig(), "tcg", clock.icount(4)).split()
+    assert "tsc_early_khz=1000000" in words and "tsc_early_khz=2500000" not in words
+
+
+def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
+    assert clock.default() == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
+
+
+def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None:
+    assert clock.deadline_s(120.0, clock.WALL_CLOCK) == 120.0
+    longer = clock.deadline_s(120.0, clock.icount())
+    assert longer == 120.0 * clock.ICOUNT_WALL_FACTOR and math.isfinite(longer)
+
+
+def test_the_ab_rows_balloon_cycles_are_one_under_icount_and_the_rest_is_unchanged() -> None:
+    from memqual.host.balloon.table import INFLATE
+    from memqual.host.core import profiles
+    from memqual.host.ksm.table import SCENARIOS as KSM_ROWS
+
+    ab = INFLATE.sizes_for(profiles.AB, icount=False)
+    on_icount = INFLATE.sizes_for(profiles.AB, icount=True)
+    assert ab.repeats == 3 and on_icount.repeats == 1
+    quick = INFLATE.sizes_for(profiles.QUICK, icount=False)
+    assert INFLATE.sizes_for(profiles.QUICK, icount=True) == quick  # a claim's units are not the A/B's
+    for row in (r for r in KSM_ROWS if r.sizes):  # no other subject's sizes follow the clock
+        assert row.sizes_for(profiles.AB, icount=True) == row.sizes_for(profiles.AB, icount=False)
+
+
+def test_kvm_is_refused_under_icount_and_auto_becomes_tcg() -> None:
+    with pytest.raises(BadInput, match="needs TCG"):
+        clock.resolve_accel(clock.icount(), "kvm")
+    accel, why = clock.resolve_accel(clock.icount(), "auto") or ("", "")
+    assert accel == "tcg" and "icount:4" in why
+    assert clock.resolve_accel(clock.WALL_CLOCK, "kvm") is None
+
+
+def test_two_vcpus_under_icount_need_a_newer_qemu_than_7_2() -> None:
+    with pytest.raises(BadInput, match="--qemu 10.0.2") as info:
+        clock.check_vcpus(clock.icount(), 2, "7.2.22")
+    assert "\n" not in str(info.value)
+    clock.check_vcpus(clock.icount(), 1, "7.2.22")
+    clock.check_vcpus(clock.icount(), 2, "10.0.2")
+    clock.check_vcpus(clock.WALL_CLOCK, 2, "7.2.22")
+    assert clock.version_tuple("10.0.2+ds-2") == (10, 0, 2) and clock.version_tuple("7.2.22") == (7, 2, 22)
+
+
+def _fake_choice(version: str) -> qemu_binary.QemuChoice:
+    return qemu_binary.QemuChoice(binary=Path(f"/q/{version}"), version=version, origin=f"fake {version}")
+
+
+def test_with_nothing_asked_an_old_system_qemu_gives_way_to_debians_under_icount(monkeypatch) -> None:
+    asked: list[str | None] = []
+
+    def choose(spec: str | None) -> qemu_binary.QemuChoice:
+        asked.append(spec)
+        return _fake_choice("7.2.22" if spec is None else spec)
+
+    monkeypatch.setattr(qemu_binary, "choose", choose)
+    monkeypatch.delenv("MEMQUAL_QEMU", raising=False)
+    choice, note = qemu_binary.choose_for_clock(None, clock.icount(), 2)
+    assert choice.version == clock.ICOUNT_SMP_QEMU and asked == [None, clock.ICOUNT_SMP_QEMU]
+    assert "7.2.22" in note and "10.0.2" in note
+    # Asked for and too old: refused, not swapped.
+    with pytest.raises(BadInput, match="needs QEMU 10.0 or later"):
+        qemu_binary.choose_for_clock("7.2.22", clock.icount(), 2)
+    # One vCPU, or the wall clock: the system's stays.
+    asked.clear()
+    assert qemu_binary.choose_for_clock(None, clock.icount(), 1) == (_fake_choice("7.2.22"), "")
+    assert qemu_binary.choose_for_clock(None, clock.WALL_CLOCK, 2) == (_fake_choice("7.2.22"), "")
+    assert asked == [None, None]
+
+
+def _launch(tmp_path: Path, monkeypatch, config: MachineConfig) -> tuple[Machine, list[str]]:
+    binary = fake_qemu.install(tmp_path / "qemu", "qmp")
+    monkeypatch.setenv("MEMQUAL_QEMU", str(binary))
+
+    class NoSSH(Machine):
+        def wait_ssh(self, started: float, first_command=None, probe_banner: bool = True) -> None:
+            self.boot_to_ssh_s = time.monotonic() - started
+
+    with NoSSH(config, image=FakeImage.in_dir(tmp_path / "img"), boot_timeout=10) as vm:
+        argv = list(vm.command)
+    return vm, argv
+
+
+def test_a_machine_takes_the_clock_from_the_environment_and_launches_qemu_on_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("MEMQUAL_CLOCK", "icount:5")
+    vm, argv = _launch(tmp_path, monkeypatch, MachineConfig(cpus=1, warm=False))
+    assert vm.clock == clock.icount(5) and vm.accel == "tcg"
+    assert argv[argv.index("-icount") + 1] == "shift=5,sleep=off"
+    assert argv[argv.index("-accel") + 1] == "tcg,thread=single"
+    # The config's own clock wins over the environment's.
+    vm, argv = _launch(tmp_path / "2", monkeypatch, MachineConfig(cpus=1, warm=False, accel="tcg", clock="wall"))
+    assert vm.clock == clock.WALL_CLOCK and "-icount" not in argv
+
+
+def test_a_machine_refuses_two_vcpus_on_icount_with_the_fakes_old_qemu(tmp_path, monkeypatch) -> None:
+    binary = fake_qemu.install(tmp_path / "qemu", "qmp")  # says 7.2.99
+    monkeypatch.setenv("MEMQUAL_QEMU", str(binary))
+    vm = Machine(MachineConfig(cpus=2, warm=False, clock="icount:4"), image=FakeImage.in_dir(tmp_path / "img"))
+    with pytest.raises(BadInput, match="--qemu 10.0.2"):
+        vm.launch()
+    assert fake_qemu.pids(binary) == []  # refused before QEMU started
+    # A guest that needs KVM cannot run on icount: a skip's reason, not an error.
+    vm = Machine(MachineConfig(cpus=1, accel="kvm", clock="icount:4"), image=FakeImage.in_dir(tmp_path / "img"))
+    with pytest.raises(CapabilityMissing, match="needs TCG"):
+        vm.launch()
+
+
+def test_the_record_names_its_clock_and_vcpus() -> None:
+    env = Environment(accel="tcg").with_clock("icount:4", 2).to_json()
+    assert env["clock"] == "icount:4" and env["vcpus"] == 2
+    assert Environment.from_json(env).clock == "icount:4"
+
+
+def _results(clock_label: str | None) -> dict:
+    env = {"clock": clock_label} if clock_label else {}
+    metric = {"key": "s m [] {}", "scenario": "s", "metric": "m", "unit": "s", "better": "lower", "samples": [1.0]}
+    return {"schema": "memqual.results/1", "memqual_version": "1", "environment": env, "metrics": [metric]}
+
+
+def test_compare_refuses_two_clocks_in_one_line_and_takes_no_clock_as_wall() -> None:
+    with pytest.raises(BadInput, match="different clocks") as info:
+        check_comparable(_results("icount:4"), _results("wall"))
+    assert "\n" not in str(info.value) and "icount:4" in str(info.value)
+    with pytest.raises(BadInput, match="different clocks"):
+        check_comparable(_results("icount:4"), _results("icount:2"))
+    check_comparable(_results(None), _results("wall"))  # results from before clocks: wall
+    check_comparable(_results("icount:4"), _results("icount:4"))
+
+
+def test_run_defaults_wall_and_takes_icount_when_asked(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
+    kernels = guest_kernel_args(tmp_path)
+    # icount is asked for until an icount A/B has run to a decision (clock.default)
+    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "icount")).clock == clock.icount()
+    assert run_command.config_from_args(run_args(tmp_path)).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
+    assert run_command.config_from_args(run_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("kvm", "KVM boots Linux"))
+    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--threshold", "0.02"], "decide an A/B"),
+        (["--alpha", "0.05"], "decide an A/B"),
+    ],
+)
+def test_threshold_and_alpha_need_two_arms(tmp_path, extra, message) -> None:
+    with pytest.raises(BadInput, match=message):
+        run_command.config_from_args(run_args(tmp_path, *extra))
+
+
+def test_run_refuses_an_old_qemu_asked_for_under_icount(monkeypatch) -> None:
+    monkeypatch.setattr(qemu_binary, "choose", lambda spec: _fake_choice("7.2.22"))
+    with pytest.raises(BadInput, match="--qemu 10.0.2 or --clock wall"):
+        run_command.resolve_qemus(["7.2.22"], clock.icount())
+    assert run_command.resolve_qemus(["7.2.22"], clock.WALL_CLOCK) == (_fake_choice("7.2.22"),)
+
+
+def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comparison(
+    tmp_path, request, monkeypatch
+) -> None:
+    fake_avocado = request.getfixturevalue("fake")
+    kernels = guest_kernel_args(tmp_path)
+    fake_avocado.plan(
+        tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_records()}]
+    )
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
+    run_memqual(tmp_path, *kernels, "--clock", "icount", "--threshold", "0.02", "--alpha", "0.05")
+    calls = fake_avocado.calls()
+    assert calls and all(call["env"]["MEMQUAL_CLOCK"] == "icount:4" for call in calls)
+    for label in ("A", "B"):
+        results = json.loads((tmp_path / "out" / label / "results.json").read_text())
+        assert results["run"]["clock"] == "icount:4"
+    comparison = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert comparison["threshold"] == 0.02 and comparison["alpha"] == 0.05
+
+
+def _entry(key: str, scenario: str, metric: str, values: list[float], variant: dict | None = None) -> dict:
+    return {
+        "key": key,
+        "scenario": scenario,
+        "metric": metric,
+        "variant": variant or {},
+        "replicates": [[v] for v in values],
+        "blocks": list(range(1, len(values) + 1)),
+    }
+
+
+def test_block_spread_is_the_sd_of_the_blocks_log_ratios_and_marks_the_primary() -> None:
+    from memqual.host.judge.block_spread import block_spreads
+
+    a = {
+        "environment": {"clock": "icount:4"},
+        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.0, 4.0])],
+    }
+    b = {
+        "environment": {"clock": "icount:4"},
+        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.2, 4.0 * 0.9])],
+    }
+    (spread,) = block_spreads(a, b)
+    expected = [0.0, math.log(1.1), math.log(0.9)]
+    assert spread.blocks == 3 and spread.primary and spread.clock == "icount:4"
+    assert spread.sd == pytest.approx(statistics.stdev(expected))
+    # An A/A with identical blocks spreads nothing; a single block has no sd.
+    (same,) = block_spreads(a, a)
+    assert same.sd == 0.0
+    one = {"metrics": [_entry("m", "s", "x", [1.0])]}
+    assert math.isnan(block_spreads(one, one)[0].sd)
+
+
+def test_every_primary_names_its_instrument_spread_and_margin() -> None:
+    from memqual.host.judge import primaries
+
+    for p in primaries.PRIMARIES:
+        assert p.instrument in (primaries.GUEST_CLOCK, primaries.HOST_WALL, primaries.HOST_CPU, primaries.COUNT)
+        assert p.spread_wall is not None and p.spread_wall.blocks >= 2, p
+        assert p.margin in (primaries.TIGHT_MARGIN, primaries.WIDE_MARGIN)
+        # A tight margin only where the measured spread allows it; a wide
+        # spread says what would decide it.
+        for clock_label in ("wall", "icount:4"):
+            spread = p.spread_on(clock_label)
+            if spread is not None and p.margin == primaries.TIGHT_MARGIN:
+                assert spread.sd <= 0.003, (p.scenario, clock_label)
+            if spread is not None and spread.sd > 0.01:
+                assert p.needs, (p.scenario, clock_label)
+        assert "icount" in p.reads("icount:4") or p.instrument_on("icount:4") != primaries.GUEST_CLOCK
+
+
+def test_the_report_header_says_the_clock_in_words() -> None:
+    from memqual.host.report.html import environment_line
+
+    line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
+    assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
+    assert "clock wall: wall time" in environment_line({"accel": "tcg", "clock": "wall"}).text
+
+
+def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None:
+    from memqual.host.judge.primaries import GUEST_CLOCK, HOST_WALL, is_primary, primary_of
+
+    assert is_primary("balloon.inflate", "inflate_s", {}, "wall")
+    assert not is_primary("balloon.inflate", "inflate_guest_s", {}, "wall")
+    assert is_primary("balloon.inflate", "inflate_guest_s", {}, "icount:4")
+    assert not is_primary("balloon.inflate", "inflate_s", {}, "icount:4")
+    found = primary_of("balloon.deflate", "deflate_guest_s", {}, "icount:4")
+    assert found is not None and found.instrument_on("icount:4") == GUEST_CLOCK
+    assert found.instrument_on("wall") == HOST_WALL and "guest instructions" in found.reads("icount:4")
+    # A record from before clocks is wall.
+    assert is_primary("balloon.deflate", "deflate_s", {})
+
+
+def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
+    from memqual.host.core import settings
+
+    monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
+    clock.put(clock.icount(3))
+    assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
+
+
+def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path, capsys) -> None:
+    from memqual.host.cli import block_spread as cli
+    from memqual.host.core import record
+    from memqual.host.core.record import Measurement
+
+    test_results = tmp_path / "avocado" / "job-1" / "test-results"
+    values = {("A", 1): 30.0, ("B", 1): 33.0, ("A", 2): 29.0, ("B", 2): 29.0 * 0.95}
+    for (arm, block), value in values.items():
+        found = Measurement(
+            scenario="balloon.inflate", metric="inflate_guest_s", unit="s", better="lower", samples=[value]
+        )
+        found.environment["clock"] = "icount:4"
+        record.write(found, test_results / f"{block}-e2e_test_balloon.py_T.test_x_b{block}-{arm}" / "data")
+    assert cli.main([str(tmp_path), "--jobs", "--json"]) == 0
+    (spread,) = json.loads(capsys.readouterr().out)
+    assert spread["blocks"] == 2 and spread["primary"] and spread["clock"] == "icount:4"
+    assert spread["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(1.1), math.log(0.95)]), abs=1e-6)
+    # The arms' results for memqual compare.
+    assert cli.main([str(tmp_path), "--jobs", "--write", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    written = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
+    assert [m["replicates"] for m in written["metrics"]] == [[[33.0], [29.0 * 0.95]]]
+    # Without the records there is nothing to read: one line, exit 2.
+    assert cli.main([str(tmp_path / "none"), "--jobs"]) == 2

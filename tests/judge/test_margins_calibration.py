@@ -1,0 +1,203 @@
+"""Per-primary equivalence margins in the decisions: each primary is judged
+against its own margin (host/judge/primaries.py), every other metric
+against the threshold.  The error rates of the decisions the margins
+change, measured on synthetic truth through the real code
+(ab_tests.ratio_test, comparison.decide with the margins, and
+compare_results / until.Tracker whole to check the margins reach them).
+Fixed seeds, bounded trials; the figures are in docs/ab-calibration.md
+("Margins per primary")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from memqual.host.judge import comparison, primaries
+from memqual.host.judge import until_decided as until
+from memqual.host.judge.stats import ab_tests
+
+ALPHA, THRESHOLD = 0.01, 0.05
+TIGHT = primaries.TIGHT_MARGIN
+# A tight-margin primary (a count: merged pages over pages) and a wide one
+# (a time), as a run's results file names them.
+MERGE: tuple[str, str, dict[str, object]] = ("ksm.merge", "merged_fraction", {"mem_merge": True})
+INFLATE: tuple[str, str, dict[str, object]] = ("balloon.inflate", "inflate_s", {})
+
+
+def _blocks(rng, n, spread, effect):
+    """One paired metric over ``n`` blocks: a block level shared by A and
+    B, and each side's own noise of sd ``spread`` (log scale)."""
+    level = rng.normal(0.0, 0.2, n)
+    a = np.exp(level + rng.normal(0.0, spread, n))
+    b = np.exp(level + rng.normal(0.0, spread, n)) * effect
+    return [[float(x)] for x in a], [[float(x)] for x in b]
+
+
+def _verdict(rng, n, spread, effect, margin, role=comparison.PRIMARY, alpha=ALPHA):
+    ra, rb = _blocks(rng, n, spread, effect)
+    blocks = list(range(n))
+    test = ab_tests.ratio_test(ra, rb, blocks, blocks)
+    return comparison.decide([test], [role], ["lower"], threshold=THRESHOLD, alpha=alpha, margins=[margin])[1][0]
+
+
+def _rate(seed, trials, verdicts, **kwargs):
+    rng = np.random.default_rng(seed)
+    return sum(_verdict(rng, **kwargs) in verdicts for _ in range(trials)) / trials
+
+
+def test_a_tight_primary_with_no_change_is_equivalent_and_never_flagged():
+    """A/A at a 0.3 % block spread (the counts' 0-0.3 %), 6 blocks: the 1 %
+    margin is shown in most runs, and slower/faster at most alpha."""
+    kwargs = {"n": 6, "spread": 0.003, "effect": 1.0, "margin": TIGHT}
+    assert _rate(41, 400, {comparison.EQUIVALENT}, **kwargs) >= 0.90
+    assert _rate(42, 400, {comparison.SLOWER, comparison.FASTER}, **kwargs) <= ALPHA
+
+
+def test_equivalence_at_the_tight_margin_is_not_claimed_for_a_change_at_its_edge():
+    """B 1 % worse, on the tight margin's edge: `equivalent` at most alpha
+    (the TOST's size), at a spread that decides nearly everything else."""
+    assert _rate(43, 600, {comparison.EQUIVALENT}, n=6, spread=0.003, effect=1.01, margin=TIGHT) <= ALPHA
+
+
+def test_a_2_percent_change_is_slower_on_a_tight_primary_and_not_beyond_the_threshold():
+    """The margin changes the decision: B 2 % worse, spread 0.3 %, 6
+    blocks.  Against the primary's 1 % margin it is `slower` (power at
+    least 90 %); against the 5 % threshold (an exploratory metric, or the
+    one threshold before margins) the same data is `changed` or
+    `equivalent`, never slower."""
+    kwargs = {"n": 6, "spread": 0.003, "effect": 1.02}
+    assert _rate(44, 300, {comparison.SLOWER}, margin=TIGHT, **kwargs) >= 0.90
+    assert _rate(44, 300, {comparison.SLOWER}, margin=THRESHOLD, **kwargs) == 0.0
+    assert _rate(44, 300, {comparison.EQUIVALENT, comparison.CHANGED}, margin=THRESHOLD, **kwargs) >= 0.90
+
+
+def test_a_3_percent_change_is_never_equivalent_at_the_tight_margin():
+    """At the 5 % threshold a 3 % change is `equivalent` at a 0.3 % spread;
+    at a primary's 1 % margin it must not be (rate at most alpha)."""
+    kwargs = {"n": 6, "spread": 0.003, "effect": 1.03}
+    assert _rate(45, 300, {comparison.EQUIVALENT}, margin=THRESHOLD, **kwargs) >= 0.90
+    assert _rate(45, 300, {comparison.EQUIVALENT}, margin=TIGHT, **kwargs) <= ALPHA
+
+
+def _entry(scenario, metric, variant, reps, n, primary):
+    return {
+        "key": f"{scenario} {metric} {variant}",
+        "scenario": scenario,
+        "metric": metric,
+        "unit": "",
+        "better": "lower",
+        "variant": variant,
+        "samples": [x for r in reps for x in r],
+        "replicates": reps,
+        "blocks": list(range(n)),
+        "primary": primary,
+    }
+
+
+def _files(rng, n, spread, effects):
+    """Results files of an interleaved A/B: the tight primary, the wide
+    primary, and an exploratory copy of the tight one's data."""
+    a_entries, b_entries = [], []
+    for (scenario, metric, variant), effect in zip((MERGE, INFLATE), effects, strict=True):
+        ra, rb = _blocks(rng, n, spread, effect)
+        a_entries.append(_entry(scenario, metric, variant, ra, n, True))
+        b_entries.append(_entry(scenario, metric, variant, rb, n, True))
+        if scenario == MERGE[0]:
+            a_entries.append(_entry(scenario, "pages_merged", variant, ra, n, False))
+            b_entries.append(_entry(scenario, "pages_merged", variant, rb, n, False))
+    return [
+        {"memqual_version": "x", "metrics": e, "claims": [], "environment": {"clock": "wall"}}
+        for e in (a_entries, b_entries)
+    ]
+
+
+def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
+    """The margins reach compare_results from host/judge/primaries.py: the
+    tight primary at 1 %, the wide one at 5 %, an exploratory metric at the
+    threshold, each row carrying its own; the same 2 % change is slower on
+    the tight primary and not on the exploratory copy of its data."""
+    rng = np.random.default_rng(46)
+    result = comparison.compare_results(*_files(rng, 6, 0.003, (1.02, 1.02)), threshold=THRESHOLD, alpha=ALPHA)
+    by = {m.metric: m for m in result.metrics}
+    assert by["merged_fraction"].comparison.margin == TIGHT
+    assert by["inflate_s"].comparison.margin == primaries.WIDE_MARGIN
+    assert by["pages_merged"].comparison.margin == THRESHOLD
+    assert by["merged_fraction"].verdict == comparison.SLOWER
+    assert by["pages_merged"].verdict in (comparison.CHANGED, comparison.EQUIVALENT)
+    assert by["inflate_s"].verdict in (comparison.CHANGED, comparison.EQUIVALENT)
+    assert "±1%" in comparison.verdict_text(by["merged_fraction"])
+    # A threshold given on the command line moves the non-primaries only.
+    wide = comparison.compare_results(*_files(rng, 6, 0.003, (1.0, 1.0)), threshold=0.2, alpha=ALPHA)
+    assert {m.metric: m.comparison.margin for m in wide.metrics} == {
+        "merged_fraction": TIGHT,
+        "inflate_s": primaries.WIDE_MARGIN,
+        "pages_merged": 0.2,
+    }
+
+
+def _first_blocks(files, k):
+    """The files as a look after block ``k`` sees them."""
+
+    def cut(e):
+        reps = e["replicates"][:k]
+        return {**e, "replicates": reps, "blocks": e["blocks"][:k], "samples": [x for r in reps for x in r]}
+
+    return [{**f, "metrics": [cut(e) for e in f["metrics"]]} for f in files]
+
+
+@pytest.mark.parametrize(("effect", "edge"), [(1.01, True), (1.0, False)], ids=["edge", "aa"])
+def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
+    """Looks after every block from 2 to 12 (group-sequential from
+    until.MIN_BLOCKS_SEQUENTIAL blocks), the margins through compare_results and Tracker.update whole:
+    at the tight margin's edge, `equivalent` at any look in at most alpha
+    of the runs (at most 3 of 100: a true rate of alpha gives 4 or more in
+    1.8 % of such tests); with no change, equivalent at 1 % in most runs."""
+    rng = np.random.default_rng(47 if edge else 48)
+    trials, planned = (100 if edge else 40), 12
+    equivalent = 0
+    for _ in range(trials):
+        files = _files(rng, planned, 0.003, (effect, 1.0))
+        now = [2]
+
+        def look_of(records_a, records_b, *, threshold, alpha, sequential=None, _files=files, _now=now):
+            a, b = _first_blocks(_files, _now[0])
+            return comparison.compare_results(a, b, threshold=threshold, alpha=alpha, sequential=sequential).metrics
+
+        tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, decisions_of=look_of)
+        for k in range(2, planned + 1):
+            now[0] = k
+            if tracker.update(k, [], [], fraction=k / planned):
+                break
+        merge = tracker.metrics[_files(rng, 1, 0.0, (1.0, 1.0))[0]["metrics"][0]["key"]]
+        assert merge.at_look is not None and merge.at_look["margin"] == TIGHT
+        equivalent += merge.frozen == comparison.EQUIVALENT
+    if edge:
+        assert equivalent <= 3, equivalent
+    else:
+        assert equivalent / trials >= 0.90
+
+
+# The rates of docs/ab-calibration.md ("Margins per primary"), at more
+# trials: python tests/judge/test_margins_calibration.py [TRIALS]
+RATES = (
+    ("A/A, margin 1 %: equivalent", {"effect": 1.0, "margin": TIGHT}, {comparison.EQUIVALENT}, 41),
+    ("A/A, margin 1 %: slower or faster", {"effect": 1.0, "margin": TIGHT}, {comparison.SLOWER, comparison.FASTER}, 42),
+    (
+        "B +1 % (the margin's edge), margin 1 %: equivalent",
+        {"effect": 1.01, "margin": TIGHT},
+        {comparison.EQUIVALENT},
+        43,
+    ),
+    ("B +2 %, margin 1 %: slower", {"effect": 1.02, "margin": TIGHT}, {comparison.SLOWER}, 44),
+    ("B +2 %, threshold 5 %: slower", {"effect": 1.02, "margin": THRESHOLD}, {comparison.SLOWER}, 44),
+    ("B +3 %, threshold 5 %: equivalent", {"effect": 1.03, "margin": THRESHOLD}, {comparison.EQUIVALENT}, 45),
+    ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {comparison.EQUIVALENT}, 45),
+)
+
+if __name__ == "__main__":
+    import sys
+
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    for name, kwargs, verdicts, seed in RATES:
+        rate = _rate(seed, trials, verdicts, n=6, spread=0.003, **kwargs)
+        print(f"{name}: {rate:.4f} of {trials} (6 blocks, spread 0.3 %, seed {seed})")
