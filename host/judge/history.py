@@ -1,8 +1,8 @@
 """The series of many runs of one host: runs grouped by host and QEMU, ordered
 by time or kernel, each metric's ratios to the group's first run, and the
-change points (binary segmentation on the runs' medians, each series' run
-spread moderated by its family's, corrected per family as memqual
-compare's).  docs/bisect-history-export.md explains the test.
+change points (binary segmentation on the runs' medians, located by the
+family's scan and by each series' own search, each series' run spread
+moderated by its family's, corrected per family as memqual compare's).  docs/bisect-history-export.md explains the test.
 Draws nothing and parses no options.
 """
 
@@ -51,6 +51,17 @@ if TYPE_CHECKING:
 # differ widely (the primaries here span 0.05 % to 36 %) give d0 near 0 and
 # each series keeps its own t.  A series alone is its own t.
 #
+# What moderation cannot buy back is the search: Holm over 10 primaries
+# times 7 boundaries asks a series for p < 1.4e-4, and a 10 % step in 8
+# runs of 3 % drift gives t about 4.2, found in half the series.  A kernel
+# change moves the primaries at the same run, so the family is scanned
+# first (``family_scan``: where its runs changed, a null drawn from the
+# residuals' covariance so a drift common to a run is no signal), and each
+# series is tested at the boundaries the family located (one boundary, not
+# seven) with LOCATED_WEIGHT of alpha, and by its own search with the
+# rest; when the family located nothing its search has all of alpha (a
+# step of one primary alone).  docs/ab-calibration.md measures both.
+#
 # The segment's p is the smallest of the boundaries' times their number
 # (Bonferroni; near exact here, above).  When it is below alpha the
 # boundary of the smallest p is a candidate and both sides are searched
@@ -89,9 +100,10 @@ STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
 TEST_NAME = (
-    "binary segmentation on run medians (the run is the unit), a t at every boundary with the run-to-run "
-    "variance moderated across the family (empirical Bayes), Bonferroni over the boundaries; a step: shown to "
-    "differ, the ratio beyond the threshold; a step the controls share is confounded"
+    "binary segmentation on run medians (the run is the unit): the family's runs scanned together for where "
+    "they changed (null drawn from the residuals' covariance), each series tested there and by its own search "
+    "over every boundary (Bonferroni), its run-to-run variance moderated across the family (empirical Bayes); "
+    "a step: shown to differ, the ratio beyond the threshold; a step the controls share is confounded"
 )
 # Keys that describe the guest or the bookkeeping, not the host.
 _NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
