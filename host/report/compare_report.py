@@ -75,6 +75,7 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
             r.ci_low,
             r.ci_high,
             r.verdict + ("" if r.look is None else f", look {r.look}"),
+            r.margin,
         )
         for r in table_rows
     ]
@@ -83,7 +84,8 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
     png = decision_forest(
         rows,
         margin,
-        f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin; arrows: clipped at the edge",
+        f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin (a row's own band: its own margin); "
+        "arrows: clipped at the edge",
     )
     return Plot(f"forest plot of B/A for the {what}", png)
 
