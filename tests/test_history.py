@@ -320,3 +320,21 @@ def test_the_family_scan_locates_a_shared_step_and_holds_its_level_under_common_
     # 40 families at a level of 0.05: 2 expected; 7 or more has p < 0.005.
     assert rejected <= 6, rejected
     assert history.family_scan([[1.0, 2.0, 3.0]], 0, 3) == (1.0, -1)  # too few runs to test
+
+
+def test_the_page_and_json_say_where_the_family_changed():
+    rng = np.random.default_rng(22)
+    family = []
+    for g in range(10):
+        levels = rng.normal(0.0, 0.03, 8) + np.log(1.10) * (np.arange(8) >= 4)
+        s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role="primary")
+        s.values = list(levels)
+        family.append(s)
+    history.judge_family(family, threshold=0.05, alpha=0.01)
+    group = history.Group({}, [], family)
+    assert group.family_changes() == {"primary": [4]}
+    flat = [history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role="primary") for g in range(10)]
+    for s in flat:
+        s.values = list(rng.normal(0.0, 0.03, 8))
+    history.judge_family(flat, threshold=0.05, alpha=0.01)
+    assert history.Group({}, [], flat).family_changes() == {}

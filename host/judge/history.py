@@ -100,8 +100,8 @@ STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
 TEST_NAME = (
-    "binary segmentation on run medians (the run is the unit): the family's runs scanned together for where "
-    "they changed (null drawn from the residuals' covariance), each series tested there and by its own search "
+    "binary segmentation on run medians (the run is the unit): the runs of the family scanned together for where "
+    "they changed (null drawn from the covariance of the residuals), each series tested there and by its own search "
     "over every boundary (Bonferroni), its run-to-run variance moderated across the family (empirical Bayes); "
     "a step: shown to differ, the ratio beyond the threshold; a step the controls share is confounded"
 )
@@ -171,6 +171,9 @@ class Series:
     # none) and whether they are logs: what the change-point test reads.
     values: list[float] = dataclasses.field(default_factory=list)
     log: bool = True
+    # Where the runs of this series' whole family changed (``located_changes``:
+    # positions of the first run after each change); empty: nowhere.
+    family_changes: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def comparable(self) -> bool:
@@ -195,6 +198,15 @@ class Group:
     @property
     def host_drifted(self) -> bool:
         return bool(self.controls_stepped)
+
+    def family_changes(self) -> dict[str, list[int]]:
+        """Each family's located change points (positions of the first run
+        after each), for the families that have any."""
+        out: dict[str, list[int]] = {}
+        for s in self.series:
+            if s.family_changes:
+                out.setdefault(s.role, s.family_changes)
+        return out
 
 
 # ------------------------------------------------------------ input
@@ -800,6 +812,7 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
     spread = FamilySpread([s.values for s in members])
     located = located_changes([s.values for s in members], alpha=alpha)
     for s in members:
+        s.family_changes = list(located)
         at = located_p(s.values, located, spread)
         own = family_p(s.values, spread)
         s.p_change = min(1.0, own / (1.0 - LOCATED_WEIGHT), min(at.values()) / LOCATED_WEIGHT) if at else own
@@ -861,6 +874,7 @@ def to_json(
                 "host": g.host,
                 "host_drifted": g.host_drifted,
                 "controls_stepped": [c.key for c in g.controls_stepped],
+                "family_changes": g.family_changes(),
                 "runs": [
                     {"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
                     for r in g.runs
