@@ -127,7 +127,8 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
         environment=environment_line(g.runs[0].environment),
         controls_stepped=tuple(c.key for c in g.controls_stepped),
         family_changes=tuple(
-            f"{FAMILY_NAMES.get(role, role)}: before run{'s' if len(at) > 1 else ''} {', '.join(str(k + 1) for k in at)}"
+            f"{FAMILY_NAMES.get(role, role)}: before run{'s' if len(at) > 1 else ''} "
+            + ", ".join(str(k + 1) for k in at)
             for role, at in g.family_changes().items()
         ),
         equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
