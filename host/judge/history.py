@@ -2,7 +2,8 @@
 by time or kernel, each metric's ratios to the group's first run, and the
 change points (binary segmentation on the runs' medians, located by the
 family's scan and by each series' own search, each series' run spread
-moderated by its family's, corrected per family as memqual compare's).  docs/bisect-history-export.md explains the test.
+moderated by its family's, corrected per family as memqual compare's).
+docs/bisect-history-export.md explains the test.
 Draws nothing and parses no options.
 """
 
@@ -597,7 +598,7 @@ def family_p(values: Sequence[float], prior_at: Any) -> float:
     return _segment_p(values, 0, len(values), prior_at)[0]
 
 
-SCAN_PERMUTATIONS = 1999
+SCAN_DRAWS = 1999
 SCAN_SEED = 20261203  # fixed: the same runs give the same page
 # The share of alpha a series spends on the boundaries its family located;
 # the rest goes to its own search over every boundary (a step of that
@@ -609,7 +610,8 @@ def _scan_statistic(block: Any) -> Any:
     """For each boundary of rows of centred, standardised run values
     (``...`` x series x runs), the share of each series' variance between
     the two sides (its R^2 at that boundary: monotone in its |t|), summed
-    over the series; the largest over the boundaries (``...``)."""
+    over the series; the largest over the boundaries and where it is
+    (its index: the boundary before run index + 1), each of shape ``...``."""
     import numpy as np
 
     n = block.shape[-1]
@@ -653,14 +655,14 @@ def family_scan(values: Sequence[Sequence[float]], i: int, j: int) -> tuple[floa
         resid[:, side] -= resid[:, side].mean(axis=1, keepdims=True)
     rng = np.random.default_rng(SCAN_SEED)
     exceed = 0
-    for start in range(0, SCAN_PERMUTATIONS, 250):
-        count = min(250, SCAN_PERMUTATIONS - start)
+    for start in range(0, SCAN_DRAWS, 250):
+        count = min(250, SCAN_DRAWS - start)
         draws = np.einsum("gm,bmn->bgn", resid, rng.standard_normal((count, n, n)))
         draws -= draws.mean(axis=2, keepdims=True)
         spread = draws.std(axis=2, ddof=1, keepdims=True)
         draws = np.divide(draws, spread, out=np.zeros_like(draws), where=spread > 0.0)
         exceed += int((_scan_statistic(draws)[0] >= observed).sum())
-    return (1 + exceed) / (SCAN_PERMUTATIONS + 1), i + cut
+    return (1 + exceed) / (SCAN_DRAWS + 1), i + cut
 
 
 def located_changes(values: Sequence[Sequence[float]], *, alpha: float = DEFAULT_ALPHA) -> list[int]:
