@@ -531,7 +531,7 @@ def _unblocked_table(n: Callable[[int], int]) -> Iterator[Rate]:
         (0.03, False, 3, 415),
         (0.03, True, 3, 416),
     ):
-        yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
+        yield from unblocked_compare(n(200 if runs == 1 else 400), seed, offset, common, runs)
 
 
 def _power_table(n: Callable[[int], int]) -> Iterator[Rate]:
