@@ -15,10 +15,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from memqual.host.run import calibrate
 
     parser = argparse.ArgumentParser(prog="python -m memqual.host.cli.calibrate", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a tenth of the trials (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="a tenth of the trials (some 6 minutes at load 18)")
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=calibrate.SECTIONS,
+        help="this section only (repeatable): the drift alarm, unblocked compare, history, the controls' power, "
+        "looks on few blocks, the one-look table",
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    for rate in calibrate.table(0.1 if args.quick else 1.0):
+    for rate in calibrate.table(0.1 if args.quick else 1.0, args.only or calibrate.SECTIONS):
         print(rate.line(), flush=True)
     print(f"({time.monotonic() - start:.0f} s)")
     return 0

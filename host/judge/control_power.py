@@ -102,6 +102,49 @@ class ControlPower:
         }
 
 
+def alone(
+    design: ControlDesign,
+    *,
+    alpha: float,
+    threshold: float,
+    drift: float = DRIFT,
+    draws: int = 20000,
+    seed: int = SEED,
+) -> float:
+    """One control's own power: the chance that it, moved by ``drift``
+    with the spread it had on its units, is flagged at ``alpha`` (give
+    Holm's first level, the family's alpha over its size, for a lower
+    bound): its t beyond the two-sided critical value and its estimate
+    beyond the margin, as ``comparison.decide`` flags.  Drawn, not
+    integrated: the estimate as a normal and its spread as a scaled
+    chi-square on the test's degrees of freedom (a paired t on blocks;
+    the pooled t's for replicates a side, where Welch's is close)."""
+    import numpy as np
+    from scipy import special
+
+    df = design.n_blocks - 1 if design.n_blocks else design.n_a + design.n_b - 2
+    if df < 1 or design.se <= 0.0 or alpha <= 0.0:
+        return 0.0
+    rng = np.random.default_rng(seed)
+    shift = math.log(1.0 + drift)
+    estimate = rng.normal(shift, design.se, draws)
+    se = design.se * np.sqrt(rng.chisquare(df, draws) / df)
+    critical = float(special.stdtrit(df, 1.0 - alpha / 2.0))
+    beyond = (estimate > math.log(1.0 + threshold)) | (estimate < math.log(1.0 - threshold))
+    return float(np.mean((np.abs(estimate) / se > critical) & beyond))
+
+
+def each(designs: Sequence[ControlDesign], found: ControlPower, *, threshold: float) -> dict[str, float]:
+    """Every control's own power (``alone``) on the units and at the level
+    the family's power ``found`` was taken at, Holm's first level over
+    the family: what one control moved alone would be caught with."""
+    if not designs or found.alpha <= 0.0:
+        return {}
+    level = found.alpha / len(designs)
+    shaped = on_blocks(designs, found.units) if found.paired else list(designs)
+    return {d.key: alone(d, alpha=level, threshold=threshold, drift=found.drift) for d in shaped}
+
+
 def design_of(m: Any) -> ControlDesign | None:
     """A compared control's design, from its MetricComparison: the standard
     error from its 95 % t-interval on the log scale.  None when the test

@@ -1,8 +1,9 @@
 """The series of many runs of one host: runs grouped by host and QEMU, ordered
 by time or kernel, each metric's ratios to the group's first run, and the
-change points (binary segmentation on the runs' medians, each series' run
-spread moderated by its family's, corrected per family as memqual
-compare's).  docs/bisect-history-export.md explains the test.
+change points (binary segmentation on the runs' medians, located by the
+family's scan and by each series' own search, each series' run spread
+moderated by its family's, corrected per family as memqual compare's).
+docs/bisect-history-export.md explains the test.
 Draws nothing and parses no options.
 """
 
@@ -51,6 +52,17 @@ if TYPE_CHECKING:
 # differ widely (the primaries here span 0.05 % to 36 %) give d0 near 0 and
 # each series keeps its own t.  A series alone is its own t.
 #
+# What moderation cannot buy back is the search: Holm over 10 primaries
+# times 7 boundaries asks a series for p < 1.4e-4, and a 10 % step in 8
+# runs of 3 % drift gives t about 4.2, found in half the series.  A kernel
+# change moves the primaries at the same run, so the family is scanned
+# first (``family_scan``: where its runs changed, a null drawn from the
+# residuals' covariance so a drift common to a run is no signal), and each
+# series is tested at the boundaries the family located (one boundary, not
+# seven) with LOCATED_WEIGHT of alpha, and by its own search with the
+# rest; when the family located nothing its search has all of alpha (a
+# step of one primary alone).  docs/ab-calibration.md measures both.
+#
 # The segment's p is the smallest of the boundaries' times their number
 # (Bonferroni; near exact here, above).  When it is below alpha the
 # boundary of the smallest p is a candidate and both sides are searched
@@ -89,9 +101,10 @@ STEP = "step"
 CI_RESAMPLES = 1999  # a page's intervals; memqual compare uses 9999
 HOST_KEYS = ("cpu", "host_kernel", "qemu", "accel")
 TEST_NAME = (
-    "binary segmentation on run medians (the run is the unit), a t at every boundary with the run-to-run "
-    "variance moderated across the family (empirical Bayes), Bonferroni over the boundaries; a step: shown to "
-    "differ, the ratio beyond the threshold; a step the controls share is confounded"
+    "binary segmentation on run medians (the run is the unit): the runs of the family scanned together for where "
+    "they changed (null drawn from the covariance of the residuals), each series tested there and by its own search "
+    "over every boundary (Bonferroni), its run-to-run variance moderated across the family (empirical Bayes); "
+    "a step: shown to differ, the ratio beyond the threshold; a step the controls share is confounded"
 )
 # Keys that describe the guest or the bookkeeping, not the host.
 _NOT_HOST = ("guest_kernel", "guest_kernel_sha256", "initramfs_sha256", "environment_sources", "python")
@@ -159,6 +172,9 @@ class Series:
     # none) and whether they are logs: what the change-point test reads.
     values: list[float] = dataclasses.field(default_factory=list)
     log: bool = True
+    # Where the runs of this series' whole family changed (``located_changes``:
+    # positions of the first run after each change); empty: nowhere.
+    family_changes: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def comparable(self) -> bool:
@@ -183,6 +199,15 @@ class Group:
     @property
     def host_drifted(self) -> bool:
         return bool(self.controls_stepped)
+
+    def family_changes(self) -> dict[str, list[int]]:
+        """Each family's located change points (positions of the first run
+        after each), for the families that have any."""
+        out: dict[str, list[int]] = {}
+        for s in self.series:
+            if s.family_changes:
+                out.setdefault(s.role, s.family_changes)
+        return out
 
 
 # ------------------------------------------------------------ input
@@ -518,18 +543,24 @@ def steps_in(
     threshold: float = DEFAULT_THRESHOLD,
     alpha: float = DEFAULT_ALPHA,
     prior_at: Any = None,
+    located: dict[int, float] | None = None,
 ) -> list[Step]:
     """Steps in one series' run values (``run_values``, NaN where it has
     no run), its variances moderated by ``prior_at(i, j, k)`` (a
-    ``FamilySpread``; None: the series alone)."""
+    ``FamilySpread``; None: the series alone).  ``located``: the p of
+    this series at each boundary its family located (``located_p``); a
+    located boundary spends ``LOCATED_WEIGHT`` of alpha and the series' own
+    search the rest.  None: the search spends all of it."""
 
     def ratio(x: float) -> float:
         return math.exp(x) if log else 1.0 + x
 
-    candidates: dict[int, float] = {}  # boundary -> the segment's p that found it
+    search_share = 1.0 - LOCATED_WEIGHT if located else 1.0
+    candidates: dict[int, float] = {}  # boundary -> the p (over its share) that found it
 
     def segment(i: int, j: int) -> None:
         p, after = _segment_p(values, i, j, prior_at)
+        p = min(1.0, p / search_share)
         if after < 0 or p >= alpha:
             return
         candidates[after] = p
@@ -537,6 +568,10 @@ def steps_in(
         segment(after, j)
 
     segment(0, len(values))
+    for after, p in (located or {}).items():
+        share = min(1.0, p / LOCATED_WEIGHT)
+        if share < alpha:
+            candidates[after] = min(share, candidates.get(after, 1.0))
     # Each candidate is judged against its neighbours: the runs between
     # the candidate before it and the one after.  Judged against the whole
     # segment instead, a rise followed by a fall (or the reverse) mixes
@@ -561,6 +596,103 @@ def family_p(values: Sequence[float], prior_at: Any) -> float:
     """A series' p of "no change anywhere" with its family's prior: the
     whole series as one segment."""
     return _segment_p(values, 0, len(values), prior_at)[0]
+
+
+SCAN_DRAWS = 1999
+SCAN_SEED = 20261203  # fixed: the same runs give the same page
+# The share of alpha a series spends on the boundaries its family located;
+# the rest goes to its own search over every boundary (a step of that
+# series alone).
+LOCATED_WEIGHT = 0.9
+
+
+def _scan_statistic(block: Any) -> Any:
+    """For each boundary of rows of centred, standardised run values
+    (``...`` x series x runs), the share of each series' variance between
+    the two sides (its R^2 at that boundary: monotone in its |t|), summed
+    over the series; the largest over the boundaries and where it is
+    (its index: the boundary before run index + 1), each of shape ``...``."""
+    import numpy as np
+
+    n = block.shape[-1]
+    k = np.arange(1, n)
+    before = np.cumsum(block, axis=-1)[..., :-1]  # rows sum to 0: after = -before
+    r2 = before * before * n / (k * (n - k) * (n - 1))
+    return r2.sum(axis=-2).max(axis=-1), r2.sum(axis=-2).argmax(axis=-1)
+
+
+def family_scan(values: Sequence[Sequence[float]], i: int, j: int) -> tuple[float, int]:
+    """Where the family's runs changed: at each boundary of [i, j) the sum
+    over the series of their R^2 there (each series standardised: a sign
+    does not matter, so a change that makes some primaries faster and
+    others slower adds up), the largest over the boundaries.  Its null is
+    simulated: new runs drawn as normal vectors with the covariance of the
+    series' residuals within both sides of the best boundary (a Gaussian
+    multiplier bootstrap), so a drift common to the series of a run --
+    correlated residuals -- widens the null as much as it widens the
+    statistic, and independent series keep the sum's own spread.  Not a
+    permutation of the runs: 8 runs split 4 and 4 in 35 ways, so no
+    permutation p goes below 1/35.  Series with a run missing in the
+    segment, or no spread, are left out.  Returns the p and the boundary
+    (-1: none)."""
+    import numpy as np
+
+    rows = [list(v[i:j]) for v in values]
+    rows = [r for r in rows if all(math.isfinite(x) for x in r)]
+    n = j - i
+    if n < 4 or not rows:
+        return 1.0, -1
+    block = np.array(rows, dtype=float)
+    block -= block.mean(axis=1, keepdims=True)
+    sd = block.std(axis=1, ddof=1)
+    block = block[sd > 0.0] / sd[sd > 0.0, None]
+    if not len(block):
+        return 1.0, -1
+    observed, at = _scan_statistic(block)
+    cut = int(at) + 1
+    resid = block.copy()
+    for side in (slice(0, cut), slice(cut, None)):
+        resid[:, side] -= resid[:, side].mean(axis=1, keepdims=True)
+    rng = np.random.default_rng(SCAN_SEED)
+    exceed = 0
+    for start in range(0, SCAN_DRAWS, 250):
+        count = min(250, SCAN_DRAWS - start)
+        draws = np.einsum("gm,bmn->bgn", resid, rng.standard_normal((count, n, n)))
+        draws -= draws.mean(axis=2, keepdims=True)
+        spread = draws.std(axis=2, ddof=1, keepdims=True)
+        draws = np.divide(draws, spread, out=np.zeros_like(draws), where=spread > 0.0)
+        exceed += int((_scan_statistic(draws)[0] >= observed).sum())
+    return (1 + exceed) / (SCAN_DRAWS + 1), i + cut
+
+
+def located_changes(values: Sequence[Sequence[float]], *, alpha: float = DEFAULT_ALPHA) -> list[int]:
+    """The family's change points: binary segmentation with
+    ``family_scan`` at ``alpha`` in each segment."""
+    found: list[int] = []
+
+    def segment(i: int, j: int) -> None:
+        p, after = family_scan(values, i, j)
+        if after < 0 or p >= alpha:
+            return
+        found.append(after)
+        segment(i, after)
+        segment(after, j)
+
+    n = max((len(v) for v in values), default=0)
+    segment(0, n)
+    return sorted(found)
+
+
+def located_p(values: Sequence[float], located: Sequence[int], prior_at: Any) -> dict[int, float]:
+    """A series' p at each boundary its family located, between the
+    located boundaries on either side, times their number."""
+    out: dict[int, float] = {}
+    for m, after in enumerate(located):
+        start = located[m - 1] if m else 0
+        end = located[m + 1] if m + 1 < len(located) else len(values)
+        found = split(values[start:after], values[after:end], prior_at(start, end, after) if prior_at else NO_PRIOR)
+        out[after] = min(1.0, found.p_value() * len(located))
+    return out
 
 
 def equivalence_p(series: Sequence[Sequence[Sequence[float]]], threshold: float) -> float:
@@ -680,9 +812,13 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
     if not members:
         return
     spread = FamilySpread([s.values for s in members])
+    located = located_changes([s.values for s in members], alpha=alpha)
     for s in members:
-        s.p_change = family_p(s.values, spread)
-        s.steps = steps_in(s.values, s.log, threshold=threshold, alpha=alpha, prior_at=spread)
+        s.family_changes = list(located)
+        at = located_p(s.values, located, spread)
+        own = family_p(s.values, spread)
+        s.p_change = min(1.0, own / (1.0 - LOCATED_WEIGHT), min(at.values()) / LOCATED_WEIGHT) if at else own
+        s.steps = steps_in(s.values, s.log, threshold=threshold, alpha=alpha, prior_at=spread, located=at)
     correct = ab_tests.benjamini_hochberg if members[0].role == comparison.EXPLORATORY else stats.holm
     for s, p, q in zip(
         members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
@@ -740,6 +876,7 @@ def to_json(
                 "host": g.host,
                 "host_drifted": g.host_drifted,
                 "controls_stepped": [c.key for c in g.controls_stepped],
+                "family_changes": g.family_changes(),
                 "runs": [
                     {"path": str(r.path), "created": r.created, "guest_kernel": r.guest_kernel, "label": r.label}
                     for r in g.runs

@@ -75,6 +75,7 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
             r.ci_low,
             r.ci_high,
             r.verdict + ("" if r.look is None else f", look {r.look}"),
+            r.margin,
         )
         for r in table_rows
     ]
@@ -83,7 +84,8 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
     png = decision_forest(
         rows,
         margin,
-        f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin; arrows: clipped at the edge",
+        f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin (a row's own band: its own margin); "
+        "arrows: clipped at the edge",
     )
     return Plot(f"forest plot of B/A for the {what}", png)
 
@@ -102,6 +104,7 @@ class DecisionLine:
     blocks: str
     test: str  # "p' 0.0004 < 0.0011"
     medians: str  # "1.946 s -> 11.79 s"
+    power: str = ""  # a negative control's own power to catch a 10 % move of itself
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +116,7 @@ class Family:
     rows: tuple[DecisionLine, ...]
     plot: Plot | None
     open: bool = False
+    power_column: str = ""  # the controls: the heading of each one's power
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,6 +257,7 @@ class ComparisonPage:
     claims_moved: tuple[Moved, ...]
     environment: tuple[Moved, ...]
     patch: PatchSection | None = None  # memqual run --patch: the kernels built and the patches on B
+    drift: str = "10%"  # the move the controls' power is for
 
 
 def _metric_row(m: MetricComparison, label: str) -> MetricRow:
@@ -354,6 +359,7 @@ def comparison_page(
         (m.scenario, m.regime.reason() if m.regime else NOT_COMPARABLE) for m in result.not_comparable
     )
     labels = short_labels(result.metrics)
+    own = control_power.each(control_power.designs_of(result.metrics), power, threshold=result.threshold)
 
     def family(role: str, name: str, heading: str, is_open: bool = False) -> Family:
         rows = table.of_role(role)
@@ -361,9 +367,16 @@ def comparison_page(
             # A folded family leads with what moved, then what was decided.
             rows = sorted(rows, key=lambda r: (r.verdict not in (SLOWER, FASTER), not r.decided))
         lines = tuple(_decision_line(r, by_key[r.key], table.sequential) for r in rows)
+        column = ""
+        if role == CONTROL and own:
+            lines = tuple(
+                dataclasses.replace(line, power=f"{own[r.key]:.0%}" if r.key in own else "-")
+                for line, r in zip(lines, rows, strict=True)
+            )
+            column = f"power alone ({power.drift:.0%} move, {power.unit_text()}, alpha {power.alpha:.2g}/{len(own)})"
         plotted = rows if role != EXPLORATORY else _nearest(rows)
         what = name if len(plotted) == len(rows) else f"{len(plotted)} of the {len(rows)} {name}"
-        return Family(name, heading, lines, forest(plotted, table.margin, what) if rows else None, is_open)
+        return Family(name, heading, lines, forest(plotted, table.margin, what) if rows else None, is_open, column)
 
     primaries = table.of_role(PRIMARY)
     controls = table.of_role(CONTROL)
@@ -459,6 +472,7 @@ def comparison_page(
         ),
         environment=tuple(Moved(str(key), str(va), str(vb)) for key, (va, vb) in result.environment.items()),
         patch=patch_section(patch),
+        drift=f"{power.drift:.0%}",
     )
 
 

@@ -201,6 +201,9 @@ def print_comparison(
     regressions = table.regressions if not result.all_metrics else result.regressions
     if regressions:
         which = "metric(s)" if result.all_metrics else "primary metric(s)"
-        console.print(f"[bold red]{len(regressions)} {which} slower beyond {table.margin:.0%}[/]")
+        console.print(
+            f"[bold red]{len(regressions)} {which} slower[/] (shown to differ from A, the estimate beyond its margin; "
+            "not a change shown to exceed the margin)"
+        )
     else:
-        console.print("no regression beyond the threshold")
+        console.print("no primary slower (none shown to differ from A with its estimate beyond its margin)")

@@ -74,6 +74,7 @@ class GroupView:
     stepped: int
     environment: EnvironmentLine
     controls_stepped: tuple[str, ...]  # the host drifted when any
+    family_changes: tuple[str, ...]  # "primaries: before run 5", one a family that changed
     equivalent: int
     undecided: int
     not_comparable: int
@@ -100,6 +101,13 @@ class HistoryPage:
     groups: tuple[GroupView, ...]
 
 
+FAMILY_NAMES = {
+    "primary": "the primaries",
+    "control": "the negative controls",
+    "exploratory": "the exploratory metrics",
+}
+
+
 def _steps_text(s: Series) -> str:
     return "; ".join(
         f"step before run {st.after + 1}: x{st.ratio:.3f} [{st.ci_low:.3f}, {st.ci_high:.3f}], p={st.p_value:.3g}"
@@ -118,6 +126,11 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
         stepped=sum(1 for s in g.series if s.decided_steps),
         environment=environment_line(g.runs[0].environment),
         controls_stepped=tuple(c.key for c in g.controls_stepped),
+        family_changes=tuple(
+            f"{FAMILY_NAMES.get(role, role)}: before run{'s' if len(at) > 1 else ''} "
+            + ", ".join(str(k + 1) for k in at)
+            for role, at in g.family_changes().items()
+        ),
         equivalent=sum(1 for s in g.series if s.verdict == "equivalent"),
         undecided=sum(1 for s in g.series if s.verdict == "undecided"),
         not_comparable=sum(1 for s in g.series if s.verdict == NOT_COMPARABLE),

@@ -196,6 +196,9 @@ class DecisionRow:
     ci_low: float | None
     ci_high: float | None
     note: str = ""
+    # Its own margin when it differs from the band's (a primary judged at
+    # its own, host/judge/primaries.py): drawn as a band of its row only.
+    margin: float | None = None
 
 
 # The axis spans the point estimates and the margin, never less than
@@ -242,6 +245,10 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     clip = {"fontsize": 6.5, "va": "center", "parse_math": False}
     for y, row in enumerate(reversed(rows)):
         lo, hi, r = row.ci_low, row.ci_high, row.ratio
+        if row.margin is not None and row.margin != margin:
+            ax.fill_betweenx([y - 0.4, y + 0.4], 1 - row.margin, 1 + row.margin, color="#bae6fd", zorder=0.5)
+            for edge in (1 - row.margin, 1 + row.margin):
+                ax.plot([edge, edge], [y - 0.4, y + 0.4], color="#0e7490", linewidth=0.8, zorder=1)
         has_ci = bool(lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi))
         beyond = bool(r and r > 0 and math.isfinite(r) and not low <= r <= high)
         if has_ci and lo is not None and hi is not None:

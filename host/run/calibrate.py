@@ -474,6 +474,7 @@ def history_table(n: Callable[[int], int]) -> Iterator[Rate]:
         ((0.005, 0.30), 0.0, 1.0, 0, 8, 444),
         (0.03, 0.0, 1.10, 10, 8, 445),
         (0.03, 0.0, 1.10, 1, 8, 446),
+        (0.03, 0.0, 1.10, 5, 8, 451),
         ((0.005, 0.30), 0.0, 1.10, 10, 8, 447),
         (0.03, 0.0, 1.10, 10, 10, 450),
         (0.03, 0.0, 1.10, 10, 12, 448),
@@ -487,15 +488,37 @@ def history_table(n: Callable[[int], int]) -> Iterator[Rate]:
             yield found
 
 
-def table(scale: float = 1.0) -> Iterator[Rate]:
-    """Every figure, at ``scale`` times its trials, as it is measured."""
+SECTIONS = ("drift", "unblocked", "history", "power", "looks", "table")
+
+
+def table(scale: float = 1.0, only: Sequence[str] = SECTIONS) -> Iterator[Rate]:
+    """Every figure, at ``scale`` times its trials, as it is measured;
+    ``only``: these sections of it."""
 
     def n(trials: int) -> int:
         return max(20, int(trials * scale))
 
+    if "drift" in only:
+        yield from _drift_table(n)
+    if "unblocked" in only:
+        yield from _unblocked_table(n)
+    if "history" in only:
+        yield from history_table(n)
+    if "power" in only:
+        yield from _power_table(n)
+    if "looks" in only:
+        yield from _looks_table(n)
+    if "table" in only:
+        yield from compare_table(n)
+
+
+def _drift_table(n: Callable[[int], int]) -> Iterator[Rate]:
     for blocks, seed in ((2, 401), (3, 402), (6, 403)):
         for level in (0.01, 0.0032):
             yield drift_alarm(n(500), seed, blocks, level)
+
+
+def _unblocked_table(n: Callable[[int], int]) -> Iterator[Rate]:
     for offset, common, runs, seed in (
         (0.0, False, 1, 411),
         (0.03, False, 1, 412),
@@ -504,15 +527,19 @@ def table(scale: float = 1.0) -> Iterator[Rate]:
         (0.03, False, 3, 415),
         (0.03, True, 3, 416),
     ):
-        yield from unblocked_compare(n(200 if runs == 1 else 60), seed, offset, common, runs)
-    yield from history_table(n)
+        yield from unblocked_compare(n(200 if runs == 1 else 400), seed, offset, common, runs)
+
+
+def _power_table(n: Callable[[int], int]) -> Iterator[Rate]:
     for sd in (0.01, 0.02, 0.05):
         for level in (0.01, 0.0032, 0.001):
             for blocks in (2, 3, 4, 5, 6, 8):
                 yield controls_power(n(200), sd, level, blocks)
+
+
+def _looks_table(n: Callable[[int], int]) -> Iterator[Rate]:
     yield sequential_looks(n(2000), 431)
     yield sequential_looks(n(1000), 432, min_blocks=3)
     yield sequential_looks(n(3000), 433, looks=(3, 4, 5, 6, 7, 8, 9, 10))
     yield sequential_looks(n(3000), 434, looks=(8, 9, 10, 11, 12), min_blocks=8)
     yield sequential_looks(n(2000), 435, looks=(16, 17, 18, 19, 20))
-    yield from compare_table(n)

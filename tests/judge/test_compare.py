@@ -238,7 +238,7 @@ def test_html_page_names_the_regression_and_plots_every_ratio(tmp_path, capsys):
     assert _run([a, b, "--html", str(page)]) == 1
     assert f"wrote {page}" in capsys.readouterr().out
     text = page.read_text()
-    assert "1 metric(s) slower beyond 5%" in text
+    assert "1 metric(s) slower</b> (shown to differ from\nA, the estimate beyond its margin" in text
     assert "synthetic.scan_speed pages_per_s [smart_scan=1]" in text
     assert "p corrected" in text and "TOST p corrected" in text and "replicates A/B" in text
     assert text.count("data:image/png;base64,") == 1  # the forest plot, inline: one self-contained file
