@@ -337,21 +337,21 @@ def summary(run: TimingRun, prediction: dict[str, Any] | None) -> list[str]:
         lines += ["  {} | seed {} ms | {} | {}".format(*row) for row in transfer_model.side_by_side(prediction)]
     seconds = [r.seconds for r in run.inflates]
     lines.append(
-        f"inflate {run.full_bytes / MIB:.0f} MiB of {run.memory_mib} MiB: median {stats.median(seconds):.3f} s "
-        f"({stats.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]):.3f} GB/s, "
-        f"CV {stats.cv(seconds):.2f}); seed 512 KB bitmap {transfer_model.seed_gbps(1237):.2f} GB/s"
+        f"inflate {run.full_bytes / MIB:.0f} MiB of {run.memory_mib} MiB: median {descriptive.median(seconds):.3f} s "
+        f"({descriptive.median([r.moved_bytes / r.seconds / 1e9 for r in run.inflates]):.3f} GB/s, "
+        f"CV {descriptive.cv(seconds):.2f}); seed 512 KB bitmap {transfer_model.seed_gbps(1237):.2f} GB/s"
     )
     timings = run.guest_inflates + run.guest_deflates
     if run.guest_inflates:
         lines.append(
-            f"guest-timed inflate: median {stats.median([g.seconds for g in run.guest_inflates]):.3f} s at resolution "
-            f"{1e3 * stats.median([g.resolution_s for g in run.guest_inflates]):.2f} ms (host-timed resolution "
-            f"{1e3 * stats.median([r.resolution_s for r in run.inflates]):.2f} ms)"
+            f"guest-timed inflate: median {descriptive.median([g.seconds for g in run.guest_inflates]):.3f} s at resolution "
+            f"{1e3 * descriptive.median([g.resolution_s for g in run.guest_inflates]):.2f} ms (host-timed resolution "
+            f"{1e3 * descriptive.median([r.resolution_s for r in run.inflates]):.2f} ms)"
         )
     if timings:
         lines.append(
             "guest-timed resolution (the gap between polls around each end): "
-            f"median {1e3 * stats.median([t.resolution_s for t in timings]):.2f} ms, "
+            f"median {1e3 * descriptive.median([t.resolution_s for t in timings]):.2f} ms, "
             f"max {1e3 * max(t.resolution_s for t in timings):.2f} ms"
         )
     return lines

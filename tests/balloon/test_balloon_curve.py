@@ -11,7 +11,7 @@ from markupsafe import Markup
 from request_size_records import SETTINGS, request_size_records
 from test_balloon_controller import run_cli
 
-from memqual.host.core.record import Measurement, write
+from memqual.host.core.record import write
 from memqual.host.judge.results import build_results, metrics_of
 from memqual.host.report import balloon_curve as plot
 from memqual.host.report import report

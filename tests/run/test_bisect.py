@@ -18,7 +18,6 @@ from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
 from memqual.host.judge import comparison, probe
-from memqual.host.run import blocks
 from memqual.host.run.bisect import decide, run, series
 
 # ------------------------------------------------------------ decisions and search
