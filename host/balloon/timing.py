@@ -344,7 +344,8 @@ def summary(run: TimingRun, prediction: dict[str, Any] | None) -> list[str]:
     timings = run.guest_inflates + run.guest_deflates
     if run.guest_inflates:
         lines.append(
-            f"guest-timed inflate: median {descriptive.median([g.seconds for g in run.guest_inflates]):.3f} s at resolution "
+            f"guest-timed inflate: median {descriptive.median([g.seconds for g in run.guest_inflates]):.3f} s "
+            "at resolution "
             f"{1e3 * descriptive.median([g.resolution_s for g in run.guest_inflates]):.2f} ms (host-timed resolution "
             f"{1e3 * descriptive.median([r.resolution_s for r in run.inflates]):.2f} ms)"
         )
