@@ -62,7 +62,8 @@ def _build(args: argparse.Namespace) -> int:
     )
     print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for step, seconds in kernel.steps_s.items():
-        print(f"  {step}: {seconds:.0f} s, {kernel.cpu_s.get(step, 0.0):.0f} s CPU")
+        cpu = kernel.cpu_s.get(step)
+        print(f"  {step}: {seconds:.0f} s" + (f", {cpu:.0f} s CPU" if cpu is not None else ""))
     if kernel.ccache:
         print(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
     for patch in kernel.patches:
