@@ -851,3 +851,16 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
     assert "virtio_balloon.ko: differs" in page
     assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
     assert "The patch under test" not in render_comparison_html(result, a, b)
+
+
+def test_balloon_variant_patch_applies_over_the_balloon_patch() -> None:
+    """The variant is built from each arm's own tree, B's with the balloon
+    patch: no hunk of the variant's patch may need the line that patch
+    changes (as context or as a removed line)."""
+    shipped = Path(__file__).resolve().parents[1]
+    balloon = (shipped / "docs/patches/0001-virtio_balloon-raise-ARRAY_PFNS_MAX.patch").read_text()
+    changed = {line[1:] for line in balloon.splitlines() if line.startswith("-#")}
+    assert changed == {"#define VIRTIO_BALLOON_ARRAY_PFNS_MAX 256"}
+    variant = balloon_driver.PATCH.read_text().split("\n--- a/", 1)[1]
+    needed = {line[1:] for line in variant.splitlines() if line[:1] in (" ", "-")}
+    assert not changed & needed
