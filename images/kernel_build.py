@@ -638,8 +638,10 @@ class Progress:
     last: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
     shown: float = 0.0
-    # when the first link step came (vmlinux.o, modpost or a module's .ko):
-    # the compile's time before it, the linking's after
+    # when the first link step came (vmlinux.o, or modpost where no built-in
+    # object changed; not a composite module's "LD [M] x.o", which kbuild
+    # links while it still compiles): the compile's time before it, the
+    # linking's after
     link_at: float | None = None
 
     def line(self, text: str) -> None:
@@ -649,7 +651,7 @@ class Progress:
         self.done += 1
         self.last = f"{step.group(1)} {step.group(2)}"
         if self.link_at is None and (
-            step.group(1) in ("MODPOST", "LD [M]") or (step.group(1) == "LD" and step.group(2) == "vmlinux.o")
+            step.group(1) == "MODPOST" or (step.group(1) == "LD" and step.group(2) == "vmlinux.o")
         ):
             self.link_at = time.monotonic()
         now = time.monotonic()

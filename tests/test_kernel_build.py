@@ -801,6 +801,11 @@ def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
     # 25 of 100 steps in 10 minutes: 30 minutes left
     progress.done = 25
     assert "~30.0 min left" in progress.status(600.0)
+    # the linking starts at vmlinux.o (or modpost), not at a composite module's object
+    progress.line("  LD [M]  fs/9p/9p.o")
+    assert progress.link_at is None
+    progress.line("  LD      vmlinux.o")
+    assert progress.link_at is not None
 
 
 @needs_drop
