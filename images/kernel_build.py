@@ -978,7 +978,9 @@ def _build(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if folder.exists():
+            begun = time.monotonic()
             unprivileged.remove_folder(user, folder)
+            say(f"  removing the build folder: {time.monotonic() - begun:.0f} s")
 
 
 # ------------------------------------------------------------ an A/B of a patch

@@ -7,9 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
+
+if TYPE_CHECKING:
+    from memqual.images.built_kernels import BuiltKernel
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
 config (images/guest.config on x86_64_defconfig + kvm_guest.config), the
@@ -61,11 +65,8 @@ def _build(args: argparse.Namespace) -> int:
         else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
     )
     print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
-    for step, seconds in kernel.steps_s.items():
-        cpu = kernel.cpu_s.get(step)
-        print(f"  {step}: {seconds:.0f} s" + (f", {cpu:.0f} s CPU" if cpu is not None else ""))
-    if kernel.ccache:
-        print(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
+    for line in step_lines(kernel):
+        print(line)
     for patch in kernel.patches:
         print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
@@ -117,6 +118,20 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def step_lines(kernel: BuiltKernel) -> list[str]:
+    """Each build step's wall time (and its processes' CPU time where it
+    was counted), ccache's hits and misses, and the balloon driver variant."""
+    lines = []
+    for step, seconds in kernel.steps_s.items():
+        cpu = kernel.cpu_s.get(step)
+        lines.append(f"  {step}: {seconds:.0f} s" + (f", {cpu:.0f} s CPU" if cpu is not None else ""))
+    if kernel.ccache:
+        lines.append(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
+    variant = kernel.balloon_variant
+    lines.append(f"  balloon driver variant: {variant or 'none (' + str(kernel.balloon_variant_unavailable) + ')'}")
+    return lines
+
+
 def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build A and B, hand them to the two-kernel run as --guest-kernel and
     --guest-modules, and keep what names the patch in OUTPUT/patch.json
@@ -162,6 +177,8 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
         print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+        for line in step_lines(kernel) if not kernel.cached else []:
+            print(line)
     for patch in built.patches:
         print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
