@@ -869,3 +869,12 @@ def test_balloon_variant_patch_applies_over_the_balloon_patch() -> None:
     variant = balloon_driver.PATCH.read_text().split("\n--- a/", 1)[1]
     needed = {line[1:] for line in variant.splitlines() if line[:1] in (" ", "-")}
     assert not changed & needed
+
+
+def test_run_patch_says_when_only_leaves_out_the_negative_controls() -> None:
+    from memqual.host.cli.kernel import controls_left_out
+
+    left_out, tag = controls_left_out(("balloon-timing",))
+    assert set(left_out) == {"memslots.kvm", "memslots.kvm_lookup"} and tag == "kvm"
+    assert controls_left_out(("balloon-timing", "kvm")) == ([], "")
+    assert controls_left_out(()) == ([], "")  # the whole run keeps them

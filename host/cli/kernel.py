@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
@@ -132,6 +133,22 @@ def step_lines(kernel: BuiltKernel) -> list[str]:
     return lines
 
 
+def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
+    """The negative control scenarios that --only's tags leave out of the
+    run (all of them, when no tag of theirs is given; none without --only),
+    and the one tag that would bring them back and nothing else."""
+    from memqual.host.core import scenario
+    from memqual.host.judge.primaries import CONTROL_SCENARIOS
+
+    rows = scenario.table()
+    controls = [r for r in rows if r.name in CONTROL_SCENARIOS]
+    if not only or not controls or any(set(only) & set(r.tags) for r in controls):
+        return [], ""
+    shared = set.intersection(*(set(r.tags) for r in controls)) - {"ab"}
+    alone = sorted(t for t in shared if all(r.name in CONTROL_SCENARIOS for r in rows if t in r.tags))
+    return [r.name for r in controls], alone[0] if alone else ""
+
+
 def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build A and B, hand them to the two-kernel run as --guest-kernel and
     --guest-modules, and keep what names the patch in OUTPUT/patch.json
@@ -165,6 +182,14 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
             }
         )
     )
+    left_out, tag = controls_left_out(args.only or ())
+    if left_out:
+        # said before the builds: the run's verdicts would rest on the
+        # interleaving of A and B alone
+        print(
+            f"--only {' '.join(args.only)} leaves out every negative control ({', '.join(left_out)}): "
+            "nothing will check that the host held still" + (f"; add --only {tag} to keep them" if tag else "")
+        )
     with terminate_as_exception():
         built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
     args.output = str(output)
