@@ -55,8 +55,8 @@ class KernelFromSource(GuestTest):
         # the stock driver back
         self.assertIsNotNone(kernel.balloon_variant, kernel.balloon_variant_unavailable)
         assert kernel.balloon_variant is not None
-        driver = VariantDriver(vm, BalloonController(vm, device_id="balloon0"), kernel.balloon_variant)
-        driver.deploy()
-        driver.load(1024)
-        self.assertEqual(driver.loaded, 1024)
-        driver.restore_stock()
+        variant = VariantDriver(vm, BalloonController(vm, device_id="balloon0"), kernel.balloon_variant)
+        variant.deploy()
+        variant.load(1024)
+        self.assertEqual(variant.loaded, 1024)
+        variant.restore_stock()
