@@ -904,9 +904,14 @@ def _build(
     try:
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
         if incremental:
-            copied = timed("copy A's tree", lambda: copy_base(user, base, folder))
-            say(f"  copy A's tree: {copied}")
-        else:
+            try:
+                copied = timed("copy A's tree", lambda: copy_base(user, base, folder))
+                say(f"  copy A's tree: {copied}")
+            except BadInput as exc:  # no python3 for the build user, say
+                say(f"  {exc}: building from the source instead")
+                _run_ok(user, ["rm", "-rf", "linux"], folder, folder / "home", "removing the partial copy")
+                incremental = False
+        if not incremental:
             timed("unpack", lambda: unpack(source, user, folder))
         for patch in patches:
             timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))

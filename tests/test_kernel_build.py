@@ -878,3 +878,22 @@ def test_run_patch_says_when_only_leaves_out_the_negative_controls() -> None:
     assert set(left_out) == {"memslots.kvm", "memslots.kvm_lookup"} and tag == "kvm"
     assert controls_left_out(("balloon-timing", "kvm")) == ([], "")
     assert controls_left_out(()) == ([], "")  # the whole run keeps them
+
+
+@needs_drop
+def test_patched_build_without_a_copy_of_the_base_builds_from_the_source(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+
+    def no_copy(*_: object) -> str:
+        raise BadInput("copying the base tree failed: python3: not found")
+
+    monkeypatch.setattr(kb, "copy_base", no_copy)
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int x;\n")
+    said: list[str] = []
+    patched = kb.build(str(tree), [patch], jobs=1, say=said.append)
+    assert not patched.incremental and "unpack" in patched.steps_s
+    assert any("building from the source instead" in line for line in said)
