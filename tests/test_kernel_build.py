@@ -897,3 +897,15 @@ def test_patched_build_without_a_copy_of_the_base_builds_from_the_source(
     patched = kb.build(str(tree), [patch], jobs=1, say=said.append)
     assert not patched.incremental and "unpack" in patched.steps_s
     assert any("building from the source instead" in line for line in said)
+
+
+@needs_drop
+def test_fresh_folder_replaces_what_a_killed_build_left(build_env: Path) -> None:
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    first = unprivileged.fresh_folder(parent, user, "work-k")
+    unprivileged.run(user, ["touch", "left-behind"], first, first / "home")
+    again = unprivileged.fresh_folder(parent, user, "work-k")
+    st = os.lstat(again)
+    assert again == first and not (again / "left-behind").exists()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (user.uid, 0o700) and (again / "home/tmp").is_dir()
