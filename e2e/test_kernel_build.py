@@ -1,11 +1,14 @@
 """A guest kernel built from Debian's source with memqual's guest config
 (memqual kernel build, images/kernel_build.py) boots the image and has
-what the scenarios need.  Slow: a first build takes tens of minutes on two
+what the scenarios need, the balloon driver variant built beside it
+included.  Slow: a first build takes tens of minutes on two
 shared cores (docs/patch-qualification.md); a cached one is found at once."""
 
 from __future__ import annotations
 
 from memqual.e2e.base import GuestTest, measures_nothing
+from memqual.host.balloon import BalloonController
+from memqual.host.balloon.driver import VariantDriver
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import BalloonDevice, MachineConfig
 
@@ -47,4 +50,13 @@ class KernelFromSource(GuestTest):
         self.assertEqual(features[VIRTIO_BALLOON_F_REPORTING : VIRTIO_BALLOON_F_REPORTING + 1], "1", features)
         self.assertIn("[always]", vm.ssh.run(["cat", "/sys/kernel/mm/transparent_hugepage/enabled"]).stdout)
         self.assertIn(vm.ssh.run(["cat", "/sys/kernel/mm/ksm/run"]).stdout.strip(), ("0", "1", "2"))
+        # the balloon driver variant built from the same tree loads in its
+        # place, drives the balloon (load checks it through QMP) and gives
+        # the stock driver back
         self.assertIsNotNone(kernel.balloon_variant, kernel.balloon_variant_unavailable)
+        assert kernel.balloon_variant is not None
+        variant = VariantDriver(vm, BalloonController(vm, device_id="balloon0"), kernel.balloon_variant)
+        variant.deploy()
+        variant.load(1024)
+        self.assertEqual(variant.loaded, 1024)
+        variant.restore_stock()

@@ -4,8 +4,10 @@ The source (``resolve_source``: ``debian:X.Y``, a folder, ``DIR@REV``),
 the config (defconfig, kvm_guest, memqual's and the user's fragments,
 after the patches), the build run as the build user (images/unprivileged.py)
 and the result's cache entry ``<cache>/kernels/<release>-<key>/``, whole
-or absent, with a base tree kept for incremental patched builds.
-docs/patch-qualification.md, "images/kernel_build.py", has the details."""
+or absent.  A patched build starts from a copy of the unpatched base tree
+(images/tree_copy.py) at the base's own path, so make compiles only what
+the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
+has the details."""
 
 from __future__ import annotations
 
@@ -30,13 +32,13 @@ from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir, weak_spot
-from memqual.images import packages, unprivileged
+from memqual.images import packages, tree_copy, unprivileged
 from memqual.images.built_kernels import BuiltKernel, PatchRecord, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 
 T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
-RECIPE_VERSION = "1"  # bump when the build steps change what comes out
+RECIPE_VERSION = "2"  # bump when the build steps change what comes out
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
 BUILD_PARENT_ENV = settings.KBUILD_DIR
 # Debian packages the build needs beyond ./setup's gcc and make.
@@ -61,6 +63,12 @@ STAMP_ENV = {
 # incremental for a build without it and the other way round.
 CCACHE_LINKS = Path("/usr/lib/ccache")
 CCACHE_SIZE = "4G"
+# Made in a build folder just after its source is unpacked: what is no
+# newer is source (linked into a patched build's copy), the rest output.
+SOURCES_STAMP = "sources-end"
+# What a patch may touch that changes the config the fragments give:
+# Kconfig files, what they run (scripts/) and the defconfigs.
+CONFIG_INPUTS = re.compile(r"(^|/)Kconfig[^/]*$|^scripts/|/configs/")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,6 +402,30 @@ def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> None:
         end()
         if untar.poll() is None:
             unprivileged.end_group(untar)
+    # a second before now: every output the build makes is newer, and a
+    # source file changed within that second is taken as output (copied)
+    _run_ok(user, ["touch", "-d", f"@{int(time.time()) - 1}", SOURCES_STAMP], folder, home, "stamping the sources")
+
+
+def copy_base(user: unprivileged.BuildUser, base: Path, folder: Path) -> str:
+    """The base tree as ``folder``/linux (images/tree_copy.py, run by the
+    build user); what it linked and copied."""
+    proc = _run_ok(
+        user,
+        ["python3", "-I", "-S", "-", str(base / "linux"), "linux", str(base / SOURCES_STAMP)],
+        folder,
+        folder / "home",
+        "copying the base tree",
+        Path(tree_copy.__file__).read_bytes(),
+    )
+    return proc.stdout.strip()
+
+
+def config_touched(patches: Sequence[Patch]) -> list[str]:
+    """The files of ``patches`` that can change what the config step
+    gives (CONFIG_INPUTS); none, and a patched build keeps its base's
+    .config instead of assembling it again."""
+    return [f for p in patches for f in p.files if CONFIG_INPUTS.search(f)]
 
 
 def _inner_source_tarball(outer_stream: IO[bytes], sink: IO[bytes], source: Source) -> None:
@@ -423,7 +455,9 @@ def apply_patch(user: unprivileged.BuildUser, folder: Path, patch: Patch) -> Non
     line naming the file and the hunk."""
     proc = unprivileged.run(
         user,
-        ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-"],
+        # --read-only=ignore: a copy of a base tree has its sources read-only
+        # (linked); patch writes a new file and renames it, the base's stays
+        ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "--read-only=ignore"],
         folder / "linux",
         folder / "home",
         stdin=patch.data,
@@ -483,6 +517,19 @@ def assemble_config(
     )
     _run_ok(user, ["make", "-s", "olddefconfig"], tree, home, "make olddefconfig")
     final = _run_ok(user, ["cat", ".config"], tree, home, "reading .config").stdout
+    return final, unmet(wants, config_values(final))
+
+
+def kept_config(
+    user: unprivileged.BuildUser, folder: Path, fragments: Sequence[tuple[str, bytes]]
+) -> tuple[str, list[str]]:
+    """The .config a copied base tree already has (assembled from the same
+    fragments: they are part of the base's key), and what it did not keep
+    of them."""
+    wants: dict[str, str] = {}
+    for _, data in fragments:
+        wants.update(fragment_wants(data.decode(errors="replace")))
+    final = _run_ok(user, ["cat", ".config"], folder / "linux", folder / "home", "reading .config").stdout
     return final, unmet(wants, config_values(final))
 
 
@@ -569,6 +616,11 @@ class Progress:
     last: str = ""
     started: float = dataclasses.field(default_factory=time.monotonic)
     shown: float = 0.0
+    # when the first link step came (vmlinux.o, or modpost where no built-in
+    # object changed; not a composite module's "LD [M] x.o", which kbuild
+    # links while it still compiles): the compile's time before it, the
+    # linking's after
+    link_at: float | None = None
 
     def line(self, text: str) -> None:
         step = KBUILD_STEP.match(text)
@@ -576,6 +628,10 @@ class Progress:
             return
         self.done += 1
         self.last = f"{step.group(1)} {step.group(2)}"
+        if self.link_at is None and (
+            step.group(1) == "MODPOST" or (step.group(1) == "LD" and step.group(2) == "vmlinux.o")
+        ):
+            self.link_at = time.monotonic()
         now = time.monotonic()
         if now - self.shown >= self.every_s:
             self.shown = now
@@ -638,7 +694,7 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
         return f"{PATCH.name} does not apply: this tree has no {SOURCE_MEMBER}"
     proc = unprivileged.run(
         user,
-        ["patch", "--batch", "-s", "--no-backup-if-mismatch", f"../variant/{MODULE}.c"],
+        ["patch", "--batch", "-s", "--no-backup-if-mismatch", "--read-only=ignore", f"../variant/{MODULE}.c"],
         tree,
         home,
         stdin=PATCH.read_bytes(),
@@ -707,8 +763,11 @@ def check_artefacts(staging: Path, release: str) -> None:
 
 
 def cache_key(source: Source, patches: Sequence[Patch], fragments: Sequence[tuple[str, bytes]], compiler: str) -> str:
+    from memqual.images.balloon_driver import PATCH as VARIANT_PATCH
+
     parts = [
         RECIPE_VERSION,
+        _sha256(VARIANT_PATCH.read_bytes()),  # the balloon driver variant built beside the kernel
         source.sha256,
         *(p.sha256 for p in patches),
         "|",
@@ -812,33 +871,45 @@ def _build(
         cpu[name] = round(_children_cpu_s() - begun_cpu, 1)
         return result
 
-    folder = unprivileged.private_folder(parent, user, "build-")
+    # One path for every build of this base (they are serialized by the
+    # caller's lock): kbuild writes the absolute path into objtool's build,
+    # so a copy of the base elsewhere would relink objtool and recompile
+    # every object after it.
+    folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
-    incremental = bool(patches) and (base / "linux" / "vmlinux").is_file()
+    incremental = bool(patches) and all(os.path.isfile(base / f) for f in ("linux/vmlinux", SOURCES_STAMP))
     keep_as_base = not patches
     try:
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
         if incremental:
-            timed(
-                "copy A's tree",
-                lambda: _run_ok(
-                    user,
-                    ["cp", "-a", "--reflink=auto", str(base / "linux"), "."],
-                    folder,
-                    folder / "home",
-                    "copying the base tree",
-                ),
-            )
-        else:
+            try:
+                copied = timed("copy A's tree", lambda: copy_base(user, base, folder))
+                say(f"  copy A's tree: {copied}")
+            except BadInput as exc:  # no python3 for the build user, say
+                say(f"  {exc}: building from the source instead")
+                _run_ok(user, ["rm", "-rf", "linux"], folder, folder / "home", "removing the partial copy")
+                incremental = False
+        if not incremental:
             timed("unpack", lambda: unpack(source, user, folder))
         for patch in patches:
             timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))
-        _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
+        touched = config_touched(patches)
+        if incremental and not touched:
+            # the patches touch no Kconfig: the base's .config is this build's
+            _, missing = timed("config (A's .config kept)", lambda: kept_config(user, folder, fragments))
+        else:
+            _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
         for line in missing:
             say(f"  config: the fragments ask {line}")
         progress = Progress(_expected_steps(cache, incremental), say=say)
         before = ccache_counts(user, folder)
         timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
+        if progress.link_at is not None:
+            # the compile's wall time split at make's first link step
+            total = steps.pop("compile")
+            linking = round(min(time.monotonic() - progress.link_at, total), 1)
+            steps["compile"] = round(total - linking, 1)
+            steps["link + modules"] = linking
         after = ccache_counts(user, folder)
         lookups = {k: after[k] - before[k] for k in after if k in before}
         if lookups:
@@ -890,7 +961,9 @@ def _build(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         if folder.exists():
+            begun = time.monotonic()
             unprivileged.remove_folder(user, folder)
+            say(f"  removing the build folder: {time.monotonic() - begun:.0f} s")
 
 
 # ------------------------------------------------------------ an A/B of a patch

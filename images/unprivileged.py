@@ -144,6 +144,21 @@ def private_folder(parent: Path, user: BuildUser, prefix: str) -> Path:
     return folder
 
 
+def fresh_folder(parent: Path, user: BuildUser, name: str) -> Path:
+    """``parent/name`` made afresh for the build user as ``private_folder``
+    makes one (what a killed build left there removed first): for a build
+    that must run at the same path each time.  ``parent`` is root's 0711
+    folder, so nobody else can make ``name`` in it meanwhile."""
+    folder = parent / name
+    remove_folder(user, folder)
+    folder.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        os.chown(folder, user.uid, user.gid, follow_symlinks=False)
+    os.chmod(folder, 0o700)
+    run(user, ["mkdir", "-p", "home/tmp"], folder, folder / "home")
+    return folder
+
+
 def remove_folder(user: BuildUser, folder: Path) -> None:
     """A build folder removed: its files by the build user (whatever it
     made), then the folder by root.  shutil.rmtree never follows a link

@@ -7,9 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
+
+if TYPE_CHECKING:
+    from memqual.images.built_kernels import BuiltKernel
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
 config (images/guest.config on x86_64_defconfig + kvm_guest.config), the
@@ -61,10 +66,8 @@ def _build(args: argparse.Namespace) -> int:
         else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
     )
     print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
-    for step, seconds in kernel.steps_s.items():
-        print(f"  {step}: {seconds:.0f} s, {kernel.cpu_s.get(step, 0.0):.0f} s CPU")
-    if kernel.ccache:
-        print(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
+    for line in step_lines(kernel):
+        print(line)
     for patch in kernel.patches:
         print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
@@ -116,6 +119,36 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def step_lines(kernel: BuiltKernel) -> list[str]:
+    """Each build step's wall time (and its processes' CPU time where it
+    was counted), ccache's hits and misses, and the balloon driver variant."""
+    lines = []
+    for step, seconds in kernel.steps_s.items():
+        cpu = kernel.cpu_s.get(step)
+        lines.append(f"  {step}: {seconds:.0f} s" + (f", {cpu:.0f} s CPU" if cpu is not None else ""))
+    if kernel.ccache:
+        lines.append(f"  ccache: {kernel.ccache['hits']} hits, {kernel.ccache['misses']} misses")
+    variant = kernel.balloon_variant
+    lines.append(f"  balloon driver variant: {variant or 'none (' + str(kernel.balloon_variant_unavailable) + ')'}")
+    return lines
+
+
+def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
+    """The negative control scenarios that --only's tags leave out of the
+    run (all of them, when no tag of theirs is given; none without --only),
+    and the one tag that would bring them back and nothing else."""
+    from memqual.host.core import scenario
+    from memqual.host.judge.primaries import CONTROL_SCENARIOS
+
+    rows = scenario.table()
+    controls = [r for r in rows if r.name in CONTROL_SCENARIOS]
+    if not only or not controls or any(set(only) & set(r.tags) for r in controls):
+        return [], ""
+    shared = set.intersection(*(set(r.tags) for r in controls)) - {"ab"}
+    alone = sorted(t for t in shared if all(r.name in CONTROL_SCENARIOS for r in rows if t in r.tags))
+    return [r.name for r in controls], alone[0] if alone else ""
+
+
 def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build A and B, hand them to the two-kernel run as --guest-kernel and
     --guest-modules, and keep what names the patch in OUTPUT/patch.json
@@ -149,6 +182,14 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
             }
         )
     )
+    left_out, tag = controls_left_out(args.only or ())
+    if left_out:
+        # said before the builds: the run's verdicts would rest on the
+        # interleaving of A and B alone
+        print(
+            f"--only {' '.join(args.only)} leaves out every negative control ({', '.join(left_out)}): "
+            "nothing will check that the host held still" + (f"; add --only {tag} to keep them" if tag else "")
+        )
     with terminate_as_exception():
         built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
     args.output = str(output)
@@ -161,6 +202,8 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
         print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+        for line in step_lines(kernel) if not kernel.cached else []:
+            print(line)
     for patch in built.patches:
         print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")

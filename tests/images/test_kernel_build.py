@@ -228,6 +228,10 @@ kernelrelease:
 \t@if [ -f include/config/auto.conf ]; then echo $(RELEASE); else echo 1.2.3; fi
 bzImage:
 {hostile}\ttest "$$(id -u)" != 0
+\t@# as kbuild's objtool (built with O=<absolute path>): a tree built at one
+\t@# path and built again at another rebuilds everything; here it fails
+\ttest ! -f .built-at || test "$$(cat .built-at)" = "$$(pwd)"
+\tpwd > .built-at
 \t@echo '  CC      init/main.o'
 \tcat init/main.c > /dev/null
 \tmkdir -p arch/x86/boot && cp bzImage.in arch/x86/boot/bzImage && cp init/main.c vmlinux
@@ -286,6 +290,10 @@ def fake_tree(root: Path, hostile: str = "") -> Path:
     (tree / "scripts/kconfig/merge_config.sh").write_text(MERGE)
     (tree / "init/main.c").write_text("int main(void) { return 0; }\n")
     (tree / "bzImage.in").write_bytes(fake_kernel.bzimage_bytes(RELEASE))
+    # as an unpacked release's: older than the build (the copy of a base
+    # tree links what is older than its unpacking, and copies the rest)
+    for path in tree.rglob("*"):
+        os.utime(path, (1e9, 1e9))
     return tree
 
 
@@ -293,7 +301,7 @@ def left_behind(cache: Path, parent: Path) -> list[str]:
     kernels = cache / "kernels"
     kept = (".steps.json", ".lock-")  # the step counts and the build locks stay; .staging-* must not
     return sorted(p.name for p in kernels.iterdir() if not p.name.startswith(kept)) + sorted(
-        p.name for p in parent.glob("build-*")
+        p.name for p in parent.glob("*") if p.name.startswith(("build-", "work-"))
     )
 
 
@@ -326,6 +334,71 @@ def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_ca
     assert kb.config_diff(kernel.config.read_text(), patched.config.read_text()) == []
     assert (tree / "init/main.c").read_text() == "int main(void) { return 0; }\n"  # the user's tree untouched
     assert left_behind(memqual_cache, build_env) == sorted([kernel.name, patched.name])
+    # B ran at A's path (the Makefile's .built-at check), from a copy: the
+    # base's source is A's, linked read-only, and its config was kept
+    base = build_env / f"base-{kernel.key}" / "linux"
+    assert (base / "init/main.c").read_text() == "int main(void) { return 0; }\n"
+    assert not os.stat(base / "init/main.c").st_mode & 0o222
+    assert "config (A's .config kept)" in patched.steps_s and "copy A's tree" in patched.steps_s
+    kconfig = tmp_path / "k.patch"
+    kconfig.write_text("--- a/Kconfig\n+++ b/Kconfig\n@@ -1 +1 @@\n-mainmenu fake\n+mainmenu other\n")
+    assert "config" in kb.build(str(tree), [kconfig], jobs=1, say=lambda _: None).steps_s  # assembled again
+
+
+@needs_drop
+def test_patched_build_writing_a_source_in_place_fails_and_the_base_stays(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A's sources are linked into B's copy read-only: a build step that
+    writes into one in place fails instead of changing A's tree."""
+    import difflib
+
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    old = (tree / "Makefile").read_text()
+    new = old.replace("bzImage:\n", "bzImage:\n\techo changed >> init/main.c\n", 1)
+    patch = tmp_path / "inplace.patch"
+    patch.write_text(
+        "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/Makefile", "b/Makefile"))
+    )
+    with pytest.raises(BadInput, match="build failed"):
+        kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}" / "linux"
+    assert (base / "init/main.c").read_text() == "int main(void) { return 0; }\n"
+    assert left_behind(memqual_cache, build_env) == [kernel.name]
+
+
+def test_tree_copy_links_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
+    from memqual.images import tree_copy
+
+    base, stamp = tmp_path / "base", tmp_path / "stamp"
+    (base / "sub").mkdir(parents=True)
+    (base / "main.c").write_text("source\n")
+    os.utime(base / "main.c", ns=(10**18, 10**18))
+    stamp.write_text("")
+    os.utime(stamp, ns=(2 * 10**18, 2 * 10**18))
+    (base / "sub/main.o").write_text("object\n")
+    os.utime(base / "sub/main.o", ns=(3 * 10**18 + 7, 3 * 10**18 + 7))
+    (base / "link").symlink_to("sub/main.o")
+    (base / "dirlink").symlink_to("sub")
+    dest = tmp_path / "copy"
+    assert tree_copy.copy_tree(str(base), str(dest), stamp.stat().st_mtime_ns) == (1, 1, 7)
+    assert os.stat(dest / "main.c").st_ino == os.stat(base / "main.c").st_ino  # linked ...
+    assert not os.stat(base / "main.c").st_mode & 0o222  # ... and read-only
+    assert os.stat(dest / "sub/main.o").st_ino != os.stat(base / "sub/main.o").st_ino  # copied ...
+    assert os.stat(dest / "sub/main.o").st_mtime_ns == 3 * 10**18 + 7  # ... with its time
+    assert os.readlink(dest / "link") == "sub/main.o" and os.readlink(dest / "dirlink") == "sub"
+    with pytest.raises(FileExistsError):  # never into a tree that is there
+        tree_copy.copy_tree(str(base), str(dest), 0)
+
+
+def test_config_is_assembled_again_only_for_patches_to_its_inputs() -> None:
+    def patch(*files: str) -> kb.Patch:
+        return kb.Patch(Path("p"), b"", "0", "s", files)
+
+    assert kb.config_touched([patch("drivers/virtio/virtio_balloon.c", "mm/page_alloc.c")]) == []
+    touched = ["mm/Kconfig", "drivers/virtio/Kconfig.debug", "scripts/kconfig/conf.c", "arch/x86/configs/x.config"]
+    assert kb.config_touched([patch(*touched), patch("init/main.c")]) == touched
 
 
 @needs_drop
@@ -728,6 +801,11 @@ def test_progress_counts_kbuild_steps_and_estimates_what_is_left() -> None:
     # 25 of 100 steps in 10 minutes: 30 minutes left
     progress.done = 25
     assert "~30.0 min left" in progress.status(600.0)
+    # the linking starts at vmlinux.o (or modpost), not at a composite module's object
+    progress.line("  LD [M]  fs/9p/9p.o")
+    assert progress.link_at is None
+    progress.line("  LD      vmlinux.o")
+    assert progress.link_at is not None
 
 
 @needs_drop
@@ -778,3 +856,56 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
     assert "virtio_balloon.ko: differs" in page
     assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
     assert "The patch under test" not in render_comparison_html(result, a, b)
+
+
+def test_balloon_variant_patch_applies_over_the_balloon_patch() -> None:
+    """The variant is built from each arm's own tree, B's with the balloon
+    patch: no hunk of the variant's patch may need the line that patch
+    changes (as context or as a removed line)."""
+    shipped = Path(__file__).resolve().parents[1]
+    balloon = (shipped / "docs/patches/0001-virtio_balloon-raise-ARRAY_PFNS_MAX.patch").read_text()
+    changed = {line[1:] for line in balloon.splitlines() if line.startswith("-#")}
+    assert changed == {"#define VIRTIO_BALLOON_ARRAY_PFNS_MAX 256"}
+    variant = balloon_driver.PATCH.read_text().split("\n--- a/", 1)[1]
+    needed = {line[1:] for line in variant.splitlines() if line[:1] in (" ", "-")}
+    assert not changed & needed
+
+
+def test_run_patch_says_when_only_leaves_out_the_negative_controls() -> None:
+    from memqual.host.cli.kernel import controls_left_out
+
+    left_out, tag = controls_left_out(("balloon-timing",))
+    assert set(left_out) == {"memslots.kvm", "memslots.kvm_lookup"} and tag == "kvm"
+    assert controls_left_out(("balloon-timing", "kvm")) == ([], "")
+    assert controls_left_out(()) == ([], "")  # the whole run keeps them
+
+
+@needs_drop
+def test_patched_build_without_a_copy_of_the_base_builds_from_the_source(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+
+    def no_copy(*_: object) -> str:
+        raise BadInput("copying the base tree failed: python3: not found")
+
+    monkeypatch.setattr(kb, "copy_base", no_copy)
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int x;\n")
+    said: list[str] = []
+    patched = kb.build(str(tree), [patch], jobs=1, say=said.append)
+    assert not patched.incremental and "unpack" in patched.steps_s
+    assert any("building from the source instead" in line for line in said)
+
+
+@needs_drop
+def test_fresh_folder_replaces_what_a_killed_build_left(build_env: Path) -> None:
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    first = unprivileged.fresh_folder(parent, user, "work-k")
+    unprivileged.run(user, ["touch", "left-behind"], first, first / "home")
+    again = unprivileged.fresh_folder(parent, user, "work-k")
+    st = os.lstat(again)
+    assert again == first and not (again / "left-behind").exists()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (user.uid, 0o700) and (again / "home/tmp").is_dir()
