@@ -150,16 +150,15 @@ def put(clock: Clock) -> None:
 def default() -> Clock:
     """The clock a run uses when not told: wall, on every accelerator.
     Icount is asked for (``--clock icount``), not assumed, by measurement
-    (docs/ab-calibration.md, "Which clock an A/B defaults to"): in an icount
-    A/A of the balloon timing test (4 blocks) the guest-timed inflate and
-    deflate spread 0.033 and 0.039 (sd of log B/A) against the wall
-    clock's 0.26 and 0.36, but they are the only primaries icount steadies (four are the
-    host's time or CPU, five are counts), and every icount block costs 3-9
-    times the wall clock's here (a block of every scenario well over half
-    an hour at load 13-20 against 6 minutes at 1.5), so an A/B of every
-    primary would not reach its first look in the budgets users give.
-    Under KVM icount cannot run; one arm (``./qualify``, the claims) is
-    about time."""
+    (docs/ab-calibration.md, "Which clock an A/B defaults to"): it steadies
+    the guest-timed balloon figures (inflate, deflate, the driver's
+    request-size slope: 0.033-0.081 sd of log B/A against the host-timed
+    0.19-0.98), but the balloon floor and free page reporting's RSS return
+    spread far more on it than on the wall clock (0.063 and 0.85 against
+    0.008 and 0.011), and the 6.1/6.12 icount A/B did not reach its first
+    look in an hour at load 7-11 here, of which over a third was waiting
+    for the measurement lock.  Under KVM icount cannot run; one arm
+    (``./qualify``, the claims) is about time."""
     return WALL_CLOCK
 
 

@@ -123,6 +123,14 @@ WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
 # balloon-timing --rounds 4 --until-decided --budget 24 --output OUT`, then
 # `python -m memqual.host.cli.block_spread OUT`.
 ICOUNT_AA = "A/A 6.1.0-57, icount:4, 4 blocks, docs/ab-calibration.md"
+# Blocks of 6.1 against 6.12 on icount (no A/A: the spread of their
+# log(B/A) estimates an A/A's, as WALL_612 does on the wall clock), load
+# 7-11 (docs/ab-calibration.md, "A block of every scenario on icount"):
+# `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel
+# 6.12.111+deb12-amd64 --clock icount --until-decided --budget 15`, then
+# `python -m memqual.host.cli.block_spread OUT --jobs`; for the request
+# size also block 2 of the same run with `--only balloon-driver --rounds 2`.
+ICOUNT_612 = "6.1 against 6.12 (no A/A), icount:4, docs/ab-calibration.md"
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "
     "would decide it"
@@ -162,14 +170,17 @@ PRIMARIES: tuple[Primary, ...] = (
         "the slope of the request-size curve: the driver's cost per page, which is what a change to "
         "its request handling moves; the per-size times are its points (exploratory)",
         instrument=HOST_WALL,
+        # On icount the same fit on the driver's own span, read with the
+        # guest's clock: over 3 blocks of 6.1 against 6.12 its log(B/A) was
+        # 0.089, 0.033, -0.030 (sd 0.060), the host-timed slope's -1.56,
+        # 0.122, 0.141 (sd 0.98: one block's B/A was 0.21).  Over the last
+        # two alone the host's was the steadier (0.014 against 0.045): two
+        # blocks say little, and only the host's figure can move fivefold.
+        on_icount="driver_per_page_ns",
         spread_wall=Spread(0.28, 2, WALL_612),
-        # The same fit on the driver's own span, read with the guest's clock
-        # (driver_per_page_ns, recorded beside it) is what would decide it
-        # on icount; it becomes the instrument there once an icount A/A has
-        # measured its spread against this one's (not yet: the one icount
-        # run of the scenario finished one block).
-        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed slope (driver_per_page_ns, recorded) would, "
-        "once an icount A/A measures its spread",
+        spread_icount=Spread(0.060, 3, ICOUNT_612),
+        needs=QUIET_OR_KVM + "; on icount the driver's guest-timed slope decides it and still moves 6 % from block "
+        "to block (3 blocks of 6.1 against 6.12, no A/A yet): the driver waits for QEMU at the host's pace",
     ),
     Primary(
         "balloon.floor",
@@ -177,6 +188,13 @@ PRIMARIES: tuple[Primary, ...] = (
         "how far a guest can be ballooned down before it stops giving",
         instrument=COUNT,
         spread_wall=Spread(0.008, 3, WALL_AA),
+        # Not a clock-free count on icount: the probe stops at a stall
+        # window of host wall time (0.6 s), in which a guest taking turns
+        # in one host thread gets less done.  log(B/A) 0.002 and -0.087
+        # over 2 blocks of 6.1 against 6.12.
+        spread_icount=Spread(0.063, 2, ICOUNT_612),
+        needs="on icount the probe's stall window is host wall time, so the host's pace moves where it stops "
+        "(6 % over 2 icount blocks against 0.8 % over 3 wall ones): decide it on the wall clock",
     ),
     Primary(
         "balloon.free_page_reporting",
@@ -186,7 +204,12 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("free_page_reporting", True),),
         instrument=HOST_WALL,
         spread_wall=Spread(0.011, 3, WALL_AA),
-        needs=QUIET_OR_KVM + "; no count decides it on icount: Linux's page reporting and QEMU's device count no "
+        # On icount the guest reports on its own (virtual) clock, which
+        # jumps while it idles, and the host watches RSS in wall time:
+        # log(B/A) 1.94 and 0.73 over 2 blocks of 6.1 against 6.12.
+        spread_icount=Spread(0.85, 2, ICOUNT_612),
+        needs=QUIET_OR_KVM + "; on icount it spreads 85 % over 2 blocks against 1.1 % on the wall clock: decide "
+        "it on the wall clock; no count decides it on icount: Linux's page reporting and QEMU's device count no "
         "reported pages, and the guest cannot see when the host's RSS falls -- a guest tracepoint at each report "
         "(the guest's clock when its last block went) would",
     ),

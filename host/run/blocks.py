@@ -102,15 +102,21 @@ def job_overhead_s(test_runs: int) -> float:
 # the ab profile took 209.5 s in all over 18 runs here (11.6 s a run, 3.5-29
 # s each, beside other work), 10.4 s a run on a quiet host earlier.
 CHECK_RUN_S = 12.0
+# On the icount clock every vCPU runs in one host thread: the same job of
+# 9 checks an arm (18 runs) took 10 min 16 s at load 2.5-8 here, 34 s a
+# run (docs/ab-calibration.md, "What icount costs in wall time here").
+CHECK_RUN_ICOUNT_S = 34.0
 
 
-def checks_reserve_s(tests: int) -> float:
+def checks_reserve_s(tests: int, icount: bool = False) -> float:
     """About how long the once-per-arm job of ``tests`` checks takes (each
-    runs once an arm): what --until-decided keeps of its budget for them
-    when they run after the looks.  Nothing when there are none."""
+    runs once an arm) on the wall or the icount clock: what --until-decided
+    keeps of its budget for them when they run after the looks.  Nothing
+    when there are none."""
     if tests < 0:
         raise ValueError(f"tests {tests} < 0")
-    return 0.0 if tests == 0 else 2 * tests * CHECK_RUN_S + job_overhead_s(2 * tests)
+    per_run = CHECK_RUN_ICOUNT_S if icount else CHECK_RUN_S
+    return 0.0 if tests == 0 else 2 * tests * per_run + job_overhead_s(2 * tests)
 
 
 def block_order(first: int, count: int) -> list[tuple[int, str]]:

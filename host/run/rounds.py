@@ -273,7 +273,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
     run_state.blocks = config.rounds
     sequential: int | None = None
     if config.until_decided:
-        reserve_s = blocks.checks_reserve_s(len(checks or ()))
+        reserve_s = blocks.checks_reserve_s(len(checks or ()), config.clock.icount)
         sequential = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s)
     if checks:
         job("once", 1, 1)
@@ -318,7 +318,8 @@ def checks_after_looks(config: RunConfig, console: Any) -> list[str] | None:
     if checks:
         console.print(
             f"the {len(checks)} once-per-arm checks run after the looks: about "
-            f"{blocks.checks_reserve_s(len(checks)) / 60:.1f} min of the budget kept for them",
+            f"{blocks.checks_reserve_s(len(checks), config.clock.icount) / 60:.1f} min of the budget kept for "
+            f"them ({config.clock.label})",
             highlight=False,
             markup=False,
         )

@@ -88,8 +88,8 @@ def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypa
     assert "tsc_early_khz=1000000" in words and "tsc_early_khz=2500000" not in words
 
 
-def test_defaults_icount_for_two_arms_under_tcg_wall_under_kvm_and_for_one_arm() -> None:
-    assert clock.default() == clock.WALL_CLOCK  # icount is asked for until an icount A/B decides
+def test_defaults_wall_on_every_accelerator_until_an_icount_ab_decides_in_its_budget() -> None:
+    assert clock.default() == clock.WALL_CLOCK  # icount is asked for (docs/ab-calibration.md, "Which clock")
 
 
 def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None:
