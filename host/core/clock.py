@@ -155,9 +155,9 @@ def default() -> Clock:
     request-size slope: 0.033-0.081 sd of log B/A against the host-timed
     0.19-0.98), but the balloon floor and free page reporting's RSS return
     spread far more on it than on the wall clock (0.063 and 0.85 against
-    0.008 and 0.011), and the 6.1/6.12 icount A/B did not reach its first
-    look in an hour at load 7-11 here, of which over a third was waiting
-    for the measurement lock.  Under KVM icount cannot run; one arm
+    0.008 and 0.011), and the 6.1/6.12 icount A/B reached its first look
+    (2 blocks) after 85 minutes at load 7-11 here, a quarter of it
+    waiting for the measurement lock, and decided 2 of 10 primaries.  Under KVM icount cannot run; one arm
     (``./qualify``, the claims) is about time."""
     return WALL_CLOCK
 
