@@ -50,7 +50,7 @@ def _cmd_curve(args: Any) -> int:
     if source.is_dir():
         entries = list(collect(source))
     elif source.is_file():
-        entries = list(load_results(source)["metrics"])
+        entries = list(load_results(source).metrics)
     else:
         raise BadInput(f"{source}: no such results.json or records directory")
     found = plot.curves(entries)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import MemqualError
+
+if TYPE_CHECKING:
+    from memqual.host.judge.results import Results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def from_jobs(folder: Path) -> tuple[Any, Any]:
+def from_jobs(folder: Path) -> tuple[Results, Results]:
     """Each arm's results, built from the records of the avocado jobs under
     ``folder``/avocado, each stamped with the arm and block of its test's
     variant (a record outside a variant is left out).  BadInput when there

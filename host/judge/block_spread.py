@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memqual.host.judge.primaries import primary_of
+from memqual.host.judge.results import Results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +60,14 @@ def per_block(entry: Mapping[str, Any]) -> dict[int, float]:
     return {block: statistics.median(values) for block, values in grouped.items() if values}
 
 
-def block_spreads(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[BlockSpread]:
+def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]) -> list[BlockSpread]:
     """Every metric of ``a`` and ``b`` (two results.json, as loaded) that
     both recorded in the same blocks, with positive values in each."""
-    clock = str((a.get("environment") or {}).get("clock") or "wall")
-    by_key = {m["key"]: m for m in b.get("metrics", [])}
+    a, b = Results.from_json(a), Results.from_json(b)
+    clock = str((a.environment or {}).get("clock") or "wall")
+    by_key = {m.key: m for m in b.metrics}
     out = []
-    for ma in a.get("metrics", []):
+    for ma in a.metrics:
         mb = by_key.get(ma["key"])
         if mb is None:
             continue

@@ -17,6 +17,11 @@ from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 
 
+def _version(results: Results) -> str | None:
+    """The memqual version that wrote the file; None when it does not say."""
+    return None if "memqual_version" in results.missing else results.memqual_version
+
+
 def check_comparable(
     a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], a_name: str = "A", b_name: str = "B"
 ) -> None:
@@ -24,10 +29,10 @@ def check_comparable(
     Metrics (or whole scenarios) present on one side only are not a reason:
     ``compare_results`` lists them and compares the rest."""
     a, b = Results.from_json(a), Results.from_json(b)
-    if a.get("memqual_version") != b.get("memqual_version"):
+    if _version(a) != _version(b):
         raise BadInput(
-            f"{a_name} was written by memqual {a.get('memqual_version')}, {b_name} by "
-            f"{b.get('memqual_version')}: re-run both with the same version"
+            f"{a_name} was written by memqual {_version(a)}, {b_name} by "
+            f"{_version(b)}: re-run both with the same version"
         )
     if not a.metrics and not b.metrics:
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")

@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.environment import FINGERPRINT_KEYS
 from memqual.host.core.errors import BadInput
@@ -33,11 +33,9 @@ if TYPE_CHECKING:
 
 SCHEMA = "memqual.results/1"
 
-_T = TypeVar("_T", bound="_JsonObject")
 
-
-class _JsonObject(Mapping[str, Any]):
-    """A frozen dataclass that is also a read-only mapping of its JSON keys.
+class _JsonFields:
+    """A frozen dataclass written as a JSON object.
 
     Its fields, in order, are the JSON keys in the file's order, but for
     the last two: ``missing`` holds the keys the source object lacked (left
@@ -50,7 +48,8 @@ class _JsonObject(Mapping[str, Any]):
     @classmethod
     def json_keys(cls) -> tuple[str, ...]:
         """The JSON keys: the fields, so the schema is written once."""
-        return _json_keys(cls)
+        fields_of: type = cls  # the class itself, hashed for the cache
+        return _json_keys(fields_of)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: _plain(getattr(self, k)) for k in self.json_keys() if k not in self.missing}
@@ -66,6 +65,10 @@ class _JsonObject(Mapping[str, Any]):
         args["missing"] = frozenset(k for k in keys if k not in data)
         args["extra"] = {k: v for k, v in data.items() if k not in keys}
         return args
+
+
+class _JsonObject(_JsonFields, Mapping[str, Any]):
+    """A ``_JsonFields`` that is also a read-only mapping of its JSON keys."""
 
     # The mapping view: the keys to_json() would write.
     def __getitem__(self, key: str) -> Any:
@@ -89,7 +92,7 @@ def _json_keys(cls: type) -> tuple[str, ...]:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (_JsonObject, ClaimEntry)):
+    if isinstance(value, (_JsonFields, ClaimEntry)):
         return value.to_json()
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
@@ -192,7 +195,7 @@ class ClaimEntry(Mapping[str, Any]):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class Results(_JsonObject):
+class Results(_JsonFields):
     """A whole results.json."""
 
     schema: str
@@ -207,7 +210,7 @@ class Results(_JsonObject):
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Results:
+    def from_json(cls, data: Results | Mapping[str, Any]) -> Results:
         """A results object (checked by ``load_results`` when it comes
         from a file); metric and claim entries may already be typed."""
         if isinstance(data, Results):

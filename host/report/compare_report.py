@@ -351,6 +351,7 @@ def comparison_page(
 ) -> ComparisonPage:
     """comparison.html's view of a comparison, its two results files and
     its deciding table (one look of ``result`` when not given)."""
+    a, b = Results.from_json(a), Results.from_json(b)
     table = table or decisions.one_look(result)
     power = power or control_power.of_comparison(result)
     by_key = {m.key: m for m in result.metrics}
@@ -404,10 +405,10 @@ def comparison_page(
         controls=families["control"],
         exploratory=families["exploratory"],
         one_sided_count=len(result.only_in_a) + len(result.only_in_b),
-        a_created=str(a.get("created", "")),
-        a_environment=environment_line(a.get("environment") or {}),
-        b_created=str(b.get("created", "")),
-        b_environment=environment_line(b.get("environment") or {}),
+        a_created=str(a.created),
+        a_environment=environment_line(a.environment or {}),
+        b_created=str(b.created),
+        b_environment=environment_line(b.environment or {}),
         decided_by=table.decided_by,
         exit_status=table.exit_status,
         exit_reason=reason,

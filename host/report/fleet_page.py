@@ -14,12 +14,15 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
 from memqual.host.report import pages
 from memqual.host.report.html import Badge, badge
+
+if TYPE_CHECKING:
+    from memqual.host.judge.results import Results
 
 SCHEMA = "memqual.fleet/1"
 
@@ -50,7 +53,7 @@ class HostColumn:
     reason: str = ""
     boot_id: str = ""
     environment: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    results: Any = None  # memqual.host.judge.results.Results of the tasks that ran there to their end
+    results: Results | None = None  # of the tasks that ran there to their end
     report: str = ""  # the host's report.html, relative to the fleet page
     results_path: str = ""
     tasks: tuple[TaskLine, ...] = ()
@@ -59,7 +62,7 @@ class HostColumn:
     def verdicts(self) -> dict[str, str]:
         if self.results is None:
             return {}
-        return {c["id"]: c["verdict"] for c in self.results["claims"]}
+        return {c.id: c.verdict for c in self.results.claims}
 
 
 @dataclasses.dataclass(frozen=True)

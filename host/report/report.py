@@ -410,15 +410,16 @@ def subject_sections(metrics: Sequence[Any]) -> tuple[Markup, ...]:
 
 def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
     """report.html's view of a results.json."""
-    claims = results["claims"]
-    run = results.get("run") or {}
-    metrics = results["metrics"]
-    env = results.get("environment") or {}
+    results = Results.from_json(results)
+    claims = results.claims
+    run = results.run or {}
+    metrics = results.metrics
+    env = results.environment or {}
     sources = env.get("environment_sources") or {}
     sections = subject_sections(metrics) if metrics else ()
     return ReportPage(
-        created=str(results.get("created", "")),
-        version=str(results.get("memqual_version", "")),
+        created=str(results.created),
+        version=str(results.memqual_version),
         profile=str(run.get("profile") or ""),
         label=str(run.get("label") or ""),
         avocado=str((run.get("avocado") or {}).get("summary") or ""),

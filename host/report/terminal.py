@@ -43,7 +43,7 @@ def kernbench_tables(results: Results | Mapping[str, Any]) -> list[tuple[str, li
     """Per scenario (and settings) a table shaped like seed 002's kernbench
     table: a row per metric, a column per variant, cells "mean (stdev)"."""
     groups: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = collections.defaultdict(dict)
-    for m in results["metrics"]:
+    for m in Results.from_json(results).metrics:
         settings = json.dumps(m.get("settings") or {}, sort_keys=True)
         groups[(m["scenario"], settings)].setdefault(m["metric"], {})[variant_label(m.get("variant") or {})] = m
     tables = []
@@ -91,6 +91,7 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
     from rich.markup import escape
     from rich.table import Table
 
+    results = Results.from_json(results)
     console = console or printable.console()
     for title, columns, rows in kernbench_tables(results):
         # The title (scenario and settings) on its own line: as a table title
@@ -111,7 +112,7 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
     table.add_column("verdict", no_wrap=True)
     table.add_column("measured B/A [95% CI]", justify="right", overflow="fold")
     table.add_column("published", justify="right")
-    for c in results["claims"]:
+    for c in results.claims:
         table.add_row(
             c["id"],
             evidence_class(c),
@@ -123,7 +124,7 @@ def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> N
     console.print(table)
     # The reasons are sentences: print them below the table, not squeezed
     # into a column.
-    for c in results["claims"]:
+    for c in results.claims:
         console.print(
             f"[bold]{c['id']}[/] ({evidence_class(c)}): {escape(c['reason'])}",
             highlight=False,

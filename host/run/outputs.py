@@ -104,7 +104,7 @@ def write_arm_outputs(
         "record_problems": problems,
     }
     results = build_results(verdicts, records, run=run_info)
-    env = results["environment"]
+    env = results.environment
     if kernel is not None and env.get("guest_kernel_sha256") is None:
         env["guest_kernel_sha256"] = kernel.sha256
         env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"

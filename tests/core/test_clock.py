@@ -27,6 +27,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
 from memqual.host.judge.pairing import check_comparable
+from memqual.host.judge.results import Results
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 
@@ -293,6 +294,8 @@ def test_block_spread_is_the_sd_of_the_blocks_log_ratios_and_marks_the_primary()
     expected = [0.0, math.log(1.1), math.log(0.9)]
     assert spread.blocks == 3 and spread.primary and spread.clock == "icount:4"
     assert spread.sd == pytest.approx(statistics.stdev(expected))
+    # Typed results, as load_results gives them, spread the same.
+    assert block_spreads(Results.from_json(a), Results.from_json(b)) == [spread]
     # An A/A with identical blocks spreads nothing; a single block has no sd.
     (same,) = block_spreads(a, a)
     assert same.sd == 0.0

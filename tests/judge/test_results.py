@@ -4,6 +4,7 @@ records, written, read back and written again unchanged; older files load."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,10 @@ def test_write_read_write_is_identical(built, tmp_path):
 
 
 def test_the_entries_read_like_their_json(built):
-    assert built["metrics"][0]["samples"] == built.metrics[0].samples
-    assert built.get("no such key") is None and "claims" in built
+    # The whole file is read through its fields; its entries also as mappings.
+    assert not isinstance(built, Mapping)
+    assert built.metrics[0]["samples"] == built.metrics[0].samples
+    assert built.metrics[0].get("no such key") is None and "samples" in built.metrics[0]
     assert dict(built.metrics[0]) == built.metrics[0].to_json()
     c = built.claims[0]
     assert c["id"] == c.id and c.get("verdict") == c.verdict

@@ -17,6 +17,7 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge import claims
 from memqual.host.judge.results import (
     SCHEMA,
+    Results,
     build_results,
     environment_fingerprint,
     load_results,
@@ -66,7 +67,7 @@ def _records() -> list[Measurement]:
 
 
 @pytest.fixture()
-def results():
+def results() -> Results:
     recs = _records()
     return build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
 
@@ -128,7 +129,7 @@ def test_terminal_tables_name_every_claim_and_its_verdict(results):
     buf = io.StringIO()
     terminal.print_tables(results, Console(file=buf, width=140, force_terminal=False))
     out = buf.getvalue()
-    for c in results["claims"]:
+    for c in results.claims:
         assert c["id"] in out
     assert "mean (stdev)" in out
     assert re.search(r"ksm-volatile-4k\s+│\s+successor\s+│\s+reproduced[^│]*│\s+7\.811x \[", out)
@@ -139,13 +140,13 @@ def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path
     html = path.read_text()
     assert "<script" not in html and not re.search(r"src=['\"]https?:", html)
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
-    measured = [c for c in results["claims"] if c["measured"] is not None]
-    groups = {(m["scenario"], m["metric"]) for m in results["metrics"]}
+    measured = [c for c in results.claims if c["measured"] is not None]
+    groups = {(m["scenario"], m["metric"]) for m in results.metrics}
     assert len(images) == len(measured) + len(groups)  # claim plots + distributions
     import base64
 
     assert base64.b64decode(images[0])[:8] == b"\x89PNG\r\n\x1a\n"
-    for c in results["claims"]:
+    for c in results.claims:
         assert f"id='{c['id']}'" in html
     assert "not measurable" in html and "reproduced" in html
     # Each card starts with its evidence class and what was measured, once.
@@ -182,7 +183,7 @@ def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
     assert "layout of the guest seed 000 describes was read in this run" in html
 
 
-def _scenario_results():
+def _scenario_results() -> Results:
     """Results of the KSM and balloon scenarios' own record builders, fed
     synthetic raw measurements (tests/judge/test_claims_scenarios.py)."""
     from balloon_records import balloon_records
@@ -205,7 +206,7 @@ def test_cards_show_the_analogue_class_the_tcg_qualifier_and_smart_scans_ceiling
 
 
 def test_a_published_figure_in_ms_is_drawn_in_seconds_on_a_seconds_axis():
-    bitmap = next(c for c in _scenario_results()["claims"] if c["id"] == "balloon-bitmap")
+    bitmap = next(c for c in _scenario_results().claims if c["id"] == "balloon-bitmap")
     a, b = bitmap["a"], bitmap["b"]
     assert (a["unit"], a["published_unit"], a["published"]) == ("s", "ms", 1237)
     assert claim_lines.published_on_axis(a, a["unit"]) == pytest.approx(1.237)

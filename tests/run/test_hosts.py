@@ -11,6 +11,7 @@ import pytest
 
 from memqual.host.cli.main import main
 from memqual.host.core.errors import BadInput
+from memqual.host.judge.results import Results
 from memqual.host.report import fleet_page as page
 from memqual.host.run.config import JobOutcome
 from memqual.host.run.hosts import config, fleet, probe, ssh
@@ -174,8 +175,8 @@ def test_majority_marks_the_hosts_that_differ(verdicts, top, odd):
     assert page.majority(verdicts) == (top, frozenset(odd))
 
 
-def _results(**verdicts: str) -> dict:
-    return {"claims": [{"id": claim, "verdict": v} for claim, v in verdicts.items()]}
+def _results(**verdicts: str) -> Results:
+    return Results.from_json({"claims": [{"id": claim, "verdict": v} for claim, v in verdicts.items()]})
 
 
 def test_the_fleet_page_sets_verdicts_side_by_side_and_marks_the_odd_host(tmp_path):

@@ -22,7 +22,7 @@ import stat
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
@@ -51,6 +51,9 @@ from memqual.host.run.hosts.spawner import (
 from memqual.host.run.hosts.status_relay import StatusRelay
 from memqual.host.run.outputs import write_outputs
 from memqual.host.run.signals import terminate_as_exception
+
+if TYPE_CHECKING:
+    from memqual.host.judge.results import Results
 
 EXIT_INCOMPLETE = 3
 SPAWNER = "memqual-remote"
@@ -377,7 +380,7 @@ def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | No
         name = check.host.name
         status = "left out" if name in left_out else "lost" if name in lost else "completed"
         reason = left_out.get(name) or lost.get(name, "")
-        results: Any = None
+        results: Results | None = None
         bad: list[page.BadRecord] = []
         if name not in left_out:
             results, bad, problem = _host_results(config, name, tasks, job, console)
@@ -472,7 +475,7 @@ def _task_line(t: TaskResult) -> page.TaskLine:
 
 def _host_results(
     config: RunConfig, name: str, tasks: list[TaskResult], job: JobOutcome | None, console: Any
-) -> tuple[Any, list[page.BadRecord], str]:
+) -> tuple[Results | None, list[page.BadRecord], str]:
     """results.json and report.html of one host, from the tasks that ran
     there to their end; the records left out as unreadable; and the
     problem, when no results could be made of them."""
