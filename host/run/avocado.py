@@ -318,7 +318,7 @@ def run_avocado(
     if job_dir is None or not job_dir.is_dir():
         created = sorted(set(results_dir.glob("job-*")) - before)
         job_dir = created[-1] if created else None
-    tests, counts = job_results(job_dir)
+    tests, counts, test_names = job_results(job_dir)
     if job_dir is not None:
         # A figure to read later: the job's results stand without it.
         with contextlib.suppress(OSError):
@@ -336,18 +336,20 @@ def run_avocado(
         summary=summary,
         tests=tests,
         counts=counts,
+        test_names=test_names,
     )
 
 
-def job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int]]:
-    """Tests and counts from avocado's results.json of the job."""
+def job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int], dict[str, str]]:
+    """Tests, counts and each test's results directory name -> its name,
+    from avocado's results.json of the job (read once)."""
     if job_dir is None:
-        return [], {}
+        return [], {}, {}
     path = job_dir / "results.json"
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
-        return [], {}
+        return [], {}, {}
     tests = []
     for t in data.get("tests", []):
         reason = t.get("fail_reason") or ""
@@ -364,4 +366,5 @@ def job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int]
         for k in ("pass", "errors", "failures", "skip", "warn", "interrupt", "cancel", "total")
         if isinstance(data.get(k), int)
     }
-    return tests, counts
+    test_names = {Path(str(t.get("logdir") or "")).name: str(t.get("name") or "") for t in data.get("tests", [])}
+    return tests, counts, test_names

@@ -91,6 +91,9 @@ class JobOutcome:
     summary: str
     tests: list[TestOutcome]
     counts: dict[str, int]
+    # Each test's results directory name -> its name, from the same
+    # results.json as ``tests``: which test wrote a record.
+    test_names: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def completed(self) -> bool:

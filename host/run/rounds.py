@@ -136,7 +136,7 @@ class BlockedRun:
                 self.test_seconds.setdefault(t.id.split(";", 1)[0], []).append(float(t.time))
         if job.job_dir is None:
             return
-        names = _logdir_names(job.job_dir)
+        names = job.test_names
         from memqual.host.core import record
 
         for path in sorted(job.job_dir.rglob(record.RECORD_GLOB)):
@@ -168,15 +168,6 @@ class BlockedRun:
         """About how long one more block of these tests takes: each test's
         mean time per variant, twice (A and B)."""
         return sum(2 * sum(self.test_seconds[n]) / len(self.test_seconds[n]) for n in names if self.test_seconds.get(n))
-
-
-def _logdir_names(job_dir: Path) -> dict[str, str]:
-    """Results directory name -> test name, from avocado's results.json."""
-    try:
-        data = json.loads((job_dir / "results.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return {Path(str(t.get("logdir") or "")).name: str(t.get("name") or "") for t in data.get("tests", [])}
 
 
 # memqual's own look between two jobs of blocks (reading the records,
