@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput
@@ -33,6 +33,9 @@ from memqual.host.run.signals import (
     signals_held,
     start_supervised,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # ------------------------------------------------------------ avocado
 
@@ -234,7 +237,7 @@ POLL_S = 0.5  # how often the display reads the events file (and redraws)
 
 
 def run_avocado(
-    config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Any, round_no: int = 1
+    config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Console, round_no: int = 1
 ) -> JobOutcome:
     """One avocado job, with a progress display; returns what it did."""
     from rich.live import Live

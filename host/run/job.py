@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from memqual.host.core import printable
 from memqual.host.run.avocado import run_avocado
@@ -19,12 +19,15 @@ from memqual.host.run.outputs import exit_status, write_outputs
 from memqual.host.run.rounds import run_blocked
 from memqual.host.run.signals import terminate_as_exception
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 
 def _out_dir(config: RunConfig, kernel: GuestKernel | None) -> Path:
     return config.output / kernel.label if kernel and kernel.label else config.output
 
 
-def run(config: RunConfig, console: Any = None) -> int:
+def run(config: RunConfig, console: Console | None = None) -> int:
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or printable.console(width=None if sys.stdout.isatty() else 120)
     config.output.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,8 @@ from memqual.host.core.errors import BadInput
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from rich.console import Console
+
     from memqual.host.core.qemu_binary import QemuChoice
     from memqual.host.judge.results import Results
 
@@ -43,7 +45,7 @@ def write_outputs(
     jobs: list[JobOutcome],
     config: RunConfig,
     kernel: GuestKernel | None,
-    console: Any,
+    console: Console,
 ) -> Results:
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
@@ -66,7 +68,7 @@ def write_arm_outputs(
     jobs: list[JobOutcome],
     config: RunConfig,
     kernel: GuestKernel | None,
-    console: Any,
+    console: Console,
     qemu: QemuChoice | None = None,
     label: str = "",
 ) -> Results:
@@ -116,7 +118,7 @@ def write_arm_outputs(
     return results
 
 
-def exit_status(outcomes: list[JobOutcome], console: Any) -> int:
+def exit_status(outcomes: list[JobOutcome], console: Console) -> int:
     failed = [j for j in outcomes if not j.completed]
     if failed:
         console.print(

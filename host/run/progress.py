@@ -9,10 +9,13 @@ import dataclasses
 import re
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from memqual.host.core.printable import printable
 from memqual.host.run import jobevents
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # The running test's messages that tell how far its repeats are (the
 # scenarios log "repeat 2/5 ..." or "window {...}").
@@ -24,7 +27,7 @@ class Progress:
     when, how many finished with which status, how many records exist so
     far, and the last "repeat" message of the running test."""
 
-    def __init__(self, title: str, console: Any) -> None:
+    def __init__(self, title: str, console: Console) -> None:
         self.title = title
         self.console = console
         self.start = time.monotonic()

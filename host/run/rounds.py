@@ -24,6 +24,8 @@ from memqual.host.run.outputs import exit_status, write_arm_outputs
 from memqual.host.run.signals import terminate_as_exception
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
+    from rich.console import Console
+
     from memqual.host.judge.results import Results
 
 # ------------------------------------------------------- A/B in blocks
@@ -64,7 +66,7 @@ def decision_levels(config: RunConfig | None) -> tuple[float, float]:
     )
 
 
-def prebuild(kernels: tuple[GuestKernel, ...], console: Any) -> None:
+def prebuild(kernels: tuple[GuestKernel, ...], console: Console) -> None:
     """The given kernels' images and balloon driver variants, before any
     job: a kernel that cannot be built is bad input before anything ran,
     not a job of skips."""
@@ -196,7 +198,7 @@ def run_block_job(
     arms: dict[str, Any],
     order: list[tuple[int, str]],
     number: int,
-    console: Any,
+    console: Console,
     selection: str = "blocks",
     references: tuple[str, ...] = (),
 ) -> JobOutcome:
@@ -219,7 +221,7 @@ def run_block_job(
         return run_avocado(job_config, config.output / "avocado", None, console, number)
 
 
-def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> int:
+def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) -> int:
     """Two arms (two kernels, two QEMUs, or two of each), interleaved: the
     images and balloon drivers of the given kernels built, then the
     once-per-arm tests (block 1 of each arm) and ONE job in which every
@@ -298,7 +300,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Any) -> i
     return max(exit_status(run_state.jobs, console), decided)
 
 
-def checks_after_looks(config: RunConfig, console: Any) -> list[str] | None:
+def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
     run first, as without --until-decided)."""
@@ -318,7 +320,7 @@ def checks_after_looks(config: RunConfig, console: Any) -> list[str] | None:
 
 
 def add_blocks_until_decided(
-    config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Any, reserve_s: float = 0.0
+    config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Console, reserve_s: float = 0.0
 ) -> int:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
@@ -483,7 +485,7 @@ def _compare_arms(
     config: RunConfig,
     arms: tuple[Arm, Arm],
     results: list[Results],
-    console: Any,
+    console: Console,
     summary: dict[str, Any] | None = None,
     sequential: int | None = None,
 ) -> int:

@@ -4,6 +4,7 @@ Avocado's own console shows for that job."""
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT
@@ -108,7 +110,7 @@ def test_a_real_job_writes_one_event_per_step(job: tuple[list[jobevents.Event], 
 
 def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents.Event], str]) -> None:
     events, console = job
-    progress = run_progress.Progress("t", None)
+    progress = run_progress.Progress("t", Console(file=io.StringIO()))
     shown = [line for e in events if (line := progress.feed(e))]
     # "[0:01] (1/2) name: PASS (0.0 s)" without the clock
     shown = [line.split("] ", 1)[1] for line in shown]
@@ -126,7 +128,7 @@ def test_the_display_shows_what_avocados_console_shows(job: tuple[list[jobevents
 
 def test_a_recorded_job_gives_the_lines_its_console_gave() -> None:
     events = jobevents.EventsReader(RECORDED_EVENTS).read()
-    progress = run_progress.Progress("t", None)
+    progress = run_progress.Progress("t", Console(file=io.StringIO()))
     shown = [line.split("] ", 1)[1] for e in events if (line := progress.feed(e))]
     console = RECORDED_CONSOLE.read_text()
     assert len(shown) == 13 and shown == console_lines(console)

@@ -314,7 +314,7 @@ def test_the_live_display_runs_on_a_terminal(tmp_path, fake):
 
 
 def test_progress_follows_the_jobs_events(tmp_path):
-    p = run_progress.Progress("t", None)
+    p = run_progress.Progress("t", Console(file=io.StringIO()))
     p.feed(jobevents.JobStarted("fake", str(tmp_path / "job-x"), 7))
     assert p.job_dir == tmp_path / "job-x"
     p.feed(jobevents.TestStarted("2", "e2e/test_ksm.py:Ksm.test_volatile", 7, ""))
@@ -366,7 +366,7 @@ def test_a_missing_avocado_is_bad_input(tmp_path, monkeypatch):
 
 
 def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
-    p = run_progress.Progress("t", None)
+    p = run_progress.Progress("t", Console(file=io.StringIO()))
     long = p.feed(jobevents.TestEnded("1", "t.py:T.test_a", 2, "FAIL", "first\nsecond " + "x" * 300, 2.0, ""))
     assert long is not None and "first\\nsecond xxx" in long and long.endswith("x... (2.0 s)")
     assert len(long.split(": FAIL: ", 1)[1]) == 255 + len("\\") + len("... (2.0 s)")  # cut, then escaped
@@ -375,7 +375,7 @@ def test_progress_lines_keep_avocados_console_form_for_long_reasons_and_skips():
 
 
 def test_progress_shows_the_last_repeat_message_of_the_running_test():
-    p = run_progress.Progress("t", None)
+    p = run_progress.Progress("t", Console(file=io.StringIO()))
     p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 1, ""))
     for message in ("booting", "window {'smart_scan': 1, 'cpu_s': 0.5}", "ssh: exit 0"):
         p.feed(jobevents.TestLog(message))
@@ -387,7 +387,7 @@ def test_progress_shows_the_last_repeat_message_of_the_running_test():
 def test_the_live_display_draws_the_same_with_markup_off():
     """rich draws the display again inside every console.print, with that
     print's markup=False: no markup may show through as text."""
-    p = run_progress.Progress("memqual run [A] (quick)", None)
+    p = run_progress.Progress("memqual run [A] (quick)", Console(file=io.StringIO()))
     p.feed(jobevents.TestStarted("1", "e2e/test_ksm.py:Ksm.test_volatile", 2, ""))
     p.feed(jobevents.TestLog("repeat 2/5 [x] done"))
     for markup in (True, False):

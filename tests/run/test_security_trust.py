@@ -8,12 +8,14 @@ Ownership tests chown to ``nobody`` and so need root (memqual's lab case)."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from pathlib import Path
 
 import pytest
 from other_user import needs_root, nobody_uid
+from rich.console import Console
 
 from memqual.host.core import paths
 from memqual.host.core.errors import BadInput
@@ -244,8 +246,6 @@ def test_a_streamed_log_is_never_written_through_a_link(tmp_path: Path) -> None:
 
 
 def test_the_avocado_logs_are_never_written_through_a_link(tmp_path: Path, monkeypatch) -> None:
-    from rich.console import Console
-
     from memqual.host.run import avocado
     from memqual.host.run.config import RunConfig
 
@@ -284,7 +284,7 @@ def test_the_variants_file_of_a_block_job_is_never_written_through_a_link(tmp_pa
     seen: dict[str, Path] = {}
     monkeypatch.setattr(rounds, "run_avocado", lambda config, *a, **k: seen.setdefault("file", config.variants_file))
     config = RunConfig(output=tmp_path / "out", profile="ab", only=(), tests=tmp_path)
-    rounds.run_block_job(config, {}, [], 1, None)
+    rounds.run_block_job(config, {}, [], 1, Console(file=io.StringIO()))
     assert victim.read_text() == VICTIM_TEXT
     assert not seen["file"].is_symlink() and seen["file"].read_text() == "[]\n"
 

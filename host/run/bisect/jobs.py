@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.run import config as run_config
 from memqual.host.run import rounds as run_rounds
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
 
@@ -74,7 +77,7 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
     return choice
 
 
-def avocado_runner(settings: Any, console: Any, qemu: Any = None) -> Any:
+def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
     """The real RoundRunner: one avocado job of a step's blocks, each test
     running every (block, arm) variant in turn (run_rounds.run_block_job), its
     records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a

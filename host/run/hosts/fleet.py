@@ -53,6 +53,8 @@ from memqual.host.run.outputs import write_outputs
 from memqual.host.run.signals import terminate_as_exception
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from memqual.host.judge.results import Results
 
 EXIT_INCOMPLETE = 3
@@ -336,7 +338,7 @@ def qemu_environment(probed: list[checks.HostCheck]) -> dict[str, dict[str, str]
     return out
 
 
-def run(config: RunConfig, hosts_file: Path, console: Any = None, qemu: str | None = None) -> int:
+def run(config: RunConfig, hosts_file: Path, console: Console | None = None, qemu: str | None = None) -> int:
     """The fleet run.  ``qemu`` (a version of Debian's archive, or a path
     on every host): each host fetches that version from its own apt mirror
     into its own cache, checked against its own signed lists, during its
@@ -421,7 +423,7 @@ def _run_job(
     fleet_dir: Path,
     usable: list[LabHost],
     remote_dirs: dict[str, str],
-    console: Any,
+    console: Console,
     host_environment: dict[str, dict[str, str]] | None = None,
 ) -> JobOutcome:
     """The one Avocado job over the usable hosts."""
@@ -474,7 +476,7 @@ def _task_line(t: TaskResult) -> page.TaskLine:
 
 
 def _host_results(
-    config: RunConfig, name: str, tasks: list[TaskResult], job: JobOutcome | None, console: Any
+    config: RunConfig, name: str, tasks: list[TaskResult], job: JobOutcome | None, console: Console
 ) -> tuple[Results | None, list[page.BadRecord], str]:
     """results.json and report.html of one host, from the tasks that ran
     there to their end; the records left out as unreadable; and the
