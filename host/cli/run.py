@@ -112,7 +112,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     from memqual.host.run.blocks import arm_axes
 
     # Which kernel and QEMU each arm has; bad combinations end here.
-    two_arms = len(arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))) == 2
+    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))
+    two_arms = len(axes) == 2
     # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
     rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
     if not 1 <= rounds <= cliargs.COUNT_LIMIT:
@@ -142,6 +143,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         clock=run_clock(getattr(args, "clock", None)),
         threshold=args.threshold,
         alpha=args.alpha,
+        axes=axes,
     )
 
 

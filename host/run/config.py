@@ -14,6 +14,7 @@ from memqual.host.core.profiles import AB, QUICK
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.qemu_binary import QemuChoice
+    from memqual.host.run.blocks import ArmAxes
 
 
 # avocado's exit status bits (avocado.core.exit_codes)
@@ -71,6 +72,9 @@ class RunConfig:
     # family-wise error level (None: memqual.host.judge.comparison's defaults).
     threshold: float | None = None
     alpha: float | None = None
+    # Which of ``kernels`` and ``qemus`` each arm has, by index, as the
+    # command checked them (blocks.arm_axes): two pairs make an A/B.
+    axes: ArmAxes = ((None, None),)
 
 
 @dataclasses.dataclass
@@ -122,15 +126,12 @@ def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple
 
 
 def run_arms(config: RunConfig) -> tuple[Arm, ...]:
-    """The two arms of an A/B (blocks.arm_axes pairs the kernels and the
+    """The two arms of an A/B (``config.axes`` pairs the kernels and the
     QEMUs), or () when the run has one arm."""
-    from memqual.host.run.blocks import arm_axes
-
-    axes = arm_axes(len(config.kernels), len(config.qemus))
-    if len(axes) != 2:
+    if len(config.axes) != 2:
         return ()
     arms = []
-    for label, (k, q) in zip("AB", axes, strict=True):
+    for label, (k, q) in zip("AB", config.axes, strict=True):
         kernel = dataclasses.replace(config.kernels[k], label=label) if k is not None else None
         arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None))
     return tuple(arms)

@@ -66,24 +66,29 @@ def test_run_arms_pair_kernels_and_qemus_in_order(tmp_path: Path) -> None:
     q1, q2 = _choice(tmp_path, "1", "7.2.22"), _choice(tmp_path, "2", "10.0.2")
     base = run_config.RunConfig(output=tmp_path / "out")
 
-    arms = run_config.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1, q2)))
+    def given(kernels: tuple[run_config.GuestKernel, ...], qemus: tuple[QemuChoice, ...]) -> run_config.RunConfig:
+        # As the command gives them: the arms checked once, where it parses them.
+        axes = blocks.arm_axes(len(kernels), len(qemus))
+        return dataclasses.replace(base, kernels=kernels, qemus=qemus, axes=axes)
+
+    arms = run_config.run_arms(given((k1, k2), (q1, q2)))
     assert [(a.label, a.kernel, a.qemu) for a in arms] == [("A", k1, q1), ("B", k2, q2)]
 
     # One kernel (labelled "" by the command line), two QEMUs: the kernel is in both arms.
     one = dataclasses.replace(k1, label="")
-    arms = run_config.run_arms(dataclasses.replace(base, kernels=(one,), qemus=(q1, q2)))
+    arms = run_config.run_arms(given((one,), (q1, q2)))
     assert [a.label for a in arms] == ["A", "B"]
     assert [a.kernel.bzimage if a.kernel else None for a in arms] == [k1.bzimage, k1.bzimage]
     assert [a.kernel.label if a.kernel else None for a in arms] == ["A", "B"]
     assert [a.qemu for a in arms] == [q1, q2]
 
     # Two kernels on one QEMU; two QEMUs on the default kernel.
-    arms = run_config.run_arms(dataclasses.replace(base, kernels=(k1, k2), qemus=(q1,)))
+    arms = run_config.run_arms(given((k1, k2), (q1,)))
     assert [a.qemu for a in arms] == [q1, q1]
-    arms = run_config.run_arms(dataclasses.replace(base, qemus=(q1, q2)))
+    arms = run_config.run_arms(given((), (q1, q2)))
     assert [(a.kernel, a.qemu) for a in arms] == [(None, q1), (None, q2)]
     # One arm: no A/B.
-    assert run_config.run_arms(dataclasses.replace(base, qemus=(q1,))) == ()
+    assert run_config.run_arms(given((), (q1,))) == ()
 
 
 def test_variants_name_each_arms_qemu(tmp_path: Path) -> None:
