@@ -12,9 +12,12 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.errors import BadInput
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MIB = 1 << 20
 MIN_MEMORY_MIB = 256  # below this the guest has nothing to give
@@ -51,7 +54,7 @@ def _summary(values: list[float]) -> dict[str, float] | None:
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
-def measure(config: MeasureConfig, image: Any, console: Any = None) -> dict[str, Any]:
+def measure(config: MeasureConfig, image: Any, console: Console | None = None) -> dict[str, Any]:
     """Boot, inflate and deflate ``repeats`` times; the results as a dict."""
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.balloon.agent import GuestClock
@@ -136,7 +139,7 @@ def _result(config: MeasureConfig, ram: int, moves: list[dict[str, Any]], starte
     return out
 
 
-def print_result(result: dict[str, Any], console: Any) -> None:
+def print_result(result: dict[str, Any], console: Console) -> None:
     from rich.table import Table
 
     guest = result["guest"]
@@ -195,7 +198,7 @@ def parse_sizes(text: str) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
-def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = None) -> dict[str, Any]:
+def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Console | None = None) -> dict[str, Any]:
     """One guest, the variant at each size in turn (order rotated every
     repeat): inflate to ``config.target_mib`` and back, timed by QMP, with
     the driver's requests and breakdown.  The stock driver goes back at the
@@ -276,7 +279,7 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Any = 
     return out
 
 
-def print_sizes(result: dict[str, Any], console: Any) -> None:
+def print_sizes(result: dict[str, Any], console: Console) -> None:
     from rich.table import Table
 
     table = Table(

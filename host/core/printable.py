@@ -12,7 +12,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # C0 but tab and line feed, DEL, C1, and the bidirectional overrides and
 # isolates, which reorder what the eye reads ("Trojan Source").
@@ -50,7 +53,7 @@ class _Shown:
             yield segment if segment.control else Segment(printable(segment.text), segment.style)
 
 
-def console(**options: Any) -> Any:
+def console(**options: Any) -> Console:
     """A rich Console (``options`` as rich's) that shows every control
     character of what it prints as ``printable`` does: table cells, markup
     and plain text alike.  Every console that prints what a guest, a test,

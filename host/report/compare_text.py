@@ -9,7 +9,7 @@ the verdicts are memqual.host.judge.comparison's and the looks'.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memqual.host.core import printable
 from memqual.host.judge.comparison import (
@@ -25,6 +25,8 @@ from memqual.host.judge.comparison import (
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from memqual.host.judge.control_power import ControlPower
     from memqual.host.judge.decisions import DecidingTable
 
@@ -34,7 +36,7 @@ ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (explorat
 
 def print_comparison(
     result: RunComparison,
-    console: Any = None,
+    console: Console | None = None,
     a_name: str = "A",
     b_name: str = "B",
     *,

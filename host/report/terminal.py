@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import printable
 from memqual.host.judge import stats
@@ -24,6 +24,9 @@ from memqual.host.report.claim_lines import evidence_class, measured_text, note_
 from memqual.host.report.html import (
     num,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 RICH_STYLES = {
     REPRODUCED: "bold green",
@@ -86,7 +89,7 @@ def short_settings(settings_json: str) -> str:
     return ", ".join(f"{k}={short(v)}" for k, v in sorted(settings.items()))
 
 
-def print_tables(results: Results | Mapping[str, Any], console: Any = None) -> None:
+def print_tables(results: Results | Mapping[str, Any], console: Console | None = None) -> None:
     """The verdicts and the kernbench-shaped tables, with rich."""
     from rich.markup import escape
     from rich.table import Table
