@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 
 from memqual.e2e.base import GuestTest
-from memqual.host.core import descriptive
+from memqual.host.core import clock, descriptive
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import MachineConfig
@@ -297,7 +297,12 @@ class KsmTest(GuestTest):
         many_guests = table.MANY.sizes_for().guests
         with self.host_ksm() as ksm:
             run = sharing.run_many_guests(
-                ksm, lambda: self.boot(config), many_guests, table.MANY.sizes_for().remerge_repeats, note=self.log.info
+                ksm,
+                lambda: self.boot(config),
+                many_guests,
+                table.MANY.sizes_for().remerge_repeats,
+                note=self.log.info,
+                pause=clock.current().icount,
             )
         for measurement in run.records():
             self.record(measurement)

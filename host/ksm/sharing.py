@@ -10,10 +10,12 @@ with ``foreign_pages`` checking no other process merged.  docs/ksm.md,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol
 
 from memqual.host.core import descriptive
 from memqual.host.core.errors import Timeout
@@ -35,6 +37,33 @@ REMERGE_SHARE = 0.9  # a re-merge is timed to this share of the settled saving
 # a page merges only once its content was the same on two visits, so a
 # guest still settling after its start merges over several scans.
 SETTLE_QUIET_SCANS = 10
+
+
+class PausableGuest(Guest, Protocol):
+    """A KSM guest that QMP can stop and continue."""
+
+    def qmp(self, command: str, **arguments: Any) -> Any: ...
+
+
+@contextlib.contextmanager
+def paused(vms: Sequence[PausableGuest], hold: bool) -> Iterator[None]:
+    """The guests stopped (QMP ``stop``) while the host's ksmd works, when
+    ``hold``; continued after, also on an error.  Under icount with
+    sleep=off an idle guest never sleeps: it runs its timers back to back,
+    takes a whole host CPU and rewrites its pages as fast as the host runs
+    it, so ksmd (nice 5) starves and the count never settles."""
+    if not hold:
+        yield
+        return
+    stopped: list[PausableGuest] = []
+    try:
+        for vm in vms:
+            vm.qmp("stop")
+            stopped.append(vm)
+        yield
+    finally:
+        for vm in stopped:
+            vm.qmp("cont")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +169,7 @@ class ManyGuestsRun:
     saved_mib: list[float]  # the settled saving, then after each re-merge
     started_warm: list[bool]
     smart_scan: int | None
+    paused_while_settling: bool = False
 
     @property
     def guests(self) -> int:
@@ -179,6 +209,7 @@ class ManyGuestsRun:
             **MERGE_KNOBS,
             smart_scan=self.smart_scan,
             settle_quiet_scans=SETTLE_QUIET_SCANS,
+            guests_paused_while_settling=self.paused_while_settling,
         )
         extra = {
             "points": [p.to_json() for p in self.points],
@@ -223,13 +254,20 @@ class ManyGuestsRun:
 
 
 def run_many_guests(
-    ksm: KsmHost, boot: Callable[[], Guest], guests: int, remerges: int, note: Callable[[str], None] = log.info
+    ksm: KsmHost,
+    boot: Callable[[], PausableGuest],
+    guests: int,
+    remerges: int,
+    note: Callable[[str], None] = log.info,
+    pause: bool = False,
 ) -> ManyGuestsRun:
     """Boot ``guests`` guests one by one (``boot`` gives the next), settle
     host KSM after each, then unmerge everything and time ``remerges``
-    merges from nothing to REMERGE_SHARE of the settled saving."""
+    merges from nothing to REMERGE_SHARE of the settled saving.  With
+    ``pause`` (the icount clock) the guests are stopped whenever ksmd
+    works: each point is then the saving of guests at rest."""
     points: list[SharingPoint] = []
-    vms: list[Guest] = []
+    vms: list[PausableGuest] = []
 
     def merging() -> list[int]:
         return [ksm.process(vm.pid).merging_pages for vm in vms]
@@ -244,30 +282,16 @@ def run_many_guests(
     ksm.set(**MERGE_KNOBS, **smart_scan, run=1)
     for n in range(1, guests + 1):
         vms.append(boot())
-        points.append(settle(ksm, merging, n, SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS))
+        with paused(vms, pause):
+            points.append(settle(ksm, merging, n, SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS))
         note(f"{n} guests: {points[-1].to_json()}")
     settled = points[-1]
     remerge_s: list[float] = []
     remerge_cpu_s: list[float] = []
     saved_mib = [settled.saved_mib]
-    target = REMERGE_SHARE * settled.pages_sharing
     for repeat in range(remerges):
-        ksm.set(run=2)  # unmerge everything, then time a merge from nothing
-        ksm.wait_until(lambda: sum(merging()) == 0, SCAN_TIMEOUT_S, "unmerging the guests")
-        ksm.set(run=0)
-        before = ksm.counters()
-        ksm.set(run=1)
-        ksm.wait_until(
-            lambda: ksm.counters().pages_sharing >= target,
-            SCAN_TIMEOUT_S,
-            f"a re-merge to {REMERGE_SHARE:.0%} of {settled.pages_sharing} pages",
-            poll_s=0.005,
-        )
-        after = ksm.counters()
-        remerge_s.append(after.taken_s - before.taken_s)
-        if before.ksmd_cpu_s is not None and after.ksmd_cpu_s is not None:
-            remerge_cpu_s.append(after.ksmd_cpu_s - before.ksmd_cpu_s)
-        again = settle(ksm, merging, len(vms), SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS)
+        with paused(vms, pause):
+            again = remerge(ksm, merging, settled.pages_sharing, remerge_s, remerge_cpu_s)
         saved_mib.append(again.saved_mib)
         note(
             f"re-merge {repeat + 1}/{remerges}: {remerge_s[-1]:.2f} s to {100 * REMERGE_SHARE:.0f}%, "
@@ -280,4 +304,34 @@ def run_many_guests(
         saved_mib=saved_mib,
         started_warm=[bool(vm.started_warm) for vm in vms],
         smart_scan=ksm.fs.read_int_or_none("smart_scan"),
+        paused_while_settling=pause,
     )
+
+
+def remerge(
+    ksm: KsmHost,
+    merging: Callable[[], Sequence[int]],
+    settled_pages: int,
+    remerge_s: list[float],
+    remerge_cpu_s: list[float],
+) -> SharingPoint:
+    """Unmerge everything, time a merge from nothing to REMERGE_SHARE of
+    ``settled_pages`` (appended to ``remerge_s`` and ``remerge_cpu_s``),
+    and settle again."""
+    guests = len(merging())
+    ksm.set(run=2)
+    ksm.wait_until(lambda: sum(merging()) == 0, SCAN_TIMEOUT_S, "unmerging the guests")
+    ksm.set(run=0)
+    before = ksm.counters()
+    ksm.set(run=1)
+    ksm.wait_until(
+        lambda: ksm.counters().pages_sharing >= REMERGE_SHARE * settled_pages,
+        SCAN_TIMEOUT_S,
+        f"a re-merge to {REMERGE_SHARE:.0%} of {settled_pages} pages",
+        poll_s=0.005,
+    )
+    after = ksm.counters()
+    remerge_s.append(after.taken_s - before.taken_s)
+    if before.ksmd_cpu_s is not None and after.ksmd_cpu_s is not None:
+        remerge_cpu_s.append(after.ksmd_cpu_s - before.ksmd_cpu_s)
+    return settle(ksm, merging, guests, SCAN_TIMEOUT_S, quiet_scans=SETTLE_QUIET_SCANS)

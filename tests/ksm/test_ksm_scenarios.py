@@ -100,12 +100,17 @@ def many_guests_host(foreign: int = 0) -> FakeKsmHost:
     return FakeKsmHost(merging=merging, sharing=sharing)
 
 
-def run_many(host: FakeKsmHost, guests: int = 3, remerges: int = 2) -> sharing.ManyGuestsRun:
+def run_many(
+    host: FakeKsmHost, guests: int = 3, remerges: int = 2, pause: bool = False, booted: list[FakeGuest] | None = None
+) -> sharing.ManyGuestsRun:
+    vms = [] if booted is None else booted
+
     def boot() -> FakeGuest:
         host.guests += 1
-        return FakeGuest(100 + host.guests, started_warm=host.guests > 1)
+        vms.append(FakeGuest(100 + host.guests, started_warm=host.guests > 1))
+        return vms[-1]
 
-    return sharing.run_many_guests(host, boot, guests, remerges, note=lambda line: None)
+    return sharing.run_many_guests(host, boot, guests, remerges, note=lambda line: None, pause=pause)
 
 
 def test_many_guests_follow_the_model_and_record_each_count():
@@ -128,6 +133,36 @@ def test_many_guests_follow_the_model_and_record_each_count():
     assert {r.scenario for r in records} == {"ksm.many_guests"}
     assert records[-1].settings == records[-2].settings | {"share": sharing.REMERGE_SHARE}
     assert records[-2].settings["smart_scan"] == 0 and records[-2].settings["guests"] == 3
+
+
+@pytest.mark.parametrize("pause", [False, True])
+def test_many_guests_are_stopped_while_ksmd_works_only_when_asked(pause):
+    host, vms = many_guests_host(), []
+    running_at_scan: list[list[bool]] = []
+    wait = host.wait_full_scans
+
+    def watched(n: int, timeout_s: float, poll_s: float = 0.005):
+        running_at_scan.append([vm.running for vm in vms])
+        return wait(n, timeout_s, poll_s)
+
+    host.wait_full_scans = watched  # type: ignore[method-assign]
+    run = run_many(host, pause=pause, booted=vms)
+    assert running_at_scan
+    if pause:
+        assert all(not any(running) for running in running_at_scan), "ksmd scanned while a guest ran"
+    else:
+        assert all(all(running) for running in running_at_scan)
+    assert all(vm.running for vm in vms), "every guest runs again at the end"
+    assert run.records()[-1].settings["guests_paused_while_settling"] is pause
+    assert [p.pages_sharing for p in run.points] == [1000, 7000, 13000]
+
+
+def test_paused_guests_run_again_after_an_error():
+    vms = [FakeGuest(1), FakeGuest(2)]
+    with pytest.raises(RuntimeError), sharing.paused(vms, True):
+        assert not any(vm.running for vm in vms)
+        raise RuntimeError("ksmd too slow")
+    assert [vm.qmp_log for vm in vms] == [["stop", "cont"], ["stop", "cont"]]
 
 
 @pytest.mark.parametrize(("foreign", "share"), [(0, 0.0), (11, 11 / 1111), (1000, 1000 / 2100)])

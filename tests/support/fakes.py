@@ -486,9 +486,19 @@ class FakeGuest:
     ssh: Any = None
     started_warm: bool = True
     boot_to_ssh_s: float = 0.5
+    qmp_log: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        """Not stopped by QMP's ``stop`` since its last ``cont``."""
+        return not self.qmp_log or self.qmp_log[-1] != "stop"
 
     def deploy(self, agent: str) -> str:
         return f"/tmp/{agent}"
+
+    def qmp(self, command: str, **arguments: Any) -> Any:
+        self.qmp_log.append(command)
+        return {}
 
 
 if TYPE_CHECKING:
@@ -497,7 +507,7 @@ if TYPE_CHECKING:
     from memqual.host.balloon import device as balloon_device
     from memqual.host.balloon import scenarios as balloon_scenarios
     from memqual.host.core import shell
-    from memqual.host.ksm import scenarios
+    from memqual.host.ksm import scenarios, sharing
 
     _shell: shell.Shell = FakeShell(FakeBackground([]))
     _agent_shell: shell.Shell = AgentShell({})
@@ -509,3 +519,4 @@ if TYPE_CHECKING:
     _monitor: virtio_mem.QmpMachine = RefusingQmp()
     _ksm: scenarios.KsmHost = FakeKsmHost()
     _guest: scenarios.Guest = FakeGuest(1)
+    _pausable: sharing.PausableGuest = FakeGuest(1)
