@@ -110,6 +110,15 @@ def _virtio(machine: str, device: str) -> str:
     return f"virtio-{device}-device" if machine == "microvm" else f"virtio-{device}-pci"
 
 
+def balloon_notify(machine: str, clock: Clock) -> str:
+    """The balloon's PCI property that makes QEMU answer a request in the
+    vCPU's own thread on icount (ioeventfd off).  With ioeventfd on, TCG
+    signals the kick to QEMU's main loop and the vCPU idles until the host
+    gets to it; under sleep=off an idle guest's clock jumps to its next
+    timer, so the host's pace would set the guest-timed figure."""
+    return ",ioeventfd=off" if clock.icount and machine != "microvm" else ""
+
+
 _TSC_REFINED = re.compile(r"Refined TSC clocksource calibration: ([0-9.]+) MHz")
 _TSC_DETECTED = re.compile(r"tsc: Detected ([0-9.]+) MHz processor")
 
@@ -304,7 +313,7 @@ def command_line(
             "-device",
             f"{_virtio(machine, 'balloon')},id={b.id},"
             f"free-page-reporting={'on' if b.free_page_reporting else 'off'},"
-            f"deflate-on-oom={'on' if b.deflate_on_oom else 'off'}",
+            f"deflate-on-oom={'on' if b.deflate_on_oom else 'off'}" + balloon_notify(machine, clock),
         ]
     if incoming is not None:
         argv += ["-incoming", incoming]

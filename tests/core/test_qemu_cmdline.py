@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memqual.host.core import qemu
+from memqual.host.core.clock import parse as parse_clock
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
 
@@ -105,6 +106,25 @@ def test_balloon_properties(reporting: bool, oom: bool) -> None:
     assert "id=b7" in props
     assert f"free-page-reporting={'on' if reporting else 'off'}" in props
     assert f"deflate-on-oom={'on' if oom else 'off'}" in props
+
+
+@pytest.mark.parametrize(
+    ("machine", "clock", "ioeventfd_off"),
+    [("pc", "icount:4", True), ("q35", "icount:2", True), ("pc", "wall", False), ("microvm", "icount:4", False)],
+)
+def test_the_balloon_answers_in_the_vcpu_thread_on_icount(machine: str, clock: str, ioeventfd_off: bool) -> None:
+    argv = command_line(
+        MachineConfig(machine=machine),
+        "tcg",
+        Path("/img/kernel"),
+        Path("/img/initrd"),
+        None,
+        Path("/tmp/mq-x/console.log"),
+        40123,
+        clock=parse_clock(clock),
+    )
+    (balloon,) = [d for d in devices(argv) if "balloon" in d]
+    assert ("ioeventfd=off" in balloon.split(",")) is ioeventfd_off
 
 
 def test_no_balloon() -> None:
