@@ -117,12 +117,13 @@ class Primary:
 # "The icount A/A".
 WALL_AA = "A/A 6.1.0-57, wall clock, docs/ab-calibration.md"
 WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
-# The icount A/A of the balloon timing test, 4 blocks, load 13-21
-# (docs/ab-calibration.md, "The icount A/A"): `memqual run --debian-kernel
-# 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock icount --only
-# balloon-timing --rounds 4 --until-decided --budget 24 --output OUT`, then
-# `python -m memqual.host.cli.block_spread OUT`.
-ICOUNT_AA = "A/A 6.1.0-57, icount:4, 4 blocks, docs/ab-calibration.md"
+# The icount A/A of the balloon timing test, 9 blocks, load 2-5, the
+# balloon's requests answered in the vCPU's thread (docs/ab-calibration.md,
+# "The icount A/A"): `memqual run --debian-kernel 6.1.0-57-amd64
+# --debian-kernel 6.1.0-57-amd64 --clock icount --only balloon-timing
+# --rounds 6 --until-decided --budget 45 --output OUT`, then
+# `python -m memqual.host.cli.block_spread OUT --jobs`.
+ICOUNT_AA = "A/A 6.1.0-57, icount:4, 9 blocks, docs/ab-calibration.md"
 # Blocks of 6.1 against 6.12 on icount (no A/A: the spread of their
 # log(B/A) estimates an A/A's, as WALL_612 does on the wall clock), load
 # 7-11 (docs/ab-calibration.md, "A block of every scenario on icount"):
@@ -142,27 +143,28 @@ PRIMARIES: tuple[Primary, ...] = (
         "inflate_s",
         "what a host waits for when it takes memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing of the same inflate: 0.033
-        # against the host-timed 0.39 in the same four A/A blocks.
+        # On icount the guest's own timing of the same inflate: 0.064
+        # against the host-timed 0.14 in the same nine A/A blocks.
         on_icount="inflate_guest_s",
         spread_wall=Spread(0.26, 4, WALL_AA),
-        spread_icount=Spread(0.033, 4, ICOUNT_AA),
-        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 3 % from block to block (its SSH "
-        "traffic and its waits for QEMU come at the host's pace), 12 times less than the host's",
+        spread_icount=Spread(0.064, 9, ICOUNT_AA),
+        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 6 % from block to block: the host "
+        "boots, logs in, deploys and sets the target at its own pace, while an idle guest's clock runs ahead, so "
+        "each guest starts its inflate from another memory state; a workload started by the guest itself would "
+        "decide it",
     ),
     Primary(
         "balloon.deflate",
         "deflate_s",
         "what a guest waits for when it gets memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing: 0.039 against the host-timed
-        # 0.80 in the same four A/A blocks.
+        # On icount the guest's own timing: 0.046 against the host-timed
+        # 0.23 in the same nine A/A blocks.
         on_icount="deflate_guest_s",
         spread_wall=Spread(0.36, 4, WALL_AA),
-        spread_icount=Spread(0.039, 4, ICOUNT_AA),
-        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 4 % from block to block (each wait "
-        "for QEMU's iothread ends at the guest's next timer; with the device's ioeventfd off one boot's "
-        "deflates repeated to 0.3 %, not yet measured over blocks), 20 times less than the host's",
+        spread_icount=Spread(0.046, 9, ICOUNT_AA),
+        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 5 % from block to block, for the "
+        "inflate's reason: each guest reaches its deflate from another memory state",
     ),
     Primary(
         "balloon.request_size",
