@@ -4,28 +4,7 @@
                    [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
     memqual bisect --kernel-source DIR --good REV --bad REV --metric NAME ...
 
-K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
-in one avocado job a step, host/run/blocks.py) and is decided as memqual compare
-decides a metric: a paired t-test on the blocks' log(B/A) gives slower or
-faster (significant and beyond --threshold), TOST gives equivalent (B/A
-within the threshold), a look after every block, with alpha 5 % spent
-as alpha (k/K)^2 by look k of K = --max-rounds.  Equivalent is good, a
-change as Kn changed is bad; the search moves on decided probes only, and a
-probe still undecided when its budget ends is skipped (git bisect skip),
-with the blocks it would need.  Kn is probed first: equivalent to K1 means
-no step, and the bisect stops.  A kernel is a Debian kernel (as
---debian-kernel takes it) or "VERSION:extra kernel command line", so a
-series with a known step can be made from one kernel
-(6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
-REV the series is the repository's revisions (GOOD, then BAD's first-parent
-line up to BAD), each built by memqual kernel build when a probe needs it.
-
-Modules: decide.py (the decisions, pure), series.py (the input), run.py
-(probes, rounds, state and log), page.py (bisect.html).  Writes DIR/bisect.log,
-DIR/bisect.json, DIR/bisect.html and each round's avocado job under
-DIR/rounds/.  Exit status 0 when the search ended (whatever it found), 1
-when the reference kernel could not be measured, 2 for bad input, 130 when
-interrupted (the state is kept: ``--resume DIR``).
+Why it is built so: docs/architecture.md, "Module notes", host/cli/bisect.py.
 """
 
 from __future__ import annotations
@@ -34,7 +13,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli import run as run_command
@@ -50,6 +29,9 @@ from memqual.host.run.bisect import jobs
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
 DEFAULT_MAX_ROUNDS = 10
+
+if TYPE_CHECKING:  # the type alone: the bisect brings numpy and scipy
+    from memqual.host.run.bisect.run import Settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -115,7 +97,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.bisect import run, series
 
     kernels = series.parse_series(kernel_names(args))
@@ -151,6 +134,7 @@ def kernel_names(args: argparse.Namespace) -> list[str]:
             raise BadInput("give --kernels, or --kernel-source DIR --good REV --bad REV, not both")
         if not (source and good and bad):
             raise BadInput("a bisect over revisions needs all three: --kernel-source DIR --good REV --bad REV")
+        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
         from memqual.images.kernel_build import revisions
 
         return revisions(source, good, bad)
@@ -174,6 +158,7 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.bisect import run
 
     console = printable.console(width=None if sys.stdout.isatty() else 120)
@@ -229,10 +214,27 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `memqual bisect --help` says of the search.
+DESCRIPTION = """K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
+in one avocado job a step, host/run/blocks.py) and is decided as memqual compare
+decides a metric: a paired t-test on the blocks' log(B/A) gives slower or
+faster (significant and beyond --threshold), TOST gives equivalent (B/A
+within the threshold), a look after every block, with alpha 5 % spent
+as alpha (k/K)^2 by look k of K = --max-rounds.  Equivalent is good, a
+change as Kn changed is bad; the search moves on decided probes only, and a
+probe still undecided when its budget ends is skipped (git bisect skip),
+with the blocks it would need.  Kn is probed first: equivalent to K1 means
+no step, and the bisect stops.  A kernel is a Debian kernel (as
+--debian-kernel takes it) or "VERSION:extra kernel command line", so a
+series with a known step can be made from one kernel
+(6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
+REV the series is the repository's revisions (GOOD, then BAD's first-parent
+line up to BAD), each built by memqual kernel build when a probe needs it."""
+
 COMMAND = Command(
     "bisect",
     help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
     configure=configure,
     run=main,
-    description=__doc__.split("\n\n")[2] if __doc__ else None,
+    description=DESCRIPTION,
 )

@@ -1,14 +1,6 @@
 """How well a clock repeats: ``python -m memqual.host.cli.clock_repeats --clock icount:4 --boots 3 [--json]``.
 
-Boots ``--boots`` fresh guests one after another on the clock, and in each
-times a loop ``--repeats`` times inside the guest: ksm_stress's fill, a
-memset of every page of a fresh 64 MiB anonymous mapping, timed with
-CLOCK_MONOTONIC.  Before the first repeat the guest may settle
-(``--settle`` guest seconds of sync and sleep: under icount with
-sleep=off they cost the host next to nothing) and SSH keepalives may be
-turned back on (``--keepalive``; a Machine turns them off under icount).
-Prints every repeat and the spread across boots of the first repeat: the
-figures of docs/ab-calibration.md, "The icount clock".
+Why it is built so: docs/architecture.md, "Module notes", host/cli/clock_repeats.py.
 """
 
 from __future__ import annotations
@@ -24,6 +16,8 @@ from memqual.host.core import clock
 from memqual.host.core.errors import GuestError, MemqualError
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import choose_for_clock
+from memqual.images.build import build
 
 
 def one_boot(config: MachineConfig, image: object, repeats: int, settle_s: int, keepalive: bool) -> list[float]:
@@ -54,9 +48,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
-        from memqual.host.core.qemu_binary import choose_for_clock
-        from memqual.images.build import build
-
         the_clock = clock.parse(args.clock or f"icount:{clock.DEFAULT_SHIFT}")
         qemu, _ = choose_for_clock(None, the_clock, args.cpus)
         config = MachineConfig(memory_mib=512, cpus=args.cpus, warm=False, clock=the_clock.label)

@@ -5,23 +5,7 @@ Holm over the primary metrics, the negative controls in their own
 family, the rest corrected for the false discovery rate) are
 host/judge/comparison.py's; this module is the command and its table.
 
-The unit of a test is the block when both files name their blocks (an
-interleaved A/B), the run when several files a side are given
-(``--also-a``, ``--also-b``: each run's median is one value), and
-otherwise nothing that can decide: one run a side outside blocks is
-described (``runs differ`` or ``undecided``) and sets no exit status, as
-run-to-run variance is not in its replicates.
-
-Exit status 1 when a primary metric (any metric with ``--all-metrics``) is
-``slower``; 3 when a negative control (a metric no guest kernel can move)
-is slower or faster: the host drifted between A and B and the decisions
-are not to be trusted, whatever they say; 0 otherwise (undecided metrics
-are reported, not failed, and so are metrics ``not comparable`` because
-the two runs' regimes differ, such as KSM's dirtying rate: see
-host/judge/regime.py); 2 (one line on stderr) when the two files
-cannot be compared: a missing or truncated file, another schema or memqual
-version, a metric whose unit or direction differs, or no metric at all
-present in both.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/compare.py.
 """
 
 from __future__ import annotations
@@ -47,11 +31,13 @@ from memqual.host.judge.comparison import (
     RunComparison,
     check_comparable,
     compare_results,
+    compare_runs,
     pair_metrics,
     replicates_of,
     short_labels,
     verdict_text,
 )
+from memqual.host.judge.results import load_results
 from memqual.host.report.compare_text import print_comparison
 
 # The computation is memqual.host.judge.comparison's; these names are kept here for the
@@ -148,9 +134,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from memqual.host.judge.comparison import compare_runs
-    from memqual.host.judge.results import load_results
-
     a = load_results(args.a)
     b = load_results(args.b)
     more_a = [load_results(f) for f in args.also_a]
@@ -174,6 +157,7 @@ def _compare(args: argparse.Namespace) -> int:
                 "interleaved run (memqual run with two kernels)."
             )
     if args.html:
+        # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
         from memqual.host.report.compare_report import write_comparison_html
 
         path = write_comparison_html(result, a, b, args.html)

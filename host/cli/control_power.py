@@ -1,24 +1,19 @@
 """The negative controls' power: ``python -m memqual.host.cli.control_power
 [--trials N] [A/results.json B/results.json]``.
 
-Without files: the share of simulated runs in which a 10 % drift of 26
-controls is caught, by block spread (1, 2, 5 %), alpha (a whole look's
-0.01, the first look's share 0.0032, a later look's 0.001) and blocks
-(2-8), through the real decision code (host/judge/control_power.py, seed
-34).  With two results files of an A/B: the same for the controls those
-files hold, at the spread each had (a spread from fewer than 8 blocks
-taken at no less than the controls' median), on 2-24 blocks.  The
-figures of docs/ab-calibration.md, "Negative controls".
+Why it is built so: docs/architecture.md, "Module notes", host/cli/control_power.py.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import BadInput
+from memqual.host.judge import comparison, control_power
 
 SPREADS = (0.01, 0.02, 0.05)
 LEVELS = (0.01, 0.0032, 0.001)
@@ -28,8 +23,6 @@ CONTROLS = 26
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memqual.host.judge import comparison, control_power
-
     parser = cliargs.Parser(prog="python -m memqual.host.cli.control_power", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=cliargs.count, default=200, help="simulated runs a cell (default 200)")
     parser.add_argument("files", nargs="*", type=Path, metavar="RESULTS", help="A's and B's results.json")
@@ -43,7 +36,6 @@ def main(argv: list[str] | None = None) -> int:
             designs = control_power.designs_of(result.metrics)
             if not designs:
                 raise BadInput("the two files hold no negative control measured on two blocks or more")
-            import statistics
 
             median = statistics.median(d.sd for d in designs)
             print(

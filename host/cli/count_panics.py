@@ -2,13 +2,7 @@
 6.12.111+deb12-amd64:tcg-multi --mode 6.12.111+deb12-amd64:tcg-single ...
 --boots 200 --minutes 60 --out boots.jsonl``.
 
-Cold boots of each mode in turn, each one's outcome (ok, fault, hang,
-error) and its fault's first line appended to ``--out`` as it ends; then
-each mode's fault rate with its exact 95 % interval, and Fisher's one-sided
-p of each multi-threaded mode against the single-threaded ones of its
-kernel.  ``--summary FILE`` prints the table of an earlier count alone.
-A mode is ``KERNEL:HOW``, HOW one of tcg-multi, tcg-single or
-icount[:SHIFT] (icount with 2 vCPUs takes Debian's QEMU 10).
+Why it is built so: docs/architecture.md, "Module notes", host/cli/count_panics.py.
 """
 
 from __future__ import annotations
@@ -16,19 +10,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
+from memqual.host.core import clock as clocks
 from memqual.host.core.errors import BadInput, MemqualError
-
-if TYPE_CHECKING:  # the type alone: the runner imports QEMU and image code
-    from memqual.host.run.boot_panics import Mode
+from memqual.host.run import boot_panics
+from memqual.host.run.boot_panics import Mode
 
 
 def parse_mode(text: str) -> Mode:
-    from memqual.host.core import clock as clocks
-    from memqual.host.run.boot_panics import Mode
-
     kernel, _, how = text.rpartition(":")
     if how.isdigit():  # icount:SHIFT
         kernel, _, rest = kernel.rpartition(":")
@@ -56,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="append each boot to this JSON-lines file")
     parser.add_argument("--summary", type=Path, help="only summarise this earlier count")
     args = parser.parse_args(argv)
-    from memqual.host.run import boot_panics
 
     try:
         if args.summary:

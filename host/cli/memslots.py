@@ -1,15 +1,6 @@
 """``memqual memslots model|lookup|kvm|qemu``.
 
-- ``model --layout FILE_OR_NAME --workload NAME [--lookups N] [--seed S] [--json]``:
-  mean and worst nodes per structure, seed 000's figures alongside.
-- ``lookup --layout FILE_OR_NAME GFN... [--json]``: each gfn in each
-  structure: the slot or ``miss``, and the nodes examined.
-- ``kvm ...``: arguments and handler belong to memqual.host.cli.memslots_kvm (the
-  /dev/kvm measurements).
-- ``qemu ...``: arguments and handler belong to memqual.host.cli.memslots_qemu (a
-  layout applied to a real QEMU guest and checked against it).
-
-Heavy work is imported inside the handlers so ``memqual --help`` stays quick.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/memslots.py.
 """
 
 from __future__ import annotations
@@ -22,6 +13,7 @@ from memqual.host.cli import args as cliargs
 from memqual.host.cli import memslots_kvm as kvm_cli
 from memqual.host.cli import memslots_qemu as qemu_cli
 from memqual.host.cli.command import Command, dispatch
+from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
 
 
@@ -81,7 +73,7 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots.layout import load_layout
     from memqual.host.memslots.model import model_table
 
@@ -96,11 +88,10 @@ def run_model(args: argparse.Namespace) -> int:
 
 
 def _print_model(table: Any) -> None:
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.table import Table
 
-    from memqual.host.core import printable
-
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots.model import PUBLISHED
 
     applies = table.published_applies
@@ -140,7 +131,7 @@ def _print_model(table: Any) -> None:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots.layout import load_layout, parse_gfn
     from memqual.host.memslots.structures import build_all
 

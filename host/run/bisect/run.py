@@ -1,22 +1,6 @@
 """Running a bisect: probes made of rounds, its state on disk, its log.
 
-A probe measures one kernel of the series against K1 block by block until
-it is decided (``evidence_of``: slower, faster or equivalent, as
-``memqual compare`` decides a metric, each look at its share of alpha) or
-its budget is spent, when it stays undecided and the search skips it.  With the default
-``paired`` reference each step of a probe is ONE avocado job in which every
-test runs K1 (arm A) and the probe (arm B) as the variants of one block
-(host/run/blocks.py, through run_rounds.run_block_job), A B in odd blocks and B A in
-even ones, so the two are minutes apart and a drift of the shared host falls
-on both; the probe is compared with K1's replicates of its own blocks.
-``start`` measures K1 only while the last kernel is checked: the other
-probes run arm B alone and are compared with K1's pooled replicates (half
-the guests, at the price of drift).
-
-Everything a round measured is written to DIR/bisect.json before the next
-round starts, and the log DIR/bisect.log is appended line by line, so an
-interrupted bisect leaves both, and ``--resume DIR`` recomputes every
-decision from the stored rounds and goes on where it stopped.
+Why it is built so: docs/architecture.md, "Module notes", host/run/bisect/run.py.
 """
 
 from __future__ import annotations
@@ -31,11 +15,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memqual.host.core.errors import BadInput, MemqualError
+from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import open_nofollow, write_private_atomic
 from memqual.host.judge.probe import DEFAULT_ALPHA, Evidence, evidence_of
+from memqual.host.judge.results import metric_key
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
-from memqual.host.run.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
+from memqual.host.run.bisect.series import KernelSpec, MetricSpec, parse_kernel, select_metric, unknown_in_run
 
 SCHEMA = "memqual.bisect/2"
 # States written before the four verdicts: their rounds are the same, and
@@ -75,8 +61,6 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Settings:
-        from memqual.host.run.bisect.series import parse_kernel
-
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["kernels"] = tuple(parse_kernel(k) for k in data["kernels"])
@@ -216,14 +200,13 @@ class Bisector:
         self.dir.mkdir(parents=True, exist_ok=True)
         # never a half-written state to resume from
         write_private_atomic(self.state_path, (json.dumps(self.to_json(), indent=2) + "\n").encode(), 0o644)
+        # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
         from memqual.host.report.bisect_page import write_page
 
         write_page(self.to_json(), self.dir / "bisect.html")
 
     @classmethod
     def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> Bisector:
-        from memqual.host.core.jsonfile import read_json
-
         data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
         if not isinstance(data, dict) or data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
             raise BadInput(f"{directory / 'bisect.json'}: not a memqual bisect state ({SCHEMA})")
@@ -337,8 +320,6 @@ class Bisector:
                 raise unknown_in_run(self.metric, keys)
             share = seconds / len(arms)  # the job's time, half an arm when paired
             if rec is not None:
-                from memqual.host.judge.results import metric_key
-
                 self.metric_key = metric_key(rec)
                 self.better, self.unit = rec.better, rec.unit
                 result = RoundResult(
