@@ -10,6 +10,7 @@ root filters (``receive``); a user's tree is read by its owner
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pwd
 import shutil
@@ -60,14 +61,34 @@ def require_setpriv() -> str:
     return exe
 
 
+@functools.cache
+def pid_namespace() -> tuple[str, ...]:
+    """The prefix that runs a step in a PID namespace of its own (util-linux
+    unshare, as root), or () where the kernel or a container refuses one.
+    When the step's first process ends, the kernel kills every process left
+    in it: nothing a build starts (a daemon a hostile Makefile leaves,
+    holding a descriptor into a tree) outlives its step."""
+    exe = shutil.which("unshare")
+    if exe is None or os.geteuid() != 0:
+        return ()
+    prefix = (exe, "--pid", "--fork", "--kill-child=SIGKILL", "--")
+    try:
+        works = subprocess.run([*prefix, "true"], capture_output=True, timeout=60, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    return prefix if works else ()
+
+
 def as_user(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
     """``argv`` run as uid:gid with nothing of root's left: no groups, no
-    capabilities (also none to regain: bounding set emptied), no_new_privs."""
+    capabilities (also none to regain: bounding set emptied), no_new_privs,
+    in a PID namespace of its own where there is one (``pid_namespace``)."""
     if os.geteuid() != 0:
         return list(argv)  # already unprivileged: nothing to drop
     if uid == 0:
         raise BadInput("refusing to run a build step as root")
     return [
+        *pid_namespace(),
         require_setpriv(),
         f"--reuid={uid}",
         f"--regid={gid}",

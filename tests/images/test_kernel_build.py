@@ -12,6 +12,7 @@ import dataclasses
 import io
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tarfile
@@ -368,28 +369,191 @@ def test_patched_build_writing_a_source_in_place_fails_and_the_base_stays(
     assert left_behind(memqual_cache, build_env) == [kernel.name]
 
 
-def test_tree_copy_links_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
+def _makefile_patch(tree: Path, name: str, recipe: str) -> Path:
+    """A patch to the fake tree's Makefile that adds ``recipe``'s lines at
+    the start of the bzImage rule: what a hostile patch's build runs."""
+    import difflib
+
+    old = (tree / "Makefile").read_text()
+    new = old.replace("bzImage:\n", "bzImage:\n" + recipe, 1)
+    patch = tree.parent / name
+    patch.write_text(
+        "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/Makefile", "b/Makefile"))
+    )
+    return patch
+
+
+DAEMON = "sleep 4711.5"  # what a hostile build leaves running; found by its command line
+
+
+def _daemons() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == DAEMON.encode()
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+# What a hostile patch's build tries on the base it was copied from: the
+# hard-linked source made writable and written through, the base's own
+# folder, the link's times, and a daemon left behind to write later.
+HOSTILE_ON_THE_BASE = (
+    "\t-chmod u+w init/main.c\n"
+    "\t-sh -c 'echo evil >> init/main.c'\n"
+    "\t-touch -d 2001-01-01 init/main.c\n"
+    "\t-sh -c 'for f in ../../base-*/linux/init/main.c; do chmod u+w $$f; echo evil >> $$f; done'\n"
+    f"\t-setsid sh -c 'exec {DAEMON}' > /dev/null 2>&1 < /dev/null &\n"
+)
+
+
+@needs_drop
+def test_hostile_patch_cannot_change_the_base_through_a_linked_source(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """B's copy links A's sources; they are root's and read-only, so a
+    hostile build can neither chmod nor write them, nor reach the base's
+    folder, nor leave a process behind; the next patched build from the same
+    base is incremental and built from A's sources as they were."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    assert kb.base_problem(base) is None and os.stat(base / "linux/init/main.c").st_uid == 0
+    hostile = kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=print)
+    assert hostile.incremental
+    assert _daemons() == []  # ended with its step (the step's PID namespace)
+    main_c = base / "linux/init/main.c"
+    assert main_c.read_text() == "int main(void) { return 0; }\n"
+    st = os.stat(main_c)
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o444 and st.st_mtime_ns == int(1e9 * 1e9)
+    assert kb.base_problem(base) is None
+    benign = tmp_path / "benign.patch"
+    benign.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    after = kb.build(str(tree), [benign], jobs=1, say=lambda _: None)
+    assert after.incremental
+    # the fake Makefile builds init/main.c into vmlinux and x.ko: B's source is A's plus its own patch
+    assert (after.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert main_c.read_text() == "int main(void) { return 0; }\n"
+
+
+@needs_drop
+def test_without_the_seal_the_hostile_patch_reaches_the_base(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above can fail: with the base left the build user's (the
+    seal a no-op, as before it) and no PID namespace, the same hostile
+    build writes through the link into A's tree and leaves its daemon
+    running; the base's check sees the change afterwards."""
     from memqual.images import tree_copy
 
-    base, stamp = tmp_path / "base", tmp_path / "stamp"
+    monkeypatch.setattr(tree_copy, "seal", lambda tree: None)
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    with monkeypatch.context() as unchecked:
+        unchecked.setattr(kb, "base_problem", lambda base: None)
+        unchecked.setattr(unprivileged, "pid_namespace", tuple)
+        kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=lambda _: None)
+    left = _daemons()
+    for pid in left:  # the daemon this test's build started
+        os.kill(pid, signal.SIGKILL)
+    assert left, "without its PID namespace, the step's daemon outlives it"
+    assert "evil" in (base / "linux/init/main.c").read_text()
+    assert kb.base_problem(base) is not None
+
+
+@needs_drop
+def test_a_base_changed_after_its_seal_is_refused_and_rebuilt(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A write that reached the base anyway (through a descriptor kept from
+    before the seal: here root's own) is found before the next copy: the
+    base is removed, B built from the source, and the next unpatched build
+    kept as the base again."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    with open(base / "linux/init/main.c", "a") as sneaked:
+        sneaked.write("evil\n")
+    said: list[str] = []
+    benign = tmp_path / "benign.patch"
+    benign.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    patched = kb.build(str(tree), [benign], jobs=1, say=said.append)
+    assert any("changed since it was sealed: removed; building from the source" in line for line in said)
+    assert not patched.incremental and (patched.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert not base.exists()
+    kb.build(str(tree), jobs=1, force=True, say=lambda _: None)
+    assert kb.base_problem(base) is None
+
+
+@needs_drop
+def test_a_base_the_build_user_owns_is_not_used(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """A base kept by an older memqual (the build user's, unsealed) is
+    refused as such, never copied."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    user = unprivileged.build_user()
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    assert kb.base_problem(base) == "not sealed (not root's)"
+    (base / kb.BASE_RECORD).unlink()
+    assert kb.base_problem(base) == "not sealed (kept by an older memqual)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sealing gives the tree to root, copying gives it to the build user")
+def test_tree_copy_links_sealed_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
+    from memqual.images import tree_copy
+
+    user = unprivileged.build_user()
+    base, stamp_ns = tmp_path / "base", 2 * 10**18
     (base / "sub").mkdir(parents=True)
     (base / "main.c").write_text("source\n")
     os.utime(base / "main.c", ns=(10**18, 10**18))
-    stamp.write_text("")
-    os.utime(stamp, ns=(2 * 10**18, 2 * 10**18))
+    (base / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(base / "run.sh", 0o4775)  # a set-id bit root must not keep
+    os.utime(base / "run.sh", ns=(10**18, 10**18))
     (base / "sub/main.o").write_text("object\n")
     os.utime(base / "sub/main.o", ns=(3 * 10**18 + 7, 3 * 10**18 + 7))
     (base / "link").symlink_to("sub/main.o")
     (base / "dirlink").symlink_to("sub")
+    os.mkfifo(base / "fifo")
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)  # as the build user left it
+    elsewhere = tmp_path / "elsewhere"
+    os.link(base / "sub/main.o", elsewhere)  # a second link, outside the tree
+    tree_copy.seal(base)
+    assert not (base / "fifo").exists()
+    for path in [base, *base.rglob("*")]:
+        assert os.lstat(path).st_uid == 0
+    assert stat.S_IMODE(os.stat(base / "main.c").st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(base / "run.sh").st_mode) == 0o555
+    assert stat.S_IMODE(os.stat(base / "sub").st_mode) == 0o755
+    assert os.stat(elsewhere).st_uid == user.uid  # the outside inode is not root's now: replaced in the tree
+    assert os.stat(base / "sub/main.o").st_ino != os.stat(elsewhere).st_ino
+    assert os.stat(base / "sub/main.o").st_mtime_ns == 3 * 10**18 + 7
+    sealed = tree_copy.digest(base)
+    assert tree_copy.verify(base, sealed) is None
     dest = tmp_path / "copy"
-    assert tree_copy.copy_tree(str(base), str(dest), stamp.stat().st_mtime_ns) == (1, 1, 7)
-    assert os.stat(dest / "main.c").st_ino == os.stat(base / "main.c").st_ino  # linked ...
-    assert not os.stat(base / "main.c").st_mode & 0o222  # ... and read-only
-    assert os.stat(dest / "sub/main.o").st_ino != os.stat(base / "sub/main.o").st_ino  # copied ...
-    assert os.stat(dest / "sub/main.o").st_mtime_ns == 3 * 10**18 + 7  # ... with its time
+    copied = tree_copy.copy_tree(base, dest, stamp_ns, user.uid, user.gid)
+    assert (copied.linked, copied.copied, copied.copied_bytes) == (2, 1, 7)
+    assert os.stat(dest / "main.c").st_ino == os.stat(base / "main.c").st_ino  # linked: root's, read-only
+    copy = os.stat(dest / "sub/main.o")
+    assert copy.st_ino != os.stat(base / "sub/main.o").st_ino  # copied ...
+    assert copy.st_mtime_ns == 3 * 10**18 + 7 and copy.st_uid == user.uid and copy.st_mode & 0o200  # ... the user's
+    assert os.stat(dest / "sub").st_uid == user.uid and os.stat(dest).st_uid == user.uid
     assert os.readlink(dest / "link") == "sub/main.o" and os.readlink(dest / "dirlink") == "sub"
+    assert tree_copy.verify(base, sealed) is None  # linking changed no entry's digest
     with pytest.raises(FileExistsError):  # never into a tree that is there
-        tree_copy.copy_tree(str(base), str(dest), 0)
+        tree_copy.copy_tree(base, dest, 0, user.uid, user.gid)
+    with open(base / "main.c", "a") as sneaked:  # a write that got in (root's here)
+        sneaked.write("x")
+    assert tree_copy.verify(base, sealed) == "changed since it was sealed"
 
 
 def test_config_is_assembled_again_only_for_patches_to_its_inputs() -> None:
