@@ -337,6 +337,28 @@ def revisions(directory: str, good: str, bad: str) -> list[str]:
     return [f"{repo.resolve()}@{commit}" for commit in [ids[0], *between]]
 
 
+def source_diff_files(a_spec: str, b_spec: str) -> tuple[str, ...] | None:
+    """The files that differ between two sources, when both are revisions
+    of one repository (``git diff --name-only``, run by its owner); None
+    otherwise (two folders or two .debs would have to be read whole)."""
+    a_dir, a_at, _ = a_spec.rpartition("@")
+    b_dir, b_at, _ = b_spec.rpartition("@")
+    if not (a_at and b_at) or Path(a_dir).resolve() != Path(b_dir).resolve() or Path(a_spec).exists():
+        return None
+    a, b = resolve_source(a_spec), resolve_source(b_spec)
+    proc = subprocess.run(
+        _as_owner(owner_of(a.path), ["git", "-C", str(a.path), "diff", "--no-renames", "--name-only", a.rev, b.rev]),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return tuple(line for line in proc.stdout.splitlines() if line)
+
+
 def is_source_revision(name: str) -> bool:
     """A kernel named ``DIR@commit`` (a bisect over revisions), not a Debian one."""
     directory, at, rev = name.partition("@")

@@ -761,6 +761,9 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["patches"][0]["files"] == ["init/main.c"]
     assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
     assert record["b"]["incremental"] is True and record["config_diff"] == []
+    # init/main.c is in no scenario's kernel_paths: every scenario runs
+    assert record["scope"]["kind"] == "everything" and "init/main.c" in record["scope"]["reason"]
+    assert given.test_scope is None
     assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
 
 
@@ -773,6 +776,59 @@ def test_run_patch_checks_the_run_options_before_building(
     with pytest.raises(BadInput, match="--rounds"):
         args.command_run(args)
     assert built == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("files", "extra", "kind", "builds"),
+    [
+        (["Documentation/mm/balloon.rst"], [], "nothing", False),  # nothing to qualify: no build, exit 0
+        (["Documentation/mm/balloon.rst"], ["--all-scenarios"], "everything", True),
+        (["drivers/virtio/virtio_balloon.c"], [], "scoped", True),
+        (["drivers/virtio/virtio_balloon.c"], ["--all-scenarios"], "everything", True),
+        (["drivers/virtio/virtio_balloon.c"], ["--only", "ksm"], "only", True),  # --only decides alone
+        (["mm/page_alloc.c"], [], "everything", True),
+    ],
+)
+def test_run_patch_scopes_the_run_by_the_files_it_touches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: list[str], extra: list[str], kind: str, builds: bool
+) -> None:
+    from memqual.host.cli.kernel import patch_scope_of, run_with_patch
+
+    patch = tmp_path / "p.patch"
+    patch.write_text("".join(f"--- a/{f}\n+++ b/{f}\n@@ -1 +1 @@\n-a\n+b\n" for f in files))
+    args = _run_args(["run", "--patch", str(patch), "--output", str(tmp_path / "out"), *extra])
+    assert patch_scope_of(args).kind == kind
+    if builds:
+        return  # the builds themselves: test_run_patch_builds_both_arms_and_names_the_patch
+    assert run_with_patch(args, lambda a: 1) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing to qualify: Documentation/mm/balloon.rst: no guest kernel builds any of it")
+    assert "--all-scenarios" in out and len(out.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_two_revisions_of_one_repository_list_the_files_between_them(tmp_path: Path) -> None:
+    """--kernel-source twice: two revisions of one repository are scoped
+    by ``git diff --name-only``; two folders are not listed (everything runs)."""
+    from memqual.host.cli.kernel import patch_scope_of
+
+    repo = tmp_path / "linux"
+    (repo / "mm").mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for n in range(2):
+        (repo / "mm/ksm.c").write_text(f"int ksm = {n};\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{n}"], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    assert kb.source_diff_files(f"{repo}@{commits[0]}", f"{repo}@HEAD") == ("mm/ksm.c",)
+    assert kb.source_diff_files(str(repo), str(tmp_path)) is None
+    args = _run_args(["run", "--kernel-source", f"{repo}@{commits[0]}", "--kernel-source", f"{repo}@HEAD"])
+    scope = patch_scope_of(args)
+    assert scope.kind == "scoped" and [c.scenario for c in scope.chosen] == ["ksm.guest_merge"]
+    two_folders = _run_args(["run", "--kernel-source", str(repo), "--kernel-source", str(tmp_path)])
+    assert patch_scope_of(two_folders).kind == "everything"
 
 
 def _run_args(argv: list[str]) -> argparse.Namespace:
@@ -1013,8 +1069,10 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         "b": {"name": "6.1.192-memqual-bbbb", "source": "linux-source-6.1 6.1.192-3"},
         "config_diff": ["CONFIG_X: n -> y"],
         "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
+        "scope": {"kind": "scoped", "line": "the patch touches only code balloon.inflate exercise: running those"},
     }
     page = render_comparison_html(result, a, b, patch=record)
+    assert "What ran: the patch touches only code balloon.inflate exercise" in page
     assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
     assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
     assert "virtio_balloon.ko: differs" in page
