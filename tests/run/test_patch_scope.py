@@ -92,7 +92,8 @@ def test_patch_scope_by_the_files_it_touches(
         assert scope.controls == CONTROLS  # the negative controls ride along
         assert "--all-scenarios" in scope.line() and all(name in scope.line() for name in scenarios)
         for chosen in scope.chosen:  # why each was kept: the files it names
-            assert chosen.files and all(scenario.find(chosen.scenario).exercises(f) for f in chosen.files)
+            row = scenario.find(chosen.scenario)
+            assert row is not None and chosen.files and all(row.exercises(f) for f in chosen.files)
     else:
         assert scope.test_scope() is None and scope.controls == ()
 
