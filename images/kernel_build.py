@@ -653,6 +653,10 @@ def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
             "CCACHE_MAXSIZE": CCACHE_SIZE,
             "CCACHE_TEMPDIR": str(cache / "tmp"),
         }
+        if user.confined_to is not None:
+            # a confined build (a patch's) reads the cache and adds nothing
+            # to it: its folder is read-only to it
+            env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(user.confined_to[1] / "home" / "tmp")}
     return env
 
 
@@ -665,7 +669,7 @@ def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
     difference of two readings (another build at the same time would add
     its own: builds of one source are serialized, of two are not)."""
     env = build_env(user)
-    if "CCACHE_DIR" not in env:
+    if "CCACHE_DIR" not in env or "CCACHE_READONLY" in env:  # read-only: ccache counts nothing
         return {}
     proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
     counters: dict[str, int] = {}
@@ -960,6 +964,13 @@ def _build(
     # so a copy of the base elsewhere would relink objtool and recompile
     # every object after it.
     folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
+    if patches:
+        # a patch is input root must not trust: its build's steps see the
+        # build parent read-only (ccache's folder, every other build's)
+        if unprivileged.can_confine():
+            user = unprivileged.confined(user, parent, folder)
+        else:
+            say("  no mount namespace here: this patched build can write into ccache's folder")
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
     incremental = False
     if patches:

@@ -40,6 +40,10 @@ class BuildUser:
     name: str
     uid: int
     gid: int
+    # (build parent, build folder) for the steps of a build whose input
+    # root must not trust (a patch): the parent (every other build's folder,
+    # ccache's) read-only, only the folder writable (``confined``).
+    confined_to: tuple[Path, Path] | None = None
 
 
 def build_user() -> BuildUser:
@@ -79,16 +83,75 @@ def pid_namespace() -> tuple[str, ...]:
     return prefix if works else ()
 
 
-def as_user(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
+# Run by root's /bin/sh inside the step's mount namespace, before the
+# privileges are dropped: the build parent bound read-only over itself, the
+# build's own folder bound writable over that.  Constant; the paths are
+# its arguments, never part of it.
+CONFINE_SCRIPT = (
+    'set -e; "$1" --bind -o ro "$2" "$2"; "$1" --bind "$3" "$3"; "$1" -o remount,bind,rw "$3"; shift 3; exec "$@"'
+)
+
+
+def _confine_prefix(parent: Path, folder: Path) -> list[str]:
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if unshare is None or mount is None:
+        raise CapabilityMissing("confining a build needs util-linux's unshare and mount")
+    return [
+        unshare,
+        "--pid",
+        "--fork",
+        "--kill-child=SIGKILL",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        CONFINE_SCRIPT,
+        "sh",
+        mount,
+        str(parent),
+        str(folder),
+    ]
+
+
+@functools.cache
+def can_confine() -> bool:
+    """Whether this host gives a step a mount namespace of its own (root,
+    util-linux, a kernel or container that allows it): tried once, on a
+    root-owned folder of its own."""
+    if os.geteuid() != 0 or not pid_namespace() or shutil.which("mount") is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="memqual-confine-") as tmp:
+        own = Path(tmp) / "own"
+        own.mkdir()
+        try:
+            argv = [*_confine_prefix(Path(tmp), own), "true"]
+            return subprocess.run(argv, capture_output=True, timeout=60, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired, CapabilityMissing):
+            return False
+
+
+def confined(user: BuildUser, parent: Path, folder: Path) -> BuildUser:
+    """``user`` whose every step sees ``parent`` read-only but for
+    ``folder``: a hostile patch's build can write into no other build's
+    folder and no shared cache (ccache's)."""
+    return dataclasses.replace(user, confined_to=(parent, folder))
+
+
+def as_user(uid: int, gid: int, argv: Sequence[str], confined_to: tuple[Path, Path] | None = None) -> list[str]:
     """``argv`` run as uid:gid with nothing of root's left: no groups, no
     capabilities (also none to regain: bounding set emptied), no_new_privs,
-    in a PID namespace of its own where there is one (``pid_namespace``)."""
+    in a PID namespace of its own where there is one (``pid_namespace``),
+    and, ``confined_to`` (parent, folder), in a mount namespace where
+    only ``folder`` of ``parent`` is writable."""
     if os.geteuid() != 0:
         return list(argv)  # already unprivileged: nothing to drop
     if uid == 0:
         raise BadInput("refusing to run a build step as root")
+    prefix = _confine_prefix(*confined_to) if confined_to is not None else list(pid_namespace())
     return [
-        *pid_namespace(),
+        *prefix,
         require_setpriv(),
         f"--reuid={uid}",
         f"--regid={gid}",
@@ -188,7 +251,7 @@ def remove_folder(user: BuildUser, folder: Path) -> None:
     if not os.path.lexists(folder):
         return
     subprocess.run(
-        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)]),
+        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)], user.confined_to),
         env=environment(folder / "home"),
         capture_output=True,
         timeout=900,
@@ -210,7 +273,7 @@ def run(
     """``argv`` as the build user in ``cwd`` (its own session: a deadline
     ends the whole process group)."""
     proc = subprocess.Popen(
-        as_user(user.uid, user.gid, argv),
+        as_user(user.uid, user.gid, argv, user.confined_to),
         cwd=cwd,
         env=environment(home, env),
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -249,7 +312,7 @@ def popen(
 ) -> subprocess.Popen[bytes]:
     """A long step (make, tar) as the build user, streaming."""
     return subprocess.Popen(
-        as_user(user.uid, user.gid, argv),
+        as_user(user.uid, user.gid, argv, user.confined_to),
         cwd=cwd,
         env=environment(home, env),
         stdin=stdin,

@@ -458,6 +458,7 @@ def test_without_the_seal_the_hostile_patch_reaches_the_base(
     with monkeypatch.context() as unchecked:
         unchecked.setattr(kb, "base_problem", lambda base: None)
         unchecked.setattr(unprivileged, "pid_namespace", tuple)
+        unchecked.setattr(unprivileged, "can_confine", lambda: False)  # its namespaces would hold the daemon too
         kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=lambda _: None)
     left = _daemons()
     for pid in left:  # the daemon this test's build started
@@ -465,6 +466,73 @@ def test_without_the_seal_the_hostile_patch_reaches_the_base(
     assert left, "without its PID namespace, the step's daemon outlives it"
     assert "evil" in (base / "linux/init/main.c").read_text()
     assert kb.base_problem(base) is not None
+
+
+# What a hostile patch's build tries beside its own folder: another
+# build's folder and ccache's, both the build user's.
+HOSTILE_BESIDE = "\t-touch ../../work-other/pwned\n\t-sh -c 'touch ../../ccache-$$(id -u)/pwned'\n"
+
+
+def _other_builds(build_env: Path) -> tuple[Path, Path]:
+    """A folder of another build and ccache's, the build user's, beside
+    this build's folder."""
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    other = unprivileged.user_folder(parent, user, "work-other")
+    cache = unprivileged.user_folder(parent, user, f"ccache-{user.uid}")
+    assert other is not None and cache is not None
+    return other, cache
+
+
+@needs_drop
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_patched_build_cannot_write_into_other_builds_or_ccache(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A patch's build steps see the build parent read-only but for their
+    own folder: another build's folder and ccache's stay as they were."""
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    other, cache = _other_builds(build_env)
+    patched = kb.build(str(tree), [_makefile_patch(tree, "beside.patch", HOSTILE_BESIDE)], jobs=1, say=lambda _: None)
+    assert patched.incremental and patched.bzimage.is_file()
+    assert not (other / "pwned").exists() and not (cache / "pwned").exists()
+
+
+@needs_drop
+def test_without_confinement_the_patched_build_writes_beside_its_folder(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above can fail: unconfined, the same build writes into
+    the other build's folder and ccache's (they are the build user's)."""
+    monkeypatch.setattr(unprivileged, "can_confine", lambda: False)
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    other, cache = _other_builds(build_env)
+    said: list[str] = []
+    kb.build(str(tree), [_makefile_patch(tree, "beside.patch", HOSTILE_BESIDE)], jobs=1, say=said.append)
+    assert (other / "pwned").exists() and (cache / "pwned").exists()
+    assert any("no mount namespace here" in line for line in said)
+
+
+@needs_drop
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_confined_patched_build_reads_ccache_and_adds_nothing(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A patch's compiles go through ccache read-only: they build (a hit or
+    the compiler), and the cache holds no more files than before."""
+    tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    cache = kb.ccache_folder(unprivileged.build_user())
+    assert cache is not None
+    before = sorted(p.name for p in cache.rglob("*") if p.is_file() and "stats" not in p.name)
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    patched = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert patched.incremental and (patched.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert sorted(p.name for p in cache.rglob("*") if p.is_file() and "stats" not in p.name) == before
 
 
 @needs_drop
@@ -622,7 +690,7 @@ def test_without_the_privilege_drop_the_hostile_build_is_caught(
     """The hostile tests above can fail: with setpriv taken out, the same
     kind of Makefile runs as root, writes root's file, and the build's own
     check (``test $(id -u) != 0``) fails it."""
-    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv: list(argv))
+    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv, confined_to=None: list(argv))
     tree = fake_tree(tmp_path, hostile=f"\t-sh -c 'echo owned > {probe_dir}/victim'\n")
     with pytest.raises(BadInput, match="the kernel build failed"):
         kb.build(str(tree), jobs=1, say=lambda _: None)
