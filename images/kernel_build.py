@@ -926,6 +926,19 @@ def build(
         hit = cached(key, cache)
         if hit is not None and not force:
             return hit
+        base_key = cache_key(source, [], fragments, compiler)
+        base = _build_parent() / f"base-{base_key}"
+        problem = base_problem(base) if patches and cached(base_key, cache) is not None else None
+        if problem is not None:
+            # the unpatched kernel is cached but its sealed tree is not there
+            # (gone, refused, or of an older memqual): built again and kept,
+            # not installed (the cached kernel stays), so that this build
+            # and the next patches' are incremental.  Without the unpatched
+            # kernel, a patched build is a full one and keeps nothing: a
+            # patch that does not apply is then found at once.
+            say(f"  the base tree is {problem}: building the unpatched source first, kept as the base")
+            remove_base(base)
+            _build(source, [], fragments, compiler, base_key, cache, jobs, say, time.monotonic(), install=False)
         return _build(source, patches, fragments, compiler, key, cache, jobs, say, started)
 
 
@@ -939,6 +952,7 @@ def _build(
     jobs: int | None,
     say: Callable[[str], None],
     started: float,
+    install: bool = True,
 ) -> BuiltKernel:
     user = unprivileged.build_user()
     jobs = jobs or os.cpu_count() or 1
@@ -1053,10 +1067,11 @@ def _build(
             jobs=jobs,
             ccache=lookups,
         )
-        (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
-        os.chmod(staging, 0o755)
-        shutil.rmtree(kernel.directory, ignore_errors=True)
-        os.replace(staging, kernel.directory)
+        if install:
+            (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
+            os.chmod(staging, 0o755)
+            shutil.rmtree(kernel.directory, ignore_errors=True)
+            os.replace(staging, kernel.directory)
         if keep_as_base:
             begun = time.monotonic()
             try:
