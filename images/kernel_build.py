@@ -5,8 +5,8 @@ the config (defconfig, kvm_guest, memqual's and the user's fragments,
 after the patches), the build run as the build user (images/unprivileged.py)
 and the result's cache entry ``<cache>/kernels/<release>-<key>/``, whole
 or absent.  A patched build starts from a copy of the unpatched base tree
-(images/tree_copy.py) at the base's own path, so make compiles only what
-the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
+(sealed as root's: images/tree_copy.py) at the base's own path, so make
+compiles only what the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
 has the details."""
 
 from __future__ import annotations

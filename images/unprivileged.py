@@ -3,9 +3,11 @@ does with a kernel tree and a patch that root must not trust.
 
 Everything that reads or runs the input goes through ``setpriv`` as the
 build user (no groups, no capabilities, no_new_privs, a cleared
-environment) in its own 0700 folder; results come back as a tar stream
-root filters (``receive``); a user's tree is read by its owner
-(``as_owner``).  docs/patch-qualification.md, "images/unprivileged.py"."""
+environment) in its own 0700 folder and a PID namespace of its own; a
+patch's build also in a mount namespace where only its folder is writable
+(``confined``); results come back as a tar stream root filters
+(``receive``); a user's tree is read by its owner (``as_owner``).
+docs/patch-qualification.md, "images/unprivileged.py"."""
 
 from __future__ import annotations
 
