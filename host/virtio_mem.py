@@ -438,8 +438,36 @@ PLANS = {
 }
 # The scenario table's rows (host/core/scenario.py); the memslot counts a
 # plugged device makes are also recorded as memslots.kvm_lookup, memslots' row.
-RESIZE = Scenario("virtio_mem.resize", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_resize_timing")
+# The guest code they run (Scenario.kernel_paths): the driver and memory
+# hot(un)plug; the resize's timings also inflate the balloon by each size.
+VIRTIO_MEM_PATHS = (
+    "drivers/virtio/virtio_mem.c",
+    "include/uapi/linux/virtio_mem.h",
+    "mm/memory_hotplug.c",
+    "include/linux/memory_hotplug.h",
+    "drivers/base/memory.c",
+    "include/linux/memory.h",
+    "mm/page_isolation.c",
+    "include/linux/page-isolation.h",
+)
+RESIZE = Scenario(
+    "virtio_mem.resize",
+    ("virtio_mem",),
+    PLANS,
+    e2e="test_virtio_mem:VirtioMem.test_resize_timing",
+    kernel_paths=(
+        *VIRTIO_MEM_PATHS,
+        "drivers/virtio/virtio_balloon.c",
+        "include/uapi/linux/virtio_balloon.h",
+        "mm/balloon_compaction.c",
+        "include/linux/balloon_compaction.h",
+    ),
+)
 MEMSLOTS = Scenario(
-    "virtio_mem.memslots", ("virtio_mem",), PLANS, e2e="test_virtio_mem:VirtioMem.test_dynamic_memslots"
+    "virtio_mem.memslots",
+    ("virtio_mem",),
+    PLANS,
+    e2e="test_virtio_mem:VirtioMem.test_dynamic_memslots",
+    kernel_paths=VIRTIO_MEM_PATHS,
 )
 SCENARIOS = (RESIZE, MEMSLOTS)

@@ -5,8 +5,8 @@ the config (defconfig, kvm_guest, memqual's and the user's fragments,
 after the patches), the build run as the build user (images/unprivileged.py)
 and the result's cache entry ``<cache>/kernels/<release>-<key>/``, whole
 or absent.  A patched build starts from a copy of the unpatched base tree
-(images/tree_copy.py) at the base's own path, so make compiles only what
-the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
+(sealed as root's: images/tree_copy.py) at the base's own path, so make
+compiles only what the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
 has the details."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import re
 import resource
 import shutil
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -63,9 +64,10 @@ STAMP_ENV = {
 # incremental for a build without it and the other way round.
 CCACHE_LINKS = Path("/usr/lib/ccache")
 CCACHE_SIZE = "4G"
-# Made in a build folder just after its source is unpacked: what is no
-# newer is source (linked into a patched build's copy), the rest output.
-SOURCES_STAMP = "sources-end"
+# A kept base tree's record, root's, beside its sealed tree: the digest
+# of its entries and when its source was unpacked (what is no newer is
+# source, linked into a patched build's copy; the rest output, copied).
+BASE_RECORD = "base.json"
 # What a patch may touch that changes the config the fragments give:
 # Kconfig files, what they run (scripts/) and the defconfigs.
 CONFIG_INPUTS = re.compile(r"(^|/)Kconfig[^/]*$|^scripts/|/configs/")
@@ -335,6 +337,28 @@ def revisions(directory: str, good: str, bad: str) -> list[str]:
     return [f"{repo.resolve()}@{commit}" for commit in [ids[0], *between]]
 
 
+def source_diff_files(a_spec: str, b_spec: str) -> tuple[str, ...] | None:
+    """The files that differ between two sources, when both are revisions
+    of one repository (``git diff --name-only``, run by its owner); None
+    otherwise (two folders or two .debs would have to be read whole)."""
+    a_dir, a_at, _ = a_spec.rpartition("@")
+    b_dir, b_at, _ = b_spec.rpartition("@")
+    if not (a_at and b_at) or Path(a_dir).resolve() != Path(b_dir).resolve() or Path(a_spec).exists():
+        return None
+    a, b = resolve_source(a_spec), resolve_source(b_spec)
+    proc = subprocess.run(
+        _as_owner(owner_of(a.path), ["git", "-C", str(a.path), "diff", "--no-renames", "--name-only", a.rev, b.rev]),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return tuple(line for line in proc.stdout.splitlines() if line)
+
+
 def is_source_revision(name: str) -> bool:
     """A kernel named ``DIR@commit`` (a bisect over revisions), not a Debian one."""
     directory, at, rev = name.partition("@")
@@ -373,8 +397,9 @@ def _source_stream(source: Source) -> tuple[subprocess.Popen[bytes], Callable[[]
     return proc, end
 
 
-def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> None:
-    """The source tree into ``folder``/linux, unpacked by the build user."""
+def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> int:
+    """The source tree into ``folder``/linux, unpacked by the build user;
+    the time (ns) no output of the build will be older than."""
     home = folder / "home"
     unprivileged.run(user, ["mkdir", "linux"], folder, home)
     strip = ["--strip-components=1"] if source.kind == "debian" else []
@@ -402,23 +427,82 @@ def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> None:
         end()
         if untar.poll() is None:
             unprivileged.end_group(untar)
-    # a second before now: every output the build makes is newer, and a
-    # source file changed within that second is taken as output (copied)
-    _run_ok(user, ["touch", "-d", f"@{int(time.time()) - 1}", SOURCES_STAMP], folder, home, "stamping the sources")
+    # a second before now, kept by root: every output the build makes is
+    # newer, and a source file changed within that second is taken as
+    # output (copied)
+    return (int(time.time()) - 1) * 1_000_000_000
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseRecord:
+    digest: str  # tree_copy.digest of the sealed tree
+    sources_end_ns: int  # what unpack returned
+
+
+def keep_base(folder: Path, base: Path, sources_end_ns: int) -> None:
+    """The unpatched build's tree (``folder``/linux, the build user's) made
+    the base of later patched builds of its key: moved into a root-owned
+    0700 folder, sealed (images/tree_copy.py), its record written, then put
+    in place of ``base``.  Nothing of the build user's is left in it."""
+    sealing = Path(tempfile.mkdtemp(prefix=".base-", dir=base.parent))
+    try:
+        os.rename(folder / "linux", sealing / "linux")
+        tree_copy.seal(sealing / "linux")
+        record = BaseRecord(tree_copy.digest(sealing / "linux"), sources_end_ns)
+        (sealing / BASE_RECORD).write_text(json.dumps(dataclasses.asdict(record)) + "\n")
+        remove_base(base)
+        os.rename(sealing, base)
+    except (OSError, tree_copy.TreeRefused):
+        shutil.rmtree(sealing, ignore_errors=True)
+        raise
+
+
+def remove_base(base: Path) -> None:
+    """A kept base removed: a sealed one by root (only root can change it);
+    one of an older recipe, the build user's, as a build folder is."""
+    try:
+        st = os.lstat(base)
+    except FileNotFoundError:
+        return
+    if st.st_uid == 0:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        unprivileged.remove_folder(unprivileged.build_user(), base)
+
+
+def base_problem(base: Path) -> str | None:
+    """None when ``base`` is a sealed base tree as it was recorded (a built
+    vmlinux in it), else why it cannot be used."""
+    record = base / BASE_RECORD
+    try:
+        st = os.lstat(record)
+    except FileNotFoundError:
+        return "absent" if not os.path.lexists(base) else "not sealed (kept by an older memqual)"
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or os.lstat(base).st_uid != 0:
+        return "not sealed (not root's)"
+    try:
+        known = BaseRecord(**json.loads(record.read_text()))
+    except (OSError, ValueError, TypeError):
+        return "not sealed (its record is unreadable)"
+    if not os.path.isfile(base / "linux" / "vmlinux"):
+        return "incomplete (no vmlinux)"
+    return tree_copy.verify(base / "linux", known.digest)
 
 
 def copy_base(user: unprivileged.BuildUser, base: Path, folder: Path) -> str:
-    """The base tree as ``folder``/linux (images/tree_copy.py, run by the
-    build user); what it linked and copied."""
-    proc = _run_ok(
-        user,
-        ["python3", "-I", "-S", "-", str(base / "linux"), "linux", str(base / SOURCES_STAMP)],
-        folder,
-        folder / "home",
-        "copying the base tree",
-        Path(tree_copy.__file__).read_bytes(),
-    )
-    return proc.stdout.strip()
+    """The sealed base tree as ``folder``/linux, made by root
+    (images/tree_copy.py) in a root-owned 0700 staging folder and renamed
+    into place once whole; what it linked and copied."""
+    known = BaseRecord(**json.loads((base / BASE_RECORD).read_text()))
+    staging = Path(tempfile.mkdtemp(prefix=".copy-", dir=base.parent))
+    try:
+        copied = tree_copy.copy_tree(base / "linux", staging / "linux", known.sources_end_ns, user.uid, user.gid)
+        os.rename(staging / "linux", folder / "linux")
+    except OSError as exc:
+        raise BadInput(f"copying the base tree failed: {exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(copied)
 
 
 def config_touched(patches: Sequence[Patch]) -> list[str]:
@@ -569,6 +653,10 @@ def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
             "CCACHE_MAXSIZE": CCACHE_SIZE,
             "CCACHE_TEMPDIR": str(cache / "tmp"),
         }
+        if user.confined_to is not None:
+            # a confined build (a patch's) reads the cache and adds nothing
+            # to it: its folder is read-only to it
+            env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(user.confined_to[1] / "home" / "tmp")}
     return env
 
 
@@ -581,7 +669,7 @@ def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
     difference of two readings (another build at the same time would add
     its own: builds of one source are serialized, of two are not)."""
     env = build_env(user)
-    if "CCACHE_DIR" not in env:
+    if "CCACHE_DIR" not in env or "CCACHE_READONLY" in env:  # read-only: ccache counts nothing
         return {}
     proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
     counters: dict[str, int] = {}
@@ -838,6 +926,19 @@ def build(
         hit = cached(key, cache)
         if hit is not None and not force:
             return hit
+        base_key = cache_key(source, [], fragments, compiler)
+        base = _build_parent() / f"base-{base_key}"
+        problem = base_problem(base) if patches and cached(base_key, cache) is not None else None
+        if problem is not None:
+            # the unpatched kernel is cached but its sealed tree is not there
+            # (gone, refused, or of an older memqual): built again and kept,
+            # not installed (the cached kernel stays), so that this build
+            # and the next patches' are incremental.  Without the unpatched
+            # kernel, a patched build is a full one and keeps nothing: a
+            # patch that does not apply is then found at once.
+            say(f"  the base tree is {problem}: building the unpatched source first, kept as the base")
+            remove_base(base)
+            _build(source, [], fragments, compiler, base_key, cache, jobs, say, time.monotonic(), install=False)
         return _build(source, patches, fragments, compiler, key, cache, jobs, say, started)
 
 
@@ -851,6 +952,7 @@ def _build(
     jobs: int | None,
     say: Callable[[str], None],
     started: float,
+    install: bool = True,
 ) -> BuiltKernel:
     user = unprivileged.build_user()
     jobs = jobs or os.cpu_count() or 1
@@ -876,21 +978,37 @@ def _build(
     # so a copy of the base elsewhere would relink objtool and recompile
     # every object after it.
     folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
+    if patches:
+        # a patch is input root must not trust: its build's steps see the
+        # build parent read-only (ccache's folder, every other build's)
+        if unprivileged.can_confine():
+            user = unprivileged.confined(user, parent, folder)
+        else:
+            say("  no mount namespace here: this patched build can write into ccache's folder")
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
-    incremental = bool(patches) and all(os.path.isfile(base / f) for f in ("linux/vmlinux", SOURCES_STAMP))
+    incremental = False
+    if patches:
+        problem = base_problem(base)
+        incremental = problem is None
+        if problem is not None and problem != "absent":
+            # detected, refused, and rebuilt: B from the source (ccache's),
+            # the next unpatched build kept as the base again
+            say(f"  the kept base tree {base.name} is {problem}: removed; building from the source")
+            remove_base(base)
     keep_as_base = not patches
+    sources_end_ns = 0
     try:
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
         if incremental:
             try:
                 copied = timed("copy A's tree", lambda: copy_base(user, base, folder))
                 say(f"  copy A's tree: {copied}")
-            except BadInput as exc:  # no python3 for the build user, say
+            except BadInput as exc:  # a full disk, say
                 say(f"  {exc}: building from the source instead")
                 _run_ok(user, ["rm", "-rf", "linux"], folder, folder / "home", "removing the partial copy")
                 incremental = False
         if not incremental:
-            timed("unpack", lambda: unpack(source, user, folder))
+            sources_end_ns = timed("unpack", lambda: unpack(source, user, folder))
         for patch in patches:
             timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))
         touched = config_touched(patches)
@@ -949,14 +1067,18 @@ def _build(
             jobs=jobs,
             ccache=lookups,
         )
-        (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
-        os.chmod(staging, 0o755)
-        shutil.rmtree(kernel.directory, ignore_errors=True)
-        os.replace(staging, kernel.directory)
+        if install:
+            (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
+            os.chmod(staging, 0o755)
+            shutil.rmtree(kernel.directory, ignore_errors=True)
+            os.replace(staging, kernel.directory)
         if keep_as_base:
-            _run_ok(user, ["rm", "-rf", "out", "variant", "home/tmp"], folder, folder / "home", "tidying the tree")
-            unprivileged.remove_folder(user, base)
-            os.replace(folder, base)
+            begun = time.monotonic()
+            try:
+                keep_base(folder, base, sources_end_ns)
+                say(f"  kept as the base of patched builds (sealed): {time.monotonic() - begun:.0f} s")
+            except (OSError, tree_copy.TreeRefused) as exc:
+                say(f"  not kept as the base of patched builds: {exc}")
         return kernel
     finally:
         shutil.rmtree(staging, ignore_errors=True)

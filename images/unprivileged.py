@@ -3,13 +3,16 @@ does with a kernel tree and a patch that root must not trust.
 
 Everything that reads or runs the input goes through ``setpriv`` as the
 build user (no groups, no capabilities, no_new_privs, a cleared
-environment) in its own 0700 folder; results come back as a tar stream
-root filters (``receive``); a user's tree is read by its owner
-(``as_owner``).  docs/patch-qualification.md, "images/unprivileged.py"."""
+environment) in its own 0700 folder and a PID namespace of its own; a
+patch's build also in a mount namespace where only its folder is writable
+(``confined``); results come back as a tar stream root filters
+(``receive``); a user's tree is read by its owner (``as_owner``).
+docs/patch-qualification.md, "images/unprivileged.py"."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pwd
 import shutil
@@ -39,6 +42,10 @@ class BuildUser:
     name: str
     uid: int
     gid: int
+    # (build parent, build folder) for the steps of a build whose input
+    # root must not trust (a patch): the parent (every other build's folder,
+    # ccache's) read-only, only the folder writable (``confined``).
+    confined_to: tuple[Path, Path] | None = None
 
 
 def build_user() -> BuildUser:
@@ -60,14 +67,93 @@ def require_setpriv() -> str:
     return exe
 
 
-def as_user(uid: int, gid: int, argv: Sequence[str]) -> list[str]:
+@functools.cache
+def pid_namespace() -> tuple[str, ...]:
+    """The prefix that runs a step in a PID namespace of its own (util-linux
+    unshare, as root), or () where the kernel or a container refuses one.
+    When the step's first process ends, the kernel kills every process left
+    in it: nothing a build starts (a daemon a hostile Makefile leaves,
+    holding a descriptor into a tree) outlives its step."""
+    exe = shutil.which("unshare")
+    if exe is None or os.geteuid() != 0:
+        return ()
+    prefix = (exe, "--pid", "--fork", "--kill-child=SIGKILL", "--")
+    try:
+        works = subprocess.run([*prefix, "true"], capture_output=True, timeout=60, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        works = False
+    return prefix if works else ()
+
+
+# Run by root's /bin/sh inside the step's mount namespace, before the
+# privileges are dropped: the build parent bound read-only over itself, the
+# build's own folder bound writable over that.  Constant; the paths are
+# its arguments, never part of it.
+CONFINE_SCRIPT = (
+    'set -e; "$1" --bind -o ro "$2" "$2"; "$1" --bind "$3" "$3"; "$1" -o remount,bind,rw "$3"; shift 3; exec "$@"'
+)
+
+
+def _confine_prefix(parent: Path, folder: Path) -> list[str]:
+    unshare, mount = shutil.which("unshare"), shutil.which("mount")
+    if unshare is None or mount is None:
+        raise CapabilityMissing("confining a build needs util-linux's unshare and mount")
+    return [
+        unshare,
+        "--pid",
+        "--fork",
+        "--kill-child=SIGKILL",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        CONFINE_SCRIPT,
+        "sh",
+        mount,
+        str(parent),
+        str(folder),
+    ]
+
+
+@functools.cache
+def can_confine() -> bool:
+    """Whether this host gives a step a mount namespace of its own (root,
+    util-linux, a kernel or container that allows it): tried once, on a
+    root-owned folder of its own."""
+    if os.geteuid() != 0 or not pid_namespace() or shutil.which("mount") is None:
+        return False
+    with tempfile.TemporaryDirectory(prefix="memqual-confine-") as tmp:
+        own = Path(tmp) / "own"
+        own.mkdir()
+        try:
+            argv = [*_confine_prefix(Path(tmp), own), "true"]
+            return subprocess.run(argv, capture_output=True, timeout=60, check=False).returncode == 0
+        except (OSError, subprocess.TimeoutExpired, CapabilityMissing):
+            return False
+
+
+def confined(user: BuildUser, parent: Path, folder: Path) -> BuildUser:
+    """``user`` whose every step sees ``parent`` read-only but for
+    ``folder``: a hostile patch's build can write into no other build's
+    folder and no shared cache (ccache's)."""
+    return dataclasses.replace(user, confined_to=(parent, folder))
+
+
+def as_user(uid: int, gid: int, argv: Sequence[str], confined_to: tuple[Path, Path] | None = None) -> list[str]:
     """``argv`` run as uid:gid with nothing of root's left: no groups, no
-    capabilities (also none to regain: bounding set emptied), no_new_privs."""
+    capabilities (also none to regain: bounding set emptied), no_new_privs,
+    in a PID namespace of its own where there is one (``pid_namespace``),
+    and, ``confined_to`` (parent, folder), in a mount namespace where
+    only ``folder`` of ``parent`` is writable."""
     if os.geteuid() != 0:
         return list(argv)  # already unprivileged: nothing to drop
     if uid == 0:
         raise BadInput("refusing to run a build step as root")
+    prefix = _confine_prefix(*confined_to) if confined_to is not None else list(pid_namespace())
     return [
+        *prefix,
         require_setpriv(),
         f"--reuid={uid}",
         f"--regid={gid}",
@@ -167,7 +253,7 @@ def remove_folder(user: BuildUser, folder: Path) -> None:
     if not os.path.lexists(folder):
         return
     subprocess.run(
-        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)]),
+        as_user(user.uid, user.gid, ["rm", "-rf", "--one-file-system", str(folder)], user.confined_to),
         env=environment(folder / "home"),
         capture_output=True,
         timeout=900,
@@ -189,7 +275,7 @@ def run(
     """``argv`` as the build user in ``cwd`` (its own session: a deadline
     ends the whole process group)."""
     proc = subprocess.Popen(
-        as_user(user.uid, user.gid, argv),
+        as_user(user.uid, user.gid, argv, user.confined_to),
         cwd=cwd,
         env=environment(home, env),
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -228,7 +314,7 @@ def popen(
 ) -> subprocess.Popen[bytes]:
     """A long step (make, tar) as the build user, streaming."""
     return subprocess.Popen(
-        as_user(user.uid, user.gid, argv),
+        as_user(user.uid, user.gid, argv, user.confined_to),
         cwd=cwd,
         env=environment(home, env),
         stdin=stdin,

@@ -52,6 +52,18 @@ DRIVER = {
     AB: DriverSizes(guests=1, curve=False),
 }
 SECTION = "balloon"  # its memqual.report_sections entry point
+# The guest code every balloon scenario runs (Scenario.kernel_paths): the
+# driver, its page migration and free page reporting, which the driver
+# starts in every guest that negotiates it.
+BALLOON_PATHS = (
+    "drivers/virtio/virtio_balloon.c",
+    "include/uapi/linux/virtio_balloon.h",
+    "include/linux/balloon_compaction.h",
+    "mm/balloon_compaction.c",
+    "mm/page_reporting.c",
+    "mm/page_reporting.h",
+    "include/linux/page_reporting.h",
+)
 
 TIMING_TEST = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
 INFLATE = Scenario(
@@ -62,6 +74,7 @@ INFLATE = Scenario(
     primaries=("inflate_s",),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
+    kernel_paths=BALLOON_PATHS,
 )
 DEFLATE = Scenario(
     "balloon.deflate",
@@ -71,6 +84,7 @@ DEFLATE = Scenario(
     primaries=("deflate_s",),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
+    kernel_paths=BALLOON_PATHS,
 )
 REQUEST_SIZE = Scenario(
     "balloon.request_size",
@@ -79,6 +93,7 @@ REQUEST_SIZE = Scenario(
     section=SECTION,
     primaries=("per_page_ns",),
     e2e="test_balloon_driver:BalloonDriver.test_request_size",
+    kernel_paths=BALLOON_PATHS,
 )
 FLOOR: Scenario[object] = Scenario(
     "balloon.floor",
@@ -86,6 +101,7 @@ FLOOR: Scenario[object] = Scenario(
     section=SECTION,
     primaries=("floor_mib",),
     e2e="test_balloon:BalloonFloor.test_floor",
+    kernel_paths=BALLOON_PATHS,
 )
 FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     "balloon.free_page_reporting",
@@ -93,6 +109,7 @@ FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     section=SECTION,
     primaries=("rss_return_s",),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
+    kernel_paths=BALLOON_PATHS,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)

@@ -21,6 +21,7 @@ from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run.signals import terminate_as_exception
 
 if TYPE_CHECKING:
+    from memqual.host.run.patch_scope import PatchScope
     from memqual.images.built_kernels import BuiltKernel
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
@@ -124,6 +125,12 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kernel-config", action="append", default=[], metavar="FRAGMENT", help="a Kconfig fragment for both arms"
     )
+    parser.add_argument(
+        "--all-scenarios",
+        action="store_true",
+        help="with --patch: run every scenario, not only those whose kernel_paths the patch touches (and the "
+        "negative controls); --only, when given, decides alone",
+    )
 
 
 def step_lines(kernel: BuiltKernel) -> list[str]:
@@ -153,6 +160,46 @@ def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
     return [r.name for r in controls], alone[0] if alone else ""
 
 
+def patch_scope_of(args: argparse.Namespace) -> PatchScope:
+    """What the run covers: the scenarios whose kernel_paths the patches
+    (and a second source's differences) touch, with the negative controls;
+    everything when --all-scenarios asks for it; --only's tags alone when
+    given (host/run/patch_scope.py)."""
+    from memqual.host.core import scenario
+    from memqual.host.run import patch_scope
+    from memqual.host.run.config import job_profile
+    from memqual.images.kernel_build import read_patch, source_diff_files
+
+    files: list[str] = []
+    if len(args.kernel_source) == 2:
+        between = source_diff_files(args.kernel_source[0], args.kernel_source[1])
+        if between is None:
+            return patch_scope.PatchScope(
+                patch_scope.EVERYTHING,
+                (),
+                "two sources whose differences are not listed (two revisions of one repository are)",
+            )
+        files += between
+    for path in args.patch:
+        files += [f for f in read_patch(path).files if f not in files]
+    if args.only:
+        return patch_scope.PatchScope(patch_scope.ONLY, tuple(files), f"--only {' '.join(args.only)} given")
+    if args.all_scenarios:
+        return patch_scope.PatchScope(patch_scope.EVERYTHING, tuple(files), "--all-scenarios given")
+    return patch_scope.scope_of(files, scenario.table(), job_profile(args.profile, 2))
+
+
+def tests_prefix(tests: Path) -> str:
+    """The tests' folder as avocado's references name it (relative to the
+    repository, where avocado runs)."""
+    from memqual.host.core.paths import REPO_ROOT
+
+    try:
+        return str(tests.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(tests)
+
+
 def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build A and B, hand them to the two-kernel run as --guest-kernel and
     --guest-modules, and keep what names the patch in OUTPUT/patch.json
@@ -180,6 +227,11 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
             }
         )
     )
+    scope = patch_scope_of(args)
+    print(scope.line())
+    if scope.kind == "nothing":
+        return 0  # before any build: no guest kernel can differ
+    args.test_scope = scope.test_scope(tests_prefix(Path(args.tests)))
     left_out, tag = controls_left_out(args.only or ())
     if left_out:
         # said before the builds: the run's verdicts would rest on the
@@ -196,7 +248,8 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     (output / "patch").mkdir(parents=True, exist_ok=True)
     for patch in built.patches:
         write_private_atomic(output / "patch" / patch.path.name, patch.data, 0o644)
-    write_private_atomic(output / "patch.json", (json.dumps(built.to_json(), indent=2) + "\n").encode(), 0o644)
+    record = {**built.to_json(), "scope": scope.to_json()}
+    write_private_atomic(output / "patch.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
         print(f"{label}: {kernel.name} ({kernel.source}; {state})")

@@ -148,6 +148,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         threshold=args.threshold,
         alpha=args.alpha,
         axes=axes,
+        scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
     )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Generic, TypeVar
@@ -35,7 +36,14 @@ class Scenario(Generic[SizesRow]):
     comparison decides on.  ``e2e``: the test that records it,
     ``test_file_stem:Class.method``, which carries its tags.
     ``icount_sizes``: the profiles whose sizes differ on the icount clock
-    (host/core/clock.py), where every vCPU takes turns in one host thread."""
+    (host/core/clock.py), where every vCPU takes turns in one host thread.
+    ``kernel_paths``: the guest kernel's source paths whose code this
+    scenario's guests run and few others do, as MAINTAINERS' ``F:`` lines
+    (``kernel_path_matches``); a patch that touches only these runs only
+    the scenarios naming them (host/run/patch_scope.py).  Code every guest
+    runs (the page allocator, virtio's core) is named by no row, and
+    host-only code (the host's KSM, hugetlbfs, KVM) by none either: a
+    patched guest kernel does not change it."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -45,17 +53,26 @@ class Scenario(Generic[SizesRow]):
     primaries: tuple[str, ...] = ()
     e2e: str = ""
     icount_sizes: Mapping[str, SizesRow] = dataclasses.field(default_factory=dict)
+    kernel_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")
         if not (subject and dot and rest):
             raise ValueError(f"scenario {self.name!r}: name it subject.scenario")
+        for pattern in self.kernel_paths:
+            if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+                raise ValueError(f"scenario {self.name}: kernel path {pattern!r}: give it relative to the tree's top")
         if self.sizes and set(self.sizes) != set(profiles.PROFILES):
             raise ValueError(f"scenario {self.name}: sizes for {sorted(self.sizes)}, not for {list(profiles.PROFILES)}")
 
     @property
     def subject(self) -> str:
         return self.name.partition(".")[0]
+
+    def exercises(self, path: str) -> bool:
+        """Whether ``path`` (relative to the kernel tree's top) is one of
+        this scenario's kernel_paths."""
+        return any(kernel_path_matches(pattern, path) for pattern in self.kernel_paths)
 
     def sizes_for(self, profile: str | None = None, icount: bool | None = None) -> SizesRow:
         """Its sizes in ``profile`` on the wall or the icount clock (default:
@@ -65,6 +82,22 @@ class Scenario(Generic[SizesRow]):
         name = profile or profiles.current()
         on_icount = clock.current().icount if icount is None else icount
         return self.icount_sizes.get(name, self.sizes[name]) if on_icount else self.sizes[name]
+
+
+def kernel_path_matches(pattern: str, path: str) -> bool:
+    """MAINTAINERS' ``F:`` pattern against a file's path: a trailing ``/``
+    is a folder and everything below it (``virt/kvm/``); otherwise the
+    whole path, where ``*`` and ``?`` stay inside one folder
+    (``drivers/virtio/virtio_*.c``, ``include/*/ksm.h``) as get_maintainer.pl
+    reads them."""
+    if pattern.endswith("/"):
+        return path.startswith(pattern)
+    return _glob(pattern).fullmatch(path) is not None
+
+
+@functools.cache
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile("".join("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c) for c in pattern))
 
 
 def load(group: str = SCENARIOS_GROUP) -> tuple[Scenario[object], ...]:

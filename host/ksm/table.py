@@ -67,8 +67,15 @@ VOLATILE_SCAN = Scenario(
     primaries=("ksmd_cpu_ns_per_page",),
     e2e="test_ksm:KsmTest.test_volatile_scan_4k",
 )
+# The guest's own ksmd (Scenario.kernel_paths).  The other rows' ksmd is
+# the host's: a patched guest kernel changes no line of it, and the guest
+# code they run is its memory management at large, which no row names.
 GUEST_MERGE: Scenario[object] = Scenario(
-    "ksm.guest_merge", ("ksm", "ab"), primaries=("merged_fraction",), e2e="test_ksm:KsmTest.test_guest_ksm"
+    "ksm.guest_merge",
+    ("ksm", "ab"),
+    primaries=("merged_fraction",),
+    e2e="test_ksm:KsmTest.test_guest_ksm",
+    kernel_paths=("mm/ksm.c", "include/linux/ksm.h"),
 )
 MANY = Scenario(
     "ksm.many_guests",

@@ -33,11 +33,21 @@ KVM_LOOKUP = Scenario(
     LOOKUP,
     e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
 )
+# The guest code the hotplugged dimms run (Scenario.kernel_paths); the
+# controls run none (host-only /dev/kvm: KVM's code is the host's).
+MEMORY_HOTPLUG_PATHS = (
+    "mm/memory_hotplug.c",
+    "include/linux/memory_hotplug.h",
+    "drivers/base/memory.c",
+    "include/linux/memory.h",
+    "drivers/acpi/acpi_memhotplug.c",
+)
 TRACE_MMIO: Scenario[object] = Scenario(
     "memslots.trace_mmio",
     ("memslots", "qemu", "ab"),
     primaries=("nodes_per_lookup",),
     e2e="test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",
+    kernel_paths=MEMORY_HOTPLUG_PATHS,
 )
 
 SCENARIOS = (KVM, KVM_LOOKUP, TRACE_MMIO)

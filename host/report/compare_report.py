@@ -183,6 +183,7 @@ class PatchSection:
     patches: tuple[PatchLine, ...]
     config_diff: tuple[str, ...]
     built_diff: tuple[str, ...]  # the artefacts (bzImage, modules) that differ
+    scope: str = ""  # which scenarios ran and why (host/run/patch_scope.py's line)
 
 
 def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
@@ -198,6 +199,7 @@ def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
         ),
         config_diff=tuple(map(str, record.get("config_diff", ()))),
         built_diff=tuple(map(str, record.get("built_diff", ()))),
+        scope=str((record.get("scope") or {}).get("line", "")),
     )
 
 

@@ -35,6 +35,20 @@ class GuestKernel:
 
 
 @dataclasses.dataclass(frozen=True)
+class TestScope:
+    """The tests a scoped run is limited to (``memqual run --patch`` of a
+    patch that touches only some scenarios' code: host/run/patch_scope.py),
+    as avocado references: its blocks' tests, and the files whose
+    once-per-arm checks it runs."""
+
+    blocks: tuple[str, ...]
+    checks: tuple[str, ...]
+
+    def references(self, selection: str) -> tuple[str, ...]:
+        return self.checks if selection == "once" else self.blocks
+
+
+@dataclasses.dataclass(frozen=True)
 class Arm:
     """One arm of an A/B: its kernel (None: the default image's) and its
     QEMU (None: the one the job inherits, $MEMQUAL_QEMU or the system's)."""
@@ -76,6 +90,9 @@ class RunConfig:
     # Which of ``kernels`` and ``qemus`` each arm has, by index, as the
     # command checked them (blocks.arm_axes): two pairs make an A/B.
     axes: ArmAxes = ((None, None),)
+    # A blocked run's tests, when a patch's scope limits them (None: every
+    # test the profile and --only select).
+    scope: TestScope | None = None
 
 
 @dataclasses.dataclass

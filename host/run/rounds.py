@@ -206,6 +206,8 @@ def run_block_job(
     variants_file = config.output / "variants" / f"job-{number}.json"
     variants_file.parent.mkdir(parents=True, exist_ok=True)
     write_private_atomic(variants_file, (json.dumps(blocks.variants(order, arms), indent=1) + "\n").encode(), 0o644)
+    if not references and config.scope is not None:
+        references = config.scope.references(selection)
     job_config = dataclasses.replace(
         config,
         variants_file=variants_file,
@@ -297,7 +299,8 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
     run first, as without --until-decided)."""
-    checks = list_tests(dataclasses.replace(config, selection="once"))
+    scoped = config.scope.references("once") if config.scope is not None else ()
+    checks = list_tests(dataclasses.replace(config, selection="once", references=scoped))
     if checks:
         console.print(
             f"the {len(checks)} once-per-arm checks run after the looks: about "

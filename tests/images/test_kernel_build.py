@@ -12,6 +12,7 @@ import dataclasses
 import io
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import tarfile
@@ -368,28 +369,259 @@ def test_patched_build_writing_a_source_in_place_fails_and_the_base_stays(
     assert left_behind(memqual_cache, build_env) == [kernel.name]
 
 
-def test_tree_copy_links_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
+def _makefile_patch(tree: Path, name: str, recipe: str) -> Path:
+    """A patch to the fake tree's Makefile that adds ``recipe``'s lines at
+    the start of the bzImage rule: what a hostile patch's build runs."""
+    import difflib
+
+    old = (tree / "Makefile").read_text()
+    new = old.replace("bzImage:\n", "bzImage:\n" + recipe, 1)
+    patch = tree.parent / name
+    patch.write_text(
+        "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/Makefile", "b/Makefile"))
+    )
+    return patch
+
+
+DAEMON = "sleep 4711.5"  # what a hostile build leaves running; found by its command line
+
+
+def _daemons() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and (entry / "cmdline").read_bytes().replace(b"\0", b" ").strip() == DAEMON.encode()
+            ):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+# What a hostile patch's build tries on the base it was copied from: the
+# hard-linked source made writable and written through, the base's own
+# folder, the link's times, and a daemon left behind to write later.
+HOSTILE_ON_THE_BASE = (
+    "\t-chmod u+w init/main.c\n"
+    "\t-sh -c 'echo evil >> init/main.c'\n"
+    "\t-touch -d 2001-01-01 init/main.c\n"
+    "\t-sh -c 'for f in ../../base-*/linux/init/main.c; do chmod u+w $$f; echo evil >> $$f; done'\n"
+    f"\t-setsid sh -c 'exec {DAEMON}' > /dev/null 2>&1 < /dev/null &\n"
+)
+
+
+@needs_drop
+def test_hostile_patch_cannot_change_the_base_through_a_linked_source(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """B's copy links A's sources; they are root's and read-only, so a
+    hostile build can neither chmod nor write them, nor reach the base's
+    folder, nor leave a process behind; the next patched build from the same
+    base is incremental and built from A's sources as they were."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    assert kb.base_problem(base) is None and os.stat(base / "linux/init/main.c").st_uid == 0
+    hostile = kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=print)
+    assert hostile.incremental
+    assert _daemons() == []  # ended with its step (the step's PID namespace)
+    main_c = base / "linux/init/main.c"
+    assert main_c.read_text() == "int main(void) { return 0; }\n"
+    st = os.stat(main_c)
+    assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o444 and st.st_mtime_ns == int(1e9 * 1e9)
+    assert kb.base_problem(base) is None
+    benign = tmp_path / "benign.patch"
+    benign.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    after = kb.build(str(tree), [benign], jobs=1, say=lambda _: None)
+    assert after.incremental
+    # the fake Makefile builds init/main.c into vmlinux and x.ko: B's source is A's plus its own patch
+    assert (after.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert main_c.read_text() == "int main(void) { return 0; }\n"
+
+
+@needs_drop
+def test_without_the_seal_the_hostile_patch_reaches_the_base(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above can fail: with the base left the build user's (the
+    seal a no-op, as before it) and no PID namespace, the same hostile
+    build writes through the link into A's tree and leaves its daemon
+    running; the base's check sees the change afterwards."""
     from memqual.images import tree_copy
 
-    base, stamp = tmp_path / "base", tmp_path / "stamp"
+    monkeypatch.setattr(tree_copy, "seal", lambda tree: None)
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    with monkeypatch.context() as unchecked:
+        unchecked.setattr(kb, "base_problem", lambda base: None)
+        unchecked.setattr(unprivileged, "pid_namespace", tuple)
+        unchecked.setattr(unprivileged, "can_confine", lambda: False)  # its namespaces would hold the daemon too
+        kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=lambda _: None)
+    left = _daemons()
+    for pid in left:  # the daemon this test's build started
+        os.kill(pid, signal.SIGKILL)
+    assert left, "without its PID namespace, the step's daemon outlives it"
+    assert "evil" in (base / "linux/init/main.c").read_text()
+    assert kb.base_problem(base) is not None
+
+
+# What a hostile patch's build tries beside its own folder: another
+# build's folder and ccache's, both the build user's.
+HOSTILE_BESIDE = "\t-touch ../../work-other/pwned\n\t-sh -c 'touch ../../ccache-$$(id -u)/pwned'\n"
+
+
+def _other_builds(build_env: Path) -> tuple[Path, Path]:
+    """A folder of another build and ccache's, the build user's, beside
+    this build's folder."""
+    user = unprivileged.build_user()
+    parent = unprivileged.build_parent(build_env)
+    other = unprivileged.user_folder(parent, user, "work-other")
+    cache = unprivileged.user_folder(parent, user, f"ccache-{user.uid}")
+    assert other is not None and cache is not None
+    return other, cache
+
+
+@needs_drop
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_patched_build_cannot_write_into_other_builds_or_ccache(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A patch's build steps see the build parent read-only but for their
+    own folder: another build's folder and ccache's stay as they were."""
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    other, cache = _other_builds(build_env)
+    patched = kb.build(str(tree), [_makefile_patch(tree, "beside.patch", HOSTILE_BESIDE)], jobs=1, say=lambda _: None)
+    assert patched.incremental and patched.bzimage.is_file()
+    assert not (other / "pwned").exists() and not (cache / "pwned").exists()
+
+
+@needs_drop
+def test_without_confinement_the_patched_build_writes_beside_its_folder(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The test above can fail: unconfined, the same build writes into
+    the other build's folder and ccache's (they are the build user's)."""
+    monkeypatch.setattr(unprivileged, "can_confine", lambda: False)
+    tree = fake_tree(tmp_path)
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    other, cache = _other_builds(build_env)
+    said: list[str] = []
+    kb.build(str(tree), [_makefile_patch(tree, "beside.patch", HOSTILE_BESIDE)], jobs=1, say=said.append)
+    assert (other / "pwned").exists() and (cache / "pwned").exists()
+    assert any("no mount namespace here" in line for line in said)
+
+
+@needs_drop
+@pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_confined_patched_build_reads_ccache_and_adds_nothing(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A patch's compiles go through ccache read-only: they build (a hit or
+    the compiler), and the cache holds no more files than before."""
+    tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    cache = kb.ccache_folder(unprivileged.build_user())
+    assert cache is not None
+    before = sorted(p.name for p in cache.rglob("*") if p.is_file() and "stats" not in p.name)
+    patch = tmp_path / "p.patch"
+    patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    patched = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
+    assert patched.incremental and (patched.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert sorted(p.name for p in cache.rglob("*") if p.is_file() and "stats" not in p.name) == before
+
+
+@needs_drop
+def test_a_base_changed_after_its_seal_is_refused_and_rebuilt(
+    tmp_path: Path, memqual_cache: Path, build_env: Path
+) -> None:
+    """A write that reached the base anyway (through a descriptor kept from
+    before the seal: here root's own) is found before the next copy: the
+    base is removed and built again from the source (A's cached kernel
+    left as it is), and B is built on it."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    with open(base / "linux/init/main.c", "a") as sneaked:
+        sneaked.write("evil\n")
+    said: list[str] = []
+    benign = tmp_path / "benign.patch"
+    benign.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
+    manifest = (kernel.directory / "manifest.json").stat()
+    patched = kb.build(str(tree), [benign], jobs=1, say=said.append)
+    assert any("changed since it was sealed: building the unpatched source first" in line for line in said)
+    assert patched.incremental and (patched.modules / "kernel/x.ko").read_text() == "int b;\n"
+    assert kb.base_problem(base) is None and "evil" not in (base / "linux/init/main.c").read_text()
+    assert (kernel.directory / "manifest.json").stat().st_mtime_ns == manifest.st_mtime_ns  # A's, not rebuilt
+
+
+@needs_drop
+def test_a_base_the_build_user_owns_is_not_used(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """A base kept by an older memqual (the build user's, unsealed) is
+    refused as such, never copied."""
+    tree = fake_tree(tmp_path)
+    kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
+    base = build_env / f"base-{kernel.key}"
+    user = unprivileged.build_user()
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)
+    assert kb.base_problem(base) == "not sealed (not root's)"
+    (base / kb.BASE_RECORD).unlink()
+    assert kb.base_problem(base) == "not sealed (kept by an older memqual)"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sealing gives the tree to root, copying gives it to the build user")
+def test_tree_copy_links_sealed_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
+    from memqual.images import tree_copy
+
+    user = unprivileged.build_user()
+    base, stamp_ns = tmp_path / "base", 2 * 10**18
     (base / "sub").mkdir(parents=True)
     (base / "main.c").write_text("source\n")
     os.utime(base / "main.c", ns=(10**18, 10**18))
-    stamp.write_text("")
-    os.utime(stamp, ns=(2 * 10**18, 2 * 10**18))
+    (base / "run.sh").write_text("#!/bin/sh\n")
+    os.chmod(base / "run.sh", 0o4775)  # a set-id bit root must not keep
+    os.utime(base / "run.sh", ns=(10**18, 10**18))
     (base / "sub/main.o").write_text("object\n")
     os.utime(base / "sub/main.o", ns=(3 * 10**18 + 7, 3 * 10**18 + 7))
     (base / "link").symlink_to("sub/main.o")
     (base / "dirlink").symlink_to("sub")
+    os.mkfifo(base / "fifo")
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, user.uid, user.gid, follow_symlinks=False)  # as the build user left it
+    elsewhere = tmp_path / "elsewhere"
+    os.link(base / "sub/main.o", elsewhere)  # a second link, outside the tree
+    tree_copy.seal(base)
+    assert not (base / "fifo").exists()
+    for path in [base, *base.rglob("*")]:
+        assert os.lstat(path).st_uid == 0
+    assert stat.S_IMODE(os.stat(base / "main.c").st_mode) == 0o444
+    assert stat.S_IMODE(os.stat(base / "run.sh").st_mode) == 0o555
+    assert stat.S_IMODE(os.stat(base / "sub").st_mode) == 0o755
+    assert os.stat(elsewhere).st_uid == user.uid  # the outside inode is not root's now: replaced in the tree
+    assert os.stat(base / "sub/main.o").st_ino != os.stat(elsewhere).st_ino
+    assert os.stat(base / "sub/main.o").st_mtime_ns == 3 * 10**18 + 7
+    sealed = tree_copy.digest(base)
+    assert tree_copy.verify(base, sealed) is None
     dest = tmp_path / "copy"
-    assert tree_copy.copy_tree(str(base), str(dest), stamp.stat().st_mtime_ns) == (1, 1, 7)
-    assert os.stat(dest / "main.c").st_ino == os.stat(base / "main.c").st_ino  # linked ...
-    assert not os.stat(base / "main.c").st_mode & 0o222  # ... and read-only
-    assert os.stat(dest / "sub/main.o").st_ino != os.stat(base / "sub/main.o").st_ino  # copied ...
-    assert os.stat(dest / "sub/main.o").st_mtime_ns == 3 * 10**18 + 7  # ... with its time
+    copied = tree_copy.copy_tree(base, dest, stamp_ns, user.uid, user.gid)
+    assert (copied.linked, copied.copied, copied.copied_bytes) == (2, 1, 7)
+    assert os.stat(dest / "main.c").st_ino == os.stat(base / "main.c").st_ino  # linked: root's, read-only
+    copy = os.stat(dest / "sub/main.o")
+    assert copy.st_ino != os.stat(base / "sub/main.o").st_ino  # copied ...
+    assert copy.st_mtime_ns == 3 * 10**18 + 7 and copy.st_uid == user.uid and copy.st_mode & 0o200  # ... the user's
+    assert os.stat(dest / "sub").st_uid == user.uid and os.stat(dest).st_uid == user.uid
     assert os.readlink(dest / "link") == "sub/main.o" and os.readlink(dest / "dirlink") == "sub"
+    assert tree_copy.verify(base, sealed) is None  # linking changed no entry's digest
     with pytest.raises(FileExistsError):  # never into a tree that is there
-        tree_copy.copy_tree(str(base), str(dest), 0)
+        tree_copy.copy_tree(base, dest, 0, user.uid, user.gid)
+    with open(base / "main.c", "a") as sneaked:  # a write that got in (root's here)
+        sneaked.write("x")
+    assert tree_copy.verify(base, sealed) == "changed since it was sealed"
 
 
 def test_config_is_assembled_again_only_for_patches_to_its_inputs() -> None:
@@ -458,7 +690,7 @@ def test_without_the_privilege_drop_the_hostile_build_is_caught(
     """The hostile tests above can fail: with setpriv taken out, the same
     kind of Makefile runs as root, writes root's file, and the build's own
     check (``test $(id -u) != 0``) fails it."""
-    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv: list(argv))
+    monkeypatch.setattr(unprivileged, "as_user", lambda uid, gid, argv, confined_to=None: list(argv))
     tree = fake_tree(tmp_path, hostile=f"\t-sh -c 'echo owned > {probe_dir}/victim'\n")
     with pytest.raises(BadInput, match="the kernel build failed"):
         kb.build(str(tree), jobs=1, say=lambda _: None)
@@ -597,6 +829,9 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["patches"][0]["files"] == ["init/main.c"]
     assert (tmp_path / "out" / record["patches"][0]["text"]).read_bytes() == patch.read_bytes()
     assert record["b"]["incremental"] is True and record["config_diff"] == []
+    # init/main.c is in no scenario's kernel_paths: every scenario runs
+    assert record["scope"]["kind"] == "everything" and "init/main.c" in record["scope"]["reason"]
+    assert given.test_scope is None
     assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
 
 
@@ -609,6 +844,59 @@ def test_run_patch_checks_the_run_options_before_building(
     with pytest.raises(BadInput, match="--rounds"):
         args.command_run(args)
     assert built == [] and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("files", "extra", "kind", "builds"),
+    [
+        (["Documentation/mm/balloon.rst"], [], "nothing", False),  # nothing to qualify: no build, exit 0
+        (["Documentation/mm/balloon.rst"], ["--all-scenarios"], "everything", True),
+        (["drivers/virtio/virtio_balloon.c"], [], "scoped", True),
+        (["drivers/virtio/virtio_balloon.c"], ["--all-scenarios"], "everything", True),
+        (["drivers/virtio/virtio_balloon.c"], ["--only", "ksm"], "only", True),  # --only decides alone
+        (["mm/page_alloc.c"], [], "everything", True),
+    ],
+)
+def test_run_patch_scopes_the_run_by_the_files_it_touches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], files: list[str], extra: list[str], kind: str, builds: bool
+) -> None:
+    from memqual.host.cli.kernel import patch_scope_of, run_with_patch
+
+    patch = tmp_path / "p.patch"
+    patch.write_text("".join(f"--- a/{f}\n+++ b/{f}\n@@ -1 +1 @@\n-a\n+b\n" for f in files))
+    args = _run_args(["run", "--patch", str(patch), "--output", str(tmp_path / "out"), *extra])
+    assert patch_scope_of(args).kind == kind
+    if builds:
+        return  # the builds themselves: test_run_patch_builds_both_arms_and_names_the_patch
+    assert run_with_patch(args, lambda a: 1) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("nothing to qualify: Documentation/mm/balloon.rst: no guest kernel builds any of it")
+    assert "--all-scenarios" in out and len(out.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_two_revisions_of_one_repository_list_the_files_between_them(tmp_path: Path) -> None:
+    """--kernel-source twice: two revisions of one repository are scoped
+    by ``git diff --name-only``; two folders are not listed (everything runs)."""
+    from memqual.host.cli.kernel import patch_scope_of
+
+    repo = tmp_path / "linux"
+    (repo / "mm").mkdir(parents=True)
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    commits = []
+    for n in range(2):
+        (repo / "mm/ksm.c").write_text(f"int ksm = {n};\n")
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{n}"], check=True)
+        commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
+    assert kb.source_diff_files(f"{repo}@{commits[0]}", f"{repo}@HEAD") == ("mm/ksm.c",)
+    assert kb.source_diff_files(str(repo), str(tmp_path)) is None
+    args = _run_args(["run", "--kernel-source", f"{repo}@{commits[0]}", "--kernel-source", f"{repo}@HEAD"])
+    scope = patch_scope_of(args)
+    assert scope.kind == "scoped" and [c.scenario for c in scope.chosen] == ["ksm.guest_merge"]
+    two_folders = _run_args(["run", "--kernel-source", str(repo), "--kernel-source", str(tmp_path)])
+    assert patch_scope_of(two_folders).kind == "everything"
 
 
 def _run_args(argv: list[str]) -> argparse.Namespace:
@@ -849,8 +1137,10 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         "b": {"name": "6.1.192-memqual-bbbb", "source": "linux-source-6.1 6.1.192-3"},
         "config_diff": ["CONFIG_X: n -> y"],
         "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
+        "scope": {"kind": "scoped", "line": "the patch touches only code balloon.inflate exercise: running those"},
     }
     page = render_comparison_html(result, a, b, patch=record)
+    assert "What ran: the patch touches only code balloon.inflate exercise" in page
     assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
     assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
     assert "virtio_balloon.ko: differs" in page
