@@ -231,7 +231,8 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     print(scope.line())
     if scope.kind == "nothing":
         return 0  # before any build: no guest kernel can differ
-    args.test_scope = scope.test_scope(tests_prefix(Path(args.tests)))
+    # a scope names tests below the tests' folder (--tests naming one file: no scope)
+    args.test_scope = scope.test_scope(tests_prefix(Path(args.tests))) if Path(args.tests).is_dir() else None
     left_out, tag = controls_left_out(args.only or ())
     if left_out:
         # said before the builds: the run's verdicts would rest on the
