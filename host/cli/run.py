@@ -8,16 +8,22 @@ import argparse
 import dataclasses
 import datetime as _dt
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
+from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, check_loaded, check_output_dir
+from memqual.host.core.kernelspec import parse_kernel
+from memqual.host.core.paths import REPO_ROOT, cache_dir, check_loaded, check_output_dir
 from memqual.host.core.profiles import PROFILES
+from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.run import job
+from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
+from memqual.images.kernel import read_release
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.clock import Clock
@@ -66,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
         if len(args.debian_kernel) > 2:
             raise BadInput("give --debian-kernel at most twice (A and B)")
-        from memqual.host.core.kernelspec import parse_kernel
+        # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
         from memqual.images.build import debian_kernel_files
 
         for index, text in enumerate(args.debian_kernel):
@@ -80,6 +86,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if len(modules_in) != len(kernels_in):
         # The image builder needs both: a kernel and its lib/modules/RELEASE.
         raise BadInput("give --guest-modules DIR (lib/modules/RELEASE) once per --guest-kernel, in the same order")
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.build import sha256_file
 
     kernels = []
@@ -109,7 +116,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     check_loaded(tests if tests.is_dir() else test_file, "--tests")  # Avocado imports them as root
     if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
         raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
-    from memqual.host.run.blocks import arm_axes
 
     # Which kernel and QEMU each arm has; bad combinations end here.
     axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))
@@ -149,8 +155,6 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def run_clock(asked: str | None) -> Clock:
     """--clock, else the default for this run (memqual.host.core.clock.default)."""
-    from memqual.host.core import clock
-
     return clock.parse(asked) if asked else clock.default()
 
 
@@ -274,12 +278,6 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
     2-vCPU guests: with no --qemu a system QEMU too old gives way to
     Debian's (memqual.host.core.qemu_binary.choose_for_clock), and one
     asked for is refused in one line."""
-    import sys
-
-    from memqual.host.core import clock
-    from memqual.host.core.paths import cache_dir
-    from memqual.host.core.qemu_binary import choose_for_clock, resolve
-
     the_clock = the_clock or clock.WALL_CLOCK
     fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
     if not specs:
@@ -298,10 +296,6 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
 
 
 def main(args: argparse.Namespace) -> int:
-    import sys
-
-    from memqual.host.core import clock
-
     config = config_from_args(args)
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
     # The scenarios (and a lab host's tasks) read the clock from here.
@@ -320,8 +314,8 @@ def check_guest_files(config: RunConfig) -> None:
     would refuse after it: a --guest-kernel without a bzImage's setup
     header (a text file, a vmlinux or another ELF) and a --guest-modules
     that is no modules tree.  The same checks as that build's."""
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.build import check_modules_tree
-    from memqual.images.kernel import read_release
 
     for kernel in config.kernels:
         try:
