@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from memqual.host.core.clock import WALL_CLOCK, Clock
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, QUICK
+from memqual.host.run.blocks import ArmParams
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.qemu_binary import QemuChoice
@@ -147,8 +148,6 @@ def qemu_json(qemu: QemuChoice | None) -> dict[str, str] | None:
 def arm_params(k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "") -> Any:
     """An arm's variant params (blocks.ArmParams): its kernel's files (none:
     the default image) and its QEMU's binary (none: the job's)."""
-    from memqual.host.run.blocks import ArmParams
-
     return ArmParams(
         arm=label or (k.label if k is not None else ""),
         kernel=str(k.bzimage) if k is not None else "",
