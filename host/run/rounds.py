@@ -16,12 +16,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from memqual.host.core.errors import BadInput
+from memqual.host.core import record
+from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.run.avocado import run_avocado
+from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge.comparison import compare_results
+from memqual.host.judge.primaries import is_control
+from memqual.host.judge.until_decided import Tracker
+from memqual.host.report.compare_text import print_comparison
+from memqual.host.run import blocks
+from memqual.host.run.avocado import list_tests, run_avocado
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
 from memqual.host.run.outputs import exit_status, write_arm_outputs
 from memqual.host.run.signals import terminate_as_exception
+from memqual.images import balloon_driver, built_kernels
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from rich.console import Console
@@ -48,16 +56,12 @@ class DecisionTracker(Protocol):
 
 
 def make_tracker(config: RunConfig | None = None) -> DecisionTracker:
-    from memqual.host.judge.until_decided import Tracker
-
     threshold, alpha = decision_levels(config)
     return cast(DecisionTracker, Tracker(threshold=threshold, alpha=alpha))
 
 
 def decision_levels(config: RunConfig | None) -> tuple[float, float]:
     """The run's --threshold and --alpha, else compare's defaults."""
-    from memqual.host.judge import comparison
-
     threshold = config.threshold if config is not None and config.threshold is not None else None
     alpha = config.alpha if config is not None and config.alpha is not None else None
     return (
@@ -70,8 +74,7 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Console) -> None:
     """The given kernels' images and balloon driver variants, before any
     job: a kernel that cannot be built is bad input before anything ran,
     not a job of skips."""
-    from memqual.host.core.errors import CapabilityMissing
-    from memqual.images import balloon_driver, built_kernels
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.build import KernelSource, build
 
     for k in kernels:
@@ -128,8 +131,6 @@ class BlockedRun:
         more blocks of a scenario re-run: a once-per-arm check that records
         the same scenario (an off-control) runs once, and its time is no
         part of a block's."""
-        from memqual.host.run import blocks
-
         self.jobs.append(job)
         number = len(self.jobs)
         self.tests += [(number, t) for t in job.tests]
@@ -139,7 +140,6 @@ class BlockedRun:
         if job.job_dir is None:
             return
         names = job.test_names
-        from memqual.host.core import record
 
         for path in sorted(job.job_dir.rglob(record.RECORD_GLOB)):
             try:
@@ -162,8 +162,6 @@ class BlockedRun:
         return [m for m in self.records if m.arm == arm]
 
     def tests_of_arm(self, arm: str) -> list[tuple[int, TestOutcome]]:
-        from memqual.host.run import blocks
-
         return [(n, t) for n, t in self.tests if (blocks.arm_and_block(t.id) or ("",))[0] == arm]
 
     def seconds_per_block(self, names: set[str]) -> float:
@@ -205,8 +203,6 @@ def run_block_job(
     """One avocado job of the (block, arm) variants in ``order`` (arms:
     blocks.ArmParams by arm), its variants file OUTPUT/variants/job-N.json
     and its jobs under OUTPUT/avocado; feed it to BlockedRun.take."""
-    from memqual.host.run import blocks
-
     variants_file = config.output / "variants" / f"job-{number}.json"
     variants_file.parent.mkdir(parents=True, exist_ok=True)
     write_private_atomic(variants_file, (json.dumps(blocks.variants(order, arms), indent=1) + "\n").encode(), 0o644)
@@ -227,9 +223,6 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     once-per-arm tests (block 1 of each arm) and ONE job in which every
     other test runs its blocks A B, B A, ...; with until_decided, more
     blocks of only the tests whose scenarios are undecided."""
-    from memqual.host.core import record
-    from memqual.host.run import blocks
-
     started = time.monotonic()
     given = {a.kernel.bzimage: a.kernel for a in run_arms if a.kernel is not None}
     prebuild(tuple(given.values()), console)
@@ -304,9 +297,6 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
     run first, as without --until-decided)."""
-    from memqual.host.run import blocks
-    from memqual.host.run.avocado import list_tests
-
     checks = list_tests(dataclasses.replace(config, selection="once"))
     if checks:
         console.print(
@@ -330,8 +320,6 @@ def add_blocks_until_decided(
     (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
     is the rest.  The decisions' exit status, as compare's."""
-    from memqual.host.run import blocks
-
     tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
@@ -448,8 +436,6 @@ def add_blocks_until_decided(
 
 def control_tests(run_state: BlockedRun) -> set[str]:
     """The block tests of the negative controls' scenarios."""
-    from memqual.host.judge.primaries import is_control
-
     return {name for scenario, names in run_state.scenario_tests.items() if is_control(scenario) for name in names}
 
 
@@ -457,8 +443,6 @@ def controls_power_now(compared: list[Any], level: float) -> Any:
     """The controls' power (host/judge/control_power.py) at ``level``, on
     the comparisons of the look just taken (their intervals and unit
     counts, which do not depend on the level)."""
-    from memqual.host.judge import comparison, control_power
-
     return control_power.power(control_power.designs_of(compared), alpha=level, threshold=comparison.DEFAULT_THRESHOLD)
 
 
@@ -494,10 +478,6 @@ def _compare_arms(
     (until-decided.json) and ``sequential`` (the looks' exit status), the
     deciding table is the looks' and the whole run compared again is
     descriptive: it sets no exit status."""
-    from memqual.host.judge import control_power, decisions
-    from memqual.host.judge.comparison import compare_results
-    from memqual.host.report.compare_text import print_comparison
-
     try:
         threshold, alpha = decision_levels(config)
         result = compare_results(results[0], results[1], threshold=threshold, alpha=alpha)
@@ -559,6 +539,7 @@ def _compare_arms(
         names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(result, console, *names, table=table, power=power)
+    # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report.compare_report import write_comparison_html
 
     write_comparison_html(
