@@ -8,8 +8,12 @@ import math
 import typing
 from pathlib import Path
 
+from memqual.host.core import clock
+from memqual.host.core.clock import parse
 from memqual.host.core.errors import BadInput
+from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.paths import check_output_dir
+from memqual.host.core.qemu import MachineConfig
 
 
 def percent(text: str) -> float:
@@ -39,7 +43,7 @@ def fraction_below_one(text: str) -> float:
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.balloon_driver import check_kernel_build
 
     try:
@@ -127,7 +131,7 @@ def count_or_zero(text: str) -> int:
 def debian_kernel(text: str) -> str:
     """``--debian-kernel VERSION``: the form of a Debian kernel's name,
     checked before the archive is asked."""
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.packages import check_kernel_name
 
     try:
@@ -141,8 +145,7 @@ def debian_kernel_arm(text: str) -> str:
     and, after the first colon, words added to its guest's command line (an
     A/B of one kernel with and without ``init_on_free=1``), both checked
     before the archive is asked."""
-    from memqual.host.core.errors import BadInput
-    from memqual.host.core.kernelspec import parse_kernel
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.packages import check_kernel_name
 
     try:
@@ -234,7 +237,7 @@ def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
 def qemu_spec(text: str) -> str:
     """``--qemu VERSION|PATH``: a path, or the form of a version (checked
     before the archive is asked)."""
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.host.core.qemu_binary import is_path
     from memqual.images.qemu import check_version_form
 
@@ -269,8 +272,6 @@ def one_qemu(specs: list[str] | None) -> str | None:
 
 def clock_spec(text: str) -> str:
     """``--clock wall|icount[:SHIFT]``, checked, as its label."""
-    from memqual.host.core.clock import parse
-
     try:
         return parse(text).label
     except BadInput as exc:
@@ -298,8 +299,7 @@ def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, st
     else wall), the QEMU that can run it there, and a note when a QEMU was
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
     line each, before any image is built or guest booted."""
-    from memqual.host.core import clock
-    from memqual.host.core.qemu import MachineConfig
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.host.core.qemu_binary import choose_for_clock
 
     the_clock = clock.parse(args.clock) if args.clock else clock.current()

@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from memqual.host.balloon import measure
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, dispatch
+from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
+from memqual.host.core.qemu import qemu_binary
 from memqual.host.core.record import collect, load
 from memqual.host.judge.results import load_results
 
@@ -40,9 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_curve(args: Any) -> int:
-    from pathlib import Path
-
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report import balloon_curve as plot
 
     source = Path(args.source)
@@ -75,7 +76,7 @@ def _cmd_curve(args: Any) -> int:
 
 
 def _cmd_model(args: Any) -> int:
-    # imported here, not at the top: keeps `memqual --help` fast
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.balloon import model as transfer_model
 
     if args.record:
@@ -144,10 +145,7 @@ def _add_measure(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_measure(args: argparse.Namespace) -> int:
-    from memqual.host.core import printable
-
-    # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.core.qemu import qemu_binary
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import build
 
     config = measure.MeasureConfig(

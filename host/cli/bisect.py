@@ -116,6 +116,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.bisect import run, series
 
     kernels = series.parse_series(kernel_names(args))
@@ -151,6 +152,7 @@ def kernel_names(args: argparse.Namespace) -> list[str]:
             raise BadInput("give --kernels, or --kernel-source DIR --good REV --bad REV, not both")
         if not (source and good and bad):
             raise BadInput("a bisect over revisions needs all three: --kernel-source DIR --good REV --bad REV")
+        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
         from memqual.images.kernel_build import revisions
 
         return revisions(source, good, bad)
@@ -174,6 +176,7 @@ def tests_reference(args: argparse.Namespace) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.bisect import run
 
     console = printable.console(width=None if sys.stdout.isatty() else 120)

@@ -18,7 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli import args as cliargs
-from memqual.host.core.errors import MemqualError
+from memqual.host.core import record
+from memqual.host.core.errors import BadInput, MemqualError
+from memqual.host.judge.block_spread import block_spreads, table
+from memqual.host.judge.results import build_results, load_results, write_results
+from memqual.host.run import blocks
 
 if TYPE_CHECKING:
     from memqual.host.judge.results import Results
@@ -39,15 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        from memqual.host.judge.block_spread import block_spreads, table
-        from memqual.host.judge.results import load_results
-
         folder = Path(args.output)
         if args.jobs:
             a, b = from_jobs(folder)
             if args.write:
-                from memqual.host.judge.results import write_results
-
                 for arm, found in (("A", a), ("B", b)):
                     (Path(args.write) / arm).mkdir(parents=True, exist_ok=True)
                     write_results(found, Path(args.write) / arm / "results.json")
@@ -72,11 +71,6 @@ def from_jobs(folder: Path) -> tuple[Results, Results]:
     ``folder``/avocado, each stamped with the arm and block of its test's
     variant (a record outside a variant is left out).  BadInput when there
     is no avocado folder or an arm has no record."""
-    from memqual.host.core import record
-    from memqual.host.core.errors import BadInput
-    from memqual.host.judge.results import build_results
-    from memqual.host.run import blocks
-
     jobs = folder / "avocado"
     if not jobs.is_dir():
         raise BadInput(f"{jobs}: no avocado folder: give a memqual run OUTPUT folder")

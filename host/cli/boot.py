@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
+from memqual.host.core.errors import BadInput
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,10 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _boot(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.core.errors import BadInput
+    # lazy: the machine brings paramiko (~240 ms); only a boot needs it
     from memqual.host.core.machine import Machine
     from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build

@@ -10,10 +10,10 @@ import sys
 import time
 from collections.abc import Sequence
 
+from memqual.host.run import calibrate
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from memqual.host.run import calibrate
-
     parser = argparse.ArgumentParser(prog="python -m memqual.host.cli.calibrate", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a tenth of the trials (some 6 minutes at load 18)")
     parser.add_argument(

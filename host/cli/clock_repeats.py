@@ -24,6 +24,8 @@ from memqual.host.core import clock
 from memqual.host.core.errors import GuestError, MemqualError
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import choose_for_clock
+from memqual.images.build import build
 
 
 def one_boot(config: MachineConfig, image: object, repeats: int, settle_s: int, keepalive: bool) -> list[float]:
@@ -54,9 +56,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     try:
-        from memqual.host.core.qemu_binary import choose_for_clock
-        from memqual.images.build import build
-
         the_clock = clock.parse(args.clock or f"icount:{clock.DEFAULT_SHIFT}")
         qemu, _ = choose_for_clock(None, the_clock, args.cpus)
         config = MachineConfig(memory_mib=512, cpus=args.cpus, warm=False, clock=the_clock.label)

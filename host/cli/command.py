@@ -11,6 +11,8 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from memqual.host.cli.args import Parser
+
 Run = Callable[[argparse.Namespace], int]
 
 
@@ -74,8 +76,6 @@ def add_commands(
 
 def parser_for(*commands: Command, options: Sequence[Option] = ()) -> argparse.ArgumentParser:
     """A parser of only these commands (what a test of one command needs)."""
-    from memqual.host.cli.args import Parser
-
     parser = Parser(prog="memqual")
     add_commands(parser.add_subparsers(dest="command", required=True), commands, options)
     return parser

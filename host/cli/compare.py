@@ -47,11 +47,13 @@ from memqual.host.judge.comparison import (
     RunComparison,
     check_comparable,
     compare_results,
+    compare_runs,
     pair_metrics,
     replicates_of,
     short_labels,
     verdict_text,
 )
+from memqual.host.judge.results import load_results
 from memqual.host.report.compare_text import print_comparison
 
 # The computation is memqual.host.judge.comparison's; these names are kept here for the
@@ -148,9 +150,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from memqual.host.judge.comparison import compare_runs
-    from memqual.host.judge.results import load_results
-
     a = load_results(args.a)
     b = load_results(args.b)
     more_a = [load_results(f) for f in args.also_a]
@@ -174,6 +173,7 @@ def _compare(args: argparse.Namespace) -> int:
                 "interleaved run (memqual run with two kernels)."
             )
     if args.html:
+        # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
         from memqual.host.report.compare_report import write_comparison_html
 
         path = write_comparison_html(result, a, b, args.html)

@@ -17,10 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core.errors import BadInput
+from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge.comparison import PRIMARY, SLOWER
+from memqual.host.judge.results import load_results
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from memqual.host.core.errors import BadInput
-
     parser = argparse.ArgumentParser(prog="python -m memqual.host.cli.comparison_page", description=__doc__)
     parser.add_argument("output", metavar="OUTPUT", help="the run's output directory (holding A/ and B/)")
     parser.add_argument("--html", metavar="FILE", help="where to write the page (default OUTPUT/comparison.html)")
@@ -37,9 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def render(output: Path, html: Path | None = None) -> tuple[int, str, Path]:
     """Decide the run in ``output`` again from its files and write its page."""
-    from memqual.host.core.errors import BadInput
-    from memqual.host.judge import comparison, control_power, decisions
-    from memqual.host.judge.results import load_results
+    # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report.compare_report import write_comparison_html
 
     files = [output / "A" / "results.json", output / "B" / "results.json"]
@@ -81,8 +82,6 @@ def sequential_status(summary: dict[str, Any]) -> int:
     """The exit status until-decided.json's looks decided, as the run's
     Tracker gives it: 3 when a negative control was flagged, 1 when a
     primary was decided slower, 0 otherwise."""
-    from memqual.host.judge.comparison import PRIMARY, SLOWER
-
     if summary.get("controls_flagged") or summary.get("host_drifted"):
         return 3
     metrics = summary.get("metrics") or []

@@ -14,11 +14,13 @@ figures of docs/ab-calibration.md, "Negative controls".
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import BadInput
+from memqual.host.judge import comparison, control_power
 
 SPREADS = (0.01, 0.02, 0.05)
 LEVELS = (0.01, 0.0032, 0.001)
@@ -28,8 +30,6 @@ CONTROLS = 26
 
 
 def main(argv: list[str] | None = None) -> int:
-    from memqual.host.judge import comparison, control_power
-
     parser = cliargs.Parser(prog="python -m memqual.host.cli.control_power", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=cliargs.count, default=200, help="simulated runs a cell (default 200)")
     parser.add_argument("files", nargs="*", type=Path, metavar="RESULTS", help="A's and B's results.json")
@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
             designs = control_power.designs_of(result.metrics)
             if not designs:
                 raise BadInput("the two files hold no negative control measured on two blocks or more")
-            import statistics
 
             median = statistics.median(d.sd for d in designs)
             print(

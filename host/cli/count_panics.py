@@ -16,19 +16,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
+from memqual.host.core import clock as clocks
 from memqual.host.core.errors import BadInput, MemqualError
-
-if TYPE_CHECKING:  # the type alone: the runner imports QEMU and image code
-    from memqual.host.run.boot_panics import Mode
+from memqual.host.run import boot_panics
+from memqual.host.run.boot_panics import Mode
 
 
 def parse_mode(text: str) -> Mode:
-    from memqual.host.core import clock as clocks
-    from memqual.host.run.boot_panics import Mode
-
     kernel, _, how = text.rpartition(":")
     if how.isdigit():  # icount:SHIFT
         kernel, _, rest = kernel.rpartition(":")
@@ -56,7 +52,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="append each boot to this JSON-lines file")
     parser.add_argument("--summary", type=Path, help="only summarise this earlier count")
     args = parser.parse_args(argv)
-    from memqual.host.run import boot_panics
 
     try:
         if args.summary:

@@ -9,6 +9,8 @@ import json
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
+from memqual.host.core import printable
+from memqual.host.core.probe import report
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,8 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.core.probe import report
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.host.core.qemu_binary import choose
 
     if args.qemu:
@@ -30,9 +31,8 @@ def _doctor(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(dataclasses.asdict(result), indent=2))
         return 0
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.table import Table
-
-    from memqual.host.core import printable
 
     table = Table(title="memqual doctor", show_header=False)
     for field in dataclasses.fields(result):

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
+from memqual.host.cli.run import config_from_args
+from memqual.host.core import clock
+from memqual.host.run.hosts import check
+from memqual.host.run.hosts.config import load
+from memqual.host.run.hosts.probe import probe
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -56,8 +62,7 @@ def run_on_hosts(args: argparse.Namespace, plain: Run) -> int:
     """``memqual run`` as it is without --hosts; with it, the fleet's run."""
     if not args.hosts:
         return plain(args)
-    from memqual.host.cli.run import config_from_args
-    from memqual.host.core import clock
+    # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.hosts import fleet
 
     config = config_from_args(args)
@@ -68,11 +73,6 @@ def run_on_hosts(args: argparse.Namespace, plain: Run) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from memqual.host.run.hosts import check
-    from memqual.host.run.hosts.config import load
-
     hosts = load(Path(args.file))
     results = check.for_each(hosts, lambda host: check.check_host(host, qemu=args.qemu))
     if args.json:
@@ -84,8 +84,6 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    from memqual.host.run.hosts.probe import probe
-
     print(json.dumps(probe(args.qemu).to_json()))
     return 0
 

@@ -8,10 +8,17 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
+from memqual.host.cli.run import config_from_args, output_directory
+from memqual.host.core import scenario
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge.primaries import CONTROL_SCENARIOS
+from memqual.host.run.signals import terminate_as_exception
 
 if TYPE_CHECKING:
     from memqual.images.built_kernels import BuiltKernel
@@ -48,8 +55,7 @@ def _say(text: str) -> None:
 
 
 def _build(args: argparse.Namespace) -> int:
-    # imported here, not at the top: keeps `memqual --help` fast
-    from memqual.host.run.signals import terminate_as_exception
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import build
 
     # SIGTERM/SIGHUP end the build like Ctrl-C: make's process group and
@@ -77,6 +83,7 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.built_kernels import listing
 
     kernels = listing()
@@ -137,9 +144,6 @@ def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
     """The negative control scenarios that --only's tags leave out of the
     run (all of them, when no tag of theirs is given; none without --only),
     and the one tag that would bring them back and nothing else."""
-    from memqual.host.core import scenario
-    from memqual.host.judge.primaries import CONTROL_SCENARIOS
-
     rows = scenario.table()
     controls = [r for r in rows if r.name in CONTROL_SCENARIOS]
     if not only or not controls or any(set(only) & set(r.tags) for r in controls):
@@ -155,21 +159,15 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     (with the patch's text in OUTPUT/patch/)."""
     if not args.patch and not args.kernel_source:
         return inner(args)
-    from memqual.host.cli.run import output_directory
-    from memqual.host.core.errors import BadInput
-    from memqual.host.core.paths import write_private_atomic
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import arms
 
     if args.guest_kernel or args.guest_modules or args.debian_kernel or args.kernel_build:
         raise BadInput("give --patch/--kernel-source or the kernels (--guest-kernel, --debian-kernel), not both")
-    from memqual.host.run.signals import terminate_as_exception
 
     output = output_directory(args, "memqual-results")
     # The run's other options are checked before builds that may take an
     # hour: the same checks, with this file standing in for both kernels.
-    from pathlib import Path
-
-    from memqual.host.cli.run import config_from_args
 
     stand_in = Path(__file__)
     config_from_args(

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, dispatch
+from memqual.host.core import printable
 from memqual.host.core.environment import KSM_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.ksm import procfs
@@ -78,9 +80,8 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 0
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.table import Table
-
-    from memqual.host.core import printable
 
     table = Table(title=f"host KSM ({fs.root})")
     table.add_column("name")
@@ -107,7 +108,6 @@ def _restore(args: argparse.Namespace) -> int:
     if not state.state_path.exists():
         print(f"nothing to restore: no state file {state.state_path}")
         return 0
-    import logging
 
     logging.getLogger("memqual.host.core.knobs").setLevel(logging.ERROR)  # the line below says it once
     result = restore_stale(args.state_dir, lock_timeout_s=args.wait, **kwargs)

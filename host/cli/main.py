@@ -11,19 +11,19 @@ import logging
 import os
 import select
 import signal
+import subprocess
 import sys
 import warnings
 
 from memqual.host.cli.args import Parser
 from memqual.host.cli.command import add_commands, run_command
+from memqual.host.cli.commands import COMMANDS, OPTIONS
 from memqual.host.core import knobs, leftovers, scenario, settings
 from memqual.host.core.errors import LaunchError, MemqualError
 from memqual.host.core.printable import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memqual.host.cli.commands import COMMANDS, OPTIONS
-
     parser = Parser(
         prog="memqual",
         description="End-to-end qualification of memory virtualization on QEMU/KVM.",
@@ -138,8 +138,6 @@ DEBUG_HINT = "(MEMQUAL_DEBUG=1 shows the traceback)"
 def _unexpected(exc: BaseException) -> str:
     """One line for an error memqual did not foresee: what happened, and
     what to do.  Operational (exit 1): the disk, a tool, the system."""
-    import subprocess
-
     if isinstance(exc, OSError):
         where = f" ({exc.filename})" if exc.filename else ""
         what = f"{exc.strerror or exc}{where}"

@@ -9,6 +9,7 @@ import json
 import sys
 
 from memqual.host.cli import args as cliargs
+from memqual.host.core import printable
 from memqual.host.core.errors import MemqualError
 from memqual.host.memslots import bench
 
@@ -36,9 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"layout": args.layout, "batch": args.batch, "results": rows}, indent=2))
         return 0
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.table import Table
-
-    from memqual.host.core import printable
 
     table = Table(
         title=f"lookup time, layout {args.layout}, {args.batch} lookups x {args.repeats} repeats", title_justify="left"

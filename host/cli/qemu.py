@@ -8,6 +8,7 @@ import argparse
 import json
 
 from memqual.host.cli.command import Command, dispatch
+from memqual.host.core.paths import cache_dir
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -19,7 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from memqual.host.core.paths import cache_dir
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.qemu import available, load, qemu_root
 
     cache = cache_dir()

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, check_loaded, open_nofollow, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.run import jobevents
+from memqual.host.run.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome
 from memqual.host.run.progress import Progress
 from memqual.host.run.signals import (
@@ -79,8 +81,6 @@ def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> li
     with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out.  In the
     ab profile the blocks hold only the tests tagged ``ab`` (they record a
     primary or a negative control) and "once" only the boot checks."""
-    from memqual.host.run.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
-
     if not selection:
         return tag_filters(profile, only)
     not_slow = ["-slow"] if profile != "full" else []
@@ -118,8 +118,6 @@ def list_tests(config: RunConfig) -> list[str] | None:
     per variant): ``avocado list`` with the job's references and filters,
     read from its JSON output.  None when avocado could not say (its error
     is the job's to report)."""
-    import tempfile
-
     # A directory of our own (mode 0700): the file avocado writes is read back.
     with tempfile.TemporaryDirectory(prefix="memqual-list-") as tmp:
         listing = Path(tmp) / "tests.json"
@@ -240,6 +238,7 @@ def run_avocado(
     config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Console, round_no: int = 1
 ) -> JobOutcome:
     """One avocado job, with a progress display; returns what it did."""
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.live import Live
 
     jobevents.check_plugin()

@@ -9,7 +9,9 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core import record
 from memqual.host.core.errors import BadInput
+from memqual.host.judge.results import build_results, write_results
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
@@ -27,8 +29,6 @@ _NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "W
 
 def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
     """Every record of the job; a broken record is reported, not fatal."""
-    from memqual.host.core import record
-
     if job_dir is None:
         return [], []
     records, problems = [], []
@@ -49,8 +49,6 @@ def write_outputs(
 ) -> Results:
     """Verdicts, results.json, report.html and the tables for one kernel's
     jobs (one per round; their records pooled by ``record.merge_rounds``)."""
-    from memqual.host.core import record
-
     records, problems = [], []
     for job in jobs:
         job_records, job_problems = collect_records(job.job_dir)
@@ -75,8 +73,8 @@ def write_arm_outputs(
     """write_outputs from records already merged and the tests (with the
     number of the job that ran each) that wrote them; ``qemu`` and
     ``label``: an A/B arm's QEMU and name where its kernel does not say."""
+    # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.judge import claims
-    from memqual.host.judge.results import build_results, write_results
     from memqual.host.report import report, terminal
 
     for problem in problems:

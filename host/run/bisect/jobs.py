@@ -10,10 +10,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.jsonfile import read_json
+from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.run import blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import rounds as run_rounds
+from memqual.host.run.bisect import series
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,9 +31,6 @@ def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> Any:
     ($MEMQUAL_CLOCK).  ``bisect_qemu`` notes it in DIR/qemu.json beside the
     QEMU; a resumed bisect runs the noted one (a bisect from before clocks
     ran on wall): K1 and the probes must not be timed on two clocks."""
-    from memqual.host.core import clock
-    from memqual.host.core.jsonfile import read_json
-
     if resuming:
         path = directory / QEMU_FILE
         noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
@@ -51,9 +52,7 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
     this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
     since K1 and the probes must not run on two QEMUs."""
-    from memqual.host.core import clock
-    from memqual.host.core.jsonfile import read_json
-    from memqual.host.core.paths import write_private_atomic
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.host.core.qemu_binary import choose_for_clock
 
     path = directory / QEMU_FILE
@@ -82,9 +81,7 @@ def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
     running every (block, arm) variant in turn (run_rounds.run_block_job), its
     records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a
     QemuChoice) is the QEMU of both arms."""
-    from memqual.host.core import clock
-    from memqual.host.run import blocks
-    from memqual.host.run.bisect import series
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import sha256_file
 
     files = series.Kernels(list(settings.kernels))

@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memqual.host.core.errors import BadInput, MemqualError
+from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import open_nofollow, write_private_atomic
 from memqual.host.judge.probe import DEFAULT_ALPHA, Evidence, evidence_of
+from memqual.host.judge.results import metric_key
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
-from memqual.host.run.bisect.series import KernelSpec, MetricSpec, select_metric, unknown_in_run
+from memqual.host.run.bisect.series import KernelSpec, MetricSpec, parse_kernel, select_metric, unknown_in_run
 
 SCHEMA = "memqual.bisect/2"
 # States written before the four verdicts: their rounds are the same, and
@@ -75,8 +77,6 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Settings:
-        from memqual.host.run.bisect.series import parse_kernel
-
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["kernels"] = tuple(parse_kernel(k) for k in data["kernels"])
@@ -216,14 +216,13 @@ class Bisector:
         self.dir.mkdir(parents=True, exist_ok=True)
         # never a half-written state to resume from
         write_private_atomic(self.state_path, (json.dumps(self.to_json(), indent=2) + "\n").encode(), 0o644)
+        # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
         from memqual.host.report.bisect_page import write_page
 
         write_page(self.to_json(), self.dir / "bisect.html")
 
     @classmethod
     def resume(cls, directory: Path, runner: RoundRunner, say: Callable[[str], None] = print) -> Bisector:
-        from memqual.host.core.jsonfile import read_json
-
         data = read_json(directory / "bisect.json", "bisect state", "give the DIR of an earlier memqual bisect")
         if not isinstance(data, dict) or data.get("schema") not in (SCHEMA, *OLD_SCHEMAS):
             raise BadInput(f"{directory / 'bisect.json'}: not a memqual bisect state ({SCHEMA})")
@@ -337,8 +336,6 @@ class Bisector:
                 raise unknown_in_run(self.metric, keys)
             share = seconds / len(arms)  # the job's time, half an arm when paired
             if rec is not None:
-                from memqual.host.judge.results import metric_key
-
                 self.metric_key = metric_key(rec)
                 self.better, self.unit = rec.better, rec.unit
                 result = RoundResult(

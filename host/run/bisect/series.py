@@ -14,6 +14,7 @@ from typing import Any
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec as KernelSpec
 from memqual.host.core.kernelspec import parse_kernel as parse_kernel
+from memqual.host.judge.results import metric_key, variant_label
 
 
 def parse_series(texts: list[str]) -> list[KernelSpec]:
@@ -124,8 +125,6 @@ def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
 
 def metric_forms(rec: Any) -> set[str]:
     """The names a record answers to (see MetricSpec)."""
-    from memqual.host.judge.results import metric_key, variant_label
-
     variant = variant_label(rec.variant or {})
     s, m = rec.scenario, rec.metric
     return {metric_key(rec), f"{s} {m} [{variant}]", f"{s} {m}", f"{s}/{m}", m, f"{m} [{variant}]"}
@@ -135,8 +134,6 @@ def select_metric(records: list[Any], metric: MetricSpec, key: str | None = None
     """The record of the metric among one job's records (matched by its
     full key once the first round has fixed it), and every key there is.
     Several matches are bad input: the spec must say which."""
-    from memqual.host.judge.results import metric_key
-
     keys = sorted({metric_key(r) for r in records})
     if key is not None:
         found = [r for r in records if metric_key(r) == key]
@@ -168,9 +165,11 @@ def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -
     the one-line BadInput of memqual.images.packages (nearest names, exit 2).
     Revisions of a source tree (``DIR@commit``) are left out: each is
     built when a probe needs it (``Kernels``)."""
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import is_source_revision
 
     if resolve is None:
+        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
         from memqual.images.build import debian_kernel_files
 
         resolve = debian_kernel_files
@@ -184,6 +183,7 @@ def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -
 def build_revision(name: str) -> tuple[Path, Path]:
     """A revision's kernel, built with memqual's guest config (or found in
     the cache): bzImage and modules."""
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import build
 
     kernel = build(name)

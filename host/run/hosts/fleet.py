@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.core import settings
+from memqual.host.core import record, settings
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import console as printable_console
@@ -297,8 +297,6 @@ def host_records(tasks: list[TaskResult], host: str, into: Path) -> tuple[int, l
     and the records that could not be read (truncated, not a record, a link
     or not a regular file: what a lab host sent is not trusted), which are
     left out.  A task that was interrupted contributes nothing."""
-    from memqual.host.core import record
-
     shutil.rmtree(into, ignore_errors=True)  # a previous run into this output
     into.mkdir(parents=True, exist_ok=True)
     count = 0
@@ -481,6 +479,7 @@ def _host_results(
     """results.json and report.html of one host, from the tasks that ran
     there to their end; the records left out as unreadable; and the
     problem, when no results could be made of them."""
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.console import Console
 
     out_dir = config.output / "hosts" / name

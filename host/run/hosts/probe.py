@@ -15,11 +15,16 @@ import os
 import shutil
 import signal
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from memqual.host.core import locks
+from memqual.host.core import probe as host_probe
+from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.paths import cache_dir
 from memqual.host.core.polling import poll
+from memqual.host.ksm.state import default_state_dir
 
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
@@ -66,8 +71,6 @@ class HostProbe:
 
 
 def memqual_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("memqual")
     except PackageNotFoundError:
@@ -85,9 +88,6 @@ def measure_lock_path() -> Path:
     """Where the tests' host-wide measurement lock lives (e2e/base.py's
     MeasurementLock): the state directory, or the cache when that cannot be
     written."""
-    from memqual.host.core.paths import cache_dir
-    from memqual.host.ksm.state import default_state_dir
-
     state = default_state_dir()
     if state.is_dir() and os.access(state, os.W_OK):
         return state / "measure.lock"
@@ -186,9 +186,7 @@ def probe(qemu: str | None = None) -> HostProbe:
     its own cache, checked against this host's signed lists (nothing
     executable comes from the controller).  A QEMU the host cannot have is
     an answer (``qemu_problem``), not a failed probe."""
-    from memqual.host.core import probe as host_probe
-    from memqual.host.core.errors import BadInput, CapabilityMissing
-    from memqual.host.core.paths import cache_dir
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.host.core.qemu_binary import choose
 
     binary, problem = "", ""
