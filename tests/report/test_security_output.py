@@ -16,6 +16,7 @@ import pytest
 from results_files import write_results_file
 from rich.console import Console
 
+from memqual.host.cli import compare
 from memqual.host.cli import main as cli
 from memqual.host.core.record import Measurement
 from memqual.host.judge.results import load_results
@@ -189,14 +190,12 @@ def test_compare_of_extreme_samples_exits_1_only_when_slower(tmp_path: Path, cap
 
 
 def test_anything_else_the_comparison_meets_is_one_line_and_exit_2(tmp_path: Path, capsys, monkeypatch) -> None:
-    from memqual.host.judge import comparison
-
     a = _results(tmp_path / "a.json", "inflate_s", [[0.8, 0.81], [0.79, 0.8], [0.82, 0.8]])
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr(comparison, "compare_runs", broken)  # compare imports it when it runs
+    monkeypatch.setattr(compare, "compare_runs", broken)
     assert cli.main(["compare", str(a), str(a)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "could not be compared (ZeroDivisionError" in err
