@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memqual.host.judge.primaries import primary_of
-from memqual.host.judge.results import Results
+from memqual.host.judge.results import MetricEntry, Results
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +49,11 @@ class BlockSpread:
         }
 
 
-def per_block(entry: Mapping[str, Any]) -> dict[int, float]:
+def per_block(entry: MetricEntry) -> dict[int, float]:
     """The median of each block's samples of one results.json metric entry
     (empty when the entry has no blocks)."""
-    blocks = entry.get("blocks") or []
-    replicates = entry.get("replicates") or []
+    blocks = entry.blocks or []
+    replicates = entry.replicates or []
     grouped: dict[int, list[float]] = {}
     for block, samples in zip(blocks, replicates, strict=False):
         grouped.setdefault(int(block), []).extend(float(x) for x in samples)
@@ -68,7 +68,7 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
     by_key = {m.key: m for m in b.metrics}
     out = []
     for ma in a.metrics:
-        mb = by_key.get(ma["key"])
+        mb = by_key.get(ma.key)
         if mb is None:
             continue
         va, vb = per_block(ma), per_block(mb)
@@ -77,11 +77,11 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
             continue
         out.append(
             BlockSpread(
-                key=ma["key"],
-                scenario=ma["scenario"],
-                metric=ma["metric"],
-                variant=dict(ma.get("variant") or {}),
-                primary=primary_of(ma["scenario"], ma["metric"], ma.get("variant"), clock) is not None,
+                key=ma.key,
+                scenario=ma.scenario,
+                metric=ma.metric,
+                variant=dict(ma.variant or {}),
+                primary=primary_of(ma.scenario, ma.metric, ma.variant, clock) is not None,
                 clock=clock,
                 log_ratios=tuple(math.log(vb[k] / va[k]) for k in common),
             )

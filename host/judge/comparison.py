@@ -361,10 +361,7 @@ def compare_runs(
         sequential=sequential,
     )
     claims_b = {c.id: c for c in b.claims}
-    claims = [
-        {"id": c["id"], "a": c.get("verdict"), "b": claims_b[c.id].get("verdict") if c.id in claims_b else None}
-        for c in a.claims
-    ]
+    claims = [{"id": c.id, "a": c.verdict, "b": claims_b[c.id].verdict if c.id in claims_b else None} for c in a.claims]
     env = {
         k: (env_a.get(k), env_b.get(k))
         for k in sorted(set(env_a) | set(env_b))

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.errors import BadInput
+from memqual.host.judge.pairing import replicates_of
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
+from memqual.host.judge.results import MetricEntry, load_results
 
 if TYPE_CHECKING:
     pass
@@ -117,7 +119,7 @@ class Run:
     environment: dict[str, Any]
     guest_kernel: str | None
     label: str
-    metrics: dict[str, dict[str, Any]]  # key -> results.json metric entry
+    metrics: dict[str, MetricEntry]  # by key
 
     @property
     def host(self) -> tuple[str, ...]:
@@ -233,24 +235,22 @@ def find_results(paths: Sequence[str]) -> list[Path]:
 
 
 def load_runs(paths: Sequence[str]) -> list[Run]:
-    from memqual.host.judge.results import load_results
-
     files = find_results(paths)
     if not files:
         raise BadInput(f"no results.json under {', '.join(paths)}: give memqual run output directories")
     runs = []
     for f in files:
-        data = load_results(f).to_json()
-        env = data.get("environment") or {}
-        run = data.get("run") or {}
+        results = load_results(f)
+        env = results.environment or {}
+        run = results.run or {}
         runs.append(
             Run(
                 path=f,
-                created=str(data.get("created") or ""),
+                created=str(results.created or ""),
                 environment=env,
                 guest_kernel=env.get("guest_kernel"),
                 label=str(run.get("label") or ""),
-                metrics={m["key"]: m for m in data["metrics"]},
+                metrics={m.key: m for m in results.metrics},
             )
         )
     return runs
@@ -287,9 +287,7 @@ def environment_differences(groups: list[list[Run]]) -> dict[str, list[Any]]:
 # ------------------------------------------------------------ the test
 
 
-def _reps(entry: dict[str, Any]) -> list[list[float]]:
-    from memqual.host.judge.pairing import replicates_of
-
+def _reps(entry: MetricEntry) -> list[list[float]]:
     return replicates_of(entry)
 
 
@@ -748,16 +746,14 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                 )
             )
         m = present[0][1]
-        series = Series(
-            key, str(m.get("unit") or ""), str(m.get("better") or "lower"), points, [], str(m.get("scenario") or "")
-        )
+        series = Series(key, str(m.unit or ""), str(m.better or "lower"), points, [], str(m.scenario or ""))
         # The run values on the group's positions: the family's prior is
         # fitted boundary by boundary across series.
         series.values = [math.nan] * len(runs)
         for (pos, _), value in zip(present, run_values([_reps(e) for _, e in present]), strict=True):
             series.values[pos] = value
         series.log = _log_scale([_reps(e) for _, e in present])
-        condition = condition_of(series.scenario, str(m.get("metric") or ""))
+        condition = condition_of(series.scenario, str(m.metric or ""))
         if condition is not None:
             series.regime = check_regime(
                 condition,
@@ -765,8 +761,8 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
                     (
                         f"run {pos + 1}",
                         list(runs[pos].metrics.values()),
-                        e.get("variant") or {},
-                        e.get("settings") or {},
+                        e.variant or {},
+                        e.settings or {},
                     )
                     for pos, e in present
                 ],
@@ -783,7 +779,7 @@ def _decide_families(series: list[Series], runs: list[Run], threshold: float, al
     from memqual.host.judge import comparison
     from memqual.host.judge.primaries import is_control
 
-    marks = {k: m.get("primary") for r in runs for k, m in r.metrics.items() if m.get("primary") is not None}
+    marks = {k: m.primary for r in runs for k, m in r.metrics.items() if m.primary is not None}
     for s in series:
         if is_control(s.scenario):
             s.role = comparison.CONTROL

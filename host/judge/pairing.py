@@ -48,26 +48,25 @@ def check_comparable(
             f"{', '.join(sorted(sb - sa)) or '-'}; first metric: {first}): compare runs of the same scenarios"
         )
     for ma, mb in pairs:
-        if (ma["unit"], ma["better"]) != (mb["unit"], mb["better"]):
-            raise BadInput(f"metric {ma['key']}: unit or direction differ between {a_name} and {b_name}")
+        if (ma.unit, ma.better) != (mb.unit, mb.better):
+            raise BadInput(f"metric {ma.key}: unit or direction differ between {a_name} and {b_name}")
 
 
-def _loose_key(m: Mapping[str, Any]) -> str:
+def _loose_key(m: MetricEntry) -> str:
     """A metric without its settings: scenario, metric, variant."""
-
-    return f"{m.get('scenario')} {m.get('metric')} [{variant_label(m.get('variant') or {})}]"
+    return f"{m.scenario} {m.metric} [{variant_label(m.variant or {})}]"
 
 
 def pair_metrics(
-    a: Sequence[MetricEntry | Mapping[str, Any]], b: Sequence[MetricEntry | Mapping[str, Any]]
+    a: Sequence[MetricEntry], b: Sequence[MetricEntry]
 ) -> tuple[list[tuple[MetricEntry, MetricEntry]], list[str], list[str]]:
     """Pairs of the same metric in two runs: by full key (settings
     included), then, for what is left, by scenario, metric and variant when
     that is unambiguous on both sides -- a run with a changed setting (say a
     smaller pages_to_scan) is what a comparison is for; the settings that
     differ are reported with the pair.  Returns pairs and the unpaired keys."""
-    ka = {m.key: m for m in map(MetricEntry.from_json, a)}
-    kb = {m.key: m for m in map(MetricEntry.from_json, b)}
+    ka = {m.key: m for m in a}
+    kb = {m.key: m for m in b}
     pairs = [(ka[k], kb[k]) for k in sorted(ka.keys() & kb.keys())]
     rest_a = [ka[k] for k in sorted(ka.keys() - kb.keys())]
     rest_b = [kb[k] for k in sorted(kb.keys() - ka.keys())]
@@ -83,28 +82,28 @@ def pair_metrics(
         if len(la) == 1 and len(lb) == 1:
             pairs.append((la[0], lb[0]))
         else:
-            only_a += [m["key"] for m in la]
-            only_b += [m["key"] for m in lb]
+            only_a += [m.key for m in la]
+            only_b += [m.key for m in lb]
     return pairs, only_a, only_b
 
 
-def settings_diff(ma: Mapping[str, Any], mb: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    sa, sb = ma.get("settings") or {}, mb.get("settings") or {}
+def settings_diff(ma: MetricEntry, mb: MetricEntry) -> dict[str, tuple[Any, Any]]:
+    sa, sb = ma.settings or {}, mb.settings or {}
     return {k: (sa.get(k), sb.get(k)) for k in sorted(set(sa) | set(sb)) if sa.get(k) != sb.get(k)}
 
 
-def replicates_of(m: Mapping[str, Any]) -> list[list[float]]:
+def replicates_of(m: MetricEntry) -> list[list[float]]:
     """A results.json metric entry's replicates; an entry written before
     replicates existed is one replicate (the conservative reading)."""
-    given = m.get("replicates")
+    given: object = m.replicates
     if given is None:
-        return [list(m["samples"])]
+        return [list(m.samples)]
     if not isinstance(given, list) or not all(
         isinstance(r, list) and all(isinstance(x, (int, float)) for x in r) for r in given
     ):
-        raise BadInput(f"metric {m.get('key')}: 'replicates' is not a list of lists of numbers: hand-edited?")
+        raise BadInput(f"metric {m.key}: 'replicates' is not a list of lists of numbers: hand-edited?")
     reps = [list(r) for r in given if r]
-    return reps or [list(m["samples"])]
+    return reps or [list(m.samples)]
 
 
 def regime_of(

@@ -15,6 +15,8 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from memqual.host.judge.results import MetricEntry
+
 NOT_COMPARABLE = "not comparable"
 
 # Two sides' dirtying rates match when the larger is at most this many
@@ -120,7 +122,7 @@ def _within(rate_variant: Mapping[str, Any], variant: Mapping[str, Any], free: I
 
 
 def side_rate(
-    entries: Sequence[Any],
+    entries: Sequence[MetricEntry],
     condition: Condition,
     variant: Mapping[str, Any],
     settings: Mapping[str, Any],
@@ -128,17 +130,17 @@ def side_rate(
     """The geometric mean over a run's units of the condition's metric,
     from the entry of the same variant (less the free keys) and settings;
     None when the run did not record it or recorded no positive value.
-    ``entries`` are results.json metric entries (MetricEntry or mappings)."""
+    ``entries`` are results.json metric entries."""
     values: list[float] = []
     for e in entries:
         if (
-            e["scenario"] != condition.scenario
-            or e["metric"] != condition.metric
-            or not _within(e.get("variant") or {}, variant, condition.free_keys)
-            or dict(e.get("settings") or {}) != dict(settings)
+            e.scenario != condition.scenario
+            or e.metric != condition.metric
+            or not _within(e.variant or {}, variant, condition.free_keys)
+            or dict(e.settings or {}) != dict(settings)
         ):
             continue
-        reps = e.get("replicates") or [e.get("samples") or []]
+        reps = e.replicates or [e.samples or []]
         values += [float(statistics.median(r)) for r in reps if r]
     positive = [v for v in values if math.isfinite(v) and v > 0.0]
     if not positive:
@@ -148,7 +150,7 @@ def side_rate(
 
 def check(
     condition: Condition,
-    sides: Sequence[tuple[str, Sequence[Any], Mapping[str, Any], Mapping[str, Any]]],
+    sides: Sequence[tuple[str, Sequence[MetricEntry], Mapping[str, Any], Mapping[str, Any]]],
 ) -> RegimeCheck:
     """The regime check of one metric over its sides: (name, that side's
     metric entries, the metric's variant there, its settings there)."""

@@ -17,7 +17,7 @@ import datetime as _dt
 import functools
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,25 +67,6 @@ class _JsonFields:
         return args
 
 
-class _JsonObject(_JsonFields, Mapping[str, Any]):
-    """A ``_JsonFields`` that is also a read-only mapping of its JSON keys."""
-
-    # The mapping view: the keys to_json() would write.
-    def __getitem__(self, key: str) -> Any:
-        if key in self.json_keys() and key not in self.missing:
-            return getattr(self, key)
-        if key in self.extra:
-            return self.extra[key]
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from (k for k in self.json_keys() if k not in self.missing)
-        yield from self.extra
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
 @functools.cache
 def _json_keys(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("missing", "extra"))
@@ -103,7 +84,7 @@ def _plain(value: Any) -> Any:
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class MetricEntry(_JsonObject):
+class MetricEntry(_JsonFields):
     """One metric of one variant and settings, with its samples."""
 
     key: str  # metric_key(), with " #2"... when two tests recorded the same one
@@ -153,9 +134,9 @@ class MetricEntry(_JsonObject):
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class ClaimEntry(Mapping[str, Any]):
+class ClaimEntry:
     """One claim's verdict: what ``claims.Verdict.to_json()`` wrote, whole
-    (``data``, which is also its mapping view), with the fields every
+    (``data``, for the pages' claim-specific lines), with the fields every
     reader uses typed.  Files written before evidence was named have no
     ``evidence``: None."""
 
@@ -183,15 +164,6 @@ class ClaimEntry(Mapping[str, Any]):
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.data)
-
-    def __getitem__(self, key: str) -> Any:
-        return self.data[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def __len__(self) -> int:
-        return len(self.data)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)

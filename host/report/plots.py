@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from memqual.host.judge.results import variant_label
+from memqual.host.judge.results import MetricEntry, variant_label
 from memqual.host.report.claim_lines import published_on_axis
 from memqual.host.report.html import (
     VERDICT_COLOURS,
@@ -162,15 +162,15 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
 
 
 @one_figure
-def distribution_plot(metric_name: str, unit: str, entries: Sequence[Mapping[str, Any]]) -> str | None:
+def distribution_plot(metric_name: str, unit: str, entries: Sequence[MetricEntry]) -> str | None:
     """The repeats of one metric, a box and the points per variant."""
     plt = pyplot()
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(4.2, 2.6))
-    labels = [variant_label(e.get("variant") or {}) for e in entries]
-    scale, unit = time_scale(unit, [x for e in entries for x in e["samples"]])
-    data = [[x * scale for x in e["samples"]] for e in entries]
+    labels = [variant_label(e.variant or {}) for e in entries]
+    scale, unit = time_scale(unit, [x for e in entries for x in e.samples])
+    data = [[x * scale for x in e.samples] for e in entries]
     ax.boxplot(data, widths=0.45, showfliers=False, medianprops={"color": _PUB_COLOUR})
     rng = np.random.default_rng(0)
     palette = [_A_COLOUR, _B_COLOUR, "#059669", "#7c3aed", "#db2777"]

@@ -27,7 +27,7 @@ from memqual.host.judge.claims import (
     UNDERPOWERED,
     format_ratio,
 )
-from memqual.host.judge.results import Results, variant_label
+from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report import pages
 from memqual.host.report.claim_lines import (
     ceiling_line,
@@ -345,24 +345,24 @@ def _layouts_table(c: Mapping[str, Any]) -> LayoutsTable | None:
     )
 
 
-def _spread_rows(metrics: Sequence[Mapping[str, Any]]) -> tuple[SpreadRow, ...]:
+def _spread_rows(metrics: Sequence[MetricEntry]) -> tuple[SpreadRow, ...]:
     # One unit per metric, whatever its variant or settings.
     scales: dict[tuple[str, str], tuple[float, str]] = {}
-    for key in {(m["scenario"], m["metric"]) for m in metrics}:
-        same = [m for m in metrics if (m["scenario"], m["metric"]) == key]
-        scales[key] = time_scale(same[0]["unit"], [x for m in same for x in m["samples"]])
+    for key in {(m.scenario, m.metric) for m in metrics}:
+        same = [m for m in metrics if (m.scenario, m.metric) == key]
+        scales[key] = time_scale(same[0].unit, [x for m in same for x in m.samples])
     rows = []
     for m in metrics:
-        s = m["summary"]
-        scale, unit = scales[(m["scenario"], m["metric"])]
+        s = m.summary
+        scale, unit = scales[(m.scenario, m.metric)]
         rows.append(
             SpreadRow(
-                scenario=str(m["scenario"]),
-                metric=str(m["metric"]),
+                scenario=str(m.scenario),
+                metric=str(m.metric),
                 unit=unit,
-                better=str(m["better"]),
-                variant=variant_label(m.get("variant") or {}),
-                settings=short_settings(json.dumps(m.get("settings") or {})),
+                better=str(m.better),
+                variant=variant_label(m.variant or {}),
+                settings=short_settings(json.dumps(m.settings or {})),
                 n=s["n"],
                 median=num(s["median"] * scale),
                 iqr=num(s["iqr"] * scale),
@@ -373,17 +373,17 @@ def _spread_rows(metrics: Sequence[Mapping[str, Any]]) -> tuple[SpreadRow, ...]:
     return tuple(rows)
 
 
-def _distributions(metrics: Sequence[Mapping[str, Any]]) -> tuple[Plot, ...]:
-    grouped: dict[tuple[str, str, str], list[Mapping[str, Any]]] = collections.defaultdict(list)
+def _distributions(metrics: Sequence[MetricEntry]) -> tuple[Plot, ...]:
+    grouped: dict[tuple[str, str, str], list[MetricEntry]] = collections.defaultdict(list)
     for m in metrics:
-        grouped[(m["scenario"], m["metric"], json.dumps(m.get("settings") or {}, sort_keys=True))].append(m)
+        grouped[(m.scenario, m.metric, json.dumps(m.settings or {}, sort_keys=True))].append(m)
     # A single repeat has no distribution to show.
-    plotted = {k: v for k, v in grouped.items() if any(len(e["samples"]) > 1 for e in v)}
+    plotted = {k: v for k, v in grouped.items() if any(len(e.samples) > 1 for e in v)}
     plots = []
     for (scenario, metric, settings), entries in sorted(plotted.items()):
         subtitle = short_settings(settings)
         image = distribution_plot(
-            f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0]["unit"], entries
+            f"{scenario}: {metric}" + (f"\n{subtitle}" if subtitle else ""), entries[0].unit, entries
         )
         if image is not None:  # a figure that could not be drawn is left out (plots.one_figure)
             plots.append(Plot(f"{scenario} {metric}", image))
@@ -425,20 +425,20 @@ def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
         avocado=str((run.get("avocado") or {}).get("summary") or ""),
         environment_line=environment_line(env),
         counts=counts(
-            (c["verdict"] for c in claims), (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE)
+            (c.verdict for c in claims), (REPRODUCED, DIRECTION_ONLY, NOT_REPRODUCED, UNDERPOWERED, NOT_MEASURABLE)
         ),
         summary=tuple(
             SummaryRow(
-                str(c["id"]),
-                evidence_class(c),
-                badge(c["verdict"]),
-                measured_text(c),
-                published_text(c),
-                short_qualifier(c),
+                c.id,
+                evidence_class(c.data),
+                badge(c.verdict),
+                measured_text(c.data),
+                published_text(c.data),
+                short_qualifier(c.data),
             )
             for c in claims
         ),
-        cards=tuple(claim_card(c) for c in claims),
+        cards=tuple(claim_card(c.data) for c in claims),
         has_metrics=bool(metrics),
         means=tuple(
             MeanTable(title, tuple(columns), tuple(tuple(row) for row in rows))

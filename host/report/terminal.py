@@ -19,7 +19,7 @@ from memqual.host.judge.claims import (
     REPRODUCED,
     UNDERPOWERED,
 )
-from memqual.host.judge.results import Results, variant_label
+from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report.claim_lines import evidence_class, measured_text, note_line, published_text, short_qualifier
 from memqual.host.report.html import (
     num,
@@ -45,20 +45,20 @@ def _mean_stdev(samples: Sequence[float]) -> str:
 def kernbench_tables(results: Results | Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     """Per scenario (and settings) a table shaped like seed 002's kernbench
     table: a row per metric, a column per variant, cells "mean (stdev)"."""
-    groups: dict[tuple[str, str], dict[str, dict[str, Mapping[str, Any]]]] = collections.defaultdict(dict)
+    groups: dict[tuple[str, str], dict[str, dict[str, MetricEntry]]] = collections.defaultdict(dict)
     for m in Results.from_json(results).metrics:
-        settings = json.dumps(m.get("settings") or {}, sort_keys=True)
-        groups[(m["scenario"], settings)].setdefault(m["metric"], {})[variant_label(m.get("variant") or {})] = m
+        settings = json.dumps(m.settings or {}, sort_keys=True)
+        groups[(m.scenario, settings)].setdefault(m.metric, {})[variant_label(m.variant or {})] = m
     tables = []
     for (scenario, settings), by_metric in sorted(groups.items()):
         columns = sorted({v for cells in by_metric.values() for v in cells})
         rows = []
         for metric, cells in sorted(by_metric.items()):
-            unit = next(iter(cells.values()))["unit"]
-            scale, unit = time_scale(unit, [x for m in cells.values() for x in m["samples"]])
+            unit = next(iter(cells.values())).unit
+            scale, unit = time_scale(unit, [x for m in cells.values() for x in m.samples])
             rows.append(
                 [f"{metric} ({unit})"]
-                + [_mean_stdev([x * scale for x in cells[c]["samples"]]) if c in cells else "" for c in columns]
+                + [_mean_stdev([x * scale for x in cells[c].samples]) if c in cells else "" for c in columns]
             )
         title = scenario if settings == "{}" else f"{scenario}  {short_settings(settings)}"
         tables.append((title, columns, rows))
@@ -117,21 +117,21 @@ def print_tables(results: Results | Mapping[str, Any], console: Console | None =
     table.add_column("published", justify="right")
     for c in results.claims:
         table.add_row(
-            c["id"],
-            evidence_class(c),
-            f"[{RICH_STYLES.get(c['verdict'], '')}]{c['verdict']}[/]"
-            + (f" [dim]({escape(short_qualifier(c))})[/]" if short_qualifier(c) else ""),
-            escape(measured_text(c)),
-            escape(published_text(c)),
+            c.id,
+            evidence_class(c.data),
+            f"[{RICH_STYLES.get(c.verdict, '')}]{c.verdict}[/]"
+            + (f" [dim]({escape(short_qualifier(c.data))})[/]" if short_qualifier(c.data) else ""),
+            escape(measured_text(c.data)),
+            escape(published_text(c.data)),
         )
     console.print(table)
     # The reasons are sentences: print them below the table, not squeezed
     # into a column.
     for c in results.claims:
         console.print(
-            f"[bold]{c['id']}[/] ({evidence_class(c)}): {escape(c['reason'])}",
+            f"[bold]{c.id}[/] ({evidence_class(c.data)}): {escape(c.reason)}",
             highlight=False,
             soft_wrap=not console.is_terminal,
         )
-        if note_line(c):
-            console.print(f"  [dim]{escape(note_line(c))}[/]", highlight=False, soft_wrap=not console.is_terminal)
+        if note_line(c.data):
+            console.print(f"  [dim]{escape(note_line(c.data))}[/]", highlight=False, soft_wrap=not console.is_terminal)

@@ -18,6 +18,7 @@ from memqual.host.cli import history as history_command
 from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core.record import Measurement
 from memqual.host.judge import comparison, history, regime
+from memqual.host.judge.results import metrics_of
 
 COST = "ksmd_cpu_ns_per_page"
 RATE = "dirty_passes_per_scan"
@@ -157,7 +158,7 @@ def test_the_side_rate_is_the_geometric_mean_of_the_guests():
     per_guest = [r[0] for r in rate.replicates or []]
     geo = math.exp(sum(math.log(x) for x in per_guest) / len(per_guest))
     cost = next(r for r in records if r.metric == COST and r.variant["smart_scan"] == 1)
-    entries = [r.to_json() for r in records]
+    entries = metrics_of(records)
     got = regime.side_rate(entries, regime.CONDITIONS["ksm.volatile_scan"], cost.variant, cost.settings)
     assert got == pytest.approx(geo)
 

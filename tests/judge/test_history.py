@@ -13,7 +13,7 @@ import pytest
 
 from memqual.host.cli import main as cli
 from memqual.host.judge import history
-from memqual.host.judge.results import SCHEMA, memqual_version
+from memqual.host.judge.results import SCHEMA, MetricEntry, memqual_version
 from memqual.host.report import history_page
 
 
@@ -140,17 +140,19 @@ def _run_of(index: int, entries: dict) -> history.Run:
     return history.Run(Path(f"r{index}/results.json"), f"2026-12-01T00:0{index}:00Z", {}, "k", "", entries)
 
 
-def _entry(scenario: str, metric: str, reps: list[list[float]], primary: bool | None) -> dict:
-    return {
-        "key": f"{scenario} {metric} [default] {{}}",
-        "scenario": scenario,
-        "metric": metric,
-        "unit": "ns",
-        "better": "lower",
-        "samples": [x for r in reps for x in r],
-        "replicates": reps,
-        "primary": primary,
-    }
+def _entry(scenario: str, metric: str, reps: list[list[float]], primary: bool | None) -> MetricEntry:
+    return MetricEntry.from_json(
+        {
+            "key": f"{scenario} {metric} [default] {{}}",
+            "scenario": scenario,
+            "metric": metric,
+            "unit": "ns",
+            "better": "lower",
+            "samples": [x for r in reps for x in r],
+            "replicates": reps,
+            "primary": primary,
+        }
+    )
 
 
 def _drift_runs(
@@ -174,7 +176,7 @@ def _drift_runs(
             factor = level if i >= runs_n // 2 else 1.0
             reps = [list(factor * (1 + rng.normal(0, spread)) * (1 + rng.normal(0, 0.003, 3))) for _ in range(3)]
             e = _entry(scenario, metric, reps, primary)
-            entries[e["key"]] = e
+            entries[e.key] = e
         runs.append(_run_of(i, entries))
     return runs
 
@@ -223,10 +225,10 @@ def test_the_family_correction_is_what_keeps_noise_from_stepping():
         for j in range(100):
             reps = [list((1 + rng.normal(0, 0.05)) * (1 + rng.normal(0, 0.003, 3))) for _ in range(3)]
             e = _entry("ksm.merge", f"m{j}", reps, True)
-            entries[e["key"]] = e
+            entries[e.key] = e
         runs.append(_run_of(i, entries))
     uncorrected = [
-        history.no_change_p([[r for r in run.metrics[k]["replicates"]] for run in runs]) for k in runs[0].metrics
+        history.no_change_p([[r for r in run.metrics[k].replicates or []] for run in runs]) for k in runs[0].metrics
     ]
     assert min(uncorrected) < 0.01
     series = history.series_of(runs, threshold=0.05, alpha=0.01)

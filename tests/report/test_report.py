@@ -108,7 +108,7 @@ def test_results_round_trip_and_hold_every_claim(results, tmp_path):
 
 def test_two_records_of_one_metric_are_both_kept():
     recs = _records()
-    keys = [m["key"] for m in metrics_of(recs + recs[:1])]
+    keys = [m.key for m in metrics_of(recs + recs[:1])]
     assert len(keys) == 5 and len(set(keys)) == 5
     assert sum(k.endswith(" #2") for k in keys) == 1
 
@@ -130,7 +130,7 @@ def test_terminal_tables_name_every_claim_and_its_verdict(results):
     terminal.print_tables(results, Console(file=buf, width=140, force_terminal=False))
     out = buf.getvalue()
     for c in results.claims:
-        assert c["id"] in out
+        assert c.id in out
     assert "mean (stdev)" in out
     assert re.search(r"ksm-volatile-4k\s+│\s+successor\s+│\s+reproduced[^│]*│\s+7\.811x \[", out)
 
@@ -140,14 +140,14 @@ def test_html_is_self_contained_with_a_plot_per_measured_claim(results, tmp_path
     html = path.read_text()
     assert "<script" not in html and not re.search(r"src=['\"]https?:", html)
     images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
-    measured = [c for c in results.claims if c["measured"] is not None]
-    groups = {(m["scenario"], m["metric"]) for m in results.metrics}
+    measured = [c for c in results.claims if c.data["measured"] is not None]
+    groups = {(m.scenario, m.metric) for m in results.metrics}
     assert len(images) == len(measured) + len(groups)  # claim plots + distributions
     import base64
 
     assert base64.b64decode(images[0])[:8] == b"\x89PNG\r\n\x1a\n"
     for c in results.claims:
-        assert f"id='{c['id']}'" in html
+        assert f"id='{c.id}'" in html
     assert "not measurable" in html and "reproduced" in html
     # Each card starts with its evidence class and what was measured, once.
     assert "Evidence (successor): ksmd&#39;s CPU time per page covered" in html
@@ -206,8 +206,8 @@ def test_cards_show_the_analogue_class_the_tcg_qualifier_and_smart_scans_ceiling
 
 
 def test_a_published_figure_in_ms_is_drawn_in_seconds_on_a_seconds_axis():
-    bitmap = next(c for c in _scenario_results().claims if c["id"] == "balloon-bitmap")
-    a, b = bitmap["a"], bitmap["b"]
+    bitmap = next(c for c in _scenario_results().claims if c.id == "balloon-bitmap")
+    a, b = bitmap.data["a"], bitmap.data["b"]
     assert (a["unit"], a["published_unit"], a["published"]) == ("s", "ms", 1237)
     assert claim_lines.published_on_axis(a, a["unit"]) == pytest.approx(1.237)
     assert claim_lines.published_on_axis(b, b["unit"]) == pytest.approx(2.031)
