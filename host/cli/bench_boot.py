@@ -4,15 +4,7 @@ Boots the same guest N times in a row (nothing else in between) and
 reports, for each of two figures, the median, minimum, maximum, range
 (max - min) and interquartile range:
 
-- ``boot_to_ssh_s``: what Machine measures, from QEMU's start to the first
-  working SSH command (its readiness check);
-- ``launch_to_first_command_s``: what a user waits, from ``launch()`` to the
-  result of a first real command (``uname -r``) over SSH.
-
-The image is built (or found in the cache) and the accelerator resolved
-before the first boot, so neither is in the figures.  ``--warm`` makes one
-untimed boot first so a saved snapshot exists; then every timed boot may
-restore it.  Each boot is shut down before the next starts.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/bench_boot.py.
 """
 
 from __future__ import annotations

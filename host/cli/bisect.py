@@ -4,28 +4,7 @@
                    [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
     memqual bisect --kernel-source DIR --good REV --bad REV --metric NAME ...
 
-K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
-in one avocado job a step, host/run/blocks.py) and is decided as memqual compare
-decides a metric: a paired t-test on the blocks' log(B/A) gives slower or
-faster (significant and beyond --threshold), TOST gives equivalent (B/A
-within the threshold), a look after every block, with alpha 5 % spent
-as alpha (k/K)^2 by look k of K = --max-rounds.  Equivalent is good, a
-change as Kn changed is bad; the search moves on decided probes only, and a
-probe still undecided when its budget ends is skipped (git bisect skip),
-with the blocks it would need.  Kn is probed first: equivalent to K1 means
-no step, and the bisect stops.  A kernel is a Debian kernel (as
---debian-kernel takes it) or "VERSION:extra kernel command line", so a
-series with a known step can be made from one kernel
-(6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
-REV the series is the repository's revisions (GOOD, then BAD's first-parent
-line up to BAD), each built by memqual kernel build when a probe needs it.
-
-Modules: decide.py (the decisions, pure), series.py (the input), run.py
-(probes, rounds, state and log), page.py (bisect.html).  Writes DIR/bisect.log,
-DIR/bisect.json, DIR/bisect.html and each round's avocado job under
-DIR/rounds/.  Exit status 0 when the search ended (whatever it found), 1
-when the reference kernel could not be measured, 2 for bad input, 130 when
-interrupted (the state is kept: ``--resume DIR``).
+Why it is built so: docs/architecture.md, "Module notes", host/cli/bisect.py.
 """
 
 from __future__ import annotations
@@ -232,10 +211,27 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
+# What `memqual bisect --help` says of the search.
+DESCRIPTION = """K1 is good, Kn bad.  Each probe runs blocks (K1 and the probe interleaved
+in one avocado job a step, host/run/blocks.py) and is decided as memqual compare
+decides a metric: a paired t-test on the blocks' log(B/A) gives slower or
+faster (significant and beyond --threshold), TOST gives equivalent (B/A
+within the threshold), a look after every block, with alpha 5 % spent
+as alpha (k/K)^2 by look k of K = --max-rounds.  Equivalent is good, a
+change as Kn changed is bad; the search moves on decided probes only, and a
+probe still undecided when its budget ends is skipped (git bisect skip),
+with the blocks it would need.  Kn is probed first: equivalent to K1 means
+no step, and the bisect stops.  A kernel is a Debian kernel (as
+--debian-kernel takes it) or "VERSION:extra kernel command line", so a
+series with a known step can be made from one kernel
+(6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
+REV the series is the repository's revisions (GOOD, then BAD's first-parent
+line up to BAD), each built by memqual kernel build when a probe needs it."""
+
 COMMAND = Command(
     "bisect",
     help="find the kernel of a series where a metric moved (K1 good, Kn bad), probing as git bisect does",
     configure=configure,
     run=main,
-    description=__doc__.split("\n\n")[2] if __doc__ else None,
+    description=DESCRIPTION,
 )

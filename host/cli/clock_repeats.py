@@ -1,14 +1,6 @@
 """How well a clock repeats: ``python -m memqual.host.cli.clock_repeats --clock icount:4 --boots 3 [--json]``.
 
-Boots ``--boots`` fresh guests one after another on the clock, and in each
-times a loop ``--repeats`` times inside the guest: ksm_stress's fill, a
-memset of every page of a fresh 64 MiB anonymous mapping, timed with
-CLOCK_MONOTONIC.  Before the first repeat the guest may settle
-(``--settle`` guest seconds of sync and sleep: under icount with
-sleep=off they cost the host next to nothing) and SSH keepalives may be
-turned back on (``--keepalive``; a Machine turns them off under icount).
-Prints every repeat and the spread across boots of the first repeat: the
-figures of docs/ab-calibration.md, "The icount clock".
+Why it is built so: docs/architecture.md, "Module notes", host/cli/clock_repeats.py.
 """
 
 from __future__ import annotations

@@ -5,23 +5,7 @@ Holm over the primary metrics, the negative controls in their own
 family, the rest corrected for the false discovery rate) are
 host/judge/comparison.py's; this module is the command and its table.
 
-The unit of a test is the block when both files name their blocks (an
-interleaved A/B), the run when several files a side are given
-(``--also-a``, ``--also-b``: each run's median is one value), and
-otherwise nothing that can decide: one run a side outside blocks is
-described (``runs differ`` or ``undecided``) and sets no exit status, as
-run-to-run variance is not in its replicates.
-
-Exit status 1 when a primary metric (any metric with ``--all-metrics``) is
-``slower``; 3 when a negative control (a metric no guest kernel can move)
-is slower or faster: the host drifted between A and B and the decisions
-are not to be trusted, whatever they say; 0 otherwise (undecided metrics
-are reported, not failed, and so are metrics ``not comparable`` because
-the two runs' regimes differ, such as KSM's dirtying rate: see
-host/judge/regime.py); 2 (one line on stderr) when the two files
-cannot be compared: a missing or truncated file, another schema or memqual
-version, a metric whose unit or direction differs, or no metric at all
-present in both.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/compare.py.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """The negative controls' power: ``python -m memqual.host.cli.control_power
 [--trials N] [A/results.json B/results.json]``.
 
-Without files: the share of simulated runs in which a 10 % drift of 26
-controls is caught, by block spread (1, 2, 5 %), alpha (a whole look's
-0.01, the first look's share 0.0032, a later look's 0.001) and blocks
-(2-8), through the real decision code (host/judge/control_power.py, seed
-34).  With two results files of an A/B: the same for the controls those
-files hold, at the spread each had (a spread from fewer than 8 blocks
-taken at no less than the controls' median), on 2-24 blocks.  The
-figures of docs/ab-calibration.md, "Negative controls".
+Why it is built so: docs/architecture.md, "Module notes", host/cli/control_power.py.
 """
 
 from __future__ import annotations

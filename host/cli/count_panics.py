@@ -2,13 +2,7 @@
 6.12.111+deb12-amd64:tcg-multi --mode 6.12.111+deb12-amd64:tcg-single ...
 --boots 200 --minutes 60 --out boots.jsonl``.
 
-Cold boots of each mode in turn, each one's outcome (ok, fault, hang,
-error) and its fault's first line appended to ``--out`` as it ends; then
-each mode's fault rate with its exact 95 % interval, and Fisher's one-sided
-p of each multi-threaded mode against the single-threaded ones of its
-kernel.  ``--summary FILE`` prints the table of an earlier count alone.
-A mode is ``KERNEL:HOW``, HOW one of tcg-multi, tcg-single or
-icount[:SHIFT] (icount with 2 vCPUs takes Debian's QEMU 10).
+Why it is built so: docs/architecture.md, "Module notes", host/cli/count_panics.py.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """``memqual memslots model|lookup|kvm|qemu``.
 
-- ``model --layout FILE_OR_NAME --workload NAME [--lookups N] [--seed S] [--json]``:
-  mean and worst nodes per structure, seed 000's figures alongside.
-- ``lookup --layout FILE_OR_NAME GFN... [--json]``: each gfn in each
-  structure: the slot or ``miss``, and the nodes examined.
-- ``kvm ...``: arguments and handler belong to memqual.host.cli.memslots_kvm (the
-  /dev/kvm measurements).
-- ``qemu ...``: arguments and handler belong to memqual.host.cli.memslots_qemu (a
-  layout applied to a real QEMU guest and checked against it).
-
-Heavy work is imported inside the handlers so ``memqual --help`` stays quick.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/memslots.py.
 """
 
 from __future__ import annotations

@@ -3,17 +3,7 @@
 host/cli/memslots.py owns the ``memslots`` command and calls
 :func:`add_arguments` and :func:`run` for its ``qemu`` subcommand.
 
-- ``--plan``: print what the layout becomes (QEMU arguments, QMP commands)
-  and stop; no guest.
-- otherwise: boot a pc guest with the boot-time dimms, hotplug the rest,
-  online them, read back QEMU's flat view and memory devices and the
-  guest's /proc/iomem and memory blocks, and print the differential check;
-  with ``--probe`` also write and read back a pattern in every slot and
-  replay the frames the guest touched through the model (``--trace-out``
-  saves that trace for ``memqual.host.memslots.trace.load_trace``).
-
-Exit status: 0 the layout, QEMU and the guest agree (and every dimm held
-the pattern); 1 they differ; 2 bad input, including a layout QEMU refuses.
+Why it is built so: docs/architecture.md, "Module notes", host/cli/memslots_qemu.py.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """The clock a guest's timings are read with: the host's wall time, or QEMU's
 instruction counter (icount).
 
-- ``wall``: the guests run as fast as the host lets them (multi-threaded TCG,
-  or KVM); a guest-timed figure is real time, and on a shared TCG host it
-  measures the host's load as much as the guest kernel.
-- ``icount:SHIFT``: single-threaded TCG with ``-icount shift=SHIFT,sleep=off``.
-  The guest's clock advances 2^SHIFT ns per guest instruction, and jumps to
-  the next timer deadline when every vCPU is idle (``sleep=off``), so a
-  guest-timed figure is a count of guest instructions: it repeats across
-  fresh boots to about 1 part in 10,000 and no host load moves it.  Work done
-  on the host (QEMU's device emulation, the host's madvise, ksmd) costs the
-  guest nothing on this clock, so a figure timed by the host is still wall
-  time; ``Clock.reads`` says which.
-
-A clock is one value per run: ``memqual run --clock`` puts it in
-``$MEMQUAL_CLOCK`` (``settings.CLOCK``), which the scenarios (and a lab host's
-tasks) inherit, and every Machine reads at launch.  An A/B's two arms
-always share it; so comparing figures of two clocks is refused
-(``check_same``).
-
-Two vCPUs under icount take turns in one host thread.  QEMU 7.2 never brings
-the second one up (it hangs at "x86: Booting SMP configuration"); QEMU 10.0.2
-does (checked on this project's hosts; versions in between were not), so a
-guest with more than one vCPU under icount needs ``ICOUNT_SMP_MIN_QEMU``.
+Why it is built so: docs/architecture.md, "Module notes", host/core/clock.py.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
 """The deciding table: each metric's decision as it set the exit status.
 
-One ``memqual compare`` decides every metric in one look, at alpha.  A run
-with ``--until-decided`` decides each metric at a look of its own, at that
-look's share of alpha on the metric's group-sequential boundaries
-(host/judge/until_decided.py), and freezes it there: its verdict, its B / A
-and interval, the p that faced the boundary and the boundary itself are
-that look's, read from until-decided.json's ``metrics`` (``at_look``).
-The whole run compared again at full alpha afterwards is descriptive only:
-after optional stopping its levels do not hold, and it sets no exit status.
-
-The printed table, comparison.json and comparison.html all show these rows.
+Why it is built so: docs/architecture.md, "Module notes", host/judge/decisions.py.
 """
 
 from __future__ import annotations

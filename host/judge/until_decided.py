@@ -2,65 +2,7 @@
 enough, with the optional stopping accounted for, and which scenarios are
 worth another block?
 
-The run loop calls ``Tracker.update(look, records_a, records_b, fraction)``
-after every block (one A and one B guest of every scenario still running;
-``fraction`` is the share of the budget's wall time spent so far) and adds
-blocks only for ``worth_a_block(...)``, until ``update`` says every
-primary is decided, the budget is spent, or no undecided scenario could be
-decided in what is left of it.  At each look the run so far is compared
-as ``memqual compare`` would (host/judge/comparison.py: families, Holm over
-the primaries, TOST for equivalence), and a metric is **decided** when its
-verdict is ``slower``, ``faster``, ``changed`` or ``equivalent``.  A decided metric is
-frozen: its verdict is the one of the look that decided it, and later
-blocks of other scenarios do not re-decide it.
-
-Looking after every block and stopping when something is decided is
-optional stopping: at a fixed alpha every look would be another chance of
-a wrong decision.  So each look spends only its share of alpha, on the
-budget's clock (``ab_tests.spent_alpha_by_time``: alpha t^2 spent by the
-time t of the budget has gone, Lan and DeMets' spending on calendar time,
-little early and most late).  The looks need not be planned: blocks of
-fewer scenarios are cheaper and simply give more looks, each with a
-smaller share, and the last look (no further block fits) spends what is
-left.  The shares sum to alpha: however the looks fall, the chance of any
-wrong decision (a change where there is none, or equivalence where there
-is a change beyond the threshold) over the whole run is at most alpha, per
-family.
-
-**Group-sequential boundaries.**  The looks share their blocks (look k's
-contain look k-1's), so a metric's statistics at its looks are strongly
-correlated, and testing each look at its own share (Bonferroni over the
-looks) wastes alpha: a metric at p 0.001 look after look waits for a
-share that large.  So each metric carries its own boundaries
-(host/judge/stats/group_sequential.py, Lan and DeMets' error spending by
-recursive numerical integration on the metric's information, its block
-count at each look it was compared at): a raw p at look k becomes p', the
-chance under no effect of a statistic this extreme now and none beyond
-the metric's boundaries at its looks before (p' <= p).  Holm (and BH for
-the exploratory) run on p' at the look's level exactly as on p, so a
-metric rejected at Holm share s at look k has a first-crossing chance at
-most s there.  The boundary a metric keeps for a look is that of the
-Bonferroni share it would have had (the look's level over the comparable
-members of its family): Holm never tests below it, and the most severe
-boundary leaves the largest region "not crossed", so the later p' are the
-largest.  The difference is two-sided, the TOST one-sided (its p, the
-larger of two one-sided p's, through the one-sided recursion).  A look on
-fewer than MIN_BLOCKS_SEQUENTIAL blocks, where the t is far from normal,
-takes p as it is and leaves no boundary (leaving a look out of the
-recursion only makes the later p' larger); a metric not comparable at a
-look, or first compared late, has only its own looks; a metric that
-crosses a boundary (slower, faster, changed inside the margin, or
-equivalent) is frozen there whatever its ratio and has no look after.  ``memqual compare`` (one look) is
-unchanged.
-
-**Futility.**  After a look, a scenario whose undecided primary would need
-more blocks than the budget can still give it (``blocks_needed``, from the
-spread observed, against what fits at the cost of the scenarios kept, with
-a margin of ``FUTILITY_MARGIN`` for an estimate from few blocks) is left
-out of the further blocks, so the budget goes to what can still be
-decided.  Leaving a scenario out never decides anything, so it cannot add
-a wrong decision; a left-out scenario is not taken back.  The rates are
-measured in tests/judge/test_ab_calibration.py (docs/ab-calibration.md).
+Why it is built so: docs/architecture.md, "Module notes", host/judge/until_decided.py.
 """
 
 from __future__ import annotations

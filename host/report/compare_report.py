@@ -1,22 +1,7 @@
 """comparison.html: run B against run A, for people, leading with the
 decision.
 
-``memqual compare A.json B.json --html FILE`` and a two-arm ``memqual
-run`` (OUTPUT/comparison.html) write it.  One self-contained page, in this
-order: where each run's figures come from; the exit status and what set it
-(one comparison at alpha, or the looks of --until-decided); the primaries,
-each with its verdict, margin, the look that decided it and its blocks, in
-a forest plot on a log axis with the margin band drawn (intervals past the
-axis clipped at its edge and marked) and a table; whether the host
-drifted; then, folded, the negative controls with their power to catch a
-10 % drift (host/judge/control_power.py) and the exploratory metrics; the
-looks of --until-decided (until-decided.json); the whole run at full alpha
-as a descriptive table that sets no exit status; the metrics on one side
-only, those not comparable (measured in different regimes,
-host/judge/regime.py: listed, never decided), the claims whose verdict
-moved and the environment that differs.  The page is
-templates/comparison.html.j2 over a ``ComparisonPage``; the rows are
-host/judge/decisions.py's deciding table.
+Why it is built so: docs/architecture.md, "Module notes", host/report/compare_report.py.
 """
 
 from __future__ import annotations

@@ -5,10 +5,7 @@ Each scenario test runs once per arm per block, as Avocado variants in
 next test starts: the two members of a pair are minutes apart, never a job
 apart, and a drift of the shared host between blocks falls on both arms.
 
-The variants file (``--json-variants-load``) gives every variant the params
-GuestTest reads (e2e/base.py): ``arm``, ``block``, the arm's kernel
-files and its QEMU binary.  A variant's id, ``b<block>-<arm>``, ends the test's name and its
-results directory, which is how records are told apart by arm and block.
+Why it is built so: docs/architecture.md, "Module notes", host/run/blocks.py.
 """
 
 from __future__ import annotations

@@ -2,18 +2,7 @@
 modes, taken in turn (one boot of each mode a round, so the host's load
 falls on every mode alike), each boot's outcome read from its console.
 
-A mode is a guest kernel with a clock and TCG's threading: multi-threaded
-TCG (QEMU's default on the wall clock), single-threaded TCG (the vCPUs take
-turns on one thread) and icount (single-threaded, a fixed shift).  A fault
-that shows under multi-threaded TCG and never under single-threaded TCG
-belongs to the emulation, not to the kernel; one seen under single-threaded
-TCG is the kernel's.  Each rate carries its exact (Clopper-Pearson) 95 %
-interval, and two modes' counts are compared with Fisher's exact test:
-a handful of faults in a few hundred boots says little, and the figures
-say how little.
-
-``python -m memqual.host.cli.count_panics`` is its command
-(docs/results/2026-12-02-kernels-6.1-vs-6.12.md quotes it).
+Why it is built so: docs/architecture.md, "Module notes", host/run/boot_panics.py.
 """
 
 from __future__ import annotations

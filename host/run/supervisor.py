@@ -1,36 +1,7 @@
 """The process that ties an Avocado job to the life of the memqual that
 started it.
 
-``memqual run`` starts ``python -m memqual.host.cli.supervisor -- avocado run
-...`` with the read end of a pipe as its standard input, and keeps the
-write end to itself.  A pipe's end of file is the one thing a SIGKILL of
-memqual cannot skip: the kernel closes the write end when memqual dies,
-however it dies.  The supervisor then ends the job as ``memqual run`` would
-have:
-
-1. SIGINT to the job's process group (avocado interrupts its tests, and
-   their tearDowns shut their QEMUs down and put host knobs back), for at
-   most ``--grace`` seconds;
-2. SIGKILL to every descendant that is left, whatever group or session it
-   moved to (aexpect runs the lab hosts' SSH sessions in sessions of their
-   own): the supervisor is their child subreaper, so an orphan is
-   reparented to it rather than to init, and it reaps them all;
-3. the host knobs put back when a killed test left them changed (KSM
-   and THP, huge pages: memqual.host.core.knobs: the lock of a dead
-   test is free, since the kernel drops a flock with its last holder, and
-   the state file says what to write).  The measurement lock goes the same
-   way as the KSM lock: with its holders.
-
-The supervisor leads the job's process group (memqual starts it in a new
-session, and avocado inherits the group), so memqual's own clean-up,
-SIGINT then SIGKILL to that group, works as before.  The supervisor
-ignores that SIGINT (it is for avocado), and once avocado has ended for
-whatever reason it kills what is left (step 2 with no grace), puts knobs
-back (step 3) and exits with avocado's status (by the same signal, when
-avocado died of one).
-
-Only the standard library is imported before avocado starts: the supervisor
-delays the job's start by a Python start-up and nothing more.
+Why it is built so: docs/architecture.md, "Module notes", host/run/supervisor.py.
 """
 
 from __future__ import annotations

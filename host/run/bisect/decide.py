@@ -1,15 +1,8 @@
 """The search of a statistical bisect, apart from running anything:
 ``Bisection``, git bisect's search over a series K1..Kn whose K1 is good,
 moved by each probe's evidence (host/judge/probe.py, ``evidence_of``).
-Kn is checked first; then the untested kernel nearest the middle of the
-range between the last good and the first bad, until that range has no
-kernel left to test.  A probe moves the search only once it is decided:
-``equivalent`` is good, a change the way Kn changed is bad, a change the
-other way is skipped (not this step).  A probe still undecided when its
-budget ends is skipped too (``git bisect skip``): the search goes on
-around it, and the answer is then a set of kernels, one of which is the
-first bad.  With no skips this takes at most 1 + ceil(log2(n - 1))
-probes.  Unit-tested in tests/run/test_bisect.py.
+
+Why it is built so: docs/architecture.md, "Module notes", host/run/bisect/decide.py.
 """
 
 from __future__ import annotations

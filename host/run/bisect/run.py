@@ -1,22 +1,6 @@
 """Running a bisect: probes made of rounds, its state on disk, its log.
 
-A probe measures one kernel of the series against K1 block by block until
-it is decided (``evidence_of``: slower, faster or equivalent, as
-``memqual compare`` decides a metric, each look at its share of alpha) or
-its budget is spent, when it stays undecided and the search skips it.  With the default
-``paired`` reference each step of a probe is ONE avocado job in which every
-test runs K1 (arm A) and the probe (arm B) as the variants of one block
-(host/run/blocks.py, through run_rounds.run_block_job), A B in odd blocks and B A in
-even ones, so the two are minutes apart and a drift of the shared host falls
-on both; the probe is compared with K1's replicates of its own blocks.
-``start`` measures K1 only while the last kernel is checked: the other
-probes run arm B alone and are compared with K1's pooled replicates (half
-the guests, at the price of drift).
-
-Everything a round measured is written to DIR/bisect.json before the next
-round starts, and the log DIR/bisect.log is appended line by line, so an
-interrupted bisect leaves both, and ``--resume DIR`` recomputes every
-decision from the stored rounds and goes on where it stopped.
+Why it is built so: docs/architecture.md, "Module notes", host/run/bisect/run.py.
 """
 
 from __future__ import annotations

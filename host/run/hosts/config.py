@@ -1,19 +1,6 @@
 """The hosts file: TOML, one ``[[host]]`` table per lab host.
 
-    [[host]]
-    name = "lab1"                 # required: how reports name the host
-    address = "10.0.0.11"         # required: name or IP address sshd listens on
-    port = 22                     # default 22
-    user = "root"                 # default root
-    key = "~/.ssh/id_ed25519"     # default the first of ~/.ssh/id_ed25519, id_ecdsa, id_rsa
-    known_hosts = "~/.ssh/known_hosts"   # default ~/.ssh/known_hosts; the host's key must be in it
-    slots = 1                     # tasks the host runs at once (default 1)
-    checkout = "/opt/memqual"     # memqual's checkout there (default: this checkout's path)
-
-Anything else is bad input: one line naming the file, the table and the key,
-exit status 2.  Relative paths are read from the hosts file's directory.
-Every value ends up on an ssh command line, so each is checked against a
-narrow pattern here, once.
+Why it is built so: docs/architecture.md, "Module notes", host/run/hosts/config.py.
 """
 
 from __future__ import annotations

@@ -6,17 +6,7 @@ Avocado's status server believes every message that carries the job's id
 every host's reverse forward to end at that server, one lab host could post
 as another's task and put files into that task's folder.
 
-So every host gets a UNIX socket of its own here (in the run's private
-directory), which its reverse forward ends at, and a relay passes on to the
-status server only the messages of tasks assigned to that host: the task
-id's variant, which memqual makes one per host (``run.dict_variants`` with
-the ``lab_host`` key, so ``1-e2e/test_x.py:X.test;lab1``), must be the
-host's name.  A message of another host's task, one that is no JSON object,
-or a file message aimed at ``data/`` (a task's records come only from the
-tar stream memqual fetches, spawner.fetch_data) is dropped and counted; the
-connection goes on.  Messages travel line by line as Avocado's client
-sends them (one JSON object per line), each connection to its own
-connection upstream, so the order within a task is kept.
+Why it is built so: docs/architecture.md, "Module notes", host/run/hosts/status_relay.py.
 """
 
 from __future__ import annotations
