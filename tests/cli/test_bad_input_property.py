@@ -511,7 +511,7 @@ def test_a_bad_value_anywhere_is_one_line_exit_2_and_nothing_left(
     assert children() <= running, f"{slot.argv(value)} left processes running"
 
 
-def test_every_subcommand_has_its_places() -> None:
+def test_every_subcommand_has_its_places(made: Fixtures) -> None:
     """A subcommand added without a slot here fails: list where it takes
     input (or its environment, for one that takes none)."""
     parser = cli.build_parser()
