@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _add_measure(sub)
 
 
-def _cmd_curve(args: Any) -> int:
+def _cmd_curve(args: argparse.Namespace) -> int:
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report import balloon_curve as plot
 
@@ -75,7 +75,7 @@ def _cmd_curve(args: Any) -> int:
     return 0
 
 
-def _cmd_model(args: Any) -> int:
+def _cmd_model(args: argparse.Namespace) -> int:
     # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.balloon import model as transfer_model
 

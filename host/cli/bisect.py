@@ -13,7 +13,7 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli import run as run_command
@@ -29,6 +29,9 @@ from memqual.host.run.bisect import jobs
 DEFAULT_THRESHOLD_PCT = 5.0
 DEFAULT_BUDGET_MIN = 30.0
 DEFAULT_MAX_ROUNDS = 10
+
+if TYPE_CHECKING:  # the type alone: the bisect brings numpy and scipy
+    from memqual.host.run.bisect.run import Settings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -94,7 +97,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
+def settings_from_args(args: argparse.Namespace) -> Settings:
     # lazy: numpy and scipy (~300 ms) only for this command
     from memqual.host.run.bisect import run, series
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.core.errors import BadInput
+from memqual.host.core.record import Measurement
 
 # Tests with these tags check behaviour (boot, panic, cleanup, isolation,
 # warm start, lab hosts) and measure nothing an A/B compares: they run once
@@ -179,7 +180,7 @@ def record_test_dir(path: Path) -> Path | None:
     return None
 
 
-def stamp(measurement: Any, arm: str, block: int) -> None:
+def stamp(measurement: Measurement, arm: str, block: int) -> None:
     """Fill in a record's arm and blocks (every replicate came from this
     variant's guest or guests) where the test did not."""
     if not measurement.arm:

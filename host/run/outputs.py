@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
-from memqual.host.judge.results import build_results, write_results
+from memqual.host.judge.results import Results, build_results, write_results
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from rich.console import Console
 
     from memqual.host.core.qemu_binary import QemuChoice
-    from memqual.host.judge.results import Results
 
 # Test statuses that mean "no records from this test, and here is why".
 _NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "WARN")
@@ -27,7 +26,7 @@ _NOT_PASSED = ("SKIP", "CANCEL", "ERROR", "FAIL", "INTERRUPTED", "INTERRUPT", "W
 # ------------------------------------------------------------ results
 
 
-def collect_records(job_dir: Path | None) -> tuple[list[Any], list[str]]:
+def collect_records(job_dir: Path | None) -> tuple[list[record.Measurement], list[str]]:
     """Every record of the job; a broken record is reported, not fatal."""
     if job_dir is None:
         return [], []
@@ -60,7 +59,7 @@ def write_outputs(
 
 def write_arm_outputs(
     out_dir: Path,
-    records: list[Any],
+    records: list[record.Measurement],
     problems: list[str],
     tests: list[tuple[int, TestOutcome]],
     jobs: list[JobOutcome],

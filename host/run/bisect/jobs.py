@@ -22,10 +22,12 @@ from memqual.host.run.bisect import series
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from memqual.host.core.qemu_binary import QemuChoice
+
 QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
 
 
-def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> Any:
+def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> clock.Clock:
     """The clock of a bisect (memqual.host.core.clock; default wall, the
     clock its calibration was measured on), made this process's
     ($MEMQUAL_CLOCK).  ``bisect_qemu`` notes it in DIR/qemu.json beside the
@@ -47,7 +49,7 @@ def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> Any:
     return chosen
 
 
-def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> Any:
+def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice | None:
     """The QEMU of a bisect (a QemuChoice, None: the environment's), made
     this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,

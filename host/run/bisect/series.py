@@ -9,11 +9,11 @@ import difflib
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec as KernelSpec
 from memqual.host.core.kernelspec import parse_kernel as parse_kernel
+from memqual.host.core.record import Measurement
 from memqual.host.judge.results import metric_key, variant_label
 
 
@@ -65,7 +65,7 @@ class MetricSpec:
     def forms(self) -> set[str]:
         return {self.head, self.head.replace("/", " ", 1)}
 
-    def admits(self, rec: Any) -> bool:
+    def admits(self, rec: Measurement) -> bool:
         values = {
             **{k: str(v) for k, v in (rec.settings or {}).items()},
             **{k: str(v) for k, v in (rec.variant or {}).items()},
@@ -123,14 +123,16 @@ def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
     )
 
 
-def metric_forms(rec: Any) -> set[str]:
+def metric_forms(rec: Measurement) -> set[str]:
     """The names a record answers to (see MetricSpec)."""
     variant = variant_label(rec.variant or {})
     s, m = rec.scenario, rec.metric
     return {metric_key(rec), f"{s} {m} [{variant}]", f"{s} {m}", f"{s}/{m}", m, f"{m} [{variant}]"}
 
 
-def select_metric(records: list[Any], metric: MetricSpec, key: str | None = None) -> tuple[Any | None, list[str]]:
+def select_metric(
+    records: list[Measurement], metric: MetricSpec, key: str | None = None
+) -> tuple[Measurement | None, list[str]]:
     """The record of the metric among one job's records (matched by its
     full key once the first round has fixed it), and every key there is.
     Several matches are bad input: the spec must say which."""
