@@ -14,6 +14,10 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.paths import check_output_dir
 from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import choose_for_clock, is_path
+from memqual.images.balloon_driver import check_kernel_build
+from memqual.images.packages import check_kernel_name
+from memqual.images.qemu import check_version_form
 
 
 def percent(text: str) -> float:
@@ -43,9 +47,6 @@ def fraction_below_one(text: str) -> float:
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.balloon_driver import check_kernel_build
-
     try:
         return str(check_kernel_build(text))
     except BadInput as exc:
@@ -131,9 +132,6 @@ def count_or_zero(text: str) -> int:
 def debian_kernel(text: str) -> str:
     """``--debian-kernel VERSION``: the form of a Debian kernel's name,
     checked before the archive is asked."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.packages import check_kernel_name
-
     try:
         return check_kernel_name(text)
     except BadInput as exc:
@@ -145,9 +143,6 @@ def debian_kernel_arm(text: str) -> str:
     and, after the first colon, words added to its guest's command line (an
     A/B of one kernel with and without ``init_on_free=1``), both checked
     before the archive is asked."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.packages import check_kernel_name
-
     try:
         spec = parse_kernel(text)
         check_kernel_name(spec.version)
@@ -237,10 +232,6 @@ def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
 def qemu_spec(text: str) -> str:
     """``--qemu VERSION|PATH``: a path, or the form of a version (checked
     before the archive is asked)."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import is_path
-    from memqual.images.qemu import check_version_form
-
     if is_path(text):
         return text
     try:
@@ -299,9 +290,6 @@ def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, st
     else wall), the QEMU that can run it there, and a note when a QEMU was
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
     line each, before any image is built or guest booted."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose_for_clock
-
     the_clock = clock.parse(args.clock) if args.clock else clock.current()
     clock.resolve_accel(the_clock, args.accel)
     config = MachineConfig(

@@ -145,7 +145,7 @@ def _add_measure(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_measure(args: argparse.Namespace) -> int:
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.build import build
 
     config = measure.MeasureConfig(

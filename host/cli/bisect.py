@@ -134,7 +134,7 @@ def kernel_names(args: argparse.Namespace) -> list[str]:
             raise BadInput("give --kernels, or --kernel-source DIR --good REV --bad REV, not both")
         if not (source and good and bad):
             raise BadInput("a bisect over revisions needs all three: --kernel-source DIR --good REV --bad REV")
-        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+        # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
         from memqual.images.kernel_build import revisions
 
         return revisions(source, good, bad)

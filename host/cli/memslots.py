@@ -15,6 +15,7 @@ from memqual.host.cli import memslots_qemu as qemu_cli
 from memqual.host.cli.command import Command, dispatch
 from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
+from memqual.host.memslots.layout import load_layout, parse_gfn
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +74,7 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 
 def run_model(args: argparse.Namespace) -> int:
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
-    from memqual.host.memslots.layout import load_layout
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots.model import model_table
 
     _check_count("--lookups", args.lookups, 1)
@@ -91,7 +91,7 @@ def _print_model(table: Any) -> None:
     # lazy: rich (~70 ms) only for this output, not at every memqual start
     from rich.table import Table
 
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots.model import PUBLISHED
 
     applies = table.published_applies
@@ -131,8 +131,7 @@ def _print_model(table: Any) -> None:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
-    from memqual.host.memslots.layout import load_layout, parse_gfn
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots.structures import build_all
 
     gfns = [parse_gfn(text) for text in args.gfns]

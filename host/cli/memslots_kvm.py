@@ -122,7 +122,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots.kvm_bench import BenchConfig
 
     if args.repeats < 1:
@@ -142,7 +142,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots import kvm_bench, kvm_results
 
     if getattr(args, "lookup", False):
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_lookup(args: argparse.Namespace) -> int:
-    # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
+    # lazy: the memslot models (25 ms and up) are only `memqual memslots`'s
     from memqual.host.memslots import kvm_lookup, kvm_lookup_results
 
     check_kvm_device(args.device)

@@ -14,6 +14,7 @@ from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.core.qemu_binary import choose_for_clock
 from memqual.host.run import blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import rounds as run_rounds
@@ -54,9 +55,6 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice
     this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
     since K1 and the probes must not run on two QEMUs."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose_for_clock
-
     path = directory / QEMU_FILE
     if resuming:
         noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
@@ -83,7 +81,7 @@ def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
     running every (block, arm) variant in turn (run_rounds.run_block_job), its
     records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a
     QemuChoice) is the QEMU of both arms."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.build import sha256_file
 
     files = series.Kernels(list(settings.kernels))
