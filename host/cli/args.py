@@ -14,6 +14,10 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.paths import check_output_dir
 from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.qemu_binary import choose_for_clock, is_path
+from memqual.images.balloon_driver import check_kernel_build
+from memqual.images.packages import check_kernel_name
+from memqual.images.qemu import check_version_form
 
 
 def percent(text: str) -> float:
@@ -44,7 +48,6 @@ def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.balloon_driver import check_kernel_build
 
     try:
         return str(check_kernel_build(text))
@@ -132,7 +135,6 @@ def debian_kernel(text: str) -> str:
     """``--debian-kernel VERSION``: the form of a Debian kernel's name,
     checked before the archive is asked."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.packages import check_kernel_name
 
     try:
         return check_kernel_name(text)
@@ -146,7 +148,6 @@ def debian_kernel_arm(text: str) -> str:
     A/B of one kernel with and without ``init_on_free=1``), both checked
     before the archive is asked."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.packages import check_kernel_name
 
     try:
         spec = parse_kernel(text)
@@ -238,8 +239,6 @@ def qemu_spec(text: str) -> str:
     """``--qemu VERSION|PATH``: a path, or the form of a version (checked
     before the archive is asked)."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import is_path
-    from memqual.images.qemu import check_version_form
 
     if is_path(text):
         return text
@@ -300,7 +299,6 @@ def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, st
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
     line each, before any image is built or guest booted."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose_for_clock
 
     the_clock = clock.parse(args.clock) if args.clock else clock.current()
     clock.resolve_accel(the_clock, args.accel)

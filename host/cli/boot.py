@@ -11,6 +11,7 @@ from pathlib import Path
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput
+from memqual.images.balloon_driver import tree_variant_or_reason
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _boot(args: argparse.Namespace) -> int:
     # lazy: the machine brings paramiko (~240 ms); only a boot needs it
     from memqual.host.core.machine import Machine
-    from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd

@@ -11,6 +11,7 @@ from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core import printable
 from memqual.host.core.probe import report
+from memqual.host.core.qemu_binary import choose
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -23,7 +24,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _doctor(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose
 
     if args.qemu:
         choose(cliargs.one_qemu(args.qemu))

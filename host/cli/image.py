@@ -11,6 +11,8 @@ from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import cache_dir
+from memqual.images.balloon_driver import tree_variant_or_reason
+from memqual.images.packages import available_kernels, resolve_kernel_package
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +38,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _build(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.balloon_driver import tree_variant_or_reason
     from memqual.images.build import KernelSource, build
 
     started = time.monotonic()
@@ -60,7 +61,6 @@ def _build(args: argparse.Namespace) -> int:
 
 def _kernels(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.packages import available_kernels, resolve_kernel_package
 
     releases = available_kernels(cache_dir())
     default = resolve_kernel_package(cache_dir()).removeprefix("linux-image-")

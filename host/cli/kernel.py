@@ -19,6 +19,7 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run.signals import terminate_as_exception
+from memqual.images.built_kernels import listing
 
 if TYPE_CHECKING:
     from memqual.host.run.patch_scope import PatchScope
@@ -85,7 +86,6 @@ def _build(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.built_kernels import listing
 
     kernels = listing()
     if args.json:

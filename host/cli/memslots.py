@@ -15,6 +15,7 @@ from memqual.host.cli import memslots_qemu as qemu_cli
 from memqual.host.cli.command import Command, dispatch
 from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
+from memqual.host.memslots.layout import load_layout, parse_gfn
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +75,6 @@ def _check_count(name: str, value: int, least: int) -> None:
 
 def run_model(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
-    from memqual.host.memslots.layout import load_layout
     from memqual.host.memslots.model import model_table
 
     _check_count("--lookups", args.lookups, 1)
@@ -132,7 +132,6 @@ def _print_model(table: Any) -> None:
 
 def run_lookup(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
-    from memqual.host.memslots.layout import load_layout, parse_gfn
     from memqual.host.memslots.structures import build_all
 
     gfns = [parse_gfn(text) for text in args.gfns]

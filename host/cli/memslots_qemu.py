@@ -15,6 +15,7 @@ from typing import Any
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core.errors import BadInput
+from memqual.host.memslots.layout import load_layout
 
 # Share of a dimm's pages the probe must verify (docs/memslots-qemu.md).
 MIN_COVERAGE = 0.5
@@ -52,7 +53,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
-    from memqual.host.memslots.layout import load_layout
     from memqual.host.memslots.qemu_layout import QemuMemory, plan_layout
 
     if args.trace_out and not args.probe:

@@ -9,6 +9,7 @@ import json
 
 from memqual.host.cli.command import Command, dispatch
 from memqual.host.core.paths import cache_dir
+from memqual.images.qemu import available, load, qemu_root
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +22,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.qemu import available, load, qemu_root
 
     cache = cache_dir()
     offers = available(cache, update=args.update)

@@ -19,9 +19,11 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.paths import REPO_ROOT, cache_dir, check_loaded, check_output_dir
 from memqual.host.core.profiles import PROFILES
+from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.run import job
 from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
+from memqual.images.kernel import read_release
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.clock import Clock
@@ -278,7 +280,6 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
     Debian's (memqual.host.core.qemu_binary.choose_for_clock), and one
     asked for is refused in one line."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose_for_clock, resolve
 
     the_clock = the_clock or clock.WALL_CLOCK
     fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
@@ -318,7 +319,6 @@ def check_guest_files(config: RunConfig) -> None:
     that is no modules tree.  The same checks as that build's."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import check_modules_tree
-    from memqual.images.kernel import read_release
 
     for kernel in config.kernels:
         try:

@@ -29,6 +29,7 @@ from memqual.host.run.avocado import list_tests, run_avocado
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
 from memqual.host.run.outputs import exit_status, write_arm_outputs
 from memqual.host.run.signals import terminate_as_exception
+from memqual.images import balloon_driver, built_kernels
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from rich.console import Console
@@ -74,7 +75,6 @@ def prebuild(kernels: tuple[GuestKernel, ...], console: Console) -> None:
     job: a kernel that cannot be built is bad input before anything ran,
     not a job of skips."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images import balloon_driver, built_kernels
     from memqual.images.build import KernelSource, build
 
     for k in kernels:

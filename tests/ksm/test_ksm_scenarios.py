@@ -137,7 +137,7 @@ def test_many_guests_follow_the_model_and_record_each_count():
 
 @pytest.mark.parametrize("pause", [False, True])
 def test_many_guests_are_stopped_while_ksmd_works_only_when_asked(pause):
-    host, vms = many_guests_host(), []
+    host, vms = many_guests_host(), list[FakeGuest]()
     running_at_scan: list[list[bool]] = []
     wait = host.wait_full_scans
 

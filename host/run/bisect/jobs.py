@@ -14,6 +14,7 @@ from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.core.qemu_binary import choose_for_clock
 from memqual.host.run import blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import rounds as run_rounds
@@ -55,7 +56,6 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
     since K1 and the probes must not run on two QEMUs."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose_for_clock
 
     path = directory / QEMU_FILE
     if resuming:

@@ -167,11 +167,11 @@ def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -
     the one-line BadInput of memqual.images.packages (nearest names, exit 2).
     Revisions of a source tree (``DIR@commit``) are left out: each is
     built when a probe needs it (``Kernels``)."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
     from memqual.images.kernel_build import is_source_revision
 
     if resolve is None:
-        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+        # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
         from memqual.images.build import debian_kernel_files
 
         resolve = debian_kernel_files

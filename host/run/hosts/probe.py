@@ -24,6 +24,7 @@ from memqual.host.core import probe as host_probe
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import cache_dir
 from memqual.host.core.polling import poll
+from memqual.host.core.qemu_binary import choose
 from memqual.host.ksm.state import default_state_dir
 
 SCHEMA = "memqual.hostprobe/1"
@@ -187,7 +188,6 @@ def probe(qemu: str | None = None) -> HostProbe:
     executable comes from the controller).  A QEMU the host cannot have is
     an answer (``qemu_problem``), not a failed probe."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.host.core.qemu_binary import choose
 
     binary, problem = "", ""
     if qemu:
