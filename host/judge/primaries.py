@@ -1,35 +1,10 @@
-"""Which metrics a comparison decides on: the one table of primaries and
-negative controls.
-
-- A **primary** is a metric a kernel developer watches: ``memqual compare``
-  corrects its family-wise error over these (Holm), and only these set the
-  exit status.  A scenario declares a FEW, one or two: every primary more
-  is another step of Holm's correction that every other primary pays for,
-  and another metric until-decided must run blocks for.  Each row of
-  ``PRIMARIES`` says why its metric (and, where a scenario records several
-  variants, which variant) is the one watched; the rest of what a scenario
-  records stays, measured and reported, as exploratory.
-- A **negative control** is a metric no guest kernel can move: the host-only
-  /dev/kvm benchmarks (``memslots.kvm``, ``memslots.kvm_lookup``, their own
-  VMs on the host, no guest kernel in them -- the miss cost per doubling
-  of the slot count is one of these).  In a kernel A/B a flagged control
-  means the host drifted between A and B, and the comparison says its
-  decisions are not to be trusted.
-- Everything else is **exploratory**: compared, corrected for the false
-  discovery rate, reported, never deciding the exit status unless
-  ``memqual compare --all-metrics``.
-
-Each primary also says what reads it (its instrument) and how much that
-spreads from block to block: the sd of log(B/A) over the blocks of an A/A
-run, on each clock (host/core/clock.py), where it was measured.  On the
-icount clock a guest-timed figure counts guest instructions and no host
-load moves it, so a primary timed by the host on the wall clock may be
-decided on icount by the scenario's guest-timed figure of the same work
-(``on_icount``); a host-timed figure (the host's QMP polling, ksmd's CPU)
-stays wall time on every clock.  ``margin`` is the primary's equivalence
-margin: about 1 % where its spread allows, 5 % otherwise; where even that
-is more than its spread allows in a run's blocks, ``needs`` says what
-would decide it.
+"""Which metrics a comparison decides on: the one table of primaries
+(``PRIMARIES``) and negative controls (``CONTROL_SCENARIOS``); the rest
+is exploratory.  Each primary says why it is watched, what reads it on
+each clock (its instrument, and ``on_icount`` where the guest's own figure
+decides it there), its measured block spreads, its equivalence margin
+(about 1 % where the spread allows, else 5 %) and what would decide it
+where its spread is too wide.  docs/architecture.md, "Module notes".
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def test_many_guests_are_stopped_while_ksmd_works_only_when_asked(pause):
         running_at_scan.append([vm.running for vm in vms])
         return wait(n, timeout_s, poll_s)
 
-    host.wait_full_scans = watched  # type: ignore[method-assign]
+    host.wait_full_scans = watched  # type: ignore[method-assign]  # the fake host, watched at each scan
     run = run_many(host, pause=pause, booted=vms)
     assert running_at_scan
     if pause:
