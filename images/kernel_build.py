@@ -1,13 +1,12 @@
 """A guest kernel built from source: ``memqual kernel build``.
 
-The source (``resolve_source``: ``debian:X.Y``, a folder, ``DIR@REV``),
-the config (defconfig, kvm_guest, memqual's and the user's fragments,
-after the patches), the build run as the build user (images/unprivileged.py)
-and the result's cache entry ``<cache>/kernels/<release>-<key>/``, whole
-or absent.  A patched build starts from a copy of the unpatched base tree
-(sealed as root's: images/tree_copy.py) at the base's own path, so make
-compiles only what the patch changed.  docs/patch-qualification.md, "images/kernel_build.py",
-has the details."""
+The build itself as the build user (images/unprivileged.py): the
+toolchain, the compile with its progress, the balloon driver variant, the
+install and the checks of what comes back, and the result's cache entry
+``<cache>/kernels/<release>-<key>/``, whole or absent.  Its source, patches,
+config, environment and kept base tree are in kernel_sources, kernel_patches,
+kernel_config, kernel_env and tree_copy; the A/B of a patch in kernel_arms.
+docs/patch-qualification.md, "images/kernel_build.py", has the details."""
 
 from __future__ import annotations
 

@@ -196,7 +196,7 @@ BASE_RECORD = "base.json"
 @dataclasses.dataclass(frozen=True)
 class BaseRecord:
     digest: str  # digest of the sealed tree
-    sources_end_ns: int  # what unpack returned
+    sources_end_ns: int  # what kernel_sources.unpack returned
 
 
 def keep_base(folder: Path, base: Path, sources_end_ns: int) -> None:
