@@ -14,10 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import shutil
 import stat
+import tempfile
 from pathlib import Path
+
+from memqual.host.core.errors import BadInput
+from memqual.images import unprivileged
 
 SEALED_FILE = 0o444
 SEALED_EXEC = 0o555
@@ -178,3 +183,83 @@ def copy_tree(base: Path, dest: Path, stamp_ns: int, uid: int, gid: int) -> Copi
     for folder in folders:
         os.chown(folder, uid, gid)
     return Copied(linked, copied, copied_bytes)
+
+
+# ------------------------------------------------------------ the kept base tree
+
+# A kept base tree's record, root's, beside its sealed tree: the digest
+# of its entries and when its source was unpacked (what is no newer is
+# source, linked into a patched build's copy; the rest output, copied).
+BASE_RECORD = "base.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseRecord:
+    digest: str  # digest of the sealed tree
+    sources_end_ns: int  # what kernel_sources.unpack returned
+
+
+def keep_base(folder: Path, base: Path, sources_end_ns: int) -> None:
+    """The unpatched build's tree (``folder``/linux, the build user's) made
+    the base of later patched builds of its key: moved into a root-owned
+    0700 folder, sealed (images/py), its record written, then put
+    in place of ``base``.  Nothing of the build user's is left in it."""
+    sealing = Path(tempfile.mkdtemp(prefix=".base-", dir=base.parent))
+    try:
+        os.rename(folder / "linux", sealing / "linux")
+        seal(sealing / "linux")
+        record = BaseRecord(digest(sealing / "linux"), sources_end_ns)
+        (sealing / BASE_RECORD).write_text(json.dumps(dataclasses.asdict(record)) + "\n")
+        remove_base(base)
+        os.rename(sealing, base)
+    except (OSError, TreeRefused):
+        shutil.rmtree(sealing, ignore_errors=True)
+        raise
+
+
+def remove_base(base: Path) -> None:
+    """A kept base removed: a sealed one by root (only root can change it);
+    one of an older recipe, the build user's, as a build folder is."""
+    try:
+        st = os.lstat(base)
+    except FileNotFoundError:
+        return
+    if st.st_uid == 0:
+        shutil.rmtree(base, ignore_errors=True)
+    else:
+        unprivileged.remove_folder(unprivileged.build_user(), base)
+
+
+def base_problem(base: Path) -> str | None:
+    """None when ``base`` is a sealed base tree as it was recorded (a built
+    vmlinux in it), else why it cannot be used."""
+    record = base / BASE_RECORD
+    try:
+        st = os.lstat(record)
+    except FileNotFoundError:
+        return "absent" if not os.path.lexists(base) else "not sealed (kept by an older memqual)"
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != 0 or os.lstat(base).st_uid != 0:
+        return "not sealed (not root's)"
+    try:
+        known = BaseRecord(**json.loads(record.read_text()))
+    except (OSError, ValueError, TypeError):
+        return "not sealed (its record is unreadable)"
+    if not os.path.isfile(base / "linux" / "vmlinux"):
+        return "incomplete (no vmlinux)"
+    return verify(base / "linux", known.digest)
+
+
+def copy_base(user: unprivileged.BuildUser, base: Path, folder: Path) -> str:
+    """The sealed base tree as ``folder``/linux, made by root
+    (images/py) in a root-owned 0700 staging folder and renamed
+    into place once whole; what it linked and copied."""
+    known = BaseRecord(**json.loads((base / BASE_RECORD).read_text()))
+    staging = Path(tempfile.mkdtemp(prefix=".copy-", dir=base.parent))
+    try:
+        copied = copy_tree(base / "linux", staging / "linux", known.sources_end_ns, user.uid, user.gid)
+        os.rename(staging / "linux", folder / "linux")
+    except OSError as exc:
+        raise BadInput(f"copying the base tree failed: {exc}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return str(copied)

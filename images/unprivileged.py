@@ -32,7 +32,7 @@ BUILD_USER_ENV = settings.BUILD_USER
 DEFAULT_BUILD_USER = "nobody"
 # The build's PATH: the system's tools only, never a directory from the
 # caller's PATH (a kernel build puts ccache's root-owned masquerade folder
-# in front: images/kernel_build.py).
+# in front: images/kernel_env.py).
 BUILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 RECEIVE_LIMIT = 4 << 30  # bytes root accepts back from a build (a kernel and its modules: ~100 MB)
 

@@ -135,7 +135,7 @@ def kernel_names(args: argparse.Namespace) -> list[str]:
         if not (source and good and bad):
             raise BadInput("a bisect over revisions needs all three: --kernel-source DIR --good REV --bad REV")
         # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-        from memqual.images.kernel_build import revisions
+        from memqual.images.kernel_sources import revisions
 
         return revisions(source, good, bad)
     if not args.kernels:

@@ -168,7 +168,8 @@ def patch_scope_of(args: argparse.Namespace) -> PatchScope:
     from memqual.host.core import scenario
     from memqual.host.run import patch_scope
     from memqual.host.run.config import job_profile
-    from memqual.images.kernel_build import read_patch, source_diff_files
+    from memqual.images.kernel_patches import read_patch
+    from memqual.images.kernel_sources import source_diff_files
 
     files: list[str] = []
     if len(args.kernel_source) == 2:
@@ -207,7 +208,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     if not args.patch and not args.kernel_source:
         return inner(args)
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.kernel_build import arms
+    from memqual.images.kernel_arms import arms
 
     if args.guest_kernel or args.guest_modules or args.debian_kernel or args.kernel_build:
         raise BadInput("give --patch/--kernel-source or the kernels (--guest-kernel, --debian-kernel), not both")

@@ -41,7 +41,7 @@ NOT_BUILT = (
     "*/.gitignore",
 )
 # What changes the config the scenarios' kernels are built with (as
-# images/kernel_build.py's CONFIG_INPUTS, which decides when a patched
+# images/kernel_patches.py's CONFIG_INPUTS, which decides when a patched
 # build assembles its config again).
 CONFIG_INPUTS = re.compile(r"(^|/)Kconfig[^/]*$|^scripts/|/configs/")
 # The boot checks of the guest kernel itself (tag kernel-checks): every

@@ -24,7 +24,17 @@ import fake_kernel
 import pytest
 
 from memqual.host.core.errors import BadInput, CapabilityMissing
-from memqual.images import balloon_driver, built_kernels, unprivileged
+from memqual.images import (
+    balloon_driver,
+    built_kernels,
+    kernel_arms,
+    kernel_config,
+    kernel_env,
+    kernel_patches,
+    kernel_sources,
+    tree_copy,
+    unprivileged,
+)
 from memqual.images import kernel_build as kb
 from memqual.images.build import debian_kernel_files
 
@@ -60,63 +70,63 @@ diff --git a/mm/gone.c b/mm/gone.c
 def test_patch_record_subject_files_hash(tmp_path: Path) -> None:
     path = tmp_path / "p.patch"
     path.write_text(FORMAT_PATCH)
-    patch = kb.read_patch(path)
+    patch = kernel_patches.read_patch(path)
     assert patch.subject == "virtio_balloon: a longer subject that goes on"
     assert patch.files == ("drivers/virtio/virtio_balloon.c", "mm/gone.c")
     other = tmp_path / "q.patch"
     other.write_text(FORMAT_PATCH.replace("+b", "+c"))
-    assert kb.read_patch(other).sha256 != patch.sha256
+    assert kernel_patches.read_patch(other).sha256 != patch.sha256
     plain = tmp_path / "plain.diff"
     plain.write_text("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
-    assert kb.read_patch(plain).subject == "plain.diff"
+    assert kernel_patches.read_patch(plain).subject == "plain.diff"
 
 
 def test_patch_that_is_no_file_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="no such file"):
-        kb.read_patch(tmp_path / "missing.patch")
+        kernel_patches.read_patch(tmp_path / "missing.patch")
 
 
 def test_fragment_wants_and_what_olddefconfig_did_not_keep() -> None:
-    wants = kb.fragment_wants("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n# a comment\n")
+    wants = kernel_config.fragment_wants("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=m\n# a comment\n")
     assert wants == {"CONFIG_A": "y", "CONFIG_B": "n", "CONFIG_C": "m"}
-    final = kb.config_values("CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n")
-    assert kb.unmet(wants, final) == ["CONFIG_B=n (got y)", "CONFIG_C=m (got y)"]
-    assert kb.unmet(wants, kb.config_values("CONFIG_A=y\nCONFIG_C=m\n")) == []
+    final = kernel_config.config_values("CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n")
+    assert kernel_config.unmet(wants, final) == ["CONFIG_B=n (got y)", "CONFIG_C=m (got y)"]
+    assert kernel_config.unmet(wants, kernel_config.config_values("CONFIG_A=y\nCONFIG_C=m\n")) == []
 
 
 def test_config_diff_lists_only_what_differs() -> None:
     a = "CONFIG_A=y\nCONFIG_B=m\n# CONFIG_C is not set\n"
     b = "CONFIG_A=y\nCONFIG_B=y\nCONFIG_C=y\n"
-    assert kb.config_diff(a, b) == ["CONFIG_B: m -> y", "CONFIG_C: n -> y"]
-    assert kb.config_diff(a, a) == []
+    assert kernel_config.config_diff(a, b) == ["CONFIG_B: m -> y", "CONFIG_C: n -> y"]
+    assert kernel_config.config_diff(a, a) == []
 
 
 def test_user_fragment_is_checked(tmp_path: Path) -> None:
     good = tmp_path / "good.config"
     good.write_text("# mine\nCONFIG_KASAN=y\n# CONFIG_X is not set\n")
-    assert kb.read_fragment(good)[1] == good.read_bytes()
+    assert kernel_config.read_fragment(good)[1] == good.read_bytes()
     bad = tmp_path / "bad.config"
     bad.write_text("CONFIG_A=y\nrm -rf /\n")
     with pytest.raises(BadInput, match=r"bad.config:2"):
-        kb.read_fragment(bad)
+        kernel_config.read_fragment(bad)
 
 
 def test_guest_config_asks_what_the_image_and_scenarios_need() -> None:
-    wants = kb.fragment_wants(kb.GUEST_CONFIG.read_text())
+    wants = kernel_config.fragment_wants(kb.GUEST_CONFIG.read_text())
     for module in ("VIRTIO_BALLOON", "VIRTIO_NET", "VIRTIO_PCI", "VIRTIO_MMIO", "VIRTIO_MEM"):
         assert wants[f"CONFIG_{module}"] == "m"  # guest/rc.sh modprobes them; the variant replaces one
     for symbol in ("KSM", "TRANSPARENT_HUGEPAGE", "MEMORY_HOTPLUG", "MEMORY_HOTREMOVE", "PAGE_REPORTING", "PVH"):
         assert wants[f"CONFIG_{symbol}"] == "y"
 
 
-def _source(sha: str = "s" * 64) -> kb.Source:
-    return kb.Source("folder", "x", "x", sha, Path("/x"))
+def _source(sha: str = "s" * 64) -> kernel_sources.Source:
+    return kernel_sources.Source("folder", "x", "x", sha, Path("/x"))
 
 
 def test_cache_key_covers_source_patches_config_and_compiler(tmp_path: Path) -> None:
     patch_file = tmp_path / "p.patch"
     patch_file.write_text(FORMAT_PATCH)
-    patch = kb.read_patch(patch_file)
+    patch = kernel_patches.read_patch(patch_file)
     frag = [("guest", b"CONFIG_A=y\n")]
     key = kb.cache_key(_source(), [patch], frag, "gcc 12")
     assert kb.cache_key(_source(), [patch], frag, "gcc 12") == key
@@ -127,13 +137,13 @@ def test_cache_key_covers_source_patches_config_and_compiler(tmp_path: Path) -> 
     assert kb.cache_key(_source(), [patch], frag, "gcc 13") != key
     moved = tmp_path / "elsewhere.patch"
     shutil.copy(patch_file, moved)
-    assert kb.cache_key(_source(), [kb.read_patch(moved)], frag, "gcc 12") == key  # the text, not the path
+    assert kb.cache_key(_source(), [kernel_patches.read_patch(moved)], frag, "gcc 12") == key  # the text, not the path
 
 
 def test_patch_failure_names_file_and_hunk() -> None:
     out = "patching file drivers/virtio/virtio_balloon.c\nHunk #2 FAILED at 29.\n1 out of 2 hunks FAILED\n"
-    assert kb.patch_failure(out) == "drivers/virtio/virtio_balloon.c hunk #2 (at line 29) fails"
-    assert "not in the tree" in kb.patch_failure("can't find file to patch at input line 3\n")
+    assert kernel_patches.patch_failure(out) == "drivers/virtio/virtio_balloon.c hunk #2 (at line 29) fails"
+    assert "not in the tree" in kernel_patches.patch_failure("can't find file to patch at input line 3\n")
 
 
 def test_missing_toolchain_prints_the_apt_get_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -272,7 +282,7 @@ def build_env(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     taken as installed (the fake tree needs none of it)."""
     outer = Path(tempfile.mkdtemp(prefix="mq-kbuild-test-", dir="/tmp"))
     os.chmod(outer, 0o711)
-    monkeypatch.setenv(kb.BUILD_PARENT_ENV, str(outer / "kbuild"))
+    monkeypatch.setenv(kernel_env.BUILD_PARENT_ENV, str(outer / "kbuild"))
     monkeypatch.setattr(kb, "missing_toolchain", list)
     monkeypatch.delenv(unprivileged.BUILD_USER_ENV, raising=False)
     yield outer / "kbuild"
@@ -332,7 +342,7 @@ def test_fake_build_cached_then_patched_incrementally(tmp_path: Path, memqual_ca
     patched = kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
     assert patched.incremental and patched.name != kernel.name
     assert patched.patches[0].subject == "init: return 1"
-    assert kb.config_diff(kernel.config.read_text(), patched.config.read_text()) == []
+    assert kernel_config.config_diff(kernel.config.read_text(), patched.config.read_text()) == []
     assert (tree / "init/main.c").read_text() == "int main(void) { return 0; }\n"  # the user's tree untouched
     assert left_behind(memqual_cache, build_env) == sorted([kernel.name, patched.name])
     # B ran at A's path (the Makefile's .built-at check), from a copy: the
@@ -423,7 +433,7 @@ def test_hostile_patch_cannot_change_the_base_through_a_linked_source(
     tree = fake_tree(tmp_path)
     kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
     base = build_env / f"base-{kernel.key}"
-    assert kb.base_problem(base) is None and os.stat(base / "linux/init/main.c").st_uid == 0
+    assert tree_copy.base_problem(base) is None and os.stat(base / "linux/init/main.c").st_uid == 0
     hostile = kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=print)
     assert hostile.incremental
     assert _daemons() == []  # ended with its step (the step's PID namespace)
@@ -431,7 +441,7 @@ def test_hostile_patch_cannot_change_the_base_through_a_linked_source(
     assert main_c.read_text() == "int main(void) { return 0; }\n"
     st = os.stat(main_c)
     assert st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o444 and st.st_mtime_ns == int(1e9 * 1e9)
-    assert kb.base_problem(base) is None
+    assert tree_copy.base_problem(base) is None
     benign = tmp_path / "benign.patch"
     benign.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int b;\n")
     after = kb.build(str(tree), [benign], jobs=1, say=lambda _: None)
@@ -449,14 +459,13 @@ def test_without_the_seal_the_hostile_patch_reaches_the_base(
     seal a no-op, as before it) and no PID namespace, the same hostile
     build writes through the link into A's tree and leaves its daemon
     running; the base's check sees the change afterwards."""
-    from memqual.images import tree_copy
 
     monkeypatch.setattr(tree_copy, "seal", lambda tree: None)
     tree = fake_tree(tmp_path)
     kernel = kb.build(str(tree), jobs=1, say=lambda _: None)
     base = build_env / f"base-{kernel.key}"
     with monkeypatch.context() as unchecked:
-        unchecked.setattr(kb, "base_problem", lambda base: None)
+        unchecked.setattr(tree_copy, "base_problem", lambda base: None)
         unchecked.setattr(unprivileged, "pid_namespace", tuple)
         unchecked.setattr(unprivileged, "can_confine", lambda: False)  # its namespaces would hold the daemon too
         kb.build(str(tree), [_makefile_patch(tree, "hostile.patch", HOSTILE_ON_THE_BASE)], jobs=1, say=lambda _: None)
@@ -465,7 +474,7 @@ def test_without_the_seal_the_hostile_patch_reaches_the_base(
         os.kill(pid, signal.SIGKILL)
     assert left, "without its PID namespace, the step's daemon outlives it"
     assert "evil" in (base / "linux/init/main.c").read_text()
-    assert kb.base_problem(base) is not None
+    assert tree_copy.base_problem(base) is not None
 
 
 # What a hostile patch's build tries beside its own folder: another
@@ -525,7 +534,7 @@ def test_confined_patched_build_reads_ccache_and_adds_nothing(
     the compiler), and the cache holds no more files than before."""
     tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
     kb.build(str(tree), jobs=1, say=lambda _: None)
-    cache = kb.ccache_folder(unprivileged.build_user())
+    cache = kernel_env.ccache_folder(unprivileged.build_user())
     assert cache is not None
     before = sorted(p.name for p in cache.rglob("*") if p.is_file() and "stats" not in p.name)
     patch = tmp_path / "p.patch"
@@ -555,7 +564,7 @@ def test_a_base_changed_after_its_seal_is_refused_and_rebuilt(
     patched = kb.build(str(tree), [benign], jobs=1, say=said.append)
     assert any("changed since it was sealed: building the unpatched source first" in line for line in said)
     assert patched.incremental and (patched.modules / "kernel/x.ko").read_text() == "int b;\n"
-    assert kb.base_problem(base) is None and "evil" not in (base / "linux/init/main.c").read_text()
+    assert tree_copy.base_problem(base) is None and "evil" not in (base / "linux/init/main.c").read_text()
     assert (kernel.directory / "manifest.json").stat().st_mtime_ns == manifest.st_mtime_ns  # A's, not rebuilt
 
 
@@ -569,15 +578,13 @@ def test_a_base_the_build_user_owns_is_not_used(tmp_path: Path, memqual_cache: P
     user = unprivileged.build_user()
     for path in [base, *base.rglob("*")]:
         os.chown(path, user.uid, user.gid, follow_symlinks=False)
-    assert kb.base_problem(base) == "not sealed (not root's)"
-    (base / kb.BASE_RECORD).unlink()
-    assert kb.base_problem(base) == "not sealed (kept by an older memqual)"
+    assert tree_copy.base_problem(base) == "not sealed (not root's)"
+    (base / tree_copy.BASE_RECORD).unlink()
+    assert tree_copy.base_problem(base) == "not sealed (kept by an older memqual)"
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="sealing gives the tree to root, copying gives it to the build user")
 def test_tree_copy_links_sealed_sources_and_copies_outputs_with_their_times(tmp_path: Path) -> None:
-    from memqual.images import tree_copy
-
     user = unprivileged.build_user()
     base, stamp_ns = tmp_path / "base", 2 * 10**18
     (base / "sub").mkdir(parents=True)
@@ -625,12 +632,12 @@ def test_tree_copy_links_sealed_sources_and_copies_outputs_with_their_times(tmp_
 
 
 def test_config_is_assembled_again_only_for_patches_to_its_inputs() -> None:
-    def patch(*files: str) -> kb.Patch:
-        return kb.Patch(Path("p"), b"", "0", "s", files)
+    def patch(*files: str) -> kernel_patches.Patch:
+        return kernel_patches.Patch(Path("p"), b"", "0", "s", files)
 
-    assert kb.config_touched([patch("drivers/virtio/virtio_balloon.c", "mm/page_alloc.c")]) == []
+    assert kernel_patches.config_touched([patch("drivers/virtio/virtio_balloon.c", "mm/page_alloc.c")]) == []
     touched = ["mm/Kconfig", "drivers/virtio/Kconfig.debug", "scripts/kconfig/conf.c", "arch/x86/configs/x.config"]
-    assert kb.config_touched([patch(*touched), patch("init/main.c")]) == touched
+    assert kernel_patches.config_touched([patch(*touched), patch("init/main.c")]) == touched
 
 
 @needs_drop
@@ -710,7 +717,7 @@ def test_ccache_is_the_build_users_and_shared_between_build_folders(
     assert first.ccache == {"hits": 0, "misses": 1}
     assert again.ccache == {"hits": 1, "misses": 0}
     user = unprivileged.build_user()
-    folder = kb.ccache_folder(user)
+    folder = kernel_env.ccache_folder(user)
     assert folder is not None and folder.parent == build_env
     st = folder.stat()
     assert st.st_uid == user.uid and stat.S_IMODE(st.st_mode) == 0o700
@@ -724,12 +731,12 @@ def test_ccache_folder_planted_as_a_link_is_not_used(build_env: Path, probe_dir:
     parent = unprivileged.build_parent(build_env)
     planted = parent / f"ccache-{user.uid}"
     planted.symlink_to(probe_dir)
-    assert kb.ccache_folder(user) is None
-    assert "CCACHE_DIR" not in kb.build_env(user) and "PATH" not in kb.build_env(user)
+    assert kernel_env.ccache_folder(user) is None
+    assert "CCACHE_DIR" not in kernel_env.build_env(user) and "PATH" not in kernel_env.build_env(user)
     assert probe_dir.stat().st_uid == 0
     planted.unlink()
     planted.mkdir(mode=0o700)  # root's own
-    assert kb.ccache_folder(user) is None
+    assert kernel_env.ccache_folder(user) is None
 
 
 @needs_drop
@@ -839,7 +846,7 @@ def test_run_patch_checks_the_run_options_before_building(
     tmp_path: Path, memqual_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     built: list[object] = []
-    monkeypatch.setattr(kb, "arms", lambda *a, **k: built.append(a))
+    monkeypatch.setattr(kernel_arms, "arms", lambda *a, **k: built.append(a))
     args = _run_args(["run", "--patch", "x.patch", "--rounds", "0", "--output", str(tmp_path / "out")])
     with pytest.raises(BadInput, match="--rounds"):
         args.command_run(args)
@@ -890,8 +897,8 @@ def test_two_revisions_of_one_repository_list_the_files_between_them(tmp_path: P
         subprocess.run([*git, "add", "-A"], check=True)
         subprocess.run([*git, "commit", "-qm", f"c{n}"], check=True)
         commits.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip())
-    assert kb.source_diff_files(f"{repo}@{commits[0]}", f"{repo}@HEAD") == ("mm/ksm.c",)
-    assert kb.source_diff_files(str(repo), str(tmp_path)) is None
+    assert kernel_sources.source_diff_files(f"{repo}@{commits[0]}", f"{repo}@HEAD") == ("mm/ksm.c",)
+    assert kernel_sources.source_diff_files(str(repo), str(tmp_path)) is None
     args = _run_args(["run", "--kernel-source", f"{repo}@{commits[0]}", "--kernel-source", f"{repo}@HEAD"])
     scope = patch_scope_of(args)
     assert scope.kind == "scoped" and [c.scenario for c in scope.chosen] == ["ksm.guest_merge"]
@@ -924,7 +931,7 @@ def test_run_patch_refuses_kernels_beside_it(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="not both"):
         run_with_patch(args, lambda a: 0)
     with pytest.raises(BadInput, match="compares nothing"):
-        kb.arms([str(tmp_path)], [])
+        kernel_arms.arms([str(tmp_path)], [])
 
 
 @needs_drop
@@ -940,7 +947,7 @@ def test_git_revision_is_exported_not_the_work_tree(tmp_path: Path, memqual_cach
     built_from = build_env / f"base-{kernel.key}" / "linux/init/main.c"  # kept as the base of patched builds
     assert built_from.read_text() == "int main(void) { return 0; }\n"
     with pytest.raises(BadInput, match="no commit"):
-        kb.resolve_source(f"{tree}@no-such-branch")
+        kernel_sources.resolve_source(f"{tree}@no-such-branch")
 
 
 @needs_drop
@@ -966,7 +973,7 @@ def test_bisect_over_revisions_builds_only_the_probed_ones(
     names = kernel_names(args)
     assert names == [f"{tree.resolve()}@{c}" for c in commits]
     specs = series.parse_series(names)
-    assert [s.version for s in specs] == names and all(kb.is_source_revision(n) for n in names)
+    assert [s.version for s in specs] == names and all(kernel_sources.is_source_revision(n) for n in names)
     built: list[str] = []
 
     def build(name: str) -> tuple[Path, Path]:
@@ -994,16 +1001,16 @@ def test_tree_of_another_user_is_refused(tmp_path: Path) -> None:
     user = unprivileged.build_user()
     os.chown(tree, user.uid, user.gid)
     with pytest.raises(BadInput, match="build from a tree of your own"):
-        kb.resolve_source(str(tree))
+        kernel_sources.resolve_source(str(tree))
 
 
 def test_bad_sources_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(BadInput, match="give debian:X.Y"):
-        kb.resolve_source("debian:six")
+        kernel_sources.resolve_source("debian:six")
     with pytest.raises(BadInput, match="not the top of a kernel tree|no Makefile and Kconfig"):
-        kb.resolve_source(str(tmp_path))
+        kernel_sources.resolve_source(str(tmp_path))
     with pytest.raises(BadInput, match="not a git repository"):
-        kb.resolve_source(f"{tmp_path}@HEAD")
+        kernel_sources.resolve_source(f"{tmp_path}@HEAD")
 
 
 def run_cli(argv: list[str]) -> int:
@@ -1053,7 +1060,7 @@ def test_sigterm_ends_make_and_leaves_nothing(tmp_path: Path, memqual_cache: Pat
     import time
 
     tree = fake_tree(tmp_path, hostile="\t@echo '  CC      slow.o'; sleep 60\n")
-    env = {**os.environ, "MEMQUAL_CACHE": str(memqual_cache), kb.BUILD_PARENT_ENV: str(build_env)}
+    env = {**os.environ, "MEMQUAL_CACHE": str(memqual_cache), kernel_env.BUILD_PARENT_ENV: str(build_env)}
     # the toolchain taken as installed in the child too: the fake tree needs none
     code = (
         "import sys; from memqual.images import kernel_build as kb; kb.missing_toolchain = list; "
@@ -1180,7 +1187,7 @@ def test_patched_build_without_a_copy_of_the_base_builds_from_the_source(
     def no_copy(*_: object) -> str:
         raise BadInput("copying the base tree failed: python3: not found")
 
-    monkeypatch.setattr(kb, "copy_base", no_copy)
+    monkeypatch.setattr(tree_copy, "copy_base", no_copy)
     patch = tmp_path / "p.patch"
     patch.write_text("--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n-int main(void) { return 0; }\n+int x;\n")
     said: list[str] = []

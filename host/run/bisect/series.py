@@ -168,7 +168,7 @@ def resolve_kernels(series: list[KernelSpec], resolve: Resolver | None = None) -
     Revisions of a source tree (``DIR@commit``) are left out: each is
     built when a probe needs it (``Kernels``)."""
     # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built
-    from memqual.images.kernel_build import is_source_revision
+    from memqual.images.kernel_sources import is_source_revision
 
     if resolve is None:
         # lazy: the image builder (~40-50 ms, with cryptography) only where an image is built

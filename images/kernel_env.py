@@ -1,0 +1,110 @@
+"""What every step of a kernel build runs with: the build parent folder,
+kbuild's fixed stamps, ccache's folder and counters, and ``run_ok`` (a
+build user's step, its failure one line).  docs/patch-qualification.md,
+"images/kernel_build.py"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from memqual.host.core import settings
+from memqual.host.core.errors import BadInput
+from memqual.images import unprivileged
+
+BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
+BUILD_PARENT_ENV = settings.KBUILD_DIR
+STEP_TIMEOUT_S = 1800.0
+STAMP_ENV = {
+    "KBUILD_BUILD_USER": "memqual",
+    "KBUILD_BUILD_HOST": "memqual",
+    "KBUILD_BUILD_VERSION": "1",
+    "KBUILD_BUILD_TIMESTAMP": "1970-01-01",
+}
+# ccache's masquerade folder (gcc -> ccache links, root's) goes first in
+# the build's PATH when ccache is installed: the compiler's command lines
+# stay the same with and without it, so a tree built with ccache is
+# incremental for a build without it and the other way round.
+CCACHE_LINKS = Path("/usr/lib/ccache")
+CCACHE_SIZE = "4G"
+
+
+def kbuild_parent() -> Path:
+    """The folder every build's folders, kept base trees and ccache's folder are in."""
+    return unprivileged.build_parent(settings.kbuild_dir() or BUILD_PARENT)
+
+
+def ccache_folder(user: unprivileged.BuildUser) -> Path | None:
+    """The build user's compiler cache, beside the build folders (so it
+    outlives them), or None when ccache is not installed or the folder is
+    not the build user's alone.  Only the build user's compilers read it:
+    root never does, and what comes back from a build is checked as any
+    build's output is (unprivileged.receive, check_artefacts)."""
+    try:
+        st = os.lstat(CCACHE_LINKS / "gcc")
+        links = os.stat(CCACHE_LINKS)
+    except OSError:
+        return None
+    if links.st_uid != 0 or links.st_mode & 0o022 or st.st_uid != 0:
+        return None
+    return unprivileged.user_folder(kbuild_parent(), user, f"ccache-{user.uid}")
+
+
+def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
+    """The environment of every step of a build: kbuild's fixed stamps
+    (a build is the same whoever runs it, whenever), and ccache's folder
+    when there is one.  CCACHE_BASEDIR makes paths below the build parent
+    relative, so build folders of different names share hits; depend
+    mode (kbuild passes -Wp,-MMD) spares a miss the preprocessor run
+    ccache would otherwise add to each compile."""
+    env = dict(STAMP_ENV)
+    cache = ccache_folder(user)
+    if cache is not None:
+        env |= {
+            "PATH": f"{CCACHE_LINKS}:{unprivileged.BUILD_PATH}",
+            "CCACHE_DIR": str(cache),
+            "CCACHE_BASEDIR": str(cache.parent),
+            "CCACHE_NOHASHDIR": "1",
+            "CCACHE_DEPEND": "1",
+            "CCACHE_SLOPPINESS": "time_macros,locale",
+            "CCACHE_MAXSIZE": CCACHE_SIZE,
+            "CCACHE_TEMPDIR": str(cache / "tmp"),
+        }
+        if user.confined_to is not None:
+            # a confined build (a patch's) reads the cache and adds nothing
+            # to it: its folder is read-only to it
+            env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(user.confined_to[1] / "home" / "tmp")}
+    return env
+
+
+CCACHE_HITS = ("direct_cache_hit", "preprocessed_cache_hit")
+
+
+def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
+    """ccache's lifetime counters of the build user's cache (hits, misses),
+    read by the build user; empty without ccache.  A step's lookups are the
+    difference of two readings (another build at the same time would add
+    its own: builds of one source are serialized, of two are not)."""
+    env = build_env(user)
+    if "CCACHE_DIR" not in env or "CCACHE_READONLY" in env:  # read-only: ccache counts nothing
+        return {}
+    proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
+    counters: dict[str, int] = {}
+    for line in proc.stdout.splitlines():
+        name, _, value = line.partition("\t")
+        if value.strip().isdigit():
+            counters[name.strip()] = int(value)
+    if proc.returncode != 0 or "cache_miss" not in counters:
+        return {}
+    return {"hits": sum(counters.get(n, 0) for n in CCACHE_HITS), "misses": counters["cache_miss"]}
+
+
+def run_ok(
+    user: unprivileged.BuildUser, argv: list[str], cwd: Path, home: Path, what: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
+    proc = unprivileged.run(user, argv, cwd, home, stdin=stdin, env=build_env(user), timeout=STEP_TIMEOUT_S)
+    if proc.returncode != 0:
+        lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()][-3:]
+        raise BadInput(f"{what} failed: {' | '.join(lines) or 'no output'}")
+    return proc

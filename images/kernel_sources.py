@@ -1,0 +1,268 @@
+"""A kernel build's source: ``resolve_source`` (``debian:X.Y``, a folder,
+``DIR@REV``, each read by its owner), the revisions a bisect probes, the
+files two revisions differ in, and ``unpack``, the tree streamed as a tar
+into the build user's folder.  docs/patch-qualification.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import cache_dir, weak_spot
+from memqual.images import packages, unprivileged
+from memqual.images.kernel_env import STEP_TIMEOUT_S
+
+DEBIAN_SOURCE = re.compile(r"debian:([0-9]+\.[0-9]+)")
+GIT_REV = re.compile(r"[0-9A-Za-z._/~^-]{1,200}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    kind: str  # "debian", "folder" or "git"
+    spec: str  # as given
+    label: str  # what a record says: linux-source-6.1 6.1.192-3, /src/linux, /src/linux@abc123
+    sha256: str  # the content's id: the .deb's sha256, the tree's tar stream's, git:<commit>
+    path: Path  # the .deb, the folder, the repository
+    rev: str = ""  # the commit, for git
+
+
+def owner_of(path: Path) -> unprivileged.BuildUser:
+    """Who reads a user's tree: its owner, which must be root or the user
+    memqual runs for (a tree another user can change is refused)."""
+    from memqual.images.balloon_driver import tree_owners
+
+    st = path.stat()
+    problem = weak_spot(path, tree_owners())
+    if problem is not None:
+        raise BadInput(f"kernel source {path}: {problem}: build from a tree of your own")
+    return unprivileged.BuildUser(str(st.st_uid), st.st_uid, st.st_gid)
+
+
+def _as_owner(owner: unprivileged.BuildUser, argv: list[str]) -> list[str]:
+    if owner.uid == 0 or os.geteuid() != 0:
+        return argv
+    return unprivileged.as_user(owner.uid, owner.gid, argv)
+
+
+def _owner_env() -> dict[str, str]:
+    return {"PATH": unprivileged.BUILD_PATH, "HOME": "/nonexistent", "LC_ALL": "C.UTF-8", "GIT_CONFIG_NOSYSTEM": "1"}
+
+
+def resolve_source(spec: str, cache: Path | None = None) -> Source:
+    """SOURCE as the command line gives it, checked; the .deb is fetched."""
+    match = DEBIAN_SOURCE.fullmatch(spec)
+    if match:
+        cache = cache or cache_dir()
+        package = f"linux-source-{match.group(1)}"
+        deb = packages.download(package, cache)
+        version = deb.name.split("_")[1].replace("%3a", ":")
+        return Source("debian", spec, f"{package} {version}", packages.sha256_file(deb), deb)
+    if spec.startswith("debian:"):
+        raise BadInput(f"kernel source {spec!r}: give debian:X.Y (e.g. debian:6.1), a folder or DIR@REV")
+    if "@" in spec and not Path(spec).exists():
+        directory, rev = spec.rsplit("@", 1)
+        repo = Path(directory)
+        if not GIT_REV.fullmatch(rev) or rev.startswith("-"):
+            raise BadInput(f"kernel source {spec!r}: {rev!r} is not a git revision")
+        if not (repo / ".git").exists():
+            raise BadInput(f"kernel source {spec!r}: {repo} is not a git repository")
+        owner = owner_of(repo)
+        proc = subprocess.run(
+            _as_owner(owner, ["git", "-C", str(repo.resolve()), "rev-parse", "--verify", "-q", f"{rev}^{{commit}}"]),
+            capture_output=True,
+            text=True,
+            env=_owner_env(),
+            timeout=120,
+            check=False,
+        )
+        commit = proc.stdout.strip()
+        if proc.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40,64}", commit):
+            raise BadInput(f"kernel source {spec!r}: no commit {rev!r} in {repo}")
+        return Source("git", spec, f"{repo.resolve()}@{commit[:12]}", f"git:{commit}", repo.resolve(), commit)
+    folder = Path(spec)
+    if not folder.is_dir():
+        raise BadInput(f"kernel source {spec!r}: give debian:X.Y, a kernel source folder or DIR@REV")
+    if not (folder / "Makefile").is_file() or not (folder / "Kconfig").is_file():
+        raise BadInput(f"kernel source {folder}: no Makefile and Kconfig: give the top of a kernel tree")
+    owner = owner_of(folder)
+    digest = hashlib.sha256()
+    tar = subprocess.Popen(
+        _as_owner(
+            owner,
+            [*_tar_create(folder.resolve()), "--sort=name", "--mtime=@0", "--owner=0", "--group=0", "--numeric-owner"],
+        ),
+        stdout=subprocess.PIPE,
+        env=_owner_env(),
+        cwd="/",
+    )
+    stream = tar.stdout
+    assert stream is not None
+    for block in iter(lambda: stream.read(1 << 20), b""):
+        digest.update(block)
+    if tar.wait(timeout=STEP_TIMEOUT_S) != 0:
+        raise BadInput(f"kernel source {folder}: its owner cannot read all of it (tar failed)")
+    return Source("folder", spec, str(folder.resolve()), digest.hexdigest(), folder.resolve())
+
+
+def revisions(directory: str, good: str, bad: str) -> list[str]:
+    """``DIR@commit`` for GOOD, then every commit on BAD's first-parent
+    line after GOOD up to BAD, oldest first (read by the repository's
+    owner): the series a bisect over revisions probes, each built when
+    probed (``build``, cached)."""
+    repo = Path(directory)
+    if ":" in str(repo.resolve()):
+        raise BadInput(f"--kernel-source {directory}: a folder with ':' in its path cannot name a kernel: move it")
+    ids = [resolve_source(f"{directory}@{rev}").rev for rev in (good, bad)]
+    owner = owner_of(repo)
+    proc = subprocess.run(
+        _as_owner(
+            owner, ["git", "-C", str(repo.resolve()), "rev-list", "--reverse", "--first-parent", f"{ids[0]}..{ids[1]}"]
+        ),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    between = proc.stdout.split()
+    if proc.returncode != 0 or not between or between[-1] != ids[1]:
+        raise BadInput(
+            f"--good {good} is not an ancestor of --bad {bad} on its first-parent line in {directory}: "
+            "give a good revision older than the bad one"
+        )
+    return [f"{repo.resolve()}@{commit}" for commit in [ids[0], *between]]
+
+
+def source_diff_files(a_spec: str, b_spec: str) -> tuple[str, ...] | None:
+    """The files that differ between two sources, when both are revisions
+    of one repository (``git diff --name-only``, run by its owner); None
+    otherwise (two folders or two .debs would have to be read whole)."""
+    a_dir, a_at, _ = a_spec.rpartition("@")
+    b_dir, b_at, _ = b_spec.rpartition("@")
+    if not (a_at and b_at) or Path(a_dir).resolve() != Path(b_dir).resolve() or Path(a_spec).exists():
+        return None
+    a, b = resolve_source(a_spec), resolve_source(b_spec)
+    proc = subprocess.run(
+        _as_owner(owner_of(a.path), ["git", "-C", str(a.path), "diff", "--no-renames", "--name-only", a.rev, b.rev]),
+        capture_output=True,
+        text=True,
+        env=_owner_env(),
+        timeout=120,
+        check=False,
+    )
+    if proc.returncode != 0:
+        return None
+    return tuple(line for line in proc.stdout.splitlines() if line)
+
+
+def is_source_revision(name: str) -> bool:
+    """A kernel named ``DIR@commit`` (a bisect over revisions), not a Debian one."""
+    directory, at, rev = name.partition("@")
+    return bool(at) and directory.startswith("/") and re.fullmatch(r"[0-9a-f]{40,64}", rev) is not None
+
+
+def _tar_create(folder: Path) -> list[str]:
+    return ["tar", "-C", str(folder), "--exclude-vcs", "-c", "-f", "-", "."]
+
+
+def _source_stream(source: Source) -> tuple[subprocess.Popen[bytes], Callable[[], None]]:
+    """A process writing the source tree as a tar (xz for Debian) on its
+    stdout, and how to end it."""
+    if source.kind == "debian":
+        # root reads its own checked .deb; the inner linux-source-X.Y.tar.xz
+        # is handed on undecompressed (the build user's tar unpacks it)
+        proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(source.path)], stdout=subprocess.PIPE)
+    elif source.kind == "git":
+        owner = owner_of(source.path)
+        proc = subprocess.Popen(
+            _as_owner(owner, ["git", "-C", str(source.path), "archive", "--format=tar", source.rev]),
+            stdout=subprocess.PIPE,
+            env=_owner_env(),
+            cwd="/",
+        )
+    else:
+        owner = owner_of(source.path)
+        proc = subprocess.Popen(
+            _as_owner(owner, _tar_create(source.path)), stdout=subprocess.PIPE, env=_owner_env(), cwd="/"
+        )
+
+    def end() -> None:
+        proc.kill()
+        proc.wait()
+
+    return proc, end
+
+
+def unpack(source: Source, user: unprivileged.BuildUser, folder: Path) -> int:
+    """The source tree into ``folder``/linux, unpacked by the build user;
+    the time (ns) no output of the build will be older than."""
+    home = folder / "home"
+    unprivileged.run(user, ["mkdir", "linux"], folder, home)
+    strip = ["--strip-components=1"] if source.kind == "debian" else []
+    untar = unprivileged.popen(
+        user,
+        ["tar", "-x", "--no-same-owner", "--no-same-permissions", *strip, "-f", "-"],
+        folder / "linux",
+        home,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    producer, end = _source_stream(source)
+    assert untar.stdin is not None and producer.stdout is not None
+    try:
+        if source.kind == "debian":
+            _inner_source_tarball(producer.stdout, untar.stdin, source)
+        else:
+            shutil.copyfileobj(producer.stdout, untar.stdin, 1 << 20)
+        untar.stdin.close()
+        err = untar.stderr.read().decode(errors="replace") if untar.stderr else ""
+        if untar.wait(timeout=STEP_TIMEOUT_S) != 0:
+            raise BadInput(f"unpacking {source.label} failed: {err.strip().splitlines()[-1:] or ['?']}")
+    finally:
+        end()
+        if untar.poll() is None:
+            unprivileged.end_group(untar)
+    # a second before now, kept by root: every output the build makes is
+    # newer, and a source file changed within that second is taken as
+    # output (copied)
+    return (int(time.time()) - 1) * 1_000_000_000
+
+
+def _inner_source_tarball(outer_stream: IO[bytes], sink: IO[bytes], source: Source) -> None:
+    """Copy /usr/src/linux-source-X.Y.tar.xz out of the .deb's data to the
+    build user's ``tar -x`` (which decompresses it), as a stream."""
+    with tarfile.open(fileobj=outer_stream, mode="r|") as outer:
+        for member in outer:
+            name = "/" + member.name.lstrip("./")
+            if member.isfile() and name.startswith("/usr/src/linux-source-") and name.endswith(".tar.xz"):
+                inner = outer.extractfile(member)
+                assert inner is not None
+                xz = subprocess.Popen(["xz", "-dc"], stdin=subprocess.PIPE, stdout=sink)
+                assert xz.stdin is not None
+                shutil.copyfileobj(inner, xz.stdin, 1 << 20)
+                xz.stdin.close()
+                if xz.wait(timeout=STEP_TIMEOUT_S) != 0:
+                    raise BadInput(f"{source.path.name}: its source tarball does not decompress: fetch it again")
+                return
+    raise BadInput(f"{source.path.name} holds no /usr/src/linux-source-*.tar.xz")
+
+
+def default_source(cache: Path | None = None) -> str:
+    """debian:X.Y of the default Debian kernel (the image's): its release
+    6.1.0-57-amd64 gives debian:6.1."""
+    package = packages.resolve_kernel_package(cache or cache_dir())
+    match = re.match(r"linux-image-([0-9]+\.[0-9]+)", package)
+    if match is None:
+        raise BadInput(f"the default kernel {package} names no X.Y: give --kernel-source")
+    return f"debian:{match.group(1)}"
