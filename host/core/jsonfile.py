@@ -20,9 +20,11 @@ from memqual.host.core.errors import BadInput
 
 # memqual's own files nest six or seven levels deep.
 MAX_DEPTH = 64
-# Far beyond any measured figure; far enough from float's 1.8e308 that a
-# million samples' sum, or two samples' product, stays finite.
-MAX_MAGNITUDE = 1e100
+# Far beyond any measured figure; far enough from float's 1.8e308 that two
+# numbers' product stays finite.  The schemas keep samples within 1e100, so
+# what is derived from them and written beside them (a spread of samples of
+# +-1e100 is 1.41e100) reads back.
+MAX_MAGNITUDE = 1e150
 
 
 class _Unusable(ValueError):
@@ -38,7 +40,7 @@ def _float(text: str) -> float:
 
 def _int(text: str) -> int:
     # Checked before int(): a long enough digit string costs quadratic time.
-    if len(text.lstrip("-")) > 101:
+    if len(text.lstrip("-")) > 151:
         raise _Unusable(f"an integer of {len(text.lstrip('-'))} digits is beyond {MAX_MAGNITUDE:g}")
     value = int(text)
     if abs(value) > MAX_MAGNITUDE:

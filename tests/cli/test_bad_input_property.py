@@ -21,7 +21,7 @@ from typing import Any
 
 import fake_qemu
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memqual.host.cli import bench_boot, testsummary
@@ -597,6 +597,9 @@ def test_compare_of_valid_files_exits_1_only_for_slower_and_shows_names_as_text(
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=metric_names, replicates=replicate_sets)
+# Samples at the schema's limits: their spread (1.41e100) is written beside
+# them and must read back.
+@example(name="x", replicates=[[1e100, -1e100]])
 def test_a_report_of_hostile_names_and_extreme_figures_is_written(
     tmp_path_factory: pytest.TempPathFactory, name: str, replicates: list
 ) -> None:
