@@ -165,7 +165,6 @@ def patch_scope_of(args: argparse.Namespace) -> PatchScope:
     (and a second source's differences) touch, with the negative controls;
     everything when --all-scenarios asks for it; --only's tags alone when
     given (host/run/patch_scope.py)."""
-    from memqual.host.core import scenario
     from memqual.host.run import patch_scope
     from memqual.host.run.config import job_profile
     from memqual.images.kernel_patches import read_patch
