@@ -354,6 +354,7 @@ def find_floor(
     agree_bytes: int = 8 << 20,
     max_probes: int = 5,
     before_probe: Callable[[], None] | None = None,
+    backoff_stall_s: float = 10.0,
 ) -> Floor:
     """Ask for far less than the guest can give, take the stall as the
     floor, and deflate by ``margin_bytes`` at once; repeat until two probes
@@ -381,7 +382,10 @@ def find_floor(
     ``before_probe`` runs before each probe, with the balloon at RAM or at
     the last floor + margin: a floor compared between boots empties the
     guest's per-CPU free-page lists there (host/balloon/percpu.py says
-    why), which the balloon cannot reach otherwise."""
+    why), which the balloon cannot reach otherwise.
+    The back-off waits out longer pauses (``backoff_stall_s``): a deflate
+    has no floor, so a pause in it is a guest busy reclaiming at its min
+    watermark (seen: 1 s without progress, under load), not an end."""
     probes: list[int] = []
     given_back: list[int] = []
     clean: list[int] = []  # the floors of the probes that gave nothing back
@@ -392,7 +396,7 @@ def find_floor(
         probes.append(probe.actual_bytes)
         given_back.append(probe.given_back_bytes)
         safe = min(ctl.ram_bytes(), probe.actual_bytes + margin_bytes)
-        backoff = ctl.reach(safe, deadline_s=deadline_s, stall_s=stall_s)
+        backoff = ctl.reach(safe, deadline_s=deadline_s, stall_s=backoff_stall_s)
         if not backoff.reached:
             raise GuestError(f"balloon did not deflate from its floor {probe.actual_bytes} to {safe} bytes")
         if probe.reached:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 
 from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
-from memqual.host.balloon.scenarios import GUEST_MIB, MACHINE, Guest
+from memqual.host.balloon.scenarios import GUEST_MIB, MACHINE, Guest, ScenarioFailed
 from memqual.host.core import clock
 from memqual.host.core.record import Measurement
 
@@ -25,6 +25,11 @@ QUIET_S = 3.0  # steady for longer than reporting's 2 s delay before it runs
 # baseline with 96% of a 512 MiB rise given back; without reporting 0%).
 ON_RETURNED = 0.80
 OFF_RETURNED = 0.25  # without reporting: at most this share of the rise goes
+# The touched memory is held until memqual has read the peak and ends the
+# agent; the hold's own length is only a bound (under icount an idle
+# guest's seconds pass faster than the host's).
+HOLD_S = 3600
+ALLOCATED_S = 120.0  # the touch itself: 2.5-3 s here under TCG
 
 
 def returned_share(base_kib: int, peak_kib: int, now_kib: int) -> float:
@@ -68,6 +73,23 @@ class Reporting:
         )
 
 
+def held_peak(guest: Guest, agent: str, read: Callable[[int], int]) -> int:
+    """QEMU's RSS while the agent holds TOUCH_MIB it touched; the agent is
+    ended (its memory freed) before this returns.
+
+    Read while held, not after the agent exits: the exit frees 512 MiB,
+    and reporting (2 s after a free) can start before the SSH command's
+    end reaches the host. Seen once: half the rise was back at the read."""
+    hold = guest.ssh.start([agent, "hold", str(TOUCH_MIB), str(HOLD_S)])
+    try:
+        for line in hold.lines(timeout=ALLOCATED_S):
+            if "event=allocated" in line:
+                return read(guest.pid)
+        raise ScenarioFailed(f"the agent ended before it held {TOUCH_MIB} MiB: {hold.wait(10).stdout[-300:]!r}")
+    finally:
+        hold.kill()
+
+
 def touch_and_free(
     guest: Guest,
     agent: str,
@@ -92,8 +114,7 @@ def touch_and_free(
     settled, base, _ = wait_rss_steady(
         guest.pid, quiet_s=QUIET_S, deadline_s=DEADLINE_S, clock=clock_s, sleep=sleep, read=read
     )
-    guest.ssh.run([agent, "hold", str(TOUCH_MIB), "0"], timeout=120)
-    peak = read(guest.pid)
+    peak = held_peak(guest, agent, read)
     window = clock.deadline_s(DEADLINE_S) if reporting else OFF_WINDOW_S
     met, last, waited = wait_rss(
         guest.pid,

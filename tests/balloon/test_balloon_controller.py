@@ -250,6 +250,28 @@ def test_find_floor_fails_if_backoff_stalls():
         hb.find_floor(ctl, stall_s=0.5)
 
 
+def test_find_floor_waits_out_a_pause_in_the_backoff():
+    """A deflate has no floor: a guest that stops giving for 3 s at its min
+    watermark (a probe's stall is 0.5 s here) is waited for, not failed."""
+    floor = 171 * MIB
+    safe = floor + 64 * MIB
+    # about 0.7 ms of fake time a poll: 4300 polls is a 3 s pause
+    paused = [floor, floor + MIB, *[floor + MIB] * 4300, safe]
+    ctl, machine, clock = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, floor], [safe, floor]]
+    machine.after_balloon[safe] = [[floor + 10 * MIB, safe], paused]
+    started = clock.t
+    f = hb.find_floor(ctl, stall_s=0.5)
+    assert f.probes == [floor, floor] and f.backoff.reached and f.safe_bytes == safe
+    assert f.backoff.seconds > 2.5 and clock.t - started < 10
+    # Told to give up after 0.5 s like a probe, the same pause fails it.
+    ctl, machine, _ = controller([RAM])
+    machine.after_balloon[1 << 20] = [[RAM, floor]]
+    machine.after_balloon[safe] = [paused]
+    with pytest.raises(GuestError, match="did not deflate"):
+        hb.find_floor(ctl, stall_s=0.5, backoff_stall_s=0.5)
+
+
 def test_wait_actual():
     ctl, _, _ = controller([512 * MIB, 600 * MIB, RAM])
     value, waited = hb.wait_actual(ctl, lambda v: v == RAM, deadline_s=5)

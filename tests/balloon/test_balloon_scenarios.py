@@ -101,39 +101,58 @@ def test_correctness_sees_odd_targets_refused_and_the_device_come_back() -> None
         run_correctness(vm, ctl, AGENT)
 
 
-def rss_run(before: list[int], after: list[int], on: bool) -> reporting.Reporting:
+HELD = [f"t=3.0 event=allocated mib={reporting.TOUCH_MIB} touched=1 touch_s=2.5"]
+
+
+def rss_run(
+    before: list[int], after: list[int], on: bool, hold: FakeBackground | None = None
+) -> tuple[reporting.Reporting, list[bool]]:
     """QEMU's RSS walks ``before`` until the agent touches its 512 MiB, then
-    ``after`` (each list's last value repeating)."""
+    ``after`` (each list's last value repeating); also whether the agent
+    was still holding at each read after the touch."""
     clock = FakeClock(0.0)
-    vm, _, _ = guest([RAM], {})
+    hold = hold or FakeBackground(HELD)
+    vm, _, _ = guest([RAM], {}, background=hold)
     feeds = iter(before), iter(after)
     last = [before[0]]
+    held: list[bool] = []
 
     def read(pid: int) -> int:
         touched = any(str(reporting.TOUCH_MIB) in argv for argv in vm.ssh.ran)
+        if touched:
+            held.append(not hold.killed)
         last[0] = next(feeds[touched], last[0])
         return last[0]
 
-    return reporting.touch_and_free(vm, AGENT, on, read=read, clock_s=clock, sleep=clock.sleep)
+    return reporting.touch_and_free(vm, AGENT, on, read=read, clock_s=clock, sleep=clock.sleep), held
 
 
 def test_reporting_on_sees_the_rise_given_back() -> None:
     base, peak = 200_000, 200_000 + 512 * 1024
-    run = rss_run([base], [peak, peak, 500_000, 300_000, 220_000], on=True)
+    run, held = rss_run([base], [peak, peak, 500_000, 300_000, 220_000], on=True)
     assert run.settled and run.met and run.share > reporting.ON_RETURNED
+    # The peak is read while the agent holds the memory, then it is ended.
+    assert run.peak_kib == peak and held[0] and not any(held[1:])
     assert run.record().variant == {"free_page_reporting": True}
 
 
 def test_reporting_off_watches_the_whole_window() -> None:
     base, peak = 200_000, 200_000 + 512 * 1024
-    run = rss_run([base], [peak], on=False)
+    run, _ = rss_run([base], [peak], on=False)
     assert run.settled and not run.met and run.share == 0.0
     assert run.waited_s >= reporting.OFF_WINDOW_S
 
 
 def test_reporting_reports_a_baseline_that_never_settles() -> None:
-    run = rss_run(list(range(100_000, 10_000_000, 10_000)), [20_000_000], on=True)
+    run, _ = rss_run(list(range(100_000, 10_000_000, 10_000)), [20_000_000], on=True)
     assert not run.settled
+
+
+def test_reporting_stops_when_the_agent_never_holds_its_memory() -> None:
+    hold = FakeBackground(["t=1.0 event=error call=mmap errno=12 mib=512"], 4)
+    with pytest.raises(ScenarioFailed, match="ended before it held 512 MiB"):
+        rss_run([200_000], [200_000], on=True, hold=hold)
+    assert hold.killed
 
 
 def test_stats_refusals_and_a_qemu_that_updates_too_often() -> None:
