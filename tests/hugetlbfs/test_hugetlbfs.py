@@ -83,7 +83,8 @@ def test_an_inflate_counts_the_pages_back_and_deflates_again() -> None:
     assert balloon.targets == [320 * hs.MIB, 512 * hs.MIB] and touched == [True]
     record = hs.returned_record(found, [found], {})
     assert record.samples == [3 * pool.PAGE_BYTES / (192 * hs.MIB)]
-    assert record.variant == {"backing": "hugetlbfs", "pfns_per_request": hs.STOCK_PFNS}
+    # The kernel's own driver: its request size is not claimed (a patch may change it).
+    assert record.variant == {"backing": "hugetlbfs", "pfns_per_request": "kernel's own"}
     assert hs.returned_record(None, [found], {}, 4096).variant["pfns_per_request"] == 4096
     anon = hs.inflate(FakeBalloon([0], 0), hs.MIB, "anon")
     assert anon.returned_pages is None and hs.time_record([anon], "anon", {}).samples == [0.5]
