@@ -16,6 +16,7 @@ from avocado import Test
 
 from memqual.e2e.base import GuestTest, MeasurementLock, skip
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_lookup as L
 from memqual.host.memslots import kvm_lookup_results, kvm_results
@@ -40,8 +41,8 @@ class MemslotsKvm(Test):
             self.log.info("waited %.1f s for the measurement lock %s", waited, self._measure_lock.path)
         try:
             with K.Kvm() as kvm:
-                self.nr_memslots = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
-                user_memory = kvm.check_extension(K.KVM_CAP_USER_MEMORY)
+                self.nr_memslots = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
+                user_memory = kvm.check_extension(uapi.KVM_CAP_USER_MEMORY)
         except K.KvmUnavailable as exc:
             self._skip(str(exc))
             return
@@ -155,7 +156,7 @@ class MemslotsKvm(Test):
 
     def _lookup(self, config: L.LookupConfig) -> tuple[L.LookupResult, dict]:
         with K.Kvm() as kvm:
-            ioeventfd = kvm.check_extension(K.KVM_CAP_IOEVENTFD)
+            ioeventfd = kvm.check_extension(uapi.KVM_CAP_IOEVENTFD)
         if not ioeventfd:
             self._skip("KVM_CAP_IOEVENTFD missing: misses would exit to userspace")
         self._require_guest()

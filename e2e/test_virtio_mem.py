@@ -20,6 +20,7 @@ from memqual.host import virtio_mem
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib
 from memqual.host.core import kvm as kvm_api
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core import qemu_binary
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.qemu import qemu_version
@@ -256,8 +257,8 @@ class VirtioMem(GuestTest):
         /dev/kvm cannot run the harness."""
         try:
             with kvm_api.Kvm() as kvm:
-                nr = kvm.check_extension(kvm_api.KVM_CAP_NR_MEMSLOTS)
-                ioeventfd = kvm.check_extension(kvm_api.KVM_CAP_IOEVENTFD)
+                nr = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
+                ioeventfd = kvm.check_extension(uapi.KVM_CAP_IOEVENTFD)
         except kvm_api.KvmUnavailable as exc:
             self.skip_because(f"layouts recorded; no /dev/kvm lookup at their slot counts: {exc}")
             return []

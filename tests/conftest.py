@@ -11,6 +11,7 @@ import pytest
 from fake_avocado import fake  # noqa: F401  (the fake avocado fixture, for any test that names it)
 
 from memqual.host.core import kvm as kvm_api
+from memqual.host.core import kvm_uapi as uapi
 from memqual.images.build import KernelSource
 
 
@@ -48,6 +49,6 @@ def kvm() -> Iterator[kvm_api.Kvm]:
     except kvm_api.KvmUnavailable as exc:
         pytest.skip(str(exc))
     with handle:
-        if not handle.check_extension(kvm_api.KVM_CAP_USER_MEMORY):
+        if not handle.check_extension(uapi.KVM_CAP_USER_MEMORY):
             pytest.skip("/dev/kvm has no KVM_CAP_USER_MEMORY")
         yield handle

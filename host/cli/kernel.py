@@ -16,13 +16,16 @@ from memqual.host.cli.command import Command, Option, Run, dispatch
 from memqual.host.cli.run import config_from_args, output_directory
 from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.judge.primaries import CONTROL_SCENARIOS
+from memqual.host.run import patch_scope
+from memqual.host.run.config import job_profile
 from memqual.host.run.signals import terminate_as_exception
 from memqual.images.built_kernels import listing
+from memqual.images.kernel_patches import read_patch
+from memqual.images.kernel_sources import source_diff_files
 
 if TYPE_CHECKING:
-    from memqual.host.run.patch_scope import PatchScope
     from memqual.images.built_kernels import BuiltKernel
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
@@ -160,16 +163,11 @@ def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
     return [r.name for r in controls], alone[0] if alone else ""
 
 
-def patch_scope_of(args: argparse.Namespace) -> PatchScope:
+def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
     """What the run covers: the scenarios whose kernel_paths the patches
     (and a second source's differences) touch, with the negative controls;
     everything when --all-scenarios asks for it; --only's tags alone when
     given (host/run/patch_scope.py)."""
-    from memqual.host.run import patch_scope
-    from memqual.host.run.config import job_profile
-    from memqual.images.kernel_patches import read_patch
-    from memqual.images.kernel_sources import source_diff_files
-
     files: list[str] = []
     if len(args.kernel_source) == 2:
         between = source_diff_files(args.kernel_source[0], args.kernel_source[1])
@@ -192,8 +190,6 @@ def patch_scope_of(args: argparse.Namespace) -> PatchScope:
 def tests_prefix(tests: Path) -> str:
     """The tests' folder as avocado's references name it (relative to the
     repository, where avocado runs)."""
-    from memqual.host.core.paths import REPO_ROOT
-
     try:
         return str(tests.resolve().relative_to(REPO_ROOT))
     except ValueError:

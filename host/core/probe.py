@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING
 from memqual.host.core.console import ConsoleMarker
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT, Environment
 from memqual.host.core.errors import BadInput, CapabilityMissing
-from memqual.host.core.kvm import DEVICE, KVM_CAP_NR_MEMSLOTS, Kvm, KvmIoctlError, KvmUnavailable
+from memqual.host.core.kvm import DEVICE, Kvm, KvmIoctlError, KvmUnavailable
+from memqual.host.core.kvm_uapi import KVM_CAP_NR_MEMSLOTS
 from memqual.host.core.paths import cache_dir, release_tempdir, short_tempdir, write_private_atomic
 from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.memslots.kvm_guest import (
     GUEST_CODE,
@@ -240,7 +241,7 @@ def _run_pass(
 ) -> GuestPass:
     """One guest pass.  The timed span is from the first KVM_RUN to the
     report exit: the guest loop plus every exit it takes."""
-    regs = K.Regs()
+    regs = uapi.Regs()
     regs.rip = GUEST_ENTRY
     regs.rflags = K.RFLAGS_RESERVED  # interrupts off
     regs.rsi, regs.rcx, regs.rdi = first, count, stride
@@ -252,14 +253,14 @@ def _run_pass(
             start = time.perf_counter()
             while True:
                 reason = run()
-                if reason == K.KVM_EXIT_MMIO:
+                if reason == uapi.KVM_EXIT_MMIO:
                     if on_mmio is None:
                         raise GuestPassError(f"a slot access left KVM: {vcpu.describe_exit()}")
                     on_mmio(vcpu.mmio())
-                elif reason == K.KVM_EXIT_IO:
+                elif reason == uapi.KVM_EXIT_IO:
                     elapsed = time.perf_counter() - start
                     break
-                elif reason == K.KVM_EXIT_INTR:
+                elif reason == uapi.KVM_EXIT_INTR:
                     other += 1
                 else:
                     raise GuestPassError(f"guest pass stopped with {vcpu.describe_exit()}", unsupported=True)
@@ -268,9 +269,9 @@ def _run_pass(
                 raise GuestPassError(f"unexpected port access: {vcpu.describe_exit()}")
             reported = struct.unpack("<I", io.data[:4])[0]
             # Finish cleanly on HLT so no port access is pending into the next pass.
-            while (reason := run()) == K.KVM_EXIT_INTR:
+            while (reason := run()) == uapi.KVM_EXIT_INTR:
                 other += 1
-            if reason != K.KVM_EXIT_HLT:
+            if reason != uapi.KVM_EXIT_HLT:
                 raise GuestPassError(f"guest did not halt after its report: {vcpu.describe_exit()}")
     except PassTimeout:
         raise GuestPassError(f"guest pass of {count} accesses did not finish within {timeout_s:g} s") from None
@@ -354,8 +355,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         SlotGeometry(n, config.slot_pages).check()
     started = time.perf_counter()
     with K.Kvm(config.device) as kvm:
-        nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
-        if not kvm.check_extension(K.KVM_CAP_USER_MEMORY) or nr < 1:
+        nr = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
+        if not kvm.check_extension(uapi.KVM_CAP_USER_MEMORY) or nr < 1:
             raise K.KvmUnavailable(
                 f"{config.device} has no user memory slots (KVM_CAP_USER_MEMORY / KVM_CAP_NR_MEMSLOTS = 0)"
             )
@@ -369,7 +370,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
             config=config,
             api_version=kvm.api_version(),
             nr_memslots=nr,
-            address_spaces=max(1, kvm.check_extension(K.KVM_CAP_MULTI_ADDRESS_SPACE)),
+            address_spaces=max(1, kvm.check_extension(uapi.KVM_CAP_MULTI_ADDRESS_SPACE)),
             vcpu_mmap_size=kvm.vcpu_mmap_size(),
             kvm_module=kvm_module(),
             host_kernel=platform.release(),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_guest, structures
@@ -188,7 +189,7 @@ class LookupCheckFailed(AssertionError):
 def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: float) -> tuple[float, float]:
     """One pass: (CPU seconds, wall seconds) from the first KVM_RUN to the
     report exit.  Any exit but the report (and EINTR) is a failure."""
-    regs = K.Regs()
+    regs = uapi.Regs()
     regs.rip = entry
     regs.rflags = K.RFLAGS_RESERVED
     regs.rsi, regs.rcx = target, iterations
@@ -199,10 +200,10 @@ def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: flo
             cpu0, wall0 = time.thread_time(), time.perf_counter()
             while True:
                 reason = run()
-                if reason == K.KVM_EXIT_IO:
+                if reason == uapi.KVM_EXIT_IO:
                     cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
                     break
-                if reason != K.KVM_EXIT_INTR:
+                if reason != uapi.KVM_EXIT_INTR:
                     raise LookupCheckFailed(f"pass at {target:#x} left the guest with {vcpu.describe_exit()}")
             io = vcpu.io()
             reported = struct.unpack("<I", io.data[:4])[0] if io.size == 4 else -1
@@ -210,9 +211,9 @@ def _pass(vcpu: K.Vcpu, entry: int, target: int, iterations: int, timeout_s: flo
                 raise LookupCheckFailed(
                     f"pass at {target:#x}: report {vcpu.describe_exit()} count {reported}, expected {iterations}"
                 )
-            while (reason := run()) == K.KVM_EXIT_INTR:
+            while (reason := run()) == uapi.KVM_EXIT_INTR:
                 pass
-            if reason != K.KVM_EXIT_HLT:
+            if reason != uapi.KVM_EXIT_HLT:
                 raise LookupCheckFailed(f"guest did not halt after its report: {vcpu.describe_exit()}")
     except B.PassTimeout:
         raise LookupCheckFailed(f"a pass of {iterations} iterations did not end within {timeout_s:g} s") from None
@@ -329,10 +330,10 @@ def run_lookup(config: LookupConfig, progress: Callable[[str], None] | None = No
     that is a failure), then one fresh VM per (replicate, N)."""
     started = time.perf_counter()
     with K.Kvm(config.device) as kvm:
-        nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
-        if not kvm.check_extension(K.KVM_CAP_USER_MEMORY) or nr < 1:
+        nr = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
+        if not kvm.check_extension(uapi.KVM_CAP_USER_MEMORY) or nr < 1:
             raise K.KvmUnavailable(f"{config.device} has no user memory slots")
-        if not kvm.check_extension(K.KVM_CAP_IOEVENTFD):
+        if not kvm.check_extension(uapi.KVM_CAP_IOEVENTFD):
             raise CapabilityMissing(f"{config.device} has no KVM_CAP_IOEVENTFD: misses would exit to userspace")
         config.check(nr)
         import platform

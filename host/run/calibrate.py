@@ -1,7 +1,7 @@
 """``python -m memqual.host.cli.calibrate``: the error rates of the A/B
 decisions, measured on synthetic truth through the real decision code
 (``comparison.compare_runs``, ``comparison.decide``, the ``until.Tracker``
-with its group-sequential boundaries, ``history.change_points`` and its
+with its group-sequential boundaries, ``change_points.change_points`` and its
 family), from fixed seeds.  Every figure of docs/ab-calibration.md's
 "Decisions outside the happy path" table comes from here; each rate is
 printed with its trials, seed and binomial 95 % interval (Clopper-Pearson).
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from memqual.host.judge import comparison, control_power, history
+from memqual.host.judge import change_points, comparison, control_power, history
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests, binomial
 
@@ -135,7 +135,7 @@ def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step
         for i in range(runs):
             level = math.exp(levels[i]) * (step if i >= runs // 2 else 1.0)
             series.append([[float(level * math.exp(rng.normal(0.0, 0.02)))] for _ in range(4)])
-        found += bool(history.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
+        found += bool(change_points.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
     kind = "random walk" if walk else "independent"
     return Rate(
         f"history, one series alone, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step",
@@ -177,7 +177,7 @@ def history_family(
                 levels[mid:] += math.log(step)
             reps = [[[float(math.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
             s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=comparison.PRIMARY)
-            s.values, s.log = history.run_values(reps), True
+            s.values, s.log = change_points.run_values(reps), True
             family.append(s)
         history.judge_family(family, threshold=THRESHOLD, alpha=ALPHA)
         for g, s in enumerate(family):

@@ -4,7 +4,9 @@ with its reason beside it, and a module's docstring is at most ten lines."""
 from __future__ import annotations
 
 import ast
+import os
 import re
+from pathlib import Path
 
 from memqual.host.core.paths import REPO_ROOT
 
@@ -67,3 +69,26 @@ def test_every_module_docstring_is_at_most_ten_lines() -> None:
     stale = {rel for rel in LONG_DOCSTRING_ALLOWED if _docstring_lines((REPO_ROOT / rel).read_text()) <= 10}
     assert not stale, f"now short: take them off LONG_DOCSTRING_ALLOWED: {stale}"
     assert long == {}, f"say what the module holds in {MODULE_DOCSTRING_LINES} lines; reasons go to docs/: {long}"
+
+
+# One module per job: past this many lines a module holds more than one, and
+# is split by idea, each part named for what it holds (CONTRIBUTING.md).
+MODULE_LINES = 600
+PACKAGE = REPO_ROOT / "src" / "memqual"
+
+
+def test_every_module_is_at_most_600_lines() -> None:
+    # Through src/memqual/'s links (followed): every folder the package holds, no exceptions.
+    modules = sorted(
+        Path(top) / name
+        for top, _, names in os.walk(PACKAGE, followlinks=True)
+        for name in names
+        if name.endswith(".py")
+    )
+    assert len(modules) > 100, f"found only {len(modules)} modules under {PACKAGE}: the links moved?"
+    long = {
+        str(path.relative_to(PACKAGE)): n
+        for path in modules
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
+    }
+    assert long == {}, f"split each by idea into modules of at most {MODULE_LINES} lines: {long}"

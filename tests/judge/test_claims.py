@@ -134,7 +134,10 @@ def _shipped() -> dict:
         (lambda d: d["claims"][0]["evidence"].update(inputs=[]), "where each of its inputs"),
         (lambda d: d["claims"][2]["evidence"].update(would_measure=""), "what would measure it"),
         (lambda d: d["claims"][4]["evidence"].update({"class": "oracle"}), "is not one of"),
-        (lambda d: d["claims"][4]["measure"].update(tolerence=0.1), r"'tolerence' was unexpected\) \(a typo\?\)"),
+        (
+            lambda d: d["claims"][4]["measure"].update(tolerence=0.1),
+            r"measure: unknown field 'tolerence' \(did you mean 'tolerance'\?\); allowed: a, accelerator, b,",
+        ),
         (lambda d: d["claims"][4]["measure"].update(paired="yes"), "measure.paired: 'yes' is not of type 'boolean'"),
         (lambda d: d["claims"][0]["measure"]["a"].pop("structure"), "needs 'structure', 'workload' and 'field'"),
         (lambda d: d["claims"][3]["measure"].update(order=["a"]), "at least two distinct variants"),
@@ -155,6 +158,23 @@ def test_bad_registry_is_bad_input_naming_the_fault(tmp_path, mutate, message):
     with pytest.raises(BadInput, match=message) as raised:
         claims.load(path)
     assert "\n" not in str(raised.value)  # one line
+
+
+@pytest.mark.parametrize("index", [0, 2, 3, 4], ids=["model", "not measurable", "order", "records"])
+def test_a_misspelt_evidence_class_is_named_with_the_fields_allowed(tmp_path, index):
+    """Not the field a rule reading the missing ``class`` asks for next (a
+    model's ``inputs``), whatever the claim's source."""
+    data = _shipped()
+    evidence = data["claims"][index]["evidence"]
+    evidence["clas"] = evidence.pop("class")
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadInput) as raised:
+        claims.load(path)
+    assert str(raised.value) == (
+        f"{path}: claim {data['claims'][index]['id']!r}: evidence: unknown field 'clas' (did you mean 'class'?); "
+        "allowed: accelerator, beside, claimed, class, inputs, instead, summary, today, would_measure"
+    )
 
 
 def test_truncated_or_missing_registry_is_bad_input(tmp_path):

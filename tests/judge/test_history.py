@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from memqual.host.cli import main as cli
-from memqual.host.judge import history
+from memqual.host.judge import change_points, history, moderation
+from memqual.host.judge.family_scan import family_scan
 from memqual.host.judge.results import SCHEMA, MetricEntry, memqual_version
 from memqual.host.report import history_page
 
@@ -23,32 +24,32 @@ def _series(levels: list[float], reps: int = 3, noise: float = 0.01, seed: int =
 
 
 def test_a_step_beyond_the_threshold_is_found_where_it_is():
-    steps = history.change_points(_series([1.0] * 4 + [1.3] * 4))
+    steps = change_points.change_points(_series([1.0] * 4 + [1.3] * 4))
     assert [s.after for s in steps] == [4]
     assert steps[0].ratio == pytest.approx(1.3, rel=0.03) and steps[0].ci_low > 1.05 and steps[0].p_value < 0.01
 
 
 def test_two_steps_are_both_found():
-    steps = history.change_points(_series([1.0] * 4 + [1.3] * 4 + [1.8] * 4))
+    steps = change_points.change_points(_series([1.0] * 4 + [1.3] * 4 + [1.8] * 4))
     assert [s.after for s in steps] == [4, 8]
 
 
 def test_a_step_back_is_judged_between_its_neighbours():
     # Judged against whole segments, the first step would mix both levels
     # after it; between its neighbours each step shows its own ratio.
-    steps = history.change_points(_series([1.0] * 5 + [1.3] * 5 + [1.7] * 5))
+    steps = change_points.change_points(_series([1.0] * 5 + [1.3] * 5 + [1.7] * 5))
     assert [s.after for s in steps] == [5, 10]
     assert steps[0].ratio == pytest.approx(1.3, rel=0.03) and steps[1].ratio == pytest.approx(1.7 / 1.3, rel=0.03)
 
 
 @pytest.mark.parametrize("levels", [[1.0] * 8, [1.0] * 4 + [1.02] * 4])
 def test_noise_and_a_step_under_the_threshold_are_no_step(levels):
-    assert history.change_points(_series(levels, noise=0.02)) == []
+    assert change_points.change_points(_series(levels, noise=0.02)) == []
 
 
 def test_one_replicate_a_run_of_two_runs_cannot_show_a_step():
     # 2 runs: no spread between runs to test against.
-    assert history.change_points([[[1.0]], [[2.0]]]) == []
+    assert change_points.change_points([[[1.0]], [[2.0]]]) == []
 
 
 def test_drift_between_runs_is_not_a_step_however_many_replicates_a_run_holds():
@@ -56,10 +57,10 @@ def test_drift_between_runs_is_not_a_step_however_many_replicates_a_run_holds():
     replicates would call that a step; the run as the unit does not."""
     rng = np.random.default_rng(3)
     runs = [[list(np.exp(level + rng.normal(0, 0.002, 3))) for _ in range(12)] for level in rng.normal(0, 0.08, 8)]
-    assert history.change_points(runs) == []
+    assert change_points.change_points(runs) == []
     # The same runs with an 80 % step from run 5 on: found there.
     stepped = [[[x * (1.8 if i >= 4 else 1.0) for x in r] for r in run] for i, run in enumerate(runs)]
-    assert [s.after for s in history.change_points(stepped)] == [4]
+    assert [s.after for s in change_points.change_points(stepped)] == [4]
 
 
 def _write_run(directory: Path, created: str, kernel: str, value: float, qemu: str = "7.2.22", label: str = "") -> Path:
@@ -228,7 +229,8 @@ def test_the_family_correction_is_what_keeps_noise_from_stepping():
             entries[e.key] = e
         runs.append(_run_of(i, entries))
     uncorrected = [
-        history.no_change_p([[r for r in run.metrics[k].replicates or []] for run in runs]) for k in runs[0].metrics
+        change_points.no_change_p([[r for r in run.metrics[k].replicates or []] for run in runs])
+        for k in runs[0].metrics
     ]
     assert min(uncorrected) < 0.01
     series = history.series_of(runs, threshold=0.05, alpha=0.01)
@@ -249,7 +251,7 @@ def test_a_hostile_metric_and_label_are_escaped_once_on_the_page(tmp_path):
         data["environment"]["guest_kernel"] = HOSTILE
         path.write_text(json.dumps(data))
     groups, diffs = history.build([str(tmp_path / "runs")])
-    text = history_page.render(groups, diffs, "time", history.DEFAULT_THRESHOLD, history.DEFAULT_ALPHA)
+    text = history_page.render(groups, diffs, "time", change_points.DEFAULT_THRESHOLD, change_points.DEFAULT_ALPHA)
     assert_escaped_once(text)
     # Each series' heading, each run's label and guest kernel, the environment line.
     assert text.count(ESCAPED) >= 2 + 3 * 2 + 1, text.count(ESCAPED)
@@ -263,13 +265,13 @@ def test_the_prior_is_fitted_to_the_scatter_of_the_variances():
     rng = np.random.default_rng(11)
     truth = 10.0 / rng.chisquare(10.0, 400)
     sampled = truth * rng.chisquare(6.0, 400) / 6.0
-    prior = history.fit_prior([(float(v), 6.0) for v in sampled])
+    prior = moderation.fit_prior([(float(v), 6.0) for v in sampled])
     assert 6.0 < prior.df < 16.0 and 0.8 < prior.variance < 1.25
-    alike = history.fit_prior([(float(v), 6.0) for v in rng.chisquare(6.0, 10) / 6.0])
+    alike = moderation.fit_prior([(float(v), 6.0) for v in rng.chisquare(6.0, 10) / 6.0])
     assert alike.df == pytest.approx(6.0 * 9)
     apart = [(float(s * s * rng.chisquare(6.0) / 6.0), 6.0) for s in np.geomspace(0.005, 0.3, 10)]
-    assert history.fit_prior(apart).df < 2.0
-    assert history.fit_prior(apart[:2]) == history.NO_PRIOR
+    assert moderation.fit_prior(apart).df < 2.0
+    assert moderation.fit_prior(apart[:2]) == moderation.NO_PRIOR
 
 
 def test_a_drift_common_to_the_family_lends_it_no_degrees_of_freedom():
@@ -277,9 +279,9 @@ def test_a_drift_common_to_the_family_lends_it_no_degrees_of_freedom():
     the prior is capped at what independent series would be worth."""
     rng = np.random.default_rng(12)
     shared = rng.normal(0.0, 0.05, 8)
-    common = history.FamilySpread([list(shared + rng.normal(0.0, 0.002, 8)) for _ in range(10)])
+    common = moderation.FamilySpread([list(shared + rng.normal(0.0, 0.002, 8)) for _ in range(10)])
     assert common.independent(0, 8, 4) < 1.5 and common(0, 8, 4).df < 6.0
-    apart = history.FamilySpread([list(rng.normal(0.0, 0.05, 8)) for _ in range(10)])
+    apart = moderation.FamilySpread([list(rng.normal(0.0, 0.05, 8)) for _ in range(10)])
     assert apart.independent(0, 8, 4) > 6.0 and apart(0, 8, 4).df > 30.0
 
 
@@ -295,9 +297,9 @@ def test_the_family_finds_a_step_its_series_alone_cannot_show():
         for g in range(10):
             levels = rng.normal(0.0, 0.03, 8) + np.log(1.10) * (np.arange(8) >= 4)
             reps = [[[float(np.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
-            alone += [st.after for st in history.change_points(reps)] == [4]
+            alone += [st.after for st in change_points.change_points(reps)] == [4]
             s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role="primary")
-            s.values = history.run_values(reps)
+            s.values = change_points.run_values(reps)
             family.append(s)
         history.judge_family(family, threshold=0.05, alpha=0.01)
         found += sum(s.verdict == history.STEP and [st.after for st in s.steps] == [4] for s in family)
@@ -311,17 +313,17 @@ def test_the_family_scan_locates_a_shared_step_and_holds_its_level_under_common_
     residuals' covariance, so the common drift widens both)."""
     rng = np.random.default_rng(21)
     levels = rng.normal(0.0, 0.03, (10, 8)) + np.log(1.10) * (np.arange(8) >= 4)
-    p, after = history.family_scan([list(v) for v in levels], 0, 8)
+    p, after = family_scan([list(v) for v in levels], 0, 8)
     assert after == 4 and p < 0.002
-    assert history.located_changes([list(v) for v in levels]) == [4]
+    assert change_points.located_changes([list(v) for v in levels]) == [4]
     rejected = 0
     for _ in range(40):
         shared = rng.normal(0.0, 0.05, 8)
         family = [list(shared + rng.normal(0.0, 0.02, 8)) for _ in range(10)]
-        rejected += history.family_scan(family, 0, 8)[0] < 0.05
+        rejected += family_scan(family, 0, 8)[0] < 0.05
     # 40 families at a level of 0.05: 2 expected; 7 or more has p < 0.005.
     assert rejected <= 6, rejected
-    assert history.family_scan([[1.0, 2.0, 3.0]], 0, 3) == (1.0, -1)  # too few runs to test
+    assert family_scan([[1.0, 2.0, 3.0]], 0, 3) == (1.0, -1)  # too few runs to test
 
 
 def test_the_page_and_json_say_where_the_family_changed():

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from memqual.host.cli import memslots_kvm as kvm_cli
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.record import load
 from memqual.host.memslots import kvm_bench as B
@@ -29,13 +30,13 @@ from memqual.host.memslots import kvm_guest, kvm_results
 
 # --- ABI -------------------------------------------------------------------------
 SIZES = {
-    K.UserspaceMemoryRegion: 32,
-    K.Regs: 144,
-    K.Sregs: 312,
-    K.Segment: 24,
-    K.DTable: 16,
-    K.Ioeventfd: 64,
-    K.RunExit: 256,  # kvm_valid_regs follows the union at 32 + 256 in the kernel's kvm_run
+    uapi.UserspaceMemoryRegion: 32,
+    uapi.Regs: 144,
+    uapi.Sregs: 312,
+    uapi.Segment: 24,
+    uapi.DTable: 16,
+    uapi.Ioeventfd: 64,
+    uapi.RunExit: 256,  # kvm_valid_regs follows the union at 32 + 256 in the kernel's kvm_run
 }
 
 
@@ -45,9 +46,9 @@ def test_struct_sizes_match_uapi(struct: type[ctypes.Structure]) -> None:
 
 
 OFFSETS = {
-    K.UserspaceMemoryRegion: {"slot": 0, "flags": 4, "guest_phys_addr": 8, "memory_size": 16, "userspace_addr": 24},
-    K.Regs: {"rax": 0, "rip": 128, "rflags": 136},
-    K.Segment: {
+    uapi.UserspaceMemoryRegion: {"slot": 0, "flags": 4, "guest_phys_addr": 8, "memory_size": 16, "userspace_addr": 24},
+    uapi.Regs: {"rax": 0, "rip": 128, "rflags": 136},
+    uapi.Segment: {
         "base": 0,
         "limit": 8,
         "selector": 12,
@@ -62,9 +63,9 @@ OFFSETS = {
         "unusable": 22,
         "padding": 23,
     },
-    K.DTable: {"base": 0, "limit": 8},
-    K.Ioeventfd: {"datamatch": 0, "addr": 8, "len": 16, "fd": 20, "flags": 24},
-    K.Sregs: {
+    uapi.DTable: {"base": 0, "limit": 8},
+    uapi.Ioeventfd: {"datamatch": 0, "addr": 8, "len": 16, "fd": 20, "flags": 24},
+    uapi.Sregs: {
         "cs": 0,
         "ds": 24,
         "tr": 144,
@@ -80,7 +81,7 @@ OFFSETS = {
         "apic_base": 272,
         "interrupt_bitmap": 280,
     },
-    K.Run: {
+    uapi.Run: {
         "request_interrupt_window": 0,
         "immediate_exit": 1,
         "exit_reason": 8,
@@ -92,10 +93,10 @@ OFFSETS = {
         "exit": 32,
         "kvm_valid_regs": 288,
     },
-    K.RunIo: {"direction": 0, "size": 1, "port": 2, "count": 4, "data_offset": 8},
-    K.RunMmio: {"phys_addr": 0, "data": 8, "len": 16, "is_write": 20},
-    K.RunInternal: {"suberror": 0, "ndata": 4, "data": 8},
-    K.RunFailEntry: {"hardware_entry_failure_reason": 0, "cpu": 8},
+    uapi.RunIo: {"direction": 0, "size": 1, "port": 2, "count": 4, "data_offset": 8},
+    uapi.RunMmio: {"phys_addr": 0, "data": 8, "len": 16, "is_write": 20},
+    uapi.RunInternal: {"suberror": 0, "ndata": 4, "data": 8},
+    uapi.RunFailEntry: {"hardware_entry_failure_reason": 0, "cpu": 8},
 }
 
 
@@ -131,24 +132,24 @@ def test_ioc_encoding_against_other_subsystems() -> None:
     # FS_IOC_GETFLAGS = _IOR('f', 1, long), FS_IOC_SETFLAGS = _IOW('f', 2, long),
     # TCGETS2 = _IOR('T', 0x2A, struct termios2 /* 44 bytes */),
     # BLKGETSIZE64 = _IOR(0x12, 114, size_t).
-    assert K._IOR(ord("f"), 1, 8) == 0x80086601
-    assert K._IOW(ord("f"), 2, 8) == 0x40086602
-    assert K._IOR(ord("T"), 0x2A, 44) == 0x802C542A
-    assert K._IOR(0x12, 114, 8) == 0x80081272
-    assert K._IO(0xAE, 0) == 0xAE00
+    assert uapi.IOR(ord("f"), 1, 8) == 0x80086601
+    assert uapi.IOW(ord("f"), 2, 8) == 0x40086602
+    assert uapi.IOR(ord("T"), 0x2A, 44) == 0x802C542A
+    assert uapi.IOR(0x12, 114, 8) == 0x80081272
+    assert uapi.IO(0xAE, 0) == 0xAE00
 
 
 def test_ioc_rejects_a_size_that_does_not_fit() -> None:
     with pytest.raises(ValueError, match="14 bits"):
-        K._IOW(0xAE, 1, 1 << 14)
+        uapi.IOW(0xAE, 1, 1 << 14)
 
 
 def test_capability_and_exit_numbers() -> None:
-    assert (K.KVM_CAP_USER_MEMORY, K.KVM_CAP_NR_MEMSLOTS, K.KVM_CAP_MULTI_ADDRESS_SPACE) == (3, 10, 118)
-    assert (K.KVM_EXIT_IO, K.KVM_EXIT_HLT, K.KVM_EXIT_MMIO, K.KVM_EXIT_SHUTDOWN) == (2, 5, 6, 8)
-    assert (K.KVM_EXIT_FAIL_ENTRY, K.KVM_EXIT_INTERNAL_ERROR) == (9, 17)
-    assert K.exit_name(6) == "KVM_EXIT_MMIO"
-    assert K.exit_name(999) == "exit reason 999"
+    assert (uapi.KVM_CAP_USER_MEMORY, uapi.KVM_CAP_NR_MEMSLOTS, uapi.KVM_CAP_MULTI_ADDRESS_SPACE) == (3, 10, 118)
+    assert (uapi.KVM_EXIT_IO, uapi.KVM_EXIT_HLT, uapi.KVM_EXIT_MMIO, uapi.KVM_EXIT_SHUTDOWN) == (2, 5, 6, 8)
+    assert (uapi.KVM_EXIT_FAIL_ENTRY, uapi.KVM_EXIT_INTERNAL_ERROR) == (9, 17)
+    assert uapi.exit_name(6) == "KVM_EXIT_MMIO"
+    assert uapi.exit_name(999) == "exit reason 999"
 
 
 def test_flat_segments_are_4gib_32bit() -> None:
@@ -512,7 +513,7 @@ def test_vcpu_failures_after_the_capability_probe_are_failures(monkeypatch) -> N
             return None
 
         def check_extension(self, cap):
-            return 32764 if cap == K.KVM_CAP_NR_MEMSLOTS else 1
+            return 32764 if cap == uapi.KVM_CAP_NR_MEMSLOTS else 1
 
         def api_version(self):
             return 12

@@ -14,6 +14,7 @@ import pytest
 from disassemble import instructions, needs_objdump
 
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_guest, kvm_lookup_results
@@ -175,7 +176,7 @@ def test_records_shape() -> None:
 def kvm(kvm: K.Kvm) -> K.Kvm:
     """conftest's /dev/kvm, which must also run the lookup guest: it reports
     through an ioeventfd, on a vCPU."""
-    if not kvm.check_extension(K.KVM_CAP_IOEVENTFD):
+    if not kvm.check_extension(uapi.KVM_CAP_IOEVENTFD):
         pytest.skip("/dev/kvm has no KVM_CAP_IOEVENTFD")
     reason = B.probe_vcpu(kvm)  # the capability, checked before the attempt
     if reason is not None:

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from memqual.host.core import kvm as K
+from memqual.host.core import kvm_uapi as uapi
 from memqual.host.memslots import kvm_bench as B
 from memqual.host.memslots import kvm_guest, kvm_results
 
@@ -34,12 +35,12 @@ def _vcpu_mappings() -> int:
 
 def test_api_and_capabilities(kvm: K.Kvm) -> None:
     assert kvm.api_version() == 12
-    assert kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS) >= 32
+    assert kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS) >= 32
     assert kvm.vcpu_mmap_size() >= 2352  # at least struct kvm_run
 
 
 def test_set_move_delete_and_the_documented_errnos(kvm: K.Kvm) -> None:
-    nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+    nr = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
     probes = {p.name: p for p in B.probe_errors(kvm, nr)}
     assert {name: p.observed for name, p in probes.items()} == B.EXPECTED_ERRNO
     page = K.PAGE_SIZE
@@ -69,7 +70,7 @@ def test_everything_is_closed_and_unmapped(kvm: K.Kvm) -> None:
 
 
 def test_protected_mode_guest_touches_every_slot(kvm: K.Kvm) -> None:
-    nr = kvm.check_extension(K.KVM_CAP_NR_MEMSLOTS)
+    nr = kvm.check_extension(uapi.KVM_CAP_NR_MEMSLOTS)
     config = B.BenchConfig(slots=(32,), repeats=1)
     reason = B.probe_vcpu(kvm)  # the capability, checked before the attempt
     if reason is not None:

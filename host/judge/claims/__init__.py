@@ -1,6 +1,7 @@
 """The claims registry and the verdicts: model.py what a claim and a
 verdict are, load.py claims/claims.json read and checked, evaluate.py each
-claim judged from a run's evidence.  docs/claims-and-report.md is the
+claim judged from a run's evidence (records.py, order.py, layouts.py by the
+claim's source; rule.py B / A to a verdict).  docs/claims-and-report.md is the
 manual.  This package's names are re-exported here, so a caller writes
 ``claims.load`` and ``claims.evaluate``.
 """
@@ -11,12 +12,9 @@ from memqual.host.judge.claims.evaluate import (
     evaluate as evaluate,
 )
 from memqual.host.judge.claims.evaluate import (
-    judge as judge,
-)
-from memqual.host.judge.claims.evaluate import (
     judge_claim as judge_claim,
 )
-from memqual.host.judge.claims.evaluate import (
+from memqual.host.judge.claims.layouts import (
     layout_results as layout_results,
 )
 from memqual.host.judge.claims.load import (
@@ -132,4 +130,7 @@ from memqual.host.judge.claims.model import (
 )
 from memqual.host.judge.claims.model import (
     format_ratio as format_ratio,
+)
+from memqual.host.judge.claims.rule import (
+    judge as judge,
 )

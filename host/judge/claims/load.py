@@ -7,6 +7,8 @@ memslot model knows, a two-sentence summary).  Judges nothing.
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -68,9 +70,16 @@ def check(data: Any, source: str) -> None:
     if not errors:
         return
     plain = [e for e in errors if "x-message" not in e.schema]
+    # An unknown field first: a misspelt one also leaves its own field
+    # missing, and a rule that reads that field may then ask for another
+    # ("clas" for "class" read as a model's evidence without its "inputs").
+    unknown = [e for e in plain if e.validator == "additionalProperties" and isinstance(e.instance, dict)]
     # best_match looks inside an anyOf for its closest branch; a rule's own
     # sentence is said whole instead.
-    error = jsonschema.exceptions.best_match(plain) if plain else max(errors, key=jsonschema.exceptions.relevance)
+    if unknown:
+        error = unknown[0]
+    else:
+        error = jsonschema.exceptions.best_match(plain) if plain else max(errors, key=jsonschema.exceptions.relevance)
     path = list(error.absolute_path)
     where = source
     if len(path) >= 2 and path[0] == "claims":
@@ -84,11 +93,24 @@ def check(data: Any, source: str) -> None:
     elif error.validator == "required":
         missing = next(k for k in error.validator_value if k not in error.instance)
         what = f"missing field {missing!r}"
-    elif error.validator == "additionalProperties":
-        what = f"{error.message[:160]} (a typo?)"
+    elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        what = _unknown_fields(error.instance, error.schema)
     else:
         what = error.message[:160]
     raise BadInput(f"{where}: {field}: {what}" if field else f"{where}: {what}")
+
+
+def _unknown_fields(instance: dict[str, Any], schema: dict[str, Any]) -> str:
+    """The fields of ``instance`` its schema does not know, each with the
+    known one it is closest to, and the fields the schema knows."""
+    allowed = sorted(schema.get("properties", {}))
+    patterns = list(schema.get("patternProperties", {}))
+    extra = [k for k in instance if k not in allowed and not any(re.search(p, k) for p in patterns)]
+    named = []
+    for key in extra:
+        close = difflib.get_close_matches(key, allowed, n=1)
+        named.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return f"unknown field{'s' if len(extra) > 1 else ''} {', '.join(named)}; allowed: {', '.join(allowed)}"
 
 
 def _claim(entry: dict[str, Any], where: str) -> Claim:
