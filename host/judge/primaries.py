@@ -107,6 +107,15 @@ ICOUNT_AA = "A/A 6.1.0-57, icount:4, 9 blocks, docs/ab-calibration.md"
 # `python -m memqual.host.cli.block_spread OUT --jobs`; for the request
 # size also block 2 of the same run with `--only balloon-driver --rounds 2`.
 ICOUNT_612 = "6.1 against 6.12 (no A/A), icount:4, docs/ab-calibration.md"
+# The anonymous fault's A/As (docs/fault.md, "Its spread"): one fresh
+# guest an arm a block, memqual's image kernel, both run by
+# `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64
+# --only fault --rounds N [--clock icount]`, then
+# `python -m memqual.host.cli.block_spread OUT --jobs`.
+FAULT_AA_WALL = "A/A 6.1.0-57, fault.anon, wall clock, docs/fault.md"
+FAULT_AA_ICOUNT = "A/A 6.1.0-57, fault.anon, icount:4, docs/fault.md"
+FAULT_WALL_SD, FAULT_WALL_BLOCKS = 0.0, 0
+FAULT_ICOUNT_SD, FAULT_ICOUNT_BLOCKS = 0.0, 0
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "
     "would decide it"
@@ -239,6 +248,19 @@ PRIMARIES: tuple[Primary, ...] = (
         (("backing", "hugetlbfs"),),
         spread_wall=Spread(1.0, 2, "A/A 6.1.0-57, hugetlbfs only, wall clock, load 12-16, docs/hugetlbfs.md"),
         needs=QUIET_OR_KVM,
+    ),
+    Primary(
+        "fault.anon",
+        "ns_per_page",
+        "the guest kernel's first touch of an anonymous 4 KiB page (the fault, the zeroing, the page table "
+        "update): what every guest workload pays, and what a patch to the fault path or the page allocator moves",
+        variant=(("pages", "4k"),),
+        instrument=GUEST_CLOCK,
+        spread_wall=Spread(FAULT_WALL_SD, FAULT_WALL_BLOCKS, FAULT_AA_WALL),
+        spread_icount=Spread(FAULT_ICOUNT_SD, FAULT_ICOUNT_BLOCKS, FAULT_AA_ICOUNT),
+        margin=TIGHT_MARGIN,
+        needs="on the wall clock the host's load is in the guest's time (multi-threaded TCG): decide it on icount, "
+        "where it repeats within a few parts in 10,000",
     ),
     Primary(
         "memslots.trace_mmio",

@@ -1,0 +1,1 @@
+"""The guest kernel's anonymous page fault, timed in the guest."""
