@@ -507,6 +507,7 @@ if TYPE_CHECKING:
     from memqual.host.balloon import device as balloon_device
     from memqual.host.balloon import scenarios as balloon_scenarios
     from memqual.host.core import shell
+    from memqual.host.fault import anon
     from memqual.host.ksm import scenarios, sharing
 
     _shell: shell.Shell = FakeShell(FakeBackground([]))
@@ -518,5 +519,6 @@ if TYPE_CHECKING:
     _virtio_mem_guest: virtio_mem.Guest = FakeVirtioMemGuest(VirtioMemQmp(1), AgentShell({}))
     _monitor: virtio_mem.QmpMachine = RefusingQmp()
     _ksm: scenarios.KsmHost = FakeKsmHost()
+    _fault_guest: anon.Guest = FakeGuest(1, AgentShell({}))
     _guest: scenarios.Guest = FakeGuest(1)
     _pausable: sharing.PausableGuest = FakeGuest(1)
