@@ -115,7 +115,9 @@ def test_guest_config_asks_what_the_image_and_scenarios_need() -> None:
     wants = kernel_config.fragment_wants(kb.GUEST_CONFIG.read_text())
     for module in ("VIRTIO_BALLOON", "VIRTIO_NET", "VIRTIO_PCI", "VIRTIO_MMIO", "VIRTIO_MEM"):
         assert wants[f"CONFIG_{module}"] == "m"  # guest/rc.sh modprobes them; the variant replaces one
-    for symbol in ("KSM", "TRANSPARENT_HUGEPAGE", "MEMORY_HOTPLUG", "MEMORY_HOTREMOVE", "PAGE_REPORTING", "PVH"):
+    symbols = ("KSM", "TRANSPARENT_HUGEPAGE", "MEMORY_HOTPLUG", "MEMORY_HOTREMOVE", "PAGE_REPORTING", "PVH")
+    # the QEMU memslot layouts' pc-dimms reach the guest only through ACPI's memory devices
+    for symbol in (*symbols, "ACPI_HOTPLUG_MEMORY"):
         assert wants[f"CONFIG_{symbol}"] == "y"
 
 
