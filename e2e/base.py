@@ -223,6 +223,10 @@ class GuestTest(avocado.Test):
         (which read it) find them."""
         self.arm = str(self.params.get("arm", default="") or "")
         self.block = int(self.params.get("block", default=0) or 0)
+        # On icount A and B of a block boot from the same inputs, and each
+        # block from its own (host/core/clock.py, ICOUNT_RTC_BASE): the
+        # blocks stay independent boots, the arms of one block are paired.
+        settings.put(settings.BOOT_SEED, str(self.block) if self.block else None)
         if not self.arm:
             return
         for name, param in (

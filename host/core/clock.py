@@ -26,6 +26,15 @@ ICOUNT_SMP_QEMU = "10.0.2"
 # Under icount the guest's TSC ticks once a nanosecond of virtual time
 # (QEMU's cpu_get_ticks is the virtual clock), whatever the shift.
 ICOUNT_TSC_KHZ = 1_000_000
+# Under icount a cold boot is paced by its inputs alone, and two of them
+# come from the host unless fixed: the RTC (the host's time at start, which
+# the kernel mixes into its entropy and keeps as its boot time) and RDRAND
+# (the host's random bytes; QEMU's -seed makes them a generator's).  Fixed,
+# three cold boots of Debian's 6.1 inflated their balloon in 31.14-31.24
+# guest s; the host's: 27.6-31.4 (docs/ab-calibration.md, "Boots that
+# repeat").  The seed alone did not steady it: the RTC still differed.
+ICOUNT_RTC_BASE = "2026-01-01T00:00:00"
+DEFAULT_BOOT_SEED = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +66,22 @@ class Clock:
         """QEMU's ``-accel`` value: icount needs single-threaded TCG."""
         return f"{accel},thread=single" if self.icount and accel == "tcg" else accel
 
-    def qemu_args(self) -> list[str]:
-        return ["-icount", f"shift={self.shift},sleep=off"] if self.icount else []
+    def qemu_args(self, seed: int = DEFAULT_BOOT_SEED) -> list[str]:
+        """QEMU's arguments for this clock.  Under icount also the boot's
+        inputs, fixed (``ICOUNT_RTC_BASE``, ``seed``): the guest's RNG is
+        then a generator's, which its SSH's ephemeral keys come from too;
+        memqual's SSH is on 127.0.0.1 only, with a host side that stays
+        random (docs/ab-runs.md, "The clock")."""
+        if not self.icount:
+            return []
+        return [
+            "-icount",
+            f"shift={self.shift},sleep=off",
+            "-rtc",
+            f"base={ICOUNT_RTC_BASE},clock=vm",
+            "-seed",
+            str(seed),
+        ]
 
     def reads(self) -> str:
         """What a guest-timed figure counts on this clock, in words."""

@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 from memqual.host.core import settings
-from memqual.host.core.clock import ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
+from memqual.host.core.clock import DEFAULT_BOOT_SEED, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
 from memqual.host.core.clock import parse as parse_clock
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
@@ -267,7 +267,7 @@ def command_line(
         ",".join(machine_opts),
         "-accel",
         tcg_accel_option(accel, clock, config.tcg_thread),
-        *clock.qemu_args(),
+        *clock.qemu_args(settings.boot_seed(DEFAULT_BOOT_SEED)),
         "-cpu",
         "max" if accel == "tcg" else "host",
         "-m",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from memqual.host.core.errors import BadInput
+
 # What the scenarios read, set by `memqual run` (host/run/avocado.py) or an
 # arm's variant (e2e/base.py)
 PROFILE = "MEMQUAL_PROFILE"  # quick, full or ab (host/core/profiles.py)
@@ -21,6 +23,7 @@ GUEST_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's
 RUN_LABEL = "MEMQUAL_RUN_LABEL"  # A or B in an A/B run
 QEMU = "MEMQUAL_QEMU"  # the QEMU binary (--qemu; a patched build, or a test's fake)
 CLOCK = "MEMQUAL_CLOCK"  # wall or icount:SHIFT (--clock; host/core/clock.py)
+BOOT_SEED = "MEMQUAL_BOOT_SEED"  # icount: the guests' RNG seed (an A/B block's number; host/core/clock.py)
 LAB_HOST = "MEMQUAL_LAB_HOST"  # the lab host a fleet task runs on (host/run/hosts/)
 # A user's or a test's overrides
 AVOCADO = "MEMQUAL_AVOCADO"  # another avocado executable (the tests' fake)
@@ -65,6 +68,17 @@ def profile() -> str | None:
 
 def qemu() -> str | None:
     return text(QEMU)
+
+
+def boot_seed(default: int) -> int:
+    """$MEMQUAL_BOOT_SEED as a whole number, else ``default``."""
+    value = text(BOOT_SEED)
+    if value is None or not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BadInput(f"{BOOT_SEED}={value!r}: give a whole number") from None
 
 
 def clock() -> str | None:

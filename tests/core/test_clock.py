@@ -80,6 +80,25 @@ def test_icount_makes_single_threaded_tcg_with_a_fixed_shift_and_sleep_off() -> 
     assert on[on.index("-icount") + 1] == "shift=3,sleep=off"
 
 
+def test_icount_fixes_the_boot_s_inputs_from_the_block_and_the_wall_clock_does_not(monkeypatch) -> None:
+    """Under icount the RTC starts at a fixed time on the virtual clock and
+    RDRAND is seeded from $MEMQUAL_BOOT_SEED (1 when unset); on the wall
+    clock the guest keeps the host's time and random bytes."""
+    k, i, c = Path("/k"), Path("/i"), Path("/c")
+    monkeypatch.delenv("MEMQUAL_BOOT_SEED", raising=False)
+    on = command_line(MachineConfig(), "tcg", k, i, None, c, None, clock=clock.icount(4))
+    assert on[on.index("-rtc") + 1] == f"base={clock.ICOUNT_RTC_BASE},clock=vm"
+    assert on[on.index("-seed") + 1] == str(clock.DEFAULT_BOOT_SEED)
+    monkeypatch.setenv("MEMQUAL_BOOT_SEED", "7")
+    on = command_line(MachineConfig(), "tcg", k, i, None, c, None, clock=clock.icount(4))
+    assert on[on.index("-seed") + 1] == "7"
+    wall = command_line(MachineConfig(), "tcg", k, i, None, c, None)
+    assert "-rtc" not in wall and "-seed" not in wall
+    monkeypatch.setenv("MEMQUAL_BOOT_SEED", "seven")
+    with pytest.raises(BadInput, match="MEMQUAL_BOOT_SEED"):
+        command_line(MachineConfig(), "tcg", k, i, None, c, None, clock=clock.icount(4))
+
+
 def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypatch) -> None:
     # The host's TSC frequency would be wrong under icount: the guest's TSC
     # is QEMU's virtual clock there.
