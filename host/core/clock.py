@@ -93,7 +93,10 @@ class Clock:
         return "wall time (the host's load is in it)"
 
     def describe(self) -> str:
-        return f"{self.label}: guest-timed figures are {self.reads()}"
+        text = f"{self.label}: guest-timed figures are {self.reads()}"
+        if self.icount:
+            text += f"; every guest boots with its RTC at {ICOUNT_RTC_BASE} and RDRAND seeded by its A/B block"
+        return text
 
 
 WALL_CLOCK = Clock()
