@@ -23,9 +23,12 @@ HOST_WALL = "host wall clock"  # timed by the host (QMP polls, /proc reads): wal
 HOST_CPU = "host CPU time"  # a host thread's CPU time (ksmd): the host's work, on every clock
 COUNT = "count"  # pages, MiB, tree nodes: no clock at all
 
-# A margin of about 1 % where the spread allows it, 5 % otherwise.
+# A margin of about 1 % where the spread allows it, 5 % otherwise.  The
+# spread allows 1 % when equivalence there is shown in about 6 blocks
+# (alpha 0.01 a side, power 0.8: n = (3.17 sd / margin)^2).
 TIGHT_MARGIN = 0.01
 WIDE_MARGIN = 0.05
+TIGHT_SPREAD_MAX = 0.0075
 # Half a percent, for a guest-timed figure that repeats within a few parts
 # in 10,000 on icount: there a 1 % change must be called slower, and a
 # change is called so only when its estimate is beyond the margin (at a 1 %
@@ -61,6 +64,9 @@ class Primary:
     spread_wall: Spread | None = None
     spread_icount: Spread | None = None
     margin: float = WIDE_MARGIN
+    # The margin on the icount clock where its spread there allows a
+    # tighter one than the wall clock's (None: ``margin`` on every clock).
+    margin_icount: float | None = None
     needs: str = ""
 
     def metric_on(self, clock: str = "") -> str:
@@ -70,6 +76,12 @@ class Primary:
 
     def instrument_on(self, clock: str = "") -> str:
         return GUEST_CLOCK if self.on_icount and clock.startswith("icount") else self.instrument
+
+    def margin_on(self, clock: str = "") -> float:
+        """The equivalence margin it is judged against on ``clock``."""
+        if self.margin_icount is not None and clock.startswith("icount"):
+            return self.margin_icount
+        return self.margin
 
     def spread_on(self, clock: str = "") -> Spread | None:
         return self.spread_icount if clock.startswith("icount") else self.spread_wall
@@ -104,6 +116,12 @@ WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
 # --rounds 6 --until-decided --budget 45 --output OUT`, then
 # `python -m memqual.host.cli.block_spread OUT --jobs`.
 ICOUNT_AA = "A/A 6.1.0-57, icount:4, 9 blocks, docs/ab-calibration.md"
+# The same A/A once every icount guest boots from fixed inputs (the RTC and
+# a block's RDRAND seed: host/core/clock.py), 6 blocks, 2026-12-04
+# (docs/ab-calibration.md, "Boots that repeat"): `memqual run
+# --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock
+# icount --only balloon-timing --rounds 6 --output OUT`, then block_spread.
+ICOUNT_AA_FIXED_BOOTS = "A/A 6.1.0-57, icount:4, boots from fixed inputs, 6 blocks, docs/ab-calibration.md"
 # Blocks of 6.1 against 6.12 on icount (no A/A: the spread of their
 # log(B/A) estimates an A/A's, as WALL_612 does on the wall clock), load
 # 7-11 (docs/ab-calibration.md, "A block of every scenario on icount"):
@@ -132,28 +150,29 @@ PRIMARIES: tuple[Primary, ...] = (
         "inflate_s",
         "what a host waits for when it takes memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing of the same inflate: 0.064
-        # against the host-timed 0.14 in the same nine A/A blocks.
+        # On icount the guest's own timing of the same inflate, each guest
+        # booted from fixed inputs: 0.0045 against the host-timed 0.043 in
+        # the same six A/A blocks (0.064 and 0.14 over nine blocks of boots
+        # the host's time and random bytes fed).
         on_icount="inflate_guest_s",
         spread_wall=Spread(0.26, 4, WALL_AA),
-        spread_icount=Spread(0.064, 9, ICOUNT_AA),
-        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 6 % from block to block: the host "
-        "boots, logs in, deploys and sets the target at its own pace, while an idle guest's clock runs ahead, so "
-        "each guest starts its inflate from another memory state; a workload started by the guest itself would "
-        "decide it",
+        spread_icount=Spread(0.0045, 6, ICOUNT_AA_FIXED_BOOTS),
+        margin_icount=TIGHT_MARGIN,
+        needs=QUIET_OR_KVM + "; on icount the guest's own timing decides it, at 0.5 % from block to block",
     ),
     Primary(
         "balloon.deflate",
         "deflate_s",
         "what a guest waits for when it gets memory back",
         instrument=HOST_WALL,
-        # On icount the guest's own timing: 0.046 against the host-timed
-        # 0.23 in the same nine A/A blocks.
+        # On icount the guest's own timing, boots from fixed inputs: 0.0064
+        # against the host-timed 0.087 in the same six A/A blocks (0.046
+        # and 0.23 over nine blocks of boots fed by the host).
         on_icount="deflate_guest_s",
         spread_wall=Spread(0.36, 4, WALL_AA),
-        spread_icount=Spread(0.046, 9, ICOUNT_AA),
-        needs=QUIET_OR_KVM + "; on icount the guest's timing still moves 5 % from block to block, for the "
-        "inflate's reason: each guest reaches its deflate from another memory state",
+        spread_icount=Spread(0.0064, 6, ICOUNT_AA_FIXED_BOOTS),
+        margin_icount=TIGHT_MARGIN,
+        needs=QUIET_OR_KVM + "; on icount the guest's own timing decides it, at 0.6 % from block to block",
     ),
     Primary(
         "balloon.request_size",
@@ -304,7 +323,7 @@ def primary_of(scenario: str, metric: str, variant: Mapping[str, Any] | None = N
 def margin(scenario: str, metric: str, variant: Mapping[str, Any] | None, clock: str, default: float) -> float:
     """The equivalence margin of this metric: its primary's, else ``default``."""
     found = primary_of(scenario, metric, variant, clock)
-    return found.margin if found is not None else default
+    return found.margin_on(clock) if found is not None else default
 
 
 def is_control(scenario: str) -> bool:
