@@ -131,3 +131,24 @@ def test_at_the_wall_clock_s_spread_the_same_change_is_not_decided():
     assert found is not None and found.spread_wall is not None
     side = found.spread_wall.sd / np.sqrt(2)
     assert _rate(65, 200, {comparison.SLOWER}, n=3, spread=side, effect=1.01) <= 0.5
+
+
+if __name__ == "__main__":
+    # The rates themselves, for docs/fault.md: python tests/fault/test_fault.py 2000
+    import sys
+
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    icount = max(_icount_sd(), 1e-5) / np.sqrt(2)
+    found = primaries.primary_of(anon.SCENARIO, "ns_per_page", {"pages": "4k"}, "wall")
+    assert found is not None and found.spread_wall is not None
+    wall = found.spread_wall.sd / np.sqrt(2)
+    for name, seed, verdicts, spread, effect in (
+        ("B 1 % slower -> slower", 61, {comparison.SLOWER}, icount, 1.01),
+        ("B 1 % faster -> faster", 62, {comparison.FASTER}, icount, 0.99),
+        ("B = A -> equivalent", 63, {comparison.EQUIVALENT}, icount, 1.0),
+        ("B = A -> slower or faster", 64, {comparison.SLOWER, comparison.FASTER}, icount, 1.0),
+        ("B 0.2 % slower -> slower", 66, {comparison.SLOWER}, icount, 1.002),
+        ("wall: B 1 % slower -> slower", 65, {comparison.SLOWER}, wall, 1.01),
+    ):
+        rate = _rate(seed, trials, verdicts, n=3, spread=spread, effect=effect)
+        print(f"{name}: {rate:.4f} of {trials} (3 blocks, seed {seed})")

@@ -194,14 +194,6 @@ RATES = (
     ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {comparison.EQUIVALENT}, 45),
 )
 
-if __name__ == "__main__":
-    import sys
-
-    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
-    for name, kwargs, verdicts, seed in RATES:
-        rate = _rate(seed, trials, verdicts, n=6, spread=0.003, **kwargs)
-        print(f"{name}: {rate:.4f} of {trials} (6 blocks, spread 0.3 %, seed {seed})")
-
 
 def test_a_primary_steadier_on_icount_is_judged_at_its_icount_margin_there():
     """The balloon's guest-timed inflate spreads 0.45 % on icount (boots
@@ -210,3 +202,12 @@ def test_a_primary_steadier_on_icount_is_judged_at_its_icount_margin_there():
     assert primaries.margin("balloon.inflate", "inflate_guest_s", {}, "icount:4", THRESHOLD) == TIGHT
     assert primaries.margin("balloon.inflate", "inflate_s", {}, "wall", THRESHOLD) == primaries.WIDE_MARGIN
     assert primaries.margin("balloon.deflate", "deflate_guest_s", {}, "icount:4", THRESHOLD) == TIGHT
+
+
+if __name__ == "__main__":
+    import sys
+
+    trials = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
+    for name, kwargs, verdicts, seed in RATES:
+        rate = _rate(seed, trials, verdicts, n=6, spread=0.003, **kwargs)
+        print(f"{name}: {rate:.4f} of {trials} (6 blocks, spread 0.3 %, seed {seed})")
