@@ -105,20 +105,13 @@ class Primary:
 # Where the wall clock's spreads were measured (docs/ab-calibration.md,
 # "Block-to-block spread"): A/A runs of 6.1.0-57 on this project's 2-core
 # TCG host, load 2-10; the near-deterministic counts from two blocks of
-# 6.1 against 6.12.  The icount clock's: the A/A of docs/ab-calibration.md,
-# "The icount A/A".
+# 6.1 against 6.12.  The icount clock's: the A/As and blocks below.
 WALL_AA = "A/A 6.1.0-57, wall clock, docs/ab-calibration.md"
 WALL_612 = "6.1 against 6.12 (no A/A), wall clock, docs/ab-calibration.md"
-# The icount A/A of the balloon timing test, 9 blocks, load 2-5, the
-# balloon's requests answered in the vCPU's thread (docs/ab-calibration.md,
-# "The icount A/A"): `memqual run --debian-kernel 6.1.0-57-amd64
-# --debian-kernel 6.1.0-57-amd64 --clock icount --only balloon-timing
-# --rounds 6 --until-decided --budget 45 --output OUT`, then
-# `python -m memqual.host.cli.block_spread OUT --jobs`.
-ICOUNT_AA = "A/A 6.1.0-57, icount:4, 9 blocks, docs/ab-calibration.md"
-# The same A/A once every icount guest boots from fixed inputs (the RTC and
-# a block's RDRAND seed: host/core/clock.py), 6 blocks, 2026-12-04
-# (docs/ab-calibration.md, "Boots that repeat"): `memqual run
+# The icount A/A of the balloon timing test once every icount guest boots
+# from fixed inputs (the RTC and a block's RDRAND seed: host/core/clock.py),
+# 6 blocks, 2026-12-04 (docs/ab-calibration.md, "Boots that repeat"; the
+# 9 blocks of boots the host fed: "The icount A/A"): `memqual run
 # --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock
 # icount --only balloon-timing --rounds 6 --output OUT`, then block_spread.
 ICOUNT_AA_FIXED_BOOTS = "A/A 6.1.0-57, icount:4, boots from fixed inputs, 6 blocks, docs/ab-calibration.md"
