@@ -129,6 +129,8 @@ ICOUNT_612 = "6.1 against 6.12 (no A/A), icount:4, docs/ab-calibration.md"
 # --output OUT`, stopped when its many-guests test had MANY_GUESTS_BLOCKS
 # blocks, then `python -m memqual.host.cli.block_spread OUT --jobs`.
 ICOUNT_AA_KSM = "A/A 6.1.0-57, icount:4, KSM, docs/ab-calibration.md"
+# The same for the memslot tests, 6 blocks, its own run (`--only memslots`).
+ICOUNT_AA_MEMSLOTS = "A/A 6.1.0-57, icount:4, memslots, docs/ab-calibration.md"
 # The anonymous fault's A/As (docs/fault.md, "Its spread"): one fresh
 # guest an arm a block, memqual's image kernel, both run by
 # `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64
@@ -303,6 +305,7 @@ PRIMARIES: tuple[Primary, ...] = (
         variant=(("structure", "rbtree"),),
         instrument=COUNT,
         spread_wall=Spread(0.0, 2, WALL_612),
+        spread_icount=Spread(0.0, 6, ICOUNT_AA_MEMSLOTS),
         margin=TIGHT_MARGIN,
     ),
 )
