@@ -182,6 +182,14 @@ def skip(test: avocado.Test, reason: str) -> None:
     test.cancel(reason)
 
 
+def put_boot_seed(block: int) -> None:
+    """On icount A and B of a block boot from the same inputs, and each
+    block from its own (host/core/clock.py, ICOUNT_RTC_BASE): the blocks
+    stay independent boots, the arms of one block are paired.  Outside
+    blocks (``block`` 0) no seed is left behind: the clock's default."""
+    settings.put(settings.BOOT_SEED, str(block) if block else None)
+
+
 class GuestTest(avocado.Test):
     """Base class; it has no tests of its own."""
 
@@ -223,10 +231,7 @@ class GuestTest(avocado.Test):
         (which read it) find them."""
         self.arm = str(self.params.get("arm", default="") or "")
         self.block = int(self.params.get("block", default=0) or 0)
-        # On icount A and B of a block boot from the same inputs, and each
-        # block from its own (host/core/clock.py, ICOUNT_RTC_BASE): the
-        # blocks stay independent boots, the arms of one block are paired.
-        settings.put(settings.BOOT_SEED, str(self.block) if self.block else None)
+        put_boot_seed(self.block)
         if not self.arm:
             return
         for name, param in (
