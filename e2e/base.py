@@ -12,8 +12,10 @@ docs/architecture.md, "e2e/base.py", says why each is so."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 import os
+import unittest
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -190,6 +192,24 @@ def put_boot_seed(block: int) -> None:
     settings.put(settings.BOOT_SEED, str(block) if block else None)
 
 
+def reference_of(test: unittest.TestCase) -> str:
+    """The test as the scenario rows name it (``Scenario.e2e``):
+    ``test_file_stem:Class.method``."""
+    return f"{Path(inspect.getfile(type(test))).stem}:{type(test).__name__}.{test._testMethodName}"
+
+
+def put_clock(reference: str) -> None:
+    """Under a run's plan (``--clock auto``) the clock of the test
+    ``reference`` (host/judge/clock_plan.py), made its process's before its
+    first guest: its guests run on it and its records name it.  Any
+    other clock stays as the job set it."""
+    the_clock = clock.current()
+    if the_clock.auto:
+        from memqual.host.judge import clock_plan
+
+        clock.put(clock_plan.for_test(reference, the_clock))
+
+
 class GuestTest(avocado.Test):
     """Base class; it has no tests of its own."""
 
@@ -220,6 +240,7 @@ class GuestTest(avocado.Test):
             how = "exclusive" if exclusive else "shared"
             self.log.info("waited %.1f s for the measurement lock %s (%s)", waited, lock.path, how)
         self._restore_stale_host_state()
+        put_clock(reference_of(self))
         self._take_arm()
 
     # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------

@@ -272,23 +272,52 @@ def one_qemu(specs: list[str] | None) -> str | None:
 def clock_spec(text: str) -> str:
     """``--clock wall|icount[:SHIFT]``, checked, as its label."""
     try:
+        found = parse(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if found.auto:
+        raise argparse.ArgumentTypeError(
+            f"--clock {text}: auto is a plan for the scenarios of a run (memqual run, bisect); one guest runs on "
+            f"wall or icount:{found.shift}"
+        )
+    return found.label
+
+
+def plan_spec(text: str) -> str:
+    """``--clock wall|icount[:SHIFT]|auto[:SHIFT]``, checked, as its label."""
+    try:
         return parse(text).label
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def add_clock(parser: argparse.ArgumentParser, default_says: str) -> None:
+CLOCK_HELP = (
+    "wall: guests as fast as the host lets them (multi-threaded TCG or KVM), guest timings in real time; "
+    "icount[:SHIFT] (default shift 4): single-threaded TCG with -icount shift=SHIFT,sleep=off, so a guest "
+    "timing counts guest instructions (2^SHIFT ns each) and host load cannot move it; needs TCG, and "
+    "QEMU 10 for 2-vCPU guests (fetched from Debian's archive when the system's is older)"
+)
+
+
+def add_clock(parser: argparse.ArgumentParser, default_says: str, plan: bool = False) -> None:
     """``--clock``: the clock the guests' timings are read with
     (memqual.host.core.clock); ``default_says`` what the command does
-    without it."""
+    without it.  ``plan``: a command that runs scenarios, which may also
+    take ``auto`` (each scenario on the clock that decides its primaries,
+    host/judge/clock_plan.py)."""
     parser.add_argument(
         "--clock",
-        type=clock_spec,
-        metavar="wall|icount[:SHIFT]",
-        help="wall: guests as fast as the host lets them (multi-threaded TCG or KVM), guest timings in real time; "
-        "icount[:SHIFT] (default shift 4): single-threaded TCG with -icount shift=SHIFT,sleep=off, so a guest "
-        "timing counts guest instructions (2^SHIFT ns each) and host load cannot move it; needs TCG, and "
-        "QEMU 10 for 2-vCPU guests (fetched from Debian's archive when the system's is older); " + default_says,
+        type=plan_spec if plan else clock_spec,
+        metavar="wall|icount[:SHIFT]" + ("|auto[:SHIFT]" if plan else ""),
+        help=CLOCK_HELP
+        + (
+            "; auto[:SHIFT]: each scenario's test on the clock its primaries' measured block spreads decide "
+            "them on in fewer blocks (icount at SHIFT, or wall), every record naming its own"
+            if plan
+            else ""
+        )
+        + "; "
+        + default_says,
     )
 
 

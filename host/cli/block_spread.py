@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         json.dump([s.to_json() for s in spreads], sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        clock = spreads[0].clock if spreads else "?"
-        print(f"{folder}: clock {clock}, {len(spreads)} metrics in blocks")
+        clocks = ", ".join(sorted({s.clock for s in spreads})) or "?"
+        print(f"{folder}: clock {clocks}, {len(spreads)} metrics in blocks")
         print("\n".join(table(spreads)))
     return 0
 

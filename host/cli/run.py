@@ -189,7 +189,7 @@ def add_job_arguments(
         help=f"output directory (default {output_parent}/<timestamp>)",
     )
     parser.add_argument("--tests", default=str(REPO_ROOT / "e2e"), help=argparse.SUPPRESS)
-    cliargs.add_clock(parser, clock_default)
+    cliargs.add_clock(parser, clock_default, plan=True)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -284,7 +284,7 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
     the_clock = the_clock or clock.WALL_CLOCK
     fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
     if not specs:
-        if not the_clock.icount:
+        if not the_clock.strictest().icount:
             return ()
         choice, note = choose_for_clock(None, the_clock, SCENARIO_VCPUS, fix)
         if note:
@@ -309,6 +309,16 @@ def main(args: argparse.Namespace) -> int:
     check_guest_files(config)
     # After the checks: bad input is one line and nothing else.
     print(f"clock: {config.clock.describe()}", file=sys.stderr)
+    if config.clock.auto:
+        from memqual.host.judge import clock_plan
+
+        print(
+            "the plan: each primary on the clock whose measured block spread (host/judge/primaries.py) decides it "
+            "in fewer blocks",
+            file=sys.stderr,
+        )
+        for line in clock_plan.describe(config.clock):
+            print(line, file=sys.stderr)
     return job.run(config)
 
 

@@ -14,6 +14,12 @@ from memqual.host.core.errors import BadInput
 
 WALL = "wall"
 ICOUNT = "icount"
+# A two-arm run's plan, not a clock a guest runs on: each scenario's test
+# on the clock its primaries' measured block spreads decide them on in
+# fewer blocks (host/judge/clock_plan.py), icount at the plan's shift.  A
+# test resolves it before its first guest (e2e/base.py); its records name
+# the clock it resolved to.
+AUTO = "auto"
 # 16 ns a guest instruction: the shift measured to repeat to 0.007 % across
 # boots (ENVIRONMENT.md); a guest second is then about 62 million
 # instructions, so guest-side deadlines of seconds stay meaningful.
@@ -45,22 +51,41 @@ class Clock:
     shift: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in (WALL, ICOUNT):
-            raise BadInput(f"clock {self.kind!r} unknown: give wall or icount[:SHIFT]")
+        if self.kind not in (WALL, ICOUNT, AUTO):
+            raise BadInput(f"clock {self.kind!r} unknown: give wall, icount[:SHIFT] or auto[:SHIFT]")
         if self.kind == WALL and self.shift is not None:
             raise BadInput("the wall clock has no shift: give wall or icount[:SHIFT]")
-        if self.kind == ICOUNT and (self.shift is None or not 0 <= self.shift <= MAX_SHIFT):
+        if self.kind != WALL and (self.shift is None or not 0 <= self.shift <= MAX_SHIFT):
             raise BadInput(f"icount shift {self.shift!r}: give a whole number from 0 to {MAX_SHIFT}")
 
     @property
     def icount(self) -> bool:
+        """Do this clock's guests run under icount?  Never for ``auto``,
+        which is resolved to wall or icount before a guest starts."""
         return self.kind == ICOUNT
 
     @property
+    def auto(self) -> bool:
+        return self.kind == AUTO
+
+    def strictest(self) -> Clock:
+        """The clock the most demanding guest of a run on this clock runs
+        on: ``auto``'s icount (which wants QEMU 10 for two vCPUs and TCG),
+        else this clock."""
+        return Clock(ICOUNT, self.shift) if self.auto else self
+
+    def resolved(self, on_icount: bool) -> Clock:
+        """``auto`` made a guest's clock: its icount, or the wall clock;
+        any other clock is already one."""
+        if not self.auto:
+            return self
+        return Clock(ICOUNT, self.shift) if on_icount else WALL_CLOCK
+
+    @property
     def label(self) -> str:
-        """``wall`` or ``icount:SHIFT``: how records, results.json and
-        pages name it, and what ``parse`` reads back."""
-        return f"{ICOUNT}:{self.shift}" if self.icount else WALL
+        """``wall``, ``icount:SHIFT`` or ``auto:SHIFT``: how records,
+        results.json and pages name it, and what ``parse`` reads back."""
+        return WALL if self.kind == WALL else f"{self.kind}:{self.shift}"
 
     def accel_option(self, accel: str) -> str:
         """QEMU's ``-accel`` value: icount needs single-threaded TCG."""
@@ -85,6 +110,11 @@ class Clock:
 
     def reads(self) -> str:
         """What a guest-timed figure counts on this clock, in words."""
+        if self.auto:
+            return (
+                f"each scenario's on the clock its primaries are decided on in fewer blocks: guest instructions x "
+                f"{2 ** (self.shift or 0)} ns (icount shift {self.shift}) or wall time; every record names its own"
+            )
         if self.icount:
             return (
                 f"guest instructions x {2 ** (self.shift or 0)} ns (icount shift {self.shift}): "
@@ -94,7 +124,7 @@ class Clock:
 
     def describe(self) -> str:
         text = f"{self.label}: guest-timed figures are {self.reads()}"
-        if self.icount:
+        if self.icount or self.auto:
             text += f"; every guest boots with its RTC at {ICOUNT_RTC_BASE} and RDRAND seeded by its A/B block"
         return text
 
@@ -126,14 +156,18 @@ def icount(shift: int = DEFAULT_SHIFT) -> Clock:
 
 
 def parse(text: str) -> Clock:
-    """``wall``, ``icount`` or ``icount:SHIFT``; anything else is BadInput."""
+    """``wall``, ``icount[:SHIFT]`` or ``auto[:SHIFT]``; anything else is
+    BadInput."""
     value = text.strip().lower()
     if value == WALL:
         return WALL_CLOCK
-    match = re.fullmatch(r"icount(?::(\d{1,2}))?", value)
+    match = re.fullmatch(r"(icount|auto)(?::(\d{1,2}))?", value)
     if not match:
-        raise BadInput(f"--clock {text!r}: give wall or icount[:SHIFT] (SHIFT 0-{MAX_SHIFT}, default {DEFAULT_SHIFT})")
-    return icount(int(match.group(1)) if match.group(1) else DEFAULT_SHIFT)
+        raise BadInput(
+            f"--clock {text!r}: give wall, icount[:SHIFT] or auto[:SHIFT] "
+            f"(SHIFT 0-{MAX_SHIFT}, default {DEFAULT_SHIFT})"
+        )
+    return Clock(match.group(1), int(match.group(2)) if match.group(2) else DEFAULT_SHIFT)
 
 
 def current() -> Clock:
@@ -144,7 +178,7 @@ def current() -> Clock:
     try:
         return parse(value)
     except BadInput:
-        raise BadInput(f"{settings.CLOCK}={value!r}: give wall or icount[:SHIFT]") from None
+        raise BadInput(f"{settings.CLOCK}={value!r}: give wall, icount[:SHIFT] or auto[:SHIFT]") from None
 
 
 def put(clock: Clock) -> None:
@@ -171,6 +205,10 @@ def resolve_accel(clock: Clock, requested: str) -> tuple[str, str] | None:
     """The accelerator an icount guest runs under, with why; None on the
     wall clock (the host's probe decides).  KVM asked for under icount is
     refused in one line."""
+    if clock.auto and requested == "kvm":
+        raise BadInput(
+            f"--clock {clock.label} runs some scenarios under icount, which needs TCG: use --accel tcg or --clock wall"
+        )
     if not clock.icount:
         return None
     if requested == "kvm":
@@ -190,7 +228,8 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 def runs_vcpus(clock: Clock, vcpus: int, qemu_version: str) -> bool:
     """Can this QEMU run a guest of ``vcpus`` vCPUs on this clock?"""
-    return not (clock.icount and vcpus > 1 and version_tuple(qemu_version)[:2] < ICOUNT_SMP_MIN_QEMU)
+    strict = clock.strictest()
+    return not (strict.icount and vcpus > 1 and version_tuple(qemu_version)[:2] < ICOUNT_SMP_MIN_QEMU)
 
 
 def check_vcpus(clock: Clock, vcpus: int, qemu_version: str, fix: str = "") -> None:

@@ -71,6 +71,8 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
         mb = by_key.get(ma.key)
         if mb is None:
             continue
+        # Under a plan (--clock auto) each metric names its own clock.
+        read_with = ma.clock or clock
         va, vb = per_block(ma), per_block(mb)
         common = sorted(set(va) & set(vb))
         if not common or any(va[k] <= 0 or vb[k] <= 0 for k in common):
@@ -81,8 +83,8 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
                 scenario=ma.scenario,
                 metric=ma.metric,
                 variant=dict(ma.variant or {}),
-                primary=primary_of(ma.scenario, ma.metric, ma.variant, clock) is not None,
-                clock=clock,
+                primary=primary_of(ma.scenario, ma.metric, ma.variant, read_with) is not None,
+                clock=read_with,
                 log_ratios=tuple(math.log(vb[k] / va[k]) for k in common),
             )
         )
@@ -92,8 +94,8 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
 def table(spreads: Sequence[BlockSpread]) -> list[str]:
     """Lines of a plain table: primaries first, then by spread."""
     rows = sorted(spreads, key=lambda s: (not s.primary, -s.sd if not math.isnan(s.sd) else 0.0, s.key))
-    lines = [f"{'role':<11} {'blocks':>6} {'sd log(B/A)':>12}  metric"]
+    lines = [f"{'role':<11} {'blocks':>6} {'sd log(B/A)':>12} {'clock':<9} metric"]
     for s in rows:
         sd = "-" if math.isnan(s.sd) else f"{s.sd:.5f}"
-        lines.append(f"{'primary' if s.primary else 'other':<11} {s.blocks:>6} {sd:>12}  {s.key}")
+        lines.append(f"{'primary' if s.primary else 'other':<11} {s.blocks:>6} {sd:>12} {s.clock:<9} {s.key}")
     return lines

@@ -59,6 +59,9 @@ class MetricComparison:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)  # A's
     # Each side's regime, for a metric that holds only under one (host/judge/regime.py).
     regime: RegimeCheck | None = None
+    # The clock both sides' records were read with (a label; empty: the
+    # comparison's, from files that name no clock per metric).
+    clock: str = ""
 
     @property
     def flagged(self) -> bool:
@@ -82,6 +85,7 @@ class MetricComparison:
             "verdict_text": verdict_text(self),
             "verdict_meaning": verdict_meaning(self.verdict, self.comparison),
             "regime": self.regime.to_json() if self.regime else None,
+            "clock": self.clock,
             **self.comparison.to_json(),
         }
 
@@ -209,9 +213,16 @@ def _compared(
             kinds.append("block" if test.paired else "descriptive")
         reps.append((ra, rb))
     roles = roles_of(pairs)
+    # Each metric's own clock: one run's plan (--clock auto) reads some
+    # scenarios on icount and others on wall, and A and B of a metric must
+    # have been read alike.
+    clocks = [
+        check_same_clock({f"{a_name} {ma.key}": ma.clock or clock, f"{b_name} {mb.key}": mb.clock or clock})
+        for ma, mb in pairs
+    ]
     bands = [
-        margin_of(ma.scenario, ma.metric, ma.variant, clock, threshold) if role == PRIMARY else threshold
-        for (ma, _), role in zip(pairs, roles, strict=True)
+        margin_of(ma.scenario, ma.metric, ma.variant, read_with, threshold) if role == PRIMARY else threshold
+        for (ma, _), role, read_with in zip(pairs, roles, clocks, strict=True)
     ]
     regimes = [regime_of(ma, mb, a_sides[0], b_sides[0], a_name, b_name) for ma, mb in pairs]
     # Only metrics whose regimes match are decided, and only they make up
@@ -254,6 +265,7 @@ def _compared(
                 variant=ma.variant or {},
                 settings=ma.settings or {},
                 regime=regimes[i],
+                clock=clocks[i],
             )
         )
     return metrics, only_a, only_b
@@ -390,6 +402,9 @@ def short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
     for m in metrics:
         by_metric.setdefault((m.scenario, m.metric), []).append(m)
     labels = {}
+    # Where the metrics were read with more than one clock (a plan), each
+    # row names its own.
+    mixed = len({m.clock for m in metrics if m.clock}) > 1
     for (scenario, metric), group in by_metric.items():
         keys = sorted({k for m in group for k in m.settings})
         varying = [k for k in keys if len({json.dumps(m.settings.get(k), sort_keys=True) for m in group}) > 1]
@@ -402,6 +417,8 @@ def short_labels(metrics: list[MetricComparison]) -> dict[str, str]:
                 label += " " + ", ".join(f"{k}={m.settings.get(k)}" for k in varying[:2])
             if m.key.endswith(tuple(f" #{i}" for i in range(2, 10))):
                 label += " " + m.key.rsplit(" ", 1)[1]
+            if mixed and m.clock:
+                label += f" ({m.clock})"
             labels[m.key] = label
     return labels
 

@@ -108,6 +108,10 @@ class MetricEntry(_JsonFields):
     # and exit status run over these; the rest is exploratory.  None in
     # files that mark no metric (then every metric counts as primary).
     primary: bool | None = None
+    # The clock its record was read with (its environment's): under a
+    # run's plan (--clock auto) each scenario's own, so a metric names its
+    # clock where a file's clock is a plan.  None in older files: the file's.
+    clock: str | None = None
     missing: frozenset[str] = dataclasses.field(default=frozenset(), repr=False, compare=False)
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -124,11 +128,13 @@ class MetricEntry(_JsonFields):
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
+        read_with = str(rec.environment.get("clock") or "")
         added: dict[str, Any] = {
             "key": key,
             "summary": stats.summarize(rec.samples).to_json(),
             # On the icount clock another metric of a scenario may decide it.
-            "primary": is_primary(rec.scenario, rec.metric, rec.variant, str(rec.environment.get("clock") or "")),
+            "primary": is_primary(rec.scenario, rec.metric, rec.variant, read_with),
+            "clock": read_with or None,
         }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})
 

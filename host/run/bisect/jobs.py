@@ -70,7 +70,7 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice
     # On icount the scenarios' 2-vCPU guests need a QEMU that runs them.
     the_clock = clock.current()
     fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
-    choice = choose_for_clock(spec, the_clock, 2, fix)[0] if spec or the_clock.icount else None
+    choice = choose_for_clock(spec, the_clock, 2, fix)[0] if spec or the_clock.strictest().icount else None
     if not resuming:
         directory.mkdir(parents=True, exist_ok=True)
         noted = {"spec": spec, "clock": the_clock.label, **(run_config.qemu_json(choice) or {})}

@@ -1,0 +1,98 @@
+"""The clock each scenario's test runs on under ``--clock auto``: the one on
+which its primaries' measured block spreads (host/judge/primaries.py)
+decide them in fewer blocks.
+
+Why per scenario: icount makes what the guest times a count of its own
+instructions (the balloon's guest-timed inflate 0.45 % from block to block
+against the host-timed 26 %), but what the host times or works (the
+balloon floor's stall window, free page reporting's RSS, ksmd's CPU) it
+makes worse, since every vCPU then takes turns in one host thread
+(docs/ab-calibration.md, "What each primary is read with").  One clock for
+a whole run leaves half its primaries on the wrong instrument; the plan
+gives each the one its spreads choose.  A and B of a scenario always run
+on the same clock, so no ratio is taken across clocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from memqual.host.core import clock, scenario
+from memqual.host.judge.primaries import PRIMARIES, Primary, Spread
+
+# About how many blocks equivalence at ``margin`` takes with a block spread
+# ``sd`` (alpha 0.01 a side, power 0.8, the normal approximation):
+# n = (Z * sd / margin)^2, Z = 2.326 + 0.842.
+BLOCKS_Z = 3.17
+# The first look that can decide a spread above zero is the third block's
+# (a paired t on 2 blocks has one degree of freedom: docs/ab-calibration.md,
+# "init_on_free=1 on icount").  A primary the wall clock decides there
+# stays on it: a wall block costs several times less host time.
+MIN_DECIDING_BLOCKS = 3
+
+
+def blocks_needed(spread: Spread | None, margin: float) -> float:
+    """Blocks for equivalence at ``margin`` with this spread; infinite
+    when it was never measured on that clock."""
+    if spread is None:
+        return math.inf
+    return (BLOCKS_Z * spread.sd / margin) ** 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """Where one primary is decided under ``auto``, and why."""
+
+    primary: Primary
+    kind: str  # clock.WALL or clock.ICOUNT
+    wall_blocks: float
+    icount_blocks: float
+
+    def line(self) -> str:
+        def blocks(n: float) -> str:
+            return "not measured" if math.isinf(n) else f"about {max(n, 1):.0f} block(s)"
+
+        return (
+            f"{self.primary.scenario} {self.primary.metric_on(self.kind)}: {self.kind} "
+            f"(equivalence needs {blocks(self.wall_blocks)} on wall, {blocks(self.icount_blocks)} on icount)"
+        )
+
+
+def choose(primary: Primary) -> Choice:
+    """Icount where its spread there decides the primary in fewer blocks
+    than the wall clock's and the wall clock cannot decide it at the
+    first look that can; the wall clock otherwise (ties, unmeasured)."""
+    wall = blocks_needed(primary.spread_wall, primary.margin_on(clock.WALL))
+    on_icount = blocks_needed(primary.spread_icount, primary.margin_on(clock.ICOUNT))
+    kind = clock.ICOUNT if on_icount < wall and wall > MIN_DECIDING_BLOCKS else clock.WALL
+    return Choice(primary, kind, wall, on_icount)
+
+
+def choices() -> tuple[Choice, ...]:
+    return tuple(choose(p) for p in PRIMARIES)
+
+
+def icount_tests() -> frozenset[str]:
+    """The e2e tests (``test_file_stem:Class.method``, the scenario rows'
+    ``e2e``) that run on icount under ``auto``: those recording a primary
+    decided there.  A test recording primaries of both kinds runs on
+    icount: the guest's own timing is the one no other clock can give."""
+    on_icount = {c.primary.scenario for c in choices() if c.kind == clock.ICOUNT}
+    return frozenset(row.e2e for row in scenario.table() if row.name in on_icount and row.e2e)
+
+
+def for_test(reference: str, plan: clock.Clock) -> clock.Clock:
+    """The clock of the test ``reference`` (``test_file_stem:Class.method``)
+    under ``plan``: a plan resolved (``auto``), any other clock as it is."""
+    if not plan.auto:
+        return plan
+    return plan.resolved(reference in icount_tests())
+
+
+def describe(plan: clock.Clock) -> list[str]:
+    """What ``memqual run`` prints of an ``auto`` plan: each primary's
+    clock and the blocks each clock's spread needs."""
+    if not plan.auto:
+        return []
+    return [f"  {c.line()}".replace(f": {clock.ICOUNT} ", f": icount:{plan.shift} ") for c in choices()]

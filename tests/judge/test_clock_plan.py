@@ -1,0 +1,200 @@
+"""A run's clock plan (``--clock auto``, host/judge/clock_plan.py): each
+primary on the clock whose measured block spread decides it in fewer
+blocks, each test on the clock of the primaries it records, every record
+and every compared metric naming its own clock, and A and B of a metric
+never read on two clocks."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import unittest
+from pathlib import Path
+
+import fake_qemu
+import numpy as np
+import pytest
+from fakes import FakeImage
+from results_files import write_results_file
+from rich.console import Console
+
+from memqual.e2e.base import put_clock, reference_of
+from memqual.host.cli import run as run_command
+from memqual.host.cli.command import parser_for
+from memqual.host.core import clock
+from memqual.host.core.errors import BadInput
+from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.record import Measurement
+from memqual.host.judge import clock_plan, primaries
+from memqual.host.judge.comparison import compare_results, short_labels
+from memqual.host.judge.primaries import Primary, Spread
+from memqual.host.report.compare_text import print_comparison
+
+AUTO = clock.parse("auto")
+TIMING = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
+FLOOR = "test_balloon:BalloonFloor.test_floor"
+
+
+def _primary(wall: float | None, on_icount: float | None, margin: float = 0.05) -> Primary:
+    return Primary(
+        "synthetic.s",
+        "m",
+        "a test's",
+        spread_wall=None if wall is None else Spread(wall, 6, "test"),
+        spread_icount=None if on_icount is None else Spread(on_icount, 6, "test"),
+        margin=margin,
+    )
+
+
+@pytest.mark.parametrize(
+    ("wall", "on_icount", "margin", "kind"),
+    [
+        (0.26, 0.0045, 0.05, clock.ICOUNT),  # the balloon's inflate: 272 blocks against 1
+        (0.008, 0.063, 0.05, clock.WALL),  # the floor: icount worse
+        (0.011, 0.85, 0.05, clock.WALL),  # free page reporting's RSS: icount far worse
+        (1.0, None, 0.05, clock.WALL),  # never measured on icount: the wall clock
+        (None, 0.01, 0.05, clock.ICOUNT),  # never measured on wall, tight on icount
+        (0.001, 0.0007, 0.01, clock.WALL),  # both decide at the first look that can: the cheaper clock
+        (0.05, 0.02, 0.05, clock.ICOUNT),  # wall needs about 10 blocks, icount 2
+        (0.027, 0.002, 0.05, clock.WALL),  # wall needs about 3: decided at its first look anyway
+        (0.1, 0.1, 0.05, clock.WALL),  # a tie: the cheaper clock
+    ],
+)
+def test_a_primary_runs_on_the_clock_whose_spread_decides_it_in_fewer_blocks(wall, on_icount, margin, kind):
+    assert clock_plan.choose(_primary(wall, on_icount, margin)).kind == kind
+
+
+def test_spreads_measured_the_other_way_round_move_a_primary_to_the_other_clock():
+    floor = next(p for p in primaries.PRIMARIES if p.scenario == "balloon.floor")
+    assert clock_plan.choose(floor).kind == clock.WALL
+    swapped = dataclasses.replace(floor, spread_wall=floor.spread_icount, spread_icount=floor.spread_wall)
+    assert clock_plan.choose(swapped).kind == clock.ICOUNT
+
+
+def test_the_tests_on_icount_are_those_recording_a_primary_decided_there():
+    on_icount = clock_plan.icount_tests()
+    driver, fault = "test_balloon_driver:BalloonDriver.test_request_size", "test_fault:FaultTest.test_anon"
+    assert on_icount == {TIMING, driver, fault}
+    assert clock_plan.for_test(TIMING, AUTO) == clock.icount(4)
+    assert clock_plan.for_test(FLOOR, clock.parse("auto:3")) == clock.WALL_CLOCK
+    assert clock_plan.for_test(TIMING, clock.parse("auto:3")) == clock.icount(3)
+    # A clock that is no plan is every test's.
+    assert clock_plan.for_test(FLOOR, clock.icount(4)) == clock.icount(4)
+    assert clock_plan.for_test(TIMING, clock.WALL_CLOCK) == clock.WALL_CLOCK
+
+
+def test_the_plan_names_each_primary_with_its_clock_and_blocks():
+    lines = clock_plan.describe(AUTO)
+    assert len(lines) == len(primaries.PRIMARIES)
+    inflate = next(line for line in lines if "balloon.inflate" in line)
+    assert "inflate_guest_s: icount:4" in inflate and "on wall" in inflate
+    assert any("balloon.floor floor_mib: wall" in line for line in lines)
+    assert clock_plan.describe(clock.icount()) == []
+
+
+def test_parse_reads_a_plan_that_no_guest_runs_on():
+    assert AUTO.label == "auto:4" and clock.parse("auto:2").label == "auto:2"
+    assert AUTO.auto and not AUTO.icount and AUTO.strictest() == clock.icount(4)
+    assert AUTO.resolved(True) == clock.icount(4) and AUTO.resolved(False) == clock.WALL_CLOCK
+    assert clock.icount(2).resolved(False) == clock.icount(2)
+    with pytest.raises(BadInput, match="needs TCG"):
+        clock.resolve_accel(AUTO, "kvm")
+    for bad in ("auto:11", "auto:x", "autox"):
+        with pytest.raises(BadInput):
+            clock.parse(bad)
+
+
+class _AnyTest(unittest.TestCase):
+    def test_x(self) -> None:
+        """Only named, never run."""
+
+
+def test_a_test_takes_its_own_clock_from_the_plan(monkeypatch):
+    assert reference_of(_AnyTest("test_x")) == "test_clock_plan:_AnyTest.test_x"
+    monkeypatch.setenv("MEMQUAL_CLOCK", "auto:4")
+    put_clock(TIMING)
+    assert os.environ["MEMQUAL_CLOCK"] == "icount:4"
+    monkeypatch.setenv("MEMQUAL_CLOCK", "auto:4")
+    put_clock(FLOOR)
+    assert os.environ["MEMQUAL_CLOCK"] == "wall"
+    monkeypatch.setenv("MEMQUAL_CLOCK", "icount:2")
+    put_clock(FLOOR)  # no plan: the job's clock stays
+    assert os.environ["MEMQUAL_CLOCK"] == "icount:2"
+
+
+def test_a_guest_is_never_launched_on_a_plan(tmp_path, monkeypatch):
+    binary = fake_qemu.install(tmp_path / "qemu", "qmp")
+    monkeypatch.setenv("MEMQUAL_QEMU", str(binary))
+    vm = Machine(MachineConfig(cpus=1, warm=False, clock="auto:4"), image=FakeImage.in_dir(tmp_path / "img"))
+    with pytest.raises(BadInput, match="a run's plan"):
+        vm.launch()
+    assert fake_qemu.pids(binary) == []
+
+
+def test_run_takes_a_plan_and_one_guest_commands_refuse_it_in_one_line(tmp_path, capsys):
+    tests = tmp_path / "e2e"
+    tests.mkdir()
+    args = parser_for(run_command.COMMAND).parse_args(
+        ["run", "--output", str(tmp_path / "out"), "--tests", str(tests), "--clock", "auto"]
+    )
+    assert run_command.config_from_args(args).clock == AUTO
+    from memqual.host.cli import boot
+
+    with pytest.raises(SystemExit) as info:
+        parser_for(boot.COMMAND).parse_args(["boot", "--clock", "auto", "--", "true"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "auto is a plan for the scenarios of a run" in err
+
+
+def _record(scenario: str, metric: str, read_with: str, loc: float, seed: int) -> Measurement:
+    rng = np.random.default_rng(seed)
+    units = [[loc * (1 + rng.normal(0, 0.002))] for _ in range(6)]
+    return Measurement(
+        scenario=scenario,
+        metric=metric,
+        unit="s",
+        better="lower",
+        samples=[],
+        replicates=units,
+        blocks=list(range(1, 7)),
+        environment={"clock": read_with},
+    )
+
+
+def _side(tmp_path: Path, name: str, inflate: float, floor_clock: str = "wall", seed: int = 1) -> dict:
+    records = [
+        _record("balloon.inflate", "inflate_guest_s", "icount:4", inflate, seed),
+        _record("balloon.floor", "floor_mib", floor_clock, 200.0, seed + 10),
+    ]
+    path = write_results_file(tmp_path / f"{name}.json", records)
+    data = json.loads(path.read_text())
+    data["environment"]["clock"] = "auto:4"  # the run's: a plan
+    return data
+
+
+def test_a_planned_run_judges_each_metric_on_its_own_clock_and_names_it(tmp_path):
+    # B's guest-timed inflate 3 % slower: beyond its icount margin (1 %),
+    # inside the wall clock's (5 %), so the icount margin must be the one.
+    result = compare_results(_side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.9, seed=2))
+    by_metric = {m.metric: m for m in result.metrics}
+    inflate, floor = by_metric["inflate_guest_s"], by_metric["floor_mib"]
+    assert inflate.clock == "icount:4" and floor.clock == "wall"
+    assert inflate.comparison.margin == pytest.approx(0.01) and floor.comparison.margin == pytest.approx(0.05)
+    assert inflate.verdict == "slower"
+    labels = short_labels(result.metrics)
+    assert labels[inflate.key].endswith("(icount:4)") and labels[floor.key].endswith("(wall)")
+    assert result.to_json()["metrics"][0]["clock"] in ("icount:4", "wall")
+    out = io.StringIO()
+    print_comparison(result, Console(file=out, width=200))
+    assert "(icount:4)" in out.getvalue() and "(wall)" in out.getvalue()
+
+
+def test_a_metric_read_on_two_clocks_is_refused_in_one_line(tmp_path):
+    a = _side(tmp_path, "a", 30.0)
+    b = _side(tmp_path, "b", 30.0, floor_clock="icount:4", seed=2)
+    with pytest.raises(BadInput, match="different clocks") as info:
+        compare_results(a, b)
+    assert "\n" not in str(info.value) and "floor_mib" in str(info.value)
