@@ -145,6 +145,12 @@ def clock_words(label: str, vcpus: Any = None) -> str:
             f"clock {label}: guest-timed figures count guest instructions (2^{shift} ns each{turns}); "
             "host-timed ones are wall time"
         )
+    if label.startswith("auto"):
+        shift = label.partition(":")[2] or "?"
+        return (
+            f"clock {label}: each scenario on the clock that decides its primaries, icount (guest instructions, "
+            f"2^{shift} ns each) or wall time; every metric's row names its own"
+        )
     return f"clock {label}: wall time"
 
 

@@ -357,6 +357,8 @@ def test_the_report_header_says_the_clock_in_words() -> None:
     line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
     assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
     assert "clock wall: wall time" in environment_line({"accel": "tcg", "clock": "wall"}).text
+    planned = environment_line({"accel": "tcg", "clock": "auto:4"}).text
+    assert "clock auto:4" in planned and "names its own" in planned
 
 
 def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None:
