@@ -1,16 +1,9 @@
 """The clock each scenario's test runs on under ``--clock auto``: the one on
 which its primaries' measured block spreads (host/judge/primaries.py)
-decide them in fewer blocks.
+decide them in fewer blocks.  A and B of a scenario always share it.
 
-Why per scenario: icount makes what the guest times a count of its own
-instructions (the balloon's guest-timed inflate 0.45 % from block to block
-against the host-timed 26 %), but what the host times or works (the
-balloon floor's stall window, free page reporting's RSS, ksmd's CPU) it
-makes worse, since every vCPU then takes turns in one host thread
-(docs/ab-calibration.md, "What each primary is read with").  One clock for
-a whole run leaves half its primaries on the wrong instrument; the plan
-gives each the one its spreads choose.  A and B of a scenario always run
-on the same clock, so no ratio is taken across clocks.
+Why it is built so: docs/architecture.md, "Module notes",
+host/judge/clock_plan.py.
 """
 
 from __future__ import annotations
