@@ -112,8 +112,9 @@ class Clock:
         """What a guest-timed figure counts on this clock, in words."""
         if self.auto:
             return (
-                f"each scenario's on the clock its primaries are decided on in fewer blocks: guest instructions x "
-                f"{2 ** (self.shift or 0)} ns (icount shift {self.shift}) or wall time; every record names its own"
+                f"read on each scenario's own clock, the one its primaries are decided on in fewer blocks: guest "
+                f"instructions x {2 ** (self.shift or 0)} ns (icount shift {self.shift}) or wall time; every record "
+                "names its own"
             )
         if self.icount:
             return (
@@ -125,7 +126,8 @@ class Clock:
     def describe(self) -> str:
         text = f"{self.label}: guest-timed figures are {self.reads()}"
         if self.icount or self.auto:
-            text += f"; every guest boots with its RTC at {ICOUNT_RTC_BASE} and RDRAND seeded by its A/B block"
+            which = "every icount guest" if self.auto else "every guest"
+            text += f"; {which} boots with its RTC at {ICOUNT_RTC_BASE} and RDRAND seeded by its A/B block"
         return text
 
 

@@ -104,6 +104,11 @@ def write_arm_outputs(
     }
     results = build_results(verdicts, records, run=run_info)
     env = results.environment
+    if config.clock.auto:
+        # A plan's records were read on two clocks: the file's clock is the
+        # plan (what compare checks both sides share), each metric its own.
+        env["clock"] = config.clock.label
+        env.setdefault("environment_sources", {})["clock"] = "the run's plan (--clock auto): each metric names its own"
     if kernel is not None and env.get("guest_kernel_sha256") is None:
         env["guest_kernel_sha256"] = kernel.sha256
         env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"

@@ -16,6 +16,7 @@ from pathlib import Path
 import fake_qemu
 import numpy as np
 import pytest
+from fake_avocado import guest_kernel_args
 from fakes import FakeImage
 from results_files import write_results_file
 from rich.console import Console
@@ -23,16 +24,34 @@ from rich.console import Console
 from memqual.e2e.base import put_clock, reference_of
 from memqual.host.cli import run as run_command
 from memqual.host.cli.command import parser_for
-from memqual.host.core import clock
+from memqual.host.core import clock, probe
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.judge import clock_plan, primaries
-from memqual.host.judge.comparison import compare_results, short_labels
+from memqual.host.judge.comparison import compare_metrics, compare_results, short_labels
 from memqual.host.judge.primaries import Primary, Spread
+from memqual.host.judge.results import metrics_of
 from memqual.host.report.compare_text import print_comparison
+from memqual.host.run import job as runjob
+from memqual.host.run import rounds as run_rounds
 
 AUTO = clock.parse("auto")
+
+
+def _ksm_record() -> dict:
+    """A record as a scenario's test writes it (one block's arm)."""
+    return {
+        "schema": "memqual.measurement/1",
+        "scenario": "ksm.volatile_scan",
+        "metric": "ksmd_cpu_ns_per_page",
+        "unit": "ns",
+        "better": "lower",
+        "variant": {"smart_scan": 1, "pages": "4k"},
+        "samples": [0.80, 0.82, 0.79],
+    }
+
+
 TIMING = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
 FLOOR = "test_balloon:BalloonFloor.test_floor"
 
@@ -198,3 +217,41 @@ def test_a_metric_read_on_two_clocks_is_refused_in_one_line(tmp_path):
     with pytest.raises(BadInput, match="different clocks") as info:
         compare_results(a, b)
     assert "\n" not in str(info.value) and "floor_mib" in str(info.value)
+
+
+def test_a_look_judges_a_metric_read_on_icount_at_its_icount_margin():
+    """A look of --until-decided compares records, not files: no file
+    clock there, so each metric's own clock must pick its margin (the
+    balloon's guest-timed inflate: 1 % on icount, where the wall clock's
+    inflate_s is judged at 5 %)."""
+    a = metrics_of([_record("balloon.inflate", "inflate_guest_s", "icount:4", 30.0, 1)])
+    b = metrics_of([_record("balloon.inflate", "inflate_guest_s", "icount:4", 30.9, 2)])
+    (found,) = compare_metrics(a, b)
+    assert found.clock == "icount:4" and found.comparison.margin == pytest.approx(0.01)
+    assert found.verdict == "slower"
+
+
+def test_a_planned_ab_gives_its_jobs_the_plan_and_its_files_the_plan_as_their_clock(
+    tmp_path, monkeypatch, request
+) -> None:
+    fake_avocado = request.getfixturevalue("fake")
+    kernels = guest_kernel_args(tmp_path)
+    on_icount = {**_ksm_record(), "environment": {"accel": "tcg", "clock": "icount:4"}}
+    on_wall = {**_ksm_record(), "metric": "other", "environment": {"accel": "tcg", "clock": "wall"}}
+    fake_avocado.plan(
+        tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": [on_icount, on_wall]}]
+    )
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
+    tests = tmp_path / "e2e"
+    tests.mkdir()
+    args = parser_for(run_command.COMMAND).parse_args(
+        ["run", "--output", str(tmp_path / "out"), "--tests", str(tests), *kernels, "--clock", "auto"]
+    )
+    runjob.run(run_command.config_from_args(args), Console(file=io.StringIO(), width=120))
+    calls = fake_avocado.calls()
+    assert calls and all(call["env"]["MEMQUAL_CLOCK"] == "auto:4" for call in calls)
+    for label in ("A", "B"):
+        results = json.loads((tmp_path / "out" / label / "results.json").read_text())
+        assert results["run"]["clock"] == "auto:4" and results["environment"]["clock"] == "auto:4"
+        assert {m["clock"] for m in results["metrics"]} == {"icount:4", "wall"}
