@@ -14,7 +14,7 @@ from memqual.host.core.errors import BadInput
 
 WALL = "wall"
 ICOUNT = "icount"
-# A two-arm run's plan, not a clock a guest runs on: each scenario's test
+# A run's plan, not a clock a guest runs on: each scenario's test
 # on the clock its primaries' measured block spreads decide them on in
 # fewer blocks (host/judge/clock_plan.py), icount at the plan's shift.  A
 # test resolves it before its first guest (e2e/base.py); its records name
