@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fake_avocado import guest_kernel_args
 from fakes import FakeImage
-from results_files import write_results_file
+from results_files import block_record, write_results_file
 from rich.console import Console
 
 from memqual.e2e.base import put_clock, reference_of
@@ -171,16 +171,7 @@ def test_run_takes_a_plan_and_one_guest_commands_refuse_it_in_one_line(tmp_path,
 def _record(scenario: str, metric: str, read_with: str, loc: float, seed: int) -> Measurement:
     rng = np.random.default_rng(seed)
     units = [[loc * (1 + rng.normal(0, 0.002))] for _ in range(6)]
-    return Measurement(
-        scenario=scenario,
-        metric=metric,
-        unit="s",
-        better="lower",
-        samples=[],
-        replicates=units,
-        blocks=list(range(1, 7)),
-        environment={"clock": read_with},
-    )
+    return block_record(scenario, metric, units, {"clock": read_with})
 
 
 def _side(tmp_path: Path, name: str, inflate: float, floor_clock: str = "wall", seed: int = 1) -> dict:

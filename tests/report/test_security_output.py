@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
-from results_files import write_results_file
+from results_files import block_record, write_results_file
 from rich.console import Console
 
 from memqual.host.cli import compare
@@ -30,17 +30,7 @@ ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[1A"
 
 
 def _record(metric: str, replicates: list[list[float]], scenario: str = "balloon.inflate") -> Measurement:
-    # Each replicate its own block, as one arm of an interleaved A/B: two
-    # such files are decided (one file a side outside blocks is only described).
-    return Measurement(
-        scenario=scenario,
-        metric=metric,
-        unit="s",
-        better="lower",
-        samples=[],
-        replicates=replicates,
-        blocks=list(range(1, len(replicates) + 1)),
-    )
+    return block_record(scenario, metric, replicates)
 
 
 def _results(path: Path, metric: str, replicates: list[list[float]]) -> Path:

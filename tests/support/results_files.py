@@ -18,6 +18,24 @@ def inflate_record(replicates: list[list[float]]) -> Measurement:
     )
 
 
+def block_record(
+    scenario: str, metric: str, replicates: list[list[float]], environment: dict[str, str] | None = None
+) -> Measurement:
+    """A lower-is-better time (seconds) whose replicates are each its own
+    block, as one arm of an interleaved A/B: two such files are decided
+    (one file a side outside blocks is only described)."""
+    return Measurement(
+        scenario=scenario,
+        metric=metric,
+        unit="s",
+        better="lower",
+        samples=[],
+        replicates=replicates,
+        blocks=list(range(1, len(replicates) + 1)),
+        environment=environment or {},
+    )
+
+
 def write_results_file(path: Path, records: list[Measurement]) -> Path:
     """results.json at ``path`` for these records, the claims judged from
     them as a run would; no host description (the tests' host is not the
