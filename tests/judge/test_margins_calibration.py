@@ -196,12 +196,14 @@ RATES = (
 
 
 def test_a_primary_steadier_on_icount_is_judged_at_its_icount_margin_there():
-    """The balloon's guest-timed inflate spreads 0.45 % on icount (boots
+    """The balloon's guest-timed inflate spreads 0.4 % on icount (boots
     from fixed inputs) and 26 % host-timed on the wall clock: 1 % on
-    icount, 5 % on the wall clock."""
+    icount, 5 % on the wall clock.  Its deflate spreads 0.9 % there, more
+    than a 1 % margin allows in about 6 blocks: 5 % on both."""
     assert primaries.margin("balloon.inflate", "inflate_guest_s", {}, "icount:4", THRESHOLD) == TIGHT
     assert primaries.margin("balloon.inflate", "inflate_s", {}, "wall", THRESHOLD) == primaries.WIDE_MARGIN
-    assert primaries.margin("balloon.deflate", "deflate_guest_s", {}, "icount:4", THRESHOLD) == TIGHT
+    assert primaries.margin("balloon.deflate", "deflate_guest_s", {}, "icount:4", THRESHOLD) == primaries.WIDE_MARGIN
+    assert primaries.margin("balloon.request_size", "driver_per_page_ns", {}, "icount:4", THRESHOLD) == TIGHT
 
 
 if __name__ == "__main__":
