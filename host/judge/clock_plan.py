@@ -42,12 +42,16 @@ class Choice:
     wall_blocks: float
     icount_blocks: float
 
-    def line(self) -> str:
+    def line(self, plan: clock.Clock) -> str:
+        """One line of the plan: the primary, the clock ``plan`` gives it
+        (its label) and the blocks each clock's spread needs."""
+
         def blocks(n: float) -> str:
             return "not measured" if math.isinf(n) else f"about {max(n, 1):.0f} block(s)"
 
+        on = plan.resolved(self.kind == clock.ICOUNT).label
         return (
-            f"{self.primary.scenario} {self.primary.metric_on(self.kind)}: {self.kind} "
+            f"{self.primary.scenario} {self.primary.metric_on(on)}: {on} "
             f"(equivalence needs {blocks(self.wall_blocks)} on wall, {blocks(self.icount_blocks)} on icount)"
         )
 
@@ -88,4 +92,4 @@ def describe(plan: clock.Clock) -> list[str]:
     clock and the blocks each clock's spread needs."""
     if not plan.auto:
         return []
-    return [f"  {c.line()}".replace(f": {clock.ICOUNT} ", f": icount:{plan.shift} ") for c in choices()]
+    return [f"  {c.line(plan)}" for c in choices()]

@@ -110,6 +110,7 @@ def test_the_plan_names_each_primary_with_its_clock_and_blocks():
     inflate = next(line for line in lines if "balloon.inflate" in line)
     assert "inflate_guest_s: icount:4" in inflate and "on wall" in inflate
     assert any("balloon.floor floor_mib: wall" in line for line in lines)
+    assert any("fault.anon ns_per_page: icount:3 " in line for line in clock_plan.describe(clock.parse("auto:3")))
     assert clock_plan.describe(clock.icount()) == []
 
 
