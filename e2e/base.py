@@ -210,6 +210,20 @@ def put_clock(reference: str) -> None:
         clock.put(clock_plan.for_test(reference, the_clock))
 
 
+def beside_others(reference: str) -> bool:
+    """Whether the test ``reference``, on its process's clock, may measure
+    beside other such tests: on icount, a test whose every primary is read
+    by its guests' own instruction count and which changes no host-wide
+    state (host/judge/clock_plan.py ``shares_host``).  The host's load,
+    another guest's included, moves no guest's instruction count."""
+    the_clock = clock.current()
+    if not the_clock.icount:
+        return False
+    from memqual.host.judge import clock_plan
+
+    return clock_plan.runs_beside_others(reference, the_clock)
+
+
 class GuestTest(avocado.Test):
     """Base class; it has no tests of its own."""
 
@@ -223,6 +237,12 @@ class GuestTest(avocado.Test):
         method = getattr(self, self._testMethodName, None)
         return not getattr(method, MEASURES_NOTHING, False)
 
+    def needs_the_host_alone(self) -> bool:
+        """Does this test hold the measurement lock exclusive?  A test that
+        measures, unless on icount its primaries are counts of its own
+        guests' instructions (``beside_others``): call it after put_clock."""
+        return self.measures() and not beside_others(reference_of(self))
+
     def setUp(self) -> None:
         self._machines: list[Machine] = []
         self._image: Any = None
@@ -232,15 +252,23 @@ class GuestTest(avocado.Test):
             # Under pytest no runner pipe is in between: its capture keeps all.
             self._wire = WireLog(Path(self.logdir) / WIRE_LOG)
             self._wire.start()
+        # The clock first: on icount what this test measures may decide
+        # whether it needs the host to itself.
+        put_clock(reference_of(self))
         lock = MeasurementLock()
-        exclusive = self.measures()
+        exclusive = self.needs_the_host_alone()
         waited = lock.acquire(exclusive=exclusive)
         self._measure_lock = lock
         if waited > 1:
             how = "exclusive" if exclusive else "shared"
             self.log.info("waited %.1f s for the measurement lock %s (%s)", waited, lock.path, how)
+        if self.measures() and not exclusive:
+            self.log.info(
+                "on %s this test's primaries are counts of its guests' instructions: it holds the measurement lock "
+                "shared, beside other such tests",
+                clock.current().label,
+            )
         self._restore_stale_host_state()
-        put_clock(reference_of(self))
         self._take_arm()
 
     # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------

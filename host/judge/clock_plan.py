@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 from memqual.host.core import clock, scenario
-from memqual.host.judge.primaries import PRIMARIES, Primary, Spread
+from memqual.host.judge.primaries import GUEST_CLOCK, PRIMARIES, Primary, Spread
 
 # About how many blocks equivalence at ``margin`` takes with a block spread
 # ``sd`` (alpha 0.01 a side, power 0.8, the normal approximation):
@@ -23,6 +23,8 @@ BLOCKS_Z = 3.17
 # "init_on_free=1 on icount").  A primary the wall clock decides there
 # stays on it: a wall block costs several times less host time.
 MIN_DECIDING_BLOCKS = 3
+# Any icount label reads the same instruments (primaries.py keys on the kind).
+ICOUNT_LABEL = clock.icount().label
 
 
 def blocks_needed(spread: Spread | None, margin: float) -> float:
@@ -85,6 +87,34 @@ def for_test(reference: str, plan: clock.Clock) -> clock.Clock:
     if not plan.auto:
         return plan
     return plan.resolved(reference in icount_tests())
+
+
+def shares_host(row: scenario.Scenario[object]) -> bool:
+    """Whether the guests of ``row`` may run beside other guests on icount:
+    every primary it records is then read by the guest's own clock, a count
+    of the guest's instructions that another guest's load on the host does
+    not move, and it changes no host-wide state (no knob set).  A row with
+    no primary, or one read by the host (its wall clock, ksmd's CPU time)
+    or by a count the host paces (the floor's stall window), runs alone."""
+    read = [p for p in PRIMARIES if p.scenario == row.name]
+    return bool(read) and not row.knobs and all(p.instrument_on(ICOUNT_LABEL) == GUEST_CLOCK for p in read)
+
+
+def beside_others_tests() -> frozenset[str]:
+    """The e2e tests (``test_file_stem:Class.method``) whose every scenario
+    row shares the host on icount (``shares_host``)."""
+    rows: dict[str, list[scenario.Scenario[object]]] = {}
+    for row in scenario.table():
+        if row.e2e:
+            rows.setdefault(row.e2e, []).append(row)
+    return frozenset(test for test, its in rows.items() if all(shares_host(r) for r in its))
+
+
+def runs_beside_others(reference: str, on: clock.Clock) -> bool:
+    """Whether the test ``reference`` may run beside other such tests on
+    the clock ``on`` (a plan is resolved first): only on icount, where
+    what decides it is a count of its own guest's instructions."""
+    return for_test(reference, on).icount and reference in beside_others_tests()
 
 
 def describe(plan: clock.Clock) -> list[str]:

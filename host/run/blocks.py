@@ -11,6 +11,7 @@ Why it is built so: docs/architecture.md, "Module notes", host/run/blocks.py.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -169,6 +170,44 @@ def test_reference(name: str) -> str:
     that names that one test (``file.py:Class.test_x`` alone would also
     select ``test_x_more``)."""
     return name.split(";", 1)[0] + "$"
+
+
+def row_reference(name: str) -> str:
+    """A test's name (``e2e/test_x.py:Class.test_y``, with or without its
+    variant) as the scenario rows name it (``test_x:Class.test_y``)."""
+    path, _, rest = name.split(";", 1)[0].partition(":")
+    return f"{Path(path).stem}:{rest}"
+
+
+# What one guest of a test that shares the host on icount takes of it: its
+# RAM (1 GiB, the balloon's), TCG's translated code (QEMU reserves up to 1
+# GiB and fills a fraction) and QEMU's own, with room to spare.
+SHARED_GUEST_MIB = 3072
+
+
+SLOTS_BY = "one a host CPU, as many as MemAvailable has 3 GiB for"
+
+
+def beside_others_slots(cpus: int, available_mib: int) -> int:
+    """How many tests that share the host on icount run at a time: one a
+    host CPU (each guest's vCPUs take turns in one host thread), as many
+    as the memory has room for, at least one."""
+    if cpus < 1 or available_mib < 0:
+        raise ValueError(f"cpus {cpus}, available {available_mib} MiB")
+    return max(1, min(cpus, available_mib // SHARED_GUEST_MIB))
+
+
+def host_slots(meminfo: Path = Path("/proc/meminfo")) -> int:
+    """``beside_others_slots`` of this host: the CPUs memqual may run on and
+    its MemAvailable (one slot when it cannot be read)."""
+    try:
+        text = meminfo.read_text()
+    except OSError:
+        return 1
+    found = re.search(r"^MemAvailable:\s+(\d+) kB$", text, re.MULTILINE)
+    if found is None:
+        return 1
+    return beside_others_slots(len(os.sched_getaffinity(0)), int(found.group(1)) // 1024)
 
 
 def record_test_dir(path: Path) -> Path | None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge import clock_plan, comparison, control_power, decisions
 from memqual.host.judge.comparison import compare_results
 from memqual.host.judge.primaries import is_control
 from memqual.host.judge.until_decided import Tracker
@@ -123,9 +123,12 @@ class BlockedRun:
     tests: list[tuple[int, TestOutcome]] = dataclasses.field(default_factory=list)
     scenario_tests: dict[str, set[str]] = dataclasses.field(default_factory=dict)  # scenario -> test names
     test_seconds: dict[str, list[float]] = dataclasses.field(default_factory=dict)  # test name -> each variant's
+    # Test name -> how many of its runs went at a time (tests sharing the
+    # host on icount; 1, the default, for the rest).
+    slots: dict[str, int] = dataclasses.field(default_factory=dict)
     blocks: int = 0
 
-    def take(self, job: JobOutcome, in_blocks: bool = True) -> None:
+    def take(self, job: JobOutcome, in_blocks: bool = True, slots: int = 1) -> None:
         """Add a finished job: its records stamped with the arm and block of
         the variant that wrote them.  Only a block job's tests are the ones
         more blocks of a scenario re-run: a once-per-arm check that records
@@ -137,6 +140,8 @@ class BlockedRun:
         for t in job.tests:
             if t.time is not None:
                 self.test_seconds.setdefault(t.id.split(";", 1)[0], []).append(float(t.time))
+            if in_blocks:
+                self.slots[t.id.split(";", 1)[0]] = slots
         if job.job_dir is None:
             return
         names = job.test_names
@@ -166,8 +171,15 @@ class BlockedRun:
 
     def seconds_per_block(self, names: set[str]) -> float:
         """About how long one more block of these tests takes: each test's
-        mean time per variant, twice (A and B)."""
-        return sum(2 * sum(self.test_seconds[n]) / len(self.test_seconds[n]) for n in names if self.test_seconds.get(n))
+        mean time per variant, twice (A and B), shared among the runs that
+        went at a time."""
+        # At most its A and B side by side are counted: an estimate that
+        # errs long, as a budget's should.
+        return sum(
+            2 * sum(self.test_seconds[n]) / len(self.test_seconds[n]) / min(self.slots.get(n, 1), 2)
+            for n in names
+            if self.test_seconds.get(n)
+        )
 
 
 # memqual's own look between two jobs of blocks (reading the records,
@@ -219,6 +231,75 @@ def run_block_job(
         return run_avocado(job_config, config.output / "avocado", None, console, number)
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockJob:
+    """One avocado job of a block's tests, and how many of its test runs
+    went at a time."""
+
+    outcome: JobOutcome
+    slots: int = 1
+    tests: int = 0  # how many tests it was given by name (0: its selection's)
+
+
+def split_beside_others(config: RunConfig, selection: str, references: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The tests of a block job (by name, as avocado lists them) that share
+    the host on the run's clock (host/judge/clock_plan.py
+    ``runs_beside_others``: icount, every primary a count of their guests'
+    instructions), and the rest.  Both empty when avocado cannot list them:
+    the job then runs as one, every test alone."""
+    if not (config.clock.icount or config.clock.auto):
+        return [], []
+    listed = list_tests(dataclasses.replace(config, selection=selection, references=references))
+    if not listed:
+        return [], []
+    shared = [n for n in listed if clock_plan.runs_beside_others(blocks.row_reference(n), config.clock)]
+    return shared, [n for n in listed if n not in shared]
+
+
+def run_block_jobs(
+    config: RunConfig,
+    arms: dict[str, Any],
+    order: list[tuple[int, str]],
+    number: int,
+    console: Console,
+    selection: str = "blocks",
+    references: tuple[str, ...] = (),
+    slots: int | None = None,
+) -> list[BlockJob]:
+    """The block's tests as avocado jobs: on icount the tests that share the
+    host (``split_beside_others``) first, in a job of ``slots`` runs at a
+    time (default: this host's, blocks.host_slots), A and B of a block
+    side by side; then the rest, one run at a time, in a job of their own,
+    so that no test measured on the host's time has another guest beside
+    it or a runner starting next to it.  Numbered from ``number``."""
+    if not references and config.scope is not None:
+        references = config.scope.references(selection)
+    slots = blocks.host_slots() if slots is None else slots
+    together = selection == "blocks" and slots > 1
+    shared, rest = split_beside_others(config, selection, references) if together else ([], [])
+    if not shared:
+        return [BlockJob(run_block_job(config, arms, order, number, console, selection, references))]
+    jobs = [
+        BlockJob(
+            run_block_job(
+                dataclasses.replace(config, parallel=max(config.parallel, slots)),
+                arms,
+                order,
+                number,
+                console,
+                selection,
+                tuple(blocks.test_reference(n) for n in shared),
+            ),
+            slots=max(config.parallel, slots),
+            tests=len(shared),
+        )
+    ]
+    if rest:
+        refs = tuple(blocks.test_reference(n) for n in rest)
+        jobs.append(BlockJob(run_block_job(config, arms, order, number + 1, console, selection, refs), tests=len(rest)))
+    return jobs
+
+
 def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) -> int:
     """Two arms (two kernels, two QEMUs, or two of each), interleaved: the
     images and balloon drivers of the given kernels built, then the
@@ -232,23 +313,37 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
         console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
     arms = {a.label: arm_params(a.kernel, a.qemu, a.label) for a in run_arms}
     run_state = BlockedRun()
+    slots = blocks.host_slots()
+    sharing = sorted(t for t in clock_plan.beside_others_tests() if clock_plan.runs_beside_others(t, config.clock))
+    if sharing:
+        console.print(
+            f"on {config.clock.strictest().label} these tests measure counts of their guests' instructions and share "
+            f"the host, {slots} run(s) at a time ({blocks.SLOTS_BY}): {', '.join(sharing)}",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
 
     def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
         number = len(run_state.jobs) + 1
-        outcome = run_block_job(config, arms, blocks.block_order(first, count), number, console, selection, references)
-        what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
-        if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
-            # --only selected none of the once-per-arm tests: nothing ran, nothing failed.
-            console.print("no once-per-arm tests selected", highlight=False, markup=False)
-            return
-        console.print(
-            f"job {number} ({what}) avocado: {outcome.summary or 'no summary'} (exit {outcome.exit_status}); "
-            f"job directory {outcome.job_dir}",
-            highlight=False,
-            soft_wrap=True,
-            markup=False,
-        )
-        run_state.take(outcome, in_blocks=selection != "once")
+        order = blocks.block_order(first, count)
+        for done in run_block_jobs(config, arms, order, number, console, selection, references, slots):
+            outcome = done.outcome
+            what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
+            if done.slots > 1:
+                what += f", {done.tests} test(s) sharing the host on icount, {done.slots} runs at a time"
+            if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
+                # --only selected none of the once-per-arm tests: nothing ran, nothing failed.
+                console.print("no once-per-arm tests selected", highlight=False, markup=False)
+                return
+            console.print(
+                f"job {len(run_state.jobs) + 1} ({what}) avocado: {outcome.summary or 'no summary'} "
+                f"(exit {outcome.exit_status}); job directory {outcome.job_dir}",
+                highlight=False,
+                soft_wrap=True,
+                markup=False,
+            )
+            run_state.take(outcome, in_blocks=selection != "once", slots=done.slots)
 
     # The once-per-arm checks pass or fail; no decision reads them.  Under
     # --until-decided they run after the looks, with their time kept from

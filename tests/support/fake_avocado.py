@@ -34,6 +34,9 @@ FAKE_AVOCADO = textwrap.dedent(
         if plan.get("list_fails"):
             sys.exit(2)
         chosen = [t for t in plan["tests"] if bool(t.get("once")) == once]
+        refs = [a[:-1] for a in argv if a.endswith("$")]
+        if refs:
+            chosen = [t for t in chosen if t["name"] in refs]
         listed = [{{"Type": "avocado-instrumented", "Test": t["name"]}} for t in chosen]
         with open(argv[argv.index("--json") + 1], "w") as out:
             json.dump(listed, out)
