@@ -1,14 +1,19 @@
 """The icount clock (host/core/clock.py) is the instrument it claims to be: a
 timed guest loop repeats across fresh boots to a small fraction of what
-the wall clock gives, whatever the host's load."""
+the wall clock gives, whatever the host's load, another guest's included:
+what lets the tests that such loops decide share the host
+(host/judge/clock_plan.py ``shares_host``)."""
 
 from __future__ import annotations
 
+import os
 import re
+import time
+from pathlib import Path
 
 from memqual.e2e.base import GuestTest
 from memqual.host.core import clock
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.machine import Machine, MachineConfig
 
 # The loop: ksm_stress's fill, a memset of every page of a fresh anonymous
 # mapping, timed inside the guest with CLOCK_MONOTONIC (its fill_done
@@ -30,6 +35,19 @@ RUNS_A_BOOT = 2
 # the host well under a second.
 SETTLE = ["sh", "-c", "sync; sleep 20"]
 BOOTS = 2
+# The second boot's neighbour: another icount guest whose vCPU spins, so
+# that a host CPU is busy beside the timed guest.  The neighbour must take
+# at least this share of a host CPU over the timed boot, or the test says
+# nothing about load (it took about a whole one here).
+SPIN = ["sh", "-c", "nohup sh -c 'while :; do :; done' >/dev/null 2>&1 &"]
+NEIGHBOUR_CPU_MIN = 0.5
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """The CPU time of every thread of process ``pid`` (its vCPU thread is
+    not its main one): /proc/PID/stat's utime + stime."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Icount(GuestTest):
@@ -57,17 +75,30 @@ class Icount(GuestTest):
         vm.shutdown()
         return seconds, self.environment().clock or ""
 
+    def _spinning_neighbour(self, shift: int) -> Machine:
+        vm = self.boot(MachineConfig(memory_mib=512, cpus=1, warm=False, clock=clock.icount(shift).label))
+        vm.ssh.run(SPIN, timeout=60)
+        return vm
+
     def test_a_timed_guest_loop_repeats_across_fresh_boots(self) -> None:
         """Two cold boots on icount:4 time the same loop (the least of
-        RUNS_A_BOOT runs each); the two figures agree within REPEAT_WITHIN.  A guest clock that followed the host
-        (the wall clock, or an adaptive shift) would not: the host's load
-        moves between boots."""
+        RUNS_A_BOOT runs each), the first alone, the second beside a guest
+        that keeps a host CPU busy; the two figures agree within
+        REPEAT_WITHIN.  A guest clock that followed the host (the wall
+        clock, or an adaptive shift) would not: the host's load moves
+        between boots, and a neighbour takes a CPU."""
         shift = clock.DEFAULT_SHIFT
-        runs = [self._fill_seconds(shift) for _ in range(BOOTS)]
+        runs = [self._fill_seconds(shift)]
+        neighbour = self._spinning_neighbour(shift)
+        cpu_before, wall_before = process_cpu_seconds(neighbour.pid), time.monotonic()
+        runs += [self._fill_seconds(shift) for _ in range(BOOTS - 1)]
+        share = (process_cpu_seconds(neighbour.pid) - cpu_before) / (time.monotonic() - wall_before)
+        self.log.info("the neighbour guest took %.2f of a host CPU beside the timed boot", share)
+        self.assertGreater(share, NEIGHBOUR_CPU_MIN, "the neighbour guest did not load the host")
         seconds = [s for s, _ in runs]
         spread = (max(seconds) - min(seconds)) / min(seconds)
         self.log.info(
-            "fill of %d MiB on icount:%d, %d fresh boots: %s s (spread %.4f %%)",
+            "fill of %d MiB on icount:%d, %d fresh boots (alone, then beside a spinning guest): %s s (spread %.4f %%)",
             LOOP_MIB,
             shift,
             BOOTS,
