@@ -27,7 +27,7 @@ from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import format_number as num
 from memqual.host.judge.stats.ratio_ci import mean_interval
 from memqual.host.report import pages
-from memqual.host.report.figures import Plot, png, pyplot
+from memqual.host.report.figures import Plot, png, pyplot, tidy
 
 SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a
@@ -182,7 +182,7 @@ def figure(curve: Curve) -> Any:
         fontsize=9,
     )
     fig.supxlabel("PFNs per request (4 KiB pages; 1/16, 1/8, all: the seed's bitmaps scaled to the guest)", fontsize=8)
-    fig.tight_layout()
+    tidy(fig)
     return fig
 
 

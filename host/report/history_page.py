@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 
 def _plot(series: Series, runs: list[Run], threshold: float) -> str:
+    from memqual.host.report.figures import tidy
     from memqual.host.report.html import png, pyplot
 
     plt = pyplot()
@@ -36,7 +37,7 @@ def _plot(series: Series, runs: list[Run], threshold: float) -> str:
     ax.set_xticklabels([f"{i + 1}" for i in range(len(runs))], fontsize=7)
     ax.set_xlabel("run (see the table above)", fontsize=7)
     ax.set_ylabel("ratio to run 1", fontsize=7)
-    fig.tight_layout()
+    tidy(fig)
     return png(fig)
 
 

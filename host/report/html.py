@@ -22,6 +22,7 @@ from memqual.host.judge import claims, comparison
 from memqual.host.report.figures import Plot as Plot
 from memqual.host.report.figures import png as png
 from memqual.host.report.figures import pyplot as pyplot
+from memqual.host.report.figures import tidy
 
 GREY = "#6b7280"
 
@@ -112,7 +113,7 @@ def forest_png(rows: Sequence[ForestRow], threshold: float, xlabel: str) -> str:
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([row.label for row in reversed(rows)], fontsize=7)
     ax.set_xlabel(xlabel)
-    fig.tight_layout()
+    tidy(fig)
     return png(fig)
 
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, cast
 
 from memqual.host.judge.results import MetricEntry, variant_label
 from memqual.host.report.claim_lines import published_on_axis
+from memqual.host.report.figures import tidy
 from memqual.host.report.html import (
     VERDICT_COLOURS,
     num,
@@ -157,7 +158,7 @@ def claim_plot(c: Mapping[str, Any]) -> str | None:
     ax2.set_ylim(0, top)
     ax2.set_ylabel("B / A (x)")
     ax2.set_title("B / A" + (" with 95% CI" if ci and ci[0] != ci[1] else ""), fontsize=9)
-    fig.tight_layout()
+    tidy(fig)
     return png(fig)
 
 
@@ -180,7 +181,7 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[MetricEntry
     ax.set_xticks(range(1, len(labels) + 1), labels, rotation=0 if len(labels) < 4 else 20)
     ax.set_ylabel(unit)
     ax.set_title(metric_name, fontsize=9)
-    fig.tight_layout()
+    tidy(fig)
     return png(fig)
 
 
@@ -305,5 +306,5 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
         label.set_parse_math(False)
     ax.set_xlabel(xlabel)
     ax.xaxis.label.set_parse_math(False)
-    fig.tight_layout()
+    tidy(fig)
     return png(fig)

@@ -189,3 +189,22 @@ def test_anything_else_the_comparison_meets_is_one_line_and_exit_2(tmp_path: Pat
     assert cli.main(["compare", str(a), str(a)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "could not be compared (ZeroDivisionError" in err
+
+
+def test_a_figures_labels_reach_neither_the_picture_nor_the_terminal_raw(recwarn) -> None:
+    """matplotlib warns of a glyph it lacks with the character itself in
+    the message: a metric named with an escape sequence would reach the
+    operator's terminal through that warning unless every text of a
+    figure is escaped before it is drawn."""
+    from memqual.host.report import figures
+
+    plt = figures.pyplot()
+    fig, ax = plt.subplots()
+    ax.set_yticks([0])
+    ax.set_yticklabels(["balloon.inflate \x1b]0;retitled\x07"])
+    ax.set_title("\x1b[2J")
+    figures.tidy(fig)
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["balloon.inflate \\x1b]0;retitled\\x07"]
+    assert ax.get_title() == "\\x1b[2J"
+    assert figures.png(fig)
+    assert not [w for w in recwarn if "\x1b" in str(w.message) or "\x07" in str(w.message)]

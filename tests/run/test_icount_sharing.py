@@ -2,7 +2,7 @@
 count of its own guests' instructions, and which changes no host-wide
 state, measures beside other such tests (the lock shared, A and B of a
 block side by side in a job of their own); every other test keeps the
-host to itself.  host/judge/clock_plan.py, host/run/rounds.py."""
+host to itself.  host/judge/clock_plan.py, host/run/block_jobs.py."""
 
 from __future__ import annotations
 

@@ -275,16 +275,18 @@ def test_the_bisect_log_is_never_appended_through_a_link(tmp_path: Path) -> None
 
 
 def test_the_variants_file_of_a_block_job_is_never_written_through_a_link(tmp_path: Path, monkeypatch) -> None:
-    from memqual.host.run import rounds
+    from memqual.host.run import block_jobs
     from memqual.host.run.config import RunConfig
 
     victim = _victim(tmp_path)
     (tmp_path / "out" / "variants").mkdir(parents=True)
     (tmp_path / "out" / "variants" / "job-1.json").symlink_to(victim)
     seen: dict[str, Path] = {}
-    monkeypatch.setattr(rounds, "run_avocado", lambda config, *a, **k: seen.setdefault("file", config.variants_file))
+    monkeypatch.setattr(
+        block_jobs, "run_avocado", lambda config, *a, **k: seen.setdefault("file", config.variants_file)
+    )
     config = RunConfig(output=tmp_path / "out", profile="ab", only=(), tests=tmp_path)
-    rounds.run_block_job(config, {}, [], 1, Console(file=io.StringIO()))
+    block_jobs.run_block_job(config, {}, [], 1, Console(file=io.StringIO()))
     assert victim.read_text() == VICTIM_TEXT
     assert not seen["file"].is_symlink() and seen["file"].read_text() == "[]\n"
 

@@ -1,0 +1,117 @@
+"""The avocado jobs of an A/B's blocks: one job of (block, arm) variants,
+or on icount two, the tests that share the host first (A and B of a
+block side by side, host/judge/clock_plan.py ``shares_host``), then the
+rest one run at a time.  host/run/rounds.py runs them and reads them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge import clock_plan
+from memqual.host.run import blocks
+from memqual.host.run.avocado import list_tests, run_avocado
+from memqual.host.run.config import JobOutcome, RunConfig
+from memqual.host.run.signals import terminate_as_exception
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def run_block_job(
+    config: RunConfig,
+    arms: dict[str, Any],
+    order: list[tuple[int, str]],
+    number: int,
+    console: Console,
+    selection: str = "blocks",
+    references: tuple[str, ...] = (),
+) -> JobOutcome:
+    """One avocado job of the (block, arm) variants in ``order`` (arms:
+    blocks.ArmParams by arm), its variants file OUTPUT/variants/job-N.json
+    and its jobs under OUTPUT/avocado; feed it to BlockedRun.take."""
+    variants_file = config.output / "variants" / f"job-{number}.json"
+    variants_file.parent.mkdir(parents=True, exist_ok=True)
+    write_private_atomic(variants_file, (json.dumps(blocks.variants(order, arms), indent=1) + "\n").encode(), 0o644)
+    if not references and config.scope is not None:
+        references = config.scope.references(selection)
+    job_config = dataclasses.replace(
+        config,
+        variants_file=variants_file,
+        selection=selection,
+        references=references,
+        rounds=max((block for block, _ in order), default=1),
+    )
+    with terminate_as_exception():
+        return run_avocado(job_config, config.output / "avocado", None, console, number)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockJob:
+    """One avocado job of a block's tests, and how many of its test runs
+    went at a time."""
+
+    outcome: JobOutcome
+    slots: int = 1
+    tests: int = 0  # how many tests it was given by name (0: its selection's)
+
+
+def split_beside_others(config: RunConfig, selection: str, references: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """The tests of a block job (by name, as avocado lists them) that share
+    the host on the run's clock (host/judge/clock_plan.py
+    ``runs_beside_others``: icount, every primary a count of their guests'
+    instructions), and the rest.  Both empty when avocado cannot list them:
+    the job then runs as one, every test alone."""
+    if not (config.clock.icount or config.clock.auto):
+        return [], []
+    listed = list_tests(dataclasses.replace(config, selection=selection, references=references))
+    if not listed:
+        return [], []
+    shared = [n for n in listed if clock_plan.runs_beside_others(blocks.row_reference(n), config.clock)]
+    return shared, [n for n in listed if n not in shared]
+
+
+def run_block_jobs(
+    config: RunConfig,
+    arms: dict[str, Any],
+    order: list[tuple[int, str]],
+    number: int,
+    console: Console,
+    selection: str = "blocks",
+    references: tuple[str, ...] = (),
+    slots: int | None = None,
+) -> list[BlockJob]:
+    """The block's tests as avocado jobs: on icount the tests that share the
+    host (``split_beside_others``) first, in a job of ``slots`` runs at a
+    time (default: this host's, blocks.host_slots), A and B of a block
+    side by side; then the rest, one run at a time, in a job of their own,
+    so that no test measured on the host's time has another guest beside
+    it or a runner starting next to it.  Numbered from ``number``."""
+    if not references and config.scope is not None:
+        references = config.scope.references(selection)
+    slots = blocks.host_slots() if slots is None else slots
+    together = selection == "blocks" and slots > 1
+    shared, rest = split_beside_others(config, selection, references) if together else ([], [])
+    if not shared:
+        return [BlockJob(run_block_job(config, arms, order, number, console, selection, references))]
+    jobs = [
+        BlockJob(
+            run_block_job(
+                dataclasses.replace(config, parallel=max(config.parallel, slots)),
+                arms,
+                order,
+                number,
+                console,
+                selection,
+                tuple(blocks.test_reference(n) for n in shared),
+            ),
+            slots=max(config.parallel, slots),
+            tests=len(shared),
+        )
+    ]
+    if rest:
+        refs = tuple(blocks.test_reference(n) for n in rest)
+        jobs.append(BlockJob(run_block_job(config, arms, order, number + 1, console, selection, refs), tests=len(rest)))
+    return jobs
