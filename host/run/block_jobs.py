@@ -73,15 +73,20 @@ def split_beside_others(config: RunConfig, selection: str, references: tuple[str
     return shared, [n for n in listed if n not in shared]
 
 
+@dataclasses.dataclass(frozen=True)
+class BlockRequest:
+    """What a block's jobs run: the (block, arm) variants in ``order`` of
+    the arms' params (blocks.ArmParams by arm), of the tests ``references``
+    name (empty: the selection's)."""
+
+    arms: dict[str, Any]
+    order: list[tuple[int, str]]
+    selection: str = "blocks"
+    references: tuple[str, ...] = ()
+
+
 def run_block_jobs(
-    config: RunConfig,
-    arms: dict[str, Any],
-    order: list[tuple[int, str]],
-    number: int,
-    console: Console,
-    selection: str = "blocks",
-    references: tuple[str, ...] = (),
-    slots: int | None = None,
+    config: RunConfig, request: BlockRequest, number: int, console: Console, slots: int | None = None
 ) -> list[BlockJob]:
     """The block's tests as avocado jobs: on icount the tests that share the
     host (``split_beside_others``) first, in a job of ``slots`` runs at a
@@ -89,6 +94,7 @@ def run_block_jobs(
     side by side; then the rest, one run at a time, in a job of their own,
     so that no test measured on the host's time has another guest beside
     it or a runner starting next to it.  Numbered from ``number``."""
+    arms, order, selection, references = request.arms, request.order, request.selection, request.references
     if not references and config.scope is not None:
         references = config.scope.references(selection)
     slots = blocks.host_slots() if slots is None else slots
@@ -96,10 +102,11 @@ def run_block_jobs(
     shared, rest = split_beside_others(config, selection, references) if together else ([], [])
     if not shared:
         return [BlockJob(run_block_job(config, arms, order, number, console, selection, references))]
+    at_once = max(config.parallel, slots)
     jobs = [
         BlockJob(
             run_block_job(
-                dataclasses.replace(config, parallel=max(config.parallel, slots)),
+                dataclasses.replace(config, parallel=at_once),
                 arms,
                 order,
                 number,
@@ -107,7 +114,7 @@ def run_block_jobs(
                 selection,
                 tuple(blocks.test_reference(n) for n in shared),
             ),
-            slots=max(config.parallel, slots),
+            slots=at_once,
             tests=len(shared),
         )
     ]

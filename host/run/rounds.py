@@ -26,7 +26,7 @@ from memqual.host.judge.until_decided import Tracker
 from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import blocks
 from memqual.host.run.avocado import list_tests
-from memqual.host.run.block_jobs import run_block_jobs
+from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
 from memqual.host.run.outputs import exit_status, write_arm_outputs
 from memqual.images import balloon_driver, built_kernels
@@ -230,7 +230,8 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
         number = len(run_state.jobs) + 1
         order = blocks.block_order(first, count)
-        for done in run_block_jobs(config, arms, order, number, console, selection, references, slots):
+        request = BlockRequest(arms, order, selection, references)
+        for done in run_block_jobs(config, request, number, console, slots):
             outcome = done.outcome
             what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
             if done.slots > 1:
