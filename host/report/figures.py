@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from memqual.host.core.printable import one_line
+from memqual.host.core.printable import printable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,8 +44,8 @@ def pyplot() -> Any:
 
 
 def clean_texts(fig: Any) -> None:
-    """Every text of ``fig`` with its control characters shown as escapes
-    (host/core/printable.py), the tick labels an axis draws from a fixed
+    """Every text of ``fig`` with its control characters (but its line
+    breaks) shown as escapes (host/core/printable.py), the tick labels an axis draws from a fixed
     list among them: labels come from records and hosts, and matplotlib's
     missing-glyph warning would echo an escape sequence to the operator's
     terminal raw."""
@@ -53,7 +53,7 @@ def clean_texts(fig: Any) -> None:
     from matplotlib.ticker import FixedFormatter, FuncFormatter
 
     for text in fig.findobj(Text):
-        shown = one_line(text.get_text())
+        shown = printable(text.get_text())
         if shown != text.get_text():
             text.set_text(shown)
     for ax in fig.axes:
@@ -62,7 +62,7 @@ def clean_texts(fig: Any) -> None:
                 # set_ticklabels keeps its labels in one of these (which one
                 # depends on matplotlib's version) and draws them later.
                 if isinstance(formatter, FixedFormatter):
-                    formatter.seq = [one_line(label) for label in formatter.seq]
+                    formatter.seq = [printable(label) for label in formatter.seq]
                 elif isinstance(formatter, FuncFormatter) and not getattr(formatter.func, ESCAPES, False):
                     formatter.func = escaping(formatter.func)
 
@@ -74,7 +74,7 @@ def escaping(func: Callable[..., object]) -> Callable[..., str]:
     """``func``'s labels with their control characters escaped (once)."""
 
     def label(value: float, pos: int | None = None) -> str:
-        return one_line(func(value, pos))
+        return printable(func(value, pos))
 
     setattr(label, ESCAPES, True)
     return label
@@ -89,7 +89,7 @@ def warnings_printable() -> Iterator[None]:
         warnings.simplefilter("always")
         yield
     for found in caught:
-        warnings.warn_explicit(one_line(found.message), found.category, found.filename, found.lineno)
+        warnings.warn_explicit(printable(found.message), found.category, found.filename, found.lineno)
 
 
 def tidy(fig: Any) -> None:

@@ -183,9 +183,7 @@ def row_reference(name: str) -> str:
 # RAM (1 GiB, the balloon's), TCG's translated code (QEMU reserves up to 1
 # GiB and fills a fraction) and QEMU's own, with room to spare.
 SHARED_GUEST_MIB = 3072
-
-
-SLOTS_BY = "one a host CPU, as many as MemAvailable has 3 GiB for"
+SLOTS_BY = f"one a host CPU, as many as MemAvailable has {SHARED_GUEST_MIB // 1024} GiB for"
 
 
 def beside_others_slots(cpus: int, available_mib: int) -> int:
