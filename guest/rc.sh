@@ -12,8 +12,12 @@ mount -t tmpfs tmpfs /tmp
 # Only the transport this machine has (memqual.transport= on the kernel
 # command line): probing virtio_pci on microvm costs time and finds nothing.
 transport=virtio_pci
+role=guest
 for arg in $(cat /proc/cmdline); do
-  case "$arg" in memqual.transport=mmio) transport=virtio_mmio ;; esac
+  case "$arg" in
+  memqual.transport=mmio) transport=virtio_mmio ;;
+  memqual.role=host) role=host ;;
+  esac
 done
 modprobe -q -a "$transport" virtio_net virtio_balloon
 ip link set lo up
@@ -23,4 +27,10 @@ ip route add default via 10.0.2.2
 # -s: keys only; -E: log to stderr (the console).  The host key comes from
 # the per-image keys archive.
 dropbear -s -E -r /etc/dropbear/dropbear_ed25519_host_key -p 22
-echo "memqual-ready"
+# The host under test (L1) starts its guest; the guest's own rc.sh says
+# when it is ready, on this console too.
+if [ "$role" = host ]; then
+  . /etc/rc.host
+else
+  echo "memqual-ready"
+fi

@@ -124,6 +124,12 @@ def _kernel_inputs(source: KernelSource, cache: Path) -> tuple[Path, Path, str]:
     return vmlinuz, tree / "lib/modules" / release, release
 
 
+def kernel_modules_dir(source: KernelSource) -> Path:
+    """The lib/modules/RELEASE tree of ``source``'s kernel (downloaded and
+    unpacked into the cache once)."""
+    return _kernel_inputs(source, cache_dir())[1]
+
+
 def debian_kernel_files(version: str) -> tuple[Path, Path]:
     """(vmlinuz, lib/modules/RELEASE) of a Debian kernel, downloaded and
     unpacked into the cache once: what --guest-kernel/--guest-modules take."""

@@ -90,8 +90,9 @@ def inside(root: Path, rel: str, what: str) -> Path:
     return path
 
 
-def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> list[str]:
-    """Copy the closure of GUEST_MODULES from ``source_release_dir`` (a
+def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra: tuple[str, ...] = ()) -> list[str]:
+    """Copy the closure of GUEST_MODULES (and the ``extra`` ones, which must
+    exist as modules or be built in) from ``source_release_dir`` (a
     lib/modules/RELEASE tree) into ``dest_root``/lib/modules/RELEASE and run
     depmod there.  Returns the copied paths.
 
@@ -120,7 +121,7 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path) -> li
     built_in = builtin_names(source_release_dir)
     present = {module_name(p) for p in deps}
     optional = tuple(m for m in OPTIONAL_GUEST_MODULES if m in present and m not in built_in)
-    wanted = tuple(m for m in GUEST_MODULES if m not in built_in) + optional
+    wanted = tuple(m for m in GUEST_MODULES + extra if m not in built_in) + optional
     paths = closure(deps, wanted)
     dest = inside(dest_root, f"lib/modules/{release}", "kernel release")
     dep_source = str(dep_file if dep_file.exists() else "modules.dep")

@@ -12,6 +12,7 @@ from memqual.host.core import clock
 from memqual.host.core.clock import parse
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
+from memqual.host.core.nested import parse_host, parse_param
 from memqual.host.core.paths import check_output_dir
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose_for_clock, is_path
@@ -233,6 +234,46 @@ def add_guest_kernel(parser: argparse.ArgumentParser) -> None:
         metavar="VERSION",
         help="a Debian kernel by release or package name (memqual image kernels lists them)",
     )
+
+
+def host_param(text: str) -> str:
+    """``--host-kernel-param module.param=value``, checked for form."""
+    try:
+        return parse_param(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def add_host_kernel(parser: argparse.ArgumentParser, more: str = "") -> None:
+    """The host under test: a host kernel memqual boots under TCG with
+    emulated SVM, whose KVM runs the guest (host/core/nested.py)."""
+    parser.add_argument(
+        "--host-kernel",
+        action="append",
+        type=debian_kernel_arm,
+        metavar="KERNEL[:CMDLINE]",
+        help="run the guest under the KVM of this host kernel (a Debian kernel by name or a 'memqual kernel "
+        "build' name), booted under TCG with emulated SVM (docs/host-under-test.md)" + more,
+    )
+    parser.add_argument(
+        "--host-kernel-param",
+        action="append",
+        type=host_param,
+        default=[],
+        metavar="MODULE.PARAM=VALUE",
+        help="a parameter of the host under test's kvm or kvm_amd (kvm.mmio_caching=0, kvm_amd.npt=0); repeatable",
+    )
+
+
+def one_host(args: argparse.Namespace) -> typing.Any:
+    """The one host under test of a command that boots one guest, or None
+    (this machine); a parameter without a host kernel is refused."""
+    kernels = args.host_kernel or []
+    if len(kernels) > 1:
+        raise BadInput("--host-kernel given twice: this command runs one host; give --host-kernel once")
+    if args.host_kernel_param and not kernels:
+        raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+    return parse_host(kernels[0], args.host_kernel_param) if kernels else None
 
 
 def qemu_spec(text: str) -> str:

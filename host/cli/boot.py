@@ -10,6 +10,7 @@ from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
+from memqual.host.core import clock, nested
 from memqual.host.core.errors import BadInput
 from memqual.images.balloon_driver import tree_variant_or_reason
 
@@ -29,6 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     warm.add_argument("--cold", dest="warm", action="store_false", help="always boot the kernel")
     cliargs.add_guest_kernel(parser)
+    cliargs.add_host_kernel(parser)
     cliargs.add_qemu(parser)
     cliargs.add_clock(parser, "default $MEMQUAL_CLOCK, else wall")
     parser.add_argument("--timeout", type=cliargs.positive, default=90.0, help="boot deadline in seconds")
@@ -43,9 +45,18 @@ def _boot(args: argparse.Namespace) -> int:
 
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.
+    host = cliargs.one_host(args)
     config, qemu, note = cliargs.guest_on_clock(args)
     if note:
         print(f"[{note}]", file=sys.stderr)
+    if host is not None and config.clock:
+        asked = clock.parse(config.clock)
+        if nested.host_clock(asked) != asked:
+            print(
+                f"[the host under test runs on icount:{nested.MAX_SHIFT}, not {asked.label}: at a coarser shift "
+                "its guest stalls]",
+                file=sys.stderr,
+            )
     if args.kernel_build and not args.kernel:
         raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     source = KernelSource(
@@ -53,7 +64,8 @@ def _boot(args: argparse.Namespace) -> int:
     )
     image = build(source)
     variant = tree_variant_or_reason(args.kernel_build, image.release) if args.kernel_build else {}
-    with Machine(config, image=image, boot_timeout=args.timeout) as vm:
+    timeout = args.timeout if host is None else args.timeout * nested.BOOT_TIMEOUT_FACTOR
+    with Machine(config, image=image, boot_timeout=timeout, host=host) as vm:
         result = vm.ssh.run(cmd, timeout=600, check=False) if cmd else None
         exit_status = result.status if result else 0
         summary = {
@@ -61,6 +73,9 @@ def _boot(args: argparse.Namespace) -> int:
             "accel_reason": vm.accel_reason,
             "clock": vm.clock.label,
             "vcpus": vm.config.cpus,
+            "host": vm.host_label,
+            "host_under_test": host.to_json() if host is not None else None,
+            "host_kernel": vm.host_image.release if vm.host_image is not None else None,
             "warm": vm.started_warm,
             "boot_to_ssh_s": round(vm.boot_to_ssh_s, 3),
             "guest_kernel": image.release,
@@ -78,7 +93,7 @@ def _boot(args: argparse.Namespace) -> int:
             sys.stdout.write(result.stdout)
             sys.stderr.write(result.stderr)
         print(
-            f"[{summary['accel']}, clock {summary['clock']}, {summary['vcpus']} vCPUs, "
+            f"[host: {summary['host']}; {summary['accel']}, clock {summary['clock']}, {summary['vcpus']} vCPUs, "
             f"{'warm' if vm.started_warm else 'cold'} start, SSH after "
             f"{summary['boot_to_ssh_s']} s]",
             file=sys.stderr,

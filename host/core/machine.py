@@ -25,14 +25,21 @@ from typing import Any
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from memqual.host.core import clock, probe, snapshot
+from memqual.host.core import clock, nested, probe, snapshot
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
 from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
 from memqual.host.core.paths import release_tempdir, short_tempdir
 from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
-from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, qemu_binary, qemu_version
-from memqual.host.core.qemu_binary import runtime_env
+from memqual.host.core.qemu import (
+    INNER_QMP_PORT,
+    BalloonDevice,
+    MachineConfig,
+    command_line,
+    qemu_binary,
+    qemu_version,
+)
+from memqual.host.core.qemu_binary import host_firmware_dirs, runtime_env
 from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
 from memqual.images import agents
 from memqual.images import build as images_build
@@ -89,12 +96,22 @@ class Machine:
         log_dir: Path | None = None,
         boot_timeout: float = 90.0,
         start: StartStrategy | None = None,
+        host: nested.HostUnderTest | None = None,
     ) -> None:
         if not (isinstance(boot_timeout, (int, float)) and math.isfinite(boot_timeout) and boot_timeout > 0):
             raise BadInput(f"boot timeout {boot_timeout!r} is not a positive number of seconds: give e.g. 90")
         self.config = config or MachineConfig()
         self._image = image
         self._start = start
+        # The guest's host: None for this machine's own; else a host kernel
+        # under test (L1) that this machine's QEMU boots and whose KVM runs
+        # the guest (host/core/nested.py).
+        self.host = host
+        self.host_image: Any = None
+        self.host_accel = ""
+        self.host_ssh_port = 0
+        self._host_qmp: QEMUMonitorProtocol | None = None
+        self._guest_qmp_port = 0
         self._log_dir = Path(log_dir) if log_dir else None
         self.boot_timeout = float(boot_timeout)
         self.qmp_timeout = QMP_TIMEOUT_S
@@ -159,6 +176,8 @@ class Machine:
         """The clock and the accelerator, a fresh socket directory, the
         console log."""
         self.clock = clock.parse(self.config.clock) if self.config.clock else clock.current()
+        if self.host is not None:
+            self.clock = nested.host_clock(self.clock)
         if self.clock.auto:
             # A plan names no clock for one guest: a test resolves it first
             # (e2e/base.py), from the scenario it runs.
@@ -175,12 +194,37 @@ class Machine:
         self.accel, self.accel_reason = forced or probe.resolve_accel(self.config.accel)
         if self.clock.icount:
             clock.check_vcpus(self.clock, self.config.cpus, qemu_version(qemu_binary()))
+        if self.host is not None:
+            self._prepare_host(self.host)
         self._sockdir = short_tempdir("mq")
         log_dir = self._log_dir or self._sockdir
         log_dir.mkdir(parents=True, exist_ok=True)
         self.console_log = log_dir / f"console-{os.getpid()}-{id(self):x}.log"
 
+    def _prepare_host(self, host: nested.HostUnderTest) -> None:
+        """L1's image, built before the clock starts; the guest runs under
+        L1's KVM and this machine's accelerator runs L1."""
+        from memqual.images.host_image import build_host, module_parameters
+
+        source = images_build.KernelSource(debian=host.kernel.version)
+        nested.check_params(host, module_parameters(source))
+        binary = qemu_binary()
+        self.host_image = build_host(source, self.image, Path(binary), host_firmware_dirs(binary), runtime_env(binary))
+        self.host_accel = self.accel
+        self.accel = "kvm"
+        self.accel_reason = f"under the host under test's KVM: {host.label(self.host_accel)}"
+
+    @property
+    def host_label(self) -> str:
+        """The host the guest ran on, as records and pages name it."""
+        if self.host is None:
+            return nested.this_machine_label(self.accel)
+        return self.host.label(self.host_accel)
+
     def _launch(self) -> None:
+        if self.host is not None:
+            self.boot_cold()
+            return
         (self._start or default_start(self.config))(self)
 
     def boot_cold(self) -> None:
@@ -201,16 +245,20 @@ class Machine:
             # memqual is the QMP server and QEMU connects to it: no polling
             # for a socket to appear.
             self._qmp = QEMUMonitorProtocol(str(qmp_path), server=True)
-            self.command = command_line(
-                self.config,
-                self.accel,
-                self.image.kernel,
-                self.image.initrd,
-                qmp_path,
-                self.console_log,
-                self.ssh_port,
-                incoming,
-                self.clock,
+            self.command = (
+                self._host_command(qmp_path)
+                if self.host is not None
+                else command_line(
+                    self.config,
+                    self.accel,
+                    self.image.kernel,
+                    self.image.initrd,
+                    qmp_path,
+                    self.console_log,
+                    self.ssh_port,
+                    incoming,
+                    self.clock,
+                )
             )
             log.info("launch: %s", " ".join(self.command))
             stderr_path = self._sockdir / "qemu.stderr"
@@ -226,6 +274,8 @@ class Machine:
                 )
             try:
                 self._accept_qmp(qmp_path)
+                if self.host is not None:
+                    self._connect_guest_monitor()
                 return
             except LaunchError as exc:
                 if "host forwarding rule" in exc.output and attempt < 2:
@@ -233,6 +283,56 @@ class Machine:
                     self.kill_qemu()
                     continue
                 raise
+
+    def _host_command(self, qmp_path: Path) -> list[str]:
+        """The outer QEMU's argv: L1, with the guest's argv in fw_cfg and
+        three forwards (L1's SSH, the guest's SSH and monitor)."""
+        assert self.host is not None and self._sockdir is not None
+        argv_file = self._sockdir / "guest-argv"
+        nested.write_argv(
+            nested.guest_argv(self.config, self.clock, str(nested.L2_KERNEL), str(nested.L2_INITRD)), argv_file
+        )
+        self.host_ssh_port = free_port()
+        self._guest_qmp_port = free_port()
+        l1 = nested.host_config(self.config, self.host, argv_file, self.host_accel)
+        return command_line(
+            l1,
+            self.host_accel,
+            self.host_image.kernel,
+            self.host_image.initrd,
+            qmp_path,
+            self.console_log,
+            self.host_ssh_port,
+            None,
+            self.clock,
+            forwards=((self.ssh_port, nested.INNER_SSH_PORT), (self._guest_qmp_port, INNER_QMP_PORT)),
+        )
+
+    def _connect_guest_monitor(self) -> None:
+        """Swap the outer monitor (L1's QEMU) for the guest's, once L1 has
+        booted and started the guest's QEMU; a failure L1 reports on its
+        console, or the outer QEMU's exit, ends the wait at once."""
+        deadline = time.monotonic() + self.boot_timeout
+        failed = ConsoleMarker(self.console_log, nested.HOST_FAILED.encode())
+
+        def greeted() -> Any:
+            if failed.seen() or (self._proc is not None and self._proc.poll() is not None):
+                raise LaunchError(
+                    f"the host under test did not start the guest ({self._exit_description()}); "
+                    f"console: {self._console_tail(1)}",
+                    self.command,
+                    self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+                )
+            return nested.monitor_greets(self._guest_qmp_port, timeout=1.0)
+
+        sock = poll(
+            greeted,
+            max(0.0, deadline - time.monotonic()),
+            0.1,
+            what="the guest's monitor in the host under test",
+            on_timeout=lambda _: self._ssh_timeout(),
+        ).value
+        self._host_qmp, self._qmp = self._qmp, nested.connect_monitor(sock)
 
     def _accept_qmp(self, qmp_path: Path) -> None:
         assert self._qmp is not None and self._proc is not None
@@ -437,12 +537,13 @@ class Machine:
             if self._proc.poll() is None:
                 self._proc.kill()
             self._proc.wait()
-        if self._qmp is not None:
-            try:
-                self._qmp.close()
-            except Exception:  # the peer is gone already
-                pass
-            self._qmp = None
+        for monitor in (self._qmp, self._host_qmp):
+            if monitor is not None:
+                try:
+                    monitor.close()
+                except Exception:  # the peer is gone already
+                    pass
+        self._qmp = self._host_qmp = None
 
     # -- diagnostics ------------------------------------------------------
     def qemu_exited(self) -> bool:

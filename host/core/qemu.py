@@ -17,6 +17,9 @@ from memqual.host.core.clock import parse as parse_clock
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
 MACHINE_TYPES = ("microvm", "pc", "q35")
+# The port the monitor of a host under test's guest listens on inside L1,
+# reached through L1's forward of a free loopback port.
+INNER_QMP_PORT = 4444
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,6 +247,8 @@ def command_line(
     ssh_port: int | None,
     incoming: str | None = None,
     clock: Clock = WALL_CLOCK,
+    forwards: tuple[tuple[int, int], ...] = (),
+    inner: bool = False,
 ) -> list[str]:
     """argv for one guest.  ``accel`` is the resolved accelerator (kvm/tcg);
     ``clock`` the clock its timings are read with (icount: single-threaded
@@ -290,7 +295,14 @@ def command_line(
         "-serial",
         "chardev:console",
     ]
-    if qmp_socket is not None:
+    if inner:
+        argv += [
+            "-chardev",
+            f"socket,id=qmp,host=0.0.0.0,port={INNER_QMP_PORT},server=on,wait=off",
+            "-mon",
+            "chardev=qmp,mode=control",
+        ]
+    elif qmp_socket is not None:
         argv += [
             "-chardev",
             f"socket,id=qmp,path={opt_value(qmp_socket)}",
@@ -303,7 +315,8 @@ def command_line(
             # loopback services, not the network); the inbound SSH forward
             # still works.
             "-netdev",
-            f"user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:{ssh_port}-:22",
+            f"user,id=net0,restrict=on,hostfwd=tcp:{'' if inner else '127.0.0.1'}:{ssh_port}-:22"
+            + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in forwards),
             "-device",
             _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
         ]

@@ -211,3 +211,14 @@ def firmware_args(binary: str | Path) -> list[str]:
     which find their own."""
     unpacked = archive.owning(Path(binary))
     return [] if unpacked is None else ["-L", str(unpacked.firmware_dir)]
+
+
+# Where Debian's QEMU finds its firmware without -L.
+SYSTEM_FIRMWARE_DIRS = (Path("/usr/share/qemu"), Path("/usr/share/seabios"), Path("/usr/lib/ipxe/qemu"))
+
+
+def host_firmware_dirs(binary: str | Path) -> tuple[Path, ...]:
+    """The folders ``binary`` reads firmware from: an archive QEMU's own
+    (its -L), else the system's."""
+    unpacked = archive.owning(Path(binary))
+    return SYSTEM_FIRMWARE_DIRS if unpacked is None else (unpacked.firmware_dir,)

@@ -1,0 +1,207 @@
+"""The host under test: a host kernel memqual builds (L1) boots under TCG
+with emulated SVM and nested paging, and runs the guest (L2) under its own
+KVM, so KVM, ksmd, mm and the guest's QEMU run on a kernel memqual chose
+and their work lands on L1's clock.
+
+memqual's Python stays on this machine; L1 carries nothing of memqual's
+but a start-up script (guest/rc.host).  L1's QEMU gets the guest's argv
+through fw_cfg at boot, the guest's monitor listens on a TCP port in L1,
+and L1's user network forwards three loopback ports of this machine: L1's
+SSH, the guest's SSH (forwarded again by the guest's QEMU) and the guest's
+monitor.  So QMP and SSH reach the guest as they reach any guest, and the
+only instructions L1 spends on memqual are its packets' (docs/host-under-test.md).
+One outer QEMU process holds all of it: killing it ends L1, L2 and every
+forward at once (Machine owns it, host/core/machine.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import socket
+from pathlib import Path
+
+from qemu.qmp.legacy import QEMUMonitorProtocol
+
+from memqual.host.core.clock import ICOUNT, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
+from memqual.host.core.errors import BadInput
+from memqual.host.core.kernelspec import KernelSpec, parse_kernel
+from memqual.host.core.qemu import MachineConfig, command_line, host_tsc_khz, opt_value
+from memqual.images.host_image import L2_INITRD, L2_KERNEL
+
+__all__ = ["L2_INITRD", "L2_KERNEL"]  # where L1 keeps the guest's image, for the machine's argv
+
+# L1's memory beyond its guest's: the initramfs with QEMU and the guest's
+# image unpacked (about 200 MiB), the guest's QEMU and L1's kernel.
+L1_OVERHEAD_MIB = 1024
+# The guest's SSH port inside L1 (L1's own dropbear has 22).
+INNER_SSH_PORT = 2222
+FW_CFG_NAME = "opt/memqual/guest-argv"
+# microvm's fw_cfg (ports 0x510-0x51b, DMA at +4), told to the driver
+# since microvm's firmware tables do not describe it.
+FW_CFG_IOPORT = "qemu_fw_cfg.ioport=0x0c@0x510:0:1:4"
+# TCG's AMD CPU with SVM and nested paging: QEMU's emulation of AMD-V,
+# which L1's kvm_amd drives (checked here: ENVIRONMENT.md).
+TCG_SVM_CPU = "qemu64,+svm,+npt,+rdrand"
+# The coarsest icount shift L1 runs at.  At shift 4 (16 ns an instruction)
+# each of the guest's timer ticks costs L1's KVM more instructions (the
+# emulated VM exit and entry) than the tick's period holds, and the guest
+# stalls in its boot (measured here: stuck at 4.7 guest s for 300 s of
+# wall time); at shift 2 it boots in 41 s of wall time.
+MAX_SHIFT = 2
+# A boot of L1 and then the guest takes this many times a plain guest's
+# (41 s of wall time on icount:2 here against about 7 s for a plain TCG boot
+# to SSH on a loaded host): a command's boot deadline grows by it.
+BOOT_TIMEOUT_FACTOR = 4
+PARAM = re.compile(r"([a-z_][a-z0-9_]*)\.([a-z_][a-z0-9_]*)=([A-Za-z0-9_.,+-]+)")
+HOST_FAILED = "memqual-host-failed"  # guest/rc.host's line when L1 cannot start the guest
+
+
+@dataclasses.dataclass(frozen=True)
+class HostUnderTest:
+    """A host kernel as the guest's host: ``kernel`` a Debian kernel by
+    name or a ``memqual kernel build`` name, with its extra command line;
+    ``params`` module parameters of L1's KVM (``kvm_amd.npt=0``)."""
+
+    kernel: KernelSpec
+    params: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name + "".join(f" {p}" for p in self.params)
+
+    def label(self, accel: str) -> str:
+        """How records and pages name this host."""
+        how = "TCG+SVM" if accel == "tcg" else "KVM (nested)"
+        return f"{self.name} in {how}, L2 accel kvm"
+
+    def cmdline(self) -> str:
+        """L1's extra kernel command line: the kernel's own, then the
+        module parameters, which L1's modprobe reads from it."""
+        return " ".join(p for p in (self.kernel.cmdline_extra, *self.params) if p)
+
+    def to_json(self) -> dict[str, object]:
+        return {"kernel": self.kernel.name, "params": list(self.params)}
+
+
+def host_clock(asked: Clock) -> Clock:
+    """The clock L1 runs on for ``asked``: icount no coarser than
+    MAX_SHIFT; the wall clock as it is."""
+    if asked.icount and asked.shift is not None and asked.shift > MAX_SHIFT:
+        return Clock(ICOUNT, MAX_SHIFT)
+    return asked
+
+
+def this_machine_label(accel: str) -> str:
+    return f"this machine, accel {accel}"
+
+
+def parse_param(text: str) -> str:
+    """``module.param=value`` for a module L1 loads, checked for form
+    (the parameter's existence is checked against the kernel's module,
+    ``check_params``)."""
+    match = PARAM.fullmatch(text.strip())
+    if not match:
+        raise BadInput(f"--host-kernel-param {text!r}: give module.param=value for kvm or kvm_amd (e.g. kvm_amd.npt=0)")
+    return match.group(0)
+
+
+def parse_host(kernel: str, params: list[str] | tuple[str, ...] = ()) -> HostUnderTest:
+    return HostUnderTest(parse_kernel(kernel), tuple(parse_param(p) for p in params))
+
+
+def check_params(host: HostUnderTest, known: dict[str, set[str]]) -> None:
+    """Each parameter names a module L1 loads and a parameter that module
+    has (``known``: by module, from modinfo)."""
+    for param in host.params:
+        module, _, rest = param.partition(".")
+        name = rest.partition("=")[0]
+        if module not in known:
+            raise BadInput(
+                f"--host-kernel-param {param}: L1 loads {' and '.join(sorted(known))}, not {module}; "
+                "give one of their parameters"
+            )
+        if name not in known[module]:
+            raise BadInput(
+                f"--host-kernel-param {param}: {host.kernel.version}'s {module} has no parameter {name} "
+                f"(it has: {', '.join(sorted(known[module])) or 'none'})"
+            )
+
+
+def guest_argv(config: MachineConfig, host_clock: Clock, kernel: str, initrd: str) -> list[str]:
+    """The guest's QEMU command line as L1 runs it: KVM, its monitor on a
+    TCP port of L1, its SSH forwarded from L1's address, its console on
+    L1's.  The guest's TSC is L1's: 1 GHz of L1's virtual time under
+    icount, else this machine's rate, told so it skips a calibration that
+    costs L1 seconds."""
+    khz = ICOUNT_TSC_KHZ if host_clock.icount else host_tsc_khz()
+    extra = " ".join(p for p in (config.cmdline_extra, f"tsc_early_khz={khz}" if khz else "") if p)
+    inner = dataclasses.replace(config, cmdline_extra=extra, warm=False, clock="")
+    return command_line(
+        inner,
+        "kvm",
+        Path(kernel),
+        Path(initrd),
+        None,
+        Path("/dev/console"),
+        INNER_SSH_PORT,
+        None,
+        WALL_CLOCK,
+        inner=True,
+    )
+
+
+def host_config(config: MachineConfig, host: HostUnderTest, argv_file: Path, accel: str) -> MachineConfig:
+    """L1's machine: microvm with the guest's vCPUs, its memory and more,
+    an AMD CPU with SVM (TCG) or this machine's (KVM), the guest's argv in
+    fw_cfg.  Guest RAM is not marked mergeable: this machine's KSM stays
+    out of L1."""
+    cpu = TCG_SVM_CPU if accel == "tcg" else "host"
+    return MachineConfig(
+        memory_mib=config.memory_mib + L1_OVERHEAD_MIB,
+        cpus=config.cpus,
+        machine="microvm",
+        accel=accel,
+        mem_merge=False,
+        balloon=None,
+        extra_args=("-cpu", cpu, "-fw_cfg", f"name={FW_CFG_NAME},file={opt_value(argv_file)}"),
+        cmdline_extra=" ".join(p for p in ("memqual.role=host", FW_CFG_IOPORT, host.cmdline()) if p),
+        warm=False,
+        clock=config.clock,
+        tcg_thread=config.tcg_thread,
+    )
+
+
+def write_argv(argv: list[str], path: Path) -> None:
+    """The guest's argv, NUL-separated, as rc.host hands it to xargs -0."""
+    for word in argv:
+        if "\0" in word:
+            raise BadInput("a guest QEMU argument holds a NUL byte")
+    path.write_bytes(b"\0".join(w.encode() for w in argv) + b"\0")
+
+
+def monitor_greets(port: int, timeout: float) -> socket.socket | None:
+    """A connection to the guest's monitor once it greets, else None.
+    L1's forward accepts before anything listens in L1, then drops the
+    connection: the greeting's first byte, peeked, tells the monitor is
+    there, and the socket is handed to QMP with the greeting unread."""
+    try:
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    except OSError:
+        return None
+    try:
+        sock.settimeout(timeout)
+        first = sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        first = b""
+    if first != b"{":
+        sock.close()
+        return None
+    sock.settimeout(None)
+    return sock
+
+
+def connect_monitor(sock: socket.socket) -> QEMUMonitorProtocol:
+    monitor = QEMUMonitorProtocol(sock)
+    monitor.connect(negotiate=True)
+    return monitor
