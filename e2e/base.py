@@ -27,6 +27,7 @@ from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.locks import FileLock
 from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.qemu import ENV_QEMU
 from memqual.host.core.record import Measurement, write
 
@@ -362,12 +363,15 @@ class GuestTest(avocado.Test):
                 self.skip_because(str(exc))
         return self._image
 
-    def boot(self, config: MachineConfig | None = None, boot_timeout: float = 120.0) -> Machine:
+    def boot(
+        self, config: MachineConfig | None = None, boot_timeout: float = 120.0, host: HostUnderTest | None = None
+    ) -> Machine:
         machine = Machine(
             self.block_config(config or MachineConfig()),
             image=self.image(),
             log_dir=self.outdir,
             boot_timeout=boot_timeout,
+            host=host,
         )
         self._machines.append(machine)  # registered first: tearDown reaps even a failed launch
         try:

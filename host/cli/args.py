@@ -12,7 +12,7 @@ from memqual.host.core import clock
 from memqual.host.core.clock import parse
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
-from memqual.host.core.nested import parse_host, parse_param
+from memqual.host.core.nested import host_clock, host_vcpus, parse_host, parse_param
 from memqual.host.core.paths import check_output_dir
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose_for_clock, is_path
@@ -362,19 +362,30 @@ def add_clock(parser: argparse.ArgumentParser, default_says: str, plan: bool = F
     )
 
 
-def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, str]:
+def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[typing.Any, typing.Any, str]:
     """The one guest of ``boot`` and ``bench_boot`` from their shared
     options: its MachineConfig on the asked clock (else ``$MEMQUAL_CLOCK``,
     else wall), the QEMU that can run it there, and a note when a QEMU was
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
-    line each, before any image is built or guest booted."""
+    line each, before any image is built or guest booted.  Under a host
+    under test (``host``) the clock and the vCPUs are the ones L1 can run
+    (host/core/nested.py), and the note says what changed."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
 
     the_clock = clock.parse(args.clock) if args.clock else clock.current()
     clock.resolve_accel(the_clock, args.accel)
+    cpus, notes = args.cpus, []
+    if host is not None:
+        asked = the_clock
+        the_clock = host_clock(asked)
+        cpus = host_vcpus(args.cpus, the_clock)
+        if the_clock != asked:
+            notes.append(f"the host under test runs on {the_clock.label}, not {asked.label}: coarser, its guest stalls")
+        if cpus != args.cpus:
+            notes.append(f"on icount the host under test and its guest run {cpus} vCPU each, not {args.cpus}")
     config = MachineConfig(
         memory_mib=args.memory,
-        cpus=args.cpus,
+        cpus=cpus,
         machine=args.machine,
         accel=args.accel,
         warm=args.warm,
@@ -383,7 +394,7 @@ def guest_on_clock(args: argparse.Namespace) -> tuple[typing.Any, typing.Any, st
     qemu, note = choose_for_clock(
         one_qemu(args.qemu),
         the_clock,
-        args.cpus,
+        cpus,
         f"pass --qemu {clock.ICOUNT_SMP_QEMU}, or --cpus 1, or --clock wall",
     )
-    return config, qemu, note
+    return config, qemu, "; ".join(n for n in (note, *notes) if n)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
-from memqual.host.core import clock, nested
+from memqual.host.core import nested
 from memqual.host.core.errors import BadInput
 from memqual.images.balloon_driver import tree_variant_or_reason
 
@@ -46,17 +46,9 @@ def _boot(args: argparse.Namespace) -> int:
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
     # Check what is cheap to check before an image build that may take minutes.
     host = cliargs.one_host(args)
-    config, qemu, note = cliargs.guest_on_clock(args)
+    config, qemu, note = cliargs.guest_on_clock(args, host)
     if note:
         print(f"[{note}]", file=sys.stderr)
-    if host is not None and config.clock:
-        asked = clock.parse(config.clock)
-        if nested.host_clock(asked) != asked:
-            print(
-                f"[the host under test runs on icount:{nested.MAX_SHIFT}, not {asked.label}: at a coarser shift "
-                "its guest stalls]",
-                file=sys.stderr,
-            )
     if args.kernel_build and not args.kernel:
         raise BadInput("--kernel-build DIR goes with --kernel/--modules (the tree that kernel was built in)")
     source = KernelSource(

@@ -10,6 +10,7 @@ docs/architecture.md, "host/core/machine.py", has the lifecycle."""
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import logging
 import math
 import os
@@ -178,6 +179,10 @@ class Machine:
         self.clock = clock.parse(self.config.clock) if self.config.clock else clock.current()
         if self.host is not None:
             self.clock = nested.host_clock(self.clock)
+            vcpus = nested.host_vcpus(self.config.cpus, self.clock)
+            if vcpus != self.config.cpus:
+                log.info("the host under test's guest runs %d vCPU on %s", vcpus, self.clock.label)
+                self.config = dataclasses.replace(self.config, cpus=vcpus)
         if self.clock.auto:
             # A plan names no clock for one guest: a test resolves it first
             # (e2e/base.py), from the scenario it runs.
@@ -193,7 +198,8 @@ class Machine:
             raise CapabilityMissing(str(exc)) from None
         self.accel, self.accel_reason = forced or probe.resolve_accel(self.config.accel)
         if self.clock.icount:
-            clock.check_vcpus(self.clock, self.config.cpus, qemu_version(qemu_binary()))
+            vcpus = 1 if self.host is not None else self.config.cpus  # the host under test's L1 has one
+            clock.check_vcpus(self.clock, vcpus, qemu_version(qemu_binary()))
         if self.host is not None:
             self._prepare_host(self.host)
         self._sockdir = short_tempdir("mq")
@@ -294,7 +300,7 @@ class Machine:
         )
         self.host_ssh_port = free_port()
         self._guest_qmp_port = free_port()
-        l1 = nested.host_config(self.config, self.host, argv_file, self.host_accel)
+        l1 = nested.host_config(self.config, self.host, argv_file, self.host_accel, self.clock)
         return command_line(
             l1,
             self.host_accel,

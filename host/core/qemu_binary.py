@@ -219,6 +219,7 @@ SYSTEM_FIRMWARE_DIRS = (Path("/usr/share/qemu"), Path("/usr/share/seabios"), Pat
 
 def host_firmware_dirs(binary: str | Path) -> tuple[Path, ...]:
     """The folders ``binary`` reads firmware from: an archive QEMU's own
-    (its -L), else the system's."""
+    (its -L) first, then the system's, which it falls back to (its
+    bios-microvm.bin is a link into the system's folders)."""
     unpacked = archive.owning(Path(binary))
-    return SYSTEM_FIRMWARE_DIRS if unpacked is None else (unpacked.firmware_dir,)
+    return SYSTEM_FIRMWARE_DIRS if unpacked is None else (unpacked.firmware_dir, *SYSTEM_FIRMWARE_DIRS)

@@ -1,0 +1,171 @@
+"""The host under test's pure parts (host/core/nested.py): its parameters
+checked, L1's and the guest's command lines, the clock and vCPUs L1 can
+run, and the guest's argv as rc.host reads it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from one_line_errors import assert_one_line_error, in_process
+
+from memqual.host.core import clock, nested
+from memqual.host.core.errors import BadInput
+from memqual.host.core.kernelspec import KernelSpec
+from memqual.host.core.qemu import INNER_QMP_PORT, MachineConfig
+
+KNOWN = {"kvm": {"mmio_caching", "tdp_mmu"}, "kvm_amd": {"npt", "nested"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("kvm_amd.npt", "module.param=value"),
+        ("npt=0", "module.param=value"),
+        ("kvm_amd.npt=0;reboot", "module.param=value"),
+        ("kvm_amd.npt=$(id)", "module.param=value"),
+        ("KVM.npt=0", "module.param=value"),
+    ],
+)
+def test_a_parameter_out_of_form_is_one_line(text: str, fragment: str) -> None:
+    with pytest.raises(BadInput, match="module.param=value"):
+        nested.parse_param(text)
+
+
+@pytest.mark.parametrize(
+    ("param", "fragment"),
+    [
+        ("virtio_net.napi_tx=0", "L1 loads kvm and kvm_amd, not virtio_net"),
+        ("kvm_amd.ept=0", "has no parameter ept"),
+        ("kvm.npt=0", "has no parameter npt"),
+    ],
+)
+def test_a_parameter_l1_cannot_take_is_refused(param: str, fragment: str) -> None:
+    host = nested.parse_host("6.1.0-57-amd64", [param])
+    with pytest.raises(BadInput, match=fragment):
+        nested.check_params(host, KNOWN)
+
+
+def test_parameters_l1_has_pass_and_reach_l1s_command_line() -> None:
+    host = nested.parse_host("6.1.0-57-amd64:init_on_free=1", ["kvm.mmio_caching=0", "kvm_amd.npt=0"])
+    nested.check_params(host, KNOWN)
+    assert host.cmdline() == "init_on_free=1 kvm.mmio_caching=0 kvm_amd.npt=0"
+    assert (
+        host.label("tcg") == "6.1.0-57-amd64:init_on_free=1 kvm.mmio_caching=0 kvm_amd.npt=0 in TCG+SVM, L2 accel kvm"
+    )
+    assert "KVM (nested)" in host.label("kvm")
+
+
+@pytest.mark.parametrize(
+    ("asked", "runs"),
+    [
+        ("icount:4", "icount:2"),
+        ("icount:8", "icount:2"),
+        ("icount:2", "icount:2"),
+        ("icount:1", "icount:1"),
+        ("wall", "wall"),
+    ],
+)
+def test_l1_runs_no_coarser_than_the_shift_its_guest_boots_at(asked: str, runs: str) -> None:
+    assert nested.host_clock(clock.parse(asked)).label == runs
+
+
+def test_on_icount_l1_and_its_guest_have_one_vcpu_each() -> None:
+    assert nested.host_vcpus(2, clock.icount(2)) == 1
+    assert nested.host_vcpus(2, clock.WALL_CLOCK) == 2
+
+
+def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> None:
+    config = MachineConfig(memory_mib=512, cpus=1, cmdline_extra="init_on_alloc=0")
+    argv = nested.guest_argv(config, clock.icount(2), nested.L2_KERNEL, nested.L2_INITRD)
+    text = " ".join(argv)
+    assert argv[argv.index("-accel") + 1] == "kvm"
+    assert argv[argv.index("-cpu") + 1] == "host"
+    assert "-icount" not in argv  # the guest's clock is L1's TSC, not a QEMU of its own
+    assert argv[argv.index("-kernel") + 1] == nested.L2_KERNEL
+    # SSH on L1's own address, where L1's forward arrives, not L1's loopback
+    assert f"hostfwd=tcp::{nested.INNER_SSH_PORT}-:22" in text
+    assert f"port={INNER_QMP_PORT},server=on,wait=off" in text
+    assert "path=/dev/console" in text
+    append = argv[argv.index("-append") + 1]
+    assert "tsc_early_khz=1000000" in append and "init_on_alloc=0" in append
+
+
+def test_l1s_machine_carries_svm_the_argv_and_room_for_its_guest(tmp_path: Path) -> None:
+    config = MachineConfig(memory_mib=512, cpus=2, machine="pc", maxmem_mib=4096, mem_slots=2)
+    host = nested.parse_host("6.12.111+deb12-amd64", ["kvm_amd.npt=0"])
+    l1 = nested.host_config(config, host, tmp_path / "argv,x", "tcg", clock.icount(2))
+    assert l1.memory_mib == 512 + nested.L1_OVERHEAD_MIB
+    assert l1.cpus == 1 and l1.machine == "microvm" and l1.maxmem_mib is None
+    assert l1.balloon is None and not l1.mem_merge and not l1.warm
+    assert l1.extra_args[:2] == ("-cpu", nested.TCG_SVM_CPU)
+    assert "+svm" in nested.TCG_SVM_CPU and "+npt" in nested.TCG_SVM_CPU
+    # a comma in the path is doubled, so it cannot add a fw_cfg option
+    assert l1.extra_args[3] == f"name={nested.FW_CFG_NAME},file={tmp_path}/argv,,x"
+    assert "memqual.role=host" in l1.cmdline_extra and "kvm_amd.npt=0" in l1.cmdline_extra
+    assert nested.host_config(config, host, tmp_path / "a", "kvm", clock.WALL_CLOCK).extra_args[:2] == ("-cpu", "host")
+
+
+def test_the_argv_file_is_nul_separated_and_refuses_a_nul(tmp_path: Path) -> None:
+    path = tmp_path / "argv"
+    nested.write_argv(["qemu", "-append", "a b 'c'"], path)
+    assert path.read_bytes() == b"qemu\0-append\0a b 'c'\0"
+    with pytest.raises(BadInput):
+        nested.write_argv(["qemu", "a\0b"], path)
+
+
+def test_a_monitor_that_does_not_greet_is_not_connected() -> None:
+    import socket
+    import threading
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def hang_up() -> None:
+            conn, _ = server.accept()
+            conn.close()  # as L1's forward does when nothing listens in L1
+
+        thread = threading.Thread(target=hang_up)
+        thread.start()
+        assert nested.monitor_greets(port, timeout=2.0) is None
+        thread.join()
+
+        def greet() -> None:
+            conn, _ = server.accept()
+            conn.sendall(b'{"QMP": {}}\r\n')
+            done.wait(5)
+            conn.close()
+
+        done = threading.Event()
+
+        thread = threading.Thread(target=greet)
+        thread.start()
+        sock = nested.monitor_greets(port, timeout=2.0)
+        assert sock is not None
+        assert sock.recv(5) == b'{"QMP'  # the greeting is left for QMP to read
+        sock.close()
+        done.set()
+        thread.join()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["boot", "--host-kernel-param", "kvm_amd.npt"], ["module.param=value"]),
+        (["boot", "--host-kernel-param", "kvm_amd.npt=0"], ["give --host-kernel KERNEL"]),
+        (["boot", "--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.1.0-57-amd64"], ["--host-kernel given twice"]),
+        (["boot", "--host-kernel", "6.1.0-57-amd64;rm"], ["--host-kernel"]),
+    ],
+)
+def test_bad_host_options_are_one_line_and_exit_2(
+    args: list[str], fragments: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert_one_line_error(in_process(args, {}, monkeypatch, capsys), *fragments)
+
+
+def test_a_host_spec_names_its_kernel() -> None:
+    host = nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"))
+    assert host.to_json() == {"kernel": "6.1.0-57-amd64", "params": []}
+    assert nested.this_machine_label("tcg") == "this machine, accel tcg"
