@@ -4,8 +4,9 @@ does with a kernel tree and a patch that root must not trust.
 Everything that reads or runs the input goes through ``setpriv`` as the
 build user (no groups, no capabilities, no_new_privs, a cleared
 environment) in its own 0700 folder and a PID namespace of its own; a
-patch's build also in a mount namespace where only its folder is writable
-(``confined``); results come back as a tar stream root filters
+patch's build also in a mount namespace where only its folder is writable,
+with a procfs and System V IPC of its own (``confined``); results come
+back as a tar stream root filters to what ``Outputs`` allows
 (``receive``); a user's tree is read by its owner (``as_owner``).
 docs/patch-qualification.md, "images/unprivileged.py"."""
 
@@ -104,6 +105,13 @@ def _confine_prefix(parent: Path, folder: Path) -> list[str]:
         "--fork",
         "--kill-child=SIGKILL",
         "--mount",
+        # a procfs of its own: the host's would show every other process of
+        # the build user, and its /proc/<pid>/root and cwd lead into the
+        # host's mount tree, past the read-only bind below
+        "--mount-proc",
+        # and System V IPC of its own: another build user's process's
+        # shared memory is out of reach too
+        "--ipc",
         "--propagation",
         "private",
         "--",
