@@ -30,12 +30,13 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.images import tree_copy, unprivileged
-from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
+from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 from memqual.images.kernel_config import assemble_config, kept_config, read_fragment
 from memqual.images.kernel_env import STEP_TIMEOUT_S, build_env, ccache_counts, kbuild_parent, run_ok
 from memqual.images.kernel_patches import Patch, apply_patch, config_touched, patch_failure, read_patch
 from memqual.images.kernel_sources import Source, resolve_source, unpack
+from memqual.images.modules import INDEX_PREFIX, MAX_TREE_ENTRIES, MODULE_SUFFIXES
 
 T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
@@ -195,9 +196,27 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
     return None
 
 
-def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path) -> list[str]:
+def build_outputs(release: str) -> unprivileged.Outputs:
+    """What root takes back from a build of ``release``: what install_and_send
+    puts in out/ and nothing else (manifest.json is root's own, written
+    after), at most a modules tree's worth of entries."""
+    tree = f"lib/modules/{re.escape(release)}"
+    module = "|".join(re.escape(suffix) for suffix in MODULE_SUFFIXES)
+    return unprivileged.Outputs(
+        files=(
+            re.compile(f"bzImage|config|{re.escape(VARIANT)}"),
+            re.compile(rf"{tree}/{re.escape(INDEX_PREFIX)}[^/]+"),
+            re.compile(rf"{tree}/(?:[^/]+/)*[^/]+(?:{module})"),
+        ),
+        folders=(re.compile(rf"lib|lib/modules|{tree}(?:/[^/]+)*"),),
+        max_entries=MAX_TREE_ENTRIES,
+    )
+
+
+def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path, release: str) -> list[str]:
     """modules_install into the build folder's out/, the kernel and .config
-    beside it, then out/ sent to root's ``staging`` as a tar stream."""
+    beside it, then out/ sent to root's ``staging`` as a tar stream, kept as
+    far as ``build_outputs`` allows."""
     tree, home = folder / "linux", folder / "home"
     run_ok(user, ["mkdir", "-p", "../out"], tree, home, "making out/")
     run_ok(
@@ -214,11 +233,18 @@ def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path) 
     )
     assert sender.stdout is not None
     try:
-        skipped = unprivileged.receive(sender.stdout, staging)
+        skipped = unprivileged.receive(sender.stdout, staging, build_outputs(release))
     finally:
+        # a refused stream's sender ends on its closed pipe; the refusal,
+        # not that, is what is said
         sender.stdout.close()
-        if sender.wait(timeout=STEP_TIMEOUT_S) != 0:
-            raise BadInput("sending the built kernel back failed")
+        try:
+            status = sender.wait(timeout=STEP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            unprivileged.end_group(sender)
+            status = -1
+    if status != 0:
+        raise BadInput("sending the built kernel back failed")
     return skipped
 
 
@@ -429,7 +455,7 @@ def _build(
         if no_variant:
             say(f"  no balloon driver variant: {no_variant}")
         # the modules tree's build/source links stay behind (install_and_send)
-        timed("install + copy out", lambda: install_and_send(user, folder, staging))
+        timed("install + copy out", lambda: install_and_send(user, folder, staging, release))
         timed("checks", lambda: check_artefacts(staging, release))
         kernel = BuiltKernel(
             name=f"{release}-{key}",
