@@ -30,6 +30,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.images import tree_copy, unprivileged
+from memqual.images.build_uids import own_uid
 from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 from memqual.images.kernel_config import assemble_config, kept_config, read_fragment
@@ -363,6 +364,29 @@ def _build(
     started: float,
     install: bool = True,
 ) -> BuiltKernel:
+    """One build in its base's build folder; a patched one, where the host
+    gives it namespaces (``can_confine``), confined and as a uid of its own
+    for as long as it runs (images/build_uids.py)."""
+    args = (source, patches, fragments, compiler, key, cache, jobs, say, started, install)
+    if patches and unprivileged.can_confine():
+        with own_uid() as uid:
+            return _build_as(uid, *args)
+    return _build_as(None, *args)
+
+
+def _build_as(
+    uid: int | None,
+    source: Source,
+    patches: Sequence[Patch],
+    fragments: Sequence[tuple[str, bytes]],
+    compiler: str,
+    key: str,
+    cache: Path,
+    jobs: int | None,
+    say: Callable[[str], None],
+    started: float,
+    install: bool,
+) -> BuiltKernel:
     user = unprivileged.build_user()
     jobs = jobs or os.cpu_count() or 1
     parent = kbuild_parent()
@@ -386,14 +410,15 @@ def _build(
     # caller's lock): kbuild writes the absolute path into objtool's build,
     # so a copy of the base elsewhere would relink objtool and recompile
     # every object after it.
-    folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
-    if patches:
+    name = f"work-{base_key}"
+    if uid is not None:
         # a patch is input root must not trust: its build's steps see the
-        # build parent read-only (ccache's folder, every other build's)
-        if unprivileged.can_confine():
-            user = unprivileged.confined(user, parent, folder)
-        else:
-            say("  no mount namespace here: this patched build can write into ccache's folder")
+        # build parent read-only (ccache's folder, every other build's) and
+        # run as a uid no other process has
+        user = unprivileged.confined(user, parent, parent / name, uid)
+    elif patches:
+        say("  no mount namespace here: this patched build can write into ccache's folder")
+    folder = unprivileged.fresh_folder(parent, user, name)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
     incremental = False
     if patches:

@@ -142,11 +142,14 @@ def can_confine() -> bool:
             return False
 
 
-def confined(user: BuildUser, parent: Path, folder: Path) -> BuildUser:
-    """``user`` whose every step sees ``parent`` read-only but for
+def confined(user: BuildUser, parent: Path, folder: Path, uid: int) -> BuildUser:
+    """``user`` as ``uid`` (its gid the same number: images/build_uids.py
+    ``own_uid``), whose every step sees ``parent`` read-only but for
     ``folder``: a hostile patch's build can write into no other build's
-    folder and no shared cache (ccache's)."""
-    return dataclasses.replace(user, confined_to=(parent, folder))
+    folder and no shared cache (ccache's), and, a uid no other process
+    has, can neither signal nor trace another process nor own a file a
+    later build of the build user would take for its own."""
+    return dataclasses.replace(user, name=str(uid), uid=uid, gid=uid, confined_to=(parent, folder))
 
 
 def as_user(uid: int, gid: int, argv: Sequence[str], confined_to: tuple[Path, Path] | None = None) -> list[str]:

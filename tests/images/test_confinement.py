@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from memqual.host.core.polling import poll
-from memqual.images import unprivileged
+from memqual.images import build_uids, unprivileged
 
 needs_confinement = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("setpriv") or not unprivileged.can_confine(),
@@ -90,10 +90,11 @@ def test_a_confined_step_cannot_reach_another_build_user_process_or_ccache(
     so no other process's root or cwd leads it past the read-only bind:
     neither the other build's folder nor ccache's gets a file."""
     other, cache = beside
-    user = unprivileged.build_user()
-    own = unprivileged.user_folder(parent, user, "work-own")
-    assert own is not None
-    seen = _reach_out(unprivileged.confined(user, parent, own), own, other, cache)
+    with build_uids.own_uid() as uid:
+        user = unprivileged.confined(unprivileged.build_user(), parent, parent / "work-own", uid)
+        own = unprivileged.fresh_folder(parent, user, "work-own")
+        seen = _reach_out(user, own, other, cache)
+        unprivileged.remove_folder(user, own)
     assert sorted(os.listdir(other)) == [] and sorted(os.listdir(cache)) == []
     assert seen <= 3  # its shell, ls and the namespace's first process: nothing of the host's
 
@@ -110,3 +111,25 @@ def test_unconfined_the_same_step_writes_into_both(parent: Path, beside: tuple[P
     seen = _reach_out(user, own, other, cache)
     assert {"direct", "via-root", "via-cwd"} <= set(os.listdir(other))
     assert {"direct", "via-root"} <= set(os.listdir(cache)) and seen > 3
+
+
+@needs_confinement
+def test_a_confined_step_runs_as_a_uid_of_its_own_that_no_other_build_holds(parent: Path) -> None:
+    """Two confined builds at once get two uids of the reserved range, and
+    neither is the build user's; a uid a process already has is passed over."""
+    user = unprivileged.build_user()
+    with build_uids.own_uid() as first, build_uids.own_uid() as second:
+        assert first != second and {first, second} <= set(build_uids.BUILD_UIDS) and user.uid not in (first, second)
+        confined = unprivileged.confined(user, parent, parent / "work-own", first)
+        own = unprivileged.fresh_folder(parent, confined, "work-own")
+        ids = unprivileged.run(confined, ["id", "-u"], own, own / "home").stdout.split()
+        unprivileged.remove_folder(confined, own)
+        assert ids == [str(first)]
+    squatter = build_uids.BUILD_UIDS[0]
+    proc = subprocess.Popen(unprivileged.as_user(squatter, squatter, ["sleep", "60"]), cwd="/", start_new_session=True)
+    try:
+        poll(lambda: squatter in build_uids.running_uids(), 10.0, 0.05, what="a process of the first build uid")
+        with build_uids.own_uid() as uid:
+            assert uid != squatter
+    finally:
+        unprivileged.end_group(proc)

@@ -535,11 +535,12 @@ def test_without_confinement_the_patched_build_writes_beside_its_folder(
 @needs_drop
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
 @pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
-def test_confined_patched_build_reads_ccache_and_adds_nothing(
+def test_confined_patched_build_compiles_without_ccache_and_adds_nothing(
     tmp_path: Path, memqual_cache: Path, build_env: Path
 ) -> None:
-    """A patch's compiles go through ccache read-only: they build (a hit or
-    the compiler), and the cache holds no more files than before."""
+    """A patch's compiles, as a uid of their own, cannot read the build
+    user's ccache: they build with the compiler alone, and the cache holds
+    no more files than before."""
     tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
     kb.build(str(tree), jobs=1, say=lambda _: None)
     cache = kernel_env.ccache_folder(unprivileged.build_user())
