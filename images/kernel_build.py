@@ -30,12 +30,14 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.images import tree_copy, unprivileged
-from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
+from memqual.images.build_uids import own_uid
+from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 from memqual.images.kernel_config import assemble_config, kept_config, read_fragment
 from memqual.images.kernel_env import STEP_TIMEOUT_S, build_env, ccache_counts, kbuild_parent, run_ok
 from memqual.images.kernel_patches import Patch, apply_patch, config_touched, patch_failure, read_patch
 from memqual.images.kernel_sources import Source, resolve_source, unpack
+from memqual.images.modules import INDEX_PREFIX, MAX_TREE_ENTRIES, MODULE_SUFFIXES
 
 T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
@@ -195,9 +197,27 @@ def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:
     return None
 
 
-def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path) -> list[str]:
+def build_outputs(release: str) -> unprivileged.Outputs:
+    """What root takes back from a build of ``release``: what install_and_send
+    puts in out/ and nothing else (manifest.json is root's own, written
+    after), at most a modules tree's worth of entries."""
+    tree = f"lib/modules/{re.escape(release)}"
+    module = "|".join(re.escape(suffix) for suffix in MODULE_SUFFIXES)
+    return unprivileged.Outputs(
+        files=(
+            re.compile(f"bzImage|config|{re.escape(VARIANT)}"),
+            re.compile(rf"{tree}/{re.escape(INDEX_PREFIX)}[^/]+"),
+            re.compile(rf"{tree}/(?:[^/]+/)*[^/]+(?:{module})"),
+        ),
+        folders=(re.compile(rf"lib|lib/modules|{tree}(?:/[^/]+)*"),),
+        max_entries=MAX_TREE_ENTRIES,
+    )
+
+
+def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path, release: str) -> list[str]:
     """modules_install into the build folder's out/, the kernel and .config
-    beside it, then out/ sent to root's ``staging`` as a tar stream."""
+    beside it, then out/ sent to root's ``staging`` as a tar stream, kept as
+    far as ``build_outputs`` allows."""
     tree, home = folder / "linux", folder / "home"
     run_ok(user, ["mkdir", "-p", "../out"], tree, home, "making out/")
     run_ok(
@@ -214,11 +234,18 @@ def install_and_send(user: unprivileged.BuildUser, folder: Path, staging: Path) 
     )
     assert sender.stdout is not None
     try:
-        skipped = unprivileged.receive(sender.stdout, staging)
+        skipped = unprivileged.receive(sender.stdout, staging, build_outputs(release))
     finally:
+        # a refused stream's sender ends on its closed pipe; the refusal,
+        # not that, is what is said
         sender.stdout.close()
-        if sender.wait(timeout=STEP_TIMEOUT_S) != 0:
-            raise BadInput("sending the built kernel back failed")
+        try:
+            status = sender.wait(timeout=STEP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            unprivileged.end_group(sender)
+            status = -1
+    if status != 0:
+        raise BadInput("sending the built kernel back failed")
     return skipped
 
 
@@ -337,6 +364,29 @@ def _build(
     started: float,
     install: bool = True,
 ) -> BuiltKernel:
+    """One build in its base's build folder; a patched one, where the host
+    gives it namespaces (``can_confine``), confined and as a uid of its own
+    for as long as it runs (images/build_uids.py)."""
+    args = (source, patches, fragments, compiler, key, cache, jobs, say, started, install)
+    if patches and unprivileged.can_confine():
+        with own_uid() as uid:
+            return _build_as(uid, *args)
+    return _build_as(None, *args)
+
+
+def _build_as(
+    uid: int | None,
+    source: Source,
+    patches: Sequence[Patch],
+    fragments: Sequence[tuple[str, bytes]],
+    compiler: str,
+    key: str,
+    cache: Path,
+    jobs: int | None,
+    say: Callable[[str], None],
+    started: float,
+    install: bool,
+) -> BuiltKernel:
     user = unprivileged.build_user()
     jobs = jobs or os.cpu_count() or 1
     parent = kbuild_parent()
@@ -360,14 +410,15 @@ def _build(
     # caller's lock): kbuild writes the absolute path into objtool's build,
     # so a copy of the base elsewhere would relink objtool and recompile
     # every object after it.
-    folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
-    if patches:
+    name = f"work-{base_key}"
+    if uid is not None:
         # a patch is input root must not trust: its build's steps see the
-        # build parent read-only (ccache's folder, every other build's)
-        if unprivileged.can_confine():
-            user = unprivileged.confined(user, parent, folder)
-        else:
-            say("  no mount namespace here: this patched build can write into ccache's folder")
+        # build parent read-only (ccache's folder, every other build's) and
+        # run as a uid no other process has
+        user = unprivileged.confined(user, parent, parent / name, uid)
+    elif patches:
+        say("  no mount namespace here: this patched build can write into ccache's folder")
+    folder = unprivileged.fresh_folder(parent, user, name)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
     incremental = False
     if patches:
@@ -429,7 +480,7 @@ def _build(
         if no_variant:
             say(f"  no balloon driver variant: {no_variant}")
         # the modules tree's build/source links stay behind (install_and_send)
-        timed("install + copy out", lambda: install_and_send(user, folder, staging))
+        timed("install + copy out", lambda: install_and_send(user, folder, staging, release))
         timed("checks", lambda: check_artefacts(staging, release))
         kernel = BuiltKernel(
             name=f"{release}-{key}",

@@ -59,7 +59,10 @@ def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
     mode (kbuild passes -Wp,-MMD) spares a miss the preprocessor run
     ccache would otherwise add to each compile."""
     env = dict(STAMP_ENV)
-    cache = ccache_folder(user)
+    # a confined build (a patch's) runs as a uid of its own, which cannot
+    # read the build user's 0700 cache: it compiles without ccache, and so
+    # adds nothing to it either
+    cache = ccache_folder(user) if user.confined_to is None else None
     if cache is not None:
         env |= {
             "PATH": f"{CCACHE_LINKS}:{unprivileged.BUILD_PATH}",
@@ -71,10 +74,6 @@ def build_env(user: unprivileged.BuildUser) -> dict[str, str]:
             "CCACHE_MAXSIZE": CCACHE_SIZE,
             "CCACHE_TEMPDIR": str(cache / "tmp"),
         }
-        if user.confined_to is not None:
-            # a confined build (a patch's) reads the cache and adds nothing
-            # to it: its folder is read-only to it
-            env |= {"CCACHE_READONLY": "1", "CCACHE_TEMPDIR": str(user.confined_to[1] / "home" / "tmp")}
     return env
 
 
@@ -87,7 +86,7 @@ def ccache_counts(user: unprivileged.BuildUser, folder: Path) -> dict[str, int]:
     difference of two readings (another build at the same time would add
     its own: builds of one source are serialized, of two are not)."""
     env = build_env(user)
-    if "CCACHE_DIR" not in env or "CCACHE_READONLY" in env:  # read-only: ccache counts nothing
+    if "CCACHE_DIR" not in env:
         return {}
     proc = unprivileged.run(user, ["ccache", "--print-stats"], folder, folder / "home", env=env, timeout=120)
     counters: dict[str, int] = {}

@@ -4,6 +4,7 @@ guest's busybox ``modprobe`` resolves dependencies itself."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,15 @@ GUEST_MODULES = ("virtio_mmio", "virtio_pci", "virtio_net", "virtio_balloon")
 # Shipped when the kernel has them (the scenarios that need one skip
 # without it): virtio-mem, the successor of ballooning.
 OPTIONAL_GUEST_MODULES = ("virtio_mem",)
+# What depmod is given of a modules tree: modules, by the names kbuild and
+# the packages give them (INSTALL_MOD_STRIP, CONFIG_MODULE_COMPRESS_*), and
+# the index files beside them.
+MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
+INDEX_PREFIX = "modules."
+# Entries of a modules tree (files, folders, links): Debian 6.1's whole
+# linux-image tree has 4,909 (4,023 modules in 883 folders), so this is
+# three times that with room, and far from a tree made to stall depmod.
+MAX_TREE_ENTRIES = 16384
 
 
 def depmod(root: Path, release: str) -> None:
@@ -110,8 +120,11 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra
         shutil.rmtree(scratch, ignore_errors=True)
         target = scratch / "lib/modules" / release
         target.parent.mkdir(parents=True)
-        # depmod writes into the release dir: index a hard-linked copy.
-        shutil.copytree(source_release_dir, target, symlinks=True, copy_function=os_link_or_copy)
+        # depmod writes into the release dir: index a hard-linked copy of
+        # what was checked (modules and index files, regular ones) only.
+        for rel in checked_tree(source_release_dir):
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            os_link_or_copy(str(source_release_dir / rel), str(target / rel))
         depmod(scratch, release)
         dep_text = (target / "modules.dep").read_text()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -125,6 +138,11 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra
     paths = closure(deps, wanted)
     dest = inside(dest_root, f"lib/modules/{release}", "kernel release")
     dep_source = str(dep_file if dep_file.exists() else "modules.dep")
+    for rel in paths:
+        if not is_module(rel):
+            raise BadInput(
+                f"{dep_source}: {rel!r} is not a module's name (*.ko, *.ko.xz): give a modules tree kbuild made"
+            )
     copies = [(inside(source_release_dir, rel, dep_source), rel) for rel in paths]
     for rel in paths:
         inside(dest, rel, dep_source)
@@ -139,11 +157,44 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra
     return paths
 
 
-def os_link_or_copy(src: str, dst: str) -> None:
-    """Hard-link when possible (same filesystem, fast), else copy."""
-    import os
+def is_module(rel: str) -> bool:
+    return rel.endswith(MODULE_SUFFIXES)
 
+
+def checked_tree(release_dir: Path) -> list[str]:
+    """What depmod may read of ``release_dir`` (a built kernel's came from
+    the build user): its regular files named as modules anywhere below it
+    and as index files (modules.*) at its top, by their relative names.
+    Walked without following a link, so nothing outside the tree is named;
+    links and every other entry are left out; a tree of more than
+    MAX_TREE_ENTRIES entries is refused."""
+    kept: list[str] = []
+    entries = 0
+    pending = [""]
+    while pending:
+        rel_dir = pending.pop()
+        with os.scandir(release_dir / rel_dir) as listing:
+            for entry in listing:  # counted as read: one huge folder is refused before it is all in memory
+                entries += 1
+                if entries > MAX_TREE_ENTRIES:
+                    raise BadInput(
+                        f"{release_dir}: more than {MAX_TREE_ENTRIES} files and folders, "
+                        "not a kernel's modules tree: refused"
+                    )
+                rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(rel)
+                elif entry.is_file(follow_symlinks=False) and (
+                    is_module(rel) or (not rel_dir and rel.startswith(INDEX_PREFIX))
+                ):
+                    kept.append(rel)
+    return sorted(kept)
+
+
+def os_link_or_copy(src: str, dst: str) -> None:
+    """Hard-link when possible (same filesystem, fast), else copy; a link
+    itself never followed."""
     try:
-        os.link(src, dst)
+        os.link(src, dst, follow_symlinks=False)
     except OSError:
-        shutil.copy2(src, dst)
+        shutil.copy2(src, dst, follow_symlinks=False)

@@ -4,10 +4,10 @@ does with a kernel tree and a patch that root must not trust.
 Everything that reads or runs the input goes through ``setpriv`` as the
 build user (no groups, no capabilities, no_new_privs, a cleared
 environment) in its own 0700 folder and a PID namespace of its own; a
-patch's build also in a mount namespace where only its folder is writable
-(``confined``); results come back as a tar stream root filters
-(``receive``); a user's tree is read by its owner (``as_owner``).
-docs/patch-qualification.md, "images/unprivileged.py"."""
+patch's build also in a mount namespace where only its folder is writable,
+with a procfs and System V IPC of its own (``confined``); results come back
+as a tar stream root keeps as ``Outputs`` allows (``receive``); a user's
+tree is read by its owner.  docs/patch-qualification.md."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import dataclasses
 import functools
 import os
 import pwd
+import re
 import shutil
 import signal
 import stat
@@ -104,6 +105,13 @@ def _confine_prefix(parent: Path, folder: Path) -> list[str]:
         "--fork",
         "--kill-child=SIGKILL",
         "--mount",
+        # a procfs of its own: the host's would show every other process of
+        # the build user, and its /proc/<pid>/root and cwd lead into the
+        # host's mount tree, past the read-only bind below
+        "--mount-proc",
+        # and System V IPC of its own: another build user's process's
+        # shared memory is out of reach too
+        "--ipc",
         "--propagation",
         "private",
         "--",
@@ -134,11 +142,14 @@ def can_confine() -> bool:
             return False
 
 
-def confined(user: BuildUser, parent: Path, folder: Path) -> BuildUser:
-    """``user`` whose every step sees ``parent`` read-only but for
+def confined(user: BuildUser, parent: Path, folder: Path, uid: int) -> BuildUser:
+    """``user`` as ``uid`` (its gid the same number: images/build_uids.py
+    ``own_uid``), whose every step sees ``parent`` read-only but for
     ``folder``: a hostile patch's build can write into no other build's
-    folder and no shared cache (ccache's)."""
-    return dataclasses.replace(user, confined_to=(parent, folder))
+    folder and no shared cache (ccache's), and, a uid no other process
+    has, can neither signal nor trace another process nor own a file a
+    later build of the build user would take for its own."""
+    return dataclasses.replace(user, name=str(uid), uid=uid, gid=uid, confined_to=(parent, folder))
 
 
 def as_user(uid: int, gid: int, argv: Sequence[str], confined_to: tuple[Path, Path] | None = None) -> list[str]:
@@ -329,53 +340,85 @@ def plain_name(name: str) -> bool:
     return bool(name) and not name.startswith("/") and "\0" not in name and all(p not in ("", ".", "..") for p in parts)
 
 
-def receive(stream: IO[bytes], dest: Path, limit: int = RECEIVE_LIMIT) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Outputs:
+    """What root takes back from a build (``receive``): the regular files
+    and the folders whose names a pattern of theirs matches whole, at most
+    ``max_entries`` entries of the stream (what is left out counts too: a
+    stream of links is no cheaper to read) and ``max_bytes`` bytes."""
+
+    files: tuple[re.Pattern[str], ...]
+    folders: tuple[re.Pattern[str], ...]
+    max_entries: int
+    max_bytes: int = RECEIVE_LIMIT
+
+    def allows(self, name: str, *, folder: bool) -> bool:
+        return any(pattern.fullmatch(name) for pattern in (self.folders if folder else self.files))
+
+
+def receive(stream: IO[bytes], dest: Path, outputs: Outputs) -> list[str]:
     """Unpack a tar stream the build user wrote into root's ``dest``:
     regular files (mode 0644, 0755 if executable) and directories only,
-    each by a plain relative name (no '/', '..', '.'); links, devices and
-    anything else are left out and returned by name.  Files are opened
-    O_EXCL|O_NOFOLLOW, so nothing in the stream can write outside ``dest``
-    or through a link; more than ``limit`` bytes is refused."""
+    each by a plain relative name (no '/', '..', '.') that ``outputs``
+    allows; links, devices and anything else are left out and returned by
+    name.  Files are opened O_EXCL|O_NOFOLLOW, so nothing in the stream can
+    write outside ``dest`` or through a link; a name ``outputs`` does not
+    allow, or more entries or bytes than it allows, is refused."""
     skipped: list[str] = []
-    total = 0
+    total = entries = 0
     with tarfile.open(fileobj=stream, mode="r|") as archive:
         for member in archive:
             name = member.name.removeprefix("./").rstrip("/")
             if name in ("", "."):
                 continue
+            entries += 1
+            if entries > outputs.max_entries:
+                raise BadInput(f"a build gave back more than {outputs.max_entries} files and folders: refused")
             if not plain_name(name):
                 raise BadInput(f"a build gave back {member.name!r}, not a plain relative name: refused")
-            target = dest / name
-            if not _parents_are_directories(dest, name):
-                raise BadInput(f"a build gave back {name!r} below something that is not a directory: refused")
-            if member.isdir():
-                target.mkdir(mode=0o755, exist_ok=True)
-                continue
-            if not member.isreg():
+            if not member.isdir() and not member.isreg():
                 skipped.append(name)
                 continue
+            if not outputs.allows(name, folder=member.isdir()):
+                kind = "a folder" if member.isdir() else "a file"
+                raise BadInput(f"a build gave back {kind} {name!r}, which a build does not make: refused")
+            target = dest / name
+            # folders the stream implies count as entries: each name could
+            # otherwise make a path's depth of them
+            entries += _make_parents(dest, name)
+            if entries > outputs.max_entries:
+                raise BadInput(f"a build gave back more than {outputs.max_entries} files and folders: refused")
             total += member.size
-            if total > limit:
-                raise BadInput(f"a build gave back more than {limit >> 20} MiB: refused")
+            if total > outputs.max_bytes:
+                raise BadInput(f"a build gave back more than {outputs.max_bytes >> 20} MiB: refused")
+            try:
+                if member.isdir():
+                    target.mkdir(mode=0o755, exist_ok=True)
+                    continue
+                mode = 0o755 if member.mode & 0o111 else 0o644
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+            except FileExistsError:
+                raise BadInput(f"a build gave back {name!r} twice: refused") from None
             source = archive.extractfile(member)
             assert source is not None
-            mode = 0o755 if member.mode & 0o111 else 0o644
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
             with os.fdopen(fd, "wb") as out:
                 shutil.copyfileobj(source, out, 1 << 20)
     return skipped
 
 
-def _parents_are_directories(dest: Path, name: str) -> bool:
-    here = dest
+def _make_parents(dest: Path, name: str) -> int:
+    """The folders above ``name`` below ``dest`` made where missing; how
+    many were made.  Something there that is not a folder is refused."""
+    here, made = dest, 0
     for part in name.split("/")[:-1]:
         here = here / part
         try:
             if not stat.S_ISDIR(os.lstat(here).st_mode):
-                return False
+                raise BadInput(f"a build gave back {name!r} below something that is not a directory: refused")
         except FileNotFoundError:
             here.mkdir(mode=0o755)
-    return True
+            made += 1
+    return made
 
 
 def walk_files(root: Path) -> Iterator[Path]:

@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import io
 import os
+import re
 import shutil
 import signal
 import stat
@@ -179,6 +180,10 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.T
     return info
 
 
+# Every name allowed: the tests of what receive does whatever a build's outputs are.
+ANY_OUTPUT = unprivileged.Outputs(files=(re.compile(".*"),), folders=(re.compile(".*"),), max_entries=100)
+
+
 def test_receive_keeps_plain_files_only(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
@@ -190,7 +195,7 @@ def test_receive_keeps_plain_files_only(tmp_path: Path) -> None:
             (_info("./hard", tarfile.LNKTYPE, "lib/a.ko"), b""),
         ]
     )
-    assert sorted(unprivileged.receive(stream, dest)) == ["build", "hard"]
+    assert sorted(unprivileged.receive(stream, dest, ANY_OUTPUT)) == ["build", "hard"]
     assert (dest / "lib/a.ko").read_bytes() == b"module"
     assert stat.S_IMODE((dest / "lib/a.ko").stat().st_mode) == 0o755  # no setuid
     assert not os.path.lexists(dest / "build")
@@ -201,7 +206,7 @@ def test_receive_refuses_names_outside(tmp_path: Path, name: str) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(BadInput, match="not a plain relative name"):
-        unprivileged.receive(_tar([(_info(name), b"x")]), dest)
+        unprivileged.receive(_tar([(_info(name), b"x")]), dest, ANY_OUTPUT)
     assert not (tmp_path / "escape").exists()
 
 
@@ -210,14 +215,15 @@ def test_receive_refuses_a_file_below_a_file(tmp_path: Path) -> None:
     dest.mkdir()
     stream = _tar([(_info("a"), b"x"), (_info("a/b"), b"y")])
     with pytest.raises(BadInput, match="not a directory"):
-        unprivileged.receive(stream, dest)
+        unprivileged.receive(stream, dest, ANY_OUTPUT)
 
 
 def test_receive_refuses_too_much(tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     dest.mkdir()
     with pytest.raises(BadInput, match="more than"):
-        unprivileged.receive(_tar([(_info("big"), b"x" * 4096)]), dest, limit=1024)
+        small = dataclasses.replace(ANY_OUTPUT, max_bytes=1024)
+        unprivileged.receive(_tar([(_info("big"), b"x" * 4096)]), dest, small)
 
 
 # ------------------------------------------------------------ through the privilege drop
@@ -529,11 +535,12 @@ def test_without_confinement_the_patched_build_writes_beside_its_folder(
 @needs_drop
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
 @pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
-def test_confined_patched_build_reads_ccache_and_adds_nothing(
+def test_confined_patched_build_compiles_without_ccache_and_adds_nothing(
     tmp_path: Path, memqual_cache: Path, build_env: Path
 ) -> None:
-    """A patch's compiles go through ccache read-only: they build (a hit or
-    the compiler), and the cache holds no more files than before."""
+    """A patch's compiles, as a uid of their own, cannot read the build
+    user's ccache: they build with the compiler alone, and the cache holds
+    no more files than before."""
     tree = fake_tree(tmp_path, hostile="\tgcc -c init/main.c -o init/main.o\n")
     kb.build(str(tree), jobs=1, say=lambda _: None)
     cache = kernel_env.ccache_folder(unprivileged.build_user())
@@ -1051,6 +1058,28 @@ def test_cli_prints_the_name_and_how_to_boot_it(
     assert f"--guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}" in out
     assert run_cli(["kernel", "build", str(tree)]) == 0
     assert "cached" in capsys.readouterr().out.splitlines()[0]
+
+
+@needs_drop
+def test_a_build_that_sends_manifest_json_back_as_a_folder_is_one_line(
+    tmp_path: Path, memqual_cache: Path, build_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """root writes manifest.json into the entry itself: a patch whose
+    build gives one back (here a folder, which root could not write into)
+    is refused in one line, exit 2, and leaves no entry."""
+    import difflib
+
+    tree = fake_tree(tmp_path)
+    old = (tree / "Makefile").read_text()
+    new = old.replace("modules_install:\n", "modules_install:\n\tmkdir -p $(INSTALL_MOD_PATH)/manifest.json\n", 1)
+    patch = tmp_path / "manifest.patch"
+    patch.write_text(
+        "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a/Makefile", "b/Makefile"))
+    )
+    assert run_cli(["kernel", "build", str(tree), "--patch", str(patch), "-j", "1"]) == 2
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "a folder 'manifest.json', which a build does not make: refused" in said
+    assert left_behind(memqual_cache, build_env) == []
 
 
 @needs_drop
