@@ -25,8 +25,8 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.locks import FileLock
-from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 from memqual.host.core.polling import poll
+from memqual.host.core.trust import Untrusted, check_ancestors, check_before_making, check_trusted_stat
 
 log = logging.getLogger(__name__)
 
@@ -278,6 +278,8 @@ class KnobState:
         )
 
     def _prepare_dir(self) -> None:
+        if not os.path.lexists(self.state_dir):
+            check_before_making(self.state_dir, "state directory")
         try:
             self.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
@@ -293,7 +295,7 @@ class KnobState:
             return self._lock.try_take()
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise UntrustedDirectory(f"{self.lock_path} is a symlink: refused; remove it") from exc
+                raise Untrusted(f"{self.lock_path} is a symlink: refused; remove it") from exc
             raise self._unusable(exc) from exc
 
     def lock(self, timeout_s: float, poll_s: float = 0.05) -> None:
@@ -464,7 +466,7 @@ def restore_stale(state: KnobState, lock_timeout_s: float = 0.0) -> StaleRestore
         return None
     try:
         state.check_dir()
-    except UntrustedDirectory:
+    except Untrusted:
         if os.geteuid() != 0:
             # Another user's (root's) state: this user could not write the
             # knobs anyway, and every memqual command runs this at start.
