@@ -26,7 +26,7 @@ from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.locks import FileLock
 from memqual.host.core.polling import poll
-from memqual.host.core.trust import Untrusted, check_ancestors, check_before_making, check_trusted_stat
+from memqual.host.core.trust import Untrusted, check_before_making, trusted_dir
 
 log = logging.getLogger(__name__)
 
@@ -262,14 +262,8 @@ class KnobState:
     def check_dir(self) -> None:
         """The state directory must be the running user's and writable by
         nobody else: root writes back to sysfs what its files say."""
-        try:
-            st = os.stat(self.state_dir)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise BadInput(f"state directory {self.state_dir}: {exc.strerror or exc}") from exc
-        check_trusted_stat(st, self.state_dir, "state directory")
-        check_ancestors(self.state_dir, "state directory")
+        if os.path.lexists(self.state_dir):
+            trusted_dir(self.state_dir, "state directory", create=False)
 
     def _unusable(self, exc: OSError) -> CapabilityMissing:
         return CapabilityMissing(

@@ -241,6 +241,11 @@ class StatusRelay:
             link.upstream.close()
             link.upstream = None
 
+    def holding(self, host: str) -> tuple[int, int]:
+        """``host``'s connections open now, and the bytes of its unfinished
+        messages the relay holds (at most HOST_BUFFER, plus one read)."""
+        return self._connections.get(host, 0), self._buffered.get(host, 0)
+
     def refusals(self) -> dict[str, Any]:
         """Per host: how many messages were dropped, and the first reason."""
         return {h: {"dropped": n, "first": self.first_refusal.get(h, "")} for h, n in self.refused.items()}
