@@ -107,10 +107,10 @@ def describe(binary: Path, system: bool = False) -> QemuChoice:
 def binary() -> Path:
     """The QEMU binary this process runs: ``$MEMQUAL_QEMU`` if set, else
     qemu-system-x86_64 on PATH.  The one place either is read, and checked
-    there (``trust.program``: the file, its folders up to /, and what lies
-    beside it, which QEMU loads), so nothing runs an unchecked QEMU as
-    root: boot, doctor, the balloon's measure, the probes and the hosts'
-    probe all come through here."""
+    there (``trust.program``: the file and its folders up to /; for a QEMU
+    given by path, also what lies beside it, which a build loads), so
+    nothing runs an unchecked QEMU as root: boot, doctor, the balloon's
+    measure, the probes and the hosts' probe all come through here."""
     override = settings.qemu()
     if override:
         missing = f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64"

@@ -29,13 +29,15 @@ from memqual.host.run.hosts.config import MAX_SLOTS
 log = logging.getLogger("memqual.status_relay")
 
 # What the relay holds for one lab host, whatever that host sends.  A
-# message is one log record or one state change: the longest seen in a
-# quick run is a few KiB, so a message longer than MAX_LINE is refused
-# (Avocado's own server takes up to 32 MiB, run.status_server_buffer_size,
-# which eight connections of one host turned into 263 MiB here).  A task
-# holds one connection, and a host runs at most MAX_SLOTS tasks; the
-# partial messages of all of a host's connections share HOST_BUFFER, so a
-# host costs at most HOST_BUFFER (plus one read) however it connects.
+# message is one log record, one chunk of output or one change of state
+# (avocado/core/utils/messages.py), so one longer than MAX_LINE is refused:
+# Avocado's own server takes up to 32 MiB a connection
+# (run.status_server_buffer_size), and eight connections of one host took
+# 263 MiB.  A task holds one connection and a host runs at most MAX_SLOTS
+# tasks; the few more allow for a client that reconnects before its broken
+# connection is seen closed here.  The unfinished messages of all of a
+# host's connections share HOST_BUFFER: a host costs at most that (plus one
+# read) however it connects.
 MAX_LINE = 2**22
 MAX_CONNECTIONS = MAX_SLOTS + 8
 HOST_BUFFER = 2**24
