@@ -30,6 +30,7 @@ from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.qemu import ENV_QEMU
 from memqual.host.core.record import Measurement, write
+from memqual.host.core.trust import check_output_dir
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
 ENV_KERNEL = settings.GUEST_KERNEL
@@ -410,7 +411,12 @@ class GuestTest(avocado.Test):
     @property
     def outdir(self) -> Path:
         override = settings.output_dir()
-        path = override if override and under_pytest() else Path(self.outputdir)
+        if override and under_pytest():
+            # root writes records there: a folder nobody else can change
+            check_output_dir(override, f"records folder (${settings.OUTPUT_DIR})")
+            path = override
+        else:
+            path = Path(self.outputdir)
         path.mkdir(parents=True, exist_ok=True)
         return path
 

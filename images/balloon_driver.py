@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.host.core.paths import cache_dir, shipped, tree_weak_spot, user_owners, weak_spot
+from memqual.host.core.paths import cache_dir, shipped
+from memqual.host.core.trust import tree_weak_spot, user_owners, weak_spot
 from memqual.images import built_kernels, packages
 from memqual.images.kernel import check_release
 
@@ -266,7 +267,7 @@ def check_kernel_build(path: str | os.PathLike[str]) -> Path:
 
 
 def tree_owners() -> frozenset[int]:
-    """Who may own a kernel tree root builds in (``paths.user_owners``)."""
+    """Who may own a kernel tree root builds in (``trust.user_owners``)."""
     return user_owners()
 
 
@@ -276,7 +277,7 @@ def check_tree_owner(tree: Path) -> None:
     its Makefiles and make fragments, .config and the generated headers,
     scripts, compiled helpers (fixdep, modpost) and gcc plugins; no list of
     those stays complete across kernel versions.  So every file, folder and
-    link of the whole tree is checked (``paths.tree_weak_spot``), every folder above
+    link of the whole tree is checked (``trust.tree_weak_spot``), every folder above
     it up to /, and what each link leading out of it points at, walked the
     same way (an O= build's ``source`` link: its source tree).  Each must
     belong to ``tree_owners`` and be writable by neither group nor others.

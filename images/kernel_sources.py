@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import IO
 
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import cache_dir, weak_spot
+from memqual.host.core.paths import cache_dir
+from memqual.host.core.trust import weak_spot
 from memqual.images import packages, unprivileged
 from memqual.images.kernel_env import STEP_TIMEOUT_S
 

@@ -22,7 +22,8 @@ from pathlib import Path
 from memqual.host.core import leftovers
 from memqual.host.core.errors import BadInput
 from memqual.host.core.locks import file_lock
-from memqual.host.core.paths import trusted_dir, write_private_atomic
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.trust import trusted_dir
 from memqual.images import packages
 
 BINARY = "qemu-system-x86_64"

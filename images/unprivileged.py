@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from memqual.host.core import settings
+from memqual.host.core import settings, trust
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
 BUILD_USER_ENV = settings.BUILD_USER
@@ -195,20 +195,23 @@ def environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, st
 
 
 def build_parent(path: Path) -> Path:
-    """``path`` made (or found) as root's 0711 folder for build folders."""
-    if os.geteuid() != 0:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        path.mkdir(mode=0o711)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
-        raise BadInput(f"{path} is not a root-owned directory: remove it and try again")
-    os.chmod(path, 0o711)
-    return path
+    """``path`` as root's folder for build folders: made 0711 when missing
+    (the build user enters it to reach its own folders, and lists none).
+    One that is already there is checked (``trust.trusted_dir``: root's or
+    yours, writable by nobody else, and so is every folder above it), never
+    chmod'ed: it is someone's folder, maybe a shared one, and its mode is
+    theirs."""
+    root = os.geteuid() == 0
+    made = not os.path.lexists(path)
+    folder = trust.trusted_dir(path, "kernel build folder", mode=0o711 if root else 0o700)
+    if root and made:
+        os.chmod(folder, 0o711)  # just made by us: whatever the umask took off
+    elif root and not os.stat(folder).st_mode & stat.S_IXOTH:
+        raise BadInput(
+            f"kernel build folder {folder}: the build user cannot enter it "
+            f"(mode {stat.S_IMODE(os.stat(folder).st_mode):o}): run 'chmod o+x {folder}' or choose another folder"
+        )
+    return folder
 
 
 def user_folder(parent: Path, user: BuildUser, name: str) -> Path | None:

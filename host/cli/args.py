@@ -13,9 +13,9 @@ from memqual.host.core.clock import parse
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.nested import host_clock, host_vcpus, parse_host, parse_param
-from memqual.host.core.paths import check_output_dir
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose_for_clock, is_path
+from memqual.host.core.trust import check_output_dir
 from memqual.images.balloon_driver import check_kernel_build
 from memqual.images.packages import check_kernel_name
 from memqual.images.qemu import check_version_form
@@ -173,7 +173,7 @@ def directory(text: str) -> str:
 
 
 def _trusted_output(path: Path, text: str) -> None:
-    """The folder written into is no one else's (paths.check_output_dir)."""
+    """The folder written into is no one else's (trust.check_output_dir)."""
     try:
         check_output_dir(path, "output folder")
     except BadInput as exc:

@@ -21,7 +21,8 @@ from memqual.host.cli.args import percent
 from memqual.host.cli.command import Command
 from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, check_output_dir
+from memqual.host.core.paths import REPO_ROOT
+from memqual.host.core.trust import check_output_dir
 from memqual.host.run import config as run_config
 from memqual.host.run import signals as run_signals
 from memqual.host.run.bisect import jobs

@@ -17,9 +17,10 @@ from memqual.host.cli.command import Command
 from memqual.host.core import clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
-from memqual.host.core.paths import REPO_ROOT, cache_dir, check_loaded, check_output_dir
+from memqual.host.core.paths import REPO_ROOT, cache_dir
 from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
+from memqual.host.core.trust import check_loaded, check_output_dir
 from memqual.host.run import job
 from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile

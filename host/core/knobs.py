@@ -25,8 +25,8 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.locks import FileLock
-from memqual.host.core.paths import UntrustedDirectory, check_ancestors, check_trusted_stat
 from memqual.host.core.polling import poll
+from memqual.host.core.trust import Untrusted, check_before_making, trusted_dir
 
 log = logging.getLogger(__name__)
 
@@ -262,14 +262,8 @@ class KnobState:
     def check_dir(self) -> None:
         """The state directory must be the running user's and writable by
         nobody else: root writes back to sysfs what its files say."""
-        try:
-            st = os.stat(self.state_dir)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise BadInput(f"state directory {self.state_dir}: {exc.strerror or exc}") from exc
-        check_trusted_stat(st, self.state_dir, "state directory")
-        check_ancestors(self.state_dir, "state directory")
+        if os.path.lexists(self.state_dir):
+            trusted_dir(self.state_dir, "state directory", create=False)
 
     def _unusable(self, exc: OSError) -> CapabilityMissing:
         return CapabilityMissing(
@@ -278,6 +272,8 @@ class KnobState:
         )
 
     def _prepare_dir(self) -> None:
+        if not os.path.lexists(self.state_dir):
+            check_before_making(self.state_dir, "state directory")
         try:
             self.state_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
@@ -293,7 +289,7 @@ class KnobState:
             return self._lock.try_take()
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise UntrustedDirectory(f"{self.lock_path} is a symlink: refused; remove it") from exc
+                raise Untrusted(f"{self.lock_path} is a symlink: refused; remove it") from exc
             raise self._unusable(exc) from exc
 
     def lock(self, timeout_s: float, poll_s: float = 0.05) -> None:
@@ -464,7 +460,7 @@ def restore_stale(state: KnobState, lock_timeout_s: float = 0.0) -> StaleRestore
         return None
     try:
         state.check_dir()
-    except UntrustedDirectory:
+    except Untrusted:
         if os.geteuid() != 0:
             # Another user's (root's) state: this user could not write the
             # knobs anyway, and every memqual command runs this at start.

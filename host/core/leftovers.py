@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memqual.host.core import settings
+from memqual.host.core import settings, trust
+from memqual.host.core.errors import BadInput
 from memqual.host.core.locks import FileLock, is_free
 
 log = logging.getLogger("memqual.leftovers")
@@ -213,6 +214,12 @@ def sweep_process_dirs() -> int:
     command's start (the cache's own leftovers are swept where the cache is
     next used: the image build, a download, the snapshot cap)."""
     socket_dir = settings.socket_dir()
+    try:
+        trust.work_dir(socket_dir, "socket folder")
+    except BadInput:
+        # Not ours to clean: another user could have swapped what we left
+        # there.  The command that needs it says so in one line.
+        socket_dir = "/tmp"
     places = {socket_dir, "/tmp"}
     removed = sum(sweep_tempdirs(p) for p in places)
     return removed + sum(sweep_aexpect(p) for p in {*places, os.environ.get("TMPDIR", "/tmp")})

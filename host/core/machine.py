@@ -29,7 +29,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 from memqual.host.core import clock, nested, probe, snapshot
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
 from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
-from memqual.host.core.paths import release_tempdir, short_tempdir
+from memqual.host.core.paths import open_nofollow, release_tempdir, short_tempdir
 from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
 from memqual.host.core.qemu import (
@@ -268,7 +268,8 @@ class Machine:
             )
             log.info("launch: %s", " ".join(self.command))
             stderr_path = self._sockdir / "qemu.stderr"
-            with open(stderr_path, "wb") as stderr:
+            # never through a link: the folder is fresh and ours, but root writes here
+            with os.fdopen(open_nofollow(stderr_path), "wb") as stderr:
                 self._proc = subprocess.Popen(
                     self.command,
                     stdin=subprocess.DEVNULL,

@@ -2,10 +2,8 @@
 temporary directories for UNIX sockets (Avocado's work dirs exceed the
 108-byte AF_UNIX limit).
 
-A directory memqual trusts (``trusted_dir``) must be the running user's and
-writable by nobody else, and so must every directory above it up to / (a
-root-owned sticky /tmp excepted), each entry looked at itself (lstat).  Why
-and how: docs/architecture.md, "Trusted directories".
+Each folder is checked where it is handed out, by host/core/trust.py: the
+cache with ``trusted_dir``, the sockets' folder with ``work_dir``.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from memqual.host.core import leftovers, settings
+from memqual.host.core import leftovers, settings, trust
 from memqual.host.core.errors import BadInput
 
 # The checkout's top directory; in an installed wheel, site-packages/memqual.
@@ -37,223 +35,15 @@ def shipped(name: str) -> Path:
     return found.resolve()
 
 
-class UntrustedDirectory(BadInput):
-    """A cache or state directory another user owns or may write."""
-
-
-def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -> Path:
-    """``path`` as a directory only the running user controls.
-
-    Created with ``mode`` when missing (and ``create``), but only once the
-    folder it is made in, and every one above, has passed: root makes
-    nothing inside another user's folder.  Refused with one line when it is
-    not a directory, belongs to another user, or is writable by its group or
-    others.  A symlink is followed (a cache on another disk is common) when
-    the link itself is root's or ours, and its target must pass the same
-    check."""
-    path = Path(path)
-    if create and not os.path.lexists(path):
-        existing = nearest_existing(path)
-        problem = weak_spot(existing, trusted_owners(), itself=False)
-        if problem is not None:
-            raise UntrustedDirectory(
-                f"{what} {path} would be made under {problem}, where another user could swap it: "
-                "use a directory whose every parent is root's or yours and writable by nobody else"
-            )
-        try:
-            path.mkdir(mode=mode, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise BadInput(f"{what} {path}: cannot create it ({exc.strerror or exc}); point it elsewhere") from exc
-    try:
-        link = os.lstat(path)
-        st = os.stat(path)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
-    if stat.S_ISLNK(link.st_mode) and link.st_uid not in trusted_owners():
-        raise UntrustedDirectory(
-            f"{what} {path} is a link of uid {link.st_uid}, who could point it elsewhere: use a directory of your own"
-        )
-    check_trusted_stat(st, path, what)
-    check_ancestors(path, what)
-    return path
-
-
-def nearest_existing(path: Path) -> Path:
-    """``path`` or the nearest folder above it that exists (as a name:
-    a dangling link counts as existing)."""
-    absolute = Path(os.path.abspath(path))
-    while not os.path.lexists(absolute) and absolute != absolute.parent:
-        absolute = absolute.parent
-    return absolute
-
-
-def trusted_owners() -> frozenset[int]:
-    """Who may own a directory above a trusted one: root and the running user."""
-    return frozenset({0, os.geteuid()})
-
-
-def weak_spot(path: Path, owners: frozenset[int], *, itself: bool = True) -> str | None:
-    """Why ``path`` could be changed by someone outside ``owners``, or None.
-
-    Checked: ``path`` and every directory above it up to /, both along the
-    path as given and along each of its prefixes resolved (a symlink on
-    the way leads the check through its target's parents too).  Each must
-    belong to one of ``owners`` and be writable by neither group nor
-    others, and a symlink on the way must itself belong to one of
-    ``owners`` (its maker could remove it and point a new one elsewhere);
-    a root-owned sticky directory (/tmp) passes as a parent (see the
-    module's docstring), and as ``path`` itself when not ``itself``, unless
-    a group other than root's may write it."""
-    absolute = Path(os.path.abspath(path))
-    own = {absolute, Path(os.path.realpath(absolute))} if itself else set()
-    seen: set[Path] = set()
-    for prefix in (absolute, *absolute.parents):
-        real = Path(os.path.realpath(prefix))
-        for place in (prefix, real, *real.parents):
-            if place in seen:
-                continue
-            seen.add(place)
-            try:
-                link = os.lstat(place)
-                st = os.stat(place)
-            except OSError as exc:
-                return f"{place} cannot be checked ({exc.strerror or exc})"
-            if stat.S_ISLNK(link.st_mode) and link.st_uid not in owners:
-                return f"{place} is a link of uid {link.st_uid}"
-            if st.st_uid not in owners:
-                return f"{place} belongs to uid {st.st_uid}"
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not (place not in own and shared_sticky(st)):
-                return f"{place} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-    return None
-
-
-def shared_sticky(st: os.stat_result) -> bool:
-    """A folder like /tmp: root's, sticky (only an entry's owner may rename
-    or remove it), and writable by no group but root's.  The kernel's
-    fs.protected_symlinks covers only world-writable sticky folders, so a
-    group-writable one is no safer than any other folder its group may
-    write."""
-    return (
-        stat.S_ISDIR(st.st_mode)
-        and bool(st.st_mode & stat.S_ISVTX)
-        and st.st_uid == 0
-        and (not st.st_mode & stat.S_IWGRP or st.st_gid == 0)
-    )
-
-
-def user_owners() -> frozenset[int]:
-    """Who may own a program, a test or a kernel tree root runs or loads:
-    root, the running user and the user who ran memqual through sudo
-    (whoever sets SUDO_UID for a root process could run anything as root
-    already)."""
-    owners = {0, os.geteuid(), os.getuid()}
-    sudo_uid = os.environ.get("SUDO_UID", "")
-    if sudo_uid.isdigit():
-        owners.add(int(sudo_uid))
-    return frozenset(owners)
-
-
-def tree_weak_spot(tree: Path, owners: frozenset[int]) -> str | None:
-    """Why some entry below ``tree`` could be changed by a user outside
-    ``owners``, or None.  Walked without following links (lstat); a link
-    that leads out of the trees walked so far has its target checked with
-    ``weak_spot`` (its parents up to /), and a folder it names is walked
-    too; a dangling one counts by the folder its target would be made in.
-    About 0.1 s per 20,000 entries here."""
-    roots: list[Path] = [Path(os.path.realpath(tree))]
-    pending: list[Path] = [roots[0]]
-
-    def inside(target: str) -> bool:
-        return any(target == str(r) or target.startswith(f"{r}/") for r in roots)
-
-    while pending:
-        folder = pending.pop()
-        try:
-            entries = list(os.scandir(folder))
-        except OSError as exc:
-            return f"{folder} cannot be read ({exc.strerror or exc})"
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError as exc:
-                return f"{entry.path} cannot be checked ({exc.strerror or exc})"
-            if st.st_uid not in owners:
-                return f"{entry.path} belongs to uid {st.st_uid}"
-            if stat.S_ISLNK(st.st_mode):
-                target = os.path.realpath(entry.path)
-                if inside(target):
-                    continue
-                exists = os.path.exists(target)
-                spot = weak_spot(Path(target) if exists else nearest_existing(Path(target)), owners)
-                if spot is not None:
-                    return f"{entry.path} leads to {target}, and {spot}"
-                if exists and os.path.isdir(target):
-                    roots.append(Path(target))
-                    pending.append(Path(target))
-                continue
-            if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-                return f"{entry.path} is writable by others (mode {stat.S_IMODE(st.st_mode):o})"
-            if stat.S_ISDIR(st.st_mode):
-                pending.append(Path(entry.path))
-    return None
-
-
-def check_loaded(path: Path, what: str) -> None:
-    """Refuse (one line) a program memqual runs or a test file it loads,
-    when a user other than ``user_owners`` could change it: the file (or
-    folder), every folder above it up to /, and everything in its folder
-    (a test imports its neighbours; a build runs with the files beside
-    it), walked as ``tree_weak_spot`` does."""
-    owners = user_owners()
-    path = Path(os.path.abspath(path))
-    folder = path if path.is_dir() else path.parent
-    problem = weak_spot(path, owners) or tree_weak_spot(folder, owners)
-    if problem is not None:
-        raise UntrustedDirectory(
-            f"{what} {path}: {problem}, so another user could change what memqual runs as uid {os.geteuid()} "
-            f"(uids trusted: {', '.join(map(str, sorted(owners)))}): use files only you or root can write"
-        )
-
-
-def check_ancestors(path: Path, what: str) -> None:
-    """Refuse ``path`` (one line) when a directory above it could be
-    renamed or replaced by a user other than root or the running user."""
-    absolute = Path(os.path.abspath(path))
-    problem = None
-    for place in (absolute, Path(os.path.realpath(absolute))):  # a symlinked cache: its target's parents too
-        problem = problem or weak_spot(place.parent, trusted_owners(), itself=False)
-    if problem is not None:
-        raise UntrustedDirectory(
-            f"{what} {path} lies under {problem}, where another user could swap it: "
-            "use a directory whose every parent is root's or yours and writable by nobody else"
-        )
-
-
-def check_trusted_stat(st: os.stat_result, path: Path, what: str) -> None:
-    if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedDirectory(f"{what} {path} is not a directory: point it at a directory of your own")
-    euid = os.geteuid()
-    if st.st_uid != euid:
-        raise UntrustedDirectory(
-            f"{what} {path} belongs to uid {st.st_uid}, not to you (uid {euid}): "
-            f"use a directory of your own (chown it, or choose another)"
-        )
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UntrustedDirectory(
-            f"{what} {path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
-            f"run 'chmod go-w {path}' or choose another directory"
-        )
-
-
 def cache_dir() -> Path:
     """The user's cache directory for memqual (``$MEMQUAL_CACHE`` overrides),
-    created private (0700) and checked with ``trusted_dir``."""
+    created private (0700) and checked with ``trust.trusted_dir``."""
     override = settings.cache()
     if override:
         base = override
     else:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "memqual"
-    return trusted_dir(base, "cache directory")
+    return trust.trusted_dir(base, f"cache directory (${settings.CACHE})" if override else "cache directory")
 
 
 def short_tempdir(prefix: str = "mq") -> Path:
@@ -262,8 +52,10 @@ def short_tempdir(prefix: str = "mq") -> Path:
     under 108 bytes).  Not $TMPDIR, which runners set to long paths.
 
     It is held live (host/core/leftovers.py) until ``release_tempdir``; those
-    of killed runs are removed here first."""
-    parent = settings.socket_dir()
+    of killed runs are removed here first.  The folder is checked first
+    (``trust.work_dir``): root writes sockets, logs and QEMU's output in
+    what it makes there."""
+    parent = trust.work_dir(settings.socket_dir(), f"socket folder (${settings.SOCKET_DIR})")
     leftovers.sweep_tempdirs(parent)
     return leftovers.live_tempdir(prefix, parent)
 
@@ -271,38 +63,6 @@ def short_tempdir(prefix: str = "mq") -> Path:
 def release_tempdir(directory: Path) -> None:
     """Remove a ``short_tempdir`` when done with it."""
     leftovers.release_tempdir(directory)
-
-
-def check_output_dir(path: Path, what: str) -> None:
-    """Refuse to write below ``path`` (an output folder, or the folder of
-    an output file) when someone else could change what is there: memqual
-    runs as root, and a folder another user may write, or may rename or
-    replace (any folder above it, or a link on the way), lets them plant a
-    link where root's next file goes.  When ``path`` does not exist yet,
-    the folder it will be made in is checked instead (memqual makes the
-    rest).  That folder and every folder above it up to / (as given and
-    resolved, links on the way included) must belong to the running user
-    or root and be writable by nobody else, as ``weak_spot`` checks; a
-    root-owned sticky folder (/tmp) passes as a parent only.  Raises
-    UntrustedDirectory (one line) otherwise."""
-    path = Path(path)
-    nearest = nearest_existing(path)
-    where = (
-        f"{what} {path}" if nearest == Path(os.path.abspath(path)) else f"{what} {path}: {nearest}, where it is made,"
-    )
-    try:
-        st = os.stat(nearest)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
-    if not stat.S_ISDIR(st.st_mode):
-        raise UntrustedDirectory(f"{where} is not a directory")
-    euid = os.geteuid()
-    problem = weak_spot(nearest, trusted_owners())
-    if problem is not None:
-        raise UntrustedDirectory(
-            f"{where} is not safe from other users: {problem} (uid {euid} and root are trusted): "
-            "write into a folder of your own, whose every parent is root's or yours and writable by nobody else"
-        )
 
 
 def open_nofollow(path: Path, *, append: bool = False, mode: int = 0o644) -> int:

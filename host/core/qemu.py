@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 from memqual.host.core import settings
 from memqual.host.core.clock import DEFAULT_BOOT_SEED, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
 from memqual.host.core.clock import parse as parse_clock
-from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.errors import BadInput
 
 MACHINE_TYPES = ("microvm", "pc", "q35")
 # The port the monitor of a host under test's guest listens on inside L1,
@@ -80,16 +78,12 @@ ENV_QEMU = settings.QEMU
 
 def qemu_binary() -> str:
     """The QEMU binary: ``$MEMQUAL_QEMU`` if set, else qemu-system-x86_64 on
-    PATH.  Not cached, so a changed environment takes effect at once."""
-    override = settings.qemu()
-    if override:
-        if not (os.path.isfile(override) and os.access(override, os.X_OK)):
-            raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
-        return override
-    path = shutil.which("qemu-system-x86_64")
-    if path is None:
-        raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
-    return path
+    PATH, checked before anyone runs it (``qemu_binary.binary``).  Not
+    cached, so a changed environment takes effect at once."""
+    # lazy: as in command_line, images/'s archive QEMU stays out of memqual's start
+    from memqual.host.core.qemu_binary import binary
+
+    return str(binary())
 
 
 def qemu_version(binary: str | None = None) -> str:

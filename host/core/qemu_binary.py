@@ -16,9 +16,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from memqual.host.core import clock, settings
+from memqual.host.core import clock, settings, trust
 from memqual.host.core.errors import BadInput, CapabilityMissing
-from memqual.host.core.paths import check_loaded
 from memqual.images import qemu as archive
 
 ENV_QEMU = settings.QEMU
@@ -105,20 +104,28 @@ def describe(binary: Path, system: bool = False) -> QemuChoice:
     return dataclasses.replace(choice, version=version_of(choice.binary, {**os.environ, **module_env}))
 
 
-def current() -> QemuChoice:
-    """The QEMU this process runs: ``$MEMQUAL_QEMU`` or the system's."""
+def binary() -> Path:
+    """The QEMU binary this process runs: ``$MEMQUAL_QEMU`` if set, else
+    qemu-system-x86_64 on PATH.  The one place either is read, and checked
+    there (``trust.program``: the file and its folders up to /; for a QEMU
+    given by path, also what lies beside it, which a build loads), so
+    nothing runs an unchecked QEMU as root: boot, doctor, the balloon's
+    measure, the probes and the hosts' probe all come through here."""
     override = settings.qemu()
     if override:
-        path = Path(override)
-        if not (path.is_file() and os.access(path, os.X_OK)):
-            raise BadInput(f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64")
-        if archive.owning(path) is None:  # an archive QEMU lives in the checked cache
-            check_loaded(path, ENV_QEMU)
-        return describe(path)
+        missing = f"{ENV_QEMU}={override} is not an executable file: point it at qemu-system-x86_64"
+        return trust.program(override, ENV_QEMU, missing)
     found = shutil.which(archive.BINARY)
     if found is None:
         raise CapabilityMissing("qemu-system-x86_64 not found: run ./setup (installs qemu-system-x86)")
-    return describe(Path(found), system=True)
+    return trust.program(
+        found, archive.BINARY, f"{found} is not an executable file: reinstall qemu-system-x86", beside=False
+    )
+
+
+def current() -> QemuChoice:
+    """The QEMU this process runs (``binary``), described."""
+    return describe(binary(), system=settings.qemu() is None)
 
 
 def is_path(spec: str) -> bool:
@@ -130,15 +137,9 @@ def resolve(spec: str, cache: Path) -> QemuChoice:
     the archive (once), a path must be a QEMU that runs."""
     if is_path(spec):
         path = Path(spec).expanduser()
-        try:
-            usable = path.is_file() and os.access(path, os.X_OK)
-        except OSError:  # a name too long, a loop of links
-            usable = False
-        if not usable:
-            raise BadInput(f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64")
         # Run as root: a binary another user could replace is theirs to run.
-        check_loaded(path, "--qemu")
-        return describe(path.resolve())
+        missing = f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64"
+        return describe(trust.program(path, "--qemu", missing).resolve())
     unpacked = archive.fetch(spec, cache)
     return describe(unpacked.binary)
 

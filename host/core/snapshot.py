@@ -27,9 +27,10 @@ from memqual.host.core import leftovers, qemu, settings
 from memqual.host.core.clock import Clock
 from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.locks import file_lock
-from memqual.host.core.paths import cache_dir, trusted_dir
+from memqual.host.core.paths import cache_dir
 from memqual.host.core.polling import poll
 from memqual.host.core.ssh import HostKeyMismatch
+from memqual.host.core.trust import trusted_dir
 
 
 class Launchable(Protocol):

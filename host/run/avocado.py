@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.core import settings
+from memqual.host.core import settings, trust
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, check_loaded, open_nofollow, write_private_atomic
+from memqual.host.core.paths import REPO_ROOT, open_nofollow, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.run import jobevents
 from memqual.host.run.blocks import AB_ONCE_PER_ARM_TAGS, ONCE_PER_ARM_TAGS
@@ -47,11 +47,9 @@ def avocado_executable() -> list[str]:
     ``$MEMQUAL_AVOCADO``."""
     override = settings.avocado()
     if override:
-        path = Path(override)
-        if not path.is_file():
-            raise BadInput(f"MEMQUAL_AVOCADO={override}: no such file")
-        check_loaded(path, settings.AVOCADO)  # run as root: nobody else's to change
-        return [str(path)]
+        # run as root: nobody else's to change
+        missing = f"{settings.AVOCADO}={override}: no such file, or not executable: point it at an avocado"
+        return [str(trust.program(override, settings.AVOCADO, missing))]
     beside = Path(sys.executable).parent / "avocado"
     if beside.is_file():
         return [str(beside)]

@@ -20,7 +20,8 @@ from other_user import needs_root, nobody_uid
 
 from memqual.host.cli import main as cli
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
+from memqual.host.core.paths import REPO_ROOT, cache_dir
+from memqual.host.core.trust import Untrusted, trusted_dir
 from memqual.host.ksm.state import HostState, StaleRestore, restore_stale
 from memqual.host.ksm.sysfs import Sysfs
 
@@ -61,7 +62,7 @@ def test_a_cache_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: p
     cache.mkdir(mode=0o755)
     os.chown(cache, nobody_uid(), -1)
     monkeypatch.setenv("MEMQUAL_CACHE", str(cache))
-    with pytest.raises(UntrustedDirectory, match=r"belongs to uid \d+, not to you"):
+    with pytest.raises(Untrusted, match=r"belongs to uid \d+, not to you"):
         cache_dir()
 
 
@@ -70,7 +71,7 @@ def test_a_cache_others_may_write_is_refused(tmp_path: Path, monkeypatch: pytest
     cache.mkdir()
     os.chmod(cache, 0o777)
     monkeypatch.setenv("MEMQUAL_CACHE", str(cache))
-    with pytest.raises(UntrustedDirectory, match="writable by others .*chmod go-w"):
+    with pytest.raises(Untrusted, match="writable by others .*chmod go-w"):
         cache_dir()
 
 
@@ -81,7 +82,7 @@ def test_xdg_cache_home_and_home_are_checked_too(tmp_path: Path, monkeypatch: py
     (xdg / "memqual").mkdir(parents=True)
     os.chown(xdg / "memqual", nobody_uid(), -1)
     monkeypatch.setenv("XDG_CACHE_HOME", str(xdg))
-    with pytest.raises(UntrustedDirectory):
+    with pytest.raises(Untrusted):
         cache_dir()
     monkeypatch.delenv("XDG_CACHE_HOME")
     home = tmp_path / "home"
@@ -118,7 +119,7 @@ def test_a_symlinked_cache_is_checked_at_its_target(tmp_path: Path) -> None:
     target.mkdir()
     os.chmod(target, 0o777)
     (tmp_path / "link").symlink_to(target)
-    with pytest.raises(UntrustedDirectory):
+    with pytest.raises(Untrusted):
         trusted_dir(tmp_path / "link", "cache directory")
 
 
@@ -150,7 +151,7 @@ def test_a_state_dir_owned_by_another_user_is_refused(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     _leave_state(tree)
     os.chown(tree["state"], nobody_uid(), -1)
-    with pytest.raises(UntrustedDirectory, match="state directory .* belongs to uid"):
+    with pytest.raises(Untrusted, match="state directory .* belongs to uid"):
         _restore(tree)
     assert (tree["ksm"] / "pages_to_scan").read_text() == "4321\n"
 

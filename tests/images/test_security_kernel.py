@@ -14,7 +14,8 @@ import pytest
 from other_user import needs_root, nobody_uid
 
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import REPO_ROOT, UntrustedDirectory, cache_dir, trusted_dir
+from memqual.host.core.paths import REPO_ROOT, cache_dir
+from memqual.host.core.trust import Untrusted, trusted_dir
 from memqual.host.ksm.state import HostState
 from memqual.images import balloon_driver as bdrv
 from memqual.images import modules
@@ -219,7 +220,7 @@ def test_a_cache_under_a_folder_another_user_owns_is_refused(tmp_path: Path, mon
     dev.mkdir()
     os.chown(dev, nobody_uid(), -1)
     monkeypatch.setenv("MEMQUAL_CACHE", str(dev / "cache"))
-    with pytest.raises(UntrustedDirectory, match=f"under {dev} belongs to uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"under {dev} belongs to uid {nobody_uid()}"):
         cache_dir()
 
 
@@ -229,7 +230,7 @@ def test_a_cache_under_a_folder_others_may_write_is_refused(tmp_path: Path, monk
     (shared / "cache").mkdir(mode=0o700)
     os.chmod(shared, 0o777)  # no sticky bit: anyone may rename cache/
     monkeypatch.setenv("MEMQUAL_CACHE", str(shared / "cache"))
-    with pytest.raises(UntrustedDirectory, match="is writable by others"):
+    with pytest.raises(Untrusted, match="is writable by others"):
         cache_dir()
 
 
@@ -239,7 +240,7 @@ def test_a_symlinked_cache_is_checked_along_its_targets_parents(tmp_path: Path) 
     (dev / "cache").mkdir(parents=True, mode=0o700)
     os.chown(dev, nobody_uid(), -1)
     (tmp_path / "link").symlink_to(dev / "cache")
-    with pytest.raises(UntrustedDirectory, match=f"{dev} belongs to uid"):
+    with pytest.raises(Untrusted, match=f"{dev} belongs to uid"):
         trusted_dir(tmp_path / "link", "cache directory")
 
 
@@ -255,7 +256,7 @@ def test_a_sticky_folder_others_may_write_is_no_cache_itself(tmp_path: Path) -> 
     sticky = tmp_path / "sticky"
     sticky.mkdir()
     os.chmod(sticky, 0o1777)
-    with pytest.raises(UntrustedDirectory, match="writable by others"):
+    with pytest.raises(Untrusted, match="writable by others"):
         trusted_dir(sticky, "cache directory")
 
 
@@ -264,5 +265,5 @@ def test_a_state_dir_under_a_folder_another_user_owns_is_refused(tmp_path: Path)
     dev = tmp_path / "dev"
     (dev / "state").mkdir(parents=True)
     os.chown(dev, nobody_uid(), -1)
-    with pytest.raises(UntrustedDirectory, match=f"state directory .* lies under {dev} belongs to uid"):
+    with pytest.raises(Untrusted, match=f"state directory .* lies under {dev} belongs to uid"):
         HostState(dev / "state", tmp_path / "ksm", tmp_path / "thp").check_dir()

@@ -19,7 +19,7 @@ from rich.console import Console
 
 from memqual.host.core import paths
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import UntrustedDirectory, check_output_dir, trusted_dir
+from memqual.host.core.trust import Untrusted, check_output_dir, trusted_dir
 from memqual.images import balloon_driver as bdrv
 
 VICTIM_TEXT = "root's file, not to be overwritten\n"
@@ -121,7 +121,7 @@ def test_a_qemu_of_another_user_given_by_path_is_refused_before_it_runs(tmp_path
     ran.unlink()
     qemu_binary._version_of.cache_clear()
     os.chown(qemu, nobody_uid(), -1)
-    with pytest.raises(UntrustedDirectory, match=f"--qemu {qemu}: {qemu} belongs to uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"--qemu {qemu}: {qemu} belongs to uid {nobody_uid()}"):
         qemu_binary.resolve(str(qemu), tmp_path / "cache")
     assert not ran.exists()  # never run
 
@@ -132,10 +132,10 @@ def test_a_qemu_in_a_folder_others_may_write_is_refused(tmp_path: Path, monkeypa
     qemu = _program(tmp_path / "build")
     (tmp_path / "build" / "pc-bios").mkdir()
     os.chmod(tmp_path / "build" / "pc-bios", 0o777)  # beside the binary: what it loads
-    with pytest.raises(UntrustedDirectory, match="pc-bios is writable by others"):
+    with pytest.raises(Untrusted, match="pc-bios is writable by others"):
         qemu_binary.resolve(str(qemu), tmp_path / "cache")
     monkeypatch.setenv(settings.QEMU, str(qemu))
-    with pytest.raises(UntrustedDirectory, match="pc-bios is writable by others"):
+    with pytest.raises(Untrusted, match="pc-bios is writable by others"):
         qemu_binary.current()
 
 
@@ -153,7 +153,7 @@ def test_tests_others_may_write_are_refused_before_avocado_imports_them(tmp_path
     args = parser.parse_args(["run", "--output", str(tmp_path / "out"), "--tests", str(given)])
     assert run_command.config_from_args(args).tests == given
     os.chmod(tests / "base.py", 0o666)
-    with pytest.raises(UntrustedDirectory, match=r"--tests .*base.py is writable by others"):
+    with pytest.raises(Untrusted, match=r"--tests .*base.py is writable by others"):
         run_command.config_from_args(args)
 
 
@@ -163,7 +163,7 @@ def test_nothing_is_made_under_another_users_folder(tmp_path: Path) -> None:
     bob = tmp_path / "bobown"
     bob.mkdir()
     os.chown(bob, nobody_uid(), -1)
-    with pytest.raises(UntrustedDirectory, match=f"would be made under {bob} belongs to uid"):
+    with pytest.raises(Untrusted, match=f"would be made under {bob} belongs to uid"):
         trusted_dir(bob / "sub" / "cache", "cache directory")
     assert list(bob.iterdir()) == []  # nothing created, then refused
 
@@ -179,7 +179,7 @@ def test_another_users_link_in_a_sticky_folder_is_refused(tmp_path: Path) -> Non
     link.symlink_to(mine)
     assert trusted_dir(link, "cache directory") == link  # our own link: followed, its target checked
     os.lchown(link, nobody_uid(), -1)  # its owner could remove it and point a new one elsewhere
-    with pytest.raises(UntrustedDirectory, match=f"is a link of uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"is a link of uid {nobody_uid()}"):
         trusted_dir(link, "cache directory")
 
 
@@ -192,7 +192,7 @@ def test_a_sticky_folder_a_group_may_write_counts_only_when_the_group_is_roots(t
     os.chown(sticky, 0, 0)
     assert trusted_dir(sticky / "cache", "cache directory") == sticky / "cache"
     os.chown(sticky, 0, nobody_uid())  # a group of others: protected_symlinks does not cover it
-    with pytest.raises(UntrustedDirectory, match=f"{sticky} is writable by others"):
+    with pytest.raises(Untrusted, match=f"{sticky} is writable by others"):
         trusted_dir(sticky / "cache", "cache directory")
 
 
@@ -206,7 +206,7 @@ def test_another_users_link_as_an_output_folder_is_refused(tmp_path: Path) -> No
     root_folder.mkdir(mode=0o700)
     (bob / "out").symlink_to(root_folder)
     os.lchown(bob / "out", nobody_uid(), -1)
-    with pytest.raises(UntrustedDirectory, match=f"{bob / 'out'} is a link of uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"{bob / 'out'} is a link of uid {nobody_uid()}"):
         check_output_dir(bob / "out", "--html")
 
 
@@ -216,9 +216,9 @@ def test_an_output_folder_inside_another_users_folder_is_refused(tmp_path: Path)
     (lab / "run").mkdir(parents=True)
     os.chmod(lab / "run", 0o755)
     os.chown(lab, nobody_uid(), -1)  # nobody may rename run/ and put their own in its place
-    with pytest.raises(UntrustedDirectory, match=f"{lab} belongs to uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"{lab} belongs to uid {nobody_uid()}"):
         check_output_dir(lab / "run", "output folder")
-    with pytest.raises(UntrustedDirectory, match=f"{lab} belongs to uid {nobody_uid()}"):
+    with pytest.raises(Untrusted, match=f"{lab} belongs to uid {nobody_uid()}"):
         check_output_dir(lab / "run" / "new" / "deeper", "output folder")
 
 
@@ -226,7 +226,7 @@ def test_an_output_folder_under_a_folder_others_may_write_is_refused(tmp_path: P
     shared = tmp_path / "shared"
     (shared / "run").mkdir(parents=True)
     os.chmod(shared, 0o777)
-    with pytest.raises(UntrustedDirectory, match=f"{shared} is writable by others"):
+    with pytest.raises(Untrusted, match=f"{shared} is writable by others"):
         check_output_dir(shared / "run", "output folder")
 
 
@@ -313,5 +313,5 @@ def test_an_avocado_others_may_write_is_refused_before_it_runs(tmp_path: Path, m
     monkeypatch.setenv(settings.AVOCADO, str(fake))
     assert avocado.avocado_executable() == [str(fake)]
     os.chmod(fake, 0o757)
-    with pytest.raises(UntrustedDirectory, match="MEMQUAL_AVOCADO .* is writable by others"):
+    with pytest.raises(Untrusted, match="MEMQUAL_AVOCADO .* is writable by others"):
         avocado.avocado_executable()

@@ -11,6 +11,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import trust
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT
 
@@ -173,4 +174,5 @@ def _file(table: dict[str, Any], key: str, where: str, base: Path, default: Path
         raise BadInput(f"{where}: {key} {path}: give a path without spaces or shell characters")
     if not path.is_file():
         raise BadInput(f"{where}: {key} {path}: no such file")
-    return path.resolve()
+    # ssh proves who is who with these: nobody else's to change
+    return trust.private_file(path, f"{where}: {key}")

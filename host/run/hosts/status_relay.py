@@ -24,11 +24,24 @@ from typing import Any, cast
 
 from memqual.host.core.errors import Timeout
 from memqual.host.core.polling import poll
+from memqual.host.run.hosts.config import MAX_SLOTS
 
 log = logging.getLogger("memqual.status_relay")
 
-# Avocado's own limit for one status message (run.status_server_buffer_size).
-MAX_LINE = 2**25
+# What the relay holds for one lab host, whatever that host sends.  A
+# message is one log record, one chunk of output or one change of state
+# (avocado/core/utils/messages.py), so one longer than MAX_LINE is refused:
+# Avocado's own server takes up to 32 MiB a connection
+# (run.status_server_buffer_size), and eight connections of one host took
+# 263 MiB.  A task holds one connection and a host runs at most MAX_SLOTS
+# tasks; the few more allow for a client that reconnects before its broken
+# connection is seen closed here.  The unfinished messages of all of a
+# host's connections share HOST_BUFFER: a host costs at most that (plus one
+# read) however it connects.
+MAX_LINE = 2**22
+MAX_CONNECTIONS = MAX_SLOTS + 8
+HOST_BUFFER = 2**24
+READ_SIZE = 1 << 16
 UPSTREAM_CONNECT_S = 30.0  # the status server is up before the first task starts
 CLOSE_WAIT_S = 10.0
 
@@ -68,6 +81,8 @@ class _Link:
     downstream: socket.socket
     upstream: socket.socket | None = None
     buffer: bytearray = dataclasses.field(default_factory=bytearray)
+    open: bool = True
+    counted: int = 0  # the bytes of ``buffer`` its host's share counts
 
 
 class StatusRelay:
@@ -85,6 +100,8 @@ class StatusRelay:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._listeners: list[socket.socket] = []
+        self._connections: dict[str, int] = {}  # per host: its connections open now
+        self._buffered: dict[str, int] = {}  # per host: the bytes of its partial messages held
 
     def start(self) -> None:
         for host, path in self.sockets.items():
@@ -144,13 +161,18 @@ class StatusRelay:
             conn, _ = listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        if self._connections.get(host, 0) >= MAX_CONNECTIONS:
+            self._refuse(host, f"more than {MAX_CONNECTIONS} connections at once")
+            conn.close()
+            return
         conn.setblocking(False)
+        self._connections[host] = self._connections.get(host, 0) + 1
         link = _Link(host, conn)
         self._selector.register(conn, selectors.EVENT_READ, ("conn", link))
 
     def _read(self, link: _Link) -> None:
         try:
-            chunk = link.downstream.recv(1 << 16)
+            chunk = link.downstream.recv(READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -158,13 +180,22 @@ class StatusRelay:
         if not chunk:
             self._drop(link)
             return
+        start = len(link.buffer)  # only the new bytes can hold a newline not yet seen
         link.buffer += chunk
-        while (end := link.buffer.find(b"\n")) >= 0:
+        while (end := link.buffer.find(b"\n", start)) >= 0:
             line = bytes(link.buffer[: end + 1])
             del link.buffer[: end + 1]
-            self._pass_on(link, line)
+            start = 0
+            self._pass_on(link, line)  # may drop the link, emptying its buffer
+        if not link.open:
+            return
+        self._buffered[link.host] = self._buffered.get(link.host, 0) + len(link.buffer) - link.counted
+        link.counted = len(link.buffer)
         if len(link.buffer) > MAX_LINE:
             self._refuse(link.host, f"a message longer than {MAX_LINE} bytes")
+            self._drop(link)
+        elif self._buffered[link.host] > HOST_BUFFER:
+            self._refuse(link.host, f"more than {HOST_BUFFER} bytes of unfinished messages")
             self._drop(link)
 
     def _pass_on(self, link: _Link, line: bytes) -> None:
@@ -199,12 +230,23 @@ class StatusRelay:
             log.warning("status relay of lab host %s: dropped a message: %s", host, why)
 
     def _drop(self, link: _Link) -> None:
+        if link.open:
+            link.open = False
+            self._connections[link.host] -= 1
+            self._buffered[link.host] = self._buffered.get(link.host, 0) - link.counted
+            link.counted = 0
+            link.buffer.clear()
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(link.downstream)
         link.downstream.close()
         if link.upstream is not None:
             link.upstream.close()
             link.upstream = None
+
+    def holding(self, host: str) -> tuple[int, int]:
+        """``host``'s connections open now, and the bytes of its unfinished
+        messages the relay holds (at most HOST_BUFFER, plus one read)."""
+        return self._connections.get(host, 0), self._buffered.get(host, 0)
 
     def refusals(self) -> dict[str, Any]:
         """Per host: how many messages were dropped, and the first reason."""
