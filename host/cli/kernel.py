@@ -168,7 +168,9 @@ def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
     (and a second source's differences) touch, with the negative controls;
     everything when --all-scenarios asks for it; --only's tags alone when
     given (host/run/patch_scope.py)."""
-    files: list[str] = []
+    # every file any patch may touch (images/patch_files.py), each once;
+    # a dict: a list's "not in" made a patch of many files quadratic
+    files: dict[str, None] = {}
     if len(args.kernel_source) == 2:
         between = source_diff_files(args.kernel_source[0], args.kernel_source[1])
         if between is None:
@@ -177,14 +179,14 @@ def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
                 (),
                 "two sources whose differences are not listed (two revisions of one repository are)",
             )
-        files += between
+        files.update(dict.fromkeys(between))
     for path in args.patch:
-        files += [f for f in read_patch(path).files if f not in files]
+        files.update(dict.fromkeys(read_patch(path).files))
     if args.only:
         return patch_scope.PatchScope(patch_scope.ONLY, tuple(files), f"--only {' '.join(args.only)} given")
     if args.all_scenarios:
         return patch_scope.PatchScope(patch_scope.EVERYTHING, tuple(files), "--all-scenarios given")
-    return patch_scope.scope_of(files, scenario.table(), job_profile(args.profile, 2))
+    return patch_scope.scope_of(tuple(files), scenario.table(), job_profile(args.profile, 2))
 
 
 def tests_prefix(tests: Path) -> str:
@@ -243,8 +245,8 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
     args.guest_modules = [str(built.a.modules), str(built.b.modules)]
     (output / "patch").mkdir(parents=True, exist_ok=True)
-    for patch in built.patches:
-        write_private_atomic(output / "patch" / patch.path.name, patch.data, 0o644)
+    for patch, name in zip(built.patches, built.text_names(), strict=True):
+        write_private_atomic(output / "patch" / name, patch.data, 0o644)
     record = {**built.to_json(), "scope": scope.to_json()}
     write_private_atomic(output / "patch.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
     for label, kernel in (("A", built.a), ("B", built.b)):
