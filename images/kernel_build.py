@@ -29,6 +29,7 @@ from typing import TypeVar
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
+from memqual.host.core.printable import one_line, printable
 from memqual.images import tree_copy, unprivileged
 from memqual.images.built_kernels import BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
@@ -147,7 +148,7 @@ def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progre
     if status != 0:
         import sys
 
-        print("\n".join(tail), file=sys.stderr)
+        print(printable("\n".join(tail)), file=sys.stderr)  # the tree's text: a patch chose it
         where = next((m.group(1) for e in errors if (m := re.match(r"([^\s:]+):\d+(?::\d+)?: .*error", e))), "")
         first = errors[0].strip() if errors else (tail[-1] if tail else "make failed")
         raise BadInput(f"the kernel build failed{' in ' + where if where else ''}: {first[:200]}")
@@ -280,6 +281,17 @@ def _remember_steps(cache: Path, incremental: bool, steps: int) -> None:
     write_private_atomic(record, json.dumps(known).encode(), 0o644)
 
 
+def _escaped(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with each control character shown as an escape: what a
+    build says holds make's file names and a patch's, whoever prints it
+    (kernel build, run --patch, a bisect's builds, a test's log)."""
+
+    def shown(text: str) -> None:
+        say(one_line(text))
+
+    return shown
+
+
 def build(
     source_spec: str,
     patch_paths: Sequence[str | os.PathLike[str]] = (),
@@ -292,6 +304,7 @@ def build(
     """The kernel of ``source_spec`` with ``patch_paths`` applied in order
     and the config fragments on top of memqual's, built once and cached."""
     started = time.monotonic()
+    say = _escaped(say)
     cache = cache_dir()
     patches = [read_patch(p) for p in patch_paths]
     fragments = [(str(GUEST_CONFIG), GUEST_CONFIG.read_bytes()), *(read_fragment(p) for p in config_paths)]

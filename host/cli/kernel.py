@@ -17,6 +17,7 @@ from memqual.host.cli.run import config_from_args, output_directory
 from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run import patch_scope
 from memqual.host.run.config import job_profile
@@ -56,7 +57,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """A build's progress line: make's file names and failure text are the
+    tree's, a step's name the patch's file name."""
+    print(one_line(text), file=sys.stderr, flush=True)
+
+
+def _show(text: str) -> None:
+    """One line of what was built: a patch's subject and file names, a
+    source's label, .config values, a build's paths come from input memqual
+    does not trust, so each control character is shown as an escape."""
+    print(one_line(text))
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -76,14 +86,14 @@ def _build(args: argparse.Namespace) -> int:
         if kernel.cached
         else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
     )
-    print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
+    _show(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for line in step_lines(kernel):
-        print(line)
+        _show(line)
     for patch in kernel.patches:
-        print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+        _show(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
-        print(f"  config not kept: {line}")
-    print(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
+        _show(f"  config not kept: {line}")
+    _show(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
     return 0
 
 
@@ -96,7 +106,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     for kernel in kernels:
         patches = ", ".join(p.subject for p in kernel.patches) or "no patch"
-        print(f"{kernel.name}  {kernel.source}  {patches}")
+        _show(f"{kernel.name}  {kernel.source}  {patches}")
     return 0
 
 
@@ -226,7 +236,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
         )
     )
     scope = patch_scope_of(args)
-    print(scope.line())
+    _show(scope.line())
     if scope.kind == "nothing":
         return 0  # before any build: no guest kernel can differ
     # a scope names tests below the tests' folder (--tests naming one file: no scope)
@@ -235,7 +245,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     if left_out:
         # said before the builds: the run's verdicts would rest on the
         # interleaving of A and B alone
-        print(
+        _show(
             f"--only {' '.join(args.only)} leaves out every negative control ({', '.join(left_out)}): "
             "nothing will check that the host held still" + (f"; add --only {tag} to keep them" if tag else "")
         )
@@ -251,13 +261,13 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     write_private_atomic(output / "patch.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
-        print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+        _show(f"{label}: {kernel.name} ({kernel.source}; {state})")
         for line in step_lines(kernel) if not kernel.cached else []:
-            print(line)
+            _show(line)
     for patch in built.patches:
-        print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
-    print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
-    print(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
+        _show(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    _show(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    _show(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
     return inner(args)
 
 

@@ -665,6 +665,26 @@ def test_build_failure_names_the_file_and_leaves_nothing(
 
 
 @needs_drop
+def test_build_failure_text_reaches_the_terminal_escaped(
+    tmp_path: Path,
+    memqual_cache: Path,
+    build_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from one_line_errors import assert_one_line_error, in_process
+
+    tree = fake_tree(tmp_path, hostile="\t@printf 'init/main.c:1:5: error: \\033]0;owned\\007\\n' >&2; exit 1\n")
+    result = in_process(["kernel", "build", str(tree)], {}, monkeypatch, capsys)
+    assert result["status"] == 2 and "\x1b" not in result["stderr"] and "\x07" not in result["stderr"]
+    # the compiler's last lines on stderr, then memqual's one line
+    assert "error: \\x1b]0;owned\\x07" in result["stderr"]
+    assert_one_line_error(
+        {**result, "stderr": result["stderr"].splitlines()[-1]}, "the kernel build failed in init/main.c"
+    )
+
+
+@needs_drop
 def test_hostile_makefile_cannot_write_outside_or_run_as_root(
     tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path
 ) -> None:
@@ -843,6 +863,65 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["scope"]["kind"] == "everything" and "init/main.c" in record["scope"]["reason"]
     assert given.test_scope is None
     assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
+
+
+# A patch's Subject and file name, and make's progress, with escape
+# sequences: a window title (OSC), a colour and a screen clear (CSI).
+ESC_SUBJECT = "init: \x1b]0;owned\x07return 1\x1b[2J"
+RED_FILE = "init/\x1b[31mred.c"
+
+
+@needs_drop
+def test_what_a_patch_and_a_build_say_reaches_the_terminal_escaped(
+    tmp_path: Path,
+    memqual_cache: Path,
+    build_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """run --patch, kernel build, kernel list and the comparison page's
+    card: the Subject, the file names, make's progress show no control
+    character; and two patches of one base name keep a text each in
+    OUTPUT/patch/, each record naming its own."""
+    from one_line_errors import in_process
+
+    from memqual.host.cli.kernel import run_with_patch
+    from memqual.host.report.compare_report import patch_section
+
+    tree = fake_tree(tmp_path, hostile="\t@printf '  CC      init/\\033[31mred.o\\n'\n")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first, second = tmp_path / "one/0001-init.patch", tmp_path / "two/0001-init.patch"
+    first.write_text(
+        f"Subject: [PATCH] {ESC_SUBJECT}\n---\n--- /dev/null\n+++ b/{RED_FILE}\n@@ -0,0 +1 @@\n+int red;\n"
+    )
+    second.write_text(
+        "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
+        "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
+    )
+    patches = ["--patch", str(first), "--patch", str(second)]
+    args = _run_args(["run", *patches, "--kernel-source", str(tree), "--output", str(tmp_path / "out")])
+    assert run_with_patch(args, lambda given: 0) == 0
+    said = capsys.readouterr()
+    record = __import__("json").loads((tmp_path / "out/patch.json").read_text())
+    texts = [tmp_path / "out" / p["text"] for p in record["patches"]]
+    assert [t.read_bytes() for t in texts] == [first.read_bytes(), second.read_bytes()]
+    assert record["patches"][0]["subject"] == ESC_SUBJECT and record["patches"][0]["files"] == [RED_FILE]
+    card = patch_section(record)
+    assert card is not None
+    shown = [
+        said.out + said.err,
+        "\n".join([card.a_kernel, card.b_kernel, card.scope, *(f"{p.subject} {p.files}" for p in card.patches)]),
+    ]
+    for command in (["kernel", "build", str(tree), *patches], ["kernel", "list"]):
+        result = in_process(command, {}, monkeypatch, capsys)
+        assert result["status"] == 0, result
+        shown.append(result["stdout"] + result["stderr"])
+    for text in shown:
+        assert "\x1b" not in text and "\x07" not in text
+        assert "\\x1b]0;owned\\x07return 1\\x1b[2J" in text
+    assert "init/\\x1b[31mred.o" in said.err  # make's progress line
+    assert "\\x1b[31mred.c" in said.out  # the file name, in the patch's line and the scope's
 
 
 def test_run_patch_checks_the_run_options_before_building(
