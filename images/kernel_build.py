@@ -374,13 +374,15 @@ def _build(
     # so a copy of the base elsewhere would relink objtool and recompile
     # every object after it.
     folder = unprivileged.fresh_folder(parent, user, f"work-{base_key}")
-    if patches:
-        # a patch is input root must not trust: its build's steps see the
-        # build parent read-only (ccache's folder, every other build's)
+    if patches or len(fragments) > 1:
+        # a patch, and a --config fragment (its string values reach make
+        # and the shell as they are, kernel_config.FRAGMENT_VALUE), is input
+        # root must not trust: its build's steps see the build parent
+        # read-only (ccache's folder, every other build's)
         if unprivileged.can_confine():
             user = unprivileged.confined(user, parent, folder)
         else:
-            say("  no mount namespace here: this patched build can write into ccache's folder")
+            say("  no mount namespace here: this build can write into ccache's folder")
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
     incremental = False
     if patches:

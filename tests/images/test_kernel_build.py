@@ -111,6 +111,44 @@ def test_user_fragment_is_checked(tmp_path: Path) -> None:
         kernel_config.read_fragment(bad)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"$(shell touch /tmp/x)"',  # make runs it where kbuild expands the symbol (auto.conf)
+        "$(shell touch /tmp/x)",
+        '"${shell touch /tmp/x}"',
+        '"`touch /tmp/x`"',
+        '"x; touch /tmp/x"',  # a recipe's shell: CONFIG_INITRAMFS_SOURCE is a word of gen_initramfs.sh's
+        '"x | sh"',
+        '"x && sh"',
+        '"x > /tmp/x"',
+        '"a\\" b"',
+        "y # $(shell id)",
+        "'x'",
+    ],
+)
+def test_fragment_values_make_or_the_shell_would_run_are_refused(
+    tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kernel build --config and run --kernel-config read fragments here
+    before anything is fetched or built: one line, exit 2."""
+    from one_line_errors import assert_one_line_error, in_process
+
+    fragment = tmp_path / "f.config"
+    fragment.write_text(f"CONFIG_A=y\nCONFIG_INITRAMFS_SOURCE={value}\n")
+    with pytest.raises(BadInput, match=r"f.config:2: .*give y, m, n, a number or a quoted string"):
+        kernel_config.read_fragment(fragment)
+    result = in_process(["kernel", "build", str(tmp_path), "--config", str(fragment)], {}, monkeypatch, capsys)
+    assert_one_line_error(result, "f.config:2")
+
+
+def test_fragment_values_of_every_kind_memqual_uses_are_kept(tmp_path: Path) -> None:
+    fragment = tmp_path / "f.config"
+    values = ['"-memqual"', '"console=ttyS0,115200 root=/dev/vda"', '""', "y", "m", "n", "1024", "-1", "0x1000", ""]
+    fragment.write_text("".join(f"CONFIG_V{n}={v}\n" for n, v in enumerate(values)) + kb.GUEST_CONFIG.read_text())
+    assert kernel_config.read_fragment(fragment)[1] == fragment.read_bytes()
+
+
 def test_guest_config_asks_what_the_image_and_scenarios_need() -> None:
     wants = kernel_config.fragment_wants(kb.GUEST_CONFIG.read_text())
     for module in ("VIRTIO_BALLOON", "VIRTIO_NET", "VIRTIO_PCI", "VIRTIO_MMIO", "VIRTIO_MEM"):
@@ -524,6 +562,24 @@ def test_without_confinement_the_patched_build_writes_beside_its_folder(
     kb.build(str(tree), [_makefile_patch(tree, "beside.patch", HOSTILE_BESIDE)], jobs=1, say=said.append)
     assert (other / "pwned").exists() and (cache / "pwned").exists()
     assert any("no mount namespace here" in line for line in said)
+
+
+@needs_drop
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_a_build_with_a_config_fragment_is_confined(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """A --config fragment's values reach make and the shell: its build,
+    patched or not, writes into no other build's folder and not into
+    ccache's (what make runs for it stands in for the tree's Makefile here);
+    the same tree without a fragment does, which the check needs to mean
+    anything."""
+    tree = fake_tree(tmp_path, hostile=HOSTILE_BESIDE)
+    other, cache = _other_builds(build_env)
+    fragment = tmp_path / "f.config"
+    fragment.write_text('CONFIG_LOCALVERSION="-mine"\n')
+    assert kb.build(str(tree), [], [fragment], jobs=1, say=lambda _: None).bzimage.is_file()
+    assert not (other / "pwned").exists() and not (cache / "pwned").exists()
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert (other / "pwned").exists() and (cache / "pwned").exists()
 
 
 @needs_drop
