@@ -82,9 +82,9 @@ def patch_files(text: str) -> tuple[str, ...]:
         after_hunk = False
         if line.startswith(("--- ", "+++ ", "*** ", "Index:")):
             plain = PLAIN_HEADER.fullmatch(line)
-            name = plain.group(1) if plain else _header_name(line, number)
-            if name is not None:
-                named.append(name)
+            header_name = plain.group(1) if plain else _header_name(line, number)
+            if header_name is not None:
+                named.append(header_name)
         elif line.startswith("diff --git "):
             # named at once: the diff may have no hunk, and GNU patch
             # still renames, copies or changes the mode
