@@ -31,9 +31,18 @@ class PatchArms:
     # by path): a patch to one driver should change its module alone
     built_diff: tuple[str, ...] = ()
 
+    def text_names(self) -> tuple[str, ...]:
+        """Each patch's text's name in OUTPUT/patch/, in the order applied:
+        numbered, so two patches of one base name (one/0001-x.patch,
+        two/0001-x.patch) each keep their own text."""
+        return tuple(f"{number}-{p.path.name}" for number, p in enumerate(self.patches, 1))
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "patches": [dataclasses.asdict(p.record()) | {"text": f"patch/{p.path.name}"} for p in self.patches],
+            "patches": [
+                dataclasses.asdict(p.record()) | {"text": f"patch/{name}"}
+                for p, name in zip(self.patches, self.text_names(), strict=True)
+            ],
             "a": self.a.to_json(),
             "b": self.b.to_json(),
             "config_diff": list(self.config_diff),

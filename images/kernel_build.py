@@ -29,6 +29,7 @@ from typing import TypeVar
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
+from memqual.host.core.printable import one_line, printable
 from memqual.images import tree_copy, unprivileged
 from memqual.images.build_uids import own_uid
 from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
@@ -149,7 +150,7 @@ def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progre
     if status != 0:
         import sys
 
-        print("\n".join(tail), file=sys.stderr)
+        print(printable("\n".join(tail)), file=sys.stderr)  # the tree's text: a patch chose it
         where = next((m.group(1) for e in errors if (m := re.match(r"([^\s:]+):\d+(?::\d+)?: .*error", e))), "")
         first = errors[0].strip() if errors else (tail[-1] if tail else "make failed")
         raise BadInput(f"the kernel build failed{' in ' + where if where else ''}: {first[:200]}")
@@ -307,6 +308,17 @@ def _remember_steps(cache: Path, incremental: bool, steps: int) -> None:
     write_private_atomic(record, json.dumps(known).encode(), 0o644)
 
 
+def _escaped(say: Callable[[str], None]) -> Callable[[str], None]:
+    """``say`` with each control character shown as an escape: what a
+    build says holds make's file names and a patch's, whoever prints it
+    (kernel build, run --patch, a bisect's builds, a test's log)."""
+
+    def shown(text: str) -> None:
+        say(one_line(text))
+
+    return shown
+
+
 def build(
     source_spec: str,
     patch_paths: Sequence[str | os.PathLike[str]] = (),
@@ -319,6 +331,7 @@ def build(
     """The kernel of ``source_spec`` with ``patch_paths`` applied in order
     and the config fragments on top of memqual's, built once and cached."""
     started = time.monotonic()
+    say = _escaped(say)
     cache = cache_dir()
     patches = [read_patch(p) for p in patch_paths]
     fragments = [(str(GUEST_CONFIG), GUEST_CONFIG.read_bytes()), *(read_fragment(p) for p in config_paths)]
@@ -364,11 +377,12 @@ def _build(
     started: float,
     install: bool = True,
 ) -> BuiltKernel:
-    """One build in its base's build folder; a patched one, where the host
-    gives it namespaces (``can_confine``), confined and as a uid of its own
-    for as long as it runs (images/build_uids.py)."""
+    """One build in its base's build folder; a patched one, or one with a
+    --config fragment, where the host gives it namespaces
+    (``can_confine``), confined and as a uid of its own for as long as it
+    runs (images/build_uids.py)."""
     args = (source, patches, fragments, compiler, key, cache, jobs, say, started, install)
-    if patches and unprivileged.can_confine():
+    if (patches or len(fragments) > 1) and unprivileged.can_confine():
         with own_uid() as uid:
             return _build_as(uid, *args)
     return _build_as(None, *args)
@@ -412,12 +426,14 @@ def _build_as(
     # every object after it.
     name = f"work-{base_key}"
     if uid is not None:
-        # a patch is input root must not trust: its build's steps see the
-        # build parent read-only (ccache's folder, every other build's) and
-        # run as a uid no other process has
+        # a patch, and a --config fragment (its string values reach make
+        # and the shell as they are, kernel_config.FRAGMENT_VALUE), is input
+        # root must not trust: its build's steps see the build parent
+        # read-only (ccache's folder, every other build's) and run as a uid
+        # no other process has
         user = unprivileged.confined(user, parent, parent / name, uid)
-    elif patches:
-        say("  no mount namespace here: this patched build can write into ccache's folder")
+    elif patches or len(fragments) > 1:
+        say("  no mount namespace here: this build can write into ccache's folder")
     folder = unprivileged.fresh_folder(parent, user, name)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
     incremental = False

@@ -13,6 +13,15 @@ from memqual.host.core.errors import BadInput
 from memqual.images import unprivileged
 from memqual.images.kernel_env import run_ok
 
+# What a fragment's value may be: a tristate, a number, or a quoted string
+# of letters, digits, spaces and ._,:/=+@%- .  kconfig writes a string
+# value into include/config/auto.conf as it is (unquoted since Linux 5.17),
+# make includes that file, and kbuild expands CONFIG_ variables in make
+# ("$(shell ...)", "${...}" run there) and in recipes, where the shell
+# reads ; | & ` < > ( ) ' \ and quotes: an unpatched build, which runs
+# unconfined, would run them.
+FRAGMENT_VALUE = re.compile(r'[ymn]|-?[0-9]+|0[xX][0-9a-fA-F]+|"[A-Za-z0-9 ._,:/=+@%-]*"|')
+
 
 def read_fragment(path: str | os.PathLike[str]) -> tuple[str, bytes]:
     file = Path(path)
@@ -21,8 +30,16 @@ def read_fragment(path: str | os.PathLike[str]) -> tuple[str, bytes]:
     data = file.read_bytes()
     for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
         stripped = line.strip()
-        if stripped and not stripped.startswith("#") and not re.fullmatch(r"CONFIG_[A-Za-z0-9_]+=.*", stripped):
+        if not stripped or stripped.startswith("#"):
+            continue
+        setting = re.fullmatch(r"CONFIG_[A-Za-z0-9_]+=(.*)", stripped)
+        if setting is None:
             raise BadInput(f"--config {file}:{number}: {stripped[:60]!r} is not CONFIG_NAME=value or a comment")
+        if not FRAGMENT_VALUE.fullmatch(setting.group(1)):
+            raise BadInput(
+                f"--config {file}:{number}: {stripped[:60]!r}: give y, m, n, a number or a quoted string of letters, "
+                "digits, spaces and ._,:/=+@%- (make and the shell would read $, `, ;, quotes and the like in it)"
+            )
     return str(file.resolve()), data
 
 

@@ -1,5 +1,5 @@
 """The patches of a kernel build: ``read_patch`` (its subject, the files it
-touches, its hash), ``apply_patch`` as the build user with a failure named
+touches as images/patch_files.py reads them, its hash), ``apply_patch`` as the build user with a failure named
 by file and hunk, and which patches can change the config."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from memqual.host.core.errors import BadInput
 from memqual.images import unprivileged
 from memqual.images.built_kernels import PatchRecord
 from memqual.images.kernel_env import STEP_TIMEOUT_S
+from memqual.images.patch_files import Unreadable, patch_files
 
 PATCH_LIMIT = 64 << 20
 # What a patch may touch that changes the config the fragments give:
@@ -43,16 +45,37 @@ def read_patch(path: str | os.PathLike[str]) -> Patch:
     file = Path(path)
     if not file.is_file():
         raise BadInput(f"--patch {file}: no such file: give a patch (git format-patch or diff -u output)")
-    data = file.read_bytes()
-    if len(data) > PATCH_LIMIT:
-        raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
+    data = _read_bounded(file)
     text = data.decode(errors="replace")
-    files = patch_files(text)
+    try:
+        files = patch_files(text)
+    except Unreadable as exc:
+        raise BadInput(f"--patch {file}: {exc}: memqual cannot tell which files it changes") from None
     if not files:
         raise BadInput(
             f"--patch {file}: no unified diff in it (no ---/+++ lines): give git format-patch or diff -u output"
         )
     return Patch(file.resolve(), data, _sha256(data), patch_subject(text, file.name), files)
+
+
+def _read_bounded(file: Path) -> bytes:
+    """The file's bytes, its size checked on the open descriptor before
+    any is read (a sparse file of gigabytes is one line, not MemoryError)."""
+    try:
+        # O_NONBLOCK: a FIFO put in its place opens at once and is refused
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise BadInput(f"--patch {file}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as opened:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInput(f"--patch {file}: not a regular file: give a patch file")
+        if info.st_size > PATCH_LIMIT:
+            raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
+        data = opened.read(PATCH_LIMIT + 1)  # it may grow after the fstat
+    if len(data) > PATCH_LIMIT:
+        raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
+    return data
 
 
 def patch_subject(text: str, fallback: str) -> str:
@@ -71,22 +94,6 @@ def patch_subject(text: str, fallback: str) -> str:
             break
     first = next((line.strip() for line in lines if line.strip()), "")
     return first if first and not first.startswith(("diff ", "--- ")) else fallback
-
-
-def patch_files(text: str) -> tuple[str, ...]:
-    """The files a unified diff touches (its b/ side; a deleted file by its a/ side)."""
-    files: list[str] = []
-    old = ""
-    for line in text.splitlines():
-        if line.startswith("--- "):
-            old = line[4:].split("\t")[0].strip()
-        elif line.startswith("+++ "):
-            new = line[4:].split("\t")[0].strip()
-            name = old if new == "/dev/null" else new
-            name = name.split("/", 1)[1] if "/" in name else name
-            if name not in files:
-                files.append(name)
-    return tuple(files)
 
 
 def config_touched(patches: Sequence[Patch]) -> list[str]:

@@ -17,6 +17,7 @@ from memqual.host.cli.run import config_from_args, output_directory
 from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run import patch_scope
 from memqual.host.run.config import job_profile
@@ -56,7 +57,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    """A build's progress line: make's file names and failure text are the
+    tree's, a step's name the patch's file name."""
+    print(one_line(text), file=sys.stderr, flush=True)
+
+
+def _show(text: str) -> None:
+    """One line of what was built: a patch's subject and file names, a
+    source's label, .config values, a build's paths come from input memqual
+    does not trust, so each control character is shown as an escape."""
+    print(one_line(text))
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -76,14 +86,14 @@ def _build(args: argparse.Namespace) -> int:
         if kernel.cached
         else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
     )
-    print(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
+    _show(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for line in step_lines(kernel):
-        print(line)
+        _show(line)
     for patch in kernel.patches:
-        print(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+        _show(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
-        print(f"  config not kept: {line}")
-    print(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
+        _show(f"  config not kept: {line}")
+    _show(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
     return 0
 
 
@@ -96,7 +106,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     for kernel in kernels:
         patches = ", ".join(p.subject for p in kernel.patches) or "no patch"
-        print(f"{kernel.name}  {kernel.source}  {patches}")
+        _show(f"{kernel.name}  {kernel.source}  {patches}")
     return 0
 
 
@@ -168,7 +178,9 @@ def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
     (and a second source's differences) touch, with the negative controls;
     everything when --all-scenarios asks for it; --only's tags alone when
     given (host/run/patch_scope.py)."""
-    files: list[str] = []
+    # every file any patch may touch (images/patch_files.py), each once;
+    # a dict: a list's "not in" made a patch of many files quadratic
+    files: dict[str, None] = {}
     if len(args.kernel_source) == 2:
         between = source_diff_files(args.kernel_source[0], args.kernel_source[1])
         if between is None:
@@ -177,14 +189,14 @@ def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
                 (),
                 "two sources whose differences are not listed (two revisions of one repository are)",
             )
-        files += between
+        files.update(dict.fromkeys(between))
     for path in args.patch:
-        files += [f for f in read_patch(path).files if f not in files]
+        files.update(dict.fromkeys(read_patch(path).files))
     if args.only:
         return patch_scope.PatchScope(patch_scope.ONLY, tuple(files), f"--only {' '.join(args.only)} given")
     if args.all_scenarios:
         return patch_scope.PatchScope(patch_scope.EVERYTHING, tuple(files), "--all-scenarios given")
-    return patch_scope.scope_of(files, scenario.table(), job_profile(args.profile, 2))
+    return patch_scope.scope_of(tuple(files), scenario.table(), job_profile(args.profile, 2))
 
 
 def tests_prefix(tests: Path) -> str:
@@ -224,7 +236,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
         )
     )
     scope = patch_scope_of(args)
-    print(scope.line())
+    _show(scope.line())
     if scope.kind == "nothing":
         return 0  # before any build: no guest kernel can differ
     # a scope names tests below the tests' folder (--tests naming one file: no scope)
@@ -233,7 +245,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     if left_out:
         # said before the builds: the run's verdicts would rest on the
         # interleaving of A and B alone
-        print(
+        _show(
             f"--only {' '.join(args.only)} leaves out every negative control ({', '.join(left_out)}): "
             "nothing will check that the host held still" + (f"; add --only {tag} to keep them" if tag else "")
         )
@@ -243,19 +255,19 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
     args.guest_modules = [str(built.a.modules), str(built.b.modules)]
     (output / "patch").mkdir(parents=True, exist_ok=True)
-    for patch in built.patches:
-        write_private_atomic(output / "patch" / patch.path.name, patch.data, 0o644)
+    for patch, name in zip(built.patches, built.text_names(), strict=True):
+        write_private_atomic(output / "patch" / name, patch.data, 0o644)
     record = {**built.to_json(), "scope": scope.to_json()}
     write_private_atomic(output / "patch.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
-        print(f"{label}: {kernel.name} ({kernel.source}; {state})")
+        _show(f"{label}: {kernel.name} ({kernel.source}; {state})")
         for line in step_lines(kernel) if not kernel.cached else []:
-            print(line)
+            _show(line)
     for patch in built.patches:
-        print(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
-    print(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
-    print(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
+        _show(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    _show(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
+    _show(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
     return inner(args)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.judge import control_power, decisions
 from memqual.host.judge.comparison import (
     CONTROL,
@@ -187,19 +188,23 @@ class PatchSection:
 
 
 def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
-    """What OUTPUT/patch.json says of the two kernels and the patches."""
+    """What OUTPUT/patch.json says of the two kernels and the patches, each
+    text shown with its control characters as escapes (a patch's subject
+    and file names, a source's label and .config values are the patch's)."""
     if not record:
         return None
     return PatchSection(
-        a_kernel=f"{record['a']['name']} ({record['a']['source']})",
-        b_kernel=f"{record['b']['name']} ({record['b']['source']})",
+        a_kernel=one_line(f"{record['a']['name']} ({record['a']['source']})"),
+        b_kernel=one_line(f"{record['b']['name']} ({record['b']['source']})"),
         patches=tuple(
-            PatchLine(str(p["subject"]), ", ".join(map(str, p["files"])), str(p["sha256"]), str(p["text"]))
+            PatchLine(
+                one_line(p["subject"]), one_line(", ".join(map(str, p["files"]))), one_line(p["sha256"]), str(p["text"])
+            )
             for p in record.get("patches", ())
         ),
-        config_diff=tuple(map(str, record.get("config_diff", ()))),
-        built_diff=tuple(map(str, record.get("built_diff", ()))),
-        scope=str((record.get("scope") or {}).get("line", "")),
+        config_diff=tuple(map(one_line, record.get("config_diff", ()))),
+        built_diff=tuple(map(one_line, record.get("built_diff", ()))),
+        scope=one_line((record.get("scope") or {}).get("line", "")),
     )
 
 
@@ -384,8 +389,8 @@ def comparison_page(
     )
     reason, colour = _exit(table, power)
     return ComparisonPage(
-        a_name=a_name,
-        b_name=b_name,
+        a_name=one_line(a_name),  # run --patch names B by its patches' subjects
+        b_name=one_line(b_name),
         threshold=f"{result.threshold:.0%}",
         alpha=f"{result.alpha:g}",
         primaries=families["primary"],

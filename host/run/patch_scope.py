@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memqual.host.core.profiles import AB, FULL
-from memqual.host.core.scenario import Scenario, kernel_path_matches
+from memqual.host.core.scenario import Scenario, kernel_paths_pattern
 from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run.config import TestScope
 
@@ -113,7 +113,7 @@ def runs_in(row: Scenario[Any], profile: str) -> bool:
 
 
 def not_built(path: str) -> bool:
-    return not CONFIG_INPUTS.search(path) and any(kernel_path_matches(p, path) for p in NOT_BUILT)
+    return not CONFIG_INPUTS.search(path) and kernel_paths_pattern(NOT_BUILT).fullmatch(path) is not None
 
 
 def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str = AB) -> PatchScope:
@@ -128,7 +128,8 @@ def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str =
     built = [f for f in files if not not_built(f)]
     if not built:
         return PatchScope(NOTHING, files, f"{', '.join(files)}: no guest kernel builds any of it")
-    unnamed = [f for f in built if not any(row.exercises(f) for row in rows)]
+    named = kernel_paths_pattern(tuple(p for row in rows for p in row.kernel_paths))  # any row's, in one match
+    unnamed = [f for f in built if named.fullmatch(f) is None]
     if unnamed:
         more = f" (and {len(unnamed) - 1} more)" if len(unnamed) > 1 else ""
         return PatchScope(EVERYTHING, files, f"{unnamed[0]}{more} is in no scenario's kernel_paths")

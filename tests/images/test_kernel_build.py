@@ -112,6 +112,44 @@ def test_user_fragment_is_checked(tmp_path: Path) -> None:
         kernel_config.read_fragment(bad)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"$(shell touch /tmp/x)"',  # make runs it where kbuild expands the symbol (auto.conf)
+        "$(shell touch /tmp/x)",
+        '"${shell touch /tmp/x}"',
+        '"`touch /tmp/x`"',
+        '"x; touch /tmp/x"',  # a recipe's shell: CONFIG_INITRAMFS_SOURCE is a word of gen_initramfs.sh's
+        '"x | sh"',
+        '"x && sh"',
+        '"x > /tmp/x"',
+        '"a\\" b"',
+        "y # $(shell id)",
+        "'x'",
+    ],
+)
+def test_fragment_values_make_or_the_shell_would_run_are_refused(
+    tmp_path: Path, value: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kernel build --config and run --kernel-config read fragments here
+    before anything is fetched or built: one line, exit 2."""
+    from one_line_errors import assert_one_line_error, in_process
+
+    fragment = tmp_path / "f.config"
+    fragment.write_text(f"CONFIG_A=y\nCONFIG_INITRAMFS_SOURCE={value}\n")
+    with pytest.raises(BadInput, match=r"f.config:2: .*give y, m, n, a number or a quoted string"):
+        kernel_config.read_fragment(fragment)
+    result = in_process(["kernel", "build", str(tmp_path), "--config", str(fragment)], {}, monkeypatch, capsys)
+    assert_one_line_error(result, "f.config:2")
+
+
+def test_fragment_values_of_every_kind_memqual_uses_are_kept(tmp_path: Path) -> None:
+    fragment = tmp_path / "f.config"
+    values = ['"-memqual"', '"console=ttyS0,115200 root=/dev/vda"', '""', "y", "m", "n", "1024", "-1", "0x1000", ""]
+    fragment.write_text("".join(f"CONFIG_V{n}={v}\n" for n, v in enumerate(values)) + kb.GUEST_CONFIG.read_text())
+    assert kernel_config.read_fragment(fragment)[1] == fragment.read_bytes()
+
+
 def test_guest_config_asks_what_the_image_and_scenarios_need() -> None:
     wants = kernel_config.fragment_wants(kb.GUEST_CONFIG.read_text())
     for module in ("VIRTIO_BALLOON", "VIRTIO_NET", "VIRTIO_PCI", "VIRTIO_MMIO", "VIRTIO_MEM"):
@@ -533,6 +571,24 @@ def test_without_confinement_the_patched_build_writes_beside_its_folder(
 
 
 @needs_drop
+@pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
+def test_a_build_with_a_config_fragment_is_confined(tmp_path: Path, memqual_cache: Path, build_env: Path) -> None:
+    """A --config fragment's values reach make and the shell: its build,
+    patched or not, writes into no other build's folder and not into
+    ccache's (what make runs for it stands in for the tree's Makefile here);
+    the same tree without a fragment does, which the check needs to mean
+    anything."""
+    tree = fake_tree(tmp_path, hostile=HOSTILE_BESIDE)
+    other, cache = _other_builds(build_env)
+    fragment = tmp_path / "f.config"
+    fragment.write_text('CONFIG_LOCALVERSION="-mine"\n')
+    assert kb.build(str(tree), [], [fragment], jobs=1, say=lambda _: None).bzimage.is_file()
+    assert not (other / "pwned").exists() and not (cache / "pwned").exists()
+    kb.build(str(tree), jobs=1, say=lambda _: None)
+    assert (other / "pwned").exists() and (cache / "pwned").exists()
+
+
+@needs_drop
 @pytest.mark.skipif(shutil.which("ccache") is None or shutil.which("gcc") is None, reason="needs ccache and gcc")
 @pytest.mark.skipif(not unprivileged.can_confine(), reason="no mount namespace for a build step here")
 def test_confined_patched_build_compiles_without_ccache_and_adds_nothing(
@@ -672,6 +728,26 @@ def test_build_failure_names_the_file_and_leaves_nothing(
 
 
 @needs_drop
+def test_build_failure_text_reaches_the_terminal_escaped(
+    tmp_path: Path,
+    memqual_cache: Path,
+    build_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from one_line_errors import assert_one_line_error, in_process
+
+    tree = fake_tree(tmp_path, hostile="\t@printf 'init/main.c:1:5: error: \\033]0;owned\\007\\n' >&2; exit 1\n")
+    result = in_process(["kernel", "build", str(tree)], {}, monkeypatch, capsys)
+    assert result["status"] == 2 and "\x1b" not in result["stderr"] and "\x07" not in result["stderr"]
+    # the compiler's last lines on stderr, then memqual's one line
+    assert "error: \\x1b]0;owned\\x07" in result["stderr"]
+    assert_one_line_error(
+        {**result, "stderr": result["stderr"].splitlines()[-1]}, "the kernel build failed in init/main.c"
+    )
+
+
+@needs_drop
 def test_hostile_makefile_cannot_write_outside_or_run_as_root(
     tmp_path: Path, memqual_cache: Path, build_env: Path, probe_dir: Path
 ) -> None:
@@ -771,10 +847,11 @@ def test_patch_naming_a_path_outside_the_tree_is_refused(tmp_path: Path, memqual
     tree = fake_tree(tmp_path)
     patch = tmp_path / "escape.patch"
     patch.write_text("--- a/../../escape\n+++ b/../../escape\n@@ -0,0 +1 @@\n+x\n")
-    with pytest.raises(BadInput, match="escape.patch does not apply"):
+    # refused as it is read, before anything is fetched or built
+    with pytest.raises(BadInput, match=r"escape.patch: line 1: '../../escape' is not a name below the tree's top"):
         kb.build(str(tree), [patch], jobs=1, say=lambda _: None)
     assert not (build_env / "escape").exists() and not (build_env.parent / "escape").exists()
-    assert left_behind(memqual_cache, build_env) == []
+    assert not (memqual_cache / "kernels").exists() and list(build_env.glob("*")) == []
 
 
 @needs_drop
@@ -849,6 +926,65 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["scope"]["kind"] == "everything" and "init/main.c" in record["scope"]["reason"]
     assert given.test_scope is None
     assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
+
+
+# A patch's Subject and file name, and make's progress, with escape
+# sequences: a window title (OSC), a colour and a screen clear (CSI).
+ESC_SUBJECT = "init: \x1b]0;owned\x07return 1\x1b[2J"
+RED_FILE = "init/\x1b[31mred.c"
+
+
+@needs_drop
+def test_what_a_patch_and_a_build_say_reaches_the_terminal_escaped(
+    tmp_path: Path,
+    memqual_cache: Path,
+    build_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """run --patch, kernel build, kernel list and the comparison page's
+    card: the Subject, the file names, make's progress show no control
+    character; and two patches of one base name keep a text each in
+    OUTPUT/patch/, each record naming its own."""
+    from one_line_errors import in_process
+
+    from memqual.host.cli.kernel import run_with_patch
+    from memqual.host.report.compare_report import patch_section
+
+    tree = fake_tree(tmp_path, hostile="\t@printf '  CC      init/\\033[31mred.o\\n'\n")
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first, second = tmp_path / "one/0001-init.patch", tmp_path / "two/0001-init.patch"
+    first.write_text(
+        f"Subject: [PATCH] {ESC_SUBJECT}\n---\n--- /dev/null\n+++ b/{RED_FILE}\n@@ -0,0 +1 @@\n+int red;\n"
+    )
+    second.write_text(
+        "Subject: [PATCH] init: return 1\n---\n--- a/init/main.c\n+++ b/init/main.c\n@@ -1 +1 @@\n"
+        "-int main(void) { return 0; }\n+int main(void) { return 1; }\n"
+    )
+    patches = ["--patch", str(first), "--patch", str(second)]
+    args = _run_args(["run", *patches, "--kernel-source", str(tree), "--output", str(tmp_path / "out")])
+    assert run_with_patch(args, lambda given: 0) == 0
+    said = capsys.readouterr()
+    record = __import__("json").loads((tmp_path / "out/patch.json").read_text())
+    texts = [tmp_path / "out" / p["text"] for p in record["patches"]]
+    assert [t.read_bytes() for t in texts] == [first.read_bytes(), second.read_bytes()]
+    assert record["patches"][0]["subject"] == ESC_SUBJECT and record["patches"][0]["files"] == [RED_FILE]
+    card = patch_section(record)
+    assert card is not None
+    shown = [
+        said.out + said.err,
+        "\n".join([card.a_kernel, card.b_kernel, card.scope, *(f"{p.subject} {p.files}" for p in card.patches)]),
+    ]
+    for command in (["kernel", "build", str(tree), *patches], ["kernel", "list"]):
+        result = in_process(command, {}, monkeypatch, capsys)
+        assert result["status"] == 0, result
+        shown.append(result["stdout"] + result["stderr"])
+    for text in shown:
+        assert "\x1b" not in text and "\x07" not in text
+        assert "\\x1b]0;owned\\x07return 1\\x1b[2J" in text
+    assert "init/\\x1b[31mred.o" in said.err  # make's progress line
+    assert "\\x1b[31mred.c" in said.out  # the file name, in the patch's line and the scope's
 
 
 def test_run_patch_checks_the_run_options_before_building(
