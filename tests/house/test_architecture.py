@@ -183,7 +183,7 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "forbidden": ForbiddenContract,
 }
 # all of host/ that images/ may use
-CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "polling", "settings"})
+CORE_BASE = frozenset({"errors", "paths", "leftovers", "locks", "polling", "settings", "bounded"})
 
 
 def _declared_subjects() -> frozenset[str]:
