@@ -39,7 +39,6 @@ TAIL_MAX = 4 << 20
 # A decompressor's own working memory (liblzma's dictionary, zstd's
 # window): the kernel's compressors use 32 MiB (xz) to 128 MiB (zstd -22).
 DECODER_MEMORY_MAX = 1 << 28
-ZSTD_FEED = 256
 LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
 LZ4_LEGACY_BLOCK = 8 << 20  # `lz4 -l` frames: 8 MiB blocks at most
 
@@ -162,8 +161,9 @@ def _zstd(data: bytes, limit: int, what: str) -> bytes:
 
     # zstandard's decoder object gives all that a call's input unpacks to,
     # with no bound of its own (and its stream reader fails on the size
-    # word after the frame): it is fed ZSTD_FEED bytes a call, which a zstd
-    # block (at most 128 KiB out of at least 4 bytes in) keeps to 8 MiB out.
+    # word after the frame), and a zstd block unpacks to at most 128 KiB
+    # from at least 4 bytes: so it is fed room/2**18 bytes a call (32 to
+    # 4096), whose output is at most an eighth of what room is left.
     decoder = zstandard.ZstdDecompressor(max_window_size=DECODER_MEMORY_MAX).decompressobj(read_across_frames=False)
     out = bytearray()
     pos = 0
@@ -171,8 +171,9 @@ def _zstd(data: bytes, limit: int, what: str) -> bytes:
         while not decoder.eof:
             if pos >= len(data):
                 raise Damaged("the stream ends before its end")
-            out += decoder.decompress(data[pos : pos + ZSTD_FEED])
-            pos += ZSTD_FEED
+            feed = max(32, min(4096, (limit + 1 - len(out)) >> 18))
+            out += decoder.decompress(data[pos : pos + feed])
+            pos += feed
             if len(out) > limit:
                 raise _over(what, limit)
     except zstandard.ZstdError as exc:
@@ -196,9 +197,14 @@ def _lz4_legacy(data: bytes, limit: int, what: str) -> bytes:
         pos += 4
         if size == magic:
             continue  # a concatenated frame starts again
+        # a block unpacks into a buffer no larger than the room left: one
+        # that does not fit is either damaged or past the ceiling
+        room = limit + 1 - len(out)
         try:
-            out += lz4.block.decompress(data[pos : pos + size], uncompressed_size=LZ4_LEGACY_BLOCK)
+            out += lz4.block.decompress(data[pos : pos + size], uncompressed_size=min(LZ4_LEGACY_BLOCK, room))
         except lz4.block.LZ4BlockError as exc:
+            if room <= LZ4_LEGACY_BLOCK:
+                raise _over(what, limit) from None
             raise Damaged(f"lz4: {exc}") from exc
         if len(out) > limit:
             raise _over(what, limit)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from test_kernel_payload import _bzimage, _elf_with_pvh_note, _lz4_legacy
+from kernel_payloads import bzimage, elf_with_pvh_note, lz4_legacy
 
-from memqual.images import kernel
 from memqual.host.core.errors import BadInput
+from memqual.images import kernel
 
 CEILING = 256 << 10  # the test's: the real one is 256 MiB
 BOMB = 8 << 20  # what the payloads below unpack to
@@ -35,7 +35,7 @@ COMPRESS: dict[str, Callable[[bytes], bytes]] = {
         d, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": LZMA_DICT}]
     ),
     "zstd": lambda d: zstandard.ZstdCompressor(level=3).compress(d),
-    "lz4": _lz4_legacy,
+    "lz4": lz4_legacy,
 }
 
 
@@ -45,7 +45,7 @@ def test_a_decompression_bomb_stops_at_the_ceiling(tmp_path: Path, name: str, mo
     packed = COMPRESS[name](bytes(BOMB)) + struct.pack("<I", BOMB)
     assert len(packed) < BOMB // 100  # small in, large out
     path = tmp_path / "bzImage"
-    path.write_bytes(_bzimage(packed))
+    path.write_bytes(bzimage(packed))
     tracemalloc.start()
     try:
         with pytest.raises(BadInput, match=rf"\({name}\) unpacks to more than 0.25 MiB: refused") as caught:
@@ -63,15 +63,15 @@ def test_a_vmlinux_under_the_ceiling_still_comes_out(
     tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kernel, "VMLINUX_MAX", CEILING)
-    elf = _elf_with_pvh_note() + bytes(CEILING - 8192)
+    elf = elf_with_pvh_note() + bytes(CEILING - 8192)
     path = tmp_path / "bzImage"
-    path.write_bytes(_bzimage(COMPRESS[name](elf) + struct.pack("<I", len(elf))))
+    path.write_bytes(bzimage(COMPRESS[name](elf) + struct.pack("<I", len(elf))))
     assert kernel.extract_vmlinux(path) == elf
 
 
 def _note_elf(**bad: int) -> bytes:
     """The test ELF with one field of its program header or note changed."""
-    elf = bytearray(_elf_with_pvh_note())
+    elf = bytearray(elf_with_pvh_note())
     phoff = 64
     fields = {"e_phnum": (0x36 + 2, "<H"), "e_phoff": (0x20, "<Q"), "p_offset": (phoff + 8, "<Q")}
     fields |= {"p_filesz": (phoff + 32, "<Q"), "namesz": (64 + 56, "<I")}
@@ -101,7 +101,7 @@ def test_a_malformed_elf_note_is_one_line(bad: dict[str, int]) -> None:
 def test_a_malformed_elf_in_a_bzimage_is_one_line(tmp_path: Path) -> None:
     elf = _note_elf(p_filesz=1 << 40)
     path = tmp_path / "bzImage"
-    path.write_bytes(_bzimage(gzip.compress(elf) + struct.pack("<I", len(elf))))
+    path.write_bytes(bzimage(gzip.compress(elf) + struct.pack("<I", len(elf))))
     with pytest.raises(BadInput, match=r"bzImage: a malformed ELF vmlinux \(a note segment at 120"):
         kernel.extract_vmlinux(path)
 
