@@ -283,7 +283,7 @@ class Lines:
     cut: int = 0
 
     def feed(self, chunk: bytes) -> list[str]:
-        lines = []
+        lines: list[str] = []
         start = 0
         while True:
             end = chunk.find(b"\n", start)

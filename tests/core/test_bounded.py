@@ -56,9 +56,13 @@ def test_a_file_with_no_size_is_still_read_only_to_its_cap() -> None:
         bounded.read_file("/proc/self/maps", 16, "file", "fix it")
 
 
-def _child(code: str, **kwargs: object) -> subprocess.Popen[bytes]:
+def _child(code: str, stdin: int | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, **kwargs
+        [sys.executable, "-c", code],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
     )
 
 
