@@ -12,12 +12,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import cache_dir
 
 # A built kernel's name: <release>-<16 hex digits of the key> (no Debian
 # release ends so).
 BUILT_NAME = re.compile(r"[0-9]+\.[0-9]+[0-9A-Za-z.+~-]*-[0-9a-f]{16}")
+# A .config is 100 to 300 KiB; an allyesconfig's under 1 MiB.
+CONFIG_MAX = 4 << 20
 VARIANT = "virtio_balloon_mq.ko"  # the balloon driver variant beside the kernel (images/balloon_driver.py)
 
 
@@ -69,6 +72,18 @@ class BuiltKernel:
     @property
     def config(self) -> Path:
         return self.directory / "config"
+
+    def config_text(self) -> str:
+        """The kernel's .config, which its build (maybe a patch's) wrote:
+        read within bounds, and anything but UTF-8 text one BadInput line."""
+        remedy = f"build it again (memqual kernel build --force), or remove {self.directory}"
+        data = bounded.read_file(self.config, CONFIG_MAX, "kernel .config", remedy)
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadInput(
+                f"{self.config}: not UTF-8 text (byte {exc.start}), so no kernel .config: {remedy}"
+            ) from None
 
     @property
     def balloon_variant(self) -> Path | None:

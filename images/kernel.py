@@ -1,30 +1,35 @@
 """Kernel files: the release string of a bzImage and the uncompressed
-vmlinux inside it.
-
-Why extract: under TCG most of a cold boot is the XZ decompressor running
+vmlinux inside it.  Why extract: under TCG most of a cold boot is the XZ decompressor running
 emulated.  Debian's kernel has CONFIG_PVH=y, so the ELF vmlinux boots
 directly through its PVH entry (``-kernel vmlinux``), skipping the
 decompressor (about 7 s -> under 4 s here).  Every compressor the kernel
 offers (gzip, bzip2, LZMA, XZ, LZ4, zstd) is read here except LZO, whose
-kernels boot as bzImages.
-"""
+kernels boot as bzImages.  A kernel from a user or a patched build is read
+within bounds (host/core/bounded.py: at most VMLINUX_MAX unpacked) and its
+ELF's offsets are checked before they are used."""
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import re
 import struct
-import zlib
 from pathlib import Path
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput
 
 ELF_MAGIC = b"\x7fELF"
 XEN_ELFNOTE_PHYS32_ENTRY = 18  # the PVH entry point note
 # Boot protocol 2.08 added payload_offset/payload_length to the setup header.
 PAYLOAD_PROTOCOL = 0x208
-LZ4_LEGACY_BLOCK = 8 << 20  # the kernel's `lz4 -l` frames: 8 MiB blocks
+# A vmlinux is 30 to 70 MiB (an allyesconfig's, with its symbols, more):
+# what a payload unpacks to beyond this is refused, not held.
+VMLINUX_MAX = 256 << 20
+# A bzImage is its setup, its decompressor and the compressed vmlinux.
+BZIMAGE_MAX = 128 << 20
+# The setup header, and the release string it points to, lie in the
+# bzImage's first 64 KiB.
+HEADER_READ = 0x10000
+NOT_A_BZIMAGE = "pass a bzImage from arch/x86/boot"
 # The kernel's release (UTS_RELEASE, what `uname -r` prints) is
 # $(VERSION).$(PATCHLEVEL).$(SUBLEVEL)$(EXTRAVERSION)$(LOCALVERSION) and
 # kbuild refuses one longer than __NEW_UTS_LEN (64).  memqual turns it into
@@ -38,9 +43,9 @@ RELEASE_FORM = re.compile(r"[0-9]+\.[0-9]+[0-9A-Za-z._+~-]*")
 
 def read_release(bzimage: Path) -> str:
     """The kernel release (``uname -r``) from the bzImage setup header."""
-    data = bzimage.read_bytes()[:0x10000]
+    data = bounded.read_head(bzimage, HEADER_READ, "kernel", NOT_A_BZIMAGE)
     if len(data) < 0x210 or data[0x202:0x206] != b"HdrS":
-        raise BadInput(f"{bzimage}: not a bzImage (no HdrS setup header); pass a bzImage from arch/x86/boot")
+        raise BadInput(f"{bzimage}: not a bzImage (no HdrS setup header); {NOT_A_BZIMAGE}")
     (offset,) = struct.unpack_from("<H", data, 0x20E)
     raw = data[offset + 0x200 : offset + 0x200 + 256]
     # The header holds UTS_RELEASE, a space, then the build's user and date.
@@ -86,88 +91,36 @@ def compression(data: bytes) -> str | None:
     return None
 
 
-def decompress(data: bytes) -> bytes | None:
+def decompress(data: bytes, what: str = "the kernel's payload") -> bytes | None:
     """The payload decompressed, or None when it is damaged or its format
-    has no decompressor here (the bzImage then boots as it is)."""
+    has no decompressor here (the bzImage then boots as it is).  More than
+    VMLINUX_MAX bytes out is one BadInput line, as soon as it is passed."""
     name = compression(data)
-    if name is None:
+    if name is None or name == "lzo":
+        # LZO needs liblzo2, which no pinned Python package ships: such a
+        # kernel boots as a bzImage, through its own decompressor.
         return None
     try:
-        return _DECOMPRESS[name](data)
-    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError):
+        return bounded.decompress(data, name, VMLINUX_MAX, f"{what} ({name})")
+    except bounded.Damaged:
         return None
 
 
 def extract_vmlinux(bzimage: Path) -> bytes | None:
     """The ELF vmlinux compressed inside ``bzimage``, or None when it cannot
     be had or has no PVH entry (then the bzImage is booted as it is)."""
-    blob = bzimage.read_bytes()
+    blob = bounded.read_file(bzimage, BZIMAGE_MAX, "kernel", NOT_A_BZIMAGE)
     packed = payload(blob)
     if packed is None:
         return None
-    elf = decompress(packed)
-    if elf and elf.startswith(ELF_MAGIC) and has_pvh_entry(elf):
+    elf = decompress(packed, f"{bzimage}: the compressed kernel")
+    if elf and elf.startswith(ELF_MAGIC) and has_pvh_entry(elf, str(bzimage)):
         return elf
     return None
 
 
-def _gunzip(data: bytes) -> bytes:
-    # wbits 16+: a gzip member; the kernel appends its size after it.
-    return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data)
-
-
-def _bunzip2(data: bytes) -> bytes:
-    return bz2.BZ2Decompressor().decompress(data)
-
-
-def _unlzma(data: bytes) -> bytes:
-    # The stream is followed by the size word: a decompressor object stops
-    # at the end of the stream instead of failing on trailing bytes.
-    return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(data)
-
-
-def _unxz(data: bytes) -> bytes:
-    return lzma.LZMADecompressor(format=lzma.FORMAT_XZ).decompress(data)
-
-
-def _unzstd(data: bytes) -> bytes:
-    import zstandard
-
-    try:
-        return zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    except zstandard.ZstdError as exc:
-        raise ValueError(f"zstd: {exc}") from exc
-
-
-def _unlz4(data: bytes) -> bytes:
-    """The legacy LZ4 frame `lz4 -l` writes: a magic, then blocks each
-    prefixed by its compressed size; the kernel's size word ends it."""
-    import lz4.block
-
-    (want,) = struct.unpack_from("<I", data, len(data) - 4)
-    out = bytearray()
-    pos = 4
-    while len(out) < want and pos + 4 <= len(data):
-        (size,) = struct.unpack_from("<I", data, pos)
-        pos += 4
-        if size == struct.unpack("<I", LZ4_LEGACY_MAGIC)[0]:
-            continue  # a concatenated frame starts again
-        try:
-            out += lz4.block.decompress(data[pos : pos + size], uncompressed_size=LZ4_LEGACY_BLOCK)
-        except lz4.block.LZ4BlockError as exc:
-            raise ValueError(f"lz4: {exc}") from exc
-        pos += size
-    return bytes(out)
-
-
-def _unlzo(data: bytes) -> bytes | None:
-    """LZO needs liblzo2, which no pinned Python package ships: such a
-    kernel boots as a bzImage, through its own decompressor."""
-    del data
-    return None
-
-
-LZ4_LEGACY_MAGIC = b"\x02\x21\x4c\x18"
+LZ4_LEGACY_MAGIC = bounded.LZ4_LEGACY_MAGIC
+LZ4_LEGACY_BLOCK = bounded.LZ4_LEGACY_BLOCK
 COMPRESSORS = (
     ("gzip", b"\x1f\x8b"),
     ("bzip2", b"BZh"),
@@ -177,32 +130,42 @@ COMPRESSORS = (
     ("lz4", LZ4_LEGACY_MAGIC),
     ("zstd", b"\x28\xb5\x2f\xfd"),
 )
-_DECOMPRESS = {
-    "gzip": _gunzip,
-    "bzip2": _bunzip2,
-    "lzma": _unlzma,
-    "xz": _unxz,
-    "lzo": _unlzo,
-    "lz4": _unlz4,
-    "zstd": _unzstd,
-}
+ELF64_HEADER = 64
+ELF64_PHDR = 56
+NOTE_HEADER = 12
 
 
-def has_pvh_entry(elf: bytes) -> bool:
-    """True if the ELF has a Xen PHYS32_ENTRY note (what QEMU boots via PVH)."""
+def has_pvh_entry(elf: bytes, where: str = "the vmlinux") -> bool:
+    """True if the ELF has a Xen PHYS32_ENTRY note (what QEMU boots via
+    PVH).  Every offset and size the ELF gives is checked against its
+    length first: one that points outside it is one BadInput line."""
+
+    def malformed(why: str) -> BadInput:
+        return BadInput(f"{where}: a malformed ELF vmlinux ({why}): pass a kernel built by kbuild")
+
+    if len(elf) < ELF64_HEADER:
+        raise malformed(f"{len(elf)} bytes, shorter than its header")
     if elf[4] != 2:  # ELFCLASS64 only
         return False
     (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
+    if phnum and (phentsize < ELF64_PHDR or phoff + phnum * phentsize > len(elf)):
+        raise malformed(f"program headers at {phoff}, {phnum} of {phentsize} bytes, outside its {len(elf)} bytes")
     for i in range(phnum):
         p_type, _flags, p_offset, _va, _pa, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
         if p_type != 4:  # PT_NOTE
             continue
-        pos, end = p_offset, p_offset + p_filesz
-        while pos + 12 <= end:
+        end = p_offset + p_filesz
+        if end > len(elf):
+            raise malformed(f"a note segment at {p_offset} of {p_filesz} bytes, outside its {len(elf)} bytes")
+        pos = p_offset
+        while pos + NOTE_HEADER <= end:
             namesz, descsz, ntype = struct.unpack_from("<III", elf, pos)
-            name = elf[pos + 12 : pos + 12 + namesz].rstrip(b"\0")
+            size = NOTE_HEADER + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
+            if pos + size > end:
+                raise malformed(f"a note at {pos} of {size} bytes, beyond its segment's end at {end}")
+            name = elf[pos + NOTE_HEADER : pos + NOTE_HEADER + namesz].rstrip(b"\0")
             if name == b"Xen" and ntype == XEN_ELFNOTE_PHYS32_ENTRY:
                 return True
-            pos += 12 + ((namesz + 3) & ~3) + ((descsz + 3) & ~3)
+            pos += size
     return False

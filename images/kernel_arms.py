@@ -95,5 +95,5 @@ def arms(
     chosen = list(sources) or [default_source()]
     a = build(chosen[0], (), config_paths, jobs=jobs, say=say)
     b = build(chosen[-1], patch_paths, config_paths, jobs=jobs, say=say)
-    diff = config_diff(a.config.read_text(), b.config.read_text())
+    diff = config_diff(a.config_text(), b.config_text())
     return PatchArms(a, b, patches, tuple(diff), tuple(built_diff(a, b)))

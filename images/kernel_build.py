@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
@@ -127,23 +128,26 @@ class Progress:
 
 def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progress: Progress) -> None:
     """make bzImage modules; a failure is the compiler's last lines (on
-    stderr) and one line naming the file."""
+    stderr) and one line naming the file.  make's output is read within
+    bounds (host/core/bounded.py): the deadline holds while make is silent,
+    and a line without end keeps bounded.LINE_MAX bytes."""
     tree, home = folder / "linux", folder / "home"
     proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=build_env(user))
     tail: collections.deque[str] = collections.deque(maxlen=40)
     errors: list[str] = []
-    assert proc.stdout is not None
-    deadline = time.monotonic() + COMPILE_TIMEOUT_S
+
+    def line(raw: str) -> None:
+        text = raw.rstrip()
+        tail.append(text)
+        progress.line(text)
+        if re.search(r"\berror\b", text) and len(errors) < 5:
+            errors.append(text)
+
     try:
-        for raw in proc.stdout:
-            text = raw.decode(errors="replace").rstrip()
-            tail.append(text)
-            progress.line(text)
-            if re.search(r"\berror\b", text) and len(errors) < 5:
-                errors.append(text)
-            if time.monotonic() > deadline:
-                raise BadInput(f"the kernel build did not finish in {COMPILE_TIMEOUT_S / 3600:.0f} h")
-        status = proc.wait()
+        # the lines are kept here (tail, errors), not the stream's bytes
+        status = bounded.collect(proc, time.monotonic() + COMPILE_TIMEOUT_S, on_line=line, keep=0).returncode
+    except bounded.Overdue:
+        raise BadInput(f"the kernel build did not finish in {COMPILE_TIMEOUT_S / 3600:.3g} h") from None
     finally:
         if proc.poll() is None:
             unprivileged.end_group(proc)

@@ -22,11 +22,12 @@ import stat
 import subprocess
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO
 
-from memqual.host.core import settings, trust
+from memqual.host.core import bounded, settings, trust
 from memqual.host.core.errors import BadInput, CapabilityMissing
 
 BUILD_USER_ENV = settings.BUILD_USER
@@ -287,7 +288,9 @@ def run(
     timeout: float = 600,
 ) -> subprocess.CompletedProcess[str]:
     """``argv`` as the build user in ``cwd`` (its own session: a deadline
-    ends the whole process group)."""
+    ends the whole process group).  Its output is read within bounds
+    (host/core/bounded.py): the last bounded.TAIL_MAX bytes of each stream
+    are kept, whatever it prints in the time it has."""
     proc = subprocess.Popen(
         as_user(user.uid, user.gid, argv, user.confined_to),
         cwd=cwd,
@@ -298,13 +301,13 @@ def run(
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        end_group(proc)
-        raise BadInput(f"{' '.join(argv[:2])} did not finish in {timeout:.0f} s") from None
-    return subprocess.CompletedProcess(
-        list(argv), proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-    )
+        done = bounded.collect(proc, time.monotonic() + timeout, input=stdin)
+    except bounded.Overdue:
+        raise BadInput(f"{' '.join(argv[:2])} did not finish in {timeout:g} s") from None
+    finally:
+        if proc.poll() is None:
+            end_group(proc)
+    return subprocess.CompletedProcess(list(argv), done.returncode, done.stdout, done.stderr)
 
 
 def end_group(proc: subprocess.Popen[bytes]) -> None:

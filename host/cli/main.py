@@ -123,6 +123,12 @@ def _command(argv: list[str] | None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)  # memqual.host.run.signals turns SIGTERM/SIGHUP into this too
         print(f"memqual: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
         return 128 + int(signum)
+    except MemoryError:
+        # an input no bound here caught: what to do is give a smaller one
+        if settings.debug():
+            raise
+        print(f"memqual: error: out of memory: is an input file too large? {DEBUG_HINT}", file=sys.stderr)
+        return 2
     except Exception as exc:  # the last line of defence: one line, not a traceback
         if isinstance(exc, BrokenPipeError) and _stdout_closed():
             raise  # the reader went away: main ends quietly

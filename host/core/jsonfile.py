@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput
 
 # memqual's own files nest six or seven levels deep.
@@ -25,6 +26,10 @@ MAX_DEPTH = 64
 # what is derived from them and written beside them (a spread of samples of
 # +-1e100 is 1.41e100) reads back.
 MAX_MAGNITUDE = 1e150
+# What any JSON file memqual reads may weigh (a memslot trace of a few
+# million frames is the largest); a reader whose files are smaller and
+# costlier to check gives its own, lower cap.
+JSON_MAX = 64 << 20
 
 
 class _Unusable(ValueError):
@@ -68,26 +73,21 @@ def _depth(data: Any) -> int:
     return deepest
 
 
-def read_json(path: str | os.PathLike[str], what: str, remedy: str, *, allow_nan: bool = False) -> Any:
-    """The parsed contents of ``path``, a ``what`` ("record file", ...).
+def read_json(
+    path: str | os.PathLike[str], what: str, remedy: str, *, allow_nan: bool = False, max_bytes: int = JSON_MAX
+) -> Any:
+    """The parsed contents of ``path``, a ``what`` ("record file", ...) of
+    at most ``max_bytes`` (checked before it is read: host/core/bounded.py).
     ``remedy`` ends the message of a missing or broken file.  NaN and
     Infinity are refused unless ``allow_nan`` (a record's derived figures
     may be NaN where nothing could be computed); the reader checks that
     its measured values are finite."""
     path = Path(path)
+    raw = bounded.read_file(path, max_bytes, what, remedy)
     try:
-        # A device or a FIFO is no file to parse: /dev/zero would never end.
-        if path.exists() and not path.is_dir() and not path.is_file():
-            raise BadInput(f"{path}: not a regular file, so no {what}: {remedy}")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise BadInput(f"{path}: no such {what}: {remedy}") from exc
-    except IsADirectoryError as exc:
-        raise BadInput(f"{path}: is a directory, not a {what}: {remedy}") from exc
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"{path}: not UTF-8 text, so no {what}: {remedy}") from exc
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read the {what} ({exc.strerror})") from exc
     try:
         data = json.loads(
             text, parse_float=_float, parse_int=_int, parse_constant=_nan_allowed if allow_nan else _no_constant

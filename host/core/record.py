@@ -141,9 +141,14 @@ def write(record: Measurement, directory: str | os.PathLike[str]) -> Path:
     return target
 
 
+# What one record may weigh: one metric's samples, a few KiB; its schema
+# check costs about 2.7 s a MB, as a results file's does.
+RECORD_MAX = 8 << 20
+
+
 def load(path: str | os.PathLike[str]) -> Measurement:
     # NaN only where check_record lets it be: a derived figure in extra.
-    data = read_json(path, "record file", "re-run the scenario that writes it", allow_nan=True)
+    data = read_json(path, "record file", "re-run the scenario that writes it", allow_nan=True, max_bytes=RECORD_MAX)
     return Measurement.from_json(data, source=str(path))
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import paramiko
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.polling import poll
 from memqual.images.keys import host_public_key
@@ -66,6 +67,11 @@ RECONNECT_TIMEOUT_S = 5.0  # a fresh connection to a guest whose SSH server stil
 # to send its banner.  Not the boot's last connect timeout, which can be a
 # second or two (what was left of the boot's deadline).
 BACKGROUND_CONNECT_S = 30.0
+# What one guest command's stdout may hold: its lines are data (dmesg,
+# /proc/iomem, an agent's samples: under 1 MiB), so more is refused, not
+# cut.  Of its stderr, only a message's worth is kept.
+GUEST_STDOUT_MAX = 64 << 20
+GUEST_STDERR_KEPT = 1 << 20
 
 
 def _wait_exit_status(channel: paramiko.Channel, deadline: float, argv: list[str]) -> int:
@@ -103,8 +109,9 @@ class BackgroundCommand:
         self.argv = argv
         self._started = time.monotonic()
         self._stdout: list[str] = []
-        self._stderr = bytearray()
-        self._pending = b""
+        self._stdout_bytes = 0
+        self._stderr = bounded.Tail(GUEST_STDERR_KEPT)
+        self._pending = bytearray()  # a line not yet ended
 
     def _pump(self, block_s: float) -> bool:
         """Read what is there; False once stdout reached its end.
@@ -113,23 +120,35 @@ class BackgroundCommand:
         arrive while output is still buffered, and stopping then would drop
         the command's last lines."""
         self._channel.settimeout(block_s)
-        while self._channel.recv_stderr_ready():
-            self._stderr += self._channel.recv_stderr(65536)
+        self._drain_stderr()
         try:
             chunk = self._channel.recv(65536)
         except TimeoutError:
             return True
         if chunk:
-            self._pending += chunk
-            *lines, self._pending = self._pending.split(b"\n")
-            self._stdout.extend(line.decode(errors="replace") for line in lines)
+            self._stdout_bytes += len(chunk)
+            if self._stdout_bytes > GUEST_STDOUT_MAX:
+                raise GuestError(
+                    f"guest command {shlex.join(self.argv)} printed more than {bounded.mib(GUEST_STDOUT_MAX)}: refused"
+                )
+            # only the new chunk is searched: a line without end is not
+            # split again on every chunk
+            if b"\n" in chunk:
+                *lines, rest = (bytes(self._pending) + chunk).split(b"\n")
+                self._pending = bytearray(rest)
+                self._stdout.extend(line.decode(errors="replace") for line in lines)
+            else:
+                self._pending += chunk
             return True
         if self._pending:
             self._stdout.append(self._pending.decode(errors="replace"))
-            self._pending = b""
-        while self._channel.recv_stderr_ready():
-            self._stderr += self._channel.recv_stderr(65536)
+            self._pending = bytearray()
+        self._drain_stderr()
         return False
+
+    def _drain_stderr(self) -> None:
+        while self._channel.recv_stderr_ready():
+            self._stderr.add(self._channel.recv_stderr(65536))
 
     def lines(self, timeout: float = 3600.0) -> Iterator[str]:
         """Stdout lines as they come, until the command ends or the deadline."""
@@ -168,13 +187,12 @@ class BackgroundCommand:
             status = _wait_exit_status(self._channel, max(deadline, time.monotonic()) + 5.0, self.argv)
         finally:
             self._release()
-        while self._channel.recv_stderr_ready():  # stderr may trail stdout's end
-            self._stderr += self._channel.recv_stderr(65536)
+        self._drain_stderr()  # stderr may trail stdout's end
         return CommandResult(
             self.argv,
             status,
             "\n".join(self._stdout) + ("\n" if self._stdout else ""),
-            self._stderr.decode(errors="replace"),
+            self._stderr.text(),
             time.monotonic() - self._started,
         )
 

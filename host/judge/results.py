@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from memqual.host.judge.claims import Verdict
 
 SCHEMA = "memqual.results/1"
+# What a results file may weigh: its schema check costs about 2.7 s a MB
+# here (jsonschema), so a larger file is refused before it is read, not
+# checked for a minute.
+RESULTS_MAX = 8 << 20
 
 
 class _JsonFields:
@@ -353,6 +357,11 @@ def load_results(path: str | os.PathLike[str]) -> Results:
     file that does not follow results.schema.json are BadInput with one
     line."""
     path = Path(path)
-    data = read_json(path, "results file", "give OUTPUT/results.json of a memqual run, or re-run memqual run")
+    data = read_json(
+        path,
+        "results file",
+        "give OUTPUT/results.json of a memqual run, or re-run memqual run",
+        max_bytes=RESULTS_MAX,
+    )
     check_results(data, str(path))
     return Results.from_json(data)

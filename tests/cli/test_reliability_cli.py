@@ -60,3 +60,11 @@ def test_memqual_debug_shows_the_traceback(monkeypatch, capsys) -> None:
     monkeypatch.setenv("MEMQUAL_DEBUG", "1")
     with pytest.raises(RuntimeError, match="boom"):
         cli.main(["doctor"])
+
+
+def test_running_out_of_memory_is_one_line_and_exit_2(monkeypatch, capsys) -> None:
+    """An input too large for a bound to catch ends as bad input does."""
+    status, err = _run_with(MemoryError(), monkeypatch, capsys)
+    assert status == 2
+    assert err.startswith("memqual: error: out of memory") and err.count("\n") == 1
+    assert "Traceback" not in err

@@ -17,6 +17,7 @@ from fake_paramiko import FakeClient, FakeTransport, LocalChannel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memqual.host.core import ssh as ssh_module
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.ssh import SSH, banner_ready
 
@@ -245,3 +246,20 @@ def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_le
     client._client = object()  # connected, as far as the check goes
     client._background_connection()
     assert timeouts == [ssh_module.BACKGROUND_CONNECT_S]
+
+
+# -- what a guest prints, within bounds (host/core/bounded.py) --------------
+def test_a_guest_command_that_floods_stdout_is_refused(ssh: SSH, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ssh_module, "GUEST_STDOUT_MAX", 1 << 20)
+    with pytest.raises(GuestError, match=r"guest command sh -c .* printed more than 1 MiB: refused"):
+        ssh.run(["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x"], timeout=30)
+
+
+def test_a_guest_command_keeps_the_tail_of_its_stderr(ssh: SSH) -> None:
+    # a line on stdout after each 10 kB of stderr keeps the fake channel
+    # (which reads stderr only between stdout's chunks) from stalling
+    script = "for i in $(seq 40); do head -c 50000 /dev/zero | tr '\\0' x >&2; echo $i; done; echo last >&2"
+    result = ssh.run(["sh", "-c", script], timeout=30)
+    assert result.stdout.endswith("39\n40\n")
+    assert len(result.stderr) < ssh_module.GUEST_STDERR_KEPT + 100 and result.stderr.endswith("xlast\n")
+    assert result.stderr.startswith(f"[{2_000_005 - ssh_module.GUEST_STDERR_KEPT} bytes left out]\n")

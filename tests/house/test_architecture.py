@@ -183,7 +183,7 @@ CONTRACT_TYPES: dict[str, type[Contract]] = {
     "forbidden": ForbiddenContract,
 }
 # all of host/ that images/ may use
-CORE_BASE = frozenset({"errors", "paths", "trust", "leftovers", "locks", "polling", "settings", "printable"})
+CORE_BASE = frozenset({"errors", "paths", "trust", "leftovers", "locks", "polling", "settings", "printable", "bounded"})
 
 
 def _declared_subjects() -> frozenset[str]:

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import time
 from collections.abc import Sequence
 
+from memqual.host.core import bounded
 from memqual.host.run.hosts.config import LabHost
 
 CONNECT_TIMEOUT_S = 5
 # A lost host is noticed within ServerAliveInterval * ServerAliveCountMax.
 ALIVE_INTERVAL_S = 2
 ALIVE_COUNT = 3
+# What is kept of a host's answer: a probe's or doctor's JSON is a few KiB.
+ANSWER_MAX = 1 << 20
 
 
 def options(host: LabHost) -> list[str]:
@@ -75,17 +79,22 @@ def command(host: LabHost, argv: Sequence[str]) -> list[str]:
 
 
 def run(host: LabHost, argv: Sequence[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` on ``host`` and wait at most ``timeout_s``: ssh's exit
-    status 255 is ssh's own failure (unreachable, key refused, host key
-    unknown or changed), anything else the remote command's."""
-    return subprocess.run(
-        command(host, argv),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    """Run ``argv`` on ``host`` and wait at most ``timeout_s`` (then
+    subprocess.TimeoutExpired): ssh's exit status 255 is ssh's own failure
+    (unreachable, key refused, host key unknown or changed), anything else
+    the remote command's.  Of what the host answers, the last ANSWER_MAX
+    bytes of each stream are kept (host/core/bounded.py)."""
+    cmd = command(host, argv)
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        done = bounded.collect(proc, time.monotonic() + timeout_s, keep=ANSWER_MAX)
+    except bounded.Overdue:
+        raise subprocess.TimeoutExpired(cmd, timeout_s) from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(cmd, done.returncode, done.stdout, done.stderr)
 
 
 def ssh_error(result: subprocess.CompletedProcess[str]) -> str:
