@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import avocado
 
-from memqual.host.core import clock, profiles, settings
+from memqual.host.core import clock, nested, profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.locks import FileLock
@@ -239,11 +239,30 @@ class GuestTest(avocado.Test):
         method = getattr(self, self._testMethodName, None)
         return not getattr(method, MEASURES_NOTHING, False)
 
+    # A test whose every figure is a count of its own guests' instructions
+    # (an icount clock's check) says so: it holds the lock shared.
+    counts_only_its_guests = False
+
     def needs_the_host_alone(self) -> bool:
         """Does this test hold the measurement lock exclusive?  A test that
         measures, unless on icount its primaries are counts of its own
         guests' instructions (``beside_others``): call it after put_clock."""
+        if self.counts_only_its_guests:
+            return False
         return self.measures() and not beside_others(reference_of(self))
+
+    def runs_under_a_host_under_test(self) -> bool:
+        """Can this test's guests run under a host under test as they are?
+        A scenario's test whose rows read only its guests' clocks and turn
+        no host knob (host/judge/clock_plan.py ``shares_host``): under a host
+        under test the guest's clock is L1's, the host's work included.  A
+        test that turns this machine's knobs or reads its processes (KSM,
+        THP, the huge page pool, QEMU's RSS, /dev/kvm) would read the wrong
+        host."""
+        from memqual.host.judge import clock_plan
+
+        reference = reference_of(self)
+        return self.counts_only_its_guests or reference in clock_plan.beside_others_tests()
 
     def setUp(self) -> None:
         self._machines: list[Machine] = []
@@ -257,6 +276,12 @@ class GuestTest(avocado.Test):
         # The clock first: on icount what this test measures may decide
         # whether it needs the host to itself.
         put_clock(reference_of(self))
+        host = nested.from_environment()
+        if host is not None and not self.runs_under_a_host_under_test():
+            self.skip_because(
+                f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
+                f"under test's ({host.name}): run it without --host-kernel"
+            )
         lock = MeasurementLock()
         exclusive = self.needs_the_host_alone()
         waited = lock.acquire(exclusive=exclusive)
@@ -367,12 +392,15 @@ class GuestTest(avocado.Test):
     def boot(
         self, config: MachineConfig | None = None, boot_timeout: float = 120.0, host: HostUnderTest | None = None
     ) -> Machine:
+        """A fresh guest of this test, on ``host`` (else the run's host
+        under test, else this machine)."""
+        the_host = host if host is not None else nested.from_environment()
         machine = Machine(
             self.block_config(config or MachineConfig()),
             image=self.image(),
             log_dir=self.outdir,
-            boot_timeout=boot_timeout,
-            host=host,
+            boot_timeout=boot_timeout * (nested.BOOT_TIMEOUT_FACTOR if the_host is not None else 1),
+            host=the_host,
         )
         self._machines.append(machine)  # registered first: tearDown reaps even a failed launch
         try:
@@ -434,6 +462,8 @@ class GuestTest(avocado.Test):
                 .with_clock(vm.clock.label, vm.config.cpus)
                 .with_guest_cpu(self._guest_cpuinfo(vm))
             )
+            if vm.host is not None and vm.host_image is not None:
+                env = env.with_host(vm.host_label, vm.host_image.release)
         if self._image is not None:
             env = env.with_guest(self._image)
         return env

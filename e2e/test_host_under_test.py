@@ -15,8 +15,9 @@ from memqual.host.core.machine import MachineConfig
 # The guest's work: ksm_stress's fill (a memset of every page of a fresh
 # mapping), timed by the guest's CLOCK_MONOTONIC.  Under L1's KVM each
 # first touch is a nested page fault that L1's KVM resolves, so the figure
-# is mostly L1's work.  16 MiB: about 0.7 s of L1's clock on icount:2.
-LOOP_MIB = 16
+# is mostly L1's work.  64 MiB: about 0.26 s of L1's clock on icount:2
+# (0.32 s the first run of a boot), about 1 s of wall time.
+LOOP_MIB = 64
 BOOTS = 2
 RUNS_A_BOOT = 2  # the least of two: a host-paced packet in a run costs it once
 # The instrument's promise: L1's clock repeats for the same guest work to
@@ -31,6 +32,10 @@ class HostUnderTestClock(GuestTest):
     :avocado: enable
     :avocado: tags=boot,icount,nested
     """
+
+    # L1's clock counts L1's instructions: this machine's load moves none
+    # (two such boots side by side gave the same figures to 0.03 %).
+    counts_only_its_guests = True
 
     def _fill_seconds(self) -> float:
         host = nested.HostUnderTest(KernelSpec(self.image().release))

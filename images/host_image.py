@@ -1,23 +1,11 @@
-"""The host under test's image (L1): a kernel that memqual boots under TCG
-with emulated SVM, whose KVM runs the guest (L2).
-
-It is the host kernel's ordinary guest image (images/build.py: busybox,
-dropbear, its keys, guest/rc.sh) with a second archive appended to the
-initrd, which the kernel unpacks over the first:
-
-    lib/modules/RELEASE   the guest drivers plus kvm_amd (and what it
-                          needs) and qemu_fw_cfg, indexed again
-    QEMU                  the binary the run picked, the libraries ldd
-                          names and the x86 firmware, at their host paths,
-                          so the guest's QEMU command line is the host's
-    /l2/kernel, /l2/initrd  the guest image L1's QEMU boots
-    /etc/rc.host          guest/rc.host: loads KVM and starts L2's QEMU
-                          with the argv memqual hands it through fw_cfg
-
-Layout of one cache entry (``<cache>/hosts/<key>/``): ``host.cpio`` (the
-second archive), ``initrd`` (the base initrd, then host.cpio) and
-``manifest.json``.  The kernel and the SSH key stay the base image's.
-"""
+"""The host under test's image (L1): the host kernel's guest image
+(images/build.py) with a second archive appended to its initrd: the guest
+drivers plus kvm_amd and qemu_fw_cfg, QEMU with its libraries and x86
+firmware at their host paths, the guest's kernel and initrd under /l2/,
+and guest/rc.host, which starts the guest's QEMU from the argv fw_cfg
+hands in.  Cached in ``<cache>/hosts/<key>/`` (host.cpio, initrd,
+manifest.json); the kernel and SSH key stay the base image's.
+docs/host-under-test.md has the layout and why."""
 
 from __future__ import annotations
 

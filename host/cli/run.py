@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
-from memqual.host.core import clock
+from memqual.host.core import clock, nested
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.paths import REPO_ROOT, cache_dir
@@ -221,6 +221,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "twice to compare two (memqual image kernels lists them); words after a colon are added to that "
         "arm's guest command line (6.1.0-57-amd64 against 6.1.0-57-amd64:init_on_free=1)",
     )
+    cliargs.add_host_kernel(
+        parser,
+        "; every guest of the run on it, both arms; the tests that turn or read this machine's host (KSM, THP, "
+        "the huge page pool, QEMU's RSS, /dev/kvm) are skipped with their reason",
+    )
     cliargs.add_qemu(
         parser,
         "; twice to compare two QEMUs (A, B). With kernels: two kernels and one QEMU (or none) compare the "
@@ -308,8 +313,11 @@ def main(args: argparse.Namespace) -> int:
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.
     check_guest_files(config)
+    host = run_host(args, config.clock)
     # After the checks: bad input is one line and nothing else.
     print(f"clock: {config.clock.describe()}", file=sys.stderr)
+    if host is not None:
+        print(f"host: {host.label('tcg')}, every guest of both arms (docs/host-under-test.md)", file=sys.stderr)
     if config.clock.auto:
         from memqual.host.judge import clock_plan
 
@@ -321,6 +329,32 @@ def main(args: argparse.Namespace) -> int:
         for line in clock_plan.describe(config.clock):
             print(line, file=sys.stderr)
     return job.run(config)
+
+
+def run_host(args: argparse.Namespace, the_clock: Clock) -> nested.HostUnderTest | None:
+    """The run's host under test, checked (its parameters against its
+    kernel's modules) and made the jobs' ($MEMQUAL_HOST_KERNEL), or None."""
+    kernels = getattr(args, "host_kernel", None) or []
+    if len(kernels) > 1:
+        raise BadInput(
+            "--host-kernel given twice: an A/B across host kernels is not in memqual yet; give one host kernel, "
+            "which both arms run on, and compare host kernels with two runs of 'memqual boot' or 'run'"
+        )
+    host = cliargs.one_host(args)
+    if host is None:
+        return None
+    if the_clock.shift is not None and the_clock.shift > nested.MAX_SHIFT:
+        raise BadInput(
+            f"--clock {the_clock.label} with --host-kernel: the host under test runs on icount no coarser than "
+            f"shift {nested.MAX_SHIFT}; give --clock icount:{nested.MAX_SHIFT} (or auto:{nested.MAX_SHIFT}, or wall)"
+        )
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    from memqual.images.build import KernelSource
+    from memqual.images.host_image import module_parameters
+
+    nested.check_params(host, module_parameters(KernelSource(debian=host.kernel.version)))
+    nested.put_environment(host)
+    return host
 
 
 def check_guest_files(config: RunConfig) -> None:

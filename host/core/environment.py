@@ -41,7 +41,11 @@ class Environment:
     """What shapes a measurement besides its own settings.  None: not known
     (or not applicable), and left out of ``to_json()``."""
 
-    host_kernel: str | None = None  # uname -r of the host
+    host_kernel: str | None = None  # uname -r of the host (the host under test's release when there is one)
+    # The host under test the guests ran on (host/core/nested.py): its kernel
+    # and KVM parameters and how L1 ran ("6.1.0-57-amd64 in TCG+SVM, L2
+    # accel kvm"); None: this machine.
+    host_under_test: str | None = None
     qemu: str | None = None  # QEMU's version ("7.2.22"), of $MEMQUAL_QEMU when set
     qemu_origin: str | None = None  # where that QEMU came from: the system's, Debian's archive, a build
     accel: str | None = None  # kvm | tcg: what the guests ran under
@@ -90,6 +94,10 @@ class Environment:
 
     def with_accel(self, accel: str, reason: str) -> Environment:
         return dataclasses.replace(self, accel=accel, accel_reason=reason)
+
+    def with_host(self, label: str, release: str) -> Environment:
+        """The host under test the guests ran on, and its kernel's release."""
+        return dataclasses.replace(self, host_under_test=label, host_kernel=release)
 
     def with_clock(self, clock: str, vcpus: int | None = None) -> Environment:
         """The clock a guest ran on (a label: wall, icount:SHIFT) and its vCPUs."""

@@ -1,18 +1,11 @@
-"""The host under test: a host kernel memqual builds (L1) boots under TCG
-with emulated SVM and nested paging, and runs the guest (L2) under its own
-KVM, so KVM, ksmd, mm and the guest's QEMU run on a kernel memqual chose
-and their work lands on L1's clock.
+"""The host under test: a host kernel (L1) booted under TCG with emulated
+SVM, whose KVM runs the guest (L2), so KVM, ksmd, mm and the guest's QEMU
+run on a kernel memqual chose and their work lands on L1's clock.
 
-memqual's Python stays on this machine; L1 carries nothing of memqual's
-but a start-up script (guest/rc.host).  L1's QEMU gets the guest's argv
-through fw_cfg at boot, the guest's monitor listens on a TCP port in L1,
-and L1's user network forwards three loopback ports of this machine: L1's
-SSH, the guest's SSH (forwarded again by the guest's QEMU) and the guest's
-monitor.  So QMP and SSH reach the guest as they reach any guest, and the
-only instructions L1 spends on memqual are its packets' (docs/host-under-test.md).
-One outer QEMU process holds all of it: killing it ends L1, L2 and every
-forward at once (Machine owns it, host/core/machine.py).
-"""
+Pure parts here (the host spec, L1's and the guest's command lines, the
+clock and vCPUs L1 can run, the guest monitor's greeting); the process is
+Machine's (host/core/machine.py).  The design and its measurements:
+docs/host-under-test.md."""
 
 from __future__ import annotations
 
@@ -23,6 +16,7 @@ from pathlib import Path
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
+from memqual.host.core import settings
 from memqual.host.core.clock import ICOUNT, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec, parse_kernel
@@ -92,8 +86,11 @@ def host_clock(asked: Clock) -> Clock:
     return asked
 
 
+THIS_MACHINE = "this machine"
+
+
 def this_machine_label(accel: str) -> str:
-    return f"this machine, accel {accel}"
+    return f"{THIS_MACHINE}, accel {accel}"
 
 
 def parse_param(text: str) -> str:
@@ -108,6 +105,41 @@ def parse_param(text: str) -> str:
 
 def parse_host(kernel: str, params: list[str] | tuple[str, ...] = ()) -> HostUnderTest:
     return HostUnderTest(parse_kernel(kernel), tuple(parse_param(p) for p in params))
+
+
+def from_environment() -> HostUnderTest | None:
+    """The host under test this process's guests run on
+    (``$MEMQUAL_HOST_KERNEL``, set by ``memqual run --host-kernel``), or
+    None: this machine."""
+    kernel = settings.host_kernel()
+    if not kernel:
+        return None
+    try:
+        return parse_host(kernel, settings.host_kernel_params())
+    except BadInput as exc:
+        raise BadInput(f"{settings.HOST_KERNEL}={kernel!r}: {exc}") from None
+
+
+def put_environment(host: HostUnderTest | None) -> None:
+    """Make ``host`` the host of this process's and its children's guests."""
+    settings.put(settings.HOST_KERNEL, host.kernel.name if host else None)
+    settings.put(settings.HOST_KERNEL_PARAMS, " ".join(host.params) if host else None)
+
+
+def check_same_host(hosts: dict[str, str | None]) -> str:
+    """The one host of several sources (an A/B's arms, compare's files),
+    given as ``{source: host}`` (None: this machine); one line when they
+    differ: a ratio across hosts measures the hosts, not what the run
+    compares."""
+    named = {source: (host or THIS_MACHINE) for source, host in hosts.items()}
+    found = sorted(set(named.values()))
+    if len(found) > 1:
+        which = ", ".join(f"{source} on {host}" for source, host in named.items())
+        raise BadInput(
+            f"the figures ran on different hosts ({which}): a ratio across hosts compares the hosts; "
+            "run both on the same host (--host-kernel)"
+        )
+    return found[0] if found else THIS_MACHINE
 
 
 def check_params(host: HostUnderTest, known: dict[str, set[str]]) -> None:

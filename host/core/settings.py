@@ -21,6 +21,10 @@ GUEST_MODULES = "MEMQUAL_GUEST_MODULES"  # its lib/modules/RELEASE
 GUEST_KERNEL_BUILD = "MEMQUAL_GUEST_KERNEL_BUILD"  # the tree it was built in (the balloon driver variant)
 GUEST_CMDLINE_EXTRA = "MEMQUAL_GUEST_CMDLINE_EXTRA"  # appended to every guest's kernel command line
 RUN_LABEL = "MEMQUAL_RUN_LABEL"  # A or B in an A/B run
+HOST_KERNEL = (
+    "MEMQUAL_HOST_KERNEL"  # the host under test's kernel, KERNEL[:CMDLINE] (--host-kernel; host/core/nested.py)
+)
+HOST_KERNEL_PARAMS = "MEMQUAL_HOST_KERNEL_PARAMS"  # its KVM's module parameters, space-separated
 QEMU = "MEMQUAL_QEMU"  # the QEMU binary (--qemu; a patched build, or a test's fake)
 CLOCK = "MEMQUAL_CLOCK"  # wall or icount:SHIFT (--clock; host/core/clock.py)
 BOOT_SEED = "MEMQUAL_BOOT_SEED"  # icount: the guests' RNG seed (an A/B block's number; host/core/clock.py)
@@ -41,7 +45,15 @@ KBUILD_DIR = "MEMQUAL_KBUILD_DIR"  # root's folder of kernel build folders (defa
 # Passed on to a lab host's tasks as they are (host/run/hosts/fleet.py).
 FORWARDED_TO_LAB_HOSTS = (WARM, KSM_PAGES_TO_SCAN, CLOCK)
 # Set per arm by `memqual run`; cleared where an arm has none.
-PER_ARM = (GUEST_KERNEL, GUEST_MODULES, GUEST_KERNEL_BUILD, RUN_LABEL, GUEST_CMDLINE_EXTRA)
+PER_ARM = (
+    GUEST_KERNEL,
+    GUEST_MODULES,
+    GUEST_KERNEL_BUILD,
+    RUN_LABEL,
+    GUEST_CMDLINE_EXTRA,
+    HOST_KERNEL,
+    HOST_KERNEL_PARAMS,
+)
 
 
 def text(name: str) -> str | None:
@@ -83,6 +95,14 @@ def boot_seed(default: int) -> int:
 
 def clock() -> str | None:
     return text(CLOCK)
+
+
+def host_kernel() -> str | None:
+    return text(HOST_KERNEL)
+
+
+def host_kernel_params() -> list[str]:
+    return (text(HOST_KERNEL_PARAMS) or "").split()
 
 
 def guest_kernel() -> str | None:

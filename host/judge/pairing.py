@@ -12,6 +12,7 @@ from typing import Any
 
 from memqual.host.core.clock import check_same as check_same_clock
 from memqual.host.core.errors import BadInput
+from memqual.host.core.nested import check_same_host
 from memqual.host.judge.regime import RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, Results, variant_label
@@ -38,6 +39,9 @@ def check_comparable(
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
     # Guest timings on icount count instructions, on wall they are time.
     check_same_clock({a_name: (a.environment or {}).get("clock", ""), b_name: (b.environment or {}).get("clock", "")})
+    check_same_host(
+        {a_name: (a.environment or {}).get("host_under_test"), b_name: (b.environment or {}).get("host_under_test")}
+    )
     pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
     if not pairs:
         sa, sb = set(a.scenarios), set(b.scenarios)
