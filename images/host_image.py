@@ -30,9 +30,9 @@ from memqual.images.packages import sha256_file
 
 HOST_BUILDER_VERSION = "1"  # bump when the layout of host.cpio changes
 # What L1 loads beyond a guest's drivers: KVM for AMD (TCG emulates an
-# AMD CPU with SVM, never VMX) and the fw_cfg reader the guest's argv
-# comes through.
-HOST_MODULES = ("kvm_amd", "qemu_fw_cfg")
+# AMD CPU with SVM, never VMX; kvm_intel for a lab host whose KVM nests on
+# Intel) and the fw_cfg reader the guest's argv comes through.
+HOST_MODULES = ("kvm_amd", "kvm_intel", "qemu_fw_cfg")
 # The modules whose parameters --host-kernel-param may set: the ones L1 loads.
 PARAM_MODULES = ("kvm", "kvm_amd")
 # The firmware an x86 guest's QEMU may read: the BIOSes, the option ROMs of

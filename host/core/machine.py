@@ -112,6 +112,7 @@ class Machine:
         self.host_accel = ""
         self.host_ssh_port = 0
         self._host_qmp: QEMUMonitorProtocol | None = None
+        self._host_ssh: SSH | None = None
         self._guest_qmp_port = 0
         self._log_dir = Path(log_dir) if log_dir else None
         self.boot_timeout = float(boot_timeout)
@@ -452,6 +453,24 @@ class Machine:
         if self._ssh is not None:
             self._ssh.close()
             self._ssh = None
+        if self._host_ssh is not None:
+            self._host_ssh.close()
+            self._host_ssh = None
+
+    @property
+    def host_ssh(self) -> SSH:
+        """An SSH session to the host under test (L1), opened at first use.
+        Each command costs L1 instructions at a moment this machine paces:
+        for checks and reads around a measurement, not inside one."""
+        if self.host is None or self.host_image is None or not self.is_running():
+            raise GuestError("the guest has no host under test running (no --host-kernel)")
+        if self._host_ssh is None:
+            ssh = SSH(self.host_ssh_port, self.host_image.key)
+            ssh.connect(timeout=30)
+            if self.clock.icount:
+                ssh.set_keepalive(0)
+            self._host_ssh = ssh
+        return self._host_ssh
 
     def _ssh_timeout(self) -> Timeout:
         return Timeout(
