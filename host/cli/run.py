@@ -306,6 +306,7 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    host = run_host(args, config.clock)
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
     # The scenarios (and a lab host's tasks) read the clock from here.
     clock.put(config.clock)
@@ -313,7 +314,6 @@ def main(args: argparse.Namespace) -> int:
     # in config_from_args: a RunConfig may name any file (the unit tests run
     # fake jobs with stand-in kernels), a user's command line may not.
     check_guest_files(config)
-    host = run_host(args, config.clock)
     # After the checks: bad input is one line and nothing else.
     print(f"clock: {config.clock.describe()}", file=sys.stderr)
     if host is not None:

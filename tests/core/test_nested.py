@@ -169,3 +169,39 @@ def test_a_host_spec_names_its_kernel() -> None:
     host = nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"))
     assert host.to_json() == {"kernel": "6.1.0-57-amd64", "params": []}
     assert nested.this_machine_label("tcg") == "this machine, accel tcg"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["run", "--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.12.111+deb12-amd64"], ["not in memqual yet"]),
+        (["run", "--host-kernel", "6.1.0-57-amd64", "--clock", "icount"], ["icount no coarser than shift 2"]),
+        (["run", "--host-kernel-param", "kvm.mmio_caching=0"], ["give --host-kernel KERNEL"]),
+    ],
+)
+def test_bad_host_options_of_a_run_are_one_line_and_exit_2(
+    args: list[str],
+    fragments: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = in_process([*args, "--output", str(tmp_path / "out")], {}, monkeypatch, capsys)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_run_s_host_reaches_its_tests_through_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MEMQUAL_HOST_KERNEL", raising=False)
+    assert nested.from_environment() is None
+    host = nested.parse_host("6.1.0-57-amd64:init_on_free=1", ["kvm_amd.npt=0"])
+    nested.put_environment(host)
+    try:
+        assert nested.from_environment() == host
+    finally:
+        nested.put_environment(None)
+    assert nested.from_environment() is None
+    monkeypatch.setenv("MEMQUAL_HOST_KERNEL", "6.1.0-57-amd64")
+    monkeypatch.setenv("MEMQUAL_HOST_KERNEL_PARAMS", "kvm_amd.npt")
+    with pytest.raises(BadInput, match="MEMQUAL_HOST_KERNEL"):
+        nested.from_environment()

@@ -247,3 +247,20 @@ def test_a_planned_ab_gives_its_jobs_the_plan_and_its_files_the_plan_as_their_cl
         results = json.loads((tmp_path / "out" / label / "results.json").read_text())
         assert results["run"]["clock"] == "auto:4" and results["environment"]["clock"] == "auto:4"
         assert {m["clock"] for m in results["metrics"]} == {"icount:4", "wall"}
+
+
+def test_files_from_different_hosts_are_refused_in_one_line(tmp_path):
+    """A ratio across hosts compares the hosts: two runs on two host
+    kernels, or one on this machine and one on a host under test, are
+    refused; two runs on the same host under test compare."""
+    l1 = "6.1.0-57-amd64 in TCG+SVM, L2 accel kvm"
+    other = "6.12.111+deb12-amd64 in TCG+SVM, L2 accel kvm"
+    for host_a, host_b in ((l1, other), (None, l1), (l1, None)):
+        a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.0, seed=2)
+        a["environment"]["host_under_test"], b["environment"]["host_under_test"] = host_a, host_b
+        with pytest.raises(BadInput, match="different hosts") as info:
+            compare_results(a, b)
+        assert "\n" not in str(info.value)
+    a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.0, seed=2)
+    a["environment"]["host_under_test"] = b["environment"]["host_under_test"] = l1
+    assert compare_results(a, b).metrics
