@@ -42,7 +42,7 @@ from memqual.host.core.qemu import (
 )
 from memqual.host.core.qemu_binary import host_firmware_dirs, runtime_env
 from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
-from memqual.images import agents
+from memqual.images import agents, host_image
 from memqual.images import build as images_build
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
@@ -211,12 +211,12 @@ class Machine:
     def _prepare_host(self, host: nested.HostUnderTest) -> None:
         """L1's image, built before the clock starts; the guest runs under
         L1's KVM and this machine's accelerator runs L1."""
-        from memqual.images.host_image import build_host, module_parameters
-
         source = images_build.KernelSource(debian=host.kernel.version)
-        nested.check_params(host, module_parameters(source))
+        nested.check_params(host, l1_image.module_parameters(source))
         binary = qemu_binary()
-        self.host_image = build_host(source, self.image, Path(binary), host_firmware_dirs(binary), runtime_env(binary))
+        self.host_image = host_image.build_host(
+            source, self.image, Path(binary), host_firmware_dirs(binary), runtime_env(binary)
+        )
         self.host_accel = self.accel
         self.accel = "kvm"
         self.accel_reason = f"under the host under test's KVM: {host.label(self.host_accel)}"
@@ -297,9 +297,7 @@ class Machine:
         three forwards (L1's SSH, the guest's SSH and monitor)."""
         assert self.host is not None and self._sockdir is not None
         argv_file = self._sockdir / "guest-argv"
-        nested.write_argv(
-            nested.guest_argv(self.config, self.clock, str(nested.L2_KERNEL), str(nested.L2_INITRD)), argv_file
-        )
+        nested.write_argv(nested.guest_argv(self.config, self.clock, l1_image.L2_KERNEL, l1_image.L2_INITRD), argv_file)
         self.host_ssh_port = free_port()
         self._guest_qmp_port = free_port()
         l1 = nested.host_config(self.config, self.host, argv_file, self.host_accel, self.clock)

@@ -21,9 +21,6 @@ from memqual.host.core.clock import ICOUNT, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec, parse_kernel
 from memqual.host.core.qemu import MachineConfig, command_line, host_tsc_khz, opt_value
-from memqual.images.host_image import L2_INITRD, L2_KERNEL
-
-__all__ = ["L2_INITRD", "L2_KERNEL"]  # where L1 keeps the guest's image, for the machine's argv
 
 # L1's memory beyond its guest's: the initramfs with QEMU and the guest's
 # image unpacked (about 200 MiB), the guest's QEMU and L1's kernel.

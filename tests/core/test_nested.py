@@ -13,6 +13,7 @@ from memqual.host.core import clock, nested
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.qemu import INNER_QMP_PORT, MachineConfig
+from memqual.images.host_image import L2_INITRD, L2_KERNEL
 
 KNOWN = {"kvm": {"mmio_caching", "tdp_mmu"}, "kvm_amd": {"npt", "nested"}}
 
@@ -77,12 +78,12 @@ def test_on_icount_l1_and_its_guest_have_one_vcpu_each() -> None:
 
 def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> None:
     config = MachineConfig(memory_mib=512, cpus=1, cmdline_extra="init_on_alloc=0")
-    argv = nested.guest_argv(config, clock.icount(2), nested.L2_KERNEL, nested.L2_INITRD)
+    argv = nested.guest_argv(config, clock.icount(2), L2_KERNEL, L2_INITRD)
     text = " ".join(argv)
     assert argv[argv.index("-accel") + 1] == "kvm"
     assert argv[argv.index("-cpu") + 1] == "host"
     assert "-icount" not in argv  # the guest's clock is L1's TSC, not a QEMU of its own
-    assert argv[argv.index("-kernel") + 1] == nested.L2_KERNEL
+    assert argv[argv.index("-kernel") + 1] == L2_KERNEL
     # SSH on L1's own address, where L1's forward arrives, not L1's loopback
     assert f"hostfwd=tcp::{nested.INNER_SSH_PORT}-:22" in text
     assert f"port={INNER_QMP_PORT},server=on,wait=off" in text
