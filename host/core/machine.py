@@ -42,8 +42,9 @@ from memqual.host.core.qemu import (
 )
 from memqual.host.core.qemu_binary import host_firmware_dirs, runtime_env
 from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
-from memqual.images import agents, host_image
+from memqual.images import agents
 from memqual.images import build as images_build
+from memqual.images import host_image as l1_image
 
 __all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
@@ -214,7 +215,7 @@ class Machine:
         source = images_build.KernelSource(debian=host.kernel.version)
         nested.check_params(host, l1_image.module_parameters(source))
         binary = qemu_binary()
-        self.host_image = host_image.build_host(
+        self.host_image = l1_image.build_host(
             source, self.image, Path(binary), host_firmware_dirs(binary), runtime_env(binary)
         )
         self.host_accel = self.accel
