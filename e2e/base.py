@@ -276,12 +276,6 @@ class GuestTest(avocado.Test):
         # The clock first: on icount what this test measures may decide
         # whether it needs the host to itself.
         put_clock(reference_of(self))
-        host = nested.from_environment()
-        if host is not None and not self.runs_under_a_host_under_test():
-            self.skip_because(
-                f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
-                f"under test's ({host.name}): run it without --host-kernel"
-            )
         lock = MeasurementLock()
         exclusive = self.needs_the_host_alone()
         waited = lock.acquire(exclusive=exclusive)
@@ -297,6 +291,13 @@ class GuestTest(avocado.Test):
             )
         self._restore_stale_host_state()
         self._take_arm()
+        # after the arm's: an A/B of host kernels names each arm's host there
+        host = nested.from_environment()
+        if host is not None and not self.runs_under_a_host_under_test():
+            self.skip_because(
+                f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
+                f"under test's ({host.name}): run it without --host-kernel"
+            )
 
     # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------
     def _take_arm(self) -> None:
@@ -315,6 +316,8 @@ class GuestTest(avocado.Test):
             (ENV_MODULES, "modules"),
             (settings.GUEST_KERNEL_BUILD, "kernel_build"),
             (settings.GUEST_CMDLINE_EXTRA, "cmdline_extra"),
+            (settings.HOST_KERNEL, "host_kernel"),
+            (settings.HOST_KERNEL_PARAMS, "host_kernel_params"),
         ):
             settings.put(name, str(self.params.get(param, default="") or ""))
         # An arm's QEMU: every guest of this test (memqual.host.core.qemu reads

@@ -17,6 +17,7 @@ from memqual.host.cli.command import Command
 from memqual.host.core import clock, nested
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
+from memqual.host.core.nested import parse_host
 from memqual.host.core.paths import REPO_ROOT, cache_dir
 from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
@@ -119,7 +120,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
 
     # Which kernel and QEMU each arm has; bad combinations end here.
-    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []))
+    hosts = tuple(parse_host(k, getattr(args, "host_kernel_param", None) or []) for k in getattr(args, "host_kernel", None) or [])
+    if getattr(args, "host_kernel_param", None) and not hosts:
+        raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
     two_arms = len(axes) == 2
     # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
     rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
@@ -130,7 +134,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput("--budget applies to --until-decided only")
     if args.until_decided and not two_arms:
         raise BadInput(
-            "--until-decided compares two arms: give a kernel (--debian-kernel, --guest-kernel) or --qemu twice"
+            "--until-decided compares two arms: give a kernel (--debian-kernel, --guest-kernel), --qemu or "
+            "--host-kernel twice"
         )
     budget = check_budget(UNTIL_DECIDED_BUDGET_MIN if args.budget is None else args.budget)
     if not two_arms and (args.threshold is not None or args.alpha is not None):
@@ -143,6 +148,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         only=only,
         tests=tests,
         kernels=tuple(kernels),
+        hosts=hosts,
         parallel=args.parallel,
         rounds=rounds,
         until_decided=bool(args.until_decided),
@@ -223,8 +229,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     cliargs.add_host_kernel(
         parser,
-        "; every guest of the run on it, both arms; the tests that turn or read this machine's host (KSM, THP, "
-        "the huge page pool, QEMU's RSS, /dev/kvm) are skipped with their reason",
+        "; once: every guest of the run on it, both arms; twice: A's host and B's (an A/B of host kernels). "
+        "The tests that turn or read this machine's host (KSM, THP, the huge page pool, QEMU's RSS, /dev/kvm) "
+        "are skipped with their reason",
     )
     cliargs.add_qemu(
         parser,
@@ -306,7 +313,7 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    host = run_host(args, config.clock)
+    run_host(config)
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
     # The scenarios (and a lab host's tasks) read the clock from here.
     clock.put(config.clock)
@@ -316,8 +323,9 @@ def main(args: argparse.Namespace) -> int:
     check_guest_files(config)
     # After the checks: bad input is one line and nothing else.
     print(f"clock: {config.clock.describe()}", file=sys.stderr)
-    if host is not None:
-        print(f"host: {host.label('tcg')}, every guest of both arms (docs/host-under-test.md)", file=sys.stderr)
+    for index, host in enumerate(config.hosts):
+        which = "every guest of both arms" if len(config.hosts) == 1 else f"arm {'AB'[index]}'s guests"
+        print(f"host: {host.label('tcg')}, {which} (docs/host-under-test.md)", file=sys.stderr)
     if config.clock.auto:
         from memqual.host.judge import clock_plan
 
@@ -331,18 +339,14 @@ def main(args: argparse.Namespace) -> int:
     return job.run(config)
 
 
-def run_host(args: argparse.Namespace, the_clock: Clock) -> nested.HostUnderTest | None:
-    """The run's host under test, checked (its parameters against its
-    kernel's modules) and made the jobs' ($MEMQUAL_HOST_KERNEL), or None."""
-    kernels = getattr(args, "host_kernel", None) or []
-    if len(kernels) > 1:
-        raise BadInput(
-            "--host-kernel given twice: an A/B across host kernels is not in memqual yet; give one host kernel, "
-            "which both arms run on, and compare host kernels with two runs of 'memqual boot' or 'run'"
-        )
-    host = cliargs.one_host(args)
-    if host is None:
-        return None
+def run_host(config: RunConfig) -> None:
+    """The run's hosts under test, checked (the clock they can run on, their
+    parameters against their kernels' modules); one host for both arms is
+    made the jobs' ($MEMQUAL_HOST_KERNEL), two are each arm's (the
+    variants')."""
+    if not config.hosts:
+        return
+    the_clock = config.clock
     if the_clock.shift is not None and the_clock.shift > nested.MAX_SHIFT:
         raise BadInput(
             f"--clock {the_clock.label} with --host-kernel: the host under test runs on icount no coarser than "
@@ -352,9 +356,10 @@ def run_host(args: argparse.Namespace, the_clock: Clock) -> nested.HostUnderTest
     from memqual.images.build import KernelSource
     from memqual.images.host_image import module_parameters
 
-    nested.check_params(host, module_parameters(KernelSource(debian=host.kernel.version)))
-    nested.put_environment(host)
-    return host
+    for host in config.hosts:
+        nested.check_params(host, module_parameters(KernelSource(debian=host.kernel.version)))
+    if len(config.hosts) == 1:
+        nested.put_environment(config.hosts[0])
 
 
 def check_guest_files(config: RunConfig) -> None:

@@ -303,6 +303,7 @@ def compare_results(
     b_name: str = "B",
     all_metrics: bool = False,
     sequential: SequentialOf | None = None,
+    across_hosts: bool = False,
 ) -> RunComparison:
     """B against A, metric by metric: ``compare_runs`` of one run a side."""
     return compare_runs(
@@ -314,6 +315,7 @@ def compare_results(
         b_name=b_name,
         all_metrics=all_metrics,
         sequential=sequential,
+        across_hosts=across_hosts,
     )
 
 
@@ -327,6 +329,7 @@ def compare_runs(
     b_name: str = "B",
     all_metrics: bool = False,
     sequential: SequentialOf | None = None,
+    across_hosts: bool = False,
 ) -> RunComparison:
     """B against A, metric by metric, with the right unit:
 
@@ -348,7 +351,8 @@ def compare_runs(
     for the comparable metrics only, and the families are corrected on
     what it gives.  A primary is judged against its own equivalence margin
     (host/judge/primaries.py, on the runs' clock), every other metric
-    against ``threshold``."""
+    against ``threshold``.  ``across_hosts``: A and B ran on different
+    hosts on purpose (an A/B of host kernels); else that is refused."""
 
     if not a_runs or not b_runs:
         raise BadInput(f"no results file for {a_name if not a_runs else b_name}")
@@ -359,7 +363,7 @@ def compare_runs(
     for i, other in enumerate(b_all[1:], 2):
         check_comparable(b_all[0], other, b_name, f"{b_name} run {i}")
     a, b = a_all[0], b_all[0]
-    check_comparable(a, b, a_name, b_name)
+    check_comparable(a, b, a_name, b_name, across_hosts=across_hosts)
     env_a, env_b = a.environment or {}, b.environment or {}
     clock = check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")})
     metrics, only_a, only_b = _compared(

@@ -24,7 +24,11 @@ def _version(results: Results) -> str | None:
 
 
 def check_comparable(
-    a: Results | Mapping[str, Any], b: Results | Mapping[str, Any], a_name: str = "A", b_name: str = "B"
+    a: Results | Mapping[str, Any],
+    b: Results | Mapping[str, Any],
+    a_name: str = "A",
+    b_name: str = "B",
+    across_hosts: bool = False,
 ) -> None:
     """BadInput, in one line, when two results cannot be compared at all.
     Metrics (or whole scenarios) present on one side only are not a reason:
@@ -39,9 +43,10 @@ def check_comparable(
         raise BadInput(f"{a_name} and {b_name} hold no metrics: nothing to compare")
     # Guest timings on icount count instructions, on wall they are time.
     check_same_clock({a_name: (a.environment or {}).get("clock", ""), b_name: (b.environment or {}).get("clock", "")})
-    check_same_host(
-        {a_name: (a.environment or {}).get("host_under_test"), b_name: (b.environment or {}).get("host_under_test")}
-    )
+    if not across_hosts:
+        check_same_host(
+            {a_name: (a.environment or {}).get("host_under_test"), b_name: (b.environment or {}).get("host_under_test")}
+        )
     pairs, only_a, only_b = pair_metrics(a.metrics, b.metrics)
     if not pairs:
         sa, sb = set(a.scenarios), set(b.scenarios)

@@ -46,6 +46,10 @@ class ArmParams:
     kernel_build: str = ""
     cmdline_extra: str = ""
     qemu: str = ""  # the arm's qemu-system-x86_64 ($MEMQUAL_QEMU in its tests)
+    # the arm's host under test (host/core/nested.py): KERNEL[:CMDLINE] and
+    # its KVM's parameters, space-separated; empty: this machine
+    host_kernel: str = ""
+    host_kernel_params: str = ""
 
 
 # Which kernel and which QEMU each arm has, by their index in the command
@@ -53,18 +57,20 @@ class ArmParams:
 ArmAxes = tuple[tuple[int | None, int | None], ...]
 
 
-def arm_axes(kernels: int, qemus: int) -> ArmAxes:
+def arm_axes(kernels: int, qemus: int, hosts: int = 0) -> ArmAxes:
     """How ``kernels`` kernels and ``qemus`` QEMUs make the arms of a run:
     one of each or none, one arm; two of one axis, A and B differ on that
     axis and share the other's one (or default); two of each, paired in
-    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Anything else is
-    BadInput: no run compares more than two arms."""
-    if kernels > 2 or qemus > 2:
-        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu"
-        raise BadInput(f"{what} given {max(kernels, qemus)} times: an A/B has two arms; give it at most twice")
-    if kernels < 0 or qemus < 0:
-        raise BadInput("a negative count of kernels or QEMUs")
-    if max(kernels, qemus) < 2:
+    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Two ``hosts``
+    (host kernels under test) make two arms too, the first host A's; the
+    hosts are paired by arm (``arm_hosts``), not in these pairs.  Anything
+    else is BadInput: no run compares more than two arms."""
+    if kernels > 2 or qemus > 2 or hosts > 2:
+        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu" if qemus > 2 else "--host-kernel"
+        raise BadInput(f"{what} given {max(kernels, qemus, hosts)} times: an A/B has two arms; give it at most twice")
+    if kernels < 0 or qemus < 0 or hosts < 0:
+        raise BadInput("a negative count of kernels, QEMUs or hosts")
+    if max(kernels, qemus, hosts) < 2:
         return ((0 if kernels else None, 0 if qemus else None),)
     kernel = (0, 1) if kernels == 2 else ((0, 0) if kernels else (None, None))
     qemu = (0, 1) if qemus == 2 else ((0, 0) if qemus else (None, None))
@@ -147,6 +153,8 @@ def variants(order: list[tuple[int, str]], arms: dict[str, ArmParams]) -> list[d
             "kernel_build": p.kernel_build,
             "cmdline_extra": p.cmdline_extra,
             "qemu": p.qemu,
+            "host_kernel": p.host_kernel,
+            "host_kernel_params": p.host_kernel_params,
         }
         out.append(
             {

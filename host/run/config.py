@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.clock import WALL_CLOCK, Clock
+from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, QUICK
 from memqual.host.run.blocks import ArmParams
@@ -56,6 +57,7 @@ class Arm:
     label: str  # "A" or "B"
     kernel: GuestKernel | None
     qemu: QemuChoice | None
+    host: HostUnderTest | None = None  # the guests' host under test; None: this machine
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,9 @@ class RunConfig:
     # The --qemu of each arm, resolved (fetched) by main: one for every
     # arm, or two for A and B (blocks.arm_axes pairs them with the kernels).
     qemus: tuple[QemuChoice, ...] = ()
+    # The host kernels under test (--host-kernel): none (this machine), one
+    # for both arms, or A's and B's.
+    hosts: tuple[HostUnderTest, ...] = ()
     parallel: int = 1
     rounds: int = 1  # avocado jobs per kernel; A and B alternate between rounds
     until_decided: bool = False  # two arms: add rounds until every metric is decided (host/judge/until_decided.py)
@@ -149,9 +154,10 @@ def run_arms(config: RunConfig) -> tuple[Arm, ...]:
     if len(config.axes) != 2:
         return ()
     arms = []
-    for label, (k, q) in zip("AB", config.axes, strict=True):
+    for index, (label, (k, q)) in enumerate(zip("AB", config.axes, strict=True)):
         kernel = dataclasses.replace(config.kernels[k], label=label) if k is not None else None
-        arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None))
+        host = config.hosts[index if len(config.hosts) == 2 else 0] if config.hosts else None
+        arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None, host))
     return tuple(arms)
 
 
@@ -162,9 +168,12 @@ def qemu_json(qemu: QemuChoice | None) -> dict[str, str] | None:
     return {"version": qemu.version, "origin": qemu.origin, "binary": str(qemu.binary)}
 
 
-def arm_params(k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "") -> Any:
+def arm_params(
+    k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "", host: HostUnderTest | None = None
+) -> Any:
     """An arm's variant params (blocks.ArmParams): its kernel's files (none:
-    the default image) and its QEMU's binary (none: the job's)."""
+    the default image), its QEMU's binary (none: the job's) and its host
+    under test (none: this machine)."""
     return ArmParams(
         arm=label or (k.label if k is not None else ""),
         kernel=str(k.bzimage) if k is not None else "",
@@ -172,6 +181,8 @@ def arm_params(k: GuestKernel | None, qemu: QemuChoice | None = None, label: str
         kernel_build=str(k.kernel_build or "") if k is not None else "",
         cmdline_extra=k.cmdline_extra if k is not None else "",
         qemu=str(qemu.binary) if qemu is not None else "",
+        host_kernel=host.kernel.name if host is not None else "",
+        host_kernel_params=" ".join(host.params) if host is not None else "",
     )
 
 

@@ -214,7 +214,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     prebuild(tuple(given.values()), console)
     for a in run_arms:
         console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
-    arms = {a.label: arm_params(a.kernel, a.qemu, a.label) for a in run_arms}
+    arms = {a.label: arm_params(a.kernel, a.qemu, a.label, a.host) for a in run_arms}
     run_state = BlockedRun()
     slots = blocks.host_slots()
     sharing = sorted(t for t in clock_plan.beside_others_tests() if clock_plan.runs_beside_others(t, config.clock))
@@ -457,14 +457,15 @@ def _read_summary(path: Path) -> dict[str, Any] | None:
 
 
 def arm_line(arm: Arm) -> str:
-    """What an arm is made of, in one line: its kernel and its QEMU."""
+    """What an arm is made of, in one line: its kernel, its QEMU and its host."""
     kernel = f"kernel {arm.kernel.bzimage}" if arm.kernel is not None else "the default kernel"
     qemu = (
         f"QEMU {arm.qemu.version} ({arm.qemu.origin})"
         if arm.qemu is not None
         else "the QEMU of the environment ($MEMQUAL_QEMU or the system's)"
     )
-    return f"{kernel}, {qemu}"
+    host = f"host {arm.host.name} (under test)" if arm.host is not None else "this machine's host"
+    return f"{kernel}, {qemu}, {host}"
 
 
 def _compare_arms(
@@ -482,7 +483,9 @@ def _compare_arms(
     descriptive: it sets no exit status."""
     try:
         threshold, alpha = decision_levels(config)
-        result = compare_results(results[0], results[1], threshold=threshold, alpha=alpha)
+        # an A/B of host kernels compares two hosts on purpose
+        across_hosts = arms[0].host != arms[1].host
+        result = compare_results(results[0], results[1], threshold=threshold, alpha=alpha, across_hosts=across_hosts)
     except BadInput as exc:
         console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
         return 0
@@ -531,6 +534,7 @@ def _compare_arms(
             "kernel": str(a.kernel.bzimage) if a.kernel is not None else None,
             "kernel_sha256": a.kernel.sha256 if a.kernel is not None else None,
             "qemu": qemu_json(a.qemu),
+            "host": a.host.to_json() if a.host is not None else None,
         }
         for a in arms
     }

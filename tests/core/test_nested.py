@@ -175,7 +175,11 @@ def test_a_host_spec_names_its_kernel() -> None:
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["run", "--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.12.111+deb12-amd64"], ["not in memqual yet"]),
+        (["run", *["--host-kernel", "6.1.0-57-amd64"] * 3], ["--host-kernel given 3 times"]),
+        (
+            ["run", "--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.1.0-57-amd64:x=1", "--clock", "icount:4"],
+            ["shift 2"],
+        ),
         (["run", "--host-kernel", "6.1.0-57-amd64", "--clock", "icount"], ["icount no coarser than shift 2"]),
         (["run", "--host-kernel-param", "kvm.mmio_caching=0"], ["give --host-kernel KERNEL"]),
     ],

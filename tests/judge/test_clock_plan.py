@@ -264,3 +264,13 @@ def test_files_from_different_hosts_are_refused_in_one_line(tmp_path):
     a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.0, seed=2)
     a["environment"]["host_under_test"] = b["environment"]["host_under_test"] = l1
     assert compare_results(a, b).metrics
+
+
+def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
+    a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.9, seed=2)
+    a["environment"]["host_under_test"] = "6.1.0-57-amd64 in TCG+SVM, L2 accel kvm"
+    b["environment"]["host_under_test"] = "6.12.111+deb12-amd64 in TCG+SVM, L2 accel kvm"
+    with pytest.raises(BadInput, match="different hosts"):
+        compare_results(a, b)
+    result = compare_results(a, b, across_hosts=True)
+    assert {m.metric for m in result.metrics} >= {"inflate_guest_s"}
