@@ -120,8 +120,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
 
     # Which kernel and QEMU each arm has; bad combinations end here.
-    hosts = tuple(parse_host(k, getattr(args, "host_kernel_param", None) or []) for k in getattr(args, "host_kernel", None) or [])
-    if getattr(args, "host_kernel_param", None) and not hosts:
+    host_params = getattr(args, "host_kernel_param", None) or []
+    hosts = tuple(parse_host(k, host_params) for k in getattr(args, "host_kernel", None) or [])
+    if host_params and not hosts:
         raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
     axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
     two_arms = len(axes) == 2
