@@ -286,13 +286,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
 SCENARIO_VCPUS = 2
 
 
-def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tuple[QemuChoice, ...]:
+def resolve_qemus(
+    specs: list[str] | None, the_clock: Clock | None = None, vcpus: int = SCENARIO_VCPUS
+) -> tuple[QemuChoice, ...]:
     """``--qemu`` once: this process's QEMU, which the scenarios inherit
     through $MEMQUAL_QEMU; twice: both fetched (or checked) before any job,
     each named by its arm's variants.  On the icount clock each must run
     2-vCPU guests: with no --qemu a system QEMU too old gives way to
     Debian's (memqual.host.core.qemu_binary.choose_for_clock), and one
-    asked for is refused in one line."""
+    asked for is refused in one line.  ``vcpus``: what the guests need (a
+    host under test runs one, host/core/nested.py)."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
 
     the_clock = the_clock or clock.WALL_CLOCK
@@ -300,22 +303,23 @@ def resolve_qemus(specs: list[str] | None, the_clock: Clock | None = None) -> tu
     if not specs:
         if not the_clock.strictest().icount:
             return ()
-        choice, note = choose_for_clock(None, the_clock, SCENARIO_VCPUS, fix)
+        choice, note = choose_for_clock(None, the_clock, vcpus, fix)
         if note:
             print(note, file=sys.stderr)
         return ()  # the scenarios inherit it through $MEMQUAL_QEMU
     if len(specs) == 1:
-        return (choose_for_clock(specs[0], the_clock, SCENARIO_VCPUS, fix)[0],)
+        return (choose_for_clock(specs[0], the_clock, vcpus, fix)[0],)
     choices = tuple(resolve(spec, cache_dir()) for spec in specs)
     for choice in choices:
-        clock.check_vcpus(the_clock, SCENARIO_VCPUS, choice.version, fix)
+        clock.check_vcpus(the_clock, vcpus, choice.version, fix)
     return choices
 
 
 def main(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     run_host(config)
-    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock))
+    vcpus = nested.host_vcpus(SCENARIO_VCPUS, config.clock) if config.hosts else SCENARIO_VCPUS
+    config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock, vcpus))
     # The scenarios (and a lab host's tasks) read the clock from here.
     clock.put(config.clock)
     # What the kernel files hold is read here, at the command, rather than
@@ -323,7 +327,14 @@ def main(args: argparse.Namespace) -> int:
     # fake jobs with stand-in kernels), a user's command line may not.
     check_guest_files(config)
     # After the checks: bad input is one line and nothing else.
-    print(f"clock: {config.clock.describe()}", file=sys.stderr)
+    if config.hosts and config.clock.icount:
+        print(
+            f"clock: {config.clock.label}: guest-timed figures are the host under test's instructions x "
+            f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them",
+            file=sys.stderr,
+        )
+    else:
+        print(f"clock: {config.clock.describe()}", file=sys.stderr)
     for index, host in enumerate(config.hosts):
         which = "every guest of both arms" if len(config.hosts) == 1 else f"arm {'AB'[index]}'s guests"
         print(f"host: {host.label('tcg')}, {which} (docs/host-under-test.md)", file=sys.stderr)
