@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput
 from memqual.images import unprivileged
 from memqual.images.kernel_env import run_ok
@@ -23,11 +24,15 @@ from memqual.images.kernel_env import run_ok
 FRAGMENT_VALUE = re.compile(r'[ymn]|-?[0-9]+|0[xX][0-9a-fA-F]+|"[A-Za-z0-9 ._,:/=+@%-]*"|')
 
 
+# A Kconfig fragment is a few lines; Debian's whole .config is about 250 kB.
+FRAGMENT_LIMIT = 1 << 20
+
+
 def read_fragment(path: str | os.PathLike[str]) -> tuple[str, bytes]:
     file = Path(path)
     if not file.is_file():
         raise BadInput(f"--config {file}: no such file: give a Kconfig fragment (CONFIG_X=y lines)")
-    data = file.read_bytes()
+    data = bounded.read_file(file, FRAGMENT_LIMIT, "Kconfig fragment", "give a Kconfig fragment (CONFIG_X=y lines)")
     for number, line in enumerate(data.decode(errors="replace").splitlines(), 1):
         stripped = line.strip()
         if not stripped or stripped.startswith("#"):

@@ -8,10 +8,10 @@ import dataclasses
 import hashlib
 import os
 import re
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput
 from memqual.images import unprivileged
 from memqual.images.built_kernels import PatchRecord
@@ -45,7 +45,10 @@ def read_patch(path: str | os.PathLike[str]) -> Patch:
     file = Path(path)
     if not file.is_file():
         raise BadInput(f"--patch {file}: no such file: give a patch (git format-patch or diff -u output)")
-    data = _read_bounded(file)
+    try:
+        data = bounded.read_file(file, PATCH_LIMIT, "patch", "give one patch")
+    except BadInput as exc:
+        raise BadInput(f"--patch {exc}") from None
     text = data.decode(errors="replace")
     try:
         files = patch_files(text)
@@ -56,26 +59,6 @@ def read_patch(path: str | os.PathLike[str]) -> Patch:
             f"--patch {file}: no unified diff in it (no ---/+++ lines): give git format-patch or diff -u output"
         )
     return Patch(file.resolve(), data, _sha256(data), patch_subject(text, file.name), files)
-
-
-def _read_bounded(file: Path) -> bytes:
-    """The file's bytes, its size checked on the open descriptor before
-    any is read (a sparse file of gigabytes is one line, not MemoryError)."""
-    try:
-        # O_NONBLOCK: a FIFO put in its place opens at once and is refused
-        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise BadInput(f"--patch {file}: {exc.strerror}") from None
-    with os.fdopen(fd, "rb") as opened:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise BadInput(f"--patch {file}: not a regular file: give a patch file")
-        if info.st_size > PATCH_LIMIT:
-            raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
-        data = opened.read(PATCH_LIMIT + 1)  # it may grow after the fstat
-    if len(data) > PATCH_LIMIT:
-        raise BadInput(f"--patch {file}: larger than {PATCH_LIMIT >> 20} MiB: give one patch")
-    return data
 
 
 def patch_subject(text: str, fallback: str) -> str:

@@ -160,7 +160,9 @@ def test_a_huge_sparse_patch_is_refused_before_it_is_read(tmp_path: Path) -> Non
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr[-400:]
-    assert proc.stdout.strip() == f"--patch {huge}: larger than 64 MiB: give one patch"
+    assert (
+        proc.stdout.strip() == f"--patch {huge}: 3221225472 bytes, more than a patch may have (64 MiB): give one patch"
+    )
 
 
 def test_a_patch_that_is_no_regular_file_is_refused(tmp_path: Path) -> None:
