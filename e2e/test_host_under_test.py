@@ -16,7 +16,8 @@ from memqual.host.core.machine import MachineConfig
 # mapping), timed by the guest's CLOCK_MONOTONIC.  Under L1's KVM each
 # first touch is a nested page fault that L1's KVM resolves, so the figure
 # is mostly L1's work.  64 MiB: about 0.26 s of L1's clock on icount:2
-# (0.32 s the first run of a boot), about 1 s of wall time.
+# (0.32 s the first run of a boot), about 1 s of wall time; a quarter of
+# that on icount:0, where an instruction is 1 ns.
 LOOP_MIB = 64
 BOOTS = 2
 RUNS_A_BOOT = 2  # the least of two: a host-paced packet in a run costs it once

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core import clock, nested
+from memqual.host.core.clock import Clock
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import parse_kernel
 from memqual.host.core.nested import parse_host
@@ -28,7 +29,6 @@ from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunCo
 from memqual.images.kernel import read_release
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
-    from memqual.host.core.clock import Clock
     from memqual.host.core.qemu_binary import QemuChoice
 
 # ------------------------------------------------------------------ CLI
@@ -316,8 +316,7 @@ def resolve_qemus(
 
 
 def main(args: argparse.Namespace) -> int:
-    config = config_from_args(args)
-    run_host(config)
+    config = run_host(config_from_args(args))
     vcpus = nested.host_vcpus(SCENARIO_VCPUS, config.clock) if config.hosts else SCENARIO_VCPUS
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock, vcpus))
     # The scenarios (and a lab host's tasks) read the clock from here.
@@ -351,18 +350,21 @@ def main(args: argparse.Namespace) -> int:
     return job.run(config)
 
 
-def run_host(config: RunConfig) -> None:
-    """The run's hosts under test, checked (the clock they can run on, their
-    parameters against their kernels' modules); one host for both arms is
-    made the jobs' ($MEMQUAL_HOST_KERNEL), two are each arm's (the
+def run_host(config: RunConfig) -> RunConfig:
+    """The run's hosts under test, checked (their parameters against their
+    kernels' modules), and the run on the clock they run on (icount no
+    coarser than nested.MAX_SHIFT, said on stderr); one host for both arms
+    is made the jobs' ($MEMQUAL_HOST_KERNEL), two are each arm's (the
     variants')."""
     if not config.hosts:
-        return
-    the_clock = config.clock
-    if the_clock.shift is not None and the_clock.shift > nested.MAX_SHIFT:
-        raise BadInput(
-            f"--clock {the_clock.label} with --host-kernel: the host under test runs on icount no coarser than "
-            f"shift {nested.MAX_SHIFT}; give --clock icount:{nested.MAX_SHIFT} (or auto:{nested.MAX_SHIFT}, or wall)"
+        return config
+    asked = config.clock
+    if asked.shift is not None and asked.shift > nested.MAX_SHIFT:
+        config = dataclasses.replace(config, clock=Clock(asked.kind, nested.MAX_SHIFT))
+        print(
+            f"--clock {asked.label}: the host under test runs on {config.clock.label} (a coarser shift deadlocks "
+            "its guest: docs/host-under-test.md)",
+            file=sys.stderr,
         )
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import KernelSource
@@ -372,6 +374,7 @@ def run_host(config: RunConfig) -> None:
         nested.check_params(host, module_parameters(KernelSource(debian=host.kernel.version)))
     if len(config.hosts) == 1:
         nested.put_environment(config.hosts[0])
+    return config
 
 
 def check_guest_files(config: RunConfig) -> None:
