@@ -15,6 +15,7 @@ import dataclasses
 import inspect
 import logging
 import os
+import re
 import unittest
 from collections.abc import Callable
 from pathlib import Path
@@ -487,3 +488,27 @@ class GuestTest(avocado.Test):
 
         for restored in knobs.restore_every_stale(scenario.knob_sets()):
             self.log.warning("restored host knobs a killed run left changed: %s", restored)
+
+
+# Guest seconds of quiet before a timed loop: the boot's and the agent
+# push's deferred work (writeback, workqueues) runs first.  Under sleep=off
+# an idle guest's clock jumps to its next timer, so this costs the host
+# well under a second.
+SETTLE = ["sh", "-c", "sync; sleep 20"]
+
+
+def fill_runs(vm: Machine, mib: int, runs: int, timeout_s: float = 300.0) -> list[float]:
+    """The guest-timed seconds of ``runs`` runs of ksm_stress's fill (a
+    memset of every page of a fresh ``mib`` MiB mapping, timed by the
+    guest's CLOCK_MONOTONIC), after the agent's push and a settle."""
+    agent = vm.deploy("ksm_stress")
+    vm.ssh.run(SETTLE, timeout=timeout_s)
+    seconds = []
+    for _ in range(runs):
+        command = [agent, "--mib", str(mib), "--phases", "fill", "--timeout", str(int(timeout_s))]
+        out = vm.ssh.run(command, timeout=2 * timeout_s).stdout
+        match = re.search(r"event=fill_done \S+ \S+ duration_s=([0-9.]+)", out)
+        if match is None:
+            raise GuestError(f"ksm_stress printed no fill_done: {out[-300:]}")
+        seconds.append(float(match.group(1)))
+    return seconds

@@ -5,9 +5,7 @@ own TSC, repeats for the same guest work across fresh boots of both."""
 
 from __future__ import annotations
 
-import re
-
-from memqual.e2e.base import GuestTest
+from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock, nested
 from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.machine import MachineConfig
@@ -24,7 +22,6 @@ RUNS_A_BOOT = 2  # the least of two: a host-paced packet in a run costs it once
 # The instrument's promise: L1's clock repeats for the same guest work to
 # within 0.1 % across fresh boots.
 REPEAT_WITHIN = 0.001
-SETTLE = ["sh", "-c", "sync; sleep 20"]
 BOOT_TIMEOUT_S = 120.0 * nested.BOOT_TIMEOUT_FACTOR
 
 
@@ -47,16 +44,7 @@ class HostUnderTestClock(GuestTest):
         # The guest's own kernel says whose CPU it runs on: L1's KVM, not TCG.
         dmesg = vm.ssh.run(["dmesg"], timeout=60).stdout
         self.assertIn("Hypervisor detected: KVM", dmesg, "the guest does not run under L1's KVM")
-        agent = vm.deploy("ksm_stress")
-        vm.ssh.run(SETTLE, timeout=300)
-        runs = []
-        for _ in range(RUNS_A_BOOT):
-            command = [agent, "--mib", str(LOOP_MIB), "--phases", "fill", "--timeout", "300"]
-            out = vm.ssh.run(command, timeout=600).stdout
-            match = re.search(r"event=fill_done \S+ \S+ duration_s=([0-9.]+)", out)
-            self.assertIsNotNone(match, f"ksm_stress printed no fill_done: {out[-300:]}")
-            assert match is not None
-            runs.append(float(match.group(1)))
+        runs = fill_runs(vm, LOOP_MIB, RUNS_A_BOOT)
         self.log.info("fill runs of one boot: %s s of L1's clock", runs)
         vm.shutdown()
         return min(runs)

@@ -7,11 +7,10 @@ what lets the tests that such loops decide share the host
 from __future__ import annotations
 
 import os
-import re
 import time
 from pathlib import Path
 
-from memqual.e2e.base import GuestTest
+from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock
 from memqual.host.core.machine import Machine, MachineConfig
 
@@ -29,11 +28,6 @@ REPEAT_WITHIN = 0.001
 # a boot is the loop's own time (measured at load 16-18: first runs 0.12 %
 # apart over three boots, the least of two 0.028 %).
 RUNS_A_BOOT = 2
-# Guest seconds of quiet before the timed run: the boot's and the agent
-# push's deferred work (writeback, workqueues) runs first.  Under
-# sleep=off an idle guest's clock jumps to its next timer, so this costs
-# the host well under a second.
-SETTLE = ["sh", "-c", "sync; sleep 20"]
 BOOTS = 2
 # The second boot's neighbour: another icount guest whose vCPU spins, so
 # that a host CPU is busy beside the timed guest.  The neighbour must take
@@ -60,16 +54,7 @@ class Icount(GuestTest):
         """One fresh guest on icount:SHIFT (one vCPU: any QEMU runs it), the
         loop's guest-timed seconds, and the clock its record names."""
         vm = self.boot(MachineConfig(memory_mib=512, cpus=1, warm=False, clock=clock.icount(shift).label))
-        agent = vm.deploy("ksm_stress")
-        vm.ssh.run(SETTLE, timeout=120)
-        runs = []
-        for _ in range(RUNS_A_BOOT):
-            command = [agent, "--mib", str(LOOP_MIB), "--phases", "fill", "--timeout", "120"]
-            out = vm.ssh.run(command, timeout=300).stdout
-            match = re.search(r"event=fill_done \S+ \S+ duration_s=([0-9.]+)", out)
-            self.assertIsNotNone(match, f"ksm_stress printed no fill_done: {out[-300:]}")
-            assert match is not None
-            runs.append(float(match.group(1)))
+        runs = fill_runs(vm, LOOP_MIB, RUNS_A_BOOT, timeout_s=120)
         self.log.info("fill runs of one boot: %s guest s", runs)
         seconds = min(runs)
         vm.shutdown()

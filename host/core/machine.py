@@ -324,12 +324,7 @@ class Machine:
 
         def greeted() -> Any:
             if failed.seen() or (self._proc is not None and self._proc.poll() is not None):
-                raise LaunchError(
-                    f"the host under test did not start the guest ({self._exit_description()}); "
-                    f"console: {self._console_tail(1)}",
-                    self.command,
-                    self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
-                )
+                raise self._boot_failed("the host under test did not start the guest")
             return nested.monitor_greets(self._guest_qmp_port, timeout=1.0)
 
         sock = poll(
@@ -396,11 +391,7 @@ class Machine:
         def connected() -> SSH | None:
             """One readiness check, and one SSH attempt once it passes."""
             if self._proc is not None and self._proc.poll() is not None:
-                raise LaunchError(
-                    f"QEMU exited during boot ({self._exit_description()}); console: {self._console_tail(1)}",
-                    self.command,
-                    self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
-                )
+                raise self._boot_failed("QEMU exited during boot")
             # During a cold boot a cheap check avoids a full SSH attempt
             # every poll; a restored guest is up at once.  The check is the
             # guest's own "memqual-ready" on the console (guest/rc.sh prints
@@ -470,6 +461,15 @@ class Machine:
                 ssh.set_keepalive(0)
             self._host_ssh = ssh
         return self._host_ssh
+
+    def _boot_failed(self, what: str) -> LaunchError:
+        """A boot that ended: how QEMU ended, the console's last line, and
+        QEMU's output with the console's tail for the record."""
+        return LaunchError(
+            f"{what} ({self._exit_description()}); console: {self._console_tail(1)}",
+            self.command,
+            self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
+        )
 
     def _ssh_timeout(self) -> Timeout:
         return Timeout(
