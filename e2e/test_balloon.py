@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from memqual.e2e.base import GuestTest
+from memqual.e2e.base import GuestTest, requires
 from memqual.host.balloon import PAGE, BalloonController, BalloonMover
 from memqual.host.balloon import floor as balloon_floor
 from memqual.host.balloon import reporting as fpr
@@ -119,15 +119,15 @@ class BalloonTiming(BalloonBase):
         """
         self.timing(1024, TOUCH_MIB, CAL_FRACTIONS if TIMING_ROW.sizes_for().calibrate else ())
 
+    @requires(lambda: TIMING_ROW.sizes_for().large_guests, "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
     def test_sizes_2g(self) -> None:
         """Scenario 2, full profile only: the same cycle in a 2 GiB guest
         (about 90 s under TCG; no verdict reads it)."""
-        self.require(TIMING_ROW.sizes_for().large_guests, "2 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(2048, 0, ())
 
+    @requires(lambda: TIMING_ROW.sizes_for().large_guests, "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
     def test_sizes_4g(self) -> None:
         """Scenario 2, full profile only: 4 GiB (about a minute more under TCG)."""
-        self.require(TIMING_ROW.sizes_for().large_guests, "4 GiB guest only with MEMQUAL_PROFILE=full (CI time)")
         self.timing(4096, 0, ())
 
 
