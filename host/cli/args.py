@@ -380,7 +380,10 @@ def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[t
         the_clock = host_clock(asked)
         cpus = host_vcpus(args.cpus, the_clock)
         if the_clock != asked:
-            notes.append(f"the host under test runs on {the_clock.label}, not {asked.label}: a coarser shift stalls or deadlocks its guest")
+            notes.append(
+                f"the host under test runs on {the_clock.label}, not {asked.label}: a coarser shift stalls or "
+                "deadlocks its guest"
+            )
         if cpus != args.cpus:
             notes.append(f"on icount the host under test and its guest run {cpus} vCPU each, not {args.cpus}")
     config = MachineConfig(
