@@ -184,6 +184,17 @@ def requires(condition: Callable[[], bool], reason: str) -> Callable[[TestMethod
     return mark
 
 
+DRIVES_THE_HOST_UNDER_TEST = "memqual_drives_the_host_under_test"  # the attribute @drives_its_host sets
+
+
+def drives_its_host(method: TestMethod) -> TestMethod:
+    """Mark a test method that drives its guest's host through the guest
+    (``Machine.host_ssh`` under a host under test, this machine's knobs
+    otherwise): it runs under ``--host-kernel`` too, on L1's knobs."""
+    setattr(method, DRIVES_THE_HOST_UNDER_TEST, True)
+    return method
+
+
 def under_pytest() -> bool:
     return "PYTEST_CURRENT_TEST" in os.environ
 
@@ -266,6 +277,10 @@ class GuestTest(avocado.Test):
         guests' instructions (``beside_others``): call it after put_clock."""
         if self.counts_only_its_guests:
             return False
+        if clock.current().icount and self.host_under_test() is not None and self.runs_under_a_host_under_test():
+            # Its guests and their host are one L1 of its own: on icount
+            # every figure is a count of that L1's instructions.
+            return False
         return self.measures() and not beside_others(reference_of(self))
 
     def runs_under_a_host_under_test(self) -> bool:
@@ -279,7 +294,16 @@ class GuestTest(avocado.Test):
         from memqual.host.judge import clock_plan
 
         reference = reference_of(self)
-        return self.counts_only_its_guests or reference in clock_plan.beside_others_tests()
+        method = getattr(self, self._testMethodName, None)
+        return (
+            self.counts_only_its_guests
+            or getattr(method, DRIVES_THE_HOST_UNDER_TEST, False)
+            or reference in clock_plan.beside_others_tests()
+        )
+
+    def host_under_test(self) -> HostUnderTest | None:
+        """The run's host under test (``--host-kernel``), or None: this machine."""
+        return nested.from_environment()
 
     def setUp(self) -> None:
         self._machines: list[Machine] = []

@@ -14,16 +14,17 @@ import os
 import time
 from collections.abc import Iterator
 
-from memqual.e2e.base import GuestTest
-from memqual.host.core import clock, descriptive
+from memqual.e2e.base import GuestTest, drives_its_host, requires
+from memqual.host.core import clock, descriptive, nested
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.ksm import KsmController, sharing, table, volatile
 from memqual.host.ksm import guest_ksm as gk
 from memqual.host.ksm import merge as km
 from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm.agent import AGENT, StressArgs
+from memqual.host.ksm.l1_ksm import L1Ksm
 from memqual.host.ksm.scancost import replicate_first, replicate_ratios, samples
 from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
 from memqual.host.ksm.volatile import CLAIM_METRIC, VolatileGuest
@@ -81,6 +82,19 @@ class KsmTest(GuestTest):
         after = (Sysfs(KSM_ROOT).knobs(), Sysfs(THP_ROOT).knobs(THP_KNOBS) if ksm.thp.exists() else {})
         self.assertEqual(after, before, "host KSM/THP knobs not restored")
 
+    def l1_ksm(self, vm: Machine) -> L1Ksm:
+        """The KSM of ``vm``'s host under test (its own L1): no lock, no
+        snapshot, L1 ends with the guest (host/ksm/l1_ksm.py)."""
+        ksm = L1Ksm.of(vm.host_ssh, vm.pid)
+        self.require(ksm.fs.exists(), f"the host under test's kernel has no {ksm.fs.root}")
+        return ksm
+
+    def host_release(self, vm: Machine | None) -> str:
+        """The release of the kernel whose ksmd the scenario measured."""
+        if vm is None or self.host_under_test() is None:
+            return os.uname().release
+        return str(vm.host_ssh.run(["uname", "-r"], timeout=60).stdout.strip())
+
     @contextlib.contextmanager
     def scenario(self) -> Iterator[None]:
         """A scenario's ScenarioFailed fails the test; its CapabilityMissing
@@ -94,13 +108,20 @@ class KsmTest(GuestTest):
 
     # -- 1. merge ------------------------------------------------------------
     def _merge(self, mem_merge: bool) -> None:
-        with self.host_ksm() as ksm, contextlib.ExitStack() as stack:
-            if not mem_merge:
-                stack.enter_context(km.host_mergeable(km.CONTROL_MIB))
+        if self.host_under_test() is not None:
             vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB, mem_merge=mem_merge))
-            run = km.run_merge(ksm, vm)
+            with self.scenario():
+                run = km.run_merge(self.l1_ksm(vm), vm)
             self.assertEqual(run.agent_status, 0)
-            own_merged = ksm.process(os.getpid()).merging_pages or 0
+            own_merged = 0  # no control region: mem_merge is True here
+        else:
+            with self.host_ksm() as ksm, contextlib.ExitStack() as stack:
+                if not mem_merge:
+                    stack.enter_context(km.host_mergeable(km.CONTROL_MIB))
+                vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB, mem_merge=mem_merge))
+                run = km.run_merge(ksm, vm)
+                self.assertEqual(run.agent_status, 0)
+                own_merged = ksm.process(os.getpid()).merging_pages or 0
         pages, grown, agent_merged, proc = run.pages, run.grown, run.agent_merged, run.process
         self.assertEqual(run.bad_pages, 0, f"guest pages changed: {run.verify}")
         self.log.info(
@@ -128,6 +149,7 @@ class KsmTest(GuestTest):
             self.assertEqual(proc.merging_pages, 0, f"mem-merge=off, yet QEMU has merged pages: {proc.stat}")
             self.assertEqual(proc.stat_int("ksm_rmap_items") or 0, 0, "mem-merge=off, yet ksmd tracks QEMU pages")
 
+    @drives_its_host
     def test_merge(self) -> None:
         """Scenario 1: one-byte fill merges within 3 full scans.
 
@@ -135,6 +157,11 @@ class KsmTest(GuestTest):
         """
         self._merge(mem_merge=True)
 
+    @requires(
+        lambda: nested.from_environment() is None,
+        "the control's mergeable region is memqual's own memory on this machine, and no memqual process runs in "
+        "the host under test: run it without --host-kernel",
+    )
     def test_merge_off(self) -> None:
         """Scenario 1, negative control: -machine mem-merge=off (a check:
         nothing may merge, host/judge/primaries.py).
@@ -144,11 +171,17 @@ class KsmTest(GuestTest):
         self._merge(mem_merge=False)
 
     # -- 2. integrity --------------------------------------------------------
+    @drives_its_host
     def test_integrity(self) -> None:
         """Scenario 2: merge, break with distinct tails, unmerge, verify."""
-        with self.host_ksm() as ksm:
+        if self.host_under_test() is not None:
             vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
-            run = km.run_integrity(ksm, vm)
+            with self.scenario():
+                run = km.run_integrity(self.l1_ksm(vm), vm)
+        else:
+            with self.host_ksm() as ksm:
+                vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
+                run = km.run_integrity(ksm, vm)
         merged, after_tail, unmerged, verify = run.merged, run.after_tail, run.unmerged, run.verify
         self.log.info(
             "integrity: merged %d, after tails %d, after run=2 %d, verify %s", merged, after_tail, unmerged, verify
@@ -170,24 +203,42 @@ class KsmTest(GuestTest):
     # -- 3. volatile scan cost ----------------------------------------------
     def _volatile(self, pages: str) -> None:
         guests: list[VolatileGuest] = []
-        with self.host_ksm() as ksm:
+        count = table.VOLATILE_SCAN.sizes_for().guests
+        if self.host_under_test() is not None:
+            # Each guest has its own L1: its KSM is prepared afresh.
+            started = time.monotonic()
+            release = ""
+            for index in range(count):
+                vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
+                ksm = self.l1_ksm(vm)
+                release = self.host_release(vm)
+                with self.scenario():
+                    self._check_volatile_host(ksm)
+                    volatile.prepare_volatile(ksm, pages)
+                guests.append(self._volatile_guest(ksm, vm, pages, index, volatile.retries_left(guests)))
+            self._record_volatile(pages, guests, time.monotonic() - started, release)
+            return
+        with self.host_ksm() as this_host:
             started = time.monotonic()  # the scenario's own time, not the wait for the lock
-            self.require(ksm.thp.exists(), f"host THP: {THP_ROOT} does not exist")
-            self.require(
-                ksm.fs.has("smart_scan") and ksm.fs.has("pages_skipped"),
-                "host kernel has no KSM smart scan (Linux >= 6.7 needed)",
-            )
-            volatile.prepare_volatile(ksm, pages)
-            for index in range(table.VOLATILE_SCAN.sizes_for().guests):
-                guests.append(self._volatile_guest(ksm, pages, index, volatile.retries_left(guests)))
-        self._record_volatile(pages, guests, time.monotonic() - started)
+            self._check_volatile_host(this_host)
+            volatile.prepare_volatile(this_host, pages)
+            for index in range(count):
+                vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
+                guests.append(self._volatile_guest(this_host, vm, pages, index, volatile.retries_left(guests)))
+        self._record_volatile(pages, guests, time.monotonic() - started, os.uname().release)
 
-    def _volatile_guest(self, ksm: KsmController, pages: str, index: int, retries: int) -> VolatileGuest:
+    def _check_volatile_host(self, ksm: KsmController | L1Ksm) -> None:
+        self.require(ksm.thp.exists(), "the host has no transparent huge pages (/sys/kernel/mm/transparent_hugepage)")
+        self.require(
+            ksm.fs.has("smart_scan") and ksm.fs.has("pages_skipped"),
+            "host kernel has no KSM smart scan (Linux >= 6.7 needed)",
+        )
+
+    def _volatile_guest(self, ksm: ks.KsmHost, vm: Machine, pages: str, index: int, retries: int) -> VolatileGuest:
         """One replicate: a fresh guest runs the seed's workload, ksmd
         settles on it, smart_scan 0 and 1 are measured in ABBA order (the
         first variant alternating between guests), and the guest goes away
         before the next one starts, so it never shares a scan with it."""
-        vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
         try:
             # The first variant alternates between guests, and between
             # blocks in an A/B (one guest a block).
@@ -207,7 +258,7 @@ class KsmTest(GuestTest):
         finally:
             vm.shutdown()
 
-    def _record_volatile(self, pages: str, guests: list[VolatileGuest], duration_s: float) -> None:
+    def _record_volatile(self, pages: str, guests: list[VolatileGuest], duration_s: float, release: str) -> None:
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         settings = volatile.volatile_settings(
@@ -216,7 +267,7 @@ class KsmTest(GuestTest):
             table.VOLATILE_SCAN.sizes_for().reference_scans,
             table.VOLATILE_SCAN.sizes_for().smart_windows,
         )
-        limit = volatile.skip_limit(os.uname().release)
+        limit = volatile.skip_limit(release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
         for record in records:
             self.record(record)
@@ -245,6 +296,7 @@ class KsmTest(GuestTest):
             all(r > 1 for r in ratios), f"smart scan made ksmd's scans dearer per page in a guest: {ratios}"
         )
 
+    @drives_its_host
     def test_volatile_scan_4k(self) -> None:
         """Scenario 3: smart scan against the seed's workload, 4 KiB pages.
 
@@ -252,6 +304,7 @@ class KsmTest(GuestTest):
         """
         self._volatile("4k")
 
+    @drives_its_host
     def test_volatile_scan_thp(self) -> None:
         """Scenario 3: the same with THP-backed guest RAM (exploratory in an
         A/B: the host's huge page splits weigh in, host/judge/primaries.py; left
@@ -260,6 +313,7 @@ class KsmTest(GuestTest):
         self._volatile("thp")
 
     # -- 4. guest-side KSM ---------------------------------------------------
+    @drives_its_host
     def test_guest_ksm(self) -> None:
         """Scenario 4: the guest kernel's own ksmd merges the agent's pages.
 
@@ -287,6 +341,10 @@ class KsmTest(GuestTest):
         self.assertEqual(run.bad_pages, 0, f"guest pages changed: {run.verify}")
 
     # -- 5. many guests ------------------------------------------------------
+    @requires(
+        lambda: nested.from_environment() is None,
+        "each guest under a host under test has its own L1, so no two share a ksmd: run it without --host-kernel",
+    )
     def test_many_guests(self) -> None:
         """Scenario 5: identical guests share memory across guests; the
         saving follows saved(n) = (n - 1) U + n I; re-merges are timed.

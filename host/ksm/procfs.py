@@ -43,14 +43,19 @@ def cpu_seconds(pid: int, proc_root: Path = PROC_ROOT) -> float:
     present, utime+stime in clock ticks otherwise."""
     base = proc_root / str(pid)
     try:
-        ns = int((base / "schedstat").read_text().split()[0])
-        return ns / 1e9
+        return schedstat_seconds((base / "schedstat").read_text())
     except (OSError, ValueError, IndexError):
         pass
     _, fields = _stat_fields((base / "stat").read_text())
     # utime is field 14, stime field 15 -> fields[11], fields[12]
     ticks = int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def schedstat_seconds(text: str) -> float:
+    """/proc/PID/schedstat's first field (nanoseconds on the CPU), in
+    seconds; ValueError or IndexError when the text is not one."""
+    return int(text.split()[0]) / 1e9
 
 
 def start_time(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
@@ -86,15 +91,21 @@ class ProcessKsm:
 def process_ksm(pid: int, proc_root: Path = PROC_ROOT) -> ProcessKsm:
     base = proc_root / str(pid)
     merging = int((base / "ksm_merging_pages").read_text().strip())
-    stat_map: dict[str, str] = {}
     try:
-        for line in (base / "ksm_stat").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key:
-                stat_map[key.rstrip(":")] = value.strip()
+        stat_map = parse_ksm_stat((base / "ksm_stat").read_text())
     except FileNotFoundError:
-        pass  # kernels before 6.1 have ksm_merging_pages only
+        stat_map = {}  # kernels before 6.1 have ksm_merging_pages only
     return ProcessKsm(pid=pid, merging_pages=merging, stat=stat_map, anon_huge_kib=anon_huge_kib(pid, proc_root))
+
+
+def parse_ksm_stat(text: str) -> dict[str, str]:
+    """/proc/PID/ksm_stat's "key value" lines as a mapping."""
+    stat_map: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key:
+            stat_map[key.rstrip(":")] = value.strip()
+    return stat_map
 
 
 def anon_huge_kib(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
@@ -102,6 +113,11 @@ def anon_huge_kib(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
         text = (proc_root / str(pid) / "smaps_rollup").read_text()
     except OSError:
         return None
+    return parse_anon_huge_kib(text)
+
+
+def parse_anon_huge_kib(text: str) -> int | None:
+    """AnonHugePages (KiB) from /proc/PID/smaps_rollup's text; None if absent."""
     for line in text.splitlines():
         if line.startswith("AnonHugePages:"):
             return int(line.split()[1])

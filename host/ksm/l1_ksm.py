@@ -1,0 +1,242 @@
+"""KSM of the host under test (L1, host/core/nested.py): the knobs,
+counters and waits of ``KsmController``, read and written in L1 over its
+SSH, for the same scenario procedures (merge.py, volatile.py).
+
+    vm = test.boot(config)                   # L1 and its guest
+    ksm = L1Ksm.of(vm.host_ssh, vm.pid)      # the guest's host is L1
+    run_merge(ksm, vm)
+
+Why it differs from ``KsmController``:
+- no lock, no state file, nothing to restore: L1 lives as long as its
+  guest, no one else drives its KSM, and a kill ends L1 with its knobs;
+- every reading is one command in L1 (the counters, ksmd's CPU and L1's
+  own clock together), and polls are no faster than ``MIN_POLL_S``: each
+  costs L1 instructions, which on icount are the clock that measures L1;
+- ``taken_s`` is L1's CLOCK_BOOTTIME (/proc/uptime, 10 ms), so a time
+  between readings is L1's, the clock ksmd works on;
+- ``process(pid)``: the guest's QEMU runs in L1; memqual knows the pid of
+  L1's QEMU here, so the pid asked must be that one, and L1's sole guest
+  QEMU answers;
+- the deadlines the scenarios pass, in this machine's seconds, are
+  stretched by ``slowdown``: L1 runs under TCG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Self
+
+from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
+from memqual.host.core.knobs import KNOB_NAME, selected
+from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
+from memqual.host.core.polling import poll
+from memqual.host.core.shell import Shell
+from memqual.host.ksm import procfs
+from memqual.host.ksm.sysfs import COUNTERS, KsmCounters, write_order
+
+KSM_DIR = "/sys/kernel/mm/ksm"
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+MIN_POLL_S = 0.25
+COMMAND_TIMEOUT_S = 60.0
+
+# The pids of L1's processes whose comm starts with $1 (a constant of
+# this module, passed as an argument: no input reaches a shell string).
+_FIND = (
+    'for d in /proc/[0-9]*; do read -r c <"$d/comm" 2>/dev/null && case "$c" in "$1"*) echo "${d#/proc/}";; esac; done'
+)
+# One reading: every counter L1's kernel has, ksmd's CPU (ns), L1's clock.
+_COUNTERS = (
+    'cd "$1" && shift 2 && for f in "$@"; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
+    'echo "ksmd_cpu_ns $(cut -d" " -f1 /proc/$KSMD/schedstat 2>/dev/null)"; '
+    'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
+)
+# A process's KSM figures, sections split by a line "--".
+_PROCESS = 'cd /proc/"$1" && cat ksm_merging_pages && echo -- && cat ksm_stat 2>/dev/null; echo --; cat smaps_rollup'
+
+
+class L1Files:
+    """A sysfs directory of L1: the ``KsmFiles`` the scenarios read, and
+    the knob writes.  The names in it are listed once (a kernel's knobs do
+    not come and go)."""
+
+    def __init__(self, shell: Shell, root: str) -> None:
+        self.shell = shell
+        self.root = root
+        listing = shell.run(["ls", "-1", root], timeout=COMMAND_TIMEOUT_S, check=False)
+        self.names = frozenset(listing.stdout.split()) if listing.status == 0 else frozenset()
+
+    def exists(self) -> bool:
+        return bool(self.names)
+
+    def has(self, name: str) -> bool:
+        return name in self.names
+
+    def read(self, name: str) -> str:
+        return selected(self.shell.run(["cat", self._path(name)], timeout=COMMAND_TIMEOUT_S).stdout)
+
+    def read_int(self, name: str) -> int:
+        return int(self.read(name))
+
+    def read_int_or_none(self, name: str) -> int | None:
+        return self.read_int(name) if self.has(name) else None
+
+    def write(self, name: str, value: int | str) -> None:
+        # tee writes what it reads in one write(): what sysfs wants.
+        self.shell.run(["tee", self._path(name)], timeout=COMMAND_TIMEOUT_S, input=f"{value}\n".encode())
+
+    def knobs(self, names: tuple[str, ...] | list[str] | None = None) -> dict[str, str]:
+        chosen = sorted(self.names) if names is None else [n for n in names if n in self.names]
+        return {n: self.read(n) for n in chosen}
+
+    def _path(self, name: str) -> str:
+        if not KNOB_NAME.fullmatch(name):
+            raise ValueError(f"not a sysfs attribute name: {name!r}")
+        return f"{self.root}/{name}"
+
+
+class L1Ksm:
+    """L1's KSM as the scenarios drive it (the ``KsmHost`` Protocol)."""
+
+    def __init__(
+        self,
+        shell: Shell,
+        guest_pid: int,
+        qemu_pid: int,
+        ksmd_pid: int | None,
+        slowdown: float,
+        ksm_dir: str = KSM_DIR,
+        thp_dir: str = THP_DIR,
+    ) -> None:
+        self.shell = shell
+        self.guest_pid = guest_pid
+        self.qemu_pid = qemu_pid
+        self.ksmd_pid = ksmd_pid
+        self.slowdown = slowdown
+        self._fs = L1Files(shell, ksm_dir)
+        self.thp = L1Files(shell, thp_dir)
+
+    @classmethod
+    def of(cls, shell: Shell, guest_pid: int, slowdown: float = BOOT_TIMEOUT_FACTOR) -> Self:
+        """L1's KSM for the guest whose L1 QEMU has ``guest_pid`` here;
+        GuestError unless L1 runs exactly one guest QEMU."""
+        qemus = find(shell, "qemu-system")
+        if len(qemus) != 1:
+            raise GuestError(f"the host under test runs {len(qemus)} guest QEMUs ({qemus}), not one")
+        ksmd = find(shell, "ksmd")
+        return cls(shell, guest_pid, qemus[0], ksmd[0] if ksmd else None, slowdown)
+
+    @property
+    def fs(self) -> L1Files:
+        return self._fs
+
+    def set(self, **knobs: int | str) -> None:
+        """Write KSM knobs in the order KsmController does (advisor_mode
+        first, run last)."""
+        unknown = [n for n in knobs if not self._fs.has(n)]
+        if unknown:
+            raise CapabilityMissing(f"the host under test's KSM has no knob {', '.join(unknown)} in {self._fs.root}")
+        for name in write_order(list(knobs)):
+            self._fs.write(name, knobs[name])
+
+    def set_thp(self, **knobs: str) -> None:
+        for name, value in knobs.items():
+            self.thp.write(name, value)
+
+    def unmerge(self) -> None:
+        self.set(run=2)
+
+    def knobs(self) -> dict[str, str]:
+        return self._fs.knobs()
+
+    def counters(self) -> KsmCounters:
+        argv = ["env", f"KSMD={self.ksmd_pid or 0}", "sh", "-c", _COUNTERS, "counters", self._fs.root, "--", *COUNTERS]
+        return parse_counters(self.shell.run(argv, timeout=COMMAND_TIMEOUT_S).stdout)
+
+    def process(self, pid: int) -> procfs.ProcessKsm:
+        if pid != self.guest_pid:
+            raise ValueError(f"pid {pid} is not the guest's ({self.guest_pid}): L1 runs only that guest's QEMU")
+        out = self.shell.run(["sh", "-c", _PROCESS, "process", str(self.qemu_pid)], timeout=COMMAND_TIMEOUT_S)
+        return parse_process(self.qemu_pid, out.stdout)
+
+    def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = MIN_POLL_S) -> KsmCounters:
+        start = self.counters()
+        target = start.full_scans + n
+        last = [start]
+
+        def scanned() -> KsmCounters | None:
+            last[0] = self.counters()
+            return last[0] if last[0].full_scans >= target else None
+
+        def too_slow(_: object) -> Timeout:
+            end = last[0]
+            cpu = (
+                f", ksmd used {end.ksmd_cpu_s - start.ksmd_cpu_s:.2f} s of L1's CPU"
+                if end.ksmd_cpu_s is not None and start.ksmd_cpu_s is not None
+                else ""
+            )
+            return Timeout(
+                f"the host under test's KSM: full_scans went {start.full_scans} -> {end.full_scans} in "
+                f"{end.taken_s - start.taken_s:.1f} s of L1's clock, waited for {n} more{cpu}; "
+                f"pages_sharing {start.pages_sharing} -> {end.pages_sharing}"
+            )
+
+        return poll(
+            scanned,
+            timeout_s * self.slowdown,
+            max(poll_s, MIN_POLL_S),
+            what="the host under test's full KSM scans",
+            on_timeout=too_slow,
+        ).value
+
+    def wait_until(
+        self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = MIN_POLL_S
+    ) -> None:
+        poll(predicate, timeout_s * self.slowdown, max(poll_s, MIN_POLL_S), what=f"the host under test's KSM: {what}")
+
+
+def find(shell: Shell, comm_prefix: str) -> list[int]:
+    """The pids of L1's processes whose name starts with ``comm_prefix``."""
+    out = shell.run(["sh", "-c", _FIND, "find", comm_prefix], timeout=COMMAND_TIMEOUT_S, check=False).stdout
+    return sorted(int(word) for word in out.split() if word.isdigit())
+
+
+def parse_counters(text: str) -> KsmCounters:
+    """One reading of ``_COUNTERS``'s output; a counter L1's kernel lacks is
+    None (ksmd's CPU too, without schedstat)."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        values[name] = value.strip()
+
+    def number(name: str) -> int | None:
+        value = values.get(name, "")
+        return int(value) if value.lstrip("-").isdigit() else None
+
+    if "uptime" not in values or number("full_scans") is None:
+        raise GuestError(f"not a reading of the host under test's KSM: {text[:200]!r}")
+    cpu_ns = number("ksmd_cpu_ns")
+    return KsmCounters(
+        taken_s=float(values["uptime"]),
+        full_scans=number("full_scans") or 0,
+        pages_shared=number("pages_shared") or 0,
+        pages_sharing=number("pages_sharing") or 0,
+        pages_unshared=number("pages_unshared") or 0,
+        pages_volatile=number("pages_volatile") or 0,
+        pages_skipped=number("pages_skipped"),
+        pages_scanned=number("pages_scanned"),
+        general_profit=number("general_profit"),
+        ksmd_cpu_s=cpu_ns / 1e9 if cpu_ns is not None else None,
+    )
+
+
+def parse_process(pid: int, text: str) -> procfs.ProcessKsm:
+    """``_PROCESS``'s output: ksm_merging_pages, ksm_stat, smaps_rollup."""
+    parts = text.split("--\n")
+    if len(parts) != 3 or not parts[0].strip().isdigit():
+        raise GuestError(f"not the KSM figures of L1's process {pid}: {text[:200]!r}")
+    return procfs.ProcessKsm(
+        pid=pid,
+        merging_pages=int(parts[0]),
+        stat=procfs.parse_ksm_stat(parts[1]),
+        anon_huge_kib=procfs.parse_anon_huge_kib(parts[2]),
+    )

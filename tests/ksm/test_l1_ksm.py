@@ -1,0 +1,147 @@
+"""L1's KSM driver (host/ksm/l1_ksm.py): its shell scripts run for real
+under this machine's sh against a fake sysfs tree, as they run in L1."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
+from memqual.host.ksm import l1_ksm
+from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
+
+
+@dataclasses.dataclass
+class Result:
+    argv: list[str]
+    status: int
+    stdout: str
+    stderr: str
+
+
+class LocalShell:
+    """The Shell Protocol on this machine: argv executed without a shell
+    of ours, as SSH's exec runs it in L1."""
+
+    def __init__(self) -> None:
+        self.commands: list[list[str]] = []
+
+    def run(self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None) -> Result:
+        self.commands.append(argv)
+        done = subprocess.run(argv, input=input, capture_output=True, timeout=timeout)
+        result = Result(argv, done.returncode, done.stdout.decode(), done.stderr.decode())
+        if check and result.status:
+            raise GuestError(f"{argv} exited {result.status}: {result.stderr}")
+        return result
+
+    def start(self, argv: list[str]) -> object:
+        raise NotImplementedError
+
+
+def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
+    ksm, thp = tmp_path / "ksm", tmp_path / "thp"
+    ksm.mkdir()
+    thp.mkdir()
+    files = {
+        "run": "0",
+        "pages_to_scan": "100",
+        "sleep_millisecs": "20",
+        "full_scans": "3",
+        "pages_shared": "10",
+        "pages_sharing": "200",
+        "pages_unshared": "5",
+        "pages_volatile": "7",
+        "pages_scanned": "12345",
+        **values,
+    }
+    for name, value in files.items():
+        (ksm / name).write_text(value + "\n")
+    (thp / "enabled").write_text("always [madvise] never\n")
+    return ksm, thp
+
+
+def driver(tmp_path: Path, shell: LocalShell, **values: str) -> L1Ksm:
+    ksm, thp = fake_ksm(tmp_path, **values)
+    return L1Ksm(shell, 4242, os.getpid(), os.getpid(), 1.0, ksm_dir=str(ksm), thp_dir=str(thp))
+
+
+def test_a_reading_is_one_command_with_ksmds_cpu_and_l1s_clock(tmp_path):
+    shell = LocalShell()
+    ksm = driver(tmp_path, shell)
+    shell.commands.clear()
+    reading = ksm.counters()
+    assert len(shell.commands) == 1
+    assert (reading.full_scans, reading.pages_sharing, reading.pages_scanned) == (3, 200, 12345)
+    # a counter the kernel lacks (6.1 has no pages_skipped) is None
+    assert reading.pages_skipped is None and reading.general_profit is None
+    # ksmd's CPU from schedstat (this process stands in for ksmd), the
+    # time from the host's boot clock
+    assert reading.ksmd_cpu_s is not None and reading.ksmd_cpu_s > 0
+    assert abs(reading.taken_s - float(Path("/proc/uptime").read_text().split()[0])) < 5
+
+
+def test_knobs_are_written_in_kernel_order_without_a_shell(tmp_path):
+    shell = LocalShell()
+    ksm = driver(tmp_path, shell)
+    shell.commands.clear()
+    ksm.set(run=1, pages_to_scan=20000)
+    assert [c[0] for c in shell.commands] == ["tee", "tee"]
+    assert shell.commands[-1][1].endswith("/run"), "run is written last: ksmd starts once the rest is in place"
+    assert ksm.fs.read_int("pages_to_scan") == 20000 and ksm.fs.read_int("run") == 1
+    assert ksm.thp.read("enabled") == "madvise"
+
+
+def test_an_unknown_knob_is_a_missing_capability_and_a_bad_name_never_reaches_a_path(tmp_path):
+    ksm = driver(tmp_path, LocalShell())
+    with pytest.raises(CapabilityMissing, match="smart_scan"):
+        ksm.set(smart_scan=1)
+    with pytest.raises(ValueError, match="not a sysfs attribute"):
+        ksm.fs.write("../run", 1)
+
+
+def test_the_guests_qemu_answers_for_the_guests_pid_only(tmp_path):
+    ksm = driver(tmp_path, LocalShell())
+    with pytest.raises(ValueError, match="not the guest's"):
+        ksm.process(1)
+    if not Path(f"/proc/{os.getpid()}/ksm_merging_pages").exists():
+        pytest.skip("this kernel has no /proc/PID/ksm_merging_pages")
+    figures = ksm.process(4242)
+    assert figures.pid == os.getpid() and figures.merging_pages >= 0
+    assert figures.anon_huge_kib is not None
+
+
+def test_a_wait_for_scans_polls_the_counters_until_enough_and_times_out_with_l1s_figures(tmp_path, monkeypatch):
+    shell = LocalShell()
+    ksm = driver(tmp_path, shell)
+    scans = tmp_path / "ksm" / "full_scans"
+    monkeypatch.setattr(l1_ksm, "MIN_POLL_S", 0.01)
+
+    def counters():
+        reading = L1Ksm.counters(ksm)
+        scans.write_text(str(reading.full_scans + 1))  # ksmd completes a scan between readings
+        return reading
+
+    monkeypatch.setattr(ksm, "counters", counters)
+    assert ksm.wait_full_scans(2, timeout_s=10, poll_s=0.01).full_scans >= 5
+    monkeypatch.setattr(ksm, "counters", lambda: L1Ksm.counters(ksm))
+    with pytest.raises(Timeout, match=r"full_scans went \d+ -> \d+ in .* of L1's clock, waited for 1 more"):
+        ksm.wait_full_scans(1, timeout_s=0.3, poll_s=0.01)
+
+
+def test_the_finder_names_l1s_processes_by_their_name(tmp_path):
+    own = Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert os.getpid() in l1_ksm.find(LocalShell(), own[:5])
+    assert l1_ksm.find(LocalShell(), "no-such-process-name") == []
+
+
+def test_readings_that_are_not_one_say_what_came_back():
+    with pytest.raises(GuestError, match="not a reading"):
+        parse_counters("sh: cd: can't cd to /sys/kernel/mm/ksm\n")
+    with pytest.raises(GuestError, match="not the KSM figures"):
+        parse_process(7, "cat: can't open 'ksm_merging_pages'\n")
+    reading = parse_counters("full_scans 4\npages_skipped 9\nksmd_cpu_ns \nuptime 12.50\n")
+    assert (reading.full_scans, reading.pages_skipped, reading.ksmd_cpu_s, reading.taken_s) == (4, 9, None, 12.5)
