@@ -204,12 +204,16 @@ class KsmTest(GuestTest):
     def _volatile(self, pages: str) -> None:
         guests: list[VolatileGuest] = []
         count = table.VOLATILE_SCAN.sizes_for().guests
-        if self.host_under_test() is not None:
-            # Each guest has its own L1: its KSM is prepared afresh.
+        host = self.host_under_test()
+        if host is not None:
+            # Each guest has its own L1, booted in THP's mode (guest RAM is
+            # faulted in as L1 starts the guest), its KSM prepared afresh.
             started = time.monotonic()
             release = ""
             for index in range(count):
-                vm = self.boot(MachineConfig(memory_mib=ks.GUEST_MIB))
+                vm = self.boot(
+                    MachineConfig(memory_mib=ks.GUEST_MIB), host=host.with_boot_knobs(volatile.THP_AT_BOOT[pages])
+                )
                 ksm = self.l1_ksm(vm)
                 release = self.host_release(vm)
                 with self.scenario():

@@ -58,6 +58,10 @@ class HostUnderTest:
 
     kernel: KernelSpec
     params: tuple[str, ...] = ()
+    # What a scenario sets at L1's boot because it must be in place before
+    # the guest's QEMU starts (THP's mode, which decides how guest RAM is
+    # faulted in): its knobs, not the host's identity, so not in ``name``.
+    boot_knobs: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -71,7 +75,14 @@ class HostUnderTest:
     def cmdline(self) -> str:
         """L1's extra kernel command line: the kernel's own, then the
         module parameters, which L1's modprobe reads from it."""
-        return " ".join(p for p in (self.kernel.cmdline_extra, *self.params) if p)
+        return " ".join(p for p in (self.kernel.cmdline_extra, *self.params, *self.boot_knobs) if p)
+
+    def with_boot_knobs(self, *words: str) -> HostUnderTest:
+        """This host with ``words`` added to L1's command line (checked like
+        any kernel command line)."""
+        for word in words:
+            parse_kernel(f"x:{word}")
+        return dataclasses.replace(self, boot_knobs=(*self.boot_knobs, *words))
 
     def to_json(self) -> dict[str, object]:
         return {"kernel": self.kernel.name, "params": list(self.params)}

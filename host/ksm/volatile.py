@@ -278,6 +278,11 @@ def volatile_records(
 
 
 # -- the procedure: the host set up, then one fresh guest a replicate -------
+# THP's mode as a kernel command line word: a host under test's guest
+# starts with L1, so L1 must boot with the mode prepare_volatile sets.
+THP_AT_BOOT = {"4k": "transparent_hugepage=never", "thp": "transparent_hugepage=madvise"}
+
+
 def prepare_volatile(ksm: KsmHost, pages: str) -> None:
     """Host THP and KSM knobs for the volatile scenario, before its first
     guest: ksmd stopped, smart_scan on, the advisor off."""
