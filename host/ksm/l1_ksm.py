@@ -45,11 +45,27 @@ _FIND = (
     'for d in /proc/[0-9]*; do read -r c <"$d/comm" 2>/dev/null && case "$c" in "$1"*) echo "${d#/proc/}";; esac; done'
 )
 # One reading: every counter L1's kernel has, ksmd's CPU (ns), L1's clock.
-_COUNTERS = (
-    'cd "$1" && shift 2 && for f in "$@"; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
+_READ = (
+    'for f in "$@"; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
     'echo "ksmd_cpu_ns $(cut -d" " -f1 /proc/$KSMD/schedstat 2>/dev/null)"; '
     'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
 )
+_COUNTERS = 'cd "$1" && shift 2 && ' + _READ
+# Wait in L1 until full_scans reaches $2, then one reading.  ksmd sleeps
+# sleep_millisecs after every batch and a full scan ends at a batch's end,
+# so a 2 ms poll in L1 reads the counters in that sleep, where ksmd's CPU
+# and its page counts stand still: the window is whole scans, the same
+# ones on every boot.  A poll from this machine over SSH would land
+# anywhere in the next scan.  ``read`` is the shell's own: no fork a poll.
+_WAIT = (
+    'cd "$1" && target=$2 && shift 3 && '
+    'while read -r n <full_scans && [ "$n" -lt "$target" ]; do usleep 2000; done && ' + _READ
+)
+WAIT_POLL_L1_S = 0.002
+# L1's own deadline for a wait, beyond the one this machine keeps: a wait
+# this machine gave up on must not go on polling in L1.
+L1_DEADLINE_SLACK_S = 30.0
+
 # A process's KSM figures, sections split by a line "--".
 _PROCESS = 'cd /proc/"$1" && cat ksm_merging_pages && echo -- && cat ksm_stat 2>/dev/null; echo --; cat smaps_rollup'
 
@@ -159,34 +175,41 @@ class L1Ksm:
         return parse_process(self.qemu_pid, out.stdout)
 
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = MIN_POLL_S) -> KsmCounters:
+        """Wait until full_scans has grown by n (in L1, see ``_WAIT``);
+        Timeout if it does not within timeout_s (stretched by slowdown).
+        ``poll_s`` is this machine's poll interval elsewhere: unused."""
         start = self.counters()
-        target = start.full_scans + n
-        last = [start]
-
-        def scanned() -> KsmCounters | None:
-            last[0] = self.counters()
-            return last[0] if last[0].full_scans >= target else None
-
-        def too_slow(_: object) -> Timeout:
-            end = last[0]
-            cpu = (
-                f", ksmd used {end.ksmd_cpu_s - start.ksmd_cpu_s:.2f} s of L1's CPU"
-                if end.ksmd_cpu_s is not None and start.ksmd_cpu_s is not None
-                else ""
-            )
-            return Timeout(
-                f"the host under test's KSM: full_scans went {start.full_scans} -> {end.full_scans} in "
-                f"{end.taken_s - start.taken_s:.1f} s of L1's clock, waited for {n} more{cpu}; "
-                f"pages_sharing {start.pages_sharing} -> {end.pages_sharing}"
-            )
-
-        return poll(
-            scanned,
-            timeout_s * self.slowdown,
-            max(poll_s, MIN_POLL_S),
-            what="the host under test's full KSM scans",
-            on_timeout=too_slow,
-        ).value
+        deadline = timeout_s * self.slowdown
+        argv = [
+            "env",
+            f"KSMD={self.ksmd_pid or 0}",
+            "timeout",
+            "-s",
+            "KILL",
+            str(int(deadline)),
+            "sh",
+            "-c",
+            _WAIT,
+            "wait",
+            self._fs.root,
+            str(start.full_scans + n),
+            "--",
+            *COUNTERS,
+        ]
+        out = self.shell.run(argv, timeout=deadline + L1_DEADLINE_SLACK_S, check=False)
+        if out.status == 0:
+            return parse_counters(out.stdout)
+        end = self.counters()
+        cpu = (
+            f", ksmd used {end.ksmd_cpu_s - start.ksmd_cpu_s:.2f} s of L1's CPU"
+            if end.ksmd_cpu_s is not None and start.ksmd_cpu_s is not None
+            else ""
+        )
+        raise Timeout(
+            f"the host under test's KSM: full_scans went {start.full_scans} -> {end.full_scans} in "
+            f"{end.taken_s - start.taken_s:.1f} s of L1's clock, waited for {n} more{cpu}; "
+            f"pages_sharing {start.pages_sharing} -> {end.pages_sharing} (the wait in L1 exited {out.status})"
+        )
 
     def wait_until(
         self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = MIN_POLL_S

@@ -122,3 +122,28 @@ def parse_anon_huge_kib(text: str) -> int | None:
         if line.startswith("AnonHugePages:"):
             return int(line.split()[1])
     return None
+
+
+def mapped_ksm_kib(pid: int, under: Path, proc_root: Path = PROC_ROOT) -> tuple[int, int] | None:
+    """(size, KSM-merged) in KiB of the process's mappings of files under
+    ``under`` (a hugetlbfs guest's RAM), from /proc/PID/smaps; None when
+    this kernel's smaps has no per-mapping KSM line.  (0, 0): no such
+    mapping."""
+    return parse_mapped_ksm_kib((proc_root / str(pid) / "smaps").read_text(), str(under).rstrip("/") + "/")
+
+
+def parse_mapped_ksm_kib(text: str, prefix: str) -> tuple[int, int] | None:
+    size = merged = 0
+    inside = has_ksm_line = False
+    for line in text.splitlines():
+        fields = line.split()
+        if not fields:
+            continue
+        if not fields[0].endswith(":"):  # a mapping's header: "start-end perms offset dev inode [path]"
+            inside = len(fields) >= 6 and fields[5].startswith(prefix)
+        elif fields[0] == "KSM:":
+            has_ksm_line = True
+            merged += int(fields[1]) if inside else 0
+        elif fields[0] == "Size:" and inside:
+            size += int(fields[1])
+    return (size, merged) if has_ksm_line else None

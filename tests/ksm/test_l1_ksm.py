@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.shell import Background
-from memqual.host.ksm import l1_ksm
+from memqual.host.ksm import l1_ksm, procfs
 from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
 
 
@@ -115,22 +118,30 @@ def test_the_guests_qemu_answers_for_the_guests_pid_only(tmp_path):
     assert figures.anon_huge_kib is not None
 
 
-def test_a_wait_for_scans_polls_the_counters_until_enough_and_times_out_with_l1s_figures(tmp_path, monkeypatch):
+def test_a_wait_for_scans_waits_in_l1_and_times_out_with_l1s_figures(tmp_path, monkeypatch):
+    # busybox's usleep, as L1 has it
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
     shell = LocalShell()
     ksm = driver(tmp_path, shell)
     scans = tmp_path / "ksm" / "full_scans"
-    monkeypatch.setattr(l1_ksm, "MIN_POLL_S", 0.01)
 
-    def counters():
-        reading = L1Ksm.counters(ksm)
-        scans.write_text(str(reading.full_scans + 1))  # ksmd completes a scan between readings
-        return reading
+    def ksmd() -> None:  # two more full scans, a while after the wait began
+        for count in (4, 5):
+            time.sleep(0.2)
+            scans.write_text(f"{count}\n")
 
-    monkeypatch.setattr(ksm, "counters", counters)
-    assert ksm.wait_full_scans(2, timeout_s=10, poll_s=0.01).full_scans >= 5
-    monkeypatch.setattr(ksm, "counters", lambda: L1Ksm.counters(ksm))
-    with pytest.raises(Timeout, match=r"full_scans went \d+ -> \d+ in .* of L1's clock, waited for 1 more"):
-        ksm.wait_full_scans(1, timeout_s=0.3, poll_s=0.01)
+    worker = threading.Thread(target=ksmd)
+    shell.commands.clear()
+    worker.start()
+    reading = ksm.wait_full_scans(2, timeout_s=20)
+    worker.join()
+    assert reading.full_scans == 5
+    assert [c[2] for c in shell.commands] == ["sh", "timeout"], "one reading, then one wait in L1"
+    with pytest.raises(Timeout, match=r"full_scans went 5 -> 5 in .* of L1's clock, waited for 1 more.*exited"):
+        ksm.wait_full_scans(1, timeout_s=1)
 
 
 def test_the_finder_names_l1s_processes_by_their_name(tmp_path):
@@ -146,3 +157,27 @@ def test_readings_that_are_not_one_say_what_came_back():
         parse_process(7, "cat: can't open 'ksm_merging_pages'\n")
     reading = parse_counters("full_scans 4\npages_skipped 9\nksmd_cpu_ns \nuptime 12.50\n")
     assert (reading.full_scans, reading.pages_skipped, reading.ksmd_cpu_s, reading.taken_s) == (4, 9, None, 12.5)
+
+
+SMAPS = """\
+55d0c0000000-55d0c0100000 rw-p 00000000 00:00 0                          [heap]
+Size:               1024 kB
+KSM:                 104 kB
+7f0000000000-7f0040000000 rw-s 00000000 00:2a 1234 /run/memqual/huge/qemu_back_mem.pc.ram.Ab12 (deleted)
+Size:            1048576 kB
+KSM:                   0 kB
+7f0040000000-7f0040001000 r--p 00000000 08:01 99                         /usr/lib/x86_64-linux-gnu/libc.so.6
+Size:                  4 kB
+KSM:                   0 kB
+"""
+
+
+def test_a_mappings_merged_pages_are_counted_apart_from_the_processs():
+    # QEMU's heap merged 104 KiB; the guest's RAM under the mount nothing
+    assert procfs.parse_mapped_ksm_kib(SMAPS, "/run/memqual/huge/") == (1048576, 0)
+    assert procfs.parse_mapped_ksm_kib(
+        SMAPS.replace("KSM:                   0", "KSM:                   8", 1), "/run/memqual/huge/"
+    ) == (1048576, 8)
+    assert procfs.parse_mapped_ksm_kib(SMAPS, "/elsewhere/") == (0, 0)
+    # a kernel without the per-mapping line: not countable
+    assert procfs.parse_mapped_ksm_kib(SMAPS.replace("KSM:", "Rss:"), "/run/memqual/huge/") is None
