@@ -184,6 +184,7 @@ def alternate_smart_scan(
     own_pages: Callable[[], int | None] | None = None,
     reference_scans: int | None = None,
     smart_windows: int = 1,
+    has_smart_scan: bool = True,
 ) -> AbRun:
     """smart_scan 0 against 1, ABBA, `repeats` turns each, starting with
     smart_scan=`first`.  `own_pages`, when given, is read at the end of
@@ -210,17 +211,22 @@ def alternate_smart_scan(
     the first: smart_scan does not change between them).  A guest's median
     over them leaves out the windows a burst of other work on the host fell
     on, at one window's scans each.  A disturbed turn costs one retry, and
-    is kept in `discarded` as one window over all its measured scans."""
+    is kept in `discarded` as one window over all its measured scans.
+
+    A kernel without smart scan (``has_smart_scan`` False: before 6.7) has
+    `repeats` smart_scan=0 windows only, what its ksmd always does: a host
+    kernel A/B compares them with the other kernel's."""
     if smart_windows < 1:
         raise ValueError(f"smart_windows must be at least 1, not {smart_windows}")
     run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
-    reference = _settle(ksm, settle_scans, timeout_s)
+    reference = _settle(ksm, settle_scans, timeout_s, has_smart_scan)
     run.reference_pages.append(reference)
-    order = abba_order(repeats, (first, 1 - first))
+    order = abba_order(repeats, (first, 1 - first)) if has_smart_scan else [0] * repeats
     i = 0
     while i < len(order):
         variant = order[i]
-        ksm.set(smart_scan=variant)
+        if has_smart_scan:
+            ksm.set(smart_scan=variant)
         length = reference_scans if variant == 0 and reference_scans else scans_per_window
         count = smart_windows if variant == 1 else 1
         # The switch lands mid-scan: the first reading only aligns.
@@ -232,7 +238,7 @@ def alternate_smart_scan(
         if any(abs(c - reference) > tolerance * reference for c in counts):
             if len(run.discarded) < max_retries:
                 run.discarded.append(ScanWindow.between(readings[warmup_scans], readings[-1], variant, own))
-                reference = _settle(ksm, settle_scans, timeout_s)
+                reference = _settle(ksm, settle_scans, timeout_s, has_smart_scan)
                 run.reference_pages.append(reference)
                 continue
             run.kept_disturbed += len(windows)
@@ -244,9 +250,11 @@ def alternate_smart_scan(
     return run
 
 
-def _settle(ksm: KsmDriver, scans: int, timeout_s: float) -> int:
-    """Smart scans until every page has aged; the pages per scan then."""
-    ksm.set(smart_scan=1)
+def _settle(ksm: KsmDriver, scans: int, timeout_s: float, has_smart_scan: bool = True) -> int:
+    """Smart scans until every page has aged (plain scans on a kernel
+    without smart scan); the pages per scan then."""
+    if has_smart_scan:
+        ksm.set(smart_scan=1)
     # The first reading only aligns on a scan end; at least one whole scan.
     readings = _readings(ksm, max(scans, 1) + 1, timeout_s)
     return covered_per_scan(readings)[-1]
