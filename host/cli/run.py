@@ -231,8 +231,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cliargs.add_host_kernel(
         parser,
         "; once: every guest of the run on it, both arms; twice: A's host and B's (an A/B of host kernels). "
-        "The tests that turn or read this machine's host (KSM, THP, the huge page pool, QEMU's RSS, /dev/kvm) "
-        "are skipped with their reason",
+        "The KSM scenarios drive L1's ksmd; the tests that turn or read this machine's host (the huge page pool, "
+        "QEMU's RSS, /dev/kvm) are skipped with their reason",
     )
     cliargs.add_qemu(
         parser,
