@@ -10,6 +10,7 @@ docs/patch-qualification.md, "A patch qualifies what it touches"."""
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 import re
 
@@ -42,66 +43,95 @@ class Unreadable(ValueError):
 def patch_files(text: str) -> tuple[str, ...]:
     """Every file GNU ``patch -p1`` may touch for ``text``, in the order
     first named, each once; ``Unreadable`` for what memqual cannot tell."""
-    touched: dict[str, None] = {}  # ordered, and a name's second mention costs O(1)
-    named: list[str] = []  # the names the headers since the last hunk offer
-    old = new = 0  # the old and new lines the current hunk still takes
-    after_hunk = False  # a hunk just ended: an @@ line goes on the same file
-    in_git = False  # in a git diff's extended header: its rename and copy lines count
+    reading = PatchReading()
     # GNU patch splits on line feeds alone (str.splitlines would split on
     # form feeds and NEL inside a name too)
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # what follows the last line feed is no line
     for number, line in enumerate(lines, 1):
-        if old or new:  # a hunk's body: most of a patch, so kept to a few tests a line
-            kind = line[:1]
-            if kind == "+":
-                new -= 1
-            elif kind == "-":
-                old -= 1
-            elif kind in (" ", "", "\r"):  # GNU patch reads an empty line as empty context
-                old, new = old - 1, new - 1
-            elif kind != "\\":
-                raise Unreadable(f"line {number}: a hunk cut short (fewer lines than its @@ header says)")
-            if old < 0 or new < 0:
-                raise Unreadable(f"line {number}: a hunk longer than its @@ header says")
-            after_hunk = not (old or new)
+        if reading.old or reading.new:  # a hunk's body: most of a patch, so kept to a few tests a line
+            reading.hunk_line(line, number)
             continue
         line = line.removesuffix("\r")
         if line.startswith("@@ -"):
-            if not named and not after_hunk and not in_git:
-                raise Unreadable(f"line {number}: a hunk whose header names no file (as patch -p1 reads it)")
-            for name in named:
-                touched.setdefault(name)
-            named, in_git = [], False
-            old, new = _hunk_size(line, number)
-            after_hunk = not (old or new)
-            continue
-        if after_hunk and line.startswith("\\"):
+            reading.hunk_header(line, number)
+        elif reading.after_hunk and line.startswith("\\"):
             continue  # "\ No newline at end of file" after a hunk's last line
-        after_hunk = False
+        else:
+            reading.after_hunk = False
+            reading.header_line(line, number)
+    if reading.old or reading.new:
+        raise Unreadable("the last hunk is cut short (fewer lines than its @@ header says)")
+    return tuple(reading.touched)
+
+
+@dataclasses.dataclass(slots=True)
+class PatchReading:
+    """Where one pass over a patch's lines stands: the files named so far
+    and the hunk or header it is in."""
+
+    touched: dict[str, None] = dataclasses.field(default_factory=dict)  # ordered; a second mention costs O(1)
+    named: list[str] = dataclasses.field(default_factory=list)  # the names the headers since the last hunk offer
+    old: int = 0  # the old and new lines the current hunk still takes
+    new: int = 0
+    after_hunk: bool = False  # a hunk just ended: an @@ line goes on the same file
+    in_git: bool = False  # in a git diff's extended header: its rename and copy lines count
+
+    def hunk_line(self, line: str, number: int) -> None:
+        """One line of a hunk's body, counted off its @@ header's sizes."""
+        kind = line[:1]
+        if kind == "+":
+            self.new -= 1
+        elif kind == "-":
+            self.old -= 1
+        elif kind in (" ", "", "\r"):  # GNU patch reads an empty line as empty context
+            self.old, self.new = self.old - 1, self.new - 1
+        elif kind != "\\":
+            raise Unreadable(f"line {number}: a hunk cut short (fewer lines than its @@ header says)")
+        if self.old < 0 or self.new < 0:
+            raise Unreadable(f"line {number}: a hunk longer than its @@ header says")
+        self.after_hunk = not (self.old or self.new)
+
+    def hunk_header(self, line: str, number: int) -> None:
+        """An ``@@ -`` line: the names its headers offered are touched."""
+        if not self.named and not self.after_hunk and not self.in_git:
+            raise Unreadable(f"line {number}: a hunk whose header names no file (as patch -p1 reads it)")
+        for name in self.named:
+            self.touched.setdefault(name)
+        self.named, self.in_git = [], False
+        self.old, self.new = _hunk_size(line, number)
+        self.after_hunk = not (self.old or self.new)
+
+    def header_line(self, line: str, number: int) -> None:
+        """A line outside hunks: a header's name, a git diff's names, or a
+        form memqual refuses (anything else is text between diffs)."""
         if line.startswith(("--- ", "+++ ", "*** ", "Index:")):
             plain = PLAIN_HEADER.fullmatch(line)
             header_name = plain.group(1) if plain else _header_name(line, number)
             if header_name is not None:
-                named.append(header_name)
+                self.named.append(header_name)
         elif line.startswith("diff --git "):
             # named at once: the diff may have no hunk, and GNU patch
             # still renames, copies or changes the mode
-            named, in_git = [], True
+            self.named, self.in_git = [], True
             for name in _git_names(line[11:], number):
-                touched.setdefault(name)
-        elif in_git and (move := GIT_MOVE.fullmatch(line)):
-            touched.setdefault(_checked(_unquoted(move.group(1), number), number))
-        elif line.startswith(CONTEXT_HUNK):
-            raise Unreadable(f"line {number}: a context diff (diff -c): give a unified one (diff -u, git format-patch)")
-        elif COMMAND.fullmatch(line):
-            raise Unreadable(f"line {number}: {line!r} is a normal or ed diff command: give a unified diff")
-        elif (indent := INDENT.match(line)) and line[indent.end() :].startswith(HEADER):
-            raise Unreadable(f"line {number}: an indented diff header: give the patch unindented")
-    if old or new:
-        raise Unreadable("the last hunk is cut short (fewer lines than its @@ header says)")
-    return tuple(touched)
+                self.touched.setdefault(name)
+        elif self.in_git and (move := GIT_MOVE.fullmatch(line)):
+            self.touched.setdefault(_checked(_unquoted(move.group(1), number), number))
+        else:
+            _refuse_other_forms(line, number)
+
+
+def _refuse_other_forms(line: str, number: int) -> None:
+    """``Unreadable`` for a context, normal or ed diff's line and for an
+    indented header."""
+    if line.startswith(CONTEXT_HUNK):
+        raise Unreadable(f"line {number}: a context diff (diff -c): give a unified one (diff -u, git format-patch)")
+    if COMMAND.fullmatch(line):
+        raise Unreadable(f"line {number}: {line!r} is a normal or ed diff command: give a unified diff")
+    if (indent := INDENT.match(line)) and line[indent.end() :].startswith(HEADER):
+        raise Unreadable(f"line {number}: an indented diff header: give the patch unindented")
 
 
 def _hunk_size(line: str, number: int) -> tuple[int, int]:
