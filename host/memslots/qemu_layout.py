@@ -458,8 +458,19 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
     - guest memory blocks (unless None): each dimm consists of memory blocks,
       all online when ``require_online``.
     """
+    return [
+        *flatview_differences(plan, observed.flatview),
+        *device_differences(plan, observed.dimms),
+        *([] if observed.iomem is None else iomem_differences(plan, observed.iomem, observed.flatview)),
+        *([] if observed.blocks is None else block_differences(plan, observed.blocks, require_online)),
+    ]
+
+
+def flatview_differences(plan: QemuPlan, flatview: Sequence[FlatRange]) -> list[Difference]:
+    """Each base slot and dimm against QEMU's flat view, and the dimm
+    backends there that the layout lacks."""
     diffs: list[Difference] = []
-    by_start = {r.start: r for r in observed.flatview if r.kind in SLOT_KINDS}
+    by_start = {r.start: r for r in flatview if r.kind in SLOT_KINDS}
     for slot in plan.base:
         start, size = slot.base_gfn * PAGE_SIZE, slot.npages * PAGE_SIZE
         range_ = by_start.get(start)
@@ -476,11 +487,16 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
             diffs.append(
                 Difference("flatview", dimm.slot.id, f"dimm {dimm.slot.describe()}: QEMU has {found} at {dimm.addr:#x}")
             )
-    for range_ in observed.flatview:
+    for range_ in flatview:
         if range_.name.startswith(BACKEND_PREFIX) and range_.name not in wanted_backends:
             diffs.append(Difference("flatview", None, f"{range_.name} at {range_.start:#x} is not in the layout"))
+    return diffs
 
-    plugged = {d.id: d for d in observed.dimms}
+
+def device_differences(plan: QemuPlan, dimms: Sequence[PluggedDimm]) -> list[Difference]:
+    """The layout's dimms against the memory devices QEMU reports."""
+    diffs: list[Difference] = []
+    plugged = {d.id: d for d in dimms}
     for dimm in plan.dimms:
         got = plugged.pop(dimm.device_id, None)
         if got is None:
@@ -496,32 +512,40 @@ def differential_check(plan: QemuPlan, observed: Observed, require_online: bool 
             )
     for extra in plugged.values():
         diffs.append(Difference("memory-devices", None, f"dimm {extra.id!r} at {extra.addr:#x} is not in the layout"))
+    return diffs
 
-    if observed.iomem is not None:
-        guest_ram = system_ram(observed.iomem)
-        qemu_ram = _merge((r.start, r.end + 1) for r in observed.flatview if r.kind == "ram")
-        for dimm in plan.dimms:
-            if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
-                diffs.append(
-                    Difference("iomem", dimm.slot.id, f"the guest has no System RAM at {dimm.slot.describe()}")
-                )
-        for start, end in guest_ram:
-            if not _covered(start, end, qemu_ram):
-                diffs.append(Difference("iomem", None, f"guest System RAM {start:#x}-{end - 1:#x} is not RAM in QEMU"))
 
-    if observed.blocks is not None:
-        for dimm in plan.dimms:
-            blocks = blocks_in(observed.blocks, dimm.addr, dimm.addr + dimm.size)
-            if sum(b.size for b in blocks) != dimm.size:
-                diffs.append(
-                    Difference(
-                        "blocks", dimm.slot.id, f"{dimm.slot.describe()} has {len(blocks)} memory blocks, not all of it"
-                    )
+def iomem_differences(plan: QemuPlan, iomem: Sequence[IomemEntry], flatview: Sequence[FlatRange]) -> list[Difference]:
+    """Each dimm as System RAM in the guest's /proc/iomem, and no System
+    RAM there outside QEMU's RAM ranges."""
+    diffs: list[Difference] = []
+    guest_ram = system_ram(iomem)
+    qemu_ram = _merge((r.start, r.end + 1) for r in flatview if r.kind == "ram")
+    for dimm in plan.dimms:
+        if not _covered(dimm.addr, dimm.addr + dimm.size, guest_ram):
+            diffs.append(Difference("iomem", dimm.slot.id, f"the guest has no System RAM at {dimm.slot.describe()}"))
+    for start, end in guest_ram:
+        if not _covered(start, end, qemu_ram):
+            diffs.append(Difference("iomem", None, f"guest System RAM {start:#x}-{end - 1:#x} is not RAM in QEMU"))
+    return diffs
+
+
+def block_differences(plan: QemuPlan, blocks: Sequence[MemoryBlock], require_online: bool) -> list[Difference]:
+    """Each dimm made of the guest's memory blocks, all online when
+    ``require_online``."""
+    diffs: list[Difference] = []
+    for dimm in plan.dimms:
+        inside = blocks_in(blocks, dimm.addr, dimm.addr + dimm.size)
+        if sum(b.size for b in inside) != dimm.size:
+            diffs.append(
+                Difference(
+                    "blocks", dimm.slot.id, f"{dimm.slot.describe()} has {len(inside)} memory blocks, not all of it"
                 )
-            elif require_online:
-                offline = [b.index for b in blocks if b.state != "online"]
-                if offline:
-                    diffs.append(Difference("blocks", dimm.slot.id, f"memory blocks {offline} are not online"))
+            )
+        elif require_online:
+            offline = [b.index for b in inside if b.state != "online"]
+            if offline:
+                diffs.append(Difference("blocks", dimm.slot.id, f"memory blocks {offline} are not online"))
     return diffs
 
 
