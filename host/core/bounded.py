@@ -20,6 +20,7 @@ import time
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from memqual.host.core.errors import BadInput
 
@@ -331,57 +332,25 @@ def collect(
     it prints anything meanwhile (then Overdue).  ``input`` is written to
     its stdin pipe as it reads; ``on_line`` gets each stdout line, cut at
     ``line_max`` bytes; each stream keeps its last ``keep`` bytes."""
-    tails: dict[int, Tail] = {}
-    lines = Lines(line_max)
     poller = select.poll()
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            fd = pipe.fileno()
-            os.set_blocking(fd, False)
-            tails[fd] = Tail(keep)
-            poller.register(fd, select.POLLIN)
+    tails = _watch_output(proc, poller, keep)
     out_fd = proc.stdout.fileno() if proc.stdout is not None else -1
     err_fd = proc.stderr.fileno() if proc.stderr is not None else -1
-    in_fd, sent = -1, 0
-    if proc.stdin is not None:
-        if input:
-            in_fd = proc.stdin.fileno()
-            os.set_blocking(in_fd, False)
-            poller.register(in_fd, select.POLLOUT)
-        else:
-            proc.stdin.close()
-    open_fds = set(tails) | ({in_fd} if in_fd >= 0 else set())
+    feed = _watch_input(proc, poller, input)
+    lines = Lines(line_max)
+    open_fds = set(tails) | ({feed.fd} if feed is not None else set())
     while open_fds:
         left = deadline - time.monotonic()
         if left <= 0:
             raise Overdue
         for fd, _events in poller.poll(max(1, int(left * 1000) + 1)):
-            if fd == in_fd:
-                assert input is not None
-                try:
-                    sent += os.write(fd, input[sent : sent + CHUNK])
-                except BlockingIOError:
-                    continue
-                except BrokenPipeError:
-                    sent = len(input)  # the child stopped reading: the rest is not wanted
-                if sent >= len(input):
-                    poller.unregister(fd)
-                    open_fds.discard(fd)
-                    assert proc.stdin is not None
-                    proc.stdin.close()
-                continue
-            try:
-                chunk = os.read(fd, CHUNK)
-            except BlockingIOError:
-                continue
-            if not chunk:
+            if feed is not None and fd == feed.fd:
+                ended = feed.send()
+            else:
+                ended = _read_chunk(fd, tails[fd], lines, on_line if fd == out_fd else None)
+            if ended:
                 poller.unregister(fd)
                 open_fds.discard(fd)
-                continue
-            tails[fd].add(chunk)
-            if fd == out_fd and on_line is not None:
-                for line in lines.feed(chunk):
-                    on_line(line)
     if on_line is not None:
         for line in lines.end():
             on_line(line)
@@ -397,3 +366,70 @@ def collect(
         tails[out_fd].text() if out_fd in tails else "",
         tails[err_fd].text() if err_fd in tails else "",
     )
+
+
+def _watch_output(proc: subprocess.Popen[bytes], poller: select.poll, keep: int) -> dict[int, Tail]:
+    """Each of the child's output pipes, non-blocking and polled, with the
+    tail it keeps."""
+    tails: dict[int, Tail] = {}
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            fd = pipe.fileno()
+            os.set_blocking(fd, False)
+            tails[fd] = Tail(keep)
+            poller.register(fd, select.POLLIN)
+    return tails
+
+
+@dataclasses.dataclass
+class InputFeed:
+    """``data`` written to a child's non-blocking stdin pipe as it takes
+    it, the pipe closed once all is sent."""
+
+    stdin: IO[bytes]
+    fd: int
+    data: bytes
+    sent: int = 0
+
+    def send(self) -> bool:
+        """One chunk more; True once the pipe is done with and closed."""
+        try:
+            self.sent += os.write(self.fd, self.data[self.sent : self.sent + CHUNK])
+        except BlockingIOError:
+            return False
+        except BrokenPipeError:
+            self.sent = len(self.data)  # the child stopped reading: the rest is not wanted
+        if self.sent < len(self.data):
+            return False
+        self.stdin.close()
+        return True
+
+
+def _watch_input(proc: subprocess.Popen[bytes], poller: select.poll, data: bytes | None) -> InputFeed | None:
+    """The feed of ``data`` to the child's stdin pipe, polled; with nothing
+    to send the pipe is closed at once (None)."""
+    if proc.stdin is None:
+        return None
+    if not data:
+        proc.stdin.close()
+        return None
+    fd = proc.stdin.fileno()
+    os.set_blocking(fd, False)
+    poller.register(fd, select.POLLOUT)
+    return InputFeed(proc.stdin, fd, data)
+
+
+def _read_chunk(fd: int, tail: Tail, lines: Lines, on_line: Callable[[str], None] | None) -> bool:
+    """One chunk of an output pipe into its tail, and into ``on_line`` line
+    by line when given; True at the pipe's end."""
+    try:
+        chunk = os.read(fd, CHUNK)
+    except BlockingIOError:
+        return False
+    if not chunk:
+        return True
+    tail.add(chunk)
+    if on_line is not None:
+        for line in lines.feed(chunk):
+            on_line(line)
+    return False
