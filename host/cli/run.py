@@ -63,6 +63,47 @@ def check_budget(minutes: float) -> float:
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    kernels = guest_kernels(args)
+    tests = tests_path(args)
+    if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
+
+    # Which kernel and QEMU each arm has; bad combinations end here.
+    host_params = getattr(args, "host_kernel_param", None) or []
+    hosts = tuple(parse_host(k, host_params) for k in getattr(args, "host_kernel", None) or [])
+    if host_params and not hosts:
+        raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
+    two_arms = len(axes) == 2
+    # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
+    rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
+    if not 1 <= rounds <= cliargs.COUNT_LIMIT:
+        raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
+    only = job_tags(args)
+    budget = ab_budget(args, two_arms)
+    return RunConfig(
+        output=output_directory(args, "memqual-results"),
+        profile=job_profile(args.profile, 2 if two_arms else 1),  # two kernels or two QEMUs
+        only=only,
+        tests=tests,
+        kernels=kernels,
+        hosts=hosts,
+        parallel=args.parallel,
+        rounds=rounds,
+        until_decided=bool(args.until_decided),
+        budget_min=budget,
+        clock=run_clock(getattr(args, "clock", None)),
+        threshold=args.threshold,
+        alpha=args.alpha,
+        axes=axes,
+        scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
+    )
+
+
+def guest_kernels(args: argparse.Namespace) -> tuple[GuestKernel, ...]:
+    """Each arm's guest kernel from --guest-kernel, --guest-modules and
+    --kernel-build, or --debian-kernel, checked; labelled A and B when
+    there are two."""
     kernels_in = [Path(k) for k in args.guest_kernel or []]
     modules_in = [Path(m) for m in args.guest_modules or []]
     builds_in = [Path(b) for b in args.kernel_build or []]
@@ -72,17 +113,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if args.debian_kernel:
         if kernels_in or modules_in:
             raise BadInput("give --debian-kernel or --guest-kernel/--guest-modules, not both")
-        if len(args.debian_kernel) > 2:
-            raise BadInput("give --debian-kernel at most twice (A and B)")
-        # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-        from memqual.images.build import debian_kernel_files
-
-        for index, text in enumerate(args.debian_kernel):
-            spec = parse_kernel(text)
-            bzimage, modules_dir = debian_kernel_files(spec.version)
-            kernels_in.append(bzimage)
-            modules_in.append(modules_dir)
-            cmdlines[index] = spec.cmdline_extra
+        kernels_in, modules_in, cmdlines = debian_kernels(args.debian_kernel)
     if len(kernels_in) > 2:
         raise BadInput("give --guest-kernel at most twice (A and B)")
     if len(modules_in) != len(kernels_in):
@@ -110,27 +141,41 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                 cmdline_extra=cmdlines[index],
             )
         )
+    return tuple(kernels)
+
+
+def debian_kernels(texts: list[str]) -> tuple[list[Path], list[Path], list[str]]:
+    """Each --debian-kernel's bzImage, modules folder and the words it adds
+    to its arm's guest command line."""
+    if len(texts) > 2:
+        raise BadInput("give --debian-kernel at most twice (A and B)")
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    from memqual.images.build import debian_kernel_files
+
+    bzimages, modules_dirs, cmdlines = [], [], []
+    for text in texts:
+        spec = parse_kernel(text)
+        bzimage, modules_dir = debian_kernel_files(spec.version)
+        bzimages.append(bzimage)
+        modules_dirs.append(modules_dir)
+        cmdlines.append(spec.cmdline_extra)
+    return bzimages, modules_dirs, cmdlines
+
+
+def tests_path(args: argparse.Namespace) -> Path:
+    """--tests, checked: a directory of tests, or a test file
+    (file.py:Class.test names one test)."""
     tests = Path(args.tests)
-    # A directory of tests, or a test file (file.py:Class.test names one test).
     test_file = Path(str(tests).split(":", 1)[0])
     if not (tests.is_dir() or (test_file.is_file() and test_file.suffix == ".py")):
         raise BadInput(f"--tests {tests}: no directory of tests or .py test file")
     check_loaded(tests if tests.is_dir() else test_file, "--tests")  # Avocado imports them as root
-    if not 1 <= args.parallel <= cliargs.COUNT_LIMIT:
-        raise BadInput(f"--parallel must be at least 1 and at most {cliargs.COUNT_LIMIT}")
+    return tests
 
-    # Which kernel and QEMU each arm has; bad combinations end here.
-    host_params = getattr(args, "host_kernel_param", None) or []
-    hosts = tuple(parse_host(k, host_params) for k in getattr(args, "host_kernel", None) or [])
-    if host_params and not hosts:
-        raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
-    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
-    two_arms = len(axes) == 2
-    # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
-    rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
-    if not 1 <= rounds <= cliargs.COUNT_LIMIT:
-        raise BadInput(f"--rounds must be at least 1 and at most {cliargs.COUNT_LIMIT}")
-    only = job_tags(args)
+
+def ab_budget(args: argparse.Namespace, two_arms: bool) -> float:
+    """--until-decided's --budget in minutes (its default when not given),
+    with the options that decide an A/B checked against the arms."""
     if args.budget is not None and not args.until_decided:
         raise BadInput("--budget applies to --until-decided only")
     if args.until_decided and not two_arms:
@@ -143,23 +188,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         raise BadInput("--threshold and --alpha decide an A/B: give two kernels or two QEMUs, or leave them out")
     if args.alpha is not None and args.alpha <= 0:
         raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 (0.01 is the default)")
-    return RunConfig(
-        output=output_directory(args, "memqual-results"),
-        profile=job_profile(args.profile, 2 if two_arms else 1),  # two kernels or two QEMUs
-        only=only,
-        tests=tests,
-        kernels=tuple(kernels),
-        hosts=hosts,
-        parallel=args.parallel,
-        rounds=rounds,
-        until_decided=bool(args.until_decided),
-        budget_min=budget,
-        clock=run_clock(getattr(args, "clock", None)),
-        threshold=args.threshold,
-        alpha=args.alpha,
-        axes=axes,
-        scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
-    )
+    return budget
 
 
 def run_clock(asked: str | None) -> Clock:
