@@ -410,20 +410,7 @@ def _build_as(
     parent = kbuild_parent()
     base_key = cache_key(source, [], fragments, compiler)
     base = parent / f"base-{base_key}"
-    steps: dict[str, float] = {}
-
-    cpu: dict[str, float] = {}
-
-    def timed(name: str, step: Callable[[], T]) -> T:
-        """Run a step; its wall time and the CPU time of the processes it
-        ran (what a shared machine's load does not change)."""
-        begun, begun_cpu = time.monotonic(), _children_cpu_s()
-        say(f"  {name} ...")
-        result = step()
-        steps[name] = round(time.monotonic() - begun, 1)
-        cpu[name] = round(_children_cpu_s() - begun_cpu, 1)
-        return result
-
+    times = StepTimes(say)
     # One path for every build of this base (they are serialized by the
     # caller's lock): kbuild writes the absolute path into objtool's build,
     # so a copy of the base elsewhere would relink objtool and recompile
@@ -440,53 +427,16 @@ def _build_as(
         say("  no mount namespace here: this build can write into ccache's folder")
     folder = unprivileged.fresh_folder(parent, user, name)
     staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kernels_dir(cache)))
-    incremental = False
-    if patches:
-        problem = tree_copy.base_problem(base)
-        incremental = problem is None
-        if problem is not None and problem != "absent":
-            # detected, refused, and rebuilt: B from the source (ccache's),
-            # the next unpatched build kept as the base again
-            say(f"  the kept base tree {base.name} is {problem}: removed; building from the source")
-            tree_copy.remove_base(base)
+    incremental = bool(patches) and _base_tree_usable(base, say)
     keep_as_base = not patches
-    sources_end_ns = 0
     try:
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
-        if incremental:
-            try:
-                copied = timed("copy A's tree", lambda: tree_copy.copy_base(user, base, folder))
-                say(f"  copy A's tree: {copied}")
-            except BadInput as exc:  # a full disk, say
-                say(f"  {exc}: building from the source instead")
-                run_ok(user, ["rm", "-rf", "linux"], folder, folder / "home", "removing the partial copy")
-                incremental = False
-        if not incremental:
-            sources_end_ns = timed("unpack", lambda: unpack(source, user, folder))
+        incremental, sources_end_ns = _kernel_tree(user, source, base, folder, incremental, times)
         for patch in patches:
-            timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))
+            times.timed(f"patch {patch.path.name}", functools.partial(apply_patch, user, folder, patch))
         touched = config_touched(patches)
-        if incremental and not touched:
-            # the patches touch no Kconfig: the base's .config is this build's
-            _, missing = timed("config (A's .config kept)", lambda: kept_config(user, folder, fragments))
-        else:
-            _, missing = timed("config", lambda: assemble_config(user, folder, fragments))
-        for line in missing:
-            say(f"  config: the fragments ask {line}")
-        progress = Progress(_expected_steps(cache, incremental), say=say)
-        before = ccache_counts(user, folder)
-        timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
-        if progress.link_at is not None:
-            # the compile's wall time split at make's first link step
-            total = steps.pop("compile")
-            linking = round(min(time.monotonic() - progress.link_at, total), 1)
-            steps["compile"] = round(total - linking, 1)
-            steps["link + modules"] = linking
-        after = ccache_counts(user, folder)
-        lookups = {k: after[k] - before[k] for k in after if k in before}
-        if lookups:
-            say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
-        _remember_steps(cache, incremental, progress.done)
+        missing = _configure(user, folder, fragments, incremental and not touched, times)
+        lookups = _compile(user, folder, cache, jobs, incremental, times)
         # after the compile: before it, kbuild has no include/config/auto.conf
         # yet and kernelrelease leaves CONFIG_LOCALVERSION out
         release = check_release(
@@ -496,12 +446,12 @@ def _build_as(
             "make kernelrelease",
         )
         run_ok(user, ["rm", "-rf", "../out", "../variant"], folder / "linux", folder / "home", "clearing out/")
-        no_variant = timed("balloon driver variant", lambda: build_variant(user, folder))
+        no_variant = times.timed("balloon driver variant", lambda: build_variant(user, folder))
         if no_variant:
             say(f"  no balloon driver variant: {no_variant}")
         # the modules tree's build/source links stay behind (install_and_send)
-        timed("install + copy out", lambda: install_and_send(user, folder, staging, release))
-        timed("checks", lambda: check_artefacts(staging, release))
+        times.timed("install + copy out", lambda: install_and_send(user, folder, staging, release))
+        times.timed("checks", lambda: check_artefacts(staging, release))
         kernel = BuiltKernel(
             name=f"{release}-{key}",
             release=release,
@@ -515,24 +465,16 @@ def _build_as(
             config_unmet=tuple(missing),
             balloon_variant_unavailable=no_variant,
             build_s=round(time.monotonic() - started, 1),
-            steps_s=steps,
-            cpu_s=cpu,
+            steps_s=times.wall,
+            cpu_s=times.cpu,
             incremental=incremental,
             jobs=jobs,
             ccache=lookups,
         )
         if install:
-            (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
-            os.chmod(staging, 0o755)
-            shutil.rmtree(kernel.directory, ignore_errors=True)
-            os.replace(staging, kernel.directory)
+            _install(kernel, staging)
         if keep_as_base:
-            begun = time.monotonic()
-            try:
-                tree_copy.keep_base(folder, base, sources_end_ns)
-                say(f"  kept as the base of patched builds (sealed): {time.monotonic() - begun:.0f} s")
-            except (OSError, tree_copy.TreeRefused) as exc:
-                say(f"  not kept as the base of patched builds: {exc}")
+            _keep_as_base(folder, base, sources_end_ns, say)
         return kernel
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -540,3 +482,112 @@ def _build_as(
             begun = time.monotonic()
             unprivileged.remove_folder(user, folder)
             say(f"  removing the build folder: {time.monotonic() - begun:.0f} s")
+
+
+@dataclasses.dataclass
+class StepTimes:
+    """A build's steps, each announced, with its wall time and the CPU time
+    of the processes it ran (what a shared machine's load does not change)."""
+
+    say: Callable[[str], None]
+    wall: dict[str, float] = dataclasses.field(default_factory=dict)
+    cpu: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def timed(self, name: str, step: Callable[[], T]) -> T:
+        begun, begun_cpu = time.monotonic(), _children_cpu_s()
+        self.say(f"  {name} ...")
+        result = step()
+        self.wall[name] = round(time.monotonic() - begun, 1)
+        self.cpu[name] = round(_children_cpu_s() - begun_cpu, 1)
+        return result
+
+
+def _base_tree_usable(base: Path, say: Callable[[str], None]) -> bool:
+    """Whether a patched build starts from the kept base tree; one that is
+    there but refused is removed."""
+    problem = tree_copy.base_problem(base)
+    if problem is not None and problem != "absent":
+        # detected, refused, and rebuilt: B from the source (ccache's),
+        # the next unpatched build kept as the base again
+        say(f"  the kept base tree {base.name} is {problem}: removed; building from the source")
+        tree_copy.remove_base(base)
+    return problem is None
+
+
+def _kernel_tree(
+    user: unprivileged.BuildUser, source: Source, base: Path, folder: Path, incremental: bool, times: StepTimes
+) -> tuple[bool, int]:
+    """``folder``/linux: a copy of the base tree for an incremental build,
+    else the source unpacked (also when the copy fails); whether the build
+    is incremental, and the time (ns) unpacking gave (0 for a copy)."""
+    sources_end_ns = 0
+    if incremental:
+        try:
+            copied = times.timed("copy A's tree", lambda: tree_copy.copy_base(user, base, folder))
+            times.say(f"  copy A's tree: {copied}")
+        except BadInput as exc:  # a full disk, say
+            times.say(f"  {exc}: building from the source instead")
+            run_ok(user, ["rm", "-rf", "linux"], folder, folder / "home", "removing the partial copy")
+            incremental = False
+    if not incremental:
+        sources_end_ns = times.timed("unpack", lambda: unpack(source, user, folder))
+    return incremental, sources_end_ns
+
+
+def _configure(
+    user: unprivileged.BuildUser,
+    folder: Path,
+    fragments: Sequence[tuple[str, bytes]],
+    keep_base: bool,
+    times: StepTimes,
+) -> list[str]:
+    """The tree's .config (the base's kept, or assembled from the
+    fragments); what the fragments ask that it does not have."""
+    if keep_base:
+        # the patches touch no Kconfig: the base's .config is this build's
+        _, missing = times.timed("config (A's .config kept)", lambda: kept_config(user, folder, fragments))
+    else:
+        _, missing = times.timed("config", lambda: assemble_config(user, folder, fragments))
+    for line in missing:
+        times.say(f"  config: the fragments ask {line}")
+    return missing
+
+
+def _compile(
+    user: unprivileged.BuildUser, folder: Path, cache: Path, jobs: int, incremental: bool, times: StepTimes
+) -> dict[str, int]:
+    """The compile, with its progress and its wall time split at make's
+    first link step; ccache's hits and misses during it."""
+    progress = Progress(_expected_steps(cache, incremental), say=times.say)
+    before = ccache_counts(user, folder)
+    times.timed("compile", lambda: compile_kernel(user, folder, jobs, progress))
+    if progress.link_at is not None:
+        total = times.wall.pop("compile")
+        linking = round(min(time.monotonic() - progress.link_at, total), 1)
+        times.wall["compile"] = round(total - linking, 1)
+        times.wall["link + modules"] = linking
+    after = ccache_counts(user, folder)
+    lookups = {k: after[k] - before[k] for k in after if k in before}
+    if lookups:
+        times.say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
+    _remember_steps(cache, incremental, progress.done)
+    return lookups
+
+
+def _install(kernel: BuiltKernel, staging: Path) -> None:
+    """The staged kernel, with its manifest, made its cache entry."""
+    (staging / "manifest.json").write_text(json.dumps(kernel.to_json(), indent=2) + "\n")
+    os.chmod(staging, 0o755)
+    shutil.rmtree(kernel.directory, ignore_errors=True)
+    os.replace(staging, kernel.directory)
+
+
+def _keep_as_base(folder: Path, base: Path, sources_end_ns: int, say: Callable[[str], None]) -> None:
+    """An unpatched build's tree kept, sealed, as the base of patched
+    builds; a tree that cannot be kept is said and left."""
+    begun = time.monotonic()
+    try:
+        tree_copy.keep_base(folder, base, sources_end_ns)
+        say(f"  kept as the base of patched builds (sealed): {time.monotonic() - begun:.0f} s")
+    except (OSError, tree_copy.TreeRefused) as exc:
+        say(f"  not kept as the base of patched builds: {exc}")
