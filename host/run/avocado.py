@@ -236,9 +236,6 @@ def run_avocado(
     config: RunConfig, results_dir: Path, kernel: GuestKernel | None, console: Console, round_no: int = 1
 ) -> JobOutcome:
     """One avocado job, with a progress display; returns what it did."""
-    # lazy: rich (~70 ms) only for this output, not at every memqual start
-    from rich.live import Live
-
     jobevents.check_plugin()
     results_dir.mkdir(parents=True, exist_ok=True)
     xunit = results_dir.parent / "junit" / f"round-{round_no}.xml"
@@ -247,21 +244,8 @@ def run_avocado(
     command = avocado_command(config, results_dir, xunit, events)
     before = set(results_dir.glob("job-*"))
     stderr_path = results_dir / "avocado-stderr.log"
-    title = (
-        "memqual run"
-        + (f" [{kernel.label}]" if kernel and kernel.label else "")
-        + (f" round {round_no}/{config.rounds}" if config.rounds > 1 else "")
-        + f" ({config.profile})"
-    )
-    progress = Progress(title, console)
+    progress = Progress(job_title(config, kernel, round_no), console)
     reader = jobevents.EventsReader(events)
-
-    def follow() -> None:
-        for event in reader.read():
-            printable = progress.feed(event)
-            if printable:
-                console.print(printable, highlight=False, markup=False, soft_wrap=True)
-
     proc: subprocess.Popen[str] | None = None
     life: int | None = None  # the write end of the supervisor's pipe: the job lives while it is open
     grace = INTERRUPT_GRACE_S
@@ -276,29 +260,7 @@ def run_avocado(
             with signals_held():
                 launched = time.monotonic()
                 proc, life = start_supervised(command, scenario_environment(config, kernel), stdout, stderr)
-            live = (
-                Live(progress.render(), console=console, refresh_per_second=2, transient=True)
-                if console.is_terminal
-                else None
-            )
-            if live is not None:
-                live.start()
-            ended_at: float | None = None
-            try:
-                while proc.poll() is None:
-                    follow()
-                    if live is not None:
-                        live.update(progress.render())
-                    if progress.ended and ended_at is None:
-                        ended_at = time.monotonic()
-                    if ended_at is not None and time.monotonic() - ended_at > EXIT_AFTER_END_S:
-                        break  # the job is over but avocado hangs on: ended below
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(timeout=POLL_S)
-                follow()  # what the job wrote before it exited
-            finally:
-                if live is not None:
-                    live.stop()
+            follow_job(proc, progress, reader, console)
             exit_status = proc.returncode if proc.poll() is not None else end_job(proc, grace_s=0)
             wall_s = time.monotonic() - launched
         except Terminated:
@@ -308,10 +270,7 @@ def run_avocado(
             # Every exit path: a KeyboardInterrupt, SIGTERM/SIGHUP, an error
             # here, or a normal end (then only stragglers are left).
             if proc is not None:
-                if proc.poll() is None:
-                    end_job(proc, grace_s=grace)
-                else:
-                    kill_group(proc.pid, signal.SIGKILL)
+                end_what_is_left(proc, grace)
             if life is not None:
                 os.close(life)
     job_dir = progress.job_dir
@@ -325,19 +284,85 @@ def run_avocado(
             write_private_atomic(
                 job_dir / JOB_TIME, (json.dumps(job_time(wall_s, tests).to_json(), indent=1) + "\n").encode(), 0o644
             )
-    summary = progress.summary
-    if not summary and exit_status != 0:
-        tail = stderr_path.read_text(errors="replace").strip().splitlines()
-        summary = f"avocado exited {exit_status}" + (f": {tail[-1]}" if tail else "")
     return JobOutcome(
         command=command,
         exit_status=exit_status,
         job_dir=job_dir,
-        summary=summary,
+        summary=job_summary(progress, exit_status, stderr_path),
         tests=tests,
         counts=counts,
         test_names=test_names,
     )
+
+
+def job_title(config: RunConfig, kernel: GuestKernel | None, round_no: int) -> str:
+    """The progress display's title: the arm's label, the round of how
+    many, the profile."""
+    return (
+        "memqual run"
+        + (f" [{kernel.label}]" if kernel and kernel.label else "")
+        + (f" round {round_no}/{config.rounds}" if config.rounds > 1 else "")
+        + f" ({config.profile})"
+    )
+
+
+def follow_job(
+    proc: subprocess.Popen[str], progress: Progress, reader: jobevents.EventsReader, console: Console
+) -> None:
+    """The job's events into the progress display (live on a terminal)
+    until avocado exits, or hangs on EXIT_AFTER_END_S past the job's end."""
+    # lazy: rich (~70 ms) only for this output, not at every memqual start
+    from rich.live import Live
+
+    live = (
+        Live(progress.render(), console=console, refresh_per_second=2, transient=True) if console.is_terminal else None
+    )
+    if live is not None:
+        live.start()
+    ended_at: float | None = None
+    try:
+        while proc.poll() is None:
+            print_events(reader, progress, console)
+            if live is not None:
+                live.update(progress.render())
+            if progress.ended and ended_at is None:
+                ended_at = time.monotonic()
+            if ended_at is not None and time.monotonic() - ended_at > EXIT_AFTER_END_S:
+                break  # the job is over but avocado hangs on: ended below
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL_S)
+        print_events(reader, progress, console)  # what the job wrote before it exited
+    finally:
+        if live is not None:
+            live.stop()
+
+
+def print_events(reader: jobevents.EventsReader, progress: Progress, console: Console) -> None:
+    """The events written since the last read, fed to the progress; the
+    lines they make printed."""
+    for event in reader.read():
+        printable = progress.feed(event)
+        if printable:
+            console.print(printable, highlight=False, markup=False, soft_wrap=True)
+
+
+def end_what_is_left(proc: subprocess.Popen[str], grace_s: float) -> None:
+    """A job still running ended (given ``grace_s``); an ended one's
+    stragglers in its process group killed."""
+    if proc.poll() is None:
+        end_job(proc, grace_s=grace_s)
+    else:
+        kill_group(proc.pid, signal.SIGKILL)
+
+
+def job_summary(progress: Progress, exit_status: int, stderr_path: Path) -> str:
+    """The job's last word from its events; for a failed job without one,
+    avocado's exit status and the last line of its stderr."""
+    summary = progress.summary
+    if not summary and exit_status != 0:
+        tail = stderr_path.read_text(errors="replace").strip().splitlines()
+        summary = f"avocado exited {exit_status}" + (f": {tail[-1]}" if tail else "")
+    return summary
 
 
 def job_results(job_dir: Path | None) -> tuple[list[TestOutcome], dict[str, int], dict[str, str]]:
