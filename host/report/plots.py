@@ -234,8 +234,6 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     axis (1.25x and 0.8x equally far from 1), the margin band 1 ± ``margin``
     drawn, and intervals (or estimates) beyond the axis clipped at its edge
     and marked with an arrow and their value; base64 PNG."""
-    import math
-
     plt = pyplot()
     low, high = axis_limits(rows, margin)
     fig, ax = plt.subplots(figsize=(9.2, 0.34 * len(rows) + 1.3))
@@ -243,61 +241,14 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     for edge in (1 - margin, 1 + margin):
         ax.axvline(edge, color="#0e7490", linewidth=0.8, linestyle="--", zorder=1)
     ax.axvline(1.0, color="#111827", linewidth=0.8, zorder=1)
-    clip = {"fontsize": 6.5, "va": "center", "parse_math": False}
     for y, row in enumerate(reversed(rows)):
-        lo, hi, r = row.ci_low, row.ci_high, row.ratio
-        if row.margin is not None and row.margin != margin:
-            ax.fill_betweenx([y - 0.4, y + 0.4], 1 - row.margin, 1 + row.margin, color="#bae6fd", zorder=0.5)
-            for edge in (1 - row.margin, 1 + row.margin):
-                ax.plot([edge, edge], [y - 0.4, y + 0.4], color="#0e7490", linewidth=0.8, zorder=1)
-        has_ci = bool(lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi))
-        beyond = bool(r and r > 0 and math.isfinite(r) and not low <= r <= high)
-        if has_ci and lo is not None and hi is not None:
-            a, b = max(lo, low), min(hi, high)
-            if a < b:
-                ax.plot([a, b], [y, y], color=row.colour, linewidth=1.8, zorder=2)
-            if lo < low:
-                ax.plot([low], [y], "<", color=row.colour, markersize=6, zorder=3, clip_on=False)
-                if not beyond:
-                    ax.text(low * 1.015, y + 0.3, num(lo), ha="left", color=row.colour, **clip)
-            if hi > high:
-                ax.plot([high], [y], ">", color=row.colour, markersize=6, zorder=3, clip_on=False)
-                if not beyond:
-                    ax.text(high / 1.015, y + 0.3, num(hi), ha="right", color=row.colour, **clip)
-        if r and r > 0 and math.isfinite(r):
-            if not beyond:
-                ax.plot([r], [y], "o", color=row.colour, markersize=5, zorder=4)
-            else:
-                edge, side = (low, "left") if r < low else (high, "right")
-                ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)
-                span = f" [{num(lo)}, {num(hi)}]" if has_ci else ""
-                inside = edge * 1.03 if side == "left" else edge / 1.03
-                ax.text(inside, y + 0.3, f"B/A {num(r)}{span}", ha=side, color=row.colour, **clip)
-        if row.note:
-            ax.text(
-                1.03,
-                y,
-                row.note,
-                transform=ax.get_yaxis_transform(),
-                ha="left",
-                fontsize=7,
-                color=row.colour,
-                va="center",
-                parse_math=False,
-            )
+        _draw_decision(ax, y, row, margin, low, high)
     ax.set_xscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(-0.7, len(rows) - 0.3)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-    # Ticks no closer than a twelfth of the axis: 0.95 and 1.05 only on a narrow one.
-    ticks: list[float] = []
-    gap = (math.log(high) - math.log(low)) / 12.0
-    for t in sorted((0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0), key=lambda t: abs(math.log(t))):
-        if low <= t <= high and all(abs(math.log(t) - math.log(u)) >= gap for u in ticks):
-            ticks.append(t)
-    ticks.sort()
-    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_locator(FixedLocator(ratio_ticks(low, high)))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_yticks(range(len(rows)))
@@ -308,3 +259,78 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
     ax.xaxis.label.set_parse_math(False)
     tidy(fig)
     return png(fig)
+
+
+# The words written beside an end clipped at the axis's edge.
+CLIPPED_TEXT = {"fontsize": 6.5, "va": "center", "parse_math": False}
+
+
+def _draw_decision(ax: Any, y: int, row: DecisionRow, margin: float, low: float, high: float) -> None:
+    """One row of the forest plot at height ``y``: its own margin band when
+    it has one, its interval, its estimate and its note."""
+    import math
+
+    lo, hi, r = row.ci_low, row.ci_high, row.ratio
+    if row.margin is not None and row.margin != margin:
+        ax.fill_betweenx([y - 0.4, y + 0.4], 1 - row.margin, 1 + row.margin, color="#bae6fd", zorder=0.5)
+        for edge in (1 - row.margin, 1 + row.margin):
+            ax.plot([edge, edge], [y - 0.4, y + 0.4], color="#0e7490", linewidth=0.8, zorder=1)
+    has_ci = bool(lo and hi and lo > 0 and math.isfinite(lo) and math.isfinite(hi))
+    beyond = bool(r and r > 0 and math.isfinite(r) and not low <= r <= high)
+    if has_ci and lo is not None and hi is not None:
+        _draw_interval(ax, y, row.colour, lo, hi, low, high, beyond)
+    if r and r > 0 and math.isfinite(r):
+        if not beyond:
+            ax.plot([r], [y], "o", color=row.colour, markersize=5, zorder=4)
+        else:
+            edge, side = (low, "left") if r < low else (high, "right")
+            ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)
+            span = f" [{num(lo)}, {num(hi)}]" if has_ci else ""
+            inside = edge * 1.03 if side == "left" else edge / 1.03
+            ax.text(inside, y + 0.3, f"B/A {num(r)}{span}", ha=side, color=row.colour, **CLIPPED_TEXT)
+    if row.note:
+        ax.text(
+            1.03,
+            y,
+            row.note,
+            transform=ax.get_yaxis_transform(),
+            ha="left",
+            fontsize=7,
+            color=row.colour,
+            va="center",
+            parse_math=False,
+        )
+
+
+def _draw_interval(
+    ax: Any, y: int, colour: str, lo: float, hi: float, low: float, high: float, estimate_beyond: bool
+) -> None:
+    """An interval [lo, hi] clipped to the axis [low, high]: an arrow at
+    each edge it passes, with its true end written beside it unless the
+    estimate's text (past the edge too) gives it."""
+    a, b = max(lo, low), min(hi, high)
+    if a < b:
+        ax.plot([a, b], [y, y], color=colour, linewidth=1.8, zorder=2)
+    if lo < low:
+        ax.plot([low], [y], "<", color=colour, markersize=6, zorder=3, clip_on=False)
+        if not estimate_beyond:
+            ax.text(low * 1.015, y + 0.3, num(lo), ha="left", color=colour, **CLIPPED_TEXT)
+    if hi > high:
+        ax.plot([high], [y], ">", color=colour, markersize=6, zorder=3, clip_on=False)
+        if not estimate_beyond:
+            ax.text(high / 1.015, y + 0.3, num(hi), ha="right", color=colour, **CLIPPED_TEXT)
+
+
+def ratio_ticks(low: float, high: float) -> list[float]:
+    """The round ratios within [low, high], nearest 1 first, each no closer
+    than a twelfth of the axis to one already taken; sorted."""
+    import math
+
+    # Ticks no closer than a twelfth of the axis: 0.95 and 1.05 only on a narrow one.
+    ticks: list[float] = []
+    gap = (math.log(high) - math.log(low)) / 12.0
+    for t in sorted((0.5, 0.67, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0), key=lambda t: abs(math.log(t))):
+        if low <= t <= high and all(abs(math.log(t) - math.log(u)) >= gap for u in ticks):
+            ticks.append(t)
+    ticks.sort()
+    return ticks
