@@ -20,18 +20,29 @@ from memqual.host.judge.comparison import (
     RUNS_DIFFER,
     SLOWER,
     UNDECIDED,
+    MetricComparison,
     RunComparison,
 )
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from memqual.host.judge.control_power import ControlPower
-    from memqual.host.judge.decisions import DecidingTable
+    from memqual.host.judge.decisions import DecidingTable, Decision
 
 # Primaries unmarked: they are what the table is about.
 ROLE_MARKS = {"primary": "", "control": " (control)", "exploratory": " (exploratory)"}
+VERDICT_STYLES = {
+    FASTER: "bold green",
+    SLOWER: "bold red",
+    EQUIVALENT: "green",
+    UNDECIDED: "bold magenta",
+    NOT_COMPARABLE: "bold yellow",
+    CHANGED: "yellow",
+    RUNS_DIFFER: "dim",
+}
 
 
 def print_comparison(
@@ -46,25 +57,24 @@ def print_comparison(
     """The deciding table (``table``; one look of ``result`` when not given)
     and what a reader needs below it; ``power``: the negative controls'
     (computed here when not given)."""
-    from rich.markup import escape
-    from rich.table import Table
-
     from memqual.host.judge import control_power, decisions
-    from memqual.host.report.html import num
 
     table = table or decisions.one_look(result)
     power = power or control_power.of_comparison(result)
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or printable.console(width=None if sys.stdout.isatty() else 120)
-    styles = {
-        FASTER: "bold green",
-        SLOWER: "bold red",
-        EQUIVALENT: "green",
-        UNDECIDED: "bold magenta",
-        NOT_COMPARABLE: "bold yellow",
-        CHANGED: "yellow",
-        RUNS_DIFFER: "dim",
-    }
+    console.print(decisions_grid(result, table, a_name, b_name))
+    if table.sequential:
+        print_looks_notes(console, table)
+    print_differences(console, result, a_name, b_name)
+    print_conclusions(console, result, table, power)
+
+
+def decisions_grid(result: RunComparison, table: DecidingTable, a_name: str, b_name: str) -> Table:
+    """The deciding table as rich draws it: one row per metric shown,
+    primaries first."""
+    from rich.table import Table
+
     families = result.to_json()["families"]
     how = (
         f"each metric at the look of --until-decided that decided it, alpha {table.alpha:g} spent over "
@@ -99,49 +109,65 @@ def print_comparison(
         # and listed in comparison.json and comparison.html.
         shown = [r for r in shown if r.role == PRIMARY or r.decided]
     for r in shown:
-        m = by_key[r.key]
-        c = m.comparison
-        if table.sequential:
-            units = f"{r.blocks}"
-            look = "-" if r.look is None else f"{r.look}"
-            test = f"{r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" if r.level > 0 else "-"
-        else:
-            units = f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else "")
-            look = ""
-            test = f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})")
-        medians = f"{num(r.a_median)} {r.unit}".strip() + " → " + f"{num(r.b_median)} {r.unit}".strip()
-        cells = [
-            escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role])
-            + f"\n[dim]{escape(medians)}[/]",
-            f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
-            units,
-            *([look] if table.sequential else []),
-            test,
-            f"±{r.margin * 100:.3g}%",
-            # Why a metric was not compared is a sentence: it goes below the table.
-            f"[{styles.get(r.verdict, 'bold yellow')}]"
-            f"{escape(r.text if r.verdict != NOT_COMPARABLE else NOT_COMPARABLE + ' (below)')}[/]",
-        ]
-        grid.add_row(*cells)
-    console.print(grid)
-    if table.sequential:
-        for role, name in ((CONTROL, "negative controls"), (EXPLORATORY, "exploratory metrics")):
-            rest = [r for r in table.of_role(role) if not r.decided]
-            if rest:
-                console.print(
-                    f"{len(rest)} {name} undecided (not shown: comparison.json, comparison.html)",
-                    highlight=False,
-                    markup=False,
-                )
-        console.print(
-            f"until decided: {table.stopped or 'every primary decided'}.  p' is a look's group-sequential p "
-            "(host/judge/until_decided.py), the boundary the level it faced in its family at that look.  The whole "
-            "run compared again at full alpha is descriptive only (comparison.json 'descriptive', "
-            "comparison.html): it sets no exit status",
-            highlight=False,
-            markup=False,
-            soft_wrap=True,
-        )
+        grid.add_row(*row_cells(r, by_key[r.key], table.sequential))
+    return grid
+
+
+def row_cells(r: Decision, m: MetricComparison, sequential: bool) -> list[str]:
+    """One metric's cells of the deciding table, in rich's markup."""
+    from rich.markup import escape
+
+    from memqual.host.report.html import num
+
+    c = m.comparison
+    if sequential:
+        units = f"{r.blocks}"
+        look = "-" if r.look is None else f"{r.look}"
+        test = f"{r.p:.2g} {'<' if r.p < r.level else '≥'} {r.level:.2g}" if r.level > 0 else "-"
+    else:
+        units = f"{c.n_replicates_a}/{c.n_replicates_b}" + (f" ({c.n_blocks} blocks)" if c.paired else "")
+        look = ""
+        test = f"{c.p_value:.2g}" + ("" if c.p_adjusted is None else f" ({c.p_adjusted:.2g})")
+    medians = f"{num(r.a_median)} {r.unit}".strip() + " → " + f"{num(r.b_median)} {r.unit}".strip()
+    return [
+        escape(r.label + (" *" if m.settings_changed else "") + ROLE_MARKS[r.role]) + f"\n[dim]{escape(medians)}[/]",
+        f"{num(r.ratio)} [{num(r.ci_low)}, {num(r.ci_high)}]",
+        units,
+        *([look] if sequential else []),
+        test,
+        f"±{r.margin * 100:.3g}%",
+        # Why a metric was not compared is a sentence: it goes below the table.
+        f"[{VERDICT_STYLES.get(r.verdict, 'bold yellow')}]"
+        f"{escape(r.text if r.verdict != NOT_COMPARABLE else NOT_COMPARABLE + ' (below)')}[/]",
+    ]
+
+
+def print_looks_notes(console: Console, table: DecidingTable) -> None:
+    """Below a table of --until-decided's looks: the undecided metrics not
+    shown, why the looks stopped, and what p' and its boundary are."""
+    for role, name in ((CONTROL, "negative controls"), (EXPLORATORY, "exploratory metrics")):
+        rest = [r for r in table.of_role(role) if not r.decided]
+        if rest:
+            console.print(
+                f"{len(rest)} {name} undecided (not shown: comparison.json, comparison.html)",
+                highlight=False,
+                markup=False,
+            )
+    console.print(
+        f"until decided: {table.stopped or 'every primary decided'}.  p' is a look's group-sequential p "
+        "(host/judge/until_decided.py), the boundary the level it faced in its family at that look.  The whole "
+        "run compared again at full alpha is descriptive only (comparison.json 'descriptive', "
+        "comparison.html): it sets no exit status",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def print_differences(console: Console, result: RunComparison, a_name: str, b_name: str) -> None:
+    """What differs between the runs besides the figures: the metrics not
+    comparable and why, changed settings, metrics only one run has, claims
+    whose verdict moved, and the environment."""
     # One line per scenario and reason: a regime covers a whole scenario's metrics.
     refused: dict[tuple[str, str], int] = {}
     for m in result.not_comparable:
@@ -163,6 +189,11 @@ def print_comparison(
             console.print(f"claim {claim['id']}: {claim['a']} -> {claim['b']}", highlight=False, markup=False)
     for key, (va, vb) in result.environment.items():
         console.print(f"environment {key}: {va} -> {vb}", highlight=False, markup=False, soft_wrap=True)
+
+
+def print_conclusions(console: Console, result: RunComparison, table: DecidingTable, power: ControlPower) -> None:
+    """The primaries' tally, the undecided and not comparable counts, the
+    negative controls' word on the host, and the regressions."""
     primaries = table.of_role(PRIMARY)
     tally = {v: sum(1 for r in primaries if r.verdict == v) for v in (SLOWER, FASTER, EQUIVALENT, UNDECIDED)}
     console.print(
@@ -186,6 +217,21 @@ def print_comparison(
             highlight=False,
             soft_wrap=True,
         )
+    print_controls(console, table, power)
+    regressions = table.regressions if not result.all_metrics else result.regressions
+    if regressions:
+        which = "metric(s)" if result.all_metrics else "primary metric(s)"
+        console.print(
+            f"[bold red]{len(regressions)} {which} slower[/] (shown to differ from A, the estimate beyond its margin; "
+            "not a change shown to exceed the margin)"
+        )
+    else:
+        console.print("no primary slower (none shown to differ from A with its estimate beyond its margin)")
+
+
+def print_controls(console: Console, table: DecidingTable, power: ControlPower) -> None:
+    """The negative controls' word: the host drifted (its decisions not to
+    be trusted), or none moved and how much that says."""
     flagged = table.controls_flagged
     if table.host_drifted:
         console.print(
@@ -200,12 +246,3 @@ def print_comparison(
         console.print(f"{said}: {power.line()}", highlight=False, markup=False, soft_wrap=True)
     else:
         console.print(power.line(), highlight=False, markup=False, soft_wrap=True)
-    regressions = table.regressions if not result.all_metrics else result.regressions
-    if regressions:
-        which = "metric(s)" if result.all_metrics else "primary metric(s)"
-        console.print(
-            f"[bold red]{len(regressions)} {which} slower[/] (shown to differ from A, the estimate beyond its margin; "
-            "not a change shown to exceed the margin)"
-        )
-    else:
-        console.print("no primary slower (none shown to differ from A with its estimate beyond its margin)")
