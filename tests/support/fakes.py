@@ -257,48 +257,59 @@ class BalloonQmp(FakeQmp):
         self.clock.t += 0.0002  # a QMP round trip
         if command == "query-memory-size-summary":
             return {"base-memory": self.ram, "plugged-memory": 0}
-        if command == "balloon":
-            if not self.balloon:
-                raise GuestError("No balloon device has been activated")
-            if arguments["value"] <= 0:
-                raise GuestError("Parameter 'target' expects a size")
-            seqs = self.after_balloon.get(arguments["value"])
-            if seqs:
-                self.actuals = list(seqs.pop(0) if len(seqs) > 1 else seqs[0])
-            return {}
-        if command == "query-balloon":
-            if not self.balloon:
-                raise GuestError("No balloon device has been activated")
-            value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
-            return {"actual": value}
+        if command in ("balloon", "query-balloon"):
+            return self.balloon_answer(command, arguments)
         if command == "qom-list":
-            if arguments["path"] == "/machine/peripheral":
-                return [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]
-            if arguments["path"] == "/machine/peripheral/balloon0":
-                return [
-                    {"name": "guest-stats", "type": "guest statistics"},
-                    {"name": "guest-stats-polling-interval", "type": "int"},
-                ]
-            raise GuestError(f"Device '{arguments['path']}' not found")
+            return self.qom_list(arguments["path"])
         if command == "device_del":
             self.balloon = False
             return {}
         if command == "device_add":
             self.balloon = True
             return {}
+        if command in ("qom-set", "qom-get"):
+            return self.stats_property(command, arguments)
+        raise AssertionError(f"unexpected QMP command {command}")
+
+    def balloon_answer(self, command: str, arguments: dict[str, Any]) -> Any:
+        """``balloon`` (a target, which may start its own sequence of
+        actuals) and ``query-balloon`` (the next actual)."""
+        if not self.balloon:
+            raise GuestError("No balloon device has been activated")
+        if command == "query-balloon":
+            value = self.actuals.pop(0) if len(self.actuals) > 1 else self.actuals[0]
+            return {"actual": value}
+        if arguments["value"] <= 0:
+            raise GuestError("Parameter 'target' expects a size")
+        seqs = self.after_balloon.get(arguments["value"])
+        if seqs:
+            self.actuals = list(seqs.pop(0) if len(seqs) > 1 else seqs[0])
+        return {}
+
+    def qom_list(self, path: str) -> list[dict[str, str]]:
+        if path == "/machine/peripheral":
+            return [{"name": "balloon0", "type": "child<virtio-balloon-pci>"}]
+        if path == "/machine/peripheral/balloon0":
+            return [
+                {"name": "guest-stats", "type": "guest statistics"},
+                {"name": "guest-stats-polling-interval", "type": "int"},
+            ]
+        raise GuestError(f"Device '{path}' not found")
+
+    def stats_property(self, command: str, arguments: dict[str, Any]) -> Any:
+        """qom-set of the stats polling interval; qom-get of it or of the
+        guest's stats (a fresh update every third read)."""
         if command == "qom-set":
             assert arguments["property"] == "guest-stats-polling-interval"
             if arguments["value"] < 0:
                 raise GuestError("timer value must be greater than zero")
             self.interval = arguments["value"]
             return {}
-        if command == "qom-get":
-            if arguments["property"] == "guest-stats-polling-interval":
-                return self.interval
-            self.stats_updates += 1
-            updated = 1000 + self.stats_updates // 3  # a fresh update every third read
-            return {"stats": {"stat-free-memory": 5 * MIB, "stat-swap-in": -1}, "last-update": updated}
-        raise AssertionError(f"unexpected QMP command {command}")
+        if arguments["property"] == "guest-stats-polling-interval":
+            return self.interval
+        self.stats_updates += 1
+        updated = 1000 + self.stats_updates // 3  # a fresh update every third read
+        return {"stats": {"stat-free-memory": 5 * MIB, "stat-swap-in": -1}, "last-update": updated}
 
 
 @dataclasses.dataclass
