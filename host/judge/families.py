@@ -76,12 +76,11 @@ def decide_family(
     difference and, separately, for the TOST p of equivalence (at each
     test's margin, ``threshold`` where ``margins`` is not given); on the
     ``sequential`` p-values where given (a look of --until-decided)."""
-    from memqual.host.judge import stats
-    from memqual.host.judge.stats import ab_tests
+    from memqual.host.judge.stats import ab_tests, permutation
 
     if not tests:
         return []
-    correct = stats.holm if holm else ab_tests.benjamini_hochberg
+    correct = permutation.holm if holm else ab_tests.benjamini_hochberg
     given = list(sequential) if sequential is not None else [None] * len(tests)
     bands = list(margins) if margins is not None else [threshold] * len(tests)
     p = [t.p_difference() if g is None else g[0] for t, g in zip(tests, given, strict=True)]
@@ -182,16 +181,17 @@ def metric_stats(
     an undecided one would need at the levels it faced.  ``decision`` is
     None for a metric left out of every family (not comparable): no
     adjusted p-values, no levels, no units to ask for."""
-    from memqual.host.judge import stats
+    from memqual.host.core import descriptive
+    from memqual.host.judge.stats import intervals
 
     low, high = test.interval()
     return MetricStats(
-        a=stats.summarize([x for r in a_reps for x in r]),
-        b=stats.summarize([x for r in b_reps for x in r]),
+        a=descriptive.summarize([x for r in a_reps for x in r]),
+        b=descriptive.summarize([x for r in b_reps for x in r]),
         ratio=test.ratio_of(test.estimate),
         ci_low=low,
         ci_high=high,
-        confidence=stats.CONFIDENCE,
+        confidence=intervals.CONFIDENCE,
         p_value=test.p_difference(),
         p_equivalence=test.p_equivalence(threshold),
         n_replicates_a=len(a_reps),

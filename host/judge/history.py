@@ -237,7 +237,8 @@ def _reps(entry: MetricEntry) -> list[list[float]]:
 
 
 def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series]:
-    from memqual.host.judge import stats
+    from memqual.host.core import descriptive
+    from memqual.host.judge.stats import intervals
 
     keys = sorted({k for r in runs for k in r.metrics})
     out = []
@@ -249,12 +250,12 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
         points = []
         for pos, entry in present:
             reps = _reps(entry)
-            low, high = stats.hierarchical_ratio_ci(first, reps, n_resamples=CI_RESAMPLES)
+            low, high = intervals.hierarchical_ratio_ci(first, reps, n_resamples=CI_RESAMPLES)
             points.append(
                 Point(
                     pos,
-                    float(stats.median([x for r in reps for x in r])),
-                    stats.pooled_ratio(first, reps),
+                    float(descriptive.median([x for r in reps for x in r])),
+                    intervals.pooled_ratio(first, reps),
                     low if math.isfinite(low) else None,
                     high if math.isfinite(high) else None,
                     len(reps),
@@ -317,8 +318,8 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
     p of no change corrected in the family (Holm; Benjamini-Hochberg for
     the exploratory), and the verdicts.  Confounding by the controls is
     ``confound``'s."""
-    from memqual.host.judge import comparison, stats
-    from memqual.host.judge.stats import ab_tests
+    from memqual.host.judge import comparison
+    from memqual.host.judge.stats import ab_tests, permutation
 
     if not members:
         return
@@ -330,7 +331,7 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
         own = family_p(s.values, spread)
         s.p_change = min(1.0, own / (1.0 - LOCATED_WEIGHT), min(at.values()) / LOCATED_WEIGHT) if at else own
         s.steps = steps_in(s.values, s.log, threshold=threshold, alpha=alpha, prior_at=spread, located=at)
-    correct = ab_tests.benjamini_hochberg if members[0].role == comparison.EXPLORATORY else stats.holm
+    correct = ab_tests.benjamini_hochberg if members[0].role == comparison.EXPLORATORY else permutation.holm
     for s, p, q in zip(
         members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
     ):

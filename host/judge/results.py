@@ -103,7 +103,7 @@ class MetricEntry(_JsonFields):
     # Grouped by independent unit (a fresh guest, a round): what `memqual
     # compare` tests.  None in files written before replicates existed.
     replicates: list[list[float]] | None
-    summary: dict[str, Any]  # stats.summarize(samples).to_json()
+    summary: dict[str, Any]  # descriptive.summarize(samples).to_json()
     duration_s: float | None
     # The block of each replicate in an interleaved A/B (record.Measurement.blocks);
     # None or [] when unknown (one-sided runs, older files).
@@ -128,14 +128,14 @@ class MetricEntry(_JsonFields):
 
     @classmethod
     def of(cls, rec: Measurement, key: str) -> MetricEntry:
-        from memqual.host.judge import stats  # numpy and scipy: imported here, keeps `memqual --help` fast
+        from memqual.host.core import descriptive  # numpy: imported here, keeps `memqual --help` fast
 
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
         read_with = str(rec.environment.get("clock") or "")
         added: dict[str, Any] = {
             "key": key,
-            "summary": stats.summarize(rec.samples).to_json(),
+            "summary": descriptive.summarize(rec.samples).to_json(),
             # On the icount clock another metric of a scenario may decide it.
             "primary": is_primary(rec.scenario, rec.metric, rec.variant, read_with),
             "clock": read_with or None,

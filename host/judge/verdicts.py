@@ -15,10 +15,11 @@ from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.regime import NOT_COMPARABLE
 
 if TYPE_CHECKING:
-    from memqual.host.judge import stats
+    from memqual.host.core import descriptive
 
-# Defaults (memqual.host.judge.stats has the same values; not imported here so that
-# `memqual --help` does not load numpy and scipy).
+# Defaults (memqual.host.judge.stats.permutation's DEFAULT_MIN_EFFECT and
+# DEFAULT_ALPHA are the same; not imported here so that `memqual --help`
+# does not load numpy).
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.01
 CORRECTION = {PRIMARY: "holm", CONTROL: "holm", EXPLORATORY: "benjamini-hochberg at alpha/4"}
@@ -51,8 +52,8 @@ class MetricStats:
     raw and corrected p of a difference and of equivalence, and the levels
     those corrected p faced."""
 
-    a: stats.Summary
-    b: stats.Summary
+    a: descriptive.Summary
+    b: descriptive.Summary
     ratio: float
     ci_low: float
     ci_high: float

@@ -10,8 +10,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.core import printable
-from memqual.host.judge import stats
+from memqual.host.core import descriptive, printable
 from memqual.host.judge.claims import (
     DIRECTION_ONLY,
     NOT_MEASURABLE,
@@ -38,7 +37,7 @@ RICH_STYLES = {
 
 
 def _mean_stdev(samples: Sequence[float]) -> str:
-    s = stats.summarize(samples)
+    s = descriptive.summarize(samples)
     return f"{num(s.mean)} ({num(s.stdev)})"
 
 
@@ -70,7 +69,7 @@ def time_scale(unit: str, samples: Sequence[float]) -> tuple[float, str]:
     4.696e-05 reads badly)."""
     if unit != "s" or not samples:
         return 1.0, unit
-    typical = stats.median([abs(x) for x in samples])
+    typical = descriptive.median([abs(x) for x in samples])
     if 0 < typical < 1e-3:
         return 1e6, "us"
     if 0 < typical < 1.0:

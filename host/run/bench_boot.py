@@ -12,10 +12,9 @@ import sys
 import time
 from typing import Any
 
-from memqual.host.core import clock, probe
+from memqual.host.core import clock, descriptive, probe
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
-from memqual.host.judge import stats
 from memqual.images import build as images_build
 
 FIRST_COMMAND = ["uname", "-r"]
@@ -37,7 +36,7 @@ def one_boot(config: MachineConfig, image: Any, timeout: float) -> Boot:
 
 
 def summary(samples: list[float]) -> dict[str, float]:
-    s = stats.summarize(samples)
+    s = descriptive.summarize(samples)
     return {
         "median": round(s.median, 3),
         "min": round(s.minimum, 3),

@@ -22,7 +22,8 @@ from markupsafe import escape
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims, stats
+from memqual.host.judge import claims
+from memqual.host.judge.stats import intervals, permutation
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import kvm2011
 from memqual.host.memslots import qemu_layout as Q
@@ -505,9 +506,9 @@ def test_a_paired_design_cancels_what_each_guest_shares():
     loads = [1.0, 1.6, 0.7, 1.3, 0.9]
     a = [[100.0 / 4.5 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
     b = [[100.0 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
-    lo, hi = stats.paired_ratio_ci(list(zip(a, b, strict=True)), seed=1)
+    lo, hi = intervals.paired_ratio_ci(list(zip(a, b, strict=True)), seed=1)
     assert 4.2 < lo < 4.5 < hi < 4.8
-    assert stats.sign_flip_pvalue(a, b) == pytest.approx(2 / 32)
+    assert permutation.sign_flip_pvalue(a, b) == pytest.approx(2 / 32)
     common: dict[str, Any] = dict(
         scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower"
     )

@@ -15,7 +15,7 @@ from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import stats
+from memqual.host.judge.stats import permutation
 
 
 def _units(
@@ -175,7 +175,7 @@ def test_holm_in_compare_is_the_textbook_adjustment(tmp_path, capsys):
     _run([a, b, "--json"])
     metrics = json.loads(capsys.readouterr().out)["metrics"]
     raw = [m["p_value"] for m in metrics]
-    assert [m["p_adjusted"] for m in metrics] == pytest.approx(stats.holm(raw))
+    assert [m["p_adjusted"] for m in metrics] == pytest.approx(permutation.holm(raw))
 
 
 def test_a_noisy_small_change_is_undecided_with_the_units_it_needs(tmp_path, capsys):

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from fakes import FakeBackground, FakeShell
 
-from memqual.host.judge import stats
+from memqual.host.core import descriptive
+from memqual.host.judge.stats import permutation
 from memqual.host.ksm.agent import StressAgent, StressArgs
 from memqual.host.ksm.scancost import (
     METRICS,
@@ -194,8 +195,8 @@ def test_speedup_ci_spans_the_guests_not_the_windows() -> None:
     interval far narrower than the spread between guests."""
     runs = guest_runs([(0.8, 0.2), (1.2, 0.2), (0.9, 0.3), (1.0, 0.2)])
     on, off = (replicates(runs, v, "ksmd_cpu_ns_per_page") for v in (1, 0))
-    nested = stats.compare_replicates(on, off)
-    flat = stats.compare([s for g in on for s in g], [s for g in off for s in g])
+    nested = permutation.compare_replicates(on, off)
+    flat = permutation.compare([s for g in on for s in g], [s for g in off for s in g])
     per_guest = replicate_ratios(runs, "ksmd_cpu_ns_per_page")
     assert per_guest == pytest.approx([4.0, 6.0, 3.0, 5.0])
     assert nested.ci_low > 1.0, "the direction holds on every guest"
@@ -207,8 +208,8 @@ def test_seed_speedup_is_with_over_without() -> None:
     runs = guest_runs([(0.8, 0.2), (1.0, 0.25), (0.9, 0.3)])
     with_smart = replicates(runs, 1, "pages_per_ksmd_cpu_s")
     without = replicates(runs, 0, "pages_per_ksmd_cpu_s")
-    assert stats.compare_replicates(without, with_smart).ratio == pytest.approx(
-        stats.compare_replicates(
+    assert permutation.compare_replicates(without, with_smart).ratio == pytest.approx(
+        permutation.compare_replicates(
             replicates(runs, 1, "ksmd_cpu_ns_per_page"), replicates(runs, 0, "ksmd_cpu_ns_per_page")
         ).ratio
     )
@@ -225,10 +226,10 @@ def test_alternation_discards_warmup_and_finds_the_ratio() -> None:
     off, on = samples(windows[0], "ksmd_cpu_s_per_full_scan"), samples(windows[1], "ksmd_cpu_s_per_full_scan")
     assert off == pytest.approx([0.8] * 5)
     assert on == pytest.approx([0.2] * 5), "warm-up scans (twice as costly) are not in the window"
-    assert stats.ratio_of_medians(on, off) == pytest.approx(4.0)
+    assert descriptive.ratio_of_medians(on, off) == pytest.approx(4.0)
     per_page_on = samples(windows[1], "ksmd_cpu_ns_per_page")
     per_page_off = samples(windows[0], "ksmd_cpu_ns_per_page")
-    assert stats.ratio_of_medians(per_page_on, per_page_off) == pytest.approx(4.0)
+    assert descriptive.ratio_of_medians(per_page_on, per_page_off) == pytest.approx(4.0)
     assert samples(windows[1], "pages_skipped_per_scan") == pytest.approx([800.0] * 5)
 
 
@@ -247,7 +248,7 @@ def test_without_warmup_the_cost_is_overstated() -> None:
     windows = alternate_smart_scan(
         ksmd, repeats=2, scans_per_window=4, warmup_scans=0, timeout_s=1, settle_scans=0
     ).windows
-    assert stats.median(samples(windows[1], "ksmd_cpu_s_per_full_scan")) > 0.2
+    assert descriptive.median(samples(windows[1], "ksmd_cpu_s_per_full_scan")) > 0.2
 
 
 def test_disturbed_window_is_measured_again() -> None:
@@ -339,18 +340,18 @@ def test_the_median_of_back_to_back_windows_leaves_out_a_burst() -> None:
     first window starts at scan 24."""
     single = BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27))
     one = one_turn(single)
-    assert stats.median(samples(one.windows[1], "ksmd_cpu_ns_per_page")) > 1.2 * 0.2e9 / 1000
+    assert descriptive.median(samples(one.windows[1], "ksmd_cpu_ns_per_page")) > 1.2 * 0.2e9 / 1000
     five = one_turn(BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(24, 27)), smart_windows=5)
     per_page = samples(five.windows[1], "ksmd_cpu_ns_per_page")
     assert max(per_page) > 1.2 * 0.2e9 / 1000, "the burst is in the record"
-    assert stats.median(per_page) == pytest.approx(0.2e9 / 1000)
+    assert descriptive.median(per_page) == pytest.approx(0.2e9 / 1000)
 
 
 def test_the_median_of_windows_keeps_a_cost_that_lasts() -> None:
     """The control: a dearer ksmd in every scan (another kernel's real
     cost) moves the median of 5 windows as much as one window."""
     steady = one_turn(BurstyKsmd({0: 0.8, 1: 0.2}, burst=range(0, 10_000), factor=1.1), smart_windows=5)
-    assert stats.median(samples(steady.windows[1], "ksmd_cpu_ns_per_page")) == pytest.approx(1.1 * 0.2e9 / 1000)
+    assert descriptive.median(samples(steady.windows[1], "ksmd_cpu_ns_per_page")) == pytest.approx(1.1 * 0.2e9 / 1000)
 
 
 def test_a_disturbed_turn_of_smart_windows_costs_one_retry() -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from memqual.host.core import descriptive
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import stats
 from memqual.host.judge.claims.layouts import evaluate_layouts
 from memqual.host.judge.claims.load import load
 from memqual.host.judge.claims.model import (
@@ -28,6 +28,7 @@ from memqual.host.judge.claims.model import (
 )
 from memqual.host.judge.claims.order import evaluate_order
 from memqual.host.judge.claims.records import evaluate_records, matches
+from memqual.host.judge.stats import intervals
 from memqual.host.memslots import virtio_layouts
 
 
@@ -38,7 +39,7 @@ def evaluate(
     skips: Sequence[Skip] = (),
     only: Sequence[str] = (),
     alpha: float = DEFAULT_ALPHA,
-    seed: int = stats.DEFAULT_SEED,
+    seed: int = intervals.DEFAULT_SEED,
 ) -> list[Verdict]:
     """One verdict per claim, in the registry's order.  ``skips`` are the
     tests that ended without passing (their reasons explain missing
@@ -120,7 +121,7 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
             if not rec.samples or not matches(rec, want.scenario, want.metric, want.variant):
                 continue
             if rec.n_replicates >= 2:
-                low, high = stats.median_ci(rec.replicates, seed=seed)
+                low, high = intervals.median_ci(rec.replicates, seed=seed)
             else:
                 low, high = min(rec.samples), max(rec.samples)
             out.append(
@@ -128,7 +129,7 @@ def _beside(claim: Claim, records: list[Measurement], *, seed: int) -> list[Besi
                     label=want.label,
                     variant=dict(rec.variant),
                     unit=rec.unit,
-                    median=stats.median(rec.samples),
+                    median=descriptive.median(rec.samples),
                     low=low,
                     high=high,
                     replicates=rec.n_replicates,

@@ -10,8 +10,8 @@ import dataclasses
 import math
 from typing import Any
 
+from memqual.host.core import descriptive
 from memqual.host.core.paths import shipped
-from memqual.host.judge import stats
 from memqual.host.memslots import virtio_layouts
 
 SCHEMA = "memqual.claims/2"
@@ -297,8 +297,8 @@ class Verdict:
                 out["published_unit"] = q.published_unit
             flat = [s for r in reps for s in r]
             if flat:
-                out["median"] = stats.median(flat)
-                out["summary"] = stats.summarize(flat).to_json()
+                out["median"] = descriptive.median(flat)
+                out["summary"] = descriptive.summarize(flat).to_json()
                 out["replicates"] = len(reps)
             return out
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memqual.host.core import descriptive
 from memqual.host.core.record import Measurement
-from memqual.host.judge import stats
 from memqual.host.judge.claims.model import (
     MIN_REPLICATES,
     NOT_REPRODUCED,
@@ -23,7 +23,7 @@ from memqual.host.judge.claims.model import (
     format_ratio,
 )
 from memqual.host.judge.claims.rule import judge
-from memqual.host.judge.stats import ratio_ci
+from memqual.host.judge.stats import intervals, permutation, ratio_ci
 
 
 def evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float, seed: int) -> Verdict:
@@ -47,7 +47,7 @@ def evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float, 
     )
     verdict.qualifier = _qualifier(claim, verdict.accelerator)
     if min(n_a, n_b) < MIN_REPLICATES:
-        verdict.ratio = stats.pooled_ratio(a_reps, b_reps)
+        verdict.ratio = intervals.pooled_ratio(a_reps, b_reps)
         verdict.verdict = UNDERPOWERED
         verdict.replicates_needed = MIN_REPLICATES
         verdict.reason = (
@@ -64,11 +64,11 @@ def evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float, 
         return verdict
     ci = (interval.low, interval.high)
     if paired:
-        p_value, floor = stats.sign_flip_pvalue(a_reps, b_reps), 2.0 / 2**n_a
+        p_value, floor = permutation.sign_flip_pvalue(a_reps, b_reps), 2.0 / 2**n_a
         test = "exact sign-flip test of the per-unit log ratios"
     else:
-        p_value = stats.replicate_permutation_test(a_reps, b_reps, seed=seed).p_value
-        floor = stats.min_attainable_p(n_a, n_b)
+        p_value = permutation.replicate_permutation_test(a_reps, b_reps, seed=seed).p_value
+        floor = permutation.min_attainable_p(n_a, n_b)
         test = "exact permutation test of the unit medians"
     verdict.ratio, verdict.ci, verdict.p_value, verdict.interval_method = interval.ratio, ci, p_value, interval.method
     head = (
@@ -137,13 +137,13 @@ def _ceiling(claim: Claim, records: list[Measurement]) -> CeilingResult | None:
     if not found:
         return None
     rec = max(found, key=lambda r: r.n_replicates)
-    units = stats.replicate_medians(rec.replicates)
+    units = intervals.replicate_medians(rec.replicates)
     limit = rec.extra.get("limit_any_workload")
     inputs = rec.extra.get(spec.input) if spec.input else None
     values = [float(x) for x in inputs if isinstance(x, (int, float))] if isinstance(inputs, list) else []
     return CeilingResult(
         label=spec.label or spec.metric,
-        value=stats.median(units),
+        value=descriptive.median(units),
         low=min(units),
         high=max(units),
         units=len(units),
@@ -151,7 +151,7 @@ def _ceiling(claim: Claim, records: list[Measurement]) -> CeilingResult | None:
         limit_any_workload=float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None,
         limit_source=str(rec.extra.get("limit_source", "")),
         input_label=spec.input_label if values else "",
-        input_value=stats.median(values) if values else None,
+        input_value=descriptive.median(values) if values else None,
     )
 
 
