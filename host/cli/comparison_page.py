@@ -19,8 +19,9 @@ from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.judge import comparison, control_power, decisions
-from memqual.host.judge.comparison import PRIMARY, SLOWER
+from memqual.host.judge.primaries import PRIMARY
 from memqual.host.judge.results import load_results
+from memqual.host.judge.verdicts import SLOWER
 
 
 def main(argv: Sequence[str] | None = None) -> int:

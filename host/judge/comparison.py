@@ -16,32 +16,27 @@ from typing import Any
 
 from memqual.host.core.clock import check_same as check_same_clock
 from memqual.host.core.errors import BadInput
-from memqual.host.judge.families import FamilyDecision as FamilyDecision
-from memqual.host.judge.families import SequentialOf, decide, metric_stats, roles_of, run_medians
-from memqual.host.judge.families import decide_family as decide_family
-from memqual.host.judge.families import decide_one as decide_one
-from memqual.host.judge.families import family_alpha as family_alpha
-from memqual.host.judge.families import verdict_of as verdict_of
+from memqual.host.judge.families import FamilyDecision, SequentialOf, decide, metric_stats, roles_of, run_medians
 from memqual.host.judge.pairing import check_comparable, pair_metrics, regime_of, replicates_of, settings_diff
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.primaries import margin as margin_of
-from memqual.host.judge.regime import NOT_COMPARABLE as NOT_COMPARABLE
-from memqual.host.judge.regime import RegimeCheck
+from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck
 from memqual.host.judge.results import MetricEntry, Results, variant_label
-from memqual.host.judge.verdicts import CHANGED as CHANGED
-from memqual.host.judge.verdicts import CORRECTION as CORRECTION
-from memqual.host.judge.verdicts import DEFAULT_ALPHA as DEFAULT_ALPHA
-from memqual.host.judge.verdicts import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
-from memqual.host.judge.verdicts import EQUIVALENT as EQUIVALENT
-from memqual.host.judge.verdicts import FASTER as FASTER
-from memqual.host.judge.verdicts import ROLES as ROLES
-from memqual.host.judge.verdicts import RUNS_DIFFER as RUNS_DIFFER
-from memqual.host.judge.verdicts import SLOWER as SLOWER
-from memqual.host.judge.verdicts import UNDECIDED as UNDECIDED
-from memqual.host.judge.verdicts import VERDICTS as VERDICTS
-from memqual.host.judge.verdicts import MetricStats as MetricStats
-from memqual.host.judge.verdicts import stats_verdict_text as stats_verdict_text
-from memqual.host.judge.verdicts import verdict_meaning as verdict_meaning
+from memqual.host.judge.verdicts import (
+    CHANGED,
+    CORRECTION,
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    ROLES,
+    RUNS_DIFFER,
+    SLOWER,
+    UNDECIDED,
+    VERDICTS,
+    MetricStats,
+    stats_verdict_text,
+    verdict_meaning,
+)
 
 
 @dataclasses.dataclass(frozen=True)

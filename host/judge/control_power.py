@@ -115,7 +115,7 @@ def alone(
     with the spread it had on its units, is flagged at ``alpha`` (give
     Holm's first level, the family's alpha over its size, for a lower
     bound): its t beyond the two-sided critical value and its estimate
-    beyond the margin, as ``comparison.decide`` flags.  Drawn, not
+    beyond the margin, as ``families.decide`` flags.  Drawn, not
     integrated: the estimate as a normal and its spread as a scaled
     chi-square on the test's degrees of freedom (a paired t on blocks;
     the pooled t's for replicates a side, where Welch's is close)."""
@@ -175,15 +175,16 @@ def power(
     (each control's family of controls, Holm at ``alpha``)."""
     import numpy as np
 
-    from memqual.host.judge import comparison
+    from memqual.host.judge import families, primaries
     from memqual.host.judge.stats import ab_tests
+    from memqual.host.judge.verdicts import FASTER, SLOWER
 
     designs = [d for d in designs if d.units >= 1]
     if not designs:
         return ControlPower(0, 0, False, alpha, drift, 0.0, 0, seed, 0.0)
     rng = np.random.default_rng(seed)
     shift = math.log(1.0 + drift)
-    roles = [comparison.CONTROL] * len(designs)
+    roles = [primaries.CONTROL] * len(designs)
     better = ["lower"] * len(designs)
     caught = 0
     for _ in range(trials):
@@ -198,8 +199,8 @@ def power(
                 a = rng.normal(0.0, d.sd, d.n_a)
                 b = rng.normal(shift, d.sd, d.n_b)
                 tests.append(ab_tests.ratio_test([[math.exp(x)] for x in a], [[math.exp(x)] for x in b]))
-        verdicts = comparison.decide(tests, roles, better, threshold=threshold, alpha=alpha)[1]
-        caught += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts)
+        verdicts = families.decide(tests, roles, better, threshold=threshold, alpha=alpha)[1]
+        caught += any(v in (SLOWER, FASTER) for v in verdicts)
     return ControlPower(
         controls=len(designs),
         units=min(d.units for d in designs),
@@ -217,7 +218,7 @@ def designs_of(metrics: Sequence[Any]) -> list[ControlDesign]:
     """The designs of the compared controls among MetricComparisons, each
     on fewer than RELIABLE_UNITS units with a spread of at least the
     controls' median (see ``floored``)."""
-    from memqual.host.judge.comparison import CONTROL
+    from memqual.host.judge.primaries import CONTROL
 
     return floored([d for m in metrics if m.role == CONTROL and m.comparable for d in [design_of(m)] if d])
 

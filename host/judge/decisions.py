@@ -10,19 +10,10 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from memqual.host.judge.comparison import (
-    CONTROL,
-    EQUIVALENT,
-    FASTER,
-    NOT_COMPARABLE,
-    PRIMARY,
-    SLOWER,
-    UNDECIDED,
-    MetricComparison,
-    RunComparison,
-    short_labels,
-    verdict_text,
-)
+from memqual.host.judge.comparison import MetricComparison, RunComparison, short_labels, verdict_text
+from memqual.host.judge.primaries import CONTROL, PRIMARY
+from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 ONE_LOOK = "one comparison at alpha"
 SEQUENTIAL = "the looks of --until-decided"

@@ -292,21 +292,21 @@ def series_of(runs: list[Run], *, threshold: float, alpha: float) -> list[Series
 def _decide_families(series: list[Series], runs: list[Run], threshold: float, alpha: float) -> None:
     """Each series' family (memqual.host.judge.primaries, the primary marks the
     runs' files carry), the test and corrections within it, and the verdicts."""
-    from memqual.host.judge import comparison
+    from memqual.host.judge import primaries, verdicts
     from memqual.host.judge.primaries import is_control
 
     marks = {k: m.primary for r in runs for k, m in r.metrics.items() if m.primary is not None}
     for s in series:
         if is_control(s.scenario):
-            s.role = comparison.CONTROL
+            s.role = primaries.CONTROL
         elif not marks or marks.get(s.key):
-            s.role = comparison.PRIMARY
+            s.role = primaries.PRIMARY
         else:
-            s.role = comparison.EXPLORATORY
+            s.role = primaries.EXPLORATORY
     for s in series:
         if not s.comparable:
             s.verdict, s.steps = NOT_COMPARABLE, []
-    for role in comparison.ROLES:
+    for role in verdicts.ROLES:
         # A series whose runs' regimes differ decides nothing and is in no family.
         judge_family([s for s in series if s.role == role and s.comparable], threshold=threshold, alpha=alpha)
     confound(series)
@@ -318,7 +318,7 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
     p of no change corrected in the family (Holm; Benjamini-Hochberg for
     the exploratory), and the verdicts.  Confounding by the controls is
     ``confound``'s."""
-    from memqual.host.judge import comparison
+    from memqual.host.judge import primaries, verdicts
     from memqual.host.judge.stats import ab_tests, permutation
 
     if not members:
@@ -331,7 +331,7 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
         own = family_p(s.values, spread)
         s.p_change = min(1.0, own / (1.0 - LOCATED_WEIGHT), min(at.values()) / LOCATED_WEIGHT) if at else own
         s.steps = steps_in(s.values, s.log, threshold=threshold, alpha=alpha, prior_at=spread, located=at)
-    correct = ab_tests.benjamini_hochberg if members[0].role == comparison.EXPLORATORY else permutation.holm
+    correct = ab_tests.benjamini_hochberg if members[0].role == primaries.EXPLORATORY else permutation.holm
     for s, p, q in zip(
         members, correct([s.p_change for s in members]), correct([s.p_equivalence for s in members]), strict=True
     ):
@@ -340,22 +340,22 @@ def judge_family(members: list[Series], *, threshold: float, alpha: float) -> No
             s.verdict = STEP
         else:
             s.steps = []
-            s.verdict = comparison.EQUIVALENT if q < alpha else comparison.UNDECIDED
+            s.verdict = verdicts.EQUIVALENT if q < alpha else verdicts.UNDECIDED
 
 
 def confound(series: list[Series]) -> None:
     """A step of a control says the host moved between those two runs: the
     steps of the other series between the same runs are kept but marked
     confounded, and a series left with no other step is undecided."""
-    from memqual.host.judge import comparison
+    from memqual.host.judge import primaries, verdicts
 
-    moved = {st.after for s in series if s.role == comparison.CONTROL and s.verdict == STEP for st in s.steps}
+    moved = {st.after for s in series if s.role == primaries.CONTROL and s.verdict == STEP for st in s.steps}
     for s in series:
-        if s.role == comparison.CONTROL or s.verdict != STEP:
+        if s.role == primaries.CONTROL or s.verdict != STEP:
             continue
         s.steps = [dataclasses.replace(st, confounded=st.after in moved) for st in s.steps]
         if not s.decided_steps:
-            s.verdict = comparison.UNDECIDED
+            s.verdict = verdicts.UNDECIDED
 
 
 def build(

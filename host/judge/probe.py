@@ -1,6 +1,6 @@
 """The evidence of one bisect probe against the reference (K1) for one
 metric, at one look (``evidence_of``): decided as ``memqual compare``
-decides a metric (``comparison.decide_one``) at the look's share of alpha
+decides a metric (``families.decide_one``) at the look's share of alpha
 (``ab_tests.spent_alpha`` over the probe's planned looks, so a probe's
 looks together make a wrong decision at most alpha of the time).  The
 search that uses it is host/run/bisect/decide.py; the rates are measured in
@@ -14,9 +14,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from memqual.host.judge import comparison
-from memqual.host.judge.comparison import CHANGED, UNDECIDED, MetricStats, stats_verdict_text
+from memqual.host.judge import families
 from memqual.host.judge.stats import ab_tests
+from memqual.host.judge.verdicts import CHANGED, UNDECIDED, MetricStats, stats_verdict_text
 
 # The error level of one probe's decisions over all its looks.  A bisect
 # decides one metric, not a family, so the conventional 5 % rather than
@@ -128,7 +128,7 @@ def evidence_of(
     if not reference or not probe:
         return Evidence(UNDECIDED, None, look, level, paired)
     try:
-        found, verdict = comparison.decide_one(
+        found, verdict = families.decide_one(
             reference,
             probe,
             reference_blocks if paired else None,

@@ -201,7 +201,9 @@ class Tracker:
     def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool:
         """Take the run after block ``look``, at ``fraction`` of the budget
         spent (1.0 on the last look); True when every primary is decided."""
-        from memqual.host.judge import comparison
+        from memqual.host.judge import comparison, verdicts
+        from memqual.host.judge.primaries import CONTROL, PRIMARY
+        from memqual.host.judge.regime import NOT_COMPARABLE
 
         self.rounds = look
         fraction = max(fraction, self.fraction_spent)
@@ -227,20 +229,20 @@ class Tracker:
             # changed inside the margin) or the TOST's (equivalent) -- and
             # freezes the metric whatever its ratio: the recursion takes a
             # path that crossed as stopped.
-            decided = m.verdict not in (comparison.UNDECIDED, comparison.NOT_COMPARABLE, comparison.RUNS_DIFFER)
+            decided = m.verdict not in (verdicts.UNDECIDED, NOT_COMPARABLE, verdicts.RUNS_DIFFER)
             text = comparison.verdict_text(m)
             progress.history.append((look, decided, text))
             progress.blocks_needed = m.comparison.blocks_needed
             progress.blocks = m.comparison.n_blocks
-            progress.comparable = m.verdict != comparison.NOT_COMPARABLE
+            progress.comparable = m.verdict != NOT_COMPARABLE
             progress.at_look = {"look": look, "level": level, **m.comparison.to_json()}
             if decided:
                 progress.frozen, progress.decided_at = m.verdict, look
-                if m.role == comparison.CONTROL and m.flagged:
+                if m.role == CONTROL and m.flagged:
                     self.controls_flagged.add(m.key)
         if self.group_sequential:
             self.add_boundaries(look, now, level)
-        primaries = [p for p in self.metrics.values() if p.role == comparison.PRIMARY]
+        primaries = [p for p in self.metrics.values() if p.role == PRIMARY]
         return bool(primaries) and all(p.decided for p in primaries)
 
     def paths(self, key: str) -> tuple[Path, Path]:
@@ -280,7 +282,7 @@ class Tracker:
         rejected; a share's boundary is the most severe one the metric
         could have faced, and the largest region "not crossed" for the
         looks after, which makes their p-values the largest."""
-        from memqual.host.judge import comparison
+        from memqual.host.judge import families
 
         members: dict[str, int] = {}
         for m in now:
@@ -290,7 +292,7 @@ class Tracker:
             progress = self.metrics.get(m.key)
             if progress is None or progress.frozen is not None or m.comparison.p_sequential is None:
                 continue
-            share = comparison.family_alpha(m.role, level) / members[m.role]
+            share = families.family_alpha(m.role, level) / members[m.role]
             units = m.comparison.units
             difference, equivalence = self.paths(m.key)
             z_difference = difference.boundary(units, share)
@@ -306,7 +308,7 @@ class Tracker:
 
     def undecided_scenarios(self) -> set[str]:
         """The scenarios with a primary still undecided."""
-        from memqual.host.judge.comparison import PRIMARY
+        from memqual.host.judge.primaries import PRIMARY
 
         return {m.scenario for m in self.metrics.values() if m.role == PRIMARY and not m.decided}
 
@@ -321,7 +323,7 @@ class Tracker:
         left out for good (``futile``).  A need not judged yet (a primary
         on fewer than MIN_BLOCKS_TO_JUDGE blocks, or not comparable) keeps
         its scenario."""
-        from memqual.host.judge.comparison import PRIMARY
+        from memqual.host.judge.primaries import PRIMARY
 
         need: dict[str, tuple[int, int | None]] = {}  # scenario -> (blocks now, blocks needed)
         for m in self.metrics.values():
@@ -363,7 +365,7 @@ class Tracker:
     def progress_line(self) -> str:
         """The last look in one line: its share of alpha, and the primaries
         decided and not."""
-        from memqual.host.judge.comparison import PRIMARY
+        from memqual.host.judge.primaries import PRIMARY
 
         primaries = sorted((m for m in self.metrics.values() if m.role == PRIMARY), key=lambda m: m.key)
         decided = [f"{m.scenario} {m.verdict}" for m in primaries if m.decided]
@@ -376,7 +378,8 @@ class Tracker:
         """As ``memqual compare``'s, from the run's sequential decisions: 3
         when a negative control moved (the host drifted), 1 when a primary
         was decided slower, 0 otherwise."""
-        from memqual.host.judge.comparison import PRIMARY, SLOWER
+        from memqual.host.judge.primaries import PRIMARY
+        from memqual.host.judge.verdicts import SLOWER
 
         if self.controls_flagged:
             return 3
@@ -386,7 +389,7 @@ class Tracker:
         return [self.futile[s].reason() for s in sorted(scenarios) if s in self.futile]
 
     def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]:
-        from memqual.host.judge.comparison import PRIMARY
+        from memqual.host.judge.primaries import PRIMARY
 
         primaries = [m for m in self.metrics.values() if m.role == PRIMARY]
         return {

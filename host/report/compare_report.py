@@ -15,22 +15,11 @@ from typing import Any
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
 from memqual.host.judge import control_power, decisions
-from memqual.host.judge.comparison import (
-    CONTROL,
-    EQUIVALENT,
-    EXPLORATORY,
-    FASTER,
-    NOT_COMPARABLE,
-    PRIMARY,
-    SLOWER,
-    UNDECIDED,
-    VERDICTS,
-    MetricComparison,
-    RunComparison,
-    short_labels,
-    verdict_text,
-)
+from memqual.host.judge.comparison import MetricComparison, RunComparison, short_labels, verdict_text
+from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
+from memqual.host.judge.regime import NOT_COMPARABLE
 from memqual.host.judge.results import Results
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED, VERDICTS
 from memqual.host.report import pages
 from memqual.host.report.html import (
     VERDICT_COLOURS,

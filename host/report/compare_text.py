@@ -12,18 +12,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from memqual.host.core import printable
-from memqual.host.judge.comparison import (
-    CHANGED,
-    EQUIVALENT,
-    FASTER,
-    NOT_COMPARABLE,
-    RUNS_DIFFER,
-    SLOWER,
-    UNDECIDED,
-    MetricComparison,
-    RunComparison,
-)
+from memqual.host.judge.comparison import MetricComparison, RunComparison
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
+from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.verdicts import CHANGED, EQUIVALENT, FASTER, RUNS_DIFFER, SLOWER, UNDECIDED
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -15,7 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memqual.host.core.printable import format_number
-from memqual.host.judge import claims, comparison
+from memqual.host.judge import claims
+from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.verdicts import CHANGED, EQUIVALENT, FASTER, RUNS_DIFFER, SLOWER, UNDECIDED
 
 # The number format and the plot helpers live in host/report/figures.py (below the
 # subjects, whose own sections draw with them); the pages import them from here.
@@ -34,13 +36,13 @@ VERDICT_COLOURS = {
     claims.NOT_REPRODUCED: "#c62828",
     claims.UNDERPOWERED: "#7c3aed",
     claims.NOT_MEASURABLE: GREY,
-    comparison.FASTER: "#15803d",
-    comparison.SLOWER: "#b91c1c",
-    comparison.EQUIVALENT: "#0e7490",
-    comparison.UNDECIDED: "#7c3aed",
-    comparison.NOT_COMPARABLE: GREY,
-    comparison.CHANGED: "#b7791f",
-    comparison.RUNS_DIFFER: GREY,
+    FASTER: "#15803d",
+    SLOWER: "#b91c1c",
+    EQUIVALENT: "#0e7490",
+    UNDECIDED: "#7c3aed",
+    NOT_COMPARABLE: GREY,
+    CHANGED: "#b7791f",
+    RUNS_DIFFER: GREY,
 }
 
 num = format_number

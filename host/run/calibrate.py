@@ -1,6 +1,6 @@
 """``python -m memqual.host.cli.calibrate``: the error rates of the A/B
 decisions, measured on synthetic truth through the real decision code
-(``comparison.compare_runs``, ``comparison.decide``, the ``until.Tracker``
+(``comparison.compare_runs``, ``families.decide``, the ``until.Tracker``
 with its group-sequential boundaries, ``change_points.change_points`` and its
 family), from fixed seeds.  Every figure of docs/ab-calibration.md's
 "Decisions outside the happy path" table comes from here; each rate is
@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from memqual.host.judge import change_points, comparison, control_power, history
+from memqual.host.judge import change_points, comparison, control_power, families, history
 from memqual.host.judge import until_decided as until
+from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.stats import ab_tests, binomial
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 ALPHA, THRESHOLD = 0.01, 0.05
 
@@ -104,7 +106,7 @@ def unblocked_compare(
         a = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
         b = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
         result = comparison.compare_runs(a, b, threshold=THRESHOLD, alpha=ALPHA)
-        flagged += any(m.flagged for m in result.metrics if m.role == comparison.PRIMARY)
+        flagged += any(m.flagged for m in result.metrics if m.role == PRIMARY)
         status = result.exit_status()
         exit1 += status == 1
         exit3 += status == 3
@@ -176,7 +178,7 @@ def history_family(
             if g < stepped:
                 levels[mid:] += math.log(step)
             reps = [[[float(math.exp(lv + rng.normal(0.0, 0.02)))] for _ in range(4)] for lv in levels]
-            s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=comparison.PRIMARY)
+            s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=PRIMARY)
             s.values, s.log = change_points.run_values(reps), True
             family.append(s)
         history.judge_family(family, threshold=THRESHOLD, alpha=ALPHA)
@@ -215,8 +217,8 @@ def _look_decisions(
     ra, rb = [[v] for _, v in records_a], [[v] for _, v in records_b]
     test = ab_tests.ratio_test(ra, rb, blocks, blocks)
     given = sequential("m", test) if sequential else None
-    decided, verdicts = comparison.decide(
-        [test], [comparison.PRIMARY], ["lower"], threshold=threshold, alpha=alpha, sequential=[given]
+    decided, verdicts = families.decide(
+        [test], [PRIMARY], ["lower"], threshold=threshold, alpha=alpha, sequential=[given]
     )
     return [
         comparison.MetricComparison(
@@ -225,7 +227,7 @@ def _look_decisions(
             metric="m",
             unit="s",
             better="lower",
-            comparison=comparison.metric_stats(
+            comparison=families.metric_stats(
                 test, ra, rb, decided[0], verdicts[0], threshold=threshold, sequential=given
             ),
             verdict=verdicts[0],
@@ -253,7 +255,7 @@ def sequential_looks(
             a = [(i + 1, 1.0) for i in range(k)]
             b = [(i + 1, float(math.exp(d[i]))) for i in range(k)]
             tracker.update(k, a, b, fraction=k / last)
-        wrong += any(m.frozen in (comparison.SLOWER, comparison.FASTER) for m in tracker.metrics.values())
+        wrong += any(m.frozen in (SLOWER, FASTER) for m in tracker.metrics.values())
     rule = f"recursion from {min_blocks or until.MIN_BLOCKS_SEQUENTIAL} blocks"
     return Rate(
         f"one metric, looks on {list(looks)} blocks, {rule}, alpha {alpha:g}: slower or faster", wrong, trials, seed
@@ -275,10 +277,10 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
             b = [[float((1 + move) * math.exp(x))] for x in rng.normal(0.0, 0.02 / math.sqrt(2), blocks)]
             ids = list(range(blocks))
             tests.append(ab_tests.ratio_test(a, b, ids, ids))
-        _, verdicts = comparison.decide(
-            tests, [comparison.CONTROL] * controls, ["lower"] * controls, threshold=THRESHOLD, alpha=alpha
+        _, verdicts = families.decide(
+            tests, [CONTROL] * controls, ["lower"] * controls, threshold=THRESHOLD, alpha=alpha
         )
-        caught += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts)
+        caught += any(v in (SLOWER, FASTER) for v in verdicts)
     return Rate(
         f"controls moved {100 * move:g} %, {blocks} blocks, alpha {alpha:g}: drift caught", caught, trials, seed
     )
@@ -337,11 +339,11 @@ def compare_trial(
         ra = replicates(rng, n, spread, 1.0 + i, drift)
         rb = replicates(rng, n, spread, (1.0 + i) * (effect if i < PRIMARIES else 1.0), drift)
         tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
-    return tests, [comparison.PRIMARY] * PRIMARIES + [comparison.EXPLORATORY] * others
+    return tests, [PRIMARY] * PRIMARIES + [EXPLORATORY] * others
 
 
 def compare_verdicts(tests: list[Any], roles: list[str], alpha: float = ALPHA) -> list[str]:
-    return comparison.decide(tests, roles, ["lower"] * len(tests), threshold=THRESHOLD, alpha=alpha)[1]
+    return families.decide(tests, roles, ["lower"] * len(tests), threshold=THRESHOLD, alpha=alpha)[1]
 
 
 def _design(n: int, paired: bool) -> str:
@@ -355,7 +357,7 @@ def compare_flags(trials: int, n: int, paired: bool, seed: int = 19) -> Rate:
     flagged = 0
     for _ in range(trials):
         verdicts = compare_verdicts(*compare_trial(rng, n, 0.03, 1.0, paired))
-        flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts)
+        flagged += any(v in (SLOWER, FASTER) for v in verdicts)
     return Rate(f"compare, no effect, {_design(n, paired)}: any metric flagged", flagged, trials, seed)
 
 
@@ -367,7 +369,7 @@ def compare_slower(trials: int, n: int, paired: bool, drift_sd: float = 0.0, see
     counts = np.zeros(PRIMARIES, dtype=int)
     for _ in range(trials):
         verdicts = compare_verdicts(*compare_trial(rng, n, 0.03, 1.10, paired, drift_sd, others=0))
-        counts += np.array([v == comparison.SLOWER for v in verdicts])
+        counts += np.array([v == SLOWER for v in verdicts])
     what = f"compare, B 10 % worse, {_design(n, paired)}" + (f", {100 * drift_sd:g} % drift" if drift_sd else "")
     return (
         Rate(f"{what}: primaries slower (mean)", int(counts.sum()), trials * PRIMARIES, seed),
@@ -380,9 +382,7 @@ def compare_equivalent(trials: int, paired: bool, seed: int = 21) -> Rate:
     rng = np.random.default_rng(seed)
     found = 0
     for _ in range(trials):
-        found += sum(
-            v == comparison.EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.0, paired, others=0))
-        )
+        found += sum(v == EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.0, paired, others=0)))
     return Rate(
         f"compare, B equal, 1 % spread, {_design(6, paired)}: primaries equivalent", found, trials * PRIMARIES, seed
     )
@@ -394,9 +394,7 @@ def compare_wrong_equivalence(trials: int, seed: int = 22) -> Rate:
     rng = np.random.default_rng(seed)
     wrong = 0
     for _ in range(trials):
-        wrong += any(
-            v == comparison.EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.06, True, others=0))
-        )
+        wrong += any(v == EQUIVALENT for v in compare_verdicts(*compare_trial(rng, 6, 0.01, 1.06, True, others=0)))
     return Rate("compare, B 6 % worse, 6 blocks, paired: any primary equivalent", wrong, trials, seed)
 
 
@@ -422,14 +420,14 @@ def planned_looks(trials: int, seed: int = 23, planned: int = 10) -> tuple[Rate,
                 )
                 for a, b in data
             ]
-            roles = [comparison.PRIMARY] * PRIMARIES
+            roles = [PRIMARY] * PRIMARIES
             level = ab_tests.spent_alpha(ALPHA, look, planned)
             for i, v in enumerate(compare_verdicts(tests, roles, alpha=level)):
-                if i not in frozen and v != comparison.UNDECIDED:
+                if i not in frozen and v != UNDECIDED:
                     frozen[i] = v
-            spent_done = spent_done or any(v in (comparison.SLOWER, comparison.FASTER) for v in frozen.values())
+            spent_done = spent_done or any(v in (SLOWER, FASTER) for v in frozen.values())
             naive = compare_verdicts(tests, roles, alpha=ALPHA)
-            naive_done = naive_done or any(v in (comparison.SLOWER, comparison.FASTER) for v in naive)
+            naive_done = naive_done or any(v in (SLOWER, FASTER) for v in naive)
         spent_flags += spent_done
         naive_flags += naive_done
     return (

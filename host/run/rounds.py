@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.judge import clock_plan, comparison, control_power, decisions
+from memqual.host.judge import clock_plan, control_power, decisions, verdicts
 from memqual.host.judge.comparison import compare_results
 from memqual.host.judge.primaries import is_control
 from memqual.host.judge.until_decided import Tracker
@@ -65,8 +65,8 @@ def decision_levels(config: RunConfig | None) -> tuple[float, float]:
     threshold = config.threshold if config is not None and config.threshold is not None else None
     alpha = config.alpha if config is not None and config.alpha is not None else None
     return (
-        comparison.DEFAULT_THRESHOLD if threshold is None else threshold,
-        comparison.DEFAULT_ALPHA if alpha is None else alpha,
+        verdicts.DEFAULT_THRESHOLD if threshold is None else threshold,
+        verdicts.DEFAULT_ALPHA if alpha is None else alpha,
     )
 
 
@@ -445,7 +445,7 @@ def controls_power_now(compared: list[Any], level: float) -> Any:
     """The controls' power (host/judge/control_power.py) at ``level``, on
     the comparisons of the look just taken (their intervals and unit
     counts, which do not depend on the level)."""
-    return control_power.power(control_power.designs_of(compared), alpha=level, threshold=comparison.DEFAULT_THRESHOLD)
+    return control_power.power(control_power.designs_of(compared), alpha=level, threshold=verdicts.DEFAULT_THRESHOLD)
 
 
 def _read_summary(path: Path) -> dict[str, Any] | None:

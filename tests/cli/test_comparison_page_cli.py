@@ -9,7 +9,7 @@ import comparison_pages as cp
 import pytest
 
 from memqual.host.cli import comparison_page
-from memqual.host.judge import comparison
+from memqual.host.judge import primaries, verdicts
 
 
 def _write(tmp_path, run, summary=True):
@@ -50,9 +50,9 @@ def test_a_dir_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, capsys):
     ("summary", "status"),
     [
         ({"controls_flagged": ["c"], "metrics": []}, 3),
-        ({"metrics": [{"role": comparison.PRIMARY, "state": "decided", "verdict": comparison.SLOWER}]}, 1),
-        ({"metrics": [{"role": comparison.EXPLORATORY, "state": "decided", "verdict": comparison.SLOWER}]}, 0),
-        ({"metrics": [{"role": comparison.PRIMARY, "state": "undecided", "verdict": comparison.SLOWER}]}, 0),
+        ({"metrics": [{"role": primaries.PRIMARY, "state": "decided", "verdict": verdicts.SLOWER}]}, 1),
+        ({"metrics": [{"role": primaries.EXPLORATORY, "state": "decided", "verdict": verdicts.SLOWER}]}, 0),
+        ({"metrics": [{"role": primaries.PRIMARY, "state": "undecided", "verdict": verdicts.SLOWER}]}, 0),
     ],
 )
 def test_the_status_is_the_trackers(summary, status):

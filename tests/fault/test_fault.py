@@ -13,8 +13,9 @@ from memqual.host.core import clock
 from memqual.host.core.errors import GuestError
 from memqual.host.fault import anon
 from memqual.host.fault.table import ANON
-from memqual.host.judge import comparison, primaries
+from memqual.host.judge import families, primaries
 from memqual.host.judge.stats import ab_tests
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER
 
 TWO_RUNS = (
     "event=run index=0 pages=16384 faults=16385 duration_s=1.834000000 ns_per_page=111938.477\n"
@@ -87,9 +88,7 @@ def _verdict(rng, n, spread, effect):
     blocks = list(range(n))
     test = ab_tests.ratio_test([[float(x)] for x in a], [[float(x)] for x in b], blocks, blocks)
     margin = primaries.margin(anon.SCENARIO, "ns_per_page", {"pages": "4k"}, "icount:4", 0.05)
-    return comparison.decide([test], [comparison.PRIMARY], ["lower"], threshold=0.05, alpha=0.01, margins=[margin])[1][
-        0
-    ]
+    return families.decide([test], [primaries.PRIMARY], ["lower"], threshold=0.05, alpha=0.01, margins=[margin])[1][0]
 
 
 def _rate(seed, trials, verdicts, **kwargs):
@@ -108,20 +107,20 @@ def test_a_1_percent_change_is_slower_from_three_blocks_at_the_measured_icount_s
     slower is `slower` in nearly every run from 3 blocks, and a 1 % gain
     `faster`."""
     side = max(_icount_sd(), 1e-5) / np.sqrt(2)
-    assert _rate(61, 200, {comparison.SLOWER}, n=3, spread=side, effect=1.01) >= 0.95
-    assert _rate(62, 200, {comparison.FASTER}, n=3, spread=side, effect=0.99) >= 0.95
+    assert _rate(61, 200, {SLOWER}, n=3, spread=side, effect=1.01) >= 0.95
+    assert _rate(62, 200, {FASTER}, n=3, spread=side, effect=0.99) >= 0.95
 
 
 def test_a_change_inside_the_margin_is_not_slower():
     """B 0.2 % slower, inside the half-percent margin: never `slower`."""
     side = max(_icount_sd(), 1e-5) / np.sqrt(2)
-    assert _rate(66, 200, {comparison.SLOWER}, n=3, spread=side, effect=1.002) == 0.0
+    assert _rate(66, 200, {SLOWER}, n=3, spread=side, effect=1.002) == 0.0
 
 
 def test_no_change_is_equivalent_and_never_slower_at_the_measured_icount_spread():
     side = max(_icount_sd(), 1e-5) / np.sqrt(2)
-    assert _rate(63, 200, {comparison.EQUIVALENT}, n=3, spread=side, effect=1.0) >= 0.90
-    assert _rate(64, 400, {comparison.SLOWER, comparison.FASTER}, n=3, spread=side, effect=1.0) <= 0.01
+    assert _rate(63, 200, {EQUIVALENT}, n=3, spread=side, effect=1.0) >= 0.90
+    assert _rate(64, 400, {SLOWER, FASTER}, n=3, spread=side, effect=1.0) <= 0.01
 
 
 def test_at_the_wall_clock_s_spread_the_same_change_is_not_decided():
@@ -130,7 +129,7 @@ def test_at_the_wall_clock_s_spread_the_same_change_is_not_decided():
     found = primaries.primary_of(anon.SCENARIO, "ns_per_page", {"pages": "4k"}, "wall")
     assert found is not None and found.spread_wall is not None
     side = found.spread_wall.sd / np.sqrt(2)
-    assert _rate(65, 200, {comparison.SLOWER}, n=3, spread=side, effect=1.01) <= 0.5
+    assert _rate(65, 200, {SLOWER}, n=3, spread=side, effect=1.01) <= 0.5
 
 
 if __name__ == "__main__":
@@ -143,12 +142,12 @@ if __name__ == "__main__":
     assert found is not None and found.spread_wall is not None
     wall = found.spread_wall.sd / np.sqrt(2)
     for name, seed, verdicts, spread, effect in (
-        ("B 1 % slower -> slower", 61, {comparison.SLOWER}, icount, 1.01),
-        ("B 1 % faster -> faster", 62, {comparison.FASTER}, icount, 0.99),
-        ("B = A -> equivalent", 63, {comparison.EQUIVALENT}, icount, 1.0),
-        ("B = A -> slower or faster", 64, {comparison.SLOWER, comparison.FASTER}, icount, 1.0),
-        ("B 0.2 % slower -> slower", 66, {comparison.SLOWER}, icount, 1.002),
-        ("wall: B 1 % slower -> slower", 65, {comparison.SLOWER}, wall, 1.01),
+        ("B 1 % slower -> slower", 61, {SLOWER}, icount, 1.01),
+        ("B 1 % faster -> faster", 62, {FASTER}, icount, 0.99),
+        ("B = A -> equivalent", 63, {EQUIVALENT}, icount, 1.0),
+        ("B = A -> slower or faster", 64, {SLOWER, FASTER}, icount, 1.0),
+        ("B 0.2 % slower -> slower", 66, {SLOWER}, icount, 1.002),
+        ("wall: B 1 % slower -> slower", 65, {SLOWER}, wall, 1.01),
     ):
         rate = _rate(seed, trials, verdicts, n=3, spread=spread, effect=effect)
         print(f"{name}: {rate:.4f} of {trials} (3 blocks, seed {seed})")

@@ -1,6 +1,6 @@
 """The A/B decisions' error rates, measured on synthetic truth through the
 real decision code (memqual.host.judge.stats.ab_tests.ratio_test and
-memqual.host.judge.comparison.decide, what compare_results runs per metric;
+memqual.host.judge.families.decide, what compare_results runs per metric;
 one trial also goes through compare_results whole to check it decides
 the same).  Fixed seeds, bounded trials; the figures are in
 docs/ab-calibration.md."""
@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.judge import comparison
+from memqual.host.judge import comparison, primaries
 from memqual.host.judge.stats import ab_tests
 from memqual.host.run import calibrate
 
@@ -150,7 +150,7 @@ def test_compare_results_decides_as_the_calibrated_code():
             )
     files = [{"memqual_version": "x", "metrics": e, "claims": [], "environment": {}} for e in (entries_a, entries_b)]
     result = comparison.compare_results(*files, threshold=THRESHOLD, alpha=ALPHA)
-    roles = [comparison.PRIMARY] * 5 + [comparison.EXPLORATORY] * 15
+    roles = [primaries.PRIMARY] * 5 + [primaries.EXPLORATORY] * 15
     assert [m.verdict for m in result.metrics] == _verdicts(tests, roles)
     assert [m.role for m in result.metrics] == roles
 

@@ -18,6 +18,7 @@ from memqual.host.cli import history as history_command
 from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core.record import Measurement
 from memqual.host.judge import comparison, history, regime
+from memqual.host.judge.primaries import PRIMARY
 from memqual.host.judge.results import metrics_of
 
 COST = "ksmd_cpu_ns_per_page"
@@ -188,12 +189,12 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
     series = {s.key: s for s in group.series}
     (cost,) = [s for k, s in series.items() if k.startswith(f"ksm.volatile_scan {COST} [pages=4k, smart_scan=1]")]
     (rate,) = [s for k, s in series.items() if k.startswith(f"ksm.volatile_scan {RATE}")]
-    assert rate.regime is None and rate.verdict != comparison.NOT_COMPARABLE
+    assert rate.regime is None and rate.verdict != regime.NOT_COMPARABLE
     if decided:
         assert cost.regime is not None and cost.regime.matches
         assert cost.verdict == history.STEP and cost.steps[0].after == 3
     else:
-        assert cost.verdict == comparison.NOT_COMPARABLE and not cost.steps
+        assert cost.verdict == regime.NOT_COMPARABLE and not cost.steps
         assert cost.regime is not None
         assert re.match(
             r"not comparable: dirtying rate from 7\.\d+ to 4\d\.\d dirty passes per ksmd full scan over 6 runs",
@@ -212,7 +213,7 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
         # Greyed on the page, and counted in its group's line.
         from memqual.host.report.html import GREY
 
-        refused = sum(1 for s in group.series if s.verdict == comparison.NOT_COMPARABLE)
+        refused = sum(1 for s in group.series if s.verdict == regime.NOT_COMPARABLE)
         assert f"<b style='color:{GREY}'>{cost.regime.reason()}</b>" in page.read_text()
         assert f"{refused} not comparable (the runs' regimes differ)" in page.read_text()
 
@@ -238,11 +239,11 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
     )
     result = comparison.compare_results(a, b, all_metrics=True)
     n = len(result.not_comparable)
-    assert n >= 2 and VERDICT_COLOURS[comparison.NOT_COMPARABLE] == GREY
+    assert n >= 2 and VERDICT_COLOURS[regime.NOT_COMPARABLE] == GREY
     view = compare_report.comparison_page(result, a, b)
     # The badges count the primaries: what decides.
-    primaries = sum(1 for m in result.not_comparable if m.role == comparison.PRIMARY)
-    (box,) = [c for c in view.counts if c.verdict == comparison.NOT_COMPARABLE]
+    primaries = sum(1 for m in result.not_comparable if m.role == PRIMARY)
+    (box,) = [c for c in view.counts if c.verdict == regime.NOT_COMPARABLE]
     assert primaries >= 1 and (box.n, box.colour) == (primaries, GREY)
     (refused,) = view.refused
     assert refused.scenario == "ksm.volatile_scan" and refused.n == n

@@ -13,7 +13,7 @@ import comparison_pages as cp
 import pytest
 
 from memqual.host.core.record import merge_rounds
-from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge import comparison, control_power, decisions, primaries, verdicts
 from memqual.host.judge.results import build_results
 from memqual.host.report import compare_report, plots
 
@@ -57,7 +57,7 @@ def _control_run(drift: float, blocks: int, seed: int = 5):
 def test_a_control_design_is_read_back_from_its_interval():
     """The spread the power simulates is the spread the blocks had."""
     result = _control_run(1.0, 8)
-    (m, *_) = [m for m in result.metrics if m.role == comparison.CONTROL]
+    (m, *_) = [m for m in result.metrics if m.role == primaries.CONTROL]
     design = control_power.design_of(m)
     assert design is not None and design.n_blocks == 8
     specs = cp.PRIMARIES[-1:] + cp.controls(8, 0.02)
@@ -93,7 +93,7 @@ def test_the_deciding_table_is_the_looks_and_the_page_leads_with_it():
     assert table.sequential and table.decided_by == decisions.SEQUENTIAL
     looks = len(run.summary["look_times"])
     deflate = next(r for r in table.rows if r.metric == "deflate_s")
-    assert deflate.verdict == comparison.SLOWER and deflate.look is not None and 1 <= deflate.look <= looks
+    assert deflate.verdict == verdicts.SLOWER and deflate.look is not None and 1 <= deflate.look <= looks
     for r in table.rows:
         if r.decided:
             assert r.p < r.level and r.look is not None
@@ -121,7 +121,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     rb = build_results([], merge_rounds(b), host_fallback=False)
     result = comparison.compare_results(ra, rb)
     (m,) = result.metrics
-    assert m.verdict == comparison.SLOWER and result.exit_status() == 1
+    assert m.verdict == verdicts.SLOWER and result.exit_status() == 1
     at = {"look": 1, "level": 0.001, **m.comparison.to_json(), "p_equivalence": 0.0001, "alpha_equivalence": 0.001}
     summary = {
         "alpha": 0.01,
@@ -144,7 +144,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     }
     table = decisions.sequential(result, summary, exit_status=0)
     (row,) = table.rows
-    assert row.verdict == comparison.EQUIVALENT and row.look == 1 and row.minutes == 2.0
+    assert row.verdict == verdicts.EQUIVALENT and row.look == 1 and row.minutes == 2.0
     assert row.test == "equivalence (TOST)" and row.p == 0.0001 and row.level == 0.001
     assert table.exit_status == 0 and not table.regressions
     html = compare_report.render_comparison_html(result, ra, rb, table=table)

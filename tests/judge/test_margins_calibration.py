@@ -2,7 +2,7 @@
 against its own margin (host/judge/primaries.py), every other metric
 against the threshold.  The error rates of the decisions the margins
 change, measured on synthetic truth through the real code
-(ab_tests.ratio_test, comparison.decide with the margins, and
+(ab_tests.ratio_test, families.decide with the margins, and
 compare_results / until.Tracker whole to check the margins reach them).
 Fixed seeds, bounded trials; the figures are in docs/ab-calibration.md
 ("Margins per primary")."""
@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.judge import comparison, primaries
+from memqual.host.judge import comparison, families, primaries
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests
+from memqual.host.judge.verdicts import CHANGED, EQUIVALENT, FASTER, SLOWER
 
 ALPHA, THRESHOLD = 0.01, 0.05
 TIGHT = primaries.TIGHT_MARGIN
@@ -33,11 +34,11 @@ def _blocks(rng, n, spread, effect):
     return [[float(x)] for x in a], [[float(x)] for x in b]
 
 
-def _verdict(rng, n, spread, effect, margin, role=comparison.PRIMARY, alpha=ALPHA):
+def _verdict(rng, n, spread, effect, margin, role=primaries.PRIMARY, alpha=ALPHA):
     ra, rb = _blocks(rng, n, spread, effect)
     blocks = list(range(n))
     test = ab_tests.ratio_test(ra, rb, blocks, blocks)
-    return comparison.decide([test], [role], ["lower"], threshold=THRESHOLD, alpha=alpha, margins=[margin])[1][0]
+    return families.decide([test], [role], ["lower"], threshold=THRESHOLD, alpha=alpha, margins=[margin])[1][0]
 
 
 def _rate(seed, trials, verdicts, **kwargs):
@@ -49,14 +50,14 @@ def test_a_tight_primary_with_no_change_is_equivalent_and_never_flagged():
     """A/A at a 0.3 % block spread (the counts' 0-0.3 %), 6 blocks: the 1 %
     margin is shown in most runs, and slower/faster at most alpha."""
     kwargs = {"n": 6, "spread": 0.003, "effect": 1.0, "margin": TIGHT}
-    assert _rate(41, 400, {comparison.EQUIVALENT}, **kwargs) >= 0.90
-    assert _rate(42, 400, {comparison.SLOWER, comparison.FASTER}, **kwargs) <= ALPHA
+    assert _rate(41, 400, {EQUIVALENT}, **kwargs) >= 0.90
+    assert _rate(42, 400, {SLOWER, FASTER}, **kwargs) <= ALPHA
 
 
 def test_equivalence_at_the_tight_margin_is_not_claimed_for_a_change_at_its_edge():
     """B 1 % worse, on the tight margin's edge: `equivalent` at most alpha
     (the TOST's size), at a spread that decides nearly everything else."""
-    assert _rate(43, 600, {comparison.EQUIVALENT}, n=6, spread=0.003, effect=1.01, margin=TIGHT) <= ALPHA
+    assert _rate(43, 600, {EQUIVALENT}, n=6, spread=0.003, effect=1.01, margin=TIGHT) <= ALPHA
 
 
 def test_a_2_percent_change_is_slower_on_a_tight_primary_and_not_beyond_the_threshold():
@@ -66,17 +67,17 @@ def test_a_2_percent_change_is_slower_on_a_tight_primary_and_not_beyond_the_thre
     one threshold before margins) the same data is `changed` or
     `equivalent`, never slower."""
     kwargs = {"n": 6, "spread": 0.003, "effect": 1.02}
-    assert _rate(44, 300, {comparison.SLOWER}, margin=TIGHT, **kwargs) >= 0.90
-    assert _rate(44, 300, {comparison.SLOWER}, margin=THRESHOLD, **kwargs) == 0.0
-    assert _rate(44, 300, {comparison.EQUIVALENT, comparison.CHANGED}, margin=THRESHOLD, **kwargs) >= 0.90
+    assert _rate(44, 300, {SLOWER}, margin=TIGHT, **kwargs) >= 0.90
+    assert _rate(44, 300, {SLOWER}, margin=THRESHOLD, **kwargs) == 0.0
+    assert _rate(44, 300, {EQUIVALENT, CHANGED}, margin=THRESHOLD, **kwargs) >= 0.90
 
 
 def test_a_3_percent_change_is_never_equivalent_at_the_tight_margin():
     """At the 5 % threshold a 3 % change is `equivalent` at a 0.3 % spread;
     at a primary's 1 % margin it must not be (rate at most alpha)."""
     kwargs = {"n": 6, "spread": 0.003, "effect": 1.03}
-    assert _rate(45, 300, {comparison.EQUIVALENT}, margin=THRESHOLD, **kwargs) >= 0.90
-    assert _rate(45, 300, {comparison.EQUIVALENT}, margin=TIGHT, **kwargs) <= ALPHA
+    assert _rate(45, 300, {EQUIVALENT}, margin=THRESHOLD, **kwargs) >= 0.90
+    assert _rate(45, 300, {EQUIVALENT}, margin=TIGHT, **kwargs) <= ALPHA
 
 
 def _entry(scenario, metric, variant, reps, n, primary):
@@ -122,9 +123,9 @@ def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
     assert by["merged_fraction"].comparison.margin == TIGHT
     assert by["inflate_s"].comparison.margin == primaries.WIDE_MARGIN
     assert by["pages_merged"].comparison.margin == THRESHOLD
-    assert by["merged_fraction"].verdict == comparison.SLOWER
-    assert by["pages_merged"].verdict in (comparison.CHANGED, comparison.EQUIVALENT)
-    assert by["inflate_s"].verdict in (comparison.CHANGED, comparison.EQUIVALENT)
+    assert by["merged_fraction"].verdict == SLOWER
+    assert by["pages_merged"].verdict in (CHANGED, EQUIVALENT)
+    assert by["inflate_s"].verdict in (CHANGED, EQUIVALENT)
     assert "±1%" in comparison.verdict_text(by["merged_fraction"])
     # A threshold given on the command line moves the non-primaries only.
     wide = comparison.compare_results(*_files(rng, 6, 0.003, (1.0, 1.0)), threshold=0.2, alpha=ALPHA)
@@ -170,7 +171,7 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
                 break
         merge = tracker.metrics[_files(rng, 1, 0.0, (1.0, 1.0))[0]["metrics"][0]["key"]]
         assert merge.at_look is not None and merge.at_look["margin"] == TIGHT
-        equivalent += merge.frozen == comparison.EQUIVALENT
+        equivalent += merge.frozen == EQUIVALENT
     if edge:
         assert equivalent <= 3, equivalent
     else:
@@ -180,18 +181,18 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
 # The rates of docs/ab-calibration.md ("Margins per primary"), at more
 # trials: python tests/judge/test_margins_calibration.py [TRIALS]
 RATES = (
-    ("A/A, margin 1 %: equivalent", {"effect": 1.0, "margin": TIGHT}, {comparison.EQUIVALENT}, 41),
-    ("A/A, margin 1 %: slower or faster", {"effect": 1.0, "margin": TIGHT}, {comparison.SLOWER, comparison.FASTER}, 42),
+    ("A/A, margin 1 %: equivalent", {"effect": 1.0, "margin": TIGHT}, {EQUIVALENT}, 41),
+    ("A/A, margin 1 %: slower or faster", {"effect": 1.0, "margin": TIGHT}, {SLOWER, FASTER}, 42),
     (
         "B +1 % (the margin's edge), margin 1 %: equivalent",
         {"effect": 1.01, "margin": TIGHT},
-        {comparison.EQUIVALENT},
+        {EQUIVALENT},
         43,
     ),
-    ("B +2 %, margin 1 %: slower", {"effect": 1.02, "margin": TIGHT}, {comparison.SLOWER}, 44),
-    ("B +2 %, threshold 5 %: slower", {"effect": 1.02, "margin": THRESHOLD}, {comparison.SLOWER}, 44),
-    ("B +3 %, threshold 5 %: equivalent", {"effect": 1.03, "margin": THRESHOLD}, {comparison.EQUIVALENT}, 45),
-    ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {comparison.EQUIVALENT}, 45),
+    ("B +2 %, margin 1 %: slower", {"effect": 1.02, "margin": TIGHT}, {SLOWER}, 44),
+    ("B +2 %, threshold 5 %: slower", {"effect": 1.02, "margin": THRESHOLD}, {SLOWER}, 44),
+    ("B +3 %, threshold 5 %: equivalent", {"effect": 1.03, "margin": THRESHOLD}, {EQUIVALENT}, 45),
+    ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {EQUIVALENT}, 45),
 )
 
 

@@ -17,7 +17,7 @@ from fake_bisect_runner import FakeRunner, measurement
 from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
-from memqual.host.judge import comparison, probe
+from memqual.host.judge import comparison, families, probe
 from memqual.host.run.bisect import decide, run, series
 
 # ------------------------------------------------------------ decisions and search
@@ -96,7 +96,7 @@ def test_each_look_spends_only_its_share_of_alpha():
     assert e.alpha == pytest.approx(0.05 * (9 - 4) / 100)
     assert e.verdict == decide.UNDECIDED
     a, b = _blocks(ratios, 0.0)
-    _, at_full = comparison.decide_one(a, b, [1, 2, 3], [1, 2, 3], better="lower", threshold=0.05, alpha=0.05)
+    _, at_full = families.decide_one(a, b, [1, 2, 3], [1, 2, 3], better="lower", threshold=0.05, alpha=0.05)
     assert at_full == decide.SLOWER
 
 
@@ -279,7 +279,7 @@ def test_a_probe_is_compared_with_k1_of_its_own_blocks_so_host_drift_cancels(tmp
     assert b.probes[good].evidence.verdict == decide.EQUIVALENT and b.probes[good].evidence.paired
     # K1 pooled over the bisect, unpaired, cannot call the good probe
     # equivalent even at the whole alpha.
-    _, pooled = comparison.decide_one(reps(0), reps(good), better="lower", threshold=0.05, alpha=0.05)
+    _, pooled = families.decide_one(reps(0), reps(good), better="lower", threshold=0.05, alpha=0.05)
     assert pooled != decide.EQUIVALENT
 
 

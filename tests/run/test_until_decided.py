@@ -18,8 +18,8 @@ from rich.console import Console
 
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
-from memqual.host.judge import comparison
 from memqual.host.judge import until_decided as until
+from memqual.host.judge import verdicts
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
@@ -512,14 +512,14 @@ def test_a_crossing_inside_the_margin_is_changed_and_frozen_whatever_comes_after
     d = [0.044 + e for e in (0.004, -0.004, 0.003, -0.003)]
     tracker.update(4, *_look(d), fraction=0.7)
     (m,) = tracker.metrics.values()
-    assert m.frozen == comparison.CHANGED and m.decided and m.decided_at == 4
-    assert "inside" in comparison.verdict_meaning(comparison.CHANGED, _stats_of(tracker, d))
+    assert m.frozen == verdicts.CHANGED and m.decided and m.decided_at == 4
+    assert "inside" in verdicts.verdict_meaning(verdicts.CHANGED, _stats_of(tracker, d))
     tracker.update(5, *_look([0.0] * 5), fraction=1.0)
-    assert m.frozen == comparison.CHANGED and m.history[-1] == (5, True, comparison.CHANGED)
+    assert m.frozen == verdicts.CHANGED and m.history[-1] == (5, True, verdicts.CHANGED)
     assert tracker.exit_status() == 0  # inside the margin: no regression
 
 
-def _stats_of(tracker: until.Tracker, d: list[float]) -> comparison.MetricStats:
+def _stats_of(tracker: until.Tracker, d: list[float]) -> verdicts.MetricStats:
     from memqual.host.run import calibrate
 
     (m,) = calibrate._look_decisions(*_look(d), threshold=0.05, alpha=0.01)

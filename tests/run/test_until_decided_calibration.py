@@ -2,7 +2,7 @@
 on synthetic truth through the real run loop (run/rounds.py
 add_blocks_until_decided), the real Tracker (spending on the budget's
 clock, freezing, futility) and the real per-metric decision
-(comparison.decide and metric_stats, what compare_results runs per
+(families.decide and metric_stats, what compare_results runs per
 metric).  Only the clock, the jobs and the records' merging are
 simulated: a block of a scenario costs its seconds and draws its values.
 Fixed seeds.  pytest runs a bounded subset (some 5 s): each rate's
@@ -25,9 +25,10 @@ import pytest
 from rich.console import Console
 
 from memqual.host.core.record import Measurement
-from memqual.host.judge import comparison
+from memqual.host.judge import comparison, families, primaries
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 from memqual.host.run import calibrate
 from memqual.host.run import rounds as run_rounds
 
@@ -123,9 +124,9 @@ def fast_decisions(records_a, records_b, *, threshold, alpha, sequential=None):
         ra, rb = [[a[n]] for n in blocks], [[b[n]] for n in blocks]
         tests.append(ab_tests.ratio_test(ra, rb, blocks, blocks))
         reps.append((ra, rb))
-    roles = [comparison.PRIMARY] * len(keys)
+    roles = [primaries.PRIMARY] * len(keys)
     given = [sequential(k, t) for k, t in zip(keys, tests, strict=True)] if sequential else [None] * len(keys)
-    decided, verdicts = comparison.decide(
+    decided, verdicts = families.decide(
         tests, roles, ["lower"] * len(keys), threshold=threshold, alpha=alpha, sequential=given
     )
     return [
@@ -135,9 +136,9 @@ def fast_decisions(records_a, records_b, *, threshold, alpha, sequential=None):
             metric="m",
             unit="s",
             better="lower",
-            comparison=comparison.metric_stats(t, ra, rb, d, v, threshold=threshold, sequential=g),
+            comparison=families.metric_stats(t, ra, rb, d, v, threshold=threshold, sequential=g),
             verdict=v,
-            role=comparison.PRIMARY,
+            role=primaries.PRIMARY,
         )
         for k, t, (ra, rb), d, v, g in zip(keys, tests, reps, decided, verdicts, given, strict=True)
     ]
@@ -164,7 +165,7 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequentia
     config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)
     run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()), reserve_s=ONCE_S)  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
     monkeypatch.undo()
-    return {m.scenario: (m.frozen or comparison.UNDECIDED) for m in tracker.metrics.values()}
+    return {m.scenario: (m.frozen or UNDECIDED) for m in tracker.metrics.values()}
 
 
 def test_no_effect_flags_a_primary_in_at_most_alpha_of_runs(monkeypatch, tmp_path):
@@ -175,7 +176,7 @@ def test_no_effect_flags_a_primary_in_at_most_alpha_of_runs(monkeypatch, tmp_pat
     flagged = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.0,) * len(SD))
-        flagged += any(v in (comparison.SLOWER, comparison.FASTER) for v in verdicts.values())
+        flagged += any(v in (SLOWER, FASTER) for v in verdicts.values())
     rate = calibrate.Rate("until-decided loop, A/A, 10 primaries: any slower or faster", flagged, runs, 31)
     print(rate.line())
     holds(rate, FULL["A/A"])
@@ -190,7 +191,7 @@ def test_a_change_beyond_the_threshold_is_not_called_equivalent(monkeypatch, tmp
     wrong = 0
     for _ in range(runs):
         verdicts = simulate(monkeypatch, tmp_path, rng, (1.06,) * len(SD))
-        wrong += any(v == comparison.EQUIVALENT for v in verdicts.values())
+        wrong += any(v == EQUIVALENT for v in verdicts.values())
     rate = calibrate.Rate("until-decided loop, B 6 % worse: any equivalent", wrong, runs, 32)
     print(rate.line())
     holds(rate, FULL["6 % worse: equivalent"])
@@ -216,8 +217,8 @@ def _floor_runs(
             verdicts = simulate(
                 monkeypatch, tmp_path, rng, effects, futility=futility, group_sequential=group_sequential
             )
-            found += verdicts.get(f"sim.s{FLOOR}") == comparison.FASTER
-            decided += sum(v != comparison.UNDECIDED for v in verdicts.values())
+            found += verdicts.get(f"sim.s{FLOOR}") == FASTER
+            decided += sum(v != UNDECIDED for v in verdicts.values())
         rule = f"futility {futility}, group-sequential {group_sequential}"
         print(calibrate.Rate(f"until-decided loop, floor-like 8 % lower, {rule}: found", found, runs, 33).line())
         _FLOOR_RUNS[futility, group_sequential] = (found / runs, decided / runs)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from memqual.host.core.record import Measurement, merge_rounds
-from memqual.host.judge import comparison, control_power, decisions
+from memqual.host.judge import comparison, control_power, decisions, verdicts
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.results import build_results
 
@@ -104,7 +104,7 @@ def run(
     clock, the last spending what is left), then the whole run compared
     at full alpha, the deciding table and the controls' power over the looks."""
     a, b = records(specs, blocks, seed)
-    tracker = until.Tracker(threshold=comparison.DEFAULT_THRESHOLD, alpha=comparison.DEFAULT_ALPHA)
+    tracker = until.Tracker(threshold=verdicts.DEFAULT_THRESHOLD, alpha=verdicts.DEFAULT_ALPHA)
     wall, added, control_looks = [], [], []
     for look, n in enumerate(range(first, blocks + 1), start=1):
         fraction = 1.0 if n == blocks else n / (blocks + 1)

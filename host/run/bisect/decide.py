@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from memqual.host.judge.comparison import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 from memqual.host.judge.probe import Evidence
+from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 GOOD = "good"
 BAD = "bad"
