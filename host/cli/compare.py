@@ -17,55 +17,10 @@ import sys
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput, MemqualError
-from memqual.host.judge.comparison import (
-    MetricComparison,
-    RunComparison,
-    compare_results,
-    compare_runs,
-    short_labels,
-    verdict_text,
-)
-from memqual.host.judge.pairing import check_comparable, pair_metrics, replicates_of
-from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.comparison import compare_runs
 from memqual.host.judge.results import load_results
-from memqual.host.judge.verdicts import (
-    CORRECTION,
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
-    EQUIVALENT,
-    FASTER,
-    SLOWER,
-    UNDECIDED,
-    VERDICTS,
-)
+from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from memqual.host.report.compare_text import print_comparison
-
-# The computation is memqual.host.judge.comparison's; these names are kept here for the
-# callers that reach them as ``compare.X``.  The page, the HTML helpers and
-# the results reader are imported where used: `memqual --help` loads this
-# module and must not load numpy, scipy or matplotlib.
-__all__ = [
-    "CORRECTION",
-    "DEFAULT_ALPHA",
-    "DEFAULT_THRESHOLD",
-    "EQUIVALENT",
-    "FASTER",
-    "NOT_COMPARABLE",
-    "SLOWER",
-    "UNDECIDED",
-    "VERDICTS",
-    "MetricComparison",
-    "RunComparison",
-    "check_comparable",
-    "compare_results",
-    "pair_metrics",
-    "replicates_of",
-    "short_labels",
-    "verdict_text",
-    "print_comparison",
-    "COMMAND",
-    "run",
-]
 
 
 def _fraction(text: str) -> float:
