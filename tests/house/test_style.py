@@ -1,11 +1,13 @@
 """The style rules no tool checks: a type checker's silence is allowed only
-with its reason beside it, and a module's docstring is at most ten lines."""
+with its reason beside it, and a module's docstring is at most ten lines;
+a module over 600 lines is a warning."""
 
 from __future__ import annotations
 
 import ast
 import os
 import re
+import warnings
 from pathlib import Path
 
 from memqual.host.core.paths import REPO_ROOT
@@ -71,14 +73,16 @@ def test_every_module_docstring_is_at_most_ten_lines() -> None:
     assert long == {}, f"say what the module holds in {MODULE_DOCSTRING_LINES} lines; reasons go to docs/: {long}"
 
 
-# One module per job: past this many lines a module holds more than one, and
-# is split by idea, each part named for what it holds (CONTRIBUTING.md).
+# One module per job.  What the house enforces is a function's complexity
+# (ruff's C901, at most 15 paths: pyproject.toml); a module's length is a
+# hint only, warned of past this many lines: a long module that holds one
+# idea in short functions is not split for its length alone.
 MODULE_LINES = 600
 PACKAGE = REPO_ROOT / "src" / "memqual"
 
 
-def test_every_module_is_at_most_600_lines() -> None:
-    # Through src/memqual/'s links (followed): every folder the package holds, no exceptions.
+def test_a_module_over_600_lines_is_a_warning() -> None:
+    # Through src/memqual/'s links (followed): every folder the package holds.
     modules = sorted(
         Path(top) / name
         for top, _, names in os.walk(PACKAGE, followlinks=True)
@@ -91,4 +95,5 @@ def test_every_module_is_at_most_600_lines() -> None:
         for path in modules
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MODULE_LINES
     }
-    assert long == {}, f"split each by idea into modules of at most {MODULE_LINES} lines: {long}"
+    if long:
+        warnings.warn(f"modules over {MODULE_LINES} lines (one job each? split by idea if not): {long}", stacklevel=1)
