@@ -127,7 +127,7 @@ METRICS: dict[str, Metric] = {
 
 def _readings(ksm: KsmDriver, scans: int, timeout_s: float) -> list[KsmCounters]:
     """One reading at each of the next `scans` full-scan ends."""
-    return [ksm.wait_full_scans(1, timeout_s) for _ in range(scans)]
+    return ksm.scan_end_readings(scans, timeout_s)
 
 
 def covered_per_scan(readings: Sequence[KsmCounters]) -> list[int]:

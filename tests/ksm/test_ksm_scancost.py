@@ -63,6 +63,9 @@ class SimulatedKsmd:
             self.since_switch = 0
             self.knob_log.append(self.smart)
 
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        return [self.wait_full_scans(1, timeout_s) for _ in range(scans)]
+
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.0) -> KsmCounters:
         for _ in range(n):
             first, last = self.extra_between
@@ -299,6 +302,9 @@ class BurstyKsmd(SimulatedKsmd):
     def __init__(self, cost: dict[int, float], burst: range, factor: float = 2.0, warmup: int = 0) -> None:
         super().__init__(cost, warmup=warmup)
         self.burst, self.factor = burst, factor
+
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        return [self.wait_full_scans(1, timeout_s) for _ in range(scans)]
 
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.0) -> KsmCounters:
         for _ in range(n):
