@@ -177,7 +177,7 @@ def check_params(host: HostUnderTest, known: dict[str, set[str]]) -> None:
 # time, whatever the guest's IF.  With paravirtual EOI the guest's timer
 # handler makes no exit before it takes the hrtimer lock, and the second
 # delivery deadlocks it there; a real EOI exits at the handler's start.
-# docs/host-under-test.md, "A guest that spins on icount".
+# docs/host-under-test.md, "A guest that spun on icount".
 GUEST_CPU = "host,kvm-pv-eoi=off"
 
 
