@@ -362,8 +362,8 @@ def run_host(config: RunConfig) -> RunConfig:
     if asked.shift is not None and asked.shift > nested.MAX_SHIFT:
         config = dataclasses.replace(config, clock=Clock(asked.kind, nested.MAX_SHIFT))
         print(
-            f"--clock {asked.label}: the host under test runs on {config.clock.label} (a coarser shift deadlocks "
-            "its guest: docs/host-under-test.md)",
+            f"--clock {asked.label}: the host under test runs on {config.clock.label} (its figures were measured "
+            "there; at shift 4 its guest stalls: docs/host-under-test.md)",
             file=sys.stderr,
         )
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
