@@ -1,24 +1,12 @@
 """KSM of the host under test (L1, host/core/nested.py): the knobs,
-counters and waits of ``KsmController``, read and written in L1 over its
+counters and waits of ``KsmController`` read and written in L1 over its
 SSH, for the same scenario procedures (merge.py, volatile.py).
 
-    vm = test.boot(config)                   # L1 and its guest
-    ksm = L1Ksm.of(vm.host_ssh, vm.pid)      # the guest's host is L1
-    run_merge(ksm, vm)
-
-Why it differs from ``KsmController``:
-- no lock, no state file, nothing to restore: L1 lives as long as its
-  guest, no one else drives its KSM, and a kill ends L1 with its knobs;
-- every reading is one command in L1 (the counters, ksmd's CPU and L1's
-  own clock together), and polls are no faster than ``MIN_POLL_S``: each
-  costs L1 instructions, which on icount are the clock that measures L1;
-- ``taken_s`` is L1's CLOCK_BOOTTIME (/proc/uptime, 10 ms), so a time
-  between readings is L1's, the clock ksmd works on;
-- ``process(pid)``: the guest's QEMU runs in L1; memqual knows the pid of
-  L1's QEMU here, so the pid asked must be that one, and L1's sole guest
-  QEMU answers;
-- the deadlines the scenarios pass, in this machine's seconds, are
-  stretched by ``slowdown``: L1 runs under TCG.
+No lock, no snapshot (L1 ends with its guest); each reading one command
+in L1 (counters, ksmd's CPU, L1's clock), the readings of a window taken
+in L1 at its scan ends; ``process(pid)`` answers for L1's one guest QEMU;
+deadlines stretched by ``slowdown`` (L1 runs under TCG).  Why:
+docs/host-under-test.md, "KSM on L1's ksmd".
 """
 
 from __future__ import annotations
