@@ -23,6 +23,7 @@ from memqual.host.core.paths import REPO_ROOT, cache_dir
 from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.core.trust import check_loaded, check_output_dir
+from memqual.host.judge.verdicts import DEFAULT_ALPHA
 from memqual.host.run import job
 from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
@@ -142,7 +143,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if not two_arms and (args.threshold is not None or args.alpha is not None):
         raise BadInput("--threshold and --alpha decide an A/B: give two kernels or two QEMUs, or leave them out")
     if args.alpha is not None and args.alpha <= 0:
-        raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 (0.01 is the default)")
+        raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 ({DEFAULT_ALPHA:g} is the default)")
     return RunConfig(
         output=output_directory(args, "memqual-results"),
         profile=job_profile(args.profile, 2 if two_arms else 1),  # two kernels or two QEMUs
@@ -272,7 +273,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=cliargs.fraction_below_one,
         metavar="FRACTION",
         help="two arms: family-wise error level of the primaries' decisions, Holm-corrected, as on compare "
-        "(default 0.01)",
+        f"(default {DEFAULT_ALPHA:g})",
     )
     parser.add_argument(
         "--parallel",

@@ -505,8 +505,6 @@ def test_a_paired_design_cancels_what_each_guest_shares():
     loads = [1.0, 1.6, 0.7, 1.3, 0.9]
     a = [[100.0 / 4.5 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
     b = [[100.0 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
-    lo, hi = stats.paired_ratio_ci(list(zip(a, b, strict=True)), seed=1)
-    assert 4.2 < lo < 4.5 < hi < 4.8
     assert stats.sign_flip_pvalue(a, b) == pytest.approx(2 / 32)
     common: dict[str, Any] = dict(
         scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower"

@@ -17,7 +17,7 @@ from memqual.host.judge import stats
 from memqual.host.judge.claims.layouts import evaluate_layouts
 from memqual.host.judge.claims.load import load
 from memqual.host.judge.claims.model import (
-    DEFAULT_ALPHA,
+    CLAIM_ALPHA,
     NOT_MEASURABLE,
     UNMEASURABLE,
     BesideResult,
@@ -37,7 +37,7 @@ def evaluate(
     *,
     skips: Sequence[Skip] = (),
     only: Sequence[str] = (),
-    alpha: float = DEFAULT_ALPHA,
+    alpha: float = CLAIM_ALPHA,
     seed: int = stats.DEFAULT_SEED,
 ) -> list[Verdict]:
     """One verdict per claim, in the registry's order.  ``skips`` are the
