@@ -25,9 +25,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memqual.host.cli import main as cli
-from memqual.host.cli import memslots_bench as memslots_bench
 from memqual.host.cli import testsummary
-from memqual.lab import bench_boot
+from memqual.lab import bench_boot, memslots_bench
 
 # A value that went through should end the command long before this; one
 # that would start real work (a boot, a measurement) is stopped here.
@@ -294,9 +293,9 @@ SLOTS: list[Slot] = [
     Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.lab.bench_boot"),
     Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.lab.bench_boot"),
     Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.lab.bench_boot"),
-    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "memqual.host.cli.memslots_bench"),
-    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "memqual.host.cli.memslots_bench"),
-    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "memqual.host.cli.memslots_bench"),
+    Slot("memslots_bench --layout", lambda v: ["--layout", v], layouts, "memqual.lab.memslots_bench"),
+    Slot("memslots_bench --repeats", lambda v: ["--repeats", v], counts, "memqual.lab.memslots_bench"),
+    Slot("memslots_bench --batch", lambda v: ["--batch", v], counts, "memqual.lab.memslots_bench"),
     Slot("testsummary JUNIT", lambda v: [v, D()], reports, "memqual.host.cli.testsummary"),
     Slot(
         "testsummary AVOCADO",
@@ -318,7 +317,7 @@ ENV_SLOTS = {
 TOOLS: dict[str, Callable[[list[str]], int]] = {
     "memqual": cli.main,
     "memqual.lab.bench_boot": bench_boot.main,
-    "memqual.host.cli.memslots_bench": memslots_bench.main,
+    "memqual.lab.memslots_bench": memslots_bench.main,
     "memqual.host.cli.testsummary": testsummary.main,
 }
 
