@@ -363,7 +363,7 @@ def add_clock(parser: argparse.ArgumentParser, default_says: str, plan: bool = F
 
 
 def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[typing.Any, typing.Any, str]:
-    """The one guest of ``boot`` and ``bench_boot`` from their shared
+    """The one guest of ``boot`` and the lab's ``bench_boot`` from their shared
     options: its MachineConfig on the asked clock (else ``$MEMQUAL_CLOCK``,
     else wall), the QEMU that can run it there, and a note when a QEMU was
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one

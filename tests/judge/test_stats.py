@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from memqual.host.judge import stats
+from memqual.host.judge.stats import binomial
 
 
 def test_location_and_spread_of_a_known_sample():
@@ -157,3 +158,13 @@ def test_median_ci_brackets_the_pooled_median() -> None:
     reps = [[10.0, 11.0, 12.0], [9.0, 10.0, 11.0], [10.5, 11.5, 12.5]]
     low, high = stats.median_ci(reps, seed=5)
     assert low <= 11.0 <= high and 9.0 <= low and high <= 12.5
+
+
+def test_clopper_pearson_matches_the_closed_forms() -> None:
+    # k = 0: the upper end is 1 - (alpha/2)^(1/n); k = n mirrors it.
+    low, high = binomial.clopper_pearson(0, 10)
+    assert low == 0.0 and high == pytest.approx(1 - 0.025 ** (1 / 10), rel=1e-9)
+    low, high = binomial.clopper_pearson(10, 10)
+    assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 10), rel=1e-9)
+    low, high = binomial.clopper_pearson(4, 150)
+    assert 0.007 < low < 0.0267 < high < 0.07
