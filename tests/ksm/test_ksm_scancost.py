@@ -17,6 +17,7 @@ from memqual.host.ksm.scancost import (
     ScanWindow,
     abba_order,
     alternate_smart_scan,
+    covered_per_scan,
     replicate_first,
     replicate_ratios,
     replicates,
@@ -129,6 +130,26 @@ def test_abba() -> None:
     assert abba_order(3) == [0, 1, 1, 0, 0, 1]
     assert abba_order(5).count(0) == abba_order(5).count(1) == 5
     assert abba_order(2, (1, 0)) == [1, 0, 0, 1]
+
+
+def test_a_kernel_without_pages_scanned_counts_its_scans_pages_from_the_pages_ksm_tracks() -> None:
+    """Before Linux 6.5 (6.1 as a host under test) there is no pages_scanned:
+    a window covers its full scans times the pages KSM tracks (one rmap
+    item each), so its cost per page is finite and comparable."""
+    start = dataclasses.replace(counters(0.0, 1.0, 10, 0, 0), pages_scanned=None, pages_skipped=None)
+    end = dataclasses.replace(
+        counters(3.0, 2.5, 13, 0, 0),
+        pages_scanned=None,
+        pages_skipped=None,
+        pages_shared=10,
+        pages_sharing=90,
+        pages_unshared=900,
+        pages_volatile=65000,
+    )
+    w = ScanWindow.between(start, end, smart_scan=0)
+    assert w.pages_scanned == 3 * 66000 and w.pages_skipped == 0
+    assert w.cpu_ns_per_page == pytest.approx(1.5e9 / (3 * 66000))
+    assert covered_per_scan([start, end]) == [3 * 66000]
 
 
 def test_first_variant_alternates_abba_between_guests() -> None:
