@@ -317,8 +317,10 @@ class GuestTest(avocado.Test):
         needed = getattr(getattr(self, self._testMethodName, None), REQUIRES, None)
         if needed is not None and not needed[0]():
             self.skip_because(needed[1])
-        # The clock first: on icount what this test measures may decide
-        # whether it needs the host to itself.
+        # The arm first: its host under test decides where this test's
+        # guests run.  Then the clock: on icount what this test measures
+        # may decide whether it needs the host to itself.
+        self._take_arm()
         put_clock(reference_of(self))
         lock = MeasurementLock()
         exclusive = self.needs_the_host_alone()
@@ -334,8 +336,6 @@ class GuestTest(avocado.Test):
                 clock.current().label,
             )
         self._restore_stale_host_state()
-        self._take_arm()
-        # after the arm's: an A/B of host kernels names each arm's host there
         host = nested.from_environment()
         if host is not None and not self.runs_under_a_host_under_test():
             self.skip_because(

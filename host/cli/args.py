@@ -363,7 +363,7 @@ def add_clock(parser: argparse.ArgumentParser, default_says: str, plan: bool = F
 
 
 def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[typing.Any, typing.Any, str]:
-    """The one guest of ``boot`` and ``bench_boot`` from their shared
+    """The one guest of ``boot`` and the lab's ``bench_boot`` from their shared
     options: its MachineConfig on the asked clock (else ``$MEMQUAL_CLOCK``,
     else wall), the QEMU that can run it there, and a note when a QEMU was
     swapped in.  KVM under icount and a QEMU too old for the vCPUs are one
@@ -381,8 +381,8 @@ def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[t
         cpus = host_vcpus(args.cpus, the_clock)
         if the_clock != asked:
             notes.append(
-                f"the host under test runs on {the_clock.label}, not {asked.label}: a coarser shift stalls or "
-                "deadlocks its guest"
+                f"the host under test runs on {the_clock.label}, not {asked.label}: its figures were measured "
+                "there, and at shift 4 its guest stalls"
             )
         if cpus != args.cpus:
             notes.append(f"on icount the host under test and its guest run {cpus} vCPU each, not {args.cpus}")

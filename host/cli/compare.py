@@ -59,7 +59,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--alpha",
         type=_fraction,
         default=DEFAULT_ALPHA,
-        help="family-wise error level of the primaries' decisions, Holm-corrected (default 0.01)",
+        help=f"family-wise error level of the primaries' decisions, Holm-corrected (default {DEFAULT_ALPHA:g})",
     )
     parser.add_argument(
         "--all-metrics",

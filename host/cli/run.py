@@ -23,6 +23,7 @@ from memqual.host.core.paths import REPO_ROOT, cache_dir
 from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.core.trust import check_loaded, check_output_dir
+from memqual.host.judge.verdicts import DEFAULT_ALPHA
 from memqual.host.run import job
 from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
@@ -187,7 +188,7 @@ def ab_budget(args: argparse.Namespace, two_arms: bool) -> float:
     if not two_arms and (args.threshold is not None or args.alpha is not None):
         raise BadInput("--threshold and --alpha decide an A/B: give two kernels or two QEMUs, or leave them out")
     if args.alpha is not None and args.alpha <= 0:
-        raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 (0.01 is the default)")
+        raise BadInput(f"--alpha {args.alpha:g}: give an error level above 0 ({DEFAULT_ALPHA:g} is the default)")
     return budget
 
 
@@ -301,7 +302,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=cliargs.fraction_below_one,
         metavar="FRACTION",
         help="two arms: family-wise error level of the primaries' decisions, Holm-corrected, as on compare "
-        "(default 0.01)",
+        f"(default {DEFAULT_ALPHA:g})",
     )
     parser.add_argument(
         "--parallel",
@@ -391,8 +392,8 @@ def run_host(config: RunConfig) -> RunConfig:
     if asked.shift is not None and asked.shift > nested.MAX_SHIFT:
         config = dataclasses.replace(config, clock=Clock(asked.kind, nested.MAX_SHIFT))
         print(
-            f"--clock {asked.label}: the host under test runs on {config.clock.label} (a coarser shift deadlocks "
-            "its guest: docs/host-under-test.md)",
+            f"--clock {asked.label}: the host under test runs on {config.clock.label} (its figures were measured "
+            "there; at shift 4 its guest stalls: docs/host-under-test.md)",
             file=sys.stderr,
         )
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built

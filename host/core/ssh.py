@@ -65,8 +65,10 @@ RECONNECT_TIMEOUT_S = 5.0  # a fresh connection to a guest whose SSH server stil
 # A background command's own connection to a guest that is up: about 1 s
 # here, but a TCG guest on a host with a load average of 10 took over 10 s
 # to send its banner.  Not the boot's last connect timeout, which can be a
-# second or two (what was left of the boot's deadline).
-BACKGROUND_CONNECT_S = 30.0
+# second or two (what was left of the boot's deadline).  Attempts until
+# the deadline: under a host under test a forward may drop one.
+BACKGROUND_CONNECT_S = 45.0
+BACKGROUND_ATTEMPT_S = 20.0
 # What one guest command's stdout may hold: its lines are data (dmesg,
 # /proc/iomem, an agent's samples: under 1 MiB), so more is refused, not
 # cut.  Of its stderr, only a message's worth is kept.
@@ -363,7 +365,29 @@ class SSH:
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
         side = SSH(self.port, self._key_path, self._host_key)
-        side.connect(timeout=BACKGROUND_CONNECT_S)
+        # Under a host under test a connection crosses two user-mode
+        # forwards (this machine to L1, L1 to the guest), and either may
+        # close it before the guest's server answers: the guest is up (its
+        # first connection works), so try again until the deadline.
+        failures: list[GuestError] = []
+
+        def connected() -> bool:
+            try:
+                side.connect(timeout=BACKGROUND_ATTEMPT_S)
+            except HostKeyMismatch:
+                raise
+            except GuestError as exc:
+                failures.append(exc)
+                return False
+            return True
+
+        poll(
+            connected,
+            BACKGROUND_CONNECT_S,
+            1.0,
+            what="a second SSH connection to the guest",
+            on_timeout=lambda _: failures[-1] if failures else Timeout("no second SSH connection to the guest"),
+        )
         return side
 
     def start(self, argv: list[str]) -> BackgroundCommand:

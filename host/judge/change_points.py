@@ -15,6 +15,7 @@ from typing import Any
 
 from memqual.host.judge.family_scan import family_scan
 from memqual.host.judge.moderation import NO_PRIOR, Prior, within
+from memqual.host.judge.verdicts import DEFAULT_ALPHA as DEFAULT_ALPHA  # family-wise, per family, as compare's
 
 # The change-point test, named on the page: **binary segmentation on the
 # runs' medians, a t at every boundary with the run-to-run variance
@@ -66,7 +67,6 @@ from memqual.host.judge.moderation import NO_PRIOR, Prior, within
 # 95 % t-interval for the page.
 
 DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.01  # family-wise, per family, as memqual compare's
 
 # The share of alpha a series spends on the boundaries its family located;
 # the rest goes to its own search over every boundary (a step of that

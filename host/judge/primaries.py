@@ -136,14 +136,14 @@ ICOUNT_AA_POOLED = (
 # 7-11 (docs/ab-calibration.md, "A block of every scenario on icount"):
 # `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel
 # 6.12.111+deb12-amd64 --clock icount --until-decided --budget 15`, then
-# `python -m memqual.host.cli.block_spread OUT --jobs`; for the request
+# `python -m memqual.lab.block_spread OUT --jobs`; for the request
 # size also block 2 of the same run with `--only balloon-driver --rounds 2`.
 ICOUNT_612 = "6.1 against 6.12 (no A/A), icount:4, docs/ab-calibration.md"
 # The icount A/A of KSM, 2026-12-04 (docs/ab-calibration.md, "The icount
 # A/A of KSM"): `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel
 # 6.1.0-57-amd64 --clock icount --only ksm --only memslots --rounds 6
 # --output OUT`, stopped when its many-guests test had MANY_GUESTS_BLOCKS
-# blocks, then `python -m memqual.host.cli.block_spread OUT --jobs`.
+# blocks, then `python -m memqual.lab.block_spread OUT --jobs`.
 ICOUNT_AA_KSM = "A/A 6.1.0-57, icount:4, KSM, docs/ab-calibration.md"
 # The same for the memslot tests, 6 blocks, its own run (`--only memslots`).
 ICOUNT_AA_MEMSLOTS = "A/A 6.1.0-57, icount:4, memslots, docs/ab-calibration.md"
@@ -151,7 +151,7 @@ ICOUNT_AA_MEMSLOTS = "A/A 6.1.0-57, icount:4, memslots, docs/ab-calibration.md"
 # guest an arm a block, memqual's image kernel, both run by
 # `memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64
 # --only fault --rounds N [--clock icount]`, then
-# `python -m memqual.host.cli.block_spread OUT --jobs`.
+# `python -m memqual.lab.block_spread OUT --jobs`.
 FAULT_AA_WALL = "A/A 6.1.0-57, fault.anon, wall clock, docs/fault.md"
 FAULT_AA_ICOUNT = "A/A 6.1.0-57, fault.anon, icount:4, docs/fault.md"
 FAULT_WALL_SD, FAULT_WALL_BLOCKS = 0.44, 6

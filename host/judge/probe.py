@@ -20,9 +20,9 @@ from memqual.host.judge.verdicts import CHANGED, UNDECIDED, MetricStats, stats_v
 
 # The error level of one probe's decisions over all its looks.  A bisect
 # decides one metric, not a family, so the conventional 5 % rather than
-# compare's 1 % over a dozen primaries; measured in
+# compare's 1 % over a dozen primaries (verdicts.DEFAULT_ALPHA); measured in
 # tests/run/test_bisect_calibration.py (docs/ab-calibration.md).
-DEFAULT_ALPHA = 0.05
+PROBE_ALPHA = 0.05
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,10 +17,14 @@ from memqual.host.judge.regime import NOT_COMPARABLE
 if TYPE_CHECKING:
     from memqual.host.core import descriptive
 
-# Defaults (memqual.host.judge.stats.permutation's DEFAULT_MIN_EFFECT and
-# DEFAULT_ALPHA are the same; not imported here so that `memqual --help`
-# does not load numpy).
+# A comparison's defaults, in this module rather than in stats so that
+# `memqual --help` does not load numpy and scipy.
 DEFAULT_THRESHOLD = 0.05
+# The family-wise error level of an A/B decision: memqual compare's and
+# --until-decided's families (Holm over a dozen or so primaries) and the
+# history's change points, per family.  A claim's verdict and a bisect
+# probe answer one question each and have levels of their own
+# (claims.model.CLAIM_ALPHA, probe.PROBE_ALPHA).
 DEFAULT_ALPHA = 0.01
 CORRECTION = {PRIMARY: "holm", CONTROL: "holm", EXPLORATORY: "benjamini-hochberg at alpha/4"}
 # The share of alpha the exploratory family gets (see the module docstring).

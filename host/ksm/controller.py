@@ -57,6 +57,7 @@ class KsmDriver(Protocol):
     def set(self, **knobs: int | str) -> None: ...
     def counters(self) -> KsmCounters: ...
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = ...) -> KsmCounters: ...
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]: ...
 
 
 class KsmController(Closing):
@@ -255,6 +256,11 @@ class KsmController(Closing):
             )
 
         return poll(scanned, timeout_s, poll_s, what="KSM's full scans", on_timeout=lambda _: too_slow()).value
+
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        """One reading at each of the next ``scans`` full-scan ends
+        (``timeout_s`` for each)."""
+        return [self.wait_full_scans(1, timeout_s) for _ in range(scans)]
 
     def wait_until(self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.05) -> None:
         poll(predicate, timeout_s, poll_s, what=f"host KSM: {what}")

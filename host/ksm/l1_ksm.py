@@ -1,24 +1,12 @@
 """KSM of the host under test (L1, host/core/nested.py): the knobs,
-counters and waits of ``KsmController``, read and written in L1 over its
+counters and waits of ``KsmController`` read and written in L1 over its
 SSH, for the same scenario procedures (merge.py, volatile.py).
 
-    vm = test.boot(config)                   # L1 and its guest
-    ksm = L1Ksm.of(vm.host_ssh, vm.pid)      # the guest's host is L1
-    run_merge(ksm, vm)
-
-Why it differs from ``KsmController``:
-- no lock, no state file, nothing to restore: L1 lives as long as its
-  guest, no one else drives its KSM, and a kill ends L1 with its knobs;
-- every reading is one command in L1 (the counters, ksmd's CPU and L1's
-  own clock together), and polls are no faster than ``MIN_POLL_S``: each
-  costs L1 instructions, which on icount are the clock that measures L1;
-- ``taken_s`` is L1's CLOCK_BOOTTIME (/proc/uptime, 10 ms), so a time
-  between readings is L1's, the clock ksmd works on;
-- ``process(pid)``: the guest's QEMU runs in L1; memqual knows the pid of
-  L1's QEMU here, so the pid asked must be that one, and L1's sole guest
-  QEMU answers;
-- the deadlines the scenarios pass, in this machine's seconds, are
-  stretched by ``slowdown``: L1 runs under TCG.
+No lock, no snapshot (L1 ends with its guest); each reading one command
+in L1 (counters, ksmd's CPU, L1's clock), the readings of a window taken
+in L1 at its scan ends; ``process(pid)`` answers for L1's one guest QEMU;
+deadlines stretched by ``slowdown`` (L1 runs under TCG).  Why:
+docs/host-under-test.md, "KSM on L1's ksmd".
 """
 
 from __future__ import annotations
@@ -51,17 +39,22 @@ _READ = (
     'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
 )
 _COUNTERS = 'cd "$1" && shift 2 && ' + _READ
-# Wait in L1 until full_scans reaches $2, then one reading.  ksmd sleeps
-# sleep_millisecs after every batch and a full scan ends at a batch's end,
-# so a 2 ms poll in L1 reads the counters in that sleep, where ksmd's CPU
-# and its page counts stand still: the window is whole scans, the same
-# ones on every boot.  A poll from this machine over SSH would land
-# anywhere in the next scan.  ``read`` is the shell's own: no fork a poll.
-_WAIT = (
-    'cd "$1" && target=$2 && shift 3 && '
-    'while read -r n <full_scans && [ "$n" -lt "$target" ]; do usleep 2000; done && ' + _READ
+# Readings at the ends of full scans, taken in L1: the first once
+# full_scans has grown by $2 from now, then one at each of the next $3 - 1
+# scan ends, each followed by a line "==".  ksmd sleeps sleep_millisecs
+# after every batch and a full scan ends at a batch's end, so a 2 ms poll
+# in L1 reads the counters in that sleep, where ksmd's CPU and its page
+# counts stand still: a window is whole scans, the same ones on every
+# boot, and no scan ends unseen between two readings.  Polls from this
+# machine over SSH would land anywhere in the next scan, at moments this
+# machine's load decides.  ``read`` is the shell's own: no fork a poll.
+_SCAN_ENDS = (
+    'cd "$1" && read -r n <full_scans && target=$((n + $2)) && count=$3 && shift 4 && '
+    'while [ "$count" -gt 0 ]; do '
+    'while read -r n <full_scans && [ "$n" -lt "$target" ]; do usleep 2000; done; '
+    + _READ
+    + "; echo ==; target=$((n + 1)); count=$((count - 1)); done"
 )
-WAIT_POLL_L1_S = 0.002
 # L1's own deadline for a wait, beyond the one this machine keeps: a wait
 # this machine gave up on must not go on polling in L1.
 L1_DEADLINE_SLACK_S = 30.0
@@ -175,40 +168,46 @@ class L1Ksm:
         return parse_process(self.qemu_pid, out.stdout)
 
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = MIN_POLL_S) -> KsmCounters:
-        """Wait until full_scans has grown by n (in L1, see ``_WAIT``);
+        """Wait until full_scans has grown by n (in L1: ``_SCAN_ENDS``);
         Timeout if it does not within timeout_s (stretched by slowdown).
-        ``poll_s`` is this machine's poll interval elsewhere: unused."""
-        start = self.counters()
-        deadline = timeout_s * self.slowdown
+        ``poll_s`` is for a poll from this machine: L1 polls itself."""
+        return self._scan_ends(n, 1, timeout_s)[0]
+
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        """One reading at each of the next ``scans`` full-scan ends, all
+        taken in L1 by one command; ``timeout_s`` is per scan."""
+        return self._scan_ends(1, scans, timeout_s)
+
+    def _scan_ends(self, first: int, count: int, timeout_s: float) -> list[KsmCounters]:
+        deadline = timeout_s * self.slowdown * (first + count - 1)
         argv = [
             "env",
             f"KSMD={self.ksmd_pid or 0}",
             "timeout",
             "-s",
             "KILL",
-            str(int(deadline)),
+            str(int(deadline) + 1),
             "sh",
             "-c",
-            _WAIT,
-            "wait",
+            _SCAN_ENDS,
+            "scan-ends",
             self._fs.root,
-            str(start.full_scans + n),
+            str(first),
+            str(count),
             "--",
             *COUNTERS,
         ]
         out = self.shell.run(argv, timeout=deadline + L1_DEADLINE_SLACK_S, check=False)
-        if out.status == 0:
-            return parse_counters(out.stdout)
+        # A reading cut short by the deadline has no "==" after it: left out.
+        readings = [parse_counters(part) for part in out.stdout.split("==\n")[:-1]]
+        if out.status == 0 and len(readings) == count:
+            return readings
         end = self.counters()
-        cpu = (
-            f", ksmd used {end.ksmd_cpu_s - start.ksmd_cpu_s:.2f} s of L1's CPU"
-            if end.ksmd_cpu_s is not None and start.ksmd_cpu_s is not None
-            else ""
-        )
+        seen = f"{len(readings)} of {count} scan ends seen"
         raise Timeout(
-            f"the host under test's KSM: full_scans went {start.full_scans} -> {end.full_scans} in "
-            f"{end.taken_s - start.taken_s:.1f} s of L1's clock, waited for {n} more{cpu}; "
-            f"pages_sharing {start.pages_sharing} -> {end.pages_sharing} (the wait in L1 exited {out.status})"
+            f"the host under test's KSM: {seen} in {deadline:.0f} s (its wait in L1 exited {out.status}); "
+            f"now full_scans {end.full_scans}, pages_sharing {end.pages_sharing}, "
+            f"ksmd's CPU {end.ksmd_cpu_s} s of L1's {end.taken_s:.1f} s"
         )
 
     def wait_until(

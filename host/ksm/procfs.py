@@ -58,16 +58,6 @@ def schedstat_seconds(text: str) -> float:
     return int(text.split()[0]) / 1e9
 
 
-def start_time(pid: int, proc_root: Path = PROC_ROOT) -> int | None:
-    """Field 22 of /proc/PID/stat (ticks since boot): with the pid it names
-    one process for good, even after the pid is reused.  None if gone."""
-    try:
-        _, fields = _stat_fields((proc_root / str(pid) / "stat").read_text())
-    except (OSError, ValueError):
-        return None
-    return int(fields[19])
-
-
 @dataclasses.dataclass(frozen=True)
 class ProcessKsm:
     """A process's KSM figures (QEMU's: the guest RAM)."""

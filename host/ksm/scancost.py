@@ -44,7 +44,7 @@ class ScanWindow:
             wall_s=end.taken_s - start.taken_s,
             cpu_s=end.ksmd_cpu_s - start.ksmd_cpu_s,
             full_scans=end.full_scans - start.full_scans,
-            pages_scanned=(end.pages_scanned or 0) - (start.pages_scanned or 0),
+            pages_scanned=pages_compared(start, end),
             pages_skipped=(end.pages_skipped or 0) - (start.pages_skipped or 0),
             pages_volatile=end.pages_volatile,
             own_pages=own_pages,
@@ -127,16 +127,26 @@ METRICS: dict[str, Metric] = {
 
 def _readings(ksm: KsmDriver, scans: int, timeout_s: float) -> list[KsmCounters]:
     """One reading at each of the next `scans` full-scan ends."""
-    return [ksm.wait_full_scans(1, timeout_s) for _ in range(scans)]
+    return ksm.scan_end_readings(scans, timeout_s)
 
 
 def covered_per_scan(readings: Sequence[KsmCounters]) -> list[int]:
     """Pages each scan went over, between consecutive full-scan ends: the
     number of mergeable pages on the host at the time."""
     return [
-        ((b.pages_scanned or 0) + (b.pages_skipped or 0)) - ((a.pages_scanned or 0) + (a.pages_skipped or 0))
-        for a, b in itertools.pairwise(readings)
+        pages_compared(a, b) + (b.pages_skipped or 0) - (a.pages_skipped or 0) for a, b in itertools.pairwise(readings)
     ]
+
+
+def pages_compared(start: KsmCounters, end: KsmCounters) -> int:
+    """Pages ksmd compared between two readings: pages_scanned's growth
+    (Linux 6.5+); before it, the full scans times the pages KSM tracks
+    then (shared, sharing, unshared and volatile: one rmap item each, and
+    a scan without smart scan visits every one), read at the end."""
+    if start.pages_scanned is not None and end.pages_scanned is not None:
+        return end.pages_scanned - start.pages_scanned
+    tracked = end.pages_shared + end.pages_sharing + end.pages_unshared + end.pages_volatile
+    return (end.full_scans - start.full_scans) * tracked
 
 
 def replicate_first(index: int) -> int:

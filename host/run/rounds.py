@@ -218,7 +218,15 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     run_state = BlockedRun()
     slots = blocks.host_slots()
     sharing = sorted(t for t in clock_plan.beside_others_tests() if clock_plan.runs_beside_others(t, config.clock))
-    if sharing:
+    if config.hosts and config.clock.icount:
+        console.print(
+            f"on {config.clock.label} every test's guests run on a host under test of their own, whose instructions "
+            f"are the clock: the tests share this machine, {slots} run(s) at a time ({blocks.SLOTS_BY})",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
+    elif sharing:
         console.print(
             f"on {config.clock.strictest().label} these tests measure counts of their guests' instructions and share "
             f"the host, {slots} run(s) at a time ({blocks.SLOTS_BY}): {', '.join(sharing)}",

@@ -24,9 +24,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from memqual.host.cli import bench_boot, testsummary
 from memqual.host.cli import main as cli
-from memqual.host.cli import memslots_bench as memslots_bench
+from memqual.host.cli import testsummary
+from memqual.lab import bench_boot, memslots_bench
 
 # A value that went through should end the command long before this; one
 # that would start real work (a boot, a measurement) is stopped here.
@@ -288,14 +288,14 @@ SLOTS: list[Slot] = [
         lambda v: ["run", "--tests", D(), "--kernel-source", D(), "--kernel-source", D(), "--kernel-config", v],
         files,
     ),
-    # python -m tools
-    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.host.cli.bench_boot"),
-    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.host.cli.bench_boot"),
-    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.host.cli.bench_boot"),
-    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.host.cli.bench_boot"),
-    Slot("memslots.bench --layout", lambda v: ["--layout", v], layouts, "memqual.host.cli.memslots_bench"),
-    Slot("memslots.bench --repeats", lambda v: ["--repeats", v], counts, "memqual.host.cli.memslots_bench"),
-    Slot("memslots.bench --batch", lambda v: ["--batch", v], counts, "memqual.host.cli.memslots_bench"),
+    # python -m tools (the lab's too: a user runs them, from a checkout)
+    Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.lab.bench_boot"),
+    Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.lab.bench_boot"),
+    Slot("bench_boot --cpus", lambda v: ["--cpus", v], counts, "memqual.lab.bench_boot"),
+    Slot("bench_boot --timeout", lambda v: ["--timeout", v], numbers, "memqual.lab.bench_boot"),
+    Slot("memslots_bench --layout", lambda v: ["--layout", v], layouts, "memqual.lab.memslots_bench"),
+    Slot("memslots_bench --repeats", lambda v: ["--repeats", v], counts, "memqual.lab.memslots_bench"),
+    Slot("memslots_bench --batch", lambda v: ["--batch", v], counts, "memqual.lab.memslots_bench"),
     Slot("testsummary JUNIT", lambda v: [v, D()], reports, "memqual.host.cli.testsummary"),
     Slot(
         "testsummary AVOCADO",
@@ -316,8 +316,8 @@ ENV_SLOTS = {
 
 TOOLS: dict[str, Callable[[list[str]], int]] = {
     "memqual": cli.main,
-    "memqual.host.cli.bench_boot": bench_boot.main,
-    "memqual.host.cli.memslots_bench": memslots_bench.main,
+    "memqual.lab.bench_boot": bench_boot.main,
+    "memqual.lab.memslots_bench": memslots_bench.main,
     "memqual.host.cli.testsummary": testsummary.main,
 }
 

@@ -9,7 +9,6 @@ import argparse
 import io
 import json
 import math
-import statistics
 import time
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
 from memqual.host.judge.pairing import check_comparable
-from memqual.host.judge.results import Results
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
 
@@ -287,41 +285,6 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
     assert comparison["threshold"] == 0.02 and comparison["alpha"] == 0.05
 
 
-def _entry(key: str, scenario: str, metric: str, values: list[float], variant: dict | None = None) -> dict:
-    return {
-        "key": key,
-        "scenario": scenario,
-        "metric": metric,
-        "variant": variant or {},
-        "replicates": [[v] for v in values],
-        "blocks": list(range(1, len(values) + 1)),
-    }
-
-
-def test_block_spread_is_the_sd_of_the_blocks_log_ratios_and_marks_the_primary() -> None:
-    from memqual.host.judge.block_spread import block_spreads
-
-    a = {
-        "environment": {"clock": "icount:4"},
-        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.0, 4.0])],
-    }
-    b = {
-        "environment": {"clock": "icount:4"},
-        "metrics": [_entry("m", "ksm.guest_merge", "merged_fraction", [1.0, 2.2, 4.0 * 0.9])],
-    }
-    (spread,) = block_spreads(a, b)
-    expected = [0.0, math.log(1.1), math.log(0.9)]
-    assert spread.blocks == 3 and spread.primary and spread.clock == "icount:4"
-    assert spread.sd == pytest.approx(statistics.stdev(expected))
-    # Typed results, as load_results gives them, spread the same.
-    assert block_spreads(Results.from_json(a), Results.from_json(b)) == [spread]
-    # An A/A with identical blocks spreads nothing; a single block has no sd.
-    (same,) = block_spreads(a, a)
-    assert same.sd == 0.0
-    one = {"metrics": [_entry("m", "s", "x", [1.0])]}
-    assert math.isnan(block_spreads(one, one)[0].sd)
-
-
 def test_every_primary_names_its_instrument_spread_and_margin() -> None:
     from memqual.host.judge import primaries
 
@@ -381,29 +344,3 @@ def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
     monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
     clock.put(clock.icount(3))
     assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
-
-
-def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path, capsys) -> None:
-    from memqual.host.cli import block_spread as cli
-    from memqual.host.core import record
-    from memqual.host.core.record import Measurement
-
-    test_results = tmp_path / "avocado" / "job-1" / "test-results"
-    values = {("A", 1): 30.0, ("B", 1): 33.0, ("A", 2): 29.0, ("B", 2): 29.0 * 0.95}
-    for (arm, block), value in values.items():
-        found = Measurement(
-            scenario="balloon.inflate", metric="inflate_guest_s", unit="s", better="lower", samples=[value]
-        )
-        found.environment["clock"] = "icount:4"
-        record.write(found, test_results / f"{block}-e2e_test_balloon.py_T.test_x_b{block}-{arm}" / "data")
-    assert cli.main([str(tmp_path), "--jobs", "--json"]) == 0
-    (spread,) = json.loads(capsys.readouterr().out)
-    assert spread["blocks"] == 2 and spread["primary"] and spread["clock"] == "icount:4"
-    assert spread["sd_log_ratio"] == pytest.approx(statistics.stdev([math.log(1.1), math.log(0.95)]), abs=1e-6)
-    # The arms' results for memqual compare.
-    assert cli.main([str(tmp_path), "--jobs", "--write", str(tmp_path / "out")]) == 0
-    capsys.readouterr()
-    written = json.loads((tmp_path / "out" / "B" / "results.json").read_text())
-    assert [m["replicates"] for m in written["metrics"]] == [[[33.0], [29.0 * 0.95]]]
-    # Without the records there is nothing to read: one line, exit 2.
-    assert cli.main([str(tmp_path / "none"), "--jobs"]) == 2

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memqual.host.core import clock as clocks
 from memqual.host.core import qemu
 from memqual.host.core.clock import parse as parse_clock
 from memqual.host.core.errors import BadInput, CapabilityMissing
-from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline
+from memqual.host.core.qemu import BalloonDevice, MachineConfig, command_line, kernel_cmdline, tcg_accel_option
 
 
 @pytest.fixture(autouse=True)
@@ -252,3 +253,13 @@ def test_the_probes_guest_has_no_monitor_and_no_network() -> None:
     assert argv[argv.index("-serial") - 1] == "file,id=console,path=/c"
     full = command_line(MachineConfig(balloon=None), "kvm", Path("/k"), Path("/i"), Path("/q"), Path("/c"), 2222)
     assert len(full) - len(argv) == 8  # -chardev/-mon and -netdev/-device, with their values
+
+
+def test_accel_option_by_clock_and_threading() -> None:
+    icount = clocks.icount(4)
+    assert tcg_accel_option("tcg", clocks.WALL_CLOCK, "") == "tcg"
+    assert tcg_accel_option("tcg", clocks.WALL_CLOCK, "single") == "tcg,thread=single"
+    assert tcg_accel_option("tcg", icount, "") == "tcg,thread=single"
+    assert tcg_accel_option("kvm", clocks.WALL_CLOCK, "single") == "kvm"
+    with pytest.raises(Exception, match="TCG threading"):
+        MachineConfig(tcg_thread="both")

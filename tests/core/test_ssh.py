@@ -245,7 +245,47 @@ def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_le
     client._connect_timeout = 1.5
     client._client = object()  # connected, as far as the check goes
     client._background_connection()
-    assert timeouts == [ssh_module.BACKGROUND_CONNECT_S]
+    assert timeouts == [ssh_module.BACKGROUND_ATTEMPT_S]
+    assert ssh_module.BACKGROUND_ATTEMPT_S > 10, "a TCG guest on a loaded host took over 10 s for its banner"
+
+
+def test_a_background_connection_a_forward_dropped_is_tried_again_until_its_deadline(monkeypatch, key_file):
+    """Under a host under test two forwards stand between this machine and
+    the guest's SSH, and one may close a connection before the banner: the
+    guest is up, so the connection is tried again; a host key that is not
+    the guest's is never retried, and the last failure is what is said."""
+    from memqual.host.core import ssh as ssh_module
+
+    attempts: list[float] = []
+
+    def dropped_once(self, timeout=10.0):
+        attempts.append(timeout)
+        if len(attempts) == 1:
+            raise GuestError("SSH to the guest on 127.0.0.1:2222 failed: Error reading SSH protocol banner")
+
+    monkeypatch.setattr(ssh_module.SSH, "connect", dropped_once)
+    client = ssh_module.SSH(2222, key_file, "ssh-ed25519 AAAA")
+    client._client = object()
+    client._background_connection()
+    assert len(attempts) == 2
+
+    def impostor(self, timeout=10.0):
+        attempts.append(timeout)
+        raise ssh_module.HostKeyMismatch("not the guest")
+
+    attempts.clear()
+    monkeypatch.setattr(ssh_module.SSH, "connect", impostor)
+    with pytest.raises(ssh_module.HostKeyMismatch):
+        client._background_connection()
+    assert len(attempts) == 1
+
+    def always_dropped(self, timeout=10.0):
+        raise GuestError("SSH to the guest on 127.0.0.1:2222 failed: Error reading SSH protocol banner")
+
+    monkeypatch.setattr(ssh_module.SSH, "connect", always_dropped)
+    monkeypatch.setattr(ssh_module, "BACKGROUND_CONNECT_S", 1.5)
+    with pytest.raises(GuestError, match="protocol banner"):
+        client._background_connection()
 
 
 # -- what a guest prints, within bounds (host/core/bounded.py) --------------

@@ -1,10 +1,10 @@
-"""The house rules of host/ and images/.
+"""The house rules of host/, images/ and lab/.
 
 The import-linter contracts of pyproject.toml hold, each fails on an
 import planted against it, and they name every room and subject; then,
 from the source with ast: no import cycle, no private name imported across
 modules, nothing reaches into a machine's underscored attributes, and only
-host/cli/ uses argparse.  A lazy import or one under TYPE_CHECKING counts.
+host/cli/ and lab/'s tools use argparse.  A lazy import or one under TYPE_CHECKING counts.
 docs/architecture.md, "How the folders fit together"."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from importlinter.contracts.layers import LayersContract
 from importlinter.domain.contract import Contract
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("host", "images")
+PACKAGES = ("host", "images", "lab")
 
 # Cycles that exist today, each to be removed by the work that owns its
 # modules; a cycle is allowed only while its modules are a subset of one
@@ -42,7 +42,7 @@ ALLOWED_PRIVATE_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_name(path: Path) -> str:
-    """The name a file of host/, images/ or e2e/ is imported by (src/memqual/
+    """The name a file of host/, images/, lab/ or e2e/ is imported by (src/memqual/
     links those folders under one package)."""
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -244,6 +244,7 @@ def test_the_import_contracts_hold() -> None:
         "reports-import-no-subject",
         "statistics-only-in-judge",
         "pages-only-in-report",
+        "lab-outside-the-product",
     }
     assert all(kept.values()), kept
 
@@ -274,6 +275,11 @@ def test_the_import_contracts_hold() -> None:
         ("memqual.host.run.rounds", "jinja2", {"pages-only-in-report"}),
         ("memqual.host.judge.comparison", "markupsafe", {"pages-only-in-report"}),
         ("memqual.host.core.machine", "matplotlib", {"pages-only-in-report"}),
+        # the lab's tools are left out of the wheel: the product may not need them
+        ("memqual.host.cli.main", "memqual.lab", {"lab-outside-the-product"}),
+        ("memqual.host.judge.primaries", "memqual.lab", {"lab-outside-the-product"}),
+        ("memqual.images.build", "memqual.lab", {"lab-outside-the-product"}),
+        ("memqual.e2e.base", "memqual.lab", {"lab-outside-the-product"}),
     ],
 )
 def test_an_import_against_a_contract_breaks_it(importer: str, imported: str, broken: set[str]) -> None:
@@ -318,6 +324,16 @@ def test_the_contracts_name_exactly_the_declared_subjects() -> None:
     assert modules <= set(_contract_options("images-beside-core")["forbidden_modules"])
 
 
+def test_the_lab_contract_names_every_folder_of_the_product() -> None:
+    """The product is every package src/memqual/ links but lab/: none of
+    them may use it, a new one included."""
+    code = {p.parent.name for p in (ROOT / "src" / "memqual").glob("*/__init__.py")}
+    assert {"host", "images", "e2e", "lab"} <= code
+    assert set(_contract_options("lab-outside-the-product")["source_modules"]) == {
+        f"memqual.{top}" for top in code - {"lab"}
+    }
+
+
 # Variables an e2e test sets for the child processes it starts (left to that test file).
 TEST_OWN_VARIABLES = frozenset(
     {("memqual.e2e.test_cleanup", "MEMQUAL_LEAK_PIDFILE"), ("memqual.e2e.test_cleanup", "MEMQUAL_STATE_DIR")}
@@ -342,11 +358,11 @@ def test_every_memqual_variable_is_named_in_settings_only() -> None:
 
 def test_only_the_commands_use_argparse() -> None:
     """Domain code is called with typed values; parsing options is the
-    commands' room's job (host/cli/)."""
+    commands' room's job (host/cli/), and the lab's tools' (lab/)."""
     users = sorted(
         name
         for name, path in project_modules().items()
-        if not name.startswith("memqual.host.cli.")
+        if not name.startswith(("memqual.host.cli.", "memqual.lab."))
         for node in _statements(_parse(path).body)
         if isinstance(node, (ast.Import, ast.ImportFrom))
         and "argparse" in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
@@ -468,7 +484,7 @@ def test_every_import_of_the_code_goes_through_memqual() -> None:
     """``import host...`` would load a second copy of a module in a checkout
     (so ``except BadInput`` could miss its own error) and fail in a wheel."""
     bare = []
-    for top in ("host", "images", "e2e", "tests"):
+    for top in (*PACKAGES, "e2e", "tests"):
         for path in sorted((ROOT / top).rglob("*.py")):
             for node in ast.walk(_parse(path)):
                 if isinstance(node, ast.Import):

@@ -52,6 +52,12 @@ def test_every_module_is_in_the_wheel(names: set[str]) -> None:
     assert modules - names == set()
 
 
+def test_the_lab_is_not_in_the_wheel(names: set[str]) -> None:
+    # lab/'s tools are run from a checkout; no installed command needs them.
+    assert (SOURCE / "lab" / "__init__.py").is_file()
+    assert {name for name in names if name.startswith("memqual/lab/")} == set()
+
+
 def test_the_guest_sources_claims_and_layouts_are_in_the_wheel(names: set[str]) -> None:
     guest = {f"memqual/guest/{p.name}" for p in (SOURCE / "guest").iterdir() if p.is_file()}
     layouts = {f"memqual/{p.relative_to(SOURCE)}" for p in (SOURCE / "host" / "memslots" / "layouts").glob("*.json")}
@@ -113,7 +119,7 @@ def test_an_unpacked_wheel_reads_its_own_data(wheel: Path, tmp_path: Path) -> No
 def test_only_memqual_imports_from_the_installed_environment(tmp_path: Path) -> None:
     """The editable install puts src/ on sys.path, which holds memqual alone:
     the checkout's folders do not import under their bare names."""
-    names = ("memqual", "host", "images", "e2e", "tests", "guest", "claims")
+    names = ("memqual", "host", "images", "e2e", "lab", "tests", "guest", "claims")
     probe = f"import importlib.util, json; print(json.dumps([n for n in {names!r} if importlib.util.find_spec(n)]))"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     out = subprocess.run(

@@ -23,7 +23,7 @@ from markupsafe import escape
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
 from memqual.host.judge import claims
-from memqual.host.judge.stats import intervals, permutation
+from memqual.host.judge.stats import permutation
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import kvm2011
 from memqual.host.memslots import qemu_layout as Q
@@ -506,8 +506,6 @@ def test_a_paired_design_cancels_what_each_guest_shares():
     loads = [1.0, 1.6, 0.7, 1.3, 0.9]
     a = [[100.0 / 4.5 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
     b = [[100.0 * load * (1 + rng.normal(0, 0.01)) for _ in range(3)] for load in loads]
-    lo, hi = intervals.paired_ratio_ci(list(zip(a, b, strict=True)), seed=1)
-    assert 4.2 < lo < 4.5 < hi < 4.8
     assert permutation.sign_flip_pvalue(a, b) == pytest.approx(2 / 32)
     common: dict[str, Any] = dict(
         scenario="ksm.volatile_scan", metric="ksmd_cpu_ns_per_page", unit="ns", better="lower"
@@ -675,41 +673,13 @@ def test_the_guest_of_today_columns_say_they_count_the_guests_slots_alone():
         }
     )
     assert "array over the guest&#39;s slots alone" in html
-    assert "| 2011 array |" not in (ROOT / "docs" / "memslots-model.md").read_text()
 
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def test_small_contradictions_are_gone():
-    data = _shipped()
-    by = {c["id"]: c for c in data["claims"]}
+def test_the_balloons_bitmap_and_breakdown_claims_need_kvm():
+    # The judge qualifies a verdict made under another accelerator by it (claims/records.py).
+    by = {c["id"]: c for c in _shipped()["claims"]}
     for cid in ("balloon-bitmap", "balloon-breakdown"):
         assert by[cid]["evidence"]["accelerator"]["needs"] == "kvm"
-        assert not any("TCG is enough" in n for n in by[cid]["needs"])
-    assert "768 of 1024 MiB" in by["balloon-bitmap"]["evidence"]["would_measure"]
-    assert "15/16 of the guest" not in by["balloon-bitmap"]["evidence"]["would_measure"]
-    hit = by["memslot-hit"]
-    assert (
-        "two host kernels" not in hit["evidence"]["would_measure"]
-        and "reverse order" in hit["evidence"]["would_measure"]
-    )
-    assert not any(n.startswith("two host kernels") for n in hit["needs"])
-    assert by["balloon-breakdown"]["measure"]["note"].startswith("One reading of the thread")
-    from memqual.host.memslots import slot_arrays
-
-    source = Path(slot_arrays.__file__).read_text() + (ROOT / "docs" / "memslots-model.md").read_text()
-    assert "v3.2" not in source and 'v3.3 as "KVM: sort memslots by its size"' in source
-
-
-def test_the_kernel_comparison_says_what_its_panics_and_model_show():
-    text = (ROOT / "docs" / "results" / "2026-12-02-kernels-6.1-vs-6.12.md").read_text()
-    flat = " ".join(text.split())
-    assert "never on 6.1" not in flat and "one-sided Fisher exact p of 0.12 or 0.06" in flat
-    assert "not shown to be the cause" in flat
-    assert "not of either kernel" in flat
-    assert "slower under TCG than the one of the previous run" not in flat
-    assert "ksmd, which runs natively on the host" in flat
 
 
 def _card_html(html: str, cid: str) -> str:

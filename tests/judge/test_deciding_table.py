@@ -184,14 +184,3 @@ def test_controls_that_cannot_tell_say_about_how_many_blocks_would():
     assert f"about {found.blocks_needed} blocks would reach it" in found.line()
     again = control_power.power(_designs(26, found.blocks_needed, 0.03), alpha=0.01, threshold=0.05, trials=100)
     assert again.power >= 0.7
-
-
-def test_the_power_tool_prints_the_grid_and_refuses_one_file(capsys, tmp_path):
-    from memqual.host.cli import control_power as tool
-
-    assert tool.main(["--trials", "5"]) == 0
-    out = capsys.readouterr().out
-    assert out.count("spread") == 9 and "8: " in out
-    assert tool.main([str(tmp_path / "a.json")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "two results files" in err

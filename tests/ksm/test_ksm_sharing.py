@@ -62,6 +62,9 @@ class ScriptedKsm:
         value = self.sharing[min(self.scans, len(self.sharing)) - 1] if self.scans else 0
         return KsmCounters(self.now, self.scans, 10, value, 0, 0, None, None, None, None)
 
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        return [self.wait_full_scans(1, timeout_s) for _ in range(scans)]
+
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.005) -> KsmCounters:
         self.scans += n
         self.now += 0.05 * n

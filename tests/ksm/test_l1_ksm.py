@@ -128,19 +128,31 @@ def test_a_wait_for_scans_waits_in_l1_and_times_out_with_l1s_figures(tmp_path, m
     ksm = driver(tmp_path, shell)
     scans = tmp_path / "ksm" / "full_scans"
 
-    def ksmd() -> None:  # two more full scans, a while after the wait began
-        for count in (4, 5):
+    def ksmd(counts: tuple[int, ...]) -> None:  # full scans, a while after the wait began
+        for count in counts:
             time.sleep(0.2)
-            scans.write_text(f"{count}\n")
+            # whole, as sysfs shows a value: a reader never sees it empty
+            (tmp_path / "next").write_text(f"{count}\n")
+            os.replace(tmp_path / "next", scans)
 
-    worker = threading.Thread(target=ksmd)
+    worker = threading.Thread(target=ksmd, args=((4, 5),))
     shell.commands.clear()
     worker.start()
     reading = ksm.wait_full_scans(2, timeout_s=20)
     worker.join()
     assert reading.full_scans == 5
-    assert [c[2] for c in shell.commands] == ["sh", "timeout"], "one reading, then one wait in L1"
-    with pytest.raises(Timeout, match=r"full_scans went 5 -> 5 in .* of L1's clock, waited for 1 more.*exited"):
+    assert [c[2] for c in shell.commands] == ["timeout"], "one command, waiting in L1"
+
+    worker = threading.Thread(target=ksmd, args=((6, 7, 8),))
+    worker.start()
+    readings = ksm.scan_end_readings(3, timeout_s=20)
+    worker.join()
+    assert [r.full_scans for r in readings] == [6, 7, 8], "a reading at every scan end, none missed"
+    assert [c[2] for c in shell.commands] == ["timeout", "timeout"]
+
+    with pytest.raises(
+        Timeout, match=r"0 of 1 scan ends seen in 1 s \(its wait in L1 exited -?\d+\); now full_scans 8"
+    ):
         ksm.wait_full_scans(1, timeout_s=1)
 
 

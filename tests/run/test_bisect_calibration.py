@@ -110,7 +110,7 @@ def quiet(monkeypatch):
 
 def test_no_step_points_at_a_culprit_in_at_most_alpha_of_bisects(tmp_path, quiet):
     rates = measure(tmp_path, 200, step=False, seed=31)
-    assert rates.share(rates.culprit) <= probe.DEFAULT_ALPHA, rates.culprit
+    assert rates.share(rates.culprit) <= probe.PROBE_ALPHA, rates.culprit
 
 
 def test_a_10_percent_step_is_found_at_the_right_kernel_in_80_percent_of_bisects(tmp_path, quiet):

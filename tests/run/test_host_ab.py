@@ -64,3 +64,24 @@ def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None
     # None: this machine's, and the variants say so with empty names.
     assert run_config.arm_params(None).host_kernel == ""
     assert "this machine's host" in run_rounds.arm_line(run_config.Arm("A", None, None))
+
+
+def test_on_icount_every_test_of_a_run_on_hosts_under_test_shares_this_machine(monkeypatch, tmp_path: Path) -> None:
+    """Each test's guests run on an L1 of their own, whose instructions are
+    the clock: the KSM tests that drive L1's ksmd run side by side too, and
+    on the wall clock nothing does."""
+    from memqual.host.core import clock
+    from memqual.host.run import block_jobs
+    from memqual.host.run.config import RunConfig
+
+    listed = ["e2e/test_ksm.py:KsmTest.test_volatile_scan_4k", "e2e/test_fault.py:FaultTest.test_anon"]
+    monkeypatch.setattr(block_jobs, "list_tests", lambda config: listed)
+    host = nested.parse_host("6.12.111+deb12-amd64", [])
+    on_hosts = RunConfig(output=tmp_path, hosts=(host,), clock=clock.icount(0))
+    assert block_jobs.split_beside_others(on_hosts, "blocks", ()) == (listed, [])
+    here = dataclasses.replace(on_hosts, hosts=())
+    assert block_jobs.split_beside_others(here, "blocks", ()) == (listed[1:], listed[:1])
+    assert block_jobs.split_beside_others(dataclasses.replace(on_hosts, clock=clock.WALL_CLOCK), "blocks", ()) == (
+        [],
+        [],
+    )

@@ -207,3 +207,20 @@ def test_a_guest_test_holds_the_lock_shared_only_where_its_guests_count_what_it_
     assert GuestTest.needs_the_host_alone(KsmTest("test_merge"))
     monkeypatch.setenv("MEMQUAL_CLOCK", "wall")
     assert GuestTest.needs_the_host_alone(FaultTest("test_anon"))
+
+
+def test_under_a_host_under_test_a_ksm_test_shares_the_lock_on_icount_only(monkeypatch):
+    """Its guests and the ksmd it drives are an L1 of its own: on icount a
+    count of that L1's instructions; on the wall clock this machine's load
+    moves it, so it runs alone.  A test that cannot run there runs alone
+    (and skips)."""
+    from memqual.e2e.base import GuestTest
+    from memqual.e2e.test_ksm import KsmTest
+
+    monkeypatch.setenv("MEMQUAL_HOST_KERNEL", "6.12.111+deb12-amd64")
+    monkeypatch.setenv("MEMQUAL_CLOCK", "icount:0")
+    assert not GuestTest.needs_the_host_alone(KsmTest("test_merge"))
+    assert not GuestTest.needs_the_host_alone(KsmTest("test_volatile_scan_4k"))
+    assert GuestTest.needs_the_host_alone(KsmTest("test_many_guests"))
+    monkeypatch.setenv("MEMQUAL_CLOCK", "wall")
+    assert GuestTest.needs_the_host_alone(KsmTest("test_merge"))

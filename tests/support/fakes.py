@@ -479,6 +479,9 @@ class FakeKsmHost:
         shared, sharing = (0, 0) if self.run == 2 else self.sharing(self)
         return KsmCounters(self.now, self.full_scans, shared, sharing, 0, 0, None, None, None, self.now / 2)
 
+    def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]:
+        return [self.wait_full_scans(1, timeout_s) for _ in range(scans)]
+
     def wait_full_scans(self, n: int, timeout_s: float, poll_s: float = 0.005) -> KsmCounters:
         self.sleep(n * self.scan_s)
         return self.counters()

@@ -30,7 +30,7 @@ from memqual.host.judge.claims.model import (
     ANCHOR_IDS as ANCHOR_IDS,
 )
 from memqual.host.judge.claims.model import (
-    DEFAULT_ALPHA as DEFAULT_ALPHA,
+    CLAIM_ALPHA as CLAIM_ALPHA,
 )
 from memqual.host.judge.claims.model import (
     DEFAULT_CLAIMS_FILE as DEFAULT_CLAIMS_FILE,

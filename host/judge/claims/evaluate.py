@@ -17,7 +17,7 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge.claims.layouts import evaluate_layouts
 from memqual.host.judge.claims.load import load
 from memqual.host.judge.claims.model import (
-    DEFAULT_ALPHA,
+    CLAIM_ALPHA,
     NOT_MEASURABLE,
     UNMEASURABLE,
     BesideResult,
@@ -38,7 +38,7 @@ def evaluate(
     *,
     skips: Sequence[Skip] = (),
     only: Sequence[str] = (),
-    alpha: float = DEFAULT_ALPHA,
+    alpha: float = CLAIM_ALPHA,
     seed: int = intervals.DEFAULT_SEED,
 ) -> list[Verdict]:
     """One verdict per claim, in the registry's order.  ``skips`` are the

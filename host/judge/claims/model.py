@@ -45,9 +45,9 @@ UNDERPOWERED = "underpowered"
 NOT_MEASURABLE = "not measurable"
 
 # A claim's direction is judged at a looser level than `memqual compare`'s
-# regression gate: the seeds' effects are large and a claim is one question,
-# not a family of 30.
-DEFAULT_ALPHA = 0.05
+# regression gate (verdicts.DEFAULT_ALPHA): the seeds' effects are large and
+# a claim is one question, not a family of 30.
+CLAIM_ALPHA = 0.05
 DEFAULT_MIN_EFFECT = 0.05
 # Fewer independent units than this a side and no verdict is given.  The
 # t-interval (host/judge/stats/ratio_ci.py) holds its nominal rate from 2 units under

@@ -1,7 +1,8 @@
 """The A/B decisions of ``memqual compare``, ``--until-decided``, bisect and
 ``memqual history``: a t-test of log ratios of replicate medians
-(``ratio_test``), Benjamini-Hochberg over a family, and alpha spent over
-planned looks or over a budget's time.  Pure functions of numbers: no I/O.
+(``ratio_test``, whose t a claim's interval also takes, ratio_ci.py),
+Benjamini-Hochberg over a family, and alpha spent over planned looks or
+over a budget's time.  Pure functions of numbers: no I/O.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from memqual.host.judge.stats.intervals import CONFIDENCE
 
 # The A/B decision test: a t-test of log ratios of replicate medians.
 #
-# Why a t-test and not the permutation test above: an exact permutation
+# Why a t-test and not permutation.py's test: an exact permutation
 # test of n against n units cannot give p below 2/C(2n, n) (1/462 at 6 a
 # side), which no Holm-corrected level over a dozen metrics at 0.01 lets
 # through.  On the log scale the replicate medians of a timing are close

@@ -1,6 +1,6 @@
 """Rates of events in trials: the exact (Clopper-Pearson) interval of a
 rate, and the one-sided Fisher exact test that one rate exceeds another.
-Used by the boot-fault counts (host/run/boot_panics.py) and the measured
+Used by the boot-fault counts (lab/count_panics.py) and the measured
 error rates of the calibration (host/run/calibrate.py)."""
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """B / A from a few independent units: t-intervals on log ratios.
 
 Paired (one log ratio per unit, a one-sample t-interval) or unpaired
-(Welch's interval on the units' log medians); a unit's samples enter only
-through its median.  Why not a bootstrap of 3 to 8 units, and when the
-interval holds its rate: docs/claims-calibration.md, "Why t-intervals on
-log ratios".
+(Welch's interval on the units' log medians), each the t of
+``ab_tests.ratio_test`` on the units' medians (a unit's samples enter
+only through its median), with the units a side an effect would need.
+Why not a bootstrap of 3 to 8 units, and when the interval holds its
+rate: docs/claims-calibration.md, "Why t-intervals on log ratios".
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as _st
 
-CONFIDENCE = 0.95
+from memqual.host.judge.stats import ab_tests
+from memqual.host.judge.stats.intervals import CONFIDENCE
 
 
 @functools.lru_cache(maxsize=256)
@@ -103,13 +105,22 @@ def paired_log_ratio(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequenc
     scale.  Needs 2 units or more."""
     if len(a_reps) != len(b_reps):
         raise ValueError("a paired design needs A and B from every unit")
-    d = np.log(_unit_medians(b_reps)) - np.log(_unit_medians(a_reps))
-    n = d.size
+    ma, mb = _unit_medians(a_reps), _unit_medians(b_reps)
+    n = ma.size
+    if mb.size != n:
+        raise ValueError("a paired design needs A and B from every unit")
     if n < 2:
         raise ValueError("a t-interval needs at least 2 units")
-    se = float(d.std(ddof=1)) / math.sqrt(n)
+    # The A/B decisions' paired test with each unit its own block: the same
+    # t on the same log ratios, made once.
+    units = list(range(n))
+    test = ab_tests.ratio_test([[x] for x in ma], [[x] for x in mb], units, units)
     return _interval(
-        float(d.mean()), se, n - 1, units=(n, n), method=f"paired t-interval of {n} per-unit log ratios ({n - 1} df)"
+        test.estimate,
+        test.se,
+        test.df,
+        units=(n, n),
+        method=f"paired t-interval of {n} per-unit log ratios ({n - 1} df)",
     )
 
 
@@ -117,18 +128,17 @@ def welch_log_ratio(a_reps: Sequence[Sequence[float]], b_reps: Sequence[Sequence
     """A and B from different units: Welch's t-interval of the difference of
     the mean log unit medians, back on the ratio scale.  Needs 2 units a
     side or more."""
-    la, lb = np.log(_unit_medians(a_reps)), np.log(_unit_medians(b_reps))
-    na, nb = la.size, lb.size
+    ma, mb = _unit_medians(a_reps), _unit_medians(b_reps)
+    na, nb = ma.size, mb.size
     if min(na, nb) < 2:
         raise ValueError("a t-interval needs at least 2 units a side")
-    va, vb = float(la.var(ddof=1)) / na, float(lb.var(ddof=1)) / nb
-    se = math.sqrt(va + vb)
-    # Welch-Satterthwaite; with no spread at all the df do not matter.
-    df = (va + vb) ** 2 / (va**2 / (na - 1) + vb**2 / (nb - 1)) if se > 0 else float(na + nb - 2)
+    # The A/B decisions' unpaired test (Welch-Satterthwaite df): the same t
+    # on the same log unit medians, made once.
+    test = ab_tests.ratio_test([[x] for x in ma], [[x] for x in mb])
     return _interval(
-        float(lb.mean() - la.mean()),
-        se,
-        df,
+        test.estimate,
+        test.se,
+        test.df,
         units=(na, nb),
-        method=f"Welch t-interval of log unit medians ({na}+{nb} units, {df:.1f} df)",
+        method=f"Welch t-interval of log unit medians ({na}+{nb} units, {test.df:.1f} df)",
     )

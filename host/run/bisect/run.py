@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import open_nofollow, write_private_atomic
-from memqual.host.judge.probe import DEFAULT_ALPHA, Evidence, evidence_of
+from memqual.host.judge.probe import PROBE_ALPHA, Evidence, evidence_of
 from memqual.host.judge.results import metric_key
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
@@ -47,7 +47,7 @@ class Settings:
     threshold: float = 0.05
     budget_min: float = 30.0  # per probe
     max_rounds: int = 10  # per probe: also the looks alpha is spent over
-    alpha: float = DEFAULT_ALPHA  # per probe, over all its looks
+    alpha: float = PROBE_ALPHA  # per probe, over all its looks
     reference: str = PAIRED
     only: tuple[str, ...] = ()
     profile: str = "quick"

@@ -1,6 +1,6 @@
-"""How well a clock repeats: ``python -m memqual.host.cli.clock_repeats --clock icount:4 --boots 3 [--json]``.
+"""How well a clock repeats: ``python -m memqual.lab.clock_repeats --clock icount:4 --boots 3 [--json]``.
 
-Why it is built so: docs/architecture.md, "Module notes", host/cli/clock_repeats.py.
+Why it is built so: docs/lab.md, "clock_repeats".
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def one_boot(config: MachineConfig, image: object, repeats: int, settle_s: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cliargs.Parser(prog="python -m memqual.host.cli.clock_repeats", description=__doc__.splitlines()[0])
+    parser = cliargs.Parser(prog="python -m memqual.lab.clock_repeats", description=__doc__.splitlines()[0])
     cliargs.add_clock(parser, "default icount:4")
     parser.add_argument("--boots", type=cliargs.count, default=3, help="fresh guests (default 3)")
     parser.add_argument("--repeats", type=cliargs.count, default=1, help="timed loops a guest (default 1)")

@@ -1,5 +1,6 @@
-"""python -m memqual.host.cli.comparison_page: a finished run's page
-rendered again from its directory, deciding as the run did."""
+"""python -m memqual.lab.comparison_page (lab/comparison_page.py): a
+finished run's page rendered again from its directory, deciding as the run
+did."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 import comparison_pages as cp
 import pytest
 
-from memqual.host.cli import comparison_page
 from memqual.host.judge import primaries, verdicts
+from memqual.lab import comparison_page
 
 
 def _write(tmp_path, run, summary=True):

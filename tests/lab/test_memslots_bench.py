@@ -1,16 +1,16 @@
-"""The lookup benchmark: every structure timed, summaries consistent."""
+"""The memslot model's lookup benchmark (lab/memslots_bench.py): every
+structure timed, summaries consistent."""
 
 from __future__ import annotations
 
 import json
 
-from memqual.host.cli import memslots_bench
-from memqual.host.memslots import bench
 from memqual.host.memslots.structures import STRUCTURES
+from memqual.lab import memslots_bench
 
 
 def test_bench_times_every_structure_with_a_spread():
-    results = bench.run_bench("seed-32", ["miss"], repeats=3, batch=50)
+    results = memslots_bench.run_bench("seed-32", ["miss"], repeats=3, batch=50)
     assert [r.structure for r in results] == ["call", *STRUCTURES]
     for result in results:
         row = result.summary()

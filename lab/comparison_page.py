@@ -1,4 +1,4 @@
-"""``python -m memqual.host.cli.comparison_page OUTPUT [--html FILE]``:
+"""``python -m memqual.lab.comparison_page OUTPUT [--html FILE]``:
 comparison.html of a finished two-arm ``memqual run`` rendered again from
 its directory (A/results.json, B/results.json, and until-decided.json and
 patch.json when the run wrote them), as the run renders it at its end:
@@ -25,7 +25,7 @@ from memqual.host.judge.verdicts import SLOWER
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m memqual.host.cli.comparison_page", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m memqual.lab.comparison_page", description=__doc__)
     parser.add_argument("output", metavar="OUTPUT", help="the run's output directory (holding A/ and B/)")
     parser.add_argument("--html", metavar="FILE", help="where to write the page (default OUTPUT/comparison.html)")
     args = parser.parse_args(argv)

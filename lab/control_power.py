@@ -1,7 +1,7 @@
-"""The negative controls' power: ``python -m memqual.host.cli.control_power
+"""The negative controls' power: ``python -m memqual.lab.control_power
 [--trials N] [A/results.json B/results.json]``.
 
-Why it is built so: docs/architecture.md, "Module notes", host/cli/control_power.py.
+Why it is built so: docs/lab.md, "control_power".
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ CONTROLS = 26
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = cliargs.Parser(prog="python -m memqual.host.cli.control_power", description=__doc__.splitlines()[0])
+    parser = cliargs.Parser(prog="python -m memqual.lab.control_power", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=cliargs.count, default=200, help="simulated runs a cell (default 200)")
     parser.add_argument("files", nargs="*", type=Path, metavar="RESULTS", help="A's and B's results.json")
     args = parser.parse_args(argv)

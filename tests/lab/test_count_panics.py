@@ -1,5 +1,5 @@
-"""Boot faults counted (host/run/boot_panics.py): a console's fault found and
-named, the modes taken in turn up to a deadline, exact intervals."""
+"""Boot faults counted (lab/count_panics.py): a console's fault found and
+named, the modes taken in turn up to a deadline, the rates and their test."""
 
 from __future__ import annotations
 
@@ -7,13 +7,9 @@ import json
 
 import pytest
 
-from memqual.host.cli import count_panics
-from memqual.host.core import clock as clocks
 from memqual.host.core.errors import GuestError, Timeout
-from memqual.host.core.qemu import MachineConfig, tcg_accel_option
-from memqual.host.judge.stats import binomial
-from memqual.host.run import boot_panics
-from memqual.host.run.boot_panics import Boot, Mode
+from memqual.lab import count_panics
+from memqual.lab.count_panics import Boot, Mode
 
 # The 6.12 fault as a multi-threaded TCG boot printed it (trimmed).
 OOPS = """\
@@ -46,17 +42,7 @@ OOPS = """\
     ],
 )
 def test_classify(console: str, error: Exception | None, outcome: str, signature: str) -> None:
-    assert boot_panics.classify(console, error) == (outcome, signature)
-
-
-def test_clopper_pearson_matches_the_closed_forms() -> None:
-    # k = 0: the upper end is 1 - (alpha/2)^(1/n); k = n mirrors it.
-    low, high = binomial.clopper_pearson(0, 10)
-    assert low == 0.0 and high == pytest.approx(1 - 0.025 ** (1 / 10), rel=1e-9)
-    low, high = binomial.clopper_pearson(10, 10)
-    assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 10), rel=1e-9)
-    low, high = binomial.clopper_pearson(4, 150)
-    assert 0.007 < low < 0.0267 < high < 0.07
+    assert count_panics.classify(console, error) == (outcome, signature)
 
 
 def test_modes_are_taken_in_turn_until_the_deadline() -> None:
@@ -68,7 +54,7 @@ def test_modes_are_taken_in_turn_until_the_deadline() -> None:
         return Boot(mode.name, index, "ok", 10.0, "", "7.2.22")
 
     seen: list[Boot] = []
-    done = boot_panics.count(modes, 100, 45.0, 90.0, seen.append, one=one, now=lambda: t[0])
+    done = count_panics.count(modes, 100, 45.0, 90.0, seen.append, one=one, now=lambda: t[0])
     assert [b.mode for b in done] == [modes[0].name, modes[1].name] * 2 + [modes[0].name]
     assert seen == done
     assert [b.index for b in done] == [0, 0, 1, 1, 2]
@@ -80,31 +66,21 @@ def test_rates_count_faults_apart_from_hangs(tmp_path) -> None:
         for i, o in enumerate(["ok", "fault", "hang", "ok"])
     ]
     out = tmp_path / "boots.jsonl"
-    write = boot_panics.appender(out)
+    write = count_panics.appender(out)
     for b in boots:
         write(b)
-    (rate,) = boot_panics.rates(boot_panics.load(out))
+    (rate,) = count_panics.rates(count_panics.load(out))
     assert (rate.boots, rate.faults, rate.hangs, rate.errors) == (4, 1, 1, 0)
     assert rate.signatures == ("Oops: int3",)
     assert json.loads(out.read_text().splitlines()[1])["outcome"] == "fault"
 
 
 def test_fisher_says_a_few_faults_against_none_is_weak() -> None:
-    multi = boot_panics.Rate("a", 130, 4, 0, 0, 0, 0, ())
-    single = boot_panics.Rate("b", 130, 0, 0, 0, 0, 0, ())
-    p = boot_panics.fisher_greater(multi, single)
+    multi = count_panics.Rate("a", 130, 4, 0, 0, 0, 0, ())
+    single = count_panics.Rate("b", 130, 0, 0, 0, 0, 0, ())
+    p = count_panics.fisher_greater(multi, single)
     assert 0.05 < p < 0.13  # 4 of 130 against 0 of 130 does not show a cause at 5 %
-    assert boot_panics.fisher_greater(boot_panics.Rate("a", 200, 12, 0, 0, 0, 0, ()), single) < 0.01
-
-
-def test_accel_option_by_clock_and_threading() -> None:
-    icount = clocks.icount(4)
-    assert tcg_accel_option("tcg", clocks.WALL_CLOCK, "") == "tcg"
-    assert tcg_accel_option("tcg", clocks.WALL_CLOCK, "single") == "tcg,thread=single"
-    assert tcg_accel_option("tcg", icount, "") == "tcg,thread=single"
-    assert tcg_accel_option("kvm", clocks.WALL_CLOCK, "single") == "kvm"
-    with pytest.raises(Exception, match="TCG threading"):
-        MachineConfig(tcg_thread="both")
+    assert count_panics.fisher_greater(count_panics.Rate("a", 200, 12, 0, 0, 0, 0, ()), single) < 0.01
 
 
 def test_mode_names_and_parsing() -> None:
