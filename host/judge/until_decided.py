@@ -145,6 +145,7 @@ class MetricProgress:
         finished run's looks, for its page again.  A file from before
         ``decision`` was written: a decided metric's verdict is its word,
         an undecided one is undecided."""
+        from memqual.host.judge.regime import NOT_COMPARABLE
         from memqual.host.judge.verdicts import UNDECIDED
 
         decided = data.get("state") == DECIDED
@@ -159,6 +160,7 @@ class MetricProgress:
             decided_at=int(data["rounds_needed"]) if decided and data.get("rounds_needed") is not None else None,
             blocks_needed=None if data.get("blocks_needed") is None else int(data["blocks_needed"]),
             blocks=int(data.get("blocks") or 0),
+            comparable=decision != NOT_COMPARABLE,
             boundaries=[
                 (int(b["look"]), int(b["blocks"]), float(b["nominal_p"]), float(b["nominal_p_equivalence"]))
                 for b in data.get("boundaries") or []
@@ -174,7 +176,7 @@ def decisions(
     threshold: float,
     alpha: float,
     sequential: Callable[[str, ab_tests.RatioTest, float], tuple[float, float] | None] | None = None,
-) -> list[Any]:
+) -> list[MetricComparison]:
     """The MetricComparisons of the run so far at this level (empty when
     nothing is comparable yet: a failed block is undecided, not an error),
     on the ``sequential`` p-values where given: each arm's records merged

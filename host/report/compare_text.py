@@ -3,7 +3,7 @@ an A/B ``memqual run``): the deciding table (host/judge/decisions.py), one
 row per metric, primaries first, each with the look that decided it, the
 p that faced its boundary and the boundary; then the sentences a reader
 needs (regimes, the controls' power, drift, regressions).  Judges nothing:
-the verdicts are memqual.host.judge.comparison's and the looks'.
+it renders an A/B's outcome (host/judge/ab_outcome.py).
 """
 
 from __future__ import annotations
