@@ -1,6 +1,6 @@
 """Figures built but not drawn: for the tests of the run's flow (its blocks,
 looks, files and decisions), where matplotlib's drawing of every page's
-figures took a third of their time.  The pictures themselves are
+figures took half their CPU time.  The pictures themselves are
 tests/report's subject, which draws them for real."""
 
 from __future__ import annotations
