@@ -24,7 +24,7 @@ from memqual.host.judge.comparison import compare_results
 from memqual.host.judge.primaries import is_control
 from memqual.host.judge.until_decided import Tracker
 from memqual.host.report.compare_text import print_comparison
-from memqual.host.run import blocks
+from memqual.host.run import blocks, budget, look_outputs
 from memqual.host.run.avocado import list_tests
 from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
@@ -267,11 +267,18 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     job("blocks", 1, config.rounds)
     run_state.blocks = config.rounds
     sequential: int | None = None
+    reserve_s = 0.0
     if config.until_decided:
         reserve_s = blocks.checks_reserve_s(len(checks or ()), config.clock.icount)
-        sequential = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s)
+
+        def at_look(summary: dict[str, Any], status: int) -> None:
+            look_outputs.write_look(config, run_arms, run_state, summary, status, decision_levels(config))
+
+        sequential = add_blocks_until_decided(
+            config, run_state, job, started, console, reserve_s=reserve_s, at_look=at_look
+        )
     if checks:
-        job("once", 1, 1)
+        run_checks(config, checks, reserve_s, started, lambda: job("once", 1, 1), console)
     results = []
     for a in run_arms:
         results.append(
@@ -302,6 +309,20 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     return max(exit_status(run_state.jobs, console), decided)
 
 
+def run_checks(
+    config: RunConfig, checks: list[str], reserve_s: float, started: float, run: Callable[[], None], console: Console
+) -> None:
+    """The once-per-arm checks after the looks, when what is left of the
+    budget holds them; otherwise not run, and why (said, and in
+    until-decided.json): a budget is a promise the checks do not break."""
+    why = budget.checks_not_run(len(checks), reserve_s, config.budget_min, time.monotonic() - started)
+    if why is None:
+        run()
+        return
+    console.print(why, highlight=False, markup=False, soft_wrap=True)
+    look_outputs.note_checks_not_run(config.output, why)
+
+
 def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
@@ -320,7 +341,13 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
 
 
 def add_blocks_until_decided(
-    config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Console, reserve_s: float = 0.0
+    config: RunConfig,
+    run_state: BlockedRun,
+    job: Any,
+    started: float,
+    console: Console,
+    reserve_s: float = 0.0,
+    at_look: Callable[[dict[str, Any], int], None] | None = None,
 ) -> int:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
@@ -329,7 +356,10 @@ def add_blocks_until_decided(
     (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
     (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
-    is the rest.  The decisions' exit status, as compare's."""
+    is the rest.  ``at_look`` is given the summary so far after each
+    look (host/run/look_outputs.py writes it), so that a run ended later
+    keeps what its looks decided.  The decisions' exit status, as
+    compare's."""
     tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
@@ -358,6 +388,23 @@ def add_blocks_until_decided(
     added: list[dict[str, Any]] = []
     look_wall_s: list[float] = []  # when each look fell: a decision's time is its look's
     told: set[str] = set()  # the scenarios already said to be left out
+
+    def summary_of(stopped: str, finished: bool) -> dict[str, Any]:
+        summary = tracker.to_json(stopped, config.budget_min)
+        summary["finished"] = finished
+        summary["blocks"] = run_state.blocks
+        summary["added_blocks"] = added
+        summary["look_wall_s"] = look_wall_s
+        summary["checks_reserved_s"] = round(reserve_s, 1)
+        summary["controls"] = {
+            "tests": sorted(controls),
+            "blocks": control_blocks,
+            "min_blocks": MIN_CONTROL_BLOCKS,
+            "looks": [{"look": k, "blocks": n, "alpha": a} for k, n, a in control_looks],
+        }
+        summary["wall_s"] = round(time.monotonic() - started, 1)
+        return summary
+
     while True:
         elapsed = time.monotonic() - started
         last = elapsed + block_s(running) > budget_s
@@ -374,6 +421,8 @@ def add_blocks_until_decided(
         )
         if controls:
             control_looks.append((look, control_blocks, level))
+        if at_look is not None:
+            at_look(summary_of(f"not finished: look {look} was the last taken", False), tracker.exit_status())
         if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
             found = controls_power_now(tracker.compared, level)
             if found.sufficient:
@@ -424,18 +473,7 @@ def add_blocks_until_decided(
             }
         )
         look += 1
-    summary = tracker.to_json(stopped, config.budget_min)
-    summary["blocks"] = run_state.blocks
-    summary["added_blocks"] = added
-    summary["look_wall_s"] = look_wall_s
-    summary["checks_reserved_s"] = round(reserve_s, 1)
-    summary["controls"] = {
-        "tests": sorted(controls),
-        "blocks": control_blocks,
-        "min_blocks": MIN_CONTROL_BLOCKS,
-        "looks": [{"look": k, "blocks": n, "alpha": a} for k, n, a in control_looks],
-    }
-    summary["wall_s"] = round(time.monotonic() - started, 1)
+    summary = summary_of(stopped, True)
     write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
     console.print(
         f"until decided: {run_state.blocks} block(s), {stopped}", highlight=False, markup=False, soft_wrap=True
