@@ -334,13 +334,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--until-decided",
         action="store_true",
         help="two arms: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
-        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
+        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json, "
+        "comparison.json and each arm's results.json are written at every look, so a run ended keeps them",
     )
     parser.add_argument(
         "--budget",
         type=float,
         metavar="MINUTES",
-        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
+        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g}), a promise: a budget "
+        "its once-per-arm checks and first blocks cannot fit is refused before anything starts (their measured "
+        "cost, and the --budget or --only that would fit); no block starts that cannot end inside it, and checks "
+        "that no longer fit are not run (said, with why)",
     )
     parser.add_argument(
         "--threshold",

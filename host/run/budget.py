@@ -1,14 +1,11 @@
 """What a ``--budget`` promises, and how a run keeps it: before it starts,
 a run whose once-per-arm checks and first blocks cannot fit is refused
-(bad input, naming the ``--budget`` or the ``--only`` that would fit); once
-running, the checks that no longer fit in what is left are not run, and
-say why.  The looks add no block they cannot finish (host/run/rounds.py).
+(bad input, naming the ``--budget`` or the ``--only`` that would fit, from
+host/run/block_costs.py); once running, the checks that no longer fit in
+what is left are not run, and say why.  The looks add no block they cannot
+finish (host/run/rounds.py).
 
-Why it is built so: the run's first blocks are one Avocado job, which
-nothing stops half-way without losing its records, and the checks come
-after the looks; so the budget is checked where it can still be kept,
-before either starts.  The figures before a start are measured ones
-(host/core/scenario_costs.py); once running, the run's own.
+Why it is built so: docs/architecture.md, "Module notes", host/run/budget.py.
 """
 
 from __future__ import annotations
@@ -16,13 +13,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from memqual.host.core import scenario, scenario_costs
+from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.judge import clock_plan
-from memqual.host.run import blocks
+from memqual.host.run import block_costs, blocks, look_outputs
 from memqual.host.run.config import RunConfig
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # The budget's greatest, as --budget takes it (host/cli/run.py).
 MAX_BUDGET_MIN = 24 * 60
@@ -51,7 +52,7 @@ class Estimate:
     checks: tuple[tuple[str, str], ...]  # (name, subject) of each check
     blocks: int  # the first blocks (--rounds), one job
     checks_icount: bool  # the checks run on icount (else the wall clock)
-    factor: float = 1.0  # a host under test's (scenario_costs.HOST_UNDER_TEST_FACTOR)
+    factor: float = 1.0  # a host under test's (block_costs.HOST_UNDER_TEST_FACTOR)
     clock: str = ""  # the run's clock, as the line names it
 
     def of(self, subjects: set[str] | None = None) -> tuple[list[TestCost], int]:
@@ -101,13 +102,13 @@ def estimate(config: RunConfig, block_tests: Iterable[str], checks: Iterable[str
         reference = blocks.row_reference(name)
         on = clock_plan.for_test(reference, config.clock)
         together = slots > 1 and (on_hosts_icount or clock_plan.runs_beside_others(reference, config.clock))
-        tests.append(TestCost(name, subject_of_test(reference), scenario_costs.run_s(reference, on.icount), together))
+        tests.append(TestCost(name, subject_of_test(reference), block_costs.run_s(reference, on.icount), together))
     return Estimate(
         tuple(tests),
         tuple((name, subject_of_test(blocks.row_reference(name))) for name in checks),
         config.rounds,
         config.clock.icount,
-        scenario_costs.HOST_UNDER_TEST_FACTOR if config.hosts else 1.0,
+        block_costs.HOST_UNDER_TEST_FACTOR if config.hosts else 1.0,
         config.clock.label,
     )
 
@@ -154,7 +155,7 @@ def refusal(found: Estimate, budget_min: float, profile: str) -> str | None:
     unmeasured = found.unmeasured()
     what = (
         f"--budget {budget_min:g} min cannot hold this run: {' and '.join(parts)} take about {minutes(total)} on "
-        f"{found.clock} (estimates measured {scenario_costs.MEASURED_ON}, host/core/scenario_costs.py"
+        f"{found.clock} (estimates measured {block_costs.MEASURED_ON}, host/run/block_costs.py"
         + (f"; {len(unmeasured)} test(s) not measured on their clock, not counted" if unmeasured else "")
         + (f"; {found.factor:g} times under a host under test" if found.factor != 1.0 else "")
         + ")"
@@ -201,3 +202,17 @@ def checks_not_run(checks: int, reserve_s: float, budget_min: float, elapsed_s: 
         f"{minutes(max(0.0, left))} of the {budget_min:g} min budget was left (the blocks took "
         f"{minutes(elapsed_s)}); a --budget of {math.ceil((elapsed_s + reserve_s) / 60)} would have held them"
     )
+
+
+def run_checks(
+    config: RunConfig, checks: int, reserve_s: float, elapsed_s: float, run: Callable[[], None], console: Console
+) -> None:
+    """The once-per-arm checks after the looks (``run``), when what is left
+    of the budget holds them; otherwise not run, and why (said, and in
+    until-decided.json)."""
+    why = checks_not_run(checks, reserve_s, config.budget_min, elapsed_s)
+    if why is None:
+        run()
+        return
+    console.print(why, highlight=False, markup=False, soft_wrap=True)
+    look_outputs.note_checks_not_run(config.output, why)

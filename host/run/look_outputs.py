@@ -2,10 +2,9 @@
 a run ended after it (SIGTERM, SIGKILL, an outer ``timeout``) keeps what
 its looks decided: until-decided.json (the looks so far), each arm's
 results.json (its records so far) and comparison.json (the looks'
-decisions, marked unfinished).  Each file is written whole or not at all
-(paths.write_private_atomic); the run's end writes them again, with the
-pages, as a run that was not ended does.  ``python -m
-memqual.lab.comparison_page OUTPUT`` draws comparison.html from them.
+decisions, marked unfinished), each written whole or not at all.  The
+run's end writes them again, with the pages; ``python -m
+memqual.lab.comparison_page OUTPUT`` draws the page of an ended run.
 """
 
 from __future__ import annotations

@@ -278,7 +278,8 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
             config, run_state, job, started, console, reserve_s=reserve_s, at_look=at_look
         )
     if checks:
-        run_checks(config, checks, reserve_s, started, lambda: job("once", 1, 1), console)
+        elapsed = time.monotonic() - started
+        budget.run_checks(config, len(checks), reserve_s, elapsed, lambda: job("once", 1, 1), console)
     results = []
     for a in run_arms:
         results.append(
@@ -307,20 +308,6 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     elif decided == 1:
         console.print("[bold red]a primary metric is slower on B, exit 1[/]", highlight=False)
     return max(exit_status(run_state.jobs, console), decided)
-
-
-def run_checks(
-    config: RunConfig, checks: list[str], reserve_s: float, started: float, run: Callable[[], None], console: Console
-) -> None:
-    """The once-per-arm checks after the looks, when what is left of the
-    budget holds them; otherwise not run, and why (said, and in
-    until-decided.json): a budget is a promise the checks do not break."""
-    why = budget.checks_not_run(len(checks), reserve_s, config.budget_min, time.monotonic() - started)
-    if why is None:
-        run()
-        return
-    console.print(why, highlight=False, markup=False, soft_wrap=True)
-    look_outputs.note_checks_not_run(config.output, why)
 
 
 def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:

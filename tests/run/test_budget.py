@@ -1,7 +1,7 @@
 """A budget is a promise (host/run/budget.py), before the run starts: a
 run whose once-per-arm checks and first blocks cannot fit its --budget is
 refused in one line that names their measured cost
-(host/core/scenario_costs.py) and the --budget or --only that would fit,
+(host/run/block_costs.py) and the --budget or --only that would fit,
 exit 2, with nothing made; the checks that no longer fit after the looks
 are not run.  The run keeping it: tests/run/test_budget_kept.py.  Tests
 listed by hand or by the fake avocado; no guest."""
@@ -16,15 +16,15 @@ from fake_avocado import guest_kernel_args, run_args
 from one_line_errors import assert_one_line_error, in_process
 
 from memqual.host.cli import run as run_command
-from memqual.host.core import clock, scenario, scenario_costs
+from memqual.host.core import clock, scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.nested import parse_host
+from memqual.host.run import block_costs, budget
 from memqual.host.run import blocks as run_blocks
-from memqual.host.run import budget
 
 # Every test of an ab profile's blocks, as avocado names them, and the nine
 # once-per-arm checks of a run of every scenario.
-BLOCK_TESTS = ["e2e/" + ref.replace(":", ".py:", 1) for ref in scenario_costs.COSTS]
+BLOCK_TESTS = ["e2e/" + ref.replace(":", ".py:", 1) for ref in block_costs.COSTS]
 CHECKS = [
     "e2e/test_boot.py:Boot.test_ssh_echo_memory_cpus_drivers",
     "e2e/test_boot.py:Boot.test_guest_kernel_is_the_image_kernel",
@@ -53,8 +53,8 @@ def test_every_block_test_of_the_ab_profile_has_a_measured_cost() -> None:
     """A new scenario's test needs its cost measured, as its primary needs
     its spreads: the estimate counts an unmeasured test as nothing."""
     tested = {row.e2e for row in scenario.table() if "ab" in row.tags and row.e2e}
-    assert tested <= set(scenario_costs.COSTS), tested - set(scenario_costs.COSTS)
-    assert all(c.icount_s is not None for c in scenario_costs.COSTS.values())
+    assert tested <= set(block_costs.COSTS), tested - set(block_costs.COSTS)
+    assert all(c.icount_s is not None for c in block_costs.COSTS.values())
 
 
 @pytest.mark.parametrize(
@@ -110,7 +110,7 @@ def test_the_estimate_is_the_measured_costs_on_each_tests_clock(tmp_path, monkey
     by_test = {run_blocks.row_reference(t.name): t for t in found.tests}
     assert {r for r, t in by_test.items() if t.together} == shared
     one_block = sum(
-        c.icount_s * (1 if ref in shared else 2) for ref, c in scenario_costs.COSTS.items() if c.icount_s
+        c.icount_s * (1 if ref in shared else 2) for ref, c in block_costs.COSTS.items() if c.icount_s
     ) + run_blocks.job_overhead_s(2 * len(BLOCK_TESTS))
     assert found.blocks_s() == pytest.approx(2 * one_block)
     assert found.checks_s() == pytest.approx(run_blocks.checks_reserve_s(9, icount=True))
@@ -118,10 +118,10 @@ def test_the_estimate_is_the_measured_costs_on_each_tests_clock(tmp_path, monkey
     assert 18 * 60 < found.blocks_s() < 21 * 60
     hosted = dataclasses.replace(config, hosts=(parse_host("6.1.0-57-amd64", []),))
     on_host = budget.estimate(hosted, BLOCK_TESTS, CHECKS, slots=2)
-    assert on_host.factor == scenario_costs.HOST_UNDER_TEST_FACTOR
+    assert on_host.factor == block_costs.HOST_UNDER_TEST_FACTOR
     # on icount every test's guests run on hosts under test of their own: A and B side by side
     assert all(t.together for t in on_host.tests)
-    measured = sum(c.icount_s or 0.0 for c in scenario_costs.COSTS.values())
+    measured = sum(c.icount_s or 0.0 for c in block_costs.COSTS.values())
     assert on_host.blocks_s() == pytest.approx(2 * (4 * measured + run_blocks.job_overhead_s(2 * len(BLOCK_TESTS))))
 
 

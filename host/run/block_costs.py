@@ -1,16 +1,11 @@
 """What one run of each scenario's e2e test costs in wall time in an A/B's
 blocks (the ab profile), on the wall clock and on icount: measured
-figures, keyed by the test the scenario rows name (``Scenario.e2e``,
-``test_file_stem:Class.method``).  ``memqual run --until-decided`` reads
-them before it starts, to say when its budget cannot hold its once-per-arm
-checks and first blocks (host/run/budget.py); once running, it times its
-own blocks instead.
+estimates, keyed by the test the scenario rows name (``Scenario.e2e``),
+beside the checks' and the jobs' costs (host/run/blocks.py).
+``memqual run --until-decided`` reads them before it starts
+(host/run/budget.py); once running, it times its own blocks instead.
 
-They are estimates: Avocado's seconds a run (the guest's cold boot and
-the lock's wait in them), the median over one run's runs, on this 2-core
-TCG host when quiet.  A loaded host took 1.3-3.5 times as long
-(docs/ab-calibration.md, "A block of every scenario on icount"), so a
-budget they say is too short is too short on any load here.
+Why it is built so: docs/architecture.md, "Module notes", host/run/block_costs.py.
 """
 
 from __future__ import annotations
