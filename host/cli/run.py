@@ -208,6 +208,7 @@ def run_accel(config: RunConfig) -> tuple[str, str]:
         return "tcg", "the host under test runs under TCG"
     if config.clock.icount or config.clock.auto:
         return "tcg", f"--clock {config.clock.label} needs TCG"
+    # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.core import probe
 
     return probe.cached_accel() or probe.resolve_accel("auto")
@@ -237,6 +238,7 @@ def clock_lines(config: RunConfig, chosen: clock.Default) -> list[str]:
     lines.append(f"  why {config.clock.label}: {chosen.why}")
     if not config.clock.auto:
         return [*lines, f"  every scenario on {config.clock.label}"]
+    # imported here, not at the top: the plan reads the judge's primaries, which only a plan needs
     from memqual.host.judge import clock_plan
 
     return [
