@@ -19,7 +19,7 @@ from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.profiles import AB, AB_TAG
 from memqual.host.judge import clock_plan
-from memqual.host.run import block_costs, blocks, look_outputs
+from memqual.host.run import block_costs, blocks
 from memqual.host.run.config import RunConfig
 
 if TYPE_CHECKING:
@@ -206,13 +206,13 @@ def checks_not_run(checks: int, reserve_s: float, budget_min: float, elapsed_s: 
 
 def run_checks(
     config: RunConfig, checks: int, reserve_s: float, elapsed_s: float, run: Callable[[], None], console: Console
-) -> None:
+) -> str | None:
     """The once-per-arm checks after the looks (``run``), when what is left
-    of the budget holds them; otherwise not run, and why (said, and in
-    until-decided.json)."""
+    of the budget holds them; otherwise not run, said, and why returned
+    (for until-decided.json).  None when they ran."""
     why = checks_not_run(checks, reserve_s, config.budget_min, elapsed_s)
     if why is None:
         run()
-        return
+        return None
     console.print(why, highlight=False, markup=False, soft_wrap=True)
-    look_outputs.note_checks_not_run(config.output, why)
+    return why

@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from memqual.host.core import record
-from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.judge import ab_outcome
 from memqual.host.judge.results import write_results
+from memqual.host.judge.sequential_run import SequentialRun
+from memqual.host.judge.until_decided import LookResult
 from memqual.host.run.config import Arm, JobOutcome, RunConfig, TestOutcome
 from memqual.host.run.outputs import arm_results
 
@@ -38,28 +40,22 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     write_private_atomic(path, (json.dumps(data, indent=2) + "\n").encode(), 0o644)
 
 
-def write_look(
-    config: RunConfig,
-    arms: tuple[Arm, Arm],
-    run: RunSoFar,
-    summary: dict[str, Any],
-    status: int,
-    levels: tuple[float, float],
-) -> None:
-    """The decisions of the look just taken, on disk: ``summary`` (the
-    looks so far, as until-decided.json has them) first, the cheapest and
-    what decides; then each arm's results.json of its records so far, and
-    comparison.json of the looks' decisions (``status``: their exit
-    status) at ``levels`` (threshold, alpha).  No page is drawn and
-    nothing printed: a look costs the run its time."""
-    # lazy: the comparison brings numpy and scipy (~300 ms); only a run's looks and its end compare
-    from memqual.host.judge import decisions
-    from memqual.host.judge.comparison import compare_results
+def write_summary(output: Path, looks: SequentialRun) -> None:
+    """until-decided.json: ``looks`` as they are now."""
+    write_json(output / SUMMARY, looks.to_json())
 
-    write_json(config.output / SUMMARY, summary)
+
+def write_look(config: RunConfig, arms: tuple[Arm, Arm], run: RunSoFar, looks: SequentialRun, now: LookResult) -> None:
+    """The decisions of the look just taken (``now``), on disk: the looks
+    so far (``looks``, unfinished) as until-decided.json first, the
+    cheapest and what decides; then each arm's results.json of its
+    records so far, and comparison.json of the outcome so far, built from
+    that look's comparison (host/judge/ab_outcome.py, ``at_look``).  No
+    page is drawn, nothing printed and nothing compared again: a look
+    costs the run its time."""
+    write_summary(config.output, looks)
     if not run.jobs:
         return
-    results = []
     for arm in arms:
         found = arm_results(
             record.merge_rounds(run.of_arm(arm.label)),
@@ -73,40 +69,14 @@ def write_look(
         )
         (config.output / arm.label).mkdir(parents=True, exist_ok=True)
         write_results(found, config.output / arm.label / "results.json")
-        results.append(found)
-    threshold, alpha = levels
-    try:
-        result = compare_results(
-            results[0], results[1], threshold=threshold, alpha=alpha, across_hosts=arms[0].host != arms[1].host
-        )
-    except BadInput:
-        return  # the arms cannot be compared: until-decided.json holds what the looks said
-    table = decisions.sequential(result, summary, status)
+    outcome = ab_outcome.at_look(now, looks)
     write_json(
         config.output / COMPARISON,
         {
-            "finished": False,
-            "note": f"written at look {summary.get('looks')} of a run still going: the decisions of its looks so "
+            **outcome.to_json(),
+            "note": f"written at look {now.look.look} of a run still going: the decisions of its looks so "
             "far; the run's end writes this file again, whole",
-            "decided_by": table.decided_by,
-            "exit_status": table.exit_status,
-            "host_drifted": table.host_drifted,
-            "threshold": result.threshold,
-            "alpha": result.alpha,
-            "decisions": table.to_json(),
             "a": str(config.output / "A" / "results.json"),
             "b": str(config.output / "B" / "results.json"),
         },
     )
-
-
-def note_checks_not_run(output: Path, why: str) -> None:
-    """Add to until-decided.json why the once-per-arm checks were not run."""
-    path = output / SUMMARY
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    if isinstance(summary, dict):
-        summary["checks"] = {"run": False, "why": why}
-        write_json(path, summary)

@@ -23,6 +23,8 @@ from fake_tracker import FakeTracker
 from rich.console import Console
 
 from memqual.host.cli import run as run_command
+from memqual.host.judge.sequential_run import SequentialRun
+from memqual.host.judge.until_decided import Tracker
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
@@ -69,10 +71,22 @@ def _run(tmp_path: Path, *extra: str) -> tuple[int, str]:
 
 def test_checks_that_no_longer_fit_are_not_run_and_say_why(tmp_path, fake, tracker, monkeypatch):
     """The checks' reserve is past what is left after the looks: they are
-    skipped, the run says so and until-decided.json keeps why."""
+    skipped, the run says so and until-decided.json keeps why (written
+    from the looks, not read back)."""
     monkeypatch.setattr(run_blocks, "CHECK_RUN_S", 3600.0)
     fake.plan(tests=PLAN)
-    status, out = _run(tmp_path, "--until-decided", "--budget", "20")
+    read_back: list[str] = []
+    read_text = Path.read_text
+
+    def read(path, *args, **kwargs):
+        if path.name == "until-decided.json":
+            read_back.append(str(path))
+        return read_text(path, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "read_text", read)
+        status, out = _run(tmp_path, "--until-decided", "--budget", "20")
+    assert read_back == []
     assert status == 0
     assert not any("kernel-checks" in a for c in fake.calls() for a in c["argv"])
     assert "the 1 once-per-arm checks were not run" in out
@@ -119,17 +133,41 @@ def test_each_look_leaves_its_decisions_on_disk(tmp_path, fake, tracker, monkeyp
     assert "finished" not in json.loads((tmp_path / "out" / "comparison.json").read_text())
 
 
+@pytest.mark.parametrize(
+    ("finished", "why"),
+    [(True, ""), (False, ""), (True, "the 1 once-per-arm checks were not run: they take about 60.0 min")],
+)
+def test_the_looks_file_says_whether_the_run_finished_and_why_checks_were_not_run(finished, why):
+    """until-decided.json of a look (unfinished) or of the end, with the
+    checks the budget left out, gives the same back to another process."""
+    tracker = Tracker(threshold=0.05, alpha=0.01)
+    looks = SequentialRun(tracker, "stopped", 20.0, 2, finished=finished, checks_not_run=why)
+    data = json.loads(json.dumps(looks.to_json()))
+    assert data["finished"] is finished and ("checks" in data) == bool(why)
+    back = SequentialRun.from_json(data)
+    assert (back.finished, back.checks_not_run) == (finished, why)
+
+
+# The fake tracker's decisions, with each look's comparison made as a
+# Tracker makes it: the interim comparison.json is built from that one.
 KILLED_RUN = textwrap.dedent(
     """\
-    import io, pathlib, sys
+    import dataclasses, io, pathlib, sys
     from rich.console import Console
     from fake_avocado import guest_kernel_args, run_args
     from fake_tracker import FakeTracker
     from memqual.host.cli import run as run_command
+    from memqual.host.judge import until_decided
     from memqual.host.run import job as runjob
     from memqual.host.run import rounds as run_rounds
 
-    run_rounds.make_tracker = lambda config=None: FakeTracker()
+    class Comparing(FakeTracker):
+        def update(self, look, records_a, records_b, fraction=1.0):
+            found = super().update(look, records_a, records_b, fraction)
+            now = until_decided.decisions(records_a, records_b, threshold=self.threshold, alpha=self.alpha)
+            return dataclasses.replace(found, compared=tuple(now))
+
+    run_rounds.make_tracker = lambda config=None: Comparing()
     run_rounds.prebuild = lambda kernels, console: None
     tmp = pathlib.Path(sys.argv[1])
     args = run_args(tmp, *guest_kernel_args(tmp), "--until-decided")
