@@ -5,6 +5,7 @@ unprivileged user, cached (memqual.images.kernel_build)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
-from memqual.host.cli.run import config_from_args, output_directory
+from memqual.host.cli.run import config_from_args, output_directory, planned
 from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
@@ -224,7 +225,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     # hour: the same checks, with this file standing in for both kernels.
 
     stand_in = Path(__file__)
-    config_from_args(
+    checked = config_from_args(
         argparse.Namespace(
             **{
                 **vars(args),
@@ -240,6 +241,9 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
         return 0  # before any build: no guest kernel can differ
     # a scope names tests below the tests' folder (--tests naming one file: no scope)
     args.test_scope = scope.test_scope(tests_prefix(Path(args.tests))) if Path(args.tests).is_dir() else None
+    if args.until_decided:
+        # a budget that cannot hold the run is refused before builds that may take an hour
+        planned(args, dataclasses.replace(checked, scope=args.test_scope))
     left_out, tag = controls_left_out(args.only or ())
     if left_out:
         # said before the builds: the run's verdicts would rest on the

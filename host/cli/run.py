@@ -24,7 +24,8 @@ from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.core.trust import check_loaded, check_output_dir
 from memqual.host.judge.verdicts import DEFAULT_ALPHA
-from memqual.host.run import job
+from memqual.host.run import budget, job
+from memqual.host.run.avocado import list_tests
 from memqual.host.run.blocks import arm_axes
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
 from memqual.images.kernel import read_release
@@ -193,12 +194,65 @@ def ab_budget(args: argparse.Namespace, two_arms: bool) -> float:
 
 
 def run_clock(asked: str | None) -> Clock:
-    """--clock, else the default for this run (memqual.host.core.clock.default)."""
-    return clock.parse(asked) if asked else clock.default()
+    """--clock as asked, else the wall clock until ``choose_clock`` gives
+    the run its default (it needs the accelerator, which ``main`` probes)."""
+    return clock.parse(asked) if asked else clock.WALL_CLOCK
+
+
+def run_accel(config: RunConfig) -> tuple[str, str]:
+    """What the run's guests run under, and why: TCG under a host under
+    test (L1 is a TCG guest) or on an icount clock; else the KVM probe's
+    answer (its cached one, else one boot under KVM, as the first guest
+    would make)."""
+    if config.hosts:
+        return "tcg", "the host under test runs under TCG"
+    if config.clock.icount or config.clock.auto:
+        return "tcg", f"--clock {config.clock.label} needs TCG"
+    # imported here, not at the top: keeps `memqual --help` fast
+    from memqual.host.core import probe
+
+    return probe.cached_accel() or probe.resolve_accel("auto")
+
+
+def choose_clock(asked: str | None, arms: int, accel: tuple[str, str]) -> clock.Default:
+    """The run's clock and why: --clock when given (it always wins), else
+    the default of ``arms`` arms on ``accel`` (accelerator, why), which is
+    auto for two arms under TCG (memqual.host.core.clock.default)."""
+    if asked:
+        found = clock.parse(asked)
+        return clock.Default(found, f"--clock {found.label} given")
+    chosen = clock.default(arms, accel[0])
+    return chosen if arms != 2 else clock.Default(chosen.clock, f"{chosen.why} ({accel[1]})")
+
+
+def clock_lines(config: RunConfig, chosen: clock.Default) -> list[str]:
+    """The run's header about its clock: what it reads, why it is this
+    one, and which clock each scenario gets."""
+    if config.hosts and config.clock.icount:
+        lines = [
+            f"clock: {config.clock.label}: guest-timed figures are the host under test's instructions x "
+            f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them"
+        ]
+    else:
+        lines = [f"clock: {config.clock.describe()}"]
+    lines.append(f"  why {config.clock.label}: {chosen.why}")
+    if not config.clock.auto:
+        return [*lines, f"  every scenario on {config.clock.label}"]
+    # imported here, not at the top: the plan reads the judge's primaries, which only a plan needs
+    from memqual.host.judge import clock_plan
+
+    return [
+        *lines,
+        "  the plan: each primary on the clock whose measured block spread (its scenario row) decides it "
+        "in fewer blocks",
+        *clock_plan.describe(config.clock),
+        "  the once-per-arm checks: wall (they decide nothing)",
+    ]
 
 
 RUN_CLOCK_DEFAULT = (
-    "default: wall; icount counts guest instructions, so guest-timed figures no host load moves "
+    "default: auto for two arms under TCG (a host under test included), wall under KVM and for one arm; "
+    "icount counts guest instructions, so guest-timed figures no host load moves "
     "(TCG only; see docs/ab-runs.md, 'The clock')"
 )
 
@@ -282,13 +336,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--until-decided",
         action="store_true",
         help="two arms: after the --rounds blocks, add blocks only for the tests whose scenarios have an "
-        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json",
+        "undecided primary, until every primary is decided or the budget is spent; OUTPUT/until-decided.json, "
+        "comparison.json and each arm's results.json are written at every look, so a run ended keeps them",
     )
     parser.add_argument(
         "--budget",
         type=float,
         metavar="MINUTES",
-        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g})",
+        help=f"wall time of a run with --until-decided (default {UNTIL_DECIDED_BUDGET_MIN:g}), a promise: a budget "
+        "its once-per-arm checks and first blocks cannot fit is refused before anything starts (their measured "
+        "cost, and the --budget or --only that would fit); no block starts that cannot end inside it, and checks "
+        "that no longer fit are not run (said, with why)",
     )
     parser.add_argument(
         "--threshold",
@@ -345,9 +403,24 @@ def resolve_qemus(
     return choices
 
 
+def planned(args: argparse.Namespace, config: RunConfig) -> tuple[RunConfig, clock.Default]:
+    """The run on its clock (asked, else its default), refused in one line
+    when --until-decided's budget cannot hold its checks and first blocks
+    (host/run/budget.py): all before anything is built or written."""
+    arms, asked = len(config.axes), getattr(args, "clock", None)
+    # Only a two-arm run's default or its budget's estimate reads the accelerator.
+    accel = run_accel(config) if arms == 2 and (not asked or config.until_decided) else ("", "")
+    chosen = choose_clock(asked, arms, accel)
+    config = dataclasses.replace(config, clock=chosen.clock)
+    budget.refuse_unfit(config, accel[0], list_tests)
+    return config, chosen
+
+
 def main(args: argparse.Namespace) -> int:
-    config = run_host(config_from_args(args))
-    vcpus = nested.host_vcpus(SCENARIO_VCPUS, config.clock) if config.hosts else SCENARIO_VCPUS
+    config, chosen = planned(args, config_from_args(args))
+    config = run_host(config)
+    # Under auto the host under test's icount guests run one vCPU, its wall ones two.
+    vcpus = nested.host_vcpus(SCENARIO_VCPUS, config.clock.strictest()) if config.hosts else SCENARIO_VCPUS
     config = dataclasses.replace(config, qemus=resolve_qemus(getattr(args, "qemu", None), config.clock, vcpus))
     # The scenarios (and a lab host's tasks) read the clock from here.
     clock.put(config.clock)
@@ -356,27 +429,11 @@ def main(args: argparse.Namespace) -> int:
     # fake jobs with stand-in kernels), a user's command line may not.
     check_guest_files(config)
     # After the checks: bad input is one line and nothing else.
-    if config.hosts and config.clock.icount:
-        print(
-            f"clock: {config.clock.label}: guest-timed figures are the host under test's instructions x "
-            f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them",
-            file=sys.stderr,
-        )
-    else:
-        print(f"clock: {config.clock.describe()}", file=sys.stderr)
+    for line in clock_lines(config, chosen):
+        print(line, file=sys.stderr)
     for index, host in enumerate(config.hosts):
         which = "every guest of both arms" if len(config.hosts) == 1 else f"arm {'AB'[index]}'s guests"
         print(f"host: {host.label('tcg')}, {which} (docs/host-under-test.md)", file=sys.stderr)
-    if config.clock.auto:
-        from memqual.host.judge import clock_plan
-
-        print(
-            "the plan: each primary on the clock whose measured block spread (its scenario row) decides it "
-            "in fewer blocks",
-            file=sys.stderr,
-        )
-        for line in clock_plan.describe(config.clock):
-            print(line, file=sys.stderr)
     return job.run(config)
 
 

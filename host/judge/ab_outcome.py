@@ -4,7 +4,8 @@ with --until-decided the looks that decided.  ``memqual compare``, a
 two-arm ``memqual run`` and the lab's page again all build it here, from
 the runs' results (and a run's looks); comparison.json is its
 serialization, and the terminal table and comparison.html render it and
-decide nothing.
+decide nothing.  While a run is still looking, each look's outcome so far
+is built from that look's own comparison (``at_look``), never a second.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from memqual.host.judge.comparison import RunComparison, compare_runs
 from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.results import Results
 from memqual.host.judge.sequential_run import SequentialRun
+from memqual.host.judge.until_decided import LookResult
 from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 DESCRIPTIVE_NOTE = (
@@ -31,7 +33,8 @@ class ABOutcome:
     """What an A/B decided and on what."""
 
     # The whole of both runs compared at alpha: after the looks of
-    # --until-decided only a description, which sets no exit status.
+    # --until-decided only a description, which sets no exit status.  Of
+    # a run still looking (``looks`` unfinished), its last look's.
     comparison: RunComparison
     table: decisions.DecidingTable
     power: control_power.ControlPower
@@ -49,16 +52,14 @@ class ABOutcome:
     def to_json(self) -> dict[str, Any]:
         """comparison.json (without the run's own record: its arms, its files, its patch)."""
         power = {**self.power.to_json(), "look": self.power_look}
-        full = self.comparison.to_json()
         if self.looks is None:
             return {
-                **full,
+                **self.comparison.to_json(),
                 "decided_by": self.table.decided_by,
                 "decisions": self.table.to_json(),
                 "control_power": power,
             }
-        status = full.pop("exit_status")
-        return {
+        decided = {
             "decided_by": self.table.decided_by,
             "exit_status": int(self.exit_status),
             "host_drifted": self.table.host_drifted,
@@ -66,8 +67,13 @@ class ABOutcome:
             "alpha": self.comparison.alpha,
             "decisions": self.table.to_json(),
             "control_power": power,
-            "descriptive": {"note": DESCRIPTIVE_NOTE, "would_have_exited": status, **full},
         }
+        if not self.looks.finished:
+            # No whole run compared yet: the look's figures are its rows.
+            return {"finished": False, **decided}
+        full = self.comparison.to_json()
+        status = full.pop("exit_status")
+        return {**decided, "descriptive": {"note": DESCRIPTIVE_NOTE, "would_have_exited": status, **full}}
 
 
 def decide(
@@ -87,6 +93,26 @@ def decide(
         at = [(c.look, c.blocks, c.alpha) for c in looks.control_looks]
         look, power = control_power.over_looks(designs, at, threshold=result.threshold, trials=trials)
     power = control_power.with_blocks_needed(power, designs, threshold=result.threshold)
+    return ABOutcome(result, table, power, look, looks)
+
+
+def at_look(now: LookResult, looks: SequentialRun) -> ABOutcome:
+    """The outcome so far of a run still looking (``looks``, unfinished),
+    from the comparison of the look just taken (``now``): its decisions,
+    and the controls' power at that look alone (the best look's, and the
+    blocks that would reach the target, are the run's end's).  Compares
+    nothing again."""
+    result = RunComparison(
+        metrics=list(now.compared),
+        claims=[],
+        environment={},
+        threshold=looks.tracker.threshold,
+        alpha=looks.tracker.alpha,
+        clock=next((m.clock for m in now.compared if m.clock), ""),
+    )
+    table = decisions.sequential(result, looks)
+    at = [(c.look, c.blocks, c.alpha) for c in looks.control_looks if c.look == now.look.look]
+    look, power = control_power.over_looks(control_power.designs_of(result.metrics), at, threshold=result.threshold)
     return ABOutcome(result, table, power, look, looks)
 
 

@@ -1,9 +1,10 @@
 """What the looks of one ``memqual run --until-decided`` did: the Tracker's
 decisions (host/judge/until_decided.py) and the run's part of them (the
 blocks added after each look, when each look fell, the controls' blocks,
-why it stopped).  until-decided.json is its serialization; a finished
-run's file is read back only by another process (the lab's page again),
-never by the run that wrote it.
+why it stopped).  until-decided.json is its serialization, written at
+each look (unfinished) and at the run's end; the file is read back only
+by another process (the lab's page again), never by the run that wrote
+it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ class SequentialRun:
     min_control_blocks: int = 0
     control_looks: tuple[ControlLook, ...] = ()
     wall_s: float = 0.0
+    # False while the run is still looking: what its looks so far decided,
+    # kept on disk for a run ended before its end (host/run/look_outputs.py).
+    finished: bool = True
+    # Why the once-per-arm checks after the looks were not run (the budget
+    # left could not hold them); empty when they ran or there were none.
+    checks_not_run: str = ""
 
     @property
     def exit_status(self) -> ExitStatus:
@@ -112,6 +119,8 @@ class SequentialRun:
                 "looks": [c.to_json() for c in self.control_looks],
             },
             "wall_s": self.wall_s,
+            "finished": self.finished,
+            **({"checks": {"run": False, "why": self.checks_not_run}} if self.checks_not_run else {}),
         }
 
     @classmethod
@@ -133,6 +142,8 @@ class SequentialRun:
                 min_control_blocks=int(controls.get("min_blocks") or 0),
                 control_looks=tuple(ControlLook.from_json(x) for x in controls.get("looks") or ()),
                 wall_s=float(data.get("wall_s") or 0.0),
+                finished=bool(data.get("finished", True)),
+                checks_not_run=str((data.get("checks") or {}).get("why") or ""),
             )
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise BadInput(f"{where}: not the JSON memqual run writes ({type(exc).__name__}: {exc})") from None

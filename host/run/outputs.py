@@ -73,11 +73,35 @@ def write_arm_outputs(
     number of the job that ran each) that wrote them; ``qemu`` and
     ``label``: an A/B arm's QEMU and name where its kernel does not say."""
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
-    from memqual.host.judge import claims
     from memqual.host.report import report, terminal
 
     for problem in problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
+    results = arm_results(records, problems, tests, jobs, config, kernel, qemu, label)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_results(results, out_dir / "results.json")
+    report.write_html(results, out_dir / "report.html")
+    terminal.print_tables(results, console)
+    console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
+    return results
+
+
+def arm_results(
+    records: list[record.Measurement],
+    problems: list[str],
+    tests: list[tuple[int, TestOutcome]],
+    jobs: list[JobOutcome],
+    config: RunConfig,
+    kernel: GuestKernel | None,
+    qemu: QemuChoice | None = None,
+    label: str = "",
+) -> Results:
+    """One arm's Results (claims judged, the run's facts) from its merged
+    records and tests: what write_arm_outputs writes, and what an A/B
+    writes at each look without its pages."""
+    # lazy: the claims bring numpy and scipy (~300 ms); only a run's looks and its end judge them
+    from memqual.host.judge import claims
+
     skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
     verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
@@ -112,11 +136,6 @@ def write_arm_outputs(
     if kernel is not None and env.get("guest_kernel_sha256") is None:
         env["guest_kernel_sha256"] = kernel.sha256
         env.setdefault("environment_sources", {})["guest_kernel_sha256"] = "the --guest-kernel file (no record said)"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_results(results, out_dir / "results.json")
-    report.write_html(results, out_dir / "report.html")
-    terminal.print_tables(results, console)
-    console.print(f"wrote {out_dir / 'results.json'} and {out_dir / 'report.html'}", highlight=False)
     return results
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import record
@@ -22,9 +23,9 @@ from memqual.host.judge.ab_outcome import of_results
 from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.primaries import is_control
 from memqual.host.judge.sequential_run import AddedBlock, ControlLook, SequentialRun
-from memqual.host.judge.until_decided import Tracker
+from memqual.host.judge.until_decided import LookResult, Tracker
 from memqual.host.report.compare_text import print_comparison
-from memqual.host.run import blocks
+from memqual.host.run import blocks, budget, look_outputs
 from memqual.host.run.avocado import list_tests
 from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
@@ -251,11 +252,16 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     job("blocks", 1, config.rounds)
     run_state.blocks = config.rounds
     looks: SequentialRun | None = None
+    reserve_s = 0.0
     if config.until_decided:
         reserve_s = blocks.checks_reserve_s(len(checks or ()), config.clock.icount)
-        looks = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s)
+
+        def at_look(so_far: SequentialRun, now: LookResult) -> None:
+            look_outputs.write_look(config, run_arms, run_state, so_far, now)
+
+        looks = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s, at_look=at_look)
     if checks:
-        job("once", 1, 1)
+        looks = checks_in_budget(config, len(checks), reserve_s, started, lambda: job("once", 1, 1), console, looks)
     results = []
     for a in run_arms:
         results.append(
@@ -284,6 +290,26 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     return max(exit_status(run_state.jobs, console), int(decided))
 
 
+def checks_in_budget(
+    config: RunConfig,
+    checks: int,
+    reserve_s: float,
+    started: float,
+    run: Callable[[], None],
+    console: Console,
+    looks: SequentialRun | None,
+) -> SequentialRun | None:
+    """The once-per-arm checks after the looks (``run``), when what is left
+    of the budget holds them (host/run/budget.py); when not, the ``looks``
+    say why, in until-decided.json too."""
+    why = budget.run_checks(config, checks, reserve_s, time.monotonic() - started, run, console)
+    if why is None or looks is None:
+        return looks
+    looks = dataclasses.replace(looks, checks_not_run=why)
+    look_outputs.write_summary(config.output, looks)
+    return looks
+
+
 def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
@@ -302,7 +328,13 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
 
 
 def add_blocks_until_decided(
-    config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Console, reserve_s: float = 0.0
+    config: RunConfig,
+    run_state: BlockedRun,
+    job: Any,
+    started: float,
+    console: Console,
+    reserve_s: float = 0.0,
+    at_look: Callable[[SequentialRun, LookResult], None] | None = None,
 ) -> SequentialRun:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
@@ -311,7 +343,10 @@ def add_blocks_until_decided(
     (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
     (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
-    is the rest.  What the looks did, for the run's outcome."""
+    is the rest.  ``at_look`` is given the looks so far (unfinished) and
+    the look just taken after each look (host/run/look_outputs.py writes
+    them), so that a run ended later keeps what its looks decided.  What
+    the looks did, for the run's outcome."""
     tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
@@ -340,6 +375,24 @@ def add_blocks_until_decided(
     added: list[AddedBlock] = []
     look_wall_s: list[float] = []  # when each look fell: a decision's time is its look's
     told: set[str] = set()  # the scenarios already said to be left out
+
+    def so_far(stopped: str, finished: bool) -> SequentialRun:
+        return SequentialRun(
+            tracker=tracker,
+            stopped=stopped,
+            budget_min=config.budget_min,
+            blocks=run_state.blocks,
+            added=tuple(added),
+            look_wall_s=tuple(look_wall_s),
+            checks_reserved_s=round(reserve_s, 1),
+            control_tests=tuple(sorted(controls)),
+            control_blocks=control_blocks,
+            min_control_blocks=MIN_CONTROL_BLOCKS,
+            control_looks=tuple(control_looks),
+            wall_s=round(time.monotonic() - started, 1),
+            finished=finished,
+        )
+
     while True:
         elapsed = time.monotonic() - started
         last = elapsed + block_s(running) > budget_s
@@ -357,6 +410,8 @@ def add_blocks_until_decided(
         )
         if controls:
             control_looks.append(ControlLook(look, control_blocks, level))
+        if at_look is not None:
+            at_look(so_far(f"not finished: look {look} was the last taken", False), now)
         if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
             found = controls_power_now(list(now.compared), level)
             if found.sufficient:
@@ -407,23 +462,8 @@ def add_blocks_until_decided(
             )
         )
         look += 1
-    looks = SequentialRun(
-        tracker=tracker,
-        stopped=stopped,
-        budget_min=config.budget_min,
-        blocks=run_state.blocks,
-        added=tuple(added),
-        look_wall_s=tuple(look_wall_s),
-        checks_reserved_s=round(reserve_s, 1),
-        control_tests=tuple(sorted(controls)),
-        control_blocks=control_blocks,
-        min_control_blocks=MIN_CONTROL_BLOCKS,
-        control_looks=tuple(control_looks),
-        wall_s=round(time.monotonic() - started, 1),
-    )
-    write_private_atomic(
-        config.output / "until-decided.json", (json.dumps(looks.to_json(), indent=2) + "\n").encode(), 0o644
-    )
+    looks = so_far(stopped, True)
+    look_outputs.write_summary(config.output, looks)
     console.print(
         f"until decided: {run_state.blocks} block(s), {stopped}", highlight=False, markup=False, soft_wrap=True
     )

@@ -6,6 +6,7 @@ the job's environment, and the refusal to compare two clocks."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import json
 import math
@@ -106,8 +107,18 @@ def test_under_icount_the_guest_is_told_its_tsc_ticks_once_a_nanosecond(monkeypa
     assert "tsc_early_khz=1000000" in words and "tsc_early_khz=2500000" not in words
 
 
-def test_defaults_wall_on_every_accelerator_until_an_icount_ab_decides_in_its_budget() -> None:
-    assert clock.default() == clock.WALL_CLOCK  # icount is asked for (docs/ab-calibration.md, "Which clock")
+@pytest.mark.parametrize(
+    ("arms", "accel", "expected", "why"),
+    [
+        (2, "tcg", clock.Clock(clock.AUTO, clock.DEFAULT_SHIFT), "two-arm run under TCG"),
+        (2, "kvm", clock.WALL_CLOCK, "under KVM, where icount cannot run"),
+        (1, "tcg", clock.WALL_CLOCK, "one-arm run"),
+        (1, "kvm", clock.WALL_CLOCK, "one-arm run"),
+    ],
+)
+def test_a_two_arm_run_under_tcg_defaults_to_the_plan_and_the_rest_to_wall(arms, accel, expected, why) -> None:
+    found = clock.default(arms, accel)
+    assert found.clock == expected and why in found.why
 
 
 def test_a_deadline_for_guest_work_grows_under_icount_and_stays_finite() -> None:
@@ -233,17 +244,81 @@ def test_compare_refuses_two_clocks_in_one_line_and_takes_no_clock_as_wall() -> 
     check_comparable(_results("icount:4"), _results("icount:4"))
 
 
-def test_run_defaults_wall_and_takes_icount_when_asked(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
-    kernels = guest_kernel_args(tmp_path)
-    # icount is asked for until an icount A/B has run to a decision (clock.default)
-    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "icount")).clock == clock.icount()
-    assert run_command.config_from_args(run_args(tmp_path)).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(run_args(tmp_path, *kernels, "--clock", "wall")).clock == clock.WALL_CLOCK
-    assert run_command.config_from_args(run_args(tmp_path, "--clock", "icount:2")).clock == clock.icount(2)
+@pytest.mark.parametrize(
+    ("kernels", "asked", "accel", "expected"),
+    [
+        (2, None, "tcg", "auto:4"),  # two arms under TCG: the plan
+        (2, None, "kvm", "wall"),
+        (0, None, "tcg", "wall"),  # one arm: about time
+        (2, "icount", "tcg", "icount:4"),  # an explicit --clock wins
+        (2, "wall", "tcg", "wall"),
+        (0, "icount:2", "tcg", "icount:2"),
+        (2, "auto:2", "tcg", "auto:2"),
+    ],
+)
+def test_run_takes_its_clock_when_asked_else_its_default_per_arms_and_accelerator(
+    tmp_path, monkeypatch, kernels, asked, accel, expected
+) -> None:
+    probed: list[str] = []
+
+    def run_accel(config):
+        probed.append(accel)
+        return accel, f"{accel} here"
+
+    monkeypatch.setattr(run_command, "run_accel", run_accel)
+    monkeypatch.setattr(run_command.budget, "refuse_unfit", lambda *a: None)
+    argv = [*(guest_kernel_args(tmp_path) if kernels else []), *(["--clock", asked] if asked else [])]
+    args = run_args(tmp_path, *argv)
+    config, chosen = run_command.planned(args, run_command.config_from_args(args))
+    assert config.clock.label == expected
+    assert chosen.why == (
+        f"--clock {expected} given"
+        if asked
+        else clock.default(max(kernels, 1), accel).why + (f" ({accel} here)" if kernels == 2 else "")
+    )
+    # the accelerator is probed only where the default needs it: two arms, no --clock
+    assert probed == ([accel] if kernels == 2 and not asked else [])
+
+
+def test_the_accelerator_of_a_run_is_tcg_under_a_host_or_icount_else_the_probes(tmp_path, monkeypatch) -> None:
+    from memqual.host.core.nested import parse_host
+
+    monkeypatch.setattr(probe, "cached_accel", lambda: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("kvm", "KVM boots Linux"))
-    assert run_command.config_from_args(run_args(tmp_path, *kernels)).clock == clock.WALL_CLOCK
+    config = run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path)))
+    assert run_command.run_accel(config) == ("kvm", "KVM boots Linux")
+    monkeypatch.setattr(probe, "cached_accel", lambda: ("tcg", "TCG because no KVM"))
+    assert run_command.run_accel(config) == ("tcg", "TCG because no KVM")
+    hosted = dataclasses.replace(config, hosts=(parse_host("6.1.0-57-amd64", []),))
+    assert run_command.run_accel(hosted)[0] == "tcg"
+    assert run_command.run_accel(dataclasses.replace(config, clock=clock.icount()))[0] == "tcg"
+
+
+@pytest.mark.parametrize(
+    ("plan", "why", "expected"),
+    [
+        (
+            "auto:4",
+            "the default of a two-arm run under TCG",
+            ["why auto:4: the default", "the plan:", ": icount:4 (", ": wall (", "the once-per-arm checks: wall"],
+        ),
+        ("wall", "the default of a two-arm run under KVM", ["why wall: the default", "every scenario on wall"]),
+        ("icount:4", "--clock icount:4 given", ["why icount:4: --clock icount:4 given", "every scenario on icount:4"]),
+    ],
+)
+def test_the_header_says_which_clock_each_scenario_got_and_why(tmp_path, plan, why, expected) -> None:
+    config = dataclasses.replace(
+        run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path))), clock=clock.parse(plan)
+    )
+    lines = run_command.clock_lines(config, clock.Default(config.clock, why))
+    assert lines[0].startswith(f"clock: {plan}: ")
+    text = "\n".join(lines)
+    for fragment in expected:
+        assert fragment in text
+    if config.clock.auto:
+        # each primary's line names its scenario and the clock it got
+        assert any("balloon.inflate" in line and "icount:4" in line for line in lines)
+        assert any("ksm.merge" in line and "wall" in line for line in lines)
 
 
 @pytest.mark.parametrize(

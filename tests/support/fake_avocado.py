@@ -44,6 +44,16 @@ FAKE_AVOCADO = textwrap.dedent(
     env = {{k: v for k, v in os.environ.items() if k.startswith("MEMQUAL_")}}
     with open(os.environ["FAKE_CALLS"], "a") as calls:
         calls.write(json.dumps({{"argv": argv, "env": env}}) + "\\n")
+    if plan.get("hang_at_call"):
+        # A job that never ends (a guest that hangs): says its pid in
+        # $FAKE_HANG, then waits to be ended with the run.
+        with open(os.environ["FAKE_CALLS"]) as calls:
+            number = sum(1 for _ in calls)
+        if number == plan["hang_at_call"]:
+            with open(os.environ["FAKE_HANG"], "w") as out:
+                out.write("%d\\n" % os.getpid())
+            time.sleep(120)
+            sys.exit(1)
     if plan.get("crash"):
         sys.stderr.write("Traceback ...\\nModuleNotFoundError: No module named 'pkg_resources'\\n")
         sys.exit(2)
