@@ -13,7 +13,7 @@ import contextlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +25,13 @@ from memqual.host.balloon import stats_interval as guest_stats
 from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock
 from memqual.host.balloon.correctness import run_correctness
+from memqual.host.balloon.rss import l1_rss_reader
 from memqual.host.balloon.scenarios import AGENT, MACHINE, ScenarioFailed
 from memqual.host.balloon.table import INFLATE as TIMING_ROW
 from memqual.host.core import clock
 from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
 from memqual.host.core.record import Measurement
+from memqual.host.ksm import l1_ksm
 
 MIB = 1 << 20
 # Main cycles per guest come from the scenario's row (host/balloon/table.py).
@@ -55,7 +57,17 @@ class BalloonBase(GuestTest):
 
     def boot_balloon(self, memory_mib: int, **device: Any) -> tuple[Machine, BalloonController, str]:
         vm = self.boot(MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=BalloonDevice(**device)))
-        return vm, BalloonController(vm, device_id="balloon0"), vm.deploy(AGENT)
+        return vm, BalloonController(vm, device_id="balloon0", rss=self.guest_qemu_rss(vm)), vm.deploy(AGENT)
+
+    def guest_qemu_rss(self, vm: Machine) -> Callable[[], int] | None:
+        """Under a host under test, the reader of its guest QEMU's RSS in L1
+        (the memory an inflate gives back is L1's); None: this machine's."""
+        if self.host_under_test() is None:
+            return None
+        qemus = l1_ksm.find(vm.host_ssh, "qemu-system")
+        if len(qemus) != 1:
+            self.fail(f"the host under test runs {len(qemus)} guest QEMUs ({qemus}), not one")
+        return l1_rss_reader(vm.host_ssh, qemus[0])
 
     @contextlib.contextmanager
     def scenario(self) -> Iterator[None]:

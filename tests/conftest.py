@@ -1,5 +1,6 @@
 """Fixtures that more than one test module needs.  None is autouse: a module
-that wants one for every test says so with ``pytestmark``."""
+that wants one for every test says so with ``pytestmark``; one room, tests/run,
+gets ``figures_not_drawn`` for every test here (below)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,28 @@ from pathlib import Path
 import fake_kernel
 import pytest
 from fake_avocado import fake  # noqa: F401  (the fake avocado fixture, for any test that names it)
+from undrawn_figures import undraw
 
 from memqual.host.core import kvm as kvm_api
 from memqual.host.core import kvm_uapi as uapi
 from memqual.images.build import KernelSource
+
+# tests/run checks the run's flow (blocks, looks, files, decisions), not its
+# pictures: drawing every page's figures there took half its CPU time.
+# tests/report draws them for real.
+UNDRAWN_ROOMS = ("run",)
+
+
+@pytest.fixture
+def figures_not_drawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """matplotlib figures built, saved as one pixel, never laid out or drawn."""
+    undraw(monkeypatch)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.parent.name in UNDRAWN_ROOMS:
+            item.add_marker(pytest.mark.usefixtures("figures_not_drawn"))
 
 
 @pytest.fixture

@@ -133,6 +133,9 @@ class BalloonController:
     near_s: float = 0.05
     clock: Callable[[], float] = time.perf_counter
     sleep: Callable[[float], None] = time.sleep
+    # The guest QEMU's RSS in KiB: this machine's process by default; under
+    # a host under test the QEMU in L1 (rss.l1_rss_reader).
+    rss: Callable[[], int] | None = None
     # Asked of QEMU once, on first use.
     _ram: int | None = dataclasses.field(default=None, init=False, repr=False)
     _qom_path: str | None = dataclasses.field(default=None, init=False, repr=False)
@@ -149,7 +152,7 @@ class BalloonController:
         return int(self.machine.qmp("query-balloon")["actual"])
 
     def rss_kib(self) -> int:
-        return rss_kib(self.machine.pid)
+        return self.rss() if self.rss is not None else rss_kib(self.machine.pid)
 
     # --- targets -----------------------------------------------------------
     def qemu_balloon(self, target_bytes: int) -> QemuAnswer:

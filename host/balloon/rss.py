@@ -9,6 +9,10 @@ from pathlib import Path
 
 from memqual.host.core.errors import GuestError
 from memqual.host.core.polling import poll
+from memqual.host.core.shell import Shell
+
+# A reading in L1 is one short command over its SSH; L1 runs under TCG.
+L1_READ_TIMEOUT_S = 30.0
 
 
 def rss_kib(pid: int) -> int:
@@ -21,6 +25,29 @@ def rss_kib(pid: int) -> int:
     except FileNotFoundError as exc:
         raise GuestError(f"process {pid} is gone: cannot read its RSS") from exc
     raise GuestError(f"{status} has no VmRSS line")
+
+
+def parse_vm_rss_kib(status: str, where: str) -> int:
+    """The VmRSS of a /proc/PID/status text, in KiB."""
+    for line in status.splitlines():
+        if line.startswith("VmRSS:") and len(line.split()) >= 2 and line.split()[1].isdigit():
+            return int(line.split()[1])
+    raise GuestError(f"{where} has no VmRSS line: {status[:200]!r}")
+
+
+def l1_rss_reader(shell: Shell, pid: int) -> Callable[[], int]:
+    """VmRSS of process ``pid`` of a host under test (L1), read over its
+    shell: under a host under test the guest's QEMU, whose memory a balloon
+    gives back, runs in L1, and this machine's QEMU is L1's."""
+    where = f"the host under test's /proc/{pid}/status"
+
+    def read() -> int:
+        out = shell.run(["cat", f"/proc/{pid}/status"], timeout=L1_READ_TIMEOUT_S, check=False)
+        if out.status != 0:
+            raise GuestError(f"process {pid} of the host under test is gone: cannot read its RSS")
+        return parse_vm_rss_kib(out.stdout, where)
+
+    return read
 
 
 def wait_rss(

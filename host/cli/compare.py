@@ -17,7 +17,7 @@ import sys
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput, MemqualError
-from memqual.host.judge.comparison import compare_runs
+from memqual.host.judge.ab_outcome import of_results
 from memqual.host.judge.results import load_results
 from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from memqual.host.report.compare_text import print_comparison
@@ -93,17 +93,18 @@ def _compare(args: argparse.Namespace) -> int:
     b = load_results(args.b)
     more_a = [load_results(f) for f in args.also_a]
     more_b = [load_results(f) for f in args.also_b]
-    result = compare_runs(
+    outcome = of_results(
         [a, *more_a], [b, *more_b], threshold=args.threshold, alpha=args.alpha, all_metrics=args.all_metrics
     )
+    result = outcome.comparison
     if args.json:
-        out = result.to_json()
+        out = outcome.to_json()
         out.update({"a": str(args.a), "b": str(args.b), "also_a": list(args.also_a), "also_b": list(args.also_b)})
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print(f"A = {' + '.join([str(args.a), *args.also_a])}\nB = {' + '.join([str(args.b), *args.also_b])}")
-        print_comparison(result)
+        print_comparison(outcome)
         if result.descriptive:
             print(
                 f"{len(result.descriptive)} metrics outside blocks with one run a side: the two runs' replicates "
@@ -115,9 +116,9 @@ def _compare(args: argparse.Namespace) -> int:
         # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
         from memqual.host.report.compare_report import write_comparison_html
 
-        path = write_comparison_html(result, a, b, args.html)
+        path = write_comparison_html(outcome, a, b, args.html)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
-    return result.exit_status()
+    return int(outcome.exit_status)
 
 
 COMMAND = Command(

@@ -71,6 +71,13 @@ class Summary:
     def to_json(self) -> dict[str, Any]:
         return {k: finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
 
+    @classmethod
+    def from_json(cls, data: Any) -> Summary:
+        """A summary ``to_json`` wrote (null: not finite)."""
+        fields = [f.name for f in dataclasses.fields(cls)]
+        values = {k: float_or_nan(data.get(k)) for k in fields if k != "n"}
+        return cls(n=int(data.get("n") or 0), **values)
+
 
 def summarize(samples: Samples) -> Summary:
     arr = as_array(samples)
@@ -93,6 +100,15 @@ def ratio_of_medians(a: Samples, b: Samples) -> float:
     if ma == 0.0:
         return math.nan if mb == 0.0 else math.copysign(math.inf, mb)
     return mb / ma
+
+
+def float_or_nan(value: Any) -> float:
+    """A number ``finite_or_none`` wrote back as a float (null: NaN)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
 
 
 def finite_or_none(value: Any) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 from memqual.host.core.clock import check_same as check_same_clock
 from memqual.host.core.errors import BadInput
+from memqual.host.judge.exit_status import ExitStatus, exit_rule
 from memqual.host.judge.families import FamilyDecision, SequentialOf, decide, metric_stats, roles_of, run_medians
 from memqual.host.judge.pairing import check_comparable, pair_metrics, regime_of, replicates_of, settings_diff
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
@@ -132,13 +133,14 @@ class RunComparison:
         the host too."""
         return bool(self.controls_flagged)
 
-    def exit_status(self) -> int:
-        """3 when the host drifted (a control flagged: the decisions are not
-        to be trusted, whatever they say), 1 when a decisive metric is
-        slower, 0 otherwise."""
-        if self.host_drifted:
-            return 3
-        return 1 if self.regressions else 0
+    def exit_status(self) -> ExitStatus:
+        """The exit rule on this one comparison: the host drifted (a control
+        flagged), a decisive metric slower, or neither."""
+        return exit_rule(host_drifted=self.host_drifted, slower=bool(self.regressions))
+
+    def families(self) -> dict[str, int]:
+        """Each family's size: the metrics its correction ran over, the comparable ones."""
+        return {role: sum(1 for m in self.metrics if m.role == role and m.comparable) for role in ROLES}
 
     def counts(self, role: str | None = None) -> dict[str, int]:
         return {v: sum(1 for m in self.metrics if m.verdict == v and role in (None, m.role)) for v in VERDICTS}
@@ -150,15 +152,14 @@ class RunComparison:
             "clock": self.clock,
             "correction": CORRECTION,
             "all_metrics": self.all_metrics,
-            # The metrics each family's correction ran over: the comparable ones.
-            "families": {role: sum(1 for m in self.metrics if m.role == role and m.comparable) for role in ROLES},
+            "families": self.families(),
             "verdicts": {role: self.counts(role) for role in ROLES},
             "regressions": len(self.regressions),
             "undecided": len(self.undecided),
             "not_comparable": [m.key for m in self.not_comparable],
             "host_drifted": self.host_drifted,
             "controls_flagged": [m.key for m in self.controls_flagged],
-            "exit_status": self.exit_status(),
+            "exit_status": int(self.exit_status()),
             "metrics": [m.to_json() for m in self.metrics],
             "only_in_a": self.only_in_a,
             "only_in_b": self.only_in_b,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from memqual.host.judge.comparison import MetricComparison, RunComparison, short_labels, verdict_text
+from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.primaries import CONTROL, PRIMARY
 from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.sequential_run import AddedBlock, SequentialRun
+from memqual.host.judge.until_decided import MetricProgress
 from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 ONE_LOOK = "one comparison at alpha"
@@ -82,6 +84,30 @@ class Decision:
 
 
 @dataclasses.dataclass(frozen=True)
+class LookRow:
+    """One look of --until-decided as the table lists it."""
+
+    look: int
+    minutes: float | None  # when it fell
+    fraction: float  # of the budget's clock
+    alpha: float  # what it spent
+    metrics: int  # the comparable metrics it saw
+    decided: tuple[str, ...]  # the labels of the metrics it decided
+    next_block: AddedBlock | None  # the block added after it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "look": self.look,
+            "minutes": self.minutes,
+            "fraction": round(self.fraction, 4),
+            "alpha": self.alpha,
+            "metrics": self.metrics,
+            "decided": list(self.decided),
+            "next_block": self.next_block.to_json() if self.next_block is not None else None,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
 class DecidingTable:
     """Every metric's decision, how they were made, and the exit status they set."""
 
@@ -89,9 +115,9 @@ class DecidingTable:
     alpha: float
     margin: float
     rows: tuple[Decision, ...]
-    exit_status: int
+    exit_status: ExitStatus
     host_drifted: bool
-    looks: tuple[Mapping[str, Any], ...] = ()  # until-decided.json's looks, one dict each
+    looks: tuple[LookRow, ...] = ()
     stopped: str = ""
     sequential: bool = False
 
@@ -111,15 +137,15 @@ class DecidingTable:
             "decided_by": self.decided_by,
             "alpha": self.alpha,
             "margin": self.margin,
-            "exit_status": self.exit_status,
+            "exit_status": int(self.exit_status),
             "host_drifted": self.host_drifted,
             "stopped": self.stopped or None,
-            "looks": list(self.looks),
+            "looks": [look.to_json() for look in self.looks],
             "rows": [r.to_json() for r in self.rows],
         }
 
 
-def _row(m: MetricComparison, label: str, threshold: float, figures: Mapping[str, Any] | None) -> dict[str, Any]:
+def _row(m: MetricComparison, label: str, threshold: float) -> dict[str, Any]:
     """The figures a row takes from the full comparison (names, medians)."""
     c = m.comparison
     return {
@@ -155,7 +181,7 @@ def one_look(result: RunComparison) -> DecidingTable:
         p, level, test = _test_of(m.verdict, c.p_value, c.p_equivalence, c.alpha_difference, c.alpha_equivalence)
         rows.append(
             Decision(
-                **_row(m, labels[m.key], result.threshold, None),
+                **_row(m, labels[m.key], result.threshold),
                 verdict=m.verdict,
                 text=verdict_text(m),
                 look=1 if m.verdict in (SLOWER, FASTER, EQUIVALENT) else None,
@@ -182,124 +208,102 @@ def one_look(result: RunComparison) -> DecidingTable:
     )
 
 
-def _float(x: Any, default: float = math.nan) -> float:
-    return float(x) if isinstance(x, (int, float)) else default
+def _finite(x: float) -> float:
+    """A figure as a page takes it: NaN for no finite value."""
+    return x if math.isfinite(x) else math.nan
 
 
-def sequential(result: RunComparison, summary: Mapping[str, Any], exit_status: int) -> DecidingTable:
-    """The looks' decisions (until-decided.json as ``summary``), named and
-    ordered as the full comparison ``result`` names them; ``exit_status``
-    the looks' (the Tracker's)."""
-    labels = short_labels(result.metrics)
-    tracked = {str(m.get("key")): m for m in summary.get("metrics") or []}
-    wall = list(summary.get("look_wall_s") or [])
-    rows = []
-    for m in result.metrics:
-        t = tracked.get(m.key)
-        at = (t or {}).get("at_look") or None
-        base = _row(m, labels[m.key], result.threshold, at)
-        if t is None or at is None:
-            c = m.comparison
-            rows.append(
-                Decision(
-                    **base,
-                    verdict=NOT_COMPARABLE if not m.comparable else UNDECIDED,
-                    text=verdict_text(m) if not m.comparable else f"{UNDECIDED} ({NOT_LOOKED_AT})",
-                    look=None,
-                    looks=0,
-                    blocks=c.units,
-                    paired=c.paired,
-                    minutes=None,
-                    ratio=c.ratio,
-                    ci_low=c.ci_low,
-                    ci_high=c.ci_high,
-                    p=c.p_value,
-                    level=0.0,
-                    test="difference",
-                    nominal_p=None,
-                )
-            )
-            continue
-        text = str(t.get("verdict") or UNDECIDED)
-        verdict = text.split(" ", 1)[0] if text.split(" ", 1)[0] in (SLOWER, FASTER, EQUIVALENT, UNDECIDED) else text
-        if verdict not in (SLOWER, FASTER, EQUIVALENT, UNDECIDED):
-            verdict = NOT_COMPARABLE
-        decided = t.get("state") == "decided" and verdict in (SLOWER, FASTER, EQUIVALENT)
-        look = int(t["rounds_needed"]) if decided and t.get("rounds_needed") is not None else None
-        at_look = int(at.get("look") or 0)
-        p_raw = at.get("p_sequential") if at.get("p_sequential") is not None else at.get("p_value")
-        p_eq = (
-            at.get("p_equivalence_sequential")
-            if at.get("p_equivalence_sequential") is not None
-            else at.get("p_equivalence")
-        )
-        p, level, test = _test_of(
-            verdict,
-            _float(p_raw, 1.0),
-            _float(p_eq, 1.0),
-            _float(at.get("alpha_difference"), 0.0),
-            _float(at.get("alpha_equivalence"), 0.0),
-        )
-        nominal = None
-        for b in t.get("boundaries") or []:
-            if b.get("look") == at_look:
-                nominal = _float(b.get("nominal_p_equivalence" if verdict == EQUIVALENT else "nominal_p"))
-        ci = at.get("ci") or [None, None]
-        rows.append(
-            Decision(
-                **base,
-                verdict=verdict,
-                text=text,
-                look=look,
-                looks=len(t.get("history") or []),
-                blocks=int(at.get("n_blocks") or 0) or int(t.get("blocks") or 0),
-                paired=bool(at.get("paired")),
-                minutes=(wall[at_look - 1] / 60.0) if 0 < at_look <= len(wall) else None,
-                ratio=_float(at.get("ratio")),
-                ci_low=_float(ci[0]),
-                ci_high=_float(ci[1]),
-                p=p,
-                level=level,
-                test=test,
-                nominal_p=nominal,
-            )
-        )
-    looks = []
-    added = {int(a.get("block", 0)): a for a in summary.get("added_blocks") or []}
-    for i, look in enumerate(summary.get("look_times") or []):
-        number = int(look.get("look") or i + 1)
-        decided_here = sorted(
-            labels.get(str(m.get("key")), str(m.get("key")))
-            for m in tracked.values()
-            if m.get("state") == "decided" and m.get("rounds_needed") == number
-        )
-        looks.append(
-            {
-                "look": number,
-                "minutes": (wall[i] / 60.0) if i < len(wall) else None,
-                "fraction": look.get("fraction"),
-                "alpha": look.get("alpha"),
-                "metrics": look.get("metrics"),
-                "decided": decided_here,
-                "next_block": added.get(number + _first_block(summary)),
-            }
-        )
-    return DecidingTable(
-        SEQUENTIAL,
-        _float(summary.get("alpha"), result.alpha),
-        _float(summary.get("threshold"), result.threshold),
-        tuple(rows),
-        exit_status,
-        bool(summary.get("host_drifted")),
-        tuple(looks),
-        str(summary.get("stopped") or ""),
-        sequential=True,
+def _not_looked_at(m: MetricComparison, base: dict[str, Any]) -> Decision:
+    """A metric no look compared: the whole run's figures, undecided (or not comparable)."""
+    c = m.comparison
+    return Decision(
+        **base,
+        verdict=NOT_COMPARABLE if not m.comparable else UNDECIDED,
+        text=verdict_text(m) if not m.comparable else f"{UNDECIDED} ({NOT_LOOKED_AT})",
+        look=None,
+        looks=0,
+        blocks=c.units,
+        paired=c.paired,
+        minutes=None,
+        ratio=c.ratio,
+        ci_low=c.ci_low,
+        ci_high=c.ci_high,
+        p=c.p_value,
+        level=0.0,
+        test="difference",
+        nominal_p=None,
     )
 
 
-def _first_block(summary: Mapping[str, Any]) -> int:
-    """The blocks before the first look (--rounds): the block added after
-    look k is block k + that."""
-    added = summary.get("added_blocks") or []
-    total = int(summary.get("blocks") or 0)
-    return total - len(added)
+def _looked_at(t: MetricProgress, base: dict[str, Any], run: SequentialRun) -> Decision:
+    """A metric at the look that decided it, or at its last look."""
+    at = t.at_look
+    assert at is not None
+    c = at.stats
+    verdict = t.decision
+    decided = t.decided and verdict in (SLOWER, FASTER, EQUIVALENT)
+    p, level, test = _test_of(
+        verdict,
+        c.p_value if c.p_sequential is None else c.p_sequential,
+        c.p_equivalence if c.p_equivalence_sequential is None else c.p_equivalence_sequential,
+        c.alpha_difference,
+        c.alpha_equivalence,
+    )
+    nominal = None
+    for look, _, difference, equivalence in t.boundaries:
+        if look == at.look:
+            nominal = equivalence if verdict == EQUIVALENT else difference
+    return Decision(
+        **base,
+        verdict=verdict,
+        text=t.verdict or UNDECIDED,
+        look=t.rounds_needed if decided else None,
+        looks=len(t.history),
+        blocks=c.n_blocks or t.blocks,
+        paired=c.paired,
+        minutes=run.minutes_at(at.look),
+        ratio=_finite(c.ratio),
+        ci_low=_finite(c.ci_low),
+        ci_high=_finite(c.ci_high),
+        p=p,
+        level=level,
+        test=test,
+        nominal_p=nominal,
+    )
+
+
+def sequential(result: RunComparison, run: SequentialRun) -> DecidingTable:
+    """The looks' decisions (``run``), named and ordered as the full
+    comparison ``result`` names them; the exit status the looks'."""
+    labels = short_labels(result.metrics)
+    tracked = run.tracker.metrics
+    rows = []
+    for m in result.metrics:
+        t = tracked.get(m.key)
+        base = _row(m, labels[m.key], result.threshold)
+        rows.append(_looked_at(t, base, run) if t is not None and t.at_look is not None else _not_looked_at(m, base))
+    looks = tuple(
+        LookRow(
+            look=look.look,
+            minutes=run.minutes_at(i),
+            fraction=look.fraction,
+            alpha=look.level,
+            metrics=look.tests,
+            decided=tuple(
+                sorted(labels.get(t.key, t.key) for t in tracked.values() if t.decided and t.rounds_needed == look.look)
+            ),
+            next_block=run.added_after(look.look),
+        )
+        for i, look in enumerate(run.tracker.looks, start=1)
+    )
+    return DecidingTable(
+        SEQUENTIAL,
+        run.tracker.alpha,
+        run.tracker.threshold,
+        tuple(rows),
+        run.exit_status,
+        bool(run.tracker.controls_flagged),
+        looks,
+        run.stopped,
+        sequential=True,
+    )

@@ -11,9 +11,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from memqual.host.judge.exit_status import ExitStatus, exit_rule
+
 if TYPE_CHECKING:
+    from memqual.host.judge.comparison import MetricComparison
     from memqual.host.judge.stats import ab_tests
     from memqual.host.judge.stats.group_sequential import Path
+    from memqual.host.judge.verdicts import MetricStats
 
 DECIDED = "decided"
 UNDECIDED = "undecided"
@@ -41,6 +45,26 @@ MIN_BLOCKS_TO_JUDGE = 2
 MIN_BLOCKS_SEQUENTIAL = 16
 
 
+@dataclasses.dataclass(frozen=True)
+class AtLook:
+    """A metric as one look compared it: what the deciding table shows of
+    the look that decided it (or of its last look while undecided)."""
+
+    look: int
+    level: float  # the alpha that look spent
+    verdict: str  # that look's: slower ... undecided, not comparable, runs differ
+    stats: MetricStats
+
+    def to_json(self) -> dict[str, Any]:
+        return {"look": self.look, "level": self.level, **self.stats.to_json()}
+
+    @classmethod
+    def from_json(cls, data: Any, verdict: str) -> AtLook:
+        from memqual.host.judge.verdicts import MetricStats
+
+        return cls(int(data["look"]), float(data.get("level") or 0.0), verdict, MetricStats.from_json(data))
+
+
 @dataclasses.dataclass
 class MetricProgress:
     key: str
@@ -60,7 +84,7 @@ class MetricProgress:
     boundaries: list[tuple[int, int, float, float]] = dataclasses.field(default_factory=list)
     # Its figures at the look that decided it (frozen with it), or at the
     # last look that compared it: what the deciding table shows.
-    at_look: dict[str, Any] | None = None
+    at_look: AtLook | None = None
 
     @property
     def decided(self) -> bool:
@@ -82,9 +106,20 @@ class MetricProgress:
 
     @property
     def verdict(self) -> str:
+        """As said: the frozen verdict, else the last look's text (an
+        undecided one with what it would need)."""
         if self.frozen is not None:
             return self.frozen
         return self.history[-1][2] if self.history else ""
+
+    @property
+    def decision(self) -> str:
+        """The verdict alone: the frozen one, else the last look's."""
+        from memqual.host.judge.verdicts import UNDECIDED
+
+        if self.frozen is not None:
+            return self.frozen
+        return self.at_look.verdict if self.at_look is not None else UNDECIDED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +128,7 @@ class MetricProgress:
             "role": self.role,
             "state": DECIDED if self.decided else UNDECIDED,
             "verdict": self.verdict,
+            "decision": self.decision,
             "rounds_needed": self.rounds_needed,
             "blocks_needed": self.blocks_needed,
             "blocks": self.blocks,
@@ -100,8 +136,37 @@ class MetricProgress:
             "boundaries": [
                 {"look": r, "blocks": n, "nominal_p": b, "nominal_p_equivalence": q} for r, n, b, q in self.boundaries
             ],
-            "at_look": self.at_look,
+            "at_look": self.at_look.to_json() if self.at_look is not None else None,
         }
+
+    @classmethod
+    def from_json(cls, data: Any) -> MetricProgress:
+        """What ``to_json`` wrote (until-decided.json's ``metrics``): a
+        finished run's looks, for its page again.  A file from before
+        ``decision`` was written: a decided metric's verdict is its word,
+        an undecided one is undecided."""
+        from memqual.host.judge.regime import NOT_COMPARABLE
+        from memqual.host.judge.verdicts import UNDECIDED
+
+        decided = data.get("state") == DECIDED
+        decision = str(data.get("decision") or (data.get("verdict") if decided else UNDECIDED))
+        at = data.get("at_look")
+        return cls(
+            key=str(data["key"]),
+            history=[(int(h["look"]), bool(h["decided"]), str(h["verdict"])) for h in data.get("history") or []],
+            scenario=str(data.get("scenario") or ""),
+            role=str(data.get("role") or "primary"),
+            frozen=decision if decided else None,
+            decided_at=int(data["rounds_needed"]) if decided and data.get("rounds_needed") is not None else None,
+            blocks_needed=None if data.get("blocks_needed") is None else int(data["blocks_needed"]),
+            blocks=int(data.get("blocks") or 0),
+            comparable=decision != NOT_COMPARABLE,
+            boundaries=[
+                (int(b["look"]), int(b["blocks"]), float(b["nominal_p"]), float(b["nominal_p_equivalence"]))
+                for b in data.get("boundaries") or []
+            ],
+            at_look=AtLook.from_json(at, decision) if at else None,
+        )
 
 
 def decisions(
@@ -111,7 +176,7 @@ def decisions(
     threshold: float,
     alpha: float,
     sequential: Callable[[str, ab_tests.RatioTest, float], tuple[float, float] | None] | None = None,
-) -> list[Any]:
+) -> list[MetricComparison]:
     """The MetricComparisons of the run so far at this level (empty when
     nothing is comparable yet: a failed block is undecided, not an error),
     on the ``sequential`` p-values where given: each arm's records merged
@@ -144,6 +209,25 @@ class Look:
 
     def to_json(self) -> dict[str, Any]:
         return {"look": self.look, "fraction": round(self.fraction, 4), "alpha": self.level, "metrics": self.tests}
+
+    @classmethod
+    def from_json(cls, data: Any) -> Look:
+        return cls(int(data["look"]), float(data["fraction"]), float(data["alpha"]), int(data.get("metrics") or 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class LookResult:
+    """What one look found: when it fell and the alpha it spent, the
+    metrics it compared (its one comparison of the arms), and whether
+    every primary is decided now."""
+
+    look: Look
+    compared: tuple[MetricComparison, ...]
+    all_decided: bool
+
+    @property
+    def level(self) -> float:
+        return self.look.level
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,9 +264,6 @@ class Tracker:
     # synthetic blocks' (host/run/calibrate.py).
     decisions_of: Callable[..., list[Any]] | None = None
     min_blocks_sequential: int = 0  # 0: MIN_BLOCKS_SEQUENTIAL
-    # The last look's MetricComparisons: what the run reads of that look
-    # (the controls' power) without comparing the arms again.
-    compared: list[Any] = dataclasses.field(default_factory=list)
 
     @property
     def fraction_spent(self) -> float:
@@ -198,12 +279,11 @@ class Tracker:
 
         return min(self.alpha_left, ab_tests.spent_alpha_by_time(self.alpha, self.fraction_spent, fraction))
 
-    def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool:
+    def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> LookResult:
         """Take the run after block ``look``, at ``fraction`` of the budget
-        spent (1.0 on the last look); True when every primary is decided."""
-        from memqual.host.judge import comparison, verdicts
-        from memqual.host.judge.primaries import CONTROL, PRIMARY
-        from memqual.host.judge.regime import NOT_COMPARABLE
+        spent (1.0 on the last look): the arms compared once, each metric
+        not frozen yet moved on."""
+        from memqual.host.judge.primaries import PRIMARY
 
         self.rounds = look
         fraction = max(fraction, self.fraction_spent)
@@ -215,35 +295,42 @@ class Tracker:
             if level > 0
             else []
         )
-        self.looks.append(Look(look, fraction, level, len(now)))
-        self.compared = now
+        taken = Look(look, fraction, level, len(now))
+        self.looks.append(taken)
         for m in now:
-            progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
-            if progress.frozen is not None:
-                progress.history.append((look, True, progress.frozen))
-                continue
-            # A metric whose regimes differ is not decided: a later look may
-            # find them matched; a look outside blocks (a block failed)
-            # describes, it decides nothing.  Any other verdict is a
-            # crossing -- of the difference's boundary (slower, faster, or
-            # changed inside the margin) or the TOST's (equivalent) -- and
-            # freezes the metric whatever its ratio: the recursion takes a
-            # path that crossed as stopped.
-            decided = m.verdict not in (verdicts.UNDECIDED, NOT_COMPARABLE, verdicts.RUNS_DIFFER)
-            text = comparison.verdict_text(m)
-            progress.history.append((look, decided, text))
-            progress.blocks_needed = m.comparison.blocks_needed
-            progress.blocks = m.comparison.n_blocks
-            progress.comparable = m.verdict != NOT_COMPARABLE
-            progress.at_look = {"look": look, "level": level, **m.comparison.to_json()}
-            if decided:
-                progress.frozen, progress.decided_at = m.verdict, look
-                if m.role == CONTROL and m.flagged:
-                    self.controls_flagged.add(m.key)
+            self.take(look, level, m)
         if self.group_sequential:
             self.add_boundaries(look, now, level)
         primaries = [p for p in self.metrics.values() if p.role == PRIMARY]
-        return bool(primaries) and all(p.decided for p in primaries)
+        return LookResult(taken, tuple(now), bool(primaries) and all(p.decided for p in primaries))
+
+    def take(self, look: int, level: float, m: MetricComparison) -> None:
+        """One metric as this look compared it, unless frozen before."""
+        from memqual.host.judge import comparison, verdicts
+        from memqual.host.judge.primaries import CONTROL
+        from memqual.host.judge.regime import NOT_COMPARABLE
+
+        progress = self.metrics.setdefault(m.key, MetricProgress(m.key, scenario=m.scenario, role=m.role))
+        if progress.frozen is not None:
+            progress.history.append((look, True, progress.frozen))
+            return
+        # A metric whose regimes differ is not decided: a later look may
+        # find them matched; a look outside blocks (a block failed)
+        # describes, it decides nothing.  Any other verdict is a
+        # crossing -- of the difference's boundary (slower, faster, or
+        # changed inside the margin) or the TOST's (equivalent) -- and
+        # freezes the metric whatever its ratio: the recursion takes a
+        # path that crossed as stopped.
+        decided = m.verdict not in (verdicts.UNDECIDED, NOT_COMPARABLE, verdicts.RUNS_DIFFER)
+        progress.history.append((look, decided, comparison.verdict_text(m)))
+        progress.blocks_needed = m.comparison.blocks_needed
+        progress.blocks = m.comparison.n_blocks
+        progress.comparable = m.verdict != NOT_COMPARABLE
+        progress.at_look = AtLook(look, level, m.verdict, m.comparison)
+        if decided:
+            progress.frozen, progress.decided_at = m.verdict, look
+            if m.role == CONTROL and m.flagged:
+                self.controls_flagged.add(m.key)
 
     def paths(self, key: str) -> tuple[Path, Path]:
         """A metric's paths so far (difference, TOST); new ones before its first look."""
@@ -374,16 +461,14 @@ class Tracker:
             f" ({', '.join(decided)})" if decided else ""
         )
 
-    def exit_status(self) -> int:
-        """As ``memqual compare``'s, from the run's sequential decisions: 3
-        when a negative control moved (the host drifted), 1 when a primary
-        was decided slower, 0 otherwise."""
+    def exit_status(self) -> ExitStatus:
+        """The exit rule on the looks' decisions: a negative control moved
+        (the host drifted), a primary decided slower, or neither."""
         from memqual.host.judge.primaries import PRIMARY
         from memqual.host.judge.verdicts import SLOWER
 
-        if self.controls_flagged:
-            return 3
-        return 1 if any(m.role == PRIMARY and m.frozen == SLOWER for m in self.metrics.values()) else 0
+        slower = any(m.role == PRIMARY and m.frozen == SLOWER for m in self.metrics.values())
+        return exit_rule(host_drifted=bool(self.controls_flagged), slower=slower)
 
     def futile_reasons(self, scenarios: set[str]) -> list[str]:
         return [self.futile[s].reason() for s in sorted(scenarios) if s in self.futile]
@@ -412,3 +497,16 @@ class Tracker:
             "controls_flagged": sorted(self.controls_flagged),
             "metrics": [self.metrics[k].to_json() for k in sorted(self.metrics)],
         }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Tracker:
+        """The looks' state ``to_json`` wrote: what a finished run decided,
+        for its page again (who was left out, and why, stays text)."""
+        tracker = cls(threshold=float(data["threshold"]), alpha=float(data["alpha"]))
+        tracker.rounds = int(data.get("rounds") or 0)
+        tracker.looks = [Look.from_json(x) for x in data.get("look_times") or []]
+        tracker.controls_flagged = {str(k) for k in data.get("controls_flagged") or []}
+        for m in data.get("metrics") or []:
+            progress = MetricProgress.from_json(m)
+            tracker.metrics[progress.key] = progress
+        return tracker

@@ -126,6 +126,40 @@ class MetricStats:
             ),
         }
 
+    @classmethod
+    def from_json(cls, data: Any) -> MetricStats:
+        """What ``to_json`` wrote (a null figure: not finite); ValueError,
+        TypeError or KeyError on anything else."""
+        from memqual.host.core.descriptive import Summary, float_or_nan
+
+        def optional(key: str) -> float | None:
+            return None if data.get(key) is None else float_or_nan(data[key])
+
+        low, high = data.get("ci") or (None, None)
+        return cls(
+            a=Summary.from_json(data["a"]),
+            b=Summary.from_json(data["b"]),
+            ratio=float_or_nan(data.get("ratio")),
+            ci_low=float_or_nan(low),
+            ci_high=float_or_nan(high),
+            confidence=float_or_nan(data.get("confidence", 0.95)),
+            p_value=float_or_nan(data.get("p_value", 1.0)),
+            p_equivalence=float_or_nan(data.get("p_equivalence", 1.0)),
+            n_replicates_a=int(data.get("n_replicates_a") or 0),
+            n_replicates_b=int(data.get("n_replicates_b") or 0),
+            n_blocks=int(data.get("n_blocks") or 0),
+            p_method=str(data.get("p_method") or ""),
+            p_adjusted=optional("p_adjusted"),
+            p_equivalence_adjusted=optional("p_equivalence_adjusted"),
+            alpha_difference=float_or_nan(data.get("alpha_difference", 0.0)),
+            alpha_equivalence=float_or_nan(data.get("alpha_equivalence", 0.0)),
+            blocks_needed=None if data.get("blocks_needed") is None else int(data["blocks_needed"]),
+            p_sequential=optional("p_sequential"),
+            p_equivalence_sequential=optional("p_equivalence_sequential"),
+            margin=float_or_nan(data.get("margin", 0.0)),
+            unit_kind=str(data.get("unit_kind") or "replicate"),
+        )
+
 
 def stats_verdict_text(verdict: str, c: MetricStats) -> str:
     """A verdict with its margin (a table's cell); for ``undecided`` about

@@ -15,7 +15,9 @@ from typing import Any
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
 from memqual.host.judge import control_power, decisions
-from memqual.host.judge.comparison import MetricComparison, RunComparison, short_labels, verdict_text
+from memqual.host.judge.ab_outcome import ABOutcome
+from memqual.host.judge.comparison import MetricComparison, short_labels, verdict_text
+from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.regime import NOT_COMPARABLE
 from memqual.host.judge.results import Results
@@ -305,7 +307,7 @@ def _nearest(rows: list[decisions.Decision]) -> list[decisions.Decision]:
 
 
 def _exit(table: decisions.DecidingTable, power: control_power.ControlPower) -> tuple[str, str]:
-    if table.exit_status == 3:
+    if table.exit_status == ExitStatus.HOST_DRIFTED:
         return "a negative control moved: the host drifted, and no decision here is to be trusted", SLOWER
     controls = (
         "no negative control moved"
@@ -314,29 +316,42 @@ def _exit(table: decisions.DecidingTable, power: control_power.ControlPower) -> 
         if power.controls
         else "no negative control measured"
     )
-    if table.exit_status == 1:
+    if table.exit_status == ExitStatus.SLOWER:
         return f"a primary metric is slower on B; {controls}", SLOWER
     return f"no primary slower on B; {controls}", EQUIVALENT
 
 
+def _look_line(x: decisions.LookRow) -> LookLine:
+    after = x.next_block
+    return LookLine(
+        look=x.look,
+        minutes="-" if x.minutes is None else f"{x.minutes:.1f}",
+        fraction=f"{x.fraction:.0%}",
+        alpha=f"{x.alpha:.2g}",
+        metrics=str(x.metrics),
+        decided=", ".join(x.decided) or "-",
+        next_block=(
+            "-"
+            if after is None
+            else f"block {after.block}: " + ", ".join(after.scenarios) + (" + the controls" if after.controls else "")
+        ),
+    )
+
+
 def comparison_page(
-    result: RunComparison,
+    outcome: ABOutcome,
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
     a_name: str = "A",
     b_name: str = "B",
     *,
-    table: decisions.DecidingTable | None = None,
-    power: control_power.ControlPower | None = None,
     patch: Mapping[str, Any] | None = None,
 ) -> ComparisonPage:
-    """comparison.html's view of a comparison, its two results files and
-    its deciding table (one look of ``result`` when not given)."""
+    """comparison.html's view of an outcome and its two results files."""
     a, b = Results.from_json(a), Results.from_json(b)
-    table = table or decisions.one_look(result)
-    power = power or control_power.of_comparison(result)
+    result, table, power = outcome.comparison, outcome.table, outcome.power
     by_key = {m.key: m for m in result.metrics}
-    families = result.to_json()["families"]
+    families = result.families()
     refused = collections.Counter(
         (m.scenario, m.regime.reason() if m.regime else NOT_COMPARABLE) for m in result.not_comparable
     )
@@ -391,7 +406,7 @@ def comparison_page(
         b_created=str(b.created),
         b_environment=environment_line(b.environment or {}),
         decided_by=table.decided_by,
-        exit_status=table.exit_status,
+        exit_status=int(table.exit_status),
         exit_reason=reason,
         exit_colour=VERDICT_COLOURS[colour],
         sequential=table.sequential,
@@ -423,24 +438,7 @@ def comparison_page(
         ),
         power=power.line(),
         power_sufficient=power.sufficient,
-        looks=tuple(
-            LookLine(
-                look=int(x["look"]),
-                minutes="-" if x.get("minutes") is None else f"{x['minutes']:.1f}",
-                fraction="-" if x.get("fraction") is None else f"{x['fraction']:.0%}",
-                alpha=f"{x.get('alpha') or 0:.2g}",
-                metrics=str(x.get("metrics") or 0),
-                decided=", ".join(x.get("decided") or []) or "-",
-                next_block=(
-                    "-"
-                    if not x.get("next_block")
-                    else f"block {x['next_block'].get('block')}: "
-                    + ", ".join(x["next_block"].get("scenarios") or [])
-                    + (" + the controls" if x["next_block"].get("controls") else "")
-                ),
-            )
-            for x in table.looks
-        ),
+        looks=tuple(_look_line(x) for x in table.looks),
         metrics=tuple(_metric_row(m, labels[m.key]) for m in result.metrics),
         one_sided=tuple(
             OneSided(name, key)
@@ -459,34 +457,30 @@ def comparison_page(
 
 
 def render_comparison_html(
-    result: RunComparison,
+    outcome: ABOutcome,
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
     a_name: str = "A",
     b_name: str = "B",
     *,
-    table: decisions.DecidingTable | None = None,
-    power: control_power.ControlPower | None = None,
     patch: Mapping[str, Any] | None = None,
 ) -> str:
-    page = comparison_page(result, a, b, a_name, b_name, table=table, power=power, patch=patch)
+    page = comparison_page(outcome, a, b, a_name, b_name, patch=patch)
     return pages.render("comparison.html.j2", page=page)
 
 
 def write_comparison_html(
-    result: RunComparison,
+    outcome: ABOutcome,
     a: Results | Mapping[str, Any],
     b: Results | Mapping[str, Any],
     path: str | Path,
     a_name: str = "A",
     b_name: str = "B",
     *,
-    table: decisions.DecidingTable | None = None,
-    power: control_power.ControlPower | None = None,
     patch: Mapping[str, Any] | None = None,
 ) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = render_comparison_html(result, a, b, a_name, b_name, table=table, power=power, patch=patch)
+    html = render_comparison_html(outcome, a, b, a_name, b_name, patch=patch)
     write_private_atomic(path, html.encode(), 0o644)
     return path

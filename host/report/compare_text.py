@@ -3,7 +3,7 @@ an A/B ``memqual run``): the deciding table (host/judge/decisions.py), one
 row per metric, primaries first, each with the look that decided it, the
 p that faced its boundary and the boundary; then the sentences a reader
 needs (regimes, the controls' power, drift, regressions).  Judges nothing:
-the verdicts are memqual.host.judge.comparison's and the looks'.
+it renders an A/B's outcome (host/judge/ab_outcome.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from memqual.host.judge.ab_outcome import ABOutcome
     from memqual.host.judge.control_power import ControlPower
     from memqual.host.judge.decisions import DecidingTable, Decision
 
@@ -37,22 +38,9 @@ VERDICT_STYLES = {
 }
 
 
-def print_comparison(
-    result: RunComparison,
-    console: Console | None = None,
-    a_name: str = "A",
-    b_name: str = "B",
-    *,
-    table: DecidingTable | None = None,
-    power: ControlPower | None = None,
-) -> None:
-    """The deciding table (``table``; one look of ``result`` when not given)
-    and what a reader needs below it; ``power``: the negative controls'
-    (computed here when not given)."""
-    from memqual.host.judge import control_power, decisions
-
-    table = table or decisions.one_look(result)
-    power = power or control_power.of_comparison(result)
+def print_comparison(outcome: ABOutcome, console: Console | None = None, a_name: str = "A", b_name: str = "B") -> None:
+    """The outcome's deciding table and what a reader needs below it."""
+    result, table, power = outcome.comparison, outcome.table, outcome.power
     # Logs and CI get 120 columns; a terminal its own width.
     console = console or printable.console(width=None if sys.stdout.isatty() else 120)
     console.print(decisions_grid(result, table, a_name, b_name))
@@ -67,7 +55,7 @@ def decisions_grid(result: RunComparison, table: DecidingTable, a_name: str, b_n
     primaries first."""
     from rich.table import Table
 
-    families = result.to_json()["families"]
+    families = result.families()
     how = (
         f"each metric at the look of --until-decided that decided it, alpha {table.alpha:g} spent over "
         f"{len(table.looks)} look(s)"

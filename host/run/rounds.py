@@ -1,9 +1,9 @@
 """A/B runs in blocks: both arms' images built first, A and B interleaved as
 Avocado variants inside one job (A B, then B A), the records split per
 arm, more blocks while a primary is undecided (--until-decided, the
-negative controls with them until they can tell), and the two arms
-compared: comparison.json and .html with the deciding table
-(host/judge/decisions.py) and the controls' power.
+negative controls with them until they can tell), and the run's outcome
+(host/judge/ab_outcome.py: the deciding table, the controls' power, the
+exit status) built once and rendered: comparison.json and .html.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ import dataclasses
 import json
 import subprocess
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.judge import clock_plan, control_power, decisions, verdicts
-from memqual.host.judge.comparison import compare_results
+from memqual.host.judge import clock_plan, control_power, verdicts
+from memqual.host.judge.ab_outcome import of_results
+from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.primaries import is_control
+from memqual.host.judge.sequential_run import AddedBlock, ControlLook, SequentialRun
 from memqual.host.judge.until_decided import Tracker
 from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import blocks
@@ -39,25 +39,9 @@ if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its 
 # ------------------------------------------------------- A/B in blocks
 
 
-class DecisionTracker(Protocol):
-    """What the run needs of host/judge/until_decided.py's Tracker."""
-
-    @property
-    def alpha_left(self) -> float: ...
-    @property
-    def compared(self) -> list[Any]: ...
-    def update(self, look: int, records_a: list[Any], records_b: list[Any], fraction: float = 1.0) -> bool: ...
-    def undecided_scenarios(self) -> set[str]: ...
-    def worth_a_block(self, left_s: float, block_s: Callable[[set[str]], float]) -> set[str]: ...
-    def futile_reasons(self, scenarios: set[str]) -> list[str]: ...
-    def progress_line(self) -> str: ...
-    def exit_status(self) -> int: ...
-    def to_json(self, stopped: str, budget_min: float) -> dict[str, Any]: ...
-
-
-def make_tracker(config: RunConfig | None = None) -> DecisionTracker:
+def make_tracker(config: RunConfig | None = None) -> Tracker:
     threshold, alpha = decision_levels(config)
-    return cast(DecisionTracker, Tracker(threshold=threshold, alpha=alpha))
+    return Tracker(threshold=threshold, alpha=alpha)
 
 
 def decision_levels(config: RunConfig | None) -> tuple[float, float]:
@@ -266,10 +250,10 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
         job("once", 1, 1)
     job("blocks", 1, config.rounds)
     run_state.blocks = config.rounds
-    sequential: int | None = None
+    looks: SequentialRun | None = None
     if config.until_decided:
         reserve_s = blocks.checks_reserve_s(len(checks or ()), config.clock.icount)
-        sequential = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s)
+        looks = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s)
     if checks:
         job("once", 1, 1)
     results = []
@@ -292,14 +276,12 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     # share of alpha); the comparison of the whole run at the full alpha
     # after optional stopping would not hold its error rate: it is shown
     # as descriptive and sets no exit status.
-    summary = _read_summary(config.output / "until-decided.json") if sequential is not None else None
-    compared = _compare_arms(config, run_arms, results, console, summary, sequential)
-    decided = compared if sequential is None else sequential
-    if decided == 3:
+    decided = _compare_arms(config, run_arms, results, console, looks)
+    if decided == ExitStatus.HOST_DRIFTED:
         console.print("[bold red]a negative control moved: the host drifted, exit 3[/]", highlight=False)
-    elif decided == 1:
+    elif decided == ExitStatus.SLOWER:
         console.print("[bold red]a primary metric is slower on B, exit 1[/]", highlight=False)
-    return max(exit_status(run_state.jobs, console), decided)
+    return max(exit_status(run_state.jobs, console), int(decided))
 
 
 def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
@@ -321,7 +303,7 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
 
 def add_blocks_until_decided(
     config: RunConfig, run_state: BlockedRun, job: Any, started: float, console: Console, reserve_s: float = 0.0
-) -> int:
+) -> SequentialRun:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
     until none has, the budget is spent, or its alpha is; the negative
@@ -329,7 +311,7 @@ def add_blocks_until_decided(
     (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
     (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
-    is the rest.  The decisions' exit status, as compare's."""
+    is the rest.  What the looks did, for the run's outcome."""
     tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
@@ -342,7 +324,7 @@ def add_blocks_until_decided(
     controls = control_tests(run_state)
     keep_controls = bool(controls)
     control_blocks = run_state.blocks if controls else 0
-    control_looks: list[tuple[int, int, float]] = []  # (look, the controls' blocks, its alpha)
+    control_looks: list[ControlLook] = []
 
     def block_s(scenarios: set[str]) -> float:
         names = tests_of(scenarios) | (controls if keep_controls else set())
@@ -355,7 +337,7 @@ def add_blocks_until_decided(
     running = set(run_state.scenario_tests)
     look = 1
     stopped = "every primary decided"
-    added: list[dict[str, Any]] = []
+    added: list[AddedBlock] = []
     look_wall_s: list[float] = []  # when each look fell: a decision's time is its look's
     told: set[str] = set()  # the scenarios already said to be left out
     while True:
@@ -364,7 +346,8 @@ def add_blocks_until_decided(
         fraction = 1.0 if last else elapsed / budget_s
         look_wall_s.append(round(elapsed, 1))
         left_before = tracker.alpha_left
-        decided = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction)
+        now = tracker.update(look, run_state.of_arm("A"), run_state.of_arm("B"), fraction)
+        decided = now.all_decided
         level = max(0.0, left_before - tracker.alpha_left)
         console.print(
             f"{tracker.progress_line()} at {elapsed / 60:.1f} of {config.budget_min:g} min",
@@ -373,9 +356,9 @@ def add_blocks_until_decided(
             soft_wrap=True,
         )
         if controls:
-            control_looks.append((look, control_blocks, level))
+            control_looks.append(ControlLook(look, control_blocks, level))
         if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
-            found = controls_power_now(tracker.compared, level)
+            found = controls_power_now(list(now.compared), level)
             if found.sufficient:
                 keep_controls = False
                 console.print(
@@ -415,33 +398,37 @@ def add_blocks_until_decided(
         run_state.blocks = block
         control_blocks += 1 if keep_controls else 0
         added.append(
-            {
-                "block": block,
-                "scenarios": sorted(running),
-                "tests": sorted(with_controls),
-                "controls": keep_controls,
-                "left_out": sorted(undecided - running),
-            }
+            AddedBlock(
+                block,
+                tuple(sorted(running)),
+                tuple(sorted(with_controls)),
+                keep_controls,
+                tuple(sorted(undecided - running)),
+            )
         )
         look += 1
-    summary = tracker.to_json(stopped, config.budget_min)
-    summary["blocks"] = run_state.blocks
-    summary["added_blocks"] = added
-    summary["look_wall_s"] = look_wall_s
-    summary["checks_reserved_s"] = round(reserve_s, 1)
-    summary["controls"] = {
-        "tests": sorted(controls),
-        "blocks": control_blocks,
-        "min_blocks": MIN_CONTROL_BLOCKS,
-        "looks": [{"look": k, "blocks": n, "alpha": a} for k, n, a in control_looks],
-    }
-    summary["wall_s"] = round(time.monotonic() - started, 1)
-    write_private_atomic(config.output / "until-decided.json", (json.dumps(summary, indent=2) + "\n").encode(), 0o644)
+    looks = SequentialRun(
+        tracker=tracker,
+        stopped=stopped,
+        budget_min=config.budget_min,
+        blocks=run_state.blocks,
+        added=tuple(added),
+        look_wall_s=tuple(look_wall_s),
+        checks_reserved_s=round(reserve_s, 1),
+        control_tests=tuple(sorted(controls)),
+        control_blocks=control_blocks,
+        min_control_blocks=MIN_CONTROL_BLOCKS,
+        control_looks=tuple(control_looks),
+        wall_s=round(time.monotonic() - started, 1),
+    )
+    write_private_atomic(
+        config.output / "until-decided.json", (json.dumps(looks.to_json(), indent=2) + "\n").encode(), 0o644
+    )
     console.print(
         f"until decided: {run_state.blocks} block(s), {stopped}", highlight=False, markup=False, soft_wrap=True
     )
     console.print(f"wrote {config.output / 'until-decided.json'}", highlight=False, markup=False)
-    return tracker.exit_status()
+    return looks
 
 
 def control_tests(run_state: BlockedRun) -> set[str]:
@@ -454,14 +441,6 @@ def controls_power_now(compared: list[Any], level: float) -> Any:
     the comparisons of the look just taken (their intervals and unit
     counts, which do not depend on the level)."""
     return control_power.power(control_power.designs_of(compared), alpha=level, threshold=verdicts.DEFAULT_THRESHOLD)
-
-
-def _read_summary(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def arm_line(arm: Arm) -> str:
@@ -481,61 +460,26 @@ def _compare_arms(
     arms: tuple[Arm, Arm],
     results: list[Results],
     console: Console,
-    summary: dict[str, Any] | None = None,
-    sequential: int | None = None,
-) -> int:
-    """Compare the two arms' results, write comparison.json and .html; the
-    comparison's exit status (0 when there is none).  With ``summary``
-    (until-decided.json) and ``sequential`` (the looks' exit status), the
-    deciding table is the looks' and the whole run compared again is
-    descriptive: it sets no exit status."""
+    looks: SequentialRun | None = None,
+) -> ExitStatus:
+    """The run's outcome, built once from the two arms' results (and with
+    --until-decided from the ``looks``, whose decisions it takes; the whole
+    run compared again is its descriptive part) and rendered:
+    comparison.json and .html and the terminal's table.  Its exit status;
+    without a comparison, the looks' (none: 0)."""
     try:
         threshold, alpha = decision_levels(config)
         # an A/B of host kernels compares two hosts on purpose
         across_hosts = arms[0].host != arms[1].host
-        result = compare_results(results[0], results[1], threshold=threshold, alpha=alpha, across_hosts=across_hosts)
+        outcome = of_results(
+            [results[0]], [results[1]], looks, threshold=threshold, alpha=alpha, across_hosts=across_hosts
+        )
     except BadInput as exc:
         console.print(f"[yellow]no comparison of A and B:[/] {exc}", highlight=False)
-        return 0
+        return looks.exit_status if looks is not None else ExitStatus.NO_REGRESSION
     for a in arms:
         console.print(f"{a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
-    if summary is not None and sequential is not None:
-        table = decisions.sequential(result, summary, sequential)
-        looks = [
-            (int(x.get("look", 0)), int(x.get("blocks", 0)), float(x.get("alpha", 0.0)))
-            for x in (summary.get("controls") or {}).get("looks") or []
-        ]
-        designs = control_power.designs_of(result.metrics)
-        look, power = control_power.over_looks(designs, looks, threshold=result.threshold)
-        power = control_power.with_blocks_needed(power, designs, threshold=result.threshold)
-        full = result.to_json()
-        status = full.pop("exit_status")
-        out: dict[str, Any] = {
-            "decided_by": table.decided_by,
-            "exit_status": table.exit_status,
-            "host_drifted": table.host_drifted,
-            "threshold": result.threshold,
-            "alpha": result.alpha,
-            "decisions": table.to_json(),
-            "control_power": {**power.to_json(), "look": look},
-            "descriptive": {
-                "note": "the whole run compared again at full alpha after the looks: after optional stopping "
-                "its levels do not hold; descriptive only, it sets no exit status",
-                "would_have_exited": status,
-                **full,
-            },
-        }
-    else:
-        table = decisions.one_look(result)
-        designs = control_power.designs_of(result.metrics)
-        look = None
-        power = control_power.with_blocks_needed(
-            control_power.of_comparison(result), designs, threshold=result.threshold
-        )
-        out = result.to_json()
-        out["decided_by"] = table.decided_by
-        out["decisions"] = table.to_json()
-        out["control_power"] = {**power.to_json(), "look": None}
+    out = outcome.to_json()
     out.update({"a": str(config.output / "A" / "results.json"), "b": str(config.output / "B" / "results.json")})
     out["arms"] = {
         a.label: {
@@ -552,19 +496,12 @@ def _compare_arms(
         titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
         names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
-    print_comparison(result, console, *names, table=table, power=power)
+    print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report.compare_report import write_comparison_html
 
     write_comparison_html(
-        result,
-        results[0],
-        results[1],
-        config.output / "comparison.html",
-        *names,
-        table=table,
-        power=power,
-        patch=out.get("patch"),
+        outcome, results[0], results[1], config.output / "comparison.html", *names, patch=out.get("patch")
     )
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
-    return table.exit_status
+    return outcome.exit_status

@@ -11,7 +11,7 @@ import pytest
 from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
 
 from memqual.host import balloon as hb
-from memqual.host.balloon import percpu
+from memqual.host.balloon import percpu, rss
 from memqual.host.cli import balloon as balloon_cli
 from memqual.host.cli.command import parser_for, run_command
 from memqual.host.cli.commands import COMMANDS
@@ -507,3 +507,34 @@ def test_find_floor_fails_when_every_probe_is_contested():
     machine.after_balloon[265 * MIB] = [[265 * MIB]] * 5
     with pytest.raises(GuestError, match="contested"):
         hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+
+
+def test_under_a_host_under_test_the_rss_is_the_guest_qemus_in_l1():
+    # L1's shell: the commands run as SSH's exec runs them there.
+    import subprocess
+
+    class Result(types.SimpleNamespace):
+        pass
+
+    class L1:
+        def __init__(self) -> None:
+            self.commands: list[list[str]] = []
+
+        def run(self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None) -> Any:
+            self.commands.append(argv)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            return Result(status=done.returncode, stdout=done.stdout, stderr=done.stderr)
+
+        def start(self, argv: list[str]) -> Any:
+            raise AssertionError("one command a reading")
+
+    l1 = L1()
+    read = rss.l1_rss_reader(l1, os.getpid())
+    assert abs(read() - hb.rss_kib(os.getpid())) < 50_000
+    assert l1.commands == [["cat", f"/proc/{os.getpid()}/status"]]
+    ctl = hb.BalloonController(types.SimpleNamespace(pid=-1), rss=read)
+    assert ctl.rss_kib() > 1000  # never this machine's pid -1
+    with pytest.raises(GuestError, match="gone"):
+        rss.l1_rss_reader(l1, 2**22 + 7)()
+    with pytest.raises(GuestError, match="no VmRSS"):
+        rss.parse_vm_rss_kib("Name: kthreadd\n", "L1's /proc/2/status")

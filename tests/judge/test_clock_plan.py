@@ -29,6 +29,7 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.judge import clock_plan, primaries
+from memqual.host.judge.ab_outcome import decide
 from memqual.host.judge.comparison import compare_metrics, compare_results, short_labels
 from memqual.host.judge.primaries import Primary, Spread
 from memqual.host.judge.results import metrics_of
@@ -199,7 +200,7 @@ def test_a_planned_run_judges_each_metric_on_its_own_clock_and_names_it(tmp_path
     assert labels[inflate.key].endswith("(icount:4)") and labels[floor.key].endswith("(wall)")
     assert result.to_json()["metrics"][0]["clock"] in ("icount:4", "wall")
     out = io.StringIO()
-    print_comparison(result, Console(file=out, width=200))
+    print_comparison(decide(result), Console(file=out, width=200))
     assert "(icount:4)" in out.getvalue() and "(wall)" in out.getvalue()
 
 

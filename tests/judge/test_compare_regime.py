@@ -17,7 +17,7 @@ from memqual.host.cli import compare
 from memqual.host.cli import history as history_command
 from memqual.host.cli.command import parser_for, run_command
 from memqual.host.core.record import Measurement
-from memqual.host.judge import comparison, history, regime
+from memqual.host.judge import ab_outcome, comparison, history, regime
 from memqual.host.judge.primaries import PRIMARY
 from memqual.host.judge.results import metrics_of
 
@@ -240,14 +240,15 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
     result = comparison.compare_results(a, b, all_metrics=True)
     n = len(result.not_comparable)
     assert n >= 2 and VERDICT_COLOURS[regime.NOT_COMPARABLE] == GREY
-    view = compare_report.comparison_page(result, a, b)
+    outcome = ab_outcome.decide(result)
+    view = compare_report.comparison_page(outcome, a, b)
     # The badges count the primaries: what decides.
     primaries = sum(1 for m in result.not_comparable if m.role == PRIMARY)
     (box,) = [c for c in view.counts if c.verdict == regime.NOT_COMPARABLE]
     assert primaries >= 1 and (box.n, box.colour) == (primaries, GREY)
     (refused,) = view.refused
     assert refused.scenario == "ksm.volatile_scan" and refused.n == n
-    html = compare_report.render_comparison_html(result, a, b)
+    html = compare_report.render_comparison_html(outcome, a, b)
     assert f"<b style='color:{GREY}'>{primaries}</b>not comparable" in html
     assert f"<b style='color:{GREY}'>{n} metric(s) not comparable</b>" in html
     assert f"<li>ksm.volatile_scan ({n} metric(s)): not comparable: dirtying rate A 8 vs B 32" in html

@@ -13,8 +13,9 @@ import comparison_pages as cp
 import pytest
 
 from memqual.host.core.record import merge_rounds
-from memqual.host.judge import comparison, control_power, decisions, primaries, verdicts
+from memqual.host.judge import ab_outcome, comparison, control_power, decisions, primaries, verdicts
 from memqual.host.judge.results import build_results
+from memqual.host.judge.sequential_run import SequentialRun
 from memqual.host.report import compare_report, plots
 
 
@@ -103,7 +104,7 @@ def test_the_deciding_table_is_the_looks_and_the_page_leads_with_it():
     assert table.exit_status == 1 == run.summary.get("host_drifted", False) + 1
     json_rows = table.to_json()["rows"]
     assert {row["key"] for row in json_rows} == {m.key for m in run.result.metrics}
-    html = compare_report.render_comparison_html(run.result, run.a, run.b, table=table, power=run.power)
+    html = compare_report.render_comparison_html(run.outcome, run.a, run.b)
     first_fold = html.index("<details")
     assert html.index("<h2>Primaries</h2>") < first_fold
     assert html.index("Negative controls (4)") > first_fold and html.index("Exploratory metrics (3)") > first_fold
@@ -114,7 +115,8 @@ def test_the_deciding_table_is_the_looks_and_the_page_leads_with_it():
 def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     """A primary the whole run at full alpha calls slower, decided
     equivalent at an early look: the table, its exit status and the page
-    are the look's; the full-alpha verdict is in the descriptive part only."""
+    are the look's; the full-alpha verdict is in the descriptive part only.
+    The looks are read from until-decided.json as a finished run wrote it."""
     specs = (cp.Spec("balloon.inflate", "inflate_s", "s", "lower", 1.3, 0.02),)
     a, b = cp.records(specs, 4, 3)
     ra = build_results([], merge_rounds(a), host_fallback=False)
@@ -137,17 +139,18 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
                 "state": "decided",
                 "verdict": "equivalent",
                 "rounds_needed": 1,
-                "history": [[1]],
+                "history": [{"look": 1, "decided": True, "verdict": "equivalent"}],
                 "at_look": at,
             }
         ],
     }
-    table = decisions.sequential(result, summary, exit_status=0)
+    outcome = ab_outcome.decide(result, SequentialRun.from_json(summary), trials=50)
+    table = outcome.table
     (row,) = table.rows
     assert row.verdict == verdicts.EQUIVALENT and row.look == 1 and row.minutes == 2.0
     assert row.test == "equivalence (TOST)" and row.p == 0.0001 and row.level == 0.001
     assert table.exit_status == 0 and not table.regressions
-    html = compare_report.render_comparison_html(result, ra, rb, table=table)
+    html = compare_report.render_comparison_html(outcome, ra, rb)
     assert "exit 0</span>" in html and "No primary slower" in html
     descriptive = html[html.index("Descriptive: the whole run at full alpha") :]
     slower = re.compile(r">slower[^<]*</span>")  # the badge may carry the margin: "slower (±5%)"

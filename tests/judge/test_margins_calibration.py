@@ -167,10 +167,10 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
         tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, decisions_of=look_of)
         for k in range(2, planned + 1):
             now[0] = k
-            if tracker.update(k, [], [], fraction=k / planned):
+            if tracker.update(k, [], [], fraction=k / planned).all_decided:
                 break
         merge = tracker.metrics[_files(rng, 1, 0.0, (1.0, 1.0))[0]["metrics"][0]["key"]]
-        assert merge.at_look is not None and merge.at_look["margin"] == TIGHT
+        assert merge.at_look is not None and merge.at_look.stats.margin == TIGHT
         equivalent += merge.frozen == EQUIVALENT
     if edge:
         assert equivalent <= 3, equivalent

@@ -9,7 +9,10 @@ import json
 import comparison_pages as cp
 import pytest
 
-from memqual.host.judge import primaries, verdicts
+from memqual.host.judge import primaries
+from memqual.host.judge.exit_status import ExitStatus
+from memqual.host.judge.sequential_run import SequentialRun
+from memqual.host.judge.verdicts import SLOWER
 from memqual.lab import comparison_page
 
 
@@ -50,11 +53,23 @@ def test_a_dir_that_is_not_a_run_is_one_line_and_exit_2(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("summary", "status"),
     [
-        ({"controls_flagged": ["c"], "metrics": []}, 3),
-        ({"metrics": [{"role": primaries.PRIMARY, "state": "decided", "verdict": verdicts.SLOWER}]}, 1),
-        ({"metrics": [{"role": primaries.EXPLORATORY, "state": "decided", "verdict": verdicts.SLOWER}]}, 0),
-        ({"metrics": [{"role": primaries.PRIMARY, "state": "undecided", "verdict": verdicts.SLOWER}]}, 0),
+        ({"controls_flagged": ["c"], "metrics": []}, ExitStatus.HOST_DRIFTED),
+        ({"metrics": [{"key": "k", "role": primaries.PRIMARY, "state": "decided", "verdict": SLOWER}]}, 1),
+        ({"metrics": [{"key": "k", "role": primaries.EXPLORATORY, "state": "decided", "verdict": SLOWER}]}, 0),
+        ({"metrics": [{"key": "k", "role": primaries.PRIMARY, "state": "undecided", "verdict": SLOWER}]}, 0),
     ],
 )
-def test_the_status_is_the_trackers(summary, status):
-    assert comparison_page.sequential_status(summary) == status
+def test_a_finished_runs_looks_give_the_trackers_status(summary, status):
+    """The page's exit status is the looks' as the run's Tracker gave it,
+    read back from until-decided.json by the one exit rule."""
+    looks = SequentialRun.from_json({"threshold": 0.05, "alpha": 0.01, **summary})
+    assert looks.exit_status == status
+
+
+def test_a_looks_file_that_is_not_a_runs_is_one_line_and_exit_2(tmp_path, capsys):
+    run = cp.run(cp.PRIMARIES[:1], blocks=3, trials=20)
+    _write(tmp_path, run, summary=False)
+    (tmp_path / "until-decided.json").write_text(json.dumps({"metrics": [{"key": "k"}]}))
+    assert comparison_page.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "until-decided.json: not the JSON memqual run writes" in err

@@ -185,7 +185,7 @@ def test_anything_else_the_comparison_meets_is_one_line_and_exit_2(tmp_path: Pat
     def broken(*args, **kwargs):
         raise ZeroDivisionError("float division by zero")
 
-    monkeypatch.setattr(compare, "compare_runs", broken)
+    monkeypatch.setattr(compare, "of_results", broken)
     assert cli.main(["compare", str(a), str(a)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "could not be compared (ZeroDivisionError" in err

@@ -4,6 +4,7 @@ A fake avocado (tests/run/test_runjob.py's) stands in for the scenarios."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -99,7 +100,7 @@ def test_blocks_are_added_only_for_the_undecided_scenarios_tests(tmp_path, fake,
         variants = json.loads(Path(argv[argv.index("--json-variants-load") + 1]).read_text())
         assert variants[0]["variant_id"] == first and len(variants) == 2
     # records of every block reach the tracker: 3 per arm after 2 blocks, 2 more a block
-    assert tracker.looks == [(1, 6, 6), (2, 8, 8), (3, 10, 10)]
+    assert tracker.seen == [(1, 6, 6), (2, 8, 8), (3, 10, 10)]
     a = json.loads((tmp_path / "out" / "A" / "results.json").read_text())
     deflate = next(m for m in a["metrics"] if m["metric"] == "deflate_s")
     assert deflate["blocks"] == [1, 2, 3, 4]
@@ -273,7 +274,7 @@ def test_a_decided_primary_stays_decided_and_its_scenario_needs_no_more_blocks()
     done = False
     for look in range(1, 7):
         per_look = [r for r in a if r.blocks[0] <= look], [r for r in b if r.blocks[0] <= look]
-        done = tracker.update(look, *per_look, fraction=look / 7)
+        done = tracker.update(look, *per_look, fraction=look / 7).all_decided
         if tracker.metrics and "balloon.deflate" not in tracker.undecided_scenarios():
             break
     deflate = next(m for m in tracker.metrics.values() if m.scenario == "balloon.deflate")
@@ -294,7 +295,7 @@ def test_once_its_alpha_is_spent_nothing_more_is_decided():
     assert tracker.alpha_left == pytest.approx(0.0)
     assert tracker.progress_line().startswith("look 2: alpha 0.01 spent, ")
     tracker.metrics.clear()
-    assert tracker.update(6, a, b, fraction=1.0) is False and tracker.metrics == {}
+    assert tracker.update(6, a, b, fraction=1.0).all_decided is False and tracker.metrics == {}
 
 
 @pytest.mark.parametrize(
@@ -394,6 +395,71 @@ def test_the_run_exits_as_its_sequential_decisions(tmp_path, fake, tracker, deci
     page = (tmp_path / "out" / "comparison.html").read_text()
     assert f"exit {decisions}</span>" in page and "Descriptive: the whole run at full alpha" in page
     assert "the decisions (each metric at the look of --until-decided" in out
+
+
+class ThreeLooks(until.Tracker):
+    """The real Tracker, whose run stops after its third look and keeps
+    the deflate scenario running until then (its own rules would stop a
+    run of a fake's few blocks anywhere from look 1 on)."""
+
+    def update(self, look, records_a, records_b, fraction=1.0):
+        found = super().update(look, records_a, records_b, fraction)
+        return dataclasses.replace(found, all_decided=look >= 3)
+
+    def worth_a_block(self, left_s, block_s):
+        return {"balloon.deflate"}
+
+
+def test_an_ab_of_three_looks_compares_once_a_look_and_once_at_the_end(tmp_path, fake, monkeypatch):
+    """The arms are compared at each look and once at the end, and every
+    file and table of the run renders that one outcome: no comparison
+    again, and nothing the run wrote read back (until-decided.json,
+    comparison.json, or any JSON of the looks')."""
+    from memqual.host.judge import comparison
+
+    compared: list[int] = []  # the metrics of each comparison made
+    whole = comparison._compared
+
+    def counted(*args, **kwargs):
+        found = whole(*args, **kwargs)
+        compared.append(len(found[0]))
+        return found
+
+    read_back: list[str] = []
+    read_text, loads = Path.read_text, json.loads
+
+    def read(path, *args, **kwargs):
+        if path.name in ("until-decided.json", "comparison.json"):
+            read_back.append(str(path))
+        return read_text(path, *args, **kwargs)
+
+    def parsed(text, *args, **kwargs):
+        found = loads(text, *args, **kwargs)
+        if isinstance(found, dict) and {"look_times", "decided_by", "decisions"} & set(found):
+            read_back.append("a JSON of the looks or the outcome")
+        return found
+
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: ThreeLooks(threshold=0.05, alpha=0.01))
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(comparison, "_compared", counted)
+    fake.plan(tests=PLAN2)
+    with monkeypatch.context() as m:
+        m.setattr(Path, "read_text", read)
+        m.setattr(json, "loads", parsed)
+        status, out = run_memqual(tmp_path, "--until-decided")
+    assert status in (0, 1) and read_back == []
+    assert len(compared) == 4 and all(compared), compared  # looks 1, 2, 3 and the end
+    looks = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    outcome = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert len(looks["look_times"]) == 3 and looks["blocks"] == 4
+    assert [x["look"] for x in outcome["decisions"]["looks"]] == [1, 2, 3]
+    assert outcome["exit_status"] == status == outcome["decisions"]["exit_status"]
+    # The table's rows are the looks' own figures: each decision's metric
+    # and its verdict at its last look, as until-decided.json has them.
+    tracked = {m["key"]: m for m in looks["metrics"]}
+    for row in outcome["decisions"]["rows"]:
+        assert row["verdict"] == tracked[row["key"]]["decision"]
+        assert row["blocks"] == tracked[row["key"]]["at_look"]["n_blocks"]
 
 
 PLAN3 = [

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from memqual.host.core.record import Measurement, merge_rounds
-from memqual.host.judge import comparison, control_power, decisions, verdicts
+from memqual.host.judge import ab_outcome, comparison, control_power, decisions, verdicts
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.results import build_results
+from memqual.host.judge.sequential_run import AddedBlock, ControlLook, SequentialRun
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,12 +89,27 @@ def records(specs: tuple[Spec, ...], blocks: int, seed: int) -> tuple[list[Measu
 
 @dataclasses.dataclass
 class Run:
-    result: comparison.RunComparison
+    outcome: ab_outcome.ABOutcome
     a: Any
     b: Any
-    summary: dict[str, Any]
-    table: decisions.DecidingTable
-    power: control_power.ControlPower
+    looks: SequentialRun
+
+    @property
+    def result(self) -> comparison.RunComparison:
+        return self.outcome.comparison
+
+    @property
+    def table(self) -> decisions.DecidingTable:
+        return self.outcome.table
+
+    @property
+    def power(self) -> control_power.ControlPower:
+        return self.outcome.power
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """until-decided.json."""
+        return self.looks.to_json()
 
 
 def run(
@@ -101,36 +117,39 @@ def run(
 ) -> Run:
     """Blocks 1..``first``, then one look after each block to ``blocks``,
     through the real Tracker (each look at its share of the budget's
-    clock, the last spending what is left), then the whole run compared
-    at full alpha, the deciding table and the controls' power over the looks."""
+    clock, the last spending what is left), then the run's outcome: the
+    whole run compared at full alpha, the deciding table and the controls'
+    power over the looks."""
     a, b = records(specs, blocks, seed)
     tracker = until.Tracker(threshold=verdicts.DEFAULT_THRESHOLD, alpha=verdicts.DEFAULT_ALPHA)
-    wall, added, control_looks = [], [], []
+    wall: list[float] = []
+    added: list[AddedBlock] = []
+    control_looks: list[ControlLook] = []
     for look, n in enumerate(range(first, blocks + 1), start=1):
         fraction = 1.0 if n == blocks else n / (blocks + 1)
         wall.append(budget_s * fraction)
-        left = tracker.alpha_left
         now_a = [m for m in a if m.blocks[0] <= n]
         now_b = [m for m in b if m.blocks[0] <= n]
-        done = tracker.update(look, now_a, now_b, fraction)
-        control_looks.append({"look": look, "blocks": n, "alpha": left - tracker.alpha_left})
-        if done or n == blocks:
+        now = tracker.update(look, now_a, now_b, fraction)
+        control_looks.append(ControlLook(look, n, now.level))
+        if now.all_decided or n == blocks:
             break
-        added.append({"block": n + 1, "scenarios": sorted(tracker.undecided_scenarios()), "controls": True})
-    summary = tracker.to_json("every primary decided" if done else "budget spent", budget_s / 60.0)
-    summary.update(
+        added.append(AddedBlock(n + 1, tuple(sorted(tracker.undecided_scenarios())), (), True, ()))
+    looks = SequentialRun(
+        tracker,
+        "every primary decided" if now.all_decided else "budget spent",
+        budget_s / 60.0,
         blocks=n,
-        added_blocks=added,
-        look_wall_s=wall,
-        controls={"looks": control_looks, "blocks": n, "min_blocks": 6, "tests": []},
+        added=tuple(added),
+        look_wall_s=tuple(wall),
+        control_blocks=n,
+        min_control_blocks=6,
+        control_looks=tuple(control_looks),
     )
     res_a = build_results([], merge_rounds([m for m in a if m.blocks[0] <= n]), host_fallback=False)
     res_b = build_results([], merge_rounds([m for m in b if m.blocks[0] <= n]), host_fallback=False)
-    result = comparison.compare_results(res_a, res_b)
-    table = decisions.sequential(result, summary, tracker.exit_status())
-    looks = [(int(x["look"]), int(x["blocks"]), float(x["alpha"])) for x in control_looks]
-    _, power = control_power.over_looks(control_power.designs_of(result.metrics), looks, threshold=0.05, trials=trials)
-    return Run(result, res_a, res_b, summary, table, power)
+    outcome = ab_outcome.of_results([res_a], [res_b], looks, trials=trials)
+    return Run(outcome, res_a, res_b, looks)
 
 
 def realistic(seed: int = 1, trials: int = 400) -> Run:
@@ -143,7 +162,7 @@ if __name__ == "__main__":
     from memqual.host.report.compare_text import print_comparison
 
     r = realistic()
-    print_comparison(r.result, table=r.table, power=r.power)
-    path = write_comparison_html(r.result, r.a, r.b, sys.argv[1], table=r.table, power=r.power)
+    print_comparison(r.outcome)
+    path = write_comparison_html(r.outcome, r.a, r.b, sys.argv[1])
     print(f"wrote {path}")
     Path(sys.argv[1] + ".json").write_text(__import__("json").dumps(r.table.to_json(), indent=1))
