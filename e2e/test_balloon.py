@@ -236,7 +236,7 @@ class BalloonFreePageReporting(BalloonBase):
 
     def test_reporting_off(self) -> None:
         """Scenario 4, control: with it off the RSS stays up (a check:
-        its time is the watched window, host/judge/primaries.py).
+        its time is the watched window, host/balloon/table.py).
 
         :avocado: tags=ab-checks
         """
@@ -254,7 +254,7 @@ class BalloonOomAndStats(BalloonBase):
     def test_stats_and_deflate_on_oom(self) -> None:
         """Scenarios 6 then 5 in one deflate-on-oom guest (checks: what
         deflates under a fixed pressure is a race with the allocating agent,
-        not a cost a comparison decides on; host/judge/primaries.py).
+        not a cost a comparison decides on; host/balloon/table.py).
 
         :avocado: tags=ab-checks
         """

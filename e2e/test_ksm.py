@@ -12,12 +12,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterator
 
-from memqual.e2e.base import GuestTest, drives_its_host, requires
+from memqual.e2e.base import drives_its_host, requires
+from memqual.e2e.host_ksm import HostKsmTest
 from memqual.host.core import clock, descriptive, nested
-from memqual.host.core.environment import KSM_ROOT, THP_ROOT
-from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.machine import Machine, MachineConfig
 from memqual.host.ksm import KsmController, sharing, table, volatile
 from memqual.host.ksm import guest_ksm as gk
@@ -26,10 +24,8 @@ from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm.agent import AGENT, StressArgs
 from memqual.host.ksm.l1_ksm import L1Ksm
 from memqual.host.ksm.scancost import replicate_first, replicate_ratios, samples
-from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
 from memqual.host.ksm.volatile import CLAIM_METRIC, VolatileGuest
 
-LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 MODEL_TOLERANCE = 0.15  # many guests, measured here: within 2 % (docs/ksm.md)
 # Merged pages per guest, many guests over one alone: 1.0 when nothing
 # merges across guests.  Measured 3.3-4.4x with every guest restored from
@@ -39,7 +35,7 @@ CROSS_GUEST_GAIN = 1.5
 FOREIGN_TOLERANCE = 0.01
 
 
-class KsmTest(GuestTest):
+class KsmTest(HostKsmTest):
     """
     :avocado: enable
     :avocado: tags=ksm
@@ -49,41 +45,7 @@ class KsmTest(GuestTest):
     # under test runs everything under TCG, L1's ksmd included.
     timeout = 900 * (nested.BOOT_TIMEOUT_FACTOR if nested.from_environment() is not None else 1)
 
-    def setUp(self) -> None:
-        super().setUp()
-        self._controllers: list[KsmController] = []
-
-    def tearDown(self) -> None:
-        # Avocado runs the test body in a thread and, on a timeout or ^C,
-        # interrupts only the main thread, runs tearDown and leaves the
-        # process with os._exit (no atexit, no finally in the test body):
-        # tearDown is where host knobs go back on that path.
-        for ksm in getattr(self, "_controllers", []):
-            ksm.close()
-        super().tearDown()
-
     # -- helpers -----------------------------------------------------------
-    @contextlib.contextmanager
-    def host_ksm(self) -> Iterator[KsmController]:
-        """Host KSM for this test: capability checked (skip with the reason),
-        the host-wide lock held, knobs checked equal to before at the end;
-        what a scenario finds it must fail on (ks.ScenarioFailed) fails the
-        test, a host short of what it needs skips it."""
-        ksm = KsmController(lock_timeout_s=LOCK_WAIT_S)
-        try:
-            ksm.open()
-        except CapabilityMissing as exc:
-            self.require(False, str(exc))
-        self._controllers.append(ksm)
-        before = (ksm.fs.knobs(), ksm.thp.knobs(THP_KNOBS) if ksm.thp.exists() else {})
-        try:
-            with self.scenario():
-                yield ksm
-        finally:
-            ksm.close()
-        after = (Sysfs(KSM_ROOT).knobs(), Sysfs(THP_ROOT).knobs(THP_KNOBS) if ksm.thp.exists() else {})
-        self.assertEqual(after, before, "host KSM/THP knobs not restored")
-
     def l1_ksm(self, vm: Machine) -> L1Ksm:
         """The KSM of ``vm``'s host under test (its own L1): no lock, no
         snapshot, L1 ends with the guest (host/ksm/l1_ksm.py)."""
@@ -96,17 +58,6 @@ class KsmTest(GuestTest):
         if vm is None or self.host_under_test() is None:
             return os.uname().release
         return str(vm.host_ssh.run(["uname", "-r"], timeout=60).stdout.strip())
-
-    @contextlib.contextmanager
-    def scenario(self) -> Iterator[None]:
-        """A scenario's ScenarioFailed fails the test; its CapabilityMissing
-        skips it."""
-        try:
-            yield
-        except ks.ScenarioFailed as exc:
-            self.fail(str(exc))
-        except CapabilityMissing as exc:
-            self.require(False, str(exc))
 
     # -- 1. merge ------------------------------------------------------------
     def _merge(self, mem_merge: bool) -> None:
@@ -166,7 +117,7 @@ class KsmTest(GuestTest):
     )
     def test_merge_off(self) -> None:
         """Scenario 1, negative control: -machine mem-merge=off (a check:
-        nothing may merge, host/judge/primaries.py).
+        nothing may merge, host/ksm/table.py).
 
         :avocado: tags=ab-checks
         """
@@ -330,7 +281,7 @@ class KsmTest(GuestTest):
     @drives_its_host
     def test_volatile_scan_thp(self) -> None:
         """Scenario 3: the same with THP-backed guest RAM (exploratory in an
-        A/B: the host's huge page splits weigh in, host/judge/primaries.py; left
+        A/B: the host's huge page splits weigh in, host/ksm/table.py; left
         to the quick profile).
         """
         self._volatile("thp")

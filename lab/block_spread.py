@@ -3,7 +3,7 @@
 For each metric both arms of OUTPUT (a ``memqual run`` folder: A/ and B/)
 recorded in blocks, the sd of the blocks' log(B/A), a block's value being
 the median of its arm's samples in it.  On an A/A run that is the
-instrument's noise from block to block, which host/judge/primaries.py keeps
+instrument's noise from block to block, which each scenario row keeps
 per primary and clock.  ``--jobs`` reads a run stopped before it wrote its
 results (OUTPUT/avocado/'s records, by their variants' arm and block).
 docs/lab.md, "block_spread".

@@ -199,7 +199,7 @@ FIT_RECORDS = (
     # The same fit on the driver's own span (its first request's page
     # allocation to its last ack), read with the guest's clock: on the
     # icount clock a count of guest instructions, which the host's load
-    # does not reach (host/judge/primaries.py: what decides the primary
+    # does not reach (the row in table.py: what decides the primary
     # there).
     ("driver_per_page_ns", "driver", "per_page_s", 1e9, "ns"),
 )

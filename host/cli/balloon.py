@@ -56,7 +56,7 @@ def _cmd_curve(args: argparse.Namespace) -> int:
         raise BadInput(f"{source}: no such results.json or records directory")
     found = plot.curves(entries)
     if not found:
-        raise BadInput(f"{source}: no {plot.SCENARIO} records of inflate_s or deflate_s")
+        raise BadInput(f"{source}: no {', '.join(sorted(plot.drawn()))} records of inflate_s or deflate_s")
     for curve in found:
         print(f"settings: {curve.settings}")
         print(f"{'per request':>12} {'PFNs':>7} {'metric':>10} {'guests':>6} {'median s':>9}  range")

@@ -53,7 +53,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_fraction,
         default=DEFAULT_THRESHOLD,
         help="smallest relative change of the median that counts (default 0.05); each primary is judged "
-        "against its own margin (host/judge/primaries.py)",
+        "against its own margin (its scenario row)",
     )
     parser.add_argument(
         "--alpha",

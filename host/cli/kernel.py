@@ -18,7 +18,6 @@ from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.core.printable import one_line
-from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run import patch_scope
 from memqual.host.run.config import job_profile
 from memqual.host.run.signals import terminate_as_exception
@@ -165,11 +164,11 @@ def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
     run (all of them, when no tag of theirs is given; none without --only),
     and the one tag that would bring them back and nothing else."""
     rows = scenario.table()
-    controls = [r for r in rows if r.name in CONTROL_SCENARIOS]
+    controls = [r for r in rows if r.control]
     if not only or not controls or any(set(only) & set(r.tags) for r in controls):
         return [], ""
     shared = set.intersection(*(set(r.tags) for r in controls)) - {"ab"}
-    alone = sorted(t for t in shared if all(r.name in CONTROL_SCENARIOS for r in rows if t in r.tags))
+    alone = sorted(t for t in shared if all(r.control for r in rows if t in r.tags))
     return [r.name for r in controls], alone[0] if alone else ""
 
 

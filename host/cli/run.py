@@ -295,7 +295,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=cliargs.fraction_below_one,
         metavar="FRACTION",
         help="two arms: smallest relative change of a metric that counts, as on compare (default 0.05); "
-        "each primary is judged against its own margin (host/judge/primaries.py)",
+        "each primary is judged against its own margin (its scenario row)",
     )
     parser.add_argument(
         "--alpha",
@@ -371,7 +371,7 @@ def main(args: argparse.Namespace) -> int:
         from memqual.host.judge import clock_plan
 
         print(
-            "the plan: each primary on the clock whose measured block spread (host/judge/primaries.py) decides it "
+            "the plan: each primary on the clock whose measured block spread (its scenario row) decides it "
             "in fewer blocks",
             file=sys.stderr,
         )

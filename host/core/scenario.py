@@ -1,14 +1,13 @@
 """The scenario table: each subject declares its scenarios as rows
-(``Scenario``), and finds nothing else's.  A row gives the scenario's name
-(the ``scenario`` of its records), its Avocado tags, its sizes per profile
-(the subject's own typed row for quick, full and ab), the host knobs it
-changes (host/core/knobs.py), its report section and its primary metrics
-(their reasons and margins are host/judge/primaries.py's rows), and the
-e2e test that records it.  Rows are
-found through the ``memqual.scenarios`` entry points, as report sections
-are (pyproject.toml): core imports no subject.  CONTRIBUTING.md, "A new
-scenario".
-"""
+(``Scenario``), and finds nothing else's.  A row is all the project knows
+of a scenario: its name (its records' ``scenario``), Avocado tags, e2e
+test, sizes per profile, host knobs (host/core/knobs.py), guest kernel
+paths, report section, primaries with their measured spreads
+(host/core/primary.py), whether it is a negative control, and the regime
+its metrics compare under.  The judge, the reports and the run read the
+rows and name no scenario.  Rows are found through the
+``memqual.scenarios`` entry points (pyproject.toml): core imports no
+subject.  CONTRIBUTING.md, "A new scenario"."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from typing import Generic, TypeVar
 from memqual.host.core import clock, profiles
 from memqual.host.core.errors import BadInput
 from memqual.host.core.knobs import KnobSet
+from memqual.host.core.primary import Primary, Regime
 
 SCENARIOS_GROUP = "memqual.scenarios"
 SizesRow = TypeVar("SizesRow")
@@ -31,10 +31,14 @@ SizesRow = TypeVar("SizesRow")
 class Scenario(Generic[SizesRow]):
     """One row of the table.  ``sizes``: one row per profile (every one of
     profiles.PROFILES), or none for a scenario that runs the same in all.
-    ``section``: the name of its ``memqual.report_sections`` entry point,
-    if it has one.  ``primaries``: the metrics of its records that a
-    comparison decides on.  ``e2e``: the test that records it,
-    ``test_file_stem:Class.method``, which carries its tags.
+    ``section``: the name of the ``memqual.report_sections`` entry point
+    that draws its records, if one does.  ``primaries``: the metrics of
+    its records that a comparison decides on, each with its reason,
+    instrument, margin and measured spreads (host/core/primary.py).
+    ``control``: a negative control, host-only work no guest kernel can
+    move (a comparison flags the host when it moves).  ``regime``: the
+    condition its metrics compare under, if any.  ``e2e``: the test that
+    records it, ``test_file_stem:Class.method``, which carries its tags.
     ``icount_sizes``: the profiles whose sizes differ on the icount clock
     (host/core/clock.py), where every vCPU takes turns in one host thread.
     ``kernel_paths``: the guest kernel's source paths whose code this
@@ -50,10 +54,12 @@ class Scenario(Generic[SizesRow]):
     sizes: Mapping[str, SizesRow] = dataclasses.field(default_factory=dict)
     knobs: tuple[KnobSet, ...] = ()
     section: str = ""
-    primaries: tuple[str, ...] = ()
+    primaries: tuple[Primary, ...] = ()
     e2e: str = ""
     icount_sizes: Mapping[str, SizesRow] = dataclasses.field(default_factory=dict)
     kernel_paths: tuple[str, ...] = ()
+    control: bool = False
+    regime: Regime | None = None
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")
@@ -64,6 +70,23 @@ class Scenario(Generic[SizesRow]):
                 raise ValueError(f"scenario {self.name}: kernel path {pattern!r}: give it relative to the tree's top")
         if self.sizes and set(self.sizes) != set(profiles.PROFILES):
             raise ValueError(f"scenario {self.name}: sizes for {sorted(self.sizes)}, not for {list(profiles.PROFILES)}")
+        self._bind_to_row()
+
+    def _bind_to_row(self) -> None:
+        """Its primaries and regime name this row: the judge reads them
+        without the row at hand."""
+        for part in (*self.primaries, self.regime):
+            if part is not None and part.scenario not in ("", self.name):
+                raise ValueError(f"scenario {self.name}: {part.metric} is {part.scenario}'s")
+        if self.control and self.primaries:
+            raise ValueError(f"scenario {self.name}: a negative control decides no primary")
+        metrics = [p.metric for p in self.primaries]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"scenario {self.name}: a primary named twice in {metrics}")
+        # frozen: the bound copies replace the given ones once, here
+        object.__setattr__(self, "primaries", tuple(dataclasses.replace(p, scenario=self.name) for p in self.primaries))
+        if self.regime is not None:
+            object.__setattr__(self, "regime", dataclasses.replace(self.regime, scenario=self.name))
 
     @property
     def subject(self) -> str:
@@ -142,8 +165,18 @@ def table() -> tuple[Scenario[object], ...]:
     return load()
 
 
+@functools.cache
+def _by_name() -> dict[str, Scenario[object]]:
+    return {row.name: row for row in table()}
+
+
 def find(name: str) -> Scenario[object] | None:
-    return next((row for row in table() if row.name == name), None)
+    return _by_name().get(name)
+
+
+def every_primary() -> tuple[Primary, ...]:
+    """Every row's primaries, in the table's order."""
+    return tuple(p for row in table() for p in row.primaries)
 
 
 def knob_sets(rows: tuple[Scenario[object], ...] | None = None) -> tuple[KnobSet, ...]:

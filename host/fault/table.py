@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core.primary import FINE_MARGIN, GUEST_CLOCK, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.scenario import Scenario
 
@@ -24,6 +25,21 @@ ANON_SIZES = {
     AB: AnonSizes(guests=1, runs=2, mib=64),
 }
 
+# Its A/As: one fresh guest an arm a block, memqual's image kernel.
+AA_WALL = Measured(
+    "A/A 6.1.0-57, fault.anon, wall clock, a kernel build beside it (load 2.6-3.7)",
+    "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --only fault --rounds 6 --output OUT",
+    "2026-12-04",
+    'docs/fault.md, "Its spread"',
+)
+AA_ICOUNT = Measured(
+    "A/A 6.1.0-57, fault.anon, icount:4, a kernel build beside it (load 2.6-3.7)",
+    "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock icount --only fault "
+    "--rounds 6 --output OUT",
+    "2026-12-04",
+    'docs/fault.md, "Its spread"',
+)
+
 # No kernel_paths: the fault path (mm/memory.c, the page allocator, the
 # architecture's fault handler and clear_page) is code every guest runs, so
 # a patch to it runs every scenario (host/core/scenario.py).
@@ -31,7 +47,21 @@ ANON = Scenario(
     "fault.anon",
     ("fault", "ab"),
     ANON_SIZES,
-    primaries=("ns_per_page",),
+    primaries=(
+        Primary(
+            "ns_per_page",
+            "the guest kernel's first touch of an anonymous 4 KiB page (the fault, the zeroing, the page table "
+            "update): what every guest workload pays, and what a patch to the fault path or the page allocator "
+            "moves",
+            variant=(("pages", "4k"),),
+            instrument=GUEST_CLOCK,
+            spread_wall=Spread(0.44, 6, AA_WALL),
+            spread_icount=Spread(0.00011, 6, AA_ICOUNT),
+            margin=FINE_MARGIN,
+            needs="on the wall clock the host's load is in the guest's time (multi-threaded TCG): decide it on "
+            "icount, where it repeats within a few parts in 10,000",
+        ),
+    ),
     e2e="test_fault:FaultTest.test_anon",
 )
 

@@ -1,6 +1,6 @@
 """The clock each scenario's test runs on under ``--clock auto``: the one on
-which its primaries' measured block spreads (host/judge/primaries.py)
-decide them in fewer blocks.  A and B of a scenario always share it.
+which its primaries' measured block spreads (their rows' in the scenario
+table, host/core/primary.py) decide them in fewer blocks.  A and B of a scenario always share it.
 
 Why it is built so: docs/architecture.md, "Module notes",
 host/judge/clock_plan.py.
@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 from memqual.host.core import clock, scenario
-from memqual.host.judge.primaries import GUEST_CLOCK, PRIMARIES, Primary, Spread
+from memqual.host.core.primary import GUEST_CLOCK, Primary, Spread
 
 # About how many blocks equivalence at ``margin`` takes with a block spread
 # ``sd`` (alpha 0.01 a side, power 0.8, the normal approximation):
@@ -23,7 +23,7 @@ BLOCKS_Z = 3.17
 # "init_on_free=1 on icount").  A primary the wall clock decides there
 # stays on it: a wall block costs several times less host time.
 MIN_DECIDING_BLOCKS = 3
-# Any icount label reads the same instruments (primaries.py keys on the kind).
+# Any icount label reads the same instruments (a primary keys on the kind).
 ICOUNT_LABEL = clock.icount().label
 
 
@@ -69,7 +69,7 @@ def choose(primary: Primary) -> Choice:
 
 
 def choices() -> tuple[Choice, ...]:
-    return tuple(choose(p) for p in PRIMARIES)
+    return tuple(choose(p) for p in scenario.every_primary())
 
 
 def icount_tests() -> frozenset[str]:
@@ -96,7 +96,7 @@ def shares_host(row: scenario.Scenario[object]) -> bool:
     not move, and it changes no host-wide state (no knob set).  A row with
     no primary, or one read by the host (its wall clock, ksmd's CPU time)
     or by a count the host paces (the floor's stall window), runs alone."""
-    read = [p for p in PRIMARIES if p.scenario == row.name]
+    read = row.primaries
     return bool(read) and not row.knobs and all(p.instrument_on(ICOUNT_LABEL) == GUEST_CLOCK for p in read)
 
 

@@ -1,6 +1,7 @@
 """The conditions some metrics hold under: runs compare only where they match.
 
-A metric whose regime (today: KSM's dirtying rate per full scan) differs
+A metric whose regime (its scenario row's ``regime``; today: KSM's
+dirtying rate per full scan) differs
 between the sides beyond the tolerance is ``not comparable`` in ``memqual
 compare`` and ``memqual history``: no decision, no exit status.  The rule
 and why: docs/verdicts.md, "Not comparable: regimes".  No numpy here:
@@ -15,53 +16,19 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from memqual.host.core import scenario
+from memqual.host.core.primary import Regime
 from memqual.host.judge.results import MetricEntry
 
 NOT_COMPARABLE = "not comparable"
 
-# Two sides' dirtying rates match when the larger is at most this many
-# times the smaller: the 95 % range of the ratio of two runs' geometric
-# means over 4 guests each (the quick profile) when every guest's rate
-# comes from one distribution, exp(1.96 x sigma x sqrt(1/4 + 1/4)) = 1.94,
-# rounded up.  sigma = 0.48, the guests' log spread within a run pooled
-# over three measured runs (docs/ksm.md, "Comparing runs").  With more
-# guests a side the same factor is a looser test, never a stricter one.
-DIRTY_RATE_TOLERANCE = 2.0
 
-
-@dataclasses.dataclass(frozen=True)
-class Condition:
-    """A regime a scenario's metrics hold under, and the metric that records it."""
-
-    scenario: str
-    metric: str  # one value a unit (a guest), in each run
-    label: str  # what the reader calls it
-    unit: str
-    tolerance: float  # largest ratio of the two sides' geometric means that matches
-    # Variant keys that do not change the regime (both of a guest's smart
-    # scan windows ran at the same dirtying): the rate is recorded without them.
-    free_keys: tuple[str, ...] = ()
-
-
-CONDITIONS: dict[str, Condition] = {
-    c.scenario: c
-    for c in (
-        Condition(
-            scenario="ksm.volatile_scan",
-            metric="dirty_passes_per_scan",
-            label="dirtying rate",
-            unit="dirty passes per ksmd full scan",
-            tolerance=DIRTY_RATE_TOLERANCE,
-            free_keys=("smart_scan",),
-        ),
-    )
-}
-
-
-def condition_of(scenario: str, metric: str) -> Condition | None:
-    """The condition a metric is compared under; None for a metric with
-    none, and for the metric that records the condition."""
-    condition = CONDITIONS.get(scenario)
+def condition_of(scenario_name: str, metric: str) -> Regime | None:
+    """The regime a metric is compared under (its row's,
+    host/core/primary.py); None for a metric with none, and for the metric
+    that records the regime."""
+    row = scenario.find(scenario_name)
+    condition = row.regime if row is not None else None
     if condition is None or metric == condition.metric:
         return None
     return condition
@@ -71,7 +38,7 @@ def condition_of(scenario: str, metric: str) -> Condition | None:
 class RegimeCheck:
     """The regime of each side (a run, or an arm) of one comparison."""
 
-    condition: Condition
+    condition: Regime
     names: tuple[str, ...]  # "A", "B", or the runs of a series
     rates: tuple[float | None, ...]  # geometric mean a side; None where not recorded
 
@@ -123,7 +90,7 @@ def _within(rate_variant: Mapping[str, Any], variant: Mapping[str, Any], free: I
 
 def side_rate(
     entries: Sequence[MetricEntry],
-    condition: Condition,
+    condition: Regime,
     variant: Mapping[str, Any],
     settings: Mapping[str, Any],
 ) -> float | None:
@@ -149,7 +116,7 @@ def side_rate(
 
 
 def check(
-    condition: Condition,
+    condition: Regime,
     sides: Sequence[tuple[str, Sequence[MetricEntry], Mapping[str, Any], Mapping[str, Any]]],
 ) -> RegimeCheck:
     """The regime check of one metric over its sides: (name, that side's

@@ -1,11 +1,12 @@
 """The memslots' rows in the scenario table (host/core/scenario.py): the
 /dev/kvm lookup bench's sizes per profile, the host-only negative controls
-(host/judge/primaries.py's CONTROL_SCENARIOS) and the MMIO trace's primary."""
+and the MMIO trace's primary."""
 
 from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core.primary import COUNT, TIGHT_MARGIN, WALL_612, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.scenario import Scenario
 
@@ -24,14 +25,28 @@ LOOKUP = {
     AB: LookupSizes(replicates=1, all_slots=False),
 }
 
+# The /dev/kvm benchmarks run on the host alone, no guest kernel in them:
+# negative controls (Scenario.control).
 KVM: Scenario[object] = Scenario(
-    "memslots.kvm", ("memslots", "kvm", "ab"), e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times"
+    "memslots.kvm",
+    ("memslots", "kvm", "ab"),
+    e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",
+    control=True,
 )
 KVM_LOOKUP = Scenario(
     "memslots.kvm_lookup",
     ("memslots", "kvm", "ab"),
     LOOKUP,
     e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
+    control=True,
+)
+# The memslot tests' own icount A/A (quiet host, 36 runs PASS).
+ICOUNT_AA = Measured(
+    "A/A 6.1.0-57, icount:4, memslots, 6 blocks",
+    "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock icount --only memslots "
+    "--rounds 6",
+    "2026-12-04",
+    'docs/ab-calibration.md, "The icount A/A of KSM"',
 )
 # The guest code the hotplugged dimms run (Scenario.kernel_paths); the
 # controls run none (host-only /dev/kvm: KVM's code is the host's).
@@ -45,7 +60,18 @@ MEMORY_HOTPLUG_PATHS = (
 TRACE_MMIO: Scenario[object] = Scenario(
     "memslots.trace_mmio",
     ("memslots", "qemu", "ab"),
-    primaries=("nodes_per_lookup",),
+    primaries=(
+        Primary(
+            "nodes_per_lookup",
+            "the guest's MMIO trace through today's memslot tree (rbtree); the other structures replay the "
+            "same trace, so they move only when this does",
+            variant=(("structure", "rbtree"),),
+            instrument=COUNT,
+            spread_wall=Spread(0.0, 2, WALL_612),
+            spread_icount=Spread(0.0, 6, ICOUNT_AA),
+            margin=TIGHT_MARGIN,
+        ),
+    ),
     e2e="test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",
     kernel_paths=MEMORY_HOTPLUG_PATHS,
 )

@@ -1,6 +1,7 @@
 """The request-size curve for report.html and docs/balloon.md: inflate and
 deflate time against PFNs per request (log x), the median and the range of
-the fresh guests at each size, from the ``balloon.request_size`` records;
+the fresh guests at each size, from the records of the scenarios whose
+row names this section (the balloon's request size);
 beside it, the fitted per-request and per-page costs with 95 % intervals
 over the guests.
 
@@ -22,14 +23,21 @@ from typing import Any
 
 from markupsafe import Markup
 
-from memqual.host.core import descriptive
+from memqual.host.core import descriptive, scenario
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import format_number as num
 from memqual.host.judge.stats.ratio_ci import mean_interval
 from memqual.host.report import pages
 from memqual.host.report.figures import Plot, png, pyplot, tidy
 
-SCENARIO = "balloon.request_size"  # request_size.SCENARIO, without importing the guest side
+SECTION = "balloon"  # its memqual.report_sections entry point, which scenario rows name
+
+
+def drawn() -> frozenset[str]:
+    """The scenarios it draws: those whose row names this section."""
+    return frozenset(row.name for row in scenario.table() if row.section == SECTION)
+
+
 # One panel each: host-timed inflate, QEMU's CPU seconds over it (what a
 # loaded shared host leaves measurable), host-timed deflate.
 CURVE_METRICS = {
@@ -121,8 +129,9 @@ class Curve:
 def curves(entries: Iterable[Any]) -> list[Curve]:
     """The scenario's curves, one per distinct settings."""
     groups: dict[str, list[Any]] = collections.defaultdict(list)
+    names = drawn()
     for e in entries:
-        if _get(e, "scenario") == SCENARIO:
+        if _get(e, "scenario") in names:
             groups[json.dumps(_get(e, "settings") or {}, sort_keys=True)].append(e)
     out = []
     for key, group in sorted(groups.items()):

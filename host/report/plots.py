@@ -198,7 +198,7 @@ class DecisionRow:
     ci_high: float | None
     note: str = ""
     # Its own margin when it differs from the band's (a primary judged at
-    # its own, host/judge/primaries.py): drawn as a band of its row only.
+    # its own, its scenario row): drawn as a band of its row only.
     margin: float | None = None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from memqual.host.judge import change_points, comparison, control_power, families, history
+from memqual.host.judge import primaries as metric_roles
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.stats import ab_tests, binomial
@@ -79,12 +80,14 @@ def _run_file(
     samples of 1 % noise around a replicate level of 3 % noise), the whole
     run's metric moved by its ``offsets`` entry."""
     metrics = []
+    # a real negative control's name, so the comparison gives its metrics that role
+    control_name = min(metric_roles.controls())
     for j in range(primaries + controls):
         control = j >= primaries
         level = (1.0 + j / 10.0) * math.exp(offsets[j])
         rep_levels = level * np.exp(rng.normal(0.0, 0.03, reps))
         values = [list(lv * np.exp(rng.normal(0.0, 0.01, 3))) for lv in rep_levels]
-        scenario = "memslots.kvm" if control else f"synthetic.s{j}"
+        scenario = control_name if control else f"synthetic.s{j}"
         metrics.append(_entry(f"{scenario} m{j}", [[float(x) for x in r] for r in values], not control, scenario))
     return {"memqual_version": "calibration", "metrics": metrics, "claims": [], "environment": {}}
 

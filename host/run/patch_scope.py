@@ -19,7 +19,6 @@ from typing import Any
 
 from memqual.host.core.profiles import AB, FULL
 from memqual.host.core.scenario import Scenario, kernel_paths_pattern
-from memqual.host.judge.primaries import CONTROL_SCENARIOS
 from memqual.host.run.config import TestScope
 
 EVERYTHING = "everything"
@@ -136,7 +135,7 @@ def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str =
     chosen = [
         Chosen(row.name, tuple(f for f in built if row.exercises(f)))
         for row in rows
-        if row.name not in CONTROL_SCENARIOS and any(row.exercises(f) for f in built)
+        if not row.control and any(row.exercises(f) for f in built)
     ]
     kept = [c for c in chosen if runs_in(_row(rows, c.scenario), profile)]
     if not kept:
@@ -144,7 +143,7 @@ def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str =
         return PatchScope(
             EVERYTHING, files, f"the scenarios that exercise it ({names}) do not run in the {profile} profile"
         )
-    controls = [row for row in rows if row.name in CONTROL_SCENARIOS and runs_in(row, profile)]
+    controls = [row for row in rows if row.control and runs_in(row, profile)]
     return PatchScope(
         SCOPED,
         files,

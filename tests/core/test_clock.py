@@ -286,9 +286,10 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
 
 
 def test_every_primary_names_its_instrument_spread_and_margin() -> None:
-    from memqual.host.judge import primaries
+    from memqual.host.core import primary as primaries
+    from memqual.host.core import scenario
 
-    for p in primaries.PRIMARIES:
+    for p in scenario.every_primary():
         assert p.instrument in (primaries.GUEST_CLOCK, primaries.HOST_WALL, primaries.HOST_CPU, primaries.COUNT)
         assert p.spread_wall is not None and p.spread_wall.blocks >= 2, p
         assert p.margin in (primaries.FINE_MARGIN, primaries.TIGHT_MARGIN, primaries.WIDE_MARGIN)
@@ -325,7 +326,8 @@ def test_the_report_header_says_the_clock_in_words() -> None:
 
 
 def test_on_icount_the_guest_timed_inflate_decides_the_balloon_primary() -> None:
-    from memqual.host.judge.primaries import GUEST_CLOCK, HOST_WALL, is_primary, primary_of
+    from memqual.host.core.primary import GUEST_CLOCK, HOST_WALL
+    from memqual.host.judge.primaries import is_primary, primary_of
 
     assert is_primary("balloon.inflate", "inflate_s", {}, "wall")
     assert not is_primary("balloon.inflate", "inflate_guest_s", {}, "wall")

@@ -24,7 +24,8 @@ def test_on_icount_the_drivers_guest_timed_slope_decides_the_request_size():
     """The host-timed slope moved fivefold in one icount block of 6.1
     against 6.12; the driver's own span, read with the guest's clock,
     decides the primary there, and the wall clock keeps the host's."""
-    from memqual.host.judge.primaries import GUEST_CLOCK, is_primary, primary_of
+    from memqual.host.core.primary import GUEST_CLOCK
+    from memqual.host.judge.primaries import is_primary, primary_of
 
     assert is_primary("balloon.request_size", "per_page_ns", {}, "wall")
     assert not is_primary("balloon.request_size", "driver_per_page_ns", {}, "wall")

@@ -1,6 +1,6 @@
 """The scenario table (host/core/scenario.py): the rows the subjects
 declare through entry points, read by profiles, the knob restore and the
-primaries' table."""
+judge (each row's primaries, control and regime)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from importlib.metadata import EntryPoint
 import pytest
 
 from memqual.host.core import knobs, profiles, scenario
+from memqual.host.core.primary import Primary, Regime
 from memqual.host.core.scenario import Scenario
 from memqual.host.judge import primaries
 from memqual.host.ksm.state import KNOBS as KSM_KNOBS
@@ -68,19 +69,40 @@ def test_rows_are_found_through_entry_points_and_checked(monkeypatch: pytest.Mon
         scenario.load()
 
 
-def test_every_primary_has_its_row_and_every_row_s_primary_its_reason() -> None:
-    """The rows say which metrics are primaries; host/judge/primaries.py
-    says why (and with what margin): the two agree both ways."""
-    rows = {row.name: row for row in scenario.table()}
-    declared = {(row.name, metric) for row in rows.values() for metric in row.primaries}
-    reasoned = {(p.scenario, p.metric) for p in primaries.PRIMARIES}
-    assert declared == reasoned
-    assert primaries.CONTROL_SCENARIOS <= set(rows)
+def test_a_row_s_primaries_and_regime_are_bound_to_it_and_the_judge_finds_them() -> None:
+    """A row carries its primaries with their reasons; the judge's roles
+    come from the rows and nowhere else."""
+    for row in scenario.table():
+        for p in row.primaries:
+            assert p.scenario == row.name and p.why, (row.name, p.metric)
+            variant = dict(p.variant)
+            assert primaries.primary_of(row.name, p.metric, variant) is p
+            assert primaries.role(row.name, p.metric, variant) == primaries.PRIMARY
+        assert row.regime is None or row.regime.scenario == row.name
+        assert primaries.is_control(row.name) is row.control
+    assert primaries.controls() == {row.name for row in scenario.table() if row.control}
+    assert primaries.controls() and scenario.every_primary()
+    assert primaries.role("synthetic.none", "m") == primaries.EXPLORATORY
+
+
+@pytest.mark.parametrize(
+    ("row", "why"),
+    [
+        (lambda: Scenario("a.x", primaries=(Primary("m", "w", scenario="b.y"),)), "b.y's"),
+        (lambda: Scenario("a.x", primaries=(Primary("m", "w"), Primary("m", "v"))), "named twice"),
+        (lambda: Scenario("a.x", primaries=(Primary("m", "w"),), control=True), "negative control"),
+        (lambda: Scenario("a.x", regime=Regime("r", "l", "u", 2.0, scenario="b.y")), "b.y's"),
+        (lambda: Primary("m", "w", instrument="a ruler"), "instrument"),
+    ],
+)
+def test_a_row_refuses_parts_that_are_not_its_own(row, why) -> None:
+    with pytest.raises(ValueError, match=why):
+        row()
 
 
 def test_a_row_with_a_primary_or_a_control_runs_in_the_ab_blocks() -> None:
     for row in scenario.table():
-        if row.primaries or row.name in primaries.CONTROL_SCENARIOS:
+        if row.primaries or row.control:
             assert profiles.AB_TAG in row.tags, row.name
 
 

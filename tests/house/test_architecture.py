@@ -314,7 +314,11 @@ def test_host_is_rooms_and_the_contracts_name_them_all() -> None:
 
 def test_the_contracts_name_exactly_the_declared_subjects() -> None:
     """A subject is declared once, by its scenario rows' entry point; every
-    contract that lists subjects lists exactly those."""
+    contract that lists subjects lists exactly those, the subjects of the
+    scenario table's rows."""
+    from memqual.host.core import scenario
+
+    assert {row.subject for row in scenario.table()} == SUBJECTS
     subject_layer = next(
         layer for layer in _contract_options("host-rooms")["layers"] if "|" in layer or layer in SUBJECTS
     )

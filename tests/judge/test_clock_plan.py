@@ -24,14 +24,14 @@ from rich.console import Console
 from memqual.e2e.base import put_clock, reference_of
 from memqual.host.cli import run as run_command
 from memqual.host.cli.command import parser_for
-from memqual.host.core import clock, probe
+from memqual.host.core import clock, probe, scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.primary import Measured, Primary, Spread
 from memqual.host.core.record import Measurement
-from memqual.host.judge import clock_plan, primaries
+from memqual.host.judge import clock_plan
 from memqual.host.judge.ab_outcome import decide
 from memqual.host.judge.comparison import compare_metrics, compare_results, short_labels
-from memqual.host.judge.primaries import Primary, Spread
 from memqual.host.judge.results import metrics_of
 from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import job as runjob
@@ -53,18 +53,19 @@ def _ksm_record() -> dict:
     }
 
 
+MEASURED = Measured("a test's", "memqual run --rounds 6", "2026-12-06", "nowhere")
 TIMING = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
 FLOOR = "test_balloon:BalloonFloor.test_floor"
 
 
 def _primary(wall: float | None, on_icount: float | None, margin: float = 0.05) -> Primary:
     return Primary(
-        "synthetic.s",
         "m",
         "a test's",
-        spread_wall=None if wall is None else Spread(wall, 6, "test"),
-        spread_icount=None if on_icount is None else Spread(on_icount, 6, "test"),
+        spread_wall=None if wall is None else Spread(wall, 6, MEASURED),
+        spread_icount=None if on_icount is None else Spread(on_icount, 6, MEASURED),
         margin=margin,
+        scenario="synthetic.s",
     )
 
 
@@ -87,7 +88,7 @@ def test_a_primary_runs_on_the_clock_whose_spread_decides_it_in_fewer_blocks(wal
 
 
 def test_spreads_measured_the_other_way_round_move_a_primary_to_the_other_clock():
-    floor = next(p for p in primaries.PRIMARIES if p.scenario == "balloon.floor")
+    floor = next(p for p in scenario.every_primary() if p.scenario == "balloon.floor")
     assert clock_plan.choose(floor).kind == clock.WALL
     swapped = dataclasses.replace(floor, spread_wall=floor.spread_icount, spread_icount=floor.spread_wall)
     assert clock_plan.choose(swapped).kind == clock.ICOUNT
@@ -107,7 +108,7 @@ def test_the_tests_on_icount_are_those_recording_a_primary_decided_there():
 
 def test_the_plan_names_each_primary_with_its_clock_and_blocks():
     lines = clock_plan.describe(AUTO)
-    assert len(lines) == len(primaries.PRIMARIES)
+    assert len(lines) == len(scenario.every_primary())
     inflate = next(line for line in lines if "balloon.inflate" in line)
     assert "inflate_guest_s: icount:4" in inflate and "on wall" in inflate
     assert any("balloon.floor floor_mib: wall" in line for line in lines)

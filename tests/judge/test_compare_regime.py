@@ -20,6 +20,7 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge import ab_outcome, comparison, history, regime
 from memqual.host.judge.primaries import PRIMARY
 from memqual.host.judge.results import metrics_of
+from memqual.host.ksm.table import VOLATILE_SCAN
 
 COST = "ksmd_cpu_ns_per_page"
 RATE = "dirty_passes_per_scan"
@@ -143,12 +144,14 @@ def test_in_an_interleaved_ab_the_arms_rates_must_match_too(tmp_path, capsys):
 
 
 def test_the_tolerance_is_the_boundary():
-    c = regime.CONDITIONS["ksm.volatile_scan"]
+    c = VOLATILE_SCAN.regime
+    assert c is not None and c.scenario == VOLATILE_SCAN.name
     edge = c.tolerance
     inside = regime.RegimeCheck(c, ("A", "B"), (10.0, 10.0 * edge * 0.999))
     outside = regime.RegimeCheck(c, ("A", "B"), (10.0 * edge * 1.001, 10.0))
     assert inside.matches and "they match" in inside.reason()
     assert not outside.matches and outside.reason().startswith("not comparable: dirtying rate A ")
+    assert regime.condition_of("ksm.volatile_scan", COST) is c  # read from the row
     assert regime.condition_of("ksm.volatile_scan", RATE) is None  # the rate itself compares as usual
     assert regime.condition_of("ksm.merge", "merged_fraction") is None
 
@@ -160,7 +163,8 @@ def test_the_side_rate_is_the_geometric_mean_of_the_guests():
     geo = math.exp(sum(math.log(x) for x in per_guest) / len(per_guest))
     cost = next(r for r in records if r.metric == COST and r.variant["smart_scan"] == 1)
     entries = metrics_of(records)
-    got = regime.side_rate(entries, regime.CONDITIONS["ksm.volatile_scan"], cost.variant, cost.settings)
+    assert VOLATILE_SCAN.regime is not None
+    got = regime.side_rate(entries, VOLATILE_SCAN.regime, cost.variant, cost.settings)
     assert got == pytest.approx(geo)
 
 

@@ -1,5 +1,5 @@
 """Per-primary equivalence margins in the decisions: each primary is judged
-against its own margin (host/judge/primaries.py), every other metric
+against its own margin (the scenario rows), every other metric
 against the threshold.  The error rates of the decisions the margins
 change, measured on synthetic truth through the real code
 (ab_tests.ratio_test, families.decide with the margins, and
@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from memqual.host.core.primary import TIGHT_MARGIN, WIDE_MARGIN
 from memqual.host.judge import comparison, families, primaries
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests
 from memqual.host.judge.verdicts import CHANGED, EQUIVALENT, FASTER, SLOWER
 
 ALPHA, THRESHOLD = 0.01, 0.05
-TIGHT = primaries.TIGHT_MARGIN
+TIGHT = TIGHT_MARGIN
 # A tight-margin primary (a count: merged pages over pages) and a wide one
 # (a time), as a run's results file names them.
 MERGE: tuple[str, str, dict[str, object]] = ("ksm.merge", "merged_fraction", {"mem_merge": True})
@@ -113,7 +114,7 @@ def _files(rng, n, spread, effects):
 
 
 def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
-    """The margins reach compare_results from host/judge/primaries.py: the
+    """The margins reach compare_results from the scenario rows: the
     tight primary at 1 %, the wide one at 5 %, an exploratory metric at the
     threshold, each row carrying its own; the same 2 % change is slower on
     the tight primary and not on the exploratory copy of its data."""
@@ -121,7 +122,7 @@ def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
     result = comparison.compare_results(*_files(rng, 6, 0.003, (1.02, 1.02)), threshold=THRESHOLD, alpha=ALPHA)
     by = {m.metric: m for m in result.metrics}
     assert by["merged_fraction"].comparison.margin == TIGHT
-    assert by["inflate_s"].comparison.margin == primaries.WIDE_MARGIN
+    assert by["inflate_s"].comparison.margin == WIDE_MARGIN
     assert by["pages_merged"].comparison.margin == THRESHOLD
     assert by["merged_fraction"].verdict == SLOWER
     assert by["pages_merged"].verdict in (CHANGED, EQUIVALENT)
@@ -131,7 +132,7 @@ def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
     wide = comparison.compare_results(*_files(rng, 6, 0.003, (1.0, 1.0)), threshold=0.2, alpha=ALPHA)
     assert {m.metric: m.comparison.margin for m in wide.metrics} == {
         "merged_fraction": TIGHT,
-        "inflate_s": primaries.WIDE_MARGIN,
+        "inflate_s": WIDE_MARGIN,
         "pages_merged": 0.2,
     }
 
@@ -202,8 +203,8 @@ def test_a_primary_steadier_on_icount_is_judged_at_its_icount_margin_there():
     icount, 5 % on the wall clock.  Its deflate spreads 0.9 % there, more
     than a 1 % margin allows in about 6 blocks: 5 % on both."""
     assert primaries.margin("balloon.inflate", "inflate_guest_s", {}, "icount:4", THRESHOLD) == TIGHT
-    assert primaries.margin("balloon.inflate", "inflate_s", {}, "wall", THRESHOLD) == primaries.WIDE_MARGIN
-    assert primaries.margin("balloon.deflate", "deflate_guest_s", {}, "icount:4", THRESHOLD) == primaries.WIDE_MARGIN
+    assert primaries.margin("balloon.inflate", "inflate_s", {}, "wall", THRESHOLD) == WIDE_MARGIN
+    assert primaries.margin("balloon.deflate", "deflate_guest_s", {}, "icount:4", THRESHOLD) == WIDE_MARGIN
     assert primaries.margin("balloon.request_size", "driver_per_page_ns", {}, "icount:4", THRESHOLD) == TIGHT
 
 

@@ -20,8 +20,8 @@ from memqual.host.cli import run as run_command
 from memqual.host.cli.command import parser_for
 from memqual.host.core import clock, probe, scenario
 from memqual.host.core.knobs import KnobSet
-from memqual.host.judge import clock_plan, primaries
-from memqual.host.judge.primaries import COUNT, GUEST_CLOCK, HOST_CPU, HOST_WALL, Primary
+from memqual.host.core.primary import COUNT, GUEST_CLOCK, HOST_CPU, HOST_WALL, Primary
+from memqual.host.judge import clock_plan
 from memqual.host.run import blocks
 from memqual.host.run import job as runjob
 from memqual.host.run import rounds as run_rounds
@@ -54,10 +54,9 @@ def test_today_the_balloon_timing_its_driver_and_the_fault_share_the_host_on_ico
 def test_a_row_shares_the_host_only_when_its_guests_clock_decides_it_and_it_turns_no_knob(
     monkeypatch, instrument, on_icount, knobs, shares
 ):
-    primary = Primary("synthetic.s", "m", "a test's", instrument=instrument, on_icount=on_icount)
-    monkeypatch.setattr(clock_plan, "PRIMARIES", (primary,))
+    primary = Primary("m", "a test's", instrument=instrument, on_icount=on_icount)
     knob_set = (KnobSet("synthetic", "synthetic knobs", ()),) if knobs else ()
-    assert clock_plan.shares_host(scenario.Scenario("synthetic.s", knobs=knob_set)) is shares
+    assert clock_plan.shares_host(scenario.Scenario("synthetic.s", knobs=knob_set, primaries=(primary,))) is shares
     # No primary at all: nothing says what it measures, so it runs alone.
     assert not clock_plan.shares_host(scenario.Scenario("synthetic.other"))
 
@@ -80,12 +79,14 @@ def test_which_tests_measure_beside_others_on_which_clock(reference, on, beside)
 
 
 def test_the_fault_runs_alone_once_the_host_times_it():
-    fault = next(p for p in primaries.PRIMARIES if p.scenario == "fault.anon")
+    rows = scenario.table()
+    fault = next(row for row in rows if row.name == "fault.anon")
     assert clock_plan.runs_beside_others(FAULT, clock.icount())
-    host_timed = dataclasses.replace(fault, instrument=HOST_WALL)
-    others = tuple(p for p in primaries.PRIMARIES if p is not fault)
+    host_timed = dataclasses.replace(
+        fault, primaries=tuple(dataclasses.replace(p, instrument=HOST_WALL) for p in fault.primaries)
+    )
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(clock_plan, "PRIMARIES", (*others, host_timed))
+        mp.setattr(scenario, "table", lambda: tuple(host_timed if row is fault else row for row in rows))
         assert not clock_plan.runs_beside_others(FAULT, clock.icount())
 
 

@@ -183,7 +183,7 @@ def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_o
 
 def test_every_test_tagged_ab_records_a_primary_or_a_control_and_every_such_test_is_tagged():
     """The tests an A/B runs in blocks are exactly those whose scenarios a
-    comparison decides on (host/judge/primaries.py): read from the e2e sources,
+    comparison decides on (their rows' primaries and controls): read from the e2e sources,
     each test's scenarios by the scenario names its module records."""
     from avocado.core.safeloader import find_avocado_tests
 
@@ -242,18 +242,18 @@ def test_every_primary_scenario_has_a_test_tagged_ab():
 
     rows = {row.name: row for row in scenario.table()}
     covered = {name for name, row in rows.items() if "ab" in row.tags and row.e2e}
-    assert {p.scenario for p in primaries.PRIMARIES} <= covered
-    assert primaries.CONTROL_SCENARIOS <= covered
+    assert {p.scenario for p in scenario.every_primary()} <= covered
+    assert primaries.controls() <= covered
 
 
 def test_each_scenario_declares_one_primary_and_says_why():
     """A few primaries: one a scenario (the balloon's inflate and deflate
     are two scenarios of one test), each with its reason."""
-    from memqual.host.judge import primaries
+    from memqual.host.core import scenario
 
-    scenarios = [p.scenario for p in primaries.PRIMARIES]
+    scenarios = [p.scenario for p in scenario.every_primary()]
     assert len(scenarios) == len(set(scenarios))
-    assert all(p.why for p in primaries.PRIMARIES)
+    assert all(p.why for p in scenario.every_primary())
 
 
 def test_a_primary_given_for_one_variant_leaves_the_others_exploratory():

@@ -2,7 +2,7 @@
 looks, for the tests of the deciding table and comparison.html (and, run
 as ``python tests/support/comparison_pages.py OUT.html``, a page to look at).
 
-Primaries are real ones (host/judge/primaries.py) so the files mark them;
+Primaries are real ones (the scenario rows') so the files mark them;
 the controls are memslots.kvm_lookup metrics; the exploratory ones carry
 names of their own.  Each (metric, block) is one A and one B value:
 A = base * exp(noise), B = A's base * effect * exp(noise), noise

@@ -1,0 +1,195 @@
+"""The KSM advisor (Linux 6.8+): with ``advisor_mode`` scan-time, ksmd sets
+its own pages_to_scan at the end of every full scan so that a full scan
+takes ``advisor_target_scan_time`` seconds, within advisor_max_cpu and
+advisor_max_pages_to_scan.  ``run_advisor`` switches it on from a known
+start over the pages already there, reads pages_to_scan as each full scan
+ends until one took the target or less and a few more have ended, and
+returns the series (``AdvisorRun``) with the records to write; it judges
+nothing.  The knobs go through host KSM's saved set (``KsmController``,
+host/ksm/state.py).  docs/ksm.md, "The KSM advisor"."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.polling import poll
+from memqual.host.core.record import Measurement
+from memqual.host.ksm.scenarios import ScenarioFailed
+from memqual.host.ksm.table import ADVISOR, AdvisorSizes
+
+MODE = "advisor_mode"
+TARGET = "advisor_target_scan_time"
+START = "advisor_min_pages_to_scan"  # the pages_to_scan it starts from (no floor)
+SCAN_TIME = "scan-time"
+KNOBS = (MODE, TARGET, START, "advisor_max_pages_to_scan", "advisor_max_cpu")
+POLL_S = 0.02  # a full scan here takes 0.1 s or more: its end is seen within a fifth of it
+
+
+class AdvisorFiles(Protocol):
+    """What the procedure reads of host KSM's sysfs directory."""
+
+    def has(self, name: str) -> bool: ...
+    def read(self, name: str) -> str: ...
+    def read_int(self, name: str) -> int: ...
+
+
+class AdvisorHost(Protocol):
+    """Host KSM as the advisor's procedure drives it: ``KsmController``."""
+
+    @property
+    def fs(self) -> AdvisorFiles: ...
+    def set(self, **knobs: int | str) -> None: ...
+    def unmerge(self) -> None: ...
+
+
+def check(fs: AdvisorFiles) -> None:
+    """CapabilityMissing, with the reason, on a kernel without the advisor."""
+    missing = [name for name in KNOBS if not fs.has(name)]
+    if missing:
+        raise CapabilityMissing(
+            f"host KSM: this kernel has no {', '.join(missing)} (the KSM advisor came in Linux 6.8)"
+        )
+
+
+def kernel_seconds(duration_s: float) -> int:
+    """A full scan's length as the advisor counts it: whole seconds, at least 1."""
+    return max(1, math.floor(duration_s))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    """pages_to_scan as one or more full scans ended, and when: seconds
+    (host wall clock) and full scans since the advisor started."""
+
+    at_s: float
+    full_scans: int
+    pages_to_scan: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Scan:
+    """One reading's scans: how long each took (the reading's span over
+    its scans), and the pages_to_scan the advisor set at its end."""
+
+    reading: Reading
+    seconds: float
+
+    def on_target(self, target_s: int) -> bool:
+        return kernel_seconds(self.seconds) <= target_s
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvisorRun:
+    """The advisor from its start: the readings at the ends of full scans."""
+
+    target_s: int
+    start_pages: int  # pages_to_scan as it was switched on
+    sleep_ms: int
+    readings: tuple[Reading, ...]
+    agent_pages: int
+
+    @property
+    def scans(self) -> list[Scan]:
+        out, before = [], Reading(0.0, 0, self.start_pages)
+        for reading in self.readings:
+            count = max(reading.full_scans - before.full_scans, 1)
+            out.append(Scan(reading, (reading.at_s - before.at_s) / count))
+            before = reading
+        return out
+
+    @property
+    def reached(self) -> Scan | None:
+        """The first scan that took the target or less, as the advisor counts."""
+        return next((s for s in self.scans if s.on_target(self.target_s)), None)
+
+    @property
+    def slow_start(self) -> bool:
+        """Whether its first scan, at the start's pages_to_scan, was slower than the target."""
+        scans = self.scans
+        return bool(scans) and not scans[0].on_target(self.target_s)
+
+    @property
+    def peak_pages(self) -> int:
+        return max((r.pages_to_scan for r in self.readings), default=self.start_pages)
+
+    @property
+    def rise(self) -> float:
+        """The highest pages_to_scan over the one it started from."""
+        return self.peak_pages / self.start_pages
+
+    def records(self) -> list[Measurement]:
+        reached = self.reached
+        if reached is None:
+            raise ValueError("the advisor never reached its target: nothing to record")
+        settings = {"target_s": self.target_s, "start_pages": self.start_pages, "sleep_ms": self.sleep_ms}
+        extra = {
+            "agent_pages": self.agent_pages,
+            "pages_to_scan_at_target": reached.reading.pages_to_scan,
+            "first_step_pages": self.readings[0].pages_to_scan,
+            "scans": [
+                {**dataclasses.asdict(s.reading), "scan_s": round(s.seconds, 3), "kernel_s": kernel_seconds(s.seconds)}
+                for s in self.scans
+            ],
+        }
+
+        def metric(name: str, unit: str, better: str, value: float) -> Measurement:
+            return Measurement(ADVISOR.name, name, unit, better, [value], settings=settings, extra=extra)
+
+        return [
+            metric("seconds_to_target", "s", "lower", reached.reading.at_s),
+            metric("pages_to_scan_rise", "1", "higher", self.rise),
+        ]
+
+
+def run_advisor(
+    ksm: AdvisorHost,
+    sizes: AdvisorSizes,
+    agent_pages: int,
+    note: Callable[[str], object] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], object] = time.sleep,
+) -> AdvisorRun:
+    """Switch the advisor on at ``sizes``' target over the pages there
+    now and watch it: readings until a scan took the target or less and
+    ``sizes.after_scans`` more ended.  ScenarioFailed past the deadline."""
+    check(ksm.fs)
+    # run=2 unmerges and puts ksmd's cursor at the head of its list: the
+    # first scan after it is a whole one, timed from its start.
+    ksm.unmerge()
+    smart = {"smart_scan": 0} if ksm.fs.has("smart_scan") else {}  # every page, every scan
+    ksm.set(sleep_millisecs=sizes.sleep_ms, **{START: sizes.start_pages, TARGET: sizes.target_s}, **smart)
+    # The mode last: switching it on sets pages_to_scan to the start.
+    ksm.set(**{MODE: SCAN_TIME})
+    start_pages = ksm.fs.read_int("pages_to_scan")
+    base = ksm.fs.read_int("full_scans")
+    ksm.set(run=1)
+    started = clock()
+    readings: list[Reading] = []
+
+    def read() -> bool:
+        scans = ksm.fs.read_int("full_scans") - base
+        if scans > (readings[-1].full_scans if readings else 0):
+            readings.append(Reading(clock() - started, scans, ksm.fs.read_int("pages_to_scan")))
+            note(f"advisor: {readings[-1]}")
+        run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, tuple(readings), agent_pages)
+        reached = run.reached
+        return reached is not None and scans - reached.reading.full_scans >= sizes.after_scans
+
+    poll(
+        read,
+        sizes.timeout_s,
+        POLL_S,
+        what="the KSM advisor's full scans",
+        clock=clock,
+        sleep=sleep,
+        on_timeout=lambda _: ScenarioFailed(
+            f"the KSM advisor did not bring a full scan to {sizes.target_s} s and {sizes.after_scans} more scans "
+            f"within {sizes.timeout_s:.0f} s (from pages_to_scan {start_pages}): {readings}"
+        ),
+    )
+    return AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, tuple(readings), agent_pages)
