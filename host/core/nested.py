@@ -69,7 +69,7 @@ class HostUnderTest:
 
     def label(self, accel: str) -> str:
         """How records and pages name this host."""
-        how = "TCG+SVM" if accel == "tcg" else "KVM (nested)"
+        how = EMULATED_SVM if accel == "tcg" else "KVM (nested)"
         return f"{self.name} in {how}, L2 accel kvm"
 
     def cmdline(self) -> str:
@@ -97,6 +97,15 @@ def host_clock(asked: Clock) -> Clock:
 
 
 THIS_MACHINE = "this machine"
+# How a host's label says L1 ran under TCG with emulated SVM: an emulated
+# CPU, whose figures are its instructions and emulated exits.
+EMULATED_SVM = "TCG+SVM"
+
+
+def on_emulated_svm(label: str) -> bool:
+    """Does a host's label (``HostUnderTest.label``) name an L1 that ran
+    under TCG with emulated SVM?"""
+    return f" in {EMULATED_SVM}," in label
 
 
 def this_machine_label(accel: str) -> str:

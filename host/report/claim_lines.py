@@ -1,6 +1,7 @@
 """The sentences a claim's verdict is shown with, on the terminal and the
-page alike: what was measured, the evidence class, the accelerator's
-qualifier, a mechanism's ceiling, the published figure on the plot's axis.
+page alike: what was measured, the evidence class, the host and clock it
+ran on, the accelerator's qualifier, a mechanism's ceiling, the published
+figure on the plot's axis.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from memqual.host.judge.claims import (
     NOT_MEASURABLE,
     format_ratio,
 )
+from memqual.host.judge.claims.ran_on import NOT_RECORDED, RanOn
 from memqual.host.report.html import (
     num,
 )
@@ -76,6 +78,35 @@ def evidence_line(c: Mapping[str, Any]) -> str:
     if kind == NOT_MEASURABLE:
         return f"Evidence: not measurable. Would measure it: {ev.get('would_measure') or c.get('reason', '')}"
     return f"Evidence: {kind}. {ev.get('instead', '')}"
+
+
+def ran_on(c: Mapping[str, Any]) -> RanOn | None:
+    """The hosts and clocks a claim's evidence came from; None in a file
+    written before verdicts named them."""
+    return RanOn.from_json(c.get("ran_on"))
+
+
+def host_text(c: Mapping[str, Any]) -> str:
+    where = ran_on(c)
+    return where.host if where is not None else NOT_RECORDED
+
+
+def clock_text(c: Mapping[str, Any]) -> str:
+    where = ran_on(c)
+    return where.clock if where is not None else NOT_RECORDED
+
+
+def ran_on_line(c: Mapping[str, Any]) -> str:
+    """Where a claim's evidence ran, what it is and on which clock:
+    "host: this machine (accel tcg) · evidence: measured · clock: wall"."""
+    return f"host: {host_text(c)} · evidence: {evidence_class(c)} · clock: {clock_text(c)}"
+
+
+def emulated_line(c: Mapping[str, Any]) -> str:
+    """What the figures of an emulated CPU (an L1 under TCG with SVM) are,
+    or ''."""
+    where = ran_on(c)
+    return where.emulated_cpu if where is not None else ""
 
 
 # A side's published figure in another unit than the axis it is drawn on.

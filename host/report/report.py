@@ -31,11 +31,15 @@ from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report import pages
 from memqual.host.report.claim_lines import (
     ceiling_line,
+    clock_text,
+    emulated_line,
     evidence_class,
+    host_text,
     measured_text,
     note_line,
     published_text,
     qualifier_line,
+    ran_on_line,
     short_qualifier,
     summary_line,
 )
@@ -63,6 +67,8 @@ class SummaryRow:
     measured: str
     published: str
     qualifier: str = ""  # the accelerator the verdict was made under, when it does not speak for another
+    host: str = ""  # the host the evidence ran on ("no measurement": a model or nothing measured)
+    clock: str = ""  # the clock its timings were read on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +151,8 @@ class ClaimCard:
     title: str
     seed: str
     verdict: Badge
+    ran_on: str  # "host: ... · evidence: ... · clock: ..."
+    emulated: str  # what an emulated CPU's figures are, under a host under test on TCG with SVM; or ""
     summary: str  # the evidence said once: what was measured, on what, and the verdict's reason
     note: str  # the claim's caveats
     details: tuple[str, ...]  # the arithmetic behind the verdict, folded under the card
@@ -254,6 +262,8 @@ def claim_card(c: Mapping[str, Any]) -> ClaimCard:
         title=str(c.get("title", c["id"])),
         seed=str(c.get("seed", "")),
         verdict=badge(c["verdict"]),
+        ran_on=ran_on_line(c),
+        emulated=emulated_line(c),
         summary=summary_line(c),
         note=note_line(c),
         details=tuple(str(d) for d in c.get("details") or ()),
@@ -435,6 +445,8 @@ def report_page(results: Results | Mapping[str, Any]) -> ReportPage:
                 measured_text(c.data),
                 published_text(c.data),
                 short_qualifier(c.data),
+                host_text(c.data),
+                clock_text(c.data),
             )
             for c in claims
         ),

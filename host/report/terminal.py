@@ -19,7 +19,16 @@ from memqual.host.judge.claims import (
     UNDERPOWERED,
 )
 from memqual.host.judge.results import MetricEntry, Results, variant_label
-from memqual.host.report.claim_lines import evidence_class, measured_text, note_line, published_text, short_qualifier
+from memqual.host.report.claim_lines import (
+    clock_text,
+    emulated_line,
+    evidence_class,
+    measured_text,
+    note_line,
+    published_text,
+    ran_on_line,
+    short_qualifier,
+)
 from memqual.host.report.html import (
     num,
 )
@@ -111,6 +120,7 @@ def print_tables(results: Results | Mapping[str, Any], console: Console | None =
     table = Table(title="Claims", title_justify="left")
     table.add_column("claim", no_wrap=True)
     table.add_column("evidence", no_wrap=True)
+    table.add_column("clock", overflow="fold")
     table.add_column("verdict", no_wrap=True)
     table.add_column("measured B/A [95% CI]", justify="right", overflow="fold")
     table.add_column("published", justify="right")
@@ -118,6 +128,7 @@ def print_tables(results: Results | Mapping[str, Any], console: Console | None =
         table.add_row(
             c.id,
             evidence_class(c.data),
+            escape(clock_text(c.data)),
             f"[{RICH_STYLES.get(c.verdict, '')}]{c.verdict}[/]"
             + (f" [dim]({escape(short_qualifier(c.data))})[/]" if short_qualifier(c.data) else ""),
             escape(measured_text(c.data)),
@@ -125,12 +136,13 @@ def print_tables(results: Results | Mapping[str, Any], console: Console | None =
         )
     console.print(table)
     # The reasons are sentences: print them below the table, not squeezed
-    # into a column.
+    # into a column; each after the host, class and clock of its evidence
+    # (a host under test's label is too long for a column).
     for c in results.claims:
-        console.print(
-            f"[bold]{c.id}[/] ({evidence_class(c.data)}): {escape(c.reason)}",
-            highlight=False,
-            soft_wrap=not console.is_terminal,
-        )
+        wrap = not console.is_terminal
+        console.print(f"[bold]{c.id}[/] {escape(ran_on_line(c.data))}", highlight=False, soft_wrap=wrap)
+        if emulated_line(c.data):
+            console.print(f"  [yellow]{escape(emulated_line(c.data))}[/]", highlight=False, soft_wrap=wrap)
+        console.print(f"  {escape(c.reason)}", highlight=False, soft_wrap=wrap)
         if note_line(c.data):
-            console.print(f"  [dim]{escape(note_line(c.data))}[/]", highlight=False, soft_wrap=not console.is_terminal)
+            console.print(f"  [dim]{escape(note_line(c.data))}[/]", highlight=False, soft_wrap=wrap)

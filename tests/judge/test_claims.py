@@ -555,6 +555,23 @@ def test_memslot_priorities_is_judged_on_the_order_of_the_counts_and_flips():
     assert tcg.verdict == claims.NOT_MEASURABLE and "not KVM" in tcg.reason
 
 
+def test_an_order_names_the_host_of_its_counts_and_a_model_has_none_of_its_own():
+    """The order's counts ran somewhere (its records' host and clock); the
+    memslot model runs nowhere: its inputs say where they came from, and
+    it names no host or clock even when its layout records do."""
+    kinds = _kinds(90000, 30000, 40)
+    for r in kinds:
+        r.environment["clock"] = "wall"
+    held = _verdict("memslot-priorities", kinds)
+    assert (held.ran_on.host, held.ran_on.clock) == ("this machine (accel kvm)", "wall")
+    layouts = [_guest_layout(SEED_GUEST)] + [_guest_layout(n) for n in OTHER_NIC_LAYOUTS]
+    for r in layouts:
+        r.environment = {"accel": "tcg", "clock": "wall"}
+    model = _verdict("memslot-miss", layouts)
+    assert model.evidence == claims.MODEL and not model.ran_on.measured
+    assert model.to_json()["ran_on"]["host"] == model.to_json()["ran_on"]["clock"] == "no measurement"
+
+
 def test_every_card_shows_its_note_and_the_terminal_prints_it():
     from rich.console import Console
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from memqual.host.core import descriptive
 from memqual.host.core.paths import shipped
+from memqual.host.judge.claims.ran_on import RanOn
 from memqual.host.memslots import virtio_layouts
 
 SCHEMA = "memqual.claims/2"
@@ -272,6 +273,9 @@ class Verdict:
     accelerator: str = ""  # what the records' guests ran under ("" when they do not say)
     # what the verdict does not speak for (another accelerator), shown with it
     qualifier: str = ""
+    # the hosts and clocks of the records the evidence came from; none for
+    # a model or a claim not measured
+    ran_on: RanOn = dataclasses.field(default_factory=RanOn)
 
     @property
     def computed(self) -> bool:
@@ -321,6 +325,7 @@ class Verdict:
             },
             "qualifier": self.qualifier,
             "accelerator": self.accelerator,
+            "ran_on": self.ran_on.to_json(),
             "interval_method": self.interval_method,
             "ceiling": dataclasses.asdict(self.ceiling) if self.ceiling else None,
             "seed": self.claim.seed,

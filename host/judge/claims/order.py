@@ -15,6 +15,7 @@ from memqual.host.judge.claims.model import (
     Verdict,
     format_ratio,
 )
+from memqual.host.judge.claims.ran_on import ran_on
 from memqual.host.judge.claims.records import accelerator
 from memqual.host.judge.stats import ratio_ci
 
@@ -56,7 +57,14 @@ def evaluate_order(claim: Claim, records: list[Measurement]) -> Verdict:
         )
     reps = {k: _order_replicates(by_kind[k]) for k in m.order}
     units = min(len(r) for r in reps.values())
-    verdict = Verdict(claim=claim, verdict=NOT_REPRODUCED, reason="", evidence=claim.evidence.kind, accelerator=accel)
+    verdict = Verdict(
+        claim=claim,
+        verdict=NOT_REPRODUCED,
+        reason="",
+        evidence=claim.evidence.kind,
+        accelerator=accel,
+        ran_on=ran_on(*by_kind.values()),
+    )
     if len({len(r) for r in reps.values()}) != 1:
         raise NoEvidence(f"the {m.scenario} records hold different numbers of units per kind: not one count a guest")
     if units < MIN_REPLICATES:

@@ -22,6 +22,7 @@ from memqual.host.judge.claims.model import (
     Verdict,
     format_ratio,
 )
+from memqual.host.judge.claims.ran_on import ran_on
 from memqual.host.judge.claims.rule import judge
 from memqual.host.judge.stats import intervals, permutation, ratio_ci
 
@@ -44,6 +45,7 @@ def evaluate_records(claim: Claim, records: list[Measurement], *, alpha: float, 
         b_replicates=[list(r) for r in b_reps],
         settings=dict(rec_a.settings),
         accelerator=accelerator(rec_a, rec_b),
+        ran_on=ran_on(rec_a, rec_b),
     )
     verdict.qualifier = _qualifier(claim, verdict.accelerator)
     if min(n_a, n_b) < MIN_REPLICATES:
