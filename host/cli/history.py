@@ -16,9 +16,9 @@ from memqual.host.cli.args import percent_as_fraction
 from memqual.host.cli.command import Command
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.judge.change_points import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from memqual.host.judge.history import build, to_json
 from memqual.host.judge.regime import NOT_COMPARABLE
+from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 from memqual.host.report.history_page import render
 
 if TYPE_CHECKING:

@@ -13,6 +13,8 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
+from memqual.host.core.jsonfile import MAX_MAGNITUDE
+
 # Samples as callers hold them: a list, or an array this module made.
 Samples: TypeAlias = Sequence[float] | np.ndarray
 
@@ -69,7 +71,13 @@ class Summary:
     maximum: float
 
     def to_json(self) -> dict[str, Any]:
-        return {k: finite_or_none(v) for k, v in dataclasses.asdict(self).items()}
+        # A figure the results reader would refuse (a CV of samples whose
+        # mean is near 0 can pass 1e150 though every sample is readable) is
+        # written as null, "not known", so the file stays readable.
+        return {
+            k: None if isinstance(v, float) and abs(v) > MAX_MAGNITUDE else finite_or_none(v)
+            for k, v in dataclasses.asdict(self).items()
+        }
 
     @classmethod
     def from_json(cls, data: Any) -> Summary:

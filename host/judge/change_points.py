@@ -15,7 +15,9 @@ from typing import Any
 
 from memqual.host.judge.family_scan import family_scan
 from memqual.host.judge.moderation import NO_PRIOR, Prior, within
-from memqual.host.judge.verdicts import DEFAULT_ALPHA as DEFAULT_ALPHA  # family-wise, per family, as compare's
+
+# family-wise alpha per family and the margin band, as compare's
+from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 # The change-point test, named on the page: **binary segmentation on the
 # runs' medians, a t at every boundary with the run-to-run variance
@@ -66,7 +68,6 @@ from memqual.host.judge.verdicts import DEFAULT_ALPHA as DEFAULT_ALPHA  # family
 # the margin, not a change shown to exceed the margin.  The step keeps its
 # 95 % t-interval for the page.
 
-DEFAULT_THRESHOLD = 0.05
 
 # The share of alpha a series spends on the boundaries its family located;
 # the rest goes to its own search over every boundary (a step of that

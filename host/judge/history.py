@@ -17,8 +17,6 @@ from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.judge.change_points import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
     LOCATED_WEIGHT,
     Step,
     equivalence_p,
@@ -34,6 +32,7 @@ from memqual.host.judge.pairing import replicates_of
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, load_results
+from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 # Families, as in ``memqual compare`` (host/judge/comparison.py): a change point
 # is a decision, and many metrics moving together is what host drift looks

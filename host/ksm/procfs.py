@@ -12,7 +12,8 @@ import dataclasses
 import os
 from pathlib import Path
 
-PROC_ROOT = Path("/proc")
+from memqual.host.core.knobs import PROC_ROOT
+
 PF_KTHREAD = 0x00200000
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memqual.host.cli import main as cli
-from memqual.host.judge import change_points, history, moderation
+from memqual.host.judge import change_points, history, moderation, verdicts
 from memqual.host.judge.family_scan import family_scan
 from memqual.host.judge.results import SCHEMA, MetricEntry, memqual_version
 from memqual.host.report import history_page
@@ -251,7 +251,7 @@ def test_a_hostile_metric_and_label_are_escaped_once_on_the_page(tmp_path):
         data["environment"]["guest_kernel"] = HOSTILE
         path.write_text(json.dumps(data))
     groups, diffs = history.build([str(tmp_path / "runs")])
-    text = history_page.render(groups, diffs, "time", change_points.DEFAULT_THRESHOLD, change_points.DEFAULT_ALPHA)
+    text = history_page.render(groups, diffs, "time", verdicts.DEFAULT_THRESHOLD, verdicts.DEFAULT_ALPHA)
     assert_escaped_once(text)
     # Each series' heading, each run's label and guest kernel, the environment line.
     assert text.count(ESCAPED) >= 2 + 3 * 2 + 1, text.count(ESCAPED)

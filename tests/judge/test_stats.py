@@ -168,3 +168,15 @@ def test_clopper_pearson_matches_the_closed_forms() -> None:
     assert high == 1.0 and low == pytest.approx(0.025 ** (1 / 10), rel=1e-9)
     low, high = binomial.clopper_pearson(4, 150)
     assert 0.007 < low < 0.0267 < high < 0.07
+
+
+def test_a_summary_writes_no_figure_its_reader_refuses():
+    # Readable samples whose mean is near 0: their CV (3e200) is past what
+    # a results file may hold, so it is written as "not known".
+    from memqual.host.core.descriptive import Summary, summarize
+    from memqual.host.core.jsonfile import MAX_MAGNITUDE
+
+    written = summarize([1e100, -1e100, 1e-100]).to_json()
+    assert written["cv"] is None
+    assert written["stdev"] == 1e100 and written["stdev"] <= MAX_MAGNITUDE
+    assert Summary.from_json(written).stdev == 1e100
