@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
+from local_shell import LocalShell
 
 from memqual.host import balloon as hb
 from memqual.host.balloon import percpu, rss
@@ -510,25 +511,7 @@ def test_find_floor_fails_when_every_probe_is_contested():
 
 
 def test_under_a_host_under_test_the_rss_is_the_guest_qemus_in_l1():
-    # L1's shell: the commands run as SSH's exec runs them there.
-    import subprocess
-
-    class Result(types.SimpleNamespace):
-        pass
-
-    class L1:
-        def __init__(self) -> None:
-            self.commands: list[list[str]] = []
-
-        def run(self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None) -> Any:
-            self.commands.append(argv)
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-            return Result(status=done.returncode, stdout=done.stdout, stderr=done.stderr)
-
-        def start(self, argv: list[str]) -> Any:
-            raise AssertionError("one command a reading")
-
-    l1 = L1()
+    l1 = LocalShell()
     read = rss.l1_rss_reader(l1, os.getpid())
     assert abs(read() - hb.rss_kib(os.getpid())) < 50_000
     assert l1.commands == [["cat", f"/proc/{os.getpid()}/status"]]

@@ -3,47 +3,18 @@ under this machine's sh against a fake sysfs tree, as they run in L1."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
-import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from local_shell import LocalShell
 
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
-from memqual.host.core.shell import Background
 from memqual.host.ksm import l1_ksm, procfs
 from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
-
-
-@dataclasses.dataclass
-class Result:
-    argv: list[str]
-    status: int
-    stdout: str
-    stderr: str
-
-
-class LocalShell:
-    """The Shell Protocol on this machine: argv executed without a shell
-    of ours, as SSH's exec runs it in L1."""
-
-    def __init__(self) -> None:
-        self.commands: list[list[str]] = []
-
-    def run(self, argv: list[str], timeout: float = 60, check: bool = True, input: bytes | None = None) -> Result:
-        self.commands.append(argv)
-        done = subprocess.run(argv, input=input, capture_output=True, timeout=timeout)
-        result = Result(argv, done.returncode, done.stdout.decode(), done.stderr.decode())
-        if check and result.status:
-            raise GuestError(f"{argv} exited {result.status}: {result.stderr}")
-        return result
-
-    def start(self, argv: list[str]) -> Background:
-        raise AssertionError("L1's KSM runs each command to its end")
 
 
 def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
