@@ -529,10 +529,9 @@ def _compare_arms(
         for a in arms
     }
     names = ("A", "B")
-    if (config.output / "patch.json").is_file():  # memqual run --patch: A and B built from source
-        out["patch"] = json.loads((config.output / "patch.json").read_text())
-        titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
-        names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
+    if config.patch is not None:  # memqual run --patch: A and B built from source
+        out["patch"] = config.patch.to_json()
+        names = config.patch.arm_names()
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
