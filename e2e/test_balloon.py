@@ -18,18 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from memqual.e2e.base import GuestTest, measures_nothing, requires
-from memqual.host.balloon import PAGE, BalloonController, BalloonMover
 from memqual.host.balloon import floor as balloon_floor
 from memqual.host.balloon import reporting as fpr
 from memqual.host.balloon import stats_interval as guest_stats
 from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock
 from memqual.host.balloon.correctness import run_correctness
+from memqual.host.balloon.device import PAGE, BalloonController
 from memqual.host.balloon.rss import l1_rss_reader
 from memqual.host.balloon.scenarios import AGENT, MACHINE, ScenarioFailed
 from memqual.host.balloon.table import INFLATE as TIMING_ROW
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock
-from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.ksm import l1_ksm
 

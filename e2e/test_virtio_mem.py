@@ -22,8 +22,8 @@ from memqual.host.balloon.rss import rss_kib
 from memqual.host.core import kvm as kvm_api
 from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core import qemu_binary
-from memqual.host.core.machine import Machine, MachineConfig
-from memqual.host.core.qemu import qemu_version
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig, qemu_version
 from memqual.host.core.record import Measurement
 from memqual.host.memslots import kvm_lookup, kvm_lookup_results, virtio_layouts
 from memqual.host.memslots.model import model_table
