@@ -247,8 +247,8 @@ def test_accesses_that_search_nothing_and_an_unknown_structure() -> None:
     checks = {c.kind: c for c in L.model_checks(CONFIG, L.kind_figures(L.parse_passes(output(cached))), None)}
     assert checks["miss"].verdict == L.NO_LOOKUPS and "1.00 lookups, 0.00 misses per access" in checks["miss"].note
     figures = L.kind_figures(L.parse_passes(counted_output(5, "skiplist")))
-    checks = L.model_checks(CONFIG, figures, "skiplist")
-    assert {c.verdict for c in checks} == {L.NO_MODEL} and "no structure 'skiplist'" in checks[0].note
+    unknown = L.model_checks(CONFIG, figures, "skiplist")
+    assert {c.verdict for c in unknown} == {L.NO_MODEL} and "no structure 'skiplist'" in unknown[0].note
 
 
 @pytest.mark.parametrize(
