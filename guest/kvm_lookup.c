@@ -19,8 +19,21 @@
  *       does) or comes out here as KVM_EXIT_MMIO (`miss exit`), checked
  *       and counted.  Defaults: rounds 1, unroll 8, ram-mib 1024,
  *       deadline 600 (seconds, for the whole run).
- *   kvm_lookup layout SLOTS [ram-mib M]
- *       The targets and sizes of that layout, one JSON object (no KVM).
+ *   kvm_lookup layout ITERATIONS [rounds R] [unroll U] [miss ioeventfd|exit]
+ *                     [deadline S] slot ID GFN PAGES FLAGS ... code GFN
+ *                     target miss GFN [target hit GFN]
+ *       One VM of the slots given (a layout file's, host/memslots/layout.py:
+ *       gfns and pages, flags KVM_MEM_LOG_DIRTY_PAGES 1 | KVM_MEM_READONLY
+ *       2), registered in the order given (the order QEMU registered them),
+ *       all backed by one MAP_NORESERVE anonymous mapping: nothing but the
+ *       code page and the hit page is touched, so 10 GiB of slots register
+ *       in a host of 2 GiB.  The loops run from `code GFN`, a page of a
+ *       writable slot below 4 GiB (the layout's RAM slot: no slot is added
+ *       to the layout).  Passes as run's: null, miss at the miss gfn (below
+ *       4 GiB, in no slot), hit at the hit gfn (a writable slot, not the
+ *       code's page) when given.  Same defaults, same checks, same lines.
+ *   kvm_lookup geometry SLOTS [ram-mib M]
+ *       The targets and sizes of run's layout, one JSON object (no KVM).
  *   kvm_lookup program write|null UNROLL
  *       The guest loop's bytes in hex (no KVM).
  *
@@ -80,9 +93,10 @@
 #endif
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3, EXIT_DEADLINE = 4 };
-enum kind { K_NULL, K_MISS, K_RAM, K_SMALL, NKINDS };
-/* The order of a round: kvm_lookup.py's ("null", then KINDS). */
-static const char *const kind_name[NKINDS] = {"null", "miss", "ram_hit", "small_hit"};
+enum kind { K_NULL, K_MISS, K_RAM, K_SMALL, K_HIT, NKINDS };
+/* The order of a round: kvm_lookup.py's ("null", then KINDS); `layout`'s
+ * passes are null, miss and hit. */
+static const char *const kind_name[NKINDS] = {"null", "miss", "ram_hit", "small_hit", "hit"};
 
 static volatile sig_atomic_t deadline_passed;
 
@@ -104,7 +118,9 @@ static void usage(void) __attribute__((noreturn));
 static void usage(void)
 {
 	fail(EXIT_USAGE, "usage: kvm_lookup run SLOTS ITERATIONS [rounds R] [unroll U] [ram-mib M] "
-			 "[miss ioeventfd|exit] [deadline S] | layout SLOTS [ram-mib M] | program write|null UNROLL");
+			 "[miss ioeventfd|exit] [deadline S] | layout ITERATIONS [rounds R] [unroll U] [miss ioeventfd|exit] "
+			 "[deadline S] slot ID GFN PAGES FLAGS ... code GFN target miss GFN [target hit GFN] | "
+			 "geometry SLOTS [ram-mib M] | program write|null UNROLL");
 }
 
 /* A decimal number in [lo, hi], all of the word; anything else is usage. */
@@ -173,7 +189,7 @@ static struct geometry layout(unsigned long n, unsigned long ram_mib)
 	return g;
 }
 
-static int has_kind(const struct geometry *g, int k) { return k != K_SMALL || g->n >= 2; }
+static int has_kind(const struct geometry *g, int k) { return k != K_HIT && (k != K_SMALL || g->n >= 2); }
 
 /* --- the counters of a kernel with memqual's memslot patches ------------------ */
 struct counters {
@@ -252,9 +268,14 @@ struct vm {
 	int kvm, fd, vcpu, efd;
 	struct kvm_run *run;
 	unsigned char *mem;
-	struct geometry geo;
+	struct geometry geo;       /* run's layout (unused by `layout`) */
 	const struct options *opt;
 	char search[64];
+	unsigned long nslots;      /* slots registered */
+	uint64_t target[NKINDS];   /* each pass's gpa */
+	uint64_t code_gpa;         /* the write loop; the null loop NULL_ENTRY above it */
+	/* Where a hit pass's count lands in mem, or -1 (no hit). */
+	long long check_offset[NKINDS];
 };
 
 struct pass {
@@ -303,10 +324,10 @@ static void open_kvm(struct vm *vm)
 		fail(EXIT_CANNOT, "%lu slots: this KVM has KVM_CAP_NR_MEMSLOTS = %ld", vm->opt->slots, nr);
 }
 
-static void set_region(struct vm *vm, unsigned slot, uint64_t gpa, uint64_t size, uint64_t offset)
+static void set_region(struct vm *vm, unsigned slot, uint64_t gpa, uint64_t size, uint64_t offset, uint32_t flags)
 {
 	struct kvm_userspace_memory_region r = {
-		.slot = slot, .guest_phys_addr = gpa, .memory_size = size,
+		.slot = slot, .flags = flags, .guest_phys_addr = gpa, .memory_size = size,
 		.userspace_addr = (uint64_t)(uintptr_t)(vm->mem + offset),
 	};
 	char what[96];
@@ -315,26 +336,36 @@ static void set_region(struct vm *vm, unsigned slot, uint64_t gpa, uint64_t size
 	kvm_ioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &r, what);
 }
 
-static void create_vm(struct vm *vm)
+static unsigned char *map_guest(uint64_t size)
+{
+	/* MAP_NORESERVE: a layout of 10 GiB registers in a host of 2 GiB, as
+	 * only the code page and the hit page are ever touched (with
+	 * vm.overcommit_memory 0 or 1; mode 2 ignores the flag). */
+	unsigned char *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (mem == MAP_FAILED)
+		fail(EXIT_CANNOT, "cannot map %llu bytes of guest memory: %s (vm.overcommit_memory 2 refuses "
+		     "MAP_NORESERVE: set 0)", (unsigned long long)size, strerror(errno));
+	return mem;
+}
+
+/* The write loop at `at`, the null loop NULL_ENTRY above it. */
+static void load_code(const struct vm *vm, unsigned char *at)
 {
 	unsigned char code[128];
 	size_t len;
 
-	vm->mem = mmap(NULL, host_size(&vm->geo), PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (vm->mem == MAP_FAILED)
-		fail(EXIT_FAILED, "cannot map %llu bytes of guest memory", (unsigned long long)host_size(&vm->geo));
 	len = lookup_program(1, (unsigned)vm->opt->unroll, code);
-	memcpy(vm->mem, code, len);
+	memcpy(at, code, len);
 	len = lookup_program(0, (unsigned)vm->opt->unroll, code);
-	memcpy(vm->mem + NULL_ENTRY, code, len);
-	vm->fd = kvm_ioctl(vm->kvm, KVM_CREATE_VM, 0, "KVM_CREATE_VM");
-	set_region(vm, 0, 0, vm->geo.ram, 0);
-	for (unsigned long i = 1; i < vm->geo.n; i++)
-		set_region(vm, (unsigned)i, small_gpa(&vm->geo, i), PAGE, small_host_offset(&vm->geo, i));
+	memcpy(at + NULL_ENTRY, code, len);
+}
+
+static void add_ioeventfd(struct vm *vm)
+{
 	vm->efd = -1;
 	if (!vm->opt->miss_exits) {
-		struct kvm_ioeventfd io = {.addr = vm->geo.target[K_MISS], .len = 4};
+		struct kvm_ioeventfd io = {.addr = vm->target[K_MISS], .len = 4};
 
 		vm->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (vm->efd < 0)
@@ -342,6 +373,17 @@ static void create_vm(struct vm *vm)
 		io.fd = vm->efd;
 		kvm_ioctl(vm->fd, KVM_IOEVENTFD, &io, "KVM_IOEVENTFD");
 	}
+}
+
+static void create_vm(struct vm *vm)
+{
+	vm->mem = map_guest(host_size(&vm->geo));
+	load_code(vm, vm->mem);
+	vm->fd = kvm_ioctl(vm->kvm, KVM_CREATE_VM, 0, "KVM_CREATE_VM");
+	set_region(vm, 0, 0, vm->geo.ram, 0, 0);
+	for (unsigned long i = 1; i < vm->geo.n; i++)
+		set_region(vm, (unsigned)i, small_gpa(&vm->geo, i), PAGE, small_host_offset(&vm->geo, i), 0);
+	add_ioeventfd(vm);
 }
 
 /* Flat 32-bit protected mode, paging off, through KVM_SET_SREGS alone:
@@ -415,7 +457,7 @@ static void unexpected_exit(struct vm *vm, const struct pass *p, uint32_t reason
 				reason == KVM_EXIT_INTERNAL_ERROR);
 
 	fail(cannot ? EXIT_CANNOT : EXIT_FAILED, "%s pass at %#llx left the guest with %s (%u)%s",
-	     kind_name[p->kind], (unsigned long long)vm->geo.target[p->kind], exit_text(reason), reason,
+	     kind_name[p->kind], (unsigned long long)vm->target[p->kind], exit_text(reason), reason,
 	     cannot ? ": this vCPU does not run flat protected mode" : "");
 }
 
@@ -428,12 +470,12 @@ static void check_mmio(struct vm *vm, struct pass *p)
 	uint64_t expected = p->mmio_exits / vm->opt->unroll + 1;
 
 	memcpy(&data, vm->run->mmio.data, sizeof(data));
-	if (p->kind != K_MISS || !vm->opt->miss_exits || vm->run->mmio.phys_addr != vm->geo.target[K_MISS] ||
+	if (p->kind != K_MISS || !vm->opt->miss_exits || vm->run->mmio.phys_addr != vm->target[K_MISS] ||
 	    vm->run->mmio.len != 4 || !vm->run->mmio.is_write || data != expected)
 		fail(EXIT_FAILED, "%s pass: an MMIO %s of %u bytes at %#llx (data %u, expected a write of %llu at %#llx)",
 		     kind_name[p->kind], vm->run->mmio.is_write ? "write" : "read", vm->run->mmio.len,
 		     (unsigned long long)vm->run->mmio.phys_addr, data, (unsigned long long)expected,
-		     (unsigned long long)vm->geo.target[K_MISS]);
+		     (unsigned long long)vm->target[K_MISS]);
 	p->mmio_exits++;
 }
 
@@ -473,15 +515,15 @@ static void check_pass(struct vm *vm, const struct pass *p)
 {
 	uint64_t misses = p->kind == K_MISS ? (uint64_t)p->iterations * vm->opt->unroll : 0;
 	uint64_t taken = vm->opt->miss_exits ? p->mmio_exits : p->eventfd;
-	uint64_t offset = p->kind == K_SMALL ? small_host_offset(&vm->geo, vm->geo.n / 2) : vm->geo.target[K_RAM];
+	long long offset = vm->check_offset[p->kind];
 	uint32_t word;
 
 	if (taken != misses || (vm->opt->miss_exits && p->eventfd) || (!vm->opt->miss_exits && p->mmio_exits))
 		fail(EXIT_FAILED, "%s pass at %#llx: %llu writes came out as misses (%lu MMIO exits, %llu by the "
 		     "ioeventfd), expected %llu: a miss hit a slot or a hit missed",
-		     kind_name[p->kind], (unsigned long long)vm->geo.target[p->kind], (unsigned long long)taken,
+		     kind_name[p->kind], (unsigned long long)vm->target[p->kind], (unsigned long long)taken,
 		     p->mmio_exits, (unsigned long long)p->eventfd, (unsigned long long)misses);
-	if (p->kind != K_RAM && p->kind != K_SMALL)
+	if (offset < 0)
 		return;
 	memcpy(&word, vm->mem + offset, sizeof(word));
 	if (word != p->iterations)
@@ -499,9 +541,9 @@ static void run_pass(struct vm *vm, struct pass *p, int warmup)
 	p->exits = p->mmio_exits = 0;
 	p->have_counters = read_counters(&before);
 	memset(&regs, 0, sizeof(regs));
-	regs.rip = p->kind == K_NULL ? NULL_ENTRY : 0;
+	regs.rip = vm->code_gpa + (p->kind == K_NULL ? NULL_ENTRY : 0);
 	regs.rflags = 2;
-	regs.rsi = vm->geo.target[p->kind];
+	regs.rsi = vm->target[p->kind];
 	regs.rcx = p->iterations;
 	kvm_ioctl(vm->vcpu, KVM_SET_REGS, &regs, "KVM_SET_REGS");
 	ns0 = clock_ns(CLOCK_MONOTONIC);
@@ -532,9 +574,9 @@ static void print_pass(const struct vm *vm, const struct pass *p, unsigned long 
 	printf("{\"kind\": \"%s\", \"round\": %lu, \"slots\": %lu, \"iterations\": %lu, \"unroll\": %lu, "
 	       "\"accesses\": %llu, \"target_gpa\": %llu, \"ns\": %llu, \"cpu_ns\": %llu, \"exits\": %lu, "
 	       "\"mmio_exits\": %lu, \"eventfd\": %llu, ",
-	       kind_name[p->kind], round, vm->geo.n, p->iterations, vm->opt->unroll,
+	       kind_name[p->kind], round, vm->nslots, p->iterations, vm->opt->unroll,
 	       p->kind == K_NULL ? 0ULL : (unsigned long long)p->iterations * vm->opt->unroll,
-	       (unsigned long long)vm->geo.target[p->kind], (unsigned long long)p->ns, (unsigned long long)p->cpu_ns,
+	       (unsigned long long)vm->target[p->kind], (unsigned long long)p->ns, (unsigned long long)p->cpu_ns,
 	       p->exits, p->mmio_exits, (unsigned long long)p->eventfd);
 	if (p->have_counters)
 		printf("\"counters\": {\"lookups\": %llu, \"nodes\": %llu, \"misses\": %llu}, ", p->delta.lookups,
@@ -554,15 +596,46 @@ static void on_alarm(int sig)
 	deadline_passed = 1;
 }
 
+/* The warm-up pass of each kind (not printed: it faults in the code and
+ * target pages and warms the vCPU), then the timed rounds. */
+static void measure(struct vm *vm, const int *order, int kinds)
+{
+	for (int i = 0; i < kinds; i++) {
+		struct pass p = {.kind = order[i], .iterations = WARMUP_ITERATIONS};
+		run_pass(vm, &p, 1);
+	}
+	for (unsigned long r = 0; r < vm->opt->rounds; r++) {
+		/* Rotate the order every round so drift falls on every kind alike. */
+		for (int i = 0; i < kinds; i++) {
+			struct pass p = {.kind = order[(i + r) % (unsigned long)kinds], .iterations = vm->opt->iterations};
+			run_pass(vm, &p, 0);
+			print_pass(vm, &p, r);
+		}
+	}
+}
+
+static void start_deadline(const struct options *opt)
+{
+	struct sigaction sa = {.sa_handler = on_alarm};   /* no SA_RESTART: KVM_RUN returns EINTR */
+
+	sigaction(SIGALRM, &sa, NULL);
+	alarm((unsigned)opt->deadline);
+}
+
 static int run_benchmark(const struct options *opt)
 {
 	struct vm vm = {.opt = opt};
-	struct sigaction sa = {.sa_handler = on_alarm};   /* no SA_RESTART: KVM_RUN returns EINTR */
 	int order[NKINDS], kinds = 0;
 
 	vm.geo = layout(opt->slots, opt->ram_mib);
-	sigaction(SIGALRM, &sa, NULL);
-	alarm((unsigned)opt->deadline);
+	vm.nslots = vm.geo.n;
+	memcpy(vm.target, vm.geo.target, sizeof(vm.target));
+	for (int k = 0; k < NKINDS; k++)
+		vm.check_offset[k] = -1;
+	vm.check_offset[K_RAM] = (long long)vm.geo.target[K_RAM];
+	if (vm.geo.n >= 2)
+		vm.check_offset[K_SMALL] = (long long)small_host_offset(&vm.geo, vm.geo.n / 2);
+	start_deadline(opt);
 	for (int k = 0; k < NKINDS; k++)
 		if (has_kind(&vm.geo, k))
 			order[kinds++] = k;
@@ -570,20 +643,184 @@ static int run_benchmark(const struct options *opt)
 	open_kvm(&vm);
 	create_vm(&vm);
 	create_vcpu(&vm);
-	/* Warm-up: fault in the code and target pages, warm the vCPU. */
-	for (int i = 0; i < kinds; i++) {
-		struct pass p = {.kind = order[i], .iterations = WARMUP_ITERATIONS};
-		run_pass(&vm, &p, 1);
+	measure(&vm, order, kinds);
+	return EXIT_OK;
+}
+
+/* --- `layout`: an explicit slot list ------------------------------------------ */
+struct lslot {
+	unsigned long id;
+	uint64_t gfn, pages, flags, host_offset;
+};
+
+struct layout_args {
+	struct options opt;
+	struct lslot *slots;
+	unsigned long n;
+	uint64_t miss_gfn, hit_gfn, code_gfn;
+	int have_miss, have_hit, have_code;
+};
+
+#define KNOWN_FLAGS (KVM_MEM_LOG_DIRTY_PAGES | KVM_MEM_READONLY)
+#define GFN_LIMIT (1ULL << 52)
+#define LOW_GFNS (GPA_CEILING / PAGE)   /* the guest runs flat 32-bit, paging off */
+
+/* The slot holding gfn, or NULL. */
+static const struct lslot *slot_of(const struct layout_args *a, uint64_t gfn)
+{
+	for (unsigned long i = 0; i < a->n; i++)
+		if (a->slots[i].gfn <= gfn && gfn < a->slots[i].gfn + a->slots[i].pages)
+			return &a->slots[i];
+	return NULL;
+}
+
+/* A page the guest writes (the code's, the hit's): below 4 GiB, in a slot
+ * that is not read-only. */
+static void check_writable(const struct layout_args *a, const char *what, uint64_t gfn)
+{
+	const struct lslot *s = slot_of(a, gfn);
+
+	if (gfn >= LOW_GFNS)
+		fail(EXIT_USAGE, "%s gfn %#llx is above 4 GiB: the guest runs flat 32-bit", what, (unsigned long long)gfn);
+	if (s == NULL || (s->flags & KVM_MEM_READONLY))
+		fail(EXIT_USAGE, "%s gfn %#llx is in no writable slot", what, (unsigned long long)gfn);
+}
+
+/* Ids distinct, no two slots overlapping (KVM would refuse or, for an id
+ * given twice, move the slot), the targets where they belong. */
+static void check_layout(struct layout_args *a)
+{
+	uint64_t offset = 0;
+
+	if (a->n == 0 || !a->have_miss)
+		fail(EXIT_USAGE, "layout: give at least one `slot ID GFN PAGES FLAGS` and `target miss GFN`");
+	for (unsigned long i = 0; i < a->n; i++) {
+		struct lslot *s = &a->slots[i];
+
+		for (unsigned long j = 0; j < i; j++) {
+			const struct lslot *t = &a->slots[j];
+			if (t->id == s->id)
+				fail(EXIT_USAGE, "slot id %lu given twice", s->id);
+			if (t->gfn < s->gfn + s->pages && s->gfn < t->gfn + t->pages)
+				fail(EXIT_USAGE, "slots %lu and %lu overlap", t->id, s->id);
+		}
+		s->host_offset = offset;
+		offset += s->pages * PAGE;
 	}
-	for (unsigned long r = 0; r < opt->rounds; r++) {
-		/* Rotate the order every round so drift falls on every kind alike. */
-		for (int i = 0; i < kinds; i++) {
-			struct pass p = {.kind = order[(i + r) % (unsigned long)kinds], .iterations = opt->iterations};
-			run_pass(&vm, &p, 0);
-			print_pass(&vm, &p, r);
+	if (slot_of(a, a->miss_gfn) != NULL || a->miss_gfn >= LOW_GFNS)
+		fail(EXIT_USAGE, "miss gfn %#llx: give one below 4 GiB in no slot", (unsigned long long)a->miss_gfn);
+	if (a->have_hit)
+		check_writable(a, "hit", a->hit_gfn);
+	if (!a->have_code)
+		fail(EXIT_USAGE, "layout: give `code GFN`, the page the guest loop runs from");
+	check_writable(a, "code", a->code_gfn);
+	if (a->have_hit && a->hit_gfn == a->code_gfn)
+		fail(EXIT_USAGE, "hit gfn %#llx is the code's page: give another", (unsigned long long)a->hit_gfn);
+}
+
+static uint64_t host_offset_of(const struct layout_args *a, uint64_t gfn)
+{
+	const struct lslot *s = slot_of(a, gfn);
+
+	return s->host_offset + (gfn - s->gfn) * PAGE;
+}
+
+static int run_layout(struct layout_args *a)
+{
+	struct vm vm = {.opt = &a->opt};
+	int order[NKINDS], kinds = 0;
+	uint64_t size = 0;
+
+	check_layout(a);
+	for (unsigned long i = 0; i < a->n; i++)
+		size += a->slots[i].pages * PAGE;
+	vm.nslots = a->n;
+	for (int k = 0; k < NKINDS; k++)
+		vm.check_offset[k] = -1;
+	vm.code_gpa = a->code_gfn * PAGE;
+	vm.target[K_NULL] = vm.code_gpa;   /* the null loop writes nothing */
+	vm.target[K_MISS] = a->miss_gfn * PAGE;
+	order[kinds++] = K_NULL;
+	order[kinds++] = K_MISS;
+	if (a->have_hit) {
+		vm.target[K_HIT] = a->hit_gfn * PAGE;
+		vm.check_offset[K_HIT] = (long long)host_offset_of(a, a->hit_gfn);
+		order[kinds++] = K_HIT;
+	}
+	start_deadline(&a->opt);
+	read_search(vm.search, sizeof(vm.search));
+	a->opt.slots = a->n;
+	open_kvm(&vm);
+	vm.mem = map_guest(size);
+	load_code(&vm, vm.mem + host_offset_of(a, a->code_gfn));
+	vm.fd = kvm_ioctl(vm.kvm, KVM_CREATE_VM, 0, "KVM_CREATE_VM");
+	/* In the layout's order: the order QEMU registered them in. */
+	for (unsigned long i = 0; i < a->n; i++)
+		set_region(&vm, (unsigned)a->slots[i].id, a->slots[i].gfn * PAGE, a->slots[i].pages * PAGE,
+			   a->slots[i].host_offset, (uint32_t)a->slots[i].flags);
+	add_ioeventfd(&vm);
+	create_vcpu(&vm);
+	measure(&vm, order, kinds);
+	return EXIT_OK;
+}
+
+/* One option word and its value; 0 when the word is none of them. */
+static int parse_option(struct options *opt, const char *word, const char *value)
+{
+	if (!strcmp(word, "rounds"))
+		opt->rounds = number("rounds", value, 1, 1000);
+	else if (!strcmp(word, "unroll"))
+		opt->unroll = number("unroll", value, 1, MAX_UNROLL);
+	else if (!strcmp(word, "deadline"))
+		opt->deadline = number("deadline", value, 1, 86400);
+	else if (!strcmp(word, "miss") && (!strcmp(value, "ioeventfd") || !strcmp(value, "exit")))
+		opt->miss_exits = !strcmp(value, "exit");
+	else
+		return 0;
+	return 1;
+}
+
+static int parse_layout(int argc, char **argv)
+{
+	struct layout_args a = {.opt = {.rounds = 1, .unroll = 8, .deadline = 600}};
+	int i = 3;
+
+	if (argc < 4)
+		usage();
+	a.opt.iterations = number("ITERATIONS", argv[2], 1, 100000000);
+	a.slots = calloc((size_t)argc / 5 + 1, sizeof(*a.slots));
+	if (a.slots == NULL)
+		fail(EXIT_FAILED, "out of memory");
+	while (i < argc) {
+		const char *word = argv[i];
+
+		if (!strcmp(word, "slot") && i + 4 < argc) {
+			struct lslot *s = &a.slots[a.n++];
+
+			s->id = number("slot ID", argv[i + 1], 0, 32767);
+			s->gfn = number("slot GFN", argv[i + 2], 0, GFN_LIMIT - 1);
+			s->pages = number("slot PAGES", argv[i + 3], 1, GFN_LIMIT - s->gfn);
+			s->flags = number("slot FLAGS", argv[i + 4], 0, KNOWN_FLAGS);
+			i += 5;
+		} else if (!strcmp(word, "target") && i + 2 < argc && !strcmp(argv[i + 1], "miss")) {
+			a.miss_gfn = number("miss GFN", argv[i + 2], 0, GFN_LIMIT - 1);
+			a.have_miss = 1;
+			i += 3;
+		} else if (!strcmp(word, "target") && i + 2 < argc && !strcmp(argv[i + 1], "hit")) {
+			a.hit_gfn = number("hit GFN", argv[i + 2], 0, GFN_LIMIT - 1);
+			a.have_hit = 1;
+			i += 3;
+		} else if (!strcmp(word, "code") && i + 1 < argc) {
+			a.code_gfn = number("code GFN", argv[i + 1], 0, GFN_LIMIT - 1);
+			a.have_code = 1;
+			i += 2;
+		} else if (i + 1 < argc && parse_option(&a.opt, word, argv[i + 1])) {
+			i += 2;
+		} else {
+			usage();
 		}
 	}
-	return EXIT_OK;
+	return run_layout(&a);
 }
 
 /* --- the commands ------------------------------------------------------------ */
@@ -600,23 +837,15 @@ static int parse_run(int argc, char **argv)
 
 		if (value == NULL)
 			usage();
-		if (!strcmp(word, "rounds"))
-			opt.rounds = number("rounds", value, 1, 1000);
-		else if (!strcmp(word, "unroll"))
-			opt.unroll = number("unroll", value, 1, MAX_UNROLL);
-		else if (!strcmp(word, "ram-mib"))
+		if (!strcmp(word, "ram-mib"))
 			opt.ram_mib = number("ram-mib", value, 1, 4095);
-		else if (!strcmp(word, "deadline"))
-			opt.deadline = number("deadline", value, 1, 86400);
-		else if (!strcmp(word, "miss") && (!strcmp(value, "ioeventfd") || !strcmp(value, "exit")))
-			opt.miss_exits = !strcmp(value, "exit");
-		else
+		else if (!parse_option(&opt, word, value))
 			usage();
 	}
 	return run_benchmark(&opt);
 }
 
-static int print_layout(int argc, char **argv)
+static int print_geometry(int argc, char **argv)
 {
 	unsigned long ram_mib = 1024;
 	struct geometry g;
@@ -655,7 +884,9 @@ int main(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "run"))
 		return parse_run(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "layout"))
-		return print_layout(argc, argv);
+		return parse_layout(argc, argv);
+	if (argc >= 2 && !strcmp(argv[1], "geometry"))
+		return print_geometry(argc, argv);
 	if (argc >= 2 && !strcmp(argv[1], "program"))
 		return print_program(argc, argv);
 	usage();

@@ -54,7 +54,7 @@ def test_the_guest_loop_is_lookup_programs_byte_for_byte(program, write: bool, u
 
 @pytest.mark.parametrize(("slots", "ram_mib"), [(1, 1024), (2, 1024), (3, 4), (32, 1024), (509, 4), (32764, 1024)])
 def test_the_layout_is_kvm_lookups(program, slots: int, ram_mib: int) -> None:
-    out = call(program, "layout", str(slots), "ram-mib", str(ram_mib))
+    out = call(program, "geometry", str(slots), "ram-mib", str(ram_mib))
     assert out.returncode == 0, out.stderr
     geo = kvm_lookup.LookupConfig(ram_mib=ram_mib).geometry(slots)
     assert json.loads(out.stdout) == {
@@ -82,7 +82,7 @@ def test_the_layout_is_kvm_lookups(program, slots: int, ram_mib: int) -> None:
         ["run", "8", "1x"],
         ["run", "32764", "10", "ram-mib", "4000"],
         ["program", "write", "0"],
-        ["layout", "8", "ram-mib"],
+        ["geometry", "8", "ram-mib"],
     ],
 )
 def test_bad_arguments_are_one_line_and_status_2(program, argv: list[str]) -> None:
