@@ -176,6 +176,8 @@ def run_lookup(args: argparse.Namespace) -> int:
         return memslots_l1.run(args, slots)
     if args.host_kernel_param:
         raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+    if args.layout or args.miss_gfn or args.hit_gfn:
+        raise BadInput("--layout, --miss-gfn and --hit-gfn run in the host under test: give --host-kernel KERNEL")
     check_kvm_device(args.device)
     config = kvm_lookup.LookupConfig(
         slots=slots, replicates=args.replicates, rounds=args.rounds, iterations=args.iterations, device=args.device

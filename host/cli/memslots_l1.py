@@ -5,7 +5,10 @@ costs L1 nothing while the benchmark runs), runs guest/kvm_lookup.c in L1
 once per slot count and prints, per kind: L1's nanoseconds per access (on
 icount, L1's instructions) and, on a kernel that counts its memslot
 search (images/kvm-memslots/), the nodes per lookup beside the model's.
-Exit 1 when a count differs from the model.  docs/memslots-kvm.md, "The
+Exit 1 when a count differs from the model.  With ``--layout FILE|seed-000``
+one process on that layout instead (host/memslots/l1_layout.py): its slots
+as the guest's QEMU registered them, a miss at ``--miss-gfn`` (seed-000: its
+rtl8139's MMIO BAR) and a hit in its RAM slot.  docs/memslots-kvm.md, "The
 lookup benchmark in L1"."""
 
 from __future__ import annotations
@@ -31,12 +34,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="ioeventfd",
         help="with --host-kernel: a miss taken by an ioeventfd in L1's kernel, or exiting to the program",
     )
+    parser.add_argument(
+        "--layout",
+        metavar="FILE|seed-000",
+        help="with --host-kernel --lookup: register this layout's slots (a layout file, or seed-000: seed 000's "
+        "guest's, read from its QEMU here the first time) and miss at --miss-gfn (seed-000: its rtl8139 BAR)",
+    )
+    for flag, what in (("--miss-gfn", "the miss's gfn (in no slot)"), ("--hit-gfn", "the hit's gfn")):
+        parser.add_argument(flag, metavar="GFN", help=f"with --layout: {what}, decimal or 0x hex")
 
 
 def config(args: argparse.Namespace, slots: tuple[int, ...]) -> Any:
     from memqual.host.memslots.l1_lookup import L1LookupConfig
 
     made = L1LookupConfig(slots=slots, iterations=args.iterations, rounds=args.rounds, miss=args.miss)
+    made.check()
+    return made
+
+
+def layout_config(args: argparse.Namespace) -> Any:
+    """The --layout run, checked before any boot (BadInput: one line)."""
+    from memqual.host.core.errors import BadInput
+    from memqual.host.memslots import l1_layout, seed_layout
+    from memqual.host.memslots.layout import load_layout, parse_gfn
+
+    miss = parse_gfn(args.miss_gfn) if args.miss_gfn is not None else None
+    if args.layout == seed_layout.NAME:
+        seed = seed_layout.load() if seed_layout.PATH.exists() else seed_layout.record()
+        layout, miss = seed.layout, seed.miss_gfn if miss is None else miss
+    else:
+        layout = load_layout(args.layout)
+    if miss is None:
+        raise BadInput(f"--layout {args.layout}: give --miss-gfn GFN, a gfn in none of its slots")
+    hit = parse_gfn(args.hit_gfn) if args.hit_gfn is not None else l1_layout.default_hit(layout)
+    made = l1_layout.LayoutLookup(
+        layout, miss, hit_gfn=hit, iterations=args.iterations, rounds=args.rounds, miss=args.miss
+    )
     made.check()
     return made
 
@@ -62,20 +95,32 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
 
     host = cliargs.one_host(args)
     assert host is not None
-    bench = config(args, slots)
+    if args.layout is None and (args.miss_gfn is not None or args.hit_gfn is not None):
+        from memqual.host.core.errors import BadInput
+
+        raise BadInput("--miss-gfn and --hit-gfn place a --layout's targets: give --layout FILE|seed-000 with them")
+    bench = config(args, slots) if args.layout is None else layout_config(args)
     machine_config, _qemu, note = cliargs.guest_on_clock(guest_namespace(args), host)
     if note:
         print(f"[{note}]", file=sys.stderr)
     image = build(KernelSource(None, None, None))
     with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
         vm.qmp("stop")
-        result = l1_lookup.run(vm.host_ssh, bench)
+        result: Any
+        if args.layout is None:
+            result = l1_lookup.run(vm.host_ssh, bench)
+        else:
+            from memqual.host.memslots import l1_layout
+
+            result = l1_layout.run(vm.host_ssh, bench)
         label, clock_label = vm.host_label, vm.clock.label
     doc: dict[str, Any] = {"host": label, "clock": clock_label, **result.to_json()}
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    else:
+    elif args.layout is None:
         print("\n".join(render(result, label, clock_label)))
+    else:
+        print("\n".join(render_layout(result, label, clock_label)))
     return 1 if result.findings() else 0
 
 
@@ -101,4 +146,28 @@ def render(result: Any, host: str, clock_label: str) -> list[str]:
             )
     for finding in result.findings():
         lines.append(f"differs: {finding.kind} at {finding.slots} slots: {finding.note}")
+    return lines
+
+
+def render_layout(result: Any, host: str, clock_label: str) -> list[str]:
+    """The --layout run's table: per kind its gfn, L1's ns per access, the
+    kernel's nodes per lookup and the model's."""
+    run, config = result.run, result.config
+    lines = [
+        f"host: {host}, clock {clock_label}; layout {config.layout.name or '-'} ({run.slots} slots, the loop at "
+        f"gfn {config.code:#x}); memslot search: {run.search or 'not counted (the kernel has no counters)'}",
+        f"{'kind':5} {'gfn':>9} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7}  check",
+    ]
+    checks = {c.kind: c for c in run.checks}
+    targets = config.targets()
+    for kind, fig in run.figures.items():
+        check = checks.get(kind)
+        measured = "-" if check is None or check.measured_nodes is None else f"{check.measured_nodes:.2f}"
+        model = "-" if check is None or check.expected_nodes is None else f"{check.expected_nodes:.2f}"
+        verdict = check.verdict if check is not None else "not counted"
+        lines.append(
+            f"{kind:5} {targets[kind] // 4096:>#9x} {fig.ns_per_access:>13.1f} {fig.exits_per_access:>13.3f} "
+            f"{measured:>13} {model:>7}  {verdict}"
+        )
+    lines += [f"  {kind}: {check.note}" for kind, check in checks.items()]
     return lines

@@ -26,7 +26,9 @@ from memqual.images import agents
 AGENT = "kvm_lookup"
 L1_PATH = "/tmp/kvm_lookup"
 NULL = "null"
-PASS_KINDS = (NULL, *kvm_lookup.KINDS)
+# A layout's passes (kvm_lookup layout): a miss and a hit at given gfns.
+LAYOUT_KINDS = ("miss", "hit")
+PASS_KINDS = (NULL, *kvm_lookup.KINDS, "hit")
 MISS_MODES = ("ioeventfd", "exit")  # a miss taken in the kernel, or exiting to the program
 COMMAND_TIMEOUT_S = 60.0
 # This machine's wait for a run beyond the program's own deadline (its
@@ -268,11 +270,11 @@ def _counted(kind: list[Pass], null: list[Pass]) -> CountedFigures | None:
     )
 
 
-def kind_figures(passes: list[Pass]) -> dict[str, KindFigures]:
+def kind_figures(passes: list[Pass], kinds: tuple[str, ...] = kvm_lookup.KINDS) -> dict[str, KindFigures]:
     """Per kind (not the null loop), from passes that ``check_passes`` took."""
     null = {p.round: p for p in passes if p.kind == NULL}
     out: dict[str, KindFigures] = {}
-    for kind in kvm_lookup.KINDS:
+    for kind in kinds:
         mine = sorted((p for p in passes if p.kind == kind), key=lambda p: p.round)
         if not mine:
             continue
@@ -361,13 +363,16 @@ def model_checks(config: L1LookupConfig, figures: dict[str, KindFigures], search
     for kind, f in counted.items():
         assert f.counted is not None
         # The code shares the RAM slot with the RAM target: the same walk.
-        out.append(_check(kind, slots, structure, gfns[kind], walks.get(kind), walks.get("ram_hit"), f.counted))
+        out.append(model_check(kind, slots, structure, gfns[kind], walks.get(kind), walks.get("ram_hit"), f.counted))
     return out
 
 
-def _check(
+def model_check(
     kind: str, slots: int, structure: str, gfn: int, walk: int | None, code_walk: int | None, c: CountedFigures
 ) -> ModelCheck:
+    """One kind's count against the model: ``walk`` the structure's nodes
+    for the kind's gfn, ``code_walk`` for the code's (the instruction fetch
+    of an emulated access searches it); None: no such structure."""
     how = f"{c.lookups_per_access:.2f} lookups, {c.misses_per_access:.2f} misses per access"
     measured = "no" if c.nodes_per_lookup is None else f"{c.nodes_per_lookup:.2f}"
     if walk is None or code_walk is None:
