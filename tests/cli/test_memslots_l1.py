@@ -10,7 +10,9 @@ import pytest
 
 from memqual.host.cli import memslots_l1
 from memqual.host.memslots import kvm_lookup
+from memqual.host.memslots import l1_layout as LL
 from memqual.host.memslots import l1_lookup as L
+from memqual.host.memslots.layout import Layout, Slot
 
 CONFIG = L.L1LookupConfig(slots=(8,), iterations=100, rounds=1, unroll=8, ram_mib=4)
 
@@ -65,6 +67,11 @@ def test_the_table_names_host_clock_structure_and_each_check() -> None:
         (["--host-kernel-param", "kvm.mmio_caching=0"], "give --host-kernel KERNEL with it"),
         (["--host-kernel", "6.1.0-57-amd64", "--miss", "neither"], "invalid choice"),
         (["--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.1.0-57-amd64"], "given twice"),
+        (["--host-kernel", "6.1.0-57-amd64", "--layout", "/nonexistent.json"], "layout file /nonexistent.json"),
+        (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--miss-gfn", "0x100"], "miss gfn 0x100"),
+        (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--hit-gfn", "0xc5"], "hit gfn 0xc5"),
+        (["--host-kernel", "6.1.0-57-amd64", "--miss-gfn", "5"], "give --layout FILE|seed-000"),
+        (["--layout", "seed-000"], "give --host-kernel KERNEL"),
     ],
 )
 def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], says: str) -> None:
@@ -76,3 +83,23 @@ def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], 
     )
     assert done.returncode == 2, done.stderr
     assert says in done.stderr
+
+
+def test_the_layout_table_names_each_gfn_and_check() -> None:
+    layout = Layout((Slot(0, 0, 0x100), Slot(1, 0x200, 0x80)), name="t")
+    config = LL.LayoutLookup(layout, miss_gfn=0x300, hit_gfn=0x210, iterations=100, rounds=1)
+    walk = LL.model_walks(config, "linear")
+    counts = {"null": (0, 0, 0), "miss": (1600, 800 * (walk["miss"] + walk["null"]), 800), "hit": (0, 0, 0)}
+    passes = []
+    for kind, gpa in config.targets().items():
+        accesses = 0 if kind == "null" else 800
+        ns = 80_000 + 400 * accesses
+        passes.append(L.Pass(kind, 0, 2, 100, 8, accesses, gpa, ns, ns, 0, 0, 0, L.Counters(*counts[kind]), "linear"))
+    figures = L.kind_figures(passes, config.kinds())
+    checks = tuple(LL.model_checks(config, figures, "linear"))
+    result = LL.LayoutLookupResult(config, L.SlotRun(2, tuple(passes), figures, checks, "linear", counted=True))
+    lines = memslots_l1.render_layout(result, "K in TCG+SVM", "icount:0")
+    assert lines[0].startswith("host: K in TCG+SVM, clock icount:0; layout t (2 slots, the loop at gfn 0x0)")
+    miss = next(line for line in lines if line.startswith("miss"))
+    assert miss.split()[1:3] == ["0x300", "400.0"] and miss.endswith("agrees")
+    assert next(line for line in lines if line.startswith("hit")).endswith("no lookups")
