@@ -1,15 +1,12 @@
 """``memqual memslots kvm --lookup --host-kernel KERNEL``: the per-access
 lookup benchmark (host/memslots/l1_lookup.py) in the host under test.
-memqual boots L1 with its smallest guest, stops that guest (its vCPU then
-costs L1 nothing while the benchmark runs), runs guest/kvm_lookup.c in L1
-once per slot count and prints, per kind: L1's nanoseconds per access (on
-icount, L1's instructions) and, on a kernel that counts its memslot
-search (images/kvm-memslots/), the nodes per lookup beside the model's.
-Exit 1 when a count differs from the model.  With ``--layout FILE|seed-000``
-one process on that layout instead (host/memslots/l1_layout.py): its slots
-as the guest's QEMU registered them, a miss at ``--miss-gfn`` (seed-000: its
-rtl8139's MMIO BAR) and a hit in its RAM slot.  docs/memslots-kvm.md, "The
-lookup benchmark in L1"."""
+memqual boots L1 with its smallest guest, stops that guest, runs
+guest/kvm_lookup.c in L1 once per slot count (``--layout FILE|seed-000``:
+once on that layout, host/memslots/l1_layout.py) and prints, per kind, L1's
+nanoseconds per access (on icount, L1's instructions) and, on a kernel that
+counts its memslot search (images/kvm-memslots/), the nodes per lookup
+beside the model's.  Exit 1 when a count differs from the model.
+docs/memslots-kvm.md, "The lookup benchmark in L1"."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""The lookup benchmark in L1 on a given memslot layout: a real guest's
-slots (a layout file, seed 000's guest's: seed_layout.py) registered in L1's
-KVM as that guest's QEMU registered them, a miss at a given gfn (the seed
-guest's rtl8139 BAR) and optionally a hit.  guest/kvm_lookup.c's `layout`
-mode runs it; its passes, figures and the model check are l1_lookup.py's,
-the model's structure built from the same layout in the same order.
-docs/memslots-kvm.md, "The lookup benchmark in L1".
-
-The loop runs from a page of the layout's RAM slot (the largest writable
-slot below 4 GiB, its first page), not from a slot of its own: the layout
-registered is the guest's, slot for slot, and the instruction fetch every
-emulated miss makes searches that slot, which the check counts as a hit of
-it (l1_lookup.expected_per_lookup).
-"""
+"""The lookup benchmark in L1 on a given memslot layout (a layout file;
+seed 000's guest's: seed_layout.py), its slots registered in L1's KVM in
+the layout's order, a miss at a given gfn and optionally a hit:
+guest/kvm_lookup.c's `layout` mode, l1_lookup.py's passes, figures and
+model check, the model built from the same layout in the same order.  The
+loop runs from the layout's RAM slot, not a slot of its own, so the slots
+registered are the guest's; the fetch each emulated miss makes is a hit of
+that slot, which the check counts.  docs/memslots-kvm.md, "On a given
+layout"."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_the_argv_is_numbers_and_fixed_words(config: LL.LayoutLookup) -> None:
 )
 def test_config_refuses_what_the_program_would(change: dict[str, object], message: str) -> None:
     with pytest.raises(BadInput, match=re.escape(message)):
-        LL.LayoutLookup(**{**CONFIG.__dict__, **change}).check()  # type: ignore[arg-type]
+        LL.LayoutLookup(**{**CONFIG.__dict__, **change}).check()
 
 
 def test_the_code_runs_from_the_largest_writable_slot_below_4_gib() -> None:
