@@ -27,9 +27,9 @@ from memqual.host.core import clock, nested, profiles, settings
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.locks import FileLock
-from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.machine import Machine
 from memqual.host.core.nested import HostUnderTest
-from memqual.host.core.qemu import ENV_QEMU
+from memqual.host.core.qemu import ENV_QEMU, MachineConfig
 from memqual.host.core.record import Measurement, write
 from memqual.host.core.trust import check_output_dir
 
@@ -116,8 +116,9 @@ class MeasurementLock:
 
     @staticmethod
     def _default_path() -> Path:
+        from memqual.host.core.knobs import default_state_dir
         from memqual.host.core.paths import cache_dir
-        from memqual.host.ksm.state import HostState, default_state_dir
+        from memqual.host.ksm.state import HostState
 
         state = HostState(default_state_dir())
         try:

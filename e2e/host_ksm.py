@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from memqual.e2e.base import GuestTest
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing
-from memqual.host.ksm import KsmController
+from memqual.host.core.knobs import Sysfs
 from memqual.host.ksm import scenarios as ks
-from memqual.host.ksm.sysfs import THP_KNOBS, Sysfs
+from memqual.host.ksm.controller import KsmController
+from memqual.host.ksm.sysfs import THP_KNOBS
 
 LOCK_WAIT_S = 600.0  # another KSM test of this run may hold the lock
 

@@ -17,19 +17,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memqual.e2e.base import GuestTest, requires
-from memqual.host.balloon import PAGE, BalloonController, BalloonMover
+from memqual.e2e.base import GuestTest, measures_nothing, requires
 from memqual.host.balloon import floor as balloon_floor
 from memqual.host.balloon import reporting as fpr
 from memqual.host.balloon import stats_interval as guest_stats
 from memqual.host.balloon import timing as bt
 from memqual.host.balloon.agent import GuestClock
 from memqual.host.balloon.correctness import run_correctness
+from memqual.host.balloon.device import PAGE, BalloonController
 from memqual.host.balloon.rss import l1_rss_reader
 from memqual.host.balloon.scenarios import AGENT, MACHINE, ScenarioFailed
 from memqual.host.balloon.table import INFLATE as TIMING_ROW
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock
-from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.ksm import l1_ksm
 
@@ -149,11 +151,15 @@ class BalloonCorrectness(BalloonBase):
     :avocado: tags=balloon
     """
 
+    @measures_nothing
     def test_correctness(self) -> None:
         """Scenario 3: odd targets, give-back, unload, hot-unplug/plug (the
         floor has its own test, BalloonFloor: its value is what an A/B
         compares, these checks pass or fail once per arm).  deflate-on-oom
-        is on, as in the floor's guest.
+        is on, as in the floor's guest.  It times nothing and reads only
+        its own guest and QEMU, so it runs beside other such tests; what
+        could move its readings (host KSM merging its QEMU's pages) runs
+        only in tests that hold the lock exclusive.
 
         :avocado: tags=ab-checks
         """
@@ -234,9 +240,13 @@ class BalloonFreePageReporting(BalloonBase):
             f"(base {run.base_kib} KiB, peak {run.peak_kib} KiB, now {run.last_kib} KiB)",
         )
 
+    @measures_nothing
     def test_reporting_off(self) -> None:
         """Scenario 4, control: with it off the RSS stays up (a check:
-        its time is the watched window, host/balloon/table.py).
+        its time is the watched window, host/balloon/table.py).  It times
+        nothing, and no neighbour can make its QEMU's RSS fall (only host
+        KSM could, in tests that hold the lock exclusive): it runs beside
+        other such tests.
 
         :avocado: tags=ab-checks
         """

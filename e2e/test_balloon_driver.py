@@ -12,12 +12,13 @@ from __future__ import annotations
 import time
 
 from memqual.e2e.base import GuestTest, profile
-from memqual.host.balloon import BalloonController, BalloonMover
 from memqual.host.balloon import request_size as rs
+from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
 from memqual.host.balloon.table import REQUEST_SIZE
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core.errors import BadInput, CapabilityMissing
-from memqual.host.core.machine import BalloonDevice, MachineConfig
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 from memqual.images import balloon_driver
 from memqual.images.balloon_driver import Variant
 

@@ -7,7 +7,7 @@ import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core import clock
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.qemu import MachineConfig
 
 CLOCK_WINDOW_S = 3  # host seconds between the clock-rate check's two readings
 UPTIME_STEP_S = 0.01  # /proc/uptime's resolution

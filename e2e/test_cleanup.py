@@ -30,7 +30,7 @@ HANGING_TEST = textwrap.dedent(
     import time
 
     from memqual.e2e.base import GuestTest, measures_nothing
-    from memqual.host.core.machine import MachineConfig
+    from memqual.host.core.qemu import MachineConfig
 
 
     class Hang(GuestTest):
@@ -56,7 +56,7 @@ HOLDING_KSM = textwrap.dedent(
 
     import avocado
 
-    from memqual.host.ksm import KsmController
+    from memqual.host.ksm.controller import KsmController
 
 
     class HoldKsm(avocado.Test):
@@ -80,8 +80,8 @@ GUEST_HOLDING_KSM = textwrap.dedent(
     import time
 
     from memqual.e2e.base import GuestTest, measures_nothing
-    from memqual.host.ksm import KsmController
-    from memqual.host.core.machine import MachineConfig
+    from memqual.host.ksm.controller import KsmController
+    from memqual.host.core.qemu import MachineConfig
 
 
     class GuestKsm(GuestTest):
@@ -377,8 +377,11 @@ class Cleanup(GuestTest):
 
         It measures nothing: its nested test changes knobs with ksmd's run
         left as it was, and this test only reads them back."""
+        from memqual.host.core.environment import KSM_ROOT
         from memqual.host.core.errors import CapabilityMissing
-        from memqual.host.ksm import KSM_ROOT, HostState, Sysfs, check_capability, restore_stale
+        from memqual.host.core.knobs import Sysfs
+        from memqual.host.ksm.controller import check_capability
+        from memqual.host.ksm.state import HostState, restore_stale
 
         try:
             check_capability(KSM_ROOT)
@@ -441,8 +444,10 @@ class Cleanup(GuestTest):
         """
         :avocado: tags=ksm
         """
+        from memqual.host.core.environment import KSM_ROOT
         from memqual.host.core.errors import CapabilityMissing
-        from memqual.host.ksm import KSM_ROOT, Sysfs, check_capability
+        from memqual.host.core.knobs import Sysfs
+        from memqual.host.ksm.controller import check_capability
 
         try:
             check_capability(KSM_ROOT)
@@ -472,7 +477,7 @@ class Cleanup(GuestTest):
             # What the killed run saw before its change, under the KSM lock.
             # Not "before" above: a memqual process outside this suite (no
             # measurement lock) may have held changed knobs then.
-            from memqual.host.ksm import HostState
+            from memqual.host.ksm.state import HostState
 
             saved = HostState(state_dir).load()
             self.assertIsNotNone(saved, "the killed run left no state file")
@@ -499,7 +504,7 @@ class Cleanup(GuestTest):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            from memqual.host.ksm import restore_stale
+            from memqual.host.ksm.state import restore_stale
 
             restore_stale(state_dir)  # whatever happened above, leave the host as it was
             shutil.rmtree(state_dir, ignore_errors=True)
@@ -518,7 +523,7 @@ class GuestIsolation(GuestTest):
     def test_guest_cannot_reach_a_host_loopback_port(self) -> None:
         import socket
 
-        from memqual.host.core.machine import MachineConfig
+        from memqual.host.core.qemu import MachineConfig
 
         # No thread accepts: the kernel completes the handshake of any
         # connection into the listen backlog by itself, and a non-blocking

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from memqual.e2e.base import GuestTest
 from memqual.host.core import clock
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.qemu import MachineConfig
 from memqual.host.fault import anon
 from memqual.host.fault.table import ANON
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock, nested
 from memqual.host.core.kernelspec import KernelSpec
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.qemu import MachineConfig
 
 # The guest's work: ksm_stress's fill (a memset of every page of a fresh
 # mapping), timed by the guest's CLOCK_MONOTONIC.  Under L1's KVM each

@@ -16,16 +16,18 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from memqual.e2e.base import GuestTest
-from memqual.host.balloon import BalloonController
+from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.driver import VariantDriver
 from memqual.host.core import knobs, scenario
 from memqual.host.core.errors import CapabilityMissing
-from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 from memqual.host.hugetlbfs import pool
 from memqual.host.hugetlbfs import scenarios as hs
 from memqual.host.hugetlbfs.table import BALLOON
-from memqual.host.ksm import KsmController, procfs
 from memqual.host.ksm import merge as km
+from memqual.host.ksm import procfs
+from memqual.host.ksm.controller import KsmController
 from memqual.images import balloon_driver
 
 BALLOON_AGENT = "balloon_agent"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock
-from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig
 
 # The loop: ksm_stress's fill, a memset of every page of a fresh anonymous
 # mapping, timed inside the guest with CLOCK_MONOTONIC (its fill_done

@@ -7,10 +7,10 @@ shared cores (docs/patch-qualification.md); a cached one is found at once."""
 from __future__ import annotations
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host.balloon import BalloonController
+from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.driver import VariantDriver
 from memqual.host.core.errors import CapabilityMissing
-from memqual.host.core.machine import BalloonDevice, MachineConfig
+from memqual.host.core.qemu import BalloonDevice, MachineConfig
 
 VIRTIO_BALLOON_F_REPORTING = 5  # include/uapi/linux/virtio_balloon.h
 

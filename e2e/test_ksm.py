@@ -16,12 +16,14 @@ import time
 from memqual.e2e.base import drives_its_host, requires
 from memqual.e2e.host_ksm import HostKsmTest
 from memqual.host.core import clock, descriptive, nested
-from memqual.host.core.machine import Machine, MachineConfig
-from memqual.host.ksm import KsmController, sharing, table, volatile
+from memqual.host.core.machine import Machine
+from memqual.host.core.qemu import MachineConfig
 from memqual.host.ksm import guest_ksm as gk
 from memqual.host.ksm import merge as km
 from memqual.host.ksm import scenarios as ks
+from memqual.host.ksm import sharing, table, volatile
 from memqual.host.ksm.agent import AGENT, StressArgs
+from memqual.host.ksm.controller import KsmController
 from memqual.host.ksm.l1_ksm import L1Ksm
 from memqual.host.ksm.scancost import replicate_first, replicate_ratios, samples
 from memqual.host.ksm.volatile import CLAIM_METRIC, VolatileGuest

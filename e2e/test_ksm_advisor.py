@@ -7,7 +7,7 @@ asserts the direction.  docs/ksm.md, "The KSM advisor"."""
 from __future__ import annotations
 
 from memqual.e2e.host_ksm import HostKsmTest
-from memqual.host.core.machine import MachineConfig
+from memqual.host.core.qemu import MachineConfig
 from memqual.host.ksm import advisor, table
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
 

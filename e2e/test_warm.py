@@ -8,8 +8,9 @@ import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host.core import snapshot
-from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.machine import Machine
 from memqual.host.core.polling import poll
+from memqual.host.core.qemu import MachineConfig
 
 MIB = 1 << 20
 

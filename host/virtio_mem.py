@@ -261,7 +261,21 @@ def run_plug_unplug(
     plugged = resized(PLUG_MIB * MIB, RESIZE_DEADLINE_S)
     if not plugged.met:
         raise ResizeFailed(f"virtio-mem did not plug {PLUG_MIB} MiB: {plugged}")
-    total_plugged = mem_total_kib(vm.ssh)
+    # The device counts a block plugged when it answers the driver's
+    # request; the guest adds and onlines the block after that answer, so
+    # MemTotal may lag the device's size by the last block for a moment
+    # (seen beside another guest: 128 MiB short).
+    want_kib = base_kib + PLUG_MIB * 1024
+    total_plugged = poll(
+        lambda: mem_total_kib(vm.ssh),
+        RESIZE_DEADLINE_S,
+        0.1,
+        what="the guest's MemTotal",
+        until=lambda kib: kib >= want_kib,
+        clock=clock,
+        sleep=sleep,
+        raise_on_timeout=False,
+    ).value
     start = device_base(vm, device)
     fill = vm.ssh.start([agent, "fill", str(FILL_MIB), "0x5eed", hex(start), hex(start + device.size_mib * MIB), "120"])
     lines = fill.lines(timeout=120)

@@ -30,9 +30,12 @@ from memqual.images.packages import sha256_file
 
 HOST_BUILDER_VERSION = "1"  # bump when the layout of host.cpio changes
 # What L1 loads beyond a guest's drivers: KVM for AMD (TCG emulates an
-# AMD CPU with SVM, never VMX; kvm_intel for a lab host whose KVM nests on
-# Intel) and the fw_cfg reader the guest's argv comes through.
-HOST_MODULES = ("kvm_amd", "kvm_intel", "qemu_fw_cfg")
+# AMD CPU with SVM, never VMX) and the fw_cfg reader the guest's argv comes
+# through; kvm_intel when the kernel has it, for a lab host whose KVM nests
+# on Intel (images/host.config, what a kernel memqual builds gets, leaves
+# it out: under TCG it never loads).
+HOST_MODULES = ("kvm_amd", "qemu_fw_cfg")
+OPTIONAL_HOST_MODULES = ("kvm_intel",)
 # The modules whose parameters --host-kernel-param may set: the ones L1 loads.
 PARAM_MODULES = ("kvm", "kvm_amd")
 # The firmware an x86 guest's QEMU may read: the BIOSes, the option ROMs of
@@ -109,7 +112,7 @@ def _add_file(writer: CpioWriter, seen: set[str], host_path: Path, mode: int) ->
 
 def _key(base: Image, guest: Image, qemu: Path, files: list[Path]) -> str:
     digest = hashlib.sha256(HOST_BUILDER_VERSION.encode())
-    digest.update(",".join(modules.GUEST_MODULES + HOST_MODULES).encode())
+    digest.update(",".join(modules.GUEST_MODULES + HOST_MODULES + OPTIONAL_HOST_MODULES).encode())
     digest.update(f"{base.kernel_sha256} {base.initrd_sha256} {guest.kernel_sha256} {guest.initrd_sha256}".encode())
     digest.update(str(qemu).encode())
     for path in files:
@@ -211,7 +214,7 @@ def _assemble(
     rc_host: Path,
 ) -> HostImage:
     root = staging / "root"
-    modules.stage_modules(modules_dir, base.release, root, extra=HOST_MODULES)
+    modules.stage_modules(modules_dir, base.release, root, extra=HOST_MODULES, optional_extra=OPTIONAL_HOST_MODULES)
     buffer = io.BytesIO()
     writer = CpioWriter(buffer)
     seen = {"bin", "usr", "usr/bin", "etc", "lib", "lib64", "lib/x86_64-linux-gnu", "lib/modules"}

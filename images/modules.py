@@ -100,9 +100,16 @@ def inside(root: Path, rel: str, what: str) -> Path:
     return path
 
 
-def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra: tuple[str, ...] = ()) -> list[str]:
+def stage_modules(
+    source_release_dir: Path,
+    release: str,
+    dest_root: Path,
+    extra: tuple[str, ...] = (),
+    optional_extra: tuple[str, ...] = (),
+) -> list[str]:
     """Copy the closure of GUEST_MODULES (and the ``extra`` ones, which must
-    exist as modules or be built in) from ``source_release_dir`` (a
+    exist as modules or be built in; ``optional_extra`` when the kernel has
+    them) from ``source_release_dir`` (a
     lib/modules/RELEASE tree) into ``dest_root``/lib/modules/RELEASE and run
     depmod there.  Returns the copied paths.
 
@@ -133,7 +140,7 @@ def stage_modules(source_release_dir: Path, release: str, dest_root: Path, extra
     deps = parse_modules_dep(dep_text)
     built_in = builtin_names(source_release_dir)
     present = {module_name(p) for p in deps}
-    optional = tuple(m for m in OPTIONAL_GUEST_MODULES if m in present and m not in built_in)
+    optional = tuple(m for m in OPTIONAL_GUEST_MODULES + optional_extra if m in present and m not in built_in)
     wanted = tuple(m for m in GUEST_MODULES + extra if m not in built_in) + optional
     paths = closure(deps, wanted)
     dest = inside(dest_root, f"lib/modules/{release}", "kernel release")

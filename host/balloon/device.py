@@ -123,7 +123,7 @@ def check_target(target_bytes: int, ram_bytes: int) -> int:
 @dataclasses.dataclass(eq=False)
 class BalloonController:
     """Drive one guest's balloon.  ``device_id`` is the balloon's ``id=``
-    (``memqual.host.core.machine.BalloonDevice.id``); the QOM path is found from it.
+    (``memqual.host.core.qemu.BalloonDevice.id``); the QOM path is found from it.
     ``clock`` and ``sleep`` are the host's unless a test fakes time."""
 
     machine: QmpMachine

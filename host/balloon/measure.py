@@ -60,7 +60,8 @@ def measure(config: MeasureConfig, image: Any, console: Console | None = None) -
     from memqual.host.balloon.agent import GuestClock
     from memqual.host.balloon.device import BalloonController
     from memqual.host.balloon.timed_move import BalloonMover, Move
-    from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.host.core.machine import Machine
+    from memqual.host.core.qemu import BalloonDevice, MachineConfig
 
     machine_config = MachineConfig(
         memory_mib=config.memory_mib, machine=config.machine, warm=config.warm, balloon=BalloonDevice()
@@ -209,7 +210,8 @@ def measure_sizes(config: Any, sizes: Sequence[int], image: Any, console: Consol
     from memqual.host.balloon.driver import PAGE, VariantDriver
     from memqual.host.balloon.request_size import interleaved
     from memqual.host.balloon.timed_move import BalloonMover
-    from memqual.host.core.machine import BalloonDevice, Machine, MachineConfig
+    from memqual.host.core.machine import Machine
+    from memqual.host.core.qemu import BalloonDevice, MachineConfig
     from memqual.images import balloon_driver
 
     variant = balloon_driver.build(str(image.release))

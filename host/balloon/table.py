@@ -18,7 +18,7 @@ from memqual.host.core.primary import (
     Primary,
     Spread,
 )
-from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.profiles import AB, FULL, QUICK, SMOKE
 from memqual.host.core.scenario import Scenario
 
 
@@ -52,6 +52,9 @@ TIMING = {
     # for 2.2x the time of that test (about 24 s more a guest; 14 %
     # more for a block of every scenario).  docs/balloon.md, "In an A/B".
     AB: TimingSizes(repeats=3, calibrate=False, large_guests=False),
+    # ./run-tests: one cycle shows every direction the test asserts (18 s
+    # of the ab sizes' 45 s, all of it holding the host alone).
+    SMOKE: TimingSizes(repeats=1, calibrate=False, large_guests=False),
 }
 # On the icount clock the A/B's balloon primaries are the guest's own
 # timings, which repeat from cycle to cycle, and each cycle costs 45-75 s of

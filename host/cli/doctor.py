@@ -4,7 +4,6 @@ will use."""
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 from memqual.host.cli import args as cliargs
@@ -31,7 +30,7 @@ def _doctor(args: argparse.Namespace) -> int:
         choose(cliargs.one_qemu(args.qemu))
     host = cliargs.one_host(args)
     result = report(force=args.reprobe)
-    found = dataclasses.asdict(result)
+    found: dict[str, object] = result.to_json()
     if host is not None:
         found["host_under_test"] = host_report(host)
     if args.json:

@@ -210,8 +210,9 @@ def tests_prefix(tests: Path) -> str:
 
 def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build A and B, hand them to the two-kernel run as --guest-kernel and
-    --guest-modules, and keep what names the patch in OUTPUT/patch.json
-    (with the patch's text in OUTPUT/patch/)."""
+    --guest-modules with what it built and covers (``patch_run``), and
+    keep what names the patch in OUTPUT/patch.json (with the patch's text
+    in OUTPUT/patch/)."""
     if not args.patch and not args.kernel_source:
         return inner(args)
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
@@ -260,8 +261,9 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     (output / "patch").mkdir(parents=True, exist_ok=True)
     for patch, name in zip(built.patches, built.text_names(), strict=True):
         write_private_atomic(output / "patch" / name, patch.data, 0o644)
-    record = {**built.to_json(), "scope": scope.to_json()}
-    write_private_atomic(output / "patch.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
+    # the run takes the value itself; patch.json is the users' record of it
+    args.patch_run = patch_scope.PatchRun(built, scope)
+    write_private_atomic(output / "patch.json", (json.dumps(args.patch_run.to_json(), indent=2) + "\n").encode(), 0o644)
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
         _show(f"{label}: {kernel.name} ({kernel.source}; {state})")

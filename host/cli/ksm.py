@@ -12,10 +12,10 @@ from memqual.host.cli.command import Command, dispatch
 from memqual.host.core import printable
 from memqual.host.core.environment import KSM_ROOT
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.knobs import Sysfs
 from memqual.host.ksm import procfs
 from memqual.host.ksm.controller import read_counters
 from memqual.host.ksm.state import HostState, restore_stale
-from memqual.host.ksm.sysfs import Sysfs
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

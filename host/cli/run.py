@@ -99,6 +99,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         alpha=args.alpha,
         axes=axes,
         scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
+        patch=getattr(args, "patch_run", None),
     )
 
 

@@ -34,7 +34,6 @@ from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
 from memqual.host.core.qemu import (
     INNER_QMP_PORT,
-    BalloonDevice,
     MachineConfig,
     command_line,
     qemu_binary,
@@ -45,8 +44,6 @@ from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
 from memqual.images import agents
 from memqual.images import build as images_build
 from memqual.images import host_image as l1_image
-
-__all__ = ["Machine", "MachineConfig", "BalloonDevice"]
 
 log = logging.getLogger("memqual.machine")
 _LIVE: weakref.WeakSet[Machine] = weakref.WeakSet()

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.console import ConsoleMarker
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT, Environment
@@ -41,21 +41,37 @@ KVM_BOOT_DEADLINE_S = 15.0  # a KVM guest reaches init in well under 2 s
 KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_across_nodes", "use_zero_pages")
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Report:
-    qemu_version: str
-    qemu_origin: str
-    host_kernel: str
+    """What ``memqual doctor`` shows: the host as every record fingerprints
+    it (``environment``, its accelerator from a fresh KVM probe) and what
+    memqual may do on it."""
+
+    environment: Environment
     kvm_device: bool
     kvm_boots_linux: bool
     kvm_boot_detail: str
-    accel: str
-    accel_reason: str
     ksm_available: bool
     ksm_writable: bool
-    thp: str
-    kvm_nr_memslots: int | None
-    cpu_model: str
+
+    def to_json(self) -> dict[str, Any]:
+        """doctor's keys, in its order (a lab host's doctor answer is read by them)."""
+        env = self.environment
+        return {
+            "qemu_version": env.qemu if env.qemu is not None else "missing",
+            "qemu_origin": env.qemu_origin if env.qemu_origin is not None else "none",
+            "host_kernel": env.host_kernel,
+            "kvm_device": self.kvm_device,
+            "kvm_boots_linux": self.kvm_boots_linux,
+            "kvm_boot_detail": self.kvm_boot_detail,
+            "accel": env.accel,
+            "accel_reason": env.accel_reason,
+            "ksm_available": self.ksm_available,
+            "ksm_writable": self.ksm_writable,
+            "thp": env.thp,
+            "kvm_nr_memslots": env.kvm_nr_memslots,
+            "cpu_model": env.cpu,
+        }
 
 
 def host_kernel() -> str:
@@ -247,28 +263,18 @@ def report(force: bool = False) -> Report:
     doctor is what a user runs to find out what is missing."""
     # imported here, not at the top: keeps `memqual --help` fast
     from memqual.host.core.qemu import qemu_version
-    from memqual.host.core.qemu_binary import current
 
-    version, origin = "missing", "none"
     try:
-        version = qemu_version()
-        origin = current().origin
+        qemu_version()  # a QEMU memqual may run, or why the probe does not boot one
         boots, detail = kvm_boots_linux(force=force)
     except (CapabilityMissing, BadInput) as exc:
         boots, detail = False, f"not probed: {exc}"
     accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
     return Report(
-        qemu_version=version,
-        qemu_origin=origin,
-        host_kernel=host_kernel(),
+        environment=environment().with_accel(accel, reason),
         kvm_device=KVM_DEVICE.exists(),
         kvm_boots_linux=boots,
         kvm_boot_detail=detail,
-        accel=accel,
-        accel_reason=reason,
         ksm_available=(KSM_DIR / "run").exists(),
         ksm_writable=ksm_writable(),
-        thp=thp_mode(),
-        kvm_nr_memslots=kvm_nr_memslots(),
-        cpu_model=cpu_model(),
     )

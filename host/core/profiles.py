@@ -13,7 +13,14 @@ ENV_PROFILE = settings.PROFILE
 QUICK = "quick"
 FULL = "full"
 AB = "ab"
-PROFILES = (QUICK, FULL, AB)
+# ./run-tests' profile: every scenario's code and assertions at the fewest
+# units that still show each direction.  A row without smoke sizes runs at
+# its ab sizes (the A/B's, whose spreads were measured at them: they stay
+# as they are); no figure of a smoke run is meant to be compared.
+SMOKE = "smoke"
+PROFILES = (QUICK, FULL, AB, SMOKE)
+# The profiles every row gives sizes for (smoke is optional).
+SIZED = (QUICK, FULL, AB)
 # The Avocado tag of the tests an A/B runs in blocks.
 AB_TAG = "ab"
 

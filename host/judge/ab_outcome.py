@@ -96,11 +96,12 @@ def decide(
     return ABOutcome(result, table, power, look, looks)
 
 
-def at_look(now: LookResult, looks: SequentialRun) -> ABOutcome:
+def at_look(now: LookResult, looks: SequentialRun, power: tuple[int | None, control_power.ControlPower]) -> ABOutcome:
     """The outcome so far of a run still looking (``looks``, unfinished),
     from the comparison of the look just taken (``now``): its decisions,
-    and the controls' power at that look alone (the best look's, and the
-    blocks that would reach the target, are the run's end's).  Compares
+    and the controls' ``power`` at that look alone, as the run simulated it
+    (``control_power.of_look``; the best look's, and the blocks that would
+    reach the target, are the run's end's).  Compares and simulates
     nothing again."""
     result = RunComparison(
         metrics=list(now.compared),
@@ -110,10 +111,8 @@ def at_look(now: LookResult, looks: SequentialRun) -> ABOutcome:
         alpha=looks.tracker.alpha,
         clock=next((m.clock for m in now.compared if m.clock), ""),
     )
-    table = decisions.sequential(result, looks)
-    at = [(c.look, c.blocks, c.alpha) for c in looks.control_looks if c.look == now.look.look]
-    look, power = control_power.over_looks(control_power.designs_of(result.metrics), at, threshold=result.threshold)
-    return ABOutcome(result, table, power, look, looks)
+    look, found = power
+    return ABOutcome(result, decisions.sequential(result, looks), found, look, looks)
 
 
 def of_results(

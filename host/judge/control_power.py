@@ -298,6 +298,19 @@ def over_looks(
     return best
 
 
+def of_look(
+    compared: Sequence[Any], at: tuple[int, int, float] | None, *, threshold: float
+) -> tuple[int | None, ControlPower]:
+    """The controls' power at the look just taken, on that look's
+    comparisons (``compared``), ``at`` (the look, the controls' blocks
+    then and the level it spent; None: no control ran): what the run
+    writes of the look and what tells it whether the controls may leave
+    the further blocks, simulated once for both.  The look, or None when
+    it could flag nothing (no control, fewer than two blocks, no alpha
+    spent)."""
+    return over_looks(designs_of(compared), [at] if at is not None else [], threshold=threshold)
+
+
 NEEDED_UPTO = 64
 
 

@@ -29,7 +29,7 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge.primaries import is_primary
 
 if TYPE_CHECKING:
-    from memqual.host.judge.claims import Verdict
+    from memqual.host.judge.claims.model import Verdict
 
 SCHEMA = "memqual.results/1"
 # What a results file may weigh: its schema check costs about 2.7 s a MB

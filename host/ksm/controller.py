@@ -24,10 +24,11 @@ from typing import Any, Protocol, Self
 from memqual.host.core.closing import Closing
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing, Timeout
+from memqual.host.core.knobs import StaleRestore, Sysfs, restore_stale_locked
 from memqual.host.core.polling import poll
 from memqual.host.ksm import procfs
-from memqual.host.ksm.state import HostState, StaleRestore, restore_stale_locked
-from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, Sysfs, write_order
+from memqual.host.ksm.state import HostState
+from memqual.host.ksm.sysfs import COUNTERS, THP_KNOBS, KsmCounters, write_order
 
 log = logging.getLogger(__name__)
 

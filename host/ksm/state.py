@@ -13,25 +13,11 @@ from memqual.host.core.knobs import (
     KnobGroup,
     KnobSet,
     KnobState,
-    RestoreFailed,
     Snapshot,
     StaleRestore,
-    default_state_dir,
-    restore_stale_locked,
 )
 from memqual.host.core.knobs import restore_stale as restore_stale_of
 from memqual.host.ksm.sysfs import THP_KNOBS, write_order
-
-__all__ = [
-    "KNOBS",
-    "HostState",
-    "RestoreFailed",
-    "StaleRestore",
-    "default_state_dir",
-    "ksm_snapshot",
-    "restore_stale",
-    "restore_stale_locked",
-]
 
 KNOBS = KnobSet(
     "ksm",

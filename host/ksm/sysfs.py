@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from memqual.host.core.knobs import Sysfs, selected
-
-__all__ = ["COUNTERS", "THP_KNOBS", "KsmCounters", "Sysfs", "selected", "write_order"]
-
 # THP files a scenario may touch; the rest of THP stays out of the snapshot.
 THP_KNOBS = ("enabled", "defrag")
 

@@ -313,15 +313,22 @@ def _schedule(slots: tuple[int, ...], replicates: int) -> list[tuple[int, int]]:
     return out
 
 
-def model_nodes(geo: LookupGeometry) -> dict[str, int]:
-    """Nodes the reference model's red-black tree (today's gfn tree)
-    compares for each target of this layout; the kernel's tree is built in
-    another order, so this is the depth of a balanced tree of N slots, not
-    the kernel's exact path."""
+def model_layout(geo: LookupGeometry) -> Layout:
+    """The VM's slots as the model takes them, in the order they are
+    registered (slot 0, then 1..N-1)."""
     slots = [Slot(0, 0, geo.ram_bytes // PAGE)]
     slots += [Slot(i, geo.small_gpa(i) // PAGE, 1) for i in range(1, geo.n)]
-    tree = structures.build("rbtree", Layout(tuple(slots)))
-    return {k: tree.lookup(gpa // PAGE)[1] for k, gpa in geo.targets().items()}
+    return Layout(tuple(slots))
+
+
+def model_nodes(geo: LookupGeometry, structure: str = "rbtree") -> dict[str, int]:
+    """Nodes the reference model's ``structure`` (by default its red-black
+    tree, today's gfn tree) compares for each target of this layout, with
+    the slots inserted in the order the VM registers them.  Whether the
+    kernel's structure has the model's shape is what a kernel that counts
+    its search tells (host/memslots/l1_lookup.py)."""
+    index = structures.build(structure, model_layout(geo))
+    return {k: index.lookup(gpa // PAGE)[1] for k, gpa in geo.targets().items()}
 
 
 def run_lookup(config: LookupConfig, progress: Callable[[str], None] | None = None) -> LookupResult:

@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from memqual.host.judge.claims import (
-    NOT_MEASURABLE,
-    format_ratio,
-)
+from memqual.host.judge.claims.model import NOT_MEASURABLE, format_ratio
 from memqual.host.judge.claims.ran_on import NOT_RECORDED, RanOn
 from memqual.host.report.html import (
     num,

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memqual.host.core.printable import format_number
-from memqual.host.judge import claims
+from memqual.host.judge.claims.model import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED
 from memqual.host.judge.regime import NOT_COMPARABLE
 from memqual.host.judge.verdicts import CHANGED, EQUIVALENT, FASTER, RUNS_DIFFER, SLOWER, UNDECIDED
 
@@ -31,11 +31,11 @@ GREY = "#6b7280"
 # One colour per verdict, of a claim (memqual.host.judge.claims) and of a comparison
 # (memqual.host.judge.comparison); "underpowered" and "undecided" share one colour.
 VERDICT_COLOURS = {
-    claims.REPRODUCED: "#1a7f37",
-    claims.DIRECTION_ONLY: "#b7791f",
-    claims.NOT_REPRODUCED: "#c62828",
-    claims.UNDERPOWERED: "#7c3aed",
-    claims.NOT_MEASURABLE: GREY,
+    REPRODUCED: "#1a7f37",
+    DIRECTION_ONLY: "#b7791f",
+    NOT_REPRODUCED: "#c62828",
+    UNDERPOWERED: "#7c3aed",
+    NOT_MEASURABLE: GREY,
     FASTER: "#15803d",
     SLOWER: "#b91c1c",
     EQUIVALENT: "#0e7490",

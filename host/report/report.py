@@ -19,7 +19,7 @@ from typing import Any
 from markupsafe import Markup
 
 from memqual.host.core.paths import write_private_atomic
-from memqual.host.judge.claims import (
+from memqual.host.judge.claims.model import (
     DIRECTION_ONLY,
     NOT_MEASURABLE,
     NOT_REPRODUCED,

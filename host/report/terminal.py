@@ -11,13 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import descriptive, printable
-from memqual.host.judge.claims import (
-    DIRECTION_ONLY,
-    NOT_MEASURABLE,
-    NOT_REPRODUCED,
-    REPRODUCED,
-    UNDERPOWERED,
-)
+from memqual.host.judge.claims.model import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report.claim_lines import (
     clock_text,

@@ -17,6 +17,7 @@ from memqual.host.run.blocks import ArmParams
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.qemu_binary import QemuChoice
     from memqual.host.run.blocks import ArmAxes
+    from memqual.host.run.patch_scope import PatchRun, TestScope
 
 
 # avocado's exit status bits (avocado.core.exit_codes)
@@ -33,20 +34,6 @@ class GuestKernel:
     sha256: str
     cmdline_extra: str = ""  # appended to the guest's kernel command line (a bisect's series)
     kernel_build: Path | None = None  # the tree it was built in (the balloon driver variant's)
-
-
-@dataclasses.dataclass(frozen=True)
-class TestScope:
-    """The tests a scoped run is limited to (``memqual run --patch`` of a
-    patch that touches only some scenarios' code: host/run/patch_scope.py),
-    as avocado references: its blocks' tests, and the files whose
-    once-per-arm checks it runs."""
-
-    blocks: tuple[str, ...]
-    checks: tuple[str, ...]
-
-    def references(self, selection: str) -> tuple[str, ...]:
-        return self.checks if selection == "once" else self.blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +85,9 @@ class RunConfig:
     # A blocked run's tests, when a patch's scope limits them (None: every
     # test the profile and --only select).
     scope: TestScope | None = None
+    # memqual run --patch: the kernels it built A and B from, the patches
+    # and its scope (None: the kernels were given).
+    patch: PatchRun | None = None
 
 
 @dataclasses.dataclass

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from memqual.host.core import record
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge import ab_outcome
+from memqual.host.judge.control_power import ControlPower
 from memqual.host.judge.results import write_results
 from memqual.host.judge.sequential_run import SequentialRun
 from memqual.host.judge.until_decided import LookResult
@@ -45,14 +46,22 @@ def write_summary(output: Path, looks: SequentialRun) -> None:
     write_json(output / SUMMARY, looks.to_json())
 
 
-def write_look(config: RunConfig, arms: tuple[Arm, Arm], run: RunSoFar, looks: SequentialRun, now: LookResult) -> None:
+def write_look(
+    config: RunConfig,
+    arms: tuple[Arm, Arm],
+    run: RunSoFar,
+    looks: SequentialRun,
+    now: LookResult,
+    power: tuple[int | None, ControlPower],
+) -> None:
     """The decisions of the look just taken (``now``), on disk: the looks
     so far (``looks``, unfinished) as until-decided.json first, the
     cheapest and what decides; then each arm's results.json of its
     records so far, and comparison.json of the outcome so far, built from
-    that look's comparison (host/judge/ab_outcome.py, ``at_look``).  No
-    page is drawn, nothing printed and nothing compared again: a look
-    costs the run its time."""
+    that look's comparison and the controls' ``power`` the run found at
+    it (host/judge/ab_outcome.py, ``at_look``).  No page is drawn, nothing
+    printed and nothing compared or simulated again: a look costs the run
+    its time."""
     write_summary(config.output, looks)
     if not run.jobs:
         return
@@ -69,7 +78,7 @@ def write_look(config: RunConfig, arms: tuple[Arm, Arm], run: RunSoFar, looks: S
         )
         (config.output / arm.label).mkdir(parents=True, exist_ok=True)
         write_results(found, config.output / arm.label / "results.json")
-    outcome = ab_outcome.at_look(now, looks)
+    outcome = ab_outcome.at_look(now, looks, power)
     write_json(
         config.output / COMPARISON,
         {

@@ -100,10 +100,12 @@ def arm_results(
     records and tests: what write_arm_outputs writes, and what an A/B
     writes at each look without its pages."""
     # lazy: the claims bring numpy and scipy (~300 ms); only a run's looks and its end judge them
-    from memqual.host.judge import claims
+    from memqual.host.judge.claims.evaluate import evaluate
+    from memqual.host.judge.claims.load import load
+    from memqual.host.judge.claims.model import Skip
 
-    skips = [claims.Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
-    verdicts = claims.evaluate(claims.load(), records, skips=skips, only=config.only)
+    skips = [Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
+    verdicts = evaluate(load(), records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
         "profile": config.profile,
         "only": list(config.only),

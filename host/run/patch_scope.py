@@ -15,11 +15,13 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.profiles import AB, FULL
 from memqual.host.core.scenario import Scenario, kernel_paths_pattern
-from memqual.host.run.config import TestScope
+
+if TYPE_CHECKING:  # the image builder (with cryptography) is a --patch run's alone
+    from memqual.images.kernel_arms import PatchArms
 
 EVERYTHING = "everything"
 SCOPED = "scoped"
@@ -46,6 +48,19 @@ CONFIG_INPUTS = re.compile(r"(^|/)Kconfig[^/]*$|^scripts/|/configs/")
 # The boot checks of the guest kernel itself (tag kernel-checks): every
 # patched kernel's once-per-arm job runs them, whatever its scope.
 KERNEL_CHECKS_FILE = "test_boot.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class TestScope:
+    """The tests a scoped run is limited to (``memqual run --patch`` of a
+    patch that touches only some scenarios' code), as avocado references:
+    its blocks' tests, and the files whose once-per-arm checks it runs."""
+
+    blocks: tuple[str, ...]
+    checks: tuple[str, ...]
+
+    def references(self, selection: str) -> tuple[str, ...]:
+        return self.checks if selection == "once" else self.blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,3 +179,22 @@ def _reference(test: str) -> str:
 
 def _row(rows: Sequence[Scenario[Any]], name: str) -> Scenario[Any]:
     return next(r for r in rows if r.name == name)
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchRun:
+    """What ``memqual run --patch`` built and runs: A and B and the patches
+    (``arms``) and which scenarios it covers (``scope``).  Its record is
+    OUTPUT/patch.json and comparison.json's ``patch``; the run's A/B is
+    named by it."""
+
+    arms: PatchArms
+    scope: PatchScope
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.arms.to_json(), "scope": self.scope.to_json()}
+
+    def arm_names(self) -> tuple[str, str]:
+        """A and B as the comparison names them: each kernel, B with its patches."""
+        titles = "; ".join(p.subject for p in self.arms.patches) or "a second source"
+        return f"A {self.arms.a.name}", f"B {self.arms.b.name} (+ {titles})"

@@ -20,6 +20,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge import clock_plan, control_power, verdicts
 from memqual.host.judge.ab_outcome import of_results
+from memqual.host.judge.control_power import ControlPower
 from memqual.host.judge.exit_status import ExitStatus
 from memqual.host.judge.primaries import is_control
 from memqual.host.judge.sequential_run import AddedBlock, ControlLook, SequentialRun
@@ -256,8 +257,8 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     if config.until_decided:
         reserve_s = blocks.checks_reserve_s(len(checks or ()), config.clock.icount)
 
-        def at_look(so_far: SequentialRun, now: LookResult) -> None:
-            look_outputs.write_look(config, run_arms, run_state, so_far, now)
+        def at_look(so_far: SequentialRun, now: LookResult, power: tuple[int | None, ControlPower]) -> None:
+            look_outputs.write_look(config, run_arms, run_state, so_far, now, power)
 
         looks = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s, at_look=at_look)
     if checks:
@@ -334,7 +335,7 @@ def add_blocks_until_decided(
     started: float,
     console: Console,
     reserve_s: float = 0.0,
-    at_look: Callable[[SequentialRun, LookResult], None] | None = None,
+    at_look: Callable[[SequentialRun, LookResult, tuple[int | None, ControlPower]], None] | None = None,
 ) -> SequentialRun:
     """More blocks (the order going on ABBA) of only the tests whose
     scenarios have an undecided primary that the budget can still decide,
@@ -343,10 +344,11 @@ def add_blocks_until_decided(
     (MIN_CONTROL_BLOCKS, 80 % power); writes OUTPUT/until-decided.json
     (with the controls' blocks at each look, for their power).  ``reserve_s`` of the budget is kept for
     what runs after the looks (the once-per-arm checks): the looks' clock
-    is the rest.  ``at_look`` is given the looks so far (unfinished) and
-    the look just taken after each look (host/run/look_outputs.py writes
-    them), so that a run ended later keeps what its looks decided.  What
-    the looks did, for the run's outcome."""
+    is the rest.  ``at_look`` is given the looks so far (unfinished), the
+    look just taken and the controls' power at it after each look
+    (host/run/look_outputs.py writes them), so that a run ended later
+    keeps what its looks decided.  What the looks did, for the run's
+    outcome."""
     tracker = make_tracker(config)
     budget_s = config.budget_min * 60.0 - reserve_s
     budget_text = f"{config.budget_min:g} min" + (
@@ -408,17 +410,20 @@ def add_blocks_until_decided(
             markup=False,
             soft_wrap=True,
         )
+        # The controls' power at this look, simulated once (some 2.6 s on
+        # 26 controls): what the look writes and what says whether the
+        # controls may leave the further blocks are the same figure.
         if controls:
             control_looks.append(ControlLook(look, control_blocks, level))
+        at = (look, control_blocks, level) if controls else None
+        power = control_power.of_look(now.compared, at, threshold=tracker.threshold)
         if at_look is not None:
-            at_look(so_far(f"not finished: look {look} was the last taken", False), now)
-        if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided:
-            found = controls_power_now(list(now.compared), level)
-            if found.sufficient:
-                keep_controls = False
-                console.print(
-                    f"{found.line()}: they leave the further blocks", highlight=False, markup=False, soft_wrap=True
-                )
+            at_look(so_far(f"not finished: look {look} was the last taken", False), now, power)
+        if keep_controls and control_blocks >= MIN_CONTROL_BLOCKS and not decided and power[1].sufficient:
+            keep_controls = False
+            console.print(
+                f"{power[1].line()}: they leave the further blocks", highlight=False, markup=False, soft_wrap=True
+            )
         if decided:
             break
         if tracker.alpha_left <= 0:
@@ -476,13 +481,6 @@ def control_tests(run_state: BlockedRun) -> set[str]:
     return {name for scenario, names in run_state.scenario_tests.items() if is_control(scenario) for name in names}
 
 
-def controls_power_now(compared: list[Any], level: float) -> Any:
-    """The controls' power (host/judge/control_power.py) at ``level``, on
-    the comparisons of the look just taken (their intervals and unit
-    counts, which do not depend on the level)."""
-    return control_power.power(control_power.designs_of(compared), alpha=level, threshold=verdicts.DEFAULT_THRESHOLD)
-
-
 def arm_line(arm: Arm) -> str:
     """What an arm is made of, in one line: its kernel, its QEMU and its host."""
     kernel = f"kernel {arm.kernel.bzimage}" if arm.kernel is not None else "the default kernel"
@@ -531,10 +529,9 @@ def _compare_arms(
         for a in arms
     }
     names = ("A", "B")
-    if (config.output / "patch.json").is_file():  # memqual run --patch: A and B built from source
-        out["patch"] = json.loads((config.output / "patch.json").read_text())
-        titles = "; ".join(str(p["subject"]) for p in out["patch"]["patches"]) or "a second source"
-        names = (f"A {out['patch']['a']['name']}", f"B {out['patch']['b']['name']} (+ {titles})")
+    if config.patch is not None:  # memqual run --patch: A and B built from source
+        out["patch"] = config.patch.to_json()
+        names = config.patch.arm_names()
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from memqual.host.balloon import agent_records, agent_stat
+from memqual.host.balloon.agent import agent_records, agent_stat
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc not installed (./setup installs it)")
 

@@ -11,8 +11,19 @@ import pytest
 from fakes import BalloonQmp, FakeBackground, FakeClock, FakeShell
 from local_shell import LocalShell
 
-from memqual.host import balloon as hb
 from memqual.host.balloon import percpu, rss
+from memqual.host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
+from memqual.host.balloon.device import (
+    STATS_INTERVAL_MAX,
+    BalloonController,
+    QemuAnswer,
+    expected_actual,
+    find_floor,
+    wait_actual,
+)
+from memqual.host.balloon.percpu import drain_percpu_lists, parse_drain
+from memqual.host.balloon.rss import rss_kib, wait_rss, wait_rss_steady
+from memqual.host.balloon.timed_move import DEADLINE_S, TRACK_PERIOD_US, BalloonMover
 from memqual.host.cli import balloon as balloon_cli
 from memqual.host.cli.command import parser_for, run_command
 from memqual.host.cli.commands import COMMANDS
@@ -22,10 +33,10 @@ MIB = 1 << 20
 RAM = 1024 * MIB
 
 
-def controller(actuals: list[int], **kw: Any) -> tuple[hb.BalloonController, BalloonQmp, FakeClock]:
+def controller(actuals: list[int], **kw: Any) -> tuple[BalloonController, BalloonQmp, FakeClock]:
     clock = FakeClock(100.0)
     machine = BalloonQmp(actuals, clock, **{k: v for k, v in kw.items() if k == "balloon"})
-    ctl = hb.BalloonController(
+    ctl = BalloonController(
         machine, clock=clock, sleep=clock.sleep, poll_pause_s=0.0005, far_pause_s=kw.get("far", 0.0005)
     )
     return ctl, machine, clock
@@ -67,8 +78,8 @@ def test_polls_far_then_tightly_near_the_end(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_target_rounded_to_pages_like_qemu():
-    assert hb.expected_actual(RAM, 256 * MIB + 100) == 256 * MIB + 4096
-    assert hb.expected_actual(RAM, 2 * RAM) == RAM  # QEMU clamps above RAM
+    assert expected_actual(RAM, 256 * MIB + 100) == 256 * MIB + 4096
+    assert expected_actual(RAM, 2 * RAM) == RAM  # QEMU clamps above RAM
 
 
 def test_stall_reports_the_floor():
@@ -101,7 +112,7 @@ def test_bad_targets_refused_before_qemu():
 
 def test_qemu_behaviour_surfaced_unchecked():
     ctl, _, _ = controller([RAM])
-    assert ctl.qemu_balloon(0) == hb.QemuAnswer(False, "Parameter 'target' expects a size")
+    assert ctl.qemu_balloon(0) == QemuAnswer(False, "Parameter 'target' expects a size")
     assert ctl.qemu_balloon(-1).accepted is False
     assert ctl.qemu_balloon(RAM * 4).accepted  # QEMU clamps silently
     with pytest.raises(BadInput, match="QEMU refused balloon target 0: Parameter 'target'"):
@@ -123,7 +134,7 @@ def test_stats_interval_and_update():
     assert first.unset == ["stat-swap-in"]
     newer = ctl.wait_stats_update(first.last_update, deadline_s=5)
     assert newer.last_update > first.last_update
-    for bad in (-1, hb.STATS_INTERVAL_MAX + 1, 1.5):
+    for bad in (-1, STATS_INTERVAL_MAX + 1, 1.5):
         with pytest.raises(BadInput, match="refused by memqual"):
             ctl.set_stats_interval(bad)  # type: ignore[arg-type]  # 1.5: a wrong type on purpose, refused at run time
     with pytest.raises(BadInput, match="timer value must be greater than zero"):
@@ -152,21 +163,21 @@ def test_qom_path_missing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_rss_of_this_process_and_wait_rss():
     pid = os.getpid()
-    assert hb.rss_kib(pid) > 1000
-    met, rss, _ = hb.wait_rss(pid, lambda kib: kib > 0, deadline_s=1)
+    assert rss_kib(pid) > 1000
+    met, rss, _ = wait_rss(pid, lambda kib: kib > 0, deadline_s=1)
     assert met and rss > 0
     clock = FakeClock(100.0)
-    met, _, waited = hb.wait_rss(pid, lambda kib: kib < 0, deadline_s=0.5, clock=clock, sleep=clock.sleep)
+    met, _, waited = wait_rss(pid, lambda kib: kib < 0, deadline_s=0.5, clock=clock, sleep=clock.sleep)
     assert not met and waited >= 0.5
     with pytest.raises(GuestError, match="gone"):
-        hb.rss_kib(2**22 + 12345)
+        rss_kib(2**22 + 12345)
 
 
 def test_wait_rss_steady_waits_for_a_quiet_second():
     clock = FakeClock(100.0)
     # Falls for 1 s (10 polls of 0.1 s), then holds with 0.5% jitter.
     values = iter([1000 - 50 * i for i in range(10)] + [500, 502, 499, 501] * 20)
-    steady, rss, waited = hb.wait_rss_steady(
+    steady, rss, waited = wait_rss_steady(
         1, quiet_s=1.0, deadline_s=10, clock=clock, sleep=clock.sleep, read=lambda pid: next(values)
     )
     assert steady and 495 <= rss <= 505
@@ -176,14 +187,14 @@ def test_wait_rss_steady_waits_for_a_quiet_second():
 def test_wait_rss_steady_reports_a_moving_rss_at_the_deadline():
     clock = FakeClock(100.0)
     values = iter(range(1000, 100000, 100))  # always more than 1% up
-    steady, _, waited = hb.wait_rss_steady(
+    steady, _, waited = wait_rss_steady(
         1, quiet_s=1.0, deadline_s=3, clock=clock, sleep=clock.sleep, read=lambda pid: next(values)
     )
     assert not steady and waited >= 3
 
 
 def test_parse_agent_line():
-    d = hb.parse_agent_line("t=12.000000001 event=stat mem_total_kib=1000 buddy_free_per_order=1,2,3")
+    d = parse_agent_line("t=12.000000001 event=stat mem_total_kib=1000 buddy_free_per_order=1,2,3")
     assert d == {"t": "12.000000001", "event": "stat", "mem_total_kib": "1000", "buddy_free_per_order": "1,2,3"}
 
 
@@ -212,7 +223,7 @@ def test_find_floor_backs_off_at_once_and_confirms():
     machine.after_balloon[1 << 20] = [[RAM, RAM - 500 * MIB, floor], [safe, floor + 2 * MIB]]
     machine.after_balloon[safe] = [[floor + 10 * MIB, safe]]
     machine.after_balloon[floor + 2 * MIB + 64 * MIB] = [[floor + 66 * MIB]]
-    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    f = find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
     assert f.probes == [floor, floor + 2 * MIB]  # two probes agree within 8 MiB
     assert f.floor_bytes == floor + 2 * MIB and f.safe_bytes == floor + 66 * MIB
     assert f.probe.stalled and f.backoff.reached
@@ -228,7 +239,7 @@ def test_find_floor_sees_through_a_false_stall():
     machine.after_balloon[1 << 20] = [[RAM, 767 * MIB], [831 * MIB, floor], [214 * MIB, floor]]
     for start in (767, 150):
         machine.after_balloon[(start + 64) * MIB] = [[(start + 64) * MIB]]
-    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    f = find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
     assert f.probes == [767 * MIB, floor, floor]
     assert f.floor_bytes == floor
 
@@ -239,7 +250,7 @@ def test_find_floor_gives_up_when_probes_disagree():
     for i in range(5):
         machine.after_balloon[(964 - 100 * i) * MIB] = [[(964 - 100 * i) * MIB]]
     with pytest.raises(GuestError, match="probes disagree"):
-        hb.find_floor(ctl, stall_s=0.5, max_probes=3)
+        find_floor(ctl, stall_s=0.5, max_probes=3)
 
 
 def test_find_floor_fails_if_backoff_stalls():
@@ -248,7 +259,7 @@ def test_find_floor_fails_if_backoff_stalls():
     machine.after_balloon[1 << 20] = [[RAM, floor]]
     machine.after_balloon[floor + 64 * MIB] = [[floor, floor + MIB]]  # moves a little, then sticks
     with pytest.raises(GuestError, match="did not deflate"):
-        hb.find_floor(ctl, stall_s=0.5)
+        find_floor(ctl, stall_s=0.5)
 
 
 def test_find_floor_waits_out_a_pause_in_the_backoff():
@@ -262,7 +273,7 @@ def test_find_floor_waits_out_a_pause_in_the_backoff():
     machine.after_balloon[1 << 20] = [[RAM, floor], [safe, floor]]
     machine.after_balloon[safe] = [[floor + 10 * MIB, safe], paused]
     started = clock.t
-    f = hb.find_floor(ctl, stall_s=0.5)
+    f = find_floor(ctl, stall_s=0.5)
     assert f.probes == [floor, floor] and f.backoff.reached and f.safe_bytes == safe
     assert f.backoff.seconds > 2.5 and clock.t - started < 10
     # Told to give up after 0.5 s like a probe, the same pause fails it.
@@ -270,16 +281,16 @@ def test_find_floor_waits_out_a_pause_in_the_backoff():
     machine.after_balloon[1 << 20] = [[RAM, floor]]
     machine.after_balloon[safe] = [paused]
     with pytest.raises(GuestError, match="did not deflate"):
-        hb.find_floor(ctl, stall_s=0.5, backoff_stall_s=0.5)
+        find_floor(ctl, stall_s=0.5, backoff_stall_s=0.5)
 
 
 def test_wait_actual():
     ctl, _, _ = controller([512 * MIB, 600 * MIB, RAM])
-    value, waited = hb.wait_actual(ctl, lambda v: v == RAM, deadline_s=5)
+    value, waited = wait_actual(ctl, lambda v: v == RAM, deadline_s=5)
     assert value == RAM and waited > 0
     ctl2, _, _ = controller([512 * MIB])
     with pytest.raises(Timeout, match="stayed at"):
-        hb.wait_actual(ctl2, lambda v: v == RAM, deadline_s=0.2)
+        wait_actual(ctl2, lambda v: v == RAM, deadline_s=0.2)
 
 
 def test_agent_stat_parsing():
@@ -289,10 +300,10 @@ def test_agent_stat_parsing():
         "t=2.0 event=allocated mib=64 touched=1 touch_s=0.1\n"
         "t=2.1 event=stat mem_total_kib=983400 balloon_inflate=5 module_loaded=1 buddy_free_per_order=1,2\n"
     )
-    assert hb.agent_stat(out) == {"mem_total_kib": 983400, "balloon_inflate": 5, "module_loaded": 1}
-    assert [r["mib"] for r in hb.agent_records(out, "allocated")] == ["64"]
+    assert agent_stat(out) == {"mem_total_kib": 983400, "balloon_inflate": 5, "module_loaded": 1}
+    assert [r["mib"] for r in agent_records(out, "allocated")] == ["64"]
     with pytest.raises(GuestError, match="no stat line"):
-        hb.agent_stat("t=1 event=load status=0\n")
+        agent_stat("t=1 event=load status=0\n")
 
 
 def test_cli_model_from_a_record(tmp_path, capsys):
@@ -332,7 +343,7 @@ TRACKED = (
 
 
 def test_guest_timing_from_agent_output():
-    timing = hb.GuestTiming.from_agent(TRACKED)
+    timing = GuestTiming.from_agent(TRACKED)
     assert timing.seconds == pytest.approx(1.8) and timing.moved == 100 and timing.polls == 900
     assert timing.resolution_s == pytest.approx(0.0002)  # the larger of the two gaps
 
@@ -343,12 +354,12 @@ def test_guest_timing_from_agent_output():
 )
 def test_guest_timing_refuses_broken_output(stdout, message):
     with pytest.raises(GuestError, match=message):
-        hb.GuestTiming.from_agent(stdout)
+        GuestTiming.from_agent(stdout)
 
 
 def test_tracker_arms_then_returns_the_guest_timing():
     ssh = FakeShell(FakeBackground(TRACKED.splitlines()))
-    tracker = hb.GuestTracker(ssh, "/tmp/balloon_agent", "inflate", 100, 1000, 60)
+    tracker = GuestTracker(ssh, "/tmp/balloon_agent", "inflate", 100, 1000, 60)
     assert ssh.started[-1] == ["/tmp/balloon_agent", "track", "inflate", "100", "1000", "60"]
     assert tracker.result().seconds == pytest.approx(1.8)
 
@@ -356,14 +367,14 @@ def test_tracker_arms_then_returns_the_guest_timing():
 def test_tracker_that_never_arms_is_an_error():
     ssh = FakeShell(FakeBackground(["t=1.0 event=error reason=no_counter counter=balloon_inflate"], status=4))
     with pytest.raises(GuestError, match="did not arm"):
-        hb.GuestTracker(ssh, "agent", "inflate", 100, 1000, 60)
+        GuestTracker(ssh, "agent", "inflate", 100, 1000, 60)
     with pytest.raises(ValueError):
-        hb.GuestTracker(ssh, "agent", "sideways", 100, 1000, 60)
+        GuestTracker(ssh, "agent", "sideways", 100, 1000, 60)
 
 
 def test_tracker_exit_status_is_checked():
     lines = TRACKED.splitlines()[:1] + ["t=70.0 event=timeout"]
-    tracker = hb.GuestTracker(FakeShell(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
+    tracker = GuestTracker(FakeShell(FakeBackground(lines, status=3)), "agent", "deflate", 100, 1000, 60)
     with pytest.raises(GuestError, match="exited 3"):
         tracker.result()
 
@@ -374,7 +385,7 @@ def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
     ctl, machine, _ = controller([RAM])
     machine.after_balloon[target] = [[RAM, RAM - 100 * MIB, target]]
     ssh = FakeShell(FakeBackground(TRACKED.splitlines()))
-    move = hb.BalloonMover(ctl, ssh, "/tmp/balloon_agent").move(target)
+    move = BalloonMover(ctl, ssh, "/tmp/balloon_agent").move(target)
     assert move.direction == "inflate" and move.reached and move.given_back is None
     assert move.pages_asked == 768 * MIB // 4096
     assert ssh.started[-1] == [
@@ -382,13 +393,13 @@ def test_mover_arms_the_tracker_for_the_pages_asked_then_times_both_sides():
         "track",
         "inflate",
         str(move.pages_asked),
-        str(hb.TRACK_PERIOD_US),
-        str(int(hb.DEADLINE_S)),
+        str(TRACK_PERIOD_US),
+        str(int(DEADLINE_S)),
     ]
     assert move.guest is not None and move.guest.seconds == pytest.approx(1.8)
     assert move.to_json()["guest_s"] == pytest.approx(1.8) and move.to_json()["moved_bytes"] == 768 * MIB
     machine.after_balloon[RAM] = [[target, RAM]]
-    back = hb.BalloonMover(ctl).move(RAM)  # no agent: timed by the host only
+    back = BalloonMover(ctl).move(RAM)  # no agent: timed by the host only
     assert back.direction == "deflate" and back.reached and back.guest is None
 
 
@@ -398,7 +409,7 @@ def test_mover_gives_the_balloon_back_over_qmp_at_once_when_the_guest_stalls():
     machine.after_balloon[MIB] = [[RAM, 500 * MIB, floor]]  # stands at its floor
     machine.after_balloon[RAM] = [[floor, RAM]]
     background = FakeBackground(TRACKED.splitlines()[:1])
-    move = hb.BalloonMover(ctl, FakeShell(background), "agent").move(MIB)
+    move = BalloonMover(ctl, FakeShell(background), "agent").move(MIB)
     assert not move.reached and move.host.stalled and move.host.actual_bytes == floor
     assert move.given_back is not None and move.given_back.reached and move.guest is None
     assert background.killed  # the tracker cancelled, after the balloon came back
@@ -419,7 +430,7 @@ def test_find_floor_runs_before_probe_ahead_of_every_probe():
     def before_probe() -> None:
         seen.append([a["value"] for c, a in machine.sent if c == "balloon"])
 
-    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5, agree_bytes=32 * MIB, before_probe=before_probe)
+    f = find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5, agree_bytes=32 * MIB, before_probe=before_probe)
     assert f.probes == [floor + 20 * MIB, floor]
     assert seen == [[], [1 << 20, floor + 84 * MIB]]
 
@@ -431,7 +442,7 @@ def test_find_floor_stops_when_before_probe_fails():
         raise GuestError("cpu1 refused to go offline")
 
     with pytest.raises(GuestError, match="refused"):
-        hb.find_floor(ctl, stall_s=0.5, before_probe=refuse)
+        find_floor(ctl, stall_s=0.5, before_probe=refuse)
     assert not [a for c, a in machine.sent if c == "balloon"]  # no probe without its drain
 
 
@@ -454,10 +465,10 @@ def test_drain_cycles_every_hotpluggable_cpu():
     shell = DrainShell(
         "percpu_drain cpu=1 offline=1 online=1\npercpu_drain cpu=3 offline=1 online=1\npercpu_drain done\n"
     )
-    assert hb.drain_percpu_lists(shell).cpus == (1, 3)
+    assert drain_percpu_lists(shell).cpus == (1, 3)
     assert shell.ran == [["sh", "-c", percpu.DRAIN_SCRIPT]]
     # a one-CPU guest has nothing to cycle: no CPU but the boot CPU holds lists
-    assert hb.parse_drain("percpu_drain done\n").cpus == ()
+    assert parse_drain("percpu_drain done\n").cpus == ()
 
 
 @pytest.mark.parametrize(
@@ -472,7 +483,7 @@ def test_drain_cycles_every_hotpluggable_cpu():
 )
 def test_drain_refuses_a_cpu_left_undrained_or_offline(stdout: str, match: str) -> None:
     with pytest.raises(GuestError, match=match):
-        hb.parse_drain(stdout)
+        parse_drain(stdout)
 
 
 def test_reach_counts_what_the_guest_takes_back():
@@ -496,7 +507,7 @@ def test_find_floor_does_not_count_a_contested_probe():
     machine.after_balloon[1 << 20] = [first, [floor + 70 * MIB, floor + MIB], [floor + 65 * MIB, floor]]
     for start in (floor + 6 * MIB, floor + MIB, floor):
         machine.after_balloon[start + 64 * MIB] = [[start + 64 * MIB]]
-    f = hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+    f = find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
     assert f.probes == [floor + 6 * MIB, floor + MIB, floor]
     assert f.given_back == [2 * MIB, 0, 0]
     assert f.floor_bytes == floor
@@ -507,15 +518,15 @@ def test_find_floor_fails_when_every_probe_is_contested():
     machine.after_balloon[1 << 20] = [[RAM, 200 * MIB, 201 * MIB]] + [[264 * MIB, 200 * MIB, 201 * MIB]] * 4
     machine.after_balloon[265 * MIB] = [[265 * MIB]] * 5
     with pytest.raises(GuestError, match="contested"):
-        hb.find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
+        find_floor(ctl, margin_bytes=64 * MIB, stall_s=0.5)
 
 
 def test_under_a_host_under_test_the_rss_is_the_guest_qemus_in_l1():
     l1 = LocalShell()
     read = rss.l1_rss_reader(l1, os.getpid())
-    assert abs(read() - hb.rss_kib(os.getpid())) < 50_000
+    assert abs(read() - rss_kib(os.getpid())) < 50_000
     assert l1.commands == [["cat", f"/proc/{os.getpid()}/status"]]
-    ctl = hb.BalloonController(types.SimpleNamespace(pid=-1), rss=read)
+    ctl = BalloonController(types.SimpleNamespace(pid=-1), rss=read)
     assert ctl.rss_kib() > 1000  # never this machine's pid -1
     with pytest.raises(GuestError, match="gone"):
         rss.l1_rss_reader(l1, 2**22 + 7)()

@@ -16,7 +16,9 @@ from memqual.host.balloon import measure as bmeas
 from memqual.host.balloon import request_size as rs
 from memqual.host.core.errors import BadInput, GuestError
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import ANALOGUE, NOT_REPRODUCED, REPRODUCED
 from memqual.images import balloon_driver as build
 
 
@@ -199,19 +201,19 @@ def _records(whole_s: float, small_s: float, stock_s: float) -> list[Measurement
 
 
 def test_the_scenarios_records_give_analogue_verdicts_that_move_with_them():
-    registry = claims.load()
+    registry = load()
 
     def verdict(cid, records):
-        (v,) = [v for v in claims.evaluate(registry, records) if v.claim.id == cid]
+        (v,) = [v for v in evaluate(registry, records) if v.claim.id == cid]
         return v
 
     flat = _records(2.0, 2.0, 2.0)
     for cid in ("balloon-bitmap", "balloon-breakdown"):
         v = verdict(cid, flat)
-        assert v.evidence == claims.ANALOGUE  # PFN arrays of the seed's shares, not its bitmap
-        assert v.verdict == claims.NOT_REPRODUCED
-    assert verdict("balloon-bitmap", _records(1.0, 1.64, 2.0)).verdict == claims.REPRODUCED
-    assert verdict("balloon-breakdown", _records(1.0, 1.64, 6.67)).verdict == claims.REPRODUCED
+        assert v.evidence == ANALOGUE  # PFN arrays of the seed's shares, not its bitmap
+        assert v.verdict == NOT_REPRODUCED
+    assert verdict("balloon-bitmap", _records(1.0, 1.64, 2.0)).verdict == REPRODUCED
+    assert verdict("balloon-breakdown", _records(1.0, 1.64, 6.67)).verdict == REPRODUCED
 
 
 def test_qemu_cpu_seconds_count_a_process_threads_work():

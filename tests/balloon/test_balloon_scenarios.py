@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from fakes import AgentShell, BalloonQmp, FakeBackground, FakeBalloonGuest, FakeClock
 
-from memqual.host.balloon import BalloonController, reporting, stats_interval
+from memqual.host.balloon import reporting, stats_interval
 from memqual.host.balloon.correctness import run_correctness
-from memqual.host.balloon.device import GuestStats
+from memqual.host.balloon.device import BalloonController, GuestStats
 from memqual.host.balloon.floor import PRESSURE_MIB, run_deflate_on_oom, run_floor
 from memqual.host.balloon.scenarios import ScenarioFailed
 

@@ -151,3 +151,27 @@ def test_doctor_json(tmp_path, monkeypatch, host, capsys) -> None:
     assert isinstance(report["ksm_writable"], bool)
     assert report["thp"] in ("always", "madvise", "never", "unavailable")
     assert report["kvm_nr_memslots"] is None or report["kvm_nr_memslots"] > 0
+
+
+def test_doctor_names_the_host_by_the_environment_records_carry(tmp_path, monkeypatch, host) -> None:
+    """One host fingerprint: what doctor says of the host (kernel, QEMU, CPU,
+    THP, slots) is the environment every record carries, read once; only
+    the accelerator is the fresh probe's."""
+    use(tmp_path, monkeypatch, "hang")
+    read: list[str] = []
+    cpu_model = probe.cpu_model
+
+    def counted() -> str:
+        read.append("cpu")
+        return cpu_model()
+
+    monkeypatch.setattr(probe, "cpu_model", counted)
+    found = probe.report()
+    env = probe.environment()
+    assert found.environment == dataclasses.replace(
+        env, accel=found.environment.accel, accel_reason=found.environment.accel_reason
+    )
+    shown = found.to_json()
+    assert (shown["qemu_version"], shown["host_kernel"], shown["cpu_model"]) == (env.qemu, env.host_kernel, env.cpu)
+    assert (shown["thp"], shown["kvm_nr_memslots"]) == (env.thp, env.kvm_nr_memslots)
+    assert read == ["cpu", "cpu"]  # once for doctor's report, once for the environment asked here

@@ -43,6 +43,14 @@ def test_a_row_may_size_a_profile_otherwise_on_the_icount_clock(monkeypatch: pyt
     assert INFLATE.sizes_for(profiles.AB, icount=False).repeats == 3
 
 
+def test_the_smoke_profile_is_ab_s_sizes_unless_a_row_asks_for_fewer() -> None:
+    from memqual.host.balloon.table import INFLATE
+
+    row = Scenario("subject.thing", sizes=SIZES)
+    assert row.sizes_for(profiles.SMOKE, icount=False) == row.sizes_for(profiles.AB, icount=False)
+    assert INFLATE.sizes_for(profiles.SMOKE, icount=False).repeats == 1
+
+
 def test_a_row_must_size_every_profile_and_be_named_by_its_subject() -> None:
     with pytest.raises(ValueError, match="not for"):
         Scenario("subject.thing", sizes={profiles.QUICK: Row(1)})

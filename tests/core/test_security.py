@@ -20,10 +20,10 @@ from other_user import needs_root, nobody_uid
 
 from memqual.host.cli import main as cli
 from memqual.host.core.errors import BadInput
+from memqual.host.core.knobs import StaleRestore, Sysfs
 from memqual.host.core.paths import REPO_ROOT, cache_dir
 from memqual.host.core.trust import Untrusted, trusted_dir
-from memqual.host.ksm.state import HostState, StaleRestore, restore_stale
-from memqual.host.ksm.sysfs import Sysfs
+from memqual.host.ksm.state import HostState, restore_stale
 
 
 def _tree(root: Path) -> dict[str, Path]:

@@ -3,7 +3,8 @@
 The import-linter contracts of pyproject.toml hold, each fails on an
 import planted against it, and they name every room and subject; then,
 from the source with ast: no import cycle, no private name imported across
-modules, nothing reaches into a machine's underscored attributes, and only
+modules, no package that re-exports (an __init__ is its docstring alone),
+nothing reaches into a machine's underscored attributes, and only
 host/cli/ and lab/'s tools use argparse.  A lazy import or one under TYPE_CHECKING counts.
 docs/architecture.md, "How the folders fit together"."""
 
@@ -408,6 +409,40 @@ def test_no_module_imports_a_private_name_of_another() -> None:
         f"{name}:{line} uses {what}" for name, what, line in found if (name, what) not in ALLOWED_PRIVATE_IMPORTS
     )
     assert unexpected == []
+
+
+def package_bodies(modules: dict[str, Path]) -> list[str]:
+    """The packages whose __init__.py holds more than a docstring (an
+    import there is a re-export: a caller names the defining module)."""
+    found = []
+    for name, path in modules.items():
+        body = _parse(path).body if path.name == "__init__.py" else []
+        docstring = (
+            body[:1] if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else []
+        )
+        if body[len(docstring) :]:
+            found.append(name)
+    return found
+
+
+def test_a_package_is_its_docstring_alone() -> None:
+    assert package_bodies({**project_modules(), **project_modules(("e2e",))}) == []
+
+
+def test_the_checker_finds_a_package_that_re_exports(tmp_path: Path) -> None:
+    modules = _tree(
+        tmp_path,
+        """
+        -- p/__init__.py --
+        \"""p.\"""
+        from p.a import f as f
+        -- q/__init__.py --
+        \"""q: its modules, named.\"""
+        -- p/a.py --
+        def f(): ...
+        """,
+    )
+    assert package_bodies(modules) == ["p"]
 
 
 def test_the_allow_lists_hold_only_what_still_exists() -> None:

@@ -926,6 +926,8 @@ def test_run_patch_builds_both_arms_and_names_the_patch(
     assert record["scope"]["kind"] == "everything" and "init/main.c" in record["scope"]["reason"]
     assert given.test_scope is None
     assert record["built_diff"] == ["kernel/x.ko: differs"]  # the bzImage is the same
+    # the run is handed the value patch.json records, not the file
+    assert __import__("json").loads(__import__("json").dumps(given.patch_run.to_json())) == record
 
 
 # A patch's Subject and file name, and make's progress, with escape

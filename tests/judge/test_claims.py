@@ -22,7 +22,26 @@ from markupsafe import escape
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate, judge_claim
+from memqual.host.judge.claims.layouts import layout_results
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import (
+    ANCHOR_IDS,
+    DEFAULT_CLAIMS_FILE,
+    DIRECTION_ONLY,
+    EVIDENCE_CLASSES,
+    MEASURED,
+    MIN_REPLICATES,
+    MODEL,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    SUCCESSOR,
+    UNDERPOWERED,
+    UNMEASURABLE,
+    Skip,
+    Verdict,
+)
 from memqual.host.judge.stats import permutation
 from memqual.host.memslots import guest_layouts as G
 from memqual.host.memslots import kvm2011
@@ -93,30 +112,30 @@ def _ksm(speedup: float, claim: str = "ksm-volatile-4k", n: int = 4) -> list[Mea
     )
 
 
-def _verdict(cid: str, records: list[Measurement]) -> claims.Verdict:
-    return {v.claim.id: v for v in claims.evaluate(claims.load(), records)}[cid]
+def _verdict(cid: str, records: list[Measurement]) -> Verdict:
+    return {v.claim.id: v for v in evaluate(load(), records)}[cid]
 
 
 # --------------------------------------------------------------- registry
 
 
 def test_shipped_registry_holds_every_anchor_claim_with_its_evidence():
-    loaded = claims.load()
-    assert sorted(c.id for c in loaded) == sorted(claims.ANCHOR_IDS)
+    loaded = load()
+    assert sorted(c.id for c in loaded) == sorted(ANCHOR_IDS)
     for c in loaded:
         assert c.quote and c.seed and c.published
-        assert c.evidence.kind in claims.EVIDENCE_CLASSES
+        assert c.evidence.kind in EVIDENCE_CLASSES
         assert c.evidence.claimed and c.evidence.instead
         if c.measure.source == "none":
             assert c.measure.reason and c.evidence.would_measure
     kinds = {c.id: c.evidence.kind for c in loaded}
-    assert kinds["ksm-volatile-4k"] == kinds["ksm-volatile-thp"] == claims.SUCCESSOR
-    assert kinds["memslot-miss"] == claims.MODEL
-    assert kinds["memslot-netperf"] == claims.UNMEASURABLE
+    assert kinds["ksm-volatile-4k"] == kinds["ksm-volatile-thp"] == SUCCESSOR
+    assert kinds["memslot-miss"] == MODEL
+    assert kinds["memslot-netperf"] == UNMEASURABLE
 
 
 def _shipped() -> dict:
-    return json.loads(claims.DEFAULT_CLAIMS_FILE.read_text())
+    return json.loads(DEFAULT_CLAIMS_FILE.read_text())
 
 
 @pytest.mark.parametrize(
@@ -157,7 +176,7 @@ def test_bad_registry_is_bad_input_naming_the_fault(tmp_path, mutate, message):
     path = tmp_path / "claims.json"
     path.write_text(json.dumps(data))
     with pytest.raises(BadInput, match=message) as raised:
-        claims.load(path)
+        load(path)
     assert "\n" not in str(raised.value)  # one line
 
 
@@ -171,7 +190,7 @@ def test_a_misspelt_evidence_class_is_named_with_the_fields_allowed(tmp_path, in
     path = tmp_path / "claims.json"
     path.write_text(json.dumps(data))
     with pytest.raises(BadInput) as raised:
-        claims.load(path)
+        load(path)
     assert str(raised.value) == (
         f"{path}: claim {data['claims'][index]['id']!r}: evidence: unknown field 'clas' (did you mean 'class'?); "
         "allowed: accelerator, beside, claimed, class, inputs, instead, summary, today, would_measure"
@@ -180,11 +199,11 @@ def test_a_misspelt_evidence_class_is_named_with_the_fields_allowed(tmp_path, in
 
 def test_truncated_or_missing_registry_is_bad_input(tmp_path):
     path = tmp_path / "claims.json"
-    path.write_text(claims.DEFAULT_CLAIMS_FILE.read_text()[:300])
+    path.write_text(DEFAULT_CLAIMS_FILE.read_text()[:300])
     with pytest.raises(BadInput, match="claims file truncated or not JSON"):
-        claims.load(path)
+        load(path)
     with pytest.raises(BadInput, match="no such claims file"):
-        claims.load(tmp_path / "absent.json")
+        load(tmp_path / "absent.json")
 
 
 # ------------------------------------------------- one flip test per claim
@@ -192,7 +211,7 @@ def test_truncated_or_missing_registry_is_bad_input(tmp_path):
 
 def test_too_few_independent_replicates_are_underpowered_not_decided():
     few = _verdict("ksm-volatile-4k", _ksm(7.5, n=2))
-    assert few.verdict == claims.UNDERPOWERED and few.replicates_needed == claims.MIN_REPLICATES
+    assert few.verdict == UNDERPOWERED and few.replicates_needed == MIN_REPLICATES
     # Many samples inside one guest are still one replicate.
     one_guest = [
         Measurement(
@@ -212,7 +231,7 @@ def test_too_few_independent_replicates_are_underpowered_not_decided():
             variant={"smart_scan": 1, "pages": "4k"},
         ),
     ]
-    assert _verdict("ksm-volatile-4k", one_guest).verdict == claims.UNDERPOWERED
+    assert _verdict("ksm-volatile-4k", one_guest).verdict == UNDERPOWERED
 
 
 @dataclass(frozen=True)
@@ -249,7 +268,7 @@ def test_balloon_claims_are_not_measurable_without_per_request_evidence():
     )
     for cid in ("balloon-bitmap", "balloon-breakdown"):
         v = _verdict(cid, [stock])
-        assert v.verdict == claims.NOT_MEASURABLE and v.evidence == claims.UNMEASURABLE
+        assert v.verdict == NOT_MEASURABLE and v.evidence == UNMEASURABLE
         assert "What would measure it" in v.reason
 
 
@@ -259,9 +278,9 @@ def test_memslot_hit_and_priorities_are_registered_not_measurable():
     whatever today's costs say, which are shown beside."""
     today = KERNBENCH.records(42.3) + RAM_HIT_VS_MISS.records(5000.0)
     hit = _verdict("memslot-hit", today)
-    assert hit.verdict == claims.NOT_MEASURABLE and hit.evidence == claims.UNMEASURABLE and "ept=0" in hit.reason
+    assert hit.verdict == NOT_MEASURABLE and hit.evidence == UNMEASURABLE and "ept=0" in hit.reason
     prio = _verdict("memslot-priorities", today)
-    assert prio.verdict == claims.NOT_MEASURABLE and "kvm_mmio" in prio.reason
+    assert prio.verdict == NOT_MEASURABLE and "kvm_mmio" in prio.reason
     assert {b.label.split(":")[0] for b in prio.beside} == {"today's kernel"}
 
 
@@ -310,21 +329,21 @@ def test_as_good_as_needs_an_interval_that_establishes_it(tmp_path):
     that reaches below it does not, whatever its centre; an interval wholly
     below says the tree beat the array, in those words."""
     path = _lab_kernbench_registry(tmp_path)
-    (claim,) = [c for c in claims.load(path) if c.id == "memslot-hit"]
-    tight = claims.evaluate([claim], _kernbench(42.3, 0.002))[0]
-    assert tight.verdict == claims.REPRODUCED and tight.ci is not None and tight.ci[0] >= 0.98
-    wide = claims.evaluate([claim], _kernbench(42.3, 0.15))[0]
+    (claim,) = [c for c in load(path) if c.id == "memslot-hit"]
+    tight = evaluate([claim], _kernbench(42.3, 0.002))[0]
+    assert tight.verdict == REPRODUCED and tight.ci is not None and tight.ci[0] >= 0.98
+    wide = evaluate([claim], _kernbench(42.3, 0.15))[0]
     assert wide.ci is not None and wide.ci[0] < 0.98 < 1.0 < wide.ci[1]
-    assert wide.verdict == claims.NOT_REPRODUCED and "not established" in wide.reason
-    beaten = claims.evaluate([claim], _kernbench(38.0, 0.002))[0]
-    assert beaten.verdict == claims.NOT_REPRODUCED
+    assert wide.verdict == NOT_REPRODUCED and "not established" in wide.reason
+    beaten = evaluate([claim], _kernbench(38.0, 0.002))[0]
+    assert beaten.verdict == NOT_REPRODUCED
     assert "tree2011 beats size-sorted array" in beaten.reason and "size-sorted array is not as good" in beaten.reason
 
 
 def test_memslot_netperf_stays_not_measurable_whatever_the_records():
     noise = _ksm(7.5) + RAM_HIT_VS_MISS.records(5000.0)
     v = _verdict("memslot-netperf", noise)
-    assert v.verdict == claims.NOT_MEASURABLE and "KVM" in v.reason and "What would measure it" in v.reason
+    assert v.verdict == NOT_MEASURABLE and "KVM" in v.reason and "What would measure it" in v.reason
     # Today's miss cost is shown beside it, without deciding it.
     assert any(b.variant.get("kind") == "miss" for b in v.beside)
 
@@ -367,7 +386,7 @@ def test_memslot_miss_is_decided_on_seed_000s_guest_with_the_other_layouts_besid
     v = _verdict("memslot-miss", records)
     assert v.settings["decided_on"] == SEED_GUEST and v.settings["decided_by"] == "nic-bar-miss"
     assert (v.a_replicates, v.b_replicates) == ([[6.0]], [[35.0]])
-    assert v.verdict == claims.REPRODUCED and v.ratio == pytest.approx(35 / 6)
+    assert v.verdict == REPRODUCED and v.ratio == pytest.approx(35 / 6)
     assert v.range_beside == pytest.approx((35 / 9, 35 / 4))
     assert "3.889-8.750x" in v.headline and "(other layouts 3.889-8.750)" in measured_text(v.to_json())
     # The seed's own 3.5 GiB split (QEMU 7.2's pc-i440fx-1.7) moves no node.
@@ -375,7 +394,7 @@ def test_memslot_miss_is_decided_on_seed_000s_guest_with_the_other_layouts_besid
     assert _verdict("memslot-miss", [old]).ratio == pytest.approx(35 / 6)
     # The bare 512 MiB guest alone (main's deciding layout, 8.75x) decides nothing now.
     alone = _verdict("memslot-miss", [_guest_layout("pc-rtl8139")])
-    assert alone.verdict == claims.NOT_MEASURABLE and "8.750x at the NIC BAR (pc-rtl8139)" in alone.reason
+    assert alone.verdict == NOT_MEASURABLE and "8.750x at the NIC BAR (pc-rtl8139)" in alone.reason
 
 
 def test_memslot_miss_flips_with_the_seed_guests_layout():
@@ -383,7 +402,7 @@ def test_memslot_miss_flips_with_the_seed_guests_layout():
     the NIC's miss two nodes deeper, equal dimms above 4 GiB with the NIC
     BAR above them make the tree a list longer than half the array."""
     base = _verdict("memslot-miss", [_guest_layout(SEED_GUEST)])
-    assert base.verdict == claims.REPRODUCED
+    assert base.verdict == REPRODUCED
     nic = next(r for r in FLATVIEWS[SEED_GUEST]["ranges"] if r[3] == "rtl8139")
     # The NIC moved into a hole the tree reaches at once: 35 / 4, too good.
     moved = [[r[0], r[1], r[2], r[3], r[4]] for r in FLATVIEWS[SEED_GUEST]["ranges"]]
@@ -393,7 +412,7 @@ def test_memslot_miss_flips_with_the_seed_guests_layout():
     entry = FLATVIEWS[SEED_GUEST]
     shallow = G.layout_record(SEED_GUEST, [Q.FlatRange(*r) for r in moved], entry["settings"])
     v = _verdict("memslot-miss", [shallow])
-    assert v.ratio != pytest.approx(35 / 6) and v.verdict == claims.DIRECTION_ONLY, (v.ratio, v.reason)
+    assert v.ratio != pytest.approx(35 / 6) and v.verdict == DIRECTION_ONLY, (v.ratio, v.reason)
     # 22 equal 128 MiB RAM ranges at 12 GiB and up, the NIC above them: a list.
     dimms = [
         [0x300000000 + i * (128 << 20), 0x300000000 + (i + 1) * (128 << 20) - 1, "ram", f"x{i}", 0] for i in range(22)
@@ -403,7 +422,7 @@ def test_memslot_miss_flips_with_the_seed_guests_layout():
     deep.append([top, top + nic[1] - nic[0], "i/o", "rtl8139", 0])
     listy = G.layout_record(SEED_GUEST, [Q.FlatRange(*r) for r in deep], entry["settings"])
     v = _verdict("memslot-miss", [listy])
-    assert v.layouts[0].slots == 32 and v.verdict == claims.NOT_REPRODUCED, (v.ratio, v.reason)
+    assert v.layouts[0].slots == 32 and v.verdict == NOT_REPRODUCED, (v.ratio, v.reason)
 
 
 def test_memslot_miss_labels_say_what_was_checked_and_what_is_newer_than_2011():
@@ -412,13 +431,13 @@ def test_memslot_miss_labels_say_what_was_checked_and_what_is_newer_than_2011():
     never decide."""
     records = [_guest_layout(n) for n in ("pc-plain", "pc-ram-bars", "pc-rtl8139-26-dimms", "pc-64-dimms")]
     v = _verdict("memslot-miss", records)
-    m = next(c for c in claims.load() if c.id == "memslot-miss").measure
+    m = next(c for c in load() if c.id == "memslot-miss").measure
     assert m.a is not None and m.b is not None
-    by = {lr.config: lr for lr in claims.layout_results(m.a, m.b, records, seed=G.SEED_000)}
+    by = {lr.config: lr for lr in layout_results(m.a, m.b, records, seed=G.SEED_000)}
     assert by["pc-rtl8139-26-dimms"].newer == (kvm2011.PC_DIMM,)
     assert by["pc-ram-bars"].newer == (kvm2011.IVSHMEM_PLAIN,) and by["pc-plain"].newer == ()
     assert not by["pc-64-dimms"].runs_2011 and by["pc-64-dimms"].a == 34.0  # equal dimms: the tree is a list
-    assert v.verdict == claims.NOT_MEASURABLE  # none of them is the seed's guest
+    assert v.verdict == NOT_MEASURABLE  # none of them is the seed's guest
     assert kvm2011.newer_than_2011({"machine": "q35"}) == (kvm2011.Q35,)
     html = render_html(_results([_verdict("memslot-miss", [_guest_layout(SEED_GUEST)] + records)]))
     assert "accepted (at most 32 user slots)" in html and ">ran<" not in html
@@ -427,7 +446,7 @@ def test_memslot_miss_labels_say_what_was_checked_and_what_is_newer_than_2011():
 
 def test_memslot_miss_is_not_measurable_without_real_layouts():
     v = _verdict("memslot-miss", [])
-    assert v.verdict == claims.NOT_MEASURABLE and "no memslot layouts read from real guests" in v.reason
+    assert v.verdict == NOT_MEASURABLE and "no memslot layouts read from real guests" in v.reason
 
 
 # ------------------------------------------------------ evidence honesty
@@ -444,57 +463,57 @@ def test_the_evidence_does_not_depend_on_the_published_figures(tmp_path):
             c["published"][0]["value"] = 50
     path = tmp_path / "claims.json"
     path.write_text(json.dumps(data))
-    moved = claims.evaluate([c for c in claims.load(path) if c.id == "ksm-volatile-4k"], records)[0]
+    moved = evaluate([c for c in load(path) if c.id == "ksm-volatile-4k"], records)[0]
     shipped = _verdict("ksm-volatile-4k", records)
     assert moved.ratio == shipped.ratio and moved.ci == shipped.ci
-    assert (shipped.verdict, moved.verdict) == (claims.REPRODUCED, claims.DIRECTION_ONLY)
+    assert (shipped.verdict, moved.verdict) == (REPRODUCED, DIRECTION_ONLY)
 
 
 def test_judge_claim_is_the_report_rule():
     records = _ksm(7.5)
-    assert claims.judge_claim("ksm-volatile-4k", records).verdict == _verdict("ksm-volatile-4k", records).verdict
+    assert judge_claim("ksm-volatile-4k", records).verdict == _verdict("ksm-volatile-4k", records).verdict
     with pytest.raises(BadInput, match="no claim"):
-        claims.judge_claim("nonsense", records)
+        judge_claim("nonsense", records)
 
 
 def test_verdict_json_has_the_report_fields():
     data = _verdict("ksm-volatile-4k", _ksm(7.5)).to_json()
     for key in ("id", "verdict", "reason", "evidence", "published", "measured", "ci", "unit", "samples", "replicates"):
         assert key in data
-    assert data["evidence"]["class"] == claims.SUCCESSOR
+    assert data["evidence"]["class"] == SUCCESSOR
     assert "smart scan" in data["evidence"]["instead"] and "dirty-bit" in data["evidence"]["claimed"]
     assert len(data["replicates"]["a"]) == 4
     json.dumps(data)  # serialisable
 
 
 def test_every_claim_gets_a_verdict_with_a_reason_even_with_nothing():
-    skips = [claims.Skip("e2e/test_ksm.py:KsmVolatile.test_scan", "CANCEL", "host KSM sysfs not writable")]
-    verdicts = claims.evaluate(claims.load(), [], skips=skips)
-    assert len(verdicts) == len(claims.ANCHOR_IDS)
+    skips = [Skip("e2e/test_ksm.py:KsmVolatile.test_scan", "CANCEL", "host KSM sysfs not writable")]
+    verdicts = evaluate(load(), [], skips=skips)
+    assert len(verdicts) == len(ANCHOR_IDS)
     for v in verdicts:
-        assert v.verdict == claims.NOT_MEASURABLE and v.reason and v.evidence == claims.UNMEASURABLE
+        assert v.verdict == NOT_MEASURABLE and v.reason and v.evidence == UNMEASURABLE
     by = {v.claim.id: v for v in verdicts}
     assert "host KSM sysfs not writable" in by["ksm-volatile-4k"].reason
     assert "KVM" in by["memslot-netperf"].reason
 
 
 def test_claims_left_out_by_only_say_so():
-    by = {v.claim.id: v for v in claims.evaluate(claims.load(), [], only=("memslots",))}
+    by = {v.claim.id: v for v in evaluate(load(), [], only=("memslots",))}
     assert by["ksm-volatile-4k"].reason.startswith("not selected in this run (--only memslots")
     assert "not selected" not in by["memslot-netperf"].reason  # not measurable anyway, for its own reason
 
 
 def test_a_negligible_measured_effect_is_not_a_speed_up():
     v = _verdict("ksm-volatile-4k", _ksm(1.02))
-    assert v.verdict == claims.NOT_REPRODUCED
+    assert v.verdict == NOT_REPRODUCED
 
 
 def test_the_skip_named_like_the_scenario_explains_the_missing_records():
     skips = [
-        claims.Skip("e2e/test_ksm.py:KsmTest.test_merge", "CANCEL", "mem-merge off unsupported"),
-        claims.Skip("e2e/test_ksm.py:KsmTest.test_volatile_scan_thp", "CANCEL", "THP is never on this host"),
+        Skip("e2e/test_ksm.py:KsmTest.test_merge", "CANCEL", "mem-merge off unsupported"),
+        Skip("e2e/test_ksm.py:KsmTest.test_volatile_scan_thp", "CANCEL", "THP is never on this host"),
     ]
-    v = {x.claim.id: x for x in claims.evaluate(claims.load(), [], skips=skips)}["ksm-volatile-thp"]
+    v = {x.claim.id: x for x in evaluate(load(), [], skips=skips)}["ksm-volatile-thp"]
     assert "test_volatile_scan_thp ended CANCEL: THP is never on this host" in v.reason
 
 
@@ -546,13 +565,13 @@ def test_memslot_priorities_is_judged_on_the_order_of_the_counts_and_flips():
     KVM host's counts: it holds, fails when the counts say otherwise, is
     underpowered on two guests and not measurable under TCG."""
     held = _verdict("memslot-priorities", _kinds(90000, 30000, 40))
-    assert held.verdict == claims.REPRODUCED and held.evidence == claims.MEASURED, held.reason
+    assert held.verdict == REPRODUCED and held.evidence == MEASURED, held.reason
     flipped = _verdict("memslot-priorities", _kinds(20000, 30000, 40))
-    assert flipped.verdict == claims.NOT_REPRODUCED and "the other way round" in flipped.reason
+    assert flipped.verdict == NOT_REPRODUCED and "the other way round" in flipped.reason
     assert flipped.ratio is not None and flipped.ratio < 1
-    assert _verdict("memslot-priorities", _kinds(90000, 30000, 40, boots=2)).verdict == claims.UNDERPOWERED
+    assert _verdict("memslot-priorities", _kinds(90000, 30000, 40, boots=2)).verdict == UNDERPOWERED
     tcg = _verdict("memslot-priorities", _kinds(90000, 30000, 40, accel="tcg"))
-    assert tcg.verdict == claims.NOT_MEASURABLE and "not KVM" in tcg.reason
+    assert tcg.verdict == NOT_MEASURABLE and "not KVM" in tcg.reason
 
 
 def test_an_order_names_the_host_of_its_counts_and_a_model_has_none_of_its_own():
@@ -568,7 +587,7 @@ def test_an_order_names_the_host_of_its_counts_and_a_model_has_none_of_its_own()
     for r in layouts:
         r.environment = {"accel": "tcg", "clock": "wall"}
     model = _verdict("memslot-miss", layouts)
-    assert model.evidence == claims.MODEL and not model.ran_on.measured
+    assert model.evidence == MODEL and not model.ran_on.measured
     assert model.to_json()["ran_on"]["host"] == model.to_json()["ran_on"]["clock"] == "no measurement"
 
 
@@ -577,7 +596,7 @@ def test_every_card_shows_its_note_and_the_terminal_prints_it():
 
     from memqual.host.report.terminal import print_tables
 
-    results = _results(claims.evaluate(claims.load(), []))
+    results = _results(evaluate(load(), []))
     html = render_html(results)
     for text in (
         "The array&#39;s 35 entries are the host&#39;s, whatever the guest",
@@ -617,7 +636,7 @@ def test_ksm_4k_band_is_out_of_reach_at_the_runs_skip_share_not_by_design():
     5.87x (skip share 0.83) puts the band out of reach at this run's share;
     THP's band (from 12x) is out of reach by design."""
     four = _verdict("ksm-volatile-4k", _ksm_with_ceiling(4.3, 5.87, "4k"))
-    assert four.verdict == claims.DIRECTION_ONLY
+    assert four.verdict == DIRECTION_ONLY
     assert (
         "Out of reach at this run's skip share 0.8296" in four.reason
         and "by design" not in four.reason.split("not by design")[0]
@@ -646,7 +665,7 @@ def test_the_guest_of_today_columns_say_they_count_the_guests_slots_alone():
     card = claim_card(
         {
             "id": "memslot-miss",
-            "verdict": claims.NOT_MEASURABLE,
+            "verdict": NOT_MEASURABLE,
             "reason": "-",
             "today": {
                 "label": "virtio-mem",
@@ -710,7 +729,7 @@ def test_a_card_says_its_evidence_once_in_at_most_three_sentences():
     and the per-layout arithmetic only inside <details>."""
     records = [_guest_layout(SEED_GUEST)] + [_guest_layout(n) for n in OTHER_NIC_LAYOUTS]
     v = _verdict("memslot-miss", records)
-    html = render_html(_results([v] + claims.evaluate(claims.load(), [])[1:]))
+    html = render_html(_results([v] + evaluate(load(), [])[1:]))
     card = _card_html(html, "memslot-miss")
     shown, folded = card.split("<details>")
     summary = shown.split("<p class='evidence'>")[1].split("</p>")[0]
@@ -719,7 +738,7 @@ def test_a_card_says_its_evidence_once_in_at_most_three_sentences():
     instead = escape(v.claim.evidence.instead)
     assert instead not in shown and card.count(str(instead)) == 1
     assert "pc-rtl8139-ram-bars (13 user slots)" in folded and "35 / 9 = 3.889x" in folded
-    for cid in claims.ANCHOR_IDS:
+    for cid in ANCHOR_IDS:
         assert "<details>" in _card_html(html, cid)
 
 
@@ -732,7 +751,7 @@ def test_the_order_judge_errs_at_most_its_level_on_a_tie_and_finds_a_clear_order
     the order is found almost always."""
     from memqual.host.memslots import lookup_kinds as LK
 
-    claim = next(c for c in claims.load() if c.id == "memslot-priorities")
+    claim = next(c for c in load() if c.id == "memslot-priorities")
     rng = np.random.default_rng(11)
 
     def run(miss: float, ram: float, other: float) -> str:
@@ -744,9 +763,9 @@ def test_the_order_judge_errs_at_most_its_level_on_a_tie_and_finds_a_clear_order
         records = LK.records(boots, {"accel": "kvm"})
         for r in records:
             r.environment = {"accel": "kvm"}
-        return claims.evaluate([claim], records)[0].verdict
+        return evaluate([claim], records)[0].verdict
 
     tie = [run(500.0, 500.0, 5.0) for _ in range(400)]
-    assert tie.count(claims.REPRODUCED) / len(tie) <= 0.04
+    assert tie.count(REPRODUCED) / len(tie) <= 0.04
     clear = [run(1500.0, 500.0, 5.0) for _ in range(100)]
-    assert clear.count(claims.REPRODUCED) / len(clear) >= 0.9
+    assert clear.count(REPRODUCED) / len(clear) >= 0.9

@@ -1,7 +1,7 @@
 """Claims at small n: how often the real verdict code says "the direction
 holds" when there is no effect, at every unit count the profiles produce.
 
-Each case runs ``claims.evaluate`` on records shaped like the scenario's,
+Each case runs ``claims.evaluate.evaluate`` on records shaped like the scenario's,
 with a fixed seed, and fails when the false directions exceed what a true
 rate of 2.5 % gives in 99 % of such runs.  docs/claims-calibration.md."""
 
@@ -16,18 +16,20 @@ from scipy import stats as st
 from memqual.host.balloon.table import REQUEST_SIZE
 from memqual.host.core import profiles
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import DIRECTION_ONLY, MIN_REPLICATES, REPRODUCED, UNDERPOWERED, Claim
 from memqual.host.ksm.table import VOLATILE_SCAN
 
 NOMINAL = 0.025
 SEED = 20110223
 
 
-def _claim(cid: str) -> claims.Claim:
-    return next(c for c in claims.load() if c.id == cid)
+def _claim(cid: str) -> Claim:
+    return next(c for c in load() if c.id == cid)
 
 
-def _records(claim: claims.Claim, a: np.ndarray, b: np.ndarray) -> list[Measurement]:
+def _records(claim: Claim, a: np.ndarray, b: np.ndarray) -> list[Measurement]:
     m = claim.measure
     assert m.a is not None and m.b is not None
     common = dict(scenario=m.scenario, metric=m.metric, unit=m.unit, better="lower", samples=[], claim=claim.id)
@@ -37,7 +39,7 @@ def _records(claim: claims.Claim, a: np.ndarray, b: np.ndarray) -> list[Measurem
     ]
 
 
-def null_trials(claim: claims.Claim, units: int, trials: int, *, tails: str = "normal", seed: int = SEED):
+def null_trials(claim: Claim, units: int, trials: int, *, tails: str = "normal", seed: int = SEED):
     """The share of trials, with B equal to A, whose verdict CI lies wholly
     above 1, and the share whose verdict says the direction holds.  Each
     unit has its own level (a guest on a host minute, shared by A and B) and
@@ -57,10 +59,10 @@ def null_trials(claim: claims.Claim, units: int, trials: int, *, tails: str = "n
     a, b = 100.0 * level * noise(), 100.0 * b_level * noise()
     above = holds = 0
     for t in range(trials):
-        v = claims.evaluate([claim], _records(claim, a[t], b[t]))[0]
+        v = evaluate([claim], _records(claim, a[t], b[t]))[0]
         assert v.ci is not None
         above += v.ci[0] > 1.0
-        holds += v.verdict in (claims.REPRODUCED, claims.DIRECTION_ONLY)
+        holds += v.verdict in (REPRODUCED, DIRECTION_ONLY)
     return above / trials, holds / trials
 
 
@@ -115,9 +117,9 @@ def test_a_unit_count_that_cannot_decide_is_underpowered_with_the_count_it_needs
     claim = _claim("ksm-volatile-4k")
     rng = np.random.default_rng(1)
     a = 10.0 * np.exp(rng.normal(0, 0.01, size=(2, 2)))
-    v = claims.evaluate([claim], _records(claim, a, a * 8.0))[0]
-    assert v.verdict == claims.UNDERPOWERED and v.replicates_needed == claims.MIN_REPLICATES
-    assert f"at least {claims.MIN_REPLICATES} independent units" in v.reason
+    v = evaluate([claim], _records(claim, a, a * 8.0))[0]
+    assert v.verdict == UNDERPOWERED and v.replicates_needed == MIN_REPLICATES
+    assert f"at least {MIN_REPLICATES} independent units" in v.reason
 
 
 def test_an_effect_the_units_cannot_establish_says_how_many_would():
@@ -127,7 +129,7 @@ def test_an_effect_the_units_cannot_establish_says_how_many_would():
     rng = np.random.default_rng(4)
     a = 100.0 * np.exp(rng.normal(0, 0.3, size=(3, 1)))
     b = a * 1.1 * np.exp(rng.normal(0, 0.1, size=(3, 1)))
-    v = claims.evaluate([claim], _records(claim, a, b))[0]
+    v = evaluate([claim], _records(claim, a, b))[0]
     if v.ci is not None and v.ci[0] <= 1.0 and v.ratio is not None and v.ratio > 1.0:
         assert v.replicates_needed is not None and v.replicates_needed > 3
         assert f"about {v.replicates_needed} units a side would establish" in v.reason

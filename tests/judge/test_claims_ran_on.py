@@ -25,7 +25,9 @@ from memqual.host.core import nested
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import ANALOGUE, MIN_REPLICATES, NOT_MEASURABLE, SUCCESSOR
 from memqual.host.judge.claims.ran_on import EMULATED_ON_ICOUNT, EMULATED_ON_WALL, NO_MEASUREMENT
 from memqual.host.judge.results import build_results, check_results, load_results, write_results
 from memqual.host.report import claim_lines
@@ -62,7 +64,7 @@ def ksm(a_env: dict[str, object], b_env: dict[str, object]) -> list[Measurement]
 def balloon(env: dict[str, object]) -> list[Measurement]:
     """A balloon request-size run on the fewest guests a verdict takes (its
     fits cost a second of CPU a run)."""
-    records = balloon_records(2e-3, n=claims.MIN_REPLICATES)
+    records = balloon_records(2e-3, n=MIN_REPLICATES)
     for rec in records:
         rec.environment = dict(env)
     return records
@@ -137,16 +139,16 @@ def test_a_claim_names_the_host_class_and_clock_of_its_records_everywhere(
 ) -> None:
     undraw(monkeypatch)  # the pictures are tests/report's subject
     records = case.records()
-    verdicts = claims.evaluate(claims.load(), records)
+    verdicts = evaluate(load(), records)
     v = next(v for v in verdicts if v.claim.id == case.claim)
-    assert v.verdict != claims.NOT_MEASURABLE, v.reason
+    assert v.verdict != NOT_MEASURABLE, v.reason
     assert (v.ran_on.host, v.ran_on.clock, v.ran_on.emulated_cpu) == (case.host, case.clock, case.emulated)
 
     path = write_results(build_results(verdicts, records, host_fallback=False), tmp_path / "results.json")
     results = load_results(path)  # checked against the schema
     entry = next(c for c in results.claims if c.id == case.claim)
     kind = claim_lines.evidence_class(entry.data)
-    assert kind == v.evidence and kind in (claims.SUCCESSOR, claims.ANALOGUE)
+    assert kind == v.evidence and kind in (SUCCESSOR, ANALOGUE)
     ran = entry.data["ran_on"]
     assert (ran["host"], ran["clock"], ran["emulated_cpu"]) == (case.host, case.clock, case.emulated)
     line = f"host: {case.host} · evidence: {kind} · clock: {case.clock}"
@@ -170,8 +172,8 @@ def test_a_claim_names_the_host_class_and_clock_of_its_records_everywhere(
 
 
 def test_a_claim_not_measured_has_no_host_or_clock_of_its_own() -> None:
-    for v in claims.evaluate(claims.load(), ksm(on_l1(L1_ON_TCG, "icount:0"), on_l1(L1_ON_TCG, "icount:0"))):
-        if v.verdict != claims.NOT_MEASURABLE:
+    for v in evaluate(load(), ksm(on_l1(L1_ON_TCG, "icount:0"), on_l1(L1_ON_TCG, "icount:0"))):
+        if v.verdict != NOT_MEASURABLE:
             continue
         assert not v.ran_on.measured and v.ran_on.host == v.ran_on.clock == NO_MEASUREMENT
         assert claim_lines.ran_on_line(v.to_json()) == (

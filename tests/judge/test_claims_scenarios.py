@@ -14,34 +14,43 @@ from balloon_records import balloon_records
 from ksm_volatile_runs import ksm_records
 
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import (
+    ANALOGUE,
+    DIRECTION_ONLY,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    SUCCESSOR,
+    Verdict,
+)
 from memqual.host.ksm import volatile
 
 
-def _verdict(cid: str, records: list[Measurement]) -> claims.Verdict:
-    return {v.claim.id: v for v in claims.evaluate(claims.load(), records)}[cid]
+def _verdict(cid: str, records: list[Measurement]) -> Verdict:
+    return {v.claim.id: v for v in evaluate(load(), records)}[cid]
 
 
 def test_ksm_4k_flips_with_the_measured_speed_up():
     # A skip share of 0.9 is beyond the kernel's 8/9: a synthetic smart scan
     # whose ceiling (10x) leaves the seed's 8x reachable.
     reached = _verdict("ksm-volatile-4k", ksm_records(7.5, skip_share=0.9))
-    assert reached.verdict == claims.REPRODUCED and reached.evidence == claims.SUCCESSOR
+    assert reached.verdict == REPRODUCED and reached.evidence == SUCCESSOR
     short = _verdict("ksm-volatile-4k", ksm_records(4.4, skip_share=0.83))
-    assert short.verdict == claims.DIRECTION_ONLY
+    assert short.verdict == DIRECTION_ONLY
     slower = _verdict("ksm-volatile-4k", ksm_records(0.8))
-    assert slower.verdict == claims.NOT_REPRODUCED and "points the other way" in slower.reason
+    assert slower.verdict == NOT_REPRODUCED and "points the other way" in slower.reason
 
 
 def test_ksm_thp_flips_with_the_measured_speed_up():
     roomy = volatile.SkipLimit(64, "a synthetic kernel that skips a page up to 64 scans")
     assert (
-        _verdict("ksm-volatile-thp", ksm_records(16.0, skip_share=0.97, pages="thp", limit=roomy)).verdict
-        == claims.REPRODUCED
+        _verdict("ksm-volatile-thp", ksm_records(16.0, skip_share=0.97, pages="thp", limit=roomy)).verdict == REPRODUCED
     )
-    assert _verdict("ksm-volatile-thp", ksm_records(1.0, pages="thp")).verdict == claims.NOT_REPRODUCED
+    assert _verdict("ksm-volatile-thp", ksm_records(1.0, pages="thp")).verdict == NOT_REPRODUCED
     # The THP run's records are not the 4 KiB claim's evidence.
-    assert _verdict("ksm-volatile-4k", ksm_records(5.0, pages="thp")).verdict == claims.NOT_MEASURABLE
+    assert _verdict("ksm-volatile-4k", ksm_records(5.0, pages="thp")).verdict == NOT_MEASURABLE
 
 
 def test_the_ksm_card_shows_smart_scans_own_ceiling_and_says_the_seed_is_out_of_its_reach():
@@ -55,11 +64,11 @@ def test_the_ksm_card_shows_smart_scans_own_ceiling_and_says_the_seed_is_out_of_
     assert "Out of reach at this run's skip share 0.8295, not by design" in v.reason and "5.867x" in v.reason
     assert "whatever the workload it can reach 9x" in v.reason
     thp = _verdict("ksm-volatile-thp", ksm_records(5.5, skip_share=0.885, pages="thp"))
-    assert thp.verdict == claims.DIRECTION_ONLY and "Out of reach by design" in thp.reason
+    assert thp.verdict == DIRECTION_ONLY and "Out of reach by design" in thp.reason
     assert "cannot pass 9x" in thp.reason
     # Where the ceiling leaves the band within reach, a short fall is only that.
     near = _verdict("ksm-volatile-4k", ksm_records(5.0, skip_share=0.88))
-    assert near.verdict == claims.DIRECTION_ONLY and "Out of reach" not in near.reason
+    assert near.verdict == DIRECTION_ONLY and "Out of reach" not in near.reason
     assert "within its reach" in near.reason
     data = v.to_json()
     assert data["ceiling"]["limit_any_workload"] == 9.0 and data["ceiling"]["limit_source"]
@@ -92,16 +101,16 @@ def test_the_skip_limit_is_read_from_the_kernel_source_when_it_is_installed(tmp_
 @pytest.mark.parametrize(
     "cid, per_request_s, verdict",
     [
-        ("balloon-bitmap", 0.0468, claims.REPRODUCED),
-        ("balloon-bitmap", 0.0, claims.NOT_REPRODUCED),
-        ("balloon-breakdown", 0.0078, claims.REPRODUCED),
-        ("balloon-breakdown", 0.0025, claims.DIRECTION_ONLY),
-        ("balloon-breakdown", 0.0, claims.NOT_REPRODUCED),
+        ("balloon-bitmap", 0.0468, REPRODUCED),
+        ("balloon-bitmap", 0.0, NOT_REPRODUCED),
+        ("balloon-breakdown", 0.0078, REPRODUCED),
+        ("balloon-breakdown", 0.0025, DIRECTION_ONLY),
+        ("balloon-breakdown", 0.0, NOT_REPRODUCED),
     ],
 )
 def test_balloon_claims_flip_with_the_request_cost(cid: str, per_request_s: float, verdict: str):
     v = _verdict(cid, balloon_records(per_request_s))
-    assert v.verdict == verdict and v.evidence == claims.ANALOGUE
+    assert v.verdict == verdict and v.evidence == ANALOGUE
 
 
 def test_balloon_verdicts_under_tcg_say_nothing_about_kvm_and_what_would_measure_it():
@@ -114,6 +123,6 @@ def test_balloon_verdicts_under_tcg_say_nothing_about_kvm_and_what_would_measure
     for rec in records:
         rec.environment = {"accel": "kvm"}
     on_kvm = _verdict("balloon-bitmap", records)
-    assert on_kvm.verdict == claims.NOT_REPRODUCED and on_kvm.qualifier == "" and "TCG" not in on_kvm.reason
+    assert on_kvm.verdict == NOT_REPRODUCED and on_kvm.qualifier == "" and "TCG" not in on_kvm.reason
     data = v.to_json()
-    assert data["evidence"]["class"] == claims.ANALOGUE and data["qualifier"] == v.qualifier
+    assert data["evidence"]["class"] == ANALOGUE and data["qualifier"] == v.qualifier

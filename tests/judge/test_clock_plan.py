@@ -26,8 +26,9 @@ from memqual.host.cli import run as run_command
 from memqual.host.cli.command import parser_for
 from memqual.host.core import clock, probe, scenario
 from memqual.host.core.errors import BadInput
-from memqual.host.core.machine import Machine, MachineConfig
+from memqual.host.core.machine import Machine
 from memqual.host.core.primary import Measured, Primary, Spread
+from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.judge import clock_plan
 from memqual.host.judge.ab_outcome import decide

@@ -12,7 +12,10 @@ import pytest
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims, results
+from memqual.host.judge import results
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import REPRODUCED
 from memqual.host.judge.results import ClaimEntry, MetricEntry, Results
 
 
@@ -38,9 +41,7 @@ def _records() -> list[Measurement]:
 @pytest.fixture()
 def built() -> Results:
     recs = _records()
-    return results.build_results(
-        claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False
-    )
+    return results.build_results(evaluate(load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
 
 
 def test_build_gives_typed_entries(built):
@@ -52,7 +53,7 @@ def test_build_gives_typed_entries(built):
     assert m.key == results.metric_key(_records()[0])
     assert m.replicates == [[x] for x in m.samples] and m.summary["n"] == 5
     ksm = next(c for c in built.claims if c.id == "ksm-volatile-4k")
-    assert ksm.verdict == claims.REPRODUCED and ksm.evidence and ksm.evidence["class"] == "successor"
+    assert ksm.verdict == REPRODUCED and ksm.evidence and ksm.evidence["class"] == "successor"
 
 
 # A results.json as this schema writes it, kept as data: the schema is pinned
@@ -67,7 +68,7 @@ def test_the_json_shape_is_the_files(built):
     assert list(data["metrics"][0]) == list(golden["metrics"][0])
     # A claim entry is what the verdict wrote, key for key.
     recs = _records()
-    verdicts = claims.evaluate(claims.load(), recs)
+    verdicts = evaluate(load(), recs)
     assert data["claims"] == [json.loads(json.dumps(v.to_json())) for v in verdicts]
 
 

@@ -15,8 +15,8 @@ from fakes import FakeClock
 
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.knobs import Sysfs
-from memqual.host.ksm import KsmController
 from memqual.host.ksm import advisor as adv
+from memqual.host.ksm.controller import KsmController
 from memqual.host.ksm.scenarios import ScenarioFailed
 from memqual.host.ksm.table import ADVISOR, AdvisorSizes
 

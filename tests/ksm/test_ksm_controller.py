@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from memqual.host.core.errors import CapabilityMissing, Timeout
-from memqual.host.ksm import KsmController, check_capability, restore_stale
-from memqual.host.ksm.state import HostState, RestoreFailed
-from memqual.host.ksm.sysfs import selected, write_order
+from memqual.host.core.knobs import RestoreFailed, selected
+from memqual.host.ksm.controller import KsmController, check_capability
+from memqual.host.ksm.state import HostState, restore_stale
+from memqual.host.ksm.sysfs import write_order
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,7 +183,7 @@ def test_restore_after_crash(tree) -> None:
         f"""
         import os
         from pathlib import Path
-        from memqual.host.ksm import KsmController
+        from memqual.host.ksm.controller import KsmController
         k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
                           state_dir=Path({str(tree["state"])!r}), proc_root=Path('/proc'), euid=lambda: 0)
         k.open()
@@ -246,7 +247,7 @@ def test_second_holder_waits_then_skips(tree) -> None:
 def test_restore_failure_keeps_state_file(tree, monkeypatch) -> None:
     import errno
 
-    from memqual.host.ksm.sysfs import Sysfs
+    from memqual.host.core.knobs import Sysfs
 
     ksm = controller(tree)
     ksm.open()
@@ -303,7 +304,7 @@ def test_sigterm_restores(tree) -> None:
         f"""
         import os, sys, time
         from pathlib import Path
-        from memqual.host.ksm import KsmController
+        from memqual.host.ksm.controller import KsmController
         k = KsmController(ksm_root=Path({str(tree["ksm"])!r}), thp_root=Path({str(tree["thp"])!r}),
                           state_dir=Path({str(tree["state"])!r}), euid=lambda: 0)
         k.open()

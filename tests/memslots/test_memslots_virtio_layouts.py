@@ -15,7 +15,9 @@ import pytest
 from memqual.host.core.errors import BadInput
 from memqual.host.core.flatview import FlatRange
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims as C
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import parse
+from memqual.host.judge.claims.model import DEFAULT_CLAIMS_FILE, NOT_MEASURABLE, Claim, Verdict
 from memqual.host.memslots import virtio_layouts as VL
 from memqual.host.report import report
 
@@ -145,7 +147,7 @@ def test_rows_in_step_order_first_record_of_a_step_wins() -> None:
 
 
 def _claims_doc(today: Any = None) -> dict[str, Any]:
-    with open(C.DEFAULT_CLAIMS_FILE) as f:
+    with open(DEFAULT_CLAIMS_FILE) as f:
         doc = json.load(f)
     for entry in doc["claims"]:
         if entry["id"] == "memslot-miss" and today is not None:
@@ -153,8 +155,8 @@ def _claims_doc(today: Any = None) -> dict[str, Any]:
     return doc
 
 
-def _miss(doc: dict[str, Any]) -> C.Claim:
-    return next(c for c in C.parse(doc) if c.id == "memslot-miss")
+def _miss(doc: dict[str, Any]) -> Claim:
+    return next(c for c in parse(doc) if c.id == "memslot-miss")
 
 
 def test_the_shipped_memslot_miss_claim_lists_a_virtio_mem_guest_of_today() -> None:
@@ -175,7 +177,7 @@ def test_the_shipped_memslot_miss_claim_lists_a_virtio_mem_guest_of_today() -> N
 )
 def test_a_bad_today_entry_is_one_line_naming_the_field(today: Any, match: str) -> None:
     with pytest.raises(BadInput, match=match):
-        C.parse(_claims_doc(today))
+        parse(_claims_doc(today))
 
 
 def test_today_rows_never_decide_and_never_use_the_claims_figures() -> None:
@@ -184,14 +186,14 @@ def test_today_rows_never_decide_and_never_use_the_claims_figures() -> None:
     same, and changing the claim's published figures changes none of them."""
     records = [state(0, 0, 0), state(1, 8192, 8), kvm_record(12, [180.0, 185.0, 190.0])]
     doc = _claims_doc()
-    (verdict,) = C.evaluate([_miss(doc)], records)
+    (verdict,) = evaluate([_miss(doc)], records)
     for entry in doc["claims"]:
         if entry["id"] == "memslot-miss":
             entry["measure"]["expected"] = 100.0
             entry["measure"]["a"]["published"] = 1.0
             entry["published"] = [{"what": "nothing", "unit": "x", "value": 0}]
-    (other,) = C.evaluate([_miss(doc)], records)
-    assert verdict.verdict == C.NOT_MEASURABLE
+    (other,) = evaluate([_miss(doc)], records)
+    assert verdict.verdict == NOT_MEASURABLE
     assert [r.slots for r in verdict.today] == [4, 12]
     assert verdict.today == other.today
     data = verdict.to_json()["today"]
@@ -200,14 +202,14 @@ def test_today_rows_never_decide_and_never_use_the_claims_figures() -> None:
 
 
 def test_no_states_in_the_run_no_today_table() -> None:
-    (verdict,) = C.evaluate([_miss(_claims_doc())], [])
+    (verdict,) = evaluate([_miss(_claims_doc())], [])
     assert verdict.to_json()["today"] is None
     assert report.claim_card(verdict.to_json()).today is None
 
 
 def test_the_card_lists_each_state_with_its_nodes_and_kvm_cost() -> None:
     records = [state(0, 0, 0), state(1, 8192, 8), kvm_record(12, [180.0, 185.0, 190.0])]
-    (verdict,) = C.evaluate([_miss(_claims_doc())], records)
+    (verdict,) = evaluate([_miss(_claims_doc())], records)
     card = report.claim_card(verdict.to_json())
     assert card.today is not None
     assert card.today.structures == ("linear", "tree2011", "rbtree")
@@ -221,7 +223,7 @@ def test_the_card_lists_each_state_with_its_nodes_and_kvm_cost() -> None:
     assert "not measured in this run" in html
 
 
-def report_results(verdict: C.Verdict) -> Any:
+def report_results(verdict: Verdict) -> Any:
     from memqual.host.judge.results import build_results
 
     return build_results([verdict], [])

@@ -14,7 +14,9 @@ from rich.console import Console
 from memqual.host.core.environment import FINGERPRINT_KEYS
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import REPRODUCED
 from memqual.host.judge.results import (
     SCHEMA,
     Results,
@@ -69,7 +71,7 @@ def _records() -> list[Measurement]:
 @pytest.fixture()
 def results() -> Results:
     recs = _records()
-    return build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+    return build_results(evaluate(load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
 
 
 def test_fingerprint_keeps_disagreements():
@@ -93,9 +95,9 @@ def test_results_round_trip_and_hold_every_claim(results, tmp_path):
     path = write_results(results, tmp_path / "results.json")
     loaded = load_results(path).to_json()
     assert loaded["schema"] == SCHEMA
-    assert [c["id"] for c in loaded["claims"]] == [c.id for c in claims.load()]
+    assert [c["id"] for c in loaded["claims"]] == [c.id for c in load()]
     ksm = next(c for c in loaded["claims"] if c["id"] == "ksm-volatile-4k")
-    assert ksm["verdict"] == claims.REPRODUCED
+    assert ksm["verdict"] == REPRODUCED
     # Paired units: the geometric mean of each guest's own B / A.
     off, on = [0.80, 0.82, 0.79, 0.81, 0.80], [0.10, 0.11, 0.10, 0.105, 0.10]
     assert ksm["measured"] == pytest.approx(math.prod(b / a for a, b in zip(on, off, strict=True)) ** (1 / 5))
@@ -176,7 +178,7 @@ def test_the_memslot_card_shows_the_nic_path_and_the_layouts_no_2011_host_ran():
         G.layout_record(name, [Q.FlatRange(*r) for r in views[name]["ranges"]], views[name]["settings"])
         for name in ("pc-rtl8139", "pc-64-dimms")
     ]
-    res = build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+    res = build_results(evaluate(load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
     html = report.render_html(res)
     assert "at the NIC BAR: A, B, B / A" in html and "4, 35, 8.750x" in html
     assert "refused (more than 32 user slots): not counted" in html
@@ -192,7 +194,7 @@ def _scenario_results() -> Results:
 
     recs = ksm_records(4.4, skip_share=73 / 88) + ksm_records(5.5, skip_share=0.885, pages="thp")
     recs += balloon_records(0.0)
-    return build_results(claims.evaluate(claims.load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
+    return build_results(evaluate(load(), recs), recs, run={"profile": "quick"}, host_fallback=False)
 
 
 def test_cards_show_the_analogue_class_the_tcg_qualifier_and_smart_scans_ceiling(tmp_path):
@@ -243,7 +245,7 @@ def test_a_hostile_name_in_a_results_file_is_escaped_once_everywhere_on_the_page
         ),
     ]
     run = {"label": HOSTILE, "tests": [{"id": HOSTILE, "status": "FAIL", "time": 1.0, "reason": HOSTILE}]}
-    res = build_results(claims.evaluate(claims.load(), recs), recs, run=run, host_fallback=False)
+    res = build_results(evaluate(load(), recs), recs, run=run, host_fallback=False)
     html = report.render_html(res)
     assert_escaped_once(html)
     assert "Balloon: time against PFNs per request" in html

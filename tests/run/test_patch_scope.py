@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import re
 from pathlib import Path
 
@@ -159,9 +160,26 @@ def test_every_kernel_path_is_in_the_kernel_tree() -> None:
             assert any(p.exists() for p in found), f"{row.name}: {pattern}"
 
 
-def test_a_scoped_run_limits_its_jobs_to_the_scope(tmp_path, fake, monkeypatch) -> None:
+def _patch_run(tmp_path: Path) -> ps.PatchRun:
+    """What run --patch would have built for a patch of mm/ksm.c (no build)."""
+    from memqual.images.built_kernels import BuiltKernel
+    from memqual.images.kernel_arms import PatchArms
+    from memqual.images.kernel_patches import Patch
+
+    def built(name: str) -> BuiltKernel:
+        return BuiltKernel(name, "6.18.0", tmp_path / name, "debian:6.18", "0" * 64, (), (), "gcc", "0" * 16)
+
+    patch = Patch(tmp_path / "0001-ksm.patch", b"", "1" * 64, "mm/ksm: scan \x1b[2J less", ("mm/ksm.c",))
+    arms = PatchArms(built(f"6.18.0-{'a' * 16}"), built(f"6.18.0-{'b' * 16}"), (patch,), ("CONFIG_KSM: y -> n",))
+    return ps.PatchRun(arms, ps.scope_of(("mm/ksm.c",), scenario.table(), AB))
+
+
+def test_a_patch_run_limits_its_jobs_to_the_scope_and_names_its_arms(tmp_path, fake, monkeypatch) -> None:
     """The scope reaches avocado: the once-per-arm job names the checks'
-    files, the blocks job the kept tests, both still under the ab filters."""
+    files, the blocks job the kept tests, both still under the ab filters.
+    And what run --patch built is handed to the run (host/cli/kernel.py):
+    comparison.json's ``patch`` is its record and the arms are named by
+    it, with no OUTPUT/patch.json read back."""
     fake.plan(
         tests=[
             {"name": "e2e/test_ksm.py:KsmTest.test_guest_ksm", "status": "PASS", "records": ksm_record(4.0)},
@@ -170,9 +188,11 @@ def test_a_scoped_run_limits_its_jobs_to_the_scope(tmp_path, fake, monkeypatch) 
         ]
     )
     monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
-    scope = ps.scope_of(("mm/ksm.c",), scenario.table(), AB).test_scope("e2e")
+    patch = _patch_run(tmp_path)
     config = dataclasses.replace(
-        run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path))), scope=scope
+        run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path))),
+        scope=patch.scope.test_scope("e2e"),
+        patch=patch,
     )
     out = io.StringIO()
     runjob.run(config, Console(file=out, width=120))
@@ -183,3 +203,10 @@ def test_a_scoped_run_limits_its_jobs_to_the_scope(tmp_path, fake, monkeypatch) 
     assert "--filter-by-tags=ab,-slow,-boot,-hosts" in blocks["argv"]
     ran = out.getvalue()
     assert "KsmTest.test_guest_ksm;b1-A: PASS" in ran and "test_volatile_scan_4k" not in ran
+    assert not (config.output / "patch.json").exists()
+    compared = json.loads((config.output / "comparison.json").read_text())
+    assert compared["patch"] == json.loads(json.dumps(patch.to_json()))
+    assert compared["patch"]["scope"]["kind"] == ps.SCOPED
+    assert compared["patch"]["config_diff"] == ["CONFIG_KSM: y -> n"]
+    page = (config.output / "comparison.html").read_text()
+    assert f"B 6.18.0-{'b' * 16} (+ mm/ksm: scan \\x1b[2J less)" in page and "\x1b" not in page

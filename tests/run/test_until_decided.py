@@ -498,7 +498,7 @@ def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracke
     tracker.decided_at = 5
     monkeypatch.setattr(run_rounds, "MIN_CONTROL_BLOCKS", 3)
     enough = control_power.ControlPower(26, 3, True, 0.003, 0.1, 0.97, 100, 34, 0.02)
-    monkeypatch.setattr(run_rounds, "controls_power_now", lambda state, level: enough)
+    monkeypatch.setattr(control_power, "of_look", lambda compared, at, threshold: (None, enough))
     fake.plan(tests=PLAN3)
     status, out = run_memqual(tmp_path, "--until-decided")
     assert status == 0
@@ -511,6 +511,48 @@ def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracke
     ]
     assert summary["controls"]["blocks"] == 3
     assert "they leave the further blocks" in out
+
+
+def test_the_controls_power_is_simulated_once_a_look_at_the_runs_threshold(tmp_path, fake, monkeypatch):
+    """Each look's figure of the controls' power, written in comparison.json
+    and read by the rule that lets the controls leave the blocks, is one
+    simulation at the run's --threshold; the run's end simulates its own
+    (the best look's, the blocks needed)."""
+    from memqual.host.judge import control_power
+
+    events: list[str] = []
+    thresholds: set[float] = set()
+    short = control_power.ControlPower(1, 2, True, 0.003, 0.1, 0.5, 100, 34, 0.02)
+
+    class Marked(ThreeLooks):
+        def update(self, look, records_a, records_b, fraction=1.0):
+            events.append("look")
+            return super().update(look, records_a, records_b, fraction)
+
+    def simulated(designs, *, alpha, threshold, **kwargs):
+        events.append("simulation")
+        thresholds.add(threshold)
+        return dataclasses.replace(short, alpha=alpha)
+
+    def marked_end(*args, **kwargs):
+        events.append("end")
+        return of_results(*args, **kwargs)
+
+    of_results = run_rounds.of_results
+    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: Marked(threshold=0.07, alpha=0.01))
+    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(run_rounds, "of_results", marked_end)
+    # Both of the look's readers want the figure from the first look on.
+    monkeypatch.setattr(run_rounds, "MIN_CONTROL_BLOCKS", 2)
+    monkeypatch.setattr(control_power, "power", simulated)
+    fake.plan(tests=PLAN3)
+    status, _ = run_memqual(tmp_path, "--until-decided", "--threshold", "0.07")
+    assert status in (0, 1)
+    looks = " ".join(events[: events.index("end")]).split("look")[1:]
+    assert [part.split() for part in looks] == [["simulation"]] * 3, events
+    assert thresholds == {0.07}
+    written = json.loads((tmp_path / "out" / "until-decided.json").read_text())
+    assert [x["blocks"] for x in written["controls"]["looks"]] == [2, 3, 4]
 
 
 def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_scale():

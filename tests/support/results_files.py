@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from memqual.host.core.record import Measurement
-from memqual.host.judge import claims
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
 from memqual.host.judge.results import build_results, write_results
 
 
@@ -40,5 +41,5 @@ def write_results_file(path: Path, records: list[Measurement]) -> Path:
     """results.json at ``path`` for these records, the claims judged from
     them as a run would; no host description (the tests' host is not the
     point)."""
-    write_results(build_results(claims.evaluate(claims.load(), records), records, host_fallback=False), path)
+    write_results(build_results(evaluate(load(), records), records, host_fallback=False), path)
     return path

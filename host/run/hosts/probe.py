@@ -22,10 +22,10 @@ from typing import Any
 from memqual.host.core import locks
 from memqual.host.core import probe as host_probe
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.knobs import default_state_dir
 from memqual.host.core.paths import cache_dir
 from memqual.host.core.polling import poll
 from memqual.host.core.qemu_binary import choose
-from memqual.host.ksm.state import default_state_dir
 
 SCHEMA = "memqual.hostprobe/1"
 QEMU_EXIT_WAIT_S = 5.0
