@@ -1,16 +1,20 @@
 """The KVM memslot search patches of the host under test
 (images/kvm-memslots/README.md): what each patch names and changes, read
-as ``memqual kernel build --patch`` reads it, and that each applies with
-``patch -p1`` on Debian's linux-source-6.1 6.1.192, 0001 first.  The
-source is a kept base tree of ``memqual kernel build`` when there is one
-(two files copied: fast), else the two files streamed out of the source
-.deb in the cache (about 15 s, once for the module: the only way to know
-the patch applies is the source it is for); the apply tests skip without
-either."""
+as ``memqual kernel build --patch`` reads it; that each applies with
+``patch -p1`` on Debian's linux-source-6.1 6.1.192, 0001 first; and that
+the search of 0002-0004, their own C functions compiled in user space
+(kvm_memslots_harness.c), finds the slot the model finds and counts the
+nodes the model counts, over random registrations, deletions and lookups
+and the shipped layouts.  The source is a kept base tree of ``memqual
+kernel build`` when there is one (two files copied: fast), else the two
+files streamed out of the source .deb in the cache (about 15 s, once for
+the module: the only way to know the patch applies is the source it is
+for); those tests skip without either, or without a C compiler."""
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import shutil
 import subprocess
@@ -19,11 +23,14 @@ from pathlib import Path
 import pytest
 
 from memqual.host.core.paths import REPO_ROOT
+from memqual.host.memslots.layout import SHIPPED_LAYOUTS, Slot, load_layout
+from memqual.host.memslots.slot_index import SlotIndex
 from memqual.host.memslots.structures import STRUCTURES
 from memqual.images.kernel_patches import read_patch
 
 PATCHES = REPO_ROOT / "images" / "kvm-memslots"
 TOUCHED = ("include/linux/kvm_host.h", "virt/kvm/kvm_main.c")
+HARNESS = Path(__file__).resolve().parent / "kvm_memslots_harness.c"
 KBUILD = Path("/var/tmp/memqual-kbuild")
 SOURCE_DEB = "linux-source-6.1_6.1.192-3_all.deb"
 
@@ -162,3 +169,133 @@ def test_a_search_patch_does_not_apply_without_0001(source: Path, tmp_path: Path
     shutil.copytree(source, tree)
     result = _patch(tree, CASES[1], "--dry-run")
     assert result.returncode != 0
+
+
+# Each search patch's functions the harness pastes in: its search (in
+# kvm_host.h) and the update of its structure (in kvm_main.c).
+EXTRACTED = {
+    "linear": ("LINEAR", ("kvm_array_replace",)),
+    "tree2011": ("TREE2011", ("kvm_wbt_above", "kvm_wbt_rebuild")),
+    "reorder": ("REORDER", ("kvm_reorder_replace",)),
+}
+SEARCHES = tuple(c for c in CASES if c.structure in EXTRACTED)
+
+
+def c_function(source: str, name: str) -> str:
+    """The definition of ``name`` in kernel C: from its declaration's first
+    line to the closing brace in column 0."""
+    match = re.search(rf"^static [^;{{]*?\b{name}\(", source, re.M | re.S)
+    assert match is not None, f"no definition of {name}"
+    return source[match.start() : source.index("\n}\n", match.start()) + 3]
+
+
+@pytest.fixture(scope="module")
+def harnesses(source: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The harness built for each search patch, from the patched source."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    built = {}
+    for case in SEARCHES:
+        folder = tmp_path_factory.mktemp(case.structure)
+        tree = folder / "linux"
+        shutil.copytree(source, tree)
+        for patch in (COUNTED, case):
+            result = _patch(tree, patch)
+            assert result.returncode == 0, result.stdout + result.stderr
+        define, functions = EXTRACTED[case.structure]
+        header = (tree / TOUCHED[0]).read_text()
+        main = (tree / TOUCHED[1]).read_text()
+        pasted = [c_function(header, "__search_memslots"), *(c_function(main, f) for f in functions)]
+        (folder / "extracted.c").write_text("\n".join(pasted))
+        binary = folder / "harness"
+        subprocess.run(
+            [cc, "-O1", "-Wall", "-Werror", f"-D{define}", f"-I{folder}", "-o", str(binary), str(HARNESS)],
+            check=True,
+            timeout=60,
+        )
+        built[case.structure] = binary
+    return built
+
+
+def replay(harness: Path, model: SlotIndex, steps: list[tuple[str, Slot | int]]) -> None:
+    """Run ``steps`` (insert a slot, delete an id, look up a gfn) through the
+    kernel's code and the model; every lookup's slot and nodes must agree."""
+    lines, expected = [], []
+    for op, arg in steps:
+        if op == "I":
+            assert isinstance(arg, Slot)
+            model.insert(arg)
+            lines.append(f"I {arg.id} {arg.base_gfn} {arg.npages}")
+        elif op == "D":
+            assert isinstance(arg, int)
+            model.delete(arg)
+            lines.append(f"D {arg}")
+        else:
+            assert isinstance(arg, int)
+            slot, nodes = model.lookup(arg)
+            lines.append(f"L {arg}")
+            expected.append(f"{-1 if slot is None else slot} {nodes}")
+    out = subprocess.run([harness], input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = out.stdout.splitlines()
+    assert len(got) == len(expected)
+    first = next((i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
+    assert first is None, f"lookup {first}: kernel {got[first]}, model {expected[first]}"
+
+
+def random_steps(seed: int, count: int = 400) -> list[tuple[str, Slot | int]]:
+    """Registrations (ids reused after deletion, sizes often equal, for the
+    ties), deletions and lookups in and between the slots."""
+    rng = random.Random(seed)
+    live: dict[int, tuple[int, int]] = {}
+    free = list(range(40))
+    rng.shuffle(free)
+    steps: list[tuple[str, Slot | int]] = []
+    for _ in range(count):
+        roll = rng.random()
+        if free and (roll < 0.45 or not live):
+            sid = free.pop()
+            size = rng.choice([1, 4, 4, 16, 16, 100, rng.randint(1, 300)])
+            base = rng.randrange(0, 20000)
+            if all(base + size <= b or base >= b + n for b, n in live.values()):
+                live[sid] = (base, size)
+                steps.append(("I", Slot(id=sid, base_gfn=base, npages=size)))
+            else:
+                free.append(sid)
+        elif roll < 0.65 and live:
+            sid = rng.choice(sorted(live))
+            del live[sid]
+            free.append(sid)
+            steps.append(("D", sid))
+        else:
+            steps.append(("L", rng.randrange(0, 20400)))
+    return steps
+
+
+@pytest.mark.parametrize("case", SEARCHES, ids=lambda c: c.structure)
+def test_the_kernel_search_counts_what_the_model_counts(case: Case, harnesses: dict[str, Path]) -> None:
+    for seed in range(20):
+        replay(harnesses[case.structure], STRUCTURES[case.structure](), random_steps(seed))
+
+
+@pytest.mark.parametrize("case", SEARCHES, ids=lambda c: c.structure)
+@pytest.mark.parametrize("name", SHIPPED_LAYOUTS)
+def test_the_kernel_search_counts_what_the_model_counts_on_a_shipped_layout(
+    case: Case, name: str, harnesses: dict[str, Path]
+) -> None:
+    """Each slot's first and last frame and the frame after it (a miss, or
+    the next slot), registered in the layout's order."""
+    slots = load_layout(name).slots
+    steps: list[tuple[str, Slot | int]] = [("I", slot) for slot in slots]
+    for slot in slots:
+        steps += [("L", slot.base_gfn), ("L", slot.end_gfn - 1), ("L", slot.end_gfn)]
+    steps.append(("L", 0))
+    replay(harnesses[case.structure], STRUCTURES[case.structure](), steps)
+
+
+def test_the_comparison_fails_when_the_kernel_counts_otherwise(harnesses: dict[str, Path]) -> None:
+    """The same steps replayed against another structure's model disagree:
+    the comparison can tell the structures apart."""
+    with pytest.raises(AssertionError, match="lookup"):
+        replay(harnesses["linear"], STRUCTURES["reorder"](), random_steps(1))
