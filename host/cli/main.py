@@ -106,6 +106,10 @@ def _command(argv: list[str] | None) -> int:
         # qemu.qmp logs its connection failures itself; memqual reports them
         # as one LaunchError line, so its own lines would only repeat it.
         logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
+        # paramiko logs a traceback for each connect that finds no banner
+        # yet (an L1 still booting its SSH server): memqual retries those
+        # and says itself when the last one failed.
+        logging.getLogger("paramiko").setLevel(logging.CRITICAL)
     try:
         _restore_stale_host_state(args.command)
         leftovers.sweep_process_dirs()  # of runs that were killed

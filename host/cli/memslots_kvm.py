@@ -19,6 +19,7 @@ import sys
 from typing import Any
 
 from memqual.host.cli import args as cliargs
+from memqual.host.cli import memslots_l1
 from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
 
@@ -119,6 +120,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         lookup.add_argument(
             flag, type=cliargs.count, default=default, metavar=metavar, help=f"{text} (default {default})"
         )
+    cliargs.add_host_kernel(parser, "; with --lookup, the benchmark runs in that host's KVM (memslots_l1.py)")
+    cliargs.add_clock(parser, "with --host-kernel: default icount")
+    memslots_l1.add_arguments(parser)
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -167,8 +171,12 @@ def run_lookup(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots import kvm_lookup, kvm_lookup_results
 
-    check_kvm_device(args.device)
     slots = parse_slots(args.slots) if args.slots != DEFAULT_SLOTS else kvm_lookup.QUICK_SLOTS
+    if args.host_kernel:
+        return memslots_l1.run(args, slots)
+    if args.host_kernel_param:
+        raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+    check_kvm_device(args.device)
     config = kvm_lookup.LookupConfig(
         slots=slots, replicates=args.replicates, rounds=args.rounds, iterations=args.iterations, device=args.device
     )

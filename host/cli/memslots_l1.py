@@ -1,0 +1,104 @@
+"""``memqual memslots kvm --lookup --host-kernel KERNEL``: the per-access
+lookup benchmark (host/memslots/l1_lookup.py) in the host under test.
+memqual boots L1 with its smallest guest, stops that guest (its vCPU then
+costs L1 nothing while the benchmark runs), runs guest/kvm_lookup.c in L1
+once per slot count and prints, per kind: L1's nanoseconds per access (on
+icount, L1's instructions) and, on a kernel that counts its memslot
+search (images/kvm-memslots/), the nodes per lookup beside the model's.
+Exit 1 when a count differs from the model.  docs/memslots-kvm.md, "The
+lookup benchmark in L1"."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from memqual.host.cli import args as cliargs
+from memqual.host.core import clock, nested
+
+# The guest L1 must run (rc.host starts it): the smallest that boots, one
+# vCPU, stopped before the benchmark starts.
+GUEST_MIB = 256
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The L1 options of ``memqual memslots kvm --lookup``."""
+    parser.add_argument(
+        "--miss",
+        choices=("ioeventfd", "exit"),
+        default="ioeventfd",
+        help="with --host-kernel: a miss taken by an ioeventfd in L1's kernel, or exiting to the program",
+    )
+
+
+def config(args: argparse.Namespace, slots: tuple[int, ...]) -> Any:
+    from memqual.host.memslots.l1_lookup import L1LookupConfig
+
+    made = L1LookupConfig(slots=slots, iterations=args.iterations, rounds=args.rounds, miss=args.miss)
+    made.check()
+    return made
+
+
+def guest_namespace(args: argparse.Namespace) -> argparse.Namespace:
+    """``boot``'s options for the one guest L1 runs."""
+    return argparse.Namespace(
+        clock=args.clock or clock.ICOUNT,
+        accel="auto",
+        cpus=1,
+        memory=GUEST_MIB,
+        machine="microvm",
+        warm=False,
+        qemu=None,
+    )
+
+
+def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
+    # lazy: the machine brings paramiko (~240 ms); only a boot needs it
+    from memqual.host.core.machine import Machine
+    from memqual.host.memslots import l1_lookup
+    from memqual.images.build import KernelSource, build
+
+    host = cliargs.one_host(args)
+    assert host is not None
+    bench = config(args, slots)
+    machine_config, _qemu, note = cliargs.guest_on_clock(guest_namespace(args), host)
+    if note:
+        print(f"[{note}]", file=sys.stderr)
+    image = build(KernelSource(None, None, None))
+    with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
+        vm.qmp("stop")
+        result = l1_lookup.run(vm.host_ssh, bench)
+        label, clock_label = vm.host_label, vm.clock.label
+    doc: dict[str, Any] = {"host": label, "clock": clock_label, **result.to_json()}
+    if args.json:
+        print(json.dumps(doc, indent=2, sort_keys=True, default=str))
+    else:
+        print("\n".join(render(result, label, clock_label)))
+    return 1 if result.findings() else 0
+
+
+def render(result: Any, host: str, clock_label: str) -> list[str]:
+    """One line a slot count and kind: L1's ns per access over the null
+    loop, the kernel's nodes per lookup and the model's."""
+    first = result.runs[0] if result.runs else None
+    search = first.search if first is not None else None
+    lines = [
+        f"host: {host}, clock {clock_label}; memslot search: {search or 'not counted (the kernel has no counters)'}",
+        f"{'kind':9} {'slots':>6} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7}  check",
+    ]
+    for run in result.runs:
+        checks = {c.kind: c for c in run.checks}
+        for kind, fig in run.figures.items():
+            check = checks.get(kind)
+            measured = "-" if check is None or check.measured_nodes is None else f"{check.measured_nodes:.2f}"
+            model = "-" if check is None or check.expected_nodes is None else f"{check.expected_nodes:.2f}"
+            verdict = check.verdict if check is not None else "not counted"
+            lines.append(
+                f"{kind:9} {run.slots:>6} {fig.ns_per_access:>13.1f} {fig.exits_per_access:>13.3f} "
+                f"{measured:>13} {model:>7}  {verdict}"
+            )
+    for finding in result.findings():
+        lines.append(f"differs: {finding.kind} at {finding.slots} slots: {finding.note}")
+    return lines

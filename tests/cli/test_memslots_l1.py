@@ -1,0 +1,78 @@
+"""``memqual memslots kvm --lookup --host-kernel``: its table from a
+result (host/cli/memslots_l1.py), its options refused before any boot."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from memqual.host.cli import memslots_l1
+from memqual.host.memslots import kvm_lookup
+from memqual.host.memslots import l1_lookup as L
+
+CONFIG = L.L1LookupConfig(slots=(8,), iterations=100, rounds=1, unroll=8, ram_mib=4)
+
+
+def result(miss_nodes: int) -> L.L1LookupResult:
+    """One slot count, one round; the kernel counts one lookup an access,
+    ``miss_nodes`` nodes for a miss and one for a hit (6.1's cached slot)."""
+    geo = CONFIG.reference().geometry(8)
+    counts = {"null": (0, 0, 0), "miss": (800, 800 * miss_nodes, 800), "ram_hit": (800, 800, 0)}
+    lines = []
+    for kind, (lookups, nodes, misses) in counts.items():
+        ns = 80_000 + (0 if kind == "null" else 800 * 300)
+        target = geo.targets()["ram_hit" if kind == "null" else kind]
+        lines.append(
+            L.Pass(
+                kind=kind,
+                round=0,
+                slots=8,
+                iterations=100,
+                unroll=8,
+                accesses=0 if kind == "null" else 800,
+                target_gpa=target,
+                ns=ns,
+                cpu_ns=ns,
+                exits=0,
+                mmio_exits=0,
+                eventfd=0,
+                counters=L.Counters(lookups, nodes, misses),
+                search="rbtree",
+            )
+        )
+    figures = L.kind_figures(lines)
+    checks = tuple(L.model_checks(CONFIG, figures, "rbtree"))
+    return L.L1LookupResult(CONFIG, (L.SlotRun(8, tuple(lines), figures, checks, "rbtree", counted=True),))
+
+
+def test_the_table_names_host_clock_structure_and_each_check() -> None:
+    walk = kvm_lookup.model_nodes(CONFIG.reference().geometry(8), "rbtree")["miss"]
+    agreeing = memslots_l1.render(result(walk + 1), "K in TCG+SVM", "icount:0")
+    assert agreeing[0] == "host: K in TCG+SVM, clock icount:0; memslot search: rbtree"
+    miss = next(line for line in agreeing if line.startswith("miss"))
+    assert miss.split()[1:3] == ["8", "300.0"] and miss.endswith("agrees")
+    assert not any(line.startswith("differs") for line in agreeing)
+    differing = memslots_l1.render(result(walk + 3), "K in TCG+SVM", "icount:0")
+    assert next(line for line in differing if line.startswith("miss")).endswith("differs")
+    assert any(line.startswith("differs: miss at 8 slots") for line in differing)
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--host-kernel-param", "kvm.mmio_caching=0"], "give --host-kernel KERNEL with it"),
+        (["--host-kernel", "6.1.0-57-amd64", "--miss", "neither"], "invalid choice"),
+        (["--host-kernel", "6.1.0-57-amd64", "--host-kernel", "6.1.0-57-amd64"], "given twice"),
+    ],
+)
+def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "memqual.host.cli.main", "memslots", "kvm", "--lookup", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr
