@@ -26,6 +26,13 @@ GUEST_MIB = 256
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The L1 options of ``memqual memslots kvm --lookup``."""
     parser.add_argument(
+        "--boots",
+        type=cliargs.count,
+        default=1,
+        metavar="B",
+        help="with --host-kernel: fresh boots of L1, each one replicate of the records (default 1)",
+    )
+    parser.add_argument(
         "--miss",
         choices=("ioeventfd", "exit"),
         default="ioeventfd",
@@ -67,16 +74,31 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
     if note:
         print(f"[{note}]", file=sys.stderr)
     image = build(KernelSource(None, None, None))
-    with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
-        vm.qmp("stop")
-        result = l1_lookup.run(vm.host_ssh, bench)
-        label, clock_label = vm.host_label, vm.clock.label
-    doc: dict[str, Any] = {"host": label, "clock": clock_label, **result.to_json()}
+    boots, label, clock_label, release = [], "", "", ""
+    for _ in range(args.boots):
+        with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
+            vm.qmp("stop")
+            boots.append(l1_lookup.run(vm.host_ssh, bench))
+            label, clock_label = vm.host_label, vm.clock.label
+            release = vm.host_image.release if vm.host_image is not None else ""
+    doc: dict[str, Any] = {"host": label, "clock": clock_label, "boots": [b.to_json() for b in boots]}
+    if args.records:
+        from memqual.host.core.probe import environment
+        from memqual.host.core.record import write as write_record
+        from memqual.host.memslots import l1_lookup_records
+
+        env = environment().with_host(label, release).with_clock(clock_label, 1)
+        doc["records"] = [str(write_record(r, args.records)) for r in l1_lookup_records.records(boots, env)]
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
-        print("\n".join(render(result, label, clock_label)))
-    return 1 if result.findings() else 0
+        for index, result in enumerate(boots):
+            if len(boots) > 1:
+                print(f"boot {index + 1} of {len(boots)}:")
+            print("\n".join(render(result, label, clock_label)))
+        if doc.get("records"):
+            print(f"records: {len(doc['records'])} written to {args.records}")
+    return 1 if any(b.findings() for b in boots) else 0
 
 
 def render(result: Any, host: str, clock_label: str) -> list[str]:
