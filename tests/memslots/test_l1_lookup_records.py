@@ -53,7 +53,9 @@ class FakeShell:
     def __init__(self, stdout: str) -> None:
         self.stdout = stdout
 
-    def run(self, argv: list[str], **_: object) -> SimpleNamespace:
+    def run(
+        self, argv: list[str], timeout: float = 0.0, check: bool = True, input: bytes | None = None
+    ) -> SimpleNamespace:
         return SimpleNamespace(status=0, stdout=self.stdout, stderr="")
 
 
