@@ -4,7 +4,6 @@ one replicate a boot, a miss's walk only where the kernel counted it."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
@@ -45,18 +44,10 @@ def boot(miss_ns: int, miss_nodes: int | None, search: str = "linear") -> L.L1Lo
             "search": search,
         }
         lines.append(json.dumps(obj))
-    run = L.run_slots(FakeShell("\n".join(lines) + "\n"), "/tmp/kvm_lookup", CONFIG, 8)
-    return L.L1LookupResult(CONFIG, (run,))
-
-
-class FakeShell:
-    def __init__(self, stdout: str) -> None:
-        self.stdout = stdout
-
-    def run(
-        self, argv: list[str], timeout: float = 0.0, check: bool = True, input: bytes | None = None
-    ) -> SimpleNamespace:
-        return SimpleNamespace(status=0, stdout=self.stdout, stderr="")
+    passes = L.parse_passes("\n".join(lines))
+    figures = L.kind_figures(passes)
+    checks = tuple(L.model_checks(CONFIG, figures, search))
+    return L.L1LookupResult(CONFIG, (L.SlotRun(8, tuple(passes), figures, checks, search, counted=True),))
 
 
 def test_each_boot_is_a_replicate_and_the_walk_is_the_kernels() -> None:
