@@ -42,7 +42,7 @@
  *    "accesses": I*U (0 for null), "target_gpa": ..., "ns": CLOCK_MONOTONIC,
  *    "cpu_ns": this thread's CPU, "exits": KVM_RUN returns before the
  *    report, "mmio_exits": those that were KVM_EXIT_MMIO, "eventfd": writes
- *    the ioeventfd took, "counters": {"lookups", "nodes", "misses"} deltas
+ *    the ioeventfd took, "counters": {"lookups", "nodes", "misses"[, "miss_nodes"]} deltas
  *    over the pass or null, "search": memslot_search or null}
  * The counters are the kvm module's parameters memslot_lookups,
  * memslot_nodes and memslot_misses, read before and after each pass when
@@ -194,6 +194,8 @@ static int has_kind(const struct geometry *g, int k) { return k != K_HIT && (k !
 /* --- the counters of a kernel with memqual's memslot patches ------------------ */
 struct counters {
 	unsigned long long lookups, nodes, misses;
+	unsigned long long miss_nodes; /* a miss's own walks: kernels counting them only */
+	int has_miss_nodes;
 };
 
 static int read_counter(const char *name, unsigned long long *value)
@@ -231,6 +233,7 @@ static int read_counters(struct counters *c)
 	if (have != 0 && have != 3)
 		fail(EXIT_FAILED, "%s has %d of the counters memslot_lookups, memslot_nodes, memslot_misses",
 		     COUNTERS_DIR, have);
+	c->has_miss_nodes = have == 3 && read_counter("memslot_miss_nodes", &c->miss_nodes);
 	return have == 3;
 }
 
@@ -564,6 +567,8 @@ static void run_pass(struct vm *vm, struct pass *p, int warmup)
 		p->delta.lookups = after.lookups - before.lookups;
 		p->delta.nodes = after.nodes - before.nodes;
 		p->delta.misses = after.misses - before.misses;
+		p->delta.has_miss_nodes = before.has_miss_nodes && after.has_miss_nodes;
+		p->delta.miss_nodes = after.miss_nodes - before.miss_nodes;
 	}
 	p->eventfd = read_eventfd(vm);
 	check_pass(vm, p);
@@ -578,7 +583,10 @@ static void print_pass(const struct vm *vm, const struct pass *p, unsigned long 
 	       p->kind == K_NULL ? 0ULL : (unsigned long long)p->iterations * vm->opt->unroll,
 	       (unsigned long long)vm->target[p->kind], (unsigned long long)p->ns, (unsigned long long)p->cpu_ns,
 	       p->exits, p->mmio_exits, (unsigned long long)p->eventfd);
-	if (p->have_counters)
+	if (p->have_counters && p->delta.has_miss_nodes)
+		printf("\"counters\": {\"lookups\": %llu, \"nodes\": %llu, \"misses\": %llu, \"miss_nodes\": %llu}, ",
+		       p->delta.lookups, p->delta.nodes, p->delta.misses, p->delta.miss_nodes);
+	else if (p->have_counters)
 		printf("\"counters\": {\"lookups\": %llu, \"nodes\": %llu, \"misses\": %llu}, ", p->delta.lookups,
 		       p->delta.nodes, p->delta.misses);
 	else

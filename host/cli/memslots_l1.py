@@ -26,6 +26,13 @@ GUEST_MIB = 256
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The L1 options of ``memqual memslots kvm --lookup``."""
     parser.add_argument(
+        "--boots",
+        type=cliargs.count,
+        default=1,
+        metavar="B",
+        help="with --host-kernel: fresh boots of L1, each one replicate of the records (default 1)",
+    )
+    parser.add_argument(
         "--miss",
         choices=("ioeventfd", "exit"),
         default="ioeventfd",
@@ -71,6 +78,16 @@ def layout_config(args: argparse.Namespace) -> Any:
     return made
 
 
+def check_layout_options(args: argparse.Namespace) -> None:
+    """What goes with --layout and what does not, before any boot."""
+    from memqual.host.core.errors import BadInput
+
+    if args.layout is None and (args.miss_gfn is not None or args.hit_gfn is not None):
+        raise BadInput("--miss-gfn and --hit-gfn place a --layout's targets: give --layout FILE|seed-000 with them")
+    if args.layout is not None and args.records:
+        raise BadInput("--records are the slot-count runs' (memslots.l1_lookup): give --layout without --records")
+
+
 def guest_namespace(args: argparse.Namespace) -> argparse.Namespace:
     """``boot``'s options for the one guest L1 runs."""
     return argparse.Namespace(
@@ -87,38 +104,51 @@ def guest_namespace(args: argparse.Namespace) -> argparse.Namespace:
 def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
     # lazy: the machine brings paramiko (~240 ms); only a boot needs it
     from memqual.host.core.machine import Machine
-    from memqual.host.memslots import l1_lookup
     from memqual.images.build import KernelSource, build
 
     host = cliargs.one_host(args)
     assert host is not None
-    if args.layout is None and (args.miss_gfn is not None or args.hit_gfn is not None):
-        from memqual.host.core.errors import BadInput
-
-        raise BadInput("--miss-gfn and --hit-gfn place a --layout's targets: give --layout FILE|seed-000 with them")
+    check_layout_options(args)
     bench = config(args, slots) if args.layout is None else layout_config(args)
     machine_config, _qemu, note = cliargs.guest_on_clock(guest_namespace(args), host)
     if note:
         print(f"[{note}]", file=sys.stderr)
     image = build(KernelSource(None, None, None))
-    with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
-        vm.qmp("stop")
-        result: Any
-        if args.layout is None:
-            result = l1_lookup.run(vm.host_ssh, bench)
-        else:
-            from memqual.host.memslots import l1_layout
+    boots, label, clock_label, release = [], "", "", ""
+    for _ in range(args.boots):
+        with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
+            vm.qmp("stop")
+            boots.append(measure(vm.host_ssh, bench))
+            label, clock_label = vm.host_label, vm.clock.label
+            release = vm.host_image.release if vm.host_image is not None else ""
+    doc: dict[str, Any] = {"host": label, "clock": clock_label, "boots": [b.to_json() for b in boots]}
+    if args.records:
+        from memqual.host.core.probe import environment
+        from memqual.host.core.record import write as write_record
+        from memqual.host.memslots import l1_lookup_records
 
-            result = l1_layout.run(vm.host_ssh, bench)
-        label, clock_label = vm.host_label, vm.clock.label
-    doc: dict[str, Any] = {"host": label, "clock": clock_label, **result.to_json()}
+        env = environment().with_host(label, release).with_clock(clock_label, 1)
+        doc["records"] = [str(write_record(r, args.records)) for r in l1_lookup_records.records(boots, env)]
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
-    elif args.layout is None:
-        print("\n".join(render(result, label, clock_label)))
     else:
-        print("\n".join(render_layout(result, label, clock_label)))
-    return 1 if result.findings() else 0
+        show = render if args.layout is None else render_layout
+        for index, result in enumerate(boots):
+            if len(boots) > 1:
+                print(f"boot {index + 1} of {len(boots)}:")
+            print("\n".join(show(result, label, clock_label)))
+        if doc.get("records"):
+            print(f"records: {len(doc['records'])} written to {args.records}")
+    return 1 if any(b.findings() for b in boots) else 0
+
+
+def measure(shell: Any, bench: Any) -> Any:
+    """One boot's run: per slot count (l1_lookup) or on a layout (l1_layout)."""
+    from memqual.host.memslots import l1_layout, l1_lookup
+
+    if isinstance(bench, l1_layout.LayoutLookup):
+        return l1_layout.run(shell, bench)
+    return l1_lookup.run(shell, bench)
 
 
 def render(result: Any, host: str, clock_label: str) -> list[str]:

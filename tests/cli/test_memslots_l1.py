@@ -72,6 +72,7 @@ def test_the_table_names_host_clock_structure_and_each_check() -> None:
         (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--hit-gfn", "0xc5"], "hit gfn 0xc5"),
         (["--host-kernel", "6.1.0-57-amd64", "--miss-gfn", "5"], "give --layout FILE|seed-000"),
         (["--layout", "seed-000"], "give --host-kernel KERNEL"),
+        (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--records", "."], "without --records"),
     ],
 )
 def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], says: str) -> None:

@@ -383,3 +383,30 @@ def test_the_deadline_ends_a_pass(runnable, program) -> None:
     config = L.L1LookupConfig(slots=(1,), iterations=L.MAX_ITERATIONS, ram_mib=4, deadline_s=1)
     with pytest.raises(Timeout, match="deadline of 1 s passed"):
         L.run(LocalShell(), config, program=program)
+
+
+def with_miss_nodes(text: str, per_miss: int) -> str:
+    """The same output from a kernel that also counts a miss's own nodes:
+    ``per_miss`` a miss (none in the null pass)."""
+    lines = []
+    for raw in text.splitlines():
+        obj = json.loads(raw)
+        obj["counters"]["miss_nodes"] = obj["counters"]["misses"] * per_miss
+        lines.append(json.dumps(obj))
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(("search", "extra"), [("rbtree", 1), ("linear", 0)])
+def test_a_miss_s_own_walk_is_checked_apart_when_the_kernel_counts_it(search: str, extra: int) -> None:
+    walk = model_walks(search)["miss"]
+    right = counted_output(walk + extra, search, fetches=1)
+    for per_miss, verdict in ((walk + extra, L.AGREES), (walk + extra + 1, L.DIFFERS)):
+        figures = L.kind_figures(L.parse_passes(with_miss_nodes(right, per_miss)))
+        c = figures["miss"].counted
+        assert c is not None and c.nodes_per_miss == per_miss
+        miss = {k.kind: k for k in L.model_checks(CONFIG, figures, search)}["miss"]
+        assert (miss.measured_miss_nodes, miss.expected_miss_nodes) == (per_miss, walk + extra)
+        assert miss.verdict == verdict, miss.note
+    # A kernel without the counter: the per-lookup check alone, as before.
+    figures = L.kind_figures(L.parse_passes(right))
+    assert figures["miss"].counted is not None and figures["miss"].counted.nodes_per_miss is None
