@@ -89,6 +89,7 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
 
         env = environment().with_host(label, release).with_clock(clock_label, 1)
         doc["records"] = [str(write_record(r, args.records)) for r in l1_lookup_records.records(boots, env)]
+        doc["claims"] = judged(args.records)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
@@ -98,7 +99,28 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
             print("\n".join(render(result, label, clock_label)))
         if doc.get("records"):
             print(f"records: {len(doc['records'])} written to {args.records}")
+            for line in doc["claims"]:
+                print(line)
     return 1 if any(b.findings() for b in boots) else 0
+
+
+# The claims a folder of these records can decide (claims/claims.json on_host).
+CLAIMS = ("memslot-miss",)
+
+
+def judged(directory: Any) -> list[str]:
+    """Each claim of CLAIMS on every record in ``directory`` (the kernels
+    run into one folder): measured once both kernels' records are there,
+    the model's verdict before."""
+    from memqual.host.core import record
+    from memqual.host.judge.claims.evaluate import evaluate
+    from memqual.host.judge.claims.load import load
+
+    claims = [c for c in load() if c.id in CLAIMS]
+    return [
+        f"claim {v.claim.id} ({v.evidence}) on the records in {directory}: {v.verdict}: {v.headline or v.reason}"
+        for v in evaluate(claims, record.collect(directory))
+    ]
 
 
 def render(result: Any, host: str, clock_label: str) -> list[str]:
