@@ -130,7 +130,8 @@ def render(result: Any, host: str, clock_label: str) -> list[str]:
     search = first.search if first is not None else None
     lines = [
         f"host: {host}, clock {clock_label}; memslot search: {search or 'not counted (the kernel has no counters)'}",
-        f"{'kind':9} {'slots':>6} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7}  check",
+        f"{'kind':9} {'slots':>6} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7} "
+        f"{'miss walk':>10} {'model':>7}  check",
     ]
     for run in result.runs:
         checks = {c.kind: c for c in run.checks}
@@ -139,9 +140,11 @@ def render(result: Any, host: str, clock_label: str) -> list[str]:
             measured = "-" if check is None or check.measured_nodes is None else f"{check.measured_nodes:.2f}"
             model = "-" if check is None or check.expected_nodes is None else f"{check.expected_nodes:.2f}"
             verdict = check.verdict if check is not None else "not counted"
+            walk = "-" if check is None or check.measured_miss_nodes is None else f"{check.measured_miss_nodes:.2f}"
+            walk_model = "-" if check is None or check.expected_miss_nodes is None else f"{check.expected_miss_nodes:g}"
             lines.append(
                 f"{kind:9} {run.slots:>6} {fig.ns_per_access:>13.1f} {fig.exits_per_access:>13.3f} "
-                f"{measured:>13} {model:>7}  {verdict}"
+                f"{measured:>13} {model:>7} {walk:>10} {walk_model:>7}  {verdict}"
             )
     for finding in result.findings():
         lines.append(f"differs: {finding.kind} at {finding.slots} slots: {finding.note}")
