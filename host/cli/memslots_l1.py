@@ -129,6 +129,7 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
 
         env = environment().with_host(label, release).with_clock(clock_label, 1)
         doc["records"] = [str(write_record(r, args.records)) for r in l1_lookup_records.records(boots, env)]
+        doc["claims"] = judged(args.records)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
@@ -139,6 +140,8 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
             print("\n".join(show(result, label, clock_label)))
         if doc.get("records"):
             print(f"records: {len(doc['records'])} written to {args.records}")
+            for line in doc["claims"]:
+                print(line)
     return 1 if any(b.findings() for b in boots) else 0
 
 
@@ -151,6 +154,25 @@ def measure(shell: Any, bench: Any) -> Any:
     return l1_lookup.run(shell, bench)
 
 
+# The claims a folder of these records can decide (claims/claims.json on_host).
+CLAIMS = ("memslot-miss",)
+
+
+def judged(directory: Any) -> list[str]:
+    """Each claim of CLAIMS on every record in ``directory`` (the kernels
+    run into one folder): measured once both kernels' records are there,
+    the model's verdict before."""
+    from memqual.host.core import record
+    from memqual.host.judge.claims.evaluate import evaluate
+    from memqual.host.judge.claims.load import load
+
+    claims = [c for c in load() if c.id in CLAIMS]
+    return [
+        f"claim {v.claim.id} ({v.evidence}) on the records in {directory}: {v.verdict}: {v.headline or v.reason}"
+        for v in evaluate(claims, record.collect(directory))
+    ]
+
+
 def render(result: Any, host: str, clock_label: str) -> list[str]:
     """One line a slot count and kind: L1's ns per access over the null
     loop, the kernel's nodes per lookup and the model's."""
@@ -158,7 +180,8 @@ def render(result: Any, host: str, clock_label: str) -> list[str]:
     search = first.search if first is not None else None
     lines = [
         f"host: {host}, clock {clock_label}; memslot search: {search or 'not counted (the kernel has no counters)'}",
-        f"{'kind':9} {'slots':>6} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7}  check",
+        f"{'kind':9} {'slots':>6} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7} "
+        f"{'miss walk':>10} {'model':>7}  check",
     ]
     for run in result.runs:
         checks = {c.kind: c for c in run.checks}
@@ -167,9 +190,11 @@ def render(result: Any, host: str, clock_label: str) -> list[str]:
             measured = "-" if check is None or check.measured_nodes is None else f"{check.measured_nodes:.2f}"
             model = "-" if check is None or check.expected_nodes is None else f"{check.expected_nodes:.2f}"
             verdict = check.verdict if check is not None else "not counted"
+            walk = "-" if check is None or check.measured_miss_nodes is None else f"{check.measured_miss_nodes:.2f}"
+            walk_model = "-" if check is None or check.expected_miss_nodes is None else f"{check.expected_miss_nodes:g}"
             lines.append(
                 f"{kind:9} {run.slots:>6} {fig.ns_per_access:>13.1f} {fig.exits_per_access:>13.3f} "
-                f"{measured:>13} {model:>7}  {verdict}"
+                f"{measured:>13} {model:>7} {walk:>10} {walk_model:>7}  {verdict}"
             )
     for finding in result.findings():
         lines.append(f"differs: {finding.kind} at {finding.slots} slots: {finding.note}")

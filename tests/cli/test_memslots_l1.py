@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +105,34 @@ def test_the_layout_table_names_each_gfn_and_check() -> None:
     miss = next(line for line in lines if line.startswith("miss"))
     assert miss.split()[1:3] == ["0x300", "400.0"] and miss.endswith("agrees")
     assert next(line for line in lines if line.startswith("hit")).endswith("no lookups")
+
+
+def test_the_folder_s_records_judge_memslot_miss_once_both_kernels_wrote(tmp_path: Path) -> None:
+    from memqual.host.core.environment import Environment
+    from memqual.host.core.record import Measurement
+    from memqual.host.core.record import write as write_record
+
+    env = Environment(accel="tcg").with_host("K in TCG+SVM, L2 accel kvm", "6.1.192").with_clock("icount:0", 1)
+
+    def kernel(structure: str, nodes: float) -> None:
+        write_record(
+            Measurement(
+                scenario="memslots.l1_lookup",
+                metric="miss_nodes",
+                unit="nodes",
+                better="lower",
+                samples=[],
+                replicates=[[nodes]] * 3,
+                variant={"kind": "miss", "slots": 9, "layout": "seed-000", "structure": structure},
+                settings={"layout": "seed-000"},
+                environment=env.to_json(),
+            ),
+            tmp_path,
+        )
+
+    kernel("linear", 35.0)
+    (before,) = memslots_l1.judged(tmp_path)
+    assert before.startswith("claim memslot-miss (") and "(measured)" not in before
+    kernel("tree2011", 6.0)
+    (after,) = memslots_l1.judged(tmp_path)
+    assert after.startswith("claim memslot-miss (measured)") and ": reproduced: " in after

@@ -47,7 +47,8 @@ def evaluate(
     not among them was not selected, and its reason says so)."""
     records = list(records)
     verdicts = []
-    for claim in claims:
+    for registered in claims:
+        claim = on_its_host(registered, records)
         beside = _beside(claim, records, seed=seed)
         try:
             verdict = _evaluate_one(claim, records, alpha=alpha, seed=seed)
@@ -71,6 +72,19 @@ def evaluate(
         verdict.today = _today(claim, records)
         verdicts.append(verdict)
     return verdicts
+
+
+def on_its_host(claim: Claim, records: list[Measurement]) -> Claim:
+    """The claim as its evidence stands in these records: measured on a
+    host under test when they hold both sides of its ``on_host`` measure,
+    else as registered (a model, a successor: what this machine can)."""
+    if claim.on_host is None:
+        return claim
+    m = claim.on_host.measure
+    sides = [side for side in (m.a, m.b) if side is not None]
+    if all(any(matches(r, m.scenario, m.metric, side.variant) for r in records) for side in sides):
+        return claim.measured_on_host()
+    return claim
 
 
 def judge_claim(claim_id: str, records: Iterable[Measurement], *, claims_file: str | Path | None = None) -> Verdict:

@@ -25,6 +25,7 @@ from memqual.host.judge.claims.model import (
     Claim,
     Evidence,
     Measure,
+    OnHost,
     Quantity,
     TodayLayouts,
 )
@@ -125,7 +126,17 @@ def _claim(entry: dict[str, Any], where: str) -> Claim:
         tag=entry.get("tag", ""),
         evidence=_evidence(entry["evidence"], where + " evidence"),
         measure=measure,
+        on_host=_on_host(entry.get("on_host"), where + " on_host"),
     )
+
+
+def _on_host(entry: dict[str, Any] | None, where: str) -> OnHost | None:
+    if entry is None:
+        return None
+    measure = _measure(entry["measure"])
+    if measure.source != "records":
+        raise BadInput(f"{where}: its measure must be of source 'records' (what a host under test recorded)")
+    return OnHost(evidence=_evidence(entry["evidence"], where + " evidence"), measure=measure)
 
 
 def _evidence(entry: dict[str, Any], where: str) -> Evidence:

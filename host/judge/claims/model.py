@@ -181,6 +181,25 @@ class Claim:
     tag: str
     evidence: Evidence
     measure: Measure
+    # The claim measured where it lives, on a host kernel memqual builds
+    # (the host under test): judged instead of ``measure`` when a run holds
+    # records of its scenario and metric.
+    on_host: OnHost | None = None
+
+    def measured_on_host(self) -> Claim:
+        """This claim with its host-under-test evidence and measure."""
+        assert self.on_host is not None
+        return dataclasses.replace(self, evidence=self.on_host.evidence, measure=self.on_host.measure, on_host=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class OnHost:
+    """What measures a claim on the host under test: its evidence (class
+    measured, saying which kernels and what counts) and its measure (of
+    source records)."""
+
+    evidence: Evidence
+    measure: Measure
 
 
 @dataclasses.dataclass(frozen=True)

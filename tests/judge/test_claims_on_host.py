@@ -1,0 +1,76 @@
+"""A claim measured where it lives (``on_host`` in claims/claims.json):
+memslot-miss judged from the host under test's kernels' counts when a run
+holds both sides, from the model otherwise; the counts decide the verdict
+both ways."""
+
+from __future__ import annotations
+
+import pytest
+
+from memqual.host.core.environment import Environment
+from memqual.host.core.record import Measurement
+from memqual.host.judge.claims.evaluate import evaluate
+from memqual.host.judge.claims.load import load
+from memqual.host.judge.claims.model import MEASURED, MODEL, NOT_REPRODUCED, REPRODUCED, Verdict
+from memqual.host.memslots import l1_lookup_records as R
+
+HOST = "6.1.192-memqual-x kvm.mmio_caching=0 in TCG+SVM, L2 accel kvm"
+ENV = Environment(accel="tcg").with_host(HOST, "6.1.192-memqual").with_clock("icount:0", 1)
+
+
+def miss_nodes(structure: str, nodes: float, boots: int = 3, layout: str = "seed-000") -> Measurement:
+    """What ``memqual memslots kvm --lookup --host-kernel --records``
+    writes for one kernel: a miss's walk, one replicate a boot."""
+    return Measurement(
+        scenario=R.SCENARIO,
+        metric="miss_nodes",
+        unit="nodes",
+        better="lower",
+        samples=[],
+        replicates=[[nodes] for _ in range(boots)],
+        variant={"kind": "miss", "slots": 9, "layout": layout, "structure": structure},
+        settings={"layout": layout, "iterations": 200},
+        environment=ENV.to_json(),
+    )
+
+
+def verdict(records: list[Measurement]) -> Verdict:
+    claim = next(c for c in load() if c.id == "memslot-miss")
+    return evaluate([claim], records)[0]
+
+
+@pytest.mark.parametrize(
+    ("tree", "array", "expected"),
+    [
+        (6.0, 35.0, REPRODUCED),  # the seed's 6-7 against 32-35: 5.8x
+        (35.0, 35.0, NOT_REPRODUCED),  # a tree that walks what the array walks: no saving
+        (20.0, 35.0, NOT_REPRODUCED),  # a saving, but under half the walk (below the minimum effect)
+    ],
+)
+def test_the_kernels_counts_decide_memslot_miss_as_measured(tree: float, array: float, expected: str) -> None:
+    v = verdict([miss_nodes("tree2011", tree), miss_nodes("linear", array)])
+    assert v.evidence == MEASURED
+    assert v.verdict == expected, v.reason
+    assert v.ratio == pytest.approx(array / tree)
+    assert v.ran_on is not None and v.ran_on.hosts == (HOST,) and v.ran_on.clocks == ("icount:0",)
+    assert "memslots.l1_lookup miss_nodes" in v.reason
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [],  # nothing from a host under test
+        [miss_nodes("linear", 35.0)],  # one side alone
+        [miss_nodes("tree2011", 6.0, layout="kvm_lookup"), miss_nodes("linear", 35.0, layout="kvm_lookup")],
+    ],
+    ids=["none", "one side", "another layout"],
+)
+def test_without_both_kernels_on_the_seed_guest_the_model_stands(records: list[Measurement]) -> None:
+    v = verdict(records)
+    assert v.evidence != MEASURED
+    assert v.claim.evidence.kind == MODEL and v.claim.on_host is not None
+
+
+def test_fewer_than_three_boots_a_side_is_underpowered_not_a_verdict() -> None:
+    v = verdict([miss_nodes("tree2011", 6.0, boots=2), miss_nodes("linear", 35.0, boots=2)])
+    assert v.evidence == MEASURED and v.verdict == "underpowered"
