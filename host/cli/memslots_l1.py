@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     for flag, what in (("--miss-gfn", "the miss's gfn (in no slot)"), ("--hit-gfn", "the hit's gfn")):
         parser.add_argument(flag, metavar="GFN", help=f"with --layout: {what}, decimal or 0x hex")
+    parser.add_argument(
+        "--host-2011",
+        choices=("vmx-ept", "svm", "none"),
+        help="with --layout: register that 2011 host's private slots after the layout's (host/memslots/kvm2011.py; "
+        "vmx-ept: ids 32-34, so the 2011 array walks 35 entries); default vmx-ept for seed-000, none for a file",
+    )
 
 
 def config(args: argparse.Namespace, slots: tuple[int, ...]) -> Any:
@@ -59,20 +65,37 @@ def config(args: argparse.Namespace, slots: tuple[int, ...]) -> Any:
 def layout_config(args: argparse.Namespace) -> Any:
     """The --layout run, checked before any boot (BadInput: one line)."""
     from memqual.host.core.errors import BadInput
-    from memqual.host.memslots import l1_layout, seed_layout
+    from memqual.host.memslots import kvm2011, l1_layout, seed_layout
     from memqual.host.memslots.layout import load_layout, parse_gfn
 
     miss = parse_gfn(args.miss_gfn) if args.miss_gfn is not None else None
+    default_host = "none"
     if args.layout == seed_layout.NAME:
         seed = seed_layout.load() if seed_layout.PATH.exists() else seed_layout.record()
         layout, miss = seed.layout, seed.miss_gfn if miss is None else miss
+        # Seed 000's guest on seed 000's host: the judge's 2011 host.
+        default_host = kvm2011.DEFAULT_HOST.name
     else:
         layout = load_layout(args.layout)
     if miss is None:
         raise BadInput(f"--layout {args.layout}: give --miss-gfn GFN, a gfn in none of its slots")
+    host_2011 = args.host_2011 or default_host
+    # Records name the layout as given when its private slots are its default.
+    label = layout.name if host_2011 == default_host else f"{layout.name}+{host_2011}"
+    if host_2011 != "none":
+        if not kvm2011.runs_on_2011(layout):
+            raise BadInput(f"--host-2011 {host_2011}: layout {layout.name} has ids a 2011 host refused (32 and up)")
+        layout = kvm2011.on_host(layout, kvm2011.HOSTS[host_2011])
     hit = parse_gfn(args.hit_gfn) if args.hit_gfn is not None else l1_layout.default_hit(layout)
     made = l1_layout.LayoutLookup(
-        layout, miss, hit_gfn=hit, iterations=args.iterations, rounds=args.rounds, miss=args.miss
+        layout,
+        miss,
+        hit_gfn=hit,
+        iterations=args.iterations,
+        rounds=args.rounds,
+        miss=args.miss,
+        host_2011=host_2011,
+        label=label,
     )
     made.check()
     return made
@@ -84,8 +107,8 @@ def check_layout_options(args: argparse.Namespace) -> None:
 
     if args.layout is None and (args.miss_gfn is not None or args.hit_gfn is not None):
         raise BadInput("--miss-gfn and --hit-gfn place a --layout's targets: give --layout FILE|seed-000 with them")
-    if args.layout is not None and args.records:
-        raise BadInput("--records are the slot-count runs' (memslots.l1_lookup): give --layout without --records")
+    if args.layout is None and args.host_2011 is not None:
+        raise BadInput("--host-2011 adds a 2011 host's private slots to a --layout: give --layout FILE|seed-000")
 
 
 def guest_namespace(args: argparse.Namespace) -> argparse.Namespace:
@@ -128,7 +151,9 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
         from memqual.host.memslots import l1_lookup_records
 
         env = environment().with_host(label, release).with_clock(clock_label, 1)
-        doc["records"] = [str(write_record(r, args.records)) for r in l1_lookup_records.records(boots, env)]
+        layout = bench.label if args.layout is not None else l1_lookup_records.UNIFORM_LAYOUT
+        made = l1_lookup_records.records(boots, env, layout)
+        doc["records"] = [str(write_record(r, args.records)) for r in made]
         doc["claims"] = judged(args.records)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
@@ -206,8 +231,9 @@ def render_layout(result: Any, host: str, clock_label: str) -> list[str]:
     kernel's nodes per lookup and the model's."""
     run, config = result.run, result.config
     lines = [
-        f"host: {host}, clock {clock_label}; layout {config.layout.name or '-'} ({run.slots} slots, the loop at "
-        f"gfn {config.code:#x}); memslot search: {run.search or 'not counted (the kernel has no counters)'}",
+        f"host: {host}, clock {clock_label}; layout {config.label or config.layout.name or '-'} ({run.slots} slots, "
+        f"2011 host's private slots: {config.host_2011}, the loop at gfn {config.code:#x}); "
+        f"memslot search: {run.search or 'not counted (the kernel has no counters)'}",
         f"{'kind':5} {'gfn':>9} {'L1 ns/access':>13} {'exits/access':>13} {'nodes/lookup':>13} {'model':>7}  check",
     ]
     checks = {c.kind: c for c in run.checks}

@@ -72,6 +72,11 @@ class LayoutLookup:
     unroll: int = 8
     miss: str = "ioeventfd"
     deadline_s: int = 600
+    # The 2011 host whose private slots the layout holds beside the guest's
+    # (kvm2011.on_host: "vmx-ept", "svm"), or "none"; only for reports.
+    host_2011: str = "none"
+    # The layout as records name it (memslots.l1_lookup's variant "layout").
+    label: str = ""
 
     @property
     def code(self) -> int:
@@ -174,6 +179,11 @@ def model_checks(
 class LayoutLookupResult:
     config: LayoutLookup
     run: SlotRun
+
+    @property
+    def runs(self) -> tuple[SlotRun, ...]:
+        """As l1_lookup's result holds them (one "slot count": the layout's)."""
+        return (self.run,)
 
     def findings(self) -> list[ModelCheck]:
         """Where the kernel's count and the model's differ."""

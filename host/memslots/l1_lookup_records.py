@@ -16,6 +16,7 @@ from typing import Any
 
 from memqual.host.core.environment import Environment
 from memqual.host.core.record import Measurement
+from memqual.host.memslots.l1_layout import LayoutLookup, LayoutLookupResult
 from memqual.host.memslots.l1_lookup import L1LookupResult
 
 SCENARIO = "memslots.l1_lookup"
@@ -29,8 +30,22 @@ class BootsDisagree(ValueError):
     structure, other slot counts): they are not replicates of one unit."""
 
 
-def settings(result: L1LookupResult, layout: str) -> dict[str, Any]:
+def settings(result: L1LookupResult | LayoutLookupResult, layout: str) -> dict[str, Any]:
     c = result.config
+    if isinstance(c, LayoutLookup):
+        # A given layout: where the loop, the miss and the hit were, and
+        # whose private slots it held (l1_layout.py).
+        return {
+            "layout": layout,
+            "iterations": c.iterations,
+            "unroll": c.unroll,
+            "rounds": c.rounds,
+            "miss": c.miss,
+            "miss_gfn": c.miss_gfn,
+            "code_gfn": c.code,
+            "hit_gfn": c.hit_gfn,
+            "host_2011": c.host_2011,
+        }
     return {
         "layout": layout,
         "iterations": c.iterations,
@@ -42,7 +57,7 @@ def settings(result: L1LookupResult, layout: str) -> dict[str, Any]:
 
 
 def records(
-    boots: Sequence[L1LookupResult], environment: Environment, layout: str = UNIFORM_LAYOUT
+    boots: Sequence[L1LookupResult | LayoutLookupResult], environment: Environment, layout: str = UNIFORM_LAYOUT
 ) -> list[Measurement]:
     """``miss_nodes`` (where the kernel counts a miss's walk) and
     ``miss_ns`` per slot count over ``boots``, one replicate a boot."""

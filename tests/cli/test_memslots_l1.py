@@ -3,6 +3,7 @@ result (host/cli/memslots_l1.py), its options refused before any boot."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +74,7 @@ def test_the_table_names_host_clock_structure_and_each_check() -> None:
         (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--hit-gfn", "0xc5"], "hit gfn 0xc5"),
         (["--host-kernel", "6.1.0-57-amd64", "--miss-gfn", "5"], "give --layout FILE|seed-000"),
         (["--layout", "seed-000"], "give --host-kernel KERNEL"),
-        (["--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000", "--records", "."], "without --records"),
+        (["--host-kernel", "6.1.0-57-amd64", "--host-2011", "svm"], "give --layout FILE|seed-000"),
     ],
 )
 def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], says: str) -> None:
@@ -101,7 +102,7 @@ def test_the_layout_table_names_each_gfn_and_check() -> None:
     checks = tuple(LL.model_checks(config, figures, "linear"))
     result = LL.LayoutLookupResult(config, L.SlotRun(2, tuple(passes), figures, checks, "linear", counted=True))
     lines = memslots_l1.render_layout(result, "K in TCG+SVM", "icount:0")
-    assert lines[0].startswith("host: K in TCG+SVM, clock icount:0; layout t (2 slots, the loop at gfn 0x0)")
+    assert lines[0].startswith("host: K in TCG+SVM, clock icount:0; layout t (2 slots, 2011 host's private slots: none")
     miss = next(line for line in lines if line.startswith("miss"))
     assert miss.split()[1:3] == ["0x300", "400.0"] and miss.endswith("agrees")
     assert next(line for line in lines if line.startswith("hit")).endswith("no lookups")
@@ -136,3 +137,28 @@ def test_the_folder_s_records_judge_memslot_miss_once_both_kernels_wrote(tmp_pat
     kernel("tree2011", 6.0)
     (after,) = memslots_l1.judged(tmp_path)
     assert after.startswith("claim memslot-miss (measured)") and ": reproduced: " in after
+
+
+@pytest.mark.parametrize(
+    ("layout", "host_2011", "label", "ids"),
+    [
+        ("seed-000", None, "seed-000", [*range(10), 32, 33, 34]),  # seed 000's guest on its VMX host
+        ("seed-000", "none", "seed-000+none", list(range(10))),
+        ("seed-000", "svm", "seed-000+svm", list(range(10))),  # SVM registered no private slot
+        ("seed-3", None, "seed-3", [0, 1, 2]),
+        ("seed-3", "vmx-ept", "seed-3+vmx-ept", [0, 1, 2, 32, 33, 34]),
+    ],
+)
+def test_a_layout_run_holds_the_2011_hosts_private_slots_as_asked(layout, host_2011, label, ids) -> None:
+    args = argparse.Namespace(
+        layout=layout,
+        miss_gfn=None if layout == "seed-000" else "0xfebf2",
+        hit_gfn=None,
+        host_2011=host_2011,
+        iterations=10,
+        rounds=1,
+        miss="ioeventfd",
+    )
+    made = memslots_l1.layout_config(args)
+    assert made.label == label and [s.id for s in made.layout.slots] == ids
+    assert made.host_2011 == (host_2011 or ("vmx-ept" if layout == "seed-000" else "none"))

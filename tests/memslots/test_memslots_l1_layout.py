@@ -289,3 +289,39 @@ def test_a_real_run_registers_the_seed_guests_10_gib(runnable: None, program: st
     config = LL.LayoutLookup(seed.layout, seed.miss_gfn, hit_gfn=LL.default_hit(seed.layout), iterations=20)
     result = LL.run(LocalShell(), config, program=program)
     assert result.run.slots == 10 and {p.eventfd for p in result.run.passes if p.kind == "miss"} == {160}
+
+
+def test_a_layout_run_becomes_records_named_by_its_label() -> None:
+    from memqual.host.core.environment import Environment
+    from memqual.host.memslots import l1_lookup_records
+
+    walks = LL.model_walks(CONFIG, "tree2011")
+    lookups = {
+        "null": (4, 4, 0, 0),
+        "miss": (1604, 4 + 800 * (walks["miss"] + walks["null"]), 800, 800 * walks["miss"]),
+    }
+    lookups["hit"] = lookups["null"]
+    config = LL.LayoutLookup(**{**CONFIG.__dict__, "label": "small+vmx-ept", "host_2011": "vmx-ept"})
+    boots = []
+    for _ in range(2):
+        passes = [
+            L.Pass(**{**L.parse_pass(line(k, r, None, "tree2011")).__dict__, "counters": L.Counters(*lookups[k])})
+            for r in range(2)
+            for k in ("null", "miss", "hit")
+        ]
+        figures = L.kind_figures(passes, config.kinds())
+        run = L.SlotRun(
+            4, tuple(passes), figures, tuple(LL.model_checks(config, figures, "tree2011")), "tree2011", True
+        )
+        boots.append(LL.LayoutLookupResult(config, run))
+    env = Environment(accel="tcg").with_host("K in TCG+SVM", "6.1.192").with_clock("icount:0", 1)
+    made = {r.metric: r for r in l1_lookup_records.records(boots, env, config.label)}
+    assert made["miss_nodes"].replicates == [[float(walks["miss"])]] * 2
+    assert made["miss_nodes"].variant == {
+        "kind": "miss",
+        "slots": 4,
+        "layout": "small+vmx-ept",
+        "structure": "tree2011",
+    }
+    assert made["miss_ns"].settings["miss_gfn"] == 0x300 and made["miss_ns"].settings["host_2011"] == "vmx-ept"
+    assert made["miss_nodes"].extra["model_check"] == [L.AGREES, L.AGREES]
