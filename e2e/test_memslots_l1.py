@@ -1,0 +1,60 @@
+"""The host under test's own memslot search, counted: on a host kernel
+built with images/kvm-memslots/ (``--host-kernel``), guest/kvm_lookup.c
+runs in L1 and every count the kernel makes must be the model's, on
+kvm_lookup.py's layout and on seed 000's guest's.  Without a host kernel,
+or on one that does not count, the test is cancelled with the reason.
+docs/memslots-kvm.md, "The lookup benchmark in L1".
+
+Run: ``MEMQUAL_HOST_KERNEL=<a kvm-memslots kernel> avocado run e2e/test_memslots_l1.py``
+or ``memqual run --host-kernel K --only memslots``.
+"""
+
+from __future__ import annotations
+
+from memqual.e2e.base import GuestTest
+from memqual.host.core.machine import MachineConfig
+from memqual.host.memslots import kvm2011, l1_layout, l1_lookup, seed_layout
+
+# Every miss searches the slots again only without KVM's MMIO cache.
+UNCACHED = "kvm.mmio_caching=0"
+
+
+class MemslotsOnTheHostUnderTest(GuestTest):
+    """
+    :avocado: enable
+    :avocado: tags=memslots,host-under-test
+    """
+
+    # Its figures are L1's own counts and L1's clock: it shares the host.
+    counts_only_its_guests = True
+
+    def test_the_kernels_counts_are_the_models(self) -> None:
+        host = self.host_under_test()
+        self.require(
+            host is not None,
+            "no host under test: run with --host-kernel (MEMQUAL_HOST_KERNEL) naming a kernel built with "
+            "images/kvm-memslots/ (docs/memslots-kvm.md)",
+        )
+        assert host is not None
+        vm = self.boot(MachineConfig(memory_mib=256, cpus=1, machine="microvm"), host=host.with_boot_knobs(UNCACHED))
+        vm.qmp("stop")  # its vCPU would add L1 work the passes do not subtract
+        uniform = l1_lookup.run(vm.host_ssh, l1_lookup.L1LookupConfig(slots=(1, 32), iterations=200, rounds=1))
+        self.require(
+            all(run.counted for run in uniform.runs),
+            f"the host kernel {host.name} does not count its memslot search: build it with "
+            "images/kvm-memslots/0001 (images/kvm-memslots/README.md)",
+        )
+        misses = [c for run in uniform.runs for c in run.checks if c.kind == "miss"]
+        for check in misses:
+            self.log.info("%d slots, %s: %s", check.slots, check.structure, check.note)
+        self.assertEqual(len(misses), 2, "a slot count without a counted miss")
+        self.assertEqual(uniform.findings(), [], "the kernel's counts differ from the model's")
+        self.assertTrue(all(c.verdict == l1_lookup.AGREES for c in misses), [c.note for c in misses])
+
+        # Seed 000's guest on seed 000's host (its private slots at 32-34).
+        seed = seed_layout.load()
+        on_host = kvm2011.on_host(seed.layout, kvm2011.DEFAULT_HOST)
+        lookup = l1_layout.LayoutLookup(on_host, seed.miss_gfn, iterations=200, host_2011=kvm2011.DEFAULT_HOST.name)
+        on_seed = l1_layout.run(vm.host_ssh, lookup)
+        self.log.info("seed 000's guest: %s", [c.note for c in on_seed.run.checks])
+        self.assertEqual([c.verdict for c in on_seed.run.checks if c.kind == "miss"], [l1_lookup.AGREES])
