@@ -25,11 +25,11 @@ from memqual.host.memslots.l1_lookup import (
     MAX_DEADLINE_S,
     MAX_ITERATIONS,
     MAX_ROUNDS,
-    MISS_MODES,
     NULL,
     ModelCheck,
     Pass,
     SlotRun,
+    check_bounds,
 )
 from memqual.host.memslots.layout import KVM_MEM_LOG_DIRTY_PAGES, KVM_MEM_READONLY, PAGE_SIZE, Layout, Slot, validate
 
@@ -106,17 +106,13 @@ class LayoutLookup:
                 raise BadInput(f"{what} gfn {gfn:#x}: give one below 4 GiB in a writable slot of the layout")
         if self.hit_gfn == self.code:
             raise BadInput(f"hit gfn {self.code:#x} is the loop's own page: give another")
-        if self.miss not in MISS_MODES:
-            raise BadInput(f"miss {self.miss!r}: give one of {', '.join(MISS_MODES)}")
         bounds = (
             ("iterations", self.iterations, MAX_ITERATIONS),
             ("rounds", self.rounds, MAX_ROUNDS),
             ("unroll", self.unroll, MAX_UNROLL),
             ("deadline s", self.deadline_s, MAX_DEADLINE_S),
         )
-        for what, value, top in bounds:
-            if not 1 <= value <= top:
-                raise BadInput(f"{what} {value}: give 1 to {top}")
+        check_bounds(self.miss, bounds)
 
     def argv(self, program: str) -> list[str]:
         """The program's command line: numbers and fixed words only."""

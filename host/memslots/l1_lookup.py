@@ -98,17 +98,13 @@ class L1LookupConfig:
 
     def check(self) -> None:
         self.reference().check()
-        if self.miss not in MISS_MODES:
-            raise BadInput(f"miss {self.miss!r}: give one of {', '.join(MISS_MODES)}")
         bounds = (
             ("iterations", self.iterations, MAX_ITERATIONS),
             ("rounds", self.rounds, MAX_ROUNDS),
             ("RAM slot MiB", self.ram_mib, MAX_RAM_MIB),
             ("deadline s", self.deadline_s, MAX_DEADLINE_S),
         )
-        for what, value, top in bounds:
-            if not 1 <= value <= top:
-                raise BadInput(f"{what} {value}: give 1 to {top}")
+        check_bounds(self.miss, bounds)
 
     def argv(self, program: str, slots: int) -> list[str]:
         """The program's command line: numbers and fixed words only."""
@@ -128,6 +124,16 @@ class L1LookupConfig:
             "deadline",
             str(self.deadline_s),
         ]
+
+
+def check_bounds(miss: str, bounds: tuple[tuple[str, int, int], ...]) -> None:
+    """The program's miss mode and each (what, value, top) with 1 <=
+    value <= top, checked before anything is deployed: one line each."""
+    if miss not in MISS_MODES:
+        raise BadInput(f"miss {miss!r}: give one of {', '.join(MISS_MODES)}")
+    for what, value, top in bounds:
+        if not 1 <= value <= top:
+            raise BadInput(f"{what} {value}: give 1 to {top}")
 
 
 # --- one pass, as the program printed it --------------------------------------------

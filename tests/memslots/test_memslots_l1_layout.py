@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 from local_shell import LocalShell
+from lookup_kvm import runnable  # noqa: F401  (the fixture the real runs use)
 
-from memqual.host.core import kvm as K
-from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput, GuestError
-from memqual.host.memslots import kvm2011, kvm_bench, model, seed_layout
+from memqual.host.memslots import kvm2011, model, seed_layout
 from memqual.host.memslots import l1_layout as LL
 from memqual.host.memslots import l1_lookup as L
 from memqual.host.memslots.layout import Layout, Slot
@@ -254,22 +253,11 @@ def test_the_seed_layout_round_trips(tmp_path: Path) -> None:
 
 
 # --- real runs on this machine's /dev/kvm ----------------------------------------------
-@pytest.fixture(scope="module")
-def runnable() -> None:
-    try:
-        kvm = K.Kvm()
-    except K.KvmUnavailable as exc:
-        pytest.skip(str(exc))
-    with kvm:
-        if not kvm.check_extension(uapi.KVM_CAP_IOEVENTFD):
-            pytest.skip("/dev/kvm has no KVM_CAP_IOEVENTFD")
-        reason = kvm_bench.probe_vcpu(kvm)
-    if reason is not None:
-        pytest.skip(reason)
 
 
 @pytest.mark.parametrize("miss", L.MISS_MODES)
-def test_a_real_run_misses_leave_the_guest_and_hits_do_not(runnable: None, program: str, miss: str) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_a_real_run_misses_leave_the_guest_and_hits_do_not(program: str, miss: str) -> None:
     result = LL.run(LocalShell(), LL.LayoutLookup(**{**CONFIG.__dict__, "miss": miss}), program=program)
     assert not result.run.counted and result.run.checks == () and result.run.slots == 4
     assert sorted((p.round, p.kind) for p in result.run.passes) == [
@@ -282,7 +270,8 @@ def test_a_real_run_misses_leave_the_guest_and_hits_do_not(runnable: None, progr
     assert set(result.run.figures) == {"miss", "hit"}
 
 
-def test_a_real_run_registers_the_seed_guests_10_gib(runnable: None, program: str) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_a_real_run_registers_the_seed_guests_10_gib(program: str) -> None:
     """10 GiB of slots over one MAP_NORESERVE mapping: only the code page
     and the hit page are touched."""
     seed = seed_layout.load()

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 from local_shell import LocalShell
+from lookup_kvm import runnable  # noqa: F401  (the fixture the real runs use)
 
-from memqual.host.core import kvm as K
-from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, Timeout
-from memqual.host.memslots import kvm_bench, kvm_lookup
+from memqual.host.memslots import kvm_lookup
 from memqual.host.memslots import l1_lookup as L
 from memqual.images import agents
 
@@ -318,27 +317,14 @@ def test_deploy_streams_the_built_program(tmp_path: Path, memqual_cache: Path) -
 
 
 # --- real runs on this machine's /dev/kvm ----------------------------------------------
-@pytest.fixture(scope="module")
-def runnable() -> None:
-    """/dev/kvm that runs the lookup guest (the Python benchmark's own
-    probe), or a skip with the reason."""
-    try:
-        kvm = K.Kvm()
-    except K.KvmUnavailable as exc:
-        pytest.skip(str(exc))
-    with kvm:
-        if not kvm.check_extension(uapi.KVM_CAP_IOEVENTFD):
-            pytest.skip("/dev/kvm has no KVM_CAP_IOEVENTFD")
-        reason = kvm_bench.probe_vcpu(kvm)
-    if reason is not None:
-        pytest.skip(reason)
 
 
 SMALL = L.L1LookupConfig(slots=(1, 8), iterations=50, rounds=2, ram_mib=4, deadline_s=30)
 
 
 @pytest.mark.parametrize("miss", L.MISS_MODES)
-def test_a_real_run_misses_leave_the_guest_and_hits_do_not(runnable, program, miss: str) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_a_real_run_misses_leave_the_guest_and_hits_do_not(program, miss: str) -> None:
     result = L.run(LocalShell(), L.L1LookupConfig(**{**SMALL.__dict__, "miss": miss}), program=program)
     assert [r.slots for r in result.runs] == [1, 8]
     for run in result.runs:
@@ -350,7 +336,8 @@ def test_a_real_run_misses_leave_the_guest_and_hits_do_not(runnable, program, mi
         assert set(run.figures) == ({"miss", "ram_hit"} if run.slots == 1 else set(kvm_lookup.KINDS))
 
 
-def test_a_miss_aimed_into_a_slot_fails(runnable, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_a_miss_aimed_into_a_slot_fails(tmp_path: Path) -> None:
     """Built to put the miss target inside the small slot: its writes hit
     memory, the ioeventfd counts none, and the run fails instead of timing
     a hit as a miss."""
@@ -359,7 +346,8 @@ def test_a_miss_aimed_into_a_slot_fails(runnable, tmp_path: Path) -> None:
         L.run(LocalShell(), L.L1LookupConfig(slots=(8,), iterations=10, ram_mib=4), program=aimed)
 
 
-def test_counters_are_read_where_the_kernel_has_them(runnable, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_counters_are_read_where_the_kernel_has_them(tmp_path: Path) -> None:
     """Built to read its counters from files here: the run carries them
     (they do not move: no deltas, so no lookups to compare) and the
     structure's name; two of the three files are a failure."""
@@ -379,7 +367,8 @@ def test_counters_are_read_where_the_kernel_has_them(runnable, tmp_path: Path) -
         L.run(LocalShell(), config, program=counting)
 
 
-def test_the_deadline_ends_a_pass(runnable, program) -> None:
+@pytest.mark.usefixtures("runnable")
+def test_the_deadline_ends_a_pass(program) -> None:
     config = L.L1LookupConfig(slots=(1,), iterations=L.MAX_ITERATIONS, ram_mib=4, deadline_s=1)
     with pytest.raises(Timeout, match="deadline of 1 s passed"):
         L.run(LocalShell(), config, program=program)
