@@ -145,41 +145,6 @@ class BalloonTiming(BalloonBase):
         self.timing(4096, 0, ())
 
 
-class BalloonCorrectness(BalloonBase):
-    """
-    :avocado: enable
-    :avocado: tags=balloon
-    """
-
-    @measures_nothing
-    def test_correctness(self) -> None:
-        """Scenario 3: odd targets, give-back, unload, hot-unplug/plug (the
-        floor has its own test, BalloonFloor: its value is what an A/B
-        compares, these checks pass or fail once per arm).  deflate-on-oom
-        is on, as in the floor's guest.  It times nothing and reads only
-        its own guest and QEMU, so it runs beside other such tests; what
-        could move its readings (host KSM merging its QEMU's pages) runs
-        only in tests that hold the lock exclusive.
-
-        :avocado: tags=ab-checks
-        """
-        vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
-        with self.scenario():
-            run = run_correctness(vm, ctl, agent)
-        self.assertEqual(run.memqual_refused, {"0": True, str(-PAGE): True, "ram+page": True})
-        for target, answer in run.qemu_answers.items():
-            self.assertFalse(answer.accepted, f"QEMU accepted balloon target {target}")
-            # QEMU 7.2 names the argument ('target'), QEMU 10 its QAPI
-            # member ('value'); both say what is wrong with it.
-            self.assertIn("expects a size", answer.error)
-        self.assertTrue(run.clamped.reached and run.clamped.actual_bytes == run.ram_bytes, "QEMU did not clamp to RAM")
-        self.assertTrue(run.total_back_after_clamp, "MemTotal did not come back after the clamped deflate")
-        self.assertTrue(run.total_back_after_unload, "unloading the driver did not give its memory back")
-        self.assertFalse(run.still_bound, f"driver still bound after device_del: {run.still_bound}")
-        self.assertTrue(run.readd.reached, f"the re-added balloon did not inflate: {run.readd}")
-        self.record_as(run.record(), "balloon.unload", "return_s")
-
-
 class BalloonFloor(BalloonBase):
     """
     :avocado: enable
@@ -347,3 +312,41 @@ class BalloonMeasureCommand(BalloonBase):
                 extra={"command_result": result},
             )
         )
+
+
+# Last in the file: it holds the lock shared, so Avocado starts it beside
+# the next file's shared tests instead of between two tests that hold the
+# host alone, where it could only run alone too.
+class BalloonCorrectness(BalloonBase):
+    """
+    :avocado: enable
+    :avocado: tags=balloon
+    """
+
+    @measures_nothing
+    def test_correctness(self) -> None:
+        """Scenario 3: odd targets, give-back, unload, hot-unplug/plug (the
+        floor has its own test, BalloonFloor: its value is what an A/B
+        compares, these checks pass or fail once per arm).  deflate-on-oom
+        is on, as in the floor's guest.  It times nothing and reads only
+        its own guest and QEMU, so it runs beside other such tests; what
+        could move its readings (host KSM merging its QEMU's pages) runs
+        only in tests that hold the lock exclusive.
+
+        :avocado: tags=ab-checks
+        """
+        vm, ctl, agent = self.boot_balloon(1024, deflate_on_oom=True)
+        with self.scenario():
+            run = run_correctness(vm, ctl, agent)
+        self.assertEqual(run.memqual_refused, {"0": True, str(-PAGE): True, "ram+page": True})
+        for target, answer in run.qemu_answers.items():
+            self.assertFalse(answer.accepted, f"QEMU accepted balloon target {target}")
+            # QEMU 7.2 names the argument ('target'), QEMU 10 its QAPI
+            # member ('value'); both say what is wrong with it.
+            self.assertIn("expects a size", answer.error)
+        self.assertTrue(run.clamped.reached and run.clamped.actual_bytes == run.ram_bytes, "QEMU did not clamp to RAM")
+        self.assertTrue(run.total_back_after_clamp, "MemTotal did not come back after the clamped deflate")
+        self.assertTrue(run.total_back_after_unload, "unloading the driver did not give its memory back")
+        self.assertFalse(run.still_bound, f"driver still bound after device_del: {run.still_bound}")
+        self.assertTrue(run.readd.reached, f"the re-added balloon did not inflate: {run.readd}")
+        self.record_as(run.record(), "balloon.unload", "return_s")
