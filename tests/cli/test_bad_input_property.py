@@ -470,6 +470,18 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fixtures]:
     _FIXTURES.clear()
 
 
+@pytest.fixture(scope="module")
+def one_parser() -> Iterator[None]:
+    """memqual's parser built once for every example: memqual builds it at
+    each start, which took most of an example's time (its some 190 options,
+    each with argparse's gettext lookups), and argparse keeps nothing of one
+    parse for the next."""
+    parser = cli.build_parser()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cli, "build_parser", lambda: parser)
+        yield
+
+
 def bad_values(slot: Slot, made: Fixtures) -> st.SearchStrategy[str]:
     listed = st.sampled_from(slot.values(made))
     if slot.values in (numbers, counts):
@@ -505,7 +517,7 @@ def run(slot: Slot, value: str, made: Fixtures, capsys: pytest.CaptureFixture[st
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_bad_value_anywhere_is_one_line_exit_2_and_nothing_left(
-    slot: Slot, data: st.DataObject, made: Fixtures, capsys: pytest.CaptureFixture[str]
+    slot: Slot, data: st.DataObject, made: Fixtures, capsys: pytest.CaptureFixture[str], one_parser: None
 ) -> None:
     value = data.draw(bad_values(slot, made), label="value")
     before, running = tree(made.root), children()
