@@ -19,6 +19,7 @@ from memqual.host.core import clock as clocks
 from memqual.host.core import fault_probe
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import GuestError
+from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell
 from memqual.host.memslots import l1_kinds, lookup_kinds, structures
@@ -56,6 +57,8 @@ class Guest(Protocol):
     def ssh(self) -> Shell: ...
     @property
     def host_ssh(self) -> Shell: ...
+    @property
+    def clock(self) -> clocks.Clock: ...
     def deploy(self, agent: str) -> str: ...
 
 
@@ -126,11 +129,16 @@ def measure(vm: Guest, conditions: str, touch_mib: int = TOUCH_MIB, runs: int = 
     """Settle the guest, reset L1's counts, time ``runs`` first touches of
     ``touch_mib`` MiB in the guest, read L1's counts."""
     path = vm.deploy(fault_probe.AGENT)
-    settle = SETTLE_S
-    vm.ssh.run(["sh", "-c", f"sync; sleep {settle}"], timeout=clocks.deadline_s(settle + 60))
+
+    def deadline(seconds: float) -> float:
+        # A wall-clock deadline sized for a guest on this machine, stretched
+        # for the clock and for L1's emulation underneath the guest.
+        return clocks.deadline_s(seconds, vm.clock) * BOOT_TIMEOUT_FACTOR
+
+    vm.ssh.run(["sh", "-c", f"sync; sleep {SETTLE_S}"], timeout=deadline(SETTLE_S + 60))
     ram = l1_kinds.system_ram(str(vm.ssh.run(["cat", "/proc/iomem"]).stdout))
     vm.host_ssh.run(["sh", "-c", l1_kinds.RESET_SCRIPT])
-    bound = clocks.deadline_s(fault_probe.RUN_BOUND_S * runs * max(1, touch_mib // 16))
+    bound = deadline(fault_probe.RUN_BOUND_S * runs * max(1, touch_mib // 64))
     out = str(vm.ssh.run([path, str(touch_mib), str(runs)], timeout=bound).stdout)
     reading = l1_kinds.parse_reading(str(vm.host_ssh.run(["sh", "-c", l1_kinds.READ_SCRIPT]).stdout))
     if not reading.search:

@@ -4,8 +4,11 @@ slot's nodes checked against the model, records that pair by settings."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from memqual.host.core import clock
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import GuestError
 from memqual.host.core.fault_probe import FaultRun
@@ -141,10 +144,10 @@ class ScriptedShell:
     def __init__(self, answers: dict[str, str], log: list[str]) -> None:
         self.answers, self.log = answers, log
 
-    def start(self, argv: list[str]) -> object:
+    def start(self, argv: list[str]) -> Any:
         raise AssertionError("nothing runs in the background")
 
-    def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None) -> object:
+    def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None) -> Any:
         self.log.append(" ".join(argv))
         key = next((k for k in self.answers if k in " ".join(argv)), None)
         return type("Result", (), {"stdout": self.answers[key] if key else ""})()
@@ -163,6 +166,8 @@ class FaultsGuest:
         self.host_ssh = ScriptedShell(
             {"memslot_slots; do echo 0": "", "echo slots": reading_text(search, slots)}, self.log
         )
+
+        self.clock = clock.icount(0)
 
     def deploy(self, agent: str) -> str:
         return f"/tmp/{agent}"
