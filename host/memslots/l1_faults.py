@@ -27,6 +27,10 @@ from memqual.host.memslots.guest_layouts import SEED_000_GUEST
 from memqual.host.memslots.layout import Layout, Slot
 
 SCENARIO = "memslots.l1_faults"
+# The kinds' frequencies as memslots.lookup_kinds' records, under a name of
+# their own: counted by the searching kernel in the host under test, not by
+# tracefs on a host where a Linux guest boots under KVM.
+KINDS_SCENARIO = "memslots.l1_lookup_kinds"
 GUEST = SEED_000_GUEST
 TOUCH_MIB = 64
 RUNS = 3
@@ -210,7 +214,11 @@ def records(
         counts = [lookup_kinds.Counts({k: b.kinds.count(k) for k in l1_kinds.KINDS}, b.seconds) for b in group]
         for rec in lookup_kinds.records(counts, {**setting, "accel": "kvm"}):
             if rec.variant["kind"] in l1_kinds.KINDS:
-                out.append(dataclasses.replace(rec, variant={**rec.variant, **variant}, environment=env))
+                out.append(
+                    dataclasses.replace(
+                        rec, scenario=KINDS_SCENARIO, variant={**rec.variant, **variant}, environment=env
+                    )
+                )
     return out
 
 

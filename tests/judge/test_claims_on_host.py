@@ -123,7 +123,7 @@ def kind_counts(counts: dict[str, list[int]], conditions: str = "2011-npt") -> l
     kind, one count a boot over the guest's workload seconds."""
     return [
         Measurement(
-            scenario="memslots.lookup_kinds",
+            scenario="memslots.l1_lookup_kinds",
             metric="events_per_s",
             unit="1/s",
             better="lower",

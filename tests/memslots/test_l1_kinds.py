@@ -118,7 +118,7 @@ def test_records_one_replicate_a_boot_paired_by_settings() -> None:
     assert [r.variant["structure"] for r in faults] == ["reorder", "tree2011"]
     assert faults[0].replicates == [[9000.0], [9010.0]]
     assert faults[0].settings == faults[1].settings
-    kinds = [r for r in made if r.scenario == "memslots.lookup_kinds"]
+    kinds = [r for r in made if r.scenario == "memslots.l1_lookup_kinds"]
     assert {(r.variant["kind"], r.variant["structure"]) for r in kinds} == {
         (k, s) for k in l1_kinds.KINDS for s in ("reorder", "tree2011")
     }
