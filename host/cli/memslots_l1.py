@@ -232,7 +232,7 @@ def run_faults(args: argparse.Namespace) -> int:
 
 
 # The claims a folder of these records can decide (claims/claims.json on_host).
-CLAIMS = ("memslot-miss", "memslot-hit", "memslot-priorities")
+CLAIMS = ("memslot-miss", "memslot-hit", "memslot-netperf", "memslot-priorities")
 
 
 def judged(directory: Any) -> list[str]:

@@ -157,3 +157,35 @@ def test_priorities_counted_under_other_conditions_do_not_decide_on_the_host() -
     counts = {"miss": [900, 950, 920], "ram_hit": [300, 310, 305], "other_hit": [2, 3, 1]}
     v = judged("memslot-priorities", kind_counts(counts, conditions="2011-shadow"))
     assert "counted by the searching kernel" not in v.claim.evidence.instead
+
+
+def round_trips(structure: str, per_s: float) -> Measurement:
+    return Measurement(
+        scenario="memslots.l1_faults",
+        metric="mmio_round_trips_per_s",
+        unit="1/s",
+        better="higher",
+        samples=[],
+        replicates=[[per_s * f] for f in (1.0, 1.0005, 0.9995)],
+        variant={"structure": structure, "conditions": "2011-npt"},
+        settings={"guest": "pc-seed000-guest", "mmio": "mmio_pingpong 0x10ec 0x8139 1 2000 3"},
+        environment=ENV.to_json(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("array", "tree", "expected"),
+    [
+        (20000.0, 20600.0, REPRODUCED),  # the seed's +3 %
+        (20000.0, 20040.0, NOT_REPRODUCED),  # +0.2 %: below the 1 % minimum effect
+        (20000.0, 19400.0, NOT_REPRODUCED),  # the tree slower
+    ],
+)
+def test_the_nics_round_trips_decide_memslot_netperf_as_measured(array: float, tree: float, expected: str) -> None:
+    v = judged("memslot-netperf", [round_trips("linear", array), round_trips("tree2011", tree)])
+    assert v.evidence == MEASURED
+    assert v.verdict == expected, v.reason
+
+
+def test_memslot_netperf_with_one_kernel_stays_not_measurable() -> None:
+    assert judged("memslot-netperf", [round_trips("linear", 20000.0)]).evidence != MEASURED
