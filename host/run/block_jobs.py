@@ -1,7 +1,7 @@
 """The avocado jobs of an A/B's blocks: one job of (block, arm) variants,
 or on icount two, the tests that share the host first (A and B of a
 block side by side, host/judge/clock_plan.py ``shares_host``), then the
-rest one run at a time.  host/run/rounds.py runs them and reads them."""
+rest one run at a time.  host/run/ab_run.py runs them and reads them."""
 
 from __future__ import annotations
 

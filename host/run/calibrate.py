@@ -252,7 +252,7 @@ def sequential_looks(
     for _ in range(trials):
         d = rng.normal(0.0, 0.03, last)
         tracker = until.Tracker(
-            threshold=0.0, alpha=alpha, decisions_of=_look_decisions, min_blocks_sequential=min_blocks
+            threshold=0.0, alpha=alpha, comparisons_of=_look_decisions, min_blocks_sequential=min_blocks
         )
         for k in looks:
             a = [(i + 1, 1.0) for i in range(k)]

@@ -12,9 +12,8 @@ import pytest
 
 from memqual.host.core import nested
 from memqual.host.core.errors import BadInput
-from memqual.host.run import blocks
+from memqual.host.run import ab_run, blocks
 from memqual.host.run import config as run_config
-from memqual.host.run import rounds as run_rounds
 
 HOST_A = nested.parse_host("6.1.0-57-amd64", ["kvm.mmio_caching=0"])
 HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
@@ -55,7 +54,7 @@ def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None
         ("A", "6.1.0-57-amd64", "kvm.mmio_caching=0"),
         ("B", "6.12.111+deb12-amd64", "kvm.mmio_caching=0"),
     ]
-    assert "host 6.12.111+deb12-amd64 kvm.mmio_caching=0 (under test)" in run_rounds.arm_line(arms[1])
+    assert "host 6.12.111+deb12-amd64 kvm.mmio_caching=0 (under test)" in ab_run.arm_line(arms[1])
     # One host: both arms on it (two kernels make the arms).
     one = dataclasses.replace(_config(tmp_path, (HOST_A,)), axes=blocks.arm_axes(2, 0, 1))
     kernels = tuple(run_config.GuestKernel(x, tmp_path / f"bz{x}", None, x * 64) for x in "AB")
@@ -63,7 +62,7 @@ def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None
     assert [a.host for a in arms] == [HOST_A, HOST_A]
     # None: this machine's, and the variants say so with empty names.
     assert run_config.arm_params(None).host_kernel == ""
-    assert "this machine's host" in run_rounds.arm_line(run_config.Arm("A", None, None))
+    assert "this machine's host" in ab_run.arm_line(run_config.Arm("A", None, None))
 
 
 def test_on_icount_every_test_of_a_run_on_hosts_under_test_shares_this_machine(monkeypatch, tmp_path: Path) -> None:

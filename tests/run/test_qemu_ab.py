@@ -24,10 +24,9 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import QemuChoice
-from memqual.host.run import blocks
+from memqual.host.run import ab_run, blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
 # ------------------------------------------------------------ arm_axes
 
@@ -175,7 +174,7 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
     monkeypatch.setattr(run_command, "resolve_qemus", lambda specs: (q1, q2))
     built: list[object] = []
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: built.append(kernels))
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: built.append(kernels))
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
     args = run_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=run_command.resolve_qemus(args.qemu))
@@ -202,7 +201,7 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
 
 def test_two_kernels_and_two_qemus_pair_in_order(tmp_path: Path, fake, monkeypatch) -> None:
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
     args = run_args(tmp_path, *guest_kernel_args(tmp_path), "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=(q1, q2))
