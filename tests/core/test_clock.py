@@ -391,7 +391,7 @@ def test_every_primary_names_its_instrument_spread_and_margin() -> None:
 
 
 def test_the_report_header_says_the_clock_in_words() -> None:
-    from memqual.host.report.html import environment_line
+    from memqual.host.report.environment_line import environment_line
 
     line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
     assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line
