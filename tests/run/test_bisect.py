@@ -38,7 +38,9 @@ def _blocks(ratios: list[float], noise: float = 0.01, seed: int = 3) -> tuple[li
 def _evidence(ratios, *, better="lower", alpha=0.05, planned=10, threshold=0.05, noise=0.01):
     a, b = _blocks(ratios, noise)
     blocks_ = list(range(1, len(ratios) + 1))
-    return bisect_evidence.evidence_of(a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better)
+    return bisect_evidence.evidence_of(
+        a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better
+    )
 
 
 @pytest.mark.parametrize(

@@ -31,23 +31,23 @@ HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
     ],
 )
 def test_two_hosts_make_two_arms(kernels: int, qemus: int, hosts: int, axes: object) -> None:
-    assert blocks.arm_axes(kernels, qemus, hosts) == axes
+    assert run_config.arm_pairing(kernels, qemus, hosts) == axes
 
 
 def test_three_hosts_are_refused() -> None:
     with pytest.raises(BadInput, match="--host-kernel given 3 times"):
-        blocks.arm_axes(0, 0, 3)
+        run_config.arm_pairing(0, 0, 3)
 
 
 def _config(tmp_path: Path, hosts: tuple[nested.HostUnderTest, ...]) -> run_config.RunConfig:
     base = run_config.RunConfig(output=tmp_path / "out")
-    return dataclasses.replace(base, hosts=hosts, axes=blocks.arm_axes(0, 0, len(hosts)))
+    return dataclasses.replace(base, hosts=hosts, pairing=run_config.arm_pairing(0, 0, len(hosts)))
 
 
 def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None:
     arms = run_config.run_arms(_config(tmp_path, (HOST_A, HOST_B)))
     assert [(a.label, a.host) for a in arms] == [("A", HOST_A), ("B", HOST_B)]
-    params = {a.label: run_config.arm_params(a.kernel, a.qemu, a.label, a.host) for a in arms}
+    params = {a.label: a.variant_params() for a in arms}
     out = blocks.variants(blocks.block_order(1, 1), params)
     seen = [{k: v for _, k, v in variant["variant"][0][1]} for variant in out]
     assert [(p["arm"], p["host_kernel"], p["host_kernel_params"]) for p in seen] == [
@@ -56,12 +56,12 @@ def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None
     ]
     assert "host 6.12.111+deb12-amd64 kvm.mmio_caching=0 (under test)" in ab_run.arm_line(arms[1])
     # One host: both arms on it (two kernels make the arms).
-    one = dataclasses.replace(_config(tmp_path, (HOST_A,)), axes=blocks.arm_axes(2, 0, 1))
+    one = dataclasses.replace(_config(tmp_path, (HOST_A,)), pairing=run_config.arm_pairing(2, 0, 1))
     kernels = tuple(run_config.GuestKernel(x, tmp_path / f"bz{x}", None, x * 64) for x in "AB")
     arms = run_config.run_arms(dataclasses.replace(one, kernels=kernels))
     assert [a.host for a in arms] == [HOST_A, HOST_A]
     # None: this machine's, and the variants say so with empty names.
-    assert run_config.arm_params(None).host_kernel == ""
+    assert run_config.Arm("A", None, None).variant_params().host_kernel == ""
     assert "this machine's host" in ab_run.arm_line(run_config.Arm("A", None, None))
 
 

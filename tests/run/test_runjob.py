@@ -418,7 +418,8 @@ def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(t
     assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
     a, b = config.kernels
     assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
-    assert run_config.arm_params(b).cmdline_extra == "init_on_free=1" and not run_config.arm_params(a).cmdline_extra
+    a_params, b_params = (run_config.Arm(k.label, k, None).variant_params() for k in (a, b))
+    assert b_params.cmdline_extra == "init_on_free=1" and not a_params.cmdline_extra
     assert config.profile == "ab"
 
 

@@ -111,7 +111,7 @@ def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
             clock=clock.current(),
         )
         order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
-        params = {arm: run_config.arm_params(k, qemu) for arm, k in kernels.items()}
+        params = {arm: run_config.Arm(arm, k, qemu).variant_params() for arm, k in kernels.items()}
         # On icount a bisected metric its guests count runs A beside B.
         done = block_jobs.run_block_jobs(config, block_jobs.BlockRequest(params, order), 1, console)
         state = ab_run.BlockedRun()
