@@ -407,7 +407,7 @@ def planned(args: argparse.Namespace, config: RunConfig) -> tuple[RunConfig, clo
     """The run on its clock (asked, else its default), refused in one line
     when --until-decided's budget cannot hold its checks and first blocks
     (host/run/budget.py): all before anything is built or written."""
-    arms, asked = len(config.axes), getattr(args, "clock", None)
+    arms, asked = len(config.pairing), getattr(args, "clock", None)
     # Only a two-arm run's default or its budget's estimate reads the accelerator.
     accel = run_accel(config) if arms == 2 and (not asked or config.until_decided) else ("", "")
     chosen = choose_clock(asked, arms, accel)

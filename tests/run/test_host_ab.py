@@ -20,7 +20,7 @@ HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
 
 
 @pytest.mark.parametrize(
-    ("kernels", "qemus", "hosts", "axes"),
+    ("kernels", "qemus", "hosts", "pairing"),
     [
         (0, 0, 1, ((None, None),)),
         (1, 0, 1, ((0, None),)),
@@ -30,8 +30,8 @@ HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
         (0, 2, 1, ((None, 0), (None, 1))),
     ],
 )
-def test_two_hosts_make_two_arms(kernels: int, qemus: int, hosts: int, axes: object) -> None:
-    assert run_config.arm_pairing(kernels, qemus, hosts) == axes
+def test_two_hosts_make_two_arms(kernels: int, qemus: int, hosts: int, pairing: object) -> None:
+    assert run_config.arm_pairing(kernels, qemus, hosts) == pairing
 
 
 def test_three_hosts_are_refused() -> None:

@@ -32,7 +32,7 @@ from memqual.host.run import job as runjob
 
 
 @pytest.mark.parametrize(
-    ("kernels", "qemus", "axes"),
+    ("kernels", "qemus", "pairing"),
     [
         (0, 0, ((None, None),)),
         (1, 0, ((0, None),)),
@@ -45,8 +45,8 @@ from memqual.host.run import job as runjob
         (2, 2, ((0, 0), (1, 1))),
     ],
 )
-def test_kernels_and_qemus_combine_into_one_or_two_arms(kernels: int, qemus: int, axes: object) -> None:
-    assert run_config.arm_pairing(kernels, qemus) == axes
+def test_kernels_and_qemus_combine_into_one_or_two_arms(kernels: int, qemus: int, pairing: object) -> None:
+    assert run_config.arm_pairing(kernels, qemus) == pairing
 
 
 @pytest.mark.parametrize(("kernels", "qemus"), [(0, 3), (3, 0), (2, 3), (3, 2), (1, 5)])
