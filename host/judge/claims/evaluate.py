@@ -81,8 +81,10 @@ def on_its_host(claim: Claim, records: list[Measurement]) -> Claim:
     if claim.on_host is None:
         return claim
     m = claim.on_host.measure
-    sides = [side for side in (m.a, m.b) if side is not None]
-    if all(any(matches(r, m.scenario, m.metric, side.variant) for r in records) for side in sides):
+    wanted = [side.variant for side in (m.a, m.b) if side is not None]
+    if m.source == "order":
+        wanted = [{**m.where, m.order_key: kind} for kind in m.order]
+    if wanted and all(any(matches(r, m.scenario, m.metric, variant) for r in records) for variant in wanted):
         return claim.measured_on_host()
     return claim
 
