@@ -10,6 +10,7 @@ docs/memslots-kvm.md, "A guest's page faults in the host under test".
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,16 @@ CONDITIONS: dict[str, tuple[str, ...]] = {
 # the same nodes, which the model gives for the slot list L1 printed.
 UNCACHED = frozenset({"linear", "tree2011", "reorder"})
 UNIT = "a boot of the host under test"
+# The MMIO round trips, seed 000's netperf path: the guest reads a register
+# of its rtl8139's memory BAR (BAR 1), each read a complete miss.
+MMIO_AGENT = "mmio_pingpong"
+NIC = ("0x10ec", "0x8139", "1")
+MMIO_READS = 2000
+MMIO_RUNS = 3
+# A run's wall-clock bound, before the clock's and L1's stretch.
+MMIO_RUN_BOUND_S = 30.0
+
+_MMIO_RUN = re.compile(r"event=run index=(\d+) reads=(\d+) duration_s=([0-9.]+) ns_per_read=([0-9.]+)")
 
 
 class Guest(Protocol):
@@ -81,6 +92,33 @@ class SlotCheck:
 
 
 @dataclass(frozen=True)
+class MmioWindow:
+    """The guest's register reads of its NIC: seconds a run, and the
+    searches L1 counted over them."""
+
+    reads: int  # a run
+    seconds: tuple[float, ...]
+    kinds: l1_kinds.KindCounts
+
+    @property
+    def round_trips_per_s(self) -> float:
+        return self.reads * len(self.seconds) / sum(self.seconds)
+
+    @property
+    def misses_per_read(self) -> float:
+        return self.kinds.misses / (self.reads * len(self.seconds))
+
+
+def parse_mmio(text: str, runs: int) -> tuple[int, tuple[float, ...]]:
+    """mmio_pingpong's reads a run and each run's seconds; GuestError
+    unless it printed ``runs`` runs and its end."""
+    found = [(int(m.group(2)), float(m.group(3))) for m in _MMIO_RUN.finditer(text)]
+    if len(found) != runs or "event=done" not in text or any(sec <= 0 for _reads, sec in found):
+        raise GuestError(f"{MMIO_AGENT} printed {len(found)} of {runs} runs: {text.strip()[-300:]!r}")
+    return found[0][0], tuple(sec for _reads, sec in found)
+
+
+@dataclass(frozen=True)
 class FaultsBoot:
     """One boot of L1: the guest's fault runs and the window's searches."""
 
@@ -89,6 +127,7 @@ class FaultsBoot:
     runs: tuple[fault_probe.FaultRun, ...]
     kinds: l1_kinds.KindCounts
     checks: tuple[SlotCheck, ...]
+    mmio: MmioWindow | None = None
 
     @property
     def pages(self) -> int:
@@ -147,13 +186,19 @@ def measure(vm: Guest, conditions: str, touch_mib: int = TOUCH_MIB, runs: int = 
     reading = l1_kinds.parse_reading(str(vm.host_ssh.run(["sh", "-c", l1_kinds.READ_SCRIPT]).stdout))
     if not reading.search:
         raise GuestError("L1's kvm names no memslot_search: not a kernel built with images/kvm-memslots/")
-    return FaultsBoot(
-        structure=reading.search,
-        conditions=conditions,
-        runs=fault_probe.parse_runs(out, runs),
-        kinds=l1_kinds.sort_kinds(reading, ram),
-        checks=slot_checks(reading),
+    faults = fault_probe.parse_runs(out, runs)
+    kinds, checks = l1_kinds.sort_kinds(reading, ram), slot_checks(reading)
+    mmio_path = vm.deploy(MMIO_AGENT)
+    vm.host_ssh.run(["sh", "-c", l1_kinds.RESET_SCRIPT])
+    out = str(
+        vm.ssh.run(
+            [mmio_path, *NIC, str(MMIO_READS), str(MMIO_RUNS)], timeout=deadline(MMIO_RUN_BOUND_S * MMIO_RUNS)
+        ).stdout
     )
+    after = l1_kinds.parse_reading(str(vm.host_ssh.run(["sh", "-c", l1_kinds.READ_SCRIPT]).stdout))
+    reads, seconds = parse_mmio(out, MMIO_RUNS)
+    mmio = MmioWindow(reads, seconds, l1_kinds.sort_kinds(after, ram))
+    return FaultsBoot(reading.search, conditions, faults, kinds, checks, mmio)
 
 
 def settings(touch_mib: int, runs: int) -> dict[str, Any]:
@@ -211,6 +256,9 @@ def records(
                     extra={"unit_of_replication": UNIT, "counted_by": "the kernel's memslot_slots"},
                 )
             )
+        windows = [b.mmio for b in group]
+        if all(w is not None for w in windows):
+            out += mmio_records([w for w in windows if w is not None], variant, setting, env)
         counts = [lookup_kinds.Counts({k: b.kinds.count(k) for k in l1_kinds.KINDS}, b.seconds) for b in group]
         for rec in lookup_kinds.records(counts, {**setting, "accel": "kvm"}):
             if rec.variant["kind"] in l1_kinds.KINDS:
@@ -219,6 +267,45 @@ def records(
                         rec, scenario=KINDS_SCENARIO, variant={**rec.variant, **variant}, environment=env
                     )
                 )
+    return out
+
+
+def mmio_records(
+    windows: Sequence[MmioWindow], variant: dict[str, Any], setting: dict[str, Any], env: dict[str, Any]
+) -> list[Measurement]:
+    """The NIC's register round trips a second (on the guest's clock) and
+    the nodes a miss compared over them (counted), one replicate a boot."""
+    mmio_setting = {**setting, "mmio": f"{MMIO_AGENT} {' '.join(NIC)} {MMIO_READS} x {MMIO_RUNS}"}
+    out = [
+        Measurement(
+            scenario=SCENARIO,
+            metric="mmio_round_trips_per_s",
+            unit="1/s",
+            better="higher",
+            samples=[],
+            replicates=[[w.round_trips_per_s] for w in windows],
+            variant=variant,
+            settings=mmio_setting,
+            environment=env,
+            extra={"unit_of_replication": UNIT, "clock_reads": "the guest's CLOCK_MONOTONIC (L2's)"},
+        )
+    ]
+    walks = [w.kinds.nodes_per("miss") for w in windows]
+    if all(n is not None for n in walks):
+        out.append(
+            Measurement(
+                scenario=SCENARIO,
+                metric="mmio_miss_nodes",
+                unit="nodes",
+                better="lower",
+                samples=[],
+                replicates=[[float(n)] for n in walks if n is not None],
+                variant=variant,
+                settings=mmio_setting,
+                environment=env,
+                extra={"unit_of_replication": UNIT, "counted_by": "memslot_miss_nodes over memslot_misses"},
+            )
+        )
     return out
 
 
@@ -246,6 +333,7 @@ def to_json(boot: FaultsBoot) -> dict[str, Any]:
         "order": boot.kinds.order(),
         "slots": [dataclasses.asdict(c) for c in boot.checks],
         "findings": boot.findings(),
+        "mmio": dataclasses.asdict(boot.mmio) if boot.mmio is not None else None,
     }
 
 
@@ -265,5 +353,12 @@ def render(boots: Sequence[FaultsBoot], host: str, clock_label: str) -> list[str
             f"{index:>4} {b.structure:9} {b.ns_per_page:>9.1f} {k.misses:>9} {shown['miss']:>6} {k.ram_hits:>10} "
             f"{shown['ram_hit']:>6} {k.other_hits:>10} {shown['other_hit']:>6}  {' > '.join(b.kinds.order())}"
         )
+        if b.mmio is not None:
+            walk = b.mmio.kinds.nodes_per("miss")
+            lines.append(
+                f"     NIC register reads: {b.mmio.round_trips_per_s:.1f} a second, "
+                f"{b.mmio.misses_per_read:.2f} misses a read, "
+                f"{'-' if walk is None else f'{walk:.2f}'} nodes a miss"
+            )
         lines += [f"     differs: {finding}" for finding in b.findings()]
     return lines

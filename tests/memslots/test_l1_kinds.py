@@ -161,12 +161,19 @@ class FaultsGuest:
         runs = "".join(
             f"event=run index={i} pages=16384 faults=16384 duration_s=0.15 ns_per_page=9155.2\n" for i in range(3)
         )
-        self.ssh = ScriptedShell({"/proc/iomem": IOMEM, "fault_probe": runs + "event=done runs=3\n"}, self.log)
+        reads = "".join(f"event=run index={i} reads=2000 duration_s=0.08 ns_per_read=40000.000\n" for i in range(3))
+        self.ssh = ScriptedShell(
+            {
+                "/proc/iomem": IOMEM,
+                "fault_probe": runs + "event=done runs=3\n",
+                "mmio_pingpong": "event=device path=/sys/x\n" + reads + "event=done runs=3 sink=0\n",
+            },
+            self.log,
+        )
         slots = [(3, 256, 786144, 1000, 1000 * slot_nodes)]
         self.host_ssh = ScriptedShell(
             {"memslot_slots; do echo 0": "", "echo slots": reading_text(search, slots)}, self.log
         )
-
         self.clock = clock.icount(0)
 
     def deploy(self, agent: str) -> str:
@@ -177,11 +184,12 @@ class FaultsGuest:
 def test_a_boot_resets_before_the_workload_reads_after_and_checks_the_model(slot_nodes: int, findings: int) -> None:
     guest = FaultsGuest("reorder", slot_nodes)
     boot = l1_faults.measure(guest, "2011-shadow")
-    order = [
-        i for i, cmd in enumerate(guest.log) if "echo 0" in cmd or "fault_probe 64 3" in cmd or "echo slots" in cmd
-    ]
-    assert [guest.log[i].split()[0] for i in order] == ["sh", "/tmp/fault_probe", "sh"]
-    assert "echo 0" in guest.log[order[0]] and "echo slots" in guest.log[order[2]]
+    steps = ("echo 0", "fault_probe 64 3", "echo slots", "mmio_pingpong 0x10ec 0x8139 1 2000 3")
+    order = [cmd.split()[0] for cmd in guest.log if any(step in cmd for step in steps)]
+    # Each window: L1's counts reset, the guest's work, L1's counts read.
+    assert order == ["sh", "/tmp/fault_probe", "sh", "sh", "/tmp/mmio_pingpong", "sh"]
+    assert boot.mmio is not None and boot.mmio.round_trips_per_s == pytest.approx(25000.0)
+    assert boot.mmio.misses_per_read == pytest.approx(5 / 6000)
     assert boot.structure == "reorder" and boot.kinds.ram_hits == 1000
     assert boot.ns_per_page == pytest.approx(0.45e9 / 49152)
     assert len(boot.findings()) == findings
