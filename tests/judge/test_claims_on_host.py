@@ -5,6 +5,8 @@ both ways."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from memqual.host.core.environment import Environment
@@ -189,3 +191,39 @@ def test_the_nics_round_trips_decide_memslot_netperf_as_measured(array: float, t
 
 def test_memslot_netperf_with_one_kernel_stays_not_measurable() -> None:
     assert judged("memslot-netperf", [round_trips("linear", 20000.0)]).evidence != MEASURED
+
+
+def test_records_of_this_machine_never_switch_a_claim_to_its_host_under_test() -> None:
+    """The same scenario and variants, but no host under test in the
+    records' environment: the claim keeps its registered evidence."""
+    here = Environment(accel="kvm").with_clock("icount:0", 1).to_json()
+    records = [
+        dataclasses.replace(round_trips(s, r), environment=here) for s, r in (("linear", 2e4), ("tree2011", 2.06e4))
+    ]
+    v = judged("memslot-netperf", records)
+    assert v.evidence != MEASURED and v.claim.on_host is not None
+
+
+def ksm_windows(cost: dict[int, float], host: bool) -> list[Measurement]:
+    env = ENV if host else Environment(accel="tcg").with_clock("wall")
+    return [
+        Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[],
+            replicates=[[ns * f] for f in (1.0, 1.01, 0.99)],
+            variant={"smart_scan": smart, "pages": "4k"},
+            settings={"guest_mib": 256},
+            environment=env.to_json(),
+        )
+        for smart, ns in cost.items()
+    ]
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["host under test", "this machine"])
+def test_ksm_windows_name_the_host_their_ksmd_ran_in(host: bool) -> None:
+    v = judged("ksm-volatile-4k", ksm_windows({0: 6434.0, 1: 1377.0}, host))
+    assert ("host under test" in v.claim.evidence.instead) is host
+    assert v.claim.on_host is (None if host else v.claim.on_host)
