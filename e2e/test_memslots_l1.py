@@ -12,8 +12,9 @@ or ``memqual run --host-kernel K --only memslots``.
 from __future__ import annotations
 
 from memqual.e2e.base import GuestTest
+from memqual.host.core.errors import GuestError
 from memqual.host.core.machine import MachineConfig
-from memqual.host.memslots import kvm2011, l1_layout, l1_lookup, seed_layout
+from memqual.host.memslots import kvm2011, l1_faults, l1_layout, l1_lookup, seed_layout
 
 # Every miss searches the slots again only without KVM's MMIO cache.
 UNCACHED = "kvm.mmio_caching=0"
@@ -58,3 +59,25 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         on_seed = l1_layout.run(vm.host_ssh, lookup)
         self.log.info("seed 000's guest: %s", [c.note for c in on_seed.run.checks])
         self.assertEqual([c.verdict for c in on_seed.run.checks if c.kind == "miss"], [l1_lookup.AGREES])
+
+    def test_a_guests_faults_counted_by_kind_and_each_hit_as_the_model_walks(self) -> None:
+        """Seed 000's guest faults in fresh pages under shadow paging: every
+        fault searches the slots, so RAM hits must dominate the window, and
+        each hit slot's nodes (on an uncached search) must be the model's."""
+        host = self.host_under_test()
+        self.require(host is not None, "no host under test: run with --host-kernel (MEMQUAL_HOST_KERNEL)")
+        assert host is not None
+        shadow = host.with_boot_knobs(*l1_faults.CONDITIONS["2011-shadow"])
+        config = l1_faults.GUEST.machine_config()
+        vm = self.boot(config, host=shadow)
+        try:
+            boot = l1_faults.measure(vm, "2011-shadow", touch_mib=16, runs=1)
+        except GuestError as exc:
+            self.require("memslot_slots" not in str(exc), f"the host kernel {host.name} does not count by slot: {exc}")
+            raise
+        self.log.info("%s: %s", boot.structure, " | ".join(l1_faults.render([boot], host.name, vm.clock.label)))
+        # 4096 pages touched, each a shadow page fault that searches.
+        self.assertGreater(boot.kinds.ram_hits, 4096, "fewer RAM hits than pages faulted in under shadow paging")
+        self.assertGreater(boot.kinds.ram_hits, boot.kinds.misses)
+        self.assertEqual(boot.kinds.unattributed, 0, "searches that found a slot no longer listed")
+        self.assertEqual(boot.findings(), [], "a slot's nodes per hit differ from the model's")

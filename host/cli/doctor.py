@@ -9,7 +9,7 @@ import json
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command
 from memqual.host.core import nested, printable
-from memqual.host.core.probe import report
+from memqual.host.core.probe import capabilities
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose
 
@@ -24,12 +24,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
     if args.qemu:
         choose(cliargs.one_qemu(args.qemu))
     host = cliargs.one_host(args)
-    result = report(force=args.reprobe)
+    result = capabilities(force=args.reprobe)
     found: dict[str, object] = result.to_json()
     if host is not None:
         found["host_under_test"] = host_report(host)

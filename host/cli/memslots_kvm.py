@@ -149,6 +149,10 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots import kvm_bench, kvm_results
 
+    if getattr(args, "faults", False):
+        if not args.host_kernel:
+            raise BadInput("--faults counts the host under test's memslot searches: give --host-kernel KERNEL")
+        return memslots_l1.run_faults(args)
     if getattr(args, "lookup", False):
         return run_lookup(args)
     config = config_from_args(args)

@@ -26,8 +26,7 @@ from memqual.host.core.trust import check_loaded, check_output_dir
 from memqual.host.judge.verdicts import DEFAULT_ALPHA
 from memqual.host.run import budget, job
 from memqual.host.run.avocado import list_tests
-from memqual.host.run.blocks import arm_axes
-from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, job_profile
+from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, arm_pairing, job_profile
 from memqual.images.kernel import read_release
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
@@ -75,8 +74,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     hosts = tuple(parse_host(k, host_params) for k in getattr(args, "host_kernel", None) or [])
     if host_params and not hosts:
         raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
-    axes = arm_axes(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
-    two_arms = len(axes) == 2
+    pairing = arm_pairing(len(kernels), len(getattr(args, "qemu", None) or []), len(hosts))
+    two_arms = len(pairing) == 2
     # Two arms: two blocks (A B, then B A) unless told; one arm: one round.
     rounds = args.rounds if args.rounds is not None else (2 if two_arms else 1)
     if not 1 <= rounds <= cliargs.COUNT_LIMIT:
@@ -97,7 +96,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         clock=run_clock(getattr(args, "clock", None)),
         threshold=args.threshold,
         alpha=args.alpha,
-        axes=axes,
+        pairing=pairing,
         scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
         patch=getattr(args, "patch_run", None),
     )
@@ -408,7 +407,7 @@ def planned(args: argparse.Namespace, config: RunConfig) -> tuple[RunConfig, clo
     """The run on its clock (asked, else its default), refused in one line
     when --until-decided's budget cannot hold its checks and first blocks
     (host/run/budget.py): all before anything is built or written."""
-    arms, asked = len(config.axes), getattr(args, "clock", None)
+    arms, asked = len(config.pairing), getattr(args, "clock", None)
     # Only a two-arm run's default or its budget's estimate reads the accelerator.
     accel = run_accel(config) if arms == 2 and (not asked or config.until_decided) else ("", "")
     chosen = choose_clock(asked, arms, accel)

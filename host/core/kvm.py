@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from memqual.host.core.closing import Closing
+from memqual.host.core.closable import Closable
 from memqual.host.core.errors import CapabilityMissing, MemqualError
 from memqual.host.core.kvm_uapi import (
     KVM_API_VERSION,
@@ -114,7 +114,7 @@ def errno_name(err: int) -> str:
 
 
 # --- objects ----------------------------------------------------------------------
-class _FdOwner(Closing):
+class _FdOwner(Closable):
     """Owns one KVM file descriptor, ``fd``: -1 once closed."""
 
     fd: int
@@ -325,7 +325,7 @@ class Vcpu(_FdOwner):
         super().close()
 
 
-class GuestMemory(Closing):
+class GuestMemory(Closable):
     """One anonymous private mapping that backs guest slots.
 
     MAP_NORESERVE and no pre-touching: host pages appear only where the guest

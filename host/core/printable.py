@@ -74,7 +74,7 @@ def console(**options: Any) -> Console:
 def format_number(x: float | None) -> str:
     """Four significant digits (kernbench's 42.809 reads as 42.81), whole
     numbers with thousands separators from 1,000 on; n/a for no value.
-    The one format of verdict texts and pages (``memqual.host.report.html.num``)."""
+    The one format of verdict texts and pages (every page's and table's ``num``)."""
     if x is None or not math.isfinite(x):
         return "n/a"
     if abs(x) >= 1000:

@@ -42,7 +42,7 @@ KSM_KNOBS = ("run", "pages_to_scan", "sleep_millisecs", "smart_scan", "merge_acr
 
 
 @dataclasses.dataclass(frozen=True)
-class Report:
+class HostCapabilities:
     """What ``memqual doctor`` shows: the host as every record fingerprints
     it (``environment``, its accelerator from a fresh KVM probe) and what
     memqual may do on it."""
@@ -258,7 +258,7 @@ def resolve_accel(requested: str) -> tuple[str, str]:
     return ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
 
 
-def report(force: bool = False) -> Report:
+def capabilities(force: bool = False) -> HostCapabilities:
     """Everything doctor shows.  Missing pieces are reported, not raised:
     doctor is what a user runs to find out what is missing."""
     # imported here, not at the top: keeps `memqual --help` fast
@@ -270,7 +270,7 @@ def report(force: bool = False) -> Report:
     except (CapabilityMissing, BadInput) as exc:
         boots, detail = False, f"not probed: {exc}"
     accel, reason = ("kvm", detail) if boots else ("tcg", f"TCG because {detail}")
-    return Report(
+    return HostCapabilities(
         environment=environment().with_accel(accel, reason),
         kvm_device=KVM_DEVICE.exists(),
         kvm_boots_linux=boots,

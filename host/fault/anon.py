@@ -10,16 +10,14 @@ moves.  docs/fault.md.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from typing import Protocol
 
 from memqual.host.core import clock as clocks
-from memqual.host.core.errors import GuestError
+from memqual.host.core import fault_probe
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell
 
-AGENT = "fault_probe"
 SCENARIO = "fault.anon"
 GUEST_MIB = 512
 # One vCPU: nothing else the guest runs takes turns with the timed loop
@@ -38,15 +36,6 @@ SETTLE_S = {True: 20, False: 2}
 # channel's close, a delayed ACK) that lands in a run costs it 1-4 ms of
 # guest time once (docs/ab-calibration.md, "The instrument").
 SUMMARY = "least of the guest's runs"
-# A run's wall-clock bound at 64 MiB on the wall clock, before
-# clock.deadline_s: a run takes about 1 s on multi-threaded TCG here and
-# 2-3 guest s on icount at shift 4.
-RUN_BOUND_S = 30.0
-
-_RUN = re.compile(
-    r"event=run index=(?P<index>\d+) pages=(?P<pages>\d+) faults=(?P<faults>-?\d+) "
-    r"duration_s=(?P<seconds>[0-9.]+) ns_per_page=(?P<ns>[0-9.]+)"
-)
 
 
 class Guest(Protocol):
@@ -58,57 +47,27 @@ class Guest(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
-class FaultRun:
-    """One timed run: ``faults`` is the probe's own minor faults across it
-    (getrusage; -1 where it failed)."""
-
-    index: int
-    pages: int
-    faults: int
-    seconds: float
-    ns_per_page: float
-
-    @property
-    def faults_per_page(self) -> float:
-        return self.faults / self.pages
-
-
-@dataclasses.dataclass(frozen=True)
 class AnonGuest:
     """One fresh guest's runs."""
 
-    runs: tuple[FaultRun, ...]
+    runs: tuple[fault_probe.FaultRun, ...]
     settle_s: int
     kernel: str
 
     @property
-    def least(self) -> FaultRun:
+    def least(self) -> fault_probe.FaultRun:
         return min(self.runs, key=lambda run: run.ns_per_page)
-
-
-def parse_runs(text: str, expected: int) -> tuple[FaultRun, ...]:
-    """The ``event=run`` lines of fault_probe's output; GuestError unless
-    there are ``expected`` of them and the probe said it was done."""
-    runs = tuple(
-        FaultRun(int(m["index"]), int(m["pages"]), int(m["faults"]), float(m["seconds"]), float(m["ns"]))
-        for m in _RUN.finditer(text)
-    )
-    if len(runs) != expected or "event=done" not in text:
-        raise GuestError(f"{AGENT} printed {len(runs)} of {expected} runs: {text.strip()[-300:]!r}")
-    if any(run.pages <= 0 or run.seconds <= 0 for run in runs):
-        raise GuestError(f"{AGENT} printed an empty run: {text.strip()[-300:]!r}")
-    return runs
 
 
 def measure_guest(vm: Guest, mib: int, runs: int, icount: bool) -> AnonGuest:
     """Settle the guest, then time ``runs`` first touches of ``mib`` MiB."""
-    path = vm.deploy(AGENT)
+    path = vm.deploy(fault_probe.AGENT)
     settle = SETTLE_S[icount]
     vm.ssh.run(["sh", "-c", f"sync; sleep {settle}"], timeout=clocks.deadline_s(settle + 60))
-    bound = clocks.deadline_s(RUN_BOUND_S * runs * max(1, mib // 64))
+    bound = clocks.deadline_s(fault_probe.RUN_BOUND_S * runs * max(1, mib // 64))
     out = vm.ssh.run([path, str(mib), str(runs)], timeout=bound).stdout
     kernel = str(vm.ssh.run(["uname", "-r"]).stdout).strip()
-    return AnonGuest(parse_runs(str(out), runs), settle, kernel)
+    return AnonGuest(fault_probe.parse_runs(str(out), runs), settle, kernel)
 
 
 def record(guests: Sequence[AnonGuest], mib: int, clock: clocks.Clock) -> Measurement:

@@ -1,7 +1,7 @@
 """The change-point test of ``memqual history``, a series at a time: one
 value a run (the median of its replicate medians), the t of the runs before
 against after each boundary with its variance moderated by the family's
-(moderation.py), binary segmentation over the boundaries and at those the
+(variance_prior.py), binary segmentation over the boundaries and at those the
 family located (family_scan.py), the steps beyond the threshold, and every
 run's equivalence to the first.  Why so: the comment below.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memqual.host.judge.family_scan import family_scan
-from memqual.host.judge.moderation import NO_PRIOR, Prior, within
+from memqual.host.judge.variance_prior import NO_PRIOR, Prior, within
 
 # family-wise alpha per family and the margin band, as compare's
 from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD

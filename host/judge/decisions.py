@@ -257,7 +257,7 @@ def _looked_at(t: MetricProgress, base: dict[str, Any], run: SequentialRun) -> D
         **base,
         verdict=verdict,
         text=t.verdict or UNDECIDED,
-        look=t.rounds_needed if decided else None,
+        look=t.deciding_look if decided else None,
         looks=len(t.history),
         blocks=c.n_blocks or t.blocks,
         paired=c.paired,
@@ -290,7 +290,7 @@ def sequential(result: RunComparison, run: SequentialRun) -> DecidingTable:
             alpha=look.level,
             metrics=look.tests,
             decided=tuple(
-                sorted(labels.get(t.key, t.key) for t in tracked.values() if t.decided and t.rounds_needed == look.look)
+                sorted(labels.get(t.key, t.key) for t in tracked.values() if t.decided and t.deciding_look == look.look)
             ),
             next_block=run.added_after(look.look),
         )

@@ -27,11 +27,11 @@ from memqual.host.judge.change_points import (
     run_values,
     steps_in,
 )
-from memqual.host.judge.moderation import FamilySpread
 from memqual.host.judge.pairing import replicates_of
 from memqual.host.judge.regime import NOT_COMPARABLE, RegimeCheck, condition_of
 from memqual.host.judge.regime import check as check_regime
 from memqual.host.judge.results import MetricEntry, load_results
+from memqual.host.judge.variance_prior import FamilySpread
 from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD
 
 # Families, as in ``memqual compare`` (host/judge/comparison.py): a change point

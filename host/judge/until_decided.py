@@ -91,7 +91,7 @@ class MetricProgress:
         return self.frozen is not None or (bool(self.history) and self.history[-1][1])
 
     @property
-    def rounds_needed(self) -> int | None:
+    def deciding_look(self) -> int | None:
         """The look that decided the metric (the first from which it stayed
         decided, for a history given without freezing)."""
         if self.decided_at is not None:
@@ -129,7 +129,7 @@ class MetricProgress:
             "state": DECIDED if self.decided else UNDECIDED,
             "verdict": self.verdict,
             "decision": self.decision,
-            "rounds_needed": self.rounds_needed,
+            "rounds_needed": self.deciding_look,
             "blocks_needed": self.blocks_needed,
             "blocks": self.blocks,
             "history": [{"look": r, "decided": d, "verdict": v} for r, d, v in self.history],
@@ -169,7 +169,7 @@ class MetricProgress:
         )
 
 
-def decisions(
+def compare_so_far(
     records_a: list[Any],
     records_b: list[Any],
     *,
@@ -252,17 +252,17 @@ class Tracker:
     threshold: float
     alpha: float
     metrics: dict[str, MetricProgress] = dataclasses.field(default_factory=dict)
-    rounds: int = 0
+    last_look: int = 0
     controls_flagged: set[str] = dataclasses.field(default_factory=set)
     looks: list[Look] = dataclasses.field(default_factory=list)
     futile: dict[str, Futile] = dataclasses.field(default_factory=dict)
     # False: each look tests at its own share of alpha (Bonferroni over the
     # looks), as the calibration's reference.
     group_sequential: bool = True
-    # Where a look's MetricComparisons come from: ``decisions`` (the run's
+    # Where a look's MetricComparisons come from: ``compare_so_far`` (the run's
     # records merged and compared) unless given; the calibration gives its
     # synthetic blocks' (host/run/calibrate.py).
-    decisions_of: Callable[..., list[Any]] | None = None
+    comparisons_of: Callable[..., list[Any]] | None = None
     min_blocks_sequential: int = 0  # 0: MIN_BLOCKS_SEQUENTIAL
 
     @property
@@ -285,11 +285,11 @@ class Tracker:
         not frozen yet moved on."""
         from memqual.host.judge.primaries import PRIMARY
 
-        self.rounds = look
+        self.last_look = look
         fraction = max(fraction, self.fraction_spent)
         level = self.level_at(fraction)
         sequential = self.sequential_p if self.group_sequential else None
-        source = self.decisions_of or decisions
+        source = self.comparisons_of or compare_so_far
         now = (
             source(records_a, records_b, threshold=self.threshold, alpha=level, sequential=sequential)
             if level > 0
@@ -457,8 +457,9 @@ class Tracker:
         primaries = sorted((m for m in self.metrics.values() if m.role == PRIMARY), key=lambda m: m.key)
         decided = [f"{m.scenario} {m.verdict}" for m in primaries if m.decided]
         level = self.looks[-1].level if self.looks else 0.0
-        return f"look {self.rounds}: alpha {level:.2g} spent, {len(decided)} of {len(primaries)} primaries decided" + (
-            f" ({', '.join(decided)})" if decided else ""
+        return (
+            f"look {self.last_look}: alpha {level:.2g} spent, {len(decided)} of {len(primaries)} primaries decided"
+            + (f" ({', '.join(decided)})" if decided else "")
         )
 
     def exit_status(self) -> ExitStatus:
@@ -478,8 +479,8 @@ class Tracker:
 
         primaries = [m for m in self.metrics.values() if m.role == PRIMARY]
         return {
-            "rounds": self.rounds,
-            "looks": self.rounds,
+            "rounds": self.last_look,
+            "looks": self.last_look,
             "stopped": stopped,
             "budget_min": budget_min,
             "threshold": self.threshold,
@@ -503,7 +504,7 @@ class Tracker:
         """The looks' state ``to_json`` wrote: what a finished run decided,
         for its page again (who was left out, and why, stays text)."""
         tracker = cls(threshold=float(data["threshold"]), alpha=float(data["alpha"]))
-        tracker.rounds = int(data.get("rounds") or 0)
+        tracker.last_look = int(data.get("rounds") or 0)
         tracker.looks = [Look.from_json(x) for x in data.get("look_times") or []]
         tracker.controls_flagged = {str(k) for k in data.get("controls_flagged") or []}
         for m in data.get("metrics") or []:

@@ -24,7 +24,7 @@ DEFAULT_THRESHOLD = 0.05
 # --until-decided's families (Holm over a dozen or so primaries) and the
 # history's change points, per family.  A claim's verdict and a bisect
 # probe answer one question each and have levels of their own
-# (claims.model.CLAIM_ALPHA, probe.PROBE_ALPHA).
+# (claims.model.CLAIM_ALPHA, bisect_evidence.PROBE_ALPHA).
 DEFAULT_ALPHA = 0.01
 CORRECTION = {PRIMARY: "holm", CONTROL: "holm", EXPLORATORY: "benjamini-hochberg at alpha/4"}
 # The share of alpha the exploratory family gets (see the module docstring).

@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol, Self
 
-from memqual.host.core.closing import Closing
+from memqual.host.core.closable import Closable
 from memqual.host.core.environment import KSM_ROOT, THP_ROOT
 from memqual.host.core.errors import CapabilityMissing, Timeout
 from memqual.host.core.knobs import StaleRestore, Sysfs, restore_stale_locked
@@ -61,7 +61,7 @@ class KsmDriver(Protocol):
     def scan_end_readings(self, scans: int, timeout_s: float) -> list[KsmCounters]: ...
 
 
-class KsmController(Closing):
+class KsmController(Closable):
     """Host KSM for one scenario: lock, snapshot, knobs, counters, waits."""
 
     def __init__(

@@ -15,7 +15,9 @@ from typing import Any
 
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.report import pages
-from memqual.host.report.html import GREY, VERDICT_COLOURS, Badge, ForestRow, Plot, badge, forest_png
+from memqual.host.report.badges import GREY, VERDICT_COLOURS, Badge, badge
+from memqual.host.report.figures import Plot
+from memqual.host.report.plots import ForestRow, forest_png
 
 TEMPLATE = "bisect.html.j2"
 
@@ -111,7 +113,7 @@ def _decision(p: dict[str, Any]) -> str:
 def forest_plot(state: dict[str, Any]) -> str | None:
     """One row per kernel of the series, K1 at the top: the probe's B/A
     against K1 at its last look with its 95 % CI on a log axis, coloured by
-    its decision, the threshold band shaded."""
+    its decision and saying it, the threshold band drawn."""
     probes = {p["index"]: p for p in state["probes"]}
     if not probes:
         return None
@@ -120,15 +122,20 @@ def forest_plot(state: dict[str, Any]) -> str | None:
         label = f"K{index + 1} {kernel}"[:70]
         p = probes.get(index)
         if index == 0:
-            rows.append(ForestRow(label, "#111827", 1.0, marker="s"))  # K1 itself: the reference
+            rows.append(ForestRow(label, "#111827", 1.0, None, None, "reference", marker="s"))
         elif p is None:
-            rows.append(ForestRow(label, GREY, None))  # not probed (yet)
+            rows.append(ForestRow(label, GREY, None, None, None, "not probed"))
         else:
             e = p["evidence"]
-            colour = VERDICT_COLOURS.get(_decision(p), GREY)
-            rows.append(ForestRow(label, colour, e.get("ratio"), e.get("ci_low"), e.get("ci_high")))
+            decision = _decision(p)
+            colour = VERDICT_COLOURS.get(decision, GREY)
+            rows.append(ForestRow(label, colour, e.get("ratio"), e.get("ci_low"), e.get("ci_high"), decision))
     threshold = state["settings"]["threshold"]
-    return forest_png(rows, threshold, f"probe / K1 (B/A, 95% t-interval over blocks); shaded: within {threshold:.0%}")
+    return forest_png(
+        rows,
+        threshold,
+        f"probe / K1 (B/A, 95% t-interval over blocks); band: within {threshold:.0%}; arrows: clipped at the edge",
+    )
 
 
 def _ratio(e: dict[str, Any]) -> str:

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from memqual.host.core.printable import format_number as num
 from memqual.host.judge.claims.model import NOT_MEASURABLE, format_ratio
 from memqual.host.judge.claims.ran_on import NOT_RECORDED, RanOn
-from memqual.host.report.html import (
-    num,
-)
 
 
 def measured_text(c: Mapping[str, Any]) -> str:

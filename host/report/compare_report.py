@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import format_number as num
 from memqual.host.core.printable import one_line
 from memqual.host.judge import control_power, decisions
 from memqual.host.judge.ab_outcome import ABOutcome
@@ -23,18 +24,10 @@ from memqual.host.judge.regime import NOT_COMPARABLE
 from memqual.host.judge.results import Results
 from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED, VERDICTS
 from memqual.host.report import pages
-from memqual.host.report.html import (
-    VERDICT_COLOURS,
-    Badge,
-    Count,
-    EnvironmentLine,
-    Plot,
-    badge,
-    counts,
-    environment_line,
-    num,
-)
-from memqual.host.report.plots import DecisionRow, decision_forest
+from memqual.host.report.badges import VERDICT_COLOURS, Badge, Count, badge, counts
+from memqual.host.report.environment_line import EnvironmentLine, environment_line
+from memqual.host.report.figures import Plot
+from memqual.host.report.plots import ForestRow, forest_png
 
 # The exploratory family can hold a hundred metrics: its plot shows the
 # decided ones and the undecided nearest to a change, up to this many.
@@ -45,7 +38,7 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
     """The rows' B / A with intervals on a log axis, the margin band drawn,
     each row's verdict and look at its right."""
     rows = [
-        DecisionRow(
+        ForestRow(
             r.label[:80],
             VERDICT_COLOURS.get(r.verdict, VERDICT_COLOURS[NOT_COMPARABLE]),
             r.ratio,
@@ -58,7 +51,7 @@ def forest(table_rows: Sequence[decisions.Decision], margin: float, what: str) -
     ]
     if not any(r.ratio and r.ratio > 0 for r in rows):
         return None
-    png = decision_forest(
+    png = forest_png(
         rows,
         margin,
         f"B / A, 95% interval at the deciding look; band: the {margin:.0%} margin (a row's own band: its own margin); "

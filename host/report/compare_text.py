@@ -97,7 +97,7 @@ def row_cells(r: Decision, m: MetricComparison, sequential: bool) -> list[str]:
     """One metric's cells of the deciding table, in rich's markup."""
     from rich.markup import escape
 
-    from memqual.host.report.html import num
+    from memqual.host.core.printable import format_number as num
 
     c = m.comparison
     if sequential:

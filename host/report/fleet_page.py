@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
 from memqual.host.report import pages
-from memqual.host.report.html import Badge, badge
+from memqual.host.report.badges import Badge, badge
 
 if TYPE_CHECKING:
     from memqual.host.judge.results import Results

@@ -13,12 +13,12 @@ from memqual.host.judge.history import TEST_NAME, Group, Run, Series
 from memqual.host.judge.regime import NOT_COMPARABLE
 
 if TYPE_CHECKING:
-    from memqual.host.report.html import EnvironmentLine, Plot
+    from memqual.host.report.environment_line import EnvironmentLine
+    from memqual.host.report.figures import Plot
 
 
 def _plot(series: Series, runs: list[Run], threshold: float) -> str:
-    from memqual.host.report.figures import tidy
-    from memqual.host.report.html import png, pyplot
+    from memqual.host.report.figures import png, pyplot, tidy
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(8.5, 2.4))
@@ -118,7 +118,8 @@ def _steps_text(s: Series) -> str:
 
 
 def _group_view(number: int, g: Group, threshold: float) -> GroupView:
-    from memqual.host.report.html import Plot, environment_line
+    from memqual.host.report.environment_line import environment_line
+    from memqual.host.report.figures import Plot
 
     return GroupView(
         number=number,
@@ -155,7 +156,7 @@ def _group_view(number: int, g: Group, threshold: float) -> GroupView:
 def history_page(
     groups: list[Group], diffs: dict[str, list[Any]], order: str, threshold: float, alpha: float
 ) -> HistoryPage:
-    from memqual.host.report.html import VERDICT_COLOURS
+    from memqual.host.report.badges import VERDICT_COLOURS
 
     return HistoryPage(
         runs=sum(len(g.runs) for g in groups),

@@ -1,6 +1,7 @@
 """The pages' plots: report.html's (each claim's A and B with the published
-figures, each metric's distribution) and comparison.html's forest plot of
-the decisions (``decision_forest``: a log axis, the margin band, intervals
+figures, each metric's distribution) and the one forest plot of B / A that
+comparison.html (each metric's decision) and bisect.html (each probe
+against K1) draw (``forest_png``: a log axis, the margin band, intervals
 clipped at the edge and marked).  PNGs for the pages' typed views; no markup.
 """
 
@@ -12,15 +13,11 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
+from memqual.host.core.printable import format_number as num
 from memqual.host.judge.results import MetricEntry, variant_label
+from memqual.host.report.badges import VERDICT_COLOURS
 from memqual.host.report.claim_lines import published_on_axis
-from memqual.host.report.figures import tidy
-from memqual.host.report.html import (
-    VERDICT_COLOURS,
-    num,
-    png,
-    pyplot,
-)
+from memqual.host.report.figures import png, pyplot, tidy
 from memqual.host.report.terminal import time_scale
 
 _A_COLOUR, _B_COLOUR, _PUB_COLOUR = "#2563eb", "#ea580c", "#111827"
@@ -186,10 +183,11 @@ def distribution_plot(metric_name: str, unit: str, entries: Sequence[MetricEntry
 
 
 @dataclasses.dataclass(frozen=True)
-class DecisionRow:
-    """One metric of the comparison page's forest plot: its B / A and
-    interval, its verdict's colour, and the words at its right (verdict and
-    look)."""
+class ForestRow:
+    """One row of the forest plot (a metric of comparison.html, a kernel of
+    bisect.html): its B / A and interval, its verdict's colour, and the
+    words at its right (verdict and look).  No ratio (or one <= 0, which a
+    log axis cannot show) leaves the row empty but labelled."""
 
     label: str
     colour: str
@@ -200,6 +198,7 @@ class DecisionRow:
     # Its own margin when it differs from the band's (a primary judged at
     # its own, its scenario row): drawn as a band of its row only.
     margin: float | None = None
+    marker: str = "o"  # matplotlib's: "o" a measured ratio, "s" the reference itself
 
 
 # The axis spans the point estimates and the margin, never less than
@@ -213,7 +212,7 @@ MIN_SPAN = 1.25
 MAX_SPAN = 2.0
 
 
-def axis_limits(rows: Sequence[DecisionRow], margin: float) -> tuple[float, float]:
+def axis_limits(rows: Sequence[ForestRow], margin: float) -> tuple[float, float]:
     """The log axis's ends: the estimates, the margin and the intervals that
     fit, padded, within [1 / MAX_SPAN, MAX_SPAN]."""
     import math
@@ -229,7 +228,7 @@ def axis_limits(rows: Sequence[DecisionRow], margin: float) -> tuple[float, floa
     return math.exp(low), math.exp(high)
 
 
-def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> str:
+def forest_png(rows: Sequence[ForestRow], margin: float, xlabel: str) -> str:
     """Ratios B / A with their intervals, first row at the top, on a log
     axis (1.25x and 0.8x equally far from 1), the margin band 1 ± ``margin``
     drawn, and intervals (or estimates) beyond the axis clipped at its edge
@@ -242,7 +241,7 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
         ax.axvline(edge, color="#0e7490", linewidth=0.8, linestyle="--", zorder=1)
     ax.axvline(1.0, color="#111827", linewidth=0.8, zorder=1)
     for y, row in enumerate(reversed(rows)):
-        _draw_decision(ax, y, row, margin, low, high)
+        _draw_row(ax, y, row, margin, low, high)
     ax.set_xscale("log")
     ax.set_xlim(low, high)
     ax.set_ylim(-0.7, len(rows) - 0.3)
@@ -265,7 +264,7 @@ def decision_forest(rows: Sequence[DecisionRow], margin: float, xlabel: str) -> 
 CLIPPED_TEXT = {"fontsize": 6.5, "va": "center", "parse_math": False}
 
 
-def _draw_decision(ax: Any, y: int, row: DecisionRow, margin: float, low: float, high: float) -> None:
+def _draw_row(ax: Any, y: int, row: ForestRow, margin: float, low: float, high: float) -> None:
     """One row of the forest plot at height ``y``: its own margin band when
     it has one, its interval, its estimate and its note."""
     import math
@@ -281,7 +280,7 @@ def _draw_decision(ax: Any, y: int, row: DecisionRow, margin: float, low: float,
         _draw_interval(ax, y, row.colour, lo, hi, low, high, beyond)
     if r and r > 0 and math.isfinite(r):
         if not beyond:
-            ax.plot([r], [y], "o", color=row.colour, markersize=5, zorder=4)
+            ax.plot([r], [y], row.marker, color=row.colour, markersize=5, zorder=4)
         else:
             edge, side = (low, "left") if r < low else (high, "right")
             ax.plot([edge], [y], "D", color=row.colour, markersize=5, zorder=4, clip_on=False)

@@ -19,6 +19,7 @@ from typing import Any
 from markupsafe import Markup
 
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import format_number as num
 from memqual.host.judge.claims.model import (
     DIRECTION_ONLY,
     NOT_MEASURABLE,
@@ -29,6 +30,7 @@ from memqual.host.judge.claims.model import (
 )
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report import pages
+from memqual.host.report.badges import Badge, Count, badge, counts
 from memqual.host.report.claim_lines import (
     ceiling_line,
     clock_text,
@@ -43,16 +45,8 @@ from memqual.host.report.claim_lines import (
     short_qualifier,
     summary_line,
 )
-from memqual.host.report.html import (
-    Badge,
-    Count,
-    EnvironmentLine,
-    Plot,
-    badge,
-    counts,
-    environment_line,
-    num,
-)
+from memqual.host.report.environment_line import EnvironmentLine, environment_line
+from memqual.host.report.figures import Plot
 from memqual.host.report.plots import claim_plot, distribution_plot
 from memqual.host.report.terminal import kernbench_tables, short_settings, time_scale
 

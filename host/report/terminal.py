@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core import descriptive, printable
+from memqual.host.core.printable import format_number as num
 from memqual.host.judge.claims.model import DIRECTION_ONLY, NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED, UNDERPOWERED
 from memqual.host.judge.results import MetricEntry, Results, variant_label
 from memqual.host.report.claim_lines import (
@@ -22,9 +23,6 @@ from memqual.host.report.claim_lines import (
     published_text,
     ran_on_line,
     short_qualifier,
-)
-from memqual.host.report.html import (
-    num,
 )
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ FAULT_WALL = (
     "--rounds 6, 2026-12-04 (1 min 48 s for 12 runs with the job's overhead, docs/ab-calibration.md)"
 )
 # The negative controls: host-only /dev/kvm benchmarks, no guest kernel in
-# them, the same on either clock (host/run/rounds.py MIN_CONTROL_BLOCKS).
+# them, the same on either clock (host/run/ab_run.py MIN_CONTROL_BLOCKS).
 CONTROLS = (
     "the blocks of 2026-12-03, 0.7 and 9.0 s an arm on either clock (docs/ab-calibration.md, 'Negative controls')"
 )

@@ -1,13 +1,13 @@
 """The avocado jobs of an A/B's blocks: one job of (block, arm) variants,
 or on icount two, the tests that share the host first (A and B of a
 block side by side, host/judge/clock_plan.py ``shares_host``), then the
-rest one run at a time.  host/run/rounds.py runs them and reads them."""
+rest one run at a time.  host/run/ab_run.py runs them and reads them."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge import clock_plan
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def run_block_job(
     config: RunConfig,
-    arms: dict[str, Any],
+    arms: dict[str, blocks.VariantParams],
     order: list[tuple[int, str]],
     number: int,
     console: Console,
@@ -30,7 +30,7 @@ def run_block_job(
     references: tuple[str, ...] = (),
 ) -> JobOutcome:
     """One avocado job of the (block, arm) variants in ``order`` (arms:
-    blocks.ArmParams by arm), its variants file OUTPUT/variants/job-N.json
+    blocks.VariantParams by arm), its variants file OUTPUT/variants/job-N.json
     and its jobs under OUTPUT/avocado; feed it to BlockedRun.take."""
     variants_file = config.output / "variants" / f"job-{number}.json"
     variants_file.parent.mkdir(parents=True, exist_ok=True)
@@ -81,10 +81,10 @@ def split_beside_others(config: RunConfig, selection: str, references: tuple[str
 @dataclasses.dataclass(frozen=True)
 class BlockRequest:
     """What a block's jobs run: the (block, arm) variants in ``order`` of
-    the arms' params (blocks.ArmParams by arm), of the tests ``references``
+    the arms' params (blocks.VariantParams by arm), of the tests ``references``
     name (empty: the selection's)."""
 
-    arms: dict[str, Any]
+    arms: dict[str, blocks.VariantParams]
     order: list[tuple[int, str]]
     selection: str = "blocks"
     references: tuple[str, ...] = ()

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
 
 # Tests with these tags check behaviour (boot, panic, cleanup, isolation,
@@ -36,9 +35,12 @@ VARIANT_ID = re.compile(r"[;_]b(\d+)-([AB])$")
 
 
 @dataclasses.dataclass(frozen=True)
-class ArmParams:
-    """What a variant tells GuestTest about its arm's kernel and QEMU
-    (empty: the default kernel, the QEMU the job inherits)."""
+class VariantParams:
+    """What one Avocado variant tells GuestTest (e2e/base.py) about its arm:
+    the run's ``Arm`` (host/run/config.py) as the strings a JSON variants
+    file holds (empty: the default kernel, the QEMU the job inherits, this
+    machine as the host).  Not an arm of its own: only ``Arm.variant_params``
+    makes one."""
 
     arm: str  # "A" or "B"
     kernel: str
@@ -50,31 +52,6 @@ class ArmParams:
     # its KVM's parameters, space-separated; empty: this machine
     host_kernel: str = ""
     host_kernel_params: str = ""
-
-
-# Which kernel and which QEMU each arm has, by their index in the command
-# line's order (None: the default one).
-ArmAxes = tuple[tuple[int | None, int | None], ...]
-
-
-def arm_axes(kernels: int, qemus: int, hosts: int = 0) -> ArmAxes:
-    """How ``kernels`` kernels and ``qemus`` QEMUs make the arms of a run:
-    one of each or none, one arm; two of one axis, A and B differ on that
-    axis and share the other's one (or default); two of each, paired in
-    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Two ``hosts``
-    (host kernels under test) make two arms too, the first host A's; the
-    hosts are paired by arm (``arm_hosts``), not in these pairs.  Anything
-    else is BadInput: no run compares more than two arms."""
-    if kernels > 2 or qemus > 2 or hosts > 2:
-        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu" if qemus > 2 else "--host-kernel"
-        raise BadInput(f"{what} given {max(kernels, qemus, hosts)} times: an A/B has two arms; give it at most twice")
-    if kernels < 0 or qemus < 0 or hosts < 0:
-        raise BadInput("a negative count of kernels, QEMUs or hosts")
-    if max(kernels, qemus, hosts) < 2:
-        return ((0 if kernels else None, 0 if qemus else None),)
-    kernel = (0, 1) if kernels == 2 else ((0, 0) if kernels else (None, None))
-    qemu = (0, 1) if qemus == 2 else ((0, 0) if qemus else (None, None))
-    return ((kernel[0], qemu[0]), (kernel[1], qemu[1]))
 
 
 # What one Avocado job of blocks costs beyond its test runs' own times
@@ -137,7 +114,7 @@ def variant_id(block: int, arm: str) -> str:
     return f"b{block}-{arm}"
 
 
-def variants(order: list[tuple[int, str]], arms: dict[str, ArmParams]) -> list[dict[str, Any]]:
+def variants(order: list[tuple[int, str]], arms: dict[str, VariantParams]) -> list[dict[str, Any]]:
     """Avocado's JSON variants (the format ``avocado variants
     --json-variants-dump`` writes), one per (block, arm) in ``order``."""
     out = []

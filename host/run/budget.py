@@ -3,7 +3,7 @@ a run whose once-per-arm checks and first blocks cannot fit is refused
 (bad input, naming the ``--budget`` or the ``--only`` that would fit, from
 host/run/block_costs.py); once running, the checks that no longer fit in
 what is left are not run, and say why.  The looks add no block they cannot
-finish (host/run/rounds.py).
+finish (host/run/ab_run.py).
 
 Why it is built so: docs/architecture.md, "Module notes", host/run/budget.py.
 """

@@ -24,9 +24,7 @@ from memqual.host.judge import primaries as metric_roles
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.primaries import CONTROL, EXPLORATORY, PRIMARY
 from memqual.host.judge.stats import ab_tests, binomial
-from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
-
-ALPHA, THRESHOLD = 0.01, 0.05
+from memqual.host.judge.verdicts import DEFAULT_ALPHA, DEFAULT_THRESHOLD, EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +106,7 @@ def unblocked_compare(
 
         a = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
         b = [_run_file(rng, primaries, controls, 6, draw()) for _ in range(runs)]
-        result = comparison.compare_runs(a, b, threshold=THRESHOLD, alpha=ALPHA)
+        result = comparison.compare_runs(a, b, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA)
         flagged += any(m.flagged for m in result.metrics if m.role == PRIMARY)
         status = result.exit_status()
         exit1 += status == 1
@@ -140,7 +138,7 @@ def history_steps(trials: int, seed: int, drift: float, walk: bool = False, step
         for i in range(runs):
             level = math.exp(levels[i]) * (step if i >= runs // 2 else 1.0)
             series.append([[float(level * math.exp(rng.normal(0.0, 0.02)))] for _ in range(4)])
-        found += bool(change_points.change_points(series, threshold=THRESHOLD, alpha=ALPHA))
+        found += bool(change_points.change_points(series, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA))
     kind = "random walk" if walk else "independent"
     return Rate(
         f"history, one series alone, {runs} runs, {100 * drift:g} % {kind} drift, step x{step:g}: a step",
@@ -184,7 +182,7 @@ def history_family(
             s = history.Series(f"m{g}", "s", "lower", [], [], "synthetic", role=PRIMARY)
             s.values, s.log = change_points.run_values(reps), True
             family.append(s)
-        history.judge_family(family, threshold=THRESHOLD, alpha=ALPHA)
+        history.judge_family(family, threshold=DEFAULT_THRESHOLD, alpha=DEFAULT_ALPHA)
         for g, s in enumerate(family):
             if g < stepped and step != 1.0:
                 alts += 1
@@ -239,7 +237,7 @@ def _look_decisions(
 
 
 def sequential_looks(
-    trials: int, seed: int, looks: Sequence[int] = (3, 4, 5, 6), min_blocks: int = 0, alpha: float = ALPHA
+    trials: int, seed: int, looks: Sequence[int] = (3, 4, 5, 6), min_blocks: int = 0, alpha: float = DEFAULT_ALPHA
 ) -> Rate:
     """One metric, no effect, looked at on these block counts through the
     real Tracker (alpha on the budget's clock, the look at the last count
@@ -252,7 +250,7 @@ def sequential_looks(
     for _ in range(trials):
         d = rng.normal(0.0, 0.03, last)
         tracker = until.Tracker(
-            threshold=0.0, alpha=alpha, decisions_of=_look_decisions, min_blocks_sequential=min_blocks
+            threshold=0.0, alpha=alpha, comparisons_of=_look_decisions, min_blocks_sequential=min_blocks
         )
         for k in looks:
             a = [(i + 1, 1.0) for i in range(k)]
@@ -281,7 +279,7 @@ def drift_alarm(trials: int, seed: int, blocks: int, alpha: float, move: float =
             ids = list(range(blocks))
             tests.append(ab_tests.ratio_test(a, b, ids, ids))
         _, verdicts = families.decide(
-            tests, [CONTROL] * controls, ["lower"] * controls, threshold=THRESHOLD, alpha=alpha
+            tests, [CONTROL] * controls, ["lower"] * controls, threshold=DEFAULT_THRESHOLD, alpha=alpha
         )
         caught += any(v in (SLOWER, FASTER) for v in verdicts)
     return Rate(
@@ -299,7 +297,7 @@ def controls_power(trials: int, sd: float, alpha: float, blocks: int, controls: 
     (seed control_power.SEED)."""
     designs = [control_power.ControlDesign(f"c{i}", 2, 2, 2, sd / math.sqrt(2.0)) for i in range(controls)]
     found = control_power.power(
-        control_power.on_blocks(designs, blocks), alpha=alpha, threshold=THRESHOLD, trials=trials
+        control_power.on_blocks(designs, blocks), alpha=alpha, threshold=DEFAULT_THRESHOLD, trials=trials
     )
     return Rate(
         f"control power, {controls} controls, spread {100 * sd:g} %, alpha {alpha:g}, {blocks} blocks: "
@@ -345,8 +343,8 @@ def compare_trial(
     return tests, [PRIMARY] * PRIMARIES + [EXPLORATORY] * others
 
 
-def compare_verdicts(tests: list[Any], roles: list[str], alpha: float = ALPHA) -> list[str]:
-    return families.decide(tests, roles, ["lower"] * len(tests), threshold=THRESHOLD, alpha=alpha)[1]
+def compare_verdicts(tests: list[Any], roles: list[str], alpha: float = DEFAULT_ALPHA) -> list[str]:
+    return families.decide(tests, roles, ["lower"] * len(tests), threshold=DEFAULT_THRESHOLD, alpha=alpha)[1]
 
 
 def _design(n: int, paired: bool) -> str:
@@ -424,12 +422,12 @@ def planned_looks(trials: int, seed: int = 23, planned: int = 10) -> tuple[Rate,
                 for a, b in data
             ]
             roles = [PRIMARY] * PRIMARIES
-            level = ab_tests.spent_alpha(ALPHA, look, planned)
+            level = ab_tests.spent_alpha(DEFAULT_ALPHA, look, planned)
             for i, v in enumerate(compare_verdicts(tests, roles, alpha=level)):
                 if i not in frozen and v != UNDECIDED:
                     frozen[i] = v
             spent_done = spent_done or any(v in (SLOWER, FASTER) for v in frozen.values())
-            naive = compare_verdicts(tests, roles, alpha=ALPHA)
+            naive = compare_verdicts(tests, roles, alpha=DEFAULT_ALPHA)
             naive_done = naive_done or any(v in (SLOWER, FASTER) for v in naive)
         spent_flags += spent_done
         naive_flags += naive_done

@@ -9,14 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.clock import WALL_CLOCK, Clock
+from memqual.host.core.errors import BadInput
 from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, QUICK
-from memqual.host.run.blocks import ArmParams
+from memqual.host.run.blocks import VariantParams
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.qemu_binary import QemuChoice
-    from memqual.host.run.blocks import ArmAxes
     from memqual.host.run.patch_scope import PatchRun, TestScope
 
 
@@ -36,6 +36,14 @@ class GuestKernel:
     kernel_build: Path | None = None  # the tree it was built in (the balloon driver variant's)
 
 
+# An arm of an A/B is one thing through the run: an ``Arm``, its kernel,
+# QEMU and host as the run resolved them.  Two other types name arms and are
+# not arms: ``ArmPairing``, the command line's word on which of its kernels
+# and QEMUs each arm takes (indexes, checked before anything is resolved or
+# built), and ``blocks.VariantParams``, an Arm written as the strings an
+# Avocado variant carries to GuestTest (``Arm.variant_params``).
+
+
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """One arm of an A/B: its kernel (None: the default image's) and its
@@ -46,6 +54,47 @@ class Arm:
     qemu: QemuChoice | None
     host: HostUnderTest | None = None  # the guests' host under test; None: this machine
 
+    def variant_params(self) -> VariantParams:
+        """This arm as its Avocado variants tell GuestTest: its kernel's
+        files (none: the default image), its QEMU's binary (none: the job's)
+        and its host under test (none: this machine)."""
+        k, qemu, host = self.kernel, self.qemu, self.host
+        return VariantParams(
+            arm=self.label,
+            kernel=str(k.bzimage) if k is not None else "",
+            modules=str(k.modules or "") if k is not None else "",
+            kernel_build=str(k.kernel_build or "") if k is not None else "",
+            cmdline_extra=k.cmdline_extra if k is not None else "",
+            qemu=str(qemu.binary) if qemu is not None else "",
+            host_kernel=host.kernel.name if host is not None else "",
+            host_kernel_params=" ".join(host.params) if host is not None else "",
+        )
+
+
+# Which kernel and which QEMU each arm takes, by their index in the command
+# line's order (None: the default one).
+ArmPairing = tuple[tuple[int | None, int | None], ...]
+
+
+def arm_pairing(kernels: int, qemus: int, hosts: int = 0) -> ArmPairing:
+    """How ``kernels`` kernels and ``qemus`` QEMUs make the arms of a run:
+    one of each or none, one arm; two of one axis, A and B differ on that
+    axis and share the other's one (or default); two of each, paired in
+    order (A = kernel 1 + QEMU 1, B = kernel 2 + QEMU 2).  Two ``hosts``
+    (host kernels under test) make two arms too, the first host A's; the
+    hosts are paired by arm (``run_arms``), not in these pairs.  Anything
+    else is BadInput: no run compares more than two arms."""
+    if kernels > 2 or qemus > 2 or hosts > 2:
+        what = "--guest-kernel/--debian-kernel" if kernels > 2 else "--qemu" if qemus > 2 else "--host-kernel"
+        raise BadInput(f"{what} given {max(kernels, qemus, hosts)} times: an A/B has two arms; give it at most twice")
+    if kernels < 0 or qemus < 0 or hosts < 0:
+        raise BadInput("a negative count of kernels, QEMUs or hosts")
+    if max(kernels, qemus, hosts) < 2:
+        return ((0 if kernels else None, 0 if qemus else None),)
+    kernel = (0, 1) if kernels == 2 else ((0, 0) if kernels else (None, None))
+    qemu = (0, 1) if qemus == 2 else ((0, 0) if qemus else (None, None))
+    return ((kernel[0], qemu[0]), (kernel[1], qemu[1]))
+
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -55,7 +104,7 @@ class RunConfig:
     tests: Path = REPO_ROOT / "e2e"
     kernels: tuple[GuestKernel, ...] = ()
     # The --qemu of each arm, resolved (fetched) by main: one for every
-    # arm, or two for A and B (blocks.arm_axes pairs them with the kernels).
+    # arm, or two for A and B (``pairing`` pairs them with the kernels).
     qemus: tuple[QemuChoice, ...] = ()
     # The host kernels under test (--host-kernel): none (this machine), one
     # for both arms, or A's and B's.
@@ -80,8 +129,8 @@ class RunConfig:
     threshold: float | None = None
     alpha: float | None = None
     # Which of ``kernels`` and ``qemus`` each arm has, by index, as the
-    # command checked them (blocks.arm_axes): two pairs make an A/B.
-    axes: ArmAxes = ((None, None),)
+    # command checked them (``arm_pairing``): two pairs make an A/B.
+    pairing: ArmPairing = ((None, None),)
     # A blocked run's tests, when a patch's scope limits them (None: every
     # test the profile and --only select).
     scope: TestScope | None = None
@@ -139,12 +188,12 @@ def schedule(kernels: tuple[GuestKernel | None, ...], rounds: int) -> list[tuple
 
 
 def run_arms(config: RunConfig) -> tuple[Arm, ...]:
-    """The two arms of an A/B (``config.axes`` pairs the kernels and the
-    QEMUs), or () when the run has one arm."""
-    if len(config.axes) != 2:
+    """The two arms of an A/B (``config.pairing`` pairs the kernels and
+    the QEMUs), or () when the run has one arm."""
+    if len(config.pairing) != 2:
         return ()
     arms = []
-    for index, (label, (k, q)) in enumerate(zip("AB", config.axes, strict=True)):
+    for index, (label, (k, q)) in enumerate(zip("AB", config.pairing, strict=True)):
         kernel = dataclasses.replace(config.kernels[k], label=label) if k is not None else None
         host = config.hosts[index if len(config.hosts) == 2 else 0] if config.hosts else None
         arms.append(Arm(label, kernel, config.qemus[q] if q is not None else None, host))
@@ -156,24 +205,6 @@ def qemu_json(qemu: QemuChoice | None) -> dict[str, str] | None:
     if qemu is None:
         return None
     return {"version": qemu.version, "origin": qemu.origin, "binary": str(qemu.binary)}
-
-
-def arm_params(
-    k: GuestKernel | None, qemu: QemuChoice | None = None, label: str = "", host: HostUnderTest | None = None
-) -> Any:
-    """An arm's variant params (blocks.ArmParams): its kernel's files (none:
-    the default image), its QEMU's binary (none: the job's) and its host
-    under test (none: this machine)."""
-    return ArmParams(
-        arm=label or (k.label if k is not None else ""),
-        kernel=str(k.bzimage) if k is not None else "",
-        modules=str(k.modules or "") if k is not None else "",
-        kernel_build=str(k.kernel_build or "") if k is not None else "",
-        cmdline_extra=k.cmdline_extra if k is not None else "",
-        qemu=str(qemu.binary) if qemu is not None else "",
-        host_kernel=host.kernel.name if host is not None else "",
-        host_kernel_params=" ".join(host.params) if host is not None else "",
-    )
 
 
 def job_profile(asked: str | None, arms: int) -> str:

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.core import printable
+from memqual.host.run.ab_run import run_blocked
 from memqual.host.run.avocado import run_avocado
 from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, run_arms, schedule
 from memqual.host.run.outputs import exit_status, write_outputs
-from memqual.host.run.rounds import run_blocked
 from memqual.host.run.signals import terminate_as_exception
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ COMPARISON = "comparison.json"
 
 
 class RunSoFar(Protocol):
-    """What a look reads of the run (host/run/rounds.py's BlockedRun)."""
+    """What a look reads of the run (host/run/ab_run.py's BlockedRun)."""
 
     jobs: list[JobOutcome]
     problems: list[str]

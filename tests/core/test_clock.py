@@ -27,8 +27,8 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig, command_line, kernel_cmdline
 from memqual.host.judge.pairing import check_comparable
+from memqual.host.run import ab_run
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
 
 def run_args(tmp_path: Path, *extra: str) -> argparse.Namespace:
@@ -348,7 +348,7 @@ def test_an_ab_run_carries_its_clock_and_threshold_into_the_job_results_and_comp
     fake_avocado.plan(
         tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": _ksm_records()}]
     )
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
     run_memqual(tmp_path, *kernels, "--clock", "icount", "--threshold", "0.02", "--alpha", "0.05")
     calls = fake_avocado.calls()
@@ -391,7 +391,7 @@ def test_every_primary_names_its_instrument_spread_and_margin() -> None:
 
 
 def test_the_report_header_says_the_clock_in_words() -> None:
-    from memqual.host.report.html import environment_line
+    from memqual.host.report.environment_line import environment_line
 
     line = environment_line({"accel": "tcg", "clock": "icount:4", "vcpus": 2}).text
     assert "clock icount:4" in line and "guest instructions" in line and "2 vCPUs taking turns" in line

@@ -166,7 +166,7 @@ def test_doctor_names_the_host_by_the_environment_records_carry(tmp_path, monkey
         return cpu_model()
 
     monkeypatch.setattr(probe, "cpu_model", counted)
-    found = probe.report()
+    found = probe.capabilities()
     env = probe.environment()
     assert found.environment == dataclasses.replace(
         env, accel=found.environment.accel, accel_reason=found.environment.accel_reason

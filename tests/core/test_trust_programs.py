@@ -126,6 +126,6 @@ def test_the_probes_run_no_untrusted_qemu(tmp_path: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv(settings.QEMU, str(_untrusted(kind, tmp_path, "qemu-system-x86_64", marker)))
     monkeypatch.setenv(settings.CACHE, str(tmp_path / "cache"))
     assert probe.environment().qemu is None
-    found = probe.report().to_json()
+    found = probe.capabilities().to_json()
     assert found["qemu_version"] == "missing" and "not probed" in found["kvm_boot_detail"]
     assert not marker.exists()

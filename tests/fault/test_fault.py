@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fakes import AgentShell, FakeGuest
 
-from memqual.host.core import clock
+from memqual.host.core import clock, fault_probe
 from memqual.host.core.errors import GuestError
 from memqual.host.core.primary import FINE_MARGIN
 from memqual.host.fault import anon
@@ -26,7 +26,7 @@ TWO_RUNS = (
 
 
 def test_the_probe_s_runs_are_read():
-    runs = anon.parse_runs(TWO_RUNS, 2)
+    runs = fault_probe.parse_runs(TWO_RUNS, 2)
     assert [run.index for run in runs] == [0, 1]
     assert runs[1].ns_per_page == pytest.approx(111920.166)
     assert runs[0].faults_per_page == pytest.approx(16385 / 16384)
@@ -43,7 +43,7 @@ def test_the_probe_s_runs_are_read():
 )
 def test_a_probe_that_did_not_finish_its_runs_is_a_guest_error(text, why):
     with pytest.raises(GuestError, match="fault_probe"):
-        anon.parse_runs(text, 2)
+        fault_probe.parse_runs(text, 2)
 
 
 @pytest.mark.parametrize("icount, settle", [(True, 20), (False, 2)])
@@ -57,9 +57,9 @@ def test_the_guest_settles_for_its_clock_before_the_timed_runs(icount, settle):
 
 
 def test_a_guest_is_one_sample_the_least_of_its_runs():
-    slow = anon.AnonGuest(anon.parse_runs(TWO_RUNS, 2), 20, "k")
+    slow = anon.AnonGuest(fault_probe.parse_runs(TWO_RUNS, 2), 20, "k")
     quick_text = TWO_RUNS.replace("111938.477", "111000.000").replace("111920.166", "111500.000")
-    quick = anon.AnonGuest(anon.parse_runs(quick_text, 2), 20, "k")
+    quick = anon.AnonGuest(fault_probe.parse_runs(quick_text, 2), 20, "k")
     record = anon.record([slow, quick], 64, clock.icount(4))
     assert record.samples == [111920.166, 111000.0]
     assert record.replicates == [[111920.166], [111000.0]]

@@ -18,7 +18,7 @@ from memqual.host.core import qemu_binary
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import BadInput
 from memqual.host.core.qemu import MachineConfig, command_line
-from memqual.host.report.html import environment_line
+from memqual.host.report.environment_line import environment_line
 from memqual.images import packages
 from memqual.images import qemu as archive
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.judge import comparison, primaries
+from memqual.host.judge import comparison, primaries, verdicts
 from memqual.host.judge.stats import ab_tests
 from memqual.host.run import calibrate
 
@@ -38,7 +38,7 @@ FULL = {
     "planned looks, spent": 0.0,
     "planned looks, full alpha": 0.004,
 }
-ALPHA, THRESHOLD = calibrate.ALPHA, calibrate.THRESHOLD
+ALPHA, THRESHOLD = verdicts.DEFAULT_ALPHA, verdicts.DEFAULT_THRESHOLD  # what calibrate measures at
 
 
 def _trial(rng, n, spread, effect, paired, drift_sd=0.0, others=OTHERS):

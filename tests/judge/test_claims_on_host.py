@@ -5,6 +5,8 @@ both ways."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from memqual.host.core.environment import Environment
@@ -74,3 +76,154 @@ def test_without_both_kernels_on_the_seed_guest_the_model_stands(records: list[M
 def test_fewer_than_three_boots_a_side_is_underpowered_not_a_verdict() -> None:
     v = verdict([miss_nodes("tree2011", 6.0, boots=2), miss_nodes("linear", 35.0, boots=2)])
     assert v.evidence == MEASURED and v.verdict == "underpowered"
+
+
+def judged(claim_id: str, records: list[Measurement]) -> Verdict:
+    claim = next(c for c in load() if c.id == claim_id)
+    return evaluate([claim], records)[0]
+
+
+def fault_ns(structure: str, values: list[float], conditions: str = "2011-shadow") -> Measurement:
+    """What ``memqual memslots kvm --faults --host-kernel --records`` writes
+    for one kernel: the guest's ns a page, one replicate a boot."""
+    return Measurement(
+        scenario="memslots.l1_faults",
+        metric="fault_ns",
+        unit="ns",
+        better="lower",
+        samples=[],
+        replicates=[[v] for v in values],
+        variant={"structure": structure, "conditions": conditions},
+        settings={"guest": "pc-seed000-guest", "touch_mib": 64, "runs": 3},
+        environment=ENV.to_json(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("reorder", "tree", "expected"),
+    [
+        ([9000.0, 9001.0, 8999.0], [9030.0, 9031.0, 9029.0], REPRODUCED),  # the tree 0.3 % slower: as seed 002
+        ([9000.0, 9001.0, 8999.0], [9000.5, 9000.0, 9001.0], REPRODUCED),  # the same: "as good as"
+        ([9000.0, 9001.0, 8999.0], [8700.0, 8701.0, 8699.0], NOT_REPRODUCED),  # the tree 3 % faster
+    ],
+)
+def test_the_guests_fault_time_decides_memslot_hit_as_measured(
+    reorder: list[float], tree: list[float], expected: str
+) -> None:
+    v = judged("memslot-hit", [fault_ns("reorder", reorder), fault_ns("tree2011", tree)])
+    assert v.evidence == MEASURED
+    assert v.verdict == expected, v.reason
+
+
+def test_memslot_hit_without_both_kernels_stays_not_measurable() -> None:
+    v = judged("memslot-hit", [fault_ns("reorder", [9000.0] * 3), fault_ns("tree2011", [9000.0] * 3, "today")])
+    assert v.evidence != MEASURED
+
+
+def kind_counts(counts: dict[str, list[int]], conditions: str = "2011-npt") -> list[Measurement]:
+    """memslots.lookup_kinds as the --faults run writes them: a record a
+    kind, one count a boot over the guest's workload seconds."""
+    return [
+        Measurement(
+            scenario="memslots.l1_lookup_kinds",
+            metric="events_per_s",
+            unit="1/s",
+            better="lower",
+            samples=[],
+            replicates=[[c / 2.0] for c in values],
+            variant={"kind": kind, "structure": "rbtree", "conditions": conditions},
+            settings={"guest": "pc-seed000-guest", "accel": "kvm"},
+            extra={"counts": values, "seconds": [2.0] * len(values)},
+            environment=ENV.with_accel("kvm", "under the host under test's KVM").to_json(),
+        )
+        for kind, values in counts.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("counts", "expected"),
+    [
+        ({"miss": [900, 950, 920], "ram_hit": [300, 310, 305], "other_hit": [2, 3, 1]}, REPRODUCED),
+        ({"miss": [90, 95, 92], "ram_hit": [3000, 3100, 3050], "other_hit": [2, 3, 1]}, NOT_REPRODUCED),
+    ],
+    ids=["Avi's order", "RAM hits first"],
+)
+def test_the_kernels_counts_decide_memslot_priorities_on_the_host(counts: dict[str, list[int]], expected: str) -> None:
+    v = judged("memslot-priorities", kind_counts(counts))
+    assert v.evidence == MEASURED and v.claim.on_host is None
+    assert "counted by the searching kernel" in v.claim.evidence.instead
+    assert v.verdict == expected, v.reason
+
+
+def test_priorities_counted_under_other_conditions_do_not_decide_on_the_host() -> None:
+    counts = {"miss": [900, 950, 920], "ram_hit": [300, 310, 305], "other_hit": [2, 3, 1]}
+    v = judged("memslot-priorities", kind_counts(counts, conditions="2011-shadow"))
+    assert "counted by the searching kernel" not in v.claim.evidence.instead
+
+
+def round_trips(structure: str, per_s: float) -> Measurement:
+    return Measurement(
+        scenario="memslots.l1_faults",
+        metric="mmio_round_trips_per_s",
+        unit="1/s",
+        better="higher",
+        samples=[],
+        replicates=[[per_s * f] for f in (1.0, 1.0005, 0.9995)],
+        variant={"structure": structure, "conditions": "2011-npt"},
+        settings={"guest": "pc-seed000-guest", "mmio": "mmio_pingpong 0x10ec 0x8139 1 2000 3"},
+        environment=ENV.to_json(),
+    )
+
+
+@pytest.mark.parametrize(
+    ("array", "tree", "expected"),
+    [
+        (20000.0, 20600.0, REPRODUCED),  # the seed's +3 %
+        (20000.0, 20040.0, NOT_REPRODUCED),  # +0.2 %: below the 1 % minimum effect
+        (20000.0, 19400.0, NOT_REPRODUCED),  # the tree slower
+    ],
+)
+def test_the_nics_round_trips_decide_memslot_netperf_as_measured(array: float, tree: float, expected: str) -> None:
+    v = judged("memslot-netperf", [round_trips("linear", array), round_trips("tree2011", tree)])
+    assert v.evidence == MEASURED
+    assert v.verdict == expected, v.reason
+
+
+def test_memslot_netperf_with_one_kernel_stays_not_measurable() -> None:
+    assert judged("memslot-netperf", [round_trips("linear", 20000.0)]).evidence != MEASURED
+
+
+def test_records_of_this_machine_never_switch_a_claim_to_its_host_under_test() -> None:
+    """The same scenario and variants, but no host under test in the
+    records' environment: the claim keeps its registered evidence."""
+    here = Environment(accel="kvm").with_clock("icount:0", 1).to_json()
+    records = [
+        dataclasses.replace(round_trips(s, r), environment=here) for s, r in (("linear", 2e4), ("tree2011", 2.06e4))
+    ]
+    v = judged("memslot-netperf", records)
+    assert v.evidence != MEASURED and v.claim.on_host is not None
+
+
+def ksm_windows(cost: dict[int, float], host: bool) -> list[Measurement]:
+    env = ENV if host else Environment(accel="tcg").with_clock("wall")
+    return [
+        Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[],
+            replicates=[[ns * f] for f in (1.0, 1.01, 0.99)],
+            variant={"smart_scan": smart, "pages": "4k"},
+            settings={"guest_mib": 256},
+            environment=env.to_json(),
+        )
+        for smart, ns in cost.items()
+    ]
+
+
+@pytest.mark.parametrize("host", [True, False], ids=["host under test", "this machine"])
+def test_ksm_windows_name_the_host_their_ksmd_ran_in(host: bool) -> None:
+    v = judged("ksm-volatile-4k", ksm_windows({0: 6434.0, 1: 1377.0}, host))
+    assert ("host under test" in v.claim.evidence.instead) is host
+    assert v.claim.on_host is (None if host else v.claim.on_host)

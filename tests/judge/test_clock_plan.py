@@ -35,8 +35,8 @@ from memqual.host.judge.ab_outcome import decide
 from memqual.host.judge.comparison import compare_metrics, compare_results, short_labels
 from memqual.host.judge.results import metrics_of
 from memqual.host.report.compare_text import print_comparison
+from memqual.host.run import ab_run
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
 AUTO = clock.parse("auto")
 
@@ -236,7 +236,7 @@ def test_a_planned_ab_gives_its_jobs_the_plan_and_its_files_the_plan_as_their_cl
     fake_avocado.plan(
         tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": [on_icount, on_wall]}]
     )
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
     tests = tmp_path / "e2e"
     tests.mkdir()

@@ -215,7 +215,7 @@ def test_history_steps_the_cost_only_where_every_run_dirtied_alike(tmp_path, las
     if not decided:
         assert cost.regime.reason() in captured.err and cost.regime.reason() in page.read_text()
         # Greyed on the page, and counted in its group's line.
-        from memqual.host.report.html import GREY
+        from memqual.host.report.badges import GREY
 
         refused = sum(1 for s in group.series if s.verdict == regime.NOT_COMPARABLE)
         assert f"<b style='color:{GREY}'>{cost.regime.reason()}</b>" in page.read_text()
@@ -231,7 +231,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
     from hostile import HOSTILE, assert_escaped_once
 
     from memqual.host.report import compare_report, pages
-    from memqual.host.report.html import GREY, VERDICT_COLOURS
+    from memqual.host.report.badges import GREY, VERDICT_COLOURS
 
     a = json.loads(
         Path(_file(tmp_path, "a", ksm_records(4.4, n=GUESTS, seed=1, dirty_passes_per_scan=8.0))).read_text()

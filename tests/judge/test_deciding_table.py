@@ -161,15 +161,15 @@ def test_the_forest_axis_clips_what_runs_past_it():
     """An interval of 0.03-27x and an estimate of 5.8x do not set the axis:
     it stays within 0.5-2 around the other estimates and the margin."""
     rows = [
-        plots.DecisionRow("wide", "#000", 1.14, 0.086, 15.2),
-        plots.DecisionRow("far", "#000", 5.8, 5.2, 6.4),
-        plots.DecisionRow("near", "#000", 0.95, 0.9, 1.01),
+        plots.ForestRow("wide", "#000", 1.14, 0.086, 15.2),
+        plots.ForestRow("far", "#000", 5.8, 5.2, 6.4),
+        plots.ForestRow("near", "#000", 0.95, 0.9, 1.01),
     ]
     low, high = plots.axis_limits(rows, 0.05)
     assert 1 / plots.MAX_SPAN - 1e-9 <= low < 0.95 and 1.14 < high <= plots.MAX_SPAN + 1e-9
-    narrow = plots.axis_limits([plots.DecisionRow("n", "#000", 1.0, 0.99, 1.01)], 0.05)
+    narrow = plots.axis_limits([plots.ForestRow("n", "#000", 1.0, 0.99, 1.01)], 0.05)
     assert narrow[0] == pytest.approx(1 / plots.MIN_SPAN) and narrow[1] == pytest.approx(plots.MIN_SPAN)
-    assert plots.decision_forest(rows, 0.05, "B / A")  # draws, clipped
+    assert plots.forest_png(rows, 0.05, "B / A")  # draws, clipped
 
 
 def test_one_comparison_is_a_table_of_one_look():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from memqual.host.cli import main as cli
-from memqual.host.judge import change_points, history, moderation, verdicts
+from memqual.host.judge import change_points, history, variance_prior, verdicts
 from memqual.host.judge.family_scan import family_scan
 from memqual.host.judge.results import SCHEMA, MetricEntry, memqual_version
 from memqual.host.report import history_page
@@ -265,13 +265,13 @@ def test_the_prior_is_fitted_to_the_scatter_of_the_variances():
     rng = np.random.default_rng(11)
     truth = 10.0 / rng.chisquare(10.0, 400)
     sampled = truth * rng.chisquare(6.0, 400) / 6.0
-    prior = moderation.fit_prior([(float(v), 6.0) for v in sampled])
+    prior = variance_prior.fit_prior([(float(v), 6.0) for v in sampled])
     assert 6.0 < prior.df < 16.0 and 0.8 < prior.variance < 1.25
-    alike = moderation.fit_prior([(float(v), 6.0) for v in rng.chisquare(6.0, 10) / 6.0])
+    alike = variance_prior.fit_prior([(float(v), 6.0) for v in rng.chisquare(6.0, 10) / 6.0])
     assert alike.df == pytest.approx(6.0 * 9)
     apart = [(float(s * s * rng.chisquare(6.0) / 6.0), 6.0) for s in np.geomspace(0.005, 0.3, 10)]
-    assert moderation.fit_prior(apart).df < 2.0
-    assert moderation.fit_prior(apart[:2]) == moderation.NO_PRIOR
+    assert variance_prior.fit_prior(apart).df < 2.0
+    assert variance_prior.fit_prior(apart[:2]) == variance_prior.NO_PRIOR
 
 
 def test_a_drift_common_to_the_family_lends_it_no_degrees_of_freedom():
@@ -279,9 +279,9 @@ def test_a_drift_common_to_the_family_lends_it_no_degrees_of_freedom():
     the prior is capped at what independent series would be worth."""
     rng = np.random.default_rng(12)
     shared = rng.normal(0.0, 0.05, 8)
-    common = moderation.FamilySpread([list(shared + rng.normal(0.0, 0.002, 8)) for _ in range(10)])
+    common = variance_prior.FamilySpread([list(shared + rng.normal(0.0, 0.002, 8)) for _ in range(10)])
     assert common.independent(0, 8, 4) < 1.5 and common(0, 8, 4).df < 6.0
-    apart = moderation.FamilySpread([list(rng.normal(0.0, 0.05, 8)) for _ in range(10)])
+    apart = variance_prior.FamilySpread([list(rng.normal(0.0, 0.05, 8)) for _ in range(10)])
     assert apart.independent(0, 8, 4) > 6.0 and apart(0, 8, 4).df > 30.0
 
 

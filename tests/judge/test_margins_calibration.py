@@ -165,7 +165,7 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
             a, b = _first_blocks(_files, _now[0])
             return comparison.compare_results(a, b, threshold=threshold, alpha=alpha, sequential=sequential).metrics
 
-        tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, decisions_of=look_of)
+        tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, comparisons_of=look_of)
         for k in range(2, planned + 1):
             now[0] = k
             if tracker.update(k, [], [], fraction=k / planned).all_decided:

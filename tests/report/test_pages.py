@@ -9,7 +9,8 @@ import pytest
 from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
 from memqual.host.report import pages
-from memqual.host.report.html import EnvironmentLine, badge, counts
+from memqual.host.report.badges import badge, counts
+from memqual.host.report.environment_line import EnvironmentLine
 
 PAGES = ("report.html.j2", "comparison.html.j2", "history.html.j2", "fleet.html.j2", "bisect.html.j2")
 

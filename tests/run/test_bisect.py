@@ -17,7 +17,7 @@ from fake_bisect_runner import FakeRunner, measurement
 from memqual.host.cli import main as cli
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
-from memqual.host.judge import comparison, families, probe
+from memqual.host.judge import bisect_evidence, comparison, families
 from memqual.host.run.bisect import decide, run, series
 
 # ------------------------------------------------------------ decisions and search
@@ -38,7 +38,9 @@ def _blocks(ratios: list[float], noise: float = 0.01, seed: int = 3) -> tuple[li
 def _evidence(ratios, *, better="lower", alpha=0.05, planned=10, threshold=0.05, noise=0.01):
     a, b = _blocks(ratios, noise)
     blocks_ = list(range(1, len(ratios) + 1))
-    return probe.evidence_of(a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better)
+    return bisect_evidence.evidence_of(
+        a, b, blocks_, blocks_, threshold=threshold, alpha=alpha, planned=planned, better=better
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,7 +111,7 @@ def test_one_block_decides_nothing_and_a_probe_moved_the_other_way_is_skipped():
     assert decide.classify(slower, decide.FASTER) == decide.SKIP  # moved, but the other way
     assert decide.classify(slower, None) == decide.SLOWER  # the last kernel sets the step
     assert decide.classify(_evidence([1.0] * 4), decide.FASTER) == decide.GOOD
-    none = probe.evidence_of([], [[1.0]], threshold=0.05, alpha=0.05, planned=10)
+    none = bisect_evidence.evidence_of([], [[1.0]], threshold=0.05, alpha=0.05, planned=10)
     assert none.verdict == decide.UNDECIDED and none.ratio is None and "no measurement" in none.text()
 
 

@@ -1,6 +1,6 @@
 """The bisect's error rates, measured on synthetic truth through the real
 bisect (run.Bisector: its probes, looks, alpha spending, budget and
-search; probe.evidence_of: compare's decision of one metric).  A fake
+search; bisect_evidence.evidence_of: compare's decision of one metric).  A fake
 runner stands in for avocado: each step is one job of one block, K1 (arm
 A) and the probe (arm B), each one replicate of 3 samples.  Fixed seeds,
 bounded trials; the figures are in docs/ab-calibration.md and
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from memqual.host.core import record
-from memqual.host.judge import probe
+from memqual.host.judge import bisect_evidence
 from memqual.host.run import blocks
 from memqual.host.run.bisect import run, series
 
@@ -110,7 +110,7 @@ def quiet(monkeypatch):
 
 def test_no_step_points_at_a_culprit_in_at_most_alpha_of_bisects(tmp_path, quiet):
     rates = measure(tmp_path, 200, step=False, seed=31)
-    assert rates.share(rates.culprit) <= probe.PROBE_ALPHA, rates.culprit
+    assert rates.share(rates.culprit) <= bisect_evidence.PROBE_ALPHA, rates.culprit
 
 
 def test_a_10_percent_step_is_found_at_the_right_kernel_in_80_percent_of_bisects(tmp_path, quiet):

@@ -1,4 +1,4 @@
-"""A budget kept by a running run (host/run/rounds.py with
+"""A budget kept by a running run (host/run/ab_run.py with
 host/run/budget.py and host/run/look_outputs.py), on the fake avocado:
 checks that no longer fit are not run, and say why; the looks start no
 block they cannot finish; after each look its decisions are on disk, so a
@@ -25,16 +25,16 @@ from rich.console import Console
 from memqual.host.cli import run as run_command
 from memqual.host.judge.sequential_run import SequentialRun
 from memqual.host.judge.until_decided import Tracker
+from memqual.host.run import ab_run
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
 
 @pytest.fixture()
 def tracker(monkeypatch):
     fake_tracker = FakeTracker()
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: fake_tracker)
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "make_tracker", lambda config=None: fake_tracker)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     return fake_tracker
 
 
@@ -99,7 +99,7 @@ def test_checks_that_no_longer_fit_are_not_run_and_say_why(tmp_path, fake, track
 def test_the_looks_start_no_block_they_cannot_finish(tmp_path, fake, tracker, monkeypatch):
     """A block of the undecided tests takes longer than what is left: the
     look after blocks 1-2 is the last, and no block 3 starts."""
-    monkeypatch.setattr(run_rounds.BlockedRun, "seconds_per_block", lambda self, names: 1500.0)
+    monkeypatch.setattr(ab_run.BlockedRun, "seconds_per_block", lambda self, names: 1500.0)
     fake.plan(tests=BLOCKS_PLAN)
     status, _ = _run(tmp_path, "--until-decided", "--budget", "20")
     assert status == 0
@@ -113,7 +113,7 @@ def test_each_look_leaves_its_decisions_on_disk(tmp_path, fake, tracker, monkeyp
     """After every look until-decided.json, each arm's results.json and
     comparison.json are there, unfinished; the run's end rewrites them."""
     seen: list[tuple[int, bool, bool]] = []
-    original = run_rounds.look_outputs.write_look
+    original = ab_run.look_outputs.write_look
 
     def spy(config, *args):
         original(config, *args)
@@ -123,7 +123,7 @@ def test_each_look_leaves_its_decisions_on_disk(tmp_path, fake, tracker, monkeyp
         assert any(m["metric"] == "deflate_s" for m in results["metrics"])
         seen.append((summary["looks"], summary["finished"], compared["finished"]))
 
-    monkeypatch.setattr(run_rounds.look_outputs, "write_look", spy)
+    monkeypatch.setattr(ab_run.look_outputs, "write_look", spy)
     fake.plan(tests=BLOCKS_PLAN)
     status, _ = _run(tmp_path, "--until-decided")
     assert status == 0
@@ -159,16 +159,16 @@ KILLED_RUN = textwrap.dedent(
     from memqual.host.cli import run as run_command
     from memqual.host.judge import until_decided
     from memqual.host.run import job as runjob
-    from memqual.host.run import rounds as run_rounds
+    from memqual.host.run import ab_run
 
     class Comparing(FakeTracker):
         def update(self, look, records_a, records_b, fraction=1.0):
             found = super().update(look, records_a, records_b, fraction)
-            now = until_decided.decisions(records_a, records_b, threshold=self.threshold, alpha=self.alpha)
+            now = until_decided.compare_so_far(records_a, records_b, threshold=self.threshold, alpha=self.alpha)
             return dataclasses.replace(found, compared=tuple(now))
 
-    run_rounds.make_tracker = lambda config=None: Comparing()
-    run_rounds.prebuild = lambda kernels, console: None
+    ab_run.make_tracker = lambda config=None: Comparing()
+    ab_run.prebuild = lambda kernels, console: None
     tmp = pathlib.Path(sys.argv[1])
     args = run_args(tmp, *guest_kernel_args(tmp), "--until-decided")
     runjob.run(run_command.config_from_args(args), Console(file=io.StringIO()))

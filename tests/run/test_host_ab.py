@@ -12,16 +12,15 @@ import pytest
 
 from memqual.host.core import nested
 from memqual.host.core.errors import BadInput
-from memqual.host.run import blocks
+from memqual.host.run import ab_run, blocks
 from memqual.host.run import config as run_config
-from memqual.host.run import rounds as run_rounds
 
 HOST_A = nested.parse_host("6.1.0-57-amd64", ["kvm.mmio_caching=0"])
 HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
 
 
 @pytest.mark.parametrize(
-    ("kernels", "qemus", "hosts", "axes"),
+    ("kernels", "qemus", "hosts", "pairing"),
     [
         (0, 0, 1, ((None, None),)),
         (1, 0, 1, ((0, None),)),
@@ -31,39 +30,39 @@ HOST_B = nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"])
         (0, 2, 1, ((None, 0), (None, 1))),
     ],
 )
-def test_two_hosts_make_two_arms(kernels: int, qemus: int, hosts: int, axes: object) -> None:
-    assert blocks.arm_axes(kernels, qemus, hosts) == axes
+def test_two_hosts_make_two_arms(kernels: int, qemus: int, hosts: int, pairing: object) -> None:
+    assert run_config.arm_pairing(kernels, qemus, hosts) == pairing
 
 
 def test_three_hosts_are_refused() -> None:
     with pytest.raises(BadInput, match="--host-kernel given 3 times"):
-        blocks.arm_axes(0, 0, 3)
+        run_config.arm_pairing(0, 0, 3)
 
 
 def _config(tmp_path: Path, hosts: tuple[nested.HostUnderTest, ...]) -> run_config.RunConfig:
     base = run_config.RunConfig(output=tmp_path / "out")
-    return dataclasses.replace(base, hosts=hosts, axes=blocks.arm_axes(0, 0, len(hosts)))
+    return dataclasses.replace(base, hosts=hosts, pairing=run_config.arm_pairing(0, 0, len(hosts)))
 
 
 def test_each_arm_gets_its_host_and_its_variants_name_it(tmp_path: Path) -> None:
     arms = run_config.run_arms(_config(tmp_path, (HOST_A, HOST_B)))
     assert [(a.label, a.host) for a in arms] == [("A", HOST_A), ("B", HOST_B)]
-    params = {a.label: run_config.arm_params(a.kernel, a.qemu, a.label, a.host) for a in arms}
+    params = {a.label: a.variant_params() for a in arms}
     out = blocks.variants(blocks.block_order(1, 1), params)
     seen = [{k: v for _, k, v in variant["variant"][0][1]} for variant in out]
     assert [(p["arm"], p["host_kernel"], p["host_kernel_params"]) for p in seen] == [
         ("A", "6.1.0-57-amd64", "kvm.mmio_caching=0"),
         ("B", "6.12.111+deb12-amd64", "kvm.mmio_caching=0"),
     ]
-    assert "host 6.12.111+deb12-amd64 kvm.mmio_caching=0 (under test)" in run_rounds.arm_line(arms[1])
+    assert "host 6.12.111+deb12-amd64 kvm.mmio_caching=0 (under test)" in ab_run.arm_line(arms[1])
     # One host: both arms on it (two kernels make the arms).
-    one = dataclasses.replace(_config(tmp_path, (HOST_A,)), axes=blocks.arm_axes(2, 0, 1))
+    one = dataclasses.replace(_config(tmp_path, (HOST_A,)), pairing=run_config.arm_pairing(2, 0, 1))
     kernels = tuple(run_config.GuestKernel(x, tmp_path / f"bz{x}", None, x * 64) for x in "AB")
     arms = run_config.run_arms(dataclasses.replace(one, kernels=kernels))
     assert [a.host for a in arms] == [HOST_A, HOST_A]
     # None: this machine's, and the variants say so with empty names.
-    assert run_config.arm_params(None).host_kernel == ""
-    assert "this machine's host" in run_rounds.arm_line(run_config.Arm("A", None, None))
+    assert run_config.Arm("A", None, None).variant_params().host_kernel == ""
+    assert "this machine's host" in ab_run.arm_line(run_config.Arm("A", None, None))
 
 
 def test_on_icount_every_test_of_a_run_on_hosts_under_test_shares_this_machine(monkeypatch, tmp_path: Path) -> None:

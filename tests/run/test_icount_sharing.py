@@ -22,9 +22,8 @@ from memqual.host.core import clock, probe, scenario
 from memqual.host.core.knobs import KnobSet
 from memqual.host.core.primary import COUNT, GUEST_CLOCK, HOST_CPU, HOST_WALL, Primary
 from memqual.host.judge import clock_plan
-from memqual.host.run import blocks
+from memqual.host.run import ab_run, blocks
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 from memqual.host.run.config import JobOutcome
 from memqual.host.run.config import TestOutcome as Outcome
 
@@ -121,7 +120,7 @@ def test_a_name_avocado_lists_is_the_rows_reference():
 
 
 def test_a_block_of_a_shared_test_costs_one_run_not_two():
-    state = run_rounds.BlockedRun()
+    state = ab_run.BlockedRun()
     name_shared, name_alone = FAULT_NAME, KSM_NAME
     times = [Outcome(f"{name_shared};b1-{arm}", "PASS", "", 60.0) for arm in "AB"]
     state.take(JobOutcome([], 0, None, "", times, {}), slots=2)
@@ -151,7 +150,7 @@ PLAN_TESTS = [
 
 def _run(tmp_path: Path, monkeypatch, fake, clock_text: str, slots: int) -> list[dict]:
     fake.plan(tests=PLAN_TESTS)
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(probe, "resolve_accel", lambda requested: ("tcg", "no KVM here"))
     monkeypatch.setattr(blocks, "host_slots", lambda: slots)
     tests = tmp_path / "e2e"

@@ -18,9 +18,9 @@ from memqual.host.cli import run as run_command
 from memqual.host.core import scenario
 from memqual.host.core.paths import REPO_ROOT
 from memqual.host.core.profiles import AB, QUICK
+from memqual.host.run import ab_run
 from memqual.host.run import job as runjob
 from memqual.host.run import patch_scope as ps
-from memqual.host.run import rounds as run_rounds
 
 BALLOON_AB = (
     "balloon.deflate",
@@ -187,7 +187,7 @@ def test_a_patch_run_limits_its_jobs_to_the_scope_and_names_its_arms(tmp_path, f
             {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True},
         ]
     )
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     patch = _patch_run(tmp_path)
     config = dataclasses.replace(
         run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path))),

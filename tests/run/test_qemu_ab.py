@@ -24,16 +24,15 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import QemuChoice
-from memqual.host.run import blocks
+from memqual.host.run import ab_run, blocks
 from memqual.host.run import config as run_config
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
-# ------------------------------------------------------------ arm_axes
+# --------------------------------------------------------- arm_pairing
 
 
 @pytest.mark.parametrize(
-    ("kernels", "qemus", "axes"),
+    ("kernels", "qemus", "pairing"),
     [
         (0, 0, ((None, None),)),
         (1, 0, ((0, None),)),
@@ -46,14 +45,14 @@ from memqual.host.run import rounds as run_rounds
         (2, 2, ((0, 0), (1, 1))),
     ],
 )
-def test_kernels_and_qemus_combine_into_one_or_two_arms(kernels: int, qemus: int, axes: object) -> None:
-    assert blocks.arm_axes(kernels, qemus) == axes
+def test_kernels_and_qemus_combine_into_one_or_two_arms(kernels: int, qemus: int, pairing: object) -> None:
+    assert run_config.arm_pairing(kernels, qemus) == pairing
 
 
 @pytest.mark.parametrize(("kernels", "qemus"), [(0, 3), (3, 0), (2, 3), (3, 2), (1, 5)])
 def test_more_than_two_of_an_axis_is_refused(kernels: int, qemus: int) -> None:
     with pytest.raises(BadInput, match="at most twice"):
-        blocks.arm_axes(kernels, qemus)
+        run_config.arm_pairing(kernels, qemus)
 
 
 def _choice(tmp_path: Path, name: str, version: str) -> QemuChoice:
@@ -68,8 +67,8 @@ def test_run_arms_pair_kernels_and_qemus_in_order(tmp_path: Path) -> None:
 
     def given(kernels: tuple[run_config.GuestKernel, ...], qemus: tuple[QemuChoice, ...]) -> run_config.RunConfig:
         # As the command gives them: the arms checked once, where it parses them.
-        axes = blocks.arm_axes(len(kernels), len(qemus))
-        return dataclasses.replace(base, kernels=kernels, qemus=qemus, axes=axes)
+        pairing = run_config.arm_pairing(len(kernels), len(qemus))
+        return dataclasses.replace(base, kernels=kernels, qemus=qemus, pairing=pairing)
 
     arms = run_config.run_arms(given((k1, k2), (q1, q2)))
     assert [(a.label, a.kernel, a.qemu) for a in arms] == [("A", k1, q1), ("B", k2, q2)]
@@ -94,8 +93,8 @@ def test_run_arms_pair_kernels_and_qemus_in_order(tmp_path: Path) -> None:
 def test_variants_name_each_arms_qemu(tmp_path: Path) -> None:
     q1, q2 = _choice(tmp_path, "1", "7.2.22"), _choice(tmp_path, "2", "10.0.2")
     arms = {
-        "A": run_config.arm_params(None, q1, "A"),
-        "B": run_config.arm_params(None, q2, "B"),
+        "A": run_config.Arm("A", None, q1).variant_params(),
+        "B": run_config.Arm("B", None, q2).variant_params(),
     }
     out = blocks.variants(blocks.block_order(1, 2), arms)
     params = [{k: v for _, k, v in variant["variant"][0][1]} for variant in out]
@@ -109,7 +108,7 @@ def test_variants_name_each_arms_qemu(tmp_path: Path) -> None:
     assert {p["kernel"] for p in params} == {""}
     # No QEMU given: empty, and the test keeps the job's.
     kernel = run_config.GuestKernel("A", tmp_path / "bz", None, "a" * 64)
-    assert run_config.arm_params(kernel).qemu == ""
+    assert run_config.Arm("A", kernel, None).variant_params().qemu == ""
 
 
 # ------------------------------------------------------ the command line
@@ -175,7 +174,7 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
     monkeypatch.setattr(run_command, "resolve_qemus", lambda specs: (q1, q2))
     built: list[object] = []
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: built.append(kernels))
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: built.append(kernels))
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
     args = run_args(tmp_path, "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=run_command.resolve_qemus(args.qemu))
@@ -202,7 +201,7 @@ def test_two_qemus_run_interleaved_and_each_arm_says_its_qemu(tmp_path: Path, fa
 
 def test_two_kernels_and_two_qemus_pair_in_order(tmp_path: Path, fake, monkeypatch) -> None:
     q1, q2 = _choice(tmp_path, "a", "7.2.22"), _choice(tmp_path, "b", "10.0.2")
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_volatile", "status": "PASS", "records": ksm_record(4.0)}])
     args = run_args(tmp_path, *guest_kernel_args(tmp_path), "--qemu", "7.2", "--qemu", "10.0.2")
     config = dataclasses.replace(run_command.config_from_args(args), qemus=(q1, q2))
@@ -258,8 +257,8 @@ def test_a_resumed_bisect_runs_the_qemu_it_started_with(tmp_path: Path, monkeypa
 def test_a_bisect_steps_variants_carry_its_qemu(tmp_path: Path) -> None:
     kernel = run_config.GuestKernel("B", tmp_path / "bz", None, "b" * 64)
     chosen = _choice(tmp_path, "x", "10.0.2")
-    assert run_config.arm_params(kernel, chosen).qemu == str(chosen.binary)
-    assert run_config.arm_params(kernel, chosen).arm == "B"
+    params = run_config.Arm(kernel.label, kernel, chosen).variant_params()
+    assert params.qemu == str(chosen.binary) and params.arm == "B"
 
 
 # ---------------------------------------------------------- lab hosts

@@ -15,11 +15,10 @@ from rich.console import Console
 
 from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
+from memqual.host.run import ab_run, jobevents
 from memqual.host.run import avocado as run_avocado_job
 from memqual.host.run import config as run_config
-from memqual.host.run import jobevents
 from memqual.host.run import progress as run_progress
-from memqual.host.run import rounds as run_rounds
 
 
 def test_a_run_writes_results_report_and_tables_for_every_claim(tmp_path, fake):
@@ -100,7 +99,7 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
             {"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True},
         ]
     )
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     status, out = run_memqual(tmp_path, *kernels)
     # The tests passed; B's scan cost is 1.5x A's on a primary: the run
     # exits as memqual compare would.
@@ -419,7 +418,8 @@ def test_one_debian_kernel_against_itself_with_words_added_to_b_s_command_line(t
     assert asked == ["6.1.0-57-amd64", "6.1.0-57-amd64"]
     a, b = config.kernels
     assert (a.cmdline_extra, b.cmdline_extra) == ("", "init_on_free=1")
-    assert run_config.arm_params(b).cmdline_extra == "init_on_free=1" and not run_config.arm_params(a).cmdline_extra
+    a_params, b_params = (run_config.Arm(k.label, k, None).variant_params() for k in (a, b))
+    assert b_params.cmdline_extra == "init_on_free=1" and not a_params.cmdline_extra
     assert config.profile == "ab"
 
 

@@ -21,9 +21,9 @@ from memqual.host.cli import run as run_command
 from memqual.host.core.errors import BadInput
 from memqual.host.judge import until_decided as until
 from memqual.host.judge import verdicts
+from memqual.host.run import ab_run
 from memqual.host.run import blocks as run_blocks
 from memqual.host.run import job as runjob
-from memqual.host.run import rounds as run_rounds
 
 # The host's drift from round to round, the same for A and B of a round.
 DRIFT = {"1": 1.0, "2": 1.04, "3": 0.97, "4": 1.02, "5": 0.99, "6": 1.03, "7": 0.98, "8": 1.01, "9": 1.0, "10": 0.96}
@@ -79,8 +79,8 @@ PLAN2 = [
 @pytest.fixture()
 def tracker(monkeypatch):
     fake_tracker = FakeTracker()
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: fake_tracker)
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "make_tracker", lambda config=None: fake_tracker)
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     return fake_tracker
 
 
@@ -219,7 +219,7 @@ def test_a_spent_budget_stops_with_what_is_undecided(tmp_path, fake, tracker):
 
 def test_decided_after_then_undecided_again_counts_from_the_last_time():
     m = until.MetricProgress("k", [(1, False, ""), (2, True, ""), (3, False, ""), (4, True, ""), (5, True, "")])
-    assert m.rounds_needed == 4 and m.decided
+    assert m.deciding_look == 4 and m.decided
 
 
 @pytest.mark.parametrize(
@@ -439,8 +439,8 @@ def test_an_ab_of_three_looks_compares_once_a_look_and_once_at_the_end(tmp_path,
             read_back.append("a JSON of the looks or the outcome")
         return found
 
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: ThreeLooks(threshold=0.05, alpha=0.01))
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "make_tracker", lambda config=None: ThreeLooks(threshold=0.05, alpha=0.01))
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     monkeypatch.setattr(comparison, "_compared", counted)
     fake.plan(tests=PLAN2)
     with monkeypatch.context() as m:
@@ -496,7 +496,7 @@ def test_the_controls_leave_the_blocks_once_they_can_tell(tmp_path, fake, tracke
     from memqual.host.judge import control_power
 
     tracker.decided_at = 5
-    monkeypatch.setattr(run_rounds, "MIN_CONTROL_BLOCKS", 3)
+    monkeypatch.setattr(ab_run, "MIN_CONTROL_BLOCKS", 3)
     enough = control_power.ControlPower(26, 3, True, 0.003, 0.1, 0.97, 100, 34, 0.02)
     monkeypatch.setattr(control_power, "of_look", lambda compared, at, threshold: (None, enough))
     fake.plan(tests=PLAN3)
@@ -538,12 +538,12 @@ def test_the_controls_power_is_simulated_once_a_look_at_the_runs_threshold(tmp_p
         events.append("end")
         return of_results(*args, **kwargs)
 
-    of_results = run_rounds.of_results
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: Marked(threshold=0.07, alpha=0.01))
-    monkeypatch.setattr(run_rounds, "prebuild", lambda kernels, console: None)
-    monkeypatch.setattr(run_rounds, "of_results", marked_end)
+    of_results = ab_run.of_results
+    monkeypatch.setattr(ab_run, "make_tracker", lambda config=None: Marked(threshold=0.07, alpha=0.01))
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
+    monkeypatch.setattr(ab_run, "of_results", marked_end)
     # Both of the look's readers want the figure from the first look on.
-    monkeypatch.setattr(run_rounds, "MIN_CONTROL_BLOCKS", 2)
+    monkeypatch.setattr(ab_run, "MIN_CONTROL_BLOCKS", 2)
     monkeypatch.setattr(control_power, "power", simulated)
     fake.plan(tests=PLAN3)
     status, _ = run_memqual(tmp_path, "--until-decided", "--threshold", "0.07")
@@ -565,7 +565,7 @@ def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_
     tracker = until.Tracker(threshold=0.05, alpha=0.01, min_blocks_sequential=3)
     a, b = _records(1.03, 8, 0.05, seed=5)
     seen: dict[int, list] = {}
-    original = until.decisions
+    original = until.compare_so_far
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
@@ -573,7 +573,7 @@ def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_
         return out
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(until, "decisions", spy)
+        mp.setattr(until, "compare_so_far", spy)
         for look in range(2, 9):
             per_look = [r for r in a if r.blocks[0] <= look], [r for r in b if r.blocks[0] <= look]
             tracker.update(look, *per_look, fraction=look / 9)
@@ -599,7 +599,7 @@ def test_compare_alone_has_no_sequential_p():
     """memqual compare (one look, compare_results with no sequence) reports
     what it did before the boundaries."""
     a, b = _records(1.3, 6, 0.01, seed=6)
-    found = until.decisions(a, b, threshold=0.05, alpha=0.01)
+    found = until.compare_so_far(a, b, threshold=0.05, alpha=0.01)
     assert found and all("p_sequential" not in m.to_json() for m in found)
     assert all(m.comparison.p_sequential is None for m in found)
 
@@ -616,7 +616,7 @@ def test_a_crossing_inside_the_margin_is_changed_and_frozen_whatever_comes_after
     then look equivalent do not re-decide it."""
     from memqual.host.run import calibrate
 
-    tracker = until.Tracker(threshold=0.05, alpha=0.01, decisions_of=calibrate._look_decisions)
+    tracker = until.Tracker(threshold=0.05, alpha=0.01, comparisons_of=calibrate._look_decisions)
     d = [0.044 + e for e in (0.004, -0.004, 0.003, -0.003)]
     tracker.update(4, *_look(d), fraction=0.7)
     (m,) = tracker.metrics.values()
@@ -640,7 +640,7 @@ def test_a_look_on_fewer_than_16_blocks_tests_at_its_share_and_keeps_no_boundary
     the boundaries start."""
     from memqual.host.run import calibrate
 
-    tracker = until.Tracker(threshold=0.05, alpha=0.01, decisions_of=calibrate._look_decisions)
+    tracker = until.Tracker(threshold=0.05, alpha=0.01, comparisons_of=calibrate._look_decisions)
     rng = np.random.default_rng(4)
     d = list(rng.normal(0.0, 0.3, 20))
     for k in range(3, 21):

@@ -1,5 +1,5 @@
 """--until-decided's error rates and what its futility rule buys, measured
-on synthetic truth through the real run loop (run/rounds.py
+on synthetic truth through the real run loop (run/ab_run.py
 add_blocks_until_decided), the real Tracker (spending on the budget's
 clock, freezing, futility) and the real per-metric decision
 (families.decide and metric_stats, what compare_results runs per
@@ -29,8 +29,7 @@ from memqual.host.judge import comparison, families, primaries
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests
 from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
-from memqual.host.run import calibrate
-from memqual.host.run import rounds as run_rounds
+from memqual.host.run import ab_run, calibrate
 
 ALPHA, THRESHOLD = 0.01, 0.05
 # `tox -e calibrate` runs these at the docs' trials (docs/ab-calibration.md):
@@ -76,7 +75,7 @@ class SimulatedRun:
     rng: np.random.Generator
     effects: tuple[float, ...]
     clock: float = 0.0
-    state: run_rounds.BlockedRun = dataclasses.field(default_factory=run_rounds.BlockedRun)
+    state: ab_run.BlockedRun = dataclasses.field(default_factory=ab_run.BlockedRun)
 
     def name(self, i: int) -> str:
         return f"e2e/test_sim.py:Sim.test_s{i}"
@@ -108,8 +107,8 @@ class SimulatedRun:
             self.block(number, wanted)
 
 
-def fast_decisions(records_a, records_b, *, threshold, alpha, sequential=None):
-    """What until.decisions gives, without merging records into a results
+def fast_comparisons(records_a, records_b, *, threshold, alpha, sequential=None):
+    """What until.compare_so_far gives, without merging records into a results
     file: one paired ratio test a scenario, decided as compare_results
     decides (Holm over the primaries, TOST)."""
     by: defaultdict[str, tuple[dict[int, float], dict[int, float]]] = defaultdict(lambda: ({}, {}))
@@ -159,11 +158,11 @@ def simulate(monkeypatch, tmp_path, rng, effects, futility=True, group_sequentia
     tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, group_sequential=group_sequential)
     if not futility:
         monkeypatch.setattr(until, "FUTILITY_MARGIN", math.inf)
-    monkeypatch.setattr(run_rounds, "make_tracker", lambda config=None: tracker)
-    monkeypatch.setattr(until, "decisions", fast_decisions)
-    monkeypatch.setattr(run_rounds.time, "monotonic", lambda: run.clock)
+    monkeypatch.setattr(ab_run, "make_tracker", lambda config=None: tracker)
+    monkeypatch.setattr(until, "compare_so_far", fast_comparisons)
+    monkeypatch.setattr(ab_run.time, "monotonic", lambda: run.clock)
     config = types.SimpleNamespace(budget_min=BUDGET_S / 60.0, output=tmp_path)
-    run_rounds.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()), reserve_s=ONCE_S)  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
+    ab_run.add_blocks_until_decided(config, run.state, run.job, 0.0, Console(file=io.StringIO()), reserve_s=ONCE_S)  # type: ignore[arg-type]  # a namespace with the two fields the loop reads
     monkeypatch.undo()
     return {m.scenario: (m.frozen or UNDECIDED) for m in tracker.metrics.values()}
 

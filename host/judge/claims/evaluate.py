@@ -49,9 +49,11 @@ def evaluate(
     verdicts = []
     for registered in claims:
         claim = on_its_host(registered, records)
-        beside = _beside(claim, records, seed=seed)
+        # Judged on its host under test: by that host's records alone.
+        mine = records if claim is registered or registered.on_host is None else on_a_host_under_test(records)
+        beside = _beside(claim, mine, seed=seed)
         try:
-            verdict = _evaluate_one(claim, records, alpha=alpha, seed=seed)
+            verdict = _evaluate_one(claim, mine, alpha=alpha, seed=seed)
         except NoEvidence as why:
             reason = str(why)
             if only and claim.tag and claim.tag not in only and claim.measure.source != "none":
@@ -74,15 +76,25 @@ def evaluate(
     return verdicts
 
 
+def on_a_host_under_test(records: list[Measurement]) -> list[Measurement]:
+    """The records whose guests ran under a host under test (their
+    environment names it), not under this machine's kernel."""
+    return [r for r in records if r.environment.get("host_under_test")]
+
+
 def on_its_host(claim: Claim, records: list[Measurement]) -> Claim:
     """The claim as its evidence stands in these records: measured on a
-    host under test when they hold both sides of its ``on_host`` measure,
-    else as registered (a model, a successor: what this machine can)."""
+    host under test when its records hold both sides of its ``on_host``
+    measure, else as registered (a model, a successor: what this machine
+    can)."""
     if claim.on_host is None:
         return claim
+    records = on_a_host_under_test(records)
     m = claim.on_host.measure
-    sides = [side for side in (m.a, m.b) if side is not None]
-    if all(any(matches(r, m.scenario, m.metric, side.variant) for r in records) for side in sides):
+    wanted = [side.variant for side in (m.a, m.b) if side is not None]
+    if m.source == "order":
+        wanted = [{**m.where, m.order_key: kind} for kind in m.order]
+    if wanted and all(any(matches(r, m.scenario, m.metric, variant) for r in records) for variant in wanted):
         return claim.measured_on_host()
     return claim
 

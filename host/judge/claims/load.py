@@ -134,8 +134,8 @@ def _on_host(entry: dict[str, Any] | None, where: str) -> OnHost | None:
     if entry is None:
         return None
     measure = _measure(entry["measure"])
-    if measure.source != "records":
-        raise BadInput(f"{where}: its measure must be of source 'records' (what a host under test recorded)")
+    if measure.source not in ("records", "order"):
+        raise BadInput(f"{where}: its measure must be of source 'records' or 'order' (what a host under test recorded)")
     return OnHost(evidence=_evidence(entry["evidence"], where + " evidence"), measure=measure)
 
 
@@ -205,6 +205,7 @@ def _measure(entry: dict[str, Any]) -> Measure:
             order=tuple(entry["order"]),
             order_key=entry.get("order_key", "kind"),
             accelerator=entry.get("accelerator", ""),
+            where=dict(entry.get("where", {})),
             min_effect=float(entry.get("min_effect") or 0.0),
         )
     expected, min_effect, ceiling = entry.get("expected"), entry.get("min_effect"), entry.get("ceiling")

@@ -98,6 +98,9 @@ class Measure:
     order: tuple[str, ...] = ()
     order_key: str = "kind"
     accelerator: str = ""
+    # order: what else the records' variant must hold (the host under
+    # test's kernel and conditions), so that one run's other counts stay out
+    where: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,7 +37,14 @@ def evaluate_order(claim: Claim, records: list[Measurement]) -> Verdict:
     pairs are paired), with a 95 % t-interval of the per-unit log ratios.
     The order holds when every interval is wholly above 1."""
     m = claim.measure
-    usable = [r for r in records if r.claim in (None, claim.id) and r.scenario == m.scenario and r.metric == m.metric]
+    usable = [
+        r
+        for r in records
+        if r.claim in (None, claim.id)
+        and r.scenario == m.scenario
+        and r.metric == m.metric
+        and all(r.variant.get(k) == v for k, v in m.where.items())
+    ]
     by_kind: dict[str, Measurement] = {}
     for rec in sorted(usable, key=lambda r: r.claim != claim.id):
         kind = str(rec.variant.get(m.order_key, ""))

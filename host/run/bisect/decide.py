@@ -1,6 +1,6 @@
 """The search of a statistical bisect, apart from running anything:
 ``Bisection``, git bisect's search over a series K1..Kn whose K1 is good,
-moved by each probe's evidence (host/judge/probe.py, ``evidence_of``).
+moved by each probe's evidence (host/judge/bisect_evidence.py, ``evidence_of``).
 
 Why it is built so: docs/architecture.md, "Module notes", host/run/bisect/decide.py.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from memqual.host.judge.probe import Evidence
+from memqual.host.judge.bisect_evidence import Evidence
 from memqual.host.judge.verdicts import EQUIVALENT, FASTER, SLOWER, UNDECIDED
 
 GOOD = "good"

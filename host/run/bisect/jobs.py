@@ -15,9 +15,8 @@ from memqual.host.core.errors import BadInput
 from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.core.qemu_binary import choose_for_clock
-from memqual.host.run import block_jobs, blocks
+from memqual.host.run import ab_run, block_jobs, blocks
 from memqual.host.run import config as run_config
-from memqual.host.run import rounds as run_rounds
 from memqual.host.run.bisect import series
 
 if TYPE_CHECKING:
@@ -81,7 +80,7 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice
 def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
     """The real RoundRunner: the avocado job(s) of a step's blocks, each test
     running every (block, arm) variant (host/run/block_jobs.py), its
-    records stamped with arm and block (run_rounds.BlockedRun); ``qemu`` (a
+    records stamped with arm and block (ab_run.BlockedRun); ``qemu`` (a
     QemuChoice) is the QEMU of both arms."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import sha256_file
@@ -112,10 +111,10 @@ def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
             clock=clock.current(),
         )
         order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
-        params = {arm: run_config.arm_params(k, qemu) for arm, k in kernels.items()}
+        params = {arm: run_config.Arm(arm, k, qemu).variant_params() for arm, k in kernels.items()}
         # On icount a bisected metric its guests count runs A beside B.
         done = block_jobs.run_block_jobs(config, block_jobs.BlockRequest(params, order), 1, console)
-        state = run_rounds.BlockedRun()
+        state = ab_run.BlockedRun()
         for each in done:
             state.take(each.outcome, slots=each.slots)
         summary = "; ".join(each.outcome.summary for each in done if each.outcome.summary)

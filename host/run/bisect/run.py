@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.core.jsonfile import read_json
 from memqual.host.core.paths import open_nofollow, write_private_atomic
-from memqual.host.judge.probe import PROBE_ALPHA, Evidence, evidence_of
+from memqual.host.judge.bisect_evidence import PROBE_ALPHA, Evidence, evidence_of
 from memqual.host.judge.results import metric_key
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide

@@ -29,7 +29,7 @@ from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import blocks, budget, look_outputs
 from memqual.host.run.avocado import list_tests
 from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
-from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, arm_params, qemu_json
+from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
 from memqual.host.run.outputs import exit_status, write_arm_outputs
 from memqual.images import balloon_driver, built_kernels
 
@@ -200,7 +200,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
     prebuild(tuple(given.values()), console)
     for a in run_arms:
         console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
-    arms = {a.label: arm_params(a.kernel, a.qemu, a.label, a.host) for a in run_arms}
+    arms = {a.label: a.variant_params() for a in run_arms}
     run_state = BlockedRun()
     slots = blocks.host_slots()
     sharing = sorted(t for t in clock_plan.beside_others_tests() if clock_plan.runs_beside_others(t, config.clock))

@@ -1,4 +1,5 @@
-"""Closing: ``with`` for objects that hold something they must give back."""
+"""Closable: the base of an object that holds something it must give back,
+closed by ``with`` on the way out."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import abc
 from typing import Self
 
 
-class Closing(abc.ABC):
+class Closable(abc.ABC):
     """Base of an object that holds something it must give back (a file
     descriptor, a mapping, a host-wide lock and the knobs under it):
     ``with obj:`` closes it on the way out, whatever happened inside.
