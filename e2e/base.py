@@ -37,6 +37,10 @@ from memqual.host.core.trust import check_output_dir
 ENV_KERNEL = settings.GUEST_KERNEL
 ENV_MODULES = settings.GUEST_MODULES
 MEASURES_NOTHING = "memqual_measures_nothing"  # the attribute @measures_nothing sets
+# A test class that is no GuestTest but takes the measurement lock exclusive
+# itself for each of its tests says so with this class attribute set True:
+# ./run-tests starts it among the measuring tests (tests/support/e2e_order.py).
+HOLDS_THE_LOCK_ALONE = "holds_the_lock_alone"
 TestMethod = TypeVar("TestMethod", bound=Callable[..., None])
 
 

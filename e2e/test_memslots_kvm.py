@@ -32,6 +32,8 @@ class MemslotsKvm(Test):
     :avocado: tags=memslots,kvm
     """
 
+    holds_the_lock_alone = True  # e2e/base.py HOLDS_THE_LOCK_ALONE: setUp takes it exclusive
+
     def setUp(self) -> None:
         # Every test here times the kernel: it holds the host's measurement
         # lock so no other measuring test runs beside it.

@@ -1,6 +1,6 @@
 """./run-tests' e2e order (tests/support/e2e_order.py): the tests that hold
-the measurement lock shared first, then those that take it themselves, then
-those that hold it alone, each group in Avocado's order; each reference
+the measurement lock shared first, then those that hold none for their run,
+then those that hold it alone, each group in Avocado's order; each reference
 selects its one test."""
 
 from __future__ import annotations
@@ -34,7 +34,12 @@ def classes() -> dict[str, type]:
     class NoGuestTest(avocado.Test):
         def test_x(self) -> None: ...
 
-    return {c.__name__: c for c in (Measures, MeasuresNothing, CountsItsGuests, NoGuestTest)}
+    class NoGuestTestAlone(avocado.Test):
+        holds_the_lock_alone = True
+
+        def test_x(self) -> None: ...
+
+    return {c.__name__: c for c in (Measures, MeasuresNothing, CountsItsGuests, NoGuestTest, NoGuestTestAlone)}
 
 
 @pytest.mark.parametrize(
@@ -43,7 +48,8 @@ def classes() -> dict[str, type]:
         ("Measures", Group.ALONE),
         ("MeasuresNothing", Group.BESIDE_OTHERS),
         ("CountsItsGuests", Group.BESIDE_OTHERS),
-        ("NoGuestTest", Group.OWN_LOCK),
+        ("NoGuestTest", Group.NO_LOCK),
+        ("NoGuestTestAlone", Group.ALONE),
     ],
 )
 def test_a_test_s_group_is_its_hold_on_the_lock(cls: str, expected: Group) -> None:
@@ -66,10 +72,10 @@ def test_the_shared_ones_first_then_their_own_lock_then_alone_each_in_avocado_s_
         "e2e/test_boot.py:Boot.test_ssh_echo_memory_cpus_drivers",
         "e2e/test_host_under_test.py:HostUnderTestClock.test_l1s_kvm_runs_the_guest_with_the_parameters_asked",
         "e2e/test_hosts.py:LabHosts.test_check_run_and_a_host_lost",
-        "e2e/test_memslots_kvm.py:MemslotsKvm.test_errnos_and_slot_operation_times",
         "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
         "e2e/test_boot.py:Boot.test_guest_clock_runs_at_the_hosts_rate",
         "e2e/test_ksm.py:KsmTest.test_merge",
+        "e2e/test_memslots_kvm.py:MemslotsKvm.test_errnos_and_slot_operation_times",
     ]
 
 

@@ -7,12 +7,15 @@ in this order (their tests' seconds, two slots, the lock) took 35-39 s
 less.  So, each group in Avocado's own order (file, then source):
 
 1. the tests that hold the lock shared, two at a time beside each other;
-2. the tests that are not GuestTests: they take the lock themselves, if
-   at all.  The lab hosts' test waits most of its minute and more for its
-   fleet's tasks, which take the lock: started first among the measuring
-   tests, its waits overlap their work instead of a shared test's;
-3. the tests that hold the lock alone, one after the other, the next one's
-   runner starting in the other slot.
+2. the tests that are not GuestTests and hold no lock for their run: the
+   lab hosts' test, which waits most of its minute for its fleet's tasks,
+   which take the lock.  Started first among the measuring tests, its waits
+   overlap their work instead of a shared test's;
+3. the tests that hold the lock alone (GuestTests that measure, and
+   classes that say ``holds_the_lock_alone``), one after the other, the
+   next one's runner starting in the other slot (beside the lab hosts'
+   test, after the one before it: the longer those tests, the fewer such
+   starts).
 
     python tests/support/e2e_order.py    # references for `avocado run`, one a line
 
@@ -29,7 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memqual.e2e.base import MEASURES_NOTHING, GuestTest
+from memqual.e2e.base import HOLDS_THE_LOCK_ALONE, MEASURES_NOTHING, GuestTest
 
 REPO = Path(__file__).resolve().parent.parent.parent
 AVOCADO = Path(sys.executable).with_name("avocado")
@@ -40,7 +43,7 @@ class Group(enum.IntEnum):
     """Where a test starts, earliest first."""
 
     BESIDE_OTHERS = 1  # holds the measurement lock shared
-    OWN_LOCK = 2  # no GuestTest: takes the lock itself, if at all
+    NO_LOCK = 2  # no GuestTest, and no lock for its run
     ALONE = 3  # holds the measurement lock exclusive
 
 
@@ -50,7 +53,7 @@ def group(cls: type, method: str) -> Group:
     shared when the method measures nothing or every figure of the class
     is a count of its own guests' instructions."""
     if not issubclass(cls, GuestTest):
-        return Group.OWN_LOCK
+        return Group.ALONE if getattr(cls, HOLDS_THE_LOCK_ALONE, False) else Group.NO_LOCK
     if cls.counts_only_its_guests or getattr(getattr(cls, method), MEASURES_NOTHING, False):
         return Group.BESIDE_OTHERS
     return Group.ALONE
