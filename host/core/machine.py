@@ -398,7 +398,7 @@ class Machine:
             # cost its whole timeout.
             if probe_banner and not (console.seen() or banner_ready(self.ssh_port, timeout=BANNER_PROBE_S)):
                 return None
-            ssh = SSH(self.ssh_port, self.image.key)
+            ssh = SSH(self.ssh_port, self.image.key, slowdown=nested.BOOT_TIMEOUT_FACTOR if self.host else 1.0)
             try:
                 ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
                 ssh.run(first_command or ["true"], timeout=10)

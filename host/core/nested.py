@@ -139,10 +139,16 @@ def from_environment() -> HostUnderTest | None:
         raise BadInput(f"{settings.HOST_KERNEL}={kernel!r}: {exc}") from None
 
 
+def environment_of(host: HostUnderTest) -> dict[str, str]:
+    """The variables that make ``host`` the host of a child's guests."""
+    return {settings.HOST_KERNEL: host.kernel.name, settings.HOST_KERNEL_PARAMS: " ".join(host.params)}
+
+
 def put_environment(host: HostUnderTest | None) -> None:
     """Make ``host`` the host of this process's and its children's guests."""
-    settings.put(settings.HOST_KERNEL, host.kernel.name if host else None)
-    settings.put(settings.HOST_KERNEL_PARAMS, " ".join(host.params) if host else None)
+    values = environment_of(host) if host else {}
+    for name in (settings.HOST_KERNEL, settings.HOST_KERNEL_PARAMS):
+        settings.put(name, values.get(name) or None)
 
 
 def check_same_host(hosts: dict[str, str | None]) -> str:

@@ -243,10 +243,13 @@ class HostKeyMismatch(GuestError):
 
 
 class SSH:
-    def __init__(self, port: int, key_path: Path, host_key: str | None = None) -> None:
+    def __init__(self, port: int, key_path: Path, host_key: str | None = None, slowdown: float = 1.0) -> None:
         """``host_key``: the guest's public host key ('ssh-ed25519 AAAA...');
-        by default the one kept with the image's client key."""
+        by default the one kept with the image's client key.  ``slowdown``
+        stretches the wait for a second connection (a guest under a host
+        under test answers through L1, which TCG emulates)."""
         self.port = port
+        self._slowdown = slowdown
         self._key_path = Path(key_path)
         self._key = paramiko.Ed25519Key.from_private_key_file(str(key_path))
         self._host_key = host_key
@@ -364,7 +367,7 @@ class SSH:
         """A fresh connection to the same guest, for one background command."""
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
-        side = SSH(self.port, self._key_path, self._host_key)
+        side = SSH(self.port, self._key_path, self._host_key, self._slowdown)
         # Under a host under test a connection crosses two user-mode
         # forwards (this machine to L1, L1 to the guest), and either may
         # close it before the guest's server answers: the guest is up (its
@@ -383,7 +386,7 @@ class SSH:
 
         poll(
             connected,
-            BACKGROUND_CONNECT_S,
+            BACKGROUND_CONNECT_S * self._slowdown,
             1.0,
             what="a second SSH connection to the guest",
             on_timeout=lambda _: failures[-1] if failures else Timeout("no second SSH connection to the guest"),

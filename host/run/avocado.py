@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memqual.host.core import settings, trust
+from memqual.host.core import nested, settings, trust
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import REPO_ROOT, open_nofollow, write_private_atomic
 from memqual.host.core.profiles import AB, AB_TAG
@@ -179,6 +179,10 @@ def scenario_environment(config: RunConfig, kernel: GuestKernel | None) -> dict[
     env[settings.COLD_MEASURING] = "1"
     for key in settings.PER_ARM:
         env.pop(key, None)
+    # One host under test for the whole run is every job's; two are each
+    # arm's, set by the arm's variant (e2e/base.py).
+    if len(config.hosts) == 1:
+        env.update(nested.environment_of(config.hosts[0]))
     if kernel is not None:
         env[settings.GUEST_KERNEL] = str(kernel.bzimage)
         if kernel.modules is not None:

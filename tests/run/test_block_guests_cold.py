@@ -41,10 +41,29 @@ def test_memqual_runs_measuring_guests_boot_cold_outside_blocks(monkeypatch, mea
     from memqual.host.core import settings
     from memqual.host.run import avocado as run_avocado
 
-    config = SimpleNamespace(profile="quick", clock=SimpleNamespace(label="wall"), environment={})
+    config = SimpleNamespace(profile="quick", clock=SimpleNamespace(label="wall"), environment={}, hosts=())
     env = run_avocado.scenario_environment(config, None)  # type: ignore[arg-type]  # the fields it reads
     assert env[settings.COLD_MEASURING] == "1"
     monkeypatch.setenv(settings.COLD_MEASURING, env[settings.COLD_MEASURING])
     assert GuestTest.block_config(as_test(0, measures), MachineConfig()).warm is warm
     monkeypatch.delenv(settings.COLD_MEASURING)
     assert GuestTest.block_config(as_test(0, measures), MachineConfig()).warm is True  # avocado run e2e/ directly
+
+
+@pytest.mark.parametrize("hosts", [1, 2])
+def test_one_host_under_test_is_every_jobs_and_two_are_each_arms(monkeypatch, hosts):
+    """A run on one host under test hands it to every job it starts (its
+    guests run in L1 whatever the arm); with two, each arm's variant names
+    its own and the job's environment names none."""
+    from memqual.host.core import nested, settings
+    from memqual.host.run import avocado as run_avocado
+
+    monkeypatch.setenv(settings.HOST_KERNEL, "stale-from-the-shell")
+    both = (nested.parse_host("6.12.111+deb12-amd64", ["kvm.mmio_caching=0"]), nested.parse_host("6.1.0-57-amd64"))
+    config = SimpleNamespace(profile="ab", clock=SimpleNamespace(label="icount:0"), environment={}, hosts=both[:hosts])
+    env = run_avocado.scenario_environment(config, None)  # type: ignore[arg-type]  # the fields it reads
+    if hosts == 1:
+        assert env[settings.HOST_KERNEL] == "6.12.111+deb12-amd64"
+        assert env[settings.HOST_KERNEL_PARAMS] == "kvm.mmio_caching=0"
+    else:
+        assert settings.HOST_KERNEL not in env and settings.HOST_KERNEL_PARAMS not in env
