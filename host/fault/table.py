@@ -30,14 +30,14 @@ AA_WALL = Measured(
     "A/A 6.1.0-57, fault.anon, wall clock, a kernel build beside it (load 2.6-3.7)",
     "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --only fault --rounds 6 --output OUT",
     "2026-12-04",
-    'docs/fault.md, "Its spread"',
+    'docs/results/fault-runs.md, "Its spread"',
 )
 AA_ICOUNT = Measured(
     "A/A 6.1.0-57, fault.anon, icount:4, a kernel build beside it (load 2.6-3.7)",
     "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock icount --only fault "
     "--rounds 6 --output OUT",
     "2026-12-04",
-    'docs/fault.md, "Its spread"',
+    'docs/results/fault-runs.md, "Its spread"',
 )
 
 # No kernel_paths: the fault path (mm/memory.c, the page allocator, the

@@ -34,7 +34,7 @@ AA_WALL = Measured(
     "A/A 6.1.0-57, hugetlbfs only, wall clock, load 12-16 (four other runs on the host)",
     "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --only hugetlbfs --rounds 4",
     "2026-12-03",
-    'docs/hugetlbfs.md, "In an A/B"',
+    'docs/results/hugetlbfs-runs.md, "In an A/B"',
 )
 
 BALLOON = Scenario(

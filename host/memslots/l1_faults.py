@@ -20,7 +20,6 @@ from memqual.host.core import clock as clocks
 from memqual.host.core import fault_probe
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import GuestError
-from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell
 from memqual.host.memslots import l1_kinds, lookup_kinds, structures
@@ -61,6 +60,9 @@ MMIO_READS = 2000
 MMIO_RUNS = 3
 # A run's wall-clock bound, before the clock's and L1's stretch.
 MMIO_RUN_BOUND_S = 30.0
+
+MMIO_SETTING = f"{MMIO_AGENT} {' '.join(NIC)} {MMIO_READS} x {MMIO_RUNS}"
+GUEST_CLOCK = "the guest's CLOCK_MONOTONIC (L2's)"
 
 _MMIO_RUN = re.compile(r"event=run index=(\d+) reads=(\d+) duration_s=([0-9.]+) ns_per_read=([0-9.]+)")
 
@@ -174,9 +176,12 @@ def measure(vm: Guest, conditions: str, touch_mib: int = TOUCH_MIB, runs: int = 
     path = vm.deploy(fault_probe.AGENT)
 
     def deadline(seconds: float) -> float:
-        # A wall-clock deadline sized for a guest on this machine, stretched
-        # for the clock and for L1's emulation underneath the guest.
-        return clocks.deadline_s(seconds, vm.clock) * BOOT_TIMEOUT_FACTOR
+        # Sized for a guest on this machine's wall clock, stretched for the
+        # guest's clock (icount: 10x, which covers L1 underneath it too: a
+        # shadow-paging window took 11 s of this machine's time).  A guest
+        # that stops (one of ten shadow-paging boots here stopped at 6 s of
+        # its clock, SSH open) is caught in minutes, not an hour.
+        return clocks.deadline_s(seconds, vm.clock)
 
     vm.ssh.run(["sh", "-c", f"sync; sleep {SETTLE_S}"], timeout=deadline(SETTLE_S + 60))
     ram = l1_kinds.system_ram(str(vm.ssh.run(["cat", "/proc/iomem"]).stdout))
@@ -211,12 +216,36 @@ def settings(touch_mib: int, runs: int) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Where:
+    """What every record of one kernel and conditions shares."""
+
+    variant: dict[str, Any]
+    settings: dict[str, Any]
+    environment: dict[str, Any]
+
+    def record(self, metric: str, unit: str, better: str, values: Sequence[float], **extra: str) -> Measurement:
+        """One replicate a boot of ``values``."""
+        return Measurement(
+            scenario=SCENARIO,
+            metric=metric,
+            unit=unit,
+            better=better,
+            samples=[],
+            replicates=[[float(v)] for v in values],
+            variant=self.variant,
+            settings=self.settings,
+            environment=self.environment,
+            extra={"unit_of_replication": UNIT, **extra},
+        )
+
+
 def records(
     boots: Sequence[FaultsBoot], environment: Environment, touch_mib: int = TOUCH_MIB, runs: int = RUNS
 ) -> list[Measurement]:
     """Per structure and conditions: ``fault_ns`` (the guest's ns a page,
     read on its clock), ``ram_hit_nodes`` (nodes per RAM hit, counted),
-    and memslots.lookup_kinds' searches per second of each kind, one
+    and memslots.l1_lookup_kinds' searches per second of each kind, one
     replicate a boot.  Records of two kernels pair by their settings."""
     groups: dict[tuple[str, str], list[FaultsBoot]] = {}
     for boot in boots:
@@ -225,40 +254,16 @@ def records(
     out = []
     for (structure, conditions), group in groups.items():
         variant = {"structure": structure, "conditions": conditions}
-        extra = {"unit_of_replication": UNIT, "clock_reads": "the guest's CLOCK_MONOTONIC (L2's)"}
-        out.append(
-            Measurement(
-                scenario=SCENARIO,
-                metric="fault_ns",
-                unit="ns",
-                better="lower",
-                samples=[],
-                replicates=[[b.ns_per_page] for b in group],
-                variant=variant,
-                settings=setting,
-                environment=env,
-                extra=extra,
-            )
-        )
+        where = Where(variant, setting, env)
+        out.append(where.record("fault_ns", "ns", "lower", [b.ns_per_page for b in group], clock_reads=GUEST_CLOCK))
         per_hit = [b.kinds.nodes_per("ram_hit") for b in group]
         if all(n is not None for n in per_hit):
-            out.append(
-                Measurement(
-                    scenario=SCENARIO,
-                    metric="ram_hit_nodes",
-                    unit="nodes",
-                    better="lower",
-                    samples=[],
-                    replicates=[[float(n)] for n in per_hit if n is not None],
-                    variant=variant,
-                    settings=setting,
-                    environment=env,
-                    extra={"unit_of_replication": UNIT, "counted_by": "the kernel's memslot_slots"},
-                )
-            )
+            nodes = [n for n in per_hit if n is not None]
+            out.append(where.record("ram_hit_nodes", "nodes", "lower", nodes, counted_by="the kernel's memslot_slots"))
         windows = [b.mmio for b in group]
         if all(w is not None for w in windows):
-            out += mmio_records([w for w in windows if w is not None], variant, setting, env)
+            mmio = Where(variant, {**setting, "mmio": MMIO_SETTING}, env)
+            out += mmio_records([w for w in windows if w is not None], mmio)
         counts = [lookup_kinds.Counts({k: b.kinds.count(k) for k in l1_kinds.KINDS}, b.seconds) for b in group]
         for rec in lookup_kinds.records(counts, {**setting, "accel": "kvm"}):
             if rec.variant["kind"] in l1_kinds.KINDS:
@@ -270,41 +275,16 @@ def records(
     return out
 
 
-def mmio_records(
-    windows: Sequence[MmioWindow], variant: dict[str, Any], setting: dict[str, Any], env: dict[str, Any]
-) -> list[Measurement]:
+def mmio_records(windows: Sequence[MmioWindow], where: Where) -> list[Measurement]:
     """The NIC's register round trips a second (on the guest's clock) and
     the nodes a miss compared over them (counted), one replicate a boot."""
-    mmio_setting = {**setting, "mmio": f"{MMIO_AGENT} {' '.join(NIC)} {MMIO_READS} x {MMIO_RUNS}"}
-    out = [
-        Measurement(
-            scenario=SCENARIO,
-            metric="mmio_round_trips_per_s",
-            unit="1/s",
-            better="higher",
-            samples=[],
-            replicates=[[w.round_trips_per_s] for w in windows],
-            variant=variant,
-            settings=mmio_setting,
-            environment=env,
-            extra={"unit_of_replication": UNIT, "clock_reads": "the guest's CLOCK_MONOTONIC (L2's)"},
-        )
-    ]
+    rates = [w.round_trips_per_s for w in windows]
+    out = [where.record("mmio_round_trips_per_s", "1/s", "higher", rates, clock_reads=GUEST_CLOCK)]
     walks = [w.kinds.nodes_per("miss") for w in windows]
     if all(n is not None for n in walks):
+        counted = "memslot_miss_nodes over memslot_misses"
         out.append(
-            Measurement(
-                scenario=SCENARIO,
-                metric="mmio_miss_nodes",
-                unit="nodes",
-                better="lower",
-                samples=[],
-                replicates=[[float(n)] for n in walks if n is not None],
-                variant=variant,
-                settings=mmio_setting,
-                environment=env,
-                extra={"unit_of_replication": UNIT, "counted_by": "memslot_miss_nodes over memslot_misses"},
-            )
+            where.record("mmio_miss_nodes", "nodes", "lower", [n for n in walks if n is not None], counted_by=counted)
         )
     return out
 

@@ -5,7 +5,9 @@ judge (each row's primaries, control and regime)."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +155,42 @@ def test_a_row_names_the_e2e_test_that_carries_its_tags() -> None:
     for row in scenario.table():
         assert row.e2e in tests, row.name
         assert set(row.tags) <= tests[row.e2e], (row.name, row.tags, tests[row.e2e])
+
+
+def _unwritten(doc: str, root: Path) -> list[str]:
+    """What of a spread's write-up (``path, "Heading", ...``) is not there:
+    the file, or a quoted heading no heading of it starts with."""
+    path, _, sections = doc.partition(",")
+    page = root / path.strip()
+    if not page.is_file():
+        return [path.strip()]
+    lines = page.read_text(encoding="utf-8").splitlines()
+    headings = [line.lstrip("#").strip() for line in lines if line.startswith("#")]
+    return [s for s in re.findall(r'"([^"]+)"', sections) if not any(h.startswith(s) for h in headings)]
+
+
+@pytest.mark.parametrize(
+    ("doc", "missing"),
+    [
+        ("docs/runs.md", []),
+        ('docs/runs.md, "The A/A"', []),
+        ('docs/runs.md, "The A/A", "Its blocks"', []),
+        ('docs/runs.md, "The A/A", "Moved away"', ["Moved away"]),
+        ('docs/gone.md, "The A/A"', ["docs/gone.md"]),
+    ],
+)
+def test_a_spread_s_write_up_is_found_by_its_file_and_headings(tmp_path: Path, doc: str, missing: list[str]) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "runs.md").write_text("# Runs\n\n## The A/A (2026-12-04)\n\n### Its blocks\n\ntext\n")
+    assert _unwritten(doc, tmp_path) == missing
+
+
+def test_every_measured_spread_names_a_write_up_that_is_there() -> None:
+    """A primary's spread names the run that measured it and where that run
+    is written up (host/core/primary.py ``Measured.doc``): a page moved or a
+    heading renamed leaves a pointer to nothing."""
+    from memqual.host.core.paths import REPO_ROOT
+
+    spreads = [s for p in scenario.every_primary() for s in (p.spread_wall, p.spread_icount) if s is not None]
+    assert spreads
+    assert {s.run.doc: _unwritten(s.run.doc, REPO_ROOT) for s in spreads} == {s.run.doc: [] for s in spreads}
