@@ -219,7 +219,9 @@ class Cleanup(GuestTest):
         )
         return proc, pidfile, results
 
-    def _start_memqual_run(self, name: str, source: str) -> tuple[subprocess.Popen[bytes], Path]:
+    def _start_memqual_run(
+        self, name: str, source: str, extra_env: dict[str, str] | None = None
+    ) -> tuple[subprocess.Popen[bytes], Path]:
         """A nested ``memqual run`` of one test file (``source``, written to
         the work directory as ``name``): the process and the file its guest's
         QEMU pid will be in.  Its own session, so that a test can signal it
@@ -232,7 +234,7 @@ class Cleanup(GuestTest):
         proc = subprocess.Popen(
             [str(memqual), "run", "--tests", str(test_file), "--output", str(work / "out")],
             cwd=REPO_ROOT,
-            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile)),
+            env=dict(os.environ, MEMQUAL_LEAK_PIDFILE=str(pidfile), **(extra_env or {})),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -392,13 +394,21 @@ class Cleanup(GuestTest):
             fs.knobs().get("pages_to_scan") != str(STALE_PAGES_TO_SCAN),
             f"host KSM pages_to_scan is already {STALE_PAGES_TO_SCAN}: the check could not tell",
         )
+        # The killed run's state in a folder of its own: a test starting
+        # beside this one restores what a dead run left in the shared
+        # folder (and says so), and would take the restore away from the
+        # run checked here.  This test holds the measurement lock shared,
+        # so no test that uses host KSM runs meanwhile.
+        state_dir = Path(tempfile.mkdtemp(prefix="mq-state-"))
         proc, pidfile = self._start_memqual_run(
-            "guest_ksm.py", GUEST_HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS)
+            "guest_ksm.py",
+            GUEST_HOLDING_KSM.format(pages_to_scan=STALE_PAGES_TO_SCAN, sleep_ms=STALE_SLEEP_MS),
+            {"MEMQUAL_STATE_DIR": str(state_dir)},
         )
         try:
             qemu_pid = self._wait_pidfile(proc, pidfile)
             self.assertEqual(fs.knobs()["pages_to_scan"], str(STALE_PAGES_TO_SCAN), "the nested test changed no knob")
-            saved = HostState().load()
+            saved = HostState(state_dir).load()
             self.assertIsNotNone(saved, "the nested test left no state file")
             assert saved is not None
             run = processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile))
@@ -438,7 +448,8 @@ class Cleanup(GuestTest):
                 proc.wait()
             for pid in processes_with("MEMQUAL_LEAK_PIDFILE", str(pidfile)):
                 os.kill(pid, signal.SIGKILL)
-            restore_stale()  # whatever happened above, leave the host as it was
+            restore_stale(state_dir)  # whatever happened above, leave the host as it was
+            shutil.rmtree(state_dir, ignore_errors=True)
 
     def test_sigkill_mid_ksm_then_memqual_restores_the_knobs(self) -> None:
         """
