@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -287,11 +286,6 @@ def mmio_records(windows: Sequence[MmioWindow], where: Where) -> list[Measuremen
             where.record("mmio_miss_nodes", "nodes", "lower", [n for n in walks if n is not None], counted_by=counted)
         )
     return out
-
-
-def summary(boots: Sequence[FaultsBoot]) -> dict[str, float]:
-    """The median ns per page over boots (for a line on the terminal)."""
-    return {"ns_per_page": statistics.median(b.ns_per_page for b in boots)} if boots else {}
 
 
 def conditions_of(params: Sequence[str]) -> str:

@@ -29,6 +29,8 @@ TRUNCATED = "truncated"
 KINDS = ("miss", "ram_hit", "other_hit")
 
 _SLOT = re.compile(r"(-?\d+) (\d+) (\d+) (\d+) (\d+) (\d+) (\d+)")
+# A structure's name as the model spells it: nothing else reaches a terminal.
+_SEARCH = re.compile(r"[a-z0-9_-]{1,32}")
 _RAM = re.compile(r"^([0-9a-fA-F]+)-([0-9a-fA-F]+) : System RAM$")
 
 
@@ -118,7 +120,10 @@ def parse_reading(text: str) -> Reading:
             if match is None:
                 raise GuestError(f"L1's {SLOTS} line unreadable: {line.strip()[:120]!r}")
             slots.append(SlotCount(*(int(g) for g in match.groups())))
-    return Reading(counters, tuple(slots), values.get("memslot_search", ""), truncated)
+    search = values.get("memslot_search", "")
+    if search and not _SEARCH.fullmatch(search):
+        raise GuestError("L1's memslot_search is not a structure's name")
+    return Reading(counters, tuple(slots), search, truncated)
 
 
 def system_ram(iomem: str) -> tuple[tuple[int, int], ...]:

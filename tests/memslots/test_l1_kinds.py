@@ -59,6 +59,7 @@ def test_system_ram_reads_top_level_ranges_only() -> None:
         ("memslot_lookups 1\n", "no memslot_slots list"),
         ("memslot_lookups x\nslots\n", "counters unreadable"),
         (reading_text("linear", []) + "1 2 three\n", "line unreadable"),
+        (reading_text("\x1b[2Jlinear", []), "not a structure's name"),
     ],
 )
 def test_a_reading_that_is_not_one_is_refused(text: str, message: str) -> None:

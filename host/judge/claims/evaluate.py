@@ -50,7 +50,7 @@ def evaluate(
     for registered in claims:
         claim = on_its_host(registered, records)
         # Judged on its host under test: by that host's records alone.
-        mine = records if claim is registered or registered.on_host is None else on_a_host_under_test(records)
+        mine = records if claim is registered else on_a_host_under_test(records)
         beside = _beside(claim, mine, seed=seed)
         try:
             verdict = _evaluate_one(claim, mine, alpha=alpha, seed=seed)
