@@ -15,10 +15,13 @@ from memqual.e2e.base import GuestTest, profile
 from memqual.host.balloon import request_size as rs
 from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.driver import PFNS_MAX, VariantDriver
+from memqual.host.balloon.host_share import QemuThreads
 from memqual.host.balloon.table import REQUEST_SIZE
 from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import BalloonDevice, MachineConfig
+from memqual.host.ksm import l1_ksm
 from memqual.images import balloon_driver
 from memqual.images.balloon_driver import Variant
 
@@ -29,7 +32,7 @@ MARGIN_MIB = 64  # MemAvailable must exceed the inflate by this (as e2e/test_bal
 MACHINE = "pc"
 # What the scenario records, per size and for the fit (memqual bisect
 # --metric reads the names here).
-SIZE_METRICS = rs.SIZE_METRICS
+SIZE_METRICS = rs.SIZE_METRICS + rs.HOST_METRICS
 FIT_METRICS = tuple(metric for metric, *_ in rs.FIT_RECORDS)
 
 
@@ -65,7 +68,10 @@ class BalloonDriver(GuestTest):
         for g in range(guests):
             vm = self.boot(MachineConfig(memory_mib=GUEST_MIB, machine=MACHINE, balloon=BalloonDevice()))
             ctl = BalloonController(vm, device_id="balloon0")
-            mover = BalloonMover(ctl)
+            host = self.guest_qemu_threads(vm)
+            # On a host under test the move waits on QEMU's events: a poll
+            # would be QEMU work in the threads the host's share reads.
+            mover = BalloonMover(ctl, by_events=host is not None)
             ram = ctl.ram_bytes()
             available = int(vm.ssh.run(["sh", "-c", "grep MemAvailable /proc/meminfo"]).stdout.split()[1]) * 1024
             self.assertGreaterEqual(
@@ -84,7 +90,7 @@ class BalloonDriver(GuestTest):
             samples = []
             # The order rotates between guests, and between blocks in an A/B.
             for label, size in rs.guest_plan(list(request_sizes), self.first_unit() + g, inflate_bytes):
-                sample = rs.measure_inflate(vm, mover, driver, g, label, request_sizes[label], size)
+                sample = rs.measure_inflate(vm, mover, driver, g, label, request_sizes[label], size, host)
                 probe_line = sample.probe_line or probe_line
                 taint = driver.taint or taint
                 self.check_sample(sample, ram)
@@ -107,7 +113,11 @@ class BalloonDriver(GuestTest):
         settings = {"guest_mib": GUEST_MIB, "target_mib": TARGET_MIB, "machine": MACHINE, "profile": profile()}
         fits = run.fits()
         records = run.records(settings, variant.to_json(), probe_line, taint, fits)
-        self.assertEqual([m.metric for m in records], [*SIZE_METRICS * len(request_sizes), *FIT_METRICS])
+        self.assertEqual(
+            [m.metric for m in records], [*rs.size_metrics(host is not None) * len(request_sizes), *FIT_METRICS]
+        )
+        if run.on_host:
+            self.check_host_share(run)
         for measurement in records:
             self.record(measurement)
         for label in request_sizes:
@@ -129,6 +139,27 @@ class BalloonDriver(GuestTest):
             fits.deflate,
             time.monotonic() - started,
         )
+
+    def guest_qemu_threads(self, vm: Machine) -> QemuThreads | None:
+        """Under a host under test, its one guest QEMU's threads in L1."""
+        if self.host_under_test() is None:
+            return None
+        qemus = l1_ksm.find(vm.host_ssh, "qemu-system")
+        if len(qemus) != 1:
+            self.fail(f"the host under test runs {len(qemus)} guest QEMUs ({qemus}), not one")
+        vcpus = frozenset(int(cpu["thread-id"]) for cpu in vm.qmp("query-cpus-fast"))
+        return QemuThreads(vm.host_ssh, qemus[0], vcpus)
+
+    def check_host_share(self, run: rs.RequestSizeRun) -> None:
+        """On L1's one CPU the host's work fits inside the driver's span and
+        is part of it: every inflate's host share lies in (0, 100) %, and
+        the guest's QEMU ran the guest for some of the span."""
+        for label in run.sizes:
+            for r in run.runs(label):
+                share = r["host_breakdown_pct"]["host_pct"]
+                self.assertTrue(0.0 < share < 100.0, f"{label}, guest {r['guest']}: host share {share:.1f} %")
+                self.assertGreater(r["host_work_s"]["guest_s"], 0.0, f"{label}: the guest never ran")
+            self.log.info("%s: host breakdown %s", label, run.runs(label)[0]["host_breakdown_pct"])
 
     def check_sample(self, sample: rs.Sample, ram: int) -> None:
         """Every inflate reaches its target per QMP, the driver counted

@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 PAGE = 4096
 # QEMU stores guest-stats-polling-interval as uint32 seconds; larger is refused.
 STATS_INTERVAL_MAX = 2**32 - 1
+# QEMU rate-limits BALLOON_CHANGE to one event a second (monitor.c).
+EVENT_PERIOD_S = 1.0
 # Marker QEMU puts in guest-stats for a statistic the guest never sent.
 STATS_UNSET = -1
 
@@ -250,6 +252,49 @@ class BalloonController:
             on_timeout=timed_out,
         )
         return polled.value
+
+    def reach_by_events(self, target_bytes: int, deadline_s: float) -> BalloonResult:
+        """Set the target and wait for QEMU's BALLOON_CHANGE events until
+        ``actual`` meets it, with no query-balloon in between: QEMU does
+        nothing for the wait but emit its events.  For a move whose host
+        work is read from QEMU's own threads (a host under test's, on L1's
+        clock), which polls would add to.  QEMU sends the event at most
+        once a second, so ``seconds`` is this machine's coarse view (its
+        resolution says so); a move that stops short is seen at the
+        deadline, ``stalled``."""
+        ram = self.ram_bytes()
+        check_target(target_bytes, ram)
+        start = self.actual()
+        expected = expected_actual(ram, target_bytes)
+        events = 0
+        t0 = self.clock()
+        answer = self.qemu_balloon(target_bytes)
+        if not answer.accepted:
+            raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
+        value = start
+        while value != expected:
+            left = deadline_s - (self.clock() - t0)
+            event = self.machine.qmp_event("BALLOON_CHANGE", left) if left > 0 else None  # type: ignore[attr-defined]
+            if event is None:
+                break
+            events += 1
+            value = int(event["data"]["actual"])
+        seconds = self.clock() - t0
+        if value != expected:
+            value = self.actual()
+        reached = value == expected
+        return BalloonResult(
+            target_bytes,
+            expected,
+            start,
+            value,
+            reached,
+            not reached,
+            seconds,
+            EVENT_PERIOD_S,
+            events,
+            EVENT_PERIOD_S,
+        )
 
     def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:
         """Poll tightly only near the end.  Polling QMP every ~1 ms slows a

@@ -20,6 +20,7 @@ import numpy as np
 from memqual.host.balloon import model as transfer_model
 from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.driver import STOCK_PFNS, DirectionTiming, VariantDriver, qemu_cpu_s, taint_flags
+from memqual.host.balloon.host_share import HostWork, QemuThreads
 from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock, descriptive
 from memqual.host.core.record import Measurement
@@ -101,22 +102,58 @@ class Sample:
     inflate: DirectionTiming | None = None
     down: BalloonResult | None = None
     deflate: DirectionTiming | None = None
+    # On a host under test: the host's work over the inflate, by thread kind
+    host_work: HostWork | None = None
 
     @property
     def pages(self) -> int:
         return self.size_bytes // PAGE
 
+    @property
+    def inflate_s(self) -> float:
+        """The inflate's time: QMP's view from this machine; on a host under
+        test the driver's span, on L1's clock (this machine's clock there
+        reads L1's emulation, and the move waited on 1 s events)."""
+        if self.host_work is not None and self.inflate is not None:
+            return self.inflate.span_ns / 1e9
+        return self.up.seconds
+
+    @property
+    def deflate_s(self) -> float:
+        """The deflate's time, as ``inflate_s``."""
+        assert self.down is not None
+        if self.host_work is not None and self.deflate is not None:
+            return self.deflate.span_ns / 1e9
+        return self.down.seconds
+
 
 def measure_inflate(
-    vm: Any, mover: BalloonMover, driver: VariantDriver, guest: int, label: str, pfns: int, size_bytes: int
+    vm: Any,
+    mover: BalloonMover,
+    driver: VariantDriver,
+    guest: int,
+    label: str,
+    pfns: int,
+    size_bytes: int,
+    host: QemuThreads | None = None,
 ) -> Sample:
     """Load the variant at ``pfns`` per request, inflate ``size_bytes``, read
-    the driver's counters, deflate back."""
+    the driver's counters, deflate back.  ``host``: the guest's QEMU in a
+    host under test, whose threads give QEMU's CPU seconds and the host's
+    work on L1's clock (this machine's QEMU is then L1's, all of it)."""
     probe_line = driver.load(pfns)
     ram = mover.ctl.ram_bytes()
-    cpu0 = qemu_cpu_s(vm.pid)
-    up = mover.move(ram - size_bytes, stall_s=stall_s(pfns)).host
-    sample = Sample(guest, label, size_bytes, probe_line, up, qemu_cpu_s(vm.pid) - cpu0)
+    if host is not None:
+        before = host.read()
+        up = mover.move(ram - size_bytes, stall_s=stall_s(pfns)).host
+        after = host.read()
+        sample = Sample(
+            guest, label, size_bytes, probe_line, up, after.run_s - before.run_s, host_work=after.minus(before)
+        )
+    else:
+        cpu0 = qemu_cpu_s(vm.pid)
+        up = mover.move(ram - size_bytes, stall_s=stall_s(pfns)).host
+        sample = Sample(guest, label, size_bytes, probe_line, up, qemu_cpu_s(vm.pid) - cpu0)
     if not up.reached:
         return sample
     inflate = driver.timing()["inflate"]
@@ -185,6 +222,15 @@ COST_KEYS = ("fixed_s", "per_request_s", "per_page_s")
 # Per size, in this order: host-timed inflate, the driver's share waiting
 # for the host, QEMU's CPU seconds over the inflate, host-timed deflate.
 SIZE_METRICS = ("inflate_s", "host_wait_share", "qemu_cpu_s", "deflate_s")
+# Per size, on a host under test only: the host's share of the driver's span.
+HOST_METRICS = ("host_share",)
+
+
+def size_metrics(on_host: bool) -> tuple[str, ...]:
+    """The metrics recorded per size, in order."""
+    return SIZE_METRICS + HOST_METRICS if on_host else SIZE_METRICS
+
+
 # (metric, measure, cost key, factor to the unit, unit): the fitted costs
 # recorded, each guest's own fit its replicate.  QEMU's CPU seconds are
 # what a loaded shared host leaves measurable: wall time there carries
@@ -250,7 +296,7 @@ class RequestSizeRun:
     @staticmethod
     def rows(samples: Sequence[Sample]) -> list[Inflate]:
         """Host-timed seconds of every inflate."""
-        return [Inflate(s.guest, s.pages, i.requests, s.up.seconds) for s in samples if (i := s.inflate)]
+        return [Inflate(s.guest, s.pages, i.requests, s.inflate_s) for s in samples if (i := s.inflate)]
 
     @staticmethod
     def cpu_rows(samples: Sequence[Sample]) -> list[Inflate]:
@@ -267,7 +313,7 @@ class RequestSizeRun:
         """Host-timed seconds of every deflate (the variant leaks at most
         its PFNs per request in one request, as it fills)."""
         return [
-            Inflate(s.guest, s.pages, d.requests, down.seconds)
+            Inflate(s.guest, s.pages, d.requests, s.deflate_s)
             for s in samples
             if (d := s.deflate) and (down := s.down) and down.reached
         ]
@@ -286,14 +332,27 @@ class RequestSizeRun:
             out[k] = timing.requests
         return out
 
+    @property
+    def on_host(self) -> bool:
+        """Whether every inflate read a host under test's threads."""
+        return bool(self.samples) and all(s.host_work is not None for s in self.samples if s.inflate)
+
     def runs(self, label: str) -> list[dict[str, Any]]:
         out = []
         for s in self.full(label):
             assert s.inflate is not None and s.down is not None and s.deflate is not None
+            host: dict[str, Any] = {}
+            if (work := s.host_work) is not None:
+                i = s.inflate
+                host = {
+                    "host_work_s": dataclasses.asdict(work),
+                    "host_breakdown_pct": work.breakdown(i.span_ns / 1e9, i.alloc_ns / 1e9, i.wait_ns / 1e9),
+                }
             out.append(
                 {
+                    **host,
                     "guest": s.guest,
-                    "seconds": s.up.seconds,
+                    "seconds": s.inflate_s,
                     "resolution_s": s.up.resolution_s,
                     "qemu_cpu_s": s.qemu_cpu_s,
                     "requests": s.inflate.requests,
@@ -302,7 +361,7 @@ class RequestSizeRun:
                     "host_wait_s": s.inflate.wait_ns / 1e9,
                     "alloc_s": s.inflate.alloc_ns / 1e9,
                     "breakdown_pct": s.inflate.breakdown(),
-                    "deflate_s": s.down.seconds,
+                    "deflate_s": s.deflate_s,
                     "deflate_resolution_s": s.down.resolution_s,
                     "deflate_requests": s.deflate.requests,
                     "deflate_breakdown_pct": s.deflate.breakdown(),
@@ -392,9 +451,37 @@ class RequestSizeRun:
                 "deflate_requests_median": descriptive.median([r["deflate_requests"] for r in runs]),
                 "qemu_cpu_s_median": descriptive.median([r["qemu_cpu_s"] for r in runs]),
             }
+            if self.on_host:
+                extra["host_breakdown_pct_median"] = {
+                    k: descriptive.median([r["host_breakdown_pct"][k] for r in runs])
+                    for k in runs[0]["host_breakdown_pct"]
+                }
             variant = {"per_request": label, "pfns": pfns}
+            host_metrics = (
+                ()
+                if not self.on_host
+                else (
+                    (
+                        "host_share",
+                        "%",
+                        [r["host_breakdown_pct"]["host_pct"] for r in runs],
+                        "on the host under test's clock (L1): the CPU of the guest QEMU's threads other than "
+                        "its vCPUs (the virtqueue handler, address translation, madvise) and of its vCPU threads "
+                        "outside the guest (KVM's exits, QEMU's exit handling), read per thread in L1, over the "
+                        "driver's span of the inflate; the move waited on QEMU's events, not polls",
+                    ),
+                )
+            )
             for metric, unit, values, timed in (
-                ("inflate_s", "s", [r["seconds"] for r in runs], None),
+                (
+                    "inflate_s",
+                    "s",
+                    [r["seconds"] for r in runs],
+                    "on the host under test's clock (L1): the driver's span, from its first request's page "
+                    "allocation to the host's last ack, the guest's work and the host's on L1's one CPU"
+                    if self.on_host
+                    else None,
+                ),
                 (
                     "host_wait_share",
                     "%",
@@ -407,10 +494,21 @@ class RequestSizeRun:
                     "qemu_cpu_s",
                     "s",
                     [r["qemu_cpu_s"] for r in runs],
-                    "CPU seconds of all QEMU's threads over the inflate (schedstat): what it cost the host, "
+                    "CPU seconds of all the guest QEMU's threads in the host under test over the inflate "
+                    "(schedstat, on L1's clock)"
+                    if self.on_host
+                    else "CPU seconds of all QEMU's threads over the inflate (schedstat): what it cost the host, "
                     "whatever else competed for the cores",
                 ),
-                ("deflate_s", "s", [r["deflate_s"] for r in runs], "host-timed QMP, the same pages given back"),
+                (
+                    "deflate_s",
+                    "s",
+                    [r["deflate_s"] for r in runs],
+                    "the driver's span on the host under test's clock (L1), the same pages given back"
+                    if self.on_host
+                    else "host-timed QMP, the same pages given back",
+                ),
+                *host_metrics,
             ):
                 out.append(per_guest(metric, unit, values, {**extra, "timed": timed} if timed else extra, variant))
         pooled_fits = {

@@ -70,6 +70,9 @@ class BalloonMover:
     # DEADLINE_S on the wall clock, longer under icount (clock.deadline_s).
     deadline_s: float = dataclasses.field(default_factory=lambda: clock.deadline_s(DEADLINE_S))
     track_period_us: int = TRACK_PERIOD_US
+    # Wait on QEMU's events instead of polling (BalloonController.reach_by_events):
+    # for moves whose host work QEMU's own threads are read for.
+    by_events: bool = False
 
     def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:
         """Move the balloon until the guest keeps ``target_bytes``.  The guest
@@ -88,7 +91,10 @@ class BalloonMover:
         if tracked and self.agent and pages:
             tracker = GuestTracker(self.ssh, self.agent, direction, pages, self.track_period_us, int(self.deadline_s))
         try:
-            host = ctl.reach(target_bytes, deadline_s=self.deadline_s, stall_s=stall_s)
+            if self.by_events:
+                host = ctl.reach_by_events(target_bytes, deadline_s=self.deadline_s)
+            else:
+                host = ctl.reach(target_bytes, deadline_s=self.deadline_s, stall_s=stall_s)
         except BaseException:
             if tracker is not None:
                 tracker.cancel()

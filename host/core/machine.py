@@ -67,6 +67,8 @@ BANNER_PROBE_S = 0.1  # a guest whose network is up answers in well under this
 # Every QMP command answers at once (migrate and balloon return before the
 # work is done); one that takes this long means QEMU is stuck.
 QMP_TIMEOUT_S = 60.0
+# The longest a wait for an event holds the monitor at once.
+EVENT_SLICE_S = 0.5
 
 
 StartStrategy = Callable[["Machine"], None]
@@ -489,6 +491,25 @@ class Machine:
                     f"QMP {command} got no answer within {self.qmp_timeout:.0f} s: QEMU is stuck "
                     f"(see {self.console_log})"
                 ) from exc
+
+    def qmp_event(self, name: str, deadline_s: float) -> dict[str, Any] | None:
+        """The next QMP event called ``name`` within ``deadline_s`` seconds,
+        or None at the deadline; other events are dropped.  The monitor is
+        held only a short slice at a time, so a command from another thread
+        (tearDown's) waits no longer than that."""
+        if self._qmp is None:
+            raise GuestError("the machine is not running (no QMP)")
+        end = time.monotonic() + deadline_s
+        while (left := end - time.monotonic()) > 0:
+            with self._qmp_lock:
+                try:
+                    # A float: the legacy monitor waits forever on True.
+                    event = self._qmp.pull_event(wait=float(min(left, EVENT_SLICE_S)))
+                except TimeoutError:
+                    continue
+            if event is not None and event.get("event") == name:
+                return event
+        return None
 
     def hmp(self, command_line: str) -> str:
         return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
