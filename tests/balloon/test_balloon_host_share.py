@@ -83,7 +83,7 @@ def test_the_threads_are_read_with_the_pid_as_an_argument_never_in_the_script():
         calls.append(argv)
         return SimpleNamespace(status=0, stdout=stat_line(5, "qemu-system-x86", 1, 2, 1, 3) + "\n", stderr="")
 
-    threads = hs.QemuThreads(SimpleNamespace(run=run), 4242, frozenset({5}))  # type: ignore[arg-type]
+    threads = hs.QemuThreads(SimpleNamespace(run=run), 4242, frozenset({5}))
     assert threads.read().run_s == pytest.approx(3e-9)
     assert calls[0][:2] == ["sh", "-c"] and "4242" not in calls[0][2] and calls[0][-1] == "4242"
 
@@ -91,7 +91,7 @@ def test_the_threads_are_read_with_the_pid_as_an_argument_never_in_the_script():
         return SimpleNamespace(status=1, stdout="", stderr="no such file")
 
     with pytest.raises(GuestError, match="gone"):
-        hs.QemuThreads(SimpleNamespace(run=gone), 4242, frozenset({5})).read()  # type: ignore[arg-type]
+        hs.QemuThreads(SimpleNamespace(run=gone), 4242, frozenset({5})).read()
 
 
 # -- the move that waits on events ------------------------------------------------
@@ -127,7 +127,7 @@ class EventMachine:
 def test_a_move_by_events_reaches_its_target_without_polling():
     target = EventMachine.RAM - (768 << 20)
     machine = EventMachine([EventMachine.RAM - (256 << 20), target])
-    result = BalloonController(machine, device_id="balloon0").reach_by_events(target, deadline_s=30)  # type: ignore[arg-type]
+    result = BalloonController(machine, device_id="balloon0").reach_by_events(target, deadline_s=30)
     assert result.reached and not result.stalled and result.actual_bytes == target
     assert result.polls == 2 and machine.queries == 1  # the start, then events alone
 
@@ -135,13 +135,13 @@ def test_a_move_by_events_reaches_its_target_without_polling():
 def test_a_move_by_events_that_stops_short_is_stalled_at_the_deadline():
     target = EventMachine.RAM - (768 << 20)
     machine = EventMachine([EventMachine.RAM - (100 << 20)])
-    result = BalloonController(machine).reach_by_events(target, deadline_s=30)  # type: ignore[arg-type]
+    result = BalloonController(machine).reach_by_events(target, deadline_s=30)
     assert not result.reached and result.stalled and result.actual_bytes == EventMachine.RAM - (100 << 20)
 
 
 def test_a_move_by_events_refused_by_qemu_is_bad_input():
     with pytest.raises(BadInput, match="refused"):
-        BalloonController(EventMachine([], refuse=True)).reach_by_events(1 << 29, deadline_s=1)  # type: ignore[arg-type]
+        BalloonController(EventMachine([], refuse=True)).reach_by_events(1 << 29, deadline_s=1)
 
 
 # -- the request-size records on a host under test -----------------------------------
