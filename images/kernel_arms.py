@@ -37,10 +37,12 @@ class PatchArms:
         two/0001-x.patch) each keep their own text."""
         return tuple(f"{number}-{p.path.name}" for number, p in enumerate(self.patches, 1))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, texts: str = "patch") -> dict[str, Any]:
+        """The record; each patch's text in the folder ``texts`` of the
+        output (patch/ for guest kernels, host-patch/ for host kernels)."""
         return {
             "patches": [
-                dataclasses.asdict(p.record()) | {"text": f"patch/{name}"}
+                dataclasses.asdict(p.record()) | {"text": f"{texts}/{name}"}
                 for p, name in zip(self.patches, self.text_names(), strict=True)
             ],
             "a": self.a.to_json(),

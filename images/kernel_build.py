@@ -43,6 +43,9 @@ from memqual.images.modules import INDEX_PREFIX, MAX_TREE_ENTRIES, MODULE_SUFFIX
 
 T = TypeVar("T")
 GUEST_CONFIG = Path(__file__).resolve().with_name("guest.config")
+# On top of GUEST_CONFIG, what makes a kernel a host under test (L1): KVM
+# for AMD as modules and the fw_cfg reader (docs/host-under-test.md).
+HOST_CONFIG = GUEST_CONFIG.with_name("host.config")
 RECIPE_VERSION = "2"  # bump when the build steps change what comes out
 # Debian packages the build needs beyond ./setup's gcc and make.
 TOOLCHAIN = ("bc", "flex", "bison", "libelf-dev", "libssl-dev", "ccache")

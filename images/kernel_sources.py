@@ -28,6 +28,10 @@ from memqual.images.kernel_env import STEP_TIMEOUT_S
 
 DEBIAN_SOURCE = re.compile(r"debian:([0-9]+\.[0-9]+)")
 GIT_REV = re.compile(r"[0-9A-Za-z._/~^-]{1,200}")
+# The host kernels' default source (memqual run --host-patch): the one the
+# memslot search kernels were built from (images/kvm-memslots/), so an
+# unpatched A with images/host.config is the cached base they share.
+HOST_SOURCE = "debian:6.1"
 
 
 @dataclasses.dataclass(frozen=True)

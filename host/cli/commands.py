@@ -15,6 +15,7 @@ from memqual.host.cli import (
     doctor,
     export,
     history,
+    host_patch,
     hosts,
     image,
     kernel,
@@ -45,4 +46,7 @@ COMMANDS: tuple[Command, ...] = (
 OPTIONS: tuple[Option, ...] = (
     hosts.RUN_ON_HOSTS,  # memqual run --hosts FILE
     kernel.RUN_PATCH,  # memqual run --patch FILE [--kernel-source SOURCE]
+    # memqual run --host-patch FILE [--host-kernel-source SOURCE]; last, so it runs first: it refuses --patch
+    # beside it before run --patch builds anything
+    host_patch.RUN_HOST_PATCH,
 )

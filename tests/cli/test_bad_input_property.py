@@ -288,6 +288,18 @@ SLOTS: list[Slot] = [
         lambda v: ["run", "--tests", D(), "--kernel-source", D(), "--kernel-source", D(), "--kernel-config", v],
         files,
     ),
+    # memqual run --host-patch (host/cli/host_patch.py)
+    Slot("run --host-patch", lambda v: ["run", "--tests", D(), "--host-patch", v], files),
+    Slot(
+        "run --host-kernel-source",
+        lambda v: ["run", "--tests", D(), "--host-kernel-source", v, "--host-kernel-source", v],
+        dirs,
+    ),
+    Slot(
+        "run --host-kernel-config",
+        lambda v: ["run", "--tests", D(), *["--host-kernel-source", D()] * 2, "--host-kernel-config", v],
+        files,
+    ),
     # python -m tools (the lab's too: a user runs them, from a checkout)
     Slot("bench_boot --boots", lambda v: ["--boots", v], counts, "memqual.lab.bench_boot"),
     Slot("bench_boot --memory", lambda v: ["--memory", v], counts, "memqual.lab.bench_boot"),

@@ -1,0 +1,209 @@
+"""``memqual run --host-patch FILE``: a host-side patch (KVM, mm) qualified
+as an A/B of host kernels.  Host kernels A (the source as it is) and B (with
+the patches) are built as ``memqual run --patch`` builds guest kernels
+(images/kernel_arms.py), with images/host.config on top, and the run is
+then ``--host-kernel A --host-kernel B``'s, unchanged
+(docs/host-under-test.md, "Qualifying a host patch")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.cli.command import Option, Run
+from memqual.host.cli.kernel import step_lines
+from memqual.host.cli.run import config_from_args, output_directory, planned
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import one_line
+from memqual.host.run.signals import terminate_as_exception
+from memqual.images.kernel_config import read_fragment
+from memqual.images.kernel_patches import read_patch
+from memqual.images.kernel_sources import HOST_SOURCE
+
+if TYPE_CHECKING:
+    from memqual.images.kernel_arms import PatchArms
+
+TEXTS = "host-patch"  # OUTPUT/host-patch/ holds the patches' texts, OUTPUT/host-patch.json the record
+# Which scenarios run.  A guest patch is scoped by the files it touches
+# against each scenario's kernel_paths (host/run/patch_scope.py); a host
+# patch changes KVM or mm code that every scenario's host side may run
+# (its faults, its exits, its memslots, its KSM), and no row says which
+# host code its guests exercise, so none is left out.
+SCOPE = (
+    "every scenario --only selects runs (all without it): a host patch changes KVM/mm code every scenario's "
+    "host side may run"
+)
+# The host kernels' names in the run-option checks made before the builds.
+STAND_INS = ["host-patch-A", "host-patch-B"]
+
+
+def configure_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host-patch",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="qualify a host kernel patch (KVM, mm): host kernel A is --host-kernel-source as it is, B with the "
+        "patch (repeatable, in order), both built with images/host.config (memqual kernel build), then run as "
+        "--host-kernel A --host-kernel B (docs/host-under-test.md)",
+    )
+    parser.add_argument(
+        "--host-kernel-source",
+        action="append",
+        default=[],
+        metavar="SOURCE",
+        help=f"with --host-patch: the source the host kernels are built from (debian:X.Y, a folder or DIR@REV; "
+        f"default {HOST_SOURCE}, Debian's linux-source-6.1 as the memslot host kernels); twice: A from the "
+        "first, B from the second",
+    )
+    parser.add_argument(
+        "--host-kernel-config",
+        action="append",
+        default=[],
+        metavar="FRAGMENT",
+        help="with --host-patch: a Kconfig fragment for both host kernels, on top of images/host.config",
+    )
+
+
+def _say(text: str) -> None:
+    """A build's progress line (make's file names are the tree's)."""
+    print(one_line(text), file=sys.stderr, flush=True)
+
+
+def _show(text: str) -> None:
+    """One line of what was built: subjects, file names and sources come
+    from input memqual does not trust, so control characters are escaped."""
+    print(one_line(text))
+
+
+def refuse_beside(args: argparse.Namespace) -> None:
+    """The options a host patch cannot go with, and the counts it needs:
+    one line each, before anything is read or built."""
+    if args.host_kernel:
+        raise BadInput(
+            "give --host-patch/--host-kernel-source or --host-kernel, not both: --host-patch builds both host kernels"
+        )
+    if getattr(args, "patch", None) or getattr(args, "kernel_source", None):
+        raise BadInput(
+            "give --host-patch/--host-kernel-source or --patch/--kernel-source, not both: "
+            "a run compares one kernel axis, the host's or the guest's"
+        )
+    if len(args.host_kernel_source) > 2:
+        raise BadInput("give --host-kernel-source at most twice (A and B)")
+    if len(args.host_kernel_source) == 1 and not args.host_patch:
+        raise BadInput(
+            "one --host-kernel-source compares nothing: give --host-patch FILE, or --host-kernel-source twice"
+        )
+
+
+def as_host(exc: BadInput) -> BadInput:
+    """A patch's or a fragment's refusal as this option names it: read_patch
+    and read_fragment name the options of ``--patch`` and ``kernel build``."""
+    text = str(exc)
+    for guest, host in (("--patch ", "--host-patch "), ("--config ", "--host-kernel-config ")):
+        if text.startswith(guest):
+            return BadInput(host + text.removeprefix(guest))
+    return exc
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every patch and fragment read and checked as the build will read
+    them (a file, a unified diff, CONFIG_X=value lines), before any build."""
+    try:
+        for path in args.host_patch:
+            read_patch(path)
+        for path in args.host_kernel_config:
+            read_fragment(path)
+    except BadInput as exc:
+        raise as_host(exc) from None
+
+
+def check_run(args: argparse.Namespace, output: Path) -> None:
+    """The run's other options, checked before builds that may take an
+    hour: the same checks, with two names standing in for the host kernels."""
+    stand_in = argparse.Namespace(**{**vars(args), "output": str(output), "host_kernel": list(STAND_INS)})
+    checked = config_from_args(stand_in)
+    if args.until_decided:
+        # a budget that cannot hold the run is refused before the builds
+        planned(stand_in, checked)
+
+
+def record(built: PatchArms, sources: list[str], fragments: list[str]) -> dict[str, Any]:
+    """OUTPUT/host-patch.json: the two host kernels (each its source,
+    patches, fragments and build), the patches with their texts' names,
+    the fragments, and what differs between A's and B's .config and
+    artefacts."""
+    return {
+        **built.to_json(TEXTS),
+        "host_kernel": [built.a.name, built.b.name],
+        "sources": sources,
+        "config_fragments": fragments,
+        "scope": SCOPE,
+    }
+
+
+def build_hosts(sources: list[str], patches: list[str], fragments: list[str]) -> PatchArms:
+    """A then B through ``memqual run --patch``'s build; a patch that does
+    not apply is named as --host-patch."""
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    from memqual.images.kernel_arms import arms
+
+    try:
+        with terminate_as_exception():
+            return arms(sources, patches, fragments, say=_say)
+    except BadInput as exc:
+        raise as_host(exc) from None
+
+
+def show(built: PatchArms) -> None:
+    """A and B (cached or built, how long), the patches, what differs."""
+    for label, kernel in (("A", built.a), ("B", built.b)):
+        state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
+        _show(f"host {label}: {kernel.name} ({kernel.source}; {state})")
+        for line in step_lines(kernel) if not kernel.cached else []:
+            _show(line)
+    for patch in built.patches:
+        _show(f"host patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    _show(f"config differences between host A and B: {'; '.join(built.config_diff) or 'none'}")
+    _show(
+        "built differences between host A and B: "
+        f"{'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}"
+    )
+    _show(f"running as --host-kernel {built.a.name} --host-kernel {built.b.name}")
+
+
+def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
+    """Build host kernels A and B, keep what names the patch in
+    OUTPUT/host-patch.json (the texts in OUTPUT/host-patch/), and hand the
+    two kernels' names to the run as --host-kernel twice."""
+    if not args.host_patch and not args.host_kernel_source:
+        if args.host_kernel_config:
+            raise BadInput("--host-kernel-config is for the host kernels --host-patch builds: give --host-patch FILE")
+        return inner(args)
+    refuse_beside(args)
+    check_inputs(args)
+    output = output_directory(args, "memqual-results")
+    check_run(args, output)
+    _show(SCOPE)
+    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
+    from memqual.images.kernel_build import HOST_CONFIG
+
+    sources = list(args.host_kernel_source) or [HOST_SOURCE]
+    fragments = [str(HOST_CONFIG), *args.host_kernel_config]
+    built = build_hosts(sources, args.host_patch, fragments)
+    args.output = str(output)
+    args.host_kernel = [built.a.name, built.b.name]
+    (output / TEXTS).mkdir(parents=True, exist_ok=True)
+    for patch, name in zip(built.patches, built.text_names(), strict=True):
+        write_private_atomic(output / TEXTS / name, patch.data, 0o644)
+    text = json.dumps(record(built, sources, fragments), indent=2) + "\n"
+    write_private_atomic(output / f"{TEXTS}.json", text.encode(), 0o644)
+    show(built)
+    return inner(args)
+
+
+RUN_HOST_PATCH = Option("run", configure_run, run_with_host_patch)

@@ -1,0 +1,241 @@
+"""memqual run --host-patch (host/cli/host_patch.py): host kernels A and B
+built with images/host.config, handed to the run as --host-kernel twice,
+named in OUTPUT/host-patch.json; bad input refused before any build.  No
+kernel is built here: the builder is a fake."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from one_line_errors import in_process
+
+from memqual.host.cli import host_patch, kernel, run
+from memqual.host.cli.command import parser_for
+from memqual.host.core.errors import BadInput
+from memqual.host.core.paths import REPO_ROOT
+from memqual.images import kernel_arms, kernel_build
+from memqual.images.built_kernels import BuiltKernel
+from memqual.images.kernel_arms import PatchArms
+from memqual.images.kernel_patches import read_patch
+from memqual.images.kernel_sources import HOST_SOURCE
+
+KVM_PATCH = (
+    "Subject: [PATCH] KVM: x86/mmu: skip the walk\n---\n--- a/arch/x86/kvm/mmu/mmu.c\n+++ b/arch/x86/kvm/mmu/mmu.c\n"
+    "@@ -1 +1 @@\n-int walk = 1;\n+int walk = 0;\n"
+)
+MM_PATCH = "--- a/mm/memory.c\n+++ b/mm/memory.c\n@@ -1 +1 @@\n-int fault;\n+int faults;\n"
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    """The inputs a case names by key: two patches, a fragment, bad ones."""
+    made = {
+        "kvm.patch": KVM_PATCH,
+        "mm.patch": MM_PATCH,
+        "notes.txt": "no diff here\n",
+        "extra.config": "CONFIG_KSM=y\n",
+        "bad.config": "CONFIG_KSM=$(reboot)\n",
+    }
+    for name, text in made.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "src").mkdir()
+    return {name.split(".")[0]: str(tmp_path / name) for name in [*made, "src", "missing.patch"]}
+
+
+def _argv(tmp_path: Path, files: dict[str, str], words: list[str]) -> list[str]:
+    """``memqual run`` with each {name} of ``words`` as that file's path."""
+    return ["run", "--output", str(tmp_path / "out"), *(w.format(**files) for w in words)]
+
+
+@pytest.fixture
+def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any build fails the test: a refusal comes before the builder."""
+
+    def called(*args: object, **kwargs: object) -> Any:
+        pytest.fail(f"a build was started: {args}")
+
+    monkeypatch.setattr(kernel_arms, "arms", called)
+    monkeypatch.setattr(kernel_build, "build", called)
+
+
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["--host-patch", "{kvm}", "--host-kernel", "6.1.0-57-amd64"], "or --host-kernel, not both"),
+        ([*["--host-kernel-source", "{src}"] * 2, "--host-kernel", "6.12.111+deb12-amd64"], "not both"),
+        (["--host-patch", "{kvm}", "--patch", "{mm}"], "one kernel axis"),
+        (["--host-patch", "{kvm}", "--kernel-source", "{src}"], "one kernel axis"),
+        (["--host-kernel-source", "{src}"], "one --host-kernel-source compares nothing"),
+        (["--host-patch", "{kvm}", *["--host-kernel-source", "{src}"] * 3], "at most twice"),
+        (["--host-patch", "{missing}"], "--host-patch .*missing.patch: no such file"),
+        (["--host-patch", "{kvm}", "--host-patch", "{src}"], "--host-patch .*src: no such file"),
+        (["--host-patch", "{notes}"], "--host-patch .*notes.txt: no unified diff"),
+        (["--host-patch", "{kvm}", "--host-kernel-config", "{missing}"], "--host-kernel-config .*no such"),
+        (["--host-patch", "{kvm}", "--host-kernel-config", "{bad}"], "--host-kernel-config .*bad.config:1"),
+        (["--host-kernel-config", "{extra}"], "--host-kernel-config is for the host kernels"),
+        # the run's own options, checked with the two host kernels stood in for
+        (["--host-patch", "{kvm}", "--rounds", "0"], "--rounds must be at least 1"),
+        (["--host-patch", "{kvm}", "--budget", "5"], "--budget applies to --until-decided only"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_before_any_build(
+    tmp_path: Path,
+    files: dict[str, str],
+    no_build: None,
+    memqual_cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    said: str,
+) -> None:
+    monkeypatch.setenv("MEMQUAL_STATE_DIR", str(tmp_path / "state"))
+    result = in_process(_argv(tmp_path, files, words), {}, monkeypatch, capsys)
+    assert result["status"] == 2, result
+    lines = result["stderr"].splitlines()
+    assert len(lines) == 1 and re.search(said, lines[0]), lines
+    assert not (tmp_path / "out").exists()
+
+
+def _built(tmp_path: Path, name: str, source: str) -> BuiltKernel:
+    return BuiltKernel(name, "6.1.192", tmp_path / name, source, "0" * 64, (), (), "gcc", name[-16:])
+
+
+class FakeArms:
+    """``kernel_arms.arms`` as the build would answer: A and B by name, the
+    patches read as the build reads them; each call kept."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.calls: list[tuple[list[str], list[str], list[str]]] = []
+
+    def __call__(self, sources: list[str], patches: list[str], fragments: list[str], **kwargs: object) -> PatchArms:
+        self.calls.append((list(sources), list(patches), list(fragments)))
+        a = _built(self.tmp_path, f"6.1.192-memqual-{'a' * 16}", sources[0])
+        b = dataclasses.replace(_built(self.tmp_path, f"6.1.192-memqual-{'b' * 16}", sources[-1]), build_s=95.4)
+        return PatchArms(
+            dataclasses.replace(a, cached=True),
+            b,
+            tuple(read_patch(p) for p in patches),
+            ("CONFIG_KSM: n -> y",),
+            ("arch/x86/kvm/kvm.ko: differs",),
+        )
+
+
+def _args(argv: list[str]) -> argparse.Namespace:
+    """``memqual run`` with both patch options, parsed."""
+    options = [kernel.RUN_PATCH, host_patch.RUN_HOST_PATCH]
+    return parser_for(run.COMMAND, options=options).parse_args(argv)
+
+
+@pytest.fixture
+def fake_arms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArms:
+    fake = FakeArms(tmp_path)
+    monkeypatch.setattr(kernel_arms, "arms", fake)
+    return fake
+
+
+@pytest.mark.parametrize(
+    ("words", "sources"),
+    [
+        ([], [HOST_SOURCE]),  # the memslot host kernels' source
+        (["--host-kernel-source", "{src}"], ["{src}"]),
+        (["--host-kernel-source", "{src}", "--host-kernel-source", "debian:6.12"], ["{src}", "debian:6.12"]),
+    ],
+)
+def test_the_run_is_given_the_two_host_kernels_built_with_host_config(
+    tmp_path: Path,
+    files: dict[str, str],
+    fake_arms: FakeArms,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    sources: list[str],
+) -> None:
+    argv = _argv(
+        tmp_path,
+        files,
+        ["--host-patch", "{kvm}", "--host-patch", "{mm}", "--host-kernel-param", "kvm.mmio_caching=0"],
+    )
+    args = _args([*argv, "--host-kernel-config", files["extra"], *(w.format(**files) for w in words)])
+    seen: list[argparse.Namespace] = []
+
+    def inner(given: argparse.Namespace) -> int:
+        seen.append(given)
+        return 0
+
+    assert host_patch.run_with_host_patch(args, inner) == 0
+    (given,) = seen
+    assert given.host_kernel == [f"6.1.192-memqual-{'a' * 16}", f"6.1.192-memqual-{'b' * 16}"]
+    assert given.host_kernel_param == ["kvm.mmio_caching=0"] and given.output == str(tmp_path / "out")
+    assert not given.patch and not given.guest_kernel  # the guest side is the run's own default
+    # the existing host-kernel path takes them: two hosts, two arms, the parameter on both
+    config = run.config_from_args(given)
+    assert [h.kernel.name for h in config.hosts] == given.host_kernel and len(config.pairing) == 2
+    assert all(h.params == ("kvm.mmio_caching=0",) for h in config.hosts)
+    ((built_sources, patches, fragments),) = fake_arms.calls
+    assert built_sources == [s.format(**files) for s in sources]
+    assert patches == [files["kvm"], files["mm"]]  # in order
+    assert fragments == [str(kernel_build.HOST_CONFIG), files["extra"]]  # host.config first, the user's on top
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("every scenario --only selects runs")  # before the build
+    assert f"host A: 6.1.192-memqual-{'a' * 16} ({built_sources[0]}; cached)" in out
+    assert f"host B: 6.1.192-memqual-{'b' * 16} ({built_sources[-1]}; built in 95 s)" in out
+    assert any(line.startswith("host patch: KVM: x86/mmu: skip the walk (arch/x86/kvm/mmu/mmu.c;") for line in out)
+    assert "config differences between host A and B: CONFIG_KSM: n -> y" in out
+    assert "built differences between host A and B: arch/x86/kvm/kvm.ko: differs" in out
+
+
+def test_host_patch_json_names_the_kernels_the_patches_and_their_texts(
+    tmp_path: Path, files: dict[str, str], fake_arms: FakeArms
+) -> None:
+    args = _args(_argv(tmp_path, files, ["--host-patch", "{kvm}", "--host-patch", "{mm}"]))
+    assert host_patch.run_with_host_patch(args, lambda given: 0) == 0
+    out = tmp_path / "out"
+    record = json.loads((out / "host-patch.json").read_text())
+    assert record["host_kernel"] == [record["a"]["name"], record["b"]["name"]] == args.host_kernel
+    assert record["sources"] == [HOST_SOURCE] and record["a"]["source"] == HOST_SOURCE
+    assert record["config_fragments"] == [str(kernel_build.HOST_CONFIG)]
+    assert record["config_diff"] == ["CONFIG_KSM: n -> y"] and record["built_diff"] == ["arch/x86/kvm/kvm.ko: differs"]
+    assert record["scope"] == host_patch.SCOPE
+    kvm, mm = record["patches"]
+    assert (kvm["subject"], kvm["files"]) == ("KVM: x86/mmu: skip the walk", ["arch/x86/kvm/mmu/mmu.c"])
+    assert (mm["subject"], mm["files"]) == ("mm.patch", ["mm/memory.c"])
+    assert kvm["sha256"] == hashlib.sha256(KVM_PATCH.encode()).hexdigest()
+    assert [p["text"] for p in record["patches"]] == ["host-patch/1-kvm.patch", "host-patch/2-mm.patch"]
+    assert [(out / p["text"]).read_text() for p in record["patches"]] == [KVM_PATCH, MM_PATCH]
+    assert not (out / "patch.json").exists()  # the guest patch's record is run --patch's alone
+
+
+def test_a_patch_that_does_not_apply_is_named_as_a_host_patch(
+    tmp_path: Path, files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fails(*args: object, **kwargs: object) -> PatchArms:
+        raise BadInput("--patch kvm.patch does not apply: arch/x86/kvm/mmu/mmu.c hunk #1 (at line 1) fails")
+
+    monkeypatch.setattr(kernel_arms, "arms", fails)
+    args = _args(_argv(tmp_path, files, ["--host-patch", "{kvm}"]))
+    with pytest.raises(BadInput, match=r"^--host-patch kvm.patch does not apply"):
+        host_patch.run_with_host_patch(args, lambda given: 0)
+
+
+def test_without_a_host_patch_the_run_is_untouched(tmp_path: Path) -> None:
+    args = _args(["run", "--host-kernel", "6.1.0-57-amd64"])
+    before = dict(vars(args))
+    assert host_patch.run_with_host_patch(args, lambda given: 7) == 7
+    assert vars(args) == before
+
+
+def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (REPO_ROOT / "images/kvm-memslots/README.md").read_text()
+    assert f"memqual kernel build {HOST_SOURCE} --config images/host.config" in readme
+    assert kernel_build.HOST_CONFIG == (REPO_ROOT / "images/host.config").resolve()
+    assert "CONFIG_KVM_AMD=m" in kernel_build.HOST_CONFIG.read_text()
+    with pytest.raises(SystemExit):
+        _args(["run", "--help"])
+    assert f"default {HOST_SOURCE}" in " ".join(capsys.readouterr().out.split())
