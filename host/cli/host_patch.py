@@ -49,7 +49,7 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="qualify a host kernel patch (KVM, mm): host kernel A is --host-kernel-source as it is, B with the "
         "patch (repeatable, in order), both built with images/host.config (memqual kernel build), then run as "
-        "--host-kernel A --host-kernel B (docs/host-under-test.md)",
+        "--host-kernel A --host-kernel B; every scenario --only selects runs (docs/host-under-test.md)",
     )
     parser.add_argument(
         "--host-kernel-source",
@@ -57,8 +57,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SOURCE",
         help=f"with --host-patch: the source the host kernels are built from (debian:X.Y, a folder or DIR@REV; "
-        f"default {HOST_SOURCE}, Debian's linux-source-6.1 as the memslot host kernels); twice: A from the "
-        "first, B from the second",
+        f"default {HOST_SOURCE}: Debian's linux-source-6.1, the memslot host kernels' source); twice: A from "
+        "the first, B from the second",
     )
     parser.add_argument(
         "--host-kernel-config",
