@@ -262,6 +262,10 @@ class BalloonController:
         once a second, so ``seconds`` is this machine's coarse view (its
         resolution says so); a move that stops short is seen at the
         deadline, ``stalled``."""
+        # Machines with a monitor give events; the protocol asks only for commands.
+        wait_event: Callable[[str, float], dict[str, Any] | None] | None = getattr(self.machine, "qmp_event", None)
+        if wait_event is None:
+            raise GuestError("this machine's monitor gives no events: the move cannot wait on them")
         ram = self.ram_bytes()
         check_target(target_bytes, ram)
         start = self.actual()
@@ -274,7 +278,7 @@ class BalloonController:
         value = start
         while value != expected:
             left = deadline_s - (self.clock() - t0)
-            event = self.machine.qmp_event("BALLOON_CHANGE", left) if left > 0 else None  # type: ignore[attr-defined]
+            event = wait_event("BALLOON_CHANGE", left) if left > 0 else None
             if event is None:
                 break
             events += 1

@@ -1,19 +1,9 @@
-"""The host's share of a balloon move on a host under test: the CPU the
-guest's QEMU in L1 and L1's KVM spent on it, read per thread from L1's
-/proc on L1's clock, against the driver's own span of the move.
-
-Why per thread: on L1 (one vCPU) the guest's work and the host's take
-turns on one timeline, and the thread and its mode say whose turn it
-was.  A vCPU thread runs the guest (its guest time), L1's KVM for the
-exits and for faulting in the pages the guest touches (its system
-time), and QEMU in user space for exits it handles itself.  The
-balloon's virtqueue handler (address translation included) and its
-madvise run in the vCPU's thread when the device's ioeventfd is off
-(memqual's setting on icount, host/core/qemu.py), else in QEMU's main
-loop; so QEMU's user time is summed over every thread.  Run time comes
-from schedstat (ns), the user/system/guest split from the kernel's tick
-sampling (1/USER_HZ); on the icount clock both repeat across boots.
-docs/balloon.md, "The host's share on a host under test"."""
+"""The host's share of a balloon move on a host under test: the CPU of the
+guest QEMU's threads in L1 between two readings of L1's /proc (schedstat
+ns; user, system and guest ticks), sorted by thread kind (vCPU or not),
+and the seed's parts as shares of the driver's span.  Why per thread,
+and what each kind holds: docs/balloon.md, "The host's share on a host
+under test"."""
 
 from __future__ import annotations
 

@@ -180,3 +180,14 @@ def test_on_a_host_under_test_the_inflate_is_the_drivers_span_and_the_hosts_shar
     plain = rs.RequestSizeRun(sizes, inflate_bytes)
     plain.samples = [s.__class__(**{**s.__dict__, "host_work": None}) for s in run.samples]
     assert not plain.on_host
+
+
+def test_a_machine_whose_monitor_gives_no_events_cannot_move_by_them():
+    class CommandsOnly:
+        pid = 0
+
+        def qmp(self, command: str, **arguments: object) -> object:
+            raise AssertionError("nothing is asked of QEMU")
+
+    with pytest.raises(GuestError, match="no events"):
+        BalloonController(CommandsOnly()).reach_by_events(1 << 29, deadline_s=1)
