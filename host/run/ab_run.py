@@ -230,9 +230,14 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
             what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
             if done.slots > 1:
                 what += f", {done.tests} test(s) sharing the host on icount, {done.slots} runs at a time"
-            if selection == "once" and outcome.job_dir is None and "could not be created" in outcome.summary:
-                # --only selected none of the once-per-arm tests: nothing ran, nothing failed.
-                console.print("no once-per-arm tests selected", highlight=False, markup=False)
+            if outcome.job_dir is None and "could not be created" in outcome.summary:
+                # --only selected none of these tests: nothing ran, nothing failed.
+                which = "once-per-arm tests" if selection == "once" else "tests that run in blocks"
+                console.print(
+                    f"no {which} selected" + ("" if selection == "once" else ": nothing to compare"),
+                    highlight=False,
+                    markup=False,
+                )
                 return
             console.print(
                 f"job {len(run_state.jobs) + 1} ({what}) avocado: {outcome.summary or 'no summary'} "

@@ -56,7 +56,7 @@ def test_a_run_writes_results_report_and_tables_for_every_claim(tmp_path, fake):
 
 
 def test_only_and_full_profile_become_tag_filters(tmp_path, fake):
-    fake.plan(tests=[])
+    fake.plan(tests=[{"name": "e2e/test_ksm.py:Ksm.test_merge", "status": "PASS"}])
     status, _ = run_memqual(tmp_path, "--profile", "full", "--only", "ksm", "--only", "balloon")
     assert status == 0
     argv = fake.calls()[0]["argv"]
@@ -429,3 +429,12 @@ def test_a_debian_kernel_with_a_bad_command_line_is_refused_before_anything_runs
         run_args(tmp_path, "--debian-kernel", bad)
     assert stop.value.code == 2
     assert "--debian-kernel" in capsys.readouterr().err
+
+
+def test_an_ab_whose_only_selects_no_test_that_runs_in_blocks_says_so_and_fails_nothing(tmp_path, fake, monkeypatch):
+    kernels = guest_kernel_args(tmp_path)
+    fake.plan(tests=[{"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}])
+    monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
+    status, out = run_memqual(tmp_path, *kernels)
+    assert "no tests that run in blocks selected: nothing to compare" in out, out
+    assert "could not be created" not in out and status == 0

@@ -64,8 +64,6 @@ FAKE_AVOCADO = textwrap.dedent(
     results_dir = argv[argv.index("--job-results-dir") + 1]
     label = os.environ.get("MEMQUAL_RUN_LABEL", "")
     round_no = 1 + sum(1 for d in os.listdir(results_dir) if d.startswith("job-")) if os.path.isdir(results_dir) else 1
-    job = os.path.join(results_dir, "job-2026-11-30T01.0%d-fake%s" % (round_no, label))
-    os.makedirs(job, exist_ok=True)
     filters = [a for a in argv if a.startswith("--filter-by-tags=")]
     refs = [a[:-1] for a in argv if a.endswith("$")]
     tests = plan["tests"]
@@ -75,6 +73,13 @@ FAKE_AVOCADO = textwrap.dedent(
         tests = [t for t in tests if not t.get("once")]
     if refs:
         tests = [t for t in tests if t["name"] in refs]
+    if not tests:
+        # avocado's own words when no reference resolves into a test
+        sys.stderr.write("Test Suite could not be created. No test references provided nor any other "
+                         "arguments resolved into tests\\n")
+        sys.exit(2)
+    job = os.path.join(results_dir, "job-2026-11-30T01.0%d-fake%s" % (round_no, label))
+    os.makedirs(job, exist_ok=True)
     variants = [None]
     if "--json-variants-load" in argv:
         variants = json.load(open(argv[argv.index("--json-variants-load") + 1]))
