@@ -288,16 +288,16 @@ class BalloonController:
             value = self.actual()
         reached = value == expected
         return BalloonResult(
-            target_bytes,
-            expected,
-            start,
-            value,
-            reached,
-            not reached,
-            seconds,
-            EVENT_PERIOD_S,
-            events,
-            EVENT_PERIOD_S,
+            target_bytes=target_bytes,
+            expected_bytes=expected,
+            start_bytes=start,
+            actual_bytes=value,
+            reached=reached,
+            stalled=not reached,
+            seconds=seconds,
+            resolution_s=EVENT_PERIOD_S,  # an event's delay, not a poll's gap
+            polls=events,
+            poll_period_s=EVENT_PERIOD_S,
         )
 
     def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli.command import Option, Run
-from memqual.host.cli.kernel import step_lines
+from memqual.host.cli.kernel import built_lines
 from memqual.host.cli.run import config_from_args, output_directory, planned
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
@@ -161,18 +161,8 @@ def build_hosts(sources: list[str], patches: list[str], fragments: list[str]) ->
 
 def show(built: PatchArms) -> None:
     """A and B (cached or built, how long), the patches, what differs."""
-    for label, kernel in (("A", built.a), ("B", built.b)):
-        state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
-        _show(f"host {label}: {kernel.name} ({kernel.source}; {state})")
-        for line in step_lines(kernel) if not kernel.cached else []:
-            _show(line)
-    for patch in built.patches:
-        _show(f"host patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
-    _show(f"config differences between host A and B: {'; '.join(built.config_diff) or 'none'}")
-    _show(
-        "built differences between host A and B: "
-        f"{'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}"
-    )
+    for line in built_lines(built, "host "):
+        _show(line)
     _show(f"running as --host-kernel {built.a.name} --host-kernel {built.b.name}")
 
 

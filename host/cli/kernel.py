@@ -28,6 +28,7 @@ from memqual.images.kernel_sources import source_diff_files
 
 if TYPE_CHECKING:
     from memqual.images.built_kernels import BuiltKernel
+    from memqual.images.kernel_arms import PatchArms
 
 DESCRIPTION = """Build a guest kernel and its modules from SOURCE with memqual's guest
 config (images/guest.config on x86_64_defconfig + kvm_guest.config), the
@@ -264,16 +265,25 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     # the run takes the value itself; patch.json is the users' record of it
     args.patch_run = patch_scope.PatchRun(built, scope)
     write_private_atomic(output / "patch.json", (json.dumps(args.patch_run.to_json(), indent=2) + "\n").encode(), 0o644)
+    for line in built_lines(built):
+        _show(line)
+    return inner(args)
+
+
+def built_lines(built: PatchArms, what: str = "") -> list[str]:
+    """A and B (cached, or built and how long, step by step), the patches
+    and what differs between them; ``what`` names the kernels ("host ")."""
+    lines = []
     for label, kernel in (("A", built.a), ("B", built.b)):
         state = "cached" if kernel.cached else f"built in {kernel.build_s:.0f} s"
-        _show(f"{label}: {kernel.name} ({kernel.source}; {state})")
-        for line in step_lines(kernel) if not kernel.cached else []:
-            _show(line)
+        lines.append(f"{what}{label}: {kernel.name} ({kernel.source}; {state})")
+        lines += step_lines(kernel) if not kernel.cached else []
     for patch in built.patches:
-        _show(f"patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
-    _show(f"config differences between A and B: {'; '.join(built.config_diff) or 'none'}")
-    _show(f"built differences between A and B: {'; '.join(built.built_diff) or 'none (the same bzImage and modules)'}")
-    return inner(args)
+        lines.append(f"{what}patch: {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+    same = "none (the same bzImage and modules)"
+    lines.append(f"config differences between {what}A and B: {'; '.join(built.config_diff) or 'none'}")
+    lines.append(f"built differences between {what}A and B: {'; '.join(built.built_diff) or same}")
+    return lines
 
 
 RUN_PATCH = Option("run", configure_run, run_with_patch)
