@@ -507,6 +507,8 @@ class Machine:
                     event = self._qmp.pull_event(wait=float(min(left, EVENT_SLICE_S)))
                 except TimeoutError:
                     continue
+                except (QMPError, OSError, EOFError) as exc:
+                    raise GuestError(f"QMP events ended waiting for {name}: {exc!r} (see {self.console_log})") from exc
             if event is not None and event.get("event") == name:
                 return event
         return None
