@@ -5,9 +5,11 @@ deployment against a fake guest, and the records' shape the claims need."""
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import re
 
+import numpy as np
 import pytest
 from fake_balloon_driver import FakeController, FakeGuest, Moved
 
@@ -96,6 +98,37 @@ def test_the_fit_recovers_known_costs_and_its_interval_holds_them():
     for key, truth in (("per_request_s", 300e-6), ("per_page_s", 12e-6)):
         assert noisy[key]["low"] <= truth <= noisy[key]["high"]
     assert noisy["n_guests"] == 8
+
+
+def _least_squares(rows):
+    a = np.array([[1.0, r.requests, r.pages] for r in rows])
+    scale = np.linalg.norm(a, axis=0)
+    coef, *_ = np.linalg.lstsq(a / scale, np.array([r.seconds for r in rows]), rcond=None)
+    return coef / scale
+
+
+def _refit_every_resample(rows, resamples, seed):
+    """The bootstrap's draws as fit_costs made them before it kept each
+    distinct draw's fit: one least-squares fit per resample."""
+    rng = random.Random(seed)
+    guests = sorted({r.guest for r in rows})
+    draws = []
+    for _ in range(resamples):
+        sample = [r for g in rng.choices(guests, k=len(guests)) for r in rows if r.guest == g]
+        if np.linalg.matrix_rank(np.array([[1.0, r.requests, r.pages] for r in sample])) == 3:
+            draws.append(_least_squares(sample))
+    return draws
+
+
+@pytest.mark.parametrize("guests", [1, 2, 3])
+def test_the_intervals_are_those_of_refitting_every_resample(guests):
+    rows = _inflates(0.2, 300e-6, 12e-6, guests=guests, noise=0.05)
+    fit = rs.fit_costs(rows, resamples=300, seed=7)
+    draws = _refit_every_resample(rows, 300, 7)
+    for i, key in enumerate(("fixed_s", "per_request_s", "per_page_s")):
+        values = sorted(float(d[i]) for d in draws)
+        assert fit[key]["low"] == values[int(0.025 * (len(values) - 1))]
+        assert fit[key]["high"] == values[int(math.ceil(0.975 * (len(values) - 1)))]
 
 
 def test_the_fit_refuses_inflates_that_cannot_separate_the_costs():
