@@ -22,6 +22,7 @@ from markupsafe import escape
 
 from memqual.host.core.errors import BadInput
 from memqual.host.core.record import Measurement
+from memqual.host.judge.claims import load as claims_load
 from memqual.host.judge.claims.evaluate import evaluate, judge_claim
 from memqual.host.judge.claims.layouts import layout_results
 from memqual.host.judge.claims.load import load
@@ -195,6 +196,23 @@ def test_a_misspelt_evidence_class_is_named_with_the_fields_allowed(tmp_path, in
         f"{path}: claim {data['claims'][index]['id']!r}: evidence: unknown field 'clas' (did you mean 'class'?); "
         "allowed: accelerator, beside, claimed, class, inputs, instead, summary, today, would_measure"
     )
+
+
+def test_a_registry_found_valid_is_not_checked_again_and_a_changed_one_is(monkeypatch):
+    """The schema's check is most of a load's time, and memqual run loads
+    the same registry at every look: what passed once passes again
+    unchecked; any change is checked anew."""
+    claims_load.parse(_shipped())
+    checked = []
+    validator = claims_load.schema_validator
+    monkeypatch.setattr(claims_load, "schema_validator", lambda path: checked.append(path) or validator(path))
+    assert [c.id for c in claims_load.parse(_shipped())] == [c.id for c in load()]
+    assert checked == []
+    changed = _shipped()
+    changed["claims"][0]["measure"].update(direction="sideways")
+    with pytest.raises(BadInput, match="direction"):
+        claims_load.parse(changed)
+    assert checked == [claims_load.SCHEMA_FILE]
 
 
 def test_truncated_or_missing_registry_is_bad_input(tmp_path):
