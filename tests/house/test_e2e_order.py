@@ -1,7 +1,7 @@
 """./run-tests' e2e order (tests/support/e2e_order.py): the tests that hold
-the measurement lock shared first, then those that hold none for their run,
-then those that hold it alone, each group in Avocado's order; each reference
-selects its one test."""
+the measurement lock shared first, then the first that holds it alone, then
+those that hold none for their run, then the others that hold it alone,
+each group in Avocado's order; each reference selects its one test."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ def test_a_test_s_group_is_its_hold_on_the_lock(cls: str, expected: Group) -> No
     assert e2e_order.group(classes()[cls], "test_x") == expected
 
 
-def test_the_shared_ones_first_then_their_own_lock_then_alone_each_in_avocado_s_order() -> None:
+def test_the_shared_ones_first_then_one_alone_then_their_own_lock_then_alone_each_in_avocado_s_order() -> None:
     listed = [
         "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
         "e2e/test_balloon.py:BalloonCorrectness.test_correctness",
@@ -71,8 +71,8 @@ def test_the_shared_ones_first_then_their_own_lock_then_alone_each_in_avocado_s_
         "e2e/test_balloon.py:BalloonCorrectness.test_correctness",
         "e2e/test_boot.py:Boot.test_ssh_echo_memory_cpus_drivers",
         "e2e/test_host_under_test.py:HostUnderTestClock.test_l1s_kvm_runs_the_guest_with_the_parameters_asked",
-        "e2e/test_hosts.py:LabHosts.test_check_run_and_a_host_lost",
         "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
+        "e2e/test_hosts.py:LabHosts.test_check_run_and_a_host_lost",
         "e2e/test_boot.py:Boot.test_guest_clock_runs_at_the_hosts_rate",
         "e2e/test_ksm.py:KsmTest.test_merge",
         "e2e/test_memslots_kvm.py:MemslotsKvm.test_errnos_and_slot_operation_times",
