@@ -19,7 +19,7 @@ from memqual.host.core.primary import (
     Regime,
     Spread,
 )
-from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.profiles import AB, FULL, QUICK, SMOKE
 from memqual.host.core.scenario import Scenario
 from memqual.host.ksm.state import KNOBS
 
@@ -60,6 +60,10 @@ VOLATILE = {
         # (docs/ksm.md, "In an A/B: what spreads the blocks").
         smart_windows=3,
     ),
+    # ./run-tests: one smart_scan=1 window shows every direction the test
+    # asserts; the other two steadied only the A/B's primary (about 1.5 s
+    # of each volatile test, all of it holding the host alone).
+    SMOKE: VolatileSizes(guests=1, windows=1, reference_scans=3, smart_windows=1),
 }
 MANY_GUESTS = {
     QUICK: ManyGuestsSizes(guests=3, remerge_repeats=3),

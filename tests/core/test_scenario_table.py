@@ -47,10 +47,14 @@ def test_a_row_may_size_a_profile_otherwise_on_the_icount_clock(monkeypatch: pyt
 
 def test_the_smoke_profile_is_ab_s_sizes_unless_a_row_asks_for_fewer() -> None:
     from memqual.host.balloon.table import INFLATE
+    from memqual.host.ksm.table import VOLATILE_SCAN
 
     row = Scenario("subject.thing", sizes=SIZES)
     assert row.sizes_for(profiles.SMOKE, icount=False) == row.sizes_for(profiles.AB, icount=False)
     assert INFLATE.sizes_for(profiles.SMOKE, icount=False).repeats == 1
+    smoke, ab = (VOLATILE_SCAN.sizes_for(p, icount=False) for p in (profiles.SMOKE, profiles.AB))
+    assert (smoke.smart_windows, ab.smart_windows) == (1, 3)
+    assert dataclasses.replace(smoke, smart_windows=ab.smart_windows) == ab
 
 
 def test_a_row_must_size_every_profile_and_be_named_by_its_subject() -> None:
