@@ -27,6 +27,7 @@ from memqual.host.balloon.correctness import run_correctness
 from memqual.host.balloon.device import PAGE, BalloonController
 from memqual.host.balloon.rss import l1_rss_reader
 from memqual.host.balloon.scenarios import AGENT, MACHINE, ScenarioFailed
+from memqual.host.balloon.table import FREE_PAGE_REPORTING as REPORTING_ROW
 from memqual.host.balloon.table import INFLATE as TIMING_ROW
 from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock
@@ -185,11 +186,11 @@ class BalloonFreePageReporting(BalloonBase):
 
     def touch_and_free(self, reporting: bool) -> fpr.Reporting:
         vm, _ctl, agent = self.boot_balloon(1024, free_page_reporting=reporting)
-        run = fpr.touch_and_free(vm, agent, reporting)
+        run = fpr.touch_and_free(vm, agent, reporting, touch_mib=REPORTING_ROW.sizes_for().touch_mib)
         self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_s")
         self.assertTrue(run.settled, f"QEMU's RSS did not settle after the warm-up (now {run.base_kib} KiB)")
         self.assertGreater(
-            run.peak_kib, run.base_kib + fpr.TOUCH_MIB * 1024 // 2, "touching guest memory did not raise RSS"
+            run.peak_kib, run.base_kib + run.touched_mib * 1024 // 2, "touching guest memory did not raise RSS"
         )
         return run
 

@@ -14,7 +14,7 @@ from memqual.host.balloon.scenarios import GUEST_MIB, MACHINE, Guest, ScenarioFa
 from memqual.host.core import clock
 from memqual.host.core.record import Measurement
 
-TOUCH_MIB = 512
+TOUCH_MIB = 512  # the ab profile's (host/balloon/table.py REPORTING)
 DEADLINE_S = 30.0  # reporting waits 2 s and works in 2 MiB blocks
 OFF_WINDOW_S = 10.0  # how long "it does not fall" is watched
 WARMUP_MIB = 64  # touched and freed once before the baseline is read
@@ -50,6 +50,7 @@ class Reporting:
     last_kib: int
     waited_s: float
     window_s: float
+    touched_mib: int = TOUCH_MIB
 
     @property
     def share(self) -> float:
@@ -63,7 +64,7 @@ class Reporting:
             better="lower",
             variant={"free_page_reporting": self.reporting},
             samples=[self.waited_s],
-            settings={"guest_mib": GUEST_MIB, "touched_mib": TOUCH_MIB, "machine": MACHINE},
+            settings={"guest_mib": GUEST_MIB, "touched_mib": self.touched_mib, "machine": MACHINE},
             extra={
                 "rss_base_kib": self.base_kib,
                 "rss_peak_kib": self.peak_kib,
@@ -73,19 +74,19 @@ class Reporting:
         )
 
 
-def held_peak(guest: Guest, agent: str, read: Callable[[int], int]) -> int:
-    """QEMU's RSS while the agent holds TOUCH_MIB it touched; the agent is
-    ended (its memory freed) before this returns.
+def held_peak(guest: Guest, agent: str, read: Callable[[int], int], touch_mib: int = TOUCH_MIB) -> int:
+    """QEMU's RSS while the agent holds ``touch_mib`` it touched; the agent
+    is ended (its memory freed) before this returns.
 
     Read while held, not after the agent exits: the exit frees 512 MiB,
     and reporting (2 s after a free) can start before the SSH command's
     end reaches the host. Seen once: half the rise was back at the read."""
-    hold = guest.ssh.start([agent, "hold", str(TOUCH_MIB), str(HOLD_S)])
+    hold = guest.ssh.start([agent, "hold", str(touch_mib), str(HOLD_S)])
     try:
         for line in hold.lines(timeout=ALLOCATED_S):
             if "event=allocated" in line:
                 return read(guest.pid)
-        raise ScenarioFailed(f"the agent ended before it held {TOUCH_MIB} MiB: {hold.wait(10).stdout[-300:]!r}")
+        raise ScenarioFailed(f"the agent ended before it held {touch_mib} MiB: {hold.wait(10).stdout[-300:]!r}")
     finally:
         hold.kill()
 
@@ -97,8 +98,9 @@ def touch_and_free(
     read: Callable[[int], int] = rss_kib,
     clock_s: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    touch_mib: int = TOUCH_MIB,
 ) -> Reporting:
-    """Touch and free TOUCH_MIB in a guest booted with free page reporting
+    """Touch and free ``touch_mib`` in a guest booted with free page reporting
     on or off, and watch QEMU's RSS fall back.
 
     The baseline is QEMU's RSS once the guest has run the agent once and
@@ -114,7 +116,7 @@ def touch_and_free(
     settled, base, _ = wait_rss_steady(
         guest.pid, quiet_s=QUIET_S, deadline_s=DEADLINE_S, clock=clock_s, sleep=sleep, read=read
     )
-    peak = held_peak(guest, agent, read)
+    peak = held_peak(guest, agent, read, touch_mib)
     window = clock.deadline_s(DEADLINE_S) if reporting else OFF_WINDOW_S
     met, last, waited = wait_rss(
         guest.pid,
@@ -124,4 +126,4 @@ def touch_and_free(
         sleep=sleep,
         read=read,
     )
-    return Reporting(reporting, settled, base, peak, met, last, waited, window)
+    return Reporting(reporting, settled, base, peak, met, last, waited, window, touch_mib)

@@ -12,6 +12,8 @@ from memqual.host.balloon.correctness import run_correctness
 from memqual.host.balloon.device import BalloonController, GuestStats
 from memqual.host.balloon.floor import PRESSURE_MIB, run_deflate_on_oom, run_floor
 from memqual.host.balloon.scenarios import ScenarioFailed
+from memqual.host.balloon.table import FREE_PAGE_REPORTING
+from memqual.host.core import profiles
 
 MIB = 1 << 20
 RAM = 1024 * MIB
@@ -101,30 +103,32 @@ def test_correctness_sees_odd_targets_refused_and_the_device_come_back() -> None
         run_correctness(vm, ctl, AGENT)
 
 
-HELD = [f"t=3.0 event=allocated mib={reporting.TOUCH_MIB} touched=1 touch_s=2.5"]
-
-
 def rss_run(
-    before: list[int], after: list[int], on: bool, hold: FakeBackground | None = None
+    before: list[int],
+    after: list[int],
+    on: bool,
+    hold: FakeBackground | None = None,
+    touch_mib: int = reporting.TOUCH_MIB,
 ) -> tuple[reporting.Reporting, list[bool]]:
-    """QEMU's RSS walks ``before`` until the agent touches its 512 MiB, then
-    ``after`` (each list's last value repeating); also whether the agent
-    was still holding at each read after the touch."""
+    """QEMU's RSS walks ``before`` until the agent touches its ``touch_mib``,
+    then ``after`` (each list's last value repeating); also whether the
+    agent was still holding at each read after the touch."""
     clock = FakeClock(0.0)
-    hold = hold or FakeBackground(HELD)
+    hold = hold or FakeBackground([f"t=3.0 event=allocated mib={touch_mib} touched=1 touch_s=2.5"])
     vm, _, _ = guest([RAM], {}, background=hold)
     feeds = iter(before), iter(after)
     last = [before[0]]
     held: list[bool] = []
 
     def read(pid: int) -> int:
-        touched = any(str(reporting.TOUCH_MIB) in argv for argv in vm.ssh.ran)
+        touched = any(argv[1:3] == ["hold", str(touch_mib)] for argv in vm.ssh.ran)
         if touched:
             held.append(not hold.killed)
         last[0] = next(feeds[touched], last[0])
         return last[0]
 
-    return reporting.touch_and_free(vm, AGENT, on, read=read, clock_s=clock, sleep=clock.sleep), held
+    run = reporting.touch_and_free(vm, AGENT, on, read=read, clock_s=clock, sleep=clock.sleep, touch_mib=touch_mib)
+    return run, held
 
 
 def test_reporting_on_sees_the_rise_given_back() -> None:
@@ -134,6 +138,17 @@ def test_reporting_on_sees_the_rise_given_back() -> None:
     # The peak is read while the agent holds the memory, then it is ended.
     assert run.peak_kib == peak and held[0] and not any(held[1:])
     assert run.record().variant == {"free_page_reporting": True}
+
+
+def test_the_touch_is_the_profile_s_and_its_record_says_so() -> None:
+    """./run-tests' smoke profile touches half the A/B's 512 MiB."""
+    touch = FREE_PAGE_REPORTING.sizes_for(profiles.SMOKE, icount=False).touch_mib
+    assert (touch, FREE_PAGE_REPORTING.sizes_for(profiles.AB, icount=False).touch_mib) == (256, reporting.TOUCH_MIB)
+    base, peak = 200_000, 200_000 + touch * 1024
+    run, _ = rss_run([base], [peak, 260_000, 210_000], on=True, touch_mib=touch)
+    # The fake's RSS rises only once the agent holds ``touch`` MiB.
+    assert run.peak_kib == peak and run.met
+    assert run.touched_mib == touch and run.record().settings["touched_mib"] == touch
 
 
 def test_reporting_off_watches_the_whole_window() -> None:
