@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import (
     COUNT,
     HOST_WALL,
@@ -79,6 +80,10 @@ BALLOON_PATHS = (
     "mm/page_reporting.h",
     "include/linux/page_reporting.h",
 )
+# The host code every balloon scenario's host side runs (Scenario.host_paths):
+# QEMU's madvise of each page given back and its freeing, the guest's exits
+# to hand the pages over, and its faults when a deflate gives them back.
+BALLOON_HOST_PATHS = host_code.joined(host_code.KVM, host_code.GIVE_BACK, host_code.ANON_FAULT)
 
 # The runs that measured the balloon's icount spreads (and the wall
 # clock's: host/core/primary.py's WALL_AA, WALL_612).  Every icount guest
@@ -137,6 +142,7 @@ INFLATE = Scenario(
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
     kernel_paths=BALLOON_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 DEFLATE = Scenario(
     "balloon.deflate",
@@ -167,6 +173,7 @@ DEFLATE = Scenario(
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
     kernel_paths=BALLOON_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 REQUEST_SIZE = Scenario(
     "balloon.request_size",
@@ -197,6 +204,7 @@ REQUEST_SIZE = Scenario(
     ),
     e2e="test_balloon_driver:BalloonDriver.test_request_size",
     kernel_paths=BALLOON_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 FLOOR: Scenario[object] = Scenario(
     "balloon.floor",
@@ -217,6 +225,7 @@ FLOOR: Scenario[object] = Scenario(
     ),
     e2e="test_balloon:BalloonFloor.test_floor",
     kernel_paths=BALLOON_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     "balloon.free_page_reporting",
@@ -240,6 +249,7 @@ FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
     kernel_paths=BALLOON_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import QUIET_OR_KVM, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.scenario import Scenario
@@ -65,9 +66,17 @@ BALLOON = Scenario(
         "mm/page_reporting.h",
         "include/linux/page_reporting.h",
     ),
+    # on the host: the pool's pages given back by QEMU's madvise (hugetlbfs's
+    # own), the guest's exits to hand them over
+    host_paths=host_code.joined(host_code.KVM, host_code.GIVE_BACK, host_code.HUGETLB),
 )
+# ksmd over a guest on the pool, which it must leave alone
 KSM: Scenario[object] = Scenario(
-    "hugetlbfs.ksm", ("hugetlbfs", "slow"), knobs=(KNOBS,), e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing"
+    "hugetlbfs.ksm",
+    ("hugetlbfs", "slow"),
+    knobs=(KNOBS,),
+    e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing",
+    host_paths=host_code.joined(host_code.KSMD, host_code.HUGETLB),
 )
 
 SCENARIOS = (BALLOON, KSM)
