@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.judge import clock_plan, control_power, verdicts
 from memqual.host.judge.ab_outcome import of_results
 from memqual.host.judge.control_power import ControlPower
@@ -537,13 +538,24 @@ def _compare_arms(
     if config.patch is not None:  # memqual run --patch: A and B built from source
         out["patch"] = config.patch.to_json()
         names = config.patch.arm_names()
+    if config.host_patch is not None:  # memqual run --host-patch: the host kernels built from source
+        out["host_patch"] = config.host_patch.to_json()
+        names = config.host_patch.arm_names()
+        # file names from the user's patch: shown escaped
+        console.print(one_line(config.host_patch.axis()), highlight=False, markup=False, soft_wrap=True)
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report.compare_report import write_comparison_html
 
     write_comparison_html(
-        outcome, results[0], results[1], config.output / "comparison.html", *names, patch=out.get("patch")
+        outcome,
+        results[0],
+        results[1],
+        config.output / "comparison.html",
+        *names,
+        patch=out.get("patch"),
+        host_patch=out.get("host_patch"),
     )
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return outcome.exit_status
