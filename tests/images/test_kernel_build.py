@@ -1289,7 +1289,7 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
     from results_files import inflate_record, write_results_file
 
     from memqual.host.judge.ab_outcome import decide
-    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.comparison import compare_runs
     from memqual.host.judge.results import Results, load_results
     from memqual.host.report.compare_report import render_comparison_html
 
@@ -1299,7 +1299,7 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         return load_results(str(write_results_file(tmp_path / f"{name}.json", [record])))
 
     a, b = results("a", 0.8), results("b", 0.8)
-    result = decide(compare_results(a, b))
+    result = decide(compare_runs([a], [b]))
     record = {
         "patches": [
             {

@@ -241,7 +241,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
             _file(tmp_path, "b", ksm_records(4.4, n=GUESTS, seed=2, dirty_passes_per_scan=32.0, cost_scale=DEARER))
         ).read_text()
     )
-    result = comparison.compare_results(a, b, all_metrics=True)
+    result = comparison.compare_runs([a], [b], all_metrics=True)
     n = len(result.not_comparable)
     assert n >= 2 and VERDICT_COLOURS[regime.NOT_COMPARABLE] == GREY
     outcome = ab_outcome.decide(result)

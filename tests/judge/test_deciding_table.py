@@ -1,7 +1,7 @@
 """The deciding table (host/judge/decisions.py), the negative controls'
 power (host/judge/control_power.py) and comparison.html built on them:
 synthetic runs in blocks (tests/support/comparison_pages.py) through the real
-Tracker, compare_results and the page.  Fixed seeds; a few seconds."""
+Tracker, compare_runs and the page.  Fixed seeds; a few seconds."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _control_run(drift: float, blocks: int, seed: int = 5):
     a, b = cp.records(specs, blocks, seed)
     ra = build_results([], merge_rounds(a), host_fallback=False)
     rb = build_results([], merge_rounds(b), host_fallback=False)
-    return comparison.compare_results(ra, rb)
+    return comparison.compare_runs([ra], [rb])
 
 
 def test_a_control_design_is_read_back_from_its_interval():
@@ -121,7 +121,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     a, b = cp.records(specs, 4, 3)
     ra = build_results([], merge_rounds(a), host_fallback=False)
     rb = build_results([], merge_rounds(b), host_fallback=False)
-    result = comparison.compare_results(ra, rb)
+    result = comparison.compare_runs([ra], [rb])
     (m,) = result.metrics
     assert m.verdict == verdicts.SLOWER and result.exit_status() == 1
     at = {"look": 1, "level": 0.001, **m.comparison.to_json(), "p_equivalence": 0.0001, "alpha_equivalence": 0.001}
