@@ -540,10 +540,9 @@ def _compare_arms(
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
-    from memqual.host.report.compare_report import write_comparison_html
+    from memqual.host.report.compare_report import comparison_page, write_comparison_html
 
-    write_comparison_html(
-        outcome, results[0], results[1], config.output / "comparison.html", *names, patch=out.get("patch")
-    )
+    page = comparison_page(outcome, results[0], results[1], *names, patch=out.get("patch"))
+    write_comparison_html(page, config.output / "comparison.html")
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return outcome.exit_status

@@ -104,7 +104,7 @@ def test_the_deciding_table_is_the_looks_and_the_page_leads_with_it():
     assert table.exit_status == 1 == run.summary.get("host_drifted", False) + 1
     json_rows = table.to_json()["rows"]
     assert {row["key"] for row in json_rows} == {m.key for m in run.result.metrics}
-    html = compare_report.render_comparison_html(run.outcome, run.a, run.b)
+    html = compare_report.render_comparison_html(compare_report.comparison_page(run.outcome, run.a, run.b))
     first_fold = html.index("<details")
     assert html.index("<h2>Primaries</h2>") < first_fold
     assert html.index("Negative controls (4)") > first_fold and html.index("Exploratory metrics (3)") > first_fold
@@ -150,7 +150,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     assert row.verdict == verdicts.EQUIVALENT and row.look == 1 and row.minutes == 2.0
     assert row.test == "equivalence (TOST)" and row.p == 0.0001 and row.level == 0.001
     assert table.exit_status == 0 and not table.regressions
-    html = compare_report.render_comparison_html(outcome, ra, rb)
+    html = compare_report.render_comparison_html(compare_report.comparison_page(outcome, ra, rb))
     assert "exit 0</span>" in html and "No primary slower" in html
     descriptive = html[html.index("Descriptive: the whole run at full alpha") :]
     slower = re.compile(r">slower[^<]*</span>")  # the badge may carry the margin: "slower (±5%)"
