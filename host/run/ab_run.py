@@ -30,7 +30,7 @@ from memqual.host.run import blocks, budget, look_outputs
 from memqual.host.run.avocado import list_tests
 from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
-from memqual.host.run.outputs import exit_status, write_arm_outputs
+from memqual.host.run.outputs import ArmRecords, exit_status, write_arm_outputs
 from memqual.images import balloon_driver, built_kernels
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
@@ -270,20 +270,7 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
         looks = checks_in_budget(config, len(checks), reserve_s, started, lambda: job("once", 1, 1), console, looks)
     results = []
     for a in run_arms:
-        results.append(
-            write_arm_outputs(
-                config.output / a.label,
-                record.merge_rounds(run_state.of_arm(a.label)),
-                run_state.problems,
-                run_state.tests_of_arm(a.label),
-                run_state.jobs,
-                config,
-                a.kernel,
-                console,
-                qemu=a.qemu,
-                label=a.label,
-            )
-        )
+        results.append(write_arm_outputs(config.output / a.label, ArmRecords.so_far(run_state, a), config, console))
     # With --until-decided the run's decisions are the looks' (each at its
     # share of alpha); the comparison of the whole run at the full alpha
     # after optional stopping would not hold its error rate: it is shown
