@@ -19,6 +19,7 @@ from memqual.host.core.primary import (
     Spread,
 )
 from memqual.host.core.profiles import AB, FULL, QUICK, SMOKE
+from memqual.host.core.qemu import BALLOON_DRIVER_PATHS
 from memqual.host.core.scenario import Scenario
 
 
@@ -67,18 +68,6 @@ DRIVER = {
     AB: DriverSizes(guests=1, curve=False),
 }
 SECTION = "balloon"  # the memqual.report_sections entry point that draws the request-size curve
-# The guest code every balloon scenario runs (Scenario.kernel_paths): the
-# driver, its page migration and free page reporting, which the driver
-# starts in every guest that negotiates it.
-BALLOON_PATHS = (
-    "drivers/virtio/virtio_balloon.c",
-    "include/uapi/linux/virtio_balloon.h",
-    "include/linux/balloon_compaction.h",
-    "mm/balloon_compaction.c",
-    "mm/page_reporting.c",
-    "mm/page_reporting.h",
-    "include/linux/page_reporting.h",
-)
 
 # The runs that measured the balloon's icount spreads (and the wall
 # clock's: host/core/primary.py's WALL_AA, WALL_612).  Every icount guest
@@ -136,7 +125,7 @@ INFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
 )
 DEFLATE = Scenario(
     "balloon.deflate",
@@ -166,7 +155,7 @@ DEFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
 )
 REQUEST_SIZE = Scenario(
     "balloon.request_size",
@@ -196,7 +185,7 @@ REQUEST_SIZE = Scenario(
         ),
     ),
     e2e="test_balloon_driver:BalloonDriver.test_request_size",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
 )
 FLOOR: Scenario[object] = Scenario(
     "balloon.floor",
@@ -216,7 +205,7 @@ FLOOR: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFloor.test_floor",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
 )
 FREE_PAGE_REPORTING: Scenario[object] = Scenario(
     "balloon.free_page_reporting",
@@ -239,7 +228,7 @@ FREE_PAGE_REPORTING: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)
