@@ -302,7 +302,7 @@ class SSH:
                     f"the SSH server on 127.0.0.1:{self.port} is not the guest ({exc}); refusing to connect"
                 ) from exc
             raise GuestError(
-                f"SSH to the guest on 127.0.0.1:{self.port} failed: {exc or 'the server hung up'}"
+                f"SSH to the guest on 127.0.0.1:{self.port} failed: {str(exc) or 'the server hung up'}"
             ) from exc
         transport = client.get_transport()
         assert transport is not None
