@@ -20,6 +20,7 @@ from memqual.host.core.primary import (
     Spread,
 )
 from memqual.host.core.profiles import AB, FULL, QUICK, SMOKE
+from memqual.host.core.qemu import BALLOON_DRIVER_PATHS
 from memqual.host.core.scenario import Scenario
 
 
@@ -68,18 +69,6 @@ DRIVER = {
     AB: DriverSizes(guests=1, curve=False),
 }
 SECTION = "balloon"  # the memqual.report_sections entry point that draws the request-size curve
-# The guest code every balloon scenario runs (Scenario.kernel_paths): the
-# driver, its page migration and free page reporting, which the driver
-# starts in every guest that negotiates it.
-BALLOON_PATHS = (
-    "drivers/virtio/virtio_balloon.c",
-    "include/uapi/linux/virtio_balloon.h",
-    "include/linux/balloon_compaction.h",
-    "mm/balloon_compaction.c",
-    "mm/page_reporting.c",
-    "mm/page_reporting.h",
-    "include/linux/page_reporting.h",
-)
 # The host code every balloon scenario's host side runs (Scenario.host_paths):
 # QEMU's madvise of each page given back and its freeing, the guest's exits
 # to hand the pages over, and its faults when a deflate gives them back.
@@ -141,7 +130,7 @@ INFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
 )
 DEFLATE = Scenario(
@@ -172,7 +161,7 @@ DEFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
 )
 REQUEST_SIZE = Scenario(
@@ -203,7 +192,7 @@ REQUEST_SIZE = Scenario(
         ),
     ),
     e2e="test_balloon_driver:BalloonDriver.test_request_size",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
 )
 FLOOR: Scenario[object] = Scenario(
@@ -224,7 +213,7 @@ FLOOR: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFloor.test_floor",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
 )
 FREE_PAGE_REPORTING: Scenario[object] = Scenario(
@@ -248,7 +237,7 @@ FREE_PAGE_REPORTING: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
 )
 

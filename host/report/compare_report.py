@@ -474,33 +474,12 @@ def comparison_page(
     )
 
 
-def render_comparison_html(
-    outcome: ABOutcome,
-    a: Results | Mapping[str, Any],
-    b: Results | Mapping[str, Any],
-    a_name: str = "A",
-    b_name: str = "B",
-    *,
-    patch: Mapping[str, Any] | None = None,
-    host_patch: Mapping[str, Any] | None = None,
-) -> str:
-    page = comparison_page(outcome, a, b, a_name, b_name, patch=patch, host_patch=host_patch)
+def render_comparison_html(page: ComparisonPage) -> str:
     return pages.render("comparison.html.j2", page=page)
 
 
-def write_comparison_html(
-    outcome: ABOutcome,
-    a: Results | Mapping[str, Any],
-    b: Results | Mapping[str, Any],
-    path: str | Path,
-    a_name: str = "A",
-    b_name: str = "B",
-    *,
-    patch: Mapping[str, Any] | None = None,
-    host_patch: Mapping[str, Any] | None = None,
-) -> Path:
+def write_comparison_html(page: ComparisonPage, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = render_comparison_html(outcome, a, b, a_name, b_name, patch=patch, host_patch=host_patch)
-    write_private_atomic(path, html.encode(), 0o644)
+    write_private_atomic(path, render_comparison_html(page).encode(), 0o644)
     return path
