@@ -148,11 +148,16 @@ class FaultsBoot:
         return sum(run.seconds for run in self.runs)
 
     def findings(self) -> list[str]:
-        return [
-            f"slot {c.slot_id}: {c.counted:g} nodes a hit counted, the model's {self.structure} has {c.model}"
-            for c in self.checks
-            if not c.agrees
-        ]
+        return slot_findings(self.structure, self.checks)
+
+
+def slot_findings(structure: str, checks: Sequence[SlotCheck]) -> list[str]:
+    """Each hit slot whose counted nodes a hit differ from the model's."""
+    return [
+        f"slot {c.slot_id}: {c.counted:g} nodes a hit counted, the model's {structure} has {c.model}"
+        for c in checks
+        if not c.agrees
+    ]
 
 
 def slot_checks(reading: l1_kinds.Reading, pid: int | None = None) -> tuple[SlotCheck, ...]:
@@ -327,8 +332,7 @@ def render(boots: Sequence[FaultsBoot], host: str, clock_label: str) -> list[str
     ]
     for index, b in enumerate(boots, 1):
         k = b.kinds
-        per = {kind: k.nodes_per(kind) for kind in l1_kinds.KINDS}
-        shown = {kind: "-" if v is None else f"{v:.2f}" for kind, v in per.items()}
+        shown = k.nodes_shown()
         lines.append(
             f"{index:>4} {b.structure:9} {b.ns_per_page:>9.1f} {k.misses:>9} {shown['miss']:>6} {k.ram_hits:>10} "
             f"{shown['ram_hit']:>6} {k.other_hits:>10} {shown['other_hit']:>6}  {' > '.join(b.kinds.order())}"

@@ -92,11 +92,7 @@ class NetperfBoot:
         return self.kinds.count(kind) / (self.transactions * len(self.seconds))
 
     def findings(self) -> list[str]:
-        return [
-            f"slot {c.slot_id}: {c.counted:g} nodes a hit counted, the model's {self.structure} has {c.model}"
-            for c in self.checks
-            if not c.agrees
-        ]
+        return l1_faults.slot_findings(self.structure, self.checks)
 
 
 def parse_runs(text: str, runs: int) -> tuple[int, tuple[float, ...]]:
@@ -216,7 +212,7 @@ def render(boots: Sequence[NetperfBoot], host: str, clock_label: str) -> list[st
         f"{'other/tr':>9} {'nodes':>6}  order",
     ]
     for index, b in enumerate(boots, 1):
-        shown = {k: "-" if (v := b.kinds.nodes_per(k)) is None else f"{v:.2f}" for k in l1_kinds.KINDS}
+        shown = b.kinds.nodes_shown()
         lines.append(
             f"{index:>4} {b.structure:9} {b.transactions_per_s:>9.1f} {b.per_transaction('miss'):>10.3f} "
             f"{shown['miss']:>6} {b.per_transaction('ram_hit'):>12.4f} {shown['ram_hit']:>6} "
