@@ -14,7 +14,7 @@ from __future__ import annotations
 from memqual.e2e.base import GuestTest
 from memqual.host.core.errors import GuestError
 from memqual.host.core.machine import MachineConfig
-from memqual.host.memslots import kvm2011, l1_faults, l1_layout, l1_lookup, seed_layout
+from memqual.host.memslots import kvm2011, l1_faults, l1_layout, l1_lookup, l1_netperf, seed_layout
 
 # Every miss searches the slots again only without KVM's MMIO cache.
 UNCACHED = "kvm.mmio_caching=0"
@@ -79,5 +79,26 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         # 4096 pages touched, each a shadow page fault that searches.
         self.assertGreater(boot.kinds.ram_hits, 4096, "fewer RAM hits than pages faulted in under shadow paging")
         self.assertGreater(boot.kinds.ram_hits, boot.kinds.misses)
+        self.assertEqual(boot.kinds.unattributed, 0, "searches that found a slot no longer listed")
+        self.assertEqual(boot.findings(), [], "a slot's nodes per hit differ from the model's")
+
+    def test_tcp_rr_over_the_rtl8139_misses_on_every_transaction(self) -> None:
+        """Seed 000's netperf under 2011's MMIO path: the guest's rtl8139
+        (8139cp, its memory BAR) and xAPIC are emulated, so every
+        transaction must miss every slot at least once, and the emulator's
+        reads of guest memory hit its RAM slots."""
+        host = self.host_under_test()
+        self.require(host is not None, "no host under test: run with --host-kernel (MEMQUAL_HOST_KERNEL)")
+        assert host is not None
+        npt = host.with_boot_knobs(*l1_faults.CONDITIONS["2011-npt"])
+        vm = self.boot(l1_netperf.GUEST.machine_config(), host=npt)
+        try:
+            boot = l1_netperf.measure(vm, "2011-npt", transactions=200, runs=1)
+        except GuestError as exc:
+            self.require("memslot_slots" not in str(exc), f"the host kernel {host.name} does not count by slot: {exc}")
+            raise
+        self.log.info("%s: %s", boot.structure, " | ".join(l1_netperf.render([boot], host.name, vm.clock.label)))
+        self.assertGreater(boot.per_transaction("miss"), 1.0, "a transaction without a complete miss")
+        self.assertGreater(boot.kinds.ram_hits, 0, "the emulator read no guest memory")
         self.assertEqual(boot.kinds.unattributed, 0, "searches that found a slot no longer listed")
         self.assertEqual(boot.findings(), [], "a slot's nodes per hit differ from the model's")

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from memqual.host.core import host_code
 from memqual.host.core.errors import GuestError
 from memqual.host.core.flatview import FlatRange, parse_flatview
 from memqual.host.core.polling import poll
@@ -464,6 +465,10 @@ VIRTIO_MEM_PATHS = (
     "mm/page_isolation.c",
     "include/linux/page-isolation.h",
 )
+# On the host (Scenario.host_paths): QEMU's device maps and unmaps its
+# memslots in KVM as blocks are plugged, faults the plugged memory in and
+# gives the unplugged back with madvise.
+VIRTIO_MEM_HOST_PATHS = host_code.joined(host_code.KVM, host_code.ANON_FAULT, host_code.GIVE_BACK)
 RESIZE = Scenario(
     "virtio_mem.resize",
     ("virtio_mem",),
@@ -476,6 +481,7 @@ RESIZE = Scenario(
         "mm/balloon_compaction.c",
         "include/linux/balloon_compaction.h",
     ),
+    host_paths=VIRTIO_MEM_HOST_PATHS,
 )
 MEMSLOTS = Scenario(
     "virtio_mem.memslots",
@@ -483,5 +489,6 @@ MEMSLOTS = Scenario(
     PLANS,
     e2e="test_virtio_mem:VirtioMem.test_dynamic_memslots",
     kernel_paths=VIRTIO_MEM_PATHS,
+    host_paths=VIRTIO_MEM_HOST_PATHS,
 )
 SCENARIOS = (RESIZE, MEMSLOTS)

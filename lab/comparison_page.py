@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def render(output: Path, html: Path | None = None) -> tuple[int, str, Path]:
     """The outcome of the run in ``output`` from its files, and its page."""
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
-    from memqual.host.report.compare_report import write_comparison_html
+    from memqual.host.report.compare_report import comparison_page, write_comparison_html
 
     files = [output / "A" / "results.json", output / "B" / "results.json"]
     for f in files:
@@ -57,7 +57,8 @@ def render(output: Path, html: Path | None = None) -> tuple[int, str, Path]:
         patch = json.loads((output / "patch.json").read_text())
         titles = "; ".join(str(p["subject"]) for p in patch["patches"]) or "a second source"
         names = (f"A {patch['a']['name']}", f"B {patch['b']['name']} (+ {titles})")
-    path = write_comparison_html(outcome, a, b, html or output / "comparison.html", *names, patch=patch)
+    page = comparison_page(outcome, a, b, *names, patch=patch)
+    path = write_comparison_html(page, html or output / "comparison.html")
     return int(outcome.exit_status), outcome.power.line(), path
 
 

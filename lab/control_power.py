@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput("give two results files (A's and B's), or none for the grid")
         if args.files:
             a, b = (json.loads(p.read_text()) for p in args.files)
-            result = comparison.compare_results(a, b)
+            result = comparison.compare_runs([a], [b])
             designs = control_power.designs_of(result.metrics)
             if not designs:
                 raise BadInput("the two files hold no negative control measured on two blocks or more")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import (
     COUNT,
     HOST_WALL,
@@ -19,6 +20,7 @@ from memqual.host.core.primary import (
     Spread,
 )
 from memqual.host.core.profiles import AB, FULL, QUICK, SMOKE
+from memqual.host.core.qemu import BALLOON_DRIVER_PATHS
 from memqual.host.core.scenario import Scenario
 
 
@@ -79,18 +81,10 @@ DRIVER = {
 # seconds shorter, in the test that holds the host alone among them.
 REPORTING = {QUICK: ReportingSizes(512), FULL: ReportingSizes(512), AB: ReportingSizes(512), SMOKE: ReportingSizes(256)}
 SECTION = "balloon"  # the memqual.report_sections entry point that draws the request-size curve
-# The guest code every balloon scenario runs (Scenario.kernel_paths): the
-# driver, its page migration and free page reporting, which the driver
-# starts in every guest that negotiates it.
-BALLOON_PATHS = (
-    "drivers/virtio/virtio_balloon.c",
-    "include/uapi/linux/virtio_balloon.h",
-    "include/linux/balloon_compaction.h",
-    "mm/balloon_compaction.c",
-    "mm/page_reporting.c",
-    "mm/page_reporting.h",
-    "include/linux/page_reporting.h",
-)
+# The host code every balloon scenario's host side runs (Scenario.host_paths):
+# QEMU's madvise of each page given back and its freeing, the guest's exits
+# to hand the pages over, and its faults when a deflate gives them back.
+BALLOON_HOST_PATHS = host_code.joined(host_code.KVM, host_code.GIVE_BACK, host_code.ANON_FAULT)
 
 # The runs that measured the balloon's icount spreads (and the wall
 # clock's: host/core/primary.py's WALL_AA, WALL_612).  Every icount guest
@@ -148,7 +142,8 @@ INFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 DEFLATE = Scenario(
     "balloon.deflate",
@@ -178,7 +173,8 @@ DEFLATE = Scenario(
     ),
     e2e=TIMING_TEST,
     icount_sizes=TIMING_ON_ICOUNT,
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 REQUEST_SIZE = Scenario(
     "balloon.request_size",
@@ -208,7 +204,8 @@ REQUEST_SIZE = Scenario(
         ),
     ),
     e2e="test_balloon_driver:BalloonDriver.test_request_size",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 FLOOR: Scenario[object] = Scenario(
     "balloon.floor",
@@ -228,7 +225,8 @@ FLOOR: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFloor.test_floor",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
     "balloon.free_page_reporting",
@@ -252,7 +250,8 @@ FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
         ),
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
-    kernel_paths=BALLOON_PATHS,
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    host_paths=BALLOON_HOST_PATHS,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)

@@ -114,9 +114,9 @@ def _compare(args: argparse.Namespace) -> int:
             )
     if args.html:
         # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
-        from memqual.host.report.compare_report import write_comparison_html
+        from memqual.host.report.compare_report import comparison_page, write_comparison_html
 
-        path = write_comparison_html(outcome, a, b, args.html)
+        path = write_comparison_html(comparison_page(outcome, a, b), args.html)
         print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return int(outcome.exit_status)
 

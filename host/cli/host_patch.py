@@ -2,7 +2,9 @@
 as an A/B of host kernels.  Host kernels A (the source as it is) and B (with
 the patches) are built as ``memqual run --patch`` builds guest kernels
 (images/kernel_arms.py), with images/host.config on top, and the run is
-then ``--host-kernel A --host-kernel B``'s, unchanged
+then ``--host-kernel A --host-kernel B``'s, limited to the scenarios whose
+host_paths the patch touches (host/run/host_scope.py) and named by the
+patch (``host_patch_run``, as ``--patch`` hands over its PatchRun)
 (docs/host-under-test.md, "Qualifying a host patch")."""
 
 from __future__ import annotations
@@ -11,14 +13,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memqual.host.cli.command import Option, Run
-from memqual.host.cli.kernel import built_lines
+from memqual.host.cli.kernel import SOURCES_NOT_LISTED, built_lines, tests_prefix, touched_files
 from memqual.host.cli.run import config_from_args, output_directory, planned
+from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.printable import one_line
+from memqual.host.run import host_scope
+from memqual.host.run.config import job_profile
+from memqual.host.run.patch_scope import NOTHING, PatchScope
 from memqual.host.run.signals import terminate_as_exception
 from memqual.images.kernel_config import read_fragment
 from memqual.images.kernel_patches import read_patch
@@ -27,16 +33,6 @@ from memqual.images.kernel_sources import HOST_SOURCE
 if TYPE_CHECKING:
     from memqual.images.kernel_arms import PatchArms
 
-TEXTS = "host-patch"  # OUTPUT/host-patch/ holds the patches' texts, OUTPUT/host-patch.json the record
-# Which scenarios run.  A guest patch is scoped by the files it touches
-# against each scenario's kernel_paths (host/run/patch_scope.py); a host
-# patch changes KVM or mm code that every scenario's host side may run
-# (its faults, its exits, its memslots, its KSM), and no row says which
-# host code its guests exercise, so none is left out.
-SCOPE = (
-    "every scenario --only selects runs (all without it): a host patch changes KVM/mm code every scenario's "
-    "host side may run"
-)
 # The host kernels' names in the run-option checks made before the builds.
 STAND_INS = ["host-patch-A", "host-patch-B"]
 
@@ -49,7 +45,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="qualify a host kernel patch (KVM, mm): host kernel A is --host-kernel-source as it is, B with the "
         "patch (repeatable, in order), both built with images/host.config (memqual kernel build), then run as "
-        "--host-kernel A --host-kernel B; every scenario --only selects runs (docs/host-under-test.md)",
+        "--host-kernel A --host-kernel B; the scenarios whose host_paths it touches run, of those --only selects "
+        "(--all-scenarios: every one; docs/host-under-test.md)",
     )
     parser.add_argument(
         "--host-kernel-source",
@@ -124,7 +121,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 
 def check_run(args: argparse.Namespace, output: Path) -> None:
     """The run's other options, checked before builds that may take an
-    hour: the same checks, with two names standing in for the host kernels."""
+    hour: the same checks, with two names standing in for the host kernels
+    (and the scope's tests, ``args.test_scope``, for the budget)."""
     stand_in = argparse.Namespace(**{**vars(args), "output": str(output), "host_kernel": list(STAND_INS)})
     checked = config_from_args(stand_in)
     if args.until_decided:
@@ -132,18 +130,31 @@ def check_run(args: argparse.Namespace, output: Path) -> None:
         planned(stand_in, checked)
 
 
-def record(built: PatchArms, sources: list[str], fragments: list[str]) -> dict[str, Any]:
-    """OUTPUT/host-patch.json: the two host kernels (each its source,
-    patches, fragments and build), the patches with their texts' names,
-    the fragments, and what differs between A's and B's .config and
-    artefacts."""
-    return {
-        **built.to_json(TEXTS),
-        "host_kernel": [built.a.name, built.b.name],
-        "sources": sources,
-        "config_fragments": fragments,
-        "scope": SCOPE,
-    }
+def scope_of(args: argparse.Namespace) -> PatchScope:
+    """Which scenarios the run covers: those whose host_paths the patches
+    (and a second source's differences) touch, of those --only selects in
+    the run's profile; all of those with --all-scenarios
+    (host/run/host_scope.py)."""
+    try:
+        files = touched_files(args.host_kernel_source, args.host_patch)
+    except BadInput as exc:
+        raise as_host(exc) from None
+    if files is None:
+        return host_scope.every_scenario((), SOURCES_NOT_LISTED, args.only or ())
+    if getattr(args, "all_scenarios", False):  # run --patch's option, on the same parser
+        return host_scope.every_scenario(files, "--all-scenarios given", args.only or ())
+    return host_scope.host_scope_of(files, scenario.table(), job_profile(args.profile, 2), args.only or ())
+
+
+def take_scope(args: argparse.Namespace) -> PatchScope:
+    """The scope, refused in one line when it leaves nothing the patch can
+    move; its tests handed to the run (``args.test_scope``) when --tests is
+    a folder (a file names its own tests)."""
+    scope = scope_of(args)
+    if scope.kind == NOTHING:
+        raise BadInput(scope.line())
+    args.test_scope = scope.test_scope(tests_prefix(Path(args.tests))) if Path(args.tests).is_dir() else None
+    return scope
 
 
 def build_hosts(sources: list[str], patches: list[str], fragments: list[str]) -> PatchArms:
@@ -169,7 +180,8 @@ def show(built: PatchArms) -> None:
 def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
     """Build host kernels A and B, keep what names the patch in
     OUTPUT/host-patch.json (the texts in OUTPUT/host-patch/), and hand the
-    two kernels' names to the run as --host-kernel twice."""
+    two kernels' names to the run as --host-kernel twice, with its scope
+    (``test_scope``) and what it built (``host_patch_run``)."""
     if not args.host_patch and not args.host_kernel_source:
         if args.host_kernel_config:
             raise BadInput("--host-kernel-config is for the host kernels --host-patch builds: give --host-patch FILE")
@@ -177,8 +189,9 @@ def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
     refuse_beside(args)
     check_inputs(args)
     output = output_directory(args, "memqual-results")
+    scope = take_scope(args)
     check_run(args, output)
-    _show(SCOPE)
+    _show(scope.line())
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import HOST_CONFIG
 
@@ -187,11 +200,14 @@ def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
     built = build_hosts(sources, args.host_patch, fragments)
     args.output = str(output)
     args.host_kernel = [built.a.name, built.b.name]
-    (output / TEXTS).mkdir(parents=True, exist_ok=True)
+    texts = output / host_scope.TEXTS
+    texts.mkdir(parents=True, exist_ok=True)
     for patch, name in zip(built.patches, built.text_names(), strict=True):
-        write_private_atomic(output / TEXTS / name, patch.data, 0o644)
-    text = json.dumps(record(built, sources, fragments), indent=2) + "\n"
-    write_private_atomic(output / f"{TEXTS}.json", text.encode(), 0o644)
+        write_private_atomic(texts / name, patch.data, 0o644)
+    # the run takes the value itself; host-patch.json is the users' record of it
+    args.host_patch_run = host_scope.HostPatchRun(built, scope, tuple(sources), tuple(fragments))
+    text = json.dumps(args.host_patch_run.to_json(), indent=2) + "\n"
+    write_private_atomic(output / f"{host_scope.TEXTS}.json", text.encode(), 0o644)
     show(built)
     return inner(args)
 

@@ -143,7 +143,8 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         "--all-scenarios",
         action="store_true",
         help="with --patch: run every scenario, not only those whose kernel_paths the patch touches (and the "
-        "negative controls); --only, when given, decides alone",
+        "negative controls); --only, when given, decides alone.  With --host-patch: every scenario --only "
+        "selects, not only those whose host_paths the patch touches",
     )
 
 
@@ -174,25 +175,34 @@ def controls_left_out(only: Sequence[str]) -> tuple[list[str], str]:
     return [r.name for r in controls], alone[0] if alone else ""
 
 
+# Why a scope cannot be read from two sources (touched_files: None).
+SOURCES_NOT_LISTED = "two sources whose differences are not listed (two revisions of one repository are)"
+
+
+def touched_files(sources: Sequence[str], patches: Sequence[str]) -> tuple[str, ...] | None:
+    """Every file the patches (and, for two sources, their differences)
+    touch, each once; None when two sources' differences are not listed."""
+    # every file any patch may touch (images/patch_files.py), each once;
+    # a dict: a list's "not in" made a patch of many files quadratic
+    files: dict[str, None] = {}
+    if len(sources) == 2:
+        between = source_diff_files(sources[0], sources[1])
+        if between is None:
+            return None
+        files.update(dict.fromkeys(between))
+    for path in patches:
+        files.update(dict.fromkeys(read_patch(path).files))
+    return tuple(files)
+
+
 def patch_scope_of(args: argparse.Namespace) -> patch_scope.PatchScope:
     """What the run covers: the scenarios whose kernel_paths the patches
     (and a second source's differences) touch, with the negative controls;
     everything when --all-scenarios asks for it; --only's tags alone when
     given (host/run/patch_scope.py)."""
-    # every file any patch may touch (images/patch_files.py), each once;
-    # a dict: a list's "not in" made a patch of many files quadratic
-    files: dict[str, None] = {}
-    if len(args.kernel_source) == 2:
-        between = source_diff_files(args.kernel_source[0], args.kernel_source[1])
-        if between is None:
-            return patch_scope.PatchScope(
-                patch_scope.EVERYTHING,
-                (),
-                "two sources whose differences are not listed (two revisions of one repository are)",
-            )
-        files.update(dict.fromkeys(between))
-    for path in args.patch:
-        files.update(dict.fromkeys(read_patch(path).files))
+    files = touched_files(args.kernel_source, args.patch)
+    if files is None:
+        return patch_scope.PatchScope(patch_scope.EVERYTHING, (), SOURCES_NOT_LISTED)
     if args.only:
         return patch_scope.PatchScope(patch_scope.ONLY, tuple(files), f"--only {' '.join(args.only)} given")
     if args.all_scenarios:

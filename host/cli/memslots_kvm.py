@@ -149,9 +149,12 @@ def run(args: argparse.Namespace) -> int:
     # lazy: the memslot code (~85 ms) is only `memqual memslots`'s
     from memqual.host.memslots import kvm_bench, kvm_results
 
-    if getattr(args, "faults", False):
+    if getattr(args, "faults", False) or getattr(args, "netperf", False):
+        flag = "--netperf" if args.netperf else "--faults"
         if not args.host_kernel:
-            raise BadInput("--faults counts the host under test's memslot searches: give --host-kernel KERNEL")
+            raise BadInput(f"{flag} counts the host under test's memslot searches: give --host-kernel KERNEL")
+        if args.faults and args.netperf:
+            raise BadInput("--faults and --netperf are two workloads of seed 000's guest: give one")
         return memslots_l1.run_faults(args)
     if getattr(args, "lookup", False):
         return run_lookup(args)

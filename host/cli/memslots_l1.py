@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any
+from typing import Any, Protocol
 
 from memqual.host.cli import args as cliargs
 from memqual.host.core import clock, nested
@@ -51,6 +51,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --host-kernel: seed 000's guest (pc, 10 GiB, cirrus, rtl8139) touches fresh pages while L1 counts "
         "its memslot searches by kind (miss, RAM hit, other hit) and their nodes (host/memslots/l1_faults.py); "
         "--host-kernel-param kvm.mmio_caching=0 (and kvm_amd.npt=0) give 2011's conditions",
+    )
+    parser.add_argument(
+        "--netperf",
+        action="store_true",
+        help="with --host-kernel: seed 000's guest, with a 2011 guest's xAPIC, runs TCP_RR over its rtl8139 "
+        "(an echo in L1) while L1 counts its memslot searches by kind (host/memslots/l1_netperf.py)",
     )
     for flag, what in (("--miss-gfn", "the miss's gfn (in no slot)"), ("--hit-gfn", "the hit's gfn")):
         parser.add_argument(flag, metavar="GFN", help=f"with --layout: {what}, decimal or 0x hex")
@@ -187,25 +193,49 @@ def measure(shell: Any, bench: Any) -> Any:
     return l1_lookup.run(shell, bench)
 
 
+class Workload(Protocol):
+    """A window seed 000's guest runs under the host under test while L1
+    counts its memslot searches (host/memslots/l1_faults.py, l1_netperf.py)."""
+
+    @property
+    def GUEST(self) -> Any: ...
+    def measure(self, vm: Any, conditions: str) -> Any: ...
+    def records(self, boots: Any, environment: Any) -> list[Any]: ...
+    def to_json(self, boot: Any) -> dict[str, Any]: ...
+    def render(self, boots: Any, host: str, clock_label: str) -> list[str]: ...
+
+
 def run_faults(args: argparse.Namespace) -> int:
-    """``--faults``: seed 000's guest under the host under test, one boot
-    a replicate; exit 1 when a slot's counted nodes per hit differ from
-    the model's."""
+    """``--faults`` or ``--netperf``: seed 000's guest under the host under
+    test, one boot a replicate; exit 1 when a slot's counted nodes per hit
+    differ from the model's."""
     from memqual.host.core.errors import BadInput
+    from memqual.host.memslots import l1_faults, l1_netperf
+
+    workload: Workload = l1_netperf if args.netperf else l1_faults
+    flag = "--netperf" if args.netperf else "--faults"
+    if args.layout is not None or args.miss_gfn is not None or args.hit_gfn is not None:
+        raise BadInput(f"{flag} runs seed 000's guest: give no --layout, --miss-gfn or --hit-gfn with it")
+    return run_workload(args, workload)
+
+
+def run_workload(args: argparse.Namespace, workload: Workload) -> int:
     from memqual.host.core.machine import Machine
     from memqual.host.memslots import l1_faults
     from memqual.images.build import KernelSource, build
 
     host = cliargs.one_host(args)
     assert host is not None
-    if args.layout is not None or args.miss_gfn is not None or args.hit_gfn is not None:
-        raise BadInput("--faults runs seed 000's guest: give no --layout, --miss-gfn or --hit-gfn with it")
     conditions = l1_faults.conditions_of(host.params)
-    base = l1_faults.GUEST.machine_config()
+    base = workload.GUEST.machine_config()
     machine_config, _qemu, note = cliargs.guest_on_clock(guest_namespace(args, base.memory_mib, base.machine), host)
     if note:
         print(f"[{note}]", file=sys.stderr)
-    machine_config = dataclasses.replace(machine_config, extra_args=(*machine_config.extra_args, *base.extra_args))
+    machine_config = dataclasses.replace(
+        machine_config,
+        extra_args=(*machine_config.extra_args, *base.extra_args),
+        cmdline_extra=" ".join(p for p in (machine_config.cmdline_extra, base.cmdline_extra) if p),
+    )
     image = build(KernelSource(None, None, None))
     boots, label, clock_label, release, accel = [], "", "", "", ("", "")
     # A 10 GiB pc guest boots in L1 in 75-120 s here, twice a microvm's, and
@@ -213,21 +243,21 @@ def run_faults(args: argparse.Namespace) -> int:
     boot_timeout = 180.0 * nested.BOOT_TIMEOUT_FACTOR
     for _ in range(args.boots):
         with Machine(machine_config, image=image, boot_timeout=boot_timeout, host=host) as vm:
-            boots.append(l1_faults.measure(vm, conditions))
+            boots.append(workload.measure(vm, conditions))
             label, clock_label, accel = vm.host_label, vm.clock.label, (vm.accel, vm.accel_reason)
             release = vm.host_image.release if vm.host_image is not None else ""
-    doc: dict[str, Any] = {"host": label, "clock": clock_label, "boots": [l1_faults.to_json(b) for b in boots]}
+    doc: dict[str, Any] = {"host": label, "clock": clock_label, "boots": [workload.to_json(b) for b in boots]}
     if args.records:
         from memqual.host.core.probe import environment
         from memqual.host.core.record import write as write_record
 
         env = environment().with_accel(*accel).with_host(label, release).with_clock(clock_label, 1)
-        doc["records"] = [str(write_record(r, args.records)) for r in l1_faults.records(boots, env)]
+        doc["records"] = [str(write_record(r, args.records)) for r in workload.records(boots, env)]
         doc["claims"] = judged(args.records)
     if args.json:
         print(json.dumps(doc, indent=2, sort_keys=True, default=str))
     else:
-        print("\n".join(l1_faults.render(boots, label, clock_label)))
+        print("\n".join(workload.render(boots, label, clock_label)))
         if doc.get("records"):
             print(f"records: {len(doc['records'])} written to {args.records}")
             print("\n".join(doc["claims"]))

@@ -97,8 +97,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         threshold=args.threshold,
         alpha=args.alpha,
         pairing=pairing,
-        scope=getattr(args, "test_scope", None),  # memqual run --patch's (host/cli/kernel.py)
+        scope=getattr(args, "test_scope", None),  # memqual run --patch's or --host-patch's
         patch=getattr(args, "patch_run", None),
+        host_patch=getattr(args, "host_patch_run", None),  # memqual run --host-patch's (host/cli/host_patch.py)
     )
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import re
 
 from memqual.host.core import settings
+from memqual.host.core.environment import shared_fact
 from memqual.host.core.errors import BadInput
 
 WALL = "wall"
@@ -269,12 +270,9 @@ def check_same(labels: dict[str, str]) -> str:
     """The one clock of several sources (an A/B's arms, compare's two
     files), given as ``{source: clock label}``; one line when they differ.
     A source that does not say (a record from before clocks) is wall."""
-    named = {source: (label or WALL) for source, label in labels.items()}
-    found = sorted(set(named.values()))
-    if len(found) > 1:
-        which = ", ".join(f"{source} {label}" for source, label in named.items())
-        raise BadInput(
-            f"the figures were read with different clocks ({which}): a ratio across clocks means nothing; "
-            "measure both with the same --clock"
-        )
-    return found[0] if found else WALL
+    return shared_fact(
+        labels,
+        WALL,
+        differ="the figures were read with different clocks",
+        advice="a ratio across clocks means nothing; measure both with the same --clock",
+    )

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from memqual.host.core.errors import BadInput
+
 # Where the host kernel's KSM and THP knobs are: the probe reads them for the
 # fingerprint, memqual.host.ksm reads and writes them.
 KSM_ROOT = Path("/sys/kernel/mm/ksm")
@@ -144,3 +146,17 @@ def guest_cpu_from(cpuinfo: str) -> tuple[str, str] | None:
     if fields.get("model name"):
         cpu += f" ({fields['model name']})"
     return cpu, " ".join(sorted(set(fields.get("flags", "").split())))
+
+
+def shared_fact(facts: Mapping[str, str | None], unsaid: str, *, differ: str, advice: str, joiner: str = " ") -> str:
+    """The one value of a fact of the environment (the clock, the host)
+    that several sources must share (an A/B's arms, compare's files),
+    given as ``{source: value}``; a source that does not say has
+    ``unsaid``.  When they differ, one line (BadInput): ``differ``, each
+    source with its value (``joiner`` between), then ``advice``."""
+    named = {source: (value or unsaid) for source, value in facts.items()}
+    found = sorted(set(named.values()))
+    if len(found) > 1:
+        which = ", ".join(f"{source}{joiner}{value}" for source, value in named.items())
+        raise BadInput(f"{differ} ({which}): {advice}")
+    return found[0] if found else unsaid

@@ -16,7 +16,6 @@ import logging
 import os
 import re
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import Any
 from memqual.host.core import settings
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
 from memqual.host.core.locks import FileLock
+from memqual.host.core.paths import write_private_atomic
 from memqual.host.core.polling import poll
 from memqual.host.core.trust import Untrusted, check_before_making, trusted_dir
 
@@ -342,26 +342,8 @@ class KnobState:
     def save(self, snapshot: Snapshot) -> None:
         """Atomic and durable: a crash leaves the old file or the new one."""
         self._require_lock()
-        # mkstemp: an unpredictable name created with O_EXCL, so never
-        # through a symlink someone planted.
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.knob_set.name}-state.", dir=self.state_dir)
-        try:
-            try:
-                text = json.dumps(snapshot.to_json(self.knob_set.schema), indent=2, sort_keys=True) + "\n"
-                os.write(fd, text.encode())
-                os.fchmod(fd, 0o644)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.state_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.state_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        text = json.dumps(snapshot.to_json(self.knob_set.schema), indent=2, sort_keys=True) + "\n"
+        write_private_atomic(self.state_path, text.encode(), 0o644)
 
     def new_snapshot(self, groups: tuple[str, ...] | None = None) -> Snapshot:
         """The knobs of ``groups`` (default: all) as they are now; the

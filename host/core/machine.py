@@ -21,7 +21,7 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -46,6 +46,7 @@ from memqual.images import build as images_build
 from memqual.images import host_image as l1_image
 
 log = logging.getLogger("memqual.machine")
+T = TypeVar("T")
 _LIVE: weakref.WeakSet[Machine] = weakref.WeakSet()
 
 
@@ -326,13 +327,7 @@ class Machine:
                 raise self._boot_failed("the host under test did not start the guest")
             return nested.monitor_greets(self._guest_qmp_port, timeout=1.0)
 
-        sock = poll(
-            greeted,
-            max(0.0, deadline - time.monotonic()),
-            0.1,
-            what="the guest's monitor in the host under test",
-            on_timeout=lambda _: self._ssh_timeout(),
-        ).value
+        sock = self._until_booted(greeted, deadline, 0.1, "the guest's monitor in the host under test")
         self._host_qmp, self._qmp = self._qmp, nested.connect_monitor(sock)
 
     def _accept_qmp(self, qmp_path: Path) -> None:
@@ -414,13 +409,7 @@ class Machine:
             return ssh
 
         # 20 ms: the poll period of the readiness check, not a wait for an event
-        ssh = poll(
-            connected,
-            max(0.0, deadline - time.monotonic()),
-            0.02,
-            what="SSH to the guest",
-            on_timeout=lambda _: self._ssh_timeout(),
-        ).value
+        ssh = self._until_booted(connected, deadline, 0.02, "SSH to the guest")
         if self.clock.icount:
             # Each keepalive lands in the guest at a moment the
             # host's pace sets and costs it about a millisecond of
@@ -469,6 +458,16 @@ class Machine:
             self.command,
             self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
         )
+
+    def _until_booted(self, check: Callable[[], T | None], deadline: float, period: float, what: str) -> T:
+        """``check`` every ``period`` s until it gives something, by the
+        boot's ``deadline`` (time.monotonic); past it, the timeout that
+        names the console, as every wait of a boot ends."""
+        found = poll(
+            check, max(0.0, deadline - time.monotonic()), period, what=what, on_timeout=lambda _: self._ssh_timeout()
+        )
+        assert found.value is not None  # poll waits until the value is true
+        return found.value
 
     def _ssh_timeout(self) -> Timeout:
         return Timeout(

@@ -18,6 +18,7 @@ from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from memqual.host.core import settings
 from memqual.host.core.clock import ICOUNT, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
+from memqual.host.core.environment import shared_fact
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec, parse_kernel
 from memqual.host.core.qemu import MachineConfig, command_line, host_tsc_khz, opt_value
@@ -156,15 +157,13 @@ def check_same_host(hosts: dict[str, str | None]) -> str:
     given as ``{source: host}`` (None: this machine); one line when they
     differ: a ratio across hosts measures the hosts, not what the run
     compares."""
-    named = {source: (host or THIS_MACHINE) for source, host in hosts.items()}
-    found = sorted(set(named.values()))
-    if len(found) > 1:
-        which = ", ".join(f"{source} on {host}" for source, host in named.items())
-        raise BadInput(
-            f"the figures ran on different hosts ({which}): a ratio across hosts compares the hosts; "
-            "run both on the same host (--host-kernel)"
-        )
-    return found[0] if found else THIS_MACHINE
+    return shared_fact(
+        hosts,
+        THIS_MACHINE,
+        differ="the figures ran on different hosts",
+        advice="a ratio across hosts compares the hosts; run both on the same host (--host-kernel)",
+        joiner=" on ",
+    )
 
 
 def check_params(host: HostUnderTest, known: dict[str, set[str]]) -> None:

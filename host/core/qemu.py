@@ -29,6 +29,22 @@ class BalloonDevice:
     id: str = "balloon0"
 
 
+# The guest code that drives the device, as Scenario.kernel_paths name it
+# (host/core/scenario.py): the driver, its page migration and free page
+# reporting, which the driver starts in every guest that negotiates it.
+# Here, with the device, because two subjects' guests run it (the balloon's
+# and hugetlbfs' inflates) and neither imports the other.
+BALLOON_DRIVER_PATHS = (
+    "drivers/virtio/virtio_balloon.c",
+    "include/uapi/linux/virtio_balloon.h",
+    "include/linux/balloon_compaction.h",
+    "mm/balloon_compaction.c",
+    "mm/page_reporting.c",
+    "mm/page_reporting.h",
+    "include/linux/page_reporting.h",
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class MachineConfig:
     """Everything that shapes one guest.  Also the warm-start snapshot key:

@@ -47,7 +47,12 @@ class Scenario(Generic[SizesRow]):
     the scenarios naming them (host/run/patch_scope.py).  Code every guest
     runs (the page allocator, virtio's core) is named by no row, and
     host-only code (the host's KSM, hugetlbfs, KVM) by none either: a
-    patched guest kernel does not change it."""
+    patched guest kernel does not change it.  ``host_paths``: the same for
+    the host kernel, the code that does the host's work this scenario's
+    primaries measure (its guests' exits and nested faults in KVM, ksmd,
+    QEMU's madvise), made of host/core/host_code.py's groups; a host patch
+    that touches only these runs only the scenarios naming them
+    (``memqual run --host-patch``, host/run/host_scope.py)."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -60,12 +65,13 @@ class Scenario(Generic[SizesRow]):
     kernel_paths: tuple[str, ...] = ()
     control: bool = False
     regime: Regime | None = None
+    host_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")
         if not (subject and dot and rest):
             raise ValueError(f"scenario {self.name!r}: name it subject.scenario")
-        for pattern in self.kernel_paths:
+        for pattern in (*self.kernel_paths, *self.host_paths):
             if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
                 raise ValueError(f"scenario {self.name}: kernel path {pattern!r}: give it relative to the tree's top")
         if self.sizes and set(self.sizes) - {profiles.SMOKE} != set(profiles.SIZED):
@@ -96,6 +102,11 @@ class Scenario(Generic[SizesRow]):
         """Whether ``path`` (relative to the kernel tree's top) is one of
         this scenario's kernel_paths."""
         return kernel_paths_pattern(self.kernel_paths).fullmatch(path) is not None
+
+    def exercises_on_host(self, path: str) -> bool:
+        """Whether ``path`` (relative to the host kernel tree's top) is one
+        of this scenario's host_paths."""
+        return kernel_paths_pattern(self.host_paths).fullmatch(path) is not None
 
     def sizes_for(self, profile: str | None = None, icount: bool | None = None) -> SizesRow:
         """Its sizes in ``profile`` on the wall or the icount clock (default:

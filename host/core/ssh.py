@@ -293,13 +293,17 @@ class SSH:
                 f"the SSH server on 127.0.0.1:{self.port} is not the guest: its host key "
                 f"{exc.key.get_fingerprint().hex()} is not the image's; refusing to connect"
             ) from exc
-        except (paramiko.SSHException, OSError) as exc:
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            # EOFError: the peer hung up inside the key exchange (a forward
+            # whose guest sshd is not up yet), which paramiko does not wrap.
             client.close()
             if "not found in known_hosts" in str(exc):  # RejectPolicy: a key of another type
                 raise HostKeyMismatch(
                     f"the SSH server on 127.0.0.1:{self.port} is not the guest ({exc}); refusing to connect"
                 ) from exc
-            raise GuestError(f"SSH to the guest on 127.0.0.1:{self.port} failed: {exc}") from exc
+            raise GuestError(
+                f"SSH to the guest on 127.0.0.1:{self.port} failed: {str(exc) or 'the server hung up'}"
+            ) from exc
         transport = client.get_transport()
         assert transport is not None
         transport.set_keepalive(5)

@@ -39,11 +39,8 @@ def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -
             path.mkdir(mode=mode, parents=True, exist_ok=True)
         except OSError as exc:
             raise BadInput(f"{what} {path}: cannot create it ({exc.strerror or exc}); point it elsewhere") from exc
-    try:
-        link = os.lstat(path)
-        st = os.stat(path)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    link = stat_of(path, f"{what} {path}", follow=False)
+    st = stat_of(path, f"{what} {path}")
     if stat.S_ISLNK(link.st_mode) and link.st_uid not in trusted_owners():
         raise Untrusted(
             f"{what} {path} is a link of uid {link.st_uid}, who could point it elsewhere: use a directory of your own"
@@ -51,6 +48,15 @@ def trusted_dir(path: Path, what: str, create: bool = True, mode: int = 0o700) -
     check_trusted_stat(st, path, what)
     check_ancestors(path, what)
     return path
+
+
+def stat_of(path: Path, named: str, advice: str = "", *, follow: bool = True) -> os.stat_result:
+    """``path``'s stat (its link's own without ``follow``), or one line
+    (BadInput): ``named``, why it cannot be read, then ``advice``."""
+    try:
+        return os.stat(path) if follow else os.lstat(path)
+    except OSError as exc:
+        raise BadInput(f"{named}: {exc.strerror or exc}{advice}") from exc
 
 
 def check_before_making(path: Path, what: str) -> None:
@@ -249,10 +255,7 @@ def check_output_dir(path: Path, what: str) -> None:
     where = (
         f"{what} {path}" if nearest == Path(os.path.abspath(path)) else f"{what} {path}: {nearest}, where it is made,"
     )
-    try:
-        st = os.stat(nearest)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    st = stat_of(nearest, f"{what} {path}")
     if not stat.S_ISDIR(st.st_mode):
         raise Untrusted(f"{where} is not a directory")
     euid = os.geteuid()
@@ -293,10 +296,7 @@ def work_dir(path: str | os.PathLike[str], what: str) -> Path:
     may write, they could swap our folder for theirs and have root write
     through their links."""
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}: point it at a directory of your own") from exc
+    st = stat_of(path, f"{what} {path}", ": point it at a directory of your own")
     if not stat.S_ISDIR(st.st_mode):
         raise Untrusted(f"{what} {path} is not a directory: point it at a directory of your own")
     problem = weak_spot(path, trusted_owners(), itself=False)
@@ -317,10 +317,7 @@ def private_file(path: str | os.PathLike[str], what: str) -> Path:
     host's place; a key another user may write is theirs.  Returned
     resolved, so what ssh opens is what was checked."""
     path = Path(path)
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        raise BadInput(f"{what} {path}: {exc.strerror or exc}") from exc
+    st = stat_of(path, f"{what} {path}")
     if not stat.S_ISREG(st.st_mode):
         raise Untrusted(f"{what} {path} is not a regular file: give a file of your own")
     owners = user_owners()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import FINE_MARGIN, GUEST_CLOCK, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.scenario import Scenario
@@ -42,7 +43,10 @@ AA_ICOUNT = Measured(
 
 # No kernel_paths: the fault path (mm/memory.c, the page allocator, the
 # architecture's fault handler and clear_page) is code every guest runs, so
-# a patch to it runs every scenario (host/core/scenario.py).
+# a patch to it runs every scenario (host/core/scenario.py).  Its host
+# paths: under a host under test every first touch is a nested page fault
+# that L1's KVM resolves (its memslot search, its MMU), faulting in and
+# zeroing a page of QEMU's memory in L1.
 ANON = Scenario(
     "fault.anon",
     ("fault", "ab"),
@@ -63,6 +67,7 @@ ANON = Scenario(
         ),
     ),
     e2e="test_fault:FaultTest.test_anon",
+    host_paths=host_code.joined(host_code.KVM, host_code.ANON_FAULT),
 )
 
 SCENARIOS = (ANON,)

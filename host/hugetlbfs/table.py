@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import QUIET_OR_KVM, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
+from memqual.host.core.qemu import BALLOON_DRIVER_PATHS
 from memqual.host.core.scenario import Scenario
 from memqual.host.hugetlbfs.pool import KNOBS
 
@@ -52,22 +54,21 @@ BALLOON = Scenario(
         ),
     ),
     e2e="test_hugetlbfs:HugetlbfsTest.test_balloon",
-    # the guest's balloon driver (balloon's rows name the same files: the
-    # subjects import nothing of each other) on host memory of 2 MiB pages:
-    # hugetlbfs itself (mm/hugetlb.c, fs/hugetlbfs/) is the host's, which a
-    # patched guest kernel does not change
-    kernel_paths=(
-        "drivers/virtio/virtio_balloon.c",
-        "include/uapi/linux/virtio_balloon.h",
-        "include/linux/balloon_compaction.h",
-        "mm/balloon_compaction.c",
-        "mm/page_reporting.c",
-        "mm/page_reporting.h",
-        "include/linux/page_reporting.h",
-    ),
+    # the guest's balloon driver on host memory of 2 MiB pages: hugetlbfs
+    # itself (mm/hugetlb.c, fs/hugetlbfs/) is the host's, which a patched
+    # guest kernel does not change
+    kernel_paths=BALLOON_DRIVER_PATHS,
+    # on the host: the pool's pages given back by QEMU's madvise (hugetlbfs's
+    # own), the guest's exits to hand them over
+    host_paths=host_code.joined(host_code.KVM, host_code.GIVE_BACK, host_code.HUGETLB),
 )
+# ksmd over a guest on the pool, which it must leave alone
 KSM: Scenario[object] = Scenario(
-    "hugetlbfs.ksm", ("hugetlbfs", "slow"), knobs=(KNOBS,), e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing"
+    "hugetlbfs.ksm",
+    ("hugetlbfs", "slow"),
+    knobs=(KNOBS,),
+    e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing",
+    host_paths=host_code.joined(host_code.KSMD, host_code.HUGETLB),
 )
 
 SCENARIOS = (BALLOON, KSM)

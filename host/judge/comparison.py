@@ -289,32 +289,6 @@ def compare_metrics(
     return found
 
 
-def compare_results(
-    a: Results | Mapping[str, Any],
-    b: Results | Mapping[str, Any],
-    *,
-    threshold: float = DEFAULT_THRESHOLD,
-    alpha: float = DEFAULT_ALPHA,
-    a_name: str = "A",
-    b_name: str = "B",
-    all_metrics: bool = False,
-    sequential: SequentialOf | None = None,
-    across_hosts: bool = False,
-) -> RunComparison:
-    """B against A, metric by metric: ``compare_runs`` of one run a side."""
-    return compare_runs(
-        [a],
-        [b],
-        threshold=threshold,
-        alpha=alpha,
-        a_name=a_name,
-        b_name=b_name,
-        all_metrics=all_metrics,
-        sequential=sequential,
-        across_hosts=across_hosts,
-    )
-
-
 def compare_runs(
     a_runs: Sequence[Results | Mapping[str, Any]],
     b_runs: Sequence[Results | Mapping[str, Any]],

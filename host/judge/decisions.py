@@ -178,24 +178,15 @@ def one_look(result: RunComparison) -> DecidingTable:
     rows = []
     for m in result.metrics:
         c = m.comparison
-        p, level, test = _test_of(m.verdict, c.p_value, c.p_equivalence, c.alpha_difference, c.alpha_equivalence)
         rows.append(
-            Decision(
-                **_row(m, labels[m.key], result.threshold),
+            _of_whole_run(
+                m,
+                _row(m, labels[m.key], result.threshold),
+                _test_of(m.verdict, c.p_value, c.p_equivalence, c.alpha_difference, c.alpha_equivalence),
                 verdict=m.verdict,
                 text=verdict_text(m),
                 look=1 if m.verdict in (SLOWER, FASTER, EQUIVALENT) else None,
                 looks=1 if m.comparable else 0,
-                blocks=c.units,
-                paired=c.paired,
-                minutes=None,
-                ratio=c.ratio,
-                ci_low=c.ci_low,
-                ci_high=c.ci_high,
-                p=p,
-                level=level,
-                test=test,
-                nominal_p=None,
             )
         )
     return DecidingTable(
@@ -213,25 +204,49 @@ def _finite(x: float) -> float:
     return x if math.isfinite(x) else math.nan
 
 
-def _not_looked_at(m: MetricComparison, base: dict[str, Any]) -> Decision:
-    """A metric no look compared: the whole run's figures, undecided (or not comparable)."""
+def _of_whole_run(
+    m: MetricComparison,
+    base: dict[str, Any],
+    test: tuple[float, float, str],
+    *,
+    verdict: str,
+    text: str,
+    look: int | None,
+    looks: int,
+) -> Decision:
+    """A metric decided on the whole run's comparison, not a look's: its
+    figures, and the p, level and test (``_test_of``) it rests on."""
     c = m.comparison
+    p, level, test_name = test
     return Decision(
         **base,
-        verdict=NOT_COMPARABLE if not m.comparable else UNDECIDED,
-        text=verdict_text(m) if not m.comparable else f"{UNDECIDED} ({NOT_LOOKED_AT})",
-        look=None,
-        looks=0,
+        verdict=verdict,
+        text=text,
+        look=look,
+        looks=looks,
         blocks=c.units,
         paired=c.paired,
         minutes=None,
         ratio=c.ratio,
         ci_low=c.ci_low,
         ci_high=c.ci_high,
-        p=c.p_value,
-        level=0.0,
-        test="difference",
+        p=p,
+        level=level,
+        test=test_name,
         nominal_p=None,
+    )
+
+
+def _not_looked_at(m: MetricComparison, base: dict[str, Any]) -> Decision:
+    """A metric no look compared: the whole run's figures, undecided (or not comparable)."""
+    return _of_whole_run(
+        m,
+        base,
+        (m.comparison.p_value, 0.0, "difference"),
+        verdict=NOT_COMPARABLE if not m.comparable else UNDECIDED,
+        text=verdict_text(m) if not m.comparable else f"{UNDECIDED} ({NOT_LOOKED_AT})",
+        look=None,
+        looks=0,
     )
 
 

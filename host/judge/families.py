@@ -140,7 +140,7 @@ def decide(
     margins: Sequence[float] | None = None,
 ) -> tuple[list[FamilyDecision], list[str]]:
     """Every test's family decision and verdict, each family corrected on
-    its own: what compare_results decides, apart from reading files (the
+    its own: what compare_runs decides, apart from reading files (the
     calibration runs this on synthetic tests).  ``sequential``: a look's
     p-values in place of the tests' own (``decide_family``); ``margins``:
     each test's equivalence margin, the band its change is judged against
@@ -225,7 +225,7 @@ def decide_one(
     alpha: float,
 ) -> tuple[MetricStats, str]:
     """One metric decided on its own, a primary family of one, exactly as
-    compare_results decides each metric: the bisect's question about its
+    compare_runs decides each metric: the bisect's question about its
     one metric.  ValueError when a side has no samples."""
     from memqual.host.judge.stats import ab_tests
 

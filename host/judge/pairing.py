@@ -32,7 +32,7 @@ def check_comparable(
 ) -> None:
     """BadInput, in one line, when two results cannot be compared at all.
     Metrics (or whole scenarios) present on one side only are not a reason:
-    ``compare_results`` lists them and compares the rest."""
+    ``compare_runs`` lists them and compares the rest."""
     a, b = Results.from_json(a), Results.from_json(b)
     if _version(a) != _version(b):
         raise BadInput(

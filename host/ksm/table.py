@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import (
     COUNT,
     HOST_CPU,
@@ -144,8 +145,11 @@ MERGE: Scenario[object] = Scenario(
         ),
     ),
     e2e="test_ksm:KsmTest.test_merge",
+    host_paths=host_code.KSMD,
 )
-INTEGRITY: Scenario[object] = Scenario("ksm.integrity", ("ksm",), knobs=(KNOBS,), e2e="test_ksm:KsmTest.test_integrity")
+INTEGRITY: Scenario[object] = Scenario(
+    "ksm.integrity", ("ksm",), knobs=(KNOBS,), e2e="test_ksm:KsmTest.test_integrity", host_paths=host_code.KSMD
+)
 VOLATILE_SCAN = Scenario(
     "ksm.volatile_scan",
     ("ksm", "ab"),
@@ -169,6 +173,7 @@ VOLATILE_SCAN = Scenario(
         ),
     ),
     e2e="test_ksm:KsmTest.test_volatile_scan_4k",
+    host_paths=host_code.KSMD,
     regime=Regime(
         "dirty_passes_per_scan",
         "dirtying rate",
@@ -180,6 +185,7 @@ VOLATILE_SCAN = Scenario(
 # The guest's own ksmd (Scenario.kernel_paths).  The other rows' ksmd is
 # the host's: a patched guest kernel changes no line of it, and the guest
 # code they run is its memory management at large, which no row names.
+# No host paths here: the merging is the guest's, the host only runs it.
 GUEST_MERGE: Scenario[object] = Scenario(
     "ksm.guest_merge",
     ("ksm", "ab"),
@@ -219,6 +225,7 @@ MANY = Scenario(
         ),
     ),
     e2e="test_ksm:KsmTest.test_many_guests",
+    host_paths=host_code.KSMD,
 )
 
 # The host's own ksmd: no guest kernel path, and no primary (its spread
@@ -229,6 +236,7 @@ ADVISOR = Scenario(
     ADVISOR_SIZES,
     knobs=(KNOBS,),
     e2e="test_ksm_advisor:KsmAdvisorTest.test_advisor",
+    host_paths=host_code.KSMD,
 )
 
 SCENARIOS = (MERGE, INTEGRITY, VOLATILE_SCAN, GUEST_MERGE, MANY, ADVISOR)

@@ -61,6 +61,10 @@ class GuestConfig:
     boot_dimms: int = 0  # GUEST_DIMM_MIB each, on the command line
     bars: tuple[RamBar, ...] = ()
     nic: str = ""  # an emulated NIC beside the suite's own ("rtl8139", seed 000's): its MMIO BAR is recorded
+    # Options of the NIC's user netdev beside restrict=on (a network of its
+    # own, a guestfwd peer); none: nothing is reachable through it.
+    nic_options: str = ""
+    cmdline: str = ""  # the guest kernel's extra parameters ("nox2apic": a 2011 guest's xAPIC)
     # The display adapter ("cirrus-vga": QEMU's default VGA until 2.2, the
     # seeds' guests' one) and its video memory; "" leaves -nodefaults' none.
     vga: str = ""
@@ -86,8 +90,10 @@ class GuestConfig:
                 f"{self.vga},id=mq-gl-vga" + (f",vgamem_mb={self.vgamem_mib}" if self.vgamem_mib else ""),
             ]
         if self.nic:
-            # Its own user netdev with nothing forwarded: only its BAR matters.
-            args += ["-netdev", "user,id=mq-gl-nic,restrict=on", "-device", f"{self.nic},netdev=mq-gl-nic,romfile="]
+            # Its own user netdev, restricted: only its BAR matters, or the
+            # peer nic_options forwards to.
+            netdev = ",".join(p for p in ("user,id=mq-gl-nic,restrict=on", self.nic_options) if p)
+            args += ["-netdev", netdev, "-device", f"{self.nic},netdev=mq-gl-nic,romfile="]
         return tuple(args)
 
     def machine_config(self) -> Any:
@@ -101,6 +107,7 @@ class GuestConfig:
             balloon=None,
             warm=False,
             extra_args=self.extra_args(),
+            cmdline_extra=self.cmdline,
             **dimms,
         )
 
@@ -112,6 +119,8 @@ class GuestConfig:
             "dimm_mib": GUEST_DIMM_MIB if self.boot_dimms else 0,
             "ram_bars": [f"{b.driver}:{b.size_mib}M" for b in self.bars],
             "nic": self.nic,
+            **({"nic_options": self.nic_options} if self.nic_options else {}),
+            **({"cmdline": self.cmdline} if self.cmdline else {}),
             **({"vga": f"{self.vga}:{self.vgamem_mib}M"} if self.vga else {}),
             **({"built_to": self.built_to} if self.built_to else {}),
         }

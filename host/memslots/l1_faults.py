@@ -31,6 +31,9 @@ SCENARIO = "memslots.l1_faults"
 # tracefs on a host where a Linux guest boots under KVM.
 KINDS_SCENARIO = "memslots.l1_lookup_kinds"
 GUEST = SEED_000_GUEST
+# The kinds' records name their window: the priorities claim is judged on
+# seed 000's netperf (l1_netperf.py), this one is listed beside it.
+WORKLOAD = "fault_probe"
 TOUCH_MIB = 64
 RUNS = 3
 # Guest seconds of quiet before the window, as the fault scenario waits
@@ -145,11 +148,16 @@ class FaultsBoot:
         return sum(run.seconds for run in self.runs)
 
     def findings(self) -> list[str]:
-        return [
-            f"slot {c.slot_id}: {c.counted:g} nodes a hit counted, the model's {self.structure} has {c.model}"
-            for c in self.checks
-            if not c.agrees
-        ]
+        return slot_findings(self.structure, self.checks)
+
+
+def slot_findings(structure: str, checks: Sequence[SlotCheck]) -> list[str]:
+    """Each hit slot whose counted nodes a hit differ from the model's."""
+    return [
+        f"slot {c.slot_id}: {c.counted:g} nodes a hit counted, the model's {structure} has {c.model}"
+        for c in checks
+        if not c.agrees
+    ]
 
 
 def slot_checks(reading: l1_kinds.Reading, pid: int | None = None) -> tuple[SlotCheck, ...]:
@@ -268,7 +276,10 @@ def records(
             if rec.variant["kind"] in l1_kinds.KINDS:
                 out.append(
                     dataclasses.replace(
-                        rec, scenario=KINDS_SCENARIO, variant={**rec.variant, **variant}, environment=env
+                        rec,
+                        scenario=KINDS_SCENARIO,
+                        variant={**rec.variant, **variant, "workload": WORKLOAD},
+                        environment=env,
                     )
                 )
     return out
@@ -321,8 +332,7 @@ def render(boots: Sequence[FaultsBoot], host: str, clock_label: str) -> list[str
     ]
     for index, b in enumerate(boots, 1):
         k = b.kinds
-        per = {kind: k.nodes_per(kind) for kind in l1_kinds.KINDS}
-        shown = {kind: "-" if v is None else f"{v:.2f}" for kind, v in per.items()}
+        shown = k.nodes_shown()
         lines.append(
             f"{index:>4} {b.structure:9} {b.ns_per_page:>9.1f} {k.misses:>9} {shown['miss']:>6} {k.ram_hits:>10} "
             f"{shown['ram_hit']:>6} {k.other_hits:>10} {shown['other_hit']:>6}  {' > '.join(b.kinds.order())}"

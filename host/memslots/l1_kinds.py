@@ -89,6 +89,10 @@ class KindCounts:
         nodes = {"miss": self.miss_nodes, "ram_hit": self.ram_hit_nodes, "other_hit": self.other_hit_nodes}[kind]
         return nodes / count if count else None
 
+    def nodes_shown(self) -> dict[str, str]:
+        """Each kind's nodes a search as a table cell ("-": none ran)."""
+        return {k: "-" if (v := self.nodes_per(k)) is None else f"{v:.2f}" for k in KINDS}
+
     def order(self) -> list[str]:
         """The kinds, most frequent first (ties in seed 002's order)."""
         return sorted(KINDS, key=lambda k: -self.count(k))

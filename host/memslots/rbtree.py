@@ -5,7 +5,7 @@ counting rule")."""
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from memqual.host.memslots.layout import Slot
 from memqual.host.memslots.slot_trees import TreeWalk
@@ -23,6 +23,19 @@ class _RBNode:
         self.base, self.end, self.id = slot.base_gfn, slot.end_gfn, slot.id
         self.left = self.right = self.parent = nil
         self.red = True  # CLRS: a new node is red until the fix-up says otherwise
+
+
+Side = Literal["left", "right"]
+_MIRROR: dict[Side, Side] = {"left": "right", "right": "left"}
+
+
+def _child(node: _RBNode, side: Side) -> _RBNode:
+    child: _RBNode = getattr(node, side)
+    return child
+
+
+def _set_child(node: _RBNode, side: Side, child: _RBNode) -> None:
+    setattr(node, side, child)
 
 
 def _make_nil() -> _RBNode:
@@ -56,36 +69,18 @@ class RedBlackTree(TreeWalk[_RBNode]):
     def bound(n: int) -> int | None:
         return math.floor(2 * math.log2(n + 1)) if n else 0
 
-    def _rotate_left(self, x: _RBNode) -> None:
-        nil = self._nil
-        y = x.right
-        x.right = y.left
-        if y.left is not nil:
-            y.left.parent = x
-        y.parent = x.parent
-        if x.parent is nil:
-            self._root = y
-        elif x is x.parent.left:
-            x.parent.left = y
-        else:
-            x.parent.right = y
-        y.left = x
-        x.parent = y
-
-    def _rotate_right(self, x: _RBNode) -> None:
-        nil = self._nil
-        y = x.left
-        x.left = y.right
-        if y.right is not nil:
-            y.right.parent = x
-        y.parent = x.parent
-        if x.parent is nil:
-            self._root = y
-        elif x is x.parent.right:
-            x.parent.right = y
-        else:
-            x.parent.left = y
-        y.right = x
+    def _rotate(self, x: _RBNode, down: Side) -> None:
+        """Rotate at ``x``: it goes ``down`` a level to that side of its
+        child on the other side, which takes its place (CLRS's left
+        rotation is ``down="left"``)."""
+        up = _MIRROR[down]
+        y = _child(x, up)
+        inner = _child(y, down)
+        _set_child(x, up, inner)
+        if inner is not self._nil:
+            inner.parent = x
+        self._transplant(x, y)
+        _set_child(y, down, x)
         x.parent = y
 
     def insert(self, slot: Slot) -> None:
@@ -110,32 +105,21 @@ class RedBlackTree(TreeWalk[_RBNode]):
     def _insert_fixup(self, z: _RBNode) -> None:
         while z.parent.red:
             grand = z.parent.parent
-            if z.parent is grand.left:
-                uncle = grand.right
-                if uncle.red:
-                    z.parent.red = uncle.red = False
-                    grand.red = True
-                    z = grand
-                else:
-                    if z is z.parent.right:
-                        z = z.parent
-                        self._rotate_left(z)
-                    z.parent.red = False
-                    z.parent.parent.red = True
-                    self._rotate_right(z.parent.parent)
+            # CLRS's two cases are mirror images: ``side`` is the parent's.
+            side: Side = "left" if z.parent is grand.left else "right"
+            other = _MIRROR[side]
+            uncle = _child(grand, other)
+            if uncle.red:
+                z.parent.red = uncle.red = False
+                grand.red = True
+                z = grand
             else:
-                uncle = grand.left
-                if uncle.red:
-                    z.parent.red = uncle.red = False
-                    grand.red = True
-                    z = grand
-                else:
-                    if z is z.parent.left:
-                        z = z.parent
-                        self._rotate_right(z)
-                    z.parent.red = False
-                    z.parent.parent.red = True
-                    self._rotate_left(z.parent.parent)
+                if z is _child(z.parent, other):
+                    z = z.parent
+                    self._rotate(z, side)
+                z.parent.red = False
+                z.parent.parent.red = True
+                self._rotate(z.parent.parent, other)
         self._root.red = False
 
     def _transplant(self, u: _RBNode, v: _RBNode) -> None:
@@ -182,48 +166,29 @@ class RedBlackTree(TreeWalk[_RBNode]):
 
     def _delete_fixup(self, x: _RBNode) -> None:
         while x is not self._root and not x.red:
-            if x is x.parent.left:
-                w = x.parent.right
-                if w.red:
-                    w.red = False
-                    x.parent.red = True
-                    self._rotate_left(x.parent)
-                    w = x.parent.right
-                if not w.left.red and not w.right.red:
-                    w.red = True
-                    x = x.parent
-                else:
-                    if not w.right.red:
-                        w.left.red = False
-                        w.red = True
-                        self._rotate_right(w)
-                        w = x.parent.right
-                    w.red = x.parent.red
-                    x.parent.red = False
-                    w.right.red = False
-                    self._rotate_left(x.parent)
-                    x = self._root
+            # CLRS's two cases are mirror images: ``side`` is x's.
+            side: Side = "left" if x is x.parent.left else "right"
+            other = _MIRROR[side]
+            w = _child(x.parent, other)
+            if w.red:
+                w.red = False
+                x.parent.red = True
+                self._rotate(x.parent, side)
+                w = _child(x.parent, other)
+            if not w.left.red and not w.right.red:
+                w.red = True
+                x = x.parent
             else:
-                w = x.parent.left
-                if w.red:
-                    w.red = False
-                    x.parent.red = True
-                    self._rotate_right(x.parent)
-                    w = x.parent.left
-                if not w.right.red and not w.left.red:
+                if not _child(w, other).red:
+                    _child(w, side).red = False
                     w.red = True
-                    x = x.parent
-                else:
-                    if not w.left.red:
-                        w.right.red = False
-                        w.red = True
-                        self._rotate_left(w)
-                        w = x.parent.left
-                    w.red = x.parent.red
-                    x.parent.red = False
-                    w.left.red = False
-                    self._rotate_right(x.parent)
-                    x = self._root
+                    self._rotate(w, other)
+                    w = _child(x.parent, other)
+                w.red = x.parent.red
+                x.parent.red = False
+                _child(w, other).red = False
+                self._rotate(x.parent, side)
+                x = self._root
         x.red = False
 
     def check(self) -> None:

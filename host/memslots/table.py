@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from memqual.host.core import host_code
 from memqual.host.core.primary import COUNT, TIGHT_MARGIN, WALL_612, Measured, Primary, Spread
 from memqual.host.core.profiles import AB, FULL, QUICK
 from memqual.host.core.scenario import Scenario
@@ -26,12 +27,16 @@ LOOKUP = {
 }
 
 # The /dev/kvm benchmarks run on the host alone, no guest kernel in them:
-# negative controls (Scenario.control).
+# negative controls (Scenario.control).  Their host code is KVM's memslot
+# updates and search (Scenario.host_paths), on this machine's /dev/kvm: under
+# a host under test they are skipped (memqual memslots kvm --lookup
+# --host-kernel is their way into L1).
 KVM: Scenario[object] = Scenario(
     "memslots.kvm",
     ("memslots", "kvm", "ab"),
     e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",
     control=True,
+    host_paths=host_code.KVM,
 )
 KVM_LOOKUP = Scenario(
     "memslots.kvm_lookup",
@@ -39,6 +44,7 @@ KVM_LOOKUP = Scenario(
     LOOKUP,
     e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
     control=True,
+    host_paths=host_code.KVM,
 )
 # The memslot tests' own icount A/A (quiet host, 36 runs PASS).
 ICOUNT_AA = Measured(
@@ -49,7 +55,9 @@ ICOUNT_AA = Measured(
     'docs/ab-calibration.md, "The icount A/A of KSM"',
 )
 # The guest code the hotplugged dimms run (Scenario.kernel_paths); the
-# controls run none (host-only /dev/kvm: KVM's code is the host's).
+# controls run none (host-only /dev/kvm: KVM's code is the host's).  The
+# trace's count names no host code: QEMU's trace events replayed through
+# memqual's model, which no host kernel computes.
 MEMORY_HOTPLUG_PATHS = (
     "mm/memory_hotplug.c",
     "include/linux/memory_hotplug.h",

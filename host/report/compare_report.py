@@ -161,6 +161,15 @@ class PatchLine:
     href: str  # its text, copied beside the page
 
 
+GUEST_PATCH_TITLE = "The patch under test"
+GUEST_PATCH_BUILT = "Both kernels built from source with memqual's guest config (memqual kernel build)"
+HOST_PATCH_TITLE = "The host patch under test"
+HOST_PATCH_BUILT = (
+    "Both host kernels built from source with images/host.config (memqual kernel build) and run as "
+    "--host-kernel A --host-kernel B"
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class PatchSection:
     a_kernel: str
@@ -169,6 +178,9 @@ class PatchSection:
     config_diff: tuple[str, ...]
     built_diff: tuple[str, ...]  # the artefacts (bzImage, modules) that differ
     scope: str = ""  # which scenarios ran and why (host/run/patch_scope.py's line)
+    title: str = GUEST_PATCH_TITLE
+    built: str = GUEST_PATCH_BUILT  # how A and B were built
+    axis: str = ""  # a host patch: what moved, one line (host/run/host_scope.py HostPatchRun.axis)
 
 
 def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
@@ -190,6 +202,17 @@ def patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
         built_diff=tuple(map(one_line, record.get("built_diff", ()))),
         scope=one_line((record.get("scope") or {}).get("line", "")),
     )
+
+
+def host_patch_section(record: Mapping[str, Any] | None) -> PatchSection | None:
+    """What comparison.json's ``host_patch`` says of the two host kernels,
+    the patches and the axis that moved, shown as ``patch_section`` shows
+    a guest patch's."""
+    section = patch_section(record)
+    if section is None or record is None:
+        return None
+    axis = one_line(record.get("axis", ""))
+    return dataclasses.replace(section, title=HOST_PATCH_TITLE, built=HOST_PATCH_BUILT, axis=axis)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -339,8 +362,10 @@ def comparison_page(
     b_name: str = "B",
     *,
     patch: Mapping[str, Any] | None = None,
+    host_patch: Mapping[str, Any] | None = None,
 ) -> ComparisonPage:
-    """comparison.html's view of an outcome and its two results files."""
+    """comparison.html's view of an outcome and its two results files
+    (with a guest patch's or a host patch's record, what the A/B moved)."""
     a, b = Results.from_json(a), Results.from_json(b)
     result, table, power = outcome.comparison, outcome.table, outcome.power
     by_key = {m.key: m for m in result.metrics}
@@ -444,36 +469,17 @@ def comparison_page(
             if claim["a"] != claim["b"]
         ),
         environment=tuple(Moved(str(key), str(va), str(vb)) for key, (va, vb) in result.environment.items()),
-        patch=patch_section(patch),
+        patch=patch_section(patch) or host_patch_section(host_patch),
         drift=f"{power.drift:.0%}",
     )
 
 
-def render_comparison_html(
-    outcome: ABOutcome,
-    a: Results | Mapping[str, Any],
-    b: Results | Mapping[str, Any],
-    a_name: str = "A",
-    b_name: str = "B",
-    *,
-    patch: Mapping[str, Any] | None = None,
-) -> str:
-    page = comparison_page(outcome, a, b, a_name, b_name, patch=patch)
+def render_comparison_html(page: ComparisonPage) -> str:
     return pages.render("comparison.html.j2", page=page)
 
 
-def write_comparison_html(
-    outcome: ABOutcome,
-    a: Results | Mapping[str, Any],
-    b: Results | Mapping[str, Any],
-    path: str | Path,
-    a_name: str = "A",
-    b_name: str = "B",
-    *,
-    patch: Mapping[str, Any] | None = None,
-) -> Path:
+def write_comparison_html(page: ComparisonPage, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    html = render_comparison_html(outcome, a, b, a_name, b_name, patch=patch)
-    write_private_atomic(path, html.encode(), 0o644)
+    write_private_atomic(path, render_comparison_html(page).encode(), 0o644)
     return path

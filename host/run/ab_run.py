@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.paths import write_private_atomic
+from memqual.host.core.printable import one_line
 from memqual.host.judge import clock_plan, control_power, verdicts
 from memqual.host.judge.ab_outcome import of_results
 from memqual.host.judge.control_power import ControlPower
@@ -27,10 +28,9 @@ from memqual.host.judge.sequential_run import AddedBlock, ControlLook, Sequentia
 from memqual.host.judge.until_decided import LookResult, Tracker
 from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import blocks, budget, look_outputs
-from memqual.host.run.avocado import list_tests
-from memqual.host.run.block_jobs import BlockRequest, run_block_jobs
+from memqual.host.run.block_jobs import BlockRequest, listed_tests, run_block_jobs
 from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
-from memqual.host.run.outputs import exit_status, write_arm_outputs
+from memqual.host.run.outputs import ArmRecords, exit_status, write_arm_outputs
 from memqual.images import balloon_driver, built_kernels
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
@@ -189,20 +189,8 @@ LOOK_S = 1.5
 MIN_CONTROL_BLOCKS = 6
 
 
-def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) -> int:
-    """Two arms (two kernels, two QEMUs, or two of each), interleaved: the
-    images and balloon drivers of the given kernels built, then the
-    once-per-arm tests (block 1 of each arm) and ONE job in which every
-    other test runs its blocks A B, B A, ...; with until_decided, more
-    blocks of only the tests whose scenarios are undecided."""
-    started = time.monotonic()
-    given = {a.kernel.bzimage: a.kernel for a in run_arms if a.kernel is not None}
-    prebuild(tuple(given.values()), console)
-    for a in run_arms:
-        console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
-    arms = {a.label: a.variant_params() for a in run_arms}
-    run_state = BlockedRun()
-    slots = blocks.host_slots()
+def say_sharing(config: RunConfig, slots: int, console: Console) -> None:
+    """Which tests share the host on the run's clock, ``slots`` runs at a time."""
     sharing = sorted(t for t in clock_plan.beside_others_tests() if clock_plan.runs_beside_others(t, config.clock))
     if config.hosts and config.clock.icount:
         console.print(
@@ -221,24 +209,48 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
             soft_wrap=True,
         )
 
-    def job(selection: str, first: int, count: int, references: tuple[str, ...] = ()) -> None:
+
+def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) -> int:
+    """Two arms (two kernels, two QEMUs, or two of each), interleaved: the
+    images and balloon drivers of the given kernels built, then the
+    once-per-arm tests (block 1 of each arm) and ONE job in which every
+    other test runs its blocks A B, B A, ...; with until_decided, more
+    blocks of only the tests whose scenarios are undecided."""
+    started = time.monotonic()
+    given = {a.kernel.bzimage: a.kernel for a in run_arms if a.kernel is not None}
+    prebuild(tuple(given.values()), console)
+    for a in run_arms:
+        console.print(f"arm {a.label}: {arm_line(a)}", highlight=False, markup=False, soft_wrap=True)
+    arms = {a.label: a.variant_params() for a in run_arms}
+    run_state = BlockedRun()
+    slots = blocks.host_slots()
+    say_sharing(config, slots, console)
+
+    def job(
+        selection: str, first: int, count: int, references: tuple[str, ...] = (), listed: list[str] | None = None
+    ) -> None:
+        """A job of ``selection``'s tests (those ``references`` name, else the
+        selection's, which ``listed`` holds where avocado listed them
+        already).  A selection avocado lists no test of (--only chose none
+        of them) starts no job: nothing runs, nothing fails."""
+        if not references and listed is None:
+            listed = listed_tests(config, selection)
+        if listed == []:
+            which = "once-per-arm tests" if selection == "once" else "tests that run in blocks"
+            console.print(
+                f"no {which} selected" + ("" if selection == "once" else ": nothing to compare"),
+                highlight=False,
+                markup=False,
+            )
+            return
         number = len(run_state.jobs) + 1
         order = blocks.block_order(first, count)
-        request = BlockRequest(arms, order, selection, references)
+        request = BlockRequest(arms, order, selection, references, None if references else listed)
         for done in run_block_jobs(config, request, number, console, slots):
             outcome = done.outcome
             what = "once per arm" if selection == "once" else f"block(s) {first}-{first + count - 1}"
             if done.slots > 1:
                 what += f", {done.tests} test(s) sharing the host on icount, {done.slots} runs at a time"
-            if outcome.job_dir is None and "could not be created" in outcome.summary:
-                # --only selected none of these tests: nothing ran, nothing failed.
-                which = "once-per-arm tests" if selection == "once" else "tests that run in blocks"
-                console.print(
-                    f"no {which} selected" + ("" if selection == "once" else ": nothing to compare"),
-                    highlight=False,
-                    markup=False,
-                )
-                return
             console.print(
                 f"job {len(run_state.jobs) + 1} ({what}) avocado: {outcome.summary or 'no summary'} "
                 f"(exit {outcome.exit_status}); job directory {outcome.job_dir}",
@@ -267,23 +279,12 @@ def run_blocked(config: RunConfig, run_arms: tuple[Arm, Arm], console: Console) 
 
         looks = add_blocks_until_decided(config, run_state, job, started, console, reserve_s=reserve_s, at_look=at_look)
     if checks:
-        looks = checks_in_budget(config, len(checks), reserve_s, started, lambda: job("once", 1, 1), console, looks)
+        looks = checks_in_budget(
+            config, len(checks), reserve_s, started, lambda: job("once", 1, 1, listed=checks), console, looks
+        )
     results = []
     for a in run_arms:
-        results.append(
-            write_arm_outputs(
-                config.output / a.label,
-                record.merge_rounds(run_state.of_arm(a.label)),
-                run_state.problems,
-                run_state.tests_of_arm(a.label),
-                run_state.jobs,
-                config,
-                a.kernel,
-                console,
-                qemu=a.qemu,
-                label=a.label,
-            )
-        )
+        results.append(write_arm_outputs(config.output / a.label, ArmRecords.so_far(run_state, a), config, console))
     # With --until-decided the run's decisions are the looks' (each at its
     # share of alpha); the comparison of the whole run at the full alpha
     # after optional stopping would not hold its error rate: it is shown
@@ -320,8 +321,7 @@ def checks_after_looks(config: RunConfig, console: Console) -> list[str] | None:
     """The once-per-arm checks a run after its looks will make (empty:
     none selected), or None when avocado could not list them (they then
     run first, as without --until-decided)."""
-    scoped = config.scope.references("once") if config.scope is not None else ()
-    checks = list_tests(dataclasses.replace(config, selection="once", references=scoped))
+    checks = listed_tests(config, "once")
     if checks:
         console.print(
             f"the {len(checks)} once-per-arm checks run after the looks: about "
@@ -537,13 +537,19 @@ def _compare_arms(
     if config.patch is not None:  # memqual run --patch: A and B built from source
         out["patch"] = config.patch.to_json()
         names = config.patch.arm_names()
+    if config.host_patch is not None:  # memqual run --host-patch: the host kernels built from source
+        out["host_patch"] = config.host_patch.to_json()
+        names = config.host_patch.arm_names()
+        # file names from the user's patch: shown escaped
+        console.print(one_line(config.host_patch.axis()), highlight=False, markup=False, soft_wrap=True)
     write_private_atomic(config.output / "comparison.json", (json.dumps(out, indent=2) + "\n").encode(), 0o644)
     print_comparison(outcome, console, *names)
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
-    from memqual.host.report.compare_report import write_comparison_html
+    from memqual.host.report.compare_report import comparison_page, write_comparison_html
 
-    write_comparison_html(
-        outcome, results[0], results[1], config.output / "comparison.html", *names, patch=out.get("patch")
+    page = comparison_page(
+        outcome, results[0], results[1], *names, patch=out.get("patch"), host_patch=out.get("host_patch")
     )
+    write_comparison_html(page, config.output / "comparison.html")
     console.print(f"wrote {config.output / 'comparison.json'} and {config.output / 'comparison.html'}", highlight=False)
     return outcome.exit_status

@@ -58,16 +58,23 @@ class BlockJob:
     tests: int = 0  # how many tests it was given by name (0: its selection's)
 
 
-def split_beside_others(config: RunConfig, selection: str, references: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """The tests of a block job (by name, as avocado lists them) that share
-    the host on the run's clock (host/judge/clock_plan.py
+def listed_tests(config: RunConfig, selection: str, references: tuple[str, ...] = ()) -> list[str] | None:
+    """The tests (by name, as avocado lists them) a block job of
+    ``selection`` would run: those ``references`` name, else the
+    selection's within the run's scope.  Empty when --only selects none of
+    them; None when avocado cannot list them (the job then says why)."""
+    if not references and config.scope is not None:
+        references = config.scope.references(selection)
+    return list_tests(dataclasses.replace(config, selection=selection, references=references))
+
+
+def split_beside_others(config: RunConfig, listed: list[str] | None) -> tuple[list[str], list[str]]:
+    """The tests of a block job (``listed``: by name, as avocado lists
+    them) that share the host on the run's clock (host/judge/clock_plan.py
     ``runs_beside_others``: icount, every primary a count of their guests'
-    instructions), and the rest.  Both empty when avocado cannot list them:
-    the job then runs as one, every test alone."""
-    if not (config.clock.icount or config.clock.auto):
-        return [], []
-    listed = list_tests(dataclasses.replace(config, selection=selection, references=references))
-    if not listed:
+    instructions), and the rest.  Both empty when avocado could not list
+    them (None): the job then runs as one, every test alone."""
+    if not (config.clock.icount or config.clock.auto) or not listed:
         return [], []
     if config.hosts and config.clock.icount:
         # Every guest runs on a host under test of its own test (an L1 per
@@ -88,6 +95,9 @@ class BlockRequest:
     order: list[tuple[int, str]]
     selection: str = "blocks"
     references: tuple[str, ...] = ()
+    # The tests avocado listed for it, where the caller has listed them
+    # (``listed_tests``); None: listed here when the clock needs them.
+    listed: list[str] | None = None
 
 
 def run_block_jobs(
@@ -104,7 +114,10 @@ def run_block_jobs(
         references = config.scope.references(selection)
     slots = blocks.host_slots() if slots is None else slots
     together = selection == "blocks" and slots > 1
-    shared, rest = split_beside_others(config, selection, references) if together else ([], [])
+    listed = request.listed
+    if together and listed is None and (config.clock.icount or config.clock.auto):
+        listed = listed_tests(config, selection, references)  # only a clock whose tests share the host asks
+    shared, rest = split_beside_others(config, listed) if together else ([], [])
     if not shared:
         return [BlockJob(run_block_job(config, arms, order, number, console, selection, references))]
     at_once = max(config.parallel, slots)

@@ -213,7 +213,7 @@ def _look_decisions(
     sequential: Callable[..., Any] | None = None,
 ) -> list[Any]:
     """One primary's MetricComparison from (block, value) pairs, as
-    compare_results decides it (a family of one)."""
+    compare_runs decides it (a family of one)."""
     blocks = [blk for blk, _ in records_a]
     ra, rb = [[v] for _, v in records_a], [[v] for _, v in records_b]
     test = ab_tests.ratio_test(ra, rb, blocks, blocks)

@@ -17,6 +17,7 @@ from memqual.host.run.blocks import VariantParams
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from memqual.host.core.qemu_binary import QemuChoice
+    from memqual.host.run.host_scope import HostPatchRun
     from memqual.host.run.patch_scope import PatchRun, TestScope
 
 
@@ -137,6 +138,9 @@ class RunConfig:
     # memqual run --patch: the kernels it built A and B from, the patches
     # and its scope (None: the kernels were given).
     patch: PatchRun | None = None
+    # memqual run --host-patch: the host kernels it built A and B from, the
+    # patches and its scope (None: no host patch).
+    host_patch: HostPatchRun | None = None
 
 
 @dataclasses.dataclass

@@ -11,30 +11,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from memqual.host.core import record
 from memqual.host.core.paths import write_private_atomic
 from memqual.host.judge import ab_outcome
 from memqual.host.judge.control_power import ControlPower
 from memqual.host.judge.results import write_results
 from memqual.host.judge.sequential_run import SequentialRun
 from memqual.host.judge.until_decided import LookResult
-from memqual.host.run.config import Arm, JobOutcome, RunConfig, TestOutcome
-from memqual.host.run.outputs import arm_results
+from memqual.host.run.config import Arm, RunConfig
+from memqual.host.run.outputs import ArmRecords, RunSoFar, arm_results
 
 SUMMARY = "until-decided.json"
 COMPARISON = "comparison.json"
-
-
-class RunSoFar(Protocol):
-    """What a look reads of the run (host/run/ab_run.py's BlockedRun)."""
-
-    jobs: list[JobOutcome]
-    problems: list[str]
-
-    def of_arm(self, arm: str) -> list[Any]: ...
-    def tests_of_arm(self, arm: str) -> list[tuple[int, TestOutcome]]: ...
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -66,16 +55,7 @@ def write_look(
     if not run.jobs:
         return
     for arm in arms:
-        found = arm_results(
-            record.merge_rounds(run.of_arm(arm.label)),
-            run.problems,
-            run.tests_of_arm(arm.label),
-            run.jobs,
-            config,
-            arm.kernel,
-            arm.qemu,
-            arm.label,
-        )
+        found = arm_results(ArmRecords.so_far(run, arm), config)
         (config.output / arm.label).mkdir(parents=True, exist_ok=True)
         write_results(found, config.output / arm.label / "results.json")
     outcome = ab_outcome.at_look(now, looks, power)

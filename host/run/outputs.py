@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from memqual.host.core import record
 from memqual.host.core.errors import BadInput
 from memqual.host.judge.results import Results, build_results, write_results
-from memqual.host.run.config import GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
+from memqual.host.run.config import Arm, GuestKernel, JobOutcome, RunConfig, TestOutcome, qemu_json
 
 if TYPE_CHECKING:  # imported where used: a run loads the reporting only at its end
     from rich.console import Console
@@ -39,6 +39,39 @@ def collect_records(job_dir: Path | None) -> tuple[list[record.Measurement], lis
     return records, problems
 
 
+class RunSoFar(Protocol):
+    """What an arm's results read of a run in blocks (host/run/ab_run.py's
+    BlockedRun), at a look or at its end."""
+
+    jobs: list[JobOutcome]
+    problems: list[str]
+
+    def of_arm(self, arm: str) -> list[Any]: ...
+    def tests_of_arm(self, arm: str) -> list[tuple[int, TestOutcome]]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ArmRecords:
+    """What one arm's results are built from: its records (rounds merged),
+    the records that could not be read, its tests (each with the number of
+    the job that ran it), the jobs and its kernel; ``qemu`` and ``label``:
+    an A/B arm's QEMU and name where its kernel does not say."""
+
+    records: list[record.Measurement]
+    problems: list[str]
+    tests: list[tuple[int, TestOutcome]]
+    jobs: list[JobOutcome]
+    kernel: GuestKernel | None
+    qemu: QemuChoice | None = None
+    label: str = ""
+
+    @classmethod
+    def so_far(cls, run: RunSoFar, arm: Arm) -> ArmRecords:
+        """An A/B arm's, from what its blocks have written so far."""
+        merged = record.merge_rounds(run.of_arm(arm.label))
+        return cls(merged, run.problems, run.tests_of_arm(arm.label), run.jobs, arm.kernel, arm.qemu, arm.label)
+
+
 def write_outputs(
     out_dir: Path,
     jobs: list[JobOutcome],
@@ -54,30 +87,18 @@ def write_outputs(
         records += job_records
         problems += job_problems
     tests = [(index + 1, t) for index, job in enumerate(jobs) for t in job.tests]
-    return write_arm_outputs(out_dir, record.merge_rounds(records), problems, tests, jobs, config, kernel, console)
+    arm = ArmRecords(record.merge_rounds(records), problems, tests, jobs, kernel)
+    return write_arm_outputs(out_dir, arm, config, console)
 
 
-def write_arm_outputs(
-    out_dir: Path,
-    records: list[record.Measurement],
-    problems: list[str],
-    tests: list[tuple[int, TestOutcome]],
-    jobs: list[JobOutcome],
-    config: RunConfig,
-    kernel: GuestKernel | None,
-    console: Console,
-    qemu: QemuChoice | None = None,
-    label: str = "",
-) -> Results:
-    """write_outputs from records already merged and the tests (with the
-    number of the job that ran each) that wrote them; ``qemu`` and
-    ``label``: an A/B arm's QEMU and name where its kernel does not say."""
+def write_arm_outputs(out_dir: Path, arm: ArmRecords, config: RunConfig, console: Console) -> Results:
+    """write_outputs from an arm's records already merged."""
     # lazy: the pages bring jinja2, numpy and scipy (~300 ms); only this path writes one
     from memqual.host.report import report, terminal
 
-    for problem in problems:
+    for problem in arm.problems:
         console.print(f"[yellow]skipped a record:[/] {problem}", highlight=False)
-    results = arm_results(records, problems, tests, jobs, config, kernel, qemu, label)
+    results = arm_results(arm, config)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_results(results, out_dir / "results.json")
     report.write_html(results, out_dir / "report.html")
@@ -86,30 +107,22 @@ def write_arm_outputs(
     return results
 
 
-def arm_results(
-    records: list[record.Measurement],
-    problems: list[str],
-    tests: list[tuple[int, TestOutcome]],
-    jobs: list[JobOutcome],
-    config: RunConfig,
-    kernel: GuestKernel | None,
-    qemu: QemuChoice | None = None,
-    label: str = "",
-) -> Results:
-    """One arm's Results (claims judged, the run's facts) from its merged
-    records and tests: what write_arm_outputs writes, and what an A/B
-    writes at each look without its pages."""
+def arm_results(arm: ArmRecords, config: RunConfig) -> Results:
+    """One arm's Results (claims judged, the run's facts): what
+    write_arm_outputs writes, and what an A/B writes at each look without
+    its pages."""
     # lazy: the claims bring numpy and scipy (~300 ms); only a run's looks and its end judge them
     from memqual.host.judge.claims.evaluate import evaluate
     from memqual.host.judge.claims.load import load
     from memqual.host.judge.claims.model import Skip
 
-    skips = [Skip(test=t.id, status=t.status, reason=t.reason) for _, t in tests if t.status in _NOT_PASSED]
-    verdicts = evaluate(load(), records, skips=skips, only=config.only)
+    kernel = arm.kernel
+    skips = [Skip(test=t.id, status=t.status, reason=t.reason) for _, t in arm.tests if t.status in _NOT_PASSED]
+    verdicts = evaluate(load(), arm.records, skips=skips, only=config.only)
     run_info: dict[str, Any] = {
         "profile": config.profile,
         "only": list(config.only),
-        "label": label or (kernel.label if kernel else ""),
+        "label": arm.label or (kernel.label if kernel else ""),
         "guest_kernel": (
             {
                 "bzimage": str(kernel.bzimage),
@@ -119,16 +132,16 @@ def arm_results(
             if kernel
             else None
         ),
-        "qemu": qemu_json(qemu),
+        "qemu": qemu_json(arm.qemu),
         "clock": config.clock.label,  # what the guests ran on; each record's environment says its own
-        "rounds": len(jobs),
+        "rounds": len(arm.jobs),
         # The first job's summary heads the report; every round's is listed.
-        "avocado": jobs[0].to_json(),
-        "avocado_rounds": [job.to_json() for job in jobs],
-        "tests": [dataclasses.asdict(t) | {"round": number} for number, t in tests],
-        "record_problems": problems,
+        "avocado": arm.jobs[0].to_json(),
+        "avocado_rounds": [job.to_json() for job in arm.jobs],
+        "tests": [dataclasses.asdict(t) | {"round": number} for number, t in arm.tests],
+        "record_problems": arm.problems,
     }
-    results = build_results(verdicts, records, run=run_info)
+    results = build_results(verdicts, arm.records, run=run_info)
     env = results.environment
     if config.clock.auto:
         # A plan's records were read on two clocks: the file's clock is the

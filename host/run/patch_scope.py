@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.profiles import AB, FULL
@@ -27,6 +27,8 @@ EVERYTHING = "everything"
 SCOPED = "scoped"
 NOTHING = "nothing"
 ONLY = "only"  # --only given: its tags decide alone
+GUEST = "guest"  # which kernel a patch changes: the guests' (memqual run --patch)
+HOST = "host"  # or the host's (memqual run --host-patch, host/run/host_scope.py)
 # What no guest kernel builds: its documentation and the tree's own papers
 # (a Kconfig under Documentation/ is still a config input: CONFIG_INPUTS).
 NOT_BUILT = (
@@ -48,6 +50,24 @@ CONFIG_INPUTS = re.compile(r"(^|/)Kconfig[^/]*$|^scripts/|/configs/")
 # The boot checks of the guest kernel itself (tag kernel-checks): every
 # patched kernel's once-per-arm job runs them, whatever its scope.
 KERNEL_CHECKS_FILE = "test_boot.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """The kernel a patch changes, as its scope reads the rows and says so."""
+
+    name: str  # GUEST or HOST
+    kernel: str  # the kernel a patch of this side builds, in words
+    config: str  # the config a Kconfig change moves, in words
+    field: str  # the rows' field that names its paths
+    paths: Callable[[Scenario[Any]], tuple[str, ...]]
+
+    def exercises(self, row: Scenario[Any], path: str) -> bool:
+        return kernel_paths_pattern(self.paths(row)).fullmatch(path) is not None
+
+
+GUEST_SIDE = Side(GUEST, "guest kernel", "every scenario's kernel has", "kernel_paths", lambda row: row.kernel_paths)
+HOST_SIDE = Side(HOST, "host kernel", "both host kernels have", "host_paths", lambda row: row.host_paths)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,9 +102,13 @@ class PatchScope:
     # ``test_file_stem:Class.method`` (Scenario.e2e)
     tests: tuple[str, ...] = ()
     control_tests: tuple[str, ...] = ()
+    side: str = GUEST  # the kernel the patch changes
+    only: tuple[str, ...] = ()  # HOST: --only's tags, which the scope narrows further
 
     def line(self) -> str:
-        """The one line ``memqual run --patch`` prints."""
+        """The one line ``memqual run --patch`` (``--host-patch``) prints."""
+        if self.side == HOST:
+            return self.host_line()
         if self.kind == SCOPED:
             names = ", ".join(c.scenario for c in self.chosen)
             return (
@@ -96,6 +120,22 @@ class PatchScope:
         if self.kind == ONLY:
             return f"running what --only selects: {self.reason}, the patch's scope is not applied"
         return f"running every scenario: {self.reason}"
+
+    def host_line(self) -> str:
+        """The line of a host patch's scope, which --only narrows rather
+        than replaces (no negative control rides along: the controls read
+        this machine's /dev/kvm, which a host under test leaves out)."""
+        selects = f" --only {' '.join(self.only)} selects" if self.only else ""
+        if self.kind == SCOPED:
+            names = ", ".join(c.scenario for c in self.chosen)
+            among = f" (of those{selects})" if self.only else ""
+            return (
+                f"the host patch touches host code {names} exercise{among}: running those; "
+                f"--all-scenarios runs every scenario{selects}"
+            )
+        if self.kind == NOTHING:
+            return f"nothing to qualify: {self.reason}; --all-scenarios runs every scenario{selects} anyway"
+        return f"running every scenario{selects}: {self.reason}"
 
     def test_scope(self, tests_dir: str = "e2e") -> TestScope | None:
         """The avocado references a SCOPED run is limited to (each test
@@ -114,6 +154,7 @@ class PatchScope:
             "reason": self.reason,
             "scenarios": {c.scenario: list(c.files) for c in self.chosen},
             "controls": list(self.controls),
+            "side": self.side,
             "line": self.line(),
         }
 
@@ -130,28 +171,48 @@ def not_built(path: str) -> bool:
     return not CONFIG_INPUTS.search(path) and kernel_paths_pattern(NOT_BUILT).fullmatch(path) is not None
 
 
+def unscoped(files: tuple[str, ...], rows: Sequence[Scenario[Any]], side: Side) -> PatchScope | None:
+    """What the files alone decide, before any row is chosen: no file or
+    a config input (everything), only files no kernel builds (nothing), a
+    file no row names on ``side`` (everything); None when every file built
+    is named by some row."""
+    if not files:
+        return PatchScope(EVERYTHING, files, "the patch touches no file", side=side.name)
+    config = [f for f in files if CONFIG_INPUTS.search(f)]
+    if config:
+        return PatchScope(EVERYTHING, files, f"{config[0]} can change the config {side.config}", side=side.name)
+    built = built_files(files)
+    if not built:
+        return PatchScope(NOTHING, files, f"{', '.join(files)}: no {side.kernel} builds any of it", side=side.name)
+    named = kernel_paths_pattern(tuple(p for row in rows for p in side.paths(row)))  # any row's, in one match
+    unnamed = [f for f in built if named.fullmatch(f) is None]
+    if unnamed:
+        more = f" (and {len(unnamed) - 1} more)" if len(unnamed) > 1 else ""
+        return PatchScope(EVERYTHING, files, f"{unnamed[0]}{more} is in no scenario's {side.field}", side=side.name)
+    return None
+
+
+def built_files(files: Sequence[str]) -> tuple[str, ...]:
+    """The files of a patch some kernel builds (not its documentation)."""
+    return tuple(f for f in files if not not_built(f))
+
+
+def chosen_by(files: Sequence[str], row: Scenario[Any], side: Side) -> Chosen | None:
+    """The row with the ``files`` it names on ``side``, or None: it names none."""
+    named = tuple(f for f in files if side.exercises(row, f))
+    return Chosen(row.name, named) if named else None
+
+
 def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str = AB) -> PatchScope:
     """The scope of a patch touching ``files`` over the scenario ``rows``
     that run in ``profile``."""
     files = tuple(files)
-    if not files:
-        return PatchScope(EVERYTHING, files, "the patch touches no file")
-    config = [f for f in files if CONFIG_INPUTS.search(f)]
-    if config:
-        return PatchScope(EVERYTHING, files, f"{config[0]} can change the config every scenario's kernel has")
-    built = [f for f in files if not not_built(f)]
-    if not built:
-        return PatchScope(NOTHING, files, f"{', '.join(files)}: no guest kernel builds any of it")
-    named = kernel_paths_pattern(tuple(p for row in rows for p in row.kernel_paths))  # any row's, in one match
-    unnamed = [f for f in built if named.fullmatch(f) is None]
-    if unnamed:
-        more = f" (and {len(unnamed) - 1} more)" if len(unnamed) > 1 else ""
-        return PatchScope(EVERYTHING, files, f"{unnamed[0]}{more} is in no scenario's kernel_paths")
-    chosen = [
-        Chosen(row.name, tuple(f for f in built if row.exercises(f)))
-        for row in rows
-        if not row.control and any(row.exercises(f) for f in built)
-    ]
+    early = unscoped(files, rows, GUEST_SIDE)
+    if early is not None:
+        return early
+    built = built_files(files)
+    found = [chosen_by(built, row, GUEST_SIDE) for row in rows if not row.control]
+    chosen = [c for c in found if c is not None]
     kept = [c for c in chosen if runs_in(_row(rows, c.scenario), profile)]
     if not kept:
         names = ", ".join(c.scenario for c in chosen)

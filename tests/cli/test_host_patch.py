@@ -1,7 +1,8 @@
 """memqual run --host-patch (host/cli/host_patch.py): host kernels A and B
-built with images/host.config, handed to the run as --host-kernel twice,
-named in OUTPUT/host-patch.json; bad input refused before any build.  No
-kernel is built here: the builder is a fake."""
+built with images/host.config, handed to the run as --host-kernel twice with
+the patch's scope and record, named in OUTPUT/host-patch.json; bad input,
+and a patch that can move none of the selected scenarios, refused before
+any build.  No kernel is built here: the builder is a fake."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ KVM_PATCH = (
     "@@ -1 +1 @@\n-int walk = 1;\n+int walk = 0;\n"
 )
 MM_PATCH = "--- a/mm/memory.c\n+++ b/mm/memory.c\n@@ -1 +1 @@\n-int fault;\n+int faults;\n"
+DOCS_PATCH = "--- a/Documentation/virt/kvm/api.rst\n+++ b/Documentation/virt/kvm/api.rst\n@@ -1 +1 @@\n-a\n+b\n"
 
 
 @pytest.fixture
@@ -39,6 +41,7 @@ def files(tmp_path: Path) -> dict[str, str]:
     made = {
         "kvm.patch": KVM_PATCH,
         "mm.patch": MM_PATCH,
+        "docs.patch": DOCS_PATCH,
         "notes.txt": "no diff here\n",
         "extra.config": "CONFIG_KSM=y\n",
         "bad.config": "CONFIG_KSM=$(reboot)\n",
@@ -83,6 +86,9 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
         # the run's own options, checked with the two host kernels stood in for
         (["--host-patch", "{kvm}", "--rounds", "0"], "--rounds must be at least 1"),
         (["--host-patch", "{kvm}", "--budget", "5"], "--budget applies to --until-decided only"),
+        # a patch that can move none of the scenarios the run would run
+        (["--host-patch", "{docs}"], "^memqual: error: nothing to qualify: .*no host kernel builds any of it"),
+        (["--host-patch", "{kvm}", "--only", "ksm"], "nothing to qualify: only .*fault.anon.* --only ksm in the ab"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_any_build(
@@ -142,11 +148,12 @@ def fake_arms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeArms:
 
 
 @pytest.mark.parametrize(
-    ("words", "sources"),
+    ("words", "sources", "scoped"),
     [
-        ([], [HOST_SOURCE]),  # the memslot host kernels' source
-        (["--host-kernel-source", "{src}"], ["{src}"]),
-        (["--host-kernel-source", "{src}", "--host-kernel-source", "debian:6.12"], ["{src}", "debian:6.12"]),
+        ([], [HOST_SOURCE], True),  # the memslot host kernels' source
+        (["--host-kernel-source", "{src}"], ["{src}"], True),
+        # two sources whose differences are not listed: every scenario
+        (["--host-kernel-source", "{src}", "--host-kernel-source", "debian:6.12"], ["{src}", "debian:6.12"], False),
     ],
 )
 def test_the_run_is_given_the_two_host_kernels_built_with_host_config(
@@ -156,6 +163,7 @@ def test_the_run_is_given_the_two_host_kernels_built_with_host_config(
     capsys: pytest.CaptureFixture[str],
     words: list[str],
     sources: list[str],
+    scoped: bool,
 ) -> None:
     argv = _argv(
         tmp_path,
@@ -183,7 +191,15 @@ def test_the_run_is_given_the_two_host_kernels_built_with_host_config(
     assert patches == [files["kvm"], files["mm"]]  # in order
     assert fragments == [str(kernel_build.HOST_CONFIG), files["extra"]]  # host.config first, the user's on top
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("every scenario --only selects runs")  # before the build
+    # the run is handed what was built and the scope, as run --patch hands over its PatchRun
+    assert config.scope == given.test_scope and config.host_patch is given.host_patch_run
+    assert config.host_patch.scope.line() == out[0] and config.patch is None  # said before the build
+    if scoped:  # the KVM and fault path patches' scope: no KSM
+        assert out[0].startswith("the host patch touches host code balloon.deflate, ") and "fault.anon" in out[0]
+        assert given.test_scope is not None and "e2e/test_fault.py:FaultTest.test_anon$" in given.test_scope.blocks
+        assert "ksm." not in out[0] and not any("test_ksm" in t for t in given.test_scope.blocks)
+    else:
+        assert out[0].startswith("running every scenario: two sources") and given.test_scope is None
     assert f"host A: 6.1.192-memqual-{'a' * 16} ({built_sources[0]}; cached)" in out
     assert f"host B: 6.1.192-memqual-{'b' * 16} ({built_sources[-1]}; built in 95 s)" in out
     assert any(line.startswith("host patch: KVM: x86/mmu: skip the walk (arch/x86/kvm/mmu/mmu.c;") for line in out)
@@ -202,7 +218,12 @@ def test_host_patch_json_names_the_kernels_the_patches_and_their_texts(
     assert record["sources"] == [HOST_SOURCE] and record["a"]["source"] == HOST_SOURCE
     assert record["config_fragments"] == [str(kernel_build.HOST_CONFIG)]
     assert record["config_diff"] == ["CONFIG_KSM: n -> y"] and record["built_diff"] == ["arch/x86/kvm/kvm.ko: differs"]
-    assert record["scope"] == host_patch.SCOPE
+    assert record["scope"] == args.host_patch_run.scope.to_json() and record["scope"]["side"] == "host"
+    assert record["scope"]["scenarios"]["fault.anon"] == ["arch/x86/kvm/mmu/mmu.c", "mm/memory.c"]
+    assert record["axis"] == (
+        f"host patches: kvm.patch (sha256 {hashlib.sha256(KVM_PATCH.encode()).hexdigest()[:12]}), "
+        f"mm.patch (sha256 {hashlib.sha256(MM_PATCH.encode()).hexdigest()[:12]}), on {HOST_SOURCE}"
+    )
     kvm, mm = record["patches"]
     assert (kvm["subject"], kvm["files"]) == ("KVM: x86/mmu: skip the walk", ["arch/x86/kvm/mmu/mmu.c"])
     assert (mm["subject"], mm["files"]) == ("mm.patch", ["mm/memory.c"])
@@ -239,3 +260,30 @@ def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys:
     with pytest.raises(SystemExit):
         _args(["run", "--help"])
     assert f"default {HOST_SOURCE}" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("words", "line", "scoped"),
+    [
+        # --only narrows the scope: of the fault path's and KVM's rows, the fault's
+        (["--host-patch", "{kvm}", "--only", "fault"], "the host patch touches host code fault.anon exercise (", True),
+        # --all-scenarios: every scenario --only selects, even for a patch of documentation
+        (["--host-patch", "{docs}", "--all-scenarios"], "running every scenario: --all-scenarios given", False),
+        (["--host-patch", "{kvm}", "--all-scenarios", "--only", "ksm"], "running every scenario --only ksm", False),
+    ],
+)
+def test_only_narrows_the_scope_and_all_scenarios_lifts_it(
+    tmp_path: Path,
+    files: dict[str, str],
+    fake_arms: FakeArms,
+    capsys: pytest.CaptureFixture[str],
+    words: list[str],
+    line: str,
+    scoped: bool,
+) -> None:
+    args = _args(_argv(tmp_path, files, words))
+    assert host_patch.run_with_host_patch(args, lambda given: 0) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith(line)
+    assert (args.test_scope is not None) is scoped
+    if scoped:
+        assert args.test_scope.blocks == ("e2e/test_fault.py:FaultTest.test_anon$",)

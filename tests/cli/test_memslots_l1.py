@@ -77,6 +77,9 @@ def test_the_table_names_host_clock_structure_and_each_check() -> None:
         (["--host-kernel", "6.1.0-57-amd64", "--host-2011", "svm"], "give --layout FILE|seed-000"),
         (["--faults"], "--faults counts the host under test's memslot searches: give --host-kernel KERNEL"),
         (["--faults", "--host-kernel", "6.1.0-57-amd64", "--layout", "seed-000"], "give no --layout"),
+        (["--netperf"], "--netperf counts the host under test's memslot searches: give --host-kernel KERNEL"),
+        (["--netperf", "--faults", "--host-kernel", "6.1.0-57-amd64"], "two workloads of seed 000's guest: give one"),
+        (["--netperf", "--host-kernel", "6.1.0-57-amd64", "--hit-gfn", "5"], "--netperf runs seed 000's guest"),
     ],
 )
 def test_bad_options_are_one_line_and_status_2_before_any_boot(argv: list[str], says: str) -> None:

@@ -10,10 +10,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import paramiko
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fake_paramiko import FakeClient, FakeTransport, LocalChannel
+from fake_sshd import public_line
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +25,9 @@ from memqual.host.core.ssh import SSH, banner_ready
 
 
 # -- banner_ready ----------------------------------------------------------
-def serve(greeting: bytes | None) -> Iterator[int]:
+def serve(greeting: bytes | None, hang_up: bool = False) -> Iterator[int]:
     """A loopback server that sends ``greeting`` (or nothing) to every
-    client and keeps the connection open."""
+    client and keeps the connection open (``hang_up``: closes it)."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(4)
@@ -42,6 +44,8 @@ def serve(greeting: bytes | None) -> Iterator[int]:
             held.append(conn)
             if greeting is not None:
                 conn.sendall(greeting)
+            if hang_up:
+                conn.close()
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
@@ -199,6 +203,16 @@ def test_push_streams_a_file_with_its_mode(ssh: SSH, tmp_path: Path) -> None:
     ssh.push(source, str(target), mode=0o750)
     assert target.read_bytes() == source.read_bytes()
     assert target.stat().st_mode & 0o777 == 0o750
+
+
+def test_a_server_that_hangs_up_after_its_banner_is_a_guest_error(key_file: Path) -> None:
+    """What a guest's forward does while its sshd is not yet up behind a
+    nested QEMU: paramiko raises a bare EOFError from the key exchange,
+    which the boot's wait must see as "not yet", not as a failed test."""
+    pinned = public_line(paramiko.Ed25519Key.from_private_key_file(str(key_file)))
+    for port in serve(b"SSH-2.0-dropbear_2022.83\r\n", hang_up=True):
+        with pytest.raises(GuestError, match="failed: the server hung up"):
+            SSH(port=port, key_path=key_file, host_key=pinned).connect(timeout=2.0)
 
 
 def test_dead_transport_is_a_guest_error(key_file: Path) -> None:

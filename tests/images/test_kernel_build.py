@@ -1289,9 +1289,9 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
     from results_files import inflate_record, write_results_file
 
     from memqual.host.judge.ab_outcome import decide
-    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.comparison import compare_runs
     from memqual.host.judge.results import Results, load_results
-    from memqual.host.report.compare_report import render_comparison_html
+    from memqual.host.report.compare_report import comparison_page, render_comparison_html
 
     def results(name: str, loc: float) -> Results:
         replicates = [[loc * (1 + 0.01 * i)] * 3 for i in range(6)]
@@ -1299,7 +1299,7 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         return load_results(str(write_results_file(tmp_path / f"{name}.json", [record])))
 
     a, b = results("a", 0.8), results("b", 0.8)
-    result = decide(compare_results(a, b))
+    result = decide(compare_runs([a], [b]))
     record = {
         "patches": [
             {
@@ -1316,13 +1316,13 @@ def test_comparison_page_names_the_patch_and_links_its_text(tmp_path: Path) -> N
         "built_diff": ["kernel/drivers/virtio/virtio_balloon.ko: differs"],
         "scope": {"kind": "scoped", "line": "the patch touches only code balloon.inflate exercise: running those"},
     }
-    page = render_comparison_html(result, a, b, patch=record)
+    page = render_comparison_html(comparison_page(result, a, b, patch=record))
     assert "What ran: the patch touches only code balloon.inflate exercise" in page
     assert "The patch under test" in page and f"virtio_balloon: raise {ESCAPED}" in page and HOSTILE not in page
     assert "drivers/virtio/virtio_balloon.c" in page and "ab" * 32 in page
     assert "virtio_balloon.ko: differs" in page
     assert "href='patch/0001-p.patch'" in page and "6.1.192-memqual-bbbb" in page and "CONFIG_X: n -&gt; y" in page
-    assert "The patch under test" not in render_comparison_html(result, a, b)
+    assert "The patch under test" not in render_comparison_html(comparison_page(result, a, b))
 
 
 def test_balloon_variant_patch_applies_over_the_balloon_patch() -> None:

@@ -1,7 +1,7 @@
 """The A/B decisions' error rates, measured on synthetic truth through the
 real decision code (memqual.host.judge.stats.ab_tests.ratio_test and
-memqual.host.judge.families.decide, what compare_results runs per metric;
-one trial also goes through compare_results whole to check it decides
+memqual.host.judge.families.decide, what compare_runs runs per metric;
+one trial also goes through compare_runs whole to check it decides
 the same).  Fixed seeds, bounded trials; the figures are in
 docs/ab-calibration.md."""
 
@@ -122,8 +122,8 @@ def test_sequential_looks_spend_alpha_and_keep_the_false_positive_rate():
     assert FULL["planned looks, full alpha"] > FULL["planned looks, spent"]
 
 
-def test_compare_results_decides_as_the_calibrated_code():
-    """One trial through compare_results whole (files' entries, families
+def test_compare_runs_decides_as_the_calibrated_code():
+    """One trial through compare_runs whole (files' entries, families
     by the primary mark) gives the verdicts the calibration counted."""
     rng = np.random.default_rng(24)
     n = 6
@@ -149,7 +149,7 @@ def test_compare_results_decides_as_the_calibrated_code():
                 }
             )
     files = [{"memqual_version": "x", "metrics": e, "claims": [], "environment": {}} for e in (entries_a, entries_b)]
-    result = comparison.compare_results(*files, threshold=THRESHOLD, alpha=ALPHA)
+    result = comparison.compare_runs([files[0]], [files[1]], threshold=THRESHOLD, alpha=ALPHA)
     roles = [primaries.PRIMARY] * 5 + [primaries.EXPLORATORY] * 15
     assert [m.verdict for m in result.metrics] == _verdicts(tests, roles)
     assert [m.role for m in result.metrics] == roles

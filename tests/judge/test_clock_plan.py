@@ -32,7 +32,7 @@ from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.record import Measurement
 from memqual.host.judge import clock_plan
 from memqual.host.judge.ab_outcome import decide
-from memqual.host.judge.comparison import compare_metrics, compare_results, short_labels
+from memqual.host.judge.comparison import compare_metrics, compare_runs, short_labels
 from memqual.host.judge.results import metrics_of
 from memqual.host.report.compare_text import print_comparison
 from memqual.host.run import ab_run
@@ -192,7 +192,7 @@ def _side(tmp_path: Path, name: str, inflate: float, floor_clock: str = "wall", 
 def test_a_planned_run_judges_each_metric_on_its_own_clock_and_names_it(tmp_path):
     # B's guest-timed inflate 3 % slower: beyond its icount margin (1 %),
     # inside the wall clock's (5 %), so the icount margin must be the one.
-    result = compare_results(_side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.9, seed=2))
+    result = compare_runs([_side(tmp_path, "a", 30.0)], [_side(tmp_path, "b", 30.9, seed=2)])
     by_metric = {m.metric: m for m in result.metrics}
     inflate, floor = by_metric["inflate_guest_s"], by_metric["floor_mib"]
     assert inflate.clock == "icount:4" and floor.clock == "wall"
@@ -210,7 +210,7 @@ def test_a_metric_read_on_two_clocks_is_refused_in_one_line(tmp_path):
     a = _side(tmp_path, "a", 30.0)
     b = _side(tmp_path, "b", 30.0, floor_clock="icount:4", seed=2)
     with pytest.raises(BadInput, match="different clocks") as info:
-        compare_results(a, b)
+        compare_runs([a], [b])
     assert "\n" not in str(info.value) and "floor_mib" in str(info.value)
 
 
@@ -262,11 +262,11 @@ def test_files_from_different_hosts_are_refused_in_one_line(tmp_path):
         a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.0, seed=2)
         a["environment"]["host_under_test"], b["environment"]["host_under_test"] = host_a, host_b
         with pytest.raises(BadInput, match="different hosts") as info:
-            compare_results(a, b)
+            compare_runs([a], [b])
         assert "\n" not in str(info.value)
     a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.0, seed=2)
     a["environment"]["host_under_test"] = b["environment"]["host_under_test"] = l1
-    assert compare_results(a, b).metrics
+    assert compare_runs([a], [b]).metrics
 
 
 def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
@@ -274,6 +274,6 @@ def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
     a["environment"]["host_under_test"] = "6.1.0-57-amd64 in TCG+SVM, L2 accel kvm"
     b["environment"]["host_under_test"] = "6.12.111+deb12-amd64 in TCG+SVM, L2 accel kvm"
     with pytest.raises(BadInput, match="different hosts"):
-        compare_results(a, b)
-    result = compare_results(a, b, across_hosts=True)
+        compare_runs([a], [b])
+    result = compare_runs([a], [b], across_hosts=True)
     assert {m.metric for m in result.metrics} >= {"inflate_guest_s"}

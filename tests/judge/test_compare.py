@@ -547,9 +547,9 @@ def test_a_hostile_metric_and_run_name_are_escaped_once_on_the_page(tmp_path):
     from hostile import ESCAPED, HOSTILE, assert_escaped_once
 
     from memqual.host.judge.ab_outcome import decide
-    from memqual.host.judge.comparison import compare_results
+    from memqual.host.judge.comparison import compare_runs
     from memqual.host.judge.results import load_results
-    from memqual.host.report.compare_report import render_comparison_html
+    from memqual.host.report.compare_report import comparison_page, render_comparison_html
 
     def named(recs: list[Measurement]) -> list[Measurement]:
         return [dataclasses.replace(r, metric=HOSTILE, settings={"s": HOSTILE}) for r in recs]
@@ -559,9 +559,9 @@ def test_a_hostile_metric_and_run_name_are_escaped_once_on_the_page(tmp_path):
     recs_b.append(dataclasses.replace(recs_b[1], scenario=HOSTILE))  # on one side only
     a = load_results(_results(tmp_path, "a", recs_a))
     b = load_results(_results(tmp_path, "b", recs_b))
-    result = compare_results(a, b)
+    result = compare_runs([a], [b])
     assert result.regressions and result.only_in_b
-    text = render_comparison_html(decide(result), a, b, a_name=HOSTILE, b_name="B")
+    text = render_comparison_html(comparison_page(decide(result), a, b, a_name=HOSTILE, b_name="B"))
     assert_escaped_once(text)
     # The title, the regressions, the metrics table, the one-sided table.
     assert text.count(ESCAPED) >= 6, text.count(ESCAPED)

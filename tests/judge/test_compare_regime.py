@@ -241,7 +241,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
             _file(tmp_path, "b", ksm_records(4.4, n=GUESTS, seed=2, dirty_passes_per_scan=32.0, cost_scale=DEARER))
         ).read_text()
     )
-    result = comparison.compare_results(a, b, all_metrics=True)
+    result = comparison.compare_runs([a], [b], all_metrics=True)
     n = len(result.not_comparable)
     assert n >= 2 and VERDICT_COLOURS[regime.NOT_COMPARABLE] == GREY
     outcome = ab_outcome.decide(result)
@@ -252,7 +252,7 @@ def test_the_comparison_page_greys_the_metrics_not_comparable_and_escapes_their_
     assert primaries >= 1 and (box.n, box.colour) == (primaries, GREY)
     (refused,) = view.refused
     assert refused.scenario == "ksm.volatile_scan" and refused.n == n
-    html = compare_report.render_comparison_html(outcome, a, b)
+    html = compare_report.render_comparison_html(view)
     assert f"<b style='color:{GREY}'>{primaries}</b>not comparable" in html
     assert f"<b style='color:{GREY}'>{n} metric(s) not comparable</b>" in html
     assert f"<li>ksm.volatile_scan ({n} metric(s)): not comparable: dirtying rate A 8 vs B 32" in html

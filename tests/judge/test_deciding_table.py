@@ -1,7 +1,7 @@
 """The deciding table (host/judge/decisions.py), the negative controls'
 power (host/judge/control_power.py) and comparison.html built on them:
 synthetic runs in blocks (tests/support/comparison_pages.py) through the real
-Tracker, compare_results and the page.  Fixed seeds; a few seconds."""
+Tracker, compare_runs and the page.  Fixed seeds; a few seconds."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _control_run(drift: float, blocks: int, seed: int = 5):
     a, b = cp.records(specs, blocks, seed)
     ra = build_results([], merge_rounds(a), host_fallback=False)
     rb = build_results([], merge_rounds(b), host_fallback=False)
-    return comparison.compare_results(ra, rb)
+    return comparison.compare_runs([ra], [rb])
 
 
 def test_a_control_design_is_read_back_from_its_interval():
@@ -104,7 +104,7 @@ def test_the_deciding_table_is_the_looks_and_the_page_leads_with_it():
     assert table.exit_status == 1 == run.summary.get("host_drifted", False) + 1
     json_rows = table.to_json()["rows"]
     assert {row["key"] for row in json_rows} == {m.key for m in run.result.metrics}
-    html = compare_report.render_comparison_html(run.outcome, run.a, run.b)
+    html = compare_report.render_comparison_html(compare_report.comparison_page(run.outcome, run.a, run.b))
     first_fold = html.index("<details")
     assert html.index("<h2>Primaries</h2>") < first_fold
     assert html.index("Negative controls (4)") > first_fold and html.index("Exploratory metrics (3)") > first_fold
@@ -121,7 +121,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     a, b = cp.records(specs, 4, 3)
     ra = build_results([], merge_rounds(a), host_fallback=False)
     rb = build_results([], merge_rounds(b), host_fallback=False)
-    result = comparison.compare_results(ra, rb)
+    result = comparison.compare_runs([ra], [rb])
     (m,) = result.metrics
     assert m.verdict == verdicts.SLOWER and result.exit_status() == 1
     at = {"look": 1, "level": 0.001, **m.comparison.to_json(), "p_equivalence": 0.0001, "alpha_equivalence": 0.001}
@@ -150,7 +150,7 @@ def test_when_the_looks_and_the_full_alpha_disagree_the_looks_decide():
     assert row.verdict == verdicts.EQUIVALENT and row.look == 1 and row.minutes == 2.0
     assert row.test == "equivalence (TOST)" and row.p == 0.0001 and row.level == 0.001
     assert table.exit_status == 0 and not table.regressions
-    html = compare_report.render_comparison_html(outcome, ra, rb)
+    html = compare_report.render_comparison_html(compare_report.comparison_page(outcome, ra, rb))
     assert "exit 0</span>" in html and "No primary slower" in html
     descriptive = html[html.index("Descriptive: the whole run at full alpha") :]
     slower = re.compile(r">slower[^<]*</span>")  # the badge may carry the margin: "slower (±5%)"

@@ -3,7 +3,7 @@ against its own margin (the scenario rows), every other metric
 against the threshold.  The error rates of the decisions the margins
 change, measured on synthetic truth through the real code
 (ab_tests.ratio_test, families.decide with the margins, and
-compare_results / until.Tracker whole to check the margins reach them).
+compare_runs / until.Tracker whole to check the margins reach them).
 Fixed seeds, bounded trials; the figures are in docs/ab-calibration.md
 ("Margins per primary")."""
 
@@ -113,13 +113,14 @@ def _files(rng, n, spread, effects):
     ]
 
 
-def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
-    """The margins reach compare_results from the scenario rows: the
+def test_compare_runs_judges_each_primary_at_its_margin_and_shows_it():
+    """The margins reach compare_runs from the scenario rows: the
     tight primary at 1 %, the wide one at 5 %, an exploratory metric at the
     threshold, each row carrying its own; the same 2 % change is slower on
     the tight primary and not on the exploratory copy of its data."""
     rng = np.random.default_rng(46)
-    result = comparison.compare_results(*_files(rng, 6, 0.003, (1.02, 1.02)), threshold=THRESHOLD, alpha=ALPHA)
+    a, b = _files(rng, 6, 0.003, (1.02, 1.02))
+    result = comparison.compare_runs([a], [b], threshold=THRESHOLD, alpha=ALPHA)
     by = {m.metric: m for m in result.metrics}
     assert by["merged_fraction"].comparison.margin == TIGHT
     assert by["inflate_s"].comparison.margin == WIDE_MARGIN
@@ -129,7 +130,8 @@ def test_compare_results_judges_each_primary_at_its_margin_and_shows_it():
     assert by["inflate_s"].verdict in (CHANGED, EQUIVALENT)
     assert "±1%" in comparison.verdict_text(by["merged_fraction"])
     # A threshold given on the command line moves the non-primaries only.
-    wide = comparison.compare_results(*_files(rng, 6, 0.003, (1.0, 1.0)), threshold=0.2, alpha=ALPHA)
+    a, b = _files(rng, 6, 0.003, (1.0, 1.0))
+    wide = comparison.compare_runs([a], [b], threshold=0.2, alpha=ALPHA)
     assert {m.metric: m.comparison.margin for m in wide.metrics} == {
         "merged_fraction": TIGHT,
         "inflate_s": WIDE_MARGIN,
@@ -150,7 +152,7 @@ def _first_blocks(files, k):
 @pytest.mark.parametrize(("effect", "edge"), [(1.01, True), (1.0, False)], ids=["edge", "aa"])
 def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
     """Looks after every block from 2 to 12 (group-sequential from
-    until.MIN_BLOCKS_SEQUENTIAL blocks), the margins through compare_results and Tracker.update whole:
+    until.MIN_BLOCKS_SEQUENTIAL blocks), the margins through compare_runs and Tracker.update whole:
     at the tight margin's edge, `equivalent` at any look in at most alpha
     of the runs (at most 3 of 100: a true rate of alpha gives 4 or more in
     1.8 % of such tests); with no change, equivalent at 1 % in most runs."""
@@ -163,7 +165,7 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
 
         def look_of(records_a, records_b, *, threshold, alpha, sequential=None, _files=files, _now=now):
             a, b = _first_blocks(_files, _now[0])
-            return comparison.compare_results(a, b, threshold=threshold, alpha=alpha, sequential=sequential).metrics
+            return comparison.compare_runs([a], [b], threshold=threshold, alpha=alpha, sequential=sequential).metrics
 
         tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, comparisons_of=look_of)
         for k in range(2, planned + 1):

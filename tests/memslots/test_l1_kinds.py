@@ -7,35 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from l1_counts import IOMEM, RAM, reading_text
 
 from memqual.host.core import clock
 from memqual.host.core.environment import Environment
 from memqual.host.core.errors import GuestError
 from memqual.host.core.fault_probe import FaultRun
 from memqual.host.memslots import l1_faults, l1_kinds
-
-IOMEM = """\
-00000000-00000fff : Reserved
-00001000-0009fbff : System RAM
-000a0000-000bffff : PCI Bus 0000:00
-000c0000-000c8bff : Video ROM
-00100000-bffdffff : System RAM
-  01000000-01ffffff : Kernel code
-100000000-2bfffffff : System RAM
-"""
-RAM = ((1, 160), (256, 786400), (1048576, 2883584))
-
-
-def reading_text(search: str, slots: list[tuple[int, int, int, int, int]], misses: int = 5) -> str:
-    """L1's READ_SCRIPT output: ``slots`` as (id, base, npages, hits, hit_nodes)."""
-    hits = sum(s[3] for s in slots)
-    nodes = sum(s[4] for s in slots) + misses * 9
-    head = (
-        f"memslot_lookups {hits + misses}\nmemslot_nodes {nodes}\nmemslot_misses {misses}\n"
-        f"memslot_miss_nodes {misses * 9}\nmemslot_search {search}\nslots\n"
-    )
-    return head + "".join(f"321 0 {i} {b} {n} {h} {hn}\n" for i, b, n, h, hn in slots)
-
 
 # A pc guest's slots as QEMU registers them (ids in registration order).
 SLOTS = [

@@ -65,7 +65,7 @@ def test_a_probe_is_decided_with_the_four_names_of_compare(ratios, better, verdi
 
 
 def test_the_probe_decision_is_compares_decision_of_the_same_blocks_at_the_looks_alpha():
-    """Through compare_results whole: the bisect's one metric at its look's
+    """Through compare_runs whole: the bisect's one metric at its look's
     share of alpha gives compare's verdict, ratio and CI."""
     for ratios in ([1.3] * 5, [1.0] * 5, [1.05, 0.95, 1.2, 0.8, 1.1]):
         e = _evidence(ratios)
@@ -83,7 +83,7 @@ def test_the_probe_decision_is_compares_decision_of_the_same_blocks_at_the_looks
                 "blocks": list(range(1, len(reps) + 1)),
             }
             files.append({"memqual_version": "x", "metrics": [entry], "claims": [], "environment": {}})
-        m = comparison.compare_results(*files, threshold=0.05, alpha=e.alpha).metrics[0]
+        m = comparison.compare_runs([files[0]], [files[1]], threshold=0.05, alpha=e.alpha).metrics[0]
         assert (m.verdict, m.comparison.ratio, m.comparison.ci_low) == (e.verdict, e.ratio, e.ci_low)
         assert e.alpha == pytest.approx(0.05 * (25 - 16) / 100)
 

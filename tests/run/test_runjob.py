@@ -431,10 +431,22 @@ def test_a_debian_kernel_with_a_bad_command_line_is_refused_before_anything_runs
     assert "--debian-kernel" in capsys.readouterr().err
 
 
-def test_an_ab_whose_only_selects_no_test_that_runs_in_blocks_says_so_and_fails_nothing(tmp_path, fake, monkeypatch):
+@pytest.mark.parametrize(
+    ("once", "said", "ran", "not_run"),
+    [
+        (True, "no tests that run in blocks selected: nothing to compare", "(once per arm)", "(block(s) "),
+        (False, "no once-per-arm tests selected", "(block(s) 1-2)", "(once per arm)"),
+    ],
+)
+def test_an_ab_whose_only_selects_none_of_a_job_s_tests_starts_no_such_job_and_fails_nothing(
+    tmp_path, fake, monkeypatch, once, said, ran, not_run
+):
+    """Decided from avocado's listing before the job: the one job whose
+    tests the listing holds runs, the other is never started."""
     kernels = guest_kernel_args(tmp_path)
-    fake.plan(tests=[{"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": True}])
+    fake.plan(tests=[{"name": "e2e/test_boot.py:Boot.test_ssh", "status": "PASS", "once": once}])
     monkeypatch.setattr(ab_run, "prebuild", lambda kernels, console: None)
     status, out = run_memqual(tmp_path, *kernels)
-    assert "no tests that run in blocks selected: nothing to compare" in out, out
-    assert "could not be created" not in out and status == 0
+    assert said in out and status == 0, out
+    assert len(fake.calls()) == 1 and ran in out and not_run not in out, out
+    assert "could not be created" not in out

@@ -556,7 +556,7 @@ def test_the_controls_power_is_simulated_once_a_look_at_the_runs_threshold(tmp_p
 
 
 def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_scale():
-    """Through compare_results, the recursion from 3 blocks (the
+    """Through compare_runs, the recursion from 3 blocks (the
     mechanics; by default it starts at MIN_BLOCKS_SEQUENTIAL): a look on 2
     blocks takes its share as it is and keeps no boundary; from 3 blocks a
     metric's p' (what Holm ran on) is at most its raw p, and it keeps the
@@ -596,7 +596,7 @@ def test_each_metric_keeps_boundaries_from_its_looks_and_tests_on_the_increment_
 
 
 def test_compare_alone_has_no_sequential_p():
-    """memqual compare (one look, compare_results with no sequence) reports
+    """memqual compare (one look, compare_runs with no sequence) reports
     what it did before the boundaries."""
     a, b = _records(1.3, 6, 0.01, seed=6)
     found = until.compare_so_far(a, b, threshold=0.05, alpha=0.01)

@@ -2,7 +2,7 @@
 on synthetic truth through the real run loop (run/ab_run.py
 add_blocks_until_decided), the real Tracker (spending on the budget's
 clock, freezing, futility) and the real per-metric decision
-(families.decide and metric_stats, what compare_results runs per
+(families.decide and metric_stats, what compare_runs runs per
 metric).  Only the clock, the jobs and the records' merging are
 simulated: a block of a scenario costs its seconds and draws its values.
 Fixed seeds.  pytest runs a bounded subset (some 5 s): each rate's
@@ -109,7 +109,7 @@ class SimulatedRun:
 
 def fast_comparisons(records_a, records_b, *, threshold, alpha, sequential=None):
     """What until.compare_so_far gives, without merging records into a results
-    file: one paired ratio test a scenario, decided as compare_results
+    file: one paired ratio test a scenario, decided as compare_runs
     decides (Holm over the primaries, TOST)."""
     by: defaultdict[str, tuple[dict[int, float], dict[int, float]]] = defaultdict(lambda: ({}, {}))
     for side, records in ((0, records_a), (1, records_b)):

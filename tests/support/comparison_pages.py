@@ -158,11 +158,11 @@ def realistic(seed: int = 1, trials: int = 400) -> Run:
 
 
 if __name__ == "__main__":
-    from memqual.host.report.compare_report import write_comparison_html
+    from memqual.host.report.compare_report import comparison_page, write_comparison_html
     from memqual.host.report.compare_text import print_comparison
 
     r = realistic()
     print_comparison(r.outcome)
-    path = write_comparison_html(r.outcome, r.a, r.b, sys.argv[1])
+    path = write_comparison_html(comparison_page(r.outcome, r.a, r.b), sys.argv[1])
     print(f"wrote {path}")
     Path(sys.argv[1] + ".json").write_text(__import__("json").dumps(r.table.to_json(), indent=1))

@@ -1,0 +1,126 @@
+"""Which scenarios a host kernel patch can move, and what a ``memqual run
+--host-patch`` built and runs.  The files a patch touches against each
+scenario row's ``host_paths`` (host/core/scenario.py, made of
+host/core/host_code.py's groups), by the rule a guest patch follows with
+``kernel_paths`` (host/run/patch_scope.py): every file built named by some
+row, those rows run; a file no row names, a config input or no file at all,
+everything runs.  Two things differ: --only narrows the scope instead of
+replacing it, and a patch whose rows are none of those selected (or that
+touches only what no kernel builds) is refused before any build, since
+the A/B could not move.  docs/host-under-test.md, "Qualifying a host patch".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from memqual.host.core.profiles import AB
+from memqual.host.core.scenario import Scenario
+from memqual.host.run.patch_scope import (
+    EVERYTHING,
+    HOST,
+    HOST_SIDE,
+    NOTHING,
+    SCOPED,
+    Chosen,
+    PatchScope,
+    built_files,
+    chosen_by,
+    runs_in,
+    unscoped,
+)
+
+if TYPE_CHECKING:  # the image builder (with cryptography) is a --host-patch run's alone
+    from memqual.images.kernel_arms import PatchArms
+
+TEXTS = "host-patch"  # OUTPUT/host-patch/ holds the patches' texts, OUTPUT/host-patch.json the record
+SHA_SHOWN = 12  # the sha256 prefix that names a patch, as `memqual kernel build` prints it
+
+
+def selected(row: Scenario[Any], profile: str, only: Sequence[str]) -> bool:
+    """Whether the run would run ``row``'s test: it runs in ``profile`` and
+    --only, when given, names one of its tags."""
+    return runs_in(row, profile) and (not only or bool(set(only) & set(row.tags)))
+
+
+def unselected_reason(chosen: Sequence[Chosen], profile: str, only: Sequence[str]) -> str:
+    """Why a patch whose host code some rows exercise has nothing to run."""
+    names = ", ".join(c.scenario for c in chosen)
+    run = f"--only {' '.join(only)} in the {profile} profile" if only else f"the {profile} profile"
+    return f"only {names} exercise the host code it touches, and {run} runs none of them"
+
+
+def host_scope_of(
+    files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str = AB, only: Sequence[str] = ()
+) -> PatchScope:
+    """The scope of a host patch touching ``files`` over the scenario
+    ``rows`` that run in ``profile`` and that --only's tags (``only``)
+    select.  NOTHING: the caller refuses the run."""
+    files, only = tuple(files), tuple(only)
+    early = unscoped(files, rows, HOST_SIDE)
+    if early is not None:
+        return dataclasses.replace(early, only=only)
+    found = [chosen_by(built_files(files), row, HOST_SIDE) for row in rows]
+    chosen = [c for c in found if c is not None]
+    by_name = {row.name: row for row in rows}
+    kept = [c for c in chosen if selected(by_name[c.scenario], profile, only)]
+    if not kept:
+        return PatchScope(NOTHING, files, unselected_reason(chosen, profile, only), side=HOST, only=only)
+    return PatchScope(
+        SCOPED,
+        files,
+        "every file it touches is in the host_paths of the scenarios kept",
+        tuple(kept),
+        tests=tuple(sorted({by_name[c.scenario].e2e for c in kept} - {""})),
+        side=HOST,
+        only=only,
+    )
+
+
+def every_scenario(files: Sequence[str], reason: str, only: Sequence[str] = ()) -> PatchScope:
+    """A host patch's scope when nothing narrows it (--all-scenarios, two
+    sources whose differences are not listed)."""
+    return PatchScope(EVERYTHING, tuple(files), reason, side=HOST, only=tuple(only))
+
+
+@dataclasses.dataclass(frozen=True)
+class HostPatchRun:
+    """What ``memqual run --host-patch`` built and runs: host kernels A and
+    B and the patches (``arms``), the sources and Kconfig fragments they
+    were built from, and which scenarios it covers (``scope``).  Its record
+    is OUTPUT/host-patch.json and comparison.json's ``host_patch``; the
+    run's A/B is named by it, as a guest patch's is by its PatchRun."""
+
+    arms: PatchArms
+    scope: PatchScope
+    sources: tuple[str, ...]
+    fragments: tuple[str, ...]
+
+    def axis(self) -> str:
+        """What moved between A and B, in one line: each patch by its file's
+        name and sha256 prefix, on the source A was built from."""
+        a, b = self.arms.a, self.arms.b
+        second = f" (B from {b.source})" if b.source != a.source else ""
+        if not self.arms.patches:
+            return f"host kernel source: {a.source} against {b.source}"
+        named = ", ".join(f"{p.path.name} (sha256 {p.sha256[:SHA_SHOWN]})" for p in self.arms.patches)
+        word = "host patch" if len(self.arms.patches) == 1 else "host patches"
+        return f"{word}: {named}, on {a.source}{second}"
+
+    def arm_names(self) -> tuple[str, str]:
+        """A and B as the comparison names them: each host kernel, B with
+        its patches' subject lines."""
+        titles = "; ".join(p.subject for p in self.arms.patches) or "a second source"
+        return f"A host {self.arms.a.name}", f"B host {self.arms.b.name} (+ {titles})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.arms.to_json(TEXTS),
+            "host_kernel": [self.arms.a.name, self.arms.b.name],
+            "sources": list(self.sources),
+            "config_fragments": list(self.fragments),
+            "axis": self.axis(),
+            "scope": self.scope.to_json(),
+        }
