@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_avocado import ksm_record, run_args
+from kernel_tree import unpacked_tree
 from rich.console import Console
 
 from memqual.host.cli import run as run_command
@@ -132,21 +133,13 @@ def test_a_host_path_outside_the_tree_is_a_mistake_of_the_row() -> None:
         scenario.Scenario("x.y", host_paths=("/virt/kvm/",))
 
 
-def _unpacked_tree() -> Path | None:
-    parent = Path("/var/tmp/memqual-kbuild")
-    try:
-        return next((p / "linux" for p in sorted(parent.glob("base-*")) if (p / "linux/Kconfig").is_file()), None)
-    except OSError:
-        return None
-
-
 @pytest.mark.skipif(
-    _unpacked_tree() is None, reason="no unpacked kernel tree (a kept base) under /var/tmp/memqual-kbuild"
+    unpacked_tree() is None, reason="no unpacked kernel tree (a kept base) under /var/tmp/memqual-kbuild"
 )
 def test_every_host_path_is_in_the_kernel_tree() -> None:
     """Each row's host_paths name files or folders of Debian's
     linux-source-6.1, the host kernels' default source."""
-    tree = _unpacked_tree()
+    tree = unpacked_tree()
     assert tree is not None
     for row in scenario.table():
         for pattern in row.host_paths:

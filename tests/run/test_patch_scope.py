@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_avocado import guest_kernel_args, ksm_record, run_args
+from kernel_tree import unpacked_tree
 from rich.console import Console
 
 from memqual.host.cli import run as run_command
@@ -138,21 +139,13 @@ def test_every_rows_test_and_the_kernel_checks_are_where_the_references_point() 
     assert "tags=boot,kernel-checks" in (REPO_ROOT / "e2e" / ps.KERNEL_CHECKS_FILE).read_text()
 
 
-def _unpacked_tree() -> Path | None:
-    parent = Path("/var/tmp/memqual-kbuild")
-    try:
-        return next((p / "linux" for p in sorted(parent.glob("base-*")) if (p / "linux/Kconfig").is_file()), None)
-    except OSError:
-        return None
-
-
 @pytest.mark.skipif(
-    _unpacked_tree() is None, reason="no unpacked kernel tree (a kept base) under /var/tmp/memqual-kbuild"
+    unpacked_tree() is None, reason="no unpacked kernel tree (a kept base) under /var/tmp/memqual-kbuild"
 )
 def test_every_kernel_path_is_in_the_kernel_tree() -> None:
     """Each row's kernel_paths name files or folders of Debian's
     linux-source-6.1 (a kept base tree of memqual kernel build)."""
-    tree = _unpacked_tree()
+    tree = unpacked_tree()
     assert tree is not None
     for row in scenario.table():
         for pattern in row.kernel_paths:
