@@ -11,6 +11,7 @@ import os
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.knobs import KnobGroup, KnobSet, Sysfs, changing, default_state_dir
@@ -43,6 +44,27 @@ def read_pool(root: Path = POOL_ROOT) -> PoolCounts:
         fs.read_int("resv_hugepages"),
         fs.read_int("surplus_hugepages"),
     )
+
+
+class HugePool(Protocol):
+    """A host's pool as the scenarios read it: this machine's sysfs
+    (``ThisPool``) or a host under test's over its SSH (l1_pool.L1Pool)."""
+
+    def read_pool(self) -> PoolCounts: ...
+    def free_pages(self) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ThisPool:
+    """This machine's pool, read from its sysfs."""
+
+    root: Path = POOL_ROOT
+
+    def read_pool(self) -> PoolCounts:
+        return read_pool(self.root)
+
+    def free_pages(self) -> int:
+        return read_pool(self.root).free
 
 
 def capability(root: Path = POOL_ROOT, mounts: Path = MOUNTS) -> str:

@@ -17,6 +17,7 @@ from memqual.host.core.record import Measurement
 from memqual.host.hugetlbfs.pool import PAGE_BYTES
 
 MIB = 1 << 20
+GUEST_PAGE = 4096  # what the balloon moves: a guest tracker counts these
 GUEST_MIB = 512
 TOUCH_MIB = 320  # touched (and freed) in the guest first: the pages the balloon then takes are faulted in
 SMALL_MIB = 1  # less than one huge page: no whole page can be in it
@@ -54,6 +55,23 @@ class Balloon(Protocol):
     def reach(self, target_bytes: int, deadline_s: float = ...) -> Reached: ...
 
 
+class Timed(Protocol):
+    @property
+    def seconds(self) -> float: ...
+
+
+class Tracker(Protocol):
+    """A move timed inside the guest (host/balloon/agent.py's GuestTracker),
+    armed before the move starts."""
+
+    def result(self) -> Timed: ...
+    def cancel(self) -> None: ...
+
+
+# Arms a tracker in the guest for an inflate of this many 4 KiB pages.
+Track = Callable[[int], Tracker]
+
+
 @dataclasses.dataclass(frozen=True)
 class Inflate:
     """One inflate of ``asked_bytes``: what moved, how long it took, and the
@@ -67,6 +85,9 @@ class Inflate:
     free_before: int | None
     free_after: int | None
     free_untouched: int | None = None
+    # Timed inside the guest (None: not tracked).  Under a host under test
+    # on icount the guest's clock is L1's instruction count.
+    guest_seconds: float | None = None
 
     @property
     def faulted_pages(self) -> int | None:
@@ -94,22 +115,46 @@ def inflate(
     free_pages: Callable[[], int] | None = None,
     touch: Callable[[], None] | None = None,
     deadline_s: float = INFLATE_DEADLINE_S,
+    track: Track | None = None,
 ) -> Inflate:
     """Touch guest memory (``touch``), inflate by ``size_bytes`` counting
-    the pool's free pages around it, then deflate again."""
+    the pool's free pages around it (timed inside the guest too, given
+    ``track``), then deflate again."""
     ram = balloon.ram_bytes()
     untouched = free_pages() if free_pages else None
     if touch is not None:
         touch()
     before = free_pages() if free_pages else None
-    result = balloon.reach(ram - size_bytes, deadline_s=deadline_s)
+    result, guest_s = tracked_reach(
+        balloon, ram - size_bytes, deadline_s, track(size_bytes // GUEST_PAGE) if track else None
+    )
     if not result.reached:
         raise ScenarioFailed(f"the balloon stopped short of {size_bytes >> 20} MiB on {backing} memory")
     after = free_pages() if free_pages else None
     back = balloon.reach(ram, deadline_s=deadline_s)
     if not back.reached:
         raise ScenarioFailed(f"the balloon did not deflate again on {backing} memory")
-    return Inflate(backing, size_bytes, result.moved_bytes, result.seconds, before, after, untouched)
+    return Inflate(backing, size_bytes, result.moved_bytes, result.seconds, before, after, untouched, guest_s)
+
+
+def tracked_reach(
+    balloon: Balloon, target_bytes: int, deadline_s: float, tracker: Tracker | None
+) -> tuple[Reached, float | None]:
+    """The move, and its time in the guest when ``tracker`` was armed for
+    it; a tracker whose move failed or stopped short is cancelled (it
+    would wait for pages the guest never gives)."""
+    try:
+        result = balloon.reach(target_bytes, deadline_s=deadline_s)
+    except BaseException:
+        if tracker is not None:
+            tracker.cancel()
+        raise
+    if tracker is None:
+        return result, None
+    if not result.reached:
+        tracker.cancel()
+        return result, None
+    return result, tracker.result().seconds
 
 
 def returned_record(
@@ -150,6 +195,22 @@ def time_record(inflates: list[Inflate], backing: str, settings: dict[str, objec
         variant={"backing": backing},
         settings=settings,
         extra={"moved_bytes": [i.moved_bytes for i in inflates]},
+    )
+
+
+def guest_time_record(inflates: list[Inflate], backing: str, settings: dict[str, object]) -> Measurement:
+    """The inflate's seconds timed inside the guest (balloon_agent track):
+    under a host under test on icount, L1's instructions, the host's work
+    for the inflate included, which no load of this machine moves."""
+    return Measurement(
+        scenario="hugetlbfs.balloon",
+        metric="inflate_guest_s",
+        unit="s",
+        better="lower",
+        samples=[i.guest_seconds for i in inflates if i.guest_seconds is not None],
+        variant={"backing": backing},
+        settings=settings,
+        extra={"moved_bytes": [i.moved_bytes for i in inflates], "host_s": [i.seconds for i in inflates]},
     )
 
 
