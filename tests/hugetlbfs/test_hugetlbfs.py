@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from fake_hugetlbfs import FakeBalloon
+from fake_hugetlbfs import FakeBalloon, Reach
 
 from memqual.host.core.errors import CapabilityMissing
 from memqual.host.hugetlbfs import pool
@@ -122,3 +122,49 @@ def test_a_killed_run_s_mount_is_unmounted_only_when_it_is_there(tmp_path: Path)
     pool.unmount_stale(state_dir, mounts, ran.append)
     assert ran == [["umount", "--lazy", str(mount)]]
     assert pool.KNOBS.after_restore is pool.unmount_stale
+
+
+class FakeTracker:
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.cancelled, self.asked = seconds, False, 0
+
+    def result(self) -> FakeTracker:
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_a_tracked_inflate_carries_the_guests_time_and_its_record() -> None:
+    trackers: list[FakeTracker] = []
+
+    def track(pages: int) -> FakeTracker:
+        trackers.append(FakeTracker(0.25))
+        trackers[-1].asked = pages
+        return trackers[-1]
+
+    found = hs.inflate(FakeBalloon([5], 2), 192 * hs.MIB, "hugetlbfs", lambda: 5, track=track)
+    assert found.guest_seconds == 0.25 and found.seconds == 0.5
+    assert [t.asked for t in trackers] == [192 * 256]  # the inflate's 4 KiB pages; the deflate untracked
+    record = hs.guest_time_record([found], "hugetlbfs", {})
+    assert (record.metric, record.samples, record.extra["host_s"]) == ("inflate_guest_s", [0.25], [0.5])
+    assert hs.inflate(FakeBalloon([0], 0), hs.MIB, "anon").guest_seconds is None
+
+
+class BrokenBalloon(FakeBalloon):
+    def reach(self, target_bytes: int, deadline_s: float = 0.0) -> Reach:
+        raise TimeoutError("the monitor went away")
+
+
+@pytest.mark.parametrize(
+    ("balloon", "raised"),
+    [
+        (FakeBalloon([0], 0, stops_short=True), hs.ScenarioFailed),
+        (BrokenBalloon([0], 0), TimeoutError),
+    ],
+)
+def test_a_tracker_whose_inflate_fails_is_cancelled(balloon: FakeBalloon, raised: type[Exception]) -> None:
+    tracker = FakeTracker(1.0)
+    with pytest.raises(raised):
+        hs.inflate(balloon, hs.MIB, "hugetlbfs", lambda: 0, track=lambda pages: tracker)
+    assert tracker.cancelled
