@@ -237,12 +237,14 @@ class HugetlbfsTest(GuestTest):
         if requested is not None:
             self.record(hs.returned_record(None, requested, settings, hs.LARGE_REQUEST_PFNS))
             self.log.info(
-                "hugetlbfs, %d pages a request: %d MiB inflates returned %s huge pages of at most %s, in %s s",
+                "hugetlbfs, %d pages a request: %d MiB inflates returned %s huge pages of at most %s, in %s s "
+                "(in the guest: %s s)",
                 hs.LARGE_REQUEST_PFNS,
                 hs.LARGE_MIB,
                 [i.returned_pages for i in requested],
                 [i.whole_pages_at_most for i in requested],
                 [round(i.seconds, 3) for i in requested],
+                [i.guest_seconds for i in requested],
             )
             # Requests that hold whole huge pages give whole pages back,
             # never more than the balloon holds.

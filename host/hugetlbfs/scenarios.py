@@ -124,10 +124,12 @@ def inflate(
     untouched = free_pages() if free_pages else None
     if touch is not None:
         touch()
-    before = free_pages() if free_pages else None
-    result, guest_s = tracked_reach(
-        balloon, ram - size_bytes, deadline_s, track(size_bytes // GUEST_PAGE) if track else None
-    )
+    # Armed before the count: the tracker's start in the guest (an SSH
+    # session, a process) may fault in a huge page, which the count would
+    # then take for one the inflate cost the pool (seen on L1: -1).
+    tracker = track(size_bytes // GUEST_PAGE) if track else None
+    before, result = counted_reach(balloon, ram - size_bytes, deadline_s, free_pages, tracker)
+    guest_s = tracker_seconds(tracker, result)
     if not result.reached:
         raise ScenarioFailed(f"the balloon stopped short of {size_bytes >> 20} MiB on {backing} memory")
     after = free_pages() if free_pages else None
@@ -137,24 +139,33 @@ def inflate(
     return Inflate(backing, size_bytes, result.moved_bytes, result.seconds, before, after, untouched, guest_s)
 
 
-def tracked_reach(
-    balloon: Balloon, target_bytes: int, deadline_s: float, tracker: Tracker | None
-) -> tuple[Reached, float | None]:
-    """The move, and its time in the guest when ``tracker`` was armed for
-    it; a tracker whose move failed or stopped short is cancelled (it
-    would wait for pages the guest never gives)."""
+def counted_reach(
+    balloon: Balloon,
+    target_bytes: int,
+    deadline_s: float,
+    free_pages: Callable[[], int] | None,
+    tracker: Tracker | None,
+) -> tuple[int | None, Reached]:
+    """The pool's free pages, then the move; an armed ``tracker`` is
+    cancelled when either fails (it would wait for pages never given)."""
     try:
-        result = balloon.reach(target_bytes, deadline_s=deadline_s)
+        before = free_pages() if free_pages else None
+        return before, balloon.reach(target_bytes, deadline_s=deadline_s)
     except BaseException:
         if tracker is not None:
             tracker.cancel()
         raise
+
+
+def tracker_seconds(tracker: Tracker | None, result: Reached) -> float | None:
+    """The move's time in the guest; None untracked, or when the move
+    stopped short (its tracker cancelled: it waits for pages never given)."""
     if tracker is None:
-        return result, None
+        return None
     if not result.reached:
         tracker.cancel()
-        return result, None
-    return result, tracker.result().seconds
+        return None
+    return tracker.result().seconds
 
 
 def returned_record(

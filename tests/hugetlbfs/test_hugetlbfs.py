@@ -168,3 +168,18 @@ def test_a_tracker_whose_inflate_fails_is_cancelled(balloon: FakeBalloon, raised
     with pytest.raises(raised):
         hs.inflate(balloon, hs.MIB, "hugetlbfs", lambda: 0, track=lambda pages: tracker)
     assert tracker.cancelled
+
+
+def test_the_tracker_starts_before_the_count_so_its_own_start_is_not_counted() -> None:
+    events: list[str] = []
+
+    def free() -> int:
+        events.append("count")
+        return 5
+
+    def track(pages: int) -> FakeTracker:
+        events.append("armed")
+        return FakeTracker(0.1)
+
+    hs.inflate(FakeBalloon([5], 0), 192 * hs.MIB, "hugetlbfs", free, lambda: events.append("touch"), track=track)
+    assert events == ["count", "touch", "armed", "count", "count"]
