@@ -59,8 +59,14 @@ class BalloonBase(GuestTest):
     :avocado: tags=balloon
     """
 
-    def boot_balloon(self, memory_mib: int, **device: Any) -> tuple[Machine, BalloonController, str]:
-        vm = self.boot(MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=BalloonDevice(**device)))
+    def boot_balloon(
+        self, memory_mib: int, host_knobs: tuple[str, ...] = (), **device: Any
+    ) -> tuple[Machine, BalloonController, str]:
+        host = self.host_under_test()
+        vm = self.boot(
+            MachineConfig(memory_mib=memory_mib, machine=MACHINE, balloon=BalloonDevice(**device)),
+            host=host.with_boot_knobs(*host_knobs) if host is not None and host_knobs else None,
+        )
         # Under a host under test its huge pages are read around each move too.
         thp = l1_thp_reader(vm.host_ssh) if self.host_under_test() is not None else None
         ctl = BalloonController(vm, device_id="balloon0", rss=self.guest_qemu_rss(vm), host_thp=thp)
@@ -92,7 +98,9 @@ class BalloonBase(GuestTest):
     def timing(self, memory_mib: int, touch_mib: int, fractions: tuple[float, ...]) -> None:
         """Scenarios 1 and 2: the plan's cycles in one guest, each checked,
         the run recorded."""
-        vm, ctl, agent = self.boot_balloon(memory_mib)
+        on_l1 = self.host_under_test() is not None
+        knobs = bt.HOST_UNDER_TEST_KNOBS if on_l1 else ()
+        vm, ctl, agent = self.boot_balloon(memory_mib, host_knobs=knobs)
         repeats = TIMING_ROW.sizes_for().repeats
         # Under a host under test each query-balloon is an interrupt of L1
         # and QEMU work in L1, paced by this machine's wall clock: inside a
@@ -100,12 +108,11 @@ class BalloonBase(GuestTest):
         # move waits on QEMU's events there, and the model, which reads
         # the host-timed inflates, is not calibrated at an event's
         # resolution.
-        on_l1 = self.host_under_test() is not None
         if on_l1 and fractions:
             self.log.info("no calibration sizes: under a host under test the host times a move by events (1 s)")
             fractions = ()
         mover = BalloonMover(ctl, vm.ssh, agent, by_events=on_l1)
-        run = bt.run_timing(vm, ctl, mover, agent, memory_mib, touch_mib, fractions, repeats, MACHINE)
+        run = bt.run_timing(vm, ctl, mover, agent, memory_mib, touch_mib, fractions, repeats, MACHINE, knobs)
         self.assertEqual(len(run.cycles), len(bt.plan(repeats, fractions)), "a cycle did not return to guest RAM")
         # On the icount clock a guest second is a count of instructions,
         # not a host second: the guest's window and the host's are on two clocks.

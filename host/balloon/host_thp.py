@@ -1,14 +1,10 @@
 """The host's transparent huge page events around a balloon move: the
 THP counters of /proc/vmstat, read before and after it in the host that
-backs the guest's memory.
-
-Why: under a host under test a balloon inflate is mostly L1's work (the
-madvise of every page the guest gives), and how much of the guest's
-memory L1 backs with huge pages (the first 4 KiB madvise in one splits
-it; a refault after a deflate may get one again; khugepaged collapses
-them at points of L1's clock no boot repeats) changes that work.  The
-counters say, for each timed move, what the host did with its huge pages,
-so a move that took longer can be told from one that did other work.
+backs the guest's memory.  Under a host under test an inflate is mostly
+L1's work, and how much of the guest's memory L1 backs with huge pages
+(each the inflate's 4 KiB madvise splits; khugepaged collapses them at
+points of L1's clock no boot repeats) changes that work: the counters say
+what the host did with its huge pages in each timed move.
 """
 
 from __future__ import annotations

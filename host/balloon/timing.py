@@ -27,6 +27,12 @@ MIB = 1 << 20
 # 1 ns; a tick, 4 ms at HZ=250, without them) is what makes its timing finer
 # than the host's QMP polls; no load on the host changes it.
 GUEST_CLOCK_RESOLUTION_NS = 1000
+# A host under test boots with THP off for the timed moves.  With it on,
+# L1 backs the guest's memory with huge pages, the first inflate splits
+# them, and khugepaged collapses them again between the moves at points of
+# L1's clock that no boot repeats: the timed inflate then split 2 to 19
+# of them, and took up to 3.5 % longer (docs/host-under-test.md).
+HOST_UNDER_TEST_KNOBS = ("transparent_hugepage=never",)
 # A timed inflate waits this long for a stalled guest: 5 of the driver's
 # retries more than the floor's STALL_S, as the scenario never goes near it.
 INFLATE_STALL_S = 5 * STALL_S
@@ -131,6 +137,7 @@ class TimingRun:
     first: dict[str, int]  # the guest's counters before the first cycle
     cycles: list[Cycle] = dataclasses.field(default_factory=list)
     host_timing: str = POLLS_TIMING  # the mover's (BalloonMover.host_timing)
+    host_knobs: tuple[str, ...] = ()  # a host under test's boot knobs (HOST_UNDER_TEST_KNOBS)
 
     def _main(self, tracked: bool) -> list[Cycle]:
         return [c for c in self.cycles if c.step.main and c.step.tracked == tracked]
@@ -193,6 +200,8 @@ class TimingRun:
             "touched_mib": self.touch_mib,
             "machine": self.machine,
             "timing": self.host_timing,
+            # only where set: this machine's records keep the keys they had
+            **({"host_knobs": " ".join(self.host_knobs)} if self.host_knobs else {}),
             "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
             "back to back near the first change and the end (CLOCK_MONOTONIC)",
         }
@@ -274,6 +283,7 @@ def run_timing(
     fractions: tuple[float, ...],
     repeats: int,
     machine: str,
+    host_knobs: tuple[str, ...] = (),
 ) -> TimingRun:
     """The plan's cycles in one guest: the main size is what the guest can
     safely give (its MemAvailable less MARGIN_MIB).  Stops after the first
@@ -282,7 +292,15 @@ def run_timing(
     first = guest_stat(guest.ssh, agent)
     full = safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
     run = TimingRun(
-        memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, machine, first, host_timing=mover.host_timing
+        memory_mib,
+        ctl.ram_bytes(),
+        full,
+        touch_mib,
+        MARGIN_MIB,
+        machine,
+        first,
+        host_timing=mover.host_timing,
+        host_knobs=host_knobs,
     )
     for step in plan(repeats, fractions):
         size = int(full * step.fraction) // PAGE * PAGE

@@ -62,7 +62,7 @@ class FakeShell:
 
 def test_l1_s_counters_are_one_cat_of_its_vmstat_and_a_failure_says_so() -> None:
     shell = FakeShell()
-    assert host_thp.l1_thp_reader(shell)()["thp_fault_alloc"] == 10  # type: ignore[arg-type]
+    assert host_thp.l1_thp_reader(shell)()["thp_fault_alloc"] == 10  # type: ignore[arg-type]  # the fake shell runs only what the reader asks
     assert shell.argv == [["cat", "/proc/vmstat"]]
     with pytest.raises(GuestError, match="cannot read the host under test's /proc/vmstat"):
-        host_thp.l1_thp_reader(FakeShell(status=1))()  # type: ignore[arg-type]
+        host_thp.l1_thp_reader(FakeShell(status=1))()  # type: ignore[arg-type]  # the fake shell runs only what the reader asks
