@@ -17,11 +17,10 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge.results import metric_key, variant_label
 
 
-def parse_series(texts: list[str]) -> list[KernelSpec]:
+def parse_series(texts: list[str], option: str = "--kernels") -> list[KernelSpec]:
     if len(texts) < 2:
         raise BadInput(
-            f"a bisect needs at least 2 kernels (the good K1 and the bad Kn), {len(texts)} given: "
-            "--kernels K1 K2 ... Kn"
+            f"a bisect needs at least 2 kernels (the good K1 and the bad Kn), {len(texts)} given: {option} K1 K2 ... Kn"
         )
     series = [parse_kernel(t) for t in texts]
     if series[0] == series[-1]:
