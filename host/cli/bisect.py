@@ -57,6 +57,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host-kernels",
         nargs="+",
+        type=cliargs.debian_kernel_arm,
         metavar="K",
         help="a series of HOST kernels instead: each probe's guests run on its host kernel, booted as L1 under TCG "
         "with emulated SVM (anything --host-kernel takes: a Debian kernel, KERNEL:CMDLINE with words for L1's "
