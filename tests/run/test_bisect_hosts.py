@@ -211,9 +211,10 @@ def test_a_guest_series_page_has_no_host_column(tmp_path) -> None:
     b.run()
     html = (tmp_path / "b" / "bisect.html").read_text()
     assert "4 guest kernels" in html and "host under test</th>" not in html
-    assert "# the series: guest kernels: each probe's guests boot it, on this machine" in (
-        tmp_path / "b" / "bisect.log"
-    ).read_text()
+    assert (
+        "# the series: guest kernels: each probe's guests boot it, on this machine"
+        in (tmp_path / "b" / "bisect.log").read_text()
+    )
 
 
 def test_a_resumed_host_bisect_keeps_its_series_and_refuses_another(tmp_path, capsys, monkeypatch) -> None:
