@@ -3,8 +3,7 @@
     memqual bisect --kernels K1 K2 ... Kn --metric NAME [--threshold PCT]
                    [--budget MINUTES] [--only TAG] [--output DIR | --resume DIR]
     memqual bisect --kernel-source DIR --good REV --bad REV --metric NAME ...
-    memqual bisect --host-kernels K1 K2 ... Kn --metric NAME [--host-kernel-param MOD.P=V ...]
-                   [--debian-kernel K | --guest-kernel BZIMAGE --guest-modules DIR] ...
+    memqual bisect --host-kernels K1 K2 ... Kn --metric NAME [--host-kernel-param MOD.P=V ...] ...
     memqual bisect --host-kernel-source DIR --good REV --bad REV --metric NAME ...
     memqual bisect --kernels K1 ... Kn --host-kernel K --metric NAME ...
 
@@ -401,7 +400,12 @@ no step, and the bisect stops.  A kernel is a Debian kernel (as
 series with a known step can be made from one kernel
 (6.1.0-57-amd64:init_on_free=1).  With --kernel-source DIR --good REV --bad
 REV the series is the repository's revisions (GOOD, then BAD's first-parent
-line up to BAD), each built by memqual kernel build when a probe needs it."""
+line up to BAD), each built by memqual kernel build when a probe needs it.  With --host-kernels K1 .. Kn
+(or --host-kernel-source DIR --good REV --bad REV, each revision built
+with images/host.config) the series is of HOST kernels: each probe's
+guests run on its host kernel, booted as L1 under TCG with emulated SVM,
+one guest kernel for all, on icount (L1's clock) unless told; with
+--host-kernel K a series of guest kernels runs on that one host."""
 
 COMMAND = Command(
     "bisect",

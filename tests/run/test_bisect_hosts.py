@@ -188,8 +188,8 @@ def _host_settings(n: int, **kw) -> run.Settings:
 
 
 def test_the_log_state_and_page_name_the_axis_and_each_probe_s_host(tmp_path) -> None:
-    b = run.Bisector(_host_settings(6), tmp_path / "b", FakeRunner(step=3), say=lambda line: None)
-    b.clock = b.runner.clock  # type: ignore[attr-defined]
+    runner = FakeRunner(step=3)
+    b = run.Bisector(_host_settings(6), tmp_path / "b", runner, say=lambda line: None, clock=runner.clock)
     assert b.run().first_bad == 3
     log = (tmp_path / "b" / "bisect.log").read_text()
     assert "# the series: host kernels: each probe's guests run on its host kernel kvm_amd.npt=0" in log
@@ -205,10 +205,9 @@ def test_the_log_state_and_page_name_the_axis_and_each_probe_s_host(tmp_path) ->
 
 def test_a_guest_series_page_has_no_host_column(tmp_path) -> None:
     kernels = tuple(KernelSpec(DEB, f"memqual.k={i}") for i in range(4))
-    b = run.Bisector(run.Settings(kernels=kernels, metric="deflate_s"), tmp_path / "b", FakeRunner(step=2))
-    b.say = lambda line: None
-    b.clock = b.runner.clock  # type: ignore[attr-defined]
-    b.run()
+    runner = FakeRunner(step=2)
+    settings = run.Settings(kernels=kernels, metric="deflate_s")
+    run.Bisector(settings, tmp_path / "b", runner, say=lambda line: None, clock=runner.clock).run()
     html = (tmp_path / "b" / "bisect.html").read_text()
     assert "4 guest kernels" in html and "host under test</th>" not in html
     assert (
