@@ -251,10 +251,9 @@ def test_a_resumed_host_bisect_keeps_its_series_and_refuses_another(tmp_path, ca
 # ------------------------------------------------------------ through runjob
 
 
-def test_each_arm_s_variant_carries_its_host_kernel_through_avocado(tmp_path, monkeypatch, known_modules) -> None:
-    """The real runner against a fake avocado: a step's two variants are K1
-    (arm A) and the probe (arm B) on their own host kernels, the guest the
-    default image on both, the jobs on L1's clock."""
+def _fake_avocado(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake avocado whose every arm B records deflate_s 1.5 times arm
+    A's; the folder of tests it is handed."""
     from fake_avocado import FAKE_AVOCADO
 
     script = tmp_path / "avocado"
@@ -277,22 +276,54 @@ def test_each_arm_s_variant_carries_its_host_kernel_through_avocado(tmp_path, mo
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
     e2e = tmp_path / "e2e"
     e2e.mkdir()
-    hosts = [DEB, f"{DEB}:quiet", f"{DEB}:transparent_hugepage=never"]
-    argv = ["bisect", "--host-kernels", *hosts, *METRIC, "--clock", "wall", "--output", str(tmp_path / "out")]
+    return e2e
+
+
+def _first_job_variants(tmp_path: Path) -> list[tuple[str, dict[str, str]]]:
+    call = json.loads((tmp_path / "calls.jsonl").read_text().splitlines()[0])
+    data = json.loads(Path(call["argv"][call["argv"].index("--json-variants-load") + 1]).read_text())
+    return [(v["variant_id"], {k: val for _, k, val in v["variant"][0][1]}) for v in data]
+
+
+@pytest.mark.parametrize(
+    ("series", "host_kernels", "kernels_differ"),
+    [
+        # host kernels: K3 against K1 on their own hosts, the default guest on both
+        (
+            ["--host-kernels", DEB, f"{DEB}:quiet", f"{DEB}:transparent_hugepage=never"],
+            [DEB, f"{DEB}:transparent_hugepage=never"],
+            False,
+        ),
+        # guest kernels on one host under test: the same host, each arm its guest's command line
+        (["--kernels", A, A, "6.1.0-57-amd64:init_on_free=1", "--host-kernel", DEB], [DEB, DEB], True),
+    ],
+)
+def test_each_arm_s_variant_carries_its_host_through_avocado(
+    series, host_kernels, kernels_differ, tmp_path, monkeypatch, known_modules
+) -> None:
+    """The real runner against a fake avocado: a step's two variants are K1
+    (arm A) and the probe (arm B), each with its host under test and its
+    parameters, every host checked once before any job."""
+    from memqual.images import build
+
+    e2e = _fake_avocado(tmp_path, monkeypatch)
+    bz, mods = tmp_path / "vmlinuz", tmp_path / "modules"
+    bz.write_bytes(b"kernel")
+    mods.mkdir()
+    monkeypatch.setattr(build, "debian_kernel_files", lambda v: (bz, mods))
+    argv = ["bisect", *series, *METRIC, "--clock", "wall", "--output", str(tmp_path / "out"), "--tests", str(e2e)]
     try:
-        assert cli.main([*argv, "--host-kernel-param", "kvm.mmio_caching=0", "--tests", str(e2e)]) == 0
+        assert cli.main([*argv, "--host-kernel-param", "kvm.mmio_caching=0"]) == 0
     finally:
         clock.put(clock.WALL_CLOCK)
-    assert known_modules == [DEB] * 3  # each host checked once (its kernel's modules), before any job
-    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
-
-    def variants(call):
-        data = json.loads(Path(call["argv"][call["argv"].index("--json-variants-load") + 1]).read_text())
-        return [(v["variant_id"], {k: val for _, k, val in v["variant"][0][1]}) for v in data]
-
-    first = variants(calls[0])  # K3 against K1, block 1
+    # each distinct host checked once (its kernel's modules), before any job
+    assert known_modules == [DEB] * (3 if not kernels_differ else 1)
+    first = _first_job_variants(tmp_path)
     assert [vid for vid, _ in first] == ["b1-A", "b1-B"]
-    assert [p["host_kernel"] for _, p in first] == [hosts[0], hosts[2]]
-    assert all(p["host_kernel_params"] == "kvm.mmio_caching=0" and p["kernel"] == "" for _, p in first)
+    assert [p["host_kernel"] for _, p in first] == host_kernels
+    assert all(p["host_kernel_params"] == "kvm.mmio_caching=0" for _, p in first)
+    assert [p["kernel"] for _, p in first] == ([str(bz)] * 2 if kernels_differ else ["", ""])
+    assert [p["cmdline_extra"] for _, p in first] == (["", "init_on_free=1"] if kernels_differ else ["", ""])
     state = json.loads((tmp_path / "out" / "bisect.json").read_text())
-    assert state["outcome"]["first_bad"] == 1 and state["settings"]["axis"]["kind"] == "host"
+    assert state["outcome"]["first_bad"] == 1
+    assert state["settings"]["axis"]["kind"] == ("guest" if kernels_differ else "host")
