@@ -139,11 +139,12 @@ def scope_of(args: argparse.Namespace) -> PatchScope:
         files = touched_files(args.host_kernel_source, args.host_patch)
     except BadInput as exc:
         raise as_host(exc) from None
+    rows, profile, only = scenario.table(), job_profile(args.profile, 2), args.only or ()
     if files is None:
-        return host_scope.every_scenario((), SOURCES_NOT_LISTED, args.only or ())
+        return host_scope.every_scenario((), SOURCES_NOT_LISTED, rows, profile, only)
     if getattr(args, "all_scenarios", False):  # run --patch's option, on the same parser
-        return host_scope.every_scenario(files, "--all-scenarios given", args.only or ())
-    return host_scope.host_scope_of(files, scenario.table(), job_profile(args.profile, 2), args.only or ())
+        return host_scope.every_scenario(files, "--all-scenarios given", rows, profile, only)
+    return host_scope.host_scope_of(files, rows, profile, only)
 
 
 def take_scope(args: argparse.Namespace) -> PatchScope:

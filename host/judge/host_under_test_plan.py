@@ -31,7 +31,7 @@ def own_reason(row: scenario.Scenario[object]) -> str:
         return f"it sets this machine's {', '.join(k.what for k in row.knobs)}"
     host_read = [p for p in row.primaries if p.instrument_on(ICOUNT_LABEL) != GUEST_CLOCK]
     if host_read:
-        return f"its {host_read[0].metric} is read on this machine ({host_read[0].instrument})"
+        return f"its {host_read[0].metric} is a {host_read[0].instrument} read on this machine"
     return "it has no primary on its guests' own clock"
 
 

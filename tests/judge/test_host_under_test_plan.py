@@ -26,8 +26,8 @@ from memqual.host.judge import host_under_test_plan as plan
         # this machine's knobs, processes or /dev/kvm
         ("ksm.many_guests", "it sets this machine's host KSM"),
         ("hugetlbfs.balloon", "it sets this machine's host huge pages"),
-        ("balloon.floor", "its floor_mib is read on this machine (count)"),
-        ("balloon.free_page_reporting", "its rss_return_s is read on this machine (host wall clock)"),
+        ("balloon.floor", "its floor_mib is a count read on this machine"),
+        ("balloon.free_page_reporting", "its rss_return_s is a host wall clock read on this machine"),
         ("memslots.kvm", "it has no primary on its guests' own clock"),
         ("memslots.kvm_lookup", "it has no primary on its guests' own clock"),
     ],
@@ -68,7 +68,7 @@ HOST_TIMED = (Primary("t_s", "timed by the host", instrument=HOST_WALL),)
         # a sibling of its test that reads the host holds it back
         (
             (_row("x.a", primaries=GUEST_TIMED), _row("x.b", primaries=HOST_TIMED)),
-            "its test records x.b too, and its t_s is read on this machine (host wall clock)",
+            "its test records x.b too, and its t_s is a host wall clock read on this machine",
         ),
         ((_row("x.a", primaries=GUEST_TIMED, knobs=(KnobSet("k", "k knobs", ()),)),), "it sets this machine's k knobs"),
         ((_row("x.a", primaries=HOST_TIMED, on_a_host_under_test=True),), ""),
