@@ -31,6 +31,7 @@ from memqual.host.run.patch_scope import (
     Chosen,
     Dropped,
     PatchScope,
+    arm_names,
     built_files,
     chosen_by,
     dropped_text,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:  # the image builder (with cryptography) is a --host-patch run
     from memqual.images.kernel_arms import PatchArms
 
 TEXTS = "host-patch"  # OUTPUT/host-patch/ holds the patches' texts, OUTPUT/host-patch.json the record
+HOST_ARM = "host "  # how the comparison names a host patch's arms: "A host NAME"
 SHA_SHOWN = 12  # the sha256 prefix that names a patch, as `memqual kernel build` prints it
 
 
@@ -159,8 +161,7 @@ class HostPatchRun:
     def arm_names(self) -> tuple[str, str]:
         """A and B as the comparison names them: each host kernel, B with
         its patches' subject lines."""
-        titles = "; ".join(p.subject for p in self.arms.patches) or "a second source"
-        return f"A host {self.arms.a.name}", f"B host {self.arms.b.name} (+ {titles})"
+        return arm_names(self.arms.a.name, self.arms.b.name, [p.subject for p in self.arms.patches], HOST_ARM)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.profiles import AB, FULL
@@ -287,5 +287,19 @@ class PatchRun:
 
     def arm_names(self) -> tuple[str, str]:
         """A and B as the comparison names them: each kernel, B with its patches."""
-        titles = "; ".join(p.subject for p in self.arms.patches) or "a second source"
-        return f"A {self.arms.a.name}", f"B {self.arms.b.name} (+ {titles})"
+        return arm_names(self.arms.a.name, self.arms.b.name, [p.subject for p in self.arms.patches])
+
+
+def arm_names(a: str, b: str, subjects: Sequence[str], prefix: str = "") -> tuple[str, str]:
+    """A and B of a patch's A/B as the comparison names them: each kernel
+    (a host kernel's after ``prefix``, "host "), B with its patches'
+    subject lines."""
+    titles = "; ".join(subjects) or "a second source"
+    return f"A {prefix}{a}", f"B {prefix}{b} (+ {titles})"
+
+
+def arm_names_of(record: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
+    """``arm_names`` from a patch's record (patch.json, host-patch.json):
+    its ``a`` and ``b`` kernels by name and its ``patches``' subjects."""
+    subjects = [str(p["subject"]) for p in record["patches"]]
+    return arm_names(str(record["a"]["name"]), str(record["b"]["name"]), subjects, prefix)
