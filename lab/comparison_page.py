@@ -71,14 +71,19 @@ def render(output: Path, html: Path | None = None) -> tuple[int, str, Path]:
     return int(outcome.exit_status), outcome.power.line(), path
 
 
+def json_of(path: Path) -> Any:
+    """A JSON file the run wrote, read."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"{path}: not the JSON memqual run writes ({exc})") from exc
+
+
 def record_of(path: Path) -> dict[str, Any] | None:
     """A patch's record the run wrote (None: the run had no such patch)."""
     if not path.is_file():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{path}: not the JSON memqual run writes ({exc})") from exc
+    data = json_of(path)
     if not isinstance(data, dict):
         raise BadInput(f"{path}: not the JSON memqual run writes (no object)")
     return data
@@ -94,13 +99,7 @@ def named_by(record: dict[str, Any], path: Path, prefix: str = "") -> tuple[str,
 
 def looks_of(path: Path) -> SequentialRun | None:
     """The looks a run of --until-decided wrote (None: a run without them)."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise BadInput(f"{path}: not the JSON memqual run writes ({exc})") from exc
-    return SequentialRun.from_json(data, str(path))
+    return SequentialRun.from_json(json_of(path), str(path)) if path.is_file() else None
 
 
 if __name__ == "__main__":
