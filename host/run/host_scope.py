@@ -36,6 +36,7 @@ from memqual.host.run.patch_scope import (
     chosen_by,
     dropped_text,
     runs_in,
+    tests_of,
     unscoped,
 )
 
@@ -94,7 +95,7 @@ def host_scope_of(
         files,
         "every file it touches is in the host_paths of the scenarios kept",
         tuple(runs),
-        tests=tuple(sorted({by_name[c.scenario].e2e for c in runs} - {""})),
+        tests=tests_of(by_name[c.scenario] for c in runs),
         side=HOST,
         only=only,
         dropped=dropped,

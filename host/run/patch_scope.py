@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.profiles import AB, FULL
@@ -256,9 +256,14 @@ def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str =
         "every file it touches is in the kernel_paths of the scenarios kept",
         tuple(kept),
         tuple(r.name for r in controls),
-        tuple(sorted({_row(rows, c.scenario).e2e for c in kept} - {""})),
-        tuple(sorted({r.e2e for r in controls} - {""})),
+        tests_of(_row(rows, c.scenario) for c in kept),
+        tests_of(controls),
     )
+
+
+def tests_of(rows: Iterable[Scenario[Any]]) -> tuple[str, ...]:
+    """The e2e tests that record ``rows`` (``Scenario.e2e``), each once, sorted."""
+    return tuple(sorted({row.e2e for row in rows} - {""}))
 
 
 def _reference(test: str) -> str:
