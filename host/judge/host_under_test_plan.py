@@ -1,16 +1,10 @@
 """Which scenario rows, and so which e2e tests, run under a host under test
-(``--host-kernel``: the guests' host is an L1 memqual boots).  A row runs
-there when all its test reads is its guests' own clock and it turns no host
-knob (host/judge/clock_plan.py ``shares_host``: under a host under test
-that clock is L1's, the host's work included), or when its row says its
-test runs there anyway (``Scenario.on_a_host_under_test``: KSM's tests
-drive L1's ksmd).  Any other row's test would turn or read this machine's
-host (its knobs, its processes, its /dev/kvm), not the host under test.
-
-One source for both sides: e2e/base.py's GuestTest asks ``tests`` whether
-to run or skip, and a host patch's scope (host/run/host_scope.py) keeps
-only the rows whose tests run, naming each dropped one with ``why_not``.
-docs/host-under-test.md, "Using it" and "Qualifying a host patch".
+(``--host-kernel``): a row whose test reads only its guests' own clock and
+turns no host knob (clock_plan.py ``shares_host``), or whose row says its
+test runs there (``Scenario.on_a_host_under_test``: KSM's drive L1's
+ksmd); a test, when every row it records does.  The one source for e2e's
+skips (e2e/base.py) and a host patch's scope (host/run/host_scope.py):
+docs/architecture.md, "host/judge/host_under_test_plan.py".
 """
 
 from __future__ import annotations

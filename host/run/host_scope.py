@@ -1,15 +1,10 @@
 """Which scenarios a host kernel patch can move, and what a ``memqual run
---host-patch`` built and runs.  The files a patch touches against each
-scenario row's ``host_paths`` (host/core/scenario.py, made of
-host/core/host_code.py's groups), by the rule a guest patch follows with
-``kernel_paths`` (host/run/patch_scope.py): every file built named by some
-row, those rows run; a file no row names, a config input or no file at all,
-everything runs.  Three things differ: --only narrows the scope instead of
-replacing it; only the rows whose tests a host under test runs are kept
-(host/judge/host_under_test_plan.py, which e2e's tests skip by), those
-left out named with why; and a patch whose rows are none of those
-selected or run (or that touches only what no kernel builds) is refused
-before any build, since the A/B could not move.
+--host-patch`` built and runs: a patch's files against each row's
+``host_paths`` (host/core/host_code.py's groups), by a guest patch's rule
+(host/run/patch_scope.py), but --only narrows the scope, only the rows a
+host under test runs are kept (host/judge/host_under_test_plan.py), the
+rest named with why, and a patch that leaves nothing to run (or touches
+only what no kernel builds) is refused before any build.
 docs/host-under-test.md, "Qualifying a host patch".
 """
 

@@ -53,7 +53,7 @@ def test_the_tests_that_run_there_are_the_rows_that_do() -> None:
 
 
 def _row(name: str, **fields: object) -> scenario.Scenario[object]:
-    return scenario.Scenario(name, e2e="test_x:X.test_x", **fields)  # type: ignore[arg-type]
+    return scenario.Scenario(name, e2e="test_x:X.test_x", **fields)  # type: ignore[arg-type]  # the fields as given
 
 
 GUEST_TIMED = (Primary("t_s", "timed by the guest", instrument=GUEST_CLOCK),)
