@@ -93,8 +93,9 @@ class Chosen:
 
 @dataclasses.dataclass(frozen=True)
 class Dropped:
-    """A scenario a host patch's scope leaves out though the patch touches
-    its code: its test cannot run under a host under test, and why."""
+    """A scenario a host patch's run would select but cannot run: its test
+    cannot run under a host under test (host/judge/host_under_test_plan.py),
+    and why.  A scoped run leaves it out; an unscoped one sees it skipped."""
 
     scenario: str
     reason: str
