@@ -138,6 +138,10 @@ class BalloonController:
     # The guest QEMU's RSS in KiB: this machine's process by default; under
     # a host under test the QEMU in L1 (rss.l1_rss_reader).
     rss: Callable[[], int] | None = None
+    # The host's THP counters (host_thp.l1_thp_reader), read around each
+    # timed move where the host's huge pages move its cost: under a host
+    # under test.  None: not read.
+    host_thp: Callable[[], dict[str, int]] | None = None
     # Asked of QEMU once, on first use.
     _ram: int | None = dataclasses.field(default=None, init=False, repr=False)
     _qom_path: str | None = dataclasses.field(default=None, init=False, repr=False)
