@@ -28,6 +28,11 @@ PAGE = 4096
 STATS_INTERVAL_MAX = 2**32 - 1
 # QEMU rate-limits BALLOON_CHANGE to one event a second (monitor.c).
 EVENT_PERIOD_S = 1.0
+# A move waiting on events has stopped when none came for this long.  A
+# second of a host under test's clock (at most one event's wait) takes
+# 10-30 s of this machine's time with five emulated CPUs on its two; the
+# guest that spun in L1 (docs/host-under-test.md) sent none for 4.6 min.
+EVENT_STALL_S = 120.0
 # Marker QEMU puts in guest-stats for a statistic the guest never sent.
 STATS_UNSET = -1
 
@@ -138,6 +143,10 @@ class BalloonController:
     # The guest QEMU's RSS in KiB: this machine's process by default; under
     # a host under test the QEMU in L1 (rss.l1_rss_reader).
     rss: Callable[[], int] | None = None
+    # The host's THP counters (host_thp.l1_thp_reader), read around each
+    # timed move where the host's huge pages move its cost: under a host
+    # under test.  None: not read.
+    host_thp: Callable[[], dict[str, int]] | None = None
     # Asked of QEMU once, on first use.
     _ram: int | None = dataclasses.field(default=None, init=False, repr=False)
     _qom_path: str | None = dataclasses.field(default=None, init=False, repr=False)
@@ -253,15 +262,15 @@ class BalloonController:
         )
         return polled.value
 
-    def reach_by_events(self, target_bytes: int, deadline_s: float) -> BalloonResult:
+    def reach_by_events(self, target_bytes: int, deadline_s: float, stall_s: float = EVENT_STALL_S) -> BalloonResult:
         """Set the target and wait for QEMU's BALLOON_CHANGE events until
         ``actual`` meets it, with no query-balloon in between: QEMU does
         nothing for the wait but emit its events.  For a move whose host
         work is read from QEMU's own threads (a host under test's, on L1's
         clock), which polls would add to.  QEMU sends the event at most
         once a second, so ``seconds`` is this machine's coarse view (its
-        resolution says so); a move that stops short is seen at the
-        deadline, ``stalled``."""
+        resolution says so); a move that stops short, or sends no event
+        for ``stall_s``, is ``stalled``."""
         # Machines with a monitor give events; the protocol asks only for commands.
         wait_event: Callable[[str, float], dict[str, Any] | None] | None = getattr(self.machine, "qmp_event", None)
         if wait_event is None:
@@ -277,7 +286,7 @@ class BalloonController:
             raise BadInput(f"QEMU refused balloon target {target_bytes}: {answer.error}")
         value = start
         while value != expected:
-            left = deadline_s - (self.clock() - t0)
+            left = min(deadline_s - (self.clock() - t0), stall_s)
             event = wait_event("BALLOON_CHANGE", left) if left > 0 else None
             if event is None:
                 break

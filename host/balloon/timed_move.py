@@ -26,6 +26,10 @@ DEADLINE_S = 120.0
 STALL_S = 0.6
 # A deflate has no floor: standing still there is a starved vCPU, not the end.
 DEFLATE_STALL_S = 2.0
+# How the host side of a move is timed, in a record's settings: two
+# movers' records are not the same measurement.
+POLLS_TIMING = "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it"
+EVENTS_TIMING = "host waits on QEMU's BALLOON_CHANGE events (perf_counter, at most one a second)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +77,11 @@ class BalloonMover:
     # Wait on QEMU's events instead of polling (BalloonController.reach_by_events):
     # for moves whose host work QEMU's own threads are read for.
     by_events: bool = False
+
+    @property
+    def host_timing(self) -> str:
+        """How this mover's host side times a move, as a record's settings say it."""
+        return EVENTS_TIMING if self.by_events else POLLS_TIMING
 
     def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:
         """Move the balloon until the guest keeps ``target_bytes``.  The guest

@@ -12,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from memqual.host.balloon import host_thp
 from memqual.host.balloon import model as transfer_model
 from memqual.host.balloon.agent import GuestClock, GuestTiming, agent_stat
 from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult
 from memqual.host.balloon.scenarios import MARGIN_MIB, Guest, guest_stat
-from memqual.host.balloon.timed_move import STALL_S, TRACK_PERIOD_US, BalloonMover, Move
+from memqual.host.balloon.timed_move import POLLS_TIMING, STALL_S, TRACK_PERIOD_US, BalloonMover, Move
 from memqual.host.core import descriptive
 from memqual.host.core.record import Measurement
 from memqual.host.core.shell import Shell
@@ -26,6 +27,12 @@ MIB = 1 << 20
 # 1 ns; a tick, 4 ms at HZ=250, without them) is what makes its timing finer
 # than the host's QMP polls; no load on the host changes it.
 GUEST_CLOCK_RESOLUTION_NS = 1000
+# A host under test boots with THP off for the timed moves.  With it on,
+# L1 backs the guest's memory with huge pages, the first inflate splits
+# them, and khugepaged collapses them again between the moves at points of
+# L1's clock that no boot repeats: the timed inflate then split 2 to 19
+# of them, and took up to 3.5 % longer (docs/host-under-test.md).
+HOST_UNDER_TEST_KNOBS = ("transparent_hugepage=never",)
 # A timed inflate waits this long for a stalled guest: 5 of the driver's
 # retries more than the floor's STALL_S, as the scenario never goes near it.
 INFLATE_STALL_S = 5 * STALL_S
@@ -75,6 +82,8 @@ class Cycle:
     rss_after_kib: int | None = None
     deflate: Move | None = None
     restored: dict[str, int] | None = None
+    # What the host's THP counters moved by in the inflate (host_thp), where read.
+    host_thp: dict[str, int] | None = None
 
     def cross_check(self) -> dict[str, Any]:
         """The inflate as the guest's balloon_inflate counter and MemTotal
@@ -87,6 +96,7 @@ class Cycle:
             "rss_before_kib": self.rss_before_kib,
             "rss_after_kib": self.rss_after_kib,
             "guest_timed": self.step.tracked,
+            **({"host_thp": self.host_thp} if self.host_thp is not None else {}),
         }
 
 
@@ -101,8 +111,10 @@ def run_cycle(
         before = guest_stat(ssh, agent)
     ram = ctl.ram_bytes()
     rss_before = ctl.rss_kib()
+    thp_before = ctl.host_thp() if ctl.host_thp is not None else None
     inflate = mover.move(ram - size_bytes, stall_s=INFLATE_STALL_S, tracked=step.tracked)
-    cycle = Cycle(step, size_bytes, before, rss_before, inflate)
+    thp = host_thp.difference(thp_before, ctl.host_thp()) if ctl.host_thp and thp_before is not None else None
+    cycle = Cycle(step, size_bytes, before, rss_before, inflate, host_thp=thp)
     if not inflate.reached:
         return cycle
     rss_after = ctl.rss_kib()
@@ -124,6 +136,8 @@ class TimingRun:
     machine: str
     first: dict[str, int]  # the guest's counters before the first cycle
     cycles: list[Cycle] = dataclasses.field(default_factory=list)
+    host_timing: str = POLLS_TIMING  # the mover's (BalloonMover.host_timing)
+    host_knobs: tuple[str, ...] = ()  # a host under test's boot knobs (HOST_UNDER_TEST_KNOBS)
 
     def _main(self, tracked: bool) -> list[Cycle]:
         return [c for c in self.cycles if c.step.main and c.step.tracked == tracked]
@@ -158,6 +172,12 @@ class TimingRun:
         """The seed's table predicted from this run's calibration sizes."""
         return transfer_model.predict_seed(transfer_model.calibrate(self.observations))
 
+    def host_thp_of(self, direction: str) -> dict[str, Any]:
+        """The host's THP moves in each guest-timed inflate, where read:
+        what the host did with its huge pages beside each timed figure."""
+        moved = [c.host_thp for c in self._main(True) if c.host_thp is not None]
+        return {"host_thp": moved} if direction == "inflate" and moved else {}
+
     def guest_resolution_s(self) -> float:
         return descriptive.median([g.resolution_s for g in self.guest_inflates + self.guest_deflates])
 
@@ -179,7 +199,9 @@ class TimingRun:
             "margin_mib": self.margin_mib,
             "touched_mib": self.touch_mib,
             "machine": self.machine,
-            "timing": "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it",
+            "timing": self.host_timing,
+            # only where set: this machine's records keep the keys they had
+            **({"host_knobs": " ".join(self.host_knobs)} if self.host_knobs else {}),
             "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
             "back to back near the first change and the end (CLOCK_MONOTONIC)",
         }
@@ -237,6 +259,7 @@ class TimingRun:
                     poll_period_s=descriptive.median([g.period_s for g in timings]),
                     timed="in the guest: first poll that saw the counter move to the poll that saw "
                     "it reach the pages asked",
+                    **self.host_thp_of(direction),
                 )
             )
         out.append(
@@ -260,6 +283,7 @@ def run_timing(
     fractions: tuple[float, ...],
     repeats: int,
     machine: str,
+    host_knobs: tuple[str, ...] = (),
 ) -> TimingRun:
     """The plan's cycles in one guest: the main size is what the guest can
     safely give (its MemAvailable less MARGIN_MIB).  Stops after the first
@@ -267,7 +291,17 @@ def run_timing(
     then not back at RAM): ``cycle_problems`` says so."""
     first = guest_stat(guest.ssh, agent)
     full = safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
-    run = TimingRun(memory_mib, ctl.ram_bytes(), full, touch_mib, MARGIN_MIB, machine, first)
+    run = TimingRun(
+        memory_mib,
+        ctl.ram_bytes(),
+        full,
+        touch_mib,
+        MARGIN_MIB,
+        machine,
+        first,
+        host_timing=mover.host_timing,
+        host_knobs=host_knobs,
+    )
     for step in plan(repeats, fractions):
         size = int(full * step.fraction) // PAGE * PAGE
         cycle = run_cycle(guest.ssh, ctl, mover, agent, step, size, touch_mib)

@@ -230,9 +230,13 @@ def clock_lines(config: RunConfig, chosen: clock.Default) -> list[str]:
     """The run's header about its clock: what it reads, why it is this
     one, and which clock each scenario gets."""
     if config.hosts and config.clock.icount:
+        # imported here, not at the top: the plan reads the judge's primaries
+        from memqual.host.judge import clock_plan
+
         lines = [
             f"clock: {config.clock.label}: guest-timed figures are the host under test's instructions x "
-            f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them"
+            f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them",
+            *clock_plan.describe_host_under_test(),
         ]
     else:
         lines = [f"clock: {config.clock.describe()}"]

@@ -90,6 +90,11 @@ class Primary:
     on_icount: str = ""
     spread_wall: Spread | None = None
     spread_icount: Spread | None = None
+    # The block spread on a host under test's clock (L1's instructions,
+    # its guest-timed figure: host/core/nested.py), where measured: there
+    # the host's work for the guest is in the figure, and so is what no
+    # boot of L1 repeats.
+    spread_host_under_test: Spread | None = None
     margin: float = WIDE_MARGIN
     # The margin on the icount clock where its spread there allows a
     # tighter one than the wall clock's (None: ``margin`` on every clock).

@@ -117,6 +117,27 @@ def runs_beside_others(reference: str, on: clock.Clock) -> bool:
     return for_test(reference, on).icount and reference in beside_others_tests()
 
 
+def describe_host_under_test() -> list[str]:
+    """What ``memqual run`` prints for a host under test on icount: each
+    primary whose A/A block spread was measured there, with the blocks
+    equivalence at its icount margin needs, and that the others were not."""
+    lines = []
+    for p in scenario.every_primary():
+        spread = p.spread_host_under_test
+        if spread is None:
+            continue
+        margin = p.margin_on(ICOUNT_LABEL)
+        blocks = max(blocks_needed(spread, margin), 1)
+        lines.append(
+            f"  {p.scenario} {p.metric_on(ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "
+            f"{spread.blocks} blocks on a host under test: equivalence within {100 * margin:g} % in about "
+            f"{blocks:.0f} block(s)"
+        )
+    others = "the other primaries" if lines else "every primary"
+    lines.append(f"  {others}: no A/A spread measured on a host under test (docs/host-under-test.md)")
+    return lines
+
+
 def describe(plan: clock.Clock) -> list[str]:
     """What ``memqual run`` prints of an ``auto`` plan: each primary's
     clock and the blocks each clock's spread needs."""

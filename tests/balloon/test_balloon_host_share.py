@@ -139,6 +139,22 @@ def test_a_move_by_events_that_stops_short_is_stalled_at_the_deadline():
     assert not result.reached and result.stalled and result.actual_bytes == EventMachine.RAM - (100 << 20)
 
 
+def test_a_move_by_events_that_sends_no_event_for_its_stall_window_is_stalled_then():
+    waits: list[float] = []
+
+    class Silent(EventMachine):
+        def qmp_event(self, name: str, deadline_s: float) -> dict[str, object] | None:
+            waits.append(deadline_s)
+            return super().qmp_event(name, deadline_s)
+
+    target = EventMachine.RAM - (768 << 20)
+    result = BalloonController(Silent([EventMachine.RAM - (1 << 20)])).reach_by_events(
+        target, deadline_s=1200, stall_s=120
+    )
+    assert result.stalled and not result.reached
+    assert waits == [120, 120]  # each wait is the stall window, not what is left of the deadline
+
+
 def test_a_move_by_events_refused_by_qemu_is_bad_input():
     with pytest.raises(BadInput, match="refused"):
         BalloonController(EventMachine([], refuse=True)).reach_by_events(1 << 29, deadline_s=1)

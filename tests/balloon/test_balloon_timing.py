@@ -6,8 +6,18 @@ import dataclasses
 
 from memqual.host.balloon.agent import GuestClock, GuestTiming
 from memqual.host.balloon.device import PAGE, BalloonResult
-from memqual.host.balloon.timed_move import Move
-from memqual.host.balloon.timing import Cycle, Step, TimingRun, cycle_problems, guest_timing_problems, plan, summary
+from memqual.host.balloon.host_thp import THP_COUNTERS
+from memqual.host.balloon.timed_move import EVENTS_TIMING, POLLS_TIMING, BalloonMover, Move
+from memqual.host.balloon.timing import (
+    HOST_UNDER_TEST_KNOBS,
+    Cycle,
+    Step,
+    TimingRun,
+    cycle_problems,
+    guest_timing_problems,
+    plan,
+    summary,
+)
 
 MIB = 1 << 20
 RAM = 1024 * MIB
@@ -117,3 +127,35 @@ def test_the_summary_names_the_inflate_and_the_guest_resolution() -> None:
     lines = summary(run(), None)
     assert lines[0].startswith("inflate 512 MiB of 1024 MiB: median")
     assert lines[-1].startswith("guest-timed resolution")
+
+
+def test_the_records_name_how_the_host_timed_each_move() -> None:
+    """A run that waited on QEMU's events (a host under test) is not the
+    same measurement as one that polled: its settings say which."""
+    polled = {r.metric: r for r in run().records(None)}
+    waited = {r.metric: r for r in dataclasses.replace(run(), host_timing=EVENTS_TIMING).records(None)}
+    for metric in polled:
+        assert polled[metric].settings["timing"] == POLLS_TIMING
+        assert waited[metric].settings["timing"] == EVENTS_TIMING
+    assert BalloonMover(None, by_events=True).host_timing == EVENTS_TIMING  # type: ignore[arg-type]  # no controller: only its label
+    assert BalloonMover(None).host_timing == POLLS_TIMING  # type: ignore[arg-type]  # no controller: only its label
+
+
+def test_the_guest_timed_inflate_carries_the_host_s_thp_moves_where_read() -> None:
+    moved = {name: 0 for name in THP_COUNTERS} | {"thp_split_pmd": 5}
+    plain = run()
+    read = dataclasses.replace(plain, cycles=[dataclasses.replace(c, host_thp=moved) for c in plain.cycles])
+    tracked = sum(1 for c in plain.cycles if c.step.main and c.step.tracked)
+    records = {r.metric: r for r in read.records(None)}
+    assert records["inflate_guest_s"].extra["host_thp"] == [moved] * tracked
+    assert "host_thp" not in records["deflate_guest_s"].extra
+    assert records["inflate_s"].extra["cross_checks"][0]["host_thp"] == moved
+    assert "host_thp" not in {r.metric: r for r in plain.records(None)}["inflate_guest_s"].extra
+
+
+def test_a_host_under_test_s_boot_knobs_are_in_the_settings_and_only_there() -> None:
+    plain = {r.metric: r for r in run().records(None)}
+    on_l1 = {r.metric: r for r in dataclasses.replace(run(), host_knobs=HOST_UNDER_TEST_KNOBS).records(None)}
+    for metric in plain:
+        assert "host_knobs" not in plain[metric].settings
+        assert on_l1[metric].settings["host_knobs"] == "transparent_hugepage=never"

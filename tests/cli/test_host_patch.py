@@ -33,6 +33,7 @@ KVM_PATCH = (
 )
 MM_PATCH = "--- a/mm/memory.c\n+++ b/mm/memory.c\n@@ -1 +1 @@\n-int fault;\n+int faults;\n"
 DOCS_PATCH = "--- a/Documentation/virt/kvm/api.rst\n+++ b/Documentation/virt/kvm/api.rst\n@@ -1 +1 @@\n-a\n+b\n"
+HUGETLB_PATCH = "--- a/mm/hugetlb.c\n+++ b/mm/hugetlb.c\n@@ -1 +1 @@\n-int pool;\n+int pools;\n"
 
 
 @pytest.fixture
@@ -42,6 +43,7 @@ def files(tmp_path: Path) -> dict[str, str]:
         "kvm.patch": KVM_PATCH,
         "mm.patch": MM_PATCH,
         "docs.patch": DOCS_PATCH,
+        "hugetlb.patch": HUGETLB_PATCH,
         "notes.txt": "no diff here\n",
         "extra.config": "CONFIG_KSM=y\n",
         "bad.config": "CONFIG_KSM=$(reboot)\n",
@@ -89,6 +91,17 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
         # a patch that can move none of the scenarios the run would run
         (["--host-patch", "{docs}"], "^memqual: error: nothing to qualify: .*no host kernel builds any of it"),
         (["--host-patch", "{kvm}", "--only", "ksm"], "nothing to qualify: only .*fault.anon.* --only ksm in the ab"),
+        # ... or only scenarios whose tests a host under test skips, each named with why
+        (
+            ["--host-patch", "{hugetlb}"],
+            "nothing to qualify: only hugetlbfs.balloon .* a host under test runs none of them: "
+            "hugetlbfs.balloon \\(it sets this machine's host huge pages\\)$",
+        ),
+        (
+            ["--host-patch", "{kvm}", "--only", "memslots", "--all-scenarios"],
+            "--all-scenarios given, but a host under test runs none of the scenarios --only memslots .*"
+            "memslots.kvm, memslots.kvm_lookup \\(it has no primary",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_any_build(
@@ -267,6 +280,14 @@ def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys:
     [
         # --only narrows the scope: of the fault path's and KVM's rows, the fault's
         (["--host-patch", "{kvm}", "--only", "fault"], "the host patch touches host code fault.anon exercise (", True),
+        # what a host under test skips is left out, and said
+        (
+            ["--host-patch", "{kvm}", "--only", "fault", "--only", "balloon"],
+            "the host patch touches host code balloon.deflate, balloon.inflate, balloon.request_size, fault.anon "
+            "exercise (of those --only fault balloon selects): running those; not run, as a host under test cannot "
+            "run them: balloon.floor (its floor_mib is a count read on this machine); ",
+            True,
+        ),
         # --all-scenarios: every scenario --only selects, even for a patch of documentation
         (["--host-patch", "{docs}", "--all-scenarios"], "running every scenario: --all-scenarios given", False),
         (["--host-patch", "{kvm}", "--all-scenarios", "--only", "ksm"], "running every scenario --only ksm", False),
@@ -285,5 +306,6 @@ def test_only_narrows_the_scope_and_all_scenarios_lifts_it(
     assert host_patch.run_with_host_patch(args, lambda given: 0) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(line)
     assert (args.test_scope is not None) is scoped
-    if scoped:
-        assert args.test_scope.blocks == ("e2e/test_fault.py:FaultTest.test_anon$",)
+    if scoped:  # the fault's test, and none a host under test skips
+        assert "e2e/test_fault.py:FaultTest.test_anon$" in args.test_scope.blocks
+        assert not any("BalloonFloor" in b or "FreePageReporting" in b for b in args.test_scope.blocks)

@@ -277,3 +277,29 @@ def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
         compare_runs([a], [b])
     result = compare_runs([a], [b], across_hosts=True)
     assert {m.metric for m in result.metrics} >= {"inflate_guest_s"}
+
+
+@pytest.mark.parametrize(
+    ("sd", "says"),
+    [
+        (0.002, "in about 1 block(s)"),  # (3.17 x 0.2 % / 1 %)^2 = 0.4: one
+        (0.02, "in about 40 block(s)"),  # (3.17 x 2 % / 1 %)^2 = 40
+    ],
+)
+def test_a_host_under_test_s_header_gives_each_measured_spread_and_its_blocks(monkeypatch, sd, says) -> None:
+    measured = dataclasses.replace(
+        Primary("inflate_guest_s", "why", margin_icount=0.01, spread_host_under_test=Spread(sd, 6, MEASURED)),
+        scenario="balloon.inflate",
+    )
+    unmeasured = dataclasses.replace(Primary("deflate_guest_s", "why"), scenario="balloon.deflate")
+    monkeypatch.setattr(scenario, "every_primary", lambda: (measured, unmeasured))
+    lines = clock_plan.describe_host_under_test()
+    assert len(lines) == 2
+    assert lines[0].startswith("  balloon.inflate inflate_guest_s: A/A block spread")
+    assert "over 6 blocks" in lines[0] and "within 1 %" in lines[0] and says in lines[0]
+    assert "balloon.deflate" not in "\n".join(lines)
+    assert lines[-1].startswith("  the other primaries: no A/A spread measured on a host under test")
+    monkeypatch.setattr(scenario, "every_primary", lambda: (unmeasured,))
+    assert clock_plan.describe_host_under_test() == [
+        "  every primary: no A/A spread measured on a host under test (docs/host-under-test.md)"
+    ]
