@@ -135,8 +135,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="go on with an interrupted bisect in DIR (a --budget or --max-rounds given replaces the stored one)",
     )
     run_command.add_job_arguments(
-        parser, "memqual-bisect", "default wall, and icount at the shift L1 runs when the guests run on hosts under test (L1's instructions: "
-        "the host's work counts); a --resume keeps the bisect's clock (DIR/qemu.json)"
+        parser,
+        "memqual-bisect",
+        "default wall, and icount at the shift L1 runs when the guests run on hosts under test "
+        "(L1's instructions: the host's work counts); a --resume keeps the bisect's clock (DIR/qemu.json)",
     )
     cliargs.add_qemu(
         parser,

@@ -187,7 +187,10 @@ class SeriesAxis:
         return " ".join([host, *self.host_params]) if host else ""
 
 
-def _row(index: int, name: str, p: dict[str, Any] | None, axis: SeriesAxis = SeriesAxis()) -> KernelRow:
+GUEST_SERIES = SeriesAxis()
+
+
+def _row(index: int, name: str, p: dict[str, Any] | None, axis: SeriesAxis = GUEST_SERIES) -> KernelRow:
     label, host = axis.label(index, name), axis.host_of(name)
     if index == 0:
         return KernelRow(label, status="reference", host=host, mark=mark("good"), ratio="1")

@@ -17,8 +17,8 @@ from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.core.qemu_binary import choose_for_clock
 from memqual.host.run import ab_run, block_jobs, blocks
 from memqual.host.run import config as run_config
-from memqual.host.run.host_checks import host_run_clock
 from memqual.host.run.bisect import axis, series
+from memqual.host.run.host_checks import host_run_clock
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,8 +33,9 @@ def bisect_clock(asked: str | None, directory: Path, resuming: bool, on_hosts: b
     clock its calibration was measured on; ``on_hosts``, its guests on
     hosts under test: icount, L1's instructions, at the shift L1 runs,
     host_checks.host_run_clock), made this process's ($MEMQUAL_CLOCK).
-    ``bisect_qemu`` notes it in DIR/qemu.json beside the QEMU; a resumed bisect runs the noted one (a bisect from before clocks
-    ran on wall): K1 and the probes must not be timed on two clocks."""
+    ``bisect_qemu`` notes it in DIR/qemu.json beside the QEMU; a resumed
+    bisect runs the noted one (a bisect from before clocks ran on wall):
+    K1 and the probes must not be timed on two clocks."""
     if resuming:
         path = directory / QEMU_FILE
         noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
