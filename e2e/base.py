@@ -193,9 +193,12 @@ DRIVES_THE_HOST_UNDER_TEST = "memqual_drives_the_host_under_test"  # the attribu
 
 
 def drives_its_host(method: TestMethod) -> TestMethod:
-    """Mark a test method that drives its guest's host through the guest
-    (``Machine.host_ssh`` under a host under test, this machine's knobs
-    otherwise): it runs under ``--host-kernel`` too, on L1's knobs."""
+    """Mark a test method no scenario row names (a row's scenario in a
+    variant the rows leave out) that drives its guest's host through the
+    guest (``Machine.host_ssh`` under a host under test, this machine's
+    knobs otherwise): it runs under ``--host-kernel`` too, on L1's knobs.
+    A row's test is not marked: its row says it
+    (``Scenario.on_a_host_under_test``, host/judge/host_under_test_plan.py)."""
     setattr(method, DRIVES_THE_HOST_UNDER_TEST, True)
     return method
 
@@ -230,7 +233,52 @@ def put_boot_seed(block: int) -> None:
 def reference_of(test: unittest.TestCase) -> str:
     """The test as the scenario rows name it (``Scenario.e2e``):
     ``test_file_stem:Class.method``."""
-    return f"{Path(inspect.getfile(type(test))).stem}:{type(test).__name__}.{test._testMethodName}"
+    return reference_in(type(test), test._testMethodName)
+
+
+def reference_in(cls: type, method: str) -> str:
+    """Test ``method`` of ``cls`` as the scenario rows name it."""
+    return f"{Path(inspect.getfile(cls)).stem}:{cls.__name__}.{method}"
+
+
+def runs_under_a_host_under_test(cls: type, method: str) -> bool:
+    """Can test ``method`` of ``cls`` run under a host under test as it is?
+    A scenario's test as its rows say (host/judge/host_under_test_plan.py,
+    which a host patch's scope reads too): under a host under test the
+    guest's clock is L1's, the host's work included, and a test driving
+    its host drives L1's.  A test that turns this machine's knobs or reads
+    its processes (KSM, THP, the huge page pool, QEMU's RSS, /dev/kvm)
+    would read the wrong host.  A test no row names runs there when its
+    class counts only its guests' instructions or it is ``@drives_its_host``."""
+    from memqual.host.judge import host_under_test_plan
+
+    return (
+        getattr(cls, "counts_only_its_guests", False)
+        or getattr(getattr(cls, method, None), DRIVES_THE_HOST_UNDER_TEST, False)
+        or reference_in(cls, method) in host_under_test_plan.tests()
+    )
+
+
+def off_the_host_under_test(test: avocado.Test) -> str:
+    """Why ``test`` is skipped here, "" when it runs: under a host under
+    test (the process's, which a GuestTest's arm sets; else its variant's
+    ``host_kernel``, for a test that is no GuestTest) a test that cannot
+    run there."""
+    host = nested.from_environment()
+    name = host.name if host is not None else str(test.params.get("host_kernel", default="") or "")
+    return skipped_under(name, type(test), test._testMethodName)
+
+
+def skipped_under(host: str, cls: type, method: str) -> str:
+    """Why test ``method`` of ``cls`` is skipped under the host under test
+    named ``host`` ("": this machine, or a test that runs there,
+    ``runs_under_a_host_under_test``)."""
+    if not host or runs_under_a_host_under_test(cls, method):
+        return ""
+    return (
+        f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
+        f"under test's ({host}): run it without --host-kernel"
+    )
 
 
 def put_clock(reference: str) -> None:
@@ -290,21 +338,8 @@ class GuestTest(avocado.Test):
 
     def runs_under_a_host_under_test(self) -> bool:
         """Can this test's guests run under a host under test as they are?
-        A scenario's test whose rows read only its guests' clocks and turn
-        no host knob (host/judge/clock_plan.py ``shares_host``): under a host
-        under test the guest's clock is L1's, the host's work included.  A
-        test that turns this machine's knobs or reads its processes (KSM,
-        THP, the huge page pool, QEMU's RSS, /dev/kvm) would read the wrong
-        host."""
-        from memqual.host.judge import clock_plan
-
-        reference = reference_of(self)
-        method = getattr(self, self._testMethodName, None)
-        return (
-            self.counts_only_its_guests
-            or getattr(method, DRIVES_THE_HOST_UNDER_TEST, False)
-            or reference in clock_plan.beside_others_tests()
-        )
+        (``runs_under_a_host_under_test``)"""
+        return runs_under_a_host_under_test(type(self), self._testMethodName)
 
     def host_under_test(self) -> HostUnderTest | None:
         """The run's host under test (``--host-kernel``), or None: this machine."""
@@ -341,12 +376,9 @@ class GuestTest(avocado.Test):
                 clock.current().label,
             )
         self._restore_stale_host_state()
-        host = nested.from_environment()
-        if host is not None and not self.runs_under_a_host_under_test():
-            self.skip_because(
-                f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
-                f"under test's ({host.name}): run it without --host-kernel"
-            )
+        off = off_the_host_under_test(self)
+        if off:
+            self.skip_because(off)
 
     # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------
     def _take_arm(self) -> None:

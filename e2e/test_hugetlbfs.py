@@ -18,7 +18,7 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from memqual.e2e.base import GuestTest, drives_its_host, requires
+from memqual.e2e.base import GuestTest, requires
 from memqual.host.balloon.agent import GuestTracker
 from memqual.host.balloon.device import BalloonController, BalloonResult
 from memqual.host.balloon.driver import VariantDriver
@@ -194,7 +194,6 @@ class HugetlbfsTest(GuestTest):
         driver.restore_stock()
         return found
 
-    @drives_its_host
     def test_balloon(self) -> None:
         """The balloon on 2 MiB pages: whole pages back, its time.
 

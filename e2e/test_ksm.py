@@ -104,7 +104,6 @@ class KsmTest(HostKsmTest):
             self.assertEqual(proc.merging_pages, 0, f"mem-merge=off, yet QEMU has merged pages: {proc.stat}")
             self.assertEqual(proc.stat_int("ksm_rmap_items") or 0, 0, "mem-merge=off, yet ksmd tracks QEMU pages")
 
-    @drives_its_host
     def test_merge(self) -> None:
         """Scenario 1: one-byte fill merges within 3 full scans.
 
@@ -126,7 +125,6 @@ class KsmTest(HostKsmTest):
         self._merge(mem_merge=False)
 
     # -- 2. integrity --------------------------------------------------------
-    @drives_its_host
     def test_integrity(self) -> None:
         """Scenario 2: merge, break with distinct tails, unmerge, verify."""
         if self.host_under_test() is not None:
@@ -272,7 +270,6 @@ class KsmTest(HostKsmTest):
             all(r > 1 for r in ratios), f"smart scan made ksmd's scans dearer per page in a guest: {ratios}"
         )
 
-    @drives_its_host
     def test_volatile_scan_4k(self) -> None:
         """Scenario 3: smart scan against the seed's workload, 4 KiB pages.
 
@@ -289,7 +286,6 @@ class KsmTest(HostKsmTest):
         self._volatile("thp")
 
     # -- 4. guest-side KSM ---------------------------------------------------
-    @drives_its_host
     def test_guest_ksm(self) -> None:
         """Scenario 4: the guest kernel's own ksmd merges the agent's pages.
 

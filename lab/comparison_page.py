@@ -1,10 +1,12 @@
 """``python -m memqual.lab.comparison_page OUTPUT [--html FILE]``:
 comparison.html of a finished two-arm ``memqual run`` rendered again from
-its directory (A/results.json, B/results.json, and until-decided.json and
-patch.json when the run wrote them): its outcome built as the run builds
-it at its end (host/judge/ab_outcome.py), with --until-decided from the
-looks' decisions.  For a page from before a change to the page, or a run
-whose end was cut short after its looks.  Prints the exit status the
+its directory (A/results.json, B/results.json, and until-decided.json,
+patch.json or host-patch.json when the run wrote them): its outcome built
+as the run builds it at its end (host/judge/ab_outcome.py), with
+--until-decided from the looks' decisions, and the card of the patch under
+test, a guest patch's or a host patch's, as the run's own page has it.
+For a page from before a change to the page, or a run whose end was cut
+short after its looks.  Prints the exit status the
 decisions give and the controls' power; exits 0, or 2 on bad input."""
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from memqual.host.core.errors import BadInput
 from memqual.host.judge.ab_outcome import of_results
 from memqual.host.judge.results import load_results
 from memqual.host.judge.sequential_run import SequentialRun
+from memqual.host.run.host_scope import HOST_ARM, TEXTS
+from memqual.host.run.patch_scope import arm_names_of
+
+GUEST_PATCH = "patch.json"  # memqual run --patch's record (host/cli/kernel.py)
+HOST_PATCH = f"{TEXTS}.json"  # memqual run --host-patch's (host/cli/host_patch.py)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,26 +59,47 @@ def render(output: Path, html: Path | None = None) -> tuple[int, str, Path]:
         outcome = of_results([a], [b])
     else:  # the run's --threshold and --alpha are its looks'
         outcome = of_results([a], [b], looks, threshold=looks.tracker.threshold, alpha=looks.tracker.alpha)
-    patch = None
+    patch = record_of(output / GUEST_PATCH)
+    host_patch = record_of(output / HOST_PATCH)
     names = ("A", "B")
-    if (output / "patch.json").is_file():
-        patch = json.loads((output / "patch.json").read_text())
-        titles = "; ".join(str(p["subject"]) for p in patch["patches"]) or "a second source"
-        names = (f"A {patch['a']['name']}", f"B {patch['b']['name']} (+ {titles})")
-    page = comparison_page(outcome, a, b, *names, patch=patch)
+    if patch is not None:
+        names = named_by(patch, output / GUEST_PATCH)
+    elif host_patch is not None:
+        names = named_by(host_patch, output / HOST_PATCH, HOST_ARM)
+    page = comparison_page(outcome, a, b, *names, patch=patch, host_patch=host_patch)
     path = write_comparison_html(page, html or output / "comparison.html")
     return int(outcome.exit_status), outcome.power.line(), path
 
 
-def looks_of(path: Path) -> SequentialRun | None:
-    """The looks a run of --until-decided wrote (None: a run without them)."""
-    if not path.is_file():
-        return None
+def json_of(path: Path) -> Any:
+    """A JSON file the run wrote, read."""
     try:
-        data = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise BadInput(f"{path}: not the JSON memqual run writes ({exc})") from exc
-    return SequentialRun.from_json(data, str(path))
+
+
+def record_of(path: Path) -> dict[str, Any] | None:
+    """A patch's record the run wrote (None: the run had no such patch)."""
+    if not path.is_file():
+        return None
+    data = json_of(path)
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: not the JSON memqual run writes (no object)")
+    return data
+
+
+def named_by(record: dict[str, Any], path: Path, prefix: str = "") -> tuple[str, str]:
+    """A and B as the run named them, from its patch's ``record``."""
+    try:
+        return arm_names_of(record, prefix)
+    except (KeyError, TypeError) as exc:
+        raise BadInput(f"{path}: not the JSON memqual run writes (no {exc})") from exc
+
+
+def looks_of(path: Path) -> SequentialRun | None:
+    """The looks a run of --until-decided wrote (None: a run without them)."""
+    return SequentialRun.from_json(json_of(path), str(path)) if path.is_file() else None
 
 
 if __name__ == "__main__":

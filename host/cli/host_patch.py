@@ -10,18 +10,22 @@ patch (``host_patch_run``, as ``--patch`` hands over its PatchRun)
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memqual.host.cli.command import Option, Run
-from memqual.host.cli.kernel import SOURCES_NOT_LISTED, built_lines, tests_prefix, touched_files
+from memqual.host.cli.kernel import (
+    SOURCES_NOT_LISTED,
+    built_lines,
+    keep_record,
+    say_progress,
+    show_escaped,
+    tests_prefix,
+    touched_files,
+)
 from memqual.host.cli.run import config_from_args, output_directory, planned
 from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
-from memqual.host.core.paths import write_private_atomic
-from memqual.host.core.printable import one_line
 from memqual.host.run import host_scope
 from memqual.host.run.config import job_profile
 from memqual.host.run.patch_scope import NOTHING, PatchScope
@@ -64,17 +68,6 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
         metavar="FRAGMENT",
         help="with --host-patch: a Kconfig fragment for both host kernels, on top of images/host.config",
     )
-
-
-def _say(text: str) -> None:
-    """A build's progress line (make's file names are the tree's)."""
-    print(one_line(text), file=sys.stderr, flush=True)
-
-
-def _show(text: str) -> None:
-    """One line of what was built: subjects, file names and sources come
-    from input memqual does not trust, so control characters are escaped."""
-    print(one_line(text))
 
 
 def refuse_beside(args: argparse.Namespace) -> None:
@@ -139,11 +132,12 @@ def scope_of(args: argparse.Namespace) -> PatchScope:
         files = touched_files(args.host_kernel_source, args.host_patch)
     except BadInput as exc:
         raise as_host(exc) from None
+    rows, profile, only = scenario.table(), job_profile(args.profile, 2), args.only or ()
     if files is None:
-        return host_scope.every_scenario((), SOURCES_NOT_LISTED, args.only or ())
+        return host_scope.every_scenario((), SOURCES_NOT_LISTED, rows, profile, only)
     if getattr(args, "all_scenarios", False):  # run --patch's option, on the same parser
-        return host_scope.every_scenario(files, "--all-scenarios given", args.only or ())
-    return host_scope.host_scope_of(files, scenario.table(), job_profile(args.profile, 2), args.only or ())
+        return host_scope.every_scenario(files, "--all-scenarios given", rows, profile, only)
+    return host_scope.host_scope_of(files, rows, profile, only)
 
 
 def take_scope(args: argparse.Namespace) -> PatchScope:
@@ -165,7 +159,7 @@ def build_hosts(sources: list[str], patches: list[str], fragments: list[str]) ->
 
     try:
         with terminate_as_exception():
-            return arms(sources, patches, fragments, say=_say)
+            return arms(sources, patches, fragments, say=say_progress)
     except BadInput as exc:
         raise as_host(exc) from None
 
@@ -173,8 +167,8 @@ def build_hosts(sources: list[str], patches: list[str], fragments: list[str]) ->
 def show(built: PatchArms) -> None:
     """A and B (cached or built, how long), the patches, what differs."""
     for line in built_lines(built, "host "):
-        _show(line)
-    _show(f"running as --host-kernel {built.a.name} --host-kernel {built.b.name}")
+        show_escaped(line)
+    show_escaped(f"running as --host-kernel {built.a.name} --host-kernel {built.b.name}")
 
 
 def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
@@ -191,7 +185,7 @@ def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
     output = output_directory(args, "memqual-results")
     scope = take_scope(args)
     check_run(args, output)
-    _show(scope.line())
+    show_escaped(scope.line())
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.kernel_build import HOST_CONFIG
 
@@ -200,14 +194,9 @@ def run_with_host_patch(args: argparse.Namespace, inner: Run) -> int:
     built = build_hosts(sources, args.host_patch, fragments)
     args.output = str(output)
     args.host_kernel = [built.a.name, built.b.name]
-    texts = output / host_scope.TEXTS
-    texts.mkdir(parents=True, exist_ok=True)
-    for patch, name in zip(built.patches, built.text_names(), strict=True):
-        write_private_atomic(texts / name, patch.data, 0o644)
     # the run takes the value itself; host-patch.json is the users' record of it
     args.host_patch_run = host_scope.HostPatchRun(built, scope, tuple(sources), tuple(fragments))
-    text = json.dumps(args.host_patch_run.to_json(), indent=2) + "\n"
-    write_private_atomic(output / f"{host_scope.TEXTS}.json", text.encode(), 0o644)
+    keep_record(output, host_scope.TEXTS, built, args.host_patch_run.to_json())
     show(built)
     return inner(args)
 

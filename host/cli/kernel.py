@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from memqual.host.cli import args as cliargs
 from memqual.host.cli.command import Command, Option, Run, dispatch
@@ -57,13 +57,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     listing.set_defaults(handler=_list)
 
 
-def _say(text: str) -> None:
+def say_progress(text: str) -> None:
     """A build's progress line: make's file names and failure text are the
     tree's, a step's name the patch's file name."""
     print(one_line(text), file=sys.stderr, flush=True)
 
 
-def _show(text: str) -> None:
+def show_escaped(text: str) -> None:
     """One line of what was built: a patch's subject and file names, a
     source's label, .config values, a build's paths come from input memqual
     does not trust, so each control character is shown as an escape."""
@@ -78,7 +78,7 @@ def _build(args: argparse.Namespace) -> int:
     # the build folder go with it (the default action would leave make
     # running in a session of its own).
     with terminate_as_exception():
-        kernel = build(args.source, args.patch, args.config, jobs=args.jobs, force=args.force, say=_say)
+        kernel = build(args.source, args.patch, args.config, jobs=args.jobs, force=args.force, say=say_progress)
     if args.json:
         print(json.dumps(kernel.to_json(), indent=2))
         return 0
@@ -87,14 +87,14 @@ def _build(args: argparse.Namespace) -> int:
         if kernel.cached
         else f"built in {kernel.build_s:.0f} s ({'incremental' if kernel.incremental else 'full'}, -j{kernel.jobs})"
     )
-    _show(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
+    show_escaped(f"{kernel.name}: {kernel.release} from {kernel.source}, {state}")
     for line in step_lines(kernel):
-        _show(line)
+        show_escaped(line)
     for patch in kernel.patches:
-        _show(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
+        show_escaped(f"  patch {patch.subject} ({', '.join(patch.files)}; sha256 {patch.sha256[:12]})")
     for line in kernel.config_unmet:
-        _show(f"  config not kept: {line}")
-    _show(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
+        show_escaped(f"  config not kept: {line}")
+    show_escaped(f"  --guest-kernel {kernel.bzimage} --guest-modules {kernel.modules}")
     return 0
 
 
@@ -107,7 +107,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     for kernel in kernels:
         patches = ", ".join(p.subject for p in kernel.patches) or "no patch"
-        _show(f"{kernel.name}  {kernel.source}  {patches}")
+        show_escaped(f"{kernel.name}  {kernel.source}  {patches}")
     return 0
 
 
@@ -248,7 +248,7 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
         )
     )
     scope = patch_scope_of(args)
-    _show(scope.line())
+    show_escaped(scope.line())
     if scope.kind == "nothing":
         return 0  # before any build: no guest kernel can differ
     # a scope names tests below the tests' folder (--tests naming one file: no scope)
@@ -260,24 +260,30 @@ def run_with_patch(args: argparse.Namespace, inner: Run) -> int:
     if left_out:
         # said before the builds: the run's verdicts would rest on the
         # interleaving of A and B alone
-        _show(
+        show_escaped(
             f"--only {' '.join(args.only)} leaves out every negative control ({', '.join(left_out)}): "
             "nothing will check that the host held still" + (f"; add --only {tag} to keep them" if tag else "")
         )
     with terminate_as_exception():
-        built = arms(args.kernel_source, args.patch, args.kernel_config, say=_say)
+        built = arms(args.kernel_source, args.patch, args.kernel_config, say=say_progress)
     args.output = str(output)
     args.guest_kernel = [str(built.a.bzimage), str(built.b.bzimage)]
     args.guest_modules = [str(built.a.modules), str(built.b.modules)]
-    (output / "patch").mkdir(parents=True, exist_ok=True)
-    for patch, name in zip(built.patches, built.text_names(), strict=True):
-        write_private_atomic(output / "patch" / name, patch.data, 0o644)
     # the run takes the value itself; patch.json is the users' record of it
     args.patch_run = patch_scope.PatchRun(built, scope)
-    write_private_atomic(output / "patch.json", (json.dumps(args.patch_run.to_json(), indent=2) + "\n").encode(), 0o644)
+    keep_record(output, "patch", built, args.patch_run.to_json())
     for line in built_lines(built):
-        _show(line)
+        show_escaped(line)
     return inner(args)
+
+
+def keep_record(output: Path, name: str, built: PatchArms, record: dict[str, Any]) -> None:
+    """What names a patch run in OUTPUT: each patch's text in OUTPUT/NAME/
+    (``1-FILE``, in the order applied) and ``record`` as OUTPUT/NAME.json."""
+    (output / name).mkdir(parents=True, exist_ok=True)
+    for patch, text_name in zip(built.patches, built.text_names(), strict=True):
+        write_private_atomic(output / name / text_name, patch.data, 0o644)
+    write_private_atomic(output / f"{name}.json", (json.dumps(record, indent=2) + "\n").encode(), 0o644)
 
 
 def built_lines(built: PatchArms, what: str = "") -> list[str]:

@@ -24,7 +24,7 @@ from memqual.host.core.profiles import PROFILES
 from memqual.host.core.qemu_binary import choose_for_clock, resolve
 from memqual.host.core.trust import check_loaded, check_output_dir
 from memqual.host.judge.verdicts import DEFAULT_ALPHA
-from memqual.host.run import budget, job
+from memqual.host.run import budget, host_checks, job
 from memqual.host.run.avocado import list_tests
 from memqual.host.run.config import UNTIL_DECIDED_BUDGET_MIN, GuestKernel, RunConfig, arm_pairing, job_profile
 from memqual.images.kernel import read_release
@@ -450,20 +450,8 @@ def run_host(config: RunConfig) -> RunConfig:
     variants')."""
     if not config.hosts:
         return config
-    asked = config.clock
-    if asked.shift is not None and asked.shift > nested.MAX_SHIFT:
-        config = dataclasses.replace(config, clock=Clock(asked.kind, nested.MAX_SHIFT))
-        print(
-            f"--clock {asked.label}: the host under test runs on {config.clock.label} (its figures were measured "
-            "there; at shift 4 its guest stalls: docs/host-under-test.md)",
-            file=sys.stderr,
-        )
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-    from memqual.images.build import KernelSource
-    from memqual.images.host_image import module_parameters
-
-    for host in config.hosts:
-        nested.check_params(host, module_parameters(KernelSource(debian=host.kernel.version)))
+    config = dataclasses.replace(config, clock=host_checks.host_run_clock(config.clock))
+    host_checks.check_hosts(config.hosts)
     if len(config.hosts) == 1:
         nested.put_environment(config.hosts[0])
     return config

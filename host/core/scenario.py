@@ -52,7 +52,12 @@ class Scenario(Generic[SizesRow]):
     primaries measure (its guests' exits and nested faults in KVM, ksmd,
     QEMU's madvise), made of host/core/host_code.py's groups; a host patch
     that touches only these runs only the scenarios naming them
-    (``memqual run --host-patch``, host/run/host_scope.py)."""
+    (``memqual run --host-patch``, host/run/host_scope.py).
+    ``on_a_host_under_test``: its test runs under ``--host-kernel`` though
+    not all it measures is its guests' own clock (host/judge/clock_plan.py
+    ``shares_host``): it drives its guests' host through that host itself
+    (``Machine.host_ssh``: L1's knobs and ksmd), or it reads its guests
+    alone.  Which rows run there: host/judge/host_under_test_plan.py."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -66,6 +71,7 @@ class Scenario(Generic[SizesRow]):
     control: bool = False
     regime: Regime | None = None
     host_paths: tuple[str, ...] = ()
+    on_a_host_under_test: bool = False
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")

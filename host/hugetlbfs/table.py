@@ -61,6 +61,7 @@ BALLOON = Scenario(
     # on the host: the pool's pages given back by QEMU's madvise (hugetlbfs's
     # own), the guest's exits to hand them over
     host_paths=host_code.joined(host_code.KVM, host_code.GIVE_BACK, host_code.HUGETLB),
+    on_a_host_under_test=True,  # on L1's pool, reserved at L1's boot (host/hugetlbfs/l1_pool.py)
 )
 # ksmd over a guest on the pool, which it must leave alone
 KSM: Scenario[object] = Scenario(

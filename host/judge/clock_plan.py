@@ -133,7 +133,8 @@ def describe_host_under_test() -> list[str]:
             f"{spread.blocks} blocks on a host under test: equivalence within {100 * margin:g} % in about "
             f"{blocks:.0f} block(s)"
         )
-    lines.append("  the other primaries: no A/A spread measured on a host under test (docs/host-under-test.md)")
+    others = "the other primaries" if lines else "every primary"
+    lines.append(f"  {others}: no A/A spread measured on a host under test (docs/host-under-test.md)")
     return lines
 
 

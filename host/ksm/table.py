@@ -146,9 +146,15 @@ MERGE: Scenario[object] = Scenario(
     ),
     e2e="test_ksm:KsmTest.test_merge",
     host_paths=host_code.KSMD,
+    on_a_host_under_test=True,  # on L1's ksmd (host/ksm/l1_ksm.py)
 )
 INTEGRITY: Scenario[object] = Scenario(
-    "ksm.integrity", ("ksm",), knobs=(KNOBS,), e2e="test_ksm:KsmTest.test_integrity", host_paths=host_code.KSMD
+    "ksm.integrity",
+    ("ksm",),
+    knobs=(KNOBS,),
+    e2e="test_ksm:KsmTest.test_integrity",
+    host_paths=host_code.KSMD,
+    on_a_host_under_test=True,  # on L1's ksmd (host/ksm/l1_ksm.py)
 )
 VOLATILE_SCAN = Scenario(
     "ksm.volatile_scan",
@@ -174,6 +180,7 @@ VOLATILE_SCAN = Scenario(
     ),
     e2e="test_ksm:KsmTest.test_volatile_scan_4k",
     host_paths=host_code.KSMD,
+    on_a_host_under_test=True,  # on L1's ksmd (host/ksm/l1_ksm.py)
     regime=Regime(
         "dirty_passes_per_scan",
         "dirtying rate",
@@ -201,6 +208,7 @@ GUEST_MERGE: Scenario[object] = Scenario(
     ),
     e2e="test_ksm:KsmTest.test_guest_ksm",
     kernel_paths=("mm/ksm.c", "include/linux/ksm.h"),
+    on_a_host_under_test=True,  # its guest's own ksmd: it reads its guest alone
 )
 MANY = Scenario(
     "ksm.many_guests",

@@ -44,8 +44,9 @@ class KernelRow:
     probe with its last look.  ``status`` stands in the decision's cell when
     there is no decision."""
 
-    label: str  # "K3 6.1.0-57-amd64:..."
+    label: str  # "K3 6.1.0-57-amd64:..." ("K3 host ..." in a series of host kernels)
     status: str = ""
+    host: str = ""  # the host under test its guests ran on ("" this machine)
     decision: Badge | None = None
     mark: Mark | None = None
     ratio: str = ""  # B/A [95% CI]
@@ -91,6 +92,9 @@ class BisectPage:
     metric_key: str  # the metric found in the records (scenario, name, variant), or as given
     metric_settings: str  # the settings its records were taken under, beside the heading
     kernels: int
+    axis: str  # what the series is of, and what stays fixed, in words
+    kind: str  # "guest" or "host": the series' kernels
+    on_hosts: bool  # do its guests run on hosts under test (a column names each probe's)?
     threshold: str  # as a percentage
     alpha: str  # a probe's, over all its looks
     budget_min: str
@@ -118,8 +122,9 @@ def forest_plot(state: dict[str, Any]) -> str | None:
     if not probes:
         return None
     rows = []
+    axis = SeriesAxis.of(state["settings"])
     for index, kernel in enumerate(state["settings"]["kernels"]):
-        label = f"K{index + 1} {kernel}"[:70]
+        label = axis.label(index, kernel)[:70]
         p = probes.get(index)
         if index == 0:
             rows.append(ForestRow(label, "#111827", 1.0, None, None, "reference", marker="s"))
@@ -151,15 +156,50 @@ def _units(e: dict[str, Any]) -> str:
     return f"unpaired {e.get('n_reference', 0)}+{e.get('n_probe', 0)}"
 
 
-def _row(index: int, name: str, p: dict[str, Any] | None) -> KernelRow:
-    label = f"K{index + 1} {name}"
+@dataclasses.dataclass(frozen=True)
+class SeriesAxis:
+    """A state's axis (bisect.json's settings.axis; a state from before
+    axes: guest kernels on this machine)."""
+
+    kind: str = "guest"
+    host: str = ""
+    host_params: tuple[str, ...] = ()
+    text: str = "guest kernels: each probe's guests boot it, on this machine"
+
+    @classmethod
+    def of(cls, settings: dict[str, Any]) -> SeriesAxis:
+        data = settings.get("axis")
+        if not isinstance(data, dict):
+            return cls()
+        return cls(
+            str(data.get("kind") or "guest"),
+            str(data.get("host") or ""),
+            tuple(str(p) for p in data.get("host_params") or ()),
+            str(data.get("text") or cls.text),
+        )
+
+    def label(self, index: int, name: str) -> str:
+        return f"K{index + 1} {'host ' if self.kind == 'host' else ''}{name}"
+
+    def host_of(self, name: str) -> str:
+        """The host under test a kernel of the series ran its guests on."""
+        host = name if self.kind == "host" else self.host
+        return " ".join([host, *self.host_params]) if host else ""
+
+
+GUEST_SERIES = SeriesAxis()
+
+
+def _row(index: int, name: str, p: dict[str, Any] | None, axis: SeriesAxis = GUEST_SERIES) -> KernelRow:
+    label, host = axis.label(index, name), axis.host_of(name)
     if index == 0:
-        return KernelRow(label, status="reference", mark=mark("good"), ratio="1")
+        return KernelRow(label, status="reference", host=host, mark=mark("good"), ratio="1")
     if p is None:
-        return KernelRow(label, status="not probed")
+        return KernelRow(label, status="not probed", host=host)
     e = p["evidence"]
     return KernelRow(
         label,
+        host=host,
         decision=badge(_decision(p), e.get("text") or _decision(p)),
         mark=mark(str(p["verdict"])),
         ratio=_ratio(e),
@@ -173,6 +213,7 @@ def _row(index: int, name: str, p: dict[str, Any] | None) -> KernelRow:
 def bisect_page(state: dict[str, Any]) -> BisectPage:
     """The page's view of a state (bisect.json)."""
     s = state["settings"]
+    axis = SeriesAxis.of(s)
     probes = {p["index"]: p for p in state["probes"]}
     order = [i for i in state.get("probe_order") or []]
     png = forest_plot(state)
@@ -181,6 +222,9 @@ def bisect_page(state: dict[str, Any]) -> BisectPage:
         metric_key=str(state.get("metric_key") or s["metric"]).partition(" {")[0],
         metric_settings=settings_of(str(state.get("metric_key") or "")),
         kernels=len(s["kernels"]),
+        axis=axis.text,
+        kind=axis.kind,
+        on_hosts=axis.kind == "host" or bool(axis.host),
         threshold=f"{s['threshold']:.0%}",
         alpha=f"{s.get('alpha', 0.05):g}",
         budget_min=f"{s['budget_min']:g}",
@@ -192,7 +236,7 @@ def bisect_page(state: dict[str, Any]) -> BisectPage:
         plot=Plot("forest plot of every probe", png) if png else None,
         undecided=tuple(
             Undecided(
-                f"K{i + 1} {s['kernels'][i]}",
+                axis.label(i, s["kernels"][i]),
                 VERDICT_COLOURS["undecided"],
                 str(probes[i]["evidence"].get("text") or "undecided"),
                 str(probes[i].get("reason") or ""),
@@ -200,7 +244,7 @@ def bisect_page(state: dict[str, Any]) -> BisectPage:
             for i in sorted(probes)
             if _decision(probes[i]) == "undecided"
         ),
-        rows=tuple(_row(i, name, probes.get(i)) for i, name in enumerate(s["kernels"])),
+        rows=tuple(_row(i, name, probes.get(i), axis) for i, name in enumerate(s["kernels"])),
         probe_order=tuple(f"K{i + 1}" for i in order),
         steps=tuple(
             StepRow(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.profiles import AB, FULL
@@ -92,6 +92,25 @@ class Chosen:
 
 
 @dataclasses.dataclass(frozen=True)
+class Dropped:
+    """A scenario a host patch's run would select but cannot run: its test
+    cannot run under a host under test (host/judge/host_under_test_plan.py),
+    and why.  A scoped run leaves it out; an unscoped one sees it skipped."""
+
+    scenario: str
+    reason: str
+
+
+def dropped_text(dropped: Sequence[Dropped]) -> str:
+    """The dropped scenarios grouped by their reason, in one line:
+    ``memslots.kvm, memslots.kvm_lookup (it has no primary ...)``."""
+    by_reason: dict[str, list[str]] = {}
+    for d in dropped:
+        by_reason.setdefault(d.reason, []).append(d.scenario)
+    return "; ".join(f"{', '.join(names)} ({reason})" for reason, names in by_reason.items())
+
+
+@dataclasses.dataclass(frozen=True)
 class PatchScope:
     kind: str  # EVERYTHING, SCOPED or NOTHING
     files: tuple[str, ...]  # what the patch touches
@@ -104,6 +123,8 @@ class PatchScope:
     control_tests: tuple[str, ...] = ()
     side: str = GUEST  # the kernel the patch changes
     only: tuple[str, ...] = ()  # HOST: --only's tags, which the scope narrows further
+    # HOST: the scenarios it would keep whose tests a host under test cannot run
+    dropped: tuple[Dropped, ...] = ()
 
     def line(self) -> str:
         """The one line ``memqual run --patch`` (``--host-patch``) prints."""
@@ -124,18 +145,26 @@ class PatchScope:
     def host_line(self) -> str:
         """The line of a host patch's scope, which --only narrows rather
         than replaces (no negative control rides along: the controls read
-        this machine's /dev/kvm, which a host under test leaves out)."""
+        this machine's /dev/kvm, which a host under test leaves out), with
+        the scenarios left out because a host under test cannot run them."""
         selects = f" --only {' '.join(self.only)} selects" if self.only else ""
+        if self.kind == NOTHING:
+            # --all-scenarios keeps the rows a host under test cannot run out too
+            anyway = "" if self.dropped else f"; --all-scenarios runs every scenario{selects} anyway"
+            return f"nothing to qualify: {self.reason}{anyway}"
+        left_out = ""
+        if self.dropped and self.kind == SCOPED:
+            left_out = f"; not run, as a host under test cannot run them: {dropped_text(self.dropped)}"
+        elif self.dropped:
+            left_out = f"; skipped under a host under test: {dropped_text(self.dropped)}"
         if self.kind == SCOPED:
             names = ", ".join(c.scenario for c in self.chosen)
             among = f" (of those{selects})" if self.only else ""
             return (
-                f"the host patch touches host code {names} exercise{among}: running those; "
+                f"the host patch touches host code {names} exercise{among}: running those{left_out}; "
                 f"--all-scenarios runs every scenario{selects}"
             )
-        if self.kind == NOTHING:
-            return f"nothing to qualify: {self.reason}; --all-scenarios runs every scenario{selects} anyway"
-        return f"running every scenario{selects}: {self.reason}"
+        return f"running every scenario{selects}: {self.reason}{left_out}"
 
     def test_scope(self, tests_dir: str = "e2e") -> TestScope | None:
         """The avocado references a SCOPED run is limited to (each test
@@ -148,6 +177,7 @@ class PatchScope:
         return TestScope(tuple(blocks), tuple(f"{tests_dir}/{f}" for f in files))
 
     def to_json(self) -> dict[str, Any]:
+        dropped = {"dropped": {d.scenario: d.reason for d in self.dropped}} if self.side == HOST else {}
         return {
             "kind": self.kind,
             "files": list(self.files),
@@ -155,6 +185,7 @@ class PatchScope:
             "scenarios": {c.scenario: list(c.files) for c in self.chosen},
             "controls": list(self.controls),
             "side": self.side,
+            **dropped,
             "line": self.line(),
         }
 
@@ -226,9 +257,14 @@ def scope_of(files: Sequence[str], rows: Sequence[Scenario[Any]], profile: str =
         "every file it touches is in the kernel_paths of the scenarios kept",
         tuple(kept),
         tuple(r.name for r in controls),
-        tuple(sorted({_row(rows, c.scenario).e2e for c in kept} - {""})),
-        tuple(sorted({r.e2e for r in controls} - {""})),
+        tests_of(_row(rows, c.scenario) for c in kept),
+        tests_of(controls),
     )
+
+
+def tests_of(rows: Iterable[Scenario[Any]]) -> tuple[str, ...]:
+    """The e2e tests that record ``rows`` (``Scenario.e2e``), each once, sorted."""
+    return tuple(sorted({row.e2e for row in rows} - {""}))
 
 
 def _reference(test: str) -> str:
@@ -257,5 +293,19 @@ class PatchRun:
 
     def arm_names(self) -> tuple[str, str]:
         """A and B as the comparison names them: each kernel, B with its patches."""
-        titles = "; ".join(p.subject for p in self.arms.patches) or "a second source"
-        return f"A {self.arms.a.name}", f"B {self.arms.b.name} (+ {titles})"
+        return arm_names(self.arms.a.name, self.arms.b.name, [p.subject for p in self.arms.patches])
+
+
+def arm_names(a: str, b: str, subjects: Sequence[str], prefix: str = "") -> tuple[str, str]:
+    """A and B of a patch's A/B as the comparison names them: each kernel
+    (a host kernel's after ``prefix``, "host "), B with its patches'
+    subject lines."""
+    titles = "; ".join(subjects) or "a second source"
+    return f"A {prefix}{a}", f"B {prefix}{b} (+ {titles})"
+
+
+def arm_names_of(record: Mapping[str, Any], prefix: str = "") -> tuple[str, str]:
+    """``arm_names`` from a patch's record (patch.json, host-patch.json):
+    its ``a`` and ``b`` kernels by name and its ``patches``' subjects."""
+    subjects = [str(p["subject"]) for p in record["patches"]]
+    return arm_names(str(record["a"]["name"]), str(record["b"]["name"]), subjects, prefix)

@@ -255,6 +255,21 @@ SLOTS: list[Slot] = [
     Slot("memslots qemu --trace-out", lambda v: ["memslots", "qemu", "--probe", "--trace-out", v], outputs),
     # memqual bisect
     Slot("bisect --kernels", lambda v: ["bisect", "--kernels", v, v, "--metric", "deflate_s"], kernel_names),
+    Slot("bisect --host-kernels", lambda v: ["bisect", "--host-kernels", v, v, "--metric", "deflate_s"], kernel_names),
+    Slot(
+        "bisect --host-kernel-param",
+        lambda v: [
+            "bisect",
+            "--host-kernels",
+            "6.1.0-57-amd64",
+            "6.1.0-57-amd64:quiet",
+            "--host-kernel-param",
+            v,
+            "--metric",
+            "m",
+        ],
+        lambda f: ["kvm_amd", "kvm_amd.npt", "kvm_amd.npt=0;x", "../x=1", ""],
+    ),
     Slot("bisect --threshold", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--threshold", v], numbers),
     Slot("bisect --budget", lambda v: ["bisect", "--kernels", "a", "b", "--metric", "m", "--budget", v], numbers),
     Slot(

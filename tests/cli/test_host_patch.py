@@ -89,6 +89,17 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
         # a patch that can move none of the scenarios the run would run
         (["--host-patch", "{docs}"], "^memqual: error: nothing to qualify: .*no host kernel builds any of it"),
         (["--host-patch", "{kvm}", "--only", "ksm"], "nothing to qualify: only .*fault.anon.* --only ksm in the ab"),
+        # ... or only scenarios whose tests a host under test skips, each named with why
+        (
+            ["--host-patch", "{kvm}", "--only", "memslots"],
+            "nothing to qualify: only memslots.kvm, memslots.kvm_lookup .* a host under test runs none of them: "
+            "memslots.kvm, memslots.kvm_lookup \\(it has no primary on its guests' own clock\\)$",
+        ),
+        (
+            ["--host-patch", "{kvm}", "--only", "memslots", "--all-scenarios"],
+            "--all-scenarios given, but a host under test runs none of the scenarios --only memslots .*"
+            "memslots.kvm, memslots.kvm_lookup \\(it has no primary",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_before_any_build(
@@ -267,6 +278,14 @@ def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys:
     [
         # --only narrows the scope: of the fault path's and KVM's rows, the fault's
         (["--host-patch", "{kvm}", "--only", "fault"], "the host patch touches host code fault.anon exercise (", True),
+        # what a host under test skips is left out, and said
+        (
+            ["--host-patch", "{kvm}", "--only", "fault", "--only", "balloon"],
+            "the host patch touches host code balloon.deflate, balloon.inflate, balloon.request_size, fault.anon "
+            "exercise (of those --only fault balloon selects): running those; not run, as a host under test cannot "
+            "run them: balloon.floor (its floor_mib is a count read on this machine); ",
+            True,
+        ),
         # --all-scenarios: every scenario --only selects, even for a patch of documentation
         (["--host-patch", "{docs}", "--all-scenarios"], "running every scenario: --all-scenarios given", False),
         (["--host-patch", "{kvm}", "--all-scenarios", "--only", "ksm"], "running every scenario --only ksm", False),
@@ -285,5 +304,6 @@ def test_only_narrows_the_scope_and_all_scenarios_lifts_it(
     assert host_patch.run_with_host_patch(args, lambda given: 0) == 0
     assert capsys.readouterr().out.splitlines()[0].startswith(line)
     assert (args.test_scope is not None) is scoped
-    if scoped:
-        assert args.test_scope.blocks == ("e2e/test_fault.py:FaultTest.test_anon$",)
+    if scoped:  # the fault's test, and none a host under test skips
+        assert "e2e/test_fault.py:FaultTest.test_anon$" in args.test_scope.blocks
+        assert not any("BalloonFloor" in b or "FreePageReporting" in b for b in args.test_scope.blocks)

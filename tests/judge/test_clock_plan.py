@@ -299,3 +299,7 @@ def test_a_host_under_test_s_header_gives_each_measured_spread_and_its_blocks(mo
     assert "over 6 blocks" in lines[0] and "within 1 %" in lines[0] and says in lines[0]
     assert "balloon.deflate" not in "\n".join(lines)
     assert lines[-1].startswith("  the other primaries: no A/A spread measured on a host under test")
+    monkeypatch.setattr(scenario, "every_primary", lambda: (unmeasured,))
+    assert clock_plan.describe_host_under_test() == [
+        "  every primary: no A/A spread measured on a host under test (docs/host-under-test.md)"
+    ]

@@ -18,6 +18,7 @@ from rich.console import Console
 from memqual.host.cli import run as run_command
 from memqual.host.core import host_code, scenario
 from memqual.host.core.profiles import AB, QUICK
+from memqual.host.judge import host_under_test_plan as plan
 from memqual.host.run import host_scope as hs
 from memqual.host.run import job as runjob
 from memqual.host.run import patch_scope as ps
@@ -25,78 +26,106 @@ from memqual.images.built_kernels import BuiltKernel
 from memqual.images.kernel_arms import PatchArms
 from memqual.images.kernel_patches import Patch
 
-BALLOON_AB = (
-    "balloon.deflate",
-    "balloon.floor",
-    "balloon.free_page_reporting",
-    "balloon.inflate",
-    "balloon.request_size",
-)
+# The balloon's rows in the ab profile whose tests a host under test runs
+# (its own guests' clock), and those it cannot (this machine's RSS, the
+# floor's stall window the host paces)
+BALLOON_RUN = ("balloon.deflate", "balloon.inflate", "balloon.request_size")
+BALLOON_DROPPED = ("balloon.floor", "balloon.free_page_reporting")
 # KVM's rows in the ab profile: the guests' exits and nested faults, the
-# balloon's hand-over, the /dev/kvm memslot benchmarks
-KVM_AB = (*BALLOON_AB, "fault.anon", "hugetlbfs.balloon", "memslots.kvm", "memslots.kvm_lookup")
-KSM_AB = ("ksm.many_guests", "ksm.merge", "ksm.volatile_scan")
+# balloon's hand-over, also on L1's huge page pool; the /dev/kvm memslot
+# benchmarks are left out
+KVM_RUN = (*BALLOON_RUN, "fault.anon", "hugetlbfs.balloon")
+KVM_DROPPED = (*BALLOON_DROPPED, "memslots.kvm", "memslots.kvm_lookup")
+KSM_RUN = ("ksm.merge", "ksm.volatile_scan")  # on L1's ksmd
+KSM_DROPPED = ("ksm.many_guests",)  # this machine's KSM
+# What an unscoped host patch's run skips in the ab profile
+AB_DROPPED = (*KVM_DROPPED, *KSM_DROPPED, "memslots.trace_mmio")
 
 
 @pytest.mark.parametrize(
-    ("files", "only", "kind", "scenarios", "reason"),
+    ("files", "only", "kind", "scenarios", "dropped", "reason"),
     [
-        # KVM alone: the memslot and fault scenarios (and the balloon's
-        # hand-over), never KSM's, whose ksmd runs none of it
-        (("arch/x86/kvm/mmu/mmu.c",), (), ps.SCOPED, KVM_AB, ""),
-        (("virt/kvm/kvm_main.c", "include/linux/kvm_host.h"), (), ps.SCOPED, KVM_AB, ""),
-        (("arch/x86/kvm/svm/nested.c",), ("fault",), ps.SCOPED, ("fault.anon",), ""),
+        # KVM alone: the fault and the balloon's hand-over, never KSM's,
+        # whose ksmd runs none of it
+        (("arch/x86/kvm/mmu/mmu.c",), (), ps.SCOPED, KVM_RUN, KVM_DROPPED, ""),
+        (("virt/kvm/kvm_main.c", "include/linux/kvm_host.h"), (), ps.SCOPED, KVM_RUN, KVM_DROPPED, ""),
+        (("arch/x86/kvm/svm/nested.c",), ("fault",), ps.SCOPED, ("fault.anon",), (), ""),
         # ksmd: the host's KSM rows, not the guest's own ksmd (ksm.guest_merge)
-        (("mm/ksm.c",), (), ps.SCOPED, KSM_AB, ""),
-        (("lib/xxhash.c",), ("ksm",), ps.SCOPED, KSM_AB, ""),  # the checksum of every page ksmd covers
+        (("mm/ksm.c",), (), ps.SCOPED, KSM_RUN, KSM_DROPPED, ""),
+        (("lib/xxhash.c",), ("ksm",), ps.SCOPED, KSM_RUN, KSM_DROPPED, ""),  # the checksum of every page ksmd covers
         # the anonymous fault path on the host: the fault and what gives pages back or takes them
-        (("mm/gup.c",), (), ps.SCOPED, (*BALLOON_AB, "fault.anon"), ""),
-        (("mm/madvise.c",), (), ps.SCOPED, (*BALLOON_AB, "hugetlbfs.balloon"), ""),
+        (("mm/gup.c",), (), ps.SCOPED, (*BALLOON_RUN, "fault.anon"), BALLOON_DROPPED, ""),
+        (("mm/madvise.c",), (), ps.SCOPED, (*BALLOON_RUN, "hugetlbfs.balloon"), BALLOON_DROPPED, ""),
+        # hugetlbfs: the balloon on L1's pool
+        (("mm/hugetlb.c",), (), ps.SCOPED, ("hugetlbfs.balloon",), (), ""),
         # documentation beside code: only the code scopes the run
-        (("Documentation/admin-guide/mm/ksm.rst", "mm/ksm.c"), (), ps.SCOPED, KSM_AB, ""),
-        # a file no row names: everything --only selects
-        (("kernel/sched/core.c",), (), ps.EVERYTHING, (), "kernel/sched/core.c is in no scenario's host_paths"),
-        (("mm/ksm.c", "include/linux/mm.h"), ("ksm",), ps.EVERYTHING, (), "include/linux/mm.h is in no"),
-        (("arch/x86/kvm/Kconfig",), (), ps.EVERYTHING, (), "can change the config both host kernels have"),
-        ((), (), ps.EVERYTHING, (), "touches no file"),
+        (("Documentation/admin-guide/mm/ksm.rst", "mm/ksm.c"), (), ps.SCOPED, KSM_RUN, KSM_DROPPED, ""),
+        # a file no row names: everything --only selects, naming what a host under test skips
+        (("kernel/sched/core.c",), (), ps.EVERYTHING, (), AB_DROPPED, "kernel/sched/core.c is in no scenario's"),
+        (("mm/ksm.c", "include/linux/mm.h"), ("ksm",), ps.EVERYTHING, (), KSM_DROPPED, "include/linux/mm.h is in no"),
+        (("arch/x86/kvm/Kconfig",), (), ps.EVERYTHING, (), AB_DROPPED, "can change the config both host kernels have"),
+        ((), (), ps.EVERYTHING, (), AB_DROPPED, "touches no file"),
         # refused: what no kernel builds, or host code only unselected rows exercise
-        (("Documentation/virt/kvm/api.rst",), (), ps.NOTHING, (), "no host kernel builds any of it"),
-        (("MAINTAINERS",), ("fault",), ps.NOTHING, (), "no host kernel builds"),
-        (("arch/x86/kvm/mmu/mmu.c",), ("ksm",), ps.NOTHING, (), "--only ksm in the ab profile runs none of them"),
-        (("mm/ksm.c",), ("fault", "balloon"), ps.NOTHING, (), "only hugetlbfs.ksm, ksm.advisor"),
-        (("mm/hugetlb.c",), ("ksm",), ps.NOTHING, (), "only hugetlbfs.balloon, hugetlbfs.ksm exercise"),
+        (("Documentation/virt/kvm/api.rst",), (), ps.NOTHING, (), (), "no host kernel builds any of it"),
+        (("MAINTAINERS",), ("fault",), ps.NOTHING, (), (), "no host kernel builds"),
+        (("arch/x86/kvm/mmu/mmu.c",), ("ksm",), ps.NOTHING, (), (), "--only ksm in the ab profile runs none of them"),
+        (("mm/ksm.c",), ("fault", "balloon"), ps.NOTHING, (), (), "only hugetlbfs.ksm, ksm.advisor"),
+        (("mm/hugetlb.c",), ("ksm",), ps.NOTHING, (), (), "only hugetlbfs.balloon, hugetlbfs.ksm exercise"),
+        # refused: only rows whose tests a host under test cannot run
+        (
+            ("virt/kvm/kvm_main.c",),
+            ("memslots",),
+            ps.NOTHING,
+            (),
+            ("memslots.kvm", "memslots.kvm_lookup"),
+            "memslots.kvm, memslots.kvm_lookup (it has no primary on its guests' own clock)",
+        ),
+        (
+            ("kernel/sched/core.c",),
+            ("memslots",),
+            ps.NOTHING,
+            (),
+            ("memslots.kvm", "memslots.kvm_lookup", "memslots.trace_mmio"),
+            "but a host under test runs none of the scenarios --only memslots in the ab profile selects",
+        ),
     ],
 )
 def test_host_patch_scope_by_the_files_it_touches(
-    files: tuple[str, ...], only: tuple[str, ...], kind: str, scenarios: tuple[str, ...], reason: str
+    files: tuple[str, ...],
+    only: tuple[str, ...],
+    kind: str,
+    scenarios: tuple[str, ...],
+    dropped: tuple[str, ...],
+    reason: str,
 ) -> None:
     scope = hs.host_scope_of(files, scenario.table(), AB, only)
     assert scope.kind == kind, scope.reason
     assert tuple(sorted(c.scenario for c in scope.chosen)) == tuple(sorted(scenarios))
+    assert tuple(sorted(d.scenario for d in scope.dropped)) == tuple(sorted(dropped))
     assert reason in scope.reason and scope.side == ps.HOST and scope.controls == ()
+    assert all(d.reason in scope.line() for d in scope.dropped)  # each left out with why
     if kind == ps.SCOPED:
         assert scope.line().startswith("the host patch touches host code ")
         assert "--all-scenarios" in scope.line() and all(name in scope.line() for name in scenarios)
         for chosen in scope.chosen:  # why each was kept: the files its host_paths name
             row = scenario.find(chosen.scenario)
             assert row is not None and chosen.files and all(row.exercises_on_host(f) for f in chosen.files)
+        assert set(scope.tests) <= plan.tests()  # only tests a host under test runs
     elif kind == ps.NOTHING:
         assert scope.line().startswith("nothing to qualify: ") and scope.test_scope() is None
+        # --all-scenarios leaves out what a host under test cannot run too: no use saying it
+        assert ("--all-scenarios" in scope.line()) == (not dropped)
     else:
         assert scope.line().startswith("running every scenario") and scope.test_scope() is None
 
 
 def test_the_profile_decides_which_rows_a_host_patch_runs() -> None:
-    """In the quick profile KSM's untagged rows run too, hugetlbfs.ksm
-    (slow) still not; a guest patch of mm/ksm.c chose the guest's own ksmd."""
+    """In the quick profile KSM's untagged rows run too (those a host under
+    test can run), hugetlbfs.ksm (slow) still not; a guest patch of
+    mm/ksm.c chose the guest's own ksmd."""
     scope = hs.host_scope_of(("mm/ksm.c",), scenario.table(), QUICK)
-    assert [c.scenario for c in scope.chosen] == [
-        "ksm.advisor",
-        "ksm.integrity",
-        "ksm.many_guests",
-        "ksm.merge",
-        "ksm.volatile_scan",
-    ]
+    assert [c.scenario for c in scope.chosen] == ["ksm.integrity", "ksm.merge", "ksm.volatile_scan"]
+    assert [d.scenario for d in scope.dropped] == ["ksm.advisor", "ksm.many_guests"]
     assert [c.scenario for c in ps.scope_of(("mm/ksm.c",), scenario.table(), AB).chosen] == ["ksm.guest_merge"]
 
 
@@ -105,15 +134,16 @@ def test_a_scoped_host_run_names_its_tests_and_no_control_rides_along() -> None:
     tests = scope.test_scope("e2e")
     assert tests is not None
     assert tests.blocks == (
-        "e2e/test_ksm.py:KsmTest.test_many_guests$",
         "e2e/test_ksm.py:KsmTest.test_merge$",
         "e2e/test_ksm.py:KsmTest.test_volatile_scan_4k$",
     )
     assert tests.checks == ("e2e/test_boot.py", "e2e/test_ksm.py")
     record = scope.to_json()
     assert record["side"] == "host" and record["controls"] == [] and record["scenarios"]["ksm.merge"] == ["mm/ksm.c"]
-    # a guest patch's record says its side too
-    assert ps.scope_of(("mm/ksm.c",), scenario.table(), AB).to_json()["side"] == "guest"
+    assert record["dropped"] == {"ksm.many_guests": "it sets this machine's host KSM"}
+    # a guest patch's record says its side too, and drops nothing
+    guest = ps.scope_of(("mm/ksm.c",), scenario.table(), AB).to_json()
+    assert guest["side"] == "guest" and "dropped" not in guest
 
 
 def test_every_row_names_host_paths_of_the_groups_or_none_on_purpose() -> None:

@@ -17,7 +17,8 @@ from memqual.host.core.paths import REPO_ROOT, write_private_atomic
 from memqual.host.core.qemu_binary import choose_for_clock
 from memqual.host.run import ab_run, block_jobs, blocks
 from memqual.host.run import config as run_config
-from memqual.host.run.bisect import series
+from memqual.host.run.bisect import axis, series
+from memqual.host.run.host_checks import host_run_clock
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -27,12 +28,14 @@ if TYPE_CHECKING:
 QEMU_FILE = "qemu.json"  # in a bisect's folder: the --qemu it runs
 
 
-def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> clock.Clock:
+def bisect_clock(asked: str | None, directory: Path, resuming: bool, on_hosts: bool = False) -> clock.Clock:
     """The clock of a bisect (memqual.host.core.clock; default wall, the
-    clock its calibration was measured on), made this process's
-    ($MEMQUAL_CLOCK).  ``bisect_qemu`` notes it in DIR/qemu.json beside the
-    QEMU; a resumed bisect runs the noted one (a bisect from before clocks
-    ran on wall): K1 and the probes must not be timed on two clocks."""
+    clock its calibration was measured on; ``on_hosts``, its guests on
+    hosts under test: icount, L1's instructions, at the shift L1 runs,
+    host_checks.host_run_clock), made this process's ($MEMQUAL_CLOCK).
+    ``bisect_qemu`` notes it in DIR/qemu.json beside the QEMU; a resumed
+    bisect runs the noted one (a bisect from before clocks ran on wall):
+    K1 and the probes must not be timed on two clocks."""
     if resuming:
         path = directory / QEMU_FILE
         noted = read_json(path, "bisect QEMU file", "start a new bisect") if path.exists() else {}
@@ -40,20 +43,30 @@ def bisect_clock(asked: str | None, directory: Path, resuming: bool) -> clock.Cl
         if not isinstance(label, str):
             raise BadInput(f"{path}: no bisect QEMU file (its clock is no string): start a new bisect")
         kept = clock.parse(label)
-        if asked is not None and clock.parse(asked) != kept:
+        if asked is not None and asked_clock(asked, on_hosts) != kept:
             raise BadInput(f"--resume {directory}: it ran on the {kept.label} clock; leave --clock out")
         chosen = kept
     else:
-        chosen = clock.parse(asked) if asked else clock.WALL_CLOCK
+        chosen = asked_clock(asked, on_hosts)
     clock.put(chosen)
     return chosen
 
 
-def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice | None:
+def asked_clock(asked: str | None, on_hosts: bool) -> clock.Clock:
+    """--clock as given, else the default: on hosts under test icount (L1's
+    instructions are the clock, so the host's work for the guest counts in
+    what the guest times), at the shift L1 runs; else wall."""
+    if not on_hosts:
+        return clock.parse(asked) if asked else clock.WALL_CLOCK
+    return host_run_clock(clock.parse(asked) if asked else clock.icount(clock.DEFAULT_SHIFT))
+
+
+def bisect_qemu(spec: str | None, directory: Path, resuming: bool, vcpus: int = 2) -> QemuChoice | None:
     """The QEMU of a bisect (a QemuChoice, None: the environment's), made
     this process's ($MEMQUAL_QEMU, which its jobs inherit).  A new bisect
     notes its ``--qemu`` in DIR/qemu.json; a resumed one runs the noted one,
-    since K1 and the probes must not run on two QEMUs."""
+    since K1 and the probes must not run on two QEMUs.  ``vcpus``: what
+    its guests need (a host under test runs one on icount, nested.host_vcpus)."""
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
 
     path = directory / QEMU_FILE
@@ -69,7 +82,7 @@ def bisect_qemu(spec: str | None, directory: Path, resuming: bool) -> QemuChoice
     # On icount the scenarios' 2-vCPU guests need a QEMU that runs them.
     the_clock = clock.current()
     fix = f"pass --qemu {clock.ICOUNT_SMP_QEMU} or --clock wall"
-    choice = choose_for_clock(spec, the_clock, 2, fix)[0] if spec or the_clock.strictest().icount else None
+    choice = choose_for_clock(spec, the_clock, vcpus, fix)[0] if spec or the_clock.strictest().icount else None
     if not resuming:
         directory.mkdir(parents=True, exist_ok=True)
         noted = {"spec": spec, "clock": the_clock.label, **(run_config.qemu_json(choice) or {})}
@@ -85,33 +98,38 @@ def avocado_runner(settings: Any, console: Console, qemu: Any = None) -> Any:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
     from memqual.images.build import sha256_file
 
-    files = series.Kernels(list(settings.kernels))
+    the_axis: axis.Axis = settings.axis
+    # A host series' kernels are its hosts': no guest kernel of it to fetch.
+    files = series.Kernels(list(settings.kernels) if the_axis.kind == axis.GUEST else [])
+    host_name = axis.HostNames(the_axis.host_params)
     sums: dict[str, str] = {}
     tests = Path(settings.tests) if settings.tests else REPO_ROOT / "e2e"
 
+    def guest_of(label: str, spec: series.KernelSpec) -> run_config.GuestKernel:
+        bzimage, modules = files[spec.version]
+        if spec.version not in sums:
+            sums[spec.version] = sha256_file(bzimage)
+        return run_config.GuestKernel(
+            label, bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra
+        )
+
     def run_step(
-        arms: dict[str, Any], first: int, count: int, directory: Path
+        specs: dict[str, Any], first: int, count: int, directory: Path
     ) -> tuple[list[Any], str, int, str | None]:
-        kernels = {}
-        for arm, spec in arms.items():
-            bzimage, modules = files[spec.version]
-            if spec.version not in sums:
-                sums[spec.version] = sha256_file(bzimage)
-            kernels[arm] = run_config.GuestKernel(
-                arm, bzimage.resolve(), modules.resolve(), sums[spec.version], spec.cmdline_extra
-            )
+        arms = axis.step_arms(the_axis, specs, guest_of, host_name, qemu)
         config = run_config.RunConfig(
             output=directory,
             profile=settings.profile,
             only=settings.only,
             tests=tests,
-            kernels=tuple(kernels.values()),
+            kernels=tuple(a.kernel for a in arms.values() if a.kernel is not None),
+            hosts=axis.step_hosts(arms),
             parallel=1,
             rounds=first + count - 1,
             clock=clock.current(),
         )
-        order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in kernels]
-        params = {arm: run_config.Arm(arm, k, qemu).variant_params() for arm, k in kernels.items()}
+        order = [(block, arm) for block, arm in blocks.block_order(first, count) if arm in arms]
+        params = {label: a.variant_params() for label, a in arms.items()}
         # On icount a bisected metric its guests count runs A beside B.
         done = block_jobs.run_block_jobs(config, block_jobs.BlockRequest(params, order), 1, console)
         state = ab_run.BlockedRun()

@@ -21,6 +21,7 @@ from memqual.host.judge.bisect_evidence import PROBE_ALPHA, Evidence, evidence_o
 from memqual.host.judge.results import metric_key
 from memqual.host.run import blocks
 from memqual.host.run.bisect import decide
+from memqual.host.run.bisect.axis import Axis
 from memqual.host.run.bisect.series import KernelSpec, MetricSpec, parse_kernel, select_metric, unknown_in_run
 
 SCHEMA = "memqual.bisect/2"
@@ -52,11 +53,13 @@ class Settings:
     only: tuple[str, ...] = ()
     profile: str = "quick"
     tests: str = ""  # what avocado runs each round: a directory, a file or one test; "" the e2e/ directory
+    axis: Axis = Axis()  # what the series is of (guest or host kernels) and what stays fixed
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["kernels"] = [k.name for k in self.kernels]
         d["only"] = list(self.only)
+        d["axis"] = self.axis.to_json()
         return d
 
     @classmethod
@@ -65,6 +68,7 @@ class Settings:
         values = {k: v for k, v in data.items() if k in fields}
         values["kernels"] = tuple(parse_kernel(k) for k in data["kernels"])
         values["only"] = tuple(data.get("only") or ())
+        values["axis"] = Axis.from_json(data.get("axis"))
         return cls(**values)
 
 
@@ -190,7 +194,8 @@ class Bisector:
             "metric_better": self.better,
             "step": self.step,
             "rounds": [r.to_json() for r in self.rounds],
-            "probes": [self.probes[i].to_json() for i in sorted(self.probes)],
+            "axis": self.settings.axis.kind,
+            "probes": [self.probes[i].to_json() | {"host": self.host_name(i)} for i in sorted(self.probes)],
             "probe_order": list(self._order),
             "outcome": dataclasses.asdict(outcome) | {"text": self.outcome_text()},
             "interrupted": self.interrupted,
@@ -281,7 +286,13 @@ class Bisector:
         )
 
     def _label(self, index: int) -> str:
-        return f"[K{index + 1}] {self.settings.kernels[index].name}"
+        return f"[K{index + 1}] {self.settings.axis.label(self.settings.kernels[index])}"
+
+    def host_name(self, index: int) -> str:
+        """The host under test kernel ``index`` of the series runs its
+        guests on, as records name it ("" this machine)."""
+        host = self.settings.axis.host_of(self.settings.kernels[index])
+        return host.name if host is not None else ""
 
     @staticmethod
     def _ci_text(e: Evidence) -> str:
@@ -421,8 +432,9 @@ class Bisector:
                 f"# memqual bisect {_now()}: metric {self.metric.text!r}, threshold {s.threshold:.0%}, "
                 f"budget {s.budget_min:g} min a probe, reference {s.reference}"
             )
+            self._log(f"# the series: {s.axis.describe()}")
             for i, k in enumerate(s.kernels):
-                self._log(f"#   K{i + 1} = {k.name}")
+                self._log(f"#   K{i + 1} = {s.axis.label(k)}")
             self._log(f"# good: {self._label(0)} (the reference)")
         try:
             while (index := self.search.next_probe()) is not None:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from memqual.host.core import scenario
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec as KernelSpec
 from memqual.host.core.kernelspec import parse_kernel as parse_kernel
@@ -17,11 +18,10 @@ from memqual.host.core.record import Measurement
 from memqual.host.judge.results import metric_key, variant_label
 
 
-def parse_series(texts: list[str]) -> list[KernelSpec]:
+def parse_series(texts: list[str], option: str = "--kernels") -> list[KernelSpec]:
     if len(texts) < 2:
         raise BadInput(
-            f"a bisect needs at least 2 kernels (the good K1 and the bad Kn), {len(texts)} given: "
-            "--kernels K1 K2 ... Kn"
+            f"a bisect needs at least 2 kernels (the good K1 and the bad Kn), {len(texts)} given: {option} K1 K2 ... Kn"
         )
     series = [parse_kernel(t) for t in texts]
     if series[0] == series[-1]:
@@ -102,6 +102,13 @@ def _string_constants(tests_dir: Path) -> tuple[set[str], list[re.Pattern[str]]]
     return names, patterns
 
 
+def primary_metrics() -> set[str]:
+    """Every primary's metric of the scenario table (and the one it is read
+    by on icount): a scenario's own module may record it, not its test
+    file (fault.anon's ns_per_page is host/fault/anon.py's)."""
+    return {m for row in scenario.table() for p in row.primaries for m in (p.metric, p.on_icount) if m}
+
+
 def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
     """A metric name no scenario file could produce is a typo: one line
     with the nearest names, exit 2, before an hour of guests is spent.
@@ -112,7 +119,7 @@ def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
     if not names:
         return  # no scenario sources to read: the first round decides
     name = metric.name
-    if name in names or any(p.fullmatch(name) for p in patterns):
+    if name in names or name in primary_metrics() or any(p.fullmatch(name) for p in patterns):
         return
     plausible = sorted(n for n in names if re.fullmatch(r"[a-z][a-z0-9_]*_[a-z0-9]+", n))
     near = difflib.get_close_matches(name, plausible, n=4, cutoff=0.6)

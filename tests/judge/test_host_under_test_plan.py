@@ -1,0 +1,85 @@
+"""Which scenario rows, and so which e2e tests, run under a host under test
+(host/judge/host_under_test_plan.py), over the real rows and made-up ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from memqual.host.core import scenario
+from memqual.host.core.knobs import KnobSet
+from memqual.host.core.primary import GUEST_CLOCK, HOST_WALL, Primary
+from memqual.host.judge import host_under_test_plan as plan
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        # every primary on its guests' own clock, no knob: it runs there
+        ("fault.anon", ""),
+        ("balloon.inflate", ""),
+        ("balloon.request_size", ""),
+        # its row says so: KSM on L1's ksmd, the guest's own ksmd
+        ("ksm.merge", ""),
+        ("ksm.integrity", ""),
+        ("ksm.volatile_scan", ""),
+        ("ksm.guest_merge", ""),
+        # its row says so: the balloon on L1's huge page pool
+        ("hugetlbfs.balloon", ""),
+        # this machine's knobs, processes or /dev/kvm
+        ("ksm.many_guests", "it sets this machine's host KSM"),
+        ("hugetlbfs.ksm", "it sets this machine's host huge pages"),
+        ("balloon.floor", "its floor_mib is a count read on this machine"),
+        ("balloon.free_page_reporting", "its rss_return_s is a host wall clock read on this machine"),
+        ("memslots.kvm", "it has no primary on its guests' own clock"),
+        ("memslots.kvm_lookup", "it has no primary on its guests' own clock"),
+    ],
+)
+def test_a_row_runs_under_a_host_under_test_or_says_why_not(row: str, reason: str) -> None:
+    found = scenario.find(row)
+    assert found is not None
+    assert plan.why_not(found) == reason
+    assert (found.e2e in plan.tests()) == (not reason)
+
+
+def test_the_tests_that_run_there_are_the_rows_that_do() -> None:
+    assert sorted(plan.tests()) == [
+        "test_balloon:BalloonTiming.test_inflate_deflate_1g",
+        "test_balloon_driver:BalloonDriver.test_request_size",
+        "test_fault:FaultTest.test_anon",
+        "test_hugetlbfs:HugetlbfsTest.test_balloon",
+        "test_ksm:KsmTest.test_guest_ksm",
+        "test_ksm:KsmTest.test_integrity",
+        "test_ksm:KsmTest.test_merge",
+        "test_ksm:KsmTest.test_volatile_scan_4k",
+    ]
+    assert plan.tests() < plan.row_tests()
+
+
+def _row(name: str, **fields: object) -> scenario.Scenario[object]:
+    return scenario.Scenario(name, e2e="test_x:X.test_x", **fields)  # type: ignore[arg-type]  # the fields as given
+
+
+GUEST_TIMED = (Primary("t_s", "timed by the guest", instrument=GUEST_CLOCK),)
+HOST_TIMED = (Primary("t_s", "timed by the host", instrument=HOST_WALL),)
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        ((_row("x.a", primaries=GUEST_TIMED),), ""),
+        ((_row("x.a", primaries=GUEST_TIMED), _row("x.b", primaries=GUEST_TIMED)), ""),
+        # a sibling of its test that reads the host holds it back
+        (
+            (_row("x.a", primaries=GUEST_TIMED), _row("x.b", primaries=HOST_TIMED)),
+            "its test records x.b too, and its t_s is a host wall clock read on this machine",
+        ),
+        ((_row("x.a", primaries=GUEST_TIMED, knobs=(KnobSet("k", "k knobs", ()),)),), "it sets this machine's k knobs"),
+        ((_row("x.a", primaries=HOST_TIMED, on_a_host_under_test=True),), ""),
+        ((scenario.Scenario("x.a", primaries=GUEST_TIMED),), "no e2e test records it"),
+    ],
+)
+def test_a_test_runs_there_only_when_every_row_it_records_does(
+    rows: tuple[scenario.Scenario[object], ...], reason: str
+) -> None:
+    found = plan.why_not(rows[0], rows)
+    assert found.startswith(reason) and bool(found) == bool(reason)
