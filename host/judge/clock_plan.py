@@ -127,7 +127,7 @@ def describe_host_under_test() -> list[str]:
         if spread is None:
             continue
         margin = p.margin_on(ICOUNT_LABEL)
-        blocks = max(blocks_needed(spread, margin), 1)
+        blocks = max(blocks_needed(spread, margin), MIN_DECIDING_BLOCKS)  # a paired t decides from the third
         lines.append(
             f"  {p.scenario} {p.metric_on(ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "
             f"{spread.blocks} blocks on a host under test: equivalence within {100 * margin:g} % in about "

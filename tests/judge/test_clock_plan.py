@@ -282,7 +282,7 @@ def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
 @pytest.mark.parametrize(
     ("sd", "says"),
     [
-        (0.002, "in about 1 block(s)"),  # (3.17 x 0.2 % / 1 %)^2 = 0.4: one
+        (0.002, "in about 3 block(s)"),  # (3.17 x 0.2 % / 1 %)^2 = 0.4, but a paired t decides from the third
         (0.02, "in about 40 block(s)"),  # (3.17 x 2 % / 1 %)^2 = 40
     ],
 )
