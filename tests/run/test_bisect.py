@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -417,42 +416,13 @@ def test_each_probe_step_is_one_interleaved_job_whose_records_carry_arm_and_bloc
     job whose variants are K1 (arm A) and the probe (arm B) of one block,
     ABBA, each with its kernel and extra command line; the rounds stored
     carry arm and blocks, and the probe is compared block by block."""
-    from fake_avocado import FAKE_AVOCADO
+    from fake_avocado import slower_deflate_on_b
 
     from memqual.images import build
 
-    script = tmp_path / "avocado"
-    script.write_text(FAKE_AVOCADO.format(python=sys.executable))
-    script.chmod(0o755)
-    # The fake avocado scales a record by "scale_" + the variant's arm:
-    # every probe (arm B) 1.5 times slower than K1 (arm A), so K3 is bad
+    # Every probe (arm B) 1.5 times slower than K1 (arm A), so K3 is bad
     # and so is K2, the first bad kernel.
-    rec = {
-        "schema": "memqual.measurement/1",
-        "scenario": "balloon.deflate",
-        "metric": "deflate_s",
-        "unit": "s",
-        "better": "lower",
-        "settings": {"guest_mib": 1024},
-        "samples": [1.0, 1.01, 0.99, 1.0, 1.0],
-        "scale_B": 1.5,
-    }
-    (tmp_path / "plan.json").write_text(
-        json.dumps(
-            {
-                "tests": [
-                    {
-                        "name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g",
-                        "status": "PASS",
-                        "records": [rec],
-                    }
-                ]
-            }
-        )
-    )
-    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
-    monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
-    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
+    slower_deflate_on_b(tmp_path, monkeypatch)
     bz = tmp_path / "vmlinuz"
     bz.write_bytes(b"kernel")
     mods = tmp_path / "modules"

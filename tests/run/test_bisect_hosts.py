@@ -6,7 +6,6 @@ axis.  No guest: a fake runner, and once a fake avocado through runjob."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -260,26 +259,9 @@ def test_a_resumed_host_bisect_keeps_its_series_and_refuses_another(tmp_path, ca
 def _fake_avocado(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fake avocado whose every arm B records deflate_s 1.5 times arm
     A's; the folder of tests it is handed."""
-    from fake_avocado import FAKE_AVOCADO
+    from fake_avocado import slower_deflate_on_b
 
-    script = tmp_path / "avocado"
-    script.write_text(FAKE_AVOCADO.format(python=sys.executable))
-    script.chmod(0o755)
-    rec = {
-        "schema": "memqual.measurement/1",
-        "scenario": "balloon.deflate",
-        "metric": "deflate_s",
-        "unit": "s",
-        "better": "lower",
-        "settings": {"guest_mib": 1024},
-        "samples": [1.0, 1.01, 0.99, 1.0, 1.0],
-        "scale_B": 1.5,
-    }
-    test = {"name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g", "status": "PASS", "records": [rec]}
-    (tmp_path / "plan.json").write_text(json.dumps({"tests": [test]}))
-    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
-    monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
-    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
+    slower_deflate_on_b(tmp_path, monkeypatch)
     e2e = tmp_path / "e2e"
     e2e.mkdir()
     return e2e

@@ -159,6 +159,30 @@ def ksm_record(speedup: float, scale_b: float = 1.0) -> list[dict]:
     ]
 
 
+def slower_deflate_on_b(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's avocado made the fake one, whose plan is the balloon's
+    timing test recording deflate_s, every arm B 1.5 times arm A's (a
+    bisect's probes all bad); its calls go to tmp_path/calls.jsonl."""
+    script = tmp_path / "avocado"
+    script.write_text(FAKE_AVOCADO.format(python=sys.executable))
+    script.chmod(0o755)
+    rec = {
+        "schema": "memqual.measurement/1",
+        "scenario": "balloon.deflate",
+        "metric": "deflate_s",
+        "unit": "s",
+        "better": "lower",
+        "settings": {"guest_mib": 1024},
+        "samples": [1.0, 1.01, 0.99, 1.0, 1.0],
+        "scale_B": 1.5,
+    }
+    test = {"name": "e2e/test_balloon.py:BalloonTiming.test_inflate_deflate_1g", "status": "PASS", "records": [rec]}
+    (tmp_path / "plan.json").write_text(json.dumps({"tests": [test]}))
+    monkeypatch.setenv("MEMQUAL_AVOCADO", str(script))
+    monkeypatch.setenv("FAKE_PLAN", str(tmp_path / "plan.json"))
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls.jsonl"))
+
+
 @pytest.fixture()
 def fake(tmp_path, monkeypatch):
     script = tmp_path / "avocado"
