@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from memqual.host.balloon.agent import GuestTiming, GuestTracker
-from memqual.host.balloon.device import PAGE, BalloonController, BalloonResult, expected_actual
+from memqual.host.balloon.device import EVENT_STALL_S, PAGE, BalloonController, BalloonResult, expected_actual
 from memqual.host.core import clock
 
 # The guest tracker's sleep between reads away from the two ends it times.
@@ -110,7 +110,11 @@ class BalloonMover:
             raise
         if not host.reached:
             # QMP only until the balloon is back: no SSH to a guest at its floor.
-            back = ctl.reach(ram, deadline_s=self.deadline_s)
+            # A move that sent no event for EVENT_STALL_S came from a guest
+            # that stopped (docs/host-under-test.md): its deflate is given
+            # as long, not the whole deadline.
+            back_s = min(self.deadline_s, EVENT_STALL_S) if self.by_events else self.deadline_s
+            back = ctl.reach(ram, deadline_s=back_s)
             if tracker is not None:
                 tracker.cancel()  # it waits for pages the guest never gave
             return Move(direction, pages, host, None, back)

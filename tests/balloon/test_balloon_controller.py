@@ -3,6 +3,7 @@ output, QEMU's RSS and ``memqual balloon model`` against a canned QMP machine.""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import types
 from typing import Any
@@ -14,8 +15,10 @@ from local_shell import LocalShell
 from memqual.host.balloon import percpu, rss
 from memqual.host.balloon.agent import GuestTiming, GuestTracker, agent_records, agent_stat, parse_agent_line
 from memqual.host.balloon.device import (
+    EVENT_STALL_S,
     STATS_INTERVAL_MAX,
     BalloonController,
+    BalloonResult,
     QemuAnswer,
     expected_actual,
     find_floor,
@@ -532,3 +535,19 @@ def test_under_a_host_under_test_the_rss_is_the_guest_qemus_in_l1():
         rss.l1_rss_reader(l1, 2**22 + 7)()
     with pytest.raises(GuestError, match="no VmRSS"):
         rss.parse_vm_rss_kib("Name: kthreadd\n", "L1's /proc/2/status")
+
+
+def test_a_mover_on_events_gives_a_stopped_guest_the_stall_window_to_give_back_not_its_deadline(monkeypatch):
+    ctl, _, _ = controller([RAM])
+    stalled = BalloonResult(MIB, MIB, RAM, 500 * MIB, False, True, 120.0, 1.0, 1, 1.0)
+    back_within: list[float] = []
+
+    def reach(target: int, deadline_s: float = 60.0, **_: object) -> BalloonResult:
+        back_within.append(deadline_s)
+        return dataclasses.replace(stalled, actual_bytes=RAM, reached=True, stalled=False)
+
+    monkeypatch.setattr(ctl, "reach_by_events", lambda target, deadline_s: stalled)
+    monkeypatch.setattr(ctl, "reach", reach)
+    move = BalloonMover(ctl, by_events=True, deadline_s=1200.0).move(MIB)
+    assert not move.reached and move.given_back is not None and move.given_back.reached
+    assert back_within == [EVENT_STALL_S]
