@@ -11,10 +11,15 @@ or ``memqual run --host-kernel K --only memslots``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from memqual.e2e.base import GuestTest
 from memqual.host.core.errors import GuestError
 from memqual.host.core.machine import MachineConfig
 from memqual.host.memslots import kvm2011, l1_faults, l1_layout, l1_lookup, l1_netperf, seed_layout
+
+Counted = TypeVar("Counted")
 
 # Every miss searches the slots again only without KVM's MMIO cache.
 UNCACHED = "kvm.mmio_caching=0"
@@ -60,6 +65,15 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         self.log.info("seed 000's guest: %s", [c.note for c in on_seed.run.checks])
         self.assertEqual([c.verdict for c in on_seed.run.checks if c.kind == "miss"], [l1_lookup.AGREES])
 
+    def counted_by_slot(self, measure: Callable[[], Counted], host: str) -> Counted:
+        """``measure()``, or a skip where the host kernel does not count its
+        searches by slot (a kernel without 0001's ``memslot_slots``)."""
+        try:
+            return measure()
+        except GuestError as exc:
+            self.require("memslot_slots" not in str(exc), f"the host kernel {host} does not count by slot: {exc}")
+            raise
+
     def test_a_guests_faults_counted_by_kind_and_each_hit_as_the_model_walks(self) -> None:
         """Seed 000's guest faults in fresh pages under shadow paging: every
         fault searches the slots, so RAM hits must dominate the window, and
@@ -70,11 +84,7 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         shadow = host.with_boot_knobs(*l1_faults.CONDITIONS["2011-shadow"])
         config = l1_faults.GUEST.machine_config()
         vm = self.boot(config, host=shadow)
-        try:
-            boot = l1_faults.measure(vm, "2011-shadow", touch_mib=16, runs=1)
-        except GuestError as exc:
-            self.require("memslot_slots" not in str(exc), f"the host kernel {host.name} does not count by slot: {exc}")
-            raise
+        boot = self.counted_by_slot(lambda: l1_faults.measure(vm, "2011-shadow", touch_mib=16, runs=1), host.name)
         self.log.info("%s: %s", boot.structure, " | ".join(l1_faults.render([boot], host.name, vm.clock.label)))
         # 4096 pages touched, each a shadow page fault that searches.
         self.assertGreater(boot.kinds.ram_hits, 4096, "fewer RAM hits than pages faulted in under shadow paging")
@@ -92,11 +102,7 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         assert host is not None
         npt = host.with_boot_knobs(*l1_faults.CONDITIONS["2011-npt"])
         vm = self.boot(l1_netperf.GUEST.machine_config(), host=npt)
-        try:
-            boot = l1_netperf.measure(vm, "2011-npt", transactions=200, runs=1)
-        except GuestError as exc:
-            self.require("memslot_slots" not in str(exc), f"the host kernel {host.name} does not count by slot: {exc}")
-            raise
+        boot = self.counted_by_slot(lambda: l1_netperf.measure(vm, "2011-npt", transactions=200, runs=1), host.name)
         self.log.info("%s: %s", boot.structure, " | ".join(l1_netperf.render([boot], host.name, vm.clock.label)))
         self.assertGreater(boot.per_transaction("miss"), 1.0, "a transaction without a complete miss")
         self.assertGreater(boot.kinds.ram_hits, 0, "the emulator read no guest memory")
