@@ -98,6 +98,15 @@ ICOUNT_AA_KSM = Measured(
     "2026-12-04",
     'docs/ab-calibration.md, "The icount A/A of KSM"',
 )
+# The volatile scan alone, both variants' cost a primary (the A/A that
+# measured the smart_scan=0 cost's spread on the wall clock).
+WALL_AA_VOLATILE = Measured(
+    "A/A 6.1.0-57, wall clock, the volatile scan, 6 blocks, load 2-4",
+    "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock wall --only ksm-volatile "
+    "--rounds 6 --output OUT",
+    "2026-12-07",
+    'docs/ksm.md, "Without smart scan: the host kernel\'s own scan cost, a second primary"',
+)
 # Two sides' dirtying rates match when the larger is at most this many
 # times the smaller: the 95 % range of the ratio of two runs' geometric
 # means over 4 guests each (the quick profile) when every guest's rate
@@ -199,6 +208,7 @@ VOLATILE_SCAN = Scenario(
             "decides the host's work per page here",
             variant=(("pages", "4k"), ("smart_scan", 0)),
             instrument=HOST_CPU,
+            spread_wall=Spread(0.0565, 6, WALL_AA_VOLATILE),
             needs="the host's ksmd CPU time: a host under test's ksmd on its icount clock (L1's instructions, "
             "docs/host-under-test.md), or a quiet host or KVM",
         ),

@@ -201,7 +201,12 @@ def test_every_measured_spread_names_a_write_up_that_is_there() -> None:
     heading renamed leaves a pointer to nothing."""
     from memqual.host.core.paths import REPO_ROOT
 
-    spreads = [s for p in scenario.every_primary() for s in (p.spread_wall, p.spread_icount) if s is not None]
+    spreads = [
+        s
+        for p in scenario.every_primary()
+        for s in (p.spread_wall, p.spread_icount, p.spread_host_under_test)
+        if s is not None
+    ]
     assert spreads
     assert {s.run.doc: _unwritten(s.run.doc, REPO_ROOT) for s in spreads} == {s.run.doc: [] for s in spreads}
 
