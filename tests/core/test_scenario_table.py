@@ -212,7 +212,7 @@ def test_every_measured_spread_names_a_write_up_that_is_there() -> None:
 
 
 def test_one_metric_may_be_two_primaries_of_two_variants_each_found_by_its_own() -> None:
-    row = Scenario(
+    row: Scenario[object] = Scenario(
         "a.x",
         primaries=(Primary("m", "with", variant=(("k", 1),)), Primary("m", "without", variant=(("k", 0),))),
     )
