@@ -245,13 +245,20 @@ def test_every_primary_scenario_has_a_test_tagged_ab():
     assert primaries.controls() <= covered
 
 
-def test_each_scenario_declares_one_primary_and_says_why():
-    """A few primaries: one a scenario (the balloon's inflate and deflate
-    are two scenarios of one test), each with its reason."""
+def test_each_scenario_declares_one_primary_metric_and_says_why():
+    """A few primaries: one metric a scenario (the balloon's inflate and
+    deflate are two scenarios of one test; ksmd's cost with and without
+    smart scan is one metric of two variants, the second the only one a
+    host kernel before 6.7 has), each with its reason."""
     from memqual.host.core import scenario
 
-    scenarios = [p.scenario for p in scenario.every_primary()]
-    assert len(scenarios) == len(set(scenarios))
+    metrics = {
+        p.scenario: {q.metric for q in scenario.every_primary() if q.scenario == p.scenario}
+        for p in scenario.every_primary()
+    }
+    assert all(len(names) == 1 for names in metrics.values()), metrics
+    two_variants = [p.scenario for p in scenario.every_primary() if len(p.variant) > 0]
+    assert two_variants.count("ksm.volatile_scan") == 2
     assert all(p.why for p in scenario.every_primary())
 
 
@@ -260,8 +267,9 @@ def test_a_primary_given_for_one_variant_leaves_the_others_exploratory():
 
     role = primaries.role
     assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "4k", "smart_scan": 1}) == "primary"
-    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "4k", "smart_scan": 0}) == "exploratory"
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "4k", "smart_scan": 0}) == "primary"
     assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "thp", "smart_scan": 1}) == "exploratory"
+    assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {"pages": "thp", "smart_scan": 0}) == "exploratory"
     # A variant that does not name the key is not the primary's variant.
     assert role("ksm.volatile_scan", "ksmd_cpu_ns_per_page", {}) == "exploratory"
     assert role("ksm.many_guests", "saved_mib", {"guests": 3}) == "primary"
@@ -293,8 +301,20 @@ def test_results_mark_the_primary_variant_only():
         )
         return MetricEntry.of(rec, f"k{smart_scan}")
 
-    assert entry(1).primary is True
-    assert entry(0).primary is False
+    def thp(smart_scan: int) -> MetricEntry:
+        rec = Measurement(
+            scenario="ksm.volatile_scan",
+            metric="ksmd_cpu_ns_per_page",
+            unit="ns",
+            better="lower",
+            samples=[1.0, 2.0],
+            variant={"pages": "thp", "smart_scan": smart_scan},
+        )
+        return MetricEntry.of(rec, f"t{smart_scan}")
+
+    # 4 KiB pages with and without smart scan; never THP's
+    assert (entry(1).primary, entry(0).primary) == (True, True)
+    assert (thp(1).primary, thp(0).primary) == (False, False)
 
 
 def test_schedule_alternates_kernels_between_rounds():
