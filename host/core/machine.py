@@ -437,14 +437,10 @@ class Machine:
             self._host_ssh = None
 
     def pause_nested_guest(self) -> None:
-        """Before a save of the host under test: its guest's QEMU stopped,
-        so that L1's vCPU is outside guest mode (QEMU refuses to load a
-        TCG state saved in guest mode: docs/host-under-test.md, "Warm
-        starts of L1"), and memqual's connection to its monitor closed and
-        seen closed (the monitor takes one client: a connection still open
-        in the saved L1 would hold it in every restore).  memqual's
-        monitor is L1's QEMU's until ``resume_nested_guest``.  Nothing for
-        a guest of this machine."""
+        """Before a save of the host under test: its guest's QEMU stopped
+        (L1 leaves guest mode) and its one-client monitor let go; memqual's
+        monitor is L1's QEMU's until ``resume_nested_guest``.  Nothing on
+        this machine.  docs/host-under-test.md, "Warm starts of L1"."""
         if self.host is None or self._host_qmp is None:
             return
         self.qmp("stop")
@@ -454,10 +450,9 @@ class Machine:
         nested.wait_monitor_released(self._guest_qmp_port, snapshot.RESTORE_DEADLINE_S)
 
     def resume_nested_guest(self) -> None:
-        """Once L1 runs again (after a save, or restored): memqual's
-        monitor the guest's again, and the guest's QEMU continued.  A
-        restored guest's monitor that does not answer in time makes the
-        snapshot unusable.  Nothing for a guest of this machine."""
+        """Once L1 runs again: memqual's monitor the guest's again, the
+        guest's QEMU continued; a restored one's silent monitor is a bad
+        snapshot.  Nothing on this machine."""
         if self.host is None or self._host_qmp is not None:
             return
         try:
