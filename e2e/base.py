@@ -361,6 +361,11 @@ class GuestTest(avocado.Test):
         # guests run.  Then the clock: on icount what this test measures
         # may decide whether it needs the host to itself.
         self._take_arm()
+        # Before the lock: a test that cannot run here must not wait behind
+        # the measuring tests to say so.
+        off = off_the_host_under_test(self)
+        if off:
+            self.skip_because(off)
         put_clock(reference_of(self))
         lock = MeasurementLock()
         exclusive = self.needs_the_host_alone()
@@ -376,9 +381,6 @@ class GuestTest(avocado.Test):
                 clock.current().label,
             )
         self._restore_stale_host_state()
-        off = off_the_host_under_test(self)
-        if off:
-            self.skip_because(off)
 
     # -- the arm of an interleaved A/B (host/run/blocks.py) ---------------------
     def _take_arm(self) -> None:

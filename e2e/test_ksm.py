@@ -154,9 +154,12 @@ class KsmTest(HostKsmTest):
         self.assertEqual(run.agent_status, 1, "ksm_stress must exit 1 when a verify finds bad pages")
 
     # -- 3. volatile scan cost ----------------------------------------------
+    def volatile_sizes(self) -> table.VolatileSizes:
+        return table.volatile_sizes(table.VOLATILE_SCAN.sizes_for(), self.host_under_test() is not None)
+
     def _volatile(self, pages: str) -> None:
         guests: list[VolatileGuest] = []
-        count = table.VOLATILE_SCAN.sizes_for().guests
+        count = self.volatile_sizes().guests
         host = self.host_under_test()
         if host is not None:
             # Each guest has its own L1, booted in THP's mode (guest RAM is
@@ -208,6 +211,7 @@ class KsmTest(HostKsmTest):
         settles on it, smart_scan 0 and 1 are measured in ABBA order (the
         first variant alternating between guests), and the guest goes away
         before the next one starts, so it never shares a scan with it."""
+        sizes = self.volatile_sizes()
         try:
             # The first variant alternates between guests, and between
             # blocks in an A/B (one guest a block).
@@ -217,9 +221,9 @@ class KsmTest(HostKsmTest):
                 pages,
                 first=replicate_first(self.first_unit() + index),
                 retries=retries,
-                windows=table.VOLATILE_SCAN.sizes_for().windows,
-                reference_scans=table.VOLATILE_SCAN.sizes_for().reference_scans,
-                smart_windows=table.VOLATILE_SCAN.sizes_for().smart_windows,
+                windows=sizes.windows,
+                reference_scans=sizes.reference_scans,
+                smart_windows=sizes.smart_windows,
                 on_window=lambda w: self.log.info("guest %d window %s", index + 1, w.to_json()),
                 tolerance=tolerance,
             )
@@ -231,12 +235,8 @@ class KsmTest(HostKsmTest):
     def _record_volatile(self, pages: str, guests: list[VolatileGuest], duration_s: float, release: str) -> None:
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
-        settings = volatile.volatile_settings(
-            table.VOLATILE_SCAN.sizes_for().windows,
-            table.VOLATILE_SCAN.sizes_for().guests,
-            table.VOLATILE_SCAN.sizes_for().reference_scans,
-            table.VOLATILE_SCAN.sizes_for().smart_windows,
-        )
+        sizes = self.volatile_sizes()
+        settings = volatile.volatile_settings(sizes.windows, sizes.guests, sizes.reference_scans, sizes.smart_windows)
         limit = volatile.skip_limit(release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
         for record in records:
@@ -273,7 +273,7 @@ class KsmTest(HostKsmTest):
     def test_volatile_scan_4k(self) -> None:
         """Scenario 3: smart scan against the seed's workload, 4 KiB pages.
 
-        :avocado: tags=ab
+        :avocado: tags=ab,ksm-volatile
         """
         self._volatile("4k")
 
@@ -282,6 +282,8 @@ class KsmTest(HostKsmTest):
         """Scenario 3: the same with THP-backed guest RAM (exploratory in an
         A/B: the host's huge page splits weigh in, host/ksm/table.py; left
         to the quick profile).
+
+        :avocado: tags=ksm-volatile
         """
         self._volatile("thp")
 

@@ -27,6 +27,7 @@ from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
 from memqual.host.core import clock, nested, probe, snapshot
+from memqual.host.core.boot_deadline import BootDeadline
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
 from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
 from memqual.host.core.paths import open_nofollow, release_tempdir, short_tempdir
@@ -284,7 +285,7 @@ class Machine:
                     # A restored L1 stays paused until the snapshot has
                     # loaded: its guest's monitor is reached after that
                     # (resume_nested_guest).
-                    self._connect_guest_monitor(self.boot_timeout)
+                    self._connect_guest_monitor(self._boot_deadline(time.monotonic()))
                 return
             except LaunchError as exc:
                 if "host forwarding rule" in exc.output and attempt < 2:
@@ -316,11 +317,11 @@ class Machine:
             forwards=((self.ssh_port, nested.INNER_SSH_PORT), (self._guest_qmp_port, INNER_QMP_PORT)),
         )
 
-    def _connect_guest_monitor(self, within_s: float) -> None:
+    def _connect_guest_monitor(self, deadline: BootDeadline) -> None:
         """Swap the outer monitor (L1's QEMU) for the guest's, once L1 has
-        booted and started the guest's QEMU; a failure L1 reports on its
-        console, or the outer QEMU's exit, ends the wait at once."""
-        deadline = time.monotonic() + within_s
+        booted and started the guest's QEMU, by ``deadline``; a failure L1
+        reports on its console, or the outer QEMU's exit, ends the wait at
+        once."""
         failed = ConsoleMarker(self.console_log, nested.HOST_FAILED.encode())
 
         def greeted() -> Any:
@@ -380,7 +381,7 @@ class Machine:
         QEMU's user network accepts TCP before the guest listens and then
         drops the connection, so a failed attempt costs little; each try is
         a full SSH connect (banner, key exchange, auth) and one command."""
-        deadline = started + self.boot_timeout
+        deadline = self._boot_deadline(started)
         console = ConsoleMarker(self.console_log, READY_MARKER)
 
         def connected() -> SSH | None:
@@ -398,7 +399,7 @@ class Machine:
                 return None
             ssh = SSH(self.ssh_port, self.image.key, slowdown=nested.BOOT_TIMEOUT_FACTOR if self.host else 1.0)
             try:
-                ssh.connect(timeout=max(1.0, min(10.0, deadline - time.monotonic())))
+                ssh.connect(timeout=max(1.0, min(10.0, deadline.wall_deadline - time.monotonic())))
                 ssh.run(first_command or ["true"], timeout=10)
             except HostKeyMismatch:
                 # Not a guest still booting: another key will not change by waiting.
@@ -456,7 +457,9 @@ class Machine:
         if self.host is None or self._host_qmp is not None:
             return
         try:
-            self._connect_guest_monitor(snapshot.RESTORE_DEADLINE_S)
+            # Wall time: QEMU's CPU time (a boot's deadline on icount) counts
+            # from its start, and a saved guest's QEMU has booted already.
+            self._connect_guest_monitor(BootDeadline(time.monotonic(), snapshot.RESTORE_DEADLINE_S))
         except Timeout as exc:
             raise snapshot.Unloadable(f"the guest's monitor in the restored host did not answer: {exc}") from exc
         if not self.qmp("query-status").get("running"):
@@ -486,19 +489,36 @@ class Machine:
             self.qemu_output() + "\n--- console ---\n" + self._console_tail(20),
         )
 
-    def _until_booted(self, check: Callable[[], T | None], deadline: float, period: float, what: str) -> T:
+    def _boot_deadline(self, started: float) -> BootDeadline:
+        """The boot's deadline from ``started``: ``boot_timeout`` of QEMU's
+        CPU time on the icount clock (host/core/boot_deadline.py), of wall
+        time otherwise."""
+        pid = self._proc.pid if self._proc is not None else None
+        return BootDeadline.for_boot(started, self.boot_timeout, pid, self.clock.icount)
+
+    def _until_booted(self, check: Callable[[], T | None], deadline: BootDeadline, period: float, what: str) -> T:
         """``check`` every ``period`` s until it gives something, by the
-        boot's ``deadline`` (time.monotonic); past it, the timeout that
-        names the console, as every wait of a boot ends."""
+        boot's ``deadline``; past it, the timeout that names the console,
+        as every wait of a boot ends."""
+
+        def checked() -> T | None:
+            if deadline.cpu_spent():
+                raise self._ssh_timeout(deadline)
+            return check()
+
         found = poll(
-            check, max(0.0, deadline - time.monotonic()), period, what=what, on_timeout=lambda _: self._ssh_timeout()
+            checked,
+            max(0.0, deadline.wall_deadline - time.monotonic()),
+            period,
+            what=what,
+            on_timeout=lambda _: self._ssh_timeout(deadline),
         )
         assert found.value is not None  # poll waits until the value is true
         return found.value
 
-    def _ssh_timeout(self) -> Timeout:
+    def _ssh_timeout(self, deadline: BootDeadline) -> Timeout:
         return Timeout(
-            f"the guest did not answer SSH within {self.boot_timeout:.0f} s "
+            f"the guest did not answer SSH within {deadline.describe()} "
             f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
         )
 

@@ -111,6 +111,12 @@ class Primary:
         wall, icount:SHIFT; empty: wall)."""
         return self.on_icount if self.on_icount and clock.startswith("icount") else self.metric
 
+    def named(self, clock: str = "") -> str:
+        """Its metric on ``clock`` and, where it has one, its variant: one
+        metric can be two primaries of two variants."""
+        items = ", ".join(f"{key}={value}" for key, value in self.variant)
+        return f"{self.metric_on(clock)} [{items}]" if items else self.metric_on(clock)
+
     def instrument_on(self, clock: str = "") -> str:
         return GUEST_CLOCK if self.on_icount and clock.startswith("icount") else self.instrument
 

@@ -92,9 +92,11 @@ class Scenario(Generic[SizesRow]):
                 raise ValueError(f"scenario {self.name}: {part.metric} is {part.scenario}'s")
         if self.control and self.primaries:
             raise ValueError(f"scenario {self.name}: a negative control decides no primary")
-        metrics = [p.metric for p in self.primaries]
-        if len(set(metrics)) != len(metrics):
-            raise ValueError(f"scenario {self.name}: a primary named twice in {metrics}")
+        # One metric may be two primaries of two variants (ksmd's cost with
+        # and without smart scan), never the same one twice.
+        keys = [(p.metric, p.variant) for p in self.primaries]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"scenario {self.name}: a primary named twice in {keys}")
         # frozen: the bound copies replace the given ones once, here
         object.__setattr__(self, "primaries", tuple(dataclasses.replace(p, scenario=self.name) for p in self.primaries))
         if self.regime is not None:

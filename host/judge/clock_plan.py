@@ -53,9 +53,17 @@ class Choice:
 
         on = plan.resolved(self.kind == clock.ICOUNT).label
         return (
-            f"{self.primary.scenario} {self.primary.metric_on(on)}: {on} "
+            f"{self.primary.scenario} {named(self.primary, on)}: {on} "
             f"(equivalence needs {blocks(self.wall_blocks)} on wall, {blocks(self.icount_blocks)} on icount)"
         )
+
+
+def named(primary: Primary, on: str) -> str:
+    """The primary's metric on ``on``, with its variant where its row has
+    another primary of that metric."""
+    row = scenario.find(primary.scenario)
+    twins = row is not None and sum(p.metric == primary.metric for p in row.primaries) > 1
+    return primary.named(on) if twins else primary.metric_on(on)
 
 
 def choose(primary: Primary) -> Choice:
@@ -129,7 +137,7 @@ def describe_host_under_test() -> list[str]:
         margin = p.margin_on(ICOUNT_LABEL)
         blocks = max(blocks_needed(spread, margin), MIN_DECIDING_BLOCKS)  # a paired t decides from the third
         lines.append(
-            f"  {p.scenario} {p.metric_on(ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "
+            f"  {p.scenario} {named(p, ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "
             f"{spread.blocks} blocks on a host under test: equivalence within {100 * margin:g} % in about "
             f"{blocks:.0f} block(s)"
         )

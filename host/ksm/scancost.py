@@ -260,11 +260,20 @@ def alternate_smart_scan(
     return run
 
 
+# Without smart scan nothing ages: a page's first scan gives it its
+# rmap item and checksum, and from the second on each scan covers every
+# page at the same cost (the volatile pages never reach the unstable
+# tree), so two scans settle it.
+PLAIN_SETTLE_SCANS = 2
+
+
 def _settle(ksm: KsmDriver, scans: int, timeout_s: float, has_smart_scan: bool = True) -> int:
-    """Smart scans until every page has aged (plain scans on a kernel
-    without smart scan); the pages per scan then."""
+    """Smart scans until every page has aged (on a kernel without smart
+    scan, PLAIN_SETTLE_SCANS plain ones); the pages per scan then."""
     if has_smart_scan:
         ksm.set(smart_scan=1)
+    else:
+        scans = min(scans, PLAIN_SETTLE_SCANS)
     # The first reading only aligns on a scan end; at least one whole scan.
     readings = _readings(ksm, max(scans, 1) + 1, timeout_s)
     return covered_per_scan(readings)[-1]

@@ -66,6 +66,21 @@ VOLATILE = {
     # of each volatile test, all of it holding the host alone).
     SMOKE: VolatileSizes(guests=1, windows=1, reference_scans=3, smart_windows=1),
 }
+
+
+def volatile_sizes(sizes: VolatileSizes, on_a_host_under_test: bool) -> VolatileSizes:
+    """The volatile scan's sizes where it runs: ``sizes`` (the profile's),
+    with one smart_scan=1 window a turn on a host under test.  The median
+    over windows back to back leaves out bursts of this machine's other
+    work; in L1 nothing else runs, and one guest's windows repeat within
+    0.02-0.14 % of L1's clock (docs/host-under-test.md, "KSM on L1's
+    ksmd") while fresh L1s differ by 1.8 %: two more windows add about
+    90 s of wall time a guest and take nothing off the blocks' spread."""
+    if not on_a_host_under_test or sizes.smart_windows == 1:
+        return sizes
+    return dataclasses.replace(sizes, smart_windows=1)
+
+
 MANY_GUESTS = {
     QUICK: ManyGuestsSizes(guests=3, remerge_repeats=3),
     FULL: ManyGuestsSizes(guests=5, remerge_repeats=5),
@@ -82,6 +97,15 @@ ICOUNT_AA_KSM = Measured(
     "--only memslots --rounds 6 --output OUT",
     "2026-12-04",
     'docs/ab-calibration.md, "The icount A/A of KSM"',
+)
+# The volatile scan alone, both variants' cost a primary (the A/A that
+# measured the smart_scan=0 cost's spread on the wall clock).
+WALL_AA_VOLATILE = Measured(
+    "A/A 6.1.0-57, wall clock, the volatile scan, 6 blocks, load 2-4",
+    "memqual run --debian-kernel 6.1.0-57-amd64 --debian-kernel 6.1.0-57-amd64 --clock wall --only ksm-volatile "
+    "--rounds 6 --output OUT",
+    "2026-12-07",
+    'docs/ksm.md, "Without smart scan: the host kernel\'s own scan cost, a second primary"',
 )
 # Two sides' dirtying rates match when the larger is at most this many
 # times the smaller: the 95 % range of the ratio of two runs' geometric
@@ -176,6 +200,17 @@ VOLATILE_SCAN = Scenario(
             "On icount pages_skipped_per_scan repeated to 0.05 % over the same 6 A/A blocks (the guests' "
             "dirtying is guest instructions there), so a skip count could decide how much smart scan saves, not "
             "what a page costs",
+        ),
+        Primary(
+            "ksmd_cpu_ns_per_page",
+            "ksmd's CPU per page without smart scan: the host kernel's own checksum-and-compare cost, which "
+            "every kernel has (smart scan came in 6.7), so an A/B of host kernels from either side of it "
+            "decides the host's work per page here",
+            variant=(("pages", "4k"), ("smart_scan", 0)),
+            instrument=HOST_CPU,
+            spread_wall=Spread(0.0565, 6, WALL_AA_VOLATILE),
+            needs="the host's ksmd CPU time: a host under test's ksmd on its icount clock (L1's instructions, "
+            "docs/host-under-test.md), or a quiet host or KVM",
         ),
     ),
     e2e="test_ksm:KsmTest.test_volatile_scan_4k",

@@ -104,6 +104,12 @@ def test_a_row_s_primaries_and_regime_are_bound_to_it_and_the_judge_finds_them()
     [
         (lambda: Scenario("a.x", primaries=(Primary("m", "w", scenario="b.y"),)), "b.y's"),
         (lambda: Scenario("a.x", primaries=(Primary("m", "w"), Primary("m", "v"))), "named twice"),
+        (
+            lambda: Scenario(
+                "a.x", primaries=(Primary("m", "w", variant=(("k", 1),)), Primary("m", "v", variant=(("k", 1),)))
+            ),
+            "named twice",
+        ),
         (lambda: Scenario("a.x", primaries=(Primary("m", "w"),), control=True), "negative control"),
         (lambda: Scenario("a.x", regime=Regime("r", "l", "u", 2.0, scenario="b.y")), "b.y's"),
         (lambda: Primary("m", "w", instrument="a ruler"), "instrument"),
@@ -195,6 +201,22 @@ def test_every_measured_spread_names_a_write_up_that_is_there() -> None:
     heading renamed leaves a pointer to nothing."""
     from memqual.host.core.paths import REPO_ROOT
 
-    spreads = [s for p in scenario.every_primary() for s in (p.spread_wall, p.spread_icount) if s is not None]
+    spreads = [
+        s
+        for p in scenario.every_primary()
+        for s in (p.spread_wall, p.spread_icount, p.spread_host_under_test)
+        if s is not None
+    ]
     assert spreads
     assert {s.run.doc: _unwritten(s.run.doc, REPO_ROOT) for s in spreads} == {s.run.doc: [] for s in spreads}
+
+
+def test_one_metric_may_be_two_primaries_of_two_variants_each_found_by_its_own() -> None:
+    row: Scenario[object] = Scenario(
+        "a.x",
+        primaries=(Primary("m", "with", variant=(("k", 1),)), Primary("m", "without", variant=(("k", 0),))),
+    )
+    with_k, without_k = row.primaries
+    assert [p.matches("m", {"k": 1}) for p in row.primaries] == [True, False]
+    assert [p.matches("m", {"k": 0}) for p in row.primaries] == [False, True]
+    assert (with_k.named(), without_k.named()) == ("m [k=1]", "m [k=0]")

@@ -303,3 +303,10 @@ def test_a_host_under_test_s_header_gives_each_measured_spread_and_its_blocks(mo
     assert clock_plan.describe_host_under_test() == [
         "  every primary: no A/A spread measured on a host under test (docs/host-under-test.md)"
     ]
+
+
+def test_a_metric_that_is_two_primaries_is_named_with_each_variant():
+    lines = [line for line in clock_plan.describe(AUTO) if "ksm.volatile_scan ksmd_cpu_ns_per_page" in line]
+    assert len(lines) == 2
+    assert any("[pages=4k, smart_scan=1]" in line for line in lines)
+    assert any("[pages=4k, smart_scan=0]" in line for line in lines)

@@ -401,3 +401,34 @@ def test_disturbed_smart_windows_kept_after_the_budget_are_each_counted() -> Non
 def test_smart_windows_must_be_positive() -> None:
     with pytest.raises(ValueError, match="smart_windows"):
         alternate_smart_scan(SimulatedKsmd({0: 0.8, 1: 0.2}), 1, 9, 3, 1, smart_windows=0)
+
+
+@pytest.mark.parametrize(
+    ("has_smart_scan", "settle_scans", "settled_with"),
+    [
+        # Smart scan's pages age: the whole settle, in smart scans.
+        (True, 12, 12),
+        # Plain scans do not age: two settle them, whatever was asked.
+        (False, 12, 2),
+        (False, 1, 1),
+    ],
+)
+def test_a_kernel_without_smart_scan_settles_in_two_plain_scans(
+    has_smart_scan: bool, settle_scans: int, settled_with: int
+) -> None:
+    ksmd = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
+    ksmd.smart = int(has_smart_scan)  # a kernel without the knob scans every page
+    run = alternate_smart_scan(
+        ksmd,
+        repeats=1,
+        scans_per_window=9,
+        warmup_scans=3,
+        timeout_s=1,
+        settle_scans=settle_scans,
+        reference_scans=3,
+        has_smart_scan=has_smart_scan,
+    )
+    assert ksmd.knob_log[:1] == ([1] if has_smart_scan else []), "no smart_scan knob on a kernel without it"
+    window_scans = (1 + 3 + 3) if not has_smart_scan else (1 + 3 + 3) + (1 + 3 + 9)
+    assert ksmd.scans == (settled_with + 1) + window_scans
+    assert samples(run.windows[0], "ksmd_cpu_s_per_full_scan") == pytest.approx([0.8])

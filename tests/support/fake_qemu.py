@@ -3,7 +3,8 @@
 
 It answers ``--version``, connects to QMP and answers every command, binds
 the SSH forward port without a banner, and writes the console's ready line;
-its modes (``exit``, ``hang``, ``qmp``, ``ignore-quit``, ``ready``) and the
+its modes (``exit``, ``hang``, ``qmp``, ``ignore-quit``, ``ready``,
+``spin``: ``qmp`` with a thread that burns CPU, as a guest's TCG does) and the
 files it leaves in its state folder are in docs/setup-and-tests.md,
 "tests/support/fake_qemu.py"."""
 
@@ -15,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 VERSION = "7.2.99"
-MODES = ("exit", "hang", "qmp", "ignore-quit", "ready")
+MODES = ("exit", "hang", "qmp", "ignore-quit", "ready", "spin")
 
 _SCRIPT = textwrap.dedent(
     '''\
@@ -48,6 +49,13 @@ _SCRIPT = textwrap.dedent(
     if MODE == "hang":
         while True:
             time.sleep(3600)
+
+    if MODE == "spin":
+        def burn():
+            while True:
+                pass
+
+        threading.Thread(target=burn, daemon=True).start()
 
     listeners = []
     hostfwd = options("-netdev", "user").get("hostfwd")
