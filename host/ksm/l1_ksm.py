@@ -32,10 +32,14 @@ COMMAND_TIMEOUT_S = 60.0
 _FIND = (
     'for d in /proc/[0-9]*; do read -r c <"$d/comm" 2>/dev/null && case "$c" in "$1"*) echo "${d#/proc/}";; esac; done'
 )
-# One reading: every counter L1's kernel has, ksmd's CPU (ns), L1's clock.
+# One reading: every counter L1's kernel has, ksmd's CPU (ns) and its
+# times on a CPU (schedstat's first and third fields), L1's interrupts
+# (/proc/stat's intr, read by the shell: no fork), L1's clock.
 _READ = (
     'for f in "$@"; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
-    'echo "ksmd_cpu_ns $(cut -d" " -f1 /proc/$KSMD/schedstat 2>/dev/null)"; '
+    "cpu_ns= slices=; read -r cpu_ns wait_ns slices 2>/dev/null </proc/$KSMD/schedstat; "
+    'echo "ksmd_cpu_ns $cpu_ns"; echo "ksmd_slices $slices"; '
+    'while read -r key total rest; do [ "$key" = intr ] && echo "interrupts $total" && break; done </proc/stat; '
     'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
 )
 _COUNTERS = 'cd "$1" && shift 2 && ' + _READ
@@ -248,6 +252,8 @@ def parse_counters(text: str) -> KsmCounters:
         pages_scanned=number("pages_scanned"),
         general_profit=number("general_profit"),
         ksmd_cpu_s=cpu_ns / 1e9 if cpu_ns is not None else None,
+        ksmd_slices=number("ksmd_slices"),
+        interrupts=number("interrupts"),
     )
 
 

@@ -34,6 +34,11 @@ class ScanWindow:
     # it says how much of ksmd's work was this guest's and how much other
     # guests' on the host.
     own_pages: int | None = None
+    # ksmd's times on a CPU and the host's interrupts in the window, where
+    # its readings have them (KsmCounters): what a window's CPU time may
+    # hold besides ksmd's own work.
+    ksmd_slices: int | None = None
+    interrupts: int | None = None
 
     @classmethod
     def between(cls, start: KsmCounters, end: KsmCounters, smart_scan: int, own_pages: int | None = None) -> ScanWindow:
@@ -48,6 +53,8 @@ class ScanWindow:
             pages_skipped=(end.pages_skipped or 0) - (start.pages_skipped or 0),
             pages_volatile=end.pages_volatile,
             own_pages=own_pages,
+            ksmd_slices=_grown(start.ksmd_slices, end.ksmd_slices),
+            interrupts=_grown(start.interrupts, end.interrupts),
         )
 
     @property
@@ -104,6 +111,11 @@ class ScanWindow:
             data[name] = getattr(self, METRICS[name].attribute)
         data["own_share"] = self.own_share
         return data
+
+
+def _grown(start: int | None, end: int | None) -> int | None:
+    """A counter's growth between two readings; None where either lacks it."""
+    return end - start if start is not None and end is not None else None
 
 
 @dataclasses.dataclass(frozen=True)

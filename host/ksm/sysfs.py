@@ -46,6 +46,13 @@ class KsmCounters:
     pages_scanned: int | None
     general_profit: int | None
     ksmd_cpu_s: float | None  # None when ksmd's pid is not found
+    # What else runs on ksmd's CPU time, where read (a host under test's
+    # readings): the times ksmd was put on a CPU (schedstat's third
+    # field), and the interrupts the host took (/proc/stat's intr): without
+    # IRQ_TIME_ACCOUNTING (Debian's kernels) an interrupt that lands while
+    # ksmd runs is counted as ksmd's CPU time.
+    ksmd_slices: int | None = None
+    interrupts: int | None = None
 
     def to_json(self) -> dict[str, float | int | None]:
         return dataclasses.asdict(self)

@@ -432,3 +432,13 @@ def test_a_kernel_without_smart_scan_settles_in_two_plain_scans(
     window_scans = (1 + 3 + 3) if not has_smart_scan else (1 + 3 + 3) + (1 + 3 + 9)
     assert ksmd.scans == (settled_with + 1) + window_scans
     assert samples(run.windows[0], "ksmd_cpu_s_per_full_scan") == pytest.approx([0.8])
+
+
+def test_a_window_counts_ksmds_times_on_a_cpu_and_the_hosts_interrupts_where_read() -> None:
+    start, end = counters(10.0, 1.0, 5, 1000, 0), counters(14.0, 3.0, 9, 5000, 800)
+    assert ScanWindow.between(start, end, smart_scan=1).interrupts is None, "this machine's readings lack them"
+    start = dataclasses.replace(start, ksmd_slices=100, interrupts=7000)
+    end = dataclasses.replace(end, ksmd_slices=160, interrupts=9500)
+    window = ScanWindow.between(start, end, smart_scan=1)
+    assert (window.ksmd_slices, window.interrupts) == (60, 2500)
+    assert window.to_json()["interrupts"] == 2500

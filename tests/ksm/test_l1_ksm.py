@@ -56,6 +56,9 @@ def test_a_reading_is_one_command_with_ksmds_cpu_and_l1s_clock(tmp_path):
     # ksmd's CPU from schedstat (this process stands in for ksmd), the
     # time from the host's boot clock
     assert reading.ksmd_cpu_s is not None and reading.ksmd_cpu_s > 0
+    # its times on a CPU and the host's interrupts, read by the shell alone
+    assert reading.ksmd_slices is not None and reading.ksmd_slices > 0
+    assert reading.interrupts is not None and reading.interrupts > 0
     assert abs(reading.taken_s - float(Path("/proc/uptime").read_text().split()[0])) < 5
 
 
@@ -140,6 +143,7 @@ def test_readings_that_are_not_one_say_what_came_back():
         parse_process(7, "cat: can't open 'ksm_merging_pages'\n")
     reading = parse_counters("full_scans 4\npages_skipped 9\nksmd_cpu_ns \nuptime 12.50\n")
     assert (reading.full_scans, reading.pages_skipped, reading.ksmd_cpu_s, reading.taken_s) == (4, 9, None, 12.5)
+    assert (reading.ksmd_slices, reading.interrupts) == (None, None)
 
 
 SMAPS = """\
