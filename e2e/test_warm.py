@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 
 from memqual.e2e.base import GuestTest, measures_nothing
-from memqual.host.core import snapshot
+from memqual.host.core import nested, snapshot
+from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.machine import Machine
 from memqual.host.core.polling import poll
 from memqual.host.core.qemu import MachineConfig
@@ -21,18 +22,36 @@ class WarmStart(GuestTest):
     :avocado: tags=boot,warm
     """
 
-    def _warm_guest(self, config: MachineConfig) -> Machine:
-        """A guest of ``config`` that was certainly restored: the first
-        boot may have been the one that saved the snapshot.  Sets
+    def _warm_guest(self, config: MachineConfig, host: nested.HostUnderTest | None = None) -> Machine:
+        """A guest of ``config`` (on ``host``) that was certainly restored:
+        the first boot may have been the one that saved the snapshot.  Sets
         ``restore_wall_s``: the host's wall time before the restore began."""
         self.restore_wall_s = time.time()
-        vm = self.boot(config)
+        vm = self.boot(config, host=host)
         if not vm.started_warm:
             vm.shutdown()
             self.restore_wall_s = time.time()
-            vm = self.boot(config)
+            vm = self.boot(config, host=host)
         self.assertTrue(vm.started_warm, "the second start of one configuration must restore its snapshot")
         return vm
+
+    @measures_nothing
+    def test_a_restored_host_under_test_answers_through_its_forwards(self) -> None:
+        """L1 restored with its guest: the guest answers SSH and its
+        monitor through L1's forwards, under L1's KVM, and L1 its own SSH.
+        Two starts of L1 (the first may save): the full profile's.
+
+        :avocado: tags=slow,nested
+        """
+        host = nested.HostUnderTest(KernelSpec(self.image().release))
+        vm = self._warm_guest(MachineConfig(memory_mib=512, cpus=1, clock="wall"), host)
+        self.log.info("warm start of L1 and its guest to SSH in %.3f s", vm.boot_to_ssh_s)
+        self.assertIn("in TCG+SVM", vm.host_label)
+        dmesg = vm.ssh.run(["dmesg"], timeout=60).stdout
+        self.assertIn("Hypervisor detected: KVM", dmesg, "the restored guest does not run under L1's KVM")
+        self.assertEqual(vm.qmp("query-status")["status"], "running", "the restored guest's QEMU was not continued")
+        uptime = vm.host_ssh.run(["cat", "/proc/uptime"], timeout=60).stdout
+        self.assertRegex(uptime, r"^\d+\.\d+ ", "L1 does not answer its own SSH after the restore")
 
     @measures_nothing
     def test_restored_guest_clock_agents_balloon(self) -> None:

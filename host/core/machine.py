@@ -231,9 +231,6 @@ class Machine:
         return self.host.label(self.host_accel)
 
     def _launch(self) -> None:
-        if self.host is not None:
-            self.boot_cold()
-            return
         (self._start or default_start(self.config))(self)
 
     def boot_cold(self) -> None:
@@ -255,7 +252,7 @@ class Machine:
             # for a socket to appear.
             self._qmp = QEMUMonitorProtocol(str(qmp_path), server=True)
             self.command = (
-                self._host_command(qmp_path)
+                self._host_command(qmp_path, incoming)
                 if self.host is not None
                 else command_line(
                     self.config,
@@ -284,8 +281,11 @@ class Machine:
                 )
             try:
                 self._accept_qmp(qmp_path)
-                if self.host is not None:
-                    self._connect_guest_monitor()
+                if self.host is not None and incoming is None:
+                    # A restored L1 stays paused until the snapshot has
+                    # loaded: its guest's monitor is reached after that
+                    # (resume_nested_guest).
+                    self._connect_guest_monitor(self._boot_deadline(time.monotonic()))
                 return
             except LaunchError as exc:
                 if "host forwarding rule" in exc.output and attempt < 2:
@@ -294,9 +294,10 @@ class Machine:
                     continue
                 raise
 
-    def _host_command(self, qmp_path: Path) -> list[str]:
+    def _host_command(self, qmp_path: Path, incoming: str | None) -> list[str]:
         """The outer QEMU's argv: L1, with the guest's argv in fw_cfg and
-        three forwards (L1's SSH, the guest's SSH and monitor)."""
+        three forwards (L1's SSH, the guest's SSH and monitor); ``incoming``
+        restores a saved L1 with its guest instead of booting it."""
         assert self.host is not None and self._sockdir is not None
         argv_file = self._sockdir / "guest-argv"
         nested.write_argv(nested.guest_argv(self.config, self.clock, l1_image.L2_KERNEL, l1_image.L2_INITRD), argv_file)
@@ -311,16 +312,16 @@ class Machine:
             qmp_path,
             self.console_log,
             self.host_ssh_port,
-            None,
+            incoming,
             self.clock,
             forwards=((self.ssh_port, nested.INNER_SSH_PORT), (self._guest_qmp_port, INNER_QMP_PORT)),
         )
 
-    def _connect_guest_monitor(self) -> None:
+    def _connect_guest_monitor(self, deadline: BootDeadline) -> None:
         """Swap the outer monitor (L1's QEMU) for the guest's, once L1 has
-        booted and started the guest's QEMU; a failure L1 reports on its
-        console, or the outer QEMU's exit, ends the wait at once."""
-        deadline = self._boot_deadline(time.monotonic())
+        booted and started the guest's QEMU, by ``deadline``; a failure L1
+        reports on its console, or the outer QEMU's exit, ends the wait at
+        once."""
         failed = ConsoleMarker(self.console_log, nested.HOST_FAILED.encode())
 
         def greeted() -> Any:
@@ -435,6 +436,34 @@ class Machine:
         if self._host_ssh is not None:
             self._host_ssh.close()
             self._host_ssh = None
+
+    def pause_nested_guest(self) -> None:
+        """Before a save of the host under test: its guest's QEMU stopped
+        (L1 leaves guest mode) and its one-client monitor let go; memqual's
+        monitor is L1's QEMU's until ``resume_nested_guest``.  Nothing on
+        this machine.  docs/host-under-test.md, "Warm starts of L1"."""
+        if self.host is None or self._host_qmp is None:
+            return
+        self.qmp("stop")
+        guest_monitor, self._qmp, self._host_qmp = self._qmp, self._host_qmp, None
+        if guest_monitor is not None:
+            guest_monitor.close()
+        nested.wait_monitor_released(self._guest_qmp_port, snapshot.RESTORE_DEADLINE_S)
+
+    def resume_nested_guest(self) -> None:
+        """Once L1 runs again: memqual's monitor the guest's again, the
+        guest's QEMU continued; a restored one's silent monitor is a bad
+        snapshot.  Nothing on this machine."""
+        if self.host is None or self._host_qmp is not None:
+            return
+        try:
+            # Wall time: QEMU's CPU time (a boot's deadline on icount) counts
+            # from its start, and a saved guest's QEMU has booted already.
+            self._connect_guest_monitor(BootDeadline(time.monotonic(), snapshot.RESTORE_DEADLINE_S))
+        except Timeout as exc:
+            raise snapshot.Unloadable(f"the guest's monitor in the restored host did not answer: {exc}") from exc
+        if not self.qmp("query-status").get("running"):
+            self.qmp("cont")
 
     @property
     def host_ssh(self) -> SSH:

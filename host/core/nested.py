@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
+import time
 from pathlib import Path
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -21,6 +22,7 @@ from memqual.host.core.clock import ICOUNT, ICOUNT_TSC_KHZ, WALL_CLOCK, Clock
 from memqual.host.core.environment import shared_fact
 from memqual.host.core.errors import BadInput
 from memqual.host.core.kernelspec import KernelSpec, parse_kernel
+from memqual.host.core.polling import poll
 from memqual.host.core.qemu import MachineConfig, command_line, host_tsc_khz, opt_value
 
 # L1's memory beyond its guest's: the initramfs with QEMU and the guest's
@@ -278,6 +280,33 @@ def monitor_greets(port: int, timeout: float) -> socket.socket | None:
         return None
     sock.settimeout(None)
     return sock
+
+
+# The pause after memqual's last connection to the guest's monitor closes,
+# in round trips of that connection (this machine, L1's network, the
+# guest's QEMU and back; its close travels the same way once), at least
+# RELEASE_MIN_S.
+RELEASE_ROUND_TRIPS = 5
+RELEASE_MIN_S = 0.5
+
+
+def wait_monitor_released(port: int, within_s: float) -> None:
+    """Wait until the guest's monitor in L1 takes a new connection (so it
+    let the previous one go), then close that one and give its close time
+    to reach the monitor too.  Before L1 is saved: a connection open in
+    the saved state would hold the one-client monitor in every restore."""
+
+    def greeted() -> tuple[socket.socket, float] | None:
+        started = time.monotonic()
+        sock = monitor_greets(port, timeout=min(1.0, within_s))
+        return None if sock is None else (sock, time.monotonic() - started)
+
+    # 50 ms: the poll period of a connection attempt, not a wait for an event
+    found = poll(greeted, within_s, 0.05, what="the guest's monitor free for a new connection")
+    assert found.value is not None  # poll waits until the value is true
+    sock, round_trip = found.value
+    sock.close()
+    time.sleep(max(RELEASE_MIN_S, RELEASE_ROUND_TRIPS * round_trip))
 
 
 def connect_monitor(sock: socket.socket) -> QEMUMonitorProtocol:

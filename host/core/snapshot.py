@@ -4,7 +4,9 @@ One snapshot per (image, QEMU version, accelerator, machine configuration),
 saved once SSH answers and restored with ``-incoming``; one lock file per
 snapshot (restorers shared, the saver exclusive, written then renamed); a
 snapshot QEMU cannot load is deleted and the guest boots cold; snapshots
-live in the checked cache, keyed on the image's SSH keys too.
+live in the checked cache, keyed on the image's SSH keys too.  Under a host
+under test the snapshot is of L1 with its guest booted, keyed on the host
+too.
 docs/architecture.md, "host/core/snapshot.py", has the rules in full."""
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from memqual.host.core import leftovers, qemu, settings
 from memqual.host.core.clock import Clock
 from memqual.host.core.errors import GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.locks import file_lock
+from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.paths import cache_dir
 from memqual.host.core.polling import poll
 from memqual.host.core.ssh import HostKeyMismatch
@@ -43,6 +46,10 @@ class Launchable(Protocol):
     clock: Clock
     started_warm: bool
     boot_to_ssh_s: float
+    # The host under test (None: this machine), L1's image and accelerator.
+    host: HostUnderTest | None
+    host_image: Any
+    host_accel: str
 
     @property
     def image(self) -> Any: ...
@@ -65,6 +72,10 @@ class Launchable(Protocol):
     def qemu_output(self) -> str: ...
 
     def qmp(self, command: str, **arguments: Any) -> Any: ...
+
+    def pause_nested_guest(self) -> None: ...
+
+    def resume_nested_guest(self) -> None: ...
 
 
 log = logging.getLogger("memqual.snapshot")
@@ -139,7 +150,31 @@ def snapshot_key(machine: Launchable) -> str:
         "cmdline": qemu.kernel_cmdline(machine.config, machine.accel, machine.clock),
         "config": config,
     }
+    if machine.host is not None:
+        # Only then: this machine's guests keep the keys they had.
+        material["host"] = _host_material(machine)
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _host_material(machine: Launchable) -> dict[str, object]:
+    """What a saved L1 is besides its guest: the host kernel with its
+    command line (its own words, its KVM's parameters, the boot knobs),
+    L1's image with its SSH keys, and the accelerator it ran on."""
+    assert machine.host is not None
+    return {
+        "kernel": machine.host.kernel.name,
+        "cmdline": machine.host.cmdline(),
+        "image": str(machine.host_image.directory),
+        "initrd": machine.host_image.initrd_sha256,
+        "keys": _keys_fingerprint(machine.host_image),
+        "accel": machine.host_accel,
+    }
+
+
+def _saved_image(machine: Launchable) -> str:
+    """The image a snapshot dies with (the cache cap drops it once gone):
+    L1's under a host under test, else the guest's."""
+    return str((machine.host_image if machine.host is not None else machine.image).directory)
 
 
 def _keys_fingerprint(image: object) -> str:
@@ -234,8 +269,9 @@ class Restore(enum.Enum):
     SLOW = "the restore missed a deadline"  # keep it
 
 
-class _Unloadable(GuestError):
-    """QEMU refused the saved state: the snapshot is bad, not the host."""
+class Unloadable(GuestError):
+    """QEMU refused the saved state, or a restored host under test's guest
+    did not answer its monitor: the snapshot is bad, not the host."""
 
 
 def _restore(machine: Launchable, state: Path) -> Restore:
@@ -244,10 +280,11 @@ def _restore(machine: Launchable, state: Path) -> Restore:
         # exec: runs through /bin/sh: the path is ours, and quoted anyway.
         machine.start_qemu(incoming="exec:cat " + shlex.quote(str(state)))
         _wait_running(machine, started + RESTORE_DEADLINE_S)
+        machine.resume_nested_guest()
         # The first command sets the guest's clock: it stands at the time
         # of the save.
         machine.wait_ssh(started, first_command=_clock_command(), probe_banner=False)
-    except (_Unloadable, HostKeyMismatch) as exc:
+    except (Unloadable, HostKeyMismatch) as exc:
         log.warning("warm start from %s failed: %s", state.parent.name, str(exc).splitlines()[0])
         machine.kill_qemu()
         return Restore.CORRUPT
@@ -279,9 +316,9 @@ def _wait_running(machine: Launchable, deadline: float) -> None:
             machine.qmp("cont")
             return False
         if migration in ("failed", "cancelled"):
-            raise _Unloadable(f"loading the snapshot {migration}")
+            raise Unloadable(f"loading the snapshot {migration}")
         if status.get("status") not in ("inmigrate", "prelaunch", "paused", "restore-vm", "postmigrate"):
-            raise _Unloadable(f"incoming migration ended in state {status.get('status')}")
+            raise Unloadable(f"incoming migration ended in state {status.get('status')}")
         if machine.qemu_exited():
             raise GuestError("QEMU exited while loading the snapshot")
         return False
@@ -319,6 +356,7 @@ def _save(machine: Launchable, directory: Path) -> None:
     machine.close_ssh()
     size = 0
     try:
+        machine.pause_nested_guest()
         machine.qmp("migrate-set-parameters", **{"max-bandwidth": 64 << 30, "downtime-limit": 100000})
         machine.qmp("stop")
         machine.qmp("migrate", uri="exec:cat > " + shlex.quote(str(tmp / "state")))
@@ -344,7 +382,7 @@ def _save(machine: Launchable, directory: Path) -> None:
                     "bytes": size,
                     "saved": time.time(),
                     "config": dataclasses.asdict(machine.config),
-                    "image": str(machine.image.directory),
+                    "image": _saved_image(machine),
                     "accel": machine.accel,
                 },
                 default=str,
@@ -369,6 +407,7 @@ def _resume(machine: Launchable, boot_to_ssh_s: float) -> None:
     except MemqualError:
         pass  # cont below says whether QEMU still answers
     machine.qmp("cont")
+    machine.resume_nested_guest()
     machine.wait_ssh(time.monotonic())
     machine.boot_to_ssh_s = boot_to_ssh_s
 

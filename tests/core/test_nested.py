@@ -10,7 +10,7 @@ import pytest
 from one_line_errors import assert_one_line_error, in_process
 
 from memqual.host.core import clock, nested
-from memqual.host.core.errors import BadInput
+from memqual.host.core.errors import BadInput, Timeout
 from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.qemu import INNER_QMP_PORT, MachineConfig
 from memqual.images.host_image import L2_INITRD, L2_KERNEL
@@ -152,6 +152,55 @@ def test_a_monitor_that_does_not_greet_is_not_connected() -> None:
         sock.close()
         done.set()
         thread.join()
+
+
+def test_before_a_save_the_guests_monitor_is_waited_for_until_it_takes_a_new_client(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before L1 is saved the monitor must have let memqual go: it is free
+    once a new connection is greeted (a monitor still held by the last
+    one leaves the new one unanswered); that one is closed too, and its
+    close given the time of a few round trips."""
+    import socket
+    import threading
+
+    pauses: list[float] = []
+    monkeypatch.setattr(nested.time, "sleep", pauses.append)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        closed = threading.Event()
+
+        def held_then_free() -> None:
+            conn, _ = server.accept()
+            conn.close()  # the monitor still held: the forward hangs up
+            conn, _ = server.accept()
+            conn.sendall(b'{"QMP": {}}\r\n')
+            try:
+                gone = conn.recv(1) == b""
+            except ConnectionResetError:  # closed with the greeting unread
+                gone = True
+            if gone:
+                closed.set()
+            conn.close()
+
+        thread = threading.Thread(target=held_then_free)
+        thread.start()
+        nested.wait_monitor_released(port, within_s=10.0)
+        thread.join()
+    assert closed.is_set(), "the connection that proved the monitor free was left open"
+    assert pauses[-1] >= nested.RELEASE_MIN_S
+
+
+def test_a_monitor_never_free_before_a_save_is_a_timeout() -> None:
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()  # accepted by the kernel, never greeted
+        with pytest.raises(Timeout, match="the guest's monitor free"):
+            nested.wait_monitor_released(server.getsockname()[1], within_s=0.3)
 
 
 @pytest.mark.parametrize(

@@ -112,3 +112,37 @@ def test_a_guest_that_cannot_be_resumed_after_a_failed_save_is_an_error(
     with pytest.raises(GuestError, match="did not resume after a failed snapshot save"):
         snapshot.start(real(machine))
     assert [p for p in snapshot.snapshot_root().iterdir() if not p.name.endswith(".lock")] == []
+
+
+def test_a_host_under_test_is_saved_with_its_guest_paused_and_resumed_after(tmp_path: Path) -> None:
+    """L1 is saved with its guest's QEMU stopped (QEMU cannot load a state
+    saved while L1 ran its guest) and memqual on L1's monitor; after the
+    save L1 runs on, then its guest, then SSH is awaited.  The snapshot
+    dies with L1's image, not the guest's."""
+    machine = FakeMachine(tmp_path).under_host(tmp_path)
+    snapshot.start(real(machine))
+    calls = [c for c in machine.calls if c not in ("query-migrate", "migrate-set-parameters")]
+    assert calls == ["cold", "pause_nested", "stop", "migrate", "cont", "resume_nested", "wait_ssh"]
+    (meta,) = snapshot.snapshot_root().glob("*/meta.json")
+    assert json.loads(meta.read_text())["image"] == str(tmp_path / "l1")
+
+
+def test_a_restored_host_under_test_runs_its_guest_before_ssh(tmp_path: Path) -> None:
+    machine = FakeMachine(tmp_path).under_host(tmp_path)
+    _saved(machine)
+    snapshot.start(real(machine))
+    assert machine.started_warm
+    restore = machine.calls[machine.calls.index("start:incoming") :]
+    assert restore == ["start:incoming", "query-status", "resume_nested", "wait_ssh"]
+
+
+def test_a_restored_host_whose_guest_monitor_is_silent_is_deleted_and_saved_anew(tmp_path: Path) -> None:
+    """A guest's monitor that a connection held at the save would be held
+    in every restore: such a snapshot is bad, not the host busy."""
+    silent = snapshot.Unloadable("the guest's monitor in the restored host did not answer")
+    machine = FakeMachine(tmp_path).under_host(tmp_path, resume_error=silent)
+    directory = _saved(machine)
+    snapshot.start(real(machine))
+    assert not machine.started_warm
+    assert machine.calls[-2:] == ["resume_nested", "wait_ssh"]  # the cold guest's save, resumed
+    assert (directory / "state").read_bytes() == b"state" * 10  # the new save

@@ -7,11 +7,12 @@ import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
-from memqual.host.core import clock, snapshot
+from memqual.host.core import clock, nested, snapshot
+from memqual.host.core.kernelspec import KernelSpec, parse_kernel
 from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import BalloonDevice, MachineConfig
 
@@ -24,10 +25,37 @@ def _machine(
     image_dir: Path = Path("/img/a"),
     accel: str = "tcg",
     the_clock: clock.Clock = clock.WALL_CLOCK,
+    host: nested.HostUnderTest | None = None,
+    host_image: object = None,
+    host_accel: str = "tcg",
 ) -> Machine:
     """A stand-in with only what snapshot_key reads."""
     image = SimpleNamespace(directory=image_dir, kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
-    return cast(Machine, SimpleNamespace(config=config, image=image, accel=accel, clock=the_clock))
+    return cast(
+        Machine,
+        SimpleNamespace(
+            config=config,
+            image=image,
+            accel=accel,
+            clock=the_clock,
+            host=host,
+            host_image=host_image,
+            host_accel=host_accel,
+        ),
+    )
+
+
+def _l1_image(directory: Path, client_key: str = "l1 key 1") -> SimpleNamespace:
+    """L1's image as snapshot_key reads it: its folder, its initrd's
+    digest and its SSH keys (on disk, as the image's are)."""
+    keys = directory / "ssh"
+    keys.mkdir(parents=True, exist_ok=True)
+    (keys / "id_ed25519").write_text(client_key)
+    (keys / "host_key.pub").write_text("ssh-ed25519 L1")
+    return SimpleNamespace(directory=directory, initrd_sha256="r" * 64, key=keys / "id_ed25519")
+
+
+L1 = nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"))
 
 
 def test_key_ignores_warm_but_not_any_device_or_size() -> None:
@@ -51,6 +79,48 @@ def test_key_ignores_warm_but_not_any_device_or_size() -> None:
     icount4 = snapshot.snapshot_key(_machine(base, the_clock=clock.icount(4)))
     assert icount4 != key
     assert snapshot.snapshot_key(_machine(base, the_clock=clock.icount(2))) not in (key, icount4)
+
+
+def test_a_guest_of_this_machine_keeps_its_key_beside_hosts_under_test(tmp_path: Path) -> None:
+    """The host's part of the key is there only under a host under test:
+    this machine's guests restore the snapshots they saved before."""
+    base = MachineConfig()
+    plain = snapshot.snapshot_key(_machine(base))
+    assert snapshot.snapshot_key(_machine(base, host_image=_l1_image(tmp_path / "l1"))) == plain
+    assert snapshot.snapshot_key(_machine(base, host=L1, host_image=_l1_image(tmp_path / "l1"))) != plain
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        pytest.param({"host": nested.HostUnderTest(KernelSpec("6.12.111+deb12-amd64"))}, id="another kernel"),
+        pytest.param({"host": nested.HostUnderTest(parse_kernel("6.1.0-57-amd64:init_on_free=1"))}, id="its cmdline"),
+        pytest.param({"host": nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"), ("kvm_amd.npt=0",))}, id="a param"),
+        pytest.param({"host": L1.with_boot_knobs("hugepages=256")}, id="a boot knob"),
+        pytest.param({"image": "other-l1"}, id="another L1 image"),
+        pytest.param({"client_key": "l1 key 2"}, id="L1's keys rebuilt"),
+        pytest.param({"host_accel": "kvm"}, id="L1 on KVM"),
+        pytest.param({"the_clock": clock.icount(0)}, id="the clock"),
+    ],
+)
+def test_every_part_of_a_host_under_test_makes_another_snapshot(tmp_path: Path, changed: dict[str, Any]) -> None:
+    """A saved L1 is its kernel, the kernel's command line, its KVM's
+    parameters, the boot knobs, its image with its keys, its accelerator
+    and its clock: each changed means another snapshot."""
+
+    def key(
+        host: nested.HostUnderTest = L1,
+        image: str = "l1",
+        client_key: str = "l1 key 1",
+        host_accel: str = "tcg",
+        the_clock: clock.Clock = clock.WALL_CLOCK,
+    ) -> str:
+        l1_image = _l1_image(tmp_path / image, client_key)
+        machine = _machine(MachineConfig(), host=host, host_image=l1_image, host_accel=host_accel, the_clock=the_clock)
+        return snapshot.snapshot_key(machine)
+
+    assert key() == key()
+    assert key(**changed) != key()
 
 
 def test_a_snapshot_is_valid_only_with_its_full_size(tmp_path: Path) -> None:

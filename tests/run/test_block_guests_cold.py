@@ -67,3 +67,30 @@ def test_one_host_under_test_is_every_jobs_and_two_are_each_arms(monkeypatch, ho
         assert env[settings.HOST_KERNEL_PARAMS] == "kvm.mmio_caching=0"
     else:
         assert settings.HOST_KERNEL not in env and settings.HOST_KERNEL_PARAMS not in env
+
+
+@pytest.mark.parametrize(
+    ("block", "measures", "start"),
+    [
+        (0, True, "cold"),  # a measuring test of memqual run
+        (2, False, "cold"),  # an A/B's block
+        (0, False, "warm"),  # a test that measures nothing
+    ],
+)
+def test_a_host_under_test_starts_warm_only_where_a_guest_of_this_machine_would(monkeypatch, block, measures, start):
+    """Under a host under test the guest's start follows the same choice:
+    its config (cold for a measuring test of memqual run, or in a block)
+    decides between a restore of the saved L1 and a cold boot."""
+    from memqual.host.core import nested, settings, snapshot
+    from memqual.host.core.kernelspec import KernelSpec
+    from memqual.host.core.machine import Machine
+
+    monkeypatch.setenv(settings.COLD_MEASURING, "1")
+    monkeypatch.setattr(snapshot, "usable", lambda: True)
+    started: list[str] = []
+    monkeypatch.setattr(snapshot, "start", lambda machine: started.append("warm"))
+    monkeypatch.setattr(Machine, "boot_cold", lambda machine: started.append("cold"))
+    config = GuestTest.block_config(as_test(block, measures), MachineConfig())
+    vm = Machine(config, host=nested.HostUnderTest(KernelSpec("6.1.0-57-amd64")))
+    vm._launch()  # the start's choice alone: no L1 is built or booted
+    assert started == [start]

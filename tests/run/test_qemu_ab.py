@@ -145,7 +145,7 @@ def test_run_help_says_how_the_axes_combine(capsys) -> None:
 
 def _machine(config: MachineConfig) -> Machine:
     image = SimpleNamespace(directory=Path("/img/a"), kernel_sha256="k" * 64, initramfs_sha256="i" * 64)
-    return cast(Machine, SimpleNamespace(config=config, image=image, accel="tcg", clock=WALL_CLOCK))
+    return cast(Machine, SimpleNamespace(config=config, image=image, accel="tcg", clock=WALL_CLOCK, host=None))
 
 
 @pytest.mark.usefixtures("snapshot_cache")

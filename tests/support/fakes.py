@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from memqual.host.core.clock import WALL_CLOCK
 from memqual.host.core.errors import GuestError
+from memqual.host.core.kernelspec import KernelSpec
+from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.ssh import CommandResult
 from memqual.host.ksm.procfs import ProcessKsm
@@ -356,6 +358,34 @@ class FakeMachine(FakeQmp):
         self.started_warm = False
         self.ssh: Any = SimpleNamespace(close=lambda: None)
         self.running = True
+        # A host under test (``under_host``): its steps around a save and a
+        # restore are listed in ``calls``; on this machine they do nothing.
+        self.host: Any = None
+        self.host_image: Any = None
+        self.host_accel = ""
+        self.resume_error: Exception | None = None
+        self.restored = False  # the last start was a restore
+
+    def under_host(self, tmp_path: Path, resume_error: Exception | None = None) -> FakeMachine:
+        """This guest under a host under test (L1 from ``tmp_path``'s image);
+        ``resume_error``: what reaching its restored guest's monitor raises."""
+        self.host = HostUnderTest(KernelSpec("6.1.0-57-amd64"))
+        self.host_image = SimpleNamespace(
+            directory=tmp_path / "l1", initrd_sha256="r" * 64, key=FakeImage.in_dir(tmp_path / "l1").key
+        )
+        self.host_accel = "tcg"
+        self.resume_error = resume_error
+        return self
+
+    def pause_nested_guest(self) -> None:
+        if self.host is not None:
+            self.calls.append("pause_nested")
+
+    def resume_nested_guest(self) -> None:
+        if self.host is not None:
+            self.calls.append("resume_nested")
+            if self.resume_error is not None and self.restored:
+                raise self.resume_error
 
     @property
     def ssh_ready(self) -> bool:
@@ -392,9 +422,11 @@ class FakeMachine(FakeQmp):
     def start_qemu(self, incoming: str | None = None) -> None:
         self.calls.append(f"start:{'incoming' if incoming else 'cold'}")
         self.running = True
+        self.restored = incoming is not None
 
     def boot_cold(self) -> None:
         self.calls.append("cold")
+        self.restored = False
 
     def kill_qemu(self) -> None:
         self.calls.append("kill")
