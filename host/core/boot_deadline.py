@@ -43,13 +43,22 @@ class BootDeadline:
     cpu_of: Callable[[], float] | None = None
 
     @classmethod
-    def for_boot(cls, started: float, timeout_s: float, pid: int | None, icount: bool) -> BootDeadline:
+    def for_boot(
+        cls, started: float, timeout_s: float, pid: int | None, icount: bool, from_start: bool = True
+    ) -> BootDeadline:
         """The deadline of a boot of QEMU ``pid`` begun at ``started``:
-        counted in QEMU's CPU time on the icount clock, in wall time
-        otherwise (or when there is no process to read)."""
+        counted in QEMU's CPU time on the icount clock (since the process
+        started, or with ``from_start`` False since now: a guest resumed
+        after a save), in wall time otherwise (or without a process)."""
         if not icount or pid is None:
             return cls(started, timeout_s)
-        return cls(started, timeout_s, lambda: process_cpu_seconds(pid))
+        spent = 0.0
+        if not from_start:
+            try:
+                spent = process_cpu_seconds(pid)
+            except OSError:
+                return cls(started, timeout_s)
+        return cls(started, timeout_s, lambda: process_cpu_seconds(pid) - spent)
 
     @property
     def counts_cpu(self) -> bool:

@@ -126,6 +126,7 @@ class Machine:
         self.started_warm = False
         self.command: list[str] = []
         self._proc: subprocess.Popen[bytes] | None = None
+        self._qemu_started = float("inf")  # time.monotonic() at this QEMU's start
         self._qmp: QEMUMonitorProtocol | None = None
         self._qmp_lock = threading.Lock()
         self._sockdir: Path | None = None
@@ -270,6 +271,7 @@ class Machine:
             stderr_path = self._sockdir / "qemu.stderr"
             # never through a link: the folder is fresh and ours, but root writes here
             with os.fdopen(open_nofollow(stderr_path), "wb") as stderr:
+                self._qemu_started = time.monotonic()
                 self._proc = subprocess.Popen(
                     self.command,
                     stdin=subprocess.DEVNULL,
@@ -492,9 +494,13 @@ class Machine:
     def _boot_deadline(self, started: float) -> BootDeadline:
         """The boot's deadline from ``started``: ``boot_timeout`` of QEMU's
         CPU time on the icount clock (host/core/boot_deadline.py), of wall
-        time otherwise."""
-        pid = self._proc.pid if self._proc is not None else None
-        return BootDeadline.for_boot(started, self.boot_timeout, pid, self.clock.icount)
+        time otherwise.  The CPU time counts from QEMU's start when it
+        started after ``started`` (a boot), else from now (a resume)."""
+        if self._proc is None:
+            return BootDeadline(started, self.boot_timeout)
+        return BootDeadline.for_boot(
+            started, self.boot_timeout, self._proc.pid, self.clock.icount, from_start=self._qemu_started >= started
+        )
 
     def _until_booted(self, check: Callable[[], T | None], deadline: BootDeadline, period: float, what: str) -> T:
         """``check`` every ``period`` s until it gives something, by the

@@ -42,3 +42,18 @@ def test_a_process_s_cpu_time_is_its_utime_and_stime(tmp_path) -> None:
     (tmp_path / "42" / "stat").write_text("42 (qemu (x) y) " + " ".join(fields) + "\n")
     assert process_cpu_seconds(42, tmp_path) == pytest.approx(300 / os.sysconf("SC_CLK_TCK"))
     assert process_cpu_seconds(os.getpid()) >= 0
+
+
+def test_a_resumed_guest_s_cpu_time_counts_from_the_resume() -> None:
+    """After a save the same QEMU goes on: the boot it made is not the
+    resume's."""
+    pid = os.getpid()
+    spent = process_cpu_seconds(pid)
+    burnt = 0
+    while process_cpu_seconds(pid) < spent + 0.05:
+        burnt += 1  # this process's own CPU stands in for QEMU's
+    from_start = BootDeadline.for_boot(0.0, 90.0, pid, icount=True)
+    resumed = BootDeadline.for_boot(0.0, 90.0, pid, icount=True, from_start=False)
+    assert from_start.cpu_of is not None and resumed.cpu_of is not None
+    assert from_start.cpu_of() >= spent + 0.05
+    assert resumed.cpu_of() < 0.05
