@@ -126,7 +126,7 @@ ICOUNT_612 = Measured(
 TIMING_TEST = "test_balloon:BalloonTiming.test_inflate_deflate_1g"
 INFLATE = Scenario(
     "balloon.inflate",
-    ("balloon", "ab"),
+    ("balloon", "balloon-timing", "ab"),
     TIMING,
     primaries=(
         Primary(
@@ -162,7 +162,7 @@ INFLATE = Scenario(
 )
 DEFLATE = Scenario(
     "balloon.deflate",
-    ("balloon", "ab"),
+    ("balloon", "balloon-timing", "ab"),
     TIMING,
     primaries=(
         Primary(

@@ -231,12 +231,16 @@ def clock_lines(config: RunConfig, chosen: clock.Default) -> list[str]:
     one, and which clock each scenario gets."""
     if config.hosts and config.clock.icount:
         # imported here, not at the top: the plan reads the judge's primaries
+        from memqual.host.core import scenario
         from memqual.host.judge import clock_plan
+        from memqual.host.run import host_scope
 
         lines = [
             f"clock: {config.clock.label}: guest-timed figures are the host under test's instructions x "
             f"{2 ** (config.clock.shift or 0)} ns: its work for the guest (KVM, mm, the guest's QEMU) is in them",
-            *clock_plan.describe_host_under_test(),
+            *clock_plan.describe_host_under_test(
+                {row.name for row in scenario.table() if host_scope.selected(row, config.profile, config.only)}
+            ),
         ]
     else:
         lines = [f"clock: {config.clock.describe()}"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection
 
 from memqual.host.core import clock, scenario
 from memqual.host.core.primary import GUEST_CLOCK, Primary, Spread
@@ -125,14 +126,15 @@ def runs_beside_others(reference: str, on: clock.Clock) -> bool:
     return for_test(reference, on).icount and reference in beside_others_tests()
 
 
-def describe_host_under_test() -> list[str]:
+def describe_host_under_test(scenarios: Collection[str] | None = None) -> list[str]:
     """What ``memqual run`` prints for a host under test on icount: each
-    primary whose A/A block spread was measured there, with the blocks
-    equivalence at its icount margin needs, and that the others were not."""
+    primary (of ``scenarios``, the run's, where given) whose A/A block
+    spread was measured there, with the blocks equivalence at its icount
+    margin needs, and that the others were not."""
     lines = []
     for p in scenario.every_primary():
         spread = p.spread_host_under_test
-        if spread is None:
+        if spread is None or (scenarios is not None and p.scenario not in scenarios):
             continue
         margin = p.margin_on(ICOUNT_LABEL)
         blocks = max(blocks_needed(spread, margin), MIN_DECIDING_BLOCKS)  # a paired t decides from the third

@@ -190,7 +190,7 @@ INTEGRITY: Scenario[object] = Scenario(
 )
 VOLATILE_SCAN = Scenario(
     "ksm.volatile_scan",
-    ("ksm", "ab"),
+    ("ksm", "ksm-volatile", "ab"),
     VOLATILE,
     knobs=(KNOBS,),
     primaries=(

@@ -310,3 +310,14 @@ def test_a_metric_that_is_two_primaries_is_named_with_each_variant():
     assert len(lines) == 2
     assert any("[pages=4k, smart_scan=1]" in line for line in lines)
     assert any("[pages=4k, smart_scan=0]" in line for line in lines)
+
+
+def test_a_host_under_test_s_header_names_the_run_s_own_primaries():
+    every = clock_plan.describe_host_under_test()
+    assert any("balloon.inflate" in line for line in every) and any("ksm.volatile_scan" in line for line in every)
+    ksm = clock_plan.describe_host_under_test({"ksm.volatile_scan"})
+    assert [line for line in ksm if "A/A block spread" in line] == [
+        line for line in every if line.startswith("  ksm.volatile_scan ")
+    ]
+    assert len([line for line in ksm if "ksm.volatile_scan" in line]) == 2
+    assert not any("balloon" in line for line in ksm)
