@@ -290,31 +290,20 @@ def test_results_mark_the_primary_variant_only():
     from memqual.host.core.record import Measurement
     from memqual.host.judge.results import MetricEntry
 
-    def entry(smart_scan: int) -> MetricEntry:
+    def entry(pages: str, smart_scan: int) -> MetricEntry:
         rec = Measurement(
             scenario="ksm.volatile_scan",
             metric="ksmd_cpu_ns_per_page",
             unit="ns",
             better="lower",
             samples=[1.0, 2.0],
-            variant={"pages": "4k", "smart_scan": smart_scan},
+            variant={"pages": pages, "smart_scan": smart_scan},
         )
-        return MetricEntry.of(rec, f"k{smart_scan}")
-
-    def thp(smart_scan: int) -> MetricEntry:
-        rec = Measurement(
-            scenario="ksm.volatile_scan",
-            metric="ksmd_cpu_ns_per_page",
-            unit="ns",
-            better="lower",
-            samples=[1.0, 2.0],
-            variant={"pages": "thp", "smart_scan": smart_scan},
-        )
-        return MetricEntry.of(rec, f"t{smart_scan}")
+        return MetricEntry.of(rec, f"{pages}{smart_scan}")
 
     # 4 KiB pages with and without smart scan; never THP's
-    assert (entry(1).primary, entry(0).primary) == (True, True)
-    assert (thp(1).primary, thp(0).primary) == (False, False)
+    assert (entry("4k", 1).primary, entry("4k", 0).primary) == (True, True)
+    assert (entry("thp", 1).primary, entry("thp", 0).primary) == (False, False)
 
 
 def test_schedule_alternates_kernels_between_rounds():
