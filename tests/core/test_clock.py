@@ -421,3 +421,25 @@ def test_the_clock_is_forwarded_to_lab_hosts(monkeypatch) -> None:
     monkeypatch.setenv("MEMQUAL_CLOCK", "wall")  # restored after the test
     clock.put(clock.icount(3))
     assert settings.forwarded_to_lab_hosts()["MEMQUAL_CLOCK"] == "icount:3"
+
+
+@pytest.mark.parametrize(
+    ("only", "named", "not_named"),
+    [
+        (("ksm-volatile",), "ksm.volatile_scan ksmd_cpu_ns_per_page [pages=4k, smart_scan=0]", "balloon.inflate"),
+        (("balloon-timing",), "balloon.inflate inflate_guest_s", "ksm.volatile_scan"),
+    ],
+)
+def test_a_host_under_test_s_header_names_the_selected_primaries_spreads(tmp_path, only, named, not_named) -> None:
+    from memqual.host.core.nested import parse_host
+
+    config = dataclasses.replace(
+        run_command.config_from_args(run_args(tmp_path, *guest_kernel_args(tmp_path))),
+        clock=clock.icount(0),
+        hosts=(parse_host("6.12.111+deb12-amd64"),),
+        only=only,
+    )
+    text = "\n".join(run_command.clock_lines(config, clock.Default(config.clock, "--clock icount given")))
+    assert "the host under test's instructions" in text
+    assert named in text and "A/A block spread" in text
+    assert not_named not in text
