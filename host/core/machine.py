@@ -48,6 +48,8 @@ from memqual.images import host_image as l1_image
 
 log = logging.getLogger("memqual.machine")
 T = TypeVar("T")
+# What the wait for the guest's SSH is called: its timeout says so in words tests and users know.
+SSH_WAIT = "SSH to the guest"
 _LIVE: weakref.WeakSet[Machine] = weakref.WeakSet()
 
 
@@ -413,7 +415,7 @@ class Machine:
             return ssh
 
         # 20 ms: the poll period of the readiness check, not a wait for an event
-        ssh = self._until_booted(connected, deadline, 0.02, "SSH to the guest")
+        ssh = self._until_booted(connected, deadline, 0.02, SSH_WAIT)
         if self.clock.icount:
             # Each keepalive lands in the guest at a moment the
             # host's pace sets and costs it about a millisecond of
@@ -459,8 +461,8 @@ class Machine:
         if self.host is None or self._host_qmp is not None:
             return
         try:
-            # Wall time: QEMU's CPU time (a boot's deadline on icount) counts
-            # from its start, and a saved guest's QEMU has booted already.
+            # The restore's own deadline, in wall time: the guest's QEMU in
+            # L1 has booted already, and only has to answer.
             self._connect_guest_monitor(BootDeadline(time.monotonic(), snapshot.RESTORE_DEADLINE_S))
         except Timeout as exc:
             raise snapshot.Unloadable(f"the guest's monitor in the restored host did not answer: {exc}") from exc
@@ -509,7 +511,7 @@ class Machine:
 
         def checked() -> T | None:
             if deadline.cpu_spent():
-                raise self._ssh_timeout(deadline)
+                raise self._boot_timeout(deadline, what)
             return check()
 
         found = poll(
@@ -517,14 +519,16 @@ class Machine:
             max(0.0, deadline.wall_deadline - time.monotonic()),
             period,
             what=what,
-            on_timeout=lambda _: self._ssh_timeout(deadline),
+            on_timeout=lambda _: self._boot_timeout(deadline, what),
         )
         assert found.value is not None  # poll waits until the value is true
         return found.value
 
-    def _ssh_timeout(self, deadline: BootDeadline) -> Timeout:
+    def _boot_timeout(self, deadline: BootDeadline, what: str) -> Timeout:
+        """A boot's wait for ``what`` that ran out, with the console's tail."""
+        waited = "the guest did not answer SSH" if what == SSH_WAIT else f"no answer from {what}"
         return Timeout(
-            f"the guest did not answer SSH within {deadline.describe()} "
+            f"{waited} within {deadline.describe()} "
             f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
         )
 
