@@ -129,14 +129,14 @@ def runs_beside_others(reference: str, on: clock.Clock) -> bool:
 def describe_host_under_test(scenarios: Collection[str] | None = None) -> list[str]:
     """What ``memqual run`` prints for a host under test on icount: each
     primary (of ``scenarios``, the run's, where given) whose A/A block
-    spread was measured there, with the blocks equivalence at its icount
-    margin needs, and that the others were not."""
+    spread was measured there, with the blocks equivalence at its margin
+    there needs, and that the others were not."""
     lines = []
     for p in scenario.every_primary():
         spread = p.spread_host_under_test
         if spread is None or (scenarios is not None and p.scenario not in scenarios):
             continue
-        margin = p.margin_on(ICOUNT_LABEL)
+        margin = p.margin_on(ICOUNT_LABEL, host_under_test=True)
         blocks = max(blocks_needed(spread, margin), MIN_DECIDING_BLOCKS)  # a paired t decides from the third
         lines.append(
             f"  {p.scenario} {named(p, ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "

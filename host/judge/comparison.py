@@ -180,9 +180,12 @@ def _compared(
     a_name: str,
     b_name: str,
     sequential: SequentialOf | None,
+    host_under_test: bool = False,
 ) -> tuple[list[MetricComparison], list[str], list[str]]:
     """Every paired metric decided (``compare_runs`` says how): the
-    metrics of each run a side, the first run naming the pairs."""
+    metrics of each run a side, the first run naming the pairs;
+    ``host_under_test``: both sides ran on one, so a primary with a margin
+    of its own there is judged at it."""
     from memqual.host.judge.stats import ab_tests
 
     pairs, only_a, only_b = pair_metrics(a_sides[0], b_sides[0])
@@ -217,7 +220,9 @@ def _compared(
         for ma, mb in pairs
     ]
     bands = [
-        margin_of(ma.scenario, ma.metric, ma.variant, read_with, threshold) if role == PRIMARY else threshold
+        margin_of(ma.scenario, ma.metric, ma.variant, read_with, threshold, host_under_test)
+        if role == PRIMARY
+        else threshold
         for (ma, _), role, read_with in zip(pairs, roles, clocks, strict=True)
     ]
     regimes = [regime_of(ma, mb, a_sides[0], b_sides[0], a_name, b_name) for ma, mb in pairs]
@@ -320,7 +325,8 @@ def compare_runs(
     equivalence for its key and test, or None for the test's own; called
     for the comparable metrics only, and the families are corrected on
     what it gives.  A primary is judged against its own equivalence margin
-    (host/judge/primaries.py, on the runs' clock), every other metric
+    (host/judge/primaries.py, on the runs' clock, and on a host under test
+    where both sides ran on one), every other metric
     against ``threshold``.  ``across_hosts``: A and B ran on different
     hosts on purpose (an A/B of host kernels); else that is refused."""
 
@@ -336,6 +342,9 @@ def compare_runs(
     check_comparable(a, b, a_name, b_name, across_hosts=across_hosts)
     env_a, env_b = a.environment or {}, b.environment or {}
     clock = check_same_clock({a_name: env_a.get("clock", ""), b_name: env_b.get("clock", "")})
+    # A host under test on both sides (one kernel, or two A/B'd): its own
+    # spread sets a primary's margin there.
+    on_host_under_test = bool(env_a.get("host_under_test")) and bool(env_b.get("host_under_test"))
     metrics, only_a, only_b = _compared(
         [r.metrics for r in a_all],
         [r.metrics for r in b_all],
@@ -345,6 +354,7 @@ def compare_runs(
         a_name=a_name,
         b_name=b_name,
         sequential=sequential,
+        host_under_test=on_host_under_test,
     )
     claims_b = {c.id: c for c in b.claims}
     claims = [{"id": c.id, "a": c.verdict, "b": claims_b[c.id].verdict if c.id in claims_b else None} for c in a.claims]

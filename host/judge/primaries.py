@@ -39,10 +39,18 @@ def primary_of(name: str, metric: str, variant: Mapping[str, Any] | None = None,
     return next((p for p in row.primaries if p.matches(metric, variant, clock)), None)
 
 
-def margin(name: str, metric: str, variant: Mapping[str, Any] | None, clock: str, default: float) -> float:
-    """The equivalence margin of this metric: its primary's, else ``default``."""
+def margin(
+    name: str,
+    metric: str,
+    variant: Mapping[str, Any] | None,
+    clock: str,
+    default: float,
+    host_under_test: bool = False,
+) -> float:
+    """The equivalence margin of this metric: its primary's (on a host
+    under test where both arms ran on one), else ``default``."""
     found = primary_of(name, metric, variant, clock)
-    return found.margin_on(clock) if found is not None else default
+    return found.margin_on(clock, host_under_test) if found is not None else default
 
 
 def is_control(name: str) -> bool:

@@ -11,6 +11,7 @@ from memqual.host.core import host_code
 from memqual.host.core.primary import (
     COUNT,
     HOST_CPU,
+    MID_MARGIN,
     TIGHT_MARGIN,
     WALL_612,
     WALL_AA,
@@ -204,6 +205,7 @@ VOLATILE_SCAN = Scenario(
             spread_wall=Spread(0.067, 3, WALL_AA),
             spread_icount=Spread(0.114, 6, ICOUNT_AA_KSM),
             spread_host_under_test=Spread(0.0102, 6, L1_AA_KSM, how="ksmd's CPU time on L1's clock"),
+            margin_host_under_test=MID_MARGIN,
             needs="the host's ksmd CPU time: a quiet host or KVM would decide it (11 % over 6 icount A/A blocks).  "
             "ksmd's counts (pages_scanned, pages_skipped, full_scans) do not decide it: they are not its cost.  "
             "On icount pages_skipped_per_scan repeated to 0.05 % over the same 6 A/A blocks (the guests' "
@@ -219,6 +221,7 @@ VOLATILE_SCAN = Scenario(
             instrument=HOST_CPU,
             spread_wall=Spread(0.0565, 6, WALL_AA_VOLATILE),
             spread_host_under_test=Spread(0.0140, 6, L1_AA_KSM, how="ksmd's CPU time on L1's clock"),
+            margin_host_under_test=MID_MARGIN,
             needs="the host's ksmd CPU time: a host under test's ksmd on its icount clock (L1's instructions, "
             "docs/host-under-test.md), or a quiet host or KVM",
         ),

@@ -388,6 +388,21 @@ def test_every_primary_names_its_instrument_spread_and_margin() -> None:
             if spread is not None and spread.sd > 0.01:
                 assert p.needs, (p.scenario, clock_label)
         assert "icount" in p.reads("icount:4") or p.instrument_on("icount:4") != primaries.GUEST_CLOCK
+        # On a host under test, the margin its own A/A there allows by the
+        # same rule: 1 % to 0.75 %, 2 % to 1.5 %, else 5 % (a margin of its
+        # own there only from one).
+        there = p.spread_host_under_test
+        if p.margin_host_under_test is not None:
+            assert there is not None and there.blocks >= 6, p.scenario
+        if there is not None:
+            rule = (
+                primaries.TIGHT_MARGIN
+                if there.sd <= primaries.TIGHT_SPREAD_MAX
+                else primaries.MID_MARGIN
+                if there.sd <= primaries.MID_SPREAD_MAX
+                else primaries.WIDE_MARGIN
+            )
+            assert p.margin_on("icount:0", host_under_test=True) == rule, (p.scenario, p.named("icount:0"))
 
 
 def test_the_report_header_says_the_clock_in_words() -> None:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memqual.host.core.primary import TIGHT_MARGIN, WIDE_MARGIN
+from memqual.host.core.errors import BadInput
+from memqual.host.core.primary import MID_MARGIN, TIGHT_MARGIN, WIDE_MARGIN
 from memqual.host.judge import comparison, families, primaries
 from memqual.host.judge import until_decided as until
 from memqual.host.judge.stats import ab_tests
@@ -181,6 +182,118 @@ def test_until_decided_looks_judge_a_tight_primary_at_its_margin(effect, edge):
         assert equivalent / trials >= 0.90
 
 
+# A host under test: ksmd's CPU per page without smart scan on L1's clock,
+# whose A/A spread there (1.40 % a block, sd of log(B/A)) sets a 2 % margin
+# where both arms ran on one (host/core/primary.py MID_MARGIN).  _blocks
+# takes each side's own sd: the log ratio's over sqrt(2).
+VOLATILE: tuple[str, str, dict[str, object]] = (
+    "ksm.volatile_scan",
+    "ksmd_cpu_ns_per_page",
+    {"pages": "4k", "smart_scan": 0, "size_mib": 64},
+)
+HOST_SPREAD = 0.0140 / np.sqrt(2)
+ON_L1 = "6.12.111+deb12-amd64 in TCG+SVM, L2 accel kvm"
+
+
+def test_on_a_host_under_test_an_a_a_is_never_slower_or_faster_and_a_2_percent_step_is_not_equivalent():
+    """The 2 % margin's error rates at the measured spread: an A/A over 6
+    blocks is slower or faster at most alpha; B 2 % dearer (the margin's
+    edge) is `equivalent` at about alpha (the TOST's size: 0.011 of 1000 at
+    6 and 12 blocks here, so at most twice alpha at 600 trials)."""
+    kwargs = {"spread": HOST_SPREAD, "margin": MID_MARGIN}
+    assert _rate(61, 600, {SLOWER, FASTER}, n=6, effect=1.0, **kwargs) <= ALPHA
+    assert _rate(62, 600, {EQUIVALENT}, n=6, effect=1.02, **kwargs) <= 2 * ALPHA
+    assert _rate(63, 600, {EQUIVALENT}, n=12, effect=1.02, **kwargs) <= 2 * ALPHA
+
+
+def test_on_a_host_under_test_a_5_percent_step_is_faster_at_2_percent_and_on_the_edge_at_5():
+    """6.12's ksmd about 5 % cheaper a page than 6.1's, at the measured
+    spread over 6 blocks: faster in nearly every run against the 2 %
+    margin; against the wall clock's 5 % the same step sits on the margin
+    and is faster in about half (the run of 6.1 against 6.12 that stopped
+    undecided).  An A/A is equivalent at 2 % in most runs only from about
+    12 blocks: the rule's 6 blocks (n = (3.17 sd / margin)^2) is a normal
+    approximation, and a t over 6 blocks has 5 degrees of freedom."""
+    kwargs = {"spread": HOST_SPREAD, "n": 6, "effect": 0.95}
+    assert _rate(64, 400, {FASTER}, margin=MID_MARGIN, **kwargs) >= 0.95
+    assert 0.3 <= _rate(64, 400, {FASTER}, margin=WIDE_MARGIN, **kwargs) <= 0.7
+    assert _rate(65, 400, {EQUIVALENT}, spread=HOST_SPREAD, n=12, effect=1.0, margin=MID_MARGIN) >= 0.85
+
+
+def _volatile_files(rng, n, effect, hosts):
+    """An interleaved A/B of ksmd's cost per page on icount, each side's
+    environment naming its host (None: this machine), and the regime it
+    compares under (the guests' dirtying rate, the same on both)."""
+    scenario, metric, variant = VOLATILE
+    ra, rb = _blocks(rng, n, HOST_SPREAD, effect)
+    rate_variant = {k: v for k, v in variant.items() if k != "smart_scan"}
+    files = []
+    for reps, host in zip((ra, rb), hosts, strict=True):
+        environment = {"clock": "icount:0", **({"host_under_test": host} if host else {})}
+        rate = _entry(scenario, "dirty_passes_per_scan", rate_variant, [[3.0]] * n, n, False)
+        files.append(
+            {
+                "memqual_version": "x",
+                "metrics": [_entry(scenario, metric, variant, reps, n, True), rate],
+                "claims": [],
+                "environment": environment,
+            }
+        )
+    return files
+
+
+def _cost(metrics):
+    (found,) = [m for m in metrics if m.metric == VOLATILE[1]]
+    return found
+
+
+def test_compare_runs_judges_a_host_under_test_at_its_own_margin_and_the_verdict_moves_with_it():
+    """The same blocks, B's ksmd 4 % cheaper: with both arms on a host
+    under test the primary is judged at 2 % and is faster; read as this
+    machine's (no host under test), at its 5 % and not faster.  One arm on
+    a host under test and one on this machine is refused."""
+    rng = np.random.default_rng(66)
+    files = _volatile_files(rng, 6, 0.96, (ON_L1, ON_L1))
+    on_l1 = comparison.compare_runs([files[0]], [files[1]], threshold=THRESHOLD, alpha=ALPHA, across_hosts=True)
+    m = _cost(on_l1.metrics)
+    assert m.comparison.margin == MID_MARGIN and m.verdict == FASTER
+    here = [{**f, "environment": {"clock": "icount:0"}} for f in files]
+    m = _cost(comparison.compare_runs([here[0]], [here[1]], threshold=THRESHOLD, alpha=ALPHA).metrics)
+    assert m.comparison.margin == WIDE_MARGIN and m.verdict != FASTER
+    with pytest.raises(BadInput, match="different hosts"):
+        comparison.compare_runs([files[0]], [here[1]], threshold=THRESHOLD, alpha=ALPHA)
+
+
+@pytest.mark.parametrize(("effect", "verdicts", "bound"), [(1.0, {SLOWER, FASTER}, 3), (1.02, {EQUIVALENT}, 3)])
+def test_until_decided_on_a_host_under_test_keeps_its_error_rates_at_every_look(effect, verdicts, bound):
+    """Looks after every block from 2 to 12 through compare_runs and the
+    Tracker whole, both arms on a host under test: an A/A frozen slower or
+    faster, and a step on the 2 % margin's edge frozen equivalent, each in
+    at most 3 runs of 100 (a true rate of alpha gives 4 or more in 1.8 %
+    of such tests)."""
+    rng = np.random.default_rng(67 if effect == 1.0 else 68)
+    wrong = 0
+    for _ in range(100):
+        files = _volatile_files(rng, 12, effect, (ON_L1, ON_L1))
+        now = [2]
+
+        def look_of(records_a, records_b, *, threshold, alpha, sequential=None, _files=files, _now=now):
+            a, b = _first_blocks(_files, _now[0])
+            return comparison.compare_runs(
+                [a], [b], threshold=threshold, alpha=alpha, sequential=sequential, across_hosts=True
+            ).metrics
+
+        tracker = until.Tracker(threshold=THRESHOLD, alpha=ALPHA, comparisons_of=look_of)
+        for k in range(2, 13):
+            now[0] = k
+            if tracker.update(k, [], [], fraction=k / 12).all_decided:
+                break
+        tracked = tracker.metrics[_cost(look_of([], [], threshold=THRESHOLD, alpha=ALPHA)).key]
+        assert tracked.at_look is None or tracked.at_look.stats.margin == MID_MARGIN
+        wrong += tracked.frozen in verdicts
+    assert wrong <= bound, wrong
+
+
 # The rates of docs/ab-calibration.md ("Margins per primary"), at more
 # trials: python tests/judge/test_margins_calibration.py [TRIALS]
 RATES = (
@@ -196,6 +309,37 @@ RATES = (
     ("B +2 %, threshold 5 %: slower", {"effect": 1.02, "margin": THRESHOLD}, {SLOWER}, 44),
     ("B +3 %, threshold 5 %: equivalent", {"effect": 1.03, "margin": THRESHOLD}, {EQUIVALENT}, 45),
     ("B +3 %, margin 1 %: equivalent", {"effect": 1.03, "margin": TIGHT}, {EQUIVALENT}, 45),
+    # a host under test: the spread of log(B/A) 1.40 %, its 2 % margin
+    (
+        "host under test, A/A, margin 2 %: slower or faster",
+        {"effect": 1.0, "margin": MID_MARGIN, "spread": HOST_SPREAD},
+        {SLOWER, FASTER},
+        61,
+    ),
+    (
+        "host under test, B +2 % (the margin's edge), margin 2 %: equivalent",
+        {"effect": 1.02, "margin": MID_MARGIN, "spread": HOST_SPREAD},
+        {EQUIVALENT},
+        62,
+    ),
+    (
+        "host under test, B -5 %, margin 2 %: faster",
+        {"effect": 0.95, "margin": MID_MARGIN, "spread": HOST_SPREAD},
+        {FASTER},
+        64,
+    ),
+    (
+        "host under test, B -5 %, margin 5 %: faster",
+        {"effect": 0.95, "margin": WIDE_MARGIN, "spread": HOST_SPREAD},
+        {FASTER},
+        64,
+    ),
+    (
+        "host under test, A/A, margin 2 %: equivalent",
+        {"effect": 1.0, "margin": MID_MARGIN, "spread": HOST_SPREAD},
+        {EQUIVALENT},
+        65,
+    ),
 )
 
 
@@ -215,5 +359,7 @@ if __name__ == "__main__":
 
     trials = int(sys.argv[1]) if len(sys.argv) > 1 else 4000
     for name, kwargs, verdicts, seed in RATES:
-        rate = _rate(seed, trials, verdicts, n=6, spread=0.003, **kwargs)
-        print(f"{name}: {rate:.4f} of {trials} (6 blocks, spread 0.3 %, seed {seed})")
+        for n in (6, 12) if "host under test" in name else (6,):
+            given = {"n": n, "spread": 0.003, **kwargs}
+            rate = _rate(seed, trials, verdicts, **given)
+            print(f"{name}: {rate:.4f} of {trials} ({n} blocks, each side's spread {given['spread']:.4f}, seed {seed})")
