@@ -80,7 +80,8 @@ def _primary(wall: float | None, on_icount: float | None, margin: float = 0.05) 
         (None, 0.01, 0.05, clock.ICOUNT),  # never measured on wall, tight on icount
         (0.001, 0.0007, 0.01, clock.WALL),  # both decide at the first look that can: the cheaper clock
         (0.05, 0.02, 0.05, clock.ICOUNT),  # wall needs about 10 blocks, icount 2
-        (0.027, 0.002, 0.05, clock.WALL),  # wall needs about 3: decided at its first look anyway
+        (0.009, 0.002, 0.05, clock.WALL),  # wall needs 3: decided at its first look anyway
+        (0.027, 0.002, 0.05, clock.ICOUNT),  # wall needs 7 (a t on 3 blocks cannot show 5 % at 2.7 %), icount 3
         (0.1, 0.1, 0.05, clock.WALL),  # a tie: the cheaper clock
     ],
 )
@@ -282,8 +283,9 @@ def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
 @pytest.mark.parametrize(
     ("sd", "says"),
     [
-        (0.002, "in about 3 block(s)"),  # (3.17 x 0.2 % / 1 %)^2 = 0.4, but a paired t decides from the third
-        (0.02, "in about 40 block(s)"),  # (3.17 x 2 % / 1 %)^2 = 40
+        # the smallest n with n >= ((t(0.99, n-1) + t(0.9, n-1)) x sd / margin)^2
+        (0.002, "in about 4 block(s)"),  # at 3: (8.85 x 0.2)^2 = 3.1
+        (0.02, "in about 55 block(s)"),  # (3.17 x 2 % / 1 %)^2 = 40 by the normal approximation
     ],
 )
 def test_a_host_under_test_s_header_gives_each_measured_spread_and_its_blocks(monkeypatch, sd, says) -> None:
@@ -321,3 +323,36 @@ def test_a_host_under_test_s_header_names_the_run_s_own_primaries():
     ]
     assert len([line for line in ksm if "ksm.volatile_scan" in line]) == 2
     assert not any("balloon" in line for line in ksm)
+
+
+@pytest.mark.parametrize(("sd", "blocks"), [(0.0042, 5), (0.014, 10)])
+def test_the_blocks_equivalence_needs_are_those_in_which_it_comes_in_most_runs(sd, blocks):
+    """The estimate against synthetic truth through the real decision
+    (families.decide at the margin, tests/judge/test_margins_calibration.py's
+    model): an A/A over the blocks it names is equivalent in at least 70 %
+    of runs (power 0.8 asked) and in at most 70 % a third fewer blocks on,
+    so it is neither the normal approximation's half nor padded.
+    sd: the log ratio's (0.42 % the counts', 1.4 % ksmd's on L1)."""
+    import numpy as np
+
+    from memqual.host.judge import families
+    from memqual.host.judge.stats import ab_tests
+    from memqual.host.judge.verdicts import EQUIVALENT
+
+    margin = 0.01 if sd < 0.01 else 0.02
+    assert clock_plan.blocks_needed(Spread(sd, 6, MEASURED), margin) == blocks
+
+    def equivalent(n: int, seed: int) -> float:
+        rng = np.random.default_rng(seed)
+        hits = 0
+        for _ in range(300):
+            log_ratio = rng.normal(0.0, sd, n)
+            a = [[1.0] for _ in range(n)]
+            b = [[float(np.exp(x))] for x in log_ratio]
+            test = ab_tests.ratio_test(a, b, list(range(n)), list(range(n)))
+            decided = families.decide([test], ["primary"], ["lower"], threshold=0.05, alpha=0.01, margins=[margin])
+            hits += decided[1][0] == EQUIVALENT
+        return hits / 300
+
+    assert equivalent(blocks, 71) >= 0.70
+    assert equivalent(max(3, round(blocks * 2 / 3)), 72) <= 0.70
