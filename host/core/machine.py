@@ -452,7 +452,15 @@ class Machine:
         guest_monitor, self._qmp, self._host_qmp = self._qmp, self._host_qmp, None
         if guest_monitor is not None:
             guest_monitor.close()
-        nested.wait_monitor_released(self._guest_qmp_port, snapshot.RESTORE_DEADLINE_S)
+
+        def l1_sockets() -> str:
+            # tcp6 where L1 has it: the guest's QEMU may listen on either
+            read = self.host_ssh.run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], timeout=10.0, check=False)
+            return str(read.stdout)
+
+        nested.wait_monitor_released(l1_sockets, INNER_QMP_PORT, snapshot.RESTORE_DEADLINE_S)
+        # L1's SSH closed again: the save holds no session of it either
+        self.close_ssh()
 
     def resume_nested_guest(self) -> None:
         """Once L1 runs again: memqual's monitor the guest's again, the

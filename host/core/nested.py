@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import socket
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 from qemu.qmp.legacy import QEMUMonitorProtocol
@@ -282,31 +282,44 @@ def monitor_greets(port: int, timeout: float) -> socket.socket | None:
     return sock
 
 
-# The pause after memqual's last connection to the guest's monitor closes,
-# in round trips of that connection (this machine, L1's network, the
-# guest's QEMU and back; its close travels the same way once), at least
-# RELEASE_MIN_S.
-RELEASE_ROUND_TRIPS = 5
-RELEASE_MIN_S = 0.5
+# /proc/net/tcp's states of a socket whose process still holds it: the
+# connection is open (ESTABLISHED) or the peer closed it and its owner has
+# not yet (CLOSE_WAIT).  Every other state at the monitor's port is the
+# listening socket or the kernel's alone (LAST_ACK, TIME_WAIT, ...).
+HELD_STATES = frozenset({"01", "08"})
 
 
-def wait_monitor_released(port: int, within_s: float) -> None:
-    """Wait until the guest's monitor in L1 takes a new connection (so it
-    let the previous one go), then close that one and give its close time
-    to reach the monitor too.  Before L1 is saved: a connection open in
-    the saved state would hold the one-client monitor in every restore."""
+def monitor_held(proc_net_tcp: str, port: int) -> bool:
+    """Whether a connection to ``port`` is still held by its server, from
+    the text of /proc/net/tcp and /proc/net/tcp6 (their header lines
+    included): a socket whose local port is ``port`` in a state its
+    process holds (``HELD_STATES``)."""
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or ":" not in fields[1]:
+            continue
+        local_port = fields[1].rsplit(":", 1)[1]
+        try:
+            number = int(local_port, 16)
+        except ValueError:
+            continue
+        if number == port and fields[3].upper() in HELD_STATES:
+            return True
+    return False
 
-    def greeted() -> tuple[socket.socket, float] | None:
-        started = time.monotonic()
-        sock = monitor_greets(port, timeout=min(1.0, within_s))
-        return None if sock is None else (sock, time.monotonic() - started)
 
-    # 50 ms: the poll period of a connection attempt, not a wait for an event
-    found = poll(greeted, within_s, 0.05, what="the guest's monitor free for a new connection")
-    assert found.value is not None  # poll waits until the value is true
-    sock, round_trip = found.value
-    sock.close()
-    time.sleep(max(RELEASE_MIN_S, RELEASE_ROUND_TRIPS * round_trip))
+def wait_monitor_released(read_sockets: Callable[[], str], port: int, within_s: float) -> None:
+    """Wait until the guest's monitor in L1 has let memqual's closed
+    connection go: no socket at ``port`` (its port in L1) that its QEMU
+    still holds, as ``read_sockets`` (L1's /proc/net/tcp and tcp6) tells.
+    Before L1 is saved: a connection held in the saved state would hold
+    the one-client monitor in every restore."""
+
+    def released() -> bool:
+        return not monitor_held(read_sockets(), port)
+
+    # 100 ms: the poll period of a read over SSH to L1, not a wait for an event
+    poll(released, within_s, 0.1, what="the guest's monitor in L1 letting memqual's connection go")
 
 
 def connect_monitor(sock: socket.socket) -> QEMUMonitorProtocol:

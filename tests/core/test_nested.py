@@ -154,53 +154,66 @@ def test_a_monitor_that_does_not_greet_is_not_connected() -> None:
         thread.join()
 
 
-def test_before_a_save_the_guests_monitor_is_waited_for_until_it_takes_a_new_client(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Before L1 is saved the monitor must have let memqual go: it is free
-    once a new connection is greeted (a monitor still held by the last
-    one leaves the new one unanswered); that one is closed too, and its
-    close given the time of a few round trips."""
+# /proc/net/tcp as L1 shows it: the header, the listening monitor (0A),
+# and a connection to it in the state the case names.
+TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode"
+LISTENING = "   0: 00000000:115C 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 100 1"
+TCP6_HEADER = "  sl  local_address                         remote_address                        st tx_queue"
+
+
+def _connection(state: str, local_port: str = "115C") -> str:
+    tail = "00000000:00000000 00:00000000 00000000     0        0 101 1"
+    return f"   1: 0F02000A:{local_port} 0202000A:D2F4 {state} {tail}"
+
+
+@pytest.mark.parametrize(
+    ("text", "held"),
+    [
+        ("\n".join([TCP_HEADER, LISTENING]), False),  # the monitor listens, no client
+        ("\n".join([TCP_HEADER, LISTENING, _connection("01")]), True),  # memqual's connection open
+        ("\n".join([TCP_HEADER, LISTENING, _connection("08")]), True),  # closed by memqual, not yet by QEMU
+        ("\n".join([TCP_HEADER, LISTENING, _connection("09")]), False),  # LAST_ACK: QEMU closed it
+        ("\n".join([TCP_HEADER, LISTENING, _connection("06")]), False),  # TIME_WAIT: the kernel's alone
+        ("\n".join([TCP_HEADER, LISTENING, _connection("01", "0016")]), False),  # an SSH session, port 22
+        ("\n".join([TCP_HEADER, LISTENING, TCP6_HEADER, _connection("01")]), True),  # tcp6 after tcp
+        ("", False),
+    ],
+    ids=["listening", "open", "close-wait", "last-ack", "time-wait", "other-port", "tcp6", "empty"],
+)
+def test_the_monitor_is_held_while_its_qemu_holds_a_connection(text: str, held: bool) -> None:
+    assert nested.monitor_held(text, 0x115C) is held
+
+
+def test_before_a_save_the_wait_ends_when_the_server_lets_the_closed_connection_go() -> None:
+    """This machine's own /proc/net/tcp through the real wait: a server that
+    keeps its end of a connection the client closed (CLOSE_WAIT, as QEMU's
+    monitor before it notices) holds it; once it closes, the wait ends.
+    A server that never lets go is a Timeout that says what it waited for."""
     import socket
     import threading
+    from pathlib import Path
 
-    pauses: list[float] = []
-    monkeypatch.setattr(nested.time, "sleep", pauses.append)
+    def sockets() -> str:
+        return Path("/proc/net/tcp").read_text() + Path("/proc/net/tcp6").read_text()
+
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
         port = server.getsockname()[1]
-        closed = threading.Event()
-
-        def held_then_free() -> None:
-            conn, _ = server.accept()
-            conn.close()  # the monitor still held: the forward hangs up
-            conn, _ = server.accept()
-            conn.sendall(b'{"QMP": {}}\r\n')
-            try:
-                gone = conn.recv(1) == b""
-            except ConnectionResetError:  # closed with the greeting unread
-                gone = True
-            if gone:
-                closed.set()
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = server.accept()
+        client.close()
+        assert nested.monitor_held(sockets(), port)  # CLOSE_WAIT: the server still holds it
+        with pytest.raises(Timeout, match="letting memqual's connection go"):
+            nested.wait_monitor_released(sockets, port, within_s=0.3)
+        closer = threading.Timer(0.3, conn.close)
+        closer.start()
+        try:
+            nested.wait_monitor_released(sockets, port, within_s=10.0)
+        finally:
+            closer.cancel()
             conn.close()
-
-        thread = threading.Thread(target=held_then_free)
-        thread.start()
-        nested.wait_monitor_released(port, within_s=10.0)
-        thread.join()
-    assert closed.is_set(), "the connection that proved the monitor free was left open"
-    assert pauses[-1] >= nested.RELEASE_MIN_S
-
-
-def test_a_monitor_never_free_before_a_save_is_a_timeout() -> None:
-    import socket
-
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen()  # accepted by the kernel, never greeted
-        with pytest.raises(Timeout, match="the guest's monitor free"):
-            nested.wait_monitor_released(server.getsockname()[1], within_s=0.3)
+        assert not nested.monitor_held(sockets(), port)
 
 
 @pytest.mark.parametrize(

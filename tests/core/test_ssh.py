@@ -211,7 +211,9 @@ def test_a_server_that_hangs_up_after_its_banner_is_a_guest_error(key_file: Path
     which the boot's wait must see as "not yet", not as a failed test."""
     pinned = public_line(paramiko.Ed25519Key.from_private_key_file(str(key_file)))
     for port in serve(b"SSH-2.0-dropbear_2022.83\r\n", hang_up=True):
-        with pytest.raises(GuestError, match="failed: the server hung up"):
+        # a reset where the client's key exchange reached the closed socket
+        # first (a loaded host's timing): the same hang-up, as the kernel saw it
+        with pytest.raises(GuestError, match="failed: (the server hung up|.*Connection reset by peer)"):
             SSH(port=port, key_path=key_file, host_key=pinned).connect(timeout=2.0)
 
 
