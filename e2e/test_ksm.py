@@ -107,7 +107,7 @@ class KsmTest(HostKsmTest):
     def test_merge(self) -> None:
         """Scenario 1: one-byte fill merges within 3 full scans.
 
-        :avocado: tags=ab
+        :avocado: tags=ab,ksm-merge
         """
         self._merge(mem_merge=True)
 
@@ -291,7 +291,7 @@ class KsmTest(HostKsmTest):
     def test_guest_ksm(self) -> None:
         """Scenario 4: the guest kernel's own ksmd merges the agent's pages.
 
-        :avocado: tags=ab
+        :avocado: tags=ab,ksm-merge
         """
         # mem-merge=off: host KSM has no part here, and this guest's pages
         # must not disturb a sibling test's host ksmd measurement.

@@ -164,7 +164,7 @@ ADVISOR_SIZES = {
 
 MERGE: Scenario[object] = Scenario(
     "ksm.merge",
-    ("ksm", "ab"),
+    ("ksm", "ksm-merge", "ab"),
     knobs=(KNOBS,),
     primaries=(
         Primary(
@@ -243,7 +243,7 @@ VOLATILE_SCAN = Scenario(
 # No host paths here: the merging is the guest's, the host only runs it.
 GUEST_MERGE: Scenario[object] = Scenario(
     "ksm.guest_merge",
-    ("ksm", "ab"),
+    ("ksm", "ksm-merge", "ab"),
     primaries=(
         Primary(
             "merged_fraction",
