@@ -66,6 +66,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="every metric, not only the primaries, sets the exit status (each in its family's correction)",
     )
+    parser.add_argument(
+        "--across-hosts",
+        action="store_true",
+        help="A and B ran on two hosts under test on purpose (an A/B of host kernels, as memqual run "
+        "--host-kernel A --host-kernel B writes it): compare across them, the hosts being what differs",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument(
         "--html", type=cliargs.output_file, metavar="FILE", help="also write the comparison as a self-contained page"
@@ -94,7 +100,12 @@ def _compare(args: argparse.Namespace) -> int:
     more_a = [load_results(f) for f in args.also_a]
     more_b = [load_results(f) for f in args.also_b]
     outcome = of_results(
-        [a, *more_a], [b, *more_b], threshold=args.threshold, alpha=args.alpha, all_metrics=args.all_metrics
+        [a, *more_a],
+        [b, *more_b],
+        threshold=args.threshold,
+        alpha=args.alpha,
+        all_metrics=args.all_metrics,
+        across_hosts=args.across_hosts,
     )
     result = outcome.comparison
     if args.json:

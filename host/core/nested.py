@@ -163,7 +163,8 @@ def check_same_host(hosts: dict[str, str | None]) -> str:
         hosts,
         THIS_MACHINE,
         differ="the figures ran on different hosts",
-        advice="a ratio across hosts compares the hosts; run both on the same host (--host-kernel)",
+        advice="a ratio across hosts compares the hosts; run both on the same host (--host-kernel), or, for an "
+        "A/B of host kernels, compare with --across-hosts",
         joiner=" on ",
     )
 

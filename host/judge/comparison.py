@@ -280,16 +280,26 @@ def compare_metrics(
     alpha: float = DEFAULT_ALPHA,
     clock: str = "",
     sequential: SequentialOf | None = None,
+    host_under_test: bool = False,
 ) -> list[MetricComparison]:
     """One run a side's metrics, typed, compared as ``compare_runs``
     compares them (no results file, no claims, no environment): one look
-    of --until-decided.  BadInput when a metric's unit or direction
-    differs between the sides."""
+    of --until-decided; ``host_under_test``: both sides ran on one (the
+    records say so), so a primary's margin there applies.  BadInput when
+    a metric's unit or direction differs between the sides."""
     for ma, mb in pair_metrics(a, b)[0]:
         if (ma.unit, ma.better) != (mb.unit, mb.better):
             raise BadInput(f"metric {ma.key}: unit or direction differ between A and B")
     found, _, _ = _compared(
-        [a], [b], threshold=threshold, alpha=alpha, clock=clock, a_name="A", b_name="B", sequential=sequential
+        [a],
+        [b],
+        threshold=threshold,
+        alpha=alpha,
+        clock=clock,
+        a_name="A",
+        b_name="B",
+        sequential=sequential,
+        host_under_test=host_under_test,
     )
     return found
 

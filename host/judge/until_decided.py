@@ -180,7 +180,8 @@ def compare_so_far(
     """The MetricComparisons of the run so far at this level (empty when
     nothing is comparable yet: a failed block is undecided, not an error),
     on the ``sequential`` p-values where given: each arm's records merged
-    into typed metric entries and compared once."""
+    into typed metric entries and compared once, at a host under test's
+    margins where both arms' records ran on one."""
     from memqual.host.core.errors import BadInput
     from memqual.host.core.record import merge_rounds
     from memqual.host.judge import comparison
@@ -193,9 +194,16 @@ def compare_so_far(
             threshold=threshold,
             alpha=alpha,
             sequential=sequential,
+            host_under_test=on_host_under_test(records_a) and on_host_under_test(records_b),
         )
     except BadInput:
         return []
+
+
+def on_host_under_test(records: list[Any]) -> bool:
+    """Whether an arm's records all ran on a host under test (each names
+    it in its environment, as results.json's environment does)."""
+    return bool(records) and all(r.environment.get("host_under_test") for r in records)
 
 
 @dataclasses.dataclass(frozen=True)

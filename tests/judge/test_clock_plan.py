@@ -280,6 +280,25 @@ def test_an_ab_of_host_kernels_compares_across_hosts_when_it_says_so(tmp_path):
     assert {m.metric for m in result.metrics} >= {"inflate_guest_s"}
 
 
+def test_memqual_compare_takes_an_ab_of_host_kernels_with_across_hosts(tmp_path, capsys):
+    """`memqual compare` of a host-kernel A/B's two files: refused in one
+    line that names the option, exit 2; with --across-hosts compared."""
+    from memqual.host.cli import main as cli
+
+    a, b = _side(tmp_path, "a", 30.0), _side(tmp_path, "b", 30.9, seed=2)
+    a["environment"]["host_under_test"] = "6.1.0-57-amd64 in TCG+SVM, L2 accel kvm"
+    b["environment"]["host_under_test"] = "6.12.111+deb12-amd64 in TCG+SVM, L2 accel kvm"
+    path_a, path_b = tmp_path / "a.json", tmp_path / "b.json"
+    path_a.write_text(json.dumps(a))
+    path_b.write_text(json.dumps(b))
+    assert cli.main(["compare", str(path_a), str(path_b)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "different hosts" in err and "--across-hosts" in err and "\n" not in err
+    assert cli.main(["compare", str(path_a), str(path_b), "--across-hosts", "--json"]) in (0, 1)
+    out = json.loads(capsys.readouterr().out)
+    assert any(m["metric"] == "inflate_guest_s" for m in out["metrics"])
+
+
 @pytest.mark.parametrize(
     ("sd", "says"),
     [

@@ -647,3 +647,60 @@ def test_a_look_on_fewer_than_16_blocks_tests_at_its_share_and_keeps_no_boundary
         tracker.update(k, *_look(d[:k]), fraction=k / 20)
     (m,) = tracker.metrics.values()
     assert [n for _, n, _, _ in m.boundaries] == [16, 17, 18, 19, 20] and until.MIN_BLOCKS_SEQUENTIAL == 16
+
+
+def _volatile_records(host_a: str | None, host_b: str | None, n: int = 6) -> tuple[list, list]:
+    """ksmd's cost per page without smart scan on icount, B 4 % cheaper,
+    each record's environment naming its host (None: this machine), with
+    the regime it compares under (the guests' dirtying, alike on both)."""
+    import numpy as np
+
+    from memqual.host.core.record import Measurement
+
+    rng = np.random.default_rng(7)
+    variant = {"pages": "4k", "smart_scan": 0}
+    out: tuple[list, list] = ([], [])
+    for block in range(1, n + 1):
+        level = rng.normal(0.0, 0.01)
+        for side, (factor, host) in enumerate(((1.0, host_a), (0.96, host_b))):
+            environment = {"clock": "icount:0", **({"host_under_test": host} if host else {})}
+            value = 6500.0 * factor * float(np.exp(level + rng.normal(0.0, 0.005)))
+            for metric, sample, of in (
+                ("ksmd_cpu_ns_per_page", value, variant),
+                ("dirty_passes_per_scan", 1200.0, {"pages": "4k"}),
+            ):
+                out[side].append(
+                    Measurement(
+                        scenario="ksm.volatile_scan",
+                        metric=metric,
+                        unit="ns",
+                        better="lower",
+                        variant=of,
+                        samples=[sample],
+                        blocks=[block],
+                        arm="AB"[side],
+                        environment=environment,
+                    )
+                )
+    return out
+
+
+@pytest.mark.parametrize(
+    ("hosts", "margin", "faster"),
+    [
+        (("6.1.0-57-amd64 in TCG+SVM", "6.12.111+deb12-amd64 in TCG+SVM"), 0.02, True),
+        ((None, None), 0.05, False),
+    ],
+    ids=["host-under-test", "this-machine"],
+)
+def test_a_look_judges_a_host_under_test_at_its_own_margin(hosts, margin, faster):
+    """The looks of --until-decided compare records, not results files: an
+    arm's records that all name a host under test get the primary's margin
+    there (2 %), so B's 4 % cheaper ksmd is faster; the same records of
+    this machine stay at its 5 %, where the step is inside the margin."""
+    a, b = _volatile_records(*hosts)
+    found = until.compare_so_far(a, b, threshold=0.05, alpha=0.01)
+    cost = next(m for m in found if m.metric == "ksmd_cpu_ns_per_page")
+    assert cost.comparison.margin == margin
+    assert (cost.verdict == "faster") is faster, cost.verdict
+    assert until.on_host_under_test(a) is (hosts[0] is not None)
