@@ -270,6 +270,10 @@ FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
     kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
+    # Under a host under test its QEMU's RSS is watched in L1, on L1's clock
+    # (host/balloon/rss_watch.py), and recorded as rss_return_l1_s: exploratory
+    # there (no primary) until its A/A block spread on L1 is measured.
+    on_a_host_under_test=True,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)
