@@ -221,6 +221,8 @@ class BalloonFreePageReporting(BalloonBase):
                 vm, agent, reporting, vm.host_ssh, qemus[0], lambda _pid: read(), touch_mib=touch_mib
             )
             self.record_as(run.record(), "balloon.free_page_reporting", fpr.L1_METRIC)
+            if run.l1 is not None:
+                self.log.info("L1's kept readings (L1 s from the first, KiB): %s", run.l1.timeline())
         self.log.info(
             "%s: %.3f s (%s), base %d KiB, peak %d KiB, end %d KiB, %.1f %% of the rise back; %s",
             run.metric,
@@ -247,7 +249,8 @@ class BalloonFreePageReporting(BalloonBase):
         self.assertTrue(
             run.met,
             f"RSS gave back {run.share:.0%} of the rise, not {fpr.ON_RETURNED:.0%}, {run.window_s:g} s after the free "
-            f"(base {run.base_kib} KiB, peak {run.peak_kib} KiB, now {run.last_kib} KiB)",
+            f"(base {run.base_kib} KiB, peak {run.peak_kib} KiB, now {run.last_kib} KiB)"
+            + (f"; on L1: {'; '.join(run.l1.problems())}" if run.l1 is not None else ""),
         )
 
     @measures_nothing

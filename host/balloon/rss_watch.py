@@ -113,12 +113,17 @@ class Watch:
     def return_s(self) -> float | None:
         """L1 seconds from the start to the target, when both were seen."""
         start = self.start
-        return self.last.uptime_s - start.uptime_s if start is not None and self.met else None
+        # centiseconds, as L1's uptime counts them
+        return round(self.last.uptime_s - start.uptime_s, 2) if start is not None and self.met else None
 
     @property
     def watched_s(self) -> float:
         """L1 seconds the script watched: from its first reading to its last."""
-        return self.last.uptime_s - self.first.uptime_s
+        return round(self.last.uptime_s - self.first.uptime_s, 2)
+
+    def timeline(self) -> list[tuple[float, int]]:
+        """The kept readings as (L1 seconds from the first, KiB), the first included."""
+        return [(round(r.uptime_s - self.first.uptime_s, 2), r.kib) for r in (self.first, *self.readings)]
 
     @property
     def resolution_s(self) -> float:
