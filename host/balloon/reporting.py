@@ -112,6 +112,8 @@ class Reporting:
                 # sent) to the fall: reporting's 2 s delay, and this machine's
                 # command reaching the guest
                 "l1_to_start_s": round(start.uptime_s - self.l1.first.uptime_s, 2) if start is not None else None,
+                # the guest's reporting passes, 2 s apart: (L1 s, KiB fallen)
+                "l1_passes": [list(one) for one in self.l1.passes()],
                 "problems": self.l1.problems() if self.reporting else [],
             }
         return Measurement(

@@ -29,6 +29,11 @@ POLL_US = 2000  # L1's RSS every 2 ms of L1's clock (KSM's scan ends are polled 
 # script's string work small however the RSS jitters.
 STEP_KIB = 1024
 UPTIME_RESOLUTION_S = 0.01  # /proc/uptime has centiseconds
+# Kept readings closer than this are one pass of the guest's reporting: a
+# pass hands its pages over within tens of ms of L1's clock, and the next
+# comes 2 s later (the guest's reporting delay; each pass reports about a
+# sixteenth of each free list, mm/page_reporting.c's budget).
+PASS_GAP_S = 0.5
 # This machine's wait for the script, beyond L1's own deadline: L1 runs
 # under TCG, so an L1 second can take several of this machine's.
 WALL_SLACK_S = 60.0
@@ -120,6 +125,22 @@ class Watch:
     def watched_s(self) -> float:
         """L1 seconds the script watched: from its first reading to its last."""
         return round(self.last.uptime_s - self.first.uptime_s, 2)
+
+    def passes(self) -> list[tuple[float, int]]:
+        """The kept readings grouped into the guest's reporting passes: each
+        pass's first reading (L1 seconds from the watcher's first) and the
+        KiB the RSS fell over the pass."""
+        groups: list[list[Reading]] = []
+        for reading in self.readings:
+            if groups and reading.uptime_s - groups[-1][-1].uptime_s <= PASS_GAP_S:
+                groups[-1].append(reading)
+            else:
+                groups.append([reading])
+        found, before = [], self.first.kib
+        for group in groups:
+            found.append((round(group[0].uptime_s - self.first.uptime_s, 2), before - group[-1].kib))
+            before = group[-1].kib
+        return found
 
     def timeline(self) -> list[tuple[float, int]]:
         """The kept readings as (L1 seconds from the first, KiB), the first included."""

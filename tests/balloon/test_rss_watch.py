@@ -107,6 +107,21 @@ def test_the_resolution_is_the_widest_gap_at_either_end_and_never_finer_than_upt
     assert watch.resolution_s == rss_watch.UPTIME_RESOLUTION_S
 
 
+@pytest.mark.parametrize(
+    ("lines", "passes"),
+    [
+        # as on L1 (2026-12-07): two passes 2 s apart, the first in two readings
+        (("ready 0 754252", "204 535116 203", "205 498252 204", "406 285260 405"), [(2.04, 256000), (4.06, 212992)]),
+        (("ready 0 754252", "204 200000 203"), [(2.04, 554252)]),
+        (("ready 0 754252",), []),
+    ],
+)
+def test_the_falls_group_into_the_guests_reporting_passes(lines: tuple[str, ...], passes: list[object]) -> None:
+    last = lines[-1].split()
+    watch = watched(*lines, f"end met {last[1]} {last[2]} 9")
+    assert watch.passes() == passes
+
+
 def test_a_deadline_that_expires_is_not_met_and_says_so() -> None:
     watch = watched("ready 1000 720000", "1250 690000 1249", "end deadline 4000 689500 1500")
     assert not watch.met and watch.return_s is None
