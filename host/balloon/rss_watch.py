@@ -1,16 +1,11 @@
 """A process's RSS watched inside a host under test (L1), on L1's clock:
-what free page reporting gives back, timed where it happens.
-
-One constant shell script (``WATCH``), run over L1's SSH with its inputs
-as argv, polls the guest QEMU's VmRSS every few ms (the shell's own
-``read``: no fork a poll) and stamps each reading with L1's /proc/uptime.
-It ends itself when the RSS is at or below a target or at a deadline on
-L1's clock.  Polls from this machine over SSH would land at moments this
-machine's load decides, and each would be work and an interrupt of L1
-inside what is timed.  What the readings mean (which is the start, which
-the end) is ``Watch``'s; which thresholds, the scenario's
-(host/balloon/reporting.py).  docs/host-under-test.md, "Free page
-reporting on L1's clock".
+what free page reporting gives back, timed where it happens.  One constant
+shell script (``WATCH``), run over L1's SSH with its inputs as argv, polls
+the guest QEMU's VmRSS every few ms and stamps each reading with L1's
+/proc/uptime, ending itself at a target or a deadline on L1's clock;
+``Watch`` reads its output (the start event, the end, the passes), and
+host/balloon/reporting.py chooses the thresholds.  Why in L1, and from
+which event: docs/host-under-test.md, "Free page reporting on L1's clock".
 """
 
 from __future__ import annotations

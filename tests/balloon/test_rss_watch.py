@@ -285,11 +285,12 @@ def test_the_script_watches_a_real_process_to_its_target_or_its_deadline(tmp_pat
         base = peak - 64 * 1024
         start = reporting.at_or_below(base, peak, reporting.START_RETURNED)
         target = reporting.at_or_below(base, peak, reporting.ON_RETURNED)
+        stdin = holder.stdin
 
         def release() -> None:
             if free:
-                holder.stdin.write("\n")  # type: ignore[union-attr]  # checked above
-                holder.stdin.flush()  # type: ignore[union-attr]
+                stdin.write("\n")
+                stdin.flush()
 
         watch = rss_watch.watch(BusyboxShell(tmp_path / "bin"), holder.pid, start, target, 0.5, release)
     finally:
