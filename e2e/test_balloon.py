@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memqual.e2e.base import GuestTest, measures_nothing, requires
+from memqual.e2e.base import GuestTest, drives_its_host, measures_nothing, requires
 from memqual.host.balloon import floor as balloon_floor
 from memqual.host.balloon import reporting as fpr
 from memqual.host.balloon import stats_interval as guest_stats
@@ -206,8 +206,35 @@ class BalloonFreePageReporting(BalloonBase):
 
     def touch_and_free(self, reporting: bool) -> fpr.Reporting:
         vm, _ctl, agent = self.boot_balloon(1024, free_page_reporting=reporting)
-        run = fpr.touch_and_free(vm, agent, reporting, touch_mib=REPORTING_ROW.sizes_for().touch_mib)
-        self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_s")
+        touch_mib = REPORTING_ROW.sizes_for().touch_mib
+        # Each metric named here as in its procedure (memqual bisect --metric reads e2e's names).
+        if self.host_under_test() is None:
+            run = fpr.touch_and_free(vm, agent, reporting, touch_mib=touch_mib)
+            self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_s")
+        else:
+            # The guest's QEMU and its RSS are L1's: timed there, on L1's
+            # clock, by a watcher in L1 (host/balloon/rss_watch.py).
+            qemus = l1_ksm.find(vm.host_ssh, "qemu-system")
+            if len(qemus) != 1:
+                self.fail(f"the host under test runs {len(qemus)} guest QEMUs ({qemus}), not one")
+            read = l1_rss_reader(vm.host_ssh, qemus[0])
+            run = fpr.touch_and_free_on_l1(
+                vm, agent, reporting, vm.host_ssh, qemus[0], lambda _pid: read(), touch_mib=touch_mib
+            )
+            self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_l1_s")
+            if run.l1 is not None:
+                self.log.info("L1's kept readings (L1 s from the first, KiB): %s", run.l1.timeline())
+        self.log.info(
+            "%s: %.3f s (%s), base %d KiB, peak %d KiB, end %d KiB, %.1f %% of the rise back; %s",
+            run.metric,
+            run.waited_s,
+            "met" if run.met else "not met",
+            run.base_kib,
+            run.peak_kib,
+            run.last_kib,
+            100 * run.share,
+            run.record().extra,
+        )
         self.assertTrue(run.settled, f"QEMU's RSS did not settle after the warm-up (now {run.base_kib} KiB)")
         self.assertGreater(
             run.peak_kib, run.base_kib + run.touched_mib * 1024 // 2, "touching guest memory did not raise RSS"
@@ -223,16 +250,19 @@ class BalloonFreePageReporting(BalloonBase):
         self.assertTrue(
             run.met,
             f"RSS gave back {run.share:.0%} of the rise, not {fpr.ON_RETURNED:.0%}, {run.window_s:g} s after the free "
-            f"(base {run.base_kib} KiB, peak {run.peak_kib} KiB, now {run.last_kib} KiB)",
+            f"(base {run.base_kib} KiB, peak {run.peak_kib} KiB, now {run.last_kib} KiB)"
+            + (f"; on L1: {'; '.join(run.l1.problems())}" if run.l1 is not None else ""),
         )
 
     @measures_nothing
+    @drives_its_host
     def test_reporting_off(self) -> None:
         """Scenario 4, control: with it off the RSS stays up (a check:
         its time is the watched window, host/balloon/table.py).  It times
         nothing, and no neighbour can make its QEMU's RSS fall (only host
         KSM could, in tests that hold the lock exclusive): it runs beside
-        other such tests.
+        other such tests.  Under a host under test its QEMU's RSS is read
+        in L1, as the reporting_on test's is.
 
         :avocado: tags=ab-checks
         """

@@ -264,12 +264,17 @@ FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
             needs=QUIET_OR_KVM + "; on icount it spreads 85 % over 2 blocks against 1.1 % on the wall clock: "
             "decide it on the wall clock; no count decides it on icount: Linux's page reporting and QEMU's device "
             "count no reported pages, and the guest cannot see when the host's RSS falls -- a guest tracepoint at "
-            "each report (the guest's clock when its last block went) would",
+            "each report (the guest's clock when its last block went) would; on a host under test a watcher "
+            "in L1 times it on L1's clock (rss_return_l1_s, exploratory there)",
         ),
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",
     kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
+    # Under a host under test its QEMU's RSS is watched in L1, on L1's clock
+    # (host/balloon/rss_watch.py), and recorded as rss_return_l1_s: exploratory
+    # there (no primary) until its A/A block spread on L1 is measured.
+    on_a_host_under_test=True,
 )
 
 SCENARIOS = (INFLATE, DEFLATE, REQUEST_SIZE, FLOOR, FREE_PAGE_REPORTING)

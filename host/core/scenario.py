@@ -56,8 +56,8 @@ class Scenario(Generic[SizesRow]):
     ``on_a_host_under_test``: its test runs under ``--host-kernel`` though
     not all it measures is its guests' own clock (host/judge/clock_plan.py
     ``shares_host``): it drives its guests' host through that host itself
-    (``Machine.host_ssh``: L1's knobs and ksmd), or it reads its guests
-    alone.  Which rows run there: host/judge/host_under_test_plan.py."""
+    (``Machine.host_ssh``: L1's knobs and ksmd, its guest QEMU's RSS), or
+    it reads its guests alone.  Which rows run there: host/judge/host_under_test_plan.py."""
 
     name: str
     tags: tuple[str, ...] = ()

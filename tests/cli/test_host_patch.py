@@ -281,8 +281,9 @@ def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys:
         # what a host under test skips is left out, and said
         (
             ["--host-patch", "{kvm}", "--only", "fault", "--only", "balloon"],
-            "the host patch touches host code balloon.deflate, balloon.inflate, balloon.request_size, fault.anon "
-            "exercise (of those --only fault balloon selects): running those; not run, as a host under test cannot "
+            "the host patch touches host code balloon.deflate, balloon.free_page_reporting, balloon.inflate, "
+            "balloon.request_size, fault.anon exercise (of those --only fault balloon selects): running those; not "
+            "run, as a host under test cannot "
             "run them: balloon.floor (its floor_mib is a count read on this machine); ",
             True,
         ),
@@ -306,4 +307,7 @@ def test_only_narrows_the_scope_and_all_scenarios_lifts_it(
     assert (args.test_scope is not None) is scoped
     if scoped:  # the fault's test, and none a host under test skips
         assert "e2e/test_fault.py:FaultTest.test_anon$" in args.test_scope.blocks
-        assert not any("BalloonFloor" in b or "FreePageReporting" in b for b in args.test_scope.blocks)
+        assert not any("BalloonFloor" in b for b in args.test_scope.blocks)
+        # free page reporting runs there, its RSS watched in L1
+        reporting = any("FreePageReporting.test_reporting_on" in b for b in args.test_scope.blocks)
+        assert reporting == ("balloon" in words)

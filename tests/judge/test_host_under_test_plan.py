@@ -25,11 +25,12 @@ from memqual.host.judge import host_under_test_plan as plan
         ("ksm.guest_merge", ""),
         # its row says so: the balloon on L1's huge page pool
         ("hugetlbfs.balloon", ""),
+        # its row says so: free page reporting's RSS watched in L1, on L1's clock
+        ("balloon.free_page_reporting", ""),
         # this machine's knobs, processes or /dev/kvm
         ("ksm.many_guests", "it sets this machine's host KSM"),
         ("hugetlbfs.ksm", "it sets this machine's host huge pages"),
         ("balloon.floor", "its floor_mib is a count read on this machine"),
-        ("balloon.free_page_reporting", "its rss_return_s is a host wall clock read on this machine"),
         ("memslots.kvm", "it has no primary on its guests' own clock"),
         ("memslots.kvm_lookup", "it has no primary on its guests' own clock"),
     ],
@@ -43,6 +44,7 @@ def test_a_row_runs_under_a_host_under_test_or_says_why_not(row: str, reason: st
 
 def test_the_tests_that_run_there_are_the_rows_that_do() -> None:
     assert sorted(plan.tests()) == [
+        "test_balloon:BalloonFreePageReporting.test_reporting_on",
         "test_balloon:BalloonTiming.test_inflate_deflate_1g",
         "test_balloon_driver:BalloonDriver.test_request_size",
         "test_fault:FaultTest.test_anon",

@@ -360,6 +360,7 @@ def test_a_typo_in_the_metric_is_caught_before_any_guest(tmp_path):
     e2e = Path(__file__).resolve().parents[2] / "e2e"
     series.check_metric_known(series.MetricSpec("deflate_s"), e2e)
     series.check_metric_known(series.MetricSpec("balloon.deflate deflate_guest_s"), e2e)  # an f-string's
+    series.check_metric_known(series.MetricSpec("rss_return_l1_s"), e2e)  # no primary's: e2e names it
     with pytest.raises(BadInput, match="unknown metric 'deflat_s'.*nearest: deflate_s"):
         series.check_metric_known(series.MetricSpec("deflat_s"), e2e)
 
