@@ -1,14 +1,12 @@
 """What a comparison decides a scenario on, as its row (host/core/scenario.py)
 carries it: each primary metric, what reads it on each clock (its
 instrument, and ``on_icount`` where the guest's own figure decides it
-there), its block spreads as measured (``Spread``: the sd, the blocks and
-the run that measured them, ``Measured``: its command and date), its
-equivalence margin (about 1 % where the spread allows, else 5 %; 2 % on a
-host under test whose spread allows it) and what
-would decide it where its spread is too wide; and the regime a scenario's
-metrics compare under (``Regime``).  The judge reads them from the table
-(host/judge/primaries.py, host/judge/regime.py); nothing here names a
-scenario.
+there), its block spreads as measured (``Spread``, ``Measured``: its
+command and date), its equivalence margin (about 1 % where the spread
+allows, else 5 %; 2 % on a host under test whose spread allows it) and
+what would decide it where its spread is too wide; and the regime a
+scenario's metrics compare under (``Regime``).  The judge reads them from
+the table (host/judge/primaries.py, host/judge/regime.py).
 """
 
 from __future__ import annotations
