@@ -293,7 +293,9 @@ bzImage:
 \tcat init/main.c > /dev/null
 \tmkdir -p arch/x86/boot && cp bzImage.in arch/x86/boot/bzImage && cp init/main.c vmlinux
 \tmkdir -p include/config && touch include/config/auto.conf
-modules:
+# after bzImage, as its first progress line must be bzImage's own: under
+# make -j2 the two raced, and a progress line is shown every 15 s only
+modules: bzImage
 \t@echo '  CC [M]  drivers/x.o'
 modules_install:
 \tmkdir -p $(INSTALL_MOD_PATH)/lib/modules/$(RELEASE)/kernel
