@@ -24,7 +24,7 @@ from memqual.host.core.primary import GUEST_CLOCK, Primary, Spread
 # (host/core/primary.py) says half as many at a few blocks: at a 1.4 %
 # spread and a 2 % margin it says 5, this says 10, and equivalence came in
 # 35 % of A/As at 6 blocks and 95 % at 12 on synthetic truth
-# (tests/judge/test_margins_calibration.py).
+# (python tests/judge/test_margins_calibration.py 4000, seed 65).
 BLOCKS_ALPHA = 0.01
 BLOCKS_POWER = 0.8
 BLOCKS_Z = 3.17
