@@ -20,6 +20,7 @@ from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
 from memqual.host.core.polling import poll
 from memqual.host.core.shell import Shell
 from memqual.host.ksm import procfs
+from memqual.host.ksm.schedule import Outcome, OwnPages, Schedule, ScanEnds, SetKnob
 from memqual.host.ksm.sysfs import COUNTERS, KsmCounters, write_order
 
 KSM_DIR = "/sys/kernel/mm/ksm"
@@ -35,13 +36,20 @@ _FIND = (
 # One reading: every counter L1's kernel has, ksmd's CPU (ns) and its
 # times on a CPU (schedstat's first and third fields), L1's interrupts
 # (/proc/stat's intr, read by the shell: no fork), L1's clock.
-_READ = (
-    'for f in "$@"; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
-    "cpu_ns= slices=; read -r cpu_ns wait_ns slices 2>/dev/null </proc/$KSMD/schedstat; "
-    'echo "ksmd_cpu_ns $cpu_ns"; echo "ksmd_slices $slices"; '
-    'while read -r key total rest; do [ "$key" = intr ] && echo "interrupts $total" && break; done </proc/stat; '
-    'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
-)
+
+
+def _reading(files: str) -> str:
+    """The shell of one reading, its counter files' names in ``files``."""
+    return (
+        f'for f in {files}; do [ -r "$f" ] && echo "$f $(cat "$f")"; done; '
+        "cpu_ns= slices=; read -r cpu_ns wait_ns slices 2>/dev/null </proc/$KSMD/schedstat; "
+        'echo "ksmd_cpu_ns $cpu_ns"; echo "ksmd_slices $slices"; '
+        'while read -r key total rest; do [ "$key" = intr ] && echo "interrupts $total" && break; done </proc/stat; '
+        'echo "uptime $(cut -d" " -f1 /proc/uptime)"'
+    )
+
+
+_READ = _reading('"$@"')
 _COUNTERS = 'cd "$1" && shift 2 && ' + _READ
 # Readings at the ends of full scans, taken in L1: the first once
 # full_scans has grown by $2 from now, then one at each of the next $3 - 1
@@ -62,6 +70,33 @@ _SCAN_ENDS = (
 # L1's own deadline for a wait, beyond the one this machine keeps: a wait
 # this machine gave up on must not go on polling in L1.
 L1_DEADLINE_SLACK_S = 30.0
+
+# A whole schedule (host/ksm/schedule.py) in L1, its steps as words:
+# "set NAME VALUE", "scans N" (as _SCAN_ENDS from the next scan end),
+# "own" (the guest QEMU's ksm_rmap_items).  A knob is written by the
+# shell's own echo, one write(), right after the reading before it, in
+# ksmd's sleep at a scan end.  The counters' names come in $COUNTERS.
+_SCHEDULE = (
+    'cd "$1" && shift && while [ $# -gt 0 ]; do case "$1" in '
+    'set) echo "$3" >"$2" || exit 3; shift 3;; '
+    "scans) count=$2; shift 2; read -r n <full_scans; target=$((n + 1)); "
+    'while [ "$count" -gt 0 ]; do '
+    'while read -r n <full_scans && [ "$n" -lt "$target" ]; do usleep 2000; done; '
+    + _reading("$COUNTERS")
+    + "; echo ==; target=$((n + 1)); count=$((count - 1)); done;; "
+    'own) r=; while read -r key value; do [ "$key" = ksm_rmap_items ] && r=$value; done 2>/dev/null '
+    '</proc/"$QEMU"/ksm_stat; echo "own $r"; echo ==; shift;; '
+    "*) exit 4;; esac; done"
+)
+# Its output kept in a file in L1 (tmpfs) until it ends: a line sent
+# out while it runs would bring this machine's acknowledgement back into
+# L1 at a moment this machine sets.  L1's own deadline kills the
+# schedule alone, so what it read still comes back.
+_KEEP_UNTIL_END = (
+    'tmp=$(mktemp) || exit 1; deadline=$1; script=$2; shift 2; '
+    'timeout -s KILL "$deadline" sh -c "$script" schedule "$@" >"$tmp"; status=$?; '
+    'cat "$tmp"; rm -f "$tmp"; exit $status'
+)
 
 # A process's KSM figures, sections split by a line "--".
 _PROCESS = 'cd /proc/"$1" && cat ksm_merging_pages && echo -- && cat ksm_stat 2>/dev/null; echo --; cat smaps_rollup'
@@ -214,6 +249,62 @@ class L1Ksm:
             f"ksmd's CPU {end.ksmd_cpu_s} s of L1's {end.taken_s:.1f} s"
         )
 
+    def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome:
+        """Every step of ``schedule`` in L1 by one command (``_SCHEDULE``);
+        ``timeout_s`` a full scan, stretched by ``slowdown``.  Timeout
+        when L1's deadline cut it short, with what it had read."""
+        words: list[str] = []
+        for step in schedule.steps:
+            if isinstance(step, SetKnob):
+                if not self._fs.has(step.name):
+                    raise CapabilityMissing(f"the host under test's KSM has no knob {step.name} in {self._fs.root}")
+                words += ["set", step.name, str(step.value)]
+            elif isinstance(step, ScanEnds):
+                words += ["scans", str(step.count)]
+            else:
+                words.append("own")
+        deadline = timeout_s * self.slowdown * schedule.scans
+        argv = [
+            "env",
+            f"KSMD={self.ksmd_pid or 0}",
+            f"QEMU={self.qemu_pid}",
+            f"COUNTERS={' '.join(COUNTERS)}",
+            "sh",
+            "-c",
+            _KEEP_UNTIL_END,
+            "keep-until-end",
+            str(int(deadline) + 1),
+            _SCHEDULE,
+            self._fs.root,
+            *words,
+        ]
+        out = self.shell.run(argv, timeout=deadline + L1_DEADLINE_SLACK_S, check=False)
+        parts = out.stdout.split("==\n")[:-1]
+        scan_ends: list[tuple[KsmCounters, ...]] = []
+        own: list[int | None] = []
+        at = 0
+        for step in schedule.steps:
+            if isinstance(step, ScanEnds):
+                scan_ends.append(tuple(parse_counters(p) for p in parts[at : at + step.count]))
+                at += step.count
+            elif isinstance(step, OwnPages):
+                own.append(parse_own(parts[at]) if at < len(parts) else None)
+                at += 1
+        outcome = Outcome(tuple(scan_ends), tuple(own))
+        try:
+            if out.status != 0:
+                raise ValueError(f"exited {out.status}")
+            outcome.check(schedule)
+        except ValueError as exc:
+            seen = sum(len(r) for r in scan_ends)
+            end = self.counters()
+            raise Timeout(
+                f"the host under test's KSM: a schedule of {schedule.scans} scans saw {seen} scan ends in "
+                f"{deadline:.0f} s ({exc}; {out.stderr.strip()[:200] or 'no output on stderr'}); now full_scans "
+                f"{end.full_scans}, ksmd's CPU {end.ksmd_cpu_s} s of L1's {end.taken_s:.1f} s"
+            ) from exc
+        return outcome
+
     def wait_until(
         self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = MIN_POLL_S
     ) -> None:
@@ -255,6 +346,15 @@ def parse_counters(text: str) -> KsmCounters:
         ksmd_slices=number("ksmd_slices"),
         interrupts=number("interrupts"),
     )
+
+
+def parse_own(text: str) -> int | None:
+    """An ``own`` step's line: the guest QEMU's ksm_rmap_items, or None
+    where L1's kernel has no ksm_stat."""
+    name, _, value = text.strip().partition(" ")
+    if name != "own":
+        raise GuestError(f"not the guest's tracked pages: {text[:200]!r}")
+    return int(value) if value.isdigit() else None
 
 
 def parse_process(pid: int, text: str) -> procfs.ProcessKsm:

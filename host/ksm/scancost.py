@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from memqual.host.core import descriptive
 from memqual.host.ksm.controller import KsmDriver
+from memqual.host.ksm.schedule import OwnPages, ScanEnds, SetKnob, Step, WholeSchedule, steps_of
 from memqual.host.ksm.sysfs import KsmCounters
 
 
@@ -207,6 +208,7 @@ def alternate_smart_scan(
     reference_scans: int | None = None,
     smart_windows: int = 1,
     has_smart_scan: bool = True,
+    start: dict[str, int] | None = None,
 ) -> AbRun:
     """smart_scan 0 against 1, ABBA, `repeats` turns each, starting with
     smart_scan=`first`.  `own_pages`, when given, is read at the end of
@@ -237,13 +239,38 @@ def alternate_smart_scan(
 
     A kernel without smart scan (``has_smart_scan`` False: before 6.7) has
     `repeats` smart_scan=0 windows only, what its ksmd always does: a host
-    kernel A/B compares them with the other kernel's."""
+    kernel A/B compares them with the other kernel's.
+
+    `start` are knobs written first (``run=1``: ksmd starts with the
+    measurement).  A KSM that runs a whole schedule (a host under test,
+    host/ksm/schedule.py) gets all of it as one: its knobs written at scan
+    ends, no window measured again (its windows are decided in advance:
+    a disturbed one is kept and counted), ``own_pages`` read by the
+    schedule itself."""
     if smart_windows < 1:
         raise ValueError(f"smart_windows must be at least 1, not {smart_windows}")
+    if isinstance(ksm, WholeSchedule):
+        return _as_one_schedule(
+            ksm,
+            repeats,
+            scans_per_window,
+            warmup_scans,
+            timeout_s,
+            settle_scans,
+            tolerance,
+            on_window,
+            first,
+            reference_scans,
+            smart_windows,
+            has_smart_scan,
+            start,
+        )
+    if start:
+        ksm.set(**start)
     run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
     reference = _settle(ksm, settle_scans, timeout_s, has_smart_scan)
     run.reference_pages.append(reference)
-    order = abba_order(repeats, (first, 1 - first)) if has_smart_scan else [0] * repeats
+    order = _turn_order(repeats, first, has_smart_scan)
     i = 0
     while i < len(order):
         variant = order[i]
@@ -269,6 +296,57 @@ def alternate_smart_scan(
             for window in windows:
                 on_window(window)
         i += 1
+    return run
+
+
+def _turn_order(repeats: int, first: int, has_smart_scan: bool) -> list[int]:
+    return abba_order(repeats, (first, 1 - first)) if has_smart_scan else [0] * repeats
+
+
+def _as_one_schedule(
+    ksm: WholeSchedule,
+    repeats: int,
+    scans_per_window: int,
+    warmup_scans: int,
+    timeout_s: float,
+    settle_scans: int,
+    tolerance: float,
+    on_window: Callable[[ScanWindow], None] | None,
+    first: int,
+    reference_scans: int | None,
+    smart_windows: int,
+    has_smart_scan: bool,
+    start: dict[str, int] | None,
+) -> AbRun:
+    """``alternate_smart_scan`` as one schedule: the same turns, windows and
+    readings, each knob written at the scan end before its turn."""
+    parts: list[Step | list[Step]] = [SetKnob(name, value) for name, value in (start or {}).items()]
+    if has_smart_scan:
+        parts.append(SetKnob("smart_scan", 1))
+    else:
+        settle_scans = min(settle_scans, PLAIN_SETTLE_SCANS)
+    parts.append(ScanEnds(max(settle_scans, 1) + 1))
+    order = _turn_order(repeats, first, has_smart_scan)
+    spans: list[tuple[int, list[int]]] = []
+    for variant in order:
+        length = reference_scans if variant == 0 and reference_scans else scans_per_window
+        count = smart_windows if variant == 1 else 1
+        turn: list[Step] = [SetKnob("smart_scan", variant)] if has_smart_scan else []
+        parts.append([*turn, ScanEnds(1 + warmup_scans + count * length), OwnPages()])
+        spans.append((variant, [warmup_scans + j * length for j in range(count + 1)]))
+    schedule = steps_of(parts)
+    outcome = ksm.run_schedule(schedule, timeout_s)
+    settle, *turns = outcome.scan_ends
+    reference = covered_per_scan(settle)[-1]
+    run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[reference])
+    for (variant, ends), readings, own in zip(spans, turns, outcome.own_pages, strict=True):
+        windows = [ScanWindow.between(readings[a], readings[b], variant, own) for a, b in itertools.pairwise(ends)]
+        if any(abs(c - reference) > tolerance * reference for c in covered_per_scan(readings)):
+            run.kept_disturbed += len(windows)
+        run.windows[variant].extend(windows)
+        for window in windows:
+            if on_window is not None:
+                on_window(window)
     return run
 
 

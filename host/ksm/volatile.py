@@ -361,7 +361,6 @@ def volatile_guest(
                 raise CapabilityMissing(f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)")
         elif huge_kib > VOLATILE_MIB * 1024 // 20:
             raise ScenarioFailed(f"THP backs guest RAM with enabled=never (AnonHugePages {huge_kib} kB of QEMU)")
-        ksm.set(run=1)
         try:
             run = alternate_smart_scan(
                 ksm,
@@ -378,6 +377,7 @@ def volatile_guest(
                 on_window=on_window,
                 smart_windows=smart_windows,
                 has_smart_scan=ksm.fs.has("smart_scan"),
+                start={"run": 1},
             )
         finally:
             # ksmd idles while the next guest starts and fills, as it did

@@ -5,6 +5,7 @@ end; and memqual.host.ksm.agent's finish waiting for the exit status."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from memqual.host.ksm.scancost import (
     replicates,
     samples,
 )
+from memqual.host.ksm.schedule import Outcome, OwnPages, ScanEnds, Schedule, SetKnob
 from memqual.host.ksm.sysfs import KsmCounters
 
 
@@ -442,3 +444,79 @@ def test_a_window_counts_ksmds_times_on_a_cpu_and_the_hosts_interrupts_where_rea
     window = ScanWindow.between(start, end, smart_scan=1)
     assert (window.ksmd_slices, window.interrupts) == (60, 2500)
     assert window.to_json()["interrupts"] == 2500
+
+
+class ScheduledKsmd(SimulatedKsmd):
+    """The simulated ksmd run as one schedule (a host under test's way),
+    each step as the L1 command does it: knobs at once, readings at scan
+    ends, the guest's pages."""
+
+    def __init__(self, *args: Any, own: int = 600, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.own = own
+        self.schedules: list[Schedule] = []
+        self.knob_writes: list[tuple[str, int]] = []
+
+    def set(self, **knobs):
+        raise AssertionError(f"a knob written outside the schedule: {knobs}")
+
+    def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome:
+        self.schedules.append(schedule)
+        scan_ends, own = [], []
+        for step in schedule.steps:
+            if isinstance(step, SetKnob):
+                self.knob_writes.append((step.name, step.value))
+                super().set(**{step.name: step.value})
+            elif isinstance(step, ScanEnds):
+                scan_ends.append(tuple(self.scan_end_readings(step.count, timeout_s)))
+            else:
+                own.append(self.own)
+        return Outcome(tuple(scan_ends), tuple(own))
+
+
+@pytest.mark.parametrize(
+    ("options", "turns"),
+    [
+        ({"repeats": 2, "first": 0}, [0, 1, 1, 0]),
+        ({"repeats": 2, "first": 1}, [1, 0, 0, 1]),
+        ({"repeats": 1, "reference_scans": 3, "smart_windows": 3}, [0, 1]),
+        ({"repeats": 3, "has_smart_scan": False}, [0, 0, 0]),
+    ],
+)
+def test_a_whole_schedule_measures_the_same_windows_as_step_by_step(options: dict[str, Any], turns: list[int]) -> None:
+    sizes = {"scans_per_window": 9, "warmup_scans": 3, "timeout_s": 1, "settle_scans": 12} | options
+    stepwise = SimulatedKsmd({0: 0.8, 1: 0.2}, warmup=3)
+    scheduled = ScheduledKsmd({0: 0.8, 1: 0.2}, warmup=3)
+    by_steps = alternate_smart_scan(stepwise, own_pages=lambda: 600, **sizes)
+    at_once = alternate_smart_scan(scheduled, start={"run": 1}, **sizes)
+    assert len(scheduled.schedules) == 1, "one command for the whole measurement"
+    assert at_once.windows == by_steps.windows and at_once.reference_pages == by_steps.reference_pages
+    assert scheduled.scans == stepwise.scans
+    # ksmd started first, then each turn's switch right before its scans
+    smart = [v for n, v in scheduled.knob_writes if n == "smart_scan"]
+    assert scheduled.knob_writes[0] == ("run", 1)
+    assert smart == ([1, *turns] if options.get("has_smart_scan", True) else [])
+    steps = scheduled.schedules[0].steps
+    for before, step in itertools.pairwise(steps):
+        if isinstance(step, SetKnob) and step.name == "smart_scan" and before != SetKnob("run", 1):
+            assert isinstance(before, OwnPages | ScanEnds), "a switch follows a reading at a scan end"
+
+
+def test_a_whole_schedule_keeps_and_counts_a_disturbed_window() -> None:
+    # another guest's pages come for scans 20-24: no re-measure in a
+    # schedule fixed in advance, the window is kept and counted
+    ksmd = ScheduledKsmd({0: 0.8, 1: 0.2}, extra_pages_between=(20, 24))
+    run = alternate_smart_scan(ksmd, repeats=2, scans_per_window=4, warmup_scans=1, timeout_s=1, settle_scans=5)
+    assert run.discarded == [] and run.kept_disturbed == 1
+    assert len(run.windows[0]) + len(run.windows[1]) == 4
+
+
+def test_a_schedule_reads_something_and_names_knobs_only() -> None:
+    with pytest.raises(ValueError, match="one scan end"):
+        Schedule((SetKnob("run", 1),))
+    with pytest.raises(ValueError, match="not a sysfs attribute"):
+        SetKnob("../run", 1)
+    with pytest.raises(ValueError, match="1 or more"):
+        ScanEnds(0)
+    with pytest.raises(ValueError, match="readings"):
+        Outcome((), ()).check(Schedule((ScanEnds(2),)))

@@ -15,6 +15,7 @@ from local_shell import LocalShell
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.ksm import l1_ksm, procfs
 from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
+from memqual.host.ksm.schedule import OwnPages, ScanEnds, Schedule, SetKnob
 
 
 def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
@@ -168,3 +169,63 @@ def test_a_mappings_merged_pages_are_counted_apart_from_the_processs():
     assert procfs.parse_mapped_ksm_kib(SMAPS, "/elsewhere/") == (0, 0)
     # a kernel without the per-mapping line: not countable
     assert procfs.parse_mapped_ksm_kib(SMAPS.replace("KSM:", "Rss:"), "/run/memqual/huge/") is None
+
+
+def test_a_whole_schedule_is_one_command_switching_knobs_at_scan_ends(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    shell = LocalShell()
+    ksm = driver(tmp_path, shell, smart_scan="0")
+    root = tmp_path / "ksm"
+    seen: list[str] = []
+
+    def ksmd(scans: int) -> None:
+        # each scan takes 0.2 s and sees the knob as it stands at its end
+        now = int((root / "full_scans").read_text())
+        for count in range(now + 1, now + 1 + scans):
+            time.sleep(0.2)
+            seen.append((root / "smart_scan").read_text().strip())
+            (tmp_path / "next").write_text(f"{count}\n")
+            os.replace(tmp_path / "next", root / "full_scans")
+
+    plan = Schedule(
+        (
+            SetKnob("run", 1),
+            SetKnob("smart_scan", 1),
+            ScanEnds(2),
+            OwnPages(),
+            SetKnob("smart_scan", 0),
+            ScanEnds(2),
+            OwnPages(),
+        )
+    )
+    worker = threading.Thread(target=ksmd, args=(4,))
+    shell.commands.clear()
+    worker.start()
+    outcome = ksm.run_schedule(plan, timeout_s=20)
+    worker.join()
+    assert len(shell.commands) == 1, "the whole measurement is one command in L1"
+    assert [[r.full_scans for r in part] for part in outcome.scan_ends] == [[4, 5], [6, 7]]
+    assert all(r.ksmd_cpu_s for part in outcome.scan_ends for r in part), "each a whole reading"
+    assert seen == ["1", "1", "0", "0"], "the switch landed at the scan end after the turn's last reading"
+    assert (root / "run").read_text().strip() == "1"
+    own = Path(f"/proc/{os.getpid()}/ksm_stat")
+    assert len(outcome.own_pages) == 2
+    assert all((n is None) != own.exists() for n in outcome.own_pages), "ksm_rmap_items where the kernel has it"
+
+    with pytest.raises(CapabilityMissing, match="no knob advisor_mode"):
+        ksm.run_schedule(Schedule((SetKnob("advisor_mode", 0), ScanEnds(1))), timeout_s=1)
+    worker = threading.Thread(target=ksmd, args=(1,))
+    worker.start()
+    with pytest.raises(Timeout, match=r"a schedule of 3 scans saw 1 scan ends in 3 s \(exited -?\d+"):
+        ksm.run_schedule(Schedule((ScanEnds(3),)), timeout_s=1)
+    worker.join()
+
+
+def test_an_own_line_is_a_count_or_none():
+    assert l1_ksm.parse_own("own 4096\n") == 4096
+    assert l1_ksm.parse_own("own \n") is None
+    with pytest.raises(GuestError, match="tracked pages"):
+        l1_ksm.parse_own("sh: can't open\n")

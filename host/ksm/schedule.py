@@ -1,0 +1,112 @@
+"""A KSM measurement as data: knob writes and readings, each at a full
+scan's end, and the guest's tracked pages, in the order they happen.
+
+On a host under test (L1 under icount) every command memqual sends lands
+in L1 at a moment this machine's pace sets: a knob written mid-scan
+switches smart scan part way through a scan, a different part on every
+boot, and each command's own fork and SSH traffic take L1's CPU from
+ksmd and the guest then.  A ``Schedule`` is run by one command instead
+(``WholeSchedule``, host/ksm/l1_ksm.py): L1 writes each knob in ksmd's
+sleep right after a scan ends, reads at scan ends, keeps its output
+until the end, and prints it then, so from the schedule's start the
+measurement is L1's alone.  docs/host-under-test.md, "One command a
+measurement", has the figures.
+
+This machine's KsmController keeps driving step by step: it decides
+between steps (a disturbed window is measured again), which a schedule
+fixed in advance cannot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from memqual.host.core.knobs import KNOB_NAME
+from memqual.host.ksm.sysfs import KsmCounters
+
+
+@dataclasses.dataclass(frozen=True)
+class SetKnob:
+    """Write a KSM knob, at once when ksmd is stopped, else right after the
+    scan end the step before read (every step but the first follows one)."""
+
+    name: str
+    value: int
+
+    def __post_init__(self) -> None:
+        if not KNOB_NAME.fullmatch(self.name):
+            raise ValueError(f"not a sysfs attribute name: {self.name!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanEnds:
+    """A reading at each of the next ``count`` full-scan ends."""
+
+    count: int
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise ValueError(f"a schedule reads at 1 or more scan ends, not {self.count}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnPages:
+    """The pages KSM tracks for the guest's QEMU (its ksm_rmap_items)."""
+
+
+Step = SetKnob | ScanEnds | OwnPages
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    steps: tuple[Step, ...]
+
+    @property
+    def scans(self) -> int:
+        """The full scans the schedule waits for: what bounds its time."""
+        return sum(s.count for s in self.steps if isinstance(s, ScanEnds))
+
+    def __post_init__(self) -> None:
+        # Knobs written before the first reading land while ksmd may still
+        # be stopped; every later step follows a reading at a scan end, so
+        # a knob written then lands in ksmd's sleep after that scan.
+        if not any(isinstance(s, ScanEnds) for s in self.steps):
+            raise ValueError("a schedule reads at one scan end at least")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a schedule read: per ``ScanEnds`` step its readings, per
+    ``OwnPages`` step its count (None where the kernel has no ksm_stat),
+    each in the schedule's order."""
+
+    scan_ends: tuple[tuple[KsmCounters, ...], ...]
+    own_pages: tuple[int | None, ...]
+
+    def check(self, schedule: Schedule) -> None:
+        """ValueError unless this is every reading ``schedule`` asks for."""
+        wanted = [s.count for s in schedule.steps if isinstance(s, ScanEnds)]
+        got = [len(r) for r in self.scan_ends]
+        owns = sum(1 for s in schedule.steps if isinstance(s, OwnPages))
+        if got != wanted or len(self.own_pages) != owns:
+            raise ValueError(f"a schedule's outcome has readings {got} and {len(self.own_pages)} counts, not {wanted}")
+
+
+@runtime_checkable
+class WholeSchedule(Protocol):
+    """A KSM that runs a whole ``Schedule`` as one command."""
+
+    def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome: ...
+
+
+def steps_of(parts: Sequence[Step | Sequence[Step]]) -> Schedule:
+    """A schedule from steps and lists of steps, flattened in order."""
+    steps: list[Step] = []
+    for part in parts:
+        if isinstance(part, SetKnob | ScanEnds | OwnPages):
+            steps.append(part)
+        else:
+            steps.extend(part)
+    return Schedule(tuple(steps))
