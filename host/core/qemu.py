@@ -18,6 +18,15 @@ MACHINE_TYPES = ("microvm", "pc", "q35")
 # The port the monitor of a host under test's guest listens on inside L1,
 # reached through L1's forward of a free loopback port.
 INNER_QMP_PORT = 4444
+# A host under test's guest marks a moment of its work for L1 by
+# connecting here (guest/rc.sh's `mark`): L1's QEMU hands the connection
+# to a cat that writes into L1's FIFO, where a measurement waiting in L1
+# reads it (host/ksm/l1_ksm.py).  The channel is all inside L1, so the
+# moment L1 sees is the guest's, not one this machine's pace sets.
+# guestfwd works under restrict=on: the guest reaches only this.
+MARK_ADDRESS = "10.0.2.100"
+MARK_PORT = 5555
+L1_MARK_FIFO = "/run/memqual-mark"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,7 +335,8 @@ def command_line(
             # still works.
             "-netdev",
             f"user,id=net0,restrict=on,hostfwd=tcp:{'' if inner else '127.0.0.1'}:{ssh_port}-:22"
-            + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in forwards),
+            + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in forwards)
+            + (f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:cat >{L1_MARK_FIFO}" if inner else ""),
             "-device",
             _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
         ]

@@ -27,6 +27,28 @@ PAGE_SIZE = 4096
 ICOUNT_GUEST_BOUND_S = 1e7
 
 
+# The agent as a host under test's measurement runs it: the same
+# records, but a mark for L1 the moment it starts dirtying (a connection
+# to L1's mark channel, host/core/qemu.py MARK_PORT: L1 starts ksmd at
+# that moment, not when memqual's command reaches it), and its progress
+# lines kept in the guest: a line sent out while L1 measures brings this
+# machine's acknowledgement into L1 at a moment this machine sets.
+# Address, port and the agent's argv are arguments: no input reaches the
+# shell's text.
+_MARKED = (
+    'address=$1 port=$2; shift 2; "$@" | while IFS= read -r line; do '
+    'case "$line" in *" event=dirty_progress "*) ;; *) printf "%s\\n" "$line";; esac; '
+    'case "$line" in *" event=dirty_start "*) (echo dirty_start | nc "$address" "$port" >/dev/null 2>&1 &);; esac; '
+    "done"
+)
+
+
+def marked(argv: list[str], address: str, port: int) -> list[str]:
+    """``argv`` of the agent, run so that it marks its dirtying's start for
+    L1 and keeps its progress lines (``_MARKED``)."""
+    return ["sh", "-c", _MARKED, "ksm_stress", address, str(port), *argv]
+
+
 def parse_record(line: str) -> dict[str, str] | None:
     """'t=1.5 event=fill_done pages=3' -> {'t': '1.5', 'event': 'fill_done',
     'pages': '3'}; None for a line that is not a record."""
@@ -81,14 +103,17 @@ class StressAgent:
     """One running ksm_stress; use as a context manager (it is killed on
     exit if still running; its own --timeout bounds it anyway)."""
 
-    def __init__(self, ssh: Shell, path: str, args: StressArgs) -> None:
+    def __init__(self, ssh: Shell, path: str, args: StressArgs, mark: tuple[str, int] | None = None) -> None:
+        """``mark``: the address and port of a host under test's mark channel,
+        where the agent marks its dirtying's start (``marked``)."""
         self.args = args
         self._ssh = ssh
         self.records: list[dict[str, str]] = []
         self._cond = threading.Condition()
         self._ended = False
         self._failure: BaseException | None = None
-        self._bg = ssh.start(args.argv(path))
+        argv = args.argv(path)
+        self._bg = ssh.start(argv if mark is None else marked(argv, *mark))
         self._thread = threading.Thread(target=self._collect, name="ksm_stress-reader", daemon=True)
         self._thread.start()
 

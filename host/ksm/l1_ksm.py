@@ -18,9 +18,10 @@ from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.knobs import KNOB_NAME, selected
 from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
 from memqual.host.core.polling import poll
+from memqual.host.core.qemu import L1_MARK_FIFO
 from memqual.host.core.shell import Shell
 from memqual.host.ksm import procfs
-from memqual.host.ksm.schedule import Outcome, OwnPages, Schedule, ScanEnds, SetKnob
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Mark, Outcome, OwnPages, ScanEnds, Schedule, SetKnob
 from memqual.host.ksm.sysfs import COUNTERS, KsmCounters, write_order
 
 KSM_DIR = "/sys/kernel/mm/ksm"
@@ -73,7 +74,9 @@ L1_DEADLINE_SLACK_S = 30.0
 
 # A whole schedule (host/ksm/schedule.py) in L1, its steps as words:
 # "set NAME VALUE", "scans N" (as _SCAN_ENDS from the next scan end),
-# "own" (the guest QEMU's ksm_rmap_items).  A knob is written by the
+# "own" (the guest QEMU's ksm_rmap_items), "mark" (block on the mark
+# FIFO, $MARK, until the guest marks a moment; L1's clock before and
+# after), "huge" (the guest QEMU's AnonHugePages).  A knob is written by the
 # shell's own echo, one write(), right after the reading before it, in
 # ksmd's sleep at a scan end.  The counters' names come in $COUNTERS.
 _SCHEDULE = (
@@ -86,6 +89,11 @@ _SCHEDULE = (
     + "; echo ==; target=$((n + 1)); count=$((count - 1)); done;; "
     'own) r=; while read -r key value; do [ "$key" = ksm_rmap_items ] && r=$value; done 2>/dev/null '
     '</proc/"$QEMU"/ksm_stat; echo "own $r"; echo ==; shift;; '
+    'mark) read -r from rest </proc/uptime; read -r word <"$MARK" || exit 5; [ "$word" = abort ] && exit 6; '
+    "read -r seen rest </proc/uptime; "
+    'echo "mark $from $seen"; echo ==; shift;; '
+    'huge) h=; while read -r key value unit; do [ "$key" = AnonHugePages: ] && h=$value; done '
+    '</proc/"$QEMU"/smaps_rollup; echo "huge $h"; echo ==; shift;; '
     "*) exit 4;; esac; done"
 )
 # Its output kept in a file in L1 (tmpfs) until it ends: a line sent
@@ -93,10 +101,12 @@ _SCHEDULE = (
 # L1 at a moment this machine sets.  L1's own deadline kills the
 # schedule alone, so what it read still comes back.
 _KEEP_UNTIL_END = (
-    'tmp=$(mktemp) || exit 1; deadline=$1; script=$2; shift 2; '
+    "tmp=$(mktemp) || exit 1; deadline=$1; script=$2; shift 2; "
     'timeout -s KILL "$deadline" sh -c "$script" schedule "$@" >"$tmp"; status=$?; '
     'cat "$tmp"; rm -f "$tmp"; exit $status'
 )
+
+_WORDS: dict[type, str] = {OwnPages: "own", AwaitMark: "mark", AnonHuge: "huge"}
 
 # A process's KSM figures, sections split by a line "--".
 _PROCESS = 'cd /proc/"$1" && cat ksm_merging_pages && echo -- && cat ksm_stat 2>/dev/null; echo --; cat smaps_rollup'
@@ -154,8 +164,10 @@ class L1Ksm:
         slowdown: float,
         ksm_dir: str = KSM_DIR,
         thp_dir: str = THP_DIR,
+        mark_fifo: str = L1_MARK_FIFO,
     ) -> None:
         self.shell = shell
+        self.mark_fifo = mark_fifo
         self.guest_pid = guest_pid
         self.qemu_pid = qemu_pid
         self.ksmd_pid = ksmd_pid
@@ -262,13 +274,14 @@ class L1Ksm:
             elif isinstance(step, ScanEnds):
                 words += ["scans", str(step.count)]
             else:
-                words.append("own")
+                words.append(_WORDS[type(step)])
         deadline = timeout_s * self.slowdown * schedule.scans
         argv = [
             "env",
             f"KSMD={self.ksmd_pid or 0}",
             f"QEMU={self.qemu_pid}",
             f"COUNTERS={' '.join(COUNTERS)}",
+            f"MARK={self.mark_fifo}",
             "sh",
             "-c",
             _KEEP_UNTIL_END,
@@ -282,15 +295,25 @@ class L1Ksm:
         parts = out.stdout.split("==\n")[:-1]
         scan_ends: list[tuple[KsmCounters, ...]] = []
         own: list[int | None] = []
+        marks: list[Mark] = []
+        huge: list[int | None] = []
         at = 0
         for step in schedule.steps:
             if isinstance(step, ScanEnds):
                 scan_ends.append(tuple(parse_counters(p) for p in parts[at : at + step.count]))
                 at += step.count
+            elif isinstance(step, SetKnob) or at >= len(parts):
+                continue
             elif isinstance(step, OwnPages):
-                own.append(parse_own(parts[at]) if at < len(parts) else None)
+                own.append(parse_count("own", parts[at]))
                 at += 1
-        outcome = Outcome(tuple(scan_ends), tuple(own))
+            elif isinstance(step, AwaitMark):
+                marks.append(parse_mark(parts[at]))
+                at += 1
+            else:
+                huge.append(parse_count("huge", parts[at]))
+                at += 1
+        outcome = Outcome(tuple(scan_ends), tuple(own), tuple(marks), tuple(huge))
         try:
             if out.status != 0:
                 raise ValueError(f"exited {out.status}")
@@ -304,6 +327,15 @@ class L1Ksm:
                 f"{end.full_scans}, ksmd's CPU {end.ksmd_cpu_s} s of L1's {end.taken_s:.1f} s"
             ) from exc
         return outcome
+
+    def cancel_mark(self) -> None:
+        """End a schedule's wait for the guest's mark (it exits, and
+        ``run_schedule`` raises): the guest will not mark, its agent
+        failed.  Nothing waits: the write gives up after a few seconds."""
+        script = '[ -p "$1" ] && echo abort >"$1"'  # a FIFO only: never a file made
+        self.shell.run(
+            ["timeout", "-s", "KILL", "10", "sh", "-c", script, "cancel", self.mark_fifo], timeout=30, check=False
+        )
 
     def wait_until(
         self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = MIN_POLL_S
@@ -348,13 +380,24 @@ def parse_counters(text: str) -> KsmCounters:
     )
 
 
-def parse_own(text: str) -> int | None:
-    """An ``own`` step's line: the guest QEMU's ksm_rmap_items, or None
-    where L1's kernel has no ksm_stat."""
+def parse_count(word: str, text: str) -> int | None:
+    """An ``own`` or ``huge`` step's line: the guest QEMU's ksm_rmap_items
+    or AnonHugePages, None where L1's kernel has no such file."""
     name, _, value = text.strip().partition(" ")
-    if name != "own":
-        raise GuestError(f"not the guest's tracked pages: {text[:200]!r}")
+    if name != word:
+        raise GuestError(f"not a {word} line of the guest's QEMU: {text[:200]!r}")
     return int(value) if value.isdigit() else None
+
+
+def parse_mark(text: str) -> Mark:
+    """A ``mark`` step's line: L1's clock when its wait began and ended."""
+    words = text.split()
+    try:
+        if len(words) != 3 or words[0] != "mark":
+            raise ValueError(text)
+        return Mark(float(words[1]), float(words[2]))
+    except ValueError:
+        raise GuestError(f"not a mark seen in L1: {text[:200]!r}") from None
 
 
 def parse_process(pid: int, text: str) -> procfs.ProcessKsm:

@@ -15,7 +15,17 @@ from collections.abc import Callable, Sequence
 
 from memqual.host.core import descriptive
 from memqual.host.ksm.controller import KsmDriver
-from memqual.host.ksm.schedule import OwnPages, ScanEnds, SetKnob, Step, WholeSchedule, steps_of
+from memqual.host.ksm.schedule import (
+    AnonHuge,
+    AwaitMark,
+    Mark,
+    OwnPages,
+    ScanEnds,
+    SetKnob,
+    Step,
+    WholeSchedule,
+    steps_of,
+)
 from memqual.host.ksm.sysfs import KsmCounters
 
 
@@ -191,6 +201,10 @@ class AbRun:
     discarded: list[ScanWindow]
     kept_disturbed: int
     reference_pages: list[int]  # pages per scan after each (re)settle
+    # A whole schedule that waited for the guest's mark: when L1 saw it,
+    # and the guest QEMU's AnonHugePages (kB) then.
+    mark: Mark | None = None
+    anon_huge_kib_at_mark: int | None = None
 
 
 def alternate_smart_scan(
@@ -209,6 +223,7 @@ def alternate_smart_scan(
     smart_windows: int = 1,
     has_smart_scan: bool = True,
     start: dict[str, int] | None = None,
+    await_mark: bool = False,
 ) -> AbRun:
     """smart_scan 0 against 1, ABBA, `repeats` turns each, starting with
     smart_scan=`first`.  `own_pages`, when given, is read at the end of
@@ -246,7 +261,10 @@ def alternate_smart_scan(
     host/ksm/schedule.py) gets all of it as one: its knobs written at scan
     ends, no window measured again (its windows are decided in advance:
     a disturbed one is kept and counted), ``own_pages`` read by the
-    schedule itself."""
+    schedule itself.  With ``await_mark`` the schedule starts by waiting
+    for the guest's mark (its agent's dirtying under way), reads the
+    guest QEMU's AnonHugePages, then writes ``start``: ksmd starts at a
+    moment of the guest's work, not of memqual's commands."""
     if smart_windows < 1:
         raise ValueError(f"smart_windows must be at least 1, not {smart_windows}")
     if isinstance(ksm, WholeSchedule):
@@ -264,7 +282,10 @@ def alternate_smart_scan(
             smart_windows,
             has_smart_scan,
             start,
+            await_mark,
         )
+    if await_mark:
+        raise ValueError("only a KSM that runs a whole schedule waits for a guest's mark")
     if start:
         ksm.set(**start)
     run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[])
@@ -317,10 +338,12 @@ def _as_one_schedule(
     smart_windows: int,
     has_smart_scan: bool,
     start: dict[str, int] | None,
+    await_mark: bool,
 ) -> AbRun:
     """``alternate_smart_scan`` as one schedule: the same turns, windows and
     readings, each knob written at the scan end before its turn."""
-    parts: list[Step | list[Step]] = [SetKnob(name, value) for name, value in (start or {}).items()]
+    parts: list[Step | list[Step]] = [AwaitMark(), AnonHuge()] if await_mark else []
+    parts += [SetKnob(name, value) for name, value in (start or {}).items()]
     if has_smart_scan:
         parts.append(SetKnob("smart_scan", 1))
     else:
@@ -338,7 +361,14 @@ def _as_one_schedule(
     outcome = ksm.run_schedule(schedule, timeout_s)
     settle, *turns = outcome.scan_ends
     reference = covered_per_scan(settle)[-1]
-    run = AbRun(windows={0: [], 1: []}, discarded=[], kept_disturbed=0, reference_pages=[reference])
+    run = AbRun(
+        windows={0: [], 1: []},
+        discarded=[],
+        kept_disturbed=0,
+        reference_pages=[reference],
+        mark=outcome.marks[0] if outcome.marks else None,
+        anon_huge_kib_at_mark=outcome.anon_huge_kib[0] if outcome.anon_huge_kib else None,
+    )
     for (variant, ends), readings, own in zip(spans, turns, outcome.own_pages, strict=True):
         windows = [ScanWindow.between(readings[a], readings[b], variant, own) for a, b in itertools.pairwise(ends)]
         if any(abs(c - reference) > tolerance * reference for c in covered_per_scan(readings)):

@@ -56,7 +56,33 @@ class OwnPages:
     """The pages KSM tracks for the guest's QEMU (its ksm_rmap_items)."""
 
 
-Step = SetKnob | ScanEnds | OwnPages
+@dataclasses.dataclass(frozen=True)
+class AwaitMark:
+    """Wait until the guest marks a moment of its work (host/core/qemu.py
+    MARK_PORT): what follows starts there, on the guest's work's clock."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AnonHuge:
+    """The guest QEMU's AnonHugePages (kB): did THP back its RAM?"""
+
+
+Step = SetKnob | ScanEnds | OwnPages | AwaitMark | AnonHuge
+STEP_TYPES = (SetKnob, ScanEnds, OwnPages, AwaitMark, AnonHuge)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A mark as L1 saw it: its clock when the wait began and when the
+    mark came.  A mark that came at once was there before the wait, and
+    its moment was not L1's to fix."""
+
+    waited_from_s: float
+    seen_s: float
+
+    @property
+    def waited_s(self) -> float:
+        return self.seen_s - self.waited_from_s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,14 +110,20 @@ class Outcome:
 
     scan_ends: tuple[tuple[KsmCounters, ...], ...]
     own_pages: tuple[int | None, ...]
+    marks: tuple[Mark, ...] = ()
+    anon_huge_kib: tuple[int | None, ...] = ()
 
     def check(self, schedule: Schedule) -> None:
         """ValueError unless this is every reading ``schedule`` asks for."""
         wanted = [s.count for s in schedule.steps if isinstance(s, ScanEnds)]
         got = [len(r) for r in self.scan_ends]
-        owns = sum(1 for s in schedule.steps if isinstance(s, OwnPages))
-        if got != wanted or len(self.own_pages) != owns:
-            raise ValueError(f"a schedule's outcome has readings {got} and {len(self.own_pages)} counts, not {wanted}")
+
+        def count(kind: type) -> int:
+            return sum(1 for s in schedule.steps if isinstance(s, kind))
+
+        others = (len(self.own_pages), len(self.marks), len(self.anon_huge_kib))
+        if got != wanted or others != (count(OwnPages), count(AwaitMark), count(AnonHuge)):
+            raise ValueError(f"a schedule's outcome has readings {got} and counts {others}, not {wanted}")
 
 
 @runtime_checkable
@@ -100,12 +132,16 @@ class WholeSchedule(Protocol):
 
     def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome: ...
 
+    def cancel_mark(self) -> None:
+        """End a running schedule's wait for the guest's mark: the guest
+        will not mark (its agent failed)."""
+
 
 def steps_of(parts: Sequence[Step | Sequence[Step]]) -> Schedule:
     """A schedule from steps and lists of steps, flattened in order."""
     steps: list[Step] = []
     for part in parts:
-        if isinstance(part, SetKnob | ScanEnds | OwnPages):
+        if isinstance(part, STEP_TYPES):
             steps.append(part)
         else:
             steps.extend(part)

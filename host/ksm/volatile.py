@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from memqual.host.core import descriptive
 from memqual.host.core import settings as host_settings
-from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.errors import CapabilityMissing, GuestError
+from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT
 from memqual.host.core.record import Measurement
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
 from memqual.host.ksm.scancost import METRICS, AbRun, ScanWindow, alternate_smart_scan, replicate_ratios, replicates
 from memqual.host.ksm.scenarios import SCAN_TIMEOUT_S, Guest, KsmHost, ScenarioFailed, base_settings
+from memqual.host.ksm.schedule import WholeSchedule
 
 SCENARIO = "ksm.volatile_scan"
 CLAIM = {"4k": "ksm-volatile-4k", "thp": "ksm-volatile-thp"}
@@ -151,6 +154,10 @@ class VolatileGuest:
     anon_huge_kib: tuple[int, int]  # QEMU's AnonHugePages at the start and the end
     dirty_passes: int
     dirty_s: float
+    # On a host under test: how long L1 waited for the agent's mark from
+    # the schedule's start (L1 seconds); near 0, the mark came before
+    # the wait and ksmd's start was not fixed by it.
+    mark_waited_s: float | None = None
 
     @property
     def skip_share(self) -> float:
@@ -333,6 +340,40 @@ def retries_left(guests: Sequence[VolatileGuest]) -> int:
     return max(0, DISTURBED_RETRIES - sum(len(g.run.discarded) for g in guests))
 
 
+# The agent's fill of VOLATILE_MIB and its first dirty pass, here and in
+# a host under test's guest.
+DIRTY_START_S = 180.0
+
+
+def _check_backing(pages: str, huge_kib: int) -> None:
+    """CapabilityMissing when THP did not back the guest's RAM ("thp"),
+    ScenarioFailed when it did with enabled=never ("4k")."""
+    if pages == "thp":
+        if huge_kib < VOLATILE_MIB * 1024 // 2:
+            raise CapabilityMissing(f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)")
+    elif huge_kib > VOLATILE_MIB * 1024 // 20:
+        raise ScenarioFailed(f"THP backs guest RAM with enabled=never (AnonHugePages {huge_kib} kB of QEMU)")
+
+
+class _MarkWatch(threading.Thread):
+    """While L1 waits for the agent's mark: the agent's start of dirtying,
+    with a deadline; when it fails, L1's wait is ended (``cancel_mark``),
+    so a guest whose agent failed costs its deadline, not the schedule's."""
+
+    def __init__(self, agent: StressAgent, ksm: WholeSchedule) -> None:
+        super().__init__(name="ksm-mark-watch", daemon=True)
+        self.agent, self.ksm = agent, ksm
+        self.failure: Exception | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.agent.wait_event("dirty_start", DIRTY_START_S)
+        except Exception as exc:  # reported by the procedure
+            self.failure = exc
+            self.ksm.cancel_mark()
+
+
 def volatile_guest(
     ksm: KsmHost,
     vm: Guest,
@@ -353,14 +394,16 @@ def volatile_guest(
     enabled=never ("4k") or the agent failed."""
     path = vm.deploy(AGENT)
     args = StressArgs(mib=VOLATILE_MIB, phases=["fill", "dirty:600"], timeout_s=700)
-    with StressAgent(vm.ssh, path, args) as agent:
-        agent.wait_event("dirty_start", 180)
-        huge_kib = ksm.process(vm.pid).anon_huge_kib or 0
-        if pages == "thp":
-            if huge_kib < VOLATILE_MIB * 1024 // 2:
-                raise CapabilityMissing(f"host THP did not back guest RAM (AnonHugePages {huge_kib} kB of QEMU)")
-        elif huge_kib > VOLATILE_MIB * 1024 // 20:
-            raise ScenarioFailed(f"THP backs guest RAM with enabled=never (AnonHugePages {huge_kib} kB of QEMU)")
+    # A host under test runs the whole measurement as one command in L1,
+    # started by the agent's own mark (host/ksm/schedule.py); this
+    # machine's KSM is driven step by step.
+    whole = isinstance(ksm, WholeSchedule)
+    with StressAgent(vm.ssh, path, args, mark=(MARK_ADDRESS, MARK_PORT) if whole else None) as agent:
+        if not whole:
+            agent.wait_event("dirty_start", DIRTY_START_S)
+            huge_kib = ksm.process(vm.pid).anon_huge_kib or 0
+            _check_backing(pages, huge_kib)
+        watch = _MarkWatch(agent, ksm) if isinstance(ksm, WholeSchedule) else None
         try:
             run = alternate_smart_scan(
                 ksm,
@@ -378,11 +421,21 @@ def volatile_guest(
                 smart_windows=smart_windows,
                 has_smart_scan=ksm.fs.has("smart_scan"),
                 start={"run": 1},
+                await_mark=whole,
             )
+        except GuestError as exc:
+            if watch is not None and watch.failure is not None:
+                raise ScenarioFailed(f"the agent never started dirtying: {watch.failure}") from exc
+            raise
         finally:
+            if watch is not None:
+                watch.join(DIRTY_START_S)
             # ksmd idles while the next guest starts and fills, as it did
             # before the first one: every guest is settled from the same state.
             ksm.set(run=0)
+        if whole:
+            huge_kib = run.anon_huge_kib_at_mark or 0
+            _check_backing(pages, huge_kib)
         huge_kib_end = ksm.process(vm.pid).anon_huge_kib or 0
         agent.advance()
         dirty = agent.wait_event("dirty_done", 60)
@@ -391,6 +444,7 @@ def volatile_guest(
         raise ScenarioFailed(f"ksm_stress ended with status {status}")
     return VolatileGuest(
         run=run,
+        mark_waited_s=run.mark.waited_s if run.mark else None,
         first_smart_scan=first,
         started_warm=vm.started_warm,
         boot_to_ssh_s=vm.boot_to_ssh_s,

@@ -3,6 +3,10 @@ events, errors surfacing."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
 import threading
 import time
 
@@ -10,7 +14,7 @@ import pytest
 from fakes import FakeBackground, FakeShell
 
 from memqual.host.core.errors import GuestError, Timeout
-from memqual.host.ksm.agent import StressAgent, StressArgs, parse_record
+from memqual.host.ksm.agent import StressAgent, StressArgs, marked, parse_record
 
 
 def test_parse_record() -> None:
@@ -92,3 +96,32 @@ def test_icount_lifts_the_guest_side_caps_the_host_ends_itself() -> None:
     # holds end on the host's signal; a timed dirtying phase keeps its length
     assert counted[counted.index("--phases") + 1] == f"fill,hold:{ICOUNT_GUEST_BOUND_S:g},dirty:5,verify"
     assert float(counted[counted.index("--timeout") + 1]) == ICOUNT_GUEST_BOUND_S
+
+
+def test_a_marked_agent_marks_its_dirtying_and_keeps_its_progress(tmp_path, monkeypatch) -> None:
+    """The guest's side of a host under test's mark, run for real under
+    sh with busybox's nc, as the guest has them: the agent's records pass
+    through but its progress, and the mark reaches the channel."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nc").symlink_to(shutil.which("busybox") or "/bin/busybox")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    lines = [
+        "t=1 event=start pid=42",
+        "t=2 event=fill_done pages=3",
+        "t=3 event=dirty_start seconds=600.000 pages=3",
+        "t=4 event=dirty_progress passes=9 elapsed_s=1.0",
+        "t=5 event=dirty_done passes=12 partial_pages=0 duration_s=2.0 reason=signal",
+    ]
+    channel = socket.create_server(("127.0.0.1", 0))
+    channel.settimeout(20)
+    port = channel.getsockname()[1]
+    argv = marked(["printf", "%s\\n", *lines], "127.0.0.1", port)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    connection, _ = channel.accept()
+    connection.settimeout(20)
+    assert connection.recv(64) == b"dirty_start\n"
+    connection.close()
+    channel.close()
+    assert done.returncode == 0
+    assert done.stdout.splitlines() == [line for line in lines if "dirty_progress" not in line]

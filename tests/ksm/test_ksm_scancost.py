@@ -460,6 +460,9 @@ class ScheduledKsmd(SimulatedKsmd):
     def set(self, **knobs):
         raise AssertionError(f"a knob written outside the schedule: {knobs}")
 
+    def cancel_mark(self) -> None:
+        raise AssertionError("no mark awaited")
+
     def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome:
         self.schedules.append(schedule)
         scan_ends, own = [], []

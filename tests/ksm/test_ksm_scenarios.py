@@ -4,10 +4,13 @@ no sysfs), and the records they give."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from fakes import FakeBackground, FakeClock, FakeGuest, FakeKsmHost, FakeShell
 
-from memqual.host.core.errors import CapabilityMissing
+from memqual.host.core.errors import CapabilityMissing, Timeout
+from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT
 from memqual.host.core.ssh import CommandResult
 from memqual.host.ksm import guest_ksm as gk
 from memqual.host.ksm import merge as km
@@ -15,6 +18,7 @@ from memqual.host.ksm import scenarios as ks
 from memqual.host.ksm import sharing, volatile
 from memqual.host.ksm.procfs import ProcessKsm
 from memqual.host.ksm.scancost import AbRun
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Mark, Outcome, ScanEnds, Schedule, SetKnob
 from memqual.host.ksm.sysfs import KsmCounters
 from memqual.host.ksm.volatile import VolatileGuest
 
@@ -327,3 +331,63 @@ def test_guest_ksm_fails_when_the_guests_ksmd_does_not_scan():
     with pytest.raises(ks.ScenarioFailed, match="did not finish 3 full scans"):
         gk.run_guest_ksm(FakeGuest(1, ssh=GuestKsmShell(0, stalled=True)), "/a", clock=clock, sleep=clock.sleep)
     assert ks.SCAN_TIMEOUT_S <= clock.t <= ks.SCAN_TIMEOUT_S + gk.GUEST_KSM_POLL_S
+
+
+class ScheduledHost(FakeKsmHost):
+    """A host under test's KSM (host/ksm/schedule.py WholeSchedule) on the
+    fake's script: a schedule's steps run in order; a wait for the guest's
+    mark ends when ``marked`` says so, or is cancelled."""
+
+    def __init__(self, marked: bool = True, huge_kib: int = 0) -> None:
+        super().__init__()
+        self.marked, self.huge_kib = marked, huge_kib
+        self.cancelled = threading.Event()
+        self.schedules: list[Schedule] = []
+
+    def cancel_mark(self) -> None:
+        self.cancelled.set()
+
+    def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome:
+        self.schedules.append(schedule)
+        ends, own, marks, huge = [], [], [], []
+        for step in schedule.steps:
+            if isinstance(step, AwaitMark):
+                if not self.marked:
+                    self.cancelled.wait(5)
+                    raise Timeout("the host under test's KSM: a schedule ... (exited 6)")
+                marks.append(Mark(self.now, self.now + 1.5))
+            elif isinstance(step, AnonHuge):
+                huge.append(self.huge_kib)
+            elif isinstance(step, SetKnob):
+                self.set(**{step.name: step.value})
+            elif isinstance(step, ScanEnds):
+                ends.append(tuple(self.scan_end_readings(step.count, timeout_s)))
+            else:
+                own.append(600)
+        return Outcome(tuple(ends), tuple(own), tuple(marks), tuple(huge))
+
+
+def test_on_a_host_under_test_the_agents_mark_starts_one_schedule():
+    lines = ["t=1 event=start pid=42", "t=2 event=dirty_start", "t=3 event=dirty_done passes=200 duration_s=4.5"]
+    shell = FakeShell(FakeBackground([*lines, "t=4 event=done status=0"]))
+    host = ScheduledHost()
+    guest = volatile.volatile_guest(host, FakeGuest(1, ssh=shell), "4k", 0, 3, 1, 3)
+    assert len(host.schedules) == 1
+    steps = host.schedules[0].steps
+    assert steps[:3] == (AwaitMark(), AnonHuge(), SetKnob("run", 1)), "ksmd starts at the agent's mark"
+    # the agent marks its dirtying for L1 and keeps its progress lines in the guest
+    argv = shell.started[0]
+    assert argv[:2] == ["sh", "-c"] and argv[4:6] == [MARK_ADDRESS, str(MARK_PORT)]
+    assert "dirty_progress" in argv[2]
+    assert guest.mark_waited_s == 1.5 and guest.anon_huge_kib[0] == 0
+    assert host.knobs[-1] == {"run": 0}, "ksmd stopped after the schedule"
+    with pytest.raises(CapabilityMissing, match="did not back"):
+        volatile.volatile_guest(ScheduledHost(), FakeGuest(1, ssh=shell), "thp", 0, 3, 1, 3)
+
+
+def test_an_agent_that_never_dirties_ends_l1s_wait_for_its_mark():
+    shell = FakeShell(FakeBackground(["t=1 event=start pid=42", "t=2 event=error reason=alloc"]))
+    host = ScheduledHost(marked=False)
+    with pytest.raises(ks.ScenarioFailed, match="never started dirtying.*reason=alloc"):
+        volatile.volatile_guest(host, FakeGuest(1, ssh=shell), "4k", 0, 3, 1, 3)
+    assert host.cancelled.is_set()

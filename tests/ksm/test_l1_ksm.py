@@ -15,7 +15,7 @@ from local_shell import LocalShell
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.ksm import l1_ksm, procfs
 from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
-from memqual.host.ksm.schedule import OwnPages, ScanEnds, Schedule, SetKnob
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, OwnPages, ScanEnds, Schedule, SetKnob
 
 
 def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
@@ -225,7 +225,50 @@ def test_a_whole_schedule_is_one_command_switching_knobs_at_scan_ends(tmp_path, 
 
 
 def test_an_own_line_is_a_count_or_none():
-    assert l1_ksm.parse_own("own 4096\n") == 4096
-    assert l1_ksm.parse_own("own \n") is None
-    with pytest.raises(GuestError, match="tracked pages"):
-        l1_ksm.parse_own("sh: can't open\n")
+    assert l1_ksm.parse_count("own", "own 4096\n") == 4096
+    assert l1_ksm.parse_count("own", "own \n") is None
+    with pytest.raises(GuestError, match="not a own line"):
+        l1_ksm.parse_count("own", "sh: cannot open\n")
+
+
+def test_a_schedule_starts_at_the_guests_mark_and_a_cancel_ends_its_wait(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    fifo = tmp_path / "mark"
+    os.mkfifo(fifo, 0o600)
+    ksm_dir, thp_dir = fake_ksm(tmp_path)
+    shell = LocalShell()
+    ksm = L1Ksm(shell, 4242, os.getpid(), os.getpid(), 1.0, str(ksm_dir), str(thp_dir), mark_fifo=str(fifo))
+    events: list[str] = []
+
+    def guest_then_ksmd() -> None:
+        time.sleep(0.5)
+        events.append("marked")
+        with fifo.open("w") as mark:  # L1's cat, handed the guest's connection
+            mark.write("dirty_start\n")
+        time.sleep(0.2)
+        events.append("scan")
+        (tmp_path / "next").write_text("4\n")
+        os.replace(tmp_path / "next", ksm_dir / "full_scans")
+
+    worker = threading.Thread(target=guest_then_ksmd)
+    worker.start()
+    plan = Schedule((AwaitMark(), AnonHuge(), SetKnob("run", 1), ScanEnds(1)))
+    outcome = ksm.run_schedule(plan, timeout_s=20)
+    worker.join()
+    (mark,) = outcome.marks
+    assert mark.waited_s >= 0.3, "the schedule waited for the mark"
+    assert [r.full_scans for r in outcome.scan_ends[0]] == [4]
+    assert outcome.anon_huge_kib[0] is not None, "the QEMU's AnonHugePages (this process's, here)"
+
+    def cancel() -> None:
+        time.sleep(0.3)
+        ksm.cancel_mark()
+
+    worker = threading.Thread(target=cancel)
+    worker.start()
+    with pytest.raises(Timeout, match=r"exited 6"):
+        ksm.run_schedule(plan, timeout_s=20)
+    worker.join()
