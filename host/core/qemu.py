@@ -27,6 +27,10 @@ INNER_QMP_PORT = 4444
 MARK_ADDRESS = "10.0.2.100"
 MARK_PORT = 5555
 L1_MARK_FIFO = "/run/memqual-mark"
+# What L1's QEMU runs for each connection, its stdin the connection:
+# libslirp splits the command into words itself (no shell, so no
+# redirection), and tee appends what comes to the FIFO.
+MARK_COMMAND = ("tee", "-a", L1_MARK_FIFO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -336,7 +340,7 @@ def command_line(
             "-netdev",
             f"user,id=net0,restrict=on,hostfwd=tcp:{'' if inner else '127.0.0.1'}:{ssh_port}-:22"
             + "".join(f",hostfwd=tcp:127.0.0.1:{host}-:{guest}" for host, guest in forwards)
-            + (f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:cat >{L1_MARK_FIFO}" if inner else ""),
+            + (f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:{' '.join(MARK_COMMAND)}" if inner else ""),
             "-device",
             _virtio(machine, "net") + ",netdev=net0" + ("" if machine == "microvm" else ",romfile="),
         ]

@@ -75,8 +75,9 @@ L1_DEADLINE_SLACK_S = 30.0
 # A whole schedule (host/ksm/schedule.py) in L1, its steps as words:
 # "set NAME VALUE", "scans N" (as _SCAN_ENDS from the next scan end),
 # "own" (the guest QEMU's ksm_rmap_items), "mark" (block on the mark
-# FIFO, $MARK, until the guest marks a moment; L1's clock before and
-# after), "huge" (the guest QEMU's AnonHugePages).  A knob is written by the
+# FIFO, $MARK, until the guest marks a moment, at most $MARK_WAIT s of
+# L1's clock; L1's clock before and after), "huge" (the guest QEMU's
+# AnonHugePages).  A knob is written by the
 # shell's own echo, one write(), right after the reading before it, in
 # ksmd's sleep at a scan end.  The counters' names come in $COUNTERS.
 _SCHEDULE = (
@@ -89,7 +90,9 @@ _SCHEDULE = (
     + "; echo ==; target=$((n + 1)); count=$((count - 1)); done;; "
     'own) r=; while read -r key value; do [ "$key" = ksm_rmap_items ] && r=$value; done 2>/dev/null '
     '</proc/"$QEMU"/ksm_stat; echo "own $r"; echo ==; shift;; '
-    'mark) read -r from rest </proc/uptime; read -r word <"$MARK" || exit 5; [ "$word" = abort ] && exit 6; '
+    'mark) read -r from rest </proc/uptime; (sleep "$MARK_WAIT" && echo late >"$MARK") </dev/null >/dev/null 2>&1 & late=$!; '
+    'read -r word <"$MARK" || exit 5; kill "$late" 2>/dev/null; '
+    'case "$word" in abort) exit 6;; late) exit 7;; esac; '
     "read -r seen rest </proc/uptime; "
     'echo "mark $from $seen"; echo ==; shift;; '
     'huge) h=; while read -r key value unit; do [ "$key" = AnonHugePages: ] && h=$value; done '
@@ -105,6 +108,23 @@ _KEEP_UNTIL_END = (
     'timeout -s KILL "$deadline" sh -c "$script" schedule "$@" >"$tmp"; status=$?; '
     'cat "$tmp"; rm -f "$tmp"; exit $status'
 )
+
+# How long a schedule waits for the guest's mark, on L1's clock: the
+# agent's fill and the start of its dirtying come first.  A mark that
+# does not come is a channel that broke, and its schedule ends (exit 7)
+# instead of waiting out its scans' deadline.
+MARK_WAIT_S = 300.0
+# (The waiter holds no descriptor of the command's: SSH would wait for
+# it to let go of stderr before it ends the command.)
+# A schedule's exits that say why it stopped.
+_EXITS = {
+    3: "a knob's write failed",
+    4: "a step memqual does not know",
+    5: "the mark channel closed",
+    6: "its wait for the guest's mark was cancelled",
+    7: "the guest's mark did not come within the wait",
+    137: "killed at L1's deadline",
+}
 
 _WORDS: dict[type, str] = {OwnPages: "own", AwaitMark: "mark", AnonHuge: "huge"}
 
@@ -165,9 +185,11 @@ class L1Ksm:
         ksm_dir: str = KSM_DIR,
         thp_dir: str = THP_DIR,
         mark_fifo: str = L1_MARK_FIFO,
+        mark_wait_s: float = MARK_WAIT_S,
     ) -> None:
         self.shell = shell
         self.mark_fifo = mark_fifo
+        self.mark_wait_s = mark_wait_s
         self.guest_pid = guest_pid
         self.qemu_pid = qemu_pid
         self.ksmd_pid = ksmd_pid
@@ -282,6 +304,7 @@ class L1Ksm:
             f"QEMU={self.qemu_pid}",
             f"COUNTERS={' '.join(COUNTERS)}",
             f"MARK={self.mark_fifo}",
+            f"MARK_WAIT={int(self.mark_wait_s)}",
             "sh",
             "-c",
             _KEEP_UNTIL_END,
@@ -316,7 +339,7 @@ class L1Ksm:
         outcome = Outcome(tuple(scan_ends), tuple(own), tuple(marks), tuple(huge))
         try:
             if out.status != 0:
-                raise ValueError(f"exited {out.status}")
+                raise ValueError(f"exited {out.status}: {_EXITS.get(out.status, 'failed')}")
             outcome.check(schedule)
         except ValueError as exc:
             seen = sum(len(r) for r in scan_ends)

@@ -94,7 +94,7 @@ def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> No
     # the guest's one way out: its marks, into L1's FIFO, inside L1
     netdev = argv[argv.index("-netdev") + 1]
     assert "restrict=on" in netdev
-    assert netdev.endswith(f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:cat >{L1_MARK_FIFO}")
+    assert netdev.endswith(f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:tee -a {L1_MARK_FIFO}")
     append = argv[argv.index("-append") + 1]
     assert "tsc_early_khz=1000000" in append and "init_on_alloc=0" in append
 

@@ -272,3 +272,14 @@ def test_a_schedule_starts_at_the_guests_mark_and_a_cancel_ends_its_wait(tmp_pat
     with pytest.raises(Timeout, match=r"exited 6"):
         ksm.run_schedule(plan, timeout_s=20)
     worker.join()
+
+
+def test_a_mark_that_does_not_come_ends_the_schedule_at_its_wait(tmp_path):
+    fifo = tmp_path / "mark"
+    os.mkfifo(fifo, 0o600)
+    ksm_dir, thp_dir = fake_ksm(tmp_path)
+    ksm = L1Ksm(LocalShell(), 1, os.getpid(), os.getpid(), 1.0, str(ksm_dir), str(thp_dir), str(fifo), mark_wait_s=1)
+    started = time.monotonic()
+    with pytest.raises(Timeout, match=r"exited 7: the guest's mark did not come within the wait"):
+        ksm.run_schedule(Schedule((AwaitMark(), ScanEnds(1))), timeout_s=60)
+    assert time.monotonic() - started < 30, "the mark's wait, not the scans' deadline"
