@@ -5,10 +5,16 @@ own TSC, repeats for the same guest work across fresh boots of both."""
 
 from __future__ import annotations
 
+import threading
+
 from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock, nested
 from memqual.host.core.kernelspec import KernelSpec
-from memqual.host.core.qemu import MachineConfig
+from memqual.host.core.machine import Machine
+from memqual.host.core.polling import poll
+from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT, MachineConfig
+from memqual.host.ksm.l1_ksm import L1Ksm
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Outcome, Schedule
 
 # The guest's work: ksm_stress's fill (a memset of every page of a fresh
 # mapping), timed by the guest's CLOCK_MONOTONIC.  Under L1's KVM each
@@ -58,8 +64,8 @@ class HostUnderTestClock(GuestTest):
     def test_l1s_kvm_runs_the_guest_with_the_parameters_asked(self) -> None:
         """One boot of L1 with a parameter of its KVM: the guest runs under
         L1's KVM (its kernel says so), L1's kvm took the parameter
-        (read back from L1's /sys/module), and the records name the host
-        under test."""
+        (read back from L1's /sys/module), the records name the host
+        under test, and the guest's mark reaches a wait in L1."""
         host = nested.HostUnderTest(KernelSpec(self.image().release), ("kvm.mmio_caching=0",))
         # The wall clock: this checks what runs where, not a figure, and L1
         # boots in about 15 s there against 45 s on icount:0.
@@ -73,6 +79,34 @@ class HostUnderTestClock(GuestTest):
         env = self.environment()
         self.assertEqual(env.host_under_test, vm.host_label)
         self.assertEqual(env.clock, "wall")
+        self._mark_reaches_l1(vm)
+
+    def _mark_reaches_l1(self, vm: Machine) -> None:
+        """The guest's mark channel: a connection from the guest to the mark
+        address ends a schedule's wait in L1 (host/ksm/schedule.py), the
+        way a host under test's KSM measurement starts."""
+        ksm = L1Ksm.of(vm.host_ssh, vm.pid)
+        waiting: list[Outcome | BaseException] = []
+
+        def wait() -> None:
+            try:
+                waiting.append(ksm.run_schedule(Schedule((AwaitMark(), AnonHuge())), timeout_s=60))
+            except BaseException as exc:  # reported below
+                waiting.append(exc)
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        # The schedule waits first: a mark before its wait would not be its start.
+        poll(lambda: "keep-until-end" in vm.host_ssh.run(["ps"], timeout=60).stdout, 60, 0.2, what="L1's schedule")
+        vm.ssh.run(["sh", "-c", 'echo mark | nc "$1" "$2"', "mark", MARK_ADDRESS, str(MARK_PORT)], timeout=60)
+        waiter.join(120)
+        self.assertEqual(len(waiting), 1, "L1's schedule did not end after the guest's mark")
+        outcome = waiting[0]
+        if isinstance(outcome, BaseException):
+            raise self.failureException(f"L1's wait for the guest's mark: {outcome}")
+        self.assertEqual(len(outcome.marks), 1)
+        self.assertGreater(outcome.marks[0].waited_s, 0, "the mark came before L1's wait")
+        self.assertIsNotNone(outcome.anon_huge_kib[0], "the guest QEMU's AnonHugePages, read in L1")
 
     def test_l1_clock_repeats_for_the_same_guest_work(self) -> None:
         """Two cold boots of L1 and its guest time the same fill; the two

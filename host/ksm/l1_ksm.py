@@ -90,7 +90,8 @@ _SCHEDULE = (
     + "; echo ==; target=$((n + 1)); count=$((count - 1)); done;; "
     'own) r=; while read -r key value; do [ "$key" = ksm_rmap_items ] && r=$value; done 2>/dev/null '
     '</proc/"$QEMU"/ksm_stat; echo "own $r"; echo ==; shift;; '
-    'mark) read -r from rest </proc/uptime; (sleep "$MARK_WAIT" && echo late >"$MARK") </dev/null >/dev/null 2>&1 & late=$!; '
+    "mark) read -r from rest </proc/uptime; "
+    '(sleep "$MARK_WAIT" && echo late >"$MARK") </dev/null >/dev/null 2>&1 & late=$!; '
     'read -r word <"$MARK" || exit 5; kill "$late" 2>/dev/null; '
     'case "$word" in abort) exit 6;; late) exit 7;; esac; '
     "read -r seen rest </proc/uptime; "

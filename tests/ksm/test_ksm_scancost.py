@@ -515,7 +515,7 @@ def test_a_whole_schedule_keeps_and_counts_a_disturbed_window() -> None:
 
 
 def test_a_schedule_reads_something_and_names_knobs_only() -> None:
-    with pytest.raises(ValueError, match="one scan end"):
+    with pytest.raises(ValueError, match="reads something"):
         Schedule((SetKnob("run", 1),))
     with pytest.raises(ValueError, match="not a sysfs attribute"):
         SetKnob("../run", 1)
