@@ -1,20 +1,12 @@
-"""A KSM measurement as data: knob writes and readings, each at a full
-scan's end, and the guest's tracked pages, in the order they happen.
+"""A KSM measurement as data: knob writes and readings at full scans'
+ends, the guest's mark and its QEMU's figures, in the order they happen.
 
-On a host under test (L1 under icount) every command memqual sends lands
-in L1 at a moment this machine's pace sets: a knob written mid-scan
-switches smart scan part way through a scan, a different part on every
-boot, and each command's own fork and SSH traffic take L1's CPU from
-ksmd and the guest then.  A ``Schedule`` is run by one command instead
-(``WholeSchedule``, host/ksm/l1_ksm.py): L1 writes each knob in ksmd's
-sleep right after a scan ends, reads at scan ends, keeps its output
-until the end, and prints it then, so from the schedule's start the
-measurement is L1's alone.  docs/host-under-test.md, "One command a
-measurement", has the figures.
-
+On a host under test every command memqual sends lands in L1 at a moment
+this machine's pace sets, so L1 runs a whole ``Schedule`` as one command
+(``WholeSchedule``, host/ksm/l1_ksm.py), started by the guest's mark.
 This machine's KsmController keeps driving step by step: it decides
-between steps (a disturbed window is measured again), which a schedule
-fixed in advance cannot.
+between steps (a disturbed window is measured again).  Why and the
+figures: docs/host-under-test.md, "One command a measurement".
 """
 
 from __future__ import annotations
