@@ -236,7 +236,13 @@ class KsmTest(HostKsmTest):
         runs = [g.run for g in guests]
         agent_pages = volatile.VOLATILE_MIB * 256
         sizes = self.volatile_sizes()
-        settings = volatile.volatile_settings(sizes.windows, sizes.guests, sizes.reference_scans, sizes.smart_windows)
+        settings = volatile.volatile_settings(
+            sizes.windows,
+            sizes.guests,
+            sizes.reference_scans,
+            sizes.smart_windows,
+            from_mark=self.host_under_test() is not None,
+        )
         limit = volatile.skip_limit(release)
         records = volatile.volatile_records(pages, guests, settings, limit=limit, duration_s=duration_s)
         for record in records:

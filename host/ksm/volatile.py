@@ -315,12 +315,19 @@ def prepare_volatile(ksm: KsmHost, pages: str) -> None:
     ksm.set(**knobs)
 
 
-def volatile_settings(windows: int, guests: int, reference_scans: int, smart_windows: int = 1) -> dict[str, object]:
+def volatile_settings(
+    windows: int, guests: int, reference_scans: int, smart_windows: int = 1, from_mark: bool = False
+) -> dict[str, object]:
     """The volatile records' settings, the profile's sizes among them.
     ``smart_windows`` is among them only above 1: a record's key holds its
     settings, and runs measured with one window a turn keep the key (and
-    the history series) they had before the setting existed."""
+    the history series) they had before the setting existed.
+    ``from_mark``: the measurement ran as one schedule in a host under
+    test, started by the agent's mark, whose figures are not those of one
+    paced from this machine (its key says so, and the two never pair)."""
     more: dict[str, object] = {"smart_windows": smart_windows} if smart_windows > 1 else {}
+    if from_mark:
+        more["started"] = "at the guest's mark, one schedule in L1"
     return base_settings(
         agent_mib=VOLATILE_MIB,
         **VOLATILE_KNOBS,

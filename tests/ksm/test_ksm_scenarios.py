@@ -381,6 +381,9 @@ def test_on_a_host_under_test_the_agents_mark_starts_one_schedule():
     assert "dirty_progress" in argv[2]
     assert guest.mark_waited_s == 1.5 and guest.anon_huge_kib[0] == 0
     assert host.knobs[-1] == {"run": 0}, "ksmd stopped after the schedule"
+    # its records never pair with those of a measurement paced from here
+    paced, marked = volatile.volatile_settings(1, 1, 3), volatile.volatile_settings(1, 1, 3, from_mark=True)
+    assert paced != marked and "started" in marked
     with pytest.raises(CapabilityMissing, match="did not back"):
         volatile.volatile_guest(ScheduledHost(), FakeGuest(1, ssh=shell), "thp", 0, 3, 1, 3)
 
