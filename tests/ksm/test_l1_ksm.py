@@ -40,6 +40,15 @@ def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
     return ksm, thp
 
 
+@pytest.fixture
+def l1_usleep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """busybox's usleep on PATH, as L1 has it, for the scripts that poll."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+
+
 def driver(tmp_path: Path, shell: LocalShell, **values: str) -> L1Ksm:
     ksm, thp = fake_ksm(tmp_path, **values)
     return L1Ksm(shell, 4242, os.getpid(), os.getpid(), 1.0, ksm_dir=str(ksm), thp_dir=str(thp))
@@ -93,12 +102,7 @@ def test_the_guests_qemu_answers_for_the_guests_pid_only(tmp_path):
     assert figures.anon_huge_kib is not None
 
 
-def test_a_wait_for_scans_waits_in_l1_and_times_out_with_l1s_figures(tmp_path, monkeypatch):
-    # busybox's usleep, as L1 has it
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+def test_a_wait_for_scans_waits_in_l1_and_times_out_with_l1s_figures(tmp_path, l1_usleep):
     shell = LocalShell()
     ksm = driver(tmp_path, shell)
     scans = tmp_path / "ksm" / "full_scans"
@@ -171,11 +175,7 @@ def test_a_mappings_merged_pages_are_counted_apart_from_the_processs():
     assert procfs.parse_mapped_ksm_kib(SMAPS.replace("KSM:", "Rss:"), "/run/memqual/huge/") is None
 
 
-def test_a_whole_schedule_is_one_command_switching_knobs_at_scan_ends(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+def test_a_whole_schedule_is_one_command_switching_knobs_at_scan_ends(tmp_path, l1_usleep):
     shell = LocalShell()
     ksm = driver(tmp_path, shell, smart_scan="0")
     root = tmp_path / "ksm"
@@ -231,11 +231,7 @@ def test_an_own_line_is_a_count_or_none():
         l1_ksm.parse_count("own", "sh: cannot open\n")
 
 
-def test_a_schedule_starts_at_the_guests_mark_and_a_cancel_ends_its_wait(tmp_path, monkeypatch):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "usleep").symlink_to(shutil.which("busybox") or "/bin/busybox")
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+def test_a_schedule_starts_at_the_guests_mark_and_a_cancel_ends_its_wait(tmp_path, l1_usleep):
     fifo = tmp_path / "mark"
     os.mkfifo(fifo, 0o600)
     ksm_dir, thp_dir = fake_ksm(tmp_path)
