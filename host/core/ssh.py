@@ -234,6 +234,13 @@ def _finite(seconds: float) -> float:
     return seconds
 
 
+# How long a command waits for the guest's server to open its session:
+# a command's own timeout (at least OPEN_TIMEOUT_MIN_S), a background
+# command's OPEN_TIMEOUT_S.
+OPEN_TIMEOUT_S = 60.0
+OPEN_TIMEOUT_MIN_S = 5.0
+
+
 class _NotStarted(GuestError):
     """No channel could be opened: the command certainly did not run."""
 
@@ -321,7 +328,7 @@ class SSH:
             self._client.close()
             self._client = None
 
-    def _open(self, argv: list[str], command: str) -> paramiko.Channel:
+    def _open(self, argv: list[str], command: str, timeout: float) -> paramiko.Channel:
         if self._client is None:
             raise GuestError("SSH is not connected (the guest is not running?)")
         transport = self._client.get_transport()
@@ -332,8 +339,17 @@ class SSH:
             "was the guest's SSH server killed?",
         )
         try:
-            channel = transport.open_session()
-        except (paramiko.SSHException, EOFError, OSError) as exc:
+            # paramiko waits an hour for a session by default: a frozen
+            # guest's server never answers, and that wait is this command's.
+            channel = transport.open_session(timeout=max(OPEN_TIMEOUT_MIN_S, timeout))
+        except paramiko.SSHException as exc:
+            if "Timeout" in str(exc):
+                raise _NotStarted(
+                    f"the guest's SSH server opened no session for {shlex.join(argv)!r} within "
+                    f"{max(OPEN_TIMEOUT_MIN_S, timeout):.0f} s (is the guest frozen? see the console log)"
+                ) from exc
+            raise _NotStarted(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
+        except (EOFError, OSError) as exc:
             # The connection died under us: the guest's SSH server was
             # killed (an OOM kill at the balloon floor) or the guest is gone.
             raise _NotStarted(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
@@ -345,12 +361,14 @@ class SSH:
             raise GuestError(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
         return channel
 
-    def _channel(self, argv: list[str], command: str | None = None, reconnect: bool = True) -> paramiko.Channel:
+    def _channel(
+        self, argv: list[str], command: str | None = None, reconnect: bool = True, timeout: float = OPEN_TIMEOUT_S
+    ) -> paramiko.Channel:
         # The guest runs the command through /bin/sh: every word is quoted,
         # so nothing a test passes is ever interpreted by the shell.
         command = command if command is not None else shlex.join(argv)
         try:
-            return self._open(argv, command)
+            return self._open(argv, command, timeout)
         except _NotStarted as exc:
             if not reconnect or self._client is None:
                 raise
@@ -365,7 +383,7 @@ class SSH:
             self.connect(timeout=min(self._connect_timeout, RECONNECT_TIMEOUT_S))
         except GuestError as exc:
             raise GuestError(f"{first}; a fresh connection failed too ({exc})") from first
-        return self._open(argv, command)
+        return self._open(argv, command, timeout)
 
     def _background_connection(self) -> SSH:
         """A fresh connection to the same guest, for one background command."""
@@ -423,7 +441,7 @@ class SSH:
     ) -> CommandResult:
         started = time.monotonic()
         deadline = started + _finite(timeout)
-        channel = self._channel(argv, reconnect=reconnect)
+        channel = self._channel(argv, reconnect=reconnect, timeout=timeout)
         try:
             if input is not None:
                 # sendall blocks while the guest does not read: bounded by

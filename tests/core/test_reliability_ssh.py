@@ -62,7 +62,7 @@ def test_input_the_guest_does_not_read_is_a_timeout(tmp_path: Path) -> None:
         def is_active(self) -> bool:
             return True
 
-        def open_session(self) -> SilentChannel:
+        def open_session(self, timeout: float | None = None) -> SilentChannel:
             return channel
 
     class Client:

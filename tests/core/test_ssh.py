@@ -231,7 +231,7 @@ class DyingTransport(FakeTransport):
     """Active until a session is asked for; then the server hangs up (what
     paramiko raises when the guest's dropbear was killed under it)."""
 
-    def open_session(self) -> LocalChannel:
+    def open_session(self, timeout: float | None = None) -> LocalChannel:
         raise EOFError()
 
 
@@ -247,6 +247,32 @@ def test_a_connection_that_breaks_under_a_command_is_a_guest_error(
     # run() opens a fresh connection once; when that fails too, both are said.
     with pytest.raises(GuestError, match="broke starting 'cat /proc/meminfo'.*EOFError.*fresh connection failed too"):
         client.run(["cat", "/proc/meminfo"])
+
+
+class FrozenTransport(FakeTransport):
+    """Active, but the server never answers a session request (a frozen
+    guest): paramiko raises its timeout once ``timeout`` has passed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[float | None] = []
+
+    def open_session(self, timeout: float | None = None) -> LocalChannel:
+        self.asked.append(timeout)
+        raise paramiko.SSHException("Timeout opening channel.")
+
+
+def test_a_frozen_guest_costs_a_command_its_own_timeout_not_an_hour(key_file: Path, monkeypatch) -> None:
+    client = SSH(port=1, key_path=key_file)
+    frozen = FrozenTransport()
+    client._client = FakeClient(frozen)
+    monkeypatch.setattr(client, "_background_connection", lambda: client)
+    with pytest.raises(GuestError, match=r"opened no session for 'kill 1' within 10 s \(is the guest frozen"):
+        client.run(["kill", "1"], timeout=10, reconnect=False)
+    assert frozen.asked == [10]
+    with pytest.raises(GuestError, match="within 60 s"):
+        client.start(["cat"])
+    assert frozen.asked[-1] == 60
 
 
 def test_a_background_connection_waits_its_own_deadline_not_what_the_boot_had_left(monkeypatch, key_file):

@@ -83,7 +83,7 @@ class FakeTransport:
     def is_active(self) -> bool:
         return self.active
 
-    def open_session(self) -> LocalChannel:
+    def open_session(self, timeout: float | None = None) -> LocalChannel:
         self.channels.append(LocalChannel())
         return self.channels[-1]
 
