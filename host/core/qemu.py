@@ -19,9 +19,9 @@ MACHINE_TYPES = ("microvm", "pc", "q35")
 # reached through L1's forward of a free loopback port.
 INNER_QMP_PORT = 4444
 # A host under test's guest marks a moment of its work for L1 by
-# connecting here (guest/rc.sh's `mark`): L1's QEMU hands the connection
-# to a cat that writes into L1's FIFO, where a measurement waiting in L1
-# reads it (host/ksm/l1_ksm.py).  The channel is all inside L1, so the
+# connecting here (host/ksm/agent.py `marked`): L1's QEMU hands the
+# connection to MARK_COMMAND, which writes into L1's FIFO, where a
+# measurement waiting in L1 reads it (host/ksm/l1_ksm.py).  The channel is all inside L1, so the
 # moment L1 sees is the guest's, not one this machine's pace sets.
 # guestfwd works under restrict=on: the guest reaches only this.
 MARK_ADDRESS = "10.0.2.100"

@@ -77,9 +77,11 @@ L1_DEADLINE_SLACK_S = 30.0
 # "own" (the guest QEMU's ksm_rmap_items), "mark" (block on the mark
 # FIFO, $MARK, until the guest marks a moment, at most $MARK_WAIT s of
 # L1's clock; L1's clock before and after), "huge" (the guest QEMU's
-# AnonHugePages).  A knob is written by the
-# shell's own echo, one write(), right after the reading before it, in
-# ksmd's sleep at a scan end.  The counters' names come in $COUNTERS.
+# AnonHugePages).  A knob is written by the shell's own echo, one
+# write(), right after the reading before it, in ksmd's sleep at a scan
+# end.  The counters' names come in $COUNTERS.  The mark's waiter holds
+# none of the command's descriptors: SSH would wait for it to let go of
+# stderr before it ended the command.
 _SCHEDULE = (
     'cd "$1" && shift && while [ $# -gt 0 ]; do case "$1" in '
     'set) echo "$3" >"$2" || exit 3; shift 3;; '
@@ -115,8 +117,6 @@ _KEEP_UNTIL_END = (
 # does not come is a channel that broke, and its schedule ends (exit 7)
 # instead of waiting out its scans' deadline.
 MARK_WAIT_S = 300.0
-# (The waiter holds no descriptor of the command's: SSH would wait for
-# it to let go of stderr before it ends the command.)
 # A schedule's exits that say why it stopped.
 _EXITS = {
     3: "a knob's write failed",
