@@ -12,6 +12,7 @@ docs/architecture.md, "e2e/base.py", says why each is so."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import avocado
+from avocado.core import exceptions
 
 from memqual.host.core import clock, nested, profiles, settings
 from memqual.host.core.environment import Environment
@@ -307,6 +309,12 @@ def beside_others(reference: str) -> bool:
     return clock_plan.runs_beside_others(reference, the_clock)
 
 
+# How long a guest has, after a failure, to answer a command that does
+# nothing before it is taken for stopped (its SSH's slowdown stretches
+# nothing here: a guest that answers does so in well under a second).
+ALIVE_PROBE_S = 20.0
+
+
 class GuestTest(avocado.Test):
     """Base class; it has no tests of its own."""
 
@@ -344,6 +352,12 @@ class GuestTest(avocado.Test):
     def host_under_test(self) -> HostUnderTest | None:
         """The run's host under test (``--host-kernel``), or None: this machine."""
         return nested.from_environment()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        method = getattr(self, self._testMethodName, None)
+        if callable(method):
+            setattr(self, self._testMethodName, self._watched(method))
 
     def setUp(self) -> None:
         self._machines: list[Machine] = []
@@ -452,6 +466,39 @@ class GuestTest(avocado.Test):
             wire = getattr(self, "_wire", None)
             if wire is not None:
                 wire.stop()  # after the guests: their shutdown's QMP goes there too
+
+    def _watched(self, method: Callable[..., Any]) -> Callable[..., Any]:
+        """``method`` (the test), run so that a failure first asks its
+        guests whether they still answer.  Here, not in tearDown: a guest's
+        QEMU dies with the thread that started it (PR_SET_PDEATHSIG), and
+        Avocado ends the test's thread before tearDown."""
+
+        @functools.wraps(method)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except (exceptions.TestCancel, exceptions.TestSkipError):
+                raise
+            except Exception as failure:
+                for machine in getattr(self, "_machines", []):
+                    self._did_it_stop(machine, failure)
+                raise
+
+        return watched
+
+    def _did_it_stop(self, machine: Machine, failure: Exception) -> None:
+        """After ``failure``, ask a guest that still runs for a command: one
+        that does not answer stopped, and what its vCPUs were doing goes
+        with the failure, into this test's log and its stuck-N.txt
+        (Machine.stuck_evidence)."""
+        if not machine.is_running() or not machine.ssh_ready:
+            return
+        try:
+            machine.ssh.run(["true"], timeout=ALIVE_PROBE_S)
+        except GuestError as exc:
+            seen = "; ".join(getattr(exc, "__notes__", None) or [machine.stuck_evidence()])
+            failure.add_note(f"after it the guest did not answer ({exc}): {seen}")
+            self.log.info("the guest did not answer after the failure (%s): %s", exc, seen)
 
     # -- capabilities -----------------------------------------------------
     def require(self, condition: bool, reason: str) -> None:

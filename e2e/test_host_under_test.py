@@ -6,6 +6,7 @@ own TSC, repeats for the same guest work across fresh boots of both."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 from memqual.e2e.base import GuestTest, fill_runs
 from memqual.host.core import clock, nested
@@ -80,6 +81,24 @@ class HostUnderTestClock(GuestTest):
         self.assertEqual(env.host_under_test, vm.host_label)
         self.assertEqual(env.clock, "wall")
         self._mark_reaches_l1(vm)
+        self._guest_read_from_outside(vm)
+
+    def _guest_read_from_outside(self, vm: Machine) -> None:
+        """What memqual reads of a guest that stopped answering, read of
+        this one (idle, so halted or about to): its vCPU's place and stack
+        named from its own kernel's kallsyms, which the IDT confirms, and
+        its vCPU thread in L1."""
+        line = vm.stuck_evidence()
+        self.log.info("the guest read from outside: %s", line)
+        evidence = Path(line.rsplit("(evidence: ", 1)[1].rstrip(")")).read_text()
+        self.assertIn("the kallsyms of", evidence, "the guest kernel's symbols did not match its IDT")
+        self.assertRegex(line, r"^vCPU 0 (halted|running) at [a-z_][a-z0-9_.]*\+0x", "vCPU 0's place is not named")
+        self.assertRegex(evidence, r"rsp\+0x[0-9a-f]+: [a-z_]", "no return address on its stack was named")
+        self.assertRegex(
+            evidence,
+            r"thread \d+ of qemu-system-x86 \d+: state [A-Z]",
+            "L1's threads of the guest's QEMU were not read",
+        )
 
     def _mark_reaches_l1(self, vm: Machine) -> None:
         """The guest's mark channel: a connection from the guest to the mark

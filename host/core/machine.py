@@ -26,10 +26,10 @@ from typing import Any, TypeVar
 from qemu.qmp import QMPError
 from qemu.qmp.legacy import QEMUMonitorProtocol
 
-from memqual.host.core import clock, nested, probe, snapshot
+from memqual.host.core import clock, nested, probe, snapshot, stuck
 from memqual.host.core.boot_deadline import BootDeadline
 from memqual.host.core.console import READY_MARKER, ConsoleMarker
-from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, Timeout
+from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, LaunchError, MemqualError, Timeout
 from memqual.host.core.paths import open_nofollow, release_tempdir, short_tempdir
 from memqual.host.core.polling import poll
 from memqual.host.core.process import die_with_parent
@@ -42,7 +42,7 @@ from memqual.host.core.qemu import (
 )
 from memqual.host.core.qemu_binary import host_firmware_dirs, runtime_env
 from memqual.host.core.ssh import SSH, HostKeyMismatch, banner_ready
-from memqual.images import agents
+from memqual.images import agents, symbols
 from memqual.images import build as images_build
 from memqual.images import host_image as l1_image
 
@@ -135,6 +135,7 @@ class Machine:
         self._ssh: SSH | None = None
         self.console_log = Path("/dev/null")
         self.ssh_port = 0
+        self._stuck_count = 0
 
     # -- properties -------------------------------------------------------
     @property
@@ -430,6 +431,7 @@ class Machine:
             # its instruction clock: a timed guest loop spread
             # 0.06 % across boots with them, 0.011 % without.
             ssh.set_keepalive(0)
+        ssh.on_stuck = self.stuck_evidence
         self._ssh = ssh
         self.boot_to_ssh_s = time.monotonic() - started
         log.info("SSH ready after %.2f s (%s)", self.boot_to_ssh_s, self.accel)
@@ -663,6 +665,32 @@ class Machine:
         self._qmp = self._host_qmp = None
 
     # -- diagnostics ------------------------------------------------------
+    def stuck_evidence(self) -> str:
+        """What the guest's vCPUs are doing, read from outside it
+        (host/core/stuck.py): the whole evidence in ``stuck-N.txt`` of the
+        log directory, one line returned for the error that asked.  Never
+        raises: a guest that stopped must not hide the error it caused."""
+        kernel = Path(self._image.kernel) if self._image is not None else None
+        threads = None
+        if self.host is not None and self.host_image is not None:
+
+            def threads() -> str:
+                return self.host_ssh.run(["sh", "-c", stuck.L1_QEMU_THREADS], timeout=30, check=False).stdout
+
+        evidence = stuck.collect(self.hmp, (lambda: symbols.of_kernel(kernel)) if kernel else None, threads)
+        line = evidence.summary()
+        if self._log_dir is not None:
+            self._stuck_count += 1
+            path = self._log_dir / f"stuck-{self._stuck_count}.txt"
+            try:
+                with os.fdopen(open_nofollow(path), "w") as out:
+                    out.write(evidence.text())
+                line += f" (evidence: {path})"
+            except (MemqualError, OSError) as exc:
+                line += f" (evidence not written: {exc})"
+        log.info("the guest stopped answering: %s", line)
+        return line
+
     def qemu_exited(self) -> bool:
         """Was QEMU started, and has it ended?"""
         return self._proc is not None and self._proc.poll() is not None

@@ -19,7 +19,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import paramiko
@@ -161,7 +161,10 @@ class BackgroundCommand:
                 emitted += 1
                 yield self._stdout[emitted - 1]
             if time.monotonic() > deadline:
-                raise Timeout(f"guest command {shlex.join(self.argv)} still running after {timeout:.0f} s")
+                late = Timeout(f"guest command {shlex.join(self.argv)} still running after {timeout:.0f} s")
+                if self._ssh is not None:
+                    self._ssh.note_if_stuck(late)
+                raise late
             if not self._pump(0.2) and emitted >= len(self._stdout):
                 if self._connection is not None:
                     # The command is over: keep its exit status, drop its connection.
@@ -187,6 +190,10 @@ class BackgroundCommand:
         # than the command's own deadline cover a busy guest.
         try:
             status = _wait_exit_status(self._channel, max(deadline, time.monotonic()) + 5.0, self.argv)
+        except Timeout as exc:
+            if self._ssh is not None:
+                self._ssh.note_if_stuck(exc)
+            raise
         finally:
             self._release()
         self._drain_stderr()  # stderr may trail stdout's end
@@ -245,6 +252,16 @@ class _NotStarted(GuestError):
     """No channel could be opened: the command certainly did not run."""
 
 
+class _NoSession(_NotStarted):
+    """The guest's server opened no session in time: a sign of a guest
+    that stopped, like a command's deadline."""
+
+
+# How many times one connection reads a stuck guest's state for its
+# errors: the first deadlines say it; the rest would say it again.
+STUCK_NOTES_MAX = 2
+
+
 class HostKeyMismatch(GuestError):
     """Whatever answered on the guest's port showed another host key."""
 
@@ -262,6 +279,11 @@ class SSH:
         self._host_key = host_key
         self._client: paramiko.SSHClient | None = None
         self._connect_timeout = 10.0
+        # What a guest that ran out of a deadline was doing (a line, with
+        # its evidence kept elsewhere): its machine sets it
+        # (Machine.stuck_evidence), and each such error carries it as a note.
+        self.on_stuck: Callable[[], str] | None = None
+        self._stuck_noted = 0
 
     def _pinned_key(self) -> paramiko.PKey:
         if self._host_key is None:
@@ -344,7 +366,7 @@ class SSH:
             channel = transport.open_session(timeout=max(OPEN_TIMEOUT_MIN_S, timeout))
         except paramiko.SSHException as exc:
             if "Timeout" in str(exc):
-                raise _NotStarted(
+                raise _NoSession(
                     f"the guest's SSH server opened no session for {shlex.join(argv)!r} within "
                     f"{max(OPEN_TIMEOUT_MIN_S, timeout):.0f} s (is the guest frozen? see the console log)"
                 ) from exc
@@ -360,6 +382,18 @@ class SSH:
             channel.close()
             raise GuestError(f"{broke[0]} ({type(exc).__name__}: {exc or 'connection closed'}); {broke[1]}") from exc
         return channel
+
+    def note_if_stuck(self, exc: BaseException) -> None:
+        """Add to ``exc``, a deadline that ran out in the guest (a
+        ``Timeout``, or a session never opened), what the guest was doing,
+        as ``on_stuck`` reads it from outside; at most STUCK_NOTES_MAX times."""
+        chain = [exc, exc.__cause__, exc.__context__]
+        if self.on_stuck is None or not any(isinstance(e, (Timeout, _NoSession)) for e in chain):
+            return
+        if self._stuck_noted >= STUCK_NOTES_MAX:
+            return
+        self._stuck_noted += 1
+        exc.add_note(f"the guest's state: {self.on_stuck()}")
 
     def _channel(
         self, argv: list[str], command: str | None = None, reconnect: bool = True, timeout: float = OPEN_TIMEOUT_S
@@ -441,7 +475,11 @@ class SSH:
     ) -> CommandResult:
         started = time.monotonic()
         deadline = started + _finite(timeout)
-        channel = self._channel(argv, reconnect=reconnect, timeout=timeout)
+        try:
+            channel = self._channel(argv, reconnect=reconnect, timeout=timeout)
+        except GuestError as exc:
+            self.note_if_stuck(exc)
+            raise
         try:
             if input is not None:
                 # sendall blocks while the guest does not read: bounded by
@@ -450,11 +488,11 @@ class SSH:
                 try:
                     channel.sendall(input)
                 except TimeoutError as exc:
-                    raise Timeout(
-                        f"guest command {shlex.join(argv)} did not take its input within {timeout:.0f} s"
-                    ) from exc
+                    late = Timeout(f"guest command {shlex.join(argv)} did not take its input within {timeout:.0f} s")
+                    self.note_if_stuck(late)
+                    raise late from exc
                 channel.shutdown_write()
-            result = BackgroundCommand(channel, argv).wait(max(0.0, deadline - time.monotonic()))
+            result = BackgroundCommand(channel, argv, ssh=self).wait(max(0.0, deadline - time.monotonic()))
         finally:
             channel.close()
         result.duration_s = time.monotonic() - started

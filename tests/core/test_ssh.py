@@ -345,3 +345,33 @@ def test_a_guest_command_keeps_the_tail_of_its_stderr(ssh: SSH) -> None:
     assert result.stdout.endswith("39\n40\n")
     assert len(result.stderr) < ssh_module.GUEST_STDERR_KEPT + 100 and result.stderr.endswith("xlast\n")
     assert result.stderr.startswith(f"[{2_000_005 - ssh_module.GUEST_STDERR_KEPT} bytes left out]\n")
+
+
+def test_a_frozen_guest_s_error_carries_what_its_machine_read_of_it(key_file: Path, monkeypatch) -> None:
+    """A deadline that ran out in the guest asks its machine what the guest
+    was doing (Machine.stuck_evidence) and carries the answer as a note, at
+    most STUCK_NOTES_MAX times a connection; an error that is no deadline
+    asks nothing."""
+    from memqual.host.core import ssh as ssh_module
+
+    client = SSH(port=1, key_path=key_file)
+    client._client = FakeClient(FrozenTransport())
+    asked: list[int] = []
+
+    def evidence() -> str:
+        asked.append(1)
+        return "vCPU 0 halted at native_safe_halt+0xb"
+
+    client.on_stuck = evidence
+    for _ in range(ssh_module.STUCK_NOTES_MAX + 1):
+        with pytest.raises(GuestError) as raised:
+            client.run(["true"], timeout=5, reconnect=False)
+    assert len(asked) == ssh_module.STUCK_NOTES_MAX
+    assert not getattr(raised.value, "__notes__", None), "asked again after its limit"
+    client._stuck_noted = 0
+    with pytest.raises(GuestError) as raised:
+        client.run(["true"], timeout=5, reconnect=False)
+    assert raised.value.__notes__ == ["the guest's state: vCPU 0 halted at native_safe_halt+0xb"]
+    broken = GuestError("the SSH connection to the guest broke")
+    client.note_if_stuck(broken)
+    assert not getattr(broken, "__notes__", None)
