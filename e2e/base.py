@@ -27,12 +27,13 @@ from avocado.core import exceptions
 
 from memqual.host.core import clock, nested, profiles, settings
 from memqual.host.core.environment import Environment
-from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
+from memqual.host.core.errors import CapabilityMissing, GuestError, GuestStopped, Timeout
 from memqual.host.core.locks import FileLock
 from memqual.host.core.machine import Machine
 from memqual.host.core.nested import HostUnderTest
 from memqual.host.core.qemu import ENV_QEMU, MachineConfig
 from memqual.host.core.record import Measurement, write
+from memqual.host.core.ssh import STATE_NOTE
 from memqual.host.core.trust import check_output_dir
 
 # Parameters of a whole run, set by ``memqual run`` (or by hand).
@@ -480,25 +481,31 @@ class GuestTest(avocado.Test):
             except (exceptions.TestCancel, exceptions.TestSkipError):
                 raise
             except Exception as failure:
-                for machine in getattr(self, "_machines", []):
-                    self._did_it_stop(machine, failure)
+                stopped = [seen for m in getattr(self, "_machines", []) if (seen := self._did_it_stop(m, failure))]
+                if stopped:
+                    # what the run's summary shows: the stop, then what failed by it
+                    raise GuestStopped(
+                        f"the guest stopped answering: {'; '.join(stopped)} (then: {failure})"
+                    ) from failure
                 raise
 
         return watched
 
-    def _did_it_stop(self, machine: Machine, failure: Exception) -> None:
+    def _did_it_stop(self, machine: Machine, failure: Exception) -> str:
         """After ``failure``, ask a guest that still runs for a command: one
-        that does not answer stopped, and what its vCPUs were doing goes
-        with the failure, into this test's log and its stuck-N.txt
-        (Machine.stuck_evidence)."""
+        that does not answer stopped, and what its vCPUs were doing is
+        returned (also in this test's log and its stuck-N.txt:
+        Machine.stuck_evidence); "" for a guest that answers or is gone."""
         if not machine.is_running() or not machine.ssh_ready:
-            return
+            return ""
         try:
             machine.ssh.run(["true"], timeout=ALIVE_PROBE_S)
         except GuestError as exc:
             seen = "; ".join(getattr(exc, "__notes__", None) or [machine.stuck_evidence()])
-            failure.add_note(f"after it the guest did not answer ({exc}): {seen}")
+            seen = seen.removeprefix(STATE_NOTE)
             self.log.info("the guest did not answer after the failure (%s): %s", exc, seen)
+            return seen
+        return ""
 
     # -- capabilities -----------------------------------------------------
     def require(self, condition: bool, reason: str) -> None:

@@ -52,3 +52,9 @@ class GuestError(MemqualError):
 
 class Timeout(GuestError):
     """A wait with a deadline expired.  The message names what was awaited."""
+
+
+class GuestStopped(GuestError):
+    """A test failed and its guest no longer answers: the failure was the
+    guest's stop.  The message says what its vCPUs were doing, read from
+    outside (host/core/stuck.py)."""

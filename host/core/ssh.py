@@ -260,6 +260,8 @@ class _NoSession(_NotStarted):
 # How many times one connection reads a stuck guest's state for its
 # errors: the first deadlines say it; the rest would say it again.
 STUCK_NOTES_MAX = 2
+# How such a note begins.
+STATE_NOTE = "the guest's state: "
 
 
 class HostKeyMismatch(GuestError):
@@ -393,7 +395,7 @@ class SSH:
         if self._stuck_noted >= STUCK_NOTES_MAX:
             return
         self._stuck_noted += 1
-        exc.add_note(f"the guest's state: {self.on_stuck()}")
+        exc.add_note(f"{STATE_NOTE}{self.on_stuck()}")
 
     def _channel(
         self, argv: list[str], command: str | None = None, reconnect: bool = True, timeout: float = OPEN_TIMEOUT_S

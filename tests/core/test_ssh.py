@@ -371,7 +371,7 @@ def test_a_frozen_guest_s_error_carries_what_its_machine_read_of_it(key_file: Pa
     client._stuck_noted = 0
     with pytest.raises(GuestError) as raised:
         client.run(["true"], timeout=5, reconnect=False)
-    assert raised.value.__notes__ == ["the guest's state: vCPU 0 halted at native_safe_halt+0xb"]
+    assert raised.value.__notes__ == [ssh_module.STATE_NOTE + "vCPU 0 halted at native_safe_halt+0xb"]
     broken = GuestError("the SSH connection to the guest broke")
     client.note_if_stuck(broken)
     assert not getattr(broken, "__notes__", None)

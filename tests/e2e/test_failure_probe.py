@@ -11,7 +11,7 @@ import pytest
 from avocado.core import exceptions
 
 from memqual.e2e.base import ALIVE_PROBE_S, GuestTest
-from memqual.host.core.errors import Timeout
+from memqual.host.core.errors import GuestStopped, Timeout
 from memqual.host.core.machine import Machine
 
 
@@ -48,8 +48,8 @@ class FakeTest:
         self._machines = machines
         self.log = logging.getLogger("test")
 
-    def _did_it_stop(self, machine: FakeMachine, failure: Exception) -> None:
-        GuestTest._did_it_stop(cast(GuestTest, self), cast(Machine, machine), failure)
+    def _did_it_stop(self, machine: FakeMachine, failure: Exception) -> str:
+        return GuestTest._did_it_stop(cast(GuestTest, self), cast(Machine, machine), failure)
 
 
 def watched(machines: list[FakeMachine], failure: BaseException) -> Any:
@@ -60,15 +60,22 @@ def watched(machines: list[FakeMachine], failure: BaseException) -> Any:
 
 
 def test_a_guest_that_does_not_answer_after_a_failure_is_read_and_said() -> None:
+    """The failure becomes the guest's stop, with what its vCPUs did; a
+    guest that answers or has gone adds nothing, and an answering guest
+    leaves the failure as it was."""
     stopped, alive, gone = FakeMachine(answers=False), FakeMachine(answers=True), FakeMachine(False, running=False)
-    with pytest.raises(AssertionError) as raised:
-        watched([stopped, alive, gone], AssertionError("inflate did not reach its target"))()
-    assert raised.value.__notes__ == [
-        "after it the guest did not answer (guest command true gave no exit status before its deadline): "
-        "vCPU 0 halted at native_safe_halt+0xb"
-    ]
+    failure = AssertionError("inflate did not reach its target")
+    with pytest.raises(GuestStopped) as raised:
+        watched([stopped, alive, gone], failure)()
+    assert str(raised.value) == (
+        "the guest stopped answering: vCPU 0 halted at native_safe_halt+0xb (then: inflate did not reach its target)"
+    )
+    assert raised.value.__cause__ is failure
     assert stopped.ssh.asked == [(["true"], ALIVE_PROBE_S)] and alive.ssh.asked == [(["true"], ALIVE_PROBE_S)]
     assert (stopped.read, alive.read, gone.read, gone.ssh.asked) == (1, 0, 0, [])
+    with pytest.raises(AssertionError) as kept:
+        watched([FakeMachine(answers=True)], failure)()
+    assert kept.value is failure
 
 
 @pytest.mark.parametrize("skip", [exceptions.TestCancel("no KVM"), exceptions.TestSkipError("no KVM")])
