@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from memqual.host.core import clock
+from memqual.host.core import clock, l1_marks
 from memqual.host.core.errors import GuestError, Timeout
 from memqual.host.core.shell import Shell
 
@@ -27,26 +27,12 @@ PAGE_SIZE = 4096
 ICOUNT_GUEST_BOUND_S = 1e7
 
 
-# The agent as a host under test's measurement runs it: the same
-# records, but a mark for L1 the moment it starts dirtying (a connection
-# to L1's mark channel, host/core/qemu.py MARK_PORT: L1 starts ksmd at
-# that moment, not when memqual's command reaches it), and its progress
-# lines kept in the guest: a line sent out while L1 measures brings this
-# machine's acknowledgement into L1 at a moment this machine sets.
-# Address, port and the agent's argv are arguments: no input reaches the
-# shell's text.
-_MARKED = (
-    'address=$1 port=$2; shift 2; "$@" | while IFS= read -r line; do '
-    'case "$line" in *" event=dirty_progress "*) ;; *) printf "%s\\n" "$line";; esac; '
-    'case "$line" in *" event=dirty_start "*) (echo dirty_start | nc "$address" "$port" >/dev/null 2>&1 &);; esac; '
-    "done"
-)
-
-
 def marked(argv: list[str], address: str, port: int) -> list[str]:
-    """``argv`` of the agent, run so that it marks its dirtying's start for
-    L1 and keeps its progress lines (``_MARKED``)."""
-    return ["sh", "-c", _MARKED, "ksm_stress", address, str(port), *argv]
+    """``argv`` of the agent as a host under test's measurement runs it:
+    the same records, but a mark for L1 the moment it starts dirtying (L1
+    starts ksmd then, not when memqual's command reaches it), and its
+    progress lines kept in the guest (host/core/l1_marks.py)."""
+    return l1_marks.marked(argv, address, port, at="dirty_start", quiet="dirty_progress")
 
 
 def parse_record(line: str) -> dict[str, str] | None:

@@ -16,6 +16,7 @@ from typing import Self
 
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.core.knobs import KNOB_NAME, selected
+from memqual.host.core.l1_marks import AWAIT_MARK, EXITS, KEEP_UNTIL_END, MARK_WAIT_S, cancel_mark, parse_mark
 from memqual.host.core.nested import BOOT_TIMEOUT_FACTOR
 from memqual.host.core.polling import poll
 from memqual.host.core.qemu import L1_MARK_FIFO
@@ -74,9 +75,8 @@ L1_DEADLINE_SLACK_S = 30.0
 
 # A whole schedule (host/ksm/schedule.py) in L1, its steps as words:
 # "set NAME VALUE", "scans N" (as _SCAN_ENDS from the next scan end),
-# "own" (the guest QEMU's ksm_rmap_items), "mark" (block on the mark
-# FIFO, $MARK, until the guest marks a moment, at most $MARK_WAIT s of
-# L1's clock; L1's clock before and after), "huge" (the guest QEMU's
+# "own" (the guest QEMU's ksm_rmap_items), "mark" (host/core/l1_marks.py
+# AWAIT_MARK: until the guest marks a moment), "huge" (the guest QEMU's
 # AnonHugePages).  A knob is written by the shell's own echo, one
 # write(), right after the reading before it, in ksmd's sleep at a scan
 # end.  The counters' names come in $COUNTERS.  The mark's waiter holds
@@ -92,41 +92,11 @@ _SCHEDULE = (
     + "; echo ==; target=$((n + 1)); count=$((count - 1)); done;; "
     'own) r=; while read -r key value; do [ "$key" = ksm_rmap_items ] && r=$value; done 2>/dev/null '
     '</proc/"$QEMU"/ksm_stat; echo "own $r"; echo ==; shift;; '
-    "mark) read -r from rest </proc/uptime; "
-    '(sleep "$MARK_WAIT" && echo late >"$MARK") </dev/null >/dev/null 2>&1 & late=$!; '
-    'read -r word <"$MARK" || exit 5; kill "$late" 2>/dev/null; '
-    'case "$word" in abort) exit 6;; late) exit 7;; esac; '
-    "read -r seen rest </proc/uptime; "
-    'echo "mark $from $seen"; echo ==; shift;; '
+    "mark) " + AWAIT_MARK + "shift;; "
     'huge) h=; while read -r key value unit; do [ "$key" = AnonHugePages: ] && h=$value; done '
     '</proc/"$QEMU"/smaps_rollup; echo "huge $h"; echo ==; shift;; '
     "*) exit 4;; esac; done"
 )
-# Its output kept in a file in L1 (tmpfs) until it ends: a line sent
-# out while it runs would bring this machine's acknowledgement back into
-# L1 at a moment this machine sets.  L1's own deadline kills the
-# schedule alone, so what it read still comes back.
-_KEEP_UNTIL_END = (
-    "tmp=$(mktemp) || exit 1; deadline=$1; script=$2; shift 2; "
-    'timeout -s KILL "$deadline" sh -c "$script" schedule "$@" >"$tmp"; status=$?; '
-    'cat "$tmp"; rm -f "$tmp"; exit $status'
-)
-
-# How long a schedule waits for the guest's mark, on L1's clock: the
-# agent's fill and the start of its dirtying come first.  A mark that
-# does not come is a channel that broke, and its schedule ends (exit 7)
-# instead of waiting out its scans' deadline.
-MARK_WAIT_S = 300.0
-# A schedule's exits that say why it stopped.
-_EXITS = {
-    3: "a knob's write failed",
-    4: "a step memqual does not know",
-    5: "the mark channel closed",
-    6: "its wait for the guest's mark was cancelled",
-    7: "the guest's mark did not come within the wait",
-    137: "killed at L1's deadline",
-}
-
 _WORDS: dict[type, str] = {OwnPages: "own", AwaitMark: "mark", AnonHuge: "huge"}
 
 # A process's KSM figures, sections split by a line "--".
@@ -308,7 +278,7 @@ class L1Ksm:
             f"MARK_WAIT={int(self.mark_wait_s)}",
             "sh",
             "-c",
-            _KEEP_UNTIL_END,
+            KEEP_UNTIL_END,
             "keep-until-end",
             str(int(deadline) + 1),
             _SCHEDULE,
@@ -340,7 +310,7 @@ class L1Ksm:
         outcome = Outcome(tuple(scan_ends), tuple(own), tuple(marks), tuple(huge))
         try:
             if out.status != 0:
-                raise ValueError(f"exited {out.status}: {_EXITS.get(out.status, 'failed')}")
+                raise ValueError(f"exited {out.status}: {EXITS.get(out.status, 'failed')}")
             outcome.check(schedule)
         except ValueError as exc:
             seen = sum(len(r) for r in scan_ends)
@@ -354,12 +324,8 @@ class L1Ksm:
 
     def cancel_mark(self) -> None:
         """End a schedule's wait for the guest's mark (it exits, and
-        ``run_schedule`` raises): the guest will not mark, its agent
-        failed.  Nothing waits: the write gives up after a few seconds."""
-        script = '[ -p "$1" ] && echo abort >"$1"'  # a FIFO only: never a file made
-        self.shell.run(
-            ["timeout", "-s", "KILL", "10", "sh", "-c", script, "cancel", self.mark_fifo], timeout=30, check=False
-        )
+        ``run_schedule`` raises): the guest will not mark, its agent failed."""
+        cancel_mark(self.shell, self.mark_fifo)
 
     def wait_until(
         self, predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = MIN_POLL_S
@@ -411,17 +377,6 @@ def parse_count(word: str, text: str) -> int | None:
     if name != word:
         raise GuestError(f"not a {word} line of the guest's QEMU: {text[:200]!r}")
     return int(value) if value.isdigit() else None
-
-
-def parse_mark(text: str) -> Mark:
-    """A ``mark`` step's line: L1's clock when its wait began and ended."""
-    words = text.split()
-    try:
-        if len(words) != 3 or words[0] != "mark":
-            raise ValueError(text)
-        return Mark(float(words[1]), float(words[2]))
-    except ValueError:
-        raise GuestError(f"not a mark seen in L1: {text[:200]!r}") from None
 
 
 def parse_process(pid: int, text: str) -> procfs.ProcessKsm:

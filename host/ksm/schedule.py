@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from memqual.host.core.knobs import KNOB_NAME
+from memqual.host.core.l1_marks import Mark
 from memqual.host.ksm.sysfs import KsmCounters
 
 
@@ -61,20 +62,6 @@ class AnonHuge:
 
 Step = SetKnob | ScanEnds | OwnPages | AwaitMark | AnonHuge
 STEP_TYPES = (SetKnob, ScanEnds, OwnPages, AwaitMark, AnonHuge)
-
-
-@dataclasses.dataclass(frozen=True)
-class Mark:
-    """A mark as L1 saw it: its clock when the wait began and when the
-    mark came.  A mark that came at once was there before the wait, and
-    its moment was not L1's to fix."""
-
-    waited_from_s: float
-    seen_s: float
-
-    @property
-    def waited_s(self) -> float:
-        return self.seen_s - self.waited_from_s
 
 
 @dataclasses.dataclass(frozen=True)

@@ -378,7 +378,7 @@ def test_on_a_host_under_test_the_agents_mark_starts_one_schedule():
     # the agent marks its dirtying for L1 and keeps its progress lines in the guest
     argv = shell.started[0]
     assert argv[:2] == ["sh", "-c"] and argv[4:6] == [MARK_ADDRESS, str(MARK_PORT)]
-    assert "dirty_progress" in argv[2]
+    assert argv[6:8] == ["dirty_start", "dirty_progress"], "marks its dirtying's start, keeps its progress lines"
     assert guest.mark_waited_s == 1.5 and guest.anon_huge_kib[0] == 0
     assert host.knobs[-1] == {"run": 0}, "ksmd stopped after the schedule"
     # its records never pair with those of a measurement paced from here
