@@ -26,6 +26,7 @@ from memqual.host.balloon.agent import GuestClock
 from memqual.host.balloon.correctness import run_correctness
 from memqual.host.balloon.device import PAGE, BalloonController
 from memqual.host.balloon.host_thp import l1_thp_reader
+from memqual.host.balloon.l1_moves import L1Moves
 from memqual.host.balloon.rss import l1_rss_reader
 from memqual.host.balloon.scenarios import AGENT, MACHINE, ScenarioFailed
 from memqual.host.balloon.table import FREE_PAGE_REPORTING as REPORTING_ROW
@@ -111,7 +112,10 @@ class BalloonBase(GuestTest):
         if on_l1 and fractions:
             self.log.info("no calibration sizes: under a host under test the host times a move by events (1 s)")
             fractions = ()
-        mover = BalloonMover(ctl, vm.ssh, agent, by_events=on_l1)
+        # Under a host under test L1 sends a guest-timed move's target
+        # itself, at the guest tracker's mark (host/balloon/l1_moves.py).
+        at_mark = L1Moves(vm.host_ssh) if on_l1 else None
+        mover = BalloonMover(ctl, vm.ssh, agent, by_events=on_l1, at_mark=at_mark)
         run = bt.run_timing(vm, ctl, mover, agent, memory_mib, touch_mib, fractions, repeats, MACHINE, knobs)
         self.assertEqual(len(run.cycles), len(bt.plan(repeats, fractions)), "a cycle did not return to guest RAM")
         # On the icount clock a guest second is a count of instructions,

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from memqual.host.core.errors import GuestError
+from memqual.host.core.l1_marks import marked
 from memqual.host.core.shell import Shell
 
 
@@ -100,19 +101,36 @@ class GuestClock:
         return dataclasses.asdict(self)
 
 
+# The tracker's record once it has read the counter's base: the move may start.
+TRACKING = "tracking"
+
+
 class GuestTracker:
     """``balloon_agent track`` running in the guest while the host moves
     the balloon: start it, wait until it is armed (it has read the counter's
     base), move the balloon, then ``result()``."""
 
-    def __init__(self, ssh: Shell, agent: str, direction: str, pages: int, period_us: int, bound_s: int) -> None:
+    def __init__(
+        self,
+        ssh: Shell,
+        agent: str,
+        direction: str,
+        pages: int,
+        period_us: int,
+        bound_s: int,
+        mark: tuple[str, int] | None = None,
+    ) -> None:
+        """``mark``: the address and port of a host under test's mark
+        channel; the tracker then marks for L1 the moment it is armed
+        (host/balloon/l1_moves.py sends the target at that mark)."""
         if direction not in ("inflate", "deflate"):
             raise ValueError(f"direction is inflate or deflate, not {direction!r}")
-        self._command = ssh.start([agent, "track", direction, str(pages), str(period_us), str(bound_s)])
+        argv = [agent, "track", direction, str(pages), str(period_us), str(bound_s)]
+        self._command = ssh.start(argv if mark is None else marked(argv, *mark, at=TRACKING))
         self._bound_s = bound_s
         for line in self._command.lines(timeout=30):
             record = parse_agent_line(line)
-            if record.get("event") == "tracking":
+            if record.get("event") == TRACKING:
                 return
             if record.get("event") in ("error", "timeout"):
                 break

@@ -280,6 +280,11 @@ class BalloonController:
         start = self.actual()
         expected = expected_actual(ram, target_bytes)
         events = 0
+        # Events of a move no one waited on (one L1 sent: l1_moves.py) are
+        # still queued: the first of them would end this wait at once.
+        drop_events: Callable[[], None] | None = getattr(self.machine, "qmp_drop_events", None)
+        if drop_events is not None:
+            drop_events()
         t0 = self.clock()
         answer = self.qemu_balloon(target_bytes)
         if not answer.accepted:
@@ -307,6 +312,38 @@ class BalloonController:
             resolution_s=EVENT_PERIOD_S,  # an event's delay, not a poll's gap
             polls=events,
             poll_period_s=EVENT_PERIOD_S,
+        )
+
+    def await_actual(self, target_bytes: int, start_bytes: int, deadline_s: float) -> BalloonResult:
+        """Poll until ``actual`` meets ``target_bytes``, set by someone else
+        (the host under test itself, host/balloon/l1_moves.py), within
+        ``deadline_s``; ``stalled`` when it does not.  The host timed
+        nothing: ``seconds`` is this wait, and its resolution is the same."""
+        expected = expected_actual(self.ram_bytes(), target_bytes)
+        t0 = self.clock()
+        # 50 ms: the period of a poll after the move, not a wait for an event
+        polled = poll(
+            lambda: self.actual() == expected,
+            deadline_s,
+            0.05,
+            what=f"the balloon at {expected} bytes",
+            clock=self.clock,
+            sleep=self.sleep,
+            raise_on_timeout=False,
+        )
+        seconds = self.clock() - t0
+        value = expected if polled.met else self.actual()
+        return BalloonResult(
+            target_bytes=target_bytes,
+            expected_bytes=expected,
+            start_bytes=start_bytes,
+            actual_bytes=value,
+            reached=polled.met,
+            stalled=not polled.met,
+            seconds=seconds,
+            resolution_s=seconds,
+            polls=polled.polls,
+            poll_period_s=seconds / max(polled.polls, 1),
         )
 
     def _pause(self, start: int, value: int, expected: int, elapsed: float) -> float:

@@ -9,12 +9,16 @@ each step is built so."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from memqual.host.balloon.agent import GuestTiming, GuestTracker
 from memqual.host.balloon.device import EVENT_STALL_S, PAGE, BalloonController, BalloonResult, expected_actual
+from memqual.host.balloon.l1_moves import L1Moves
 from memqual.host.core import clock
+from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT
 
+log = logging.getLogger("memqual.balloon")
 # The guest tracker's sleep between reads away from the two ends it times.
 TRACK_PERIOD_US = 1000
 # A 2 GiB inflate under a loaded 2-core TCG host takes about 10 s.
@@ -30,6 +34,10 @@ DEFLATE_STALL_S = 2.0
 # movers' records are not the same measurement.
 POLLS_TIMING = "host polls query-balloon (perf_counter): 10 ms far from the target, ~1 ms near it"
 EVENTS_TIMING = "host waits on QEMU's BALLOON_CHANGE events (perf_counter, at most one a second)"
+# How a guest-timed move starts when L1 sends its target (BalloonMover.at_mark).
+AT_MARK = "at the guest tracker's mark, L1 sends the target (HMP balloon, whole MiB)"
+# Where the guest marks: L1's mark channel (host/core/qemu.py).
+MARK = (MARK_ADDRESS, MARK_PORT)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +85,20 @@ class BalloonMover:
     # Wait on QEMU's events instead of polling (BalloonController.reach_by_events):
     # for moves whose host work QEMU's own threads are read for.
     by_events: bool = False
+    # A host under test that sends a guest-timed move's target itself, at
+    # the guest tracker's mark (host/balloon/l1_moves.py); the moves the
+    # guest does not time still go by QMP.
+    at_mark: L1Moves | None = None
 
     @property
     def host_timing(self) -> str:
         """How this mover's host side times a move, as a record's settings say it."""
         return EVENTS_TIMING if self.by_events else POLLS_TIMING
+
+    @property
+    def started(self) -> str:
+        """How a guest-timed move starts, as a record's settings say it."""
+        return AT_MARK if self.at_mark is not None else ""
 
     def move(self, target_bytes: int, stall_s: float | None = None, tracked: bool = True) -> Move:
         """Move the balloon until the guest keeps ``target_bytes``.  The guest
@@ -96,6 +113,8 @@ class BalloonMover:
         pages = abs(start - expected) // PAGE
         if stall_s is None:
             stall_s = STALL_S if direction == "inflate" else DEFLATE_STALL_S
+        if tracked and self.agent and pages and self.at_mark is not None:
+            return self._at_mark(target_bytes, direction, pages, start)
         tracker = None
         if tracked and self.agent and pages:
             tracker = GuestTracker(self.ssh, self.agent, direction, pages, self.track_period_us, int(self.deadline_s))
@@ -119,4 +138,32 @@ class BalloonMover:
                 tracker.cancel()  # it waits for pages the guest never gave
             return Move(direction, pages, host, None, back)
         guest = tracker.result() if tracker is not None else None
+        return Move(direction, pages, host, guest)
+
+    def _at_mark(self, target_bytes: int, direction: str, pages: int, start: int) -> Move:
+        """A guest-timed move whose target L1 sends at the tracker's mark:
+        memqual sends nothing while the guest times it, and reads
+        ``actual`` only once the guest has seen the last page move."""
+        assert self.at_mark is not None
+        ctl = self.ctl
+        pending = self.at_mark.start(target_bytes, self.deadline_s)
+        try:
+            tracker = GuestTracker(
+                self.ssh, self.agent, direction, pages, self.track_period_us, int(self.deadline_s), mark=MARK
+            )
+            guest = tracker.result()
+            sent = pending.result(self.deadline_s)
+            log.info(
+                "L1 waited %.3f s of its clock for the tracker's mark, sent balloon %d at %.3f",
+                sent.mark.waited_s,
+                sent.sent.mib,
+                sent.sent.at_s,
+            )
+        except BaseException:
+            pending.cancel()  # the guest's test fails: its guest ends with it
+            raise
+        host = ctl.await_actual(target_bytes, start, deadline_s=min(self.deadline_s, EVENT_STALL_S))
+        if not host.reached:
+            back = ctl.reach(ctl.ram_bytes(), deadline_s=min(self.deadline_s, EVENT_STALL_S))
+            return Move(direction, pages, host, None, back)
         return Move(direction, pages, host, guest)

@@ -138,6 +138,7 @@ class TimingRun:
     cycles: list[Cycle] = dataclasses.field(default_factory=list)
     host_timing: str = POLLS_TIMING  # the mover's (BalloonMover.host_timing)
     host_knobs: tuple[str, ...] = ()  # a host under test's boot knobs (HOST_UNDER_TEST_KNOBS)
+    started: str = ""  # how a guest-timed move starts, where not by memqual's QMP (BalloonMover.started)
 
     def _main(self, tracked: bool) -> list[Cycle]:
         return [c for c in self.cycles if c.step.main and c.step.tracked == tracked]
@@ -202,6 +203,7 @@ class TimingRun:
             "timing": self.host_timing,
             # only where set: this machine's records keep the keys they had
             **({"host_knobs": " ".join(self.host_knobs)} if self.host_knobs else {}),
+            **({"started": self.started} if self.started else {}),
             "guest_timing": f"balloon_agent track: /proc/vmstat balloon counters every {TRACK_PERIOD_US} us, "
             "back to back near the first change and the end (CLOCK_MONOTONIC)",
         }
@@ -301,9 +303,12 @@ def run_timing(
         first,
         host_timing=mover.host_timing,
         host_knobs=host_knobs,
+        started=mover.started,
     )
+    # L1 sends its targets in whole MiB (the human monitor's unit)
+    unit = MIB if mover.at_mark is not None else PAGE
     for step in plan(repeats, fractions):
-        size = int(full * step.fraction) // PAGE * PAGE
+        size = int(full * step.fraction) // unit * unit
         cycle = run_cycle(guest.ssh, ctl, mover, agent, step, size, touch_mib)
         run.cycles.append(cycle)
         if cycle.deflate is None or not cycle.deflate.reached:

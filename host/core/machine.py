@@ -587,6 +587,14 @@ class Machine:
                 return event
         return None
 
+    def qmp_drop_events(self) -> None:
+        """Forget the QMP events received and not yet read: a wait for the
+        next event must not take one another move sent earlier."""
+        if self._qmp is None:
+            raise GuestError("the machine is not running (no QMP)")
+        with self._qmp_lock:
+            self._qmp.clear_events()
+
     def hmp(self, command_line: str) -> str:
         return str(self.qmp("human-monitor-command", **{"command-line": command_line}))
 

@@ -31,6 +31,12 @@ L1_MARK_FIFO = "/run/memqual-mark"
 # libslirp splits the command into words itself (no shell, so no
 # redirection), and tee appends what comes to the FIFO.
 MARK_COMMAND = ("tee", "-a", L1_MARK_FIFO)
+# A second monitor of a host under test's guest QEMU, human (HMP), on two
+# FIFOs in L1 (PIPE.in, PIPE.out; guest/rc.host makes them): L1's own
+# schedule sends a command through it at the guest's mark
+# (host/balloon/l1_moves.py).  HMP, not QMP: it sends no events, so
+# nothing waits unread in the pipe while no one reads it.
+L1_MONITOR_PIPE = "/run/memqual-hmp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +330,10 @@ def command_line(
             f"socket,id=qmp,host=0.0.0.0,port={INNER_QMP_PORT},server=on,wait=off",
             "-mon",
             "chardev=qmp,mode=control",
+            "-chardev",
+            f"pipe,id=schedule,path={L1_MONITOR_PIPE}",
+            "-mon",
+            "chardev=schedule,mode=readline",
         ]
     elif qmp_socket is not None:
         argv += [

@@ -155,6 +155,25 @@ def test_a_move_by_events_that_sends_no_event_for_its_stall_window_is_stalled_th
     assert waits == [120, 120]  # each wait is the stall window, not what is left of the deadline
 
 
+def test_a_move_by_events_does_not_take_an_earlier_move_s_event():
+    """A move L1 sent (at the guest's mark) leaves its events queued, the
+    last one saying its target: the next move's wait drops them, or it
+    would end at once on a stale "reached"."""
+
+    class Queued(EventMachine):
+        def __init__(self, stale: list[int], steps: list[int]) -> None:
+            super().__init__(stale + steps)
+            self.stale = len(stale)
+
+        def qmp_drop_events(self) -> None:
+            del self.steps[: self.stale]
+
+    target = EventMachine.RAM - (768 << 20)
+    machine = Queued([target], [EventMachine.RAM - (256 << 20), target])
+    result = BalloonController(machine).reach_by_events(target, deadline_s=30)
+    assert result.reached and result.polls == 2, "the stale event was taken for the move's end"
+
+
 def test_a_move_by_events_refused_by_qemu_is_bad_input():
     with pytest.raises(BadInput, match="refused"):
         BalloonController(EventMachine([], refuse=True)).reach_by_events(1 << 29, deadline_s=1)

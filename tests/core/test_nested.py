@@ -12,7 +12,7 @@ from one_line_errors import assert_one_line_error, in_process
 from memqual.host.core import clock, nested
 from memqual.host.core.errors import BadInput, Timeout
 from memqual.host.core.kernelspec import KernelSpec
-from memqual.host.core.qemu import INNER_QMP_PORT, L1_MARK_FIFO, MARK_ADDRESS, MARK_PORT, MachineConfig
+from memqual.host.core.qemu import INNER_QMP_PORT, L1_MARK_FIFO, L1_MONITOR_PIPE, MARK_ADDRESS, MARK_PORT, MachineConfig
 from memqual.images.host_image import L2_INITRD, L2_KERNEL
 
 KNOWN = {"kvm": {"mmio_caching", "tdp_mmu"}, "kvm_amd": {"npt", "nested"}}
@@ -95,6 +95,8 @@ def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> No
     netdev = argv[argv.index("-netdev") + 1]
     assert "restrict=on" in netdev
     assert netdev.endswith(f",guestfwd=tcp:{MARK_ADDRESS}:{MARK_PORT}-cmd:tee -a {L1_MARK_FIFO}")
+    # and a second monitor, human, on L1's FIFOs: what L1 sends at a mark goes there
+    assert f"pipe,id=schedule,path={L1_MONITOR_PIPE}" in argv and "chardev=schedule,mode=readline" in argv
     append = argv[argv.index("-append") + 1]
     assert "tsc_early_khz=1000000" in append and "init_on_alloc=0" in append
 
