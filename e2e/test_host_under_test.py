@@ -9,11 +9,14 @@ import threading
 from pathlib import Path
 
 from memqual.e2e.base import GuestTest, fill_runs
+from memqual.host.balloon.device import BalloonController
+from memqual.host.balloon.l1_moves import L1Moves
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import clock, nested
 from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.machine import Machine
 from memqual.host.core.polling import poll
-from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT, MachineConfig
+from memqual.host.core.qemu import MARK_ADDRESS, MARK_PORT, BalloonDevice, MachineConfig
 from memqual.host.ksm.l1_ksm import L1Ksm
 from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Outcome, Schedule
 
@@ -30,6 +33,11 @@ RUNS_A_BOOT = 2  # the least of two: a host-paced packet in a run costs it once
 # within 0.1 % across fresh boots.
 REPEAT_WITHIN = 0.001
 BOOT_TIMEOUT_S = 120.0 * nested.BOOT_TIMEOUT_FACTOR
+# The balloon move L1 sends at the guest's mark: small, a check of the
+# channel, not a figure.
+AT_MARK_MIB = 16
+MIB = 1 << 20
+BALLOON_AGENT = "balloon_agent"
 # Lines of the guest's own early boot, with their timestamps (L1's clock as
 # the guest's kvm-clock reads it): nothing of memqual reaches L1 before the
 # guest says it is ready, so a cold boot of both repeats them exactly (they
@@ -70,7 +78,7 @@ class HostUnderTestClock(GuestTest):
         host = nested.HostUnderTest(KernelSpec(self.image().release), ("kvm.mmio_caching=0",))
         # The wall clock: this checks what runs where, not a figure, and L1
         # boots in about 15 s there against 45 s on icount:0.
-        config = MachineConfig(memory_mib=256, cpus=1, warm=False, clock="wall")
+        config = MachineConfig(memory_mib=256, cpus=1, warm=False, clock="wall", balloon=BalloonDevice())
         vm = self.boot(config, boot_timeout=BOOT_TIMEOUT_S, host=host)
         self.assertEqual(vm.host_label, f"{self.image().release} kvm.mmio_caching=0 in TCG+SVM, L2 accel kvm")
         dmesg = vm.ssh.run(["dmesg"], timeout=60).stdout
@@ -81,7 +89,22 @@ class HostUnderTestClock(GuestTest):
         self.assertEqual(env.host_under_test, vm.host_label)
         self.assertEqual(env.clock, "wall")
         self._mark_reaches_l1(vm)
+        self._balloon_moves_at_the_guests_mark(vm)
         self._guest_read_from_outside(vm)
+
+    def _balloon_moves_at_the_guests_mark(self, vm: Machine) -> None:
+        """A guest-timed balloon move whose target L1 sends itself, through
+        the guest QEMU's second monitor, once the guest's tracker has marked
+        (host/balloon/l1_moves.py): both ways, every page seen by the guest."""
+        ctl = BalloonController(vm, device_id="balloon0")
+        mover = BalloonMover(ctl, vm.ssh, vm.deploy(BALLOON_AGENT), at_mark=L1Moves(vm.host_ssh))
+        ram = ctl.ram_bytes()
+        for target in (ram - AT_MARK_MIB * MIB, ram):
+            move = mover.move(target)
+            self.assertTrue(move.reached, f"the balloon did not reach {target} at L1's command: {move.host}")
+            self.assertIsNotNone(move.guest, "the guest did not time the move")
+            assert move.guest is not None
+            self.assertEqual(move.guest.moved, AT_MARK_MIB * MIB // 4096, "the guest saw another count of pages move")
 
     def _guest_read_from_outside(self, vm: Machine) -> None:
         """What memqual reads of a guest that stopped answering, read of
