@@ -150,8 +150,8 @@ INFLATE = Scenario(
                 0.0134,
                 12,
                 L1_AA_MARK,
-                how="the guest-timed inflate on L1's clock, sent at the guest's mark; a guest's inflate takes one "
-                "of two times about 2.3 % apart (2.75 or 2.81 s), for a reason not yet found (1.38 % over 6 blocks "
+                how="the guest-timed inflate on L1's clock, sent at the guest's mark; a guest's inflate takes "
+                "2.72-2.83 s by how many of its pages L1 faults in inside it (1.38 % over 6 blocks "
                 "of 6.12 sent by memqual, 1.46 % over 15 of 6.1)",
             ),
             margin_icount=TIGHT_MARGIN,
