@@ -9,7 +9,6 @@ from memqual.host.balloon.device import PAGE, BalloonResult
 from memqual.host.balloon.host_thp import THP_COUNTERS
 from memqual.host.balloon.timed_move import EVENTS_TIMING, POLLS_TIMING, BalloonMover, Move
 from memqual.host.balloon.timing import (
-    BACK_ALL_BUT_MIB,
     HOST_UNDER_TEST_KNOBS,
     Cycle,
     Step,
@@ -160,18 +159,3 @@ def test_a_host_under_test_s_boot_knobs_are_in_the_settings_and_only_there() -> 
     for metric in plain:
         assert "host_knobs" not in plain[metric].settings
         assert on_l1[metric].settings["host_knobs"] == "transparent_hugepage=never"
-
-
-def test_memory_backed_by_a_rule_is_a_setting_and_its_size_measured_context() -> None:
-    """Under a host under test each cycle touches MemAvailable less
-    BACK_ALL_BUT_MIB: the rule is the setting (so two hosts' guests pair
-    whatever their MemAvailable), the MiB it came to the measured context;
-    this machine's records keep their number."""
-    plain = {r.metric: r for r in dataclasses.replace(run(), touch_mib=256).records(None)}
-    backed = dataclasses.replace(run(), touch_mib=840, touched=f"MemAvailable less {BACK_ALL_BUT_MIB}")
-    for record in backed.records(None):
-        assert record.settings["touched_mib"] == "MemAvailable less 8"
-        assert record.extra["touched_mib"] == 840
-        assert plain[record.metric].settings["touched_mib"] == 256 and "touched_mib" not in plain[record.metric].extra
-    other = dataclasses.replace(backed, touch_mib=838)
-    assert [r.settings for r in other.records(None)] == [r.settings for r in backed.records(None)]
