@@ -116,18 +116,13 @@ class BalloonBase(GuestTest):
         # itself, at the guest tracker's mark (host/balloon/l1_moves.py).
         at_mark = L1Moves(vm.host_ssh) if on_l1 else None
         mover = BalloonMover(ctl, vm.ssh, agent, by_events=on_l1, at_mark=at_mark)
-        # ... and backs all of the guest's free memory in L1 before each
-        # cycle (bt.BACK_ALL_BUT_MIB): a page L1 faults in inside the
-        # timed inflate is the guest allocator's choice, not the host's work.
-        run = bt.run_timing(
-            vm, ctl, mover, agent, memory_mib, touch_mib, fractions, repeats, MACHINE, knobs, back_all=on_l1
-        )
+        run = bt.run_timing(vm, ctl, mover, agent, memory_mib, touch_mib, fractions, repeats, MACHINE, knobs)
         self.assertEqual(len(run.cycles), len(bt.plan(repeats, fractions)), "a cycle did not return to guest RAM")
         # On the icount clock a guest second is a count of instructions,
         # not a host second: the guest's window and the host's are on two clocks.
         same_clock = not clock.current().icount
         for cycle in run.cycles:
-            self.assertEqual(bt.cycle_problems(cycle, run.first, run.touch_mib, same_clock), [])
+            self.assertEqual(bt.cycle_problems(cycle, run.first, touch_mib, same_clock), [])
         prediction = run.prediction() if fractions else None
         records = run.records(prediction)
         self.assertEqual(tuple(m.metric for m in records), TIMING_METRICS)

@@ -33,13 +33,6 @@ GUEST_CLOCK_RESOLUTION_NS = 1000
 # L1's clock that no boot repeats: the timed inflate then split 2 to 19
 # of them, and took up to 3.5 % longer (docs/host-under-test.md).
 HOST_UNDER_TEST_KNOBS = ("transparent_hugepage=never",)
-# Under a host under test every cycle first touches and frees all of the
-# guest's MemAvailable but this much, so L1 backs each page the balloon may
-# take: which of them it had not backed yet was the guest allocator's
-# choice, and each is a nested fault inside the timed inflate (1.30 %
-# within one boot against 0.37 %: docs/host-under-test.md, "The moves at
-# the guest's mark").
-BACK_ALL_BUT_MIB = 8
 # A timed inflate waits this long for a stalled guest: 5 of the driver's
 # retries more than the floor's STALL_S, as the scenario never goes near it.
 INFLATE_STALL_S = 5 * STALL_S
@@ -146,7 +139,6 @@ class TimingRun:
     host_timing: str = POLLS_TIMING  # the mover's (BalloonMover.host_timing)
     host_knobs: tuple[str, ...] = ()  # a host under test's boot knobs (HOST_UNDER_TEST_KNOBS)
     started: str = ""  # how a guest-timed move starts, where not by memqual's QMP (BalloonMover.started)
-    touched: str = ""  # what touch_mib is, where it follows the guest (BACK_ALL_BUT_MIB)
 
     def _main(self, tracked: bool) -> list[Cycle]:
         return [c for c in self.cycles if c.step.main and c.step.tracked == tracked]
@@ -200,15 +192,13 @@ class TimingRun:
         # What was set only: the inflate size follows the guest's own
         # MemAvailable, which a kernel changes, so it is measured context.
         measured = {
-            **({"touched_mib": self.touch_mib} if self.touched else {}),
             "inflate_mib": round(self.full_bytes / MIB, 1),
             "mem_available_mib": round(self.first["mem_available_kib"] / 1024, 1),
         }
         settings = {
             "guest_mib": self.memory_mib,
             "margin_mib": self.margin_mib,
-            # a size that follows the guest is a rule here, its MiB measured context
-            "touched_mib": self.touched or self.touch_mib,
+            "touched_mib": self.touch_mib,
             "machine": self.machine,
             "timing": self.host_timing,
             # only where set: this machine's records keep the keys they had
@@ -296,7 +286,6 @@ def run_timing(
     repeats: int,
     machine: str,
     host_knobs: tuple[str, ...] = (),
-    back_all: bool = False,
 ) -> TimingRun:
     """The plan's cycles in one guest: the main size is what the guest can
     safely give (its MemAvailable less MARGIN_MIB).  Stops after the first
@@ -304,10 +293,6 @@ def run_timing(
     then not back at RAM): ``cycle_problems`` says so."""
     first = guest_stat(guest.ssh, agent)
     full = safe_inflate_bytes(first["mem_available_kib"], MARGIN_MIB)
-    touched = ""
-    if back_all:
-        touch_mib = first["mem_available_kib"] // 1024 - BACK_ALL_BUT_MIB
-        touched = f"MemAvailable less {BACK_ALL_BUT_MIB}"
     run = TimingRun(
         memory_mib,
         ctl.ram_bytes(),
@@ -319,7 +304,6 @@ def run_timing(
         host_timing=mover.host_timing,
         host_knobs=host_knobs,
         started=mover.started,
-        touched=touched,
     )
     # L1 sends its targets in whole MiB (the human monitor's unit)
     unit = MIB if mover.at_mark is not None else PAGE
