@@ -90,16 +90,21 @@ def of_kernel(path: Path) -> SymbolMap:
 
 def read_kallsyms(data: bytes) -> list[tuple[int, int, str]]:
     """Every (address, type, name) of the kallsyms tables in ``data``."""
-    for table, index, index_at in _token_tables(data):
-        tokens = [data[table + o : data.index(b"\0", table + o)] for o in index]
-        names = _names(data, table, tokens)
-        if names is None:
-            continue
-        count_at, entries = names
-        addresses = _addresses(data, count_at, index_at + 512, len(entries))
-        if addresses is None:
-            continue
-        return [(a, e[0], e[1:].decode("ascii", errors="replace")) for a, e in zip(addresses, entries, strict=True)]
+    try:
+        for table, index, index_at in _token_tables(data):
+            tokens = [data[table + o : data.index(b"\0", table + o)] for o in index]
+            names = _names(data, table, tokens)
+            if names is None:
+                continue
+            count_at, entries = names
+            addresses = _addresses(data, count_at, index_at + 512, len(entries))
+            if addresses is None:
+                continue
+            pairs = zip(addresses, entries, strict=True)
+            return [(a, e[0], e[1:].decode("ascii", errors="replace")) for a, e in pairs]
+    except (ValueError, struct.error) as exc:
+        # a table cut short by the end of the file: no tables, not a crash
+        raise BadInput(f"the kernel's kallsyms tables run past its end ({exc})") from None
     raise BadInput("the kernel holds no kallsyms tables memqual can read (CONFIG_KALLSYMS off?)")
 
 

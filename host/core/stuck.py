@@ -151,7 +151,8 @@ class Evidence:
                 f"vCPU {vcpu.index} {state} at {self.where(vcpu)}, interrupts {'on' if vcpu.interrupts_on else 'off'}, "
                 f"{len(seen)} address(es) in {len(self.samples)} samples"
             )
-        pending = [line.strip() for line in self.apic.splitlines() if line.startswith(("ISR", "IRR"))]
+        # QEMU's tabs and padding, made one line's words
+        pending = [" ".join(line.split()) for line in self.apic.splitlines() if line.startswith(("ISR", "IRR"))]
         return "; ".join(parts + pending)
 
     def text(self) -> str:

@@ -140,6 +140,16 @@ def test_tables_that_do_not_agree_are_refused_not_guessed() -> None:
         symbols.read_kallsyms(b"\x7fELF" + b"\0" * 4096)
 
 
+def test_tables_cut_short_by_the_file_s_end_are_one_line_not_a_crash() -> None:
+    """The token table's digits with nothing after them: the walk to its
+    end runs out of file (a ValueError inside), said as BadInput."""
+    with pytest.raises(BadInput, match="kallsyms"):
+        symbols.read_kallsyms(b"\x7fELF" + b"".join(bytes([c]) + b"\0" for c in b"0123456789") + b"ab")
+    whole = kallsyms_blob("6.4")
+    with pytest.raises(BadInput, match="kallsyms"):
+        symbols.read_kallsyms(whole[: whole.find(b"Tfunc_1499") + 3])
+
+
 def test_a_kernel_that_is_no_elf_and_holds_no_vmlinux_is_one_line(tmp_path: Path) -> None:
     kernel = tmp_path / "bzImage"
     kernel.write_bytes(b"MZ" + b"\0" * 1024)
