@@ -86,15 +86,15 @@ def config_touched(patches: Sequence[Patch]) -> list[str]:
     return [f for p in patches for f in p.files if CONFIG_INPUTS.search(f)]
 
 
-def apply_patch(user: unprivileged.BuildUser, folder: Path, patch: Patch) -> None:
-    """``patch -p1`` as the build user; a patch that does not apply is one
-    line naming the file and the hunk."""
+def apply_patch(user: unprivileged.BuildUser, folder: Path, patch: Patch, tree: str = "linux") -> None:
+    """``patch -p1`` as the build user in ``folder``/``tree``; a patch that
+    does not apply is one line naming the file and the hunk."""
     proc = unprivileged.run(
         user,
         # --read-only=ignore: a copy of a base tree has its sources read-only
         # (linked); patch writes a new file and renames it, the base's stays
         ["patch", "-p1", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-", "--read-only=ignore"],
-        folder / "linux",
+        folder / tree,
         folder / "home",
         stdin=patch.data,
         timeout=STEP_TIMEOUT_S,

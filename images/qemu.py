@@ -102,22 +102,50 @@ def _system_mirror() -> str:
     return "http://deb.debian.org/debian"
 
 
+def _security_mirror() -> str:
+    """The security mirror the system's sources name."""
+    for path in [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]:
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for uri in re.findall(r"(?:URIs:\s*|^deb\s+(?:\[[^]]*\]\s+)?)(\S+)", text, re.MULTILINE):
+            if uri.rstrip("/").endswith("/debian-security"):
+                return uri.rstrip("/")
+    return "http://deb.debian.org/debian-security"
+
+
 @dataclasses.dataclass(frozen=True)
 class PrivateApt:
-    """apt pointed at private lists: the system's sources plus backports."""
+    """apt pointed at private lists: the system's sources plus backports;
+    with ``source_packages``, the source packages of the release's suites
+    alone (deb-src lines, and none of the system's, whose binary lists a
+    source download does not need)."""
 
     directory: Path
+    source_packages: bool = False
 
     @property
     def sources(self) -> Path:
-        return self.directory / "backports.list"
+        return self.directory / ("sources.list" if self.source_packages else "backports.list")
+
+    def lines(self, release: str) -> str:
+        keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+        if not self.source_packages:
+            return f"deb [signed-by={keyring}] {_system_mirror()} {release}-backports main\n"
+        suites = [(_system_mirror(), s) for s in (release, f"{release}-updates", f"{release}-backports")]
+        suites.append((_security_mirror(), f"{release}-security"))
+        return "".join(f"deb-src [signed-by={keyring}] {mirror} {suite} main\n" for mirror, suite in suites)
 
     @property
     def lists(self) -> Path:
         return self.directory / "lists"
 
     def options(self, lists: Path | None = None) -> tuple[str, ...]:
+        # the system's sources.list.d left out: a folder with nothing in it
+        parts = ("-o", f"Dir::Etc::sourceparts={self.directory / 'parts'}") if self.source_packages else ()
         return (
+            *parts,
             "-o",
             f"Dir::Etc::sourcelist={self.sources}",
             "-o",
@@ -127,16 +155,15 @@ class PrivateApt:
         )
 
     def fresh(self) -> bool:
-        stamps = list(self.lists.glob("*Packages*"))
+        stamps = list(self.lists.glob("*Sources*" if self.source_packages else "*Packages*"))
         return bool(stamps) and time.time() - min(p.stat().st_mtime for p in stamps) < LISTS_MAX_AGE_S
 
     def update(self, release: str | None = None) -> None:
         """``apt-get update`` into the private lists (about 3 s here)."""
         release = release or codename()
-        keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
-        line = f"deb [signed-by={keyring}] {_system_mirror()} {release}-backports main\n"
         (self.directory / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
-        write_private_atomic(self.sources, line.encode(), 0o644)
+        (self.directory / "parts").mkdir(exist_ok=True)
+        write_private_atomic(self.sources, self.lines(release).encode(), 0o644)
         with file_lock(
             self.directory / ".update.lock", exclusive=True, deadline_s=UPDATE_LOCK_DEADLINE_S, held="apt-get update"
         ):
@@ -193,7 +220,7 @@ def _ready_apt(cache: Path, update: bool = False) -> PrivateApt:
     return apt
 
 
-def _madison(apt: PrivateApt, package: str) -> list[tuple[str, str]]:
+def madison(apt: PrivateApt, package: str) -> list[tuple[str, str]]:
     """(package version, suite) the lists offer, newest first."""
     out = packages.run_apt(["apt-cache", *apt.options(), "madison", package])
     offers: list[tuple[str, str]] = []
@@ -210,7 +237,7 @@ def available(cache: Path, update: bool = False) -> list[ArchiveQemu]:
     """Every qemu-system-x86 the archive offers (stable, its updates and
     security suites, backports), newest first."""
     apt = _ready_apt(cache, update)
-    return [ArchiveQemu(upstream_version(v), v, s) for v, s in _madison(apt, QEMU_PACKAGES[0])]
+    return [ArchiveQemu(upstream_version(v), v, s) for v, s in madison(apt, QEMU_PACKAGES[0])]
 
 
 def check_version_form(text: str) -> str:
@@ -234,7 +261,7 @@ def _companion_version(apt: PrivateApt, package: str, main_version: str) -> str:
     """The version of ``package`` that goes with qemu-system-x86 at
     ``main_version``: the same, or the same without a binary-only rebuild
     suffix (+bN, which arch-all packages lack); firmware: the newest."""
-    offers = [v for v, _ in _madison(apt, package)]
+    offers = [v for v, _ in madison(apt, package)]
     if package in FIRMWARE_PACKAGES:
         if offers:
             return offers[0]

@@ -299,7 +299,8 @@ def add_qemu(parser: argparse.ArgumentParser, more: str = "") -> None:
         type=qemu_spec,
         metavar="VERSION|PATH",
         help="a QEMU of Debian's archive by version (memqual qemu list), fetched into the cache, "
-        "or your own qemu-system-x86_64; default: $MEMQUAL_QEMU, else the system's" + more,
+        "a QEMU built here by name (memqual qemu build), or your own qemu-system-x86_64; "
+        "default: $MEMQUAL_QEMU, else the system's" + more,
     )
 
 

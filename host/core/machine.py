@@ -185,7 +185,7 @@ class Machine:
         console log."""
         self.clock = clock.parse(self.config.clock) if self.config.clock else clock.current()
         if self.host is not None:
-            self.clock = nested.host_clock(self.clock)
+            self.clock = nested.host_clock(self.clock, self.host.shift_cap)
             vcpus = nested.host_vcpus(self.config.cpus, self.clock)
             if vcpus != self.config.cpus:
                 log.info("the host under test's guest runs %d vCPU on %s", vcpus, self.clock.label)
@@ -305,7 +305,8 @@ class Machine:
         restores a saved L1 with its guest instead of booting it."""
         assert self.host is not None and self._sockdir is not None
         argv_file = self._sockdir / "guest-argv"
-        nested.write_argv(nested.guest_argv(self.config, self.clock, l1_image.L2_KERNEL, l1_image.L2_INITRD), argv_file)
+        argv = nested.guest_argv(self.config, self.clock, l1_image.L2_KERNEL, l1_image.L2_INITRD, self.host.cpu)
+        nested.write_argv(argv, argv_file)
         self.host_ssh_port = free_port()
         self._guest_qmp_port = free_port()
         l1 = nested.host_config(self.config, self.host, argv_file, self.host_accel, self.clock)

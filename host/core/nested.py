@@ -65,10 +65,26 @@ class HostUnderTest:
     # the guest's QEMU starts (THP's mode, which decides how guest RAM is
     # faulted in): its knobs, not the host's identity, so not in ``name``.
     boot_knobs: tuple[str, ...] = ()
+    # What guards against the outer QEMU's re-delivery of injected
+    # interrupts (GUEST_CPU, MAX_SHIFT): changed only to show the bug
+    # again (lab/svm_redelivery.py), and then part of the host's name.
+    guest_cpu: str = ""
+    max_shift: int | None = None
 
     @property
     def name(self) -> str:
-        return self.kernel.name + "".join(f" {p}" for p in self.params)
+        lab = [f"guest-cpu={self.guest_cpu}"] if self.guest_cpu else []
+        lab += [f"max-shift={self.max_shift}"] if self.max_shift is not None else []
+        return self.kernel.name + "".join(f" {p}" for p in (*self.params, *lab))
+
+    @property
+    def cpu(self) -> str:
+        """The guest's -cpu under L1's KVM."""
+        return self.guest_cpu or GUEST_CPU
+
+    @property
+    def shift_cap(self) -> int:
+        return MAX_SHIFT if self.max_shift is None else self.max_shift
 
     def label(self, accel: str) -> str:
         """How records and pages name this host."""
@@ -88,14 +104,19 @@ class HostUnderTest:
         return dataclasses.replace(self, boot_knobs=(*self.boot_knobs, *words))
 
     def to_json(self) -> dict[str, object]:
-        return {"kernel": self.kernel.name, "params": list(self.params)}
+        out: dict[str, object] = {"kernel": self.kernel.name, "params": list(self.params)}
+        if self.guest_cpu:
+            out["guest_cpu"] = self.guest_cpu
+        if self.max_shift is not None:
+            out["max_shift"] = self.max_shift
+        return out
 
 
-def host_clock(asked: Clock) -> Clock:
+def host_clock(asked: Clock, max_shift: int = MAX_SHIFT) -> Clock:
     """The clock L1 runs on for ``asked``: icount no coarser than
-    MAX_SHIFT; the wall clock as it is."""
-    if asked.icount and asked.shift is not None and asked.shift > MAX_SHIFT:
-        return Clock(ICOUNT, MAX_SHIFT)
+    ``max_shift``; the wall clock as it is."""
+    if asked.icount and asked.shift is not None and asked.shift > max_shift:
+        return Clock(ICOUNT, max_shift)
     return asked
 
 
@@ -198,7 +219,7 @@ def check_params(host: HostUnderTest, known: dict[str, set[str]]) -> None:
 GUEST_CPU = "host,kvm-pv-eoi=off"
 
 
-def guest_argv(config: MachineConfig, host_clock: Clock, kernel: str, initrd: str) -> list[str]:
+def guest_argv(config: MachineConfig, host_clock: Clock, kernel: str, initrd: str, cpu: str = GUEST_CPU) -> list[str]:
     """The guest's QEMU command line as L1 runs it: KVM, its monitor on a
     TCP port of L1, its SSH forwarded from L1's address, its console on
     L1's.  The guest's TSC is L1's: 1 GHz of L1's virtual time under
@@ -207,7 +228,7 @@ def guest_argv(config: MachineConfig, host_clock: Clock, kernel: str, initrd: st
     khz = ICOUNT_TSC_KHZ if host_clock.icount else host_tsc_khz()
     extra = " ".join(p for p in (config.cmdline_extra, f"tsc_early_khz={khz}" if khz else "") if p)
     inner = dataclasses.replace(
-        config, cmdline_extra=extra, warm=False, clock="", extra_args=(*config.extra_args, "-cpu", GUEST_CPU)
+        config, cmdline_extra=extra, warm=False, clock="", extra_args=(*config.extra_args, "-cpu", cpu)
     )
     return command_line(
         inner,

@@ -17,7 +17,8 @@ import subprocess
 from pathlib import Path
 
 from memqual.host.core import clock, settings, trust
-from memqual.host.core.errors import BadInput, CapabilityMissing
+from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
+from memqual.images import built_qemus
 from memqual.images import qemu as archive
 
 ENV_QEMU = settings.QEMU
@@ -86,7 +87,10 @@ def describe(binary: Path, system: bool = False) -> QemuChoice:
     """``binary`` as a QemuChoice: an archive QEMU memqual unpacked, the
     system's, or a build of the user's."""
     unpacked = archive.owning(binary)
-    if unpacked is not None:
+    built = _built(binary)
+    if built is not None:
+        choice = QemuChoice(binary=built.binary, version="", origin=built.describe())
+    elif unpacked is not None:
         choice = QemuChoice(
             binary=unpacked.binary,
             version="",
@@ -133,15 +137,30 @@ def is_path(spec: str) -> bool:
 
 
 def resolve(spec: str, cache: Path) -> QemuChoice:
-    """``--qemu VERSION|PATH`` as a QemuChoice: a version is fetched from
-    the archive (once), a path must be a QEMU that runs."""
+    """``--qemu VERSION|BUILD|PATH`` as a QemuChoice: a version is fetched
+    from the archive (once), a build's name (``memqual qemu build``) is its
+    binary in the cache, a path must be a QEMU that runs."""
     if is_path(spec):
         path = Path(spec).expanduser()
         # Run as root: a binary another user could replace is theirs to run.
         missing = f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64"
         return describe(trust.program(path, "--qemu", missing).resolve())
+    built = built_qemus.named(spec, cache)
+    if built is not None:
+        binary = trust.program(built.binary, "--qemu", f"--qemu {spec}: the build's binary is gone: build it again")
+        return describe(binary)
     unpacked = archive.fetch(spec, cache)
     return describe(unpacked.binary)
+
+
+def _built(binary: Path) -> built_qemus.BuiltQemu | None:
+    """The ``memqual qemu build`` whose binary ``binary`` is, if any."""
+    from memqual.host.core.paths import cache_dir
+
+    try:
+        return built_qemus.owning(binary, cache_dir())
+    except MemqualError:  # a cache memqual refuses: then no build of its
+        return None
 
 
 def choose(spec: str | None) -> QemuChoice:
