@@ -297,3 +297,19 @@ def test_a_run_on_a_host_under_test_runs_on_the_shift_l1_can_run_and_says_so(
     bad = run_config.RunConfig(output=tmp_path, hosts=(nested.parse_host("6.1.0-57-amd64", ["kvm_amd.ept=0"]),))
     with pytest.raises(BadInput, match="has no parameter ept"):
         run_command.run_host(bad)
+
+
+def test_the_guards_against_redelivery_are_the_default_and_named_when_changed() -> None:
+    """The lab's reproducer (lab/svm_redelivery.py) turns the two guards
+    against the outer QEMU's re-delivery off; a host so changed is another
+    host (its name and record say so), and its guest gets that CPU."""
+    plain = nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"))
+    assert plain.cpu == nested.GUEST_CPU and plain.shift_cap == nested.MAX_SHIFT
+    assert "guest_cpu" not in plain.to_json() and plain.name == "6.1.0-57-amd64"
+    lab = nested.HostUnderTest(KernelSpec("6.1.0-57-amd64"), guest_cpu="host", max_shift=2)
+    assert lab.name == "6.1.0-57-amd64 guest-cpu=host max-shift=2"
+    assert lab.to_json()["guest_cpu"] == "host" and lab.to_json()["max_shift"] == 2
+    assert nested.host_clock(clock.icount(4), lab.shift_cap) == clock.icount(2)
+    assert nested.host_clock(clock.icount(4), plain.shift_cap) == clock.icount(nested.MAX_SHIFT)
+    argv = nested.guest_argv(MachineConfig(memory_mib=512), clock.icount(2), L2_KERNEL, L2_INITRD, lab.cpu)
+    assert argv[len(argv) - 1 - argv[::-1].index("-cpu") + 1] == "host"
