@@ -22,6 +22,7 @@ from memqual.host.cli import (
     ksm,
     memslots,
     qemu,
+    qemu_patch,
     run,
 )
 from memqual.host.cli.command import Command, Option
@@ -40,7 +41,7 @@ COMMANDS: tuple[Command, ...] = (
     export.COMMAND,  # memqual export --kcidb FILE RESULTS.json
     history.COMMAND,  # memqual history DIR...
     hosts.COMMAND,  # memqual hosts check|probe
-    qemu.COMMAND,  # memqual qemu list
+    qemu.COMMAND,  # memqual qemu list|build
 )
 
 OPTIONS: tuple[Option, ...] = (
@@ -49,4 +50,7 @@ OPTIONS: tuple[Option, ...] = (
     # memqual run --host-patch FILE [--host-kernel-source SOURCE]; last, so it runs first: it refuses --patch
     # beside it before run --patch builds anything
     host_patch.RUN_HOST_PATCH,
+    # memqual run --qemu-patch FILE [--qemu-source VERSION]: after the kernel patches, so it runs before them and
+    # refuses them beside it before anything is built
+    qemu_patch.RUN_QEMU_PATCH,
 )

@@ -308,6 +308,9 @@ SLOTS: list[Slot] = [
     ),
     # memqual run --host-patch (host/cli/host_patch.py)
     Slot("run --host-patch", lambda v: ["run", "--tests", D(), "--host-patch", v], files),
+    # memqual run --qemu-patch (host/cli/qemu_patch.py)
+    Slot("run --qemu-patch", lambda v: ["run", "--tests", D(), "--qemu-patch", v], files),
+    Slot("run --qemu-base-patch", lambda v: ["run", "--tests", D(), "--qemu-patch", v, "--qemu-base-patch", v], files),
     Slot(
         "run --host-kernel-source",
         lambda v: ["run", "--tests", D(), "--host-kernel-source", v, "--host-kernel-source", v],
