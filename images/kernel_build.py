@@ -83,7 +83,11 @@ def compiler_version() -> str:
     gcc = shutil.which("gcc")
     if gcc is None:
         raise CapabilityMissing("gcc not found: run ./setup (installs gcc)")
-    return subprocess.run([gcc, "--version"], capture_output=True, text=True, check=False).stdout.splitlines()[0]
+    try:
+        proc = subprocess.run([gcc, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise CapabilityMissing(f"{gcc} --version failed ({exc}): run ./setup (installs gcc)") from exc
+    return (proc.stdout.splitlines() or ["gcc (no version)"])[0]
 
 
 @dataclasses.dataclass

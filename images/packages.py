@@ -250,6 +250,15 @@ def sandbox_dir(prefix: str) -> tuple[Path, Path]:
     return outer, inner
 
 
+def copy_checked(source: Path, target: Path, expected: str) -> None:
+    """Copy ``source`` (a file apt wrote where its sandbox user may write)
+    into a private folder as ``copy_regular`` does, refused unless its
+    sha256 is ``expected`` (what the signed lists give)."""
+    if not expected:
+        raise BadInput(f"{source.name}: the signed lists give no sha256 for it: run the command again")
+    _copy_private(source, target, expected)
+
+
 def copy_regular(source: Path, target: Path) -> None:
     """Copy ``source`` (a file apt wrote where its sandbox user may write)
     into a private folder: without following a link, a regular file only,

@@ -63,9 +63,12 @@ TREE = "qemu"
 def missing_toolchain() -> list[str]:
     missing = []
     for package in TOOLCHAIN:
-        proc = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
-        )
+        try:
+            proc = subprocess.run(
+                ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise CapabilityMissing(f"dpkg-query failed ({exc}): memqual qemu build needs Debian's dpkg") from exc
         if "install ok installed" not in proc.stdout:
             missing.append(package)
     return missing
@@ -145,14 +148,16 @@ def _build_as(
         user = unprivileged.confined(user, parent, parent / name, uid)
     elif patches:
         say("  no mount namespace here: this build can write into ccache's folder")
-    folder = unprivileged.fresh_folder(parent, user, name)
     root = builds_dir(cache)
-    # a staging folder a killed build of this key left (the lock is ours)
-    for stale in root.glob(f".staging-{key}-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".staging-{key}-", dir=root))
+    folder = parent / name
+    staging: Path | None = None
     times = StepTimes(say)
     try:
+        folder = unprivileged.fresh_folder(parent, user, name)
+        # a staging folder a killed build of this key left (the lock is ours)
+        for stale in root.glob(f".staging-{key}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".staging-{key}-", dir=root))
         say(f"building {source.label}" + "".join(f" + {p.path.name}" for p in patches) + f" with -j{jobs}")
         times.timed("unpack", lambda: unpack(user, folder, source))
         debian = qemu_sources.series(source)
@@ -166,9 +171,12 @@ def _build_as(
         lookups = {k: after[k] - before[k] for k in after if k in before}
         if lookups:
             say(f"  ccache: {lookups['hits']} hits, {lookups['misses']} misses")
-        times.timed("copy out", lambda: send_binary(user, folder, staging))
         upstream = tree_version(user, folder)
-        version = times.timed("checks", lambda: check_binary(staging / "bin" / BINARY, pkgversion(source, key)))
+        # run by the build user, where it was built: root runs no binary a
+        # patch made before someone asks to run it
+        version = times.timed("checks", lambda: check_binary(user, folder, pkgversion(source, key)))
+        out = staging
+        times.timed("copy out", lambda: send_binary(user, folder, out))
         built = BuiltQemu(
             name=f"{upstream}-{key}",
             directory=root / f"{upstream}-{key}",
@@ -186,13 +194,28 @@ def _build_as(
         )
         (staging / "manifest.json").write_text(json.dumps(built.to_json(), indent=2) + "\n")
         os.chmod(staging, 0o755)
-        shutil.rmtree(built.directory, ignore_errors=True)
-        os.replace(staging, built.directory)
+        install(staging, built.directory)
         return built
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        if folder.exists():
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if os.path.lexists(folder):
             unprivileged.remove_folder(user, folder)
+
+
+def install(staging: Path, target: Path) -> None:
+    """``staging`` made the entry ``target`` in one rename; an entry there
+    (--force) is moved aside first and removed after, so the name never
+    points at half of one."""
+    aside = target.with_name(f".old-{target.name}-{os.getpid()}")
+    try:
+        if os.path.lexists(target):
+            os.replace(target, aside)
+        os.replace(staging, target)
+    except OSError as exc:
+        raise BadInput(f"{target} could not be replaced ({exc.strerror}): remove it and build again") from exc
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 # tar's option for each compression a 3.0 (quilt) tarball may have
@@ -205,28 +228,44 @@ def unpack(user: unprivileged.BuildUser, folder: Path, source: QemuSource) -> No
     home = folder / "home"
     unprivileged.run(user, ["mkdir", TREE], folder, home)
     for tarball, strip in ((source.orig, ["--strip-components=1"]), (source.debian, [])):
-        untar = unprivileged.popen(
-            user,
-            ["tar", "-x", DECOMPRESS[tarball.suffix], "--no-same-owner", "--no-same-permissions", *strip, "-f", "-"],
-            folder / TREE,
-            home,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        assert untar.stdin is not None and untar.stderr is not None
-        try:
-            with tarball.open("rb") as raw:
-                shutil.copyfileobj(raw, untar.stdin, 1 << 20)
-            untar.stdin.close()
-            err = untar.stderr.read().decode(errors="replace")
-            if untar.wait(timeout=STEP_TIMEOUT_S) != 0:
-                raise BadInput(f"unpacking {tarball.name} failed: {err.strip().splitlines()[-1:] or ['?']}")
-        except (BrokenPipeError, subprocess.TimeoutExpired) as exc:
-            raise BadInput(f"unpacking {tarball.name} failed ({exc}): remove {source.directory} and try again") from exc
-        finally:
-            if untar.poll() is None:
-                unprivileged.end_group(untar)
+        # tar's complaints into root's unnamed file, not a pipe: a pipe
+        # nobody reads while root writes its input could block both
+        with tempfile.TemporaryFile() as err:
+            untar = unprivileged.popen(
+                user,
+                [
+                    "tar",
+                    "-x",
+                    DECOMPRESS[tarball.suffix],
+                    "--no-same-owner",
+                    "--no-same-permissions",
+                    *strip,
+                    "-f",
+                    "-",
+                ],
+                folder / TREE,
+                home,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+            assert untar.stdin is not None
+            try:
+                with tarball.open("rb") as raw:
+                    shutil.copyfileobj(raw, untar.stdin, 1 << 20)
+                untar.stdin.close()
+                status = untar.wait(timeout=STEP_TIMEOUT_S)
+            except (BrokenPipeError, subprocess.TimeoutExpired) as exc:
+                raise BadInput(
+                    f"unpacking {tarball.name} failed ({exc}): remove {source.directory}, try again"
+                ) from exc
+            finally:
+                if untar.poll() is None:
+                    unprivileged.end_group(untar)
+            if status != 0:
+                err.seek(0)
+                last = err.read(bounded.TAIL_MAX).decode(errors="replace").strip().splitlines()[-1:] or ["?"]
+                raise BadInput(f"unpacking {tarball.name} failed: {one_line(last[0])}")
 
 
 def apply_series(user: unprivileged.BuildUser, folder: Path, series: Sequence[qemu_sources.SeriesPatch]) -> None:
@@ -289,8 +328,9 @@ def compile_qemu(user: unprivileged.BuildUser, folder: Path, jobs: int, say: Cal
         raise BadInput(f"the QEMU build failed{' in ' + where if where else ''}: {first[:200]}")
 
 
+# the binary alone; 7.2's is about 60 MB, with debug information 150 MB
 OUTPUTS = unprivileged.Outputs(
-    files=(re.compile(f"bin/{re.escape(BINARY)}"),), folders=(re.compile("bin"),), max_entries=4
+    files=(re.compile(f"bin/{re.escape(BINARY)}"),), folders=(re.compile("bin"),), max_entries=4, max_bytes=512 << 20
 )
 
 
@@ -326,12 +366,10 @@ def tree_version(user: unprivileged.BuildUser, folder: Path) -> str:
     return out
 
 
-def check_binary(binary: Path, version_note: str) -> str:
-    """The built binary answers --version with its build's note; its version."""
-    try:
-        proc = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise BadInput(f"the built {BINARY} does not run ({exc})") from exc
+def check_binary(user: unprivileged.BuildUser, folder: Path, version_note: str) -> str:
+    """The built binary, run by the build user, answers --version with its
+    build's note; its version."""
+    proc = unprivileged.run(user, [f"./{BINARY}", "--version"], folder / TREE / "build", folder / "home", timeout=60)
     match = re.search(r"QEMU emulator version (\S+) \((.*)\)", proc.stdout)
     if proc.returncode != 0 or match is None or match.group(2) != version_note:
         raise BadInput(f"the built {BINARY} does not say it is this build: {proc.stdout.strip()[:120]!r}")

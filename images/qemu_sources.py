@@ -8,6 +8,7 @@ from root's copy of the Debian tarball.  docs/qemu-builds.md."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -63,11 +64,24 @@ def source_apt(cache: Path) -> PrivateApt:
 
 
 def offers(cache: Path, update: bool = False) -> list[str]:
-    """The source versions of qemu the release's suites offer, newest first."""
+    """The source versions of qemu the release's suites offer, newest first
+    (madison lists them by suite, not by version)."""
     apt = source_apt(cache)
     if update or not apt.fresh():
         apt.update()
-    return list(dict.fromkeys(v for v, _ in madison(apt, PACKAGE)))
+    known = list(dict.fromkeys(v for v, _ in madison(apt, PACKAGE)))
+    return sorted(known, key=functools.cmp_to_key(compare_versions), reverse=True)
+
+
+def compare_versions(a: str, b: str) -> int:
+    """Debian's order of two versions (dpkg --compare-versions): -1, 0, 1."""
+    if a == b:
+        return 0
+    try:
+        proc = subprocess.run(["dpkg", "--compare-versions", a, "lt", b], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise BadInput(f"dpkg --compare-versions failed ({exc}): run ./setup") from exc
+    return -1 if proc.returncode == 0 else 1
 
 
 def system_source_version() -> str:
@@ -150,6 +164,9 @@ def fetch(version: str | None, cache: Path) -> QemuSource:
         source = load(target)
         if source is not None:
             return source
+        # what a killed fetch of this version left (the lock is ours)
+        for stale in root.glob(f".fetch-{target.name}-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".fetch-{target.name}-", dir=root))
         try:
             _download(package_version, source_apt(cache), staging)
@@ -165,21 +182,46 @@ def fetch(version: str | None, cache: Path) -> QemuSource:
     return fetched
 
 
+def listed_files(package_version: str, apt: PrivateApt) -> dict[str, str]:
+    """The source package's files and their sha256 as the signed Sources
+    give them (``apt-get source --print-uris``, asked in an empty folder:
+    apt leaves out what the folder already has)."""
+    argv = ["apt-get", *apt.options(), "source", "--print-uris", f"{PACKAGE}={package_version}"]
+    with tempfile.TemporaryDirectory(prefix="mq-qemu-uris-") as empty:
+        out = packages.run_apt(argv, cwd=Path(empty))
+    files = {
+        m.group(1): m.group(2) for m in re.finditer(r"^'[^']+' (\S+) [0-9]+ SHA256:([0-9a-f]{64})$", out, re.MULTILINE)
+    }
+    if not files:
+        raise BadInput(f"apt lists no files of {PACKAGE} {package_version} with a sha256: run the command again")
+    return files
+
+
 def _download(package_version: str, apt: PrivateApt, staging: Path) -> None:
-    """apt-get source --download-only into apt's sandbox (as root), the
-    files copied into ``staging`` without following links."""
+    """apt-get source --download-only (into apt's sandbox, as root), each
+    file copied into ``staging`` only if the signed Sources give its sha256
+    (the sandbox's folder is the sandbox user's to change until copied)."""
+    listed = listed_files(package_version, apt)
     argv = ["apt-get", *apt.options(), "source", "--download-only", f"{PACKAGE}={package_version}"]
     if packages.sandbox_uid() is None:
-        packages.run_apt(argv, cwd=staging)
+        folder = Path(tempfile.mkdtemp(prefix=".download-", dir=staging.parent))
+        try:
+            packages.run_apt(argv, cwd=folder)
+            _take(folder, staging, listed)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         return
     outer, inner = packages.sandbox_dir(DOWNLOAD_PREFIX)
     try:
         packages.run_apt(argv, cwd=inner)
-        for entry in inner.iterdir():
-            if entry.is_file() and not entry.is_symlink():
-                packages.copy_regular(entry, staging / entry.name)
+        _take(inner, staging, listed)
     finally:
         leftovers.release_tempdir(outer)
+
+
+def _take(folder: Path, staging: Path, listed: dict[str, str]) -> None:
+    for name, sha256 in listed.items():
+        packages.copy_checked(folder / name, staging / name, sha256)
 
 
 def dsc_files(text: str) -> dict[str, str]:

@@ -56,17 +56,20 @@ def one_boot(kernel: str, seed: int, rounds: int, shift: int, pv_eoi: bool, log_
     begun = time.monotonic()
     done = 0
     stopped = ""
-    with Machine(config, image=build(KernelSource(None, None)), log_dir=log_dir, boot_timeout=600, host=host) as vm:
-        ctl = BalloonController(vm, device_id="balloon0")
-        ram = ctl.ram_bytes()
-        try:
-            for _ in range(rounds):
-                ctl.reach(ram - INFLATE_MIB * MIB, deadline_s=MOVE_DEADLINE_S, stall_s=30.0)
-                ctl.reach(ram, deadline_s=MOVE_DEADLINE_S, stall_s=30.0)
-                vm.ssh.run(["true"], timeout=60)
-                done += 1
-        except MemqualError as exc:
-            stopped = f"{vm.stuck_evidence()} (after: {exc})"
+    try:
+        with Machine(config, image=build(KernelSource(None, None)), log_dir=log_dir, boot_timeout=600, host=host) as vm:
+            ctl = BalloonController(vm, device_id="balloon0")
+            ram = ctl.ram_bytes()
+            try:
+                for _ in range(rounds):
+                    ctl.reach(ram - INFLATE_MIB * MIB, deadline_s=MOVE_DEADLINE_S, stall_s=30.0)
+                    ctl.reach(ram, deadline_s=MOVE_DEADLINE_S, stall_s=30.0)
+                    vm.ssh.run(["true"], timeout=60)
+                    done += 1
+            except MemqualError as exc:
+                stopped = f"{vm.stuck_evidence()} (after: {exc})"
+    except MemqualError as exc:  # the boot itself: said, and the next boot runs
+        stopped = f"did not boot: {exc}"
     return Boot(seed, done, stopped, round(time.monotonic() - begun, 1))
 
 
@@ -81,6 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="the first boot's seed; boot i gets seed + i")
     parser.add_argument("--logs", type=Path, help="keep consoles and stuck-N.txt here (default: a temporary folder)")
     args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except MemqualError as exc:
+        print(f"svm_redelivery: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args: argparse.Namespace) -> int:
     choice = qemu_binary.choose(args.qemu)
     print(f"outer QEMU: {choice.binary} ({choice.origin})", flush=True)
     boots = []

@@ -57,10 +57,14 @@ def refuse_beside(args: argparse.Namespace) -> None:
 
 
 def named_as(exc: BadInput, option: str) -> BadInput:
-    """A patch's refusal (read_patch's, apply_patch's: "--patch ...") as
-    the option that gave it names it."""
+    """A refusal as ``memqual qemu build``'s options name it ("--patch ...",
+    "--version ...") as this command's options do."""
     text = str(exc)
-    return BadInput(f"{option} " + text.removeprefix("--patch ")) if text.startswith("--patch ") else exc
+    if text.startswith("--patch "):
+        return BadInput(f"{option} " + text.removeprefix("--patch "))
+    if text.startswith("--version "):
+        return BadInput("--qemu-source " + text.removeprefix("--version "))
+    return exc
 
 
 def read_patches(paths: list[str], option: str) -> list[Patch]:
@@ -92,7 +96,15 @@ def run_with_qemu_patch(args: argparse.Namespace, inner: Run) -> int:
     output = output_directory(args, "memqual-results")
     check_run(args, output)
     # lazy: the build's modules only where a QEMU is built
+    from memqual.host.core.paths import cache_dir
     from memqual.images.qemu_build import build
+    from memqual.images.qemu_sources import resolve
+
+    # one source version for both: the archive's lists may move during A's build
+    try:
+        version = resolve(args.qemu_source, cache_dir())
+    except BadInput as exc:
+        raise named_as(exc, "--qemu-source") from None
 
     def progress(text: str) -> None:
         import sys
@@ -101,14 +113,21 @@ def run_with_qemu_patch(args: argparse.Namespace, inner: Run) -> int:
 
     try:
         with terminate_as_exception():
-            a = build(args.qemu_source, args.qemu_base_patch, say=progress)
+            a = build(version, args.qemu_base_patch, say=progress)
     except BadInput as exc:
         raise named_as(exc, "--qemu-base-patch") from None
     try:
         with terminate_as_exception():
-            b = build(args.qemu_source, [*args.qemu_base_patch, *args.qemu_patch], say=progress)
+            b = build(version, [*args.qemu_base_patch, *args.qemu_patch], say=progress)
     except BadInput as exc:
         raise named_as(exc, "--qemu-patch") from None
+    # what was built is what the record names: a patch file changed on disk
+    # during the builds would make A, B and the record disagree
+    read = [p.sha256 for p in [*base, *patches]]
+    if [p.sha256 for p in a.patches] != read[: len(base)] or [p.sha256 for p in b.patches] != read:
+        raise BadInput("a patch file changed while QEMU was built: run the command again")
+    if a.source != b.source:
+        raise BadInput(f"A was built from {a.source}, B from {b.source}: run the command again")
     for label, built in (("A", a), ("B", b)):
         state = "cached" if built.cached else f"built in {built.build_s:.0f} s"
         print(one_line(f"QEMU {label}: {built.name} ({built.describe()}; {state})"))

@@ -145,8 +145,9 @@ def resolve(spec: str, cache: Path) -> QemuChoice:
         # Run as root: a binary another user could replace is theirs to run.
         missing = f"--qemu {spec}: no executable file there: give a QEMU version or a qemu-system-x86_64"
         return describe(trust.program(path, "--qemu", missing).resolve())
-    built = built_qemus.named(spec, cache)
-    if built is not None:
+    if built_qemus.BUILT_NAME.fullmatch(spec):
+        # a build's name, never an archive version (those have no 12 hex digits at the end)
+        built = built_qemus.find(spec, cache)
         binary = trust.program(built.binary, "--qemu", f"--qemu {spec}: the build's binary is gone: build it again")
         return describe(binary)
     unpacked = archive.fetch(spec, cache)

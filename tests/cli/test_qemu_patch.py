@@ -19,7 +19,7 @@ from one_line_errors import in_process
 from memqual.host.cli import host_patch, kernel, qemu_patch, run
 from memqual.host.cli.command import parser_for
 from memqual.host.core.errors import BadInput
-from memqual.images import qemu_build
+from memqual.images import qemu_build, qemu_sources
 from memqual.images.built_qemus import BuiltQemu
 from memqual.images.kernel_patches import read_patch
 
@@ -74,10 +74,16 @@ class FakeBuild:
         )
 
 
+def resolved(version: str | None, cache: Path) -> str:
+    """``qemu_sources.resolve`` without the archive: the version as Debian's."""
+    return f"1:{version or 'system'}+dfsg-7"
+
+
 @pytest.fixture
 def fake_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeBuild:
     fake = FakeBuild(tmp_path)
     monkeypatch.setattr(qemu_build, "build", fake)
+    monkeypatch.setattr(qemu_sources, "resolve", resolved)
     return fake
 
 
@@ -125,7 +131,8 @@ def test_a_with_the_base_b_with_base_and_patch_run_as_two_qemus(
     seen: list[argparse.Namespace] = []
     assert qemu_patch.run_with_qemu_patch(args, keep(seen)) == 0
     (given,) = seen
-    assert fake_build.calls == [("7.2", [files["fix"]]), ("7.2", [files["fix"], files["cost"]])]
+    # one source version, looked up once, for both
+    assert fake_build.calls == [("1:7.2+dfsg-7", [files["fix"]]), ("1:7.2+dfsg-7", [files["fix"], files["cost"]])]
     assert given.qemu == ["7.2.22-000000000001", "7.2.22-000000000002"]
     config = run.config_from_args(given)
     assert len(config.pairing) == 2  # two QEMUs, one kernel: the QEMUs are the axis
@@ -145,6 +152,7 @@ def test_a_patch_that_does_not_apply_is_named_by_its_option(
     tmp_path: Path, files: dict[str, str], monkeypatch: pytest.MonkeyPatch, fails: str, option: str
 ) -> None:
     monkeypatch.setattr(qemu_build, "build", FakeBuild(tmp_path, fails=fails))
+    monkeypatch.setattr(qemu_sources, "resolve", resolved)
     args = _args(_argv(tmp_path, files, ["--qemu-base-patch", "{fix}", "--qemu-patch", "{cost}"]))
     with pytest.raises(BadInput, match=f"^{option} {fails} does not apply"):
         qemu_patch.run_with_qemu_patch(args, lambda given: 0)
@@ -155,3 +163,32 @@ def test_without_a_qemu_patch_the_run_is_untouched(tmp_path: Path) -> None:
     seen: list[argparse.Namespace] = []
     assert qemu_patch.run_with_qemu_patch(args, keep(seen)) == 0
     assert seen[0].qemu == ["7.2"]
+
+
+def test_a_patch_changed_during_the_builds_is_refused(
+    tmp_path: Path, files: dict[str, str], fake_build: FakeBuild, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = fake_build.__call__
+
+    def edits_then_builds(version: str | None, patch_paths: list[str], **kwargs: Any) -> BuiltQemu:
+        if len(patch_paths) == 2:  # B's build reads the file after someone changed it
+            Path(files["cost"]).write_text(COST.replace("+d", "+e"))
+        return inner(version, patch_paths, **kwargs)
+
+    monkeypatch.setattr(qemu_build, "build", edits_then_builds)
+    args = _args(_argv(tmp_path, files, ["--qemu-base-patch", "{fix}", "--qemu-patch", "{cost}"]))
+    with pytest.raises(BadInput, match="a patch file changed while QEMU was built"):
+        qemu_patch.run_with_qemu_patch(args, lambda given: 0)
+    assert not (tmp_path / "out" / "qemu-patch.json").exists()
+
+
+def test_a_source_the_archive_lacks_is_named_as_qemu_source(
+    tmp_path: Path, files: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def lacks(version: str | None, cache: Path) -> str:
+        raise BadInput(f"--version {version}: the archive's qemu sources are 1:7.2+dfsg-7: give one of them")
+
+    monkeypatch.setattr(qemu_sources, "resolve", lacks)
+    args = _args(_argv(tmp_path, files, ["--qemu-patch", "{cost}", "--qemu-source", "9.9"]))
+    with pytest.raises(BadInput, match="^--qemu-source 9.9: the archive's qemu sources are"):
+        qemu_patch.run_with_qemu_patch(args, lambda given: 0)

@@ -246,3 +246,42 @@ def test_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err.strip().splitlines()
     assert says in err[-1]
     assert not (memqual_cache / "qemu-builds").exists()
+
+
+def test_versions_sort_as_debian_orders_them() -> None:
+    import functools
+
+    listed = ["1:7.2+dfsg-7+deb12u18", "1:7.2+dfsg-7+deb12u2", "1:10.0.2+ds-2~bpo12+1", "1:7.2+dfsg-7"]
+    newest = sorted(listed, key=functools.cmp_to_key(qemu_sources.compare_versions), reverse=True)
+    assert newest == ["1:10.0.2+ds-2~bpo12+1", "1:7.2+dfsg-7+deb12u18", "1:7.2+dfsg-7+deb12u2", "1:7.2+dfsg-7"]
+
+
+def test_the_signed_lists_name_each_file_and_its_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    printed = (
+        "Need to get 23.9 MB of source archives.\n"
+        f"'http://deb.debian.org/debian/pool/main/q/qemu/qemu_7.2%2bdfsg-7.dsc' qemu_7.2+dfsg-7.dsc 6909 SHA256:{'a' * 64}\n"
+        f"'http://deb.debian.org/debian/pool/main/q/qemu/qemu_7.2%2bdfsg.orig.tar.xz' qemu_7.2+dfsg.orig.tar.xz 1 "
+        f"SHA256:{'b' * 64}\n"
+    )
+    seen: list[list[str]] = []
+
+    def apt(argv: list[str], cwd: Path | None = None) -> str:
+        seen.append(argv)
+        assert cwd is not None and not list(cwd.iterdir())  # asked in an empty folder: apt lists every file
+        return printed
+
+    monkeypatch.setattr(qemu_sources.packages, "run_apt", apt)
+    apt_dir = qemu_sources.PrivateApt(tmp_path, source_packages=True)
+    files = qemu_sources.listed_files(VERSION, apt_dir)
+    assert files == {"qemu_7.2+dfsg-7.dsc": "a" * 64, "qemu_7.2+dfsg.orig.tar.xz": "b" * 64}
+    assert seen[0][-2:] == ["--print-uris", f"qemu={VERSION}"]
+    # only deb-src lines of the release's suites, none of the system's sources
+    assert f"Dir::Etc::sourceparts={tmp_path / 'parts'}" in seen[0]
+    assert all(line.startswith("deb-src ") for line in apt_dir.lines("bookworm").splitlines())
+
+
+def test_a_build_name_that_is_not_here_is_refused_as_a_build(memqual_cache: Path) -> None:
+    (memqual_cache / "qemu-builds").mkdir(parents=True, mode=0o700)
+    os.chmod(memqual_cache, 0o700)
+    with pytest.raises(BadInput, match="no built QEMU '7.2.22-0123456789ab': memqual qemu list"):
+        qemu_binary.resolve("7.2.22-0123456789ab", memqual_cache)
