@@ -10,7 +10,6 @@ docs/patch-qualification.md, "images/kernel_build.py", has the details."""
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import hashlib
@@ -26,17 +25,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
-from memqual.host.core.printable import one_line, printable
+from memqual.host.core.printable import one_line
 from memqual.images import tree_copy, unprivileged
 from memqual.images.build_uids import own_uid
 from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
 from memqual.images.kernel_config import assemble_config, kept_config, read_fragment
-from memqual.images.kernel_env import STEP_TIMEOUT_S, build_env, ccache_counts, kbuild_parent, run_ok
+from memqual.images.kernel_env import STEP_TIMEOUT_S, build_env, ccache_counts, kbuild_parent, run_compile, run_ok
 from memqual.images.kernel_patches import Patch, apply_patch, config_touched, patch_failure, read_patch
 from memqual.images.kernel_sources import Source, resolve_source, unpack
 from memqual.images.modules import INDEX_PREFIX, MAX_TREE_ENTRIES, MODULE_SUFFIXES
@@ -134,37 +132,11 @@ class Progress:
 
 
 def compile_kernel(user: unprivileged.BuildUser, folder: Path, jobs: int, progress: Progress) -> None:
-    """make bzImage modules; a failure is the compiler's last lines (on
-    stderr) and one line naming the file.  make's output is read within
-    bounds (host/core/bounded.py): the deadline holds while make is silent,
-    and a line without end keeps bounded.LINE_MAX bytes."""
-    tree, home = folder / "linux", folder / "home"
-    proc = unprivileged.popen(user, ["make", f"-j{jobs}", "bzImage", "modules"], tree, home, env=build_env(user))
-    tail: collections.deque[str] = collections.deque(maxlen=40)
-    errors: list[str] = []
-
-    def line(raw: str) -> None:
-        text = raw.rstrip()
-        tail.append(text)
-        progress.line(text)
-        if re.search(r"\berror\b", text) and len(errors) < 5:
-            errors.append(text)
-
-    try:
-        # the lines are kept here (tail, errors), not the stream's bytes
-        status = bounded.collect(proc, time.monotonic() + COMPILE_TIMEOUT_S, on_line=line, keep=0).returncode
-    except bounded.Overdue:
-        raise BadInput(f"the kernel build did not finish in {COMPILE_TIMEOUT_S / 3600:.3g} h") from None
-    finally:
-        if proc.poll() is None:
-            unprivileged.end_group(proc)
-    if status != 0:
-        import sys
-
-        print(printable("\n".join(tail)), file=sys.stderr)  # the tree's text: a patch chose it
-        where = next((m.group(1) for e in errors if (m := re.match(r"([^\s:]+):\d+(?::\d+)?: .*error", e))), "")
-        first = errors[0].strip() if errors else (tail[-1] if tail else "make failed")
-        raise BadInput(f"the kernel build failed{' in ' + where if where else ''}: {first[:200]}")
+    """make bzImage modules, its progress read from kbuild's lines; a
+    failure is the compiler's last lines (on stderr) and one line naming
+    the file (kernel_env.run_compile)."""
+    argv = ["make", f"-j{jobs}", "bzImage", "modules"]
+    run_compile(user, argv, folder / "linux", folder / "home", COMPILE_TIMEOUT_S, progress.line, "the kernel build")
 
 
 def build_variant(user: unprivileged.BuildUser, folder: Path) -> str | None:

@@ -1,16 +1,24 @@
-"""What every step of a kernel build runs with: the build parent folder,
-kbuild's fixed stamps, ccache's folder and counters, and ``run_ok`` (a
-build user's step, its failure one line).  docs/patch-qualification.md,
-"images/kernel_build.py"."""
+"""What every step of a build (a kernel's, a QEMU's) runs with: the build
+parent folder, kbuild's fixed stamps, ccache's folder and counters,
+``run_ok`` (a build user's step, its failure one line) and ``run_compile``
+(the long compile, its output read within bounds, its failure the file
+that failed).  docs/patch-qualification.md, "images/kernel_build.py"."""
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import os
+import re
 import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from memqual.host.core import settings
+from memqual.host.core import bounded, settings
 from memqual.host.core.errors import BadInput
+from memqual.host.core.printable import printable
 from memqual.images import unprivileged
 
 BUILD_PARENT = Path("/var/tmp/memqual-kbuild")
@@ -107,3 +115,59 @@ def run_ok(
         lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()][-3:]
         raise BadInput(f"{what} failed: {' | '.join(lines) or 'no output'}")
     return proc
+
+
+@dataclasses.dataclass
+class CompileLog:
+    """A compile's output as it comes (make's, ninja's): its last lines and
+    its first errors, and the one line its failure says."""
+
+    tail: collections.deque[str] = dataclasses.field(default_factory=lambda: collections.deque(maxlen=40))
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def line(self, text: str) -> None:
+        self.tail.append(text)
+        if re.search(r"\berror\b", text) and len(self.errors) < 5:
+            self.errors.append(text)
+
+    def failure(self, what: str, fallback: str) -> BadInput:
+        """The last lines on stderr (the tree's text, which a patch chose:
+        shown printable), and one line naming the file that failed."""
+        print(printable("\n".join(self.tail)), file=sys.stderr)
+        where = next((m.group(1) for e in self.errors if (m := re.match(r"([^\s:]+):\d+(?::\d+)?: .*error", e))), "")
+        first = self.errors[0].strip() if self.errors else (self.tail[-1] if self.tail else fallback)
+        return BadInput(f"{what} failed{' in ' + where if where else ''}: {first[:200]}")
+
+
+def run_compile(
+    user: unprivileged.BuildUser,
+    argv: Sequence[str],
+    cwd: Path,
+    home: Path,
+    timeout_s: float,
+    on_line: Callable[[str], None],
+    what: str,
+) -> None:
+    """A long compile as the build user, each line of its output to
+    ``on_line`` (progress) as it comes; read within bounds
+    (host/core/bounded.py): the deadline holds while it is silent, and a
+    line without end keeps bounded.LINE_MAX bytes.  A failure is
+    ``CompileLog.failure``; the deadline one line too."""
+    proc = unprivileged.popen(user, argv, cwd, home, env=build_env(user))
+    log = CompileLog()
+
+    def line(raw: str) -> None:
+        text = raw.rstrip()
+        log.line(text)
+        on_line(text)
+
+    try:
+        # the lines are kept here (the log), not the stream's bytes
+        status = bounded.collect(proc, time.monotonic() + timeout_s, on_line=line, keep=0).returncode
+    except bounded.Overdue:
+        raise BadInput(f"{what} did not finish in {timeout_s / 3600:.3g} h") from None
+    finally:
+        if proc.poll() is None:
+            unprivileged.end_group(proc)
+    if status != 0:
+        raise log.failure(what, f"{argv[0]} failed")

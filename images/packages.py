@@ -43,6 +43,22 @@ def run_apt(argv: list[str], cwd: Path | None = None) -> str:
     return _run(argv, cwd)
 
 
+def installed_field(package: str, field: str) -> str:
+    """A field of an installed package as dpkg-query prints it (``Version``,
+    ``source:Version``); "" when it is not installed or dpkg cannot say."""
+    try:
+        proc = subprocess.run(
+            ["dpkg-query", "-W", "-f", f"${{{field}}}", package],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def unpack_deb(deb: Path, target: Path) -> None:
     """A .deb's files unpacked into ``target`` (``dpkg -x``, no root)."""
     _run(["dpkg", "-x", str(deb), str(target)])

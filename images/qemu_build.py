@@ -9,7 +9,6 @@ ninja; only the binary taken back, checked to run, and kept as
 
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
 import json
@@ -26,12 +25,12 @@ from memqual.host.core import bounded
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
-from memqual.host.core.printable import one_line, printable
+from memqual.host.core.printable import one_line
 from memqual.images import qemu_sources, unprivileged
 from memqual.images.build_uids import own_uid
 from memqual.images.built_qemus import BINARY, BuiltQemu, builds_dir, cached
 from memqual.images.kernel_build import StepTimes, compiler_version
-from memqual.images.kernel_env import STEP_TIMEOUT_S, build_env, ccache_counts, kbuild_parent, run_ok
+from memqual.images.kernel_env import STEP_TIMEOUT_S, ccache_counts, kbuild_parent, run_compile, run_ok
 from memqual.images.kernel_patches import Patch, apply_patch, read_patch
 from memqual.images.qemu_sources import QemuSource
 
@@ -291,19 +290,11 @@ def configure(user: unprivileged.BuildUser, folder: Path, version_note: str) -> 
 def compile_qemu(user: unprivileged.BuildUser, folder: Path, jobs: int, say: Callable[[str], None]) -> None:
     """ninja's build of the one binary, its progress a line every 15 s; a
     failure is the compiler's last lines (on stderr) and one line naming
-    the file.  ninja's output is read within bounds (host/core/bounded.py)."""
-    build, home = folder / TREE / "build", folder / "home"
-    proc = unprivileged.popen(user, ["ninja", f"-j{jobs}", BINARY], build, home, env=build_env(user))
-    tail: collections.deque[str] = collections.deque(maxlen=40)
-    errors: list[str] = []
+    the file (kernel_env.run_compile)."""
     begun = time.monotonic()
     shown = [begun]
 
-    def line(raw: str) -> None:
-        text = raw.rstrip()
-        tail.append(text)
-        if re.search(r"\berror\b", text) and len(errors) < 5:
-            errors.append(text)
+    def progress(text: str) -> None:
         step = NINJA_STEP.match(text)
         now = time.monotonic()
         if step and now - shown[0] >= 15.0:
@@ -312,20 +303,8 @@ def compile_qemu(user: unprivileged.BuildUser, folder: Path, jobs: int, say: Cal
             left = (now - begun) * (total - done) / done if done else 0.0
             say(f"  building: {done} of {total} steps, {(now - begun) / 60:.1f} min so far, ~{left / 60:.1f} min left")
 
-    try:
-        status = bounded.collect(proc, time.monotonic() + COMPILE_TIMEOUT_S, on_line=line, keep=0).returncode
-    except bounded.Overdue:
-        raise BadInput(f"the QEMU build did not finish in {COMPILE_TIMEOUT_S / 3600:.3g} h") from None
-    finally:
-        if proc.poll() is None:
-            unprivileged.end_group(proc)
-    if status != 0:
-        import sys
-
-        print(printable("\n".join(tail)), file=sys.stderr)  # the tree's text: a patch chose it
-        where = next((m.group(1) for e in errors if (m := re.match(r"([^\s:]+):\d+(?::\d+)?: .*error", e))), "")
-        first = errors[0].strip() if errors else (tail[-1] if tail else "ninja failed")
-        raise BadInput(f"the QEMU build failed{' in ' + where if where else ''}: {first[:200]}")
+    argv = ["ninja", f"-j{jobs}", BINARY]
+    run_compile(user, argv, folder / TREE / "build", folder / "home", COMPILE_TIMEOUT_S, progress, "the QEMU build")
 
 
 # the binary alone; 7.2's is about 60 MB, with debug information 150 MB

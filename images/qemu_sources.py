@@ -86,17 +86,7 @@ def compare_versions(a: str, b: str) -> int:
 
 def system_source_version() -> str:
     """The source version the system's qemu-system-x86 was built from ("" if none)."""
-    try:
-        proc = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${source:Version}", "qemu-system-x86"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return proc.stdout.strip() if proc.returncode == 0 else ""
+    return packages.installed_field("qemu-system-x86", "source:Version")
 
 
 def resolve(version: str | None, cache: Path) -> str:

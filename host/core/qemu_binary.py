@@ -18,7 +18,7 @@ from pathlib import Path
 
 from memqual.host.core import clock, settings, trust
 from memqual.host.core.errors import BadInput, CapabilityMissing, MemqualError
-from memqual.images import built_qemus
+from memqual.images import built_qemus, packages
 from memqual.images import qemu as archive
 
 ENV_QEMU = settings.QEMU
@@ -71,16 +71,7 @@ def _version_of(binary: str, env_items: tuple[tuple[str, str], ...]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _system_package_version() -> str:
-    try:
-        out = subprocess.run(
-            ["dpkg-query", "-W", "-f", "${Version}", "qemu-system-x86"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.strip()
+    return packages.installed_field("qemu-system-x86", "Version")
 
 
 def describe(binary: Path, system: bool = False) -> QemuChoice:
