@@ -29,7 +29,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.host.core.printable import one_line
-from memqual.images import tree_copy, unprivileged
+from memqual.images import packages, tree_copy, unprivileged
 from memqual.images.build_uids import own_uid
 from memqual.images.built_kernels import VARIANT, BuiltKernel, cached, kernels_dir
 from memqual.images.kernel import check_release, read_release
@@ -59,14 +59,7 @@ def _sha256(data: bytes) -> str:
 
 def missing_toolchain() -> list[str]:
     """Toolchain packages not installed (dpkg's view)."""
-    missing = []
-    for package in TOOLCHAIN:
-        proc = subprocess.run(
-            ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, check=False
-        )
-        if "install ok installed" not in proc.stdout:
-            missing.append(package)
-    return missing
+    return packages.not_installed(TOOLCHAIN)
 
 
 def check_toolchain() -> None:

@@ -18,7 +18,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from memqual.host.core import leftovers
@@ -57,6 +57,11 @@ def installed_field(package: str, field: str) -> str:
     except (OSError, subprocess.SubprocessError):
         return ""
     return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
+def not_installed(names: Sequence[str]) -> list[str]:
+    """The packages of ``names`` dpkg does not have installed, in order."""
+    return [name for name in names if "install ok installed" not in installed_field(name, "Status")]
 
 
 def unpack_deb(deb: Path, target: Path) -> None:

@@ -26,7 +26,7 @@ from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.host.core.printable import one_line
-from memqual.images import qemu_sources, unprivileged
+from memqual.images import packages, qemu_sources, unprivileged
 from memqual.images.build_uids import own_uid
 from memqual.images.built_qemus import BINARY, BuiltQemu, builds_dir, cached
 from memqual.images.kernel_build import StepTimes, compiler_version
@@ -60,17 +60,8 @@ TREE = "qemu"
 
 
 def missing_toolchain() -> list[str]:
-    missing = []
-    for package in TOOLCHAIN:
-        try:
-            proc = subprocess.run(
-                ["dpkg-query", "-W", "-f=${Status}", package], capture_output=True, text=True, timeout=30, check=False
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise CapabilityMissing(f"dpkg-query failed ({exc}): memqual qemu build needs Debian's dpkg") from exc
-        if "install ok installed" not in proc.stdout:
-            missing.append(package)
-    return missing
+    """Toolchain packages not installed (dpkg's view)."""
+    return packages.not_installed(TOOLCHAIN)
 
 
 def check_toolchain() -> None:

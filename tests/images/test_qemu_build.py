@@ -259,7 +259,8 @@ def test_versions_sort_as_debian_orders_them() -> None:
 def test_the_signed_lists_name_each_file_and_its_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     printed = (
         "Need to get 23.9 MB of source archives.\n"
-        f"'http://deb.debian.org/debian/pool/main/q/qemu/qemu_7.2%2bdfsg-7.dsc' qemu_7.2+dfsg-7.dsc 6909 SHA256:{'a' * 64}\n"
+        f"'http://deb.debian.org/debian/pool/main/q/qemu/qemu_7.2%2bdfsg-7.dsc' qemu_7.2+dfsg-7.dsc 6909 "
+        f"SHA256:{'a' * 64}\n"
         f"'http://deb.debian.org/debian/pool/main/q/qemu/qemu_7.2%2bdfsg.orig.tar.xz' qemu_7.2+dfsg.orig.tar.xz 1 "
         f"SHA256:{'b' * 64}\n"
     )
