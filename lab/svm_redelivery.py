@@ -1,5 +1,5 @@
 """Does the outer QEMU deliver an injected interrupt twice?
-``python -m memqual.lab.svm_redelivery [--qemu Q] [--boots N] [--rounds R] [--shift S] [--pv-eoi] [--seed N]``.
+``python -m memqual.lab.svm_redelivery [--qemu Q] [--boots N] [--rounds R] [--shift S] [--pv-eoi] [--cold]``.
 
 Each boot: a guest under a host under test on icount:S, its balloon
 inflated by 768 MiB and deflated R times, ``query-balloon`` every 10 ms
@@ -41,23 +41,26 @@ class Boot:
     rounds_done: int
     stopped: str  # what the stopped guest was doing; "" when every round completed
     wall_s: float
+    boot_to_ssh_s: float  # the guest's SSH after L1's start, wall
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
-def one_boot(kernel: str, seed: int, rounds: int, shift: int, pv_eoi: bool, log_dir: Path) -> Boot:
+def one_boot(kernel: str, seed: int, rounds: int, shift: int, pv_eoi: bool, log_dir: Path, cold: bool) -> Boot:
     os.environ[settings.CLOCK] = f"icount:{shift}"
     os.environ[settings.BOOT_SEED] = str(seed)
     host = nested.HostUnderTest(
         KernelSpec(kernel), guest_cpu=PV_EOI_CPU if pv_eoi else "", max_shift=max(shift, nested.MAX_SHIFT)
     )
-    config = MachineConfig(memory_mib=GUEST_MIB, machine="pc", balloon=BalloonDevice())
+    config = MachineConfig(memory_mib=GUEST_MIB, machine="pc", balloon=BalloonDevice(), warm=not cold)
     begun = time.monotonic()
     done = 0
     stopped = ""
+    to_ssh = 0.0
     try:
         with Machine(config, image=build(KernelSource(None, None)), log_dir=log_dir, boot_timeout=600, host=host) as vm:
+            to_ssh = vm.boot_to_ssh_s
             ctl = BalloonController(vm, device_id="balloon0")
             ram = ctl.ram_bytes()
             try:
@@ -70,7 +73,7 @@ def one_boot(kernel: str, seed: int, rounds: int, shift: int, pv_eoi: bool, log_
                 stopped = f"{vm.stuck_evidence()} (after: {exc})"
     except MemqualError as exc:  # the boot itself: said, and the next boot runs
         stopped = f"did not boot: {exc}"
-    return Boot(seed, done, stopped, round(time.monotonic() - begun, 1))
+    return Boot(seed, done, stopped, round(time.monotonic() - begun, 1), round(to_ssh, 2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shift", type=int, default=2, help="L1's icount shift (memqual's own cap is 0)")
     parser.add_argument("--pv-eoi", action="store_true", help="paravirtual EOI on in the guest (the old trigger)")
     parser.add_argument("--seed", type=int, default=1, help="the first boot's seed; boot i gets seed + i")
+    parser.add_argument("--cold", action="store_true", help="boot L1 and its guest, no saved snapshot")
     parser.add_argument("--logs", type=Path, help="keep consoles and stuck-N.txt here (default: a temporary folder)")
     args = parser.parse_args(argv)
     try:
@@ -99,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         for i in range(args.boots):
             log_dir = (args.logs or Path(scratch)) / f"boot-{i + 1}"
             log_dir.mkdir(parents=True, exist_ok=True)
-            boot = one_boot(args.host_kernel, args.seed + i, args.rounds, args.shift, args.pv_eoi, log_dir)
+            boot = one_boot(args.host_kernel, args.seed + i, args.rounds, args.shift, args.pv_eoi, log_dir, args.cold)
             boots.append(boot)
             print(json.dumps(boot.to_json()), flush=True)
     stopped = sum(1 for b in boots if b.stopped)
