@@ -544,11 +544,17 @@ class Machine:
         return found.value
 
     def _boot_timeout(self, deadline: BootDeadline, what: str) -> Timeout:
-        """A boot's wait for ``what`` that ran out, with the console's tail."""
+        """A boot's wait for ``what`` that ran out, with the console's tail
+        and, for a guest of this machine whose QEMU still runs, what its
+        vCPUs were doing (a kernel that hangs before it prints, under
+        ``quiet``, leaves the console nothing to say)."""
         waited = "the guest did not answer SSH" if what == SSH_WAIT else f"no answer from {what}"
+        # a host under test's guest monitor is in L1, which may not be up yet
+        stuck = self.stuck_evidence() if self.host is None and not self.qemu_exited() else ""
         return Timeout(
             f"{waited} within {deadline.describe()} "
             f"(accel {self.accel}); console: {self._console_tail(1)} — see {self.console_log}"
+            + (f"; its vCPUs: {stuck}" if stuck else "")
         )
 
     # -- control ----------------------------------------------------------

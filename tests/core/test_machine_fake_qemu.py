@@ -109,11 +109,17 @@ def test_ssh_that_never_answers_times_out_and_leaves_nothing(tmp_path, monkeypat
     # host time to start the fake and connect QMP.
     fake = install(tmp_path, monkeypatch, "qmp")
     vm = Machine(TCG, image=image, boot_timeout=2.5)
-    _, elapsed = failed_launch(vm, Timeout, "did not answer SSH within")
-    # the deadline, plus one readiness poll (0.5 s) and the shutdown
-    assert 2.5 <= elapsed < 2.5 + 3
+    error, elapsed = failed_launch(vm, Timeout, "did not answer SSH within")
+    # the deadline, plus one readiness poll (0.5 s), the vCPUs' reading
+    # (five samples 0.2 s apart) and the shutdown
+    assert 2.5 <= elapsed < 2.5 + 5
     assert left_no_qemu(fake), "QEMU survived a failed launch"
-    assert fake_qemu.qmp_commands(fake) == ["qmp_capabilities", "quit"]
+    # a QEMU that still runs is asked what its vCPUs do before it is ended,
+    # and the error says what it answered
+    commands = fake_qemu.qmp_commands(fake)
+    assert commands[0] == "qmp_capabilities" and commands[-1] == "quit"
+    assert set(commands[1:-1]) == {"human-monitor-command"}
+    assert "; its vCPUs: " in str(error)
     assert not vm.is_running()
 
 
