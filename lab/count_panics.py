@@ -103,7 +103,11 @@ def classify(console: str, error: BaseException | None) -> tuple[str, str]:
     if error is None:
         return "ok", ""
     if isinstance(error, Timeout):
-        return "hang", str(error).splitlines()[0][:160]
+        # what the vCPUs were doing, when the machine could read it, says
+        # more about a hang than the wait that ran out
+        text = str(error).splitlines()[0]
+        _, vcpus, read = text.partition("; its vCPUs: ")
+        return "hang", (f"vCPUs: {read}" if vcpus else text)[:200]
     return "error", str(error).splitlines()[0][:160]
 
 

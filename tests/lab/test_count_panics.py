@@ -38,6 +38,13 @@ OOPS = """\
             "hang",
             "the guest did not answer SSH within 90 s",
         ),
+        # a hang whose vCPUs were read: their state is its signature
+        (
+            "",
+            Timeout("the guest did not answer SSH within 90 s (accel tcg); console: x; its vCPUs: vCPU 0 halted at f+0x1"),
+            "hang",
+            "vCPUs: vCPU 0 halted at f+0x1",
+        ),
         ("", GuestError("QEMU did not come up"), "error", "QEMU did not come up"),
     ],
 )
