@@ -41,7 +41,7 @@ OOPS = """\
         # a hang whose vCPUs were read: their state is its signature
         (
             "",
-            Timeout("the guest did not answer SSH within 90 s (accel tcg); console: x; its vCPUs: vCPU 0 halted at f+0x1"),
+            Timeout("the guest did not answer SSH within 90 s (accel tcg); its vCPUs: vCPU 0 halted at f+0x1"),
             "hang",
             "vCPUs: vCPU 0 halted at f+0x1",
         ),
