@@ -23,6 +23,7 @@ from pathlib import Path
 
 import fake_kernel
 import pytest
+from build_parent import build_parent
 
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.images import (
@@ -328,16 +329,9 @@ def build_env(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """The build folders under a fresh root-owned 0711 parent the build
     user can pass through (a test's tmp_path is root's 0700); the toolchain
     taken as installed (the fake tree needs none of it)."""
-    outer = Path(tempfile.mkdtemp(prefix="mq-kbuild-test-", dir="/tmp"))
-    os.chmod(outer, 0o711)
-    monkeypatch.setenv(kernel_env.BUILD_PARENT_ENV, str(outer / "kbuild"))
     monkeypatch.setattr(kb, "missing_toolchain", list)
-    monkeypatch.delenv(unprivileged.BUILD_USER_ENV, raising=False)
-    yield outer / "kbuild"
-    user = unprivileged.build_user()
-    for folder in (outer / "kbuild").glob("*"):
-        unprivileged.remove_folder(user, folder)
-    shutil.rmtree(outer)
+    with build_parent(monkeypatch, "mq-kbuild-test-") as parent:
+        yield parent
 
 
 def fake_tree(root: Path, hostile: str = "") -> Path:

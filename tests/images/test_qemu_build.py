@@ -13,16 +13,16 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from build_parent import build_parent
 
 from memqual.host.cli.main import main
 from memqual.host.core import qemu_binary
 from memqual.host.core.errors import BadInput
-from memqual.images import built_qemus, kernel_env, qemu_sources, unprivileged
+from memqual.images import built_qemus, qemu_sources
 from memqual.images import qemu_build as qb
 
 VERSION = "1:7.2+dfsg-7+deb12u18"
@@ -102,16 +102,9 @@ def build_env(memqual_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     """Build folders under a fresh root-owned 0711 parent the build user can
     pass through; the toolchain taken as installed (the fake needs none)."""
     memqual_cache.mkdir(mode=0o700)
-    outer = Path(tempfile.mkdtemp(prefix="mq-qbuild-test-", dir="/tmp"))
-    os.chmod(outer, 0o711)
-    monkeypatch.setenv(kernel_env.BUILD_PARENT_ENV, str(outer / "kbuild"))
     monkeypatch.setattr(qb, "missing_toolchain", list)
-    monkeypatch.delenv(unprivileged.BUILD_USER_ENV, raising=False)
-    yield outer / "kbuild"
-    user = unprivileged.build_user()
-    for folder in (outer / "kbuild").glob("*"):
-        unprivileged.remove_folder(user, folder)
-    shutil.rmtree(outer)
+    with build_parent(monkeypatch, "mq-qbuild-test-") as parent:
+        yield parent
 
 
 def use_source(monkeypatch: pytest.MonkeyPatch, source: qemu_sources.QemuSource) -> None:
