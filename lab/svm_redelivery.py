@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from memqual.host.balloon.device import BalloonController
-from memqual.host.core import nested, qemu_binary, settings
+from memqual.host.core import nested, qemu_binary, settings, trust
 from memqual.host.core.errors import MemqualError
 from memqual.host.core.kernelspec import KernelSpec
 from memqual.host.core.machine import Machine
@@ -101,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
     boots = []
     with tempfile.TemporaryDirectory(prefix="svm-redelivery-") as scratch:
         for i in range(args.boots):
-            log_dir = (args.logs or Path(scratch)) / f"boot-{i + 1}"
-            log_dir.mkdir(parents=True, exist_ok=True)
+            # --logs: a folder nobody else can write, as root writes into it
+            parent = trust.work_dir(args.logs, "--logs") if args.logs else Path(scratch)
+            log_dir = parent / f"boot-{i + 1}"
+            log_dir.mkdir(exist_ok=True)
             boot = one_boot(args.host_kernel, args.seed + i, args.rounds, args.shift, args.pv_eoi, log_dir, args.cold)
             boots.append(boot)
             print(json.dumps(boot.to_json()), flush=True)
