@@ -205,7 +205,7 @@ class BalloonFloor(BalloonBase):
 class BalloonFreePageReporting(BalloonBase):
     """
     :avocado: enable
-    :avocado: tags=balloon
+    :avocado: tags=balloon,free-page-reporting
     """
 
     def touch_and_free(self, reporting: bool) -> fpr.Reporting:
