@@ -74,6 +74,7 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
     both recorded in the same blocks, with positive values in each."""
     a, b = Results.from_json(a), Results.from_json(b)
     clock = str((a.environment or {}).get("clock") or "wall")
+    on_host_under_test = bool((a.environment or {}).get("host_under_test"))
     by_key = {m.key: m for m in b.metrics}
     out = []
     for ma in a.metrics:
@@ -92,7 +93,7 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
                 scenario=ma.scenario,
                 metric=ma.metric,
                 variant=dict(ma.variant or {}),
-                primary=primary_of(ma.scenario, ma.metric, ma.variant, read_with) is not None,
+                primary=primary_of(ma.scenario, ma.metric, ma.variant, read_with, on_host_under_test) is not None,
                 clock=read_with,
                 log_ratios=tuple(math.log(vb[k] / va[k]) for k in common),
             )

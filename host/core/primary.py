@@ -85,15 +85,21 @@ class Primary:
     whose items include ``variant`` (empty: every variant), and why it is
     watched; what reads it (``instrument``), the metric that decides it on
     the icount clock where another one does (``on_icount``, read by the
-    guest clock), the spreads measured on each clock, its equivalence
-    margin, and what would decide it where its spread is too wide
-    (``needs``).  ``scenario`` is its row's name, set by the row."""
+    guest clock) and on a host under test (``on_host_under_test``), the
+    spreads measured on each clock, its equivalence margin, and what would
+    decide it where its spread is too wide (``needs``).  ``scenario`` is
+    its row's name, set by the row."""
 
     metric: str
     why: str
     variant: tuple[tuple[str, Any], ...] = ()
     instrument: str = HOST_WALL
     on_icount: str = ""
+    # The metric that decides it where its guests ran on a host under test
+    # (both arms, or the one run): the same figure read in L1 on L1's clock
+    # where ``metric`` is read on this machine, which is not the host the
+    # guest ran on.  Its spread there is ``spread_host_under_test``.
+    on_host_under_test: str = ""
     spread_wall: Spread | None = None
     spread_icount: Spread | None = None
     # The block spread on a host under test's clock (L1's instructions,
@@ -115,16 +121,20 @@ class Primary:
         if self.instrument not in INSTRUMENTS:
             raise ValueError(f"primary {self.metric}: instrument {self.instrument!r} is not one of {INSTRUMENTS}")
 
-    def metric_on(self, clock: str = "") -> str:
+    def metric_on(self, clock: str = "", host_under_test: bool = False) -> str:
         """The metric that decides this primary on ``clock`` (a label:
-        wall, icount:SHIFT; empty: wall)."""
+        wall, icount:SHIFT; empty: wall), on a host under test where
+        ``host_under_test``."""
+        if host_under_test and self.on_host_under_test:
+            return self.on_host_under_test
         return self.on_icount if self.on_icount and clock.startswith("icount") else self.metric
 
-    def named(self, clock: str = "") -> str:
+    def named(self, clock: str = "", host_under_test: bool = False) -> str:
         """Its metric on ``clock`` and, where it has one, its variant: one
         metric can be two primaries of two variants."""
+        metric = self.metric_on(clock, host_under_test)
         items = ", ".join(f"{key}={value}" for key, value in self.variant)
-        return f"{self.metric_on(clock)} [{items}]" if items else self.metric_on(clock)
+        return f"{metric} [{items}]" if items else metric
 
     def instrument_on(self, clock: str = "") -> str:
         return GUEST_CLOCK if self.on_icount and clock.startswith("icount") else self.instrument
@@ -152,10 +162,13 @@ class Primary:
             return "a count: no clock"
         return f"{instrument}: the host's load is in it on every clock"
 
-    def matches(self, metric: str, variant: Mapping[str, Any] | None, clock: str = "") -> bool:
+    def matches(
+        self, metric: str, variant: Mapping[str, Any] | None, clock: str = "", host_under_test: bool = False
+    ) -> bool:
         """Whether a record of its scenario with ``metric`` and ``variant``,
-        read on ``clock``, is this primary's."""
-        if metric != self.metric_on(clock):
+        read on ``clock`` (on a host under test where ``host_under_test``),
+        is this primary's."""
+        if metric != self.metric_on(clock, host_under_test):
             return False
         given = variant or {}
         return all(key in given and given[key] == value for key, value in self.variant)
@@ -202,6 +215,17 @@ L1_AA_GUESTS = Measured(
     "--only fault --only balloon-driver --only ksm-merge --rounds 6 --output OUT",
     "2026-12-07",
     'docs/host-under-test.md, "A/A on L1: the request size, the fault and KSM\'s merges"',
+)
+# The A/A on a host under test of the two rows whose figure read on this
+# machine is not the guest's host's there: free page reporting's RSS
+# return and the hugetlbfs balloon's inflate, each read in L1 instead.
+L1_AA_READ_IN_L1 = Measured(
+    "A/A 6.1.0-57 as the host under test (L1 on icount:0), 6 blocks: free page reporting and the hugetlbfs "
+    "balloon, each timed in L1",
+    "memqual run --host-kernel 6.1.0-57-amd64 --host-kernel 6.1.0-57-amd64 --clock icount "
+    "--only free-page-reporting --only hugetlbfs --rounds 6 --output OUT",
+    "2026-12-07",
+    'docs/host-under-test.md, "Figures read in L1 decide there"',
 )
 # What a host-timed primary's ``needs`` says on a shared TCG host.
 QUIET_OR_KVM = (

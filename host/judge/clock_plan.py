@@ -82,12 +82,13 @@ class Choice:
         )
 
 
-def named(primary: Primary, on: str) -> str:
-    """The primary's metric on ``on``, with its variant where its row has
-    another primary of that metric."""
+def named(primary: Primary, on: str, host_under_test: bool = False) -> str:
+    """The primary's metric on ``on`` (on a host under test where
+    ``host_under_test``), with its variant where its row has another
+    primary of that metric."""
     row = scenario.find(primary.scenario)
     twins = row is not None and sum(p.metric == primary.metric for p in row.primaries) > 1
-    return primary.named(on) if twins else primary.metric_on(on)
+    return primary.named(on, host_under_test) if twins else primary.metric_on(on, host_under_test)
 
 
 def choose(primary: Primary) -> Choice:
@@ -161,8 +162,9 @@ def describe_host_under_test(scenarios: Collection[str] | None = None) -> list[s
             continue
         margin = p.margin_on(ICOUNT_LABEL, host_under_test=True)
         blocks = max(blocks_needed(spread, margin), MIN_DECIDING_BLOCKS)  # a paired t decides from the third
+        metric = named(p, ICOUNT_LABEL, host_under_test=True)
         lines.append(
-            f"  {p.scenario} {named(p, ICOUNT_LABEL)}: A/A block spread {100 * spread.sd:.2g} % over "
+            f"  {p.scenario} {metric}: A/A block spread {100 * spread.sd:.2g} % over "
             f"{spread.blocks} blocks on a host under test: equivalence within {100 * margin:g} % in about "
             f"{blocks:.0f} block(s)"
         )

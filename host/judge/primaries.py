@@ -18,25 +18,45 @@ CONTROL = "control"
 EXPLORATORY = "exploratory"
 
 
-def role(name: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> str:
-    """PRIMARY, CONTROL or EXPLORATORY, for a record of scenario ``name`` read on ``clock``."""
+def role(
+    name: str,
+    metric: str,
+    variant: Mapping[str, Any] | None = None,
+    clock: str = "",
+    host_under_test: bool = False,
+) -> str:
+    """PRIMARY, CONTROL or EXPLORATORY, for a record of scenario ``name``
+    read on ``clock``, its guest on a host under test where ``host_under_test``."""
     if is_control(name):
         return CONTROL
-    if primary_of(name, metric, variant, clock) is not None:
+    if primary_of(name, metric, variant, clock, host_under_test) is not None:
         return PRIMARY
     return EXPLORATORY
 
 
-def is_primary(name: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> bool:
-    return role(name, metric, variant, clock) == PRIMARY
+def is_primary(
+    name: str,
+    metric: str,
+    variant: Mapping[str, Any] | None = None,
+    clock: str = "",
+    host_under_test: bool = False,
+) -> bool:
+    return role(name, metric, variant, clock, host_under_test) == PRIMARY
 
 
-def primary_of(name: str, metric: str, variant: Mapping[str, Any] | None = None, clock: str = "") -> Primary | None:
-    """The primary this record's metric decides on ``clock``, if any."""
+def primary_of(
+    name: str,
+    metric: str,
+    variant: Mapping[str, Any] | None = None,
+    clock: str = "",
+    host_under_test: bool = False,
+) -> Primary | None:
+    """The primary this record's metric decides on ``clock`` (on a host
+    under test where ``host_under_test``), if any."""
     row = scenario.find(name)
     if row is None:
         return None
-    return next((p for p in row.primaries if p.matches(metric, variant, clock)), None)
+    return next((p for p in row.primaries if p.matches(metric, variant, clock, host_under_test)), None)
 
 
 def margin(
@@ -49,7 +69,7 @@ def margin(
 ) -> float:
     """The equivalence margin of this metric: its primary's (on a host
     under test where both arms ran on one), else ``default``."""
-    found = primary_of(name, metric, variant, clock)
+    found = primary_of(name, metric, variant, clock, host_under_test)
     return found.margin_on(clock, host_under_test) if found is not None else default
 
 

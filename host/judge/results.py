@@ -133,11 +133,13 @@ class MetricEntry(_JsonFields):
         # The record's own fields under their own names, and what the
         # entry adds: the key and the samples' summary.
         read_with = str(rec.environment.get("clock") or "")
+        on_host_under_test = bool(rec.environment.get("host_under_test"))
         added: dict[str, Any] = {
             "key": key,
             "summary": descriptive.summarize(rec.samples).to_json(),
-            # On the icount clock another metric of a scenario may decide it.
-            "primary": is_primary(rec.scenario, rec.metric, rec.variant, read_with),
+            # On the icount clock, or on a host under test, another metric
+            # of a scenario may decide it.
+            "primary": is_primary(rec.scenario, rec.metric, rec.variant, read_with, on_host_under_test),
             "clock": read_with or None,
         }
         return cls(**added, **{k: getattr(rec, k) for k in cls.json_keys() if k not in added})

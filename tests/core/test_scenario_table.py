@@ -92,6 +92,9 @@ def test_a_row_s_primaries_and_regime_are_bound_to_it_and_the_judge_finds_them()
             variant = dict(p.variant)
             assert primaries.primary_of(row.name, p.metric, variant) is p
             assert primaries.role(row.name, p.metric, variant) == primaries.PRIMARY
+            if p.on_host_under_test:
+                assert primaries.primary_of(row.name, p.on_host_under_test, variant, host_under_test=True) is p
+                assert p.spread_host_under_test is not None, (row.name, p.metric)
         assert row.regime is None or row.regime.scenario == row.name
         assert primaries.is_control(row.name) is row.control
     assert primaries.controls() == {row.name for row in scenario.table() if row.control}
@@ -220,3 +223,20 @@ def test_one_metric_may_be_two_primaries_of_two_variants_each_found_by_its_own()
     assert [p.matches("m", {"k": 1}) for p in row.primaries] == [True, False]
     assert [p.matches("m", {"k": 0}) for p in row.primaries] == [False, True]
     assert (with_k.named(), without_k.named()) == ("m [k=1]", "m [k=0]")
+
+
+def test_a_primary_read_in_l1_on_a_host_under_test_is_decided_there_by_that_figure_alone() -> None:
+    """Where a row's figure is read on this machine, which is not the
+    guest's host under --host-kernel, its figure read in L1 decides it
+    there; on this machine that figure (never recorded here) decides
+    nothing, and there the machine's own figure is exploratory."""
+    row: Scenario[object] = Scenario(
+        "a.hut", primaries=(Primary("rss_s", "why", variant=(("k", True),), on_host_under_test="rss_l1_s"),)
+    )
+    (p,) = row.primaries
+    assert p.matches("rss_s", {"k": True}) and not p.matches("rss_l1_s", {"k": True})
+    assert p.matches("rss_l1_s", {"k": True}, "icount:0", host_under_test=True)
+    assert p.matches("rss_l1_s", {"k": True}, "wall", host_under_test=True)
+    assert not p.matches("rss_s", {"k": True}, "icount:0", host_under_test=True)
+    assert not p.matches("rss_l1_s", {"k": False}, "icount:0", host_under_test=True)
+    assert (p.named("wall"), p.named("icount:0", host_under_test=True)) == ("rss_s [k=True]", "rss_l1_s [k=True]")

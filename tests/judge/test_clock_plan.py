@@ -375,3 +375,31 @@ def test_the_blocks_equivalence_needs_are_those_in_which_it_comes_in_most_runs(s
 
     assert equivalent(blocks, 71) >= 0.70
     assert equivalent(max(3, round(blocks * 2 / 3)), 72) <= 0.70
+
+
+def _on_l1(metric: str, loc: float, seed: int, host: str | None) -> Measurement:
+    rec = _record("balloon.free_page_reporting", metric, "icount:0", loc, seed)
+    env = {**rec.environment, **({"host_under_test": host} if host else {})}
+    return dataclasses.replace(rec, variant={"free_page_reporting": True}, environment=env)
+
+
+@pytest.mark.parametrize("metric", ["rss_return_l1_s", "rss_return_s"])
+def test_on_a_host_under_test_the_figure_read_in_l1_decides_and_this_machine_s_does_not(metric):
+    """Free page reporting's RSS return is this machine's QEMU's, polled
+    from here; under --host-kernel the guest's QEMU is L1's and a watcher
+    in L1 times it (rss_return_l1_s): that one decides there; this
+    machine's figure decides only where no host under test ran."""
+    host = "6.1.0-57-amd64 in TCG+SVM, L2 accel kvm"
+    a = metrics_of([_on_l1(metric, 2.0, 1, host)])
+    b = metrics_of([_on_l1(metric, 2.2, 2, host)])
+    (found,) = compare_metrics(a, b, host_under_test=True)
+    row = scenario.find("balloon.free_page_reporting")
+    assert row is not None
+    (primary,) = row.primaries
+    if metric == primary.on_host_under_test:
+        assert found.role == "primary" and found.verdict == "slower"
+        assert found.comparison.margin == pytest.approx(primary.margin_on("icount:0", host_under_test=True))
+    else:
+        assert found.role == "exploratory"
+    (here,) = metrics_of([_on_l1(metric, 2.0, 1, None)])
+    assert here.primary is (metric == primary.metric)

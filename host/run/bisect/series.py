@@ -103,10 +103,13 @@ def _string_constants(tests_dir: Path) -> tuple[set[str], list[re.Pattern[str]]]
 
 
 def primary_metrics() -> set[str]:
-    """Every primary's metric of the scenario table (and the one it is read
-    by on icount): a scenario's own module may record it, not its test
-    file (fault.anon's ns_per_page is host/fault/anon.py's)."""
-    return {m for row in scenario.table() for p in row.primaries for m in (p.metric, p.on_icount) if m}
+    """Every primary's metric of the scenario table (and the ones it is
+    read by on icount and on a host under test): a scenario's own module
+    may record it, not its test file (fault.anon's ns_per_page is
+    host/fault/anon.py's)."""
+    return {
+        m for row in scenario.table() for p in row.primaries for m in (p.metric, p.on_icount, p.on_host_under_test) if m
+    }
 
 
 def check_metric_known(metric: MetricSpec, tests_dir: Path) -> None:
