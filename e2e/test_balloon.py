@@ -226,8 +226,18 @@ class BalloonFreePageReporting(BalloonBase):
                 vm, agent, reporting, vm.host_ssh, qemus[0], lambda _pid: read(), touch_mib=touch_mib
             )
             self.record_as(run.record(), "balloon.free_page_reporting", "rss_return_l1_s")
+            work = run.work_record()
+            if work is not None:
+                self.record_as(work, "balloon.free_page_reporting", "report_cpu_l1_ns_per_mib")
             if run.l1 is not None:
                 self.log.info("L1's kept readings (L1 s from the first, KiB): %s", run.l1.timeline())
+                self.log.info("the passes (L1 s, KiB fallen, QEMU's ns): %s", run.l1.pass_work())
+            if reporting:
+                # The pages went back through QEMU's handler and L1's
+                # madvise: QEMU's threads ran while the RSS fell.
+                if work is None:
+                    self.fail("no reporting pass was seen with QEMU's run time over it")
+                self.assertGreater(work.samples[0], 0.0, "QEMU's threads ran for no time over the passes")
         self.log.info(
             "%s: %.3f s (%s), base %d KiB, peak %d KiB, end %d KiB, %.1f %% of the rise back; %s",
             run.metric,

@@ -38,6 +38,11 @@ ALLOCATED_S = 120.0  # the touch itself: 2.5-3 s here under TCG
 # L1: host/balloon/rss_watch.py), never one name for both.
 METRIC = "rss_return_s"
 L1_METRIC = "rss_return_l1_s"
+# On L1 also the guest QEMU's run time over the reporting passes per MiB
+# they gave back: the host's handling and madvise of the reported pages
+# (and the guest's reporting, which is little), at schedstat's nanoseconds
+# of L1's clock where the return's time is /proc/uptime's centiseconds.
+L1_WORK_METRIC = "report_cpu_l1_ns_per_mib"
 # On L1 the return is timed from the RSS's first fall below the held peak:
 # this share of the rise gone (5 MiB of 512) is that fall, past what QEMU's
 # own allocations move (without reporting the RSS moved by 0 % of it).
@@ -114,6 +119,8 @@ class Reporting:
                 "l1_to_start_s": round(start.uptime_s - self.l1.first.uptime_s, 2) if start is not None else None,
                 # the guest's reporting passes, 2 s apart: (L1 s, KiB fallen)
                 "l1_passes": [list(one) for one in self.l1.passes()],
+                # and the guest QEMU's run time over each (ns of L1's clock)
+                "l1_pass_cpu_ns": [p.cpu_ns for p in self.l1.pass_work()],
                 "problems": self.l1.problems() if self.reporting else [],
             }
         return Measurement(
@@ -125,6 +132,33 @@ class Reporting:
             samples=[self.waited_s],
             settings=settings,
             extra=extra,
+        )
+
+    def work_record(self) -> Measurement | None:
+        """On L1 with reporting on, the guest QEMU's run time over the
+        passes per MiB they gave back (``L1_WORK_METRIC``); else None."""
+        per_mib = self.l1.cpu_ns_per_mib if self.l1 is not None and self.reporting else None
+        if per_mib is None or self.l1 is None:
+            return None
+        return Measurement(
+            scenario="balloon.free_page_reporting",
+            metric=L1_WORK_METRIC,
+            unit="ns/MiB",
+            better="lower",
+            variant={"free_page_reporting": self.reporting},
+            samples=[per_mib],
+            settings={
+                "guest_mib": GUEST_MIB,
+                "touched_mib": self.touched_mib,
+                "machine": MACHINE,
+                "timed_by": "the guest QEMU's threads' schedstat in L1, from the poll before each pass's first "
+                "fall to its last (host/balloon/rss_watch.py)",
+                "poll_us": rss_watch.POLL_US,
+            },
+            extra={
+                "l1_passes": [dataclasses.asdict(p) for p in self.l1.pass_work()],
+                "problems": self.l1.problems(),
+            },
         )
 
 

@@ -1,12 +1,12 @@
 """A process's RSS watched inside a host under test (L1), on L1's clock:
-what free page reporting gives back, timed where it happens.  One constant
-shell script (``WATCH``), run over L1's SSH with its inputs as argv, polls
-the guest QEMU's VmRSS every few ms and stamps each reading with L1's
-/proc/uptime, ending itself at a target or a deadline on L1's clock;
-``Watch`` reads its output (the start event, the end, the passes), and
-host/balloon/reporting.py chooses the thresholds.  Why in L1, and from
-which event: docs/host-under-test.md, "Free page reporting on L1's clock".
-"""
+what free page reporting gives back, timed where it happens, and the CPU
+the process spent on each pass.  One constant shell script (``WATCH``), run
+over L1's SSH with its inputs as argv, polls the guest QEMU's VmRSS and its
+threads' run time every few ms, stamps each reading with L1's /proc/uptime
+and ends itself at a target or a deadline on L1's clock; ``Watch`` reads
+its output (the start event, the end, the passes and their work).  Why in
+L1, and from which event: docs/host-under-test.md, "Free page reporting
+on L1's clock"."""
 
 from __future__ import annotations
 
@@ -35,34 +35,38 @@ WALL_SLACK_S = 60.0
 READY_TIMEOUT_S = 120.0  # for its first reading: one SSH connection and one read in L1
 
 # $1 pid, $2 start KiB, $3 target KiB, $4 deadline (L1 centiseconds from the
-# first reading), $5 step KiB, $6 poll period (us).  Prints "ready CS KIB"
-# at once, then, at its end, the kept readings "CS KIB PREVIOUS_CS" (the
-# poll before it, for the resolution) and "end met|deadline CS KIB POLLS";
-# "gone CS" when the process went.  The kept readings are printed at the
-# end, not as they come: each line sent is L1's work inside the timed span.
-# /proc/uptime always has two decimals: "1" before them keeps a leading 0
-# from reading as octal.
+# first reading), $5 step KiB, $6 poll period (us).  Prints "ready CS KIB
+# NS" at once, then, at its end, the kept readings "CS KIB PREVIOUS_CS NS
+# PREVIOUS_NS" (the poll before it, for the resolution and the work) and
+# "end met|deadline CS KIB POLLS NS"; "gone CS" when the process went.  NS
+# is the run time of all the process's threads so far (schedstat's first
+# field, ns of L1's clock), read by the shell's own `read`: no fork a poll.
+# The kept readings are printed at the end, not as they come: each line
+# sent is L1's work inside the timed span.  /proc/uptime always has two
+# decimals: "1" before them keeps a leading 0 from reading as octal.
 WATCH = (
     "pid=$1 start=$2 target=$3 limit=$4 step=$5 period=$6; "
     "tick() { read -r up rest </proc/uptime; now=$((${up%.*} * 100 + 1${up#*.} - 100)); }; "
     'kib() { rss=; while read -r key value unit; do [ "$key" = VmRSS: ] && rss=$value && break; done '
     '<"/proc/$pid/status"; } 2>/dev/null; '
-    'tick; kib; [ -n "$rss" ] || { echo "gone $now"; exit 3; }; '
-    'echo "ready $now $rss"; '
+    'cpu() { ns=0; for f in /proc/"$pid"/task/*/schedstat; do read -r run rest <"$f" && ns=$((ns + run)); done; } '
+    "2>/dev/null; "
+    'tick; kib; cpu; [ -n "$rss" ] || { echo "gone $now"; exit 3; }; '
+    'echo "ready $now $rss $ns"; '
     "end=$((now + limit)) polls=1 last=$rss started= out=; "
     '[ "$rss" -le "$start" ] && started=1; '
     "while :; do "
     'if [ "$rss" -le "$target" ]; then how=met; break; fi; '
     'if [ "$now" -ge "$end" ]; then how=deadline; break; fi; '
-    'usleep "$period"; was=$now; tick; kib; '
+    'usleep "$period"; was=$now wasns=$ns; tick; kib; cpu; '
     '[ -n "$rss" ] || { printf "$out"; echo "gone $now"; exit 3; }; '
     "polls=$((polls + 1)) keep=; "
     'if [ -z "$started" ] && [ "$rss" -le "$start" ]; then started=1 keep=1; '
     'elif [ "$rss" -le "$target" ] || [ $((rss - last)) -ge "$step" ] || [ $((last - rss)) -ge "$step" ]; '
     "then keep=1; fi; "
-    'if [ -n "$keep" ]; then out="$out$now $rss $was\n" last=$rss; fi; '
+    'if [ -n "$keep" ]; then out="$out$now $rss $was $ns $wasns\n" last=$rss; fi; '
     "done; "
-    'printf "$out"; echo "end $how $now $rss $polls"'
+    'printf "$out"; echo "end $how $now $rss $polls $ns"'
 )
 # L1's own backstop (busybox timeout, on L1's clock) beyond the script's
 # deadline: a script this machine gave up on must not poll on in L1.
@@ -72,11 +76,14 @@ L1_BACKSTOP_S = 30
 @dataclasses.dataclass(frozen=True)
 class Reading:
     """One kept reading: L1's uptime, the RSS, and the uptime of the poll
-    before it (which still showed the RSS before the change)."""
+    before it (which still showed the RSS before the change); the
+    process's run time so far at each (ns of L1's clock)."""
 
     uptime_s: float
     kib: int
     previous_s: float
+    cpu_ns: int = 0
+    previous_cpu_ns: int = 0
 
     @property
     def gap_s(self) -> float:
@@ -121,21 +128,42 @@ class Watch:
         """L1 seconds the script watched: from its first reading to its last."""
         return round(self.last.uptime_s - self.first.uptime_s, 2)
 
-    def passes(self) -> list[tuple[float, int]]:
-        """The kept readings grouped into the guest's reporting passes: each
-        pass's first reading (L1 seconds from the watcher's first) and the
-        KiB the RSS fell over the pass."""
+    def _groups(self) -> list[list[Reading]]:
         groups: list[list[Reading]] = []
         for reading in self.readings:
             if groups and reading.uptime_s - groups[-1][-1].uptime_s <= PASS_GAP_S:
                 groups[-1].append(reading)
             else:
                 groups.append([reading])
+        return groups
+
+    def passes(self) -> list[tuple[float, int]]:
+        """The kept readings grouped into the guest's reporting passes: each
+        pass's first reading (L1 seconds from the watcher's first) and the
+        KiB the RSS fell over the pass."""
+        return [(p.at_s, p.fallen_kib) for p in self.pass_work()]
+
+    def pass_work(self) -> list[PassWork]:
+        """Each pass with the process's run time over it: from the poll
+        before its first fall to its last kept reading.  Between passes
+        the guest idles, so what QEMU's threads ran in that span is the
+        pass: the guest's reporting and the host's handling of it."""
         found, before = [], self.first.kib
-        for group in groups:
-            found.append((round(group[0].uptime_s - self.first.uptime_s, 2), before - group[-1].kib))
+        for group in self._groups():
+            at_s = round(group[0].uptime_s - self.first.uptime_s, 2)
+            cpu_ns = group[-1].cpu_ns - group[0].previous_cpu_ns
+            found.append(PassWork(at_s, before - group[-1].kib, cpu_ns))
             before = group[-1].kib
         return found
+
+    @property
+    def cpu_ns_per_mib(self) -> float | None:
+        """The process's run time over the passes per MiB they gave back
+        (None when nothing fell): a pass the watcher's end cut short counts
+        what it had given back by then."""
+        passes = [p for p in self.pass_work() if p.fallen_kib > 0]
+        fallen = sum(p.fallen_kib for p in passes)
+        return sum(p.cpu_ns for p in passes) * 1024 / fallen if fallen > 0 else None
 
     def timeline(self) -> list[tuple[float, int]]:
         """The kept readings as (L1 seconds from the first, KiB), the first included."""
@@ -161,6 +189,17 @@ class Watch:
         return found
 
 
+@dataclasses.dataclass(frozen=True)
+class PassWork:
+    """One reporting pass: when it started (L1 seconds from the watcher's
+    first reading), the KiB the RSS fell over it, and the process's run
+    time over it (ns of L1's clock)."""
+
+    at_s: float
+    fallen_kib: int
+    cpu_ns: int
+
+
 def _centis(word: str) -> float:
     return int(word) / 100
 
@@ -175,20 +214,21 @@ def parse(text: str, start_kib: int, target_kib: int) -> Watch:
         raise GuestError(f"not the output of L1's RSS watcher: {text[:200]!r}")
     try:
         ready, end = lines[0], lines[-1]
-        if len(ready) != 3 or len(end) != 5 or end[1] not in ("met", "deadline"):
+        if len(ready) != 4 or len(end) != 6 or end[1] not in ("met", "deadline"):
             raise ValueError
-        first = Reading(_centis(ready[1]), int(ready[2]), _centis(ready[1]))
+        ready_ns = int(ready[3])
+        first = Reading(_centis(ready[1]), int(ready[2]), _centis(ready[1]), ready_ns, ready_ns)
         kept = []
         for words in lines[1:-1]:
-            if len(words) != 3:
+            if len(words) != 5:
                 raise ValueError
-            kept.append(Reading(_centis(words[0]), int(words[1]), _centis(words[2])))
-        end_s, end_kib, polls = _centis(end[2]), int(end[3]), int(end[4])
+            kept.append(Reading(_centis(words[0]), int(words[1]), _centis(words[2]), int(words[3]), int(words[4])))
+        end_s, end_kib, polls, end_ns = _centis(end[2]), int(end[3]), int(end[4]), int(end[5])
     except ValueError as exc:
         raise GuestError(f"not the output of L1's RSS watcher: {text[:200]!r}") from exc
     # The end is the last kept reading when it ended there; a deadline's
     # end may be a poll no line kept (the RSS did not move by a step).
-    last = kept[-1] if kept and kept[-1].uptime_s == end_s else Reading(end_s, end_kib, end_s)
+    last = kept[-1] if kept and kept[-1].uptime_s == end_s else Reading(end_s, end_kib, end_s, end_ns, end_ns)
     return Watch(first, tuple(kept), end[1] == "met", last, polls, start_kib, target_kib)
 
 

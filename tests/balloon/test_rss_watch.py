@@ -31,8 +31,8 @@ def watched(*lines: str) -> rss_watch.Watch:
     [
         # reported: the first fall, then the RSS down past the target
         (
-            ("ready 1000 720000", "1250 650000 1249", "1300 500000 1299", "1340 290000 1339")
-            + ("end met 1340 290000 700",),
+            ("ready 1000 720000 0", "1250 650000 1249 0 0", "1300 500000 1299 0 0", "1340 290000 1339 0 0")
+            + ("end met 1340 290000 700 0",),
             True,
             12.50,
             0.90,
@@ -40,11 +40,18 @@ def watched(*lines: str) -> rss_watch.Watch:
             700,
         ),
         # a fall in one poll, past the start and the target at once
-        (("ready 1000 720000", "1210 250000 1209", "end met 1210 250000 600"), True, 12.10, 0.0, 250_000, 600),
+        (("ready 1000 720000 0", "1210 250000 1209 0 0", "end met 1210 250000 600 0"), True, 12.10, 0.0, 250_000, 600),
         # the deadline: it fell, but not far enough; the end is a poll no line kept
-        (("ready 1000 720000", "1250 690000 1249", "end deadline 4000 689500 1500"), False, 12.50, None, 689_500, 1500),
+        (
+            ("ready 1000 720000 0", "1250 690000 1249 0 0", "end deadline 4000 689500 1500 0"),
+            False,
+            12.50,
+            None,
+            689_500,
+            1500,
+        ),
         # without reporting: it never moved
-        (("ready 1000 720000", "end deadline 2000 720100 500"), False, None, None, 720_100, 500),
+        (("ready 1000 720000 0", "end deadline 2000 720100 500 0"), False, None, None, 720_100, 500),
     ],
 )
 def test_the_watchers_output_parses_into_its_start_and_its_end(
@@ -62,11 +69,12 @@ def test_the_watchers_output_parses_into_its_start_and_its_end(
     [
         "",
         "end met 1 2 3\n",  # no first reading
-        "ready 1000 720000\n",  # cut short: no end
-        "ready 1000 720000\nend maybe 1200 100 3\n",
-        "ready 1000 720000\n1100 5000\nend met 1100 5000 3\n",  # a reading without its previous poll
-        "ready 10.00 720000\nend met 1100 5000 3\n",  # not centiseconds
-        "ready 1000 720000\n1100 650000 1099\ngone 1102\n",  # the QEMU went
+        "ready 1000 720000 0\n",  # cut short: no end
+        "ready 1000 720000 0\nend maybe 1200 100 3 0\n",
+        "ready 1000 720000 0\n1100 5000 1099\nend met 1100 5000 3 0\n",  # a reading without its run times
+        "ready 1000 720000\nend met 1100 5000 3 0\n",  # a first reading without its run time
+        "ready 10.00 720000 0\nend met 1100 5000 3 0\n",  # not centiseconds
+        "ready 1000 720000 0\n1100 650000 1099 5 4\ngone 1102\n",  # the QEMU went
         "sh: can't open /proc/1/status\n",
     ],
 )
@@ -79,31 +87,31 @@ def test_anything_else_is_no_watch(text: str) -> None:
     ("lines", "start_s", "problem"),
     [
         # the first reading at or below the start threshold is the start
-        (("ready 1000 720000", "1100 710000 1099", "1200 700000 1199", "1300 300000 1299"), 12.00, ""),
-        (("ready 1000 720000", "1100 699999 1099", "1200 300000 1199"), 11.00, ""),
+        (("ready 1000 720000 0", "1100 710000 1099 0 0", "1200 700000 1199 0 0", "1300 300000 1299 0 0"), 12.00, ""),
+        (("ready 1000 720000 0", "1100 699999 1099 0 0", "1200 300000 1199 0 0"), 11.00, ""),
         # a rise first (QEMU's own allocations) is no start
-        (("ready 1000 720000", "1100 730000 1099", "1200 600000 1199", "1300 300000 1299"), 12.00, ""),
+        (("ready 1000 720000 0", "1100 730000 1099 0 0", "1200 600000 1199 0 0", "1300 300000 1299 0 0"), 12.00, ""),
         # already down at the first reading: a start the watcher did not see
-        (("ready 1000 690000", "1200 300000 1199"), None, "already down"),
-        (("ready 1000 250000",), None, "already down"),
+        (("ready 1000 690000 0", "1200 300000 1199 0 0"), None, "already down"),
+        (("ready 1000 250000 0",), None, "already down"),
         # never down to the start
-        (("ready 1000 720000", "1100 701000 1099"), None, "never fell"),
+        (("ready 1000 720000 0", "1100 701000 1099 0 0"), None, "never fell"),
     ],
 )
 def test_the_start_is_the_first_fall_below_the_held_peak_that_the_watcher_saw(
     lines: tuple[str, ...], start_s: float | None, problem: str
 ) -> None:
     last = lines[-1].split()
-    end = f"end met {last[1] if last[0] != 'ready' else last[1]} {last[2]} 9"
+    end = f"end met {last[1] if last[0] != 'ready' else last[1]} {last[2]} 9 0"
     watch = watched(*lines, end)
     assert (watch.start.uptime_s if watch.start else None) == start_s
     assert any(problem in p for p in watch.problems()) if problem else watch.problems() == []
 
 
 def test_the_resolution_is_the_widest_gap_at_either_end_and_never_finer_than_uptime() -> None:
-    watch = watched("ready 1000 720000", "1250 650000 1245", "1340 290000 1338", "end met 1340 290000 700")
+    watch = watched("ready 1000 720000 0", "1250 650000 1245 0 0", "1340 290000 1338 0 0", "end met 1340 290000 700 0")
     assert watch.resolution_s == pytest.approx(0.05)
-    watch = watched("ready 1000 720000", "1250 650000 1250", "1340 290000 1340", "end met 1340 290000 700")
+    watch = watched("ready 1000 720000 0", "1250 650000 1250 0 0", "1340 290000 1340 0 0", "end met 1340 290000 700 0")
     assert watch.resolution_s == rss_watch.UPTIME_RESOLUTION_S
 
 
@@ -111,19 +119,39 @@ def test_the_resolution_is_the_widest_gap_at_either_end_and_never_finer_than_upt
     ("lines", "passes"),
     [
         # as on L1 (2026-12-07): two passes 2 s apart, the first in two readings
-        (("ready 0 754252", "204 535116 203", "205 498252 204", "406 285260 405"), [(2.04, 256000), (4.06, 212992)]),
-        (("ready 0 754252", "204 200000 203"), [(2.04, 554252)]),
-        (("ready 0 754252",), []),
+        (
+            ("ready 0 754252 0", "204 535116 203 0 0", "205 498252 204 0 0", "406 285260 405 0 0"),
+            [(2.04, 256000), (4.06, 212992)],
+        ),
+        (("ready 0 754252 0", "204 200000 203 0 0"), [(2.04, 554252)]),
+        (("ready 0 754252 0",), []),
     ],
 )
 def test_the_falls_group_into_the_guests_reporting_passes(lines: tuple[str, ...], passes: list[object]) -> None:
     last = lines[-1].split()
-    watch = watched(*lines, f"end met {last[1]} {last[2]} 9")
+    watch = watched(*lines, f"end met {last[1]} {last[2]} 9 0")
     assert watch.passes() == passes
 
 
+def test_each_pass_s_work_is_the_run_time_from_the_poll_before_its_first_fall_to_its_last() -> None:
+    """Two passes 2 s apart: QEMU's run time between them (the guest idle,
+    memqual's commands reaching it) is in neither pass, and the work per
+    MiB is the passes' run time over what they gave back."""
+    watch = watched(
+        "ready 0 754252 1000000",
+        "204 535116 203 9000000 8000000",  # the first pass starts after 8 ms of run time
+        "205 498252 204 15000000 9000000",
+        "406 285260 405 40000000 30000000",  # 15 ms ran between the passes: not a pass's
+        "end met 406 285260 9 40000000",
+    )
+    work = watch.pass_work()
+    assert [(p.at_s, p.fallen_kib, p.cpu_ns) for p in work] == [(2.04, 256000, 7_000_000), (4.06, 212992, 10_000_000)]
+    assert watch.cpu_ns_per_mib == pytest.approx(17_000_000 * 1024 / (256000 + 212992))
+    assert watched("ready 0 754252 5", "end deadline 2000 754252 9 99").cpu_ns_per_mib is None
+
+
 def test_a_deadline_that_expires_is_not_met_and_says_so() -> None:
-    watch = watched("ready 1000 720000", "1250 690000 1249", "end deadline 4000 689500 1500")
+    watch = watched("ready 1000 720000 0", "1250 690000 1249 0 0", "end deadline 4000 689500 1500 0")
     assert not watch.met and watch.return_s is None
     assert watch.watched_s == pytest.approx(30.0)
     assert watch.problems() == ["the RSS was not down to 300000 KiB by L1's deadline"]
@@ -180,7 +208,9 @@ class _L1:
 
 def test_the_watcher_polls_before_the_free_and_is_ended_after() -> None:
     events: list[str] = []
-    watcher = _Watcher(["ready 1000 720000", "1250 650000 1249", "1340 290000 1339", "end met 1340 290000 7"], events)
+    watcher = _Watcher(
+        ["ready 1000 720000 0", "1250 650000 1249 0 0", "1340 290000 1339 0 0", "end met 1340 290000 7 0"], events
+    )
     l1 = _L1(watcher)
     watch = rss_watch.watch(l1, 4242, START, TARGET, 30.0, lambda: events.append("freed"))
     assert events == ["freed", "watcher waited", "watcher killed"]
@@ -192,7 +222,7 @@ def test_the_watcher_polls_before_the_free_and_is_ended_after() -> None:
 
 def test_a_watcher_that_outlives_this_machines_deadline_is_an_error_and_is_ended() -> None:
     events: list[str] = []
-    watcher = _Watcher(["ready 1000 720000"], events, timeout=True)
+    watcher = _Watcher(["ready 1000 720000 0"], events, timeout=True)
     with pytest.raises(GuestError, match="did not end within"):
         rss_watch.watch(_L1(watcher), 4242, START, TARGET, 30.0, lambda: events.append("freed"))
     assert events == ["freed", "watcher waited", "watcher killed"]
@@ -216,7 +246,7 @@ def _on_l1(after: list[str], on: bool) -> reporting.Reporting:
         return peak if held else base
 
     events: list[str] = []
-    watcher = _Watcher(["ready 1000 724288", *after], events)
+    watcher = _Watcher(["ready 1000 724288 0", *after], events)
     clock = iter(float(t) / 10 for t in range(1000))
     return reporting.touch_and_free_on_l1(
         vm,
@@ -231,7 +261,7 @@ def _on_l1(after: list[str], on: bool) -> reporting.Reporting:
 
 
 def test_on_l1_the_return_is_l1_seconds_from_the_first_fall_under_its_own_name() -> None:
-    run = _on_l1(["1250 650000 1249", "1340 280000 1339", "end met 1340 280000 700"], on=True)
+    run = _on_l1(["1250 650000 1249 0 0", "1340 280000 1339 0 0", "end met 1340 280000 700 0"], on=True)
     assert run.met and run.waited_s == pytest.approx(0.9) and run.share > reporting.ON_RETURNED
     record = run.record()
     assert (record.metric, record.samples) == ("rss_return_l1_s", [run.waited_s])
@@ -240,8 +270,22 @@ def test_on_l1_the_return_is_l1_seconds_from_the_first_fall_under_its_own_name()
     assert "L1's /proc/uptime" in record.settings["timed_by"]
 
 
+def test_on_l1_the_passes_work_is_recorded_per_mib_under_its_own_name() -> None:
+    # one pass: two falls 0.2 L1 s apart, 8 ms of QEMU's run time over them
+    falls = ["1250 650000 1249 3000000 1000000", "1270 280000 1269 9000000 3000000", "end met 1270 280000 700 9000000"]
+    run = _on_l1(falls, on=True)
+    work = run.work_record()
+    assert work is not None and work.metric == reporting.L1_WORK_METRIC == "report_cpu_l1_ns_per_mib"
+    # 8 ms of run time for the 444288 KiB the pass gave back
+    assert work.samples == [pytest.approx(8_000_000 * 1024 / (724288 - 280000))]
+    assert work.variant == {"free_page_reporting": True} and work.unit == "ns/MiB"
+    assert run.record().extra["l1_pass_cpu_ns"] == [8_000_000]
+    assert _on_l1(["end deadline 2000 724300 500 0"], on=False).work_record() is None
+    assert reporting.Reporting(True, True, 1, 2, True, 1, 0.5, 30.0).work_record() is None
+
+
 def test_on_l1_without_reporting_the_window_is_watched_and_nothing_returns() -> None:
-    run = _on_l1(["end deadline 2000 724300 500"], on=False)
+    run = _on_l1(["end deadline 2000 724300 500 0"], on=False)
     assert not run.met and run.share < reporting.OFF_RETURNED
     assert run.window_s == reporting.OFF_WINDOW_S and run.waited_s == pytest.approx(10.0)
     assert run.record().metric == reporting.L1_METRIC
@@ -299,6 +343,10 @@ def test_the_script_watches_a_real_process_to_its_target_or_its_deadline(tmp_pat
     assert watch.first.kib > start
     if free:
         assert watch.met and watch.start is not None and watch.return_s is not None and watch.last.kib <= target
+        # the process's own run time, read from its threads' schedstat: the
+        # munmap of 64 MiB ran in it, between the first reading and the end
+        assert watch.last.cpu_ns > watch.first.cpu_ns > 0
+        assert all(p.cpu_ns >= 0 for p in watch.pass_work())
     else:
         # the deadline, on the watcher's clock (this machine's uptime here)
         assert not watch.met and watch.start is None and watch.watched_s >= 0.5
