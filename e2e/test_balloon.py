@@ -235,9 +235,9 @@ class BalloonFreePageReporting(BalloonBase):
             if reporting:
                 # The pages went back through QEMU's handler and L1's
                 # madvise: QEMU's threads ran while the RSS fell.
-                if work is None:
-                    self.fail("no reporting pass was seen with QEMU's run time over it")
-                self.assertGreater(work.samples[0], 0.0, "QEMU's threads ran for no time over the passes")
+                ran = work.samples[0] if work is not None else None
+                self.assertIsNotNone(ran, "no reporting pass was seen with QEMU's run time over it")
+                self.assertGreater(ran or 0.0, 0.0, "QEMU's threads ran for no time over the passes")
         self.log.info(
             "%s: %.3f s (%s), base %d KiB, peak %d KiB, end %d KiB, %.1f %% of the rise back; %s",
             run.metric,
