@@ -5,7 +5,8 @@ are host/hugetlbfs/'s; this file boots, calls, records and asserts.
 1. balloon: what an inflate gives back, in whole huge pages (its time is
    the primary; anonymous memory beside it; free page reporting the
    control), also under a host under test, on L1's pool
-   (host/hugetlbfs/l1_pool.py); 2. ksm (full profile): nothing merges.
+   (host/hugetlbfs/l1_pool.py); 2. ksm (full profile): nothing merges,
+   on this machine's ksmd or L1's.
    docs/hugetlbfs.md, docs/host-under-test.md."""
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from memqual.host.hugetlbfs.table import BALLOON
 from memqual.host.ksm import merge as km
 from memqual.host.ksm import procfs
 from memqual.host.ksm.controller import KsmController
+from memqual.host.ksm.l1_ksm import L1Ksm
+from memqual.host.ksm.scenarios import ScenarioFailed
 from memqual.images import balloon_driver
 
 BALLOON_AGENT = "balloon_agent"
@@ -282,6 +285,42 @@ class HugetlbfsTest(GuestTest):
                 [i.guest_seconds for i in anon],
             )
 
+    def merge_here(self, backing: str) -> tuple[km.MergeRun, tuple[int, int] | None]:
+        """The merge on this machine's ksmd, the guest on ``backing`` (the
+        pool reserved here for hugetlbfs), and what KSM merged of the
+        guest's RAM under the mount (None: anonymous memory, or no
+        per-mapping KSM line in this kernel's smaps)."""
+        with contextlib.ExitStack() as stack:
+            mount = stack.enter_context(self.reservation(hs.GUEST_MIB)).mount if backing == "hugetlbfs" else None
+            ksm = stack.enter_context(KsmController(lock_timeout_s=600.0))
+            vm = self.boot_on(backing, hs.GUEST_MIB, mount)
+            run = km.run_merge(ksm, vm)
+            found = procfs.mapped_ksm_kib(vm.pid, mount) if mount is not None else None
+            vm.shutdown()
+        return run, found
+
+    def merge_on_l1(self, backing: str) -> tuple[km.MergeRun, tuple[int, int] | None]:
+        """The same on L1's ksmd, the guest on L1's pool for hugetlbfs:
+        L1 has no knob to put back and ends with its guest."""
+        with contextlib.ExitStack() as stack:
+            if backing == "hugetlbfs":
+                on = stack.enter_context(self.on_pool(hs.GUEST_MIB))
+                vm, mount = on.vm, on.held.mount
+            else:
+                vm, mount = self.boot_on(backing, hs.GUEST_MIB), None
+            ksm = L1Ksm.of(vm.host_ssh, vm.pid)
+            self.require(ksm.fs.exists(), f"the host under test's kernel has no {ksm.fs.root}")
+            try:
+                run = km.run_merge(ksm, vm)
+            except ScenarioFailed as exc:
+                self.fail(str(exc))
+            found = None
+            if mount is not None:
+                smaps = vm.host_ssh.run(["cat", f"/proc/{ksm.qemu_pid}/smaps"], timeout=60).stdout
+                found = procfs.parse_mapped_ksm_kib(smaps, str(mount).rstrip("/") + "/")
+            vm.shutdown()
+        return run, found
+
     def report_deadline_s(self) -> float:
         """Free page reporting's wait: under a host under test the guest
         reports on its own clock, which runs slower than this machine's."""
@@ -311,14 +350,10 @@ class HugetlbfsTest(GuestTest):
         self.assertEqual([r.what for r in restored], [pool.KNOBS.what])
         self.assertEqual(pool.read_pool().total, before, "the next start did not give the pages back")
 
-    @requires(
-        lambda: nested.from_environment() is None,
-        "it drives this machine's ksmd and reads QEMU's smaps here; L1's ksmd over its pool is not driven yet "
-        '(docs/host-under-test.md, "Not yet"): run it without --host-kernel',
-    )
     def test_ksm_merges_nothing(self) -> None:
         """Host KSM over identical pages in a hugetlbfs guest and in the
-        same guest on anonymous memory.
+        same guest on anonymous memory: this machine's ksmd, or under a
+        host under test L1's, over L1's pool (host/ksm/l1_ksm.py).
 
         :avocado: tags=slow
         """
@@ -326,14 +361,11 @@ class HugetlbfsTest(GuestTest):
         runs = {}
         guest_ram: tuple[int, int] | None = None
         for backing in hs.BACKINGS:
-            with contextlib.ExitStack() as stack:
-                mount = stack.enter_context(self.reservation(hs.GUEST_MIB)).mount if backing == "hugetlbfs" else None
-                ksm = stack.enter_context(KsmController(lock_timeout_s=600.0))
-                vm = self.boot_on(backing, hs.GUEST_MIB, mount)
-                runs[backing] = km.run_merge(ksm, vm)
-                if mount is not None:
-                    guest_ram = procfs.mapped_ksm_kib(vm.pid, mount)
-                vm.shutdown()
+            if self.host_under_test() is None:
+                runs[backing], found = self.merge_here(backing)
+            else:
+                runs[backing], found = self.merge_on_l1(backing)
+            guest_ram = found if backing == "hugetlbfs" else guest_ram
             run = runs[backing]
             self.record(hs.ksm_record(backing, run.pages, run.grown, run.baseline, settings))
             self.log.info("ksm on %s: baseline %d, grown %d of %d pages", backing, run.baseline, run.grown, run.pages)

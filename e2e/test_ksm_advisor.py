@@ -1,15 +1,18 @@
 """The KSM advisor end to end: a real guest's pages, the host's real ksmd
-with advisor_mode scan-time (Linux 6.8+; a skip with its reason where the
-knob is absent).  The procedure is host/ksm/advisor.py; this file boots
-the guest, holds the agent's pages while ksmd scans them, records and
-asserts the direction.  docs/ksm.md, "The KSM advisor"."""
+(this machine's, or a host under test's in L1) with advisor_mode
+scan-time (Linux 6.8+; a skip with its reason where the knob is absent).
+The procedure is host/ksm/advisor.py; this file boots the guest, holds the
+agent's pages while ksmd scans them, records and asserts the direction.
+docs/ksm.md, "The KSM advisor"."""
 
 from __future__ import annotations
 
 from memqual.e2e.host_ksm import HostKsmTest
+from memqual.host.core import nested
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.ksm import advisor, table
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
+from memqual.host.ksm.l1_ksm import L1Ksm
 
 AGENT_WAIT_S = 120.0  # the agent's start and fill under TCG on a loaded host
 
@@ -20,21 +23,36 @@ class KsmAdvisorTest(HostKsmTest):
     :avocado: tags=ksm,ksm-advisor
     """
 
-    timeout = 600  # the host KSM lock may be a sibling's for minutes
+    # The host KSM lock may be a sibling's for minutes; a host under test
+    # runs everything under TCG, L1's ksmd included.
+    timeout = 600 * (nested.BOOT_TIMEOUT_FACTOR if nested.from_environment() is not None else 1)
 
     def test_advisor(self) -> None:
         """A full scan slower than the target: the advisor raises
-        pages_to_scan until one takes the target or less."""
+        pages_to_scan until one takes the target or less.  Under a host
+        under test L1's ksmd, watched in L1 on L1's clock."""
         sizes = table.ADVISOR.sizes_for()
-        with self.host_ksm() as ksm:
-            advisor.check(ksm.fs)
+        args = StressArgs(mib=sizes.fill_mib, phases=["fill", f"hold:{sizes.timeout_s + AGENT_WAIT_S:.0f}"])
+        if self.host_under_test() is not None:
             vm = self.boot(MachineConfig(memory_mib=sizes.guest_mib))
-            args = StressArgs(mib=sizes.fill_mib, phases=["fill", f"hold:{sizes.timeout_s + AGENT_WAIT_S:.0f}"])
-            with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
-                agent.wait_event("fill_done", AGENT_WAIT_S)
-                run = advisor.run_advisor(ksm, sizes, args.pages, note=self.log.info)
-                agent.advance()
-                self.assertEqual(agent.finish(AGENT_WAIT_S), 0)
+            ksm = L1Ksm.of(vm.host_ssh, vm.pid)
+            self.require(ksm.fs.exists(), f"the host under test's kernel has no {ksm.fs.root}")
+            with self.scenario():
+                advisor.check(ksm.fs)
+                with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
+                    agent.wait_event("fill_done", AGENT_WAIT_S * nested.BOOT_TIMEOUT_FACTOR)
+                    run = advisor.run_advisor_whole(ksm, sizes, args.pages, advisor.L1_SCANS)
+                    agent.advance()
+                    self.assertEqual(agent.finish(AGENT_WAIT_S * nested.BOOT_TIMEOUT_FACTOR), 0)
+        else:
+            with self.host_ksm() as host_ksm:
+                advisor.check(host_ksm.fs)
+                vm = self.boot(MachineConfig(memory_mib=sizes.guest_mib))
+                with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
+                    agent.wait_event("fill_done", AGENT_WAIT_S)
+                    run = advisor.run_advisor(host_ksm, sizes, args.pages, note=self.log.info)
+                    agent.advance()
+                    self.assertEqual(agent.finish(AGENT_WAIT_S), 0)
         for measurement in run.records():
             self.record(measurement)
         reached = run.reached

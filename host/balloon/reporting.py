@@ -82,6 +82,7 @@ class Reporting:
     # On a host under test: what the watcher in L1 saw; then ``waited_s``
     # and ``window_s`` are L1 seconds (its clock: L1's instructions on icount).
     l1: rss_watch.Watch | None = None
+    host_knobs: tuple[str, ...] = ()  # a host under test's boot knobs (HOST_UNDER_TEST_KNOBS)
 
     @property
     def share(self) -> float:
@@ -99,6 +100,8 @@ class Reporting:
             "returned_share": round(self.share, 3),
         }
         settings: dict[str, object] = {"guest_mib": GUEST_MIB, "touched_mib": self.touched_mib, "machine": MACHINE}
+        if self.host_knobs:
+            settings["host_knobs"] = list(self.host_knobs)
         if self.l1 is not None:
             settings |= {
                 "timed_by": "L1's /proc/uptime, read in L1 (host/balloon/rss_watch.py)",
@@ -154,6 +157,7 @@ class Reporting:
                 "timed_by": "the guest QEMU's threads' schedstat in L1, from the poll before each pass's first "
                 "fall to its last (host/balloon/rss_watch.py)",
                 "poll_us": rss_watch.POLL_US,
+                **({"host_knobs": list(self.host_knobs)} if self.host_knobs else {}),
             },
             extra={
                 "l1_passes": [dataclasses.asdict(p) for p in self.l1.pass_work()],
@@ -238,6 +242,7 @@ def touch_and_free_on_l1(
     clock_s: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     touch_mib: int = TOUCH_MIB,
+    host_knobs: tuple[str, ...] = (),
 ) -> Reporting:
     """``touch_and_free`` on a host under test (L1), its guest's QEMU
     ``qemu_pid`` of L1: the baseline and the peak as there (``read`` is
@@ -249,7 +254,8 @@ def touch_and_free_on_l1(
     free: ``DEADLINE_S`` with reporting, else the window ``OFF_WINDOW_S``
     in which the RSS must stay up (L1's clock runs on while its guest
     idles under icount, as the guest's does: the same windows hold as
-    much of the guest's reporting as on this machine)."""
+    much of the guest's reporting as on this machine).  ``host_knobs``:
+    the words L1 booted with, for the records."""
     guest.ssh.run([agent, "hold", str(WARMUP_MIB), "0"], timeout=120)
     settled, base, _ = wait_rss_steady(
         guest.pid, quiet_s=QUIET_S, deadline_s=DEADLINE_S, clock=clock_s, sleep=sleep, read=read
@@ -266,4 +272,6 @@ def touch_and_free_on_l1(
     returned = watched.return_s
     met = returned is not None
     waited = returned if returned is not None else watched.watched_s
-    return Reporting(reporting, settled, base, peak, met, watched.last.kib, waited, window, touch_mib, watched)
+    return Reporting(
+        reporting, settled, base, peak, met, watched.last.kib, waited, window, touch_mib, watched, host_knobs
+    )

@@ -82,6 +82,7 @@ KSM: Scenario[object] = Scenario(
     knobs=(KNOBS,),
     e2e="test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing",
     host_paths=host_code.joined(host_code.KSMD, host_code.HUGETLB),
+    on_a_host_under_test=True,  # on L1's ksmd over L1's pool (host/ksm/l1_ksm.py, host/hugetlbfs/l1_pool.py)
 )
 
 SCENARIOS = (BALLOON, KSM)

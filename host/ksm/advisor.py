@@ -1,12 +1,12 @@
 """The KSM advisor (Linux 6.8+): with ``advisor_mode`` scan-time, ksmd sets
 its own pages_to_scan at the end of every full scan so that a full scan
-takes ``advisor_target_scan_time`` seconds, within advisor_max_cpu and
-advisor_max_pages_to_scan.  ``run_advisor`` switches it on from a known
-start over the pages already there, reads pages_to_scan as each full scan
-ends until one took the target or less and a few more have ended, and
-returns the series (``AdvisorRun``) with the records to write; it judges
-nothing.  The knobs go through host KSM's saved set (``KsmController``,
-host/ksm/state.py).  docs/ksm.md, "The KSM advisor"."""
+takes ``advisor_target_scan_time`` seconds.  ``run_advisor`` switches it
+on from a known start over the pages already there, reads pages_to_scan
+as each full scan ends until one took the target and a few more ended,
+and returns the series (``AdvisorRun``); it judges nothing.  On a host
+under test ``run_advisor_whole`` watches a fixed number of scans as one
+command in L1, on L1's clock.  The knobs go through host KSM's saved set
+(host/ksm/state.py).  docs/ksm.md, "The KSM advisor"."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from memqual.host.core.errors import CapabilityMissing
 from memqual.host.core.polling import poll
 from memqual.host.core.record import Measurement
 from memqual.host.ksm.scenarios import ScenarioFailed
+from memqual.host.ksm.schedule import Now, Outcome, ScanEnds, Schedule, SetKnob
 from memqual.host.ksm.table import ADVISOR, AdvisorSizes
 
 MODE = "advisor_mode"
@@ -28,6 +29,13 @@ START = "advisor_min_pages_to_scan"  # the pages_to_scan it starts from (no floo
 SCAN_TIME = "scan-time"
 KNOBS = (MODE, TARGET, START, "advisor_max_pages_to_scan", "advisor_max_cpu")
 POLL_S = 0.02  # a full scan here takes 0.1 s or more: its end is seen within a fifth of it
+# A scan's deadline where the watch is one command: the profile's whole
+# watch over its scans, never less than this (an emulated host's first
+# scans take seconds of its clock).
+MIN_SCAN_TIMEOUT_S = 20.0
+# The scan ends watched in one command on a host under test: the advisor
+# there must reach its target and ``after_scans`` more within them.
+L1_SCANS = 10
 
 
 class AdvisorFiles(Protocol):
@@ -45,6 +53,13 @@ class AdvisorHost(Protocol):
     def fs(self) -> AdvisorFiles: ...
     def set(self, **knobs: int | str) -> None: ...
     def unmerge(self) -> None: ...
+
+
+class WholeAdvisorHost(AdvisorHost, Protocol):
+    """A host KSM that runs the watch as one command (a host under test's,
+    host/ksm/l1_ksm.py), pages_to_scan read at every scan end."""
+
+    def run_schedule(self, schedule: Schedule, timeout_s: float, knobs: tuple[str, ...] = ()) -> Outcome: ...
 
 
 def check(fs: AdvisorFiles) -> None:
@@ -146,6 +161,43 @@ class AdvisorRun:
         ]
 
 
+def switch_on(ksm: AdvisorHost, sizes: AdvisorSizes) -> tuple[int, int]:
+    """The advisor switched on at ``sizes``' target from a known start,
+    ksmd still stopped: (pages_to_scan it starts from, full_scans now)."""
+    check(ksm.fs)
+    # run=2 unmerges and puts ksmd's cursor at the head of its list: the
+    # first scan after it is a whole one, timed from its start.
+    ksm.unmerge()
+    smart = {"smart_scan": 0} if ksm.fs.has("smart_scan") else {}  # every page, every scan
+    ksm.set(sleep_millisecs=sizes.sleep_ms, **{START: sizes.start_pages, TARGET: sizes.target_s}, **smart)
+    # The mode last: switching it on sets pages_to_scan to the start.
+    ksm.set(**{MODE: SCAN_TIME})
+    return ksm.fs.read_int("pages_to_scan"), ksm.fs.read_int("full_scans")
+
+
+def run_advisor_whole(ksm: WholeAdvisorHost, sizes: AdvisorSizes, agent_pages: int, scans: int) -> AdvisorRun:
+    """``run_advisor`` on a host that runs the watch as one command: ksmd
+    started and the next ``scans`` scan ends read in the host, on its
+    clock, from the moment ``run=1`` is written; nothing crosses the
+    network while the advisor steps.  ScenarioFailed when the advisor had
+    not reached its target and ``sizes.after_scans`` more scans by then."""
+    start_pages, base = switch_on(ksm, sizes)
+    schedule = Schedule((Now(), SetKnob("run", 1), ScanEnds(scans)))
+    outcome = ksm.run_schedule(schedule, max(sizes.timeout_s / scans, MIN_SCAN_TIMEOUT_S), knobs=("pages_to_scan",))
+    (started,), (ends,) = outcome.now_s, outcome.scan_ends
+    readings = tuple(
+        Reading(round(end.taken_s - started, 2), end.full_scans - base, end.knobs["pages_to_scan"]) for end in ends
+    )
+    run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, readings, agent_pages)
+    reached = run.reached
+    if reached is None or readings[-1].full_scans - reached.reading.full_scans < sizes.after_scans:
+        raise ScenarioFailed(
+            f"the KSM advisor did not bring a full scan to {sizes.target_s} s and {sizes.after_scans} more scans "
+            f"within {scans} scans (from pages_to_scan {start_pages}): {list(readings)}"
+        )
+    return run
+
+
 def run_advisor(
     ksm: AdvisorHost,
     sizes: AdvisorSizes,
@@ -157,16 +209,7 @@ def run_advisor(
     """Switch the advisor on at ``sizes``' target over the pages there
     now and watch it: readings until a scan took the target or less and
     ``sizes.after_scans`` more ended.  ScenarioFailed past the deadline."""
-    check(ksm.fs)
-    # run=2 unmerges and puts ksmd's cursor at the head of its list: the
-    # first scan after it is a whole one, timed from its start.
-    ksm.unmerge()
-    smart = {"smart_scan": 0} if ksm.fs.has("smart_scan") else {}  # every page, every scan
-    ksm.set(sleep_millisecs=sizes.sleep_ms, **{START: sizes.start_pages, TARGET: sizes.target_s}, **smart)
-    # The mode last: switching it on sets pages_to_scan to the start.
-    ksm.set(**{MODE: SCAN_TIME})
-    start_pages = ksm.fs.read_int("pages_to_scan")
-    base = ksm.fs.read_int("full_scans")
+    start_pages, base = switch_on(ksm, sizes)
     ksm.set(run=1)
     started = clock()
     readings: list[Reading] = []

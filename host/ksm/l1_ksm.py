@@ -22,7 +22,7 @@ from memqual.host.core.polling import poll
 from memqual.host.core.qemu import L1_MARK_FIFO
 from memqual.host.core.shell import Shell
 from memqual.host.ksm import procfs
-from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Mark, Outcome, OwnPages, ScanEnds, Schedule, SetKnob
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Mark, Now, Outcome, OwnPages, ScanEnds, Schedule, SetKnob
 from memqual.host.ksm.sysfs import COUNTERS, KsmCounters, write_order
 
 KSM_DIR = "/sys/kernel/mm/ksm"
@@ -95,9 +95,10 @@ _SCHEDULE = (
     "mark) " + AWAIT_MARK + "shift;; "
     'huge) h=; while read -r key value unit; do [ "$key" = AnonHugePages: ] && h=$value; done '
     '</proc/"$QEMU"/smaps_rollup; echo "huge $h"; echo ==; shift;; '
+    'now) read -r up rest </proc/uptime; echo "now $up"; echo ==; shift;; '
     "*) exit 4;; esac; done"
 )
-_WORDS: dict[type, str] = {OwnPages: "own", AwaitMark: "mark", AnonHuge: "huge"}
+_WORDS: dict[type, str] = {OwnPages: "own", AwaitMark: "mark", AnonHuge: "huge", Now: "now"}
 
 # A process's KSM figures, sections split by a line "--".
 _PROCESS = 'cd /proc/"$1" && cat ksm_merging_pages && echo -- && cat ksm_stat 2>/dev/null; echo --; cat smaps_rollup'
@@ -254,10 +255,14 @@ class L1Ksm:
             f"ksmd's CPU {end.ksmd_cpu_s} s of L1's {end.taken_s:.1f} s"
         )
 
-    def run_schedule(self, schedule: Schedule, timeout_s: float) -> Outcome:
+    def run_schedule(self, schedule: Schedule, timeout_s: float, knobs: tuple[str, ...] = ()) -> Outcome:
         """Every step of ``schedule`` in L1 by one command (``_SCHEDULE``);
-        ``timeout_s`` a full scan, stretched by ``slowdown``.  Timeout
-        when L1's deadline cut it short, with what it had read."""
+        ``timeout_s`` a full scan, stretched by ``slowdown``; ``knobs``
+        read beside the counters at each scan end (``KsmCounters.knobs``).
+        Timeout when L1's deadline cut it short, with what it had read."""
+        for name in knobs:
+            if not KNOB_NAME.fullmatch(name) or not self._fs.has(name):
+                raise CapabilityMissing(f"the host under test's KSM has no knob {name} in {self._fs.root}")
         words: list[str] = []
         for step in schedule.steps:
             if isinstance(step, SetKnob):
@@ -273,7 +278,7 @@ class L1Ksm:
             "env",
             f"KSMD={self.ksmd_pid or 0}",
             f"QEMU={self.qemu_pid}",
-            f"COUNTERS={' '.join(COUNTERS)}",
+            f"COUNTERS={' '.join((*COUNTERS, *knobs))}",
             f"MARK={self.mark_fifo}",
             f"MARK_WAIT={int(self.mark_wait_s)}",
             "sh",
@@ -291,10 +296,11 @@ class L1Ksm:
         own: list[int | None] = []
         marks: list[Mark] = []
         huge: list[int | None] = []
+        now: list[float] = []
         at = 0
         for step in schedule.steps:
             if isinstance(step, ScanEnds):
-                scan_ends.append(tuple(parse_counters(p) for p in parts[at : at + step.count]))
+                scan_ends.append(tuple(parse_counters(p, knobs) for p in parts[at : at + step.count]))
                 at += step.count
             elif isinstance(step, SetKnob) or at >= len(parts):
                 continue
@@ -304,10 +310,13 @@ class L1Ksm:
             elif isinstance(step, AwaitMark):
                 marks.append(parse_mark(parts[at]))
                 at += 1
+            elif isinstance(step, Now):
+                now.append(parse_now(parts[at]))
+                at += 1
             else:
                 huge.append(parse_count("huge", parts[at]))
                 at += 1
-        outcome = Outcome(tuple(scan_ends), tuple(own), tuple(marks), tuple(huge))
+        outcome = Outcome(tuple(scan_ends), tuple(own), tuple(marks), tuple(huge), tuple(now))
         try:
             if out.status != 0:
                 raise ValueError(f"exited {out.status}: {EXITS.get(out.status, 'failed')}")
@@ -339,9 +348,10 @@ def find(shell: Shell, comm_prefix: str) -> list[int]:
     return sorted(int(word) for word in out.split() if word.isdigit())
 
 
-def parse_counters(text: str) -> KsmCounters:
+def parse_counters(text: str, knobs: tuple[str, ...] = ()) -> KsmCounters:
     """One reading of ``_COUNTERS``'s output; a counter L1's kernel lacks is
-    None (ksmd's CPU too, without schedstat)."""
+    None (ksmd's CPU too, without schedstat); ``knobs`` read beside them
+    into ``KsmCounters.knobs``."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         name, _, value = line.partition(" ")
@@ -367,7 +377,19 @@ def parse_counters(text: str) -> KsmCounters:
         ksmd_cpu_s=cpu_ns / 1e9 if cpu_ns is not None else None,
         ksmd_slices=number("ksmd_slices"),
         interrupts=number("interrupts"),
+        knobs={name: found for name in knobs if (found := number(name)) is not None},
     )
+
+
+def parse_now(text: str) -> float:
+    """A ``now`` step's line: L1's /proc/uptime."""
+    name, _, value = text.strip().partition(" ")
+    try:
+        if name != "now":
+            raise ValueError
+        return float(value)
+    except ValueError:
+        raise GuestError(f"not a now line of the host under test: {text[:200]!r}") from None
 
 
 def parse_count(word: str, text: str) -> int | None:

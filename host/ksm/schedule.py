@@ -60,8 +60,14 @@ class AnonHuge:
     """The guest QEMU's AnonHugePages (kB): did THP back its RAM?"""
 
 
-Step = SetKnob | ScanEnds | OwnPages | AwaitMark | AnonHuge
-STEP_TYPES = (SetKnob, ScanEnds, OwnPages, AwaitMark, AnonHuge)
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """The host's clock (seconds since its boot) at this point: where a
+    measurement times from a knob's write rather than a scan end."""
+
+
+Step = SetKnob | ScanEnds | OwnPages | AwaitMark | AnonHuge | Now
+STEP_TYPES = (SetKnob, ScanEnds, OwnPages, AwaitMark, AnonHuge, Now)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Outcome:
     own_pages: tuple[int | None, ...]
     marks: tuple[Mark, ...] = ()
     anon_huge_kib: tuple[int | None, ...] = ()
+    now_s: tuple[float, ...] = ()
 
     def check(self, schedule: Schedule) -> None:
         """ValueError unless this is every reading ``schedule`` asks for."""
@@ -100,8 +107,8 @@ class Outcome:
         def count(kind: type) -> int:
             return sum(1 for s in schedule.steps if isinstance(s, kind))
 
-        others = (len(self.own_pages), len(self.marks), len(self.anon_huge_kib))
-        if got != wanted or others != (count(OwnPages), count(AwaitMark), count(AnonHuge)):
+        others = (len(self.own_pages), len(self.marks), len(self.anon_huge_kib), len(self.now_s))
+        if got != wanted or others != (count(OwnPages), count(AwaitMark), count(AnonHuge), count(Now)):
             raise ValueError(f"a schedule's outcome has readings {got} and counts {others}, not {wanted}")
 
 

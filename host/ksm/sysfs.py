@@ -53,8 +53,11 @@ class KsmCounters:
     # ksmd runs is counted as ksmd's CPU time.
     ksmd_slices: int | None = None
     interrupts: int | None = None
+    # Knobs ksmd sets itself, read with the counters where asked
+    # (pages_to_scan under the advisor): name to value.
+    knobs: dict[str, int] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict[str, float | int | None]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 

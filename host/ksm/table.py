@@ -300,6 +300,7 @@ ADVISOR = Scenario(
     knobs=(KNOBS,),
     e2e="test_ksm_advisor:KsmAdvisorTest.test_advisor",
     host_paths=host_code.KSMD,
+    on_a_host_under_test=True,  # on L1's ksmd, watched in L1 (host/ksm/advisor.py run_advisor_whole)
 )
 
 SCENARIOS = (MERGE, INTEGRITY, VOLATILE_SCAN, GUEST_MERGE, MANY, ADVISOR)

@@ -18,6 +18,8 @@ from memqual.host.core.knobs import Sysfs
 from memqual.host.ksm import advisor as adv
 from memqual.host.ksm.controller import KsmController
 from memqual.host.ksm.scenarios import ScenarioFailed
+from memqual.host.ksm.schedule import Now, Outcome, ScanEnds, Schedule, SetKnob
+from memqual.host.ksm.sysfs import KsmCounters
 from memqual.host.ksm.table import ADVISOR, AdvisorSizes
 
 KNOBS = {
@@ -169,3 +171,59 @@ def test_a_kernel_without_the_advisor_is_a_skip_with_its_reason_and_changes_noth
 @pytest.mark.parametrize(("seconds", "counted"), [(0.0, 1), (0.4, 1), (1.0, 1), (1.99, 1), (2.0, 2), (13.7, 13)])
 def test_a_scan_is_counted_in_whole_seconds_at_least_one(seconds: float, counted: int) -> None:
     assert adv.kernel_seconds(seconds) == counted
+
+
+class _WholeHost:
+    """The controller's knobs on the fake tree, and a watch run as one
+    command that returns ``series`` ((L1 uptime, full_scans, pages_to_scan)
+    at each scan end) from ``started``, as L1's schedule would."""
+
+    def __init__(self, host: KsmController, started: float, series: list[tuple[float, int, int]]) -> None:
+        self.host, self.started, self.series = host, started, series
+        self.asked: list[tuple[Schedule, tuple[str, ...]]] = []
+
+    @property
+    def fs(self) -> Sysfs:
+        return self.host.fs
+
+    def set(self, **knobs: int | str) -> None:
+        self.host.set(**knobs)
+
+    def unmerge(self) -> None:
+        self.host.unmerge()
+
+    def run_schedule(self, schedule: Schedule, timeout_s: float, knobs: tuple[str, ...] = ()) -> Outcome:
+        self.asked.append((schedule, knobs))
+        ends = tuple(
+            KsmCounters(at, scans, 0, 0, 0, 0, None, None, None, None, knobs={"pages_to_scan": pages})
+            for at, scans, pages in self.series[: schedule.scans]
+        )
+        return Outcome((ends,), (), now_s=(self.started,))
+
+
+def test_on_a_host_under_test_the_watch_is_one_command_timed_from_run_on_its_clock(tmp_path: Path) -> None:
+    ksm = make_tree(tmp_path)
+    # full_scans is 7 before the switch: the series counts from there
+    series = [(103.3, 8, 70), (108.0, 9, 700), (108.5, 10, 3000), (108.7, 11, 3000), (109.0, 12, 2900)]
+    with controller(tmp_path) as host:
+        whole = _WholeHost(host, 100.0, series)
+        run = adv.run_advisor_whole(whole, SIZES, 12288, scans=5)
+        during = Sysfs(ksm).knobs()
+    ((schedule, knobs),) = whole.asked
+    assert schedule.steps == (Now(), SetKnob("run", 1), ScanEnds(5)) and knobs == ("pages_to_scan",)
+    assert during["advisor_mode"] == "scan-time" and during["smart_scan"] == "0"
+    assert [(r.at_s, r.full_scans, r.pages_to_scan) for r in run.readings][:3] == [
+        (3.3, 1, 70),
+        (8.0, 2, 700),
+        (8.5, 3, 3000),
+    ]
+    assert run.reached is not None and run.reached.reading.at_s == 8.5 and run.slow_start
+
+
+def test_on_a_host_under_test_a_watch_short_of_its_target_fails_with_its_series(tmp_path: Path) -> None:
+    make_tree(tmp_path)
+    never = [(102.5, 8, 60), (105.0, 9, 60), (107.5, 10, 60)]
+    barely = [(103.3, 8, 70), (108.5, 9, 3000)]  # there at the last scan: no after_scans watched
+    for series in (never, barely):
+        with controller(tmp_path) as host, pytest.raises(ScenarioFailed, match="within 3 scans"):
+            adv.run_advisor_whole(_WholeHost(host, 100.0, series), SIZES, 1, scans=3)

@@ -15,7 +15,7 @@ from local_shell import LocalShell
 from memqual.host.core.errors import CapabilityMissing, GuestError, Timeout
 from memqual.host.ksm import l1_ksm, procfs
 from memqual.host.ksm.l1_ksm import L1Ksm, parse_counters, parse_process
-from memqual.host.ksm.schedule import AnonHuge, AwaitMark, OwnPages, ScanEnds, Schedule, SetKnob
+from memqual.host.ksm.schedule import AnonHuge, AwaitMark, Now, OwnPages, ScanEnds, Schedule, SetKnob
 
 
 def fake_ksm(tmp_path: Path, **values: str) -> tuple[Path, Path]:
@@ -279,3 +279,35 @@ def test_a_mark_that_does_not_come_ends_the_schedule_at_its_wait(tmp_path):
     with pytest.raises(Timeout, match=r"exited 7: the guest's mark did not come within the wait"):
         ksm.run_schedule(Schedule((AwaitMark(), ScanEnds(1))), timeout_s=60)
     assert time.monotonic() - started < 30, "the mark's wait, not the scans' deadline"
+
+
+def test_a_schedule_reads_l1_s_clock_where_asked_and_knobs_beside_the_counters(tmp_path, l1_usleep):
+    """The advisor's watch: L1's clock when run=1 is written, then each
+    scan end with pages_to_scan as ksmd set it at that end."""
+    shell = LocalShell()
+    ksm = driver(tmp_path, shell)
+    root = tmp_path / "ksm"
+
+    def ksmd() -> None:
+        for count, pages in ((4, 70), (5, 700)):
+            time.sleep(0.2)
+            (root / "pages_to_scan").write_text(f"{pages}\n")
+            (tmp_path / "next").write_text(f"{count}\n")
+            os.replace(tmp_path / "next", root / "full_scans")
+
+    worker = threading.Thread(target=ksmd)
+    worker.start()
+    outcome = ksm.run_schedule(
+        Schedule((Now(), SetKnob("run", 1), ScanEnds(2))), timeout_s=20, knobs=("pages_to_scan",)
+    )
+    worker.join()
+    (started,) = outcome.now_s
+    (ends,) = outcome.scan_ends
+    assert [(r.full_scans, r.knobs) for r in ends] == [(4, {"pages_to_scan": 70}), (5, {"pages_to_scan": 700})]
+    assert 0 < started <= ends[0].taken_s
+    with pytest.raises(CapabilityMissing, match="no knob advisor_mode"):
+        ksm.run_schedule(Schedule((ScanEnds(1),)), timeout_s=1, knobs=("advisor_mode",))
+    with pytest.raises(CapabilityMissing, match="no knob ../run"):
+        ksm.run_schedule(Schedule((ScanEnds(1),)), timeout_s=1, knobs=("../run",))
+    with pytest.raises(GuestError, match="not a now line"):
+        l1_ksm.parse_now("sh: can't open /proc/uptime\n")
