@@ -11,7 +11,7 @@ from memqual.host.core.primary import (
     COUNT,
     HOST_WALL,
     L1_AA_GUESTS,
-    L1_AA_READ_IN_L1,
+    L1_AA_REPORTING,
     MID_MARGIN,
     QUIET_OR_KVM,
     TIGHT_MARGIN,
@@ -275,23 +275,25 @@ FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
             # On icount the guest reports on its own (virtual) clock, which
             # jumps while it idles, and the host watches RSS in wall time.
             spread_icount=Spread(0.85, 2, ICOUNT_612, how="log(B/A) 1.94 and 0.73 over its 2 blocks"),
-            # Under a host under test the guest's QEMU and its RSS are L1's:
-            # a watcher in L1 times the return on L1's clock
-            # (host/balloon/rss_watch.py).
-            on_host_under_test="rss_return_l1_s",
+            # Under a host under test the guest's QEMU and its RSS are L1's,
+            # and a watcher in L1 reads them (host/balloon/rss_watch.py):
+            # there the host's work on each MiB the guest reports (QEMU's
+            # threads' run time over the passes) decides it, where the
+            # return's time is mostly the guest's 2 s between passes.
+            on_host_under_test="report_cpu_l1_ns_per_mib",
             spread_host_under_test=Spread(
-                0.00405,
+                0.00721,
                 6,
-                L1_AA_READ_IN_L1,
-                how="2.01 or 2.02 s in every guest: the guest's 2 s between reporting passes and the second "
-                "pass's work, at /proc/uptime's 10 ms step, which is this spread",
+                L1_AA_REPORTING,
+                how="about 417,000 ns a MiB on 4 KiB pages; the return's time there (rss_return_l1_s, "
+                "exploratory) 2.21-2.24 s, 0.60 %",
             ),
             margin_host_under_test=TIGHT_MARGIN,
             needs=QUIET_OR_KVM + "; on icount it spreads 85 % over 2 blocks against 1.1 % on the wall clock: "
             "decide it on the wall clock; no count decides it on icount: Linux's page reporting and QEMU's device "
             "count no reported pages, and the guest cannot see when the host's RSS falls -- a guest tracepoint at "
             "each report (the guest's clock when its last block went) would; on a host under test it is decided "
-            "on L1's clock (rss_return_l1_s)",
+            "by the host's work a MiB on L1's clock (report_cpu_l1_ns_per_mib)",
         ),
     ),
     e2e="test_balloon:BalloonFreePageReporting.test_reporting_on",

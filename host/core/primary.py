@@ -227,6 +227,16 @@ L1_AA_READ_IN_L1 = Measured(
     "2026-12-07",
     'docs/host-under-test.md, "Figures read in L1 decide there"',
 )
+# Free page reporting's A/A on a host under test, L1 booted with THP off
+# (the test's boot knob there since): its RSS return and the passes' work.
+L1_AA_REPORTING = Measured(
+    "A/A 6.1.0-57 as the host under test (L1 on icount:0, THP off in L1), 6 blocks: free page reporting, "
+    "timed and its passes' work read in L1",
+    "memqual run --host-kernel 6.1.0-57-amd64 --host-kernel 6.1.0-57-amd64 --clock icount "
+    "--only free-page-reporting --rounds 6 --output OUT",
+    "2026-12-07",
+    'docs/host-under-test.md, "Free page reporting on L1\'s clock"',
+)
 # What a host-timed primary's ``needs`` says on a shared TCG host.
 QUIET_OR_KVM = (
     "timed by the host: on a shared TCG host the host's load spreads it on every clock; a quiet host or KVM "

@@ -27,9 +27,11 @@ from memqual.host.judge import host_under_test_plan as plan
         ("hugetlbfs.balloon", ""),
         # its row says so: free page reporting's RSS watched in L1, on L1's clock
         ("balloon.free_page_reporting", ""),
+        # its row says so: L1's ksmd, over L1's pool / watched in one command in L1
+        ("hugetlbfs.ksm", ""),
+        ("ksm.advisor", ""),
         # this machine's knobs, processes or /dev/kvm
         ("ksm.many_guests", "it sets this machine's host KSM"),
-        ("hugetlbfs.ksm", "it sets this machine's host huge pages"),
         ("balloon.floor", "its floor_mib is a count read on this machine"),
         ("memslots.kvm", "it has no primary on its guests' own clock"),
         ("memslots.kvm_lookup", "it has no primary on its guests' own clock"),
@@ -49,10 +51,12 @@ def test_the_tests_that_run_there_are_the_rows_that_do() -> None:
         "test_balloon_driver:BalloonDriver.test_request_size",
         "test_fault:FaultTest.test_anon",
         "test_hugetlbfs:HugetlbfsTest.test_balloon",
+        "test_hugetlbfs:HugetlbfsTest.test_ksm_merges_nothing",
         "test_ksm:KsmTest.test_guest_ksm",
         "test_ksm:KsmTest.test_integrity",
         "test_ksm:KsmTest.test_merge",
         "test_ksm:KsmTest.test_volatile_scan_4k",
+        "test_ksm_advisor:KsmAdvisorTest.test_advisor",
     ]
     assert plan.tests() < plan.row_tests()
 
