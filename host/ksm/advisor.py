@@ -34,8 +34,10 @@ POLL_S = 0.02  # a full scan here takes 0.1 s or more: its end is seen within a 
 # scans take seconds of its clock).
 MIN_SCAN_TIMEOUT_S = 20.0
 # The scan ends watched in one command on a host under test: the advisor
-# there must reach its target and ``after_scans`` more within them.
-L1_SCANS = 10
+# there must reach its target and ``after_scans`` more within them.  On
+# 6.12 as L1 (quick sizes, 512 MiB guest) it reached its 1 s target at the
+# 7th scan, 28.5 s of L1's clock after run=1; the rest is headroom.
+L1_SCANS = 14
 
 
 class AdvisorFiles(Protocol):
