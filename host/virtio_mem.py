@@ -170,19 +170,50 @@ def agent_field(line: str, key: str) -> int:
     raise GuestError(f"no {key}= in vmem_agent line {line!r}")
 
 
+# A quiet resize's reads of QOM's size once the guest has seen it: a
+# host under test's guest has done its part by then, and a poll is an
+# interrupt of L1 (docs/host-under-test.md, "virtio-mem on L1's clock").
+QUIET_PERIOD_S = 0.5
+
+
 def guest_timed(
-    vm: Guest, agent: str, device: VirtioMemDevice, target_bytes: int, base_kib: int
+    vm: Guest,
+    agent: str,
+    device: VirtioMemDevice,
+    target_bytes: int,
+    base_kib: int,
+    quiet: bool = False,
+    deadline_s: float = RESIZE_DEADLINE_S,
 ) -> tuple[Resize, float]:
     """One resize, timed by the host (QOM size) and by the guest (seconds
-    until its MemTotal changed); ResizeFailed when either side missed it."""
-    watch = vm.ssh.start([agent, "watch", str(base_kib + target_bytes // 1024), str(RESIZE_DEADLINE_S)])
-    lines = watch.lines(timeout=RESIZE_DEADLINE_S)
+    until its MemTotal changed); ResizeFailed when either side missed it.
+    ``quiet`` (a host under test): nothing is polled while the guest
+    resizes; QOM's size is read once the guest saw its MemTotal reach the
+    target (the host's seconds then time that wait, nothing finer)."""
+    watch = vm.ssh.start([agent, "watch", str(base_kib + target_bytes // 1024), str(deadline_s)])
+    lines = watch.lines(timeout=deadline_s)
     armed = next(lines, "")
     if armed != "watching":
         raise ResizeFailed(f"vmem_agent watch did not start: {armed!r}")
-    result = resize(vm, device, target_bytes, RESIZE_DEADLINE_S)
-    reached = next(lines, "")
-    watch.wait(timeout=RESIZE_DEADLINE_S)
+    if quiet:
+        start = size_bytes(vm, device)
+        began = time.perf_counter()
+        request(vm, device, target_bytes)
+        reached = next(lines, "")
+        confirmed = poll(
+            lambda: size_bytes(vm, device),
+            deadline_s,
+            QUIET_PERIOD_S,
+            what=f"virtio-mem size {target_bytes}",
+            until=lambda size: size == target_bytes,
+            raise_on_timeout=False,
+        )
+        waited = time.perf_counter() - began
+        result = Resize(target_bytes, start, confirmed.value, confirmed.met, waited, confirmed.polls)
+    else:
+        result = resize(vm, device, target_bytes, deadline_s)
+        reached = next(lines, "")
+    watch.wait(timeout=deadline_s)
     if not result.met:
         raise ResizeFailed(f"virtio-mem did not reach {target_bytes >> 20} MiB: {result}")
     if not reached.startswith("reached "):
@@ -362,6 +393,9 @@ def plug_states(vm: QmpMachine, device: VirtioMemDevice, steps_mib: Sequence[int
 
 # -- resize timing (e2e/test_virtio_mem.py's test_resize_timing) -----------
 RESIZE_FIGURES = ("grow_s", "grow_guest_s", "shrink_s", "shrink_guest_s", "balloon_inflate_s")
+# On a host under test only the guest's clock (L1's) times anything: this
+# machine's polls would be L1's work, and its wall clock is not the host's.
+GUEST_FIGURES = ("grow_guest_s", "shrink_guest_s", "balloon_inflate_guest_s")
 # One resize timed by the host (the Resize) and by the guest (seconds until
 # MemTotal changed); one balloon inflate of the same size, its seconds.
 TimedResize = Callable[[int], tuple[Resize, float]]
@@ -378,11 +412,21 @@ class ResizeTiming:
     figures: dict[str, list[float]]
 
     @property
+    def _ratio_figures(self) -> tuple[str, str]:
+        """The shrink and the inflate compared: the host's figures where it
+        timed them, else the guest's."""
+        if "shrink_s" in self.figures:
+            return "shrink_s", "balloon_inflate_s"
+        return "shrink_guest_s", "balloon_inflate_guest_s"
+
+    @property
     def shrink_over_inflate(self) -> float:
         """The medians' ratio: what a shrink costs against a balloon inflate."""
-        return _median(self.figures["shrink_s"]) / max(_median(self.figures["balloon_inflate_s"]), 1e-9)
+        shrink, inflate = self._ratio_figures
+        return _median(self.figures[shrink]) / max(_median(self.figures[inflate]), 1e-9)
 
-    def records(self, base_mib: int, block_mib: int) -> list[Measurement]:
+    def records(self, base_mib: int, block_mib: int, settings: dict[str, object] | None = None) -> list[Measurement]:
+        shrink, _ = self._ratio_figures
         return [
             Measurement(
                 scenario="virtio_mem.resize",
@@ -390,8 +434,8 @@ class ResizeTiming:
                 unit="s",
                 better="lower",
                 samples=samples,
-                settings={"size_mib": self.size_mib, "base_mib": base_mib, "block_mib": block_mib},
-                extra={"shrink_over_balloon_inflate": self.shrink_over_inflate} if metric == "shrink_s" else {},
+                settings={"size_mib": self.size_mib, "base_mib": base_mib, "block_mib": block_mib, **(settings or {})},
+                extra={"shrink_over_balloon_inflate": self.shrink_over_inflate} if metric == shrink else {},
             )
             for metric, samples in self.figures.items()
         ]
@@ -402,13 +446,20 @@ def _median(values: Sequence[float]) -> float:
 
 
 def time_resizes(
-    timed_resize: TimedResize, timed_inflate: TimedInflate, sizes_mib: Sequence[int], repeats: int
+    timed_resize: TimedResize,
+    timed_inflate: TimedInflate,
+    sizes_mib: Sequence[int],
+    repeats: int,
+    host_timed: bool = True,
 ) -> list[ResizeTiming]:
     """For each size: grow to it, shrink to 0, inflate the balloon by it,
-    ``repeats`` times; ResizeFailed when a resize is not met."""
+    ``repeats`` times; ResizeFailed when a resize is not met.  Without
+    ``host_timed`` (a host under test) only the guest's figures are kept
+    (``GUEST_FIGURES``: ``timed_inflate`` is then the guest's too)."""
     timings = []
+    names = RESIZE_FIGURES if host_timed else GUEST_FIGURES
     for size_mib in sizes_mib:
-        figures: dict[str, list[float]] = {name: [] for name in RESIZE_FIGURES}
+        figures: dict[str, list[float]] = {name: [] for name in names}
         for _ in range(repeats):
             grow, grow_guest = timed_resize(size_mib * MIB)
             shrink, shrink_guest = timed_resize(0)
@@ -416,10 +467,16 @@ def time_resizes(
                 if not done.met:
                     raise ResizeFailed(f"virtio-mem did not reach {done.requested_bytes >> 20} MiB: {done}")
             inflate_s = timed_inflate(size_mib * MIB)
-            for name, value in zip(
-                RESIZE_FIGURES, (grow.seconds, grow_guest, shrink.seconds, shrink_guest, inflate_s), strict=True
-            ):
-                figures[name].append(value)
+            values = {
+                "grow_s": grow.seconds,
+                "grow_guest_s": grow_guest,
+                "shrink_s": shrink.seconds,
+                "shrink_guest_s": shrink_guest,
+                "balloon_inflate_s": inflate_s,
+                "balloon_inflate_guest_s": inflate_s,
+            }
+            for name in names:
+                figures[name].append(values[name])
         timings.append(ResizeTiming(size_mib, figures))
     return timings
 
@@ -474,6 +531,7 @@ RESIZE = Scenario(
     ("virtio_mem",),
     PLANS,
     e2e="test_virtio_mem:VirtioMem.test_resize_timing",
+    on_a_host_under_test=True,
     kernel_paths=(
         *VIRTIO_MEM_PATHS,
         "drivers/virtio/virtio_balloon.c",

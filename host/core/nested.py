@@ -252,8 +252,11 @@ def host_config(
     fw_cfg.  Guest RAM is not marked mergeable: this machine's KSM stays
     out of L1."""
     cpu = TCG_SVM_CPU if accel == "tcg" else "host"
+    # A guest that can grow (memory hotplug: virtio-mem) may take all of
+    # its maxmem from L1.
+    guest_mib = max(config.memory_mib, config.maxmem_mib or 0)
     return MachineConfig(
-        memory_mib=config.memory_mib + L1_OVERHEAD_MIB,
+        memory_mib=guest_mib + L1_OVERHEAD_MIB,
         cpus=host_vcpus(config.cpus, host_clock),
         machine="microvm",
         accel=accel,

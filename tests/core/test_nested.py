@@ -4,6 +4,7 @@ run, and the guest's argv as rc.host reads it."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -105,7 +106,10 @@ def test_l1s_machine_carries_svm_the_argv_and_room_for_its_guest(tmp_path: Path)
     config = MachineConfig(memory_mib=512, cpus=2, machine="pc", maxmem_mib=4096, mem_slots=2)
     host = nested.parse_host("6.12.111+deb12-amd64", ["kvm_amd.npt=0"])
     l1 = nested.host_config(config, host, tmp_path / "argv,x", "tcg", clock.icount(0))
-    assert l1.memory_mib == 512 + nested.L1_OVERHEAD_MIB
+    # the guest may grow to its maxmem (virtio-mem, DIMMs): L1 has room for all of it
+    assert l1.memory_mib == 4096 + nested.L1_OVERHEAD_MIB
+    fixed = dataclasses.replace(config, maxmem_mib=None, mem_slots=0)
+    assert nested.host_config(fixed, host, tmp_path / "a", "tcg", clock.icount(0)).memory_mib == 512 + 1024
     assert l1.cpus == 1 and l1.machine == "microvm" and l1.maxmem_mib is None
     assert l1.balloon is None and not l1.mem_merge and not l1.warm
     assert l1.extra_args[:2] == ("-cpu", nested.TCG_SVM_CPU)

@@ -30,6 +30,8 @@ from memqual.host.judge import host_under_test_plan as plan
         # its row says so: L1's ksmd, over L1's pool / watched in one command in L1
         ("hugetlbfs.ksm", ""),
         ("ksm.advisor", ""),
+        # its row says so: virtio-mem timed by the guest alone, on L1's clock
+        ("virtio_mem.resize", ""),
         # this machine's knobs, processes or /dev/kvm
         ("ksm.many_guests", "it sets this machine's host KSM"),
         ("balloon.floor", "its floor_mib is a count read on this machine"),
@@ -57,6 +59,7 @@ def test_the_tests_that_run_there_are_the_rows_that_do() -> None:
         "test_ksm:KsmTest.test_merge",
         "test_ksm:KsmTest.test_volatile_scan_4k",
         "test_ksm_advisor:KsmAdvisorTest.test_advisor",
+        "test_virtio_mem:VirtioMem.test_resize_timing",
     ]
     assert plan.tests() < plan.row_tests()
 

@@ -195,3 +195,31 @@ def test_guest_timed_resize_needs_both_sides() -> None:
     unseen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "timeout"])))
     with pytest.raises(virtio_mem.ResizeFailed, match="never saw MemTotal"):
         virtio_mem.guest_timed(unseen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 0, 262144)
+
+
+def test_on_a_host_under_test_only_the_guest_times_and_the_ratio_is_the_guest_s() -> None:
+    def resize(target: int) -> tuple[virtio_mem.Resize, float]:
+        return virtio_mem.Resize(target, 0, target, True, 9.0, 1), 0.3 if target == 0 else 0.1
+
+    (timing,) = virtio_mem.time_resizes(resize, lambda size: 0.15, (256,), repeats=2, host_timed=False)
+    assert list(timing.figures) == list(virtio_mem.GUEST_FIGURES)
+    assert timing.figures["balloon_inflate_guest_s"] == [0.15, 0.15]
+    assert timing.shrink_over_inflate == pytest.approx(2.0)
+    records = timing.records(512, 2, {"timed_by": "the guest"})
+    assert [r.metric for r in records] == ["grow_guest_s", "shrink_guest_s", "balloon_inflate_guest_s"]
+    assert records[1].extra == {"shrink_over_balloon_inflate": pytest.approx(2.0)}
+    assert all(r.settings["timed_by"] == "the guest" for r in records)
+
+
+def test_a_quiet_resize_reads_the_size_only_once_the_guest_has_seen_it() -> None:
+    """On a host under test nothing polls while the guest resizes: one QOM
+    read before the request, then reads only after the guest's report."""
+    machine = VirtioMemQmp(step=4096 * MIB)
+    seen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "reached seconds=0.25"])))
+    result, guest_s = virtio_mem.guest_timed(
+        seen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 256 * MIB, 262144, quiet=True
+    )
+    assert result.met and guest_s == 0.25 and result.polls == 1 and result.start_bytes == 0
+    unseen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "timeout"])))
+    with pytest.raises(virtio_mem.ResizeFailed, match="never saw MemTotal"):
+        virtio_mem.guest_timed(unseen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 0, 262144, quiet=True)
