@@ -278,10 +278,12 @@ def skipped_under(host: str, cls: type, method: str) -> str:
     ``runs_under_a_host_under_test``)."""
     if not host or runs_under_a_host_under_test(cls, method):
         return ""
-    return (
-        f"this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm), not the host "
-        f"under test's ({host}): run it without --host-kernel"
+    from memqual.host.judge import host_under_test_plan
+
+    why = host_under_test_plan.reason_for(reference_in(cls, method)) or (
+        "this test turns or reads this machine's host (its knobs, its processes, its /dev/kvm)"
     )
+    return f"not on the host under test ({host}): {why}; run it without --host-kernel"
 
 
 def put_clock(reference: str) -> None:

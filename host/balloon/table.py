@@ -259,6 +259,8 @@ FLOOR: Scenario[object] = Scenario(
     e2e="test_balloon:BalloonFloor.test_floor",
     kernel_paths=BALLOON_DRIVER_PATHS,
     host_paths=BALLOON_HOST_PATHS,
+    off_a_host_under_test="the floor is the guest's own (its driver's and its reclaim's), and its probe stops at a "
+    "stall of this machine's wall clock seen by polls from here, each one L1's work",
 )
 FREE_PAGE_REPORTING: Scenario[ReportingSizes] = Scenario(
     "balloon.free_page_reporting",

@@ -57,7 +57,10 @@ class Scenario(Generic[SizesRow]):
     not all it measures is its guests' own clock (host/judge/clock_plan.py
     ``shares_host``): it drives its guests' host through that host itself
     (``Machine.host_ssh``: L1's knobs and ksmd, its guest QEMU's RSS), or
-    it reads its guests alone.  Which rows run there: host/judge/host_under_test_plan.py."""
+    it reads its guests alone.  ``off_a_host_under_test``: the row's own
+    words for why its test does not run there, where its instruments and
+    knobs would not say it right.  Which rows run there:
+    host/judge/host_under_test_plan.py."""
 
     name: str
     tags: tuple[str, ...] = ()
@@ -72,11 +75,14 @@ class Scenario(Generic[SizesRow]):
     regime: Regime | None = None
     host_paths: tuple[str, ...] = ()
     on_a_host_under_test: bool = False
+    off_a_host_under_test: str = ""
 
     def __post_init__(self) -> None:
         subject, dot, rest = self.name.partition(".")
         if not (subject and dot and rest):
             raise ValueError(f"scenario {self.name!r}: name it subject.scenario")
+        if self.on_a_host_under_test and self.off_a_host_under_test:
+            raise ValueError(f"scenario {self.name}: on a host under test, or off it with a reason, not both")
         for pattern in (*self.kernel_paths, *self.host_paths):
             if not pattern or pattern.startswith("/") or ".." in pattern.split("/"):
                 raise ValueError(f"scenario {self.name}: kernel path {pattern!r}: give it relative to the tree's top")

@@ -19,6 +19,8 @@ from memqual.host.judge.clock_plan import ICOUNT_LABEL, shares_host
 def own_reason(row: scenario.Scenario[object]) -> str:
     """Why ``row`` alone would read or turn this machine's host under a host
     under test, in a few words; "" when it runs there."""
+    if row.off_a_host_under_test:
+        return row.off_a_host_under_test
     if row.on_a_host_under_test or shares_host(row):
         return ""
     if row.knobs:
@@ -56,3 +58,15 @@ def tests() -> frozenset[str]:
 def row_tests() -> frozenset[str]:
     """Every test a row names: where ``tests`` alone decides."""
     return frozenset(row.e2e for row in scenario.table() if row.e2e)
+
+
+def reason_for(reference: str) -> str:
+    """Why the test ``reference`` (``test_file_stem:Class.method``) does
+    not run under a host under test, in its rows' words; "" when it runs
+    there or no row names it."""
+    for row in scenario.table():
+        if row.e2e == reference:
+            reason = why_not(row)
+            if reason:
+                return reason
+    return ""

@@ -289,6 +289,7 @@ MANY = Scenario(
     ),
     e2e="test_ksm:KsmTest.test_many_guests",
     host_paths=host_code.KSMD,
+    off_a_host_under_test="it shares one host's ksmd among three guests, and a host under test runs one",
 )
 
 # The host's own ksmd: no guest kernel path, and no primary (its spread

@@ -37,6 +37,7 @@ KVM: Scenario[object] = Scenario(
     e2e="test_memslots_kvm:MemslotsKvm.test_errnos_and_slot_operation_times",
     control=True,
     host_paths=host_code.KVM,
+    off_a_host_under_test="it drives this machine's /dev/kvm from memqual's Python, which L1 does not have",
 )
 KVM_LOOKUP = Scenario(
     "memslots.kvm_lookup",
@@ -45,6 +46,8 @@ KVM_LOOKUP = Scenario(
     e2e="test_memslots_kvm:MemslotsKvm.test_lookup_cost_by_slot_count",
     control=True,
     host_paths=host_code.KVM,
+    off_a_host_under_test="it drives this machine's /dev/kvm; in L1 it is `memqual memslots kvm --lookup "
+    "--host-kernel KERNEL`",
 )
 # The memslot tests' own icount A/A (quiet host, 36 runs PASS).
 ICOUNT_AA = Measured(
@@ -82,6 +85,8 @@ TRACE_MMIO: Scenario[object] = Scenario(
     ),
     e2e="test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced",
     kernel_paths=MEMORY_HOTPLUG_PATHS,
+    off_a_host_under_test="its count is QEMU's trace replayed through memqual's model, which no host kernel "
+    "computes; the memslot search kernels measure L1's own (memqual memslots kvm --faults --host-kernel)",
 )
 
 SCENARIOS = (KVM, KVM_LOOKUP, TRACE_MMIO)

@@ -32,11 +32,9 @@ from memqual.host.judge import host_under_test_plan as plan
         ("ksm.advisor", ""),
         # its row says so: virtio-mem timed by the guest alone, on L1's clock
         ("virtio_mem.resize", ""),
-        # this machine's knobs, processes or /dev/kvm
-        ("ksm.many_guests", "it sets this machine's host KSM"),
-        ("balloon.floor", "its floor_mib is a count read on this machine"),
-        ("memslots.kvm", "it has no primary on its guests' own clock"),
-        ("memslots.kvm_lookup", "it has no primary on its guests' own clock"),
+        # its row says why not, in its own words
+        ("ksm.many_guests", "it shares one host's ksmd among three guests, and a host under test runs one"),
+        ("memslots.kvm", "it drives this machine's /dev/kvm from memqual's Python, which L1 does not have"),
     ],
 )
 def test_a_row_runs_under_a_host_under_test_or_says_why_not(row: str, reason: str) -> None:
@@ -92,3 +90,17 @@ def test_a_test_runs_there_only_when_every_row_it_records_does(
 ) -> None:
     found = plan.why_not(rows[0], rows)
     assert found.startswith(reason) and bool(found) == bool(reason)
+
+
+def test_a_row_s_own_reason_comes_first_and_a_test_is_skipped_in_its_words() -> None:
+    """A row that says why not is off a host under test whatever its
+    instruments are; a row is on it or off it with a reason, never both;
+    a test's reason is its row's."""
+    guest_timed = _row("x.a", primaries=GUEST_TIMED, off_a_host_under_test="it needs two hosts")
+    assert plan.why_not(guest_timed, (guest_timed,)) == "it needs two hosts"
+    with pytest.raises(ValueError, match="not both"):
+        _row("x.b", on_a_host_under_test=True, off_a_host_under_test="no")
+    floor = scenario.find("balloon.floor")
+    assert floor is not None and plan.reason_for(floor.e2e) == floor.off_a_host_under_test
+    assert "stall of this machine's wall clock" in floor.off_a_host_under_test
+    assert plan.reason_for("test_fault:FaultTest.test_anon") == "" == plan.reason_for("test_x:X.test_nobody_names")
