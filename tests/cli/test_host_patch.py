@@ -93,12 +93,14 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             ["--host-patch", "{kvm}", "--only", "memslots"],
             "nothing to qualify: only memslots.kvm, memslots.kvm_lookup .* a host under test runs none of them: "
-            "memslots.kvm, memslots.kvm_lookup \\(it has no primary on its guests' own clock\\)$",
+            "memslots.kvm \\(it drives this machine's /dev/kvm from memqual's Python, which L1 does not have\\); "
+            "memslots.kvm_lookup \\(it drives this machine's /dev/kvm; in L1 it is `memqual memslots kvm --lookup "
+            "--host-kernel KERNEL`\\)$",
         ),
         (
             ["--host-patch", "{kvm}", "--only", "memslots", "--all-scenarios"],
             "--all-scenarios given, but a host under test runs none of the scenarios --only memslots .*"
-            "memslots.kvm, memslots.kvm_lookup \\(it has no primary",
+            "memslots.kvm \\(it drives this machine's /dev/kvm",
         ),
     ],
 )
@@ -284,7 +286,8 @@ def test_the_default_source_is_the_memslot_host_kernels_and_help_says_it(capsys:
             "the host patch touches host code balloon.deflate, balloon.free_page_reporting, balloon.inflate, "
             "balloon.request_size, fault.anon exercise (of those --only fault balloon selects): running those; not "
             "run, as a host under test cannot "
-            "run them: balloon.floor (its floor_mib is a count read on this machine); ",
+            "run them: balloon.floor (the floor is the guest's own (its driver's and its reclaim's), and its probe "
+            "stops at a stall of this machine's wall clock seen by polls from here, each one L1's work); ",
             True,
         ),
         # --all-scenarios: every scenario --only selects, even for a patch of documentation
