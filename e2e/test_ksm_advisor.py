@@ -7,8 +7,11 @@ docs/ksm.md, "The KSM advisor"."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from memqual.e2e.host_ksm import HostKsmTest
 from memqual.host.core import nested
+from memqual.host.core.machine import Machine
 from memqual.host.core.qemu import MachineConfig
 from memqual.host.ksm import advisor, table
 from memqual.host.ksm.agent import AGENT, StressAgent, StressArgs
@@ -39,20 +42,19 @@ class KsmAdvisorTest(HostKsmTest):
             self.require(ksm.fs.exists(), f"the host under test's kernel has no {ksm.fs.root}")
             with self.scenario():
                 advisor.check(ksm.fs)
-                with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
-                    agent.wait_event("fill_done", AGENT_WAIT_S * nested.BOOT_TIMEOUT_FACTOR)
-                    run = advisor.run_advisor_whole(ksm, sizes, args.pages, advisor.L1_SCANS)
-                    agent.advance()
-                    self.assertEqual(agent.finish(AGENT_WAIT_S * nested.BOOT_TIMEOUT_FACTOR), 0)
+                run = self.while_held(
+                    vm,
+                    args,
+                    AGENT_WAIT_S * nested.BOOT_TIMEOUT_FACTOR,
+                    lambda: advisor.run_advisor_whole(ksm, sizes, args.pages, advisor.L1_SCANS),
+                )
         else:
             with self.host_ksm() as host_ksm:
                 advisor.check(host_ksm.fs)
                 vm = self.boot(MachineConfig(memory_mib=sizes.guest_mib))
-                with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
-                    agent.wait_event("fill_done", AGENT_WAIT_S)
-                    run = advisor.run_advisor(host_ksm, sizes, args.pages, note=self.log.info)
-                    agent.advance()
-                    self.assertEqual(agent.finish(AGENT_WAIT_S), 0)
+                run = self.while_held(
+                    vm, args, AGENT_WAIT_S, lambda: advisor.run_advisor(host_ksm, sizes, args.pages, note=self.log.info)
+                )
         for measurement in run.records():
             self.record(measurement)
         reached = run.reached
@@ -83,3 +85,15 @@ class KsmAdvisorTest(HostKsmTest):
             f"scans slower than the target, yet pages_to_scan never rose above its start {run.start_pages}: "
             f"{run.readings}",
         )
+
+    def while_held(
+        self, vm: Machine, args: StressArgs, wait_s: float, watch: Callable[[], advisor.AdvisorRun]
+    ) -> advisor.AdvisorRun:
+        """``watch`` while the agent holds its filled pages; the agent ends
+        cleanly after it."""
+        with StressAgent(vm.ssh, vm.deploy(AGENT), args) as agent:
+            agent.wait_event("fill_done", wait_s)
+            run = watch()
+            agent.advance()
+            self.assertEqual(agent.finish(wait_s), 0)
+        return run

@@ -109,13 +109,18 @@ def resize(
     period_s: float = 0.002,
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
+    before_polls: Callable[[], object] | None = None,
 ) -> Resize:
     """Request ``requested_bytes`` and poll ``size`` until it is met or the
     deadline passes (then ``met`` is False: the guest could not give or
-    take that much, and ``size_bytes`` says how far it got)."""
+    take that much, and ``size_bytes`` says how far it got).
+    ``before_polls`` runs between the request and the first poll (a quiet
+    resize waits there for the guest's own report)."""
     start = size_bytes(vm, device)
     began = clock()
     request(vm, device, requested_bytes)
+    if before_polls is not None:
+        before_polls()
     # The deadline and the time count from ``began``, before the request.
     requested_s = clock() - began
     polled = poll(
@@ -195,24 +200,15 @@ def guest_timed(
     armed = next(lines, "")
     if armed != "watching":
         raise ResizeFailed(f"vmem_agent watch did not start: {armed!r}")
+    seen: list[str] = []
     if quiet:
-        start = size_bytes(vm, device)
-        began = time.perf_counter()
-        request(vm, device, target_bytes)
-        reached = next(lines, "")
-        confirmed = poll(
-            lambda: size_bytes(vm, device),
-            deadline_s,
-            QUIET_PERIOD_S,
-            what=f"virtio-mem size {target_bytes}",
-            until=lambda size: size == target_bytes,
-            raise_on_timeout=False,
+        result = resize(
+            vm, device, target_bytes, deadline_s, QUIET_PERIOD_S, before_polls=lambda: seen.append(next(lines, ""))
         )
-        waited = time.perf_counter() - began
-        result = Resize(target_bytes, start, confirmed.value, confirmed.met, waited, confirmed.polls)
     else:
         result = resize(vm, device, target_bytes, deadline_s)
-        reached = next(lines, "")
+        seen.append(next(lines, ""))
+    reached = seen[0]
     watch.wait(timeout=deadline_s)
     if not result.met:
         raise ResizeFailed(f"virtio-mem did not reach {target_bytes >> 20} MiB: {result}")
