@@ -4,6 +4,7 @@ line and exit status 2, with what a good value looks like."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import typing
 from pathlib import Path
@@ -17,6 +18,7 @@ from memqual.host.core.qemu import MachineConfig
 from memqual.host.core.qemu_binary import choose_for_clock, is_path
 from memqual.host.core.trust import check_output_dir
 from memqual.images.balloon_driver import check_kernel_build
+from memqual.images.kernel_import import kernel_of
 from memqual.images.packages import check_kernel_name
 from memqual.images.qemu import check_version_form
 
@@ -48,8 +50,6 @@ def fraction_below_one(text: str) -> float:
 def kernel_build(text: str) -> str:
     """``--kernel-build DIR``: a kernel build tree (Makefile, .config and
     Module.symvers), resolved; anything else is one line and exit 2."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
     try:
         return str(check_kernel_build(text))
     except BadInput as exc:
@@ -132,13 +132,20 @@ def count_or_zero(text: str) -> int:
     return 0 if text.strip() == "0" else count(text)
 
 
-def debian_kernel(text: str) -> str:
-    """``--debian-kernel VERSION``: the form of a Debian kernel's name,
-    checked before the archive is asked."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
-    try:
+def kernel_name(text: str) -> str:
+    """A kernel as a name: a Debian kernel's or a ``memqual kernel build``
+    name as given, or a bzImage memqual built or imported, as that
+    kernel's name (the name records and pages carry)."""
+    if "/" not in text:
         return check_kernel_name(text)
+    return kernel_of(Path(text)).name
+
+
+def debian_kernel(text: str) -> str:
+    """``--debian-kernel VERSION``: the form of a Debian kernel's name
+    (checked before the archive is asked), or a built kernel's bzImage."""
+    try:
+        return kernel_name(text)
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -148,12 +155,9 @@ def debian_kernel_arm(text: str) -> str:
     and, after the first colon, words added to its guest's command line (an
     A/B of one kernel with and without ``init_on_free=1``), both checked
     before the archive is asked."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
     try:
         spec = parse_kernel(text)
-        check_kernel_name(spec.version)
-        return spec.name
+        return dataclasses.replace(spec, version=kernel_name(spec.version)).name
     except BadInput as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
@@ -252,8 +256,8 @@ def add_host_kernel(parser: argparse.ArgumentParser, more: str = "") -> None:
         action="append",
         type=debian_kernel_arm,
         metavar="KERNEL[:CMDLINE]",
-        help="run the guest under the KVM of this host kernel (a Debian kernel by name or a 'memqual kernel "
-        "build' name), booted under TCG with emulated SVM (docs/host-under-test.md)" + more,
+        help="run the guest under the KVM of this host kernel (a Debian kernel by name, or a 'memqual kernel "
+        "build' name or its bzImage), booted under TCG with emulated SVM (docs/host-under-test.md)" + more,
     )
     parser.add_argument(
         "--host-kernel-param",
@@ -279,8 +283,6 @@ def one_host(args: argparse.Namespace) -> typing.Any:
 def qemu_spec(text: str) -> str:
     """``--qemu VERSION|PATH``: a path, or the form of a version (checked
     before the archive is asked)."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
     if is_path(text):
         return text
     try:
@@ -371,8 +373,6 @@ def guest_on_clock(args: argparse.Namespace, host: typing.Any = None) -> tuple[t
     line each, before any image is built or guest booted.  Under a host
     under test (``host``) the clock and the vCPUs are the ones L1 can run
     (host/core/nested.py), and the note says what changed."""
-    # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
-
     the_clock = clock.parse(args.clock) if args.clock else clock.current()
     clock.resolve_accel(the_clock, args.accel)
     cpus, notes = args.cpus, []

@@ -23,6 +23,7 @@ from memqual.host.run import patch_scope
 from memqual.host.run.config import job_profile
 from memqual.host.run.signals import terminate_as_exception
 from memqual.images.built_kernels import listing
+from memqual.images.kernel_import import import_kernel
 from memqual.images.kernel_patches import read_patch
 from memqual.images.kernel_sources import source_diff_files
 
@@ -36,6 +37,12 @@ patches applied in order and --config fragments on top; unpacking, patching
 and compiling run as an unprivileged user (nobody, or $MEMQUAL_BUILD_USER).
 Cached by the source's hash, every patch, the config and the compiler.
 Prints the kernel's name and the options that boot it."""
+
+IMPORT_DESCRIPTION = """Copy a bzImage and its installed modules into memqual's cache as a kernel
+named by its release and the hash of the copy.  The name, the cache's
+bzImage and the original bzImage (while its bytes are the same) then work
+wherever a kernel is given: --debian-kernel, --host-kernel (a host under
+test needs kvm and kvm_amd as modules)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -52,7 +59,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even when cached")
     build.add_argument("--json", action="store_true", help="print the record as one JSON object")
     build.set_defaults(handler=_build)
-    listing = actions.add_parser("list", help="list the kernels built here")
+    imported = actions.add_parser(
+        "import",
+        help="make a kernel built elsewhere (a bzImage and its installed modules) one of memqual's",
+        description=IMPORT_DESCRIPTION,
+    )
+    imported.add_argument("bzimage", metavar="BZIMAGE", type=Path, help="the kernel (arch/x86/boot/bzImage)")
+    imported.add_argument(
+        "--modules",
+        type=Path,
+        metavar="DIR",
+        help="its installed modules, lib/modules/RELEASE (default /lib/modules/RELEASE, where make modules_install "
+        "puts them)",
+    )
+    imported.add_argument("--config", type=Path, metavar="FILE", help="its .config, kept beside it")
+    imported.add_argument("--json", action="store_true", help="print the record as one JSON object")
+    imported.set_defaults(handler=_import)
+    listing = actions.add_parser("list", help="list the kernels built or imported here")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=_list)
 
@@ -98,6 +121,17 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    with terminate_as_exception():
+        kernel = import_kernel(args.bzimage, args.modules, args.config)
+    if args.json:
+        print(json.dumps(kernel.to_json(), indent=2))
+        return 0
+    show_escaped(f"{kernel.name}: {kernel.release} {kernel.source}{', already imported' if kernel.cached else ''}")
+    show_escaped(f"  --debian-kernel {kernel.name} or --host-kernel {kernel.name}")
+    return 0
+
+
 def _list(args: argparse.Namespace) -> int:
     # lazy: the image builder (with cryptography, ~50 ms) only where an image is checked or built
 
@@ -112,7 +146,11 @@ def _list(args: argparse.Namespace) -> int:
 
 
 COMMAND = Command(
-    "kernel", "build guest kernels from source (Debian's, a folder, a git revision)", configure, dispatch, DESCRIPTION
+    "kernel",
+    "build guest kernels from source (Debian's, a folder, a git revision) or import one",
+    configure,
+    dispatch,
+    DESCRIPTION,
 )
 
 

@@ -295,6 +295,7 @@ SLOTS: list[Slot] = [
     Slot("kernel build --patch", lambda v: ["kernel", "build", D(), "--patch", v], files),
     Slot("kernel build --config", lambda v: ["kernel", "build", D(), "--config", v], files),
     Slot("kernel build --jobs", lambda v: ["kernel", "build", D(), "--jobs", v], counts),
+    Slot("kernel import BZIMAGE", lambda v: ["kernel", "import", v], files),
     Slot("qemu build --patch", lambda v: ["qemu", "build", "--patch", v], files),
     Slot("qemu build --version", lambda v: ["qemu", "build", "--version", v], kernel_names),
     Slot("qemu build --jobs", lambda v: ["qemu", "build", "--jobs", v], counts),

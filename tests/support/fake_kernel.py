@@ -38,5 +38,6 @@ def make(root: Path, release: str = RELEASE) -> tuple[Path, Path]:
     (modules / "kernel/extra").mkdir(parents=True, exist_ok=True)
     (modules / "modules.builtin").write_text("\n".join(BUILTIN) + "\n")
     (modules / "modules.dep").write_text("kernel/extra/dummy.ko:\n")
+    (modules / "modules.order").write_text("kernel/extra/dummy.ko\n")
     (modules / "kernel/extra/dummy.ko").write_bytes(b"\0" * 64)
     return bzimage, modules
