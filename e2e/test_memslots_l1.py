@@ -11,16 +11,29 @@ or ``memqual run --host-kernel K --only memslots``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TypeVar
 
 from memqual.e2e.base import GuestTest
 from memqual.host.core.errors import GuestError
 from memqual.host.core.machine import MachineConfig
-from memqual.host.memslots import kvm2011, l1_faults, l1_layout, l1_lookup, l1_netperf, seed_layout
+from memqual.host.memslots import (
+    kvm2011,
+    kvm_bench,
+    kvm_results,
+    l1_faults,
+    l1_layout,
+    l1_lookup,
+    l1_netperf,
+    l1_slots,
+    seed_layout,
+)
 
 Counted = TypeVar("Counted")
 
+# The slot counts of MemslotsKvm's slot operations (test_memslots_kvm.py).
+SLOT_COUNTS = (1, 32, 509)
 # Every miss searches the slots again only without KVM's MMIO cache.
 UNCACHED = "kvm.mmio_caching=0"
 
@@ -108,3 +121,54 @@ class MemslotsOnTheHostUnderTest(GuestTest):
         self.assertGreater(boot.kinds.ram_hits, 0, "the emulator read no guest memory")
         self.assertEqual(boot.kinds.unattributed, 0, "searches that found a slot no longer listed")
         self.assertEqual(boot.findings(), [], "a slot's nodes per hit differ from the model's")
+
+
+class MemslotsKvmInL1(GuestTest):
+    """
+    The slot operations of test_memslots_kvm's ``MemslotsKvm`` in the
+    host under test: the same VMs, probes and guest passes by
+    guest/kvm_slots.c on L1's /dev/kvm, its guest stopped, timed on L1's
+    clock (host/memslots/l1_slots.py).  It records memslots.kvm_l1, so an
+    A/B of host kernels decides the host's slot updates; on this machine
+    ``MemslotsKvm`` runs them, and this test is cancelled.
+
+    :avocado: enable
+    :avocado: tags=memslots,kvm-slots,host-under-test
+    """
+
+    # The guest L1 must run (its rc.host starts one): the smallest, stopped.
+    GUEST_MIB = 256
+
+    def test_errnos_and_slot_operation_times(self) -> None:
+        """Invalid regions fail with the errno the kernel documents, a
+        guest touches every slot and exits on every gap frame, and setup,
+        move and delete of 1, 32, 509 slots take a positive time on L1's
+        clock, in L1.
+
+        :avocado: tags=ab
+        """
+        self.require(
+            self.host_under_test() is not None,
+            "it runs the slot operations in a host under test's L1: give --host-kernel (MemslotsKvm runs them here)",
+        )
+        vm = self.boot(MachineConfig(memory_mib=self.GUEST_MIB, cpus=1))
+        # Nothing of the guest runs in L1 while its KVM is measured.
+        vm.qmp("stop")
+        config = l1_slots.L1SlotsConfig(kvm_bench.BenchConfig(slots=SLOT_COUNTS, repeats=3))
+        result = l1_slots.run(vm.host_ssh, config, self.environment())
+        doc = kvm_results.summarize(result)
+        for record in kvm_results.records(result):
+            self.record(record)
+        self.log.info("summary: %s", {k: v for k, v in doc.items() if k != "runs"})
+        for probe in doc["probes"]:
+            self.assertEqual(probe["observed"], probe["expected"], probe["description"])
+        self.assertIsNone(result.vcpu_error, "L1's KVM did not run the flat protected-mode guest")
+        self.assertEqual([r["slots"] for r in doc["runs"]], list(SLOT_COUNTS))
+        for run in doc["runs"]:
+            n = run["slots"]
+            checks = run["vcpu_checks"]
+            self.assertEqual(checks["touched_ok"], [n] * 3, f"{n} slots: a write landed in another slot")
+            self.assertEqual(checks["mmio_exits"], [n] * 3, f"{n} slots: a gap frame did not exit")
+            self.assertEqual(checks["mmio_mismatches"], [0] * 3, f"{n} slots: an MMIO exit at the wrong place")
+            for key in ("setup_s_per_slot", "move_s_per_slot", "delete_s_per_slot"):
+                self.assertTrue(math.isfinite(run[key]) and run[key] > 0, f"{n} slots: {key} = {run[key]}")

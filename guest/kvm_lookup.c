@@ -58,26 +58,15 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <linux/kvm.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
-#include <sys/ioctl.h>
-#include <sys/mman.h>
-#include <time.h>
-#include <unistd.h>
+
+#define PROGRAM "kvm_lookup"
+#include "kvm_vm.h"
 
 /* kvm_lookup.py's constants (the reference). */
-#define PAGE 4096UL
 #define NULL_ENTRY 0x800UL     /* the null loop's copy, in the same code page */
-#define REPORT_PORT 0x501
 #define WARMUP_ITERATIONS 16UL
 #define MAX_UNROLL 50
 #define GPA_CEILING (1ULL << 32)
@@ -92,27 +81,10 @@
 #define COUNTERS_DIR "/sys/module/kvm/parameters"
 #endif
 
-enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3, EXIT_DEADLINE = 4 };
 enum kind { K_NULL, K_MISS, K_RAM, K_SMALL, K_HIT, NKINDS };
 /* The order of a round: kvm_lookup.py's ("null", then KINDS); `layout`'s
  * passes are null, miss and hit. */
 static const char *const kind_name[NKINDS] = {"null", "miss", "ram_hit", "small_hit", "hit"};
-
-static volatile sig_atomic_t deadline_passed;
-
-static void fail(int status, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
-static void fail(int status, const char *fmt, ...)
-{
-	va_list ap;
-
-	fflush(stdout);
-	fputs("kvm_lookup: ", stderr);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-	exit(status);
-}
 
 static void usage(void) __attribute__((noreturn));
 static void usage(void)
@@ -121,21 +93,6 @@ static void usage(void)
 			 "[miss ioeventfd|exit] [deadline S] | layout ITERATIONS [rounds R] [unroll U] [miss ioeventfd|exit] "
 			 "[deadline S] slot ID GFN PAGES FLAGS ... code GFN target miss GFN [target hit GFN] | "
 			 "geometry SLOTS [ram-mib M] | program write|null UNROLL");
-}
-
-/* A decimal number in [lo, hi], all of the word; anything else is usage. */
-static unsigned long number(const char *what, const char *text, unsigned long lo, unsigned long hi)
-{
-	char *end;
-	unsigned long value;
-
-	if (text == NULL || *text < '0' || *text > '9')
-		fail(EXIT_USAGE, "%s: give a number from %lu to %lu", what, lo, hi);
-	errno = 0;
-	value = strtoul(text, &end, 10);
-	if (errno || *end || value < lo || value > hi)
-		fail(EXIT_USAGE, "%s %s: give a number from %lu to %lu", what, text, lo, hi);
-	return value;
 }
 
 /* --- the guest loop: kvm_lookup.py lookup_program(write, unroll) ------------- */
@@ -291,28 +248,6 @@ struct pass {
 	struct counters delta;
 };
 
-static uint64_t clock_ns(clockid_t clock)
-{
-	struct timespec ts;
-
-	clock_gettime(clock, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
-
-static int kvm_ioctl(int fd, unsigned long request, void *arg, const char *what)
-{
-	int r;
-
-	do
-		r = ioctl(fd, request, arg);
-	while (r < 0 && errno == EINTR && !deadline_passed);
-	if (r < 0 && deadline_passed)
-		fail(EXIT_DEADLINE, "the deadline passed during %s", what);
-	if (r < 0)
-		fail(EXIT_FAILED, "%s failed: %s", what, strerror(errno));
-	return r;
-}
-
 static void open_kvm(struct vm *vm)
 {
 	vm->kvm = open("/dev/kvm", O_RDWR | O_CLOEXEC);
@@ -337,19 +272,6 @@ static void set_region(struct vm *vm, unsigned slot, uint64_t gpa, uint64_t size
 
 	snprintf(what, sizeof(what), "KVM_SET_USER_MEMORY_REGION(slot=%u, gpa=%#llx)", slot, (unsigned long long)gpa);
 	kvm_ioctl(vm->fd, KVM_SET_USER_MEMORY_REGION, &r, what);
-}
-
-static unsigned char *map_guest(uint64_t size)
-{
-	/* MAP_NORESERVE: a layout of 10 GiB registers in a host of 2 GiB, as
-	 * only the code page and the hit page are ever touched (with
-	 * vm.overcommit_memory 0 or 1; mode 2 ignores the flag). */
-	unsigned char *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-	if (mem == MAP_FAILED)
-		fail(EXIT_CANNOT, "cannot map %llu bytes of guest memory: %s (vm.overcommit_memory 2 refuses "
-		     "MAP_NORESERVE: set 0)", (unsigned long long)size, strerror(errno));
-	return mem;
 }
 
 /* The write loop at `at`, the null loop NULL_ENTRY above it. */
@@ -389,56 +311,12 @@ static void create_vm(struct vm *vm)
 	add_ioeventfd(vm);
 }
 
-/* Flat 32-bit protected mode, paging off, through KVM_SET_SREGS alone:
- * kvm.py enter_flat_protected_mode. */
-static void flat_segment(struct kvm_segment *s, unsigned selector, unsigned type)
-{
-	memset(s, 0, sizeof(*s));
-	s->limit = 0xffffffff;
-	s->selector = (uint16_t)selector;
-	s->type = (uint8_t)type;
-	s->present = 1;
-	s->db = 1;
-	s->s = 1;
-	s->g = 1;
-}
-
 static void create_vcpu(struct vm *vm)
 {
-	struct kvm_sregs sregs;
-	int size;
-
-	vm->vcpu = kvm_ioctl(vm->fd, KVM_CREATE_VCPU, 0, "KVM_CREATE_VCPU");
-	size = kvm_ioctl(vm->kvm, KVM_GET_VCPU_MMAP_SIZE, 0, "KVM_GET_VCPU_MMAP_SIZE");
-	if ((size_t)size < sizeof(struct kvm_run))
-		fail(EXIT_CANNOT, "KVM_GET_VCPU_MMAP_SIZE is %d, smaller than kvm_run", size);
-	vm->run = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, vm->vcpu, 0);
-	if (vm->run == MAP_FAILED)
-		fail(EXIT_FAILED, "cannot map the vCPU's kvm_run: %s", strerror(errno));
-	kvm_ioctl(vm->vcpu, KVM_GET_SREGS, &sregs, "KVM_GET_SREGS");
-	flat_segment(&sregs.cs, 0x08, 0xb);
-	flat_segment(&sregs.ds, 0x10, 0x3);
-	sregs.es = sregs.fs = sregs.gs = sregs.ss = sregs.ds;
-	sregs.cr0 = (sregs.cr0 | 1 | (1 << 4)) & ~(1ULL << 31); /* PE, ET on; PG off */
-	sregs.cr4 = 0;
-	sregs.efer = 0;
-	kvm_ioctl(vm->vcpu, KVM_SET_SREGS, &sregs, "KVM_SET_SREGS");
+	vm->vcpu = flat_vcpu(vm->kvm, vm->fd, &vm->run);
 }
 
 /* --- one pass ---------------------------------------------------------------- */
-static const char *exit_text(uint32_t reason)
-{
-	switch (reason) {
-	case KVM_EXIT_IO: return "KVM_EXIT_IO";
-	case KVM_EXIT_HLT: return "KVM_EXIT_HLT";
-	case KVM_EXIT_MMIO: return "KVM_EXIT_MMIO";
-	case KVM_EXIT_SHUTDOWN: return "KVM_EXIT_SHUTDOWN";
-	case KVM_EXIT_FAIL_ENTRY: return "KVM_EXIT_FAIL_ENTRY";
-	case KVM_EXIT_INTERNAL_ERROR: return "KVM_EXIT_INTERNAL_ERROR";
-	default: return "another exit";
-	}
-}
-
 /* KVM_RUN once; the exit reason, KVM_EXIT_INTR for a signal. */
 static uint32_t run_once(struct vm *vm)
 {
@@ -456,8 +334,7 @@ static uint32_t run_once(struct vm *vm)
  * before anything is measured, a vCPU this host cannot run. */
 static void unexpected_exit(struct vm *vm, const struct pass *p, uint32_t reason, int warmup)
 {
-	int cannot = warmup && (reason == KVM_EXIT_SHUTDOWN || reason == KVM_EXIT_FAIL_ENTRY ||
-				reason == KVM_EXIT_INTERNAL_ERROR);
+	int cannot = warmup && cannot_run(reason);
 
 	fail(cannot ? EXIT_CANNOT : EXIT_FAILED, "%s pass at %#llx left the guest with %s (%u)%s",
 	     kind_name[p->kind], (unsigned long long)vm->target[p->kind], exit_text(reason), reason,
@@ -598,12 +475,6 @@ static void print_pass(const struct vm *vm, const struct pass *p, unsigned long 
 	fflush(stdout);
 }
 
-static void on_alarm(int sig)
-{
-	(void)sig;
-	deadline_passed = 1;
-}
-
 /* The warm-up pass of each kind (not printed: it faults in the code and
  * target pages and warms the vCPU), then the timed rounds. */
 static void measure(struct vm *vm, const int *order, int kinds)
@@ -622,14 +493,6 @@ static void measure(struct vm *vm, const int *order, int kinds)
 	}
 }
 
-static void start_deadline(const struct options *opt)
-{
-	struct sigaction sa = {.sa_handler = on_alarm};   /* no SA_RESTART: KVM_RUN returns EINTR */
-
-	sigaction(SIGALRM, &sa, NULL);
-	alarm((unsigned)opt->deadline);
-}
-
 static int run_benchmark(const struct options *opt)
 {
 	struct vm vm = {.opt = opt};
@@ -643,7 +506,7 @@ static int run_benchmark(const struct options *opt)
 	vm.check_offset[K_RAM] = (long long)vm.geo.target[K_RAM];
 	if (vm.geo.n >= 2)
 		vm.check_offset[K_SMALL] = (long long)small_host_offset(&vm.geo, vm.geo.n / 2);
-	start_deadline(opt);
+	start_deadline(opt->deadline);
 	for (int k = 0; k < NKINDS; k++)
 		if (has_kind(&vm.geo, k))
 			order[kinds++] = k;
@@ -755,7 +618,7 @@ static int run_layout(struct layout_args *a)
 		vm.check_offset[K_HIT] = (long long)host_offset_of(a, a->hit_gfn);
 		order[kinds++] = K_HIT;
 	}
-	start_deadline(&a->opt);
+	start_deadline(a->opt.deadline);
 	read_search(vm.search, sizeof(vm.search));
 	a->opt.slots = a->n;
 	open_kvm(&vm);

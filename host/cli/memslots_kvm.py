@@ -24,6 +24,7 @@ from memqual.host.core import printable
 from memqual.host.core.errors import BadInput
 
 DEFAULT_SLOTS = "1,32,509,32764"
+DEFAULT_DEVICE = "/dev/kvm"
 
 
 def parse_slots(text: str) -> tuple[int, ...]:
@@ -97,7 +98,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pages per slot (default 1; every slot must stay below 4 GiB)",
     )
     parser.add_argument("--no-vcpu", action="store_true", help="only time slot setup/move/delete; run no guest code")
-    parser.add_argument("--device", default="/dev/kvm", help="the KVM device (default /dev/kvm)")
+    parser.add_argument("--device", default=DEFAULT_DEVICE, help=f"the KVM device (default {DEFAULT_DEVICE})")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     parser.add_argument(
         "--records",
@@ -120,7 +121,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         lookup.add_argument(
             flag, type=cliargs.count, default=default, metavar=metavar, help=f"{text} (default {default})"
         )
-    cliargs.add_host_kernel(parser, "; with --lookup, the benchmark runs in that host's KVM (memslots_l1.py)")
+    cliargs.add_host_kernel(
+        parser, "; the slot operations (or --lookup, --faults, --netperf) run in that host's KVM (memslots_l1.py)"
+    )
     cliargs.add_clock(parser, "with --host-kernel: default icount")
     memslots_l1.add_arguments(parser)
 
@@ -135,7 +138,10 @@ def config_from_args(args: argparse.Namespace) -> Any:
         raise BadInput(f"--repeats {args.repeats} is too many: give at most {cliargs.COUNT_LIMIT}")
     if args.slot_pages < 1:
         raise BadInput(f"--slot-pages {args.slot_pages} is not positive: give 1 or more")
-    check_kvm_device(args.device)
+    if args.host_kernel and args.device != DEFAULT_DEVICE:
+        raise BadInput("--device is this machine's: with --host-kernel the benchmark runs on L1's /dev/kvm; drop it")
+    if not args.host_kernel:
+        check_kvm_device(args.device)
     return BenchConfig(
         slots=parse_slots(args.slots),
         repeats=args.repeats,
@@ -159,8 +165,13 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "lookup", False):
         return run_lookup(args)
     config = config_from_args(args)
-    progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    result = kvm_bench.run_bench(config, progress=progress)
+    if args.host_kernel:
+        result = memslots_l1.slot_ops(args, config)
+    else:
+        if args.host_kernel_param:
+            raise BadInput("--host-kernel-param sets the host under test's KVM: give --host-kernel KERNEL with it")
+        progress = None if args.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+        result = kvm_bench.run_bench(config, progress=progress)
     doc = kvm_results.summarize(result)
     if args.records:
         paths = kvm_results.write_records(result, args.records)
@@ -171,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
         print(render_text(doc))
     # Exit 1 when the kernel answered an invalid request with an unexpected
     # errno, or a guest pass miscounted: the measurement found a problem.
-    return 0 if doc["probes_ok"] and _vcpu_checks_ok(doc) else 1
+    return 0 if doc["probes_ok"] and vcpu_checks_ok(doc) else 1
 
 
 def run_lookup(args: argparse.Namespace) -> int:
@@ -227,7 +238,7 @@ def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def _vcpu_checks_ok(doc: dict[str, Any]) -> bool:
+def vcpu_checks_ok(doc: dict[str, Any]) -> bool:
     for run in doc["runs"]:
         checks = run.get("vcpu_checks")
         if not checks:
@@ -286,7 +297,9 @@ def render_text(doc: dict[str, Any]) -> str:
         )
     console = printable.console(width=170, record=True, file=io.StringIO())
     console.print(table)
-    lines = [console.export_text().rstrip()]
+    env = doc["environment"]
+    where = env.get("host_under_test") or f"this machine ({env.get('host_kernel')}, {env.get('kvm_module')})"
+    lines = [f"host: {where}; clock {env.get('clock') or 'wall'}", console.export_text().rstrip()]
     for probe in doc["probes"]:
         mark = "ok" if probe["ok"] else "UNEXPECTED"
         lines.append(

@@ -184,6 +184,40 @@ def run(args: argparse.Namespace, slots: tuple[int, ...]) -> int:
     return 1 if any(b.findings() for b in boots) else 0
 
 
+def slot_ops(args: argparse.Namespace, bench: Any) -> Any:
+    """kvm_bench's slot operations (``bench``) in the host under test:
+    guest/kvm_slots.c in L1 with its guest stopped, a boot at a time; the
+    boots' fresh VMs pooled into one kvm_bench result, whose records carry
+    the host and L1's clock (host/memslots/l1_slots.py)."""
+    from memqual.host.core.machine import Machine
+    from memqual.host.core.probe import environment
+    from memqual.host.memslots import l1_slots
+    from memqual.images.build import KernelSource, build
+
+    host = cliargs.one_host(args)
+    assert host is not None
+    config = l1_slots.L1SlotsConfig(bench)
+    config.check()
+    machine_config, _qemu, note = cliargs.guest_on_clock(guest_namespace(args), host)
+    if note:
+        print(f"[{note}]", file=sys.stderr)
+    image = build(KernelSource(None, None, None))
+    results = []
+    for _ in range(args.boots):
+        with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
+            # Nothing of the guest runs in L1 while its KVM is measured.
+            vm.qmp("stop")
+            release = vm.host_image.release if vm.host_image is not None else ""
+            env = (
+                environment()
+                .with_accel(vm.accel, vm.accel_reason)
+                .with_host(vm.host_label, release)
+                .with_clock(vm.clock.label, 1)
+            )
+            results.append(l1_slots.run(vm.host_ssh, config, env))
+    return l1_slots.pooled(results)
+
+
 def measure(shell: Any, bench: Any) -> Any:
     """One boot's run: per slot count (l1_lookup) or on a layout (l1_layout)."""
     from memqual.host.memslots import l1_layout, l1_lookup

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 from memqual.host.core import kvm as K
 from memqual.host.core import kvm_uapi as uapi
+from memqual.host.core.environment import Environment
 from memqual.host.core.errors import BadInput, MemqualError
 from memqual.host.memslots.kvm_guest import (
     GUEST_CODE,
@@ -35,6 +36,15 @@ from memqual.host.memslots.kvm_guest import (
 
 log = logging.getLogger(__name__)
 
+# What each probe asks for, with the host's KVM_CAP_NR_MEMSLOTS as {nr}.
+PROBE_DESCRIPTIONS = {
+    "limit": "slot id {nr} (= KVM_CAP_NR_MEMSLOTS)",
+    "overlap": "new slot 1 over the second page of slot 0",
+    "misaligned_gpa": "guest_phys_addr 0x300800",
+    "misaligned_size": "memory_size 0x800",
+    "misaligned_hva": "userspace_addr + 0x800",
+    "resize": "slot 0 from 2 pages to 1",
+}
 EXPECTED_ERRNO = {
     "limit": "EINVAL",  # slot id >= KVM_CAP_NR_MEMSLOTS
     "overlap": "EEXIST",
@@ -117,6 +127,9 @@ class BenchResult:
     model_walks: dict[int, dict[str, Any]] = field(default_factory=dict)  # per N: model_walk()
     model_source: str = ""
     duration_s: float = 0.0
+    # Where it ran when not this machine (the host under test, its clock):
+    # the environment its records carry instead of this machine's.
+    environment: Environment | None = None
 
 
 class GuestPassError(MemqualError):
@@ -174,6 +187,16 @@ class Deadline:
 
 
 # --- probes -------------------------------------------------------------------------
+def make_probe(name: str, nr_memslots: int, observed: str) -> Probe:
+    """Probe ``name`` of PROBE_DESCRIPTIONS as the kernel answered it."""
+    return Probe(name, PROBE_DESCRIPTIONS[name].format(nr=nr_memslots), EXPECTED_ERRNO[name], observed)
+
+
+def full_vm_probe(nr_memslots: int, n: int, observed: str) -> Probe:
+    """One slot more than a full VM of ``n`` slots holds, as answered."""
+    return Probe("limit", f"slot {nr_memslots} added to a VM holding {n} slots", EXPECTED_ERRNO["limit"], observed)
+
+
 def _attempt(vm: K.Vm, slot: int, gpa: int, size: int, hva: int) -> str:
     try:
         vm.set_region(slot, gpa, size, hva)
@@ -193,15 +216,15 @@ def probe_errors(kvm: K.Kvm, nr_memslots: int) -> list[Probe]:
         # nothing else.
         vm.set_region(nr_memslots - 1, 0x200000, PAGE, base + 2 * PAGE)
 
-        def probe(name: str, description: str, slot: int, gpa: int, size: int, hva: int) -> None:
-            probes.append(Probe(name, description, EXPECTED_ERRNO[name], _attempt(vm, slot, gpa, size, hva)))
+        def probe(name: str, slot: int, gpa: int, size: int, hva: int) -> None:
+            probes.append(make_probe(name, nr_memslots, _attempt(vm, slot, gpa, size, hva)))
 
-        probe("limit", f"slot id {nr_memslots} (= KVM_CAP_NR_MEMSLOTS)", nr_memslots, 0x300000, PAGE, base + 3 * PAGE)
-        probe("overlap", "new slot 1 over the second page of slot 0", 1, 0x101000, 2 * PAGE, base + 2 * PAGE)
-        probe("misaligned_gpa", "guest_phys_addr 0x300800", 1, 0x300800, PAGE, base + 3 * PAGE)
-        probe("misaligned_size", "memory_size 0x800", 1, 0x300000, PAGE // 2, base + 3 * PAGE)
-        probe("misaligned_hva", "userspace_addr + 0x800", 1, 0x300000, PAGE, base + 3 * PAGE + PAGE // 2)
-        probe("resize", "slot 0 from 2 pages to 1", 0, 0x100000, PAGE, base)
+        probe("limit", nr_memslots, 0x300000, PAGE, base + 3 * PAGE)
+        probe("overlap", 1, 0x101000, 2 * PAGE, base + 2 * PAGE)
+        probe("misaligned_gpa", 1, 0x300800, PAGE, base + 3 * PAGE)
+        probe("misaligned_size", 1, 0x300000, PAGE // 2, base + 3 * PAGE)
+        probe("misaligned_hva", 1, 0x300000, PAGE, base + 3 * PAGE + PAGE // 2)
+        probe("resize", 0, 0x100000, PAGE, base)
     return probes
 
 
@@ -329,22 +352,24 @@ def run_once(kvm: K.Kvm, n: int, repeat: int, config: BenchConfig, nr_memslots: 
         vsample = _vcpu_passes(vm, mem, geo, config.pass_timeout_s) if with_vcpu else None
         limit = None
         if n >= nr_memslots:
-            outcome = _attempt(vm, nr_memslots, geo.top_gpa + PAGE, PAGE, mem.address)
-            limit = Probe(
-                "limit", f"slot {nr_memslots} added to a VM holding {n} slots", EXPECTED_ERRNO["limit"], outcome
-            )
+            limit = full_vm_probe(nr_memslots, n, _attempt(vm, nr_memslots, geo.top_gpa + PAGE, PAGE, mem.address))
         move_s = _move_slots(vm, geo, mem.address)
         delete_s = _delete_slots(vm, geo)
     return RunSample(n, repeat, setup_s, move_s, delete_s, vsample, limit)
 
 
-def _schedule(slots: tuple[int, ...], repeats: int) -> Iterator[tuple[int, int]]:
+def schedule(slots: tuple[int, ...], repeats: int) -> Iterator[tuple[int, int]]:
     """Repeat-major order, reversed on odd repeats (ABC CBA ...), so slow
     drift of the host lands on every N alike."""
     for r in range(repeats):
         order = slots if r % 2 == 0 else tuple(reversed(slots))
         for n in order:
             yield r, n
+
+
+def warmup_slots(slots: tuple[int, ...]) -> int:
+    """The slots of the discarded first run."""
+    return min(32, *slots)
 
 
 def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None) -> BenchResult:
@@ -390,8 +415,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
                 with_vcpu = False
         # One discarded run first: the first VM of a process pays for cold
         # caches and lazily set-up kernel state, which is no slot's cost.
-        run_once(kvm, min(32, *config.slots), -1, config, nr, with_vcpu)
-        for repeat, n in _schedule(config.slots, config.repeats):
+        run_once(kvm, warmup_slots(config.slots), -1, config, nr, with_vcpu)
+        for repeat, n in schedule(config.slots, config.repeats):
             if progress:
                 progress(f"repeat {repeat + 1}/{config.repeats}: {n} slots")
             result.samples.append(run_once(kvm, n, repeat, config, nr, with_vcpu))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from memqual.host.core import probe as host_probe
+from memqual.host.core.environment import Environment
 from memqual.host.core.record import Measurement, write
 from memqual.host.memslots.kvm_bench import BenchResult, RunSample
 from memqual.host.memslots.kvm_guest import MODEL_STRUCTURE, balanced_tree_nodes
@@ -181,11 +182,14 @@ def fit_against_model(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out or None
 
 
-def kvm_environment(host_kernel: str, kvm_module: str, nr_memslots: int, device: str, **more: Any) -> dict[str, Any]:
-    """The host's environment (memqual.host.core.probe) with what /dev/kvm said: the
-    facts every KVM benchmark of this package reads, and ``more`` kvm_* keys."""
+def kvm_environment(
+    host_kernel: str, kvm_module: str, nr_memslots: int, device: str, base: Environment | None = None, **more: Any
+) -> dict[str, Any]:
+    """The host's environment (memqual.host.core.probe, or ``base``: the host
+    under test's) with what /dev/kvm said: the facts every KVM benchmark of
+    this package reads, and ``more`` kvm_* keys."""
     kvm = {"host_kernel": host_kernel, "kvm_module": kvm_module, "kvm_nr_memslots": nr_memslots, "kvm_device": device}
-    return host_probe.environment().replace(**kvm, **more).to_json()
+    return (base or host_probe.environment()).replace(**kvm, **more).to_json()
 
 
 def environment(result: BenchResult) -> dict[str, Any]:
@@ -194,6 +198,7 @@ def environment(result: BenchResult) -> dict[str, Any]:
         result.kvm_module,
         result.nr_memslots,
         result.config.device,
+        result.environment,
         kvm_api_version=result.api_version,
         kvm_address_spaces=result.address_spaces,
         kvm_vcpu_mmap_size=result.vcpu_mmap_size,
@@ -216,10 +221,18 @@ RECORD_METRICS: dict[str, tuple[str, str]] = {
 }
 
 
+SCENARIO = "memslots.kvm"
+# The same operations run in a host under test (host/memslots/l1_slots.py):
+# a row of their own, whose primaries decide an A/B of host kernels.
+SCENARIO_L1 = "memslots.kvm_l1"
+
+
 def records(result: BenchResult) -> list[Any]:
     """One memqual.host.core.record.Measurement per metric per slot count (scenario
-    "memslots.kvm", variant {"slots": n}), samples = one per repeat."""
+    SCENARIO, or SCENARIO_L1 where it ran in a host under test; variant
+    {"slots": n}), samples = one per repeat."""
     env = environment(result)
+    on_l1 = result.environment is not None and result.environment.host_under_test is not None
     settings = {"repeats": result.config.repeats, "slot_pages": result.config.slot_pages}
     out = []
     for n in result.config.slots:
@@ -233,7 +246,7 @@ def records(result: BenchResult) -> list[Any]:
                 continue
             out.append(
                 Measurement(
-                    scenario="memslots.kvm",
+                    scenario=SCENARIO_L1 if on_l1 else SCENARIO,
                     metric=metric,
                     unit=unit,
                     better=better,

@@ -17,11 +17,10 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from memqual.host.core.errors import BadInput, CapabilityMissing, GuestError, MemqualError, Timeout
+from memqual.host.core.errors import BadInput, GuestError, MemqualError
 from memqual.host.core.printable import one_line
 from memqual.host.core.shell import Shell
-from memqual.host.memslots import kvm_lookup, structures
-from memqual.images import agents
+from memqual.host.memslots import kvm_lookup, l1_program, structures
 
 AGENT = "kvm_lookup"
 L1_PATH = "/tmp/kvm_lookup"
@@ -30,12 +29,16 @@ NULL = "null"
 LAYOUT_KINDS = ("miss", "hit")
 PASS_KINDS = (NULL, *kvm_lookup.KINDS, "hit")
 MISS_MODES = ("ioeventfd", "exit")  # a miss taken in the kernel, or exiting to the program
-COMMAND_TIMEOUT_S = 60.0
 # This machine's wait for a run beyond the program's own deadline (its
 # SIGALRM in L1): time for its line on stderr to come back over SSH.
 DEADLINE_SLACK_S = 30.0
 # guest/kvm_lookup.c's exit statuses.
-EXIT_FAILED, EXIT_USAGE, EXIT_CANNOT, EXIT_DEADLINE = 1, 2, 3, 4
+EXIT_FAILED, EXIT_USAGE, EXIT_CANNOT, EXIT_DEADLINE = (
+    l1_program.EXIT_FAILED,
+    l1_program.EXIT_USAGE,
+    l1_program.EXIT_CANNOT,
+    l1_program.EXIT_DEADLINE,
+)
 # guest/kvm_lookup.c's bounds on its numbers (beyond kvm_lookup.py's).
 MAX_ITERATIONS = 100_000_000
 MAX_ROUNDS = 1000
@@ -463,27 +466,13 @@ class L1LookupResult:
 def deploy(shell: Shell, path: str = L1_PATH) -> str:
     """Build guest/kvm_lookup.c (cached, static) and stream it to ``path``
     through ``shell``; returns the path."""
-    binary = agents.build_agent(AGENT)
-    script = 'cat > "$1" && chmod 755 "$1"'
-    shell.run(["sh", "-c", script, "push", path], timeout=COMMAND_TIMEOUT_S, input=binary.read_bytes())
-    return path
+    return l1_program.deploy(shell, AGENT, path)
 
 
 def failure(status: int, stderr: str, slots: int) -> MemqualError:
     """The error for a run that ended with ``status``: the program's one
     line on stderr, kept."""
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    said = one_line(lines[-1])[:300] if lines else f"no message, exit status {status}"
-    where = f"kvm_lookup at {slots} slots"
-    if status == EXIT_USAGE:
-        return BadInput(f"{where} refused its arguments: {said}")
-    if status == EXIT_CANNOT:
-        return CapabilityMissing(f"{where} cannot run here: {said}")
-    if status == EXIT_DEADLINE:
-        return Timeout(f"{where}: {said}")
-    if status == EXIT_FAILED:
-        return L1LookupFailed(f"{where} failed: {said}")
-    return GuestError(f"{where} ended with status {status}: {said}")
+    return l1_program.failure(status, stderr, f"kvm_lookup at {slots} slots", L1LookupFailed)
 
 
 def run_slots(shell: Shell, program: str, config: L1LookupConfig, slots: int) -> SlotRun:

@@ -59,6 +59,11 @@ def avocado_executable() -> list[str]:
     raise BadInput("avocado not found: install memqual in its venv (pip install -e .) and run .venv/bin/memqual")
 
 
+# The tag of a test that runs only on a host under test (its guests' host
+# is L1, which it drives): left out of blocks whose guests run here.
+HOST_UNDER_TEST_TAG = "host-under-test"
+
+
 def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     """avocado --filter-by-tags arguments.  Several --filter-by-tags are
     ORed, commas inside one are ANDed: so "--only ksm --only balloon" in the
@@ -74,17 +79,22 @@ def tag_filters(profile: str, only: tuple[str, ...]) -> list[str]:
     return args
 
 
-def selection_filters(profile: str, only: tuple[str, ...], selection: str) -> list[str]:
+def selection_filters(
+    profile: str, only: tuple[str, ...], selection: str, on_a_host_under_test: bool = False
+) -> list[str]:
     """tag_filters for a blocked job: "once" keeps only the tests tagged
     with one of blocks.ONCE_PER_ARM_TAGS, "blocks" leaves them out.  In the
     ab profile the blocks hold only the tests tagged ``ab`` (they record a
-    primary or a negative control) and "once" only the boot checks."""
+    primary or a negative control) and "once" only the boot checks.  Blocks
+    whose guests run on this machine leave out the tests tagged
+    HOST_UNDER_TEST_TAG, which run only on a host under test."""
     if not selection:
         return tag_filters(profile, only)
     not_slow = ["-slow"] if profile != "full" else []
     ab = [AB_TAG] if profile == AB else []
     if selection == "blocks":
         drop = [f"-{tag}" for tag in ONCE_PER_ARM_TAGS]
+        drop += [] if on_a_host_under_test else [f"-{HOST_UNDER_TEST_TAG}"]
         terms = [[tag, *ab, *not_slow, *drop] for tag in only] if only else [[*ab, *not_slow, *drop]]
         extra = [] if only or ab else ["--filter-by-tags-include-empty"]
         return ["--filter-by-tags=" + ",".join(t) for t in terms] + extra
@@ -126,7 +136,7 @@ def list_tests(config: RunConfig) -> list[str] | None:
             "--json",
             str(listing),
             *test_references(config),
-            *selection_filters(config.profile, config.only, config.selection),
+            *selection_filters(config.profile, config.only, config.selection, bool(config.hosts)),
         ]
         try:
             listed = subprocess.run(
@@ -159,7 +169,7 @@ def avocado_command(
         "--disable-sysinfo",  # memqual records its own fingerprint; sysinfo costs seconds
         "--max-parallel-tasks",
         str(config.parallel),  # 1 by default: benchmarks must not share the 2 cores
-        *selection_filters(config.profile, config.only, config.selection),
+        *selection_filters(config.profile, config.only, config.selection, bool(config.hosts)),
         # JUnit XML for CI dashboards, beside the job (avocado's own copy is
         # inside the job directory, whose name changes every run).
         *(["--xunit", str(xunit)] if xunit is not None else []),

@@ -88,6 +88,7 @@ def test_every_builder_writes_environment_keys() -> None:
         address_spaces=2,
         vcpu_mmap_size=12288,
         config=SimpleNamespace(device="/dev/kvm"),
+        environment=None,
     )
     lookup = SimpleNamespace(
         host_kernel="h", kvm_module="kvm_test", nr_memslots=32764, config=SimpleNamespace(device="/dev/kvm")

@@ -309,7 +309,7 @@ def test_balanced_tree_nodes_is_ceil_log2(n: int) -> None:
 
 
 def test_schedule_alternates_and_covers_every_pair() -> None:
-    order = list(B._schedule((1, 32, 509), 3))
+    order = list(B.schedule((1, 32, 509), 3))
     assert [n for _, n in order] == [1, 32, 509, 509, 32, 1, 1, 32, 509]
     assert sorted(order) == sorted({(r, n) for r in range(3) for n in (1, 32, 509)})
 
@@ -382,8 +382,8 @@ def test_summary_prefers_the_full_vm_limit_probe() -> None:
 def test_unexpected_errno_and_bad_mmio_make_the_cli_fail() -> None:
     doc = kvm_results.summarize(_result(overlap="accepted"))
     assert doc["probes_ok"] is False
-    assert kvm_cli._vcpu_checks_ok(kvm_results.summarize(_result(vcpu_ok=False))) is False
-    assert kvm_cli._vcpu_checks_ok(kvm_results.summarize(_result())) is True
+    assert kvm_cli.vcpu_checks_ok(kvm_results.summarize(_result(vcpu_ok=False))) is False
+    assert kvm_cli.vcpu_checks_ok(kvm_results.summarize(_result())) is True
 
 
 def test_text_report_names_probes_and_model() -> None:

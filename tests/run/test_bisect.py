@@ -449,7 +449,7 @@ def test_each_probe_step_is_one_interleaved_job_whose_records_carry_arm_and_bloc
     assert cli.main(argv) == 0
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert all(c["argv"][c["argv"].index("--execution-order") + 1] == "variants-per-test" for c in calls)
-    assert all("--filter-by-tags=balloon,-slow,-boot,-hosts" in c["argv"] for c in calls)
+    assert all("--filter-by-tags=balloon,-slow,-boot,-hosts,-host-under-test" in c["argv"] for c in calls)
     assert all("--xunit" in c["argv"] for c in calls)
 
     def variants(call):

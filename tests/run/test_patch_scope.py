@@ -193,7 +193,7 @@ def test_a_patch_run_limits_its_jobs_to_the_scope_and_names_its_arms(tmp_path, f
     assert "e2e/test_boot.py" in once["argv"] and "e2e/test_ksm.py" in once["argv"]
     assert str(tmp_path / "e2e") not in once["argv"] + blocks["argv"]  # not the whole folder
     assert "e2e/test_ksm.py:KsmTest.test_guest_ksm$" in blocks["argv"]
-    assert "--filter-by-tags=ab,-slow,-boot,-hosts" in blocks["argv"]
+    assert "--filter-by-tags=ab,-slow,-boot,-hosts,-host-under-test" in blocks["argv"]
     ran = out.getvalue()
     assert "KsmTest.test_guest_ksm;b1-A: PASS" in ran and "test_volatile_scan_4k" not in ran
     assert not (config.output / "patch.json").exists()

@@ -109,7 +109,7 @@ def test_two_guest_kernels_run_interleaved_in_one_job_and_are_compared(tmp_path,
     assert len(calls) == 2
     assert "--filter-by-tags=kernel-checks,-slow" in calls[0]["argv"]
     # Two kernels run the A/B sizing: the tests tagged ab, in blocks.
-    assert "--filter-by-tags=ab,-slow,-boot,-hosts" in calls[1]["argv"]
+    assert "--filter-by-tags=ab,-slow,-boot,-hosts,-host-under-test" in calls[1]["argv"]
     assert calls[1]["env"]["MEMQUAL_PROFILE"] == "ab"
     argv = calls[1]["argv"]
     assert argv[argv.index("--execution-order") + 1] == "variants-per-test"
@@ -164,13 +164,19 @@ def test_blocks_alternate_abba_and_the_variant_names_arm_and_block():
     assert blocks.arm_and_block("3-e2e_test_ksm.py_Ksm.test_merge_b2-A") == ("A", 2)
     assert blocks.arm_and_block("e2e/test_ksm.py:Ksm.test_merge") is None
     assert blocks.test_reference("e2e/t.py:K.test_m;b1-A") == "e2e/t.py:K.test_m$"
-    assert run_avocado_job.selection_filters("quick", ("ksm",), "blocks") == ["--filter-by-tags=ksm,-slow,-boot,-hosts"]
+    assert run_avocado_job.selection_filters("quick", ("ksm",), "blocks") == [
+        "--filter-by-tags=ksm,-slow,-boot,-hosts,-host-under-test"
+    ]
     assert run_avocado_job.selection_filters("full", (), "once") == ["--filter-by-tags=boot", "--filter-by-tags=hosts"]
 
 
 def test_the_ab_profile_runs_the_tests_tagged_ab_in_blocks_and_the_boot_checks_once():
-    assert run_avocado_job.selection_filters("ab", (), "blocks") == ["--filter-by-tags=ab,-slow,-boot,-hosts"]
-    assert run_avocado_job.selection_filters("ab", ("ksm",), "blocks") == ["--filter-by-tags=ksm,ab,-slow,-boot,-hosts"]
+    assert run_avocado_job.selection_filters("ab", (), "blocks") == [
+        "--filter-by-tags=ab,-slow,-boot,-hosts,-host-under-test"
+    ]
+    assert run_avocado_job.selection_filters("ab", ("ksm",), "blocks") == [
+        "--filter-by-tags=ksm,ab,-slow,-boot,-hosts,-host-under-test"
+    ]
     assert run_avocado_job.selection_filters("ab", (), "once") == [
         "--filter-by-tags=kernel-checks,-slow",
         "--filter-by-tags=ab-checks,-slow",
