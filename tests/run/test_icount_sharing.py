@@ -33,10 +33,13 @@ FAULT = "test_fault:FaultTest.test_anon"
 FLOOR = "test_balloon:BalloonFloor.test_floor"
 KSM_MERGE = "test_ksm:KsmTest.test_merge"
 MEMSLOTS = "test_memslots_qemu:MemslotsQemu.test_layout_applied_checked_probed_and_traced"
+# Read on L1's clock in L1: it runs only on a host under test, where every
+# test's L1 is its own.
+SLOTS_IN_L1 = "test_memslots_l1:MemslotsKvmInL1.test_errnos_and_slot_operation_times"
 
 
 def test_today_the_balloon_timing_its_driver_and_the_fault_share_the_host_on_icount():
-    assert clock_plan.beside_others_tests() == {TIMING, DRIVER, FAULT}
+    assert clock_plan.beside_others_tests() == {TIMING, DRIVER, FAULT, SLOTS_IN_L1}
 
 
 @pytest.mark.parametrize(
