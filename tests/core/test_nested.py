@@ -104,6 +104,8 @@ def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> No
     # blacklist before it still holds (a second one adds to it)
     assert append.split().count("initcall_blacklist=cmos_init") == 1
     assert "initcall_blacklist=crypto_kdf108_init" in append
+    # no early PCI reads (the GART probes of an AMD family 15): each one an exit to L1's QEMU
+    assert "pci=noearly" in append.split()
 
 
 def test_l1s_machine_carries_svm_the_argv_and_room_for_its_guest(tmp_path: Path) -> None:
