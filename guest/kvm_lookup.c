@@ -317,17 +317,9 @@ static void create_vcpu(struct vm *vm)
 }
 
 /* --- one pass ---------------------------------------------------------------- */
-/* KVM_RUN once; the exit reason, KVM_EXIT_INTR for a signal. */
 static uint32_t run_once(struct vm *vm)
 {
-	if (ioctl(vm->vcpu, KVM_RUN, 0) < 0) {
-		if (errno != EINTR)
-			fail(EXIT_FAILED, "KVM_RUN failed: %s", strerror(errno));
-		if (deadline_passed)
-			fail(EXIT_DEADLINE, "the deadline of %lu s passed inside a pass", vm->opt->deadline);
-		return KVM_EXIT_INTR;
-	}
-	return vm->run->exit_reason;
+	return run_vcpu_once(vm->vcpu, vm->run, "a pass");
 }
 
 /* A guest that stops where no pass should: a failure, or, in the warm-up

@@ -259,14 +259,7 @@ static void stopped(struct pass *p, uint32_t reason, int probing, const char *wh
 
 static uint32_t run_vcpu(struct vm *vm)
 {
-	if (ioctl(vm->vcpu, KVM_RUN, 0) < 0) {
-		if (errno != EINTR)
-			fail(EXIT_FAILED, "KVM_RUN failed: %s", strerror(errno));
-		if (deadline_passed)
-			fail(EXIT_DEADLINE, "the deadline passed inside a guest pass");
-		return KVM_EXIT_INTR;
-	}
-	return vm->run->exit_reason;
+	return run_vcpu_once(vm->vcpu, vm->run, "a guest pass");
 }
 
 /* One pass of `count` writes from `first`, `step` apart; MMIO exits

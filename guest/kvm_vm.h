@@ -34,6 +34,7 @@
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2, EXIT_CANNOT = 3, EXIT_DEADLINE = 4 };
 
 static volatile sig_atomic_t deadline_passed;
+static unsigned long deadline_seconds;   /* start_deadline's, for the message */
 
 static void fail(int status, const char *fmt, ...) __attribute__((noreturn, format(printf, 2, 3)));
 static void fail(int status, const char *fmt, ...)
@@ -83,7 +84,7 @@ static int kvm_ioctl(int fd, unsigned long request, void *arg, const char *what)
 		r = ioctl(fd, request, arg);
 	while (r < 0 && errno == EINTR && !deadline_passed);
 	if (deadline_passed)
-		fail(EXIT_DEADLINE, "the deadline passed during %s", what);
+		fail(EXIT_DEADLINE, "the deadline of %lu s passed during %s", deadline_seconds, what);
 	if (r < 0)
 		fail(EXIT_FAILED, "%s failed: %s", what, strerror(errno));
 	return r;
@@ -99,6 +100,7 @@ static void start_deadline(unsigned long seconds)
 {
 	struct sigaction sa = {.sa_handler = on_alarm};   /* no SA_RESTART: KVM_RUN returns EINTR */
 
+	deadline_seconds = seconds;
 	sigaction(SIGALRM, &sa, NULL);
 	alarm((unsigned)seconds);
 }
@@ -164,6 +166,20 @@ static const char *exit_text(uint32_t reason)
 	case KVM_EXIT_INTERNAL_ERROR: return "KVM_EXIT_INTERNAL_ERROR";
 	default: return "another exit";
 	}
+}
+
+/* KVM_RUN once; the exit reason, KVM_EXIT_INTR for a signal.  The
+ * deadline is checked before each entry too: a SIGALRM that lands while
+ * the program handles an exit interrupts no ioctl. */
+static uint32_t run_vcpu_once(int vcpu, const struct kvm_run *run, const char *where)
+{
+	if (!deadline_passed && ioctl(vcpu, KVM_RUN, 0) == 0)
+		return run->exit_reason;
+	if (deadline_passed)
+		fail(EXIT_DEADLINE, "the deadline of %lu s passed inside %s", deadline_seconds, where);
+	if (errno != EINTR)
+		fail(EXIT_FAILED, "KVM_RUN failed: %s", strerror(errno));
+	return KVM_EXIT_INTR;
 }
 
 /* An exit that says this vCPU cannot run flat protected mode at all. */

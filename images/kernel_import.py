@@ -9,6 +9,7 @@ what it named, whoever can write the originals."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from memqual.host.core.errors import BadInput
+from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
 from memqual.images.built_kernels import BUILT_NAME, BuiltKernel, kernels_dir, listing, of_bzimage
 from memqual.images.kernel import read_release
@@ -29,6 +31,7 @@ IMPORTED = "imported"  # a built kernel's compiler when memqual did not compile 
 # modules.order beside the modules' kernel/ folder: a tree without it was
 # not installed.
 MODULES_INDEX = "modules.order"
+IMPORT_LOCK_S = 600.0  # how long an import waits for another to end
 
 
 class Digest(Protocol):
@@ -56,30 +59,73 @@ def _check_inputs(bzimage: Path, modules: Path, release: str, config: Path | Non
         raise BadInput(f"{config}: no such file; give the kernel's .config or leave --config out")
 
 
-def _copy_tree(source: Path, target: Path, digest: Digest) -> None:
-    """The regular files and folders under ``source`` (modules_install's
-    ``build`` and ``source`` links point into the build tree and are left),
-    each hashed as copied, in a fixed order."""
+# Read-only, never through a link, never waiting on a FIFO: a path is
+# looked up again between the scan and the open, and another user may
+# have changed it meanwhile (memqual runs as root).
+READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def _copy_tree(dir_fd: int, target: Path, digest: Digest) -> None:
+    """The regular files and folders of the open folder ``dir_fd``
+    (modules_install's ``build`` and ``source`` links point into the
+    build tree and are left, as is anything but a file or a folder), each
+    hashed as copied, in a fixed order, every name and size in the hash."""
     target.mkdir(mode=0o755)
-    for entry in sorted(os.scandir(source), key=lambda e: e.name):
-        st = entry.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            digest.update(f"d {entry.name}\n".encode())
-            _copy_tree(Path(entry.path), target / entry.name, digest)
-            digest.update(b"u\n")
-        elif stat.S_ISREG(st.st_mode):
-            digest.update(f"f {entry.name}\n".encode())
-            _copy_file(Path(entry.path), target / entry.name, digest)
+    for name in sorted(os.listdir(dir_fd)):
+        try:
+            fd = os.open(name, READ, dir_fd=dir_fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENXIO):  # a link, a socket: left
+                continue
+            raise
+        try:
+            st = os.fstat(fd)
+            # Checked on what was opened, not on what a scan saw.
+            if stat.S_ISDIR(st.st_mode):
+                digest.update(f"d {len(name)}:{name}\n".encode())
+                _copy_tree(fd, target / name, digest)
+                digest.update(b"u\n")
+            elif stat.S_ISREG(st.st_mode):
+                digest.update(f"f {len(name)}:{name} {st.st_size}\n".encode())
+                _copy_open(fd, st.st_size, target / name, digest)
+        finally:
+            os.close(fd)
+
+
+def _copy_open(fd: int, size: int, target: Path, digest: Digest) -> None:
+    """The open regular file ``fd`` of ``size`` bytes into ``target``."""
+    copied = 0
+    with open(target, "xb") as dst:
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
+            digest.update(block)
+            dst.write(block)
+            copied += len(block)
+    if copied != size:
+        raise BadInput(f"{target.name}: changed while it was copied ({copied} of {size} bytes); import it again")
+    os.chmod(target, 0o644)
 
 
 def _copy_file(source: Path, target: Path, digest: Digest) -> None:
-    # O_NOFOLLOW: a link put in the file's place after the scan is refused.
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as src, open(target, "xb") as dst:
-        for block in iter(lambda: src.read(1 << 20), b""):
-            digest.update(block)
-            dst.write(block)
-    os.chmod(target, 0o644)
+    """The regular file ``source`` (the bzImage, the config) into ``target``,
+    its size in the hash before its bytes."""
+    fd = os.open(source, READ)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{source}: not a regular file; give the kernel's own file")
+        digest.update(f"{st.st_size}\n".encode())
+        _copy_open(fd, st.st_size, target, digest)
+    finally:
+        os.close(fd)
+
+
+def _resolved(path: Path, what: str) -> Path:
+    """``path`` with the links the user gave resolved once (a kernel's
+    bzImage is often a link: /vmlinuz); what is below it is read without."""
+    try:
+        return path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise BadInput(f"{path}: no such {what}; give the kernel's own") from None
 
 
 def import_kernel(
@@ -88,24 +134,37 @@ def import_kernel(
     """The cache's kernel for ``bzimage`` with ``modules`` (default
     /lib/modules/RELEASE) and its ``config`` when given; the same files
     imported again find the same entry."""
+    bzimage = _resolved(bzimage, "file (arch/x86/boot/bzImage)")
     if not bzimage.is_file():
-        raise BadInput(f"{bzimage}: no such file; give a bzImage (arch/x86/boot/bzImage)")
+        raise BadInput(f"{bzimage}: not a file; give a bzImage (arch/x86/boot/bzImage)")
     release = read_release(bzimage)
-    modules = modules or default_modules(release)
-    if not modules.is_dir():
-        raise BadInput(f"{modules}: no such directory; give the kernel's installed modules with --modules DIR")
+    given = modules or default_modules(release)
+    if not given.is_dir():
+        raise BadInput(f"{given}: no such directory; give the kernel's installed modules with --modules DIR")
+    modules = _resolved(given, "directory")
+    config = _resolved(config, "file") if config is not None else None
     _check_inputs(bzimage, modules, release, config)
     root = kernels_dir(cache)
+    # One import at a time: two of the same files would share one entry.
+    with file_lock(root / ".import.lock", exclusive=True, deadline_s=IMPORT_LOCK_S, held="another import"):
+        return _import(bzimage, modules, release, config, root)
+
+
+def _import(bzimage: Path, modules: Path, release: str, config: Path | None, root: Path) -> BuiltKernel:
     staging = Path(tempfile.mkdtemp(prefix=".import-", dir=root))
     try:
-        digest = hashlib.sha256(b"memqual kernel import 1\n")
+        digest = hashlib.sha256(b"memqual kernel import 2\n")
         _copy_file(bzimage, staging / "bzImage", digest)
         # The bzImage was read again for the copy: its release is the copy's.
         if read_release(staging / "bzImage") != release:
             raise BadInput(f"{bzimage}: changed while it was copied; import it again")
         digest.update(b"modules\n")
         (staging / "lib" / "modules").mkdir(parents=True)
-        _copy_tree(modules, staging / "lib" / "modules" / release, digest)
+        top = os.open(modules, READ | os.O_DIRECTORY)
+        try:
+            _copy_tree(top, staging / "lib" / "modules" / release, digest)
+        finally:
+            os.close(top)
         if config is not None:
             digest.update(b"config\n")
             _copy_file(config, staging / "config", digest)
@@ -118,7 +177,7 @@ def import_kernel(
             name=name,
             release=release,
             directory=target,
-            source=f"{IMPORTED} {bzimage.resolve()}",
+            source=f"{IMPORTED} {bzimage}",
             source_sha256=key,
             patches=(),
             config_fragments=(),
@@ -158,7 +217,10 @@ def kernel_of(bzimage: Path, cache: Path | None = None) -> BuiltKernel:
             "modules (or 'memqual kernel build SOURCE' builds one)"
         )
     digest = sha256_file(bzimage)
-    for kernel in imports:
-        if sha256_file(kernel.bzimage) == digest:
-            return kernel
-    raise BadInput(f"{bzimage}: changed since it was imported; 'memqual kernel import {bzimage}' imports it again")
+    same = [k for k in imports if sha256_file(k.bzimage) == digest]
+    if not same:
+        raise BadInput(f"{bzimage}: changed since it was imported; 'memqual kernel import {bzimage}' imports it again")
+    if len(same) > 1:
+        names = ", ".join(k.name for k in same)
+        raise BadInput(f"{bzimage}: imported with different modules or configs ({names}); give one of those names")
+    return same[0]

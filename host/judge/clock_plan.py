@@ -152,9 +152,11 @@ def runs_beside_others(reference: str, on: clock.Clock) -> bool:
 
 def describe_host_under_test(scenarios: Collection[str] | None = None) -> list[str]:
     """What ``memqual run`` prints for a host under test on icount: each
-    primary (of ``scenarios``, the run's, where given) whose A/A block
-    spread was measured there, with the blocks equivalence at its margin
-    there needs, and that the others were not."""
+    primary (of ``scenarios``, the run's, where given) whose block spread
+    was measured there (by an A/A, or by an A/B where the A/A's paired
+    boots hide what moves it: its run's name says "against"), with the
+    blocks equivalence at its margin there needs, and that the others
+    were not."""
     lines = []
     for p in scenario.every_primary():
         spread = p.spread_host_under_test

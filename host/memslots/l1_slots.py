@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memqual.host.core.environment import Environment
-from memqual.host.core.errors import GuestError
+from memqual.host.core.errors import BadInput, GuestError
 from memqual.host.core.printable import one_line
 from memqual.host.core.shell import Shell
 from memqual.host.memslots import l1_program
@@ -64,9 +64,9 @@ class L1SlotsConfig:
             SlotGeometry(n, self.bench.slot_pages).check()
         runs = len(self.bench.slots) * self.bench.repeats
         if runs > MAX_RUNS:
-            raise L1SlotsFailed(f"{runs} runs: kvm_slots takes at most {MAX_RUNS} a process; give fewer repeats")
+            raise BadInput(f"{runs} runs: kvm_slots takes at most {MAX_RUNS} a process; give fewer repeats")
         if not 1 <= self.deadline_s <= MAX_DEADLINE_S:
-            raise L1SlotsFailed(f"deadline {self.deadline_s} s: give 1 to {MAX_DEADLINE_S}")
+            raise BadInput(f"deadline {self.deadline_s} s: give 1 to {MAX_DEADLINE_S}")
 
     def argv(self, program: str) -> list[str]:
         """The program's command line: numbers and fixed words only, the
@@ -106,7 +106,10 @@ def _vcpu(obj: object, n: int) -> VcpuSample | None:
         raise GuestError(f"kvm_slots printed vcpu {one_line(str(obj)):.80}, not an object")
     c = {key: _count(obj, key) for key in VCPU_KEYS}
     reported = obj.get("reported")
-    if not (isinstance(reported, list) and len(reported) == 4 and all(isinstance(r, int) for r in reported)):
+    if not isinstance(reported, list):
+        reported = None
+    counts = reported is not None and all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in reported)
+    if reported is None or not counts or len(reported) != 4:
         raise GuestError(f"kvm_slots printed reported={one_line(str(reported)):.60}, not four counts")
     return VcpuSample(
         empty_pass_s=c["empty_ns"] * NS,
@@ -164,10 +167,18 @@ def parse(text: str, config: L1SlotsConfig) -> BenchResult:
     if kvm is None:
         raise GuestError("kvm_slots printed nothing")
     expected = list(schedule(config.bench.slots, config.bench.repeats))
-    if [(s.repeat, s.slots) for s in samples] != expected or len(probes) != len(EXPECTED_ERRNO):
+    if [(s.repeat, s.slots) for s in samples] != expected or [p.name for p in probes] != list(EXPECTED_ERRNO):
         raise GuestError(
             f"kvm_slots printed {len(samples)} runs and {len(probes)} probes, not the {len(expected)} runs and "
-            f"{len(EXPECTED_ERRNO)} probes asked"
+            f"the {len(EXPECTED_ERRNO)} probes asked, in their order"
+        )
+    # The guest's passes ran in every VM, or in none: not asked, or a vCPU
+    # that cannot run the guest (the "vcpu" line says why).
+    passes = config.bench.vcpu and vcpu_error is None
+    if any((s.vcpu is not None) != passes for s in samples):
+        raise GuestError(
+            f"kvm_slots printed guest passes in {sum(s.vcpu is not None for s in samples)} runs, not in "
+            f"{'every' if passes else 'none'}"
         )
     result = BenchResult(
         config=config.bench,

@@ -36,7 +36,7 @@ def test_an_import_is_a_kernel_by_name_and_by_either_bzimage(tmp_path: Path, mem
     assert cliargs.debian_kernel_arm(f"{bzimage}:init_on_free=1") == f"{kernel.name}:init_on_free=1"
     again = import_kernel(bzimage, modules)
     assert (again.name, again.cached) == (kernel.name, True)
-    assert staged(memqual_cache) == []
+    assert staged(memqual_cache) == [".import.lock"]
 
 
 def test_other_bytes_are_another_kernel(tmp_path: Path, memqual_cache: Path) -> None:
@@ -47,6 +47,57 @@ def test_other_bytes_are_another_kernel(tmp_path: Path, memqual_cache: Path) -> 
     bzimage.write_bytes(fake_kernel.bzimage_bytes(salt=b"rebuilt"))
     third = import_kernel(bzimage, modules)
     assert third.name not in (first.name,) and kernel_of(bzimage).name == third.name
+
+
+def test_names_and_sizes_are_hashed_so_moved_bytes_are_another_kernel(tmp_path: Path, memqual_cache: Path) -> None:
+    """Bytes moved from a module into the bzImage's end, with the module's
+    name as if it were the copy's next record: another kernel, not the
+    first's cache entry."""
+    bzimage, modules = fake_kernel.make(tmp_path / "tree")
+    (modules / "a").write_bytes(b"payload")
+    first = import_kernel(bzimage, modules)
+    (modules / "a").unlink()
+    bzimage.write_bytes(bzimage.read_bytes() + b"modules\nf a\npayload")
+    assert import_kernel(bzimage, modules).name != first.name
+
+
+def test_links_fifos_and_odd_files_below_the_modules_are_left(tmp_path: Path, memqual_cache: Path) -> None:
+    bzimage, modules = fake_kernel.make(tmp_path / "tree")
+    secret = tmp_path / "secret"
+    secret.write_text("root's")
+    (modules / "kernel" / "link.ko").symlink_to(secret)
+    (modules / "kernel" / "dir-link").symlink_to(tmp_path)
+    os.mkfifo(modules / "kernel" / "fifo")
+    kernel = import_kernel(bzimage, modules)
+    copied = sorted(p.name for p in kernel.modules.rglob("*"))
+    assert "link.ko" not in copied and "dir-link" not in copied and "fifo" not in copied
+    assert "dummy.ko" in copied
+
+
+def test_a_linked_bzimage_is_the_file_it_names(tmp_path: Path, memqual_cache: Path) -> None:
+    bzimage, modules = fake_kernel.make(tmp_path / "tree")
+    link = tmp_path / "vmlinuz"
+    link.symlink_to(bzimage)
+    kernel = import_kernel(link, modules)
+    assert kernel_of(bzimage).name == kernel_of(link).name == kernel.name
+
+
+def test_one_bzimage_with_two_module_trees_is_named_by_its_user(tmp_path: Path, memqual_cache: Path) -> None:
+    bzimage, modules = fake_kernel.make(tmp_path / "tree")
+    import_kernel(bzimage, modules)
+    (modules / "kernel/extra/dummy.ko").write_bytes(b"\1" * 64)
+    import_kernel(bzimage, modules)
+    with pytest.raises(BadInput, match="imported with different modules or configs"):
+        kernel_of(bzimage)
+
+
+def test_a_failure_after_the_copy_leaves_nothing(tmp_path: Path, memqual_cache: Path) -> None:
+    """A release kbuild allows but a cache name does not (an underscore):
+    refused once everything was copied, and the copy goes."""
+    bzimage, modules = fake_kernel.make(tmp_path / "tree", release="6.1.0_custom")
+    with pytest.raises(BadInput, match="cannot name a kernel here"):
+        import_kernel(bzimage, modules)
+    assert built_kernels.listing() == [] and staged(memqual_cache) == [".import.lock"]
 
 
 def test_a_bzimage_changed_since_its_import_is_refused(tmp_path: Path, memqual_cache: Path) -> None:
@@ -72,7 +123,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(tmp_path: Path, memqual_cache:
     spoil(bzimage, modules)
     with pytest.raises(BadInput, match=message):
         import_kernel(bzimage, modules)
-    assert built_kernels.listing() == [] and staged(memqual_cache) == []
+    assert built_kernels.listing() == [] and staged(memqual_cache) in ([], [".import.lock"])
 
 
 def test_modules_of_another_release_are_refused(tmp_path: Path, memqual_cache: Path) -> None:
@@ -96,4 +147,4 @@ def test_the_command(tmp_path: Path, memqual_cache: Path, capsys: pytest.Capture
     assert cli.main(["kernel", "import", str(bzimage), "--modules", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "lib/modules/" in err
-    assert os.listdir(memqual_cache / "kernels") == [name]
+    assert sorted(os.listdir(memqual_cache / "kernels")) == [".import.lock", name]

@@ -156,15 +156,37 @@ def test_a_wrong_errno_or_count_is_what_the_checks_see() -> None:
         (lambda t: t.replace('"kvm_amd"', '"kvm_amd\\u001b[2J"'), "kvm_module="),
         (lambda t: t.replace('"EINVAL"', '"EWHATEVER"', 1), "observed=EWHATEVER"),
         (lambda t: "\n".join(t.splitlines()[:-1]), "printed 5 runs and 6 probes, not the 6 runs"),
+        (lambda t: t.replace('"name": "overlap"', '"name": "limit"'), "not the 6 runs and the 6 probes asked"),
+        (lambda t: t.replace('"reported": [8, 8, 8, 8]', '"reported": [8, 8, true, -1]'), "not four counts"),
+        (
+            lambda t: t.replace('"vcpu": {"empty_ns": 1000, "first_ns": 49000', '"vcpu": null, "x": {"e": 1'),
+            "guest passes in 4 runs, not in every",
+        ),
         (lambda t: "\n".join(t.splitlines()[1:]), "before what /dev/kvm said"),
         (lambda t: t + "garbage\n", "not a line of kvm_slots: garbage"),
         (lambda t: "", "printed nothing"),
     ],
-    ids=["negative", "control bytes", "unknown errno", "a run short", "no kvm line", "garbage", "nothing"],
+    ids=[
+        "negative",
+        "control bytes",
+        "unknown errno",
+        "a run short",
+        "a probe twice",
+        "a bool count",
+        "a run without passes",
+        "no kvm line",
+        "garbage",
+        "nothing",
+    ],
 )
 def test_what_it_does_not_print_is_an_error(spoil, message: str) -> None:
     with pytest.raises(GuestError, match=message):
         S.parse(spoil(output(SMALL)), SMALL)
+
+
+def test_records_of_this_machine_are_memslots_kvm() -> None:
+    result = S.parse(output(SMALL), SMALL)
+    assert {r.scenario for r in kvm_results.records(result)} == {"memslots.kvm"}
 
 
 def test_boots_pool_into_more_repeats() -> None:
@@ -179,7 +201,7 @@ def test_records_carry_the_host_they_ran_on() -> None:
     result = S.parse(output(SMALL), SMALL)
     result.environment = env.with_clock("icount:0", 1)
     (setup,) = [r for r in kvm_results.records(result) if r.metric == "setup_s_per_slot" and r.variant == {"slots": 8}]
-    assert setup.environment["host_under_test"] == env.host_under_test
+    assert setup.scenario == "memslots.kvm_l1" and setup.environment["host_under_test"] == env.host_under_test
     assert setup.environment["clock"] == "icount:0" and setup.environment["kvm_module"] == "kvm_amd"
     assert setup.samples == pytest.approx([20e-6, 20e-6])
 
@@ -228,5 +250,5 @@ def test_a_real_host_that_cannot_or_a_deadline_ends_it(program) -> None:
     with pytest.raises(CapabilityMissing, match="KVM_CAP_NR_MEMSLOTS"):
         S.run(LocalShell(), too_many, program=program)
     slow = S.L1SlotsConfig(BenchConfig(slots=(32764,), repeats=50, vcpu=False), deadline_s=1)
-    with pytest.raises(Timeout, match="the deadline passed during KVM_SET_USER_MEMORY_REGION"):
+    with pytest.raises(Timeout, match="the deadline of 1 s passed during KVM_SET_USER_MEMORY_REGION"):
         S.run(LocalShell(), slow, program=program)
