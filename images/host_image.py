@@ -13,13 +13,15 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
-from memqual.host.core import leftovers
+from memqual.host.core import leftovers, locks
 from memqual.host.core.errors import BadInput, CapabilityMissing
 from memqual.host.core.locks import file_lock
 from memqual.host.core.paths import cache_dir
@@ -27,6 +29,8 @@ from memqual.images import modules
 from memqual.images.build import GUEST_DIR, Image, KernelSource, build
 from memqual.images.cpio import CpioWriter, add_tree
 from memqual.images.packages import sha256_file
+
+log = logging.getLogger("memqual.host_image")
 
 HOST_BUILDER_VERSION = "1"  # bump when the layout of host.cpio changes
 # What L1 loads beyond a guest's drivers: KVM for AMD (TCG emulates an
@@ -44,6 +48,13 @@ FIRMWARE_SUFFIXES = (".bin", ".rom")
 L2_KERNEL = "/l2/kernel"
 L2_INITRD = "/l2/initrd"
 BUILD_LOCK_DEADLINE_S = 600.0
+# L1 images beyond this, least recently used first, are removed: each new
+# QEMU, guest image or host kernel makes one (139-260 MB), and a lab host
+# that qualifies kernels for months would fill its disk with them.
+CACHE_CAP_BYTES = 4 << 30
+# An image used this recently is kept whatever the cap: a run that found
+# it may not have started its QEMU yet.
+IN_USE_S = 3600.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +181,8 @@ def build_host(
     ):
         cached = _load(target)
         if cached is not None:
+            os.utime(target / "manifest.json")  # its last use, which the cap goes by
+            enforce_cap(hosts, keep=target)
             return cached
         staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=hosts))
         try:
@@ -179,7 +192,36 @@ def build_host(
             os.replace(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        enforce_cap(hosts, keep=target)
     return image
+
+
+def enforce_cap(hosts: Path, keep: Path, cap_bytes: int = CACHE_CAP_BYTES, in_use_s: float = IN_USE_S) -> list[Path]:
+    """Remove the least recently used L1 images of ``hosts`` while they
+    hold more than ``cap_bytes``, never ``keep`` (the one being used), one
+    used in the last ``in_use_s`` or one whose lock another run holds (it
+    is being built or found); returns those removed.  A warm-start
+    snapshot of a removed image goes with it (host/core/snapshot.py)."""
+    entries = []
+    for manifest in hosts.glob("*/manifest.json"):
+        try:
+            used = manifest.stat().st_mtime
+        except OSError:
+            continue
+        entries.append((used, leftovers.tree_size(manifest.parent), manifest.parent))
+    total = sum(size for _, size, _ in entries)
+    now = time.time()
+    removed = []
+    for used, size, directory in sorted(entries):
+        if total <= cap_bytes or now - used < in_use_s:
+            break  # sorted by last use: every later one is newer
+        if directory == keep or locks.is_free(hosts / f".{directory.name}.lock") is False:
+            continue
+        log.info("removing the host under test's image %s: the cache of them is over its cap", directory.name)
+        shutil.rmtree(directory, ignore_errors=True)
+        total -= size
+        removed.append(directory)
+    return removed
 
 
 def _load(target: Path) -> HostImage | None:
