@@ -1,12 +1,11 @@
 """Block spread of an A/B run: ``python -m memqual.lab.block_spread OUTPUT [--jobs] [--json]``.
 
 For each metric both arms of OUTPUT (a ``memqual run`` folder: A/ and B/)
-recorded in blocks, the sd of the blocks' log(B/A), a block's value being
-the median of its arm's samples in it.  On an A/A run that is the
-instrument's noise from block to block, which each scenario row keeps
-per primary and clock.  ``--jobs`` reads a run stopped before it wrote its
-results (OUTPUT/avocado/'s records, by their variants' arm and block).
-docs/lab.md, "block_spread".
+recorded in blocks, the sd of the blocks' log(B/A) (a block's value: the
+median of its arm's samples), which each scenario row keeps per primary
+and clock, and each arm's own sd of log over the blocks, which shows what
+an A/A's paired boots cancel.  ``--jobs`` reads a run stopped before it
+wrote its results (OUTPUT/avocado/'s records).  docs/lab.md, "block_spread".
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ class BlockSpread:
     primary: bool  # a primary on the clock of the run
     clock: str
     log_ratios: tuple[float, ...]  # one a block, in block order
+    log_a: tuple[float, ...] = ()  # each arm's log value a block, in the same order
+    log_b: tuple[float, ...] = ()
 
     @property
     def blocks(self) -> int:
@@ -47,6 +48,15 @@ class BlockSpread:
         """The sd of the blocks' log(B/A); nan with fewer than 2 blocks."""
         return statistics.stdev(self.log_ratios) if self.blocks >= 2 else math.nan
 
+    @property
+    def sd_a(self) -> float:
+        """Arm A's sd of log over the blocks: what its block's inputs move."""
+        return statistics.stdev(self.log_a) if len(self.log_a) >= 2 else math.nan
+
+    @property
+    def sd_b(self) -> float:
+        return statistics.stdev(self.log_b) if len(self.log_b) >= 2 else math.nan
+
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key,
@@ -54,6 +64,8 @@ class BlockSpread:
             "clock": self.clock,
             "blocks": self.blocks,
             "sd_log_ratio": None if math.isnan(self.sd) else round(self.sd, 6),
+            "sd_log_a": None if math.isnan(self.sd_a) else round(self.sd_a, 6),
+            "sd_log_b": None if math.isnan(self.sd_b) else round(self.sd_b, 6),
             "log_ratios": [round(x, 6) for x in self.log_ratios],
         }
 
@@ -96,6 +108,8 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
                 primary=primary_of(ma.scenario, ma.metric, ma.variant, read_with, on_host_under_test) is not None,
                 clock=read_with,
                 log_ratios=tuple(math.log(vb[k] / va[k]) for k in common),
+                log_a=tuple(math.log(va[k]) for k in common),
+                log_b=tuple(math.log(vb[k]) for k in common),
             )
         )
     return out
@@ -104,10 +118,16 @@ def block_spreads(a: Results | Mapping[str, Any], b: Results | Mapping[str, Any]
 def table(spreads: Sequence[BlockSpread]) -> list[str]:
     """Lines of a plain table: primaries first, then by spread."""
     rows = sorted(spreads, key=lambda s: (not s.primary, -s.sd if not math.isnan(s.sd) else 0.0, s.key))
-    lines = [f"{'role':<11} {'blocks':>6} {'sd log(B/A)':>12} {'clock':<9} metric"]
+    lines = [f"{'role':<11} {'blocks':>6} {'sd log(B/A)':>12} {'sd log A':>9} {'sd log B':>9} {'clock':<9} metric"]
+
+    def shown(value: float) -> str:
+        return "-" if math.isnan(value) else f"{value:.5f}"
+
     for s in rows:
-        sd = "-" if math.isnan(s.sd) else f"{s.sd:.5f}"
-        lines.append(f"{'primary' if s.primary else 'other':<11} {s.blocks:>6} {sd:>12} {s.clock:<9} {s.key}")
+        role = "primary" if s.primary else "other"
+        lines.append(
+            f"{role:<11} {s.blocks:>6} {shown(s.sd):>12} {shown(s.sd_a):>9} {shown(s.sd_b):>9} {s.clock:<9} {s.key}"
+        )
     return lines
 
 

@@ -50,6 +50,23 @@ def test_block_spread_is_the_sd_of_the_blocks_log_ratios_and_marks_the_primary()
     assert math.isnan(block_spreads(one, one)[0].sd)
 
 
+def test_each_arm_s_spread_shows_what_paired_blocks_cancel() -> None:
+    """Both arms move together with their blocks' inputs: log(B/A) spreads
+    nothing, each arm's own spread over the blocks does; one arm that
+    follows its inputs alone spreads the ratio as much as itself."""
+    moving = [1.0, 1.1, 0.95, 1.05]
+    together = block_spreads(
+        {"metrics": [_entry("m", "s", "x", moving)]}, {"metrics": [_entry("m", "s", "x", moving)]}
+    )[0]
+    assert together.sd == pytest.approx(0.0)
+    assert together.sd_a == together.sd_b == pytest.approx(statistics.stdev([math.log(v) for v in moving]))
+    alone = block_spreads(
+        {"metrics": [_entry("m", "s", "x", [1.0] * 4)]}, {"metrics": [_entry("m", "s", "x", moving)]}
+    )[0]
+    assert alone.sd_a == 0.0 and alone.sd == pytest.approx(alone.sd_b) and alone.sd > 0.03
+    assert "sd log A" in block_spread.table([alone])[0] and alone.to_json()["sd_log_a"] == 0.0
+
+
 def test_block_spread_reads_a_stopped_runs_job_records_by_arm_and_block(tmp_path, capsys) -> None:
     test_results = tmp_path / "avocado" / "job-1" / "test-results"
     values = {("A", 1): 30.0, ("B", 1): 33.0, ("A", 2): 29.0, ("B", 2): 29.0 * 0.95}
