@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
+import guest_program
 import pytest
 from local_shell import LocalShell
 from lookup_kvm import runnable  # noqa: F401  (the fixture the real runs use)
@@ -22,24 +22,13 @@ from memqual.host.memslots import kvm_lookup
 from memqual.host.memslots import l1_lookup as L
 from memqual.images import agents
 
-SOURCE = agents.GUEST_DIR / "kvm_lookup.c"
-
 
 def build(directory: Path, name: str, *defines: str) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to build guest/kvm_lookup.c")
-    binary = directory / name
-    subprocess.run(["gcc", *agents.CFLAGS, *defines, "-o", str(binary), str(SOURCE)], check=True, timeout=120)
-    return str(binary)
+    return guest_program.build("kvm_lookup", directory, name, *defines)
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build(tmp_path_factory.mktemp("kvm_lookup"), "kvm_lookup")
-
-
-def call(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+program = guest_program.program_fixture("kvm_lookup")
+call = guest_program.call
 
 
 # --- the program against kvm_lookup.py, no /dev/kvm -----------------------------------

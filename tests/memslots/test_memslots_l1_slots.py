@@ -8,10 +8,9 @@ aims the MMIO pass into the slots, where the checks must fail."""
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from pathlib import Path
 
+import guest_program
 import pytest
 from local_shell import LocalShell
 from lookup_kvm import runnable  # noqa: F401  (the fixture the real runs use)
@@ -23,27 +22,16 @@ from memqual.host.memslots import kvm_results, l1_program
 from memqual.host.memslots import l1_slots as S
 from memqual.host.memslots.kvm_bench import EXPECTED_ERRNO, BenchConfig, schedule
 from memqual.host.memslots.kvm_guest import GUEST_CODE, SlotGeometry
-from memqual.images import agents
 
-SOURCE = agents.GUEST_DIR / "kvm_slots.c"
 SMALL = S.L1SlotsConfig(BenchConfig(slots=(1, 8, 32), repeats=2), deadline_s=60)
 
 
 def build(directory: Path, name: str, *defines: str) -> str:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to build guest/kvm_slots.c")
-    binary = directory / name
-    subprocess.run(["gcc", *agents.CFLAGS, *defines, "-o", str(binary), str(SOURCE)], check=True, timeout=120)
-    return str(binary)
+    return guest_program.build("kvm_slots", directory, name, *defines)
 
 
-@pytest.fixture(scope="module")
-def program(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return build(tmp_path_factory.mktemp("kvm_slots"), "kvm_slots")
-
-
-def call(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=30)
+program = guest_program.program_fixture("kvm_slots")
+call = guest_program.call
 
 
 # --- the program against kvm_guest.py, no /dev/kvm -------------------------------------
