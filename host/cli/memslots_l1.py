@@ -190,7 +190,6 @@ def slot_ops(args: argparse.Namespace, bench: Any) -> Any:
     boots' fresh VMs pooled into one kvm_bench result, whose records carry
     the host and L1's clock (host/memslots/l1_slots.py)."""
     from memqual.host.core.machine import Machine
-    from memqual.host.core.probe import environment
     from memqual.host.memslots import l1_slots
     from memqual.images.build import KernelSource, build
 
@@ -207,15 +206,22 @@ def slot_ops(args: argparse.Namespace, bench: Any) -> Any:
         with Machine(machine_config, image=image, boot_timeout=90.0 * nested.BOOT_TIMEOUT_FACTOR, host=host) as vm:
             # Nothing of the guest runs in L1 while its KVM is measured.
             vm.qmp("stop")
-            release = vm.host_image.release if vm.host_image is not None else ""
-            env = (
-                environment()
-                .with_accel(vm.accel, vm.accel_reason)
-                .with_host(vm.host_label, release)
-                .with_clock(vm.clock.label, 1)
-            )
-            results.append(l1_slots.run(vm.host_ssh, config, env))
+            results.append(l1_slots.run(vm.host_ssh, config, l1_environment(vm)))
     return l1_slots.pooled(results)
+
+
+def l1_environment(vm: Any) -> Any:
+    """What records of a measurement in ``vm``'s host under test carry:
+    this machine's environment with L1's accelerator, host and clock."""
+    from memqual.host.core.probe import environment
+
+    release = vm.host_image.release if vm.host_image is not None else ""
+    return (
+        environment()
+        .with_accel(vm.accel, vm.accel_reason)
+        .with_host(vm.host_label, release)
+        .with_clock(vm.clock.label, 1)
+    )
 
 
 def measure(shell: Any, bench: Any) -> Any:
@@ -255,7 +261,7 @@ def run_faults(args: argparse.Namespace) -> int:
 
 def run_workload(args: argparse.Namespace, workload: Workload) -> int:
     from memqual.host.core.machine import Machine
-    from memqual.host.memslots import l1_faults
+    from memqual.host.memslots import l1_faults, l1_kinds
     from memqual.images.build import KernelSource, build
 
     host = cliargs.one_host(args)
@@ -271,21 +277,19 @@ def run_workload(args: argparse.Namespace, workload: Workload) -> int:
         cmdline_extra=" ".join(p for p in (machine_config.cmdline_extra, base.cmdline_extra) if p),
     )
     image = build(KernelSource(None, None, None))
-    boots, label, clock_label, release, accel = [], "", "", "", ("", "")
+    boots, label, clock_label, env = [], "", "", None
     # A 10 GiB pc guest boots in L1 in 75-120 s here, twice a microvm's, and
     # missed the microvm's 360 s once beside two other L1s: twice that.
     boot_timeout = 180.0 * nested.BOOT_TIMEOUT_FACTOR
     for _ in range(args.boots):
         with Machine(machine_config, image=image, boot_timeout=boot_timeout, host=host) as vm:
+            l1_kinds.require_counters(vm.host_ssh, host.name)
             boots.append(workload.measure(vm, conditions))
-            label, clock_label, accel = vm.host_label, vm.clock.label, (vm.accel, vm.accel_reason)
-            release = vm.host_image.release if vm.host_image is not None else ""
+            label, clock_label, env = vm.host_label, vm.clock.label, l1_environment(vm)
     doc: dict[str, Any] = {"host": label, "clock": clock_label, "boots": [workload.to_json(b) for b in boots]}
     if args.records:
-        from memqual.host.core.probe import environment
         from memqual.host.core.record import write as write_record
 
-        env = environment().with_accel(*accel).with_host(label, release).with_clock(clock_label, 1)
         doc["records"] = [str(write_record(r, args.records)) for r in workload.records(boots, env)]
         doc["claims"] = judged(args.records)
     if args.json:

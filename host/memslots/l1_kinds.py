@@ -12,7 +12,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from memqual.host.core.errors import GuestError
+from memqual.host.core.errors import CapabilityMissing, GuestError
+from memqual.host.core.shell import Shell
 from memqual.host.memslots.l1_lookup import Counters
 
 PARAMETERS = "/sys/module/kvm/parameters"
@@ -25,6 +26,20 @@ READ_SCRIPT = (
     'printf "%s %s\\n" "$f" "$(cat "$f")"; done && echo slots && cat ' + SLOTS
 )
 RESET_SCRIPT = f'cd {PARAMETERS} && for f in {" ".join(COUNTERS)} {SLOTS}; do echo 0 > "$f"; done'
+COUNTED_SCRIPT = f"test -e {PARAMETERS}/{SLOTS}"
+
+
+def require_counters(shell: Shell, host: str) -> None:
+    """A CapabilityMissing naming the remedy where the host kernel does not
+    count its memslot searches by slot (no memqual kvm-memslots patches):
+    sysfs has no such parameter to reset or read."""
+    if shell.run(["sh", "-c", COUNTED_SCRIPT], check=False).status != 0:
+        raise CapabilityMissing(
+            f"the host kernel {host} does not count its memslot searches ({PARAMETERS}/{SLOTS} is missing): "
+            "build it with images/kvm-memslots/ (images/kvm-memslots/README.md) and give that kernel"
+        )
+
+
 TRUNCATED = "truncated"
 KINDS = ("miss", "ram_hit", "other_hit")
 

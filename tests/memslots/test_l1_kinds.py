@@ -11,7 +11,7 @@ from l1_counts import IOMEM, RAM, reading_text
 
 from memqual.host.core import clock
 from memqual.host.core.environment import Environment
-from memqual.host.core.errors import GuestError
+from memqual.host.core.errors import CapabilityMissing, GuestError
 from memqual.host.core.fault_probe import FaultRun
 from memqual.host.memslots import l1_faults, l1_kinds
 
@@ -173,3 +173,23 @@ def test_a_boot_resets_before_the_workload_reads_after_and_checks_the_model(slot
     assert boot.ns_per_page == pytest.approx(0.45e9 / 49152)
     assert len(boot.findings()) == findings
     assert l1_faults.render([boot], "K", "icount:0")[2].split()[1:3] == ["reorder", f"{boot.ns_per_page:.1f}"]
+
+
+@pytest.mark.parametrize(("status", "refused"), [(0, False), (1, True)])
+def test_a_kernel_that_does_not_count_is_a_missing_capability_naming_the_remedy(status: int, refused: bool) -> None:
+    asked: list[list[str]] = []
+
+    class Shell:
+        def start(self, argv: list[str]) -> Any:
+            raise AssertionError("nothing runs in the background")
+
+        def run(self, argv: list[str], timeout: float = 60.0, check: bool = True, input: bytes | None = None) -> Any:
+            asked.append(argv)
+            return type("Result", (), {"status": status, "stdout": "", "stderr": ""})()
+
+    if refused:
+        with pytest.raises(CapabilityMissing, match="does not count its memslot searches .*images/kvm-memslots/"):
+            l1_kinds.require_counters(Shell(), "6.1.0-57-amd64")
+    else:
+        l1_kinds.require_counters(Shell(), "6.1.0-57-amd64")
+    assert asked == [["sh", "-c", "test -e /sys/module/kvm/parameters/memslot_slots"]]
