@@ -17,11 +17,10 @@ from typing import Any
 
 from memqual.e2e.base import GuestTest, measures_nothing
 from memqual.host import virtio_mem
-from memqual.host.balloon.agent import GuestTracker
-from memqual.host.balloon.device import PAGE, BalloonController
+from memqual.host.balloon.device import BalloonController
 from memqual.host.balloon.rss import rss_kib
 from memqual.host.balloon.scenarios import AGENT as BALLOON_AGENT
-from memqual.host.balloon.timed_move import TRACK_PERIOD_US
+from memqual.host.balloon.timed_move import BalloonMover
 from memqual.host.core import kvm as kvm_api
 from memqual.host.core import kvm_uapi as uapi
 from memqual.host.core import nested, qemu_binary
@@ -150,18 +149,18 @@ class VirtioMem(GuestTest):
         deadline_s = virtio_mem.RESIZE_DEADLINE_S * (nested.BOOT_TIMEOUT_FACTOR if on_l1 else 1)
         balloon_agent = vm.deploy(BALLOON_AGENT) if on_l1 else ""
 
+        # On L1 the guest times the inflate and the host waits on QEMU's
+        # events; here the host's polls time it.
+        mover = BalloonMover(ctl, vm.ssh if on_l1 else None, balloon_agent, deadline_s=deadline_s, by_events=on_l1)
+
         def inflate(size_bytes: int) -> float:
-            if on_l1:
-                pages = size_bytes // PAGE
-                tracker = GuestTracker(vm.ssh, balloon_agent, "inflate", pages, TRACK_PERIOD_US, int(deadline_s))
-                self.assertTrue(ctl.reach_by_events(ram - size_bytes, deadline_s).reached)
-                seconds = tracker.result().seconds
-            else:
-                inflated = ctl.reach(ram - size_bytes, deadline_s=deadline_s)
-                self.assertTrue(inflated.reached, inflated)
-                seconds = inflated.seconds
-            back = ctl.reach_by_events(ram, deadline_s) if on_l1 else ctl.reach(ram, deadline_s=deadline_s)
-            self.assertTrue(back.reached, back)
+            # 2 s without a change is a stall: BalloonController.reach's own
+            # rule (the guest inflates far above its floor).
+            inflated = mover.move(ram - size_bytes, stall_s=2.0)
+            self.assertTrue(inflated.host.reached, inflated)
+            seconds = inflated.guest.seconds if inflated.guest is not None else inflated.host.seconds
+            back = mover.move(ram, tracked=False)
+            self.assertTrue(back.host.reached, back)
             return seconds
 
         try:

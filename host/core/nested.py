@@ -243,7 +243,9 @@ def guest_argv(config: MachineConfig, host_clock: Clock, kernel: str, initrd: st
     costs L1 seconds."""
     khz = ICOUNT_TSC_KHZ if host_clock.icount else host_tsc_khz()
     tsc = f"tsc_early_khz={khz}" if khz else ""
-    extra = " ".join(p for p in (config.cmdline_extra, tsc, NO_CMOS_PROBE, NO_EARLY_PCI) if p)
+    # A pc or q35 guest has its CMOS RTC: only microvm's probe finds nothing.
+    no_cmos = NO_CMOS_PROBE if config.machine == "microvm" else ""
+    extra = " ".join(p for p in (config.cmdline_extra, tsc, no_cmos, NO_EARLY_PCI) if p)
     inner = dataclasses.replace(
         config, cmdline_extra=extra, warm=False, clock="", extra_args=(*config.extra_args, "-cpu", cpu)
     )

@@ -106,6 +106,10 @@ def test_the_guests_argv_runs_under_l1s_kvm_reached_through_l1s_forwards() -> No
     assert "initcall_blacklist=crypto_kdf108_init" in append
     # no early PCI reads (the GART probes of an AMD family 15): each one an exit to L1's QEMU
     assert "pci=noearly" in append.split()
+    # a pc guest has its RTC, and keeps it; it reads no early PCI either
+    pc = nested.guest_argv(dataclasses.replace(config, machine="pc"), clock.icount(0), L2_KERNEL, L2_INITRD)
+    pc_append = pc[pc.index("-append") + 1].split()
+    assert "initcall_blacklist=cmos_init" not in pc_append and "pci=noearly" in pc_append
 
 
 def test_l1s_machine_carries_svm_the_argv_and_room_for_its_guest(tmp_path: Path) -> None:

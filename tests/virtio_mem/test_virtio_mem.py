@@ -4,7 +4,9 @@ a flat view, and the command line."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakes import AgentShell, FakeBackground, FakeClock, FakeVirtioMemGuest, VirtioMemQmp
@@ -211,15 +213,56 @@ def test_on_a_host_under_test_only_the_guest_times_and_the_ratio_is_the_guest_s(
     assert all(r.settings["timed_by"] == "the guest" for r in records)
 
 
-def test_a_quiet_resize_reads_the_size_only_once_the_guest_has_seen_it() -> None:
+class LoggedQmp(VirtioMemQmp):
+    """QOM's virtio-mem that writes each size read and request into ``log``."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__(step=4096 * MIB)
+        self.log = log
+
+    def answer(self, command: str, arguments: dict[str, Any]) -> Any:
+        if command == "qom-set" or arguments.get("property") == "size":
+            self.log.append(f"{command} {arguments['property']}")
+        return super().answer(command, arguments)
+
+
+class LoggedAgent(FakeBackground):
+    """The guest's agent, whose report reaches ``log`` when it is read."""
+
+    def __init__(self, lines: list[str], log: list[str]) -> None:
+        super().__init__(lines)
+        self.log = log
+
+    def lines(self, timeout: float = 0) -> Iterator[str]:
+        for line in super().lines(timeout):
+            if line.startswith("reached"):
+                self.log.append("reached")
+            yield line
+
+
+@pytest.mark.parametrize(
+    ("quiet", "order"),
+    [
+        # on a host under test: nothing read between the request and the guest's report
+        (True, ["qom-get size", "qom-set requested-size", "reached", "qom-get size"]),
+        # here: the host polls the size as the guest resizes
+        (False, ["qom-get size", "qom-set requested-size", "qom-get size", "reached"]),
+    ],
+)
+def test_a_quiet_resize_reads_the_size_only_once_the_guest_has_seen_it(quiet: bool, order: list[str]) -> None:
     """On a host under test nothing polls while the guest resizes: one QOM
     read before the request, then reads only after the guest's report."""
-    machine = VirtioMemQmp(step=4096 * MIB)
-    seen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "reached seconds=0.25"])))
+    log: list[str] = []
+    agent = LoggedAgent(["watching", "reached seconds=0.25"], log)
+    seen = FakeVirtioMemGuest(LoggedQmp(log), AgentShell({}, agent))
     result, guest_s = virtio_mem.guest_timed(
-        seen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 256 * MIB, 262144, quiet=True
+        seen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 256 * MIB, 262144, quiet=quiet
     )
-    assert result.met and guest_s == 0.25 and result.polls == 1 and result.start_bytes == 0
+    assert result.met and guest_s == 0.25 and result.start_bytes == 0
+    assert log == order
+    if not quiet:
+        return
+    machine = VirtioMemQmp(step=4096 * MIB)
     unseen = FakeVirtioMemGuest(machine, AgentShell({}, FakeBackground(["watching", "timeout"])))
     with pytest.raises(virtio_mem.ResizeFailed, match="never saw MemTotal"):
         virtio_mem.guest_timed(unseen, "/tmp/vmem_agent", virtio_mem.VirtioMemDevice(1024), 0, 262144, quiet=True)
