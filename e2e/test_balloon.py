@@ -236,7 +236,7 @@ class BalloonFreePageReporting(BalloonBase):
                 self.record_as(work, "balloon.free_page_reporting", "report_cpu_l1_ns_per_mib")
             if run.l1 is not None:
                 self.log.info("L1's kept readings (L1 s from the first, KiB): %s", run.l1.timeline())
-                self.log.info("the passes (L1 s, KiB fallen, QEMU's ns): %s", run.l1.pass_work())
+                self.log.info("the passes (L1 s, KiB fallen, QEMU's ns): %s", run.l1.pass_work)
             if reporting:
                 # The pages went back through QEMU's handler and L1's
                 # madvise: QEMU's threads ran while the RSS fell.

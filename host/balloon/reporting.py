@@ -123,7 +123,7 @@ class Reporting:
                 # the guest's reporting passes, 2 s apart: (L1 s, KiB fallen)
                 "l1_passes": [list(one) for one in self.l1.passes()],
                 # and the guest QEMU's run time over each (ns of L1's clock)
-                "l1_pass_cpu_ns": [p.cpu_ns for p in self.l1.pass_work()],
+                "l1_pass_cpu_ns": [p.cpu_ns for p in self.l1.pass_work],
                 "problems": self.l1.problems() if self.reporting else [],
             }
         return Measurement(
@@ -160,7 +160,7 @@ class Reporting:
                 **({"host_knobs": list(self.host_knobs)} if self.host_knobs else {}),
             },
             extra={
-                "l1_passes": [dataclasses.asdict(p) for p in self.l1.pass_work()],
+                "l1_passes": [dataclasses.asdict(p) for p in self.l1.pass_work],
                 "problems": self.l1.problems(),
             },
         )

@@ -11,6 +11,7 @@ on L1's clock"."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 from memqual.host.core.errors import GuestError, Timeout
@@ -141,9 +142,10 @@ class Watch:
         """The kept readings grouped into the guest's reporting passes: each
         pass's first reading (L1 seconds from the watcher's first) and the
         KiB the RSS fell over the pass."""
-        return [(p.at_s, p.fallen_kib) for p in self.pass_work()]
+        return [(p.at_s, p.fallen_kib) for p in self.pass_work]
 
-    def pass_work(self) -> list[PassWork]:
+    @functools.cached_property
+    def pass_work(self) -> tuple[PassWork, ...]:
         """Each pass with the process's run time over it: from the poll
         before its first fall to its last kept reading.  Between passes
         the guest idles, so what QEMU's threads ran in that span is the
@@ -154,16 +156,19 @@ class Watch:
             cpu_ns = group[-1].cpu_ns - group[0].previous_cpu_ns
             found.append(PassWork(at_s, before - group[-1].kib, cpu_ns))
             before = group[-1].kib
-        return found
+        return tuple(found)
 
     @property
     def cpu_ns_per_mib(self) -> float | None:
         """The process's run time over the passes per MiB they gave back
-        (None when nothing fell): a pass the watcher's end cut short counts
-        what it had given back by then."""
-        passes = [p for p in self.pass_work() if p.fallen_kib > 0]
+        (None when nothing fell, or a pass's run time came out negative): a
+        pass the watcher's end cut short counts what it had given back by
+        then."""
+        passes = [p for p in self.pass_work if p.fallen_kib > 0]
         fallen = sum(p.fallen_kib for p in passes)
-        return sum(p.cpu_ns for p in passes) * 1024 / fallen if fallen > 0 else None
+        if fallen <= 0 or any(p.cpu_ns < 0 for p in self.pass_work):
+            return None
+        return sum(p.cpu_ns for p in passes) * 1024 / fallen
 
     def timeline(self) -> list[tuple[float, int]]:
         """The kept readings as (L1 seconds from the first, KiB), the first included."""
@@ -186,6 +191,11 @@ class Watch:
             found.append(f"the RSS never fell to {self.start_kib} KiB")
         if not self.met:
             found.append(f"the RSS was not down to {self.target_kib} KiB by L1's deadline")
+        # The run time is summed over the threads alive at each poll: one
+        # that ended inside a pass takes its time with it.
+        short = [p.at_s for p in self.pass_work if p.cpu_ns < 0]
+        if short:
+            found.append(f"a pass's run time came out negative (a QEMU thread ended in it) at {short} L1 s")
         return found
 
 

@@ -144,10 +144,24 @@ def test_each_pass_s_work_is_the_run_time_from_the_poll_before_its_first_fall_to
         "406 285260 405 40000000 30000000",  # 15 ms ran between the passes: not a pass's
         "end met 406 285260 9 40000000",
     )
-    work = watch.pass_work()
+    work = watch.pass_work
     assert [(p.at_s, p.fallen_kib, p.cpu_ns) for p in work] == [(2.04, 256000, 7_000_000), (4.06, 212992, 10_000_000)]
     assert watch.cpu_ns_per_mib == pytest.approx(17_000_000 * 1024 / (256000 + 212992))
     assert watched("ready 0 754252 5", "end deadline 2000 754252 9 99").cpu_ns_per_mib is None
+
+
+def test_a_pass_whose_run_time_went_back_is_a_problem_and_no_figure() -> None:
+    """The run time sums the threads alive at each poll: a thread that ended
+    inside a pass takes its time with it, and the pass comes out negative."""
+    watch = watched(
+        "ready 0 754252 1000000",
+        "204 535116 203 9000000 8000000",
+        "205 498252 204 5000000 9000000",  # a thread gone: less run time than the pass began with
+        "end met 205 498252 9 5000000",
+    )
+    assert [p.cpu_ns for p in watch.pass_work] == [-3_000_000]
+    assert watch.cpu_ns_per_mib is None
+    assert any("came out negative" in problem for problem in watch.problems())
 
 
 def test_a_deadline_that_expires_is_not_met_and_says_so() -> None:
@@ -346,7 +360,7 @@ def test_the_script_watches_a_real_process_to_its_target_or_its_deadline(tmp_pat
         # the process's own run time, read from its threads' schedstat: the
         # munmap of 64 MiB ran in it, between the first reading and the end
         assert watch.last.cpu_ns > watch.first.cpu_ns > 0
-        assert all(p.cpu_ns >= 0 for p in watch.pass_work())
+        assert all(p.cpu_ns >= 0 for p in watch.pass_work)
     else:
         # the deadline, on the watcher's clock (this machine's uptime here)
         assert not watch.met and watch.start is None and watch.watched_s >= 0.5
