@@ -33,6 +33,9 @@ POLL_S = 0.02  # a full scan here takes 0.1 s or more: its end is seen within a 
 # watch over its scans, never less than this (an emulated host's first
 # scans take seconds of its clock).
 MIN_SCAN_TIMEOUT_S = 20.0
+# How a run on a host under test times its scans: one command in L1 reads
+# L1's /proc/uptime at each scan end (host/ksm/l1_ksm.py).
+L1_TIMED_BY = "L1's /proc/uptime, read in L1 at each full scan's end"
 # The scan ends watched in one command on a host under test: the advisor
 # there must reach its target and ``after_scans`` more within them.  On
 # 6.12 as L1 (quick sizes, 512 MiB guest) it reached its 1 s target at the
@@ -81,7 +84,8 @@ def kernel_seconds(duration_s: float) -> int:
 @dataclasses.dataclass(frozen=True)
 class Reading:
     """pages_to_scan as one or more full scans ended, and when: seconds
-    (host wall clock) and full scans since the advisor started."""
+    since the advisor started (on the clock its run's ``timed_by`` names)
+    and full scans since then."""
 
     at_s: float
     full_scans: int
@@ -109,6 +113,7 @@ class AdvisorRun:
     sleep_ms: int
     readings: tuple[Reading, ...]
     agent_pages: int
+    timed_by: str = "this machine's monotonic clock, polling sysfs"
 
     @property
     def scans(self) -> list[Scan]:
@@ -123,6 +128,12 @@ class AdvisorRun:
     def reached(self) -> Scan | None:
         """The first scan that took the target or less, as the advisor counts."""
         return next((s for s in self.scans if s.on_target(self.target_s)), None)
+
+    def settled(self, after_scans: int) -> bool:
+        """A scan reached the target and ``after_scans`` more ended."""
+        reached = self.reached
+        last = self.readings[-1].full_scans if self.readings else 0
+        return reached is not None and last - reached.reading.full_scans >= after_scans
 
     @property
     def slow_start(self) -> bool:
@@ -143,7 +154,12 @@ class AdvisorRun:
         reached = self.reached
         if reached is None:
             raise ValueError("the advisor never reached its target: nothing to record")
-        settings = {"target_s": self.target_s, "start_pages": self.start_pages, "sleep_ms": self.sleep_ms}
+        settings = {
+            "target_s": self.target_s,
+            "start_pages": self.start_pages,
+            "sleep_ms": self.sleep_ms,
+            "timed_by": self.timed_by,
+        }
         extra = {
             "agent_pages": self.agent_pages,
             "pages_to_scan_at_target": reached.reading.pages_to_scan,
@@ -190,9 +206,8 @@ def run_advisor_whole(ksm: WholeAdvisorHost, sizes: AdvisorSizes, agent_pages: i
     readings = tuple(
         Reading(round(end.taken_s - started, 2), end.full_scans - base, end.knobs["pages_to_scan"]) for end in ends
     )
-    run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, readings, agent_pages)
-    reached = run.reached
-    if reached is None or readings[-1].full_scans - reached.reading.full_scans < sizes.after_scans:
+    run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, readings, agent_pages, timed_by=L1_TIMED_BY)
+    if not run.settled(sizes.after_scans):
         raise ScenarioFailed(
             f"the KSM advisor did not bring a full scan to {sizes.target_s} s and {sizes.after_scans} more scans "
             f"within {scans} scans (from pages_to_scan {start_pages}): {list(readings)}"
@@ -221,9 +236,9 @@ def run_advisor(
         if scans > (readings[-1].full_scans if readings else 0):
             readings.append(Reading(clock() - started, scans, ksm.fs.read_int("pages_to_scan")))
             note(f"advisor: {readings[-1]}")
-        run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, tuple(readings), agent_pages)
-        reached = run.reached
-        return reached is not None and scans - reached.reading.full_scans >= sizes.after_scans
+        return AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, tuple(readings), agent_pages).settled(
+            sizes.after_scans
+        )
 
     poll(
         read,

@@ -144,7 +144,7 @@ def test_a_run_records_its_time_to_the_target_and_its_rise_under_its_row() -> No
     seconds, rise = run.records()
     assert (seconds.scenario, seconds.metric, seconds.samples) == (ADVISOR.name, "seconds_to_target", [8.5])
     assert (rise.metric, rise.samples, rise.better) == ("pages_to_scan_rise", [30.0], "higher")
-    assert seconds.settings == {"target_s": 1, "start_pages": 100, "sleep_ms": 20}
+    assert seconds.settings == {"target_s": 1, "start_pages": 100, "sleep_ms": 20, "timed_by": run.timed_by}
     assert seconds.extra["pages_to_scan_at_target"] == 3000 and seconds.extra["first_step_pages"] == 70
     assert [s["kernel_s"] for s in seconds.extra["scans"]] == [3, 4, 1]
     with pytest.raises(ValueError, match="never reached"):
@@ -218,6 +218,8 @@ def test_on_a_host_under_test_the_watch_is_one_command_timed_from_run_on_its_clo
         (8.5, 3, 3000),
     ]
     assert run.reached is not None and run.reached.reading.at_s == 8.5 and run.slow_start
+    # its records say which clock timed it: L1's
+    assert run.records()[0].settings["timed_by"] == adv.L1_TIMED_BY
 
 
 def test_on_a_host_under_test_a_watch_short_of_its_target_fails_with_its_series(tmp_path: Path) -> None:
