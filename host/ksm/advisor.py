@@ -204,7 +204,7 @@ def run_advisor_whole(ksm: WholeAdvisorHost, sizes: AdvisorSizes, agent_pages: i
     outcome = ksm.run_schedule(schedule, max(sizes.timeout_s / scans, MIN_SCAN_TIMEOUT_S), knobs=("pages_to_scan",))
     (started,), (ends,) = outcome.now_s, outcome.scan_ends
     readings = tuple(
-        Reading(round(end.taken_s - started, 2), end.full_scans - base, end.knobs["pages_to_scan"]) for end in ends
+        Reading(round(end.taken_s - started, 2), end.full_scans - base, end.knob("pages_to_scan")) for end in ends
     )
     run = AdvisorRun(sizes.target_s, start_pages, sizes.sleep_ms, readings, agent_pages, timed_by=L1_TIMED_BY)
     if not run.settled(sizes.after_scans):

@@ -377,7 +377,7 @@ def parse_counters(text: str, knobs: tuple[str, ...] = ()) -> KsmCounters:
         ksmd_cpu_s=cpu_ns / 1e9 if cpu_ns is not None else None,
         ksmd_slices=number("ksmd_slices"),
         interrupts=number("interrupts"),
-        knobs={name: found for name in knobs if (found := number(name)) is not None},
+        knobs=tuple((name, found) for name in knobs if (found := number(name)) is not None),
     )
 
 

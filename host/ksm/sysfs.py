@@ -54,8 +54,13 @@ class KsmCounters:
     ksmd_slices: int | None = None
     interrupts: int | None = None
     # Knobs ksmd sets itself, read with the counters where asked
-    # (pages_to_scan under the advisor): name to value.
-    knobs: dict[str, int] = dataclasses.field(default_factory=dict)
+    # (pages_to_scan under the advisor): (name, value) pairs, so the
+    # counters stay hashable as a frozen record should.
+    knobs: tuple[tuple[str, int], ...] = ()
+
+    def knob(self, name: str) -> int:
+        """A knob read with these counters; KeyError when it was not asked."""
+        return dict(self.knobs)[name]
 
     def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)

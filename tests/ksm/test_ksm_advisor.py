@@ -195,7 +195,7 @@ class _WholeHost:
     def run_schedule(self, schedule: Schedule, timeout_s: float, knobs: tuple[str, ...] = ()) -> Outcome:
         self.asked.append((schedule, knobs))
         ends = tuple(
-            KsmCounters(at, scans, 0, 0, 0, 0, None, None, None, None, knobs={"pages_to_scan": pages})
+            KsmCounters(at, scans, 0, 0, 0, 0, None, None, None, None, knobs=(("pages_to_scan", pages),))
             for at, scans, pages in self.series[: schedule.scans]
         )
         return Outcome((ends,), (), now_s=(self.started,))

@@ -303,7 +303,7 @@ def test_a_schedule_reads_l1_s_clock_where_asked_and_knobs_beside_the_counters(t
     worker.join()
     (started,) = outcome.now_s
     (ends,) = outcome.scan_ends
-    assert [(r.full_scans, r.knobs) for r in ends] == [(4, {"pages_to_scan": 70}), (5, {"pages_to_scan": 700})]
+    assert [(r.full_scans, r.knobs) for r in ends] == [(4, (("pages_to_scan", 70),)), (5, (("pages_to_scan", 700),))]
     assert 0 < started <= ends[0].taken_s
     with pytest.raises(CapabilityMissing, match="no knob advisor_mode"):
         ksm.run_schedule(Schedule((ScanEnds(1),)), timeout_s=1, knobs=("advisor_mode",))
