@@ -317,7 +317,7 @@ class HugetlbfsTest(GuestTest):
             found = None
             if mount is not None:
                 smaps = vm.host_ssh.run(["cat", f"/proc/{ksm.qemu_pid}/smaps"], timeout=60).stdout
-                found = procfs.parse_mapped_ksm_kib(smaps, str(mount).rstrip("/") + "/")
+                found = procfs.parse_mapped_ksm_kib(smaps, mount)
             vm.shutdown()
         return run, found
 

@@ -120,10 +120,12 @@ def mapped_ksm_kib(pid: int, under: Path, proc_root: Path = PROC_ROOT) -> tuple[
     ``under`` (a hugetlbfs guest's RAM), from /proc/PID/smaps; None when
     this kernel's smaps has no per-mapping KSM line.  (0, 0): no such
     mapping."""
-    return parse_mapped_ksm_kib((proc_root / str(pid) / "smaps").read_text(), str(under).rstrip("/") + "/")
+    return parse_mapped_ksm_kib((proc_root / str(pid) / "smaps").read_text(), under)
 
 
-def parse_mapped_ksm_kib(text: str, prefix: str) -> tuple[int, int] | None:
+def parse_mapped_ksm_kib(text: str, under: Path) -> tuple[int, int] | None:
+    """``mapped_ksm_kib`` of an smaps ``text`` read anywhere (L1's, over SSH)."""
+    prefix = str(under).rstrip("/") + "/"
     size = merged = 0
     inside = has_ksm_line = False
     for line in text.splitlines():

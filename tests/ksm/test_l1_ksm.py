@@ -166,13 +166,13 @@ KSM:                   0 kB
 
 def test_a_mappings_merged_pages_are_counted_apart_from_the_processs():
     # QEMU's heap merged 104 KiB; the guest's RAM under the mount nothing
-    assert procfs.parse_mapped_ksm_kib(SMAPS, "/run/memqual/huge/") == (1048576, 0)
+    assert procfs.parse_mapped_ksm_kib(SMAPS, Path("/run/memqual/huge")) == (1048576, 0)
     assert procfs.parse_mapped_ksm_kib(
-        SMAPS.replace("KSM:                   0", "KSM:                   8", 1), "/run/memqual/huge/"
+        SMAPS.replace("KSM:                   0", "KSM:                   8", 1), Path("/run/memqual/huge")
     ) == (1048576, 8)
-    assert procfs.parse_mapped_ksm_kib(SMAPS, "/elsewhere/") == (0, 0)
+    assert procfs.parse_mapped_ksm_kib(SMAPS, Path("/elsewhere")) == (0, 0)
     # a kernel without the per-mapping line: not countable
-    assert procfs.parse_mapped_ksm_kib(SMAPS.replace("KSM:", "Rss:"), "/run/memqual/huge/") is None
+    assert procfs.parse_mapped_ksm_kib(SMAPS.replace("KSM:", "Rss:"), Path("/run/memqual/huge")) is None
 
 
 def test_a_whole_schedule_is_one_command_switching_knobs_at_scan_ends(tmp_path, l1_usleep):
